@@ -1,0 +1,1 @@
+//! approval (placeholder: filled in by its owner)

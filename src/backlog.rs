@@ -1,0 +1,1 @@
+//! backlog (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! config (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! contract (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! error (placeholder: filled in by its owner)

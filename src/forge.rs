@@ -1,0 +1,1 @@
+//! forge (placeholder: filled in by its owner)

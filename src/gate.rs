@@ -1,0 +1,1 @@
+//! gate (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! git (placeholder: filled in by its owner)

@@ -1,0 +1,29 @@
+//! nightshift drains a markdown checkbox backlog overnight with coding agents.
+//!
+//! For each open item of the backlog it seals a contract, lets a writer agent
+//! change the code in an isolated checkout, runs the project's gate itself,
+//! asks a read-only reviewer for a verdict, and opens at most one labelled
+//! pull request per item. It never merges. Everything is recorded in the
+//! PostgreSQL ledger. The product surface is SPEC.md; this crate is laid out
+//! one module per concept so that `ls src/` shows the architecture.
+
+pub mod agent;
+pub mod approval;
+pub mod backlog;
+pub mod cli;
+pub mod config;
+pub mod contract;
+pub mod error;
+pub mod forge;
+pub mod gate;
+pub mod git;
+pub mod ledger;
+pub mod limit;
+pub mod process;
+pub mod proof;
+pub mod report;
+pub mod review;
+pub mod run;
+pub mod schedule;
+pub mod secret;
+pub mod slot;

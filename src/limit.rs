@@ -1,0 +1,1 @@
+//! limit (placeholder: filled in by its owner)

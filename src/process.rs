@@ -1,0 +1,1 @@
+//! process (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! proof (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! report (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! review (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! run (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! schedule (placeholder: filled in by its owner)

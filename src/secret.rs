@@ -1,0 +1,1 @@
+//! secret (placeholder: filled in by its owner)

@@ -1,0 +1,1 @@
+//! slot (placeholder: filled in by its owner)
