@@ -1,1 +1,552 @@
-//! config (placeholder: filled in by its owner)
+//! The project's `.nightshift/config.toml` (SPEC §11).
+//!
+//! Every key is optional; a missing file means all defaults. Unknown keys and
+//! bad values are errors that name the file, the line and the key, so a typo
+//! made at 23:00 is caught by `plan`, not discovered at 03:00. This module
+//! only reads and validates; how a limit is finally resolved for one item
+//! (flag › item › recipe › policy caps › default) is the contract's business.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Directory nightshift keeps inside the user's repository (SPEC §10).
+pub const DIR: &str = ".nightshift";
+/// Config file name inside [`DIR`].
+pub const FILE: &str = "config.toml";
+
+/// A validated configuration. Durations are [`Duration`]s, money is USD.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Backlog path relative to the repository root.
+    pub backlog: String,
+    /// Branch PRs are based on and target.
+    pub base: String,
+    /// Git remote to fetch from and push to.
+    pub remote: String,
+    /// Label put on every PR (created if missing).
+    pub label: String,
+    /// Label put on issues made from `FINDINGS:` blocks (SPEC §5.8).
+    pub findings_label: String,
+    /// Gate commands, run with `sh -c` in the checkout (SPEC §5.4).
+    pub verify: Vec<String>,
+    /// Local time of the morning stop, `HH:MM` (SPEC §7).
+    #[serde(deserialize_with = "de_hhmm")]
+    pub deadline: String,
+    /// IANA zone name; default `$TZ`, then the system zone.
+    pub timezone: Option<String>,
+    /// `OWNER/REPO`; default `GH_REPO`, then the remote's URL (SPEC §8).
+    pub github_repo: Option<String>,
+    /// Tick the backlog box inside each item's PR instead of `sync`.
+    pub tick_in_pr: bool,
+    /// Commands run in each fresh checkout before the writer.
+    pub setup: Vec<String>,
+    /// Unprivileged user that runs agents and gates when nightshift is root.
+    pub agent_user: Option<String>,
+    /// More variables agents and gates never see.
+    pub secrets: Vec<String>,
+    /// Variables passed to gate commands only.
+    pub gate_env: Vec<String>,
+    /// At most this many `FINDINGS:` issues are filed per item.
+    pub max_findings_per_item: u32,
+    /// Hard caps; an item may lower them, never raise them.
+    pub limits: Limits,
+    /// The agent that changes the code.
+    pub writer: AgentConfig,
+    /// The read-only agent that gives the verdict.
+    pub reviewer: AgentConfig,
+    /// Title prefix → prompt template (SPEC §3 "Recipes").
+    pub recipes: Vec<Recipe>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            backlog: "NEXT.md".into(),
+            base: "main".into(),
+            remote: "origin".into(),
+            label: "autopilot".into(),
+            findings_label: "autopilot-found".into(),
+            verify: vec!["cargo test".into()],
+            deadline: "07:00".into(),
+            timezone: None,
+            github_repo: None,
+            tick_in_pr: false,
+            setup: vec![],
+            agent_user: None,
+            secrets: vec![],
+            gate_env: vec![],
+            max_findings_per_item: 5,
+            limits: Limits::default(),
+            writer: AgentConfig::default(),
+            reviewer: AgentConfig::default(),
+            recipes: vec![],
+        }
+    }
+}
+
+/// Policy caps (SPEC §11 `[limits]`). Durations in the file are written like
+/// `45m`, `2h`, `120s` or `1h30m`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Writer rounds per item.
+    pub rounds: u32,
+    /// Wall time of one agent call.
+    #[serde(with = "human_duration")]
+    pub agent_timeout: Duration,
+    /// Wall time of one gate command.
+    #[serde(with = "human_duration")]
+    pub gate_timeout: Duration,
+    /// Wall time of one item, all rounds together.
+    #[serde(with = "human_duration")]
+    pub item_timeout: Duration,
+    /// Tokens per item, as reported by the agents.
+    pub max_tokens: u64,
+    /// USD per item, as reported by the agents.
+    pub max_cost_usd: f64,
+    /// USD for the whole run.
+    pub max_cost_usd_per_run: f64,
+    /// Nights an item may fail before it is blocked.
+    pub max_attempts: u32,
+    /// Added to a usage-limit reset before waking.
+    #[serde(with = "human_duration")]
+    pub limit_buffer: Duration,
+    /// Shortest usage-limit sleep.
+    #[serde(with = "human_duration")]
+    pub limit_sleep_min: Duration,
+    /// Longest usage-limit sleep.
+    #[serde(with = "human_duration")]
+    pub limit_sleep_max: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            rounds: 3,
+            agent_timeout: Duration::from_secs(60 * 60),
+            gate_timeout: Duration::from_secs(20 * 60),
+            item_timeout: Duration::from_secs(2 * 60 * 60),
+            max_tokens: 2_000_000,
+            max_cost_usd: 20.0,
+            max_cost_usd_per_run: 100.0,
+            max_attempts: 3,
+            limit_buffer: Duration::from_secs(120),
+            limit_sleep_min: Duration::from_secs(60),
+            limit_sleep_max: Duration::from_secs(6 * 60 * 60),
+        }
+    }
+}
+
+/// Which adapter drives an agent (SPEC §6).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentKind {
+    /// Claude Code, `claude -p --output-format stream-json`.
+    Claude,
+    /// Codex CLI, `codex exec --json`.
+    Codex,
+    /// Any argv speaking the `command` protocol of SPEC §6.
+    Command,
+}
+
+impl fmt::Display for AgentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AgentKind::Claude => "claude",
+            AgentKind::Codex => "codex",
+            AgentKind::Command => "command",
+        })
+    }
+}
+
+/// One agent role's configuration (`[writer]`, `[reviewer]`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// Adapter.
+    pub kind: AgentKind,
+    /// argv: the executable and any extra arguments.
+    pub command: Vec<String>,
+    /// Extra permission flags for a claude writer (default lets an
+    /// unattended writer edit files and run commands: `--permission-mode
+    /// acceptEdits --allowedTools Bash`).
+    pub permission_flags: Option<Vec<String>>,
+    /// Model name passed to the CLI, if any.
+    pub model: Option<String>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig { kind: AgentKind::Claude, command: vec!["claude".into()], permission_flags: None, model: None }
+    }
+}
+
+/// A title prefix that selects a prompt template (SPEC §3).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    /// Title prefix, matched after trimming (e.g. `加深`, `fix:`).
+    pub prefix: String,
+    /// Template file, relative to the repository root.
+    pub prompt: String,
+    /// Optional per-recipe round count (never above the policy cap).
+    #[serde(default)]
+    pub rounds: Option<u32>,
+}
+
+/// A config that could not be used. Display gives `file:line: message`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("{path}: cannot read the config: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    /// TOML syntax, an unknown key or a bad value.
+    #[error("{path}:{line}: {message}")]
+    Invalid { path: PathBuf, line: usize, key: Option<String>, message: String },
+}
+
+/// Where the config was found and what it says.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The config file path (it may not exist: then all defaults).
+    pub path: PathBuf,
+    /// Whether the file existed.
+    pub exists: bool,
+    /// The values.
+    pub config: Config,
+}
+
+/// Reads the config at `path`, or the defaults if it does not exist.
+///
+/// # Errors
+/// [`ConfigError::Read`] when the file cannot be read, and
+/// [`ConfigError::Invalid`] naming file, line and key for TOML errors,
+/// unknown keys (`deny_unknown_fields`) and bad values.
+pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Loaded { path: path.to_path_buf(), exists: false, config: Config::default() });
+        }
+        Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
+    };
+    let config = parse(path, &text)?;
+    Ok(Loaded { path: path.to_path_buf(), exists: true, config })
+}
+
+/// Parses config text; `path` is only used in error messages.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] as for [`load`].
+pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let config: Config = toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
+        let message = e.message().trim().to_string();
+        let key = key_in_message(&message).or_else(|| e.span().and_then(|s| key_at(text, s.start)));
+        ConfigError::Invalid { path: path.to_path_buf(), line, key, message: with_hint(&message) }
+    })?;
+    validate(path, text, &config)?;
+    Ok(config)
+}
+
+/// Checks that serde cannot express (ranges, emptiness, consistency).
+fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
+    let bad = |key: &str, message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        line: line_of_key(text, key),
+        key: Some(key.to_string()),
+        message: format!("`{key}`: {message}"),
+    };
+    if c.limits.rounds == 0 {
+        return Err(bad("rounds", "must be at least 1".into()));
+    }
+    if c.limits.max_attempts == 0 {
+        return Err(bad("max_attempts", "must be at least 1".into()));
+    }
+    if !(c.limits.max_cost_usd > 0.0) {
+        return Err(bad("max_cost_usd", "must be a positive number of USD".into()));
+    }
+    if !(c.limits.max_cost_usd_per_run > 0.0) {
+        return Err(bad("max_cost_usd_per_run", "must be a positive number of USD".into()));
+    }
+    if c.limits.limit_sleep_min > c.limits.limit_sleep_max {
+        return Err(bad("limit_sleep_min", "is longer than `limit_sleep_max`".into()));
+    }
+    for (name, a) in [("writer", &c.writer), ("reviewer", &c.reviewer)] {
+        if a.command.is_empty() || a.command[0].trim().is_empty() {
+            return Err(bad("command", format!("[{name}] command must name an executable, e.g. [\"{}\"]", a.kind)));
+        }
+    }
+    for key in ["backlog", "base", "remote", "label"] {
+        let v = match key {
+            "backlog" => &c.backlog,
+            "base" => &c.base,
+            "remote" => &c.remote,
+            _ => &c.label,
+        };
+        if v.trim().is_empty() {
+            return Err(bad(key, "must not be empty".into()));
+        }
+    }
+    if let Some(tz) = &c.timezone {
+        if tz.parse::<chrono_tz::Tz>().is_err() {
+            return Err(bad("timezone", format!("unknown time zone {tz:?}; use an IANA name such as \"Asia/Taipei\"")));
+        }
+    }
+    if let Some(r) = &c.github_repo {
+        let parts: Vec<&str> = r.split('/').collect();
+        if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+            return Err(bad("github_repo", format!("{r:?} is not OWNER/REPO")));
+        }
+    }
+    for r in &c.recipes {
+        if r.prefix.trim().is_empty() {
+            return Err(bad("prefix", "a recipe needs a non-empty title prefix".into()));
+        }
+        if let Some(n) = r.rounds {
+            if n == 0 || n > c.limits.rounds {
+                return Err(bad("rounds", format!("recipe {:?}: rounds must be 1..={} (the policy cap)", r.prefix, c.limits.rounds)));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn with_hint(message: &str) -> String {
+    if message.starts_with("unknown field") {
+        format!("{message}; remove the key or fix its spelling (see SPEC §11 / `nightshift init`)")
+    } else {
+        message.to_string()
+    }
+}
+
+/// 1-based line number of byte offset `at`.
+pub fn line_of(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
+}
+
+fn key_in_message(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let end = start + message[start..].find('`')?;
+    Some(message[start..end].to_string())
+}
+
+fn key_at(text: &str, at: usize) -> Option<String> {
+    let line_start = text[..at.min(text.len())].rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let line = text[line_start..].lines().next()?;
+    let key = line.split('=').next()?.trim();
+    (!key.is_empty() && !key.starts_with('[')).then(|| key.to_string())
+}
+
+fn line_of_key(text: &str, key: &str) -> usize {
+    text.lines()
+        .position(|l| l.trim_start().starts_with(key) && l[l.find(key).unwrap_or(0) + key.len()..].trim_start().starts_with('='))
+        .map(|i| i + 1)
+        .unwrap_or(1)
+}
+
+fn de_hhmm<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_hhmm(&s).map_err(serde::de::Error::custom)?;
+    Ok(s)
+}
+
+/// Parses a local time of day `HH:MM` (24-hour clock) into (hour, minute).
+///
+/// # Errors
+/// A message naming the accepted form.
+pub fn parse_hhmm(s: &str) -> Result<(u32, u32), String> {
+    let (h, m) = s.trim().split_once(':').ok_or_else(|| format!("{s:?} is not a time of day; write HH:MM, e.g. \"07:00\""))?;
+    let h: u32 = h.parse().map_err(|_| format!("{s:?}: hour is not a number; write HH:MM"))?;
+    let m: u32 = m.parse().map_err(|_| format!("{s:?}: minute is not a number; write HH:MM"))?;
+    if h > 23 || m > 59 || s.trim().len() != 5 {
+        return Err(format!("{s:?} is not a valid time of day; write HH:MM between 00:00 and 23:59"));
+    }
+    Ok((h, m))
+}
+
+/// Parses a human duration: `90s`, `45m`, `2h`, `1h30m`, `1d`; a bare
+/// number means seconds.
+///
+/// # Errors
+/// A message naming the accepted forms.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("empty duration; write e.g. \"45m\", \"2h\" or \"120s\"".into());
+    }
+    if let Ok(n) = t.parse::<u64>() {
+        return Ok(Duration::from_secs(n));
+    }
+    let mut total = 0u64;
+    let mut num = String::new();
+    for ch in t.chars() {
+        if ch.is_ascii_digit() {
+            num.push(ch);
+            continue;
+        }
+        let unit = match ch {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            ' ' if num.is_empty() => continue,
+            _ => return Err(format!("{s:?} is not a duration; write e.g. \"45m\", \"2h\", \"1h30m\" or \"120s\"")),
+        };
+        let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration; a number must come before each unit"))?;
+        total = total.saturating_add(n.saturating_mul(unit));
+        num.clear();
+    }
+    if !num.is_empty() {
+        return Err(format!("{s:?} is not a duration; end with a unit (s, m, h, d)"));
+    }
+    if total == 0 {
+        return Err(format!("{s:?}: a duration must be longer than zero"));
+    }
+    Ok(Duration::from_secs(total))
+}
+
+/// Formats a duration the way the config writes it (`1h30m`, `45m`, `90s`).
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if s == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    let (h, m, sec) = (s / 3600, (s % 3600) / 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if sec > 0 {
+        out.push_str(&format!("{sec}s"));
+    }
+    out
+}
+
+mod human_duration {
+    use super::*;
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format_duration(*d))
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The commented config `nightshift init` writes (SPEC §11).
+pub const TEMPLATE: &str = r#"# nightshift configuration (SPEC §11). Every key is optional; the values
+# shown are the defaults unless marked "example".
+
+backlog = "NEXT.md"            # the markdown checkbox backlog
+base = "main"                  # PRs start from <remote>/<base> and target it
+remote = "origin"
+label = "autopilot"            # put on every PR (created if missing)
+findings_label = "autopilot-found"
+verify = ["cargo test"]        # gate commands, run with `sh -c` in the checkout
+deadline = "07:00"             # no item or round starts after this local time
+# timezone = "Asia/Taipei"     # default: $TZ, then the system zone
+# github_repo = "owner/repo"   # default: GH_REPO, then the remote's URL
+tick_in_pr = false             # true: each PR ticks its own box (PRs then conflict)
+setup = []                     # e.g. ["npm ci"], run in each fresh checkout
+# agent_user = "nightshift"    # run agents and gates as this user when root
+secrets = []                   # more variables agents and gates never see
+gate_env = []                  # variables passed to gate commands only
+
+[limits]                       # caps; an item may lower them, never raise them
+rounds = 3
+agent_timeout = "60m"
+gate_timeout = "20m"
+item_timeout = "2h"
+max_tokens = 2000000
+max_cost_usd = 20.0            # per item
+max_cost_usd_per_run = 100.0   # for the whole night
+max_attempts = 3               # nights an item may fail before it is blocked
+limit_buffer = "120s"
+limit_sleep_min = "60s"
+limit_sleep_max = "6h"
+
+[writer]
+kind = "claude"                # claude | codex | command
+command = ["claude"]           # the executable and any extra arguments
+
+[reviewer]
+kind = "claude"
+command = ["claude"]
+
+# [[recipes]]                  # a title prefix selects a prompt template
+# prefix = "fix:"
+# prompt = "docs/FIX.md"
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> (usize, Option<String>, String) {
+        match parse(Path::new(".nightshift/config.toml"), text) {
+            Err(ConfigError::Invalid { line, key, message, .. }) => (line, key, message),
+            other => panic!("expected an invalid config, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn template_parses_to_the_defaults() {
+        let c = parse(Path::new("t"), TEMPLATE).unwrap();
+        let d = Config::default();
+        assert_eq!(c.limits, d.limits);
+        assert_eq!(c.verify, d.verify);
+        assert_eq!(c.writer, d.writer);
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_key() {
+        let (line, key, message) = err("base = \"main\"\nverfy = [\"x\"]\n");
+        assert_eq!(line, 2);
+        assert_eq!(key.as_deref(), Some("verfy"));
+        assert!(message.contains("unknown field"), "{message}");
+    }
+
+    #[test]
+    fn unknown_key_in_a_table() {
+        let (line, key, _) = err("[limits]\nrounds = 2\nroundz = 3\n");
+        assert_eq!(line, 3);
+        assert_eq!(key.as_deref(), Some("roundz"));
+    }
+
+    #[test]
+    fn bad_duration_names_line() {
+        let (line, _, message) = err("[limits]\nagent_timeout = \"soon\"\n");
+        assert_eq!(line, 2);
+        assert!(message.contains("not a duration"), "{message}");
+    }
+
+    #[test]
+    fn bad_types_and_values() {
+        assert_eq!(err("[limits]\nrounds = \"x\"\n").0, 2);
+        assert_eq!(err("\n[limits]\nrounds = 0\n").0, 3);
+        assert_eq!(err("deadline = \"7am\"\n").0, 1);
+        assert_eq!(err("timezone = \"Mars/Base\"\n").1.as_deref(), Some("timezone"));
+        assert_eq!(err("[writer]\nkind = \"gpt\"\n").0, 2);
+        assert_eq!(err("github_repo = \"nope\"\n").1.as_deref(), Some("github_repo"));
+        assert!(err("base = [\n").2.len() > 0);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("45m").unwrap(), Duration::from_secs(2700));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("120").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("m").is_err());
+        assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
+    }
+}

@@ -1,1 +1,426 @@
-//! contract (placeholder: filled in by its owner)
+//! Contracts, cards and plans (SPEC §4).
+//!
+//! A contract is produced by the program, never by a model: the item's key,
+//! title and detail lines verbatim, its context, one acceptance condition per
+//! `accept:`, the gate and setup commands, the scope, the resolved limits with
+//! the source of each value, and the writer and reviewer configuration. It is
+//! serialised as canonical JSON (sorted keys, no spaces) and sealed with
+//! SHA-256. It deliberately leaves out the base commit, the date and the
+//! item's index, so the same item under the same config seals to the same
+//! SHA night after night. A plan is the ordered list of contracts of every
+//! open item; its SHA covers all of them in order. This module does no I/O
+//! except reading recipe templates from the repository.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::backlog::{Backlog, Item, Problem};
+use crate::config::{self, AgentConfig, Config};
+
+/// Lowercase hex SHA-256 of `bytes` (64 characters).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Where a resolved limit came from, highest precedence first (SPEC §4:
+/// flag › item › recipe › policy caps › default).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// A detail line of the item (`rounds:`, `timeout:`).
+    Item,
+    /// The recipe selected by the title prefix.
+    Recipe,
+    /// The config file's `[limits]`.
+    Policy,
+    /// nightshift's built-in default.
+    Default,
+}
+
+/// A limit value and where it came from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Resolved<T> {
+    /// The value (durations in whole seconds).
+    pub value: T,
+    /// Its provenance.
+    pub source: Source,
+}
+
+/// The limits one item runs under. Durations are seconds, money USD.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResolvedLimits {
+    /// Writer rounds.
+    pub rounds: Resolved<u32>,
+    /// Wall time of the whole item, seconds.
+    pub item_timeout_secs: Resolved<u64>,
+    /// Wall time of one agent call, seconds.
+    pub agent_timeout_secs: Resolved<u64>,
+    /// Wall time of one gate command, seconds.
+    pub gate_timeout_secs: Resolved<u64>,
+    /// Tokens for the item.
+    pub max_tokens: Resolved<u64>,
+    /// USD for the item (enforced only where the agent reports a cost).
+    pub max_cost_usd: Resolved<f64>,
+}
+
+impl ResolvedLimits {
+    /// Item timeout as a [`Duration`].
+    pub fn item_timeout(&self) -> Duration {
+        Duration::from_secs(self.item_timeout_secs.value)
+    }
+    /// Agent-call timeout as a [`Duration`].
+    pub fn agent_timeout(&self) -> Duration {
+        Duration::from_secs(self.agent_timeout_secs.value)
+    }
+    /// Gate timeout as a [`Duration`].
+    pub fn gate_timeout(&self) -> Duration {
+        Duration::from_secs(self.gate_timeout_secs.value)
+    }
+}
+
+/// The recipe a title prefix selected, with its template sealed in.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RecipeRef {
+    /// The matching prefix.
+    pub prefix: String,
+    /// Template path relative to the repository root.
+    pub path: String,
+    /// SHA-256 of the template bytes.
+    pub sha256: String,
+    /// The template text.
+    pub template: String,
+}
+
+/// An agent role as sealed in the contract.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AgentSpec {
+    /// `claude`, `codex` or `command`.
+    pub kind: String,
+    /// argv as configured.
+    pub command: Vec<String>,
+    /// Extra permission flags (claude writer), if configured.
+    pub permission_flags: Option<Vec<String>>,
+    /// Model, if configured.
+    pub model: Option<String>,
+}
+
+impl From<&AgentConfig> for AgentSpec {
+    fn from(a: &AgentConfig) -> Self {
+        AgentSpec { kind: a.kind.to_string(), command: a.command.clone(), permission_flags: a.permission_flags.clone(), model: a.model.clone() }
+    }
+}
+
+/// One sealed contract (SPEC §4). Serialises to canonical JSON via
+/// [`Contract::canonical_json`]; its SHA is [`Contract::sha`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Contract {
+    /// Format version of this JSON.
+    pub version: u32,
+    /// The item's key (SPEC §3).
+    pub key: String,
+    /// The item's title, verbatim.
+    pub title: String,
+    /// The `##` heading the item sits under, verbatim.
+    pub section: Option<String>,
+    /// Every nested line of the item, verbatim.
+    pub details: Vec<String>,
+    /// Block-quote context: the document preamble, then the section's.
+    pub context: Vec<String>,
+    /// One acceptance condition per `accept:` line.
+    pub accept: Vec<String>,
+    /// Gate commands (the item's `verify:` lines, else the config's).
+    pub verify: Vec<String>,
+    /// Setup commands run in each fresh checkout.
+    pub setup: Vec<String>,
+    /// Paths the writer may change (empty: everything).
+    pub scope: Vec<String>,
+    /// Open questions; an item with any is blocked.
+    pub questions: Vec<String>,
+    /// Free context lines for the writer.
+    pub notes: Vec<String>,
+    /// Resolved limits with provenance.
+    pub limits: ResolvedLimits,
+    /// The writer.
+    pub writer: AgentSpec,
+    /// The read-only reviewer.
+    pub reviewer: AgentSpec,
+    /// The recipe, if a title prefix selected one.
+    pub recipe: Option<RecipeRef>,
+    /// Branch the PR targets.
+    pub base: String,
+    /// Label put on the PR.
+    pub label: String,
+}
+
+impl Contract {
+    /// Canonical JSON: keys sorted at every level, no insignificant
+    /// whitespace (serde_json's map is ordered by key without the
+    /// `preserve_order` feature).
+    pub fn canonical_json(&self) -> String {
+        let value = serde_json::to_value(self).expect("a contract always serialises");
+        serde_json::to_string(&value).expect("a JSON value always serialises")
+    }
+
+    /// SHA-256 of [`Contract::canonical_json`], lowercase hex.
+    pub fn sha(&self) -> String {
+        sha256_hex(self.canonical_json().as_bytes())
+    }
+}
+
+/// One open item of a plan.
+#[derive(Debug, Clone)]
+pub struct PlanEntry {
+    /// 1-based among open items, in backlog order (the number `run` takes).
+    pub index: usize,
+    /// The backlog item.
+    pub item: Item,
+    /// Its sealed contract.
+    pub contract: Contract,
+    /// `contract.sha()`.
+    pub contract_sha: String,
+    /// Why the item will not run, if it will not (a question).
+    pub blocked: Option<String>,
+}
+
+/// The plan: every open item's contract in backlog order.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The backlog file.
+    pub backlog_path: PathBuf,
+    /// SHA-256 of the backlog bytes at snapshot time.
+    pub backlog_sha: String,
+    /// Open items in order.
+    pub entries: Vec<PlanEntry>,
+    /// SHA-256 over the contract SHAs in order.
+    pub sha: String,
+}
+
+impl Plan {
+    /// The plan SHA of an ordered list of contract SHAs: SHA-256 of each
+    /// SHA followed by a newline.
+    pub fn sha_of<'a>(contract_shas: impl IntoIterator<Item = &'a str>) -> String {
+        let mut buf = String::new();
+        for s in contract_shas {
+            buf.push_str(s);
+            buf.push('\n');
+        }
+        sha256_hex(buf.as_bytes())
+    }
+
+    /// The plan as `plan --json` prints it (SPEC §2).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "plan_sha": self.sha,
+            "backlog": self.backlog_path.display().to_string(),
+            "items": self.entries.iter().map(|e| serde_json::json!({
+                "index": e.index,
+                "key": e.item.key,
+                "title": e.item.title,
+                "line": e.item.line,
+                "contract_sha": e.contract_sha,
+                "blocked": e.blocked,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Seals one contract per open item of `backlog`.
+///
+/// `repo` is the repository root (recipe templates are read from it).
+///
+/// # Errors
+/// Every problem found — the backlog's own (malformed detail lines) plus
+/// limits above the policy caps and unreadable recipe templates — each with
+/// file:line. No plan is produced when there is any (SPEC §3).
+pub fn build_plan(repo: &Path, backlog: &Backlog, loaded: &config::Loaded) -> Result<Plan, Vec<Problem>> {
+    let mut problems: Vec<Problem> = backlog.problems.clone();
+    let mut entries = Vec::new();
+    let policy_keys = policy_keys(loaded);
+    for item in backlog.items.iter().filter(|i| !i.done) {
+        match seal(repo, &backlog.path, item, &loaded.config, &policy_keys) {
+            Ok(contract) => {
+                let blocked = contract.questions.first().map(|q| format!("question: {q}"));
+                let contract_sha = contract.sha();
+                entries.push(PlanEntry { index: entries.len() + 1, item: item.clone(), contract, contract_sha, blocked });
+            }
+            Err(mut p) => problems.append(&mut p),
+        }
+    }
+    if !problems.is_empty() {
+        problems.sort_by_key(|p| p.line);
+        return Err(problems);
+    }
+    let sha = Plan::sha_of(entries.iter().map(|e| e.contract_sha.as_str()));
+    Ok(Plan { backlog_path: backlog.path.clone(), backlog_sha: backlog.sha256.clone(), entries, sha })
+}
+
+/// Keys of `[limits]` the config file sets explicitly (for provenance).
+fn policy_keys(loaded: &config::Loaded) -> Vec<String> {
+    if !loaded.exists {
+        return vec![];
+    }
+    let Ok(text) = std::fs::read_to_string(&loaded.path) else { return vec![] };
+    let Ok(table) = text.parse::<toml::Table>() else { return vec![] };
+    table.get("limits").and_then(|l| l.as_table()).map(|t| t.keys().cloned().collect()).unwrap_or_default()
+}
+
+fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String]) -> Result<Contract, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let caps = &c.limits;
+    let cap_source = |key: &str| if policy_keys.iter().any(|k| k == key) { Source::Policy } else { Source::Default };
+    let problem = |line: usize, message: String| Problem { path: path.to_path_buf(), line, message };
+
+    let recipe = c.recipes.iter().find(|r| item.title.trim_start().starts_with(r.prefix.trim()));
+    let recipe_ref = match recipe {
+        Some(r) => match std::fs::read(repo.join(&r.prompt)) {
+            Ok(bytes) => Some(RecipeRef {
+                prefix: r.prefix.clone(),
+                path: r.prompt.clone(),
+                sha256: sha256_hex(&bytes),
+                template: String::from_utf8_lossy(&bytes).into_owned(),
+            }),
+            Err(e) => {
+                problems.push(problem(item.line, format!("recipe {:?} selects template {}, which cannot be read ({e}); create it or fix `prompt` in .nightshift/config.toml", r.prefix, r.prompt)));
+                None
+            }
+        },
+        None => None,
+    };
+
+    let rounds = match (item.details.rounds, recipe.and_then(|r| r.rounds)) {
+        (Some((n, line)), _) => {
+            if n > caps.rounds {
+                problems.push(problem(line, format!("`rounds: {n}` is above the policy cap of {}; lower it or raise [limits] rounds", caps.rounds)));
+            }
+            Resolved { value: n, source: Source::Item }
+        }
+        (None, Some(n)) => Resolved { value: n.min(caps.rounds), source: Source::Recipe },
+        (None, None) => Resolved { value: caps.rounds, source: cap_source("rounds") },
+    };
+    let item_timeout = match item.details.timeout {
+        Some((d, line)) => {
+            if d > caps.item_timeout {
+                problems.push(problem(line, format!("`timeout: {}` is above the policy cap of {}; lower it or raise [limits] item_timeout", config::format_duration(d), config::format_duration(caps.item_timeout))));
+            }
+            Resolved { value: d.as_secs(), source: Source::Item }
+        }
+        None => Resolved { value: caps.item_timeout.as_secs(), source: cap_source("item_timeout") },
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let limits = ResolvedLimits {
+        rounds,
+        item_timeout_secs: item_timeout,
+        agent_timeout_secs: Resolved { value: caps.agent_timeout.as_secs(), source: cap_source("agent_timeout") },
+        gate_timeout_secs: Resolved { value: caps.gate_timeout.as_secs(), source: cap_source("gate_timeout") },
+        max_tokens: Resolved { value: caps.max_tokens, source: cap_source("max_tokens") },
+        max_cost_usd: Resolved { value: caps.max_cost_usd, source: cap_source("max_cost_usd") },
+    };
+    let d = &item.details;
+    Ok(Contract {
+        version: 1,
+        key: item.key.clone(),
+        title: item.title.clone(),
+        section: item.section.clone(),
+        details: d.lines.iter().map(|l| l.text.clone()).collect(),
+        context: item.context.clone(),
+        accept: d.accept.clone(),
+        verify: if d.verify.is_empty() { c.verify.clone() } else { d.verify.clone() },
+        setup: c.setup.clone(),
+        scope: d.scope.clone(),
+        questions: d.questions.clone(),
+        notes: d.notes.clone(),
+        limits,
+        writer: (&c.writer).into(),
+        reviewer: (&c.reviewer).into(),
+        recipe: recipe_ref,
+        base: c.base.clone(),
+        label: c.label.clone(),
+    })
+}
+
+/// Renders the card of one plan entry: what a person approves (SPEC §4).
+pub fn card(e: &PlanEntry) -> String {
+    let c = &e.contract;
+    let mut s = String::new();
+    let _ = writeln!(s, "── item {} · {}", e.index, c.title);
+    let _ = writeln!(s, "   key       {}", &c.key[..16.min(c.key.len())]);
+    if let Some(sec) = &c.section {
+        let _ = writeln!(s, "   section   {sec}");
+    }
+    if let Some(b) = &e.blocked {
+        let _ = writeln!(s, "   BLOCKED   {b}");
+    }
+    for a in &c.accept {
+        let _ = writeln!(s, "   accept    {a}");
+    }
+    if c.accept.is_empty() {
+        let _ = writeln!(s, "   accept    (none written: the gate and the reviewer decide)");
+    }
+    for v in &c.verify {
+        let _ = writeln!(s, "   gate      {v}");
+    }
+    if c.verify.is_empty() {
+        let _ = writeln!(s, "   gate      (none: no tests are run for this item)");
+    }
+    for v in &c.setup {
+        let _ = writeln!(s, "   setup     {v}");
+    }
+    let _ = writeln!(s, "   scope     {}", if c.scope.is_empty() { "(anything)".to_string() } else { c.scope.join(", ") });
+    if let Some(r) = &c.recipe {
+        let _ = writeln!(s, "   recipe    {} → {} (sha256 {})", r.prefix, r.path, &r.sha256[..12]);
+    }
+    for n in &c.notes {
+        let _ = writeln!(s, "   note      {n}");
+    }
+    if !c.context.is_empty() {
+        let _ = writeln!(s, "   context   {} line(s) of block-quote rules", c.context.len());
+    }
+    let l = &c.limits;
+    let src = |x: Source| format!("{x:?}").to_lowercase();
+    let _ = writeln!(
+        s,
+        "   limits    rounds {} ({}) · item {} ({}) · agent call {} ({}) · gate {} ({})",
+        l.rounds.value,
+        src(l.rounds.source),
+        config::format_duration(l.item_timeout()),
+        src(l.item_timeout_secs.source),
+        config::format_duration(l.agent_timeout()),
+        src(l.agent_timeout_secs.source),
+        config::format_duration(l.gate_timeout()),
+        src(l.gate_timeout_secs.source),
+    );
+    let cost_note = if c.writer.kind == "command" && c.reviewer.kind == "command" { " (not enforced: command agents report no cost)" } else { "" };
+    let _ = writeln!(
+        s,
+        "   budget    {} tokens ({}) · ${:.2} ({}){cost_note}",
+        l.max_tokens.value,
+        src(l.max_tokens.source),
+        l.max_cost_usd.value,
+        src(l.max_cost_usd.source)
+    );
+    let _ = writeln!(s, "   writer    {} {}", c.writer.kind, c.writer.command.join(" "));
+    let _ = writeln!(s, "   reviewer  {} {} (read-only)", c.reviewer.kind, c.reviewer.command.join(" "));
+    let _ = writeln!(s, "   contract  sha256 {}", e.contract_sha);
+    s
+}
+
+/// Renders every card and the plan SHA, as `plan` prints them.
+pub fn render_plan(plan: &Plan) -> String {
+    let mut s = String::new();
+    if plan.entries.is_empty() {
+        let _ = writeln!(s, "{}: no open items — nothing to do.", plan.backlog_path.display());
+    }
+    for e in &plan.entries {
+        s.push_str(&card(e));
+        s.push('\n');
+    }
+    let runnable = plan.entries.iter().filter(|e| e.blocked.is_none()).count();
+    let _ = writeln!(s, "plan sha256 {}  ({} item(s), {} runnable)", plan.sha, plan.entries.len(), runnable);
+    s
+}

@@ -1,1 +1,69 @@
-//! error (placeholder: filled in by its owner)
+//! The one place where failures become exit codes (SPEC §2).
+//!
+//! 0: the run completed (or there was nothing to do, or the deadline stopped
+//! it cleanly); 1: an item failed, or a signal or a systemic error stopped the
+//! run; 2: usage or configuration error; 3: refused for safety (no valid
+//! approval, lock held). Library modules return their own typed errors; the
+//! CLI wraps them here with the kind that decides the code.
+
+use std::fmt;
+
+/// Process exit codes of SPEC §2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    /// 0: completed.
+    Ok = 0,
+    /// 1: an item failed, a signal, or a systemic error.
+    Failure = 1,
+    /// 2: usage or configuration error.
+    Usage = 2,
+    /// 3: refused for safety.
+    Refused = 3,
+}
+
+/// A failure that ends the command, with the exit code it maps to.
+#[derive(Debug)]
+pub struct Error {
+    /// The exit code.
+    pub code: ExitCode,
+    /// What happened and how to fix it (may span lines).
+    pub message: String,
+}
+
+impl Error {
+    /// A usage or configuration error (exit 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        Error { code: ExitCode::Usage, message: message.into() }
+    }
+    /// A refusal for safety (exit 3).
+    pub fn refused(message: impl Into<String>) -> Self {
+        Error { code: ExitCode::Refused, message: message.into() }
+    }
+    /// A systemic failure (exit 1).
+    pub fn failure(message: impl Into<String>) -> Self {
+        Error { code: ExitCode::Failure, message: message.into() }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<crate::config::ConfigError> for Error {
+    fn from(e: crate::config::ConfigError) -> Self {
+        Error::usage(e.to_string())
+    }
+}
+
+impl From<crate::approval::Refusal> for Error {
+    fn from(e: crate::approval::Refusal) -> Self {
+        Error::refused(e.to_string())
+    }
+}
+
+/// Result of a CLI command.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,1 +1,137 @@
-//! review (placeholder: filled in by its owner)
+//! The reviewer's verdict and the proof that the reviewer only read (SPEC §5.5, §6).
+//!
+//! A verdict is `approve` or `request_changes` with findings. It is read from
+//! structured output when the agent gives one, else from the last JSON object
+//! in the reviewer's text. A verdict is only trusted when the reviewer was
+//! read-only: its session listed no tool beyond Read/Grep/Glob and no MCP
+//! server (claude), and, for every kind, the checkout's status and content
+//! hash are identical before and after the review.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `approve` or `request_changes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The change may be proposed as a PR.
+    Approve,
+    /// The findings must be addressed in another round.
+    RequestChanges,
+}
+
+impl Decision {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::RequestChanges => "request_changes",
+        }
+    }
+}
+
+/// A reviewer's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The decision.
+    pub verdict: Decision,
+    /// What must change (may be empty on approve).
+    #[serde(default)]
+    pub findings: Vec<String>,
+}
+
+/// Reads a verdict from a JSON value shaped `{"verdict": .., "findings": [..]}`.
+/// Findings may be strings or objects with a `message`/`title`/`text` field.
+pub fn verdict_from_value(v: &Value) -> Option<Verdict> {
+    let decision = match v.get("verdict")?.as_str()?.trim().to_ascii_lowercase().as_str() {
+        "approve" | "approved" => Decision::Approve,
+        "request_changes" | "request-changes" | "changes_requested" => Decision::RequestChanges,
+        _ => return None,
+    };
+    let findings = v
+        .get("findings")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| match f {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Object(o) => ["message", "title", "text", "description"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)).map(String::from),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(Verdict { verdict: decision, findings })
+}
+
+/// The last JSON object in `text` that is a verdict: first tried line by
+/// line from the end (the `command` protocol's "last JSON object line"), then
+/// as the last `{…}` span anywhere (a claude result may wrap it in prose or a
+/// code fence).
+pub fn last_json_verdict(text: &str) -> Option<Verdict> {
+    for line in text.lines().rev() {
+        let t = line.trim();
+        if t.starts_with('{') {
+            if let Some(v) = serde_json::from_str::<Value>(t).ok().as_ref().and_then(verdict_from_value) {
+                return Some(v);
+            }
+        }
+    }
+    // Scan `{` positions from the end; parse the first JSON value at each.
+    let bytes = text.as_bytes();
+    for (i, _) in text.char_indices().rev().filter(|(_, c)| *c == '{') {
+        let mut de = serde_json::Deserializer::from_slice(&bytes[i..]).into_iter::<Value>();
+        if let Some(Ok(v)) = de.next() {
+            if let Some(verdict) = verdict_from_value(&v) {
+                return Some(verdict);
+            }
+        }
+    }
+    None
+}
+
+/// Why a verdict is void (the reviewer was not read-only).
+pub fn tools_violation(tools: Option<&[String]>, mcp_servers: Option<&[String]>, allowed: &[&str]) -> Option<String> {
+    if let Some(tools) = tools {
+        let extra: Vec<&String> = tools.iter().filter(|t| !allowed.contains(&t.as_str())).collect();
+        if !extra.is_empty() {
+            return Some(format!("the reviewer session listed tools beyond {}: {}", allowed.join(", "), extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+    }
+    if let Some(m) = mcp_servers {
+        if !m.is_empty() {
+            return Some(format!("the reviewer session had MCP servers: {}", m.join(", ")));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_from_last_line() {
+        let t = "looked at it\n{\"verdict\":\"request_changes\",\"findings\":[\"x\"]}\nthen\n{\"verdict\":\"approve\",\"findings\":[]}\n";
+        assert_eq!(last_json_verdict(t).unwrap().verdict, Decision::Approve);
+    }
+
+    #[test]
+    fn verdict_inside_prose_and_fence() {
+        let t = "Summary.\n```json\n{\"verdict\": \"request_changes\", \"findings\": [{\"message\": \"missing test\"}]}\n```\nThanks";
+        let v = last_json_verdict(t).unwrap();
+        assert_eq!(v.verdict, Decision::RequestChanges);
+        assert_eq!(v.findings, vec!["missing test"]);
+        assert!(last_json_verdict("no json {here").is_none());
+        assert!(last_json_verdict("{\"verdict\":\"maybe\"}").is_none());
+    }
+
+    #[test]
+    fn tool_list_checked() {
+        let ok = vec!["Read".to_string(), "Grep".into(), "Glob".into()];
+        assert!(tools_violation(Some(&ok), Some(&[]), &["Read", "Grep", "Glob"]).is_none());
+        let bad = vec!["Read".to_string(), "Write".into(), "Bash".into()];
+        assert!(tools_violation(Some(&bad), None, &["Read", "Grep", "Glob"]).unwrap().contains("Write, Bash"));
+        assert!(tools_violation(Some(&ok), Some(&["drive".to_string()]), &["Read", "Grep", "Glob"]).is_some());
+    }
+}

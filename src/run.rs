@@ -1,1 +1,757 @@
-//! run (placeholder: filled in by its owner)
+//! A run: one approved plan drained item by item (SPEC §4–§7).
+//!
+//! [`drain`] takes the snapshot's plan, finds the approval it runs under
+//! (or the crashed run it resumes), takes the repository lock, and walks the
+//! plan in backlog order: blocked, unapproved, already-PR'd and over-attempted
+//! items are recorded without running; the others go through the item loop
+//! of SPEC §5 — checkout, setup, writer ↔ proof ↔ gate ↔ reviewer rounds
+//! within the limits, then commit, push and one PR. The deadline, usage-limit
+//! sleeps and signals stop it cleanly. Everything is recorded in the ledger as
+//! it happens, so a killed run can be resumed. This module decides; the
+//! backends (agents, git, GitHub, PostgreSQL) live in their own modules.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde_json::json;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::agent::{self, Role};
+use crate::approval::{self, Approval, Refusal};
+use crate::config::{self, Config};
+use crate::contract::{Plan, PlanEntry};
+use crate::error::{Error, ExitCode};
+use crate::forge::{Forge, PrState};
+use crate::gate::{self, GateRun, GateSpec};
+use crate::ledger::records::{self as rec, ItemEnd};
+use crate::limit::{self, LimitKind};
+use crate::proof::Proof;
+use crate::report::{self, Evidence, RoundSummary};
+use crate::review::{self, Decision};
+use crate::schedule;
+use crate::slot::{self, Slot};
+
+/// Outcomes that do not fail a run (SPEC §2 exit codes).
+pub const OK_OUTCOMES: &[&str] = &["pr_opened", "already_open", "already_merged", "no_changes", "blocked", "not_approved", "deadline"];
+
+/// Rounds in a row with the same diff and the same failure that mean no
+/// progress (SPEC §5.6).
+pub const NO_PROGRESS_ROUNDS: usize = 3;
+
+/// Short retries of a throttled call before it counts as a failure.
+const MAX_THROTTLE_RETRIES: u32 = 5;
+
+/// What a run needs from the outside world, resolved by the CLI.
+pub struct Night {
+    /// The user's repository root (never written to).
+    pub repo: PathBuf,
+    /// Repository identity in the ledger (its canonical path).
+    pub repo_id: String,
+    /// The config.
+    pub config: Config,
+    /// The snapshot's plan.
+    pub plan: Plan,
+    /// Ledger pool.
+    pub pool: PgPool,
+    /// Resolved zone.
+    pub tz: Tz,
+    /// Deadline (UTC).
+    pub deadline: DateTime<Utc>,
+    /// Data directory (slots, logs).
+    pub data_dir: PathBuf,
+    /// GitHub, when a token and a GitHub repo are known.
+    pub forge: Option<Forge>,
+    /// Why there is no forge (shown in the report).
+    pub forge_missing: Option<String>,
+    /// The GitHub token, kept in memory only (used by `git push` through the
+    /// askpass helper).
+    pub token: Option<crate::secret::Secret>,
+    /// Environment of agent calls (no tokens, no ledger URL, no secrets).
+    pub agent_env: BTreeMap<String, String>,
+    /// Environment of gate commands (agent env + `gate_env`).
+    pub gate_env: BTreeMap<String, String>,
+    /// Secret values to redact.
+    pub secrets: Vec<String>,
+    /// Unprivileged account for agents and gates.
+    pub run_as: Option<crate::process::RunAs>,
+    /// Cancelled on SIGINT/SIGTERM.
+    pub cancel: CancellationToken,
+    /// Clock (injectable for tests of sleeps).
+    pub clock: std::sync::Arc<dyn schedule::Clock>,
+}
+
+/// Which items to run.
+#[derive(Debug, Clone)]
+pub enum Selection {
+    /// Every item of the plan (`drain`).
+    All,
+    /// One item by plan index (`run`).
+    One(usize),
+}
+
+/// How the run ended, for the CLI.
+#[derive(Debug)]
+pub struct RunEnd {
+    /// Run id.
+    pub run_id: Uuid,
+    /// Final status.
+    pub status: String,
+    /// Exit code.
+    pub code: ExitCode,
+}
+
+/// Finds the approval to run under (SPEC §4).
+///
+/// With `explicit` (a plan or contract SHA), that approval; without, the
+/// newest valid unused plan approval of the repository whose plan is the
+/// snapshot's, else the newest one sharing contracts with it (items outside
+/// it are then `not_approved`).
+///
+/// # Errors
+/// [`Refusal`] when none is usable; database errors as [`Error`].
+pub async fn find_approval(pool: &PgPool, repo_id: &str, plan: &Plan, selection: &Selection, explicit: Option<&str>, now: DateTime<Utc>) -> Result<Result<(Approval, Vec<String>), Refusal>, Error> {
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    if let Some(sha) = explicit {
+        let list = rec::approvals_of(pool, repo_id, sha).await.map_err(db)?;
+        let Some(a) = list.first() else { return Ok(Err(Refusal::Unknown { sha: sha.to_string() })) };
+        if let Err(r) = approval::check_usable(a, now) {
+            // A newer usable approval of the same SHA may exist after an expired one.
+            if let Some(ok) = list.iter().find(|a| approval::check_usable(a, now).is_ok()) {
+                return approved_set(pool, plan, selection, ok.clone()).await.map_err(db);
+            }
+            return Ok(Err(r));
+        }
+        return approved_set(pool, plan, selection, a.clone()).await.map_err(db);
+    }
+    let list = rec::usable_plan_approvals(pool, repo_id, now).await.map_err(db)?;
+    if let Some(a) = list.iter().find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str())) {
+        return approved_set(pool, plan, selection, a.clone()).await.map_err(db);
+    }
+    let current: Vec<&str> = plan.entries.iter().map(|e| e.contract_sha.as_str()).collect();
+    for a in &list {
+        let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await.map_err(db)?;
+        if shas.iter().any(|s| current.contains(&s.as_str())) {
+            return Ok(Ok((a.clone(), shas)));
+        }
+    }
+    Ok(Err(Refusal::Missing { plan_sha: plan.sha.clone() }))
+}
+
+async fn approved_set(pool: &PgPool, plan: &Plan, selection: &Selection, a: Approval) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {
+    if let Some(c) = &a.contract_sha {
+        let wanted = match selection {
+            Selection::One(i) => plan.entries.iter().find(|e| e.index == *i).map(|e| e.contract_sha.clone()),
+            Selection::All => None,
+        };
+        if wanted.as_deref() != Some(c.as_str()) {
+            return Ok(Err(Refusal::OtherPlan { sha: c.clone(), plan_sha: wanted.unwrap_or_else(|| plan.sha.clone()) }));
+        }
+        return Ok(Ok((a.clone(), vec![c.clone()])));
+    }
+    let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
+    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
+        return Ok(Err(Refusal::OtherPlan { sha: a.plan_sha.clone().unwrap_or_default(), plan_sha: plan.sha.clone() }));
+    }
+    Ok(Ok((a, shas)))
+}
+
+/// Drains the plan (or one item of it) under an approval.
+///
+/// The caller holds the repository lock. `resume` is a crashed run whose
+/// approval is still valid: the new run takes it up without consuming
+/// another approval and skips the items that run finished.
+///
+/// # Errors
+/// Refusals (exit 3) and systemic failures (exit 1) as [`Error`]; item
+/// failures are outcomes, not errors.
+pub async fn drain(night: &Night, selection: Selection, approval: &Approval, approved: &[String], resume: Option<&rec::RunRow>) -> Result<RunEnd, Error> {
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let pool = &night.pool;
+    let kind = match selection {
+        Selection::All => "drain",
+        Selection::One(_) => "run",
+    };
+    let Some(run_id) = rec::create_run(
+        pool,
+        &rec::NewRun {
+            repo: &night.repo_id,
+            kind,
+            plan_sha: &night.plan.sha,
+            approval_id: approval.id,
+            consume: resume.is_none(),
+            resumes: resume.map(|r| r.id),
+            deadline: night.deadline,
+            timezone: night.tz.name(),
+        },
+    )
+    .await
+    .map_err(db)?
+    else {
+        return Err(Refusal::Used { sha: approval.plan_sha.clone().or(approval.contract_sha.clone()).unwrap_or_default(), run: Uuid::nil() }.into());
+    };
+    rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline})).await.map_err(db)?;
+    let finished_before: BTreeMap<String, String> = match resume {
+        Some(r) => rec::item_outcomes(pool, r.id).await.map_err(db)?.into_iter().collect(),
+        None => BTreeMap::new(),
+    };
+
+    let mut failures = 0usize;
+    let mut run_cost = 0.0f64;
+    let mut status = "completed";
+    let entries: Vec<&PlanEntry> = match selection {
+        Selection::All => night.plan.entries.iter().collect(),
+        Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == i).collect(),
+    };
+    for entry in entries {
+        if night.cancel.is_cancelled() {
+            status = "stopped_signal";
+            break;
+        }
+        let item_id = rec::start_item(pool, run_id, &entry.item.key, &entry.contract_sha, entry.index, &entry.item.title).await.map_err(db)?;
+        let end = if let Some(prev) = finished_before.get(&entry.item.key).filter(|o| o.as_str() != "interrupted" && o.as_str() != "pr_failed") {
+            ItemEnd { outcome: prev.clone(), reason: Some("finished by the crashed run this one resumes".into()), ..Default::default() }
+        } else if status == "stopped_deadline" || night.clock.now() >= night.deadline {
+            status = "stopped_deadline";
+            ItemEnd { outcome: "deadline".into(), reason: Some(format!("not started before the deadline {}", local(night.deadline, night.tz))), ..Default::default() }
+        } else {
+            let end = one_item(night, run_id, item_id, entry, approved, &mut run_cost).await?;
+            if end.outcome == "deadline" {
+                status = "stopped_deadline";
+            }
+            if end.outcome == "interrupted" {
+                status = "stopped_signal";
+            }
+            end
+        };
+        if !OK_OUTCOMES.contains(&end.outcome.as_str()) {
+            failures += 1;
+        }
+        rec::finish_item(pool, item_id, &end).await.map_err(db)?;
+        rec::event(pool, Some(run_id), "item_finished", json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason})).await.map_err(db)?;
+        if status == "stopped_signal" {
+            break;
+        }
+    }
+    let code = if status == "stopped_signal" || failures > 0 { ExitCode::Failure } else { ExitCode::Ok };
+    rec::finish_run(pool, run_id, status, code as i32).await.map_err(db)?;
+    Ok(RunEnd { run_id, status: status.to_string(), code })
+}
+
+fn local(t: DateTime<Utc>, tz: Tz) -> String {
+    t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string()
+}
+
+/// Decides what happens to one plan entry and runs it if it should run.
+async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, approved: &[String], run_cost: &mut f64) -> Result<ItemEnd, Error> {
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let pool = &night.pool;
+    let key = &entry.item.key;
+    if let Some(b) = &entry.blocked {
+        return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(b.clone()), question: entry.contract.questions.first().cloned(), ..Default::default() });
+    }
+    if !approved.contains(&entry.contract_sha) {
+        return Ok(ItemEnd { outcome: "not_approved".into(), reason: Some("its contract changed after the approval, or it was not in the approved plan".into()), ..Default::default() });
+    }
+    let branch = slot::branch_name(&entry.item.title, key);
+    // An earlier PR of this item (ledger, confirmed on GitHub).
+    if let Some(end) = earlier_pr(night, run_id, entry, &branch).await? {
+        return Ok(end);
+    }
+    let attempts = rec::failed_attempts(pool, &night.repo_id, key).await.map_err(db)?;
+    let max_attempts = night.config.limits.max_attempts as i64;
+    if attempts >= max_attempts {
+        return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(format!("failed on {attempts} earlier run(s) (max_attempts = {max_attempts}); look at its last report, fix the item, then raise the cap or edit it")), ..Default::default() });
+    }
+    if *run_cost >= night.config.limits.max_cost_usd_per_run {
+        return Ok(ItemEnd { outcome: "budget_exceeded".into(), reason: Some(format!("the run's cost cap of ${:.2} is used up", night.config.limits.max_cost_usd_per_run)), ..Default::default() });
+    }
+    rec::set_phase(pool, run_id, "checkout", Some(key), None).await.map_err(db)?;
+    let item_dir = night.data_dir.join("logs").join(run_id.to_string()).join(format!("item-{:03}-{}", entry.index, &key[..8]));
+    let spec = slot::SlotSpec {
+        slots_dir: night.data_dir.join("slots"),
+        user_repo: night.repo.clone(),
+        remote: night.config.remote.clone(),
+        base: night.config.base.clone(),
+    };
+    let prepared = tokio::task::block_in_place(|| Slot::prepare(&spec, &branch));
+    let slot = match prepared {
+        Ok(s) => s,
+        Err(e) => return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: {e}")), branch: Some(branch), ..Default::default() }),
+    };
+    let mut end = item_loop(night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost).await?;
+    if end.outcome != "pr_opened" && end.outcome != "pr_failed" {
+        // A failed item leaves nothing behind (SPEC §5.6).
+        if let Err(e) = tokio::task::block_in_place(|| slot.discard(&branch)) {
+            end.reason = Some(format!("{}; cleaning the checkout failed: {e}", end.reason.unwrap_or_default()));
+        }
+    } else {
+        let _ = tokio::task::block_in_place(|| slot.discard(&branch));
+    }
+    end.branch.get_or_insert(branch);
+    Ok(end)
+}
+
+/// An earlier PR of this item: `already_open`, `already_merged`, or a
+/// `pr_failed` PR opened now.
+async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str) -> Result<Option<ItemEnd>, Error> {
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let pool = &night.pool;
+    let key = &entry.item.key;
+    let rows = rec::prs_of_item(pool, &night.repo_id, key).await.map_err(db)?;
+    if let Some(forge) = &night.forge {
+        let branches: Vec<String> = std::iter::once(branch.to_string()).chain(rows.iter().map(|r| r.branch.clone())).collect();
+        for b in &branches {
+            match forge.find_pr(b, key, &night.config.label).await {
+                Ok(Some(pr)) => {
+                    let (outcome, state) = match pr.state {
+                        PrState::Open => ("already_open", "open"),
+                        PrState::Merged => ("already_merged", "merged"),
+                        PrState::Closed => continue,
+                    };
+                    rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, &pr.head, Some(pr.number), Some(&pr.url), state, "").await.map_err(db)?;
+                    return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(format!("PR #{} from an earlier run", pr.number)), branch: Some(pr.head.clone()), pr_number: Some(pr.number), pr_url: Some(pr.url.clone()), ..Default::default() }));
+                }
+                Ok(None) => {}
+                Err(e) => return Ok(Some(ItemEnd { outcome: "error".into(), reason: Some(format!("could not look up an earlier PR on GitHub: {e}")), ..Default::default() })),
+            }
+        }
+        // Pushed earlier, PR never made: open it now (SPEC §8).
+        if let Some(r) = rows.iter().find(|r| r.state == "pr_failed") {
+            let body = sqlx::query_scalar::<_, String>("SELECT body FROM pull_requests WHERE repo = $1 AND item_key = $2 AND branch = $3")
+                .bind(&night.repo_id)
+                .bind(key)
+                .bind(&r.branch)
+                .fetch_one(pool)
+                .await
+                .map_err(db)?;
+            return Ok(Some(open_pr(night, run_id, entry, &r.branch, &body).await?));
+        }
+        return Ok(None);
+    }
+    if let Some(r) = rows.iter().find(|r| matches!(r.state.as_str(), "open" | "merged" | "planned")) {
+        let outcome = if r.state == "merged" { "already_merged" } else { "already_open" };
+        let why = if r.state == "planned" { format!("branch {} was pushed by an earlier run (no GitHub access to open its PR)", r.branch) } else { format!("PR #{} from an earlier run", r.number.unwrap_or(0)) };
+        return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(why), branch: Some(r.branch.clone()), pr_number: r.number.map(|n| n as u64), pr_url: r.url.clone(), ..Default::default() }));
+    }
+    Ok(None)
+}
+
+/// Per-item running totals.
+#[derive(Default)]
+struct Totals {
+    tokens: u64,
+    cost: f64,
+    cost_known: bool,
+}
+
+/// The writer ↔ proof ↔ gate ↔ reviewer rounds of one item (SPEC §5).
+#[allow(clippy::too_many_arguments)]
+async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, slot: &Slot, branch: &str, item_dir: &Path, run_cost: &mut f64) -> Result<ItemEnd, Error> {
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let pool = &night.pool;
+    let c = &entry.contract;
+    let key = &entry.item.key;
+    let started = Instant::now();
+    let item_deadline = started + c.limits.item_timeout();
+    let fail = |outcome: &str, reason: String, rounds: u32, t: &Totals| ItemEnd {
+        outcome: outcome.into(),
+        reason: Some(reason),
+        rounds,
+        tokens: t.tokens,
+        cost_usd: t.cost_known.then_some(t.cost),
+        ..Default::default()
+    };
+    let mut totals = Totals::default();
+    let gate_spec = |timeout: Duration, dir: PathBuf| GateSpec { cwd: slot.path.clone(), env: night.gate_env.clone(), timeout, log_dir: dir, secrets: night.secrets.clone(), run_as: night.run_as.clone() };
+
+    // Setup commands, in the fresh checkout.
+    if !c.setup.is_empty() {
+        rec::set_phase(pool, run_id, "setup", Some(key), None).await.map_err(db)?;
+        let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout(), item_dir.to_path_buf()), &night.cancel).await;
+        match runs {
+            Ok(runs) if runs.iter().all(GateRun::passed) => {}
+            Ok(runs) => {
+                if night.cancel.is_cancelled() {
+                    return Ok(fail("interrupted", "stopped by a signal during setup".into(), 0, &totals));
+                }
+                let bad = runs.iter().find(|r| !r.passed()).expect("a failed run");
+                return Ok(fail("error", format!("setup command `{}` failed ({}): {}", bad.command, bad.exit_code.map(|c| format!("exit {c}")).unwrap_or("timed out".into()), last_line(&bad.output_tail)), 0, &totals));
+            }
+            Err(e) => return Ok(fail("error", format!("setup could not run: {e}"), 0, &totals)),
+        }
+    }
+
+    let base_commit = slot.base_commit.clone();
+    let contract_json = c.canonical_json();
+    let mut feedback = String::new();
+    let mut history: Vec<(String, String)> = Vec::new(); // (diff hash, failure signature)
+    let mut rounds_done: Vec<RoundSummary> = Vec::new();
+    let mut last_failure: (String, String) = ("error".into(), "no round ran".into());
+    let mut findings_all: Vec<String> = Vec::new();
+    let rounds = c.limits.rounds.value;
+    for n in 1..=rounds {
+        if night.cancel.is_cancelled() {
+            return Ok(fail("interrupted", format!("stopped by a signal before round {n}"), n - 1, &totals));
+        }
+        if night.clock.now() >= night.deadline {
+            return Ok(fail("deadline", format!("round {n} not started: the deadline {} passed", local(night.deadline, night.tz)), n - 1, &totals));
+        }
+        if Instant::now() >= item_deadline {
+            return Ok(fail("timed_out", format!("the item timeout of {} was reached before round {n}", config::format_duration(c.limits.item_timeout())), n - 1, &totals));
+        }
+        let round_id = rec::start_round(pool, item_id, n).await.map_err(db)?;
+        rec::set_phase(pool, run_id, "writer", Some(key), Some(n)).await.map_err(db)?;
+        let before = match tokio::task::block_in_place(|| slot.snapshot()) {
+            Ok(b) => b,
+            Err(e) => return Ok(fail("error", format!("cannot read the checkout before round {n}: {e}"), n, &totals)),
+        };
+        let prompt = agent::compose_prompt(Role::Writer, c, &feedback, &base_commit);
+        let writer = match call_agent(night, run_id, item_id, round_id, key, Role::Writer, n, prompt, &contract_json, &feedback, slot, item_dir, item_deadline, &mut totals).await? {
+            Step::Done(r) => r,
+            Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
+        };
+        let blocks = agent::parse_blocks(&writer.text);
+        for f in blocks.findings.iter() {
+            if !findings_all.contains(f) {
+                findings_all.push(f.clone());
+            }
+        }
+        if let Some(q) = &blocks.question {
+            rec::finish_round(pool, round_id, "blocked", None, None, None).await.map_err(db)?;
+            file_findings(night, item_id, &findings_all).await?;
+            return Ok(ItemEnd { outcome: "blocked".into(), reason: Some("the writer asked a question".into()), question: Some(q.clone()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
+        }
+        // Proof of work, from git.
+        rec::set_phase(pool, run_id, "proof", Some(key), Some(n)).await.map_err(db)?;
+        let proof = match tokio::task::block_in_place(|| Proof::collect(slot, &before, &writer.claimed_files, &c.scope)) {
+            Ok(p) => p,
+            Err(e) => return Ok(fail("error", format!("cannot read the proof of work from git: {e}"), n, &totals)),
+        };
+        rec::record_proof(pool, round_id, &proof).await.map_err(db)?;
+        if let Some(why) = proof.rule_broken() {
+            rec::finish_round(pool, round_id, "rule_broken", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
+            return Ok(fail("rule_broken", why, n, &totals));
+        }
+        if let Some(f) = &writer.failure {
+            if proof.is_empty() {
+                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("writer_failed"), Some(f)).await.map_err(db)?;
+                last_failure = ("error".into(), format!("the writer failed: {f}"));
+                feedback = format!("Your previous attempt failed: {f}\n");
+                rounds_done.push(RoundSummary { n, result: "error".into(), note: f.clone(), gate: vec![], verdict: None });
+                if no_progress(&mut history, &proof.diff_hash, "writer_failed") {
+                    return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
+                }
+                continue;
+            }
+        }
+        if proof.is_empty() {
+            rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None).await.map_err(db)?;
+            return Ok(ItemEnd { outcome: "no_changes".into(), reason: Some("the writer changed nothing".into()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
+        }
+        // Gate, run by nightshift.
+        rec::set_phase(pool, run_id, "gate", Some(key), Some(n)).await.map_err(db)?;
+        let gate_timeout = c.limits.gate_timeout().min(item_deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1)));
+        let gates = match gate::run_all("gate", &c.verify, &gate_spec(gate_timeout, agent::call_dir(item_dir, n, Role::Writer, 0)), &night.cancel).await {
+            Ok(g) => g,
+            Err(e) => return Ok(fail("error", format!("the gate could not run: {e}"), n, &totals)),
+        };
+        for g in &gates {
+            rec::record_gate_run(pool, round_id, g).await.map_err(db)?;
+        }
+        if night.cancel.is_cancelled() {
+            return Ok(fail("interrupted", format!("stopped by a signal during the gate of round {n}"), n, &totals));
+        }
+        if let Some(bad) = gates.iter().find(|g| !g.passed()) {
+            let sig = bad.signature();
+            feedback = gate::feedback(&gates);
+            rec::finish_round(pool, round_id, "tests_failed", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await.map_err(db)?;
+            last_failure = ("tests_failed".into(), format!("`{}` failed ({}) in round {n}: {}", bad.command, bad.exit_code.map(|c| format!("exit {c}")).unwrap_or("timed out".into()), last_line(&bad.output_tail)));
+            rounds_done.push(RoundSummary { n, result: "tests_failed".into(), note: sig.clone(), gate: gates.clone(), verdict: None });
+            if no_progress(&mut history, &proof.diff_hash, &sig) {
+                return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure ({sig})"), n, &totals));
+            }
+            continue;
+        }
+        // Review, read-only, verified.
+        rec::set_phase(pool, run_id, "review", Some(key), Some(n)).await.map_err(db)?;
+        let fp_before = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
+        let prompt = agent::compose_prompt(Role::Reviewer, c, "", &base_commit);
+        let reviewer = match call_agent(night, run_id, item_id, round_id, key, Role::Reviewer, n, prompt, &contract_json, "", slot, item_dir, item_deadline, &mut totals).await? {
+            Step::Done(r) => r,
+            Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
+        };
+        let fp_after = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
+        let allowed: &[&str] = crate::agent::claude::READ_ONLY_TOOLS;
+        let void = if fp_before != fp_after {
+            Some("the checkout changed during the review (status or content hash differ)".to_string())
+        } else if night.config.reviewer.kind == config::AgentKind::Claude {
+            match (&reviewer.tools, &reviewer.failure) {
+                (None, None) => Some("the reviewer session reported no tool list (no init event)".to_string()),
+                _ => review::tools_violation(reviewer.tools.as_deref(), reviewer.mcp_servers.as_deref(), allowed),
+            }
+        } else {
+            None
+        };
+        if let Some(why) = void {
+            rec::record_review(pool, round_id, "void", &[], Some(&why)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
+            return Ok(fail("review_void", why, n, &totals));
+        }
+        let verdict = match (&reviewer.verdict, &reviewer.failure) {
+            (Some(v), _) => v.clone(),
+            (None, Some(f)) => {
+                let why = format!("the reviewer failed: {f}");
+                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("reviewer_failed"), Some(&why)).await.map_err(db)?;
+                last_failure = ("error".into(), why.clone());
+                rounds_done.push(RoundSummary { n, result: "error".into(), note: why, gate: gates.clone(), verdict: None });
+                if no_progress(&mut history, &proof.diff_hash, "reviewer_failed") {
+                    return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
+                }
+                continue;
+            }
+            (None, None) => {
+                let why = "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)".to_string();
+                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("no_verdict"), Some(&why)).await.map_err(db)?;
+                last_failure = ("error".into(), why.clone());
+                rounds_done.push(RoundSummary { n, result: "error".into(), note: why, gate: gates.clone(), verdict: None });
+                if no_progress(&mut history, &proof.diff_hash, "no_verdict") {
+                    return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
+                }
+                continue;
+            }
+        };
+        rec::record_review(pool, round_id, verdict.verdict.as_str(), &verdict.findings, None).await.map_err(db)?;
+        if verdict.verdict == Decision::RequestChanges {
+            let mut sorted = verdict.findings.clone();
+            sorted.sort();
+            let sig = format!("review:{}", crate::contract::sha256_hex(sorted.join("\n").as_bytes()));
+            feedback = format!("The reviewer requested changes:\n{}\n", verdict.findings.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n"));
+            rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await.map_err(db)?;
+            last_failure = ("review_rejected".into(), format!("the reviewer requested changes in round {n}: {}", verdict.findings.join("; ")));
+            rounds_done.push(RoundSummary { n, result: "review_rejected".into(), note: verdict.findings.join("; "), gate: gates.clone(), verdict: Some(verdict.clone()) });
+            if no_progress(&mut history, &proof.diff_hash, &sig) {
+                return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same findings"), n, &totals));
+            }
+            continue;
+        }
+        // Green gate and approve: commit, push, PR.
+        rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None).await.map_err(db)?;
+        rounds_done.push(RoundSummary { n, result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
+        *run_cost += totals.cost;
+        file_findings(night, item_id, &findings_all).await?;
+        let evidence = Evidence {
+            contract: c.clone(),
+            contract_sha: entry.contract_sha.clone(),
+            run_id,
+            branch: branch.to_string(),
+            base_commit: base_commit.clone(),
+            changed: proof.changed.clone(),
+            rounds: rounds_done.clone(),
+            verdict: verdict.clone(),
+            duration: started.elapsed(),
+            tokens: totals.tokens,
+            cost_usd: totals.cost_known.then_some(totals.cost),
+            findings: findings_all.clone(),
+        };
+        let body = night.redact(&report::pr_body(&evidence));
+        rec::set_phase(pool, run_id, "push", Some(key), Some(n)).await.map_err(db)?;
+        let message = format!("nightshift: {}\n\nContract sha256 {}\nRun {}\n", c.title, entry.contract_sha, run_id);
+        if let Err(e) = tokio::task::block_in_place(|| slot.commit_all(&message)) {
+            return Ok(fail("error", format!("commit failed: {e}"), n, &totals));
+        }
+        if night.cancel.is_cancelled() {
+            return Ok(fail("interrupted", "stopped by a signal before the push".into(), n, &totals));
+        }
+        let token = night.token.as_ref().map(|t| t.expose().to_string());
+        if let Err(e) = tokio::task::block_in_place(|| slot.push(branch, token.as_deref())) {
+            return Ok(fail("push_failed", night.redact(&format!("push of {branch} failed: {e}")), n, &totals));
+        }
+        rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body).await.map_err(db)?;
+        rec::event(pool, Some(run_id), "pushed", json!({"key": key, "branch": branch})).await.map_err(db)?;
+        let mut end = open_pr(night, run_id, entry, branch, &body).await?;
+        end.rounds = n;
+        end.tokens = totals.tokens;
+        end.cost_usd = totals.cost_known.then_some(totals.cost);
+        return Ok(end);
+    }
+    let (outcome, reason) = last_failure;
+    Ok(fail(&outcome, format!("{reason} (after {rounds} round(s), the cap)"), rounds, &totals))
+}
+
+/// Opens the PR of a pushed branch; without GitHub, records the PR that
+/// would have been opened.
+async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, body: &str) -> Result<ItemEnd, Error> {
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let pool = &night.pool;
+    let key = &entry.item.key;
+    let title = format!("nightshift: {}", entry.item.title);
+    let Some(forge) = &night.forge else {
+        let why = night.forge_missing.clone().unwrap_or_else(|| "no GitHub access".into());
+        return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(format!("branch {branch} pushed; PR not opened ({why}); its body is in the report")), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
+    };
+    let req = crate::forge::PrRequest { title: title.clone(), head: branch.to_string(), base: night.config.base.clone(), body: body.to_string(), labels: vec![night.config.label.clone()], item_key: key.clone() };
+    match forge.create_pr(&req).await {
+        Ok(pr) => {
+            rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, Some(pr.number), Some(&pr.url), "open", body).await.map_err(db)?;
+            rec::event(pool, Some(run_id), "pr_opened", json!({"key": key, "number": pr.number, "url": pr.url})).await.map_err(db)?;
+            Ok(ItemEnd { outcome: "pr_opened".into(), reason: None, branch: Some(branch.into()), pr_number: Some(pr.number), pr_url: Some(pr.url), pr_body: Some(body.into()), ..Default::default() })
+        }
+        Err(e) => {
+            rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body).await.map_err(db)?;
+            Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed, PR not created: {e}; retried on the next run"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() })
+        }
+    }
+}
+
+/// Files the writer's `FINDINGS:` as issues (deduplicated by title, capped).
+async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Result<(), Error> {
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    for f in findings.iter().take(night.config.max_findings_per_item as usize) {
+        let title = night.redact(f);
+        let mut number = None;
+        let mut url = None;
+        if let Some(forge) = &night.forge {
+            let body = format!("Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{title}\n");
+            if let Ok(issue) = forge.find_or_create_issue(&title, &body, &night.config.findings_label).await {
+                number = Some(issue.number as i64);
+                url = Some(issue.url);
+            }
+        }
+        sqlx::query("INSERT INTO findings (run_item_id, title, issue_number, url) VALUES ($1, $2, $3, $4)").bind(item_id).bind(&title).bind(number).bind(url).execute(&night.pool).await.map_err(db)?;
+    }
+    Ok(())
+}
+
+fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) -> bool {
+    history.push((diff_hash.to_string(), sig.to_string()));
+    history.len() >= NO_PROGRESS_ROUNDS && history[history.len() - NO_PROGRESS_ROUNDS..].iter().all(|h| h.0 == diff_hash && h.1 == sig)
+}
+
+fn last_line(s: &str) -> String {
+    s.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().chars().take(300).collect()
+}
+
+enum Step {
+    Done(agent::Report),
+    Stop(ItemEnd),
+}
+
+/// One agent call with usage-limit sleeps and short throttling retries; the
+/// interrupted call does not use up a round (SPEC §7).
+#[allow(clippy::too_many_arguments)]
+async fn call_agent(
+    night: &Night,
+    run_id: Uuid,
+    item_id: i64,
+    round_id: i64,
+    key: &str,
+    role: Role,
+    n: u32,
+    prompt: String,
+    contract_json: &str,
+    feedback: &str,
+    slot: &Slot,
+    item_dir: &Path,
+    item_deadline: Instant,
+    totals: &mut Totals,
+) -> Result<Step, Error> {
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let pool = &night.pool;
+    let c = &night.config;
+    let agent_cfg = match role {
+        Role::Writer => &c.writer,
+        Role::Reviewer => &c.reviewer,
+    };
+    let stop = |outcome: &str, reason: String, t: &Totals| Step::Stop(ItemEnd { outcome: outcome.into(), reason: Some(reason), tokens: t.tokens, cost_usd: t.cost_known.then_some(t.cost), ..Default::default() });
+    let mut attempt = 0u32;
+    let mut throttles = 0u32;
+    loop {
+        attempt += 1;
+        let left = item_deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(stop("timed_out", format!("the item timeout was reached during round {n}"), totals));
+        }
+        let call = agent::Call {
+            role,
+            round: n,
+            prompt: prompt.clone(),
+            contract_json: contract_json.to_string(),
+            feedback: feedback.to_string(),
+            cwd: slot.path.clone(),
+            timeout: c.limits.agent_timeout.min(left),
+            env: night.agent_env.clone(),
+            tz: night.tz,
+            log_dir: agent::call_dir(item_dir, n, role, attempt),
+            secrets: night.secrets.clone(),
+            run_as: night.run_as.clone(),
+        };
+        let report = match agent::call(agent_cfg, &call, &night.cancel).await {
+            Ok(r) => r,
+            Err(e) => return Ok(stop("error", night.redact(&e.to_string()), totals)),
+        };
+        rec::record_agent_call(pool, item_id, Some(round_id), role.as_str(), &agent_cfg.kind.to_string(), &report).await.map_err(db)?;
+        totals.tokens += report.usage.total_tokens();
+        if let Some(cost) = report.usage.cost_usd {
+            totals.cost += cost;
+            totals.cost_known = true;
+        }
+        if night.cancel.is_cancelled() {
+            return Ok(stop("interrupted", format!("stopped by a signal during the {} call of round {n}", role.as_str()), totals));
+        }
+        if totals.tokens > c.limits.max_tokens {
+            return Ok(stop("budget_exceeded", format!("{} tokens used, above the cap of {}", totals.tokens, c.limits.max_tokens), totals));
+        }
+        if totals.cost_known && totals.cost > c.limits.max_cost_usd {
+            return Ok(stop("budget_exceeded", format!("${:.2} spent, above the item cap of ${:.2}", totals.cost, c.limits.max_cost_usd), totals));
+        }
+        if let Some(reading) = report.limit.clone() {
+            let now = night.clock.now();
+            match reading.kind {
+                LimitKind::UsageLimit => {
+                    let policy = limit::SleepPolicy { buffer: c.limits.limit_buffer, min: c.limits.limit_sleep_min, max: c.limits.limit_sleep_max, unknown: Duration::from_secs(3600) };
+                    let sleep = limit::sleep_for(&reading, now, &policy);
+                    let until = now + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1));
+                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "usage_limit", &night.redact(&reading.message), now, until, reading.resets_at).await.map_err(db)?;
+                    if until >= night.deadline {
+                        return Ok(stop("deadline", format!("the {} agent's usage limit resets after the deadline ({})", role.as_str(), local(until, night.tz)), totals));
+                    }
+                    rec::set_sleeping(pool, run_id, until, &agent_cfg.kind.to_string()).await.map_err(db)?;
+                    tracing::info!(until = %until, agent = %agent_cfg.kind, "usage limit: sleeping until reset");
+                    if !schedule::sleep_until(night.clock.as_ref(), until, &night.cancel).await {
+                        return Ok(stop("interrupted", "stopped by a signal while sleeping at a usage limit".into(), totals));
+                    }
+                    rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n)).await.map_err(db)?;
+                    continue;
+                }
+                LimitKind::Transient if throttles < MAX_THROTTLE_RETRIES => {
+                    throttles += 1;
+                    let policy = limit::SleepPolicy { buffer: c.limits.limit_buffer, min: c.limits.limit_sleep_min, max: c.limits.limit_sleep_max, unknown: Duration::from_secs(3600) };
+                    let wait = limit::sleep_for(&reading, now, &policy);
+                    let until = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
+                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "transient", &night.redact(&reading.message), now, until, None).await.map_err(db)?;
+                    if !schedule::sleep_until(night.clock.as_ref(), until, &night.cancel).await {
+                        return Ok(stop("interrupted", "stopped by a signal while waiting out throttling".into(), totals));
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        if report.outcome.timed_out {
+            return Ok(stop("timed_out", format!("the {} call of round {n} was killed after {}", role.as_str(), config::format_duration(call.timeout)), totals));
+        }
+        return Ok(Step::Done(report));
+    }
+}
+
+impl Night {
+    /// Redacts every known secret (token, configured secrets) from `s`.
+    pub fn redact(&self, s: &str) -> String {
+        crate::secret::Redactor::new(self.secrets.iter()).redact(s)
+    }
+}

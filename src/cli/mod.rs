@@ -1,1 +1,248 @@
-//! cli
+//! The command line (SPEC §2): argument definitions, the shared set-up every
+//! command needs (repository, config, ledger, zone), and dispatch to one file
+//! per subcommand. Errors become exit codes in `error.rs`, nowhere else.
+
+mod db;
+mod drain;
+mod init;
+mod limit;
+mod plan;
+mod report;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, Loaded};
+use crate::error::{Error, ExitCode, Result};
+use crate::secret::Secret;
+
+/// nightshift — drain a markdown backlog overnight with coding agents, one
+/// reviewed, green, labelled PR per item. It never merges.
+#[derive(Debug, Parser)]
+#[command(name = "nightshift", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Repository to work on (default: the one containing the current directory).
+    #[arg(long, global = true, env = "NIGHTSHIFT_REPO", value_name = "PATH")]
+    pub repo: Option<PathBuf>,
+    /// Config file (default: <repo>/.nightshift/config.toml).
+    #[arg(long, global = true, env = "NIGHTSHIFT_CONFIG", value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// More log output (-v, -vv).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Less output: errors only.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create .nightshift/ (config, .gitignore) and NEXT.md from the example if none.
+    Init,
+    /// Snapshot the backlog, seal one contract per open item, print the cards and the plan SHA.
+    Plan {
+        /// Print JSON (SPEC §2 shape).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Record an approval of that exact plan (or contract) SHA: immutable, 24 h, single use.
+    Approve {
+        /// The plan SHA `plan` printed (or a contract SHA, for `run`).
+        sha: String,
+    },
+    /// Run every item of an approved plan, in backlog order, until done or the deadline.
+    Drain(RunArgs),
+    /// Run one item (default: the first open one), one PR, then stop.
+    Run {
+        /// Index as `plan` shows it, or a text fragment matching exactly one open title.
+        item: Option<String>,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// What a run did, item by item (default: the latest run).
+    Report {
+        /// Run id.
+        #[arg(long)]
+        run: Option<String>,
+        /// Print JSON (SPEC §2 shape).
+        #[arg(long)]
+        json: bool,
+        /// Print the PR bodies (and the PRs that would have been opened).
+        #[arg(long)]
+        show_body: bool,
+    },
+    /// What is running now: item, round, phase, or the usage-limit sleep.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Explain how a piece of agent output is read as a usage limit.
+    Limit {
+        #[command(subcommand)]
+        what: LimitCommand,
+    },
+    /// The embedded database (a private PostgreSQL cluster).
+    Db {
+        #[command(subcommand)]
+        what: DbCommand,
+    },
+}
+
+/// Flags shared by `drain` and `run`.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    /// The plan (or, for `run`, contract) SHA to run under.
+    #[arg(long, value_name = "SHA")]
+    pub approve: Option<String>,
+    /// Stop starting work at this time: HH:MM (local) or RFC 3339 (default: config `deadline`).
+    #[arg(long, value_name = "HH:MM|RFC3339")]
+    pub deadline: Option<String>,
+    /// Time zone for the deadline and limit messages (default: config, $TZ, system).
+    #[arg(long, value_name = "ZONE")]
+    pub tz: Option<String>,
+}
+
+/// `limit` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum LimitCommand {
+    /// Read TEXT (or stdin) as agent output.
+    Parse {
+        /// The text (default: stdin).
+        text: Option<String>,
+        /// Pretend it is this instant (RFC 3339).
+        #[arg(long)]
+        now: Option<String>,
+        /// Zone of local times in the text (default: $TZ, system).
+        #[arg(long)]
+        tz: Option<String>,
+        /// Print JSON (SPEC §2 shape).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `db` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum DbCommand {
+    /// Start the embedded cluster (created on first use).
+    Start,
+    /// Stop the embedded cluster.
+    Stop,
+    /// Say where it is and whether it runs.
+    Status,
+}
+
+/// What `main` hands over: the token variables it removed from its own
+/// environment at start-up (SPEC §6), kept in memory only.
+pub struct Startup {
+    /// (variable, value) pairs removed before any thread started.
+    pub removed: Vec<(String, Secret)>,
+}
+
+/// Runs the CLI and returns the process exit code.
+pub fn main(startup: Startup) -> std::process::ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return std::process::ExitCode::from(code);
+        }
+    };
+    init_tracing(cli.verbose, cli.quiet);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let result = rt.block_on(dispatch(cli, startup));
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
+        Ok(code) => std::process::ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("error: {}", e.message);
+            std::process::ExitCode::from(e.code as u8)
+        }
+    }
+}
+
+fn init_tracing(verbose: u8, quiet: bool) {
+    let level = if quiet {
+        "error"
+    } else {
+        match verbose {
+            0 => "warn",
+            1 => "info",
+            _ => "debug",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("NIGHTSHIFT_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("nightshift={level}")));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
+    match &cli.command {
+        Command::Limit { what: LimitCommand::Parse { text, now, tz, json } } => limit::parse(text.clone(), now.as_deref(), tz.as_deref(), *json),
+        Command::Db { what } => db::run(what).await,
+        Command::Init => init::run(&cli),
+        Command::Plan { json } => plan::plan(&cli, *json).await,
+        Command::Approve { sha } => plan::approve(&cli, sha).await,
+        Command::Drain(args) => drain::drain(&cli, args, None, startup).await,
+        Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), startup).await,
+        Command::Report { run, json, show_body } => report::report(&cli, run.as_deref(), *json, *show_body).await,
+        Command::Status { json } => report::status(&cli, *json).await,
+    }
+}
+
+/// The user's repository root: `--repo` or the current directory's repo.
+///
+/// # Errors
+/// Exit 2 when it is not inside a git repository.
+pub fn repo_root(cli: &Cli) -> Result<PathBuf> {
+    let start = match &cli.repo {
+        Some(p) => p.clone(),
+        None => std::env::current_dir().map_err(|e| Error::usage(format!("cannot read the current directory: {e}")))?,
+    };
+    if !start.exists() {
+        return Err(Error::usage(format!("{}: no such directory (given with --repo)", start.display())));
+    }
+    let out = crate::git::Git::new(&start).text(&["rev-parse", "--show-toplevel"]);
+    match out {
+        Ok(top) => Ok(PathBuf::from(top.trim())),
+        Err(_) => Err(Error::usage(format!("{}: not inside a git repository; run nightshift in your project or pass --repo PATH", start.display()))),
+    }
+}
+
+/// Loads the config of `repo` (or `--config`).
+///
+/// # Errors
+/// Exit 2 with file:line for a bad config.
+pub fn load_config(cli: &Cli, repo: &Path) -> Result<Loaded> {
+    let path = cli.config.clone().unwrap_or_else(|| repo.join(config::DIR).join(config::FILE));
+    if cli.config.is_some() && !path.exists() {
+        return Err(Error::usage(format!("{}: config file not found (given with --config)", path.display())));
+    }
+    Ok(config::load(&path)?)
+}
+
+/// The repository's identity in the ledger: its canonical path.
+pub fn repo_id(repo: &Path) -> String {
+    std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf()).display().to_string()
+}
+
+/// Connects to the ledger chosen by the environment (SPEC §9).
+///
+/// # Errors
+/// Exit 1 with the source named when the database is unreachable.
+pub async fn ledger() -> Result<crate::ledger::Ledger> {
+    let src = crate::ledger::db_source_from_env();
+    crate::ledger::Ledger::connect(&src).await.map_err(|e| Error::failure(format!("ledger: {e}")))
+}

@@ -1,0 +1,80 @@
+#!/bin/sh
+# A scripted writer for the demo: it speaks nightshift's `command` agent
+# protocol (SPEC §6) and makes real edits with sed, keyed by the item title.
+# Real nights use `claude` or `codex`; this script needs no network.
+set -eu
+title=$(sed -n 's/.*"title":"\([^"]*\)".*/\1/p' "$NIGHTSHIFT_CONTRACT_FILE")
+round=$NIGHTSHIFT_ROUND
+feedback=$(cat "$NIGHTSHIFT_FEEDBACK_FILE")
+case "$title" in
+  *subtract*)
+    cat >> src/lib.rs <<'RS'
+
+/// Subtracts `b` from `a`.
+pub fn subtract(a: i64, b: i64) -> i64 {
+    a - b
+}
+
+#[cfg(test)]
+mod subtract_tests {
+    #[test]
+    fn subtracts() {
+        assert_eq!(super::subtract(5, 3), 2);
+    }
+}
+RS
+    echo "Added subtract with a test."
+    ;;
+  *divide*)
+    sed -i 's|/// Divides `a` by `b`.|/// Divides `a` by `b`; `None` when `b` is zero.|; s|pub fn divide(a: i64, b: i64) -> i64 {|pub fn divide(a: i64, b: i64) -> Option<i64> {|; s|^    a / b$|    if b == 0 { None } else { Some(a / b) }|; s|assert_eq!(divide(6, 3), 2);|assert_eq!(divide(6, 3), Some(2));\n        assert_eq!(divide(1, 0), None);|' src/lib.rs
+    echo "divide now returns Option."
+    printf '\nFINDINGS:\n- README does not mention that divide returns Option\n\n'
+    ;;
+  *power*)
+    if [ "$round" = 1 ]; then
+      cat >> src/lib.rs <<'RS'
+
+/// Raises `a` to the power `b`.
+pub fn power(a: i64, b: u32) -> i64 {
+    a.pow(b)
+}
+RS
+      echo "Added power."
+    else
+      # The reviewer asked for a test in round 1: add it.
+      printf '%s\n' "$feedback" | grep -q "test" && cat >> src/lib.rs <<'RS'
+
+#[cfg(test)]
+mod power_tests {
+    #[test]
+    fn powers() {
+        assert_eq!(super::power(2, 10), 1024);
+    }
+}
+RS
+      echo "Added the test the reviewer asked for."
+    fi
+    ;;
+  *modulo*)
+    cat >> src/lib.rs <<'RS'
+
+/// Remainder of `a` divided by `b`.
+pub fn modulo(a: i64, b: i64) -> i64 {
+    a % b
+}
+
+#[cfg(test)]
+mod modulo_tests {
+    #[test]
+    fn modulo() {
+        assert_eq!(super::modulo(7, 3), 2, "this demo item fails on purpose");
+        assert_eq!(super::modulo(7, 3), 3, "this demo item fails on purpose");
+    }
+}
+RS
+    echo "Added modulo."
+    ;;
+  *)
+    echo "I do not know how to do: $title"
+    ;;
+esac

@@ -1,0 +1,220 @@
+//! `nightshift drain` and `nightshift run [ITEM]` (SPEC §2, §4, §7, §9).
+//!
+//! Resolves everything a run needs — snapshot, ledger, lock, approval (or the
+//! crashed run to resume), zone and deadline, GitHub, the agents' scrubbed
+//! environment, signal handling — then hands over to [`crate::run::drain`]
+//! and prints the report.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::plan::snapshot;
+use crate::cli::{Cli, RunArgs, Startup, ledger, repo_id};
+use crate::contract::{self, Plan};
+use crate::error::{Error, ExitCode, Result};
+use crate::ledger::records as rec;
+use crate::run::{self, Night, Selection};
+use crate::{approval, forge, ledger as ledger_mod, process, schedule};
+
+/// `drain` (item = None) or `run [ITEM]` (item = Some).
+pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: Startup) -> Result<ExitCode> {
+    let snap = snapshot(cli)?;
+    let plan = snap.plan;
+    let config = snap.loaded.config.clone();
+    let selection = match &item {
+        None => Selection::All,
+        Some(sel) => Selection::One(select_item(&plan, sel.as_deref())?),
+    };
+    let (tz, zone_source) = schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref())).map_err(|e| Error::usage(format!("time zone: {e}")))?;
+    if zone_source == schedule::ZoneSource::FallbackUtc {
+        eprintln!("warning: no time zone configured and none found on the system; using UTC (set `timezone` in the config or $TZ)");
+    }
+    let now = Utc::now();
+    let deadline = schedule::parse_deadline(args.deadline.as_deref().unwrap_or(&config.deadline), now, tz).map_err(|e| Error::usage(format!("deadline: {e}")))?;
+
+    let lg = ledger().await?;
+    let pool = lg.pool.clone();
+    let id = repo_id(&snap.repo);
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    rec::save_plan(&pool, &id, &plan).await.map_err(db)?;
+
+    // One drain per repository (SPEC §9).
+    let holder = ledger_mod::HolderInfo::current();
+    let _lock = match lg.try_lock_repo(&id, &holder).await.map_err(|e| Error::failure(format!("ledger: {e}")))? {
+        ledger_mod::RepoLockAttempt::Acquired(guard) => guard,
+        ledger_mod::RepoLockAttempt::Held { holder } => {
+            let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "another process".into());
+            return Err(Error::refused(format!("another nightshift run holds the lock of {} ({who}); wait for it to finish or stop it", snap.repo.display())));
+        }
+    };
+    let crashed = rec::mark_dead_runs_crashed(&pool, &id).await.map_err(db)?;
+    for r in &crashed {
+        eprintln!("note: run {} (pid {}) ended without finishing; marked crashed", r.id, r.pid.unwrap_or(0));
+    }
+
+    // Resume a crashed run under its own approval while it is valid (SPEC §4),
+    // else find a fresh approval.
+    let mut resume = None;
+    let mut chosen = None;
+    if args.approve.is_none() && matches!(selection, Selection::All) {
+        if let Some(r) = rec::resumable_run(&pool, &id).await.map_err(db)? {
+            if let Some(a) = match r.approval_id {
+                Some(aid) => rec::approval_by_id(&pool, aid).await.map_err(db)?,
+                None => None,
+            } {
+                if approval::may_resume(&a, now) && a.plan_sha.is_some() {
+                    let shas = rec::plan_contracts(&pool, a.plan_sha.as_deref().unwrap_or("")).await.map_err(db)?;
+                    if plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
+                        eprintln!("resuming crashed run {} under its approval (given {})", r.id, a.created_at.with_timezone(&tz).format("%H:%M %Z"));
+                        chosen = Some((a, shas));
+                        resume = Some(r);
+                    }
+                }
+            }
+        }
+    }
+    let (approval, approved) = match chosen {
+        Some(c) => c,
+        None => match run::find_approval(&pool, &id, &plan, &selection, args.approve.as_deref(), now).await? {
+            Ok(c) => c,
+            Err(refusal) => {
+                print_cards(&plan, &selection);
+                rec::event(&pool, None, "refused", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha})).await.map_err(db)?;
+                return Err(refusal.into());
+            }
+        },
+    };
+
+    // GitHub (SPEC §8): token from the variables main removed, else `gh`.
+    let remote_url = crate::git::Git::new(&snap.repo).text(&["remote", "get-url", &config.remote]).ok().map(|s| s.trim().to_string());
+    let token = forge::resolve_token(&startup.removed);
+    let gh_repo_env = std::env::var("GH_REPO").ok();
+    let (forge, forge_missing) = match (&token, forge::resolve_repo(gh_repo_env.as_deref(), config.github_repo.as_deref(), remote_url.as_deref())) {
+        (Some((t, _)), Ok(r)) => match forge::Forge::new(&forge::api_base(), t.clone(), r, Some(deadline)) {
+            Ok(f) => (Some(f), None),
+            Err(e) => (None, Some(format!("GitHub client: {e}"))),
+        },
+        (None, _) => (None, Some("no GitHub token (GITHUB_TOKEN, GH_TOKEN or `gh auth token`)".to_string())),
+        (Some(_), Err(e)) => (None, Some(format!("no GitHub repository: {e}"))),
+    };
+    if remote_url.is_none() {
+        return Err(Error::usage(format!("{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config", snap.repo.display(), config.remote, config.remote)));
+    }
+
+    // The agents' environment: no tokens, no ledger URL, no configured secrets.
+    let mut remove: Vec<String> = config.secrets.clone();
+    let source = ledger_mod::db_source_from_env();
+    if let Some(var) = source.env_var() {
+        remove.push(var.to_string());
+    }
+    let agent_env = process::child_env(std::env::vars(), &remove);
+    let mut gate_env = agent_env.clone();
+    for v in &config.gate_env {
+        if let Ok(val) = std::env::var(v) {
+            gate_env.insert(v.clone(), val);
+        }
+    }
+    let mut secrets: Vec<String> = startup.removed.iter().map(|(_, s)| s.expose().to_string()).collect();
+    if let Some((t, _)) = &token {
+        secrets.push(t.expose().to_string());
+    }
+    for v in &config.secrets {
+        if let Ok(val) = std::env::var(v) {
+            secrets.push(val);
+        }
+    }
+    if let ledger_mod::DbSource::Url { url, .. } = &source {
+        secrets.push(url.expose().to_string());
+    }
+    let run_as = match &config.agent_user {
+        Some(u) if nix::unistd::geteuid().is_root() => Some(process::RunAs::lookup(u).map_err(|e| Error::usage(format!("agent_user {u:?}: {e}; create the user or fix `agent_user`")))?),
+        _ => None,
+    };
+
+    let cancel = CancellationToken::new();
+    spawn_signal_handler(cancel.clone());
+    let night = Night {
+        repo: snap.repo.clone(),
+        repo_id: id.clone(),
+        config,
+        plan,
+        pool: pool.clone(),
+        tz,
+        deadline,
+        data_dir: ledger_mod::embedded::nightshift_data_dir(&ledger_mod::embedded::process_env, ledger_mod::embedded::running_as_root()),
+        forge,
+        forge_missing,
+        token: token.map(|(t, _)| t),
+        agent_env,
+        gate_env,
+        secrets,
+        run_as,
+        cancel,
+        clock: Arc::new(schedule::SystemClock),
+    };
+    let end = run::drain(&night, selection, &approval, &approved, resume.as_ref()).await?;
+    let run_row = rec::run_row(&pool, &id, Some(end.run_id)).await.map_err(db)?.ok_or_else(|| Error::failure("the run vanished from the ledger"))?;
+    let items = rec::run_items(&pool, end.run_id).await.map_err(db)?;
+    let slept = rec::slept_seconds(&pool, end.run_id).await.map_err(db)?;
+    if !cli.quiet {
+        print!("{}", crate::report::to_text(&run_row, &items, slept, false));
+    }
+    Ok(end.code)
+}
+
+/// Resolves `run [ITEM]` to a plan index.
+fn select_item(plan: &Plan, sel: Option<&str>) -> Result<usize> {
+    let open: Vec<_> = plan.entries.iter().collect();
+    match sel {
+        None => open.iter().find(|e| e.blocked.is_none()).or(open.first()).map(|e| e.index).ok_or_else(|| Error::usage("no open items in the backlog; nothing to run")),
+        Some(s) => {
+            if let Ok(n) = s.trim().parse::<usize>() {
+                return open.iter().find(|e| e.index == n).map(|e| e.index).ok_or_else(|| Error::usage(format!("no open item {n}; `nightshift plan` lists {} open item(s)", open.len())));
+            }
+            let needle = s.to_lowercase();
+            let hits: Vec<_> = open.iter().filter(|e| e.item.title.to_lowercase().contains(&needle)).collect();
+            match hits.len() {
+                1 => Ok(hits[0].index),
+                0 => Err(Error::usage(format!("no open item's title contains {s:?}; `nightshift plan` lists them"))),
+                _ => Err(Error::usage(format!(
+                    "{s:?} matches {} open items ({}); give more of the title or the index",
+                    hits.len(),
+                    hits.iter().map(|e| format!("{}: {}", e.index, e.item.title)).collect::<Vec<_>>().join("; ")
+                ))),
+            }
+        }
+    }
+}
+
+/// Prints what a person must approve (on refusal).
+fn print_cards(plan: &Plan, selection: &Selection) {
+    match selection {
+        Selection::All => {
+            print!("{}", contract::render_plan(plan));
+            println!("approve it with: nightshift approve {}", plan.sha);
+        }
+        Selection::One(i) => {
+            if let Some(e) = plan.entries.iter().find(|e| e.index == *i) {
+                print!("{}", contract::card(e));
+                println!("approve it with: nightshift approve {}   (or the plan: nightshift approve {})", e.contract_sha, plan.sha);
+            }
+        }
+    }
+}
+
+/// SIGINT/SIGTERM cancel the run: the current agent is killed, the item
+/// recorded `interrupted`, its checkout cleaned (SPEC §7).
+fn spawn_signal_handler(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
+        }
+        eprintln!("nightshift: signal received; stopping the current item");
+        cancel.cancel();
+    });
+}

@@ -1,0 +1,41 @@
+//! `nightshift init` (SPEC §2, §10): `.nightshift/` with a commented config
+//! and a `.gitignore` holding `*`, and `NEXT.md` from the example if there is
+//! none. Never touches the project's own `.gitignore`, `AGENTS.md`,
+//! `CLAUDE.md` or `.claude/`.
+
+use crate::cli::{Cli, repo_root};
+use crate::config;
+use crate::error::{Error, ExitCode, Result};
+
+/// The example backlog `init` writes when the repository has none.
+pub const NEXT_EXAMPLE: &str = include_str!("../../NEXT.example.md");
+
+/// `nightshift init`.
+pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
+    let repo = repo_root(cli)?;
+    let dir = repo.join(config::DIR);
+    let io = |what: &str, e: std::io::Error| Error::failure(format!("{what}: {e}"));
+    std::fs::create_dir_all(&dir).map_err(|e| io(&dir.display().to_string(), e))?;
+    let ignore = dir.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(&ignore, "*\n").map_err(|e| io(&ignore.display().to_string(), e))?;
+        println!("created {}", ignore.display());
+    }
+    let cfg = dir.join(config::FILE);
+    if cfg.exists() {
+        println!("kept    {} (already there)", cfg.display());
+    } else {
+        std::fs::write(&cfg, config::TEMPLATE).map_err(|e| io(&cfg.display().to_string(), e))?;
+        println!("created {}", cfg.display());
+    }
+    let loaded = config::load(&cfg)?;
+    let backlog = repo.join(&loaded.config.backlog);
+    if backlog.exists() {
+        println!("kept    {} (already there)", backlog.display());
+    } else {
+        std::fs::write(&backlog, NEXT_EXAMPLE).map_err(|e| io(&backlog.display().to_string(), e))?;
+        println!("created {} from the example", backlog.display());
+    }
+    println!("next: edit the backlog, then `nightshift plan`");
+    Ok(ExitCode::Ok)
+}

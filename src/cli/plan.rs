@@ -1,0 +1,115 @@
+//! `nightshift plan` and `nightshift approve` (SPEC §2, §4).
+
+use std::path::PathBuf;
+
+use crate::backlog;
+use crate::cli::{Cli, ledger, load_config, repo_id, repo_root};
+use crate::config::{self, Loaded};
+use crate::contract::{self, Plan};
+use crate::error::{Error, ExitCode, Result};
+use crate::ledger::records as rec;
+
+/// The snapshot every command that runs items starts from.
+pub(crate) struct Snapshot {
+    /// Repository root.
+    pub repo: PathBuf,
+    /// Config.
+    pub loaded: Loaded,
+    /// Sealed plan.
+    pub plan: Plan,
+}
+
+/// Reads the backlog once and seals the plan.
+///
+/// # Errors
+/// Exit 2: missing backlog, malformed items (every problem with file:line),
+/// a bad config, or a config that cannot run (claude as root).
+pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
+    let repo = repo_root(cli)?;
+    let loaded = load_config(cli, &repo)?;
+    check_runnable(&loaded)?;
+    let path = repo.join(&loaded.config.backlog);
+    let text = match std::fs::read(&path) {
+        Ok(b) => String::from_utf8(b).map_err(|_| Error::usage(format!("{}: not UTF-8 text; save the backlog as UTF-8", path.display())))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::usage(format!("{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}", path.display(), loaded.path.display())));
+        }
+        Err(e) => return Err(Error::usage(format!("{}: cannot read the backlog: {e}", path.display()))),
+    };
+    let display_path = PathBuf::from(&loaded.config.backlog);
+    let bl = backlog::parse(&display_path, &text);
+    let plan = contract::build_plan(&repo, &bl, &loaded).map_err(|problems| {
+        let mut msg = format!("{} problem(s) in the backlog; no card was made:\n", problems.len());
+        for p in &problems {
+            msg.push_str(&format!("  {p}\n"));
+        }
+        Error::usage(msg.trim_end().to_string())
+    })?;
+    Ok(Snapshot { repo, loaded, plan })
+}
+
+/// Configurations that cannot run unattended (SPEC §6 "As root").
+fn check_runnable(loaded: &Loaded) -> Result<()> {
+    let c = &loaded.config;
+    let root = nix::unistd::geteuid().is_root();
+    let skip = c.writer.permission_flags.iter().flatten().any(|f| f == "--dangerously-skip-permissions") || c.writer.command.iter().any(|f| f == "--dangerously-skip-permissions");
+    if root && skip && c.writer.kind == config::AgentKind::Claude && c.agent_user.is_none() {
+        return Err(Error::usage(format!(
+            "{}: the claude writer uses --dangerously-skip-permissions, which claude refuses under root (\"cannot be used with root/sudo privileges\"); set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
+            loaded.path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `nightshift plan [--json]`.
+pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
+    let snap = snapshot(cli)?;
+    let lg = ledger().await?;
+    let id = repo_id(&snap.repo);
+    rec::save_plan(&lg.pool, &id, &snap.plan).await.map_err(|e| Error::failure(format!("ledger: {e}")))?;
+    let mut plan = snap.plan;
+    // Items with a PR from an earlier run are listed as blocked (SPEC §2).
+    for e in plan.entries.iter_mut().filter(|e| e.blocked.is_none()) {
+        let prs = rec::prs_of_item(&lg.pool, &id, &e.item.key).await.map_err(|e| Error::failure(format!("ledger: {e}")))?;
+        if let Some(p) = prs.iter().find(|p| matches!(p.state.as_str(), "open" | "merged" | "planned" | "pr_failed")) {
+            e.blocked = Some(match (p.state.as_str(), p.number) {
+                ("merged", Some(n)) => format!("already merged: PR #{n}"),
+                (_, Some(n)) => format!("already open: PR #{n}"),
+                _ => format!("branch {} already pushed by an earlier run", p.branch),
+            });
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plan.to_json()).expect("JSON"));
+    } else {
+        print!("{}", contract::render_plan(&plan));
+        if !plan.entries.is_empty() {
+            println!("approve it with: nightshift approve {}", plan.sha);
+        }
+    }
+    Ok(ExitCode::Ok)
+}
+
+/// `nightshift approve SHA`.
+pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
+    let sha = sha.trim().to_ascii_lowercase();
+    if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Error::usage(format!("{sha:?} is not a SHA-256 (64 hex characters); copy the plan SHA that `nightshift plan` printed")));
+    }
+    let repo = repo_root(cli)?;
+    let lg = ledger().await?;
+    let id = repo_id(&repo);
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let is_plan = rec::plan_exists(&lg.pool, &id, &sha).await.map_err(db)?;
+    let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await.map_err(db)?;
+    if !is_plan && !is_contract {
+        return Err(Error::usage(format!("no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints", repo.display())));
+    }
+    let by = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
+    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by).await.map_err(db)?;
+    rec::event(&lg.pool, None, "approved", serde_json::json!({"sha": sha, "approval": a.id, "by": by})).await.map_err(db)?;
+    println!("approved {} {sha}", if is_contract { "contract" } else { "plan" });
+    println!("valid until {} (single use)", a.expires_at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M %Z"));
+    Ok(ExitCode::Ok)
+}

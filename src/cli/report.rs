@@ -1,0 +1,77 @@
+//! `nightshift report` and `nightshift status` (SPEC §2): read from the
+//! ledger only; they never start work.
+
+use chrono::Utc;
+use uuid::Uuid;
+
+use crate::cli::{Cli, ledger, repo_id, repo_root};
+use crate::error::{Error, ExitCode, Result};
+use crate::ledger::records as rec;
+
+/// `nightshift report [--run ID] [--json] [--show-body]`.
+pub(crate) async fn report(cli: &Cli, run: Option<&str>, json: bool, show_body: bool) -> Result<ExitCode> {
+    let repo = repo_root(cli)?;
+    let id = repo_id(&repo);
+    let run_id = match run {
+        Some(r) => Some(Uuid::parse_str(r.trim()).map_err(|_| Error::usage(format!("--run {r:?} is not a run id (a UUID as `report` prints it)")))?),
+        None => None,
+    };
+    let lg = ledger().await?;
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let Some(row) = rec::run_row(&lg.pool, &id, run_id).await.map_err(db)? else {
+        return Err(Error::usage(match run {
+            Some(r) => format!("no run {r} in the ledger"),
+            None => format!("no run of {} in the ledger yet; `nightshift drain` makes one", repo.display()),
+        }));
+    };
+    let items = rec::run_items(&lg.pool, row.id).await.map_err(db)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&crate::report::to_json(&row, &items)).expect("JSON"));
+    } else {
+        let slept = rec::slept_seconds(&lg.pool, row.id).await.map_err(db)?;
+        print!("{}", crate::report::to_text(&row, &items, slept, show_body));
+    }
+    Ok(ExitCode::Ok)
+}
+
+/// `nightshift status [--json]`.
+pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
+    let repo = repo_root(cli)?;
+    let id = repo_id(&repo);
+    let lg = ledger().await?;
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let row = rec::run_row(&lg.pool, &id, None).await.map_err(db)?;
+    let running = row.as_ref().filter(|r| r.status == "running");
+    let tz: chrono_tz::Tz = running.and_then(|r| r.timezone.as_deref()).and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
+    let text = match running {
+        None => "idle: no run is in progress".to_string(),
+        Some(r) => match (r.sleeping_until, &r.phase) {
+            (Some(until), _) => format!("sleeping until {} (usage limit, {})", until.with_timezone(&tz).format("%H:%M"), r.sleeping_agent.as_deref().unwrap_or("agent")),
+            (None, phase) => format!(
+                "run {} · item {} · round {} · {}",
+                r.id,
+                r.current_item_key.as_deref().map(|k| &k[..8.min(k.len())]).unwrap_or("-"),
+                r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
+                phase.as_deref().unwrap_or("starting")
+            ),
+        },
+    };
+    if json {
+        let v = serde_json::json!({
+            "running": running.is_some(),
+            "run_id": running.map(|r| r.id.to_string()),
+            "phase": running.and_then(|r| r.phase.clone()),
+            "item_key": running.and_then(|r| r.current_item_key.clone()),
+            "round": running.and_then(|r| r.current_round),
+            "sleeping_until": running.and_then(|r| r.sleeping_until),
+            "sleeping_agent": running.and_then(|r| r.sleeping_agent.clone()),
+            "pid": running.and_then(|r| r.pid),
+            "now": Utc::now(),
+            "text": text,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
+    } else {
+        println!("{text}");
+    }
+    Ok(ExitCode::Ok)
+}

@@ -1,0 +1,183 @@
+//! A GitHub-compatible HTTP server for tests: wiremock with a stateful
+//! responder that keeps PRs, issues and labels, so a second run sees what the
+//! first one created. Every request is recorded by wiremock.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate, matchers::any};
+
+/// State of the fake repository `owner/repo`.
+#[derive(Default, Debug)]
+pub struct State {
+    /// PRs and issues share GitHub's number space.
+    pub next_number: u64,
+    /// PR objects as GitHub returns them.
+    pub prs: Vec<Value>,
+    /// Issue objects.
+    pub issues: Vec<Value>,
+    /// Label names.
+    pub labels: Vec<String>,
+    /// Scripted failures: (method, path prefix, status) consumed in order.
+    pub faults: Vec<(String, String, u16)>,
+}
+
+/// The fake server.
+pub struct FakeGitHub {
+    pub server: MockServer,
+    pub state: Arc<Mutex<State>>,
+}
+
+struct Responder {
+    state: Arc<Mutex<State>>,
+    base: String,
+}
+
+fn query(req: &Request, key: &str) -> Option<String> {
+    req.url.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
+}
+
+impl Respond for Responder {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let mut st = self.state.lock().unwrap();
+        let method = req.method.to_string();
+        let path = req.url.path().to_string();
+        if let Some(i) = st.faults.iter().position(|(m, p, _)| *m == method && path.starts_with(p.as_str())) {
+            let (_, _, status) = st.faults.remove(i);
+            return ResponseTemplate::new(status).set_body_json(json!({"message": "Server Error"}));
+        }
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let page: u64 = query(req, "page").and_then(|p| p.parse().ok()).unwrap_or(1);
+        let Some(rest) = path.strip_prefix("/repos/owner/repo") else {
+            return ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"}));
+        };
+        match (method.as_str(), rest) {
+            ("POST", "/labels") => {
+                let name = body["name"].as_str().unwrap_or("").to_string();
+                if st.labels.contains(&name) {
+                    return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "Label", "code": "already_exists", "field": "name"}]}));
+                }
+                st.labels.push(name.clone());
+                ResponseTemplate::new(201).set_body_json(json!({"name": name, "color": body["color"]}))
+            }
+            ("GET", "/pulls") => {
+                if page > 1 {
+                    return ResponseTemplate::new(200).set_body_json(json!([]));
+                }
+                let head = query(req, "head");
+                let state = query(req, "state").unwrap_or("open".into());
+                let list: Vec<Value> = st
+                    .prs
+                    .iter()
+                    .filter(|p| head.as_ref().is_none_or(|h| format!("owner:{}", p["head"]["ref"].as_str().unwrap_or("")) == *h))
+                    .filter(|p| state == "all" || p["state"] == state)
+                    .cloned()
+                    .collect();
+                ResponseTemplate::new(200).set_body_json(Value::Array(list))
+            }
+            ("POST", "/pulls") => {
+                let head = body["head"].as_str().unwrap_or("").to_string();
+                if st.prs.iter().any(|p| p["head"]["ref"] == head.as_str() && p["state"] == "open") {
+                    return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "message": format!("A pull request already exists for owner:{head}.")}]}));
+                }
+                st.next_number += 1;
+                let n = st.next_number;
+                let pr = json!({
+                    "number": n, "id": n, "state": "open", "title": body["title"], "body": body["body"],
+                    "html_url": format!("{}/owner/repo/pull/{n}", self.base), "url": format!("{}/repos/owner/repo/pulls/{n}", self.base),
+                    "head": {"ref": head, "label": format!("owner:{head}"), "sha": "0"}, "base": {"ref": body["base"]},
+                    "merged_at": null, "labels": [], "pull_request": {"url": ""}
+                });
+                st.prs.push(pr.clone());
+                ResponseTemplate::new(201).set_body_json(pr)
+            }
+            ("GET", "/issues") => {
+                if page > 1 {
+                    return ResponseTemplate::new(200).set_body_json(json!([]));
+                }
+                let label = query(req, "labels");
+                let state = query(req, "state").unwrap_or("open".into());
+                let has_label = |v: &Value| label.as_ref().is_none_or(|l| v["labels"].as_array().is_some_and(|a| a.iter().any(|x| x["name"] == l.as_str())));
+                let mut list: Vec<Value> = st.prs.iter().chain(st.issues.iter()).filter(|v| has_label(v)).filter(|v| state == "all" || v["state"] == state).cloned().collect();
+                list.sort_by_key(|v| std::cmp::Reverse(v["number"].as_u64()));
+                ResponseTemplate::new(200).set_body_json(Value::Array(list))
+            }
+            ("POST", "/issues") => {
+                st.next_number += 1;
+                let n = st.next_number;
+                let labels: Vec<Value> = body["labels"].as_array().cloned().unwrap_or_default().into_iter().map(|l| json!({"name": l})).collect();
+                let issue = json!({"number": n, "id": n, "state": "open", "title": body["title"], "body": body["body"], "labels": labels, "html_url": format!("{}/owner/repo/issues/{n}", self.base)});
+                st.issues.push(issue.clone());
+                ResponseTemplate::new(201).set_body_json(issue)
+            }
+            ("POST", r) if r.starts_with("/issues/") && r.ends_with("/labels") => {
+                let n: u64 = r.trim_start_matches("/issues/").trim_end_matches("/labels").parse().unwrap_or(0);
+                let names: Vec<Value> = body["labels"].as_array().cloned().unwrap_or_default();
+                let target = st.prs.iter_mut().chain(st.issues.iter_mut()).find(|v| v["number"] == n);
+                match target {
+                    Some(v) => {
+                        let mut ls = v["labels"].as_array().cloned().unwrap_or_default();
+                        for name in names {
+                            if !ls.iter().any(|l| l["name"] == name) {
+                                ls.push(json!({"name": name}));
+                            }
+                        }
+                        v["labels"] = Value::Array(ls.clone());
+                        ResponseTemplate::new(200).set_body_json(Value::Array(ls))
+                    }
+                    None => ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"})),
+                }
+            }
+            _ => ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"})),
+        }
+    }
+}
+
+impl FakeGitHub {
+    /// Starts the server for `owner/repo`.
+    pub async fn start() -> FakeGitHub {
+        let server = MockServer::start().await;
+        let state = Arc::new(Mutex::new(State::default()));
+        Mock::given(any()).respond_with(Responder { state: state.clone(), base: server.uri() }).mount(&server).await;
+        FakeGitHub { server, state }
+    }
+
+    /// The API base URL for `GITHUB_API_URL`.
+    pub fn uri(&self) -> String {
+        self.server.uri()
+    }
+
+    /// Every request received: (method, path?query, body).
+    pub async fn requests(&self) -> Vec<(String, String, String)> {
+        self.server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| (r.method.to_string(), format!("{}{}", r.url.path(), r.url.query().map(|q| format!("?{q}")).unwrap_or_default()), String::from_utf8_lossy(&r.body).into_owned()))
+            .collect()
+    }
+
+    /// Panics if any request merged, approved or closed a PR (SPEC §8).
+    pub async fn assert_never_merged_approved_or_closed(&self) {
+        for (m, p, b) in self.requests().await {
+            assert!(!(m == "PUT" && p.ends_with("/merge")), "merge call: {m} {p}");
+            assert!(!(m == "POST" && p.contains("/reviews")), "review call: {m} {p}");
+            assert!(!(m == "PATCH" && b.contains("closed")), "close call: {m} {p} {b}");
+        }
+    }
+
+    /// Marks PR `n` merged (as a person would in the morning).
+    pub fn merge(&self, n: u64) {
+        let mut st = self.state.lock().unwrap();
+        if let Some(p) = st.prs.iter_mut().find(|p| p["number"] == n) {
+            p["state"] = json!("closed");
+            p["merged_at"] = json!("2026-12-01T08:00:00Z");
+        }
+    }
+
+    /// PRs created so far.
+    pub fn prs(&self) -> Vec<Value> {
+        self.state.lock().unwrap().prs.clone()
+    }
+}

@@ -1,0 +1,228 @@
+//! Test harness shared by the integration tests: a real PostgreSQL database
+//! per test, a local bare repository as the remote, a user checkout, the real
+//! `nightshift` binary run with a cleared environment, and script agents.
+#![allow(dead_code)]
+
+pub mod github;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use tempfile::TempDir;
+
+/// The server tests use: `DATABASE_URL` if set, else the machine's local one.
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A fresh database on the test server, dropped when this value drops.
+pub struct Db {
+    pub name: String,
+    pub url: String,
+}
+
+impl Db {
+    /// Creates `nightshift_test_<random>`.
+    pub fn create() -> Db {
+        let name = format!("nightshift_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = admin_url();
+        let out = Command::new("psql").args([admin.as_str(), "-q", "-v", "ON_ERROR_STOP=1", "-c", &format!("CREATE DATABASE {name}")]).output().expect("psql runs");
+        assert!(out.status.success(), "create database: {}", String::from_utf8_lossy(&out.stderr));
+        let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).unwrap_or(admin.clone());
+        Db { url: format!("{base}/{name}"), name }
+    }
+
+    /// Runs one SQL statement and returns its unaligned output.
+    pub fn sql(&self, q: &str) -> String {
+        let out = Command::new("psql").args([self.url.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", q]).output().expect("psql runs");
+        assert!(out.status.success(), "sql {q}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = Command::new("psql").args([admin_url().as_str(), "-q", "-c", &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)]).output();
+    }
+}
+
+/// Runs git in `dir` with a fixed identity and no user config.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .expect("git runs");
+    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A temp world: bare remote, user checkout, data dir, agents dir.
+pub struct Fixture {
+    pub dir: TempDir,
+    pub remote: PathBuf,
+    pub repo: PathBuf,
+    pub data: PathBuf,
+    pub home: PathBuf,
+    pub agents: PathBuf,
+    pub db: Db,
+    pub github: Option<String>,
+    pub token: Option<String>,
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl Fixture {
+    /// A repository with a tiny shell project whose test is `sh test.sh`,
+    /// pushed to a bare remote on `main`.
+    pub fn new() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let remote = dir.path().join("remote.git");
+        let repo = dir.path().join("repo");
+        let data = dir.path().join("data");
+        let home = dir.path().join("home");
+        let agents = dir.path().join("agents");
+        for d in [&repo, &data, &home, &agents] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        git(dir.path(), &["init", "-q", "--bare", "-b", "main", remote.to_str().unwrap()]);
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("calc.txt"), "add\n").unwrap();
+        std::fs::write(repo.join("test.sh"), "#!/bin/sh\n# The project's own test: every line of calc.txt is a known word.\nwhile read -r w; do case \"$w\" in add|sub|mul|div|pow) ;; *) echo \"unknown word: $w\"; exit 1;; esac; done < calc.txt\necho ok\n").unwrap();
+        std::fs::create_dir_all(repo.join("docs")).unwrap();
+        std::fs::write(repo.join("docs/README.md"), "calc\n").unwrap();
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "init"]);
+        git(&repo, &["remote", "add", "origin", remote.to_str().unwrap()]);
+        git(&repo, &["push", "-q", "origin", "main"]);
+        Fixture { dir, remote, repo, data, home, agents, db: Db::create(), github: None, token: None, extra_env: vec![] }
+    }
+
+    /// Writes a file in the user's checkout.
+    pub fn write(&self, rel: &str, text: &str) {
+        let p = self.repo.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// Writes an executable agent script under the agents dir; returns its path.
+    pub fn agent(&self, name: &str, script: &str) -> String {
+        let p = self.agents.join(name);
+        std::fs::write(&p, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p.display().to_string()
+    }
+
+    /// Writes `.nightshift/config.toml`.
+    pub fn config(&self, toml: &str) {
+        self.write(".nightshift/config.toml", toml);
+        self.write(".nightshift/.gitignore", "*\n");
+    }
+
+    /// Config with command agents `writer`/`reviewer` scripts and `sh test.sh` as the gate.
+    pub fn config_with(&self, writer: &str, reviewer: &str, extra: &str) {
+        self.config(&format!(
+            "verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"command\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"
+        ));
+    }
+
+    /// The nightshift binary with a cleared, hermetic environment.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_nightshift"));
+        c.current_dir(&self.repo)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("TZ", "UTC")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .env("NIGHTSHIFT_DATA_DIR", &self.data)
+            .env("NIGHTSHIFT_DATABASE_URL", &self.db.url);
+        if let Some(g) = &self.github {
+            c.env("GITHUB_API_URL", g).env("GH_REPO", "owner/repo");
+        }
+        if let Some(t) = &self.token {
+            c.env("GITHUB_TOKEN", t);
+        }
+        for (k, v) in &self.extra_env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// Runs nightshift with `args`.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().expect("nightshift runs")
+    }
+
+    /// `plan --json` → plan SHA (asserts success).
+    pub fn plan_sha(&self) -> String {
+        let out = self.run(&["plan", "--json"]);
+        assert_ok(&out, "plan --json");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan --json is JSON");
+        v["plan_sha"].as_str().unwrap().to_string()
+    }
+
+    /// plan, approve, drain; returns the drain's output.
+    pub fn approve_and_drain(&self, extra: &[&str]) -> Output {
+        let sha = self.plan_sha();
+        assert_ok(&self.run(&["approve", &sha]), "approve");
+        let mut args = vec!["drain", "--deadline", "23:59"];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
+    /// `report --json` of the latest run.
+    pub fn report(&self) -> serde_json::Value {
+        let out = self.run(&["report", "--json"]);
+        assert_ok(&out, "report --json");
+        serde_json::from_slice(&out.stdout).expect("report --json is JSON")
+    }
+
+    /// Branches on the remote under `nightshift/`.
+    pub fn remote_branches(&self) -> Vec<String> {
+        git(&self.remote, &["branch", "--list", "nightshift/*", "--format=%(refname:short)"]).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+    }
+}
+
+/// Asserts a command succeeded, printing its output otherwise.
+pub fn assert_ok(out: &Output, what: &str) {
+    assert!(out.status.success(), "{what} failed ({:?}):\nstdout:\n{}\nstderr:\n{}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+/// stdout + stderr as text.
+pub fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// Hash of every file under `dir` (paths and bytes), for byte-identity checks.
+pub fn tree_hash(dir: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let mut files = Vec::new();
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()).collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() && !p.is_symlink() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    walk(dir, &mut files);
+    let mut h = Sha256::new();
+    for f in files {
+        h.update(f.strip_prefix(dir).unwrap().display().to_string().as_bytes());
+        h.update(std::fs::read(&f).unwrap_or_default());
+    }
+    hex::encode(h.finalize())
+}

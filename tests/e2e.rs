@@ -1,0 +1,266 @@
+//! End-to-end tests of the real binary: real PostgreSQL, real git with a local
+//! bare remote, a local GitHub-compatible server, script agents (SPEC §2–§9).
+
+mod common;
+
+use common::github::FakeGitHub;
+use common::{Fixture, assert_ok, git, text, tree_hash};
+
+/// A writer that edits calc.txt according to the item title.
+const WRITER: &str = r#"#!/bin/sh
+set -eu
+title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
+case "$title" in
+  *sub*) echo sub >> calc.txt; echo "added sub" ;;
+  *bogus*) echo bogus >> calc.txt; echo "added bogus" ;;
+  *mul*) echo mul >> calc.txt; echo "added mul" ;;
+  *pow*) echo pow >> calc.txt; printf 'done\n\nFINDINGS:\n- docs/README.md is out of date\n\n' ;;
+  *) echo "nothing to do for $title" ;;
+esac
+"#;
+
+/// A reviewer that rejects anything adding `mul`, approves the rest.
+const REVIEWER: &str = r#"#!/bin/sh
+set -eu
+if git diff HEAD -- calc.txt | grep -q '^+mul'; then
+  echo '{"verdict":"request_changes","findings":["mul needs a design note first"]}'
+else
+  echo "fine"
+  echo '{"verdict":"approve","findings":[]}'
+fi
+"#;
+
+const BACKLOG: &str = "# calc\n\n> Keep calc.txt one word per line.\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n- [ ] Add bogus\n- [ ] Add mul\n- [x] Add add (done: #1)\n";
+
+async fn world() -> (Fixture, FakeGitHub) {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_testtoken_0123456789abcdef".into());
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "[limits]\nrounds = 2\n");
+    f.write("NEXT.md", BACKLOG);
+    (f, gh)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_pr_one_failed_gate_one_rejection() {
+    let (f, gh) = world().await;
+    // The user's local main diverged from origin/main and the tree is dirty.
+    f.write("calc.txt", "add\nlocal-only\n");
+    git(&f.repo, &["commit", "-qam", "local work, not pushed"]);
+    f.write("scratch.txt", "uncommitted\n");
+    let origin_main = git(&f.remote, &["rev-parse", "main"]);
+    let before = tree_hash(&f.repo);
+
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "one item failed, so exit 1:\n{}", text(&out));
+    let report = f.report();
+    let outcomes: Vec<&str> = report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["pr_opened", "tests_failed", "review_rejected"], "{report:#}");
+    assert_eq!(report["status"], "completed");
+
+    // Exactly one branch on the remote, based on origin/main, with exactly the writer's edit.
+    let branches = f.remote_branches();
+    assert_eq!(branches.len(), 1, "{branches:?}");
+    let b = &branches[0];
+    assert!(b.starts_with("nightshift/add-sub-"), "{b}");
+    assert_eq!(git(&f.remote, &["rev-parse", &format!("{b}^")]), origin_main);
+    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", b]), "calc.txt");
+    assert_eq!(git(&f.remote, &["show", &format!("{b}:calc.txt")]), "add\nsub");
+
+    // Exactly one PR, labelled, whose body names the contract SHA and the item key.
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 1);
+    let item = &report["items"][0];
+    let body = prs[0]["body"].as_str().unwrap();
+    assert!(body.contains(item["contract_sha"].as_str().unwrap()), "{body}");
+    assert!(body.contains("<!-- nightshift-item: "), "{body}");
+    assert_eq!(prs[0]["title"], "nightshift: Add sub");
+    assert!(prs[0]["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"), "{:?}", prs[0]["labels"]);
+    assert_eq!(item["pr_number"], prs[0]["number"]);
+    assert_eq!(report["items"][1]["rounds"], 2);
+    gh.assert_never_merged_approved_or_closed().await;
+
+    // The user's checkout (tree and .git) is byte-identical.
+    assert_eq!(tree_hash(&f.repo), before);
+    // The ledger has the rounds, gate runs, reviews and proofs.
+    assert_eq!(f.db.sql("SELECT count(*) FROM gate_runs"), "5");
+    assert_eq!(f.db.sql("SELECT count(*) FROM reviews"), "3");
+    assert!(f.db.sql("SELECT count(*) FROM events").parse::<i64>().unwrap() >= 5);
+
+    // A second plan after the config changed (every contract SHA changes):
+    // no second PR; the item is already_open by its key.
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "label = \"autopilot\"\n[limits]\nrounds = 1\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report2 = f.report();
+    assert_ne!(report2["items"][0]["contract_sha"], item["contract_sha"]);
+    assert_eq!(report2["items"][0]["outcome"], "already_open", "{report2:#}");
+    assert_eq!(gh.prs().len(), 1);
+    assert_eq!(f.remote_branches().len(), 1);
+    gh.assert_never_merged_approved_or_closed().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writers_that_break_rules_push_nothing() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_rules_token_abcdef123456".into());
+    let w = f.agent(
+        "writer.sh",
+        r#"#!/bin/sh
+title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
+case "$title" in
+  *scope*) echo sub >> calc.txt; echo "x" >> docs/README.md ;;
+  *commit*) echo sub >> calc.txt; git -c user.name=w -c user.email=w@x add -A; git -c user.name=w -c user.email=w@x commit -qm sneaky ;;
+  *switch*) git checkout -q -b elsewhere; echo sub >> calc.txt ;;
+  *hook*) echo sub >> calc.txt; printf '#!/bin/sh\ntouch "$HOME/hook-ran"\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit ;;
+esac
+"#,
+    );
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n");
+    let git_before = tree_hash(&f.repo.join(".git"));
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = f.report();
+    for i in report["items"].as_array().unwrap() {
+        assert_eq!(i["outcome"], "rule_broken", "{report:#}");
+    }
+    assert!(f.remote_branches().is_empty());
+    assert!(gh.prs().is_empty());
+    assert!(!f.home.join("hook-ran").exists(), "a planted hook ran");
+    assert_eq!(tree_hash(&f.repo.join(".git")), git_before, "the user's .git changed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_run_nothing_and_post_nothing() {
+    let (f, gh) = world().await;
+    // No approval at all.
+    let out = f.run(&["drain", "--deadline", "23:59"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("nightshift approve"), "prints the SHA to approve: {}", text(&out));
+    // An approval for another SHA that was never planned.
+    let out = f.run(&["drain", "--approve", &"a".repeat(64)]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    // Expired: an approval given 25 hours ago.
+    let sha = f.plan_sha();
+    f.db.sql(&format!(
+        "INSERT INTO approvals (id, plan_sha, repo, approved_by, created_at, expires_at) SELECT gen_random_uuid(), '{sha}', repo, 't', now() - interval '25 hours', now() - interval '1 hour' FROM plans WHERE sha = '{sha}'"
+    ));
+    let out = f.run(&["drain", "--approve", &sha]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("expired"), "{}", text(&out));
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    // Used: one run consumes it; a second is refused.
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    let first = f.run(&["drain", "--approve", &sha, "--deadline", "23:59"]);
+    assert_eq!(first.status.code(), Some(1), "{}", text(&first));
+    let posts_after_first = gh.requests().await.len();
+    let out = f.run(&["drain", "--approve", &sha, "--deadline", "23:59"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("already used"), "{}", text(&out));
+    assert_eq!(gh.requests().await.len(), posts_after_first, "a refused run talked to GitHub");
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
+    // Approvals are immutable rows.
+    let out = std::process::Command::new("psql").args([f.db.url.as_str(), "-c", "UPDATE approvals SET approved_by = 'x'"]).output().unwrap();
+    assert!(!out.status.success(), "approvals must reject UPDATE");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_never_see_tokens_or_the_ledger_url() {
+    let mut f = Fixture::new();
+    let token = "ghp_secret_value_987654321";
+    f.token = Some(token.into());
+    f.extra_env.push(("GH_TOKEN".into(), "gho_other_secret_123456".into()));
+    let dump = f.agents.join("env.txt");
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\nenv > {}\necho sub >> calc.txt\necho \"leak: $GITHUB_TOKEN\"\n", dump.display()));
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let env = std::fs::read_to_string(&dump).unwrap();
+    for var in ["GITHUB_TOKEN=", "GH_TOKEN=", "NIGHTSHIFT_DATABASE_URL=", "DATABASE_URL="] {
+        assert!(!env.lines().any(|l| l.starts_with(var)), "{var} reached the agent");
+    }
+    assert!(!env.contains(token) && !env.contains(&f.db.name), "a secret value reached the agent");
+    assert!(env.contains("NIGHTSHIFT_ROLE=writer"));
+    assert!(env.contains("TZ="));
+    // Nothing stored holds the token.
+    let dumped = f.db.sql("SELECT string_agg(t::text, ' ') FROM (SELECT * FROM agent_calls) t");
+    assert!(!dumped.contains(token), "the token is in the ledger");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_inputs_get_clear_messages_and_codes() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    // Malformed config: file, line and key.
+    f.config(&format!("verify = [\"sh test.sh\"]\nverfy = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2));
+    let t = text(&out);
+    assert!(t.contains("config.toml:2") && t.contains("verfy"), "{t}");
+    // Missing backlog.
+    f.config_with(&w, &r, "backlog = \"TODO.md\"\n");
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).contains("TODO.md"), "{}", text(&out));
+    // Malformed detail lines: every problem with file:line, no card.
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] One\n  - accept:\n- [ ] Two\n  - rounds: x\n- [ ] Three\n  - rounds: 99\n");
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("NEXT.md:2") && t.contains("NEXT.md:4") && t.contains("NEXT.md:6"), "{t}");
+    assert!(!t.contains("contract  sha256"), "no card before problems are fixed: {t}");
+    // No open items: nothing to do, exit 0.
+    f.write("NEXT.md", "- [x] Done\n");
+    let out = f.run(&["plan"]);
+    assert_ok(&out, "plan with nothing open");
+    assert!(text(&out).contains("no open items"), "{}", text(&out));
+    // A verify command that does not exist: tests_failed, recorded.
+    f.config(&format!("verify = [\"no-such-test-command-xyz\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(f.report()["items"][0]["outcome"], "tests_failed");
+    assert_eq!(f.db.sql("SELECT exit_code FROM gate_runs"), "127");
+    // A writer command that does not exist: error, recorded, the message names it.
+    f.config(&format!("verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"/no/such/writer\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "error");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("/no/such/writer"), "{rep:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_token_branches_are_pushed_and_prs_shown() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add pow\n- [ ] Needs a person\n  - question: which base?\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "pr_opened");
+    assert!(rep["items"][0]["pr_body"].as_str().unwrap().contains("nightshift-item"));
+    assert_eq!(rep["items"][1]["outcome"], "blocked");
+    assert_eq!(f.remote_branches().len(), 1);
+    let shown = f.run(&["report", "--show-body"]);
+    assert_ok(&shown, "report --show-body");
+    assert!(text(&shown).contains("would have been opened"), "{}", text(&shown));
+    // The writer's FINDINGS were recorded.
+    assert_eq!(f.db.sql("SELECT title FROM findings"), "docs/README.md is out of date");
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The full test suite, as the README's Quick start and CI run it.
+# It installs or starts what the tests need:
+#   - the PostgreSQL server binaries (initdb, pg_ctl), for the embedded-cluster tests;
+#   - a PostgreSQL server for the ledger tests: $DATABASE_URL if set, else the
+#     local server on 127.0.0.1:5432, else a private throwaway cluster it starts;
+# then runs every test with cargo.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+have_pg_bins() {
+  { command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; } || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+}
+if ! have_pg_bins; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing the PostgreSQL server binaries (apt-get install postgresql)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-client >/dev/null
+  else
+    echo "tests need the PostgreSQL server binaries: sudo apt-get install postgresql" >&2
+    exit 2
+  fi
+fi
+bindir=$( (pg_config --bindir 2>/dev/null) || ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+export PATH="$PATH:$bindir"
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  if "$bindir/pg_isready" -q -h 127.0.0.1 -p 5432 -t 3 && psql -qAt "postgres://postgres@127.0.0.1:5432/postgres" -c 'select 1' >/dev/null 2>&1; then
+    export DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres"
+  else
+    # A private throwaway server on a loopback port for this test run.
+    pgdir=$(mktemp -d /tmp/nightshift-testpg.XXXXXX)
+    port=55432
+    as=()
+    if [ "$(id -u)" = 0 ]; then chown postgres "$pgdir"; as=(runuser -u postgres --); fi
+    "${as[@]}" "$bindir/initdb" -q -D "$pgdir/data" -U postgres --auth=trust >/dev/null
+    "${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -w -t 60 -l "$pgdir/log" \
+      -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdir" start >/dev/null
+    trap '"${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true' EXIT
+    export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  fi
+fi
+echo "== tests use $DATABASE_URL"
+
+cargo test --all-targets -- --test-threads="${NIGHTSHIFT_TEST_THREADS:-4}"
