@@ -1,1 +1,584 @@
-//! git (placeholder: filled in by its owner)
+//! The one way nightshift runs `git`: a builder for every `git` subprocess, with
+//! pinned settings, a timeout and errors that carry the command and its stderr,
+//! plus a few local reads done in-process with git2.
+//!
+//! Network and checkout management (clone, fetch, push, reset, clean, commit)
+//! go through the `git` CLI so that users' credential helpers, `insteadOf`
+//! rewrites and ssh setup keep working (SPEC §5.1, DEPS.md "git2"). Local reads
+//! (HEAD, symbolic branch, remote URLs) use git2, which never runs hooks,
+//! filters or fsmonitor. This module is not about slots or proofs: it knows
+//! nothing of items, branches naming or scope (see `slot` and `proof`).
+//!
+//! Every call is blocking; async callers wrap it in `tokio::task::spawn_blocking`.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Default timeout of one `git` subprocess: 120 seconds.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How many bytes of stderr an error keeps (the tail; the head of a git
+/// failure is progress noise, the reason comes last).
+const STDERR_TAIL_BYTES: usize = 4096;
+
+/// Environment variable the askpass helper reads the token from. It is set
+/// only on the one git child that needs the token (SPEC §6: the token stays in
+/// memory, never in argv, a URL or a file).
+pub const ASKPASS_TOKEN_VAR: &str = "NIGHTSHIFT_ASKPASS_TOKEN";
+
+/// Username the askpass helper answers for https: GitHub accepts any
+/// non-empty user with a token as the password; this is the documented one.
+const ASKPASS_USERNAME: &str = "x-access-token";
+
+/// Settings passed as `-c` on every git command line, each with its reason.
+const PINNED_CONFIG: &[&str] = &[
+    // Nothing an agent plants in a checkout's .git may run under our identity:
+    // a hook (pre-commit, pre-push, post-checkout, reference-transaction...)
+    // would run with the runner's environment, token included.
+    "core.hooksPath=/dev/null",
+    // An fsmonitor command in .git/config is an arbitrary program git starts
+    // on status/add/commit; same reason as the hooks.
+    "core.fsmonitor=false",
+    // A cron job has no gpg-agent or pinentry: signing would hang or fail.
+    "commit.gpgsign=false",
+    // A command with a 120 s budget must not turn into a repack of the slot.
+    "gc.auto=0",
+    "maintenance.auto=false",
+];
+
+/// Environment variables removed from every git child: when nightshift itself
+/// runs under git (from a hook, or a test harness) these would redirect our
+/// commands to another repository, index or object store.
+const REMOVED_ENV: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+];
+
+/// A failed git operation, with what a person needs to understand it later.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// `git` could not be started (not installed, not on PATH, bad cwd).
+    #[error("could not start `{argv}` in {}: {source}", cwd.display())]
+    Spawn {
+        argv: String,
+        cwd: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// git ran and exited unsuccessfully.
+    #[error("`{argv}` in {} failed ({status}): {stderr_tail}", cwd.display())]
+    Failed {
+        argv: String,
+        cwd: PathBuf,
+        /// e.g. "exit status 128" or "signal 9".
+        status: String,
+        stderr_tail: String,
+    },
+    /// git did not finish in time; its process group was killed.
+    #[error("`{argv}` in {} timed out after {seconds} s and was killed: {stderr_tail}", cwd.display())]
+    TimedOut {
+        argv: String,
+        cwd: PathBuf,
+        seconds: u64,
+        stderr_tail: String,
+    },
+    /// Reading or writing a file around a git call (askpass helper, outputs).
+    #[error("{context} ({}): {source}", path.display())]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A local read through git2 failed.
+    #[error("{context} in {}: {source}", path.display())]
+    Repo {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+}
+
+/// What a successful git call printed.
+#[derive(Debug, Clone)]
+pub struct GitOutput {
+    /// Standard output, raw bytes.
+    pub stdout: Vec<u8>,
+    /// Standard error, lossily decoded (progress and warnings).
+    pub stderr: String,
+    /// Wall time of the call.
+    pub duration: Duration,
+}
+
+impl GitOutput {
+    /// Standard output decoded lossily and trimmed of surrounding whitespace.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).trim().to_string()
+    }
+}
+
+/// Builder for one or more `git` subprocesses in a directory.
+///
+/// Every command gets `-c core.hooksPath=/dev/null -c core.fsmonitor=false
+/// -c commit.gpgsign=false` (SPEC §5.1), `GIT_TERMINAL_PROMPT=0`, `LC_ALL=C`,
+/// a null stdin unless input is given, its own process group, and a timeout
+/// (default [`DEFAULT_TIMEOUT`]) after which the whole group is killed.
+///
+/// Global and system config are kept on purpose: users' credential helpers,
+/// `url.*.insteadOf` and ssh settings must keep working for fetch and push.
+/// With a token ([`Git::token`]) the credential helpers are switched off for
+/// that one command and the token is answered by an askpass helper instead,
+/// so that no helper stores it on disk.
+#[derive(Clone)]
+pub struct Git {
+    dir: PathBuf,
+    timeout: Duration,
+    token: Option<String>,
+    env: Vec<(OsString, OsString)>,
+}
+
+impl std::fmt::Debug for Git {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Git")
+            .field("dir", &self.dir)
+            .field("timeout", &self.timeout)
+            .field("token", &self.token.as_ref().map(|_| "****"))
+            .finish()
+    }
+}
+
+impl Git {
+    /// A builder running git with `dir` as its working directory.
+    pub fn new(dir: impl Into<PathBuf>) -> Git {
+        Git {
+            dir: dir.into(),
+            timeout: DEFAULT_TIMEOUT,
+            token: None,
+            env: Vec::new(),
+        }
+    }
+
+    /// The working directory of the commands.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Sets the timeout of each command (wall time).
+    pub fn timeout(mut self, timeout: Duration) -> Git {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sets (or clears) the token answered to git's username/password prompts
+    /// over https (user `x-access-token`, password the token). The token goes
+    /// to the child only in the environment of an askpass helper; it is never
+    /// in argv or in a URL (SPEC §6).
+    pub fn token(mut self, token: Option<&str>) -> Git {
+        self.token = token.map(str::to_string);
+        self
+    }
+
+    /// Adds an environment variable for the children (e.g. author identity).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Git {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Runs `git <args>` and returns its output if it exits 0.
+    ///
+    /// # Errors
+    /// [`GitError::Spawn`] if git cannot start, [`GitError::Failed`] on a
+    /// non-zero exit, [`GitError::TimedOut`] after the timeout; each carries
+    /// the argv, the directory and the stderr tail.
+    pub fn run(&self, args: &[&str]) -> Result<GitOutput, GitError> {
+        self.run_with_input(args, None)
+    }
+
+    /// Runs `git <args>` and returns its stdout decoded and trimmed.
+    ///
+    /// # Errors
+    /// As [`Git::run`].
+    pub fn text(&self, args: &[&str]) -> Result<String, GitError> {
+        Ok(self.run(args)?.text())
+    }
+
+    /// Runs `git <args>` with `input` on its stdin.
+    ///
+    /// # Errors
+    /// As [`Git::run`].
+    pub fn run_with_input(&self, args: &[&str], input: Option<&[u8]>) -> Result<GitOutput, GitError> {
+        let argv = display_argv(args);
+        let mut cmd = std::process::Command::new("git");
+        for pin in PINNED_CONFIG {
+            cmd.arg("-c").arg(pin);
+        }
+        // The askpass helper lives until the child is gone.
+        let _askpass = match &self.token {
+            Some(token) => {
+                let helper = AskpassHelper::create()?;
+                // An empty value resets the list of credential helpers: the
+                // token must not be stored by a `store`/keychain helper, and
+                // a stale stored credential must not win over it.
+                cmd.arg("-c").arg("credential.helper=");
+                cmd.env("GIT_ASKPASS", helper.script());
+                cmd.env(ASKPASS_TOKEN_VAR, token);
+                Some(helper)
+            }
+            None => None,
+        };
+        cmd.args(args)
+            .current_dir(&self.dir)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("LC_ALL", "C")
+            // A command that wants an editor (it should never) must not wait.
+            .env("GIT_EDITOR", "true")
+            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Own process group: on timeout we kill git and what it started
+            // (ssh, remote helpers, askpass) together.
+            .process_group(0);
+        for var in REMOVED_ENV {
+            cmd.env_remove(var);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let started = Instant::now();
+        let mut child = cmd.spawn().map_err(|source| GitError::Spawn {
+            argv: argv.clone(),
+            cwd: self.dir.clone(),
+            source,
+        })?;
+        let writer = input.map(|bytes| {
+            let mut stdin = child.stdin.take().expect("stdin was piped");
+            let bytes = bytes.to_vec();
+            std::thread::spawn(move || {
+                // A child that exits without reading its input is not our error.
+                let _ = stdin.write_all(&bytes);
+            })
+        });
+        let stdout = drain(child.stdout.take().expect("stdout was piped"));
+        let stderr = drain(child.stderr.take().expect("stderr was piped"));
+        let status = wait_with_timeout(&mut child, self.timeout);
+        if let Some(w) = writer {
+            let _ = w.join();
+        }
+        let stdout = stdout.join().unwrap_or_default();
+        let stderr_bytes = stderr.join().unwrap_or_default();
+        let stderr = String::from_utf8_lossy(&stderr_bytes).into_owned();
+        let status = match status {
+            Ok(Some(status)) => status,
+            Ok(None) => {
+                return Err(GitError::TimedOut {
+                    argv,
+                    cwd: self.dir.clone(),
+                    seconds: self.timeout.as_secs(),
+                    stderr_tail: tail(&stderr),
+                });
+            }
+            Err(source) => {
+                return Err(GitError::Io {
+                    context: "waiting for git",
+                    path: self.dir.clone(),
+                    source,
+                });
+            }
+        };
+        if !status.success() {
+            return Err(GitError::Failed {
+                argv,
+                cwd: self.dir.clone(),
+                status: describe_status(status),
+                stderr_tail: tail(&stderr),
+            });
+        }
+        Ok(GitOutput {
+            stdout,
+            stderr,
+            duration: started.elapsed(),
+        })
+    }
+
+    /// Fetches `refspec` from `remote` (a remote name or a URL), e.g.
+    /// `fetch("https://github.com/o/r.git", "+refs/heads/main:refs/remotes/origin/main")`.
+    /// Uses the token if one was set (SPEC §5.1 step 1).
+    ///
+    /// # Errors
+    /// As [`Git::run`].
+    pub fn fetch(&self, remote: &str, refspec: &str) -> Result<(), GitError> {
+        self.run(&["fetch", "--no-tags", "--no-write-fetch-head", "--quiet", remote, refspec])
+            .map(|_| ())
+    }
+
+    /// Pushes the local branch `branch` to the branch of the same name on
+    /// `remote` (a remote name or URL), replacing what is there: the
+    /// `nightshift/` branch namespace belongs to nightshift, and a leftover
+    /// from an earlier night whose PR was closed must not block the item
+    /// (SPEC §5.6). Uses the token if one was set.
+    ///
+    /// # Errors
+    /// As [`Git::run`]; a rejected push is [`GitError::Failed`] with git's
+    /// explanation in the stderr tail.
+    pub fn push(&self, remote: &str, branch: &str) -> Result<(), GitError> {
+        let refspec = format!("+refs/heads/{branch}:refs/heads/{branch}");
+        self.run(&["push", "--no-verify", "--quiet", remote, &refspec]).map(|_| ())
+    }
+
+    /// The commit id (40 hex) `rev` resolves to, through `git rev-parse`.
+    ///
+    /// # Errors
+    /// As [`Git::run`]; an unknown revision is [`GitError::Failed`].
+    pub fn rev_parse(&self, rev: &str) -> Result<String, GitError> {
+        let spec = format!("{rev}^{{commit}}");
+        self.text(&["rev-parse", "--verify", "--quiet", &spec])
+    }
+}
+
+/// Opens the repository at `path` (a working tree or a git dir) with git2,
+/// without searching parent directories.
+///
+/// # Errors
+/// [`GitError::Repo`] if `path` is not a git repository.
+pub fn open(path: &Path) -> Result<git2::Repository, GitError> {
+    git2::Repository::open(path).map_err(|source| GitError::Repo {
+        context: "opening the repository",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The commit id (40 hex) of HEAD in the repository at `path`.
+///
+/// # Errors
+/// [`GitError::Repo`] if it is not a repository or HEAD is unborn.
+pub fn head_commit(path: &Path) -> Result<String, GitError> {
+    let repo = open(path)?;
+    let repo_err = |source| GitError::Repo {
+        context: "reading HEAD",
+        path: path.to_path_buf(),
+        source,
+    };
+    let commit = repo.head().and_then(|h| h.peel_to_commit()).map_err(repo_err)?;
+    Ok(commit.id().to_string())
+}
+
+/// The full ref name HEAD points at (e.g. `refs/heads/main`), or `None` when
+/// HEAD is detached.
+///
+/// # Errors
+/// [`GitError::Repo`] if it is not a repository or HEAD cannot be read.
+pub fn head_branch(path: &Path) -> Result<Option<String>, GitError> {
+    let repo = open(path)?;
+    let head = repo.find_reference("HEAD").map_err(|source| GitError::Repo {
+        context: "reading HEAD",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(head.symbolic_target_bytes().map(|b| String::from_utf8_lossy(b).into_owned()))
+}
+
+/// The fetch URL and the push URL (`pushurl`, else the URL) of remote `name`
+/// as configured for the repository at `path` (repository, global and system
+/// config). A relative local path is resolved against the repository's
+/// working directory, where git itself would resolve it.
+///
+/// # Errors
+/// [`GitError::Repo`] if it is not a repository or the remote has no URL.
+pub fn remote_urls(path: &Path, name: &str) -> Result<(String, String), GitError> {
+    let repo = open(path)?;
+    let config = repo.config().map_err(|source| GitError::Repo {
+        context: "reading the config",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let url = config
+        .get_string(&format!("remote.{name}.url"))
+        .map_err(|source| GitError::Repo {
+            context: "reading the remote's URL (is the remote configured?)",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let push_url = config
+        .get_string(&format!("remote.{name}.pushurl"))
+        .unwrap_or_else(|_| url.clone());
+    let base = repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf();
+    Ok((absolute_local_url(&base, &url), absolute_local_url(&base, &push_url)))
+}
+
+/// A relative filesystem path as a remote URL is relative to where git runs;
+/// our commands run elsewhere (the slot), so make it absolute. URLs with a
+/// scheme (`https://`, `ssh://`, `file://`) and scp-like `host:path` stay.
+fn absolute_local_url(base: &Path, url: &str) -> String {
+    let has_scheme = url.contains("://");
+    let scp_like = url
+        .split_once(':')
+        .is_some_and(|(host, _)| !host.contains('/'));
+    if has_scheme || scp_like || Path::new(url).is_absolute() {
+        return url.to_string();
+    }
+    let joined = base.join(url);
+    joined
+        .canonicalize()
+        .unwrap_or(joined)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A `sh` script in a private (0700) temporary directory that answers git's
+/// prompts from the environment; removed on drop.
+struct AskpassHelper {
+    dir: tempfile::TempDir,
+}
+
+impl AskpassHelper {
+    fn create() -> Result<AskpassHelper, GitError> {
+        let io_err = |context, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| GitError::Io { context, path, source }
+        };
+        let tmp = std::env::temp_dir();
+        let dir = tempfile::Builder::new()
+            .prefix("nightshift-askpass-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(&tmp)
+            .map_err(io_err("creating the askpass directory", &tmp))?;
+        let script = dir.path().join("askpass.sh");
+        // The script holds no secret: it prints the variable git's child
+        // environment carries. git calls it with the prompt as $1.
+        let body = format!(
+            "#!/bin/sh\ncase \"$1\" in\n  Username*) printf '%s\\n' '{ASKPASS_USERNAME}' ;;\n  *) printf '%s\\n' \"${ASKPASS_TOKEN_VAR}\" ;;\nesac\n"
+        );
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o700)
+            .open(&script)
+            .map_err(io_err("writing the askpass helper", &script))?;
+        file.write_all(body.as_bytes())
+            .map_err(io_err("writing the askpass helper", &script))?;
+        Ok(AskpassHelper { dir })
+    }
+
+    fn script(&self) -> PathBuf {
+        self.dir.path().join("askpass.sh")
+    }
+}
+
+fn drain(mut from: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = from.read_to_end(&mut buf);
+        buf
+    })
+}
+
+/// Waits for the child up to `timeout`; on expiry kills its process group and
+/// returns `Ok(None)`.
+fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    // Most git calls end within milliseconds: poll fast first, then back off.
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            let _ = child.kill();
+            child.wait()?;
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        (None, None) => "unknown status".to_string(),
+    }
+}
+
+/// The last [`STDERR_TAIL_BYTES`] of `s`, cut at a character boundary.
+fn tail(s: &str) -> String {
+    let s = s.trim_end();
+    if s.len() <= STDERR_TAIL_BYTES {
+        return s.to_string();
+    }
+    let mut start = s.len() - STDERR_TAIL_BYTES;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &s[start..])
+}
+
+/// `git <args>` for messages. argv never holds a secret (tokens travel in the
+/// askpass environment), so it can be shown as is.
+fn display_argv(args: &[&str]) -> String {
+    let mut out = String::from("git");
+    for a in args {
+        if a.is_empty() || a.contains([' ', '\t', '\n', '"', '\'']) {
+            let _ = write!(out, " {a:?}");
+        } else {
+            let _ = write!(out, " {a}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_local_urls_become_absolute_and_others_stay() {
+        let base = Path::new("/nonexistent/repo");
+        assert_eq!(absolute_local_url(base, "../remote.git"), "/nonexistent/repo/../remote.git");
+        for url in [
+            "https://github.com/o/r.git",
+            "git@github.com:o/r.git",
+            "ssh://git@host/o/r",
+            "file:///srv/r.git",
+            "/srv/r.git",
+        ] {
+            assert_eq!(absolute_local_url(base, url), url);
+        }
+    }
+
+    #[test]
+    fn stderr_tail_keeps_the_end() {
+        let long = format!("{}fatal: the reason", "x".repeat(10_000));
+        let t = tail(&long);
+        assert!(t.ends_with("fatal: the reason"));
+        assert!(t.len() <= STDERR_TAIL_BYTES + "…".len());
+    }
+
+    #[test]
+    fn argv_display_quotes_only_when_needed() {
+        assert_eq!(display_argv(&["commit", "-m", "two words"]), "git commit -m \"two words\"");
+    }
+}

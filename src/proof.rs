@@ -1,1 +1,541 @@
-//! proof (placeholder: filled in by its owner)
+//! Proof of work: what the writer actually changed, read from git, not from
+//! the agent's word (SPEC §5.3), and the reviewer's read-only check (SPEC §6).
+//!
+//! A [`Proof`] compares the slot after a writer round with what was recorded
+//! before it ([`RoundStart`]): the files changed since the base commit in the
+//! working tree (untracked files and deletions included, ignored files not),
+//! with line counts; files the writer claimed that git does not show; files
+//! outside the item's scope; whether HEAD moved, the branch was switched or
+//! the checkout's `.git` config/hooks were touched; and a hash of the whole
+//! diff for no-progress detection. Everything is read in-process with git2,
+//! which never runs hooks, filters or fsmonitor, so reading a tampered slot
+//! is safe. This module decides nothing about outcomes beyond naming the
+//! broken rule; the item loop (`run`) does.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::Path;
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::slot::{self, Slot};
+
+/// A failed proof or fingerprint.
+#[derive(Debug, thiserror::Error)]
+pub enum ProofError {
+    /// A git2 read of the slot failed.
+    #[error("{context} in {}: {source}", path.display())]
+    Repo {
+        context: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+    /// A `scope:` glob does not compile.
+    #[error("bad scope glob `{glob}`: {source}")]
+    Scope {
+        glob: String,
+        #[source]
+        source: globset::Error,
+    },
+}
+
+/// What was true of the slot before the writer ran (recorded by the runner).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundStart {
+    /// The base commit the item's branch started from (40 hex).
+    pub base: String,
+    /// HEAD's commit before the round (40 hex).
+    pub head: String,
+    /// The ref HEAD pointed at (e.g. `refs/heads/nightshift/x-1a2b3c4d`),
+    /// `None` if it was detached.
+    pub branch: Option<String>,
+    /// [`slot::git_dir_fingerprint`] before the round.
+    pub git_dir_fingerprint: String,
+}
+
+impl RoundStart {
+    /// Records HEAD, its branch and the git-dir fingerprint of `slot` now.
+    ///
+    /// # Errors
+    /// [`ProofError::Repo`] if the slot is not a repository or HEAD is unborn.
+    pub fn record(slot: &Slot) -> Result<RoundStart, ProofError> {
+        let repo = open(&slot.path)?;
+        let (head, branch) = head_state(&repo);
+        let head = head.ok_or_else(|| ProofError::Repo {
+            context: "reading HEAD before the round",
+            path: slot.path.clone(),
+            source: git2::Error::from_str("HEAD does not resolve to a commit"),
+        })?;
+        Ok(RoundStart {
+            base: slot.base_commit.clone(),
+            head,
+            branch,
+            git_dir_fingerprint: slot::git_dir_fingerprint(&slot.path),
+        })
+    }
+}
+
+/// How a file changed since the base commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeStatus {
+    /// New (tracked or untracked).
+    Added,
+    Modified,
+    Deleted,
+    /// Moved from `old_path` (content similar enough for git to pair them).
+    Renamed,
+    /// A file became a link or the other way round.
+    TypeChanged,
+}
+
+impl ChangeStatus {
+    /// The one-letter form git uses (`A`, `M`, `D`, `R`, `T`).
+    pub fn letter(self) -> char {
+        match self {
+            ChangeStatus::Added => 'A',
+            ChangeStatus::Modified => 'M',
+            ChangeStatus::Deleted => 'D',
+            ChangeStatus::Renamed => 'R',
+            ChangeStatus::TypeChanged => 'T',
+        }
+    }
+}
+
+/// One changed file, paths relative to the checkout root with `/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChange {
+    pub path: String,
+    /// The path before a rename.
+    pub old_path: Option<String>,
+    pub status: ChangeStatus,
+    /// Lines added (0 for binary files).
+    pub added: usize,
+    /// Lines removed (0 for binary files).
+    pub removed: usize,
+    pub binary: bool,
+}
+
+/// The proof of one writer round, from git (SPEC §5.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proof {
+    /// Base commit (40 hex).
+    pub base: String,
+    /// HEAD before the round (40 hex).
+    pub head_before: String,
+    /// HEAD after the round (40 hex; empty if it no longer resolves).
+    pub head_after: String,
+    /// The ref HEAD pointed at before and after (`None`: detached).
+    pub branch_before: Option<String>,
+    pub branch_after: Option<String>,
+    /// Files changed since the base, in path order.
+    pub changed: Vec<FileChange>,
+    /// Paths the writer named that git shows no change for.
+    pub claimed_not_in_git: Vec<String>,
+    /// Changed paths (old and new side of renames) outside the scope globs.
+    pub out_of_scope: Vec<String>,
+    /// HEAD is not the commit recorded before the round (commit, reset, rebase).
+    pub head_moved: bool,
+    /// HEAD points at another branch, or is detached.
+    pub branch_switched: bool,
+    /// `.git/config` or `.git/hooks` changed during the round.
+    pub git_dir_tampered: bool,
+    /// SHA-256 (hex) of the full diff against the base, binary content
+    /// included; equal for equal changes (no-progress detection, SPEC §5.6).
+    pub diff_hash: String,
+}
+
+impl Proof {
+    /// Collects the proof for the checkout at `worktree` after a writer
+    /// round. `claimed` are the paths the writer said it changed (relative,
+    /// `./x` or absolute under `worktree`); `scope` the item's `scope:` globs
+    /// (empty: everything allowed; see [`Scope`]).
+    ///
+    /// # Errors
+    /// [`ProofError::Scope`] for a bad glob; [`ProofError::Repo`] if the
+    /// checkout or the base commit cannot be read.
+    pub fn collect(
+        worktree: &Path,
+        start: &RoundStart,
+        claimed: &[String],
+        scope: &[String],
+    ) -> Result<Proof, ProofError> {
+        let scope = Scope::new(scope)?;
+        let git_dir_tampered = slot::git_dir_fingerprint(worktree) != start.git_dir_fingerprint;
+        let repo = open(worktree)?;
+        let (head_after, branch_after) = head_state(&repo);
+        let head_after = head_after.unwrap_or_default();
+        let (changed, diff_hash) = diff_against(&repo, worktree, &start.base)?;
+
+        let in_git: BTreeSet<&str> = changed
+            .iter()
+            .flat_map(|c| std::iter::once(c.path.as_str()).chain(c.old_path.as_deref()))
+            .collect();
+        let claimed_not_in_git: Vec<String> = claimed
+            .iter()
+            .filter_map(|c| normalize_claim(worktree, c))
+            .filter(|c| !in_git.contains(c.as_str()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let out_of_scope: Vec<String> = in_git
+            .iter()
+            .filter(|p| !scope.allows(p))
+            .map(|p| p.to_string())
+            .collect();
+
+        Ok(Proof {
+            base: start.base.clone(),
+            head_moved: head_after != start.head,
+            head_before: start.head.clone(),
+            head_after,
+            branch_switched: branch_after.is_none() || branch_after != start.branch,
+            branch_before: start.branch.clone(),
+            branch_after,
+            changed,
+            claimed_not_in_git,
+            out_of_scope,
+            git_dir_tampered,
+            diff_hash,
+        })
+    }
+
+    /// The broken rules of the round, joined with `; `, or `None` when the
+    /// writer kept them all: it must not commit or rewrite history, switch
+    /// branch, touch the checkout's `.git` config or hooks, or change files
+    /// outside scope (SPEC §5.2, §5.3, outcome `rule_broken`).
+    pub fn rule_broken(&self) -> Option<String> {
+        let mut reasons = Vec::new();
+        if self.head_moved {
+            let after = if self.head_after.is_empty() { "nothing" } else { short(&self.head_after) };
+            reasons.push(format!(
+                "the writer moved HEAD (commit or history rewrite): {} -> {after}",
+                short(&self.head_before)
+            ));
+        }
+        if self.branch_switched {
+            let name = |b: &Option<String>| b.clone().unwrap_or_else(|| "detached HEAD".to_string());
+            reasons.push(format!(
+                "the writer switched branch: {} -> {}",
+                name(&self.branch_before),
+                name(&self.branch_after)
+            ));
+        }
+        if self.git_dir_tampered {
+            reasons.push("the writer changed the checkout's .git config or hooks".to_string());
+        }
+        if !self.out_of_scope.is_empty() {
+            reasons.push(format!("files changed outside scope: {}", self.out_of_scope.join(", ")));
+        }
+        (!reasons.is_empty()).then(|| reasons.join("; "))
+    }
+
+    /// True when git shows no change against the base (outcome `no_changes`).
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty()
+    }
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// The item's `scope:` globs, compiled (SPEC §3).
+///
+/// Matching follows `.gitignore` habits: `*` does not cross `/`, `**` does;
+/// a leading `/` or `./` anchors at the root (as every pattern with a `/`
+/// already is); a pattern also covers everything under it when it names a
+/// directory (`src` or `src/`); a pattern without `/` (`*.md`) matches at
+/// any depth. No globs means everything is in scope.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    set: Option<GlobSet>,
+}
+
+impl Scope {
+    /// Compiles `globs`.
+    ///
+    /// # Errors
+    /// [`ProofError::Scope`] naming the first glob that does not compile.
+    pub fn new(globs: &[String]) -> Result<Scope, ProofError> {
+        if globs.is_empty() {
+            return Ok(Scope { set: None });
+        }
+        let mut builder = GlobSetBuilder::new();
+        for glob in globs {
+            let trimmed = glob.trim();
+            let anchored = trimmed.starts_with('/') || trimmed.starts_with("./");
+            let pat = trimmed.trim_start_matches("./").trim_start_matches('/').trim_end_matches('/');
+            let mut forms = vec![pat.to_string(), format!("{pat}/**")];
+            if !anchored && !pat.contains('/') {
+                forms.push(format!("**/{pat}"));
+                forms.push(format!("**/{pat}/**"));
+            }
+            for form in forms {
+                let compiled = GlobBuilder::new(&form)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|source| ProofError::Scope { glob: glob.clone(), source })?;
+                builder.add(compiled);
+            }
+        }
+        let set = builder
+            .build()
+            .map_err(|source| ProofError::Scope { glob: globs.join(" "), source })?;
+        Ok(Scope { set: Some(set) })
+    }
+
+    /// True if the writer may change `path` (relative, `/`-separated).
+    pub fn allows(&self, path: &str) -> bool {
+        self.set.as_ref().is_none_or(|s| s.is_match(path))
+    }
+}
+
+/// A fingerprint (SHA-256 hex) of the checkout's state: HEAD and its branch,
+/// the git-dir fingerprint, every status entry (staged, unstaged, untracked;
+/// ignored files excluded) and the content of each such file. Equal before
+/// and after the reviewer ran means the reviewer changed nothing (SPEC §6:
+/// read-only is verified independently of the agent). Reading does not
+/// refresh or write the index.
+///
+/// # Errors
+/// [`ProofError::Repo`] if `worktree` is not a repository or its status
+/// cannot be read.
+pub fn worktree_fingerprint(worktree: &Path) -> Result<String, ProofError> {
+    let repo = open(worktree)?;
+    let mut h = Sha256::new();
+    let (head, branch) = head_state(&repo);
+    h.update(format!("head {}\nbranch {}\n", head.unwrap_or_default(), branch.unwrap_or_default()).as_bytes());
+    h.update(slot::git_dir_fingerprint(worktree).as_bytes());
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true)
+        .renames_head_to_index(false)
+        .renames_index_to_workdir(false)
+        .update_index(false);
+    let statuses = repo.statuses(Some(&mut opts)).map_err(|source| ProofError::Repo {
+        context: "reading the status",
+        path: worktree.to_path_buf(),
+        source,
+    })?;
+    let mut entries: Vec<(Vec<u8>, u32)> = statuses
+        .iter()
+        .map(|e| (e.path_bytes().to_vec(), e.status().bits()))
+        .collect();
+    entries.sort();
+    for (path, bits) in entries {
+        h.update(format!("\n{bits:x} ").as_bytes());
+        h.update(&path);
+        h.update(b"\0");
+        let full = worktree.join(String::from_utf8_lossy(&path).as_ref());
+        hash_file(&mut h, &full);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Hashes a working-tree entry: link target, file content, or absence.
+fn hash_file(h: &mut Sha256, path: &Path) {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => h.update(b"missing"),
+        Ok(m) if m.file_type().is_symlink() => {
+            h.update(b"link ");
+            if let Ok(t) = std::fs::read_link(path) {
+                h.update(t.as_os_str().as_encoded_bytes());
+            }
+        }
+        Ok(m) if m.is_dir() => h.update(b"dir"),
+        Ok(_) => match std::fs::File::open(path) {
+            Err(_) => h.update(b"unreadable"),
+            Ok(mut f) => {
+                h.update(b"file ");
+                let mut buf = [0u8; 64 * 1024];
+                while let Ok(n) = f.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    h.update(&buf[..n]);
+                }
+            }
+        },
+    }
+}
+
+fn open(path: &Path) -> Result<git2::Repository, ProofError> {
+    git2::Repository::open(path).map_err(|source| ProofError::Repo {
+        context: "opening the checkout",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// HEAD's commit (if it resolves) and the ref it points at (if not detached).
+fn head_state(repo: &git2::Repository) -> (Option<String>, Option<String>) {
+    let commit = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .ok()
+        .map(|c| c.id().to_string());
+    let branch = repo
+        .find_reference("HEAD")
+        .ok()
+        .and_then(|r| r.symbolic_target_bytes().map(|b| String::from_utf8_lossy(b).into_owned()));
+    (commit, branch)
+}
+
+/// The writer's claimed path as a checkout-relative `/` path, or `None` for
+/// an empty claim.
+fn normalize_claim(worktree: &Path, claim: &str) -> Option<String> {
+    let claim = claim.trim();
+    let relative = Path::new(claim)
+        .strip_prefix(worktree)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| claim.to_string());
+    let mut s = relative.as_str();
+    while let Some(rest) = s.strip_prefix("./") {
+        s = rest;
+    }
+    let s = s.trim_start_matches('/');
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// The changed files between the base tree and the working tree (through the
+/// index, so staged and unstaged changes both count; untracked files count
+/// as added) and the hash of the full diff.
+fn diff_against(
+    repo: &git2::Repository,
+    worktree: &Path,
+    base: &str,
+) -> Result<(Vec<FileChange>, String), ProofError> {
+    let err = |context| {
+        move |source| ProofError::Repo {
+            context,
+            path: worktree.to_path_buf(),
+            source,
+        }
+    };
+    let base_tree = git2::Oid::from_str(base)
+        .and_then(|oid| repo.find_commit(oid))
+        .and_then(|c| c.tree())
+        .map_err(err("reading the base commit"))?;
+    let mut opts = git2::DiffOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .show_untracked_content(true)
+        .include_typechange(true)
+        .ignore_submodules(true)
+        .show_binary(true);
+    let mut diff = repo
+        .diff_tree_to_workdir_with_index(Some(&base_tree), Some(&mut opts))
+        .map_err(err("diffing the working tree against the base"))?;
+    let mut find = git2::DiffFindOptions::new();
+    find.renames(true).for_untracked(true);
+    diff.find_similar(Some(&mut find)).map_err(err("finding renames"))?;
+
+    let mut changed = Vec::new();
+    let mut h = Sha256::new();
+    for idx in 0..diff.deltas().len() {
+        let Some(mut patch) = git2::Patch::from_diff(&diff, idx).map_err(err("reading a file's diff"))? else {
+            continue;
+        };
+        let delta = patch.delta();
+        let status = match delta.status() {
+            git2::Delta::Added | git2::Delta::Untracked | git2::Delta::Copied => ChangeStatus::Added,
+            git2::Delta::Deleted => ChangeStatus::Deleted,
+            git2::Delta::Renamed => ChangeStatus::Renamed,
+            git2::Delta::Typechange => ChangeStatus::TypeChanged,
+            git2::Delta::Modified | git2::Delta::Unreadable | git2::Delta::Conflicted => ChangeStatus::Modified,
+            git2::Delta::Unmodified | git2::Delta::Ignored => continue,
+        };
+        let path_of = |f: git2::DiffFile<'_>| f.path_bytes().map(|b| String::from_utf8_lossy(b).into_owned());
+        let new_path = path_of(delta.new_file());
+        let old_path = path_of(delta.old_file());
+        let path = if status == ChangeStatus::Deleted {
+            old_path.clone()
+        } else {
+            new_path.clone()
+        }
+        .unwrap_or_default();
+        let old_path = if status == ChangeStatus::Renamed { old_path } else { None };
+        let binary = delta.flags().is_binary();
+        let (_, added, removed) = patch.line_stats().map_err(err("counting a file's lines"))?;
+        // Our own header per file, instead of git's: its `index` line carries
+        // abbreviated ids and depends on whether a new file was staged.
+        h.update(format!(
+            "\0{} {} {} {:o} {:o}\n",
+            status.letter(),
+            old_path.as_deref().unwrap_or(""),
+            path,
+            u32::from(delta.old_file().mode()),
+            u32::from(delta.new_file().mode()),
+        ));
+        patch
+            .print(&mut |_delta, _hunk, line| {
+                if line.origin_value() != git2::DiffLineType::FileHeader {
+                    let origin = line.origin();
+                    if matches!(origin, '+' | '-' | ' ') {
+                        h.update([origin as u8]);
+                    }
+                    h.update(line.content());
+                }
+                true
+            })
+            .map_err(err("printing a file's diff"))?;
+        changed.push(FileChange {
+            path,
+            old_path,
+            status,
+            added: if binary { 0 } else { added },
+            removed: if binary { 0 } else { removed },
+            binary,
+        });
+    }
+    changed.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok((changed, hex::encode(h.finalize())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(globs: &[&str]) -> Scope {
+        Scope::new(&globs.iter().map(|g| g.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn empty_scope_allows_everything() {
+        assert!(scope(&[]).allows("any/where.rs"));
+    }
+
+    #[test]
+    fn scope_globs_follow_gitignore_habits() {
+        let s = scope(&["src/*.rs", "docs/", "*.md", "/Cargo.toml"]);
+        assert!(s.allows("src/lib.rs"));
+        assert!(!s.allows("src/deep/lib.rs"), "* must not cross /");
+        assert!(s.allows("docs/a/b.txt"), "a directory covers what is under it");
+        assert!(s.allows("README.md") && s.allows("x/y/NOTES.md"), "no slash: any depth");
+        assert!(s.allows("Cargo.toml"));
+        assert!(!s.allows("sub/Cargo.toml"), "a leading / anchors");
+        assert!(!s.allows("tests/a.rs"));
+        assert!(scope(&["src"]).allows("src/x/y.rs"));
+        assert!(scope(&["src/**"]).allows("src/x/y.rs"));
+    }
+
+    #[test]
+    fn bad_glob_names_itself() {
+        let err = Scope::new(&["src/[".to_string()]).unwrap_err();
+        assert!(err.to_string().contains("src/["), "{err}");
+    }
+
+    #[test]
+    fn claims_are_normalized() {
+        let wt = Path::new("/slots/s0");
+        assert_eq!(normalize_claim(wt, "./src/a.rs").as_deref(), Some("src/a.rs"));
+        assert_eq!(normalize_claim(wt, "/slots/s0/src/a.rs").as_deref(), Some("src/a.rs"));
+        assert_eq!(normalize_claim(wt, "  "), None);
+    }
+}

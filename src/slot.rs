@@ -1,1 +1,505 @@
-//! slot (placeholder: filled in by its owner)
+//! Slots: the reusable checkouts the writer works in (SPEC §5.1).
+//!
+//! A slot is a separate clone under nightshift's data directory that borrows
+//! objects from the user's repository (`git clone --shared --no-checkout`),
+//! not a `git worktree` of it: nothing an agent does in the slot's `.git`
+//! reaches the user's `.git`, and the user's working tree, index and branches
+//! are never read for writing — a dirty or detached user checkout does not
+//! matter. Fetch and push go straight to the URL of the user's remote. A slot
+//! is reused from item to item: preparing it costs a fetch, a forced checkout
+//! and a clean, not a new clone; a broken or tampered slot is removed and
+//! cloned again.
+//!
+//! This module does not judge the writer's work (that is `proof`) and does not
+//! talk to GitHub (that is `forge`).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::git::{self, Git, GitError};
+
+/// Timeout of a fetch or a push from a slot: 10 minutes (a first fetch of a
+/// large repository may need far more than the 120 s of local commands).
+pub const NETWORK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Files of a `.git` directory whose change means the slot was tampered with:
+/// each can make git run a program (filters, fsmonitor, ssh command, hooks) or
+/// redirect it to another config (`include.path`, `commondir`).
+const WATCHED_GIT_FILES: &[&str] = &["config", "config.worktree", "commondir", "info/attributes"];
+
+/// A failed slot operation.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// A git command or read failed.
+    #[error(transparent)]
+    Git(#[from] GitError),
+    /// A filesystem operation on the slot failed.
+    #[error("{context} ({}): {source}", path.display())]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The slot's `.git/config` or `.git/hooks` changed since it was prepared:
+    /// nightshift runs no more git commands in it.
+    #[error("the slot {} was tampered with (.git config or hooks changed since it was prepared)", path.display())]
+    Tampered { path: PathBuf },
+    /// `commit_all` found no change to commit.
+    #[error("nothing to commit in {}", path.display())]
+    NothingToCommit { path: PathBuf },
+}
+
+/// A name and an email for a commit's author or committer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub email: String,
+}
+
+/// A prepared checkout on the item's branch, at `<remote>/<base>`.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    /// The slot's working tree (its git dir is `path/.git`).
+    pub path: PathBuf,
+    /// The remote's name as configured in the user's repository (e.g. `origin`).
+    pub remote: String,
+    /// URL fetched from (the user's `remote.<name>.url`, made absolute if a local path).
+    pub fetch_url: String,
+    /// URL pushed to (the user's `remote.<name>.pushurl`, else the URL).
+    pub push_url: String,
+    /// The base branch name (e.g. `main`).
+    pub base: String,
+    /// The commit (40 hex) `<remote>/<base>` pointed at after the fetch.
+    pub base_commit: String,
+    /// The local branch checked out (e.g. `nightshift/fix-login-1a2b3c4d`).
+    pub branch: String,
+    /// Fingerprint of `.git/config` and `.git/hooks` when preparing ended
+    /// (see [`git_dir_fingerprint`]).
+    pub git_dir_fingerprint: String,
+    /// True when an existing slot was reset rather than cloned.
+    pub reused: bool,
+    /// Why an existing slot was removed and cloned again, if it was.
+    pub recloned_because: Option<String>,
+}
+
+/// Where slot number `index` of the user's repository lives:
+/// `<data_dir>/slots/<16 hex of sha256(canonical repo path)>/slot-<index>`.
+pub fn slot_path(data_dir: &Path, user_repo: &Path, index: usize) -> PathBuf {
+    let canonical = user_repo.canonicalize().unwrap_or_else(|_| user_repo.to_path_buf());
+    let digest = hex::encode(Sha256::digest(canonical.to_string_lossy().as_bytes()));
+    data_dir.join("slots").join(&digest[..16]).join(format!("slot-{index}"))
+}
+
+/// The item's branch: `nightshift/<slug>-<key8>` (SPEC §5.1).
+///
+/// The slug keeps the lowercased ASCII letters and digits of `title`; every
+/// run of other characters becomes one `-`; it is trimmed of `-`, cut to at
+/// most 40 characters, and `item` when nothing is left (e.g. a Chinese
+/// title). `key8` is the first 8 characters of the item's key.
+pub fn branch_name(title: &str, key: &str) -> String {
+    let mut slug = String::new();
+    for c in title.chars() {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    // ASCII only from here on, so byte truncation is a char truncation.
+    slug.truncate(40);
+    let slug = slug.trim_matches('-');
+    let slug = if slug.is_empty() { "item" } else { slug };
+    let key8: String = key.chars().take(8).collect();
+    format!("nightshift/{slug}-{key8}")
+}
+
+/// SHA-256 (hex) over the parts of `<worktree>/.git` that can make git run a
+/// program or read another config: `config`, `config.worktree`, `commondir`,
+/// `info/attributes` and everything under `hooks/` (names, modes, contents,
+/// link targets), plus what kind of thing `.git` itself is. A missing or
+/// unreadable part hashes as such, so the function never fails: any change,
+/// including `.git` being replaced by a file or a link, changes the value.
+pub fn git_dir_fingerprint(worktree: &Path) -> String {
+    let git_dir = worktree.join(".git");
+    let mut h = Sha256::new();
+    match std::fs::symlink_metadata(&git_dir) {
+        Ok(m) if m.is_dir() => h.update(b"dir\0"),
+        Ok(m) if m.file_type().is_symlink() => h.update(b"symlink\0"),
+        Ok(_) => h.update(b"file\0"),
+        Err(_) => h.update(b"missing\0"),
+    }
+    for name in WATCHED_GIT_FILES {
+        h.update(name.as_bytes());
+        h.update(b"\0");
+        hash_entry(&mut h, &git_dir.join(name));
+    }
+    hash_tree(&mut h, &git_dir.join("hooks"), "hooks");
+    hex::encode(h.finalize())
+}
+
+/// Hashes one filesystem entry without following links: kind, mode, content.
+fn hash_entry(h: &mut Sha256, path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        h.update(b"missing\0");
+        return;
+    };
+    if meta.file_type().is_symlink() {
+        h.update(b"symlink\0");
+        if let Ok(target) = std::fs::read_link(path) {
+            h.update(target.as_os_str().as_encoded_bytes());
+        }
+    } else if meta.is_dir() {
+        h.update(b"dir\0");
+    } else {
+        h.update(format!("file {:o}\0", meta.permissions().mode()).as_bytes());
+        match std::fs::File::open(path) {
+            Ok(mut f) => {
+                let mut buf = [0u8; 64 * 1024];
+                loop {
+                    match f.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => h.update(&buf[..n]),
+                        Err(_) => {
+                            h.update(b"\0unreadable");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(_) => h.update(b"unreadable\0"),
+        }
+    }
+    h.update(b"\0");
+}
+
+/// Hashes a directory tree in name order (entries under it, recursively).
+fn hash_tree(h: &mut Sha256, dir: &Path, label: &str) {
+    h.update(label.as_bytes());
+    h.update(b"\0");
+    hash_entry(h, dir);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        let child = format!("{label}/{}", name.to_string_lossy());
+        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if is_dir {
+            hash_tree(h, &path, &child);
+        } else {
+            h.update(child.as_bytes());
+            h.update(b"\0");
+            hash_entry(h, &path);
+        }
+    }
+}
+
+/// The file next to a slot that remembers its fingerprint between runs. It is
+/// outside the slot, so removing the slot's `.git` cannot also forge it.
+fn fingerprint_file(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".fingerprint");
+    path.with_file_name(name)
+}
+
+impl Slot {
+    /// Prepares the slot at `path` for one item: clones it from `user_repo` if
+    /// needed, fetches `<base>` from the user's remote `remote` (its URL read
+    /// from the user's config), resets and cleans it to that commit and
+    /// checks out `branch` there (created or moved, by force). Other local
+    /// branches left by earlier items are deleted. `token`, when given, is
+    /// answered to https prompts (see [`Git::token`]).
+    ///
+    /// An existing slot is reused when its `.git/config` and hooks match the
+    /// fingerprint recorded when it was last prepared; otherwise, or when the
+    /// reset fails, it is removed and cloned again (`recloned_because` says
+    /// why). The user's repository is only read (SPEC §5.1, §10).
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when the user's repository or remote cannot be read,
+    /// the fetch fails, or a fresh clone cannot be reset; [`SlotError::Io`]
+    /// when the slot directory cannot be created or removed.
+    pub fn prepare(
+        path: &Path,
+        user_repo: &Path,
+        remote: &str,
+        base: &str,
+        branch: &str,
+        token: Option<&str>,
+    ) -> Result<Slot, SlotError> {
+        let (fetch_url, push_url) = git::remote_urls(user_repo, remote)?;
+        let mut slot = Slot {
+            path: path.to_path_buf(),
+            remote: remote.to_string(),
+            fetch_url,
+            push_url,
+            base: base.to_string(),
+            base_commit: String::new(),
+            branch: branch.to_string(),
+            git_dir_fingerprint: String::new(),
+            reused: false,
+            recloned_because: None,
+        };
+        let exists = std::fs::symlink_metadata(path).is_ok();
+        if exists {
+            match slot.reuse_check() {
+                Ok(()) => match slot.reset(token) {
+                    Ok(()) => {
+                        slot.reused = true;
+                        return Ok(slot);
+                    }
+                    // A failed fetch is the network's fault, not the slot's.
+                    Err(SlotError::Git(e)) if slot.base_commit.is_empty() && is_fetch(&e) => {
+                        return Err(SlotError::Git(e));
+                    }
+                    Err(e) => slot.recloned_because = Some(format!("reset failed: {e}")),
+                },
+                Err(reason) => slot.recloned_because = Some(reason),
+            }
+            tracing::warn!(slot = %path.display(), reason = ?slot.recloned_because, "removing broken slot");
+            slot.remove()?;
+        }
+        slot.clone_from(user_repo)?;
+        if let Err(e) = slot.reset(token) {
+            // Leave nothing half-made behind; the next run starts clean.
+            let _ = slot.remove();
+            return Err(e);
+        }
+        Ok(slot)
+    }
+
+    /// Why an existing slot cannot be reused, if it cannot.
+    fn reuse_check(&self) -> Result<(), String> {
+        let recorded = std::fs::read_to_string(fingerprint_file(&self.path))
+            .map_err(|_| "no recorded fingerprint".to_string())?;
+        if recorded.trim() != git_dir_fingerprint(&self.path) {
+            return Err(".git config or hooks changed since the slot was prepared".to_string());
+        }
+        git::open(&self.path).map_err(|e| format!("not a git repository: {e}"))?;
+        Ok(())
+    }
+
+    fn git(&self) -> Git {
+        Git::new(&self.path)
+    }
+
+    fn clone_from(&self, user_repo: &Path) -> Result<(), SlotError> {
+        let parent = self.path.parent().unwrap_or(Path::new("/"));
+        std::fs::create_dir_all(parent).map_err(|source| SlotError::Io {
+            context: "creating the slots directory",
+            path: parent.to_path_buf(),
+            source,
+        })?;
+        let target = self.path.to_string_lossy().into_owned();
+        let source = user_repo.to_string_lossy().into_owned();
+        Git::new(parent).run(&[
+            "clone",
+            "--shared",
+            "--no-checkout",
+            "--quiet",
+            "--origin",
+            &self.remote,
+            "--",
+            &source,
+            &target,
+        ])?;
+        let git = self.git();
+        git.run(&["remote", "set-url", &self.remote, &self.fetch_url])?;
+        if self.push_url != self.fetch_url {
+            git.run(&["remote", "set-url", "--push", &self.remote, &self.push_url])?;
+        }
+        // The clone copied the user's local branches as remote-tracking refs
+        // (and HEAD's branch as a local one); they are not the remote's and
+        // only mislead an agent running `git log origin/main`.
+        let refs = git.text(&["for-each-ref", "--format=%(refname)", "refs/remotes/"])?;
+        let deletes: String = refs.lines().map(|r| format!("delete {r}\n")).collect();
+        if !deletes.is_empty() {
+            git.run_with_input(&["update-ref", "--stdin"], Some(deletes.as_bytes()))?;
+        }
+        // Sample hooks are inert, but an empty hooks dir is easier to audit.
+        let hooks = self.path.join(".git/hooks");
+        if let Ok(entries) = std::fs::read_dir(&hooks) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Ok(())
+    }
+
+    /// Fetch, forced checkout of the branch at the fetched base, clean, prune
+    /// other local branches, record the fingerprint.
+    fn reset(&mut self, token: Option<&str>) -> Result<(), SlotError> {
+        self.base_commit.clear();
+        let tracking = format!("refs/remotes/{}/{}", self.remote, self.base);
+        let refspec = format!("+refs/heads/{}:{tracking}", self.base);
+        self.git()
+            .token(token)
+            .timeout(NETWORK_TIMEOUT)
+            .fetch(&self.fetch_url, &refspec)?;
+        let git = self.git();
+        self.base_commit = git.rev_parse(&tracking)?;
+        git.run(&["checkout", "--quiet", "--force", "--no-track", "-B", &self.branch, &self.base_commit])?;
+        git.run(&["clean", "-ffdxq"])?;
+        let current = format!("refs/heads/{}", self.branch);
+        let refs = git.text(&["for-each-ref", "--format=%(refname)", "refs/heads/"])?;
+        let deletes: String = refs
+            .lines()
+            .filter(|r| *r != current)
+            .map(|r| format!("delete {r}\n"))
+            .collect();
+        if !deletes.is_empty() {
+            git.run_with_input(&["update-ref", "--stdin"], Some(deletes.as_bytes()))?;
+        }
+        self.record_fingerprint()
+    }
+
+    fn record_fingerprint(&mut self) -> Result<(), SlotError> {
+        self.git_dir_fingerprint = git_dir_fingerprint(&self.path);
+        let file = fingerprint_file(&self.path);
+        std::fs::write(&file, &self.git_dir_fingerprint).map_err(|source| SlotError::Io {
+            context: "recording the slot's fingerprint",
+            path: file,
+            source,
+        })
+    }
+
+    /// True when `.git/config` or `.git/hooks` differ from what was recorded
+    /// when the slot was prepared.
+    pub fn is_tampered(&self) -> bool {
+        git_dir_fingerprint(&self.path) != self.git_dir_fingerprint
+    }
+
+    fn ensure_untampered(&self) -> Result<(), SlotError> {
+        if self.is_tampered() {
+            return Err(SlotError::Tampered { path: self.path.clone() });
+        }
+        Ok(())
+    }
+
+    /// Stages every change of the working tree (new, modified, deleted; what
+    /// `.gitignore` ignores stays out) and commits it on the slot's branch
+    /// with `author` and `committer` (nightshift commits, not the agent).
+    /// Hooks never run. Returns the new commit id (40 hex).
+    ///
+    /// # Errors
+    /// [`SlotError::Tampered`] if the slot's git dir changed (no git command
+    /// runs then), [`SlotError::NothingToCommit`] if there is no change,
+    /// [`SlotError::Git`] if git fails.
+    pub fn commit_all(&self, message: &str, author: &Identity, committer: &Identity) -> Result<String, SlotError> {
+        self.ensure_untampered()?;
+        let git = self
+            .git()
+            .env("GIT_AUTHOR_NAME", &author.name)
+            .env("GIT_AUTHOR_EMAIL", &author.email)
+            .env("GIT_COMMITTER_NAME", &committer.name)
+            .env("GIT_COMMITTER_EMAIL", &committer.email);
+        git.run(&["add", "--all"])?;
+        match git.run(&["diff", "--cached", "--quiet"]) {
+            Ok(_) => return Err(SlotError::NothingToCommit { path: self.path.clone() }),
+            Err(GitError::Failed { ref status, .. }) if status == "exit status 1" => {}
+            Err(e) => return Err(e.into()),
+        }
+        git.run(&["commit", "--quiet", "--no-verify", "--no-edit", "--cleanup=verbatim", "-m", message])?;
+        Ok(git.rev_parse("HEAD")?)
+    }
+
+    /// Pushes the slot's branch to the user's remote (its push URL), replacing
+    /// a branch of that name there. `token`, when given, answers https
+    /// prompts through the askpass helper (SPEC §6); otherwise the user's
+    /// credential helpers and ssh setup apply.
+    ///
+    /// # Errors
+    /// [`SlotError::Tampered`] if the slot's git dir changed (nothing is
+    /// pushed then: a planted config could send the token elsewhere);
+    /// [`SlotError::Git`] if the push fails or times out.
+    pub fn push(&self, token: Option<&str>) -> Result<(), SlotError> {
+        self.ensure_untampered()?;
+        self.git()
+            .token(token)
+            .timeout(NETWORK_TIMEOUT)
+            .push(&self.push_url, &self.branch)?;
+        Ok(())
+    }
+
+    /// Leaves nothing of a failed item behind (SPEC §5.6): the working tree is
+    /// reset and cleaned to the base commit (detached) and the local branch
+    /// deleted. A tampered slot, or one where that fails, is removed entirely
+    /// (it will be cloned again when next prepared).
+    ///
+    /// # Errors
+    /// [`SlotError::Io`] only when removing the slot directory fails.
+    pub fn discard(&self) -> Result<(), SlotError> {
+        if self.is_tampered() || self.reset_to_base().is_err() {
+            return self.remove();
+        }
+        Ok(())
+    }
+
+    fn reset_to_base(&self) -> Result<(), SlotError> {
+        let git = self.git();
+        git.run(&["checkout", "--quiet", "--force", "--detach", &self.base_commit])?;
+        git.run(&["clean", "-ffdxq"])?;
+        let refname = format!("refs/heads/{}", self.branch);
+        if git.run(&["show-ref", "--verify", "--quiet", &refname]).is_ok() {
+            git.run(&["update-ref", "-d", &refname])?;
+        }
+        Ok(())
+    }
+
+    /// Removes the slot directory and its recorded fingerprint.
+    fn remove(&self) -> Result<(), SlotError> {
+        let _ = std::fs::remove_file(fingerprint_file(&self.path));
+        match std::fs::symlink_metadata(&self.path) {
+            Err(_) => Ok(()),
+            Ok(m) => {
+                let removed = if m.is_dir() {
+                    std::fs::remove_dir_all(&self.path)
+                } else {
+                    std::fs::remove_file(&self.path)
+                };
+                removed.map_err(|source| SlotError::Io {
+                    context: "removing the slot",
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+fn is_fetch(e: &GitError) -> bool {
+    match e {
+        GitError::Failed { argv, .. } | GitError::TimedOut { argv, .. } => argv.starts_with("git fetch"),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_file_sits_next_to_the_slot() {
+        assert_eq!(
+            fingerprint_file(Path::new("/d/slots/ab/slot-0")),
+            Path::new("/d/slots/ab/slot-0.fingerprint")
+        );
+    }
+
+    #[test]
+    fn slot_path_is_stable_per_repo() {
+        let a = slot_path(Path::new("/data"), Path::new("/nonexistent/repo"), 0);
+        let b = slot_path(Path::new("/data"), Path::new("/nonexistent/repo"), 0);
+        let c = slot_path(Path::new("/data"), Path::new("/nonexistent/other"), 0);
+        assert_eq!(a, b);
+        assert_ne!(a.parent(), c.parent());
+        assert!(a.ends_with("slot-0"));
+    }
+}
