@@ -1,0 +1,1 @@
+//! Typed reads and writes of the ledger tables; filled by the lead.
