@@ -1,1 +1,1060 @@
-//! process (placeholder: filled in by its owner)
+//! The one child-process runner: every agent, setup and gate command goes
+//! through [`run`] (SPEC §5 step 4, §6; DEPS.md "Child processes").
+//!
+//! A [`Command`] is spawned with a cleared environment plus an explicit map,
+//! in its own process group, stdin null (or the prompt bytes, then closed),
+//! stdout and stderr drained from the start into files through a
+//! [`StreamRedactor`] (never held whole in memory; a redacted tail of each is
+//! kept). On timeout or cancellation the group gets SIGTERM, a grace period,
+//! then SIGKILL. After the child is gone its leftovers are swept too (see
+//! [`run`]), and the reader tasks get a bounded time to finish, so a
+//! grandchild holding a pipe cannot hang a night.
+//!
+//! It is not an agent adapter (no output parsing beyond splitting stdout into
+//! lines for a callback) and it does not decide which variables are secret:
+//! callers pass the environment map and the [`Redactor`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::secret::{Redactor, StreamRedactor, token_vars};
+
+/// Default time between SIGTERM and SIGKILL (SPEC §6: the timeout kills the
+/// whole process group).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// Default timeout of a call when the caller sets none: 60 minutes, the
+/// default `agent_timeout` (SPEC §11). Every external call has one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
+/// Default size in bytes of the stdout and stderr tails kept in [`Outcome`].
+pub const DEFAULT_TAIL_BYTES: usize = 16 * 1024;
+
+/// Default longest stdout line, in bytes, handed whole to the line callback;
+/// longer lines are cut to this length (the file still has them whole).
+pub const DEFAULT_LINE_MAX: usize = 4 * 1024 * 1024;
+
+/// How long the reader tasks may go on after the child is gone and its
+/// group killed: a descendant that escaped the sweep and still holds a pipe
+/// is abandoned after this.
+pub const READER_LINGER: Duration = Duration::from_secs(2);
+
+/// The variable that tags every descendant of one call (its value is unique
+/// per call), so that descendants which left the process group with
+/// `setsid` are still found in `/proc/PID/environ` and swept.
+pub const CALL_MARKER_VAR: &str = "NIGHTSHIFT_CALL_ID";
+
+/// Size of one read from a child's pipe, in bytes.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Failure to run a child at all. A child that ran and failed is not an
+/// error: it is an [`Outcome`] with a non-zero exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The program could not be started: not found, not executable, bad
+    /// working directory, or the switch to `agent_user` was refused.
+    #[error("cannot start `{program}` in {}: {source}\n  hint: {hint}", cwd.display())]
+    Spawn {
+        /// `argv[0]` as given.
+        program: String,
+        /// The working directory the child was to start in.
+        cwd: PathBuf,
+        /// What to do about it.
+        hint: String,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// A stdout or stderr file could not be created.
+    #[error("cannot create the output file {} for `{program}`: {source}", path.display())]
+    OutputFile {
+        /// `argv[0]` of the command whose output it was for.
+        program: String,
+        /// The file that could not be created.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Waiting for the child failed (the operating system lost track of it).
+    #[error("waiting for `{program}` (pid {pid}) failed: {source}")]
+    Wait {
+        /// `argv[0]`.
+        program: String,
+        /// The child's process id.
+        pid: u32,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// An unprivileged account to run the child as (config `agent_user`,
+/// SPEC §6). Requires nightshift to run as root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    /// Numeric user id.
+    pub uid: u32,
+    /// Numeric primary group id; supplementary groups are dropped.
+    pub gid: u32,
+    /// The account's home directory, given to the child as `HOME`.
+    pub home: PathBuf,
+    /// The account's name, given to the child as `USER` and `LOGNAME`.
+    pub user: String,
+}
+
+impl RunAs {
+    /// Looks up an account by name in the user database.
+    ///
+    /// # Errors
+    /// `NotFound` when there is no such account, or the lookup's own error.
+    pub fn lookup(name: &str) -> io::Result<RunAs> {
+        match nix::unistd::User::from_name(name) {
+            Ok(Some(user)) => Ok(RunAs {
+                uid: user.uid.as_raw(),
+                gid: user.gid.as_raw(),
+                home: user.dir,
+                user: user.name,
+            }),
+            Ok(None) => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no user account named `{name}` (create it, e.g. `useradd -m {name}`)"),
+            )),
+            Err(errno) => Err(io::Error::from(errno)),
+        }
+    }
+}
+
+/// A callback that receives each complete stdout line, redacted, without its
+/// line ending.
+pub type LineCallback = Box<dyn FnMut(&str) + Send>;
+
+/// What to run and how: a builder consumed by [`run`].
+///
+/// The environment always starts empty: set it with [`Command::env_map`]
+/// (usually from [`child_env`]) and [`Command::env`]. `GIT_TERMINAL_PROMPT=0`
+/// is always set, `LANG=C.UTF-8` when the map has no `LANG`.
+pub struct Command {
+    program: String,
+    args: Vec<String>,
+    cwd: Option<PathBuf>,
+    env: BTreeMap<String, String>,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+    grace: Duration,
+    stdout_path: Option<PathBuf>,
+    stderr_path: Option<PathBuf>,
+    tail_bytes: usize,
+    line_max: usize,
+    on_stdout_line: Option<LineCallback>,
+    run_as: Option<RunAs>,
+    redactor: Redactor,
+    sweep_escaped: bool,
+}
+
+impl fmt::Debug for Command {
+    /// Shows the variable names only: values may be secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Command")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("cwd", &self.cwd)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("stdin_bytes", &self.stdin.as_ref().map(Vec::len))
+            .field("timeout", &self.timeout)
+            .field("grace", &self.grace)
+            .field("stdout_path", &self.stdout_path)
+            .field("stderr_path", &self.stderr_path)
+            .field("run_as", &self.run_as)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Command {
+    /// Runs `program` (looked up on the child's `PATH` unless it contains a
+    /// `/`) with the arguments added by [`Command::arg`]/[`Command::args`].
+    pub fn new(program: impl Into<String>) -> Command {
+        Command {
+            program: program.into(),
+            args: Vec::new(),
+            cwd: None,
+            env: BTreeMap::new(),
+            stdin: None,
+            timeout: DEFAULT_TIMEOUT,
+            grace: DEFAULT_GRACE,
+            stdout_path: None,
+            stderr_path: None,
+            tail_bytes: DEFAULT_TAIL_BYTES,
+            line_max: DEFAULT_LINE_MAX,
+            on_stdout_line: None,
+            run_as: None,
+            redactor: Redactor::default(),
+            sweep_escaped: true,
+        }
+    }
+
+    /// Runs `sh -c script` (gate and setup commands, SPEC §5 step 4).
+    pub fn shell(script: impl Into<String>) -> Command {
+        Command::new("sh").arg("-c").arg(script)
+    }
+
+    /// Adds one argument.
+    pub fn arg(mut self, arg: impl Into<String>) -> Command {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args<I, S>(mut self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// The working directory (default: nightshift's own).
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Command {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Replaces the whole environment map (see [`child_env`]).
+    pub fn env_map(mut self, env: BTreeMap<String, String>) -> Command {
+        self.env = env;
+        self
+    }
+
+    /// Sets one more variable (`TZ`, `NIGHTSHIFT_ROLE`, …).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Command {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Writes these bytes to the child's stdin, then closes it (the prompt,
+    /// SPEC §6). Without it stdin is `/dev/null`.
+    pub fn stdin_bytes(mut self, bytes: impl Into<Vec<u8>>) -> Command {
+        self.stdin = Some(bytes.into());
+        self
+    }
+
+    /// Wall-clock limit from spawn to exit (default [`DEFAULT_TIMEOUT`]).
+    pub fn timeout(mut self, timeout: Duration) -> Command {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Time between SIGTERM and SIGKILL (default [`DEFAULT_GRACE`], 5 s).
+    pub fn grace(mut self, grace: Duration) -> Command {
+        self.grace = grace;
+        self
+    }
+
+    /// Streams the child's stdout, redacted, into this file (created or
+    /// truncated).
+    pub fn stdout_file(mut self, path: impl Into<PathBuf>) -> Command {
+        self.stdout_path = Some(path.into());
+        self
+    }
+
+    /// Streams the child's stderr, redacted, into this file (created or
+    /// truncated).
+    pub fn stderr_file(mut self, path: impl Into<PathBuf>) -> Command {
+        self.stderr_path = Some(path.into());
+        self
+    }
+
+    /// How many trailing bytes of each stream [`Outcome`] keeps (default
+    /// [`DEFAULT_TAIL_BYTES`], 16 KiB).
+    pub fn tail_bytes(mut self, bytes: usize) -> Command {
+        self.tail_bytes = bytes;
+        self
+    }
+
+    /// Longest line in bytes handed whole to the line callback (default
+    /// [`DEFAULT_LINE_MAX`], 4 MiB); longer lines arrive cut to this length.
+    pub fn line_max(mut self, bytes: usize) -> Command {
+        self.line_max = bytes.max(1);
+        self
+    }
+
+    /// Calls `callback` with each complete stdout line (redacted, lossy
+    /// UTF-8, without `\n` or `\r\n`), in order, from the reader task, so an
+    /// adapter can parse stream-json while the agent runs. A last line
+    /// without a newline is delivered at end of output. The callback must not
+    /// block: it holds up the reading of stdout.
+    pub fn on_stdout_line(mut self, callback: impl FnMut(&str) + Send + 'static) -> Command {
+        self.on_stdout_line = Some(Box::new(callback));
+        self
+    }
+
+    /// Runs the child as another account (config `agent_user`, SPEC §6):
+    /// uid and gid are switched before exec and `HOME`, `USER`, `LOGNAME` set.
+    pub fn run_as(mut self, account: RunAs) -> Command {
+        self.run_as = Some(account);
+        self
+    }
+
+    /// Masks these secret values in files, tails and lines.
+    pub fn redactor(mut self, redactor: Redactor) -> Command {
+        self.redactor = redactor;
+        self
+    }
+
+    /// Whether descendants that left the process group (found by
+    /// [`CALL_MARKER_VAR`]) are killed after the child exits (default true).
+    /// Turn it off only for a command whose job is to start a daemon that
+    /// must outlive it, such as `pg_ctl start`.
+    pub fn sweep_escaped(mut self, sweep: bool) -> Command {
+        self.sweep_escaped = sweep;
+        self
+    }
+
+    /// `argv[0]` as given.
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    /// The arguments after `argv[0]`.
+    pub fn arguments(&self) -> &[String] {
+        &self.args
+    }
+}
+
+/// How one call ended. A non-zero exit is an outcome, not an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Exit code when the child exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when the child was killed by a signal (ours on timeout
+    /// or cancellation: 15 or 9).
+    pub signal: Option<i32>,
+    /// The timeout elapsed and the child was killed.
+    pub timed_out: bool,
+    /// The cancellation token fired and the child was killed.
+    pub cancelled: bool,
+    /// Wall-clock time from spawn to the child's exit.
+    pub duration: Duration,
+    /// The last bytes (at most the tail size) of stdout, redacted, lossy UTF-8.
+    pub stdout_tail: String,
+    /// The last bytes (at most the tail size) of stderr, redacted, lossy UTF-8.
+    pub stderr_tail: String,
+    /// The file holding all of stdout (redacted), if one was asked for.
+    pub stdout_path: Option<PathBuf>,
+    /// The file holding all of stderr (redacted), if one was asked for.
+    pub stderr_path: Option<PathBuf>,
+    /// Bytes the child wrote to stdout (before redaction).
+    pub stdout_bytes: u64,
+    /// Bytes the child wrote to stderr (before redaction).
+    pub stderr_bytes: u64,
+}
+
+impl Outcome {
+    /// Exited by itself with code 0.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out && !self.cancelled
+    }
+}
+
+/// The environment for a child: `parent` (usually `std::env::vars()`) minus
+/// the token variables ([`token_vars`]), minus every name in `remove` (the
+/// ledger URL's variable, config `secrets`; SPEC §6), minus a
+/// [`CALL_MARKER_VAR`] inherited from an enclosing call.
+pub fn child_env(
+    parent: impl IntoIterator<Item = (String, String)>,
+    remove: &[String],
+) -> BTreeMap<String, String> {
+    parent
+        .into_iter()
+        .filter(|(key, _)| {
+            !token_vars().contains(&key.as_str())
+                && !remove.iter().any(|r| r == key)
+                && key != CALL_MARKER_VAR
+        })
+        .collect()
+}
+
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so that
+/// descendants orphaned by their parent (a daemonising `setsid … &`) are
+/// reparented to nightshift instead of init, where [`run`] can find and reap
+/// them. Call once at start-up; calling again is harmless.
+///
+/// # Errors
+/// The `prctl` error (only on kernels older than 3.4).
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes one integer argument and touches
+    // no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Runs `cmd` to completion, timeout or cancellation and reports how it
+/// ended (SPEC §6; DEPS.md "Child processes").
+///
+/// - Spawned with `process_group(0)`, a cleared environment plus the map,
+///   `GIT_TERMINAL_PROMPT=0`, `LANG=C.UTF-8` if unset, and a unique
+///   [`CALL_MARKER_VAR`]; stdin null unless bytes were given.
+/// - stdout and stderr are read from the start (a full pipe would block the
+///   child) and streamed through the redactor into the files.
+/// - On timeout or cancellation: SIGTERM to the group, the grace period,
+///   SIGKILL to the group, reap.
+/// - After the child is gone, in every case, its leftovers are swept: the
+///   process group, and every process whose `/proc/PID/environ` carries this
+///   call's marker (descendants that left the group with `setsid`), get
+///   SIGTERM, the grace period, SIGKILL. Zombies reparented to us (see
+///   [`become_subreaper`]) are reaped. The marker is best effort: a
+///   descendant that both left the group and cleared or overwrote its
+///   environment escapes the sweep; its pipes are then abandoned after
+///   [`READER_LINGER`].
+/// - If the future is dropped before the end, the group and the marked
+///   processes get SIGKILL.
+///
+/// # Errors
+/// [`ProcessError::OutputFile`] when an output file cannot be created,
+/// [`ProcessError::Spawn`] when the program cannot be started (with a hint),
+/// [`ProcessError::Wait`] when waiting for it fails.
+pub async fn run(cmd: Command, cancel: &CancellationToken) -> Result<Outcome, ProcessError> {
+    let span = tracing::info_span!(
+        "process",
+        program = %cmd.program,
+        cwd = %cmd.cwd.as_deref().unwrap_or(Path::new(".")).display(),
+        timeout_s = cmd.timeout.as_secs_f64(),
+    );
+    run_in_span(cmd, cancel).instrument(span).await
+}
+
+/// How the wait for the child ended.
+enum Ended {
+    Exited(ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+async fn run_in_span(mut cmd: Command, cancel: &CancellationToken) -> Result<Outcome, ProcessError> {
+    let marker = uuid::Uuid::new_v4().simple().to_string();
+    let stdout_file = open_output(&cmd.program, cmd.stdout_path.as_deref()).await?;
+    let stderr_file = open_output(&cmd.program, cmd.stderr_path.as_deref()).await?;
+
+    let mut command = tokio::process::Command::new(&cmd.program);
+    command
+        .args(&cmd.args)
+        .env_clear()
+        .envs(&cmd.env)
+        // A git asking for a password on a terminal would hang until the
+        // timeout; nightshift hands credentials through helpers only.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env(CALL_MARKER_VAR, &marker)
+        .stdin(if cmd.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so a timeout kills the agent and everything it
+        // started with one signal.
+        .process_group(0)
+        .kill_on_drop(true);
+    if !cmd.env.contains_key("LANG") {
+        // Agents read and write UTF-8; C.UTF-8 exists on every glibc/musl.
+        command.env("LANG", "C.UTF-8");
+    }
+    if let Some(dir) = &cmd.cwd {
+        command.current_dir(dir);
+    }
+    if let Some(account) = &cmd.run_as {
+        command
+            .uid(account.uid)
+            .gid(account.gid)
+            .env("HOME", &account.home)
+            .env("USER", &account.user)
+            .env("LOGNAME", &account.user);
+    }
+
+    let started = Instant::now();
+    let mut child = command.spawn().map_err(|source| spawn_error(&cmd, source))?;
+    let Some(pid) = child.id() else {
+        return Err(ProcessError::Wait {
+            program: cmd.program.clone(),
+            pid: 0,
+            source: io::Error::other("the child was reaped before its pid could be read"),
+        });
+    };
+    let mut guard =
+        KillGuard { pgid: pid as i32, marker: cmd.sweep_escaped.then(|| marker.clone()), swept: false };
+    tracing::debug!(pid, "spawned");
+
+    let stop_readers = CancellationToken::new();
+    let stdout_reader = child.stdout.take().map(|pipe| {
+        tokio::spawn(read_stream(
+            pipe,
+            StreamSink {
+                redactor: cmd.redactor.stream(),
+                file: stdout_file,
+                tail: Tail::new(cmd.tail_bytes),
+                lines: cmd.on_stdout_line.take().map(|callback| LineSplitter::new(callback, cmd.line_max)),
+                bytes: 0,
+            },
+            stop_readers.clone(),
+        ))
+    });
+    let stderr_reader = child.stderr.take().map(|pipe| {
+        tokio::spawn(read_stream(
+            pipe,
+            StreamSink {
+                redactor: cmd.redactor.stream(),
+                file: stderr_file,
+                tail: Tail::new(cmd.tail_bytes),
+                lines: None,
+                bytes: 0,
+            },
+            stop_readers.clone(),
+        ))
+    });
+    let stdin_writer = match (child.stdin.take(), cmd.stdin.take()) {
+        (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
+            // A child that exits without reading its stdin gives EPIPE: not
+            // an error of the call.
+            if let Err(error) = pipe.write_all(&bytes).await {
+                tracing::debug!(%error, "stdin not fully written");
+            }
+            drop(pipe);
+        })),
+        _ => None,
+    };
+
+    let ended = tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => Ended::Exited(status),
+            Err(source) => return Err(ProcessError::Wait { program: cmd.program.clone(), pid, source }),
+        },
+        () = tokio::time::sleep(cmd.timeout) => Ended::TimedOut,
+        () = cancel.cancelled() => Ended::Cancelled,
+    };
+
+    let (status, timed_out, cancelled) = match ended {
+        Ended::Exited(status) => (Some(status), false, false),
+        stopped => {
+            let reason = if matches!(stopped, Ended::TimedOut) { "timeout" } else { "cancelled" };
+            tracing::info!(reason, grace_s = cmd.grace.as_secs_f64(), "stopping the process group");
+            guard.signal_all(libc::SIGTERM);
+            let status = match tokio::time::timeout(cmd.grace, child.wait()).await {
+                Ok(Ok(status)) => Some(status),
+                Ok(Err(source)) => return Err(ProcessError::Wait { program: cmd.program.clone(), pid, source }),
+                Err(_) => {
+                    guard.signal_all(libc::SIGKILL);
+                    // SIGKILL is not instant for a process in uninterruptible
+                    // sleep; bound the wait and let tokio reap it later.
+                    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+                        Ok(Ok(status)) => Some(status),
+                        Ok(Err(source)) => {
+                            return Err(ProcessError::Wait { program: cmd.program.clone(), pid, source });
+                        }
+                        Err(_) => {
+                            tracing::warn!(pid, "child did not die within 10 s of SIGKILL");
+                            None
+                        }
+                    }
+                }
+            };
+            (status, matches!(stopped, Ended::TimedOut), matches!(stopped, Ended::Cancelled))
+        }
+    };
+    let duration = started.elapsed();
+
+    guard.sweep(cmd.grace).await;
+    drop(guard);
+
+    if let Some(writer) = stdin_writer {
+        writer.abort();
+    }
+    let linger_until = tokio::time::Instant::now() + READER_LINGER;
+    let stdout = finish_reader(stdout_reader, &stop_readers, linger_until).await;
+    let stderr = finish_reader(stderr_reader, &stop_readers, linger_until).await;
+
+    let outcome = Outcome {
+        exit_code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+        timed_out,
+        cancelled,
+        duration,
+        stdout_tail: stdout.tail,
+        stderr_tail: stderr.tail,
+        stdout_path: cmd.stdout_path,
+        stderr_path: cmd.stderr_path,
+        stdout_bytes: stdout.bytes,
+        stderr_bytes: stderr.bytes,
+    };
+    tracing::info!(
+        exit_code = ?outcome.exit_code,
+        signal = ?outcome.signal,
+        timed_out,
+        cancelled,
+        duration_s = duration.as_secs_f64(),
+        stdout_bytes = outcome.stdout_bytes,
+        stderr_bytes = outcome.stderr_bytes,
+        "finished"
+    );
+    Ok(outcome)
+}
+
+async fn open_output(program: &str, path: Option<&Path>) -> Result<Option<tokio::fs::File>, ProcessError> {
+    let Some(path) = path else { return Ok(None) };
+    tokio::fs::File::create(path).await.map(Some).map_err(|source| ProcessError::OutputFile {
+        program: program.to_owned(),
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn spawn_error(cmd: &Command, source: io::Error) -> ProcessError {
+    let cwd = match &cmd.cwd {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    };
+    let program = &cmd.program;
+    let hint = if !cwd.is_dir() {
+        format!("the working directory {} does not exist or is not a directory", cwd.display())
+    } else if source.kind() == io::ErrorKind::NotFound {
+        if program.contains('/') {
+            format!("there is no file `{program}`; check the path in the config")
+        } else {
+            let path = cmd.env.get("PATH").map_or("(PATH is not set for the child)", String::as_str);
+            format!("`{program}` is not on the child's PATH ({path}); install it or give its full path")
+        }
+    } else if source.kind() == io::ErrorKind::PermissionDenied {
+        format!("`{program}` is not executable by this user: `chmod +x` it, or check that its filesystem is not mounted noexec")
+    } else if cmd.run_as.is_some() && source.raw_os_error() == Some(libc::EPERM) {
+        "running agents as `agent_user` needs nightshift to run as root".to_owned()
+    } else {
+        format!("try running `{program}` by hand in {}", cwd.display())
+    };
+    ProcessError::Spawn { program: program.clone(), cwd, hint, source }
+}
+
+/// Where one output stream goes.
+struct StreamSink {
+    redactor: StreamRedactor,
+    file: Option<tokio::fs::File>,
+    tail: Tail,
+    lines: Option<LineSplitter>,
+    bytes: u64,
+}
+
+/// What a reader hands back.
+struct StreamResult {
+    tail: String,
+    bytes: u64,
+}
+
+/// Reads `pipe` until EOF, an error or `stop`, then flushes everything.
+async fn read_stream<R>(mut pipe: R, sink: StreamSink, stop: CancellationToken) -> StreamResult
+where
+    R: AsyncRead + Unpin,
+{
+    let StreamSink { mut redactor, file, mut tail, mut lines, mut bytes } = sink;
+    let mut file = file.map(|file| BufWriter::with_capacity(READ_CHUNK, file));
+    let mut file_failed = false;
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let read = tokio::select! {
+            // Reading from a pipe is cancel-safe: a cancelled read loses nothing.
+            read = pipe.read(&mut buf) => read,
+            () = stop.cancelled() => {
+                tracing::warn!("abandoning a pipe still held open by a descendant");
+                break;
+            }
+        };
+        let n = match read {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                tracing::warn!(%error, "reading child output failed");
+                break;
+            }
+        };
+        bytes += n as u64;
+        let clean = redactor.push(&buf[..n]);
+        deliver(&clean, &mut file, &mut file_failed, &mut tail, &mut lines).await;
+    }
+    let clean = redactor.finish();
+    deliver(&clean, &mut file, &mut file_failed, &mut tail, &mut lines).await;
+    if let Some(lines) = lines.as_mut() {
+        lines.finish();
+    }
+    if let Some(file) = file.as_mut()
+        && !file_failed
+        && let Err(error) = file.flush().await
+    {
+        tracing::warn!(%error, "flushing child output file failed");
+    }
+    StreamResult { tail: tail.into_string(), bytes }
+}
+
+async fn deliver(
+    clean: &[u8],
+    file: &mut Option<BufWriter<tokio::fs::File>>,
+    file_failed: &mut bool,
+    tail: &mut Tail,
+    lines: &mut Option<LineSplitter>,
+) {
+    if clean.is_empty() {
+        return;
+    }
+    if let Some(file) = file.as_mut()
+        && !*file_failed
+        && let Err(error) = file.write_all(clean).await
+    {
+        // A full disk must not stop the child or the run: keep reading (or
+        // the child blocks) and keep the tail.
+        tracing::warn!(%error, "writing child output file failed; keeping only the tail");
+        *file_failed = true;
+    }
+    tail.push(clean);
+    if let Some(lines) = lines.as_mut() {
+        lines.push(clean);
+    }
+}
+
+/// Waits for a reader until `linger_until`, then tells it to stop and takes
+/// what it has.
+async fn finish_reader(
+    reader: Option<JoinHandle<StreamResult>>,
+    stop: &CancellationToken,
+    linger_until: tokio::time::Instant,
+) -> StreamResult {
+    let Some(mut reader) = reader else {
+        return StreamResult { tail: String::new(), bytes: 0 };
+    };
+    let joined = match tokio::time::timeout_at(linger_until, &mut reader).await {
+        Ok(joined) => joined,
+        Err(_) => {
+            stop.cancel();
+            reader.await
+        }
+    };
+    joined.unwrap_or_else(|error| {
+        tracing::warn!(%error, "output reader task failed");
+        StreamResult { tail: String::new(), bytes: 0 }
+    })
+}
+
+/// The last `cap` bytes of a stream.
+struct Tail {
+    cap: usize,
+    buf: VecDeque<u8>,
+}
+
+impl Tail {
+    fn new(cap: usize) -> Tail {
+        Tail { cap, buf: VecDeque::with_capacity(cap.min(READ_CHUNK)) }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if self.cap == 0 {
+            return;
+        }
+        let bytes = &bytes[bytes.len().saturating_sub(self.cap)..];
+        let overflow = (self.buf.len() + bytes.len()).saturating_sub(self.cap);
+        self.buf.drain(..overflow);
+        self.buf.extend(bytes);
+    }
+
+    /// Lossy UTF-8, without a character cut in half at the start.
+    fn into_string(self) -> String {
+        let bytes: Vec<u8> = self.buf.into();
+        let start = bytes.iter().take(3).take_while(|b| (**b & 0xC0) == 0x80).count();
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
+    }
+}
+
+/// Splits a byte stream into lines for the callback.
+struct LineSplitter {
+    callback: LineCallback,
+    partial: Vec<u8>,
+    max: usize,
+    /// The current line was longer than `max` and has been delivered cut.
+    overflowed: bool,
+}
+
+impl LineSplitter {
+    fn new(callback: LineCallback, max: usize) -> LineSplitter {
+        LineSplitter { callback, partial: Vec::new(), max, overflowed: false }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        while let Some(newline) = memchr::memchr(b'\n', bytes) {
+            if !self.overflowed {
+                self.append(&bytes[..newline]);
+                self.emit();
+            }
+            self.partial.clear();
+            self.overflowed = false;
+            bytes = &bytes[newline + 1..];
+        }
+        if !self.overflowed {
+            self.append(bytes);
+            if self.partial.len() >= self.max {
+                self.emit();
+                self.partial.clear();
+                self.overflowed = true;
+            }
+        }
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        let room = self.max.saturating_sub(self.partial.len());
+        self.partial.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn emit(&mut self) {
+        let line = self.partial.strip_suffix(b"\r").unwrap_or(&self.partial);
+        (self.callback)(&String::from_utf8_lossy(line));
+    }
+
+    fn finish(&mut self) {
+        if !self.overflowed && !self.partial.is_empty() {
+            self.emit();
+        }
+        self.partial.clear();
+    }
+}
+
+/// Signals one call's process group and its marked descendants; on drop
+/// (the `run` future dropped mid-call) sends them SIGKILL.
+struct KillGuard {
+    pgid: i32,
+    /// This call's marker value, or `None` when escaped descendants are
+    /// left alone ([`Command::sweep_escaped`]).
+    marker: Option<String>,
+    /// The sweep saw nothing left: signalling the group id again could hit
+    /// an unrelated group that reused the number.
+    swept: bool,
+}
+
+impl KillGuard {
+    /// Sends `signal` to the group and to every marked process; returns how
+    /// many targets (the group counts as one) still existed.
+    fn signal_all(&self, signal: i32) -> usize {
+        let mut targets = 0;
+        // SAFETY: kill(2) with a negative pid signals a process group; it
+        // touches no memory.
+        if unsafe { libc::kill(-self.pgid, signal) } == 0 {
+            targets += 1;
+        }
+        for pid in self.marked() {
+            // SAFETY: as above, for one process.
+            if unsafe { libc::kill(pid, signal) } == 0 {
+                targets += 1;
+            }
+        }
+        targets
+    }
+
+    /// Live processes carrying this call's marker, outside our group check.
+    fn marked(&self) -> Vec<i32> {
+        match &self.marker {
+            Some(marker) => procfs::with_env_var(CALL_MARKER_VAR, marker),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether anything of this call is left to wait for: a live member of
+    /// the group or a marked process. Zombies do not count.
+    fn anything_alive(&self) -> bool {
+        procfs::group_has_live_member(self.pgid) || !self.marked().is_empty()
+    }
+
+    /// After the child is gone: TERM, grace, KILL for whatever is left, and
+    /// reap reparented zombies.
+    async fn sweep(&mut self, grace: Duration) {
+        procfs::reap_orphans();
+        if self.signal_all(libc::SIGTERM) == 0 || !self.anything_alive() {
+            procfs::reap_orphans();
+            self.swept = true;
+            return;
+        }
+        tracing::info!(pgid = self.pgid, "terminating leftover descendants");
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            procfs::reap_orphans();
+            if !self.anything_alive() {
+                self.swept = true;
+                return;
+            }
+        }
+        tracing::warn!(pgid = self.pgid, "leftover descendants survived SIGTERM; sending SIGKILL");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            self.signal_all(libc::SIGKILL);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            procfs::reap_orphans();
+            if !self.anything_alive() {
+                self.swept = true;
+                return;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(pgid = self.pgid, "leftover descendants survived SIGKILL for 2 s");
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for KillGuard {
+    fn drop(&mut self) {
+        // When `run` was dropped mid-call this is the only cleanup there is.
+        if !self.swept {
+            self.signal_all(libc::SIGKILL);
+        }
+    }
+}
+
+/// Reading `/proc` (Linux) for the sweep.
+mod procfs {
+    use std::fs;
+
+    /// Fields of `/proc/PID/stat` the sweep needs.
+    pub(super) struct Stat {
+        pub state: u8,
+        pub ppid: i32,
+        pub pgrp: i32,
+        pub session: i32,
+    }
+
+    /// Parses `/proc/PID/stat`; the command name may contain spaces and
+    /// parentheses, so fields are counted after its last `)`.
+    pub(super) fn stat(pid: i32) -> Option<Stat> {
+        let text = fs::read(format!("/proc/{pid}/stat")).ok()?;
+        let close = text.iter().rposition(|b| *b == b')')?;
+        let rest = std::str::from_utf8(&text[close + 1..]).ok()?;
+        let mut fields = rest.split_ascii_whitespace();
+        let state = fields.next()?.as_bytes().first().copied()?;
+        let ppid = fields.next()?.parse().ok()?;
+        let pgrp = fields.next()?.parse().ok()?;
+        let session = fields.next()?.parse().ok()?;
+        Some(Stat { state, ppid, pgrp, session })
+    }
+
+    fn pids() -> impl Iterator<Item = i32> {
+        fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+    }
+
+    /// Processes whose initial environment holds `key=value` (other users'
+    /// processes are unreadable without root and skipped).
+    pub(super) fn with_env_var(key: &str, value: &str) -> Vec<i32> {
+        let needle = format!("{key}={value}");
+        let own = std::process::id() as i32;
+        pids()
+            .filter(|pid| *pid != own)
+            .filter(|pid| {
+                fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|b| *b == 0).any(|entry| entry == needle.as_bytes()))
+            })
+            .filter(|pid| stat(*pid).is_some_and(|s| s.state != b'Z'))
+            .collect()
+    }
+
+    /// Whether a process group has a member that is not a zombie.
+    pub(super) fn group_has_live_member(pgid: i32) -> bool {
+        // SAFETY: signal 0 only checks for existence and permission.
+        if unsafe { libc::kill(-pgid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            return false;
+        }
+        pids().any(|pid| stat(pid).is_some_and(|s| s.pgrp == pgid && s.state != b'Z'))
+    }
+
+    /// Reaps zombie children of ours that no part of nightshift waits for:
+    /// orphans reparented to us as subreaper. Children nightshift spawned
+    /// itself are recognisable and left to their owner's `wait`: either they
+    /// lead their own group in our session (`process_group(0)`, as [`run`]
+    /// does) or they stay in our group (a plain spawn). A reparented orphan
+    /// is neither when it left our session (`setsid`) or sits in another
+    /// process's group.
+    ///
+    /// [`run`]: super::run
+    pub(super) fn reap_orphans() {
+        let own = std::process::id() as i32;
+        let Some(me) = stat(own) else { return };
+        for pid in pids() {
+            let Some(s) = stat(pid) else { continue };
+            if s.ppid != own || s.state != b'Z' {
+                continue;
+            }
+            let spawned_by_us = (s.pgrp == pid && s.session == me.session) || s.pgrp == me.pgrp;
+            if spawned_by_us {
+                continue;
+            }
+            let mut status = 0;
+            // SAFETY: waitpid on one specific zombie child of ours, without
+            // blocking; `status` is a valid out pointer.
+            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn child_env_drops_tokens_removed_and_marker() {
+        let parent = [
+            ("PATH", "/usr/bin"),
+            ("GITHUB_TOKEN", "ghp_x"),
+            ("GH_TOKEN", "gho_y"),
+            ("NIGHTSHIFT_DATABASE_URL", "postgres://u:p@h/db"),
+            (CALL_MARKER_VAR, "abc"),
+            ("HOME", "/home/me"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let env = child_env(parent, &["NIGHTSHIFT_DATABASE_URL".to_owned()]);
+        assert_eq!(env.keys().collect::<Vec<_>>(), ["HOME", "PATH"]);
+    }
+
+    #[test]
+    fn tail_keeps_the_last_bytes_and_skips_a_cut_character() {
+        let mut tail = Tail::new(5);
+        tail.push(b"abc");
+        tail.push("xyé12".as_bytes());
+        // The last 5 of "abcxyé12" are y, 0xC3, 0xA9, 1, 2.
+        assert_eq!(tail.into_string(), "yé12");
+        let mut tail = Tail::new(3);
+        tail.push("aé".as_bytes());
+        tail.push("é".as_bytes());
+        assert_eq!(tail.into_string(), "é", "the dangling continuation byte is dropped");
+    }
+
+    #[test]
+    fn line_splitter_handles_crlf_partial_and_overlong_lines() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let mut lines = LineSplitter::new(Box::new(move |line| sink.lock().unwrap().push(line.to_owned())), 8);
+        lines.push(b"one\r\ntw");
+        lines.push(b"o\n0123456789abcdef");
+        lines.push(b"ghij\nlast");
+        lines.finish();
+        assert_eq!(*seen.lock().unwrap(), ["one", "two", "01234567", "last"]);
+    }
+
+    #[test]
+    fn stat_reads_own_process_fields() {
+        let me = procfs::stat(std::process::id() as i32).expect("own stat");
+        assert!(me.state.is_ascii_uppercase());
+        assert!(me.ppid > 0 && me.pgrp > 0 && me.session >= 0);
+    }
+}
