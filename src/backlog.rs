@@ -254,7 +254,9 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
 /// and appends `note` (e.g. `" (done: #123)"`) after the title, before any
 /// trailing whitespace and the line ending. Every other byte is unchanged
 /// (SPEC §3, `nightshift sync`). The caller should also compare the file's
-/// hash with [`Backlog::sha256`] before writing.
+/// hash with [`Backlog::sha256`] before writing. The note becomes part of the
+/// title, so the ticked item's key changes; done items never run, so nothing
+/// looks them up by key again.
 ///
 /// # Errors
 /// [`BacklogError::MarkerMismatch`] when the 3 bytes at the offset are not
