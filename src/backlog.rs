@@ -163,7 +163,9 @@ pub enum BacklogError {
     },
     /// The bytes at the item's marker offset are not an open box `[ ]`: the
     /// file changed since it was parsed, or the item is already ticked.
-    #[error("line {line}: expected `[ ]` at byte {offset}, found {found:?} — the backlog changed since it was read; re-read it")]
+    #[error(
+        "line {line}: expected `[ ]` at byte {offset}, found {found:?} — the backlog changed since it was read; re-read it"
+    )]
     MarkerMismatch {
         /// The item's 1-based line.
         line: usize,
@@ -173,7 +175,9 @@ pub enum BacklogError {
         found: String,
     },
     /// The marker is in place but the title on its line is not the item's.
-    #[error("line {line}: expected title {expected:?}, found {found:?} — the backlog changed since it was read; re-read it")]
+    #[error(
+        "line {line}: expected title {expected:?}, found {found:?} — the backlog changed since it was read; re-read it"
+    )]
     TitleMismatch {
         /// The item's 1-based line.
         line: usize,
@@ -221,7 +225,11 @@ pub fn read(path: &Path) -> Result<Backlog, BacklogError> {
 /// and line numbers still refer to `text` as given.
 pub fn parse(path: &Path, text: &str) -> Backlog {
     // pulldown-cmark does not skip a BOM: the first line would become a paragraph.
-    let base = if text.starts_with('\u{feff}') { '\u{feff}'.len_utf8() } else { 0 };
+    let base = if text.starts_with('\u{feff}') {
+        '\u{feff}'.len_utf8()
+    } else {
+        0
+    };
     let scan = scan(&text[base..], base);
     let lines = LineIndex::new(text);
 
@@ -246,7 +254,9 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
 /// and appends `note` (e.g. `" (done: #123)"`) after the title, before any
 /// trailing whitespace and the line ending. Every other byte is unchanged
 /// (SPEC §3, `nightshift sync`). The caller should also compare the file's
-/// hash with [`Backlog::sha256`] before writing.
+/// hash with [`Backlog::sha256`] before writing. The note becomes part of the
+/// title, so the ticked item's key changes; done items never run, so nothing
+/// looks them up by key again.
 ///
 /// # Errors
 /// [`BacklogError::MarkerMismatch`] when the 3 bytes at the offset are not
@@ -254,12 +264,17 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
 /// item's title, [`BacklogError::NoteHasLineBreak`] when `note` holds `\n` or `\r`.
 pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError> {
     if note.contains(['\n', '\r']) {
-        return Err(BacklogError::NoteHasLineBreak { note: note.to_string() });
+        return Err(BacklogError::NoteHasLineBreak {
+            note: note.to_string(),
+        });
     }
     let offset = item.marker_offset;
     let marker_end = offset.saturating_add(3);
     if text.as_bytes().get(offset..marker_end) != Some(b"[ ]".as_slice()) {
-        let found = text.as_bytes().get(offset..marker_end.min(text.len())).unwrap_or_default();
+        let found = text
+            .as_bytes()
+            .get(offset..marker_end.min(text.len()))
+            .unwrap_or_default();
         return Err(BacklogError::MarkerMismatch {
             line: item.line,
             offset,
@@ -269,7 +284,9 @@ pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError>
     // The marker bytes are ASCII, so marker_end is a char boundary.
     let rest = &text[marker_end..];
     let line_len = rest.find('\n').unwrap_or(rest.len());
-    let line_rest = rest[..line_len].strip_suffix('\r').unwrap_or(&rest[..line_len]);
+    let line_rest = rest[..line_len]
+        .strip_suffix('\r')
+        .unwrap_or(&rest[..line_len]);
     if line_rest.trim() != item.title {
         return Err(BacklogError::TitleMismatch {
             line: item.line,
@@ -309,6 +326,14 @@ struct RawItem {
     opaque: Vec<Range<usize>>,
 }
 
+/// A top-level list item while its events are being read.
+struct OpenItem {
+    range: Range<usize>,
+    /// Offset and state of its own task marker, if it has one.
+    marker: Option<(usize, bool)>,
+    opaque: Vec<Range<usize>>,
+}
+
 /// A top-level block quote and the section it sits in.
 struct Quote {
     range: Range<usize>,
@@ -326,13 +351,17 @@ struct Scan {
 /// `base` its offset in the full text.
 fn scan(body: &str, base: usize) -> Scan {
     let shift = |r: Range<usize>| r.start + base..r.end + base;
-    let mut out = Scan { items: Vec::new(), sections: Vec::new(), quotes: Vec::new() };
+    let mut out = Scan {
+        items: Vec::new(),
+        sections: Vec::new(),
+        quotes: Vec::new(),
+    };
     let mut lists = 0usize;
     let mut list_items = 0usize;
     let mut quotes = 0usize;
     let mut section: Option<usize> = None;
-    // Range of the top-level item being read (only outside block quotes).
-    let mut current: Option<(Range<usize>, Option<(usize, bool)>, Vec<Range<usize>>)> = None;
+    // The top-level item being read (only outside block quotes).
+    let mut current: Option<OpenItem> = None;
     // Inline extent of the `##` heading being read.
     let mut heading: Option<Option<Range<usize>>> = None;
 
@@ -355,29 +384,40 @@ fn scan(body: &str, base: usize) -> Scan {
             Event::Start(Tag::Item) => {
                 list_items += 1;
                 if list_items == 1 && lists == 1 && quotes == 0 {
-                    current = Some((range, None, Vec::new()));
+                    current = Some(OpenItem {
+                        range,
+                        marker: None,
+                        opaque: Vec::new(),
+                    });
                 }
             }
-            Event::TaskListMarker(done) => {
-                // Nested task items (list_items > 1) are details of their parent.
-                if list_items == 1 {
-                    if let Some((_, marker @ None, _)) = current.as_mut() {
-                        *marker = Some((range.start, done));
-                    }
+            // Nested task items (list_items > 1) are details of their parent.
+            Event::TaskListMarker(done) if list_items == 1 => {
+                if let Some(open) = current.as_mut() {
+                    open.marker.get_or_insert((range.start, done));
                 }
             }
             Event::End(TagEnd::Item) => {
-                if list_items == 1 {
-                    if let Some((range, Some((marker_offset, done)), opaque)) = current.take() {
-                        out.items.push(RawItem { range, marker_offset, done, section, opaque });
-                    }
-                    current = None;
+                if list_items == 1
+                    && let Some(OpenItem {
+                        range,
+                        marker: Some((marker_offset, done)),
+                        opaque,
+                    }) = current.take()
+                {
+                    out.items.push(RawItem {
+                        range,
+                        marker_offset,
+                        done,
+                        section,
+                        opaque,
+                    });
                 }
                 list_items -= 1;
             }
             Event::Start(Tag::CodeBlock(_)) | Event::Start(Tag::HtmlBlock) => {
-                if let Some((_, _, opaque)) = current.as_mut() {
-                    opaque.push(range);
+                if let Some(open) = current.as_mut() {
+                    open.opaque.push(range);
                 }
             }
             Event::Start(Tag::BlockQuote(_)) => {
@@ -387,12 +427,16 @@ fn scan(body: &str, base: usize) -> Scan {
                 }
             }
             Event::End(TagEnd::BlockQuote(_)) => quotes -= 1,
-            Event::Start(Tag::Heading { level: HeadingLevel::H2, .. }) if lists == 0 && quotes == 0 => {
+            Event::Start(Tag::Heading {
+                level: HeadingLevel::H2,
+                ..
+            }) if lists == 0 && quotes == 0 => {
                 heading = Some(None);
             }
             Event::End(TagEnd::Heading(HeadingLevel::H2)) => {
                 if let Some(extent) = heading.take() {
-                    let text = extent.map(|r| body[r.start - base..r.end - base].trim().to_string());
+                    let text =
+                        extent.map(|r| body[r.start - base..r.end - base].trim().to_string());
                     out.sections.push(text.unwrap_or_default());
                     section = Some(out.sections.len() - 1);
                 }
@@ -413,7 +457,10 @@ impl LineIndex {
     fn new(text: &str) -> Self {
         let mut starts = vec![0];
         starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        Self { starts, len: text.len() }
+        Self {
+            starts,
+            len: text.len(),
+        }
     }
 
     /// 1-based line holding byte `offset`.
@@ -447,7 +494,9 @@ fn build_item(
 ) -> Item {
     let line = lines.line_of(raw.marker_offset);
     let marker_line = lines.range(text, line);
-    let title = text[raw.marker_offset + 3..marker_line.end].trim().to_string();
+    let title = text[raw.marker_offset + 3..marker_line.end]
+        .trim()
+        .to_string();
     if title.is_empty() {
         problems.push(Problem {
             path: path.to_path_buf(),
@@ -464,7 +513,10 @@ fn build_item(
         let r = lines.range(text, n);
         let verbatim = &text[r.clone()];
         if !verbatim.trim().is_empty() {
-            let opaque = raw.opaque.iter().any(|o| o.start <= r.start && r.start < o.end);
+            let opaque = raw
+                .opaque
+                .iter()
+                .any(|o| o.start <= r.start && r.start < o.end);
             read_detail(path, n, verbatim, indent, opaque, &mut details, problems);
         }
         n += 1;
@@ -478,14 +530,34 @@ fn build_item(
         .flat_map(|q| quote_lines(text, lines, &q.range))
         .collect();
     let key = sha256_hex(
-        format!("{}\n{}", normalize(section.as_deref().unwrap_or("")), normalize(&title)).as_bytes(),
+        format!(
+            "{}\n{}",
+            normalize(section.as_deref().unwrap_or("")),
+            normalize(&title)
+        )
+        .as_bytes(),
     );
-    Item { line, marker_offset: raw.marker_offset, done: raw.done, title, section, context, details, key }
+    Item {
+        line,
+        marker_offset: raw.marker_offset,
+        done: raw.done,
+        title,
+        section,
+        context,
+        details,
+        key,
+    }
 }
 
 /// Display columns of a line prefix, tabs to the next multiple of 4 (CommonMark).
 fn columns(prefix: &str) -> usize {
-    prefix.chars().fold(0, |col, c| if c == '\t' { col + 4 - col % 4 } else { col + 1 })
+    prefix.chars().fold(0, |col, c| {
+        if c == '\t' {
+            col + 4 - col % 4
+        } else {
+            col + 1
+        }
+    })
 }
 
 /// Removes up to `indent` columns of leading spaces/tabs.
@@ -515,7 +587,11 @@ fn read_detail(
     problems: &mut Vec<Problem>,
 ) {
     let mut problem = |message: String| {
-        problems.push(Problem { path: path.to_path_buf(), line, message });
+        problems.push(Problem {
+            path: path.to_path_buf(),
+            line,
+            message,
+        });
     };
     let stripped = verbatim.trim_start();
     let body = ["- ", "* ", "+ ", "-\t", "*\t", "+\t"]
@@ -526,7 +602,9 @@ fn read_detail(
     let keyword = if opaque { None } else { keyword(body) };
     let kind = match keyword {
         None => {
-            details.notes.push(strip_indent(verbatim, indent).trim_end().to_string());
+            details
+                .notes
+                .push(strip_indent(verbatim, indent).trim_end().to_string());
             DetailKind::Note
         }
         Some((kind, value)) => {
@@ -535,9 +613,10 @@ fn read_detail(
                     problem("empty `accept:` — write the condition after the colon".to_string())
                 }
                 DetailKind::Accept => details.accept.push(value.to_string()),
-                DetailKind::Question if value.is_empty() => {
-                    problem("empty `question:` — write the question after the colon, or delete the line".to_string())
-                }
+                DetailKind::Question if value.is_empty() => problem(
+                    "empty `question:` — write the question after the colon, or delete the line"
+                        .to_string(),
+                ),
                 DetailKind::Question => details.questions.push(value.to_string()),
                 DetailKind::Verify => match verify_command(value) {
                     Ok(cmd) => details.verify.push(cmd),
@@ -551,27 +630,38 @@ fn read_detail(
                     for glob in globs {
                         match globset::Glob::new(&glob) {
                             Ok(_) => details.scope.push(glob),
-                            Err(err) => problem(format!("bad glob `{glob}` in `scope:`: {} — fix the pattern", err.kind())),
+                            Err(err) => problem(format!(
+                                "bad glob `{glob}` in `scope:`: {} — fix the pattern",
+                                err.kind()
+                            )),
                         }
                     }
                 }
                 DetailKind::Rounds => match value.parse::<u32>() {
                     Ok(n) if n >= 1 => {
                         if let Some((_, first)) = details.rounds {
-                            problem(format!("`rounds:` given again (first on line {first}) — keep one"));
+                            problem(format!(
+                                "`rounds:` given again (first on line {first}) — keep one"
+                            ));
                         }
                         details.rounds = Some((n, line));
                     }
-                    _ => problem(format!("`rounds: {value}` is not a whole number of at least 1 — write e.g. `rounds: 2`")),
+                    _ => problem(format!(
+                        "`rounds: {value}` is not a whole number of at least 1 — write e.g. `rounds: 2`"
+                    )),
                 },
                 DetailKind::Timeout => match parse_duration(value) {
                     Ok(d) => {
                         if let Some((_, first)) = details.timeout {
-                            problem(format!("`timeout:` given again (first on line {first}) — keep one"));
+                            problem(format!(
+                                "`timeout:` given again (first on line {first}) — keep one"
+                            ));
                         }
                         details.timeout = Some((d, line));
                     }
-                    Err(why) => problem(format!("`timeout: {value}`: {why} — write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`")),
+                    Err(why) => problem(format!(
+                        "`timeout: {value}`: {why} — write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`"
+                    )),
                 },
                 // keyword() yields only the six keywords above.
                 DetailKind::Note => {}
@@ -579,7 +669,11 @@ fn read_detail(
             kind
         }
     };
-    details.lines.push(DetailLine { line, text: verbatim.to_string(), kind });
+    details.lines.push(DetailLine {
+        line,
+        text: verbatim.to_string(),
+        kind,
+    });
 }
 
 /// Splits `keyword: value` for the six detail keywords (ASCII case-insensitive,
@@ -610,14 +704,19 @@ fn verify_command(value: &str) -> Result<String, String> {
     let ticks = value.len() - value.trim_start_matches('`').len();
     if ticks == 0 {
         if value.is_empty() {
-            return Err("empty `verify:` — write the command after the colon, e.g. verify: `cargo test`".to_string());
+            return Err(
+                "empty `verify:` — write the command after the colon, e.g. verify: `cargo test`"
+                    .to_string(),
+            );
         }
         return Ok(value.to_string());
     }
     let fence = &value[..ticks];
     let inner_and_rest = &value[ticks..];
     let Some(close) = inner_and_rest.find(fence) else {
-        return Err(format!("unclosed {fence} in `verify:` — write verify: `CMD`"));
+        return Err(format!(
+            "unclosed {fence} in `verify:` — write verify: `CMD`"
+        ));
     };
     let command = inner_and_rest[..close].trim();
     let after = inner_and_rest[close + ticks..].trim();
@@ -625,7 +724,9 @@ fn verify_command(value: &str) -> Result<String, String> {
         return Err("empty `verify:` — write the command between the backticks".to_string());
     }
     if !after.is_empty() {
-        return Err(format!("text after the command in `verify:` ({after:?}) — one command per `verify:` line, in backticks"));
+        return Err(format!(
+            "text after the command in `verify:` ({after:?}) — one command per `verify:` line, in backticks"
+        ));
     }
     Ok(command.to_string())
 }
@@ -655,16 +756,24 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         if digits == 0 {
             return Err(format!("expected a number at {rest:?}"));
         }
-        let n: u64 = rest[..digits].parse().map_err(|_| "number too large".to_string())?;
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| "number too large".to_string())?;
         rest = &rest[digits..];
-        let unit = rest.chars().next().ok_or_else(|| format!("missing unit after {n} (h, m or s)"))?;
+        let unit = rest
+            .chars()
+            .next()
+            .ok_or_else(|| format!("missing unit after {n} (h, m or s)"))?;
         let secs = match unit {
             'h' | 'H' => 3600,
             'm' | 'M' => 60,
             's' | 'S' => 1,
             other => return Err(format!("unknown unit {other:?} (h, m or s)")),
         };
-        total = n.checked_mul(secs).and_then(|v| total.checked_add(v)).ok_or("duration too large")?;
+        total = n
+            .checked_mul(secs)
+            .and_then(|v| total.checked_add(v))
+            .ok_or("duration too large")?;
         rest = rest[unit.len_utf8()..].trim_start();
     }
     if total == 0 {
@@ -723,16 +832,32 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
-        for bad in ["", "45", "m", "4 5m", "1x", "0m", "99999999999999999999h", "1.5h", "-1h"] {
+        for bad in [
+            "",
+            "45",
+            "m",
+            "4 5m",
+            "1x",
+            "0m",
+            "99999999999999999999h",
+            "1.5h",
+            "-1h",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
     }
 
     #[test]
     fn keywords() {
-        assert_eq!(keyword("accept: it works"), Some((DetailKind::Accept, "it works")));
+        assert_eq!(
+            keyword("accept: it works"),
+            Some((DetailKind::Accept, "it works"))
+        );
         assert_eq!(keyword("Accept : x"), Some((DetailKind::Accept, "x")));
-        assert_eq!(keyword("scope：src/**"), Some((DetailKind::Scope, "src/**")));
+        assert_eq!(
+            keyword("scope：src/**"),
+            Some((DetailKind::Scope, "src/**"))
+        );
         assert_eq!(keyword("accepted: no"), None);
         assert_eq!(keyword("timeout"), None);
         assert_eq!(keyword("note: rounds: 2"), None);
@@ -742,7 +867,10 @@ mod tests {
     fn verify_values() {
         assert_eq!(verify_command("`cargo test`"), Ok("cargo test".to_string()));
         assert_eq!(verify_command("``echo `x` ``"), Ok("echo `x`".to_string()));
-        assert_eq!(verify_command("npm test -- --ci"), Ok("npm test -- --ci".to_string()));
+        assert_eq!(
+            verify_command("npm test -- --ci"),
+            Ok("npm test -- --ci".to_string())
+        );
         assert!(verify_command("`cargo test").is_err());
         assert!(verify_command("``").is_err());
         assert!(verify_command("`a` and `b`").is_err());
@@ -750,7 +878,10 @@ mod tests {
 
     #[test]
     fn scope_splitting() {
-        assert_eq!(scope_globs("src/**, tests/*.rs  `docs/**`，a"), vec!["src/**", "tests/*.rs", "docs/**", "a"]);
+        assert_eq!(
+            scope_globs("src/**, tests/*.rs  `docs/**`，a"),
+            vec!["src/**", "tests/*.rs", "docs/**", "a"]
+        );
         assert!(scope_globs(" , ``").is_empty());
     }
 

@@ -1,0 +1,690 @@
+//! The backlog parser and tick against the real roll-formosa backlog and the
+//! edge cases of SPEC §3.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use nightshift::backlog::{self, Backlog, BacklogError, DetailKind, Item};
+use sha2::{Digest, Sha256};
+
+const ROLL_FORMOSA: &str = include_str!("data/roll-formosa-NEXT.md");
+
+fn parse(text: &str) -> Backlog {
+    backlog::parse(Path::new("NEXT.md"), text)
+}
+
+fn titles(b: &Backlog) -> Vec<&str> {
+    b.items.iter().map(|i| i.title.as_str()).collect()
+}
+
+fn item<'a>(b: &'a Backlog, title_start: &str) -> &'a Item {
+    let found: Vec<&Item> = b
+        .items
+        .iter()
+        .filter(|i| i.title.starts_with(title_start))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "exactly one item should start with {title_start:?}: {:?}",
+        titles(b)
+    );
+    found[0]
+}
+
+fn problem_lines(b: &Backlog) -> Vec<(usize, String)> {
+    b.problems
+        .iter()
+        .map(|p| (p.line, p.message.clone()))
+        .collect()
+}
+
+// ---- the real backlog -------------------------------------------------------
+
+#[test]
+fn roll_formosa_counts_items_open_and_done() {
+    let b = parse(ROLL_FORMOSA);
+    assert_eq!(b.items.len(), 55);
+    assert_eq!(b.open_items().count(), 12);
+    assert_eq!(b.items.iter().filter(|i| i.done).count(), 43);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    assert_eq!(
+        b.sha256,
+        hex::encode(Sha256::digest(ROLL_FORMOSA.as_bytes()))
+    );
+}
+
+#[test]
+fn roll_formosa_titles_are_verbatim_with_full_width_punctuation_and_notes() {
+    let b = parse(ROLL_FORMOSA);
+    let first = &b.items[0];
+    assert_eq!(
+        first.title,
+        "加台東 tainan→taitung:終點=三仙台八拱橋(或熱氣球);主題=伯朗大道/釋迦/原民圖騰/海岸"
+    );
+    assert_eq!(first.line, 20);
+    assert!(first.done);
+    assert_eq!(
+        &ROLL_FORMOSA[first.marker_offset..first.marker_offset + 3],
+        "[x]"
+    );
+
+    let taichung = item(&b, "加深 taichung 街頭物:");
+    assert_eq!(
+        taichung.title,
+        "加深 taichung 街頭物:目前 44/70 同台北→壓到 ≤37;在地版例=宮原冰淇淋杯/太陽餅/麻芛冰/逢甲攤車/大甲媽遶境旗 (done: 39/70)"
+    );
+    assert_eq!(taichung.line, 43);
+    let round2 = item(&b, "加深 taichung 街頭物 round2");
+    assert_eq!(
+        round2.title,
+        "加深 taichung 街頭物 round2:39→≤33;換掉上輪還留的台北街頭物,改台中在地版 (done: 33/70)"
+    );
+    assert_eq!(round2.line, 59);
+
+    let open: Vec<&Item> = b.open_items().collect();
+    assert_eq!(open[0].title, "加深 chiayi 街頭物 round3:33→≤25");
+    assert_eq!(open[0].line, 86);
+    assert_eq!(
+        &ROLL_FORMOSA[open[0].marker_offset..open[0].marker_offset + 3],
+        "[ ]"
+    );
+    assert_eq!(open[11].title, "加深 taitung 街頭物 round3:26→≤25");
+    assert_eq!(open[11].line, 97);
+    assert!(b.items.iter().all(|i| i.details.lines.is_empty()));
+}
+
+#[test]
+fn roll_formosa_deepen_item_has_its_section_and_both_block_quotes_as_context() {
+    let b = parse(ROLL_FORMOSA);
+    let preamble = [
+        "已上線且在地化:台北 / 高雄 / 台中 / 台南。不要重做。",
+        "加城市一律照 `docs/ADD-A-CITY.md` 全流程(scaffold → 8 地標 + 13 收藏在地化 →",
+        "archetypes t0–t6 換成在地小物別沿用台北 → finale 終點地標 → 補 active.js →",
+        "`public/assets/title/skyline-<id>.webp` 天際線剪影)。`npm test` 要綠。",
+        "**河也要在地化**:`cityMap.js` 的 `water`(名稱 + centerline + 註解)不可留台北基隆河",
+        "—— 換成這座城市的河/運河/溪,避開起點(0,0)與終點。`river-localization.test.js` 會擋。",
+        "**結尾(`ending.js`)不要動**:已是共用 `../taiwanEnding.js`,引擎依 active city id 自動",
+        "點亮對應燈點。新城市只要 id 有在 `taiwanEnding.js` 的 CITIES 裡就自動正確,別在 pack 裡改它。",
+        "**displayName/旁白別用「量體」**(建築術語,台灣口語不這樣講)。chunk 大樓類用口語:",
+        "街屋 / 大樓 / 百貨大樓 / 摩天大樓 / 大廟 / 倉庫 等,別寫「XX量體」。",
+        "每座的「終點地標 / 主題」是創作錨點,doer 照它發揮、不要照搬別城。",
+    ];
+
+    let chiayi = item(&b, "加深 chiayi 街頭物 round3");
+    assert_eq!(
+        chiayi.section.as_deref(),
+        Some("加深 round 3（deepen — 目標 ≤25/70,主攻通用建築+童玩在地化）")
+    );
+    let mut expected: Vec<&str> = preamble.to_vec();
+    expected.extend([
+        "round2 把多數城壓到 33。這輪把仍 >25 的城再磨到 ≤25:通用建築(透天厝/商辦/銀行/",
+        "玻璃帷幕等)改該城風格、童玩類(彈珠/尪仔標等)換在地小物;真街道通用物(機車/超商/",
+        "紅綠燈/公車/加油站/路樹/瓦斯桶等)保留。worst-first。",
+    ]);
+    assert_eq!(chiayi.context, expected);
+
+    let taichung = item(&b, "加深 taichung 街頭物:");
+    assert_eq!(
+        taichung.section.as_deref(),
+        Some("加深街頭物 backlog（deepen — 既有城 chunk 在地化,目標 check-city ≤37/70 同台北）")
+    );
+    assert_eq!(taichung.context.len(), preamble.len() + 3);
+    assert_eq!(taichung.context[..preamble.len()], preamble);
+    assert_eq!(
+        taichung.context[preamble.len()],
+        "收藏物已全台 ≤3 通用、地標/ext 全在地。這批只動 archetypes/tN.js 街頭小物,"
+    );
+
+    // A section without its own block quote: the preamble only.
+    let keelung = item(&b, "加深 keelung 街頭物:");
+    assert_eq!(
+        keelung.section.as_deref(),
+        Some("加深補跑（keelung — 兩輪漏列,補到 ≤33）")
+    );
+    assert_eq!(keelung.context, preamble);
+}
+
+#[test]
+fn roll_formosa_keys_are_unique_and_follow_the_rule() {
+    let b = parse(ROLL_FORMOSA);
+    let keys: HashSet<&str> = b.items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys.len(), b.items.len());
+    for i in &b.items {
+        let section = i
+            .section
+            .as_deref()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let title = i.title.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(
+            i.key,
+            hex::encode(Sha256::digest(format!("{section}\n{title}")))
+        );
+        assert_eq!(i.key.len(), 64);
+    }
+}
+
+#[test]
+fn key_ignores_whitespace_changes_but_not_the_section() {
+    let a = parse("## Fixes\n\n- [ ] fix: the  login\tbug\n");
+    let b = parse("##   Fixes  \n\n* [ ]   fix: the login bug   \n");
+    let c = parse("## Other\n\n- [ ] fix: the login bug\n");
+    assert_eq!(a.items[0].key, b.items[0].key);
+    assert_ne!(a.items[0].key, c.items[0].key);
+    // Before any `##` the section is empty.
+    let none = parse("- [ ] fix: the login bug\n");
+    assert_eq!(none.items[0].section, None);
+    assert_eq!(
+        none.items[0].key,
+        hex::encode(Sha256::digest("\nfix: the login bug"))
+    );
+}
+
+// ---- markers and layout ------------------------------------------------------
+
+#[test]
+fn all_list_markers_and_capital_x() {
+    let text = "- [ ] dash\n\n* [x] star\n\n+ [X] plus\n\n1. [ ] one\n\n2) [ ] two paren\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["dash", "star", "plus", "one", "two paren"]);
+    assert_eq!(
+        b.items.iter().map(|i| i.done).collect::<Vec<_>>(),
+        [false, true, true, false, false]
+    );
+    assert_eq!(
+        b.items.iter().map(|i| i.line).collect::<Vec<_>>(),
+        [1, 3, 5, 7, 9]
+    );
+    for i in &b.items {
+        let marker = &text[i.marker_offset..i.marker_offset + 3];
+        assert!(["[ ]", "[x]", "[X]"].contains(&marker), "{marker:?}");
+    }
+    assert_eq!(
+        b.open_items().map(|i| i.title.as_str()).collect::<Vec<_>>(),
+        ["dash", "one", "two paren"]
+    );
+}
+
+#[test]
+fn crlf_titles_details_and_context_carry_no_carriage_return() {
+    let text = "> rule one\r\n> rule two\r\n\r\n## Sec\r\n\r\n- [ ] first item  \r\n  accept: it works\r\n  a note\r\n- [x] second\r\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["first item", "second"]);
+    let first = &b.items[0];
+    assert_eq!(first.line, 6);
+    assert_eq!(first.section.as_deref(), Some("Sec"));
+    assert_eq!(first.context, ["rule one", "rule two"]);
+    assert_eq!(first.details.accept, ["it works"]);
+    assert_eq!(first.details.notes, ["a note"]);
+    assert_eq!(first.details.lines[0].text, "  accept: it works");
+    assert_eq!(first.details.lines[0].line, 7);
+    assert_eq!(b.items[1].line, 9);
+    for i in &b.items {
+        assert!(!i.title.contains('\r'));
+        assert!(i.details.lines.iter().all(|l| !l.text.contains('\r')));
+        assert!(i.context.iter().all(|l| !l.contains('\r')));
+    }
+}
+
+#[test]
+fn tabs_after_markers_and_in_details() {
+    let text = "-\t[ ]\ttabbed title\t\n\taccept:\tdone when green\n\t-\tverify: `make check`\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["tabbed title"]);
+    let d = &b.items[0].details;
+    assert_eq!(d.accept, ["done when green"]);
+    assert_eq!(d.verify, ["make check"]);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+}
+
+#[test]
+fn markers_in_code_comments_and_block_quotes_are_not_items() {
+    let text = "\
+> - [ ] quoted task
+> more rules
+
+```md
+- [ ] fenced task
+```
+
+~~~
+* [ ] tilde fenced
+~~~
+
+    - [ ] indented code task
+
+<!--
+- [ ] commented task
+-->
+
+- [ ] the only item
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["the only item"]);
+    assert_eq!(b.items[0].line, 18);
+    // The block quote is still the preamble: context.
+    assert_eq!(b.items[0].context, ["- [ ] quoted task", "more rules"]);
+}
+
+#[test]
+fn nested_tasks_are_details_of_their_parent() {
+    let text = "\
+- [ ] parent
+  - [ ] child one
+  - [x] child two
+    - [ ] grandchild
+- plain bullet
+  - [ ] task under a plain bullet
+- [x] next
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["parent", "next"]);
+    let d = &b.items[0].details;
+    assert_eq!(
+        d.notes,
+        ["- [ ] child one", "- [x] child two", "  - [ ] grandchild"]
+    );
+    assert_eq!(
+        d.lines.iter().map(|l| l.line).collect::<Vec<_>>(),
+        [2, 3, 4]
+    );
+    assert!(d.lines.iter().all(|l| l.kind == DetailKind::Note));
+    assert_eq!(d.lines[2].text, "    - [ ] grandchild");
+}
+
+#[test]
+fn empty_file_and_files_without_open_items() {
+    let empty = parse("");
+    assert!(empty.items.is_empty() && empty.problems.is_empty());
+    assert_eq!(
+        empty.sha256,
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+
+    let prose = parse("# Backlog\n\nNothing planned.\n\n- a plain bullet\n");
+    assert!(prose.items.is_empty());
+
+    let all_done = parse("## Done\n\n- [x] one (done: #1)\n- [X] two\n");
+    assert_eq!(all_done.items.len(), 2);
+    assert_eq!(all_done.open_items().count(), 0);
+    assert!(all_done.problems.is_empty());
+}
+
+#[test]
+fn bom_is_skipped_but_offsets_refer_to_the_file() {
+    let text = "\u{feff}- [ ] after a bom\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["after a bom"]);
+    assert_eq!(b.items[0].marker_offset, 5);
+    assert_eq!(&text[5..8], "[ ]");
+    assert_eq!(
+        backlog::tick(text, &b.items[0], "").unwrap(),
+        "\u{feff}- [x] after a bom\n"
+    );
+}
+
+// ---- details -----------------------------------------------------------------
+
+#[test]
+fn details_are_classified_with_line_numbers() {
+    let text = "\
+## Work
+
+- [ ] add the export
+  accept: the CSV has a header row
+  - accept: empty tables export as a header only
+  verify: `cargo test -p export`
+  * verify: npm test
+  scope: src/export/**, tests/export*.rs docs/**
+  + scope: `Cargo.toml`
+  question: which delimiter?
+  rounds: 2
+  timeout: 1h30m
+  Keep the old API working.
+  - see issue #12
+- [ ] next item
+  timeout: 90s
+";
+    let b = parse(text);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    let d = &b.items[0].details;
+    assert_eq!(
+        d.accept,
+        [
+            "the CSV has a header row",
+            "empty tables export as a header only"
+        ]
+    );
+    assert_eq!(d.verify, ["cargo test -p export", "npm test"]);
+    assert_eq!(
+        d.scope,
+        ["src/export/**", "tests/export*.rs", "docs/**", "Cargo.toml"]
+    );
+    assert_eq!(d.questions, ["which delimiter?"]);
+    assert_eq!(d.rounds, Some((2, 11)));
+    assert_eq!(d.timeout, Some((Duration::from_secs(5400), 12)));
+    assert_eq!(d.notes, ["Keep the old API working.", "- see issue #12"]);
+    let kinds: Vec<(usize, DetailKind)> = d.lines.iter().map(|l| (l.line, l.kind)).collect();
+    use DetailKind::*;
+    assert_eq!(
+        kinds,
+        [
+            (4, Accept),
+            (5, Accept),
+            (6, Verify),
+            (7, Verify),
+            (8, Scope),
+            (9, Scope),
+            (10, Question),
+            (11, Rounds),
+            (12, Timeout),
+            (13, Note),
+            (14, Note)
+        ]
+    );
+    assert_eq!(
+        d.lines[1].text,
+        "  - accept: empty tables export as a header only"
+    );
+    assert_eq!(
+        b.items[1].details.timeout,
+        Some((Duration::from_secs(90), 16))
+    );
+    assert_eq!(b.items[1].details.lines.len(), 1);
+}
+
+#[test]
+fn keyword_lines_inside_nested_code_are_notes() {
+    let text = "- [ ] item\n\n  ```\n  accept: not a condition\n  ```\n  accept: a real one\n";
+    let b = parse(text);
+    let d = &b.items[0].details;
+    assert_eq!(d.accept, ["a real one"]);
+    assert_eq!(d.notes, ["```", "accept: not a condition", "```"]);
+}
+
+#[test]
+fn continuation_lines_of_the_title_paragraph_are_notes() {
+    let b = parse("- [ ] short title\n  that goes on here\n");
+    assert_eq!(b.items[0].title, "short title");
+    assert_eq!(b.items[0].details.notes, ["that goes on here"]);
+}
+
+// ---- problems ----------------------------------------------------------------
+
+#[test]
+fn every_problem_kind_has_its_line_and_a_hint() {
+    let text = "\
+- [ ] item one
+  accept:
+  verify:
+  verify: `cargo test
+  scope:  ,
+  question:
+  rounds: x
+  rounds: 0
+  timeout: soon
+  timeout: 0m
+- [ ]
+- [ ] item two
+  scope: src/[oops
+  rounds: 2
+  rounds: 3
+";
+    let b = parse(text);
+    let got = problem_lines(&b);
+    let lines: Vec<usize> = got.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lines, [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15], "{got:#?}");
+    let msg = |line: usize| {
+        got.iter()
+            .find(|(l, _)| *l == line)
+            .map(|(_, m)| m.as_str())
+            .unwrap()
+    };
+    assert_eq!(
+        msg(2),
+        "empty `accept:` — write the condition after the colon"
+    );
+    assert!(msg(3).starts_with("empty `verify:`"), "{}", msg(3));
+    assert!(msg(4).contains("unclosed"), "{}", msg(4));
+    assert!(msg(5).starts_with("empty `scope:`"), "{}", msg(5));
+    assert!(msg(6).starts_with("empty `question:`"), "{}", msg(6));
+    assert!(
+        msg(7).contains("`rounds: x`") && msg(7).contains("e.g."),
+        "{}",
+        msg(7)
+    );
+    assert!(msg(8).contains("`rounds: 0`"), "{}", msg(8));
+    assert!(
+        msg(9).contains("`timeout: soon`") && msg(9).contains("45m"),
+        "{}",
+        msg(9)
+    );
+    assert!(msg(10).contains("`timeout: 0m`"), "{}", msg(10));
+    assert!(msg(11).contains("without a title"), "{}", msg(11));
+    assert!(msg(13).contains("bad glob"), "{}", msg(13));
+    assert!(msg(15).contains("line 14"), "{}", msg(15));
+    // Malformed values are not kept.
+    let d = &b.items[0].details;
+    assert!(
+        d.accept.is_empty() && d.verify.is_empty() && d.scope.is_empty() && d.questions.is_empty()
+    );
+    assert_eq!((d.rounds, d.timeout), (None, None));
+    assert_eq!(b.items[2].details.rounds, Some((3, 15)));
+    assert_eq!(
+        b.problems[0].to_string(),
+        "NEXT.md:2: empty `accept:` — write the condition after the colon"
+    );
+}
+
+#[test]
+fn duplicate_open_items_are_a_problem_duplicate_done_items_are_not() {
+    let b =
+        parse("## A\n\n- [x] same\n- [x] same\n- [ ] again\n- [ ] again\n\n## B\n\n- [ ] again\n");
+    assert_eq!(problem_lines(&b).len(), 1);
+    assert_eq!(b.problems[0].line, 6);
+    assert!(
+        b.problems[0].message.contains("line 5"),
+        "{}",
+        b.problems[0].message
+    );
+}
+
+// ---- context and sections ------------------------------------------------------
+
+#[test]
+fn context_is_preamble_plus_all_quotes_of_the_own_section_only() {
+    let text = "\
+# Title
+
+> global rule
+>
+> second paragraph of it
+
+## Alpha ##
+
+> alpha rule
+
+- [ ] a1
+
+> alpha rule between items
+lazy continuation
+
+- [ ] a2
+
+Beta
+----
+
+> beta rule
+
+- [ ] b1
+  > a quote nested in the item is a detail
+";
+    let b = parse(text);
+    let global = ["global rule", "", "second paragraph of it"];
+    let with = |extra: &[&str]| {
+        global
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+    };
+    let alpha = with(&[
+        "alpha rule",
+        "alpha rule between items",
+        "lazy continuation",
+    ]);
+    assert_eq!(item(&b, "a1").context, alpha);
+    assert_eq!(item(&b, "a2").context, alpha);
+    assert_eq!(item(&b, "a1").section.as_deref(), Some("Alpha"));
+    assert_eq!(item(&b, "b1").section.as_deref(), Some("Beta"));
+    assert_eq!(item(&b, "b1").context, with(&["beta rule"]));
+    assert_eq!(
+        item(&b, "b1").details.notes,
+        ["> a quote nested in the item is a detail"]
+    );
+}
+
+#[test]
+fn only_level_two_headings_make_sections() {
+    let text = "## Section `one`\n\n### Sub\n\n- [ ] item\n\n# Part\n\n- [ ] other\n";
+    let b = parse(text);
+    assert_eq!(b.items[0].section.as_deref(), Some("Section `one`"));
+    assert_eq!(b.items[1].section.as_deref(), Some("Section `one`"));
+}
+
+// ---- tick ----------------------------------------------------------------------
+
+#[test]
+fn tick_changes_only_the_marker_and_the_end_of_the_title_line() {
+    let text = "## S\n\n- [ ] one\n- [ ] two\n- [ ] three\n  accept: x\n";
+    let b = parse(text);
+    let ticked = backlog::tick(text, &b.items[1], " (done: #123)").unwrap();
+    assert_eq!(
+        ticked,
+        "## S\n\n- [ ] one\n- [x] two (done: #123)\n- [ ] three\n  accept: x\n"
+    );
+
+    // Ticking the neighbours of the re-read file works on the new offsets too.
+    let again = parse(&ticked);
+    assert_eq!(
+        again
+            .open_items()
+            .map(|i| i.title.as_str())
+            .collect::<Vec<_>>(),
+        ["one", "three"]
+    );
+    assert_eq!(again.items[1].title, "two (done: #123)");
+    let both = backlog::tick(&ticked, &again.items[2], " (done: #124)").unwrap();
+    let both = backlog::tick(&both, &again.items[0], " (done: #125)").unwrap();
+    assert_eq!(
+        both,
+        "## S\n\n- [x] one (done: #125)\n- [x] two (done: #123)\n- [x] three (done: #124)\n  accept: x\n"
+    );
+}
+
+#[test]
+fn tick_keeps_crlf_trailing_whitespace_and_a_missing_final_newline() {
+    let text = "- [ ] first\r\n- [ ] second  \r\n- [ ] last";
+    let b = parse(text);
+    assert_eq!(
+        backlog::tick(text, &b.items[0], " (done: #1)").unwrap(),
+        "- [x] first (done: #1)\r\n- [ ] second  \r\n- [ ] last"
+    );
+    assert_eq!(
+        backlog::tick(text, &b.items[1], " (done: #2)").unwrap(),
+        "- [ ] first\r\n- [x] second (done: #2)  \r\n- [ ] last"
+    );
+    assert_eq!(
+        backlog::tick(text, &b.items[2], " (done: #3)").unwrap(),
+        "- [ ] first\r\n- [ ] second  \r\n- [x] last (done: #3)"
+    );
+}
+
+#[test]
+fn tick_on_the_real_backlog_changes_one_line() {
+    let b = parse(ROLL_FORMOSA);
+    let first_open = b.open_items().next().unwrap();
+    let ticked = backlog::tick(ROLL_FORMOSA, first_open, " (done: #123)").unwrap();
+    let before: Vec<&str> = ROLL_FORMOSA.split('\n').collect();
+    let after: Vec<&str> = ticked.split('\n').collect();
+    assert_eq!(before.len(), after.len());
+    let changed: Vec<usize> = (0..before.len())
+        .filter(|&i| before[i] != after[i])
+        .collect();
+    assert_eq!(changed, [first_open.line - 1]);
+    assert_eq!(
+        after[first_open.line - 1],
+        "- [x] 加深 chiayi 街頭物 round3:33→≤25 (done: #123)"
+    );
+}
+
+#[test]
+fn tick_refuses_a_changed_file_a_done_item_and_a_multiline_note() {
+    let text = "- [ ] one\n- [x] two\n";
+    let b = parse(text);
+    match backlog::tick(text, &b.items[1], " (done: #1)") {
+        Err(BacklogError::MarkerMismatch { line: 2, found, .. }) => assert_eq!(found, "[x]"),
+        other => panic!("expected MarkerMismatch, got {other:?}"),
+    }
+    let shifted = format!("\n{text}");
+    assert!(matches!(
+        backlog::tick(&shifted, &b.items[0], ""),
+        Err(BacklogError::MarkerMismatch { line: 1, .. })
+    ));
+    let retitled = "- [ ] uno\n- [x] two\n";
+    assert!(matches!(
+        backlog::tick(retitled, &b.items[0], ""),
+        Err(BacklogError::TitleMismatch { line: 1, .. })
+    ));
+    assert!(matches!(
+        backlog::tick("- [", &b.items[0], ""),
+        Err(BacklogError::MarkerMismatch { .. })
+    ));
+    assert!(matches!(
+        backlog::tick(text, &b.items[0], " (done)\n- [ ] injected"),
+        Err(BacklogError::NoteHasLineBreak { .. })
+    ));
+}
+
+// ---- read ----------------------------------------------------------------------
+
+#[test]
+fn read_hashes_the_bytes_and_names_the_path_on_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("NEXT.md");
+    std::fs::write(&path, ROLL_FORMOSA).unwrap();
+    let b = backlog::read(&path).unwrap();
+    assert_eq!(b.path, path);
+    assert_eq!(b, backlog::parse(&path, ROLL_FORMOSA));
+
+    let missing = dir.path().join("MISSING.md");
+    let err = backlog::read(&missing).unwrap_err();
+    assert!(matches!(err, BacklogError::Read { .. }));
+    assert!(err.to_string().contains("MISSING.md"), "{err}");
+
+    let latin1 = dir.path().join("LATIN1.md");
+    std::fs::write(&latin1, b"- [ ] caf\xe9\n").unwrap();
+    let err = backlog::read(&latin1).unwrap_err();
+    assert!(
+        matches!(err, BacklogError::NotUtf8 { offset: 9, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("LATIN1.md"), "{err}");
+}
+
+#[test]
+fn problems_name_the_given_path() {
+    let b = backlog::parse(Path::new("docs/NEXT.md"), "- [ ] x\n  rounds: many\n");
+    assert_eq!(b.problems.len(), 1);
+    assert!(
+        b.problems[0]
+            .to_string()
+            .starts_with("docs/NEXT.md:2: `rounds: many`"),
+        "{}",
+        b.problems[0]
+    );
+}
