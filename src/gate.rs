@@ -90,9 +90,9 @@ async fn run_one(label: &str, i: usize, command: &str, spec: &GateSpec, cancel: 
         .timeout(spec.timeout)
         .stdout_file(log("stdout"))
         .stderr_file(log("stderr"))
-        .secrets(spec.secrets.clone());
+        .redactor(crate::secret::Redactor::new(&spec.secrets));
     if let Some(u) = &spec.run_as {
-        cmd = cmd.run_as(u.uid, u.gid, &u.home, &u.name);
+        cmd = cmd.run_as(u.clone());
     }
     let o = process::run(cmd, cancel).await?;
     let mut tail = String::new();

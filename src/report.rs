@@ -132,7 +132,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
 
     let _ = writeln!(s, "### Files changed (from git)");
     for f in &e.changed {
-        let _ = writeln!(s, "- `{}` {} +{} −{}", f.path, f.status, f.added, f.removed);
+        let _ = writeln!(s, "- `{}` {} +{} −{}", f.path, f.status.letter(), f.added, f.removed);
     }
     let _ = writeln!(s);
 

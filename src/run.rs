@@ -30,7 +30,7 @@ use crate::forge::{Forge, PrState};
 use crate::gate::{self, GateRun, GateSpec};
 use crate::ledger::records::{self as rec, ItemEnd};
 use crate::limit::{self, LimitKind};
-use crate::proof::Proof;
+use crate::proof::{Proof, RoundStart};
 use crate::report::{self, Evidence, RoundSummary};
 use crate::review::{self, Decision};
 use crate::schedule;
@@ -272,13 +272,9 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     }
     rec::set_phase(pool, run_id, "checkout", Some(key), None).await.map_err(db)?;
     let item_dir = night.data_dir.join("logs").join(run_id.to_string()).join(format!("item-{:03}-{}", entry.index, &key[..8]));
-    let spec = slot::SlotSpec {
-        slots_dir: night.data_dir.join("slots"),
-        user_repo: night.repo.clone(),
-        remote: night.config.remote.clone(),
-        base: night.config.base.clone(),
-    };
-    let prepared = tokio::task::block_in_place(|| Slot::prepare(&spec, &branch));
+    let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &night.repo, &night.config.remote, &night.config.base, &branch, token.as_deref()));
     let slot = match prepared {
         Ok(s) => s,
         Err(e) => return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: {e}")), branch: Some(branch), ..Default::default() }),
@@ -286,11 +282,11 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     let mut end = item_loop(night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost).await?;
     if end.outcome != "pr_opened" && end.outcome != "pr_failed" {
         // A failed item leaves nothing behind (SPEC §5.6).
-        if let Err(e) = tokio::task::block_in_place(|| slot.discard(&branch)) {
+        if let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
             end.reason = Some(format!("{}; cleaning the checkout failed: {e}", end.reason.unwrap_or_default()));
         }
     } else {
-        let _ = tokio::task::block_in_place(|| slot.discard(&branch));
+        let _ = tokio::task::block_in_place(|| slot.discard());
     }
     end.branch.get_or_insert(branch);
     Ok(end)
@@ -406,7 +402,7 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         }
         let round_id = rec::start_round(pool, item_id, n).await.map_err(db)?;
         rec::set_phase(pool, run_id, "writer", Some(key), Some(n)).await.map_err(db)?;
-        let before = match tokio::task::block_in_place(|| slot.snapshot()) {
+        let before = match tokio::task::block_in_place(|| RoundStart::record(slot)) {
             Ok(b) => b,
             Err(e) => return Ok(fail("error", format!("cannot read the checkout before round {n}: {e}"), n, &totals)),
         };
@@ -428,7 +424,7 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         }
         // Proof of work, from git.
         rec::set_phase(pool, run_id, "proof", Some(key), Some(n)).await.map_err(db)?;
-        let proof = match tokio::task::block_in_place(|| Proof::collect(slot, &before, &writer.claimed_files, &c.scope)) {
+        let proof = match tokio::task::block_in_place(|| Proof::collect(&slot.path, &before, &writer.claimed_files, &c.scope)) {
             Ok(p) => p,
             Err(e) => return Ok(fail("error", format!("cannot read the proof of work from git: {e}"), n, &totals)),
         };
@@ -561,14 +557,14 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         let body = night.redact(&report::pr_body(&evidence));
         rec::set_phase(pool, run_id, "push", Some(key), Some(n)).await.map_err(db)?;
         let message = format!("nightshift: {}\n\nContract sha256 {}\nRun {}\n", c.title, entry.contract_sha, run_id);
-        if let Err(e) = tokio::task::block_in_place(|| slot.commit_all(&message)) {
+        if let Err(e) = tokio::task::block_in_place(|| slot.commit_all(&message, &runner_identity(), &runner_identity())) {
             return Ok(fail("error", format!("commit failed: {e}"), n, &totals));
         }
         if night.cancel.is_cancelled() {
             return Ok(fail("interrupted", "stopped by a signal before the push".into(), n, &totals));
         }
         let token = night.token.as_ref().map(|t| t.expose().to_string());
-        if let Err(e) = tokio::task::block_in_place(|| slot.push(branch, token.as_deref())) {
+        if let Err(e) = tokio::task::block_in_place(|| slot.push(token.as_deref())) {
             return Ok(fail("push_failed", night.redact(&format!("push of {branch} failed: {e}")), n, &totals));
         }
         rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body).await.map_err(db)?;
@@ -713,7 +709,7 @@ async fn call_agent(
             let now = night.clock.now();
             match reading.kind {
                 LimitKind::UsageLimit => {
-                    let policy = limit::SleepPolicy { buffer: c.limits.limit_buffer, min: c.limits.limit_sleep_min, max: c.limits.limit_sleep_max, unknown: Duration::from_secs(3600) };
+                    let policy = sleep_policy(&c.limits);
                     let sleep = limit::sleep_for(&reading, now, &policy);
                     let until = now + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1));
                     rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "usage_limit", &night.redact(&reading.message), now, until, reading.resets_at).await.map_err(db)?;
@@ -722,7 +718,7 @@ async fn call_agent(
                     }
                     rec::set_sleeping(pool, run_id, until, &agent_cfg.kind.to_string()).await.map_err(db)?;
                     tracing::info!(until = %until, agent = %agent_cfg.kind, "usage limit: sleeping until reset");
-                    if !schedule::sleep_until(night.clock.as_ref(), until, &night.cancel).await {
+                    if schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await == schedule::SleepOutcome::Cancelled {
                         return Ok(stop("interrupted", "stopped by a signal while sleeping at a usage limit".into(), totals));
                     }
                     rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n)).await.map_err(db)?;
@@ -730,11 +726,11 @@ async fn call_agent(
                 }
                 LimitKind::Transient if throttles < MAX_THROTTLE_RETRIES => {
                     throttles += 1;
-                    let policy = limit::SleepPolicy { buffer: c.limits.limit_buffer, min: c.limits.limit_sleep_min, max: c.limits.limit_sleep_max, unknown: Duration::from_secs(3600) };
+                    let policy = sleep_policy(&c.limits);
                     let wait = limit::sleep_for(&reading, now, &policy);
                     let until = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
                     rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "transient", &night.redact(&reading.message), now, until, None).await.map_err(db)?;
-                    if !schedule::sleep_until(night.clock.as_ref(), until, &night.cancel).await {
+                    if schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await == schedule::SleepOutcome::Cancelled {
                         return Ok(stop("interrupted", "stopped by a signal while waiting out throttling".into(), totals));
                     }
                     continue;
@@ -754,4 +750,14 @@ impl Night {
     pub fn redact(&self, s: &str) -> String {
         crate::secret::Redactor::new(self.secrets.iter()).redact(s)
     }
+}
+
+/// The runner is the committer of every item commit (SPEC §5.6).
+fn runner_identity() -> slot::Identity {
+    slot::Identity { name: "nightshift".into(), email: "nightshift@localhost".into() }
+}
+
+/// The sleep policy of SPEC §7 from the config's limits.
+pub fn sleep_policy(l: &config::Limits) -> limit::SleepPolicy {
+    limit::SleepPolicy { buffer: l.limit_buffer, min: l.limit_sleep_min, max: l.limit_sleep_max, ..limit::SleepPolicy::default() }
 }

@@ -44,18 +44,7 @@ impl Role {
     }
 }
 
-/// An unprivileged account agents run as (config `agent_user`).
-#[derive(Debug, Clone)]
-pub struct RunAs {
-    /// User name.
-    pub name: String,
-    /// Numeric user id.
-    pub uid: u32,
-    /// Numeric group id.
-    pub gid: u32,
-    /// Its home directory (the agent's `HOME`).
-    pub home: PathBuf,
-}
+pub use crate::process::RunAs;
 
 /// One agent call.
 #[derive(Debug, Clone)]
@@ -185,9 +174,9 @@ pub(crate) fn base_command(argv: &[String], call: &Call, extra_env: &[(&str, Str
         .timeout(call.timeout)
         .stdout_file(call.log_dir.join(format!("{role}.stdout")))
         .stderr_file(call.log_dir.join(format!("{role}.stderr")))
-        .secrets(call.secrets.clone());
+        .redactor(crate::secret::Redactor::new(&call.secrets));
     if let Some(u) = &call.run_as {
-        cmd = cmd.run_as(u.uid, u.gid, &u.home, &u.name);
+        cmd = cmd.run_as(u.clone());
     }
     cmd
 }

@@ -28,8 +28,8 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         Some(sel) => Selection::One(select_item(&plan, sel.as_deref())?),
     };
     let (tz, zone_source) = schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref())).map_err(|e| Error::usage(format!("time zone: {e}")))?;
-    if zone_source == schedule::ZoneSource::FallbackUtc {
-        eprintln!("warning: no time zone configured and none found on the system; using UTC (set `timezone` in the config or $TZ)");
+    if let Some(w) = zone_source.warning() {
+        eprintln!("warning: {w}");
     }
     let now = Utc::now();
     let deadline = schedule::parse_deadline(args.deadline.as_deref().unwrap_or(&config.deadline), now, tz).map_err(|e| Error::usage(format!("deadline: {e}")))?;

@@ -24,13 +24,11 @@ pub(crate) fn parse(text: Option<String>, now: Option<&str>, tz: Option<&str>, j
     };
     let (zone, _) = schedule::resolve_zone(tz).map_err(|e| Error::usage(format!("--tz: {e}")))?;
     let reading = limit::read_text(&text, now, zone);
-    let d = config::Limits::default();
-    let policy = limit::SleepPolicy { buffer: d.limit_buffer, min: d.limit_sleep_min, max: d.limit_sleep_max, unknown: std::time::Duration::from_secs(3600) };
-    let (value, human) = limit::explain(&reading, now, zone, &policy);
+    let policy = crate::run::sleep_policy(&config::Limits::default());
     if json {
-        println!("{}", serde_json::to_string(&value).expect("JSON"));
+        println!("{}", serde_json::to_string(&limit::explain(&reading, now, zone, &policy)).expect("JSON"));
     } else {
-        println!("{human}");
+        println!("{}", limit::explain_text(&reading, now, zone, &policy));
     }
     Ok(ExitCode::Ok)
 }

@@ -1,1 +1,670 @@
-//! Typed reads and writes of the ledger tables; filled by the lead.
+//! Typed reads and writes of the ledger tables (SPEC §9).
+//!
+//! Every row the run loop, `approve`, `report` and `status` need goes through
+//! a function here, so the SQL lives in one file next to the schema in
+//! `migrations/`. Approvals and events are insert-only (the schema's triggers
+//! reject updates); runs and run items are updated as they progress.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::{FromRow, PgPool};
+use uuid::Uuid;
+
+use crate::approval::{self, Approval};
+use crate::contract::Plan;
+
+/// Result of a ledger call.
+pub type Result<T> = std::result::Result<T, sqlx::Error>;
+
+const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
+
+/// Stores the plan, its contracts and their order (idempotent).
+///
+/// # Errors
+/// Database errors.
+pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    let json = plan.to_json();
+    sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, created_at, json) VALUES ($1, $2, $3, $4, now(), $5) ON CONFLICT (sha) DO NOTHING")
+        .bind(&plan.sha)
+        .bind(repo)
+        .bind(plan.backlog_path.display().to_string())
+        .bind(&plan.backlog_sha)
+        .bind(&json)
+        .execute(&mut *tx)
+        .await?;
+    for (pos, e) in plan.entries.iter().enumerate() {
+        let cjson: Value = serde_json::from_str(&e.contract.canonical_json()).expect("canonical JSON parses");
+        sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) VALUES ($1, $2, $3, $4, now()) ON CONFLICT (sha) DO NOTHING")
+            .bind(&e.contract_sha)
+            .bind(&e.item.key)
+            .bind(&e.item.title)
+            .bind(&cjson)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
+            .bind(&plan.sha)
+            .bind(pos as i32)
+            .bind(&e.contract_sha)
+            .bind(e.index as i32)
+            .bind(&e.blocked)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
+}
+
+/// Whether a plan with this SHA was stored for `repo`.
+///
+/// # Errors
+/// Database errors.
+pub async fn plan_exists(pool: &PgPool, repo: &str, sha: &str) -> Result<bool> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM plans WHERE sha = $1 AND repo = $2").bind(sha).bind(repo).fetch_one(pool).await?;
+    Ok(n > 0)
+}
+
+/// Whether a contract with this SHA was stored.
+///
+/// # Errors
+/// Database errors.
+pub async fn contract_exists(pool: &PgPool, sha: &str) -> Result<bool> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM contracts WHERE sha = $1").bind(sha).fetch_one(pool).await?;
+    Ok(n > 0)
+}
+
+/// Contract SHAs of a stored plan, in order.
+///
+/// # Errors
+/// Database errors.
+pub async fn plan_contracts(pool: &PgPool, plan_sha: &str) -> Result<Vec<String>> {
+    sqlx::query_scalar("SELECT contract_sha FROM plan_contracts WHERE plan_sha = $1 ORDER BY position").bind(plan_sha).fetch_all(pool).await
+}
+
+/// Records an approval of a plan (or, with `is_contract`, of one contract).
+/// The row is never updated afterwards.
+///
+/// # Errors
+/// Database errors.
+pub async fn insert_approval(pool: &PgPool, repo: &str, sha: &str, is_contract: bool, by: &str) -> Result<Approval> {
+    let id = Uuid::new_v4();
+    let now = Utc::now();
+    let (plan, contract) = if is_contract { (None, Some(sha)) } else { (Some(sha), None) };
+    sqlx::query("INSERT INTO approvals (id, plan_sha, contract_sha, repo, approved_by, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
+        .bind(id)
+        .bind(plan)
+        .bind(contract)
+        .bind(repo)
+        .bind(by)
+        .bind(now)
+        .bind(approval::expiry(now))
+        .execute(pool)
+        .await?;
+    Ok(Approval { id, plan_sha: plan.map(String::from), contract_sha: contract.map(String::from), created_at: now, expires_at: approval::expiry(now), used_by: None })
+}
+
+/// Approvals of `sha` (plan or contract) for `repo`, newest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn approvals_of(pool: &PgPool, repo: &str, sha: &str) -> Result<Vec<Approval>> {
+    let q = format!("{APPROVAL_COLUMNS} WHERE a.repo = $1 AND (a.plan_sha = $2 OR a.contract_sha = $2) ORDER BY a.created_at DESC");
+    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q)).bind(repo).bind(sha).fetch_all(pool).await
+}
+
+/// Unused, unexpired plan approvals of `repo`, newest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn usable_plan_approvals(pool: &PgPool, repo: &str, now: DateTime<Utc>) -> Result<Vec<Approval>> {
+    let q = format!("{APPROVAL_COLUMNS} WHERE a.repo = $1 AND a.plan_sha IS NOT NULL AND u.run_id IS NULL AND a.expires_at > $2 ORDER BY a.created_at DESC");
+    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q)).bind(repo).bind(now).fetch_all(pool).await
+}
+
+/// One approval by id.
+///
+/// # Errors
+/// Database errors.
+pub async fn approval_by_id(pool: &PgPool, id: Uuid) -> Result<Option<Approval>> {
+    let q = format!("{APPROVAL_COLUMNS} WHERE a.id = $1");
+    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q)).bind(id).fetch_optional(pool).await
+}
+
+/// What a new run row needs.
+#[derive(Debug, Clone)]
+pub struct NewRun<'a> {
+    /// Repository identity (its canonical path).
+    pub repo: &'a str,
+    /// `drain` or `run`.
+    pub kind: &'a str,
+    /// The snapshot's plan SHA.
+    pub plan_sha: &'a str,
+    /// The approval it runs under.
+    pub approval_id: Uuid,
+    /// Consume the approval (a new run) or not (a resumed crashed run,
+    /// whose approval its first run consumed).
+    pub consume: bool,
+    /// The crashed run this one resumes.
+    pub resumes: Option<Uuid>,
+    /// The deadline (UTC).
+    pub deadline: DateTime<Utc>,
+    /// The zone name the deadline was resolved in.
+    pub timezone: &'a str,
+}
+
+/// Creates the run row and, for a new run, consumes the approval in the same
+/// transaction. Returns `Ok(None)` when the approval was consumed by another
+/// run first (single use enforced by the `approval_uses` primary key).
+///
+/// # Errors
+/// Database errors.
+pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
+    let id = Uuid::new_v4();
+    let mut tx = pool.begin().await?;
+    if r.consume {
+        let done = sqlx::query("INSERT INTO approval_uses (approval_id, run_id, used_at) VALUES ($1, $2, now()) ON CONFLICT DO NOTHING")
+            .bind(r.approval_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(None);
+        }
+    }
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+    sqlx::query(
+        "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, started_at, deadline, timezone, host, pid, heartbeat_at, resumes) \
+         VALUES ($1, $2, $3, $4, $5, 'running', now(), $6, $7, $8, $9, now(), $10)",
+    )
+    .bind(id)
+    .bind(r.repo)
+    .bind(r.kind)
+    .bind(r.plan_sha)
+    .bind(r.approval_id)
+    .bind(r.deadline)
+    .bind(r.timezone)
+    .bind(host)
+    .bind(std::process::id() as i32)
+    .bind(r.resumes)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(id))
+}
+
+/// A run row as `report` and resume read it.
+#[derive(Debug, Clone, FromRow)]
+pub struct RunRow {
+    /// Run id.
+    pub id: Uuid,
+    /// `drain` or `run`.
+    pub kind: String,
+    /// Plan SHA of its snapshot.
+    pub plan_sha: String,
+    /// Approval it ran under.
+    pub approval_id: Option<Uuid>,
+    /// `running`, `completed`, `stopped_deadline`, `stopped_signal`, `crashed`.
+    pub status: String,
+    /// Start (UTC).
+    pub started_at: DateTime<Utc>,
+    /// End (UTC).
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Deadline (UTC).
+    pub deadline: Option<DateTime<Utc>>,
+    /// Zone name.
+    pub timezone: Option<String>,
+    /// Host that ran it.
+    pub host: Option<String>,
+    /// Its pid.
+    pub pid: Option<i32>,
+    /// Current phase (while running).
+    pub phase: Option<String>,
+    /// Current item key.
+    pub current_item_key: Option<String>,
+    /// Current round.
+    pub current_round: Option<i32>,
+    /// Sleeping until (UTC).
+    pub sleeping_until: Option<DateTime<Utc>>,
+    /// Agent whose limit it sleeps on.
+    pub sleeping_agent: Option<String>,
+    /// Exit code it ended with.
+    pub exit_code: Option<i32>,
+}
+
+const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, started_at, ended_at, deadline, timezone, host, pid, phase, current_item_key, current_round, sleeping_until, sleeping_agent, exit_code FROM runs";
+
+/// The newest run of `repo`, or the run `id`.
+///
+/// # Errors
+/// Database errors.
+pub async fn run_row(pool: &PgPool, repo: &str, id: Option<Uuid>) -> Result<Option<RunRow>> {
+    match id {
+        Some(id) => sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!("{RUN_COLUMNS} WHERE id = $1"))).bind(id).fetch_optional(pool).await,
+        None => sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!("{RUN_COLUMNS} WHERE repo = $1 ORDER BY started_at DESC LIMIT 1"))).bind(repo).fetch_optional(pool).await,
+    }
+}
+
+/// Runs of `repo` still marked `running`. Called while holding the repo
+/// lock, so every one of them is dead: they are marked `crashed` and
+/// returned (newest first).
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_dead_runs_crashed(pool: &PgPool, repo: &str) -> Result<Vec<RunRow>> {
+    let rows = sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!("{RUN_COLUMNS} WHERE repo = $1 AND status = 'running' ORDER BY started_at DESC"))).bind(repo).fetch_all(pool).await?;
+    for r in &rows {
+        sqlx::query("UPDATE runs SET status = 'crashed', ended_at = coalesce(ended_at, heartbeat_at), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(r.id).execute(pool).await?;
+        sqlx::query("UPDATE run_items SET outcome = 'interrupted', reason = 'the run crashed', ended_at = now() WHERE run_id = $1 AND outcome IS NULL").bind(r.id).execute(pool).await?;
+        event(pool, Some(r.id), "run_crashed", json!({"pid": r.pid, "host": r.host})).await?;
+    }
+    Ok(rows)
+}
+
+/// The newest crashed run of `repo` that has not been resumed yet.
+///
+/// # Errors
+/// Database errors.
+pub async fn resumable_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> {
+    sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
+        "{RUN_COLUMNS} r WHERE repo = $1 AND status = 'crashed' AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.resumes = r.id) ORDER BY started_at DESC LIMIT 1"
+    )))
+    .bind(repo)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Updates what `status` shows: phase, item, round; clears a sleep.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_phase(pool: &PgPool, run: Uuid, phase: &str, item_key: Option<&str>, round: Option<u32>) -> Result<()> {
+    sqlx::query("UPDATE runs SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, heartbeat_at = now() WHERE id = $1")
+        .bind(run)
+        .bind(phase)
+        .bind(item_key)
+        .bind(round.map(|r| r as i32))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Marks the run as sleeping until `until` on `agent`'s usage limit.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_sleeping(pool: &PgPool, run: Uuid, until: DateTime<Utc>, agent: &str) -> Result<()> {
+    sqlx::query("UPDATE runs SET phase = 'sleeping', sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1").bind(run).bind(until).bind(agent).execute(pool).await?;
+    Ok(())
+}
+
+/// Ends a run with its final status and exit code.
+///
+/// # Errors
+/// Database errors.
+pub async fn finish_run(pool: &PgPool, run: Uuid, status: &str, exit_code: i32) -> Result<()> {
+    sqlx::query("UPDATE runs SET status = $2, exit_code = $3, ended_at = now(), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(run).bind(status).bind(exit_code).execute(pool).await?;
+    event(pool, Some(run), "run_finished", json!({"status": status, "exit_code": exit_code})).await
+}
+
+/// Appends to the event log (server-assigned sequence).
+///
+/// # Errors
+/// Database errors.
+pub async fn event(pool: &PgPool, run: Option<Uuid>, kind: &str, data: Value) -> Result<()> {
+    sqlx::query("INSERT INTO events (run_id, kind, data) VALUES ($1, $2, $3)").bind(run).bind(kind).bind(data).execute(pool).await?;
+    Ok(())
+}
+
+/// Creates (or, on resume, reuses) the run item row for an item.
+///
+/// # Errors
+/// Database errors.
+pub async fn start_item(pool: &PgPool, run: Uuid, key: &str, contract_sha: &str, index: usize, title: &str) -> Result<i64> {
+    sqlx::query_scalar(
+        "INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, started_at) VALUES ($1, $2, $3, $4, $5, now()) \
+         ON CONFLICT (run_id, item_key) DO UPDATE SET started_at = now() RETURNING id",
+    )
+    .bind(run)
+    .bind(key)
+    .bind(contract_sha)
+    .bind(index as i32)
+    .bind(title)
+    .fetch_one(pool)
+    .await
+}
+
+/// The final facts of one item in one run.
+#[derive(Debug, Clone, Default)]
+pub struct ItemEnd {
+    /// Outcome (SPEC §5.7).
+    pub outcome: String,
+    /// Why, in a sentence.
+    pub reason: Option<String>,
+    /// A question for a person (blocked items).
+    pub question: Option<String>,
+    /// Branch pushed or planned.
+    pub branch: Option<String>,
+    /// PR number.
+    pub pr_number: Option<u64>,
+    /// PR URL.
+    pub pr_url: Option<String>,
+    /// Rounds used.
+    pub rounds: u32,
+    /// Tokens used.
+    pub tokens: u64,
+    /// Cost in USD, where reported.
+    pub cost_usd: Option<f64>,
+    /// The PR body (opened, or would have been opened without a token).
+    pub pr_body: Option<String>,
+}
+
+/// Records an item's end.
+///
+/// # Errors
+/// Database errors.
+pub async fn finish_item(pool: &PgPool, item_id: i64, e: &ItemEnd) -> Result<()> {
+    sqlx::query(
+        "UPDATE run_items SET outcome = $2, reason = $3, question = $4, branch = $5, pr_number = $6, pr_url = $7, rounds = $8, tokens = $9, cost_usd = $10, pr_body = $11, ended_at = now() WHERE id = $1",
+    )
+    .bind(item_id)
+    .bind(&e.outcome)
+    .bind(&e.reason)
+    .bind(&e.question)
+    .bind(&e.branch)
+    .bind(e.pr_number.map(|n| n as i64))
+    .bind(&e.pr_url)
+    .bind(e.rounds as i32)
+    .bind(e.tokens as i64)
+    .bind(e.cost_usd)
+    .bind(&e.pr_body)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Starts a round; returns its id.
+///
+/// # Errors
+/// Database errors.
+pub async fn start_round(pool: &PgPool, item_id: i64, n: u32) -> Result<i64> {
+    sqlx::query_scalar("INSERT INTO rounds (run_item_id, n, started_at) VALUES ($1, $2, now()) RETURNING id").bind(item_id).bind(n as i32).fetch_one(pool).await
+}
+
+/// Ends a round with its result, diff hash, failure signature and the
+/// feedback it produced.
+///
+/// # Errors
+/// Database errors.
+pub async fn finish_round(pool: &PgPool, round_id: i64, result: &str, diff_hash: Option<&str>, failure_sig: Option<&str>, feedback: Option<&str>) -> Result<()> {
+    sqlx::query("UPDATE rounds SET ended_at = now(), result = $2, diff_hash = $3, failure_sig = $4, feedback = $5 WHERE id = $1")
+        .bind(round_id)
+        .bind(result)
+        .bind(diff_hash)
+        .bind(failure_sig)
+        .bind(feedback)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Records one agent call.
+///
+/// # Errors
+/// Database errors.
+pub async fn record_agent_call(pool: &PgPool, item_id: i64, round_id: Option<i64>, role: &str, kind: &str, r: &crate::agent::Report) -> Result<()> {
+    let o = &r.outcome;
+    let meta = json!({
+        "failure": r.failure,
+        "tools": r.tools,
+        "mcp_servers": r.mcp_servers,
+        "claimed_files": r.claimed_files,
+        "limit": r.limit.as_ref().map(|l| json!({"resets_at": l.resets_at, "source": l.source})),
+        "stdout_path": o.stdout_path,
+        "stderr_path": o.stderr_path,
+        "stdout_bytes": o.stdout_bytes,
+        "stderr_bytes": o.stderr_bytes,
+        "signal": o.signal,
+    });
+    sqlx::query(
+        "INSERT INTO agent_calls (run_item_id, round_id, role, kind, argv, started_at, duration_ms, exit_code, timed_out, tokens_in, tokens_out, cost_usd, limit_kind, stdout_tail, stderr_tail, meta) \
+         VALUES ($1, $2, $3, $4, $5, now() - ($6 * interval '1 millisecond'), $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+    )
+    .bind(item_id)
+    .bind(round_id)
+    .bind(role)
+    .bind(kind)
+    .bind(json!(r.argv))
+    .bind(o.duration.as_millis() as i64)
+    .bind(o.exit_code)
+    .bind(o.timed_out)
+    .bind(r.usage.tokens_in.map(|t| t as i64))
+    .bind(r.usage.tokens_out.map(|t| t as i64))
+    .bind(r.usage.cost_usd)
+    .bind(r.limit.as_ref().map(|l| l.kind.as_str()))
+    .bind(crate::gate::tail_of(&r.text, 8192))
+    .bind(&o.stderr_tail)
+    .bind(meta)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Records one gate command's run.
+///
+/// # Errors
+/// Database errors.
+pub async fn record_gate_run(pool: &PgPool, round_id: i64, g: &crate::gate::GateRun) -> Result<()> {
+    sqlx::query("INSERT INTO gate_runs (round_id, command, exit_code, timed_out, duration_ms, output_tail) VALUES ($1, $2, $3, $4, $5, $6)")
+        .bind(round_id)
+        .bind(&g.command)
+        .bind(g.exit_code)
+        .bind(g.timed_out)
+        .bind(g.duration_ms as i64)
+        .bind(&g.output_tail)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Records a review (verdict, findings, or why it was void).
+///
+/// # Errors
+/// Database errors.
+pub async fn record_review(pool: &PgPool, round_id: i64, verdict: &str, findings: &[String], void_reason: Option<&str>) -> Result<()> {
+    sqlx::query("INSERT INTO reviews (round_id, verdict, findings, void_reason) VALUES ($1, $2, $3, $4)")
+        .bind(round_id)
+        .bind(verdict)
+        .bind(json!(findings))
+        .bind(void_reason)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Records a proof of work.
+///
+/// # Errors
+/// Database errors.
+pub async fn record_proof(pool: &PgPool, round_id: i64, p: &crate::proof::Proof) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO proofs (round_id, base, head_before, head_after, changed, claimed_not_in_git, out_of_scope, head_moved, branch_switched, diff_hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(round_id)
+    .bind(&p.base)
+    .bind(&p.head_before)
+    .bind(&p.head_after)
+    .bind(serde_json::to_value(&p.changed).unwrap_or(Value::Null))
+    .bind(json!(p.claimed_not_in_git))
+    .bind(json!(p.out_of_scope))
+    .bind(p.head_moved)
+    .bind(p.branch_switched)
+    .bind(&p.diff_hash)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Records a usage-limit sleep.
+///
+/// # Errors
+/// Database errors.
+#[allow(clippy::too_many_arguments)]
+pub async fn record_limit_sleep(pool: &PgPool, run: Uuid, item_id: Option<i64>, agent: &str, kind: &str, message: &str, from: DateTime<Utc>, until: DateTime<Utc>, resets_at: Option<DateTime<Utc>>) -> Result<()> {
+    sqlx::query("INSERT INTO limit_sleeps (run_id, run_item_id, agent, kind, message, slept_from, slept_until, resets_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+        .bind(run)
+        .bind(item_id)
+        .bind(agent)
+        .bind(kind)
+        .bind(message)
+        .bind(from)
+        .bind(until)
+        .bind(resets_at)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// A PR nightshift opened (or pushed a branch for).
+#[derive(Debug, Clone, FromRow)]
+pub struct PrRow {
+    /// Item key.
+    pub item_key: String,
+    /// Branch.
+    pub branch: String,
+    /// PR number (None: pushed, PR not created yet).
+    pub number: Option<i64>,
+    /// PR URL.
+    pub url: Option<String>,
+    /// `open`, `merged`, `closed`, `pr_failed`, `planned` (no token).
+    pub state: String,
+    /// Contract it was made under.
+    pub contract_sha: String,
+}
+
+/// Upserts the PR row of an item's branch.
+///
+/// # Errors
+/// Database errors.
+#[allow(clippy::too_many_arguments)]
+pub async fn upsert_pr(pool: &PgPool, repo: &str, key: &str, contract_sha: &str, run: Uuid, branch: &str, number: Option<u64>, url: Option<&str>, state: &str, body: &str) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO pull_requests (repo, item_key, contract_sha, run_id, branch, number, url, state, body, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now(), now()) \
+         ON CONFLICT (repo, item_key, branch) DO UPDATE SET number = coalesce(EXCLUDED.number, pull_requests.number), url = coalesce(EXCLUDED.url, pull_requests.url), state = EXCLUDED.state, body = EXCLUDED.body, contract_sha = EXCLUDED.contract_sha, run_id = EXCLUDED.run_id, updated_at = now()",
+    )
+    .bind(repo)
+    .bind(key)
+    .bind(contract_sha)
+    .bind(run)
+    .bind(branch)
+    .bind(number.map(|n| n as i64))
+    .bind(url)
+    .bind(state)
+    .bind(body)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The PR rows of an item key (newest first).
+///
+/// # Errors
+/// Database errors.
+pub async fn prs_of_item(pool: &PgPool, repo: &str, key: &str) -> Result<Vec<PrRow>> {
+    sqlx::query_as::<_, PrRow>("SELECT item_key, branch, number, url, state, contract_sha FROM pull_requests WHERE repo = $1 AND item_key = $2 ORDER BY updated_at DESC")
+        .bind(repo)
+        .bind(key)
+        .fetch_all(pool)
+        .await
+}
+
+/// Updates the state of a known PR (e.g. `merged`, seen on GitHub).
+///
+/// # Errors
+/// Database errors.
+pub async fn set_pr_state(pool: &PgPool, repo: &str, key: &str, branch: &str, state: &str) -> Result<()> {
+    sqlx::query("UPDATE pull_requests SET state = $4, updated_at = now() WHERE repo = $1 AND item_key = $2 AND branch = $3").bind(repo).bind(key).bind(branch).bind(state).execute(pool).await?;
+    Ok(())
+}
+
+/// Number of distinct runs in which the item ended in a failure outcome
+/// (for `max_attempts`).
+///
+/// # Errors
+/// Database errors.
+pub async fn failed_attempts(pool: &PgPool, repo: &str, key: &str) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT i.run_id) FROM run_items i JOIN runs r ON r.id = i.run_id WHERE r.repo = $1 AND i.item_key = $2 \
+         AND i.outcome IN ('tests_failed','review_rejected','review_void','rule_broken','no_progress','budget_exceeded','timed_out','push_failed','error')",
+    )
+    .bind(repo)
+    .bind(key)
+    .fetch_one(pool)
+    .await
+}
+
+/// Outcomes an item reached in the crashed run `run` (to skip on resume).
+///
+/// # Errors
+/// Database errors.
+pub async fn item_outcomes(pool: &PgPool, run: Uuid) -> Result<Vec<(String, String)>> {
+    sqlx::query_as::<_, (String, String)>("SELECT item_key, outcome FROM run_items WHERE run_id = $1 AND outcome IS NOT NULL").bind(run).fetch_all(pool).await
+}
+
+/// A run item as `report` shows it.
+#[derive(Debug, Clone, FromRow)]
+pub struct ItemRow {
+    /// Index in the plan.
+    pub item_index: i32,
+    /// Key.
+    pub item_key: String,
+    /// Title.
+    pub title: String,
+    /// Contract SHA.
+    pub contract_sha: String,
+    /// Outcome (None while running).
+    pub outcome: Option<String>,
+    /// Reason.
+    pub reason: Option<String>,
+    /// Question (blocked).
+    pub question: Option<String>,
+    /// Branch.
+    pub branch: Option<String>,
+    /// PR number.
+    pub pr_number: Option<i64>,
+    /// PR URL.
+    pub pr_url: Option<String>,
+    /// Rounds used.
+    pub rounds: i32,
+    /// Tokens.
+    pub tokens: i64,
+    /// Cost.
+    pub cost_usd: Option<f64>,
+    /// Started (UTC).
+    pub started_at: DateTime<Utc>,
+    /// Ended (UTC).
+    pub ended_at: Option<DateTime<Utc>>,
+    /// PR body (opened or planned).
+    pub pr_body: Option<String>,
+}
+
+/// Items of a run, in plan order.
+///
+/// # Errors
+/// Database errors.
+pub async fn run_items(pool: &PgPool, run: Uuid) -> Result<Vec<ItemRow>> {
+    sqlx::query_as::<_, ItemRow>(
+        "SELECT item_index, item_key, title, contract_sha, outcome, reason, question, branch, pr_number, pr_url, rounds, tokens, cost_usd, started_at, ended_at, pr_body FROM run_items WHERE run_id = $1 ORDER BY item_index, id",
+    )
+    .bind(run)
+    .fetch_all(pool)
+    .await
+}
+
+/// Seconds slept at usage limits during a run.
+///
+/// # Errors
+/// Database errors.
+pub async fn slept_seconds(pool: &PgPool, run: Uuid) -> Result<i64> {
+    let s: Option<f64> = sqlx::query_scalar("SELECT sum(extract(epoch FROM slept_until - slept_from))::float8 FROM limit_sleeps WHERE run_id = $1").bind(run).fetch_one(pool).await?;
+    Ok(s.unwrap_or(0.0) as i64)
+}
