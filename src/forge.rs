@@ -795,12 +795,6 @@ impl Forge {
             last: transient.why.clone(),
             limit,
         };
-        if budget.waited + wait > self.policy.max_total_wait {
-            return Err(too_long(format!(
-                "the retry budget of {} s",
-                self.policy.max_total_wait.as_secs()
-            )));
-        }
         if let Some(deadline) = self.deadline {
             let wake = chrono::Duration::from_std(wait)
                 .map(|w| Utc::now() + w)
@@ -808,6 +802,12 @@ impl Forge {
             if wake > deadline {
                 return Err(too_long(format!("the deadline {}", deadline.to_rfc3339())));
             }
+        }
+        if budget.waited + wait > self.policy.max_total_wait {
+            return Err(too_long(format!(
+                "the retry budget of {} s",
+                self.policy.max_total_wait.as_secs()
+            )));
         }
         tracing::warn!(method = verb.as_str(), path, wait_ms = wait.as_millis() as u64, why = %transient.why, "GitHub call failed transiently; waiting");
         tokio::time::sleep(wait).await;
@@ -1295,12 +1295,11 @@ pub fn repo_from_remote_url(url: &str) -> Option<RepoId> {
 
 /// The URL with any `user:password@` removed, for error messages.
 fn redact_userinfo(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((authority, path)) = rest.split_once('/') {
-            if let Some((_, host)) = authority.rsplit_once('@') {
-                return format!("{scheme}://****@{host}/{path}");
-            }
-        }
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((authority, path)) = rest.split_once('/')
+        && let Some((_, host)) = authority.rsplit_once('@')
+    {
+        return format!("{scheme}://****@{host}/{path}");
     }
     url.to_string()
 }
