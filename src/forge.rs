@@ -57,42 +57,7 @@ pub fn item_marker(key: &str) -> String {
     format!("{ITEM_MARKER_PREFIX}{key} -->")
 }
 
-/// A token held only in memory; `Debug` and `Display` print `****`.
-///
-/// Stand-in for `crate::secret::Secret` until that module lands; the same
-/// shape (`new`, `From<String>`, `expose`) so the switch is a `use` change.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    /// The secret value itself, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for Secret {
-    fn from(value: String) -> Secret {
-        Secret(value)
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("****")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("****")
-    }
-}
+pub use crate::secret::Secret;
 
 /// Everything that can go wrong talking to GitHub or deciding which
 /// repository to talk to. Each variant carries what a person needs in the

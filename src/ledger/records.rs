@@ -160,16 +160,6 @@ pub struct NewRun<'a> {
 pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
     let id = Uuid::new_v4();
     let mut tx = pool.begin().await?;
-    if r.consume {
-        let done = sqlx::query("INSERT INTO approval_uses (approval_id, run_id, used_at) VALUES ($1, $2, now()) ON CONFLICT DO NOTHING")
-            .bind(r.approval_id)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Ok(None);
-        }
-    }
     let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
     sqlx::query(
         "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, started_at, deadline, timezone, host, pid, heartbeat_at, resumes) \
@@ -187,6 +177,16 @@ pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
     .bind(r.resumes)
     .execute(&mut *tx)
     .await?;
+    if r.consume {
+        let done = sqlx::query("INSERT INTO approval_uses (approval_id, run_id, used_at) VALUES ($1, $2, now()) ON CONFLICT DO NOTHING")
+            .bind(r.approval_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(None);
+        }
+    }
     tx.commit().await?;
     Ok(Some(id))
 }

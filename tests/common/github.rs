@@ -113,6 +113,7 @@ impl Respond for Responder {
             ("POST", r) if r.starts_with("/issues/") && r.ends_with("/labels") => {
                 let n: u64 = r.trim_start_matches("/issues/").trim_end_matches("/labels").parse().unwrap_or(0);
                 let names: Vec<Value> = body["labels"].as_array().cloned().unwrap_or_default();
+                let st = &mut *st;
                 let target = st.prs.iter_mut().chain(st.issues.iter_mut()).find(|v| v["number"] == n);
                 match target {
                     Some(v) => {
