@@ -224,7 +224,11 @@ impl Git {
     ///
     /// # Errors
     /// As [`Git::run`].
-    pub fn run_with_input(&self, args: &[&str], input: Option<&[u8]>) -> Result<GitOutput, GitError> {
+    pub fn run_with_input(
+        &self,
+        args: &[&str],
+        input: Option<&[u8]>,
+    ) -> Result<GitOutput, GitError> {
         let argv = display_argv(args);
         let mut cmd = std::process::Command::new("git");
         for pin in PINNED_CONFIG {
@@ -250,7 +254,11 @@ impl Git {
             .env("LC_ALL", "C")
             // A command that wants an editor (it should never) must not wait.
             .env("GIT_EDITOR", "true")
-            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Own process group: on timeout we kill git and what it started
@@ -325,8 +333,15 @@ impl Git {
     /// # Errors
     /// As [`Git::run`].
     pub fn fetch(&self, remote: &str, refspec: &str) -> Result<(), GitError> {
-        self.run(&["fetch", "--no-tags", "--no-write-fetch-head", "--quiet", remote, refspec])
-            .map(|_| ())
+        self.run(&[
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--quiet",
+            remote,
+            refspec,
+        ])
+        .map(|_| ())
     }
 
     /// Pushes the local branch `branch` to the branch of the same name on
@@ -340,7 +355,8 @@ impl Git {
     /// explanation in the stderr tail.
     pub fn push(&self, remote: &str, branch: &str) -> Result<(), GitError> {
         let refspec = format!("+refs/heads/{branch}:refs/heads/{branch}");
-        self.run(&["push", "--no-verify", "--quiet", remote, &refspec]).map(|_| ())
+        self.run(&["push", "--no-verify", "--quiet", remote, &refspec])
+            .map(|_| ())
     }
 
     /// The commit id (40 hex) `rev` resolves to, through `git rev-parse`.
@@ -377,7 +393,10 @@ pub fn head_commit(path: &Path) -> Result<String, GitError> {
         path: path.to_path_buf(),
         source,
     };
-    let commit = repo.head().and_then(|h| h.peel_to_commit()).map_err(repo_err)?;
+    let commit = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(repo_err)?;
     Ok(commit.id().to_string())
 }
 
@@ -388,12 +407,16 @@ pub fn head_commit(path: &Path) -> Result<String, GitError> {
 /// [`GitError::Repo`] if it is not a repository or HEAD cannot be read.
 pub fn head_branch(path: &Path) -> Result<Option<String>, GitError> {
     let repo = open(path)?;
-    let head = repo.find_reference("HEAD").map_err(|source| GitError::Repo {
-        context: "reading HEAD",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(head.symbolic_target_bytes().map(|b| String::from_utf8_lossy(b).into_owned()))
+    let head = repo
+        .find_reference("HEAD")
+        .map_err(|source| GitError::Repo {
+            context: "reading HEAD",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(head
+        .symbolic_target_bytes()
+        .map(|b| String::from_utf8_lossy(b).into_owned()))
 }
 
 /// The fetch URL and the push URL (`pushurl`, else the URL) of remote `name`
@@ -421,7 +444,10 @@ pub fn remote_urls(path: &Path, name: &str) -> Result<(String, String), GitError
         .get_string(&format!("remote.{name}.pushurl"))
         .unwrap_or_else(|_| url.clone());
     let base = repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf();
-    Ok((absolute_local_url(&base, &url), absolute_local_url(&base, &push_url)))
+    Ok((
+        absolute_local_url(&base, &url),
+        absolute_local_url(&base, &push_url),
+    ))
 }
 
 /// A relative filesystem path as a remote URL is relative to where git runs;
@@ -453,7 +479,11 @@ impl AskpassHelper {
     fn create() -> Result<AskpassHelper, GitError> {
         let io_err = |context, path: &Path| {
             let path = path.to_path_buf();
-            move |source| GitError::Io { context, path, source }
+            move |source| GitError::Io {
+                context,
+                path,
+                source,
+            }
         };
         let tmp = std::env::temp_dir();
         let dir = tempfile::Builder::new()
@@ -557,7 +587,10 @@ mod tests {
     #[test]
     fn relative_local_urls_become_absolute_and_others_stay() {
         let base = Path::new("/nonexistent/repo");
-        assert_eq!(absolute_local_url(base, "../remote.git"), "/nonexistent/repo/../remote.git");
+        assert_eq!(
+            absolute_local_url(base, "../remote.git"),
+            "/nonexistent/repo/../remote.git"
+        );
         for url in [
             "https://github.com/o/r.git",
             "git@github.com:o/r.git",
@@ -579,6 +612,9 @@ mod tests {
 
     #[test]
     fn argv_display_quotes_only_when_needed() {
-        assert_eq!(display_argv(&["commit", "-m", "two words"]), "git commit -m \"two words\"");
+        assert_eq!(
+            display_argv(&["commit", "-m", "two words"]),
+            "git commit -m \"two words\""
+        );
     }
 }
