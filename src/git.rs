@@ -355,7 +355,7 @@ impl Git {
     /// explanation in the stderr tail.
     pub fn push(&self, remote: &str, branch: &str) -> Result<(), GitError> {
         let refspec = format!("+refs/heads/{branch}:refs/heads/{branch}");
-        self.run(&["push", "--no-verify", "--quiet", remote, &refspec])
+        self.run(&["push", "--no-verify", "--quiet", "--", remote, &refspec])
             .map(|_| ())
     }
 
@@ -420,29 +420,30 @@ pub fn head_branch(path: &Path) -> Result<Option<String>, GitError> {
 }
 
 /// The fetch URL and the push URL (`pushurl`, else the URL) of remote `name`
-/// as configured for the repository at `path` (repository, global and system
-/// config). A relative local path is resolved against the repository's
-/// working directory, where git itself would resolve it.
+/// as the repository at `path` sees it: its own, global and system config,
+/// with `url.*.insteadOf` applied. A relative local path is resolved against
+/// the repository's working directory, where git itself would resolve it.
 ///
 /// # Errors
-/// [`GitError::Repo`] if it is not a repository or the remote has no URL.
+/// [`GitError::Repo`] if it is not a repository or has no such remote.
 pub fn remote_urls(path: &Path, name: &str) -> Result<(String, String), GitError> {
     let repo = open(path)?;
-    let config = repo.config().map_err(|source| GitError::Repo {
-        context: "reading the config",
+    let repo_err = |source| GitError::Repo {
+        context: "reading the remote's URL (is the remote configured?)",
         path: path.to_path_buf(),
         source,
-    })?;
-    let url = config
-        .get_string(&format!("remote.{name}.url"))
-        .map_err(|source| GitError::Repo {
-            context: "reading the remote's URL (is the remote configured?)",
-            path: path.to_path_buf(),
-            source,
-        })?;
-    let push_url = config
-        .get_string(&format!("remote.{name}.pushurl"))
-        .unwrap_or_else(|_| url.clone());
+    };
+    let remote = repo.find_remote(name).map_err(repo_err)?;
+    let url = remote.url().map_err(repo_err)?.to_string();
+    if url.is_empty() {
+        return Err(repo_err(git2::Error::from_str(&format!(
+            "remote `{name}` has no URL"
+        ))));
+    }
+    let push_url = remote
+        .pushurl()
+        .map_err(repo_err)?
+        .map_or_else(|| url.clone(), str::to_string);
     let base = repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf();
     Ok((
         absolute_local_url(&base, &url),

@@ -28,7 +28,14 @@ pub const NETWORK_TIMEOUT: Duration = Duration::from_secs(600);
 /// Files of a `.git` directory whose change means the slot was tampered with:
 /// each can make git run a program (filters, fsmonitor, ssh command, hooks) or
 /// redirect it to another config (`include.path`, `commondir`).
-const WATCHED_GIT_FILES: &[&str] = &["config", "config.worktree", "commondir", "info/attributes"];
+/// `info/exclude` can hide new files from the proof and the commit.
+const WATCHED_GIT_FILES: &[&str] = &[
+    "config",
+    "config.worktree",
+    "commondir",
+    "info/attributes",
+    "info/exclude",
+];
 
 /// A failed slot operation.
 #[derive(Debug, thiserror::Error)]
@@ -318,11 +325,8 @@ impl Slot {
             &source,
             &target,
         ])?;
+        self.set_remote_urls()?;
         let git = self.git();
-        git.run(&["remote", "set-url", &self.remote, &self.fetch_url])?;
-        if self.push_url != self.fetch_url {
-            git.run(&["remote", "set-url", "--push", &self.remote, &self.push_url])?;
-        }
         // The clone copied the user's local branches as remote-tracking refs
         // (and HEAD's branch as a local one); they are not the remote's and
         // only mislead an agent running `git log origin/main`.
@@ -344,10 +348,35 @@ impl Slot {
         Ok(())
     }
 
+    fn set_remote_urls(&self) -> Result<(), SlotError> {
+        let git = self.git();
+        let name = self.remote.as_str();
+        // Drop any earlier push URL first; the fetch URL must exist to set one.
+        if git
+            .run(&["config", "--get", &format!("remote.{name}.url")])
+            .is_err()
+        {
+            git.run(&["remote", "add", "--", name, &self.fetch_url])?;
+        }
+        let _ = git.run(&["config", "--unset-all", &format!("remote.{name}.pushurl")]);
+        git.run(&["remote", "set-url", "--", name, &self.fetch_url])?;
+        if self.push_url != self.fetch_url {
+            git.run(&["remote", "set-url", "--push", "--", name, &self.push_url])?;
+        }
+        Ok(())
+    }
+
     /// Fetch, forced checkout of the branch at the fetched base, clean, prune
     /// other local branches, record the fingerprint.
     fn reset(&mut self, token: Option<&str>) -> Result<(), SlotError> {
         self.base_commit.clear();
+        // We fetch and push by URL, but agents read the slot's remote (`git
+        // log origin/main`, `git remote -v`): keep it the user's current one.
+        if git::remote_urls(&self.path, &self.remote).ok()
+            != Some((self.fetch_url.clone(), self.push_url.clone()))
+        {
+            self.set_remote_urls()?;
+        }
         let tracking = format!("refs/remotes/{}/{}", self.remote, self.base);
         let refspec = format!("+refs/heads/{}:{tracking}", self.base);
         self.git()

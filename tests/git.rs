@@ -265,6 +265,66 @@ fn a_relative_remote_url_is_resolved_from_the_users_repo() {
 }
 
 #[test]
+fn a_slot_follows_the_users_remote_and_survives_a_failed_fetch() {
+    let fx = Fixture::new();
+    // A URL rewritten by the user's own `insteadOf` is fetched rewritten.
+    git(
+        &fx.user,
+        &[
+            "config",
+            &format!("url.{}/.insteadOf", fx.root.display()),
+            "demo:",
+        ],
+    );
+    git(
+        &fx.user,
+        &["remote", "set-url", "origin", "demo:remote.git"],
+    );
+    let slot = fx.prepare(BRANCH);
+    assert_eq!(slot.fetch_url, fx.remote.to_str().unwrap());
+
+    // The user moves the remote: the reused slot fetches from the new place.
+    let moved = fx.root.join("moved.git");
+    std::fs::rename(&fx.remote, &moved).unwrap();
+    let err = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None).unwrap_err();
+    assert!(err.to_string().contains("git fetch"), "{err}");
+    assert!(
+        slot.path.join(".git").is_dir(),
+        "a network failure does not cost the slot"
+    );
+    git(
+        &fx.user,
+        &["remote", "set-url", "origin", moved.to_str().unwrap()],
+    );
+    git(
+        &fx.user,
+        &[
+            "remote",
+            "set-url",
+            "--push",
+            "origin",
+            "/nonexistent/push.git",
+        ],
+    );
+    let again = fx.prepare(BRANCH);
+    assert!(again.reused, "{:?}", again.recloned_because);
+    assert_eq!(again.push_url, "/nonexistent/push.git");
+    assert_eq!(
+        git(&again.path, &["remote", "get-url", "origin"]),
+        moved.to_str().unwrap()
+    );
+    assert_eq!(
+        git(&again.path, &["remote", "get-url", "--push", "origin"]),
+        "/nonexistent/push.git"
+    );
+
+    // A remote the user does not have is an error naming the repository.
+    let err =
+        Slot::prepare(&fx.slot_path(), &fx.user, "upstream", "main", BRANCH, None).unwrap_err();
+    assert!(err.to_string().contains(fx.user.to_str().unwrap()), "{err}");
+}
+
+#[test]
 fn a_second_prepare_resets_the_slot_instead_of_cloning_it() {
     let fx = Fixture::new();
     let slot = fx.prepare(BRANCH);
@@ -326,6 +386,16 @@ fn a_tampered_or_broken_slot_is_removed_and_cloned_again() {
     assert!(!marker.exists(), "a new clone");
     let config = std::fs::read_to_string(again.path.join(".git/config")).unwrap();
     assert!(!config.contains("sshCommand"), "clean config: {config}");
+
+    // A reset that fails (a stale lock left by a killed git): recloned.
+    std::fs::write(again.path.join(".git/index.lock"), "").unwrap();
+    let after_lock = fx.prepare(BRANCH);
+    let reason = after_lock.recloned_because.clone().unwrap();
+    assert!(
+        reason.contains("reset failed") && reason.contains("index.lock"),
+        "{reason}"
+    );
+    assert!(!after_lock.path.join(".git/index.lock").exists());
 
     // Not a git repository any more (.git deleted): recloned as well.
     std::fs::remove_dir_all(again.path.join(".git")).unwrap();
