@@ -19,7 +19,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Default timeout of one `git` subprocess: 120 seconds.
@@ -287,11 +286,11 @@ impl Git {
         let stdout = drain(child.stdout.take().expect("stdout was piped"));
         let stderr = drain(child.stderr.take().expect("stderr was piped"));
         let status = wait_with_timeout(&mut child, self.timeout);
-        if let Some(w) = writer {
-            let _ = w.join();
-        }
-        let stdout = stdout.join().unwrap_or_default();
-        let stderr_bytes = stderr.join().unwrap_or_default();
+        // The writer is not joined: it ends when the pipe closes, and a
+        // grandchild holding the pipe must not hold us too.
+        drop(writer);
+        let stdout = stdout.finish();
+        let stderr_bytes = stderr.finish();
         let stderr = String::from_utf8_lossy(&stderr_bytes).into_owned();
         let status = match status {
             Ok(Some(status)) => status,
@@ -514,12 +513,45 @@ impl AskpassHelper {
     }
 }
 
-fn drain(mut from: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+/// How long to wait for the end of git's output once git itself has exited.
+/// A process git started may keep the pipe open far longer (an ssh
+/// `ControlPersist` master lingers for minutes): we keep what arrived.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// A thread reading one output pipe of the child into memory.
+struct Drain {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Drain {
+    /// Everything read until the pipe closed or [`OUTPUT_GRACE`] passed.
+    fn finish(self) -> Vec<u8> {
+        let _ = self.done.recv_timeout(OUTPUT_GRACE);
+        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *buf)
+    }
+}
+
+fn drain(mut from: impl Read + Send + 'static) -> Drain {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, done) = std::sync::mpsc::channel();
+    let sink = buf.clone();
     std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = from.read_to_end(&mut buf);
-        buf
-    })
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(0) | Err(_) => break,
+                Ok(n) => sink
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&chunk[..n]),
+            }
+        }
+        let _ = tx.send(());
+    });
+    Drain { buf, done }
 }
 
 /// Waits for the child up to `timeout`; on expiry kills its process group and

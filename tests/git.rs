@@ -902,6 +902,19 @@ fn git_errors_carry_argv_status_and_stderr_and_a_timeout_kills() {
         "killed, not waited for"
     );
 
+    // Something git started that keeps the output pipe open (an ssh
+    // ControlPersist master does) does not hold the call.
+    let started = Instant::now();
+    let out = Git::new(&fx.user)
+        .run(&["-c", "alias.linger=!echo started; sleep 8 &", "linger"])
+        .expect("git itself succeeded");
+    assert_eq!(out.text(), "started");
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+
     assert_eq!(
         Git::new(&fx.user).rev_parse("HEAD").unwrap(),
         nightshift::git::head_commit(&fx.user).unwrap()
