@@ -19,7 +19,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Default timeout of one `git` subprocess: 120 seconds.
@@ -224,7 +223,11 @@ impl Git {
     ///
     /// # Errors
     /// As [`Git::run`].
-    pub fn run_with_input(&self, args: &[&str], input: Option<&[u8]>) -> Result<GitOutput, GitError> {
+    pub fn run_with_input(
+        &self,
+        args: &[&str],
+        input: Option<&[u8]>,
+    ) -> Result<GitOutput, GitError> {
         let argv = display_argv(args);
         let mut cmd = std::process::Command::new("git");
         for pin in PINNED_CONFIG {
@@ -250,7 +253,11 @@ impl Git {
             .env("LC_ALL", "C")
             // A command that wants an editor (it should never) must not wait.
             .env("GIT_EDITOR", "true")
-            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Own process group: on timeout we kill git and what it started
@@ -279,11 +286,11 @@ impl Git {
         let stdout = drain(child.stdout.take().expect("stdout was piped"));
         let stderr = drain(child.stderr.take().expect("stderr was piped"));
         let status = wait_with_timeout(&mut child, self.timeout);
-        if let Some(w) = writer {
-            let _ = w.join();
-        }
-        let stdout = stdout.join().unwrap_or_default();
-        let stderr_bytes = stderr.join().unwrap_or_default();
+        // The writer is not joined: it ends when the pipe closes, and a
+        // grandchild holding the pipe must not hold us too.
+        drop(writer);
+        let stdout = stdout.finish();
+        let stderr_bytes = stderr.finish();
         let stderr = String::from_utf8_lossy(&stderr_bytes).into_owned();
         let status = match status {
             Ok(Some(status)) => status,
@@ -325,8 +332,15 @@ impl Git {
     /// # Errors
     /// As [`Git::run`].
     pub fn fetch(&self, remote: &str, refspec: &str) -> Result<(), GitError> {
-        self.run(&["fetch", "--no-tags", "--no-write-fetch-head", "--quiet", remote, refspec])
-            .map(|_| ())
+        self.run(&[
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--quiet",
+            remote,
+            refspec,
+        ])
+        .map(|_| ())
     }
 
     /// Pushes the local branch `branch` to the branch of the same name on
@@ -340,7 +354,8 @@ impl Git {
     /// explanation in the stderr tail.
     pub fn push(&self, remote: &str, branch: &str) -> Result<(), GitError> {
         let refspec = format!("+refs/heads/{branch}:refs/heads/{branch}");
-        self.run(&["push", "--no-verify", "--quiet", remote, &refspec]).map(|_| ())
+        self.run(&["push", "--no-verify", "--quiet", "--", remote, &refspec])
+            .map(|_| ())
     }
 
     /// The commit id (40 hex) `rev` resolves to, through `git rev-parse`.
@@ -377,7 +392,10 @@ pub fn head_commit(path: &Path) -> Result<String, GitError> {
         path: path.to_path_buf(),
         source,
     };
-    let commit = repo.head().and_then(|h| h.peel_to_commit()).map_err(repo_err)?;
+    let commit = repo
+        .head()
+        .and_then(|h| h.peel_to_commit())
+        .map_err(repo_err)?;
     Ok(commit.id().to_string())
 }
 
@@ -388,40 +406,48 @@ pub fn head_commit(path: &Path) -> Result<String, GitError> {
 /// [`GitError::Repo`] if it is not a repository or HEAD cannot be read.
 pub fn head_branch(path: &Path) -> Result<Option<String>, GitError> {
     let repo = open(path)?;
-    let head = repo.find_reference("HEAD").map_err(|source| GitError::Repo {
-        context: "reading HEAD",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(head.symbolic_target_bytes().map(|b| String::from_utf8_lossy(b).into_owned()))
-}
-
-/// The fetch URL and the push URL (`pushurl`, else the URL) of remote `name`
-/// as configured for the repository at `path` (repository, global and system
-/// config). A relative local path is resolved against the repository's
-/// working directory, where git itself would resolve it.
-///
-/// # Errors
-/// [`GitError::Repo`] if it is not a repository or the remote has no URL.
-pub fn remote_urls(path: &Path, name: &str) -> Result<(String, String), GitError> {
-    let repo = open(path)?;
-    let config = repo.config().map_err(|source| GitError::Repo {
-        context: "reading the config",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let url = config
-        .get_string(&format!("remote.{name}.url"))
+    let head = repo
+        .find_reference("HEAD")
         .map_err(|source| GitError::Repo {
-            context: "reading the remote's URL (is the remote configured?)",
+            context: "reading HEAD",
             path: path.to_path_buf(),
             source,
         })?;
-    let push_url = config
-        .get_string(&format!("remote.{name}.pushurl"))
-        .unwrap_or_else(|_| url.clone());
+    Ok(head
+        .symbolic_target_bytes()
+        .map(|b| String::from_utf8_lossy(b).into_owned()))
+}
+
+/// The fetch URL and the push URL (`pushurl`, else the URL) of remote `name`
+/// as the repository at `path` sees it: its own, global and system config,
+/// with `url.*.insteadOf` applied. A relative local path is resolved against
+/// the repository's working directory, where git itself would resolve it.
+///
+/// # Errors
+/// [`GitError::Repo`] if it is not a repository or has no such remote.
+pub fn remote_urls(path: &Path, name: &str) -> Result<(String, String), GitError> {
+    let repo = open(path)?;
+    let repo_err = |source| GitError::Repo {
+        context: "reading the remote's URL (is the remote configured?)",
+        path: path.to_path_buf(),
+        source,
+    };
+    let remote = repo.find_remote(name).map_err(repo_err)?;
+    let url = remote.url().map_err(repo_err)?.to_string();
+    if url.is_empty() {
+        return Err(repo_err(git2::Error::from_str(&format!(
+            "remote `{name}` has no URL"
+        ))));
+    }
+    let push_url = remote
+        .pushurl()
+        .map_err(repo_err)?
+        .map_or_else(|| url.clone(), str::to_string);
     let base = repo.workdir().unwrap_or_else(|| repo.path()).to_path_buf();
-    Ok((absolute_local_url(&base, &url), absolute_local_url(&base, &push_url)))
+    Ok((
+        absolute_local_url(&base, &url),
+        absolute_local_url(&base, &push_url),
+    ))
 }
 
 /// A relative filesystem path as a remote URL is relative to where git runs;
@@ -453,7 +479,11 @@ impl AskpassHelper {
     fn create() -> Result<AskpassHelper, GitError> {
         let io_err = |context, path: &Path| {
             let path = path.to_path_buf();
-            move |source| GitError::Io { context, path, source }
+            move |source| GitError::Io {
+                context,
+                path,
+                source,
+            }
         };
         let tmp = std::env::temp_dir();
         let dir = tempfile::Builder::new()
@@ -483,12 +513,45 @@ impl AskpassHelper {
     }
 }
 
-fn drain(mut from: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+/// How long to wait for the end of git's output once git itself has exited.
+/// A process git started may keep the pipe open far longer (an ssh
+/// `ControlPersist` master lingers for minutes): we keep what arrived.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// A thread reading one output pipe of the child into memory.
+struct Drain {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Drain {
+    /// Everything read until the pipe closed or [`OUTPUT_GRACE`] passed.
+    fn finish(self) -> Vec<u8> {
+        let _ = self.done.recv_timeout(OUTPUT_GRACE);
+        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *buf)
+    }
+}
+
+fn drain(mut from: impl Read + Send + 'static) -> Drain {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, done) = std::sync::mpsc::channel();
+    let sink = buf.clone();
     std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = from.read_to_end(&mut buf);
-        buf
-    })
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut chunk) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(0) | Err(_) => break,
+                Ok(n) => sink
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend_from_slice(&chunk[..n]),
+            }
+        }
+        let _ = tx.send(());
+    });
+    Drain { buf, done }
 }
 
 /// Waits for the child up to `timeout`; on expiry kills its process group and
@@ -557,7 +620,10 @@ mod tests {
     #[test]
     fn relative_local_urls_become_absolute_and_others_stay() {
         let base = Path::new("/nonexistent/repo");
-        assert_eq!(absolute_local_url(base, "../remote.git"), "/nonexistent/repo/../remote.git");
+        assert_eq!(
+            absolute_local_url(base, "../remote.git"),
+            "/nonexistent/repo/../remote.git"
+        );
         for url in [
             "https://github.com/o/r.git",
             "git@github.com:o/r.git",
@@ -579,6 +645,9 @@ mod tests {
 
     #[test]
     fn argv_display_quotes_only_when_needed() {
-        assert_eq!(display_argv(&["commit", "-m", "two words"]), "git commit -m \"two words\"");
+        assert_eq!(
+            display_argv(&["commit", "-m", "two words"]),
+            "git commit -m \"two words\""
+        );
     }
 }

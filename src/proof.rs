@@ -210,14 +210,19 @@ impl Proof {
     pub fn rule_broken(&self) -> Option<String> {
         let mut reasons = Vec::new();
         if self.head_moved {
-            let after = if self.head_after.is_empty() { "nothing" } else { short(&self.head_after) };
+            let after = if self.head_after.is_empty() {
+                "nothing"
+            } else {
+                short(&self.head_after)
+            };
             reasons.push(format!(
                 "the writer moved HEAD (commit or history rewrite): {} -> {after}",
                 short(&self.head_before)
             ));
         }
         if self.branch_switched {
-            let name = |b: &Option<String>| b.clone().unwrap_or_else(|| "detached HEAD".to_string());
+            let name =
+                |b: &Option<String>| b.clone().unwrap_or_else(|| "detached HEAD".to_string());
             reasons.push(format!(
                 "the writer switched branch: {} -> {}",
                 name(&self.branch_before),
@@ -228,7 +233,10 @@ impl Proof {
             reasons.push("the writer changed the checkout's .git config or hooks".to_string());
         }
         if !self.out_of_scope.is_empty() {
-            reasons.push(format!("files changed outside scope: {}", self.out_of_scope.join(", ")));
+            reasons.push(format!(
+                "files changed outside scope: {}",
+                self.out_of_scope.join(", ")
+            ));
         }
         (!reasons.is_empty()).then(|| reasons.join("; "))
     }
@@ -268,7 +276,10 @@ impl Scope {
         for glob in globs {
             let trimmed = glob.trim();
             let anchored = trimmed.starts_with('/') || trimmed.starts_with("./");
-            let pat = trimmed.trim_start_matches("./").trim_start_matches('/').trim_end_matches('/');
+            let pat = trimmed
+                .trim_start_matches("./")
+                .trim_start_matches('/')
+                .trim_end_matches('/');
             let mut forms = vec![pat.to_string(), format!("{pat}/**")];
             if !anchored && !pat.contains('/') {
                 forms.push(format!("**/{pat}"));
@@ -278,13 +289,17 @@ impl Scope {
                 let compiled = GlobBuilder::new(&form)
                     .literal_separator(true)
                     .build()
-                    .map_err(|source| ProofError::Scope { glob: glob.clone(), source })?;
+                    .map_err(|source| ProofError::Scope {
+                        glob: glob.clone(),
+                        source,
+                    })?;
                 builder.add(compiled);
             }
         }
-        let set = builder
-            .build()
-            .map_err(|source| ProofError::Scope { glob: globs.join(" "), source })?;
+        let set = builder.build().map_err(|source| ProofError::Scope {
+            glob: globs.join(" "),
+            source,
+        })?;
         Ok(Scope { set: Some(set) })
     }
 
@@ -308,7 +323,14 @@ pub fn worktree_fingerprint(worktree: &Path) -> Result<String, ProofError> {
     let repo = open(worktree)?;
     let mut h = Sha256::new();
     let (head, branch) = head_state(&repo);
-    h.update(format!("head {}\nbranch {}\n", head.unwrap_or_default(), branch.unwrap_or_default()).as_bytes());
+    h.update(
+        format!(
+            "head {}\nbranch {}\n",
+            head.unwrap_or_default(),
+            branch.unwrap_or_default()
+        )
+        .as_bytes(),
+    );
     h.update(slot::git_dir_fingerprint(worktree).as_bytes());
     let mut opts = git2::StatusOptions::new();
     opts.include_untracked(true)
@@ -318,11 +340,13 @@ pub fn worktree_fingerprint(worktree: &Path) -> Result<String, ProofError> {
         .renames_head_to_index(false)
         .renames_index_to_workdir(false)
         .update_index(false);
-    let statuses = repo.statuses(Some(&mut opts)).map_err(|source| ProofError::Repo {
-        context: "reading the status",
-        path: worktree.to_path_buf(),
-        source,
-    })?;
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(|source| ProofError::Repo {
+            context: "reading the status",
+            path: worktree.to_path_buf(),
+            source,
+        })?;
     let mut entries: Vec<(Vec<u8>, u32)> = statuses
         .iter()
         .map(|e| (e.path_bytes().to_vec(), e.status().bits()))
@@ -380,10 +404,10 @@ fn head_state(repo: &git2::Repository) -> (Option<String>, Option<String>) {
         .and_then(|h| h.peel_to_commit())
         .ok()
         .map(|c| c.id().to_string());
-    let branch = repo
-        .find_reference("HEAD")
-        .ok()
-        .and_then(|r| r.symbolic_target_bytes().map(|b| String::from_utf8_lossy(b).into_owned()));
+    let branch = repo.find_reference("HEAD").ok().and_then(|r| {
+        r.symbolic_target_bytes()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    });
     (commit, branch)
 }
 
@@ -434,24 +458,34 @@ fn diff_against(
         .map_err(err("diffing the working tree against the base"))?;
     let mut find = git2::DiffFindOptions::new();
     find.renames(true).for_untracked(true);
-    diff.find_similar(Some(&mut find)).map_err(err("finding renames"))?;
+    diff.find_similar(Some(&mut find))
+        .map_err(err("finding renames"))?;
 
     let mut changed = Vec::new();
     let mut h = Sha256::new();
     for idx in 0..diff.deltas().len() {
-        let Some(mut patch) = git2::Patch::from_diff(&diff, idx).map_err(err("reading a file's diff"))? else {
+        let Some(mut patch) =
+            git2::Patch::from_diff(&diff, idx).map_err(err("reading a file's diff"))?
+        else {
             continue;
         };
         let delta = patch.delta();
         let status = match delta.status() {
-            git2::Delta::Added | git2::Delta::Untracked | git2::Delta::Copied => ChangeStatus::Added,
+            git2::Delta::Added | git2::Delta::Untracked | git2::Delta::Copied => {
+                ChangeStatus::Added
+            }
             git2::Delta::Deleted => ChangeStatus::Deleted,
             git2::Delta::Renamed => ChangeStatus::Renamed,
             git2::Delta::Typechange => ChangeStatus::TypeChanged,
-            git2::Delta::Modified | git2::Delta::Unreadable | git2::Delta::Conflicted => ChangeStatus::Modified,
+            git2::Delta::Modified | git2::Delta::Unreadable | git2::Delta::Conflicted => {
+                ChangeStatus::Modified
+            }
             git2::Delta::Unmodified | git2::Delta::Ignored => continue,
         };
-        let path_of = |f: git2::DiffFile<'_>| f.path_bytes().map(|b| String::from_utf8_lossy(b).into_owned());
+        let path_of = |f: git2::DiffFile<'_>| {
+            f.path_bytes()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+        };
         let new_path = path_of(delta.new_file());
         let old_path = path_of(delta.old_file());
         let path = if status == ChangeStatus::Deleted {
@@ -460,7 +494,11 @@ fn diff_against(
             new_path.clone()
         }
         .unwrap_or_default();
-        let old_path = if status == ChangeStatus::Renamed { old_path } else { None };
+        let old_path = if status == ChangeStatus::Renamed {
+            old_path
+        } else {
+            None
+        };
         let binary = delta.flags().is_binary();
         let (_, added, removed) = patch.line_stats().map_err(err("counting a file's lines"))?;
         // Our own header per file, instead of git's: its `index` line carries
@@ -516,8 +554,14 @@ mod tests {
         let s = scope(&["src/*.rs", "docs/", "*.md", "/Cargo.toml"]);
         assert!(s.allows("src/lib.rs"));
         assert!(!s.allows("src/deep/lib.rs"), "* must not cross /");
-        assert!(s.allows("docs/a/b.txt"), "a directory covers what is under it");
-        assert!(s.allows("README.md") && s.allows("x/y/NOTES.md"), "no slash: any depth");
+        assert!(
+            s.allows("docs/a/b.txt"),
+            "a directory covers what is under it"
+        );
+        assert!(
+            s.allows("README.md") && s.allows("x/y/NOTES.md"),
+            "no slash: any depth"
+        );
         assert!(s.allows("Cargo.toml"));
         assert!(!s.allows("sub/Cargo.toml"), "a leading / anchors");
         assert!(!s.allows("tests/a.rs"));
@@ -534,8 +578,14 @@ mod tests {
     #[test]
     fn claims_are_normalized() {
         let wt = Path::new("/slots/s0");
-        assert_eq!(normalize_claim(wt, "./src/a.rs").as_deref(), Some("src/a.rs"));
-        assert_eq!(normalize_claim(wt, "/slots/s0/src/a.rs").as_deref(), Some("src/a.rs"));
+        assert_eq!(
+            normalize_claim(wt, "./src/a.rs").as_deref(),
+            Some("src/a.rs")
+        );
+        assert_eq!(
+            normalize_claim(wt, "/slots/s0/src/a.rs").as_deref(),
+            Some("src/a.rs")
+        );
         assert_eq!(normalize_claim(wt, "  "), None);
     }
 }

@@ -28,7 +28,14 @@ pub const NETWORK_TIMEOUT: Duration = Duration::from_secs(600);
 /// Files of a `.git` directory whose change means the slot was tampered with:
 /// each can make git run a program (filters, fsmonitor, ssh command, hooks) or
 /// redirect it to another config (`include.path`, `commondir`).
-const WATCHED_GIT_FILES: &[&str] = &["config", "config.worktree", "commondir", "info/attributes"];
+/// `info/exclude` can hide new files from the proof and the commit.
+const WATCHED_GIT_FILES: &[&str] = &[
+    "config",
+    "config.worktree",
+    "commondir",
+    "info/attributes",
+    "info/exclude",
+];
 
 /// A failed slot operation.
 #[derive(Debug, thiserror::Error)]
@@ -89,9 +96,14 @@ pub struct Slot {
 /// Where slot number `index` of the user's repository lives:
 /// `<data_dir>/slots/<16 hex of sha256(canonical repo path)>/slot-<index>`.
 pub fn slot_path(data_dir: &Path, user_repo: &Path, index: usize) -> PathBuf {
-    let canonical = user_repo.canonicalize().unwrap_or_else(|_| user_repo.to_path_buf());
+    let canonical = user_repo
+        .canonicalize()
+        .unwrap_or_else(|_| user_repo.to_path_buf());
     let digest = hex::encode(Sha256::digest(canonical.to_string_lossy().as_bytes()));
-    data_dir.join("slots").join(&digest[..16]).join(format!("slot-{index}"))
+    data_dir
+        .join("slots")
+        .join(&digest[..16])
+        .join(format!("slot-{index}"))
 }
 
 /// The item's branch: `nightshift/<slug>-<key8>` (SPEC §5.1).
@@ -185,7 +197,10 @@ fn hash_tree(h: &mut Sha256, dir: &Path, label: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    let mut names: Vec<_> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
     names.sort();
     for name in names {
         let path = dir.join(&name);
@@ -310,18 +325,18 @@ impl Slot {
             &source,
             &target,
         ])?;
+        self.set_remote_urls()?;
         let git = self.git();
-        git.run(&["remote", "set-url", &self.remote, &self.fetch_url])?;
-        if self.push_url != self.fetch_url {
-            git.run(&["remote", "set-url", "--push", &self.remote, &self.push_url])?;
-        }
         // The clone copied the user's local branches as remote-tracking refs
         // (and HEAD's branch as a local one); they are not the remote's and
         // only mislead an agent running `git log origin/main`.
         let refs = git.text(&["for-each-ref", "--format=%(refname)", "refs/remotes/"])?;
         let deletes: String = refs.lines().map(|r| format!("delete {r}\n")).collect();
         if !deletes.is_empty() {
-            git.run_with_input(&["update-ref", "--stdin"], Some(deletes.as_bytes()))?;
+            git.run_with_input(
+                &["update-ref", "--no-deref", "--stdin"],
+                Some(deletes.as_bytes()),
+            )?;
         }
         // Sample hooks are inert, but an empty hooks dir is easier to audit.
         let hooks = self.path.join(".git/hooks");
@@ -333,10 +348,35 @@ impl Slot {
         Ok(())
     }
 
+    fn set_remote_urls(&self) -> Result<(), SlotError> {
+        let git = self.git();
+        let name = self.remote.as_str();
+        // Drop any earlier push URL first; the fetch URL must exist to set one.
+        if git
+            .run(&["config", "--get", &format!("remote.{name}.url")])
+            .is_err()
+        {
+            git.run(&["remote", "add", "--", name, &self.fetch_url])?;
+        }
+        let _ = git.run(&["config", "--unset-all", &format!("remote.{name}.pushurl")]);
+        git.run(&["remote", "set-url", "--", name, &self.fetch_url])?;
+        if self.push_url != self.fetch_url {
+            git.run(&["remote", "set-url", "--push", "--", name, &self.push_url])?;
+        }
+        Ok(())
+    }
+
     /// Fetch, forced checkout of the branch at the fetched base, clean, prune
     /// other local branches, record the fingerprint.
     fn reset(&mut self, token: Option<&str>) -> Result<(), SlotError> {
         self.base_commit.clear();
+        // We fetch and push by URL, but agents read the slot's remote (`git
+        // log origin/main`, `git remote -v`): keep it the user's current one.
+        if git::remote_urls(&self.path, &self.remote).ok()
+            != Some((self.fetch_url.clone(), self.push_url.clone()))
+        {
+            self.set_remote_urls()?;
+        }
         let tracking = format!("refs/remotes/{}/{}", self.remote, self.base);
         let refspec = format!("+refs/heads/{}:{tracking}", self.base);
         self.git()
@@ -345,7 +385,15 @@ impl Slot {
             .fetch(&self.fetch_url, &refspec)?;
         let git = self.git();
         self.base_commit = git.rev_parse(&tracking)?;
-        git.run(&["checkout", "--quiet", "--force", "--no-track", "-B", &self.branch, &self.base_commit])?;
+        git.run(&[
+            "checkout",
+            "--quiet",
+            "--force",
+            "--no-track",
+            "-B",
+            &self.branch,
+            &self.base_commit,
+        ])?;
         git.run(&["clean", "-ffdxq"])?;
         let current = format!("refs/heads/{}", self.branch);
         let refs = git.text(&["for-each-ref", "--format=%(refname)", "refs/heads/"])?;
@@ -355,7 +403,10 @@ impl Slot {
             .map(|r| format!("delete {r}\n"))
             .collect();
         if !deletes.is_empty() {
-            git.run_with_input(&["update-ref", "--stdin"], Some(deletes.as_bytes()))?;
+            git.run_with_input(
+                &["update-ref", "--no-deref", "--stdin"],
+                Some(deletes.as_bytes()),
+            )?;
         }
         self.record_fingerprint()
     }
@@ -378,7 +429,9 @@ impl Slot {
 
     fn ensure_untampered(&self) -> Result<(), SlotError> {
         if self.is_tampered() {
-            return Err(SlotError::Tampered { path: self.path.clone() });
+            return Err(SlotError::Tampered {
+                path: self.path.clone(),
+            });
         }
         Ok(())
     }
@@ -392,7 +445,12 @@ impl Slot {
     /// [`SlotError::Tampered`] if the slot's git dir changed (no git command
     /// runs then), [`SlotError::NothingToCommit`] if there is no change,
     /// [`SlotError::Git`] if git fails.
-    pub fn commit_all(&self, message: &str, author: &Identity, committer: &Identity) -> Result<String, SlotError> {
+    pub fn commit_all(
+        &self,
+        message: &str,
+        author: &Identity,
+        committer: &Identity,
+    ) -> Result<String, SlotError> {
         self.ensure_untampered()?;
         let git = self
             .git()
@@ -402,11 +460,23 @@ impl Slot {
             .env("GIT_COMMITTER_EMAIL", &committer.email);
         git.run(&["add", "--all"])?;
         match git.run(&["diff", "--cached", "--quiet"]) {
-            Ok(_) => return Err(SlotError::NothingToCommit { path: self.path.clone() }),
+            Ok(_) => {
+                return Err(SlotError::NothingToCommit {
+                    path: self.path.clone(),
+                });
+            }
             Err(GitError::Failed { ref status, .. }) if status == "exit status 1" => {}
             Err(e) => return Err(e.into()),
         }
-        git.run(&["commit", "--quiet", "--no-verify", "--no-edit", "--cleanup=verbatim", "-m", message])?;
+        git.run(&[
+            "commit",
+            "--quiet",
+            "--no-verify",
+            "--no-edit",
+            "--cleanup=verbatim",
+            "-m",
+            message,
+        ])?;
         Ok(git.rev_parse("HEAD")?)
     }
 
@@ -444,10 +514,19 @@ impl Slot {
 
     fn reset_to_base(&self) -> Result<(), SlotError> {
         let git = self.git();
-        git.run(&["checkout", "--quiet", "--force", "--detach", &self.base_commit])?;
+        git.run(&[
+            "checkout",
+            "--quiet",
+            "--force",
+            "--detach",
+            &self.base_commit,
+        ])?;
         git.run(&["clean", "-ffdxq"])?;
         let refname = format!("refs/heads/{}", self.branch);
-        if git.run(&["show-ref", "--verify", "--quiet", &refname]).is_ok() {
+        if git
+            .run(&["show-ref", "--verify", "--quiet", &refname])
+            .is_ok()
+        {
             git.run(&["update-ref", "-d", &refname])?;
         }
         Ok(())
@@ -476,7 +555,9 @@ impl Slot {
 
 fn is_fetch(e: &GitError) -> bool {
     match e {
-        GitError::Failed { argv, .. } | GitError::TimedOut { argv, .. } => argv.starts_with("git fetch"),
+        GitError::Failed { argv, .. } | GitError::TimedOut { argv, .. } => {
+            argv.starts_with("git fetch")
+        }
         _ => false,
     }
 }

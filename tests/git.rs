@@ -1,0 +1,926 @@
+//! git, slot and proof against real git in temporary directories, with a
+//! local bare repository as the remote (SPEC §5.1–5.3, §6 last rule).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nightshift::git::{Git, GitError};
+use nightshift::proof::{ChangeStatus, Proof, RoundStart, worktree_fingerprint};
+use nightshift::slot::{Identity, Slot, SlotError, branch_name, slot_path};
+use sha2::{Digest, Sha256};
+
+/// Runs a setup git command (not through nightshift) and returns its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
+        .args([
+            "-c",
+            "init.defaultBranch=main",
+            "-c",
+            "core.hooksPath=/dev/null",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    remote: PathBuf,
+    user: PathBuf,
+    data: PathBuf,
+}
+
+const LIB_RS: &str = "pub fn one() -> u32 {\n    1\n}\n\npub fn two() -> u32 {\n    2\n}\n";
+
+impl Fixture {
+    /// A bare remote whose `main` has README.md, src/lib.rs, src/old.rs,
+    /// docs/guide.md and a binary file; the user's clone of it.
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let remote = root.join("remote.git");
+        let user = root.join("user");
+        let data = root.join("data");
+        std::fs::create_dir_all(&remote).unwrap();
+        git(&remote, &["init", "--bare", "--quiet"]);
+        let seed = root.join("seed");
+        std::fs::create_dir_all(&seed).unwrap();
+        git(&seed, &["init", "--quiet"]);
+        write(&seed.join("README.md"), "# demo\n");
+        write(&seed.join("src/lib.rs"), LIB_RS);
+        write(&seed.join("src/old.rs"), "// old\nfn old() {}\n");
+        write(&seed.join("docs/guide.md"), "guide\n");
+        std::fs::create_dir_all(seed.join("assets")).unwrap();
+        std::fs::write(seed.join("assets/logo.bin"), [0u8, 1, 2, 255, 0, 7]).unwrap();
+        write(&seed.join(".gitignore"), "target/\n");
+        git(&seed, &["add", "-A"]);
+        git(&seed, &["commit", "--quiet", "-m", "initial"]);
+        git(
+            &seed,
+            &["remote", "add", "origin", remote.to_str().unwrap()],
+        );
+        git(&seed, &["push", "--quiet", "origin", "main"]);
+        git(
+            &root,
+            &["clone", "--quiet", remote.to_str().unwrap(), "user"],
+        );
+        Fixture {
+            _tmp: tmp,
+            root,
+            remote,
+            user,
+            data,
+        }
+    }
+
+    /// Another contributor pushes to the remote's main; returns the new tip.
+    fn advance_remote(&self, file: &str, content: &str) -> String {
+        let seed = self.root.join("seed");
+        git(&seed, &["pull", "--quiet", "--ff-only", "origin", "main"]);
+        write(&seed.join(file), content);
+        git(&seed, &["add", "-A"]);
+        git(&seed, &["commit", "--quiet", "-m", &format!("add {file}")]);
+        git(&seed, &["push", "--quiet", "origin", "main"]);
+        self.remote_main()
+    }
+
+    fn remote_main(&self) -> String {
+        git(&self.remote, &["rev-parse", "refs/heads/main"])
+    }
+
+    fn slot_path(&self) -> PathBuf {
+        slot_path(&self.data, &self.user, 0)
+    }
+
+    fn prepare(&self, branch: &str) -> Slot {
+        Slot::prepare(
+            &self.slot_path(),
+            &self.user,
+            "origin",
+            "main",
+            branch,
+            None,
+        )
+        .expect("prepare")
+    }
+}
+
+/// SHA-256 over every entry under `dir` (path, kind, mode, content or link
+/// target), .git included: equal means byte-identical.
+fn tree_hash(dir: &Path) -> String {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let rel = path
+                .strip_prefix(base)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let mode = meta.permissions().mode();
+            if meta.file_type().is_symlink() {
+                let t = std::fs::read_link(&path).unwrap();
+                out.insert(rel, format!("link {mode:o} {}", t.display()).into_bytes());
+            } else if meta.is_dir() {
+                out.insert(rel, format!("dir {mode:o}").into_bytes());
+                walk(base, &path, out);
+            } else {
+                let mut v = format!("file {mode:o} ").into_bytes();
+                v.extend(std::fs::read(&path).unwrap());
+                out.insert(rel, v);
+            }
+        }
+    }
+    let mut entries = BTreeMap::new();
+    walk(dir, dir, &mut entries);
+    let mut h = Sha256::new();
+    for (k, v) in entries {
+        h.update(k.as_bytes());
+        h.update([0]);
+        h.update(&v);
+        h.update([0]);
+    }
+    hex::encode(h.finalize())
+}
+
+fn author() -> Identity {
+    Identity {
+        name: "Item Author".into(),
+        email: "author@example.com".into(),
+    }
+}
+
+fn runner() -> Identity {
+    Identity {
+        name: "nightshift".into(),
+        email: "nightshift@example.com".into(),
+    }
+}
+
+fn proof(slot: &Slot, start: &RoundStart, claimed: &[&str], scope: &[&str]) -> Proof {
+    let claimed: Vec<String> = claimed.iter().map(|s| s.to_string()).collect();
+    let scope: Vec<String> = scope.iter().map(|s| s.to_string()).collect();
+    Proof::collect(&slot.path, start, &claimed, &scope).expect("proof")
+}
+
+const BRANCH: &str = "nightshift/demo-1a2b3c4d";
+
+#[test]
+fn slot_starts_at_the_remote_base_and_leaves_a_diverged_dirty_user_repo_byte_identical() {
+    let fx = Fixture::new();
+    let remote_tip = fx.advance_remote("NEWS.md", "news from the remote\n");
+    // The user's main diverged (a local commit, origin/main not fetched) and
+    // the checkout is dirty: modified, staged and untracked files.
+    write(&fx.user.join("local.txt"), "local work\n");
+    git(&fx.user, &["add", "local.txt"]);
+    git(&fx.user, &["commit", "--quiet", "-m", "local commit"]);
+    write(&fx.user.join("README.md"), "# dirty edit\n");
+    write(&fx.user.join("staged.txt"), "staged\n");
+    git(&fx.user, &["add", "staged.txt"]);
+    write(&fx.user.join("untracked.txt"), "untracked\n");
+    let user_origin_main = git(&fx.user, &["rev-parse", "origin/main"]);
+    assert_ne!(
+        user_origin_main, remote_tip,
+        "the user's origin/main is stale"
+    );
+    let before = tree_hash(&fx.user);
+
+    let slot = fx.prepare(BRANCH);
+
+    assert_eq!(
+        slot.base_commit, remote_tip,
+        "base is the remote's main, fetched fresh"
+    );
+    assert_eq!(git(&slot.path, &["rev-parse", "HEAD"]), remote_tip);
+    assert_eq!(
+        git(&slot.path, &["symbolic-ref", "HEAD"]),
+        format!("refs/heads/{BRANCH}")
+    );
+    assert_eq!(
+        git(&slot.path, &["status", "--porcelain"]),
+        "",
+        "slot is clean"
+    );
+    assert!(slot.path.join("NEWS.md").exists());
+    assert!(
+        !slot.path.join("local.txt").exists(),
+        "nothing of the user's local commit"
+    );
+    assert!(!slot.path.join("untracked.txt").exists());
+    assert_eq!(
+        git(&slot.path, &["remote", "get-url", "origin"]),
+        fx.remote.to_str().unwrap()
+    );
+    // A separate clone borrowing objects, not a worktree of the user's repo.
+    assert!(slot.path.join(".git").is_dir());
+    let alternates =
+        std::fs::read_to_string(slot.path.join(".git/objects/info/alternates")).unwrap();
+    assert!(
+        alternates.contains(fx.user.join(".git/objects").to_str().unwrap()),
+        "{alternates}"
+    );
+    assert!(!fx.user.join(".git/worktrees").exists());
+    // The clone did not keep the user's local branches as if they were origin's.
+    let tracking = git(
+        &slot.path,
+        &["for-each-ref", "--format=%(refname)", "refs/remotes/"],
+    );
+    assert_eq!(tracking, "refs/remotes/origin/main");
+    assert!(!slot.reused);
+
+    assert_eq!(
+        tree_hash(&fx.user),
+        before,
+        "user's working tree and .git unchanged"
+    );
+}
+
+#[test]
+fn a_relative_remote_url_is_resolved_from_the_users_repo() {
+    let fx = Fixture::new();
+    git(&fx.user, &["remote", "set-url", "origin", "../remote.git"]);
+    let slot = fx.prepare(BRANCH);
+    assert_eq!(slot.base_commit, fx.remote_main());
+    assert_eq!(slot.fetch_url, fx.remote.to_str().unwrap());
+}
+
+#[test]
+fn a_slot_follows_the_users_remote_and_survives_a_failed_fetch() {
+    let fx = Fixture::new();
+    // A URL rewritten by the user's own `insteadOf` is fetched rewritten.
+    git(
+        &fx.user,
+        &[
+            "config",
+            &format!("url.{}/.insteadOf", fx.root.display()),
+            "demo:",
+        ],
+    );
+    git(
+        &fx.user,
+        &["remote", "set-url", "origin", "demo:remote.git"],
+    );
+    let slot = fx.prepare(BRANCH);
+    assert_eq!(slot.fetch_url, fx.remote.to_str().unwrap());
+
+    // The user moves the remote: the reused slot fetches from the new place.
+    let moved = fx.root.join("moved.git");
+    std::fs::rename(&fx.remote, &moved).unwrap();
+    let err = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None).unwrap_err();
+    assert!(err.to_string().contains("git fetch"), "{err}");
+    assert!(
+        slot.path.join(".git").is_dir(),
+        "a network failure does not cost the slot"
+    );
+    git(
+        &fx.user,
+        &["remote", "set-url", "origin", moved.to_str().unwrap()],
+    );
+    git(
+        &fx.user,
+        &[
+            "remote",
+            "set-url",
+            "--push",
+            "origin",
+            "/nonexistent/push.git",
+        ],
+    );
+    let again = fx.prepare(BRANCH);
+    assert!(again.reused, "{:?}", again.recloned_because);
+    assert_eq!(again.push_url, "/nonexistent/push.git");
+    assert_eq!(
+        git(&again.path, &["remote", "get-url", "origin"]),
+        moved.to_str().unwrap()
+    );
+    assert_eq!(
+        git(&again.path, &["remote", "get-url", "--push", "origin"]),
+        "/nonexistent/push.git"
+    );
+
+    // A remote the user does not have is an error naming the repository.
+    let err =
+        Slot::prepare(&fx.slot_path(), &fx.user, "upstream", "main", BRANCH, None).unwrap_err();
+    assert!(err.to_string().contains(fx.user.to_str().unwrap()), "{err}");
+}
+
+#[test]
+fn a_second_prepare_resets_the_slot_instead_of_cloning_it() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let marker = slot.path.join(".git/nightshift-test-marker");
+    std::fs::write(&marker, "survives a reset").unwrap();
+    // Leftovers of a previous item: edits, untracked and ignored files.
+    write(&slot.path.join("src/lib.rs"), "garbage\n");
+    write(&slot.path.join("scratch/new.txt"), "scratch\n");
+    write(
+        &slot.path.join("target/debug/out"),
+        "ignored build output\n",
+    );
+    std::fs::remove_file(slot.path.join("README.md")).unwrap();
+    let tip = fx.advance_remote("second.md", "second\n");
+
+    let again = fx.prepare("nightshift/other-99999999");
+
+    assert!(
+        again.reused,
+        "reused, not recloned: {:?}",
+        again.recloned_because
+    );
+    assert!(marker.exists(), "the slot's .git survived: no new clone");
+    assert_eq!(again.base_commit, tip);
+    assert_eq!(
+        git(&again.path, &["status", "--porcelain", "--ignored"]),
+        ""
+    );
+    assert!(!again.path.join("target").exists() && !again.path.join("scratch").exists());
+    assert_eq!(
+        std::fs::read_to_string(again.path.join("src/lib.rs")).unwrap(),
+        LIB_RS
+    );
+    let branches = git(
+        &again.path,
+        &["for-each-ref", "--format=%(refname)", "refs/heads/"],
+    );
+    assert_eq!(
+        branches, "refs/heads/nightshift/other-99999999",
+        "old item branches pruned"
+    );
+}
+
+#[test]
+fn a_tampered_or_broken_slot_is_removed_and_cloned_again() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let marker = slot.path.join(".git/nightshift-test-marker");
+    std::fs::write(&marker, "x").unwrap();
+    git(
+        &slot.path,
+        &["config", "core.sshCommand", "touch /tmp/pwned"],
+    );
+
+    let again = fx.prepare(BRANCH);
+    assert!(!again.reused);
+    let reason = again.recloned_because.clone().unwrap();
+    assert!(reason.contains("config or hooks changed"), "{reason}");
+    assert!(!marker.exists(), "a new clone");
+    let config = std::fs::read_to_string(again.path.join(".git/config")).unwrap();
+    assert!(!config.contains("sshCommand"), "clean config: {config}");
+
+    // A reset that fails (a stale lock left by a killed git): recloned.
+    std::fs::write(again.path.join(".git/index.lock"), "").unwrap();
+    let after_lock = fx.prepare(BRANCH);
+    let reason = after_lock.recloned_because.clone().unwrap();
+    assert!(
+        reason.contains("reset failed") && reason.contains("index.lock"),
+        "{reason}"
+    );
+    assert!(!after_lock.path.join(".git/index.lock").exists());
+
+    // Not a git repository any more (.git deleted): recloned as well.
+    std::fs::remove_dir_all(again.path.join(".git")).unwrap();
+    let third = fx.prepare(BRANCH);
+    assert!(!third.reused && third.recloned_because.is_some());
+    assert_eq!(git(&third.path, &["rev-parse", "HEAD"]), fx.remote_main());
+}
+
+#[test]
+fn push_lands_the_branch_on_the_remote_with_base_as_parent_and_exactly_the_edits() {
+    let fx = Fixture::new();
+    // The user's local main diverged: the pushed branch must not carry it.
+    write(&fx.user.join("local.txt"), "local\n");
+    git(&fx.user, &["add", "local.txt"]);
+    git(&fx.user, &["commit", "--quiet", "-m", "local"]);
+    let slot = fx.prepare(BRANCH);
+    write(
+        &slot.path.join("src/lib.rs"),
+        &LIB_RS.replace("2\n", "22\n"),
+    );
+    write(&slot.path.join("src/new.rs"), "pub fn new() {}\n");
+    std::fs::remove_file(slot.path.join("src/old.rs")).unwrap();
+    write(&slot.path.join("target/ignored.o"), "build output\n");
+
+    let sha = slot
+        .commit_all("nightshift: demo\n\nbody", &author(), &runner())
+        .expect("commit");
+    slot.push(None).expect("push");
+
+    let remote_ref = format!("refs/heads/{BRANCH}");
+    assert_eq!(git(&fx.remote, &["rev-parse", &remote_ref]), sha);
+    assert_eq!(
+        git(&fx.remote, &["rev-parse", &format!("{sha}^")]),
+        fx.remote_main()
+    );
+    let names = git(
+        &fx.remote,
+        &["diff", "--name-status", &fx.remote_main(), &sha],
+    );
+    assert_eq!(names, "M\tsrc/lib.rs\nA\tsrc/new.rs\nD\tsrc/old.rs");
+    let who = git(
+        &fx.remote,
+        &["log", "-1", "--format=%an <%ae>|%cn <%ce>|%B", &sha],
+    );
+    assert_eq!(
+        who,
+        "Item Author <author@example.com>|nightshift <nightshift@example.com>|nightshift: demo\n\nbody"
+    );
+    assert_eq!(
+        git(&fx.remote, &["log", "--format=%H", &remote_ref])
+            .lines()
+            .count(),
+        2
+    );
+
+    // Nothing to commit is an error, not an empty commit.
+    assert!(matches!(
+        slot.commit_all("again", &author(), &runner()),
+        Err(SlotError::NothingToCommit { .. })
+    ));
+}
+
+#[test]
+fn planted_hooks_never_run_and_a_tampered_slot_is_not_committed_or_pushed() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let evidence = fx.root.join("hook-ran");
+    for hook in [
+        "pre-commit",
+        "commit-msg",
+        "post-commit",
+        "pre-push",
+        "post-checkout",
+        "reference-transaction",
+    ] {
+        let path = slot.path.join(".git/hooks").join(hook);
+        write(
+            &path,
+            &format!("#!/bin/sh\necho {hook} >> '{}'\n", evidence.display()),
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    write(&slot.path.join("src/new.rs"), "pub fn new() {}\n");
+
+    // The slot API refuses to run git in a slot whose hooks changed...
+    assert!(matches!(
+        slot.commit_all("x", &author(), &runner()),
+        Err(SlotError::Tampered { .. })
+    ));
+    assert!(matches!(slot.push(None), Err(SlotError::Tampered { .. })));
+    // ...and the git builder itself never runs them anyway.
+    let g = Git::new(&slot.path)
+        .env("GIT_AUTHOR_NAME", "a")
+        .env("GIT_AUTHOR_EMAIL", "a@e")
+        .env("GIT_COMMITTER_NAME", "c")
+        .env("GIT_COMMITTER_EMAIL", "c@e");
+    g.run(&["add", "-A"]).unwrap();
+    g.run(&["commit", "-q", "-m", "with hooks planted"])
+        .unwrap();
+    g.run(&["checkout", "-q", "-b", "side"]).unwrap();
+    g.push(fx.remote.to_str().unwrap(), "side").unwrap();
+    assert!(
+        !evidence.exists(),
+        "a hook ran: {:?}",
+        std::fs::read_to_string(&evidence)
+    );
+    // Control: plain git does run them, so the check above means something.
+    Command::new("git")
+        .args([
+            "-c",
+            "user.name=x",
+            "-c",
+            "user.email=x@e",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "ctl",
+        ])
+        .current_dir(&slot.path)
+        .status()
+        .unwrap();
+    assert!(evidence.exists(), "control: the planted hook is executable");
+
+    // A tampered slot is removed rather than reset by git.
+    slot.discard().unwrap();
+    assert!(!slot.path.exists());
+}
+
+#[test]
+fn proof_counts_edits_new_files_and_deletions_with_line_stats() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    assert!(proof(&slot, &start, &[], &[]).is_empty(), "no change yet");
+
+    write(
+        &slot.path.join("src/lib.rs"),
+        &LIB_RS.replace(
+            "    2\n",
+            "    2 + 0\n}\n\npub fn three() -> u32 {\n    3\n",
+        ),
+    );
+    write(&slot.path.join("src/new/mod.rs"), "a\nb\nc\n");
+    std::fs::remove_file(slot.path.join("src/old.rs")).unwrap();
+    std::fs::write(slot.path.join("assets/logo.bin"), [9u8, 0, 9, 0]).unwrap();
+    write(&slot.path.join("target/out.o"), "ignored\n");
+    // A staged new file counts as well.
+    write(&slot.path.join("docs/staged.md"), "one\n");
+    git(&slot.path, &["add", "docs/staged.md"]);
+
+    let p = proof(
+        &slot,
+        &start,
+        &["src/lib.rs", "./src/new/mod.rs", "src/old.rs"],
+        &[],
+    );
+    let got: Vec<(String, ChangeStatus, usize, usize, bool)> = p
+        .changed
+        .iter()
+        .map(|c| (c.path.clone(), c.status, c.added, c.removed, c.binary))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("assets/logo.bin".into(), ChangeStatus::Modified, 0, 0, true),
+            ("docs/staged.md".into(), ChangeStatus::Added, 1, 0, false),
+            ("src/lib.rs".into(), ChangeStatus::Modified, 5, 1, false),
+            ("src/new/mod.rs".into(), ChangeStatus::Added, 3, 0, false),
+            ("src/old.rs".into(), ChangeStatus::Deleted, 0, 2, false),
+        ]
+    );
+    assert!(!p.is_empty());
+    assert!(p.claimed_not_in_git.is_empty());
+    assert!(!p.head_moved && !p.branch_switched && !p.git_dir_tampered);
+    assert_eq!(p.rule_broken(), None);
+    assert_eq!(p.base, slot.base_commit);
+    assert_eq!(p.diff_hash.len(), 64);
+}
+
+#[test]
+fn proof_lists_files_outside_scope() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    write(&slot.path.join("src/lib.rs"), "changed\n");
+    write(&slot.path.join("docs/guide.md"), "changed\n");
+    write(&slot.path.join("Cargo.toml"), "[package]\n");
+
+    let p = proof(&slot, &start, &[], &["src/**", "Cargo.toml"]);
+    assert_eq!(p.out_of_scope, vec!["docs/guide.md".to_string()]);
+    let reason = p.rule_broken().unwrap();
+    assert!(
+        reason.contains("outside scope") && reason.contains("docs/guide.md"),
+        "{reason}"
+    );
+
+    let p = proof(&slot, &start, &[], &["src/**", "docs/", "Cargo.toml"]);
+    assert!(p.out_of_scope.is_empty());
+    assert_eq!(p.rule_broken(), None);
+}
+
+#[test]
+fn proof_sees_a_commit_by_the_writer_as_head_moved() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    write(&slot.path.join("src/lib.rs"), "changed\n");
+    git(&slot.path, &["commit", "-qam", "writer commits"]);
+
+    let p = proof(&slot, &start, &[], &[]);
+    assert!(p.head_moved && !p.branch_switched);
+    assert_ne!(p.head_after, p.head_before);
+    assert_eq!(
+        p.changed.len(),
+        1,
+        "the change still counts against the base"
+    );
+    assert!(p.rule_broken().unwrap().contains("moved HEAD"));
+
+    // A rewrite back to the base with the same branch is a move too.
+    git(&slot.path, &["reset", "-q", "--soft", "HEAD~1"]);
+    git(&slot.path, &["commit", "-qm", "amended"]);
+    assert!(proof(&slot, &start, &[], &[]).head_moved);
+}
+
+#[test]
+fn proof_sees_a_branch_switch_and_a_detached_head() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    git(&slot.path, &["checkout", "-q", "-b", "other"]);
+    let p = proof(&slot, &start, &[], &[]);
+    assert!(p.branch_switched && !p.head_moved);
+    assert_eq!(p.branch_after.as_deref(), Some("refs/heads/other"));
+    assert!(p.rule_broken().unwrap().contains("switched branch"));
+
+    git(&slot.path, &["checkout", "-q", "--detach"]);
+    let p = proof(&slot, &start, &[], &[]);
+    assert!(p.branch_switched && p.branch_after.is_none());
+    assert!(p.rule_broken().unwrap().contains("detached HEAD"));
+}
+
+#[test]
+fn proof_sees_a_planted_hook_or_config_change_as_tampering() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    write(
+        &slot.path.join(".git/hooks/pre-push"),
+        "#!/bin/sh\nexit 0\n",
+    );
+    let p = proof(&slot, &start, &[], &[]);
+    assert!(p.git_dir_tampered && p.is_empty());
+    assert!(p.rule_broken().unwrap().contains(".git config or hooks"));
+    assert!(slot.is_tampered());
+
+    std::fs::remove_file(slot.path.join(".git/hooks/pre-push")).unwrap();
+    assert!(!proof(&slot, &start, &[], &[]).git_dir_tampered, "restored");
+    git(&slot.path, &["config", "filter.x.clean", "cat"]);
+    assert!(proof(&slot, &start, &[], &[]).git_dir_tampered);
+}
+
+#[test]
+fn proof_lists_claimed_files_git_does_not_show() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    write(&slot.path.join("src/lib.rs"), "changed\n");
+    let abs = slot.path.join("src/lib.rs");
+    let p = proof(
+        &slot,
+        &start,
+        &[
+            abs.to_str().unwrap(),
+            "README.md",
+            "./src/ghost.rs",
+            "src/ghost.rs",
+        ],
+        &[],
+    );
+    assert_eq!(
+        p.claimed_not_in_git,
+        vec!["README.md".to_string(), "src/ghost.rs".to_string()]
+    );
+    assert_eq!(
+        p.rule_broken(),
+        None,
+        "a false claim is reported, not a broken rule"
+    );
+}
+
+#[test]
+fn diff_hash_is_stable_for_identical_edits_in_two_rounds() {
+    let fx = Fixture::new();
+    let edit = |slot: &Slot, staged: bool| {
+        write(&slot.path.join("src/lib.rs"), "changed\n");
+        write(&slot.path.join("src/new.rs"), "new\n");
+        std::fs::remove_file(slot.path.join("src/old.rs")).unwrap();
+        std::fs::write(slot.path.join("assets/logo.bin"), [1u8, 0, 1, 0, 200]).unwrap();
+        if staged {
+            git(&slot.path, &["add", "-A"]);
+        }
+    };
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    edit(&slot, false);
+    let first = proof(&slot, &start, &[], &[]).diff_hash;
+    assert_eq!(
+        proof(&slot, &start, &[], &[]).diff_hash,
+        first,
+        "same state, same hash"
+    );
+    slot.discard().unwrap();
+
+    // Round two, from a fresh reset, the same edits (staged this time).
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    edit(&slot, true);
+    assert_eq!(proof(&slot, &start, &[], &[]).diff_hash, first);
+
+    // Any other content gives another hash, binary content included.
+    std::fs::write(slot.path.join("assets/logo.bin"), [1u8, 0, 1, 0, 201]).unwrap();
+    assert_ne!(proof(&slot, &start, &[], &[]).diff_hash, first);
+}
+
+#[test]
+fn worktree_fingerprint_changes_when_a_file_changes_and_not_otherwise() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    write(&slot.path.join("src/lib.rs"), "writer's change\n");
+    write(&slot.path.join("notes.txt"), "untracked\n");
+    let before = worktree_fingerprint(&slot.path).unwrap();
+
+    // Reading (what a read-only reviewer does) changes nothing.
+    git(&slot.path, &["log", "--oneline", "-1"]);
+    std::fs::read_to_string(slot.path.join("src/lib.rs")).unwrap();
+    assert_eq!(worktree_fingerprint(&slot.path).unwrap(), before);
+
+    // Same status letters, other content: detected.
+    write(&slot.path.join("notes.txt"), "untracked, edited\n");
+    let after_edit = worktree_fingerprint(&slot.path).unwrap();
+    assert_ne!(after_edit, before);
+    write(&slot.path.join("notes.txt"), "untracked\n");
+    assert_eq!(
+        worktree_fingerprint(&slot.path).unwrap(),
+        before,
+        "restored content"
+    );
+
+    // An edit to a clean tracked file, a new file, staging: each detected.
+    write(&slot.path.join("README.md"), "# touched\n");
+    assert_ne!(worktree_fingerprint(&slot.path).unwrap(), before);
+    write(&slot.path.join("README.md"), "# demo\n");
+    assert_eq!(worktree_fingerprint(&slot.path).unwrap(), before);
+    git(&slot.path, &["add", "notes.txt"]);
+    assert_ne!(worktree_fingerprint(&slot.path).unwrap(), before);
+}
+
+#[test]
+fn discard_removes_the_local_branch_and_leaves_nothing_behind() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    write(&slot.path.join("src/lib.rs"), "changed\n");
+    write(&slot.path.join("new/dir/file.txt"), "new\n");
+    write(&slot.path.join("target/out"), "ignored\n");
+    git(&slot.path, &["add", "new"]);
+
+    slot.discard().unwrap();
+
+    assert_eq!(git(&slot.path, &["status", "--porcelain", "--ignored"]), "");
+    assert_eq!(git(&slot.path, &["rev-parse", "HEAD"]), slot.base_commit);
+    assert_eq!(
+        git(&slot.path, &["for-each-ref", "refs/heads/"]),
+        "",
+        "no local branch left"
+    );
+    assert_eq!(
+        git(&fx.remote, &["for-each-ref", "refs/heads/nightshift/"]),
+        "",
+        "nothing pushed"
+    );
+    // The slot is still good for the next item.
+    assert!(fx.prepare(BRANCH).reused);
+}
+
+#[test]
+fn branch_names_follow_the_slug_rule() {
+    let key = "1a2b3c4d5e6f7a8b9c0d";
+    let cases = [
+        ("Fix login bug", "nightshift/fix-login-bug-1a2b3c4d"),
+        (
+            "  --Add `--json` to plan!!  ",
+            "nightshift/add-json-to-plan-1a2b3c4d",
+        ),
+        ("加深 Rust 所有權章節", "nightshift/rust-1a2b3c4d"),
+        ("加深所有權章節", "nightshift/item-1a2b3c4d"),
+        ("", "nightshift/item-1a2b3c4d"),
+        ("Café: naïve résumé", "nightshift/caf-na-ve-r-sum-1a2b3c4d"),
+        (
+            "UPPER_case__and   spaces",
+            "nightshift/upper-case-and-spaces-1a2b3c4d",
+        ),
+        (
+            "Refactor the extremely long module name into smaller pieces please",
+            "nightshift/refactor-the-extremely-long-module-name-1a2b3c4d",
+        ),
+        // The 40-character cut lands on a '-', which is trimmed.
+        (
+            "aaaaaaaaa bbbbbbbbb ccccccccc dddddddddd eeee",
+            "nightshift/aaaaaaaaa-bbbbbbbbb-ccccccccc-dddddddddd-1a2b3c4d",
+        ),
+    ];
+    for (title, want) in cases {
+        assert_eq!(branch_name(title, key), want, "title {title:?}");
+    }
+    let slug = branch_name(
+        "Refactor the extremely long module name into smaller pieces please",
+        key,
+    );
+    let slug = slug
+        .strip_prefix("nightshift/")
+        .unwrap()
+        .rsplit_once('-')
+        .unwrap()
+        .0;
+    assert!(slug.len() <= 40, "{slug}");
+}
+
+#[test]
+fn the_token_reaches_git_only_through_askpass_and_never_argv() {
+    let fx = Fixture::new();
+    let token = "ghp_s3cr3tT0ken";
+    // git asks for https credentials exactly as a push would; the user's
+    // credential helpers are off for this call, so askpass answers.
+    let out = Git::new(&fx.user)
+        .token(Some(token))
+        .run_with_input(
+            &["credential", "fill"],
+            Some(b"protocol=https\nhost=example.invalid\npath=o/r.git\n\n"),
+        )
+        .expect("credential fill");
+    let text = out.text();
+    assert!(text.contains("username=x-access-token"), "{text}");
+    assert!(text.contains(&format!("password={token}")), "{text}");
+
+    // Without a token there is nothing to answer and no prompt: it fails fast.
+    let started = Instant::now();
+    let err = Git::new(&fx.user)
+        .env("GIT_ASKPASS", "")
+        .env("SSH_ASKPASS", "")
+        .run_with_input(
+            &["-c", "credential.helper=", "credential", "fill"],
+            Some(b"protocol=https\nhost=example.invalid\n\n"),
+        )
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(
+        err.to_string().contains("terminal prompts disabled"),
+        "{err}"
+    );
+
+    // A failed push with a token: the error shows argv and stderr, no token.
+    let err = Git::new(&fx.user)
+        .token(Some(token))
+        .timeout(Duration::from_secs(30))
+        .push("https://127.0.0.1:9/o/r.git", "main")
+        .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains(token), "{shown}");
+    assert!(
+        shown.contains("git push") && shown.contains("127.0.0.1:9"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn git_errors_carry_argv_status_and_stderr_and_a_timeout_kills() {
+    let fx = Fixture::new();
+    let err = Git::new(&fx.user).rev_parse("no-such-branch").unwrap_err();
+    match &err {
+        GitError::Failed { argv, status, .. } => {
+            assert!(argv.starts_with("git rev-parse"), "{argv}");
+            assert_eq!(status, "exit status 1");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let err = Git::new(&fx.user).run(&["checkout", "nope"]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("did not match any file(s) known to git"),
+        "{err}"
+    );
+    assert!(err.to_string().contains(fx.user.to_str().unwrap()), "{err}");
+
+    let started = Instant::now();
+    let err = Git::new(&fx.user)
+        .timeout(Duration::from_millis(300))
+        .run(&["-c", "alias.slow=!sleep 20", "slow"])
+        .unwrap_err();
+    assert!(matches!(err, GitError::TimedOut { .. }), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "killed, not waited for"
+    );
+
+    // Something git started that keeps the output pipe open (an ssh
+    // ControlPersist master does) does not hold the call.
+    let started = Instant::now();
+    let out = Git::new(&fx.user)
+        .run(&["-c", "alias.linger=!echo started; sleep 8 &", "linger"])
+        .expect("git itself succeeded");
+    assert_eq!(out.text(), "started");
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+
+    assert_eq!(
+        Git::new(&fx.user).rev_parse("HEAD").unwrap(),
+        nightshift::git::head_commit(&fx.user).unwrap()
+    );
+    assert_eq!(
+        nightshift::git::head_branch(&fx.user).unwrap().as_deref(),
+        Some("refs/heads/main")
+    );
+}
