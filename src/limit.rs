@@ -623,7 +623,12 @@ static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             r"you have reached your daily\b[^\n]{0,60}?\bquota limit",
         ),
         trigger("quota metric", r"quota exceeded for quota metric"),
-        trigger("quota exceeded", r"\bquota exceeded\b"),
+        // codex's `CodexErr::QuotaExceeded` text; a bare "quota exceeded" is too common
+        // (EDQUOT "Disk quota exceeded").
+        trigger(
+            "quota exceeded",
+            r"\bquota exceeded\.\s+check your plan|\bquota_?exceeded\b",
+        ),
         trigger(
             "exceeded current quota",
             r"you exceeded your current quota|\bresource_exhausted\b|\binsufficient_quota\b",
@@ -646,10 +651,14 @@ static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             "not your usage limit",
             r"not your usage limit|server is temporarily limiting requests",
         ),
-        trigger("overloaded", r"\b529\b|\boverloaded(?:_error)?\b"),
+        // "529 Overloaded", the API's `overloaded_error`; not a compiler's "call of overloaded".
+        trigger(
+            "overloaded",
+            r#"\b529\b[^\n]{0,20}?\boverloaded\b|\boverloaded_error\b|"message":\s*"overloaded"|\b(?:api|server|model|service)\s+(?:is\s+)?(?:currently\s+)?overloaded\b|^overloaded\b"#,
+        ),
         trigger(
             "http 429",
-            r#"^\(?429\b|(?:\bstatus(?: code)?[:\s]+|\berror:?\s+|\bapi error:?\s*\(|\bhttp\s+|\brejected \(|"code":\s*)429\b|\b429 too many requests\b"#,
+            r#"^\(?429\s*(?:\{|\)|:|too many|rate limit)|(?:\bstatus(?: code)?[:\s]+|\berror:?\s+|\bapi error:?\s*\(|\bhttp\s+|\brejected \(|"code":\s*)429\b|\b429 too many requests\b"#,
         ),
         trigger(
             "rate_limit_error",
@@ -667,8 +676,8 @@ static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             "gemini capacity",
             r"you have exhausted your capacity on this model",
         ),
-        trigger("retrying in", r"\bretrying in\s+\d"),
-        trigger("try again in", r"\b(?:please )?try again in\s+\d"),
+        // No trigger for a bare "Retrying in 5s": network errors print it too, and they are
+        // failures, not limits; the wait is read only once another trigger matched.
     ]
 });
 
@@ -759,6 +768,7 @@ fn scan_line(line: &str, next: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
         USAGE_TRIGGERS
             .iter()
             .filter_map(|t| t.re.find(message).map(|m| (m.start(), t)))
+            .filter(|(start, _)| !resource_word_before(message, *start))
             .min_by_key(|(start, _)| *start)
     };
     if let Some((start, trig)) = usage {
@@ -795,6 +805,29 @@ fn scan_line(line: &str, next: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
         source,
         message: message.to_string(),
     }
+}
+
+/// True when the word before `start` names a machine resource ("Memory usage limit exceeded",
+/// "disk quota exceeded"): those are not an agent account's usage limit.
+fn resource_word_before(message: &str, start: usize) -> bool {
+    const RESOURCES: [&str; 12] = [
+        "memory",
+        "cpu",
+        "disk",
+        "storage",
+        "bandwidth",
+        "gpu",
+        "ram",
+        "heap",
+        "file",
+        "inode",
+        "process",
+        "swap",
+    ];
+    message[..start]
+        .split(|c: char| !c.is_alphanumeric())
+        .rfind(|w| !w.is_empty())
+        .is_some_and(|w| RESOURCES.contains(&w.to_ascii_lowercase().as_str()))
 }
 
 /// Builds a usage-limit reading and looks for its reset after the trigger.

@@ -411,6 +411,13 @@ fn look_alikes_are_not_limits() {
         "⚠ Claude rate limit reached",
         "Processed 429 files in 21s",
         "test result: ok. 429 passed; 0 failed",
+        "429 files changed, 12 insertions(+)",
+        "Processed 529 files; the cache is overloaded with entries",
+        "error: call of overloaded 'f(int)' is ambiguous",
+        "write /tmp/x: Disk quota exceeded (os error 122)",
+        "Memory usage limit exceeded: killed worker 3",
+        "API Error (Connection error.) · Retrying in 1 seconds… (attempt 1/10)",
+        "fetch failed, retrying in 5s",
     ] {
         assert_eq!(
             read_text(text, now, taipei()).kind,
@@ -428,6 +435,7 @@ fn stream_lines_that_merely_mention_a_limit_are_not_limits() {
         "The parser now recognises `Claude AI usage limit reached|1762952400`.",
         "Note: when you see 529 Overloaded · Retrying in 21s, wait.",
         "- Added a retry: Please try again in 20s is transient.",
+        "Please try again in 20s.",
     ] {
         assert_eq!(
             read_stream_line(line, now, taipei()).kind,
