@@ -23,6 +23,10 @@
 //!   (stale message, or a misreading): the reading stays a usage limit with an unknown reset,
 //!   and `source` says what was ignored.
 //! - `Etc/GMT+5` is the POSIX-inverted name of UTC−5; `GMT-3` written bare (gemini) is UTC−3.
+//! - Look-alikes are `none`: context-length errors, network errors (`Connection refused`,
+//!   `ENOTFOUND`, a bare `Retrying in 5s`), authentication failures, the warning "Approaching
+//!   usage limit", machine resources ("Disk quota exceeded", "Memory usage limit exceeded"),
+//!   numbers that merely read 429 or 529.
 //! - Judgment call: `⚠ Claude rate limit reached` (another tool's own summary, no reset, never
 //!   printed by the agents nightshift runs) is **not** read as a limit; so any prose saying
 //!   "rate limit reached" does not pause a night. `Rate limit reached for <model> in
@@ -93,13 +97,13 @@ pub struct LimitReading {
 }
 
 impl LimitReading {
-    /// A reading that found no limit.
+    /// A reading that found no limit (`source` says so, for `limit parse`).
     pub fn none() -> LimitReading {
         LimitReading {
             kind: LimitKind::None,
             resets_at: None,
             retry_after: None,
-            source: String::new(),
+            source: "no usage-limit or throttling message found".to_string(),
             message: String::new(),
         }
     }

@@ -539,11 +539,13 @@ pub fn print_crontab(
         }
         _ => fields.join(" "),
     };
-    // `%` is a newline in a crontab command: escape it.
+    // `%` is a newline in a crontab command: escape it. `TZ=` sits right before the binary:
+    // an assignment prefix applies to that one command only (not to the `cd`).
     let log = repo.join(".nightshift").join("cron.log");
     let command = format!(
-        "cd {} && {} --repo {} drain >> {} 2>&1",
+        "cd {} && TZ={} {} --repo {} drain >> {} 2>&1",
         sh_quote(&repo.display().to_string()),
+        tz.name(),
         sh_quote(&binary.display().to_string()),
         sh_quote(&repo.display().to_string()),
         sh_quote(&log.display().to_string()),
@@ -553,7 +555,7 @@ pub fn print_crontab(
         "# nightshift drain for {repo} (cron expression {expr:?}, time zone {tz})\n\
          # CRON_TZ needs cronie or systemd-cron; on Debian's cron set the system zone instead.\n\
          CRON_TZ={tz}\n\
-         {five} TZ={tz} {command}\n",
+         {five} {command}\n",
         repo = repo.display(),
         expr = expr.trim(),
         tz = tz.name(),

@@ -297,7 +297,7 @@ fn crontab_line_names_the_zone() {
     .unwrap();
     assert!(text.contains("\nCRON_TZ=Asia/Taipei\n"), "{text}");
     assert!(
-        text.contains("0 22 * * 1-5 TZ=Asia/Taipei cd '/srv/my repo' && '/usr/local/bin/nightshift' --repo '/srv/my repo' drain >> '/srv/my repo/.nightshift/cron.log' 2>&1"),
+        text.contains("0 22 * * 1-5 cd '/srv/my repo' && TZ=Asia/Taipei '/usr/local/bin/nightshift' --repo '/srv/my repo' drain >> '/srv/my repo/.nightshift/cron.log' 2>&1"),
         "{text}"
     );
     assert!(
