@@ -593,9 +593,18 @@ pub fn print_systemd(
 ) -> Result<SystemdUnits, ScheduleError> {
     CronSchedule::parse(expr)?;
     let on_calendar = on_calendar(expr, tz)?;
+    // Unit files expand `%` specifiers everywhere; ExecStart also expands `$` and reads
+    // C-style escapes inside its double quotes.
     let esc = |s: &str| s.replace('%', "%%");
+    let exec_arg = |s: &str| {
+        esc(&s
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('$', "$$"))
+    };
     let repo_s = esc(&repo.display().to_string());
-    let bin_s = esc(&binary.display().to_string());
+    let repo_arg = exec_arg(&repo.display().to_string());
+    let bin_s = exec_arg(&binary.display().to_string());
     let service = format!(
         "# nightshift-drain.service — started by nightshift-drain.timer\n\
          [Unit]\n\
@@ -607,7 +616,7 @@ pub fn print_systemd(
          Type=oneshot\n\
          WorkingDirectory={repo_s}\n\
          Environment=TZ={tz}\n\
-         ExecStart=\"{bin_s}\" --repo \"{repo_s}\" drain\n",
+         ExecStart=\"{bin_s}\" --repo \"{repo_arg}\" drain\n",
         tz = tz.name(),
     );
     let timer = format!(

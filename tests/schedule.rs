@@ -346,6 +346,19 @@ fn systemd_units_translate_the_expression() {
         "{}",
         units.service
     );
+    let odd = print_systemd("0 22 * * *", bin, Path::new("/srv/a$b \"c\" 5%"), TAIPEI).unwrap();
+    assert!(
+        odd.service
+            .contains(r#"--repo "/srv/a$$b \"c\" 5%%" drain"#),
+        "{}",
+        odd.service
+    );
+    assert!(
+        odd.service
+            .contains("WorkingDirectory=/srv/a$b \"c\" 5%%\n"),
+        "{}",
+        odd.service
+    );
     assert!(
         units.service.contains("Environment=TZ=Asia/Taipei\n")
             && units.service.contains("Type=oneshot\n")
