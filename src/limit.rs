@@ -23,6 +23,10 @@
 //!   (stale message, or a misreading): the reading stays a usage limit with an unknown reset,
 //!   and `source` says what was ignored.
 //! - `Etc/GMT+5` is the POSIX-inverted name of UTC−5; `GMT-3` written bare (gemini) is UTC−3.
+//! - Look-alikes are `none`: context-length errors, network errors (`Connection refused`,
+//!   `ENOTFOUND`, a bare `Retrying in 5s`), authentication failures, the warning "Approaching
+//!   usage limit", machine resources ("Disk quota exceeded", "Memory usage limit exceeded"),
+//!   numbers that merely read 429 or 529.
 //! - Judgment call: `⚠ Claude rate limit reached` (another tool's own summary, no reset, never
 //!   printed by the agents nightshift runs) is **not** read as a limit; so any prose saying
 //!   "rate limit reached" does not pause a night. `Rate limit reached for <model> in
@@ -93,13 +97,13 @@ pub struct LimitReading {
 }
 
 impl LimitReading {
-    /// A reading that found no limit.
+    /// A reading that found no limit (`source` says so, for `limit parse`).
     pub fn none() -> LimitReading {
         LimitReading {
             kind: LimitKind::None,
             resets_at: None,
             retry_after: None,
-            source: String::new(),
+            source: "no usage-limit or throttling message found".to_string(),
             message: String::new(),
         }
     }
@@ -123,7 +127,11 @@ impl LimitReading {
 
 /// Keeps the stronger reading; on a tie the earlier one (output order).
 fn stronger(best: LimitReading, next: LimitReading) -> LimitReading {
-    if next.rank() > best.rank() { next } else { best }
+    if next.rank() > best.rank() {
+        next
+    } else {
+        best
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,7 +211,10 @@ pub fn read_claude_event(ev: &Value, now: DateTime<Utc>, tz: Tz) -> Option<Limit
             if info.get("status").and_then(Value::as_str) != Some("rejected") {
                 return None;
             }
-            let which = info.get("rateLimitType").and_then(Value::as_str).unwrap_or("unspecified");
+            let which = info
+                .get("rateLimitType")
+                .and_then(Value::as_str)
+                .unwrap_or("unspecified");
             let mut reading = LimitReading {
                 kind: LimitKind::UsageLimit,
                 resets_at: None,
@@ -375,7 +386,11 @@ pub fn sleep_for(reading: &LimitReading, now: DateTime<Utc>, policy: &SleepPolic
                 let until_reset_ms = (reset - now).num_milliseconds();
                 let buffer_ms = i64::try_from(policy.buffer.as_millis()).unwrap_or(i64::MAX);
                 let total_ms = until_reset_ms.saturating_add(buffer_ms).max(0);
-                clamp(Duration::from_millis(total_ms as u64), policy.min, policy.max)
+                clamp(
+                    Duration::from_millis(total_ms as u64),
+                    policy.min,
+                    policy.max,
+                )
             }
         },
     }
@@ -412,7 +427,12 @@ pub fn explain(reading: &LimitReading, now: DateTime<Utc>, tz: Tz, policy: &Slee
 /// sleep: 19h 12m → clamped to 6h 0m, until 2026-03-04T23:50:00Z
 /// source: text: resets 9pm
 /// ```
-pub fn explain_text(reading: &LimitReading, now: DateTime<Utc>, tz: Tz, policy: &SleepPolicy) -> String {
+pub fn explain_text(
+    reading: &LimitReading,
+    now: DateTime<Utc>,
+    tz: Tz,
+    policy: &SleepPolicy,
+) -> String {
     let mut out = String::new();
     match reading.kind {
         LimitKind::None => {
@@ -473,7 +493,9 @@ fn json_object(line: &str) -> Option<Value> {
     if !(t.starts_with('{') && t.ends_with('}')) {
         return None;
     }
-    serde_json::from_str::<Value>(t).ok().filter(Value::is_object)
+    serde_json::from_str::<Value>(t)
+        .ok()
+        .filter(Value::is_object)
 }
 
 /// Dispatches a JSON object to the claude or codex reader; an object of neither shape (a raw
@@ -481,9 +503,18 @@ fn json_object(line: &str) -> Option<Value> {
 fn read_json(v: &Value, now: DateTime<Utc>, tz: Tz) -> Option<LimitReading> {
     let ty = v.get("type").and_then(Value::as_str);
     match ty {
-        Some("rate_limit_event" | "result" | "assistant" | "system" | "user") => read_claude_event(v, now, tz),
-        Some("error") if v.get("message").is_some_and(Value::is_string) => read_codex_event(v, now, tz),
-        Some(t) if t == "turn.failed" || t.starts_with("item.") || t.starts_with("thread.") || t.starts_with("turn.") => {
+        Some("rate_limit_event" | "result" | "assistant" | "system" | "user") => {
+            read_claude_event(v, now, tz)
+        }
+        Some("error") if v.get("message").is_some_and(Value::is_string) => {
+            read_codex_event(v, now, tz)
+        }
+        Some(t)
+            if t == "turn.failed"
+                || t.starts_with("item.")
+                || t.starts_with("thread.")
+                || t.starts_with("turn.") =>
+        {
             read_codex_event(v, now, tz)
         }
         None if v.get("is_error").is_some() => read_claude_event(v, now, tz),
@@ -512,12 +543,18 @@ fn content_text(content: Option<&Value>) -> String {
 }
 
 fn epoch_of(v: &Value) -> Option<i64> {
-    v.as_i64().or_else(|| v.as_f64().map(|f| f as i64)).or_else(|| v.as_str()?.trim().parse().ok())
+    v.as_i64()
+        .or_else(|| v.as_f64().map(|f| f as i64))
+        .or_else(|| v.as_str()?.trim().parse().ok())
 }
 
 /// Epoch seconds (or milliseconds, when the number is too large for seconds) as an instant.
 fn epoch_instant(epoch: i64) -> Option<DateTime<Utc>> {
-    let secs = if epoch > 100_000_000_000 { epoch / 1000 } else { epoch };
+    let secs = if epoch > 100_000_000_000 {
+        epoch / 1000
+    } else {
+        epoch
+    };
     DateTime::from_timestamp(secs, 0)
 }
 
@@ -539,7 +576,8 @@ fn scan_message(text: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -> LimitRe
 
 /// Curly quotes to straight, non-breaking spaces to spaces, ANSI escapes removed.
 fn normalize(text: &str) -> String {
-    static ANSI: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]").unwrap());
+    static ANSI: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]").unwrap());
     let text = ANSI.replace_all(text, "");
     text.chars()
         .map(|c| match c {
@@ -557,55 +595,107 @@ struct Trigger {
 }
 
 fn trigger(name: &'static str, pattern: &str) -> Trigger {
-    Trigger { name, re: Regex::new(&format!("(?i){pattern}")).expect("trigger pattern") }
+    Trigger {
+        name,
+        re: Regex::new(&format!("(?i){pattern}")).expect("trigger pattern"),
+    }
 }
 
 /// Phrases that state an account usage limit. Order matters only for the source label.
 static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
     vec![
-        trigger("claude usage limit |epoch", r"claude ai usage limit reached\|"),
+        trigger(
+            "claude usage limit |epoch",
+            r"claude ai usage limit reached\|",
+        ),
         trigger("claude usage limit", r"claude (?:ai )?usage limit reached"),
         trigger(
             "claude limit reached",
             r"(?:5-hour|five-hour|weekly|session|daily|opus|sonnet) limit reached",
         ),
-        trigger("you've hit your limit", r"you(?:'ve| have) hit your\b[^.·∙\n]{0,40}?\blimit\b"),
-        trigger("usage limit reached", r"\busage limit (?:has been )?(?:reached|exceeded)"),
+        trigger(
+            "you've hit your limit",
+            r"you(?:'ve| have) hit your\b[^.·∙\n]{0,40}?\blimit\b",
+        ),
+        trigger(
+            "usage limit reached",
+            r"\busage limit (?:has been )?(?:reached|exceeded)",
+        ),
         trigger("codex 429 usage_limit_reached", r"usage_limit_reached"),
-        trigger("daily quota", r"you have reached your daily\b[^\n]{0,60}?\bquota limit"),
+        trigger(
+            "daily quota",
+            r"you have reached your daily\b[^\n]{0,60}?\bquota limit",
+        ),
         trigger("quota metric", r"quota exceeded for quota metric"),
-        trigger("quota exceeded", r"\bquota exceeded\b"),
-        trigger("exceeded current quota", r"you exceeded your current quota|\bresource_exhausted\b|\binsufficient_quota\b"),
-        trigger("usage not included", r"to use codex with your chatgpt plan, upgrade|\busage_?not_?included\b"),
-        trigger("gemini plan limits", r"to increase your limits, upgrade to a plan with higher limits"),
+        // codex's `CodexErr::QuotaExceeded` text; a bare "quota exceeded" is too common
+        // (EDQUOT "Disk quota exceeded").
+        trigger(
+            "quota exceeded",
+            r"\bquota exceeded\.\s+check your plan|\bquota_?exceeded\b",
+        ),
+        trigger(
+            "exceeded current quota",
+            r"you exceeded your current quota|\bresource_exhausted\b|\binsufficient_quota\b",
+        ),
+        trigger(
+            "usage not included",
+            r"to use codex with your chatgpt plan, upgrade|\busage_?not_?included\b",
+        ),
+        trigger(
+            "gemini plan limits",
+            r"to increase your limits, upgrade to a plan with higher limits",
+        ),
     ]
 });
 
 /// Phrases that state throttling that clears in seconds or minutes.
 static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
     vec![
-        trigger("not your usage limit", r"not your usage limit|server is temporarily limiting requests"),
-        trigger("overloaded", r"\b529\b|\boverloaded(?:_error)?\b"),
+        trigger(
+            "not your usage limit",
+            r"not your usage limit|server is temporarily limiting requests",
+        ),
+        // "529 Overloaded", the API's `overloaded_error`; not a compiler's "call of overloaded".
+        trigger(
+            "overloaded",
+            r#"\b529\b[^\n]{0,20}?\boverloaded\b|\boverloaded_error\b|"message":\s*"overloaded"|\b(?:api|server|model|service)\s+(?:is\s+)?(?:currently\s+)?overloaded\b|^overloaded\b"#,
+        ),
         trigger(
             "http 429",
-            r#"^\(?429\b|(?:\bstatus(?: code)?[:\s]+|\berror:?\s+|\bapi error:?\s*\(|\bhttp\s+|\brejected \(|"code":\s*)429\b|\b429 too many requests\b"#,
+            r#"^\(?429\s*(?:\{|\)|:|too many|rate limit)|(?:\bstatus(?: code)?[:\s]+|\berror:?\s+|\bapi error:?\s*\(|\bhttp\s+|\brejected \(|"code":\s*)429\b|\b429 too many requests\b"#,
         ),
-        trigger("rate_limit_error", r"\brate_limit_error\b|\bratelimiterror\b|\brate_limit_exceeded\b"),
-        trigger("rate limit reached for", r"\brate limit (?:reached|exceeded) for\b"),
-        trigger("per-minute limit", r"\b(?:tokens|requests|input tokens|output tokens) per min(?:ute)?\b"),
-        trigger("gemini capacity", r"you have exhausted your capacity on this model"),
-        trigger("retrying in", r"\bretrying in\s+\d"),
-        trigger("try again in", r"\b(?:please )?try again in\s+\d"),
+        trigger(
+            "rate_limit_error",
+            r"\brate_limit_error\b|\bratelimiterror\b|\brate_limit_exceeded\b",
+        ),
+        trigger(
+            "rate limit reached for",
+            r"\brate limit (?:reached|exceeded) for\b",
+        ),
+        trigger(
+            "per-minute limit",
+            r"\b(?:tokens|requests|input tokens|output tokens) per min(?:ute)?\b",
+        ),
+        trigger(
+            "gemini capacity",
+            r"you have exhausted your capacity on this model",
+        ),
+        // No trigger for a bare "Retrying in 5s": network errors print it too, and they are
+        // failures, not limits; the wait is read only once another trigger matched.
     ]
 });
 
 /// Flags a per-minute quota (so `RESOURCE_EXHAUSTED` / `Quota exceeded` is transient).
-static PER_MINUTE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?i)\bper min(?:ute)?\b").unwrap());
+static PER_MINUTE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)\bper min(?:ute)?\b").unwrap());
 
 const DURATION: &str = r"(?:\d+(?:\.\d+)?\s*(?:milliseconds?|ms|days?|d|hours?|hrs?|hr|h|minutes?|mins?|m|seconds?|secs?|sec|s)\b[\s,]*(?:and\s+)?)+";
 
 static RETRY_DURATION: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(r"(?i)\b(?:try again|retry|retrying|resets?|wait)\s+(?:in|after)\s+({DURATION})")).unwrap()
+    Regex::new(&format!(
+        r"(?i)\b(?:try again|retry|retrying|resets?|wait)\s+(?:in|after)\s+({DURATION})"
+    ))
+    .unwrap()
 });
 
 static DURATION_PART: LazyLock<Regex> = LazyLock::new(|| {
@@ -682,11 +772,15 @@ fn scan_line(line: &str, next: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
         USAGE_TRIGGERS
             .iter()
             .filter_map(|t| t.re.find(message).map(|m| (m.start(), t)))
+            .filter(|(start, _)| !resource_word_before(message, *start))
             .min_by_key(|(start, _)| *start)
     };
     if let Some((start, trig)) = usage {
         let per_minute = PER_MINUTE.is_match(message)
-            && matches!(trig.name, "quota metric" | "quota exceeded" | "exceeded current quota");
+            && matches!(
+                trig.name,
+                "quota metric" | "quota exceeded" | "exceeded current quota"
+            );
         if !per_minute {
             return read_usage(message, start, trig, next, now, tz, origin);
         }
@@ -717,6 +811,29 @@ fn scan_line(line: &str, next: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
     }
 }
 
+/// True when the word before `start` names a machine resource ("Memory usage limit exceeded",
+/// "disk quota exceeded"): those are not an agent account's usage limit.
+fn resource_word_before(message: &str, start: usize) -> bool {
+    const RESOURCES: [&str; 12] = [
+        "memory",
+        "cpu",
+        "disk",
+        "storage",
+        "bandwidth",
+        "gpu",
+        "ram",
+        "heap",
+        "file",
+        "inode",
+        "process",
+        "swap",
+    ];
+    message[..start]
+        .split(|c: char| !c.is_alphanumeric())
+        .rfind(|w| !w.is_empty())
+        .is_some_and(|w| RESOURCES.contains(&w.to_ascii_lowercase().as_str()))
+}
+
 /// Builds a usage-limit reading and looks for its reset after the trigger.
 fn read_usage(
     message: &str,
@@ -739,7 +856,9 @@ fn read_usage(
     // Claude's legacy `|epoch`: the token after the pipe is the whole answer (`|invalid` → no time).
     if trig.name == "claude usage limit |epoch" {
         if let Some(token) = PIPE_EPOCH.captures(&window).and_then(|c| c.get(1)) {
-            let token = token.as_str().trim_end_matches(|c: char| !c.is_ascii_digit());
+            let token = token
+                .as_str()
+                .trim_end_matches(|c: char| !c.is_ascii_digit());
             if let Ok(epoch) = token.parse::<i64>() {
                 let label = format!("{}: claude usage limit |{epoch}", origin);
                 accept_reset(&mut reading, epoch_instant(epoch), now, &label);
@@ -747,19 +866,24 @@ fn read_usage(
         }
         return reading;
     }
-    if let Some(c) = JSON_EPOCH.captures(&window) {
-        if let Ok(epoch) = c[2].parse::<i64>() {
-            let label = format!("{origin}: {} {}={epoch}", trig.name, &c[1]);
-            accept_reset(&mut reading, epoch_instant(epoch), now, &label);
-            return reading;
-        }
+    if let Some(c) = JSON_EPOCH.captures(&window)
+        && let Ok(epoch) = c[2].parse::<i64>()
+    {
+        let label = format!("{origin}: {} {}={epoch}", trig.name, &c[1]);
+        accept_reset(&mut reading, epoch_instant(epoch), now, &label);
+        return reading;
     }
-    if let Some(c) = JSON_RESETS_IN.captures(&window) {
-        if let Ok(secs) = c[1].parse::<i64>() {
-            let label = format!("{origin}: {} resets_in_seconds={secs}", trig.name);
-            accept_reset(&mut reading, Some(now + chrono::TimeDelta::seconds(secs)), now, &label);
-            return reading;
-        }
+    if let Some(c) = JSON_RESETS_IN.captures(&window)
+        && let Ok(secs) = c[1].parse::<i64>()
+    {
+        let label = format!("{origin}: {} resets_in_seconds={secs}", trig.name);
+        accept_reset(
+            &mut reading,
+            Some(now + chrono::TimeDelta::seconds(secs)),
+            now,
+            &label,
+        );
+        return reading;
     }
     if let Some(c) = RETRY_DURATION.captures(&window) {
         let text = c[1].trim();
@@ -782,14 +906,23 @@ fn read_usage(
 
 /// Stores a reset if it is believable (within [now − 15 min, now + 8 days]); otherwise keeps
 /// the reset unknown and says why in `source`.
-fn accept_reset(reading: &mut LimitReading, reset: Option<DateTime<Utc>>, now: DateTime<Utc>, label: &str) {
+fn accept_reset(
+    reading: &mut LimitReading,
+    reset: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    label: &str,
+) {
     match reset {
         Some(t) if t >= now - PAST_GRACE && t <= now + FUTURE_HORIZON => {
             reading.resets_at = Some(t);
             reading.source = label.to_string();
         }
         Some(t) => {
-            let why = if t < now { "in the past" } else { "more than 8 days ahead" };
+            let why = if t < now {
+                "in the past"
+            } else {
+                "more than 8 days ahead"
+            };
             reading.resets_at = None;
             reading.source = format!("{label} (reset {} ignored: {why})", rfc3339_utc(t));
         }
@@ -827,17 +960,17 @@ enum Zone {
 }
 
 impl Zone {
-    fn local_now(&self, now: DateTime<Utc>) -> NaiveDateTime {
+    fn local_now(self, now: DateTime<Utc>) -> NaiveDateTime {
         match self {
-            Zone::Named(tz) => now.with_timezone(tz).naive_local(),
-            Zone::Fixed(off) => now.with_timezone(off).naive_local(),
+            Zone::Named(tz) => now.with_timezone(&tz).naive_local(),
+            Zone::Fixed(off) => now.with_timezone(&off).naive_local(),
         }
     }
 
-    fn to_utc(&self, local: NaiveDateTime) -> DateTime<Utc> {
+    fn to_utc(self, local: NaiveDateTime) -> DateTime<Utc> {
         match self {
-            Zone::Named(tz) => resolve_local(tz, local),
-            Zone::Fixed(off) => resolve_local(off, local),
+            Zone::Named(tz) => resolve_local(&tz, local),
+            Zone::Fixed(off) => resolve_local(&off, local),
         }
     }
 }
@@ -850,7 +983,10 @@ fn parse_offset(text: &str) -> Option<FixedOffset> {
     let sign = if sign == "-" { -1 } else { 1 };
     let (h, m) = match digits.split_once(':') {
         Some((h, m)) => (h.parse::<i32>().ok()?, m.parse::<i32>().ok()?),
-        None if digits.len() > 2 => (digits[..digits.len() - 2].parse().ok()?, digits[digits.len() - 2..].parse().ok()?),
+        None if digits.len() > 2 => (
+            digits[..digits.len() - 2].parse().ok()?,
+            digits[digits.len() - 2..].parse().ok()?,
+        ),
         None => (digits.parse().ok()?, 0),
     };
     if h > 14 || m > 59 {
@@ -860,14 +996,20 @@ fn parse_offset(text: &str) -> Option<FixedOffset> {
 }
 
 fn month_number(name: &str) -> Option<u32> {
-    const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
     let key = name.get(..3)?.to_ascii_lowercase();
     MONTHS.iter().position(|m| *m == key).map(|i| i as u32 + 1)
 }
 
 /// Turns one `RESET_AT` match into an instant and a label; `None` when the match is not a
 /// time (no am/pm and no minutes, hour out of range, bad date).
-fn reset_from_captures(c: &regex::Captures<'_>, now: DateTime<Utc>, tz: Tz) -> Option<(DateTime<Utc>, String)> {
+fn reset_from_captures(
+    c: &regex::Captures<'_>,
+    now: DateTime<Utc>,
+    tz: Tz,
+) -> Option<(DateTime<Utc>, String)> {
     let whole = c.get(0)?.as_str().trim();
     if let Some(iso) = c.name("iso") {
         let s = iso.as_str();
@@ -910,7 +1052,10 @@ fn reset_from_captures(c: &regex::Captures<'_>, now: DateTime<Utc>, tz: Tz) -> O
     let (zone, zone_note) = if let Some(name) = c.name("zone") {
         match Tz::from_str(name.as_str()) {
             Ok(named) => (Zone::Named(named), String::new()),
-            Err(_) => (Zone::Named(tz), format!(" (unknown zone, read in {})", tz.name())),
+            Err(_) => (
+                Zone::Named(tz),
+                format!(" (unknown zone, read in {})", tz.name()),
+            ),
         }
     } else if let Some(off) = c.name("off") {
         (Zone::Fixed(parse_offset(off.as_str())?), String::new())
@@ -938,7 +1083,14 @@ fn reset_from_captures(c: &regex::Captures<'_>, now: DateTime<Utc>, tz: Tz) -> O
 }
 
 /// The date `month/day` at `time` in the year (of last, this or next) nearest to `now`.
-fn nearest_year(zone: &Zone, year: i32, month: u32, day: u32, time: NaiveTime, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+fn nearest_year(
+    zone: &Zone,
+    year: i32,
+    month: u32,
+    day: u32,
+    time: NaiveTime,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
     (year - 1..=year + 1)
         .filter_map(|y| NaiveDate::from_ymd_opt(y, month, day))
         .map(|d| zone.to_utc(d.and_time(time)))
@@ -947,7 +1099,12 @@ fn nearest_year(zone: &Zone, year: i32, month: u32, day: u32, time: NaiveTime, n
 
 /// The next occurrence of a time of day, unless today's passed at most 15 minutes ago (then:
 /// `now`). Steps calendar days, so DST days are handled by the zone mapping.
-fn next_occurrence(zone: &Zone, local_now: NaiveDateTime, time: NaiveTime, now: DateTime<Utc>) -> DateTime<Utc> {
+fn next_occurrence(
+    zone: &Zone,
+    local_now: NaiveDateTime,
+    time: NaiveTime,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
     let today = local_now.date();
     let candidate = zone.to_utc(today.and_time(time));
     if candidate >= now {
@@ -977,25 +1134,41 @@ mod tests {
 
     #[test]
     fn durations_parse_every_unit() {
-        assert_eq!(parse_duration("2 days 17 hours 14 minutes"), Some(Duration::from_secs(2 * 86400 + 17 * 3600 + 14 * 60)));
+        assert_eq!(
+            parse_duration("2 days 17 hours 14 minutes"),
+            Some(Duration::from_secs(2 * 86400 + 17 * 3600 + 14 * 60))
+        );
         assert_eq!(parse_duration("174ms"), Some(Duration::from_millis(174)));
         assert_eq!(parse_duration("9.816s"), Some(Duration::from_millis(9816)));
-        assert_eq!(parse_duration("2h 4m"), Some(Duration::from_secs(2 * 3600 + 4 * 60)));
-        assert_eq!(parse_duration("2892 seconds"), Some(Duration::from_secs(2892)));
+        assert_eq!(
+            parse_duration("2h 4m"),
+            Some(Duration::from_secs(2 * 3600 + 4 * 60))
+        );
+        assert_eq!(
+            parse_duration("2892 seconds"),
+            Some(Duration::from_secs(2892))
+        );
         assert_eq!(parse_duration("soon"), None);
     }
 
     #[test]
     fn offsets_keep_the_written_sign() {
         assert_eq!(parse_offset("GMT-3"), FixedOffset::east_opt(-3 * 3600));
-        assert_eq!(parse_offset("UTC+5:30"), FixedOffset::east_opt(5 * 3600 + 1800));
+        assert_eq!(
+            parse_offset("UTC+5:30"),
+            FixedOffset::east_opt(5 * 3600 + 1800)
+        );
         assert_eq!(parse_offset("UTC +0800"), FixedOffset::east_opt(8 * 3600));
     }
 
     #[test]
     fn a_time_passed_ten_minutes_ago_means_now() {
         let now = at("2026-03-04T13:10:00Z"); // 21:10 in Taipei
-        let r = read_text("5-hour limit reached ∙ resets 9pm", now, chrono_tz::Asia::Taipei);
+        let r = read_text(
+            "5-hour limit reached ∙ resets 9pm",
+            now,
+            chrono_tz::Asia::Taipei,
+        );
         assert_eq!(r.resets_at, Some(now));
     }
 
@@ -1003,7 +1176,11 @@ mod tests {
     fn ambiguous_local_time_takes_the_earlier_instant() {
         // 01:20 EDT on the fall-back day; 1:30am happens twice, the first is 05:30Z.
         let now = at("2026-11-01T05:20:00Z");
-        let r = read_text("You've hit your limit · resets 1:30am", now, chrono_tz::America::New_York);
+        let r = read_text(
+            "You've hit your limit · resets 1:30am",
+            now,
+            chrono_tz::America::New_York,
+        );
         assert_eq!(r.resets_at, Some(at("2026-11-01T05:30:00Z")));
     }
 
@@ -1011,7 +1188,11 @@ mod tests {
     fn time_in_a_dst_gap_is_the_end_of_the_gap() {
         // 2026-03-08 01:00 EST in New York; 2:30am does not exist, the gap ends at 03:00 EDT.
         let now = at("2026-03-08T06:00:00Z");
-        let r = read_text("You've hit your limit · resets 2:30am", now, chrono_tz::America::New_York);
+        let r = read_text(
+            "You've hit your limit · resets 2:30am",
+            now,
+            chrono_tz::America::New_York,
+        );
         assert_eq!(r.resets_at, Some(at("2026-03-08T07:00:00Z")));
     }
 }

@@ -27,7 +27,9 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, TimeZone, Timelike, Utc};
+use chrono::{
+    DateTime, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, TimeZone, Timelike, Utc,
+};
 use chrono_tz::Tz;
 use tokio_util::sync::CancellationToken;
 
@@ -35,23 +37,39 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ScheduleError {
     /// A zone name given by flag or config is not an IANA zone.
-    #[error("unknown time zone {zone:?} (from {origin}): use an IANA name such as Asia/Taipei or America/New_York")]
+    #[error(
+        "unknown time zone {zone:?} (from {origin}): use an IANA name such as Asia/Taipei or America/New_York"
+    )]
     UnknownZone { zone: String, origin: String },
     /// A deadline that is neither `HH:MM` nor RFC 3339.
-    #[error("bad deadline {input:?}: expected HH:MM (24-hour local time, e.g. 07:00) or RFC 3339 (e.g. 2026-03-05T07:00:00+08:00)")]
+    #[error(
+        "bad deadline {input:?}: expected HH:MM (24-hour local time, e.g. 07:00) or RFC 3339 (e.g. 2026-03-05T07:00:00+08:00)"
+    )]
     BadDeadline { input: String },
     /// An RFC 3339 deadline that already passed.
-    #[error("deadline {input:?} is in the past (now is {now}): give a later time, or HH:MM for the next occurrence")]
+    #[error(
+        "deadline {input:?} is in the past (now is {now}): give a later time, or HH:MM for the next occurrence"
+    )]
     DeadlinePast { input: String, now: String },
     /// A cron expression croner rejects.
-    #[error("bad cron expression {expr:?}: {reason} (expected 5 fields `min hour day month weekday`, or 6 with seconds first)")]
+    #[error(
+        "bad cron expression {expr:?}: {reason} (expected 5 fields `min hour day month weekday`, or 6 with seconds first)"
+    )]
     BadCron { expr: String, reason: String },
     /// A cron expression that never fires again.
     #[error("cron expression {expr:?} has no fire time after {after}: {reason}")]
-    NoFireTime { expr: String, after: String, reason: String },
+    NoFireTime {
+        expr: String,
+        after: String,
+        reason: String,
+    },
     /// A valid cron expression the target (crontab or systemd OnCalendar) cannot express.
     #[error("cron expression {expr:?} cannot be written as {target}: {reason}")]
-    Untranslatable { expr: String, target: &'static str, reason: String },
+    Untranslatable {
+        expr: String,
+        target: &'static str,
+        reason: String,
+    },
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -116,21 +134,40 @@ pub fn resolve_zone_in(
         return Ok((tz, ZoneSource::Env));
     }
     let timezone_file = etc.join("timezone");
-    if let Ok(text) = std::fs::read_to_string(&timezone_file) {
-        if let Some(tz) = parse_zone(text.trim()) {
-            return Ok((tz, ZoneSource::System { how: timezone_file.display().to_string() }));
-        }
+    if let Ok(text) = std::fs::read_to_string(&timezone_file)
+        && let Some(tz) = parse_zone(text.trim())
+    {
+        return Ok((
+            tz,
+            ZoneSource::System {
+                how: timezone_file.display().to_string(),
+            },
+        ));
     }
     let localtime = etc.join("localtime");
-    if let Ok(target) = std::fs::read_link(&localtime) {
-        if let Some(tz) = zone_from_zoneinfo_path(&target) {
-            return Ok((tz, ZoneSource::System { how: format!("{} -> {}", localtime.display(), target.display()) }));
-        }
+    if let Ok(target) = std::fs::read_link(&localtime)
+        && let Some(tz) = zone_from_zoneinfo_path(&target)
+    {
+        return Ok((
+            tz,
+            ZoneSource::System {
+                how: format!("{} -> {}", localtime.display(), target.display()),
+            },
+        ));
     }
-    if use_library {
-        if let Some(tz) = iana_time_zone::get_timezone().ok().as_deref().and_then(parse_zone) {
-            return Ok((tz, ZoneSource::System { how: "iana-time-zone".to_string() }));
-        }
+    // iana-time-zone ignores $TZ on Linux (DEPS.md), which is why $TZ was read first.
+    if use_library
+        && let Some(tz) = iana_time_zone::get_timezone()
+            .ok()
+            .as_deref()
+            .and_then(parse_zone)
+    {
+        return Ok((
+            tz,
+            ZoneSource::System {
+                how: "iana-time-zone".to_string(),
+            },
+        ));
     }
     Ok((Tz::UTC, ZoneSource::UtcFallback))
 }
@@ -151,7 +188,10 @@ fn parse_zone(name: &str) -> Option<Tz> {
 fn zone_from_zoneinfo_path(path: &Path) -> Option<Tz> {
     let text = path.to_string_lossy();
     let (_, rest) = text.split_once("zoneinfo/")?;
-    let rest = rest.strip_prefix("posix/").or_else(|| rest.strip_prefix("right/")).unwrap_or(rest);
+    let rest = rest
+        .strip_prefix("posix/")
+        .or_else(|| rest.strip_prefix("right/"))
+        .unwrap_or(rest);
     Tz::from_str(rest).ok()
 }
 
@@ -176,7 +216,9 @@ pub fn resolve_local<Z: TimeZone>(zone: &Z, local: NaiveDateTime) -> DateTime<Ut
                 let probe = start + TimeDelta::minutes(minutes);
                 match zone.from_local_datetime(&probe) {
                     LocalResult::Single(t) => return t.with_timezone(&Utc),
-                    LocalResult::Ambiguous(a, b) => return a.with_timezone(&Utc).min(b.with_timezone(&Utc)),
+                    LocalResult::Ambiguous(a, b) => {
+                        return a.with_timezone(&Utc).min(b.with_timezone(&Utc));
+                    }
                     LocalResult::None => {}
                 }
             }
@@ -221,21 +263,26 @@ pub fn parse_deadline(s: &str, now: DateTime<Utc>, tz: Tz) -> Result<DateTime<Ut
             }
             x.parse().ok().filter(|v| *v <= max)
         };
-        if m.len() == 2 {
-            if let (Some(hh), Some(mm)) = (digits(h, 23), digits(m, 59)) {
-                return Ok(next_local_time(now, tz, hh, mm));
-            }
+        if m.len() == 2
+            && let (Some(hh), Some(mm)) = (digits(h, 23), digits(m, 59))
+        {
+            return Ok(next_local_time(now, tz, hh, mm));
         }
     }
     match DateTime::parse_from_rfc3339(input) {
         Ok(t) => {
             let t = t.with_timezone(&Utc);
             if t <= now {
-                return Err(ScheduleError::DeadlinePast { input: input.to_string(), now: now.to_rfc3339() });
+                return Err(ScheduleError::DeadlinePast {
+                    input: input.to_string(),
+                    now: now.to_rfc3339(),
+                });
             }
             Ok(t)
         }
-        Err(_) => Err(ScheduleError::BadDeadline { input: input.to_string() }),
+        Err(_) => Err(ScheduleError::BadDeadline {
+            input: input.to_string(),
+        }),
     }
 }
 
@@ -285,7 +332,13 @@ struct TestClockState {
 impl TestClock {
     /// A clock standing at `start`.
     pub fn new(start: DateTime<Utc>) -> TestClock {
-        TestClock { inner: Arc::new(Mutex::new(TestClockState { now: start, sleeps: Vec::new(), jumps: Vec::new() })) }
+        TestClock {
+            inner: Arc::new(Mutex::new(TestClockState {
+                now: start,
+                sleeps: Vec::new(),
+                jumps: Vec::new(),
+            })),
+        }
     }
 
     /// Moves the wall clock forward by `d` (milliseconds precision).
@@ -306,7 +359,9 @@ impl TestClock {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TestClockState> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -319,7 +374,12 @@ impl Clock for TestClock {
             let mut s = self.lock();
             s.sleeps.push(d);
             let n = s.sleeps.len();
-            let extra: Duration = s.jumps.iter().filter(|(k, _)| *k == n).map(|(_, e)| *e).sum();
+            let extra: Duration = s
+                .jumps
+                .iter()
+                .filter(|(k, _)| *k == n)
+                .map(|(_, e)| *e)
+                .sum();
             s.now += TimeDelta::from_std(d + extra).unwrap_or(TimeDelta::MAX);
         }
         Box::pin(tokio::task::yield_now())
@@ -341,8 +401,17 @@ pub enum SleepOutcome {
 /// Sleeps until the wall clock reaches `until`, in slices of at most `slice` (0 → 30 s), each
 /// followed by a look at the wall clock, so a machine suspended mid-sleep wakes at most one
 /// slice after resume instead of oversleeping. Returns at once when `cancel` fires. SPEC §7.
-pub async fn sleep_until(clock: &dyn Clock, until: DateTime<Utc>, cancel: &CancellationToken, slice: Duration) -> SleepOutcome {
-    let slice = if slice.is_zero() { DEFAULT_SLICE } else { slice };
+pub async fn sleep_until(
+    clock: &dyn Clock,
+    until: DateTime<Utc>,
+    cancel: &CancellationToken,
+    slice: Duration,
+) -> SleepOutcome {
+    let slice = if slice.is_zero() {
+        DEFAULT_SLICE
+    } else {
+        slice
+    };
     loop {
         if cancel.is_cancelled() {
             return SleepOutcome::Cancelled;
@@ -382,15 +451,24 @@ impl CronSchedule {
         let expanded = expand_nickname(expr.trim());
         let fields = expanded.split_whitespace().count();
         if !(5..=6).contains(&fields) {
-            return Err(ScheduleError::BadCron { expr: expr.to_string(), reason: format!("{fields} fields") });
+            return Err(ScheduleError::BadCron {
+                expr: expr.to_string(),
+                reason: format!("{fields} fields"),
+            });
         }
         let cron = croner::parser::CronParser::builder()
             .seconds(croner::parser::Seconds::Optional)
             .year(croner::parser::Year::Disallowed)
             .build()
             .parse(&expanded)
-            .map_err(|e| ScheduleError::BadCron { expr: expr.to_string(), reason: e.to_string() })?;
-        Ok(CronSchedule { expr: expr.trim().to_string(), cron })
+            .map_err(|e| ScheduleError::BadCron {
+                expr: expr.to_string(),
+                reason: e.to_string(),
+            })?;
+        Ok(CronSchedule {
+            expr: expr.trim().to_string(),
+            cron,
+        })
     }
 
     /// The expression as given.
@@ -441,7 +519,12 @@ fn sh_quote(s: &str) -> String {
 /// # Errors
 /// [`ScheduleError::BadCron`] for an invalid expression; [`ScheduleError::Untranslatable`] for a
 /// 6-field expression whose seconds field is not `0` (crontab has minute resolution).
-pub fn print_crontab(expr: &str, binary: &Path, repo: &Path, tz: Tz) -> Result<String, ScheduleError> {
+pub fn print_crontab(
+    expr: &str,
+    binary: &Path,
+    repo: &Path,
+    tz: Tz,
+) -> Result<String, ScheduleError> {
     CronSchedule::parse(expr)?;
     let expanded = expand_nickname(expr.trim());
     let fields: Vec<&str> = expanded.split_whitespace().collect();
@@ -456,11 +539,13 @@ pub fn print_crontab(expr: &str, binary: &Path, repo: &Path, tz: Tz) -> Result<S
         }
         _ => fields.join(" "),
     };
-    // `%` is a newline in a crontab command: escape it.
+    // `%` is a newline in a crontab command: escape it. `TZ=` sits right before the binary:
+    // an assignment prefix applies to that one command only (not to the `cd`).
     let log = repo.join(".nightshift").join("cron.log");
     let command = format!(
-        "cd {} && {} --repo {} drain >> {} 2>&1",
+        "cd {} && TZ={} {} --repo {} drain >> {} 2>&1",
         sh_quote(&repo.display().to_string()),
+        tz.name(),
         sh_quote(&binary.display().to_string()),
         sh_quote(&repo.display().to_string()),
         sh_quote(&log.display().to_string()),
@@ -470,7 +555,7 @@ pub fn print_crontab(expr: &str, binary: &Path, repo: &Path, tz: Tz) -> Result<S
         "# nightshift drain for {repo} (cron expression {expr:?}, time zone {tz})\n\
          # CRON_TZ needs cronie or systemd-cron; on Debian's cron set the system zone instead.\n\
          CRON_TZ={tz}\n\
-         {five} TZ={tz} {command}\n",
+         {five} {command}\n",
         repo = repo.display(),
         expr = expr.trim(),
         tz = tz.name(),
@@ -500,12 +585,26 @@ pub struct SystemdUnits {
 /// [`ScheduleError::BadCron`] for an invalid expression; [`ScheduleError::Untranslatable`] for
 /// what OnCalendar cannot say: `L`, `W`, `#`, `?`, or a day-of-month *and* a weekday both
 /// restricted (cron fires when either matches, systemd only when both do).
-pub fn print_systemd(expr: &str, binary: &Path, repo: &Path, tz: Tz) -> Result<SystemdUnits, ScheduleError> {
+pub fn print_systemd(
+    expr: &str,
+    binary: &Path,
+    repo: &Path,
+    tz: Tz,
+) -> Result<SystemdUnits, ScheduleError> {
     CronSchedule::parse(expr)?;
     let on_calendar = on_calendar(expr, tz)?;
+    // Unit files expand `%` specifiers everywhere; ExecStart also expands `$` and reads
+    // C-style escapes inside its double quotes.
     let esc = |s: &str| s.replace('%', "%%");
+    let exec_arg = |s: &str| {
+        esc(&s
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('$', "$$"))
+    };
     let repo_s = esc(&repo.display().to_string());
-    let bin_s = esc(&binary.display().to_string());
+    let repo_arg = exec_arg(&repo.display().to_string());
+    let bin_s = exec_arg(&binary.display().to_string());
     let service = format!(
         "# nightshift-drain.service — started by nightshift-drain.timer\n\
          [Unit]\n\
@@ -517,7 +616,7 @@ pub fn print_systemd(expr: &str, binary: &Path, repo: &Path, tz: Tz) -> Result<S
          Type=oneshot\n\
          WorkingDirectory={repo_s}\n\
          Environment=TZ={tz}\n\
-         ExecStart=\"{bin_s}\" --repo \"{repo_s}\" drain\n",
+         ExecStart=\"{bin_s}\" --repo \"{repo_arg}\" drain\n",
         tz = tz.name(),
     );
     let timer = format!(
@@ -548,16 +647,26 @@ pub fn print_systemd(expr: &str, binary: &Path, repo: &Path, tz: Tz) -> Result<S
 fn on_calendar(expr: &str, tz: Tz) -> Result<String, ScheduleError> {
     let expanded = expand_nickname(expr.trim());
     let mut fields: Vec<&str> = expanded.split_whitespace().collect();
-    let second = if fields.len() == 6 { fields.remove(0) } else { "0" };
+    let second = if fields.len() == 6 {
+        fields.remove(0)
+    } else {
+        "0"
+    };
     let untranslatable = |reason: String| ScheduleError::Untranslatable {
         expr: expr.trim().to_string(),
         target: "a systemd OnCalendar",
         reason,
     };
-    if let Some(bad) = fields.iter().chain(std::iter::once(&second)).find(|f| f.contains(['L', 'l', 'W', 'w', '#', '?'])) {
+    if let Some(bad) = fields
+        .iter()
+        .chain(std::iter::once(&second))
+        .find(|f| f.contains(['L', 'l', 'W', 'w', '#', '?']))
+    {
         // Weekday and month names may contain these letters; only reject outside names.
         let upper = bad.to_ascii_uppercase();
-        let stripped = NAMES.iter().fold(upper.clone(), |acc, n| acc.replace(n, ""));
+        let stripped = NAMES
+            .iter()
+            .fold(upper.clone(), |acc, n| acc.replace(n, ""));
         if stripped.contains(['L', 'W', '#', '?']) {
             return Err(untranslatable(format!("field {bad:?} uses L, W, # or ?")));
         }
@@ -587,7 +696,11 @@ fn on_calendar(expr: &str, tz: Tz) -> Result<String, ScheduleError> {
     };
     let list = |v: Option<Vec<u32>>| match v {
         None => "*".to_string(),
-        Some(v) => v.iter().map(|n| format!("{n:02}")).collect::<Vec<_>>().join(","),
+        Some(v) => v
+            .iter()
+            .map(|n| format!("{n:02}"))
+            .collect::<Vec<_>>()
+            .join(","),
     };
     Ok(format!(
         "{dow_part}*-{}-{} {}:{}:{} {}",
@@ -600,11 +713,13 @@ fn on_calendar(expr: &str, tz: Tz) -> Result<String, ScheduleError> {
     ))
 }
 
-const MONTH_NAMES: [&str; 12] = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+const MONTH_NAMES: [&str; 12] = [
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
 const DOW_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 const NAMES: [&str; 19] = [
-    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC", "SUN", "MON", "TUE", "WED",
-    "THU", "FRI", "SAT",
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC", "SUN",
+    "MON", "TUE", "WED", "THU", "FRI", "SAT",
 ];
 
 /// Expands one cron field into its values (`None` for `*`): numbers, names, `a-b`, `*/s`,
@@ -628,7 +743,12 @@ fn field_values(field: &str, lo: u32, hi: u32, names: &[&str]) -> Result<Option<
     let mut out = Vec::new();
     for part in field.split(',') {
         let (range, step) = match part.split_once('/') {
-            Some((r, s)) => (r, s.parse::<u32>().map_err(|_| format!("bad step in {part:?}"))?.max(1)),
+            Some((r, s)) => (
+                r,
+                s.parse::<u32>()
+                    .map_err(|_| format!("bad step in {part:?}"))?
+                    .max(1),
+            ),
             None => (part, 1),
         };
         let (a, b) = if range == "*" {
@@ -651,8 +771,8 @@ fn field_values(field: &str, lo: u32, hi: u32, names: &[&str]) -> Result<Option<
     Ok(Some(out))
 }
 
-/// The zone and binary paths a scheduler needs, for callers that build units: the current
-/// executable, else `nightshift` on PATH.
+/// The binary path to write into a crontab line or systemd unit: the running executable,
+/// else `nightshift` (found on PATH by cron/systemd).
 pub fn current_binary() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("nightshift"))
 }
