@@ -973,7 +973,6 @@ impl KillGuard {
 
     /// TERM, grace, KILL; true when nothing of the call is left alive.
     async fn terminate_leftovers(&self, grace: Duration) -> bool {
-        procfs::reap_orphans();
         if self.signal_all(libc::SIGTERM) == 0 || !self.anything_alive() {
             return true;
         }
@@ -1097,7 +1096,7 @@ mod procfs {
     pub(super) fn reap_orphans() {
         let own = std::process::id() as i32;
         let Some(me) = stat(own) else { return };
-        for pid in pids() {
+        for pid in own_children(own) {
             let Some(s) = stat(pid) else { continue };
             if s.ppid != own || s.state != b'Z' {
                 continue;
@@ -1111,6 +1110,32 @@ mod procfs {
             // blocking; `status` is a valid out pointer.
             unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         }
+    }
+
+    /// Our children: the `children` files of our threads (cheap), or, on a
+    /// kernel without them, every process (callers check the parent).
+    fn own_children(own: i32) -> Vec<i32> {
+        let mut children = Vec::new();
+        let Ok(tasks) = fs::read_dir(format!("/proc/{own}/task")) else {
+            return pids().collect();
+        };
+        for task in tasks.flatten() {
+            match fs::read_to_string(task.path().join("children")) {
+                Ok(list) => children.extend(
+                    list.split_ascii_whitespace()
+                        .filter_map(|pid| pid.parse::<i32>().ok()),
+                ),
+                // A thread that just ended has no file; a kernel without
+                // CONFIG_PROC_CHILDREN has none at all.
+                Err(error)
+                    if error.kind() == std::io::ErrorKind::NotFound && task.path().exists() =>
+                {
+                    return pids().collect();
+                }
+                Err(_) => {}
+            }
+        }
+        children
     }
 }
 

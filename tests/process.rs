@@ -336,8 +336,9 @@ async fn a_descendant_that_called_setsid_is_swept() {
     let pidfile = dir.path().join("pid");
     let started = Instant::now();
     let outcome = run_ok(sh(&format!(
-        "setsid sh -c 'echo $$ > {}; exec sleep 1000' & sleep 0.2; echo left",
-        pidfile.display()
+        "setsid sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' & \
+         while [ ! -s {p} ]; do sleep 0.01; done; echo left",
+        p = pidfile.display()
     )))
     .await;
     let elapsed = started.elapsed();
@@ -353,9 +354,12 @@ async fn sweep_escaped_false_leaves_a_daemon_running() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let outcome = run_ok(
+        // Like `pg_ctl start`, the starter waits until the daemon is up
+        // (here: has left the group and written its pid) before it exits.
         sh(&format!(
-            "setsid sh -c 'echo $$ > {}; exec sleep 1000' >/dev/null 2>&1 &",
-            pidfile.display()
+            "setsid sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' >/dev/null 2>&1 & \
+             while [ ! -s {p} ]; do sleep 0.01; done",
+            p = pidfile.display()
         ))
         .sweep_escaped(false),
     )
@@ -579,4 +583,50 @@ fn scrub_removes_tokens_from_own_proc_environ() {
         "probe failed: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+#[tokio::test]
+async fn run_as_switches_user_and_sets_home_user_logname() {
+    let account = process::RunAs::lookup("nobody").expect("the nobody account exists");
+    let cmd = Command::new("sh")
+        .args(["-c", "id -u; id -g; id -G; echo \"$HOME $USER $LOGNAME\""])
+        .env_map(base_env())
+        .cwd("/")
+        .run_as(account.clone());
+    let result = run(cmd, &CancellationToken::new()).await;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let outcome = result.expect("root may switch to nobody");
+        let expected = format!(
+            "{uid}\n{gid}\n{gid}\n{home} nobody nobody\n",
+            uid = account.uid,
+            gid = account.gid,
+            home = account.home.display()
+        );
+        assert_eq!(
+            outcome.stdout_tail, expected,
+            "supplementary groups are dropped too"
+        );
+    } else {
+        let err = result.expect_err("only root may switch users");
+        assert!(err.to_string().contains("agent_user"), "{err}");
+    }
+    let err = process::RunAs::lookup("nightshift-no-such-user").unwrap_err();
+    assert!(err.to_string().contains("useradd"), "{err}");
+}
+
+#[tokio::test]
+async fn a_quick_command_costs_little_beyond_its_own_run() {
+    // The sweep reads /proc after every call; 50 calls of `true` must stay
+    // well below a second each even on a busy machine.
+    let started = Instant::now();
+    for _ in 0..50 {
+        assert!(run_ok(Command::new("true")).await.success());
+    }
+    let per_call = started.elapsed() / 50;
+    assert!(
+        per_call < Duration::from_millis(200),
+        "{per_call:?} per call"
+    );
+    println!("{per_call:?} per call");
 }
