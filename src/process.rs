@@ -453,42 +453,7 @@ async fn run_in_span(
     let stdout_file = open_output(&cmd.program, cmd.stdout_path.as_deref()).await?;
     let stderr_file = open_output(&cmd.program, cmd.stderr_path.as_deref()).await?;
 
-    let mut command = tokio::process::Command::new(&cmd.program);
-    command
-        .args(&cmd.args)
-        .env_clear()
-        .envs(&cmd.env)
-        // A git asking for a password on a terminal would hang until the
-        // timeout; nightshift hands credentials through helpers only.
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env(CALL_MARKER_VAR, &marker)
-        .stdin(if cmd.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group, so a timeout kills the agent and everything it
-        // started with one signal.
-        .process_group(0)
-        .kill_on_drop(true);
-    if !cmd.env.contains_key("LANG") {
-        // Agents read and write UTF-8; C.UTF-8 exists on every glibc/musl.
-        command.env("LANG", "C.UTF-8");
-    }
-    if let Some(dir) = &cmd.cwd {
-        command.current_dir(dir);
-    }
-    if let Some(account) = &cmd.run_as {
-        command
-            .uid(account.uid)
-            .gid(account.gid)
-            .env("HOME", &account.home)
-            .env("USER", &account.user)
-            .env("LOGNAME", &account.user);
-    }
-
+    let mut command = build_command(&cmd, &marker);
     let started = Instant::now();
     let mut child = command
         .spawn()
@@ -508,6 +473,9 @@ async fn run_in_span(
     tracing::debug!(pid, "spawned");
 
     let stop_readers = CancellationToken::new();
+    // If this future is dropped, the readers stop too instead of waiting for
+    // a pipe an escaped descendant may hold.
+    let _stop_readers_on_drop = stop_readers.clone().drop_guard();
     let stdout_reader = child.stdout.take().map(|pipe| {
         tokio::spawn(read_stream(
             pipe,
@@ -571,36 +539,13 @@ async fn run_in_span(
                 grace_s = cmd.grace.as_secs_f64(),
                 "stopping the process group"
             );
-            guard.signal_all(libc::SIGTERM);
-            let status = match tokio::time::timeout(cmd.grace, child.wait()).await {
-                Ok(Ok(status)) => Some(status),
-                Ok(Err(source)) => {
-                    return Err(ProcessError::Wait {
-                        program: cmd.program.clone(),
-                        pid,
-                        source,
-                    });
-                }
-                Err(_) => {
-                    guard.signal_all(libc::SIGKILL);
-                    // SIGKILL is not instant for a process in uninterruptible
-                    // sleep; bound the wait and let tokio reap it later.
-                    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
-                        Ok(Ok(status)) => Some(status),
-                        Ok(Err(source)) => {
-                            return Err(ProcessError::Wait {
-                                program: cmd.program.clone(),
-                                pid,
-                                source,
-                            });
-                        }
-                        Err(_) => {
-                            tracing::warn!(pid, "child did not die within 10 s of SIGKILL");
-                            None
-                        }
-                    }
-                }
-            };
+            let status = stop_child(&mut child, &guard, cmd.grace)
+                .await
+                .map_err(|source| ProcessError::Wait {
+                    program: cmd.program.clone(),
+                    pid,
+                    source,
+                })?;
             (
                 status,
                 matches!(stopped, Ended::TimedOut),
@@ -644,6 +589,73 @@ async fn run_in_span(
         "finished"
     );
     Ok(outcome)
+}
+
+/// The tokio command for `cmd`: cleared environment plus the map and the
+/// pins, own process group, piped output.
+fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&cmd.program);
+    command
+        .args(&cmd.args)
+        .env_clear()
+        .envs(&cmd.env)
+        // A git asking for a password on a terminal would hang until the
+        // timeout; nightshift hands credentials through helpers only.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env(CALL_MARKER_VAR, marker)
+        .stdin(if cmd.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so a timeout kills the agent and everything it
+        // started with one signal.
+        .process_group(0)
+        .kill_on_drop(true);
+    if !cmd.env.contains_key("LANG") {
+        // Agents read and write UTF-8; C.UTF-8 is built into musl and glibc >= 2.35.
+        command.env("LANG", "C.UTF-8");
+    }
+    if let Some(dir) = &cmd.cwd {
+        command.current_dir(dir);
+    }
+    if let Some(account) = &cmd.run_as {
+        command
+            .uid(account.uid)
+            .gid(account.gid)
+            .env("HOME", &account.home)
+            .env("USER", &account.user)
+            .env("LOGNAME", &account.user);
+    }
+
+    command
+}
+
+/// SIGTERM to the group and marked descendants, `grace`, SIGKILL, reap.
+/// `None` when the child survived SIGKILL for 10 s (uninterruptible sleep);
+/// tokio reaps it later.
+async fn stop_child(
+    child: &mut tokio::process::Child,
+    guard: &KillGuard,
+    grace: Duration,
+) -> io::Result<Option<ExitStatus>> {
+    guard.signal_all(libc::SIGTERM);
+    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+        return status.map(Some);
+    }
+    guard.signal_all(libc::SIGKILL);
+    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+        Ok(status) => status.map(Some),
+        Err(_) => {
+            tracing::warn!(
+                pgid = guard.pgid,
+                "child did not die within 10 s of SIGKILL"
+            );
+            Ok(None)
+        }
+    }
 }
 
 async fn open_output(
