@@ -367,7 +367,7 @@ async fn sweep_escaped_false_leaves_a_daemon_running() {
     assert!(outcome.success());
     let pid = read_pid(&pidfile);
     let alive = Path::new(&format!("/proc/{pid}")).exists();
-    // Clean up the daemon ourselves.
+    // SAFETY: kill(2) on the daemon this test started; clean it up ourselves.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert!(
         alive,
@@ -629,4 +629,33 @@ async fn a_quick_command_costs_little_beyond_its_own_run() {
         "{per_call:?} per call"
     );
     println!("{per_call:?} per call");
+}
+
+#[tokio::test]
+async fn a_pipe_held_by_an_unsweepable_descendant_is_abandoned_after_the_linger() {
+    // setsid leaves the group and `env -i` drops the call marker, so the sweep
+    // cannot find this sleep; it keeps stdout open. `run` must still return,
+    // READER_LINGER (2 s) after the child is gone, with what was read.
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let started = Instant::now();
+    let outcome = run_ok(sh(&format!(
+        "setsid env -i sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' & \
+         while [ ! -s {p} ]; do sleep 0.01; done; echo before-exit",
+        p = pidfile.display()
+    )))
+    .await;
+    let elapsed = started.elapsed();
+    let pid = read_pid(&pidfile);
+    let survived = Path::new(&format!("/proc/{pid}")).exists();
+    // SAFETY: kill(2) on the escaped sleep this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(outcome.success(), "{outcome:?}");
+    assert_eq!(outcome.stdout_tail, "before-exit\n");
+    assert!(survived, "expected the unmarked sleep to escape the sweep");
+    assert!(
+        elapsed >= process::READER_LINGER
+            && elapsed < process::READER_LINGER + Duration::from_secs(1),
+        "took {elapsed:?}"
+    );
 }
