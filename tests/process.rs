@@ -659,3 +659,12 @@ async fn a_pipe_held_by_an_unsweepable_descendant_is_abandoned_after_the_linger(
         "took {elapsed:?}"
     );
 }
+
+#[test]
+fn the_run_future_can_be_spawned() {
+    fn assert_send<T: Send + 'static>(_: &T) {}
+    let cancel: &'static CancellationToken = Box::leak(Box::new(CancellationToken::new()));
+    let future = run(Command::new("true").on_stdout_line(|_| {}), cancel);
+    assert_send(&future);
+    drop(future); // never polled: nothing is spawned
+}
