@@ -396,7 +396,11 @@ pub fn become_subreaper() -> io::Result<()> {
     // SAFETY: PR_SET_CHILD_SUBREAPER takes one integer argument and touches
     // no memory of ours.
     let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Runs `cmd` to completion, timeout or cancellation and reports how it
@@ -441,45 +445,19 @@ enum Ended {
     Cancelled,
 }
 
-async fn run_in_span(mut cmd: Command, cancel: &CancellationToken) -> Result<Outcome, ProcessError> {
+async fn run_in_span(
+    mut cmd: Command,
+    cancel: &CancellationToken,
+) -> Result<Outcome, ProcessError> {
     let marker = uuid::Uuid::new_v4().simple().to_string();
     let stdout_file = open_output(&cmd.program, cmd.stdout_path.as_deref()).await?;
     let stderr_file = open_output(&cmd.program, cmd.stderr_path.as_deref()).await?;
 
-    let mut command = tokio::process::Command::new(&cmd.program);
-    command
-        .args(&cmd.args)
-        .env_clear()
-        .envs(&cmd.env)
-        // A git asking for a password on a terminal would hang until the
-        // timeout; nightshift hands credentials through helpers only.
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env(CALL_MARKER_VAR, &marker)
-        .stdin(if cmd.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group, so a timeout kills the agent and everything it
-        // started with one signal.
-        .process_group(0)
-        .kill_on_drop(true);
-    if !cmd.env.contains_key("LANG") {
-        // Agents read and write UTF-8; C.UTF-8 exists on every glibc/musl.
-        command.env("LANG", "C.UTF-8");
-    }
-    if let Some(dir) = &cmd.cwd {
-        command.current_dir(dir);
-    }
-    if let Some(account) = &cmd.run_as {
-        command
-            .uid(account.uid)
-            .gid(account.gid)
-            .env("HOME", &account.home)
-            .env("USER", &account.user)
-            .env("LOGNAME", &account.user);
-    }
-
+    let mut command = build_command(&cmd, &marker);
     let started = Instant::now();
-    let mut child = command.spawn().map_err(|source| spawn_error(&cmd, source))?;
+    let mut child = command
+        .spawn()
+        .map_err(|source| spawn_error(&cmd, source))?;
     let Some(pid) = child.id() else {
         return Err(ProcessError::Wait {
             program: cmd.program.clone(),
@@ -487,11 +465,17 @@ async fn run_in_span(mut cmd: Command, cancel: &CancellationToken) -> Result<Out
             source: io::Error::other("the child was reaped before its pid could be read"),
         });
     };
-    let mut guard =
-        KillGuard { pgid: pid as i32, marker: cmd.sweep_escaped.then(|| marker.clone()), swept: false };
+    let mut guard = KillGuard {
+        pgid: pid as i32,
+        marker: cmd.sweep_escaped.then(|| marker.clone()),
+        swept: false,
+    };
     tracing::debug!(pid, "spawned");
 
     let stop_readers = CancellationToken::new();
+    // If this future is dropped, the readers stop too instead of waiting for
+    // a pipe an escaped descendant may hold.
+    let _stop_readers_on_drop = stop_readers.clone().drop_guard();
     let stdout_reader = child.stdout.take().map(|pipe| {
         tokio::spawn(read_stream(
             pipe,
@@ -499,7 +483,10 @@ async fn run_in_span(mut cmd: Command, cancel: &CancellationToken) -> Result<Out
                 redactor: cmd.redactor.stream(),
                 file: stdout_file,
                 tail: Tail::new(cmd.tail_bytes),
-                lines: cmd.on_stdout_line.take().map(|callback| LineSplitter::new(callback, cmd.line_max)),
+                lines: cmd
+                    .on_stdout_line
+                    .take()
+                    .map(|callback| LineSplitter::new(callback, cmd.line_max)),
                 bytes: 0,
             },
             stop_readers.clone(),
@@ -542,29 +529,28 @@ async fn run_in_span(mut cmd: Command, cancel: &CancellationToken) -> Result<Out
     let (status, timed_out, cancelled) = match ended {
         Ended::Exited(status) => (Some(status), false, false),
         stopped => {
-            let reason = if matches!(stopped, Ended::TimedOut) { "timeout" } else { "cancelled" };
-            tracing::info!(reason, grace_s = cmd.grace.as_secs_f64(), "stopping the process group");
-            guard.signal_all(libc::SIGTERM);
-            let status = match tokio::time::timeout(cmd.grace, child.wait()).await {
-                Ok(Ok(status)) => Some(status),
-                Ok(Err(source)) => return Err(ProcessError::Wait { program: cmd.program.clone(), pid, source }),
-                Err(_) => {
-                    guard.signal_all(libc::SIGKILL);
-                    // SIGKILL is not instant for a process in uninterruptible
-                    // sleep; bound the wait and let tokio reap it later.
-                    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
-                        Ok(Ok(status)) => Some(status),
-                        Ok(Err(source)) => {
-                            return Err(ProcessError::Wait { program: cmd.program.clone(), pid, source });
-                        }
-                        Err(_) => {
-                            tracing::warn!(pid, "child did not die within 10 s of SIGKILL");
-                            None
-                        }
-                    }
-                }
+            let reason = if matches!(stopped, Ended::TimedOut) {
+                "timeout"
+            } else {
+                "cancelled"
             };
-            (status, matches!(stopped, Ended::TimedOut), matches!(stopped, Ended::Cancelled))
+            tracing::info!(
+                reason,
+                grace_s = cmd.grace.as_secs_f64(),
+                "stopping the process group"
+            );
+            let status = stop_child(&mut child, &guard, cmd.grace)
+                .await
+                .map_err(|source| ProcessError::Wait {
+                    program: cmd.program.clone(),
+                    pid,
+                    source,
+                })?;
+            (
+                status,
+                matches!(stopped, Ended::TimedOut),
+                matches!(stopped, Ended::Cancelled),
+            )
         }
     };
     let duration = started.elapsed();
@@ -605,13 +591,86 @@ async fn run_in_span(mut cmd: Command, cancel: &CancellationToken) -> Result<Out
     Ok(outcome)
 }
 
-async fn open_output(program: &str, path: Option<&Path>) -> Result<Option<tokio::fs::File>, ProcessError> {
+/// The tokio command for `cmd`: cleared environment plus the map and the
+/// pins, own process group, piped output.
+fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&cmd.program);
+    command
+        .args(&cmd.args)
+        .env_clear()
+        .envs(&cmd.env)
+        // A git asking for a password on a terminal would hang until the
+        // timeout; nightshift hands credentials through helpers only.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env(CALL_MARKER_VAR, marker)
+        .stdin(if cmd.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so a timeout kills the agent and everything it
+        // started with one signal.
+        .process_group(0)
+        .kill_on_drop(true);
+    if !cmd.env.contains_key("LANG") {
+        // Agents read and write UTF-8; C.UTF-8 is built into musl and glibc >= 2.35.
+        command.env("LANG", "C.UTF-8");
+    }
+    if let Some(dir) = &cmd.cwd {
+        command.current_dir(dir);
+    }
+    if let Some(account) = &cmd.run_as {
+        command
+            .uid(account.uid)
+            .gid(account.gid)
+            .env("HOME", &account.home)
+            .env("USER", &account.user)
+            .env("LOGNAME", &account.user);
+    }
+
+    command
+}
+
+/// SIGTERM to the group and marked descendants, `grace`, SIGKILL, reap.
+/// `None` when the child survived SIGKILL for 10 s (uninterruptible sleep);
+/// tokio reaps it later.
+async fn stop_child(
+    child: &mut tokio::process::Child,
+    guard: &KillGuard,
+    grace: Duration,
+) -> io::Result<Option<ExitStatus>> {
+    guard.signal_all(libc::SIGTERM);
+    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+        return status.map(Some);
+    }
+    guard.signal_all(libc::SIGKILL);
+    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+        Ok(status) => status.map(Some),
+        Err(_) => {
+            tracing::warn!(
+                pgid = guard.pgid,
+                "child did not die within 10 s of SIGKILL"
+            );
+            Ok(None)
+        }
+    }
+}
+
+async fn open_output(
+    program: &str,
+    path: Option<&Path>,
+) -> Result<Option<tokio::fs::File>, ProcessError> {
     let Some(path) = path else { return Ok(None) };
-    tokio::fs::File::create(path).await.map(Some).map_err(|source| ProcessError::OutputFile {
-        program: program.to_owned(),
-        path: path.to_owned(),
-        source,
-    })
+    tokio::fs::File::create(path)
+        .await
+        .map(Some)
+        .map_err(|source| ProcessError::OutputFile {
+            program: program.to_owned(),
+            path: path.to_owned(),
+            source,
+        })
 }
 
 fn spawn_error(cmd: &Command, source: io::Error) -> ProcessError {
@@ -621,22 +680,37 @@ fn spawn_error(cmd: &Command, source: io::Error) -> ProcessError {
     };
     let program = &cmd.program;
     let hint = if !cwd.is_dir() {
-        format!("the working directory {} does not exist or is not a directory", cwd.display())
+        format!(
+            "the working directory {} does not exist or is not a directory",
+            cwd.display()
+        )
     } else if source.kind() == io::ErrorKind::NotFound {
         if program.contains('/') {
             format!("there is no file `{program}`; check the path in the config")
         } else {
-            let path = cmd.env.get("PATH").map_or("(PATH is not set for the child)", String::as_str);
-            format!("`{program}` is not on the child's PATH ({path}); install it or give its full path")
+            let path = cmd
+                .env
+                .get("PATH")
+                .map_or("(PATH is not set for the child)", String::as_str);
+            format!(
+                "`{program}` is not on the child's PATH ({path}); install it or give its full path"
+            )
         }
     } else if source.kind() == io::ErrorKind::PermissionDenied {
-        format!("`{program}` is not executable by this user: `chmod +x` it, or check that its filesystem is not mounted noexec")
+        format!(
+            "`{program}` is not executable by this user: `chmod +x` it, or check that its filesystem is not mounted noexec"
+        )
     } else if cmd.run_as.is_some() && source.raw_os_error() == Some(libc::EPERM) {
         "running agents as `agent_user` needs nightshift to run as root".to_owned()
     } else {
         format!("try running `{program}` by hand in {}", cwd.display())
     };
-    ProcessError::Spawn { program: program.clone(), cwd, hint, source }
+    ProcessError::Spawn {
+        program: program.clone(),
+        cwd,
+        hint,
+        source,
+    }
 }
 
 /// Where one output stream goes.
@@ -659,7 +733,13 @@ async fn read_stream<R>(mut pipe: R, sink: StreamSink, stop: CancellationToken) 
 where
     R: AsyncRead + Unpin,
 {
-    let StreamSink { mut redactor, file, mut tail, mut lines, mut bytes } = sink;
+    let StreamSink {
+        mut redactor,
+        file,
+        mut tail,
+        mut lines,
+        mut bytes,
+    } = sink;
     let mut file = file.map(|file| BufWriter::with_capacity(READ_CHUNK, file));
     let mut file_failed = false;
     let mut buf = vec![0u8; READ_CHUNK];
@@ -696,7 +776,10 @@ where
     {
         tracing::warn!(%error, "flushing child output file failed");
     }
-    StreamResult { tail: tail.into_string(), bytes }
+    StreamResult {
+        tail: tail.into_string(),
+        bytes,
+    }
 }
 
 async fn deliver(
@@ -732,7 +815,10 @@ async fn finish_reader(
     linger_until: tokio::time::Instant,
 ) -> StreamResult {
     let Some(mut reader) = reader else {
-        return StreamResult { tail: String::new(), bytes: 0 };
+        return StreamResult {
+            tail: String::new(),
+            bytes: 0,
+        };
     };
     let joined = match tokio::time::timeout_at(linger_until, &mut reader).await {
         Ok(joined) => joined,
@@ -743,7 +829,10 @@ async fn finish_reader(
     };
     joined.unwrap_or_else(|error| {
         tracing::warn!(%error, "output reader task failed");
-        StreamResult { tail: String::new(), bytes: 0 }
+        StreamResult {
+            tail: String::new(),
+            bytes: 0,
+        }
     })
 }
 
@@ -755,7 +844,10 @@ struct Tail {
 
 impl Tail {
     fn new(cap: usize) -> Tail {
-        Tail { cap, buf: VecDeque::with_capacity(cap.min(READ_CHUNK)) }
+        Tail {
+            cap,
+            buf: VecDeque::with_capacity(cap.min(READ_CHUNK)),
+        }
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -771,7 +863,11 @@ impl Tail {
     /// Lossy UTF-8, without a character cut in half at the start.
     fn into_string(self) -> String {
         let bytes: Vec<u8> = self.buf.into();
-        let start = bytes.iter().take(3).take_while(|b| (**b & 0xC0) == 0x80).count();
+        let start = bytes
+            .iter()
+            .take(3)
+            .take_while(|b| (**b & 0xC0) == 0x80)
+            .count();
         String::from_utf8_lossy(&bytes[start..]).into_owned()
     }
 }
@@ -787,7 +883,12 @@ struct LineSplitter {
 
 impl LineSplitter {
     fn new(callback: LineCallback, max: usize) -> LineSplitter {
-        LineSplitter { callback, partial: Vec::new(), max, overflowed: false }
+        LineSplitter {
+            callback,
+            partial: Vec::new(),
+            max,
+            overflowed: false,
+        }
     }
 
     fn push(&mut self, mut bytes: &[u8]) {
@@ -812,7 +913,8 @@ impl LineSplitter {
 
     fn append(&mut self, bytes: &[u8]) {
         let room = self.max.saturating_sub(self.partial.len());
-        self.partial.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.partial
+            .extend_from_slice(&bytes[..bytes.len().min(room)]);
     }
 
     fn emit(&mut self) {
@@ -876,11 +978,15 @@ impl KillGuard {
     /// After the child is gone: TERM, grace, KILL for whatever is left, and
     /// reap reparented zombies.
     async fn sweep(&mut self, grace: Duration) {
+        self.swept = self.terminate_leftovers(grace).await;
+        // A leftover that turned zombie after the last look is reaped here.
         procfs::reap_orphans();
+    }
+
+    /// TERM, grace, KILL; true when nothing of the call is left alive.
+    async fn terminate_leftovers(&self, grace: Duration) -> bool {
         if self.signal_all(libc::SIGTERM) == 0 || !self.anything_alive() {
-            procfs::reap_orphans();
-            self.swept = true;
-            return;
+            return true;
         }
         tracing::info!(pgid = self.pgid, "terminating leftover descendants");
         let deadline = Instant::now() + grace;
@@ -888,23 +994,27 @@ impl KillGuard {
             tokio::time::sleep(Duration::from_millis(25)).await;
             procfs::reap_orphans();
             if !self.anything_alive() {
-                self.swept = true;
-                return;
+                return true;
             }
         }
-        tracing::warn!(pgid = self.pgid, "leftover descendants survived SIGTERM; sending SIGKILL");
+        tracing::warn!(
+            pgid = self.pgid,
+            "leftover descendants survived SIGTERM; sending SIGKILL"
+        );
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             self.signal_all(libc::SIGKILL);
             tokio::time::sleep(Duration::from_millis(20)).await;
             procfs::reap_orphans();
             if !self.anything_alive() {
-                self.swept = true;
-                return;
+                return true;
             }
             if Instant::now() >= deadline {
-                tracing::warn!(pgid = self.pgid, "leftover descendants survived SIGKILL for 2 s");
-                return;
+                tracing::warn!(
+                    pgid = self.pgid,
+                    "leftover descendants survived SIGKILL for 2 s"
+                );
+                return false;
             }
         }
     }
@@ -942,7 +1052,12 @@ mod procfs {
         let ppid = fields.next()?.parse().ok()?;
         let pgrp = fields.next()?.parse().ok()?;
         let session = fields.next()?.parse().ok()?;
-        Some(Stat { state, ppid, pgrp, session })
+        Some(Stat {
+            state,
+            ppid,
+            pgrp,
+            session,
+        })
     }
 
     fn pids() -> impl Iterator<Item = i32> {
@@ -961,8 +1076,10 @@ mod procfs {
         pids()
             .filter(|pid| *pid != own)
             .filter(|pid| {
-                fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|env| env.split(|b| *b == 0).any(|entry| entry == needle.as_bytes()))
+                fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                    env.split(|b| *b == 0)
+                        .any(|entry| entry == needle.as_bytes())
+                })
             })
             .filter(|pid| stat(*pid).is_some_and(|s| s.state != b'Z'))
             .collect()
@@ -971,7 +1088,9 @@ mod procfs {
     /// Whether a process group has a member that is not a zombie.
     pub(super) fn group_has_live_member(pgid: i32) -> bool {
         // SAFETY: signal 0 only checks for existence and permission.
-        if unsafe { libc::kill(-pgid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        if unsafe { libc::kill(-pgid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        {
             return false;
         }
         pids().any(|pid| stat(pid).is_some_and(|s| s.pgrp == pgid && s.state != b'Z'))
@@ -989,7 +1108,7 @@ mod procfs {
     pub(super) fn reap_orphans() {
         let own = std::process::id() as i32;
         let Some(me) = stat(own) else { return };
-        for pid in pids() {
+        for pid in own_children(own) {
             let Some(s) = stat(pid) else { continue };
             if s.ppid != own || s.state != b'Z' {
                 continue;
@@ -1003,6 +1122,32 @@ mod procfs {
             // blocking; `status` is a valid out pointer.
             unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         }
+    }
+
+    /// Our children: the `children` files of our threads (cheap), or, on a
+    /// kernel without them, every process (callers check the parent).
+    fn own_children(own: i32) -> Vec<i32> {
+        let mut children = Vec::new();
+        let Ok(tasks) = fs::read_dir(format!("/proc/{own}/task")) else {
+            return pids().collect();
+        };
+        for task in tasks.flatten() {
+            match fs::read_to_string(task.path().join("children")) {
+                Ok(list) => children.extend(
+                    list.split_ascii_whitespace()
+                        .filter_map(|pid| pid.parse::<i32>().ok()),
+                ),
+                // A thread that just ended has no file; a kernel without
+                // CONFIG_PROC_CHILDREN has none at all.
+                Err(error)
+                    if error.kind() == std::io::ErrorKind::NotFound && task.path().exists() =>
+                {
+                    return pids().collect();
+                }
+                Err(_) => {}
+            }
+        }
+        children
     }
 }
 
@@ -1036,14 +1181,21 @@ mod tests {
         let mut tail = Tail::new(3);
         tail.push("aé".as_bytes());
         tail.push("é".as_bytes());
-        assert_eq!(tail.into_string(), "é", "the dangling continuation byte is dropped");
+        assert_eq!(
+            tail.into_string(),
+            "é",
+            "the dangling continuation byte is dropped"
+        );
     }
 
     #[test]
     fn line_splitter_handles_crlf_partial_and_overlong_lines() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
-        let mut lines = LineSplitter::new(Box::new(move |line| sink.lock().unwrap().push(line.to_owned())), 8);
+        let mut lines = LineSplitter::new(
+            Box::new(move |line| sink.lock().unwrap().push(line.to_owned())),
+            8,
+        );
         lines.push(b"one\r\ntw");
         lines.push(b"o\n0123456789abcdef");
         lines.push(b"ghij\nlast");

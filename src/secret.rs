@@ -85,7 +85,10 @@ struct Inner {
 
 impl fmt::Debug for Redactor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let count = self.inner.as_ref().map_or(0, |inner| inner.matcher.patterns_len());
+        let count = self
+            .inner
+            .as_ref()
+            .map_or(0, |inner| inner.matcher.patterns_len());
         f.debug_struct("Redactor").field("secrets", &count).finish()
     }
 }
@@ -113,7 +116,9 @@ impl Redactor {
             .match_kind(MatchKind::LeftmostLongest)
             .build(&patterns)
             .expect("a handful of literal secret values always builds an automaton");
-        Redactor { inner: Some(Arc::new(Inner { matcher, max_len })) }
+        Redactor {
+            inner: Some(Arc::new(Inner { matcher, max_len })),
+        }
     }
 
     /// A redactor for the given secrets.
@@ -130,7 +135,9 @@ impl Redactor {
     pub fn redact(&self, s: &str) -> String {
         match &self.inner {
             None => s.to_owned(),
-            Some(inner) => inner.matcher.replace_all(s, &vec![MASK; inner.matcher.patterns_len()]),
+            Some(inner) => inner
+                .matcher
+                .replace_all(s, &vec![MASK; inner.matcher.patterns_len()]),
         }
     }
 
@@ -156,7 +163,10 @@ impl Redactor {
     /// A streaming redactor for one output stream (stdout or stderr of one
     /// child).
     pub fn stream(&self) -> StreamRedactor {
-        StreamRedactor { redactor: self.clone(), pending: Vec::new() }
+        StreamRedactor {
+            redactor: self.clone(),
+            pending: Vec::new(),
+        }
     }
 }
 
@@ -223,33 +233,101 @@ pub fn token_vars() -> &'static [&'static str] {
 /// values, in that order, to keep in memory only (SPEC §6: an agent running
 /// as the same user can read its parent's `/proc/PID/environ`).
 ///
+/// `remove_var` alone is not enough for that: it takes the variable out of
+/// the `environ` array, but `/proc/PID/environ` shows the block the kernel
+/// wrote at exec, which still holds `NAME=value`. So the entry's bytes in that
+/// block are overwritten with NULs as well.
+///
 /// Call it once, first thing in `main`, before the tokio runtime or any other
 /// thread exists.
 ///
 /// # Panics
 /// When the process already has more than one thread (or the thread count
 /// cannot be read from `/proc/self/task`): that is a programming error, and
-/// removing variables then could race with another thread's `getenv`.
+/// changing the environment then could race with another thread's `getenv`.
 pub fn scrub_own_env(extra: &[&str]) -> Vec<(String, Secret)> {
-    let threads = std::fs::read_dir("/proc/self/task").map(|dir| dir.count()).unwrap_or(0);
+    let threads = std::fs::read_dir("/proc/self/task")
+        .map(|dir| dir.count())
+        .unwrap_or(0);
     assert!(
         threads == 1,
         "scrub_own_env must run before any thread is started (found {threads} threads in /proc/self/task)"
     );
-    let mut removed = Vec::new();
+    let exec_block = exec_env_block();
+    let mut removed: Vec<(String, Secret)> = Vec::new();
     for name in token_vars().iter().chain(extra.iter()) {
-        let Some(value) = std::env::var_os(name) else { continue };
-        // SAFETY: `remove_var` is unsafe in edition 2024 only because another
-        // thread could read or write the environment at the same time. The
-        // assertion above proved this process has exactly one thread, and
-        // only this thread could start another, so nothing runs concurrently.
+        let Some(value) = std::env::var_os(name) else {
+            continue;
+        };
+        // SAFETY (for the three unsafe calls below): the environment is
+        // unsafe to touch in edition 2024 only because another thread could
+        // read or write it at the same time. The assertion above proved this
+        // process has exactly one thread, and only this thread could start
+        // another, so nothing runs concurrently.
+        let entries = unsafe { environ_entries(name) };
         unsafe { std::env::remove_var(name) };
+        for (ptr, len) in entries {
+            let addr = ptr as usize;
+            // Only the exec-time block, which libc never manages; strings a
+            // `setenv` allocated belong to libc and are left alone.
+            if exec_block
+                .as_ref()
+                .is_some_and(|block| block.contains(&addr) && addr + len <= block.end)
+            {
+                // The entry is no longer referenced by `environ` (removed just
+                // above) and lies in our own writable stack memory.
+                unsafe { std::ptr::write_bytes(ptr, 0, len) };
+            }
+        }
         let value = value.to_string_lossy().into_owned();
-        if !value.is_empty() && !removed.iter().any(|(n, _): &(String, Secret)| n == name) {
+        if !value.is_empty() && !removed.iter().any(|(n, _)| n == name) {
             removed.push(((*name).to_owned(), Secret(value)));
         }
     }
     removed
+}
+
+/// The address range of the environment block the kernel wrote at exec
+/// (fields 50 and 51, `env_start` and `env_end`, of `/proc/self/stat`).
+fn exec_env_block() -> Option<std::ops::Range<usize>> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields are counted after the command name's last `)`; field 3 is the
+    // first one after it.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_ascii_whitespace().collect();
+    let start: usize = fields.get(50 - 3)?.parse().ok()?;
+    let end: usize = fields.get(51 - 3)?.parse().ok()?;
+    (start < end).then_some(start..end)
+}
+
+unsafe extern "C" {
+    /// The C library's environment array (glibc and musl).
+    static mut environ: *mut *mut libc::c_char;
+}
+
+/// Pointers to and lengths of the `NAME=value` strings in `environ`.
+///
+/// # Safety
+/// No other thread may change the environment during the call.
+unsafe fn environ_entries(name: &str) -> Vec<(*mut u8, usize)> {
+    let prefix = format!("{name}=");
+    let mut entries = Vec::new();
+    // SAFETY: the caller guarantees exclusive access; `environ` is a
+    // NULL-terminated array of NUL-terminated strings.
+    unsafe {
+        let mut cursor = *std::ptr::addr_of!(environ);
+        if cursor.is_null() {
+            return entries;
+        }
+        while !(*cursor).is_null() {
+            let entry = std::ffi::CStr::from_ptr(*cursor);
+            if entry.to_bytes().starts_with(prefix.as_bytes()) {
+                entries.push(((*cursor).cast::<u8>(), entry.to_bytes().len()));
+            }
+            cursor = cursor.add(1);
+        }
+    }
+    entries
 }
 
 #[cfg(test)]
@@ -276,7 +354,10 @@ mod tests {
     #[test]
     fn redact_prefers_the_longer_of_overlapping_secrets() {
         let redactor = Redactor::new(["secret1", "secret1-and-more"]);
-        assert_eq!(redactor.redact("x secret1-and-more y secret1"), "x **** y ****");
+        assert_eq!(
+            redactor.redact("x secret1-and-more y secret1"),
+            "x **** y ****"
+        );
     }
 
     #[test]
@@ -315,7 +396,11 @@ mod tests {
         let out = stream.push(b"aaaaaaaaaaaaaaaaaaaa");
         assert_eq!(out.len(), 20 - 9);
         let out = stream.push(b"012345678");
-        assert_eq!(out.len(), 9, "the held back a's are released, the prefix is held");
+        assert_eq!(
+            out.len(),
+            9,
+            "the held back a's are released, the prefix is held"
+        );
         let out = stream.push(b"9!");
         assert_eq!(out, b"****", "the last byte could start another secret");
         assert_eq!(stream.finish(), b"!");
