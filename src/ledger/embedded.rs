@@ -252,7 +252,7 @@ impl fmt::Display for ClusterStatus {
 }
 
 /// Reads an environment variable, treating an empty value as unset.
-pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+pub type EnvLookup<'a> = &'a (dyn Fn(&str) -> Option<OsString> + Sync);
 
 /// The process environment as an [`EnvLookup`].
 pub fn process_env(name: &str) -> Option<OsString> {
