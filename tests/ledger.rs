@@ -45,14 +45,25 @@ struct TestDb {
 impl TestDb {
     async fn new() -> TestDb {
         let name = format!("ns_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&admin_url()).await.expect("connect to the machine's PostgreSQL");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut admin).await.unwrap();
+        let mut admin = PgConnection::connect(&admin_url())
+            .await
+            .expect("connect to the machine's PostgreSQL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
         admin.close().await.unwrap();
-        TestDb { url: with_database(&admin_url(), &name), name }
+        TestDb {
+            url: with_database(&admin_url(), &name),
+            name,
+        }
     }
 
     fn source(&self) -> DbSource {
-        DbSource::Url { url: DbUrl::new(self.url.clone()), var: "DATABASE_URL" }
+        DbSource::Url {
+            url: DbUrl::new(self.url.clone()),
+            var: "DATABASE_URL",
+        }
     }
 }
 
@@ -61,11 +72,16 @@ impl Drop for TestDb {
         let name = self.name.clone();
         // Drop runs inside the test's runtime: use a thread with its own runtime.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 if let Ok(mut admin) = PgConnection::connect(&admin_url()).await {
                     let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut admin).await;
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut admin)
+                        .await;
                     let _ = admin.close().await;
                 }
             });
@@ -113,7 +129,10 @@ async fn insert_run(ledger: &Ledger, plan_sha: &str, approval: Option<uuid::Uuid
 
 fn db_error_message(err: sqlx::Error) -> (String, String) {
     match err {
-        sqlx::Error::Database(e) => (e.code().unwrap_or_default().into_owned(), e.message().to_string()),
+        sqlx::Error::Database(e) => (
+            e.code().unwrap_or_default().into_owned(),
+            e.message().to_string(),
+        ),
         other => panic!("expected a database error, got {other:?}"),
     }
 }
@@ -141,11 +160,28 @@ async fn migrations_apply_once_even_with_concurrent_first_connects() {
     .await
     .unwrap();
     for want in [
-        "agent_calls", "approval_uses", "approvals", "contracts", "events", "findings", "gate_runs",
-        "limit_sleeps", "plan_contracts", "plans", "proofs", "pull_requests", "repo_locks", "reviews",
-        "rounds", "run_items", "runs",
+        "agent_calls",
+        "approval_uses",
+        "approvals",
+        "contracts",
+        "events",
+        "findings",
+        "gate_runs",
+        "limit_sleeps",
+        "plan_contracts",
+        "plans",
+        "proofs",
+        "pull_requests",
+        "repo_locks",
+        "reviews",
+        "rounds",
+        "run_items",
+        "runs",
     ] {
-        assert!(tables.iter().any(|t| t == want), "missing table {want} in {tables:?}");
+        assert!(
+            tables.iter().any(|t| t == want),
+            "missing table {want} in {tables:?}"
+        );
     }
 }
 
@@ -171,23 +207,32 @@ async fn approvals_reject_update_delete_truncate_and_need_exactly_one_target() {
     insert_plan(&ledger, "p1").await;
     let id = insert_approval(&ledger, "p1").await;
 
-    let update = sqlx::query("UPDATE approvals SET expires_at = now() + interval '10 years' WHERE id = $1")
-        .bind(id)
-        .execute(&ledger.pool)
-        .await;
+    let update =
+        sqlx::query("UPDATE approvals SET expires_at = now() + interval '10 years' WHERE id = $1")
+            .bind(id)
+            .execute(&ledger.pool)
+            .await;
     let (code, msg) = db_error_message(update.unwrap_err());
     assert_eq!(code, "23000");
     assert!(msg.contains("UPDATE on approvals rejected"), "{msg}");
 
-    let delete = sqlx::query("DELETE FROM approvals WHERE id = $1").bind(id).execute(&ledger.pool).await;
+    let delete = sqlx::query("DELETE FROM approvals WHERE id = $1")
+        .bind(id)
+        .execute(&ledger.pool)
+        .await;
     let (_, msg) = db_error_message(delete.unwrap_err());
     assert!(msg.contains("DELETE on approvals rejected"), "{msg}");
 
-    let truncate = sqlx::query("TRUNCATE approvals CASCADE").execute(&ledger.pool).await;
+    let truncate = sqlx::query("TRUNCATE approvals CASCADE")
+        .execute(&ledger.pool)
+        .await;
     let (_, msg) = db_error_message(truncate.unwrap_err());
     assert!(msg.contains("TRUNCATE on approvals rejected"), "{msg}");
 
-    let still: i64 = sqlx::query_scalar("SELECT count(*) FROM approvals").fetch_one(&ledger.pool).await.unwrap();
+    let still: i64 = sqlx::query_scalar("SELECT count(*) FROM approvals")
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
     assert_eq!(still, 1);
 
     for (plan, contract) in [(None::<&str>, None::<&str>), (Some("p1"), Some("c1"))] {
@@ -226,7 +271,9 @@ async fn an_approval_is_consumed_once() {
             .bind(run)
             .execute(&ledger.pool)
     };
-    use_it(first_run).await.expect("first use consumes the approval");
+    use_it(first_run)
+        .await
+        .expect("first use consumes the approval");
     let (code, _) = db_error_message(use_it(second_run).await.unwrap_err());
     assert_eq!(code, "23505", "second use must be a unique violation");
 }
@@ -237,23 +284,32 @@ async fn events_are_append_only_with_server_sequence() {
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let mut seqs = Vec::new();
     for kind in ["run_started", "item_started"] {
-        let seq: i64 = sqlx::query_scalar("INSERT INTO events (kind, data) VALUES ($1, '{\"x\":1}') RETURNING seq")
-            .bind(kind)
-            .fetch_one(&ledger.pool)
-            .await
-            .unwrap();
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO events (kind, data) VALUES ($1, '{\"x\":1}') RETURNING seq",
+        )
+        .bind(kind)
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
         seqs.push(seq);
     }
     assert!(seqs[1] > seqs[0], "{seqs:?}");
-    let update = sqlx::query("UPDATE events SET kind = 'forged'").execute(&ledger.pool).await;
+    let update = sqlx::query("UPDATE events SET kind = 'forged'")
+        .execute(&ledger.pool)
+        .await;
     let (_, msg) = db_error_message(update.unwrap_err());
     assert!(msg.contains("UPDATE on events rejected"), "{msg}");
-    let delete = sqlx::query("DELETE FROM events").execute(&ledger.pool).await;
+    let delete = sqlx::query("DELETE FROM events")
+        .execute(&ledger.pool)
+        .await;
     let (_, msg) = db_error_message(delete.unwrap_err());
     assert!(msg.contains("DELETE on events rejected"), "{msg}");
     let truncate = sqlx::query("TRUNCATE events").execute(&ledger.pool).await;
     assert!(truncate.is_err());
-    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events ORDER BY seq").fetch_all(&ledger.pool).await.unwrap();
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events ORDER BY seq")
+        .fetch_all(&ledger.pool)
+        .await
+        .unwrap();
     assert_eq!(kinds, ["run_started", "item_started"]);
 }
 
@@ -263,10 +319,22 @@ async fn repo_lock_refuses_a_second_holder_and_names_the_first() {
     // Two ledgers stand for two nightshift processes.
     let first = Ledger::connect(&db.source()).await.unwrap();
     let second = Ledger::connect(&db.source()).await.unwrap();
-    let holder = HolderInfo { host: "night-box".into(), pid: 4242, started_at: chrono::Utc::now() };
-    let other = HolderInfo { host: "other-box".into(), pid: 7, started_at: chrono::Utc::now() };
+    let holder = HolderInfo {
+        host: "night-box".into(),
+        pid: 4242,
+        started_at: chrono::Utc::now(),
+    };
+    let other = HolderInfo {
+        host: "other-box".into(),
+        pid: 7,
+        started_at: chrono::Utc::now(),
+    };
 
-    let RepoLockAttempt::Acquired(mut guard) = first.try_lock_repo("github.com/o/r", &holder).await.unwrap() else {
+    let RepoLockAttempt::Acquired(mut guard) = first
+        .try_lock_repo("github.com/o/r", &holder)
+        .await
+        .unwrap()
+    else {
         panic!("first attempt must acquire");
     };
     assert!(guard.still_held().await.unwrap());
@@ -274,17 +342,28 @@ async fn repo_lock_refuses_a_second_holder_and_names_the_first() {
 
     // The lock is per connection: the same process's pool cannot take it either.
     for ledger in [&second, &first] {
-        match ledger.try_lock_repo("github.com/o/r", &other).await.unwrap() {
+        match ledger
+            .try_lock_repo("github.com/o/r", &other)
+            .await
+            .unwrap()
+        {
             RepoLockAttempt::Held { holder: Some(h) } => {
                 assert_eq!(h.host, "night-box");
                 assert_eq!(h.pid, 4242);
-                assert_eq!(h.started_at.timestamp_micros(), holder.started_at.timestamp_micros());
+                assert_eq!(
+                    h.started_at.timestamp_micros(),
+                    holder.started_at.timestamp_micros()
+                );
             }
             other => panic!("expected Held with holder info, got {other:?}"),
         }
     }
     // Another repo is independent.
-    let RepoLockAttempt::Acquired(other_repo) = second.try_lock_repo("github.com/o/other", &other).await.unwrap() else {
+    let RepoLockAttempt::Acquired(other_repo) = second
+        .try_lock_repo("github.com/o/other", &other)
+        .await
+        .unwrap()
+    else {
         panic!("a different repo must not be blocked");
     };
 
@@ -292,20 +371,38 @@ async fn repo_lock_refuses_a_second_holder_and_names_the_first() {
     // The server releases the lock once it sees the dropped connection close.
     let deadline = Instant::now() + Duration::from_secs(5);
     let again = loop {
-        match second.try_lock_repo("github.com/o/r", &other).await.unwrap() {
+        match second
+            .try_lock_repo("github.com/o/r", &other)
+            .await
+            .unwrap()
+        {
             RepoLockAttempt::Acquired(g) => break g,
-            RepoLockAttempt::Held { .. } if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
-            RepoLockAttempt::Held { holder } => panic!("lock not freed after drop; holder {holder:?}"),
+            RepoLockAttempt::Held { .. } if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            RepoLockAttempt::Held { holder } => {
+                panic!("lock not freed after drop; holder {holder:?}")
+            }
         }
     };
     // Now the recorded holder is the new one.
-    match first.try_lock_repo("github.com/o/r", &holder).await.unwrap() {
-        RepoLockAttempt::Held { holder: Some(h) } => assert_eq!((h.host.as_str(), h.pid), ("other-box", 7)),
+    match first
+        .try_lock_repo("github.com/o/r", &holder)
+        .await
+        .unwrap()
+    {
+        RepoLockAttempt::Held { holder: Some(h) } => {
+            assert_eq!((h.host.as_str(), h.pid), ("other-box", 7))
+        }
         other => panic!("expected Held by other-box, got {other:?}"),
     }
     // An explicit release frees it at once.
     again.release().await.unwrap();
-    let RepoLockAttempt::Acquired(last) = first.try_lock_repo("github.com/o/r", &holder).await.unwrap() else {
+    let RepoLockAttempt::Acquired(last) = first
+        .try_lock_repo("github.com/o/r", &holder)
+        .await
+        .unwrap()
+    else {
         panic!("release must free the lock immediately");
     };
     last.release().await.unwrap();
@@ -314,18 +411,42 @@ async fn repo_lock_refuses_a_second_holder_and_names_the_first() {
 
 #[tokio::test]
 async fn a_dead_server_is_a_prompt_error_naming_the_source() {
-    let src = DbSource::Url { url: DbUrl::new("postgres://postgres:hunter2@127.0.0.1:1/ledger"), var: "NIGHTSHIFT_DATABASE_URL" };
+    let src = DbSource::Url {
+        url: DbUrl::new("postgres://postgres:hunter2@127.0.0.1:1/ledger"),
+        var: "NIGHTSHIFT_DATABASE_URL",
+    };
     let started = Instant::now();
-    let err = Ledger::connect_with_timeout(&src, Duration::from_secs(2)).await.unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    let err = Ledger::connect_with_timeout(&src, Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
     assert!(matches!(err, LedgerError::Connect { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(msg.contains("127.0.0.1:1/ledger (from NIGHTSHIFT_DATABASE_URL)"), "{msg}");
+    assert!(
+        msg.contains("127.0.0.1:1/ledger (from NIGHTSHIFT_DATABASE_URL)"),
+        "{msg}"
+    );
     assert!(!msg.contains("hunter2"), "{msg}");
 
-    let bad = DbSource::Url { url: DbUrl::new("not a url"), var: "DATABASE_URL" };
+    let bad = DbSource::Url {
+        url: DbUrl::new("not a url"),
+        var: "DATABASE_URL",
+    };
     let err = Ledger::connect(&bad).await.unwrap_err();
-    assert!(matches!(err, LedgerError::BadUrl { var: "DATABASE_URL", .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            LedgerError::BadUrl {
+                var: "DATABASE_URL",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }
 
 // ---------- the embedded private cluster ----------
@@ -333,7 +454,10 @@ async fn a_dead_server_is_a_prompt_error_naming_the_source() {
 /// A temp directory the server account can enter (as root the server runs as another
 /// account; the mode is set explicitly rather than left to the umask).
 fn enterable_tempdir() -> tempfile::TempDir {
-    let dir = tempfile::Builder::new().prefix("ns-ledger-").tempdir().unwrap();
+    let dir = tempfile::Builder::new()
+        .prefix("ns-ledger-")
+        .tempdir()
+        .unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
 }
@@ -363,25 +487,41 @@ impl Drop for StopOnDrop {
 }
 
 fn postmaster_pid(data_dir: &Path) -> Option<u32> {
-    std::fs::read_to_string(data_dir.join("postmaster.pid")).ok()?.lines().next()?.trim().parse().ok()
+    std::fs::read_to_string(data_dir.join("postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Alive and not a zombie.
 fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }
 
 async fn cluster_in(data_dir: &Path) -> (Cluster, StopOnDrop) {
-    let cluster = Cluster::resolve(data_dir, &embedded::process_env).await.expect("resolve cluster");
-    let guard = StopOnDrop { data_dir: cluster.data_dir.clone(), socket_dir: cluster.socket_dir.clone() };
+    let cluster = Cluster::resolve(data_dir, &embedded::process_env)
+        .await
+        .expect("resolve cluster");
+    let guard = StopOnDrop {
+        data_dir: cluster.data_dir.clone(),
+        socket_dir: cluster.socket_dir.clone(),
+    };
     (cluster, guard)
 }
 
 async fn whoami(ledger: &Ledger) -> (String, String) {
-    sqlx::query_as("SELECT current_user::text, current_database()::text").fetch_one(&ledger.pool).await.unwrap()
+    sqlx::query_as("SELECT current_user::text, current_database()::text")
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -390,10 +530,15 @@ async fn embedded_starts_from_nothing_and_is_reused() {
     let data_dir = root.path().join("nightshift").join("pg");
     let (cluster, _stop) = cluster_in(&data_dir).await;
     let before = cluster.status().await.unwrap();
-    assert!(!before.initialized && !before.running && before.pid.is_none(), "{before:?}");
+    assert!(
+        !before.initialized && !before.running && before.pid.is_none(),
+        "{before:?}"
+    );
 
     // Two processes starting at once from nothing: the flock serialises them.
-    let src = DbSource::Embedded { data_dir: data_dir.clone() };
+    let src = DbSource::Embedded {
+        data_dir: data_dir.clone(),
+    };
     let both = connect_concurrently(&src, 2).await;
     let mut ledgers = Vec::new();
     for r in both {
@@ -402,39 +547,69 @@ async fn embedded_starts_from_nothing_and_is_reused() {
     let status = cluster.status().await.unwrap();
     assert!(status.initialized && status.running, "{status:?}");
     let pid = status.pid.unwrap();
-    assert_eq!(status.socket_dir, data_dir, "a short data dir holds its own socket");
-    assert_eq!(whoami(&ledgers[0]).await, ("nightshift".to_string(), "nightshift".to_string()));
+    assert_eq!(
+        status.socket_dir, data_dir,
+        "a short data dir holds its own socket"
+    );
+    assert_eq!(
+        whoami(&ledgers[0]).await,
+        ("nightshift".to_string(), "nightshift".to_string())
+    );
 
     let meta = std::fs::metadata(&data_dir).unwrap();
     assert_eq!(meta.mode() & 0o777, 0o700, "data dir must be private");
     if embedded::running_as_root() {
         // PostgreSQL refuses root: the cluster and its server belong to an unprivileged account.
-        let account = cluster.account.clone().expect("an account is chosen when root");
+        let account = cluster
+            .account
+            .clone()
+            .expect("an account is chosen when root");
         assert_ne!(account.uid, 0);
         assert_eq!(status.account.as_deref(), Some(account.name.as_str()));
         assert_eq!(meta.uid(), account.uid);
         let proc_status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         let uid_line = proc_status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-        assert!(uid_line.split_whitespace().skip(1).all(|u| u == account.uid.to_string()), "{uid_line}");
+        assert!(
+            uid_line
+                .split_whitespace()
+                .skip(1)
+                .all(|u| u == account.uid.to_string()),
+            "{uid_line}"
+        );
     }
     // The long-lived server does not inherit our environment (tokens would leak there).
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    assert!(!String::from_utf8_lossy(&environ).contains("CARGO"), "server inherited the environment");
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("CARGO"),
+        "server inherited the environment"
+    );
     // It listens on the socket only.
-    let listen: String = sqlx::query_scalar("SHOW listen_addresses").fetch_one(&ledgers[0].pool).await.unwrap();
+    let listen: String = sqlx::query_scalar("SHOW listen_addresses")
+        .fetch_one(&ledgers[0].pool)
+        .await
+        .unwrap();
     assert_eq!(listen, "");
 
     // A later run reuses the same server.
     drop(ledgers);
     let again = Ledger::connect(&src).await.unwrap();
     assert_eq!(cluster.status().await.unwrap().pid, Some(pid));
-    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations").fetch_one(&again.pool).await.unwrap();
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&again.pool)
+        .await
+        .unwrap();
     assert_eq!(applied, 1);
     again.pool.close().await;
 
     let stopped = cluster.stop().await.unwrap();
-    assert!(!stopped.running && stopped.pid.is_none() && stopped.initialized, "{stopped:?}");
-    assert!(!process_alive(pid), "postmaster {pid} still alive after stop");
+    assert!(
+        !stopped.running && stopped.pid.is_none() && stopped.initialized,
+        "{stopped:?}"
+    );
+    assert!(
+        !process_alive(pid),
+        "postmaster {pid} still alive after stop"
+    );
     // Stopping a stopped cluster is fine.
     assert!(!cluster.stop().await.unwrap().running);
 }
@@ -446,24 +621,46 @@ async fn embedded_recovers_from_a_sigkilled_postmaster() {
     let (cluster, _stop) = cluster_in(&data_dir).await;
     let first = cluster.start().await.unwrap();
     let pid = first.pid.unwrap();
-    let src = DbSource::Embedded { data_dir: data_dir.clone() };
+    let src = DbSource::Embedded {
+        data_dir: data_dir.clone(),
+    };
     let ledger = Ledger::connect(&src).await.unwrap();
-    sqlx::query("INSERT INTO events (kind) VALUES ('before_crash')").execute(&ledger.pool).await.unwrap();
+    sqlx::query("INSERT INTO events (kind) VALUES ('before_crash')")
+        .execute(&ledger.pool)
+        .await
+        .unwrap();
     ledger.pool.close().await;
 
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while process_alive(pid) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!process_alive(pid));
     // Nothing removed: the stale pid file is still there.
-    assert_eq!(postmaster_pid(&data_dir), Some(pid), "postmaster.pid must be stale, not gone");
+    assert_eq!(
+        postmaster_pid(&data_dir),
+        Some(pid),
+        "postmaster.pid must be stale, not gone"
+    );
     assert!(!cluster.status().await.unwrap().running);
 
-    let ledger = Ledger::connect(&src).await.unwrap_or_else(|e| panic!("reconnect after SIGKILL failed: {e}"));
-    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events").fetch_all(&ledger.pool).await.unwrap();
-    assert_eq!(kinds, ["before_crash"], "committed data survives crash recovery");
+    let ledger = Ledger::connect(&src)
+        .await
+        .unwrap_or_else(|e| panic!("reconnect after SIGKILL failed: {e}"));
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events")
+        .fetch_all(&ledger.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds,
+        ["before_crash"],
+        "committed data survives crash recovery"
+    );
     let after = cluster.status().await.unwrap();
     assert!(after.running && after.pid != Some(pid), "{after:?}");
     ledger.pool.close().await;
@@ -473,13 +670,30 @@ async fn embedded_recovers_from_a_sigkilled_postmaster() {
 #[tokio::test]
 async fn embedded_deep_data_dir_uses_a_short_private_socket_dir() {
     let root = enterable_tempdir();
-    let data_dir = root.path().join("a".repeat(60)).join("b".repeat(60)).join("pg");
+    let data_dir = root
+        .path()
+        .join("a".repeat(60))
+        .join("b".repeat(60))
+        .join("pg");
     let (cluster, _stop) = cluster_in(&data_dir).await;
     let socket = cluster.socket_path();
-    assert!(socket.as_os_str().len() <= embedded::SOCKET_PATH_MAX, "{}", socket.display());
-    assert!(cluster.socket_dir.starts_with("/tmp"), "{}", cluster.socket_dir.display());
     assert!(
-        cluster.socket_dir.file_name().unwrap().to_string_lossy().starts_with(&format!("nightshift-{}-", nix::unistd::geteuid())),
+        socket.as_os_str().len() <= embedded::SOCKET_PATH_MAX,
+        "{}",
+        socket.display()
+    );
+    assert!(
+        cluster.socket_dir.starts_with("/tmp"),
+        "{}",
+        cluster.socket_dir.display()
+    );
+    assert!(
+        cluster
+            .socket_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(&format!("nightshift-{}-", nix::unistd::geteuid())),
         "{}",
         cluster.socket_dir.display()
     );
@@ -489,24 +703,42 @@ async fn embedded_deep_data_dir_uses_a_short_private_socket_dir() {
     let meta = std::fs::metadata(&cluster.socket_dir).unwrap();
     assert_eq!(meta.mode() & 0o777, 0o700, "socket dir must be private");
     if let Some(account) = &cluster.account {
-        assert_eq!(meta.uid(), account.uid, "socket dir belongs to the server account");
+        assert_eq!(
+            meta.uid(),
+            account.uid,
+            "socket dir belongs to the server account"
+        );
     }
-    let ledger = Ledger::connect(&DbSource::Embedded { data_dir: data_dir.clone() }).await.unwrap();
+    let ledger = Ledger::connect(&DbSource::Embedded {
+        data_dir: data_dir.clone(),
+    })
+    .await
+    .unwrap();
     assert_eq!(whoami(&ledger).await.1, "nightshift");
     ledger.pool.close().await;
 
     let stopped = cluster.stop().await.unwrap();
     assert!(!stopped.running);
-    assert!(!cluster.socket_dir.exists(), "empty short socket dir is removed on stop");
+    assert!(
+        !cluster.socket_dir.exists(),
+        "empty short socket dir is removed on stop"
+    );
 }
 
 #[tokio::test]
 async fn embedded_missing_binaries_say_what_to_install() {
     let empty = tempfile::tempdir().unwrap();
     let bindir = empty.path().as_os_str().to_owned();
-    let env = move |name: &str| -> Option<OsString> { (name == embedded::BINDIR_VAR).then(|| bindir.clone()) };
-    let err = Cluster::resolve(&empty.path().join("pg"), &env).await.unwrap_err();
-    assert!(matches!(err, EmbeddedError::BinariesMissing { .. }), "{err:?}");
+    let env = move |name: &str| -> Option<OsString> {
+        (name == embedded::BINDIR_VAR).then(|| bindir.clone())
+    };
+    let err = Cluster::resolve(&empty.path().join("pg"), &env)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EmbeddedError::BinariesMissing { .. }),
+        "{err:?}"
+    );
     let msg = err.to_string();
     for part in [
         "PostgreSQL server binaries (initdb, pg_ctl) not found",
@@ -532,5 +764,8 @@ async fn embedded_as_root_refuses_a_data_dir_the_server_account_cannot_enter() {
     let err = cluster.start().await.unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, EmbeddedError::Unreachable { .. }), "{err:?}");
-    assert!(msg.contains(&private.path().display().to_string()) && msg.contains("NIGHTSHIFT_DATA_DIR"), "{msg}");
+    assert!(
+        msg.contains(&private.path().display().to_string()) && msg.contains("NIGHTSHIFT_DATA_DIR"),
+        "{msg}"
+    );
 }
