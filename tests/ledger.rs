@@ -437,6 +437,7 @@ async fn a_dead_server_is_a_prompt_error_naming_the_source() {
         var: "DATABASE_URL",
     };
     let err = Ledger::connect(&bad).await.unwrap_err();
+    assert!(!format!("{err:?}").contains("not a url"), "{err:?}");
     assert!(
         matches!(
             err,

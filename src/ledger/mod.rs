@@ -188,13 +188,20 @@ pub enum LedgerError {
 }
 
 /// A connected ledger: a pool to a migrated database.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Ledger {
     /// The pool; typed queries live in [`records`].
     pub pool: PgPool,
     /// Options for dedicated (unpooled) connections such as the repo lock's.
     options: PgConnectOptions,
     source_desc: String,
+}
+
+/// Written by hand: the connect options' own `Debug` prints the password.
+impl fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ledger").field("source", &self.source_desc).finish_non_exhaustive()
+    }
 }
 
 impl Ledger {
@@ -541,6 +548,18 @@ mod tests {
             var: DATABASE_URL,
         };
         assert!(!bad.describe().contains("hunter2"));
+    }
+
+    #[tokio::test]
+    async fn ledger_debug_hides_the_password() {
+        let options: PgConnectOptions = "postgres://u:hunter2@127.0.0.1:1/x".parse().unwrap();
+        let ledger = Ledger {
+            pool: PgPoolOptions::new().connect_lazy_with(options.clone()),
+            options,
+            source_desc: "postgres://u@127.0.0.1:1/x (from DATABASE_URL)".into(),
+        };
+        let debug = format!("{ledger:?}");
+        assert!(!debug.contains("hunter2") && debug.contains("127.0.0.1:1"), "{debug}");
     }
 
     #[test]
