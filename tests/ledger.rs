@@ -607,6 +607,11 @@ async fn embedded_starts_from_nothing_and_is_reused() {
         !stopped.running && stopped.pid.is_none() && stopped.initialized,
         "{stopped:?}"
     );
+    // pg_ctl returns when the pid file is gone, a moment before the process exits.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(
         !process_alive(pid),
         "postmaster {pid} still alive after stop"

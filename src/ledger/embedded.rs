@@ -327,11 +327,10 @@ pub async fn find_bindir(env: EnvLookup<'_>) -> Result<PathBuf, EmbeddedError> {
         if let Ok(out) = run_captured(cmd, &format!("{} --bindir", pg_config.display()), None).await
         {
             let dir = PathBuf::from(out.trim());
-            if out.trim().is_empty() {
-                // fall through to the other places
-            } else if has_tools(&dir) {
-                return Ok(dir);
-            } else {
+            if !out.trim().is_empty() {
+                if has_tools(&dir) {
+                    return Ok(dir);
+                }
                 searched.push(dir.display().to_string());
             }
         }
@@ -1045,6 +1044,38 @@ mod tests {
         assert_eq!(pid_state(pid, &cwd), PidState::Zombie);
         child.wait().unwrap();
         assert_eq!(pid_state(pid, &cwd), PidState::Gone);
+    }
+
+    #[test]
+    fn status_display_names_the_facts() {
+        let status = ClusterStatus {
+            data_dir: PathBuf::from("/var/lib/nightshift/pg"),
+            socket_dir: PathBuf::from("/var/lib/nightshift/pg"),
+            socket_path: PathBuf::from("/var/lib/nightshift/pg/.s.PGSQL.5432"),
+            log_file: PathBuf::from("/var/lib/nightshift/pg/nightshift-server.log"),
+            initialized: true,
+            running: true,
+            pid: Some(812),
+            account: Some("postgres".into()),
+        };
+        assert_eq!(
+            status.to_string(),
+            "running: yes (pid 812)\ndata dir: /var/lib/nightshift/pg\n\
+             socket: /var/lib/nightshift/pg/.s.PGSQL.5432\n\
+             log: /var/lib/nightshift/pg/nightshift-server.log\naccount: postgres\n"
+        );
+        let fresh = ClusterStatus {
+            initialized: false,
+            running: false,
+            pid: None,
+            account: None,
+            ..status
+        };
+        assert!(
+            fresh
+                .to_string()
+                .starts_with("running: no (not initialised)\n")
+        );
     }
 
     #[test]

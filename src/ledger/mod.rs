@@ -200,7 +200,9 @@ pub struct Ledger {
 /// Written by hand: the connect options' own `Debug` prints the password.
 impl fmt::Debug for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ledger").field("source", &self.source_desc).finish_non_exhaustive()
+        f.debug_struct("Ledger")
+            .field("source", &self.source_desc)
+            .finish_non_exhaustive()
     }
 }
 
@@ -216,7 +218,8 @@ impl Ledger {
         Ledger::connect_with_timeout(src, CONNECT_TIMEOUT).await
     }
 
-    /// As [`Ledger::connect`] with an explicit connect timeout.
+    /// As [`Ledger::connect`] with an explicit connect timeout. Starting the embedded
+    /// cluster has bounds of its own (each pg_ctl call `-t 30`, the start-up lock 180 s).
     ///
     /// # Errors
     /// As [`Ledger::connect`].
@@ -559,7 +562,10 @@ mod tests {
             source_desc: "postgres://u@127.0.0.1:1/x (from DATABASE_URL)".into(),
         };
         let debug = format!("{ledger:?}");
-        assert!(!debug.contains("hunter2") && debug.contains("127.0.0.1:1"), "{debug}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("127.0.0.1:1"),
+            "{debug}"
+        );
     }
 
     #[test]
