@@ -140,7 +140,7 @@ CREATE TABLE agent_calls (
     role        text NOT NULL,
     kind        text NOT NULL,
     argv        jsonb NOT NULL,
-    started_at  timestamptz NOT NULL,
+    started_at  timestamptz NOT NULL DEFAULT now(),
     duration_ms bigint NOT NULL,
     exit_code   int NULL,
     timed_out   boolean NOT NULL DEFAULT false,
@@ -248,6 +248,6 @@ CREATE TABLE repo_locks (
     repo        text PRIMARY KEY,
     host        text NOT NULL,
     pid         int NOT NULL,
-    started_at  timestamptz NOT NULL,
+    started_at  timestamptz NOT NULL DEFAULT now(),
     backend_pid int NOT NULL
 );

@@ -108,7 +108,9 @@ pub enum EmbeddedError {
         data_dir: PathBuf,
     },
     /// The data directory exists, is not empty and is not a PostgreSQL cluster.
-    #[error("{path} exists and is not empty but holds no PostgreSQL cluster (no PG_VERSION); move it away")]
+    #[error(
+        "{path} exists and is not empty but holds no PostgreSQL cluster (no PG_VERSION); move it away"
+    )]
     NotACluster {
         /// The data directory.
         path: PathBuf,
@@ -129,7 +131,9 @@ pub enum EmbeddedError {
         expected_uid: u32,
     },
     /// Even the short fallback socket path is too long.
-    #[error("socket path {path} is {len} bytes, above the {SOCKET_PATH_MAX}-byte limit of unix sockets")]
+    #[error(
+        "socket path {path} is {len} bytes, above the {SOCKET_PATH_MAX}-byte limit of unix sockets"
+    )]
     SocketPathTooLong {
         /// The socket file path.
         path: PathBuf,
@@ -173,7 +177,9 @@ pub enum EmbeddedError {
         seconds: u64,
     },
     /// The server runs but the `nightshift` database could not be checked or created.
-    #[error("cannot create the database `{DB_NAME}` in the private cluster (socket {socket}): {source}")]
+    #[error(
+        "cannot create the database `{DB_NAME}` in the private cluster (socket {socket}): {source}"
+    )]
     Database {
         /// The socket file.
         socket: PathBuf,
@@ -182,8 +188,15 @@ pub enum EmbeddedError {
     },
 }
 
-fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> EmbeddedError + 'a {
-    move |source| EmbeddedError::Io { action, path: path.to_path_buf(), source }
+fn io_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> EmbeddedError + 'a {
+    move |source| EmbeddedError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// The unprivileged OS account the server runs as when nightshift runs as root.
@@ -252,7 +265,7 @@ impl fmt::Display for ClusterStatus {
 }
 
 /// Reads an environment variable, treating an empty value as unset.
-pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+pub type EnvLookup<'a> = &'a (dyn Fn(&str) -> Option<OsString> + Sync);
 
 /// The process environment as an [`EnvLookup`].
 pub fn process_env(name: &str) -> Option<OsString> {
@@ -311,13 +324,13 @@ pub async fn find_bindir(env: EnvLookup<'_>) -> Result<PathBuf, EmbeddedError> {
     if let Some(pg_config) = pg_config {
         let mut cmd = tokio::process::Command::new(&pg_config);
         cmd.arg("--bindir");
-        if let Ok(out) = run_captured(cmd, &format!("{} --bindir", pg_config.display()), None).await {
+        if let Ok(out) = run_captured(cmd, &format!("{} --bindir", pg_config.display()), None).await
+        {
             let dir = PathBuf::from(out.trim());
-            if out.trim().is_empty() {
-                // fall through to the other places
-            } else if has_tools(&dir) {
-                return Ok(dir);
-            } else {
+            if !out.trim().is_empty() {
+                if has_tools(&dir) {
+                    return Ok(dir);
+                }
                 searched.push(dir.display().to_string());
             }
         }
@@ -341,20 +354,30 @@ pub async fn find_bindir(env: EnvLookup<'_>) -> Result<PathBuf, EmbeddedError> {
     if let Some(dir) = std::env::split_paths(&path_var).find(|d| has_tools(d)) {
         return Ok(dir);
     }
-    Err(EmbeddedError::BinariesMissing { searched: searched.join(", ") })
+    Err(EmbeddedError::BinariesMissing {
+        searched: searched.join(", "),
+    })
 }
 
 /// The account the server runs as when nightshift is root: the owner of an existing
 /// cluster (so a cluster made earlier keeps its owner), else `postgres`, else `nobody`.
 fn server_account(data_dir: &Path) -> Result<Account, EmbeddedError> {
-    let from_user = |u: User| Account { name: u.name, uid: u.uid.as_raw(), gid: u.gid.as_raw() };
+    let from_user = |u: User| Account {
+        name: u.name,
+        uid: u.uid.as_raw(),
+        gid: u.gid.as_raw(),
+    };
     if let Ok(meta) = fs::metadata(data_dir.join("PG_VERSION"))
         && meta.uid() != 0
     {
         if let Ok(Some(user)) = User::from_uid(Uid::from_raw(meta.uid())) {
             return Ok(from_user(user));
         }
-        return Ok(Account { name: format!("uid {}", meta.uid()), uid: meta.uid(), gid: meta.gid() });
+        return Ok(Account {
+            name: format!("uid {}", meta.uid()),
+            uid: meta.uid(),
+            gid: meta.gid(),
+        });
     }
     for name in ["postgres", "nobody"] {
         if let Ok(Some(user)) = User::from_name(name) {
@@ -372,7 +395,10 @@ pub fn socket_dir_for(data_dir: &Path) -> PathBuf {
     }
     let hash = Sha256::digest(data_dir.as_os_str().as_encoded_bytes());
     let hash8 = &hex::encode(hash)[..8];
-    PathBuf::from(format!("/tmp/nightshift-{}-{hash8}", Uid::effective().as_raw()))
+    PathBuf::from(format!(
+        "/tmp/nightshift-{}-{hash8}",
+        Uid::effective().as_raw()
+    ))
 }
 
 fn socket_path_in(dir: &Path) -> PathBuf {
@@ -388,9 +414,18 @@ impl Cluster {
     pub async fn resolve(data_dir: &Path, env: EnvLookup<'_>) -> Result<Cluster, EmbeddedError> {
         let data_dir = std::path::absolute(data_dir).map_err(io_err("resolving", data_dir))?;
         let bindir = find_bindir(env).await?;
-        let account = if running_as_root() { Some(server_account(&data_dir)?) } else { None };
+        let account = if running_as_root() {
+            Some(server_account(&data_dir)?)
+        } else {
+            None
+        };
         let socket_dir = socket_dir_for(&data_dir);
-        Ok(Cluster { data_dir, socket_dir, bindir, account })
+        Ok(Cluster {
+            data_dir,
+            socket_dir,
+            bindir,
+            account,
+        })
     }
 
     /// The cluster nightshift uses by default, from the process environment.
@@ -429,7 +464,9 @@ impl Cluster {
     }
 
     fn uid(&self) -> u32 {
-        self.account.as_ref().map_or_else(|| Uid::effective().as_raw(), |a| a.uid)
+        self.account
+            .as_ref()
+            .map_or_else(|| Uid::effective().as_raw(), |a| a.uid)
     }
 
     /// Facts about the cluster; changes nothing.
@@ -509,7 +546,9 @@ impl Cluster {
             .mode(0o755)
             .create(parent)
             .map_err(io_err("creating directory", parent))?;
-        let Some(account) = &self.account else { return Ok(()) };
+        let Some(account) = &self.account else {
+            return Ok(());
+        };
         for ancestor in parent.ancestors() {
             let meta = fs::metadata(ancestor).map_err(io_err("reading", ancestor))?;
             let mode = meta.mode() & 0o7777;
@@ -553,7 +592,10 @@ impl Cluster {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                    return Err(EmbeddedError::LockTimeout { path, seconds: LOCK_WAIT.as_secs() });
+                    return Err(EmbeddedError::LockTimeout {
+                        path,
+                        seconds: LOCK_WAIT.as_secs(),
+                    });
                 }
                 Err((_, errno)) => {
                     return Err(EmbeddedError::Io {
@@ -572,7 +614,9 @@ impl Cluster {
         match fs::read_dir(&self.data_dir) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
-                    return Err(EmbeddedError::NotACluster { path: self.data_dir.clone() });
+                    return Err(EmbeddedError::NotACluster {
+                        path: self.data_dir.clone(),
+                    });
                 }
                 fs::remove_dir(&self.data_dir).map_err(io_err("removing empty", &self.data_dir))?;
             }
@@ -587,7 +631,10 @@ impl Cluster {
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(io_err("removing leftover", &tmp))?;
         }
-        fs::DirBuilder::new().mode(0o700).create(&tmp).map_err(io_err("creating directory", &tmp))?;
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&tmp)
+            .map_err(io_err("creating directory", &tmp))?;
         self.own(&tmp)?;
         let mut cmd = self.command("initdb");
         // --auth=trust is acceptable ONLY because the server listens on a unix socket
@@ -599,13 +646,21 @@ impl Cluster {
             .arg(format!("--username={SUPERUSER}"))
             .arg("--encoding=UTF8")
             .arg("--locale=C");
-        let label = format!("{} -D {}", self.bindir.join("initdb").display(), tmp.display());
+        let label = format!(
+            "{} -D {}",
+            self.bindir.join("initdb").display(),
+            tmp.display()
+        );
         run_captured(cmd, &label, None).await?;
         let conf = tmp.join("postgresql.conf");
-        let mut file = fs::OpenOptions::new().append(true).open(&conf).map_err(io_err("opening", &conf))?;
+        let mut file = fs::OpenOptions::new()
+            .append(true)
+            .open(&conf)
+            .map_err(io_err("opening", &conf))?;
         writeln!(file, "\n# nightshift: socket-only settings, rewritten at each start\ninclude_if_exists = '{CONF_FILE}'")
             .map_err(io_err("writing", &conf))?;
-        fs::rename(&tmp, &self.data_dir).map_err(io_err("renaming initialised cluster to", &self.data_dir))?;
+        fs::rename(&tmp, &self.data_dir)
+            .map_err(io_err("renaming initialised cluster to", &self.data_dir))?;
         Ok(())
     }
 
@@ -613,7 +668,10 @@ impl Cluster {
     fn prepare_socket_dir(&self) -> Result<(), EmbeddedError> {
         let len = self.socket_path().as_os_str().len();
         if len > SOCKET_PATH_MAX {
-            return Err(EmbeddedError::SocketPathTooLong { path: self.socket_path(), len });
+            return Err(EmbeddedError::SocketPathTooLong {
+                path: self.socket_path(),
+                len,
+            });
         }
         if self.socket_dir == self.data_dir {
             return Ok(());
@@ -623,9 +681,14 @@ impl Cluster {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io_err("creating directory", &self.socket_dir)(e)),
         }
-        let meta = fs::symlink_metadata(&self.socket_dir).map_err(io_err("reading", &self.socket_dir))?;
+        let meta =
+            fs::symlink_metadata(&self.socket_dir).map_err(io_err("reading", &self.socket_dir))?;
         let mode = meta.mode() & 0o7777;
-        if meta.is_dir() && meta.uid() == Uid::effective().as_raw() && self.uid() != meta.uid() && mode & 0o077 == 0 {
+        if meta.is_dir()
+            && meta.uid() == Uid::effective().as_raw()
+            && self.uid() != meta.uid()
+            && mode & 0o077 == 0
+        {
             // Made by us (root) in an earlier attempt that stopped before the chown.
             self.own(&self.socket_dir)?;
         } else if !meta.is_dir() || meta.uid() != self.uid() || mode & 0o077 != 0 {
@@ -652,7 +715,8 @@ impl Cluster {
              port = {PORT}\n"
         );
         fs::write(&path, text).map_err(io_err("writing", &path))?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).map_err(io_err("chmod", &path))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
+            .map_err(io_err("chmod", &path))?;
         self.own(&path)
     }
 
@@ -676,10 +740,10 @@ impl Cluster {
         }
     }
 
-    /// Removes `postmaster.pid` and the socket's lock file when the pid in them belongs
-    /// to a live process that is not this cluster's server (pid reuse after a reboot or
-    /// in a container): PostgreSQL would refuse to start, believing it still runs. A
-    /// dead pid is left alone: PostgreSQL removes such stale files itself.
+    /// Removes `postmaster.pid` and the socket's lock file when the pid in them is a
+    /// zombie or a live process that is not this cluster's server (pid reuse after a
+    /// reboot or in a container): PostgreSQL would refuse to start, believing it still
+    /// runs. A vanished pid is left alone: PostgreSQL removes such stale files itself.
     fn clear_reused_pid_files(&self) {
         let socket_lock = {
             let mut p = self.socket_path().into_os_string();
@@ -688,8 +752,9 @@ impl Cluster {
         };
         for file in [self.data_dir.join("postmaster.pid"), socket_lock] {
             let Some(pid) = read_pid(&file) else { continue };
-            if pid_alive(pid) && !is_postmaster_of(pid, &self.data_dir) {
-                tracing::warn!(file = %file.display(), pid, "removing lock file whose pid now belongs to another process");
+            let state = pid_state(pid, &self.data_dir);
+            if matches!(state, PidState::Zombie | PidState::Other) {
+                tracing::warn!(file = %file.display(), pid, ?state, "removing stale lock file PostgreSQL would not remove");
                 let _ = fs::remove_file(&file);
             }
         }
@@ -697,19 +762,28 @@ impl Cluster {
 
     /// Creates the `nightshift` database when missing (tolerating a concurrent creator).
     async fn ensure_database(&self) -> Result<(), EmbeddedError> {
-        let db_err = |source| EmbeddedError::Database { socket: self.socket_path(), source };
+        let db_err = |source| EmbeddedError::Database {
+            socket: self.socket_path(),
+            source,
+        };
         let options = self.connect_options_for("postgres");
-        let mut conn = tokio::time::timeout(Duration::from_secs(10), PgConnection::connect_with(&options))
-            .await
-            .map_err(|_| db_err(sqlx::Error::PoolTimedOut))?
-            .map_err(db_err)?;
-        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(DB_NAME)
-            .fetch_one(&mut conn)
-            .await
-            .map_err(db_err)?;
+        let mut conn = tokio::time::timeout(
+            Duration::from_secs(10),
+            PgConnection::connect_with(&options),
+        )
+        .await
+        .map_err(|_| db_err(sqlx::Error::PoolTimedOut))?
+        .map_err(db_err)?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                .bind(DB_NAME)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(db_err)?;
         if !exists {
-            let created = sqlx::query("CREATE DATABASE nightshift").execute(&mut conn).await;
+            let created = sqlx::query("CREATE DATABASE nightshift")
+                .execute(&mut conn)
+                .await;
             match created {
                 Ok(_) => {}
                 // 42P04 duplicate_database: another process created it first.
@@ -731,8 +805,15 @@ impl Cluster {
             .arg("-t")
             .arg(PG_CTL_WAIT_SECS.to_string())
             .arg("-s");
-        let label = format!("{} {} -D {}", self.bindir.join("pg_ctl").display(), args.join(" "), self.data_dir.display());
-        run_captured(cmd, &label, Some(&self.log_file())).await.map(drop)
+        let label = format!(
+            "{} {} -D {}",
+            self.bindir.join("pg_ctl").display(),
+            args.join(" "),
+            self.data_dir.display()
+        );
+        run_captured(cmd, &label, Some(&self.log_file()))
+            .await
+            .map(drop)
     }
 
     /// A command for one of the PostgreSQL tools: cleared environment (the long-lived
@@ -754,8 +835,12 @@ impl Cluster {
     /// Gives `path` to the server account (no-op when not root).
     fn own(&self, path: &Path) -> Result<(), EmbeddedError> {
         if let Some(account) = &self.account {
-            nix::unistd::chown(path, Some(Uid::from_raw(account.uid)), Some(Gid::from_raw(account.gid)))
-                .map_err(|e| io_err("chown", path)(io::Error::from(e)))?;
+            nix::unistd::chown(
+                path,
+                Some(Uid::from_raw(account.uid)),
+                Some(Gid::from_raw(account.gid)),
+            )
+            .map_err(|e| io_err("chown", path)(io::Error::from(e)))?;
         }
         Ok(())
     }
@@ -769,12 +854,24 @@ async fn run_captured(
     label: &str,
     log: Option<&Path>,
 ) -> Result<String, EmbeddedError> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let child = cmd.spawn().map_err(|source| EmbeddedError::Spawn { command: label.to_string(), source })?;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn().map_err(|source| EmbeddedError::Spawn {
+        command: label.to_string(),
+        source,
+    })?;
     let out = match tokio::time::timeout(CHILD_TIMEOUT, child.wait_with_output()).await {
-        Ok(result) => result.map_err(|source| EmbeddedError::Spawn { command: label.to_string(), source })?,
+        Ok(result) => result.map_err(|source| EmbeddedError::Spawn {
+            command: label.to_string(),
+            source,
+        })?,
         Err(_) => {
-            return Err(EmbeddedError::Timeout { command: label.to_string(), seconds: CHILD_TIMEOUT.as_secs() });
+            return Err(EmbeddedError::Timeout {
+                command: label.to_string(),
+                seconds: CHILD_TIMEOUT.as_secs(),
+            });
         }
     };
     if out.status.success() {
@@ -784,7 +881,15 @@ async fn run_captured(
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     let log = log
         .and_then(|p| fs::read(p).ok())
-        .map(|bytes| format!("\nserver log ({}):\n{}", log.map(Path::display).map(|d| d.to_string()).unwrap_or_default(), tail(&String::from_utf8_lossy(&bytes), 2000)))
+        .map(|bytes| {
+            format!(
+                "\nserver log ({}):\n{}",
+                log.map(Path::display)
+                    .map(|d| d.to_string())
+                    .unwrap_or_default(),
+                tail(&String::from_utf8_lossy(&bytes), 2000)
+            )
+        })
         .unwrap_or_default();
     Err(EmbeddedError::Command {
         command: label.to_string(),
@@ -809,35 +914,68 @@ fn tail(text: &str, max: usize) -> &str {
 /// The pid on the first line of a PostgreSQL lock file.
 fn read_pid(path: &Path) -> Option<u32> {
     let text = fs::read_to_string(path).ok()?;
-    text.lines().next()?.trim().parse().ok().filter(|pid| *pid > 0)
+    text.lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|pid| *pid > 0)
 }
 
-fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else { return false };
-    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
-        Ok(()) => true,
-        // EPERM: alive but someone else's.
-        Err(nix::errno::Errno::EPERM) => true,
-        Err(_) => false,
-    }
+/// What the pid in a PostgreSQL lock file is now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PidState {
+    /// No such process: PostgreSQL removes such a stale file itself.
+    Gone,
+    /// A dead process nobody reaped (a container whose pid 1 does not reap). It holds
+    /// nothing, but PostgreSQL and `pg_ctl` see it as alive and refuse to start.
+    Zombie,
+    /// A live process whose working directory is this data directory: this cluster's
+    /// server (the postmaster and its children chdir to their data directory).
+    Ours,
+    /// A live process elsewhere: the pid was reused (after a reboot, in a container).
+    Other,
+    /// Alive, but /proc cannot tell whose (no /proc, or not readable): trusted as ours,
+    /// as `pg_ctl` does, so a live server's files are never removed.
+    Unknown,
 }
 
-/// Whether `pid` is a process whose working directory is `data_dir` (the postmaster
-/// and its children chdir to their data directory). Without /proc (not Linux), a live
-/// pid is trusted, as pg_ctl does.
-fn is_postmaster_of(pid: u32, data_dir: &Path) -> bool {
-    if !Path::new("/proc/self/cwd").exists() {
-        return pid_alive(pid);
+fn pid_state(pid: u32, data_dir: &Path) -> PidState {
+    let Ok(raw) = i32::try_from(pid) else {
+        return PidState::Gone;
+    };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => {}
+        Err(_) => return PidState::Gone,
     }
-    let Ok(cwd) = fs::read_link(format!("/proc/{pid}/cwd")) else { return false };
-    let want = fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
-    cwd == want
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    if let Ok(stat) = fs::read_to_string(proc_dir.join("stat")) {
+        // The state letter follows the parenthesised command name, which may hold spaces.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state == Some("Z") {
+            return PidState::Zombie;
+        }
+    }
+    match fs::read_link(proc_dir.join("cwd")) {
+        Ok(cwd) => {
+            let want = fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+            if cwd == want {
+                PidState::Ours
+            } else {
+                PidState::Other
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !proc_dir.exists() => PidState::Gone,
+        Err(_) => PidState::Unknown,
+    }
 }
 
 /// The postmaster pid of `data_dir` when a server for it is running.
 fn live_postmaster(data_dir: &Path) -> Option<u32> {
     let pid = read_pid(&data_dir.join("postmaster.pid"))?;
-    is_postmaster_of(pid, data_dir).then_some(pid)
+    matches!(pid_state(pid, data_dir), PidState::Ours | PidState::Unknown).then_some(pid)
 }
 
 #[cfg(test)]
@@ -845,7 +983,12 @@ mod tests {
     use super::*;
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
-        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| OsString::from(v))
+        }
     }
 
     #[test]
@@ -854,10 +997,17 @@ mod tests {
         assert_eq!(cluster_dir(&set, true), PathBuf::from("/srv/ns/pg"));
         assert_eq!(cluster_dir(&set, false), PathBuf::from("/srv/ns/pg"));
         let empty = env_of(&[("NIGHTSHIFT_DATA_DIR", "")]);
-        assert_eq!(cluster_dir(&empty, true), PathBuf::from("/var/lib/nightshift/pg"));
+        assert_eq!(
+            cluster_dir(&empty, true),
+            PathBuf::from("/var/lib/nightshift/pg")
+        );
         let user = cluster_dir(&env_of(&[]), false);
         assert!(user.ends_with("nightshift/pg"), "{}", user.display());
-        assert!(!user.starts_with("/var/lib/nightshift"), "{}", user.display());
+        assert!(
+            !user.starts_with("/var/lib/nightshift"),
+            "{}",
+            user.display()
+        );
     }
 
     #[test]
@@ -871,6 +1021,61 @@ mod tests {
         assert_eq!(dir, socket_dir_for(&long), "stable across calls");
         let other = PathBuf::from(format!("/tmp/{}/pg", "e".repeat(100)));
         assert_ne!(dir, socket_dir_for(&other), "distinct per data dir");
+    }
+
+    #[test]
+    fn pid_states_tell_our_server_from_reused_and_dead_pids() {
+        let me = std::process::id();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(
+            pid_state(me, &cwd),
+            PidState::Ours,
+            "a live process whose cwd is the dir"
+        );
+        assert_eq!(pid_state(me, Path::new("/nonexistent/pg")), PidState::Other);
+
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie once it has exited.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pid_state(pid, &cwd) != PidState::Zombie && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(pid_state(pid, &cwd), PidState::Zombie);
+        child.wait().unwrap();
+        assert_eq!(pid_state(pid, &cwd), PidState::Gone);
+    }
+
+    #[test]
+    fn status_display_names_the_facts() {
+        let status = ClusterStatus {
+            data_dir: PathBuf::from("/var/lib/nightshift/pg"),
+            socket_dir: PathBuf::from("/var/lib/nightshift/pg"),
+            socket_path: PathBuf::from("/var/lib/nightshift/pg/.s.PGSQL.5432"),
+            log_file: PathBuf::from("/var/lib/nightshift/pg/nightshift-server.log"),
+            initialized: true,
+            running: true,
+            pid: Some(812),
+            account: Some("postgres".into()),
+        };
+        assert_eq!(
+            status.to_string(),
+            "running: yes (pid 812)\ndata dir: /var/lib/nightshift/pg\n\
+             socket: /var/lib/nightshift/pg/.s.PGSQL.5432\n\
+             log: /var/lib/nightshift/pg/nightshift-server.log\naccount: postgres\n"
+        );
+        let fresh = ClusterStatus {
+            initialized: false,
+            running: false,
+            pid: None,
+            account: None,
+            ..status
+        };
+        assert!(
+            fresh
+                .to_string()
+                .starts_with("running: no (not initialised)\n")
+        );
     }
 
     #[test]

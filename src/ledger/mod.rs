@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use embedded::{Cluster, EmbeddedError, EnvLookup};
 
@@ -109,7 +109,10 @@ impl DbSource {
                 Err(_) => format!("the URL in {var} (unparsable)"),
             },
             DbSource::Embedded { data_dir } => {
-                format!("the private cluster in {} (embedded default)", data_dir.display())
+                format!(
+                    "the private cluster in {} (embedded default)",
+                    data_dir.display()
+                )
             }
         }
     }
@@ -126,14 +129,20 @@ pub fn db_source_from_env() -> DbSource {
 pub fn db_source_from(env: EnvLookup<'_>, is_root: bool) -> DbSource {
     for var in [NIGHTSHIFT_DATABASE_URL, DATABASE_URL] {
         if let Some(url) = env(var).filter(|v| !v.is_empty()) {
-            return DbSource::Url { url: DbUrl(os_to_string(url)), var };
+            return DbSource::Url {
+                url: DbUrl(os_to_string(url)),
+                var,
+            };
         }
     }
-    DbSource::Embedded { data_dir: embedded::cluster_dir(env, is_root) }
+    DbSource::Embedded {
+        data_dir: embedded::cluster_dir(env, is_root),
+    }
 }
 
 fn os_to_string(s: OsString) -> String {
-    s.into_string().unwrap_or_else(|s| s.to_string_lossy().into_owned())
+    s.into_string()
+        .unwrap_or_else(|s| s.to_string_lossy().into_owned())
 }
 
 /// Errors of the ledger; each names the source (without its password).
@@ -179,13 +188,22 @@ pub enum LedgerError {
 }
 
 /// A connected ledger: a pool to a migrated database.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Ledger {
     /// The pool; typed queries live in [`records`].
     pub pool: PgPool,
     /// Options for dedicated (unpooled) connections such as the repo lock's.
     options: PgConnectOptions,
     source_desc: String,
+}
+
+/// Written by hand: the connect options' own `Debug` prints the password.
+impl fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ledger")
+            .field("source", &self.source_desc)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Ledger {
@@ -200,11 +218,15 @@ impl Ledger {
         Ledger::connect_with_timeout(src, CONNECT_TIMEOUT).await
     }
 
-    /// As [`Ledger::connect`] with an explicit connect timeout.
+    /// As [`Ledger::connect`] with an explicit connect timeout. Starting the embedded
+    /// cluster has bounds of its own (each pg_ctl call `-t 30`, the start-up lock 180 s).
     ///
     /// # Errors
     /// As [`Ledger::connect`].
-    pub async fn connect_with_timeout(src: &DbSource, timeout: Duration) -> Result<Ledger, LedgerError> {
+    pub async fn connect_with_timeout(
+        src: &DbSource,
+        timeout: Duration,
+    ) -> Result<Ledger, LedgerError> {
         let options = match src {
             DbSource::Url { url, var } => url
                 .expose()
@@ -235,8 +257,15 @@ impl Ledger {
         sqlx::migrate!()
             .run(&pool)
             .await
-            .map_err(|source| LedgerError::Migrate { source_desc: source_desc.clone(), source })?;
-        Ok(Ledger { pool, options, source_desc })
+            .map_err(|source| LedgerError::Migrate {
+                source_desc: source_desc.clone(),
+                source,
+            })?;
+        Ok(Ledger {
+            pool,
+            options,
+            source_desc,
+        })
     }
 
     /// Tries to take the one-drain-per-repo lock (SPEC §9): a PostgreSQL advisory lock
@@ -249,16 +278,21 @@ impl Ledger {
     ///
     /// # Errors
     /// [`LedgerError::Connect`] for the dedicated connection, [`LedgerError::Query`].
-    pub async fn try_lock_repo(&self, repo_key: &str, holder: &HolderInfo) -> Result<RepoLockAttempt, LedgerError> {
+    pub async fn try_lock_repo(
+        &self,
+        repo_key: &str,
+        holder: &HolderInfo,
+    ) -> Result<RepoLockAttempt, LedgerError> {
         let connect_err = |source| LedgerError::Connect {
             source_desc: self.source_desc.clone(),
             seconds: CONNECT_TIMEOUT.as_secs(),
             source,
         };
-        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&self.options))
-            .await
-            .map_err(|_| connect_err(sqlx::Error::PoolTimedOut))?
-            .map_err(connect_err)?;
+        let mut conn =
+            tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&self.options))
+                .await
+                .map_err(|_| connect_err(sqlx::Error::PoolTimedOut))?
+                .map_err(connect_err)?;
         let key = repo_lock_key(repo_key);
         let query_err = |what| move |source| LedgerError::Query { what, source };
         let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
@@ -281,7 +315,11 @@ impl Ledger {
             .execute(&mut conn)
             .await
             .map_err(query_err("recording the repo lock holder"))?;
-            return Ok(RepoLockAttempt::Acquired(RepoLock { conn: Some(conn), repo: repo_key.to_string(), key }));
+            return Ok(RepoLockAttempt::Acquired(RepoLock {
+                conn: Some(conn),
+                repo: repo_key.to_string(),
+                key,
+            }));
         }
         let holder = self.lock_holder(&mut conn, repo_key, key).await;
         let _ = conn.close().await;
@@ -291,7 +329,12 @@ impl Ledger {
     /// Reads who holds the lock: the `repo_locks` row written by the backend that holds
     /// it per `pg_locks`. Waits briefly, since the holder writes its row just after
     /// taking the lock; `None` if it never appears (or the lock was just released).
-    async fn lock_holder(&self, conn: &mut PgConnection, repo: &str, key: i32) -> Result<Option<HolderInfo>, LedgerError> {
+    async fn lock_holder(
+        &self,
+        conn: &mut PgConnection,
+        repo: &str,
+        key: i32,
+    ) -> Result<Option<HolderInfo>, LedgerError> {
         let started = Instant::now();
         loop {
             let row: Option<(String, i32, DateTime<Utc>)> = sqlx::query_as(
@@ -309,7 +352,11 @@ impl Ledger {
             .map_err(|source| LedgerError::Query { what: "reading the repo lock holder", source })?;
             if let Some((host, pid, started_at)) = row {
                 let pid = u32::try_from(pid).unwrap_or(0);
-                return Ok(Some(HolderInfo { host, pid, started_at }));
+                return Ok(Some(HolderInfo {
+                    host,
+                    pid,
+                    started_at,
+                }));
             }
             if started.elapsed() >= HOLDER_ROW_WAIT {
                 return Ok(None);
@@ -342,13 +389,23 @@ impl HolderInfo {
         let host = nix::unistd::gethostname()
             .map(os_to_string)
             .unwrap_or_else(|_| "unknown-host".to_string());
-        HolderInfo { host, pid: std::process::id(), started_at: Utc::now() }
+        HolderInfo {
+            host,
+            pid: std::process::id(),
+            started_at: Utc::now(),
+        }
     }
 }
 
 impl fmt::Display for HolderInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pid {} on {}, since {}", self.pid, self.host, self.started_at.format("%Y-%m-%d %H:%M:%S UTC"))
+        write!(
+            f,
+            "pid {} on {}, since {}",
+            self.pid,
+            self.host,
+            self.started_at.format("%Y-%m-%d %H:%M:%S UTC")
+        )
     }
 }
 
@@ -385,7 +442,9 @@ impl RepoLock {
     /// # Errors
     /// [`LedgerError::Query`] when the connection is gone.
     pub async fn still_held(&mut self) -> Result<bool, LedgerError> {
-        let Some(conn) = self.conn.as_mut() else { return Ok(false) };
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(false);
+        };
         sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory' \
              AND granted AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 2)",
@@ -403,14 +462,19 @@ impl RepoLock {
     /// [`LedgerError::Query`] if the unlock fails (the connection is closed anyway, which
     /// releases the lock on the server).
     pub async fn release(mut self) -> Result<(), LedgerError> {
-        let Some(mut conn) = self.conn.take() else { return Ok(()) };
+        let Some(mut conn) = self.conn.take() else {
+            return Ok(());
+        };
         let unlocked = sqlx::query("SELECT pg_advisory_unlock($1, $2)")
             .bind(REPO_LOCK_CLASS)
             .bind(self.key)
             .execute(&mut conn)
             .await;
         let _ = conn.close().await;
-        unlocked.map(drop).map_err(|source| LedgerError::Query { what: "pg_advisory_unlock", source })
+        unlocked.map(drop).map_err(|source| LedgerError::Query {
+            what: "pg_advisory_unlock",
+            source,
+        })
     }
 }
 
@@ -418,17 +482,39 @@ impl RepoLock {
 mod tests {
     use super::*;
 
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
-        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| OsString::from(v))
+    fn env_of(pairs: Env) -> impl Fn(&str) -> Option<OsString> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| OsString::from(v))
+        }
     }
+
+    type Env = &'static [(&'static str, &'static str)];
 
     #[test]
     fn source_precedence() {
-        let cases: &[(&'static [(&'static str, &'static str)], Option<&str>)] = &[
-            (&[("NIGHTSHIFT_DATABASE_URL", "postgres://a/x"), ("DATABASE_URL", "postgres://b/y")], Some("NIGHTSHIFT_DATABASE_URL")),
+        let cases: &[(Env, Option<&str>)] = &[
+            (
+                &[
+                    ("NIGHTSHIFT_DATABASE_URL", "postgres://a/x"),
+                    ("DATABASE_URL", "postgres://b/y"),
+                ],
+                Some("NIGHTSHIFT_DATABASE_URL"),
+            ),
             (&[("DATABASE_URL", "postgres://b/y")], Some("DATABASE_URL")),
-            (&[("NIGHTSHIFT_DATABASE_URL", ""), ("DATABASE_URL", "postgres://b/y")], Some("DATABASE_URL")),
-            (&[("NIGHTSHIFT_DATABASE_URL", ""), ("DATABASE_URL", "")], None),
+            (
+                &[
+                    ("NIGHTSHIFT_DATABASE_URL", ""),
+                    ("DATABASE_URL", "postgres://b/y"),
+                ],
+                Some("DATABASE_URL"),
+            ),
+            (
+                &[("NIGHTSHIFT_DATABASE_URL", ""), ("DATABASE_URL", "")],
+                None,
+            ),
             (&[], None),
         ];
         for (env, want) in cases {
@@ -436,23 +522,61 @@ mod tests {
             assert_eq!(src.env_var(), *want, "{env:?}");
         }
         let src = db_source_from(&env_of(&[("NIGHTSHIFT_DATA_DIR", "/d")]), true);
-        assert_eq!(src, DbSource::Embedded { data_dir: PathBuf::from("/d/pg") });
+        assert_eq!(
+            src,
+            DbSource::Embedded {
+                data_dir: PathBuf::from("/d/pg")
+            }
+        );
     }
 
     #[test]
     fn url_never_printed() {
-        let src = DbSource::Url { url: DbUrl::new("postgres://u:hunter2@db.example:6543/led"), var: DATABASE_URL };
+        let src = DbSource::Url {
+            url: DbUrl::new("postgres://u:hunter2@db.example:6543/led"),
+            var: DATABASE_URL,
+        };
         let debug = format!("{src:?}");
-        assert!(!debug.contains("hunter2") && debug.contains("****"), "{debug}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("****"),
+            "{debug}"
+        );
         let described = src.describe();
-        assert_eq!(described, "postgres://u@db.example:6543/led (from DATABASE_URL)");
-        let bad = DbSource::Url { url: DbUrl::new("mysql://u:hunter2@x"), var: DATABASE_URL };
+        assert_eq!(
+            described,
+            "postgres://u@db.example:6543/led (from DATABASE_URL)"
+        );
+        let bad = DbSource::Url {
+            url: DbUrl::new("mysql://u:hunter2@x"),
+            var: DATABASE_URL,
+        };
         assert!(!bad.describe().contains("hunter2"));
+    }
+
+    #[tokio::test]
+    async fn ledger_debug_hides_the_password() {
+        let options: PgConnectOptions = "postgres://u:hunter2@127.0.0.1:1/x".parse().unwrap();
+        let ledger = Ledger {
+            pool: PgPoolOptions::new().connect_lazy_with(options.clone()),
+            options,
+            source_desc: "postgres://u@127.0.0.1:1/x (from DATABASE_URL)".into(),
+        };
+        let debug = format!("{ledger:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("127.0.0.1:1"),
+            "{debug}"
+        );
     }
 
     #[test]
     fn lock_keys_differ_per_repo_and_are_stable() {
-        assert_eq!(repo_lock_key("github.com/a/b"), repo_lock_key("github.com/a/b"));
-        assert_ne!(repo_lock_key("github.com/a/b"), repo_lock_key("github.com/a/c"));
+        assert_eq!(
+            repo_lock_key("github.com/a/b"),
+            repo_lock_key("github.com/a/b")
+        );
+        assert_ne!(
+            repo_lock_key("github.com/a/b"),
+            repo_lock_key("github.com/a/c")
+        );
     }
 }

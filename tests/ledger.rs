@@ -1,0 +1,777 @@
+//! Ledger tests against real PostgreSQL: the machine's server (DATABASE_URL, else
+//! postgres://postgres@127.0.0.1:5432/postgres) with one fresh database per test, and
+//! private clusters started with the system's initdb/pg_ctl in temp directories.
+
+use std::ffi::OsString;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nightshift::ledger::embedded::{self, Cluster, EmbeddedError};
+use nightshift::ledger::{DbSource, DbUrl, HolderInfo, Ledger, LedgerError, RepoLockAttempt};
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+// ---------- the machine's server, one database per test ----------
+
+fn admin_url() -> String {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
+}
+
+/// `url` with its database replaced by `db`.
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    format!("{root}/{db}{query}")
+}
+
+/// A fresh database on the machine's server, dropped (forcibly) when the value drops,
+/// also when the test panicked.
+struct TestDb {
+    name: String,
+    url: String,
+}
+
+impl TestDb {
+    async fn new() -> TestDb {
+        let name = format!("ns_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&admin_url())
+            .await
+            .expect("connect to the machine's PostgreSQL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        admin.close().await.unwrap();
+        TestDb {
+            url: with_database(&admin_url(), &name),
+            name,
+        }
+    }
+
+    fn source(&self) -> DbSource {
+        DbSource::Url {
+            url: DbUrl::new(self.url.clone()),
+            var: "DATABASE_URL",
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime: use a thread with its own runtime.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(&admin_url()).await {
+                    let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut admin)
+                        .await;
+                    let _ = admin.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn insert_plan(ledger: &Ledger, sha: &str) {
+    sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, json) VALUES ($1, 'o/r', 'NEXT.md', 'b', '{}')")
+        .bind(sha)
+        .execute(&ledger.pool)
+        .await
+        .unwrap();
+}
+
+async fn insert_approval(ledger: &Ledger, plan_sha: &str) -> uuid::Uuid {
+    let id = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO approvals (id, plan_sha, repo, approved_by, expires_at) \
+         VALUES ($1, $2, 'o/r', 'me', now() + interval '24 hours')",
+    )
+    .bind(id)
+    .bind(plan_sha)
+    .execute(&ledger.pool)
+    .await
+    .unwrap();
+    id
+}
+
+async fn insert_run(ledger: &Ledger, plan_sha: &str, approval: Option<uuid::Uuid>) -> uuid::Uuid {
+    let id = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, timezone, host, pid) \
+         VALUES ($1, 'o/r', 'drain', $2, $3, 'running', 'Asia/Taipei', 'h', 1)",
+    )
+    .bind(id)
+    .bind(plan_sha)
+    .bind(approval)
+    .execute(&ledger.pool)
+    .await
+    .unwrap();
+    id
+}
+
+fn db_error_message(err: sqlx::Error) -> (String, String) {
+    match err {
+        sqlx::Error::Database(e) => (
+            e.code().unwrap_or_default().into_owned(),
+            e.message().to_string(),
+        ),
+        other => panic!("expected a database error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn migrations_apply_once_even_with_concurrent_first_connects() {
+    let db = TestDb::new().await;
+    let src = db.source();
+    // Four first runs at once: sqlx serialises them on its advisory lock.
+    let results = connect_concurrently(&src, 4).await;
+    for r in &results {
+        assert!(r.is_ok(), "{:?}", r.as_ref().err());
+    }
+    // And again, against an already-migrated database.
+    let ledger = Ledger::connect(&src).await.unwrap();
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, 1);
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
+    )
+    .fetch_all(&ledger.pool)
+    .await
+    .unwrap();
+    for want in [
+        "agent_calls",
+        "approval_uses",
+        "approvals",
+        "contracts",
+        "events",
+        "findings",
+        "gate_runs",
+        "limit_sleeps",
+        "plan_contracts",
+        "plans",
+        "proofs",
+        "pull_requests",
+        "repo_locks",
+        "reviews",
+        "rounds",
+        "run_items",
+        "runs",
+    ] {
+        assert!(
+            tables.iter().any(|t| t == want),
+            "missing table {want} in {tables:?}"
+        );
+    }
+}
+
+/// Connects `n` times concurrently, as `n` nightshift processes starting together.
+async fn connect_concurrently(src: &DbSource, n: usize) -> Vec<Result<Ledger, LedgerError>> {
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let src = src.clone();
+            tokio::spawn(async move { Ledger::connect(&src).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("connect task panicked"));
+    }
+    out
+}
+
+#[tokio::test]
+async fn approvals_reject_update_delete_truncate_and_need_exactly_one_target() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    insert_plan(&ledger, "p1").await;
+    let id = insert_approval(&ledger, "p1").await;
+
+    let update =
+        sqlx::query("UPDATE approvals SET expires_at = now() + interval '10 years' WHERE id = $1")
+            .bind(id)
+            .execute(&ledger.pool)
+            .await;
+    let (code, msg) = db_error_message(update.unwrap_err());
+    assert_eq!(code, "23000");
+    assert!(msg.contains("UPDATE on approvals rejected"), "{msg}");
+
+    let delete = sqlx::query("DELETE FROM approvals WHERE id = $1")
+        .bind(id)
+        .execute(&ledger.pool)
+        .await;
+    let (_, msg) = db_error_message(delete.unwrap_err());
+    assert!(msg.contains("DELETE on approvals rejected"), "{msg}");
+
+    let truncate = sqlx::query("TRUNCATE approvals CASCADE")
+        .execute(&ledger.pool)
+        .await;
+    let (_, msg) = db_error_message(truncate.unwrap_err());
+    assert!(msg.contains("TRUNCATE on approvals rejected"), "{msg}");
+
+    let still: i64 = sqlx::query_scalar("SELECT count(*) FROM approvals")
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
+    assert_eq!(still, 1);
+
+    for (plan, contract) in [(None::<&str>, None::<&str>), (Some("p1"), Some("c1"))] {
+        if contract.is_some() {
+            sqlx::query("INSERT INTO contracts (sha, item_key, title, json) VALUES ('c1', 'k', 't', '{}') ON CONFLICT DO NOTHING")
+                .execute(&ledger.pool)
+                .await
+                .unwrap();
+        }
+        let bad = sqlx::query(
+            "INSERT INTO approvals (id, plan_sha, contract_sha, repo, approved_by, expires_at) \
+             VALUES ($1, $2, $3, 'o/r', 'me', now() + interval '1 day')",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(plan)
+        .bind(contract)
+        .execute(&ledger.pool)
+        .await;
+        let (code, msg) = db_error_message(bad.unwrap_err());
+        assert_eq!(code, "23514", "check violation expected: {msg}");
+        assert!(msg.contains("approvals_exactly_one_target"), "{msg}");
+    }
+}
+
+#[tokio::test]
+async fn an_approval_is_consumed_once() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    insert_plan(&ledger, "p1").await;
+    let approval = insert_approval(&ledger, "p1").await;
+    let first_run = insert_run(&ledger, "p1", Some(approval)).await;
+    let second_run = insert_run(&ledger, "p1", Some(approval)).await;
+    let use_it = |run| {
+        sqlx::query("INSERT INTO approval_uses (approval_id, run_id) VALUES ($1, $2)")
+            .bind(approval)
+            .bind(run)
+            .execute(&ledger.pool)
+    };
+    use_it(first_run)
+        .await
+        .expect("first use consumes the approval");
+    let (code, _) = db_error_message(use_it(second_run).await.unwrap_err());
+    assert_eq!(code, "23505", "second use must be a unique violation");
+}
+
+#[tokio::test]
+async fn events_are_append_only_with_server_sequence() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let mut seqs = Vec::new();
+    for kind in ["run_started", "item_started"] {
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO events (kind, data) VALUES ($1, '{\"x\":1}') RETURNING seq",
+        )
+        .bind(kind)
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
+        seqs.push(seq);
+    }
+    assert!(seqs[1] > seqs[0], "{seqs:?}");
+    let update = sqlx::query("UPDATE events SET kind = 'forged'")
+        .execute(&ledger.pool)
+        .await;
+    let (_, msg) = db_error_message(update.unwrap_err());
+    assert!(msg.contains("UPDATE on events rejected"), "{msg}");
+    let delete = sqlx::query("DELETE FROM events")
+        .execute(&ledger.pool)
+        .await;
+    let (_, msg) = db_error_message(delete.unwrap_err());
+    assert!(msg.contains("DELETE on events rejected"), "{msg}");
+    let truncate = sqlx::query("TRUNCATE events").execute(&ledger.pool).await;
+    assert!(truncate.is_err());
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events ORDER BY seq")
+        .fetch_all(&ledger.pool)
+        .await
+        .unwrap();
+    assert_eq!(kinds, ["run_started", "item_started"]);
+}
+
+#[tokio::test]
+async fn repo_lock_refuses_a_second_holder_and_names_the_first() {
+    let db = TestDb::new().await;
+    // Two ledgers stand for two nightshift processes.
+    let first = Ledger::connect(&db.source()).await.unwrap();
+    let second = Ledger::connect(&db.source()).await.unwrap();
+    let holder = HolderInfo {
+        host: "night-box".into(),
+        pid: 4242,
+        started_at: chrono::Utc::now(),
+    };
+    let other = HolderInfo {
+        host: "other-box".into(),
+        pid: 7,
+        started_at: chrono::Utc::now(),
+    };
+
+    let RepoLockAttempt::Acquired(mut guard) = first
+        .try_lock_repo("github.com/o/r", &holder)
+        .await
+        .unwrap()
+    else {
+        panic!("first attempt must acquire");
+    };
+    assert!(guard.still_held().await.unwrap());
+    assert_eq!(guard.repo(), "github.com/o/r");
+
+    // The lock is per connection: the same process's pool cannot take it either.
+    for ledger in [&second, &first] {
+        match ledger
+            .try_lock_repo("github.com/o/r", &other)
+            .await
+            .unwrap()
+        {
+            RepoLockAttempt::Held { holder: Some(h) } => {
+                assert_eq!(h.host, "night-box");
+                assert_eq!(h.pid, 4242);
+                assert_eq!(
+                    h.started_at.timestamp_micros(),
+                    holder.started_at.timestamp_micros()
+                );
+            }
+            other => panic!("expected Held with holder info, got {other:?}"),
+        }
+    }
+    // Another repo is independent.
+    let RepoLockAttempt::Acquired(other_repo) = second
+        .try_lock_repo("github.com/o/other", &other)
+        .await
+        .unwrap()
+    else {
+        panic!("a different repo must not be blocked");
+    };
+
+    drop(guard);
+    // The server releases the lock once it sees the dropped connection close.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let again = loop {
+        match second
+            .try_lock_repo("github.com/o/r", &other)
+            .await
+            .unwrap()
+        {
+            RepoLockAttempt::Acquired(g) => break g,
+            RepoLockAttempt::Held { .. } if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            RepoLockAttempt::Held { holder } => {
+                panic!("lock not freed after drop; holder {holder:?}")
+            }
+        }
+    };
+    // Now the recorded holder is the new one.
+    match first
+        .try_lock_repo("github.com/o/r", &holder)
+        .await
+        .unwrap()
+    {
+        RepoLockAttempt::Held { holder: Some(h) } => {
+            assert_eq!((h.host.as_str(), h.pid), ("other-box", 7))
+        }
+        other => panic!("expected Held by other-box, got {other:?}"),
+    }
+    // An explicit release frees it at once.
+    again.release().await.unwrap();
+    let RepoLockAttempt::Acquired(last) = first
+        .try_lock_repo("github.com/o/r", &holder)
+        .await
+        .unwrap()
+    else {
+        panic!("release must free the lock immediately");
+    };
+    last.release().await.unwrap();
+    other_repo.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_server_is_a_prompt_error_naming_the_source() {
+    let src = DbSource::Url {
+        url: DbUrl::new("postgres://postgres:hunter2@127.0.0.1:1/ledger"),
+        var: "NIGHTSHIFT_DATABASE_URL",
+    };
+    let started = Instant::now();
+    let err = Ledger::connect_with_timeout(&src, Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, LedgerError::Connect { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("127.0.0.1:1/ledger (from NIGHTSHIFT_DATABASE_URL)"),
+        "{msg}"
+    );
+    assert!(!msg.contains("hunter2"), "{msg}");
+
+    let bad = DbSource::Url {
+        url: DbUrl::new("not a url"),
+        var: "DATABASE_URL",
+    };
+    let err = Ledger::connect(&bad).await.unwrap_err();
+    assert!(!format!("{err:?}").contains("not a url"), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            LedgerError::BadUrl {
+                var: "DATABASE_URL",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+// ---------- the embedded private cluster ----------
+
+/// A temp directory the server account can enter (as root the server runs as another
+/// account; the mode is set explicitly rather than left to the umask).
+fn enterable_tempdir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("ns-ledger-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// Stops a cluster's server however the test ended (fast shutdown by signal, as
+/// `pg_ctl stop -m fast` does), and removes its short socket directory.
+struct StopOnDrop {
+    data_dir: PathBuf,
+    socket_dir: PathBuf,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = postmaster_pid(&self.data_dir) {
+            let pid = nix::unistd::Pid::from_raw(pid as i32);
+            if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).is_ok() {
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while Instant::now() < deadline && process_alive(pid.as_raw() as u32) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        if self.socket_dir != self.data_dir {
+            let _ = std::fs::remove_dir_all(&self.socket_dir);
+        }
+    }
+}
+
+fn postmaster_pid(data_dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(data_dir.join("postmaster.pid"))
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Alive and not a zombie.
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+async fn cluster_in(data_dir: &Path) -> (Cluster, StopOnDrop) {
+    let cluster = Cluster::resolve(data_dir, &embedded::process_env)
+        .await
+        .expect("resolve cluster");
+    let guard = StopOnDrop {
+        data_dir: cluster.data_dir.clone(),
+        socket_dir: cluster.socket_dir.clone(),
+    };
+    (cluster, guard)
+}
+
+async fn whoami(ledger: &Ledger) -> (String, String) {
+    sqlx::query_as("SELECT current_user::text, current_database()::text")
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn embedded_starts_from_nothing_and_is_reused() {
+    let root = enterable_tempdir();
+    let data_dir = root.path().join("nightshift").join("pg");
+    let (cluster, _stop) = cluster_in(&data_dir).await;
+    let before = cluster.status().await.unwrap();
+    assert!(
+        !before.initialized && !before.running && before.pid.is_none(),
+        "{before:?}"
+    );
+
+    // Two processes starting at once from nothing: the flock serialises them.
+    let src = DbSource::Embedded {
+        data_dir: data_dir.clone(),
+    };
+    let both = connect_concurrently(&src, 2).await;
+    let mut ledgers = Vec::new();
+    for r in both {
+        ledgers.push(r.unwrap_or_else(|e| panic!("embedded connect failed: {e}")));
+    }
+    let status = cluster.status().await.unwrap();
+    assert!(status.initialized && status.running, "{status:?}");
+    let pid = status.pid.unwrap();
+    assert_eq!(
+        status.socket_dir, data_dir,
+        "a short data dir holds its own socket"
+    );
+    assert_eq!(
+        whoami(&ledgers[0]).await,
+        ("nightshift".to_string(), "nightshift".to_string())
+    );
+
+    let meta = std::fs::metadata(&data_dir).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o700, "data dir must be private");
+    if embedded::running_as_root() {
+        // PostgreSQL refuses root: the cluster and its server belong to an unprivileged account.
+        let account = cluster
+            .account
+            .clone()
+            .expect("an account is chosen when root");
+        assert_ne!(account.uid, 0);
+        assert_eq!(status.account.as_deref(), Some(account.name.as_str()));
+        assert_eq!(meta.uid(), account.uid);
+        let proc_status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uid_line = proc_status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert!(
+            uid_line
+                .split_whitespace()
+                .skip(1)
+                .all(|u| u == account.uid.to_string()),
+            "{uid_line}"
+        );
+    }
+    // The long-lived server does not inherit our environment (tokens would leak there).
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("CARGO"),
+        "server inherited the environment"
+    );
+    // It listens on the socket only.
+    let listen: String = sqlx::query_scalar("SHOW listen_addresses")
+        .fetch_one(&ledgers[0].pool)
+        .await
+        .unwrap();
+    assert_eq!(listen, "");
+
+    // A later run reuses the same server.
+    drop(ledgers);
+    let again = Ledger::connect(&src).await.unwrap();
+    assert_eq!(cluster.status().await.unwrap().pid, Some(pid));
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&again.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, 1);
+    again.pool.close().await;
+
+    let stopped = cluster.stop().await.unwrap();
+    assert!(
+        !stopped.running && stopped.pid.is_none() && stopped.initialized,
+        "{stopped:?}"
+    );
+    // pg_ctl returns when the pid file is gone, a moment before the process exits.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !process_alive(pid),
+        "postmaster {pid} still alive after stop"
+    );
+    // Stopping a stopped cluster is fine.
+    assert!(!cluster.stop().await.unwrap().running);
+}
+
+#[tokio::test]
+async fn embedded_recovers_from_a_sigkilled_postmaster() {
+    let root = enterable_tempdir();
+    let data_dir = root.path().join("pg");
+    let (cluster, _stop) = cluster_in(&data_dir).await;
+    let first = cluster.start().await.unwrap();
+    let pid = first.pid.unwrap();
+    let src = DbSource::Embedded {
+        data_dir: data_dir.clone(),
+    };
+    let ledger = Ledger::connect(&src).await.unwrap();
+    sqlx::query("INSERT INTO events (kind) VALUES ('before_crash')")
+        .execute(&ledger.pool)
+        .await
+        .unwrap();
+    ledger.pool.close().await;
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while process_alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!process_alive(pid));
+    // Nothing removed: the stale pid file is still there.
+    assert_eq!(
+        postmaster_pid(&data_dir),
+        Some(pid),
+        "postmaster.pid must be stale, not gone"
+    );
+    assert!(!cluster.status().await.unwrap().running);
+
+    let ledger = Ledger::connect(&src)
+        .await
+        .unwrap_or_else(|e| panic!("reconnect after SIGKILL failed: {e}"));
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events")
+        .fetch_all(&ledger.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds,
+        ["before_crash"],
+        "committed data survives crash recovery"
+    );
+    let after = cluster.status().await.unwrap();
+    assert!(after.running && after.pid != Some(pid), "{after:?}");
+    ledger.pool.close().await;
+    assert!(!cluster.stop().await.unwrap().running);
+}
+
+#[tokio::test]
+async fn embedded_deep_data_dir_uses_a_short_private_socket_dir() {
+    let root = enterable_tempdir();
+    let data_dir = root
+        .path()
+        .join("a".repeat(60))
+        .join("b".repeat(60))
+        .join("pg");
+    let (cluster, _stop) = cluster_in(&data_dir).await;
+    let socket = cluster.socket_path();
+    assert!(
+        socket.as_os_str().len() <= embedded::SOCKET_PATH_MAX,
+        "{}",
+        socket.display()
+    );
+    assert!(
+        cluster.socket_dir.starts_with("/tmp"),
+        "{}",
+        cluster.socket_dir.display()
+    );
+    assert!(
+        cluster
+            .socket_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(&format!("nightshift-{}-", nix::unistd::geteuid())),
+        "{}",
+        cluster.socket_dir.display()
+    );
+
+    let status = cluster.start().await.unwrap();
+    assert!(status.running);
+    let meta = std::fs::metadata(&cluster.socket_dir).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o700, "socket dir must be private");
+    if let Some(account) = &cluster.account {
+        assert_eq!(
+            meta.uid(),
+            account.uid,
+            "socket dir belongs to the server account"
+        );
+    }
+    let ledger = Ledger::connect(&DbSource::Embedded {
+        data_dir: data_dir.clone(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(whoami(&ledger).await.1, "nightshift");
+    ledger.pool.close().await;
+
+    let stopped = cluster.stop().await.unwrap();
+    assert!(!stopped.running);
+    assert!(
+        !cluster.socket_dir.exists(),
+        "empty short socket dir is removed on stop"
+    );
+}
+
+#[tokio::test]
+async fn embedded_missing_binaries_say_what_to_install() {
+    let empty = tempfile::tempdir().unwrap();
+    let bindir = empty.path().as_os_str().to_owned();
+    let env = move |name: &str| -> Option<OsString> {
+        (name == embedded::BINDIR_VAR).then(|| bindir.clone())
+    };
+    let err = Cluster::resolve(&empty.path().join("pg"), &env)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EmbeddedError::BinariesMissing { .. }),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    for part in [
+        "PostgreSQL server binaries (initdb, pg_ctl) not found",
+        "sudo apt-get install postgresql  (Debian/Ubuntu)",
+        "or set NIGHTSHIFT_DATABASE_URL",
+        &empty.path().display().to_string(),
+    ] {
+        assert!(msg.contains(part), "missing {part:?} in: {msg}");
+    }
+    // Without the override the machine's binaries are found.
+    let found = embedded::find_bindir(&embedded::process_env).await.unwrap();
+    assert!(found.join("initdb").is_file() && found.join("pg_ctl").is_file());
+}
+
+#[tokio::test]
+async fn embedded_as_root_refuses_a_data_dir_the_server_account_cannot_enter() {
+    if !embedded::running_as_root() {
+        return;
+    }
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (cluster, _stop) = cluster_in(&private.path().join("nightshift").join("pg")).await;
+    let err = cluster.start().await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, EmbeddedError::Unreachable { .. }), "{err:?}");
+    assert!(
+        msg.contains(&private.path().display().to_string()) && msg.contains("NIGHTSHIFT_DATA_DIR"),
+        "{msg}"
+    );
+}
