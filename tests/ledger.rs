@@ -152,7 +152,7 @@ async fn migrations_apply_once_even_with_concurrent_first_connects() {
         .fetch_one(&ledger.pool)
         .await
         .unwrap();
-    assert_eq!(applied, 1);
+    assert_eq!(applied, migration_files(), "each migration applied exactly once");
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
     )
@@ -599,7 +599,7 @@ async fn embedded_starts_from_nothing_and_is_reused() {
         .fetch_one(&again.pool)
         .await
         .unwrap();
-    assert_eq!(applied, 1);
+    assert_eq!(applied, migration_files(), "each migration applied exactly once");
     again.pool.close().await;
 
     let stopped = cluster.stop().await.unwrap();
@@ -774,4 +774,12 @@ async fn embedded_as_root_refuses_a_data_dir_the_server_account_cannot_enter() {
         msg.contains(&private.path().display().to_string()) && msg.contains("NIGHTSHIFT_DATA_DIR"),
         "{msg}"
     );
+}
+
+/// Number of migration files shipped in `migrations/`.
+fn migration_files() -> i64 {
+    std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sql"))
+        .count() as i64
 }
