@@ -281,8 +281,7 @@ impl Slot {
             tracing::warn!(slot = %path.display(), reason = ?slot.recloned_because, "removing broken slot");
             slot.remove()?;
         }
-        slot.clone_from(user_repo)?;
-        if let Err(e) = slot.reset(token) {
+        if let Err(e) = slot.clone_from(user_repo).and_then(|()| slot.reset(token)) {
             // Leave nothing half-made behind; the next run starts clean.
             let _ = slot.remove();
             return Err(e);

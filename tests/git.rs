@@ -411,6 +411,7 @@ fn push_lands_the_branch_on_the_remote_with_base_as_parent_and_exactly_the_edits
     write(&fx.user.join("local.txt"), "local\n");
     git(&fx.user, &["add", "local.txt"]);
     git(&fx.user, &["commit", "--quiet", "-m", "local"]);
+    let user_before = tree_hash(&fx.user);
     let slot = fx.prepare(BRANCH);
     write(
         &slot.path.join("src/lib.rs"),
@@ -456,6 +457,12 @@ fn push_lands_the_branch_on_the_remote_with_base_as_parent_and_exactly_the_edits
         slot.commit_all("again", &author(), &runner()),
         Err(SlotError::NothingToCommit { .. })
     ));
+    slot.discard().unwrap();
+    assert_eq!(
+        tree_hash(&fx.user),
+        user_before,
+        "commit, push and discard left the user's repo alone"
+    );
 }
 
 #[test]
@@ -923,4 +930,21 @@ fn git_errors_carry_argv_status_and_stderr_and_a_timeout_kills() {
         nightshift::git::head_branch(&fx.user).unwrap().as_deref(),
         Some("refs/heads/main")
     );
+}
+
+#[test]
+fn a_push_replaces_a_leftover_branch_of_the_same_name() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    write(&slot.path.join("first.txt"), "first night\n");
+    slot.commit_all("first", &author(), &runner()).unwrap();
+    slot.push(None).unwrap();
+
+    let slot = fx.prepare(BRANCH);
+    write(&slot.path.join("second.txt"), "second night\n");
+    let sha = slot.commit_all("second", &author(), &runner()).unwrap();
+    slot.push(None).unwrap();
+    assert_eq!(git(&fx.remote, &["rev-parse", &format!("refs/heads/{BRANCH}")]), sha);
+    let files = git(&fx.remote, &["diff", "--name-only", &fx.remote_main(), &sha]);
+    assert_eq!(files, "second.txt", "not stacked on the leftover");
 }
