@@ -228,10 +228,10 @@ pub fn to_text(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bo
     for i in items {
         let title: String = i.title.chars().take(48).collect();
         let pad = w.saturating_sub(title.chars().count());
-        let time = i.ended_at.map(|e| crate::config::format_duration(Duration::from_secs((e - i.started_at).num_seconds().max(0) as u64))).unwrap_or_else(|| "…".into());
+        let time = i.ended_at.map(|e| seconds((e - i.started_at).num_milliseconds())).unwrap_or_else(|| "…".into());
         let pr = match (&i.pr_url, &i.branch) {
             (Some(u), _) => u.clone(),
-            (None, Some(b)) if i.pr_body.is_some() => format!("would open a PR from {b}"),
+            (None, Some(b)) if i.pr_body.is_some() => format!("branch {b} pushed; PR not opened"),
             _ => String::new(),
         };
         let why = match (&i.question, &i.reason) {
@@ -240,22 +240,23 @@ pub fn to_text(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bo
             _ => String::new(),
         };
         let tail = [pr, why].into_iter().filter(|x| !x.is_empty()).collect::<Vec<_>>().join(" · ");
-        let _ = writeln!(s, "{:>3}  {}{}  {:<15} {:>6} {:>7}  {}", i.item_index, title, " ".repeat(pad), i.outcome.as_deref().unwrap_or("running"), i.rounds, if time.is_empty() { "0s".into() } else { time }, tail);
+        let _ = writeln!(s, "{:>3}  {}{}  {:<15} {:>6} {:>7}  {}", i.item_index, title, " ".repeat(pad), i.outcome.as_deref().unwrap_or("running"), i.rounds, time, tail);
     }
     let count = |o: &str| items.iter().filter(|i| i.outcome.as_deref() == Some(o)).count();
     let failed = items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))).count();
-    let cost: f64 = items.iter().filter_map(|i| i.cost_usd).sum();
+    let costs: Vec<f64> = items.iter().filter_map(|i| i.cost_usd).collect();
+    let cost = if costs.is_empty() { "cost not reported".to_string() } else { format!("${:.2}", costs.iter().fold(0.0, |a, b| a + b)) };
     let tokens: i64 = items.iter().map(|i| i.tokens).sum();
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "{} PR(s) opened · {} already open · {} failed · {} blocked · {} tokens · ${cost:.2} · slept {} at usage limits",
+        "{} PR(s) opened · {} already open · {} failed · {} blocked · {} tokens · {cost} · slept {} at usage limits",
         count("pr_opened"),
         count("already_open"),
         failed,
         count("blocked"),
         tokens,
-        crate::config::format_duration(Duration::from_secs(slept_secs.max(0) as u64)).replace("0ms", "0s"),
+        seconds(slept_secs.max(0) * 1000),
     );
     if show_bodies {
         for i in items.iter().filter(|i| i.pr_body.is_some()) {
@@ -266,4 +267,14 @@ pub fn to_text(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bo
         let _ = writeln!(s, "\nPRs that would have been opened are kept with their bodies: `nightshift report --show-body`.");
     }
     s
+}
+
+/// A wall time in milliseconds as `1.2s`, `3m20s` or `1h5m`.
+fn seconds(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        crate::config::format_duration(Duration::from_secs((ms / 1000) as u64))
+    }
 }

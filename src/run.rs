@@ -449,15 +449,22 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
             rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None).await.map_err(db)?;
             return Ok(ItemEnd { outcome: "no_changes".into(), reason: Some("the writer changed nothing".into()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
         }
-        // Gate, run by nightshift.
+        // Gate, run by nightshift; what it leaves behind is not the writer's work.
         rec::set_phase(pool, run_id, "gate", Some(key), Some(n)).await.map_err(db)?;
+        let writer_tree = match tokio::task::block_in_place(|| slot.snapshot_tree()) {
+            Ok(t) => t,
+            Err(e) => return Ok(fail("error", format!("cannot snapshot the checkout before the gate: {e}"), n, &totals)),
+        };
         let gate_timeout = c.limits.gate_timeout().min(item_deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1)));
-        let gates = match gate::run_all("gate", &c.verify, &gate_spec(gate_timeout, agent::call_dir(item_dir, n, Role::Writer, 0)), &night.cancel).await {
+        let gates = match gate::run_all("gate", &c.verify, &gate_spec(gate_timeout, item_dir.join(format!("round-{n:02}-gate"))), &night.cancel).await {
             Ok(g) => g,
             Err(e) => return Ok(fail("error", format!("the gate could not run: {e}"), n, &totals)),
         };
         for g in &gates {
             rec::record_gate_run(pool, round_id, g).await.map_err(db)?;
+        }
+        if let Err(e) = tokio::task::block_in_place(|| slot.restore_tree(&writer_tree)) {
+            return Ok(fail("error", format!("cannot restore the checkout after the gate: {e}"), n, &totals));
         }
         if night.cancel.is_cancelled() {
             return Ok(fail("interrupted", format!("stopped by a signal during the gate of round {n}"), n, &totals));
@@ -588,7 +595,7 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
     let title = format!("nightshift: {}", entry.item.title);
     let Some(forge) = &night.forge else {
         let why = night.forge_missing.clone().unwrap_or_else(|| "no GitHub access".into());
-        return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(format!("branch {branch} pushed; PR not opened ({why}); its body is in the report")), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
+        return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(format!("{why}; see its body with `nightshift report --show-body`")), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
     };
     let req = crate::forge::PrRequest { title: title.clone(), head: branch.to_string(), base: night.config.base.clone(), body: body.to_string(), labels: vec![night.config.label.clone()], item_key: key.clone() };
     match forge.create_pr(&req).await {

@@ -497,6 +497,49 @@ impl Slot {
         Ok(())
     }
 
+    /// The working tree's content right now — tracked and untracked files,
+    /// ignored ones left out — as a git tree id, written through a private
+    /// index so the slot's own index is untouched.
+    ///
+    /// Taken after the writer and before the gate, so that what the gate
+    /// leaves behind (a generated `Cargo.lock`, coverage files, snapshots) is
+    /// not mistaken for the writer's work by the proof, the reviewer or the
+    /// commit ([`Slot::restore_tree`]).
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when git cannot read the tree.
+    pub fn snapshot_tree(&self) -> Result<String, SlotError> {
+        let index = self.private_index("snapshot");
+        // Seeded from the real index so unchanged files are not re-hashed.
+        let _ = std::fs::copy(self.path.join(".git").join("index"), &index);
+        let git = self.git().env("GIT_INDEX_FILE", &index);
+        let result = git.run(&["add", "-A", "--", "."]).and_then(|_| git.text(&["write-tree"]));
+        let _ = std::fs::remove_file(&index);
+        Ok(result?.trim().to_string())
+    }
+
+    /// Puts the working tree back to a [`Slot::snapshot_tree`]: files changed
+    /// or deleted since come back, files added since are removed; ignored
+    /// files (build caches) stay, and the slot's own index is untouched.
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when git cannot write the tree.
+    pub fn restore_tree(&self, tree: &str) -> Result<(), SlotError> {
+        let index = self.private_index("restore");
+        let git = self.git().env("GIT_INDEX_FILE", &index);
+        let result = git
+            .run(&["read-tree", tree])
+            .and_then(|_| git.run(&["checkout-index", "--all", "--force"]))
+            .and_then(|_| git.run(&["clean", "-fdq"]));
+        let _ = std::fs::remove_file(&index);
+        result?;
+        Ok(())
+    }
+
+    fn private_index(&self, what: &str) -> PathBuf {
+        self.path.join(".git").join(format!("nightshift-{what}-{}.index", std::process::id()))
+    }
+
     /// Leaves nothing of a failed item behind (SPEC §5.6): the working tree is
     /// reset and cleaned to the base commit (detached) and the local branch
     /// deleted. A tampered slot, or one where that fails, is removed entirely

@@ -249,15 +249,21 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
     let f = Fixture::new();
     let w = f.agent("writer.sh", WRITER);
     let r = f.agent("reviewer.sh", REVIEWER);
-    f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] Add pow\n- [ ] Needs a person\n  - question: which base?\n");
+    // The gate leaves an artifact behind and touches a tracked file: neither
+    // is the writer's work, so neither may reach the proof or the commit.
+    f.config(&format!(
+        "verify = [\"sh test.sh && date > gate-artifact.txt && echo touched >> docs/README.md\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+    ));
+    f.write("NEXT.md", "- [ ] Add pow\n  - scope: calc.txt\n- [ ] Needs a person\n  - question: which base?\n");
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "pr_opened");
     assert!(rep["items"][0]["pr_body"].as_str().unwrap().contains("nightshift-item"));
     assert_eq!(rep["items"][1]["outcome"], "blocked");
-    assert_eq!(f.remote_branches().len(), 1);
+    let branches = f.remote_branches();
+    assert_eq!(branches.len(), 1);
+    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", &branches[0]]), "calc.txt", "gate leftovers were committed");
     let shown = f.run(&["report", "--show-body"]);
     assert_ok(&shown, "report --show-body");
     assert!(text(&shown).contains("would have been opened"), "{}", text(&shown));

@@ -101,7 +101,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let lg = ledger().await?;
     let id = repo_id(&repo);
     let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
-    let is_plan = rec::plan_exists(&lg.pool, &id, &sha).await.map_err(db)?;
+    let is_plan = rec::plan_exists(&lg.pool, &sha).await.map_err(db)?;
     let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await.map_err(db)?;
     if !is_plan && !is_contract {
         return Err(Error::usage(format!("no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints", repo.display())));

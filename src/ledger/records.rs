@@ -54,12 +54,14 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
     tx.commit().await
 }
 
-/// Whether a plan with this SHA was stored for `repo`.
+/// Whether a plan with this SHA was stored. Plans are content-addressed: two
+/// clones of one repository with the same backlog and config seal the same
+/// plan, and an approval (which names its repository) binds to that content.
 ///
 /// # Errors
 /// Database errors.
-pub async fn plan_exists(pool: &PgPool, repo: &str, sha: &str) -> Result<bool> {
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM plans WHERE sha = $1 AND repo = $2").bind(sha).bind(repo).fetch_one(pool).await?;
+pub async fn plan_exists(pool: &PgPool, sha: &str) -> Result<bool> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM plans WHERE sha = $1").bind(sha).fetch_one(pool).await?;
     Ok(n > 0)
 }
 
