@@ -270,3 +270,43 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
     // The writer's FINDINGS were recorded.
     assert_eq!(f.db.sql("SELECT title FROM findings"), "docs/README.md is out of date");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_embedded_database_through_the_binary() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let embedded = |args: &[&str]| {
+        let mut c = f.cmd();
+        c.env_remove("NIGHTSHIFT_DATABASE_URL").env_remove("DATABASE_URL");
+        c.args(args).output().expect("nightshift runs")
+    };
+    let out = embedded(&["db", "status"]);
+    assert_ok(&out, "db status");
+    assert!(text(&out).contains("running: no"), "{}", text(&out));
+    // First use creates and starts the private cluster; a second run reuses it.
+    let out = embedded(&["plan", "--json"]);
+    assert_ok(&out, "plan on the embedded database");
+    let status = text(&embedded(&["db", "status"]));
+    assert!(status.contains("running: yes"), "{status}");
+    let pid = status.split("pid ").nth(1).and_then(|s| s.split(')').next()).unwrap().to_string();
+    let sha: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_ok(&embedded(&["approve", sha["plan_sha"].as_str().unwrap()]), "approve");
+    assert!(text(&embedded(&["db", "status"])).contains(&format!("pid {pid}")), "the cluster was not reused");
+    let data_dir = f.data.join("pg");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&data_dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let conf = std::fs::read_to_string(data_dir.join("postgresql.auto.conf")).unwrap_or_default() + &std::fs::read_to_string(data_dir.join("nightshift.conf")).unwrap_or_default();
+    assert!(conf.contains("listen_addresses = ''") || conf.contains("listen_addresses=''"), "the private cluster must not listen on TCP: {conf}");
+    assert_ok(&embedded(&["db", "stop"]), "db stop");
+    assert!(text(&embedded(&["db", "status"])).contains("running: no"));
+    // Missing server binaries: the documented message.
+    let mut c = f.cmd();
+    c.env_remove("NIGHTSHIFT_DATABASE_URL").env("NIGHTSHIFT_PG_BINDIR", f.dir.path().join("empty-bindir"));
+    std::fs::create_dir_all(f.dir.path().join("empty-bindir")).unwrap();
+    let out = c.args(["plan"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("apt-get install postgresql"), "{}", text(&out));
+}
