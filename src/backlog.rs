@@ -240,6 +240,7 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
         items.push(item);
     }
     report_duplicate_keys(path, &items, &mut problems);
+    report_hidden_characters(path, text, &mut problems);
     problems.sort_by_key(|p| p.line);
 
     Backlog {
@@ -247,6 +248,22 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
         sha256: sha256_hex(text.as_bytes()),
         items,
         problems,
+    }
+}
+
+/// Characters that make a card lie about what is approved: NUL (a binary or
+/// corrupted file; the ledger cannot store it) and the Unicode bidirectional
+/// controls that reorder text on screen (CVE-2021-42574, "Trojan Source").
+fn report_hidden_characters(path: &Path, text: &str, problems: &mut Vec<Problem>) {
+    for (i, line) in text.lines().enumerate() {
+        let bad: Vec<char> = line.chars().filter(|c| *c == '\0' || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')).collect();
+        if let Some(c) = bad.first() {
+            problems.push(Problem {
+                path: path.to_path_buf(),
+                line: i + 1,
+                message: format!("hidden character U+{:04X} ({}); remove it — it could make the card show something other than what runs", *c as u32, if *c == '\0' { "NUL: is the file binary?" } else { "a bidirectional text control" }),
+            });
+        }
     }
 }
 

@@ -264,6 +264,7 @@ impl Slot {
         };
         let exists = std::fs::symlink_metadata(path).is_ok();
         if exists {
+            kill_stragglers(path);
             match slot.reuse_check() {
                 Ok(()) => match slot.reset(token) {
                     Ok(()) => {
@@ -597,11 +598,56 @@ impl Slot {
 
 fn is_fetch(e: &GitError) -> bool {
     match e {
-        GitError::Failed { argv, .. } | GitError::TimedOut { argv, .. } => {
-            argv.starts_with("git fetch")
-        }
+        GitError::Failed { argv, stderr_tail, .. } => argv.starts_with("git fetch") && !objects_missing(stderr_tail),
+        GitError::TimedOut { argv, .. } => argv.starts_with("git fetch"),
         _ => false,
     }
+}
+
+/// Whether git's stderr says the slot's own object store is broken — the
+/// slot borrows objects from the user's repository, and a `git gc` there
+/// after a history rewrite can prune objects the slot still points at. Such
+/// a slot is cloned again instead of failing every night.
+fn objects_missing(stderr: &str) -> bool {
+    ["bad object", "missing object", "unable to read", "corrupt", "failed to read object", "did not send all necessary objects", "not a valid object"]
+        .iter()
+        .any(|m| stderr.contains(m))
+}
+
+/// Kills every process whose working directory is inside `dir`: agents or
+/// gates left running by a nightshift that was killed (SIGKILL, a crash)
+/// must not keep editing a checkout the next run reuses. Only one run per
+/// repository holds the lock, so anything running in its slot is stale.
+/// Returns the pids killed.
+pub fn kill_stragglers(dir: &Path) -> Vec<i32> {
+    let Ok(dir) = dir.canonicalize() else { return vec![] };
+    let me = std::process::id() as i32;
+    let mut killed = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return killed };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) else { continue };
+        if cwd.starts_with(&dir) {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            // Its whole group first (an agent and its children), then itself.
+            if let Ok(pgid) = nix::unistd::getpgid(Some(pid)) {
+                if pgid.as_raw() > 1 && pgid.as_raw() != nix::unistd::getpgrp().as_raw() {
+                    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            killed.push(pid.as_raw());
+        }
+    }
+    if !killed.is_empty() {
+        tracing::warn!(slot = %dir.display(), pids = ?killed, "killed processes left running in the checkout by an earlier run");
+        // Give the kernel a moment to tear them down before git touches files.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    killed
 }
 
 #[cfg(test)]

@@ -688,3 +688,12 @@ fn problems_name_the_given_path() {
         b.problems[0]
     );
 }
+
+#[test]
+fn hidden_characters_are_problems_with_their_line() {
+    let b = nightshift::backlog::parse(std::path::Path::new("NEXT.md"), "# x\n\n- [ ] fine\n- [ ] a \0 b\n- [ ] evil \u{202e}txt.exe\n");
+    let lines: Vec<usize> = b.problems.iter().map(|p| p.line).collect();
+    assert_eq!(lines, vec![4, 5], "{:?}", b.problems);
+    assert!(b.problems[0].to_string().contains("U+0000"));
+    assert!(b.problems[1].to_string().contains("U+202E"));
+}

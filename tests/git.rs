@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -947,4 +948,45 @@ fn a_push_replaces_a_leftover_branch_of_the_same_name() {
     assert_eq!(git(&fx.remote, &["rev-parse", &format!("refs/heads/{BRANCH}")]), sha);
     let files = git(&fx.remote, &["diff", "--name-only", &fx.remote_main(), &sha]);
     assert_eq!(files, "second.txt", "not stacked on the leftover");
+}
+
+/// The slot borrows objects from the user's repository: a history rewrite
+/// and `git gc --prune=now` there removes objects the slot still points at.
+/// The next prepare must clone the slot again, not fail every night.
+#[test]
+fn a_slot_whose_borrowed_objects_were_pruned_is_cloned_again() {
+    let fx = Fixture::new();
+    let first = fx.prepare(BRANCH);
+    let old_base = first.base_commit.clone();
+    let seed = fx.root.join("seed");
+    git(&seed, &["commit", "--quiet", "--amend", "-m", "rewritten"]);
+    git(&seed, &["push", "--quiet", "--force", "origin", "main"]);
+    git(&fx.user, &["fetch", "--quiet", "origin"]);
+    git(&fx.user, &["reset", "--quiet", "--hard", "origin/main"]);
+    git(&fx.user, &["reflog", "expire", "--expire=now", "--all"]);
+    git(&fx.user, &["gc", "--quiet", "--prune=now"]);
+    assert!(Command::new("git").args(["cat-file", "-e", &old_base]).current_dir(&fx.user).status().unwrap().code() != Some(0), "the old base must be gone from the user's store");
+    let again = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None).expect("a broken slot is cloned again");
+    assert_eq!(again.base_commit, fx.remote_main());
+    assert_ne!(again.base_commit, old_base);
+}
+
+/// An agent left running by a killed nightshift must not keep editing the
+/// checkout the next run reuses.
+#[test]
+fn prepare_kills_processes_left_running_in_the_slot() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let mut straggler = Command::new("sh")
+        .args(["-c", "while true; do echo x >> leftover.txt; sleep 0.05; done"])
+        .current_dir(&slot.path)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let again = fx.prepare(BRANCH);
+    let status = straggler.wait().unwrap();
+    assert!(status.code().is_none(), "the straggler was killed by a signal: {status:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!again.path.join("leftover.txt").exists(), "the reset checkout still gets writes");
 }

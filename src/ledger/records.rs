@@ -16,6 +16,27 @@ use crate::contract::Plan;
 /// Result of a ledger call.
 pub type Result<T> = std::result::Result<T, sqlx::Error>;
 
+/// Text as PostgreSQL stores it: a NUL byte (which `text` and `jsonb`
+/// reject) becomes U+FFFD. Agent and gate output is arbitrary bytes, and one
+/// NUL must not stop the night.
+fn pg(s: &str) -> String {
+    s.replace('\0', "\u{FFFD}")
+}
+
+/// [`pg`] for every string inside a JSON value.
+fn pgj(v: Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(pg(&s)),
+        Value::Array(a) => Value::Array(a.into_iter().map(pgj).collect()),
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (pg(&k), pgj(v))).collect()),
+        other => other,
+    }
+}
+
+fn pgo(s: &Option<String>) -> Option<String> {
+    s.as_deref().map(pg)
+}
+
 const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
 
 /// Stores the plan, its contracts and their order (idempotent).
@@ -30,7 +51,7 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         .bind(repo)
         .bind(plan.backlog_path.display().to_string())
         .bind(&plan.backlog_sha)
-        .bind(&json)
+        .bind(pgj(json.clone()))
         .execute(&mut *tx)
         .await?;
     for (pos, e) in plan.entries.iter().enumerate() {
@@ -38,8 +59,8 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) VALUES ($1, $2, $3, $4, now()) ON CONFLICT (sha) DO NOTHING")
             .bind(&e.contract_sha)
             .bind(&e.item.key)
-            .bind(&e.item.title)
-            .bind(&cjson)
+            .bind(pg(&e.item.title))
+            .bind(pgj(cjson))
             .execute(&mut *tx)
             .await?;
         sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
@@ -47,7 +68,7 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
             .bind(pos as i32)
             .bind(&e.contract_sha)
             .bind(e.index as i32)
-            .bind(&e.blocked)
+            .bind(pgo(&e.blocked))
             .execute(&mut *tx)
             .await?;
     }
@@ -312,7 +333,7 @@ pub async fn finish_run(pool: &PgPool, run: Uuid, status: &str, exit_code: i32) 
 /// # Errors
 /// Database errors.
 pub async fn event(pool: &PgPool, run: Option<Uuid>, kind: &str, data: Value) -> Result<()> {
-    sqlx::query("INSERT INTO events (run_id, kind, data) VALUES ($1, $2, $3)").bind(run).bind(kind).bind(data).execute(pool).await?;
+    sqlx::query("INSERT INTO events (run_id, kind, data) VALUES ($1, $2, $3)").bind(run).bind(kind).bind(pgj(data)).execute(pool).await?;
     Ok(())
 }
 
@@ -329,7 +350,7 @@ pub async fn start_item(pool: &PgPool, run: Uuid, key: &str, contract_sha: &str,
     .bind(key)
     .bind(contract_sha)
     .bind(index as i32)
-    .bind(title)
+    .bind(pg(title))
     .fetch_one(pool)
     .await
 }
@@ -369,15 +390,15 @@ pub async fn finish_item(pool: &PgPool, item_id: i64, e: &ItemEnd) -> Result<()>
     )
     .bind(item_id)
     .bind(&e.outcome)
-    .bind(&e.reason)
-    .bind(&e.question)
+    .bind(pgo(&e.reason))
+    .bind(pgo(&e.question))
     .bind(&e.branch)
     .bind(e.pr_number.map(|n| n as i64))
     .bind(&e.pr_url)
     .bind(e.rounds as i32)
     .bind(e.tokens as i64)
     .bind(e.cost_usd)
-    .bind(&e.pr_body)
+    .bind(pgo(&e.pr_body))
     .execute(pool)
     .await?;
     Ok(())
@@ -402,7 +423,7 @@ pub async fn finish_round(pool: &PgPool, round_id: i64, result: &str, diff_hash:
         .bind(result)
         .bind(diff_hash)
         .bind(failure_sig)
-        .bind(feedback)
+        .bind(feedback.map(pg))
         .execute(pool)
         .await?;
     Ok(())
@@ -434,7 +455,7 @@ pub async fn record_agent_call(pool: &PgPool, item_id: i64, round_id: Option<i64
     .bind(round_id)
     .bind(role)
     .bind(kind)
-    .bind(json!(r.argv))
+    .bind(pgj(json!(r.argv)))
     .bind(o.duration.as_millis() as i64)
     .bind(o.exit_code)
     .bind(o.timed_out)
@@ -442,9 +463,9 @@ pub async fn record_agent_call(pool: &PgPool, item_id: i64, round_id: Option<i64
     .bind(r.usage.tokens_out.map(|t| t as i64))
     .bind(r.usage.cost_usd)
     .bind(r.limit.as_ref().map(|l| l.kind.as_str()))
-    .bind(crate::gate::tail_of(&r.text, 8192))
-    .bind(&o.stderr_tail)
-    .bind(meta)
+    .bind(pg(&crate::gate::tail_of(&r.text, 8192)))
+    .bind(pg(&o.stderr_tail))
+    .bind(pgj(meta))
     .execute(pool)
     .await?;
     Ok(())
@@ -457,11 +478,11 @@ pub async fn record_agent_call(pool: &PgPool, item_id: i64, round_id: Option<i64
 pub async fn record_gate_run(pool: &PgPool, round_id: i64, g: &crate::gate::GateRun) -> Result<()> {
     sqlx::query("INSERT INTO gate_runs (round_id, command, exit_code, timed_out, duration_ms, output_tail) VALUES ($1, $2, $3, $4, $5, $6)")
         .bind(round_id)
-        .bind(&g.command)
+        .bind(pg(&g.command))
         .bind(g.exit_code)
         .bind(g.timed_out)
         .bind(g.duration_ms as i64)
-        .bind(&g.output_tail)
+        .bind(pg(&g.output_tail))
         .execute(pool)
         .await?;
     Ok(())
@@ -475,8 +496,8 @@ pub async fn record_review(pool: &PgPool, round_id: i64, verdict: &str, findings
     sqlx::query("INSERT INTO reviews (round_id, verdict, findings, void_reason) VALUES ($1, $2, $3, $4)")
         .bind(round_id)
         .bind(verdict)
-        .bind(json!(findings))
-        .bind(void_reason)
+        .bind(pgj(json!(findings)))
+        .bind(void_reason.map(pg))
         .execute(pool)
         .await?;
     Ok(())
@@ -517,7 +538,7 @@ pub async fn record_limit_sleep(pool: &PgPool, run: Uuid, item_id: Option<i64>, 
         .bind(item_id)
         .bind(agent)
         .bind(kind)
-        .bind(message)
+        .bind(pg(message))
         .bind(from)
         .bind(until)
         .bind(resets_at)
@@ -561,7 +582,7 @@ pub async fn upsert_pr(pool: &PgPool, repo: &str, key: &str, contract_sha: &str,
     .bind(number.map(|n| n as i64))
     .bind(url)
     .bind(state)
-    .bind(body)
+    .bind(pg(body))
     .execute(pool)
     .await?;
     Ok(())
