@@ -247,7 +247,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
         let message = e.message().trim().to_string();
         let key = key_in_message(&message).or_else(|| e.span().and_then(|s| key_at(text, s.start)));
-        ConfigError::Invalid { path: path.to_path_buf(), line, key, message: with_hint(&message) }
+        let message = match &key {
+            Some(k) if !message.contains(&format!("`{k}`")) => format!("`{k}`: {}", with_hint(&message)),
+            _ => with_hint(&message),
+        };
+        ConfigError::Invalid { path: path.to_path_buf(), line, key, message }
     })?;
     validate(path, text, &config)?;
     Ok(config)
@@ -267,10 +271,10 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
     if c.limits.max_attempts == 0 {
         return Err(bad("max_attempts", "must be at least 1".into()));
     }
-    if !(c.limits.max_cost_usd > 0.0) {
+    if !(c.limits.max_cost_usd > 0.0 && c.limits.max_cost_usd.is_finite()) {
         return Err(bad("max_cost_usd", "must be a positive number of USD".into()));
     }
-    if !(c.limits.max_cost_usd_per_run > 0.0) {
+    if !(c.limits.max_cost_usd_per_run > 0.0 && c.limits.max_cost_usd_per_run.is_finite()) {
         return Err(bad("max_cost_usd_per_run", "must be a positive number of USD".into()));
     }
     if c.limits.limit_sleep_min > c.limits.limit_sleep_max {
@@ -303,7 +307,16 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             return Err(bad("github_repo", format!("{r:?} is not OWNER/REPO")));
         }
     }
+    if c.verify.iter().chain(c.setup.iter()).any(|v| v.trim().is_empty()) {
+        return Err(bad(if c.verify.iter().any(|v| v.trim().is_empty()) { "verify" } else { "setup" }, "an empty command would always pass; remove it or write the command".into()));
+    }
+    if !is_inside_repo(&c.backlog) {
+        return Err(bad("backlog", format!("{:?} must be a path inside the repository (relative, no `..`)", c.backlog)));
+    }
     for r in &c.recipes {
+        if !is_inside_repo(&r.prompt) {
+            return Err(bad("prompt", format!("recipe {:?}: the template {:?} must be a path inside the repository (relative, no `..`)", r.prefix, r.prompt)));
+        }
         if r.prefix.trim().is_empty() {
             return Err(bad("prefix", "a recipe needs a non-empty title prefix".into()));
         }
@@ -314,6 +327,12 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// A relative path that cannot leave the repository root.
+fn is_inside_repo(p: &str) -> bool {
+    let path = Path::new(p);
+    !p.trim().is_empty() && path.is_relative() && !path.components().any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
 fn with_hint(message: &str) -> String {
@@ -537,6 +556,24 @@ mod tests {
         assert_eq!(err("[writer]\nkind = \"gpt\"\n").0, 2);
         assert_eq!(err("github_repo = \"nope\"\n").1.as_deref(), Some("github_repo"));
         assert!(err("base = [\n").2.len() > 0);
+    }
+
+    #[test]
+    fn type_errors_and_duplicates_name_the_key() {
+        let (line, key, message) = err("[limits]\nrounds = \"3\"\n");
+        assert_eq!((line, key.as_deref()), (2, Some("rounds")));
+        assert!(message.starts_with("`rounds`"), "{message}");
+        let (line, _, message) = err("base = \"a\"\nbase = \"b\"\n");
+        assert_eq!(line, 2);
+        assert!(message.contains("base"), "{message}");
+    }
+
+    #[test]
+    fn paths_stay_inside_the_repository_and_commands_are_not_empty() {
+        assert_eq!(err("backlog = \"../../etc/hostname\"\n").1.as_deref(), Some("backlog"));
+        assert_eq!(err("backlog = \"/etc/hostname\"\n").1.as_deref(), Some("backlog"));
+        assert_eq!(err("[[recipes]]\nprefix = \"x\"\nprompt = \"/etc/shadow\"\n").1.as_deref(), Some("prompt"));
+        assert_eq!(err("verify = [\"\"]\n").1.as_deref(), Some("verify"));
     }
 
     #[test]

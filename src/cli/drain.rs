@@ -20,6 +20,12 @@ use crate::{approval, forge, ledger as ledger_mod, process, schedule};
 
 /// `drain` (item = None) or `run [ITEM]` (item = Some).
 pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: Startup) -> Result<ExitCode> {
+    if let Some(sha) = &args.approve {
+        let ok = sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit());
+        if !ok {
+            return Err(Error::usage(format!("--approve {sha:?} is not a SHA-256 (64 hex characters); give the plan SHA `nightshift plan` printed")));
+        }
+    }
     let snap = snapshot(cli)?;
     let plan = snap.plan;
     let config = snap.loaded.config.clone();

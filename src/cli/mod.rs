@@ -156,6 +156,7 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
         }
     };
     init_tracing(cli.verbose, cli.quiet);
+    quiet_broken_pipe();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -172,6 +173,19 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
             std::process::ExitCode::from(e.code as u8)
         }
     }
+}
+
+/// `nightshift plan | head` closes our stdout early: like other Unix tools,
+/// stop quietly with success instead of panicking with a backtrace.
+fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.payload().downcast_ref::<String>().map(String::as_str).or_else(|| info.payload().downcast_ref::<&str>().copied()).unwrap_or("");
+        if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 fn init_tracing(verbose: u8, quiet: bool) {
@@ -244,5 +258,9 @@ pub fn repo_id(repo: &Path) -> String {
 /// Exit 1 with the source named when the database is unreachable.
 pub async fn ledger() -> Result<crate::ledger::Ledger> {
     let src = crate::ledger::db_source_from_env();
-    crate::ledger::Ledger::connect(&src).await.map_err(|e| Error::failure(format!("ledger: {e}")))
+    crate::ledger::Ledger::connect(&src).await.map_err(|e| match e {
+        // A URL that cannot be a PostgreSQL URL is a configuration error.
+        crate::ledger::LedgerError::BadUrl { .. } => Error::usage(format!("ledger: {e}")),
+        e => Error::failure(format!("ledger: {e}")),
+    })
 }

@@ -228,10 +228,19 @@ impl Ledger {
         timeout: Duration,
     ) -> Result<Ledger, LedgerError> {
         let options = match src {
-            DbSource::Url { url, var } => url
-                .expose()
-                .parse::<PgConnectOptions>()
-                .map_err(|source| LedgerError::BadUrl { var, source })?,
+            DbSource::Url { url, var } => {
+                // sqlx parses other schemes too; a mysql:// URL must not
+                // send its password to whatever listens there.
+                let u = url.expose();
+                if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
+                    let scheme = u.split("://").next().filter(|s| s.len() < u.len()).unwrap_or("none");
+                    return Err(LedgerError::BadUrl {
+                        var,
+                        source: sqlx::Error::Configuration(format!("the scheme is {scheme:?}; write postgres://USER@HOST:PORT/DB").into()),
+                    });
+                }
+                u.parse::<PgConnectOptions>().map_err(|source| LedgerError::BadUrl { var, source })?
+            }
             DbSource::Embedded { data_dir } => {
                 let cluster = Cluster::resolve(data_dir, &embedded::process_env).await?;
                 cluster.start().await?;
