@@ -615,7 +615,8 @@ fn read_detail(
         .iter()
         .find_map(|bullet| stripped.strip_prefix(bullet))
         .unwrap_or(stripped)
-        .trim_end();
+        // `-    rounds: 2` is a valid list item too (up to 4 spaces after the marker).
+        .trim();
     let keyword = if opaque { None } else { keyword(body) };
     let kind = match keyword {
         None => {
@@ -725,6 +726,12 @@ fn verify_command(value: &str) -> Result<String, String> {
                 "empty `verify:` — write the command after the colon, e.g. verify: `cargo test`"
                     .to_string(),
             );
+        }
+        if value.contains('`') {
+            // `run `make check` first` would reach `sh -c` as a command substitution.
+            return Err(format!(
+                "prose around the command in `verify:` ({value:?}) — write the command alone, in backticks: verify: `CMD`"
+            ));
         }
         return Ok(value.to_string());
     }

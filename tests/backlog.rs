@@ -697,3 +697,11 @@ fn hidden_characters_are_problems_with_their_line() {
     assert!(b.problems[0].to_string().contains("U+0000"));
     assert!(b.problems[1].to_string().contains("U+202E"));
 }
+
+#[test]
+fn verify_prose_and_wide_bullets() {
+    let b = nightshift::backlog::parse(std::path::Path::new("NEXT.md"), "- [ ] a\n  - verify: run `make check` first\n- [ ] b\n  -    rounds: 2\n");
+    assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
+    assert_eq!(b.problems[0].line, 2);
+    assert_eq!(b.items[1].details.rounds.map(|r| r.0), Some(2), "`-    rounds: 2` is a detail line");
+}

@@ -235,13 +235,16 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(f.report()["items"][0]["outcome"], "tests_failed");
     assert_eq!(f.db.sql("SELECT exit_code FROM gate_runs"), "127");
-    // A writer command that does not exist: error, recorded, the message names it.
+    // A writer command that does not exist: exit 2 before the approval is
+    // consumed, the message names it, the ledger records the refusal.
     f.config(&format!("verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"/no/such/writer\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    let runs_before = f.db.sql("SELECT count(*) FROM runs");
     let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let rep = f.report();
-    assert_eq!(rep["items"][0]["outcome"], "error");
-    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("/no/such/writer"), "{rep:#}");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("/no/such/writer"), "{}", text(&out));
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), runs_before, "no run started");
+    assert!(f.db.sql("SELECT data->>'reason' FROM events WHERE kind = 'refused' ORDER BY seq DESC LIMIT 1").contains("/no/such/writer"));
+    assert_eq!(f.db.sql("SELECT count(*) FROM approval_uses u JOIN approvals a ON a.id = u.approval_id WHERE a.created_at = (SELECT max(created_at) FROM approvals)"), "0", "the approval was not consumed");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -144,6 +144,33 @@ pub enum AgentError {
     Files { role: &'static str, dir: PathBuf, source: std::io::Error },
 }
 
+/// Checks that an agent's executable can be started: an absolute or
+/// relative path that is an executable file, or a name found on `path`
+/// (the `PATH` the agent will get). Run before an approval is consumed, so a
+/// missing CLI costs a message, not the night's approval.
+///
+/// # Errors
+/// A sentence naming the executable and how to fix it.
+pub fn preflight(role: Role, agent: &AgentConfig, path: Option<&str>) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let program = agent.command.first().map(String::as_str).unwrap_or("");
+    let executable = |p: &Path| p.is_file() && p.metadata().map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+    let found = if program.contains('/') {
+        executable(Path::new(program))
+    } else {
+        path.unwrap_or("").split(':').filter(|d| !d.is_empty()).any(|d| executable(&Path::new(d).join(program)))
+    };
+    if found {
+        return Ok(());
+    }
+    let install = match agent.kind {
+        AgentKind::Claude => " (install Claude Code: npm install -g @anthropic-ai/claude-code)",
+        AgentKind::Codex => " (install Codex: npm install -g @openai/codex)",
+        AgentKind::Command => "",
+    };
+    Err(format!("the {} `{program}` ({} kind) is not an executable file or on PATH{install}; fix [{}] command in .nightshift/config.toml", role.as_str(), agent.kind, role.as_str()))
+}
+
 /// Runs one agent call with the configured backend.
 ///
 /// # Errors

@@ -139,6 +139,13 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         _ => None,
     };
 
+    // Before the approval is consumed: a missing agent CLI is a usage error.
+    for (role, a) in [(crate::agent::Role::Writer, &config.writer), (crate::agent::Role::Reviewer, &config.reviewer)] {
+        if let Err(why) = crate::agent::preflight(role, a, agent_env.get("PATH").map(String::as_str)) {
+            rec::event(&pool, None, "refused", serde_json::json!({"reason": why, "plan_sha": plan.sha})).await.map_err(db)?;
+            return Err(Error::usage(why));
+        }
+    }
     let cancel = CancellationToken::new();
     spawn_signal_handler(cancel.clone());
     let night = Night {

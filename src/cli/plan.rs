@@ -80,6 +80,16 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
             });
         }
     }
+    // Warnings, not errors: a plan can be made and approved before the tools are in place.
+    let path = std::env::var("PATH").ok();
+    for (role, a) in [(crate::agent::Role::Writer, &snap.loaded.config.writer), (crate::agent::Role::Reviewer, &snap.loaded.config.reviewer)] {
+        if let Err(w) = crate::agent::preflight(role, a, path.as_deref()) {
+            eprintln!("warning: {w}");
+        }
+    }
+    if crate::git::Git::new(&snap.repo).text(&["remote", "get-url", &snap.loaded.config.remote]).is_err() {
+        eprintln!("warning: the remote {:?} does not exist; `drain` needs it to push (git remote add {} URL)", snap.loaded.config.remote, snap.loaded.config.remote);
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&plan.to_json()).expect("JSON"));
     } else {
