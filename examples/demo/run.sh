@@ -24,8 +24,8 @@ need_pg() {
 }
 need_pg
 
-echo "== building nightshift"
-cargo build --quiet --manifest-path "$root/Cargo.toml" --bin nightshift
+echo "== building nightshift (the first build takes several minutes)"
+cargo build --manifest-path "$root/Cargo.toml" --bin nightshift
 ns="$root/target/debug/nightshift"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/nightshift-demo.XXXXXX")
@@ -74,4 +74,6 @@ echo "== nightshift report --show-body"
 echo
 echo "== branches pushed to the local remote:"
 git --git-dir="$work/remote.git" branch --list 'nightshift/*'
-echo "== the demo workspace stays in $work (remove it when done)"
+echo "== the demo project is $work/calc: run \`$ns report\` or \`$ns status\` there"
+echo "== the embedded database keeps running for the next run: \`$ns db stop\` stops it"
+echo "== remove $work when done"

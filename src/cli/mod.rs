@@ -46,7 +46,7 @@ pub enum Command {
     Init,
     /// Snapshot the backlog, seal one contract per open item, print the cards and the plan SHA.
     Plan {
-        /// Print JSON (SPEC §2 shape).
+        /// Print JSON (shape in the README, "JSON output").
         #[arg(long)]
         json: bool,
     },
@@ -69,7 +69,7 @@ pub enum Command {
         /// Run id.
         #[arg(long)]
         run: Option<String>,
-        /// Print JSON (SPEC §2 shape).
+        /// Print JSON (shape in the README, "JSON output").
         #[arg(long)]
         json: bool,
         /// Print the PR bodies (and the PRs that would have been opened).
@@ -121,7 +121,7 @@ pub enum LimitCommand {
         /// Zone of local times in the text (default: $TZ, system).
         #[arg(long)]
         tz: Option<String>,
-        /// Print JSON (SPEC §2 shape).
+        /// Print JSON (shape in the README, "JSON output").
         #[arg(long)]
         json: bool,
     },
