@@ -461,7 +461,7 @@ mod human_duration {
 }
 
 /// The commented config `nightshift init` writes (SPEC §11).
-pub const TEMPLATE: &str = r#"# nightshift configuration (SPEC §11). Every key is optional; the values
+pub const TEMPLATE: &str = r#"# nightshift configuration (README: Configuration). Every key is optional; the values
 # shown are the defaults unless marked "example".
 
 backlog = "NEXT.md"            # the markdown checkbox backlog
