@@ -93,7 +93,7 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
     let gh_repo_env = std::env::var("GH_REPO").ok();
     let (forge, forge_missing) = match (&token, forge::resolve_repo(gh_repo_env.as_deref(), config.github_repo.as_deref(), remote_url.as_deref())) {
         (Some((t, _)), Ok(r)) => match forge::Forge::new(&forge::api_base(), t.clone(), r, Some(deadline)) {
-            Ok(f) => (Some(f), None),
+            Ok(f) => (Some(f.with_retry_policy(forge::RetryPolicy::from_env())), None),
             Err(e) => (None, Some(format!("GitHub client: {e}"))),
         },
         (None, _) => (None, Some("no GitHub token (GITHUB_TOKEN, GH_TOKEN or `gh auth token`)".to_string())),
