@@ -366,11 +366,12 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
     let gate_spec = |timeout: Duration, dir: PathBuf| GateSpec { cwd: slot.path.clone(), env: night.gate_env.clone(), timeout, log_dir: dir, secrets: night.secrets.clone(), run_as: night.run_as.clone() };
 
     // Setup commands, in the fresh checkout.
+    let mut setup_runs: Vec<GateRun> = Vec::new();
     if !c.setup.is_empty() {
         rec::set_phase(pool, run_id, "setup", Some(key), None).await.map_err(db)?;
         let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout(), item_dir.to_path_buf()), &night.cancel).await;
         match runs {
-            Ok(runs) if runs.iter().all(GateRun::passed) => {}
+            Ok(runs) if runs.iter().all(GateRun::passed) => setup_runs = runs,
             Ok(runs) => {
                 if night.cancel.is_cancelled() {
                     return Ok(fail("interrupted", "stopped by a signal during setup".into(), 0, &totals));
@@ -553,6 +554,7 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
             run_id,
             branch: branch.to_string(),
             base_commit: base_commit.clone(),
+            setup: setup_runs.clone(),
             changed: proof.changed.clone(),
             rounds: rounds_done.clone(),
             verdict: verdict.clone(),

@@ -8,6 +8,7 @@ mod common;
 
 use common::github::{Fault, FakeGitHub};
 use common::{Fixture, assert_ok, git, text};
+use nightshift::{backlog, config, contract, gate::GateRun, report};
 
 /// A writer that adds the word named in the item title to calc.txt.
 const WRITER: &str = r#"#!/bin/sh
@@ -109,4 +110,112 @@ async fn a_pr_that_keeps_failing_is_recorded_and_opened_on_the_next_run() {
     assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), writer_calls, "the item was not redone");
     assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "open");
     gh.assert_never_merged_approved_or_closed().await;
+}
+
+/// Replaces what changes from one run to the next (ids, hashes, times,
+/// durations, temp paths, the fake server's port) so a snapshot pins the
+/// layout and the facts, not the clock.
+fn mask(s: &str, f: &Fixture) -> String {
+    let mut s = s.replace(&f.dir.path().display().to_string(), "[TMP]");
+    for (re, to) in [
+        (r"http://127\.0\.0\.1:\d+", "[GITHUB]"),
+        (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "[UUID]"),
+        (r"\b[0-9a-f]{64}\b", "[SHA256]"),
+        (r"\b[0-9a-f]{40}\b", "[COMMIT]"),
+        (r"\b[0-9a-f]{12}\b", "[SHORT]"),
+        (r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} [A-Z]+", "[TIME]"),
+        (r"\b\d+(\.\d+)?(ms|[hms])(\d+[ms])*\b", "[DUR]"),
+    ] {
+        s = regex::Regex::new(re).unwrap().replace_all(&s, to).into_owned();
+    }
+    s
+}
+
+/// A fixed night: one PR after a setup command, one item whose gate keeps
+/// failing, one blocked by a question. The PR body and the report are
+/// snapshots; the report carries the question and the totals.
+#[tokio::test(flavor = "multi_thread")]
+async fn pr_body_and_report_snapshots() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - accept: the test still passes\n  - scope: calc.txt\n- [ ] Add bogus\n  - rounds: 2\n- [ ] Add mul\n  - question: is mul worth it?\n");
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "setup = [\"echo setting up\"]\n");
+    std::fs::write(f.agents.join("writer.sh"), WRITER.replace("*div*)", "*bogus*) echo bogus >> calc.txt ;;\n  *div*)")).unwrap();
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 1);
+    let body = prs[0]["body"].as_str().unwrap();
+    insta::assert_snapshot!("pr_body", mask(body, &f));
+
+    let rep = f.run(&["report"]);
+    assert_ok(&rep, "report");
+    // Column widths follow the masked values: align on two spaces.
+    let table = regex::Regex::new(r" {2,}").unwrap().replace_all(&mask(&String::from_utf8_lossy(&rep.stdout), &f), "  ").into_owned();
+    insta::assert_snapshot!("report_text", table);
+    let md = f.run(&["report", "--markdown"]);
+    assert_ok(&md, "report --markdown");
+    insta::assert_snapshot!("report_markdown", mask(&String::from_utf8_lossy(&md.stdout), &f));
+
+    let json = f.report();
+    assert_eq!(json["totals"]["prs_opened"], 1, "{json:#}");
+    assert_eq!(json["totals"]["failed"], 1);
+    assert_eq!(json["totals"]["blocked"], 1);
+    assert_eq!(json["items"][2]["question"], "is mul worth it?");
+    for k in ["run_id", "status"] {
+        assert!(json[k].is_string(), "{k}");
+    }
+    for k in ["index", "title", "contract_sha", "outcome", "branch", "pr_number", "pr_url", "rounds"] {
+        assert!(json["items"][0].get(k).is_some(), "SPEC §2 field {k}");
+    }
+    let shown = f.run(&["report", "--show-body"]);
+    assert!(text(&shown).contains("──── item 1 · PR body"), "{}", text(&shown));
+}
+
+/// A gate that prints 1 MB: the PR body stays under GitHub's limit and says
+/// its output was cut to the tail (through the binary, and for a body whose
+/// every command printed 1 MB).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_megabyte_of_gate_output_fits_the_body_limit() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n");
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config(&format!("verify = [\"head -c 1048576 /dev/zero | tr '\\\\0' x; echo; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
+    assert!(body.chars().count() <= 65_536, "{} chars", body.chars().count());
+    assert!(body.contains("cut to its tail"), "{body}");
+    assert!(body.contains("ok\n```"), "the tail keeps the end of the output: {body}");
+
+    // Library level: every setup and gate command printed 1 MB.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "verify = [\"a\", \"b\", \"c\"]\n").unwrap();
+    let loaded = config::load(&cfg).unwrap();
+    let bl = backlog::parse(std::path::Path::new("NEXT.md"), "- [ ] Big\n  - accept: fits\n");
+    let plan = contract::build_plan(dir.path(), &bl, &loaded).unwrap();
+    let entry = &plan.entries[0];
+    let big = |c: &str| GateRun { command: c.into(), exit_code: Some(0), timed_out: false, duration_ms: 1200, output_tail: "y".repeat(1 << 20) };
+    let e = report::Evidence {
+        contract: entry.contract.clone(),
+        contract_sha: entry.contract_sha.clone(),
+        run_id: uuid::Uuid::nil(),
+        branch: "nightshift/big-00000000".into(),
+        base_commit: "0".repeat(40),
+        setup: vec![big("npm ci")],
+        changed: vec![],
+        rounds: vec![report::RoundSummary { n: 1, result: "approved".into(), note: String::new(), gate: vec![big("a"), big("b"), big("c")], verdict: None }],
+        verdict: nightshift::review::Verdict { verdict: nightshift::review::Decision::Approve, findings: vec![] },
+        duration: std::time::Duration::from_secs(3),
+        tokens: 0,
+        cost_usd: None,
+        findings: vec![],
+    };
+    let body = report::pr_body(&e);
+    assert!(body.chars().count() <= report::BODY_LIMIT, "{}", body.chars().count());
+    assert!(body.contains("cut to its tail") && body.contains("of 1048576 characters"), "{body}");
+    assert!(body.trim_end().ends_with(&nightshift::forge::item_marker(&entry.contract.key)));
 }

@@ -70,8 +70,11 @@ pub enum Command {
         #[arg(long)]
         run: Option<String>,
         /// Print JSON (SPEC §2 shape).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "markdown")]
         json: bool,
+        /// Print markdown, for pasting into an issue or a chat.
+        #[arg(long)]
+        markdown: bool,
         /// Print the PR bodies (and the PRs that would have been opened).
         #[arg(long)]
         show_body: bool,
@@ -197,7 +200,10 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
         Command::Approve { sha } => plan::approve(&cli, sha).await,
         Command::Drain(args) => drain::drain(&cli, args, None, startup).await,
         Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), startup).await,
-        Command::Report { run, json, show_body } => report::report(&cli, run.as_deref(), *json, *show_body).await,
+        Command::Report { run, json, markdown, show_body } => {
+            let format = if *json { report::ReportFormat::Json } else if *markdown { report::ReportFormat::Markdown } else { report::ReportFormat::Text };
+            report::report(&cli, run.as_deref(), format, *show_body).await
+        }
         Command::Status { json } => report::status(&cli, *json).await,
     }
 }
