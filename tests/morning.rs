@@ -219,3 +219,86 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
     assert!(body.contains("cut to its tail") && body.contains("of 1048576 characters"), "{body}");
     assert!(body.trim_end().ends_with(&nightshift::forge::item_marker(&entry.contract.key)));
 }
+
+const ADJACENT: &str = "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n- [ ] Add mul\n- [ ] Add div   \n- [x] Add add (done: #1)\n";
+
+/// Commits and pushes the backlog so it is on origin/main.
+fn publish_backlog(f: &Fixture) {
+    git(&f.repo, &["add", "NEXT.md"]);
+    git(&f.repo, &["commit", "-qm", "backlog"]);
+    git(&f.repo, &["push", "-q", "origin", "main"]);
+}
+
+/// Adjacent items whose PRs were merged: `sync` opens one PR with one commit
+/// that ticks exactly those lines; the next snapshot lists them as merged.
+#[tokio::test(flavor = "multi_thread")]
+async fn sync_ticks_merged_items_in_one_pr() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, ADJACENT);
+    publish_backlog(&f);
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    assert_eq!(gh.prs().len(), 3);
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "sync with nothing merged");
+    assert!(text(&out).contains("nothing to sync"), "{}", text(&out));
+    assert_eq!(gh.prs().len(), 3);
+
+    // A person merges the first two (adjacent lines).
+    gh.merge(1);
+    gh.merge(2);
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "sync");
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 4, "one sync PR: {prs:#?}");
+    let pr = &prs[3];
+    assert_eq!(pr["head"]["ref"], "nightshift/sync-backlog");
+    assert!(pr["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"));
+    let b = "nightshift/sync-backlog";
+    assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]), "1", "one commit");
+    assert_eq!(git(&f.remote, &["rev-parse", &format!("{b}^")]), git(&f.remote, &["rev-parse", "main"]), "from origin/main");
+    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", b]), "NEXT.md", "nothing else changed");
+    let ticked = git(&f.remote, &["show", &format!("{b}:NEXT.md")]);
+    let expected = ADJACENT.replace("- [ ] Add sub\n", "- [x] Add sub (done: #1)\n").replace("- [ ] Add mul\n", "- [x] Add mul (done: #2)\n");
+    assert_eq!(format!("{ticked}\n"), expected, "byte-exact ticks");
+    assert!(text(&out).contains("opened PR #4"), "{}", text(&out));
+
+    // Again: the open sync PR is updated, not duplicated.
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "second sync");
+    assert_eq!(gh.prs().len(), 4, "no duplicate sync PR");
+    gh.assert_never_merged_approved_or_closed().await;
+
+    // The next snapshot: plan shows them blocked, drain reports them.
+    let plan = f.run(&["plan", "--json"]);
+    assert_ok(&plan, "plan");
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let blocked: Vec<&str> = plan["items"].as_array().unwrap().iter().map(|i| i["blocked"].as_str().unwrap_or("")).collect();
+    assert_eq!(blocked, ["already merged: PR #1", "already merged: PR #2", "already open: PR #3"], "{plan:#}");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain after merges");
+    let outcomes: Vec<String> = f.report()["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap().to_string()).collect();
+    assert_eq!(outcomes, ["already_merged", "already_merged", "already_open"]);
+    assert_eq!(gh.prs().len(), 4);
+}
+
+/// `tick_in_pr = true`: the item PR itself ticks its box, and nothing else
+/// in the backlog.
+#[tokio::test(flavor = "multi_thread")]
+async fn tick_in_pr_ticks_the_box_in_the_item_pr() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, ADJACENT);
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "tick_in_pr = true\n");
+    publish_backlog(&f);
+    let sha = f.plan_sha();
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    let out = f.run(&["run", "2", "--approve", &sha, "--deadline", "23:59"]);
+    assert_ok(&out, "run 2");
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 1);
+    let b = prs[0]["head"]["ref"].as_str().unwrap().to_string();
+    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", &b]), "NEXT.md\ncalc.txt");
+    assert_eq!(format!("{}\n", git(&f.remote, &["show", &format!("{b}:NEXT.md")])), ADJACENT.replace("- [ ] Add mul\n", "- [x] Add mul\n"));
+}

@@ -3,11 +3,13 @@
 //! per subcommand. Errors become exit codes in `error.rs`, nowhere else.
 
 mod db;
+mod doctor;
 mod drain;
 mod init;
 mod limit;
 mod plan;
 mod report;
+mod sync;
 
 use std::path::{Path, PathBuf};
 
@@ -85,6 +87,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Open one PR that ticks the backlog boxes of items whose PRs were merged.
+    Sync,
+    /// Check git, remote, token, API, label, agents, database and data dir; one line each.
+    Doctor,
     /// Explain how a piece of agent output is read as a usage limit.
     Limit {
         #[command(subcommand)]
@@ -205,6 +211,8 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
             report::report(&cli, run.as_deref(), format, *show_body).await
         }
         Command::Status { json } => report::status(&cli, *json).await,
+        Command::Sync => sync::sync(&cli, &startup).await,
+        Command::Doctor => doctor::doctor(&cli, &startup).await,
     }
 }
 
