@@ -302,3 +302,91 @@ async fn tick_in_pr_ticks_the_box_in_the_item_pr() {
     assert_eq!(git(&f.remote, &["diff", "--name-only", "main", &b]), "NEXT.md\ncalc.txt");
     assert_eq!(format!("{}\n", git(&f.remote, &["show", &format!("{b}:NEXT.md")])), ADJACENT.replace("- [ ] Add mul\n", "- [x] Add mul\n"));
 }
+
+/// The names of the checks `doctor` printed as failed.
+fn failed_checks(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("FAIL ")).map(|l| l.chars().take(9).collect::<String>().trim().to_string()).collect()
+}
+
+/// `doctor` passes on a healthy set-up (asking claude only `--version`) and
+/// names each broken check in turn, with a fix hint and exit 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_names_each_failing_check() {
+    let gh = FakeGitHub::start().await;
+    gh.state.lock().unwrap().scopes = Some("repo, read:org".into());
+    let mut f = world(&gh, "- [ ] Add sub\n");
+    let args_log = f.agents.join("claude-args.txt");
+    let claude = f.agent("claude", &format!("#!/bin/sh\necho \"$@\" >> {}\nif [ \"$1\" = --version ]; then echo '2.1.328 (Claude Code)'; exit 0; fi\necho 'spent usage'\n", args_log.display()));
+    let reviewer = f.agents.join("reviewer.sh").display().to_string();
+    let cfg = |f: &Fixture, extra: &str, writer: &str| f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"));
+    cfg(&f, "", &claude);
+    let out = f.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let t = text(&out);
+    for name in ["git", "repo", "base", "token", "api", "label", "writer", "reviewer", "user", "database", "data dir"] {
+        assert!(t.lines().any(|l| l.starts_with(&format!("ok   {name} "))), "no ok line for {name}:\n{t}");
+    }
+    assert!(t.contains("2.1.328 (Claude Code)") && t.contains("scopes: repo, read:org"), "{t}");
+    assert_eq!(std::fs::read_to_string(&args_log).unwrap(), "--version\n", "doctor spent no usage");
+
+    let check = |f: &Fixture, expected: &[&str], what: &str| {
+        let out = f.run(&["doctor"]);
+        assert_eq!(out.status.code(), Some(1), "{what}: {}", text(&out));
+        assert_eq!(failed_checks(&out), expected, "{what}:\n{}", text(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("FAIL")).all(|l| l.contains(" — fix: ")), "{what}: every failure has a hint:\n{}", text(&out));
+    };
+    // git missing from PATH: git and the repository cannot be read.
+    let empty = f.dir.path().join("empty-bin");
+    std::fs::create_dir_all(&empty).unwrap();
+    f.extra_env.push(("PATH".into(), empty.display().to_string()));
+    check(&f, &["git", "repo"], "git missing");
+    f.extra_env.pop();
+    // No such remote.
+    cfg(&f, "remote = \"upstream\"", &claude);
+    check(&f, &["repo", "base"], "remote missing");
+    // No base branch there.
+    cfg(&f, "base = \"trunk\"", &claude);
+    check(&f, &["base"], "base missing");
+    cfg(&f, "", &claude);
+    // No token.
+    let token = f.token.take();
+    check(&f, &["token"], "no token");
+    f.token = token;
+    // A token without the repo scope.
+    gh.state.lock().unwrap().scopes = Some("read:org, gist".into());
+    check(&f, &["token"], "scopes");
+    gh.state.lock().unwrap().scopes = Some("repo".into());
+    // The API unreachable.
+    let api = f.github.replace("http://127.0.0.1:9".into());
+    check(&f, &["api"], "API unreachable");
+    f.github = api;
+    // The label missing and not creatable.
+    gh.state.lock().unwrap().read_only = true;
+    check(&f, &["label"], "label");
+    gh.state.lock().unwrap().labels.push("autopilot".into());
+    let out = f.run(&["doctor"]);
+    assert_ok(&out, "label present though read-only");
+    gh.state.lock().unwrap().read_only = false;
+    // The writer not on PATH.
+    cfg(&f, "", "no-such-claude-cli");
+    check(&f, &["writer"], "writer missing");
+    // Root with an agent_user that does not exist.
+    if nix::unistd::geteuid().is_root() {
+        cfg(&f, "agent_user = \"nightshift-no-such-user\"", &claude);
+        check(&f, &["user"], "agent_user missing");
+        cfg(&f, "", &claude);
+    }
+    cfg(&f, "", &claude);
+    // The database unreachable.
+    f.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), "postgres://postgres@127.0.0.1:9/none".into()));
+    check(&f, &["database"], "database");
+    f.extra_env.pop();
+    // The data dir not writable (a file where the directory should be).
+    let file = f.dir.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    f.extra_env.push(("NIGHTSHIFT_DATA_DIR".into(), file.display().to_string()));
+    check(&f, &["data dir"], "data dir");
+    f.extra_env.pop();
+    gh.assert_never_merged_approved_or_closed().await;
+    assert!(!gh.requests().await.iter().any(|(m, _, _)| m == "POST"), "doctor changed nothing on GitHub");
+}

@@ -270,6 +270,25 @@ fn root_check(config: &Config) -> Check {
 async fn database_and_data_checks(out: &mut Vec<Check>) {
     let src = crate::ledger::db_source_from_env();
     let what = src.describe();
+    // One plain connection first: the pool would retry a refused connection
+    // until its timeout, where one attempt already says enough.
+    if let crate::ledger::DbSource::Url { url, .. } = &src {
+        use sqlx::Connection as _;
+        let once = tokio::time::timeout(NETWORK_TIMEOUT, sqlx::postgres::PgConnection::connect(url.expose())).await;
+        let err = match once {
+            Ok(Ok(c)) => {
+                let _ = c.close().await;
+                None
+            }
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("no answer within {} s", NETWORK_TIMEOUT.as_secs())),
+        };
+        if let Some(e) = err {
+            out.push(Check::fail("database", format!("{what}: {}", crate::secret::Redactor::new([url.expose()]).redact(&e)), "start PostgreSQL or fix NIGHTSHIFT_DATABASE_URL / DATABASE_URL (unset both to use the embedded cluster: `nightshift db start`)"));
+            data_dir_check(out);
+            return;
+        }
+    }
     match crate::ledger::Ledger::connect_with_timeout(&src, NETWORK_TIMEOUT).await {
         Ok(lg) => {
             let applied: std::result::Result<i64, _> = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success").fetch_one(&lg.pool).await;
@@ -282,6 +301,11 @@ async fn database_and_data_checks(out: &mut Vec<Check>) {
         }
         Err(e) => out.push(Check::fail("database", format!("{e}"), "start PostgreSQL or fix NIGHTSHIFT_DATABASE_URL / DATABASE_URL (unset both to use the embedded cluster: `nightshift db start`)")),
     }
+    data_dir_check(out);
+}
+
+/// The data directory (slots, logs) must be writable.
+fn data_dir_check(out: &mut Vec<Check>) {
     let dir = crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root());
     let probe = dir.join(format!(".doctor-{}", std::process::id()));
     let written = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&probe, b"ok"));

@@ -25,6 +25,8 @@ pub struct State {
     /// The `x-oauth-scopes` header of `GET /repos/owner/repo` (None: not sent,
     /// as for fine-grained tokens).
     pub scopes: Option<String>,
+    /// The token may read but not push (`permissions.push: false`).
+    pub read_only: bool,
 }
 
 /// A scripted failure: the first request matching `method` and `path`
@@ -126,7 +128,7 @@ impl Responder {
         };
         match (method.as_str(), rest) {
             ("GET", "") => {
-                let mut t = ResponseTemplate::new(200).set_body_json(json!({"full_name": "owner/repo", "default_branch": "main", "permissions": {"push": true, "admin": false}}));
+                let mut t = ResponseTemplate::new(200).set_body_json(json!({"full_name": "owner/repo", "default_branch": "main", "permissions": {"push": !st.read_only, "admin": false}}));
                 if let Some(s) = &st.scopes {
                     t = t.insert_header("x-oauth-scopes", s.as_str());
                 }
