@@ -390,3 +390,40 @@ async fn doctor_names_each_failing_check() {
     gh.assert_never_merged_approved_or_closed().await;
     assert!(!gh.requests().await.iter().any(|(m, _, _)| m == "POST"), "doctor changed nothing on GitHub");
 }
+
+/// `init` writes a commented config and NEXT.md from the example; the
+/// example shows every kind of detail line and plans without a problem; a
+/// second `init` keeps what is there.
+#[test]
+fn init_writes_a_backlog_that_plans_cleanly() {
+    let f = Fixture::new();
+    let out = f.run(&["init"]);
+    assert_ok(&out, "init");
+    let example = include_str!("../NEXT.example.md");
+    assert_eq!(std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(), example);
+    let cfg = std::fs::read_to_string(f.repo.join(".nightshift/config.toml")).unwrap();
+    assert!(cfg.lines().filter(|l| l.contains('#')).count() >= 15, "commented config:\n{cfg}");
+    assert_eq!(std::fs::read_to_string(f.repo.join(".nightshift/.gitignore")).unwrap(), "*\n");
+
+    let bl = backlog::parse(std::path::Path::new("NEXT.md"), example);
+    assert!(bl.problems.is_empty(), "{:?}", bl.problems);
+    use backlog::DetailKind as K;
+    let kinds: Vec<K> = bl.items.iter().flat_map(|i| i.details.lines.iter().map(|l| l.kind)).collect();
+    for k in [K::Accept, K::Verify, K::Scope, K::Question, K::Rounds, K::Timeout, K::Note] {
+        assert!(kinds.contains(&k), "NEXT.example.md shows no {k:?} line");
+    }
+    assert!(bl.items.iter().any(|i| !i.context.is_empty()), "context block quotes");
+    assert!(bl.items.iter().any(|i| i.done), "a done item");
+
+    let plan = f.run(&["plan", "--json"]);
+    assert_ok(&plan, "plan over the example");
+    let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), bl.items.iter().filter(|i| !i.done).count());
+    assert!(items.iter().any(|i| i["blocked"].is_string()), "the question blocks its item: {v:#}");
+    assert!(items.iter().any(|i| i["blocked"].is_null()));
+
+    f.write("NEXT.md", "- [ ] mine\n");
+    assert_ok(&f.run(&["init"]), "second init");
+    assert_eq!(std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(), "- [ ] mine\n");
+}
