@@ -427,3 +427,38 @@ fn init_writes_a_backlog_that_plans_cleanly() {
     assert_ok(&f.run(&["init"]), "second init");
     assert_eq!(std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(), "- [ ] mine\n");
 }
+
+/// Without a terminal, progress is one plain line per change on stderr; the
+/// run's tracing events are JSON lines in one file per run; `-q` is quiet.
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_lines_and_a_json_log_per_run() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n- [ ] Add mul\n");
+    let w = f.agent("slow-writer.sh", &format!("#!/bin/sh\nsleep 1\nexec {}\n", f.agents.join("writer.sh").display()));
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.lines().any(|l| l.starts_with("[1/2] Add sub · round 1 · writer · ")), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("[2/2] Add mul · round 1 · writer · ")), "{err}");
+    assert!(!err.contains('\u{1b}'), "no terminal escapes without a terminal: {err:?}");
+
+    let logs: Vec<_> = std::fs::read_dir(f.data.join("logs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "jsonl")).collect();
+    assert_eq!(logs.len(), 1, "one log file per run: {logs:?}");
+    let run_id = f.report()["run_id"].as_str().unwrap().to_string();
+    let log = std::fs::read_to_string(&logs[0]).unwrap();
+    let lines: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"))).collect();
+    assert!(lines.iter().any(|v| v["fields"]["message"] == "progress" && v["fields"]["run"] == run_id.as_str()), "{log}");
+    assert!(lines.iter().any(|v| v["fields"]["message"] == "run finished"), "{log}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("log: {}", logs[0].display())));
+
+    // -q: no progress, no report, another log file.
+    f.write("NEXT.md", "- [ ] Add div\n");
+    let sha = f.plan_sha();
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    let out = f.run(&["-q", "drain", "--deadline", "23:59"]);
+    assert_ok(&out, "drain -q");
+    assert!(out.stdout.is_empty() && !String::from_utf8_lossy(&out.stderr).contains("[1/1]"), "{}", text(&out));
+    assert_eq!(std::fs::read_dir(f.data.join("logs")).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jsonl")).count(), 2);
+}

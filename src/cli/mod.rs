@@ -8,6 +8,7 @@ mod drain;
 mod init;
 mod limit;
 mod plan;
+mod progress;
 mod report;
 mod sync;
 
@@ -164,7 +165,21 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
             return std::process::ExitCode::from(code);
         }
     };
-    init_tracing(cli.verbose, cli.quiet);
+    // A run keeps its tracing events as JSON lines, one file per run.
+    let run_log = match cli.command {
+        Command::Drain(_) | Command::Run { .. } => match progress::open_run_log(&progress::log_dir()) {
+            Ok((path, file)) => {
+                let _ = progress::RUN_LOG.set(path);
+                Some(file)
+            }
+            Err(e) => {
+                eprintln!("warning: cannot open a log file in {}: {e}; logging to stderr only", progress::log_dir().display());
+                None
+            }
+        },
+        _ => None,
+    };
+    progress::init_tracing(cli.verbose, cli.quiet, run_log);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -181,20 +196,6 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
             std::process::ExitCode::from(e.code as u8)
         }
     }
-}
-
-fn init_tracing(verbose: u8, quiet: bool) {
-    let level = if quiet {
-        "error"
-    } else {
-        match verbose {
-            0 => "warn",
-            1 => "info",
-            _ => "debug",
-        }
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NIGHTSHIFT_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("nightshift={level}")));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
 }
 
 async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
