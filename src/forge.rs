@@ -247,6 +247,47 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Environment variable that shortens every GitHub retry wait nightshift
+/// chooses itself (backoff steps, the unnamed secondary-limit wait) to this
+/// many milliseconds. For tests of the fault handling; waits GitHub names
+/// (`retry-after`, `x-ratelimit-reset`) are still honoured.
+pub const BACKOFF_ENV: &str = "NIGHTSHIFT_GITHUB_BACKOFF_MS";
+
+impl RetryPolicy {
+    /// The default policy, with the waits it chooses itself shortened to the
+    /// milliseconds in `backoff_ms` ([`BACKOFF_ENV`]) when that is a number.
+    pub fn from_backoff_ms(backoff_ms: Option<&str>) -> RetryPolicy {
+        let default = RetryPolicy::default();
+        match backoff_ms.and_then(|v| v.trim().parse::<u64>().ok()) {
+            Some(ms) => RetryPolicy {
+                backoff_base: Duration::from_millis(ms),
+                backoff_max: Duration::from_millis(ms.saturating_mul(8)),
+                secondary_wait: Duration::from_millis(ms),
+                ..default
+            },
+            None => default,
+        }
+    }
+
+    /// [`RetryPolicy::from_backoff_ms`] of the process environment.
+    pub fn from_env() -> RetryPolicy {
+        RetryPolicy::from_backoff_ms(std::env::var(BACKOFF_ENV).ok().as_deref())
+    }
+}
+
+/// What `doctor` learns from one look at the repository (SPEC §2 `doctor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoProbe {
+    /// The classic token's scopes as GitHub lists them in `x-oauth-scopes`
+    /// (comma-separated); `None` for fine-grained tokens and apps, which
+    /// send no such header.
+    pub scopes: Option<String>,
+    /// Whether the token may push (`permissions.push`), when GitHub says.
+    pub can_push: Option<bool>,
+    /// The repository's default branch.
+    pub default_branch: Option<String>,
+}
+
 /// The only HTTP methods this module can send. Merging (`PUT .../merge`) and
 /// closing (`PATCH` with `state: closed`) are unrepresentable here; approving
 /// (`POST .../reviews`) is never built (SPEC §8).
@@ -378,6 +419,47 @@ impl Forge {
             return Ok(());
         }
         Err(api)
+    }
+
+    /// Reads `/repos/{owner}/{name}` once (with the usual retries): the
+    /// token's scopes, push permission and the default branch.
+    ///
+    /// # Errors
+    /// [`ForgeError::Api`] when GitHub refuses (401 bad token, 404 no such
+    /// repository or no access); [`ForgeError::Exhausted`] when unreachable.
+    pub async fn probe_repo(&self) -> Result<RepoProbe, ForgeError> {
+        let path = self.repo_path("");
+        let reply = self.get_ok(&path).await?;
+        let v: Value = decode(Verb::Get, &path, &reply)?;
+        Ok(RepoProbe {
+            scopes: header(&reply.headers, "x-oauth-scopes").map(|s| s.trim().to_string()),
+            can_push: v["permissions"]["push"].as_bool(),
+            default_branch: v["default_branch"].as_str().map(str::to_string),
+        })
+    }
+
+    /// Whether label `name` exists (`GET .../labels/{name}`: 200 yes, 404 no).
+    ///
+    /// # Errors
+    /// Any other refusal as [`ForgeError::Api`]; persistent transient
+    /// failures as [`ForgeError::Exhausted`].
+    pub async fn label_exists(&self, name: &str) -> Result<bool, ForgeError> {
+        let path = self.repo_path(&format!("/labels/{}", encode_path_segment(name)));
+        let reply = self.call(Verb::Get, &path, None).await?;
+        match reply.status {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            _ => Err(api_error(Verb::Get, &path, &reply)),
+        }
+    }
+
+    /// The item's PR by head branch and marker, like [`Forge::find_pr`];
+    /// named for `sync`, which asks only whether it was merged.
+    ///
+    /// # Errors
+    /// Any [`ForgeError`] from the look-up calls.
+    pub async fn merged_pr(&self, branch: &str, item_key: &str, label: &str) -> Result<Option<PrInfo>, ForgeError> {
+        Ok(self.find_pr(branch, item_key, label).await?.filter(|p| p.state == PrState::Merged))
     }
 
     /// Finds the PR of an item: first by head branch (`owner:branch`, all

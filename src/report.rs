@@ -50,6 +50,8 @@ pub struct Evidence {
     pub branch: String,
     /// Base commit.
     pub base_commit: String,
+    /// Setup commands run in the fresh checkout (SPEC §5.1), in order.
+    pub setup: Vec<GateRun>,
     /// Files changed according to git.
     pub changed: Vec<crate::proof::FileChange>,
     /// Every round.
@@ -67,7 +69,8 @@ pub struct Evidence {
 }
 
 /// Renders the PR body: the morning-review card (SPEC §8). At most
-/// [`BODY_LIMIT`] characters; gate output tails are shortened first.
+/// [`BODY_LIMIT`] characters: command output tails are shortened first (each
+/// cut one says so and how much was left out), then the contract text.
 pub fn pr_body(e: &Evidence) -> String {
     for tail in [4000usize, 1500, 400, 0] {
         let body = render_body(e, tail);
@@ -75,12 +78,34 @@ pub fn pr_body(e: &Evidence) -> String {
             return body;
         }
     }
-    // Even without gate output the body is too long (a huge contract): cut
-    // the contract text, keeping the marker at the end.
+    // Even without output tails the body is too long (a huge contract): cut
+    // it, keeping the marker at the end.
     let body = render_body(e, 0);
     let marker = forge::item_marker(&e.contract.key);
     let keep: String = body.chars().take(BODY_LIMIT - marker.chars().count() - 200).collect();
     format!("{keep}\n\n_[nightshift: body cut to fit GitHub's 65,536-character limit]_\n\n{marker}\n")
+}
+
+/// One command with exit code, duration and the tail of its output.
+fn command_lines(s: &mut String, g: &GateRun, tail_chars: usize) {
+    let code = match (g.exit_code, g.timed_out) {
+        (_, true) => "killed at the timeout".to_string(),
+        (Some(c), _) => format!("exit {c}"),
+        (None, _) => "killed by a signal".to_string(),
+    };
+    let mark = if g.passed() { "✅" } else { "❌" };
+    let _ = writeln!(s, "- {mark} `{}` → {code} in {:.1}s", g.command.replace('`', "ʼ"), g.duration_ms as f64 / 1000.0);
+    if g.output_tail.trim().is_empty() {
+        return;
+    }
+    if tail_chars == 0 {
+        let _ = writeln!(s, "  _(output left out to fit GitHub's body limit; it is in the run's logs)_");
+        return;
+    }
+    let total = g.output_tail.chars().count();
+    let (t, cut) = tail_chars_of(&g.output_tail, tail_chars);
+    let label = if cut { format!("output: last {tail_chars} of {total} characters kept (cut to its tail)") } else { "output".to_string() };
+    let _ = writeln!(s, "\n<details><summary>{label}</summary>\n\n```\n{}\n```\n</details>\n", t.trim_end().replace("```", "ʼʼʼ"));
 }
 
 fn render_body(e: &Evidence, tail_chars: usize) -> String {
@@ -90,7 +115,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s, "Opened by **nightshift** (run `{}`). Nothing was merged; a person decides.\n", e.run_id);
     let _ = writeln!(s, "| | |\n|---|---|");
     let _ = writeln!(s, "| contract | `{}` |", e.contract_sha);
-    let _ = writeln!(s, "| branch | `{}` from `{}` |", e.branch, short(&e.base_commit));
+    let _ = writeln!(s, "| branch | `{}` from `{}` (`{}`) |", e.branch, c.base, short(&e.base_commit));
     let _ = writeln!(s, "| rounds | {} of {} |", e.rounds.len(), c.limits.rounds.value);
     let _ = writeln!(s, "| time | {} |", crate::config::format_duration(Duration::from_secs(e.duration.as_secs().max(1))));
     let cost = e.cost_usd.map(|c| format!("${c:.4}")).unwrap_or_else(|| "not reported by the agent".into());
@@ -106,14 +131,18 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     let _ = writeln!(s);
 
+    if !e.setup.is_empty() {
+        let _ = writeln!(s, "### Setup (run by nightshift in the fresh checkout)");
+        for g in &e.setup {
+            command_lines(&mut s, g, tail_chars);
+        }
+        let _ = writeln!(s);
+    }
+
     let _ = writeln!(s, "### Gate (run by nightshift, not by the agent)");
     if let Some(last) = e.rounds.last() {
         for g in &last.gate {
-            let _ = writeln!(s, "- `{}` → exit {} in {:.1}s", g.command, g.exit_code.map(|c| c.to_string()).unwrap_or("none".into()), g.duration_ms as f64 / 1000.0);
-            if tail_chars > 0 && !g.output_tail.trim().is_empty() {
-                let (t, cut) = tail_chars_of(&g.output_tail, tail_chars);
-                let _ = writeln!(s, "\n<details><summary>output tail{}</summary>\n\n```\n{}\n```\n</details>\n", if cut { " (cut to the last lines)" } else { "" }, t.trim_end().replace("```", "ʼʼʼ"));
-            }
+            command_lines(&mut s, g, tail_chars);
         }
         if last.gate.is_empty() {
             let _ = writeln!(s, "_No gate command is configured for this item._");
@@ -130,16 +159,21 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     let _ = writeln!(s);
 
-    let _ = writeln!(s, "### Files changed (from git)");
+    let _ = writeln!(s, "### Files changed (from git, not from the agent)");
+    let (add, del) = e.changed.iter().fold((0, 0), |(a, d), f| (a + f.added, d + f.removed));
     for f in &e.changed {
-        let _ = writeln!(s, "- `{}` {} +{} −{}", f.path, f.status.letter(), f.added, f.removed);
+        let what = if f.binary { "binary".to_string() } else { format!("+{} −{}", f.added, f.removed) };
+        let renamed = f.old_path.as_ref().map(|o| format!(" (from `{o}`)")).unwrap_or_default();
+        let _ = writeln!(s, "- `{}`{renamed} {} {what}", f.path, f.status.letter());
     }
-    let _ = writeln!(s);
+    let _ = writeln!(s, "\n{} file(s), +{add} −{del}\n", e.changed.len());
 
     let _ = writeln!(s, "### Rounds");
     for r in &e.rounds {
+        let gate: Vec<String> = r.gate.iter().map(|g| format!("`{}` {}", g.command.replace('`', "ʼ"), g.exit_code.map(|c| format!("exit {c}")).unwrap_or("killed".into()))).collect();
+        let gate = if gate.is_empty() { String::new() } else { format!(" (gate: {})", gate.join(", ")) };
         let note = if r.note.is_empty() { String::new() } else { format!(" — {}", one_line(&r.note, 200)) };
-        let _ = writeln!(s, "{}. {}{note}", r.n, r.result);
+        let _ = writeln!(s, "{}. {}{gate}{note}", r.n, r.result);
     }
     let _ = writeln!(s);
 
@@ -154,8 +188,14 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s, "### Still for a person to judge");
     let _ = writeln!(s, "- Does the change do what the item means, not only what the conditions say?");
     let _ = writeln!(s, "- Is anything outside the diff affected (docs, migrations, other callers)?");
+    if c.accept.is_empty() {
+        let _ = writeln!(s, "- No acceptance condition was written: only the gate and the reviewer judged it.");
+    }
     if c.verify.is_empty() {
         let _ = writeln!(s, "- No gate ran: the change is untested by nightshift.");
+    }
+    if e.rounds.len() > 1 {
+        let _ = writeln!(s, "- It took {} rounds: read the earlier failures above.", e.rounds.len());
     }
     if e.cost_usd.is_none() {
         let _ = writeln!(s, "- The agent reported no cost: the cost cap was not enforced.");
@@ -185,9 +225,56 @@ fn tail_chars_of(s: &str, max: usize) -> (String, bool) {
     (s.chars().skip(n - max).collect(), true)
 }
 
-/// `report --json` (SPEC §2).
+/// The night in numbers: what `report` prints under the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NightTotals {
+    /// Items whose PR was opened (or, without GitHub, would have been).
+    pub opened: usize,
+    /// Items that already had an open or merged PR.
+    pub already: usize,
+    /// Items that ended in a failure outcome (SPEC §5.7).
+    pub failed: usize,
+    /// Items blocked by a question or by `max_attempts`.
+    pub blocked: usize,
+    /// Items not run: `not_approved` or `deadline`.
+    pub not_run: usize,
+    /// Tokens the agents reported.
+    pub tokens: i64,
+    /// Cost in USD, when any agent reported one.
+    pub cost_usd: Option<f64>,
+    /// Seconds slept at usage limits.
+    pub slept_secs: i64,
+    /// Seconds between the run's end (or `now`, while it runs) and its
+    /// deadline; negative when it ended after it.
+    pub left_secs: Option<i64>,
+}
+
+/// Sums a run's items (SPEC §2 `report`). `now` stands in for the end of a
+/// run still going.
+pub fn totals(run: &RunRow, items: &[ItemRow], slept_secs: i64, now: chrono::DateTime<chrono::Utc>) -> NightTotals {
+    let count = |os: &[&str]| items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| os.contains(&o))).count();
+    let costs: Vec<f64> = items.iter().filter_map(|i| i.cost_usd).collect();
+    NightTotals {
+        opened: count(&["pr_opened"]),
+        already: count(&["already_open", "already_merged"]),
+        failed: items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))).count(),
+        blocked: count(&["blocked"]),
+        not_run: count(&["not_approved", "deadline"]),
+        tokens: items.iter().map(|i| i.tokens).sum(),
+        cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
+        slept_secs: slept_secs.max(0),
+        left_secs: run.deadline.map(|d| (d - run.ended_at.unwrap_or(now)).num_seconds()),
+    }
+}
+
+/// `report --json` (SPEC §2 shape; more fields than the SPEC names, none fewer).
 pub fn to_json(run: &RunRow, items: &[ItemRow]) -> Value {
-    json!({
+    to_json_with(run, items, None)
+}
+
+/// [`to_json`] plus the night's totals when given.
+pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals>) -> Value {
+    let mut v = json!({
         "run_id": run.id.to_string(),
         "status": run.status,
         "kind": run.kind,
@@ -212,52 +299,136 @@ pub fn to_json(run: &RunRow, items: &[ItemRow]) -> Value {
             "seconds": i.ended_at.map(|e| (e - i.started_at).num_seconds()),
             "pr_body": i.pr_body,
         })).collect::<Vec<_>>(),
-    })
+    });
+    if let Some(t) = totals {
+        v["totals"] = json!({
+            "prs_opened": t.opened,
+            "already_open_or_merged": t.already,
+            "failed": t.failed,
+            "blocked": t.blocked,
+            "not_run": t.not_run,
+            "tokens": t.tokens,
+            "cost_usd": t.cost_usd,
+            "slept_seconds": t.slept_secs,
+            "seconds_left_before_deadline": t.left_secs,
+        });
+    }
+    v
 }
 
-/// The human report: one line per item, then the PRs that would have been
-/// opened (no GitHub access) with their bodies when `show_bodies`.
+/// One table row, as text cells.
+struct Row {
+    index: String,
+    title: String,
+    outcome: String,
+    pr: String,
+    rounds: String,
+    time: String,
+    usage: String,
+    reason: String,
+}
+
+fn rows(items: &[ItemRow]) -> Vec<Row> {
+    items
+        .iter()
+        .map(|i| Row {
+            index: i.item_index.to_string(),
+            title: i.title.clone(),
+            outcome: i.outcome.clone().unwrap_or_else(|| "running".into()),
+            pr: match (i.pr_number, &i.branch) {
+                (Some(n), _) => format!("#{n}"),
+                (None, Some(_)) if i.pr_body.is_some() => "not opened".into(),
+                _ => "-".into(),
+            },
+            rounds: i.rounds.to_string(),
+            time: i.ended_at.map(|e| seconds((e - i.started_at).num_milliseconds())).unwrap_or_else(|| "…".into()),
+            usage: format!("{} / {}", i.tokens, i.cost_usd.map(|c| format!("${c:.2}")).unwrap_or_else(|| "-".into())),
+            reason: match (&i.question, &i.reason) {
+                (Some(q), _) => format!("question: {q}"),
+                (None, Some(r)) => r.clone(),
+                _ => String::new(),
+            },
+        })
+        .collect()
+}
+
+fn totals_line(t: &NightTotals) -> String {
+    let cost = t.cost_usd.map(|c| format!("${c:.2}")).unwrap_or_else(|| "cost not reported".into());
+    let left = match t.left_secs {
+        Some(s) if s >= 0 => format!("{} left before the deadline", seconds(s * 1000)),
+        Some(s) => format!("ended {} after the deadline", seconds(-s * 1000)),
+        None => "no deadline".into(),
+    };
+    format!(
+        "{} PR(s) opened · {} already open or merged · {} failed · {} blocked · {} not run · slept {} at usage limits · {left} · {} tokens · {cost} for the night",
+        t.opened,
+        t.already,
+        t.failed,
+        t.blocked,
+        t.not_run,
+        seconds(t.slept_secs * 1000),
+        t.tokens,
+    )
+}
+
+/// The human report (SPEC §2 `report`): a header, one table row per item
+/// (item, outcome, PR, rounds, time, tokens/cost, reason), the totals, then
+/// the PR bodies when `show_bodies` (and, without GitHub access, the PRs
+/// that would have been opened).
 pub fn to_text(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bool) -> String {
+    to_text_at(run, items, slept_secs, show_bodies, chrono::Utc::now())
+}
+
+/// [`to_text`] with the current instant given (for a run still going).
+pub fn to_text_at(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bool, now: chrono::DateTime<chrono::Utc>) -> String {
     let mut s = String::new();
     let tz: chrono_tz::Tz = run.timezone.as_deref().and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
     let _ = writeln!(s, "run {} · {} · {} · started {}", run.id, run.kind, run.status, run.started_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"));
     let _ = writeln!(s, "plan {}", run.plan_sha);
     let _ = writeln!(s);
-    let w = items.iter().map(|i| i.title.chars().count().min(48)).max().unwrap_or(5).max(5);
-    let _ = writeln!(s, "  #  {:<w$}  {:<15} {:>6} {:>7}  {}", "item", "outcome", "rounds", "time", "PR / reason");
-    for i in items {
-        let title: String = i.title.chars().take(48).collect();
-        let pad = w.saturating_sub(title.chars().count());
-        let time = i.ended_at.map(|e| seconds((e - i.started_at).num_milliseconds())).unwrap_or_else(|| "…".into());
-        let pr = match (&i.pr_url, &i.branch) {
-            (Some(u), _) => u.clone(),
-            (None, Some(b)) if i.pr_body.is_some() => format!("branch {b} pushed; PR not opened"),
-            _ => String::new(),
-        };
-        let why = match (&i.question, &i.reason) {
-            (Some(q), _) => format!("question: {q}"),
-            (None, Some(r)) => r.clone(),
-            _ => String::new(),
-        };
-        let tail = [pr, why].into_iter().filter(|x| !x.is_empty()).collect::<Vec<_>>().join(" · ");
-        let _ = writeln!(s, "{:>3}  {}{}  {:<15} {:>6} {:>7}  {}", i.item_index, title, " ".repeat(pad), i.outcome.as_deref().unwrap_or("running"), i.rounds, time, tail);
-    }
-    let count = |o: &str| items.iter().filter(|i| i.outcome.as_deref() == Some(o)).count();
-    let failed = items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))).count();
-    let costs: Vec<f64> = items.iter().filter_map(|i| i.cost_usd).collect();
-    let cost = if costs.is_empty() { "cost not reported".to_string() } else { format!("${:.2}", costs.iter().fold(0.0, |a, b| a + b)) };
-    let tokens: i64 = items.iter().map(|i| i.tokens).sum();
-    let _ = writeln!(s);
-    let _ = writeln!(
-        s,
-        "{} PR(s) opened · {} already open · {} failed · {} blocked · {} tokens · {cost} · slept {} at usage limits",
-        count("pr_opened"),
-        count("already_open"),
-        failed,
-        count("blocked"),
-        tokens,
-        seconds(slept_secs.max(0) * 1000),
+    let rows = rows(items);
+    let cut = |t: &str, n: usize| if t.chars().count() > n { format!("{}…", t.chars().take(n - 1).collect::<String>()) } else { t.to_string() };
+    let head = Row { index: "#".into(), title: "item".into(), outcome: "outcome".into(), pr: "PR".into(), rounds: "rounds".into(), time: "time".into(), usage: "tokens / cost".into(), reason: "reason".into() };
+    let all: Vec<&Row> = std::iter::once(&head).chain(rows.iter()).collect();
+    let w = |f: &dyn Fn(&Row) -> usize| all.iter().map(|r| f(r)).max().unwrap_or(0);
+    let (wi, wt, wo, wp, wr, wm, wu) = (
+        w(&|r| r.index.chars().count()),
+        w(&|r| cut(&r.title, 40).chars().count()),
+        w(&|r| r.outcome.chars().count()),
+        w(&|r| r.pr.chars().count()),
+        w(&|r| r.rounds.chars().count()),
+        w(&|r| r.time.chars().count()),
+        w(&|r| r.usage.chars().count()),
     );
+    let pad = |t: &str, n: usize| format!("{t}{}", " ".repeat(n.saturating_sub(t.chars().count())));
+    for r in &all {
+        let line = format!(
+            "{:>wi$}  {}  {}  {}  {:>wr$}  {:>wm$}  {}  {}",
+            r.index,
+            pad(&cut(&r.title, 40), wt),
+            pad(&r.outcome, wo),
+            pad(&r.pr, wp),
+            r.rounds,
+            r.time,
+            pad(&r.usage, wu),
+            one_line(&r.reason, 160)
+        );
+        let _ = writeln!(s, "{}", line.trim_end());
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "{}", totals_line(&totals(run, items, slept_secs, now)));
+    let prs: Vec<&ItemRow> = items.iter().filter(|i| i.pr_url.is_some()).collect();
+    if !prs.is_empty() {
+        let _ = writeln!(s);
+        for i in prs {
+            let _ = writeln!(s, "  #{} {}", i.pr_number.unwrap_or(0), i.pr_url.as_deref().unwrap_or(""));
+        }
+    }
+    append_bodies(&mut s, items, show_bodies);
+    s
+}
+
+fn append_bodies(s: &mut String, items: &[ItemRow], show_bodies: bool) {
     if show_bodies {
         for i in items.iter().filter(|i| i.pr_body.is_some()) {
             let what = if i.pr_url.is_some() { "PR body" } else { "PR that would have been opened (no GitHub access)" };
@@ -265,6 +436,31 @@ pub fn to_text(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bo
         }
     } else if items.iter().any(|i| i.pr_body.is_some() && i.pr_url.is_none()) {
         let _ = writeln!(s, "\nPRs that would have been opened are kept with their bodies: `nightshift report --show-body`.");
+    }
+}
+
+/// The report as GitHub-flavoured markdown, for pasting into an issue or a
+/// chat (`report --markdown`). Same facts as [`to_text`].
+pub fn to_markdown(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bool, now: chrono::DateTime<chrono::Utc>) -> String {
+    let mut s = String::new();
+    let tz: chrono_tz::Tz = run.timezone.as_deref().and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
+    let _ = writeln!(s, "### nightshift run `{}`\n", run.id);
+    let _ = writeln!(s, "{} · **{}** · started {} · plan `{}`\n", run.kind, run.status, run.started_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"), short(&run.plan_sha));
+    let _ = writeln!(s, "| # | item | outcome | PR | rounds | time | tokens / cost | reason |\n|---:|---|---|---|---:|---:|---|---|");
+    let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
+    for (r, i) in rows(items).iter().zip(items) {
+        let pr = match (&i.pr_url, i.pr_number) {
+            (Some(u), Some(n)) => format!("[#{n}]({u})"),
+            _ => r.pr.clone(),
+        };
+        let _ = writeln!(s, "| {} | {} | `{}` | {} | {} | {} | {} | {} |", r.index, cell(&r.title), r.outcome, pr, r.rounds, r.time, r.usage, cell(&one_line(&r.reason, 300)));
+    }
+    let _ = writeln!(s, "\n{}", totals_line(&totals(run, items, slept_secs, now)));
+    if show_bodies {
+        for i in items.iter().filter(|i| i.pr_body.is_some()) {
+            let what = if i.pr_url.is_some() { "PR body" } else { "PR that would have been opened" };
+            let _ = writeln!(s, "\n<details><summary>item {} · {what}</summary>\n\n{}\n</details>", i.item_index, i.pr_body.as_deref().unwrap_or(""));
+        }
     }
     s
 }

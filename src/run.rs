@@ -366,11 +366,12 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
     let gate_spec = |timeout: Duration, dir: PathBuf| GateSpec { cwd: slot.path.clone(), env: night.gate_env.clone(), timeout, log_dir: dir, secrets: night.secrets.clone(), run_as: night.run_as.clone() };
 
     // Setup commands, in the fresh checkout.
+    let mut setup_runs: Vec<GateRun> = Vec::new();
     if !c.setup.is_empty() {
         rec::set_phase(pool, run_id, "setup", Some(key), None).await.map_err(db)?;
         let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout(), item_dir.to_path_buf()), &night.cancel).await;
         match runs {
-            Ok(runs) if runs.iter().all(GateRun::passed) => {}
+            Ok(runs) if runs.iter().all(GateRun::passed) => setup_runs = runs,
             Ok(runs) => {
                 if night.cancel.is_cancelled() {
                     return Ok(fail("interrupted", "stopped by a signal during setup".into(), 0, &totals));
@@ -553,6 +554,7 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
             run_id,
             branch: branch.to_string(),
             base_commit: base_commit.clone(),
+            setup: setup_runs.clone(),
             changed: proof.changed.clone(),
             rounds: rounds_done.clone(),
             verdict: verdict.clone(),
@@ -564,6 +566,12 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         let body = night.redact(&report::pr_body(&evidence));
         rec::set_phase(pool, run_id, "push", Some(key), Some(n)).await.map_err(db)?;
         let message = format!("nightshift: {}\n\nContract sha256 {}\nRun {}\n", c.title, entry.contract_sha, run_id);
+        if night.config.tick_in_pr {
+            // `tick_in_pr = true` (SPEC §3): the item PR carries its own tick.
+            if let Err(e) = tick_own_box(&slot.path, &night.config.backlog, key) {
+                return Ok(fail("error", format!("tick_in_pr: {e}"), n, &totals));
+            }
+        }
         if let Err(e) = tokio::task::block_in_place(|| slot.commit_all(&message, &runner_identity(), &runner_identity())) {
             return Ok(fail("error", format!("commit failed: {e}"), n, &totals));
         }
@@ -757,6 +765,18 @@ impl Night {
     pub fn redact(&self, s: &str) -> String {
         crate::secret::Redactor::new(self.secrets.iter()).redact(s)
     }
+}
+
+/// Ticks the item `key` in the checkout's backlog, byte-exactly (`[ ]` →
+/// `[x]`; the PR number is not known before the PR exists, so no note). An
+/// item not found open there (edited on the base since) is left alone.
+fn tick_own_box(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), String> {
+    let file = checkout.join(backlog_rel);
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let bl = crate::backlog::parse(Path::new(backlog_rel), &text);
+    let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else { return Ok(()) };
+    let new = crate::backlog::tick(&text, item, "").map_err(|e| e.to_string())?;
+    std::fs::write(&file, new).map_err(|e| format!("{}: {e}", file.display()))
 }
 
 /// The runner is the committer of every item commit (SPEC §5.6).

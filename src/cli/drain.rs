@@ -11,7 +11,7 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::plan::snapshot;
-use crate::cli::{Cli, RunArgs, Startup, ledger, repo_id};
+use crate::cli::{Cli, RunArgs, Startup, ledger, progress, repo_id};
 use crate::contract::{self, Plan};
 use crate::error::{Error, ExitCode, Result};
 use crate::ledger::records as rec;
@@ -99,7 +99,7 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
     let gh_repo_env = std::env::var("GH_REPO").ok();
     let (forge, forge_missing) = match (&token, forge::resolve_repo(gh_repo_env.as_deref(), config.github_repo.as_deref(), remote_url.as_deref())) {
         (Some((t, _)), Ok(r)) => match forge::Forge::new(&forge::api_base(), t.clone(), r, Some(deadline)) {
-            Ok(f) => (Some(f), None),
+            Ok(f) => (Some(f.with_retry_policy(forge::RetryPolicy::from_env())), None),
             Err(e) => (None, Some(format!("GitHub client: {e}"))),
         },
         (None, _) => (None, Some("no GitHub token (GITHUB_TOKEN, GH_TOKEN or `gh auth token`)".to_string())),
@@ -167,12 +167,23 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         cancel,
         clock: Arc::new(schedule::SystemClock),
     };
-    let end = run::drain(&night, selection, &approval, &approved, resume.as_ref()).await?;
+    let watched: Vec<progress::Entry> = match &selection {
+        Selection::All => night.plan.entries.iter().map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
+        Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == *i).map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
+    };
+    let watch = progress::watch(pool.clone(), id.clone(), watched, tz, progress::Mode::detect(cli.quiet));
+    let end = run::drain(&night, selection, &approval, &approved, resume.as_ref()).await;
+    watch.stop().await;
+    let end = end?;
+    tracing::info!(run = %end.run_id, status = %end.status, "run finished");
     let run_row = rec::run_row(&pool, &id, Some(end.run_id)).await.map_err(db)?.ok_or_else(|| Error::failure("the run vanished from the ledger"))?;
     let items = rec::run_items(&pool, end.run_id).await.map_err(db)?;
     let slept = rec::slept_seconds(&pool, end.run_id).await.map_err(db)?;
     if !cli.quiet {
         print!("{}", crate::report::to_text(&run_row, &items, slept, false));
+        if let Some(log) = progress::RUN_LOG.get() {
+            println!("log: {}", log.display());
+        }
     }
     Ok(end.code)
 }

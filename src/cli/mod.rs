@@ -3,11 +3,14 @@
 //! per subcommand. Errors become exit codes in `error.rs`, nowhere else.
 
 mod db;
+mod doctor;
 mod drain;
 mod init;
 mod limit;
 mod plan;
+mod progress;
 mod report;
+mod sync;
 
 use std::path::{Path, PathBuf};
 
@@ -70,8 +73,11 @@ pub enum Command {
         #[arg(long)]
         run: Option<String>,
         /// Print JSON (shape in the README, "JSON output").
-        #[arg(long)]
+        #[arg(long, conflicts_with = "markdown")]
         json: bool,
+        /// Print markdown, for pasting into an issue or a chat.
+        #[arg(long)]
+        markdown: bool,
         /// Print the PR bodies (and the PRs that would have been opened).
         #[arg(long)]
         show_body: bool,
@@ -82,6 +88,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Open one PR that ticks the backlog boxes of items whose PRs were merged.
+    Sync,
+    /// Check git, remote, token, API, label, agents, database and data dir; one line each.
+    Doctor,
     /// Explain how a piece of agent output is read as a usage limit.
     Limit {
         #[command(subcommand)]
@@ -155,7 +165,21 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
             return std::process::ExitCode::from(code);
         }
     };
-    init_tracing(cli.verbose, cli.quiet);
+    // A run keeps its tracing events as JSON lines, one file per run.
+    let run_log = match cli.command {
+        Command::Drain(_) | Command::Run { .. } => match progress::open_run_log(&progress::log_dir()) {
+            Ok((path, file)) => {
+                let _ = progress::RUN_LOG.set(path);
+                Some(file)
+            }
+            Err(e) => {
+                eprintln!("warning: cannot open a log file in {}: {e}; logging to stderr only", progress::log_dir().display());
+                None
+            }
+        },
+        _ => None,
+    };
+    progress::init_tracing(cli.verbose, cli.quiet, run_log);
     quiet_broken_pipe();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -188,20 +212,6 @@ fn quiet_broken_pipe() {
     }));
 }
 
-fn init_tracing(verbose: u8, quiet: bool) {
-    let level = if quiet {
-        "error"
-    } else {
-        match verbose {
-            0 => "warn",
-            1 => "info",
-            _ => "debug",
-        }
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("NIGHTSHIFT_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("nightshift={level}")));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
-}
-
 async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
     match &cli.command {
         Command::Limit { what: LimitCommand::Parse { text, now, tz, json } } => limit::parse(text.clone(), now.as_deref(), tz.as_deref(), *json),
@@ -211,8 +221,13 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
         Command::Approve { sha } => plan::approve(&cli, sha).await,
         Command::Drain(args) => drain::drain(&cli, args, None, startup).await,
         Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), startup).await,
-        Command::Report { run, json, show_body } => report::report(&cli, run.as_deref(), *json, *show_body).await,
+        Command::Report { run, json, markdown, show_body } => {
+            let format = if *json { report::ReportFormat::Json } else if *markdown { report::ReportFormat::Markdown } else { report::ReportFormat::Text };
+            report::report(&cli, run.as_deref(), format, *show_body).await
+        }
         Command::Status { json } => report::status(&cli, *json).await,
+        Command::Sync => sync::sync(&cli, &startup).await,
+        Command::Doctor => doctor::doctor(&cli, &startup).await,
     }
 }
 

@@ -8,8 +8,19 @@ use crate::cli::{Cli, ledger, repo_id, repo_root};
 use crate::error::{Error, ExitCode, Result};
 use crate::ledger::records as rec;
 
-/// `nightshift report [--run ID] [--json] [--show-body]`.
-pub(crate) async fn report(cli: &Cli, run: Option<&str>, json: bool, show_body: bool) -> Result<ExitCode> {
+/// How `report` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReportFormat {
+    /// The terminal table.
+    Text,
+    /// SPEC §2 JSON (plus totals).
+    Json,
+    /// Markdown for pasting.
+    Markdown,
+}
+
+/// `nightshift report [--run ID] [--json | --markdown] [--show-body]`.
+pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, show_body: bool) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
     let id = repo_id(&repo);
     let run_id = match run {
@@ -25,11 +36,15 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, json: bool, show_body: 
         }));
     };
     let items = rec::run_items(&lg.pool, row.id).await.map_err(db)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&crate::report::to_json(&row, &items)).expect("JSON"));
-    } else {
-        let slept = rec::slept_seconds(&lg.pool, row.id).await.map_err(db)?;
-        print!("{}", crate::report::to_text(&row, &items, slept, show_body));
+    let slept = rec::slept_seconds(&lg.pool, row.id).await.map_err(db)?;
+    let now = Utc::now();
+    match format {
+        ReportFormat::Json => {
+            let totals = crate::report::totals(&row, &items, slept, now);
+            println!("{}", serde_json::to_string_pretty(&crate::report::to_json_with(&row, &items, Some(&totals))).expect("JSON"));
+        }
+        ReportFormat::Markdown => print!("{}", crate::report::to_markdown(&row, &items, slept, show_body, now)),
+        ReportFormat::Text => print!("{}", crate::report::to_text_at(&row, &items, slept, show_body, now)),
     }
     Ok(ExitCode::Ok)
 }

@@ -20,6 +20,55 @@ pub struct State {
     pub labels: Vec<String>,
     /// Scripted failures: (method, path prefix, status) consumed in order.
     pub faults: Vec<(String, String, u16)>,
+    /// Richer scripted failures, consumed in order after `faults`.
+    pub scripted: Vec<Fault>,
+    /// The `x-oauth-scopes` header of `GET /repos/owner/repo` (None: not sent,
+    /// as for fine-grained tokens).
+    pub scopes: Option<String>,
+    /// The token may read but not push (`permissions.push: false`).
+    pub read_only: bool,
+}
+
+/// A scripted failure: the first request matching `method` and `path`
+/// prefix gets `status` with `headers` and `message`. With `after_effect`
+/// the request is performed first and only its answer is replaced (a create
+/// whose answer was lost); with `delay_ms` the answer comes that late.
+#[derive(Debug, Clone, Default)]
+pub struct Fault {
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub message: String,
+    pub after_effect: bool,
+    pub delay_ms: u64,
+}
+
+impl Fault {
+    /// A fault answering `status` to the next `method path…` request.
+    pub fn new(method: &str, path: &str, status: u16) -> Fault {
+        Fault { method: method.into(), path: path.into(), status, message: "Server Error".into(), ..Fault::default() }
+    }
+    /// Adds a response header.
+    pub fn header(mut self, k: &str, v: &str) -> Fault {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+    /// Sets GitHub's message.
+    pub fn message(mut self, m: &str) -> Fault {
+        self.message = m.into();
+        self
+    }
+    /// Performs the request, then answers with the fault.
+    pub fn after_effect(mut self) -> Fault {
+        self.after_effect = true;
+        self
+    }
+    /// Delays the answer.
+    pub fn delay_ms(mut self, ms: u64) -> Fault {
+        self.delay_ms = ms;
+        self
+    }
 }
 
 /// The fake server.
@@ -46,12 +95,60 @@ impl Respond for Responder {
             let (_, _, status) = st.faults.remove(i);
             return ResponseTemplate::new(status).set_body_json(json!({"message": "Server Error"}));
         }
+        if let Some(i) = st.scripted.iter().position(|f| f.method == method && path.starts_with(f.path.as_str())) {
+            let f = st.scripted.remove(i);
+            if f.after_effect {
+                drop(st);
+                let _ = self.respond_ok(req);
+            }
+            let mut t = ResponseTemplate::new(f.status).set_body_json(json!({"message": f.message}));
+            for (k, v) in &f.headers {
+                t = t.insert_header(k.as_str(), v.as_str());
+            }
+            if f.delay_ms > 0 {
+                t = t.set_delay(std::time::Duration::from_millis(f.delay_ms));
+            }
+            return t;
+        }
+        drop(st);
+        self.respond_ok(req)
+    }
+}
+
+impl Responder {
+    /// The fake repository's normal behaviour.
+    fn respond_ok(&self, req: &Request) -> ResponseTemplate {
+        let mut st = self.state.lock().unwrap();
+        let method = req.method.to_string();
+        let path = req.url.path().to_string();
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let page: u64 = query(req, "page").and_then(|p| p.parse().ok()).unwrap_or(1);
         let Some(rest) = path.strip_prefix("/repos/owner/repo") else {
             return ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"}));
         };
         match (method.as_str(), rest) {
+            ("GET", "") => {
+                let mut t = ResponseTemplate::new(200).set_body_json(json!({"full_name": "owner/repo", "default_branch": "main", "permissions": {"push": !st.read_only, "admin": false}}));
+                if let Some(s) = &st.scopes {
+                    t = t.insert_header("x-oauth-scopes", s.as_str());
+                }
+                t
+            }
+            ("GET", r) if r.starts_with("/labels/") => {
+                let name = r.trim_start_matches("/labels/");
+                if st.labels.iter().any(|l| l == name) {
+                    ResponseTemplate::new(200).set_body_json(json!({"name": name}))
+                } else {
+                    ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"}))
+                }
+            }
+            ("GET", r) if r.starts_with("/pulls/") => {
+                let n: u64 = r.trim_start_matches("/pulls/").parse().unwrap_or(0);
+                match st.prs.iter().find(|p| p["number"] == n) {
+                    Some(p) => ResponseTemplate::new(200).set_body_json(p.clone()),
+                    None => ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"})),
+                }
+            }
             ("POST", "/labels") => {
                 let name = body["name"].as_str().unwrap_or("").to_string();
                 if st.labels.contains(&name) {

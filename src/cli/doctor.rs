@@ -1,0 +1,317 @@
+//! `nightshift doctor` (SPEC §2): checks everything a night needs — git, the
+//! repository and its remote, the base branch there, the GitHub token and its
+//! scopes, the API, the label, the agents, the root/`agent_user` rule, the
+//! ledger and the data directory — one line per check with a fix hint, exit
+//! 1 if any fails.
+//!
+//! It spends no agent usage (agents are asked `--version` only, and custom
+//! `command` agents are not run at all) and changes nothing on GitHub (the
+//! label is looked up, not created).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::cli::{Cli, Startup, load_config};
+use crate::config::{AgentConfig, AgentKind, Config};
+use crate::error::{ExitCode, Result};
+use crate::forge::{self, Forge};
+use crate::git::Git;
+
+/// Timeout of each local probe (`git --version`, `agent --version`).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Timeout of each network probe (`git ls-remote`, the database).
+const NETWORK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The result of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Short name (`git`, `remote`, `token`, …).
+    pub name: &'static str,
+    /// Passed.
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+    /// How to fix it (empty when ok).
+    pub hint: String,
+}
+
+impl Check {
+    fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+        Check { name, ok: true, detail: detail.into(), hint: String::new() }
+    }
+    fn fail(name: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Check {
+        Check { name, ok: false, detail: detail.into(), hint: hint.into() }
+    }
+    /// The line `doctor` prints.
+    pub fn line(&self) -> String {
+        let status = if self.ok { "ok  " } else { "FAIL" };
+        if self.hint.is_empty() { format!("{status} {:<9} {}", self.name, self.detail) } else { format!("{status} {:<9} {} — fix: {}", self.name, self.detail, self.hint) }
+    }
+}
+
+/// `nightshift doctor`.
+pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
+    let checks = run_checks(cli, startup).await;
+    for c in &checks {
+        println!("{}", c.line());
+    }
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    if failed == 0 {
+        println!("all {} checks passed", checks.len());
+        Ok(ExitCode::Ok)
+    } else {
+        println!("{failed} of {} checks failed", checks.len());
+        Ok(ExitCode::Failure)
+    }
+}
+
+async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
+    let mut out = Vec::new();
+    // git itself.
+    let start = cli.repo.clone().or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("."));
+    let git = Git::new(&start).timeout(PROBE_TIMEOUT);
+    let git_ok = match git.text(&["--version"]) {
+        Ok(v) => {
+            out.push(Check::pass("git", v.trim().to_string()));
+            true
+        }
+        Err(e) => {
+            out.push(Check::fail("git", format!("cannot run git: {e}"), "install git (e.g. `apt-get install git`) and put it on PATH"));
+            false
+        }
+    };
+    // The repository and its config.
+    let repo = if git_ok { git.text(&["rev-parse", "--show-toplevel"]).ok().map(|t| PathBuf::from(t.trim())) } else { None };
+    let Some(repo) = repo else {
+        out.push(Check::fail("repo", format!("{}: not inside a git repository", start.display()), "run doctor in your project or pass --repo PATH"));
+        return finish_without_repo(out, startup).await;
+    };
+    let config = match load_config(cli, &repo) {
+        Ok(l) => l.config,
+        Err(e) => {
+            out.push(Check::fail("config", e.message, "fix the config file (or `nightshift init` to write one)"));
+            return finish_without_repo(out, startup).await;
+        }
+    };
+    let remote_url = Git::new(&repo).timeout(PROBE_TIMEOUT).text(&["remote", "get-url", &config.remote]).ok().map(|s| s.trim().to_string());
+    match &remote_url {
+        Some(url) => out.push(Check::pass("repo", format!("{} · remote {} = {}", repo.display(), config.remote, url))),
+        None => out.push(Check::fail("repo", format!("{}: no remote named {:?}", repo.display(), config.remote), format!("`git remote add {} URL`, or set `remote` in .nightshift/config.toml", config.remote))),
+    }
+    let token = forge::resolve_token(&startup.removed);
+    // The base branch on the remote (with the token for https remotes).
+    if remote_url.is_some() {
+        let secret = token.as_ref().map(|(t, _)| t.expose().to_string());
+        let heads = Git::new(&repo).timeout(NETWORK_TIMEOUT).token(secret.as_deref()).text(&["ls-remote", "--heads", &config.remote, &config.base]);
+        out.push(match heads {
+            Ok(t) if t.lines().any(|l| l.ends_with(&format!("refs/heads/{}", config.base))) => Check::pass("base", format!("{}/{} exists", config.remote, config.base)),
+            Ok(_) => Check::fail("base", format!("no branch {:?} on {}", config.base, config.remote), format!("push it (`git push {} {}`) or set `base` in the config", config.remote, config.base)),
+            Err(e) => Check::fail("base", format!("cannot list {}: {e}", config.remote), "check the remote URL and your credentials (`git ls-remote` must work)"),
+        });
+    } else {
+        out.push(Check::fail("base", "skipped: no remote", "fix the remote first"));
+    }
+    github_checks(&mut out, &repo, &config, remote_url.as_deref(), token).await;
+    agent_checks(&mut out, &config);
+    out.push(root_check(&config));
+    database_and_data_checks(&mut out).await;
+    out
+}
+
+/// Without a repository only the machine-wide checks can run.
+async fn finish_without_repo(mut out: Vec<Check>, _startup: &Startup) -> Vec<Check> {
+    database_and_data_checks(&mut out).await;
+    out
+}
+
+/// Token, scopes, API and label (SPEC §8).
+async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remote_url: Option<&str>, token: Option<(forge::Secret, &'static str)>) {
+    let Some((token, source)) = token else {
+        out.push(Check::fail("token", "no GitHub token", "set GITHUB_TOKEN or GH_TOKEN, or `gh auth login` (without one, branches are pushed but no PR is opened)"));
+        return;
+    };
+    let id = match forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url) {
+        Ok(id) => id,
+        Err(e) => {
+            out.push(Check::pass("token", format!("from {source}")));
+            out.push(Check::fail("api", e.to_string(), "set GH_REPO=OWNER/REPO or `github_repo` in the config"));
+            return;
+        }
+    };
+    let base = forge::api_base();
+    let f = match Forge::new(&base, token, id.clone(), None) {
+        Ok(f) => f.with_retry_policy(forge::RetryPolicy { max_attempts: 2, ..forge::RetryPolicy::from_env() }),
+        Err(e) => {
+            out.push(Check::fail("api", e.to_string(), "check GITHUB_API_URL"));
+            return;
+        }
+    };
+    let probe = match f.probe_repo().await {
+        Ok(p) => p,
+        Err(e) => {
+            out.push(Check::pass("token", format!("from {source}")));
+            out.push(Check::fail("api", format!("{base} for {id}: {e}"), "check the network, GITHUB_API_URL, the token's validity and its access to the repository"));
+            return;
+        }
+    };
+    let scopes = probe.scopes.clone();
+    match scopes.as_deref() {
+        None => out.push(Check::pass("token", format!("from {source} (fine-grained or app token: GitHub lists no scopes)"))),
+        Some(s) if s.split(',').any(|x| matches!(x.trim(), "repo" | "public_repo")) => out.push(Check::pass("token", format!("from {source}, scopes: {s}"))),
+        Some(s) => out.push(Check::fail("token", format!("from {source}, scopes: {}", if s.is_empty() { "none" } else { s }), "the token needs the `repo` scope (or `public_repo` for a public repository) to push and open PRs")),
+    }
+    out.push(Check::pass("api", format!("{base} reachable, {id} readable")));
+    out.push(match f.label_exists(&config.label).await {
+        Ok(true) => Check::pass("label", format!("{:?} exists", config.label)),
+        Ok(false) if probe.can_push != Some(false) => Check::pass("label", format!("{:?} missing; it will be created with the first PR", config.label)),
+        Ok(false) => Check::fail("label", format!("{:?} missing and the token cannot create it (no push permission)", config.label), format!("create the label {:?} on GitHub, or use a token with write access", config.label)),
+        Err(e) => Check::fail("label", e.to_string(), "check the token's access to the repository"),
+    });
+}
+
+/// Writer and reviewer executables, with their versions where that costs
+/// nothing (SPEC §6).
+fn agent_checks(out: &mut Vec<Check>, config: &Config) {
+    for (name, a) in [("writer", &config.writer), ("reviewer", &config.reviewer)] {
+        out.push(agent_check(name, a));
+    }
+}
+
+fn agent_check(name: &'static str, a: &AgentConfig) -> Check {
+    let Some(exe) = a.command.first() else {
+        return Check::fail(name, "no command configured", format!("set [{name}] command = [\"…\"] in the config"));
+    };
+    let Some(path) = which(exe) else {
+        let hint = match a.kind {
+            AgentKind::Claude => "install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set the full path in `command`".to_string(),
+            AgentKind::Codex => "install Codex (`npm install -g @openai/codex`) or set the full path in `command`".to_string(),
+            AgentKind::Command => format!("make {exe} exist and be executable, or fix [{name}] command"),
+        };
+        return Check::fail(name, format!("{} agent {exe:?} not found on PATH", a.kind), hint);
+    };
+    if a.kind == AgentKind::Command {
+        // A custom agent may do real work when run: it is only located.
+        return Check::pass(name, format!("command agent {}", path.display()));
+    }
+    match version_of(&path) {
+        Ok(v) => Check::pass(name, format!("{} {} ({})", a.kind, v, path.display())),
+        Err(e) => Check::fail(name, format!("{} at {} does not answer --version: {e}", a.kind, path.display()), "reinstall the agent CLI"),
+    }
+}
+
+/// `exe --version`, first line, killed after [`PROBE_TIMEOUT`].
+fn version_of(exe: &Path) -> std::result::Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(exe)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if started.elapsed() < PROBE_TIMEOUT => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(format!("no answer within {} s", PROBE_TIMEOUT.as_secs()));
+            }
+        }
+    };
+    let mut text = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut text);
+    }
+    if !status.success() {
+        return Err(format!("{status}"));
+    }
+    Ok(text.lines().next().unwrap_or("").trim().to_string())
+}
+
+/// The executable `exe` resolves to: a path with `/` as is, else the first
+/// executable file of that name on PATH.
+fn which(exe: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if exe.contains('/') {
+        let p = PathBuf::from(exe);
+        return executable(&p).then_some(p);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(exe)).find(|p| executable(p))
+}
+
+/// Root needs `agent_user` when the claude writer skips permissions; a
+/// configured `agent_user` must exist (SPEC §6).
+fn root_check(config: &Config) -> Check {
+    let root = nix::unistd::geteuid().is_root();
+    let skip = config.writer.permission_flags.iter().flatten().chain(config.writer.command.iter()).any(|f| f == "--dangerously-skip-permissions");
+    match (&config.agent_user, root) {
+        (Some(u), true) => match nix::unistd::User::from_name(u) {
+            Ok(Some(_)) => Check::pass("user", format!("running as root; agents and gates run as {u:?}")),
+            _ => Check::fail("user", format!("running as root; agent_user {u:?} does not exist"), format!("create it (`useradd -m {u}`) or fix `agent_user`")),
+        },
+        (None, true) if skip && config.writer.kind == AgentKind::Claude => Check::fail(
+            "user",
+            "running as root without agent_user, and the claude writer uses --dangerously-skip-permissions (claude refuses that under root)",
+            "set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
+        ),
+        (None, true) => Check::pass("user", "running as root without agent_user (agents run as root)"),
+        (_, false) => Check::pass("user", format!("running as uid {}", nix::unistd::geteuid())),
+    }
+}
+
+/// The ledger (reachable, migrated) and the data directory (writable).
+async fn database_and_data_checks(out: &mut Vec<Check>) {
+    let src = crate::ledger::db_source_from_env();
+    let what = src.describe();
+    // One plain connection first: the pool would retry a refused connection
+    // until its timeout, where one attempt already says enough.
+    if let crate::ledger::DbSource::Url { url, .. } = &src {
+        use sqlx::Connection as _;
+        let once = tokio::time::timeout(NETWORK_TIMEOUT, sqlx::postgres::PgConnection::connect(url.expose())).await;
+        let err = match once {
+            Ok(Ok(c)) => {
+                let _ = c.close().await;
+                None
+            }
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some(format!("no answer within {} s", NETWORK_TIMEOUT.as_secs())),
+        };
+        if let Some(e) = err {
+            out.push(Check::fail("database", format!("{what}: {}", crate::secret::Redactor::new([url.expose()]).redact(&e)), "start PostgreSQL or fix NIGHTSHIFT_DATABASE_URL / DATABASE_URL (unset both to use the embedded cluster: `nightshift db start`)"));
+            data_dir_check(out);
+            return;
+        }
+    }
+    match crate::ledger::Ledger::connect_with_timeout(&src, NETWORK_TIMEOUT).await {
+        Ok(lg) => {
+            let applied: std::result::Result<i64, _> = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success").fetch_one(&lg.pool).await;
+            let expected = sqlx::migrate!().migrations.len() as i64;
+            out.push(match applied {
+                Ok(n) if n >= expected => Check::pass("database", format!("{what}: reachable, {n} migration(s) applied")),
+                Ok(n) => Check::fail("database", format!("{what}: {n} of {expected} migrations applied"), "run any nightshift command against it to migrate, or check the database user's rights"),
+                Err(e) => Check::fail("database", format!("{what}: cannot read the migrations: {e}"), "check the database user's rights"),
+            });
+        }
+        Err(e) => out.push(Check::fail("database", format!("{e}"), "start PostgreSQL or fix NIGHTSHIFT_DATABASE_URL / DATABASE_URL (unset both to use the embedded cluster: `nightshift db start`)")),
+    }
+    data_dir_check(out);
+}
+
+/// The data directory (slots, logs) must be writable.
+fn data_dir_check(out: &mut Vec<Check>) {
+    let dir = crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root());
+    let probe = dir.join(format!(".doctor-{}", std::process::id()));
+    let written = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&probe, b"ok"));
+    let _ = std::fs::remove_file(&probe);
+    out.push(match written {
+        Ok(()) => Check::pass("data dir", format!("{} writable", dir.display())),
+        Err(e) => Check::fail("data dir", format!("{}: {e}", dir.display()), "make it a writable directory, or set NIGHTSHIFT_DATA_DIR"),
+    });
+}

@@ -1,0 +1,168 @@
+//! `nightshift sync` (SPEC §3): one PR that ticks the backlog boxes of the
+//! items whose PRs were merged.
+//!
+//! Item PRs leave the backlog alone (ticks on adjacent lines would make the
+//! morning's PRs conflict as they are merged one by one). `sync` asks GitHub
+//! which of the PRs nightshift opened were merged, edits the backlog as it is
+//! on `<remote>/<base>` byte-exactly (`[ ]` → `[x]` plus ` (done: #N)`,
+//! nothing else), commits once on its own branch in a slot, pushes, and opens
+//! (or updates) one labelled PR. It never merges, and never touches the
+//! user's checkout.
+
+use std::path::Path;
+
+use crate::backlog;
+use crate::cli::{Cli, Startup, ledger, load_config, repo_id, repo_root};
+use crate::config::Config;
+use crate::error::{Error, ExitCode, Result};
+use crate::forge::{self, Forge, PrRequest, PrState};
+use crate::ledger::records as rec;
+use crate::secret::Secret;
+use crate::slot::{self, Identity, Slot};
+
+/// The branch every sync PR comes from: one open sync PR at a time, updated
+/// by the next `sync` until a person merges it.
+pub const SYNC_BRANCH: &str = "nightshift/sync-backlog";
+
+/// The marker key of the sync PR (it is no backlog item).
+const SYNC_KEY: &str = "sync-backlog";
+
+/// An item to tick: its key and the number of its merged PR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tick {
+    /// Item key (SPEC §3).
+    pub key: String,
+    /// The merged PR's number.
+    pub number: u64,
+}
+
+/// Ticks every open item of `text` whose key is in `ticks`, byte-exactly:
+/// `[ ]` → `[x]` and ` (done: #N)` after the title; every other byte is
+/// unchanged (SPEC §3). Returns the new text and the (line, title, number) of
+/// each tick made, in file order. Keys not found (the item was edited or is
+/// already ticked) are skipped.
+///
+/// # Errors
+/// Exit 1 when a tick cannot be applied (the file changed under the parse:
+/// a marker or title mismatch, which [`backlog::tick`] reports).
+pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<(usize, String, u64)>)> {
+    let bl = backlog::parse(path, text);
+    let mut hits: Vec<(&backlog::Item, u64)> = bl.items.iter().filter(|i| !i.done).filter_map(|i| ticks.iter().find(|t| t.key == i.key).map(|t| (i, t.number))).collect();
+    // From the end of the file backwards, so earlier offsets stay valid.
+    hits.sort_by_key(|(i, _)| std::cmp::Reverse(i.marker_offset));
+    let mut out = text.to_string();
+    for (item, n) in &hits {
+        out = backlog::tick(&out, item, &format!(" (done: #{n})")).map_err(|e| Error::failure(format!("{}: {e}", path.display())))?;
+    }
+    let mut done: Vec<(usize, String, u64)> = hits.iter().map(|(i, n)| (i.line, i.title.clone(), *n)).collect();
+    done.reverse();
+    Ok((out, done))
+}
+
+/// GitHub for a command that needs it: the client and the token.
+///
+/// # Errors
+/// Exit 2 without a token or a GitHub repository, naming how to give one.
+pub(crate) fn github(repo: &Path, config: &Config, startup: &Startup) -> Result<(Forge, Secret)> {
+    let remote_url = crate::git::Git::new(repo).text(&["remote", "get-url", &config.remote]).ok().map(|s| s.trim().to_string());
+    let Some((token, _)) = forge::resolve_token(&startup.removed) else {
+        return Err(Error::usage("no GitHub token: set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`"));
+    };
+    let id = forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url.as_deref()).map_err(|e| Error::usage(e.to_string()))?;
+    let f = Forge::new(&forge::api_base(), token.clone(), id, None).map_err(|e| Error::usage(e.to_string()))?;
+    Ok((f.with_retry_policy(forge::RetryPolicy::from_env()), token))
+}
+
+/// `nightshift sync`.
+pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
+    let repo = repo_root(cli)?;
+    let config = load_config(cli, &repo)?.config;
+    let (forge, token) = github(&repo, &config, startup)?;
+    let lg = ledger().await?;
+    let id = repo_id(&repo);
+    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
+    let rows: Vec<rec::PrRow> = sqlx::query_as("SELECT item_key, branch, number, url, state, contract_sha FROM pull_requests WHERE repo = $1 AND number IS NOT NULL AND state IN ('open', 'merged') ORDER BY updated_at")
+        .bind(&id)
+        .fetch_all(&lg.pool)
+        .await
+        .map_err(db)?;
+    // Merged according to GitHub, not to the ledger's memory.
+    let mut ticks: Vec<Tick> = Vec::new();
+    for r in &rows {
+        let found = forge.find_pr(&r.branch, &r.item_key, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?;
+        if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
+            if r.state != "merged" {
+                rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await.map_err(db)?;
+            }
+            if !ticks.iter().any(|t| t.key == r.item_key) {
+                ticks.push(Tick { key: r.item_key.clone(), number: pr.number });
+            }
+        }
+    }
+    if ticks.is_empty() {
+        println!("nothing to sync: no PR nightshift opened has been merged since");
+        return Ok(ExitCode::Ok);
+    }
+
+    let data_dir = crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root());
+    let slot_dir = slot::slot_path(&data_dir, &repo, 0).with_file_name("sync");
+    let secret = token.expose().to_string();
+    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, SYNC_BRANCH, Some(&secret)));
+    let slot = prepared.map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
+    let result = commit_and_open(&slot, &config, &forge, &secret, &ticks).await;
+    let _ = tokio::task::block_in_place(|| slot.discard());
+    result
+}
+
+/// Edits, commits, pushes and opens the sync PR from a prepared slot.
+async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &str, ticks: &[Tick]) -> Result<ExitCode> {
+    let rel = Path::new(&config.backlog);
+    let file = slot.path.join(rel);
+    let text = std::fs::read_to_string(&file).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
+    let (new, done) = tick_all(rel, &text, ticks)?;
+    if done.is_empty() {
+        println!("nothing to sync: every merged item is already ticked in {} on {}/{}", config.backlog, config.remote, config.base);
+        return Ok(ExitCode::Ok);
+    }
+    std::fs::write(&file, &new).map_err(|e| Error::failure(format!("{}: {e}", file.display())))?;
+    let list: Vec<String> = done.iter().map(|(line, title, n)| format!("- {}:{line} {title} (#{n})", config.backlog)).collect();
+    let message = format!("nightshift: tick {} merged item(s) in {}\n\n{}\n", done.len(), config.backlog, list.join("\n"));
+    let me = Identity { name: "nightshift".into(), email: "nightshift@localhost".into() };
+    tokio::task::block_in_place(|| slot.commit_all(&message, &me, &me)).map_err(|e| Error::failure(format!("sync commit failed: {e}")))?;
+    tokio::task::block_in_place(|| slot.push(Some(token))).map_err(|e| Error::failure(format!("push of {SYNC_BRANCH} failed: {e}")))?;
+    let body = format!(
+        "Ticks the backlog boxes of items whose nightshift PRs were merged (SPEC §3). Only these lines change: `[ ]` → `[x]` and ` (done: #N)` after the title.\n\n{}\n\nOpened by `nightshift sync`; nothing was merged by it.\n",
+        list.join("\n")
+    );
+    let req = PrRequest {
+        title: format!("nightshift: tick {} merged item(s) in {}", done.len(), config.backlog),
+        head: SYNC_BRANCH.to_string(),
+        base: config.base.clone(),
+        body,
+        labels: vec![config.label.clone()],
+        item_key: SYNC_KEY.to_string(),
+    };
+    let pr = forge.create_pr(&req).await.map_err(|e| Error::failure(format!("branch {SYNC_BRANCH} pushed, PR not created: {e}; run `nightshift sync` again")))?;
+    let verb = if pr.created { "opened" } else { "updated" };
+    println!("{verb} PR #{} ticking {} item(s): {}", pr.number, done.len(), pr.url);
+    for l in &list {
+        println!("  {l}");
+    }
+    Ok(ExitCode::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_adjacent_items_byte_exactly() {
+        let text = "# B\r\n\n- [ ] One  \r\n  - accept: x\n- [ ] Two\n* [ ] Three\n- [x] Done\n";
+        let bl = backlog::parse(Path::new("N.md"), text);
+        let key = |t: &str| bl.items.iter().find(|i| i.title == t).unwrap().key.clone();
+        let ticks = vec![Tick { key: key("Two"), number: 8 }, Tick { key: key("One"), number: 7 }, Tick { key: key("Done"), number: 1 }];
+        let (out, done) = tick_all(Path::new("N.md"), text, &ticks).unwrap();
+        assert_eq!(out, "# B\r\n\n- [x] One (done: #7)  \r\n  - accept: x\n- [x] Two (done: #8)\n* [ ] Three\n- [x] Done\n");
+        assert_eq!(done, vec![(3, "One".to_string(), 7), (5, "Two".to_string(), 8)]);
+    }
+}

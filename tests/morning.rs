@@ -1,0 +1,464 @@
+//! The morning review through the real binary (issue 5; SPEC §2, §3, §8):
+//! GitHub faults end in one PR or a recorded failure, never a duplicate or a
+//! merge; the PR body and the report are the evidence a person reads;
+//! `sync` ticks merged items byte-exactly; `doctor` names each broken check;
+//! `init` writes a backlog that plans cleanly.
+
+mod common;
+
+use common::github::{Fault, FakeGitHub};
+use common::{Fixture, assert_ok, git, text};
+use nightshift::{backlog, config, contract, gate::GateRun, report};
+
+/// A writer that adds the word named in the item title to calc.txt.
+const WRITER: &str = r#"#!/bin/sh
+set -eu
+title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
+case "$title" in
+  *sub*) echo sub >> calc.txt ;;
+  *mul*) echo mul >> calc.txt ;;
+  *div*) echo div >> calc.txt ;;
+  *) echo "nothing to do for $title" ;;
+esac
+echo "wrote it"
+"#;
+
+const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
+
+/// One open item, GitHub at `gh`, short GitHub backoffs.
+fn world(gh: &FakeGitHub, backlog: &str) -> Fixture {
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_morning_token_0123456789".into());
+    f.extra_env.push(("NIGHTSHIFT_GITHUB_BACKOFF_MS".into(), "10".into()));
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", backlog);
+    f
+}
+
+fn post_pulls(reqs: &[(String, String, String)]) -> usize {
+    reqs.iter().filter(|(m, p, _)| m == "POST" && p == "/repos/owner/repo/pulls").count()
+}
+
+fn in_secs(n: i64) -> String {
+    (chrono::Utc::now().timestamp() + n).to_string()
+}
+
+/// Each fault ends with exactly one PR, opened by this run, and no merge call.
+#[tokio::test(flavor = "multi_thread")]
+async fn github_faults_end_in_exactly_one_pr() {
+    let pulls = "/repos/owner/repo/pulls";
+    let cases: Vec<(&str, Vec<Fault>, usize)> = vec![
+        ("500, 502, 503 then success", vec![Fault::new("POST", pulls, 500), Fault::new("POST", pulls, 502), Fault::new("POST", pulls, 503)], 4),
+        (
+            "403 secondary rate limit with retry-after",
+            vec![Fault::new("POST", pulls, 403).message("You have exceeded a secondary rate limit. Please wait a few minutes before you try again.").header("retry-after", "1")],
+            2,
+        ),
+        ("429 with x-ratelimit-reset", vec![Fault::new("POST", pulls, 429).message("API rate limit exceeded").header("x-ratelimit-remaining", "0").header("x-ratelimit-reset", &in_secs(1))], 2),
+        (
+            "422 a pull request already exists (created between look-up and create)",
+            vec![Fault::new("POST", pulls, 422).message("Validation Failed: A pull request already exists for owner:branch.").after_effect()],
+            1,
+        ),
+        ("a create performed whose 502 answer was lost", vec![Fault::new("POST", pulls, 502).after_effect()], 1),
+        ("a rate-limited look-up before the create", vec![Fault::new("GET", pulls, 503).header("retry-after", "1")], 1),
+    ];
+    for (what, faults, posts) in cases {
+        let gh = FakeGitHub::start().await;
+        let f = world(&gh, "- [ ] Add sub\n");
+        gh.state.lock().unwrap().scripted = faults;
+        let out = f.approve_and_drain(&[]);
+        assert_ok(&out, what);
+        let rep = f.report();
+        assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{what}: {rep:#}");
+        let prs = gh.prs();
+        assert_eq!(prs.len(), 1, "{what}: exactly one PR, got {prs:#?}");
+        assert_eq!(rep["items"][0]["pr_number"], prs[0]["number"], "{what}");
+        assert!(gh.state.lock().unwrap().scripted.is_empty(), "{what}: every fault was met");
+        let reqs = gh.requests().await;
+        assert_eq!(post_pulls(&reqs), posts, "{what}: creates sent");
+        assert!(prs[0]["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"), "{what}: labelled");
+        gh.assert_never_merged_approved_or_closed().await;
+    }
+}
+
+/// GitHub down through every attempt: `pr_failed` with the branch pushed,
+/// then the next run opens that PR without redoing the item.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pr_that_keeps_failing_is_recorded_and_opened_on_the_next_run() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n");
+    gh.state.lock().unwrap().scripted = (0..6).map(|_| Fault::new("POST", "/repos/owner/repo/pulls", 503)).collect();
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "pr_failed", "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("retried on the next run"), "{rep:#}");
+    assert!(gh.prs().is_empty());
+    assert_eq!(f.remote_branches().len(), 1, "the branch is pushed");
+    assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "pr_failed");
+
+    let writer_calls = f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "second run");
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{rep:#}");
+    assert_eq!(gh.prs().len(), 1);
+    assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), writer_calls, "the item was not redone");
+    assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "open");
+    gh.assert_never_merged_approved_or_closed().await;
+}
+
+/// Replaces what changes from one run to the next (ids, hashes, times,
+/// durations, temp paths, the fake server's port) so a snapshot pins the
+/// layout and the facts, not the clock.
+fn mask(s: &str, f: &Fixture) -> String {
+    let mut s = s.replace(&f.dir.path().display().to_string(), "[TMP]");
+    for (re, to) in [
+        (r"http://127\.0\.0\.1:\d+", "[GITHUB]"),
+        (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "[UUID]"),
+        (r"\b[0-9a-f]{64}\b", "[SHA256]"),
+        (r"\b[0-9a-f]{40}\b", "[COMMIT]"),
+        (r"\b[0-9a-f]{12}\b", "[SHORT]"),
+        (r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} [A-Z]+", "[TIME]"),
+        (r"\b\d+(\.\d+)?(ms|[hms])(\d+[ms])*\b", "[DUR]"),
+    ] {
+        s = regex::Regex::new(re).unwrap().replace_all(&s, to).into_owned();
+    }
+    s
+}
+
+/// A fixed night: one PR after a setup command, one item whose gate keeps
+/// failing, one blocked by a question. The PR body and the report are
+/// snapshots; the report carries the question and the totals.
+#[tokio::test(flavor = "multi_thread")]
+async fn pr_body_and_report_snapshots() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - accept: the test still passes\n  - scope: calc.txt\n- [ ] Add bogus\n  - rounds: 2\n- [ ] Add mul\n  - question: is mul worth it?\n");
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "setup = [\"echo setting up\"]\n");
+    std::fs::write(f.agents.join("writer.sh"), WRITER.replace("*div*)", "*bogus*) echo bogus >> calc.txt ;;\n  *div*)")).unwrap();
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 1);
+    let body = prs[0]["body"].as_str().unwrap();
+    insta::assert_snapshot!("pr_body", mask(body, &f));
+
+    let rep = f.run(&["report"]);
+    assert_ok(&rep, "report");
+    // Column widths follow the masked values: align on two spaces.
+    let table = regex::Regex::new(r" {2,}").unwrap().replace_all(&mask(&String::from_utf8_lossy(&rep.stdout), &f), "  ").into_owned();
+    insta::assert_snapshot!("report_text", table);
+    let md = f.run(&["report", "--markdown"]);
+    assert_ok(&md, "report --markdown");
+    insta::assert_snapshot!("report_markdown", mask(&String::from_utf8_lossy(&md.stdout), &f));
+
+    let json = f.report();
+    assert_eq!(json["totals"]["prs_opened"], 1, "{json:#}");
+    assert_eq!(json["totals"]["failed"], 1);
+    assert_eq!(json["totals"]["blocked"], 1);
+    assert_eq!(json["items"][2]["question"], "is mul worth it?");
+    for k in ["run_id", "status"] {
+        assert!(json[k].is_string(), "{k}");
+    }
+    for k in ["index", "title", "contract_sha", "outcome", "branch", "pr_number", "pr_url", "rounds"] {
+        assert!(json["items"][0].get(k).is_some(), "SPEC §2 field {k}");
+    }
+    let shown = f.run(&["report", "--show-body"]);
+    assert!(text(&shown).contains("──── item 1 · PR body"), "{}", text(&shown));
+}
+
+/// A gate that prints 1 MB: the PR body stays under GitHub's limit and says
+/// its output was cut to the tail (through the binary, and for a body whose
+/// every command printed 1 MB).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_megabyte_of_gate_output_fits_the_body_limit() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n");
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config(&format!("verify = [\"head -c 1048576 /dev/zero | tr '\\\\0' x; echo; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
+    assert!(body.chars().count() <= 65_536, "{} chars", body.chars().count());
+    assert!(body.contains("cut to its tail"), "{body}");
+    assert!(body.contains("ok\n```"), "the tail keeps the end of the output: {body}");
+
+    // Library level: every setup and gate command printed 1 MB.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(&cfg, "verify = [\"a\", \"b\", \"c\"]\n").unwrap();
+    let loaded = config::load(&cfg).unwrap();
+    let bl = backlog::parse(std::path::Path::new("NEXT.md"), "- [ ] Big\n  - accept: fits\n");
+    let plan = contract::build_plan(dir.path(), &bl, &loaded).unwrap();
+    let entry = &plan.entries[0];
+    let big = |c: &str| GateRun { command: c.into(), exit_code: Some(0), timed_out: false, duration_ms: 1200, output_tail: "y".repeat(1 << 20) };
+    let e = report::Evidence {
+        contract: entry.contract.clone(),
+        contract_sha: entry.contract_sha.clone(),
+        run_id: uuid::Uuid::nil(),
+        branch: "nightshift/big-00000000".into(),
+        base_commit: "0".repeat(40),
+        setup: vec![big("npm ci")],
+        changed: vec![],
+        rounds: vec![report::RoundSummary { n: 1, result: "approved".into(), note: String::new(), gate: vec![big("a"), big("b"), big("c")], verdict: None }],
+        verdict: nightshift::review::Verdict { verdict: nightshift::review::Decision::Approve, findings: vec![] },
+        duration: std::time::Duration::from_secs(3),
+        tokens: 0,
+        cost_usd: None,
+        findings: vec![],
+    };
+    let body = report::pr_body(&e);
+    assert!(body.chars().count() <= report::BODY_LIMIT, "{}", body.chars().count());
+    assert!(body.contains("cut to its tail") && body.contains("of 1048576 characters"), "{body}");
+    assert!(body.trim_end().ends_with(&nightshift::forge::item_marker(&entry.contract.key)));
+}
+
+const ADJACENT: &str = "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n- [ ] Add mul\n- [ ] Add div   \n- [x] Add add (done: #1)\n";
+
+/// Commits and pushes the backlog so it is on origin/main.
+fn publish_backlog(f: &Fixture) {
+    git(&f.repo, &["add", "NEXT.md"]);
+    git(&f.repo, &["commit", "-qm", "backlog"]);
+    git(&f.repo, &["push", "-q", "origin", "main"]);
+}
+
+/// Adjacent items whose PRs were merged: `sync` opens one PR with one commit
+/// that ticks exactly those lines; the next snapshot lists them as merged.
+#[tokio::test(flavor = "multi_thread")]
+async fn sync_ticks_merged_items_in_one_pr() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, ADJACENT);
+    publish_backlog(&f);
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    assert_eq!(gh.prs().len(), 3);
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "sync with nothing merged");
+    assert!(text(&out).contains("nothing to sync"), "{}", text(&out));
+    assert_eq!(gh.prs().len(), 3);
+
+    // A person merges the first two (adjacent lines).
+    gh.merge(1);
+    gh.merge(2);
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "sync");
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 4, "one sync PR: {prs:#?}");
+    let pr = &prs[3];
+    assert_eq!(pr["head"]["ref"], "nightshift/sync-backlog");
+    assert!(pr["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"));
+    let b = "nightshift/sync-backlog";
+    assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]), "1", "one commit");
+    assert_eq!(git(&f.remote, &["rev-parse", &format!("{b}^")]), git(&f.remote, &["rev-parse", "main"]), "from origin/main");
+    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", b]), "NEXT.md", "nothing else changed");
+    let ticked = git(&f.remote, &["show", &format!("{b}:NEXT.md")]);
+    let expected = ADJACENT.replace("- [ ] Add sub\n", "- [x] Add sub (done: #1)\n").replace("- [ ] Add mul\n", "- [x] Add mul (done: #2)\n");
+    assert_eq!(format!("{ticked}\n"), expected, "byte-exact ticks");
+    assert!(text(&out).contains("opened PR #4"), "{}", text(&out));
+
+    // Again: the open sync PR is updated, not duplicated.
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "second sync");
+    assert_eq!(gh.prs().len(), 4, "no duplicate sync PR");
+    gh.assert_never_merged_approved_or_closed().await;
+
+    // The next snapshot: plan shows them blocked, drain reports them.
+    let plan = f.run(&["plan", "--json"]);
+    assert_ok(&plan, "plan");
+    let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let blocked: Vec<&str> = plan["items"].as_array().unwrap().iter().map(|i| i["blocked"].as_str().unwrap_or("")).collect();
+    assert_eq!(blocked, ["already merged: PR #1", "already merged: PR #2", "already open: PR #3"], "{plan:#}");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain after merges");
+    let outcomes: Vec<String> = f.report()["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap().to_string()).collect();
+    assert_eq!(outcomes, ["already_merged", "already_merged", "already_open"]);
+    assert_eq!(gh.prs().len(), 4);
+}
+
+/// `tick_in_pr = true`: the item PR itself ticks its box, and nothing else
+/// in the backlog.
+#[tokio::test(flavor = "multi_thread")]
+async fn tick_in_pr_ticks_the_box_in_the_item_pr() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, ADJACENT);
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "tick_in_pr = true\n");
+    publish_backlog(&f);
+    let sha = f.plan_sha();
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    let out = f.run(&["run", "2", "--approve", &sha, "--deadline", "23:59"]);
+    assert_ok(&out, "run 2");
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 1);
+    let b = prs[0]["head"]["ref"].as_str().unwrap().to_string();
+    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", &b]), "NEXT.md\ncalc.txt");
+    assert_eq!(format!("{}\n", git(&f.remote, &["show", &format!("{b}:NEXT.md")])), ADJACENT.replace("- [ ] Add mul\n", "- [x] Add mul\n"));
+}
+
+/// The names of the checks `doctor` printed as failed.
+fn failed_checks(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("FAIL ")).map(|l| l.chars().take(9).collect::<String>().trim().to_string()).collect()
+}
+
+/// `doctor` passes on a healthy set-up (asking claude only `--version`) and
+/// names each broken check in turn, with a fix hint and exit 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_names_each_failing_check() {
+    let gh = FakeGitHub::start().await;
+    gh.state.lock().unwrap().scopes = Some("repo, read:org".into());
+    let mut f = world(&gh, "- [ ] Add sub\n");
+    let args_log = f.agents.join("claude-args.txt");
+    let claude = f.agent("claude", &format!("#!/bin/sh\necho \"$@\" >> {}\nif [ \"$1\" = --version ]; then echo '2.1.328 (Claude Code)'; exit 0; fi\necho 'spent usage'\n", args_log.display()));
+    let reviewer = f.agents.join("reviewer.sh").display().to_string();
+    let cfg = |f: &Fixture, extra: &str, writer: &str| f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"));
+    cfg(&f, "", &claude);
+    let out = f.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let t = text(&out);
+    for name in ["git", "repo", "base", "token", "api", "label", "writer", "reviewer", "user", "database", "data dir"] {
+        assert!(t.lines().any(|l| l.starts_with(&format!("ok   {name} "))), "no ok line for {name}:\n{t}");
+    }
+    assert!(t.contains("2.1.328 (Claude Code)") && t.contains("scopes: repo, read:org"), "{t}");
+    assert_eq!(std::fs::read_to_string(&args_log).unwrap(), "--version\n", "doctor spent no usage");
+
+    let check = |f: &Fixture, expected: &[&str], what: &str| {
+        let out = f.run(&["doctor"]);
+        assert_eq!(out.status.code(), Some(1), "{what}: {}", text(&out));
+        assert_eq!(failed_checks(&out), expected, "{what}:\n{}", text(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("FAIL")).all(|l| l.contains(" — fix: ")), "{what}: every failure has a hint:\n{}", text(&out));
+    };
+    // git missing from PATH: git and the repository cannot be read.
+    let empty = f.dir.path().join("empty-bin");
+    std::fs::create_dir_all(&empty).unwrap();
+    f.extra_env.push(("PATH".into(), empty.display().to_string()));
+    check(&f, &["git", "repo"], "git missing");
+    f.extra_env.pop();
+    // No such remote.
+    cfg(&f, "remote = \"upstream\"", &claude);
+    check(&f, &["repo", "base"], "remote missing");
+    // No base branch there.
+    cfg(&f, "base = \"trunk\"", &claude);
+    check(&f, &["base"], "base missing");
+    cfg(&f, "", &claude);
+    // No token.
+    let token = f.token.take();
+    check(&f, &["token"], "no token");
+    f.token = token;
+    // A token without the repo scope.
+    gh.state.lock().unwrap().scopes = Some("read:org, gist".into());
+    check(&f, &["token"], "scopes");
+    gh.state.lock().unwrap().scopes = Some("repo".into());
+    // The API unreachable.
+    let api = f.github.replace("http://127.0.0.1:9".into());
+    check(&f, &["api"], "API unreachable");
+    f.github = api;
+    // The label missing and not creatable.
+    gh.state.lock().unwrap().read_only = true;
+    check(&f, &["label"], "label");
+    gh.state.lock().unwrap().labels.push("autopilot".into());
+    let out = f.run(&["doctor"]);
+    assert_ok(&out, "label present though read-only");
+    gh.state.lock().unwrap().read_only = false;
+    // The writer not on PATH.
+    cfg(&f, "", "no-such-claude-cli");
+    check(&f, &["writer"], "writer missing");
+    // Root with an agent_user that does not exist.
+    if nix::unistd::geteuid().is_root() {
+        cfg(&f, "agent_user = \"nightshift-no-such-user\"", &claude);
+        check(&f, &["user"], "agent_user missing");
+        cfg(&f, "", &claude);
+    }
+    cfg(&f, "", &claude);
+    // The database unreachable.
+    f.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), "postgres://postgres@127.0.0.1:9/none".into()));
+    check(&f, &["database"], "database");
+    f.extra_env.pop();
+    // The data dir not writable (a file where the directory should be).
+    let file = f.dir.path().join("not-a-dir");
+    std::fs::write(&file, "x").unwrap();
+    f.extra_env.push(("NIGHTSHIFT_DATA_DIR".into(), file.display().to_string()));
+    check(&f, &["data dir"], "data dir");
+    f.extra_env.pop();
+    gh.assert_never_merged_approved_or_closed().await;
+    assert!(!gh.requests().await.iter().any(|(m, _, _)| m == "POST"), "doctor changed nothing on GitHub");
+}
+
+/// `init` writes a commented config and NEXT.md from the example; the
+/// example shows every kind of detail line and plans without a problem; a
+/// second `init` keeps what is there.
+#[test]
+fn init_writes_a_backlog_that_plans_cleanly() {
+    let f = Fixture::new();
+    let out = f.run(&["init"]);
+    assert_ok(&out, "init");
+    let example = include_str!("../NEXT.example.md");
+    assert_eq!(std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(), example);
+    let cfg = std::fs::read_to_string(f.repo.join(".nightshift/config.toml")).unwrap();
+    assert!(cfg.lines().filter(|l| l.contains('#')).count() >= 15, "commented config:\n{cfg}");
+    assert_eq!(std::fs::read_to_string(f.repo.join(".nightshift/.gitignore")).unwrap(), "*\n");
+
+    let bl = backlog::parse(std::path::Path::new("NEXT.md"), example);
+    assert!(bl.problems.is_empty(), "{:?}", bl.problems);
+    use backlog::DetailKind as K;
+    let kinds: Vec<K> = bl.items.iter().flat_map(|i| i.details.lines.iter().map(|l| l.kind)).collect();
+    for k in [K::Accept, K::Verify, K::Scope, K::Question, K::Rounds, K::Timeout, K::Note] {
+        assert!(kinds.contains(&k), "NEXT.example.md shows no {k:?} line");
+    }
+    assert!(bl.items.iter().any(|i| !i.context.is_empty()), "context block quotes");
+    assert!(bl.items.iter().any(|i| i.done), "a done item");
+
+    let plan = f.run(&["plan", "--json"]);
+    assert_ok(&plan, "plan over the example");
+    let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let items = v["items"].as_array().unwrap();
+    assert_eq!(items.len(), bl.items.iter().filter(|i| !i.done).count());
+    assert!(items.iter().any(|i| i["blocked"].is_string()), "the question blocks its item: {v:#}");
+    assert!(items.iter().any(|i| i["blocked"].is_null()));
+
+    f.write("NEXT.md", "- [ ] mine\n");
+    assert_ok(&f.run(&["init"]), "second init");
+    assert_eq!(std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(), "- [ ] mine\n");
+}
+
+/// Without a terminal, progress is one plain line per change on stderr; the
+/// run's tracing events are JSON lines in one file per run; `-q` is quiet.
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_lines_and_a_json_log_per_run() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n- [ ] Add mul\n");
+    let w = f.agent("slow-writer.sh", &format!("#!/bin/sh\nsleep 1\nexec {}\n", f.agents.join("writer.sh").display()));
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.lines().any(|l| l.starts_with("[1/2] Add sub · round 1 · writer · ")), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("[2/2] Add mul · round 1 · writer · ")), "{err}");
+    assert!(!err.contains('\u{1b}'), "no terminal escapes without a terminal: {err:?}");
+
+    let logs: Vec<_> = std::fs::read_dir(f.data.join("logs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "jsonl")).collect();
+    assert_eq!(logs.len(), 1, "one log file per run: {logs:?}");
+    let run_id = f.report()["run_id"].as_str().unwrap().to_string();
+    let log = std::fs::read_to_string(&logs[0]).unwrap();
+    let lines: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"))).collect();
+    assert!(lines.iter().any(|v| v["fields"]["message"] == "progress" && v["fields"]["run"] == run_id.as_str()), "{log}");
+    assert!(lines.iter().any(|v| v["fields"]["message"] == "run finished"), "{log}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("log: {}", logs[0].display())));
+
+    // -q: no progress, no report, another log file.
+    f.write("NEXT.md", "- [ ] Add div\n");
+    let sha = f.plan_sha();
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    let out = f.run(&["-q", "drain", "--deadline", "23:59"]);
+    assert_ok(&out, "drain -q");
+    assert!(out.stdout.is_empty() && !String::from_utf8_lossy(&out.stderr).contains("[1/1]"), "{}", text(&out));
+    assert_eq!(std::fs::read_dir(f.data.join("logs")).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jsonl")).count(), 2);
+}
