@@ -571,7 +571,10 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
             return Ok(fail("interrupted", "stopped by a signal before the push".into(), n, &totals));
         }
         let token = night.token.as_ref().map(|t| t.expose().to_string());
-        if let Err(e) = tokio::task::block_in_place(|| slot.push(token.as_deref())) {
+        if let Err(e) = push_or_stop(night, slot, token.as_deref()).await {
+            if night.cancel.is_cancelled() {
+                return Ok(fail("interrupted", format!("stopped by a signal during the push of {branch}; nothing was pushed"), n, &totals));
+            }
             return Ok(fail("push_failed", night.redact(&format!("push of {branch} failed: {e}")), n, &totals));
         }
         rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body).await.map_err(db)?;
@@ -584,6 +587,20 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
     }
     let (outcome, reason) = last_failure;
     Ok(fail(&outcome, format!("{reason} (after {rounds} round(s), the cap)"), rounds, &totals))
+}
+
+/// Pushes the item's branch; a signal kills the push (git, its hooks and
+/// helpers) at once instead of waiting for it (SPEC §7).
+async fn push_or_stop(night: &Night, slot: &Slot, token: Option<&str>) -> Result<(), slot::SlotError> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, cancel) = (stop.clone(), night.cancel.clone());
+    let watcher = tokio::spawn(async move {
+        cancel.cancelled().await;
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let pushed = tokio::task::block_in_place(|| slot.push_stoppable(token, Some(stop)));
+    watcher.abort();
+    pushed
 }
 
 /// Opens the PR of a pushed branch; without GitHub, records the PR that

@@ -3,8 +3,9 @@
 //! The child gets `NIGHTSHIFT_ROLE`, `NIGHTSHIFT_PROMPT_FILE`,
 //! `NIGHTSHIFT_CONTRACT_FILE`, `NIGHTSHIFT_FEEDBACK_FILE` and
 //! `NIGHTSHIFT_ROUND`, and the prompt on stdin. A reviewer prints its verdict
-//! as the last JSON object line of stdout. Limit messages are read from its
-//! output like any other agent's. Used by tests and custom agents.
+//! as the last JSON object line of stdout. A usage limit is read from its
+//! stderr, or from a stdout line that is the limit message itself (its prose
+//! may mention limits freely). Used by tests and custom agents.
 
 use std::sync::{Arc, Mutex};
 
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AgentError, Call, Report, Role, Usage, base_command, limit_in_text, parse_blocks, write_call_files};
 use crate::config::AgentConfig;
+use crate::limit::{self, LimitKind, LimitReading};
 use crate::review;
 
 /// Bytes of stdout kept in memory for the final text (the rest is on disk).
@@ -45,7 +47,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     }));
     let outcome = crate::process::run(cmd, cancel).await.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
     let text = text.lock().expect("text buffer").clone();
-    let limit = limit_in_text(&format!("{}\n{}", outcome.stderr_tail, tail_lines(&text, 20)), call.tz);
+    let limit = read_limit(&outcome.stderr_tail, &text, call.tz);
     let verdict = match call.role {
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
@@ -87,7 +89,30 @@ fn last_line(s: &str) -> Option<String> {
     s.lines().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string())
 }
 
-fn tail_lines(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
+/// Lines of stdout read for a limit message: the message is the agent's last word.
+const STDOUT_LIMIT_LINES: usize = 20;
+
+/// A limit in a command agent's output (SPEC §7): stderr is its error channel
+/// and is read whole; stdout is its prose, so only a line that *is* a limit
+/// message counts (one merely mentioning a limit does not), among the last
+/// [`STDOUT_LIMIT_LINES`]. Stderr wins over stdout when both say something.
+fn read_limit(stderr_tail: &str, stdout: &str, tz: chrono_tz::Tz) -> Option<LimitReading> {
+    if let Some(r) = limit_in_text(stderr_tail, tz) {
+        return Some(r);
+    }
+    let now = chrono::Utc::now();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let mut best: Option<LimitReading> = None;
+    for line in &lines[lines.len().saturating_sub(STDOUT_LIMIT_LINES)..] {
+        let r = limit::read_stream_line(line, now, tz);
+        let better = match (&best, r.kind) {
+            (_, LimitKind::None) => false,
+            (None, _) => true,
+            (Some(b), k) => (k == LimitKind::UsageLimit && b.kind != LimitKind::UsageLimit) || (k == b.kind && b.resets_at.is_none() && r.resets_at.is_some()),
+        };
+        if better {
+            best = Some(r);
+        }
+    }
+    best
 }

@@ -19,7 +19,17 @@ use crate::run::{self, Night, Selection};
 use crate::{approval, forge, ledger as ledger_mod, process, schedule};
 
 /// `drain` (item = None) or `run [ITEM]` (item = Some).
-pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: Startup) -> Result<ExitCode> {
+pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup) -> Result<ExitCode> {
+    drain_with(cli, args, item, startup, false).await
+}
+
+/// One fire of `schedule`: a `drain` that records `not_approved` for the
+/// plan in the ledger when no valid approval exists (SPEC §4).
+pub(crate) async fn drain_scheduled(cli: &Cli, args: &RunArgs, startup: &Startup) -> Result<ExitCode> {
+    drain_with(cli, args, None, startup, true).await
+}
+
+async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup, scheduled: bool) -> Result<ExitCode> {
     let snap = snapshot(cli)?;
     let plan = snap.plan;
     let config = snap.loaded.config.clone();
@@ -82,6 +92,9 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
             Err(refusal) => {
                 print_cards(&plan, &selection);
                 rec::event(&pool, None, "refused", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha})).await.map_err(db)?;
+                if scheduled {
+                    rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await.map_err(db)?;
+                }
                 return Err(refusal.into());
             }
         },
@@ -206,10 +219,12 @@ fn print_cards(plan: &Plan, selection: &Selection) {
 
 /// SIGINT/SIGTERM cancel the run: the current agent is killed, the item
 /// recorded `interrupted`, its checkout cleaned (SPEC §7).
+/// The handlers are installed before this returns, so no signal after it
+/// falls to the default action (which would leave the run `running`).
 fn spawn_signal_handler(cancel: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
         tokio::select! {
             _ = int.recv() => {},
             _ = term.recv() => {},

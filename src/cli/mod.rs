@@ -8,6 +8,7 @@ mod init;
 mod limit;
 mod plan;
 mod report;
+mod schedule;
 
 use std::path::{Path, PathBuf};
 
@@ -81,6 +82,21 @@ pub enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Stay in the foreground and start a drain at each fire time of a cron expression.
+    Schedule {
+        /// Cron expression: 5 fields `min hour day month weekday`, or 6 with seconds first.
+        #[arg(long, value_name = "EXPR")]
+        cron: String,
+        /// Zone of the fire times (default: config `timezone`, $TZ, system).
+        #[arg(long, value_name = "ZONE")]
+        tz: Option<String>,
+        /// Print a crontab line instead of staying in the foreground.
+        #[arg(long, conflicts_with = "print_systemd")]
+        print_crontab: bool,
+        /// Print a systemd service and timer instead of staying in the foreground.
+        #[arg(long)]
+        print_systemd: bool,
     },
     /// Explain how a piece of agent output is read as a usage limit.
     Limit {
@@ -195,8 +211,16 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
         Command::Init => init::run(&cli),
         Command::Plan { json } => plan::plan(&cli, *json).await,
         Command::Approve { sha } => plan::approve(&cli, sha).await,
-        Command::Drain(args) => drain::drain(&cli, args, None, startup).await,
-        Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), startup).await,
+        Command::Drain(args) => drain::drain(&cli, args, None, &startup).await,
+        Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), &startup).await,
+        Command::Schedule { cron, tz, print_crontab, print_systemd } => {
+            let mode = match (print_crontab, print_systemd) {
+                (true, _) => schedule::Mode::Crontab,
+                (_, true) => schedule::Mode::Systemd,
+                _ => schedule::Mode::Foreground,
+            };
+            schedule::schedule(&cli, cron, tz.as_deref(), mode, &startup).await
+        }
         Command::Report { run, json, show_body } => report::report(&cli, run.as_deref(), *json, *show_body).await,
         Command::Status { json } => report::status(&cli, *json).await,
     }
