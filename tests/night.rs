@@ -115,10 +115,8 @@ fn read_pid(p: &Path) -> i32 {
 /// Kills a stalled helper (after a SIGKILLed drain, nobody else will).
 fn kill_stalled(dir: &Path, name: &str) {
     for f in [format!("{name}.child"), format!("{name}.ready")] {
-        if let Ok(s) = std::fs::read_to_string(dir.join(f)) {
-            if let Ok(pid) = s.trim().parse::<i32>() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-            }
+        if let Some(pid) = std::fs::read_to_string(dir.join(f)).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
@@ -133,13 +131,12 @@ fn slot_branches(data: &Path) -> Vec<String> {
             found.extend(b.lines().filter(|l| !l.is_empty()).map(|l| format!("{}: {l}", d.display())));
             continue;
         }
-        if depth < 5 {
-            if let Ok(rd) = std::fs::read_dir(&d) {
-                for e in rd.flatten() {
-                    if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                        stack.push((e.path(), depth + 1));
-                    }
-                }
+        if depth >= 5 {
+            continue;
+        }
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((e.path(), depth + 1));
             }
         }
     }
@@ -442,7 +439,10 @@ enum Phase {
     AfterCommit,
     /// In the post-receive hook: the branch is on the remote, no PR yet.
     AfterPush,
-    /// During item 2's writer: item 1's PR exists.
+    /// GitHub made item 1's PR but had not answered yet: the ledger does not
+    /// know its number.
+    DuringPrCreate,
+    /// During item 2's writer: item 1's PR exists and is recorded.
     AfterPrCreate,
     /// Item 1's PR creation failed (`pr_failed`), killed during item 2.
     AfterPrFailed,
@@ -480,15 +480,18 @@ async fn crash_and_resume(phase: Phase) {
         Phase::AfterCommit => "prehook",
         Phase::AfterPush => "posthook",
         Phase::AfterPrCreate | Phase::AfterPrFailed => "writer2",
+        Phase::DuringPrCreate => "github",
     };
     std::fs::write(a.join(format!("{stall}.stall")), "").unwrap();
-    if let Phase::AfterPrFailed = phase {
-        gh.state.lock().unwrap().faults.push(("POST".into(), "/repos/owner/repo/pulls".into(), 422));
+    match phase {
+        Phase::AfterPrFailed => gh.state.lock().unwrap().faults.push(("POST".into(), "/repos/owner/repo/pulls".into(), 422)),
+        Phase::DuringPrCreate => gh.state.lock().unwrap().create_pr_delays.push(Duration::from_secs(60)),
+        _ => {}
     }
     approve(&f);
     let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
     let ready = a.join(format!("{stall}.ready"));
-    wait_until(Duration::from_secs(40), &format!("phase {phase:?}"), || ready.exists());
+    wait_until(Duration::from_secs(40), &format!("phase {phase:?}"), || ready.exists() || (stall == "github" && !gh.prs().is_empty()));
     bg.signal(nix::sys::signal::Signal::SIGKILL);
     bg.wait(Duration::from_secs(5));
     kill_stalled(a, stall);
@@ -496,6 +499,10 @@ async fn crash_and_resume(phase: Phase) {
     match phase {
         Phase::AfterPush => assert_eq!(f.remote_branches().len(), 1, "the branch reached the remote before the kill"),
         Phase::AfterPrCreate => assert_eq!(gh.prs().len(), 1),
+        Phase::DuringPrCreate => {
+            assert_eq!(gh.prs().len(), 1);
+            assert_eq!(f.db.sql("SELECT state || ' ' || coalesce(number::text, '-') FROM pull_requests"), "pr_failed -", "the ledger never heard of the PR");
+        }
         Phase::AfterPrFailed => assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "pr_failed"),
         _ => assert!(f.remote_branches().is_empty()),
     }
@@ -525,7 +532,7 @@ async fn crash_and_resume(phase: Phase) {
     }
     assert!(slot_branches(&f.data).is_empty(), "{phase:?}: {:?}", slot_branches(&f.data));
     // The resumed run did not redo an item whose PR existed.
-    if matches!(phase, Phase::AfterPrCreate | Phase::AfterPrFailed) {
+    if matches!(phase, Phase::AfterPrCreate | Phase::AfterPrFailed | Phase::DuringPrCreate) {
         assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id WHERE i.item_key = (SELECT item_key FROM run_items ORDER BY item_index LIMIT 1) AND a.role = 'writer'"), "1", "{phase:?}: item 1 was redone");
     }
     gh.assert_never_merged_approved_or_closed().await;
@@ -558,6 +565,11 @@ async fn resume_after_kill_after_the_commit() {
 #[tokio::test(flavor = "multi_thread")]
 async fn resume_after_kill_after_the_push() {
     crash_and_resume(Phase::AfterPush).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_after_kill_while_github_creates_the_pr() {
+    crash_and_resume(Phase::DuringPrCreate).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -20,6 +20,9 @@ pub struct State {
     pub labels: Vec<String>,
     /// Scripted failures: (method, path prefix, status) consumed in order.
     pub faults: Vec<(String, String, u16)>,
+    /// Delays of the answers to PR creations, consumed in order: the PR
+    /// exists on the server while its creator still waits (crash tests).
+    pub create_pr_delays: Vec<std::time::Duration>,
 }
 
 /// The fake server.
@@ -89,7 +92,8 @@ impl Respond for Responder {
                     "merged_at": null, "labels": [], "pull_request": {"url": ""}
                 });
                 st.prs.push(pr.clone());
-                ResponseTemplate::new(201).set_body_json(pr)
+                let answer = ResponseTemplate::new(201).set_body_json(pr);
+                if st.create_pr_delays.is_empty() { answer } else { answer.set_delay(st.create_pr_delays.remove(0)) }
             }
             ("GET", "/issues") => {
                 if page > 1 {
