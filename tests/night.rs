@@ -205,28 +205,32 @@ fn limit_parse_answers_every_corpus_line_as_the_table_says() {
 #[test]
 fn a_usage_limit_sleeps_then_retries_the_same_round() {
     let f = Fixture::new();
-    let once = f.agents.join("limit-once");
-    // First call: the real CLI's message, alone on its line. Later calls: the
-    // work, with prose that merely mentions limits (which must not trigger).
+    let count = f.agents.join("calls");
+    // Calls 1 and 2: the real CLI's message, alone on its line (a limit seen
+    // again after waking sleeps again). Call 3: the work, with prose that
+    // merely mentions limits, which must not trigger.
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\nif [ ! -e {o} ]; then touch {o}; echo 'Looking at the task.'; echo \"You've hit your limit · resets 3am (UTC)\"; exit 1; fi\n{WORD_WRITER}echo 'Note: the retry now waits until the usage limit resets at 7pm, as the rate limit docs say.'\necho 'I also checked: you have hit your limit of three words per line? no.'\n",
-            o = once.display()
+            "#!/bin/sh
+echo x >> {c}
+if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit your limit · resets 3am (Asia/Taipei)\"; exit 1; fi\n{WORD_WRITER}echo 'Note: the retry now waits until the usage limit resets at 7pm, as the rate limit docs say.'\necho '- handled the case where the CLI says Claude AI usage limit reached|1762952400 (see limit.rs)'\n",
+            c = count.display()
         ),
     );
     let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"3s\"\nlimit_sleep_max = \"3s\"\n");
+    f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"2s\"\nlimit_sleep_max = \"2s\"\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     approve(&f);
-    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59", "--tz", "Asia/Taipei"]);
     let mut seen = String::new();
     wait_until(Duration::from_secs(20), "status to show the sleep", || {
         seen = status_text(&f);
         seen.starts_with("sleeping until")
     });
-    let until: DateTime<Utc> = f.db.sql("SELECT to_char(sleeping_until AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM runs").parse().unwrap();
-    assert_eq!(seen, format!("sleeping until {} (usage limit, command)", until.format("%H:%M")), "status while sleeping");
+    let until: DateTime<Utc> = f.db.sql("SELECT to_char(max(slept_until) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM limit_sleeps").parse().unwrap();
+    let local = until.with_timezone(&chrono_tz::Asia::Taipei).format("%H:%M");
+    assert_eq!(seen, format!("sleeping until {local} (usage limit, command)"), "status shows the run's local time");
     let json: Value = serde_json::from_slice(&f.run(&["status", "--json"]).stdout).unwrap();
     assert_eq!(json["running"], true);
     assert_eq!(json["sleeping_agent"], "command");
@@ -234,15 +238,18 @@ fn a_usage_limit_sleeps_then_retries_the_same_round() {
     assert_eq!(status.code(), Some(0), "{}", bg.output());
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["pr_opened"], "{rep:#}");
-    assert_eq!(rep["items"][0]["rounds"], 1, "the interrupted call did not use up a round");
+    assert_eq!(rep["items"][0]["rounds"], 1, "the interrupted calls did not use up a round");
     assert_eq!(f.db.sql("SELECT count(*) FROM rounds"), "1");
-    assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), "2");
-    // One sleep, recorded with its message and agent, about 3 s long; the prose afterwards slept nothing.
-    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "1");
-    assert_eq!(f.db.sql("SELECT agent || ' ' || kind FROM limit_sleeps"), "command usage_limit");
-    assert!(f.db.sql("SELECT message FROM limit_sleeps").contains("You've hit your limit"));
-    let secs: f64 = f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps").parse().unwrap();
-    assert!((2.9..=3.1).contains(&secs), "slept {secs} s, limit_sleep_min/max is 3 s");
+    assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), "3");
+    // Two sleeps, recorded with message and agent, 2 s each; the prose afterwards slept nothing.
+    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "2");
+    assert_eq!(f.db.sql("SELECT DISTINCT agent || ' ' || kind FROM limit_sleeps"), "command usage_limit");
+    assert!(f.db.sql("SELECT min(message) FROM limit_sleeps").contains("You've hit your limit"));
+    for secs in f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps").lines() {
+        let secs: f64 = secs.parse().unwrap();
+        assert!((1.9..=2.1).contains(&secs), "slept {secs} s, limit_sleep_min/max is 2 s");
+    }
+    assert!(String::from_utf8_lossy(&f.run(&["report"]).stdout).contains("slept"), "the report shows the time slept");
     assert!(status_text(&f).starts_with("idle"), "status after the run");
 }
 
