@@ -219,7 +219,8 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
         ),
     );
     let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"2s\"\nlimit_sleep_max = \"2s\"\n");
+    // The two sleeps (6 s) outlast the item timeout (5 s): sleeping is not the item's work time.
+    f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"3s\"\nlimit_sleep_max = \"3s\"\nitem_timeout = \"5s\"\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     approve(&f);
     let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59", "--tz", "Asia/Taipei"]);
@@ -241,13 +242,13 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
     assert_eq!(rep["items"][0]["rounds"], 1, "the interrupted calls did not use up a round");
     assert_eq!(f.db.sql("SELECT count(*) FROM rounds"), "1");
     assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), "3");
-    // Two sleeps, recorded with message and agent, 2 s each; the prose afterwards slept nothing.
+    // Two sleeps, recorded with message and agent, 3 s each; the prose afterwards slept nothing.
     assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "2");
     assert_eq!(f.db.sql("SELECT DISTINCT agent || ' ' || kind FROM limit_sleeps"), "command usage_limit");
     assert!(f.db.sql("SELECT min(message) FROM limit_sleeps").contains("You've hit your limit"));
     for secs in f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps").lines() {
         let secs: f64 = secs.parse().unwrap();
-        assert!((1.9..=2.1).contains(&secs), "slept {secs} s, limit_sleep_min/max is 2 s");
+        assert!((2.9..=3.1).contains(&secs), "slept {secs} s, limit_sleep_min/max is 3 s");
     }
     assert!(String::from_utf8_lossy(&f.run(&["report"]).stdout).contains("slept"), "the report shows the time slept");
     assert!(status_text(&f).starts_with("idle"), "status after the run");
@@ -392,6 +393,34 @@ fn sigterm_during_a_push() {
     let ready = f.agents.join("hook.ready");
     stops_cleanly_on(&f, || ready.exists(), nix::sys::signal::Signal::SIGTERM, "hook");
     assert_eq!(f.db.sql("SELECT count(*) FROM pull_requests"), "0");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_while_github_is_slow_to_open_the_pr() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_slow_github_token_0123456".into());
+    gh.state.lock().unwrap().create_pr_delays.push(Duration::from_secs(60));
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{WORD_WRITER}"));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    wait_until(Duration::from_secs(30), "the PR request", || !gh.prs().is_empty());
+    bg.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(bg.wait(Duration::from_secs(10)).code(), Some(1), "{}", bg.output());
+    let rep = f.report();
+    assert_eq!(rep["status"], "stopped_signal");
+    assert_eq!(outcomes(&rep), ["interrupted"], "{rep:#}");
+    assert!(slot_branches(&f.data).is_empty());
+    // The next night finds the PR GitHub made instead of opening a second one.
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["already_open", "pr_opened"]);
+    assert_eq!(gh.prs().len(), 2);
+    assert_eq!(f.remote_branches().len(), 2);
 }
 
 // ---------------------------------------------------------------------------------------------
