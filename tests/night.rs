@@ -674,6 +674,28 @@ fn schedule_drains_at_each_fire_only_under_a_fresh_approval() {
 }
 
 #[test]
+fn sigterm_stops_the_schedule_and_the_drain_it_started() {
+    let f = Fixture::new();
+    std::fs::write(f.agents.join("writer.stall"), "").unwrap();
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\necho sub >> calc.txt\n{}", stall_snippet(&f.agents, "writer")));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "deadline = \"23:59\"\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["schedule", "--cron", "* * * * * *"]);
+    let ready = f.agents.join("writer.ready");
+    wait_until(Duration::from_secs(30), "the scheduled drain's writer", || ready.exists());
+    let child = read_pid(&f.agents.join("writer.child"));
+    bg.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(bg.wait(Duration::from_secs(10)).code(), Some(1), "the stopped drain's code: {}", bg.output());
+    wait_until(Duration::from_secs(3), "the writer to be killed", || process_gone(child));
+    let rep = f.report();
+    assert_eq!(rep["status"], "stopped_signal");
+    assert_eq!(outcomes(&rep), ["interrupted"]);
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1", "no fire after the signal");
+}
+
+#[test]
 fn schedule_prints_crontab_and_systemd_units() {
     let f = Fixture::new();
     let w = f.agent("writer.sh", "#!/bin/sh\n");

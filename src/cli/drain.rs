@@ -147,7 +147,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     };
 
     let cancel = CancellationToken::new();
-    spawn_signal_handler(cancel.clone());
+    let _signals = spawn_signal_handler(cancel.clone());
     let night = Night {
         repo: snap.repo.clone(),
         repo_id: id.clone(),
@@ -221,15 +221,26 @@ fn print_cards(plan: &Plan, selection: &Selection) {
 /// recorded `interrupted`, its checkout cleaned (SPEC §7).
 /// The handlers are installed before this returns, so no signal after it
 /// falls to the default action (which would leave the run `running`).
-fn spawn_signal_handler(cancel: CancellationToken) {
+/// The returned guard ends the handler when the drain is over, so the
+/// fires of `schedule` do not pile up handlers.
+fn spawn_signal_handler(cancel: CancellationToken) -> Option<AbortOnDrop> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
-    tokio::spawn(async move {
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return None };
+    Some(AbortOnDrop(tokio::spawn(async move {
         tokio::select! {
             _ = int.recv() => {},
             _ = term.recv() => {},
         }
         eprintln!("nightshift: signal received; stopping the current item");
         cancel.cancel();
-    });
+    })))
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -33,7 +33,8 @@ pub(crate) enum Mode {
 ///
 /// # Errors
 /// Exit 2 for a bad expression or zone, or an expression the printed unit
-/// cannot say; the foreground loop itself only ends on a signal (exit 0).
+/// cannot say. The foreground loop ends only on a signal: exit 0 between
+/// fires, or the stopped drain's code (1, `stopped_signal`) during one.
 pub(crate) async fn schedule(cli: &Cli, expr: &str, tz: Option<&str>, mode: Mode, startup: &Startup) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
     let config_zone = crate::cli::load_config(cli, &repo).ok().and_then(|l| l.config.timezone.clone());
@@ -71,13 +72,21 @@ async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup)
             break;
         }
         fires += 1;
-        match drain::drain_scheduled(cli, &args, startup).await {
-            Ok(code) => eprintln!("schedule: fire {fires} drained (exit {})", code as u8),
+        let code = match drain::drain_scheduled(cli, &args, startup).await {
+            Ok(code) => {
+                eprintln!("schedule: fire {fires} drained (exit {})", code as u8);
+                code
+            }
             // Refusals (no approval, lock held) and failures wait for the next fire.
-            Err(e) => eprintln!("schedule: fire {fires} did not drain (exit {}): {}", e.code as u8, e.message),
-        }
+            Err(e) => {
+                eprintln!("schedule: fire {fires} did not drain (exit {}): {}", e.code as u8, e.message);
+                e.code
+            }
+        };
         if stop.is_cancelled() {
-            break;
+            // The signal stopped a drain: its exit code says how it ended.
+            eprintln!("schedule: stopped by a signal during fire {fires}");
+            return Ok(code);
         }
     }
     eprintln!("schedule: stopped by a signal after {fires} fire(s)");
