@@ -618,6 +618,36 @@ async fn resume_opens_the_pr_of_a_pr_failed_item() {
     crash_and_resume(Phase::AfterPrFailed).await;
 }
 
+#[test]
+fn a_crashed_run_whose_approval_is_older_than_a_day_is_not_resumed() {
+    let f = Fixture::new();
+    std::fs::write(f.agents.join("writer.stall"), "").unwrap();
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{}{WORD_WRITER}", stall_snippet(&f.agents, "writer")));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let sha = approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    wait_until(Duration::from_secs(30), "the writer", || f.agents.join("writer.ready").exists());
+    bg.signal(nix::sys::signal::Signal::SIGKILL);
+    bg.wait(Duration::from_secs(5));
+    kill_stalled(&f.agents, "writer");
+    // The crashed run's approval was given 25 hours ago (approvals are immutable: point the run at an old one).
+    f.db.sql(&format!(
+        "INSERT INTO approvals (id, plan_sha, repo, approved_by, created_at, expires_at) SELECT gen_random_uuid(), '{sha}', repo, 't', now() - interval '25 hours', now() - interval '1 hour' FROM plans WHERE sha = '{sha}'"
+    ));
+    f.db.sql("UPDATE runs SET approval_id = (SELECT id FROM approvals ORDER BY created_at LIMIT 1)");
+    let out = f.run(&["drain", "--deadline", "23:59"]);
+    assert_eq!(out.status.code(), Some(3), "no standing approval: {}", text(&out));
+    assert!(text(&out).contains("nightshift approve"), "{}", text(&out));
+    assert_eq!(f.db.sql("SELECT status FROM runs"), "crashed");
+    assert_eq!(f.db.sql("SELECT outcome FROM run_items"), "interrupted");
+    // A fresh approval runs it.
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["pr_opened"]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 7. max_attempts
 // ---------------------------------------------------------------------------------------------

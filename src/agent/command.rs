@@ -116,3 +116,39 @@ fn read_limit(stderr_tail: &str, stdout: &str, tz: chrono_tz::Tz) -> Option<Limi
     }
     best
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TZ: chrono_tz::Tz = chrono_tz::UTC;
+
+    #[test]
+    fn prose_mentioning_a_limit_is_not_a_limit() {
+        let out = "Done. The retry now waits until the usage limit resets at 7pm.\nI checked: you've hit your limit is what the CLI prints when over quota.\n- handled Claude AI usage limit reached|1762952400 in limit.rs\n";
+        assert_eq!(read_limit("", out, TZ), None);
+    }
+
+    #[test]
+    fn a_line_that_is_the_message_is_a_limit() {
+        let out = "Looking at the task.\nYou've hit your limit · resets 3am (UTC)\n";
+        let r = read_limit("", out, TZ).expect("a usage limit");
+        assert_eq!(r.kind, LimitKind::UsageLimit);
+        assert!(r.resets_at.is_some());
+    }
+
+    #[test]
+    fn stderr_is_read_whole_and_wins() {
+        let r = read_limit("warning: something\nError: 429 Too Many Requests, rate limit reached; Claude AI usage limit reached|1762952400", "Rate limit reached for gpt-4 in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 20s.", TZ).expect("a limit");
+        assert_eq!(r.kind, LimitKind::UsageLimit);
+    }
+
+    #[test]
+    fn only_the_last_lines_of_stdout_are_read() {
+        let mut out = String::from("You've hit your limit · resets 3am (UTC)\n");
+        for i in 0..STDOUT_LIMIT_LINES {
+            out.push_str(&format!("line {i}\n"));
+        }
+        assert_eq!(read_limit("", &out, TZ), None, "a limit the agent got past long before its end is not read");
+    }
+}

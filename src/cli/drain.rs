@@ -68,22 +68,13 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     // else find a fresh approval.
     let mut resume = None;
     let mut chosen = None;
-    if args.approve.is_none() && matches!(selection, Selection::All) {
-        if let Some(r) = rec::resumable_run(&pool, &id).await.map_err(db)? {
-            if let Some(a) = match r.approval_id {
-                Some(aid) => rec::approval_by_id(&pool, aid).await.map_err(db)?,
-                None => None,
-            } {
-                if approval::may_resume(&a, now) && a.plan_sha.is_some() {
-                    let shas = rec::plan_contracts(&pool, a.plan_sha.as_deref().unwrap_or("")).await.map_err(db)?;
-                    if plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
-                        eprintln!("resuming crashed run {} under its approval (given {})", r.id, a.created_at.with_timezone(&tz).format("%H:%M %Z"));
-                        chosen = Some((a, shas));
-                        resume = Some(r);
-                    }
-                }
-            }
-        }
+    if args.approve.is_none()
+        && matches!(selection, Selection::All)
+        && let Some((r, a, shas)) = crashed_run_to_resume(&pool, &id, &plan, now).await.map_err(db)?
+    {
+        eprintln!("resuming crashed run {} under its approval (given {})", r.id, a.created_at.with_timezone(&tz).format("%H:%M %Z"));
+        chosen = Some((a, shas));
+        resume = Some(r);
     }
     let (approval, approved) = match chosen {
         Some(c) => c,
@@ -175,6 +166,21 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         print!("{}", crate::report::to_text(&run_row, &items, slept, false));
     }
     Ok(end.code)
+}
+
+/// The newest crashed, not yet resumed run whose plan approval may still be
+/// resumed (younger than 24 h, SPEC §4) and shares contracts with the
+/// snapshot: the run, its approval and the approved contract SHAs.
+async fn crashed_run_to_resume(pool: &sqlx::PgPool, repo: &str, plan: &Plan, now: chrono::DateTime<Utc>) -> sqlx::Result<Option<(rec::RunRow, approval::Approval, Vec<String>)>> {
+    let Some(r) = rec::resumable_run(pool, repo).await? else { return Ok(None) };
+    let Some(aid) = r.approval_id else { return Ok(None) };
+    let Some(a) = rec::approval_by_id(pool, aid).await? else { return Ok(None) };
+    let Some(plan_sha) = a.plan_sha.as_deref().filter(|_| approval::may_resume(&a, now)) else { return Ok(None) };
+    let shas = rec::plan_contracts(pool, plan_sha).await?;
+    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
+        return Ok(None);
+    }
+    Ok(Some((r, a, shas)))
 }
 
 /// Resolves `run [ITEM]` to a plan index.
