@@ -19,6 +19,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default timeout of one `git` subprocess: 120 seconds.
@@ -98,6 +100,9 @@ pub enum GitError {
         seconds: u64,
         stderr_tail: String,
     },
+    /// A stop was requested (SIGINT/SIGTERM); its process group was killed.
+    #[error("`{argv}` in {} was stopped by a signal and killed", cwd.display())]
+    Stopped { argv: String, cwd: PathBuf },
     /// Reading or writing a file around a git call (askpass helper, outputs).
     #[error("{context} ({}): {source}", path.display())]
     Io {
@@ -152,6 +157,7 @@ pub struct Git {
     timeout: Duration,
     token: Option<String>,
     env: Vec<(OsString, OsString)>,
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for Git {
@@ -172,6 +178,7 @@ impl Git {
             timeout: DEFAULT_TIMEOUT,
             token: None,
             env: Vec::new(),
+            stop: None,
         }
     }
 
@@ -192,6 +199,14 @@ impl Git {
     /// in argv or in a URL (SPEC §6).
     pub fn token(mut self, token: Option<&str>) -> Git {
         self.token = token.map(str::to_string);
+        self
+    }
+
+    /// Kills the command's process group as soon as `stop` becomes true
+    /// (checked while waiting, every 50 ms at most): a signal must not wait
+    /// for a slow push (SPEC §7).
+    pub fn stop_on(mut self, stop: Arc<AtomicBool>) -> Git {
+        self.stop = Some(stop);
         self
     }
 
@@ -285,7 +300,7 @@ impl Git {
         });
         let stdout = drain(child.stdout.take().expect("stdout was piped"));
         let stderr = drain(child.stderr.take().expect("stderr was piped"));
-        let status = wait_with_timeout(&mut child, self.timeout);
+        let status = wait_with_timeout(&mut child, self.timeout, self.stop.as_deref());
         // The writer is not joined: it ends when the pipe closes, and a
         // grandchild holding the pipe must not hold us too.
         drop(writer);
@@ -294,6 +309,9 @@ impl Git {
         let stderr = String::from_utf8_lossy(&stderr_bytes).into_owned();
         let status = match status {
             Ok(Some(status)) => status,
+            Ok(None) if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) => {
+                return Err(GitError::Stopped { argv, cwd: self.dir.clone() });
+            }
             Ok(None) => {
                 return Err(GitError::TimedOut {
                     argv,
@@ -556,7 +574,7 @@ fn drain(mut from: impl Read + Send + 'static) -> Drain {
 
 /// Waits for the child up to `timeout`; on expiry kills its process group and
 /// returns `Ok(None)`.
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+fn wait_with_timeout(child: &mut Child, timeout: Duration, stop: Option<&AtomicBool>) -> std::io::Result<Option<ExitStatus>> {
     let deadline = Instant::now() + timeout;
     // Most git calls end within milliseconds: poll fast first, then back off.
     let mut pause = Duration::from_millis(1);
@@ -565,7 +583,7 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::io::Result<Op
             return Ok(Some(status));
         }
         let now = Instant::now();
-        if now >= deadline {
+        if now >= deadline || stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
             let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
             let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
             let _ = child.kill();

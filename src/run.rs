@@ -353,7 +353,8 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
     let c = &entry.contract;
     let key = &entry.item.key;
     let started = Instant::now();
-    let item_deadline = started + c.limits.item_timeout();
+    // Moved later by usage-limit sleeps, which are not the item's work time.
+    let mut item_deadline = started + c.limits.item_timeout();
     let fail = |outcome: &str, reason: String, rounds: u32, t: &Totals| ItemEnd {
         outcome: outcome.into(),
         reason: Some(reason),
@@ -408,7 +409,7 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
             Err(e) => return Ok(fail("error", format!("cannot read the checkout before round {n}: {e}"), n, &totals)),
         };
         let prompt = agent::compose_prompt(Role::Writer, c, &feedback, &base_commit);
-        let writer = match call_agent(night, run_id, item_id, round_id, key, Role::Writer, n, prompt, &contract_json, &feedback, slot, item_dir, item_deadline, &mut totals).await? {
+        let writer = match call_agent(night, run_id, item_id, round_id, key, Role::Writer, n, prompt, &contract_json, &feedback, slot, item_dir, &mut item_deadline, &mut totals).await? {
             Step::Done(r) => r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
@@ -485,7 +486,7 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         rec::set_phase(pool, run_id, "review", Some(key), Some(n)).await.map_err(db)?;
         let fp_before = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
         let prompt = agent::compose_prompt(Role::Reviewer, c, "", &base_commit);
-        let reviewer = match call_agent(night, run_id, item_id, round_id, key, Role::Reviewer, n, prompt, &contract_json, "", slot, item_dir, item_deadline, &mut totals).await? {
+        let reviewer = match call_agent(night, run_id, item_id, round_id, key, Role::Reviewer, n, prompt, &contract_json, "", slot, item_dir, &mut item_deadline, &mut totals).await? {
             Step::Done(r) => r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
@@ -579,7 +580,10 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
             return Ok(fail("interrupted", "stopped by a signal before the push".into(), n, &totals));
         }
         let token = night.token.as_ref().map(|t| t.expose().to_string());
-        if let Err(e) = tokio::task::block_in_place(|| slot.push(token.as_deref())) {
+        if let Err(e) = push_or_stop(night, slot, token.as_deref()).await {
+            if night.cancel.is_cancelled() {
+                return Ok(fail("interrupted", format!("stopped by a signal during the push of {branch}; nothing was pushed"), n, &totals));
+            }
             return Ok(fail("push_failed", night.redact(&format!("push of {branch} failed: {e}")), n, &totals));
         }
         rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body).await.map_err(db)?;
@@ -594,6 +598,20 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
     Ok(fail(&outcome, format!("{reason} (after {rounds} round(s), the cap)"), rounds, &totals))
 }
 
+/// Pushes the item's branch; a signal kills the push (git, its hooks and
+/// helpers) at once instead of waiting for it (SPEC §7).
+async fn push_or_stop(night: &Night, slot: &Slot, token: Option<&str>) -> Result<(), slot::SlotError> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, cancel) = (stop.clone(), night.cancel.clone());
+    let watcher = tokio::spawn(async move {
+        cancel.cancelled().await;
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let pushed = tokio::task::block_in_place(|| slot.push_stoppable(token, Some(stop)));
+    watcher.abort();
+    pushed
+}
+
 /// Opens the PR of a pushed branch; without GitHub, records the PR that
 /// would have been opened.
 async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, body: &str) -> Result<ItemEnd, Error> {
@@ -606,7 +624,16 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
         return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(format!("{why}; see its body with `nightshift report --show-body`")), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
     };
     let req = crate::forge::PrRequest { title: title.clone(), head: branch.to_string(), base: night.config.base.clone(), body: body.to_string(), labels: vec![night.config.label.clone()], item_key: key.clone() };
-    match forge.create_pr(&req).await {
+    let created = tokio::select! {
+        r = forge.create_pr(&req) => r,
+        // A signal does not wait for a slow GitHub (SPEC §7). The ledger keeps
+        // the branch as `pr_failed`: the next run finds the PR if GitHub made
+        // it, or opens it.
+        _ = night.cancel.cancelled() => {
+            return Ok(ItemEnd { outcome: "interrupted".into(), reason: Some(format!("stopped by a signal while opening the PR of {branch} (pushed); the next run finds or opens it")), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
+        }
+    };
+    match created {
         Ok(pr) => {
             rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, Some(pr.number), Some(&pr.url), "open", body).await.map_err(db)?;
             rec::event(pool, Some(run_id), "pr_opened", json!({"key": key, "number": pr.number, "url": pr.url})).await.map_err(db)?;
@@ -668,7 +695,7 @@ async fn call_agent(
     feedback: &str,
     slot: &Slot,
     item_dir: &Path,
-    item_deadline: Instant,
+    item_deadline: &mut Instant,
     totals: &mut Totals,
 ) -> Result<Step, Error> {
     let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
@@ -733,7 +760,11 @@ async fn call_agent(
                     }
                     rec::set_sleeping(pool, run_id, until, &agent_cfg.kind.to_string()).await.map_err(db)?;
                     tracing::info!(until = %until, agent = %agent_cfg.kind, "usage limit: sleeping until reset");
-                    if schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await == schedule::SleepOutcome::Cancelled {
+                    let slept_from = Instant::now();
+                    let slept = schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await;
+                    // Sleeping at a limit is not the item's work time (SPEC §7): its timeout moves on.
+                    *item_deadline += slept_from.elapsed();
+                    if slept == schedule::SleepOutcome::Cancelled {
                         return Ok(stop("interrupted", "stopped by a signal while sleeping at a usage limit".into(), totals));
                     }
                     rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n)).await.map_err(db)?;

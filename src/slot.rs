@@ -490,11 +490,22 @@ impl Slot {
     /// pushed then: a planted config could send the token elsewhere);
     /// [`SlotError::Git`] if the push fails or times out.
     pub fn push(&self, token: Option<&str>) -> Result<(), SlotError> {
+        self.push_stoppable(token, None)
+    }
+
+    /// [`Slot::push`], killed as soon as `stop` becomes true (a signal during
+    /// the push, SPEC §7): git's process group, hooks and helpers included.
+    ///
+    /// # Errors
+    /// As [`Slot::push`]; a stopped push is [`SlotError::Git`] holding
+    /// [`GitError::Stopped`].
+    pub fn push_stoppable(&self, token: Option<&str>, stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) -> Result<(), SlotError> {
         self.ensure_untampered()?;
-        self.git()
-            .token(token)
-            .timeout(NETWORK_TIMEOUT)
-            .push(&self.push_url, &self.branch)?;
+        let mut git = self.git().token(token).timeout(NETWORK_TIMEOUT);
+        if let Some(stop) = stop {
+            git = git.stop_on(stop);
+        }
+        git.push(&self.push_url, &self.branch)?;
         Ok(())
     }
 

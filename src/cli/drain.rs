@@ -19,7 +19,17 @@ use crate::run::{self, Night, Selection};
 use crate::{approval, forge, ledger as ledger_mod, process, schedule};
 
 /// `drain` (item = None) or `run [ITEM]` (item = Some).
-pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: Startup) -> Result<ExitCode> {
+pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup) -> Result<ExitCode> {
+    drain_with(cli, args, item, startup, false).await
+}
+
+/// One fire of `schedule`: a `drain` that records `not_approved` for the
+/// plan in the ledger when no valid approval exists (SPEC §4).
+pub(crate) async fn drain_scheduled(cli: &Cli, args: &RunArgs, startup: &Startup) -> Result<ExitCode> {
+    drain_with(cli, args, None, startup, true).await
+}
+
+async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup, scheduled: bool) -> Result<ExitCode> {
     if let Some(sha) = &args.approve {
         let ok = sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit());
         if !ok {
@@ -64,22 +74,13 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
     // else find a fresh approval.
     let mut resume = None;
     let mut chosen = None;
-    if args.approve.is_none() && matches!(selection, Selection::All) {
-        if let Some(r) = rec::resumable_run(&pool, &id).await.map_err(db)? {
-            if let Some(a) = match r.approval_id {
-                Some(aid) => rec::approval_by_id(&pool, aid).await.map_err(db)?,
-                None => None,
-            } {
-                if approval::may_resume(&a, now) && a.plan_sha.is_some() {
-                    let shas = rec::plan_contracts(&pool, a.plan_sha.as_deref().unwrap_or("")).await.map_err(db)?;
-                    if plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
-                        eprintln!("resuming crashed run {} under its approval (given {})", r.id, a.created_at.with_timezone(&tz).format("%H:%M %Z"));
-                        chosen = Some((a, shas));
-                        resume = Some(r);
-                    }
-                }
-            }
-        }
+    if args.approve.is_none()
+        && matches!(selection, Selection::All)
+        && let Some((r, a, shas)) = crashed_run_to_resume(&pool, &id, &plan, now).await.map_err(db)?
+    {
+        eprintln!("resuming crashed run {} under its approval (given {})", r.id, a.created_at.with_timezone(&tz).format("%H:%M %Z"));
+        chosen = Some((a, shas));
+        resume = Some(r);
     }
     let (approval, approved) = match chosen {
         Some(c) => c,
@@ -88,6 +89,9 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
             Err(refusal) => {
                 print_cards(&plan, &selection);
                 rec::event(&pool, None, "refused", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha})).await.map_err(db)?;
+                if scheduled {
+                    rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await.map_err(db)?;
+                }
                 return Err(refusal.into());
             }
         },
@@ -147,7 +151,7 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         }
     }
     let cancel = CancellationToken::new();
-    spawn_signal_handler(cancel.clone());
+    let _signals = spawn_signal_handler(cancel.clone());
     let night = Night {
         repo: snap.repo.clone(),
         repo_id: id.clone(),
@@ -186,6 +190,21 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         }
     }
     Ok(end.code)
+}
+
+/// The newest crashed, not yet resumed run whose plan approval may still be
+/// resumed (younger than 24 h, SPEC §4) and shares contracts with the
+/// snapshot: the run, its approval and the approved contract SHAs.
+async fn crashed_run_to_resume(pool: &sqlx::PgPool, repo: &str, plan: &Plan, now: chrono::DateTime<Utc>) -> sqlx::Result<Option<(rec::RunRow, approval::Approval, Vec<String>)>> {
+    let Some(r) = rec::resumable_run(pool, repo).await? else { return Ok(None) };
+    let Some(aid) = r.approval_id else { return Ok(None) };
+    let Some(a) = rec::approval_by_id(pool, aid).await? else { return Ok(None) };
+    let Some(plan_sha) = a.plan_sha.as_deref().filter(|_| approval::may_resume(&a, now)) else { return Ok(None) };
+    let shas = rec::plan_contracts(pool, plan_sha).await?;
+    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
+        return Ok(None);
+    }
+    Ok(Some((r, a, shas)))
 }
 
 /// Resolves `run [ITEM]` to a plan index.
@@ -230,15 +249,28 @@ fn print_cards(plan: &Plan, selection: &Selection) {
 
 /// SIGINT/SIGTERM cancel the run: the current agent is killed, the item
 /// recorded `interrupted`, its checkout cleaned (SPEC §7).
-fn spawn_signal_handler(cancel: CancellationToken) {
-    tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
+/// The handlers are installed before this returns, so no signal after it
+/// falls to the default action (which would leave the run `running`).
+/// The returned guard ends the handler when the drain is over, so the
+/// fires of `schedule` do not pile up handlers.
+fn spawn_signal_handler(cancel: CancellationToken) -> Option<AbortOnDrop> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return None };
+    Some(AbortOnDrop(tokio::spawn(async move {
         tokio::select! {
             _ = int.recv() => {},
             _ = term.recv() => {},
         }
         eprintln!("nightshift: signal received; stopping the current item");
         cancel.cancel();
-    });
+    })))
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

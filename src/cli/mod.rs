@@ -10,6 +10,7 @@ mod limit;
 mod plan;
 mod progress;
 mod report;
+mod schedule;
 mod sync;
 
 use std::path::{Path, PathBuf};
@@ -92,6 +93,21 @@ pub enum Command {
     Sync,
     /// Check git, remote, token, API, label, agents, database and data dir; one line each.
     Doctor,
+    /// Stay in the foreground and start a drain at each fire time of a cron expression.
+    Schedule {
+        /// Cron expression: 5 fields `min hour day month weekday`, or 6 with seconds first.
+        #[arg(long, value_name = "EXPR")]
+        cron: String,
+        /// Zone of the fire times (default: config `timezone`, $TZ, system).
+        #[arg(long, value_name = "ZONE")]
+        tz: Option<String>,
+        /// Print a crontab line instead of staying in the foreground.
+        #[arg(long, conflicts_with = "print_systemd")]
+        print_crontab: bool,
+        /// Print a systemd service and timer instead of staying in the foreground.
+        #[arg(long)]
+        print_systemd: bool,
+    },
     /// Explain how a piece of agent output is read as a usage limit.
     Limit {
         #[command(subcommand)]
@@ -219,8 +235,16 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
         Command::Init => init::run(&cli),
         Command::Plan { json } => plan::plan(&cli, *json).await,
         Command::Approve { sha } => plan::approve(&cli, sha).await,
-        Command::Drain(args) => drain::drain(&cli, args, None, startup).await,
-        Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), startup).await,
+        Command::Drain(args) => drain::drain(&cli, args, None, &startup).await,
+        Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), &startup).await,
+        Command::Schedule { cron, tz, print_crontab, print_systemd } => {
+            let mode = match (print_crontab, print_systemd) {
+                (true, _) => schedule::Mode::Crontab,
+                (_, true) => schedule::Mode::Systemd,
+                _ => schedule::Mode::Foreground,
+            };
+            schedule::schedule(&cli, cron, tz.as_deref(), mode, &startup).await
+        }
         Command::Report { run, json, markdown, show_body } => {
             let format = if *json { report::ReportFormat::Json } else if *markdown { report::ReportFormat::Markdown } else { report::ReportFormat::Text };
             report::report(&cli, run.as_deref(), format, *show_body).await

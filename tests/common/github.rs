@@ -27,6 +27,9 @@ pub struct State {
     pub scopes: Option<String>,
     /// The token may read but not push (`permissions.push: false`).
     pub read_only: bool,
+    /// Delays of the answers to PR creations, consumed in order: the PR
+    /// exists on the server while its creator still waits (crash tests).
+    pub create_pr_delays: Vec<std::time::Duration>,
 }
 
 /// A scripted failure: the first request matching `method` and `path`
@@ -186,7 +189,8 @@ impl Responder {
                     "merged_at": null, "labels": [], "pull_request": {"url": ""}
                 });
                 st.prs.push(pr.clone());
-                ResponseTemplate::new(201).set_body_json(pr)
+                let answer = ResponseTemplate::new(201).set_body_json(pr);
+                if st.create_pr_delays.is_empty() { answer } else { answer.set_delay(st.create_pr_delays.remove(0)) }
             }
             ("GET", "/issues") => {
                 if page > 1 {

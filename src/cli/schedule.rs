@@ -1,0 +1,110 @@
+//! `nightshift schedule --cron EXPR [--tz ZONE]` (SPEC §2, §4): stays in the
+//! foreground and starts a drain at each fire time, or prints a crontab line
+//! or systemd units that do the same.
+//!
+//! Each fire runs the same drain as `nightshift drain`, in this process: it
+//! takes the repository lock and needs a valid, unused approval of the
+//! current plan. There is no standing approval (SPEC §4): a fire without one
+//! records `not_approved` for the plan in the ledger and waits for the next
+//! fire; a fire while another drain holds the lock is skipped the same way.
+//! SIGINT/SIGTERM stop the schedule (and the drain in progress, which ends
+//! `stopped_signal`).
+
+use chrono::Utc;
+use chrono_tz::Tz;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{Cli, RunArgs, Startup, drain, repo_root};
+use crate::error::{Error, ExitCode, Result};
+use crate::schedule::{self, CronSchedule, SleepOutcome, SystemClock};
+
+/// What `schedule` was asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Stay in the foreground and drain at each fire time.
+    Foreground,
+    /// Print a crontab line.
+    Crontab,
+    /// Print a systemd service and timer.
+    Systemd,
+}
+
+/// `nightshift schedule --cron EXPR [--tz ZONE] [--print-crontab | --print-systemd]`.
+///
+/// # Errors
+/// Exit 2 for a bad expression or zone, or an expression the printed unit
+/// cannot say. The foreground loop ends only on a signal: exit 0 between
+/// fires, or the stopped drain's code (1, `stopped_signal`) during one.
+pub(crate) async fn schedule(cli: &Cli, expr: &str, tz: Option<&str>, mode: Mode, startup: &Startup) -> Result<ExitCode> {
+    let repo = repo_root(cli)?;
+    let config_zone = crate::cli::load_config(cli, &repo).ok().and_then(|l| l.config.timezone.clone());
+    let (zone, source) = schedule::resolve_zone(tz.or(config_zone.as_deref())).map_err(|e| Error::usage(format!("time zone: {e}")))?;
+    if let Some(w) = source.warning() {
+        eprintln!("warning: {w}");
+    }
+    let cron = CronSchedule::parse(expr).map_err(|e| Error::usage(e.to_string()))?;
+    match mode {
+        Mode::Crontab => {
+            print!("{}", schedule::print_crontab(expr, &schedule::current_binary(), &repo, zone).map_err(|e| Error::usage(e.to_string()))?);
+            Ok(ExitCode::Ok)
+        }
+        Mode::Systemd => {
+            let units = schedule::print_systemd(expr, &schedule::current_binary(), &repo, zone).map_err(|e| Error::usage(e.to_string()))?;
+            // Each unit's first line is a comment naming its file.
+            println!("{}\n{}", units.service, units.timer);
+            Ok(ExitCode::Ok)
+        }
+        Mode::Foreground => foreground(cli, &cron, zone, startup).await,
+    }
+}
+
+/// The foreground loop: sleep (in wall-clock slices) to the next fire time,
+/// drain, repeat, until a signal.
+async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup) -> Result<ExitCode> {
+    let stop = CancellationToken::new();
+    spawn_stop_on_signal(stop.clone());
+    let args = RunArgs { approve: None, deadline: None, tz: Some(zone.name().to_string()) };
+    let mut fires = 0u64;
+    loop {
+        let next = cron.next_after(Utc::now(), zone).map_err(|e| Error::usage(e.to_string()))?;
+        eprintln!("schedule {:?} ({}): next drain at {}", cron.expr(), zone.name(), next.with_timezone(&zone).format("%Y-%m-%d %H:%M:%S %Z"));
+        if schedule::sleep_until(&SystemClock, next, &stop, schedule::DEFAULT_SLICE).await == SleepOutcome::Cancelled {
+            break;
+        }
+        fires += 1;
+        let code = match drain::drain_scheduled(cli, &args, startup).await {
+            Ok(code) => {
+                eprintln!("schedule: fire {fires} drained (exit {})", code as u8);
+                code
+            }
+            // Refusals (no approval, lock held) and failures wait for the next fire.
+            Err(e) => {
+                eprintln!("schedule: fire {fires} did not drain (exit {}): {}", e.code as u8, e.message);
+                e.code
+            }
+        };
+        if stop.is_cancelled() {
+            // The signal stopped a drain: its exit code says how it ended.
+            eprintln!("schedule: stopped by a signal during fire {fires}");
+            return Ok(code);
+        }
+    }
+    eprintln!("schedule: stopped by a signal after {fires} fire(s)");
+    Ok(ExitCode::Ok)
+}
+
+/// SIGINT/SIGTERM stop the schedule; a drain in progress sees the same
+/// signal through its own handler and stops its item cleanly.
+/// The handlers are installed before this returns, so a signal arriving
+/// right after start-up is not lost to the default action.
+fn spawn_stop_on_signal(stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {},
+            _ = term.recv() => {},
+        }
+        stop.cancel();
+    });
+}
