@@ -395,7 +395,7 @@ pub fn card(e: &PlanEntry) -> String {
         config::format_duration(l.gate_timeout()),
         src(l.gate_timeout_secs.source),
     );
-    let cost_note = if c.writer.kind == "command" && c.reviewer.kind == "command" { " (not enforced: command agents report no cost)" } else { "" };
+    let cost_note = cost_note(&c.writer, &c.reviewer);
     let _ = writeln!(
         s,
         "   budget    {} tokens ({}) · ${:.2} ({}){cost_note}",
@@ -408,6 +408,29 @@ pub fn card(e: &PlanEntry) -> String {
     let _ = writeln!(s, "   reviewer  {} {} (read-only)", c.reviewer.kind, c.reviewer.command.join(" "));
     let _ = writeln!(s, "   contract  sha256 {}", e.contract_sha);
     s
+}
+
+/// What the card says about the cost caps (SPEC §4, §6): they are enforced
+/// only on costs an agent reports. claude reports one per call; codex never
+/// does; a `command` agent only if it writes a usage report.
+fn cost_note(writer: &AgentSpec, reviewer: &AgentSpec) -> String {
+    let mut silent = Vec::new();
+    let mut maybe = Vec::new();
+    for (role, a) in [("writer", writer), ("reviewer", reviewer)] {
+        match a.kind.as_str() {
+            "codex" => silent.push(format!("{role} (codex reports no cost)")),
+            "command" => maybe.push(format!("{role} (command: only if it reports cost_usd)")),
+            _ => {}
+        }
+    }
+    let mut parts = Vec::new();
+    if !silent.is_empty() {
+        parts.push(format!("not enforced for the {}", silent.join(" and ")));
+    }
+    if !maybe.is_empty() {
+        parts.push(format!("enforced for the {}", maybe.join(" and ")));
+    }
+    if parts.is_empty() { String::new() } else { format!("; cost cap {}", parts.join("; ")) }
 }
 
 /// Renders every card and the plan SHA, as `plan` prints them.

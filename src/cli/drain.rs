@@ -109,7 +109,7 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
     if let Some(var) = source.env_var() {
         remove.push(var.to_string());
     }
-    let agent_env = process::child_env(std::env::vars(), &remove);
+    let mut agent_env = process::child_env(std::env::vars(), &remove);
     let mut gate_env = agent_env.clone();
     for v in &config.gate_env {
         if let Ok(val) = std::env::var(v) {
@@ -132,6 +132,14 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         Some(u) if nix::unistd::geteuid().is_root() => Some(process::RunAs::lookup(u).map_err(|e| Error::usage(format!("agent_user {u:?}: {e}; create the user or fix `agent_user`")))?),
         _ => None,
     };
+    let data_dir = ledger_mod::embedded::nightshift_data_dir(&ledger_mod::embedded::process_env, ledger_mod::embedded::running_as_root());
+    if run_as.is_some() {
+        // The checkout's top directory and .git stay the runner's (see
+        // `run::grant_checkout`); the agent's own git must trust it.
+        let slot = crate::slot::slot_path(&data_dir, &snap.repo, 0);
+        trust_directory(&mut agent_env, &slot);
+        trust_directory(&mut gate_env, &slot);
+    }
 
     let cancel = CancellationToken::new();
     spawn_signal_handler(cancel.clone());
@@ -143,7 +151,7 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         pool: pool.clone(),
         tz,
         deadline,
-        data_dir: ledger_mod::embedded::nightshift_data_dir(&ledger_mod::embedded::process_env, ledger_mod::embedded::running_as_root()),
+        data_dir,
         forge,
         forge_missing,
         token: token.map(|(t, _)| t),
@@ -162,6 +170,17 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         print!("{}", crate::report::to_text(&run_row, &items, slept, false));
     }
     Ok(end.code)
+}
+
+/// Adds `safe.directory = DIR` to a child's git configuration through
+/// `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n` (git ≥ 2.31
+/// treats these like `-c`, a scope `safe.directory` is honoured from),
+/// after any entries the environment already carries.
+fn trust_directory(env: &mut std::collections::BTreeMap<String, String>, dir: &std::path::Path) {
+    let n: usize = env.get("GIT_CONFIG_COUNT").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    env.insert(format!("GIT_CONFIG_KEY_{n}"), "safe.directory".into());
+    env.insert(format!("GIT_CONFIG_VALUE_{n}"), dir.display().to_string());
+    env.insert("GIT_CONFIG_COUNT".into(), (n + 1).to_string());
 }
 
 /// Resolves `run [ITEM]` to a plan index.
