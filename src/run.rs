@@ -421,10 +421,10 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         rec::set_phase(pool, run_id, "writer", Some(key), Some(n)).await.map_err(db)?;
         // The gate's restore and git's checkout leave files owned by the
         // runner; hand the checkout back to the agent before it writes.
-        if n > 1 {
-            if let Some(why) = grant_checkout(night, slot).await {
-                return Ok(fail("error", why, n - 1, &totals));
-            }
+        if n > 1
+            && let Some(why) = grant_checkout(night, slot).await
+        {
+            return Ok(fail("error", why, n - 1, &totals));
         }
         let before = match tokio::task::block_in_place(|| RoundStart::record(slot)) {
             Ok(b) => b,
@@ -691,6 +691,8 @@ fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Option<String> {
 /// (read-only to the agent): git and libgit2 refuse a repository whose top
 /// directory or `.git` another user owns, and the agent's git trusts the
 /// checkout through `safe.directory` in its environment (see `cli::drain`).
+/// The top directory is sticky, so the agent cannot rename `.git` away and
+/// plant its own.
 /// Only entries with another owner are changed, so a reused checkout costs a
 /// walk, not a rewrite of every inode's ctime. The first call also checks, as
 /// the account, that it can reach and write the checkout (a 0700 parent such
@@ -706,17 +708,17 @@ async fn grant_checkout(night: &Night, slot: &Slot) -> Option<String> {
         .env_map(night.agent_env.clone())
         .timeout(Duration::from_secs(30))
         .run_as(account.clone());
-    match crate::process::run(probe, &night.cancel).await {
-        Ok(o) if o.success() => None,
-        Ok(o) => Some(format!(
-            "agent_user {} cannot write the checkout {} (exit {:?}; {}): every parent directory must be searchable by it — a 0700 home such as /root is not; set NIGHTSHIFT_DATA_DIR to a directory it can reach",
-            account.user,
-            top.display(),
-            o.exit_code,
-            last_line(&o.stderr_tail)
-        )),
-        Err(e) => Some(format!("cannot run a probe as agent_user {}: {e}", account.user)),
-    }
+    let why = match crate::process::run(probe, &night.cancel).await {
+        Ok(o) if o.success() => return None,
+        Ok(o) => format!("exit {:?}: {}", o.exit_code, last_line(&o.stderr_tail)),
+        // Entering the directory as the account fails before anything runs.
+        Err(e) => e.to_string().lines().next().unwrap_or_default().to_string(),
+    };
+    Some(format!(
+        "agent_user {} cannot enter and write the checkout {} ({why}); every parent directory must be searchable by it — a 0700 home such as /root is not; set NIGHTSHIFT_DATA_DIR to a directory it can reach",
+        account.user,
+        top.display()
+    ))
 }
 
 /// The file work of [`grant_checkout`].
@@ -726,8 +728,10 @@ fn hand_over(top: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     if md.gid() != gid {
         std::os::unix::fs::lchown(top, None, Some(gid))?;
     }
-    if md.mode() & 0o070 != 0o070 {
-        std::fs::set_permissions(top, std::fs::Permissions::from_mode((md.mode() & 0o7777) | 0o070))?;
+    // Group-writable so the agent can create files at the top; sticky so it
+    // cannot rename or replace what it does not own there (`.git`).
+    if md.mode() & 0o1070 != 0o1070 {
+        std::fs::set_permissions(top, std::fs::Permissions::from_mode((md.mode() & 0o7777) | 0o1070))?;
     }
     let mut stack: Vec<PathBuf> = Vec::new();
     for e in std::fs::read_dir(top)? {

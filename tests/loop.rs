@@ -440,3 +440,27 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     assert!(gh.prs()[0]["body"].as_str().unwrap().contains("in the logs"), "the reviewer's finding is in the body, redacted");
     assert_eq!(gh.issues().len(), 1, "the finding was filed, redacted");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_user_that_cannot_reach_the_checkout_is_told_why() {
+    if !is_root() {
+        eprintln!("SKIPPED agent_user_that_cannot_reach_the_checkout_is_told_why: needs root to switch users");
+        return;
+    }
+    let user = test_account();
+    // A 0700 parent (like /root): the account cannot reach the data dir.
+    let f = Fixture::new();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(f.dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let r = f.agent("reviewer.sh", APPROVE);
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    f.config_with(&w, &r, &format!("agent_user = \"{user}\"\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["error"], "{rep:#}");
+    let why = rep["items"][0]["reason"].as_str().unwrap();
+    assert!(why.contains(&user) && why.contains("NIGHTSHIFT_DATA_DIR"), "{why}");
+    assert!(f.remote_branches().is_empty());
+}
