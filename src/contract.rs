@@ -276,6 +276,10 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
 
     let recipe = c.recipes.iter().find(|r| item.title.trim_start().starts_with(r.prefix.trim()));
     let recipe_ref = match recipe {
+        Some(r) if !inside_repo(repo, &r.prompt) => {
+            problems.push(problem(item.line, format!("recipe {:?} selects template {}, which is not a file inside the repository; give a path relative to the repository root in `prompt` in .nightshift/config.toml", r.prefix, r.prompt)));
+            None
+        }
         Some(r) => match std::fs::read(repo.join(&r.prompt)) {
             Ok(bytes) => Some(RecipeRef {
                 prefix: r.prefix.clone(),
@@ -342,6 +346,20 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
         base: c.base.clone(),
         label: c.label.clone(),
     })
+}
+
+/// True when `rel` names a path inside `repo` (SPEC §3: "template file in
+/// the repo"): relative, no `..`, and not a symlink leading out of it. A
+/// missing file counts as inside here; reading it reports that.
+fn inside_repo(repo: &Path, rel: &str) -> bool {
+    let p = Path::new(rel);
+    if p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return false;
+    }
+    match (repo.join(p).canonicalize(), repo.canonicalize()) {
+        (Ok(file), Ok(root)) => file.starts_with(root),
+        _ => true,
+    }
 }
 
 /// Renders the card of one plan entry: what a person approves (SPEC §4).

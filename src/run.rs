@@ -386,7 +386,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
     // Setup commands, in the fresh checkout.
     if !c.setup.is_empty() {
         rec::set_phase(pool, run_id, "setup", Some(key), None).await.map_err(db)?;
-        let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout(), item_dir.to_path_buf()), &night.cancel).await;
+        let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout().min(c.limits.item_timeout()), item_dir.to_path_buf()), &night.cancel).await;
         match runs {
             Ok(runs) if runs.iter().all(GateRun::passed) => {}
             Ok(runs) => {
@@ -561,8 +561,10 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         };
         rec::record_review(pool, round_id, verdict.verdict.as_str(), &verdict.findings, None).await.map_err(db)?;
         if verdict.verdict == Decision::RequestChanges {
-            let mut sorted = verdict.findings.clone();
-            sorted.sort();
+            // The same set of findings (SPEC §5.6): order and repeats do not count.
+            let mut sorted: Vec<&str> = verdict.findings.iter().map(|f| f.trim()).collect();
+            sorted.sort_unstable();
+            sorted.dedup();
             let sig = format!("review:{}", crate::contract::sha256_hex(sorted.join("\n").as_bytes()));
             feedback = format!("The reviewer requested changes:\n{}\n", verdict.findings.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n"));
             rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await.map_err(db)?;

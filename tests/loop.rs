@@ -196,6 +196,15 @@ async fn a_recipe_template_leads_the_prompt_and_is_sealed_in_the_contract() {
     assert_eq!(contract["recipe"]["template"], template);
     assert_eq!(contract["recipe"]["path"], "docs/FIX.md");
     assert!(serde_json::from_str::<Value>(&read(&f.agents.join("contract-plain.json"))).unwrap()["recipe"].is_null());
+
+    // A template outside the repository is a configuration problem, named.
+    std::os::unix::fs::symlink("/etc/hostname", f.repo.join("docs/LINK.md")).unwrap();
+    for outside in ["/etc/hostname", "../outside.md", "docs/LINK.md"] {
+        f.config_with(&w, &r, &format!("[[recipes]]\nprefix = \"fix:\"\nprompt = \"{outside}\"\n"));
+        let out = f.run(&["plan"]);
+        assert_eq!(out.status.code(), Some(2), "{outside}: {}", text(&out));
+        assert!(text(&out).contains("not a file inside the repository") && text(&out).contains("NEXT.md:1"), "{}", text(&out));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
