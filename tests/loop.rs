@@ -98,6 +98,7 @@ async fn caps_on_calls_tokens_and_cost_end_items_and_the_run_goes_on() {
     assert!(items[0]["seconds"].as_i64().unwrap() < 2 + 5 + 3, "killed within timeout + grace: {rep:#}");
     assert!(items[1]["reason"].as_str().unwrap().contains("1100 tokens"), "{rep:#}");
     assert_eq!(items[1]["tokens"], 1100);
+    assert!(items[1]["cost_usd"].is_null(), "no cost reported is unknown, not $0: {rep:#}");
     assert!(items[2]["reason"].as_str().unwrap().contains("$3.00"), "{rep:#}");
     assert_eq!(items[2]["cost_usd"], 3.0);
     assert_eq!(items[3]["cost_usd"], 0.6, "the cost the writer reported is recorded: {rep:#}");
@@ -213,8 +214,8 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
     let mut f = Fixture::new();
     f.github = Some(gh.uri());
     f.token = Some("ghp_findings_token_0123456789".into());
-    let existing = gh.add_issue("docs/README.md is out of date", "autopilot-found", "open");
-    gh.add_issue("an old closed finding", "autopilot-found", "closed");
+    let existing = gh.add_issue("docs/README.md is out of date", "found-overnight", "open");
+    gh.add_issue("an old closed finding", "found-overnight", "closed");
     let w = f.agent(
         "writer.sh",
         &format!(
@@ -222,7 +223,7 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
         ),
     );
     let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, "max_findings_per_item = 2\n[limits]\nrounds = 1\n");
+    f.config_with(&w, &r, "max_findings_per_item = 2\nfindings_label = \"found-overnight\"\n[limits]\nrounds = 1\n");
     let backlog = "- [ ] Add sub\n- [ ] Ask first\n- [ ] Add bogus\n";
     f.write("NEXT.md", backlog);
     let out = f.approve_and_drain(&[]);
@@ -239,7 +240,7 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
     assert!(!titles.contains(&"calc.txt has no header"), "over max_findings_per_item: {titles:?}");
     assert_eq!(titles.iter().filter(|t| **t == "an old closed finding").count(), 2, "{titles:?}");
     for i in issues.iter().skip(2) {
-        assert!(i["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot-found"), "{i}");
+        assert!(i["labels"].as_array().unwrap().iter().any(|l| l["name"] == "found-overnight"), "labelled with findings_label: {i}");
     }
     assert_eq!(f.db.sql(&format!("SELECT count(*) FROM findings WHERE issue_number = {existing}")), "1");
     assert_eq!(f.db.sql("SELECT count(*) FROM findings"), "3");
@@ -265,7 +266,7 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\n{TITLE}case \"$title\" in\n  *grandchild*) sh -c 'sleep {tag}1' & sleep {tag}2 ;;\n  *setsid*) setsid sh -c 'sleep {tag}3' & sleep {tag}4 ;;\n  *mul*) echo mul >> calc.txt ;;\n  *) echo sub >> calc.txt ;;\nesac\n"
+            "#!/bin/sh\n{TITLE}case \"$title\" in\n  *grandchild*) sh -c 'trap \"\" TERM; sleep {tag}1' & sleep {tag}2 ;;\n  *setsid*) setsid sh -c 'sleep {tag}3' & sleep {tag}4 ;;\n  *mul*) echo mul >> calc.txt ;;\n  *) echo sub >> calc.txt ;;\nesac\n"
         ),
     );
     // A reviewer (command kind) that edits the checkout while reviewing.
@@ -278,9 +279,13 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["timed_out", "timed_out", "review_void", "pr_opened"], "{rep:#}");
+    // The grandchild ignores SIGTERM (so it needs the KILL after the grace);
+    // the setsid child left the process group (so it needs the sweep).
     for i in &rep["items"].as_array().unwrap()[..2] {
+        eprintln!("{}: {} s", i["title"], i["seconds"]);
         assert!(i["seconds"].as_i64().unwrap() <= 2 + 5 + 2, "killed within timeout + grace: {i}");
     }
+    eprintln!("whole drain: {took:?}");
     assert!(took < Duration::from_secs(45), "took {took:?}");
     assert!(rep["items"][2]["reason"].as_str().unwrap().contains("checkout changed during the review"), "{rep:#}");
     let survivors = std::process::Command::new("pgrep").args(["-f", &format!("sleep {tag}")]).output().unwrap();
@@ -321,21 +326,34 @@ async fn agent_user_runs_agents_and_gates_as_that_user() {
     std::fs::create_dir(&ev).unwrap();
     std::fs::set_permissions(&ev, std::fs::Permissions::from_mode(0o777)).unwrap();
     let e = ev.display();
+    // Root-owned files outside the checkout that planted symlinks point at:
+    // handing the checkout over must never chown them.
+    let outside = f.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("inner.txt"), "root's\n").unwrap();
+    let victim = f.dir.path().join("victim.txt");
+    std::fs::write(&victim, "root's\n").unwrap();
+    let (victim, outside) = (victim.display().to_string(), outside.display().to_string());
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\necho \"$(id -un) $HOME\" > {e}/writer\nif git status --porcelain >/dev/null; then echo ok > {e}/writer-git; fi\necho sub >> calc.txt\nmkdir -p notes && echo 'why sub' > notes/sub.txt\nif git -c user.name=a -c user.email=a@b commit -qam sneaky 2>/dev/null; then echo committed > {e}/writer-commit; fi\n"
+            "#!/bin/sh\necho \"$(id -un) $HOME\" > {e}/writer\nif git status --porcelain >/dev/null; then echo ok > {e}/writer-git; fi\nif [ \"$NIGHTSHIFT_ROUND\" = 1 ]; then\n  echo bogus >> calc.txt; ln -s {victim} outside-link; mkdir -p d; ln -s {outside} d/dir-link\nelse\n  printf 'add\\nsub\\n' > calc.txt; rm -rf outside-link d\nfi\nmkdir -p notes && echo 'why sub' > notes/sub.txt\nif git -c user.name=a -c user.email=a@b commit -qam sneaky 2>/dev/null; then echo committed > {e}/writer-commit; fi\n"
         ),
     );
     let r = f.agent("reviewer.sh", &format!("#!/bin/sh\necho \"$(id -un) $HOME\" > {e}/reviewer\nif git diff HEAD --stat | grep -q calc.txt; then echo '{{\"verdict\":\"approve\",\"findings\":[]}}'; else echo '{{\"verdict\":\"request_changes\",\"findings\":[\"git diff did not work\"]}}'; fi\n"));
     f.config(&format!(
-        "agent_user = \"{user}\"\nsetup = [\"id -un > {e}/setup && touch .setup-ok && rm .setup-ok\"]\nverify = [\"id -un > {e}/gate && sh test.sh\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+        "agent_user = \"{user}\"\nsetup = [\"id -un > {e}/setup && touch .setup-ok && rm .setup-ok\"]\nverify = [\"id -un > {e}/gate && sh test.sh\"]\n[limits]\nrounds = 2\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
     ));
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain with agent_user");
+    use std::os::unix::fs::MetadataExt;
+    for p in [victim.clone(), format!("{outside}/inner.txt"), outside.clone()] {
+        assert_eq!(std::fs::metadata(&p).unwrap().uid(), 0, "{p} was chowned through a planted symlink");
+    }
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["pr_opened"], "{rep:#}");
+    assert_eq!(rep["items"][0]["rounds"], 2, "round 2 ran after the gate failed: {rep:#}");
     let home = format!("/home/{user}");
     assert_eq!(read(&ev.join("writer")).trim(), format!("{user} {home}"));
     assert_eq!(read(&ev.join("reviewer")).trim(), format!("{user} {home}"));
@@ -390,7 +408,7 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     );
     let r = f.agent("reviewer.sh", &format!("#!/bin/sh\necho \"reviewing with {all}\"\necho '{{\"verdict\":\"approve\",\"findings\":[\"saw {token} in the logs\"]}}'\n"));
     f.config(&format!(
-        "secrets = [\"MY_API_KEY\"]\nverify = [\"cat {} && cat {} >&2 && sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n",
+        "secrets = [\"MY_API_KEY\"]\nverify = [\"env > {ev}/gate-env.txt && cat {} && cat {} >&2 && sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n",
         secrets_file.display(),
         secrets_file.display()
     ));
@@ -411,6 +429,7 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     for var in ["GITHUB_TOKEN=", "GH_TOKEN=", "MY_API_KEY=", "NIGHTSHIFT_DATABASE_URL="] {
         assert!(!env.lines().any(|l| l.starts_with(var)), "{var} reached the agent");
     }
+    leaks("the gate's environment", &read(&f.agents.join("gate-env.txt")));
     let parent = read(&f.agents.join("parent-env.txt"));
     assert!(parent.contains("NIGHTSHIFT_DATA_DIR="), "the writer read nightshift's environ: {parent}");
     for x in [token, gh_token] {
