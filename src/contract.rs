@@ -197,6 +197,10 @@ pub struct Plan {
     pub entries: Vec<PlanEntry>,
     /// SHA-256 over the contract SHAs in order.
     pub sha: String,
+    /// The whole run's cost cap in USD (`max_cost_usd_per_run`) and its
+    /// source; shown with the plan, not sealed in a contract (it is not an
+    /// item's).
+    pub run_cost_cap: Resolved<f64>,
 }
 
 impl Plan {
@@ -255,7 +259,11 @@ pub fn build_plan(repo: &Path, backlog: &Backlog, loaded: &config::Loaded) -> Re
         return Err(problems);
     }
     let sha = Plan::sha_of(entries.iter().map(|e| e.contract_sha.as_str()));
-    Ok(Plan { backlog_path: backlog.path.clone(), backlog_sha: backlog.sha256.clone(), entries, sha })
+    let run_cost_cap = Resolved {
+        value: loaded.config.limits.max_cost_usd_per_run,
+        source: if policy_keys.iter().any(|k| k == "max_cost_usd_per_run") { Source::Policy } else { Source::Default },
+    };
+    Ok(Plan { backlog_path: backlog.path.clone(), backlog_sha: backlog.sha256.clone(), entries, sha, run_cost_cap })
 }
 
 /// Keys of `[limits]` the config file sets explicitly (for provenance).
@@ -461,6 +469,8 @@ pub fn render_plan(plan: &Plan) -> String {
         s.push_str(&card(e));
         s.push('\n');
     }
+    let cap = &plan.run_cost_cap;
+    let _ = writeln!(s, "run budget ${:.2} ({}) for the whole run, over the costs the agents report", cap.value, format!("{:?}", cap.source).to_lowercase());
     let runnable = plan.entries.iter().filter(|e| e.blocked.is_none()).count();
     let _ = writeln!(s, "plan sha256 {}  ({} item(s), {} runnable)", plan.sha, plan.entries.len(), runnable);
     s

@@ -157,6 +157,10 @@ async fn the_card_shows_every_limit_with_its_source() {
     assert!(cards[1].contains("rounds 1 (item)") && cards[1].contains("item 30m (item)"), "{}", cards[1]);
     assert!(cards[2].contains("rounds 2 (recipe)") && cards[2].contains("recipe    fix:"), "{}", cards[2]);
     assert!(cards[0].contains("only if it reports cost_usd"), "the card says when the cost cap is enforced:\n{}", cards[0]);
+    assert!(t.contains("run budget $100.00 (default)"), "{t}");
+    f.config_with(&w, &w, "[limits]\nmax_cost_usd_per_run = 7.5\n");
+    f.write("NEXT.md", "- [ ] Plain item\n");
+    assert!(text(&f.run(&["plan"])).contains("run budget $7.50 (policy)"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
