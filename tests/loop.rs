@@ -297,18 +297,29 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     assert_eq!(f.remote_branches().len(), 1);
 }
 
-/// Creates (once) the unprivileged account the agent_user test runs as, with
-/// its own home.
+/// Creates (once) the unprivileged account the agent_user tests run as, with
+/// its own home. Tests of this binary run in parallel threads, so creation
+/// happens once under a lock; useradd's own lock may still be held by another
+/// process for a moment, hence the retries.
 fn test_account() -> String {
-    let name = "nsagent";
-    let exists = std::process::Command::new("id").arg(name).output().unwrap().status.success();
-    if !exists {
-        let out = std::process::Command::new("useradd").args(["-m", "-d", "/home/nsagent", "-s", "/bin/sh", name]).output().expect("useradd runs");
-        // Another test binary may have created it meanwhile.
-        let again = std::process::Command::new("id").arg(name).output().unwrap().status.success();
-        assert!(again, "useradd {name}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    name.to_string()
+    static ACCOUNT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ACCOUNT
+        .get_or_init(|| {
+            let name = "nsagent";
+            let exists = || std::process::Command::new("id").arg(name).output().unwrap().status.success();
+            let mut last = String::new();
+            for _ in 0..10 {
+                if exists() {
+                    return name.to_string();
+                }
+                let out = std::process::Command::new("useradd").args(["-m", "-d", "/home/nsagent", "-s", "/bin/sh", name]).output().expect("useradd runs");
+                last = String::from_utf8_lossy(&out.stderr).into_owned();
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            assert!(exists(), "useradd {name} failed: {last}");
+            name.to_string()
+        })
+        .clone()
 }
 
 fn is_root() -> bool {
@@ -387,6 +398,12 @@ async fn plan_refuses_a_claude_writer_that_claude_would_refuse_as_root() {
     assert!(!t.contains("contract  sha256"), "no card: {t}");
     f.config(&cfg(&format!("agent_user = \"{}\"\n", test_account())));
     assert_ok(&f.run(&["plan"]), "plan with agent_user");
+    // An agent_user without a home cannot hold claude's login: refused before any item.
+    f.config(&cfg("agent_user = \"nobody\"\n"));
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("has no home directory"), "{}", text(&out));
+    assert_eq!(f.db.sql("SELECT count(*) FROM run_items"), "0");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -132,6 +132,17 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
         Some(u) if nix::unistd::geteuid().is_root() => Some(process::RunAs::lookup(u).map_err(|e| Error::usage(format!("agent_user {u:?}: {e}; create the user or fix `agent_user`")))?),
         _ => None,
     };
+    if let Some(u) = &run_as {
+        // claude and codex keep their login and settings under HOME.
+        if !u.home.is_dir() {
+            let real = [&config.writer, &config.reviewer].iter().any(|a| a.kind != crate::config::AgentKind::Command);
+            let msg = format!("agent_user {:?} has no home directory ({} does not exist); agents run with HOME there. Create it: `usermod -d /home/{} -m {}`", u.user, u.home.display(), u.user, u.user);
+            if real {
+                return Err(Error::usage(msg));
+            }
+            eprintln!("warning: {msg}");
+        }
+    }
     let data_dir = ledger_mod::embedded::nightshift_data_dir(&ledger_mod::embedded::process_env, ledger_mod::embedded::running_as_root());
     if run_as.is_some() {
         // The checkout's top directory and .git stay the runner's (see
