@@ -421,10 +421,12 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     let secrets_file = f.agents.join("secrets.txt");
     std::fs::write(&secrets_file, format!("{all}\n")).unwrap();
     let ev = f.agents.display().to_string();
+    // Printed in two writes with a pause: the token crosses a read boundary.
+    let (head, tail) = token.split_at(12);
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\nenv > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt\necho \"$PPID\" > {ev}/parent-pid.txt\necho sub >> calc.txt\necho \"stdout: {all}\"\necho \"stderr: {all}\" >&2\nprintf 'done\\n\\nFINDINGS:\\n- rotate {token} soon\\n\\n'\n"
+            "#!/bin/sh\nenv > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt\necho \"$PPID\" > {ev}/parent-pid.txt\necho sub >> calc.txt\necho \"stdout: {all}\"\necho \"stderr: {all}\" >&2\nprintf 'split: {head}'; sleep 0.3; printf '{tail}\\n'\nprintf 'split: {head}' >&2; sleep 0.3; printf '{tail}\\n' >&2\nprintf 'done\\n\\nFINDINGS:\\n- rotate {token} soon\\n\\n'\n"
         ),
     );
     let r = f.agent("reviewer.sh", &format!("#!/bin/sh\necho \"reviewing with {all}\"\necho '{{\"verdict\":\"approve\",\"findings\":[\"saw {token} in the logs\"]}}'\n"));
@@ -464,9 +466,10 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
         checked += 1;
     }
     assert!(checked >= 8, "{tables}");
-    // Not in any file under the data dir (logs, call files, checkouts).
+    // Not in any file under the data dir (logs, call files, checkouts) or HOME (XDG dirs).
     let mut files = 0;
-    let mut stack = vec![f.data.clone()];
+    let mut split_seen = false;
+    let mut stack = vec![f.data.clone(), f.home.clone()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
@@ -474,11 +477,16 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
                 stack.push(p);
             } else if let Ok(bytes) = std::fs::read(&p) {
                 files += 1;
-                leaks(&p.display().to_string(), &String::from_utf8_lossy(&bytes));
+                let content = String::from_utf8_lossy(&bytes);
+                leaks(&p.display().to_string(), &content);
+                if p.file_name().is_some_and(|n| n == "writer.stdout") {
+                    assert!(content.contains("split: "), "the split write was captured: {content}");
+                    split_seen = true;
+                }
             }
         }
     }
-    assert!(files > 5, "the data dir holds the logs");
+    assert!(files > 5 && split_seen, "the data dir holds the logs");
     let logged = std::fs::read_dir(f.data.join("logs")).is_ok();
     assert!(logged, "no logs under the data dir");
     // Not in anything sent to GitHub: the PR body, the issue.
