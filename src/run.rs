@@ -647,7 +647,7 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
 /// `max_findings_per_item` distinct titles per item; an open issue with the
 /// same title is reused, not duplicated. Each is recorded in the ledger, with
 /// its issue when GitHub took it; a GitHub failure is logged and does not
-/// fail the item.
+/// fail the item. After a signal nothing is posted (SPEC §7: stop at once).
 async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Result<(), Error> {
     let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let mut titles: Vec<String> = Vec::new();
@@ -661,7 +661,8 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
     for title in titles.into_iter().take(night.config.max_findings_per_item as usize) {
         let mut number = None;
         let mut url = None;
-        if let Some(forge) = &night.forge {
+        // After a signal the run stops promptly: findings stay in the ledger only.
+        if let Some(forge) = night.forge.as_ref().filter(|_| !night.cancel.is_cancelled()) {
             let body = format!("Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{title}\n");
             match forge.find_or_create_issue(&title, &body, &night.config.findings_label).await {
                 Ok(issue) => {
