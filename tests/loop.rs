@@ -161,6 +161,12 @@ async fn the_card_shows_every_limit_with_its_source() {
     f.config_with(&w, &w, "[limits]\nmax_cost_usd_per_run = 7.5\n");
     f.write("NEXT.md", "- [ ] Plain item\n");
     assert!(text(&f.run(&["plan"])).contains("run budget $7.50 (policy)"));
+    // An item may lower a cap, never raise it; a bad value is named with its line.
+    f.write("NEXT.md", "- [ ] Too long\n  - timeout: 3h\n- [ ] Unreadable\n  - timeout: soon\n");
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("NEXT.md:2") && t.contains("item_timeout") && t.contains("NEXT.md:4"), "{t}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
