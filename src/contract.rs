@@ -197,6 +197,10 @@ pub struct Plan {
     pub entries: Vec<PlanEntry>,
     /// SHA-256 over the contract SHAs in order.
     pub sha: String,
+    /// The whole run's cost cap in USD (`max_cost_usd_per_run`) and its
+    /// source; shown with the plan, not sealed in a contract (it is not an
+    /// item's).
+    pub run_cost_cap: Resolved<f64>,
 }
 
 impl Plan {
@@ -255,7 +259,11 @@ pub fn build_plan(repo: &Path, backlog: &Backlog, loaded: &config::Loaded) -> Re
         return Err(problems);
     }
     let sha = Plan::sha_of(entries.iter().map(|e| e.contract_sha.as_str()));
-    Ok(Plan { backlog_path: backlog.path.clone(), backlog_sha: backlog.sha256.clone(), entries, sha })
+    let run_cost_cap = Resolved {
+        value: loaded.config.limits.max_cost_usd_per_run,
+        source: if policy_keys.iter().any(|k| k == "max_cost_usd_per_run") { Source::Policy } else { Source::Default },
+    };
+    Ok(Plan { backlog_path: backlog.path.clone(), backlog_sha: backlog.sha256.clone(), entries, sha, run_cost_cap })
 }
 
 /// Keys of `[limits]` the config file sets explicitly (for provenance).
@@ -276,6 +284,10 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
 
     let recipe = c.recipes.iter().find(|r| item.title.trim_start().starts_with(r.prefix.trim()));
     let recipe_ref = match recipe {
+        Some(r) if !inside_repo(repo, &r.prompt) => {
+            problems.push(problem(item.line, format!("recipe {:?} selects template {}, which is not a file inside the repository; give a path relative to the repository root in `prompt` in .nightshift/config.toml", r.prefix, r.prompt)));
+            None
+        }
         Some(r) => match std::fs::read(repo.join(&r.prompt)) {
             Ok(bytes) => Some(RecipeRef {
                 prefix: r.prefix.clone(),
@@ -344,6 +356,20 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
     })
 }
 
+/// True when `rel` names a path inside `repo` (SPEC §3: "template file in
+/// the repo"): relative, no `..`, and not a symlink leading out of it. A
+/// missing file counts as inside here; reading it reports that.
+fn inside_repo(repo: &Path, rel: &str) -> bool {
+    let p = Path::new(rel);
+    if p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return false;
+    }
+    match (repo.join(p).canonicalize(), repo.canonicalize()) {
+        (Ok(file), Ok(root)) => file.starts_with(root),
+        _ => true,
+    }
+}
+
 /// Renders the card of one plan entry: what a person approves (SPEC §4).
 pub fn card(e: &PlanEntry) -> String {
     let c = &e.contract;
@@ -395,7 +421,7 @@ pub fn card(e: &PlanEntry) -> String {
         config::format_duration(l.gate_timeout()),
         src(l.gate_timeout_secs.source),
     );
-    let cost_note = if c.writer.kind == "command" && c.reviewer.kind == "command" { " (not enforced: command agents report no cost)" } else { "" };
+    let cost_note = cost_note(&c.writer, &c.reviewer);
     let _ = writeln!(
         s,
         "   budget    {} tokens ({}) · ${:.2} ({}){cost_note}",
@@ -410,6 +436,29 @@ pub fn card(e: &PlanEntry) -> String {
     s
 }
 
+/// What the card says about the cost caps (SPEC §4, §6): they are enforced
+/// only on costs an agent reports. claude reports one per call; codex never
+/// does; a `command` agent only if it writes a usage report.
+fn cost_note(writer: &AgentSpec, reviewer: &AgentSpec) -> String {
+    let mut silent = Vec::new();
+    let mut maybe = Vec::new();
+    for (role, a) in [("writer", writer), ("reviewer", reviewer)] {
+        match a.kind.as_str() {
+            "codex" => silent.push(format!("{role} (codex reports no cost)")),
+            "command" => maybe.push(format!("{role} (command: only if it reports cost_usd)")),
+            _ => {}
+        }
+    }
+    let mut parts = Vec::new();
+    if !silent.is_empty() {
+        parts.push(format!("not enforced for the {}", silent.join(" and ")));
+    }
+    if !maybe.is_empty() {
+        parts.push(format!("enforced for the {}", maybe.join(" and ")));
+    }
+    if parts.is_empty() { String::new() } else { format!("; cost cap {}", parts.join("; ")) }
+}
+
 /// Renders every card and the plan SHA, as `plan` prints them.
 pub fn render_plan(plan: &Plan) -> String {
     let mut s = String::new();
@@ -420,6 +469,8 @@ pub fn render_plan(plan: &Plan) -> String {
         s.push_str(&card(e));
         s.push('\n');
     }
+    let cap = &plan.run_cost_cap;
+    let _ = writeln!(s, "run budget ${:.2} ({}) for the whole run, over the costs the agents report", cap.value, format!("{:?}", cap.source).to_lowercase());
     let runnable = plan.entries.iter().filter(|e| e.blocked.is_none()).count();
     let _ = writeln!(s, "plan sha256 {}  ({} item(s), {} runnable)", plan.sha, plan.entries.len(), runnable);
     s

@@ -345,9 +345,23 @@ struct Totals {
     cost_known: bool,
 }
 
-/// The writer ↔ proof ↔ gate ↔ reviewer rounds of one item (SPEC §5).
+/// The writer ↔ proof ↔ gate ↔ reviewer rounds of one item (SPEC §5), then
+/// what every ending shares: the item's cost counts against the run's cap
+/// whatever the outcome, and the writer's `FINDINGS:` are filed as issues
+/// (proposals, SPEC §5.8) whether or not the item succeeded.
 #[allow(clippy::too_many_arguments)]
 async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, slot: &Slot, branch: &str, item_dir: &Path, run_cost: &mut f64) -> Result<ItemEnd, Error> {
+    let mut findings = Vec::new();
+    let end = item_rounds(night, run_id, item_id, entry, slot, branch, item_dir, *run_cost, &mut findings).await?;
+    *run_cost += end.cost_usd.unwrap_or(0.0);
+    file_findings(night, item_id, &findings).await?;
+    Ok(end)
+}
+
+/// The rounds of [`item_loop`]. `run_cost` is what the run spent before this
+/// item; `findings_all` collects the writer's findings of every round.
+#[allow(clippy::too_many_arguments)]
+async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, slot: &Slot, branch: &str, item_dir: &Path, run_cost: f64, findings_all: &mut Vec<String>) -> Result<ItemEnd, Error> {
     let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let pool = &night.pool;
     let c = &entry.contract;
@@ -366,11 +380,15 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
     let mut totals = Totals::default();
     let gate_spec = |timeout: Duration, dir: PathBuf| GateSpec { cwd: slot.path.clone(), env: night.gate_env.clone(), timeout, log_dir: dir, secrets: night.secrets.clone(), run_as: night.run_as.clone() };
 
+    // Under `agent_user`, the checkout must be the agent's to write (SPEC §6).
+    if let Some(why) = grant_checkout(night, slot).await {
+        return Ok(fail("error", why, 0, &totals));
+    }
     // Setup commands, in the fresh checkout.
     let mut setup_runs: Vec<GateRun> = Vec::new();
     if !c.setup.is_empty() {
         rec::set_phase(pool, run_id, "setup", Some(key), None).await.map_err(db)?;
-        let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout(), item_dir.to_path_buf()), &night.cancel).await;
+        let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout().min(c.limits.item_timeout()), item_dir.to_path_buf()), &night.cancel).await;
         match runs {
             Ok(runs) if runs.iter().all(GateRun::passed) => setup_runs = runs,
             Ok(runs) => {
@@ -390,7 +408,6 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
     let mut history: Vec<(String, String)> = Vec::new(); // (diff hash, failure signature)
     let mut rounds_done: Vec<RoundSummary> = Vec::new();
     let mut last_failure: (String, String) = ("error".into(), "no round ran".into());
-    let mut findings_all: Vec<String> = Vec::new();
     let rounds = c.limits.rounds.value;
     for n in 1..=rounds {
         if night.cancel.is_cancelled() {
@@ -404,6 +421,13 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         }
         let round_id = rec::start_round(pool, item_id, n).await.map_err(db)?;
         rec::set_phase(pool, run_id, "writer", Some(key), Some(n)).await.map_err(db)?;
+        // The gate's restore and git's checkout leave files owned by the
+        // runner; hand the checkout back to the agent before it writes.
+        if n > 1
+            && let Some(why) = grant_checkout(night, slot).await
+        {
+            return Ok(fail("error", why, n - 1, &totals));
+        }
         let before = match tokio::task::block_in_place(|| RoundStart::record(slot)) {
             Ok(b) => b,
             Err(e) => return Ok(fail("error", format!("cannot read the checkout before round {n}: {e}"), n, &totals)),
@@ -413,6 +437,10 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
             Step::Done(r) => r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
+        if let Some(why) = over_run_budget(night, run_cost, &totals) {
+            rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why)).await.map_err(db)?;
+            return Ok(fail("budget_exceeded", why, n, &totals));
+        }
         let blocks = agent::parse_blocks(&writer.text);
         for f in blocks.findings.iter() {
             if !findings_all.contains(f) {
@@ -421,7 +449,6 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         }
         if let Some(q) = &blocks.question {
             rec::finish_round(pool, round_id, "blocked", None, None, None).await.map_err(db)?;
-            file_findings(night, item_id, &findings_all).await?;
             return Ok(ItemEnd { outcome: "blocked".into(), reason: Some("the writer asked a question".into()), question: Some(q.clone()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
         }
         // Proof of work, from git.
@@ -490,6 +517,10 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
             Step::Done(r) => r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
+        if let Some(why) = over_run_budget(night, run_cost, &totals) {
+            rec::finish_round(pool, round_id, "budget_exceeded", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
+            return Ok(fail("budget_exceeded", why, n, &totals));
+        }
         let fp_after = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
         let allowed: &[&str] = crate::agent::claude::READ_ONLY_TOOLS;
         let void = if fp_before != fp_after {
@@ -532,8 +563,10 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         };
         rec::record_review(pool, round_id, verdict.verdict.as_str(), &verdict.findings, None).await.map_err(db)?;
         if verdict.verdict == Decision::RequestChanges {
-            let mut sorted = verdict.findings.clone();
-            sorted.sort();
+            // The same set of findings (SPEC §5.6): order and repeats do not count.
+            let mut sorted: Vec<&str> = verdict.findings.iter().map(|f| f.trim()).collect();
+            sorted.sort_unstable();
+            sorted.dedup();
             let sig = format!("review:{}", crate::contract::sha256_hex(sorted.join("\n").as_bytes()));
             feedback = format!("The reviewer requested changes:\n{}\n", verdict.findings.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n"));
             rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await.map_err(db)?;
@@ -547,8 +580,6 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
         // Green gate and approve: commit, push, PR.
         rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None).await.map_err(db)?;
         rounds_done.push(RoundSummary { n, result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
-        *run_cost += totals.cost;
-        file_findings(night, item_id, &findings_all).await?;
         let evidence = Evidence {
             contract: c.clone(),
             contract_sha: entry.contract_sha.clone(),
@@ -646,21 +677,135 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
     }
 }
 
-/// Files the writer's `FINDINGS:` as issues (deduplicated by title, capped).
+/// Files the writer's `FINDINGS:` as GitHub issues labelled
+/// `findings_label` (SPEC §5.8, §11): proposals, never backlog items. At most
+/// `max_findings_per_item` distinct titles per item; an open issue with the
+/// same title is reused, not duplicated. Each is recorded in the ledger, with
+/// its issue when GitHub took it; a GitHub failure is logged and does not
+/// fail the item. After a signal nothing is posted (SPEC §7: stop at once).
 async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Result<(), Error> {
     let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
-    for f in findings.iter().take(night.config.max_findings_per_item as usize) {
-        let title = night.redact(f);
+    let mut titles: Vec<String> = Vec::new();
+    for f in findings {
+        // GitHub caps issue titles at 256 characters.
+        let t: String = night.redact(f.trim()).chars().take(256).collect();
+        if !t.is_empty() && !titles.contains(&t) {
+            titles.push(t);
+        }
+    }
+    for title in titles.into_iter().take(night.config.max_findings_per_item as usize) {
         let mut number = None;
         let mut url = None;
-        if let Some(forge) = &night.forge {
+        // After a signal the run stops promptly: findings stay in the ledger only.
+        if let Some(forge) = night.forge.as_ref().filter(|_| !night.cancel.is_cancelled()) {
             let body = format!("Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{title}\n");
-            if let Ok(issue) = forge.find_or_create_issue(&title, &body, &night.config.findings_label).await {
-                number = Some(issue.number as i64);
-                url = Some(issue.url);
+            match forge.find_or_create_issue(&title, &body, &night.config.findings_label).await {
+                Ok(issue) => {
+                    number = Some(issue.number as i64);
+                    url = Some(issue.url);
+                }
+                Err(e) => tracing::warn!(finding = %title, error = %night.redact(&e.to_string()), "could not file a finding as an issue"),
             }
         }
         sqlx::query("INSERT INTO findings (run_item_id, title, issue_number, url) VALUES ($1, $2, $3, $4)").bind(item_id).bind(&title).bind(number).bind(url).execute(&night.pool).await.map_err(db)?;
+    }
+    Ok(())
+}
+
+/// The run's cost cap (`max_cost_usd_per_run`, SPEC §4, §11) counted over
+/// the items before this one and this one's calls so far; only costs the
+/// agents reported count.
+fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Option<String> {
+    let cap = night.config.limits.max_cost_usd_per_run;
+    let spent = run_cost + t.cost;
+    (t.cost_known && spent > cap).then(|| format!("the run has spent ${spent:.2}, above its cap of ${cap:.2} (max_cost_usd_per_run)"))
+}
+
+/// Under `agent_user` (SPEC §6), hands the checkout to that account so the
+/// writer, setup and gates (which run as it) can write it; returns why not
+/// when they cannot. Everything below the top directory except `.git` is
+/// chowned to the account; the top directory stays the runner's, group-owned
+/// by the account's group and group-writable, and `.git` stays the runner's
+/// (read-only to the agent): git and libgit2 refuse a repository whose top
+/// directory or `.git` another user owns, and the agent's git trusts the
+/// checkout through `safe.directory` in its environment (see `cli::drain`).
+/// The top directory is sticky, so the agent cannot rename `.git` away and
+/// plant its own.
+/// Only entries with another owner are changed, so a reused checkout costs a
+/// walk, not a rewrite of every inode's ctime. The first call also checks, as
+/// the account, that it can reach and write the checkout (a 0700 parent such
+/// as `/root` would stop it).
+async fn grant_checkout(night: &Night, slot: &Slot) -> Option<String> {
+    let account = night.run_as.as_ref()?;
+    let top = slot.path.clone();
+    if let Err(e) = tokio::task::block_in_place(|| hand_over(&top, account.uid, account.gid)) {
+        return Some(format!("cannot hand the checkout {} to agent_user {}: {e}", top.display(), account.user));
+    }
+    let probe = crate::process::Command::shell("test -w . && test -r .git/HEAD")
+        .cwd(&top)
+        .env_map(night.agent_env.clone())
+        .timeout(Duration::from_secs(30))
+        .run_as(account.clone());
+    let why = match crate::process::run(probe, &night.cancel).await {
+        Ok(o) if o.success() => return None,
+        Ok(o) => format!("exit {:?}: {}", o.exit_code, last_line(&o.stderr_tail)),
+        // Entering the directory as the account fails before anything runs.
+        Err(e) => e.to_string().lines().next().unwrap_or_default().to_string(),
+    };
+    Some(format!(
+        "agent_user {} cannot enter and write the checkout {} ({why}); every parent directory must be searchable by it — a 0700 home such as /root is not; set NIGHTSHIFT_DATA_DIR to a directory it can reach",
+        account.user,
+        top.display()
+    ))
+}
+
+/// The file work of [`grant_checkout`]. The walk goes through directory
+/// descriptors opened with `O_NOFOLLOW` and changes owners with
+/// `fchownat(AT_SYMLINK_NOFOLLOW)`, so a symlink an agent planted (or swapped
+/// in for a directory mid-walk) can never make root chown a file outside the
+/// checkout.
+fn hand_over(top: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let md = std::fs::symlink_metadata(top)?;
+    if md.gid() != gid {
+        std::os::unix::fs::lchown(top, None, Some(gid))?;
+    }
+    // Group-writable so the agent can create files at the top; sticky so it
+    // cannot rename or replace what it does not own there (`.git`).
+    if md.mode() & 0o1070 != 0o1070 {
+        std::fs::set_permissions(top, std::fs::Permissions::from_mode((md.mode() & 0o7777) | 0o1070))?;
+    }
+    let flags = nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC;
+    let dir = nix::fcntl::open(top, flags, nix::sys::stat::Mode::empty())?;
+    hand_over_dir(&dir, uid, gid, true)
+}
+
+/// Recursion of [`hand_over`] below one open directory; holds one
+/// descriptor per level of depth.
+fn hand_over_dir(dir: &std::os::fd::OwnedFd, uid: u32, gid: u32, top: bool) -> std::io::Result<()> {
+    use nix::fcntl::{AtFlags, OFlag};
+    use std::os::fd::AsRawFd;
+    // Listing through /proc reads exactly the directory the descriptor holds.
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
+        names.push(e?.file_name());
+    }
+    for name in names {
+        if top && name == ".git" {
+            continue;
+        }
+        let st = match nix::sys::stat::fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(nix::errno::Errno::ENOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if st.st_uid != uid || st.st_gid != gid {
+            nix::unistd::fchownat(dir, name.as_os_str(), Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            let sub = nix::fcntl::openat(dir, name.as_os_str(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())?;
+            hand_over_dir(&sub, uid, gid, false)?;
+        }
     }
     Ok(())
 }

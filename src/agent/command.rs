@@ -6,6 +6,21 @@
 //! as the last JSON object line of stdout. A usage limit is read from its
 //! stderr, or from a stdout line that is the limit message itself (its prose
 //! may mention limits freely). Used by tests and custom agents.
+//!
+//! Usage (optional; SPEC §4, §6 "token use and cost are taken from the
+//! agent's own report"): a command agent may report what a call used, either
+//! by writing the file named by `NIGHTSHIFT_USAGE_FILE` or by printing a line
+//! on stdout, in both cases a JSON object of this shape (every field
+//! optional; tokens are counts, cost is US dollars):
+//!
+//! ```text
+//! {"usage":{"input_tokens":1200,"output_tokens":300,"cost_usd":0.042}}
+//! ```
+//!
+//! The file wins over stdout; of several stdout lines the last one counts.
+//! A bare object without the `usage` wrapper is accepted in the file. An agent
+//! that reports nothing has unknown usage: the token cap counts it as 0 and
+//! the cost caps are not enforced for it (the card says so).
 
 use std::sync::{Arc, Mutex};
 
@@ -25,12 +40,18 @@ const KEEP_TEXT_BYTES: usize = 256 * 1024;
 /// [`AgentError`] when it cannot be started.
 pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -> Result<Report, AgentError> {
     let (prompt, contract, feedback) = write_call_files(call)?;
+    let usage_file = call.log_dir.join(format!("{}.usage.json", call.role.as_str()));
+    // A stale file from an earlier attempt must not be counted twice. The
+    // call directory is the agent's own (chowned by `write_call_files` under
+    // `agent_user`), so it can create the file.
+    let _ = std::fs::remove_file(&usage_file);
     let env = [
         ("NIGHTSHIFT_ROLE", call.role.as_str().to_string()),
         ("NIGHTSHIFT_PROMPT_FILE", prompt.display().to_string()),
         ("NIGHTSHIFT_CONTRACT_FILE", contract.display().to_string()),
         ("NIGHTSHIFT_FEEDBACK_FILE", feedback.display().to_string()),
         ("NIGHTSHIFT_ROUND", call.round.to_string()),
+        ("NIGHTSHIFT_USAGE_FILE", usage_file.display().to_string()),
     ];
     let text = Arc::new(Mutex::new(String::new()));
     let sink = text.clone();
@@ -62,18 +83,42 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         None
     };
     let claimed_files = parse_blocks(&text).files;
+    let usage = std::fs::read_to_string(&usage_file).ok().and_then(|t| parse_usage(&t, true)).or_else(|| text.lines().rev().find_map(|l| parse_usage(l, false))).unwrap_or_default();
     Ok(Report {
         argv: agent.command.clone(),
         outcome,
         text,
         verdict,
-        usage: Usage::default(),
+        usage,
         limit,
         failure,
         tools: None,
         mcp_servers: None,
         claimed_files,
     })
+}
+
+/// Reads a usage report: `{"usage":{"input_tokens":N,"output_tokens":N,
+/// "cost_usd":X}}`, or (when `bare` is allowed, for the usage file) the inner
+/// object alone. Negative or non-numeric values are ignored, and an object
+/// with none of the three fields is no report.
+pub fn parse_usage(text: &str, bare: bool) -> Option<Usage> {
+    let t = text.trim();
+    if !t.starts_with('{') {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(t).ok()?;
+    let u = match v.get("usage") {
+        Some(u) if u.is_object() => u,
+        _ if bare => &v,
+        _ => return None,
+    };
+    let usage = Usage {
+        tokens_in: u.get("input_tokens").and_then(serde_json::Value::as_u64),
+        tokens_out: u.get("output_tokens").and_then(serde_json::Value::as_u64),
+        cost_usd: u.get("cost_usd").and_then(serde_json::Value::as_f64).filter(|c| c.is_finite() && *c >= 0.0),
+    };
+    (usage != Usage::default()).then_some(usage)
 }
 
 /// "code 3" or "signal 9".
@@ -150,5 +195,21 @@ mod tests {
             out.push_str(&format!("line {i}\n"));
         }
         assert_eq!(read_limit("", &out, TZ), None, "a limit the agent got past long before its end is not read");
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn usage_reports_are_read_in_both_shapes() {
+        let u = parse_usage(r#"{"usage":{"input_tokens":10,"output_tokens":5,"cost_usd":0.25}}"#, false).unwrap();
+        assert_eq!(u, Usage { tokens_in: Some(10), tokens_out: Some(5), cost_usd: Some(0.25) });
+        assert_eq!(parse_usage(r#"{"input_tokens":7}"#, true).unwrap().tokens_in, Some(7));
+        assert_eq!(parse_usage(r#"{"input_tokens":7}"#, false), None, "stdout needs the wrapper");
+        assert_eq!(parse_usage(r#"{"verdict":"approve","findings":[]}"#, false), None);
+        assert_eq!(parse_usage(r#"{"usage":{"cost_usd":-1}}"#, false), None);
+        assert_eq!(parse_usage("not json {", true), None);
     }
 }

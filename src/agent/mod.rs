@@ -85,8 +85,9 @@ pub struct Usage {
     pub tokens_in: Option<u64>,
     /// Output tokens.
     pub tokens_out: Option<u64>,
-    /// Cost in USD, where the agent reports one (claude does; codex and
-    /// command agents do not).
+    /// Cost in USD, where the agent reports one (claude does; codex does
+    /// not; a command agent does when it writes a usage report, see
+    /// [`command`]).
     pub cost_usd: Option<f64>,
 }
 

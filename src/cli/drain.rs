@@ -119,7 +119,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     if let Some(var) = source.env_var() {
         remove.push(var.to_string());
     }
-    let agent_env = process::child_env(std::env::vars(), &remove);
+    let mut agent_env = process::child_env(std::env::vars(), &remove);
     let mut gate_env = agent_env.clone();
     for v in &config.gate_env {
         if let Ok(val) = std::env::var(v) {
@@ -142,6 +142,25 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         Some(u) if nix::unistd::geteuid().is_root() => Some(process::RunAs::lookup(u).map_err(|e| Error::usage(format!("agent_user {u:?}: {e}; create the user or fix `agent_user`")))?),
         _ => None,
     };
+    if let Some(u) = &run_as {
+        // claude and codex keep their login and settings under HOME.
+        if !u.home.is_dir() {
+            let real = [&config.writer, &config.reviewer].iter().any(|a| a.kind != crate::config::AgentKind::Command);
+            let msg = format!("agent_user {:?} has no home directory ({} does not exist); agents run with HOME there. Create it: `usermod -d /home/{} -m {}`", u.user, u.home.display(), u.user, u.user);
+            if real {
+                return Err(Error::usage(msg));
+            }
+            eprintln!("warning: {msg}");
+        }
+    }
+    let data_dir = ledger_mod::embedded::nightshift_data_dir(&ledger_mod::embedded::process_env, ledger_mod::embedded::running_as_root());
+    if run_as.is_some() {
+        // The checkout's top directory and .git stay the runner's (see
+        // `run::grant_checkout`); the agent's own git must trust it.
+        let slot = crate::slot::slot_path(&data_dir, &snap.repo, 0);
+        trust_directory(&mut agent_env, &slot);
+        trust_directory(&mut gate_env, &slot);
+    }
 
     // Before the approval is consumed: a missing agent CLI is a usage error.
     for (role, a) in [(crate::agent::Role::Writer, &config.writer), (crate::agent::Role::Reviewer, &config.reviewer)] {
@@ -160,7 +179,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         pool: pool.clone(),
         tz,
         deadline,
-        data_dir: ledger_mod::embedded::nightshift_data_dir(&ledger_mod::embedded::process_env, ledger_mod::embedded::running_as_root()),
+        data_dir,
         forge,
         forge_missing,
         token: token.map(|(t, _)| t),
@@ -205,6 +224,17 @@ async fn crashed_run_to_resume(pool: &sqlx::PgPool, repo: &str, plan: &Plan, now
         return Ok(None);
     }
     Ok(Some((r, a, shas)))
+}
+
+/// Adds `safe.directory = DIR` to a child's git configuration through
+/// `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n` (git ≥ 2.31
+/// treats these like `-c`, a scope `safe.directory` is honoured from),
+/// after any entries the environment already carries.
+fn trust_directory(env: &mut std::collections::BTreeMap<String, String>, dir: &std::path::Path) {
+    let n: usize = env.get("GIT_CONFIG_COUNT").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    env.insert(format!("GIT_CONFIG_KEY_{n}"), "safe.directory".into());
+    env.insert(format!("GIT_CONFIG_VALUE_{n}"), dir.display().to_string());
+    env.insert("GIT_CONFIG_COUNT".into(), (n + 1).to_string());
 }
 
 /// Resolves `run [ITEM]` to a plan index.

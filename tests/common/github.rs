@@ -282,4 +282,21 @@ impl FakeGitHub {
     pub fn prs(&self) -> Vec<Value> {
         self.state.lock().unwrap().prs.clone()
     }
+
+    /// Issues (not PRs) created so far, including those added by [`FakeGitHub::add_issue`].
+    pub fn issues(&self) -> Vec<Value> {
+        self.state.lock().unwrap().issues.clone()
+    }
+
+    /// Adds an issue as a person would have filed it; returns its number.
+    pub fn add_issue(&self, title: &str, label: &str, state: &str) -> u64 {
+        let mut st = self.state.lock().unwrap();
+        st.next_number += 1;
+        let n = st.next_number;
+        if !st.labels.iter().any(|l| l == label) {
+            st.labels.push(label.to_string());
+        }
+        st.issues.push(json!({"number": n, "id": n, "state": state, "title": title, "body": "", "labels": [{"name": label}], "html_url": format!("https://github.invalid/owner/repo/issues/{n}")}));
+        n
+    }
 }
