@@ -33,7 +33,10 @@ pub const REVIEWER_FLAGS: &[&str] = &["--permission-mode", "plan", "--tools", "R
 /// Tools a reviewer may have (its init event is checked against this).
 pub const READ_ONLY_TOOLS: &[&str] = &["Read", "Grep", "Glob"];
 
-/// The argv for one call (the prompt is the last argument; stdin is closed).
+/// The argv for one call: the prompt is the last argument, after `--`,
+/// because `--allowedTools` and `--tools` take a variadic list and the real
+/// CLI otherwise reads the prompt as one more tool name ("was read as a value
+/// of --allowedTools, not as a prompt"); stdin is closed.
 pub fn argv(agent: &AgentConfig, role: Role, prompt: &str) -> Vec<String> {
     let mut v: Vec<String> = agent.command.clone();
     v.extend(["-p", "--output-format", "stream-json", "--verbose"].map(String::from));
@@ -47,6 +50,7 @@ pub fn argv(agent: &AgentConfig, role: Role, prompt: &str) -> Vec<String> {
     if let Some(m) = &agent.model {
         v.extend(["--model".to_string(), m.clone()]);
     }
+    v.push("--".to_string());
     v.push(prompt.to_string());
     v
 }
