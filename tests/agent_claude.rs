@@ -12,7 +12,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use fakes::anthropic::{FakeAnthropic, Reply, Turn, tool};
+use nightshift::agent::claude::StreamState;
 use nightshift::agent::{self, Call, Role};
+use nightshift::limit::LimitKind;
+use nightshift::review::Decision;
 use nightshift::config::{AgentConfig, AgentKind};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -105,6 +108,21 @@ fn stdout_of(r: &agent::Report) -> String {
     r.outcome.stdout_path.as_ref().map(|p| std::fs::read_to_string(p).unwrap_or_default()).unwrap_or_default()
 }
 
+/// The stream the CLI printed, read back from the call's stdout file; with
+/// `NIGHTSHIFT_RECORD_TRANSCRIPTS=DIR` it is also saved as `DIR/NAME.jsonl`
+/// (how tests/data/transcripts/claude-real-*.jsonl were recorded).
+fn stream_of(r: &agent::Report, name: &str, tz: chrono_tz::Tz) -> (String, StreamState) {
+    let out = stdout_of(r);
+    if let Ok(dir) = std::env::var("NIGHTSHIFT_RECORD_TRANSCRIPTS") {
+        std::fs::write(Path::new(&dir).join(format!("{name}.jsonl")), &out).unwrap();
+    }
+    let mut st = StreamState::default();
+    for l in out.lines() {
+        st.feed(l, tz);
+    }
+    (out, st)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn real_writer_edits_through_its_own_tools() {
     let bin = real_claude();
@@ -119,10 +137,118 @@ async fn real_writer_edits_through_its_own_tools() {
     ]);
     let c = call(&w, Role::Writer, "Add sub to calc.txt", cli_env(&w.home, &api.uri(), false));
     let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
-    let out = stdout_of(&r);
+    let (out, st) = stream_of(&r, "claude-real-writer-edit", c.tz);
     assert!(r.failure.is_none(), "{:?}\n{out}\n{}", r.failure, r.outcome.stderr_tail);
+    // The CLI's own Edit and Write tools changed the checkout.
     assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\nsub\n", "{out}");
     assert_eq!(std::fs::read_to_string(w.repo.join("notes.md")).unwrap(), "sub added\n", "{out}");
-    println!("{out}");
-    println!("{:?}", r.usage);
+    assert_eq!(api.left(), (0, 0), "every scripted turn was used");
+    assert_eq!(r.text, "Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n");
+    assert_eq!(agent::parse_blocks(&r.text).findings, ["docs are stale"]);
+    assert_eq!(r.claimed_files, ["calc.txt", "notes.md"]);
+    // Four model turns of TOKENS_IN/TOKENS_OUT, as the CLI summed them, and
+    // the cost the CLI computed itself.
+    let turns = api.turns(Turn::Writer).len() as u64;
+    assert_eq!(turns, 4);
+    assert_eq!(r.usage.tokens_in, Some(turns * fakes::anthropic::TOKENS_IN), "{out}");
+    assert_eq!(r.usage.tokens_out, Some(turns * fakes::anthropic::TOKENS_OUT), "{out}");
+    let cost = r.usage.cost_usd.expect("the CLI reports total_cost_usd");
+    assert!(cost > 0.0, "{cost}");
+    let result = st.result.as_ref().unwrap();
+    assert_eq!(result.usage.cost_usd, Some(cost));
+    assert_eq!((result.num_turns, result.terminal_reason.as_deref(), result.is_error), (Some(4), Some("completed"), false));
+    // The real init event of the default writer flags, run as root.
+    assert_eq!(st.permission_mode.as_deref(), Some("acceptEdits"));
+    assert_eq!(st.version.as_deref(), Some(CLAUDE_VERSION.trim()));
+    let tools = r.tools.clone().unwrap();
+    assert!(["Edit", "Write", "Bash", "Read"].iter().all(|t| tools.iter().any(|x| x == t)), "{tools:?}");
+    assert_eq!(r.mcp_servers.as_deref(), Some(&[][..]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_reviewer_is_read_only_and_its_verdict_is_read() {
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    let calc = w.repo.join("calc.txt").display().to_string();
+    api.reviewer([
+        Reply::Tools(None, vec![tool("Read", json!({"file_path": calc})), tool("Grep", json!({"pattern": "add"}))]),
+        // The CLI ends the session once StructuredOutput is called.
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "request_changes", "findings": ["calc.txt lacks sub"]}))]),
+        // Second call: the model answers in prose with the JSON at the end and
+        // ignores the schema; the CLI asks once more and the model says
+        // something else. The verdict comes from the assistant text.
+        Reply::Text("Fine.\n{\"verdict\":\"approve\",\"findings\":[]}".into()),
+        Reply::Text("Done.".into()),
+    ]);
+    let before = common::tree_hash(&w.repo);
+    let c = call(&w, Role::Reviewer, "Review the change", cli_env(&w.home, &api.uri(), false));
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-reviewer-request-changes", c.tz);
+    assert!(r.failure.is_none(), "{:?}\n{out}", r.failure);
+    // The real init event of the reviewer flags: exactly the read tools (and
+    // the CLI's StructuredOutput for --json-schema), no MCP servers, plan mode.
+    let mut tools = r.tools.clone().unwrap();
+    tools.sort();
+    assert_eq!(tools, ["Glob", "Grep", "Read", "StructuredOutput"], "{out}");
+    assert_eq!(r.mcp_servers.as_deref(), Some(&[][..]));
+    assert_eq!(st.permission_mode.as_deref(), Some("plan"));
+    assert_eq!(nightshift::review::tools_violation(r.tools.as_deref(), r.mcp_servers.as_deref(), agent::claude::READ_ONLY_TOOLS), None);
+    let v = r.verdict.clone().expect("a verdict");
+    assert_eq!((v.verdict, v.findings), (Decision::RequestChanges, vec!["calc.txt lacks sub".to_string()]));
+    assert!(st.result.as_ref().unwrap().structured_output.is_some(), "{out}");
+    // The read tools ran for real (their results went back to the model).
+    let second = &api.turns(Turn::Reviewer)[1].body;
+    assert!(second.to_string().contains("1\\tadd"), "the Read result reached the API: {second}");
+    assert_eq!(common::tree_hash(&w.repo), before, "a reviewer changed the checkout");
+
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, _) = stream_of(&r, "claude-real-reviewer-approve-in-text", c.tz);
+    assert!(r.failure.is_none(), "{:?}\n{out}", r.failure);
+    assert_eq!(r.verdict.map(|v| v.verdict), Some(Decision::Approve), "{out}");
+    assert_eq!(api.left(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_usage_limit_is_read_with_its_reset() {
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    // A whole minute, so the CLI's text form (minutes) names the same instant.
+    let reset = (chrono::Utc::now().timestamp() / 60 + 3 * 60 + 7) * 60;
+    api.writer([Reply::UsageLimit { reset_epoch: reset }]);
+    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), true));
+    c.tz = "Asia/Taipei".parse().unwrap();
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-usage-limit", c.tz);
+    let want = chrono::DateTime::from_timestamp(reset, 0).unwrap();
+    let limit = r.limit.clone().unwrap_or_else(|| panic!("no limit read from:\n{out}"));
+    assert_eq!(limit.kind, LimitKind::UsageLimit);
+    assert_eq!(limit.resets_at, Some(want), "{limit:?}");
+    assert!(limit.source.contains("rate_limit_event"), "{limit:?}");
+    assert!(r.hit_usage_limit());
+    // The CLI's own message, in the call's TZ, parses to the same instant.
+    assert!(r.text.starts_with("You've hit your 5-hour limit · resets ") && r.text.contains("(Asia/Taipei)"), "{}", r.text);
+    let from_text = nightshift::limit::read_text(&r.text, chrono::Utc::now(), c.tz);
+    assert_eq!((from_text.kind, from_text.resets_at), (LimitKind::UsageLimit, Some(want)), "{from_text:?}");
+    let res = st.result.as_ref().unwrap();
+    assert_eq!((res.is_error, res.subtype.as_deref(), res.api_error_status), (true, Some("success"), Some(429)));
+    assert_eq!(r.outcome.exit_code, Some(1));
+    assert!(r.failure.as_deref().unwrap().contains("api_error_status 429"), "{:?}", r.failure);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
+    let bin = real_claude();
+    let w = world();
+    // Nothing listens on the discard port: the CLI retries with growing delays.
+    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, "http://127.0.0.1:9", false));
+    c.timeout = Duration::from_secs(10);
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-no-server", c.tz);
+    assert!(r.outcome.timed_out, "{out}");
+    assert!(st.api_retries >= 1, "{out}");
+    assert!(r.limit.is_none(), "a network failure is no limit: {:?}", r.limit);
+    let f = r.failure.unwrap();
+    assert!(f.starts_with("timed out after 10s after ") && f.contains("API retr") && f.contains("status none"), "{f}");
 }

@@ -27,11 +27,20 @@ use crate::review;
 pub const DEFAULT_WRITER_FLAGS: &[&str] = &["--permission-mode", "acceptEdits", "--allowedTools", "Bash,Edit,Write,MultiEdit,Read,Grep,Glob"];
 
 /// The reviewer's read-only flags: plan mode, exactly three read tools, no
-/// MCP servers from the user's or project's config.
+/// MCP servers from the user's or project's config. [`argv`] adds
+/// `--json-schema` [`VERDICT_SCHEMA`] after them.
 pub const REVIEWER_FLAGS: &[&str] = &["--permission-mode", "plan", "--tools", "Read,Grep,Glob", "--strict-mcp-config"];
 
-/// Tools a reviewer may have (its init event is checked against this).
-pub const READ_ONLY_TOOLS: &[&str] = &["Read", "Grep", "Glob"];
+/// The JSON Schema of a verdict, passed with `--json-schema` so the real CLI
+/// returns the verdict as the result's `structured_output` (SPEC §5.5).
+pub const VERDICT_SCHEMA: &str = r#"{"type":"object","properties":{"verdict":{"type":"string","enum":["approve","request_changes"]},"findings":{"type":"array","items":{"type":"string"}}},"required":["verdict","findings"],"additionalProperties":false}"#;
+
+/// Tools a reviewer session may list in its init event (checked before a
+/// verdict is trusted, SPEC §6): the three read tools of `--tools`, and
+/// `StructuredOutput`, the tool the real CLI adds for `--json-schema`, which
+/// only records the answer (seen with 2.1.328: `init.tools` is then
+/// `["Glob","Grep","Read","StructuredOutput"]`).
+pub const READ_ONLY_TOOLS: &[&str] = &["Read", "Grep", "Glob", "StructuredOutput"];
 
 /// The argv for one call: the prompt is the last argument, after `--`,
 /// because `--allowedTools` and `--tools` take a variadic list and the real
@@ -45,7 +54,10 @@ pub fn argv(agent: &AgentConfig, role: Role, prompt: &str) -> Vec<String> {
             Some(flags) => v.extend(flags.iter().cloned()),
             None => v.extend(DEFAULT_WRITER_FLAGS.iter().map(|s| s.to_string())),
         },
-        Role::Reviewer => v.extend(REVIEWER_FLAGS.iter().map(|s| s.to_string())),
+        Role::Reviewer => {
+            v.extend(REVIEWER_FLAGS.iter().map(|s| s.to_string()));
+            v.extend(["--json-schema".to_string(), VERDICT_SCHEMA.to_string()]);
+        }
     }
     if let Some(m) = &agent.model {
         v.extend(["--model".to_string(), m.clone()]);
@@ -55,7 +67,79 @@ pub fn argv(agent: &AgentConfig, role: Role, prompt: &str) -> Vec<String> {
     v
 }
 
-/// What the stream said, accumulated event by event.
+/// The final `result` event, typed. Whether it is a failure is read from
+/// `is_error`, `api_error_status` and an `error_*` subtype together, never
+/// from `subtype` alone: a failed call can say `subtype: "success"`
+/// (`testdata/README.md`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResultEvent {
+    /// `is_error`.
+    pub is_error: bool,
+    /// `subtype` (`success`, `error_max_turns`, `error_during_execution`, …).
+    pub subtype: Option<String>,
+    /// `api_error_status`: the HTTP status of a failed API call (429, 529, …).
+    pub api_error_status: Option<u64>,
+    /// `terminal_reason` (`completed`, `api_error`, `max_turns`, …).
+    pub terminal_reason: Option<String>,
+    /// `num_turns`.
+    pub num_turns: Option<u64>,
+    /// `result`: the final text (may be empty although the model answered).
+    pub text: String,
+    /// `structured_output`: the `--json-schema` answer, when there is one.
+    pub structured_output: Option<Value>,
+    /// `usage` and `total_cost_usd`.
+    pub usage: Usage,
+}
+
+impl ResultEvent {
+    /// Reads a `{"type":"result",…}` event.
+    pub fn from_value(r: &Value) -> ResultEvent {
+        let n = |p: &str| r.pointer(p).and_then(Value::as_u64);
+        let s = |k: &str| r.get(k).and_then(Value::as_str).map(String::from);
+        let tokens_in = match (n("/usage/input_tokens"), n("/usage/cache_read_input_tokens"), n("/usage/cache_creation_input_tokens")) {
+            (None, None, None) => None,
+            (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
+        };
+        ResultEvent {
+            is_error: r.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+            subtype: s("subtype"),
+            api_error_status: n("/api_error_status"),
+            terminal_reason: s("terminal_reason"),
+            num_turns: n("/num_turns"),
+            text: s("result").unwrap_or_default(),
+            structured_output: r.get("structured_output").filter(|v| !v.is_null()).cloned(),
+            usage: Usage { tokens_in, tokens_out: n("/usage/output_tokens"), cost_usd: r.get("total_cost_usd").and_then(Value::as_f64) },
+        }
+    }
+
+    /// The call failed: `is_error`, an API error status, or an `error_*`
+    /// subtype (any one of them; `subtype: "success"` proves nothing).
+    pub fn failed(&self) -> bool {
+        self.is_error || self.api_error_status.is_some() || self.subtype.as_deref().is_some_and(|s| s.starts_with("error"))
+    }
+
+    /// What the result says about a failure, for the ledger and the card:
+    /// `terminal_reason api_error, api_error_status 429, subtype success, 1 turn`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(t) = &self.terminal_reason {
+            parts.push(format!("terminal_reason {t}"));
+        }
+        if let Some(st) = self.api_error_status {
+            parts.push(format!("api_error_status {st}"));
+        }
+        if let Some(s) = &self.subtype {
+            parts.push(format!("subtype {s}"));
+        }
+        if let Some(n) = self.num_turns {
+            parts.push(format!("{n} turn{}", if n == 1 { "" } else { "s" }));
+        }
+        parts.join(", ")
+    }
+}
+
+/// What the stream said, accumulated event by event (each stdout line is fed
+/// as it arrives; nothing but these fields is kept).
 #[derive(Debug, Default, Clone)]
 pub struct StreamState {
     /// `init.tools`.
@@ -68,22 +152,33 @@ pub struct StreamState {
     pub model: Option<String>,
     /// `init.claude_code_version`.
     pub version: Option<String>,
+    /// Assistant messages seen.
+    pub assistant_messages: u32,
     /// Text of the last assistant message that had text.
     pub last_assistant_text: String,
+    /// The last verdict found in any assistant text: with `--json-schema`
+    /// the CLI asks again when the model answered in prose, so the final
+    /// `result` may no longer hold the JSON the model first wrote.
+    pub text_verdict: Option<review::Verdict>,
     /// Files named by Edit/Write/MultiEdit/NotebookEdit tool calls.
     pub edited_files: Vec<String>,
     /// The `result` event, when it came.
-    pub result: Option<Value>,
-    /// A usage limit read from a `rate_limit_event` or a limit message.
+    pub result: Option<ResultEvent>,
+    /// A usage limit read from a `rate_limit_event` (status `rejected`) or the
+    /// CLI's own limit message (an assistant message marked
+    /// `"error":"rate_limit"`).
     pub limit: Option<limit::LimitReading>,
     /// `system/api_retry` events seen.
     pub api_retries: u32,
+    /// The last `system/api_retry`: `attempt 4/10, error unknown, status none`.
+    pub last_retry: Option<String>,
 }
 
 impl StreamState {
     /// Feeds one stdout line (one JSON event; other lines are ignored).
     pub fn feed(&mut self, line: &str, tz: chrono_tz::Tz) {
         let Ok(ev) = serde_json::from_str::<Value>(line.trim()) else { return };
+        let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(String::from);
         match ev.get("type").and_then(Value::as_str) {
             Some("system") => match ev.get("subtype").and_then(Value::as_str) {
                 Some("init") => {
@@ -91,14 +186,20 @@ impl StreamState {
                     self.mcp_servers = ev.get("mcp_servers").and_then(Value::as_array).map(|a| {
                         a.iter().filter_map(|s| s.get("name").and_then(Value::as_str).or_else(|| s.as_str()).map(String::from)).collect()
                     });
-                    self.permission_mode = ev.get("permissionMode").and_then(Value::as_str).map(String::from);
-                    self.model = ev.get("model").and_then(Value::as_str).map(String::from);
-                    self.version = ev.get("claude_code_version").and_then(Value::as_str).map(String::from);
+                    self.permission_mode = str_of(&ev, "permissionMode");
+                    self.model = str_of(&ev, "model");
+                    self.version = str_of(&ev, "claude_code_version");
                 }
-                Some("api_retry") => self.api_retries += 1,
+                Some("api_retry") => {
+                    self.api_retries += 1;
+                    let num = |k: &str| ev.get(k).and_then(Value::as_u64).map_or("?".to_string(), |n| n.to_string());
+                    let status = ev.get("error_status").and_then(Value::as_u64).map_or("none".to_string(), |n| n.to_string());
+                    self.last_retry = Some(format!("attempt {}/{}, error {}, status {status}", num("attempt"), num("max_retries"), str_of(&ev, "error").unwrap_or_else(|| "?".into())));
+                }
                 _ => {}
             },
             Some("assistant") => {
+                self.assistant_messages += 1;
                 let content = ev.pointer("/message/content").and_then(Value::as_array);
                 let mut text = String::new();
                 for block in content.into_iter().flatten() {
@@ -123,6 +224,9 @@ impl StreamState {
                     if ev.get("error").and_then(Value::as_str) == Some("rate_limit") && self.limit.is_none() {
                         self.limit = limit_in_text(&text, tz);
                     }
+                    if let Some(v) = review::last_json_verdict(&text) {
+                        self.text_verdict = Some(v);
+                    }
                     self.last_assistant_text = text;
                 }
             }
@@ -131,7 +235,7 @@ impl StreamState {
                     self.limit = Some(r);
                 }
             }
-            Some("result") => self.result = Some(ev),
+            Some("result") => self.result = Some(ResultEvent::from_value(&ev)),
             _ => {}
         }
     }
@@ -139,27 +243,45 @@ impl StreamState {
     /// The final text: the result's `result`, or the last assistant text
     /// when the result is empty (seen with real transcripts).
     pub fn final_text(&self) -> String {
-        let r = self.result.as_ref().and_then(|r| r.get("result")).and_then(Value::as_str).unwrap_or("");
+        let r = self.result.as_ref().map(|r| r.text.as_str()).unwrap_or("");
         if r.trim().is_empty() { self.last_assistant_text.clone() } else { r.to_string() }
     }
 
-    /// Whether the result reports an error (`is_error`, or a missing result).
+    /// Whether the call failed (a failed result, or no result at all).
     pub fn is_error(&self) -> bool {
-        match &self.result {
-            Some(r) => r.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-            None => true,
-        }
+        self.result.as_ref().is_none_or(ResultEvent::failed)
     }
 
-    /// Token use and cost from the result event.
+    /// Token use and cost from the result event (input tokens include cache
+    /// reads and cache creation).
     pub fn usage(&self) -> Usage {
-        let Some(r) = &self.result else { return Usage::default() };
-        let n = |p: &str| r.pointer(p).and_then(Value::as_u64);
-        let tokens_in = match (n("/usage/input_tokens"), n("/usage/cache_read_input_tokens"), n("/usage/cache_creation_input_tokens")) {
-            (None, None, None) => None,
-            (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
-        };
-        Usage { tokens_in, tokens_out: n("/usage/output_tokens"), cost_usd: r.get("total_cost_usd").and_then(Value::as_f64) }
+        self.result.as_ref().map(|r| r.usage.clone()).unwrap_or_default()
+    }
+
+    /// The reviewer's verdict: `structured_output`, else the last JSON
+    /// object of the result text, else the last one in an assistant message.
+    pub fn verdict(&self) -> Option<review::Verdict> {
+        self.result
+            .as_ref()
+            .and_then(|r| r.structured_output.as_ref())
+            .and_then(review::verdict_from_value)
+            .or_else(|| review::last_json_verdict(&self.final_text()))
+            .or_else(|| self.text_verdict.clone())
+    }
+
+    /// The usage limit of a call: a `rate_limit_event` or limit message seen
+    /// in the stream, else (only for a failed call) one read from the result
+    /// text or stderr, else a bare 429 status as throttling.
+    pub fn limit(&self, stderr_tail: &str, tz: chrono_tz::Tz) -> Option<limit::LimitReading> {
+        if self.limit.is_some() {
+            return self.limit.clone();
+        }
+        if !self.is_error() {
+            return None;
+        }
+        limit_in_text(&self.final_text(), tz).or_else(|| limit_in_text(stderr_tail, tz)).or_else(|| {
+            (self.result.as_ref().and_then(|r| r.api_error_status) == Some(429)).then(|| limit::read_text("429 Too Many Requests", Utc::now(), tz))
+        })
     }
 }
 
@@ -176,32 +298,25 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     let outcome = crate::process::run(cmd, cancel).await.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
     let st = state.lock().expect("stream state").clone();
     let text = st.final_text();
-    let mut limit = st.limit.clone();
-    if limit.is_none() && st.is_error() {
-        // The result channel: its text, else stderr (a crashed CLI).
-        limit = limit_in_text(&text, tz).or_else(|| limit_in_text(&outcome.stderr_tail, tz));
-        if limit.is_none() {
-            let status = st.result.as_ref().and_then(|r| r.get("api_error_status")).and_then(Value::as_u64);
-            if status == Some(429) {
-                limit = Some(limit::read_text("429 Too Many Requests", Utc::now(), tz));
-            }
-        }
-    }
+    let limit = st.limit(&outcome.stderr_tail, tz);
+    let retries = match &st.last_retry {
+        Some(last) => format!(" after {} API retr{} (last: {last})", st.api_retries, if st.api_retries == 1 { "y" } else { "ies" }),
+        None => String::new(),
+    };
     let failure = if outcome.timed_out {
-        Some(format!("timed out after {}s", call.timeout.as_secs()))
+        Some(format!("timed out after {}s{retries}", call.timeout.as_secs()))
     } else if outcome.cancelled {
         Some("interrupted".into())
     } else if st.result.is_none() {
-        Some(format!("claude ended ({}) without a result event: {}", super::command::exit_text(&outcome), outcome.stderr_tail.lines().last().unwrap_or("")))
+        Some(format!("claude ended ({}) without a result event{retries}: {}", super::command::exit_text(&outcome), outcome.stderr_tail.lines().last().unwrap_or("")))
     } else if st.is_error() {
         let r = st.result.as_ref().expect("checked");
-        let reason = r.get("terminal_reason").and_then(Value::as_str).unwrap_or("error");
-        Some(format!("claude reported an error ({reason}): {}", text.lines().next().unwrap_or("")))
+        Some(format!("claude reported an error ({}){retries}: {}", r.describe(), text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")))
     } else {
         None
     };
     let verdict = match call.role {
-        Role::Reviewer => st.result.as_ref().and_then(|r| r.get("structured_output")).and_then(review::verdict_from_value).or_else(|| review::last_json_verdict(&text)),
+        Role::Reviewer => st.verdict(),
         Role::Writer => None,
     };
     let mut claimed_files = parse_blocks(&text).files;
