@@ -252,3 +252,71 @@ async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
     let f = r.failure.unwrap();
     assert!(f.starts_with("timed out after 10s after ") && f.contains("API retr") && f.contains("status none"), "{f}");
 }
+
+/// The environment nightshift passes on to the real CLI in a drain.
+fn drain_env(f: &mut common::Fixture, api: &str) {
+    for (k, v) in cli_env(&f.home, api, false) {
+        if k != "PATH" && k != "HOME" {
+            f.extra_env.push((k, v));
+        }
+    }
+}
+
+fn claude_config(f: &common::Fixture, writer: &str, reviewer: &str, extra: &str) {
+    f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{reviewer}\"]\n"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
+    let bin = real_claude().display().to_string();
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let mut f = common::Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_claude_e2e_token_0123456789".into());
+    drain_env(&mut f, &api.uri());
+    claude_config(&f, &bin, &bin, "[limits]\nrounds = 2\n");
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n");
+    // Round 1: the writer edits, the reviewer asks for more; round 2: the
+    // writer edits again, the reviewer approves.
+    api.writer([
+        Reply::Tools(None, vec![tool("Read", json!({"file_path": "calc.txt"}))]),
+        Reply::Tools(None, vec![tool("Edit", json!({"file_path": "calc.txt", "old_string": "add\n", "new_string": "add\nsub\n"}))]),
+        Reply::Text("Added sub.".into()),
+        Reply::Tools(None, vec![tool("Read", json!({"file_path": "calc.txt"}))]),
+        Reply::Tools(None, vec![tool("Edit", json!({"file_path": "calc.txt", "old_string": "sub\n", "new_string": "sub\nmul\n"}))]),
+        Reply::Text("Added mul as asked.".into()),
+    ]);
+    api.reviewer([
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "request_changes", "findings": ["add mul too"]}))]),
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "approve", "findings": []}))]),
+    ]);
+    let out = f.approve_and_drain(&[]);
+    common::assert_ok(&out, "drain");
+    let report = f.report();
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "pr_opened", "{report:#}");
+    assert_eq!(item["rounds"], 2, "{report:#}");
+    assert_eq!(api.left(), (0, 0));
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 1);
+    let branch = &f.remote_branches()[0];
+    assert_eq!(common::git(&f.remote, &["show", &format!("{branch}:calc.txt")]), "add\nsub\nmul");
+    // The ledger rows carry what the CLI reported: 3 writer turns and 1
+    // reviewer turn per round, TOKENS_IN/TOKENS_OUT each, and its costs.
+    let rows = f.db.sql("SELECT role, tokens_in, tokens_out, cost_usd FROM agent_calls ORDER BY id");
+    let rows: Vec<Vec<&str>> = rows.lines().map(|l| l.split('|').collect()).collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let (ti, to) = (fakes::anthropic::TOKENS_IN, fakes::anthropic::TOKENS_OUT);
+    let mut total = 0.0;
+    for (row, turns) in rows.iter().zip([3u64, 1, 3, 1]) {
+        assert_eq!(row[1..3], [(turns * ti).to_string(), (turns * to).to_string()], "{rows:?}");
+        let cost: f64 = row[3].parse().unwrap();
+        assert!(cost > 0.0, "{rows:?}");
+        total += cost;
+    }
+    assert_eq!(rows.iter().map(|r| r[0]).collect::<Vec<_>>(), ["writer", "reviewer", "writer", "reviewer"]);
+    let item_cost: f64 = f.db.sql("SELECT cost_usd FROM run_items").parse().unwrap();
+    assert!((item_cost - total).abs() < 1e-9, "run_items.cost_usd {item_cost} vs the calls' sum {total}");
+    gh.assert_never_merged_approved_or_closed().await;
+}
