@@ -320,3 +320,161 @@ async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
     assert!((item_cost - total).abs() < 1e-9, "run_items.cost_usd {item_cost} vs the calls' sum {total}");
     gh.assert_never_merged_approved_or_closed().await;
 }
+
+// ---- Replays: the fake `claude` of tests/fakes/claude through the real binary.
+
+/// A recorded transcript from tests/data/transcripts/.
+fn transcript(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/transcripts").join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Lines of a transcript whose `type` (and `subtype`) match.
+fn events(t: &str, ty: &str, subtype: Option<&str>) -> Vec<String> {
+    t.lines()
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["type"] == ty && subtype.is_none_or(|s| v["subtype"] == s)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// A drain world whose writer and reviewer are the replaying fake `claude`;
+/// `steps` are (file name under FAKE_CLAUDE_DIR, content).
+async fn replay_world(steps: &[(&str, String)], extra: &str) -> (common::Fixture, common::github::FakeGitHub, PathBuf) {
+    let gh = common::github::FakeGitHub::start().await;
+    let mut f = common::Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_claude_replay_token_0123456789".into());
+    let script_dir = f.dir.path().join("fake-claude");
+    std::fs::create_dir_all(&script_dir).unwrap();
+    for (name, body) in steps {
+        std::fs::write(script_dir.join(name), body).unwrap();
+    }
+    f.extra_env.push(("FAKE_CLAUDE_DIR".into(), script_dir.display().to_string()));
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude").display().to_string();
+    claude_config(&f, &fake, &fake, extra);
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n");
+    (f, gh, script_dir)
+}
+
+fn drained_item(f: &common::Fixture) -> serde_json::Value {
+    let out = f.approve_and_drain(&[]);
+    let report = f.report();
+    assert!(out.status.code().is_some(), "{}", common::text(&out));
+    report["items"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_writer_error_result_is_a_failed_round_not_a_limit() {
+    // The real CLI's init and retries, then the captured connection-refused
+    // result (`is_error: true` with `subtype: "success"`), exit 1.
+    let no_server = transcript("claude-real-no-server.jsonl");
+    let mut failed = events(&no_server, "system", Some("init")).concat();
+    failed.push_str(&events(&no_server, "system", Some("api_retry")).concat());
+    failed.push_str(&transcript("claude-json-result-connection-refused.json"));
+    let (f, gh, dir) = replay_world(&[("writer-1.jsonl", failed.clone()), ("writer-2.jsonl", failed)], "[limits]\nrounds = 2\n").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "error", "{item:#}");
+    assert_eq!(item["rounds"], 2, "{item:#}");
+    let reason = item["reason"].as_str().unwrap();
+    assert!(reason.contains("Connection refused") && reason.contains("terminal_reason api_error") && reason.contains("4 API retries"), "{reason}");
+    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "a network failure is not a usage limit");
+    assert_eq!(f.db.sql("SELECT string_agg(COALESCE(cost_usd::text, 'null'), ',') FROM agent_calls"), "0,0");
+    assert!(gh.prs().is_empty());
+    // The adapter's argv passed the fake's strict parsing: prompt after `--`.
+    let argv = std::fs::read_to_string(dir.join("writer-1.argv")).unwrap();
+    assert!(argv.starts_with("-p\n--output-format\nstream-json\n--verbose\n--permission-mode\nacceptEdits\n--allowedTools\n"), "{argv}");
+    assert!(argv.contains("\n--\n# Item: Add sub"), "{argv}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_empty_result_still_uses_the_assistant_text() {
+    // The public transcript (result "" although the model answered, and a
+    // rate_limit_event with status "allowed"), its answer turned into a question.
+    let t = transcript("claude-stream-json-overage-rejected.jsonl").replace("\\n\\nHello.", "QUESTION: Which base should sub use?");
+    assert!(t.contains("\"result\":\"\""));
+    let (f, gh, _) = replay_world(&[("writer-1.jsonl", t)], "").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "blocked", "{item:#}");
+    assert_eq!(item["question"], "Which base should sub use?", "{item:#}");
+    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "status allowed is no limit");
+    assert_eq!(f.db.sql("SELECT tokens_in || '/' || tokens_out || '/' || cost_usd FROM agent_calls"), "3/6/0.024");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_requests_changes_then_approves() {
+    let writer = transcript("claude-real-writer-edit.jsonl");
+    let (f, gh, dir) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            ("writer-1.jsonl", writer.clone()),
+            ("reviewer-1.jsonl", transcript("claude-real-reviewer-request-changes.jsonl")),
+            ("writer-2.sh", "echo mul >> calc.txt\n".into()),
+            ("writer-2.jsonl", writer),
+            ("reviewer-2.jsonl", transcript("claude-real-reviewer-approve-in-text.jsonl")),
+        ],
+        "[limits]\nrounds = 3\n",
+    )
+    .await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "pr_opened", "{item:#}");
+    assert_eq!(item["rounds"], 2, "{item:#}");
+    assert_eq!(gh.prs().len(), 1);
+    assert_eq!(f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"), "request_changes,approve");
+    // Round 2's writer got the reviewer's finding as feedback.
+    let argv = std::fs::read_to_string(dir.join("writer-2.argv")).unwrap();
+    assert!(argv.contains("calc.txt lacks sub"), "{argv}");
+    // The reviewer ran with the read-only flags and the verdict schema.
+    let argv = std::fs::read_to_string(dir.join("reviewer-1.argv")).unwrap();
+    assert!(argv.contains("--permission-mode\nplan\n--tools\nRead,Grep,Glob\n--strict-mcp-config\n--json-schema\n"), "{argv}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_with_write_tools_is_void() {
+    // A reviewer session whose init is the real writer's (Write, Bash, ...).
+    let approve = transcript("claude-real-reviewer-approve-in-text.jsonl");
+    let mut t = events(&transcript("claude-real-writer-edit.jsonl"), "system", Some("init")).concat();
+    t.push_str(&approve.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
+    let (f, gh, _) = replay_world(&[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")), ("reviewer-1.jsonl", t)], "").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    let reason = item["reason"].as_str().unwrap();
+    assert!(reason.contains("Bash") && reason.contains("Write"), "{reason}");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_that_edits_is_void() {
+    // Its init and verdict look clean; it changed the checkout anyway.
+    let (f, gh, _) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")),
+            ("reviewer-1.sh", "echo div >> calc.txt\n".into()),
+            ("reviewer-1.jsonl", transcript("claude-real-reviewer-approve-in-text.jsonl")),
+        ],
+        "",
+    )
+    .await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    assert!(item["reason"].as_str().unwrap().contains("checkout changed"), "{item:#}");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_unknown_flag_fails_like_the_real_cli() {
+    let (f, gh, dir) = replay_world(&[("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl"))], "").await;
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude").display().to_string();
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"claude\"\ncommand = [\"{fake}\"]\npermission_flags = [\"--yolo\"]\n[reviewer]\nkind = \"claude\"\ncommand = [\"{fake}\"]\n"
+    ));
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "error", "{item:#}");
+    assert!(item["reason"].as_str().unwrap().contains("error: unknown option '--yolo'"), "{item:#}");
+    assert!(!dir.join("count-writer").exists(), "nothing was replayed");
+    assert!(gh.prs().is_empty());
+}
