@@ -369,4 +369,113 @@ mod tests {
         assert!(st.is_error());
         assert!(st.limit.is_none());
     }
+
+    fn replay(t: &str, tz: &str) -> StreamState {
+        let mut st = StreamState::default();
+        for l in t.lines() {
+            st.feed(l, tz.parse().unwrap());
+        }
+        st
+    }
+
+    #[test]
+    fn real_writer_stream_is_read_whole() {
+        let st = replay(include_str!("../../tests/data/transcripts/claude-real-writer-edit.jsonl"), "UTC");
+        let tools = st.tools.clone().unwrap();
+        assert!(tools.iter().any(|t| t == "Write") && tools.iter().any(|t| t == "Bash"), "{tools:?}");
+        assert_eq!(st.mcp_servers.as_deref(), Some(&[][..]));
+        assert_eq!(st.permission_mode.as_deref(), Some("acceptEdits"));
+        assert_eq!(st.model.as_deref(), Some("claude-opus-5-5"));
+        assert_eq!(st.version.as_deref(), Some("2.1.328"));
+        assert_eq!(st.assistant_messages, 5);
+        assert_eq!(st.edited_files.len(), 2);
+        let r = st.result.clone().unwrap();
+        assert!(!r.failed());
+        assert_eq!((r.num_turns, r.terminal_reason.as_deref(), r.subtype.as_deref()), (Some(4), Some("completed"), Some("success")));
+        assert_eq!(st.usage(), Usage { tokens_in: Some(4800), tokens_out: Some(320), cost_usd: Some(0.0256) });
+        assert!(st.final_text().starts_with("Added sub to calc.txt."));
+        assert!(st.limit.is_none() && st.verdict().is_none());
+    }
+
+    #[test]
+    fn real_usage_limit_stream_gives_the_event_reset() {
+        let st = replay(include_str!("../../tests/data/transcripts/claude-real-usage-limit.jsonl"), "Asia/Taipei");
+        let l = st.limit("", "Asia/Taipei".parse().unwrap()).unwrap();
+        assert_eq!(l.kind, limit::LimitKind::UsageLimit);
+        let reset = l.resets_at.unwrap();
+        assert!(l.source.contains("rate_limit_event"), "{l:?}");
+        let r = st.result.clone().unwrap();
+        assert!(r.failed());
+        assert_eq!(r.describe(), "terminal_reason api_error, api_error_status 429, subtype success, 1 turn");
+        // The same instant from the CLI's text alone (minutes precision).
+        let text = limit_in_text(&st.final_text(), "Asia/Taipei".parse().unwrap()).unwrap();
+        assert_eq!(text.resets_at.map(|t| t.timestamp() / 60), Some(reset.timestamp() / 60));
+    }
+
+    #[test]
+    fn connection_refused_is_a_failure_and_no_limit() {
+        let st = replay(include_str!("../../tests/data/transcripts/claude-json-result-connection-refused.json"), "UTC");
+        assert!(st.is_error());
+        assert_eq!(st.result.as_ref().unwrap().describe(), "terminal_reason api_error, subtype success, 1 turn");
+        assert!(st.limit("", chrono_tz::UTC).is_none());
+        assert!(st.final_text().starts_with("API Error: Connection refused"));
+    }
+
+    #[test]
+    fn api_retries_are_counted_and_the_last_kept() {
+        let st = replay(include_str!("../../tests/data/transcripts/claude-real-no-server.jsonl"), "UTC");
+        assert_eq!(st.api_retries, 4);
+        assert_eq!(st.last_retry.as_deref(), Some("attempt 4/10, error unknown, status none"));
+        assert!(st.is_error(), "no result event is a failure");
+    }
+
+    #[test]
+    fn allowed_rate_limit_event_is_no_limit() {
+        let st = replay(include_str!("../../tests/data/transcripts/claude-stream-json-overage-rejected.jsonl"), "UTC");
+        assert!(st.limit.is_none());
+        assert!(st.limit("", chrono_tz::UTC).is_none());
+        assert_eq!(st.final_text(), "\n\nHello.");
+    }
+
+    #[test]
+    fn failure_is_never_read_from_subtype_alone() {
+        let tz = chrono_tz::UTC;
+        for (line, failed) in [
+            (r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#, false),
+            (r#"{"type":"result","subtype":"success","is_error":true,"result":"x"}"#, true),
+            (r#"{"type":"result","subtype":"success","is_error":false,"api_error_status":529,"result":"x"}"#, true),
+            (r#"{"type":"result","subtype":"error_max_turns","is_error":false,"num_turns":30}"#, true),
+            (r#"{"type":"result","subtype":"error_during_execution","is_error":true}"#, true),
+        ] {
+            let mut st = StreamState::default();
+            st.feed(line, tz);
+            assert_eq!(st.is_error(), failed, "{line}");
+        }
+    }
+
+    #[test]
+    fn verdict_prefers_structured_output_then_result_then_assistant_text() {
+        let tz = chrono_tz::UTC;
+        let st = replay(include_str!("../../tests/data/transcripts/claude-real-reviewer-request-changes.jsonl"), "UTC");
+        assert_eq!(st.verdict().unwrap().verdict, review::Decision::RequestChanges);
+        let mut st = StreamState::default();
+        st.feed(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"ok\n{\"verdict\":\"approve\",\"findings\":[]}"}]}}"#, tz);
+        st.feed(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]}}"#, tz);
+        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#, tz);
+        assert_eq!(st.verdict().unwrap().verdict, review::Decision::Approve);
+        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"{\"verdict\":\"request_changes\",\"findings\":[\"a\"]}","structured_output":null}"#, tz);
+        assert_eq!(st.verdict().unwrap().verdict, review::Decision::RequestChanges);
+    }
+
+    #[test]
+    fn the_prompt_follows_a_double_dash() {
+        let agent = AgentConfig::default();
+        let w = argv(&agent, Role::Writer, "-rf looks like a flag");
+        assert_eq!(w[w.len() - 2..], ["--".to_string(), "-rf looks like a flag".to_string()]);
+        let r = argv(&agent, Role::Reviewer, "p");
+        let i = r.iter().position(|a| a == "--json-schema").unwrap();
+        assert_eq!(r[i + 1], VERDICT_SCHEMA);
+        assert!(serde_json::from_str::<Value>(VERDICT_SCHEMA).is_ok());
+        assert_eq!(r[r.len() - 2..], ["--".to_string(), "p".to_string()]);
+    }
 }
