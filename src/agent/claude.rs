@@ -207,12 +207,11 @@ impl StreamState {
                         Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
                         Some("tool_use") => {
                             let name = block.get("name").and_then(Value::as_str).unwrap_or("");
-                            if matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit") {
-                                if let Some(p) = block.pointer("/input/file_path").or_else(|| block.pointer("/input/notebook_path")).and_then(Value::as_str) {
-                                    if !self.edited_files.iter().any(|f| f == p) {
-                                        self.edited_files.push(p.to_string());
-                                    }
-                                }
+                            let path = block.pointer("/input/file_path").or_else(|| block.pointer("/input/notebook_path")).and_then(Value::as_str);
+                            if let (true, Some(p)) = (matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit"), path)
+                                && !self.edited_files.iter().any(|f| f == p)
+                            {
+                                self.edited_files.push(p.to_string());
                             }
                         }
                         _ => {}
@@ -307,13 +306,12 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         Some(format!("timed out after {}s{retries}", call.timeout.as_secs()))
     } else if outcome.cancelled {
         Some("interrupted".into())
-    } else if st.result.is_none() {
-        Some(format!("claude ended ({}) without a result event{retries}: {}", super::command::exit_text(&outcome), outcome.stderr_tail.lines().last().unwrap_or("")))
-    } else if st.is_error() {
-        let r = st.result.as_ref().expect("checked");
-        Some(format!("claude reported an error ({}){retries}: {}", r.describe(), text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")))
     } else {
-        None
+        match &st.result {
+            None => Some(format!("claude ended ({}) without a result event{retries}: {}", super::command::exit_text(&outcome), outcome.stderr_tail.lines().last().unwrap_or(""))),
+            Some(r) if r.failed() => Some(format!("claude reported an error ({}){retries}: {}", r.describe(), text.lines().find(|l| !l.trim().is_empty()).unwrap_or(""))),
+            Some(_) => None,
+        }
     };
     let verdict = match call.role {
         Role::Reviewer => st.verdict(),
