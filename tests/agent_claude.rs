@@ -133,6 +133,8 @@ async fn real_writer_edits_through_its_own_tools() {
         Reply::Tools(Some("Reading calc.txt first.".into()), vec![tool("Read", json!({"file_path": calc}))]),
         Reply::Tools(None, vec![tool("Edit", json!({"file_path": calc, "old_string": "add\n", "new_string": "add\nsub\n"}))]),
         Reply::Tools(None, vec![tool("Write", json!({"file_path": w.repo.join("notes.md").display().to_string(), "content": "sub added\n"}))]),
+        // The project's own commands run too (the gate, a test): Bash.
+        Reply::Tools(None, vec![tool("Bash", json!({"command": "wc -l < calc.txt && echo bash-ran-$((6*7))", "description": "count words"}))]),
         Reply::Text("Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n".into()),
     ]);
     let c = call(&w, Role::Writer, "Add sub to calc.txt", cli_env(&w.home, &api.uri(), false));
@@ -146,17 +148,19 @@ async fn real_writer_edits_through_its_own_tools() {
     assert_eq!(r.text, "Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n");
     assert_eq!(agent::parse_blocks(&r.text).findings, ["docs are stale"]);
     assert_eq!(r.claimed_files, ["calc.txt", "notes.md"]);
-    // Four model turns of TOKENS_IN/TOKENS_OUT, as the CLI summed them, and
+    // Five model turns of TOKENS_IN/TOKENS_OUT, as the CLI summed them, and
     // the cost the CLI computed itself.
     let turns = api.turns(Turn::Writer).len() as u64;
-    assert_eq!(turns, 4);
+    assert_eq!(turns, 5);
+    let after_bash = api.turns(Turn::Writer)[4].body.to_string();
+    assert!(after_bash.contains("bash-ran-42"), "the Bash tool ran: {after_bash}");
     assert_eq!(r.usage.tokens_in, Some(turns * fakes::anthropic::TOKENS_IN), "{out}");
     assert_eq!(r.usage.tokens_out, Some(turns * fakes::anthropic::TOKENS_OUT), "{out}");
     let cost = r.usage.cost_usd.expect("the CLI reports total_cost_usd");
     assert!(cost > 0.0, "{cost}");
     let result = st.result.as_ref().unwrap();
     assert_eq!(result.usage.cost_usd, Some(cost));
-    assert_eq!((result.num_turns, result.terminal_reason.as_deref(), result.is_error), (Some(4), Some("completed"), false));
+    assert_eq!((result.num_turns, result.terminal_reason.as_deref(), result.is_error), (Some(5), Some("completed"), false));
     // The real init event of the default writer flags, run as root.
     assert_eq!(st.permission_mode.as_deref(), Some("acceptEdits"));
     assert_eq!(st.version.as_deref(), Some(CLAUDE_VERSION.trim()));

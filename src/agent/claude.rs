@@ -20,10 +20,13 @@ use crate::config::AgentConfig;
 use crate::limit;
 use crate::review;
 
-/// Permission flags of an unattended writer when the config gives none: edits
-/// are accepted without a prompt and the project's own commands may run
-/// (`Bash`), which the writer needs to run the tests. `--dangerously-skip-
-/// permissions` is not the default because claude refuses it as root.
+/// Permission flags of an unattended writer when the config gives none
+/// (SPEC §6): edits are accepted without a prompt (`acceptEdits`) and the
+/// listed tools are pre-approved, `Bash` included, which the writer needs to
+/// run the project's commands. Checked with the real CLI (2.1.328) running
+/// as root, where `--dangerously-skip-permissions` is refused ("cannot be
+/// used with root/sudo privileges"): with these flags it edits and writes
+/// files and runs Bash (`tests/agent_claude.rs`).
 pub const DEFAULT_WRITER_FLAGS: &[&str] = &["--permission-mode", "acceptEdits", "--allowedTools", "Bash,Edit,Write,MultiEdit,Read,Grep,Glob"];
 
 /// The reviewer's read-only flags: plan mode, exactly three read tools, no
