@@ -145,6 +145,9 @@ async fn real_writer_edits_through_its_own_tools() {
     assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\nsub\n", "{out}");
     assert_eq!(std::fs::read_to_string(w.repo.join("notes.md")).unwrap(), "sub added\n", "{out}");
     assert_eq!(api.left(), (0, 0), "every scripted turn was used");
+    let first = &api.seen()[0];
+    assert!(first.headers.iter().any(|(k, v)| k == "x-api-key" && v == "sk-ant-api03-fake-test-key"), "{:?}", first.headers);
+    assert!(api.seen().iter().all(|s| s.path.starts_with("/v1/messages")), "no other traffic: {:?}", api.seen().iter().map(|s| &s.path).collect::<Vec<_>>());
     assert_eq!(r.text, "Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n");
     assert_eq!(agent::parse_blocks(&r.text).findings, ["docs are stale"]);
     assert_eq!(r.claimed_files, ["calc.txt", "notes.md"]);
@@ -225,6 +228,8 @@ async fn real_usage_limit_is_read_with_its_reset() {
     c.tz = "Asia/Taipei".parse().unwrap();
     let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
     let (out, st) = stream_of(&r, "claude-real-usage-limit", c.tz);
+    let auth = api.seen()[0].headers.clone();
+    assert!(auth.iter().any(|(k, v)| k == "authorization" && v == "Bearer sk-ant-oat01-fake-test-token"), "a subscription login: {auth:?}");
     let want = chrono::DateTime::from_timestamp(reset, 0).unwrap();
     let limit = r.limit.clone().unwrap_or_else(|| panic!("no limit read from:\n{out}"));
     assert_eq!(limit.kind, LimitKind::UsageLimit);
