@@ -247,6 +247,25 @@ async fn real_usage_limit_is_read_with_its_reset() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn real_api_key_429_is_throttling_not_a_usage_limit() {
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    // With an API key (no subscription login) the CLI retries the same 429
+    // ten times with growing delays; a call cut short meanwhile was throttled.
+    let reset = chrono::Utc::now().timestamp() + 3600;
+    api.writer((0..11).map(|_| Reply::UsageLimit { reset_epoch: reset }));
+    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
+    c.timeout = Duration::from_secs(8);
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-api-key-429", c.tz);
+    assert!(r.outcome.timed_out && st.api_retries >= 1, "{out}");
+    assert_eq!(st.last_retry_status, Some(429), "{out}");
+    assert!(!r.hit_usage_limit() && r.throttled(), "{:?}", r.limit);
+    assert!(r.failure.unwrap().contains("error rate_limit, status 429"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
     let bin = real_claude();
     let w = world();
@@ -487,3 +506,4 @@ async fn replay_unknown_flag_fails_like_the_real_cli() {
     assert!(!dir.join("count-writer").exists(), "nothing was replayed");
     assert!(gh.prs().is_empty());
 }
+

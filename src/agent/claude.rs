@@ -175,6 +175,8 @@ pub struct StreamState {
     pub api_retries: u32,
     /// The last `system/api_retry`: `attempt 4/10, error unknown, status none`.
     pub last_retry: Option<String>,
+    /// The HTTP status of the last `system/api_retry` (`error_status`).
+    pub last_retry_status: Option<u64>,
 }
 
 impl StreamState {
@@ -196,7 +198,8 @@ impl StreamState {
                 Some("api_retry") => {
                     self.api_retries += 1;
                     let num = |k: &str| ev.get(k).and_then(Value::as_u64).map_or("?".to_string(), |n| n.to_string());
-                    let status = ev.get("error_status").and_then(Value::as_u64).map_or("none".to_string(), |n| n.to_string());
+                    self.last_retry_status = ev.get("error_status").and_then(Value::as_u64);
+                    let status = self.last_retry_status.map_or("none".to_string(), |n| n.to_string());
                     self.last_retry = Some(format!("attempt {}/{}, error {}, status {status}", num("attempt"), num("max_retries"), str_of(&ev, "error").unwrap_or_else(|| "?".into())));
                 }
                 _ => {}
@@ -273,7 +276,10 @@ impl StreamState {
 
     /// The usage limit of a call: a `rate_limit_event` or limit message seen
     /// in the stream, else (only for a failed call) one read from the result
-    /// text or stderr, else a bare 429 status as throttling.
+    /// text or stderr, else a bare 429/529 status as throttling: the result's
+    /// `api_error_status`, or the last `api_retry` of a call that never
+    /// finished (with an API key the real CLI retries a 429 ten times, with
+    /// growing delays, before it gives up).
     pub fn limit(&self, stderr_tail: &str, tz: chrono_tz::Tz) -> Option<limit::LimitReading> {
         if self.limit.is_some() {
             return self.limit.clone();
@@ -282,7 +288,16 @@ impl StreamState {
             return None;
         }
         limit_in_text(&self.final_text(), tz).or_else(|| limit_in_text(stderr_tail, tz)).or_else(|| {
-            (self.result.as_ref().and_then(|r| r.api_error_status) == Some(429)).then(|| limit::read_text("429 Too Many Requests", Utc::now(), tz))
+            let status = match &self.result {
+                Some(r) => r.api_error_status,
+                None => self.last_retry_status,
+            };
+            match status {
+                Some(429) => Some(limit::read_text("429 Too Many Requests", Utc::now(), tz)),
+                Some(529) => Some(limit::read_text("529 Overloaded", Utc::now(), tz)),
+                _ => None,
+            }
+            .filter(|r| r.kind != limit::LimitKind::None)
         })
     }
 }
@@ -428,6 +443,19 @@ mod tests {
         assert_eq!(st.api_retries, 4);
         assert_eq!(st.last_retry.as_deref(), Some("attempt 4/10, error unknown, status none"));
         assert!(st.is_error(), "no result event is a failure");
+    }
+
+    #[test]
+    fn a_call_cut_short_while_retrying_a_429_is_throttling() {
+        let tz = chrono_tz::UTC;
+        let mut st = StreamState::default();
+        st.feed(r#"{"type":"system","subtype":"api_retry","attempt":6,"max_retries":10,"retry_delay_ms":17222,"error_status":429,"error":"rate_limit"}"#, tz);
+        assert_eq!(st.limit("", tz).map(|l| l.kind), Some(limit::LimitKind::Transient));
+        st.feed(r#"{"type":"system","subtype":"api_retry","attempt":7,"max_retries":10,"retry_delay_ms":17222,"error_status":529,"error":"overloaded"}"#, tz);
+        assert_eq!(st.limit("", tz).map(|l| l.kind), Some(limit::LimitKind::Transient));
+        // Retries that ended in a good result are nobody's limit.
+        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#, tz);
+        assert!(st.limit("", tz).is_none());
     }
 
     #[test]
