@@ -507,3 +507,54 @@ async fn replay_unknown_flag_fails_like_the_real_cli() {
     assert!(gh.prs().is_empty());
 }
 
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fake_claude_refuses_what_the_real_cli_refuses() {
+    // The same argv to the real CLI and to the replaying fake: the same exit
+    // code, and every line the fake prints is one the real CLI prints.
+    let real = real_claude();
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude");
+    let w = world();
+    let base = ["-p", "--output-format", "stream-json", "--verbose"];
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--yolo", "--", "x"],
+        vec!["--no-such-option=3", "--", "x"],
+        vec!["--permission-mode=sudo", "--", "x"],
+        vec!["--permission-mode", "sudo", "--", "x"],
+        vec!["--allowedTools", "Bash,Edit", "Add sub to calc.txt"],
+        vec!["--tools", "Read,Grep,Glob", "review"],
+        vec!["--dangerously-skip-permissions", "--", "x"],
+        vec!["--model"],
+        vec!["--allowedTools"],
+        vec!["-n"],
+    ];
+    let mut env = cli_env(&w.home, "http://127.0.0.1:9", false);
+    env.insert("FAKE_CLAUDE_DIR".into(), w.dir.path().display().to_string());
+    let run = |bin: &Path, args: &[&str]| {
+        // `timeout`: an argv the CLI accepted would otherwise retry the
+        // closed port for minutes.
+        let out = Command::new("timeout").arg("30").arg(bin).args(args).current_dir(&w.repo).env_clear().envs(&env).stdin(std::process::Stdio::null()).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let mut checked = 0;
+    for case in cases.iter().chain([vec!["--output-format", "yaml", "--", "x"]].iter()) {
+        let args: Vec<&str> = if case[0] == "--output-format" { ["-p", "--verbose"].iter().chain(case.iter()).copied().collect() } else { base.iter().chain(case.iter()).copied().collect() };
+        if args.contains(&"--dangerously-skip-permissions") && !nix::unistd::geteuid().is_root() {
+            continue;
+        }
+        let (rc_real, err_real) = run(&real, &args);
+        let (rc_fake, err_fake) = run(&fake, &args);
+        assert_eq!(rc_fake, rc_real, "{args:?}\nreal: {err_real}\nfake: {err_fake}");
+        assert_eq!(rc_real, Some(1), "{args:?}: {err_real}");
+        assert!(!err_fake.trim().is_empty());
+        for line in err_fake.lines() {
+            assert!(err_real.lines().any(|l| l == line), "{args:?}\nreal: {err_real}\nfake: {err_fake}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10);
+    // Without `--verbose`, stream-json is refused by both too.
+    let (rc_real, err_real) = run(&real, &["-p", "--output-format", "stream-json", "--", "x"]);
+    let (rc_fake, err_fake) = run(&fake, &["-p", "--output-format", "stream-json", "--", "x"]);
+    assert_eq!((rc_fake, err_fake.trim()), (rc_real, err_real.trim()));
+}
