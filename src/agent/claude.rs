@@ -2,12 +2,16 @@
 //!
 //! Writer: `claude -p --output-format stream-json --verbose` plus the
 //! configured permission flags. Reviewer: `--permission-mode plan --tools
-//! Read,Grep,Glob --strict-mcp-config`. The stream is parsed line by line as
-//! it arrives (never held whole): the `init` event (tools, MCP servers,
+//! Read,Grep,Glob --strict-mcp-config --json-schema <verdict schema>`. The
+//! prompt is the last argument, after `--`. The stream is parsed line by line
+//! as it arrives (never held whole): the `init` event (tools, MCP servers,
 //! permission mode, model, version), assistant messages, `rate_limit_event`,
-//! and the final `result`. A failure is read from `is_error`,
-//! `api_error_status` and `terminal_reason`, never from `subtype` alone (a
-//! failed call can say `subtype: "success"`).
+//! `system/api_retry`, and the final `result`. A failure is read from
+//! `is_error`, `api_error_status` and an `error_*` subtype, never from
+//! `subtype` alone (a failed call can say `subtype: "success"`);
+//! `terminal_reason` and `num_turns` go into the failure text. Everything
+//! here was checked against the real CLI, pinned in
+//! `tests/fakes/claude-code.version`, in `tests/agent_claude.rs`.
 
 use std::sync::{Arc, Mutex};
 
