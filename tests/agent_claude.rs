@@ -346,6 +346,9 @@ async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
     assert_eq!(rows.iter().map(|r| r[0]).collect::<Vec<_>>(), ["writer", "reviewer", "writer", "reviewer"]);
     let item_cost: f64 = f.db.sql("SELECT cost_usd FROM run_items").parse().unwrap();
     assert!((item_cost - total).abs() < 1e-9, "run_items.cost_usd {item_cost} vs the calls' sum {total}");
+    // `report --json` shows the same figures.
+    assert!((item["cost_usd"].as_f64().unwrap() - total).abs() < 1e-9, "{item:#}");
+    assert_eq!(item["tokens"], 8 * (ti + to), "{item:#}");
     gh.assert_never_merged_approved_or_closed().await;
 }
 
