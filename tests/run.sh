@@ -2,6 +2,7 @@
 # The full test suite, as the README's Quick start and CI run it.
 # It installs or starts what the tests need:
 #   - the PostgreSQL server binaries (initdb, pg_ctl), for the embedded-cluster tests;
+#   - the pinned Claude Code CLI (npm) under target/agent-clis/, for tests/agent_claude.rs;
 #   - a PostgreSQL server for the ledger tests: $DATABASE_URL if set, else the
 #     local server on 127.0.0.1:5432, else a private throwaway cluster it starts;
 # then runs every test with cargo.
@@ -41,5 +42,25 @@ if [ -z "${DATABASE_URL:-}" ]; then
   fi
 fi
 echo "== tests use $DATABASE_URL"
+
+# The real Claude Code CLI for tests/agent_claude.rs, pinned in
+# tests/fakes/claude-code.version, installed once under target/agent-clis/
+# (the tests look for it there; they run it offline against a local fake API).
+claude_version=$(tr -d '[:space:]' < tests/fakes/claude-code.version)
+clis="$root/target/agent-clis"
+if [ ! -x "$clis/node_modules/.bin/claude" ] || ! grep -qs "\"version\": \"$claude_version\"" "$clis/node_modules/@anthropic-ai/claude-code/package.json"; then
+  if ! command -v npm >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "== installing npm (apt-get install npm)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+    else
+      echo "tests need npm to install @anthropic-ai/claude-code@$claude_version: sudo apt-get install npm" >&2
+      exit 2
+    fi
+  fi
+  echo "== installing @anthropic-ai/claude-code@$claude_version into target/agent-clis"
+  mkdir -p "$clis"
+  flock "$clis.lock" npm install --no-audit --no-fund --prefix "$clis" "@anthropic-ai/claude-code@$claude_version" >/dev/null
+fi
 
 cargo test --all-targets -- --test-threads="${NIGHTSHIFT_TEST_THREADS:-4}"

@@ -1,0 +1,563 @@
+//! The `claude` agent kind against the real Claude Code CLI (the pinned npm
+//! package, run offline against the fake Messages API of
+//! `tests/fakes/anthropic.rs`), and the run loop against replaying fake
+//! `claude` executables (SPEC §6, issue 3).
+
+mod common;
+mod fakes;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use fakes::anthropic::{FakeAnthropic, Reply, Turn, tool};
+use nightshift::agent::claude::StreamState;
+use nightshift::agent::{self, Call, Role};
+use nightshift::limit::LimitKind;
+use nightshift::review::Decision;
+use nightshift::config::{AgentConfig, AgentKind};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// The pinned CLI version (tests/run.sh installs the same).
+const CLAUDE_VERSION: &str = include_str!("fakes/claude-code.version");
+
+/// The real `claude` executable: installed by tests/run.sh under
+/// `target/agent-clis/`, else installed here under a file lock.
+fn real_claude() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/agent-clis");
+    let bin = dir.join("node_modules/.bin/claude");
+    let version = CLAUDE_VERSION.trim();
+    let pkg = dir.join("node_modules/@anthropic-ai/claude-code/package.json");
+    let installed = std::fs::read_to_string(&pkg).map(|t| t.contains(&format!("\"version\": \"{version}\""))).unwrap_or(false);
+    if bin.exists() && installed {
+        return bin;
+    }
+    let cmd = format!("flock {d}.lock npm install --no-audit --no-fund --prefix {d} @anthropic-ai/claude-code@{version}", d = dir.display());
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new("sh").args(["-c", &cmd]).output();
+    match out {
+        Ok(o) if o.status.success() && bin.exists() => bin,
+        Ok(o) => panic!("the real claude CLI is missing and installing it failed; run tests/run.sh or:\n  {cmd}\n{}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => panic!("the real claude CLI is missing and cannot be installed ({e}); run tests/run.sh or:\n  {cmd}"),
+    }
+}
+
+/// The environment the real CLI runs with: a private HOME, the fake API, a
+/// fake key, and no update checks or telemetry.
+fn cli_env(home: &Path, api: &str, oauth: bool) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    env.insert("PATH".into(), std::env::var("PATH").unwrap_or_default());
+    env.insert("HOME".into(), home.display().to_string());
+    env.insert("ANTHROPIC_BASE_URL".into(), api.to_string());
+    if oauth {
+        env.insert("CLAUDE_CODE_OAUTH_TOKEN".into(), "sk-ant-oat01-fake-test-token".into());
+    } else {
+        env.insert("ANTHROPIC_API_KEY".into(), "sk-ant-api03-fake-test-key".into());
+    }
+    for (k, v) in [("DISABLE_AUTOUPDATER", "1"), ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"), ("DISABLE_TELEMETRY", "1"), ("DISABLE_ERROR_REPORTING", "1")] {
+        env.insert(k.into(), v.into());
+    }
+    env
+}
+
+/// A git checkout with one file, plus a HOME and a log dir beside it.
+struct World {
+    dir: tempfile::TempDir,
+    repo: PathBuf,
+    home: PathBuf,
+}
+
+fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(repo.join("calc.txt"), "add\n").unwrap();
+    common::git(&repo, &["init", "-q", "-b", "main"]);
+    common::git(&repo, &["add", "-A"]);
+    common::git(&repo, &["commit", "-q", "-m", "init"]);
+    World { dir, repo, home }
+}
+
+fn call(w: &World, role: Role, prompt: &str, env: BTreeMap<String, String>) -> Call {
+    Call {
+        role,
+        round: 1,
+        prompt: prompt.to_string(),
+        contract_json: "{}".into(),
+        feedback: String::new(),
+        cwd: w.repo.clone(),
+        timeout: Duration::from_secs(60),
+        env,
+        tz: "UTC".parse().unwrap(),
+        log_dir: w.dir.path().join("logs"),
+        secrets: vec![],
+        run_as: None,
+    }
+}
+
+fn claude_agent(bin: &Path) -> AgentConfig {
+    AgentConfig { kind: AgentKind::Claude, command: vec![bin.display().to_string()], permission_flags: None, model: None }
+}
+
+fn stdout_of(r: &agent::Report) -> String {
+    r.outcome.stdout_path.as_ref().map(|p| std::fs::read_to_string(p).unwrap_or_default()).unwrap_or_default()
+}
+
+/// The stream the CLI printed, read back from the call's stdout file; with
+/// `NIGHTSHIFT_RECORD_TRANSCRIPTS=DIR` it is also saved as `DIR/NAME.jsonl`
+/// (how tests/data/transcripts/claude-real-*.jsonl were recorded).
+fn stream_of(r: &agent::Report, name: &str, tz: chrono_tz::Tz) -> (String, StreamState) {
+    let out = stdout_of(r);
+    if let Ok(dir) = std::env::var("NIGHTSHIFT_RECORD_TRANSCRIPTS") {
+        std::fs::write(Path::new(&dir).join(format!("{name}.jsonl")), &out).unwrap();
+    }
+    let mut st = StreamState::default();
+    for l in out.lines() {
+        st.feed(l, tz);
+    }
+    (out, st)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_writer_edits_through_its_own_tools() {
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    let calc = w.repo.join("calc.txt").display().to_string();
+    api.writer([
+        Reply::Tools(Some("Reading calc.txt first.".into()), vec![tool("Read", json!({"file_path": calc}))]),
+        Reply::Tools(None, vec![tool("Edit", json!({"file_path": calc, "old_string": "add\n", "new_string": "add\nsub\n"}))]),
+        Reply::Tools(None, vec![tool("Write", json!({"file_path": w.repo.join("notes.md").display().to_string(), "content": "sub added\n"}))]),
+        // The project's own commands run too (the gate, a test): Bash.
+        Reply::Tools(None, vec![tool("Bash", json!({"command": "wc -l < calc.txt && echo bash-ran-$((6*7))", "description": "count words"}))]),
+        Reply::Text("Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n".into()),
+    ]);
+    let c = call(&w, Role::Writer, "Add sub to calc.txt", cli_env(&w.home, &api.uri(), false));
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-writer-edit", c.tz);
+    assert!(r.failure.is_none(), "{:?}\n{out}\n{}", r.failure, r.outcome.stderr_tail);
+    // The CLI's own Edit and Write tools changed the checkout.
+    assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\nsub\n", "{out}");
+    assert_eq!(std::fs::read_to_string(w.repo.join("notes.md")).unwrap(), "sub added\n", "{out}");
+    assert_eq!(api.left(), (0, 0), "every scripted turn was used");
+    let first = &api.seen()[0];
+    assert!(first.headers.iter().any(|(k, v)| k == "x-api-key" && v == "sk-ant-api03-fake-test-key"), "{:?}", first.headers);
+    assert!(api.seen().iter().all(|s| s.path.starts_with("/v1/messages")), "no other traffic: {:?}", api.seen().iter().map(|s| &s.path).collect::<Vec<_>>());
+    assert_eq!(r.text, "Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n");
+    assert_eq!(agent::parse_blocks(&r.text).findings, ["docs are stale"]);
+    assert_eq!(r.claimed_files, ["calc.txt", "notes.md"]);
+    // Five model turns of TOKENS_IN/TOKENS_OUT, as the CLI summed them, and
+    // the cost the CLI computed itself.
+    let turns = api.turns(Turn::Writer).len() as u64;
+    assert_eq!(turns, 5);
+    let after_bash = api.turns(Turn::Writer)[4].body.to_string();
+    assert!(after_bash.contains("bash-ran-42"), "the Bash tool ran: {after_bash}");
+    assert_eq!(r.usage.tokens_in, Some(turns * fakes::anthropic::TOKENS_IN), "{out}");
+    assert_eq!(r.usage.tokens_out, Some(turns * fakes::anthropic::TOKENS_OUT), "{out}");
+    let cost = r.usage.cost_usd.expect("the CLI reports total_cost_usd");
+    assert!(cost > 0.0, "{cost}");
+    let result = st.result.as_ref().unwrap();
+    assert_eq!(result.usage.cost_usd, Some(cost));
+    assert_eq!((result.num_turns, result.terminal_reason.as_deref(), result.is_error), (Some(5), Some("completed"), false));
+    // The real init event of the default writer flags, run as root.
+    assert_eq!(st.permission_mode.as_deref(), Some("acceptEdits"));
+    assert_eq!(st.version.as_deref(), Some(CLAUDE_VERSION.trim()));
+    let tools = r.tools.clone().unwrap();
+    assert!(["Edit", "Write", "Bash", "Read"].iter().all(|t| tools.iter().any(|x| x == t)), "{tools:?}");
+    assert_eq!(r.mcp_servers.as_deref(), Some(&[][..]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_reviewer_is_read_only_and_its_verdict_is_read() {
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    let calc = w.repo.join("calc.txt").display().to_string();
+    api.reviewer([
+        Reply::Tools(None, vec![tool("Read", json!({"file_path": calc})), tool("Grep", json!({"pattern": "add"}))]),
+        // The CLI ends the session once StructuredOutput is called.
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "request_changes", "findings": ["calc.txt lacks sub"]}))]),
+        // Second call: the model answers in prose with the JSON at the end and
+        // ignores the schema; the CLI asks once more and the model says
+        // something else. The verdict comes from the assistant text.
+        Reply::Text("Fine.\n{\"verdict\":\"approve\",\"findings\":[]}".into()),
+        Reply::Text("Done.".into()),
+    ]);
+    let before = common::tree_hash(&w.repo);
+    let c = call(&w, Role::Reviewer, "Review the change", cli_env(&w.home, &api.uri(), false));
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-reviewer-request-changes", c.tz);
+    assert!(r.failure.is_none(), "{:?}\n{out}", r.failure);
+    // The real init event of the reviewer flags: exactly the read tools (and
+    // the CLI's StructuredOutput for --json-schema), no MCP servers, plan mode.
+    let mut tools = r.tools.clone().unwrap();
+    tools.sort();
+    assert_eq!(tools, ["Glob", "Grep", "Read", "StructuredOutput"], "{out}");
+    assert_eq!(r.mcp_servers.as_deref(), Some(&[][..]));
+    assert_eq!(st.permission_mode.as_deref(), Some("plan"));
+    assert_eq!(nightshift::review::tools_violation(r.tools.as_deref(), r.mcp_servers.as_deref(), agent::claude::READ_ONLY_TOOLS), None);
+    let v = r.verdict.clone().expect("a verdict");
+    assert_eq!((v.verdict, v.findings), (Decision::RequestChanges, vec!["calc.txt lacks sub".to_string()]));
+    assert!(st.result.as_ref().unwrap().structured_output.is_some(), "{out}");
+    // The read tools ran for real (their results went back to the model).
+    let second = &api.turns(Turn::Reviewer)[1].body;
+    assert!(second.to_string().contains("1\\tadd"), "the Read result reached the API: {second}");
+    assert_eq!(common::tree_hash(&w.repo), before, "a reviewer changed the checkout");
+
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, _) = stream_of(&r, "claude-real-reviewer-approve-in-text", c.tz);
+    assert!(r.failure.is_none(), "{:?}\n{out}", r.failure);
+    assert_eq!(r.verdict.map(|v| v.verdict), Some(Decision::Approve), "{out}");
+    assert_eq!(api.left(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_usage_limit_is_read_with_its_reset() {
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    // A whole minute, so the CLI's text form (minutes) names the same instant.
+    let reset = (chrono::Utc::now().timestamp() / 60 + 3 * 60 + 7) * 60;
+    api.writer([Reply::UsageLimit { reset_epoch: reset }]);
+    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), true));
+    c.tz = "Asia/Taipei".parse().unwrap();
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-usage-limit", c.tz);
+    let auth = api.seen()[0].headers.clone();
+    assert!(auth.iter().any(|(k, v)| k == "authorization" && v == "Bearer sk-ant-oat01-fake-test-token"), "a subscription login: {auth:?}");
+    let want = chrono::DateTime::from_timestamp(reset, 0).unwrap();
+    let limit = r.limit.clone().unwrap_or_else(|| panic!("no limit read from:\n{out}"));
+    assert_eq!(limit.kind, LimitKind::UsageLimit);
+    assert_eq!(limit.resets_at, Some(want), "{limit:?}");
+    assert!(limit.source.contains("rate_limit_event"), "{limit:?}");
+    assert!(r.hit_usage_limit());
+    // The CLI's own message, in the call's TZ, parses to the same instant.
+    assert!(r.text.starts_with("You've hit your 5-hour limit · resets ") && r.text.contains("(Asia/Taipei)"), "{}", r.text);
+    let from_text = nightshift::limit::read_text(&r.text, chrono::Utc::now(), c.tz);
+    assert_eq!((from_text.kind, from_text.resets_at), (LimitKind::UsageLimit, Some(want)), "{from_text:?}");
+    let res = st.result.as_ref().unwrap();
+    assert_eq!((res.is_error, res.subtype.as_deref(), res.api_error_status), (true, Some("success"), Some(429)));
+    assert_eq!(r.outcome.exit_code, Some(1));
+    assert!(r.failure.as_deref().unwrap().contains("api_error_status 429"), "{:?}", r.failure);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_api_key_429_is_throttling_not_a_usage_limit() {
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    // With an API key (no subscription login) the CLI retries the same 429
+    // ten times with growing delays; a call cut short meanwhile was throttled.
+    let reset = chrono::Utc::now().timestamp() + 3600;
+    api.writer((0..11).map(|_| Reply::UsageLimit { reset_epoch: reset }));
+    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
+    c.timeout = Duration::from_secs(8);
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-api-key-429", c.tz);
+    assert!(r.outcome.timed_out && st.api_retries >= 1, "{out}");
+    assert_eq!(st.last_retry_status, Some(429), "{out}");
+    assert!(!r.hit_usage_limit() && r.throttled(), "{:?}", r.limit);
+    assert!(r.failure.unwrap().contains("error rate_limit, status 429"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
+    let bin = real_claude();
+    let w = world();
+    // Nothing listens on the discard port: the CLI retries with growing delays.
+    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, "http://127.0.0.1:9", false));
+    c.timeout = Duration::from_secs(10);
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-no-server", c.tz);
+    assert!(r.outcome.timed_out, "{out}");
+    assert!(st.api_retries >= 1, "{out}");
+    assert!(r.limit.is_none(), "a network failure is no limit: {:?}", r.limit);
+    let f = r.failure.unwrap();
+    assert!(f.starts_with("timed out after 10s after ") && f.contains("API retr") && f.contains("status none"), "{f}");
+}
+
+/// The environment nightshift passes on to the real CLI in a drain.
+fn drain_env(f: &mut common::Fixture, api: &str) {
+    for (k, v) in cli_env(&f.home, api, false) {
+        if k != "PATH" && k != "HOME" {
+            f.extra_env.push((k, v));
+        }
+    }
+}
+
+fn claude_config(f: &common::Fixture, writer: &str, reviewer: &str, extra: &str) {
+    f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{reviewer}\"]\n"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
+    let bin = real_claude().display().to_string();
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let mut f = common::Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_claude_e2e_token_0123456789".into());
+    drain_env(&mut f, &api.uri());
+    claude_config(&f, &bin, &bin, "[limits]\nrounds = 2\n");
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n");
+    // Round 1: the writer edits, the reviewer asks for more; round 2: the
+    // writer edits again, the reviewer approves.
+    api.writer([
+        Reply::Tools(None, vec![tool("Read", json!({"file_path": "calc.txt"}))]),
+        Reply::Tools(None, vec![tool("Edit", json!({"file_path": "calc.txt", "old_string": "add\n", "new_string": "add\nsub\n"}))]),
+        Reply::Text("Added sub.".into()),
+        Reply::Tools(None, vec![tool("Read", json!({"file_path": "calc.txt"}))]),
+        Reply::Tools(None, vec![tool("Edit", json!({"file_path": "calc.txt", "old_string": "sub\n", "new_string": "sub\nmul\n"}))]),
+        Reply::Text("Added mul as asked.".into()),
+    ]);
+    api.reviewer([
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "request_changes", "findings": ["add mul too"]}))]),
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "approve", "findings": []}))]),
+    ]);
+    let out = f.approve_and_drain(&[]);
+    common::assert_ok(&out, "drain");
+    let report = f.report();
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "pr_opened", "{report:#}");
+    assert_eq!(item["rounds"], 2, "{report:#}");
+    assert_eq!(api.left(), (0, 0));
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 1);
+    let branch = &f.remote_branches()[0];
+    assert_eq!(common::git(&f.remote, &["show", &format!("{branch}:calc.txt")]), "add\nsub\nmul");
+    // The ledger rows carry what the CLI reported: 3 writer turns and 1
+    // reviewer turn per round, TOKENS_IN/TOKENS_OUT each, and its costs.
+    let rows = f.db.sql("SELECT role, tokens_in, tokens_out, cost_usd FROM agent_calls ORDER BY id");
+    let rows: Vec<Vec<&str>> = rows.lines().map(|l| l.split('|').collect()).collect();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let (ti, to) = (fakes::anthropic::TOKENS_IN, fakes::anthropic::TOKENS_OUT);
+    let mut total = 0.0;
+    for (row, turns) in rows.iter().zip([3u64, 1, 3, 1]) {
+        assert_eq!(row[1..3], [(turns * ti).to_string(), (turns * to).to_string()], "{rows:?}");
+        let cost: f64 = row[3].parse().unwrap();
+        assert!(cost > 0.0, "{rows:?}");
+        total += cost;
+    }
+    assert_eq!(rows.iter().map(|r| r[0]).collect::<Vec<_>>(), ["writer", "reviewer", "writer", "reviewer"]);
+    let item_cost: f64 = f.db.sql("SELECT cost_usd FROM run_items").parse().unwrap();
+    assert!((item_cost - total).abs() < 1e-9, "run_items.cost_usd {item_cost} vs the calls' sum {total}");
+    // `report --json` shows the same figures.
+    assert!((item["cost_usd"].as_f64().unwrap() - total).abs() < 1e-9, "{item:#}");
+    assert_eq!(item["tokens"], 8 * (ti + to), "{item:#}");
+    gh.assert_never_merged_approved_or_closed().await;
+}
+
+// ---- Replays: the fake `claude` of tests/fakes/claude through the real binary.
+
+/// A recorded transcript from tests/data/transcripts/.
+fn transcript(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/transcripts").join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Lines of a transcript whose `type` (and `subtype`) match.
+fn events(t: &str, ty: &str, subtype: Option<&str>) -> Vec<String> {
+    t.lines()
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["type"] == ty && subtype.is_none_or(|s| v["subtype"] == s)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// A drain world whose writer and reviewer are the replaying fake `claude`;
+/// `steps` are (file name under FAKE_CLAUDE_DIR, content).
+async fn replay_world(steps: &[(&str, String)], extra: &str) -> (common::Fixture, common::github::FakeGitHub, PathBuf) {
+    let gh = common::github::FakeGitHub::start().await;
+    let mut f = common::Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_claude_replay_token_0123456789".into());
+    let script_dir = f.dir.path().join("fake-claude");
+    std::fs::create_dir_all(&script_dir).unwrap();
+    for (name, body) in steps {
+        std::fs::write(script_dir.join(name), body).unwrap();
+    }
+    f.extra_env.push(("FAKE_CLAUDE_DIR".into(), script_dir.display().to_string()));
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude").display().to_string();
+    claude_config(&f, &fake, &fake, extra);
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n");
+    (f, gh, script_dir)
+}
+
+fn drained_item(f: &common::Fixture) -> serde_json::Value {
+    let out = f.approve_and_drain(&[]);
+    let report = f.report();
+    assert!(out.status.code().is_some(), "{}", common::text(&out));
+    report["items"][0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_writer_error_result_is_a_failed_round_not_a_limit() {
+    // The real CLI's init and retries, then the captured connection-refused
+    // result (`is_error: true` with `subtype: "success"`), exit 1.
+    let no_server = transcript("claude-real-no-server.jsonl");
+    let mut failed = events(&no_server, "system", Some("init")).concat();
+    failed.push_str(&events(&no_server, "system", Some("api_retry")).concat());
+    failed.push_str(&transcript("claude-json-result-connection-refused.json"));
+    let (f, gh, dir) = replay_world(&[("writer-1.jsonl", failed.clone()), ("writer-2.jsonl", failed)], "[limits]\nrounds = 2\n").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "error", "{item:#}");
+    assert_eq!(item["rounds"], 2, "{item:#}");
+    let reason = item["reason"].as_str().unwrap();
+    assert!(reason.contains("Connection refused") && reason.contains("terminal_reason api_error") && reason.contains("4 API retries"), "{reason}");
+    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "a network failure is not a usage limit");
+    assert_eq!(f.db.sql("SELECT string_agg(COALESCE(cost_usd::text, 'null'), ',') FROM agent_calls"), "0,0");
+    assert!(gh.prs().is_empty());
+    // The adapter's argv passed the fake's strict parsing: prompt after `--`.
+    let argv = std::fs::read_to_string(dir.join("writer-1.argv")).unwrap();
+    assert!(argv.starts_with("-p\n--output-format\nstream-json\n--verbose\n--permission-mode\nacceptEdits\n--allowedTools\n"), "{argv}");
+    assert!(argv.contains("\n--\n# Item: Add sub"), "{argv}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_empty_result_still_uses_the_assistant_text() {
+    // The public transcript (result "" although the model answered, and a
+    // rate_limit_event with status "allowed"), its answer turned into a question.
+    let t = transcript("claude-stream-json-overage-rejected.jsonl").replace("\\n\\nHello.", "QUESTION: Which base should sub use?");
+    assert!(t.contains("\"result\":\"\""));
+    let (f, gh, _) = replay_world(&[("writer-1.jsonl", t)], "").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "blocked", "{item:#}");
+    assert_eq!(item["question"], "Which base should sub use?", "{item:#}");
+    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "status allowed is no limit");
+    assert_eq!(f.db.sql("SELECT tokens_in || '/' || tokens_out || '/' || cost_usd FROM agent_calls"), "3/6/0.024");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_requests_changes_then_approves() {
+    let writer = transcript("claude-real-writer-edit.jsonl");
+    let (f, gh, dir) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            ("writer-1.jsonl", writer.clone()),
+            ("reviewer-1.jsonl", transcript("claude-real-reviewer-request-changes.jsonl")),
+            ("writer-2.sh", "echo mul >> calc.txt\n".into()),
+            ("writer-2.jsonl", writer),
+            ("reviewer-2.jsonl", transcript("claude-real-reviewer-approve-in-text.jsonl")),
+        ],
+        "[limits]\nrounds = 3\n",
+    )
+    .await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "pr_opened", "{item:#}");
+    assert_eq!(item["rounds"], 2, "{item:#}");
+    assert_eq!(gh.prs().len(), 1);
+    assert_eq!(f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"), "request_changes,approve");
+    // Round 2's writer got the reviewer's finding as feedback.
+    let argv = std::fs::read_to_string(dir.join("writer-2.argv")).unwrap();
+    assert!(argv.contains("calc.txt lacks sub"), "{argv}");
+    // The reviewer ran with the read-only flags and the verdict schema.
+    let argv = std::fs::read_to_string(dir.join("reviewer-1.argv")).unwrap();
+    assert!(argv.contains("--permission-mode\nplan\n--tools\nRead,Grep,Glob\n--strict-mcp-config\n--json-schema\n"), "{argv}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_with_write_tools_is_void() {
+    // A reviewer session whose init is the real writer's (Write, Bash, ...).
+    let approve = transcript("claude-real-reviewer-approve-in-text.jsonl");
+    let mut t = events(&transcript("claude-real-writer-edit.jsonl"), "system", Some("init")).concat();
+    t.push_str(&approve.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
+    let (f, gh, _) = replay_world(&[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")), ("reviewer-1.jsonl", t)], "").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    let reason = item["reason"].as_str().unwrap();
+    assert!(reason.contains("Bash") && reason.contains("Write"), "{reason}");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_that_edits_is_void() {
+    // Its init and verdict look clean; it changed the checkout anyway.
+    let (f, gh, _) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")),
+            ("reviewer-1.sh", "echo div >> calc.txt\n".into()),
+            ("reviewer-1.jsonl", transcript("claude-real-reviewer-approve-in-text.jsonl")),
+        ],
+        "",
+    )
+    .await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    assert!(item["reason"].as_str().unwrap().contains("checkout changed"), "{item:#}");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_unknown_flag_fails_like_the_real_cli() {
+    let (f, gh, dir) = replay_world(&[("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl"))], "").await;
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude").display().to_string();
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"claude\"\ncommand = [\"{fake}\"]\npermission_flags = [\"--yolo\"]\n[reviewer]\nkind = \"claude\"\ncommand = [\"{fake}\"]\n"
+    ));
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "error", "{item:#}");
+    assert!(item["reason"].as_str().unwrap().contains("error: unknown option '--yolo'"), "{item:#}");
+    assert!(!dir.join("count-writer").exists(), "nothing was replayed");
+    assert!(gh.prs().is_empty());
+}
+
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fake_claude_refuses_what_the_real_cli_refuses() {
+    // The same argv to the real CLI and to the replaying fake: the same exit
+    // code, and every line the fake prints is one the real CLI prints.
+    let real = real_claude();
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude");
+    let w = world();
+    let base = ["-p", "--output-format", "stream-json", "--verbose"];
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--yolo", "--", "x"],
+        vec!["--no-such-option=3", "--", "x"],
+        vec!["--permission-mode=sudo", "--", "x"],
+        vec!["--permission-mode", "sudo", "--", "x"],
+        vec!["--allowedTools", "Bash,Edit", "Add sub to calc.txt"],
+        vec!["--tools", "Read,Grep,Glob", "review"],
+        vec!["--dangerously-skip-permissions", "--", "x"],
+        vec!["--model"],
+        vec!["--allowedTools"],
+        vec!["-n"],
+    ];
+    let mut env = cli_env(&w.home, "http://127.0.0.1:9", false);
+    env.insert("FAKE_CLAUDE_DIR".into(), w.dir.path().display().to_string());
+    let run = |bin: &Path, args: &[&str]| {
+        // `timeout`: an argv the CLI accepted would otherwise retry the
+        // closed port for minutes.
+        let out = Command::new("timeout").arg("30").arg(bin).args(args).current_dir(&w.repo).env_clear().envs(&env).stdin(std::process::Stdio::null()).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let mut checked = 0;
+    for case in cases.iter().chain([vec!["--output-format", "yaml", "--", "x"]].iter()) {
+        let args: Vec<&str> = if case[0] == "--output-format" { ["-p", "--verbose"].iter().chain(case.iter()).copied().collect() } else { base.iter().chain(case.iter()).copied().collect() };
+        if args.contains(&"--dangerously-skip-permissions") && !nix::unistd::geteuid().is_root() {
+            continue;
+        }
+        let (rc_real, err_real) = run(&real, &args);
+        let (rc_fake, err_fake) = run(&fake, &args);
+        assert_eq!(rc_fake, rc_real, "{args:?}\nreal: {err_real}\nfake: {err_fake}");
+        assert_eq!(rc_real, Some(1), "{args:?}: {err_real}");
+        assert!(!err_fake.trim().is_empty());
+        for line in err_fake.lines() {
+            assert!(err_real.lines().any(|l| l == line), "{args:?}\nreal: {err_real}\nfake: {err_fake}");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10);
+    // Without `--verbose`, stream-json is refused by both too.
+    let (rc_real, err_real) = run(&real, &["-p", "--output-format", "stream-json", "--", "x"]);
+    let (rc_fake, err_fake) = run(&fake, &["-p", "--output-format", "stream-json", "--", "x"]);
+    assert_eq!((rc_fake, err_fake.trim()), (rc_real, err_real.trim()));
+}

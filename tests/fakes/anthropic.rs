@@ -1,0 +1,242 @@
+//! A local Anthropic Messages API for tests: the real Claude Code CLI is
+//! pointed at it with `ANTHROPIC_BASE_URL` (DEPS.md "The real agent CLIs,
+//! offline").
+//!
+//! `POST /v1/messages` answers from a per-role script, streamed as SSE
+//! (message_start, content_block_start/delta/stop, message_delta,
+//! message_stop) or as one JSON message when the request is not streamed.
+//! A request whose tool list holds `Edit` or `Write` is a writer's turn; one
+//! with tools but neither is a reviewer's turn; one without tools is a side
+//! call of the CLI (titles, quota probes) and gets a short text answer that
+//! consumes no script step. An exhausted script answers a plain text turn
+//! so the CLI always ends. `count_tokens` and any other endpoint get a small
+//! well-formed answer, so the CLI never waits on the network.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate, matchers::any};
+
+/// One scripted model turn.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A text answer ending the turn (`stop_reason: end_turn`).
+    Text(String),
+    /// Optional text, then one `tool_use` block per (tool name, input);
+    /// the CLI runs the tools and sends their results in its next request.
+    Tools(Option<String>, Vec<(String, Value)>),
+    /// The 429 the real service gives a subscription that used its 5-hour
+    /// window: `anthropic-ratelimit-unified-status: rejected` and the reset
+    /// as epoch seconds in `anthropic-ratelimit-unified-reset`.
+    UsageLimit {
+        /// Reset instant, epoch seconds.
+        reset_epoch: i64,
+    },
+}
+
+/// Which script a request draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// Tools include Edit or Write.
+    Writer,
+    /// Tools, but no Edit or Write.
+    Reviewer,
+    /// No tools at all (a side call of the CLI).
+    Side,
+}
+
+/// Tokens every scripted answer reports: input, output. Fixed so tests can
+/// check the CLI's sums.
+pub const TOKENS_IN: u64 = 1200;
+/// Output tokens per scripted answer.
+pub const TOKENS_OUT: u64 = 80;
+
+/// A request the fake saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Method and path.
+    pub method: String,
+    /// Path only.
+    pub path: String,
+    /// The turn kind (`/v1/messages` only).
+    pub turn: Option<Turn>,
+    /// The JSON body (Null when not JSON).
+    pub body: Value,
+    /// Request headers, lowercase names.
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Default)]
+struct Script {
+    writer: VecDeque<Reply>,
+    reviewer: VecDeque<Reply>,
+    seen: Vec<Seen>,
+    next_id: u64,
+}
+
+/// The fake server; dropped with the test.
+pub struct FakeAnthropic {
+    /// The wiremock server.
+    pub server: MockServer,
+    script: Arc<Mutex<Script>>,
+}
+
+struct Responder(Arc<Mutex<Script>>);
+
+fn turn_of(body: &Value) -> Turn {
+    let names: Vec<&str> = body.get("tools").and_then(Value::as_array).map(|a| a.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).collect()).unwrap_or_default();
+    if names.is_empty() {
+        Turn::Side
+    } else if names.iter().any(|n| *n == "Edit" || *n == "Write") {
+        Turn::Writer
+    } else {
+        Turn::Reviewer
+    }
+}
+
+fn sse(events: &[Value]) -> String {
+    let mut out = String::new();
+    for e in events {
+        out.push_str(&format!("event: {}\ndata: {}\n\n", e["type"].as_str().unwrap_or("ping"), e));
+    }
+    out
+}
+
+/// The content blocks of a reply.
+fn blocks(reply: &Reply, id: u64) -> (Vec<Value>, &'static str) {
+    match reply {
+        Reply::Text(t) => (vec![json!({"type": "text", "text": t})], "end_turn"),
+        Reply::Tools(text, calls) => {
+            let mut v: Vec<Value> = text.iter().map(|t| json!({"type": "text", "text": t})).collect();
+            for (i, (name, input)) in calls.iter().enumerate() {
+                v.push(json!({"type": "tool_use", "id": format!("toolu_fake{id:04}{i:02}"), "name": name, "input": input}));
+            }
+            (v, "tool_use")
+        }
+        Reply::UsageLimit { .. } => (vec![], "end_turn"),
+    }
+}
+
+fn message_response(reply: &Reply, model: &str, stream: bool, id: u64) -> ResponseTemplate {
+    if let Reply::UsageLimit { reset_epoch } = reply {
+        return ResponseTemplate::new(429)
+            .insert_header("anthropic-ratelimit-unified-status", "rejected")
+            .insert_header("anthropic-ratelimit-unified-reset", reset_epoch.to_string().as_str())
+            .insert_header("anthropic-ratelimit-unified-representative-claim", "five_hour")
+            .insert_header("anthropic-ratelimit-unified-5h-status", "rejected")
+            .insert_header("anthropic-ratelimit-unified-5h-reset", reset_epoch.to_string().as_str())
+            .insert_header("request-id", format!("req_fake{id:04}").as_str())
+            .set_body_json(json!({"type": "error", "error": {"type": "rate_limit_error", "message": "This request would exceed your account's rate limit. Please try again later."}}));
+    }
+    let (content, stop) = blocks(reply, id);
+    let msg_id = format!("msg_fake{id:04}");
+    let usage_start = json!({"input_tokens": TOKENS_IN, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0});
+    if !stream {
+        let body = json!({"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content, "stop_reason": stop, "stop_sequence": null,
+            "usage": {"input_tokens": TOKENS_IN, "output_tokens": TOKENS_OUT, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}});
+        return ResponseTemplate::new(200).insert_header("request-id", format!("req_fake{id:04}").as_str()).set_body_json(body);
+    }
+    let mut ev = vec![
+        json!({"type": "message_start", "message": {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage_start}}),
+        json!({"type": "ping"}),
+    ];
+    for (i, b) in content.iter().enumerate() {
+        match b["type"].as_str() {
+            Some("text") => {
+                ev.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}}));
+                ev.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": b["text"]}}));
+            }
+            _ => {
+                ev.push(json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}}));
+                ev.push(json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": b["input"].to_string()}}));
+            }
+        }
+        ev.push(json!({"type": "content_block_stop", "index": i}));
+    }
+    ev.push(json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": TOKENS_OUT}}));
+    ev.push(json!({"type": "message_stop"}));
+    ResponseTemplate::new(200)
+        .insert_header("content-type", "text/event-stream")
+        .insert_header("cache-control", "no-cache")
+        .insert_header("request-id", format!("req_fake{id:04}").as_str())
+        .set_body_raw(sse(&ev), "text/event-stream")
+}
+
+impl Respond for Responder {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let mut st = self.0.lock().expect("fake anthropic state");
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let path = req.url.path().to_string();
+        let method = req.method.to_string();
+        let headers = req.headers.iter().map(|(k, v)| (k.as_str().to_lowercase(), v.to_str().unwrap_or("").to_string())).collect();
+        st.next_id += 1;
+        let id = st.next_id;
+        let turn = (method == "POST" && path == "/v1/messages").then(|| turn_of(&body));
+        st.seen.push(Seen { method: method.clone(), path: path.clone(), turn, body: body.clone(), headers });
+        match (method.as_str(), path.as_str()) {
+            ("POST", "/v1/messages") => {
+                let model = body["model"].as_str().unwrap_or("claude-sonnet-4-5").to_string();
+                let stream = body["stream"].as_bool().unwrap_or(false);
+                let reply = match turn {
+                    Some(Turn::Writer) => st.writer.pop_front(),
+                    Some(Turn::Reviewer) => st.reviewer.pop_front(),
+                    _ => Some(Reply::Text("ok".into())),
+                }
+                .unwrap_or_else(|| Reply::Text("(the fake's script is exhausted)".into()));
+                message_response(&reply, &model, stream, id)
+            }
+            ("POST", "/v1/messages/count_tokens") => ResponseTemplate::new(200).set_body_json(json!({"input_tokens": TOKENS_IN})),
+            ("HEAD", _) | ("GET", "/") => ResponseTemplate::new(200),
+            _ => ResponseTemplate::new(404).set_body_json(json!({"type": "error", "error": {"type": "not_found_error", "message": format!("{method} {path} is not served by the fake")}})),
+        }
+    }
+}
+
+impl FakeAnthropic {
+    /// Starts the server on 127.0.0.1 with empty scripts.
+    pub async fn start() -> FakeAnthropic {
+        let server = MockServer::start().await;
+        let script = Arc::new(Mutex::new(Script::default()));
+        Mock::given(any()).respond_with(Responder(script.clone())).mount(&server).await;
+        FakeAnthropic { server, script }
+    }
+
+    /// The base URL for `ANTHROPIC_BASE_URL`.
+    pub fn uri(&self) -> String {
+        self.server.uri()
+    }
+
+    /// Appends writer turns.
+    pub fn writer(&self, replies: impl IntoIterator<Item = Reply>) -> &Self {
+        self.script.lock().unwrap().writer.extend(replies);
+        self
+    }
+
+    /// Appends reviewer turns.
+    pub fn reviewer(&self, replies: impl IntoIterator<Item = Reply>) -> &Self {
+        self.script.lock().unwrap().reviewer.extend(replies);
+        self
+    }
+
+    /// Every request seen so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.script.lock().unwrap().seen.clone()
+    }
+
+    /// `/v1/messages` requests of one turn kind.
+    pub fn turns(&self, kind: Turn) -> Vec<Seen> {
+        self.seen().into_iter().filter(|s| s.turn == Some(kind)).collect()
+    }
+
+    /// Scripted turns not yet used (writer, reviewer).
+    pub fn left(&self) -> (usize, usize) {
+        let st = self.script.lock().unwrap();
+        (st.writer.len(), st.reviewer.len())
+    }
+}
+
+/// A tool call: (name, input).
+pub fn tool(name: &str, input: Value) -> (String, Value) {
+    (name.to_string(), input)
+}
