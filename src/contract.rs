@@ -395,7 +395,15 @@ pub fn card(e: &PlanEntry) -> String {
         config::format_duration(l.gate_timeout()),
         src(l.gate_timeout_secs.source),
     );
-    let cost_note = if c.writer.kind == "command" && c.reviewer.kind == "command" { " (not enforced: command agents report no cost)" } else { "" };
+    // Only claude reports a cost; the cap counts what is reported (SPEC §6).
+    let mut costless: Vec<&str> = [c.writer.kind.as_str(), c.reviewer.kind.as_str()].into_iter().filter(|k| *k != "claude").collect();
+    costless.dedup();
+    let reports = if costless.len() == 1 { "reports" } else { "report" };
+    let cost_note = match (costless.is_empty(), c.writer.kind == "claude" || c.reviewer.kind == "claude") {
+        (true, _) => String::new(),
+        (false, false) => format!(" (not enforced for {}: no cost reported)", costless.join(" and ")),
+        (false, true) => format!(" (counts the claude calls only: {} {reports} no cost)", costless.join(" and ")),
+    };
     let _ = writeln!(
         s,
         "   budget    {} tokens ({}) · ${:.2} ({}){cost_note}",

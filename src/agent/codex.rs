@@ -278,11 +278,14 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         Some(format!("timed out after {}s{why}", call.timeout.as_secs()))
     } else if outcome.cancelled {
         Some("interrupted".into())
+    } else if st.thread_id.is_none() && st.turns_started == 0 && outcome.exit_code != Some(0) {
+        // It never started a session: a usage error (unknown flag, bad
+        // config) or a crash, told on stderr.
+        Some(format!("codex exited ({}) before starting a session: {}", super::command::exit_text(&outcome), first_error_line(&outcome.stderr_tail)))
     } else if let Some(f) = stream_failure {
         Some(f)
     } else if outcome.exit_code != Some(0) {
-        let last = outcome.stderr_tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
-        Some(format!("codex exited ({}) after completing the turn: {last}", super::command::exit_text(&outcome)))
+        Some(format!("codex exited ({}) after completing the turn: {}", super::command::exit_text(&outcome), first_error_line(&outcome.stderr_tail)))
     } else {
         None
     };
@@ -299,6 +302,14 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         }
     }
     Ok(Report { argv, outcome, text, verdict, usage: st.usage.clone(), limit, failure, tools: None, mcp_servers: None, claimed_files })
+}
+
+/// The line of codex's stderr that says what went wrong: the first
+/// `error:` / `Error:` line (clap's usage errors put it first, before the
+/// usage text), else the last non-empty line.
+fn first_error_line(stderr: &str) -> String {
+    let all: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    all.iter().find(|l| l.to_ascii_lowercase().starts_with("error")).or(all.last()).map(|l| l.to_string()).unwrap_or_else(|| "(nothing on stderr)".into())
 }
 
 /// Writes the reviewer's verdict schema next to the call's logs.
@@ -433,6 +444,14 @@ mod tests {
         assert_eq!(l.kind, LimitKind::UsageLimit);
         assert!(l.resets_at.is_some());
         assert!(st.failure().is_some());
+    }
+
+    #[test]
+    fn the_error_line_of_a_usage_error_is_kept() {
+        let clap = "WARNING: proceeding, even though we could not create PATH aliases\nerror: unexpected argument '--bogus' found\n\n  tip: to pass '--bogus' as a value, use '-- --bogus'\n\nUsage: codex exec [OPTIONS] [PROMPT]\n";
+        assert_eq!(first_error_line(clap), "error: unexpected argument '--bogus' found");
+        assert_eq!(first_error_line("a\nNo prompt provided via stdin.\n"), "No prompt provided via stdin.");
+        assert_eq!(first_error_line(""), "(nothing on stderr)");
     }
 
     #[test]
