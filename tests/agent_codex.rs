@@ -313,14 +313,14 @@ async fn replay_reviewer_requests_changes_then_approves() {
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_turn_failed_is_a_failed_round() {
     let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n").await;
-    put(&d, "writer.jsonl", &cli::transcript("real-turn-failed-500.jsonl"));
+    put(&d, "writer.jsonl", &cli::transcript("real-turn-failed-400.jsonl"));
     put(&d, "writer.exit", "1");
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let item = &f.report()["items"][0];
     assert_eq!(item["outcome"], "error", "{item:#}");
     let reason = item["reason"].as_str().unwrap();
-    assert!(reason.contains("codex turn failed: We’re currently experiencing high demand"), "{reason}");
+    assert!(reason.contains(r#"codex turn failed: {"error": {"type": "invalid_request_error", "message": "fake failure 400"}}"#), "{reason}");
     assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "a failed turn is not a limit");
     assert_eq!(f.db.sql("SELECT exit_code FROM agent_calls"), "1");
     assert!(f.remote_branches().is_empty());

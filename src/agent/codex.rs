@@ -178,10 +178,10 @@ impl StreamState {
             Some("command_execution") => self.commands.push((s("command"), item.get("exit_code").and_then(Value::as_i64))),
             Some("file_change") if item.get("status").and_then(Value::as_str) != Some("failed") => {
                 for c in item.get("changes").and_then(Value::as_array).into_iter().flatten() {
-                    if let Some(p) = c.get("path").and_then(Value::as_str) {
-                        if !self.changed_files.iter().any(|f| f == p) {
-                            self.changed_files.push(p.to_string());
-                        }
+                    if let Some(p) = c.get("path").and_then(Value::as_str)
+                        && !self.changed_files.iter().any(|f| f == p)
+                    {
+                        self.changed_files.push(p.to_string());
                     }
                 }
             }
@@ -332,10 +332,10 @@ fn relative_to(path: &str, cwd: &Path) -> String {
     if let Ok(r) = p.strip_prefix(cwd) {
         return r.display().to_string();
     }
-    if let Ok(c) = cwd.canonicalize() {
-        if let Ok(r) = p.strip_prefix(&c) {
-            return r.display().to_string();
-        }
+    if let Ok(c) = cwd.canonicalize()
+        && let Ok(r) = p.strip_prefix(&c)
+    {
+        return r.display().to_string();
     }
     path.to_string()
 }
@@ -393,6 +393,26 @@ mod tests {
         assert_eq!(st.commands, vec![("bash -lc ls".to_string(), Some(0))]);
         assert_eq!(st.failure(), None);
         assert!(st.limit.is_none());
+    }
+
+    #[test]
+    fn recorded_failures_of_the_real_cli() {
+        // A 500 from the provider: five retry notices, then the failed turn.
+        let st = feed_all(include_str!("../../tests/data/codex/real-turn-failed-500.jsonl"));
+        assert_eq!(st.reconnects, 5);
+        assert_eq!(st.failure().as_deref(), Some("codex turn failed: We’re currently experiencing high demand, which may cause temporary errors."));
+        // Offline: retry notices and nothing else (codex waits; the timeout ends it).
+        let st = feed_all(include_str!("../../tests/data/codex/real-offline-reconnecting.jsonl"));
+        assert_eq!((st.reconnects, st.turns_started, st.turn_failed.clone()), (3, 1, None));
+        assert!(st.limit.is_none());
+        // The usage limit: error + turn.failed with the CLI's own text.
+        let st = feed_all(include_str!("../../tests/data/codex/real-usage-limit.jsonl"));
+        assert!(st.turn_failed.as_deref().unwrap().starts_with("You’ve hit your usage limit."));
+        assert_eq!(st.limit.map(|l| l.kind), Some(LimitKind::UsageLimit));
+        // A writer's real apply_patch edit.
+        let st = feed_all(include_str!("../../tests/data/codex/real-writer-patch.jsonl"));
+        assert_eq!(st.changed_files, vec!["@CWD@/calc.txt"]);
+        assert_eq!((st.usage.tokens_in, st.usage.tokens_out, st.cached_input_tokens), (Some(200), Some(14), Some(80)));
     }
 
     #[test]
