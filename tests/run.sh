@@ -56,7 +56,7 @@ if [ "$codex_installed" != "$codex_version" ] || [ ! -x "$codex_prefix/node_modu
   fi
   echo "== installing @openai/codex@$codex_version into $codex_prefix"
   mkdir -p "$codex_prefix"
-  npm install --prefix "$codex_prefix" --no-audit --no-fund --loglevel=error "@openai/codex@$codex_version" >/dev/null
+  timeout 900 npm install --prefix "$codex_prefix" --no-audit --no-fund --loglevel=error "@openai/codex@$codex_version" >/dev/null
 fi
 echo "== codex CLI: $("$codex_prefix/node_modules/.bin/codex" --version)"
 # --- end codex ---

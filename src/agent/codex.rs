@@ -6,7 +6,11 @@
 //! 128 KiB and reviewer findings fed back into a prompt are unbounded. The
 //! configured `command` may carry extra arguments before the subcommand
 //! (`["codex", "-c", "model_provider=…"]`: codex reads `-c` both before and
-//! after `exec`), and may name `exec` itself.
+//! after `exec`), and may name `exec` itself; it may not carry the flags
+//! nightshift sets or a sandbox override ([`conflicting_argument`], checked
+//! with the config). codex's workspace-write sandbox has no network: a
+//! project whose gate commands need it can add
+//! `"-c", "sandbox_workspace_write.network_access=true"` to `command`.
 //!
 //! The JSON event stream (`thread.started`, `turn.started`, `item.started` /
 //! `item.updated` / `item.completed`, `turn.completed` with token usage,
@@ -68,6 +72,34 @@ pub fn argv(agent: &AgentConfig, role: Role, schema: Option<&Path>) -> Vec<Strin
     v
 }
 
+/// The first argument of a configured codex `command` that would fight the
+/// flags nightshift sets itself (`--json`, the sandbox, the reviewer's output
+/// schema) or lift the sandbox (`--dangerously-bypass-approvals-and-sandbox`,
+/// a `-c sandbox_mode=…` override), if any. The config rejects such a
+/// command (SPEC §6: the reviewer is read-only by construction).
+pub fn conflicting_argument(command: &[String]) -> Option<String> {
+    const OWNED: &[&str] = &["--json", "--sandbox", "-s", "--output-schema", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "--full-auto"];
+    let mut config_value = false;
+    for a in command.iter().skip(1) {
+        if config_value {
+            config_value = false;
+            if a.trim_start().starts_with("sandbox_mode") {
+                return Some(a.clone());
+            }
+            continue;
+        }
+        if a == "-c" || a == "--config" {
+            config_value = true;
+            continue;
+        }
+        let name = a.split('=').next().unwrap_or(a);
+        if OWNED.contains(&name) || (a.starts_with("-s") && !a.starts_with("--") && a.len() > 2) {
+            return Some(a.clone());
+        }
+    }
+    None
+}
+
 /// Whether the configured argv already holds the `exec` subcommand: an
 /// `exec` argument that is not the value of a preceding option.
 fn names_exec(command: &[String]) -> bool {
@@ -79,7 +111,7 @@ fn names_exec(command: &[String]) -> bool {
             skip = false;
             continue;
         }
-        if a == "exec" {
+        if a == "exec" || a == "e" {
             return true;
         }
         skip = TAKES_VALUE.contains(&a.as_str());
@@ -379,6 +411,21 @@ mod tests {
         // `exec` as an option's value is not the subcommand.
         let a = agent(&["codex", "-p", "exec"], None);
         assert_eq!(argv(&a, Role::Writer, None)[3], "exec");
+    }
+
+    #[test]
+    fn commands_that_fight_the_sandbox_are_config_errors() {
+        let c = |v: &[&str]| conflicting_argument(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(c(&["codex", "-c", "model_provider=fake", "--model", "o4"]), None);
+        assert_eq!(c(&["codex", "--sandbox", "danger-full-access"]).as_deref(), Some("--sandbox"));
+        assert_eq!(c(&["codex", "--sandbox=read-only"]).as_deref(), Some("--sandbox=read-only"));
+        assert_eq!(c(&["codex", "-sdanger-full-access"]).as_deref(), Some("-sdanger-full-access"));
+        assert_eq!(c(&["codex", "exec", "--dangerously-bypass-approvals-and-sandbox"]).as_deref(), Some("--dangerously-bypass-approvals-and-sandbox"));
+        assert_eq!(c(&["codex", "-c", "sandbox_mode=\"danger-full-access\""]).as_deref(), Some("sandbox_mode=\"danger-full-access\""));
+        assert_eq!(c(&["codex", "--json"]).as_deref(), Some("--json"));
+        let toml = "[writer]\nkind = \"codex\"\ncommand = [\"codex\", \"--sandbox\", \"danger-full-access\"]\n";
+        let e = crate::config::parse(Path::new("config.toml"), toml).unwrap_err().to_string();
+        assert!(e.contains("--sandbox") && e.contains("[writer]"), "{e}");
     }
 
     #[test]
