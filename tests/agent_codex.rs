@@ -120,6 +120,27 @@ async fn real_codex_writer_edits_the_checkout_and_reports_tokens() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn real_codex_with_a_configured_model_and_plain_tools() {
+    // A model codex has no metadata for: it warns with an `error` item,
+    // offers plain function tools, and still completes the turn.
+    let w = World::new();
+    let fake = FakeResponses::start(vec![Reply::Patch(ADD_SUB.into()), Reply::Message("Added sub.".into())]).await;
+    let mut agent = real_agent(&fake);
+    agent.model = Some("gpt-5.1-codex".into());
+    let r = agent::call(&agent, &w.call(Role::Writer, "UTC"), &CancellationToken::new()).await.expect("codex starts");
+
+    assert_eq!(r.failure, None, "{}", explain(&r));
+    let bodies = fake.bodies();
+    assert_eq!(bodies[0]["model"], "gpt-5.1-codex");
+    assert!(responses::offered_tools(&bodies[0]).contains(&"exec_command".to_string()));
+    assert_eq!(std::fs::read_to_string(w.checkout.join("calc.txt")).unwrap(), "add\nsub\n", "{}", tool_outputs(&bodies[1]));
+    let stdout = std::fs::read_to_string(r.outcome.stdout_path.as_ref().unwrap()).unwrap();
+    assert!(stdout.contains(r#""type":"error","message":"Model metadata for `gpt-5.1-codex` not found"#), "{stdout}");
+    assert_eq!(r.text, "Added sub.");
+    assert_eq!(r.claimed_files, ["calc.txt"], "codex turned the shell's apply_patch into a file_change");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn real_codex_reviewer_is_read_only_and_its_verdict_is_its_last_message() {
     let w = World::new();
     std::fs::write(w.checkout.join("calc.txt"), "add\nsub\n").unwrap();
