@@ -284,6 +284,11 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
         if a.command.is_empty() || a.command[0].trim().is_empty() {
             return Err(bad("command", format!("[{name}] command must name an executable, e.g. [\"{}\"]", a.kind)));
         }
+        if a.kind == AgentKind::Codex
+            && let Some(arg) = crate::agent::codex::conflicting_argument(&a.command)
+        {
+            return Err(bad("command", format!("[{name}] command must not carry {arg:?}: nightshift sets codex's --json, --sandbox (writer workspace-write, reviewer read-only) and --output-schema itself")));
+        }
     }
     for key in ["backlog", "base", "remote", "label"] {
         let v = match key {

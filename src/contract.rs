@@ -444,14 +444,14 @@ fn cost_note(writer: &AgentSpec, reviewer: &AgentSpec) -> String {
     let mut maybe = Vec::new();
     for (role, a) in [("writer", writer), ("reviewer", reviewer)] {
         match a.kind.as_str() {
-            "codex" => silent.push(format!("{role} (codex reports no cost)")),
+            "codex" => silent.push(format!("{role} (codex: no cost reported)")),
             "command" => maybe.push(format!("{role} (command: only if it reports cost_usd)")),
             _ => {}
         }
     }
     let mut parts = Vec::new();
     if !silent.is_empty() {
-        parts.push(format!("not enforced for the {}", silent.join(" and ")));
+        parts.push(format!("not enforced for codex, the {}", silent.join(" and ")));
     }
     if !maybe.is_empty() {
         parts.push(format!("enforced for the {}", maybe.join(" and ")));

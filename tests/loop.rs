@@ -214,7 +214,11 @@ async fn a_recipe_template_leads_the_prompt_and_is_sealed_in_the_contract() {
         f.config_with(&w, &r, &format!("[[recipes]]\nprefix = \"fix:\"\nprompt = \"{outside}\"\n"));
         let out = f.run(&["plan"]);
         assert_eq!(out.status.code(), Some(2), "{outside}: {}", text(&out));
-        assert!(text(&out).contains("not a file inside the repository") && text(&out).contains("NEXT.md:1"), "{}", text(&out));
+        let t = text(&out);
+        // A path that leaves the repository on its face is a config error;
+        // a symlink leading out is found when the template is read.
+        let named = (t.contains("must be a path inside the repository") && t.contains("config.toml:")) || (t.contains("not a file inside the repository") && t.contains("NEXT.md:1"));
+        assert!(named, "{t}");
     }
 }
 

@@ -5,6 +5,7 @@
 #   - the pinned Claude Code CLI (npm) under target/agent-clis/, for tests/agent_claude.rs;
 #   - a PostgreSQL server for the ledger tests: $DATABASE_URL if set, else the
 #     local server on 127.0.0.1:5432, else a private throwaway cluster it starts;
+#   - the real Codex CLI (npm @openai/codex, pinned) under target/agent-clis-codex/;
 # then runs every test with cargo.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -62,5 +63,23 @@ if [ ! -x "$clis/node_modules/.bin/claude" ] || ! grep -qs "\"version\": \"$clau
   mkdir -p "$clis"
   flock "$clis.lock" npm install --no-audit --no-fund --prefix "$clis" "@anthropic-ai/claude-code@$claude_version" >/dev/null
 fi
+
+# --- codex: the real Codex CLI for tests/agent_codex.rs (npm @openai/codex, pinned) ---
+# Installed once into target/agent-clis-codex/; the tests find it there (or
+# install it themselves with the same command under a file lock).
+codex_version=0.169.0
+codex_prefix="$root/target/agent-clis-codex"
+codex_installed=$(node -p "require('$codex_prefix/node_modules/@openai/codex/package.json').version" 2>/dev/null || true)
+if [ "$codex_installed" != "$codex_version" ] || [ ! -x "$codex_prefix/node_modules/.bin/codex" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "tests need npm (Node.js) to install the Codex CLI: sudo apt-get install nodejs npm" >&2
+    exit 2
+  fi
+  echo "== installing @openai/codex@$codex_version into $codex_prefix"
+  mkdir -p "$codex_prefix"
+  timeout 900 npm install --prefix "$codex_prefix" --no-audit --no-fund --loglevel=error "@openai/codex@$codex_version" >/dev/null
+fi
+echo "== codex CLI: $("$codex_prefix/node_modules/.bin/codex" --version)"
+# --- end codex ---
 
 cargo test --all-targets -- --test-threads="${NIGHTSHIFT_TEST_THREADS:-4}"
