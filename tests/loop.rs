@@ -295,12 +295,16 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     assert_eq!(outcomes(&rep), ["timed_out", "timed_out", "review_void", "pr_opened"], "{rep:#}");
     // The grandchild ignores SIGTERM (so it needs the KILL after the grace);
     // the setsid child left the process group (so it needs the sweep).
-    for i in &rep["items"].as_array().unwrap()[..2] {
-        eprintln!("{}: {} s", i["title"], i["seconds"]);
-        assert!(i["seconds"].as_i64().unwrap() <= 2 + 5 + 2, "killed within timeout + grace: {i}");
+    // Whole items (checkout and cleanup included), to the millisecond.
+    let secs = f.db.sql("SELECT string_agg(round(extract(epoch FROM ended_at - started_at)::numeric, 2)::text, ' ' ORDER BY item_index) FROM run_items WHERE item_index <= 2");
+    let secs: Vec<f64> = secs.split_whitespace().map(|s| s.parse().unwrap()).collect();
+    eprintln!("hanging items took {secs:?} s; whole drain: {took:?}");
+    assert_eq!(secs.len(), 2, "{secs:?}");
+    for s in &secs {
+        // Timeout 2 s + grace 5 s, plus checkout, reaping and cleanup on a busy machine.
+        assert!(*s <= 2.0 + 5.0 + 3.0, "killed within timeout + grace: {s} s");
     }
-    eprintln!("whole drain: {took:?}");
-    assert!(took < Duration::from_secs(45), "took {took:?}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
     assert!(rep["items"][2]["reason"].as_str().unwrap().contains("checkout changed during the review"), "{rep:#}");
     let survivors = std::process::Command::new("pgrep").args(["-f", &format!("sleep {tag}")]).output().unwrap();
     assert!(survivors.stdout.is_empty(), "left running: {}", String::from_utf8_lossy(&survivors.stdout));
