@@ -36,6 +36,9 @@ pub struct Tick {
     pub number: u64,
 }
 
+/// A tick made: (1-based line, title, PR number).
+pub type Ticked = (usize, String, u64);
+
 /// Ticks every open item of `text` whose key is in `ticks`, byte-exactly:
 /// `[ ]` → `[x]` and ` (done: #N)` after the title; every other byte is
 /// unchanged (SPEC §3). Returns the new text and the (line, title, number) of
@@ -45,7 +48,7 @@ pub struct Tick {
 /// # Errors
 /// Exit 1 when a tick cannot be applied (the file changed under the parse:
 /// a marker or title mismatch, which [`backlog::tick`] reports).
-pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<(usize, String, u64)>)> {
+pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<Ticked>)> {
     let bl = backlog::parse(path, text);
     let mut hits: Vec<(&backlog::Item, u64)> = bl.items.iter().filter(|i| !i.done).filter_map(|i| ticks.iter().find(|t| t.key == i.key).map(|t| (i, t.number))).collect();
     // From the end of the file backwards, so earlier offsets stay valid.
@@ -54,7 +57,7 @@ pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<
     for (item, n) in &hits {
         out = backlog::tick(&out, item, &format!(" (done: #{n})")).map_err(|e| Error::failure(format!("{}: {e}", path.display())))?;
     }
-    let mut done: Vec<(usize, String, u64)> = hits.iter().map(|(i, n)| (i.line, i.title.clone(), *n)).collect();
+    let mut done: Vec<Ticked> = hits.iter().map(|(i, n)| (i.line, i.title.clone(), *n)).collect();
     done.reverse();
     Ok((out, done))
 }
