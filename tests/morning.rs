@@ -57,7 +57,8 @@ async fn github_faults_end_in_exactly_one_pr() {
             vec![Fault::new("POST", pulls, 403).message("You have exceeded a secondary rate limit. Please wait a few minutes before you try again.").header("retry-after", "1")],
             2,
         ),
-        ("429 with x-ratelimit-reset", vec![Fault::new("POST", pulls, 429).message("API rate limit exceeded").header("x-ratelimit-remaining", "0").header("x-ratelimit-reset", &in_secs(1))], 2),
+        // The reset instant is set when the case runs (below).
+        ("429 with x-ratelimit-reset", vec![Fault::new("POST", pulls, 429).message("API rate limit exceeded").header("x-ratelimit-remaining", "0")], 2),
         (
             "422 a pull request already exists (created between look-up and create)",
             vec![Fault::new("POST", pulls, 422).message("Validation Failed: A pull request already exists for owner:branch.").after_effect()],
@@ -69,9 +70,14 @@ async fn github_faults_end_in_exactly_one_pr() {
     for (what, faults, posts) in cases {
         let gh = FakeGitHub::start().await;
         let f = world(&gh, "- [ ] Add sub\n");
+        let faults = faults.into_iter().map(|x| if x.status == 429 { x.header("x-ratelimit-reset", &in_secs(2)) } else { x }).collect();
         gh.state.lock().unwrap().scripted = faults;
+        let started = std::time::Instant::now();
         let out = f.approve_and_drain(&[]);
         assert_ok(&out, what);
+        if what.starts_with("429") {
+            assert!(started.elapsed() >= std::time::Duration::from_secs(1), "{what}: waited for the reset");
+        }
         let rep = f.report();
         assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{what}: {rep:#}");
         let prs = gh.prs();
