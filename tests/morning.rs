@@ -286,6 +286,15 @@ async fn sync_ticks_merged_items_in_one_pr() {
     let outcomes: Vec<String> = f.report()["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap().to_string()).collect();
     assert_eq!(outcomes, ["already_merged", "already_merged", "already_open"]);
     assert_eq!(gh.prs().len(), 4);
+
+    // Once the sync PR is merged, the ticked items need nothing more.
+    git(&f.remote, &["update-ref", "refs/heads/main", "refs/heads/nightshift/sync-backlog"]);
+    gh.merge(4);
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "sync after the sync PR merged");
+    assert!(text(&out).contains("nothing to sync"), "{}", text(&out));
+    assert_eq!(gh.prs().len(), 4);
+    gh.assert_never_merged_approved_or_closed().await;
 }
 
 /// `tick_in_pr = true`: the item PR itself ticks its box, and nothing else

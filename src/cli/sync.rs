@@ -89,40 +89,49 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
         .fetch_all(&lg.pool)
         .await
         .map_err(db)?;
-    // Merged according to GitHub, not to the ledger's memory.
-    let mut ticks: Vec<Tick> = Vec::new();
-    for r in &rows {
-        let found = forge.find_pr(&r.branch, &r.item_key, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?;
-        if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
-            if r.state != "merged" {
-                rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await.map_err(db)?;
-            }
-            if !ticks.iter().any(|t| t.key == r.item_key) {
-                ticks.push(Tick { key: r.item_key.clone(), number: pr.number });
-            }
-        }
-    }
-    if ticks.is_empty() {
-        println!("nothing to sync: no PR nightshift opened has been merged since");
+    if rows.is_empty() {
+        println!("nothing to sync: nightshift has opened no PR in {} yet", repo.display());
         return Ok(ExitCode::Ok);
     }
-
+    // The backlog as it is on <remote>/<base>: only its open items can be ticked.
     let data_dir = crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root());
     let slot_dir = slot::slot_path(&data_dir, &repo, 0).with_file_name("sync");
     let secret = token.expose().to_string();
     let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, SYNC_BRANCH, Some(&secret)));
     let slot = prepared.map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
-    let result = commit_and_open(&slot, &config, &forge, &secret, &ticks).await;
+    let result = async {
+        let rel = Path::new(&config.backlog);
+        let text = std::fs::read_to_string(slot.path.join(rel)).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
+        let open: Vec<String> = backlog::parse(rel, &text).items.into_iter().filter(|i| !i.done).map(|i| i.key).collect();
+        // Merged according to GitHub, not to the ledger's memory.
+        let mut ticks: Vec<Tick> = Vec::new();
+        for r in rows.iter().filter(|r| open.contains(&r.item_key)) {
+            let found = forge.find_pr(&r.branch, &r.item_key, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?;
+            if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
+                if r.state != "merged" {
+                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await.map_err(db)?;
+                }
+                if !ticks.iter().any(|t| t.key == r.item_key) {
+                    ticks.push(Tick { key: r.item_key.clone(), number: pr.number });
+                }
+            }
+        }
+        if ticks.is_empty() {
+            println!("nothing to sync: no open item of {} on {}/{} has a merged nightshift PR", config.backlog, config.remote, config.base);
+            return Ok(ExitCode::Ok);
+        }
+        commit_and_open(&slot, &config, &forge, &secret, &text, &ticks).await
+    }
+    .await;
     let _ = tokio::task::block_in_place(|| slot.discard());
     result
 }
 
 /// Edits, commits, pushes and opens the sync PR from a prepared slot.
-async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &str, ticks: &[Tick]) -> Result<ExitCode> {
+async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &str, text: &str, ticks: &[Tick]) -> Result<ExitCode> {
     let rel = Path::new(&config.backlog);
     let file = slot.path.join(rel);
-    let text = std::fs::read_to_string(&file).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
-    let (new, done) = tick_all(rel, &text, ticks)?;
+    let (new, done) = tick_all(rel, text, ticks)?;
     if done.is_empty() {
         println!("nothing to sync: every merged item is already ticked in {} on {}/{}", config.backlog, config.remote, config.base);
         return Ok(ExitCode::Ok);
