@@ -20,11 +20,14 @@ use crate::ledger::records as rec;
 use crate::secret::Secret;
 use crate::slot::{self, Identity, Slot};
 
-/// The branch every sync PR comes from: one open sync PR at a time, updated
-/// by the next `sync` until a person merges it.
+/// The prefix of sync branches: `nightshift/sync-backlog-<8 hex>`, the hex
+/// naming the set of ticks. While a sync PR is open, later syncs update it
+/// (one open sync PR at a time); once it is merged or closed, the next sync
+/// opens a new one on a new branch.
 pub const SYNC_BRANCH: &str = "nightshift/sync-backlog";
 
-/// The marker key of the sync PR (it is no backlog item).
+/// The marker key every sync PR carries (it is no backlog item), so the open
+/// one is found by its marker whatever its branch.
 const SYNC_KEY: &str = "sync-backlog";
 
 /// An item to tick: its key and the number of its merged PR.
@@ -93,11 +96,13 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
         println!("nothing to sync: nightshift has opened no PR in {} yet", repo.display());
         return Ok(ExitCode::Ok);
     }
+    // An open sync PR is updated rather than joined by a second one.
+    let open_sync = forge.find_pr(SYNC_BRANCH, SYNC_KEY, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?.filter(|p| p.state == PrState::Open);
     // The backlog as it is on <remote>/<base>: only its open items can be ticked.
     let data_dir = crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root());
     let slot_dir = slot::slot_path(&data_dir, &repo, 0).with_file_name("sync");
     let secret = token.expose().to_string();
-    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, SYNC_BRANCH, Some(&secret)));
+    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, "nightshift/sync-work", Some(&secret)));
     let slot = prepared.map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
     let result = async {
         let rel = Path::new(&config.backlog);
@@ -120,7 +125,19 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
             println!("nothing to sync: no open item of {} on {}/{} has a merged nightshift PR", config.backlog, config.remote, config.base);
             return Ok(ExitCode::Ok);
         }
-        commit_and_open(&slot, &config, &forge, &secret, &text, &ticks).await
+        let branch = match &open_sync {
+            Some(pr) => pr.head.clone(),
+            None => {
+                let mut set: Vec<String> = ticks.iter().map(|t| format!("{}:{}", t.key, t.number)).collect();
+                set.sort();
+                format!("{SYNC_BRANCH}-{}", &crate::contract::sha256_hex(set.join("\n").as_bytes())[..8])
+            }
+        };
+        // Checked out again on its branch (a reset of the same slot).
+        let slot = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, &branch, Some(&secret))).map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
+        let done = commit_and_open(&slot, &config, &forge, &secret, &ticks).await;
+        let _ = tokio::task::block_in_place(|| slot.discard());
+        done
     }
     .await;
     let _ = tokio::task::block_in_place(|| slot.discard());
@@ -128,10 +145,11 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
 }
 
 /// Edits, commits, pushes and opens the sync PR from a prepared slot.
-async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &str, text: &str, ticks: &[Tick]) -> Result<ExitCode> {
+async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &str, ticks: &[Tick]) -> Result<ExitCode> {
     let rel = Path::new(&config.backlog);
     let file = slot.path.join(rel);
-    let (new, done) = tick_all(rel, text, ticks)?;
+    let text = std::fs::read_to_string(&file).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
+    let (new, done) = tick_all(rel, &text, ticks)?;
     if done.is_empty() {
         println!("nothing to sync: every merged item is already ticked in {} on {}/{}", config.backlog, config.remote, config.base);
         return Ok(ExitCode::Ok);
@@ -140,21 +158,20 @@ async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &st
     let list: Vec<String> = done.iter().map(|(line, title, n)| format!("- {}:{line} {title} (#{n})", config.backlog)).collect();
     let message = format!("nightshift: tick {} merged item(s) in {}\n\n{}\n", done.len(), config.backlog, list.join("\n"));
     let me = Identity { name: "nightshift".into(), email: "nightshift@localhost".into() };
+    let branch = slot.branch.clone();
     tokio::task::block_in_place(|| slot.commit_all(&message, &me, &me)).map_err(|e| Error::failure(format!("sync commit failed: {e}")))?;
-    tokio::task::block_in_place(|| slot.push(Some(token))).map_err(|e| Error::failure(format!("push of {SYNC_BRANCH} failed: {e}")))?;
+    tokio::task::block_in_place(|| slot.push(Some(token))).map_err(|e| Error::failure(format!("push of {branch} failed: {e}")))?;
     let body = format!(
         "Ticks the backlog boxes of items whose nightshift PRs were merged (SPEC §3). Only these lines change: `[ ]` → `[x]` and ` (done: #N)` after the title.\n\n{}\n\nOpened by `nightshift sync`; nothing was merged by it.\n",
         list.join("\n")
     );
-    let req = PrRequest {
-        title: format!("nightshift: tick {} merged item(s) in {}", done.len(), config.backlog),
-        head: SYNC_BRANCH.to_string(),
-        base: config.base.clone(),
-        body,
-        labels: vec![config.label.clone()],
-        item_key: SYNC_KEY.to_string(),
-    };
-    let pr = forge.create_pr(&req).await.map_err(|e| Error::failure(format!("branch {SYNC_BRANCH} pushed, PR not created: {e}; run `nightshift sync` again")))?;
+    // No labels in the request: its look-up by marker would find an earlier,
+    // merged sync PR; this branch is looked up by its name only.
+    let req = PrRequest { title: format!("nightshift: tick {} merged item(s) in {}", done.len(), config.backlog), head: branch.clone(), base: config.base.clone(), body, labels: vec![], item_key: SYNC_KEY.to_string() };
+    let failed = |e: forge::ForgeError| Error::failure(format!("branch {branch} pushed, PR not created or labelled: {e}; run `nightshift sync` again"));
+    let pr = forge.create_pr(&req).await.map_err(failed)?;
+    forge.ensure_label(&config.label, forge::LABEL_COLOR, forge::LABEL_DESCRIPTION).await.map_err(failed)?;
+    forge.add_labels(pr.number, std::slice::from_ref(&config.label)).await.map_err(failed)?;
     let verb = if pr.created { "opened" } else { "updated" };
     println!("{verb} PR #{} ticking {} item(s): {}", pr.number, done.len(), pr.url);
     for l in &list {
