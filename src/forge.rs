@@ -40,10 +40,10 @@ pub const DEFAULT_API_BASE: &str = "https://api.github.com";
 pub const GH_TOKEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Colour given to a label nightshift creates (hex RGB without `#`).
-const LABEL_COLOR: &str = "5319e7";
+pub const LABEL_COLOR: &str = "5319e7";
 
 /// Description given to a label nightshift creates.
-const LABEL_DESCRIPTION: &str = "opened by nightshift";
+pub const LABEL_DESCRIPTION: &str = "opened by nightshift";
 
 /// Page size for list calls (GitHub's maximum).
 const PER_PAGE: usize = 100;

@@ -337,6 +337,8 @@ fn rows(items: &[ItemRow]) -> Vec<Row> {
             outcome: i.outcome.clone().unwrap_or_else(|| "running".into()),
             pr: match (i.pr_number, &i.branch) {
                 (Some(n), _) => format!("#{n}"),
+                // Pushed; GitHub not reachable (would open) or the create failed.
+                (None, Some(_)) if i.pr_body.is_some() && i.outcome.as_deref() == Some("pr_opened") => "would open".into(),
                 (None, Some(_)) if i.pr_body.is_some() => "not opened".into(),
                 _ => "-".into(),
             },

@@ -944,11 +944,19 @@ impl Night {
 }
 
 /// Ticks the item `key` in the checkout's backlog, byte-exactly (`[ ]` →
-/// `[x]`; the PR number is not known before the PR exists, so no note). An
-/// item not found open there (edited on the base since) is left alone.
+/// `[x]`; the PR number is not known before the PR exists, so no note). A
+/// backlog not on the base branch, or an item not open there (edited on the
+/// base since), is left alone: the work is not lost for want of a tick.
 fn tick_own_box(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), String> {
     let file = checkout.join(backlog_rel);
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(backlog = backlog_rel, "tick_in_pr: the backlog is not on the base branch; nothing to tick");
+            return Ok(());
+        }
+        Err(e) => return Err(format!("{}: {e}", file.display())),
+    };
     let bl = crate::backlog::parse(Path::new(backlog_rel), &text);
     let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else { return Ok(()) };
     let new = crate::backlog::tick(&text, item, "").map_err(|e| e.to_string())?;

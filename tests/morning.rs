@@ -57,7 +57,8 @@ async fn github_faults_end_in_exactly_one_pr() {
             vec![Fault::new("POST", pulls, 403).message("You have exceeded a secondary rate limit. Please wait a few minutes before you try again.").header("retry-after", "1")],
             2,
         ),
-        ("429 with x-ratelimit-reset", vec![Fault::new("POST", pulls, 429).message("API rate limit exceeded").header("x-ratelimit-remaining", "0").header("x-ratelimit-reset", &in_secs(1))], 2),
+        // The reset instant is set when the case runs (below).
+        ("429 with x-ratelimit-reset", vec![Fault::new("POST", pulls, 429).message("API rate limit exceeded").header("x-ratelimit-remaining", "0")], 2),
         (
             "422 a pull request already exists (created between look-up and create)",
             vec![Fault::new("POST", pulls, 422).message("Validation Failed: A pull request already exists for owner:branch.").after_effect()],
@@ -69,9 +70,14 @@ async fn github_faults_end_in_exactly_one_pr() {
     for (what, faults, posts) in cases {
         let gh = FakeGitHub::start().await;
         let f = world(&gh, "- [ ] Add sub\n");
+        let faults = faults.into_iter().map(|x| if x.status == 429 { x.header("x-ratelimit-reset", &in_secs(2)) } else { x }).collect();
         gh.state.lock().unwrap().scripted = faults;
+        let started = std::time::Instant::now();
         let out = f.approve_and_drain(&[]);
         assert_ok(&out, what);
+        if what.starts_with("429") {
+            assert!(started.elapsed() >= std::time::Duration::from_secs(1), "{what}: waited for the reset");
+        }
         let rep = f.report();
         assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{what}: {rep:#}");
         let prs = gh.prs();
@@ -252,9 +258,10 @@ async fn sync_ticks_merged_items_in_one_pr() {
     let prs = gh.prs();
     assert_eq!(prs.len(), 4, "one sync PR: {prs:#?}");
     let pr = &prs[3];
-    assert_eq!(pr["head"]["ref"], "nightshift/sync-backlog");
+    let b = pr["head"]["ref"].as_str().unwrap().to_string();
+    let b = b.as_str();
+    assert!(b.starts_with("nightshift/sync-backlog-"), "{b}");
     assert!(pr["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"));
-    let b = "nightshift/sync-backlog";
     assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]), "1", "one commit");
     assert_eq!(git(&f.remote, &["rev-parse", &format!("{b}^")]), git(&f.remote, &["rev-parse", "main"]), "from origin/main");
     assert_eq!(git(&f.remote, &["diff", "--name-only", "main", b]), "NEXT.md", "nothing else changed");
@@ -266,7 +273,9 @@ async fn sync_ticks_merged_items_in_one_pr() {
     // Again: the open sync PR is updated, not duplicated.
     let out = f.run(&["sync"]);
     assert_ok(&out, "second sync");
+    assert!(text(&out).contains("updated PR #4"), "{}", text(&out));
     assert_eq!(gh.prs().len(), 4, "no duplicate sync PR");
+    assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]), "1", "still one commit");
     gh.assert_never_merged_approved_or_closed().await;
 
     // The next snapshot: plan shows them blocked, drain reports them.
@@ -280,6 +289,31 @@ async fn sync_ticks_merged_items_in_one_pr() {
     let outcomes: Vec<String> = f.report()["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap().to_string()).collect();
     assert_eq!(outcomes, ["already_merged", "already_merged", "already_open"]);
     assert_eq!(gh.prs().len(), 4);
+
+    // A person merges the sync PR, then item 3's: a new sync PR on a new
+    // branch, one commit on the new main, ticking only item 3.
+    git(&f.remote, &["update-ref", "refs/heads/main", &format!("refs/heads/{b}")]);
+    gh.merge(4);
+    gh.merge(3);
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "sync after the sync PR merged");
+    assert!(text(&out).contains("opened PR #5"), "{}", text(&out));
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 5);
+    let b2 = prs[4]["head"]["ref"].as_str().unwrap().to_string();
+    assert!(b2.starts_with("nightshift/sync-backlog-") && b2 != b, "{b2}");
+    assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b2}")]), "1");
+    let all = expected.replace("- [ ] Add div   \n", "- [x] Add div (done: #3)   \n");
+    assert_eq!(format!("{}\n", git(&f.remote, &["show", &format!("{b2}:NEXT.md")])), all);
+
+    // Once that is merged too, there is nothing left to sync.
+    git(&f.remote, &["update-ref", "refs/heads/main", &format!("refs/heads/{b2}")]);
+    gh.merge(5);
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "sync with everything ticked");
+    assert!(text(&out).contains("nothing to sync"), "{}", text(&out));
+    assert_eq!(gh.prs().len(), 5);
+    gh.assert_never_merged_approved_or_closed().await;
 }
 
 /// `tick_in_pr = true`: the item PR itself ticks its box, and nothing else

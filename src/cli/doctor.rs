@@ -141,7 +141,8 @@ async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remo
     };
     let base = forge::api_base();
     let f = match Forge::new(&base, token, id.clone(), None) {
-        Ok(f) => f.with_retry_policy(forge::RetryPolicy { max_attempts: 2, ..forge::RetryPolicy::from_env() }),
+        // Two tries, 10 s each: a check, not a night's patience.
+        Ok(f) => f.with_retry_policy(forge::RetryPolicy { max_attempts: 2, request_timeout: Duration::from_secs(10), ..forge::RetryPolicy::from_env() }),
         Err(e) => {
             out.push(Check::fail("api", e.to_string(), "check GITHUB_API_URL"));
             return;

@@ -20,11 +20,14 @@ use crate::ledger::records as rec;
 use crate::secret::Secret;
 use crate::slot::{self, Identity, Slot};
 
-/// The branch every sync PR comes from: one open sync PR at a time, updated
-/// by the next `sync` until a person merges it.
+/// The prefix of sync branches: `nightshift/sync-backlog-<8 hex>`, the hex
+/// naming the set of ticks. While a sync PR is open, later syncs update it
+/// (one open sync PR at a time); once it is merged or closed, the next sync
+/// opens a new one on a new branch.
 pub const SYNC_BRANCH: &str = "nightshift/sync-backlog";
 
-/// The marker key of the sync PR (it is no backlog item).
+/// The marker key every sync PR carries (it is no backlog item), so the open
+/// one is found by its marker whatever its branch.
 const SYNC_KEY: &str = "sync-backlog";
 
 /// An item to tick: its key and the number of its merged PR.
@@ -36,6 +39,9 @@ pub struct Tick {
     pub number: u64,
 }
 
+/// A tick made: (1-based line, title, PR number).
+pub type Ticked = (usize, String, u64);
+
 /// Ticks every open item of `text` whose key is in `ticks`, byte-exactly:
 /// `[ ]` → `[x]` and ` (done: #N)` after the title; every other byte is
 /// unchanged (SPEC §3). Returns the new text and the (line, title, number) of
@@ -45,7 +51,7 @@ pub struct Tick {
 /// # Errors
 /// Exit 1 when a tick cannot be applied (the file changed under the parse:
 /// a marker or title mismatch, which [`backlog::tick`] reports).
-pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<(usize, String, u64)>)> {
+pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<Ticked>)> {
     let bl = backlog::parse(path, text);
     let mut hits: Vec<(&backlog::Item, u64)> = bl.items.iter().filter(|i| !i.done).filter_map(|i| ticks.iter().find(|t| t.key == i.key).map(|t| (i, t.number))).collect();
     // From the end of the file backwards, so earlier offsets stay valid.
@@ -54,7 +60,7 @@ pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<
     for (item, n) in &hits {
         out = backlog::tick(&out, item, &format!(" (done: #{n})")).map_err(|e| Error::failure(format!("{}: {e}", path.display())))?;
     }
-    let mut done: Vec<(usize, String, u64)> = hits.iter().map(|(i, n)| (i.line, i.title.clone(), *n)).collect();
+    let mut done: Vec<Ticked> = hits.iter().map(|(i, n)| (i.line, i.title.clone(), *n)).collect();
     done.reverse();
     Ok((out, done))
 }
@@ -86,30 +92,54 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
         .fetch_all(&lg.pool)
         .await
         .map_err(db)?;
-    // Merged according to GitHub, not to the ledger's memory.
-    let mut ticks: Vec<Tick> = Vec::new();
-    for r in &rows {
-        let found = forge.find_pr(&r.branch, &r.item_key, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?;
-        if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
-            if r.state != "merged" {
-                rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await.map_err(db)?;
-            }
-            if !ticks.iter().any(|t| t.key == r.item_key) {
-                ticks.push(Tick { key: r.item_key.clone(), number: pr.number });
-            }
-        }
-    }
-    if ticks.is_empty() {
-        println!("nothing to sync: no PR nightshift opened has been merged since");
+    if rows.is_empty() {
+        println!("nothing to sync: nightshift has opened no PR in {} yet", repo.display());
         return Ok(ExitCode::Ok);
     }
-
+    // An open sync PR is updated rather than joined by a second one.
+    let open_sync = forge.find_pr(SYNC_BRANCH, SYNC_KEY, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?.filter(|p| p.state == PrState::Open);
+    // The backlog as it is on <remote>/<base>: only its open items can be ticked.
     let data_dir = crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root());
     let slot_dir = slot::slot_path(&data_dir, &repo, 0).with_file_name("sync");
     let secret = token.expose().to_string();
-    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, SYNC_BRANCH, Some(&secret)));
+    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, "nightshift/sync-work", Some(&secret)));
     let slot = prepared.map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
-    let result = commit_and_open(&slot, &config, &forge, &secret, &ticks).await;
+    let result = async {
+        let rel = Path::new(&config.backlog);
+        let text = std::fs::read_to_string(slot.path.join(rel)).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
+        let open: Vec<String> = backlog::parse(rel, &text).items.into_iter().filter(|i| !i.done).map(|i| i.key).collect();
+        // Merged according to GitHub, not to the ledger's memory.
+        let mut ticks: Vec<Tick> = Vec::new();
+        for r in rows.iter().filter(|r| open.contains(&r.item_key)) {
+            let found = forge.find_pr(&r.branch, &r.item_key, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?;
+            if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
+                if r.state != "merged" {
+                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await.map_err(db)?;
+                }
+                if !ticks.iter().any(|t| t.key == r.item_key) {
+                    ticks.push(Tick { key: r.item_key.clone(), number: pr.number });
+                }
+            }
+        }
+        if ticks.is_empty() {
+            println!("nothing to sync: no open item of {} on {}/{} has a merged nightshift PR", config.backlog, config.remote, config.base);
+            return Ok(ExitCode::Ok);
+        }
+        let branch = match &open_sync {
+            Some(pr) => pr.head.clone(),
+            None => {
+                let mut set: Vec<String> = ticks.iter().map(|t| format!("{}:{}", t.key, t.number)).collect();
+                set.sort();
+                format!("{SYNC_BRANCH}-{}", &crate::contract::sha256_hex(set.join("\n").as_bytes())[..8])
+            }
+        };
+        // Checked out again on its branch (a reset of the same slot).
+        let slot = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, &branch, Some(&secret))).map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
+        let done = commit_and_open(&slot, &config, &forge, &secret, &ticks).await;
+        let _ = tokio::task::block_in_place(|| slot.discard());
+        done
+    }
+    .await;
     let _ = tokio::task::block_in_place(|| slot.discard());
     result
 }
@@ -128,21 +158,20 @@ async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &st
     let list: Vec<String> = done.iter().map(|(line, title, n)| format!("- {}:{line} {title} (#{n})", config.backlog)).collect();
     let message = format!("nightshift: tick {} merged item(s) in {}\n\n{}\n", done.len(), config.backlog, list.join("\n"));
     let me = Identity { name: "nightshift".into(), email: "nightshift@localhost".into() };
+    let branch = slot.branch.clone();
     tokio::task::block_in_place(|| slot.commit_all(&message, &me, &me)).map_err(|e| Error::failure(format!("sync commit failed: {e}")))?;
-    tokio::task::block_in_place(|| slot.push(Some(token))).map_err(|e| Error::failure(format!("push of {SYNC_BRANCH} failed: {e}")))?;
+    tokio::task::block_in_place(|| slot.push(Some(token))).map_err(|e| Error::failure(format!("push of {branch} failed: {e}")))?;
     let body = format!(
         "Ticks the backlog boxes of items whose nightshift PRs were merged (SPEC §3). Only these lines change: `[ ]` → `[x]` and ` (done: #N)` after the title.\n\n{}\n\nOpened by `nightshift sync`; nothing was merged by it.\n",
         list.join("\n")
     );
-    let req = PrRequest {
-        title: format!("nightshift: tick {} merged item(s) in {}", done.len(), config.backlog),
-        head: SYNC_BRANCH.to_string(),
-        base: config.base.clone(),
-        body,
-        labels: vec![config.label.clone()],
-        item_key: SYNC_KEY.to_string(),
-    };
-    let pr = forge.create_pr(&req).await.map_err(|e| Error::failure(format!("branch {SYNC_BRANCH} pushed, PR not created: {e}; run `nightshift sync` again")))?;
+    // No labels in the request: its look-up by marker would find an earlier,
+    // merged sync PR; this branch is looked up by its name only.
+    let req = PrRequest { title: format!("nightshift: tick {} merged item(s) in {}", done.len(), config.backlog), head: branch.clone(), base: config.base.clone(), body, labels: vec![], item_key: SYNC_KEY.to_string() };
+    let failed = |e: forge::ForgeError| Error::failure(format!("branch {branch} pushed, PR not created or labelled: {e}; run `nightshift sync` again"));
+    let pr = forge.create_pr(&req).await.map_err(failed)?;
+    forge.ensure_label(&config.label, forge::LABEL_COLOR, forge::LABEL_DESCRIPTION).await.map_err(failed)?;
+    forge.add_labels(pr.number, std::slice::from_ref(&config.label)).await.map_err(failed)?;
     let verb = if pr.created { "opened" } else { "updated" };
     println!("{verb} PR #{} ticking {} item(s): {}", pr.number, done.len(), pr.url);
     for l in &list {
