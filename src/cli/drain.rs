@@ -20,16 +20,20 @@ use crate::{approval, forge, ledger as ledger_mod, process, schedule};
 
 /// `drain` (item = None) or `run [ITEM]` (item = Some).
 pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup) -> Result<ExitCode> {
-    drain_with(cli, args, item, startup, false).await
+    drain_with(cli, args, item, startup, None).await
 }
 
 /// One fire of `schedule`: a `drain` that records `not_approved` for the
-/// plan in the ledger when no valid approval exists (SPEC §4).
-pub(crate) async fn drain_scheduled(cli: &Cli, args: &RunArgs, startup: &Startup) -> Result<ExitCode> {
-    drain_with(cli, args, None, startup, true).await
+/// plan in the ledger when no valid approval exists (SPEC §4), and stops
+/// when `stop` (the schedule's signal) fires, even one that came before the
+/// drain's own handler was installed.
+pub(crate) async fn drain_scheduled(cli: &Cli, args: &RunArgs, startup: &Startup, stop: &CancellationToken) -> Result<ExitCode> {
+    drain_with(cli, args, None, startup, Some(stop)).await
 }
 
-async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup, scheduled: bool) -> Result<ExitCode> {
+/// `schedule_stop`: the schedule's token when this drain is one of its fires.
+async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup, schedule_stop: Option<&CancellationToken>) -> Result<ExitCode> {
+    let scheduled = schedule_stop.is_some();
     let snap = snapshot(cli)?;
     let plan = snap.plan;
     let config = snap.loaded.config.clone();
@@ -137,7 +141,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         _ => None,
     };
 
-    let cancel = CancellationToken::new();
+    let cancel = schedule_stop.map(CancellationToken::child_token).unwrap_or_default();
     let _signals = spawn_signal_handler(cancel.clone());
     let night = Night {
         repo: snap.repo.clone(),

@@ -72,7 +72,7 @@ async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup)
             break;
         }
         fires += 1;
-        let drained = match drain::drain_scheduled(cli, &args, startup).await {
+        let drained = match drain::drain_scheduled(cli, &args, startup, &stop).await {
             Ok(code) => {
                 eprintln!("schedule: fire {fires} drained (exit {})", code as u8);
                 Some(code)
