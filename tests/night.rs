@@ -532,6 +532,7 @@ async fn crash_and_resume(phase: Phase) {
     bg.wait(Duration::from_secs(5));
     kill_stalled(a, stall);
     let crashed = f.db.sql("SELECT id FROM runs");
+    assert!(status_text(&f).contains(&format!("run {crashed} ended without finishing")), "{}", status_text(&f));
     match phase {
         Phase::AfterPush => assert_eq!(f.remote_branches().len(), 1, "the branch reached the remote before the kill"),
         Phase::AfterPrCreate => assert_eq!(gh.prs().len(), 1),
