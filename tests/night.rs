@@ -674,6 +674,37 @@ fn an_item_failing_on_max_attempts_runs_is_blocked_with_the_reason() {
     assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), "3", "the blocked item ran no agent on night 3");
 }
 
+#[test]
+fn a_failure_carried_over_by_a_resume_counts_as_one_attempt() {
+    let f = Fixture::new();
+    std::fs::write(f.agents.join("writer2.stall"), "").unwrap();
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\nif grep -q 'Add sub' \"$NIGHTSHIFT_CONTRACT_FILE\"; then\n{}fi\n{WORD_WRITER}", stall_snippet(&f.agents, "writer2")));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "[limits]\nrounds = 1\nmax_attempts = 2\n");
+    f.write("NEXT.md", "- [ ] Add bogus\n- [ ] Add sub\n");
+    // Night 1: item 1 fails its gate, the run is killed during item 2, a drain resumes it.
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    wait_until(Duration::from_secs(30), "item 2's writer", || f.agents.join("writer2.ready").exists());
+    bg.signal(nix::sys::signal::Signal::SIGKILL);
+    bg.wait(Duration::from_secs(5));
+    kill_stalled(&f.agents, "writer2");
+    let out = f.run(&["drain", "--deadline", "23:59"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["tests_failed", "pr_opened"], "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().starts_with("finished by the crashed run"), "{rep:#}");
+    assert_eq!(rep["items"][0]["rounds"], 1, "carried over as it ended");
+    // Night 2: one failed night so far, so item 1 runs again.
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["tests_failed", "already_open"]);
+    // Night 3: two failed nights: blocked.
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["blocked", "already_open"]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 8. schedule
 // ---------------------------------------------------------------------------------------------
