@@ -442,7 +442,7 @@ fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
 
     let run_id = f.db.sql("SELECT id FROM runs");
     let key = f.db.sql("SELECT item_key FROM run_items");
-    assert_eq!(status_text(&f), format!("run {run_id} · item {} · round 1 · writer", &key[..8]));
+    assert_eq!(status_text(&f), format!("run {run_id} · item 1 \"Add sub\" ({}) · round 1 · writer", &key[..8]));
     let json: Value = serde_json::from_slice(&f.run(&["status", "--json"]).stdout).unwrap();
     assert_eq!((json["phase"].as_str(), json["round"].as_i64(), json["item_key"].as_str()), (Some("writer"), Some(1), Some(key.as_str())));
 

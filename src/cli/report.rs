@@ -44,6 +44,14 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     let dead = row.as_ref().filter(|r| r.status == "running" && died_here(r));
     let running = row.as_ref().filter(|r| r.status == "running" && dead.is_none());
     let tz: chrono_tz::Tz = running.and_then(|r| r.timezone.as_deref()).and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
+    // The item as `plan` and `report` name it: index, title, short key.
+    let current_item = match running.and_then(|r| r.current_item_key.as_deref().map(|k| (r.id, k))) {
+        Some((run, key)) => match rec::run_items(&lg.pool, run).await.map_err(db)?.into_iter().rev().find(|i| i.item_key == key) {
+            Some(i) => format!("{} {:?} ({})", i.item_index, i.title, &key[..8.min(key.len())]),
+            None => key[..8.min(key.len())].to_string(),
+        },
+        None => "-".to_string(),
+    };
     let text = match running {
         None => match dead {
             Some(r) => format!("idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it", r.id, r.pid.unwrap_or(0)),
@@ -54,7 +62,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
             (None, phase) => format!(
                 "run {} · item {} · round {} · {}",
                 r.id,
-                r.current_item_key.as_deref().map(|k| &k[..8.min(k.len())]).unwrap_or("-"),
+                current_item,
                 r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
                 phase.as_deref().unwrap_or("starting")
             ),
