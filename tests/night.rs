@@ -255,6 +255,32 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
 }
 
 #[test]
+fn per_minute_throttling_is_a_short_retry_not_a_sleep_until_reset() {
+    let f = Fixture::new();
+    let once = f.agents.join("throttled-once");
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\nif [ ! -e {o} ]; then touch {o}; echo 'Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 30000, Requested 900. Please try again in 174ms.' >&2; exit 1; fi\n{WORD_WRITER}",
+            o = once.display()
+        ),
+    );
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let started = Instant::now();
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    assert!(started.elapsed() < Duration::from_secs(30), "no long sleep: {:?}", started.elapsed());
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["pr_opened"]);
+    assert_eq!(rep["items"][0]["rounds"], 1, "the throttled call did not use up a round");
+    assert_eq!(f.db.sql("SELECT kind FROM limit_sleeps"), "transient");
+    let secs: f64 = f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps").parse().unwrap();
+    assert!(secs <= 1.1, "a short retry (the 1 s floor), not a sleep until reset: {secs} s");
+}
+
+#[test]
 fn a_limit_resetting_after_the_deadline_stops_the_run_at_once() {
     let f = Fixture::new();
     let w = f.agent("writer.sh", "#!/bin/sh\necho 'Claude AI usage limit reached|4102444800' >&2\nexit 1\n");
