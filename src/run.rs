@@ -195,8 +195,10 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
         return Err(Refusal::Used { sha: approval.plan_sha.clone().or(approval.contract_sha.clone()).unwrap_or_default(), run: Uuid::nil() }.into());
     };
     rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline})).await.map_err(db)?;
-    let finished_before: BTreeMap<String, String> = match resume {
-        Some(r) => rec::item_outcomes(pool, r.id).await.map_err(db)?.into_iter().collect(),
+    // Items the crashed run finished, carried over as they ended (SPEC §9):
+    // an interrupted item runs again, a pushed one without its PR gets it.
+    let finished_before: BTreeMap<String, rec::ItemRow> = match resume {
+        Some(r) => rec::run_items(pool, r.id).await.map_err(db)?.into_iter().filter(|i| i.outcome.as_deref().is_some_and(|o| o != "interrupted" && o != "pr_failed")).map(|i| (i.item_key.clone(), i)).collect(),
         None => BTreeMap::new(),
     };
 
@@ -213,8 +215,8 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
             break;
         }
         let item_id = rec::start_item(pool, run_id, &entry.item.key, &entry.contract_sha, entry.index, &entry.item.title).await.map_err(db)?;
-        let end = if let Some(prev) = finished_before.get(&entry.item.key).filter(|o| o.as_str() != "interrupted" && o.as_str() != "pr_failed") {
-            ItemEnd { outcome: prev.clone(), reason: Some("finished by the crashed run this one resumes".into()), ..Default::default() }
+        let end = if let Some(prev) = finished_before.get(&entry.item.key) {
+            carried(prev, resume.map(|r| r.id).unwrap_or_default())
         } else if status == "stopped_deadline" || night.clock.now() >= night.deadline {
             status = "stopped_deadline";
             ItemEnd { outcome: "deadline".into(), reason: Some(format!("not started before the deadline {}", local(night.deadline, night.tz))), ..Default::default() }
@@ -240,6 +242,24 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
     let code = if status == "stopped_signal" || failures > 0 { ExitCode::Failure } else { ExitCode::Ok };
     rec::finish_run(pool, run_id, status, code as i32).await.map_err(db)?;
     Ok(RunEnd { run_id, status: status.to_string(), code })
+}
+
+/// The end of an item the crashed run `from` finished, as this run records
+/// it. Its reason starts with [`rec::CARRIED_REASON`], so `max_attempts`
+/// counts the attempt once, not once per resume.
+fn carried(prev: &rec::ItemRow, from: Uuid) -> ItemEnd {
+    ItemEnd {
+        outcome: prev.outcome.clone().unwrap_or_default(),
+        reason: Some(format!("{} {from}{}", rec::CARRIED_REASON, prev.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())),
+        question: prev.question.clone(),
+        branch: prev.branch.clone(),
+        pr_number: prev.pr_number.map(|n| n as u64),
+        pr_url: prev.pr_url.clone(),
+        rounds: prev.rounds.max(0) as u32,
+        tokens: prev.tokens.max(0) as u64,
+        cost_usd: prev.cost_usd,
+        pr_body: prev.pr_body.clone(),
+    }
 }
 
 fn local(t: DateTime<Utc>, tz: Tz) -> String {

@@ -255,6 +255,32 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
 }
 
 #[test]
+fn per_minute_throttling_is_a_short_retry_not_a_sleep_until_reset() {
+    let f = Fixture::new();
+    let once = f.agents.join("throttled-once");
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\nif [ ! -e {o} ]; then touch {o}; echo 'Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 30000, Requested 900. Please try again in 174ms.' >&2; exit 1; fi\n{WORD_WRITER}",
+            o = once.display()
+        ),
+    );
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let started = Instant::now();
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    assert!(started.elapsed() < Duration::from_secs(30), "no long sleep: {:?}", started.elapsed());
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["pr_opened"]);
+    assert_eq!(rep["items"][0]["rounds"], 1, "the throttled call did not use up a round");
+    assert_eq!(f.db.sql("SELECT kind FROM limit_sleeps"), "transient");
+    let secs: f64 = f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps").parse().unwrap();
+    assert!(secs <= 1.1, "a short retry (the 1 s floor), not a sleep until reset: {secs} s");
+}
+
+#[test]
 fn a_limit_resetting_after_the_deadline_stops_the_run_at_once() {
     let f = Fixture::new();
     let w = f.agent("writer.sh", "#!/bin/sh\necho 'Claude AI usage limit reached|4102444800' >&2\nexit 1\n");
@@ -442,7 +468,7 @@ fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
 
     let run_id = f.db.sql("SELECT id FROM runs");
     let key = f.db.sql("SELECT item_key FROM run_items");
-    assert_eq!(status_text(&f), format!("run {run_id} · item {} · round 1 · writer", &key[..8]));
+    assert_eq!(status_text(&f), format!("run {run_id} · item 1 \"Add sub\" ({}) · round 1 · writer", &key[..8]));
     let json: Value = serde_json::from_slice(&f.run(&["status", "--json"]).stdout).unwrap();
     assert_eq!((json["phase"].as_str(), json["round"].as_i64(), json["item_key"].as_str()), (Some("writer"), Some(1), Some(key.as_str())));
 
@@ -532,6 +558,7 @@ async fn crash_and_resume(phase: Phase) {
     bg.wait(Duration::from_secs(5));
     kill_stalled(a, stall);
     let crashed = f.db.sql("SELECT id FROM runs");
+    assert!(status_text(&f).contains(&format!("run {crashed} ended without finishing")), "{}", status_text(&f));
     match phase {
         Phase::AfterPush => assert_eq!(f.remote_branches().len(), 1, "the branch reached the remote before the kill"),
         Phase::AfterPrCreate => assert_eq!(gh.prs().len(), 1),
@@ -671,6 +698,37 @@ fn an_item_failing_on_max_attempts_runs_is_blocked_with_the_reason() {
     let reason = f.db.sql("SELECT reason FROM run_items i JOIN runs r ON r.id = i.run_id WHERE i.outcome = 'blocked' ORDER BY r.started_at DESC LIMIT 1");
     assert!(reason.contains("2 earlier run") && reason.contains("max_attempts = 2"), "{reason}");
     assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), "3", "the blocked item ran no agent on night 3");
+}
+
+#[test]
+fn a_failure_carried_over_by_a_resume_counts_as_one_attempt() {
+    let f = Fixture::new();
+    std::fs::write(f.agents.join("writer2.stall"), "").unwrap();
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\nif grep -q 'Add sub' \"$NIGHTSHIFT_CONTRACT_FILE\"; then\n{}fi\n{WORD_WRITER}", stall_snippet(&f.agents, "writer2")));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "[limits]\nrounds = 1\nmax_attempts = 2\n");
+    f.write("NEXT.md", "- [ ] Add bogus\n- [ ] Add sub\n");
+    // Night 1: item 1 fails its gate, the run is killed during item 2, a drain resumes it.
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    wait_until(Duration::from_secs(30), "item 2's writer", || f.agents.join("writer2.ready").exists());
+    bg.signal(nix::sys::signal::Signal::SIGKILL);
+    bg.wait(Duration::from_secs(5));
+    kill_stalled(&f.agents, "writer2");
+    let out = f.run(&["drain", "--deadline", "23:59"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["tests_failed", "pr_opened"], "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().starts_with("finished by the crashed run"), "{rep:#}");
+    assert_eq!(rep["items"][0]["rounds"], 1, "carried over as it ended");
+    // Night 2: one failed night so far, so item 1 runs again.
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["tests_failed", "already_open"]);
+    // Night 3: two failed nights: blocked.
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["blocked", "already_open"]);
 }
 
 // ---------------------------------------------------------------------------------------------

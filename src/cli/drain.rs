@@ -20,16 +20,20 @@ use crate::{approval, forge, ledger as ledger_mod, process, schedule};
 
 /// `drain` (item = None) or `run [ITEM]` (item = Some).
 pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup) -> Result<ExitCode> {
-    drain_with(cli, args, item, startup, false).await
+    drain_with(cli, args, item, startup, None).await
 }
 
 /// One fire of `schedule`: a `drain` that records `not_approved` for the
-/// plan in the ledger when no valid approval exists (SPEC §4).
-pub(crate) async fn drain_scheduled(cli: &Cli, args: &RunArgs, startup: &Startup) -> Result<ExitCode> {
-    drain_with(cli, args, None, startup, true).await
+/// plan in the ledger when no valid approval exists (SPEC §4), and stops
+/// when `stop` (the schedule's signal) fires, even one that came before the
+/// drain's own handler was installed.
+pub(crate) async fn drain_scheduled(cli: &Cli, args: &RunArgs, startup: &Startup, stop: &CancellationToken) -> Result<ExitCode> {
+    drain_with(cli, args, None, startup, Some(stop)).await
 }
 
-async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup, scheduled: bool) -> Result<ExitCode> {
+/// `schedule_stop`: the schedule's token when this drain is one of its fires.
+async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup, schedule_stop: Option<&CancellationToken>) -> Result<ExitCode> {
+    let scheduled = schedule_stop.is_some();
     if let Some(sha) = &args.approve {
         let ok = sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit());
         if !ok {
@@ -169,7 +173,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             return Err(Error::usage(why));
         }
     }
-    let cancel = CancellationToken::new();
+    let cancel = schedule_stop.map(CancellationToken::child_token).unwrap_or_default();
     let _signals = spawn_signal_handler(cancel.clone());
     let night = Night {
         repo: snap.repo.clone(),

@@ -56,16 +56,28 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     let lg = ledger().await?;
     let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let row = rec::run_row(&lg.pool, &id, None).await.map_err(db)?;
-    let running = row.as_ref().filter(|r| r.status == "running");
+    let dead = row.as_ref().filter(|r| r.status == "running" && died_here(r));
+    let running = row.as_ref().filter(|r| r.status == "running" && dead.is_none());
     let tz: chrono_tz::Tz = running.and_then(|r| r.timezone.as_deref()).and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
+    // The item as `plan` and `report` name it: index, title, short key.
+    let current_item = match running.and_then(|r| r.current_item_key.as_deref().map(|k| (r.id, k))) {
+        Some((run, key)) => match rec::run_items(&lg.pool, run).await.map_err(db)?.into_iter().rev().find(|i| i.item_key == key) {
+            Some(i) => format!("{} {:?} ({})", i.item_index, i.title, &key[..8.min(key.len())]),
+            None => key[..8.min(key.len())].to_string(),
+        },
+        None => "-".to_string(),
+    };
     let text = match running {
-        None => "idle: no run is in progress".to_string(),
+        None => match dead {
+            Some(r) => format!("idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it", r.id, r.pid.unwrap_or(0)),
+            None => "idle: no run is in progress".to_string(),
+        },
         Some(r) => match (r.sleeping_until, &r.phase) {
             (Some(until), _) => format!("sleeping until {} (usage limit, {})", until.with_timezone(&tz).format("%H:%M"), r.sleeping_agent.as_deref().unwrap_or("agent")),
             (None, phase) => format!(
                 "run {} · item {} · round {} · {}",
                 r.id,
-                r.current_item_key.as_deref().map(|k| &k[..8.min(k.len())]).unwrap_or("-"),
+                current_item,
                 r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
                 phase.as_deref().unwrap_or("starting")
             ),
@@ -74,6 +86,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     if json {
         let v = serde_json::json!({
             "running": running.is_some(),
+            "dead_run_id": dead.map(|r| r.id.to_string()),
             "run_id": running.map(|r| r.id.to_string()),
             "phase": running.and_then(|r| r.phase.clone()),
             "item_key": running.and_then(|r| r.current_item_key.clone()),
@@ -89,4 +102,17 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
         println!("{text}");
     }
     Ok(ExitCode::Ok)
+}
+
+/// True when a run marked `running` belonged to a process of this host that
+/// no longer exists (killed, machine rebooted). Runs of other hosts sharing
+/// the ledger cannot be checked from here and count as running.
+fn died_here(r: &rec::RunRow) -> bool {
+    let this_host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok());
+    match (r.pid, r.host.as_deref(), this_host.as_deref()) {
+        (Some(pid), Some(host), Some(here)) if host == here && pid > 0 => {
+            matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
+        }
+        _ => false,
+    }
 }

@@ -72,21 +72,21 @@ async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup)
             break;
         }
         fires += 1;
-        let code = match drain::drain_scheduled(cli, &args, startup).await {
+        let drained = match drain::drain_scheduled(cli, &args, startup, &stop).await {
             Ok(code) => {
                 eprintln!("schedule: fire {fires} drained (exit {})", code as u8);
-                code
+                Some(code)
             }
             // Refusals (no approval, lock held) and failures wait for the next fire.
             Err(e) => {
                 eprintln!("schedule: fire {fires} did not drain (exit {}): {}", e.code as u8, e.message);
-                e.code
+                None
             }
         };
         if stop.is_cancelled() {
-            // The signal stopped a drain: its exit code says how it ended.
             eprintln!("schedule: stopped by a signal during fire {fires}");
-            return Ok(code);
+            // A drain the signal stopped says how it ended (1, `stopped_signal`).
+            return Ok(drained.unwrap_or(ExitCode::Ok));
         }
     }
     eprintln!("schedule: stopped by a signal after {fires} fire(s)");

@@ -617,10 +617,12 @@ pub async fn set_pr_state(pool: &PgPool, repo: &str, key: &str, branch: &str, st
 pub async fn failed_attempts(pool: &PgPool, repo: &str, key: &str) -> Result<i64> {
     sqlx::query_scalar(
         "SELECT count(DISTINCT i.run_id) FROM run_items i JOIN runs r ON r.id = i.run_id WHERE r.repo = $1 AND i.item_key = $2 \
-         AND i.outcome IN ('tests_failed','review_rejected','review_void','rule_broken','no_progress','budget_exceeded','timed_out','push_failed','error')",
+         AND i.outcome IN ('tests_failed','review_rejected','review_void','rule_broken','no_progress','budget_exceeded','timed_out','push_failed','error') \
+         AND NOT starts_with(coalesce(i.reason, ''), $3)",
     )
     .bind(repo)
     .bind(key)
+    .bind(CARRIED_REASON)
     .fetch_one(pool)
     .await
 }
@@ -691,3 +693,7 @@ pub async fn slept_seconds(pool: &PgPool, run: Uuid) -> Result<i64> {
     let s: Option<f64> = sqlx::query_scalar("SELECT sum(extract(epoch FROM slept_until - slept_from))::float8 FROM limit_sleeps WHERE run_id = $1").bind(run).fetch_one(pool).await?;
     Ok(s.unwrap_or(0.0) as i64)
 }
+
+/// How the reason of an item carried over from a crashed run begins (the
+/// crashed run's id follows); such rows are not attempts of their own.
+pub const CARRIED_REASON: &str = "finished by the crashed run";
