@@ -112,7 +112,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let c = &e.contract;
     let mut s = String::new();
     let _ = writeln!(s, "## {}\n", c.title);
-    let _ = writeln!(s, "Opened by **nightshift** (run `{}`). Nothing was merged; a person decides.\n", e.run_id);
+    let _ = writeln!(s, "Prepared by **nightshift** (run `{}`). Nothing was merged; a person decides.\n", e.run_id);
     let _ = writeln!(s, "| | |\n|---|---|");
     let _ = writeln!(s, "| contract | `{}` |", e.contract_sha);
     let _ = writeln!(s, "| branch | `{}` from `{}` (`{}`) |", e.branch, c.base, short(&e.base_commit));
@@ -122,7 +122,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s, "| tokens / cost | {} / {} |", e.tokens, cost);
     let _ = writeln!(s, "| verdict | **{}** |\n", e.verdict.verdict.as_str());
 
-    let _ = writeln!(s, "### Acceptance conditions");
+    let _ = writeln!(s, "### Acceptance conditions (for you to check)");
     if c.accept.is_empty() {
         let _ = writeln!(s, "_None written; the gate and the reviewer decided._");
     }
@@ -178,7 +178,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s);
 
     if !e.findings.is_empty() {
-        let _ = writeln!(s, "### Findings filed as issues (proposals, not in this PR)");
+        let _ = writeln!(s, "### The writer's findings (proposals outside this item, not in this PR; filed as issues when GitHub is reachable)");
         for f in &e.findings {
             let _ = writeln!(s, "- {f}");
         }
@@ -228,8 +228,11 @@ fn tail_chars_of(s: &str, max: usize) -> (String, bool) {
 /// The night in numbers: what `report` prints under the table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NightTotals {
-    /// Items whose PR was opened (or, without GitHub, would have been).
+    /// Items whose PR was opened on GitHub.
     pub opened: usize,
+    /// Items whose branch was pushed but whose PR could not be opened
+    /// (no GitHub access): the PR that would have been opened is kept.
+    pub would_open: usize,
     /// Items that already had an open or merged PR.
     pub already: usize,
     /// Items that ended in a failure outcome (SPEC §5.7).
@@ -255,7 +258,8 @@ pub fn totals(run: &RunRow, items: &[ItemRow], slept_secs: i64, now: chrono::Dat
     let count = |os: &[&str]| items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| os.contains(&o))).count();
     let costs: Vec<f64> = items.iter().filter_map(|i| i.cost_usd).collect();
     NightTotals {
-        opened: count(&["pr_opened"]),
+        opened: items.iter().filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_some()).count(),
+        would_open: items.iter().filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_none()).count(),
         already: count(&["already_open", "already_merged"]),
         failed: items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))).count(),
         blocked: count(&["blocked"]),
@@ -362,8 +366,9 @@ fn totals_line(t: &NightTotals) -> String {
         None => "no deadline".into(),
     };
     format!(
-        "{} PR(s) opened · {} already open or merged · {} failed · {} blocked · {} not run · slept {} at usage limits · {left} · {} tokens · {cost} for the night",
+        "{} PR(s) opened{} · {} already open or merged · {} failed · {} blocked · {} not run · slept {} at usage limits · {left} · {} tokens · {cost} for the night",
         t.opened,
+        if t.would_open > 0 { format!(" · {} branch(es) pushed whose PR would have been opened (no GitHub access)", t.would_open) } else { String::new() },
         t.already,
         t.failed,
         t.blocked,

@@ -672,7 +672,7 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
     let title = format!("nightshift: {}", entry.item.title);
     let Some(forge) = &night.forge else {
         let why = night.forge_missing.clone().unwrap_or_else(|| "no GitHub access".into());
-        return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(format!("{why}; see its body with `nightshift report --show-body`")), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
+        return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(why), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
     };
     let req = crate::forge::PrRequest { title: title.clone(), head: branch.to_string(), base: night.config.base.clone(), body: body.to_string(), labels: vec![night.config.label.clone()], item_key: key.clone() };
     let created = tokio::select! {
@@ -835,8 +835,36 @@ fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) 
     history.len() >= NO_PROGRESS_ROUNDS && history[history.len() - NO_PROGRESS_ROUNDS..].iter().all(|h| h.0 == diff_hash && h.1 == sig)
 }
 
+/// The most telling line of a command's output tail, for a one-line
+/// reason: the last line that names a failure (a panic, an assertion, a
+/// failing test, a compiler error), else the last non-empty line. Generic
+/// trailers such as cargo's "test failed, to rerun pass `--lib`" say nothing.
 fn last_line(s: &str) -> String {
-    s.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().chars().take(300).collect()
+    // In order of how much they tell: the assertion itself, then the failing
+    // test or error, then anything that says it failed.
+    const TELLING: &[&[&str]] = &[
+        &["assertion", "AssertionError", "expected", "panicked at"],
+        &["error[", "Error:", "error:", "FAIL:", "not found", "No such file"],
+        &["FAILED", "failed", "Traceback"],
+    ];
+    const GENERIC: &[&str] = &["test failed, to rerun", "could not compile", "aborting due to", "Some tests failed", "npm ERR! Test failed", "test result:"];
+    let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty() && !GENERIC.iter().any(|g| l.contains(g))).collect();
+    let telling = TELLING.iter().find_map(|group| lines.iter().rev().find(|l| group.iter().any(|t| l.contains(t))));
+    telling.or(lines.last()).or(s.lines().rev().find(|l| !l.trim().is_empty()).as_ref()).map(|l| l.trim()).unwrap_or("").chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_line;
+
+    #[test]
+    fn the_telling_line_of_a_failure() {
+        let cargo = "running 3 tests\ntest t::a ... ok\ntest t::b ... FAILED\n\nfailures:\n\n---- t::b stdout ----\n\nthread 't::b' panicked at src/lib.rs:9:9:\nassertion `left == right` failed: modulo\n  left: 1\n right: 3\n\nfailures:\n    t::b\n\ntest result: FAILED. 2 passed; 1 failed\n\nerror: test failed, to rerun pass `--lib`\n";
+        assert_eq!(last_line(cargo), "assertion `left == right` failed: modulo");
+        assert_eq!(last_line("sh: 1: nope: not found\n"), "sh: 1: nope: not found");
+        assert_eq!(last_line("all good\nbut exit 1\n"), "but exit 1");
+        assert_eq!(last_line("error: test failed, to rerun pass `--lib`\n"), "error: test failed, to rerun pass `--lib`");
+    }
 }
 
 enum Step {
