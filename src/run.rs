@@ -452,11 +452,20 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Ok(b) => b,
             Err(e) => return Ok(fail("error", format!("cannot read the checkout before round {n}: {e}"), n, &totals)),
         };
+        // What the writer could reach besides its checkout: the remote, and
+        // the user's repository (its path is in the slot's alternates).
+        let token = night.token.as_ref().map(|t| t.expose().to_string());
+        let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).map_err(|e| tracing::warn!("cannot list the remote's refs before the writer: {e}")).ok();
+        let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Writer, c, &feedback, &base_commit);
         let writer = match call_agent(night, run_id, item_id, round_id, key, Role::Writer, n, prompt, &contract_json, &feedback, slot, item_dir, &mut item_deadline, &mut totals).await? {
             Step::Done(r) => r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
+        if let Some(why) = outside_reach(night, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
+            rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why)).await.map_err(db)?;
+            return Ok(fail("rule_broken", why, n, &totals));
+        }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
             rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why)).await.map_err(db)?;
             return Ok(fail("budget_exceeded", why, n, &totals));
@@ -482,17 +491,22 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             rec::finish_round(pool, round_id, "rule_broken", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
+        // A writer that crashed (a signal, an OOM kill, a nonzero exit, an
+        // error result) may have left half-done work: never gate, review or
+        // push it as if it were finished. Its changes stay for the next round.
         if let Some(f) = &writer.failure {
-            if proof.is_empty() {
-                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("writer_failed"), Some(f)).await.map_err(db)?;
-                last_failure = ("error".into(), format!("the writer failed: {f}"));
-                feedback = format!("Your previous attempt failed: {f}\n");
-                rounds_done.push(RoundSummary { n, result: "error".into(), note: f.clone(), gate: vec![], verdict: None });
-                if no_progress(&mut history, &proof.diff_hash, "writer_failed") {
-                    return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
-                }
-                continue;
+            rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("writer_failed"), Some(f)).await.map_err(db)?;
+            last_failure = ("error".into(), format!("the writer failed: {f}"));
+            feedback = if proof.is_empty() {
+                format!("Your previous attempt failed: {f}\n")
+            } else {
+                format!("Your previous attempt failed before it finished: {f}\nIts changes are still in the checkout; check them and finish the work.\n")
+            };
+            rounds_done.push(RoundSummary { n, result: "error".into(), note: f.clone(), gate: vec![], verdict: None });
+            if no_progress(&mut history, &proof.diff_hash, "writer_failed") {
+                return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
             }
+            continue;
         }
         if proof.is_empty() {
             rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None).await.map_err(db)?;
@@ -532,11 +546,19 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         // Review, read-only, verified.
         rec::set_phase(pool, run_id, "review", Some(key), Some(n)).await.map_err(db)?;
         let fp_before = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
+        let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).ok();
+        let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Reviewer, c, "", &base_commit);
         let reviewer = match call_agent(night, run_id, item_id, round_id, key, Role::Reviewer, n, prompt, &contract_json, "", slot, item_dir, &mut item_deadline, &mut totals).await? {
             Step::Done(r) => r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
+        if let Some(why) = outside_reach(night, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
+            let why = why.replace("the writer", "the reviewer");
+            rec::record_review(pool, round_id, "void", &[], Some(&why)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
+            return Ok(fail("review_void", why, n, &totals));
+        }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
             rec::finish_round(pool, round_id, "budget_exceeded", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
             return Ok(fail("budget_exceeded", why, n, &totals));
@@ -833,6 +855,31 @@ fn hand_over_dir(dir: &std::os::fd::OwnedFd, uid: u32, gid: u32, top: bool) -> s
 fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) -> bool {
     history.push((diff_hash.to_string(), sig.to_string()));
     history.len() >= NO_PROGRESS_ROUNDS && history[history.len() - NO_PROGRESS_ROUNDS..].iter().all(|h| h.0 == diff_hash && h.1 == sig)
+}
+
+/// What a writer changed outside its checkout, if anything: a ref on the
+/// remote that now points at an object the checkout has (the writer pushed;
+/// a person's push at night brings objects the checkout has never seen), a
+/// deleted `nightshift/` branch, or the user's own `.git` config and hooks.
+fn outside_reach(night: &Night, slot: &Slot, remote_before: Option<&std::collections::BTreeMap<String, String>>, user_git_before: &str, token: Option<&str>) -> Option<String> {
+    if slot::git_dir_fingerprint(&night.repo) != user_git_before {
+        return Some(format!("the writer changed {}/.git (config, hooks or info) during its round; check it before you run git there again", night.repo.display()));
+    }
+    let before = remote_before?;
+    let after = match tokio::task::block_in_place(|| slot.remote_refs(token)) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!("cannot list the remote's refs after the writer: {e}");
+            return None;
+        }
+    };
+    let mut pushed: Vec<String> = after
+        .iter()
+        .filter(|(name, oid)| before.get(*name) != Some(*oid) && tokio::task::block_in_place(|| slot.has_object(oid)))
+        .map(|(name, _)| name.clone())
+        .collect();
+    pushed.extend(before.keys().filter(|name| name.starts_with("refs/heads/nightshift/") && !after.contains_key(*name)).map(|n| format!("{n} (deleted)")));
+    (!pushed.is_empty()).then(|| format!("the writer pushed to the remote: {}; only the runner pushes", pushed.join(", ")))
 }
 
 /// The most telling line of a command's output tail, for a one-line

@@ -493,6 +493,27 @@ impl Slot {
         self.push_stoppable(token, None)
     }
 
+    /// The remote's branches and tags as `ref → object id`, read with
+    /// `git ls-remote` (token through askpass). Taken before and after each
+    /// writer round to see whether the writer pushed (SPEC §5.2: the runner
+    /// checks the rules from git, not from the agent's word).
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when the remote cannot be read.
+    pub fn remote_refs(&self, token: Option<&str>) -> Result<std::collections::BTreeMap<String, String>, SlotError> {
+        let out = self.git().token(token).timeout(NETWORK_TIMEOUT).text(&["ls-remote", "--heads", "--tags", "--", &self.push_url])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(sha, name)| (name.trim().to_string(), sha.trim().to_string()))
+            .collect())
+    }
+
+    /// Whether the slot's object store (its own or borrowed) has `oid`.
+    pub fn has_object(&self, oid: &str) -> bool {
+        self.git().run(&["cat-file", "-e", &format!("{oid}^{{object}}")]).is_ok()
+    }
+
     /// [`Slot::push`], killed as soon as `stop` becomes true (a signal during
     /// the push, SPEC §7): git's process group, hooks and helpers included.
     ///

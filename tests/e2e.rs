@@ -120,23 +120,38 @@ case "$title" in
   *commit*) echo sub >> calc.txt; git -c user.name=w -c user.email=w@x add -A; git -c user.name=w -c user.email=w@x commit -qm sneaky ;;
   *switch*) git checkout -q -b elsewhere; echo sub >> calc.txt ;;
   *hook*) echo sub >> calc.txt; printf '#!/bin/sh\ntouch "$HOME/hook-ran"\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit ;;
+  *push*) echo sub >> calc.txt; git stash -q; git push -q origin HEAD:refs/heads/evil; git stash pop -q ;;
+  *user*) echo sub >> calc.txt; u=$(sed 's|/objects$||' .git/objects/info/alternates); printf '[alias]\n\tst = status\n' >> "$u/config" ;;
+  *crash*) echo sub >> calc.txt; kill -SEGV $$ ;;
 esac
 "#,
     );
     let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
     f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n");
+    f.write("NEXT.md", "- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n- [ ] A push of its own\n- [ ] A crash\n  - rounds: 1\n");
     let git_before = tree_hash(&f.repo.join(".git"));
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report = f.report();
-    for i in report["items"].as_array().unwrap() {
-        assert_eq!(i["outcome"], "rule_broken", "{report:#}");
-    }
+    let outcomes: Vec<&str> = report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap()).collect();
+    // A crashed writer's half-done work is never gated, reviewed or pushed.
+    assert_eq!(outcomes, ["rule_broken", "rule_broken", "rule_broken", "rule_broken", "rule_broken", "error"], "{report:#}");
+    assert!(report["items"][4]["reason"].as_str().unwrap().contains("refs/heads/evil"), "{report:#}");
+    assert!(report["items"][5]["reason"].as_str().unwrap().contains("signal 11"), "{report:#}");
     assert!(f.remote_branches().is_empty());
     assert!(gh.prs().is_empty());
     assert!(!f.home.join("hook-ran").exists(), "a planted hook ran");
     assert_eq!(tree_hash(&f.repo.join(".git")), git_before, "the user's .git changed");
+
+    // A writer that reaches the user's own .git through the checkout's
+    // alternates is caught (its change is the user's to undo).
+    f.write("NEXT.md", "- [ ] A user repo edit\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = f.report();
+    assert_eq!(report["items"][0]["outcome"], "rule_broken", "{report:#}");
+    assert!(report["items"][0]["reason"].as_str().unwrap().contains(".git"), "{report:#}");
+    assert!(f.remote_branches().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

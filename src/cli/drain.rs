@@ -173,6 +173,9 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             return Err(Error::usage(why));
         }
     }
+    if run_as.is_none() && nix::unistd::geteuid().is_root() {
+        eprintln!("warning: agents run as root with full rights over this machine (nightshift checks the checkout, the remote and your .git, but cannot fence the rest); set `agent_user` in the config to confine them");
+    }
     let cancel = schedule_stop.map(CancellationToken::child_token).unwrap_or_default();
     let _signals = spawn_signal_handler(cancel.clone());
     let night = Night {
