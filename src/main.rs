@@ -1,10 +1,22 @@
-//! The `nightshift` binary: scrubs the token variables from its own
-//! environment before any thread exists (SPEC §6), becomes a child subreaper
-//! so escaped agent descendants can be swept, then runs the CLI.
+//! The `nightshift` binary: scrubs secrets from its own environment before
+//! any thread exists (SPEC §6), becomes a child subreaper so escaped agent
+//! descendants can be swept, then runs the CLI.
+
+/// Variables that may hold the ledger URL (SPEC §9). Agents running as the
+/// same user can read `/proc/<nightshift>/environ`, so their bytes are wiped
+/// from it like the token's; nightshift itself still needs them.
+const LEDGER_VARS: &[&str] = &["NIGHTSHIFT_DATABASE_URL", "DATABASE_URL"];
 
 fn main() -> std::process::ExitCode {
     // Before the async runtime starts threads: see `secret::scrub_own_env`.
-    let removed = nightshift::secret::scrub_own_env(&[]);
+    let removed = nightshift::secret::scrub_own_env(LEDGER_VARS);
+    for (name, value) in removed.iter().filter(|(n, _)| LEDGER_VARS.contains(&n.as_str())) {
+        // SAFETY: still single-threaded (scrub_own_env checked it). A value
+        // set now lives in the process's heap, not in the exec-time block
+        // that /proc/<pid>/environ shows, and children get an explicit,
+        // filtered environment (process::child_env).
+        unsafe { std::env::set_var(name, value.expose()) };
+    }
     let _ = nightshift::process::become_subreaper();
     nightshift::cli::main(nightshift::cli::Startup { removed })
 }
