@@ -680,6 +680,12 @@ static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             "gemini capacity",
             r"you have exhausted your capacity on this model",
         ),
+        // Codex after its provider's 5xx retries: "We’re currently experiencing
+        // high demand, which may cause temporary errors."
+        trigger(
+            "high demand",
+            r"\bexperiencing (?:high|heavy|unusually high) demand\b",
+        ),
         // No trigger for a bare "Retrying in 5s": network errors print it too, and they are
         // failures, not limits; the wait is read only once another trigger matched.
     ]
@@ -1122,6 +1128,19 @@ fn next_occurrence(
         }
     }
     candidate
+}
+
+#[cfg(test)]
+mod high_demand_tests {
+    use super::*;
+
+    #[test]
+    fn codex_high_demand_is_a_short_retry() {
+        let now = Utc::now();
+        let r = read_text("We’re currently experiencing high demand, which may cause temporary errors.", now, chrono_tz::UTC);
+        assert_eq!(r.kind, LimitKind::Transient, "{r:?}");
+        assert_eq!(read_text("The product is in high demand this season.", now, chrono_tz::UTC).kind, LimitKind::None);
+    }
 }
 
 #[cfg(test)]
