@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
-use sha2::{Digest, Sha256};
 
 /// A parsed backlog file: the snapshot a plan is made from (SPEC §3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,10 +320,8 @@ pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError>
     Ok(out)
 }
 
-/// Lowercase hex SHA-256 (private until `contract::sha256_hex` is merged).
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+use crate::config::parse_duration;
+use crate::contract::sha256_hex;
 
 /// normalize() of the key rule: words separated by exactly one space.
 fn normalize(s: &str) -> String {
@@ -765,46 +762,6 @@ fn scope_globs(value: &str) -> Vec<String> {
         .collect()
 }
 
-/// Parses a human duration of `h`/`m`/`s` parts ("45m", "2h", "90s",
-/// "1h30m", "1h 30m"). Zero is refused: an item timeout of zero cannot run.
-/// Mirrors the team's `config::parse_duration` convention.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("no duration given".to_string());
-    }
-    let mut total: u64 = 0;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return Err(format!("expected a number at {rest:?}"));
-        }
-        let n: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| "number too large".to_string())?;
-        rest = &rest[digits..];
-        let unit = rest
-            .chars()
-            .next()
-            .ok_or_else(|| format!("missing unit after {n} (h, m or s)"))?;
-        let secs = match unit {
-            'h' | 'H' => 3600,
-            'm' | 'M' => 60,
-            's' | 'S' => 1,
-            other => return Err(format!("unknown unit {other:?} (h, m or s)")),
-        };
-        total = n
-            .checked_mul(secs)
-            .and_then(|v| total.checked_add(v))
-            .ok_or("duration too large")?;
-        rest = rest[unit.len_utf8()..].trim_start();
-    }
-    if total == 0 {
-        return Err("a zero timeout cannot run".to_string());
-    }
-    Ok(Duration::from_secs(total))
-}
 
 /// Lines of a top-level block quote without their `>` marker (up to 3 spaces,
 /// `>`, one optional space or tab). Lazy continuation lines are kept as they are.

@@ -393,40 +393,36 @@ pub fn parse_hhmm(s: &str) -> Result<(u32, u32), String> {
     Ok((h, m))
 }
 
-/// Parses a human duration: `90s`, `45m`, `2h`, `1h30m`, `1d`; a bare
-/// number means seconds.
+/// Parses a human duration: `90s`, `45m`, `2h`, `1h30m`, `1h 30m`, `1d`.
+/// Every number needs its unit (a bare `45` could mean seconds or minutes),
+/// and zero is refused (a zero timeout cannot run).
 ///
 /// # Errors
-/// A message naming the accepted forms.
+/// A message naming what is wrong and the accepted forms.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    if t.is_empty() {
-        return Err("empty duration; write e.g. \"45m\", \"2h\" or \"120s\"".into());
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("no duration given; write e.g. \"45m\", \"2h\" or \"1h30m\"".to_string());
     }
-    if let Ok(n) = t.parse::<u64>() {
-        return Ok(Duration::from_secs(n));
-    }
-    let mut total = 0u64;
-    let mut num = String::new();
-    for ch in t.chars() {
-        if ch.is_ascii_digit() {
-            num.push(ch);
-            continue;
+    let mut total: u64 = 0;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return Err(format!("expected a number at {rest:?}; write e.g. \"45m\", \"2h\" or \"1h30m\""));
         }
-        let unit = match ch {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            ' ' if num.is_empty() => continue,
-            _ => return Err(format!("{s:?} is not a duration; write e.g. \"45m\", \"2h\", \"1h30m\" or \"120s\"")),
+        let n: u64 = rest[..digits].parse().map_err(|_| format!("{s:?}: number too large"))?;
+        rest = &rest[digits..];
+        let unit = rest.chars().next().ok_or_else(|| format!("{s:?}: missing unit after {n} (d, h, m or s)"))?;
+        let secs = match unit {
+            'd' | 'D' => 86_400,
+            'h' | 'H' => 3600,
+            'm' | 'M' => 60,
+            's' | 'S' => 1,
+            other => return Err(format!("{s:?}: unknown unit {other:?} (d, h, m or s)")),
         };
-        let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration; a number must come before each unit"))?;
-        total = total.saturating_add(n.saturating_mul(unit));
-        num.clear();
-    }
-    if !num.is_empty() {
-        return Err(format!("{s:?} is not a duration; end with a unit (s, m, h, d)"));
+        total = n.checked_mul(secs).and_then(|v| total.checked_add(v)).ok_or_else(|| format!("{s:?}: duration too large"))?;
+        rest = rest[unit.len_utf8()..].trim_start();
     }
     if total == 0 {
         return Err(format!("{s:?}: a duration must be longer than zero"));
@@ -549,7 +545,7 @@ mod tests {
     fn bad_duration_names_line() {
         let (line, _, message) = err("[limits]\nagent_timeout = \"soon\"\n");
         assert_eq!(line, 2);
-        assert!(message.contains("not a duration"), "{message}");
+        assert!(message.contains("agent_timeout") && message.contains("45m"), "{message}");
     }
 
     #[test]
@@ -585,7 +581,8 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("45m").unwrap(), Duration::from_secs(2700));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("120").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("120").is_err(), "a bare number needs its unit");
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("m").is_err());
