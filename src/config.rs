@@ -301,11 +301,10 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             return Err(bad(key, "must not be empty".into()));
         }
     }
-    if let Some(tz) = &c.timezone {
-        if tz.parse::<chrono_tz::Tz>().is_err() {
+    if let Some(tz) = &c.timezone
+        && tz.parse::<chrono_tz::Tz>().is_err() {
             return Err(bad("timezone", format!("unknown time zone {tz:?}; use an IANA name such as \"Asia/Taipei\"")));
         }
-    }
     if let Some(r) = &c.github_repo {
         let parts: Vec<&str> = r.split('/').collect();
         if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
@@ -325,11 +324,10 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
         if r.prefix.trim().is_empty() {
             return Err(bad("prefix", "a recipe needs a non-empty title prefix".into()));
         }
-        if let Some(n) = r.rounds {
-            if n == 0 || n > c.limits.rounds {
+        if let Some(n) = r.rounds
+            && (n == 0 || n > c.limits.rounds) {
                 return Err(bad("rounds", format!("recipe {:?}: rounds must be 1..={} (the policy cap)", r.prefix, c.limits.rounds)));
             }
-        }
     }
     Ok(())
 }
@@ -556,7 +554,7 @@ mod tests {
         assert_eq!(err("timezone = \"Mars/Base\"\n").1.as_deref(), Some("timezone"));
         assert_eq!(err("[writer]\nkind = \"gpt\"\n").0, 2);
         assert_eq!(err("github_repo = \"nope\"\n").1.as_deref(), Some("github_repo"));
-        assert!(err("base = [\n").2.len() > 0);
+        assert!(!err("base = [\n").2.is_empty());
     }
 
     #[test]

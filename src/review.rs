@@ -71,21 +71,19 @@ pub fn verdict_from_value(v: &Value) -> Option<Verdict> {
 pub fn last_json_verdict(text: &str) -> Option<Verdict> {
     for line in text.lines().rev() {
         let t = line.trim();
-        if t.starts_with('{') {
-            if let Some(v) = serde_json::from_str::<Value>(t).ok().as_ref().and_then(verdict_from_value) {
+        if t.starts_with('{')
+            && let Some(v) = serde_json::from_str::<Value>(t).ok().as_ref().and_then(verdict_from_value) {
                 return Some(v);
             }
-        }
     }
     // Scan `{` positions from the end; parse the first JSON value at each.
     let bytes = text.as_bytes();
     for (i, _) in text.char_indices().rev().filter(|(_, c)| *c == '{') {
         let mut de = serde_json::Deserializer::from_slice(&bytes[i..]).into_iter::<Value>();
-        if let Some(Ok(v)) = de.next() {
-            if let Some(verdict) = verdict_from_value(&v) {
+        if let Some(Ok(v)) = de.next()
+            && let Some(verdict) = verdict_from_value(&v) {
                 return Some(verdict);
             }
-        }
     }
     None
 }
@@ -98,11 +96,10 @@ pub fn tools_violation(tools: Option<&[String]>, mcp_servers: Option<&[String]>,
             return Some(format!("the reviewer session listed tools beyond {}: {}", allowed.join(", "), extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
         }
     }
-    if let Some(m) = mcp_servers {
-        if !m.is_empty() {
+    if let Some(m) = mcp_servers
+        && !m.is_empty() {
             return Some(format!("the reviewer session had MCP servers: {}", m.join(", ")));
         }
-    }
     None
 }
 

@@ -900,20 +900,6 @@ fn last_line(s: &str) -> String {
     telling.or(lines.last()).or(s.lines().rev().find(|l| !l.trim().is_empty()).as_ref()).map(|l| l.trim()).unwrap_or("").chars().take(300).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::last_line;
-
-    #[test]
-    fn the_telling_line_of_a_failure() {
-        let cargo = "running 3 tests\ntest t::a ... ok\ntest t::b ... FAILED\n\nfailures:\n\n---- t::b stdout ----\n\nthread 't::b' panicked at src/lib.rs:9:9:\nassertion `left == right` failed: modulo\n  left: 1\n right: 3\n\nfailures:\n    t::b\n\ntest result: FAILED. 2 passed; 1 failed\n\nerror: test failed, to rerun pass `--lib`\n";
-        assert_eq!(last_line(cargo), "assertion `left == right` failed: modulo");
-        assert_eq!(last_line("sh: 1: nope: not found\n"), "sh: 1: nope: not found");
-        assert_eq!(last_line("all good\nbut exit 1\n"), "but exit 1");
-        assert_eq!(last_line("error: test failed, to rerun pass `--lib`\n"), "error: test failed, to rerun pass `--lib`");
-    }
-}
-
 enum Step {
     Done(agent::Report),
     Stop(ItemEnd),
@@ -1066,4 +1052,18 @@ fn runner_identity() -> slot::Identity {
 /// The sleep policy of SPEC §7 from the config's limits.
 pub fn sleep_policy(l: &config::Limits) -> limit::SleepPolicy {
     limit::SleepPolicy { buffer: l.limit_buffer, min: l.limit_sleep_min, max: l.limit_sleep_max, ..limit::SleepPolicy::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_line;
+
+    #[test]
+    fn the_telling_line_of_a_failure() {
+        let cargo = "running 3 tests\ntest t::a ... ok\ntest t::b ... FAILED\n\nfailures:\n\n---- t::b stdout ----\n\nthread 't::b' panicked at src/lib.rs:9:9:\nassertion `left == right` failed: modulo\n  left: 1\n right: 3\n\nfailures:\n    t::b\n\ntest result: FAILED. 2 passed; 1 failed\n\nerror: test failed, to rerun pass `--lib`\n";
+        assert_eq!(last_line(cargo), "assertion `left == right` failed: modulo");
+        assert_eq!(last_line("sh: 1: nope: not found\n"), "sh: 1: nope: not found");
+        assert_eq!(last_line("all good\nbut exit 1\n"), "but exit 1");
+        assert_eq!(last_line("error: test failed, to rerun pass `--lib`\n"), "error: test failed, to rerun pass `--lib`");
+    }
 }

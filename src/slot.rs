@@ -665,11 +665,10 @@ pub fn kill_stragglers(dir: &Path) -> Vec<i32> {
         if cwd.starts_with(&dir) {
             let pid = nix::unistd::Pid::from_raw(pid);
             // Its whole group first (an agent and its children), then itself.
-            if let Ok(pgid) = nix::unistd::getpgid(Some(pid)) {
-                if pgid.as_raw() > 1 && pgid.as_raw() != nix::unistd::getpgrp().as_raw() {
+            if let Ok(pgid) = nix::unistd::getpgid(Some(pid))
+                && pgid.as_raw() > 1 && pgid.as_raw() != nix::unistd::getpgrp().as_raw() {
                     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
                 }
-            }
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             killed.push(pid.as_raw());
         }
