@@ -30,10 +30,15 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
     let lg = ledger().await?;
     let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let Some(row) = rec::run_row(&lg.pool, &id, run_id).await.map_err(db)? else {
-        return Err(Error::usage(match run {
-            Some(r) => format!("no run {r} in the ledger"),
-            None => format!("no run of {} in the ledger yet; `nightshift drain` makes one", repo.display()),
-        }));
+        if let Some(r) = run {
+            return Err(Error::usage(format!("no run {r} in the ledger of {}", repo.display())));
+        }
+        // Nothing has run yet: not an error, just nothing to report.
+        match format {
+            ReportFormat::Json => println!("null"),
+            _ => println!("no run of {} yet; `nightshift drain` makes one", repo.display()),
+        }
+        return Ok(ExitCode::Ok);
     };
     let items = rec::run_items(&lg.pool, row.id).await.map_err(db)?;
     let slept = rec::slept_seconds(&lg.pool, row.id).await.map_err(db)?;
