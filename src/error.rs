@@ -65,5 +65,21 @@ impl From<crate::approval::Refusal> for Error {
     }
 }
 
+impl From<sqlx::Error> for Error {
+    /// A ledger query failed mid-command: a systemic error (exit 1). The
+    /// server's own message and SQLSTATE, not the driver's decoration (whose
+    /// "at line N" is a line of PostgreSQL's source, not of a user's file).
+    fn from(e: sqlx::Error) -> Self {
+        let detail = match &e {
+            sqlx::Error::Database(db) => match db.code() {
+                Some(code) => format!("{} (SQLSTATE {code})", db.message()),
+                None => db.message().to_string(),
+            },
+            other => other.to_string(),
+        };
+        Error::failure(format!("ledger: {detail}"))
+    }
+}
+
 /// Result of a CLI command.
 pub type Result<T> = std::result::Result<T, Error>;

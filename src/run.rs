@@ -115,26 +115,25 @@ pub struct RunEnd {
 /// # Errors
 /// [`Refusal`] when none is usable; database errors as [`Error`].
 pub async fn find_approval(pool: &PgPool, repo_id: &str, plan: &Plan, selection: &Selection, explicit: Option<&str>, now: DateTime<Utc>) -> Result<Result<(Approval, Vec<String>), Refusal>, Error> {
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     if let Some(sha) = explicit {
-        let list = rec::approvals_of(pool, repo_id, sha).await.map_err(db)?;
+        let list = rec::approvals_of(pool, repo_id, sha).await?;
         let Some(a) = list.first() else { return Ok(Err(Refusal::Unknown { sha: sha.to_string() })) };
         if let Err(r) = approval::check_usable(a, now) {
             // A newer usable approval of the same SHA may exist after an expired one.
             if let Some(ok) = list.iter().find(|a| approval::check_usable(a, now).is_ok()) {
-                return approved_set(pool, plan, selection, ok.clone()).await.map_err(db);
+                return approved_set(pool, plan, selection, ok.clone()).await.map_err(Error::from);
             }
             return Ok(Err(r));
         }
-        return approved_set(pool, plan, selection, a.clone()).await.map_err(db);
+        return approved_set(pool, plan, selection, a.clone()).await.map_err(Error::from);
     }
-    let list = rec::usable_plan_approvals(pool, repo_id, now).await.map_err(db)?;
+    let list = rec::usable_plan_approvals(pool, repo_id, now).await?;
     if let Some(a) = list.iter().find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str())) {
-        return approved_set(pool, plan, selection, a.clone()).await.map_err(db);
+        return approved_set(pool, plan, selection, a.clone()).await.map_err(Error::from);
     }
     let current: Vec<&str> = plan.entries.iter().map(|e| e.contract_sha.as_str()).collect();
     for a in &list {
-        let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await.map_err(db)?;
+        let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
         if shas.iter().any(|s| current.contains(&s.as_str())) {
             return Ok(Ok((a.clone(), shas)));
         }
@@ -170,7 +169,6 @@ async fn approved_set(pool: &PgPool, plan: &Plan, selection: &Selection, a: Appr
 /// Refusals (exit 3) and systemic failures (exit 1) as [`Error`]; item
 /// failures are outcomes, not errors.
 pub async fn drain(night: &Night, selection: Selection, approval: &Approval, approved: &[String], resume: Option<&rec::RunRow>) -> Result<RunEnd, Error> {
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let pool = &night.pool;
     let kind = match selection {
         Selection::All => "drain",
@@ -190,15 +188,15 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
         },
     )
     .await
-    .map_err(db)?
+    ?
     else {
         return Err(Refusal::Used { sha: approval.plan_sha.clone().or(approval.contract_sha.clone()).unwrap_or_default(), run: Uuid::nil() }.into());
     };
-    rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline})).await.map_err(db)?;
+    rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline})).await?;
     // Items the crashed run finished, carried over as they ended (SPEC §9):
     // an interrupted item runs again, a pushed one without its PR gets it.
     let finished_before: BTreeMap<String, rec::ItemRow> = match resume {
-        Some(r) => rec::run_items(pool, r.id).await.map_err(db)?.into_iter().filter(|i| i.outcome.as_deref().is_some_and(|o| o != "interrupted" && o != "pr_failed")).map(|i| (i.item_key.clone(), i)).collect(),
+        Some(r) => rec::run_items(pool, r.id).await?.into_iter().filter(|i| i.outcome.as_deref().is_some_and(|o| o != "interrupted" && o != "pr_failed")).map(|i| (i.item_key.clone(), i)).collect(),
         None => BTreeMap::new(),
     };
 
@@ -214,7 +212,7 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
             status = "stopped_signal";
             break;
         }
-        let item_id = rec::start_item(pool, run_id, &entry.item.key, &entry.contract_sha, entry.index, &entry.item.title).await.map_err(db)?;
+        let item_id = rec::start_item(pool, run_id, &entry.item.key, &entry.contract_sha, entry.index, &entry.item.title).await?;
         let end = if let Some(prev) = finished_before.get(&entry.item.key) {
             carried(prev, resume.map(|r| r.id).unwrap_or_default())
         } else if status == "stopped_deadline" || night.clock.now() >= night.deadline {
@@ -233,14 +231,14 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
         if !OK_OUTCOMES.contains(&end.outcome.as_str()) {
             failures += 1;
         }
-        rec::finish_item(pool, item_id, &end).await.map_err(db)?;
-        rec::event(pool, Some(run_id), "item_finished", json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason})).await.map_err(db)?;
+        rec::finish_item(pool, item_id, &end).await?;
+        rec::event(pool, Some(run_id), "item_finished", json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason})).await?;
         if status == "stopped_signal" {
             break;
         }
     }
     let code = if status == "stopped_signal" || failures > 0 { ExitCode::Failure } else { ExitCode::Ok };
-    rec::finish_run(pool, run_id, status, code as i32).await.map_err(db)?;
+    rec::finish_run(pool, run_id, status, code as i32).await?;
     Ok(RunEnd { run_id, status: status.to_string(), code })
 }
 
@@ -268,7 +266,6 @@ fn local(t: DateTime<Utc>, tz: Tz) -> String {
 
 /// Decides what happens to one plan entry and runs it if it should run.
 async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, approved: &[String], run_cost: &mut f64) -> Result<ItemEnd, Error> {
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let pool = &night.pool;
     let key = &entry.item.key;
     if let Some(b) = &entry.blocked {
@@ -282,7 +279,7 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     if let Some(end) = earlier_pr(night, run_id, entry, &branch).await? {
         return Ok(end);
     }
-    let attempts = rec::failed_attempts(pool, &night.repo_id, key).await.map_err(db)?;
+    let attempts = rec::failed_attempts(pool, &night.repo_id, key).await?;
     let max_attempts = night.config.limits.max_attempts as i64;
     if attempts >= max_attempts {
         return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(format!("failed on {attempts} earlier run(s) (max_attempts = {max_attempts}); look at its last report, fix the item, then raise the cap or edit it")), ..Default::default() });
@@ -290,7 +287,7 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     if *run_cost >= night.config.limits.max_cost_usd_per_run {
         return Ok(ItemEnd { outcome: "budget_exceeded".into(), reason: Some(format!("the run's cost cap of ${:.2} is used up", night.config.limits.max_cost_usd_per_run)), ..Default::default() });
     }
-    rec::set_phase(pool, run_id, "checkout", Some(key), None).await.map_err(db)?;
+    rec::set_phase(pool, run_id, "checkout", Some(key), None).await?;
     let item_dir = night.data_dir.join("logs").join(run_id.to_string()).join(format!("item-{:03}-{}", entry.index, &key[..8]));
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
@@ -315,10 +312,9 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
 /// An earlier PR of this item: `already_open`, `already_merged`, or a
 /// `pr_failed` PR opened now.
 async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str) -> Result<Option<ItemEnd>, Error> {
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let pool = &night.pool;
     let key = &entry.item.key;
-    let rows = rec::prs_of_item(pool, &night.repo_id, key).await.map_err(db)?;
+    let rows = rec::prs_of_item(pool, &night.repo_id, key).await?;
     if let Some(forge) = &night.forge {
         let branches: Vec<String> = std::iter::once(branch.to_string()).chain(rows.iter().map(|r| r.branch.clone())).collect();
         for b in &branches {
@@ -329,7 +325,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
                         PrState::Merged => ("already_merged", "merged"),
                         PrState::Closed => continue,
                     };
-                    rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, &pr.head, Some(pr.number), Some(&pr.url), state, "").await.map_err(db)?;
+                    rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, &pr.head, Some(pr.number), Some(&pr.url), state, "").await?;
                     return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(format!("PR #{} from an earlier run", pr.number)), branch: Some(pr.head.clone()), pr_number: Some(pr.number), pr_url: Some(pr.url.clone()), ..Default::default() }));
                 }
                 Ok(None) => {}
@@ -344,7 +340,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
                 .bind(&r.branch)
                 .fetch_one(pool)
                 .await
-                .map_err(db)?;
+                ?;
             return Ok(Some(open_pr(night, run_id, entry, &r.branch, &body).await?));
         }
         return Ok(None);
@@ -382,7 +378,6 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
 /// item; `findings_all` collects the writer's findings of every round.
 #[allow(clippy::too_many_arguments)]
 async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, slot: &Slot, branch: &str, item_dir: &Path, run_cost: f64, findings_all: &mut Vec<String>) -> Result<ItemEnd, Error> {
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let pool = &night.pool;
     let c = &entry.contract;
     let key = &entry.item.key;
@@ -407,7 +402,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
     // Setup commands, in the fresh checkout.
     let mut setup_runs: Vec<GateRun> = Vec::new();
     if !c.setup.is_empty() {
-        rec::set_phase(pool, run_id, "setup", Some(key), None).await.map_err(db)?;
+        rec::set_phase(pool, run_id, "setup", Some(key), None).await?;
         let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout().min(c.limits.item_timeout()), item_dir.to_path_buf()), &night.cancel).await;
         match runs {
             Ok(runs) if runs.iter().all(GateRun::passed) => setup_runs = runs,
@@ -439,8 +434,8 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         if Instant::now() >= item_deadline {
             return Ok(fail("timed_out", format!("the item timeout of {} was reached before round {n}", config::format_duration(c.limits.item_timeout())), n - 1, &totals));
         }
-        let round_id = rec::start_round(pool, item_id, n).await.map_err(db)?;
-        rec::set_phase(pool, run_id, "writer", Some(key), Some(n)).await.map_err(db)?;
+        let round_id = rec::start_round(pool, item_id, n).await?;
+        rec::set_phase(pool, run_id, "writer", Some(key), Some(n)).await?;
         // The gate's restore and git's checkout leave files owned by the
         // runner; hand the checkout back to the agent before it writes.
         if n > 1
@@ -463,11 +458,11 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
         if let Some(why) = outside_reach(night, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
-            rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why)).await?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
-            rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why)).await?;
             return Ok(fail("budget_exceeded", why, n, &totals));
         }
         let blocks = agent::parse_blocks(&writer.text);
@@ -477,25 +472,25 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             }
         }
         if let Some(q) = &blocks.question {
-            rec::finish_round(pool, round_id, "blocked", None, None, None).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "blocked", None, None, None).await?;
             return Ok(ItemEnd { outcome: "blocked".into(), reason: Some("the writer asked a question".into()), question: Some(q.clone()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
         }
         // Proof of work, from git.
-        rec::set_phase(pool, run_id, "proof", Some(key), Some(n)).await.map_err(db)?;
+        rec::set_phase(pool, run_id, "proof", Some(key), Some(n)).await?;
         let proof = match tokio::task::block_in_place(|| Proof::collect(&slot.path, &before, &writer.claimed_files, &c.scope)) {
             Ok(p) => p,
             Err(e) => return Ok(fail("error", format!("cannot read the proof of work from git: {e}"), n, &totals)),
         };
-        rec::record_proof(pool, round_id, &proof).await.map_err(db)?;
+        rec::record_proof(pool, round_id, &proof).await?;
         if let Some(why) = proof.rule_broken() {
-            rec::finish_round(pool, round_id, "rule_broken", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "rule_broken", Some(&proof.diff_hash), None, Some(&why)).await?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
         // A writer that crashed (a signal, an OOM kill, a nonzero exit, an
         // error result) may have left half-done work: never gate, review or
         // push it as if it were finished. Its changes stay for the next round.
         if let Some(f) = &writer.failure {
-            rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("writer_failed"), Some(f)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("writer_failed"), Some(f)).await?;
             last_failure = ("error".into(), format!("the writer failed: {f}"));
             feedback = if proof.is_empty() {
                 format!("Your previous attempt failed: {f}\n")
@@ -509,11 +504,11 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             continue;
         }
         if proof.is_empty() {
-            rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None).await?;
             return Ok(ItemEnd { outcome: "no_changes".into(), reason: Some("the writer changed nothing".into()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
         }
         // Gate, run by nightshift; what it leaves behind is not the writer's work.
-        rec::set_phase(pool, run_id, "gate", Some(key), Some(n)).await.map_err(db)?;
+        rec::set_phase(pool, run_id, "gate", Some(key), Some(n)).await?;
         let writer_tree = match tokio::task::block_in_place(|| slot.snapshot_tree()) {
             Ok(t) => t,
             Err(e) => return Ok(fail("error", format!("cannot snapshot the checkout before the gate: {e}"), n, &totals)),
@@ -524,7 +519,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Err(e) => return Ok(fail("error", format!("the gate could not run: {e}"), n, &totals)),
         };
         for g in &gates {
-            rec::record_gate_run(pool, round_id, g).await.map_err(db)?;
+            rec::record_gate_run(pool, round_id, g).await?;
         }
         if let Err(e) = tokio::task::block_in_place(|| slot.restore_tree(&writer_tree)) {
             return Ok(fail("error", format!("cannot restore the checkout after the gate: {e}"), n, &totals));
@@ -535,7 +530,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         if let Some(bad) = gates.iter().find(|g| !g.passed()) {
             let sig = bad.signature();
             feedback = gate::feedback(&gates);
-            rec::finish_round(pool, round_id, "tests_failed", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "tests_failed", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await?;
             last_failure = ("tests_failed".into(), format!("`{}` failed ({}) in round {n}: {}", bad.command, bad.exit_code.map(|c| format!("exit {c}")).unwrap_or("timed out".into()), last_line(&bad.output_tail)));
             rounds_done.push(RoundSummary { n, result: "tests_failed".into(), note: sig.clone(), gate: gates.clone(), verdict: None });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
@@ -544,7 +539,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             continue;
         }
         // Review, read-only, verified.
-        rec::set_phase(pool, run_id, "review", Some(key), Some(n)).await.map_err(db)?;
+        rec::set_phase(pool, run_id, "review", Some(key), Some(n)).await?;
         let fp_before = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
         let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).ok();
         let user_git_before = slot::git_dir_fingerprint(&night.repo);
@@ -555,12 +550,12 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         };
         if let Some(why) = outside_reach(night, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
             let why = why.replace("the writer", "the reviewer");
-            rec::record_review(pool, round_id, "void", &[], Some(&why)).await.map_err(db)?;
-            rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
+            rec::record_review(pool, round_id, "void", &[], Some(&why)).await?;
+            rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await?;
             return Ok(fail("review_void", why, n, &totals));
         }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
-            rec::finish_round(pool, round_id, "budget_exceeded", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "budget_exceeded", Some(&proof.diff_hash), None, Some(&why)).await?;
             return Ok(fail("budget_exceeded", why, n, &totals));
         }
         let fp_after = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
@@ -576,15 +571,15 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             None
         };
         if let Some(why) = void {
-            rec::record_review(pool, round_id, "void", &[], Some(&why)).await.map_err(db)?;
-            rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await.map_err(db)?;
+            rec::record_review(pool, round_id, "void", &[], Some(&why)).await?;
+            rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await?;
             return Ok(fail("review_void", why, n, &totals));
         }
         let verdict = match (&reviewer.verdict, &reviewer.failure) {
             (Some(v), _) => v.clone(),
             (None, Some(f)) => {
                 let why = format!("the reviewer failed: {f}");
-                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("reviewer_failed"), Some(&why)).await.map_err(db)?;
+                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("reviewer_failed"), Some(&why)).await?;
                 last_failure = ("error".into(), why.clone());
                 rounds_done.push(RoundSummary { n, result: "error".into(), note: why, gate: gates.clone(), verdict: None });
                 if no_progress(&mut history, &proof.diff_hash, "reviewer_failed") {
@@ -594,7 +589,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             }
             (None, None) => {
                 let why = "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)".to_string();
-                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("no_verdict"), Some(&why)).await.map_err(db)?;
+                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("no_verdict"), Some(&why)).await?;
                 last_failure = ("error".into(), why.clone());
                 rounds_done.push(RoundSummary { n, result: "error".into(), note: why, gate: gates.clone(), verdict: None });
                 if no_progress(&mut history, &proof.diff_hash, "no_verdict") {
@@ -603,7 +598,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
                 continue;
             }
         };
-        rec::record_review(pool, round_id, verdict.verdict.as_str(), &verdict.findings, None).await.map_err(db)?;
+        rec::record_review(pool, round_id, verdict.verdict.as_str(), &verdict.findings, None).await?;
         if verdict.verdict == Decision::RequestChanges {
             // The same set of findings (SPEC §5.6): order and repeats do not count.
             let mut sorted: Vec<&str> = verdict.findings.iter().map(|f| f.trim()).collect();
@@ -611,7 +606,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             sorted.dedup();
             let sig = format!("review:{}", crate::contract::sha256_hex(sorted.join("\n").as_bytes()));
             feedback = format!("The reviewer requested changes:\n{}\n", verdict.findings.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n"));
-            rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await.map_err(db)?;
+            rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await?;
             last_failure = ("review_rejected".into(), format!("the reviewer requested changes in round {n}: {}", verdict.findings.join("; ")));
             rounds_done.push(RoundSummary { n, result: "review_rejected".into(), note: verdict.findings.join("; "), gate: gates.clone(), verdict: Some(verdict.clone()) });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
@@ -620,7 +615,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             continue;
         }
         // Green gate and approve: commit, push, PR.
-        rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None).await.map_err(db)?;
+        rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None).await?;
         rounds_done.push(RoundSummary { n, result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
         let evidence = Evidence {
             contract: c.clone(),
@@ -638,7 +633,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             findings: findings_all.clone(),
         };
         let body = night.redact(&report::pr_body(&evidence));
-        rec::set_phase(pool, run_id, "push", Some(key), Some(n)).await.map_err(db)?;
+        rec::set_phase(pool, run_id, "push", Some(key), Some(n)).await?;
         let message = format!("nightshift: {}\n\nContract sha256 {}\nRun {}\n", c.title, entry.contract_sha, run_id);
         if night.config.tick_in_pr {
             // `tick_in_pr = true` (SPEC §3): the item PR carries its own tick.
@@ -659,8 +654,8 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             }
             return Ok(fail("push_failed", night.redact(&format!("push of {branch} failed: {e}")), n, &totals));
         }
-        rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body).await.map_err(db)?;
-        rec::event(pool, Some(run_id), "pushed", json!({"key": key, "branch": branch})).await.map_err(db)?;
+        rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body).await?;
+        rec::event(pool, Some(run_id), "pushed", json!({"key": key, "branch": branch})).await?;
         let mut end = open_pr(night, run_id, entry, branch, &body).await?;
         end.rounds = n;
         end.tokens = totals.tokens;
@@ -688,7 +683,6 @@ async fn push_or_stop(night: &Night, slot: &Slot, token: Option<&str>) -> Result
 /// Opens the PR of a pushed branch; without GitHub, records the PR that
 /// would have been opened.
 async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, body: &str) -> Result<ItemEnd, Error> {
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let pool = &night.pool;
     let key = &entry.item.key;
     let title = format!("nightshift: {}", entry.item.title);
@@ -708,12 +702,12 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
     };
     match created {
         Ok(pr) => {
-            rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, Some(pr.number), Some(&pr.url), "open", body).await.map_err(db)?;
-            rec::event(pool, Some(run_id), "pr_opened", json!({"key": key, "number": pr.number, "url": pr.url})).await.map_err(db)?;
+            rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, Some(pr.number), Some(&pr.url), "open", body).await?;
+            rec::event(pool, Some(run_id), "pr_opened", json!({"key": key, "number": pr.number, "url": pr.url})).await?;
             Ok(ItemEnd { outcome: "pr_opened".into(), reason: None, branch: Some(branch.into()), pr_number: Some(pr.number), pr_url: Some(pr.url), pr_body: Some(body.into()), ..Default::default() })
         }
         Err(e) => {
-            rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body).await.map_err(db)?;
+            rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body).await?;
             Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed, PR not created: {e}; retried on the next run"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() })
         }
     }
@@ -726,7 +720,6 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
 /// its issue when GitHub took it; a GitHub failure is logged and does not
 /// fail the item. After a signal nothing is posted (SPEC §7: stop at once).
 async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Result<(), Error> {
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let mut titles: Vec<String> = Vec::new();
     for f in findings {
         // GitHub caps issue titles at 256 characters.
@@ -749,7 +742,7 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
                 Err(e) => tracing::warn!(finding = %title, error = %night.redact(&e.to_string()), "could not file a finding as an issue"),
             }
         }
-        sqlx::query("INSERT INTO findings (run_item_id, title, issue_number, url) VALUES ($1, $2, $3, $4)").bind(item_id).bind(&title).bind(number).bind(url).execute(&night.pool).await.map_err(db)?;
+        sqlx::query("INSERT INTO findings (run_item_id, title, issue_number, url) VALUES ($1, $2, $3, $4)").bind(item_id).bind(&title).bind(number).bind(url).execute(&night.pool).await?;
     }
     Ok(())
 }
@@ -924,7 +917,6 @@ async fn call_agent(
     item_deadline: &mut Instant,
     totals: &mut Totals,
 ) -> Result<Step, Error> {
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let pool = &night.pool;
     let c = &night.config;
     let agent_cfg = match role {
@@ -958,7 +950,7 @@ async fn call_agent(
             Ok(r) => r,
             Err(e) => return Ok(stop("error", night.redact(&e.to_string()), totals)),
         };
-        rec::record_agent_call(pool, item_id, Some(round_id), role.as_str(), &agent_cfg.kind.to_string(), &report).await.map_err(db)?;
+        rec::record_agent_call(pool, item_id, Some(round_id), role.as_str(), &agent_cfg.kind.to_string(), &report).await?;
         totals.tokens += report.usage.total_tokens();
         if let Some(cost) = report.usage.cost_usd {
             totals.cost += cost;
@@ -980,11 +972,11 @@ async fn call_agent(
                     let policy = sleep_policy(&c.limits);
                     let sleep = limit::sleep_for(&reading, now, &policy);
                     let until = now + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1));
-                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "usage_limit", &night.redact(&reading.message), now, until, reading.resets_at).await.map_err(db)?;
+                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "usage_limit", &night.redact(&reading.message), now, until, reading.resets_at).await?;
                     if until >= night.deadline {
                         return Ok(stop("deadline", format!("the {} agent's usage limit resets after the deadline ({})", role.as_str(), local(until, night.tz)), totals));
                     }
-                    rec::set_sleeping(pool, run_id, until, &agent_cfg.kind.to_string()).await.map_err(db)?;
+                    rec::set_sleeping(pool, run_id, until, &agent_cfg.kind.to_string()).await?;
                     tracing::info!(until = %until, agent = %agent_cfg.kind, "usage limit: sleeping until reset");
                     let slept_from = Instant::now();
                     let slept = schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await;
@@ -993,7 +985,7 @@ async fn call_agent(
                     if slept == schedule::SleepOutcome::Cancelled {
                         return Ok(stop("interrupted", "stopped by a signal while sleeping at a usage limit".into(), totals));
                     }
-                    rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n)).await.map_err(db)?;
+                    rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n)).await?;
                     continue;
                 }
                 LimitKind::Transient if throttles < MAX_THROTTLE_RETRIES => {
@@ -1001,7 +993,7 @@ async fn call_agent(
                     let policy = sleep_policy(&c.limits);
                     let wait = limit::sleep_for(&reading, now, &policy);
                     let until = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
-                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "transient", &night.redact(&reading.message), now, until, None).await.map_err(db)?;
+                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "transient", &night.redact(&reading.message), now, until, None).await?;
                     if schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await == schedule::SleepOutcome::Cancelled {
                         return Ok(stop("interrupted", "stopped by a signal while waiting out throttling".into(), totals));
                     }

@@ -57,8 +57,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     let lg = ledger().await?;
     let pool = lg.pool.clone();
     let id = repo_id(&snap.repo);
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
-    rec::save_plan(&pool, &id, &plan).await.map_err(db)?;
+    rec::save_plan(&pool, &id, &plan).await?;
 
     // One drain per repository (SPEC §9).
     let holder = ledger_mod::HolderInfo::current();
@@ -69,7 +68,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             return Err(Error::refused(format!("another nightshift run holds the lock of {} ({who}); wait for it to finish or stop it", snap.repo.display())));
         }
     };
-    let crashed = rec::mark_dead_runs_crashed(&pool, &id).await.map_err(db)?;
+    let crashed = rec::mark_dead_runs_crashed(&pool, &id).await?;
     for r in &crashed {
         eprintln!("note: run {} (pid {}) ended without finishing; marked crashed", r.id, r.pid.unwrap_or(0));
     }
@@ -80,7 +79,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     let mut chosen = None;
     if args.approve.is_none()
         && matches!(selection, Selection::All)
-        && let Some((r, a, shas)) = crashed_run_to_resume(&pool, &id, &plan, now).await.map_err(db)?
+        && let Some((r, a, shas)) = crashed_run_to_resume(&pool, &id, &plan, now).await?
     {
         eprintln!("resuming crashed run {} under its approval (given {})", r.id, a.created_at.with_timezone(&tz).format("%H:%M %Z"));
         chosen = Some((a, shas));
@@ -92,9 +91,9 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             Ok(c) => c,
             Err(refusal) => {
                 print_cards(&plan, &selection);
-                rec::event(&pool, None, "refused", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha})).await.map_err(db)?;
+                rec::event(&pool, None, "refused", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha})).await?;
                 if scheduled {
-                    rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await.map_err(db)?;
+                    rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;
                 }
                 return Err(refusal.into());
             }
@@ -169,7 +168,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     // Before the approval is consumed: a missing agent CLI is a usage error.
     for (role, a) in [(crate::agent::Role::Writer, &config.writer), (crate::agent::Role::Reviewer, &config.reviewer)] {
         if let Err(why) = crate::agent::preflight(role, a, agent_env.get("PATH").map(String::as_str)) {
-            rec::event(&pool, None, "refused", serde_json::json!({"reason": why, "plan_sha": plan.sha})).await.map_err(db)?;
+            rec::event(&pool, None, "refused", serde_json::json!({"reason": why, "plan_sha": plan.sha})).await?;
             return Err(Error::usage(why));
         }
     }
@@ -206,9 +205,9 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     watch.stop().await;
     let end = end?;
     tracing::info!(run = %end.run_id, status = %end.status, "run finished");
-    let run_row = rec::run_row(&pool, &id, Some(end.run_id)).await.map_err(db)?.ok_or_else(|| Error::failure("the run vanished from the ledger"))?;
-    let items = rec::run_items(&pool, end.run_id).await.map_err(db)?;
-    let slept = rec::slept_seconds(&pool, end.run_id).await.map_err(db)?;
+    let run_row = rec::run_row(&pool, &id, Some(end.run_id)).await?.ok_or_else(|| Error::failure("the run vanished from the ledger"))?;
+    let items = rec::run_items(&pool, end.run_id).await?;
+    let slept = rec::slept_seconds(&pool, end.run_id).await?;
     if !cli.quiet {
         print!("{}", crate::report::to_text(&run_row, &items, slept, false));
         if let Some(log) = progress::RUN_LOG.get() {

@@ -67,11 +67,11 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
     let snap = snapshot(cli)?;
     let lg = ledger().await?;
     let id = repo_id(&snap.repo);
-    rec::save_plan(&lg.pool, &id, &snap.plan).await.map_err(|e| Error::failure(format!("ledger: {e}")))?;
+    rec::save_plan(&lg.pool, &id, &snap.plan).await?;
     let mut plan = snap.plan;
     // Items with a PR from an earlier run are listed as blocked (SPEC §2).
     for e in plan.entries.iter_mut().filter(|e| e.blocked.is_none()) {
-        let prs = rec::prs_of_item(&lg.pool, &id, &e.item.key).await.map_err(|e| Error::failure(format!("ledger: {e}")))?;
+        let prs = rec::prs_of_item(&lg.pool, &id, &e.item.key).await?;
         if let Some(p) = prs.iter().find(|p| matches!(p.state.as_str(), "open" | "merged" | "planned" | "pr_failed")) {
             e.blocked = Some(match (p.state.as_str(), p.number) {
                 ("merged", Some(n)) => format!("already merged: PR #{n}"),
@@ -110,15 +110,14 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
     let lg = ledger().await?;
     let id = repo_id(&repo);
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
-    let is_plan = rec::plan_exists(&lg.pool, &sha).await.map_err(db)?;
-    let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await.map_err(db)?;
+    let is_plan = rec::plan_exists(&lg.pool, &sha).await?;
+    let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await?;
     if !is_plan && !is_contract {
         return Err(Error::usage(format!("no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints", repo.display())));
     }
     let by = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
-    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by).await.map_err(db)?;
-    rec::event(&lg.pool, None, "approved", serde_json::json!({"sha": sha, "approval": a.id, "by": by})).await.map_err(db)?;
+    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by).await?;
+    rec::event(&lg.pool, None, "approved", serde_json::json!({"sha": sha, "approval": a.id, "by": by})).await?;
     println!("approved {} {sha}", if is_contract { "contract" } else { "plan" });
     println!("valid until {} (single use)", a.expires_at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M %Z"));
     Ok(ExitCode::Ok)

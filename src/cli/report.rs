@@ -28,8 +28,7 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
         None => None,
     };
     let lg = ledger().await?;
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
-    let Some(row) = rec::run_row(&lg.pool, &id, run_id).await.map_err(db)? else {
+    let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
         if let Some(r) = run {
             return Err(Error::usage(format!("no run {r} in the ledger of {}", repo.display())));
         }
@@ -40,8 +39,8 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
         }
         return Ok(ExitCode::Ok);
     };
-    let items = rec::run_items(&lg.pool, row.id).await.map_err(db)?;
-    let slept = rec::slept_seconds(&lg.pool, row.id).await.map_err(db)?;
+    let items = rec::run_items(&lg.pool, row.id).await?;
+    let slept = rec::slept_seconds(&lg.pool, row.id).await?;
     let now = Utc::now();
     match format {
         ReportFormat::Json => {
@@ -59,14 +58,13 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
     let id = repo_id(&repo);
     let lg = ledger().await?;
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
-    let row = rec::run_row(&lg.pool, &id, None).await.map_err(db)?;
+    let row = rec::run_row(&lg.pool, &id, None).await?;
     let dead = row.as_ref().filter(|r| r.status == "running" && died_here(r));
     let running = row.as_ref().filter(|r| r.status == "running" && dead.is_none());
     let tz: chrono_tz::Tz = running.and_then(|r| r.timezone.as_deref()).and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
     // The item as `plan` and `report` name it: index, title, short key.
     let current_item = match running.and_then(|r| r.current_item_key.as_deref().map(|k| (r.id, k))) {
-        Some((run, key)) => match rec::run_items(&lg.pool, run).await.map_err(db)?.into_iter().rev().find(|i| i.item_key == key) {
+        Some((run, key)) => match rec::run_items(&lg.pool, run).await?.into_iter().rev().find(|i| i.item_key == key) {
             Some(i) => format!("{} {:?} ({})", i.item_index, i.title, &key[..8.min(key.len())]),
             None => key[..8.min(key.len())].to_string(),
         },

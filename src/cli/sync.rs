@@ -86,12 +86,11 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     let (forge, token) = github(&repo, &config, startup)?;
     let lg = ledger().await?;
     let id = repo_id(&repo);
-    let db = |e: sqlx::Error| Error::failure(format!("ledger: {e}"));
     let rows: Vec<rec::PrRow> = sqlx::query_as("SELECT item_key, branch, number, url, state, contract_sha FROM pull_requests WHERE repo = $1 AND number IS NOT NULL AND state IN ('open', 'merged') ORDER BY updated_at")
         .bind(&id)
         .fetch_all(&lg.pool)
         .await
-        .map_err(db)?;
+        ?;
     if rows.is_empty() {
         println!("nothing to sync: nightshift has opened no PR in {} yet", repo.display());
         return Ok(ExitCode::Ok);
@@ -114,7 +113,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
             let found = forge.find_pr(&r.branch, &r.item_key, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?;
             if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
                 if r.state != "merged" {
-                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await.map_err(db)?;
+                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await?;
                 }
                 if !ticks.iter().any(|t| t.key == r.item_key) {
                     ticks.push(Tick { key: r.item_key.clone(), number: pr.number });
