@@ -454,7 +454,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Writer, c, &feedback, &base_commit);
         let writer = match call_agent(night, run_id, item_id, round_id, key, Role::Writer, n, prompt, &contract_json, &feedback, slot, item_dir, &mut item_deadline, &mut totals).await? {
-            Step::Done(r) => r,
+            Step::Done(r) => *r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
         if let Some(why) = outside_reach(night, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
@@ -545,7 +545,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Reviewer, c, "", &base_commit);
         let reviewer = match call_agent(night, run_id, item_id, round_id, key, Role::Reviewer, n, prompt, &contract_json, "", slot, item_dir, &mut item_deadline, &mut totals).await? {
-            Step::Done(r) => r,
+            Step::Done(r) => *r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
         if let Some(why) = outside_reach(night, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
@@ -894,7 +894,7 @@ fn last_line(s: &str) -> String {
 }
 
 enum Step {
-    Done(agent::Report),
+    Done(Box<agent::Report>),
     Stop(ItemEnd),
 }
 
@@ -1005,7 +1005,7 @@ async fn call_agent(
         if report.outcome.timed_out {
             return Ok(stop("timed_out", format!("the {} call of round {n} was killed after {}", role.as_str(), config::format_duration(call.timeout)), totals));
         }
-        return Ok(Step::Done(report));
+        return Ok(Step::Done(Box::new(report)));
     }
 }
 
