@@ -66,6 +66,12 @@ pub struct Evidence {
     pub cost_usd: Option<f64>,
     /// Writer findings filed as issues.
     pub findings: Vec<String>,
+    /// The change as a unified diff from the base (from git).
+    pub diff: String,
+    /// The writer's own account of its last round (not evidence).
+    pub writer_note: String,
+    /// The reviewer's prose besides its verdict.
+    pub reviewer_note: String,
 }
 
 /// Renders the PR body: the morning-review card (SPEC §8). At most
@@ -167,6 +173,20 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let _ = writeln!(s, "- `{}`{renamed} {} {what}", f.path, f.status.letter());
     }
     let _ = writeln!(s, "\n{} file(s), +{add} −{del}\n", e.changed.len());
+    let _ = writeln!(s, "To look at it yourself: `git fetch origin {} && git diff {}..FETCH_HEAD`\n", e.branch, short(&e.base_commit));
+    if !e.diff.trim().is_empty() && tail_chars > 0 {
+        let budget = tail_chars * 6;
+        let lines = e.diff.lines().count();
+        let (shown, cut) = head_chars_of(&e.diff, budget);
+        let note = if cut { format!(" (first {} of {lines} lines)", shown.lines().count()) } else { format!(" ({lines} lines)") };
+        let _ = writeln!(s, "<details><summary>The diff{note}</summary>\n\n```diff\n{}\n```\n</details>\n", shown.trim_end().replace("```", "ʼʼʼ"));
+    }
+    for (title, text) in [("The writer's account (its own words, not evidence)", &e.writer_note), ("The reviewer's notes", &e.reviewer_note)] {
+        if !text.trim().is_empty() && tail_chars > 0 {
+            let (t, cut) = tail_chars_of(text, tail_chars / 2);
+            let _ = writeln!(s, "<details><summary>{title}{}</summary>\n\n{}\n</details>\n", if cut { " (last part)" } else { "" }, t.trim().replace("```", "ʼʼʼ"));
+        }
+    }
 
     let _ = writeln!(s, "### Rounds");
     for r in &e.rounds {
@@ -205,6 +225,17 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s, "<details><summary>Contract (sha256 {})</summary>\n\n```json\n{}\n```\n</details>\n", short(&e.contract_sha), serde_json::to_string_pretty(&serde_json::from_str::<Value>(&c.canonical_json()).unwrap_or(Value::Null)).unwrap_or_default().replace("```", "ʼʼʼ"));
     let _ = writeln!(s, "{}", forge::item_marker(&c.key));
     s
+}
+
+/// The first `max` characters of `s` (cut at a line end when possible) and
+/// whether it was cut.
+fn head_chars_of(s: &str, max: usize) -> (String, bool) {
+    if s.chars().count() <= max {
+        return (s.to_string(), false);
+    }
+    let head: String = s.chars().take(max).collect();
+    let cut = head.rfind('\n').map(|i| head[..i].to_string()).unwrap_or(head);
+    (cut, true)
 }
 
 fn short(sha: &str) -> &str {

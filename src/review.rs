@@ -88,6 +88,11 @@ pub fn last_json_verdict(text: &str) -> Option<Verdict> {
     None
 }
 
+/// The reviewer's prose: its answer without the verdict's JSON lines.
+pub fn prose(text: &str) -> String {
+    crate::agent::strip_blocks(text)
+}
+
 /// Why a verdict is void (the reviewer was not read-only).
 pub fn tools_violation(tools: Option<&[String]>, mcp_servers: Option<&[String]>, allowed: &[&str]) -> Option<String> {
     if let Some(tools) = tools {

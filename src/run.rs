@@ -631,6 +631,9 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             tokens: totals.tokens,
             cost_usd: totals.cost_known.then_some(totals.cost),
             findings: findings_all.clone(),
+            diff: tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree)).unwrap_or_default(),
+            writer_note: agent::strip_blocks(&writer.text),
+            reviewer_note: review::prose(&reviewer.text),
         };
         let body = night.redact(&report::pr_body(&evidence));
         rec::set_phase(pool, run_id, "push", Some(key), Some(n)).await?;

@@ -509,6 +509,15 @@ impl Slot {
             .collect())
     }
 
+    /// The unified diff from `base` to `tree` (a commit or a
+    /// [`Slot::snapshot_tree`]), for the PR body's evidence.
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when git cannot diff them.
+    pub fn diff_text(&self, base: &str, tree: &str) -> Result<String, SlotError> {
+        Ok(self.git().text(&["diff", "--no-color", "--no-ext-diff", "--find-renames", base, tree, "--"])?)
+    }
+
     /// Whether the slot's object store (its own or borrowed) has `oid`.
     pub fn has_object(&self, oid: &str) -> bool {
         self.git().run(&["cat-file", "-e", &format!("{oid}^{{object}}")]).is_ok()

@@ -219,6 +219,10 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         tokens: 0,
         cost_usd: None,
         findings: vec![],
+        // A huge diff and long accounts must fit too.
+        diff: "+added line\n".repeat(200_000),
+        writer_note: "w".repeat(1 << 20),
+        reviewer_note: "r".repeat(1 << 20),
     };
     let body = report::pr_body(&e);
     assert!(body.chars().count() <= report::BODY_LIMIT, "{}", body.chars().count());

@@ -303,6 +303,32 @@ pub fn parse_blocks(text: &str) -> Blocks {
     b
 }
 
+/// An agent's final message without the machine-read parts: the
+/// `FINDINGS:`/`QUESTION:`/`FILES:` blocks and JSON lines (usage reports,
+/// verdicts). What remains is its own account, shown to a person as such.
+pub fn strip_blocks(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if ["FINDINGS:", "QUESTION:", "FILES:"].iter().any(|h| t.starts_with(h)) {
+            in_block = true;
+            continue;
+        }
+        if in_block {
+            if t.is_empty() {
+                in_block = false;
+            }
+            continue;
+        }
+        if t.starts_with('{') && serde_json::from_str::<serde_json::Value>(t).is_ok() {
+            continue;
+        }
+        out.push(line);
+    }
+    out.join("\n").trim().to_string()
+}
+
 /// The runner's rules every writer prompt carries (SPEC §5.2, §5.8).
 pub const WRITER_RULES: &str = "\
 ## Rules of this run (enforced from git; breaking one fails the round)
@@ -389,6 +415,12 @@ pub fn call_dir(item_dir: &Path, round: u32, role: Role, attempt: u32) -> PathBu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_account_without_blocks_and_json() {
+        let t = "Added sub.\n\nFINDINGS:\n- stale docs\n\nAll tests pass.\n{\"usage\":{\"input_tokens\":1}}\n";
+        assert_eq!(strip_blocks(t), "Added sub.\n\nAll tests pass.");
+    }
 
     #[test]
     fn blocks_are_parsed() {
