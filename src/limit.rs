@@ -466,6 +466,21 @@ pub fn explain_text(
         rfc3339_utc(wake),
         wake.with_timezone(&tz).format("%Y-%m-%d %H:%M:%S %Z")
     ));
+    // Say why the wake-up is not the reset plus the buffer.
+    if reading.kind == LimitKind::UsageLimit {
+        match reading.resets_at {
+            Some(reset) if wake < reset => out.push_str(&format!(
+                "note: the sleep is capped at limit_sleep_max ({}); nightshift then retries and sleeps again if the limit holds\n",
+                human_duration(policy.max)
+            )),
+            Some(reset) if reset + chrono::TimeDelta::from_std(policy.buffer).unwrap_or_default() < wake => out.push_str(&format!(
+                "note: the sleep is raised to limit_sleep_min ({})\n",
+                human_duration(policy.min)
+            )),
+            None => out.push_str(&format!("note: no reset time could be read: nightshift sleeps {} and tries again\n", human_duration(policy.unknown))),
+            _ => {}
+        }
+    }
     out.push_str(&format!("source: {}\n", reading.source));
     out
 }

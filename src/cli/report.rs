@@ -23,11 +23,11 @@ pub(crate) enum ReportFormat {
 pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, show_body: bool) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
     let id = repo_id(&repo);
+    let lg = ledger().await?;
     let run_id = match run {
-        Some(r) => Some(Uuid::parse_str(r.trim()).map_err(|_| Error::usage(format!("--run {r:?} is not a run id (a UUID as `report` prints it)")))?),
+        Some(r) => Some(resolve_run_id(&lg.pool, &id, r).await?),
         None => None,
     };
-    let lg = ledger().await?;
     let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
         if let Some(r) = run {
             return Err(Error::usage(format!("no run {r} in the ledger of {}", repo.display())));
@@ -118,4 +118,27 @@ fn died_here(r: &rec::RunRow) -> bool {
         }
         _ => false,
     }
+}
+
+/// A run id from `--run`: a full UUID, or a unique prefix of at least four
+/// hex digits (as the report's first line shows it). A wrong or ambiguous
+/// one lists the repository's recent runs.
+async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<Uuid> {
+    let g = given.trim().to_ascii_lowercase();
+    if let Ok(u) = Uuid::parse_str(&g) {
+        return Ok(u);
+    }
+    let recent: Vec<(Uuid, chrono::DateTime<Utc>, String)> = sqlx::query_as("SELECT id, started_at, status FROM runs WHERE repo = $1 ORDER BY started_at DESC LIMIT 10").bind(repo).fetch_all(pool).await?;
+    let list = recent.iter().map(|(i, t, st)| format!("  {}  {}  {st}", &i.to_string()[..8], t.format("%Y-%m-%d %H:%M UTC"))).collect::<Vec<_>>().join("\n");
+    let hexish = g.len() >= 4 && g.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if hexish {
+        let hits: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM runs WHERE repo = $1 AND id::text LIKE $2 || '%'").bind(repo).bind(&g).fetch_all(pool).await?;
+        if hits.len() == 1 {
+            return Ok(hits[0]);
+        }
+        if hits.len() > 1 {
+            return Err(Error::usage(format!("--run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}", hits.len())));
+        }
+    }
+    Err(Error::usage(format!("--run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}")))
 }
