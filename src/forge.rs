@@ -53,6 +53,14 @@ const PER_PAGE: usize = 100;
 const MAX_PAGES: u32 = 10;
 
 /// The hidden marker for one item key: `<!-- nightshift-item: KEY -->`.
+/// Whether a PR body is nightshift's for the item: the marker is the body's
+/// last line, where nightshift writes it. A marker quoted elsewhere (in gate
+/// output, a finding or the contract — all of which an agent can influence)
+/// does not count, so one item's PR can never stand in for another's.
+pub fn carries_marker(body: &str, marker: &str) -> bool {
+    body.trim_end().lines().last().is_some_and(|l| l.trim() == marker)
+}
+
 pub fn item_marker(key: &str) -> String {
     format!("{ITEM_MARKER_PREFIX}{key} -->")
 }
@@ -670,7 +678,7 @@ impl Forge {
             .await?
             .into_iter()
             .filter(|issue| issue.pull_request.is_some())
-            .filter(|issue| issue.body.as_deref().is_some_and(|b| b.contains(&marker)))
+            .filter(|issue| issue.body.as_deref().is_some_and(|b| carries_marker(b, &marker)))
             .map(|issue| issue.number)
             .collect();
         let mut infos = Vec::with_capacity(numbers.len());

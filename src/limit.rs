@@ -687,6 +687,11 @@ static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             "rate limit reached for",
             r"\brate limit (?:reached|exceeded) for\b",
         ),
+        // "Rate limit exceeded. Please try again in 20s." (a per-minute API limit).
+        trigger(
+            "rate limit exceeded",
+            r"^\W*rate limit exceeded\b|\brate limit exceeded\W+(?:please\s+)?(?:try again|retry) in\b",
+        ),
         trigger(
             "per-minute limit",
             r"\b(?:tokens|requests|input tokens|output tokens) per min(?:ute)?\b",
@@ -1155,6 +1160,9 @@ mod high_demand_tests {
         let r = read_text("We’re currently experiencing high demand, which may cause temporary errors.", now, chrono_tz::UTC);
         assert_eq!(r.kind, LimitKind::Transient, "{r:?}");
         assert_eq!(read_text("The product is in high demand this season.", now, chrono_tz::UTC).kind, LimitKind::None);
+        let r = read_text("Rate limit exceeded. Please try again in 20s.", now, chrono_tz::UTC);
+        assert_eq!(r.kind, LimitKind::Transient, "{r:?}");
+        assert_eq!(r.retry_after, Some(std::time::Duration::from_secs(20)));
     }
 }
 

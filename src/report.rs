@@ -157,8 +157,13 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s);
 
     let _ = writeln!(s, "### Reviewer verdict: {}", e.verdict.verdict.as_str());
-    for f in &e.verdict.findings {
-        let _ = writeln!(s, "- {f}");
+    // Findings are the agents' words: each is capped so that a flood of
+    // them cannot push the evidence sections out of the body.
+    for f in e.verdict.findings.iter().take(30) {
+        let _ = writeln!(s, "- {}", one_line(f, 1000));
+    }
+    if e.verdict.findings.len() > 30 {
+        let _ = writeln!(s, "- … and {} more (in the ledger)", e.verdict.findings.len() - 30);
     }
     if e.verdict.findings.is_empty() {
         let _ = writeln!(s, "_No findings._");
@@ -199,8 +204,8 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
 
     if !e.findings.is_empty() {
         let _ = writeln!(s, "### The writer's findings (proposals outside this item, not in this PR; filed as issues when GitHub is reachable)");
-        for f in &e.findings {
-            let _ = writeln!(s, "- {f}");
+        for f in e.findings.iter().take(30) {
+            let _ = writeln!(s, "- {}", one_line(f, 1000));
         }
         let _ = writeln!(s);
     }
@@ -223,6 +228,9 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s);
 
     let _ = writeln!(s, "<details><summary>Contract (sha256 {})</summary>\n\n```json\n{}\n```\n</details>\n", short(&e.contract_sha), serde_json::to_string_pretty(&serde_json::from_str::<Value>(&c.canonical_json()).unwrap_or(Value::Null)).unwrap_or_default().replace("```", "ʼʼʼ"));
+    // Only the last line may carry an item marker (forge::carries_marker):
+    // any copy inside quoted output or findings is defused.
+    s = s.replace("<!-- nightshift-item:", "&lt;!-- nightshift-item:");
     let _ = writeln!(s, "{}", forge::item_marker(&c.key));
     s
 }

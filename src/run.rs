@@ -68,6 +68,10 @@ pub struct Night {
     pub forge: Option<Forge>,
     /// Why there is no forge (shown in the report).
     pub forge_missing: Option<String>,
+    /// Set once GitHub stayed unreachable after the forge's retries: later
+    /// items do their work without waiting for it again, and their pushed
+    /// branches are recorded `pr_failed` (retried by the next run).
+    pub forge_down: std::sync::Mutex<Option<String>>,
     /// The GitHub token, kept in memory only (used by `git push` through the
     /// askpass helper).
     pub token: Option<crate::secret::Secret>,
@@ -315,7 +319,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
     let pool = &night.pool;
     let key = &entry.item.key;
     let rows = rec::prs_of_item(pool, &night.repo_id, key).await?;
-    if let Some(forge) = &night.forge {
+    if let Some(forge) = night.forge.as_ref().filter(|_| night.github_down().is_none()) {
         let branches: Vec<String> = std::iter::once(branch.to_string()).chain(rows.iter().map(|r| r.branch.clone())).collect();
         for b in &branches {
             match forge.find_pr(b, key, &night.config.label).await {
@@ -329,7 +333,13 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
                     return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(format!("PR #{} from an earlier run", pr.number)), branch: Some(pr.head.clone()), pr_number: Some(pr.number), pr_url: Some(pr.url.clone()), ..Default::default() }));
                 }
                 Ok(None) => {}
-                Err(e) => return Ok(Some(ItemEnd { outcome: "error".into(), reason: Some(format!("could not look up an earlier PR on GitHub: {e}")), ..Default::default() })),
+                Err(e) => {
+                    // Do the work anyway: the create looks up again before it
+                    // opens anything, so no duplicate can come of it.
+                    tracing::warn!("GitHub unreachable, going on without it for this run: {e}");
+                    night.mark_github_down(&e.to_string());
+                    break;
+                }
             }
         }
         // Pushed earlier, PR never made: open it now (SPEC §8).
@@ -482,7 +492,10 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Err(e) => return Ok(fail("error", format!("cannot read the proof of work from git: {e}"), n, &totals)),
         };
         rec::record_proof(pool, round_id, &proof).await?;
-        if let Some(why) = proof.rule_broken() {
+        // A git repository the writer made inside the checkout would be
+        // committed as a dangling submodule link.
+        let nested = proof.changed.iter().find(|f| slot.path.join(&f.path).join(".git").exists()).map(|f| format!("the writer created a nested git repository at {} (it would be committed as a broken submodule link)", f.path));
+        if let Some(why) = proof.rule_broken().or(nested) {
             rec::finish_round(pool, round_id, "rule_broken", Some(&proof.diff_hash), None, Some(&why)).await?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
@@ -575,9 +588,11 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await?;
             return Ok(fail("review_void", why, n, &totals));
         }
+        // A verdict from a reviewer that then failed (nonzero exit, error
+        // result) is not trusted: the round is retried like any failure.
         let verdict = match (&reviewer.verdict, &reviewer.failure) {
-            (Some(v), _) => v.clone(),
-            (None, Some(f)) => {
+            (Some(v), None) => v.clone(),
+            (_, Some(f)) => {
                 let why = format!("the reviewer failed: {f}");
                 rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("reviewer_failed"), Some(&why)).await?;
                 last_failure = ("error".into(), why.clone());
@@ -693,6 +708,10 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
         let why = night.forge_missing.clone().unwrap_or_else(|| "no GitHub access".into());
         return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(why), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
     };
+    if let Some(down) = night.github_down() {
+        rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body).await?;
+        return Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
+    }
     let req = crate::forge::PrRequest { title: title.clone(), head: branch.to_string(), base: night.config.base.clone(), body: body.to_string(), labels: vec![night.config.label.clone()], item_key: key.clone() };
     let created = tokio::select! {
         r = forge.create_pr(&req) => r,
@@ -710,6 +729,9 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
             Ok(ItemEnd { outcome: "pr_opened".into(), reason: None, branch: Some(branch.into()), pr_number: Some(pr.number), pr_url: Some(pr.url), pr_body: Some(body.into()), ..Default::default() })
         }
         Err(e) => {
+            if matches!(e, crate::forge::ForgeError::Client { .. } | crate::forge::ForgeError::Exhausted { .. } | crate::forge::ForgeError::WaitTooLong { .. }) {
+                night.mark_github_down(&e.to_string());
+            }
             rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body).await?;
             Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed, PR not created: {e}; retried on the next run"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() })
         }
@@ -975,10 +997,13 @@ async fn call_agent(
                     let policy = sleep_policy(&c.limits);
                     let sleep = limit::sleep_for(&reading, now, &policy);
                     let until = now + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1));
-                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "usage_limit", &night.redact(&reading.message), now, until, reading.resets_at).await?;
                     if until >= night.deadline {
-                        return Ok(stop("deadline", format!("the {} agent's usage limit resets after the deadline ({})", role.as_str(), local(until, night.tz)), totals));
+                        // No sleep is taken (nor recorded): the run stops now.
+                        let reset = reading.resets_at.map(|r| local(r, night.tz)).unwrap_or_else(|| "an unknown time".into());
+                        rec::event(pool, Some(run_id), "usage_limit_after_deadline", serde_json::json!({"agent": agent_cfg.kind.to_string(), "resets_at": reading.resets_at, "message": night.redact(&reading.message)})).await?;
+                        return Ok(stop("deadline", format!("the {} agent's usage limit resets at {reset}, after the deadline {}", role.as_str(), local(night.deadline, night.tz)), totals));
                     }
+                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "usage_limit", &night.redact(&reading.message), now, until, reading.resets_at).await?;
                     rec::set_sleeping(pool, run_id, until, &agent_cfg.kind.to_string()).await?;
                     tracing::info!(until = %until, agent = %agent_cfg.kind, "usage limit: sleeping until reset");
                     let slept_from = Instant::now();
@@ -1013,6 +1038,17 @@ async fn call_agent(
 }
 
 impl Night {
+    /// Why GitHub is considered down for the rest of this run, if it is.
+    pub fn github_down(&self) -> Option<String> {
+        self.forge_down.lock().map(|g| g.clone()).unwrap_or(None)
+    }
+
+    fn mark_github_down(&self, why: &str) {
+        if let Ok(mut g) = self.forge_down.lock() {
+            g.get_or_insert_with(|| why.to_string());
+        }
+    }
+
     /// Redacts every known secret (token, configured secrets) from `s`.
     pub fn redact(&self, s: &str) -> String {
         crate::secret::Redactor::new(self.secrets.iter()).redact(s)

@@ -328,3 +328,27 @@ async fn the_embedded_database_through_the_binary() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("apt-get install postgresql"), "{}", text(&out));
 }
+
+/// GitHub unreachable: the night still does its work. The first failed
+/// look-up marks GitHub down for the run; every item's branch is pushed and
+/// recorded `pr_failed`, to be opened by the next run.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_github_does_not_stall_the_night() {
+    let mut f = Fixture::new();
+    f.github = Some("http://127.0.0.1:1".into());
+    f.token = Some("ghp_unreachable_0123456789".into());
+    f.extra_env.push(("NIGHTSHIFT_GITHUB_BACKOFF_MS".into(), "10".into()));
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
+    let started = std::time::Instant::now();
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    let outcomes: Vec<&str> = rep["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["pr_failed", "pr_failed"], "{rep:#}");
+    assert_eq!(f.remote_branches().len(), 2, "the work is pushed");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
+    assert_eq!(f.db.sql("SELECT count(*) FROM pull_requests WHERE state = 'pr_failed'"), "2");
+}

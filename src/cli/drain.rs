@@ -188,6 +188,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         data_dir,
         forge,
         forge_missing,
+        forge_down: std::sync::Mutex::new(None),
         token: token.map(|(t, _)| t),
         agent_env,
         gate_env,
