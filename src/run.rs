@@ -356,11 +356,31 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
         return Ok(None);
     }
     if let Some(r) = rows.iter().find(|r| matches!(r.state.as_str(), "open" | "merged" | "planned")) {
+        if r.state == "planned" && !branch_on_remote(night, &r.branch) {
+            // Without GitHub the ledger is all we know: a branch someone
+            // deleted from the remote means the work is to be done again.
+            rec::set_pr_state(pool, &night.repo_id, key, &r.branch, "gone").await?;
+            return Ok(None);
+        }
         let outcome = if r.state == "merged" { "already_merged" } else { "already_open" };
         let why = if r.state == "planned" { format!("branch {} was pushed by an earlier run (no GitHub access to open its PR)", r.branch) } else { format!("PR #{} from an earlier run", r.number.unwrap_or(0)) };
         return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(why), branch: Some(r.branch.clone()), pr_number: r.number.map(|n| n as u64), pr_url: r.url.clone(), ..Default::default() }));
     }
     Ok(None)
+}
+
+/// Whether `branch` exists on the configured remote (`git ls-remote`, read
+/// only). An unreachable remote counts as "yes": nothing is redone on a
+/// network hiccup.
+fn branch_on_remote(night: &Night, branch: &str) -> bool {
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    match crate::git::Git::new(&night.repo).token(token.as_deref()).text(&["ls-remote", "--heads", "--", &night.config.remote, &format!("refs/heads/{branch}")]) {
+        Ok(out) => !out.trim().is_empty(),
+        Err(e) => {
+            tracing::warn!("cannot check {branch} on the remote: {e}");
+            true
+        }
+    }
 }
 
 /// Per-item running totals.

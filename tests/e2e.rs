@@ -287,6 +287,16 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
     assert!(text(&shown).contains("would have been opened"), "{}", text(&shown));
     // The writer's FINDINGS were recorded.
     assert_eq!(f.db.sql("SELECT title FROM findings"), "docs/README.md is out of date");
+    // Pushed without a PR, the branch is what stands for the item: while it
+    // is on the remote the item is not redone; once deleted, it is.
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "second drain");
+    assert_eq!(f.report()["items"][0]["outcome"], "already_open");
+    git(&f.remote, &["branch", "-D", &branches[0]]);
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "third drain");
+    assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
+    assert_eq!(f.remote_branches().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -351,4 +361,19 @@ async fn an_unreachable_github_does_not_stall_the_night() {
     assert_eq!(f.remote_branches().len(), 2, "the work is pushed");
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
     assert_eq!(f.db.sql("SELECT count(*) FROM pull_requests WHERE state = 'pr_failed'"), "2");
+}
+
+/// A base branch missing on the remote stops the run before the approval is
+/// consumed, instead of failing every item.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_base_branch_is_a_usage_error() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "base = \"develop\"\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("\"develop\" does not exist on the remote"), "{}", text(&out));
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
 }

@@ -115,6 +115,17 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     if remote_url.is_none() {
         return Err(Error::usage(format!("{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config", snap.repo.display(), config.remote, config.remote)));
     }
+    // Every item starts from <remote>/<base>: a missing base would fail each
+    // item in turn. Checked before the approval is consumed; a remote that
+    // cannot be reached now is left to the items (it may come back).
+    let probe = crate::git::Git::new(&snap.repo).token(token.as_ref().map(|(t, _)| t.expose())).timeout(std::time::Duration::from_secs(60)).text(&["ls-remote", "--heads", "--", remote_url.as_deref().unwrap_or_default(), &format!("refs/heads/{}", config.base)]);
+    match probe {
+        Ok(out) if out.trim().is_empty() => {
+            return Err(Error::usage(format!("the base branch {:?} does not exist on the remote {:?}; push it or set `base` in the config", config.base, config.remote)));
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: cannot reach the remote to check the base branch: {e}"),
+    }
 
     // The agents' environment: no tokens, no ledger URL, no configured secrets.
     let mut remove: Vec<String> = config.secrets.clone();
