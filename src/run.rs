@@ -283,10 +283,10 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     if let Some(end) = earlier_pr(night, run_id, entry, &branch).await? {
         return Ok(end);
     }
-    let attempts = rec::failed_attempts(pool, &night.repo_id, key).await?;
+    let attempts = rec::failed_attempts(pool, &night.repo_id, key, &entry.contract_sha).await?;
     let max_attempts = night.config.limits.max_attempts as i64;
     if attempts >= max_attempts {
-        return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(format!("failed on {attempts} earlier run(s) (max_attempts = {max_attempts}); look at its last report, fix the item, then raise the cap or edit it")), ..Default::default() });
+        return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(format!("failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts")), ..Default::default() });
     }
     if *run_cost >= night.config.limits.max_cost_usd_per_run {
         return Ok(ItemEnd { outcome: "budget_exceeded".into(), reason: Some(format!("the run's cost cap of ${:.2} is used up", night.config.limits.max_cost_usd_per_run)), ..Default::default() });

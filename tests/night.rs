@@ -698,6 +698,11 @@ fn an_item_failing_on_max_attempts_runs_is_blocked_with_the_reason() {
     let reason = f.db.sql("SELECT reason FROM run_items i JOIN runs r ON r.id = i.run_id WHERE i.outcome = 'blocked' ORDER BY r.started_at DESC LIMIT 1");
     assert!(reason.contains("2 earlier run") && reason.contains("max_attempts = 2"), "{reason}");
     assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), "3", "the blocked item ran no agent on night 3");
+    // Editing the item seals a new contract: a person's answer, so it runs again.
+    f.write("NEXT.md", "- [ ] Add bogus\n  - Try harder this time.\n- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(outcomes(&f.report())[0], "tests_failed", "the edited item ran again");
 }
 
 #[test]
