@@ -377,3 +377,31 @@ async fn a_missing_base_branch_is_a_usage_error() {
     assert!(text(&out).contains("\"develop\" does not exist on the remote"), "{}", text(&out));
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
 }
+
+/// Two clones of one repository are one repository to nightshift: they
+/// share the lock and the history, so the second clone does not redo (and
+/// force-push over) what the first did.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_clones_of_one_repository_share_its_history() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    assert_ok(&f.approve_and_drain(&[]), "drain in the first clone");
+    let first = git(&f.remote, &["rev-parse", &f.remote_branches()[0]]);
+    // A second clone of the same remote, through another spelling of its URL.
+    let second = f.dir.path().join("second");
+    git(f.dir.path(), &["clone", "-q", &format!("file://{}/", f.remote.display()), second.to_str().unwrap()]);
+    std::fs::create_dir_all(second.join(".nightshift")).unwrap();
+    std::fs::copy(f.repo.join(".nightshift/config.toml"), second.join(".nightshift/config.toml")).unwrap();
+    std::fs::copy(f.repo.join("NEXT.md"), second.join("NEXT.md")).unwrap();
+    let run = |args: &[&str]| f.cmd().current_dir(&second).args(args).output().unwrap();
+    let plan: serde_json::Value = serde_json::from_slice(&run(&["plan", "--json"]).stdout).unwrap();
+    assert_ok(&run(&["approve", plan["plan_sha"].as_str().unwrap()]), "approve in the second clone");
+    let out = run(&["drain", "--deadline", "23:59"]);
+    assert_ok(&out, "drain in the second clone");
+    let rep: serde_json::Value = serde_json::from_slice(&run(&["report", "--json"]).stdout).unwrap();
+    assert_eq!(rep["items"][0]["outcome"], "already_open", "{rep:#}");
+    assert_eq!(git(&f.remote, &["rev-parse", &f.remote_branches()[0]]), first, "the branch was not pushed over");
+}

@@ -56,7 +56,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
 
     let lg = ledger().await?;
     let pool = lg.pool.clone();
-    let id = repo_id(&snap.repo);
+    let id = repo_id(&snap.repo, &config.remote);
     rec::save_plan(&pool, &id, &plan).await?;
 
     // One drain per repository (SPEC §9).

@@ -286,9 +286,41 @@ pub fn load_config(cli: &Cli, repo: &Path) -> Result<Loaded> {
     Ok(config::load(&path)?)
 }
 
-/// The repository's identity in the ledger: its canonical path.
-pub fn repo_id(repo: &Path) -> String {
-    std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf()).display().to_string()
+/// The repository's identity in the ledger and for the drain lock: the URL
+/// of its remote, so that two clones of one repository share one lock, one
+/// history and one set of PRs (two clones must not both run an item and
+/// force-push over each other's branch); without that remote, its canonical
+/// path. Moving a checkout keeps its history.
+pub fn repo_id(repo: &Path, remote: &str) -> String {
+    match crate::git::Git::new(repo).text(&["remote", "get-url", "--", remote]) {
+        Ok(url) => normalize_remote_url(url.trim(), repo),
+        Err(_) => std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf()).display().to_string(),
+    }
+}
+
+/// A remote URL in one spelling: no trailing `/` or `.git`, and a local path
+/// (absolute, relative to the repository, or `file://`) made canonical.
+fn normalize_remote_url(url: &str, repo: &Path) -> String {
+    let url = url.trim_end_matches('/');
+    let url = url.strip_suffix(".git").unwrap_or(url).trim_end_matches('/');
+    let scp_like = url.split_once(':').is_some_and(|(host, _)| !host.contains('/')) && !url.contains("://");
+    let local = url.strip_prefix("file://").map(str::to_string).or_else(|| (!url.contains("://") && !scp_like).then(|| url.to_string()));
+    match local {
+        Some(p) => {
+            let path = repo.join(&p);
+            let canonical = std::fs::canonicalize(&path).or_else(|_| std::fs::canonicalize(format!("{}.git", path.display()))).unwrap_or(path);
+            let shown = canonical.display().to_string();
+            shown.strip_suffix(".git").unwrap_or(&shown).to_string()
+        }
+        None => url.to_string(),
+    }
+}
+
+/// [`repo_id`] with the remote named by the config (read leniently: a
+/// command that only reads the ledger should not fail on a config typo).
+pub fn repo_identity(cli: &Cli, repo: &Path) -> String {
+    let remote = load_config(cli, repo).map(|l| l.config.remote).unwrap_or_else(|_| "origin".into());
+    repo_id(repo, &remote)
 }
 
 /// Connects to the ledger chosen by the environment (SPEC §9).

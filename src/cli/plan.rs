@@ -66,7 +66,7 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
 pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
     let snap = snapshot(cli)?;
     let lg = ledger().await?;
-    let id = repo_id(&snap.repo);
+    let id = repo_id(&snap.repo, &snap.loaded.config.remote);
     rec::save_plan(&lg.pool, &id, &snap.plan).await?;
     let mut plan = snap.plan;
     // Items with a PR from an earlier run are listed as blocked (SPEC §2).
@@ -109,7 +109,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     }
     let repo = repo_root(cli)?;
     let lg = ledger().await?;
-    let id = repo_id(&repo);
+    let id = crate::cli::repo_identity(cli, &repo);
     let is_plan = rec::plan_exists(&lg.pool, &sha).await?;
     let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await?;
     if !is_plan && !is_contract {

@@ -4,7 +4,7 @@
 use chrono::Utc;
 use uuid::Uuid;
 
-use crate::cli::{Cli, ledger, repo_id, repo_root};
+use crate::cli::{Cli, ledger, repo_root};
 use crate::error::{Error, ExitCode, Result};
 use crate::ledger::records as rec;
 
@@ -22,7 +22,7 @@ pub(crate) enum ReportFormat {
 /// `nightshift report [--run ID] [--json | --markdown] [--show-body]`.
 pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, show_body: bool) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
-    let id = repo_id(&repo);
+    let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
     let run_id = match run {
         Some(r) => Some(resolve_run_id(&lg.pool, &id, r).await?),
@@ -56,7 +56,7 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
 /// `nightshift status [--json]`.
 pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
-    let id = repo_id(&repo);
+    let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
     let row = rec::run_row(&lg.pool, &id, None).await?;
     let dead = row.as_ref().filter(|r| r.status == "running" && died_here(r));

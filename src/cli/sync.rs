@@ -85,7 +85,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     let config = load_config(cli, &repo)?.config;
     let (forge, token) = github(&repo, &config, startup)?;
     let lg = ledger().await?;
-    let id = repo_id(&repo);
+    let id = repo_id(&repo, &config.remote);
     let rows: Vec<rec::PrRow> = sqlx::query_as("SELECT item_key, branch, number, url, state, contract_sha FROM pull_requests WHERE repo = $1 AND number IS NOT NULL AND state IN ('open', 'merged') ORDER BY updated_at")
         .bind(&id)
         .fetch_all(&lg.pool)
