@@ -395,6 +395,7 @@ impl Slot {
             &self.base_commit,
         ])?;
         git.run(&["clean", "-ffdxq"])?;
+        self.empty_submodule_dirs()?;
         let current = format!("refs/heads/{}", self.branch);
         let refs = git.text(&["for-each-ref", "--format=%(refname)", "refs/heads/"])?;
         let deletes: String = refs
@@ -518,6 +519,22 @@ impl Slot {
         Ok(self.git().text(&["diff", "--no-color", "--no-ext-diff", "--find-renames", base, tree, "--"])?)
     }
 
+    /// Empties the directories of submodules (gitlinks). Slots never
+    /// initialise submodules, and `git clean` does not look inside their
+    /// paths, so whatever an agent wrote there would survive into the next
+    /// item and the next night.
+    fn empty_submodule_dirs(&self) -> Result<(), SlotError> {
+        let listing = self.git().text(&["ls-files", "--stage", "-z"])?;
+        for entry in listing.split('\0').filter(|e| e.starts_with("160000 ")) {
+            let Some((_, path)) = entry.split_once('\t') else { continue };
+            let dir = self.path.join(path);
+            if dir.is_dir() && std::fs::read_dir(&dir).map(|mut d| d.next().is_some()).unwrap_or(false) {
+                std::fs::remove_dir_all(&dir).and_then(|()| std::fs::create_dir(&dir)).map_err(|source| SlotError::Io { context: "emptying a submodule directory", path: dir.clone(), source })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the slot's object store (its own or borrowed) has `oid`.
     pub fn has_object(&self, oid: &str) -> bool {
         self.git().run(&["cat-file", "-e", &format!("{oid}^{{object}}")]).is_ok()
@@ -606,6 +623,7 @@ impl Slot {
             &self.base_commit,
         ])?;
         git.run(&["clean", "-ffdxq"])?;
+        self.empty_submodule_dirs()?;
         let refname = format!("refs/heads/{}", self.branch);
         if git
             .run(&["show-ref", "--verify", "--quiet", &refname])

@@ -990,3 +990,23 @@ fn prepare_kills_processes_left_running_in_the_slot() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(!again.path.join("leftover.txt").exists(), "the reset checkout still gets writes");
 }
+
+/// Slots never initialise submodules and `git clean` does not look inside
+/// their paths: what an agent wrote there must not survive into the next
+/// item.
+#[test]
+fn files_written_into_a_submodule_path_do_not_survive_a_reset() {
+    let fx = Fixture::new();
+    let seed = fx.root.join("seed");
+    git(&seed, &["pull", "--quiet", "--ff-only", "origin", "main"]);
+    let some_commit = git(&seed, &["rev-parse", "HEAD"]);
+    git(&seed, &["update-index", "--add", "--cacheinfo", &format!("160000,{some_commit},lib")]);
+    git(&seed, &["commit", "--quiet", "-m", "a submodule"]);
+    git(&seed, &["push", "--quiet", "origin", "main"]);
+    git(&fx.user, &["pull", "--quiet", "--ff-only"]);
+    let slot = fx.prepare(BRANCH);
+    std::fs::create_dir_all(slot.path.join("lib")).unwrap();
+    write(&slot.path.join("lib/left.txt"), "left behind\n");
+    let again = fx.prepare(BRANCH);
+    assert!(!again.path.join("lib/left.txt").exists(), "a file in a submodule path survived the reset");
+}
