@@ -44,6 +44,9 @@ pub enum Refusal {
     /// Already consumed by a run.
     #[error("the approval of {sha} was already used by run {run}: approvals are single use; approve again")]
     Used { sha: String, run: Uuid },
+    /// It approves another item's contract than the one `run` selected.
+    #[error("the approval {sha} is for another contract than this item's ({contract_sha}); approve this item with `nightshift approve {contract_sha}`")]
+    OtherContract { sha: String, contract_sha: String },
     /// It approves another plan than the snapshot's.
     #[error("the approval {sha} is for another plan than the backlog's current one ({plan_sha}); approve the current plan")]
     OtherPlan { sha: String, plan_sha: String },

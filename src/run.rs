@@ -152,7 +152,11 @@ async fn approved_set(pool: &PgPool, plan: &Plan, selection: &Selection, a: Appr
             Selection::All => None,
         };
         if wanted.as_deref() != Some(c.as_str()) {
-            return Ok(Err(Refusal::OtherPlan { sha: c.clone(), plan_sha: wanted.unwrap_or_else(|| plan.sha.clone()) }));
+            return Ok(Err(match wanted {
+                Some(contract_sha) => Refusal::OtherContract { sha: c.clone(), contract_sha },
+                // A contract approval given to `drain`: it needs the plan's.
+                None => Refusal::OtherPlan { sha: c.clone(), plan_sha: plan.sha.clone() },
+            }));
         }
         return Ok(Ok((a.clone(), vec![c.clone()])));
     }
