@@ -43,6 +43,9 @@ pub const OK_OUTCOMES: &[&str] = &["pr_opened", "already_open", "already_merged"
 /// progress (SPEC §5.6).
 pub const NO_PROGRESS_ROUNDS: usize = 3;
 
+/// GitHub's limit on one file (bytes); larger files make a push fail.
+pub const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
+
 /// Short retries of a throttled call before it counts as a failure.
 const MAX_THROTTLE_RETRIES: u32 = 5;
 
@@ -682,6 +685,11 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             if let Err(e) = tick_own_box(&slot.path, &night.config.backlog, key) {
                 return Ok(fail("error", format!("tick_in_pr: {e}"), n, &totals));
             }
+        }
+        // GitHub refuses any file of 100 MiB or more: fail here, with the
+        // reason, instead of a push that cannot succeed.
+        if let Some((path, size)) = proof.changed.iter().filter_map(|f| std::fs::metadata(slot.path.join(&f.path)).ok().map(|m| (f.path.clone(), m.len()))).find(|(_, len)| *len >= MAX_FILE_BYTES) {
+            return Ok(fail("error", format!("{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)", size >> 20), n, &totals));
         }
         if let Err(e) = tokio::task::block_in_place(|| slot.commit_all(&message, &runner_identity(), &runner_identity())) {
             return Ok(fail("error", format!("commit failed: {e}"), n, &totals));

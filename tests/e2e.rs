@@ -405,3 +405,20 @@ async fn two_clones_of_one_repository_share_its_history() {
     assert_eq!(rep["items"][0]["outcome"], "already_open", "{rep:#}");
     assert_eq!(git(&f.remote, &["rev-parse", &f.remote_branches()[0]]), first, "the branch was not pushed over");
 }
+
+/// A file GitHub would refuse (100 MiB or more) fails the item with the
+/// reason instead of a push that cannot succeed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_too_large_for_github_is_not_pushed() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\ntruncate -s 100M huge.bin\n");
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("huge.bin is 100 MiB"), "{rep:#}");
+    assert!(f.remote_branches().is_empty());
+}
