@@ -630,14 +630,6 @@ pub async fn failed_attempts(pool: &PgPool, repo: &str, key: &str, contract_sha:
     .await
 }
 
-/// Outcomes an item reached in the crashed run `run` (to skip on resume).
-///
-/// # Errors
-/// Database errors.
-pub async fn item_outcomes(pool: &PgPool, run: Uuid) -> Result<Vec<(String, String)>> {
-    sqlx::query_as::<_, (String, String)>("SELECT item_key, outcome FROM run_items WHERE run_id = $1 AND outcome IS NOT NULL").bind(run).fetch_all(pool).await
-}
-
 /// A run item as `report` shows it.
 #[derive(Debug, Clone, FromRow)]
 pub struct ItemRow {
