@@ -9,7 +9,7 @@
 //! filters or fsmonitor. This module is not about slots or proofs: it knows
 //! nothing of items, branches naming or scope (see `slot` and `proof`).
 //!
-//! Every call is blocking; async callers wrap it in `tokio::task::spawn_blocking`.
+//! Every call is blocking; async callers wrap it in `tokio::task::block_in_place`.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;

@@ -10,13 +10,8 @@ const LEDGER_VARS: &[&str] = &["NIGHTSHIFT_DATABASE_URL", "DATABASE_URL"];
 fn main() -> std::process::ExitCode {
     // Before the async runtime starts threads: see `secret::scrub_own_env`.
     let removed = nightshift::secret::scrub_own_env(LEDGER_VARS);
-    for (name, value) in removed.iter().filter(|(n, _)| LEDGER_VARS.contains(&n.as_str())) {
-        // SAFETY: still single-threaded (scrub_own_env checked it). A value
-        // set now lives in the process's heap, not in the exec-time block
-        // that /proc/<pid>/environ shows, and children get an explicit,
-        // filtered environment (process::child_env).
-        unsafe { std::env::set_var(name, value.expose()) };
-    }
+    // The ledger URL stays in memory only: no child inherits it.
+    nightshift::ledger::keep_removed_vars(removed.iter().filter(|(n, _)| LEDGER_VARS.contains(&n.as_str())).map(|(n, v)| (n.clone(), v.expose().to_string())).collect());
     let _ = nightshift::process::become_subreaper();
     nightshift::cli::main(nightshift::cli::Startup { removed })
 }

@@ -53,7 +53,7 @@ const MAX_THROTTLE_RETRIES: u32 = 5;
 pub struct Night {
     /// The user's repository root (never written to).
     pub repo: PathBuf,
-    /// Repository identity in the ledger (its canonical path).
+    /// Repository identity in the ledger and for the lock (its remote URL, see `cli::repo_id`).
     pub repo_id: String,
     /// The config.
     pub config: Config,
@@ -201,7 +201,8 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
     .await
     ?
     else {
-        return Err(Refusal::Used { sha: approval.plan_sha.clone().or(approval.contract_sha.clone()).unwrap_or_default(), run: Uuid::nil() }.into());
+        let run = rec::approval_used_by(&night.pool, approval.id).await?.unwrap_or_default();
+        return Err(Refusal::Used { sha: approval.plan_sha.clone().or(approval.contract_sha.clone()).unwrap_or_default(), run }.into());
     };
     rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline})).await?;
     // Items the crashed run finished, carried over as they ended (SPEC §9):
@@ -381,7 +382,10 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
 /// network hiccup.
 fn branch_on_remote(night: &Night, branch: &str) -> bool {
     let token = night.token.as_ref().map(|t| t.expose().to_string());
-    match crate::git::Git::new(&night.repo).token(token.as_deref()).text(&["ls-remote", "--heads", "--", &night.config.remote, &format!("refs/heads/{branch}")]) {
+    let probe = tokio::task::block_in_place(|| {
+        crate::git::Git::new(&night.repo).token(token.as_deref()).timeout(Duration::from_secs(60)).text(&["ls-remote", "--heads", "--", &night.config.remote, &format!("refs/heads/{branch}")])
+    });
+    match probe {
         Ok(out) => !out.trim().is_empty(),
         Err(e) => {
             tracing::warn!("cannot check {branch} on the remote: {e}");
@@ -406,6 +410,8 @@ struct Totals {
 async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, slot: &Slot, branch: &str, item_dir: &Path, run_cost: &mut f64) -> Result<ItemEnd, Error> {
     let mut findings = Vec::new();
     let end = item_rounds(night, run_id, item_id, entry, slot, branch, item_dir, *run_cost, &mut findings).await?;
+    // A round cut short (timeout, budget, signal, deadline) ends with the item.
+    rec::close_open_rounds(&night.pool, item_id, &end.outcome).await?;
     *run_cost += end.cost_usd.unwrap_or(0.0);
     file_findings(night, item_id, &findings).await?;
     Ok(end)
@@ -494,7 +500,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Step::Done(r) => *r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
-        if let Some(why) = outside_reach(night, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
+        if let Some(why) = outside_reach(night, Role::Writer, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
             rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why)).await?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
@@ -580,7 +586,10 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         }
         // Review, read-only, verified.
         rec::set_phase(pool, run_id, "review", Some(key), Some(n)).await?;
-        let fp_before = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
+        let fp_before = match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
+            Ok(fp) => fp,
+            Err(e) => return Ok(fail("error", format!("cannot fingerprint the checkout before the review: {e}"), n, &totals)),
+        };
         let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).ok();
         let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Reviewer, c, "", &base_commit);
@@ -588,8 +597,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Step::Done(r) => *r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
-        if let Some(why) = outside_reach(night, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
-            let why = why.replace("the writer", "the reviewer");
+        if let Some(why) = outside_reach(night, Role::Reviewer, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
             rec::record_review(pool, round_id, "void", &[], Some(&why)).await?;
             rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await?;
             return Ok(fail("review_void", why, n, &totals));
@@ -598,7 +606,10 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             rec::finish_round(pool, round_id, "budget_exceeded", Some(&proof.diff_hash), None, Some(&why)).await?;
             return Ok(fail("budget_exceeded", why, n, &totals));
         }
-        let fp_after = tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)).map_err(|e| Error::failure(format!("cannot fingerprint the checkout: {e}")))?;
+        let fp_after = match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
+            Ok(fp) => fp,
+            Err(e) => return Ok(fail("error", format!("cannot fingerprint the checkout after the review: {e}"), n, &totals)),
+        };
         let allowed: &[&str] = crate::agent::claude::READ_ONLY_TOOLS;
         let void = if fp_before != fp_after {
             Some("the checkout changed during the review (status or content hash differ)".to_string())
@@ -911,9 +922,9 @@ fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) 
 /// remote that now points at an object the checkout has (the writer pushed;
 /// a person's push at night brings objects the checkout has never seen), a
 /// deleted `nightshift/` branch, or the user's own `.git` config and hooks.
-fn outside_reach(night: &Night, slot: &Slot, remote_before: Option<&std::collections::BTreeMap<String, String>>, user_git_before: &str, token: Option<&str>) -> Option<String> {
+fn outside_reach(night: &Night, role: Role, slot: &Slot, remote_before: Option<&std::collections::BTreeMap<String, String>>, user_git_before: &str, token: Option<&str>) -> Option<String> {
     if slot::git_dir_fingerprint(&night.repo) != user_git_before {
-        return Some(format!("the writer changed {}/.git (config, hooks or info) during its round; check it before you run git there again", night.repo.display()));
+        return Some(format!("the {} changed {}/.git (config, hooks or info) during its call; check it before you run git there again", role.as_str(), night.repo.display()));
     }
     let before = remote_before?;
     let after = match tokio::task::block_in_place(|| slot.remote_refs(token)) {
@@ -929,7 +940,7 @@ fn outside_reach(night: &Night, slot: &Slot, remote_before: Option<&std::collect
         .map(|(name, _)| name.clone())
         .collect();
     pushed.extend(before.keys().filter(|name| name.starts_with("refs/heads/nightshift/") && !after.contains_key(*name)).map(|n| format!("{n} (deleted)")));
-    (!pushed.is_empty()).then(|| format!("the writer pushed to the remote: {}; only the runner pushes", pushed.join(", ")))
+    (!pushed.is_empty()).then(|| format!("the {} pushed to the remote: {}; only the runner pushes", role.as_str(), pushed.join(", ")))
 }
 
 /// The most telling line of a command's output tail, for a one-line

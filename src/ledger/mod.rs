@@ -121,7 +121,25 @@ impl DbSource {
 /// The ledger's source from the process environment: `NIGHTSHIFT_DATABASE_URL`, else
 /// `DATABASE_URL` (empty values count as unset), else the embedded default (SPEC §9).
 pub fn db_source_from_env() -> DbSource {
-    db_source_from(&embedded::process_env, embedded::running_as_root())
+    let lookup = |name: &str| {
+        KEPT.get()
+            .and_then(|kept| kept.iter().find(|(k, _)| k == name))
+            .map(|(_, v)| OsString::from(v))
+            .filter(|v| !v.is_empty())
+            .or_else(|| embedded::process_env(name))
+    };
+    db_source_from(&lookup, embedded::running_as_root())
+}
+
+/// The ledger URL variables as they were at start-up, held in memory only.
+static KEPT: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// Keeps the ledger URL variables `main` removed from the environment (so
+/// that no child — agent, gate, `gh`, `git`, `pg_config` — inherits them and
+/// `/proc/<pid>/environ` no longer shows them) for [`db_source_from_env`].
+/// The first call wins.
+pub fn keep_removed_vars(vars: Vec<(String, String)>) {
+    let _ = KEPT.set(vars);
 }
 
 /// As [`db_source_from_env`], from any environment lookup; `is_root` chooses the

@@ -155,7 +155,7 @@ pub async fn approval_by_id(pool: &PgPool, id: Uuid) -> Result<Option<Approval>>
 /// What a new run row needs.
 #[derive(Debug, Clone)]
 pub struct NewRun<'a> {
-    /// Repository identity (its canonical path).
+    /// Repository identity (its remote URL, see `cli::repo_id`).
     pub repo: &'a str,
     /// `drain` or `run`.
     pub kind: &'a str,
@@ -427,6 +427,24 @@ pub async fn finish_round(pool: &PgPool, round_id: i64, result: &str, diff_hash:
         .execute(pool)
         .await?;
     Ok(())
+}
+
+/// Ends the rounds of an item still open when the item ended (cut short
+/// by a timeout, a budget, a signal or the deadline) with its outcome.
+///
+/// # Errors
+/// Database errors.
+pub async fn close_open_rounds(pool: &PgPool, item_id: i64, outcome: &str) -> Result<()> {
+    sqlx::query("UPDATE rounds SET ended_at = now(), result = $2 WHERE run_item_id = $1 AND ended_at IS NULL").bind(item_id).bind(outcome).execute(pool).await?;
+    Ok(())
+}
+
+/// The run that consumed an approval, if one did.
+///
+/// # Errors
+/// Database errors.
+pub async fn approval_used_by(pool: &PgPool, approval: Uuid) -> Result<Option<Uuid>> {
+    sqlx::query_scalar("SELECT run_id FROM approval_uses WHERE approval_id = $1").bind(approval).fetch_optional(pool).await
 }
 
 /// Records one agent call.
