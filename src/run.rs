@@ -496,7 +496,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).map_err(|e| tracing::warn!("cannot list the remote's refs before the writer: {e}")).ok();
         let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Writer, c, &feedback, &base_commit);
-        let writer = match call_agent(night, run_id, item_id, round_id, key, Role::Writer, n, prompt, &contract_json, &feedback, slot, item_dir, &mut item_deadline, &mut totals).await? {
+        let writer = match call_agent(night, run_id, item_id, round_id, entry, Role::Writer, n, prompt, &contract_json, &feedback, slot, item_dir, &mut item_deadline, &mut totals).await? {
             Step::Done(r) => *r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
@@ -593,7 +593,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).ok();
         let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Reviewer, c, "", &base_commit);
-        let reviewer = match call_agent(night, run_id, item_id, round_id, key, Role::Reviewer, n, prompt, &contract_json, "", slot, item_dir, &mut item_deadline, &mut totals).await? {
+        let reviewer = match call_agent(night, run_id, item_id, round_id, entry, Role::Reviewer, n, prompt, &contract_json, "", slot, item_dir, &mut item_deadline, &mut totals).await? {
             Step::Done(r) => *r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
@@ -974,7 +974,7 @@ async fn call_agent(
     run_id: Uuid,
     item_id: i64,
     round_id: i64,
-    key: &str,
+    entry: &PlanEntry,
     role: Role,
     n: u32,
     prompt: String,
@@ -987,6 +987,9 @@ async fn call_agent(
 ) -> Result<Step, Error> {
     let pool = &night.pool;
     let c = &night.config;
+    let key = entry.item.key.as_str();
+    // The caps sealed in the approved contract, not the config of the moment.
+    let caps = &entry.contract.limits;
     let agent_cfg = match role {
         Role::Writer => &c.writer,
         Role::Reviewer => &c.reviewer,
@@ -1007,7 +1010,7 @@ async fn call_agent(
             contract_json: contract_json.to_string(),
             feedback: feedback.to_string(),
             cwd: slot.path.clone(),
-            timeout: c.limits.agent_timeout.min(left),
+            timeout: caps.agent_timeout().min(left),
             env: night.agent_env.clone(),
             tz: night.tz,
             log_dir: agent::call_dir(item_dir, n, role, attempt),
@@ -1027,11 +1030,11 @@ async fn call_agent(
         if night.cancel.is_cancelled() {
             return Ok(stop("interrupted", format!("stopped by a signal during the {} call of round {n}", role.as_str()), totals));
         }
-        if totals.tokens > c.limits.max_tokens {
-            return Ok(stop("budget_exceeded", format!("{} tokens used, above the cap of {}", totals.tokens, c.limits.max_tokens), totals));
+        if totals.tokens > caps.max_tokens.value {
+            return Ok(stop("budget_exceeded", format!("{} tokens used, above the cap of {}", totals.tokens, caps.max_tokens.value), totals));
         }
-        if totals.cost_known && totals.cost > c.limits.max_cost_usd {
-            return Ok(stop("budget_exceeded", format!("${:.2} spent, above the item cap of ${:.2}", totals.cost, c.limits.max_cost_usd), totals));
+        if totals.cost_known && totals.cost > caps.max_cost_usd.value {
+            return Ok(stop("budget_exceeded", format!("${:.2} spent, above the item cap of ${:.2}", totals.cost, caps.max_cost_usd.value), totals));
         }
         if let Some(reading) = report.limit.clone() {
             let now = night.clock.now();
