@@ -461,15 +461,6 @@ impl Forge {
         }
     }
 
-    /// The item's PR by head branch and marker, like [`Forge::find_pr`];
-    /// named for `sync`, which asks only whether it was merged.
-    ///
-    /// # Errors
-    /// Any [`ForgeError`] from the look-up calls.
-    pub async fn merged_pr(&self, branch: &str, item_key: &str, label: &str) -> Result<Option<PrInfo>, ForgeError> {
-        Ok(self.find_pr(branch, item_key, label).await?.filter(|p| p.state == PrState::Merged))
-    }
-
     /// Finds the PR of an item: first by head branch (`owner:branch`, all
     /// states), then by the item marker in the bodies of PRs carrying
     /// `label`. Prefers an open PR, then a merged one, then the newest closed.

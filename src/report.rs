@@ -310,12 +310,8 @@ pub fn totals(run: &RunRow, items: &[ItemRow], slept_secs: i64, now: chrono::Dat
     }
 }
 
-/// `report --json` (SPEC §2 shape; more fields than the SPEC names, none fewer).
-pub fn to_json(run: &RunRow, items: &[ItemRow]) -> Value {
-    to_json_with(run, items, None)
-}
-
-/// [`to_json`] plus the night's totals when given.
+/// `report --json` (SPEC §2 shape; more fields than the SPEC names, none
+/// fewer), with the night's totals when given.
 pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals>) -> Value {
     let mut v = json!({
         "run_id": run.id.to_string(),

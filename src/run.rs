@@ -352,13 +352,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
         }
         // Pushed earlier, PR never made: open it now (SPEC §8).
         if let Some(r) = rows.iter().find(|r| r.state == "pr_failed") {
-            let body = sqlx::query_scalar::<_, String>("SELECT body FROM pull_requests WHERE repo = $1 AND item_key = $2 AND branch = $3")
-                .bind(&night.repo_id)
-                .bind(key)
-                .bind(&r.branch)
-                .fetch_one(pool)
-                .await
-                ?;
+            let body = rec::pr_body(pool, &night.repo_id, key, &r.branch).await?;
             return Ok(Some(open_pr(night, run_id, entry, &r.branch, &body).await?));
         }
         return Ok(None);
@@ -810,7 +804,7 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
                 Err(e) => tracing::warn!(finding = %title, error = %night.redact(&e.to_string()), "could not file a finding as an issue"),
             }
         }
-        sqlx::query("INSERT INTO findings (run_item_id, title, issue_number, url) VALUES ($1, $2, $3, $4)").bind(item_id).bind(&title).bind(number).bind(url).execute(&night.pool).await?;
+        rec::record_finding(&night.pool, item_id, &title, number, url.as_deref()).await?;
     }
     Ok(())
 }

@@ -121,11 +121,6 @@ impl Redactor {
         }
     }
 
-    /// A redactor for the given secrets.
-    pub fn from_secrets<'a>(secrets: impl IntoIterator<Item = &'a Secret>) -> Redactor {
-        Redactor::new(secrets.into_iter().map(Secret::expose))
-    }
-
     /// True when there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.inner.is_none()

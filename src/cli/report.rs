@@ -128,11 +128,11 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
     if let Ok(u) = Uuid::parse_str(&g) {
         return Ok(u);
     }
-    let recent: Vec<(Uuid, chrono::DateTime<Utc>, String)> = sqlx::query_as("SELECT id, started_at, status FROM runs WHERE repo = $1 ORDER BY started_at DESC LIMIT 10").bind(repo).fetch_all(pool).await?;
+    let recent = rec::recent_runs(pool, repo, 10).await?;
     let list = recent.iter().map(|(i, t, st)| format!("  {}  {}  {st}", &i.to_string()[..8], t.format("%Y-%m-%d %H:%M UTC"))).collect::<Vec<_>>().join("\n");
     let hexish = g.len() >= 4 && g.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
     if hexish {
-        let hits: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM runs WHERE repo = $1 AND id::text LIKE $2 || '%'").bind(repo).bind(&g).fetch_all(pool).await?;
+        let hits = rec::runs_with_prefix(pool, repo, &g).await?;
         if hits.len() == 1 {
             return Ok(hits[0]);
         }

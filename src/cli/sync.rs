@@ -86,11 +86,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     let (forge, token) = github(&repo, &config, startup)?;
     let lg = ledger().await?;
     let id = repo_id(&repo, &config.remote);
-    let rows: Vec<rec::PrRow> = sqlx::query_as("SELECT item_key, branch, number, url, state, contract_sha FROM pull_requests WHERE repo = $1 AND number IS NOT NULL AND state IN ('open', 'merged') ORDER BY updated_at")
-        .bind(&id)
-        .fetch_all(&lg.pool)
-        .await
-        ?;
+    let rows = rec::opened_prs(&lg.pool, &id).await?;
     if rows.is_empty() {
         println!("nothing to sync: nightshift has opened no PR in {} yet", repo.display());
         return Ok(ExitCode::Ok);

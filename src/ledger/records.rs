@@ -266,6 +266,22 @@ pub async fn run_row(pool: &PgPool, repo: &str, id: Option<Uuid>) -> Result<Opti
     }
 }
 
+/// The newest `limit` runs of `repo`: (id, start in UTC, status).
+///
+/// # Errors
+/// Database errors.
+pub async fn recent_runs(pool: &PgPool, repo: &str, limit: i64) -> Result<Vec<(Uuid, DateTime<Utc>, String)>> {
+    sqlx::query_as("SELECT id, started_at, status FROM runs WHERE repo = $1 ORDER BY started_at DESC LIMIT $2").bind(repo).bind(limit).fetch_all(pool).await
+}
+
+/// Ids of `repo`'s runs that start with `prefix` (lowercase hex).
+///
+/// # Errors
+/// Database errors.
+pub async fn runs_with_prefix(pool: &PgPool, repo: &str, prefix: &str) -> Result<Vec<Uuid>> {
+    sqlx::query_scalar("SELECT id FROM runs WHERE repo = $1 AND id::text LIKE $2 || '%'").bind(repo).bind(prefix).fetch_all(pool).await
+}
+
 /// Runs of `repo` still marked `running`. Called while holding the repo
 /// lock, so every one of them is dead: they are marked `crashed` and
 /// returned (newest first).
@@ -616,6 +632,34 @@ pub async fn prs_of_item(pool: &PgPool, repo: &str, key: &str) -> Result<Vec<PrR
         .bind(key)
         .fetch_all(pool)
         .await
+}
+
+/// The stored body of an item's PR on `branch` (to open a `pr_failed` PR).
+///
+/// # Errors
+/// Database errors (also when there is no such row).
+pub async fn pr_body(pool: &PgPool, repo: &str, key: &str, branch: &str) -> Result<String> {
+    sqlx::query_scalar("SELECT body FROM pull_requests WHERE repo = $1 AND item_key = $2 AND branch = $3").bind(repo).bind(key).bind(branch).fetch_one(pool).await
+}
+
+/// PRs nightshift opened that are open or merged, oldest first (`sync`).
+///
+/// # Errors
+/// Database errors.
+pub async fn opened_prs(pool: &PgPool, repo: &str) -> Result<Vec<PrRow>> {
+    sqlx::query_as("SELECT item_key, branch, number, url, state, contract_sha FROM pull_requests WHERE repo = $1 AND number IS NOT NULL AND state IN ('open', 'merged') ORDER BY updated_at")
+        .bind(repo)
+        .fetch_all(pool)
+        .await
+}
+
+/// Records one writer finding and the issue it was filed as, if any.
+///
+/// # Errors
+/// Database errors.
+pub async fn record_finding(pool: &PgPool, item_id: i64, title: &str, issue_number: Option<i64>, url: Option<&str>) -> Result<()> {
+    sqlx::query("INSERT INTO findings (run_item_id, title, issue_number, url) VALUES ($1, $2, $3, $4)").bind(item_id).bind(pg(title)).bind(issue_number).bind(url).execute(pool).await?;
+    Ok(())
 }
 
 /// Updates the state of a known PR (e.g. `merged`, seen on GitHub).
