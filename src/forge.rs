@@ -10,7 +10,7 @@
 //! It is not a GitHub client library: it speaks only the handful of endpoints
 //! nightshift needs, through octocrab's raw `GET`/`POST` calls so that status
 //! codes and headers stay visible. It can only send `GET` and `POST` (see
-//! [`Verb`]), and it has no call that merges, approves or closes a pull
+//! `Verb`), and it has no call that merges, approves or closes a pull
 //! request — by construction, not by convention (SPEC §8). It does not compose
 //! PR bodies (that is the report's job); it only guards the body limit.
 

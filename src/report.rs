@@ -27,6 +27,8 @@ pub const BODY_LIMIT: usize = 65_536;
 pub struct RoundSummary {
     /// 1-based round.
     pub n: u32,
+    /// Wall time of the round, seconds (writer, gate and review).
+    pub seconds: u64,
     /// `tests_failed`, `review_rejected`, `approved`, `error`.
     pub result: String,
     /// Failure signature or findings.
@@ -198,7 +200,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let gate: Vec<String> = r.gate.iter().map(|g| format!("`{}` {}", g.command.replace('`', "ʼ"), g.exit_code.map(|c| format!("exit {c}")).unwrap_or("killed".into()))).collect();
         let gate = if gate.is_empty() { String::new() } else { format!(" (gate: {})", gate.join(", ")) };
         let note = if r.note.is_empty() { String::new() } else { format!(" — {}", one_line(&r.note, 200)) };
-        let _ = writeln!(s, "{}. {}{gate}{note}", r.n, r.result);
+        let _ = writeln!(s, "{}. {} in {}{gate}{note}", r.n, r.result, crate::config::format_duration(Duration::from_secs(r.seconds)).replace("0ms", "0s"));
     }
     let _ = writeln!(s);
 

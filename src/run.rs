@@ -472,6 +472,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             return Ok(fail("timed_out", format!("the item timeout of {} was reached before round {n}", config::format_duration(c.limits.item_timeout())), n - 1, &totals));
         }
         let round_id = rec::start_round(pool, item_id, n).await?;
+        let round_started = Instant::now();
         rec::set_phase(pool, run_id, "writer", Some(key), Some(n)).await?;
         // The gate's restore and git's checkout leave files owned by the
         // runner; hand the checkout back to the agent before it writes.
@@ -537,7 +538,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             } else {
                 format!("Your previous attempt failed before it finished: {f}\nIts changes are still in the checkout; check them and finish the work.\n")
             };
-            rounds_done.push(RoundSummary { n, result: "error".into(), note: f.clone(), gate: vec![], verdict: None });
+            rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "error".into(), note: f.clone(), gate: vec![], verdict: None });
             if no_progress(&mut history, &proof.diff_hash, "writer_failed") {
                 return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
             }
@@ -572,7 +573,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             feedback = gate::feedback(&gates);
             rec::finish_round(pool, round_id, "tests_failed", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await?;
             last_failure = ("tests_failed".into(), format!("`{}` failed ({}) in round {n}: {}", bad.command, bad.exit_code.map(|c| format!("exit {c}")).unwrap_or("timed out".into()), last_line(&bad.output_tail)));
-            rounds_done.push(RoundSummary { n, result: "tests_failed".into(), note: sig.clone(), gate: gates.clone(), verdict: None });
+            rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "tests_failed".into(), note: sig.clone(), gate: gates.clone(), verdict: None });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
                 return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure ({sig})"), n, &totals));
             }
@@ -628,7 +629,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
                 let why = format!("the reviewer failed: {f}");
                 rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("reviewer_failed"), Some(&why)).await?;
                 last_failure = ("error".into(), why.clone());
-                rounds_done.push(RoundSummary { n, result: "error".into(), note: why, gate: gates.clone(), verdict: None });
+                rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "error".into(), note: why, gate: gates.clone(), verdict: None });
                 if no_progress(&mut history, &proof.diff_hash, "reviewer_failed") {
                     return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
                 }
@@ -638,7 +639,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
                 let why = "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)".to_string();
                 rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("no_verdict"), Some(&why)).await?;
                 last_failure = ("error".into(), why.clone());
-                rounds_done.push(RoundSummary { n, result: "error".into(), note: why, gate: gates.clone(), verdict: None });
+                rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "error".into(), note: why, gate: gates.clone(), verdict: None });
                 if no_progress(&mut history, &proof.diff_hash, "no_verdict") {
                     return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
                 }
@@ -655,7 +656,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             feedback = format!("The reviewer requested changes:\n{}\n", verdict.findings.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n"));
             rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await?;
             last_failure = ("review_rejected".into(), format!("the reviewer requested changes in round {n}: {}", verdict.findings.join("; ")));
-            rounds_done.push(RoundSummary { n, result: "review_rejected".into(), note: verdict.findings.join("; "), gate: gates.clone(), verdict: Some(verdict.clone()) });
+            rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "review_rejected".into(), note: verdict.findings.join("; "), gate: gates.clone(), verdict: Some(verdict.clone()) });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
                 return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same findings"), n, &totals));
             }
@@ -663,7 +664,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         }
         // Green gate and approve: commit, push, PR.
         rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None).await?;
-        rounds_done.push(RoundSummary { n, result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
+        rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
         let evidence = Evidence {
             contract: c.clone(),
             contract_sha: entry.contract_sha.clone(),

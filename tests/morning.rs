@@ -213,7 +213,7 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         base_commit: "0".repeat(40),
         setup: vec![big("npm ci")],
         changed: vec![],
-        rounds: vec![report::RoundSummary { n: 1, result: "approved".into(), note: String::new(), gate: vec![big("a"), big("b"), big("c")], verdict: None }],
+        rounds: vec![report::RoundSummary { n: 1, seconds: 3, result: "approved".into(), note: String::new(), gate: vec![big("a"), big("b"), big("c")], verdict: None }],
         verdict: nightshift::review::Verdict { verdict: nightshift::review::Decision::Approve, findings: vec![] },
         duration: std::time::Duration::from_secs(3),
         tokens: 0,

@@ -29,7 +29,7 @@ pub struct Cli {
     /// Repository to work on (default: the one containing the current directory).
     #[arg(long, global = true, env = "NIGHTSHIFT_REPO", value_name = "PATH")]
     pub repo: Option<PathBuf>,
-    /// Config file (default: <repo>/.nightshift/config.toml).
+    /// Config file (default: REPO/.nightshift/config.toml).
     #[arg(long, global = true, env = "NIGHTSHIFT_CONFIG", value_name = "PATH")]
     pub config: Option<PathBuf>,
     /// More log output (-v, -vv).
