@@ -625,22 +625,15 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         // result) is not trusted: the round is retried like any failure.
         let verdict = match (&reviewer.verdict, &reviewer.failure) {
             (Some(v), None) => v.clone(),
-            (_, Some(f)) => {
-                let why = format!("the reviewer failed: {f}");
-                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("reviewer_failed"), Some(&why)).await?;
+            (_, failure) => {
+                let (sig, why) = match failure {
+                    Some(f) => ("reviewer_failed", format!("the reviewer failed: {f}")),
+                    None => ("no_verdict", "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)".to_string()),
+                };
+                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some(sig), Some(&why)).await?;
                 last_failure = ("error".into(), why.clone());
                 rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "error".into(), note: why, gate: gates.clone(), verdict: None });
-                if no_progress(&mut history, &proof.diff_hash, "reviewer_failed") {
-                    return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
-                }
-                continue;
-            }
-            (None, None) => {
-                let why = "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)".to_string();
-                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("no_verdict"), Some(&why)).await?;
-                last_failure = ("error".into(), why.clone());
-                rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "error".into(), note: why, gate: gates.clone(), verdict: None });
-                if no_progress(&mut history, &proof.diff_hash, "no_verdict") {
+                if no_progress(&mut history, &proof.diff_hash, sig) {
                     return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
                 }
                 continue;

@@ -422,3 +422,19 @@ async fn a_file_too_large_for_github_is_not_pushed() {
     assert!(rep["items"][0]["reason"].as_str().unwrap().contains("huge.bin is 100 MiB"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
 }
+
+/// A reviewer that prints an approval and then fails is not trusted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_reviewer_approval_is_not_trusted() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\nexit 1\n");
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("the reviewer failed"), "{rep:#}");
+    assert!(f.remote_branches().is_empty());
+}
