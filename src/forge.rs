@@ -1103,7 +1103,7 @@ fn best_pr(prs: impl Iterator<Item = PrInfo>) -> Option<PrInfo> {
 /// output to its tail (SPEC §8).
 pub fn fit_body(body: &str, item_key: &str) -> String {
     let marker = item_marker(item_key);
-    let with_marker = if body.contains(&marker) {
+    let with_marker = if carries_marker(body, &marker) {
         body.to_string()
     } else {
         format!("{}\n\n{marker}\n", body.trim_end())

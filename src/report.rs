@@ -20,7 +20,7 @@ use crate::ledger::records::{ItemRow, RunRow};
 use crate::review::Verdict;
 
 /// GitHub's PR body limit, in characters.
-pub const BODY_LIMIT: usize = 65_536;
+pub use crate::forge::BODY_LIMIT;
 
 /// One round as the PR body lists it.
 #[derive(Debug, Clone)]
@@ -86,12 +86,9 @@ pub fn pr_body(e: &Evidence) -> String {
             return body;
         }
     }
-    // Even without output tails the body is too long (a huge contract): cut
-    // it, keeping the marker at the end.
-    let body = render_body(e, 0);
-    let marker = forge::item_marker(&e.contract.key);
-    let keep: String = body.chars().take(BODY_LIMIT - marker.chars().count() - 200).collect();
-    format!("{keep}\n\n_[nightshift: body cut to fit GitHub's 65,536-character limit]_\n\n{marker}\n")
+    // Even without output tails the body is too long (a huge contract): the
+    // forge's last guard cuts it, keeping the marker at the end.
+    forge::fit_body(&render_body(e, 0), &e.contract.key)
 }
 
 /// One command with exit code, duration and the tail of its output.
