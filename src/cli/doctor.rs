@@ -307,7 +307,7 @@ async fn database_and_data_checks(out: &mut Vec<Check>) {
 
 /// The data directory (slots, logs) must be writable.
 fn data_dir_check(out: &mut Vec<Check>) {
-    let dir = crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root());
+    let dir = crate::cli::data_dir();
     let probe = dir.join(format!(".doctor-{}", std::process::id()));
     let written = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&probe, b"ok"));
     let _ = std::fs::remove_file(&probe);

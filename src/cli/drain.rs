@@ -167,7 +167,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             eprintln!("warning: {msg}");
         }
     }
-    let data_dir = ledger_mod::embedded::nightshift_data_dir(&ledger_mod::embedded::process_env, ledger_mod::embedded::running_as_root());
+    let data_dir = crate::cli::data_dir();
     if run_as.is_some() {
         // The checkout's top directory and .git stay the runner's (see
         // `run::grant_checkout`); the agent's own git must trust it.

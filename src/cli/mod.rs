@@ -323,6 +323,14 @@ pub fn repo_identity(cli: &Cli, repo: &Path) -> String {
     repo_id(repo, &remote)
 }
 
+/// nightshift's data directory (slots, logs, the embedded cluster; SPEC §10):
+/// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG
+/// data dir.
+pub fn data_dir() -> PathBuf {
+    use crate::ledger::embedded;
+    embedded::nightshift_data_dir(&embedded::process_env, embedded::running_as_root())
+}
+
 /// Connects to the ledger chosen by the environment (SPEC §9).
 ///
 /// # Errors

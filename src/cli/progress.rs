@@ -27,7 +27,7 @@ const POLL: Duration = Duration::from_millis(200);
 pub fn log_dir() -> PathBuf {
     match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
         Some(state) => PathBuf::from(state).join("nightshift").join("logs"),
-        None => crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root()).join("logs"),
+        None => crate::cli::data_dir().join("logs"),
     }
 }
 

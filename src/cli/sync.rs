@@ -94,7 +94,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     // An open sync PR is updated rather than joined by a second one.
     let open_sync = forge.find_pr(SYNC_BRANCH, SYNC_KEY, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?.filter(|p| p.state == PrState::Open);
     // The backlog as it is on <remote>/<base>: only its open items can be ticked.
-    let data_dir = crate::ledger::embedded::nightshift_data_dir(&crate::ledger::embedded::process_env, crate::ledger::embedded::running_as_root());
+    let data_dir = crate::cli::data_dir();
     let slot_dir = slot::slot_path(&data_dir, &repo, 0).with_file_name("sync");
     let secret = token.expose().to_string();
     let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, "nightshift/sync-work", Some(&secret)));
