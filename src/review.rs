@@ -93,6 +93,24 @@ pub fn prose(text: &str) -> String {
     crate::agent::strip_blocks(text)
 }
 
+/// Why a review is void — the reviewer was not read-only (SPEC §6) — or
+/// `None`. For every kind, the checkout's fingerprint (status and content
+/// hash, [`crate::proof::worktree_fingerprint`]) must be the same before and
+/// after; for `claude`, its session must also have listed its tools (the
+/// init event) and none beyond the read-only set, and no MCP server.
+pub fn void_reason(kind: crate::config::AgentKind, reviewer: &crate::agent::Report, fingerprint_before: &str, fingerprint_after: &str) -> Option<String> {
+    if fingerprint_before != fingerprint_after {
+        return Some("the checkout changed during the review (status or content hash differ)".to_string());
+    }
+    if kind != crate::config::AgentKind::Claude {
+        return None;
+    }
+    match (&reviewer.tools, &reviewer.failure) {
+        (None, None) => Some("the reviewer session reported no tool list (no init event)".to_string()),
+        _ => tools_violation(reviewer.tools.as_deref(), reviewer.mcp_servers.as_deref(), crate::agent::claude::READ_ONLY_TOOLS),
+    }
+}
+
 /// Why a verdict is void (the reviewer was not read-only).
 pub fn tools_violation(tools: Option<&[String]>, mcp_servers: Option<&[String]>, allowed: &[&str]) -> Option<String> {
     if let Some(tools) = tools {

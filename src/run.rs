@@ -605,17 +605,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Ok(fp) => fp,
             Err(e) => return Ok(fail("error", format!("cannot fingerprint the checkout after the review: {e}"), n, &totals)),
         };
-        let allowed: &[&str] = crate::agent::claude::READ_ONLY_TOOLS;
-        let void = if fp_before != fp_after {
-            Some("the checkout changed during the review (status or content hash differ)".to_string())
-        } else if night.config.reviewer.kind == config::AgentKind::Claude {
-            match (&reviewer.tools, &reviewer.failure) {
-                (None, None) => Some("the reviewer session reported no tool list (no init event)".to_string()),
-                _ => review::tools_violation(reviewer.tools.as_deref(), reviewer.mcp_servers.as_deref(), allowed),
-            }
-        } else {
-            None
-        };
+        let void = review::void_reason(night.config.reviewer.kind, &reviewer, &fp_before, &fp_after);
         if let Some(why) = void {
             rec::record_review(pool, round_id, "void", &[], Some(&why)).await?;
             rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await?;
