@@ -103,14 +103,12 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     // GitHub (SPEC §8): token from the variables main removed, else `gh`.
     let remote_url = crate::git::Git::new(&snap.repo).text(&["remote", "get-url", &config.remote]).ok().map(|s| s.trim().to_string());
     let token = forge::resolve_token(&startup.removed);
-    let gh_repo_env = std::env::var("GH_REPO").ok();
-    let (forge, forge_missing) = match (&token, forge::resolve_repo(gh_repo_env.as_deref(), config.github_repo.as_deref(), remote_url.as_deref())) {
-        (Some((t, _)), Ok(r)) => match forge::Forge::new(&forge::api_base(), t.clone(), r, Some(deadline)) {
-            Ok(f) => (Some(f.with_retry_policy(forge::RetryPolicy::from_env())), None),
-            Err(e) => (None, Some(format!("GitHub client: {e}"))),
+    let (forge, forge_missing) = match &token {
+        Some((t, _)) => match crate::cli::github_client(&snap.repo, &config, t, Some(deadline)) {
+            Ok(f) => (Some(f), None),
+            Err(why) => (None, Some(why)),
         },
-        (None, _) => (None, Some("no GitHub token (GITHUB_TOKEN, GH_TOKEN or `gh auth token`)".to_string())),
-        (Some(_), Err(e)) => (None, Some(format!("no GitHub repository: {e}"))),
+        None => (None, Some(crate::cli::NO_TOKEN.to_string())),
     };
     if remote_url.is_none() {
         return Err(Error::usage(format!("{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config", snap.repo.display(), config.remote, config.remote)));

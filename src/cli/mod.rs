@@ -323,6 +323,25 @@ pub fn repo_identity(cli: &Cli, repo: &Path) -> String {
     repo_id(repo, &remote)
 }
 
+/// The GitHub client for `repo` (SPEC §8): owner/repo from `GH_REPO`, else
+/// config `github_repo`, else the remote's URL; API base from
+/// `GITHUB_API_URL`; the retry policy from the environment. `deadline`
+/// bounds the waits of its retries.
+///
+/// # Errors
+/// A sentence saying why there is no client (no GitHub repository, a bad
+/// API base) and how to fix it.
+pub fn github_client(repo: &Path, config: &crate::config::Config, token: &Secret, deadline: Option<chrono::DateTime<chrono::Utc>>) -> std::result::Result<crate::forge::Forge, String> {
+    use crate::forge;
+    let remote_url = crate::git::Git::new(repo).text(&["remote", "get-url", "--", &config.remote]).ok().map(|s| s.trim().to_string());
+    let id = forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url.as_deref()).map_err(|e| e.to_string())?;
+    let f = forge::Forge::new(&forge::api_base(), token.clone(), id, deadline).map_err(|e| e.to_string())?;
+    Ok(f.with_retry_policy(forge::RetryPolicy::from_env()))
+}
+
+/// Why nightshift has no GitHub token, and how to give it one.
+pub const NO_TOKEN: &str = "no GitHub token: set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`";
+
 /// nightshift's data directory (slots, logs, the embedded cluster; SPEC §10):
 /// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG
 /// data dir.

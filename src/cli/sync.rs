@@ -70,13 +70,11 @@ pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<
 /// # Errors
 /// Exit 2 without a token or a GitHub repository, naming how to give one.
 pub(crate) fn github(repo: &Path, config: &Config, startup: &Startup) -> Result<(Forge, Secret)> {
-    let remote_url = crate::git::Git::new(repo).text(&["remote", "get-url", &config.remote]).ok().map(|s| s.trim().to_string());
     let Some((token, _)) = forge::resolve_token(&startup.removed) else {
-        return Err(Error::usage("no GitHub token: set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`"));
+        return Err(Error::usage(crate::cli::NO_TOKEN));
     };
-    let id = forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url.as_deref()).map_err(|e| Error::usage(e.to_string()))?;
-    let f = Forge::new(&forge::api_base(), token.clone(), id, None).map_err(|e| Error::usage(e.to_string()))?;
-    Ok((f.with_retry_policy(forge::RetryPolicy::from_env()), token))
+    let f = crate::cli::github_client(repo, config, &token, None).map_err(Error::usage)?;
+    Ok((f, token))
 }
 
 /// `nightshift sync`.
