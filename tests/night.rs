@@ -114,7 +114,10 @@ fn read_pid(p: &Path) -> i32 {
 
 /// Kills a stalled helper (after a SIGKILLed drain, nobody else will).
 fn kill_stalled(dir: &Path, name: &str) {
-    for f in [format!("{name}.child"), format!("{name}.ready")] {
+    // The shell first: killing its `sleep` first would let it return from
+    // `wait` and exit 0 (a hook that then lets the push through) before the
+    // second kill lands.
+    for f in [format!("{name}.ready"), format!("{name}.child")] {
         if let Some(pid) = std::fs::read_to_string(dir.join(f)).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
