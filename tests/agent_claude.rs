@@ -294,6 +294,32 @@ fn claude_config(f: &common::Fixture, writer: &str, reviewer: &str, extra: &str)
     f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{reviewer}\"]\n"));
 }
 
+/// The `doctor` line of one check.
+fn doctor_line(out: &std::process::Output, name: &str) -> String {
+    String::from_utf8_lossy(&out.stdout).lines().find(|l| l.get(5..).is_some_and(|r| r.starts_with(&format!("{name:<9} ")))).unwrap_or_default().to_string()
+}
+
+/// `doctor` asks the real CLI whether it is logged in (`claude auth status`,
+/// no usage spent): logged out in an empty HOME, in with an API key.
+#[test]
+fn doctor_asks_the_real_cli_whether_it_is_logged_in() {
+    let bin = real_claude().display().to_string();
+    let mut f = common::Fixture::new();
+    f.extra_env.extend([("DISABLE_AUTOUPDATER".to_string(), "1".to_string()), ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_string(), "1".to_string())]);
+    claude_config(&f, &bin, &bin, "");
+    let out = f.run(&["doctor"]);
+    let line = doctor_line(&out, "writer");
+    assert!(line.starts_with("FAIL") && line.contains("2.1.") && line.contains("not logged in") && line.contains("claude auth login"), "{}", common::text(&out));
+    assert!(doctor_line(&out, "reviewer").starts_with("FAIL"), "{}", common::text(&out));
+    assert_eq!(out.status.code(), Some(1));
+
+    f.extra_env.push(("ANTHROPIC_API_KEY".into(), "sk-ant-api03-fake-doctor-key".into()));
+    let out = f.run(&["doctor"]);
+    let line = doctor_line(&out, "writer");
+    assert!(line.starts_with("ok") && line.contains("logged in: api_key from ANTHROPIC_API_KEY"), "{}", common::text(&out));
+    assert!(!common::text(&out).contains("sk-ant-api03-fake-doctor-key"), "the key is never printed");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
     let bin = real_claude().display().to_string();

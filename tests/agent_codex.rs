@@ -244,6 +244,39 @@ async fn drain_world(codex_home: bool) -> (Fixture, FakeGitHub) {
     (f, gh)
 }
 
+/// The `doctor` line of one check.
+fn doctor_line(out: &std::process::Output, name: &str) -> String {
+    String::from_utf8_lossy(&out.stdout).lines().find(|l| l.get(5..).is_some_and(|r| r.starts_with(&format!("{name:<9} ")))).unwrap_or_default().to_string()
+}
+
+/// `doctor` asks the real CLI whether it is logged in (`codex login
+/// status`, no usage spent); a custom model provider in the command or in
+/// `$CODEX_HOME/config.toml` needs no OpenAI login.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_asks_the_real_codex_whether_it_is_logged_in() {
+    let (mut f, _gh) = drain_world(true).await;
+    let bin = cli::real_codex();
+    // Plain `codex`, an empty CODEX_HOME: logged out.
+    f.config(&codex_config(&bin, &[], ""));
+    let out = f.run(&["doctor"]);
+    let line = doctor_line(&out, "writer");
+    assert!(line.starts_with("FAIL") && line.contains("0.169.0") && line.contains("not logged in") && line.contains("codex login"), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1));
+    // The provider on the command line.
+    let fake = FakeResponses::start(vec![]).await;
+    f.config(&codex_config(&bin, &fake.provider_args(), ""));
+    let out = f.run(&["doctor"]);
+    assert!(doctor_line(&out, "writer").starts_with("ok") && doctor_line(&out, "writer").contains("model provider \"fake\""), "{}", text(&out));
+    // The provider in CODEX_HOME's config.
+    let home = f.extra_env.iter().find(|(k, _)| k == "CODEX_HOME").unwrap().1.clone();
+    std::fs::write(Path::new(&home).join("config.toml"), "model_provider = \"local\"\n").unwrap();
+    f.config(&codex_config(&bin, &[], ""));
+    let out = f.run(&["doctor"]);
+    assert!(doctor_line(&out, "reviewer").starts_with("ok") && doctor_line(&out, "reviewer").contains("model provider \"local\""), "{}", text(&out));
+    assert_eq!(fake.left(), 0);
+    f.extra_env.retain(|(k, _)| k != "CODEX_HOME");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_with_the_real_codex_as_writer_and_reviewer_opens_a_pr() {
     let (f, gh) = drain_world(true).await;

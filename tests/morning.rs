@@ -354,7 +354,17 @@ async fn doctor_names_each_failing_check() {
     gh.state.lock().unwrap().scopes = Some("repo, read:org".into());
     let mut f = world(&gh, "- [ ] Add sub\n");
     let args_log = f.agents.join("claude-args.txt");
-    let claude = f.agent("claude", &format!("#!/bin/sh\necho \"$@\" >> {}\nif [ \"$1\" = --version ]; then echo '2.1.328 (Claude Code)'; exit 0; fi\necho 'spent usage'\n", args_log.display()));
+    // Answers `--version` and `auth status --json` as Claude Code 2.x does;
+    // logged out while `logged-out` exists beside it.
+    let logged_out = f.agents.join("logged-out");
+    let claude = f.agent(
+        "claude",
+        &format!(
+            "#!/bin/sh\necho \"$@\" >> {}\nif [ \"$1\" = --version ]; then echo '2.1.328 (Claude Code)'; exit 0; fi\nif [ \"$1 $2\" = 'auth status' ]; then\n  if [ -e {} ]; then echo '{{\"loggedIn\": false, \"authMethod\": \"none\"}}'; exit 1; fi\n  echo '{{\"loggedIn\": true, \"authMethod\": \"claude.ai\"}}'; exit 0\nfi\necho 'spent usage'\n",
+            args_log.display(),
+            logged_out.display()
+        ),
+    );
     let reviewer = f.agents.join("reviewer.sh").display().to_string();
     let cfg = |f: &Fixture, extra: &str, writer: &str| f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"));
     cfg(&f, "", &claude);
@@ -364,8 +374,8 @@ async fn doctor_names_each_failing_check() {
     for name in ["git", "repo", "base", "token", "api", "label", "writer", "reviewer", "user", "database", "data dir"] {
         assert!(t.lines().any(|l| l.starts_with(&format!("ok   {name} "))), "no ok line for {name}:\n{t}");
     }
-    assert!(t.contains("2.1.328 (Claude Code)") && t.contains("scopes: repo, read:org"), "{t}");
-    assert_eq!(std::fs::read_to_string(&args_log).unwrap(), "--version\n", "doctor spent no usage");
+    assert!(t.contains("2.1.328 (Claude Code)") && t.contains("logged in: claude.ai") && t.contains("scopes: repo, read:org"), "{t}");
+    assert_eq!(std::fs::read_to_string(&args_log).unwrap(), "--version\nauth status --json\n", "doctor spent no usage");
 
     let check = |f: &Fixture, expected: &[&str], what: &str| {
         let out = f.run(&["doctor"]);
@@ -408,6 +418,11 @@ async fn doctor_names_each_failing_check() {
     // The writer not on PATH.
     cfg(&f, "", "no-such-claude-cli");
     check(&f, &["writer"], "writer missing");
+    // The writer's CLI is logged out.
+    cfg(&f, "", &claude);
+    std::fs::write(&logged_out, "").unwrap();
+    check(&f, &["writer"], "writer logged out");
+    std::fs::remove_file(&logged_out).unwrap();
     // Root with an agent_user that does not exist.
     if nix::unistd::geteuid().is_root() {
         cfg(&f, "agent_user = \"nightshift-no-such-user\"", &claude);
