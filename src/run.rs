@@ -303,9 +303,12 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     let item_dir = night.data_dir.join("logs").join(run_id.to_string()).join(format!("item-{:03}-{}", entry.index, &key[..8]));
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
-    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &night.repo, &night.config.remote, &night.config.base, &branch, token.as_deref()));
+    let prepared = until_signal(night, |stop| Slot::prepare_stoppable(&slot_dir, &night.repo, &night.config.remote, &night.config.base, &branch, token.as_deref(), Some(stop))).await;
     let slot = match prepared {
         Ok(s) => s,
+        Err(_) if night.cancel.is_cancelled() => {
+            return Ok(ItemEnd { outcome: "interrupted".into(), reason: Some("stopped by a signal while the checkout was prepared".into()), branch: Some(branch), ..Default::default() });
+        }
         Err(e) => return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: {e}")), branch: Some(branch), ..Default::default() }),
     };
     let mut end = item_loop(night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost).await?;
@@ -708,15 +711,21 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
 /// Pushes the item's branch; a signal kills the push (git, its hooks and
 /// helpers) at once instead of waiting for it (SPEC §7).
 async fn push_or_stop(night: &Night, slot: &Slot, token: Option<&str>) -> Result<(), slot::SlotError> {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    until_signal(night, |stop| slot.push_stoppable(token, Some(stop))).await
+}
+
+/// Runs blocking git work `f`, handing it a flag that turns true when the
+/// night's signal arrives (so git is killed at once rather than awaited).
+async fn until_signal<T>(night: &Night, f: impl FnOnce(std::sync::Arc<std::sync::atomic::AtomicBool>) -> T) -> T {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(night.cancel.is_cancelled()));
     let (flag, cancel) = (stop.clone(), night.cancel.clone());
     let watcher = tokio::spawn(async move {
         cancel.cancelled().await;
         flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
-    let pushed = tokio::task::block_in_place(|| slot.push_stoppable(token, Some(stop)));
+    let out = tokio::task::block_in_place(|| f(stop));
     watcher.abort();
-    pushed
+    out
 }
 
 /// Opens the PR of a pushed branch; without GitHub, records the PR that

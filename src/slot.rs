@@ -15,6 +15,8 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -91,6 +93,10 @@ pub struct Slot {
     pub reused: bool,
     /// Why an existing slot was removed and cloned again, if it was.
     pub recloned_because: Option<String>,
+    /// While preparing only: kills the running git command when it turns
+    /// true (a signal, SPEC §7). Cleared once the slot is ready, so that
+    /// cleaning up after a signal still works.
+    stop: Option<Arc<AtomicBool>>,
 }
 
 /// Where slot number `index` of the user's repository lives:
@@ -249,6 +255,40 @@ impl Slot {
         branch: &str,
         token: Option<&str>,
     ) -> Result<Slot, SlotError> {
+        Slot::prepare_stoppable(path, user_repo, remote, base, branch, token, None)
+    }
+
+    /// [`Slot::prepare`], whose git commands (the clone, the fetch, the
+    /// checkout) are killed as soon as `stop` becomes true (a signal, SPEC
+    /// §7). A slot stopped while being cloned is removed; one stopped while
+    /// being reset is kept for the next run to reset again.
+    ///
+    /// # Errors
+    /// As [`Slot::prepare`]; a stopped command is [`SlotError::Git`] holding
+    /// [`GitError::Stopped`].
+    pub fn prepare_stoppable(
+        path: &Path,
+        user_repo: &Path,
+        remote: &str,
+        base: &str,
+        branch: &str,
+        token: Option<&str>,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<Slot, SlotError> {
+        let mut slot = Slot::prepare_inner(path, user_repo, remote, base, branch, token, stop)?;
+        slot.stop = None;
+        Ok(slot)
+    }
+
+    fn prepare_inner(
+        path: &Path,
+        user_repo: &Path,
+        remote: &str,
+        base: &str,
+        branch: &str,
+        token: Option<&str>,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<Slot, SlotError> {
         let (fetch_url, push_url) = git::remote_urls(user_repo, remote)?;
         let mut slot = Slot {
             path: path.to_path_buf(),
@@ -261,6 +301,7 @@ impl Slot {
             git_dir_fingerprint: String::new(),
             reused: false,
             recloned_because: None,
+            stop,
         };
         let exists = std::fs::symlink_metadata(path).is_ok();
         if exists {
@@ -271,8 +312,9 @@ impl Slot {
                         slot.reused = true;
                         return Ok(slot);
                     }
-                    // A failed fetch is the network's fault, not the slot's.
-                    Err(SlotError::Git(e)) if slot.base_commit.is_empty() && is_fetch(&e) => {
+                    // A failed fetch is the network's fault, not the slot's;
+                    // a stopped command is nobody's.
+                    Err(SlotError::Git(e)) if matches!(e, GitError::Stopped { .. }) || (slot.base_commit.is_empty() && is_fetch(&e)) => {
                         return Err(SlotError::Git(e));
                     }
                     Err(e) => slot.recloned_because = Some(format!("reset failed: {e}")),
@@ -302,7 +344,11 @@ impl Slot {
     }
 
     fn git(&self) -> Git {
-        Git::new(&self.path)
+        let git = Git::new(&self.path);
+        match &self.stop {
+            Some(stop) => git.stop_on(stop.clone()),
+            None => git,
+        }
     }
 
     fn clone_from(&self, user_repo: &Path) -> Result<(), SlotError> {
@@ -314,7 +360,11 @@ impl Slot {
         })?;
         let target = self.path.to_string_lossy().into_owned();
         let source = user_repo.to_string_lossy().into_owned();
-        Git::new(parent).run(&[
+        let mut git = Git::new(parent);
+        if let Some(stop) = &self.stop {
+            git = git.stop_on(stop.clone());
+        }
+        git.run(&[
             "clone",
             "--shared",
             "--no-checkout",

@@ -427,6 +427,34 @@ fn sigterm_during_a_push() {
     assert_eq!(f.db.sql("SELECT count(*) FROM pull_requests"), "0");
 }
 
+/// A signal while the checkout is fetched (a slow network) kills the fetch
+/// at once: the remote is reached over "ssh" through a GIT_SSH_COMMAND that
+/// stalls when called from a slot (the drain's own `ls-remote` runs in the
+/// user's checkout and goes through).
+#[test]
+fn sigterm_during_the_checkouts_fetch() {
+    let mut f = Fixture::new();
+    let ssh = f.agent(
+        "ssh.sh",
+        &format!(
+            "#!/bin/sh\n# GIT_SSH_COMMAND: [options] host command; run the command locally.\ncase \"$PWD\" in */slots/*) {};; esac\nfor last; do :; done\nexec sh -c \"$last\"\n",
+            stall_snippet(&f.agents, "fetch").trim_end()
+        ),
+    );
+    std::fs::write(f.agents.join("fetch.stall"), "").unwrap();
+    f.extra_env.push(("GIT_SSH_COMMAND".into(), ssh));
+    git(&f.repo, &["remote", "set-url", "origin", &format!("ssh://stall.invalid{}", f.remote.display())]);
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{WORD_WRITER}"));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
+    let ready = f.agents.join("fetch.ready");
+    stops_cleanly_on(&f, || ready.exists(), nix::sys::signal::Signal::SIGTERM, "fetch");
+    assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls"), "0", "no agent started");
+    let reason = f.db.sql("SELECT reason FROM run_items WHERE outcome IS NOT NULL");
+    assert!(reason.contains("while the checkout was prepared"), "{reason}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_while_github_is_slow_to_open_the_pr() {
     let gh = FakeGitHub::start().await;
