@@ -298,21 +298,91 @@ pub fn repo_id(repo: &Path, remote: &str) -> String {
     }
 }
 
-/// A remote URL in one spelling: no trailing `/` or `.git`, and a local path
-/// (absolute, relative to the repository, or `file://`) made canonical.
-fn normalize_remote_url(url: &str, repo: &Path) -> String {
-    let url = url.trim_end_matches('/');
+/// A remote URL in one spelling, so that every way of writing one
+/// repository's address is one identity:
+/// - a network URL (`https://`, `http://`, `ssh://`, `git://`, scp-like
+///   `user@host:path`) becomes `host/path`: no scheme, user or port, the
+///   host in lower case, no leading `/` or `~/`, no trailing `/` or `.git`
+///   (so `git@github.com:o/r.git` and `https://github.com/o/r` are both
+///   `github.com/o/r`); GitHub's owner and name are case-insensitive, so
+///   a `github.com` path is lower-cased too;
+/// - a local path (absolute, relative to the repository, or `file://`)
+///   becomes its canonical path, without `.git`.
+pub(crate) fn normalize_remote_url(url: &str, repo: &Path) -> String {
+    let url = url.trim().trim_end_matches('/');
     let url = url.strip_suffix(".git").unwrap_or(url).trim_end_matches('/');
-    let scp_like = url.split_once(':').is_some_and(|(host, _)| !host.contains('/')) && !url.contains("://");
-    let local = url.strip_prefix("file://").map(str::to_string).or_else(|| (!url.contains("://") && !scp_like).then(|| url.to_string()));
-    match local {
-        Some(p) => {
-            let path = repo.join(&p);
-            let canonical = std::fs::canonicalize(&path).or_else(|_| std::fs::canonicalize(format!("{}.git", path.display()))).unwrap_or(path);
-            let shown = canonical.display().to_string();
-            shown.strip_suffix(".git").unwrap_or(&shown).to_string()
+    let scp_like = !url.contains("://") && url.split_once(':').is_some_and(|(host, _)| !host.contains('/'));
+    let network = if let Some((scheme, rest)) = url.split_once("://") {
+        (scheme != "file").then(|| {
+            let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+            (authority.to_string(), path.to_string())
+        })
+    } else if scp_like {
+        url.split_once(':').map(|(a, p)| (a.to_string(), p.to_string()))
+    } else {
+        None
+    };
+    if let Some((authority, path)) = network {
+        let host_port = authority.rsplit_once('@').map_or(authority.as_str(), |(_, h)| h);
+        // `[::1]:22` keeps its brackets; `host:22` loses its port.
+        let host = match host_port.rsplit_once(':') {
+            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && (!h.starts_with('[') || h.ends_with(']')) => h,
+            _ => host_port,
         }
-        None => url.to_string(),
+        .to_ascii_lowercase();
+        let path = path.trim_start_matches('/').trim_start_matches("~/");
+        let path = if host == "github.com" { path.to_ascii_lowercase() } else { path.to_string() };
+        return format!("{host}/{path}");
+    }
+    let p = url.strip_prefix("file://").unwrap_or(url);
+    let path = repo.join(p);
+    let canonical = std::fs::canonicalize(&path).or_else(|_| std::fs::canonicalize(format!("{}.git", path.display()))).unwrap_or(path);
+    let shown = canonical.display().to_string();
+    shown.strip_suffix(".git").unwrap_or(&shown).to_string()
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::normalize_remote_url;
+    use std::path::Path;
+
+    #[test]
+    fn one_repository_is_one_identity_however_its_remote_is_spelt() {
+        let here = Path::new("/nonexistent-repo");
+        for url in [
+            "https://github.com/Owner/Repo.git",
+            "https://github.com/owner/repo",
+            "https://github.com/owner/repo/",
+            "http://user:pw@github.com/owner/repo.git",
+            "git@github.com:owner/repo.git",
+            "git@GitHub.com:Owner/Repo",
+            "ssh://git@github.com/owner/repo.git",
+            "ssh://git@github.com:22/owner/repo",
+            "git://github.com/owner/repo.git",
+        ] {
+            assert_eq!(normalize_remote_url(url, here), "github.com/owner/repo", "{url}");
+        }
+        // Elsewhere the path keeps its case; the host does not.
+        assert_eq!(normalize_remote_url("git@GHE.example.com:Team/App.git", here), "ghe.example.com/Team/App");
+        assert_eq!(normalize_remote_url("https://ghe.example.com/Team/App", here), "ghe.example.com/Team/App");
+        assert_eq!(normalize_remote_url("ssh://git@gitlab.example.com:2222/~/grp/app.git", here), "gitlab.example.com/grp/app");
+        assert_eq!(normalize_remote_url("ssh://git@[::1]:22/o/r", here), "[::1]/o/r");
+        // Two different repositories stay two.
+        assert_ne!(normalize_remote_url("git@github.com:owner/repo", here), normalize_remote_url("git@github.com:owner/repo2", here));
+    }
+
+    #[test]
+    fn local_remotes_are_canonical_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let bare = dir.path().join("remote.git");
+        std::fs::create_dir_all(&bare).unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        let want = std::fs::canonicalize(&bare).unwrap().display().to_string();
+        let want = want.strip_suffix(".git").unwrap().to_string();
+        for url in [bare.display().to_string(), format!("file://{}", bare.display()), "../remote.git".to_string(), "../remote".to_string()] {
+            assert_eq!(normalize_remote_url(&url, &repo), want, "{url}");
+        }
     }
 }
 
