@@ -74,6 +74,34 @@ pub struct Evidence {
     pub writer_note: String,
     /// The reviewer's prose besides its verdict.
     pub reviewer_note: String,
+    /// Earlier PRs of this night that change some of the same files: merged
+    /// one after the other they may conflict (SPEC §3 on merge order).
+    pub overlaps: Vec<Overlap>,
+}
+
+/// An earlier PR of the same night that changes some of the same files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlap {
+    /// That item's title.
+    pub title: String,
+    /// Its branch.
+    pub branch: String,
+    /// Its PR number, when GitHub opened one.
+    pub pr_number: Option<u64>,
+    /// The files both change (repository-relative paths).
+    pub files: Vec<String>,
+}
+
+/// The earlier PRs in `opened` (each a title, branch, PR number and the
+/// files it changes) that change any of `changed`, with the shared files.
+pub fn overlaps(opened: &[Overlap], changed: &[crate::proof::FileChange]) -> Vec<Overlap> {
+    opened
+        .iter()
+        .filter_map(|o| {
+            let files: Vec<String> = o.files.iter().filter(|f| changed.iter().any(|c| &c.path == *f)).cloned().collect();
+            (!files.is_empty()).then(|| Overlap { files, ..o.clone() })
+        })
+        .collect()
 }
 
 /// Renders the PR body: the morning-review card (SPEC §8). At most
@@ -223,6 +251,12 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     if e.cost_usd.is_none() {
         let _ = writeln!(s, "- The agent reported no cost: the cost cap was not enforced.");
+    }
+    for o in &e.overlaps {
+        let pr = o.pr_number.map_or_else(|| format!("branch `{}`", o.branch), |n| format!("#{n}"));
+        let files: Vec<String> = o.files.iter().take(10).map(|f| format!("`{}`", f.replace('`', "ʼ"))).collect();
+        let more = if o.files.len() > 10 { format!(" and {} more", o.files.len() - 10) } else { String::new() };
+        let _ = writeln!(s, "- Merge order: {pr} ({}) from the same night also changes {}{more}. Both start from the same base; after merging one, check the other still merges cleanly and its gate still passes.", one_line(&o.title, 120), files.join(", "));
     }
     let _ = writeln!(s);
 

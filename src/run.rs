@@ -90,6 +90,9 @@ pub struct Night {
     pub cancel: CancellationToken,
     /// Clock (injectable for tests of sleeps).
     pub clock: std::sync::Arc<dyn schedule::Clock>,
+    /// The branches this run pushed, with the files each changes: a later
+    /// PR touching the same files says so (merge order).
+    pub pushed: std::sync::Mutex<Vec<report::Overlap>>,
 }
 
 /// Which items to run.
@@ -668,6 +671,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             diff: tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree)).unwrap_or_default(),
             writer_note: agent::strip_blocks(&writer.text),
             reviewer_note: review::prose(&reviewer.text),
+            overlaps: report::overlaps(&night.pushed.lock().unwrap_or_else(|e| e.into_inner()), &proof.changed),
         };
         let body = night.redact(&report::pr_body(&evidence));
         rec::set_phase(pool, run_id, "push", Some(key), Some(n)).await?;
@@ -699,6 +703,12 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body).await?;
         rec::event(pool, Some(run_id), "pushed", json!({"key": key, "branch": branch})).await?;
         let mut end = open_pr(night, run_id, entry, branch, &body).await?;
+        night.pushed.lock().unwrap_or_else(|e| e.into_inner()).push(report::Overlap {
+            title: c.title.clone(),
+            branch: branch.to_string(),
+            pr_number: end.pr_number,
+            files: proof.changed.iter().map(|f| f.path.clone()).collect(),
+        });
         end.rounds = n;
         end.tokens = totals.tokens;
         end.cost_usd = totals.cost_known.then_some(totals.cost);

@@ -18,6 +18,7 @@ case "$title" in
   *sub*) echo sub >> calc.txt ;;
   *mul*) echo mul >> calc.txt ;;
   *div*) echo div >> calc.txt ;;
+  *docs*) echo "calc adds and subtracts" > README.calc ;;
   *) echo "nothing to do for $title" ;;
 esac
 echo "wrote it"
@@ -223,11 +224,33 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         diff: "+added line\n".repeat(200_000),
         writer_note: "w".repeat(1 << 20),
         reviewer_note: "r".repeat(1 << 20),
+        overlaps: vec![],
     };
     let body = report::pr_body(&e);
     assert!(body.chars().count() <= report::BODY_LIMIT, "{}", body.chars().count());
     assert!(body.contains("cut to its tail") && body.contains("of 1048576 characters"), "{body}");
     assert!(body.trim_end().ends_with(&nightshift::forge::item_marker(&entry.contract.key)));
+}
+
+/// Two PRs of one night that change the same file: the later one's body
+/// names the earlier PR and the shared file (merge order); a PR changing
+/// other files names none.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pr_sharing_files_with_an_earlier_one_says_so() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n- [ ] Write docs\n- [ ] Add mul\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 3);
+    let body = |i: usize| prs[i]["body"].as_str().unwrap().to_string();
+    assert!(!body(0).contains("Merge order"), "{}", body(0));
+    assert!(!body(1).contains("Merge order"), "docs share nothing: {}", body(1));
+    let third = body(2);
+    let line = third.lines().find(|l| l.contains("Merge order")).unwrap_or_else(|| panic!("{third}"));
+    assert!(line.contains(&format!("#{}", prs[0]["number"])) && line.contains("Add sub") && line.contains("`calc.txt`"), "{line}");
+    assert!(!line.contains("docs"), "{line}");
+    gh.assert_never_merged_approved_or_closed().await;
 }
 
 const ADJACENT: &str = "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n- [ ] Add mul\n- [ ] Add div   \n- [x] Add add (done: #1)\n";

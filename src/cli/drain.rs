@@ -205,6 +205,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         run_as,
         cancel,
         clock: Arc::new(schedule::SystemClock),
+        pushed: Default::default(),
     };
     let watched: Vec<progress::Entry> = match &selection {
         Selection::All => night.plan.entries.iter().map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
