@@ -306,7 +306,7 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     let item_dir = night.data_dir.join("logs").join(run_id.to_string()).join(format!("item-{:03}-{}", entry.index, &key[..8]));
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
-    let prepared = until_signal(night, |stop| Slot::prepare_stoppable(&slot_dir, &night.repo, &night.config.remote, &night.config.base, &branch, token.as_deref(), Some(stop))).await;
+    let prepared = until_signal(night, |stop| Slot::prepare(&slot_dir, &night.repo, &night.config.remote, &night.config.base, &branch, token.as_deref(), Some(stop))).await;
     let slot = match prepared {
         Ok(s) => s,
         Err(_) if night.cancel.is_cancelled() => {

@@ -243,44 +243,17 @@ impl Slot {
     /// reset fails, it is removed and cloned again (`recloned_because` says
     /// why). The user's repository is only read (SPEC §5.1, §10).
     ///
-    /// # Errors
-    /// [`SlotError::Git`] when the user's repository or remote cannot be read,
-    /// the fetch fails, or a fresh clone cannot be reset; [`SlotError::Io`]
-    /// when the slot directory cannot be created or removed.
-    pub fn prepare(
-        path: &Path,
-        user_repo: &Path,
-        remote: &str,
-        base: &str,
-        branch: &str,
-        token: Option<&str>,
-    ) -> Result<Slot, SlotError> {
-        Slot::prepare_stoppable(path, user_repo, remote, base, branch, token, None)
-    }
-
-    /// [`Slot::prepare`], whose git commands (the clone, the fetch, the
-    /// checkout) are killed as soon as `stop` becomes true (a signal, SPEC
-    /// §7). A slot stopped while being cloned is removed; one stopped while
-    /// being reset is kept for the next run to reset again.
+    /// `stop`, when given, kills the running git command (the clone, the
+    /// fetch, the checkout) as soon as it turns true (a signal, SPEC §7). A
+    /// slot stopped while being cloned is removed; one stopped while being
+    /// reset is kept for the next run to reset again.
     ///
     /// # Errors
-    /// As [`Slot::prepare`]; a stopped command is [`SlotError::Git`] holding
-    /// [`GitError::Stopped`].
-    pub fn prepare_stoppable(
-        path: &Path,
-        user_repo: &Path,
-        remote: &str,
-        base: &str,
-        branch: &str,
-        token: Option<&str>,
-        stop: Option<Arc<AtomicBool>>,
-    ) -> Result<Slot, SlotError> {
-        let mut slot = Slot::prepare_inner(path, user_repo, remote, base, branch, token, stop)?;
-        slot.stop = None;
-        Ok(slot)
-    }
-
-    fn prepare_inner(
+    /// [`SlotError::Git`] when the user's repository or remote cannot be read,
+    /// the fetch fails, or a fresh clone cannot be reset (a stopped command
+    /// is [`GitError::Stopped`]); [`SlotError::Io`] when the slot directory
+    /// cannot be created or removed.
+    pub fn prepare(
         path: &Path,
         user_repo: &Path,
         remote: &str,
@@ -310,6 +283,7 @@ impl Slot {
                 Ok(()) => match slot.reset(token) {
                     Ok(()) => {
                         slot.reused = true;
+                        slot.stop = None;
                         return Ok(slot);
                     }
                     // A failed fetch is the network's fault, not the slot's;
@@ -329,6 +303,7 @@ impl Slot {
             let _ = slot.remove();
             return Err(e);
         }
+        slot.stop = None;
         Ok(slot)
     }
 

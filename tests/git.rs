@@ -120,6 +120,7 @@ impl Fixture {
             "main",
             branch,
             None,
+            None,
         )
         .expect("prepare")
     }
@@ -287,7 +288,7 @@ fn a_slot_follows_the_users_remote_and_survives_a_failed_fetch() {
     // The user moves the remote: the reused slot fetches from the new place.
     let moved = fx.root.join("moved.git");
     std::fs::rename(&fx.remote, &moved).unwrap();
-    let err = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None).unwrap_err();
+    let err = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None, None).unwrap_err();
     assert!(err.to_string().contains("git fetch"), "{err}");
     assert!(
         slot.path.join(".git").is_dir(),
@@ -321,7 +322,7 @@ fn a_slot_follows_the_users_remote_and_survives_a_failed_fetch() {
 
     // A remote the user does not have is an error naming the repository.
     let err =
-        Slot::prepare(&fx.slot_path(), &fx.user, "upstream", "main", BRANCH, None).unwrap_err();
+        Slot::prepare(&fx.slot_path(), &fx.user, "upstream", "main", BRANCH, None, None).unwrap_err();
     assert!(err.to_string().contains(fx.user.to_str().unwrap()), "{err}");
 }
 
@@ -966,7 +967,7 @@ fn a_slot_whose_borrowed_objects_were_pruned_is_cloned_again() {
     git(&fx.user, &["reflog", "expire", "--expire=now", "--all"]);
     git(&fx.user, &["gc", "--quiet", "--prune=now"]);
     assert!(Command::new("git").args(["cat-file", "-e", &old_base]).current_dir(&fx.user).status().unwrap().code() != Some(0), "the old base must be gone from the user's store");
-    let again = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None).expect("a broken slot is cloned again");
+    let again = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None, None).expect("a broken slot is cloned again");
     assert_eq!(again.base_commit, fx.remote_main());
     assert_ne!(again.base_commit, old_base);
 }

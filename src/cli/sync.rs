@@ -95,7 +95,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     let data_dir = crate::cli::data_dir();
     let slot_dir = slot::slot_path(&data_dir, &repo, 0).with_file_name("sync");
     let secret = token.expose().to_string();
-    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, "nightshift/sync-work", Some(&secret)));
+    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, "nightshift/sync-work", Some(&secret), None));
     let slot = prepared.map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
     let result = async {
         let rel = Path::new(&config.backlog);
@@ -127,7 +127,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
             }
         };
         // Checked out again on its branch (a reset of the same slot).
-        let slot = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, &branch, Some(&secret))).map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
+        let slot = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, &branch, Some(&secret), None)).map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
         let done = commit_and_open(&slot, &config, &forge, &secret, &ticks).await;
         let _ = tokio::task::block_in_place(|| slot.discard());
         done
