@@ -159,8 +159,24 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     if c.accept.is_empty() {
         let _ = writeln!(s, "_None written; the gate and the reviewer decided._");
     }
-    for a in &c.accept {
-        let _ = writeln!(s, "- [ ] {a}");
+    // Each with the reviewer's judgement and where it saw the evidence: a
+    // claim to check, not a proof.
+    for (i, a) in c.accept.iter().enumerate() {
+        let judged = e.verdict.conditions.iter().find(|k| k.index as usize == i + 1);
+        match judged {
+            Some(k) if k.met && !k.evidence.trim().is_empty() => {
+                let _ = writeln!(s, "- [ ] {a}\n  — reviewer: met; evidence: {}", one_line(&k.evidence, 500));
+            }
+            Some(k) if k.met => {
+                let _ = writeln!(s, "- [ ] {a}\n  — reviewer: met (no evidence named)");
+            }
+            Some(k) => {
+                let _ = writeln!(s, "- [ ] {a}\n  — reviewer: NOT met; {}", one_line(&k.evidence, 500));
+            }
+            None => {
+                let _ = writeln!(s, "- [ ] {a}\n  — reviewer: not judged");
+            }
+        }
     }
     let _ = writeln!(s);
 

@@ -38,6 +38,83 @@ pub struct Verdict {
     /// What must change (may be empty on approve).
     #[serde(default)]
     pub findings: Vec<String>,
+    /// The acceptance conditions as the reviewer judged them, each with its
+    /// evidence (empty when the reviewer gave none).
+    #[serde(default)]
+    pub conditions: Vec<ConditionCheck>,
+}
+
+/// One acceptance condition as the reviewer judged it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConditionCheck {
+    /// The condition's number as the reviewer's prompt numbered them (from 1).
+    pub index: u32,
+    /// Whether the change meets it.
+    pub met: bool,
+    /// Where that shows: a test, a file and line, a command's output.
+    pub evidence: String,
+}
+
+/// The JSON Schema of a verdict, given to agents that take one (claude
+/// `--json-schema`, codex `--output-schema`). Every property is required and
+/// none other allowed, as OpenAI's strict structured outputs demand; a
+/// reviewer with no condition to judge answers `"conditions": []`.
+pub const VERDICT_SCHEMA: &str = r#"{"type":"object","properties":{"verdict":{"type":"string","enum":["approve","request_changes"]},"findings":{"type":"array","items":{"type":"string"}},"conditions":{"type":"array","items":{"type":"object","properties":{"index":{"type":"integer"},"met":{"type":"boolean"},"evidence":{"type":"string"}},"required":["index","met","evidence"],"additionalProperties":false}}},"required":["verdict","findings","conditions"],"additionalProperties":false}"#;
+
+/// Holds an approval to its own judgement of the acceptance conditions: an
+/// `approve` that says condition N (of `accept`, numbered from 1) is not met
+/// becomes `request_changes` with that condition as a finding (SPEC §5.5: a
+/// condition not met is not done). Checks of numbers outside `accept` are
+/// dropped.
+pub fn hold_to_conditions(mut v: Verdict, accept: &[String]) -> Verdict {
+    v.conditions.retain(|c| c.index >= 1 && (c.index as usize) <= accept.len());
+    v.conditions.sort_by_key(|c| c.index);
+    v.conditions.dedup_by_key(|c| c.index);
+    if v.verdict == Decision::Approve {
+        let unmet: Vec<String> = v
+            .conditions
+            .iter()
+            .filter(|c| !c.met)
+            .map(|c| format!("acceptance condition {} is not met ({}): {}", c.index, accept[c.index as usize - 1], c.evidence.trim()))
+            .collect();
+        if !unmet.is_empty() {
+            v.verdict = Decision::RequestChanges;
+            v.findings.extend(unmet);
+        }
+    }
+    v
+}
+
+/// Reads the `conditions` of a verdict object: objects with a number
+/// (`index`, `condition` or `n`), a judgement (`met` as a boolean, or
+/// `status`/`result` as `met`/`pass`/`yes`/`true` or their opposites) and
+/// `evidence` (or `why`/`reason`/`notes`). Entries without a number or a
+/// judgement are skipped.
+fn conditions_from_value(v: &Value) -> Vec<ConditionCheck> {
+    let Some(list) = v.get("conditions").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|c| {
+            let index = ["index", "condition", "n"].iter().find_map(|k| {
+                let x = c.get(*k)?;
+                x.as_u64().or_else(|| x.as_str().and_then(|s| s.trim().trim_start_matches('#').parse().ok()))
+            })?;
+            let met = match c.get("met") {
+                Some(Value::Bool(b)) => *b,
+                _ => {
+                    let word = ["met", "status", "result"].iter().find_map(|k| c.get(*k).and_then(Value::as_str))?.trim().to_ascii_lowercase().replace(['-', ' '], "_");
+                    match word.as_str() {
+                        "met" | "pass" | "passed" | "yes" | "true" | "ok" | "done" => true,
+                        "not_met" | "unmet" | "fail" | "failed" | "no" | "false" | "missing" => false,
+                        _ => return None,
+                    }
+                }
+            };
+            let evidence = ["evidence", "why", "reason", "notes"].iter().find_map(|k| c.get(*k).and_then(Value::as_str)).unwrap_or("").to_string();
+            Some(ConditionCheck { index: u32::try_from(index).ok()?, met, evidence })
+        })
+        .collect()
 }
 
 /// Reads a verdict from a JSON value shaped `{"verdict": .., "findings": [..]}`.
@@ -61,7 +138,7 @@ pub fn verdict_from_value(v: &Value) -> Option<Verdict> {
                 .collect()
         })
         .unwrap_or_default();
-    Some(Verdict { verdict: decision, findings })
+    Some(Verdict { verdict: decision, findings, conditions: conditions_from_value(v) })
 }
 
 /// The last JSON object in `text` that is a verdict: first tried line by
@@ -153,5 +230,59 @@ mod tests {
         let bad = vec!["Read".to_string(), "Write".into(), "Bash".into()];
         assert!(tools_violation(Some(&bad), None, &["Read", "Grep", "Glob"]).unwrap().contains("Write, Bash"));
         assert!(tools_violation(Some(&ok), Some(&["drive".to_string()]), &["Read", "Grep", "Glob"]).is_some());
+    }
+}
+
+#[cfg(test)]
+mod condition_tests {
+    use super::*;
+
+    fn accept() -> Vec<String> {
+        vec!["calc lists sub".into(), "the README says so".into()]
+    }
+
+    #[test]
+    fn conditions_are_read_in_the_shapes_reviewers_write() {
+        let v = last_json_verdict(r##"{"verdict":"approve","findings":[],"conditions":[{"index":1,"met":true,"evidence":"tests/calc.sh line 3"},{"condition":"#2","status":"Not met","why":"README untouched"},{"n":3,"result":"pass"},{"met":true},{"index":"x","met":false}]}"##).unwrap();
+        assert_eq!(
+            v.conditions,
+            vec![
+                ConditionCheck { index: 1, met: true, evidence: "tests/calc.sh line 3".into() },
+                ConditionCheck { index: 2, met: false, evidence: "README untouched".into() },
+                ConditionCheck { index: 3, met: true, evidence: String::new() },
+            ]
+        );
+        // A verdict without conditions is still a verdict.
+        assert!(last_json_verdict(r#"{"verdict":"approve","findings":[]}"#).unwrap().conditions.is_empty());
+    }
+
+    #[test]
+    fn an_approval_that_says_a_condition_is_unmet_requests_changes() {
+        let v = last_json_verdict(r#"{"verdict":"approve","findings":[],"conditions":[{"index":1,"met":true,"evidence":"t"},{"index":2,"met":false,"evidence":"README untouched"},{"index":7,"met":false,"evidence":"no such"}]}"#).unwrap();
+        let held = hold_to_conditions(v, &accept());
+        assert_eq!(held.verdict, Decision::RequestChanges);
+        assert_eq!(held.findings, ["acceptance condition 2 is not met (the README says so): README untouched"]);
+        assert_eq!(held.conditions.len(), 2, "out-of-range numbers are dropped");
+        // All met, or none judged: the approval stands.
+        let ok = last_json_verdict(r#"{"verdict":"approve","findings":[],"conditions":[{"index":1,"met":true,"evidence":"t"},{"index":1,"met":false,"evidence":"dup"}]}"#).unwrap();
+        let held = hold_to_conditions(ok, &accept());
+        assert_eq!(held.verdict, Decision::Approve, "the first judgement of a number counts");
+        let none = last_json_verdict(r#"{"verdict":"approve","findings":[]}"#).unwrap();
+        assert_eq!(hold_to_conditions(none, &accept()).verdict, Decision::Approve);
+    }
+
+    #[test]
+    fn the_schema_requires_every_property_it_names() {
+        let schema: Value = serde_json::from_str(VERDICT_SCHEMA).unwrap();
+        let check = |obj: &Value| {
+            let props: Vec<&String> = obj["properties"].as_object().unwrap().keys().collect();
+            let req: Vec<&str> = obj["required"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+            for p in props {
+                assert!(req.contains(&p.as_str()), "{p} not required (OpenAI strict mode)");
+            }
+            assert_eq!(obj["additionalProperties"], false);
+        };
+        check(&schema);
+        check(&schema["properties"]["conditions"]["items"]);
     }
 }

@@ -620,7 +620,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         // A verdict from a reviewer that then failed (nonzero exit, error
         // result) is not trusted: the round is retried like any failure.
         let verdict = match (&reviewer.verdict, &reviewer.failure) {
-            (Some(v), None) => v.clone(),
+            (Some(v), None) => review::hold_to_conditions(v.clone(), &c.accept),
             (_, failure) => {
                 let (sig, why) = match failure {
                     Some(f) => ("reviewer_failed", format!("the reviewer failed: {f}")),

@@ -181,7 +181,7 @@ async fn real_reviewer_is_read_only_and_its_verdict_is_read() {
     api.reviewer([
         Reply::Tools(None, vec![tool("Read", json!({"file_path": calc})), tool("Grep", json!({"pattern": "add"}))]),
         // The CLI ends the session once StructuredOutput is called.
-        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "request_changes", "findings": ["calc.txt lacks sub"]}))]),
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "request_changes", "findings": ["calc.txt lacks sub"], "conditions": []}))]),
         // Second call: the model answers in prose with the JSON at the end and
         // ignores the schema; the CLI asks once more and the model says
         // something else. The verdict comes from the assistant text.
@@ -342,8 +342,8 @@ async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
         Reply::Text("Added mul as asked.".into()),
     ]);
     api.reviewer([
-        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "request_changes", "findings": ["add mul too"]}))]),
-        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "approve", "findings": []}))]),
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "request_changes", "findings": ["add mul too"], "conditions": [{"index": 1, "met": true, "evidence": "calc.txt line 2"}]}))]),
+        Reply::Tools(None, vec![tool("StructuredOutput", json!({"verdict": "approve", "findings": [], "conditions": [{"index": 1, "met": true, "evidence": "calc.txt line 2 reads sub"}]}))]),
     ]);
     let out = f.approve_and_drain(&[]);
     common::assert_ok(&out, "drain");
@@ -354,6 +354,8 @@ async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
     assert_eq!(api.left(), (0, 0));
     let prs = gh.prs();
     assert_eq!(prs.len(), 1);
+    let body = prs[0]["body"].as_str().unwrap();
+    assert!(body.contains("- [ ] calc.txt lists sub\n  — reviewer: met; evidence: calc.txt line 2 reads sub"), "{body}");
     let branch = &f.remote_branches()[0];
     assert_eq!(common::git(&f.remote, &["show", &format!("{branch}:calc.txt")]), "add\nsub\nmul");
     // The ledger rows carry what the CLI reported: 3 writer turns and 1

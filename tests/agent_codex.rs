@@ -158,7 +158,8 @@ async fn real_codex_reviewer_is_read_only_and_its_verdict_is_its_last_message() 
     assert!(turn_metadata(&bodies[0]).contains(r#""sandbox_mode":"read-only""#), "{}", turn_metadata(&bodies[0]));
     // The verdict schema reached the model as a strict output format.
     assert_eq!(bodies[0]["text"]["format"]["name"], "codex_output_schema", "{}", bodies[0]["text"]);
-    assert_eq!(bodies[0]["text"]["format"]["schema"]["required"], serde_json::json!(["verdict", "findings"]));
+    assert_eq!(bodies[0]["text"]["format"]["schema"]["required"], serde_json::json!(["verdict", "findings", "conditions"]));
+    assert_eq!(bodies[0]["text"]["format"]["strict"], true, "{}", bodies[0]["text"]);
     let v = r.verdict.expect("a verdict");
     assert_eq!(v.verdict, Decision::RequestChanges);
     assert_eq!(v.findings, ["calc.txt must also list mul"]);

@@ -535,3 +535,41 @@ async fn agent_user_that_cannot_reach_the_checkout_is_told_why() {
     assert!(why.contains(&user) && why.contains("NIGHTSHIFT_DATA_DIR"), "{why}");
     assert!(f.remote_branches().is_empty());
 }
+
+/// The reviewer judges each numbered acceptance condition: an approval that
+/// says one is not met is a request for changes (the condition becomes the
+/// next round's feedback); the PR body shows each condition with the
+/// reviewer's judgement and evidence.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_with_an_unmet_condition_is_a_request_for_changes() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_conditions_token_0123456789".into());
+    let ev = f.agents.display().to_string();
+    let w = f.agent(
+        "writer.sh",
+        &format!("#!/bin/sh\ncp \"$NIGHTSHIFT_FEEDBACK_FILE\" \"{ev}/feedback-$NIGHTSHIFT_ROUND.txt\"\ncp \"$NIGHTSHIFT_PROMPT_FILE\" \"{ev}/prompt.txt\"\necho sub >> calc.txt\n[ \"$NIGHTSHIFT_ROUND\" = 2 ] && echo 'sub subtracts' > README.calc\nexit 0\n"),
+    );
+    // Round 1: approves, yet says condition 2 is unmet. Round 2: all met.
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\nif [ -e README.calc ]; then\n  echo '{\"verdict\":\"approve\",\"findings\":[],\"conditions\":[{\"index\":1,\"met\":true,\"evidence\":\"calc.txt line 2\"},{\"index\":2,\"met\":true,\"evidence\":\"README.calc line 1\"}]}'\nelse\n  echo '{\"verdict\":\"approve\",\"findings\":[],\"conditions\":[{\"index\":1,\"met\":true,\"evidence\":\"calc.txt line 2\"},{\"index\":2,\"met\":false,\"evidence\":\"no README.calc\"}]}'\nfi\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 3\n");
+    f.write("NEXT.md", "- [ ] Add sub\n  - accept: calc.txt lists sub\n  - accept: README.calc explains sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["pr_opened"], "{rep:#}");
+    assert_eq!(rep["items"][0]["rounds"], 2, "{rep:#}");
+    let prompt = read(&f.agents.join("prompt.txt"));
+    assert!(prompt.contains("1. calc.txt lists sub\n2. README.calc explains sub\n"), "the conditions are numbered: {prompt}");
+    let fb = read(&f.agents.join("feedback-2.txt"));
+    assert!(fb.contains("acceptance condition 2 is not met (README.calc explains sub): no README.calc"), "{fb}");
+    assert_eq!(f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"), "request_changes,approve");
+    let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
+    assert!(body.contains("- [ ] calc.txt lists sub\n  — reviewer: met; evidence: calc.txt line 2"), "{body}");
+    assert!(body.contains("- [ ] README.calc explains sub\n  — reviewer: met; evidence: README.calc line 1"), "{body}");
+    gh.assert_never_merged_approved_or_closed().await;
+}

@@ -215,7 +215,7 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         setup: vec![big("npm ci")],
         changed: vec![],
         rounds: vec![report::RoundSummary { n: 1, seconds: 3, result: "approved".into(), note: String::new(), gate: vec![big("a"), big("b"), big("c")], verdict: None }],
-        verdict: nightshift::review::Verdict { verdict: nightshift::review::Decision::Approve, findings: vec![] },
+        verdict: nightshift::review::Verdict { verdict: nightshift::review::Decision::Approve, findings: vec![], conditions: vec![] },
         duration: std::time::Duration::from_secs(3),
         tokens: 0,
         cost_usd: None,

@@ -40,7 +40,7 @@ pub const REVIEWER_FLAGS: &[&str] = &["--permission-mode", "plan", "--tools", "R
 
 /// The JSON Schema of a verdict, passed with `--json-schema` so the real CLI
 /// returns the verdict as the result's `structured_output` (SPEC §5.5).
-pub const VERDICT_SCHEMA: &str = r#"{"type":"object","properties":{"verdict":{"type":"string","enum":["approve","request_changes"]},"findings":{"type":"array","items":{"type":"string"}}},"required":["verdict","findings"],"additionalProperties":false}"#;
+pub use crate::review::VERDICT_SCHEMA;
 
 /// Tools a reviewer session may list in its init event (checked before a
 /// verdict is trusted, SPEC §6): the three read tools of `--tools`, and

@@ -39,7 +39,7 @@ use crate::review;
 /// The JSON schema the reviewer's final message must follow (passed with
 /// `--output-schema`; OpenAI's strict mode wants every property required and
 /// no additional ones). Same shape as the `command` protocol's verdict line.
-pub const VERDICT_SCHEMA: &str = r#"{"type":"object","properties":{"verdict":{"type":"string","enum":["approve","request_changes"]},"findings":{"type":"array","items":{"type":"string"}}},"required":["verdict","findings"],"additionalProperties":false}"#;
+pub use crate::review::VERDICT_SCHEMA;
 
 /// The argv for one call. The prompt is not in it: it is read from stdin
 /// (the final `-`).

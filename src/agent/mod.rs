@@ -346,10 +346,13 @@ pub const WRITER_RULES: &str = "\
 pub const REVIEWER_RULES: &str = "\
 ## You are the reviewer (read-only)
 Read the change in the current directory (`git diff` against the base, untracked files included) against the contract.
-Do not modify anything. End your answer with one JSON object on its own line:
-{\"verdict\":\"approve\",\"findings\":[]}
+Do not modify anything. Judge each numbered acceptance condition and say where the evidence is
+(a test that checks it, a file and line, a command's output). Approve only if every condition is met.
+End your answer with one JSON object on its own line:
+{\"verdict\":\"approve\",\"findings\":[],\"conditions\":[{\"index\":1,\"met\":true,\"evidence\":\"<where it shows>\"}]}
 or
-{\"verdict\":\"request_changes\",\"findings\":[\"<what must change>\", ...]}
+{\"verdict\":\"request_changes\",\"findings\":[\"<what must change>\", ...],\"conditions\":[...]}
+(`conditions` is `[]` when the item has none.)
 ";
 
 /// Composes a prompt: recipe template (if any), rules, the contract and the
@@ -377,8 +380,9 @@ pub fn compose_prompt(role: Role, contract: &crate::contract::Contract, feedback
     }
     if !contract.accept.is_empty() {
         p.push_str("## Acceptance conditions\n");
-        for a in &contract.accept {
-            p.push_str(&format!("- {a}\n"));
+        // Numbered: the reviewer's verdict refers to them by number.
+        for (i, a) in contract.accept.iter().enumerate() {
+            p.push_str(&format!("{}. {a}\n", i + 1));
         }
         p.push('\n');
     }
