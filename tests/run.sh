@@ -26,19 +26,26 @@ fi
 bindir=$( (pg_config --bindir 2>/dev/null) || ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 export PATH="$PATH:$bindir"
 
+# NIGHTSHIFT_TEST_PG=private skips the local server (to try the private path).
 if [ -z "${DATABASE_URL:-}" ]; then
-  if "$bindir/pg_isready" -q -h 127.0.0.1 -p 5432 -t 3 && psql -qAt "postgres://postgres@127.0.0.1:5432/postgres" -c 'select 1' >/dev/null 2>&1; then
+  if [ "${NIGHTSHIFT_TEST_PG:-}" != private ] && "$bindir/pg_isready" -q -h 127.0.0.1 -p 5432 -t 3 \
+     && "$bindir/psql" -qAt "postgres://postgres@127.0.0.1:5432/postgres" -c 'select 1' >/dev/null 2>&1; then
     export DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres"
   else
-    # A private throwaway server on a loopback port for this test run.
+    # A private throwaway server on a free loopback port for this test run,
+    # removed when the run ends.
     pgdir=$(mktemp -d /tmp/nightshift-testpg.XXXXXX)
     port=55432
+    while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
     as=()
     if [ "$(id -u)" = 0 ]; then chown postgres "$pgdir"; as=(runuser -u postgres --); fi
-    "${as[@]}" "$bindir/initdb" -q -D "$pgdir/data" -U postgres --auth=trust >/dev/null
+    echo "== starting a private PostgreSQL on 127.0.0.1:$port ($pgdir)"
+    "${as[@]}" "$bindir/initdb" -D "$pgdir/data" -U postgres --auth=trust >"$pgdir/initdb.log" 2>&1 \
+      || { cat "$pgdir/initdb.log" >&2; echo "initdb failed (log above)" >&2; exit 2; }
     "${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -w -t 60 -l "$pgdir/log" \
-      -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdir" start >/dev/null
-    trap '"${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true' EXIT
+      -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdir" start >/dev/null \
+      || { cat "$pgdir/log" >&2; echo "the private PostgreSQL did not start (log above)" >&2; exit 2; }
+    trap '"${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true; rm -rf "$pgdir"' EXIT
     export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
   fi
 fi
