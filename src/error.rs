@@ -75,6 +75,13 @@ impl From<sqlx::Error> for Error {
                 Some(code) => format!("{} (SQLSTATE {code})", db.message()),
                 None => db.message().to_string(),
             },
+            // The server went away mid-command (stopped, restarted, network):
+            // say so, and that the next drain takes the run up again.
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_) => format!(
+                "the database stopped answering ({}); {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run (SPEC §9)",
+                e,
+                crate::ledger::db_source_from_env().describe()
+            ),
             other => other.to_string(),
         };
         Error::failure(format!("ledger: {detail}"))
@@ -83,3 +90,21 @@ impl From<sqlx::Error> for Error {
 
 /// Result of a CLI command.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod ledger_error_tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_database_says_so_and_how_the_run_resumes() {
+        for e in [sqlx::Error::PoolTimedOut, sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)), sqlx::Error::PoolClosed] {
+            let err = Error::from(e);
+            assert_eq!(err.code, ExitCode::Failure);
+            assert!(err.message.starts_with("ledger: the database stopped answering ("), "{}", err.message);
+            assert!(err.message.contains("`nightshift drain` resumes this run"), "{}", err.message);
+        }
+        // Other errors keep their own words.
+        let err = Error::from(sqlx::Error::RowNotFound);
+        assert!(!err.message.contains("stopped answering"), "{}", err.message);
+    }
+}
