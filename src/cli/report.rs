@@ -129,7 +129,11 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
         return Ok(u);
     }
     let recent = rec::recent_runs(pool, repo, 10).await?;
-    let list = recent.iter().map(|(i, t, st)| format!("  {}  {}  {st}", &i.to_string()[..8], t.format("%Y-%m-%d %H:%M UTC"))).collect::<Vec<_>>().join("\n");
+    let list = if recent.is_empty() {
+        "  (none yet: `nightshift drain` starts the first)".to_string()
+    } else {
+        recent.iter().map(|(i, t, st)| format!("  {}  {}  {st}", &i.to_string()[..8], t.format("%Y-%m-%d %H:%M UTC"))).collect::<Vec<_>>().join("\n")
+    };
     let hexish = g.len() >= 4 && g.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
     if hexish {
         let hits = rec::runs_with_prefix(pool, repo, &g).await?;
