@@ -1,11 +1,22 @@
 //! GitHub, the forge where an item's work ends up as a pull request (SPEC §8).
 //!
 //! This module finds which repository and token to use, looks pull requests
-//! and issues up, and creates them at most once: a create that failed or timed
-//! out is never re-sent before a look-up has shown that the server did not
-//! perform it anyway. Every transient failure (5xx, 429, secondary rate limit)
-//! goes through one retry policy ([`RetryPolicy`]) that honours `retry-after`
-//! and `x-ratelimit-reset` and never waits past the run's deadline.
+//! and issues up, and creates them at most once: a create that failed, timed
+//! out or came back unreadable is never re-sent before a look-up has shown
+//! that the server did not perform it anyway. Every transient failure (5xx,
+//! 429, primary and secondary rate limits, timeouts, refused or reset
+//! connections) goes through one retry policy ([`RetryPolicy`]) that honours
+//! `retry-after` and `x-ratelimit-reset` (by GitHub's clock) and never waits
+//! past the run's deadline.
+//!
+//! Every other failure is judged once, in one place, with the fix a person
+//! needs in the morning and how far it reaches ([`Scope`]): a refusal that
+//! every call would meet (bad credentials, SAML SSO, a repository the token
+//! cannot see, an API base that does not speak GitHub's JSON) stops this
+//! client for the rest of the run ([`ForgeError::Stopped`]) — GitHub locks an
+//! account out after repeated bad credentials; a refusal of one request (a
+//! 422 for one branch) fails only that item. The token never appears in an
+//! error, whatever a server echoes.
 //!
 //! It is not a GitHub client library: it speaks only the handful of endpoints
 //! nightshift needs, through octocrab's raw `GET`/`POST` calls so that status
@@ -14,10 +25,16 @@
 //! request — by construction, not by convention (SPEC §8). It does not compose
 //! PR bodies (that is the report's job); it only guards the body limit.
 
+// Errors are rare and carry the text a person reads in the morning (message,
+// errors, request id, fix); their size costs nothing measurable, and boxing
+// them would only make callers' matching clumsier.
+#![allow(clippy::result_large_err)]
+
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -25,6 +42,8 @@ use http::{HeaderMap, StatusCode};
 use octocrab::Octocrab;
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::secret::Redactor;
 
 /// GitHub's cap on a pull request or issue body, in characters (SPEC §8).
 pub const BODY_LIMIT: usize = 65_536;
@@ -45,31 +64,53 @@ pub const LABEL_COLOR: &str = "5319e7";
 /// Description given to a label nightshift creates.
 pub const LABEL_DESCRIPTION: &str = "opened by nightshift";
 
-/// Page size for list calls (GitHub's maximum).
+/// Page size asked of list calls (GitHub's maximum; a server may serve fewer).
 const PER_PAGE: usize = 100;
 
-/// Upper bound on pages read by one list look-up (100 items each), so a huge
-/// repository cannot turn a look-up into an unbounded crawl.
-const MAX_PAGES: u32 = 10;
+/// Upper bound on pages read by one list look-up, so a huge repository
+/// cannot turn a look-up into an unbounded crawl (2,000 items at 100 a page).
+const MAX_PAGES: u32 = 20;
 
-/// The hidden marker for one item key: `<!-- nightshift-item: KEY -->`.
+/// Longest server text (a message, a page title, a body excerpt) quoted in
+/// an error, in characters.
+const QUOTE_LIMIT: usize = 200;
+
 /// Whether a PR body is nightshift's for the item: the marker is the body's
 /// last line, where nightshift writes it. A marker quoted elsewhere (in gate
 /// output, a finding or the contract — all of which an agent can influence)
 /// does not count, so one item's PR can never stand in for another's.
 pub fn carries_marker(body: &str, marker: &str) -> bool {
-    body.trim_end().lines().last().is_some_and(|l| l.trim() == marker)
+    body.trim_end()
+        .lines()
+        .last()
+        .is_some_and(|l| l.trim() == marker)
 }
 
+/// The hidden marker for one item key: `<!-- nightshift-item: KEY -->`.
 pub fn item_marker(key: &str) -> String {
     format!("{ITEM_MARKER_PREFIX}{key} -->")
 }
 
 pub use crate::secret::Secret;
 
+/// How far a failure reaches, for the caller to decide what to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Only this request, for this item (a 422 for its branch, one PR that
+    /// cannot be read): the item is `pr_failed`, the next item may go ahead.
+    Item,
+    /// Every GitHub call of this run would fail the same way (bad token,
+    /// SAML SSO, no such repository, GitHub unreachable or rate limited past
+    /// the deadline, an API base that is not GitHub's API): stop using
+    /// GitHub for the rest of the run; pushed branches are `pr_failed` and
+    /// their PRs are opened on resume.
+    Run,
+}
+
 /// Everything that can go wrong talking to GitHub or deciding which
 /// repository to talk to. Each variant carries what a person needs in the
-/// morning: the request, the status, GitHub's own message and request id.
+/// morning: the request, the status, GitHub's own message and request id,
+/// and the fix where one is known. No variant ever holds the token.
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
     /// The octocrab client could not be built (bad API base URL, TLS roots).
@@ -77,9 +118,11 @@ pub enum ForgeError {
     Client { api_base: String, message: String },
 
     /// GitHub answered with a status that is not retried (most 4xx).
-    #[error("GitHub {method} {path} answered {status}: {message}{}{}",
+    /// `hint` says what to fix; `scope` how far the refusal reaches.
+    #[error("GitHub {method} {path} answered {status}: {message}{}{}{}",
         if errors.is_empty() { String::new() } else { format!(" ({})", errors.join("; ")) },
-        request_id.as_ref().map(|id| format!(" [request id {id}]")).unwrap_or_default())]
+        request_id.as_ref().map(|id| format!(" [request id {id}]")).unwrap_or_default(),
+        hint.as_ref().map(|h| format!(" — {h}")).unwrap_or_default())]
     Api {
         method: &'static str,
         path: String,
@@ -87,6 +130,8 @@ pub enum ForgeError {
         message: String,
         errors: Vec<String>,
         request_id: Option<String>,
+        hint: Option<String>,
+        scope: Scope,
     },
 
     /// A transient failure persisted through every allowed attempt.
@@ -112,13 +157,27 @@ pub enum ForgeError {
         limit: String,
     },
 
-    /// GitHub answered 2xx with a body nightshift could not read.
+    /// GitHub answered JSON without what nightshift reads (a missing field):
+    /// never taken for "nothing found".
     #[error("GitHub {method} {path}: unexpected response body ({message}): {excerpt}")]
     Decode {
         method: &'static str,
         path: String,
         message: String,
         excerpt: String,
+    },
+
+    /// The answer was not GitHub's JSON at all (an HTML page, plain text): the
+    /// API base is not GitHub's API, or something in between answered.
+    #[error(
+        "GitHub {method} {path} answered {status} with {what}, not GitHub's JSON — is {api_base} GitHub's API? GITHUB_API_URL must be the API root: https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise (a proxy may also be answering)"
+    )]
+    NotGitHub {
+        method: &'static str,
+        path: String,
+        status: u16,
+        what: String,
+        api_base: String,
     },
 
     /// GitHub said the created object exists but a look-up cannot find it.
@@ -128,6 +187,11 @@ pub enum ForgeError {
         path: String,
         what: String,
     },
+
+    /// Not sent: an earlier call of this run met a refusal every call would
+    /// meet (`reason` is that error), so this client leaves GitHub alone.
+    #[error("GitHub not asked again this run; earlier: {reason}")]
+    Stopped { reason: String },
 
     /// `GH_REPO` or config `github_repo` is not `OWNER/REPO`.
     #[error("{source_name} is {value:?}; expected OWNER/REPO (or HOST/OWNER/REPO)")]
@@ -141,6 +205,158 @@ pub enum ForgeError {
         "no GitHub repository: {reason}; set GH_REPO=OWNER/REPO or `github_repo` in .nightshift/config.toml"
     )]
     NoRepo { reason: String },
+}
+
+impl ForgeError {
+    /// How far this failure reaches (see [`Scope`]). `Exhausted`,
+    /// `WaitTooLong`, `Client`, `NotGitHub`, `Stopped`, `BadRepo` and
+    /// `NoRepo` reach the run; `Api` carries its own; `Decode` and
+    /// `Vanished` concern one object.
+    pub fn scope(&self) -> Scope {
+        match self {
+            ForgeError::Api { scope, .. } => *scope,
+            ForgeError::Decode { .. } | ForgeError::Vanished { .. } => Scope::Item,
+            ForgeError::Client { .. }
+            | ForgeError::Exhausted { .. }
+            | ForgeError::WaitTooLong { .. }
+            | ForgeError::NotGitHub { .. }
+            | ForgeError::Stopped { .. }
+            | ForgeError::BadRepo { .. }
+            | ForgeError::NoRepo { .. } => Scope::Run,
+        }
+    }
+
+    /// True for a refusal that every later call would meet, after which the
+    /// client stops calling GitHub (transient exhaustion is left to the
+    /// caller: GitHub may be back for the next run).
+    fn stops_client(&self) -> bool {
+        matches!(
+            self,
+            ForgeError::Api {
+                scope: Scope::Run,
+                ..
+            } | ForgeError::NotGitHub { .. }
+        )
+    }
+
+    /// The same error with `f` applied to every text it carries (redaction).
+    fn map_text(self, f: impl Fn(&str) -> String) -> ForgeError {
+        match self {
+            ForgeError::Client { api_base, message } => ForgeError::Client {
+                api_base: f(&api_base),
+                message: f(&message),
+            },
+            ForgeError::Api {
+                method,
+                path,
+                status,
+                message,
+                errors,
+                request_id,
+                hint,
+                scope,
+            } => ForgeError::Api {
+                method,
+                path: f(&path),
+                status,
+                message: f(&message),
+                errors: errors.iter().map(|e| f(e)).collect(),
+                request_id: request_id.as_deref().map(&f),
+                hint: hint.as_deref().map(&f),
+                scope,
+            },
+            ForgeError::Exhausted {
+                method,
+                path,
+                attempts,
+                waited_secs,
+                last,
+            } => ForgeError::Exhausted {
+                method,
+                path: f(&path),
+                attempts,
+                waited_secs,
+                last: f(&last),
+            },
+            ForgeError::WaitTooLong {
+                method,
+                path,
+                wait_secs,
+                last,
+                limit,
+            } => ForgeError::WaitTooLong {
+                method,
+                path: f(&path),
+                wait_secs,
+                last: f(&last),
+                limit: f(&limit),
+            },
+            ForgeError::Decode {
+                method,
+                path,
+                message,
+                excerpt,
+            } => ForgeError::Decode {
+                method,
+                path: f(&path),
+                message: f(&message),
+                excerpt: f(&excerpt),
+            },
+            ForgeError::NotGitHub {
+                method,
+                path,
+                status,
+                what,
+                api_base,
+            } => ForgeError::NotGitHub {
+                method,
+                path: f(&path),
+                status,
+                what: f(&what),
+                api_base: f(&api_base),
+            },
+            ForgeError::Vanished { method, path, what } => ForgeError::Vanished {
+                method,
+                path: f(&path),
+                what: f(&what),
+            },
+            ForgeError::Stopped { reason } => ForgeError::Stopped { reason: f(&reason) },
+            ForgeError::BadRepo { source_name, value } => ForgeError::BadRepo {
+                source_name,
+                value: f(&value),
+            },
+            ForgeError::NoRepo { reason } => ForgeError::NoRepo { reason: f(&reason) },
+        }
+    }
+
+    /// Adds (or replaces) the fix of an `Api` refusal; other errors as is.
+    fn with_hint(self, fix: Option<String>) -> ForgeError {
+        match (self, fix) {
+            (
+                ForgeError::Api {
+                    method,
+                    path,
+                    status,
+                    message,
+                    errors,
+                    request_id,
+                    scope,
+                    ..
+                },
+                Some(h),
+            ) => ForgeError::Api {
+                method,
+                path,
+                status,
+                message,
+                errors,
+                request_id,
+                hint: Some(h),
+                scope,
+            },
+            (other, _) => other,
+        }
+    }
 }
 
 /// A GitHub repository, `owner/name`.
@@ -188,6 +404,10 @@ pub struct PrInfo {
     /// True only when this call created the PR; false when an existing one
     /// was found and reused.
     pub created: bool,
+    /// Why the PR carries no label when GitHub refused to label it (the token
+    /// may open PRs but not label them); `None` when labelled. The PR exists
+    /// either way, so this is a warning for the report, not a failure.
+    pub label_error: Option<String>,
 }
 
 /// What to open for one item (SPEC §8).
@@ -220,19 +440,25 @@ pub struct IssueInfo {
 
 /// The one retry policy for every GitHub call (SPEC §8).
 ///
-/// Retried: 5xx, 429, 403 secondary rate limits (message says "secondary rate
-/// limit", or `retry-after` is present, or `x-ratelimit-remaining: 0`),
-/// timeouts and connection failures. The wait is `retry-after` (seconds) if
-/// given, else `x-ratelimit-reset` (epoch seconds) when
-/// `x-ratelimit-remaining` is 0, else exponential backoff from `backoff_base`.
+/// Retried: 5xx, 429, 403 rate limits (primary: `x-ratelimit-remaining: 0`;
+/// secondary: the message says "secondary rate limit" or "abuse detection",
+/// or `retry-after` is present), timeouts and connection failures. The wait
+/// is `retry-after` (seconds or an HTTP date) if given, else until
+/// `x-ratelimit-reset` (epoch seconds, measured against GitHub's `Date`)
+/// when `x-ratelimit-remaining` is 0, else for a rate limit
+/// `secondary_wait` doubling while it goes on (GitHub: at least a minute,
+/// then exponentially longer), else exponential backoff from
+/// `backoff_base`. A refusal that is not a rate limit (bad credentials,
+/// SAML SSO, missing permission) is never retried, whatever its
+/// rate-limit headers say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// First backoff; doubles per attempt.
     pub backoff_base: Duration,
     /// Cap on one backoff step (not on a wait GitHub asked for).
     pub backoff_max: Duration,
-    /// Wait for a secondary rate limit that names no time (GitHub: at least
-    /// one minute).
+    /// First wait for a rate limit that names no time (GitHub: at least one
+    /// minute); doubles with each further one in the same call.
     pub secondary_wait: Duration,
     /// Cap on the sum of all waits of one call.
     pub max_total_wait: Duration,
@@ -322,10 +548,22 @@ struct Reply {
     body: String,
 }
 
-/// A failure worth another attempt, with the wait GitHub asked for if any.
+/// How long to wait before the next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// GitHub named it (`retry-after`, `x-ratelimit-reset`).
+    Given(Duration),
+    /// A rate limit that names no time: [`RetryPolicy::secondary_wait`],
+    /// doubling with each such limit in the same call.
+    Limit,
+    /// Exponential backoff (5xx, timeouts, connection failures).
+    Backoff,
+}
+
+/// A failure worth another attempt, with the wait it calls for.
 #[derive(Debug)]
 struct Transient {
-    wait: Option<Duration>,
+    wait: Wait,
     why: String,
 }
 
@@ -333,39 +571,62 @@ struct Transient {
 #[derive(Debug, Default)]
 struct Budget {
     attempts: u32,
+    /// Rate limits without a named time met so far (for the doubling).
+    limits: u32,
     waited: Duration,
 }
 
+/// One page of a list: its items, where the next page is (if anywhere), and
+/// whether the answer had a `Link` header at all.
+struct Page<T> {
+    items: Vec<T>,
+    next: Option<String>,
+    linked: bool,
+}
+
 /// The GitHub client for one repository, with no automatic retry of creates.
+///
+/// One client serves one run: after a refusal every call would meet (see
+/// [`Scope::Run`]) it sends nothing more and answers [`ForgeError::Stopped`].
 #[derive(Debug)]
 pub struct Forge {
     client: Octocrab,
     repo: RepoId,
+    /// The API base as given, without trailing slashes (for messages).
+    api_base: String,
     deadline: Option<DateTime<Utc>>,
     policy: RetryPolicy,
+    /// Masks the token in every text this client hands out.
+    redactor: Redactor,
+    /// Why GitHub is left alone for the rest of the run, once it is.
+    stopped: Mutex<Option<String>>,
 }
 
 impl Forge {
     /// A client for `repo` at `api_base` (e.g. `https://api.github.com`,
-    /// `https://HOST/api/v3`, or a local fake) authenticated with `token`.
-    /// Waits for retries never go past `deadline` (UTC).
+    /// `https://HOST/api/v3`, or a local fake; trailing slashes are dropped)
+    /// authenticated with `token`. Waits for retries never go past
+    /// `deadline` (UTC).
     ///
     /// # Errors
-    /// [`ForgeError::Client`] when the base URL is invalid or the client
-    /// cannot be built.
+    /// [`ForgeError::Client`] when the base URL is not an `http(s)` URL with a
+    /// host, is GitHub's website (`https://github.com`) rather than its API,
+    /// or the client cannot be built.
     pub fn new(
         api_base: &str,
         token: Secret,
         repo: RepoId,
         deadline: Option<DateTime<Utc>>,
     ) -> Result<Forge, ForgeError> {
+        let base = api_base.trim().trim_end_matches('/');
         let client_error = |message: String| ForgeError::Client {
-            api_base: api_base.to_string(),
+            api_base: base.to_string(),
             message,
         };
+        check_api_base(base).map_err(client_error)?;
         let policy = RetryPolicy::default();
         let client = Octocrab::builder()
-            .base_uri(api_base.trim_end_matches('/'))
+            .base_uri(base)
             .map_err(|e| client_error(describe_octocrab(&e)))?
             .personal_token(token.expose().to_string())
             .add_header(
@@ -382,8 +643,11 @@ impl Forge {
         Ok(Forge {
             client,
             repo,
+            api_base: base.to_string(),
             deadline,
             policy,
+            redactor: Redactor::new([token.expose()]),
+            stopped: Mutex::new(None),
         })
     }
 
@@ -400,33 +664,55 @@ impl Forge {
 
     /// Makes sure label `name` exists: creates it with `color` (hex RGB, no
     /// `#`) and `description`; a 422 `already_exists` counts as success, so
-    /// names with spaces or `/` need no URL-encoded look-up.
+    /// names with spaces or `/` need no URL-encoded look-up. A token that may
+    /// not create labels (403/404) is fine when the label is already there.
     ///
     /// # Errors
-    /// [`ForgeError::Api`] for any other refusal (e.g. 403 without label
-    /// rights); [`ForgeError::Exhausted`] / [`ForgeError::WaitTooLong`] when
-    /// transient failures persist.
+    /// [`ForgeError::Api`] for any other refusal (a name GitHub rejects, no
+    /// right to create a missing label), with the fix;
+    /// [`ForgeError::Exhausted`] / [`ForgeError::WaitTooLong`] when
+    /// transient failures persist; [`ForgeError::Stopped`] after a run-wide
+    /// refusal.
     pub async fn ensure_label(
         &self,
         name: &str,
         color: &str,
         description: &str,
     ) -> Result<(), ForgeError> {
-        let path = self.repo_path("/labels");
-        let payload = json!({ "name": name, "color": color, "description": description });
-        // Safe to retry: a label created by a lost attempt makes the next one
-        // answer 422 already_exists, which is success.
-        let reply = self.call(Verb::Post, &path, Some(&payload)).await?;
-        if reply.status.is_success() {
-            return Ok(());
-        }
-        let api = api_error(Verb::Post, &path, &reply);
-        if reply.status == StatusCode::UNPROCESSABLE_ENTITY
-            && mentions_code(&reply.body, "already_exists")
-        {
-            return Ok(());
-        }
-        Err(api)
+        let out = async {
+            let path = self.repo_path("/labels");
+            let payload = json!({ "name": name, "color": color, "description": description });
+            // Safe to retry: a label created by a lost attempt makes the next
+            // one answer 422 already_exists, which is success.
+            let reply = self.call(Verb::Post, &path, Some(&payload)).await?;
+            if reply.status.is_success() {
+                return Ok(());
+            }
+            if reply.status == StatusCode::UNPROCESSABLE_ENTITY
+                && mentions_code(&reply.body, "already_exists")
+            {
+                return Ok(());
+            }
+            let refused_write =
+                matches!(reply.status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND)
+                    && is_json(&reply.body);
+            if refused_write && self.label_exists(name).await? {
+                tracing::info!(label = name, "may not create labels, but the label exists");
+                return Ok(());
+            }
+            let fix = match reply.status {
+                StatusCode::UNPROCESSABLE_ENTITY => Some(format!(
+                    "GitHub refused the label {name:?}: change `label` / `findings_label` in .nightshift/config.toml (a name of at most 50 characters)"
+                )),
+                StatusCode::FORBIDDEN if !is_rate_limit_text(&reply.body) => Some(format!(
+                    "the token may not create labels in {}: create the label {name:?} there by hand, or give the token Issues: write (classic: the `repo` scope)",
+                    self.repo
+                )),
+                _ => None,
+            };
+            Err(self.refused(Verb::Post, &path, &reply, fix))
+        };
+        out.await.map_err(|e| self.scrub(e))
     }
 
     /// Reads `/repos/{owner}/{name}` once (with the usual retries): the
@@ -434,16 +720,21 @@ impl Forge {
     ///
     /// # Errors
     /// [`ForgeError::Api`] when GitHub refuses (401 bad token, 404 no such
-    /// repository or no access); [`ForgeError::Exhausted`] when unreachable.
+    /// repository or no access), with the fix; [`ForgeError::NotGitHub`]
+    /// when the API base is not GitHub's API; [`ForgeError::Exhausted`] when
+    /// unreachable.
     pub async fn probe_repo(&self) -> Result<RepoProbe, ForgeError> {
-        let path = self.repo_path("");
-        let reply = self.get_ok(&path).await?;
-        let v: Value = decode(Verb::Get, &path, &reply)?;
-        Ok(RepoProbe {
-            scopes: header(&reply.headers, "x-oauth-scopes").map(|s| s.trim().to_string()),
-            can_push: v["permissions"]["push"].as_bool(),
-            default_branch: v["default_branch"].as_str().map(str::to_string),
-        })
+        let out = async {
+            let path = self.repo_path("");
+            let reply = self.get_ok(&path).await?;
+            let v: Value = self.decode(Verb::Get, &path, &reply)?;
+            Ok(RepoProbe {
+                scopes: header(&reply.headers, "x-oauth-scopes").map(|s| s.trim().to_string()),
+                can_push: v["permissions"]["push"].as_bool(),
+                default_branch: v["default_branch"].as_str().map(str::to_string),
+            })
+        };
+        out.await.map_err(|e| self.scrub(e))
     }
 
     /// Whether label `name` exists (`GET .../labels/{name}`: 200 yes, 404 no).
@@ -452,31 +743,40 @@ impl Forge {
     /// Any other refusal as [`ForgeError::Api`]; persistent transient
     /// failures as [`ForgeError::Exhausted`].
     pub async fn label_exists(&self, name: &str) -> Result<bool, ForgeError> {
-        let path = self.repo_path(&format!("/labels/{}", encode_path_segment(name)));
-        let reply = self.call(Verb::Get, &path, None).await?;
-        match reply.status {
-            s if s.is_success() => Ok(true),
-            StatusCode::NOT_FOUND => Ok(false),
-            _ => Err(api_error(Verb::Get, &path, &reply)),
-        }
+        let out = async {
+            let path = self.repo_path(&format!("/labels/{}", encode_path_segment(name)));
+            let reply = self.call(Verb::Get, &path, None).await?;
+            match reply.status {
+                s if s.is_success() => Ok(true),
+                StatusCode::NOT_FOUND if is_json(&reply.body) => Ok(false),
+                _ => Err(self.refused(Verb::Get, &path, &reply, None)),
+            }
+        };
+        out.await.map_err(|e| self.scrub(e))
     }
 
     /// Finds the PR of an item: first by head branch (`owner:branch`, all
     /// states), then by the item marker in the bodies of PRs carrying
-    /// `label`. Prefers an open PR, then a merged one, then the newest closed.
+    /// `label`. Only PRs whose head is in this repository count (never a
+    /// fork's, whatever its branch is called or its body says). Prefers an
+    /// open PR, then a merged one, then the newest closed.
     ///
     /// # Errors
-    /// Any [`ForgeError`] from the look-up calls.
+    /// Any [`ForgeError`] from the look-up calls; an answer that cannot be
+    /// read is an error, never "nothing found".
     pub async fn find_pr(
         &self,
         branch: &str,
         item_key: &str,
         label: &str,
     ) -> Result<Option<PrInfo>, ForgeError> {
-        if let Some(pr) = self.find_pr_by_head(branch).await? {
-            return Ok(Some(pr));
-        }
-        self.find_pr_by_marker(item_key, label).await
+        let out = async {
+            if let Some(pr) = self.find_pr_by_head(branch).await? {
+                return Ok(Some(pr));
+            }
+            self.find_pr_by_marker(item_key, label).await
+        };
+        out.await.map_err(|e| self.scrub(e))
     }
 
     /// Opens the item's PR, or returns the one that already exists.
@@ -484,17 +784,25 @@ impl Forge {
     /// Looks up first (an open or merged PR for the branch or item is reused,
     /// labels re-applied to an open one); creates the labels if missing;
     /// creates the PR once; then adds the labels through the issues API. A
-    /// create that fails transiently is followed by a look-up, and re-sent
-    /// only if the look-up finds nothing. A 422 "A pull request already
-    /// exists" returns the existing PR. The body is clamped to
-    /// [`BODY_LIMIT`] and carries the item marker (SPEC §8).
+    /// create that fails transiently, or whose 2xx answer cannot be read, is
+    /// followed by a look-up and re-sent only if the look-up finds nothing. A
+    /// 422 "A pull request already exists" returns the existing open PR. A PR
+    /// GitHub refuses to label is returned with [`PrInfo::label_error`]. The
+    /// body is clamped to [`BODY_LIMIT`] and carries the item marker (SPEC §8).
     ///
     /// # Errors
-    /// [`ForgeError::Api`] for a refused create or label call;
+    /// [`ForgeError::Api`] for a refused create or label creation, with the
+    /// fix (no commits between base and head, a head GitHub does not see, a
+    /// base that does not exist, a missing permission);
     /// [`ForgeError::Exhausted`] / [`ForgeError::WaitTooLong`] when GitHub
     /// stays unavailable; [`ForgeError::Vanished`] when GitHub says the PR
-    /// exists but it cannot be found.
+    /// exists but it cannot be found; [`ForgeError::Stopped`] after a
+    /// run-wide refusal.
     pub async fn create_pr(&self, req: &PrRequest) -> Result<PrInfo, ForgeError> {
+        self.create_pr_inner(req).await.map_err(|e| self.scrub(e))
+    }
+
+    async fn create_pr_inner(&self, req: &PrRequest) -> Result<PrInfo, ForgeError> {
         let marker_label = req.labels.first().map(String::as_str);
         let lookup = async || -> Result<Option<PrInfo>, ForgeError> {
             if let Some(pr) = self.find_pr_by_head(&req.head).await? {
@@ -506,10 +814,7 @@ impl Forge {
             }
         };
         match lookup().await? {
-            Some(pr) if pr.state == PrState::Open => {
-                self.add_labels(pr.number, &req.labels).await?;
-                return Ok(pr);
-            }
+            Some(pr) if pr.state == PrState::Open => return self.labelled(pr, &req.labels).await,
             Some(pr) if pr.state == PrState::Merged => return Ok(pr),
             // A closed, unmerged PR was rejected by a person: a new run of the
             // item gets a new PR.
@@ -527,31 +832,46 @@ impl Forge {
             "body": fit_body(&req.body, &req.item_key),
         });
         let open_found = async || -> Result<Option<PrInfo>, ForgeError> {
-            Ok(lookup().await?.filter(|pr| pr.state != PrState::Closed))
+            Ok(lookup().await?.filter(|pr| pr.state == PrState::Open))
         };
-        let pr = match self.create_once(&path, &payload, open_found).await? {
+        let pr = match self.create_once(&path, &payload, &open_found).await? {
             Created::Answered(reply) if reply.status.is_success() => {
-                let pull: PullJson = decode(Verb::Post, &path, &reply)?;
-                PrInfo {
-                    created: true,
-                    ..pull.into_info()
+                match self.parse::<PullJson>(Verb::Post, &path, &reply) {
+                    Ok(pull) => PrInfo {
+                        created: true,
+                        ..pull.into_info()
+                    },
+                    // Created, but the answer is unreadable (cut, empty, a
+                    // proxy's page): find it rather than create it again.
+                    Err(unreadable) => match open_found().await? {
+                        Some(pr) => PrInfo {
+                            created: true,
+                            ..pr
+                        },
+                        None => return Err(unreadable),
+                    },
                 }
             }
             Created::Answered(reply) => {
-                let api = api_error(Verb::Post, &path, &reply);
-                if reply.status != StatusCode::UNPROCESSABLE_ENTITY || !says_pr_exists(&reply.body)
-                {
-                    return Err(api);
-                }
-                match lookup().await? {
-                    Some(pr) => pr,
-                    None => {
-                        return Err(ForgeError::Vanished {
-                            method: "POST",
-                            path,
-                            what: format!("a pull request for {}:{}", self.repo.owner, req.head),
-                        });
+                if reply.status == StatusCode::UNPROCESSABLE_ENTITY && says_pr_exists(&reply.body) {
+                    match open_found().await? {
+                        Some(pr) => pr,
+                        None => {
+                            return Err(ForgeError::Vanished {
+                                method: "POST",
+                                path,
+                                what: format!(
+                                    "an open pull request for {}:{}",
+                                    self.repo.owner, req.head
+                                ),
+                            });
+                        }
                     }
+                } else {
+                    let fix = (reply.status == StatusCode::UNPROCESSABLE_ENTITY)
+                        .then(|| pr_validation_fix(&reply.body, req, &self.repo))
+                        .flatten();
+                    return Err(self.refused(Verb::Post, &path, &reply, fix));
                 }
             }
             // The server performed a create whose answer was lost.
@@ -561,9 +881,28 @@ impl Forge {
             },
         };
         if pr.state == PrState::Open {
-            self.add_labels(pr.number, &req.labels).await?;
+            return self.labelled(pr, &req.labels).await;
         }
         Ok(pr)
+    }
+
+    /// `pr` with `labels` added. A refusal to label (the token may open PRs
+    /// but not label them) does not undo the PR: it is returned with the
+    /// reason in [`PrInfo::label_error`]. Transient failures and a stopped
+    /// client are errors: the next run finds the PR and labels it.
+    async fn labelled(&self, pr: PrInfo, labels: &[String]) -> Result<PrInfo, ForgeError> {
+        match self.add_labels(pr.number, labels).await {
+            Ok(()) => Ok(pr),
+            Err(e @ ForgeError::Api { .. }) => {
+                let why = self.scrub(e).to_string();
+                tracing::warn!(number = pr.number, error = %why, "PR opened but not labelled");
+                Ok(PrInfo {
+                    label_error: Some(why),
+                    ..pr
+                })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Adds `labels` to issue or PR `number` (issues API). Adding a label a PR
@@ -576,14 +915,22 @@ impl Forge {
         if labels.is_empty() {
             return Ok(());
         }
-        let path = self.repo_path(&format!("/issues/{number}/labels"));
-        let payload = json!({ "labels": labels });
-        let reply = self.call(Verb::Post, &path, Some(&payload)).await?;
-        if reply.status.is_success() {
-            Ok(())
-        } else {
-            Err(api_error(Verb::Post, &path, &reply))
-        }
+        let out = async {
+            let path = self.repo_path(&format!("/issues/{number}/labels"));
+            let payload = json!({ "labels": labels });
+            let reply = self.call(Verb::Post, &path, Some(&payload)).await?;
+            if reply.status.is_success() {
+                Ok(())
+            } else {
+                let fix = (reply.status == StatusCode::FORBIDDEN && !is_rate_limit_text(&reply.body))
+                    .then(|| format!(
+                        "the token may not label PRs in {}: give it Pull requests: write or Issues: write (classic: the `repo` scope), or add the label by hand",
+                        self.repo
+                    ));
+                Err(self.refused(Verb::Post, &path, &reply, fix))
+            }
+        };
+        out.await.map_err(|e| self.scrub(e))
     }
 
     /// Returns the open issue labelled `label` whose title is exactly
@@ -591,9 +938,21 @@ impl Forge {
     /// writer's `FINDINGS:` lines, deduplicated by title (SPEC §5.8).
     ///
     /// # Errors
-    /// [`ForgeError::Api`] when refused; [`ForgeError::Exhausted`] /
-    /// [`ForgeError::WaitTooLong`] when GitHub stays unavailable.
+    /// [`ForgeError::Api`] when refused (410: issues are switched off in the
+    /// repository); [`ForgeError::Exhausted`] / [`ForgeError::WaitTooLong`]
+    /// when GitHub stays unavailable.
     pub async fn find_or_create_issue(
+        &self,
+        title: &str,
+        body: &str,
+        label: &str,
+    ) -> Result<IssueInfo, ForgeError> {
+        self.find_or_create_issue_inner(title, body, label)
+            .await
+            .map_err(|e| self.scrub(e))
+    }
+
+    async fn find_or_create_issue_inner(
         &self,
         title: &str,
         body: &str,
@@ -619,17 +978,25 @@ impl Forge {
         let path = self.repo_path("/issues");
         let payload =
             json!({ "title": title, "body": clamp_chars(body, BODY_LIMIT), "labels": [label] });
-        match self.create_once(&path, &payload, lookup).await? {
+        match self.create_once(&path, &payload, &lookup).await? {
             Created::Answered(reply) if reply.status.is_success() => {
-                let issue: IssueJson = decode(Verb::Post, &path, &reply)?;
-                Ok(IssueInfo {
-                    number: issue.number,
-                    url: issue.html_url,
-                    title: issue.title,
-                    created: true,
-                })
+                match self.parse::<IssueJson>(Verb::Post, &path, &reply) {
+                    Ok(issue) => Ok(IssueInfo {
+                        number: issue.number,
+                        url: issue.html_url,
+                        title: issue.title,
+                        created: true,
+                    }),
+                    Err(unreadable) => match lookup().await? {
+                        Some(issue) => Ok(IssueInfo {
+                            created: true,
+                            ..issue
+                        }),
+                        None => Err(unreadable),
+                    },
+                }
             }
-            Created::Answered(reply) => Err(api_error(Verb::Post, &path, &reply)),
+            Created::Answered(reply) => Err(self.refused(Verb::Post, &path, &reply, None)),
             Created::Found(issue) => Ok(IssueInfo {
                 created: true,
                 ..issue
@@ -638,67 +1005,112 @@ impl Forge {
     }
 
     /// `GET /repos/{o}/{r}/pulls?head=OWNER:BRANCH&state=all`. The owner
-    /// prefix matters: GitHub ignores a bare branch and lists every PR.
+    /// prefix matters: GitHub ignores a bare branch and lists every PR. A
+    /// server that ignores the filter anyway is guarded against: only PRs
+    /// from `branch` of this very repository count, never a fork's.
     async fn find_pr_by_head(&self, branch: &str) -> Result<Option<PrInfo>, ForgeError> {
         let head = format!("{}:{}", self.repo.owner, branch);
-        let path = self.repo_path(&format!(
-            "/pulls?head={}&state=all&per_page={PER_PAGE}",
-            encode_query_value(&head)
-        ));
-        let reply = self.get_ok(&path).await?;
-        let pulls: Vec<PullJson> = decode(Verb::Get, &path, &reply)?;
-        // Guard against a server that ignored the filter.
+        let pulls: Vec<PullJson> = self
+            .list(&format!(
+                "/pulls?head={}&state=all",
+                encode_query_value(&head)
+            ))
+            .await?;
         let infos = pulls
             .into_iter()
-            .filter(|p| p.head.ref_name == branch)
+            .filter(|p| p.head.ref_name == branch && self.is_ours(p))
             .map(PullJson::into_info);
         Ok(best_pr(infos))
     }
 
     /// PRs labelled `label` (listed through the issues API) whose body holds
     /// the item marker; the PR itself is then read for its head and merge
-    /// state.
+    /// state, and must come from this repository. When the repository has
+    /// issues switched off (410), the PR list is read instead.
     async fn find_pr_by_marker(
         &self,
         item_key: &str,
         label: &str,
     ) -> Result<Option<PrInfo>, ForgeError> {
         let marker = item_marker(item_key);
-        let numbers: Vec<u64> = self
-            .list_issues(label, "all")
-            .await?
-            .into_iter()
-            .filter(|issue| issue.pull_request.is_some())
-            .filter(|issue| issue.body.as_deref().is_some_and(|b| carries_marker(b, &marker)))
-            .map(|issue| issue.number)
-            .collect();
+        let numbers: Vec<u64> = match self.list_issues(label, "all").await {
+            Ok(issues) => issues
+                .into_iter()
+                .filter(|issue| issue.pull_request.is_some())
+                .filter(|issue| {
+                    issue
+                        .body
+                        .as_deref()
+                        .is_some_and(|b| carries_marker(b, &marker))
+                })
+                .map(|issue| issue.number)
+                .collect(),
+            Err(ForgeError::Api { status: 410, .. }) => {
+                let pulls: Vec<PullJson> = self.list("/pulls?state=all").await?;
+                let infos = pulls
+                    .into_iter()
+                    .filter(|p| {
+                        p.body
+                            .as_deref()
+                            .is_some_and(|b| carries_marker(b, &marker))
+                    })
+                    .filter(|p| self.is_ours(p))
+                    .map(PullJson::into_info);
+                return Ok(best_pr(infos));
+            }
+            Err(e) => return Err(e),
+        };
         let mut infos = Vec::with_capacity(numbers.len());
         for number in numbers {
             let path = self.repo_path(&format!("/pulls/{number}"));
             let reply = self.get_ok(&path).await?;
-            let pull: PullJson = decode(Verb::Get, &path, &reply)?;
-            infos.push(pull.into_info());
+            let pull: PullJson = self.decode(Verb::Get, &path, &reply)?;
+            if self.is_ours(&pull) {
+                infos.push(pull.into_info());
+            }
         }
         Ok(best_pr(infos.into_iter()))
     }
 
-    /// Issues (PRs included) labelled `label` in `state`, newest first, up to
-    /// [`MAX_PAGES`] pages.
+    /// Issues (PRs included) labelled `label` in `state`, newest first.
     async fn list_issues(&self, label: &str, state: &str) -> Result<Vec<IssueJson>, ForgeError> {
+        self.list(&format!(
+            "/issues?labels={}&state={state}",
+            encode_query_value(label)
+        ))
+        .await
+    }
+
+    /// Every item of the repository list at `rest` (a path under the
+    /// repository with its query), page after page: GitHub's `Link:
+    /// rel="next"` URL when the answer has a `Link` header (a server may
+    /// serve fewer than the 100 asked for), else the next page number while
+    /// pages come back full. At most [`MAX_PAGES`] pages; a longer list is
+    /// cut with a warning.
+    async fn list<T: serde::de::DeserializeOwned>(&self, rest: &str) -> Result<Vec<T>, ForgeError> {
+        let numbered = |page: u32| {
+            let sep = if rest.contains('?') { '&' } else { '?' };
+            self.repo_path(&format!("{rest}{sep}per_page={PER_PAGE}&page={page}"))
+        };
         let mut all = Vec::new();
+        let mut path = numbered(1);
         for page in 1..=MAX_PAGES {
-            let path = self.repo_path(&format!(
-                "/issues?labels={}&state={state}&per_page={PER_PAGE}&page={page}",
-                encode_query_value(label)
-            ));
-            let reply = self.get_ok(&path).await?;
-            let issues: Vec<IssueJson> = decode(Verb::Get, &path, &reply)?;
-            let last = issues.len() < PER_PAGE;
-            all.extend(issues);
-            if last {
-                break;
-            }
+            let got: Page<T> = self.page(&path).await?;
+            let full = got.items.len() >= PER_PAGE;
+            all.extend(got.items);
+            path = match (got.next, got.linked) {
+                (Some(next), _) => next,
+                // No `Link` at all (a minimal server): a full page may have
+                // a successor.
+                (None, false) if full => numbered(page + 1),
+                _ => return Ok(all),
+            };
         }
+        tracing::warn!(
+            list = rest,
+            pages = MAX_PAGES,
+            "GitHub list cut after the page cap"
+        );
         Ok(all)
     }
 
@@ -711,14 +1123,72 @@ impl Forge {
         )
     }
 
+    /// Whether a PR's head branch lives in this repository (not a fork), by
+    /// the best evidence the answer holds: `head.repo.id` against
+    /// `base.repo.id` (survives renames and case), else `head.repo.full_name`,
+    /// else the owner in `head.label`. A `head.repo` of `null` is a deleted
+    /// fork; an answer with none of these (a minimal server) is trusted.
+    fn is_ours(&self, pull: &PullJson) -> bool {
+        let base_repo = pull.base.as_ref().and_then(|b| b.repo.as_ref());
+        match &pull.head.repo {
+            Some(Value::Null) => false,
+            Some(head_repo) => {
+                if let (Some(h), Some(b)) = (
+                    head_repo["id"].as_u64(),
+                    base_repo.and_then(|b| b["id"].as_u64()),
+                ) {
+                    return h == b;
+                }
+                if let Some(name) = head_repo["full_name"].as_str() {
+                    let ours = base_repo
+                        .and_then(|b| b["full_name"].as_str())
+                        .map(str::to_string)
+                        .unwrap_or_else(|| self.repo.to_string());
+                    return name.eq_ignore_ascii_case(&ours);
+                }
+                self.label_is_ours(pull)
+            }
+            None => self.label_is_ours(pull),
+        }
+    }
+
+    fn label_is_ours(&self, pull: &PullJson) -> bool {
+        pull.head.label.as_deref().is_none_or(|label| {
+            label
+                .split_once(':')
+                .is_none_or(|(owner, _)| owner.eq_ignore_ascii_case(&self.repo.owner))
+        })
+    }
+
     /// A GET with retries whose final answer must be 2xx.
     async fn get_ok(&self, path: &str) -> Result<Reply, ForgeError> {
         let reply = self.call(Verb::Get, path, None).await?;
         if reply.status.is_success() {
             Ok(reply)
         } else {
-            Err(api_error(Verb::Get, path, &reply))
+            Err(self.refused(Verb::Get, path, &reply, None))
         }
+    }
+
+    /// One page of a list at `path`, and the path of the next page from the
+    /// `Link` header (its host is ignored: the next page is asked of the
+    /// same API base, so the token never goes elsewhere).
+    async fn page<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<Page<T>, ForgeError> {
+        let reply = self.get_ok(path).await?;
+        let items: Vec<T> = self.decode(Verb::Get, path, &reply)?;
+        let link = header(&reply.headers, "link");
+        let next = link.and_then(link_next).and_then(|url| {
+            let uri: http::Uri = url.parse().ok()?;
+            uri.path_and_query().map(|pq| pq.as_str().to_string())
+        });
+        Ok(Page {
+            items,
+            next,
+            linked: link.is_some(),
+        })
     }
 
     /// An idempotent call, retried on transient failures; returns the first
@@ -729,6 +1199,7 @@ impl Forge {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Reply, ForgeError> {
+        self.check_stopped()?;
         let mut budget = Budget::default();
         loop {
             match self.attempt(verb, path, body).await {
@@ -747,6 +1218,7 @@ impl Forge {
         payload: &Value,
         lookup: impl AsyncFn() -> Result<Option<T>, ForgeError>,
     ) -> Result<Created<T>, ForgeError> {
+        self.check_stopped()?;
         let mut budget = Budget::default();
         loop {
             match self.attempt(Verb::Post, path, Some(payload)).await {
@@ -766,7 +1238,7 @@ impl Forge {
     }
 
     /// One request with the per-request timeout; transient failures are
-    /// returned as `Err` with the wait GitHub asked for.
+    /// returned as `Err` with the wait they call for (texts redacted).
     async fn attempt(
         &self,
         verb: Verb,
@@ -790,7 +1262,7 @@ impl Forge {
         let reply = match tokio::time::timeout(self.policy.request_timeout, send).await {
             Err(_) => {
                 return Err(Transient {
-                    wait: None,
+                    wait: Wait::Backoff,
                     why: format!(
                         "no answer within {} s",
                         self.policy.request_timeout.as_secs_f64()
@@ -798,16 +1270,21 @@ impl Forge {
                 });
             }
             Ok(Err(e)) => {
-                // Connection refused/reset and the like: nothing was decided.
+                // Connection refused/reset, a body cut short and the like:
+                // nothing was decided (a create is looked up before any
+                // re-send).
                 return Err(Transient {
-                    wait: None,
-                    why: describe_octocrab(&e),
+                    wait: Wait::Backoff,
+                    why: self.redactor.redact(&describe_octocrab(&e)),
                 });
             }
             Ok(Ok(reply)) => reply,
         };
-        match classify(&reply, Utc::now(), &self.policy) {
-            Some(transient) => Err(transient),
+        match classify(&reply, Utc::now()) {
+            Some(transient) => Err(Transient {
+                why: self.redactor.redact(&transient.why),
+                ..transient
+            }),
             None => Ok(reply),
         }
     }
@@ -831,9 +1308,15 @@ impl Forge {
                 last: transient.why,
             });
         }
-        let wait = transient
-            .wait
-            .unwrap_or_else(|| backoff(&self.policy, budget.attempts));
+        let wait = match transient.wait {
+            Wait::Given(d) => d,
+            Wait::Limit => {
+                budget.limits += 1;
+                let factor = 2u32.saturating_pow((budget.limits - 1).min(20));
+                self.policy.secondary_wait.saturating_mul(factor)
+            }
+            Wait::Backoff => backoff(&self.policy, budget.attempts),
+        };
         let too_long = |limit: String| ForgeError::WaitTooLong {
             method: verb.as_str(),
             path: path.to_string(),
@@ -860,6 +1343,180 @@ impl Forge {
         budget.waited += wait;
         Ok(())
     }
+
+    /// Decodes a 2xx body: [`ForgeError::NotGitHub`] (and the client stops)
+    /// when it is not JSON at all, [`ForgeError::Decode`] when JSON lacks
+    /// what nightshift reads.
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        verb: Verb,
+        path: &str,
+        reply: &Reply,
+    ) -> Result<T, ForgeError> {
+        self.parse(verb, path, reply)
+            .map_err(|e| self.stop_if_run_wide(e))
+    }
+
+    /// [`Forge::decode`] without stopping the client: for a create's answer,
+    /// which is looked up before anything is concluded.
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        verb: Verb,
+        path: &str,
+        reply: &Reply,
+    ) -> Result<T, ForgeError> {
+        serde_json::from_str(&reply.body).map_err(|e| {
+            if is_json(&reply.body) {
+                ForgeError::Decode {
+                    method: verb.as_str(),
+                    path: path.to_string(),
+                    message: e.to_string(),
+                    excerpt: quote(&reply.body),
+                }
+            } else {
+                self.not_github(verb, path, reply)
+            }
+        })
+    }
+
+    fn not_github(&self, verb: Verb, path: &str, reply: &Reply) -> ForgeError {
+        ForgeError::NotGitHub {
+            method: verb.as_str(),
+            path: path.to_string(),
+            status: reply.status.as_u16(),
+            what: describe_body(&reply.body),
+            api_base: self.api_base.clone(),
+        }
+    }
+
+    /// The error for a final answer that is not a success: GitHub's message,
+    /// its `errors` list and request id, the fix (`fix` from the caller, else
+    /// the one the refusal itself calls for) and its [`Scope`]. A run-wide
+    /// refusal stops this client. A body that is not JSON is
+    /// [`ForgeError::NotGitHub`].
+    fn refused(&self, verb: Verb, path: &str, reply: &Reply, fix: Option<String>) -> ForgeError {
+        if !reply.body.trim().is_empty() && !is_json(&reply.body) {
+            return self.stop_if_run_wide(self.not_github(verb, path, reply));
+        }
+        let status = reply.status;
+        let message = error_message(&reply.body, status);
+        let lower = message.to_ascii_lowercase();
+        let bare = path.split('?').next().unwrap_or(path);
+        let rest = bare.strip_prefix(&self.repo_path("")).unwrap_or(bare);
+        // The repository itself or one of its collections, as opposed to
+        // one object in it (`/pulls/7`, `/issues/7/labels`).
+        let repo_level = matches!(rest, "" | "/pulls" | "/issues" | "/labels");
+        // A permission refusal there meets every later PR too. Issue creation
+        // serves findings only: its refusals do not keep PRs from being
+        // opened; nor does a refusal about one object.
+        let run_wide = if repo_level && !(verb == Verb::Post && rest == "/issues") {
+            Scope::Run
+        } else {
+            Scope::Item
+        };
+        let token_fix = "set a valid GITHUB_TOKEN or GH_TOKEN, or run `gh auth login`";
+        // Refusals of the token itself reach every call, whatever the path;
+        // the client stops at once (repeated bad credentials make GitHub
+        // lock the account out, valid credentials included).
+        let about_token = status == StatusCode::UNAUTHORIZED
+            || (status == StatusCode::FORBIDDEN
+                && (header(&reply.headers, "x-github-sso").is_some()
+                    || lower.contains("saml")
+                    || lower.contains("login attempts")));
+        let (own_fix, scope) = match status.as_u16() {
+            401 => (
+                Some(format!(
+                    "GitHub refused the token (expired, revoked or mistyped): {token_fix}"
+                )),
+                Scope::Run,
+            ),
+            403 if header(&reply.headers, "x-github-sso").is_some() || lower.contains("saml") => {
+                let link = header(&reply.headers, "x-github-sso").and_then(sso_url);
+                let fix = match link {
+                    Some(url) => format!(
+                        "the token is not authorised for the organisation's SAML single sign-on (SSO): open {url} to authorise it (the link expires within an hour), or authorise it under Settings → Developer settings → tokens → Configure SSO; a `gh auth token` needs `gh auth login` again"
+                    ),
+                    None => "the token is not authorised for the organisation's SAML single sign-on (SSO): authorise it under Settings → Developer settings → tokens → Configure SSO; a `gh auth token` needs `gh auth login` again".to_string(),
+                };
+                (Some(fix), Scope::Run)
+            }
+            403 if lower.contains("login attempts") => (
+                Some(format!(
+                    "GitHub locked the account out after repeated bad credentials: wait, then {token_fix}"
+                )),
+                Scope::Run,
+            ),
+            403 if lower.contains("github actions is not permitted") => (
+                Some("turn on \"Allow GitHub Actions to create and approve pull requests\" (repository or organisation Settings → Actions → General), or use a token other than the Actions GITHUB_TOKEN".to_string()),
+                run_wide,
+            ),
+            403 if lower.contains("not accessible") => {
+                let wanted = header(&reply.headers, "x-accepted-github-permissions")
+                    .map(|p| format!("GitHub wants {p}; "))
+                    .unwrap_or_default();
+                (
+                    Some(format!(
+                        "the token may not do this in {}: {wanted}a fine-grained token needs Pull requests: write and Issues: write (Contents: write to push), a classic token the `repo` scope, the Actions GITHUB_TOKEN `permissions: pull-requests: write, issues: write`",
+                        self.repo
+                    )),
+                    run_wide,
+                )
+            }
+            403 => (None, run_wide),
+            404 if repo_level => (
+                Some(format!(
+                    "GitHub shows no repository {} to this token: it does not exist, or the token may not see it (or write to it) — GitHub answers 404, not 403, to hide private repositories; check GH_REPO, `github_repo` in .nightshift/config.toml and the remote URL, and the token's repository access",
+                    self.repo
+                )),
+                Scope::Run,
+            ),
+            410 if lower.contains("issues are disabled") => (
+                Some(format!(
+                    "issues are switched off in {}'s settings: findings stay in the ledger",
+                    self.repo
+                )),
+                Scope::Item,
+            ),
+            _ => (None, Scope::Item),
+        };
+        let err = ForgeError::Api {
+            method: verb.as_str(),
+            path: path.to_string(),
+            status: status.as_u16(),
+            message,
+            errors: error_details(&reply.body),
+            request_id: header(&reply.headers, "x-github-request-id").map(str::to_string),
+            hint: None,
+            scope,
+        }
+        // The caller's fix fits its request; a refusal of the token overrides it.
+        .with_hint(if about_token { own_fix } else { fix.or(own_fix) });
+        self.stop_if_run_wide(err)
+    }
+
+    /// Records a refusal every later call would meet, so that none is sent;
+    /// returns the error unchanged.
+    fn stop_if_run_wide(&self, err: ForgeError) -> ForgeError {
+        if err.stops_client()
+            && let Ok(mut stopped) = self.stopped.lock()
+        {
+            stopped.get_or_insert_with(|| self.redactor.redact(&err.to_string()));
+        }
+        err
+    }
+
+    /// [`ForgeError::Stopped`] once a run-wide refusal was met.
+    fn check_stopped(&self) -> Result<(), ForgeError> {
+        match self.stopped.lock().map(|s| s.clone()).unwrap_or(None) {
+            Some(reason) => Err(ForgeError::Stopped { reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// `err` with the token masked wherever a server may have echoed it.
+    fn scrub(&self, err: ForgeError) -> ForgeError {
+        err.map_text(|s| self.redactor.redact(s))
+    }
 }
 
 /// What a create came to.
@@ -870,12 +1527,37 @@ enum Created<T> {
     Found(T),
 }
 
+/// Checks an API base: an `http(s)` URL with a host, and not GitHub's
+/// website. Returns the sentence to show otherwise.
+fn check_api_base(base: &str) -> Result<(), String> {
+    let shape = "GITHUB_API_URL must be GitHub's API root: https://api.github.com, or https://HOST/api/v3 for GitHub Enterprise";
+    let uri: http::Uri = base.parse().map_err(|_| format!("not a URL; {shape}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(host)) if !host.is_empty() => {
+            if host.eq_ignore_ascii_case("github.com")
+                || host.eq_ignore_ascii_case("www.github.com")
+            {
+                Err("that is GitHub's website; GITHUB_API_URL for github.com is https://api.github.com (or leave it unset)".to_string())
+            } else {
+                Ok(())
+            }
+        }
+        _ => Err(format!("no http(s) scheme and host; {shape}")),
+    }
+}
+
 /// Decides whether an answer is worth another attempt, and how long to wait
 /// first. The single place where the retry rules of SPEC §8 live.
-fn classify(reply: &Reply, now: DateTime<Utc>, policy: &RetryPolicy) -> Option<Transient> {
+///
+/// Times GitHub names are read against GitHub's clock (its `Date` header,
+/// else `now`), so a local clock running ahead does not retry early.
+fn classify(reply: &Reply, now: DateTime<Utc>) -> Option<Transient> {
     let status = reply.status;
+    let server_now = header(&reply.headers, "date")
+        .and_then(parse_http_date)
+        .unwrap_or(now);
     let retry_after =
-        header(&reply.headers, "retry-after").and_then(|v| v.trim().parse::<u64>().ok());
+        header(&reply.headers, "retry-after").and_then(|v| parse_retry_after(v, server_now));
     let exhausted =
         header(&reply.headers, "x-ratelimit-remaining").is_some_and(|v| v.trim() == "0");
     let reset_wait = || {
@@ -884,30 +1566,122 @@ fn classify(reply: &Reply, now: DateTime<Utc>, policy: &RetryPolicy) -> Option<T
             .parse::<i64>()
             .ok()?;
         let reset = DateTime::<Utc>::from_timestamp(reset, 0)?;
-        Some((reset - now).to_std().unwrap_or(Duration::ZERO))
+        // At least a second: a reset already past yet still refused must
+        // not turn into a burst of retries.
+        Some(
+            (reset - server_now)
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                .max(Duration::from_secs(1)),
+        )
     };
-    let asked = retry_after
-        .map(Duration::from_secs)
-        .or_else(|| if exhausted { reset_wait() } else { None });
-    let message = error_message(&reply.body);
+    let message = error_message(&reply.body, status);
     let why = format!("{} {}", status.as_u16(), message);
     if status.is_server_error() {
-        return Some(Transient { wait: asked, why });
+        return Some(Transient {
+            wait: retry_after.map_or(Wait::Backoff, Wait::Given),
+            why,
+        });
     }
-    let secondary = message
-        .to_ascii_lowercase()
-        .contains("secondary rate limit");
+    if status != StatusCode::FORBIDDEN && status != StatusCode::TOO_MANY_REQUESTS {
+        // 401 comes with `x-ratelimit-remaining: 0` too: not a limit.
+        return None;
+    }
+    let text = message.to_ascii_lowercase();
+    let limit_text = is_rate_limit_message(&text);
+    // A refusal that names itself is not a rate limit, whatever its
+    // rate-limit headers say.
+    let refusal = !limit_text
+        && (header(&reply.headers, "x-github-sso").is_some()
+            || [
+                "saml",
+                "not accessible",
+                "login attempts",
+                "bad credentials",
+                "not permitted",
+                "must have",
+            ]
+            .iter()
+            .any(|r| text.contains(r)));
     let limited = status == StatusCode::TOO_MANY_REQUESTS
-        || (status == StatusCode::FORBIDDEN && (secondary || retry_after.is_some() || exhausted));
+        || limit_text
+        || retry_after.is_some()
+        || (exhausted && !refusal);
     if !limited {
         return None;
     }
-    let wait = asked.or(if secondary {
-        Some(policy.secondary_wait)
-    } else {
-        None
-    });
+    let wait = match retry_after {
+        Some(d) => Wait::Given(d),
+        None => match exhausted.then(reset_wait).flatten() {
+            Some(d) => Wait::Given(d),
+            None => Wait::Limit,
+        },
+    };
     Some(Transient { wait, why })
+}
+
+/// GitHub's rate-limit wordings: "API rate limit exceeded…", "You have
+/// exceeded a secondary rate limit…", "You have triggered an abuse detection
+/// mechanism…" (lower-case text).
+fn is_rate_limit_message(lower: &str) -> bool {
+    lower.contains("rate limit") || lower.contains("abuse detection")
+}
+
+/// [`is_rate_limit_message`] of an answer body.
+fn is_rate_limit_text(body: &str) -> bool {
+    is_rate_limit_message(&error_message(body, StatusCode::FORBIDDEN).to_ascii_lowercase())
+}
+
+/// `retry-after`: delay seconds or an HTTP date (RFC 9110 §10.2.3), as a
+/// wait from `server_now`.
+fn parse_retry_after(value: &str, server_now: DateTime<Utc>) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = parse_http_date(value)?;
+    Some((at - server_now).to_std().unwrap_or(Duration::ZERO))
+}
+
+/// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`).
+fn parse_http_date(value: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc2822(value.trim())
+        .ok()
+        .map(|d| d.with_timezone(&Utc))
+}
+
+/// The `rel="next"` URL of a `Link` header (`<URL>; rel="next", <URL>;
+/// rel="last"`). URLs are read between `<` and `>`, so commas inside them
+/// (label lists) do not split them.
+fn link_next(link: &str) -> Option<String> {
+    let mut rest = link;
+    while let Some(open) = rest.find('<') {
+        let close = open + rest[open..].find('>')?;
+        let url = &rest[open + 1..close];
+        let params_end = rest[close..].find('<').map_or(rest.len(), |i| close + i);
+        let params = &rest[close + 1..params_end];
+        let is_next = params.split(';').any(|p| {
+            let p = p.trim().trim_end_matches(',').trim();
+            p.strip_prefix("rel=")
+                .map(|v| v.trim_matches('"').split_whitespace().any(|r| r == "next"))
+                .unwrap_or(false)
+        });
+        if is_next {
+            return Some(url.to_string());
+        }
+        rest = &rest[params_end..];
+    }
+    None
+}
+
+/// The authorisation URL of an `x-github-sso: required; url=…` header.
+fn sso_url(value: &str) -> Option<String> {
+    value
+        .split(';')
+        .map(str::trim)
+        .find_map(|part| part.strip_prefix("url="))
+        .filter(|url| url.starts_with("https://"))
+        .map(str::to_string)
 }
 
 /// Exponential backoff for attempt `n` (1-based), capped.
@@ -936,8 +1710,115 @@ fn error_json(body: &str) -> ErrorJson {
     serde_json::from_str(body).unwrap_or_default()
 }
 
-fn error_message(body: &str) -> String {
-    error_json(body).message.unwrap_or_else(|| excerpt(body))
+fn is_json(body: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok()
+}
+
+/// GitHub's message, or a one-line account of a body that is not GitHub's
+/// JSON: the status's reason with the page title of an HTML page, an
+/// excerpt of plain text, or "empty body".
+fn error_message(body: &str, status: StatusCode) -> String {
+    if let Some(m) = error_json(body).message.filter(|m| !m.trim().is_empty()) {
+        return quote(&m);
+    }
+    let reason = status.canonical_reason().unwrap_or("(no reason)");
+    format!("{reason} ({})", describe_body(body))
+}
+
+/// What a body that is not GitHub's JSON is, in one short line without
+/// markup: `empty body`, `an HTML page titled "…"`, `text "…"`.
+fn describe_body(body: &str) -> String {
+    let t = body.trim_start_matches('\u{feff}').trim();
+    if t.is_empty() {
+        return "empty body".to_string();
+    }
+    if t.starts_with('<') {
+        let lower = t.to_ascii_lowercase();
+        let title = lower.find("<title").and_then(|start| {
+            let open = start + lower[start..].find('>')? + 1;
+            let close = open + lower[open..].find("</title")?;
+            Some(t[open..close].to_string())
+        });
+        return match title.map(|s| html_text(&s)).filter(|s| !s.is_empty()) {
+            Some(title) => format!("an HTML page titled \"{}\"", quote(&title)),
+            None => "an HTML page".to_string(),
+        };
+    }
+    format!("text \"{}\"", quote(&t.replace(['<', '>'], "")))
+}
+
+/// Text of an HTML fragment: entities decoded, tags and markup characters
+/// dropped, whitespace collapsed.
+fn html_text(s: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in s.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    let decoded = decode_entities(&out);
+    decoded
+        .replace(['<', '>'], "")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Decodes the HTML entities a title carries (`&middot;`, `&amp;`, `&#39;`…).
+fn decode_entities(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(amp) = rest.find('&') {
+        out.push_str(&rest[..amp]);
+        let after = &rest[amp + 1..];
+        let decoded = after.find(';').filter(|&end| end <= 8).and_then(|end| {
+            let name = &after[..end];
+            let c = match name {
+                "amp" => Some('&'),
+                "lt" => Some('<'),
+                "gt" => Some('>'),
+                "quot" => Some('"'),
+                "apos" => Some('\''),
+                "nbsp" => Some(' '),
+                "middot" => Some('·'),
+                "mdash" => Some('—'),
+                "ndash" => Some('–'),
+                _ => name
+                    .strip_prefix("#x")
+                    .or_else(|| name.strip_prefix("#X"))
+                    .and_then(|h| u32::from_str_radix(h, 16).ok())
+                    .or_else(|| name.strip_prefix('#').and_then(|d| d.parse().ok()))
+                    .and_then(char::from_u32),
+            }?;
+            Some((c, end))
+        });
+        match decoded {
+            Some((c, end)) => {
+                out.push(c);
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push('&');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Server text for a message: one line, at most [`QUOTE_LIMIT`] characters.
+fn quote(text: &str) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() > QUOTE_LIMIT {
+        format!("{}…", line.chars().take(QUOTE_LIMIT).collect::<String>())
+    } else {
+        line
+    }
 }
 
 /// The `errors` list rendered one string per entry, e.g.
@@ -947,7 +1828,7 @@ fn error_details(body: &str) -> Vec<String> {
         .errors
         .iter()
         .map(|e| match e {
-            Value::String(s) => s.clone(),
+            Value::String(s) => quote(s),
             Value::Object(o) => {
                 let field = |k: &str| o.get(k).and_then(Value::as_str).unwrap_or("");
                 let head = [field("resource"), field("field"), field("code")]
@@ -957,11 +1838,11 @@ fn error_details(body: &str) -> Vec<String> {
                     .join(" ");
                 match (head.is_empty(), field("message")) {
                     (_, "") => head,
-                    (true, m) => m.to_string(),
-                    (false, m) => format!("{head}: {m}"),
+                    (true, m) => quote(m),
+                    (false, m) => format!("{head}: {}", quote(m)),
                 }
             }
-            other => other.to_string(),
+            other => quote(&other.to_string()),
         })
         .collect()
 }
@@ -987,44 +1868,50 @@ fn says_pr_exists(body: &str) -> bool {
             .any(|d| d.to_ascii_lowercase().contains(NEEDLE))
 }
 
-fn api_error(verb: Verb, path: &str, reply: &Reply) -> ForgeError {
-    ForgeError::Api {
-        method: verb.as_str(),
-        path: path.to_string(),
-        status: reply.status.as_u16(),
-        message: error_message(&reply.body),
-        errors: error_details(&reply.body),
-        request_id: header(&reply.headers, "x-github-request-id").map(str::to_string),
+/// The fix for a 422 refusing a PR create (other than "already exists"),
+/// from GitHub's wordings: a head GitHub does not see ("head sha can't be
+/// blank", "Head ref must be a branch", `head` invalid), no commits between
+/// base and head, a base that does not exist (`base` invalid).
+fn pr_validation_fix(body: &str, req: &PrRequest, repo: &RepoId) -> Option<String> {
+    let parsed = error_json(body);
+    let mut texts: Vec<String> = error_details(body)
+        .into_iter()
+        .map(|d| d.to_ascii_lowercase())
+        .collect();
+    texts.extend(parsed.message.map(|m| m.to_ascii_lowercase()));
+    let fields: Vec<String> = parsed
+        .errors
+        .iter()
+        .filter_map(|e| e.get("field").and_then(Value::as_str))
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let any = |needles: &[&str]| texts.iter().any(|t| needles.iter().any(|n| t.contains(n)));
+    let (head, base) = (&req.head, &req.base);
+    if fields.iter().any(|f| f == "head" || f == "head_sha")
+        || any(&["head sha", "head ref", "head repository", "head user"])
+    {
+        return Some(format!(
+            "GitHub does not see branch {head} in {repo}: the push went to another repository (check the remote, GH_REPO and `github_repo`) or the branch was deleted since"
+        ));
     }
-}
-
-fn decode<T: serde::de::DeserializeOwned>(
-    verb: Verb,
-    path: &str,
-    reply: &Reply,
-) -> Result<T, ForgeError> {
-    serde_json::from_str(&reply.body).map_err(|e| ForgeError::Decode {
-        method: verb.as_str(),
-        path: path.to_string(),
-        message: e.to_string(),
-        excerpt: excerpt(&reply.body),
-    })
-}
-
-fn excerpt(body: &str) -> String {
-    let trimmed = body.trim();
-    if trimmed.chars().count() > 300 {
-        format!("{}…", trimmed.chars().take(300).collect::<String>())
-    } else {
-        trimmed.to_string()
+    if any(&["no commits between"]) {
+        return Some(format!(
+            "branch {head} has no commits that {base} lacks on GitHub: its work is already in {base}, or the push did not reach {repo}"
+        ));
     }
+    if fields.iter().any(|f| f == "base" || f == "base_sha") || any(&["base ref", "base sha"]) {
+        return Some(format!(
+            "the base branch {base:?} does not exist in {repo}: set `base` in .nightshift/config.toml to an existing branch"
+        ));
+    }
+    None
 }
 
 /// octocrab errors display as just "GitHub"; spell out what is known.
 fn describe_octocrab(e: &octocrab::Error) -> String {
     match e {
         octocrab::Error::GitHub { source, .. } => {
-            format!("{} {}", source.status_code, source.message)
+            format!("{} {}", source.status_code, quote(&source.message))
         }
         other => {
             let mut text = other.to_string();
@@ -1046,13 +1933,25 @@ struct PullJson {
     state: String,
     #[serde(default)]
     merged_at: Option<String>,
-    head: HeadJson,
+    #[serde(default)]
+    body: Option<String>,
+    head: RefJson,
+    #[serde(default)]
+    base: Option<RefJson>,
 }
 
+/// A PR's `head` or `base`.
 #[derive(Debug, Deserialize)]
-struct HeadJson {
+struct RefJson {
     #[serde(rename = "ref")]
     ref_name: String,
+    /// `owner:branch`.
+    #[serde(default)]
+    label: Option<String>,
+    /// The repository object; `Some(Null)` when it was deleted (a fork that
+    /// is gone), `None` when the server sent no such field.
+    #[serde(default)]
+    repo: Option<Value>,
 }
 
 impl PullJson {
@@ -1070,6 +1969,7 @@ impl PullJson {
             state,
             head: self.head.ref_name,
             created: false,
+            label_error: None,
         }
     }
 }
@@ -1372,11 +2272,11 @@ mod tests {
     #[test]
     fn classify_table() {
         let now = DateTime::<Utc>::from_timestamp(1_000_000, 0).unwrap();
-        let policy = RetryPolicy {
-            secondary_wait: Duration::from_secs(61),
-            ..RetryPolicy::default()
+        let given = |s: u64| Some(Wait::Given(Duration::from_secs(s)));
+        let exhausted = |reset: &'static str| {
+            vec![("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", reset)]
         };
-        let cases: &[(Reply, Option<Option<u64>>)] = &[
+        let cases: Vec<(Reply, Option<Wait>)> = vec![
             (reply(200, &[], "{}"), None),
             (reply(404, &[], r#"{"message":"Not Found"}"#), None),
             (reply(422, &[], r#"{"message":"Validation Failed"}"#), None),
@@ -1388,32 +2288,13 @@ mod tests {
                 ),
                 None,
             ),
-            (reply(500, &[], ""), Some(None)),
-            (reply(502, &[("retry-after", "7")], ""), Some(Some(7))),
-            (reply(429, &[], ""), Some(None)),
-            (
-                reply(
-                    429,
-                    &[
-                        ("x-ratelimit-remaining", "0"),
-                        ("x-ratelimit-reset", "1000030"),
-                    ],
-                    "",
-                ),
-                Some(Some(30)),
-            ),
-            // A reset in the past means "now".
-            (
-                reply(
-                    429,
-                    &[
-                        ("x-ratelimit-remaining", "0"),
-                        ("x-ratelimit-reset", "999990"),
-                    ],
-                    "",
-                ),
-                Some(Some(0)),
-            ),
+            (reply(500, &[], ""), Some(Wait::Backoff)),
+            (reply(502, &[("retry-after", "7")], ""), given(7)),
+            // A bare 429 is a secondary limit: at least the minute.
+            (reply(429, &[], ""), Some(Wait::Limit)),
+            (reply(429, &exhausted("1000030"), ""), given(30)),
+            // A reset in the past (or now) still waits a second.
+            (reply(429, &exhausted("999990"), ""), given(1)),
             // The reset only counts when the remaining budget is 0.
             (
                 reply(
@@ -1424,11 +2305,11 @@ mod tests {
                     ],
                     "",
                 ),
-                Some(None),
+                Some(Wait::Limit),
             ),
             (
                 reply(403, &[("retry-after", "3")], r#"{"message":"x"}"#),
-                Some(Some(3)),
+                given(3),
             ),
             (
                 reply(
@@ -1436,28 +2317,156 @@ mod tests {
                     &[],
                     r#"{"message":"You have exceeded a secondary rate limit. Please wait."}"#,
                 ),
-                Some(Some(61)),
+                Some(Wait::Limit),
             ),
+            (
+                reply(
+                    403,
+                    &[],
+                    r#"{"message":"You have triggered an abuse detection mechanism."}"#,
+                ),
+                Some(Wait::Limit),
+            ),
+            (reply(403, &exhausted("1000002"), ""), given(2)),
+            // The reset is GitHub's second, measured against its Date: its
+            // clock is 60 s behind ours, so 62 s, not 2.
             (
                 reply(
                     403,
                     &[
                         ("x-ratelimit-remaining", "0"),
                         ("x-ratelimit-reset", "1000002"),
+                        ("date", "Mon, 12 Jan 1970 13:45:40 GMT"),
+                    ],
+                    r#"{"message":"API rate limit exceeded for user ID 1."}"#,
+                ),
+                given(62),
+            ),
+            // retry-after as an HTTP date, from GitHub's Date.
+            (
+                reply(
+                    503,
+                    &[
+                        ("retry-after", "Mon, 12 Jan 1970 13:46:45 GMT"),
+                        ("date", "Mon, 12 Jan 1970 13:46:40 GMT"),
                     ],
                     "",
                 ),
-                Some(Some(2)),
+                given(5),
+            ),
+            // Refusals with rate-limit headers are not limits.
+            (
+                reply(
+                    401,
+                    &exhausted("1003600"),
+                    r#"{"message":"Bad credentials"}"#,
+                ),
+                None,
+            ),
+            (
+                reply(
+                    403,
+                    &exhausted("1003600"),
+                    r#"{"message":"Maximum number of login attempts exceeded. Please try again later."}"#,
+                ),
+                None,
+            ),
+            (
+                reply(
+                    403,
+                    &[
+                        (
+                            "x-github-sso",
+                            "required; url=https://github.com/orgs/a/sso?authorization_request=x",
+                        ),
+                        ("x-ratelimit-remaining", "0"),
+                    ],
+                    r#"{"message":"Resource protected by organization SAML enforcement."}"#,
+                ),
+                None,
             ),
         ];
         for (r, want) in cases {
-            let got = classify(r, now, &policy).map(|t| t.wait.map(|w| w.as_secs()));
+            let got = classify(&r, now).map(|t| t.wait);
             assert_eq!(
-                &got, want,
+                got, want,
                 "status {} headers {:?} body {}",
                 r.status, r.headers, r.body
             );
         }
+        assert_eq!(
+            parse_http_date("Mon, 12 Jan 1970 13:46:40 GMT").map(|d| d.timestamp()),
+            Some(1_000_000)
+        );
+    }
+
+    #[test]
+    fn secondary_limits_double() {
+        // Checked through `pause` in tests/forge.rs; here the factor alone.
+        let p = RetryPolicy {
+            secondary_wait: Duration::from_secs(60),
+            ..RetryPolicy::default()
+        };
+        let waits: Vec<u64> = (1u32..=3)
+            .map(|n| p.secondary_wait.saturating_mul(2u32.pow(n - 1)).as_secs())
+            .collect();
+        assert_eq!(waits, [60, 120, 240]);
+    }
+
+    #[test]
+    fn link_header_next_is_found() {
+        let link = r#"<https://api.github.com/repositories/1/issues?labels=a,b&page=2>; rel="next", <https://api.github.com/repositories/1/issues?labels=a,b&page=5>; rel="last""#;
+        assert_eq!(
+            link_next(link).as_deref(),
+            Some("https://api.github.com/repositories/1/issues?labels=a,b&page=2")
+        );
+        let last_page = r#"<https://api.github.com/repositories/1/issues?page=4>; rel="prev", <https://api.github.com/repositories/1/issues?page=1>; rel="first""#;
+        assert_eq!(link_next(last_page), None);
+        assert_eq!(
+            link_next(r#"<https://h/x?page=3>;rel=next"#).as_deref(),
+            Some("https://h/x?page=3")
+        );
+        assert_eq!(link_next(""), None);
+    }
+
+    #[test]
+    fn bodies_that_are_not_githubs_json_are_described_briefly() {
+        assert_eq!(describe_body(""), "empty body");
+        assert_eq!(
+            describe_body("<html><head><title>Unicorn! &middot; GitHub</title></head></html>"),
+            "an HTML page titled \"Unicorn! · GitHub\""
+        );
+        assert_eq!(describe_body("<html><body>x</body></html>"), "an HTML page");
+        assert_eq!(
+            describe_body("upstream <b>reset</b>\n"),
+            "text \"upstream breset/b\""
+        );
+        assert_eq!(
+            error_message("", StatusCode::SERVICE_UNAVAILABLE),
+            "Service Unavailable (empty body)"
+        );
+        assert_eq!(
+            error_message(r#"{"message":"Bad credentials"}"#, StatusCode::UNAUTHORIZED),
+            "Bad credentials"
+        );
+        assert_eq!(
+            decode_entities("a &amp; b &#39;c&#x27; &bogus; &"),
+            "a & b 'c' &bogus; &"
+        );
+        assert!(quote(&"x".repeat(500)).chars().count() <= QUOTE_LIMIT + 1);
+    }
+
+    #[test]
+    fn sso_header_url_is_read() {
+        assert_eq!(
+            sso_url("required; url=https://github.com/orgs/acme/sso?authorization_request=AbC")
+                .as_deref(),
+            Some("https://github.com/orgs/acme/sso?authorization_request=AbC")
+        );
+        assert_eq!(
+            sso_url("partial-results; organizations=21955855,20582480"),
+            None
+        );
     }
 
     #[test]

@@ -3,14 +3,17 @@
 //! server recorded, that nothing merged, approved or closed a PR, and counts
 //! the POSTs that reached the server.
 
+mod common;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use common::github::{FakeGitHub, Fault};
 use nightshift::forge::{
-    BODY_LIMIT, Forge, ForgeError, PrRequest, PrState, RepoId, RetryPolicy, Secret, item_marker,
-    repo_from_remote_url, resolve_repo, resolve_token_using,
+    BODY_LIMIT, Forge, ForgeError, PrRequest, PrState, RepoId, RetryPolicy, Scope, Secret,
+    item_marker, repo_from_remote_url, resolve_repo, resolve_token_using,
 };
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path, query_param};
@@ -1216,4 +1219,921 @@ fn forge_source_has_no_merge_approve_or_close_call() {
 fn make_executable(path: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// The whole kind of GitHub failure, in the shapes the real server (and what
+// stands in front of it) sends: bodies and headers as seen in octokit, gh,
+// PyGithub and create-pull-request issue threads and GitHub's REST docs.
+// These run against the stateful fake GitHub of `tests/common/github.rs`
+// (repository `owner/repo`).
+// ---------------------------------------------------------------------------
+
+/// A token that must never show up in an error.
+const TOKEN: &str = "ghp_fakeTOKEN0123456789abcdefABCDEF";
+
+async fn fake() -> (FakeGitHub, Forge) {
+    let gh = FakeGitHub::start().await;
+    let forge = fake_forge(&gh.uri(), "repo", fast_policy());
+    (gh, forge)
+}
+
+fn fake_forge(base: &str, repo: &str, policy: RetryPolicy) -> Forge {
+    Forge::new(base, Secret::new(TOKEN), RepoId::new("owner", repo), None)
+        .expect("client builds")
+        .with_retry_policy(policy)
+}
+
+async fn gh_count(gh: &FakeGitHub, verb: &str, path_prefix: &str) -> usize {
+    gh.requests()
+        .await
+        .iter()
+        .filter(|(m, p, _)| m == verb && p.starts_with(path_prefix))
+        .count()
+}
+
+fn script(gh: &FakeGitHub, faults: Vec<Fault>) {
+    gh.state.lock().unwrap().scripted = faults;
+}
+
+fn no_token(text: &str) {
+    assert!(!text.contains(TOKEN), "the token leaked: {text}");
+}
+
+/// 401 Bad credentials (which GitHub sends with `x-ratelimit-remaining: 0`)
+/// and 403 "Maximum number of login attempts exceeded" are not rate limits:
+/// no wait, no retry, and GitHub is not asked again this run (GitHub locks
+/// an account out after repeated bad credentials, valid ones included).
+#[tokio::test]
+async fn bad_credentials_stop_github_for_the_rest_of_the_run() {
+    let reset = (Utc::now().timestamp() + 3600).to_string();
+    let cases = [
+        (
+            401,
+            json!({ "message": "Bad credentials", "documentation_url": "https://docs.github.com/rest", "status": "401" }),
+        ),
+        (
+            403,
+            json!({ "message": "Maximum number of login attempts exceeded. Please try again later.", "documentation_url": "https://docs.github.com/rest" }),
+        ),
+    ];
+    for (status, body) in cases {
+        let (gh, forge) = fake().await;
+        script(
+            &gh,
+            vec![
+                Fault::new("GET", "/repos/owner/repo/pulls", status)
+                    .json(body.clone())
+                    .header("x-ratelimit-limit", "0")
+                    .header("x-ratelimit-remaining", "0")
+                    .header("x-ratelimit-reset", &reset),
+            ],
+        );
+        let started = Instant::now();
+        let err = forge.create_pr(&request()).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{status}: no wait for a reset"
+        );
+        assert!(
+            matches!(err, ForgeError::Api { status: s, .. } if s == status),
+            "{err:?}"
+        );
+        assert_eq!(err.scope(), Scope::Run, "{status}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(body["message"].as_str().unwrap()), "{text}");
+        assert!(
+            text.contains("GITHUB_TOKEN") && text.contains("gh auth login"),
+            "names the fix: {text}"
+        );
+        no_token(&text);
+        let asked = gh.requests().await.len();
+        assert_eq!(asked, 1, "{status}: not retried");
+
+        let again = forge.create_pr(&request()).await.unwrap_err();
+        assert!(matches!(again, ForgeError::Stopped { .. }), "{again:?}");
+        assert!(
+            again
+                .to_string()
+                .contains(body["message"].as_str().unwrap()),
+            "{again}"
+        );
+        assert_eq!(again.scope(), Scope::Run);
+        let issue = forge
+            .find_or_create_issue("a finding", "", "autopilot-found")
+            .await
+            .unwrap_err();
+        assert!(matches!(issue, ForgeError::Stopped { .. }), "{issue:?}");
+        assert_eq!(
+            gh.requests().await.len(),
+            asked,
+            "{status}: GitHub not asked again"
+        );
+        assert!(gh.prs().is_empty());
+    }
+}
+
+/// 403 with `x-github-sso: required; url=…`: the token is not authorised for
+/// the organisation's SAML single sign-on. The message carries GitHub's
+/// authorisation link; nothing is retried; GitHub is left alone for the run.
+#[tokio::test]
+async fn saml_sso_enforcement_names_the_authorisation_link() {
+    let (gh, forge) = fake().await;
+    let url = "https://github.com/orgs/acme/sso?authorization_request=A5Z3bcdEFG";
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 403)
+                .json(json!({
+                    "message": "Resource protected by organization SAML enforcement. You must grant your Personal Access token access to this organization.",
+                    "documentation_url": "https://docs.github.com/articles/authenticating-to-a-github-organization-with-saml-single-sign-on/",
+                }))
+                .header("x-github-sso", &format!("required; url={url}")),
+        ],
+    );
+
+    let err = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap_err();
+
+    let text = err.to_string();
+    assert!(
+        matches!(err, ForgeError::Api { status: 403, .. }),
+        "{err:?}"
+    );
+    assert!(text.contains(url) && text.contains("SSO"), "{text}");
+    assert_eq!(err.scope(), Scope::Run);
+    assert_eq!(gh.requests().await.len(), 1);
+    let again = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap_err();
+    assert!(matches!(again, ForgeError::Stopped { .. }), "{again:?}");
+    assert_eq!(gh.requests().await.len(), 1);
+
+    // Met first when creating the label: the SSO fix, not a label one.
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![
+            Fault::new("POST", "/repos/owner/repo/labels", 403)
+                .json(json!({ "message": "Resource protected by organization SAML enforcement. You must grant your Personal Access token access to this organization." }))
+                .header("x-github-sso", &format!("required; url={url}")),
+        ],
+    );
+    let err = forge.create_pr(&request()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(url) && !text.contains("may not create labels"), "{text}");
+    assert_eq!(err.scope(), Scope::Run);
+    assert!(gh.prs().is_empty());
+}
+
+/// A token that may read but not write: 403 "Resource not accessible by
+/// personal access token" / "… by integration" (with the permission GitHub
+/// wants in `x-accepted-github-permissions`), and Actions' own refusal.
+/// One create, no retry, and the message says which permission or setting.
+#[tokio::test]
+async fn a_create_refused_for_lack_of_permission_names_the_permission() {
+    let cases = [
+        (
+            "Resource not accessible by personal access token",
+            Some("pull_requests=write"),
+            "pull_requests=write",
+        ),
+        (
+            "Resource not accessible by integration",
+            Some("pull_requests=write"),
+            "pull_requests=write",
+        ),
+        (
+            "Resource not accessible by integration",
+            None,
+            "Pull requests: write",
+        ),
+        (
+            "GitHub Actions is not permitted to create or approve pull requests.",
+            None,
+            "Allow GitHub Actions to create and approve pull requests",
+        ),
+    ];
+    for (message, accepted, fix) in cases {
+        let (gh, forge) = fake().await;
+        let mut fault = Fault::new("POST", "/repos/owner/repo/pulls", 403).json(json!({
+            "message": message,
+            "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
+            "status": "403",
+        }));
+        if let Some(a) = accepted {
+            fault = fault.header("x-accepted-github-permissions", a);
+        }
+        script(&gh, vec![fault]);
+
+        let err = forge.create_pr(&request()).await.unwrap_err();
+
+        let text = err.to_string();
+        assert!(
+            matches!(err, ForgeError::Api { status: 403, .. }),
+            "{message}: {err:?}"
+        );
+        assert!(
+            text.contains(message) && text.contains(fix),
+            "{message}: {text}"
+        );
+        assert_eq!(
+            gh_count(&gh, "POST", "/repos/owner/repo/pulls").await,
+            1,
+            "{message}"
+        );
+        assert!(gh.prs().is_empty());
+        no_token(&text);
+    }
+}
+
+/// 404 for the repository itself: it does not exist, or the token cannot
+/// see it (GitHub answers 404, not 403, to hide private repositories).
+#[tokio::test]
+async fn a_repository_github_does_not_show_stops_github_with_the_fix() {
+    let gh = FakeGitHub::start().await;
+    let forge = fake_forge(&gh.uri(), "gone", fast_policy());
+
+    let err = forge.create_pr(&request()).await.unwrap_err();
+
+    let text = err.to_string();
+    assert!(
+        matches!(err, ForgeError::Api { status: 404, .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("owner/gone") && text.contains("GH_REPO") && text.contains("access"),
+        "{text}"
+    );
+    assert_eq!(err.scope(), Scope::Run);
+    let asked = gh.requests().await.len();
+    assert_eq!(asked, 1);
+    assert!(matches!(
+        forge.create_pr(&request()).await.unwrap_err(),
+        ForgeError::Stopped { .. }
+    ));
+    assert_eq!(gh.requests().await.len(), asked);
+}
+
+/// A primary rate limit: 403 with `x-ratelimit-remaining: 0` and no
+/// `retry-after`. The reset is GitHub's epoch second: the wait is measured
+/// against GitHub's clock (its `Date` header), not a local clock that runs
+/// ahead — else the retry comes at once and is refused again.
+#[tokio::test]
+async fn primary_rate_limit_waits_for_the_reset_by_githubs_clock() {
+    let (gh, forge) = fake().await;
+    // GitHub's clock is 100 s behind ours; the reset is 2 s after its now.
+    let github_now = Utc::now() - chrono::Duration::seconds(100);
+    let reset = (github_now.timestamp() + 2).to_string();
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 403)
+                .json(json!({
+                    "message": "API rate limit exceeded for user ID 1. If you reach out to GitHub Support for help, please include the request ID 8E1A:2B3C:4D5E:6F70.",
+                    "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api",
+                }))
+                .header("date", &github_now.to_rfc2822().replace("+0000", "GMT"))
+                .header("x-ratelimit-limit", "5000")
+                .header("x-ratelimit-remaining", "0")
+                .header("x-ratelimit-used", "5000")
+                .header("x-ratelimit-resource", "core")
+                .header("x-ratelimit-reset", &reset),
+        ],
+    );
+
+    let started = Instant::now();
+    let found = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap();
+
+    assert_eq!(found, None);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited for the reset: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(gh_count(&gh, "GET", "/repos/owner/repo/pulls").await, 2);
+}
+
+/// `retry-after` may be an HTTP date (RFC 9110), as proxies send it.
+#[tokio::test]
+async fn retry_after_as_an_http_date_is_honoured() {
+    let (gh, forge) = fake().await;
+    let now = Utc::now();
+    let at = (now + chrono::Duration::seconds(2))
+        .to_rfc2822()
+        .replace("+0000", "GMT");
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 503)
+                .raw("text/html", "<html><body>maintenance</body></html>")
+                .header("date", &now.to_rfc2822().replace("+0000", "GMT"))
+                .header("retry-after", &at),
+        ],
+    );
+
+    let started = Instant::now();
+    forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap();
+
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(gh_count(&gh, "GET", "/repos/owner/repo/pulls").await, 2);
+}
+
+/// Secondary limits that name no time (403 or 429, "secondary rate limit" or
+/// the older "abuse detection mechanism", no `retry-after`): GitHub says wait
+/// at least a minute, then exponentially longer while it goes on.
+#[tokio::test]
+async fn secondary_limits_without_retry_after_wait_the_minute_then_longer() {
+    let gh = FakeGitHub::start().await;
+    let policy = RetryPolicy {
+        secondary_wait: Duration::from_millis(200),
+        ..fast_policy()
+    };
+    let forge = fake_forge(&gh.uri(), "repo", policy);
+    let secondary = "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. If you reach out to GitHub Support for help, please include the request ID 1234:5678.";
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 429).raw("application/json", ""),
+            Fault::new("GET", "/repos/owner/repo/pulls", 403).json(json!({ "message": secondary, "documentation_url": "https://docs.github.com/free-pro-team@latest/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits" })),
+            Fault::new("GET", "/repos/owner/repo/pulls", 403).json(json!({ "message": "You have triggered an abuse detection mechanism. Please wait a few minutes before you try again." })),
+        ],
+    );
+
+    let started = Instant::now();
+    assert_eq!(forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap(), None);
+
+    // 200 ms, then 400, then 800.
+    assert!(
+        started.elapsed() >= Duration::from_millis(1400),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(gh_count(&gh, "GET", "/repos/owner/repo/pulls").await, 4);
+}
+
+/// The 422s a PR create meets besides "already exists": nothing to merge,
+/// a head GitHub does not see, a base that does not exist. Each fails the
+/// item at once (no retry, one create) with the fix, and GitHub stays usable
+/// for the next item.
+#[tokio::test]
+async fn validation_refusals_of_a_create_fail_the_item_with_the_fix() {
+    let doc = "https://docs.github.com/rest/pulls/pulls#create-a-pull-request";
+    let cases = [
+        (
+            json!({ "message": "Validation Failed", "errors": [{ "resource": "PullRequest", "code": "custom", "message": format!("No commits between main and {BRANCH}") }], "documentation_url": doc, "status": "422" }),
+            "has no commits that main lacks",
+        ),
+        (
+            json!({ "message": "Validation Failed", "errors": [{ "resource": "PullRequest", "field": "head", "code": "invalid" }], "documentation_url": doc }),
+            "GitHub does not see branch",
+        ),
+        (
+            json!({ "message": "Validation Failed", "errors": [
+                { "resource": "PullRequest", "code": "custom", "message": "head sha can't be blank" },
+                { "resource": "PullRequest", "code": "custom", "message": "base sha can't be blank" },
+                { "resource": "PullRequest", "code": "custom", "message": "Head ref must be a branch" }], "documentation_url": doc }),
+            "GitHub does not see branch",
+        ),
+        (
+            json!({ "message": "Validation Failed", "errors": [{ "resource": "PullRequest", "field": "base", "code": "invalid" }], "documentation_url": doc }),
+            "base branch \"main\"",
+        ),
+    ];
+    for (body, fix) in cases {
+        let (gh, forge) = fake().await;
+        script(
+            &gh,
+            vec![Fault::new("POST", "/repos/owner/repo/pulls", 422).json(body.clone())],
+        );
+
+        let err = forge.create_pr(&request()).await.unwrap_err();
+
+        let text = err.to_string();
+        assert!(
+            matches!(err, ForgeError::Api { status: 422, .. }),
+            "{body}: {err:?}"
+        );
+        assert!(text.contains(fix), "{body}: {text}");
+        assert_eq!(err.scope(), Scope::Item, "{text}");
+        assert_eq!(
+            gh_count(&gh, "POST", "/repos/owner/repo/pulls").await,
+            1,
+            "{body}"
+        );
+        // The next item's create goes ahead.
+        let next = forge
+            .create_pr(&request())
+            .await
+            .expect("GitHub still usable");
+        assert!(next.created);
+    }
+}
+
+/// Label refusals: a 422 other than `already_exists` names the config key;
+/// a token that may not create labels is fine when the label exists; a PR
+/// that was created but could not be labelled is returned, with the reason.
+#[tokio::test]
+async fn label_refusals_fail_only_what_they_must() {
+    // A name GitHub rejects.
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![
+            Fault::new("POST", "/repos/owner/repo/labels", 422).json(json!({
+                "message": "Validation Failed",
+                "errors": [{ "resource": "Label", "code": "invalid", "field": "name" }],
+                "documentation_url": "https://docs.github.com/rest/issues/labels#create-a-label",
+            })),
+        ],
+    );
+    let err = forge.create_pr(&request()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, ForgeError::Api { status: 422, .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("Label name invalid") && text.contains("`label`"),
+        "{text}"
+    );
+    assert_eq!(
+        gh_count(&gh, "POST", "/repos/owner/repo/pulls").await,
+        0,
+        "no unlabelled PR"
+    );
+
+    // No right to create labels, but the label is there.
+    let (gh, forge) = fake().await;
+    gh.state.lock().unwrap().labels.push("autopilot".into());
+    script(
+        &gh,
+        vec![
+            Fault::new("POST", "/repos/owner/repo/labels", 403).json(json!({
+                "message": "Resource not accessible by personal access token",
+                "documentation_url": "https://docs.github.com/rest/issues/labels#create-a-label",
+            })),
+        ],
+    );
+    let pr = forge
+        .create_pr(&request())
+        .await
+        .expect("the existing label is used");
+    assert!(pr.created && pr.label_error.is_none(), "{pr:?}");
+    assert_eq!(gh.prs().len(), 1);
+
+    // No right to label the PR once created: the PR is the result.
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![Fault::new("POST", "/repos/owner/repo/issues/1/labels", 403).json(json!({
+            "message": "Resource not accessible by integration",
+            "documentation_url": "https://docs.github.com/rest/issues/labels#add-labels-to-an-issue",
+        }))],
+    );
+    let pr = forge.create_pr(&request()).await.expect("the PR exists");
+    assert_eq!((pr.number, pr.created), (1, true));
+    let why = pr.label_error.expect("the label failure is reported");
+    assert!(
+        why.contains("Resource not accessible by integration"),
+        "{why}"
+    );
+    assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
+    // A refusal about one PR leaves GitHub usable: the next call labels it.
+    let again = forge.create_pr(&request()).await.expect("not stopped");
+    assert_eq!((again.number, again.created, again.label_error), (1, false, None));
+}
+
+/// 5xx from what stands in front of GitHub: HTML pages and empty bodies.
+/// Retried; when they persist the message is short and says what came back,
+/// not a page of markup.
+#[tokio::test]
+async fn html_and_empty_5xx_are_retried_and_reported_briefly() {
+    let unicorn = format!(
+        "<!DOCTYPE html>\n<html>\n  <head>\n    <meta http-equiv=\"Content-type\" content=\"text/html; charset=utf-8\">\n    <title>Unicorn! &middot; GitHub</title>\n    <style type=\"text/css\" media=\"screen\">{}</style>\n  </head>\n  <body><p>No server is currently available to service your request.</p></body>\n</html>\n",
+        "body { background-color: #f1f1f1; } ".repeat(40)
+    );
+    let nginx = "<html>\r\n<head><title>504 Gateway Time-out</title></head>\r\n<body>\r\n<center><h1>504 Gateway Time-out</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 502)
+                .raw("text/html; charset=utf-8", &unicorn),
+            Fault::new("GET", "/repos/owner/repo/pulls", 503).raw("text/plain", ""),
+            Fault::new("GET", "/repos/owner/repo/pulls", 504).raw("text/html", nginx),
+        ],
+    );
+    assert_eq!(forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap(), None);
+    assert_eq!(gh_count(&gh, "GET", "/repos/owner/repo/pulls").await, 4);
+
+    for (status, body, says) in [
+        (502, unicorn.as_str(), "Unicorn! · GitHub"),
+        (504, nginx, "504 Gateway Time-out"),
+        (503, "", "Service Unavailable"),
+    ] {
+        let (gh, forge) = fake().await;
+        script(
+            &gh,
+            (0..6)
+                .map(|_| {
+                    Fault::new("GET", "/repos/owner/repo/pulls", status).raw("text/html", body)
+                })
+                .collect(),
+        );
+        let err = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, ForgeError::Exhausted { attempts: 6, .. }),
+            "{err:?}"
+        );
+        assert!(
+            text.contains(&status.to_string()) && text.contains(says),
+            "{text}"
+        );
+        assert!(
+            !text.contains('<') && text.len() < 400,
+            "short, no markup: {text}"
+        );
+        assert_eq!(err.scope(), Scope::Run);
+    }
+}
+
+/// A 2xx that is not JSON: the API base is not an API (GitHub Enterprise
+/// without `/api/v3`, a sign-in page, a captive portal). Not "nothing
+/// found" (that would open a duplicate), and the message names the setting.
+#[tokio::test]
+async fn a_non_json_answer_names_the_api_url_and_creates_nothing() {
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![Fault::new("GET", "/repos/owner/repo/pulls", 200).raw(
+            "text/html; charset=utf-8",
+            "<!DOCTYPE html><html lang=\"en\"><head><title>Sign in to GitHub · GitHub</title></head><body>…</body></html>",
+        )],
+    );
+
+    let err = forge.create_pr(&request()).await.unwrap_err();
+
+    let text = err.to_string();
+    assert!(matches!(err, ForgeError::NotGitHub { .. }), "{err:?}");
+    assert!(
+        text.contains("GITHUB_API_URL")
+            && text.contains("/api/v3")
+            && text.contains("Sign in to GitHub"),
+        "{text}"
+    );
+    assert!(!text.contains('<'), "{text}");
+    assert_eq!(err.scope(), Scope::Run);
+    assert_eq!(gh_count(&gh, "POST", "/").await, 0, "nothing created");
+}
+
+/// JSON without the fields nightshift reads is an error naming the field,
+/// never taken for "no PR" (which would open a duplicate).
+#[tokio::test]
+async fn json_with_missing_fields_is_an_error_not_an_absence() {
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 200)
+                .json(json!([{ "number": 5, "state": "open" }])),
+        ],
+    );
+
+    let err = forge.create_pr(&request()).await.unwrap_err();
+
+    assert!(matches!(err, ForgeError::Decode { .. }), "{err:?}");
+    assert!(err.to_string().contains("html_url"), "{err}");
+    assert_eq!(gh_count(&gh, "POST", "/").await, 0, "nothing created");
+}
+
+/// A create GitHub performed but answered with an unreadable 201 (empty,
+/// cut, or a proxy's page): looked up, found, not re-sent.
+#[tokio::test]
+async fn a_create_answered_with_an_unreadable_201_is_looked_up_not_resent() {
+    for body in [
+        "",
+        "{\"number\": 1, \"html_u",
+        "<html><body>OK</body></html>",
+    ] {
+        let (gh, forge) = fake().await;
+        script(
+            &gh,
+            vec![
+                Fault::new("POST", "/repos/owner/repo/pulls", 201)
+                    .raw("application/json", body)
+                    .after_effect(),
+            ],
+        );
+
+        let pr = forge
+            .create_pr(&request())
+            .await
+            .unwrap_or_else(|e| panic!("{body:?}: {e}"));
+
+        assert_eq!(
+            (pr.number, pr.created, pr.state),
+            (1, true, PrState::Open),
+            "{body:?}"
+        );
+        assert_eq!(
+            gh_count(&gh, "POST", "/repos/owner/repo/pulls").await,
+            1,
+            "{body:?}"
+        );
+        assert_eq!(gh.prs().len(), 1);
+        assert!(
+            gh.prs()[0]["labels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["name"] == "autopilot")
+        );
+    }
+}
+
+/// Nothing listens: retried with backoff, then given up for the run.
+#[tokio::test]
+async fn connection_refused_is_retried_then_given_up() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let forge = fake_forge(&format!("http://127.0.0.1:{port}"), "repo", fast_policy());
+
+    let err = forge.create_pr(&request()).await.unwrap_err();
+
+    assert!(
+        matches!(err, ForgeError::Exhausted { attempts: 6, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().to_lowercase().contains("refused"), "{err}");
+    assert_eq!(err.scope(), Scope::Run);
+}
+
+/// A tiny HTTP server: connection n gets answer n (raw bytes) and is then
+/// reset (SO_LINGER 0), whatever was sent.
+async fn raw_server(answers: Vec<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    let counter = served.clone();
+    tokio::spawn(async move {
+        for answer in answers {
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match sock.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            counter.fetch_add(1, Ordering::SeqCst);
+            let _ = sock.write_all(&answer).await;
+            let _ = sock.flush().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = sock.set_zero_linger();
+            drop(sock);
+        }
+    });
+    (format!("http://{addr}"), served)
+}
+
+/// The connection is reset in the middle of a body: retried, and the full
+/// answer is read on the next attempt.
+#[tokio::test]
+async fn a_connection_reset_mid_body_is_retried() {
+    let full = serde_json::to_string(&json!([pull(8, BRANCH, "open", false, "")])).unwrap();
+    let cut = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{}",
+        full.len(),
+        &full[..full.len() / 2]
+    );
+    let whole = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{full}",
+        full.len()
+    );
+    let (base, served) = raw_server(vec![cut.into_bytes(), whole.into_bytes()]).await;
+    let forge = Forge::new(&base, Secret::new(TOKEN), RepoId::new("o", "r"), None)
+        .unwrap()
+        .with_retry_policy(fast_policy());
+
+    let pr = forge
+        .find_pr(BRANCH, KEY, "autopilot")
+        .await
+        .unwrap()
+        .expect("found");
+
+    assert_eq!(pr.number, 8);
+    assert_eq!(served.load(Ordering::SeqCst), 2);
+}
+
+/// A look-up that hangs is cut at the request timeout and retried.
+#[tokio::test]
+async fn a_hanging_lookup_times_out_and_is_retried() {
+    let (gh, _) = fake().await;
+    let forge = fake_forge(
+        &gh.uri(),
+        "repo",
+        RetryPolicy {
+            request_timeout: Duration::from_millis(300),
+            ..fast_policy()
+        },
+    );
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 200)
+                .raw("application/json", "[]")
+                .delay_ms(5_000),
+        ],
+    );
+
+    let started = Instant::now();
+    assert_eq!(forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap(), None);
+
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(gh_count(&gh, "GET", "/repos/owner/repo/pulls").await, 2);
+}
+
+/// The item's PR (found by its marker; its branch was renamed) sits on
+/// page 2 of the labelled list, and the server serves 30 per page whatever
+/// `per_page` asks: pages are followed through `Link: rel="next"` (GitHub's
+/// `/repositories/{id}/…` URLs), also under a GitHub Enterprise base with
+/// `/api/v3/` and a trailing slash. No duplicate is created.
+#[tokio::test]
+async fn the_marker_pr_on_a_later_page_is_found_through_link_next() {
+    for suffix in ["", "/api/v3/"] {
+        let gh = FakeGitHub::start().await;
+        gh.state.lock().unwrap().page_cap = Some(30);
+        let ours = gh.add_pr(
+            "renamed-by-hand",
+            &format!("card\n\n{}\n", item_marker(KEY)),
+            &["autopilot"],
+        );
+        for n in 0..44 {
+            gh.add_pr(
+                &format!("nightshift/other-{n}"),
+                &format!("card\n\n{}\n", item_marker(&format!("{n:064x}"))),
+                &["autopilot"],
+            );
+        }
+        let forge = fake_forge(&format!("{}{suffix}", gh.uri()), "repo", fast_policy());
+
+        let found = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap();
+        assert_eq!(found.as_ref().map(|p| p.number), Some(ours), "{suffix:?}");
+        let pr = forge.create_pr(&request()).await.unwrap();
+        assert_eq!((pr.number, pr.created), (ours, false), "{suffix:?}");
+        assert_eq!(
+            gh_count(&gh, "POST", "/repos/owner/repo/pulls").await,
+            0,
+            "{suffix:?}"
+        );
+        assert_eq!(
+            gh_count(&gh, "POST", "/api/v3/repos/owner/repo/pulls").await,
+            0,
+            "{suffix:?}"
+        );
+        assert!(
+            gh.requests()
+                .await
+                .iter()
+                .any(|(_, p, _)| p.contains("/repositories/1/issues")),
+            "{suffix:?}: the Link URL was followed"
+        );
+    }
+}
+
+/// A PR from a fork whose branch has nightshift's name (listed by a server
+/// that ignores `head`), or whose body carries the item's marker, is not the
+/// item's PR: `head.repo` is not this repository.
+#[tokio::test]
+async fn a_fork_pr_with_our_branch_name_or_marker_is_not_ours() {
+    let (gh, forge) = fake().await;
+    gh.state.lock().unwrap().ignore_head_filter = true;
+    let by_branch = gh.add_fork_pr("someone", BRANCH, "", &[]);
+    let by_marker = gh.add_fork_pr(
+        "someone",
+        "copied",
+        &format!("copied\n\n{}\n", item_marker(KEY)),
+        &["autopilot"],
+    );
+
+    assert_eq!(forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap(), None);
+    let pr = forge.create_pr(&request()).await.unwrap();
+
+    assert!(
+        pr.created && pr.number != by_branch && pr.number != by_marker,
+        "{pr:?}"
+    );
+    assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
+    // Its own PR, listed among the fork's, is found again.
+    let again = forge.create_pr(&request()).await.unwrap();
+    assert_eq!((again.number, again.created), (pr.number, false));
+}
+
+/// A repository with issues switched off answers 410 to the issues list:
+/// the marker look-up reads the PR list instead, so no duplicate.
+#[tokio::test]
+async fn with_issues_disabled_the_marker_lookup_reads_the_pr_list() {
+    let (gh, forge) = fake().await;
+    gh.state.lock().unwrap().issues_disabled = true;
+    let ours = gh.add_pr(
+        "renamed-by-hand",
+        &format!("card\n\n{}\n", item_marker(KEY)),
+        &["autopilot"],
+    );
+
+    let pr = forge.create_pr(&request()).await.unwrap();
+
+    assert_eq!((pr.number, pr.created), (ours, false));
+    assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 0);
+}
+
+/// The token never reaches a message, whatever GitHub or a proxy echoes.
+#[tokio::test]
+async fn the_token_never_reaches_a_message() {
+    let echo = format!(
+        "<html><body><pre>GET /repos/owner/repo/pulls\nAuthorization: token {TOKEN}</pre></body></html>"
+    );
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        (0..6)
+            .map(|_| Fault::new("GET", "/repos/owner/repo/pulls", 502).raw("text/html", &echo))
+            .collect(),
+    );
+    no_token(
+        &forge
+            .find_pr(BRANCH, KEY, "autopilot")
+            .await
+            .unwrap_err()
+            .to_string(),
+    );
+
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 200)
+                .raw("text/plain", &format!("Authorization: token {TOKEN}")),
+        ],
+    );
+    no_token(
+        &forge
+            .find_pr(BRANCH, KEY, "autopilot")
+            .await
+            .unwrap_err()
+            .to_string(),
+    );
+
+    let (gh, forge) = fake().await;
+    script(&gh, vec![Fault::new("POST", "/repos/owner/repo/pulls", 422).json(json!({ "message": format!("Validation Failed for token {TOKEN}"), "errors": [format!("bad {TOKEN}")] }))]);
+    let err = forge.create_pr(&request()).await.unwrap_err();
+    no_token(&err.to_string());
+    no_token(&format!("{err:?}"));
+}
+
+/// `GITHUB_API_URL` without a scheme, or set to the website instead of the
+/// API, is refused up front with the fix.
+#[tokio::test]
+async fn an_api_base_that_is_not_an_api_is_refused_up_front() {
+    for (base, says) in [
+        ("ghe.example.com/api/v3", "https://HOST/api/v3"),
+        ("https://github.com", "https://api.github.com"),
+        ("ftp://ghe.example.com/api/v3", "https://HOST/api/v3"),
+    ] {
+        let err = Forge::new(base, Secret::new(TOKEN), RepoId::new("o", "r"), None).unwrap_err();
+        assert!(matches!(err, ForgeError::Client { .. }), "{base}: {err:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains("GITHUB_API_URL") && text.contains(says),
+            "{base}: {text}"
+        );
+    }
+    for ok in [
+        "https://api.github.com",
+        "https://ghe.example.com/api/v3/",
+        "http://127.0.0.1:8080",
+    ] {
+        assert!(
+            Forge::new(ok, Secret::new(TOKEN), RepoId::new("o", "r"), None).is_ok(),
+            "{ok}"
+        );
+    }
 }

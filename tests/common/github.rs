@@ -30,6 +30,26 @@ pub struct State {
     /// Delays of the answers to PR creations, consumed in order: the PR
     /// exists on the server while its creator still waits (crash tests).
     pub create_pr_delays: Vec<std::time::Duration>,
+    /// The largest page served, whatever `per_page` asks (GitHub allows 100;
+    /// a proxy or an Enterprise server may serve fewer). `None`: 100.
+    pub page_cap: Option<usize>,
+    /// `GET /pulls` ignores `head` and lists every PR, as GitHub does when
+    /// `head` lacks its `owner:` prefix (and some proxies do always).
+    pub ignore_head_filter: bool,
+    /// Issues are switched off in the repository's settings: the issues
+    /// endpoints answer 410 "Issues are disabled for this repo".
+    pub issues_disabled: bool,
+}
+
+/// The body of a scripted failure when GitHub's `{"message": …}` is not
+/// what the real server sent.
+#[derive(Debug, Clone)]
+pub enum FaultBody {
+    /// A whole JSON body (with `errors`, `documentation_url`, …).
+    Json(Value),
+    /// Raw bytes with a content type: a load balancer's HTML page, an empty
+    /// body, a proxy's plain text.
+    Raw { content_type: String, text: String },
 }
 
 /// A scripted failure: the first request matching `method` and `path`
@@ -45,6 +65,8 @@ pub struct Fault {
     pub message: String,
     pub after_effect: bool,
     pub delay_ms: u64,
+    /// Replaces the `{"message": …}` body.
+    pub body: Option<FaultBody>,
 }
 
 impl Fault {
@@ -72,6 +94,72 @@ impl Fault {
         self.delay_ms = ms;
         self
     }
+    /// Answers this whole JSON body instead of `{"message": …}`.
+    pub fn json(mut self, body: Value) -> Fault {
+        self.body = Some(FaultBody::Json(body));
+        self
+    }
+    /// Answers raw text of `content_type` (HTML pages, empty bodies).
+    pub fn raw(mut self, content_type: &str, text: &str) -> Fault {
+        self.body = Some(FaultBody::Raw { content_type: content_type.into(), text: text.into() });
+        self
+    }
+}
+
+/// The fake repository's object as GitHub embeds it in `head.repo` and
+/// `base.repo` (id 1 is `owner/repo`; forks get other ids).
+fn repo_json(id: u64, owner: &str) -> Value {
+    json!({"id": id, "name": "repo", "full_name": format!("{owner}/repo"), "owner": {"login": owner}, "fork": id != 1})
+}
+
+#[allow(clippy::too_many_arguments)]
+/// A PR object in GitHub's shape: `head.repo` is where the branch lives
+/// (the fake repository, or a fork), `base.repo` the fake repository.
+fn pr_json(base_url: &str, n: u64, head_owner: &str, head_repo_id: u64, head: &str, base: &Value, title: &Value, body: &Value, labels: Vec<Value>) -> Value {
+    json!({
+        "number": n, "id": n, "state": "open", "title": title, "body": body,
+        "html_url": format!("{base_url}/owner/repo/pull/{n}"), "url": format!("{base_url}/repos/owner/repo/pulls/{n}"),
+        "user": {"login": head_owner},
+        "head": {"ref": head, "label": format!("{head_owner}:{head}"), "sha": "0", "repo": repo_json(head_repo_id, head_owner)},
+        "base": {"ref": base, "label": format!("owner:{}", base.as_str().unwrap_or("main")), "repo": repo_json(1, "owner")},
+        "merged_at": null, "labels": labels, "pull_request": {"url": ""}
+    })
+}
+
+/// One page of `list` as GitHub serves it: `per_page` (default 30, at most
+/// the cap) items of page `page`, and a `Link` header whose `next` and `last`
+/// URLs use GitHub's `/repositories/{id}/…` form.
+fn paged(req: &Request, base_url: &str, list: Vec<Value>, cap: Option<usize>) -> ResponseTemplate {
+    let per_page = query(req, "per_page").and_then(|p| p.parse::<usize>().ok()).unwrap_or(30).clamp(1, cap.unwrap_or(100).min(100));
+    let page: usize = query(req, "page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
+    let pages = list.len().div_ceil(per_page).max(1);
+    let items: Vec<Value> = list.into_iter().skip((page - 1) * per_page).take(per_page).collect();
+    let mut t = ResponseTemplate::new(200).set_body_json(Value::Array(items));
+    if pages > 1 {
+        let prefix = if req.url.path().starts_with("/api/v3/") { "/api/v3" } else { "" };
+        let path = api_path(req);
+        let rest = path.trim_start_matches("/repos/owner/repo").trim_start_matches("/repositories/1");
+        let link = |p: usize| {
+            let mut q: Vec<(String, String)> = req.url.query_pairs().filter(|(k, _)| k != "page" && k != "per_page").map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+            q.push(("per_page".into(), per_page.to_string()));
+            q.push(("page".into(), p.to_string()));
+            let qs: Vec<String> = q.iter().map(|(k, v)| format!("{k}={}", v.replace('%', "%25").replace(':', "%3A").replace('/', "%2F").replace(' ', "%20"))).collect();
+            format!("{base_url}{prefix}/repositories/1{rest}?{}", qs.join("&"))
+        };
+        let mut parts = Vec::new();
+        if page < pages {
+            parts.push(format!("<{}>; rel=\"next\"", link(page + 1)));
+            parts.push(format!("<{}>; rel=\"last\"", link(pages)));
+        }
+        if page > 1 {
+            parts.push(format!("<{}>; rel=\"prev\"", link(page - 1)));
+            parts.push(format!("<{}>; rel=\"first\"", link(1)));
+        }
+        if !parts.is_empty() {
+            t = t.insert_header("link", parts.join(", ").as_str());
+        }
+    }
+    t
 }
 
 /// The fake server.
@@ -85,6 +173,13 @@ struct Responder {
     base: String,
 }
 
+/// The request's path without a GitHub Enterprise `/api/v3` prefix (the
+/// fake serves both `http://HOST/repos/…` and `http://HOST/api/v3/repos/…`).
+fn api_path(req: &Request) -> String {
+    let path = req.url.path();
+    path.strip_prefix("/api/v3").filter(|p| p.starts_with('/')).unwrap_or(path).to_string()
+}
+
 fn query(req: &Request, key: &str) -> Option<String> {
     req.url.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
 }
@@ -93,7 +188,7 @@ impl Respond for Responder {
     fn respond(&self, req: &Request) -> ResponseTemplate {
         let mut st = self.state.lock().unwrap();
         let method = req.method.to_string();
-        let path = req.url.path().to_string();
+        let path = api_path(req);
         if let Some(i) = st.faults.iter().position(|(m, p, _)| *m == method && path.starts_with(p.as_str())) {
             let (_, _, status) = st.faults.remove(i);
             return ResponseTemplate::new(status).set_body_json(json!({"message": "Server Error"}));
@@ -104,7 +199,11 @@ impl Respond for Responder {
                 drop(st);
                 let _ = self.respond_ok(req);
             }
-            let mut t = ResponseTemplate::new(f.status).set_body_json(json!({"message": f.message}));
+            let mut t = match &f.body {
+                None => ResponseTemplate::new(f.status).set_body_json(json!({"message": f.message})),
+                Some(FaultBody::Json(v)) => ResponseTemplate::new(f.status).set_body_json(v.clone()),
+                Some(FaultBody::Raw { content_type, text }) => ResponseTemplate::new(f.status).set_body_raw(text.clone().into_bytes(), content_type),
+            };
             for (k, v) in &f.headers {
                 t = t.insert_header(k.as_str(), v.as_str());
             }
@@ -123,12 +222,15 @@ impl Responder {
     fn respond_ok(&self, req: &Request) -> ResponseTemplate {
         let mut st = self.state.lock().unwrap();
         let method = req.method.to_string();
-        let path = req.url.path().to_string();
+        let path = api_path(req);
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-        let page: u64 = query(req, "page").and_then(|p| p.parse().ok()).unwrap_or(1);
-        let Some(rest) = path.strip_prefix("/repos/owner/repo") else {
-            return ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"}));
+        // GitHub's pagination links name the repository by id.
+        let Some(rest) = path.strip_prefix("/repos/owner/repo").or_else(|| path.strip_prefix("/repositories/1")) else {
+            return ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}));
         };
+        if st.issues_disabled && (rest == "/issues" || rest.starts_with("/issues?")) {
+            return ResponseTemplate::new(410).set_body_json(json!({"message": "Issues are disabled for this repo", "documentation_url": "https://docs.github.com/v3/issues/"}));
+        }
         match (method.as_str(), rest) {
             ("GET", "") => {
                 let mut t = ResponseTemplate::new(200).set_body_json(json!({"full_name": "owner/repo", "default_branch": "main", "permissions": {"push": !st.read_only, "admin": false}}));
@@ -161,47 +263,42 @@ impl Responder {
                 ResponseTemplate::new(201).set_body_json(json!({"name": name, "color": body["color"]}))
             }
             ("GET", "/pulls") => {
-                if page > 1 {
-                    return ResponseTemplate::new(200).set_body_json(json!([]));
-                }
-                let head = query(req, "head");
+                // GitHub matches `head` against `owner:branch` (the head
+                // label); the owner is the head repository's, so a fork's PR
+                // from a branch of the same name is not listed.
+                let head = query(req, "head").filter(|_| !st.ignore_head_filter);
                 let state = query(req, "state").unwrap_or("open".into());
-                let list: Vec<Value> = st
+                let mut list: Vec<Value> = st
                     .prs
                     .iter()
-                    .filter(|p| head.as_ref().is_none_or(|h| format!("owner:{}", p["head"]["ref"].as_str().unwrap_or("")) == *h))
+                    .filter(|p| head.as_ref().is_none_or(|h| p["head"]["label"].as_str() == Some(h.as_str())))
                     .filter(|p| state == "all" || p["state"] == state)
                     .cloned()
                     .collect();
-                ResponseTemplate::new(200).set_body_json(Value::Array(list))
+                list.sort_by_key(|v| std::cmp::Reverse(v["number"].as_u64()));
+                paged(req, &self.base, list, st.page_cap)
             }
             ("POST", "/pulls") => {
                 let head = body["head"].as_str().unwrap_or("").to_string();
-                if st.prs.iter().any(|p| p["head"]["ref"] == head.as_str() && p["state"] == "open") {
+                // GitHub's duplicate check is per `owner:branch`: a fork's
+                // branch of the same name does not count.
+                if st.prs.iter().any(|p| p["head"]["label"] == format!("owner:{head}").as_str() && p["state"] == "open") {
                     return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "message": format!("A pull request already exists for owner:{head}.")}]}));
                 }
                 st.next_number += 1;
                 let n = st.next_number;
-                let pr = json!({
-                    "number": n, "id": n, "state": "open", "title": body["title"], "body": body["body"],
-                    "html_url": format!("{}/owner/repo/pull/{n}", self.base), "url": format!("{}/repos/owner/repo/pulls/{n}", self.base),
-                    "head": {"ref": head, "label": format!("owner:{head}"), "sha": "0"}, "base": {"ref": body["base"]},
-                    "merged_at": null, "labels": [], "pull_request": {"url": ""}
-                });
+                let pr = pr_json(&self.base, n, "owner", 1, &head, &body["base"], &body["title"], &body["body"], vec![]);
                 st.prs.push(pr.clone());
                 let answer = ResponseTemplate::new(201).set_body_json(pr);
                 if st.create_pr_delays.is_empty() { answer } else { answer.set_delay(st.create_pr_delays.remove(0)) }
             }
             ("GET", "/issues") => {
-                if page > 1 {
-                    return ResponseTemplate::new(200).set_body_json(json!([]));
-                }
                 let label = query(req, "labels");
                 let state = query(req, "state").unwrap_or("open".into());
                 let has_label = |v: &Value| label.as_ref().is_none_or(|l| v["labels"].as_array().is_some_and(|a| a.iter().any(|x| x["name"] == l.as_str())));
                 let mut list: Vec<Value> = st.prs.iter().chain(st.issues.iter()).filter(|v| has_label(v)).filter(|v| state == "all" || v["state"] == state).cloned().collect();
                 list.sort_by_key(|v| std::cmp::Reverse(v["number"].as_u64()));
-                ResponseTemplate::new(200).set_body_json(Value::Array(list))
+                paged(req, &self.base, list, st.page_cap)
             }
             ("POST", "/issues") => {
                 st.next_number += 1;
@@ -286,6 +383,32 @@ impl FakeGitHub {
     /// Issues (not PRs) created so far, including those added by [`FakeGitHub::add_issue`].
     pub fn issues(&self) -> Vec<Value> {
         self.state.lock().unwrap().issues.clone()
+    }
+
+    /// Adds an open PR from `head_owner`'s fork (`head_owner/repo`, a branch
+    /// named `head`) with `body` and `labels`; returns its number. A fork's
+    /// branch may carry any name, nightshift's included.
+    pub fn add_fork_pr(&self, head_owner: &str, head: &str, body: &str, labels: &[&str]) -> u64 {
+        let mut st = self.state.lock().unwrap();
+        st.next_number += 1;
+        let n = st.next_number;
+        let labels = labels.iter().map(|l| json!({"name": l})).collect();
+        let pr = pr_json(&self.server.uri(), n, head_owner, 1000 + n, head, &json!("main"), &json!("a contributor's PR"), &json!(body), labels);
+        st.prs.push(pr);
+        n
+    }
+
+    /// Adds an open PR of the fake repository itself from branch `head` with
+    /// `body` and `labels`, as an earlier run (or a person) opened it;
+    /// returns its number.
+    pub fn add_pr(&self, head: &str, body: &str, labels: &[&str]) -> u64 {
+        let mut st = self.state.lock().unwrap();
+        st.next_number += 1;
+        let n = st.next_number;
+        let labels = labels.iter().map(|l| json!({"name": l})).collect();
+        let pr = pr_json(&self.server.uri(), n, "owner", 1, head, &json!("main"), &json!(format!("PR {n}")), &json!(body), labels);
+        st.prs.push(pr);
+        n
     }
 
     /// Adds an issue as a person would have filed it; returns its number.
