@@ -347,12 +347,15 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
                     return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(format!("PR #{} from an earlier run", pr.number)), branch: Some(pr.head.clone()), pr_number: Some(pr.number), pr_url: Some(pr.url.clone()), ..Default::default() }));
                 }
                 Ok(None) => {}
-                Err(e) => {
-                    // Do the work anyway: the create looks up again before it
-                    // opens anything, so no duplicate can come of it.
-                    tracing::warn!("GitHub unreachable, going on without it for this run: {e}");
+                // Do the work anyway: the create looks up again before it
+                // opens anything, so no duplicate can come of it.
+                Err(e) if e.scope() == crate::forge::Scope::Run => {
+                    tracing::warn!("GitHub unusable, going on without it for this run: {e}");
                     night.mark_github_down(&e.to_string());
                     break;
+                }
+                Err(e) => {
+                    tracing::warn!("looking up an earlier PR of branch {b} failed: {e}");
                 }
             }
         }
@@ -766,10 +769,13 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
         Ok(pr) => {
             rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, Some(pr.number), Some(&pr.url), "open", body).await?;
             rec::event(pool, Some(run_id), "pr_opened", json!({"key": key, "number": pr.number, "url": pr.url})).await?;
-            Ok(ItemEnd { outcome: "pr_opened".into(), reason: None, branch: Some(branch.into()), pr_number: Some(pr.number), pr_url: Some(pr.url), pr_body: Some(body.into()), ..Default::default() })
+            // Opened but not labelled (the label could not be made or added):
+            // the PR stands; the report says why it lacks the label.
+            let reason = pr.label_error.as_ref().map(|e| night.redact(&format!("PR opened without the label {:?}: {e}", night.config.label)));
+            Ok(ItemEnd { outcome: "pr_opened".into(), reason, branch: Some(branch.into()), pr_number: Some(pr.number), pr_url: Some(pr.url), pr_body: Some(body.into()), ..Default::default() })
         }
         Err(e) => {
-            if matches!(e, crate::forge::ForgeError::Client { .. } | crate::forge::ForgeError::Exhausted { .. } | crate::forge::ForgeError::WaitTooLong { .. }) {
+            if e.scope() == crate::forge::Scope::Run {
                 night.mark_github_down(&e.to_string());
             }
             rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body).await?;

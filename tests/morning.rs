@@ -39,6 +39,10 @@ fn world(gh: &FakeGitHub, backlog: &str) -> Fixture {
     f
 }
 
+fn outcomes(report: &serde_json::Value) -> Vec<String> {
+    report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap_or_default().to_string()).collect()
+}
+
 fn post_pulls(reqs: &[(String, String, String)]) -> usize {
     reqs.iter().filter(|(m, p, _)| m == "POST" && p == "/repos/owner/repo/pulls").count()
 }
@@ -250,6 +254,47 @@ async fn a_pr_sharing_files_with_an_earlier_one_says_so() {
     let line = third.lines().find(|l| l.contains("Merge order")).unwrap_or_else(|| panic!("{third}"));
     assert!(line.contains(&format!("#{}", prs[0]["number"])) && line.contains("Add sub") && line.contains("`calc.txt`"), "{line}");
     assert!(!line.contains("docs"), "{line}");
+    gh.assert_never_merged_approved_or_closed().await;
+}
+
+/// Through a whole drain: a PR GitHub would not label is still `pr_opened`,
+/// with the reason in the report; bad credentials at the first create stop
+/// GitHub for the rest of the run (one create, not one per item), the
+/// pushed branches are `pr_failed` with the fix in the reason, and the next
+/// run with a good token opens their PRs.
+#[tokio::test(flavor = "multi_thread")]
+async fn github_refusals_reach_the_report_and_bad_credentials_stop_github_for_the_run() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n");
+    gh.state.lock().unwrap().scripted = vec![Fault::new("POST", "/repos/owner/repo/issues/1/labels", 403).message("Resource not accessible by integration")];
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{rep:#}");
+    let reason = rep["items"][0]["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("without the label") && reason.contains("Resource not accessible by integration"), "{rep:#}");
+
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n");
+    gh.state.lock().unwrap().scripted = vec![Fault::new("POST", "/repos/owner/repo/pulls", 401)
+        .header("x-ratelimit-remaining", "0")
+        .json(serde_json::json!({"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest", "status": "401"}))];
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["pr_failed", "pr_failed", "pr_failed"], "{rep:#}");
+    let reasons: Vec<String> = rep["items"].as_array().unwrap().iter().map(|i| i["reason"].as_str().unwrap_or_default().to_string()).collect();
+    assert!(reasons[0].contains("Bad credentials") && reasons[0].contains("GITHUB_TOKEN"), "{reasons:?}");
+    assert!(reasons[1].contains("earlier in this run"), "{reasons:?}");
+    assert_eq!(post_pulls(&gh.requests().await), 1, "GitHub was not asked again after bad credentials");
+    assert_eq!(f.remote_branches().len(), 3, "the work was pushed");
+    assert!(!text(&out).contains("ghp_morning_token_0123456789"));
+    // The next run (the token fixed) opens the three PRs, nothing redone.
+    let out = f.run(&["drain", "--deadline", "23:59"]);
+    let out = if text(&out).contains("no valid approval") { f.approve_and_drain(&[]) } else { out };
+    assert_ok(&out, "the next drain");
+    assert_eq!(gh.prs().len(), 3);
+    assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), "3", "no item was redone");
     gh.assert_never_merged_approved_or_closed().await;
 }
 
