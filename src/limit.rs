@@ -17,16 +17,36 @@
 //! - A bare time of day ("resets 7pm") means its next occurrence in the zone the message names,
 //!   else in the `tz` argument (nightshift sets the agent's `TZ` to it, so codex's zone-less
 //!   local times are read right); if it passed at most 15 minutes ago the reset is `now`.
-//! - A date without a year takes the year that puts it nearest to `now`.
+//! - A date without a year takes the year that puts it nearest to `now`; a date without a time
+//!   ("resets Oct 24") is the start of that day in its zone (the earliest the reset can be); a
+//!   weekday ("resets Friday 2pm") is its next occurrence; "tomorrow" counts only with a time.
 //! - Local times in a DST gap resolve to the end of the gap, ambiguous ones to the earlier instant.
+//! - A message wrapped by a terminal is read with up to three following lines (to a blank line).
+//! - Zones: a tzdb name, `UTC`/`GMT`, an offset (`GMT+8`, `UTC+05:30`, the sign as written) or an
+//!   abbreviation. An abbreviation the agent's own zone uses is read in that zone (`CST` in
+//!   Asia/Taipei is +8, `IST` in Europe/Dublin is Irish time); otherwise a fixed table:
+//!   `CST` is US Central, `IST` India, `BST` British Summer Time, `PT`/`ET`/`CT`/`MT` follow US
+//!   DST (see `abbreviation_zone`). A zone word nothing knows is read in `tz`, never an error.
+//! - A wait stated by the service ("try again in 15m44s", "Your quota will reset after
+//!   12h22m45s", `Retry-After: 3600`) longer than [`LONG_WAIT`] (5 min) is an account usage
+//!   limit with that reset, whatever the wording; shorter ones are transient. The agent's own
+//!   retry loop ("Retrying in 2892 seconds…") is never a reset.
+//! - Google's `RESOURCE_EXHAUSTED` alone is transient, with a per-day quota a usage limit; "You
+//!   exceeded your current quota" is a usage limit unless it names a per-minute window or a
+//!   short retry.
+//! - A clearly-a-limit message whose time cannot be read is a usage limit with an unknown reset
+//!   (the caller sleeps `SleepPolicy::unknown`, 1 h); reading never fails or panics.
 //! - A reset more than 15 minutes in the past or more than 8 days ahead is not believed
 //!   (stale message, or a misreading): the reading stays a usage limit with an unknown reset,
 //!   and `source` says what was ignored.
 //! - `Etc/GMT+5` is the POSIX-inverted name of UTC−5; `GMT-3` written bare (gemini) is UTC−3.
-//! - Look-alikes are `none`: context-length errors, network errors (`Connection refused`,
-//!   `ENOTFOUND`, a bare `Retrying in 5s`), authentication failures, the warning "Approaching
-//!   usage limit", machine resources ("Disk quota exceeded", "Memory usage limit exceeded"),
-//!   numbers that merely read 429 or 529.
+//! - Look-alikes are `none`: context-length errors ("Context limit reached"), network errors
+//!   (`Connection refused`, `ENOTFOUND`, a bare `Retrying in 5s`), authentication failures,
+//!   warnings ("Approaching usage limit", "You've used 90% of your session limit", codex's
+//!   "Heads up, you have less than 25% of your 5h limit left", "You're now using extra
+//!   usage"), claude's `/usage` panel, machine resources ("Disk quota exceeded", "Memory usage
+//!   limit exceeded"), numbers that merely read 429 or 529, and error ids outside quotes (a test
+//!   named `usage_limit_reached_resets`).
 //! - Judgment call: `⚠ Claude rate limit reached` (another tool's own summary, no reset, never
 //!   printed by the agents nightshift runs) is **not** read as a limit; so any prose saying
 //!   "rate limit reached" does not pause a night. `Rate limit reached for <model> in
@@ -901,9 +921,10 @@ fn stated_wait(text: &str, stated_only: bool) -> Option<StatedWait> {
             return None;
         }
         let d = c["d"].trim().trim_end_matches(',').trim();
+        let whole = c.get(0)?.as_str().trim().trim_end_matches(',').trim();
         Some(StatedWait {
             duration: parse_duration(d)?,
-            text: format!("{} in {d}", c["kw"].to_ascii_lowercase()),
+            text: whole.to_string(),
             own_retry,
         })
     });
@@ -1096,7 +1117,8 @@ fn scan_line(line: &str, cont: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
         return reading;
     }
     // A per-day quota with no wait stated lasts until the day's reset.
-    if per_day && !per_minute && wait.is_none() && name != "overloaded" {
+    let capacity = matches!(name, "overloaded" | "high demand" | "not your usage limit");
+    if per_day && !per_minute && wait.is_none() && !capacity {
         return LimitReading {
             kind: LimitKind::UsageLimit,
             resets_at: None,
@@ -1319,7 +1341,7 @@ fn abbreviation_zone(abbr: &str) -> Option<Zone> {
     let named = |name: &str| Tz::from_str(name).ok().map(Zone::Named);
     let fixed = |minutes: i32| FixedOffset::east_opt(minutes * 60).map(Zone::Fixed);
     match abbr.to_ascii_uppercase().as_str() {
-        "UTC" | "GMT" | "UT" | "Z" | "Z.U.L.U" | "ZULU" | "WET" => fixed(0),
+        "UTC" | "GMT" | "UT" | "UCT" | "ZULU" | "WET" => fixed(0),
         "PT" => named("America/Los_Angeles"),
         "MT" => named("America/Denver"),
         "CT" => named("America/Chicago"),
@@ -1370,24 +1392,20 @@ fn tz_uses_abbreviation(tz: Tz, abbr: &str, now: DateTime<Utc>) -> bool {
 /// of these.
 fn zone_from_text(text: &str, tz: Tz, now: DateTime<Utc>) -> Option<Zone> {
     let t = text.trim();
-    if let Ok(named) = Tz::from_str(t) {
-        // chrono-tz knows a few abbreviations as zones ("EST", "MST", "CET"); an abbreviation
-        // the agent's zone uses is that zone.
-        if t.len() <= 5 && tz_uses_abbreviation(tz, t, now) {
-            return Some(Zone::Named(tz));
-        }
-        return Some(Zone::Named(named));
-    }
-    if let Some(off) = parse_offset(t) {
-        return Some(Zone::Fixed(off));
-    }
-    if t.len() <= 5 && t.chars().all(|c| c.is_ascii_alphabetic()) {
+    // A short all-letter word is an abbreviation first: chrono-tz also knows a few of them as
+    // zones ("CET" follows Brussels' DST), which would contradict what the message wrote.
+    if (2..=5).contains(&t.len()) && t.chars().all(|c| c.is_ascii_alphabetic()) {
         if tz_uses_abbreviation(tz, t, now) {
             return Some(Zone::Named(tz));
         }
-        return abbreviation_zone(t);
+        if let Some(zone) = abbreviation_zone(t) {
+            return Some(zone);
+        }
     }
-    None
+    if let Ok(named) = Tz::from_str(t) {
+        return Some(Zone::Named(named));
+    }
+    parse_offset(t).map(Zone::Fixed)
 }
 
 fn month_number(name: &str) -> Option<u32> {

@@ -851,6 +851,10 @@ fn zone_abbreviations_and_offsets_are_read() {
         let r = reads(text, NOW, tz);
         assert_eq!((r.kind, r.resets_at), (LimitKind::UsageLimit, Some(at(want))), "{text} in {tz}: {}", r.source);
     }
+    // An abbreviation means what it says even where tzdb has a zone of that name: "CET" in
+    // July is +1 (tzdb's "CET" follows Brussels into summer time).
+    let r = reads("You've hit your limit · resets 9pm (CET)", "2026-07-01T12:00:00Z", "UTC");
+    assert_eq!(r.resets_at, Some(at("2026-07-01T20:00:00Z")), "{}", r.source);
     // Dublin in summer calls itself IST: read in the agent's zone (UTC+1 then), not India.
     let r = reads("You've hit your limit · resets 6:30pm (IST)", "2026-07-01T12:00:00Z", "Europe/Dublin");
     assert_eq!(r.resets_at, Some(at("2026-07-01T17:30:00Z")), "{}", r.source);

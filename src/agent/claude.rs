@@ -431,7 +431,17 @@ mod tests {
 
     #[test]
     fn real_usage_limit_stream_gives_the_event_reset() {
-        let st = replay(include_str!("../../tests/data/transcripts/claude-real-usage-limit.jsonl"), "Asia/Taipei");
+        // The recorded reset (1796055300, "12:15am" in Taipei) moved to two hours from now:
+        // the stream is read with the real clock, and once the recorded instant is past a
+        // reading of it is stale and rightly not believed (this test broke on the day the
+        // recording's reset went by).
+        let taipei: chrono_tz::Tz = "Asia/Taipei".parse().unwrap();
+        let reset_epoch = (Utc::now().timestamp() / 60 + 127) * 60;
+        let local = chrono::DateTime::from_timestamp(reset_epoch, 0).unwrap().with_timezone(&taipei).format("%-I:%M%P").to_string();
+        let recorded = include_str!("../../tests/data/transcripts/claude-real-usage-limit.jsonl");
+        assert!(recorded.contains("\"resetsAt\":1796055300") && recorded.contains("resets 12:15am (Asia/Taipei)"));
+        let shifted = recorded.replace("1796055300", &reset_epoch.to_string()).replace("resets 12:15am", &format!("resets {local}"));
+        let st = replay(&shifted, "Asia/Taipei");
         let l = st.limit("", "Asia/Taipei".parse().unwrap()).unwrap();
         assert_eq!(l.kind, limit::LimitKind::UsageLimit);
         let reset = l.resets_at.unwrap();
@@ -440,7 +450,8 @@ mod tests {
         assert!(r.failed());
         assert_eq!(r.describe(), "terminal_reason api_error, api_error_status 429, subtype success, 1 turn");
         // The same instant from the CLI's text alone (minutes precision).
-        let text = limit_in_text(&st.final_text(), "Asia/Taipei".parse().unwrap()).unwrap();
+        assert_eq!(reset.timestamp(), reset_epoch, "{l:?}");
+        let text = limit_in_text(&st.final_text(), taipei).unwrap();
         assert_eq!(text.resets_at.map(|t| t.timestamp() / 60), Some(reset.timestamp() / 60));
     }
 
