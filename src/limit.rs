@@ -17,16 +17,36 @@
 //! - A bare time of day ("resets 7pm") means its next occurrence in the zone the message names,
 //!   else in the `tz` argument (nightshift sets the agent's `TZ` to it, so codex's zone-less
 //!   local times are read right); if it passed at most 15 minutes ago the reset is `now`.
-//! - A date without a year takes the year that puts it nearest to `now`.
+//! - A date without a year takes the year that puts it nearest to `now`; a date without a time
+//!   ("resets Oct 24") is the start of that day in its zone (the earliest the reset can be); a
+//!   weekday ("resets Friday 2pm") is its next occurrence; "tomorrow" counts only with a time.
 //! - Local times in a DST gap resolve to the end of the gap, ambiguous ones to the earlier instant.
+//! - A message wrapped by a terminal is read with up to three following lines (to a blank line).
+//! - Zones: a tzdb name, `UTC`/`GMT`, an offset (`GMT+8`, `UTC+05:30`, the sign as written) or an
+//!   abbreviation. An abbreviation the agent's own zone uses is read in that zone (`CST` in
+//!   Asia/Taipei is +8, `IST` in Europe/Dublin is Irish time); otherwise a fixed table:
+//!   `CST` is US Central, `IST` India, `BST` British Summer Time, `PT`/`ET`/`CT`/`MT` follow US
+//!   DST (see `abbreviation_zone`). A zone word nothing knows is read in `tz`, never an error.
+//! - A wait stated by the service ("try again in 15m44s", "Your quota will reset after
+//!   12h22m45s", `Retry-After: 3600`) longer than [`LONG_WAIT`] (5 min) is an account usage
+//!   limit with that reset, whatever the wording; shorter ones are transient. The agent's own
+//!   retry loop ("Retrying in 2892 seconds…") is never a reset.
+//! - Google's `RESOURCE_EXHAUSTED` alone is transient, with a per-day quota a usage limit; "You
+//!   exceeded your current quota" is a usage limit unless it names a per-minute window or a
+//!   short retry.
+//! - A clearly-a-limit message whose time cannot be read is a usage limit with an unknown reset
+//!   (the caller sleeps `SleepPolicy::unknown`, 1 h); reading never fails or panics.
 //! - A reset more than 15 minutes in the past or more than 8 days ahead is not believed
 //!   (stale message, or a misreading): the reading stays a usage limit with an unknown reset,
 //!   and `source` says what was ignored.
 //! - `Etc/GMT+5` is the POSIX-inverted name of UTC−5; `GMT-3` written bare (gemini) is UTC−3.
-//! - Look-alikes are `none`: context-length errors, network errors (`Connection refused`,
-//!   `ENOTFOUND`, a bare `Retrying in 5s`), authentication failures, the warning "Approaching
-//!   usage limit", machine resources ("Disk quota exceeded", "Memory usage limit exceeded"),
-//!   numbers that merely read 429 or 529.
+//! - Look-alikes are `none`: context-length errors ("Context limit reached"), network errors
+//!   (`Connection refused`, `ENOTFOUND`, a bare `Retrying in 5s`), authentication failures,
+//!   warnings ("Approaching usage limit", "You've used 90% of your session limit", codex's
+//!   "Heads up, you have less than 25% of your 5h limit left", "You're now using extra
+//!   usage"), claude's `/usage` panel, machine resources ("Disk quota exceeded", "Memory usage
+//!   limit exceeded"), numbers that merely read 429 or 529, and error ids outside quotes (a test
+//!   named `usage_limit_reached_resets`).
 //! - Judgment call: `⚠ Claude rate limit reached` (another tool's own summary, no reset, never
 //!   printed by the agents nightshift runs) is **not** read as a limit; so any prose saying
 //!   "rate limit reached" does not pause a night. `Rate limit reached for <model> in
@@ -125,9 +145,12 @@ impl LimitReading {
     }
 }
 
-/// Keeps the stronger reading; on a tie the earlier one (output order).
+/// Keeps the stronger reading; on a tie the earlier one (output order), unless only the later
+/// one states its wait (an error body's first line names the 429, a later one the wait).
 fn stronger(best: LimitReading, next: LimitReading) -> LimitReading {
-    if next.rank() > best.rank() {
+    let more_exact =
+        next.rank() == best.rank() && best.retry_after.is_none() && next.retry_after.is_some();
+    if next.rank() > best.rank() || more_exact {
         next
     } else {
         best
@@ -154,8 +177,7 @@ pub fn read_text(text: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
         let reading = if let Some(value) = json_object(line) {
             read_json(&value, now, tz).unwrap_or_else(LimitReading::none)
         } else {
-            let next = lines.get(i + 1).copied().unwrap_or("");
-            scan_line(line, next, now, tz, "text")
+            scan_line(line, &continuation(&lines, i), now, tz, "text")
         };
         best = stronger(best, reading);
         if best.rank() == 3 {
@@ -169,23 +191,24 @@ pub fn read_text(text: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
 /// where the agent's own prose may mention limits.
 ///
 /// The rule: after stripping what may precede a message on its own line (whitespace, TUI
-/// glyphs `⎿ ■ ✕ ⚡ ●`, `[..]` tags, timestamps, `ERROR:` / `Error:` / `API Error:` /
-/// `SomeError:` labels), the rest of the line must *begin* with a known limit message
+/// glyphs and emoji `⎿ ■ ✕ ⚡ ● 🖐 ⚠️`, `[..]` tags, timestamps, `ERROR:` / `Error:` /
+/// `API Error:` / `SomeError:` labels, codex's `stream disconnected before completion:`, an
+/// HTTP status such as `429`), the rest of the line must *begin* with a known limit message
 /// ("You've hit your limit", "Claude AI usage limit reached|…", "529 Overloaded", "Rate limit
 /// reached for …", …). A sentence that merely mentions a limit somewhere inside is `none`.
-/// Accepted lines are then read exactly as [`read_text`] reads them. SPEC §7.
+/// One exception: after an exception-class label (`openai.RateLimitError:`,
+/// `anthropic.api.ApiException:`) the rest is an error's text, and a limit anywhere in it
+/// counts. Accepted lines are then read exactly as [`read_text`] reads them. SPEC §7.
 pub fn read_stream_line(line: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
     let normalized = normalize(line);
     let trimmed = normalized.trim();
     if let Some(value) = json_object(trimmed) {
         return read_json(&value, now, tz).unwrap_or_else(LimitReading::none);
     }
-    let rest = strip_message_prefix(trimmed);
-    let starts_with_message = USAGE_TRIGGERS
-        .iter()
-        .chain(TRANSIENT_TRIGGERS.iter())
-        .any(|t| t.re.find(rest).is_some_and(|m| m.start() == 0));
-    if !starts_with_message {
+    let (rest, labelled) = strip_message_prefix(trimmed);
+    let after_status = STATUS_PREFIX.find(rest).map_or(rest, |m| &rest[m.end()..]);
+    let labelled_error = labelled && holds_message(rest);
+    if !(begins_with_message(rest) || begins_with_message(after_status) || labelled_error) {
         return LimitReading::none();
     }
     scan_line(trimmed, "", now, tz, "line")
@@ -195,7 +218,9 @@ pub fn read_stream_line(line: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading 
 ///
 /// Returns `Some` only when the event reports a limit:
 /// - `rate_limit_event` with `rate_limit_info.status == "rejected"`: a usage limit, reset from
-///   `resetsAt` (epoch seconds); `allowed` / `allowed_warning` is not a limit;
+///   `resetsAt` (epoch seconds), or `overageResetsAt` when that is earlier; `allowed` /
+///   `allowed_warning` is not a limit, nor is `rejected` while extra usage carries the call
+///   (`overageStatus` `allowed` / `allowed_warning`, or `isUsingOverage: true`);
 /// - `result` with `is_error: true`: its `result` (or `error`) text is read; with
 ///   `api_error_status: 429` an unreadable text is still transient throttling;
 /// - `assistant` with `error: "rate_limit"` (claude's synthetic limit message): its text is read,
@@ -208,13 +233,21 @@ pub fn read_claude_event(ev: &Value, now: DateTime<Utc>, tz: Tz) -> Option<Limit
     match ty {
         Some("rate_limit_event") => {
             let info = ev.get("rate_limit_info")?;
-            if info.get("status").and_then(Value::as_str) != Some("rejected") {
+            let field = |k: &str| info.get(k).and_then(Value::as_str);
+            if field("status") != Some("rejected") {
                 return None;
             }
-            let which = info
-                .get("rateLimitType")
-                .and_then(Value::as_str)
-                .unwrap_or("unspecified");
+            // claude's own rule (`isUsingOverage`): the plan's limit is hit but extra usage
+            // is allowed, so the call goes on, paid from extra usage. Not a limit.
+            let using_overage = match field("overageStatus") {
+                Some("allowed" | "allowed_warning") => true,
+                Some(_) => false,
+                None => info.get("isUsingOverage").and_then(Value::as_bool) == Some(true),
+            };
+            if using_overage {
+                return None;
+            }
+            let which = field("rateLimitType").unwrap_or("unspecified");
             let mut reading = LimitReading {
                 kind: LimitKind::UsageLimit,
                 resets_at: None,
@@ -222,9 +255,22 @@ pub fn read_claude_event(ev: &Value, now: DateTime<Utc>, tz: Tz) -> Option<Limit
                 source: format!("claude rate_limit_event (status rejected, {which})"),
                 message: compact(ev),
             };
-            if let Some(epoch) = info.get("resetsAt").and_then(epoch_of) {
-                let label = format!("{}: resetsAt {epoch}", reading.source);
-                accept_reset(&mut reading, epoch_instant(epoch), now, &label);
+            // With extra usage rejected too, whichever resets first frees the account (claude
+            // prints that one); a reset outside the believable window is not taken.
+            let resets: Vec<(&str, i64)> = ["resetsAt", "overageResetsAt"]
+                .into_iter()
+                .filter_map(|k| Some((k, info.get(k).and_then(epoch_of)?)))
+                .collect();
+            let believable =
+                |t: &DateTime<Utc>| *t >= now - PAST_GRACE && *t <= now + FUTURE_HORIZON;
+            let chosen = resets
+                .iter()
+                .filter(|(_, e)| epoch_instant(*e).is_some_and(|t| believable(&t)))
+                .min_by_key(|(_, e)| *e)
+                .or(resets.first());
+            if let Some((name, epoch)) = chosen {
+                let label = format!("{}: {name} {epoch}", reading.source);
+                accept_reset(&mut reading, epoch_instant(*epoch), now, &label);
             }
             Some(reading)
         }
@@ -286,8 +332,8 @@ pub fn read_claude_event(ev: &Value, now: DateTime<Utc>, tz: Tz) -> Option<Limit
 ///
 /// Returns `Some` only for a limit reported by an `error` event (`message`), a `turn.failed`
 /// event (`error.message`) or an `item.*` event whose item is of type `error`. codex's own
-/// retry notices (`Reconnecting... 2/5 (…)`) are not final and return `None`; agent messages
-/// and reasoning are never read. SPEC §6, §7.
+/// retry notices (`Reconnecting... 2/5 (…)`, `…; retrying 1/5 in 209ms…`) are not final and
+/// return `None`; agent messages and reasoning are never read. SPEC §6, §7.
 pub fn read_codex_event(ev: &Value, now: DateTime<Utc>, tz: Tz) -> Option<LimitReading> {
     let ty = ev.get("type").and_then(Value::as_str)?;
     let message = match ty {
@@ -304,7 +350,11 @@ pub fn read_codex_event(ev: &Value, now: DateTime<Utc>, tz: Tz) -> Option<LimitR
         }
         _ => return None,
     };
-    if message.trim_start().starts_with("Reconnecting") {
+    // codex's own retry notices ("Reconnecting... 2/5 (…)", "stream error: …; retrying 1/5
+    // in 209ms…") are not final: the turn goes on, and its `turn.failed` decides.
+    static RETRY_NOTICE: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?i);\s*retrying\s+\d+/\d+\s+in\b").unwrap());
+    if message.trim_start().starts_with("Reconnecting") || RETRY_NOTICE.is_match(message) {
         return None;
     }
     let reading = scan_message(message, now, tz, &format!("codex {ty}"));
@@ -579,11 +629,36 @@ fn scan_message(text: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -> LimitRe
     let lines: Vec<&str> = text.lines().collect();
     let mut best = LimitReading::none();
     for (i, line) in lines.iter().enumerate() {
-        let next = lines.get(i + 1).copied().unwrap_or("");
-        best = stronger(best, scan_line(line, next, now, tz, origin));
+        best = stronger(
+            best,
+            scan_line(line, &continuation(&lines, i), now, tz, origin),
+        );
     }
     best
 }
+
+/// How many following lines may continue a message: a terminal wraps a long message, and
+/// codex's full limit text (~190 characters) takes three lines at 80 columns.
+const CONTINUATION_LINES: usize = 3;
+
+/// The lines after line `i` that may continue it (up to [`CONTINUATION_LINES`], stopping at a
+/// blank line), trimmed and joined with spaces.
+fn continuation(lines: &[&str], i: usize) -> String {
+    lines
+        .iter()
+        .skip(i + 1)
+        .take(CONTINUATION_LINES)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A stated wait longer than this is an account limit, not throttling: it is longer than the
+/// longest transient retry (`SleepPolicy::default().transient_max`, 5 min), so retrying sooner
+/// is sure to fail. Gemini says `Your quota will reset after 12h22m45s`, Groq's per-day cap
+/// `Please try again in 15m44s`.
+pub const LONG_WAIT: Duration = Duration::from_secs(5 * 60);
 
 // ---------------------------------------------------------------------------------------------
 // Text patterns
@@ -616,6 +691,18 @@ fn trigger(name: &'static str, pattern: &str) -> Trigger {
     }
 }
 
+/// An error-type identifier as it appears in a JSON or Python error body (`"usage_limit_reached"`,
+/// `'insufficient_quota'`, `\"RESOURCE_EXHAUSTED\"`): quoted, so that a test or function named
+/// `usage_limit_reached_resets` in a log is not read as the error.
+fn quoted(ident: &str) -> String {
+    format!(r#"['"]{ident}['"\\]"#)
+}
+
+/// Usage-trigger names whose kind depends on what else the message says (Google and OpenAI
+/// quota bodies): a per-minute window, or a short stated retry without a per-day quota, makes
+/// them transient.
+const SOFT_QUOTA: [&str; 3] = ["quota metric", "quota exceeded", "exceeded current quota"];
+
 /// Phrases that state an account usage limit. Order matters only for the source label.
 static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
     vec![
@@ -624,73 +711,128 @@ static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             r"claude ai usage limit reached\|",
         ),
         trigger("claude usage limit", r"claude (?:ai )?usage limit reached"),
+        // "5-hour limit reached", "Session limit reached", "Opus weekly limit reached".
         trigger(
             "claude limit reached",
-            r"(?:5-hour|five-hour|weekly|session|daily|opus|sonnet) limit reached",
+            r"\b(?:(?:5-hour|five-hour|weekly|session|daily|opus|sonnet)\s+){1,2}limit reached",
         ),
+        // claude: "You've hit your {limit|session limit|weekly limit|Opus limit|Sonnet limit|
+        // usage limit}"; codex: "You've hit your usage limit[ for <model>]".
         trigger(
             "you've hit your limit",
             r"you(?:'ve| have) hit your\b[^.·∙\n]{0,40}?\blimit\b",
+        ),
+        // The Codex app: "You have reached the usage limit. Upgrade or add credits …".
+        trigger(
+            "you've reached the usage limit",
+            r"\byou(?:'ve| have) reached (?:the|your)\b[^.·∙\n]{0,30}?\busage limit\b",
+        ),
+        // claude with extra usage on: "You're out of extra usage · resets 9pm".
+        trigger(
+            "out of extra usage",
+            r"\byou(?:'re| are) out of extra usage\b",
+        ),
+        // codex, a workspace owner's credits: "Your workspace is out of credits."
+        trigger(
+            "workspace out of credits",
+            r"\byour workspace is out of credits\b",
         ),
         trigger(
             "usage limit reached",
             r"\busage limit (?:has been )?(?:reached|exceeded)",
         ),
-        trigger("codex 429 usage_limit_reached", r"usage_limit_reached"),
+        trigger(
+            "codex 429 usage_limit_reached",
+            &quoted("usage_limit_reached"),
+        ),
         trigger(
             "daily quota",
             r"you have reached your daily\b[^\n]{0,60}?\bquota limit",
+        ),
+        // Gemini / Antigravity: "Individual quota reached. Resets in 157h".
+        trigger(
+            "quota reached",
+            r"\b(?:individual |daily |weekly |monthly )?quota (?:limit )?(?:is |has been )?reached\b",
         ),
         trigger("quota metric", r"quota exceeded for quota metric"),
         // codex's `CodexErr::QuotaExceeded` text; a bare "quota exceeded" is too common
         // (EDQUOT "Disk quota exceeded").
         trigger(
             "quota exceeded",
-            r"\bquota exceeded\.\s+check your plan|\bquota_?exceeded\b",
+            &format!(
+                r"\bquota exceeded\.\s+check your plan|{}",
+                quoted("quota_?exceeded")
+            ),
         ),
         trigger(
             "exceeded current quota",
-            r"you exceeded your current quota|\bresource_exhausted\b|\binsufficient_quota\b",
+            &format!(
+                r"you exceeded your current quota|{}",
+                quoted("insufficient_quota")
+            ),
         ),
         trigger(
             "usage not included",
-            r"to use codex with your chatgpt plan, upgrade|\busage_?not_?included\b",
+            &format!(
+                r"to use codex with your chatgpt plan, upgrade|{}",
+                quoted("usage_?not_?included")
+            ),
         ),
         trigger(
             "gemini plan limits",
             r"to increase your limits, upgrade to a plan with higher limits",
         ),
+        // A dumped 429 response of the subscription API (claude's own reading of it).
+        trigger(
+            "anthropic unified status rejected",
+            r"\banthropic-ratelimit-unified-status\W{1,4}rejected\b",
+        ),
     ]
 });
 
-/// Phrases that state throttling that clears in seconds or minutes.
+/// Phrases that state throttling that clears in seconds or minutes. The first entry negates a
+/// usage limit ("not your usage limit") and must stay first.
 static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
     vec![
         trigger(
             "not your usage limit",
             r"not your usage limit|server is temporarily limiting requests",
         ),
-        // "529 Overloaded", the API's `overloaded_error`; not a compiler's "call of overloaded".
+        // "529 Overloaded", "Repeated 529 Overloaded errors", "(529 {…overloaded_error…})", the
+        // API's `overloaded_error`; not a compiler's "call of overloaded".
         trigger(
             "overloaded",
-            r#"\b529\b[^\n]{0,20}?\boverloaded\b|\boverloaded_error\b|"message":\s*"overloaded"|\b(?:api|server|model|service)\s+(?:is\s+)?(?:currently\s+)?overloaded\b|^overloaded\b"#,
+            &format!(
+                r#"\b(?:repeated\s+)?529\b[^\n]{{0,20}}?\boverloaded\b|^\(?529\s*(?:\{{|\)|:)|{}|"message":\s*"overloaded\b|\b(?:api|server|model|service)\s+(?:is\s+)?(?:currently\s+)?overloaded\b|^overloaded\b"#,
+                quoted("overloaded_error")
+            ),
         ),
         trigger(
             "http 429",
-            r#"^\(?429\s*(?:\{|\)|:|too many|rate limit)|(?:\bstatus(?: code)?[:\s]+|\berror:?\s+|\bapi error:?\s*\(|\bhttp\s+|\brejected \(|"code":\s*)429\b|\b429 too many requests\b"#,
+            r#"^\(?429\s*(?:\{|\)|:|too many|rate limit)|(?:\bstatus(?: code)?[:\s]+|\berror(?: code)?:?\s+|\bapi error:?\s*\(|\bhttp\s+|\b(?:request\s+)?rejected\s+\(|\breturned\s+|"code":\s*)429\b|\b429 too many requests\b"#,
         ),
         trigger(
             "rate_limit_error",
-            r"\brate_limit_error\b|\bratelimiterror\b|\brate_limit_exceeded\b",
+            &format!(
+                r"{}|\bratelimiterror\s*:|{}",
+                quoted("rate_limit_error"),
+                quoted("rate_limit_exceeded")
+            ),
         ),
         trigger(
             "rate limit reached for",
-            r"\brate limit (?:reached|exceeded) for\b",
+            r"\brate limit (?:is |has been |was )?(?:reached|exceeded) for\b",
         ),
-        // "Rate limit exceeded. Please try again in 20s." (a per-minute API limit).
+        // "Rate limit exceeded. Please try again in 20s.", codex on Azure: "Rate limit is
+        // exceeded. Try again in 11 seconds."
         trigger(
             "rate limit exceeded",
-            r"^\W*rate limit exceeded\b|\brate limit exceeded\W+(?:please\s+)?(?:try again|retry) in\b",
+            r"^\W*rate limit (?:is |has been )?exceeded\b|\brate limit (?:is |has been |was )?exceeded\W+(?:please\s+)?(?:try again|retry) in\b",
+        ),
+        // aider: "The API provider has rate limited you."; claude: "… (429) · Rate limited."
+        trigger(
+            "rate limited",
+            r"\b(?:the\s+)?(?:api\s+)?(?:provider|server|service)\s+has\s+rate[- ]limited\s+you\b|^\W*rate[- ]limited\b",
         ),
         trigger(
             "per-minute limit",
@@ -699,6 +841,16 @@ static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
         trigger(
             "gemini capacity",
             r"you have exhausted your capacity on this model",
+        ),
+        trigger(
+            "quota reset after",
+            r"\byour quota will reset (?:after|in)\b",
+        ),
+        // Google's status alone (Vertex: "Resource has been exhausted (e.g. check quota)"):
+        // shared capacity, retried shortly; a per-day quota makes it a usage limit.
+        trigger(
+            "resource exhausted",
+            &format!(r"{}|\bresource_exhausted:", quoted("resource_exhausted")),
         ),
         // Codex after its provider's 5xx retries: "We’re currently experiencing
         // high demand, which may cause temporary errors."
@@ -713,84 +865,206 @@ static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
 
 /// Flags a per-minute quota (so `RESOURCE_EXHAUSTED` / `Quota exceeded` is transient).
 static PER_MINUTE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)\bper min(?:ute)?\b").unwrap());
+    LazyLock::new(|| Regex::new(r"(?i)\bper min(?:ute)?\b|perminute|\(tpm\)|\(rpm\)").unwrap());
 
-const DURATION: &str = r"(?:\d+(?:\.\d+)?\s*(?:milliseconds?|ms|days?|d|hours?|hrs?|hr|h|minutes?|mins?|m|seconds?|secs?|sec|s)\b[\s,]*(?:and\s+)?)+";
+/// Flags a per-day quota (Gemini's `…PerDay…` quota ids, Groq's "tokens per day (TPD)").
+static PER_DAY: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)\bper ?day\b|perday|\(tpd\)|\(rpd\)").unwrap());
 
+const DURATION: &str = r"(?:\d+(?:\.\d+)?\s*(?:milliseconds?|ms|days?|d|hours?|hrs?|hr|h|minutes?|mins?|min|m|seconds?|secs?|sec|s)\b[\s,]*(?:and\s+)?)+";
+
+/// "try again in 2h 4m", "Your quota will reset after 12h22m45s", "resets in about 2 hours",
+/// "Retrying in 4 seconds" (the `kw` group tells the agent's own retry from a stated wait).
 static RETRY_DURATION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&format!(
-        r"(?i)\b(?:try again|retry|retrying|resets?|wait)\s+(?:in|after)\s+({DURATION})"
+        r"(?i)\b(?P<kw>try again|retrying|retry|resets?|wait)\s+(?:in|after)\s+(?:about\s+|approximately\s+|roughly\s+|~\s*)?(?P<d>{DURATION})"
     ))
     .unwrap()
 });
 
-static DURATION_PART: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)(\d+(?:\.\d+)?)\s*(milliseconds?|ms|days?|d|hours?|hrs?|hr|h|minutes?|mins?|m|seconds?|secs?|sec|s)\b").unwrap()
+/// A wait stated as a field: Google's `"retryDelay": "34.07s"`, a `Retry-After: 20` header.
+static RETRY_FIELD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"(?i)\bretry_?delay\\?"?\s*:\s*\\?"(?P<delay>\d+(?:\.\d+)?)s\b|\bretry[-_]after\\?"?\s*[:=]\s*\\?"?(?P<after>\d+(?:\.\d+)?)\b"#,
+    )
+    .unwrap()
 });
+
+static DURATION_PART: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(\d+(?:\.\d+)?)\s*(milliseconds?|ms|days?|d|hours?|hrs?|hr|h|minutes?|mins?|min|m|seconds?|secs?|sec|s)\b").unwrap()
+});
+
+/// Splits compact durations so their parts have word boundaries: `12h22m45s` → `12h 22m 45s`,
+/// `2m12.19s` → `2m 12.19s` (Gemini and Groq print them so).
+fn spaced_durations(text: &str) -> String {
+    static JOINED: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(r"(?i)(\d(?:ms|h|m|s|d))(\d)").unwrap());
+    let once = JOINED.replace_all(text, "$1 $2");
+    JOINED.replace_all(&once, "$1 $2").into_owned()
+}
+
+/// A wait a message states, with its text and whether it is the agent's own retry loop
+/// ("Retrying in 4 seconds…": claude keeps retrying by itself; not the account's reset).
+struct StatedWait {
+    duration: Duration,
+    text: String,
+    own_retry: bool,
+}
+
+/// The first wait `text` states ("try again in …", "reset after …", "Retrying in …",
+/// `retryDelay`, `Retry-After`); `stated_only` skips the agent's own retry loop.
+fn stated_wait(text: &str, stated_only: bool) -> Option<StatedWait> {
+    let spaced = spaced_durations(text);
+    let from_words = RETRY_DURATION.captures_iter(&spaced).find_map(|c| {
+        let own_retry = c["kw"].eq_ignore_ascii_case("retrying");
+        if stated_only && own_retry {
+            return None;
+        }
+        let d = c["d"].trim().trim_end_matches(',').trim();
+        let whole = c.get(0)?.as_str().trim().trim_end_matches(',').trim();
+        Some(StatedWait {
+            duration: parse_duration(d)?,
+            text: whole.to_string(),
+            own_retry,
+        })
+    });
+    from_words.or_else(|| {
+        let c = RETRY_FIELD.captures(text)?;
+        let (secs, text) = match (c.name("delay"), c.name("after")) {
+            (Some(d), _) => (d.as_str(), format!("retryDelay {}s", d.as_str())),
+            (None, Some(a)) => (a.as_str(), format!("retry-after {}", a.as_str())),
+            (None, None) => return None,
+        };
+        let secs: f64 = secs.parse().ok()?;
+        (secs.is_finite() && secs < 1e9).then(|| StatedWait {
+            duration: Duration::from_secs_f64(secs),
+            text,
+            own_retry: false,
+        })
+    })
+}
 
 static PIPE_EPOCH: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?i)claude ai usage limit reached\|(\S*)").unwrap());
 
-static JSON_EPOCH: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)\\?"?(resets_at|resetsAt|reset_at)\\?"?\s*[:=]\s*\\?"?(\d{9,13})"#).unwrap()
+/// A reset instant given as a field: epoch seconds (or milliseconds) or an RFC 3339 string
+/// (codex's 429 body `resets_at`, claude's `resetsAt`, Gemini's `quotaResetTimeStamp`, the
+/// `anthropic-ratelimit-unified-reset` header).
+static FIELD_RESET: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"(?i)\\?"?(?P<name>resets_at|resetsAt|reset_at|resetAt|quotaResetTimeStamp|anthropic-ratelimit-unified-reset)\\?"?\s*[:=]\s*\\?"?(?:(?P<epoch>\d{9,13})\b|(?P<iso>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})))"#,
+    )
+    .unwrap()
 });
 
 static JSON_RESETS_IN: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r#"(?i)\\?"?resets_in_seconds\\?"?\s*[:=]\s*(\d+)"#).unwrap());
 
 /// `resets 7pm`, `reset at 1pm (Etc/GMT+5)`, `resets Jan 30, 11:30am (Asia/Calcutta)`,
-/// `try again at Mar 10th, 2026 3:39 AM`, `Access resets at 10:57 PM GMT-3`, ISO forms.
+/// `resets Apr 23 at 4pm`, `resets Oct 24` (a date alone), `try again at Mar 10th, 2026
+/// 3:39 AM`, `try again after September 6, 2026, 11:15`, `Access resets at 10:57 PM GMT-3`,
+/// `resets Friday 2:00 PM`, `resets tomorrow at 9am`, `resets at midnight (PT)`, ISO forms.
+/// At least a date, a weekday or a time must follow; which one is decided in
+/// [`reset_from_captures`].
 static RESET_AT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?ix)
-        \b(?:resets?|try\ again|available)\s+(?:at\s+|on\s+)?
+        \b(?:resets?|try\ again|available)\s+(?:at\s+|on\s+|after\s+)?
         (?:
           (?P<iso>\d{4}-\d{2}-\d{2}[T\ ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)
         |
-          (?:(?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+
-             (?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s*
-             (?:(?P<year>\d{4}),?\s*)?
-             (?:at\s+)?)?
-          (?P<h>\d{1,2})(?::(?P<mi>\d{2}))?\s*(?P<ampm>[ap]\.?\s?m\b\.?)?
-          (?:\s*
-             (?:\((?P<zone>[A-Za-z][A-Za-z0-9_+\-/]*)\)
-             |(?P<off>\b(?:utc|gmt)\s?[+-]\s?\d{1,2}(?::?\d{2})?\b)
-             |(?P<utc>\b(?:utc|gmt)\b)
-             )
+          (?:(?P<rel>today|tomorrow)\b,?\s*(?:at\s+)?)?
+          (?:(?P<wd>mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+(?:at\s+)?)?
+          (?:
+            (?:
+              (?P<mon>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?\b
+            | (?P<day2>\d{1,2})(?:st|nd|rd|th)?\s+(?P<mon2>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b\.?
+            )
+            (?:,?\s*(?P<year>\d{4})\b)?
+            ,?\s*(?:at\s+)?
+          )?
+          (?:
+            (?P<h>\d{1,2})(?::(?P<mi>\d{2}))?\s*(?P<ampm>[ap]\.?\s?m\b\.?)?
+          | (?P<named>noon|midnight)\b
+          )?
+          (?:
+             \s*\((?P<zone>[^()\n]{1,40})\)
+          |  \s*(?P<off>\b(?:utc|gmt)\s?[+-]\s?\d{1,2}(?::?\d{2})?\b)
+          |  \s+(?P<abbr>(?-i:[A-Z]{2,5}))\b
+          |  \s*(?P<utc>\b(?:utc|gmt)\b)
           )?
         )",
     )
     .unwrap()
 });
 
-/// What may precede a message on its own line (see [`read_stream_line`]).
+/// What may precede a message on its own line (see [`read_stream_line`]): whitespace, TUI
+/// glyphs and emoji (`⎿ ■ ✕ ⚡ 🖐 ⚠️`), `[..]` tags, timestamps, `ERROR:` / `Error:` /
+/// `API Error:` / `SomeError:` labels, codex's `stream disconnected before completion:`.
 static MESSAGE_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?ix)^(?:
+        r#"(?ix)^(?:
             \s+
-          | [⎿■✕✖⚡●•>*\-]+
+          | [^\p{L}\p{N}\s(\[{"'`]+
+          | \[api\ error\b\s*:?
           | \[[^\]]{0,40}\]
           | \d{4}[-/]\d{2}[-/]\d{2}(?:[T\ ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?Z?)?
           | \d{2}:\d{2}:\d{2}
+          | (?P<exc>(?-i:[\w.]*[a-z0-9](?:Error|Exception)))\s*:
           | (?:api\ |stream\ )?error\b\s*:?
           | [\w.]*(?:error|exception)\s*:
           | warn(?:ing)?\s*:
-        )*",
+          | stream\ disconnected\ before\ completion\s*:
+        )*"#,
     )
     .unwrap()
 });
 
-fn strip_message_prefix(line: &str) -> &str {
-    let end = MESSAGE_PREFIX.find(line).map_or(0, |m| m.end());
-    line[end..].trim_start()
+/// An HTTP status that may open an error's text (`429 You exceeded your current quota`).
+static STATUS_PREFIX: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[45]\d\d\b[\s:\-]*").unwrap());
+
+/// The line without what may precede its message, and whether that included an
+/// exception-class label (`openai.RateLimitError:`, `anthropic.api.ApiException:`), after which
+/// the rest is an error's text.
+fn strip_message_prefix(line: &str) -> (&str, bool) {
+    match MESSAGE_PREFIX.captures(line) {
+        Some(c) => {
+            let end = c.get(0).map_or(0, |m| m.end());
+            (line[end..].trim_start(), c.name("exc").is_some())
+        }
+        None => (line.trim_start(), false),
+    }
 }
 
-/// Reads one line (with the next line as a continuation for a reset) by the text patterns.
-fn scan_line(line: &str, next: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -> LimitReading {
+/// True when `text` begins with a known limit message.
+fn begins_with_message(text: &str) -> bool {
+    USAGE_TRIGGERS
+        .iter()
+        .chain(TRANSIENT_TRIGGERS.iter())
+        .any(|t| t.re.find(text).is_some_and(|m| m.start() == 0))
+}
+
+/// True when `text` holds a known limit message anywhere.
+fn holds_message(text: &str) -> bool {
+    USAGE_TRIGGERS
+        .iter()
+        .chain(TRANSIENT_TRIGGERS.iter())
+        .any(|t| t.re.is_match(text))
+}
+
+/// Reads one line (with the lines that continue it, for a reset or a wait) by the text
+/// patterns.
+fn scan_line(line: &str, cont: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -> LimitReading {
     let message = line.trim();
     if message.is_empty() {
         return LimitReading::none();
     }
+    let whole = if cont.is_empty() {
+        message.to_string()
+    } else {
+        format!("{message} {cont}")
+    };
     let negated = TRANSIENT_TRIGGERS[0].re.is_match(message);
     let usage = if negated {
         None
@@ -801,37 +1075,66 @@ fn scan_line(line: &str, next: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
             .filter(|(start, _)| !resource_word_before(message, *start))
             .min_by_key(|(start, _)| *start)
     };
+    let per_minute = PER_MINUTE.is_match(&whole);
+    let per_day = PER_DAY.is_match(&whole);
     if let Some((start, trig)) = usage {
-        let per_minute = PER_MINUTE.is_match(message)
-            && matches!(
-                trig.name,
-                "quota metric" | "quota exceeded" | "exceeded current quota"
-            );
-        if !per_minute {
-            return read_usage(message, start, trig, next, now, tz, origin);
+        let soft = SOFT_QUOTA.contains(&trig.name);
+        let short_retry = stated_wait(&whole, true).is_some_and(|w| w.duration <= LONG_WAIT);
+        if !(soft && (per_minute || (short_retry && !per_day))) {
+            return read_usage(message, start, trig, cont, now, tz, origin);
         }
     }
     let transient = TRANSIENT_TRIGGERS
         .iter()
         .filter_map(|t| t.re.find(message).map(|m| (m.start(), t)))
         .min_by_key(|(start, _)| *start);
-    let per_minute_quota = PER_MINUTE.is_match(message) && usage.is_some();
-    if transient.is_none() && !per_minute_quota {
+    if transient.is_none() && usage.is_none() {
         return LimitReading::none();
     }
-    let name = transient.map_or("per-minute quota", |(_, t)| t.name);
-    let retry = RETRY_DURATION.captures(message).and_then(|c| {
-        let text = c.get(1)?.as_str().trim();
-        Some((parse_duration(text)?, text.to_string()))
-    });
-    let source = match &retry {
-        Some((_, text)) => format!("{origin}: {name}, retry in {text}"),
+    let name = match (transient, usage) {
+        (Some((_, t)), _) => t.name,
+        (None, _) if per_minute => "per-minute quota",
+        (None, _) => "quota with a short retry",
+    };
+    let wait = stated_wait(&whole, false);
+    // A long stated wait is the account's reset, whatever the wording.
+    if let Some(w) = wait
+        .as_ref()
+        .filter(|w| !w.own_retry && w.duration > LONG_WAIT)
+    {
+        let mut reading = LimitReading {
+            kind: LimitKind::UsageLimit,
+            resets_at: None,
+            retry_after: None,
+            source: format!("{origin}: {name} (reset unknown)"),
+            message: message.to_string(),
+        };
+        let reset = chrono::TimeDelta::from_std(w.duration)
+            .ok()
+            .map(|d| now + d);
+        let label = format!("{origin}: {name}, {} (longer than a short retry)", w.text);
+        accept_reset(&mut reading, reset, now, &label);
+        return reading;
+    }
+    // A per-day quota with no wait stated lasts until the day's reset.
+    let capacity = matches!(name, "overloaded" | "high demand" | "not your usage limit");
+    if per_day && !per_minute && wait.is_none() && !capacity {
+        return LimitReading {
+            kind: LimitKind::UsageLimit,
+            resets_at: None,
+            retry_after: None,
+            source: format!("{origin}: {name}, per-day quota (reset unknown)"),
+            message: message.to_string(),
+        };
+    }
+    let source = match &wait {
+        Some(w) => format!("{origin}: {name}, {}", w.text),
         None => format!("{origin}: {name}"),
     };
     LimitReading {
         kind: LimitKind::Transient,
         resets_at: None,
-        retry_after: retry.map(|(d, _)| d),
+        retry_after: wait.map(|w| w.duration),
         source,
         message: message.to_string(),
     }
@@ -860,12 +1163,13 @@ fn resource_word_before(message: &str, start: usize) -> bool {
         .is_some_and(|w| RESOURCES.contains(&w.to_ascii_lowercase().as_str()))
 }
 
-/// Builds a usage-limit reading and looks for its reset after the trigger.
+/// Builds a usage-limit reading and looks for its reset after the trigger (in the line and the
+/// lines that continue it).
 fn read_usage(
     message: &str,
     start: usize,
     trig: &Trigger,
-    next: &str,
+    cont: &str,
     now: DateTime<Utc>,
     tz: Tz,
     origin: &str,
@@ -877,7 +1181,9 @@ fn read_usage(
         source: format!("{origin}: {} (reset unknown)", trig.name),
         message: message.to_string(),
     };
-    let window = format!("{} {}", &message[start..], next.trim());
+    let window = format!("{} {}", &message[start..], cont.trim());
+    // Fields may come before the trigger (a JSON body with sorted keys).
+    let body = format!("{message} {}", cont.trim());
 
     // Claude's legacy `|epoch`: the token after the pipe is the whole answer (`|invalid` → no time).
     if trig.name == "claude usage limit |epoch" {
@@ -892,14 +1198,20 @@ fn read_usage(
         }
         return reading;
     }
-    if let Some(c) = JSON_EPOCH.captures(&window)
-        && let Ok(epoch) = c[2].parse::<i64>()
-    {
-        let label = format!("{origin}: {} {}={epoch}", trig.name, &c[1]);
-        accept_reset(&mut reading, epoch_instant(epoch), now, &label);
+    if let Some(c) = FIELD_RESET.captures(&body) {
+        let instant = match (c.name("epoch"), c.name("iso")) {
+            (Some(e), _) => e.as_str().parse::<i64>().ok().and_then(epoch_instant),
+            (None, Some(iso)) => DateTime::parse_from_rfc3339(iso.as_str())
+                .ok()
+                .map(|t| t.with_timezone(&Utc)),
+            (None, None) => None,
+        };
+        let value = c.name("epoch").or(c.name("iso")).map_or("", |m| m.as_str());
+        let label = format!("{origin}: {} {}={value}", trig.name, &c["name"]);
+        accept_reset(&mut reading, instant, now, &label);
         return reading;
     }
-    if let Some(c) = JSON_RESETS_IN.captures(&window)
+    if let Some(c) = JSON_RESETS_IN.captures(&body)
         && let Ok(secs) = c[1].parse::<i64>()
     {
         let label = format!("{origin}: {} resets_in_seconds={secs}", trig.name);
@@ -911,14 +1223,14 @@ fn read_usage(
         );
         return reading;
     }
-    if let Some(c) = RETRY_DURATION.captures(&window) {
-        let text = c[1].trim();
-        if let Some(d) = parse_duration(text) {
-            let label = format!("{origin}: {}, try again in {text}", trig.name);
-            let reset = chrono::TimeDelta::from_std(d).ok().map(|d| now + d);
-            accept_reset(&mut reading, reset, now, &label);
-            return reading;
-        }
+    // "try again in 2 days 17 hours"; not a client's own "Retrying in 0.2 seconds…" backoff.
+    if let Some(w) = stated_wait(&window, true) {
+        let label = format!("{origin}: {}, {}", trig.name, w.text);
+        let reset = chrono::TimeDelta::from_std(w.duration)
+            .ok()
+            .map(|d| now + d);
+        accept_reset(&mut reading, reset, now, &label);
+        return reading;
     }
     for c in RESET_AT.captures_iter(&window) {
         if let Some((instant, label)) = reset_from_captures(&c, now, tz) {
@@ -958,11 +1270,13 @@ fn accept_reset(
     }
 }
 
-/// Parses `2 days 17 hours 14 minutes`, `21s`, `2892 seconds`, `9.816s`, `174ms`, `2h 4m`.
+/// Parses `2 days 17 hours 14 minutes`, `21s`, `2892 seconds`, `9.816s`, `174ms`, `2h 4m`,
+/// `12h22m45s`, `2m12.19s`.
 fn parse_duration(text: &str) -> Option<Duration> {
+    let text = spaced_durations(text);
     let mut total = 0f64;
     let mut any = false;
-    for c in DURATION_PART.captures_iter(text) {
+    for c in DURATION_PART.captures_iter(&text) {
         let n: f64 = c[1].parse().ok()?;
         let unit = c[2].to_ascii_lowercase();
         let secs = match unit.as_str() {
@@ -1001,24 +1315,97 @@ impl Zone {
     }
 }
 
-/// `GMT-3`, `UTC+5:30`, `UTC +0800` → a fixed offset (the sign as written: GMT-3 is UTC−3).
+/// `GMT-3`, `UTC+5:30`, `UTC +0800`, `+08:00` → a fixed offset (the sign as written: GMT-3 is
+/// UTC−3, as Intl and Gemini print it; only the tzdb names `Etc/GMT±N` are inverted).
 fn parse_offset(text: &str) -> Option<FixedOffset> {
-    let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-    let rest = &t[3..];
-    let (sign, digits) = rest.split_at(1);
-    let sign = if sign == "-" { -1 } else { 1 };
-    let (h, m) = match digits.split_once(':') {
-        Some((h, m)) => (h.parse::<i32>().ok()?, m.parse::<i32>().ok()?),
-        None if digits.len() > 2 => (
-            digits[..digits.len() - 2].parse().ok()?,
-            digits[digits.len() - 2..].parse().ok()?,
-        ),
-        None => (digits.parse().ok()?, 0),
-    };
+    static OFFSET: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?i)^(?:utc|gmt)?\s?([+-])\s?(\d{1,2})(?::?(\d{2}))?$").unwrap()
+    });
+    let c = OFFSET.captures(text.trim())?;
+    let sign = if &c[1] == "-" { -1 } else { 1 };
+    let h: i32 = c[2].parse().ok()?;
+    let m: i32 = c.get(3).map_or(Some(0), |m| m.as_str().parse().ok())?;
     if h > 14 || m > 59 {
         return None;
     }
     FixedOffset::east_opt(sign * (h * 3600 + m * 60))
+}
+
+/// Time-zone abbreviations as claude, Gemini (Intl `timeZoneName: "short"`) and people print
+/// them. Judgment calls: `CST` is US Central (Intl en-US prints China as `GMT+8`), `IST` India
+/// (the common case in these messages; Irish and Israel time are read only when the agent's
+/// zone itself says `IST`), `BST` British Summer Time, `AST` Atlantic. The generic `PT`/`ET`/
+/// `CT`/`MT` name a zone that follows DST; the rest are fixed offsets. An abbreviation the
+/// agent's own zone uses is read in that zone first (so `CST` in Asia/Taipei is +8).
+fn abbreviation_zone(abbr: &str) -> Option<Zone> {
+    let named = |name: &str| Tz::from_str(name).ok().map(Zone::Named);
+    let fixed = |minutes: i32| FixedOffset::east_opt(minutes * 60).map(Zone::Fixed);
+    match abbr.to_ascii_uppercase().as_str() {
+        "UTC" | "GMT" | "UT" | "UCT" | "ZULU" | "WET" => fixed(0),
+        "PT" => named("America/Los_Angeles"),
+        "MT" => named("America/Denver"),
+        "CT" => named("America/Chicago"),
+        "ET" => named("America/New_York"),
+        "PST" => fixed(-8 * 60),
+        "PDT" | "MST" => fixed(-7 * 60),
+        "MDT" | "CST" => fixed(-6 * 60),
+        "CDT" | "EST" => fixed(-5 * 60),
+        "EDT" | "AST" => fixed(-4 * 60),
+        "ADT" | "BRT" | "ART" => fixed(-3 * 60),
+        "NST" => fixed(-(3 * 60 + 30)),
+        "NDT" => fixed(-(2 * 60 + 30)),
+        "AKST" => fixed(-9 * 60),
+        "AKDT" => fixed(-8 * 60),
+        "HST" => fixed(-10 * 60),
+        "BST" | "CET" | "WEST" | "WAT" => fixed(60),
+        "CEST" | "EET" | "SAST" | "CAT" => fixed(2 * 60),
+        "EEST" | "MSK" | "EAT" => fixed(3 * 60),
+        "PKT" => fixed(5 * 60),
+        "IST" => fixed(5 * 60 + 30),
+        "ICT" | "WIB" => fixed(7 * 60),
+        "HKT" | "SGT" | "AWST" | "PHT" => fixed(8 * 60),
+        "JST" | "KST" => fixed(9 * 60),
+        "ACST" => fixed(9 * 60 + 30),
+        "AEST" => fixed(10 * 60),
+        "ACDT" => fixed(10 * 60 + 30),
+        "AEDT" => fixed(11 * 60),
+        "NZST" => fixed(12 * 60),
+        "NZDT" => fixed(13 * 60),
+        _ => None,
+    }
+}
+
+/// True when the agent's zone `tz` calls itself `abbr` now or half a year away (its other
+/// DST side).
+fn tz_uses_abbreviation(tz: Tz, abbr: &str, now: DateTime<Utc>) -> bool {
+    use chrono_tz::OffsetName;
+    [now, now + chrono::TimeDelta::days(182)].iter().any(|t| {
+        t.with_timezone(&tz)
+            .offset()
+            .abbreviation()
+            .is_some_and(|a| a.eq_ignore_ascii_case(abbr))
+    })
+}
+
+/// Reads a zone as a message writes it: a tzdb name (`Asia/Taipei`, `Etc/GMT+5`), `UTC`, an
+/// offset (`GMT+8`, `UTC+05:30`) or an abbreviation (`PST`, `CEST`). `None` when it is none
+/// of these.
+fn zone_from_text(text: &str, tz: Tz, now: DateTime<Utc>) -> Option<Zone> {
+    let t = text.trim();
+    // A short all-letter word is an abbreviation first: chrono-tz also knows a few of them as
+    // zones ("CET" follows Brussels' DST), which would contradict what the message wrote.
+    if (2..=5).contains(&t.len()) && t.chars().all(|c| c.is_ascii_alphabetic()) {
+        if tz_uses_abbreviation(tz, t, now) {
+            return Some(Zone::Named(tz));
+        }
+        if let Some(zone) = abbreviation_zone(t) {
+            return Some(zone);
+        }
+    }
+    if let Ok(named) = Tz::from_str(t) {
+        return Some(Zone::Named(named));
+    }
+    parse_offset(t).map(Zone::Fixed)
 }
 
 fn month_number(name: &str) -> Option<u32> {
@@ -1029,8 +1416,26 @@ fn month_number(name: &str) -> Option<u32> {
     MONTHS.iter().position(|m| *m == key).map(|i| i as u32 + 1)
 }
 
+fn weekday_of(name: &str) -> Option<chrono::Weekday> {
+    use chrono::Weekday::*;
+    match name.get(..3)?.to_ascii_lowercase().as_str() {
+        "mon" => Some(Mon),
+        "tue" => Some(Tue),
+        "wed" => Some(Wed),
+        "thu" => Some(Thu),
+        "fri" => Some(Fri),
+        "sat" => Some(Sat),
+        "sun" => Some(Sun),
+        _ => None,
+    }
+}
+
 /// Turns one `RESET_AT` match into an instant and a label; `None` when the match is not a
-/// time (no am/pm and no minutes, hour out of range, bad date).
+/// time (nothing after the lead word, a bare number without am/pm or minutes, an hour out of
+/// range, a bad date).
+///
+/// A date without a time is the start of that day (the earliest the reset can be); a weekday
+/// is its next occurrence; `tomorrow` is the next calendar day in the zone.
 fn reset_from_captures(
     c: &regex::Captures<'_>,
     now: DateTime<Utc>,
@@ -1052,58 +1457,89 @@ fn reset_from_captures(
             })?;
         return Some((instant, whole.to_string()));
     }
-    let hour: u32 = c.name("h")?.as_str().parse().ok()?;
-    let minute: u32 = match c.name("mi") {
-        Some(m) => m.as_str().parse().ok()?,
-        None => 0,
-    };
-    let hour = match c.name("ampm") {
-        Some(ap) => {
-            if !(1..=12).contains(&hour) {
-                return None;
-            }
-            let pm = ap.as_str().to_ascii_lowercase().starts_with('p');
-            match (hour, pm) {
-                (12, false) => 0,
-                (12, true) => 12,
-                (h, true) => h + 12,
-                (h, false) => h,
-            }
+    let month = c.name("mon").or(c.name("mon2"));
+    let day = c.name("day").or(c.name("day2"));
+    let weekday = c.name("wd").and_then(|w| weekday_of(w.as_str()));
+    let relative = c.name("rel").map(|r| r.as_str().to_ascii_lowercase());
+    let time = match (c.name("h"), c.name("named")) {
+        (Some(h), _) => {
+            let hour: u32 = h.as_str().parse().ok()?;
+            let minute: u32 = match c.name("mi") {
+                Some(m) => m.as_str().parse().ok()?,
+                None => 0,
+            };
+            let hour = match c.name("ampm") {
+                Some(ap) => {
+                    if !(1..=12).contains(&hour) {
+                        return None;
+                    }
+                    let pm = ap.as_str().to_ascii_lowercase().starts_with('p');
+                    match (hour, pm) {
+                        (12, false) => 0,
+                        (12, true) => 12,
+                        (h, true) => h + 12,
+                        (h, false) => h,
+                    }
+                }
+                // Without am/pm only `HH:MM` (24-hour) is a time; a bare number is not.
+                None if c.name("mi").is_some() => hour,
+                None => return None,
+            };
+            Some(NaiveTime::from_hms_opt(hour, minute, 0)?)
         }
-        // Without am/pm only `HH:MM` (24-hour) is a time; a bare number is not.
-        None if c.name("mi").is_some() => hour,
-        None => return None,
+        (None, Some(n)) if n.as_str().eq_ignore_ascii_case("noon") => {
+            NaiveTime::from_hms_opt(12, 0, 0)
+        }
+        (None, Some(_)) => NaiveTime::from_hms_opt(0, 0, 0),
+        (None, None) => None,
     };
-    let time = NaiveTime::from_hms_opt(hour, minute, 0)?;
+    // A date or a weekday may stand alone; "tomorrow" (prose) only with a time.
+    if time.is_none() && month.is_none() && weekday.is_none() {
+        return None;
+    }
     let (zone, zone_note) = if let Some(name) = c.name("zone") {
-        match Tz::from_str(name.as_str()) {
-            Ok(named) => (Zone::Named(named), String::new()),
-            Err(_) => (
+        match zone_from_text(name.as_str(), tz, now) {
+            Some(z) => (z, String::new()),
+            None => (
                 Zone::Named(tz),
                 format!(" (unknown zone, read in {})", tz.name()),
             ),
         }
     } else if let Some(off) = c.name("off") {
         (Zone::Fixed(parse_offset(off.as_str())?), String::new())
+    } else if let Some(abbr) = c
+        .name("abbr")
+        .and_then(|a| zone_from_text(a.as_str(), tz, now))
+    {
+        (abbr, String::new())
     } else if c.name("utc").is_some() {
         (Zone::Named(Tz::UTC), String::new())
     } else {
         (Zone::Named(tz), format!(" (read in {})", tz.name()))
     };
     let local_now = zone.local_now(now);
-    let instant = match (c.name("mon"), c.name("day")) {
-        (Some(mon), Some(day)) => {
-            let month = month_number(mon.as_str())?;
-            let day: u32 = day.as_str().parse().ok()?;
-            match c.name("year") {
-                Some(y) => {
-                    let year: i32 = y.as_str().parse().ok()?;
-                    zone.to_utc(NaiveDate::from_ymd_opt(year, month, day)?.and_time(time))
-                }
-                None => nearest_year(&zone, local_now.year(), month, day, time, now)?,
+    let at_time = time.unwrap_or(NaiveTime::MIN);
+    let instant = if let (Some(mon), Some(day)) = (month, day) {
+        let month = month_number(mon.as_str())?;
+        let day: u32 = day.as_str().parse().ok()?;
+        match c.name("year") {
+            Some(y) => {
+                let year: i32 = y.as_str().parse().ok()?;
+                zone.to_utc(NaiveDate::from_ymd_opt(year, month, day)?.and_time(at_time))
             }
+            None => nearest_year(&zone, local_now.year(), month, day, at_time, now)?,
         }
-        _ => next_occurrence(&zone, local_now, time, now),
+    } else if let Some(rel) = relative {
+        let date = if rel == "tomorrow" {
+            local_now.date().succ_opt()?
+        } else {
+            local_now.date()
+        };
+        zone.to_utc(date.and_time(at_time))
+    } else if let Some(weekday) = weekday {
+        next_weekday(&zone, local_now, weekday, at_time, now)
+    } else {
+        next_occurrence(&zone, local_now, time?, now)
     };
     Some((instant, format!("{whole}{zone_note}")))
 }
@@ -1150,6 +1586,32 @@ fn next_occurrence(
     candidate
 }
 
+/// The next `weekday` at `time` (today's counts while it is ahead, or passed at most 15
+/// minutes ago: then `now`).
+fn next_weekday(
+    zone: &Zone,
+    local_now: NaiveDateTime,
+    weekday: chrono::Weekday,
+    time: NaiveTime,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
+    let mut day = local_now.date();
+    for _ in 0..8 {
+        if day.weekday() == weekday {
+            let t = zone.to_utc(day.and_time(time));
+            if t >= now {
+                return t;
+            }
+            if t >= now - PAST_GRACE {
+                return now;
+            }
+        }
+        day = day.succ_opt().unwrap_or(day);
+    }
+    // Unreachable: some day in eight is the weekday and in the future.
+    now
+}
+
 #[cfg(test)]
 mod high_demand_tests {
     use super::*;
@@ -1157,10 +1619,26 @@ mod high_demand_tests {
     #[test]
     fn codex_high_demand_is_a_short_retry() {
         let now = Utc::now();
-        let r = read_text("We’re currently experiencing high demand, which may cause temporary errors.", now, chrono_tz::UTC);
+        let r = read_text(
+            "We’re currently experiencing high demand, which may cause temporary errors.",
+            now,
+            chrono_tz::UTC,
+        );
         assert_eq!(r.kind, LimitKind::Transient, "{r:?}");
-        assert_eq!(read_text("The product is in high demand this season.", now, chrono_tz::UTC).kind, LimitKind::None);
-        let r = read_text("Rate limit exceeded. Please try again in 20s.", now, chrono_tz::UTC);
+        assert_eq!(
+            read_text(
+                "The product is in high demand this season.",
+                now,
+                chrono_tz::UTC
+            )
+            .kind,
+            LimitKind::None
+        );
+        let r = read_text(
+            "Rate limit exceeded. Please try again in 20s.",
+            now,
+            chrono_tz::UTC,
+        );
         assert_eq!(r.kind, LimitKind::Transient, "{r:?}");
         assert_eq!(r.retry_after, Some(std::time::Duration::from_secs(20)));
     }

@@ -464,6 +464,50 @@ async fn replay_empty_result_still_uses_the_assistant_text() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn replay_failed_call_whose_model_text_quotes_a_limit_is_not_a_limit() {
+    // The model's last words quote a limit message (it was working on a limit parser), then
+    // the call fails without a result text (max turns). Only the CLI's own channels may say
+    // "limit": the model's prose is not read, so this is a failed round, not a sleep.
+    let edit = transcript("claude-real-writer-edit.jsonl");
+    let mut t = events(&edit, "system", Some("init")).concat();
+    t.push_str(&format!("{}\n", json!({"type":"assistant","message":{"content":[{"type":"text","text":"Done: the parser now reads `You've hit your limit · resets 7pm` as a usage limit."}]}})));
+    t.push_str(&format!("{}\n", json!({"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":4,"terminal_reason":"max_turns"})));
+    let limits = "[limits]\nrounds = 1\nlimit_sleep_min = \"1s\"\nlimit_sleep_max = \"1s\"\nitem_timeout = \"30s\"\n";
+    let (f, gh, _) = replay_world(&[("writer-1.jsonl", t.clone()), ("writer-2.jsonl", t)], limits).await;
+    let item = drained_item(&f);
+    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "model prose is not a limit: {item:#}");
+    assert_eq!(item["outcome"], "error", "{item:#}");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_rejected_plan_carried_by_extra_usage_keeps_its_round() {
+    // claude's rate_limit_event says the plan's limit is hit ("rejected") while extra usage
+    // carries the call (`overageStatus: allowed`, `isUsingOverage: true`): the call goes on
+    // and succeeds, so its round is kept, not thrown away for a sleep.
+    let edit = transcript("claude-real-writer-edit.jsonl");
+    let event = json!({"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1796055300,"rateLimitType":"five_hour","overageStatus":"allowed","isUsingOverage":true}});
+    let mut lines: Vec<String> = edit.lines().map(|l| format!("{l}\n")).collect();
+    lines.insert(1, format!("{event}\n"));
+    let limits = "[limits]\nrounds = 1\nlimit_sleep_min = \"1s\"\nlimit_sleep_max = \"1s\"\nitem_timeout = \"30s\"\n";
+    let (f, gh, _) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            ("writer-1.jsonl", lines.concat()),
+            ("writer-2.sh", "echo sub >> calc.txt\n".into()),
+            ("writer-2.jsonl", lines.concat()),
+            ("reviewer-1.jsonl", transcript("claude-real-reviewer-approve-in-text.jsonl")),
+        ],
+        limits,
+    )
+    .await;
+    let item = drained_item(&f);
+    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "extra usage carried the call: {item:#}");
+    assert_eq!(item["outcome"], "pr_opened", "{item:#}");
+    assert_eq!(gh.prs().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn replay_reviewer_requests_changes_then_approves() {
     let writer = transcript("claude-real-writer-edit.jsonl");
     let (f, gh, dir) = replay_world(

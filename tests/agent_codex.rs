@@ -436,6 +436,38 @@ async fn replay_usage_limit_body_on_stderr_sleeps_until_reset_then_retries() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn replay_rate_limit_is_exceeded_is_throttling_then_the_round_goes_on() {
+    // codex against a provider that throttles (openai/codex issue #3764, Azure): its own
+    // retry notices ("…; retrying 1/5 in 209ms…") are not final; the turn.failed saying
+    // "Rate limit is exceeded. Try again in N seconds." is a short retry, not a failed round.
+    let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n").await;
+    let notice = "stream error: stream disconnected before completion: Rate limit is exceeded. Try again in 1 seconds.; retrying 1/5 in 209ms…";
+    let failed = "stream disconnected before completion: Rate limit is exceeded. Try again in 1 seconds.";
+    put(
+        &d,
+        "writer-1.jsonl",
+        &format!(
+            "{}\n{}\n{}\n{}\n",
+            r#"{"type":"thread.started","thread_id":"01a22c90-4917-70a0-abc8-7d5168ee556f"}"#,
+            r#"{"type":"turn.started"}"#,
+            serde_json::json!({"type":"error","message":notice}),
+            serde_json::json!({"type":"turn.failed","error":{"message":failed}}),
+        ),
+    );
+    put(&d, "writer-1.exit", "1");
+    put(&d, "writer-2.sh", WRITE_SUB);
+    put(&d, "writer-2.jsonl", &cli::transcript("real-writer-patch.jsonl"));
+    put(&d, "reviewer.jsonl", &cli::transcript("real-reviewer-approve.jsonl"));
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let item = &f.report()["items"][0];
+    assert_eq!((item["outcome"].as_str(), item["rounds"].as_u64()), (Some("pr_opened"), Some(1)), "throttling did not use up the round: {item:#}");
+    assert_eq!(f.db.sql("SELECT string_agg(kind, ',') FROM limit_sleeps"), "transient");
+    assert_eq!(f.db.sql("SELECT string_agg(role || ':' || coalesce(limit_kind, '-'), ' ' ORDER BY id) FROM agent_calls"), "writer:transient writer:- reviewer:-");
+    assert_eq!(gh.prs().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn replay_reviewer_that_edits_is_void_and_unknown_flags_fail_the_call() {
     let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n").await;
     put(&d, "writer.sh", WRITE_SUB);

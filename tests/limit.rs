@@ -664,3 +664,400 @@ proptest! {
         }
     }
 }
+
+// --- real variants collected from public issue threads and code (not in limit-messages.txt) ----
+
+/// One real message with the reading it must give. `stream` is what [`read_stream_line`] must
+/// give when the text is the line itself (`None`: a multi-line or embedded text, not checked).
+struct Variant {
+    text: &'static str,
+    now: &'static str,
+    tz: &'static str,
+    kind: &'static str,
+    resets_at: Option<&'static str>,
+    retry_ms: Option<u128>,
+    stream: Option<&'static str>,
+    source: &'static str,
+}
+
+/// The `now` of most variants: 2026-03-04 17:50 UTC (a Wednesday; 01:50 Thursday in Taipei).
+const NOW: &str = "2026-03-04T17:50:00Z";
+
+const fn v(
+    text: &'static str,
+    tz: &'static str,
+    kind: &'static str,
+    resets_at: Option<&'static str>,
+    retry_ms: Option<u128>,
+    stream: Option<&'static str>,
+    source: &'static str,
+) -> Variant {
+    Variant { text, now: NOW, tz, kind, resets_at, retry_ms, stream, source }
+}
+
+const U: &str = "usage_limit";
+const T: &str = "transient";
+const N: &str = "none";
+
+/// Expected instants were computed independently (Python zoneinfo) from the message, `now` and
+/// zone, before the parser ran.
+const REAL_VARIANTS: &[Variant] = &[
+    // Claude Code: "You've hit your … limit" with every limit name the CLI prints.
+    v("You've hit your limit · resets 10pm (America/New_York)", "Asia/Taipei", U, Some("2026-03-05T03:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/22946"),
+    v("You've hit your session limit · resets 8:30pm (Asia/Tokyo)", "UTC", U, Some("2026-03-05T11:30:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/77082"),
+    v("You've hit your session limit · resets 11:20am (Europe/Budapest)", "UTC", U, Some("2026-03-05T10:20:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/69995"),
+    v("You've hit your session limit · resets 1:40pm (Europe/Paris)", "UTC", U, Some("2026-03-05T12:40:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/72691"),
+    v("You've hit your weekly limit · resets 5pm (America/Detroit)", "UTC", U, Some("2026-03-04T22:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/94390"),
+    v("You've hit your limit · resets 10pm ", "Europe/Berlin", U, Some("2026-03-04T21:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/52334"),
+    Variant { now: "2025-11-29T12:00:00Z", ..v("Weekly limit reached · resets Dec 2, 7pm (Europe/Moscow) ·", "UTC", U, Some("2025-12-02T16:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/12686") },
+    v("5-hour limit reached · resets 2pm (Pacific/Auckland) · /upgrade to Max 20x or turn on /extra-usage", "UTC", U, Some("2026-03-05T01:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/12308"),
+    Variant { now: "2025-10-25T18:00:00Z", ..v("Opus weekly limit reached ∙ resets Oct 31, 9am", "America/Los_Angeles", U, Some("2025-10-31T16:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/10333") },
+    // A date without a time: the start of that day in the zone (the earliest the reset can be).
+    Variant { now: "2025-10-18T18:00:00Z", ..v("Opus weekly limit reached ∙ resets Oct 24", "America/Los_Angeles", U, Some("2025-10-24T07:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/10333") },
+    v("Session limit reached ∙ resets 8pm", "America/Guayaquil", U, Some("2026-03-05T01:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/11577"),
+    v("Session limit reached – resets in 2 hours", "UTC", U, Some("2026-03-04T19:50:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/11577"),
+    // Claude Code: extra usage (overage) exhausted.
+    v("You're out of extra usage · resets 9pm", "Asia/Taipei", U, Some("2026-03-05T13:00:00Z"), None, Some(U), "https://github.com/frankbria/ralph-claude-code/issues/100"),
+    v("You're out of extra usage · resets 7pm (Asia/Seoul)", "UTC", U, Some("2026-03-05T10:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/56219"),
+    v("You're out of extra usage · resets 5:50pm (Asia/Calcutta)", "UTC", U, Some("2026-03-05T12:20:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/84141"),
+    v("You're out of extra usage · resets 9am (America/Cordoba)", "UTC", U, Some("2026-03-05T12:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/42654"),
+    Variant { now: "2026-02-02T19:49:00Z", ..v("You're out of extra usage · resets Feb 4, 8pm (Europe/Budapest)", "UTC", U, Some("2026-02-04T19:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/22603") },
+    Variant { now: "2026-03-24T13:11:00Z", ..v(" You're out of extra usage · resets 5pm (Europe/Brussels)   ", "UTC", U, Some("2026-03-24T16:00:00Z"), None, Some(U), "https://github.com/anthropics/claude-code/issues/38232") },
+    v("Error: You're out of extra usage · resets 9pm (UTC)", "Asia/Taipei", U, Some("2026-03-04T21:00:00Z"), None, Some(U), "public test of a Claude Code harness (code search: 'mock_cli_result.error')"),
+    v(r#"400 {"type":"error","error":{"message":"You're out of extra usage. Add more at claude.ai/settings/usage and keep going."}}"#, "UTC", U, None, None, None, "public test of an OAuth harness (code search: 'anthropic_extra_usage')"),
+    // Claude Code: the legacy text wrapped by the terminal (zone or time on the next line).
+    v("Claude usage limit reached. Your limit will reset \n     at 3pm (America/Santiago).", "UTC", U, Some("2026-03-04T18:00:00Z"), None, None, "https://github.com/anthropics/claude-code/issues/9236"),
+    v("Claude usage limit reached. Your limit will reset at 10am \n     (America/Lima). Dice eso", "UTC", U, Some("2026-03-05T15:00:00Z"), None, None, "https://github.com/anthropics/claude-code/issues/10188"),
+    // Claude Code / Anthropic API: throttling and overload (short retry).
+    v("  ⎿  API Error: Repeated 529 Overloaded errors", "UTC", T, None, None, Some(T), "https://github.com/lbjlaq/Antigravity-Manager/issues/112"),
+    v("API Error: 529 {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded.\nhttps://docs.claude.com/en/api/errors\"},\"request_id\":\"req_011CZTEFvft13DajMTp9pp64\"}", "UTC", T, None, None, None, "https://github.com/anthropics/claude-code/issues/39745"),
+    v("API Error: 529 Overloaded. This is a server-side issue, usually temporary — try again in a moment. If it persists, check https://status.claude.com/.", "UTC", T, None, None, Some(T), "https://github.com/anthropics/claude-code/issues/87317"),
+    v(r#" ⎿  API Error (529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"},"request_id":null}) · Retrying in 4 seconds… (attempt 4/10)"#, "UTC", T, None, Some(4000), Some(T), "https://github.com/anthropics/claude-code/issues/7218"),
+    v("API Error: Request rejected (429) \u{b7} This request would exceed your organization's rate limit of 10,000 input tokens per minute", "UTC", T, None, None, Some(T), "https://github.com/anthropics/claude-code-security-review/issues/96"),
+    v("API Error: Request rejected (429) · Rate limited. Please try again later.", "UTC", T, None, None, Some(T), "https://github.com/anthropics/claude-code/issues/69023"),
+    v(r#"429 {"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit (https://docs.anthropic.com/en/api/rate-limits); see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later. You may also contact sales at https://www.anthropic.com/contact-sales to discuss your options for a rate limit increase."}}"#, "UTC", T, None, None, Some(T), "https://github.com/cline/cline/issues/42"),
+    v("anthropic.api.ApiException: ('post request failed with status code: 429', {'error': {'type': 'rate_limit_error', 'message': 'Number of concurrent connections to Claude exceeds your rate limit. Please try again, or contact sales@anthropic.com to discuss your options for a rate limit increase.'}})", "UTC", T, None, None, Some(T), "https://github.com/kharvd/gpt-cli/issues/38"),
+    // Codex CLI / app.
+    v("🖐  You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in 3 hours 2 minutes.", "UTC", U, Some("2026-03-04T20:52:00Z"), None, Some(U), "https://github.com/openai/codex/issues/3031"),
+    v("🖐 You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing), or wait for limits to reset (every 5h and every week.).", "UTC", U, None, None, Some(U), "https://github.com/openai/codex/issues/2669"),
+    Variant { now: "2026-05-04T12:00:00Z", ..v("You've hit your usage limit. Upgrade to Plus to continue using Codex (https://chatgpt.com/explore/plus), or try again at May 11th, 2026 1:36 PM.", "Europe/Madrid", U, Some("2026-05-11T11:36:00Z"), None, Some(U), "https://github.com/openai/codex/issues/21047") },
+    Variant { now: "2026-08-30T12:00:00Z", ..v("You have reached the usage limit. Upgrade or add credits to continue, or try again after September 6, 2026, 11:15.", "Asia/Shanghai", U, Some("2026-09-06T03:15:00Z"), None, Some(U), "https://github.com/openai/codex/issues/41689") },
+    v("■ You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in 8 hours 30 minutes.", "UTC", U, Some("2026-03-05T02:20:00Z"), None, Some(U), "https://github.com/openai/codex/issues/4104"),
+    // A localized date (pt-BR, from the Codex app) is not misread: the reset stays unknown.
+    v("You've hit your usage limit. Upgrade your plan to continue, or try again at 10 de jul. de 2026, 11:52.", "America/Sao_Paulo", U, None, None, Some(U), "https://github.com/openai/codex/issues/28089"),
+    Variant { now: "2026-07-23T12:00:00Z", ..v("You've hit your usage limit for GPT-5.3-Codex-Spark.\nSwitch to another model now, or try again at Jul 28th, 2026 10:31 AM.", "UTC", U, Some("2026-07-28T10:31:00Z"), None, None, "public task log quoting codex (code search: 'BLOCKED_RESOURCE_MONITOR_QUOTA')") },
+    Variant { now: "2026-07-06T12:00:00Z", ..v("  Evidence: the sub-agent returned `You've hit your usage limit for\n  GPT-5.3-Codex-Spark. Switch to another model now, or try again at Jul 7th,\n  2026 12:20 PM.`", "UTC", U, Some("2026-07-07T12:20:00Z"), None, None, "public plan document quoting codex, wrapped at 80 columns (code search: 'scrutineer')") },
+    v("You've hit your usage limit for codex_other. Switch to another model now, or try again later.", "UTC", U, None, None, Some(U), "openai/codex UsageLimitReachedError tests (code search)"),
+    v("You've hit your usage limit. To get more access now, send a request to your admin or try again at 3:42 PM.", "Asia/Taipei", U, Some("2026-03-05T07:42:00Z"), None, Some(U), "openai/codex codex-rs/core/src/error.rs (Team/Business plan wording)"),
+    v("■ stream disconnected before completion: Rate limit is exceeded. Try again in 11 seconds.", "UTC", T, None, Some(11_000), Some(T), "https://github.com/openai/codex/issues/3764"),
+    v("⚠️ stream error: stream disconnected before completion: Rate limit is exceeded. Try again in 4 seconds.; retrying 1/5 in 209ms…", "UTC", T, None, Some(4_000), Some(T), "https://github.com/openai/codex/issues/3764"),
+    // Gemini CLI: a quota reset hours away is a usage limit, not a short retry.
+    v("X [API Error: You have exhausted your capacity on this model. Your quota will reset after 12h22m45s.]", "UTC", U, Some("2026-03-05T06:12:45Z"), None, None, "public test of a Gemini CLI driver (code search: '_detectRuntimeBlocker')"),
+    v("Error when talking to Gemini API Full report available at: C:\\Users\\edebe\\AppData\\Local\\Temp\\gemini-client-error-Turn.run-sendMessageStream-2026-03-21T21-58-34-185Z.json TerminalQuotaError: You have exhausted your capacity on this model. Your quota will reset after 1h49m8s.", "UTC", U, Some("2026-03-04T19:39:08Z"), None, None, "public gemini-cli log (code search: 'classifyGoogleError')"),
+    v("'You have exhausted your capacity on this model. Your quota will reset after 21h53m56s.'", "UTC", U, Some("2026-03-05T15:43:56Z"), None, None, "public experiment notes (code search: 'Why we wait')"),
+    v("google returned 429: Your quota will reset after 10m15s", "UTC", U, Some("2026-03-04T18:00:15Z"), None, None, "public test of a Gemini client (code search: 'statedDelays')"),
+    v("google returned 429: Please retry in 12.5s", "UTC", T, None, Some(12_500), None, "public test of a Gemini client (code search: 'statedDelays')"),
+    v("Usage limit reached for all Pro models.\nAccess resets at 11:00 AM GMT+2.", "UTC", U, Some("2026-03-05T09:00:00Z"), None, None, "public test of a Gemini CLI driver (code search: '_detectRuntimeBlocker')"),
+    v("'Individual quota reached. Resets in 157h'", "UTC", U, Some("2026-03-11T06:50:00Z"), None, None, "https://github.com/google-gemini/gemini-cli/issues/26696"),
+    v("✕ [API Error: {\"error\":{\"message\":\"{\\n  \\\"error\\\": {\\n    \\\"code\\\": 429,\\n    \\\"message\\\": \\\"You exceeded your current quota, please \n  check your plan and billing details. For more information on this error, head to: \n  https://ai.google.dev/gemini-api/docs/rate-limits.\\\\n* Quota exceeded for metric: \n  generativelanguage.googleapis.com/generate_content_free_tier_input_token_count, limit: 125000\\\\nPlease retry in 15.002899939s.\\\",\\n    \n  \\\"status\\\": \\\"RESOURCE_EXHAUSTED\\\",", "UTC", T, None, Some(15_002), None, "https://github.com/google-gemini/gemini-cli/issues/8883"),
+    v("litellm.llms.vertex_httpx.VertexAIError: {\n  \"error\": {\n    \"code\": 429,\n    \"message\": \"Resource has been exhausted (e.g. check quota).\",\n    \"status\": \"RESOURCE_EXHAUSTED\"\n  }\n}", "UTC", T, None, None, None, "https://github.com/Aider-AI/aider/issues/1263"),
+    // API-key agents (aider, litellm, groq/openai bodies).
+    v("The API provider has rate limited you. Try again later or check your quotas.", "UTC", T, None, None, Some(T), "https://github.com/Aider-AI/aider/issues/3265"),
+    v("litellm.RateLimitError: RateLimitError: GroqException - b'{\"error\":{\"message\":\"Rate limit reached for  \nmodel `gemma2-9b-it` in organization `...` service tier `on_demand` on      \ntokens per minute (TPM): Limit 15000, Used 11972, Requested 4351. Please try again in 5.289s. Visit    \nhttps://console.groq.com/docs/rate-limits for more", "UTC", T, None, Some(5_289), None, "https://github.com/Aider-AI/aider/issues/3265"),
+    v("Exception in thread \"main\" java.lang.RuntimeException: dev.ai4j.openai4j.OpenAiHttpException: {\"error\":{\"message\":\"Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_01k8v57vwmfdk8mg1654bs451r` service tier `on_demand` on tokens per day (TPD): Limit 100000, Used 99220, Requested 1012. Please try again in 3m20.448s. Need more tokens? Upgrade to Dev Tier today at https://console.groq.com/settings/billing\",\"type\":\"tokens\",\"code\":\"rate_limit_exceeded\"}}", "UTC", T, None, Some(200_448), None, "public README quoting a Groq 429 (code search: 'OpenAiHttpException')"),
+    v("Error code: 429 … tokens per day (TPD): Limit 200000, Used 199564 … try again in 15m44s", "UTC", U, Some("2026-03-04T18:05:44Z"), None, None, "public incident note quoting a Groq 429 (code search: 'tokens per DAY')"),
+    v("openai.RateLimitError: Error code: 429 - {'error': {'message': 'You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.', 'type': 'insufficient_quota', 'param': None, 'code': 'insufficient_quota'}}", "UTC", U, None, None, Some(U), "https://github.com/OpenBMB/ChatDev/issues/399"),
+    v("litellm.RateLimitError: RateLimitError: OpenAIException - Error code: \n429 - {'error': {'message': 'You exceeded your current quota, please \ncheck your plan and billing details. For more information on this \nerror, read the docs: \nhttps://platform.openai.com/docs/guides/error-codes/api-errors.', \n'type': 'insufficient_quota', 'param': None, 'code': \n'insufficient_quota'}}\nRetrying in 0.2 seconds...", "UTC", U, None, None, None, "https://github.com/Aider-AI/aider/issues/1686"),
+    v("429 You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.", "UTC", U, None, None, Some(U), "https://github.com/continuedev/continue/issues/10546"),
+    // Look-alikes: warnings, context limits, network errors, panels and prose.
+    v("Approaching Opus usage limit · /model to use best available model", "UTC", N, None, None, Some(N), "https://github.com/anthropics/claude-code/issues/7756"),
+    v("Context limit reached · /compact or /clear to continue", "UTC", N, None, None, Some(N), "https://github.com/anthropics/claude-code/issues/19018"),
+    v(r#"API Error: 400 {"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 197202 + 21333 > 200000, decrease input length or `max_tokens` and try again"},"request_id":"req_011CSVYpzXYKxaxzSc64txNM"}"#, "UTC", N, None, None, Some(N), "https://github.com/anthropics/claude-code/issues/6559"),
+    v("Context low (9% remaining) · Run /compact to compact & continue", "UTC", N, None, None, Some(N), "https://github.com/trommel108/claude-code/issues/49"),
+    v("Error: Error during compaction: Error: Conversation too long. Press esc twice to go up a few messages and try again.", "UTC", N, None, None, Some(N), "https://github.com/anthropics/claude-code/issues/30401"),
+    v("  ⎿  API Error (Request timed out.) · Retrying in 8 seconds… (attempt 5/10)", "UTC", N, None, None, Some(N), "https://github.com/anthropics/claude-code/issues/2919"),
+    v("Current session\n ▌                                                  1% used\n Resets 12:59pm (America/New_York)\n\n Current week (all models)\n Resets 7:59am (America/New_York)\n\n Current week (Sonnet only)\n Resets Jan 12, 10:59am (America/New_York)", "UTC", N, None, None, None, "https://github.com/anthropics/claude-code/issues/16618 (/usage panel)"),
+    v("stream disconnected before completion: An error occurred while processing your request. You can retry your request, or contact us through our help center at help.openai.com if the error persists. Please include the request ID cfaf2c7c-7a57-4817-92fc-4e18058311df in your message.", "UTC", N, None, None, Some(N), "https://github.com/openai/codex/issues/41895"),
+    v("⚠ Heads up, you have less than 25% of your 5h limit left. Run /status for a\n  breakdown.", "UTC", N, None, None, None, "public codex transcript (code search: 'Heads up, you have less than')"),
+    v("⚠ Heads up, you have less than 10% of your weekly limit left. Run /status for a breakdown.", "UTC", N, None, None, Some(N), "codex 0.154.0 screen captured in a public test (code search)"),
+    v("  Approaching rate limits\n  Switch to gpt-5.6-luna for lower credit usage?", "UTC", N, None, None, None, "codex 0.154.0 screen captured in a public test (code search)"),
+    v("You've used 90% of your session limit · resets 3pm", "UTC", N, None, None, Some(N), "claude-code getEarlyWarningText (template: You've used N% of your <limit> · resets <time>)"),
+    v("You're now using extra usage · Your session limit resets 3pm", "UTC", N, None, None, Some(N), "claude-code getUsingOverageText (template)"),
+    v("You're close to your extra usage spending limit", "UTC", N, None, None, Some(N), "claude-code getRateLimitMessage (template)"),
+    v("Approaching weekly limit · resets Oct 6, 1am", "UTC", N, None, None, Some(N), "claude-code getEarlyWarningText (template: Approaching <limit> · resets <time>)"),
+];
+
+#[test]
+fn real_variants_read_as_pinned() {
+    assert!(REAL_VARIANTS.len() >= 40);
+    let mut failures = Vec::new();
+    for c in REAL_VARIANTS {
+        let now = at(c.now);
+        let tz = Tz::from_str(c.tz).unwrap();
+        let got = read_text(c.text, now, tz);
+        let retry_ms = got.retry_after.map(|d| d.as_millis());
+        if got.kind.as_str() != c.kind || got.resets_at != c.resets_at.map(at) || retry_ms != c.retry_ms {
+            failures.push(format!(
+                "expected {} {:?} retry {:?}, got {} {:?} retry {:?} ({})\n    {:?}\n    source: {}",
+                c.kind, c.resets_at, c.retry_ms, got.kind, got.resets_at.map(|t| t.to_rfc3339()), retry_ms, got.source, c.text, c.source
+            ));
+        }
+        if let Some(want) = c.stream {
+            let line = read_stream_line(c.text, now, tz);
+            if line.kind.as_str() != want {
+                failures.push(format!("as a stream line: expected {want}, got {} ({})\n    {:?}", line.kind, line.source, c.text));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} variants misread:\n{}", failures.len(), REAL_VARIANTS.len(), failures.join("\n"));
+}
+
+// --- the kinds behind the variants: zones, dates, waits (constructed, one per form) ---------
+
+fn reads(text: &str, now: &str, tz: &str) -> LimitReading {
+    read_text(text, at(now), Tz::from_str(tz).unwrap())
+}
+
+#[test]
+fn zone_abbreviations_and_offsets_are_read() {
+    // NOW is 2026-03-04 17:50 UTC; US zones are on standard time, Europe too.
+    let cases = [
+        // Fixed abbreviations (documented table).
+        ("You've hit your limit · resets 3pm (PST)", "Asia/Taipei", "2026-03-04T23:00:00Z"),
+        ("You've hit your limit · resets 3pm (PDT)", "Asia/Taipei", "2026-03-04T22:00:00Z"),
+        ("You've hit your limit · resets 3pm (EST)", "Asia/Taipei", "2026-03-04T20:00:00Z"),
+        ("You've hit your limit · resets 3pm (EDT)", "Asia/Taipei", "2026-03-04T19:00:00Z"),
+        ("You've hit your limit · resets 9pm (CET)", "Asia/Taipei", "2026-03-04T20:00:00Z"),
+        ("You've hit your limit · resets 9pm (CEST)", "Asia/Taipei", "2026-03-04T19:00:00Z"),
+        ("You've hit your limit · resets 9am (JST)", "UTC", "2026-03-05T00:00:00Z"),
+        // IST is India unless the agent's own zone says IST (Ireland in summer).
+        ("You've hit your limit · resets 6:30pm (IST)", "UTC", "2026-03-05T13:00:00Z"),
+        // CST is US Central, unless the agent runs in a zone that calls itself CST (Taipei).
+        ("You've hit your limit · resets 3pm (CST)", "UTC", "2026-03-04T21:00:00Z"),
+        ("You've hit your limit · resets 3pm (CST)", "Asia/Taipei", "2026-03-05T07:00:00Z"),
+        // Generic names follow DST: PT in March before the switch is PST.
+        ("You've hit your limit · resets 3pm (PT)", "UTC", "2026-03-04T23:00:00Z"),
+        // Offsets in parentheses and bare, with the sign as written.
+        ("You've hit your limit · resets 8pm (GMT+8)", "UTC", "2026-03-05T12:00:00Z"),
+        ("You've hit your limit · resets 8pm (UTC+05:30)", "UTC", "2026-03-05T14:30:00Z"),
+        ("Usage limit reached for gemini-2.5-pro. Access resets at 9:15 PM UTC+2.", "UTC", "2026-03-04T19:15:00Z"),
+        ("Usage limit reached for gemini-2.5-pro. Access resets at 3:45 PM PST.", "Asia/Taipei", "2026-03-04T23:45:00Z"),
+        // Etc/GMT+5 is the POSIX-inverted name of UTC-5.
+        ("You've hit your limit · resets 1pm (Etc/GMT+5)", "UTC", "2026-03-04T18:00:00Z"),
+        // An unknown zone word is read in the agent's zone, never a crash.
+        ("You've hit your limit · resets 9pm (Mars/Olympus)", "Asia/Taipei", "2026-03-05T13:00:00Z"),
+    ];
+    for (text, tz, want) in cases {
+        let r = reads(text, NOW, tz);
+        assert_eq!((r.kind, r.resets_at), (LimitKind::UsageLimit, Some(at(want))), "{text} in {tz}: {}", r.source);
+    }
+    // An abbreviation means what it says even where tzdb has a zone of that name: "CET" in
+    // July is +1 (tzdb's "CET" follows Brussels into summer time).
+    let r = reads("You've hit your limit · resets 9pm (CET)", "2026-07-01T12:00:00Z", "UTC");
+    assert_eq!(r.resets_at, Some(at("2026-07-01T20:00:00Z")), "{}", r.source);
+    // Dublin in summer calls itself IST: read in the agent's zone (UTC+1 then), not India.
+    let r = reads("You've hit your limit · resets 6:30pm (IST)", "2026-07-01T12:00:00Z", "Europe/Dublin");
+    assert_eq!(r.resets_at, Some(at("2026-07-01T17:30:00Z")), "{}", r.source);
+}
+
+#[test]
+fn weekdays_noon_midnight_tomorrow_and_dates_without_time() {
+    // NOW is Wednesday 2026-03-04 17:50 UTC.
+    let cases = [
+        ("You've hit your weekly limit · resets Friday 2:00 PM (UTC)", "2026-03-06T14:00:00Z"),
+        ("You've hit your weekly limit · resets Wed 6pm (UTC)", "2026-03-04T18:00:00Z"),
+        // Today's weekday already passed (more than 15 minutes ago): next week.
+        ("You've hit your weekly limit · resets Wednesday 9am (UTC)", "2026-03-11T09:00:00Z"),
+        ("You've hit your limit · resets Thu, Mar 5 at 9am (UTC)", "2026-03-05T09:00:00Z"),
+        ("You've hit your limit · resets tomorrow at 9am (UTC)", "2026-03-05T09:00:00Z"),
+        ("You've hit your limit · resets at midnight (UTC)", "2026-03-05T00:00:00Z"),
+        ("You've hit your limit · resets noon (UTC)", "2026-03-05T12:00:00Z"),
+        ("You've hit your limit · resets Mar 7 (UTC)", "2026-03-07T00:00:00Z"),
+        ("You've hit your limit · resets 7 March 2026, 13:45 (UTC)", "2026-03-07T13:45:00Z"),
+        ("You've hit your limit · resets Jan 2, 2027, 9am (UTC)", "2027-01-02T09:00:00Z"),
+        ("You've hit your usage limit. Try again at 2026-03-05T09:30:00Z.", "2026-03-05T09:30:00Z"),
+    ];
+    let now = if true { NOW } else { "" };
+    for (text, want) in cases {
+        let now = if text.contains("2027") { "2026-12-30T12:00:00Z" } else { now };
+        let r = reads(text, now, "Asia/Taipei");
+        assert_eq!((r.kind, r.resets_at), (LimitKind::UsageLimit, Some(at(want))), "{text}: {}", r.source);
+    }
+    // "Try again tomorrow." names no time: the reset stays unknown (a 1 h sleep).
+    let r = reads("You've hit your limit. Try again tomorrow.", NOW, "UTC");
+    assert_eq!((r.kind, r.resets_at), (LimitKind::UsageLimit, None), "{}", r.source);
+}
+
+#[test]
+fn stated_waits_in_every_form() {
+    let cases: [(&str, LimitKind, Option<&str>, Option<u128>); 10] = [
+        ("You've hit your usage limit. Try again in 1h 30m.", LimitKind::UsageLimit, Some("2026-03-04T19:20:00Z"), None),
+        ("You've hit your usage limit. Try again in 45 minutes.", LimitKind::UsageLimit, Some("2026-03-04T18:35:00Z"), None),
+        ("You've hit your limit · resets in about 2 hours", LimitKind::UsageLimit, Some("2026-03-04T19:50:00Z"), None),
+        ("You've hit your usage limit. Try again in 1 day and 2 hours.", LimitKind::UsageLimit, Some("2026-03-05T19:50:00Z"), None),
+        // A client's own backoff is not the account's reset.
+        ("You exceeded your current quota, please check your plan and billing details. Retrying in 8.0 seconds...", LimitKind::UsageLimit, None, None),
+        // Gemini RetryInfo and a Retry-After header state the wait as a field.
+        (r#"429 {"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"34.074824224s"}]}}"#, LimitKind::Transient, None, Some(34_074)),
+        ("HTTP 429 Too Many Requests; retry-after: 20", LimitKind::Transient, None, Some(20_000)),
+        ("HTTP 429 Too Many Requests; retry-after: 3600", LimitKind::UsageLimit, Some("2026-03-04T18:50:00Z"), None),
+        // Groq's per-day cap without a wait: the day's reset is unknown.
+        ("Rate limit reached for model `llama-3.3-70b-versatile` on tokens per day (TPD): Limit 100000, Used 99220, Requested 1012.", LimitKind::UsageLimit, None, None),
+        // A dumped subscription 429 with claude's headers.
+        ("anthropic-ratelimit-unified-status: rejected\nanthropic-ratelimit-unified-reset: 1772650000", LimitKind::UsageLimit, Some("2026-03-04T18:46:40Z"), None),
+    ];
+    for (text, kind, reset, retry) in cases {
+        let r = reads(text, NOW, "UTC");
+        assert_eq!(
+            (r.kind, r.resets_at, r.retry_after.map(|d| d.as_millis())),
+            (kind, reset.map(at), retry),
+            "{text}: {}",
+            r.source
+        );
+    }
+    // Codex's 429 body with an RFC 3339 `resets_at`, and Gemini's quotaResetTimeStamp.
+    let r = reads(r#"{"error":{"type":"usage_limit_reached","resets_at":"2026-03-05T01:00:00Z"}}"#, NOW, "UTC");
+    assert_eq!(r.resets_at, Some(at("2026-03-05T01:00:00Z")), "{}", r.source);
+}
+
+#[test]
+fn more_look_alikes_are_not_limits() {
+    let now = at(NOW);
+    for text in [
+        "I'll add a rate limiter to the API client so we stay under GitHub's rate limit.",
+        "The client now retries on 429 and respects the rate limit headers.",
+        "test limit::tests::usage_limit_reached_resets ... ok",
+        "test agent::codex::tests::insufficient_quota_is_a_usage_limit ... ok",
+        "test rate_limit_error_is_transient ... ok",
+        "fn handle_resource_exhausted(status: Status) -> Reading {",
+        "The context window limit is 200k tokens; we are at 180k.",
+        "Claude's response exceeded the 32000 output token maximum. To configure this behavior, set the CLAUDE_CODE_MAX_OUTPUT_TOKENS environment variable.",
+        "Approaching your usage limit · resets 7pm",
+        "You have 10% of your usage left",
+        "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
+        "warning: rate limit handling is not implemented for the Gemini provider",
+    ] {
+        let r = read_text(text, now, taipei());
+        assert_eq!(r.kind, LimitKind::None, "{text}: {}", r.source);
+        assert_eq!(read_stream_line(text, now, taipei()).kind, LimitKind::None, "{text}");
+    }
+    // Prose that quotes a limit message is a limit only on the error channel, never as a line
+    // of ordinary output.
+    for line in [
+        "docs: explain what 'You've hit your usage limit' means",
+        "- handle `You're out of extra usage · resets 9pm` like a session limit",
+        "Fixed the parser so \"Session limit reached ∙ resets 8pm\" is read in the agent's zone.",
+    ] {
+        assert_eq!(read_stream_line(line, now, taipei()).kind, LimitKind::None, "{line}");
+    }
+}
+
+// --- transcripts: the structured channel ---------------------------------------------------------
+
+fn ev(json: &str) -> serde_json::Value {
+    serde_json::from_str(json).unwrap()
+}
+
+#[test]
+fn rate_limit_event_statuses_and_overage() {
+    let now = at("2026-03-04T10:00:00Z");
+    let none = [
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","resetsAt":1772629920,"rateLimitType":"five_hour","isUsingOverage":false}}"#,
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":1787590800,"rateLimitType":"seven_day","utilization":0.37,"isUsingOverage":false}}"#,
+        // The plan's limit is hit but extra usage carries the call (claude's isUsingOverage).
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1772629920,"rateLimitType":"five_hour","overageStatus":"allowed","isUsingOverage":true}}"#,
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1772629920,"rateLimitType":"five_hour","overageStatus":"allowed_warning"}}"#,
+    ];
+    for line in none {
+        assert_eq!(read_claude_event(&ev(line), now, Tz::UTC), None, "{line}");
+        assert_eq!(read_output(line, "", now, Tz::UTC).kind, LimitKind::None, "{line}");
+    }
+    // Plan and extra usage both rejected: the earlier reset frees the account.
+    let both = ev(r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1772629920,"rateLimitType":"five_hour","overageStatus":"rejected","overageResetsAt":1772618400,"overageDisabledReason":"out_of_credits","isUsingOverage":false}}"#);
+    let r = read_claude_event(&both, now, Tz::UTC).unwrap();
+    assert_eq!((r.kind, r.resets_at), (LimitKind::UsageLimit, Some(at("2026-03-04T10:00:00Z"))), "{}", r.source);
+    // A monthly overage reset far away is not believed; the plan's reset is used.
+    let far = ev(r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1772629920,"overageStatus":"rejected","overageResetsAt":1775000000}}"#);
+    let r = read_claude_event(&far, now, Tz::UTC).unwrap();
+    assert_eq!(r.resets_at, Some(at("2026-03-04T13:12:00Z")), "{}", r.source);
+    // The overage limit itself (rateLimitType overage) rejected.
+    let overage = ev(r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1772629920,"rateLimitType":"overage","overageStatus":"rejected"}}"#);
+    assert_eq!(read_claude_event(&overage, now, Tz::UTC).map(|r| r.kind), Some(LimitKind::UsageLimit));
+}
+
+#[test]
+fn claude_results_with_limit_text() {
+    let now = at(NOW);
+    let out_of_extra = ev(r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":429,"result":"You're out of extra usage · resets 9pm (UTC)"}"#);
+    let r = read_claude_event(&out_of_extra, now, Tz::UTC).unwrap();
+    assert_eq!((r.kind, r.resets_at), (LimitKind::UsageLimit, Some(at("2026-03-04T21:00:00Z"))));
+    let opus = ev(r#"{"type":"result","subtype":"success","is_error":true,"result":"You've hit your Opus limit · resets Mar 7, 1am (UTC)"}"#);
+    assert_eq!(read_claude_event(&opus, now, Tz::UTC).unwrap().resets_at, Some(at("2026-03-07T01:00:00Z")));
+    // The real 529 text after claude's retries: a short retry, not a sleep.
+    let overloaded = ev(r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":529,"result":"API Error: Repeated 529 Overloaded errors"}"#);
+    assert_eq!(read_claude_event(&overloaded, now, Tz::UTC).unwrap().kind, LimitKind::Transient);
+    // A failed result whose text is a context limit is no limit at all.
+    let context = ev(r#"{"type":"result","subtype":"success","is_error":true,"result":"Context limit reached · /compact or /clear to continue"}"#);
+    assert_eq!(read_claude_event(&context, now, Tz::UTC), None);
+}
+
+#[test]
+fn codex_events_with_the_new_wordings() {
+    let now = at("2026-04-23T16:02:01Z");
+    let msg = "You've hit your usage limit for GPT-5.3-Codex-Spark. Switch to another model now, or try again at Apr 27th, 2026 4:32 PM.";
+    let stdout = [
+        r#"{"type":"thread.started","thread_id":"thread-1"}"#.to_string(),
+        r#"{"type":"turn.started"}"#.to_string(),
+        serde_json::json!({"type":"error","message":msg}).to_string(),
+        serde_json::json!({"type":"turn.failed","error":{"message":msg}}).to_string(),
+    ]
+    .join("\n");
+    let r = read_output(&stdout, "", now, Tz::UTC);
+    assert_eq!((r.kind, r.resets_at), (LimitKind::UsageLimit, Some(at("2026-04-27T16:32:00Z"))), "{}", r.source);
+    // codex's own retry notices are not final: its later turn.failed decides.
+    for notice in [
+        "stream error: stream disconnected before completion: Rate limit is exceeded. Try again in 4 seconds.; retrying 1/5 in 209ms…",
+        "Reconnecting... 2/5 (stream error: 429 Too Many Requests)",
+    ] {
+        assert_eq!(read_codex_event(&serde_json::json!({"type":"error","message":notice}), now, Tz::UTC), None, "{notice}");
+    }
+    let failed = serde_json::json!({"type":"turn.failed","error":{"message":"stream disconnected before completion: Rate limit is exceeded. Try again in 11 seconds."}});
+    let r = read_codex_event(&failed, now, Tz::UTC).unwrap();
+    assert_eq!((r.kind, r.retry_after), (LimitKind::Transient, Some(Duration::from_secs(11))));
+    let app = serde_json::json!({"type":"error","message":"You have reached the usage limit. Upgrade or add credits to continue, or try again after April 30, 2026, 11:15."});
+    assert_eq!(read_codex_event(&app, now, Tz::UTC).unwrap().resets_at, Some(at("2026-04-30T11:15:00Z")));
+}
+
+// --- whatever the text, never a crash, never a reset outside the window -------------------------
+
+fn fragment() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "You've hit your limit", "usage limit reached", "resets", "try again at", "try again in", " ", "·",
+        "(", ")", "Asia/Taipei", "GMT+", "UTC-", "PST", "IST", "12", "7", ":", "30", "pm", "AM", "Mar",
+        "31st", ",", "2026", "Friday", "tomorrow", "midnight", "h", "m", "s", "days", "\n", "429", "529",
+        "Overloaded", "\"resets_at\":", "1772629920", "retryDelay\":\"", "⎿", "🖐", "é", "ß", "\u{0301}",
+        "Rate limit is exceeded.", "quota will reset after", "RESOURCE_EXHAUSTED", "per day",
+    ])
+    .prop_map(String::from)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    #[test]
+    fn any_text_reads_without_panic_and_within_the_window(parts in prop::collection::vec(fragment(), 0..24),
+                                                          noise in ".{0,40}", now in any_now(),
+                                                          zone in prop::sample::select(ZONES.to_vec())) {
+        let tz = Tz::from_str(zone).unwrap();
+        let text = format!("{}{noise}", parts.concat());
+        for r in [read_text(&text, now, tz), read_stream_line(&text, now, tz), read_output(&text, &text, now, tz)] {
+            if let Some(reset) = r.resets_at {
+                prop_assert_eq!(r.kind, LimitKind::UsageLimit);
+                prop_assert!(reset >= now - TimeDelta::minutes(15) && reset <= now + TimeDelta::days(8), "{:?} at {}: {}", text, now, reset);
+            }
+            if r.kind == LimitKind::None {
+                prop_assert!(r.retry_after.is_none());
+            }
+        }
+    }
+}

@@ -171,10 +171,13 @@ pub struct StreamState {
     pub edited_files: Vec<String>,
     /// The `result` event, when it came.
     pub result: Option<ResultEvent>,
-    /// A usage limit read from a `rate_limit_event` (status `rejected`) or the
-    /// CLI's own limit message (an assistant message marked
-    /// `"error":"rate_limit"`).
+    /// A usage limit read from a `rate_limit_event` (status `rejected`, extra
+    /// usage not carrying the call) or the CLI's own limit message (an
+    /// assistant message marked `"error":"rate_limit"`).
     pub limit: Option<limit::LimitReading>,
+    /// A limit or throttling read from a failed `result` event: its `result`
+    /// or `error` text, or its `api_error_status` 429.
+    pub result_limit: Option<limit::LimitReading>,
     /// `system/api_retry` events seen.
     pub api_retries: u32,
     /// The last `system/api_retry`: `attempt 4/10, error unknown, status none`.
@@ -230,8 +233,8 @@ impl StreamState {
                 if !text.trim().is_empty() {
                     // A synthetic assistant message marked `"error":"rate_limit"`
                     // carries the CLI's own limit text.
-                    if ev.get("error").and_then(Value::as_str) == Some("rate_limit") && self.limit.is_none() {
-                        self.limit = limit_in_text(&text, tz);
+                    if self.limit.is_none() {
+                        self.limit = limit::read_claude_event(&ev, Utc::now(), tz);
                     }
                     if let Some(v) = review::last_json_verdict(&text) {
                         self.text_verdict = Some(v);
@@ -244,7 +247,10 @@ impl StreamState {
                     self.limit = Some(r);
                 }
             }
-            Some("result") => self.result = Some(ResultEvent::from_value(&ev)),
+            Some("result") => {
+                self.result_limit = limit::read_claude_event(&ev, Utc::now(), tz);
+                self.result = Some(ResultEvent::from_value(&ev));
+            }
             _ => {}
         }
     }
@@ -278,20 +284,26 @@ impl StreamState {
             .or_else(|| self.text_verdict.clone())
     }
 
-    /// The usage limit of a call: a `rate_limit_event` or limit message seen
-    /// in the stream, else (only for a failed call) one read from the result
-    /// text or stderr, else a bare 429/529 status as throttling: the result's
-    /// `api_error_status`, or the last `api_retry` of a call that never
-    /// finished (with an API key the real CLI retries a 429 ten times, with
-    /// growing delays, before it gives up).
+    /// The usage limit of a failed call: a `rate_limit_event` or limit message
+    /// seen in the stream, else one read from the result event (its `result`
+    /// or `error` text) or stderr, else a bare 429/529 status as throttling:
+    /// the result's `api_error_status`, or the last `api_retry` of a call that
+    /// never finished (with an API key the real CLI retries a 429 ten times,
+    /// with growing delays, before it gives up).
+    ///
+    /// A call that succeeded has no limit, whatever the stream said on the
+    /// way (a rejected plan the CLI got past): its round stands. The model's
+    /// own prose is never read, not even as the fallback text of a failed
+    /// call with an empty result, since it may quote a limit message.
     pub fn limit(&self, stderr_tail: &str, tz: chrono_tz::Tz) -> Option<limit::LimitReading> {
-        if self.limit.is_some() {
-            return self.limit.clone();
-        }
         if !self.is_error() {
             return None;
         }
-        limit_in_text(&self.final_text(), tz).or_else(|| limit_in_text(stderr_tail, tz)).or_else(|| {
+        if self.limit.is_some() {
+            return self.limit.clone();
+        }
+        let result_text = self.result.as_ref().map_or("", |r| r.text.as_str());
+        self.result_limit.clone().or_else(|| limit_in_text(result_text, tz)).or_else(|| limit_in_text(stderr_tail, tz)).or_else(|| {
             let status = match &self.result {
                 Some(r) => r.api_error_status,
                 None => self.last_retry_status,
@@ -419,7 +431,17 @@ mod tests {
 
     #[test]
     fn real_usage_limit_stream_gives_the_event_reset() {
-        let st = replay(include_str!("../../tests/data/transcripts/claude-real-usage-limit.jsonl"), "Asia/Taipei");
+        // The recorded reset (1796055300, "12:15am" in Taipei) moved to two hours from now:
+        // the stream is read with the real clock, and once the recorded instant is past a
+        // reading of it is stale and rightly not believed (this test broke on the day the
+        // recording's reset went by).
+        let taipei: chrono_tz::Tz = "Asia/Taipei".parse().unwrap();
+        let reset_epoch = (Utc::now().timestamp() / 60 + 127) * 60;
+        let local = chrono::DateTime::from_timestamp(reset_epoch, 0).unwrap().with_timezone(&taipei).format("%-I:%M%P").to_string();
+        let recorded = include_str!("../../tests/data/transcripts/claude-real-usage-limit.jsonl");
+        assert!(recorded.contains("\"resetsAt\":1796055300") && recorded.contains("resets 12:15am (Asia/Taipei)"));
+        let shifted = recorded.replace("1796055300", &reset_epoch.to_string()).replace("resets 12:15am", &format!("resets {local}"));
+        let st = replay(&shifted, "Asia/Taipei");
         let l = st.limit("", "Asia/Taipei".parse().unwrap()).unwrap();
         assert_eq!(l.kind, limit::LimitKind::UsageLimit);
         let reset = l.resets_at.unwrap();
@@ -428,7 +450,8 @@ mod tests {
         assert!(r.failed());
         assert_eq!(r.describe(), "terminal_reason api_error, api_error_status 429, subtype success, 1 turn");
         // The same instant from the CLI's text alone (minutes precision).
-        let text = limit_in_text(&st.final_text(), "Asia/Taipei".parse().unwrap()).unwrap();
+        assert_eq!(reset.timestamp(), reset_epoch, "{l:?}");
+        let text = limit_in_text(&st.final_text(), taipei).unwrap();
         assert_eq!(text.resets_at.map(|t| t.timestamp() / 60), Some(reset.timestamp() / 60));
     }
 
