@@ -8,14 +8,18 @@
 //! anything else is a note). Block quotes in the document preamble and in the
 //! item's `##` section are its context. Parsing never fails: malformed detail
 //! lines become [`Problem`]s with file:line so `plan` can list them all at once.
+//! Boxes in block quotes (SPEC §3), HTML comments, code, tables (GitHub shows
+//! them as text) and footnotes are not items.
 //!
 //! The reader loses nothing silently. Whatever looks meant for nightshift but
 //! would not be read — a detail keyword outside every item, a box that is not
 //! a task box (`[]`, a full-width space, `[!]`), an open box glued into an
 //! HTML block or inside the front matter — is a problem naming its line and
-//! the fix. Marks that can only mean "do not run" are left alone: done boxes
-//! and the skip states `[-]` (cancelled), `[/]` (in progress), `[~]`, `[>]`
-//! (deferred) and `[<]` (scheduled) of Obsidian Tasks and bullet journals.
+//! the fix; so is an open item whose whole title is struck through. Marks
+//! that can only mean "do not run" are left alone: done boxes and the skip
+//! states `[-]` (cancelled), `[/]` (in progress), `[~]`, `[>]` (deferred) and
+//! `[<]` (scheduled) of Obsidian Tasks and bullet journals. Done items never
+//! run again, so malformed lines under them are not problems.
 //!
 //! Accepted around the grammar, as real files are written: a UTF-8 BOM, YAML
 //! (`---`) or TOML (`+++`) front matter (skipped), `\n`, `\r\n` and lone `\r`
@@ -45,7 +49,10 @@ pub struct Backlog {
     pub sha256: String,
     /// Every task item, open and done, in document order.
     pub items: Vec<Item>,
-    /// Every malformed detail line, in document order. Empty when the backlog is well formed.
+    /// Every problem, in line order: malformed detail lines of open items
+    /// (done items never run, so theirs are not problems), duplicate open
+    /// items, and lines that look meant for nightshift but would not be read
+    /// (see the module doc). Empty when the backlog is well formed.
     pub problems: Vec<Problem>,
 }
 
@@ -311,9 +318,16 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
     let scan = scan(&text[base..], base);
 
     let mut problems = Vec::new();
+    let context = Context::new(text, &lines, &scan);
     let mut items = Vec::with_capacity(scan.items.len());
     for raw in &scan.items {
-        let item = build_item(path, text, &lines, &scan, raw, &mut problems);
+        let mut own = Vec::new();
+        let item = build_item(path, text, &lines, &scan, &context, raw, &mut own);
+        // A done item never runs again: a malformed line under it is history,
+        // not a reason to stop tonight's plan.
+        if !item.done {
+            problems.append(&mut own);
+        }
         items.push(item);
     }
     let mut problem = |line: usize, message: String| {
@@ -586,7 +600,8 @@ fn scan(body: &str, base: usize) -> Scan {
                 if let Some((level, extent)) = heading.take() {
                     let region = if level == HeadingLevel::H2 {
                         seen_h2 = true;
-                        let text = extent.map(|r| heading_text(&body[r.start - base..r.end - base]));
+                        let text =
+                            extent.map(|r| heading_text(&body[r.start - base..r.end - base]));
                         Region {
                             heading: Some(text.unwrap_or_default()),
                             preamble: false,
@@ -662,11 +677,48 @@ impl LineIndex {
     }
 }
 
+/// The block-quote lines of the preamble and of each region, read once: a
+/// backlog with a quote under every item would otherwise re-read every quote
+/// of the section for every item.
+struct Context {
+    preamble: Vec<String>,
+    /// Per region (index into `Scan::regions`); empty for preamble regions.
+    regions: Vec<Vec<String>>,
+}
+
+impl Context {
+    fn new(text: &str, lines: &LineIndex, scan: &Scan) -> Self {
+        let mut context = Context {
+            preamble: Vec::new(),
+            regions: vec![Vec::new(); scan.regions.len()],
+        };
+        for q in &scan.quotes {
+            let into = if scan.regions[q.region].preamble {
+                &mut context.preamble
+            } else {
+                &mut context.regions[q.region]
+            };
+            into.extend(quote_lines(text, lines, &q.range));
+        }
+        context
+    }
+
+    /// Context of an item in `region`: the preamble's quotes, then its region's.
+    fn of(&self, region: usize) -> Vec<String> {
+        let own = &self.regions[region];
+        let mut all = Vec::with_capacity(self.preamble.len() + own.len());
+        all.extend_from_slice(&self.preamble);
+        all.extend_from_slice(own);
+        all
+    }
+}
+
 fn build_item(
     path: &Path,
     text: &str,
     lines: &LineIndex,
     scan: &Scan,
+    context: &Context,
     raw: &RawItem,
     problems: &mut Vec<Problem>,
 ) -> Item {
@@ -680,6 +732,14 @@ fn build_item(
             path: path.to_path_buf(),
             line,
             message: "task item without a title — write what to do after the box".to_string(),
+        });
+    }
+    if struck_through(&title) {
+        // An open box says "run it", the strike says "dropped": ask.
+        problems.push(Problem {
+            path: path.to_path_buf(),
+            line,
+            message: "the whole title is struck through (`~~…~~`) but the box is open — mark it `[-]` (cancelled) or `[x]`, or remove the `~~` to run it".to_string(),
         });
     }
     // Nested lines are indented at least as far as the text after the marker.
@@ -700,14 +760,8 @@ fn build_item(
         n += 1;
     }
 
-    let region = &scan.regions[raw.region];
-    let section = region.heading.clone();
-    let context = scan
-        .quotes
-        .iter()
-        .filter(|q| scan.regions[q.region].preamble || (!region.preamble && q.region == raw.region))
-        .flat_map(|q| quote_lines(text, lines, &q.range))
-        .collect();
+    let section = scan.regions[raw.region].heading.clone();
+    let context = context.of(raw.region);
     let key = sha256_hex(
         format!(
             "{}\n{}",
@@ -726,6 +780,14 @@ fn build_item(
         details,
         key,
     }
+}
+
+/// True when the whole title is one GFM strikethrough (`~~old idea~~`).
+fn struck_through(title: &str) -> bool {
+    title.len() > 4
+        && title.starts_with("~~")
+        && title.ends_with("~~")
+        && !title[2..title.len() - 2].contains("~~")
 }
 
 /// Display columns of a line prefix, tabs to the next multiple of 4 (CommonMark).
@@ -763,7 +825,9 @@ fn strip_bullet(line: &str) -> (&str, bool) {
     let digits = s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
     let marker = match s.as_bytes().first() {
         Some(b'-' | b'*' | b'+') => 1,
-        _ if (1..=9).contains(&digits) && matches!(s.as_bytes().get(digits), Some(b'.' | b')')) => digits + 1,
+        _ if (1..=9).contains(&digits) && matches!(s.as_bytes().get(digits), Some(b'.' | b')')) => {
+            digits + 1
+        }
         _ => 0,
     };
     if marker == 0 {
@@ -795,7 +859,11 @@ fn read_detail(
     };
     // `-    rounds: 2` is a valid list item too (up to 4 spaces after the marker).
     let (body, _) = strip_bullet(verbatim);
-    let keyword = if opaque { None } else { keyword(body.trim_end()) };
+    let keyword = if opaque {
+        None
+    } else {
+        keyword(body.trim_end())
+    };
     let kind = match keyword {
         None => {
             details
@@ -920,6 +988,12 @@ fn verify_command(value: &str) -> Result<String, String> {
                     .to_string(),
             );
         }
+        if let Some(bare) = value.strip_prefix("$ ") {
+            return Err(format!(
+                "shell prompt `$ ` before the command in `verify:` — write verify: `{}`",
+                bare.trim_start()
+            ));
+        }
         if value.contains('`') {
             // `run `make check` first` would reach `sh -c` as a command substitution.
             return Err(format!(
@@ -939,6 +1013,13 @@ fn verify_command(value: &str) -> Result<String, String> {
     let after = inner_and_rest[close + ticks..].trim();
     if command.is_empty() {
         return Err("empty `verify:` — write the command between the backticks".to_string());
+    }
+    if let Some(bare) = command.strip_prefix("$ ") {
+        // Copied from a terminal or a README: `sh -c` would run `$`.
+        return Err(format!(
+            "shell prompt `$ ` before the command in `verify:` — write verify: `{}`",
+            bare.trim_start()
+        ));
     }
     if !after.is_empty() {
         return Err(format!(
@@ -991,7 +1072,9 @@ fn scope_globs(value: &str) -> Result<Vec<String>, String> {
         let fence = &after[..ticks];
         let inner = &after[ticks..];
         let Some(close) = inner.find(fence) else {
-            return Err(format!("unclosed {fence} in `scope:` — write scope: `GLOB`, `GLOB`"));
+            return Err(format!(
+                "unclosed {fence} in `scope:` — write scope: `GLOB`, `GLOB`"
+            ));
         };
         globs.extend(words(&inner[..close]));
         rest = &inner[close + ticks..];
@@ -1035,8 +1118,18 @@ fn item_rounds(value: &str) -> Result<u32, String> {
 fn item_timeout(value: &str) -> Result<Duration, String> {
     const UNITS: [(&[&str], u64); 4] = [
         (&["d", "day", "days", "天"], 86_400),
-        (&["h", "hr", "hrs", "hour", "hours", "小時", "小时", "時", "时"], 3600),
-        (&["m", "min", "mins", "minute", "minutes", "分鐘", "分钟", "分"], 60),
+        (
+            &[
+                "h", "hr", "hrs", "hour", "hours", "小時", "小时", "時", "时",
+            ],
+            3600,
+        ),
+        (
+            &[
+                "m", "min", "mins", "minute", "minutes", "分鐘", "分钟", "分",
+            ],
+            60,
+        ),
         (&["s", "sec", "secs", "second", "seconds", "秒"], 1),
     ];
     let example = "write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`";
@@ -1145,7 +1238,8 @@ fn front_matter(text: &str, lines: &LineIndex, bom: usize) -> Option<FrontMatter
     if lines.count() < 3 || text[lines.range(2)].trim().is_empty() {
         return None;
     }
-    let last = (3..=lines.count()).find(|&n| closings.contains(&text[lines.range(n)].trim_end()))?;
+    let last =
+        (3..=lines.count()).find(|&n| closings.contains(&text[lines.range(n)].trim_end()))?;
     Some(FrontMatter {
         first: 1,
         last,
@@ -1166,9 +1260,20 @@ fn check_front_matter(
         let line = &text[lines.range(n)];
         let (body, bullet) = strip_bullet(line);
         if bullet && open_box(body) {
-            problem(n, format!("task item inside the front matter ({span}, between the `---` lines) is not read — move it below the closing `---`, or delete the opening `---` if it is meant as a rule"));
+            problem(
+                n,
+                format!(
+                    "task item inside the front matter ({span}, between the `---` lines) is not read — move it below the closing `---`, or delete the opening `---` if it is meant as a rule"
+                ),
+            );
         } else if let Some((kind, _)) = keyword(line.trim()) {
-            problem(n, format!("`{}:` in the front matter ({span}) is not read — nest it under the item it belongs to, or set it in .nightshift/config.toml", kind_word(kind)));
+            problem(
+                n,
+                format!(
+                    "`{}:` in the front matter ({span}) is not read — nest it under the item it belongs to, or set it in .nightshift/config.toml",
+                    kind_word(kind)
+                ),
+            );
         }
     }
 }
@@ -1210,7 +1315,11 @@ fn done_like(inner: &str) -> bool {
 fn stray_box(body: &str, bullet: bool) -> Option<String> {
     let after_open = body.strip_prefix('[')?;
     // A box is short: `[ ]`, `[]`, `[　]`, `[!]`; links and references are not boxes.
-    let close = after_open.char_indices().take(4).find(|&(_, c)| c == ']')?.0;
+    let close = after_open
+        .char_indices()
+        .take(4)
+        .find(|&(_, c)| c == ']')?
+        .0;
     let inner = &after_open[..close];
     let after = &after_open[close + 1..];
     if matches!(after.chars().next(), Some('(' | '[' | ':')) || inner.contains('[') {
@@ -1224,8 +1333,7 @@ fn stray_box(body: &str, bullet: bool) -> Option<String> {
             (true, None | Some(' ' | '\t')) => Some(format!(
                 "this line continues the paragraph above it, so it is not a task item — leave a blank line before it; {fix}"
             )),
-            (false, None) => Some(format!("`[ ]` without a list marker is not a task item — {fix}")),
-            (false, Some(c)) if c.is_whitespace() => Some(format!(
+            (false, next) if next.is_none_or(char::is_whitespace) => Some(format!(
                 "`[ ]` without a list marker is not a task item — {fix}"
             )),
             (true, Some(c)) if c.is_whitespace() => Some(format!(
@@ -1235,17 +1343,22 @@ fn stray_box(body: &str, bullet: bool) -> Option<String> {
             (true, Some(_)) => Some(format!(
                 "no space after the box, so this is not a task item — {fix}"
             )),
-            (false, Some(_)) => None,
+            (false, _) => None,
         };
     }
     if inner.chars().all(char::is_whitespace) {
-        let shown: Vec<String> = inner.chars().map(|c| format!("U+{:04X}", c as u32)).collect();
+        let shown: Vec<String> = inner
+            .chars()
+            .map(|c| format!("U+{:04X}", c as u32))
+            .collect();
         let what = if inner.is_empty() {
             "empty brackets `[]` are".to_string()
         } else {
             format!("`[{inner}]` (brackets around {}) is", shown.join(" "))
         };
-        return bullet.then(|| format!("{what} not a task box — the box is `[ ]` with one ASCII space; {fix}"));
+        return bullet.then(|| {
+            format!("{what} not a task box — the box is `[ ]` with one ASCII space; {fix}")
+        });
     }
     let mut chars = inner.chars();
     let (Some(c), None) = (chars.next(), chars.next()) else {
@@ -1298,10 +1411,13 @@ fn check_stray_lines(
         if let Some(message) = stray_box(body, bullet) {
             problem(n, message);
         } else if let Some((kind, _)) = keyword(body.trim_end()) {
-            problem(n, format!(
-                "`{}:` is not nested under any task item, so nothing reads it — indent it under its item (a blank line before it is fine; there are no section-wide details), or reword it if it is prose",
-                kind_word(kind)
-            ));
+            problem(
+                n,
+                format!(
+                    "`{}:` is not nested under any task item, so nothing reads it — indent it under its item (a blank line before it is fine; there are no section-wide details), or reword it if it is prose",
+                    kind_word(kind)
+                ),
+            );
         }
     }
 }
@@ -1329,7 +1445,12 @@ fn check_html_blocks(
         for n in first..=last {
             let (body, bullet) = strip_bullet(&text[lines.range(n)]);
             if bullet && open_box(body) {
-                problem(n, format!("task item inside the HTML block that starts on line {first} is shown as raw text, not read as an item — leave a blank line between the HTML tag and the list"));
+                problem(
+                    n,
+                    format!(
+                        "task item inside the HTML block that starts on line {first} is shown as raw text, not read as an item — leave a blank line between the HTML tag and the list"
+                    ),
+                );
             }
         }
     }
@@ -1362,8 +1483,18 @@ mod tests {
             assert_eq!(secs(text), Ok(want), "{text:?}");
         }
         for bad in [
-            "", "45", "m", "4 5m", "1x", "0m", "99999999999999999999h", "1.5h", "-1h", "abc",
-            "45 furlongs", "m45",
+            "",
+            "45",
+            "m",
+            "4 5m",
+            "1x",
+            "0m",
+            "99999999999999999999h",
+            "1.5h",
+            "-1h",
+            "abc",
+            "45 furlongs",
+            "m45",
         ] {
             assert!(item_timeout(bad).is_err(), "{bad:?} should be refused");
         }
@@ -1375,7 +1506,16 @@ mod tests {
         assert_eq!(item_rounds("3"), Ok(3));
         assert_eq!(item_rounds("３"), Ok(3));
         assert_eq!(item_rounds("007"), Ok(7));
-        for bad in ["", "0", "three", "+3", "-1", "2 rounds", "1.5", "99999999999"] {
+        for bad in [
+            "",
+            "0",
+            "three",
+            "+3",
+            "-1",
+            "2 rounds",
+            "1.5",
+            "99999999999",
+        ] {
             assert!(item_rounds(bad).is_err(), "{bad:?} should be refused");
         }
     }
@@ -1394,7 +1534,14 @@ mod tests {
         assert_eq!(keyword("accepted: no"), None);
         assert_eq!(keyword("timeout"), None);
         assert_eq!(keyword("note: rounds: 2"), None);
-        for bold in ["**accept:** x", "**Accept**: x", "__accept__ : x", "*accept:* x", "_accept_: x", "**accept**：x"] {
+        for bold in [
+            "**accept:** x",
+            "**Accept**: x",
+            "__accept__ : x",
+            "*accept:* x",
+            "_accept_: x",
+            "**accept**：x",
+        ] {
             assert_eq!(keyword(bold), Some((DetailKind::Accept, "x")), "{bold:?}");
         }
         // Emphasis must close around the keyword or its colon.
@@ -1413,21 +1560,49 @@ mod tests {
         assert!(verify_command("`cargo test").is_err());
         assert!(verify_command("``").is_err());
         assert!(verify_command("`a` and `b`").is_err());
+        assert!(
+            verify_command("`$ cargo test`")
+                .unwrap_err()
+                .contains("verify: `cargo test`")
+        );
+        assert!(
+            verify_command("$ make")
+                .unwrap_err()
+                .contains("verify: `make`")
+        );
+        assert_eq!(
+            verify_command("`$HOME/bin/check`"),
+            Ok("$HOME/bin/check".to_string())
+        );
     }
 
     #[test]
     fn scope_splitting() {
         assert_eq!(
             scope_globs("src/**, tests/*.rs  `docs/**`，a.md"),
-            Ok(vec!["src/**".to_string(), "tests/*.rs".into(), "docs/**".into(), "a.md".into()])
+            Ok(vec![
+                "src/**".to_string(),
+                "tests/*.rs".into(),
+                "docs/**".into(),
+                "a.md".into()
+            ])
         );
         assert_eq!(
             scope_globs("src/a.rs、src/b.rs；docs ;c"),
-            Ok(vec!["src/a.rs".to_string(), "src/b.rs".into(), "docs".into(), "c".into()])
+            Ok(vec![
+                "src/a.rs".to_string(),
+                "src/b.rs".into(),
+                "docs".into(),
+                "c".into()
+            ])
         );
         assert_eq!(scope_globs(" , ，"), Ok(vec![]));
         assert_eq!(scope_globs("` `"), Ok(vec![]));
-        assert!(scope_globs("`src/**` only the parser").unwrap_err().contains("\"only the parser\""));
+        assert!(
+            scope_globs("`src/**` only the parser")
+                .unwrap_err()
+                .contains("\"only the parser\"")
+        );
         assert!(scope_globs("`src/**").unwrap_err().contains("unclosed"));
     }
 

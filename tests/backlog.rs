@@ -652,10 +652,7 @@ fn a_level_one_heading_closes_the_section_above_it() {
     let later = item(&b, "later item");
     assert_eq!(later.section, None);
     assert_eq!(later.context, ["global rule", "later rule"]);
-    assert_eq!(
-        later.key,
-        hex::encode(Sha256::digest("\nlater item"))
-    );
+    assert_eq!(later.key, hex::encode(Sha256::digest("\nlater item")));
     let soon = item(&b, "soon item");
     assert_eq!(soon.section.as_deref(), Some("Soon"));
     assert_eq!(soon.context, ["global rule"]);
@@ -836,7 +833,10 @@ fn problems_name_the_given_path() {
 
 #[test]
 fn hidden_characters_are_problems_with_their_line() {
-    let b = nightshift::backlog::parse(std::path::Path::new("NEXT.md"), "# x\n\n- [ ] fine\n- [ ] a \0 b\n- [ ] evil \u{202e}txt.exe\n");
+    let b = nightshift::backlog::parse(
+        std::path::Path::new("NEXT.md"),
+        "# x\n\n- [ ] fine\n- [ ] a \0 b\n- [ ] evil \u{202e}txt.exe\n",
+    );
     let lines: Vec<usize> = b.problems.iter().map(|p| p.line).collect();
     assert_eq!(lines, vec![4, 5], "{:?}", b.problems);
     assert!(b.problems[0].to_string().contains("U+0000"));
@@ -845,10 +845,17 @@ fn hidden_characters_are_problems_with_their_line() {
 
 #[test]
 fn verify_prose_and_wide_bullets() {
-    let b = nightshift::backlog::parse(std::path::Path::new("NEXT.md"), "- [ ] a\n  - verify: run `make check` first\n- [ ] b\n  -    rounds: 2\n");
+    let b = nightshift::backlog::parse(
+        std::path::Path::new("NEXT.md"),
+        "- [ ] a\n  - verify: run `make check` first\n- [ ] b\n  -    rounds: 2\n",
+    );
     assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
     assert_eq!(b.problems[0].line, 2);
-    assert_eq!(b.items[1].details.rounds.map(|r| r.0), Some(2), "`-    rounds: 2` is a detail line");
+    assert_eq!(
+        b.items[1].details.rounds.map(|r| r.0),
+        Some(2),
+        "`-    rounds: 2` is a detail line"
+    );
 }
 
 // ---- real-world layouts ----------------------------------------------------------
@@ -889,12 +896,28 @@ fn front_matter_is_skipped() {
 /// What front matter hides is named: an open item and a setting that do nothing there.
 #[test]
 fn front_matter_hiding_an_item_or_a_detail_is_a_problem() {
-    let b = parse("---\ntitle: x\nverify: npm test\n- [ ] hidden item\n- [x] hidden done item\n---\n- [ ] a\n");
+    let b = parse(
+        "---\ntitle: x\nverify: npm test\n- [ ] hidden item\n- [x] hidden done item\n---\n- [ ] a\n",
+    );
     assert_eq!(titles(&b), ["a"]);
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [3, 4], "{got:#?}");
-    assert!(got[0].1.contains("`verify:` in the front matter (lines 1–6)"), "{}", got[0].1);
-    assert!(got[1].1.contains("task item inside the front matter"), "{}", got[1].1);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 4],
+        "{got:#?}"
+    );
+    assert!(
+        got[0]
+            .1
+            .contains("`verify:` in the front matter (lines 1–6)"),
+        "{}",
+        got[0].1
+    );
+    assert!(
+        got[1].1.contains("task item inside the front matter"),
+        "{}",
+        got[1].1
+    );
 }
 
 /// Old Mac files end lines with a lone CR; CommonMark reads them as lines, so
@@ -954,12 +977,21 @@ that goes on unindented
             "a lazy title",
         ]
     );
-    assert_eq!(item(&b, "title with a hard break").details.notes, ["and more"]);
-    assert_eq!(item(&b, "a lazy title").details.notes, ["that goes on unindented"]);
+    assert_eq!(
+        item(&b, "title with a hard break").details.notes,
+        ["and more"]
+    );
+    assert_eq!(
+        item(&b, "a lazy title").details.notes,
+        ["that goes on unindented"]
+    );
     assert!(b.problems.is_empty(), "{:?}", b.problems);
     let emoji = item(&b, "<b>html</b>");
     assert_eq!(
-        backlog::tick(text, emoji, " (done: #5)").unwrap().lines().nth(1),
+        backlog::tick(text, emoji, " (done: #5)")
+            .unwrap()
+            .lines()
+            .nth(1),
         Some("- [x] <b>html</b> title 🚀 emoji (done: #5)   \t")
     );
 }
@@ -992,7 +1024,15 @@ fn list_layouts() {
     let b = parse(text);
     assert_eq!(
         titles(&b),
-        ["loose one", "loose two", "task after the plain bullet", "numbered from three", "four", "old", "reopened"]
+        [
+            "loose one",
+            "loose two",
+            "task after the plain bullet",
+            "numbered from three",
+            "four",
+            "old",
+            "reopened"
+        ]
     );
     assert_eq!(item(&b, "loose one").details.accept, ["after a blank line"]);
     assert_eq!(item(&b, "four").details.accept, ["n4"]);
@@ -1034,12 +1074,32 @@ fn detail_line_forms() {
     assert_eq!(
         d.accept,
         [
-            "dash", "star", "plus", "numbered", "numbered paren", "plain", "capital", "spaced",
-            "full-width colon", "bold label", "bold word", "bold after a bullet", "emphasis"
+            "dash",
+            "star",
+            "plus",
+            "numbered",
+            "numbered paren",
+            "plain",
+            "capital",
+            "spaced",
+            "full-width colon",
+            "bold label",
+            "bold word",
+            "bold after a bullet",
+            "emphasis"
         ]
     );
     assert_eq!(d.verify, ["cargo test --all"]);
-    assert_eq!(d.scope, ["src/**", "tests/*.rs", "docs/a.md", "docs/b.md", "Cargo.toml"]);
+    assert_eq!(
+        d.scope,
+        [
+            "src/**",
+            "tests/*.rs",
+            "docs/a.md",
+            "docs/b.md",
+            "Cargo.toml"
+        ]
+    );
     assert_eq!(d.rounds, Some((3, 18)));
     assert_eq!(d.timeout, Some((Duration::from_secs(5400), 19)));
     assert_eq!(
@@ -1073,15 +1133,38 @@ fn rounds_and_timeout_values() {
 ";
     let b = parse(text);
     assert_eq!(item(&b, "a").details.rounds, Some((3, 2)));
-    assert_eq!(item(&b, "a").details.timeout, Some((Duration::from_secs(1800), 3)));
-    assert_eq!(item(&b, "d").details.timeout, Some((Duration::from_secs(2700), 11)));
+    assert_eq!(
+        item(&b, "a").details.timeout,
+        Some((Duration::from_secs(1800), 3))
+    );
+    assert_eq!(
+        item(&b, "d").details.timeout,
+        Some((Duration::from_secs(2700), 11))
+    );
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [5, 6, 8, 9, 12, 14], "{got:#?}");
-    assert_eq!(got[0].1, "`rounds: three` is not a whole number — write e.g. `rounds: 2`");
-    assert_eq!(got[1].1, "`timeout: 90` has no unit — write `timeout: 90m` for minutes, `90s` for seconds");
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [5, 6, 8, 9, 12, 14],
+        "{got:#?}"
+    );
+    assert_eq!(
+        got[0].1,
+        "`rounds: three` is not a whole number — write e.g. `rounds: 2`"
+    );
+    assert_eq!(
+        got[1].1,
+        "`timeout: 90` has no unit — write `timeout: 90m` for minutes, `90s` for seconds"
+    );
     assert!(got[2].1.contains("at least 1 round"), "{}", got[2].1);
-    assert_eq!(got[3].1, "`timeout: abc` is not a duration — write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`");
-    assert!(got[4].1.starts_with("`rounds: 99999999999`"), "{}", got[4].1);
+    assert_eq!(
+        got[3].1,
+        "`timeout: abc` is not a duration — write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`"
+    );
+    assert!(
+        got[4].1.starts_with("`rounds: 99999999999`"),
+        "{}",
+        got[4].1
+    );
     assert!(got[5].1.contains("longer than zero"), "{}", got[5].1);
 }
 
@@ -1089,8 +1172,64 @@ fn rounds_and_timeout_values() {
 fn scope_with_prose_around_backticked_globs_is_a_problem() {
     let b = parse("- [ ] a\n  scope: `src/parser/**` only the parser\n");
     assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
-    assert!(b.problems[0].message.contains("\"only the parser\""), "{}", b.problems[0]);
+    assert!(
+        b.problems[0].message.contains("\"only the parser\""),
+        "{}",
+        b.problems[0]
+    );
     assert!(b.items[0].details.scope.is_empty());
+}
+
+/// A done item never runs again, so what is under it cannot stop tonight's
+/// plan; the same lines under an open item do.
+#[test]
+fn malformed_details_of_done_items_are_not_problems() {
+    let text = "\
+- [x] old item (done: #3)
+  timeout: 90
+  verify: `oops
+- [x]
+- [ ] new item
+  timeout: 90
+";
+    let b = parse(text);
+    assert_eq!(
+        problem_lines(&b)
+            .iter()
+            .map(|(l, _)| *l)
+            .collect::<Vec<_>>(),
+        [6]
+    );
+    // Its well-formed details are still read.
+    assert_eq!(b.items[0].details.lines.len(), 2);
+}
+
+#[test]
+fn an_open_item_struck_through_is_a_problem() {
+    let text = "- [ ] ~~dropped idea~~\n- [x] ~~done and struck~~\n- [ ] ~~old~~ new wording\n- [ ] ~~a~~ and ~~b~~\n";
+    let b = parse(text);
+    assert_eq!(
+        problem_lines(&b)
+            .iter()
+            .map(|(l, _)| *l)
+            .collect::<Vec<_>>(),
+        [1],
+        "{:?}",
+        b.problems
+    );
+    assert!(b.problems[0].message.contains("`[-]`"), "{}", b.problems[0]);
+}
+
+#[test]
+fn a_shell_prompt_in_verify_is_a_problem() {
+    let b = parse("- [ ] a\n  verify: `$ cargo test`\n");
+    assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
+    assert!(
+        b.problems[0].message.contains("write verify: `cargo test`"),
+        "{}",
+        b.problems[0]
+    );
+    assert!(b.items[0].details.verify.is_empty());
 }
 
 // ---- nothing is lost silently -------------------------------------------------------
@@ -1118,11 +1257,32 @@ accept: a lazy continuation belongs to the item
 ";
     let b = parse(text);
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [3, 7, 8, 11, 13], "{got:#?}");
-    assert!(got[0].1.starts_with("`scope:` is not nested under any task item"), "{}", got[0].1);
-    assert!(got[2].1.starts_with("`question:` is not nested"), "{}", got[2].1);
-    assert!(got[4].1.starts_with("`verify:` is not nested"), "{}", got[4].1);
-    assert_eq!(item(&b, "lazy line").details.accept, ["a lazy continuation belongs to the item"]);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 7, 8, 11, 13],
+        "{got:#?}"
+    );
+    assert!(
+        got[0]
+            .1
+            .starts_with("`scope:` is not nested under any task item"),
+        "{}",
+        got[0].1
+    );
+    assert!(
+        got[2].1.starts_with("`question:` is not nested"),
+        "{}",
+        got[2].1
+    );
+    assert!(
+        got[4].1.starts_with("`verify:` is not nested"),
+        "{}",
+        got[4].1
+    );
+    assert_eq!(
+        item(&b, "lazy line").details.accept,
+        ["a lazy continuation belongs to the item"]
+    );
     assert!(item(&b, "blank line").details.lines.is_empty());
 }
 
@@ -1184,7 +1344,11 @@ Some paragraph
     let b = parse(text);
     assert_eq!(titles(&b), ["the only item"]);
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [3, 4, 5, 6, 7, 8, 9, 10, 13], "{got:#?}");
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 4, 5, 6, 7, 8, 9, 10, 13],
+        "{got:#?}"
+    );
     let msg = |n: usize| got.iter().find(|(l, _)| *l == n).unwrap().1.as_str();
     assert!(msg(3).starts_with("empty brackets `[]`"), "{}", msg(3));
     assert!(msg(4).contains("U+3000"), "{}", msg(4));
@@ -1192,10 +1356,17 @@ Some paragraph
     assert!(msg(6).contains("followed by U+3000"), "{}", msg(6));
     assert!(msg(7).starts_with("no space after the box"), "{}", msg(7));
     assert!(msg(8).contains("without a list marker"), "{}", msg(8));
-    assert!(msg(9).starts_with("`[!]` is not a task state"), "{}", msg(9));
+    assert!(
+        msg(9).starts_with("`[!]` is not a task state"),
+        "{}",
+        msg(9)
+    );
     assert!(msg(13).contains("continues the paragraph"), "{}", msg(13));
     for (_, m) in &got {
-        assert!(m.contains("`- [ ] title`") || m.contains("`[ ]` to run it"), "{m}");
+        assert!(
+            m.contains("`- [ ] title`") || m.contains("`[ ]` to run it"),
+            "{m}"
+        );
     }
 }
 
@@ -1255,7 +1426,11 @@ fn open_boxes_glued_into_html_are_problems() {
     let got = problem_lines(&b);
     assert_eq!(got.len(), 1, "{got:#?}");
     assert_eq!(got[0].0, 2);
-    assert!(got[0].1.contains("HTML block that starts on line 1"), "{}", got[0].1);
+    assert!(
+        got[0].1.contains("HTML block that starts on line 1"),
+        "{}",
+        got[0].1
+    );
 }
 
 #[test]
@@ -1282,7 +1457,11 @@ Text with a footnote[^1].
 fn an_empty_title_is_one_problem_per_item() {
     let b = parse("- [ ] \n\n- [ ]\n- [x]\n");
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [1, 3, 4], "{got:#?}");
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [1, 3],
+        "{got:#?}"
+    );
     assert!(got.iter().all(|(_, m)| m.contains("without a title")));
 }
 
@@ -1292,14 +1471,21 @@ fn duplicate_titles_say_what_the_key_is() {
     assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
     let p = &b.problems[0];
     assert_eq!(p.line, 9);
-    assert!(p.message.contains("line 5") && p.message.contains("`###` headings do not count"), "{p}");
+    assert!(
+        p.message.contains("line 5") && p.message.contains("`###` headings do not count"),
+        "{p}"
+    );
 }
 
 #[test]
 fn control_characters_are_problems() {
     let b = parse("- [ ] \u{1b}[2Jclear screen\n- [ ] form\u{c}feed\n- [ ] tab\tis fine\n");
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [1, 2], "{got:#?}");
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [1, 2],
+        "{got:#?}"
+    );
     assert!(got[0].1.contains("U+001B"), "{}", got[0].1);
 }
 
@@ -1310,10 +1496,21 @@ fn read_names_the_line_of_bad_bytes_and_refuses_utf16() {
     std::fs::write(&path, b"# ok\r\n- [ ] fine\n- [ ] caf\xe9\n").unwrap();
     let err = backlog::read(&path).unwrap_err();
     assert!(
-        matches!(err, BacklogError::NotUtf8 { line: 3, offset: 26, byte: 0xE9, .. }),
+        matches!(
+            err,
+            BacklogError::NotUtf8 {
+                line: 3,
+                offset: 26,
+                byte: 0xE9,
+                ..
+            }
+        ),
         "{err:?}"
     );
-    assert!(err.to_string().contains("NEXT.md:3: not UTF-8 (byte 0xE9"), "{err}");
+    assert!(
+        err.to_string().contains("NEXT.md:3: not UTF-8 (byte 0xE9"),
+        "{err}"
+    );
 
     let utf16: Vec<u8> = [0xFF, 0xFE]
         .into_iter()
@@ -1321,8 +1518,14 @@ fn read_names_the_line_of_bad_bytes_and_refuses_utf16() {
         .collect();
     std::fs::write(&path, utf16).unwrap();
     let err = backlog::read(&path).unwrap_err();
-    assert!(matches!(err, BacklogError::Utf16 { bom: "FF FE", .. }), "{err:?}");
-    assert!(err.to_string().contains("save the backlog as UTF-8"), "{err}");
+    assert!(
+        matches!(err, BacklogError::Utf16 { bom: "FF FE", .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("save the backlog as UTF-8"),
+        "{err}"
+    );
 }
 
 /// A long backlog reads whole and in order (speed is measured elsewhere, not here).
@@ -1347,4 +1550,118 @@ fn a_long_backlog_keeps_every_item() {
     assert_eq!(last.details.lines.len(), 4);
     let keys: HashSet<&str> = b.items.iter().map(|i| i.key.as_str()).collect();
     assert_eq!(keys.len(), 2000);
+}
+
+// ---- no input panics ------------------------------------------------------------
+
+/// Lines real backlogs are made of, including broken ones.
+const FRAGMENTS: &[&str] = &[
+    "",
+    "# Title",
+    "## Section",
+    "### Sub",
+    "Setext",
+    "===",
+    "---",
+    "+++",
+    "...",
+    "> rule",
+    ">",
+    "- [ ] open",
+    "* [x] done",
+    "+ [X] done",
+    "1. [ ] one",
+    "3) [ ] three",
+    "- [ ]",
+    "- []",
+    "- [\u{3000}] wide",
+    "- [-] cancelled",
+    "- [!] odd",
+    "[ ] bare",
+    "  - [ ] nested",
+    "    - [ ] deeper",
+    "  accept: a",
+    "  accept:",
+    "accept: orphan",
+    "  - verify: `x`",
+    "  verify: `unclosed",
+    "  scope: src/**, `a`",
+    "  rounds: 2",
+    "  rounds: x",
+    "  timeout: 45m",
+    "  timeout: 90",
+    "  question: why?",
+    "  **accept:** bold",
+    "- plain",
+    "  - [ ] grouped",
+    "```",
+    "~~~",
+    "    code",
+    "<details>",
+    "</details>",
+    "<!--",
+    "-->",
+    "| a | b |",
+    "[^1]: - [ ] foot",
+    "[1]: http://x",
+    "text with `code",
+    "\t- [ ]\ttab",
+    "- [ ] 加深 taichung:44/70→≤37;在地版",
+    "  驗收：中文",
+    "- [ ] trailing\\",
+    "\u{feff}",
+    "- [ ] \u{202e}evil",
+    "- [ ] nul \0",
+];
+
+fn check_invariants(text: &str) {
+    let b = parse(text);
+    assert!(b.problems.windows(2).all(|w| w[0].line <= w[1].line));
+    let line_count = text.split_inclusive(['\n', '\r']).count().max(1) + 1;
+    for p in &b.problems {
+        assert!(p.line >= 1 && p.line <= line_count, "{p} of {line_count}");
+    }
+    for i in &b.items {
+        let marker = &text[i.marker_offset..i.marker_offset + 3];
+        assert!(["[ ]", "[x]", "[X]"].contains(&marker), "{marker:?}");
+        assert_eq!(i.done, marker != "[ ]");
+        assert!(!i.title.contains(['\n', '\r']), "{:?}", i.title);
+        assert!(
+            i.section
+                .as_deref()
+                .is_none_or(|s| !s.contains(['\n', '\r']))
+        );
+        assert!(
+            i.details
+                .lines
+                .iter()
+                .all(|l| l.line > i.line && !l.text.contains(['\n', '\r']))
+        );
+    }
+    // Ticking any open item changes that item only.
+    if let Some(open) = b.open_items().find(|i| !i.title.is_empty()) {
+        let ticked = backlog::tick(text, open, " (done: #1)").unwrap();
+        let again = parse(&ticked);
+        assert_eq!(again.items.len(), b.items.len(), "{text:?}\n=>\n{ticked:?}");
+        assert_eq!(again.open_items().count(), b.open_items().count() - 1);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn realistic_fragments_never_panic_and_keep_invariants(
+        picks in proptest::collection::vec(0..FRAGMENTS.len(), 0..40),
+        ending in 0..3usize,
+    ) {
+        let eol = ["\n", "\r\n", "\r"][ending];
+        let text: String = picks.iter().map(|&i| format!("{}{eol}", FRAGMENTS[i])).collect();
+        check_invariants(&text);
+    }
+
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+        check_invariants(&text);
+    }
 }
