@@ -1372,6 +1372,44 @@ fn stray_box(body: &str, bullet: bool) -> Option<String> {
     ))
 }
 
+/// Bullets that word processors, note apps and CJK input methods put where
+/// markdown needs `-`, `*` or `+`.
+const TYPOGRAPHIC_BULLETS: [char; 13] = [
+    '•', '·', '・', '‧', '∙', '◦', '▪', '●', '○', '–', '—', '‐', '‑',
+];
+
+/// An open box written with full-width or typographic characters
+/// (`• [ ]`, `－ [ ]`, `- ［ ］`, `１. [ ]`): markdown reads no task item there.
+fn typographic_box(line: &str) -> Option<String> {
+    let content = line.trim_start();
+    let ascii: String = narrow(content)
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i == 0 && TYPOGRAPHIC_BULLETS.contains(&c) {
+                '-'
+            } else {
+                c
+            }
+        })
+        .collect();
+    if ascii == content {
+        return None;
+    }
+    let (body, bullet) = strip_bullet(&ascii);
+    let inner = body.strip_prefix('[')?.split(']').next()?;
+    if !bullet || inner.chars().count() > 3 || !inner.chars().all(char::is_whitespace) {
+        return None;
+    }
+    // Show the marker as written: as many characters as the ASCII form used.
+    let used = ascii.chars().count() - body.chars().count() + inner.chars().count() + 2;
+    let shown: String = content.chars().take(used).collect();
+    Some(format!(
+        "`{}` is written with full-width or typographic characters, so markdown reads no task item here — write `- [ ] title` in ASCII",
+        shown.trim_end()
+    ))
+}
+
 /// Checks every line not owned by an item nor inside code, HTML, a block
 /// quote or a heading: a detail keyword there belongs to no item (a
 /// `question:` there would not block anything), and a box there might be an
@@ -1409,6 +1447,8 @@ fn check_stray_lines(
         }
         let (body, bullet) = strip_bullet(line);
         if let Some(message) = stray_box(body, bullet) {
+            problem(n, message);
+        } else if let Some(message) = typographic_box(line) {
             problem(n, message);
         } else if let Some((kind, _)) = keyword(body.trim_end()) {
             problem(

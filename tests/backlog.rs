@@ -1370,6 +1370,43 @@ Some paragraph
     }
 }
 
+/// Bullets pasted from notes apps and word processors, and boxes typed in
+/// an input method's full-width mode, are not markdown task items: named.
+#[test]
+fn typographic_and_full_width_markers_are_problems() {
+    let text = "\
+## S
+
+• [ ] bullet char
+・ [ ] katakana middle dot
+－ [ ] full-width hyphen
+– [ ] en dash
+- ［ ］ full-width brackets
+- ［　］ full-width brackets and space
+＊ [ ] full-width star
+１. [ ] full-width digit
+- ［x］ full-width done is left alone
+• a plain typographic bullet is prose
+
+- [ ] real
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["real"]);
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 4, 5, 6, 7, 8, 9, 10],
+        "{got:#?}"
+    );
+    assert!(
+        got[0].1.starts_with("`• [ ]` is written with full-width"),
+        "{}",
+        got[0].1
+    );
+    assert!(got[4].1.starts_with("`- ［ ］`"), "{}", got[4].1);
+    assert!(got[7].1.starts_with("`１. [ ]`"), "{}", got[7].1);
+}
+
 /// `[-]` cancelled, `[/]` in progress, `[~]`, `[>]` deferred, `[<]` scheduled
 /// (Obsidian Tasks, bullet journals) and done look-alikes can only mean "do
 /// not run": not items, not problems. Letters and numbers are labels.
@@ -1611,6 +1648,10 @@ const FRAGMENTS: &[&str] = &[
     "- [ ] trailing\\",
     "\u{feff}",
     "- [ ] \u{202e}evil",
+    "• [ ] typographic",
+    "- ［　］ wide",
+    "- [ ] ~~struck~~",
+    "  verify: `$ make`",
     "- [ ] nul \0",
 ];
 
