@@ -1,12 +1,32 @@
 //! The backlog: reading `NEXT.md` into items (SPEC §3), and the one edit
 //! nightshift ever makes to it, the byte-exact tick used by `nightshift sync`.
 //!
-//! An item is a task-list item at the top level of a list; its first line is
-//! the title, the lines nested under it are its details (`accept:`, `verify:`,
-//! `scope:`, `question:`, `rounds:`, `timeout:`, anything else is a note).
-//! Block quotes in the document preamble and in the item's `##` section are
-//! its context. Parsing never fails: malformed detail lines become
-//! [`Problem`]s with file:line so `plan` can list them all at once.
+//! An item is a task-list item (`- [ ]`, `* [x]`, `1. [ ]` …) that is not
+//! nested in another task item and not inside a block quote, code or HTML;
+//! its first line is the title, the lines nested under it are its details
+//! (`accept:`, `verify:`, `scope:`, `question:`, `rounds:`, `timeout:`,
+//! anything else is a note). Block quotes in the document preamble and in the
+//! item's `##` section are its context. Parsing never fails: malformed detail
+//! lines become [`Problem`]s with file:line so `plan` can list them all at once.
+//! Boxes in block quotes (SPEC §3), HTML comments, code, tables (GitHub shows
+//! them as text) and footnotes are not items.
+//!
+//! The reader loses nothing silently. Whatever looks meant for nightshift but
+//! would not be read — a detail keyword outside every item, a box that is not
+//! a task box (`[]`, a full-width space, `[!]`), an open box glued into an
+//! HTML block or inside the front matter — is a problem naming its line and
+//! the fix; so is an open item whose whole title is struck through. Marks
+//! that can only mean "do not run" are left alone: done boxes and the skip
+//! states `[-]` (cancelled), `[/]` (in progress), `[~]`, `[>]` (deferred) and
+//! `[<]` (scheduled) of Obsidian Tasks and bullet journals. Done items never
+//! run again, so malformed lines under them are not problems.
+//!
+//! Accepted around the grammar, as real files are written: a UTF-8 BOM, YAML
+//! (`---`) or TOML (`+++`) front matter (skipped), `\n`, `\r\n` and lone `\r`
+//! line endings, tabs, setext headings, loose lists, ordered lists starting
+//! anywhere, task items grouped under plain bullets, keywords in any ASCII
+//! case with `:` or `：`, wrapped in emphasis (`**accept:**`) or after a
+//! bullet (`- `, `1. `).
 //!
 //! This module is not the judge of limits: it exposes `rounds:`/`timeout:`
 //! values with their line numbers, and the contract module checks them
@@ -29,11 +49,17 @@ pub struct Backlog {
     pub sha256: String,
     /// Every task item, open and done, in document order.
     pub items: Vec<Item>,
-    /// Every malformed detail line, in document order. Empty when the backlog is well formed.
+    /// Every problem, in line order: malformed detail lines of open items
+    /// (done items never run, so theirs are not problems), duplicate open
+    /// items, and lines that look meant for nightshift but would not be read
+    /// (see the module doc). Empty when the backlog is well formed.
     pub problems: Vec<Problem>,
 }
 
-/// One task-list item at the top level of a list (SPEC §3).
+/// One task-list item of the backlog (SPEC §3): a list item that starts with
+/// `[ ]`, `[x]` or `[X]`, is not nested in another task item (those are its
+/// details) and is not inside a block quote, code or HTML block. Task items
+/// grouped under a plain bullet (`- Frontend` / `  - [ ] fix …`) are items.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
     /// 1-based line of the task marker.
@@ -45,11 +71,15 @@ pub struct Item {
     /// The rest of the marker's line, trimmed, otherwise verbatim (markdown
     /// markup, full-width punctuation and notes like `(done: 39/70)` kept).
     pub title: String,
-    /// Text of the nearest preceding `##` heading, verbatim inline source
-    /// (closing `#`s and setext underline removed); `None` before the first one.
+    /// Text of the `##` heading the item is under: its inline source verbatim
+    /// (closing `#`s and setext underline removed, the lines of a multi-line
+    /// heading joined by one space). `None` before the first `##`, and after a
+    /// later `#` heading, which closes the `##` section above it (outline
+    /// rule); `###` and deeper headings do not start sections.
     pub section: Option<String>,
     /// Block-quote lines without their `> ` prefix: the document preamble's
-    /// (before the first `##`) first, then those anywhere in the item's `##` section.
+    /// (everything before the first `##`) first, then those anywhere in the
+    /// item's own section (up to the next `#` or `##` heading).
     pub context: Vec<String>,
     /// The lines nested under the item, classified.
     pub details: Details,
@@ -62,9 +92,12 @@ pub struct Item {
 /// The lines nested under an item, verbatim and classified (SPEC §3).
 ///
 /// A nested line is recognised after removing its indentation and one leading
-/// bullet (`- `, `* `, `+ `). Keywords are ASCII case-insensitive and take
-/// `:` or the full-width `：`. Lines inside a code block or HTML block nested
-/// in the item are always notes.
+/// bullet (`- `, `* `, `+ `, `1. `, `1) `). Keywords are ASCII
+/// case-insensitive, take `:` or the full-width `：` (spaces allowed before
+/// it), and may be wrapped in emphasis like a label: `**accept:** x`,
+/// `**accept**: x`, `_accept_: x`. Lines inside a code block or HTML block
+/// nested in the item are always notes; so are nested block quotes and nested
+/// task items (`- [ ] accept: …` is a checklist line, not a keyword).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Details {
     /// Every non-blank nested line, verbatim (indentation kept, line ending
@@ -77,15 +110,20 @@ pub struct Details {
     /// the rest of the line.
     pub verify: Vec<String>,
     /// Globs from `scope:` lines. One line may hold several globs separated by
-    /// commas (`,` or `，`) and/or whitespace, so a glob cannot contain spaces;
-    /// each may be wrapped in backticks.
+    /// whitespace, commas or semicolons (ASCII or full-width, and `、`), so a
+    /// glob cannot contain spaces. When the line holds backticks, only the
+    /// code spans are globs and anything else but separators is a problem.
     pub scope: Vec<String>,
     /// Open questions (`question:` lines); any makes the item blocked.
     pub questions: Vec<String>,
-    /// `rounds: N` (N ≥ 1) and its line; the last valid one wins if repeated
-    /// (a repeat is also a problem).
+    /// `rounds: N` (N ≥ 1, full-width digits accepted) and its line; the last
+    /// valid one wins if repeated (a repeat is also a problem).
     pub rounds: Option<(u32, usize)>,
-    /// `timeout: 45m` (units h, m, s; e.g. `2h`, `90s`, `1h30m`) and its line.
+    /// `timeout: 45m` and its line: one or more number–unit pairs, e.g. `2h`,
+    /// `90s`, `1h30m`, `1h 30m`, `45 min`, `2 hours`, `45分鐘`. Units: d/day(s),
+    /// h/hr(s)/hour(s), m/min(s)/minute(s), s/sec(s)/second(s) and 天, 小時
+    /// (小时, 時), 分鐘 (分钟, 分), 秒; full-width letters and digits accepted.
+    /// A bare number is a problem (minutes or seconds?).
     pub timeout: Option<(Duration, usize)>,
     /// Every other nested line: the item's content indentation and trailing
     /// whitespace removed, otherwise verbatim (context for the writer).
@@ -152,13 +190,27 @@ pub enum BacklogError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The backlog file is not UTF-8.
-    #[error("backlog {} is not UTF-8 (first bad byte at offset {offset}) — save it as UTF-8", path.display())]
+    /// The backlog file is not UTF-8 (a legacy encoding such as Big5 or
+    /// Latin-1, or a binary file).
+    #[error("{}:{line}: not UTF-8 (byte 0x{byte:02X} at offset {offset}) — save the backlog as UTF-8", path.display())]
     NotUtf8 {
         /// The file that was being read.
         path: PathBuf,
         /// Byte offset of the first invalid byte.
         offset: usize,
+        /// 1-based line of that byte.
+        line: usize,
+        /// The invalid byte.
+        byte: u8,
+    },
+    /// The backlog file is UTF-16 (it starts with a UTF-16 byte-order mark,
+    /// as Windows Notepad's "Unicode" and PowerShell's `>` write it).
+    #[error("{}: UTF-16 text (byte-order mark {bom}) — save the backlog as UTF-8", path.display())]
+    Utf16 {
+        /// The file that was being read.
+        path: PathBuf,
+        /// `FF FE` (little-endian) or `FE FF` (big-endian).
+        bom: &'static str,
     },
     /// The bytes at the item's marker offset are not an open box `[ ]`: the
     /// file changed since it was parsed, or the item is already ticked.
@@ -204,42 +256,95 @@ impl Backlog {
 /// file's exact bytes.
 ///
 /// # Errors
-/// [`BacklogError::Read`] when the file cannot be read, [`BacklogError::NotUtf8`]
-/// when it is not UTF-8. Malformed items are not errors: see [`Backlog::problems`].
+/// [`BacklogError::Read`] when the file cannot be read, [`BacklogError::Utf16`]
+/// or [`BacklogError::NotUtf8`] (with the line of the first bad byte) when it
+/// is not UTF-8. Malformed items are not errors: see [`Backlog::problems`].
 pub fn read(path: &Path) -> Result<Backlog, BacklogError> {
     let bytes = std::fs::read(path).map_err(|source| BacklogError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    let text = String::from_utf8(bytes).map_err(|err| BacklogError::NotUtf8 {
-        path: path.to_path_buf(),
-        offset: err.utf8_error().valid_up_to(),
-    })?;
+    let text = decode(path, bytes)?;
     Ok(parse(path, &text))
 }
 
+/// The backlog's bytes as text, refusing anything but UTF-8 (a BOM is kept;
+/// [`parse`] skips it). `path` is only used in the error.
+///
+/// # Errors
+/// [`BacklogError::Utf16`] for a UTF-16 byte-order mark, else
+/// [`BacklogError::NotUtf8`] naming the line and offset of the first bad byte.
+pub fn decode(path: &Path, bytes: Vec<u8>) -> Result<String, BacklogError> {
+    let bom = match bytes.get(..2) {
+        Some([0xFF, 0xFE]) => Some("FF FE"),
+        Some([0xFE, 0xFF]) => Some("FE FF"),
+        _ => None,
+    };
+    if let Some(bom) = bom {
+        return Err(BacklogError::Utf16 {
+            path: path.to_path_buf(),
+            bom,
+        });
+    }
+    String::from_utf8(bytes).map_err(|err| {
+        let offset = err.utf8_error().valid_up_to();
+        let bytes = err.as_bytes();
+        // The valid prefix is text: count its line breaks the way LineIndex does.
+        let prefix = std::str::from_utf8(&bytes[..offset]).unwrap_or_default();
+        BacklogError::NotUtf8 {
+            path: path.to_path_buf(),
+            offset,
+            line: LineIndex::new(prefix).count(),
+            byte: bytes[offset],
+        }
+    })
+}
+
 /// Parses backlog `text` read from `path` (the path is only used in
-/// problems). Never fails; malformed detail lines are collected in
-/// [`Backlog::problems`] (SPEC §3). A leading UTF-8 BOM is skipped; offsets
-/// and line numbers still refer to `text` as given.
+/// problems). Never fails; malformed detail lines and lines that look meant
+/// for nightshift but would not be read are collected in
+/// [`Backlog::problems`] (SPEC §3). A leading UTF-8 BOM and front matter are
+/// skipped; offsets and line numbers still refer to `text` as given.
 pub fn parse(path: &Path, text: &str) -> Backlog {
+    let lines = LineIndex::new(text);
     // pulldown-cmark does not skip a BOM: the first line would become a paragraph.
-    let base = if text.starts_with('\u{feff}') {
+    let bom = if text.starts_with('\u{feff}') {
         '\u{feff}'.len_utf8()
     } else {
         0
     };
+    let front = front_matter(text, &lines, bom);
+    let base = front.as_ref().map_or(bom, |f| f.end);
     let scan = scan(&text[base..], base);
-    let lines = LineIndex::new(text);
 
     let mut problems = Vec::new();
+    let context = Context::new(text, &lines, &scan);
     let mut items = Vec::with_capacity(scan.items.len());
     for raw in &scan.items {
-        let item = build_item(path, text, &lines, &scan, raw, &mut problems);
+        let mut own = Vec::new();
+        let item = build_item(path, text, &lines, &scan, &context, raw, &mut own);
+        // A done item never runs again: a malformed line under it is history,
+        // not a reason to stop tonight's plan.
+        if !item.done {
+            problems.append(&mut own);
+        }
         items.push(item);
     }
+    let mut problem = |line: usize, message: String| {
+        problems.push(Problem {
+            path: path.to_path_buf(),
+            line,
+            message,
+        });
+    };
+    if let Some(front) = &front {
+        check_front_matter(text, &lines, front, &mut problem);
+    }
+    check_stray_lines(text, &lines, base, &scan, &mut problem);
+    check_html_blocks(text, &lines, &scan.html_blocks, &mut problem);
     report_duplicate_keys(path, &items, &mut problems);
-    report_hidden_characters(path, text, &mut problems);
+    report_hidden_characters(path, text, &lines, &mut problems);
+    // Stable: problems of one line keep the order they were found in.
     problems.sort_by_key(|p| p.line);
 
     Backlog {
@@ -251,16 +356,33 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
 }
 
 /// Characters that make a card lie about what is approved: NUL (a binary or
-/// corrupted file; the ledger cannot store it) and the Unicode bidirectional
-/// controls that reorder text on screen (CVE-2021-42574, "Trojan Source").
-fn report_hidden_characters(path: &Path, text: &str, problems: &mut Vec<Problem>) {
-    for (i, line) in text.lines().enumerate() {
-        let bad: Vec<char> = line.chars().filter(|c| *c == '\0' || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')).collect();
-        if let Some(c) = bad.first() {
+/// corrupted file; the ledger cannot store it), the other C0/C1 control
+/// characters (ESC starts terminal escape sequences that can rewrite the card
+/// on screen) and the Unicode bidirectional controls that reorder text on
+/// screen (CVE-2021-42574, "Trojan Source"). Tab and line endings are fine.
+fn report_hidden_characters(
+    path: &Path,
+    text: &str,
+    lines: &LineIndex,
+    problems: &mut Vec<Problem>,
+) {
+    for n in 1..=lines.count() {
+        let line = &text[lines.range(n)];
+        let bad = line.chars().find(|&c| {
+            (c.is_control() && c != '\t')
+                || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+        });
+        if let Some(c) = bad {
+            let what = match c {
+                '\0' => "NUL: is the file binary?",
+                '\u{1b}' => "ESC: a terminal escape sequence",
+                c if c.is_control() => "a control character",
+                _ => "a bidirectional text control",
+            };
             problems.push(Problem {
                 path: path.to_path_buf(),
-                line: i + 1,
-                message: format!("hidden character U+{:04X} ({}); remove it — it could make the card show something other than what runs", *c as u32, if *c == '\0' { "NUL: is the file binary?" } else { "a bidirectional text control" }),
+                line: n,
+                message: format!("hidden character U+{:04X} ({what}); remove it — it could make the card show something other than what runs", c as u32),
             });
         }
     }
@@ -297,12 +419,10 @@ pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError>
             found: String::from_utf8_lossy(found).into_owned(),
         });
     }
-    // The marker bytes are ASCII, so marker_end is a char boundary.
+    // The marker bytes are ASCII, so marker_end is a char boundary. The line
+    // ends at `\n`, `\r\n` or a lone `\r` (old Mac files; CommonMark too).
     let rest = &text[marker_end..];
-    let line_len = rest.find('\n').unwrap_or(rest.len());
-    let line_rest = rest[..line_len]
-        .strip_suffix('\r')
-        .unwrap_or(&rest[..line_len]);
+    let line_rest = &rest[..rest.find(['\n', '\r']).unwrap_or(rest.len())];
     if line_rest.trim() != item.title {
         return Err(BacklogError::TitleMismatch {
             line: item.line,
@@ -320,7 +440,6 @@ pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError>
     Ok(out)
 }
 
-use crate::config::parse_duration;
 use crate::contract::sha256_hex;
 
 /// normalize() of the key rule: words separated by exactly one space.
@@ -334,54 +453,75 @@ struct RawItem {
     range: Range<usize>,
     marker_offset: usize,
     done: bool,
-    /// Index into `Scan::sections`, `None` before the first `##`.
-    section: Option<usize>,
+    /// Index into `Scan::regions`.
+    region: usize,
     /// Code and HTML blocks nested in the item: their lines are never keywords.
     opaque: Vec<Range<usize>>,
 }
 
-/// A top-level list item while its events are being read.
-struct OpenItem {
+/// A list item while its events are being read.
+struct Frame {
     range: Range<usize>,
     /// Offset and state of its own task marker, if it has one.
     marker: Option<(usize, bool)>,
     opaque: Vec<Range<usize>>,
 }
 
-/// A top-level block quote and the section it sits in.
+/// A stretch of the document between headings of level 1 or 2 (the outline
+/// rule: a `#` heading closes the `##` section above it).
+struct Region {
+    /// The `##` heading's text; `None` for the start and for `#` regions.
+    heading: Option<String>,
+    /// Before the first `##` heading: its block quotes are context for all items.
+    preamble: bool,
+}
+
+/// A block quote outside every list, and the region it sits in.
 struct Quote {
     range: Range<usize>,
-    section: Option<usize>,
+    region: usize,
 }
 
 /// What one pass over the markdown events finds; all ranges index the full text.
 struct Scan {
     items: Vec<RawItem>,
-    sections: Vec<String>,
+    regions: Vec<Region>,
     quotes: Vec<Quote>,
+    /// Where lines are owned or deliberately opaque: items, and outside items
+    /// code blocks, HTML blocks, block quotes and headings. Every other line
+    /// is checked for details and boxes that would not be read.
+    claimed: Vec<Range<usize>>,
+    /// HTML blocks outside items and block quotes (checked for glued task boxes).
+    html_blocks: Vec<Range<usize>>,
 }
 
 /// Walks the markdown events once. `body` is the text after any BOM and
-/// `base` its offset in the full text.
+/// front matter, and `base` its offset in the full text.
 fn scan(body: &str, base: usize) -> Scan {
     let shift = |r: Range<usize>| r.start + base..r.end + base;
     let mut out = Scan {
         items: Vec::new(),
-        sections: Vec::new(),
+        regions: vec![Region {
+            heading: None,
+            preamble: true,
+        }],
         quotes: Vec::new(),
+        claimed: Vec::new(),
+        html_blocks: Vec::new(),
     };
     let mut lists = 0usize;
-    let mut list_items = 0usize;
     let mut quotes = 0usize;
-    let mut section: Option<usize> = None;
-    // The top-level item being read (only outside block quotes).
-    let mut current: Option<OpenItem> = None;
-    // Inline extent of the `##` heading being read.
-    let mut heading: Option<Option<Range<usize>>> = None;
+    let mut seen_h2 = false;
+    // Open list items, outermost first; `owner` is the index of the task item
+    // being read (nothing nested in it can be an item).
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut owner: Option<usize> = None;
+    // Inline extent of the `#`/`##` heading being read, and its level.
+    let mut heading: Option<(HeadingLevel, Option<Range<usize>>)> = None;
 
     for (event, range) in Parser::new_ext(body, Options::ENABLE_TASKLISTS).into_offset_iter() {
         let range = shift(range);
-        if let Some(extent) = heading.as_mut() {
+        if let Some((_, extent)) = heading.as_mut() {
             match &event {
                 Event::End(TagEnd::Heading(_)) => {}
                 _ if range.is_empty() => {}
@@ -395,64 +535,84 @@ fn scan(body: &str, base: usize) -> Scan {
         match event {
             Event::Start(Tag::List(_)) => lists += 1,
             Event::End(TagEnd::List(_)) => lists -= 1,
-            Event::Start(Tag::Item) => {
-                list_items += 1;
-                if list_items == 1 && lists == 1 && quotes == 0 {
-                    current = Some(OpenItem {
-                        range,
-                        marker: None,
-                        opaque: Vec::new(),
-                    });
-                }
-            }
-            // Nested task items (list_items > 1) are details of their parent.
-            Event::TaskListMarker(done) if list_items == 1 => {
-                if let Some(open) = current.as_mut() {
-                    open.marker.get_or_insert((range.start, done));
+            Event::Start(Tag::Item) => stack.push(Frame {
+                range,
+                marker: None,
+                opaque: Vec::new(),
+            }),
+            // pulldown-cmark sends the marker right after its item starts.
+            Event::TaskListMarker(done) => {
+                if owner.is_none()
+                    && quotes == 0
+                    && let Some(top) = stack.last_mut()
+                {
+                    top.marker = Some((range.start, done));
+                    owner = Some(stack.len() - 1);
                 }
             }
             Event::End(TagEnd::Item) => {
-                if list_items == 1
-                    && let Some(OpenItem {
-                        range,
-                        marker: Some((marker_offset, done)),
-                        opaque,
-                    }) = current.take()
+                let Some(frame) = stack.pop() else { continue };
+                if owner == Some(stack.len())
+                    && let Some((marker_offset, done)) = frame.marker
                 {
+                    owner = None;
+                    out.claimed.push(frame.range.clone());
                     out.items.push(RawItem {
-                        range,
+                        range: frame.range,
                         marker_offset,
                         done,
-                        section,
-                        opaque,
+                        region: out.regions.len() - 1,
+                        opaque: frame.opaque,
                     });
                 }
-                list_items -= 1;
             }
-            Event::Start(Tag::CodeBlock(_)) | Event::Start(Tag::HtmlBlock) => {
-                if let Some(open) = current.as_mut() {
-                    open.opaque.push(range);
+            Event::Start(Tag::CodeBlock(_)) | Event::Start(Tag::HtmlBlock) => match owner {
+                Some(i) => stack[i].opaque.push(range),
+                None => {
+                    if quotes == 0 && matches!(event, Event::Start(Tag::HtmlBlock)) {
+                        out.html_blocks.push(range.clone());
+                    }
+                    out.claimed.push(range);
                 }
-            }
+            },
             Event::Start(Tag::BlockQuote(_)) => {
                 quotes += 1;
                 if quotes == 1 && lists == 0 {
-                    out.quotes.push(Quote { range, section });
+                    out.quotes.push(Quote {
+                        range: range.clone(),
+                        region: out.regions.len() - 1,
+                    });
+                }
+                if owner.is_none() {
+                    out.claimed.push(range);
                 }
             }
             Event::End(TagEnd::BlockQuote(_)) => quotes -= 1,
-            Event::Start(Tag::Heading {
-                level: HeadingLevel::H2,
-                ..
-            }) if lists == 0 && quotes == 0 => {
-                heading = Some(None);
+            Event::Start(Tag::Heading { level, .. }) => {
+                if owner.is_none() {
+                    out.claimed.push(range);
+                }
+                if lists == 0 && quotes == 0 && level <= HeadingLevel::H2 {
+                    heading = Some((level, None));
+                }
             }
-            Event::End(TagEnd::Heading(HeadingLevel::H2)) => {
-                if let Some(extent) = heading.take() {
-                    let text =
-                        extent.map(|r| body[r.start - base..r.end - base].trim().to_string());
-                    out.sections.push(text.unwrap_or_default());
-                    section = Some(out.sections.len() - 1);
+            Event::End(TagEnd::Heading(_)) => {
+                if let Some((level, extent)) = heading.take() {
+                    let region = if level == HeadingLevel::H2 {
+                        seen_h2 = true;
+                        let text =
+                            extent.map(|r| heading_text(&body[r.start - base..r.end - base]));
+                        Region {
+                            heading: Some(text.unwrap_or_default()),
+                            preamble: false,
+                        }
+                    } else {
+                        Region {
+                            heading: None,
+                            preamble: !seen_h2,
+                        }
+                    };
+                    out.regions.push(region);
                 }
             }
             _ => {}
@@ -461,40 +621,95 @@ fn scan(body: &str, base: usize) -> Scan {
     out
 }
 
-/// Line starts of a text, for offset → line number and line slicing.
+/// A heading's inline source on one line: a setext heading may span several.
+fn heading_text(source: &str) -> String {
+    source
+        .split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Line starts and ends of a text, for offset → line number and line slicing.
+/// A line ends at `\n`, `\r\n` or a lone `\r`, as in CommonMark.
 struct LineIndex {
     starts: Vec<usize>,
-    len: usize,
+    /// End of each line's content, before its line ending.
+    ends: Vec<usize>,
 }
 
 impl LineIndex {
     fn new(text: &str) -> Self {
+        let bytes = text.as_bytes();
         let mut starts = vec![0];
-        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        Self {
-            starts,
-            len: text.len(),
+        let mut ends = Vec::new();
+        let mut at = 0;
+        while let Some(found) = memchr::memchr2(b'\n', b'\r', &bytes[at..]) {
+            let end = at + found;
+            let next = if bytes[end] == b'\r' && bytes.get(end + 1) == Some(&b'\n') {
+                end + 2
+            } else {
+                end + 1
+            };
+            ends.push(end);
+            starts.push(next);
+            at = next;
         }
+        ends.push(text.len());
+        Self { starts, ends }
     }
 
-    /// 1-based line holding byte `offset`.
+    /// 1-based line holding byte `offset` (a line ending belongs to its line).
     fn line_of(&self, offset: usize) -> usize {
         self.starts.partition_point(|&s| s <= offset)
     }
 
-    /// Byte range of 1-based `line`, without `\n` / `\r\n`.
-    fn range(&self, text: &str, line: usize) -> Range<usize> {
-        let start = self.starts[line - 1];
-        let mut end = self.starts.get(line).map_or(self.len, |next| next - 1);
-        if text[start..end].ends_with('\r') {
-            end -= 1;
-        }
-        start..end
+    /// Byte range of 1-based `line`, without its line ending.
+    fn range(&self, line: usize) -> Range<usize> {
+        self.starts[line - 1]..self.ends[line - 1]
     }
 
-    /// Number of lines (a final line without `\n` counts; the empty rest after a final `\n` does too).
+    /// Number of lines (a final line without a line ending counts; the empty
+    /// rest after a final line ending does too).
     fn count(&self) -> usize {
         self.starts.len()
+    }
+}
+
+/// The block-quote lines of the preamble and of each region, read once: a
+/// backlog with a quote under every item would otherwise re-read every quote
+/// of the section for every item.
+struct Context {
+    preamble: Vec<String>,
+    /// Per region (index into `Scan::regions`); empty for preamble regions.
+    regions: Vec<Vec<String>>,
+}
+
+impl Context {
+    fn new(text: &str, lines: &LineIndex, scan: &Scan) -> Self {
+        let mut context = Context {
+            preamble: Vec::new(),
+            regions: vec![Vec::new(); scan.regions.len()],
+        };
+        for q in &scan.quotes {
+            let into = if scan.regions[q.region].preamble {
+                &mut context.preamble
+            } else {
+                &mut context.regions[q.region]
+            };
+            into.extend(quote_lines(text, lines, &q.range));
+        }
+        context
+    }
+
+    /// Context of an item in `region`: the preamble's quotes, then its region's.
+    fn of(&self, region: usize) -> Vec<String> {
+        let own = &self.regions[region];
+        let mut all = Vec::with_capacity(self.preamble.len() + own.len());
+        all.extend_from_slice(&self.preamble);
+        all.extend_from_slice(own);
+        all
     }
 }
 
@@ -503,11 +718,12 @@ fn build_item(
     text: &str,
     lines: &LineIndex,
     scan: &Scan,
+    context: &Context,
     raw: &RawItem,
     problems: &mut Vec<Problem>,
 ) -> Item {
     let line = lines.line_of(raw.marker_offset);
-    let marker_line = lines.range(text, line);
+    let marker_line = lines.range(line);
     let title = text[raw.marker_offset + 3..marker_line.end]
         .trim()
         .to_string();
@@ -518,13 +734,21 @@ fn build_item(
             message: "task item without a title — write what to do after the box".to_string(),
         });
     }
+    if struck_through(&title) {
+        // An open box says "run it", the strike says "dropped": ask.
+        problems.push(Problem {
+            path: path.to_path_buf(),
+            line,
+            message: "the whole title is struck through (`~~…~~`) but the box is open — mark it `[-]` (cancelled) or `[x]`, or remove the `~~` to run it".to_string(),
+        });
+    }
     // Nested lines are indented at least as far as the text after the marker.
     let indent = columns(&text[marker_line.start..raw.marker_offset]);
 
     let mut details = Details::default();
     let mut n = line + 1;
     while n <= lines.count() && lines.starts[n - 1] < raw.range.end {
-        let r = lines.range(text, n);
+        let r = lines.range(n);
         let verbatim = &text[r.clone()];
         if !verbatim.trim().is_empty() {
             let opaque = raw
@@ -536,13 +760,8 @@ fn build_item(
         n += 1;
     }
 
-    let section = raw.section.map(|i| scan.sections[i].clone());
-    let context = scan
-        .quotes
-        .iter()
-        .filter(|q| q.section.is_none() || (raw.section.is_some() && q.section == raw.section))
-        .flat_map(|q| quote_lines(text, lines, &q.range))
-        .collect();
+    let section = scan.regions[raw.region].heading.clone();
+    let context = context.of(raw.region);
     let key = sha256_hex(
         format!(
             "{}\n{}",
@@ -561,6 +780,14 @@ fn build_item(
         details,
         key,
     }
+}
+
+/// True when the whole title is one GFM strikethrough (`~~old idea~~`).
+fn struck_through(title: &str) -> bool {
+    title.len() > 4
+        && title.starts_with("~~")
+        && title.ends_with("~~")
+        && !title[2..title.len() - 2].contains("~~")
 }
 
 /// Display columns of a line prefix, tabs to the next multiple of 4 (CommonMark).
@@ -590,6 +817,29 @@ fn strip_indent(line: &str, indent: usize) -> &str {
     ""
 }
 
+/// The text of a line after its indentation and one list marker (`-`, `*`,
+/// `+`, `1.`, `1)` followed by a space or tab, or alone on the line), and
+/// whether there was a marker.
+fn strip_bullet(line: &str) -> (&str, bool) {
+    let s = line.trim_start();
+    let digits = s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let marker = match s.as_bytes().first() {
+        Some(b'-' | b'*' | b'+') => 1,
+        _ if (1..=9).contains(&digits) && matches!(s.as_bytes().get(digits), Some(b'.' | b')')) => {
+            digits + 1
+        }
+        _ => 0,
+    };
+    if marker == 0 {
+        return (s, false);
+    }
+    match s[marker..].chars().next() {
+        None => ("", true),
+        Some(' ' | '\t') => (s[marker..].trim_start(), true),
+        Some(_) => (s, false),
+    }
+}
+
 /// Classifies one non-blank nested line into `details`, recording problems.
 fn read_detail(
     path: &Path,
@@ -607,14 +857,13 @@ fn read_detail(
             message,
         });
     };
-    let stripped = verbatim.trim_start();
-    let body = ["- ", "* ", "+ ", "-\t", "*\t", "+\t"]
-        .iter()
-        .find_map(|bullet| stripped.strip_prefix(bullet))
-        .unwrap_or(stripped)
-        // `-    rounds: 2` is a valid list item too (up to 4 spaces after the marker).
-        .trim();
-    let keyword = if opaque { None } else { keyword(body) };
+    // `-    rounds: 2` is a valid list item too (up to 4 spaces after the marker).
+    let (body, _) = strip_bullet(verbatim);
+    let keyword = if opaque {
+        None
+    } else {
+        keyword(body.trim_end())
+    };
     let kind = match keyword {
         None => {
             details
@@ -637,23 +886,23 @@ fn read_detail(
                     Ok(cmd) => details.verify.push(cmd),
                     Err(message) => problem(message),
                 },
-                DetailKind::Scope => {
-                    let globs = scope_globs(value);
-                    if globs.is_empty() {
-                        problem("empty `scope:` — write the paths the writer may change, e.g. `scope: src/**`".to_string());
-                    }
-                    for glob in globs {
-                        match globset::Glob::new(&glob) {
-                            Ok(_) => details.scope.push(glob),
-                            Err(err) => problem(format!(
-                                "bad glob `{glob}` in `scope:`: {} — fix the pattern",
-                                err.kind()
-                            )),
+                DetailKind::Scope => match scope_globs(value) {
+                    Err(message) => problem(message),
+                    Ok(globs) if globs.is_empty() => problem("empty `scope:` — write the paths the writer may change, e.g. `scope: src/**`".to_string()),
+                    Ok(globs) => {
+                        for glob in globs {
+                            match globset::Glob::new(&glob) {
+                                Ok(_) => details.scope.push(glob),
+                                Err(err) => problem(format!(
+                                    "bad glob `{glob}` in `scope:`: {} — fix the pattern",
+                                    err.kind()
+                                )),
+                            }
                         }
                     }
-                }
-                DetailKind::Rounds => match value.parse::<u32>() {
-                    Ok(n) if n >= 1 => {
+                },
+                DetailKind::Rounds => match item_rounds(value) {
+                    Ok(n) => {
                         if let Some((_, first)) = details.rounds {
                             problem(format!(
                                 "`rounds:` given again (first on line {first}) — keep one"
@@ -661,11 +910,9 @@ fn read_detail(
                         }
                         details.rounds = Some((n, line));
                     }
-                    _ => problem(format!(
-                        "`rounds: {value}` is not a whole number of at least 1 — write e.g. `rounds: 2`"
-                    )),
+                    Err(message) => problem(message),
                 },
-                DetailKind::Timeout => match parse_duration(value) {
+                DetailKind::Timeout => match item_timeout(value) {
                     Ok(d) => {
                         if let Some((_, first)) = details.timeout {
                             problem(format!(
@@ -674,9 +921,7 @@ fn read_detail(
                         }
                         details.timeout = Some((d, line));
                     }
-                    Err(why) => problem(format!(
-                        "`timeout: {value}`: {why} — write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`"
-                    )),
+                    Err(message) => problem(message),
                 },
                 // keyword() yields only the six keywords above.
                 DetailKind::Note => {}
@@ -692,7 +937,8 @@ fn read_detail(
 }
 
 /// Splits `keyword: value` for the six detail keywords (ASCII case-insensitive,
-/// `:` or full-width `：`). Returns the kind and the trimmed value.
+/// `:` or full-width `：`, optionally wrapped in emphasis: `**accept:** x`,
+/// `**accept**: x`, `_accept_: x`). Returns the kind and the trimmed value.
 fn keyword(body: &str) -> Option<(DetailKind, &str)> {
     const KEYWORDS: [(&str, DetailKind); 6] = [
         ("accept", DetailKind::Accept),
@@ -702,14 +948,32 @@ fn keyword(body: &str) -> Option<(DetailKind, &str)> {
         ("rounds", DetailKind::Rounds),
         ("timeout", DetailKind::Timeout),
     ];
-    KEYWORDS.iter().find_map(|&(word, kind)| {
-        let head = body.get(..word.len())?;
-        if !head.eq_ignore_ascii_case(word) {
-            return None;
-        }
-        let rest = body[word.len()..].trim_start_matches([' ', '\t']);
-        let value = rest.strip_prefix(':').or_else(|| rest.strip_prefix('：'))?;
-        Some((kind, value.trim()))
+    let colon = |s: &str| -> Option<usize> {
+        s.strip_prefix(':')
+            .or_else(|| s.strip_prefix('：'))
+            .map(|rest| s.len() - rest.len())
+    };
+    // Longest delimiter first: `**` before `*`.
+    ["**", "__", "*", "_", ""].iter().find_map(|&delim| {
+        let inner = body.strip_prefix(delim)?;
+        KEYWORDS.iter().find_map(|&(word, kind)| {
+            let head = inner.get(..word.len())?;
+            if !head.eq_ignore_ascii_case(word) {
+                return None;
+            }
+            let rest = inner[word.len()..].trim_start_matches([' ', '\t']);
+            let value = if delim.is_empty() {
+                &rest[colon(rest)?..]
+            } else if let Some(after) = rest.strip_prefix(delim) {
+                // **accept**: value
+                let after = after.trim_start_matches([' ', '\t']);
+                &after[colon(after)?..]
+            } else {
+                // **accept:** value
+                rest[colon(rest)?..].strip_prefix(delim)?
+            };
+            Some((kind, value.trim()))
+        })
     })
 }
 
@@ -723,6 +987,12 @@ fn verify_command(value: &str) -> Result<String, String> {
                 "empty `verify:` — write the command after the colon, e.g. verify: `cargo test`"
                     .to_string(),
             );
+        }
+        if let Some(bare) = value.strip_prefix("$ ") {
+            return Err(format!(
+                "shell prompt `$ ` before the command in `verify:` — write verify: `{}`",
+                bare.trim_start()
+            ));
         }
         if value.contains('`') {
             // `run `make check` first` would reach `sh -c` as a command substitution.
@@ -744,6 +1014,13 @@ fn verify_command(value: &str) -> Result<String, String> {
     if command.is_empty() {
         return Err("empty `verify:` — write the command between the backticks".to_string());
     }
+    if let Some(bare) = command.strip_prefix("$ ") {
+        // Copied from a terminal or a README: `sh -c` would run `$`.
+        return Err(format!(
+            "shell prompt `$ ` before the command in `verify:` — write verify: `{}`",
+            bare.trim_start()
+        ));
+    }
     if !after.is_empty() {
         return Err(format!(
             "text after the command in `verify:` ({after:?}) — one command per `verify:` line, in backticks"
@@ -752,16 +1029,149 @@ fn verify_command(value: &str) -> Result<String, String> {
     Ok(command.to_string())
 }
 
-/// Globs of a `scope:` value: split on commas (`,` `，`) and whitespace, backticks around each removed.
-fn scope_globs(value: &str) -> Vec<String> {
+/// Separators between globs on one `scope:` line.
+fn is_scope_separator(c: char) -> bool {
+    matches!(c, ',' | '，' | '、' | ';' | '；') || c.is_whitespace()
+}
+
+/// Globs of a `scope:` value, split on separators. When the line holds
+/// backticks, each code span is one or more globs, and a word outside them
+/// must look like a path (hold `/`, `.`, `*`, `?`, `[` or `{`): there the
+/// writer is clearly quoting paths, so `scope: \`src/**\` only the parser`
+/// is prose that would turn into globs no change could satisfy.
+fn scope_globs(value: &str) -> Result<Vec<String>, String> {
+    let words = |s: &str| -> Vec<String> {
+        s.split(is_scope_separator)
+            .filter(|g| !g.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if !value.contains('`') {
+        return Ok(words(value));
+    }
+    let mut globs = Vec::new();
+    let mut rest = value;
+    loop {
+        let open = rest.find('`').unwrap_or(rest.len());
+        let prose: Vec<String> = words(&rest[..open])
+            .into_iter()
+            .filter(|w| !w.contains(['/', '.', '*', '?', '[', '{']))
+            .collect();
+        if !prose.is_empty() {
+            return Err(format!(
+                "prose in `scope:` ({:?}) — list only paths: each in backticks, separated by commas or spaces",
+                prose.join(" ")
+            ));
+        }
+        globs.extend(words(&rest[..open]));
+        if open == rest.len() {
+            return Ok(globs);
+        }
+        let after = &rest[open..];
+        let ticks = after.len() - after.trim_start_matches('`').len();
+        let fence = &after[..ticks];
+        let inner = &after[ticks..];
+        let Some(close) = inner.find(fence) else {
+            return Err(format!(
+                "unclosed {fence} in `scope:` — write scope: `GLOB`, `GLOB`"
+            ));
+        };
+        globs.extend(words(&inner[..close]));
+        rest = &inner[close + ticks..];
+    }
+}
+
+/// Full-width ASCII variants (`３`, `ｍ`, IME full-width mode) and the
+/// ideographic space to their ASCII forms.
+fn narrow(value: &str) -> String {
     value
-        .split(|c: char| c == ',' || c == '，' || c.is_whitespace())
-        .map(|g| g.trim_matches('`'))
-        .filter(|g| !g.is_empty())
-        .map(str::to_string)
+        .chars()
+        .map(|c| match c {
+            '\u{FF01}'..='\u{FF5E}' => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+            '\u{3000}' => ' ',
+            c => c,
+        })
         .collect()
 }
 
+/// The value of `rounds:`: a whole number of at least 1.
+fn item_rounds(value: &str) -> Result<u32, String> {
+    let narrowed = narrow(value);
+    let digits = narrowed.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "`rounds: {value}` is not a whole number — write e.g. `rounds: 2`"
+        ));
+    }
+    match digits.parse::<u32>() {
+        Ok(0) => Err(format!(
+            "`rounds: {value}`: an item needs at least 1 round — write e.g. `rounds: 2`, or delete the line to use the policy's limit"
+        )),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "`rounds: {value}` is far above any policy cap — write e.g. `rounds: 2`"
+        )),
+    }
+}
+
+/// The value of `timeout:`: number–unit pairs summed (see [`Details::timeout`]).
+fn item_timeout(value: &str) -> Result<Duration, String> {
+    const UNITS: [(&[&str], u64); 4] = [
+        (&["d", "day", "days", "天"], 86_400),
+        (
+            &[
+                "h", "hr", "hrs", "hour", "hours", "小時", "小时", "時", "时",
+            ],
+            3600,
+        ),
+        (
+            &[
+                "m", "min", "mins", "minute", "minutes", "分鐘", "分钟", "分",
+            ],
+            60,
+        ),
+        (&["s", "sec", "secs", "second", "seconds", "秒"], 1),
+    ];
+    let example = "write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`";
+    let not_a_duration = || format!("`timeout: {value}` is not a duration — {example}");
+    let narrowed = narrow(value).to_ascii_lowercase();
+    let mut rest = narrowed.trim();
+    if rest.is_empty() {
+        return Err(format!("empty `timeout:` — {example}"));
+    }
+    if rest.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "`timeout: {value}` has no unit — write `timeout: {rest}m` for minutes, `{rest}s` for seconds"
+        ));
+    }
+    let mut total: u64 = 0;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return Err(not_a_duration());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| not_a_duration())?;
+        rest = rest[digits..].trim_start();
+        let unit_len = rest.len() - rest.trim_start_matches(|c: char| c.is_alphabetic()).len();
+        let unit = &rest[..unit_len];
+        let secs = UNITS
+            .iter()
+            .find(|(names, _)| names.contains(&unit))
+            .map(|(_, secs)| *secs)
+            .ok_or_else(not_a_duration)?;
+        total = n
+            .checked_mul(secs)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(not_a_duration)?;
+        rest = rest[unit_len..].trim_start();
+    }
+    if total == 0 {
+        return Err(format!(
+            "`timeout: {value}` must be longer than zero — {example}, or delete the line to use the policy's limit"
+        ));
+    }
+    Ok(Duration::from_secs(total))
+}
 
 /// Lines of a top-level block quote without their `>` marker (up to 3 spaces,
 /// `>`, one optional space or tab). Lazy continuation lines are kept as they are.
@@ -770,7 +1180,7 @@ fn quote_lines(text: &str, lines: &LineIndex, range: &Range<usize>) -> Vec<Strin
     let last = lines.line_of(range.end.saturating_sub(1).max(range.start));
     (first..=last)
         .map(|n| {
-            let line = &text[lines.range(text, n)];
+            let line = &text[lines.range(n)];
             let unindented = line.trim_start_matches(' ');
             let content = if line.len() - unindented.len() <= 3 {
                 unindented.strip_prefix('>').map_or(line, |after| {
@@ -786,18 +1196,302 @@ fn quote_lines(text: &str, lines: &LineIndex, range: &Range<usize>) -> Vec<Strin
 
 /// Two open items with the same key would share one branch, one PR and one
 /// ledger row; done items never run, so only open duplicates are problems.
+/// Items without a title are already a problem of their own.
 fn report_duplicate_keys(path: &Path, items: &[Item], problems: &mut Vec<Problem>) {
     let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for item in items.iter().filter(|i| !i.done) {
+    for item in items.iter().filter(|i| !i.done && !i.title.is_empty()) {
         if let Some(first) = seen.insert(&item.key, item.line) {
             problems.push(Problem {
                 path: path.to_path_buf(),
                 line: item.line,
                 message: format!(
-                    "same section and title as the open item on line {first} — make the titles differ (the key must be unique)"
+                    "same `##` section and title as the open item on line {first} — reword one title (the key is the `##` heading plus the title, whitespace aside; `###` headings do not count)"
                 ),
             });
             seen.insert(&item.key, first);
+        }
+    }
+}
+
+// ---- what would not be read ---------------------------------------------------
+
+/// A front matter block at the top of the file (after any BOM).
+struct FrontMatter {
+    /// 1-based lines of the opening and the closing delimiter.
+    first: usize,
+    last: usize,
+    /// Byte offset just after the closing delimiter's line ending.
+    end: usize,
+}
+
+/// YAML (`---` … `---` or `...`) or TOML (`+++` … `+++`) front matter, as
+/// Jekyll, Hugo and GitHub's renderer take it: the opening delimiter alone on
+/// the first line, a non-blank line after it (else it is a thematic break),
+/// and a closing delimiter somewhere below.
+fn front_matter(text: &str, lines: &LineIndex, bom: usize) -> Option<FrontMatter> {
+    let opening = text[bom..lines.range(1).end].trim_end();
+    let closings: &[&str] = match opening {
+        "---" => &["---", "..."],
+        "+++" => &["+++"],
+        _ => return None,
+    };
+    if lines.count() < 3 || text[lines.range(2)].trim().is_empty() {
+        return None;
+    }
+    let last =
+        (3..=lines.count()).find(|&n| closings.contains(&text[lines.range(n)].trim_end()))?;
+    Some(FrontMatter {
+        first: 1,
+        last,
+        end: lines.starts.get(last).copied().unwrap_or(text.len()),
+    })
+}
+
+/// Front matter is not read: an open task box in it is an item lost, a
+/// detail keyword in it a setting that does nothing.
+fn check_front_matter(
+    text: &str,
+    lines: &LineIndex,
+    front: &FrontMatter,
+    problem: &mut impl FnMut(usize, String),
+) {
+    let span = format!("lines {}–{}", front.first, front.last);
+    for n in front.first + 1..front.last {
+        let line = &text[lines.range(n)];
+        let (body, bullet) = strip_bullet(line);
+        if bullet && open_box(body) {
+            problem(
+                n,
+                format!(
+                    "task item inside the front matter ({span}, between the `---` lines) is not read — move it below the closing `---`, or delete the opening `---` if it is meant as a rule"
+                ),
+            );
+        } else if let Some((kind, _)) = keyword(line.trim()) {
+            problem(
+                n,
+                format!(
+                    "`{}:` in the front matter ({span}) is not read — nest it under the item it belongs to, or set it in .nightshift/config.toml",
+                    kind_word(kind)
+                ),
+            );
+        }
+    }
+}
+
+/// True when `body` starts with a task box `[ ]`, `[x]` or `[X]` that a
+/// renderer would take for one (followed by whitespace or the end).
+fn open_box(body: &str) -> bool {
+    matches!(body.get(..3), Some("[ ]")) && body[3..].chars().next().is_none_or(char::is_whitespace)
+}
+
+/// The keyword as written in the backlog.
+fn kind_word(kind: DetailKind) -> &'static str {
+    match kind {
+        DetailKind::Accept => "accept",
+        DetailKind::Verify => "verify",
+        DetailKind::Scope => "scope",
+        DetailKind::Question => "question",
+        DetailKind::Rounds => "rounds",
+        DetailKind::Timeout => "timeout",
+        DetailKind::Note => "note",
+    }
+}
+
+/// Skip states: marks of Obsidian Tasks and bullet journals that can only
+/// mean "do not run this" (cancelled, in progress, deferred, scheduled).
+const SKIP_STATES: [char; 5] = ['-', '/', '~', '>', '<'];
+
+/// Marks that can only mean "done" (a check mark, `v`, a spaced or full-width x).
+fn done_like(inner: &str) -> bool {
+    matches!(
+        inner.trim(),
+        "x" | "X" | "v" | "V" | "ｘ" | "Ｘ" | "✓" | "✔" | "✅" | "☑" | "✗" | "✘" | "☒" | "❌"
+    )
+}
+
+/// Why a line that starts like a task box is not read as an open item, if it
+/// might have been meant as one. `body` is the line after its indentation and
+/// list marker; `bullet` says whether there was a marker.
+fn stray_box(body: &str, bullet: bool) -> Option<String> {
+    let after_open = body.strip_prefix('[')?;
+    // A box is short: `[ ]`, `[]`, `[　]`, `[!]`; links and references are not boxes.
+    let close = after_open
+        .char_indices()
+        .take(4)
+        .find(|&(_, c)| c == ']')?
+        .0;
+    let inner = &after_open[..close];
+    let after = &after_open[close + 1..];
+    if matches!(after.chars().next(), Some('(' | '[' | ':')) || inner.contains('[') {
+        return None;
+    }
+    let fix = "write `- [ ] title` for an open item";
+    if inner == " " {
+        return match (bullet, after.chars().next()) {
+            // A list marker and a box, yet no task item: the line continues a
+            // paragraph (an ordered list interrupts one only from `1.`).
+            (true, None | Some(' ' | '\t')) => Some(format!(
+                "this line continues the paragraph above it, so it is not a task item — leave a blank line before it; {fix}"
+            )),
+            (false, next) if next.is_none_or(char::is_whitespace) => Some(format!(
+                "`[ ]` without a list marker is not a task item — {fix}"
+            )),
+            (true, Some(c)) if c.is_whitespace() => Some(format!(
+                "the box is followed by U+{:04X}, not an ASCII space, so this is not a task item — {fix}",
+                c as u32
+            )),
+            (true, Some(_)) => Some(format!(
+                "no space after the box, so this is not a task item — {fix}"
+            )),
+            (false, _) => None,
+        };
+    }
+    if inner.chars().all(char::is_whitespace) {
+        let shown: Vec<String> = inner
+            .chars()
+            .map(|c| format!("U+{:04X}", c as u32))
+            .collect();
+        let what = if inner.is_empty() {
+            "empty brackets `[]` are".to_string()
+        } else {
+            format!("`[{inner}]` (brackets around {}) is", shown.join(" "))
+        };
+        return bullet.then(|| {
+            format!("{what} not a task box — the box is `[ ]` with one ASCII space; {fix}")
+        });
+    }
+    let mut chars = inner.chars();
+    let (Some(c), None) = (chars.next(), chars.next()) else {
+        return None;
+    };
+    if !bullet || SKIP_STATES.contains(&c) || done_like(inner) || c.is_alphanumeric() {
+        return None;
+    }
+    Some(format!(
+        "`[{c}]` is not a task state nightshift knows, so this line is not an item — write `[ ]` to run it, `[x]` when done, or `[-]` (cancelled), `[/]` (in progress), `[>]` (deferred), `[~]` to keep it out of the run"
+    ))
+}
+
+/// Bullets that word processors, note apps and CJK input methods put where
+/// markdown needs `-`, `*` or `+`.
+const TYPOGRAPHIC_BULLETS: [char; 13] = [
+    '•', '·', '・', '‧', '∙', '◦', '▪', '●', '○', '–', '—', '‐', '‑',
+];
+
+/// An open box written with full-width or typographic characters
+/// (`• [ ]`, `－ [ ]`, `- ［ ］`, `１. [ ]`): markdown reads no task item there.
+fn typographic_box(line: &str) -> Option<String> {
+    let content = line.trim_start();
+    let ascii: String = narrow(content)
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if i == 0 && TYPOGRAPHIC_BULLETS.contains(&c) {
+                '-'
+            } else {
+                c
+            }
+        })
+        .collect();
+    if ascii == content {
+        return None;
+    }
+    let (body, bullet) = strip_bullet(&ascii);
+    let inner = body.strip_prefix('[')?.split(']').next()?;
+    if !bullet || inner.chars().count() > 3 || !inner.chars().all(char::is_whitespace) {
+        return None;
+    }
+    // Show the marker as written: as many characters as the ASCII form used.
+    let used = ascii.chars().count() - body.chars().count() + inner.chars().count() + 2;
+    let shown: String = content.chars().take(used).collect();
+    Some(format!(
+        "`{}` is written with full-width or typographic characters, so markdown reads no task item here — write `- [ ] title` in ASCII",
+        shown.trim_end()
+    ))
+}
+
+/// Checks every line not owned by an item nor inside code, HTML, a block
+/// quote or a heading: a detail keyword there belongs to no item (a
+/// `question:` there would not block anything), and a box there might be an
+/// open item that is not read. Both are problems: nothing is lost silently.
+fn check_stray_lines(
+    text: &str,
+    lines: &LineIndex,
+    base: usize,
+    scan: &Scan,
+    problem: &mut impl FnMut(usize, String),
+) {
+    let mut claimed: Vec<&Range<usize>> = scan.claimed.iter().collect();
+    claimed.sort_by_key(|r| r.start);
+    let mut next = 0;
+    let mut covered_to = 0;
+    for n in lines.line_of(base)..=lines.count() {
+        let r = lines.range(n);
+        if r.start < base {
+            continue;
+        }
+        let line = &text[r.clone()];
+        let content = line.trim_start();
+        if content.is_empty() {
+            continue;
+        }
+        // Where the line's text starts: a nested item's range starts at its
+        // marker, after the indentation.
+        let at = r.start + (line.len() - content.len());
+        while next < claimed.len() && claimed[next].start <= at {
+            covered_to = covered_to.max(claimed[next].end);
+            next += 1;
+        }
+        if at < covered_to {
+            continue;
+        }
+        let (body, bullet) = strip_bullet(line);
+        if let Some(message) = stray_box(body, bullet) {
+            problem(n, message);
+        } else if let Some(message) = typographic_box(line) {
+            problem(n, message);
+        } else if let Some((kind, _)) = keyword(body.trim_end()) {
+            problem(
+                n,
+                format!(
+                    "`{}:` is not nested under any task item, so nothing reads it — indent it under its item (a blank line before it is fine; there are no section-wide details), or reword it if it is prose",
+                    kind_word(kind)
+                ),
+            );
+        }
+    }
+}
+
+/// An open task box glued into an HTML block (`<details>` and the list
+/// without a blank line between) is shown as raw text, not read as an item.
+/// Comments, `<pre>`, `<script>`, `<style>` and `<textarea>` are raw on
+/// purpose (SPEC §3: tasks in HTML comments are not items).
+fn check_html_blocks(
+    text: &str,
+    lines: &LineIndex,
+    blocks: &[Range<usize>],
+    problem: &mut impl FnMut(usize, String),
+) {
+    for block in blocks {
+        let head = text[block.clone()].trim_start().to_ascii_lowercase();
+        if ["<!--", "<pre", "<script", "<style", "<textarea", "<?", "<!"]
+            .iter()
+            .any(|raw| head.starts_with(raw))
+        {
+            continue;
+        }
+        let first = lines.line_of(block.start);
+        let last = lines.line_of(block.end.saturating_sub(1).max(block.start));
+        for n in first..=last {
+            let (body, bullet) = strip_bullet(&text[lines.range(n)]);
+            if bullet && open_box(body) {
+                problem(
+                    n,
+                    format!(
+                        "task item inside the HTML block that starts on line {first} is shown as raw text, not read as an item — leave a blank line between the HTML tag and the list"
+                    ),
+                );
+            }
         }
     }
 }
@@ -808,11 +1502,26 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("45m"), Ok(Duration::from_secs(2700)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        let secs = |s: &str| item_timeout(s).map(|d| d.as_secs());
+        for (text, want) in [
+            ("45m", 2700),
+            ("2h", 7200),
+            ("90s", 90),
+            ("1h30m", 5400),
+            ("1h 30m", 5400),
+            ("1H30M", 5400),
+            ("45 min", 2700),
+            ("45mins", 2700),
+            ("2 hours", 7200),
+            ("1 hour 30 minutes", 5400),
+            ("1d", 86_400),
+            ("45分鐘", 2700),
+            ("2小時", 7200),
+            ("１ｈ３０ｍ", 5400),
+            ("30 秒", 30),
+        ] {
+            assert_eq!(secs(text), Ok(want), "{text:?}");
+        }
         for bad in [
             "",
             "45",
@@ -823,8 +1532,31 @@ mod tests {
             "99999999999999999999h",
             "1.5h",
             "-1h",
+            "abc",
+            "45 furlongs",
+            "m45",
         ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
+            assert!(item_timeout(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert!(item_timeout("90").unwrap_err().contains("`timeout: 90m`"));
+    }
+
+    #[test]
+    fn rounds() {
+        assert_eq!(item_rounds("3"), Ok(3));
+        assert_eq!(item_rounds("３"), Ok(3));
+        assert_eq!(item_rounds("007"), Ok(7));
+        for bad in [
+            "",
+            "0",
+            "three",
+            "+3",
+            "-1",
+            "2 rounds",
+            "1.5",
+            "99999999999",
+        ] {
+            assert!(item_rounds(bad).is_err(), "{bad:?} should be refused");
         }
     }
 
@@ -842,6 +1574,19 @@ mod tests {
         assert_eq!(keyword("accepted: no"), None);
         assert_eq!(keyword("timeout"), None);
         assert_eq!(keyword("note: rounds: 2"), None);
+        for bold in [
+            "**accept:** x",
+            "**Accept**: x",
+            "__accept__ : x",
+            "*accept:* x",
+            "_accept_: x",
+            "**accept**：x",
+        ] {
+            assert_eq!(keyword(bold), Some((DetailKind::Accept, "x")), "{bold:?}");
+        }
+        // Emphasis must close around the keyword or its colon.
+        assert_eq!(keyword("**accept: x"), None);
+        assert_eq!(keyword("**accepted**: x"), None);
     }
 
     #[test]
@@ -855,15 +1600,50 @@ mod tests {
         assert!(verify_command("`cargo test").is_err());
         assert!(verify_command("``").is_err());
         assert!(verify_command("`a` and `b`").is_err());
+        assert!(
+            verify_command("`$ cargo test`")
+                .unwrap_err()
+                .contains("verify: `cargo test`")
+        );
+        assert!(
+            verify_command("$ make")
+                .unwrap_err()
+                .contains("verify: `make`")
+        );
+        assert_eq!(
+            verify_command("`$HOME/bin/check`"),
+            Ok("$HOME/bin/check".to_string())
+        );
     }
 
     #[test]
     fn scope_splitting() {
         assert_eq!(
-            scope_globs("src/**, tests/*.rs  `docs/**`，a"),
-            vec!["src/**", "tests/*.rs", "docs/**", "a"]
+            scope_globs("src/**, tests/*.rs  `docs/**`，a.md"),
+            Ok(vec![
+                "src/**".to_string(),
+                "tests/*.rs".into(),
+                "docs/**".into(),
+                "a.md".into()
+            ])
         );
-        assert!(scope_globs(" , ``").is_empty());
+        assert_eq!(
+            scope_globs("src/a.rs、src/b.rs；docs ;c"),
+            Ok(vec![
+                "src/a.rs".to_string(),
+                "src/b.rs".into(),
+                "docs".into(),
+                "c".into()
+            ])
+        );
+        assert_eq!(scope_globs(" , ，"), Ok(vec![]));
+        assert_eq!(scope_globs("` `"), Ok(vec![]));
+        assert!(
+            scope_globs("`src/**` only the parser")
+                .unwrap_err()
+                .contains("\"only the parser\"")
+        );
+        assert!(scope_globs("`src/**").unwrap_err().contains("unclosed"));
     }
 
     #[test]
@@ -874,6 +1654,66 @@ mod tests {
         assert_eq!(strip_indent("    - x", 2), "  - x");
         assert_eq!(strip_indent("\t- x", 2), "- x");
         assert_eq!(strip_indent(" x", 4), "x");
+        assert_eq!(strip_bullet("  - accept: x"), ("accept: x", true));
+        assert_eq!(strip_bullet("12) accept: x"), ("accept: x", true));
+        assert_eq!(strip_bullet("-accept"), ("-accept", false));
+        assert_eq!(strip_bullet("1234567890. x"), ("1234567890. x", false));
+        assert_eq!(strip_bullet("*"), ("", true));
+        assert_eq!(strip_bullet("**accept:** x"), ("**accept:** x", false));
+    }
+
+    #[test]
+    fn stray_boxes() {
+        let flagged = |body: &str, bullet: bool| stray_box(body, bullet).is_some();
+        for (body, bullet) in [
+            ("[] x", true),
+            ("[\u{3000}] x", true),
+            ("[\u{a0}] x", true),
+            ("[  ] x", true),
+            ("[ ]\u{3000}x", true),
+            ("[ ]x", true),
+            ("[ ] x", false),
+            ("[ ] x", true),
+            ("[ ]", true),
+            ("[!] x", true),
+            ("[?] x", true),
+            ("[*] x", true),
+        ] {
+            assert!(flagged(body, bullet), "{body:?} bullet={bullet}");
+        }
+        for (body, bullet) in [
+            ("[-] cancelled", true),
+            ("[/] in progress", true),
+            ("[~] x", true),
+            ("[>] deferred", true),
+            ("[ x] done", true),
+            ("[✓] done", true),
+            ("[ｘ] done", true),
+            ("[a] option", true),
+            ("[1] reference", true),
+            ("[WIP] title", true),
+            ("[x](http://e.com) link", true),
+            ("[1]: http://e.com", false),
+            ("[!] x", false),
+            ("[]", false),
+            ("[ ]x", false),
+            ("[ ]x", false),
+            ("plain", true),
+        ] {
+            assert!(!flagged(body, bullet), "{body:?} bullet={bullet}");
+        }
+    }
+
+    #[test]
+    fn line_index_handles_lone_cr() {
+        let text = "a\rbb\r\rc\r\nd\n";
+        let idx = LineIndex::new(text);
+        assert_eq!(idx.count(), 6);
+        let lines: Vec<&str> = (1..=6).map(|n| &text[idx.range(n)]).collect();
+        assert_eq!(lines, ["a", "bb", "", "c", "d", ""]);
+        assert_eq!(idx.line_of(1), 1);
+        assert_eq!(idx.line_of(2), 2);
+        assert_eq!(idx.line_of(8), 4);
     }
 
     #[test]
@@ -881,9 +1721,9 @@ mod tests {
         let text = "a\r\nbb\nccc";
         let idx = LineIndex::new(text);
         assert_eq!(idx.count(), 3);
-        assert_eq!(&text[idx.range(text, 1)], "a");
-        assert_eq!(&text[idx.range(text, 2)], "bb");
-        assert_eq!(&text[idx.range(text, 3)], "ccc");
+        assert_eq!(&text[idx.range(1)], "a");
+        assert_eq!(&text[idx.range(2)], "bb");
+        assert_eq!(&text[idx.range(3)], "ccc");
         assert_eq!(idx.line_of(0), 1);
         assert_eq!(idx.line_of(3), 2);
         assert_eq!(idx.line_of(7), 3);

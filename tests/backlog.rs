@@ -277,8 +277,8 @@ fn nested_tasks_are_details_of_their_parent() {
   - [ ] child one
   - [x] child two
     - [ ] grandchild
-- plain bullet
-  - [ ] task under a plain bullet
+  - a plain bullet in the item
+    - [ ] a task under it is still a detail
 - [x] next
 ";
     let b = parse(text);
@@ -286,14 +286,76 @@ fn nested_tasks_are_details_of_their_parent() {
     let d = &b.items[0].details;
     assert_eq!(
         d.notes,
-        ["- [ ] child one", "- [x] child two", "  - [ ] grandchild"]
+        [
+            "- [ ] child one",
+            "- [x] child two",
+            "  - [ ] grandchild",
+            "- a plain bullet in the item",
+            "  - [ ] a task under it is still a detail"
+        ]
     );
     assert_eq!(
         d.lines.iter().map(|l| l.line).collect::<Vec<_>>(),
-        [2, 3, 4]
+        [2, 3, 4, 5, 6]
     );
     assert!(d.lines.iter().all(|l| l.kind == DetailKind::Note));
     assert_eq!(d.lines[2].text, "    - [ ] grandchild");
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+}
+
+/// TODO lists group tasks under plain bullets; those tasks are nested in no
+/// task item, so they are items (SPEC §3: nesting under an item makes a
+/// detail), not lines nobody reads.
+#[test]
+fn tasks_grouped_under_plain_bullets_are_items() {
+    let text = "\
+## Work
+
+- Frontend
+  - [ ] fix the button
+    accept: it is blue
+  - [x] dark mode
+
+  - [ ] loose one after a blank line
+- Backend
+  1. [ ] numbered under a plain bullet
+     - [ ] its sub-task is a detail
+- [ ] a top-level item after the groups
+* Deeper
+  * Deeper still
+    * [ ] three levels down
+";
+    let b = parse(text);
+    assert_eq!(
+        titles(&b),
+        [
+            "fix the button",
+            "dark mode",
+            "loose one after a blank line",
+            "numbered under a plain bullet",
+            "a top-level item after the groups",
+            "three levels down"
+        ]
+    );
+    assert_eq!(
+        b.items.iter().map(|i| i.line).collect::<Vec<_>>(),
+        [4, 6, 8, 10, 12, 15]
+    );
+    assert!(b.items.iter().all(|i| i.section.as_deref() == Some("Work")));
+    let fix = item(&b, "fix the button");
+    assert_eq!(fix.details.accept, ["it is blue"]);
+    assert_eq!(fix.details.lines.len(), 1);
+    assert_eq!(
+        item(&b, "numbered").details.notes,
+        ["- [ ] its sub-task is a detail"]
+    );
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    for i in &b.items {
+        assert!(["[ ]", "[x]"].contains(&&text[i.marker_offset..i.marker_offset + 3]));
+    }
+    // sync ticks a grouped item in place.
+    let ticked = backlog::tick(text, item(&b, "fix the button"), " (done: #9)").unwrap();
+    assert!(ticked.contains("\n  - [x] fix the button (done: #9)\n    accept: it is blue\n"));
 }
 
 #[test]
@@ -550,10 +612,90 @@ Beta
 
 #[test]
 fn only_level_two_headings_make_sections() {
-    let text = "## Section `one`\n\n### Sub\n\n- [ ] item\n\n# Part\n\n- [ ] other\n";
+    let text = "## Section `one`\n\n### Sub\n\n- [ ] item\n\n#### Deeper\n\n- [ ] deep\n";
     let b = parse(text);
     assert_eq!(b.items[0].section.as_deref(), Some("Section `one`"));
     assert_eq!(b.items[1].section.as_deref(), Some("Section `one`"));
+}
+
+/// The outline rule: a `#` heading is above `##`, so it closes the `##`
+/// section before it; the items and quotes under it belong to no `##`
+/// section (their key has an empty section), and that section's rules are
+/// not their context.
+#[test]
+fn a_level_one_heading_closes_the_section_above_it() {
+    let text = "\
+# Backlog
+
+> global rule
+
+## Now
+
+> now rule
+
+- [ ] now item
+
+# Later
+
+> later rule
+
+- [ ] later item
+
+## Soon
+
+- [ ] soon item
+";
+    let b = parse(text);
+    let now = item(&b, "now item");
+    assert_eq!(now.section.as_deref(), Some("Now"));
+    assert_eq!(now.context, ["global rule", "now rule"]);
+    let later = item(&b, "later item");
+    assert_eq!(later.section, None);
+    assert_eq!(later.context, ["global rule", "later rule"]);
+    assert_eq!(later.key, hex::encode(Sha256::digest("\nlater item")));
+    let soon = item(&b, "soon item");
+    assert_eq!(soon.section.as_deref(), Some("Soon"));
+    assert_eq!(soon.context, ["global rule"]);
+
+    // `#` headings before the first `##` are the preamble's: their quotes are for everyone.
+    let b = parse("# Title\n\n> a\n\n# Part\n\n> b\n\n## S\n\n- [ ] x\n");
+    assert_eq!(b.items[0].context, ["a", "b"]);
+    assert_eq!(b.items[0].section.as_deref(), Some("S"));
+}
+
+/// Headings as people write them: setext (`===`/`---`, even over two lines),
+/// closing `#`s, emphasis, links and code kept verbatim on one line.
+#[test]
+fn heading_forms() {
+    let text = "\
+Project
+=======
+
+Bugs and
+crashes
+--------
+
+- [ ] b
+
+## **Emph**, [a link](http://x) and `code` ###
+
+- [ ] c
+
+##not a heading
+
+- [ ] d
+";
+    let b = parse(text);
+    assert_eq!(item(&b, "b").section.as_deref(), Some("Bugs and crashes"));
+    assert_eq!(
+        item(&b, "c").section.as_deref(),
+        Some("**Emph**, [a link](http://x) and `code`")
+    );
+    assert_eq!(
+        item(&b, "d").section.as_deref(),
+        Some("**Emph**, [a link](http://x) and `code`")
+    );
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
 }
 
 // ---- tick ----------------------------------------------------------------------
@@ -691,7 +833,10 @@ fn problems_name_the_given_path() {
 
 #[test]
 fn hidden_characters_are_problems_with_their_line() {
-    let b = nightshift::backlog::parse(std::path::Path::new("NEXT.md"), "# x\n\n- [ ] fine\n- [ ] a \0 b\n- [ ] evil \u{202e}txt.exe\n");
+    let b = nightshift::backlog::parse(
+        std::path::Path::new("NEXT.md"),
+        "# x\n\n- [ ] fine\n- [ ] a \0 b\n- [ ] evil \u{202e}txt.exe\n",
+    );
     let lines: Vec<usize> = b.problems.iter().map(|p| p.line).collect();
     assert_eq!(lines, vec![4, 5], "{:?}", b.problems);
     assert!(b.problems[0].to_string().contains("U+0000"));
@@ -700,8 +845,864 @@ fn hidden_characters_are_problems_with_their_line() {
 
 #[test]
 fn verify_prose_and_wide_bullets() {
-    let b = nightshift::backlog::parse(std::path::Path::new("NEXT.md"), "- [ ] a\n  - verify: run `make check` first\n- [ ] b\n  -    rounds: 2\n");
+    let b = nightshift::backlog::parse(
+        std::path::Path::new("NEXT.md"),
+        "- [ ] a\n  - verify: run `make check` first\n- [ ] b\n  -    rounds: 2\n",
+    );
     assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
     assert_eq!(b.problems[0].line, 2);
-    assert_eq!(b.items[1].details.rounds.map(|r| r.0), Some(2), "`-    rounds: 2` is a detail line");
+    assert_eq!(
+        b.items[1].details.rounds.map(|r| r.0),
+        Some(2),
+        "`-    rounds: 2` is a detail line"
+    );
+}
+
+// ---- real-world layouts ----------------------------------------------------------
+
+/// Jekyll/Hugo/Obsidian front matter is metadata: not a setext `##` section
+/// (the YAML would become every item's section and key), not context.
+#[test]
+fn front_matter_is_skipped() {
+    let yaml = "---\ntitle: Backlog\ntags: [a, b]\n---\n\n> rule\n\n- [ ] first\n  accept: works\n";
+    let b = parse(yaml);
+    assert_eq!(titles(&b), ["first"]);
+    assert_eq!(b.items[0].section, None);
+    assert_eq!(b.items[0].line, 8);
+    assert_eq!(b.items[0].context, ["rule"]);
+    assert_eq!(b.items[0].key, parse("- [ ] first\n").items[0].key);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+
+    // `...` closes YAML too; CRLF, a BOM and TOML `+++` work the same way.
+    for text in [
+        "---\r\nowner: me\r\n...\r\n## S\r\n- [ ] a\r\n",
+        "\u{feff}---\nowner: me\n---\n## S\n- [ ] a\n",
+        "+++\nowner = \"me\"\n+++\n## S\n- [ ] a\n",
+    ] {
+        let b = parse(text);
+        assert_eq!(titles(&b), ["a"], "{text:?}");
+        assert_eq!(b.items[0].section.as_deref(), Some("S"), "{text:?}");
+        assert_eq!(&text[b.items[0].marker_offset..][..3], "[ ]");
+        assert!(b.problems.is_empty(), "{text:?}: {:?}", b.problems);
+    }
+
+    // A rule at the top (blank line after it) or one never closed is not front matter.
+    let b = parse("---\n\n- [ ] after a rule\n\n---\n\n- [ ] b\n");
+    assert_eq!(titles(&b), ["after a rule", "b"]);
+    let b = parse("---\ntitle: never closed\n\n- [ ] a\n");
+    assert_eq!(titles(&b), ["a"]);
+}
+
+/// What front matter hides is named: an open item and a setting that do nothing there.
+#[test]
+fn front_matter_hiding_an_item_or_a_detail_is_a_problem() {
+    let b = parse(
+        "---\ntitle: x\nverify: npm test\n- [ ] hidden item\n- [x] hidden done item\n---\n- [ ] a\n",
+    );
+    assert_eq!(titles(&b), ["a"]);
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 4],
+        "{got:#?}"
+    );
+    assert!(
+        got[0]
+            .1
+            .contains("`verify:` in the front matter (lines 1–6)"),
+        "{}",
+        got[0].1
+    );
+    assert!(
+        got[1].1.contains("task item inside the front matter"),
+        "{}",
+        got[1].1
+    );
+}
+
+/// Old Mac files end lines with a lone CR; CommonMark reads them as lines, so
+/// must titles, line numbers, details and the tick.
+#[test]
+fn lone_cr_line_endings() {
+    let text = "## S\r\r> rule\r\r- [ ] one  \r  accept: a\r  - [ ] sub\r- [ ] two\r";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["one", "two"]);
+    assert_eq!(b.items.iter().map(|i| i.line).collect::<Vec<_>>(), [5, 8]);
+    let one = &b.items[0];
+    assert_eq!(one.context, ["rule"]);
+    assert_eq!(one.details.accept, ["a"]);
+    assert_eq!(one.details.notes, ["- [ ] sub"]);
+    assert_eq!(one.details.lines[0].line, 6);
+    assert_eq!(one.details.lines[0].text, "  accept: a");
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    assert_eq!(
+        backlog::tick(text, one, " (done: #1)").unwrap(),
+        "## S\r\r> rule\r\r- [x] one (done: #1)  \r  accept: a\r  - [ ] sub\r- [ ] two\r"
+    );
+    assert_eq!(
+        backlog::tick(text, &b.items[1], " (done: #2)").unwrap(),
+        "## S\r\r> rule\r\r- [ ] one  \r  accept: a\r  - [ ] sub\r- [x] two (done: #2)\r"
+    );
+    // Problems name the right line too.
+    let b = parse("- [ ] a\r  rounds: x\r");
+    assert_eq!(b.problems[0].line, 2);
+}
+
+/// Titles are the marker line verbatim: markup, HTML, emoji and reference
+/// links whose definitions come later are kept; nothing there is a problem.
+#[test]
+fn titles_keep_markup_verbatim() {
+    let text = "\
+- [ ] fix [the link](http://x.y) and `code` and **bold** _em_
+- [ ] <b>html</b> title 🚀 emoji   \t
+- [ ] trailing backslash\\
+- [ ] see [issue][1] and [docs]
+- [ ] title with a hard break  
+  and more
+- [ ] a lazy title
+that goes on unindented
+
+[1]: https://example.com/1
+[docs]: https://example.com/docs
+";
+    let b = parse(text);
+    assert_eq!(
+        titles(&b),
+        [
+            "fix [the link](http://x.y) and `code` and **bold** _em_",
+            "<b>html</b> title 🚀 emoji",
+            "trailing backslash\\",
+            "see [issue][1] and [docs]",
+            "title with a hard break",
+            "a lazy title",
+        ]
+    );
+    assert_eq!(
+        item(&b, "title with a hard break").details.notes,
+        ["and more"]
+    );
+    assert_eq!(
+        item(&b, "a lazy title").details.notes,
+        ["that goes on unindented"]
+    );
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    let emoji = item(&b, "<b>html</b>");
+    assert_eq!(
+        backlog::tick(text, emoji, " (done: #5)")
+            .unwrap()
+            .lines()
+            .nth(1),
+        Some("- [x] <b>html</b> title 🚀 emoji (done: #5)   \t")
+    );
+}
+
+/// Loose lists, lists starting at 3, tasks after a plain bullet, inside a
+/// `<details>` block whose markdown is separated by blank lines.
+#[test]
+fn list_layouts() {
+    let text = "\
+- [ ] loose one
+
+  accept: after a blank line
+
+- [ ] loose two
+- a plain bullet first
+- [ ] task after the plain bullet
+
+3. [ ] numbered from three
+4. [ ] four
+   accept: n4
+
+<details>
+<summary>Archive</summary>
+
+- [x] old
+- [ ] reopened
+
+</details>
+";
+    let b = parse(text);
+    assert_eq!(
+        titles(&b),
+        [
+            "loose one",
+            "loose two",
+            "task after the plain bullet",
+            "numbered from three",
+            "four",
+            "old",
+            "reopened"
+        ]
+    );
+    assert_eq!(item(&b, "loose one").details.accept, ["after a blank line"]);
+    assert_eq!(item(&b, "four").details.accept, ["n4"]);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+}
+
+/// Detail lines as people write them: after bullets of any kind, in any
+/// case, with a full-width colon, as a bold label, several `accept:` lines.
+#[test]
+fn detail_line_forms() {
+    let text = "\
+- [ ] item
+  - accept: dash
+  * accept: star
+  + accept: plus
+  1. accept: numbered
+  2) accept: numbered paren
+  accept: plain
+  Accept: capital
+  ACCEPT : spaced
+  accept：full-width colon
+  **accept:** bold label
+  **Accept**: bold word
+  - __accept__： bold after a bullet
+  _accept:_ emphasis
+  verify: `cargo test --all`
+  scope: `src/**`, `tests/*.rs`
+  scope: docs/a.md、docs/b.md；Cargo.toml
+  rounds: ３
+  timeout: 1 hour 30 min
+  Accept criteria: prose, a note
+  **acceptance**: a note too
+  - [ ] accept: a checklist line is a note
+  > accept: a quoted line is a note
+";
+    let b = parse(text);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    let d = &b.items[0].details;
+    assert_eq!(
+        d.accept,
+        [
+            "dash",
+            "star",
+            "plus",
+            "numbered",
+            "numbered paren",
+            "plain",
+            "capital",
+            "spaced",
+            "full-width colon",
+            "bold label",
+            "bold word",
+            "bold after a bullet",
+            "emphasis"
+        ]
+    );
+    assert_eq!(d.verify, ["cargo test --all"]);
+    assert_eq!(
+        d.scope,
+        [
+            "src/**",
+            "tests/*.rs",
+            "docs/a.md",
+            "docs/b.md",
+            "Cargo.toml"
+        ]
+    );
+    assert_eq!(d.rounds, Some((3, 18)));
+    assert_eq!(d.timeout, Some((Duration::from_secs(5400), 19)));
+    assert_eq!(
+        d.notes,
+        [
+            "Accept criteria: prose, a note",
+            "**acceptance**: a note too",
+            "- [ ] accept: a checklist line is a note",
+            "> accept: a quoted line is a note"
+        ]
+    );
+}
+
+#[test]
+fn rounds_and_timeout_values() {
+    let text = "\
+- [ ] a
+  rounds: 3 
+  timeout: 30m
+- [ ] b
+  rounds: three
+  timeout: 90
+- [ ] c
+  rounds: 0
+  timeout: abc
+- [ ] d
+  timeout: 45分鐘
+  rounds: 99999999999
+- [ ] e
+  timeout: 0h
+";
+    let b = parse(text);
+    assert_eq!(item(&b, "a").details.rounds, Some((3, 2)));
+    assert_eq!(
+        item(&b, "a").details.timeout,
+        Some((Duration::from_secs(1800), 3))
+    );
+    assert_eq!(
+        item(&b, "d").details.timeout,
+        Some((Duration::from_secs(2700), 11))
+    );
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [5, 6, 8, 9, 12, 14],
+        "{got:#?}"
+    );
+    assert_eq!(
+        got[0].1,
+        "`rounds: three` is not a whole number — write e.g. `rounds: 2`"
+    );
+    assert_eq!(
+        got[1].1,
+        "`timeout: 90` has no unit — write `timeout: 90m` for minutes, `90s` for seconds"
+    );
+    assert!(got[2].1.contains("at least 1 round"), "{}", got[2].1);
+    assert_eq!(
+        got[3].1,
+        "`timeout: abc` is not a duration — write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`"
+    );
+    assert!(
+        got[4].1.starts_with("`rounds: 99999999999`"),
+        "{}",
+        got[4].1
+    );
+    assert!(got[5].1.contains("longer than zero"), "{}", got[5].1);
+}
+
+#[test]
+fn scope_with_prose_around_backticked_globs_is_a_problem() {
+    let b = parse("- [ ] a\n  scope: `src/parser/**` only the parser\n");
+    assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
+    assert!(
+        b.problems[0].message.contains("\"only the parser\""),
+        "{}",
+        b.problems[0]
+    );
+    assert!(b.items[0].details.scope.is_empty());
+}
+
+/// A done item never runs again, so what is under it cannot stop tonight's
+/// plan; the same lines under an open item do.
+#[test]
+fn malformed_details_of_done_items_are_not_problems() {
+    let text = "\
+- [x] old item (done: #3)
+  timeout: 90
+  verify: `oops
+- [x]
+- [ ] new item
+  timeout: 90
+";
+    let b = parse(text);
+    assert_eq!(
+        problem_lines(&b)
+            .iter()
+            .map(|(l, _)| *l)
+            .collect::<Vec<_>>(),
+        [6]
+    );
+    // Its well-formed details are still read.
+    assert_eq!(b.items[0].details.lines.len(), 2);
+}
+
+#[test]
+fn an_open_item_struck_through_is_a_problem() {
+    let text = "- [ ] ~~dropped idea~~\n- [x] ~~done and struck~~\n- [ ] ~~old~~ new wording\n- [ ] ~~a~~ and ~~b~~\n";
+    let b = parse(text);
+    assert_eq!(
+        problem_lines(&b)
+            .iter()
+            .map(|(l, _)| *l)
+            .collect::<Vec<_>>(),
+        [1],
+        "{:?}",
+        b.problems
+    );
+    assert!(b.problems[0].message.contains("`[-]`"), "{}", b.problems[0]);
+}
+
+#[test]
+fn a_shell_prompt_in_verify_is_a_problem() {
+    let b = parse("- [ ] a\n  verify: `$ cargo test`\n");
+    assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
+    assert!(
+        b.problems[0].message.contains("write verify: `cargo test`"),
+        "{}",
+        b.problems[0]
+    );
+    assert!(b.items[0].details.verify.is_empty());
+}
+
+// ---- nothing is lost silently -------------------------------------------------------
+
+/// A detail outside every item would be dropped: worst, a `question:` meant to
+/// block an item would let it run. Each is named with its line.
+#[test]
+fn details_outside_every_item_are_problems() {
+    let text = "\
+## Work
+
+scope: src/**
+
+- [ ] blank line, then unindented
+
+accept: orphan after a blank line
+question: is this still wanted?
+
+- [ ] a sibling bullet
+- accept: a sibling, not a child
+- Group
+  verify: `make` under a plain bullet
+- [ ] lazy line
+accept: a lazy continuation belongs to the item
+";
+    let b = parse(text);
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 7, 8, 11, 13],
+        "{got:#?}"
+    );
+    assert!(
+        got[0]
+            .1
+            .starts_with("`scope:` is not nested under any task item"),
+        "{}",
+        got[0].1
+    );
+    assert!(
+        got[2].1.starts_with("`question:` is not nested"),
+        "{}",
+        got[2].1
+    );
+    assert!(
+        got[4].1.starts_with("`verify:` is not nested"),
+        "{}",
+        got[4].1
+    );
+    assert_eq!(
+        item(&b, "lazy line").details.accept,
+        ["a lazy continuation belongs to the item"]
+    );
+    assert!(item(&b, "blank line").details.lines.is_empty());
+}
+
+/// Keywords in prose, code, quotes, comments and tables are not details and not problems.
+#[test]
+fn keyword_words_in_prose_code_quotes_and_comments_are_left_alone() {
+    let text = "\
+# Plan
+
+Scope of this file: the API.
+Accept criteria are written per item.
+
+```
+accept: in a fence
+```
+
+    verify: in indented code
+
+> question: a quoted rule
+
+<!--
+- [ ] commented out
+accept: commented out
+-->
+
+| accept: x | y |
+|---|---|
+
+- [ ] real
+  accept: yes
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["real"]);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    assert_eq!(b.items[0].context, ["question: a quoted rule"]);
+}
+
+/// Boxes that may have been meant as open items but are not read as task
+/// items (GitHub shows them as text, not as checkboxes) are named, with the fix.
+#[test]
+fn boxes_that_are_not_task_boxes_are_problems() {
+    let text = "\
+## S
+
+- [] empty brackets
+- [\u{3000}] ideographic space
+- [\u{a0}] no-break space
+- [ ]\u{3000}ideographic space after
+- [ ]no space after
+[ ] no list marker
+- [!] unknown state
+- [?] unknown state
+
+Some paragraph
+3. [ ] continues the paragraph
+
+- [ ] the only item
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["the only item"]);
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 4, 5, 6, 7, 8, 9, 10, 13],
+        "{got:#?}"
+    );
+    let msg = |n: usize| got.iter().find(|(l, _)| *l == n).unwrap().1.as_str();
+    assert!(msg(3).starts_with("empty brackets `[]`"), "{}", msg(3));
+    assert!(msg(4).contains("U+3000"), "{}", msg(4));
+    assert!(msg(5).contains("U+00A0"), "{}", msg(5));
+    assert!(msg(6).contains("followed by U+3000"), "{}", msg(6));
+    assert!(msg(7).starts_with("no space after the box"), "{}", msg(7));
+    assert!(msg(8).contains("without a list marker"), "{}", msg(8));
+    assert!(
+        msg(9).starts_with("`[!]` is not a task state"),
+        "{}",
+        msg(9)
+    );
+    assert!(msg(13).contains("continues the paragraph"), "{}", msg(13));
+    for (_, m) in &got {
+        assert!(
+            m.contains("`- [ ] title`") || m.contains("`[ ]` to run it"),
+            "{m}"
+        );
+    }
+}
+
+/// Bullets pasted from notes apps and word processors, and boxes typed in
+/// an input method's full-width mode, are not markdown task items: named.
+#[test]
+fn typographic_and_full_width_markers_are_problems() {
+    let text = "\
+## S
+
+• [ ] bullet char
+・ [ ] katakana middle dot
+－ [ ] full-width hyphen
+– [ ] en dash
+- ［ ］ full-width brackets
+- ［　］ full-width brackets and space
+＊ [ ] full-width star
+１. [ ] full-width digit
+- ［x］ full-width done is left alone
+• a plain typographic bullet is prose
+
+- [ ] real
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["real"]);
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 4, 5, 6, 7, 8, 9, 10],
+        "{got:#?}"
+    );
+    assert!(
+        got[0].1.starts_with("`• [ ]` is written with full-width"),
+        "{}",
+        got[0].1
+    );
+    assert!(got[4].1.starts_with("`- ［ ］`"), "{}", got[4].1);
+    assert!(got[7].1.starts_with("`１. [ ]`"), "{}", got[7].1);
+}
+
+/// `[-]` cancelled, `[/]` in progress, `[~]`, `[>]` deferred, `[<]` scheduled
+/// (Obsidian Tasks, bullet journals) and done look-alikes can only mean "do
+/// not run": not items, not problems. Letters and numbers are labels.
+#[test]
+fn skip_states_and_done_marks_are_neither_items_nor_problems() {
+    let text = "\
+- [-] cancelled
+- [/] in progress
+- [~] dropped
+- [>] deferred
+- [<] scheduled
+- [ x] done, spaced
+- [✓] done, check mark
+- [v] done, a v
+- [ｘ] done, full-width
+- [a] option a
+- [1] reference one
+- [WIP] a label
+- [x](https://example.com) a link
+- [ ] the only item
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["the only item"]);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+}
+
+/// An open box glued to an HTML tag is raw HTML (GitHub shows the text); with
+/// a blank line it is markdown and an item. Comments hide items on purpose.
+#[test]
+fn open_boxes_glued_into_html_are_problems() {
+    let text = "\
+<details><summary>More</summary>
+- [ ] glued open
+- [x] glued done
+</details>
+
+<details>
+<summary>Fine</summary>
+
+- [ ] read as an item
+
+</details>
+
+<!--
+- [ ] commented out
+-->
+
+<pre>
+- [ ] preformatted
+</pre>
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["read as an item"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0].0, 2);
+    assert!(
+        got[0].1.contains("HTML block that starts on line 1"),
+        "{}",
+        got[0].1
+    );
+}
+
+#[test]
+fn tasks_in_tables_footnotes_and_indented_code_are_not_items() {
+    let text = "\
+| task | state |
+|---|---|
+| - [ ] in a table | open |
+
+Text with a footnote[^1].
+
+[^1]: - [ ] in a footnote
+
+    - [ ] indented code
+
+- [ ] the only item
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["the only item"]);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+}
+
+#[test]
+fn an_empty_title_is_one_problem_per_item() {
+    let b = parse("- [ ] \n\n- [ ]\n- [x]\n");
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [1, 3],
+        "{got:#?}"
+    );
+    assert!(got.iter().all(|(_, m)| m.contains("without a title")));
+}
+
+#[test]
+fn duplicate_titles_say_what_the_key_is() {
+    let b = parse("## A\n\n### One\n\n- [ ] same\n\n### Two\n\n- [ ]  same \n");
+    assert_eq!(b.problems.len(), 1, "{:?}", b.problems);
+    let p = &b.problems[0];
+    assert_eq!(p.line, 9);
+    assert!(
+        p.message.contains("line 5") && p.message.contains("`###` headings do not count"),
+        "{p}"
+    );
+}
+
+#[test]
+fn control_characters_are_problems() {
+    let b = parse("- [ ] \u{1b}[2Jclear screen\n- [ ] form\u{c}feed\n- [ ] tab\tis fine\n");
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [1, 2],
+        "{got:#?}"
+    );
+    assert!(got[0].1.contains("U+001B"), "{}", got[0].1);
+}
+
+#[test]
+fn read_names_the_line_of_bad_bytes_and_refuses_utf16() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("NEXT.md");
+    std::fs::write(&path, b"# ok\r\n- [ ] fine\n- [ ] caf\xe9\n").unwrap();
+    let err = backlog::read(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BacklogError::NotUtf8 {
+                line: 3,
+                offset: 26,
+                byte: 0xE9,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("NEXT.md:3: not UTF-8 (byte 0xE9"),
+        "{err}"
+    );
+
+    let utf16: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain("- [ ] x\n".encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    std::fs::write(&path, utf16).unwrap();
+    let err = backlog::read(&path).unwrap_err();
+    assert!(
+        matches!(err, BacklogError::Utf16 { bom: "FF FE", .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("save the backlog as UTF-8"),
+        "{err}"
+    );
+}
+
+/// A long backlog reads whole and in order (speed is measured elsewhere, not here).
+#[test]
+fn a_long_backlog_keeps_every_item() {
+    let mut text = String::from("# Big\n\n> rule\n");
+    for s in 0..40 {
+        text.push_str(&format!("\n## Section {s}\n\n> section rule {s}\n\n"));
+        for i in 0..50 {
+            text.push_str(&format!(
+                "- [ ] item {s}-{i} with `code`\n  accept: works {i}\n  verify: `cargo test t{i}`\n  scope: src/a{i}/**, tests/**\n  context line\n"
+            ));
+        }
+    }
+    let b = parse(&text);
+    assert_eq!(b.items.len(), 2000);
+    assert!(b.problems.is_empty(), "{:?}", &b.problems[..1]);
+    let last = b.items.last().unwrap();
+    assert_eq!(last.title, "item 39-49 with `code`");
+    assert_eq!(last.section.as_deref(), Some("Section 39"));
+    assert_eq!(last.context, ["rule", "section rule 39"]);
+    assert_eq!(last.details.lines.len(), 4);
+    let keys: HashSet<&str> = b.items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys.len(), 2000);
+}
+
+// ---- no input panics ------------------------------------------------------------
+
+/// Lines real backlogs are made of, including broken ones.
+const FRAGMENTS: &[&str] = &[
+    "",
+    "# Title",
+    "## Section",
+    "### Sub",
+    "Setext",
+    "===",
+    "---",
+    "+++",
+    "...",
+    "> rule",
+    ">",
+    "- [ ] open",
+    "* [x] done",
+    "+ [X] done",
+    "1. [ ] one",
+    "3) [ ] three",
+    "- [ ]",
+    "- []",
+    "- [\u{3000}] wide",
+    "- [-] cancelled",
+    "- [!] odd",
+    "[ ] bare",
+    "  - [ ] nested",
+    "    - [ ] deeper",
+    "  accept: a",
+    "  accept:",
+    "accept: orphan",
+    "  - verify: `x`",
+    "  verify: `unclosed",
+    "  scope: src/**, `a`",
+    "  rounds: 2",
+    "  rounds: x",
+    "  timeout: 45m",
+    "  timeout: 90",
+    "  question: why?",
+    "  **accept:** bold",
+    "- plain",
+    "  - [ ] grouped",
+    "```",
+    "~~~",
+    "    code",
+    "<details>",
+    "</details>",
+    "<!--",
+    "-->",
+    "| a | b |",
+    "[^1]: - [ ] foot",
+    "[1]: http://x",
+    "text with `code",
+    "\t- [ ]\ttab",
+    "- [ ] 加深 taichung:44/70→≤37;在地版",
+    "  驗收：中文",
+    "- [ ] trailing\\",
+    "\u{feff}",
+    "- [ ] \u{202e}evil",
+    "• [ ] typographic",
+    "- ［　］ wide",
+    "- [ ] ~~struck~~",
+    "  verify: `$ make`",
+    "- [ ] nul \0",
+];
+
+fn check_invariants(text: &str) {
+    let b = parse(text);
+    assert!(b.problems.windows(2).all(|w| w[0].line <= w[1].line));
+    let line_count = text.split_inclusive(['\n', '\r']).count().max(1) + 1;
+    for p in &b.problems {
+        assert!(p.line >= 1 && p.line <= line_count, "{p} of {line_count}");
+    }
+    for i in &b.items {
+        let marker = &text[i.marker_offset..i.marker_offset + 3];
+        assert!(["[ ]", "[x]", "[X]"].contains(&marker), "{marker:?}");
+        assert_eq!(i.done, marker != "[ ]");
+        assert!(!i.title.contains(['\n', '\r']), "{:?}", i.title);
+        assert!(
+            i.section
+                .as_deref()
+                .is_none_or(|s| !s.contains(['\n', '\r']))
+        );
+        assert!(
+            i.details
+                .lines
+                .iter()
+                .all(|l| l.line > i.line && !l.text.contains(['\n', '\r']))
+        );
+    }
+    // Ticking any open item changes that item only.
+    if let Some(open) = b.open_items().find(|i| !i.title.is_empty()) {
+        let ticked = backlog::tick(text, open, " (done: #1)").unwrap();
+        let again = parse(&ticked);
+        assert_eq!(again.items.len(), b.items.len(), "{text:?}\n=>\n{ticked:?}");
+        assert_eq!(again.open_items().count(), b.open_items().count() - 1);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn realistic_fragments_never_panic_and_keep_invariants(
+        picks in proptest::collection::vec(0..FRAGMENTS.len(), 0..40),
+        ending in 0..3usize,
+    ) {
+        let eol = ["\n", "\r\n", "\r"][ending];
+        let text: String = picks.iter().map(|&i| format!("{}{eol}", FRAGMENTS[i])).collect();
+        check_invariants(&text);
+    }
+
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
+        check_invariants(&text);
+    }
 }
