@@ -30,7 +30,7 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     check_runnable(&loaded)?;
     let path = repo.join(&loaded.config.backlog);
     let text = match std::fs::read(&path) {
-        Ok(b) => String::from_utf8(b).map_err(|_| Error::usage(format!("{}: not UTF-8 text; save the backlog as UTF-8", path.display())))?,
+        Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b).map_err(|e| Error::usage(e.to_string()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Error::usage(format!("{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}", path.display(), loaded.path.display())));
         }
