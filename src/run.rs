@@ -137,6 +137,16 @@ pub async fn find_approval(pool: &PgPool, repo_id: &str, plan: &Plan, selection:
         }
         return approved_set(pool, plan, selection, a.clone()).await.map_err(Error::from);
     }
+    // `run ITEM`: an approval of that item's contract serves without
+    // `--approve` (SPEC §4), as a plan approval serves `drain`.
+    if let Selection::One(i) = selection
+        && let Some(e) = plan.entries.iter().find(|e| e.index == *i)
+    {
+        let list = rec::approvals_of(pool, repo_id, &e.contract_sha).await?;
+        if let Some(a) = list.iter().find(|a| a.contract_sha.as_deref() == Some(e.contract_sha.as_str()) && approval::check_usable(a, now).is_ok()) {
+            return Ok(Ok((a.clone(), vec![e.contract_sha.clone()])));
+        }
+    }
     let list = rec::usable_plan_approvals(pool, repo_id, now).await?;
     if let Some(a) = list.iter().find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str())) {
         return approved_set(pool, plan, selection, a.clone()).await.map_err(Error::from);

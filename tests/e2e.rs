@@ -188,6 +188,30 @@ async fn refusals_run_nothing_and_post_nothing() {
     assert!(!out.status.success(), "approvals must reject UPDATE");
 }
 
+/// `run ITEM` finds the approval of that item's contract by itself, as
+/// `drain` finds its plan's (SPEC §4); the approval is then used up, and an
+/// approval of another item's contract does not serve.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_uses_the_approval_of_its_items_contract() {
+    let (f, gh) = world().await;
+    let out = f.run(&["plan", "--json"]);
+    assert_ok(&out, "plan");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let contract = |i: usize| v["items"][i]["contract_sha"].as_str().unwrap().to_string();
+    assert_ok(&f.run(&["approve", &contract(1)]), "approve item 2's contract");
+    // Item 1 is not approved by it.
+    let out = f.run(&["run", "1", "--deadline", "23:59"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let out = f.run(&["run", "2", "--deadline", "23:59"]);
+    assert!(!text(&out).contains("approve it with"), "{}", text(&out));
+    assert_eq!(f.report()["items"].as_array().unwrap().len(), 1);
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
+    // Used up: a second `run 2` is refused.
+    let again = f.run(&["run", "2", "--deadline", "23:59"]);
+    assert_eq!(again.status.code(), Some(3), "{}", text(&again));
+    gh.assert_never_merged_approved_or_closed().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_never_see_tokens_or_the_ledger_url() {
     let mut f = Fixture::new();
