@@ -297,7 +297,15 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
         return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(b.clone()), question: entry.contract.questions.first().cloned(), ..Default::default() });
     }
     if !approved.contains(&entry.contract_sha) {
-        return Ok(ItemEnd { outcome: "not_approved".into(), reason: Some("its contract changed after the approval, or it was not in the approved plan".into()), ..Default::default() });
+        // Which of the two: the approved set held this item (by key) with
+        // another contract, or did not hold it at all.
+        let changed = rec::item_in_contracts(pool, approved, key).await?;
+        let why = if changed {
+            "the item or the config changed after the approval (its contract is not the approved one); run `nightshift plan` and approve the new SHA"
+        } else {
+            "the item is not in the approved plan (added after it); run `nightshift plan` and approve the new SHA"
+        };
+        return Ok(ItemEnd { outcome: "not_approved".into(), reason: Some(why.into()), ..Default::default() });
     }
     let branch = slot::branch_name(&entry.item.title, key);
     // An earlier PR of this item (ledger, confirmed on GitHub).

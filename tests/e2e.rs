@@ -212,6 +212,33 @@ async fn run_uses_the_approval_of_its_items_contract() {
     gh.assert_never_merged_approved_or_closed().await;
 }
 
+/// An approval of a plan made before the backlog changed: `approve` warns
+/// and names the current plan; the drain runs the unchanged item only, and
+/// says of each other one whether it changed or is new (SPEC §4).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_backlog_runs_only_what_was_approved() {
+    let (f, gh) = world().await;
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
+    let old = f.plan_sha();
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n  - accept: mul multiplies\n- [ ] Add pow\n");
+    let out = f.run(&["approve", &old]);
+    assert_ok(&out, "approve the older plan");
+    let t = text(&out);
+    let current = f.plan_sha();
+    assert!(t.contains("changed since this plan was made") && t.contains(&format!("nightshift approve {current}")) && t.contains("only the 1 of 3"), "{t}");
+    let out = f.run(&["drain", "--deadline", "23:59"]);
+    assert_ok(&out, "drain");
+    let rep = f.report();
+    let items = rep["items"].as_array().unwrap();
+    let of = |i: usize| (items[i]["outcome"].as_str().unwrap().to_string(), items[i]["reason"].as_str().unwrap_or_default().to_string());
+    assert_eq!(of(0).0, "pr_opened", "{rep:#}");
+    assert_eq!(of(1).0, "not_approved");
+    assert!(of(1).1.contains("changed after the approval"), "{rep:#}");
+    assert_eq!(of(2).0, "not_approved");
+    assert!(of(2).1.contains("not in the approved plan"), "{rep:#}");
+    assert_eq!(gh.prs().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_never_see_tokens_or_the_ledger_url() {
     let mut f = Fixture::new();

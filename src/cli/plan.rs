@@ -120,5 +120,22 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     rec::event(&lg.pool, None, "approved", serde_json::json!({"sha": sha, "approval": a.id, "by": by})).await?;
     println!("approved {} {sha}", if is_contract { "contract" } else { "plan" });
     println!("valid until {} (single use)", a.expires_at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M %Z"));
+    // An approval of an older plan is allowed (SPEC §4: only its unchanged
+    // contracts run), but the person should know before going to bed.
+    if let Ok(now) = snapshot(cli) {
+        let current: Vec<&str> = now.plan.entries.iter().map(|e| e.contract_sha.as_str()).collect();
+        if is_contract && !current.contains(&sha.as_str()) {
+            eprintln!("warning: this contract is not in the current backlog (the item or the config changed since it was planned); `nightshift run` will refuse it. Run `nightshift plan` and approve the new SHA.");
+        } else if !is_contract && now.plan.sha != sha {
+            let approved = rec::plan_contracts(&lg.pool, &sha).await?;
+            let kept = current.iter().filter(|c| approved.iter().any(|a| a == *c)).count();
+            eprintln!(
+                "warning: the backlog or the config changed since this plan was made; the current plan is {}.\n  A drain under this approval runs only the {kept} of {} current item(s) whose contracts did not change; the others end `not_approved`.\n  To run them all: nightshift approve {}",
+                now.plan.sha,
+                current.len(),
+                now.plan.sha
+            );
+        }
+    }
     Ok(ExitCode::Ok)
 }

@@ -103,6 +103,15 @@ pub async fn plan_contracts(pool: &PgPool, plan_sha: &str) -> Result<Vec<String>
     sqlx::query_scalar("SELECT contract_sha FROM plan_contracts WHERE plan_sha = $1 ORDER BY position").bind(plan_sha).fetch_all(pool).await
 }
 
+/// Whether any of the contracts `shas` is one of item `key` (a contract of
+/// that item under other details or config).
+///
+/// # Errors
+/// Database errors.
+pub async fn item_in_contracts(pool: &PgPool, shas: &[String], key: &str) -> Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM contracts WHERE sha = ANY($1) AND item_key = $2)").bind(shas).bind(key).fetch_one(pool).await
+}
+
 /// Records an approval of a plan (or, with `is_contract`, of one contract).
 /// The row is never updated afterwards.
 ///
