@@ -312,6 +312,17 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     if let Some(end) = earlier_pr(night, run_id, entry, &branch).await? {
         return Ok(end);
     }
+    // A question the writer asked of this contract waits for its answer
+    // (an edit of the item), instead of costing a writer call every night.
+    if let Some((q, asked_in, at)) = rec::open_question(pool, &night.repo_id, key, &entry.contract_sha).await? {
+        let when = at.map(|t| format!(" on {}", local(t, night.tz))).unwrap_or_default();
+        return Ok(ItemEnd {
+            outcome: "blocked".into(),
+            reason: Some(format!("waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again", &asked_in.to_string()[..8])),
+            question: Some(q),
+            ..Default::default()
+        });
+    }
     let attempts = rec::failed_attempts(pool, &night.repo_id, key, &entry.contract_sha).await?;
     let max_attempts = night.config.limits.max_attempts as i64;
     if attempts >= max_attempts {

@@ -269,6 +269,23 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
     let shown = f.run(&["report"]);
     assert_ok(&shown, "report");
     assert!(text(&shown).contains("should sub round towards zero?"), "{}", text(&shown));
+
+    // The next night the question still waits: the writer is not called
+    // again for that item until a person answers it by editing the item.
+    let writer_calls = |f: &Fixture| f.db.sql("SELECT count(*) FROM agent_calls c JOIN rounds r ON r.id = c.round_id JOIN run_items i ON i.id = r.run_item_id WHERE c.role = 'writer' AND i.title = 'Ask first'");
+    assert_eq!(writer_calls(&f), "1");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    let ask = rep["items"].as_array().unwrap().iter().find(|i| i["title"] == "Ask first").unwrap().clone();
+    assert_eq!(ask["outcome"], "blocked", "{rep:#}");
+    assert_eq!(ask["question"], "should sub round towards zero?", "{rep:#}");
+    assert!(ask["reason"].as_str().unwrap().contains("waiting for an answer"), "{rep:#}");
+    assert_eq!(writer_calls(&f), "1", "no second writer call for an unanswered question");
+    // Answered: the edited item runs again.
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Ask first\n  - Round towards zero.\n- [ ] Add bogus\n");
+    let _ = f.approve_and_drain(&[]);
+    assert_eq!(writer_calls(&f), "2", "the answered item ran");
     gh.assert_never_merged_approved_or_closed().await;
 }
 

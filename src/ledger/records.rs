@@ -701,6 +701,26 @@ pub async fn failed_attempts(pool: &PgPool, repo: &str, key: &str, contract_sha:
     .await
 }
 
+/// The question a writer asked about this very contract in an earlier run
+/// (outcome `blocked` after at least one round), with that run's id and
+/// when it ended, newest first; `None` if it asked none. The item waits for
+/// a person's answer: editing the item seals a new contract (SPEC §5.8).
+///
+/// # Errors
+/// Database errors.
+pub async fn open_question(pool: &PgPool, repo: &str, key: &str, contract_sha: &str) -> Result<Option<(String, Uuid, Option<DateTime<Utc>>)>> {
+    sqlx::query_as(
+        "SELECT i.question, i.run_id, i.ended_at FROM run_items i JOIN runs r ON r.id = i.run_id \
+         WHERE r.repo = $1 AND i.item_key = $2 AND i.contract_sha = $3 AND i.outcome = 'blocked' AND i.rounds > 0 AND i.question IS NOT NULL \
+         ORDER BY i.started_at DESC LIMIT 1",
+    )
+    .bind(repo)
+    .bind(key)
+    .bind(contract_sha)
+    .fetch_optional(pool)
+    .await
+}
+
 /// A run item as `report` shows it.
 #[derive(Debug, Clone, FromRow)]
 pub struct ItemRow {
