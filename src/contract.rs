@@ -380,7 +380,7 @@ pub fn card(e: &PlanEntry) -> String {
         let _ = writeln!(s, "   section   {sec}");
     }
     if let Some(b) = &e.blocked {
-        let _ = writeln!(s, "   BLOCKED   {b}");
+        let _ = writeln!(s, "   not run   {b}");
     }
     for a in &c.accept {
         let _ = writeln!(s, "   accept    {a}");
@@ -472,6 +472,6 @@ pub fn render_plan(plan: &Plan) -> String {
     let cap = &plan.run_cost_cap;
     let _ = writeln!(s, "run budget ${:.2} ({}) for the whole run, over the costs the agents report", cap.value, format!("{:?}", cap.source).to_lowercase());
     let runnable = plan.entries.iter().filter(|e| e.blocked.is_none()).count();
-    let _ = writeln!(s, "plan sha256 {}  ({} item(s), {} runnable)", plan.sha, plan.entries.len(), runnable);
+    let _ = writeln!(s, "plan sha256 {}  ({} item(s), {} to run)", plan.sha, plan.entries.len(), runnable);
     s
 }

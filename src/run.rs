@@ -611,7 +611,9 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             feedback = gate::feedback(&gates);
             rec::finish_round(pool, round_id, "tests_failed", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await?;
             last_failure = ("tests_failed".into(), format!("`{}` failed ({}) in round {n}: {}", bad.command, bad.exit_code.map(|c| format!("exit {c}")).unwrap_or("timed out".into()), last_line(&bad.output_tail)));
-            rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "tests_failed".into(), note: sig.clone(), gate: gates.clone(), verdict: None });
+            // The round's note is the telling line of the output (the
+            // signature, command and exit code, is already in its gate list).
+            rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "tests_failed".into(), note: last_line(&bad.output_tail), gate: gates.clone(), verdict: None });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
                 return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure ({sig})"), n, &totals));
             }

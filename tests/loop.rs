@@ -590,3 +590,22 @@ async fn an_approval_with_an_unmet_condition_is_a_request_for_changes() {
     assert!(body.contains("- [ ] README.calc explains sub\n  — reviewer: met; evidence: README.calc line 1"), "{body}");
     gh.assert_never_merged_approved_or_closed().await;
 }
+
+/// A round that failed its gate shows, in the PR body's round list, the
+/// telling line of the gate's output, not only the command and exit code.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pr_body_shows_why_an_earlier_round_failed_its_gate() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_rounds_token_0123456789".into());
+    let w = f.agent("writer.sh", "#!/bin/sh\nif [ \"$NIGHTSHIFT_ROUND\" = 1 ]; then echo bogus >> calc.txt; else sed -i 's/^bogus$/sub/' calc.txt; fi\n");
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "[limits]\nrounds = 3\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
+    let line = body.lines().find(|l| l.starts_with("1. tests_failed")).unwrap_or_else(|| panic!("{body}"));
+    assert!(line.contains("`sh test.sh` exit 1") && line.contains("unknown word: bogus"), "{line}");
+}

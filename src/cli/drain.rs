@@ -90,7 +90,9 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         None => match run::find_approval(&pool, &id, &plan, &selection, args.approve.as_deref(), now).await? {
             Ok(c) => c,
             Err(refusal) => {
-                print_cards(&plan, &selection);
+                let mut shown = plan.clone();
+                crate::cli::plan::mark_earlier_work(&pool, &id, &mut shown).await?;
+                print_cards(&shown, &selection);
                 rec::event(&pool, None, "refused", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha})).await?;
                 if scheduled {
                     rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;

@@ -62,6 +62,29 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
     Ok(())
 }
 
+/// Marks the items a drain will not run because of earlier runs (SPEC §2:
+/// listed with `blocked` saying why): a PR open or merged, a branch pushed
+/// whose PR is still to be opened, a writer's question still unanswered.
+/// Display only: the plan's SHA and contracts do not change.
+///
+/// # Errors
+/// Database errors.
+pub(crate) async fn mark_earlier_work(pool: &sqlx::PgPool, repo_id: &str, plan: &mut contract::Plan) -> Result<()> {
+    for e in plan.entries.iter_mut().filter(|e| e.blocked.is_none()) {
+        let prs = rec::prs_of_item(pool, repo_id, &e.item.key).await?;
+        if let Some(p) = prs.iter().find(|p| matches!(p.state.as_str(), "open" | "merged" | "planned" | "pr_failed")) {
+            e.blocked = Some(match (p.state.as_str(), p.number) {
+                ("merged", Some(n)) => format!("already merged: PR #{n}"),
+                (_, Some(n)) => format!("already open: PR #{n}"),
+                _ => format!("branch {} already pushed by an earlier run; its PR is opened by the next run", p.branch),
+            });
+        } else if let Some((q, _, _)) = rec::open_question(pool, repo_id, &e.item.key, &e.contract_sha).await? {
+            e.blocked = Some(format!("waiting for an answer to the writer's question: {q} (edit the item to answer it)"));
+        }
+    }
+    Ok(())
+}
+
 /// `nightshift plan [--json]`.
 pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
     let snap = snapshot(cli)?;
@@ -69,17 +92,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
     let id = repo_id(&snap.repo, &snap.loaded.config.remote);
     rec::save_plan(&lg.pool, &id, &snap.plan).await?;
     let mut plan = snap.plan;
-    // Items with a PR from an earlier run are listed as blocked (SPEC §2).
-    for e in plan.entries.iter_mut().filter(|e| e.blocked.is_none()) {
-        let prs = rec::prs_of_item(&lg.pool, &id, &e.item.key).await?;
-        if let Some(p) = prs.iter().find(|p| matches!(p.state.as_str(), "open" | "merged" | "planned" | "pr_failed")) {
-            e.blocked = Some(match (p.state.as_str(), p.number) {
-                ("merged", Some(n)) => format!("already merged: PR #{n}"),
-                (_, Some(n)) => format!("already open: PR #{n}"),
-                _ => format!("branch {} already pushed by an earlier run", p.branch),
-            });
-        }
-    }
+    mark_earlier_work(&lg.pool, &id, &mut plan).await?;
     // Warnings, not errors: a plan can be made and approved before the tools are in place.
     let path = std::env::var("PATH").ok();
     for (role, a) in [(crate::agent::Role::Writer, &snap.loaded.config.writer), (crate::agent::Role::Reviewer, &snap.loaded.config.reviewer)] {
