@@ -338,11 +338,22 @@ fn is_inside_repo(p: &str) -> bool {
     !p.trim().is_empty() && path.is_relative() && !path.components().any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
+/// serde's "unknown field `x`, expected one of `a`, `b`" with the nearest
+/// known key as a suggestion, and where the keys are documented.
 fn with_hint(message: &str) -> String {
-    if message.starts_with("unknown field") {
-        format!("{message}; remove the key or fix its spelling (see SPEC §11 / `nightshift init`)")
-    } else {
-        message.to_string()
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_string();
+    };
+    let given = rest.split('`').next().unwrap_or("");
+    let known: Vec<&str> = message.split("expected ").nth(1).map(|l| l.split('`').skip(1).step_by(2).collect()).unwrap_or_default();
+    let nearest = known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(given, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min();
+    match nearest {
+        Some((_, k)) => format!("{message}; did you mean `{k}`? (the README's Configuration section lists every key)"),
+        None => format!("{message}; remove the key or fix its spelling (the README's Configuration section lists every key)"),
     }
 }
 
@@ -534,9 +545,18 @@ mod tests {
 
     #[test]
     fn unknown_key_in_a_table() {
-        let (line, key, _) = err("[limits]\nrounds = 2\nroundz = 3\n");
+        let (line, key, message) = err("[limits]\nrounds = 2\nroundz = 3\n");
         assert_eq!(line, 3);
         assert_eq!(key.as_deref(), Some("roundz"));
+        assert!(message.contains("did you mean `rounds`?"), "{message}");
+    }
+
+    #[test]
+    fn a_misspelt_key_gets_the_nearest_known_one_and_junk_gets_none() {
+        assert!(err("verfiy = [\"x\"]\n").2.contains("did you mean `verify`?"));
+        assert!(err("[writer]\ncomand = [\"x\"]\n").2.contains("did you mean `command`?"));
+        let (_, _, message) = err("zzzzzz = 1\n");
+        assert!(!message.contains("did you mean") && message.contains("remove the key or fix its spelling"), "{message}");
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl From<sqlx::Error> for Error {
             // The server went away mid-command (stopped, restarted, network):
             // say so, and that the next drain takes the run up again.
             sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_) => format!(
-                "the database stopped answering ({}); {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run (SPEC §9)",
+                "the database stopped answering ({}); {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run",
                 e,
                 crate::ledger::db_source_from_env().describe()
             ),

@@ -155,7 +155,7 @@ async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &st
     tokio::task::block_in_place(|| slot.commit_all(&message, &me, &me)).map_err(|e| Error::failure(format!("sync commit failed: {e}")))?;
     tokio::task::block_in_place(|| slot.push(Some(token))).map_err(|e| Error::failure(format!("push of {branch} failed: {e}")))?;
     let body = format!(
-        "Ticks the backlog boxes of items whose nightshift PRs were merged (SPEC §3). Only these lines change: `[ ]` → `[x]` and ` (done: #N)` after the title.\n\n{}\n\nOpened by `nightshift sync`; nothing was merged by it.\n",
+        "Ticks the backlog boxes of items whose nightshift PRs were merged. Only these lines change: `[ ]` → `[x]` and ` (done: #N)` after the title.\n\n{}\n\nOpened by `nightshift sync`; nothing was merged by it.\n",
         list.join("\n")
     );
     // No labels in the request: its look-up by marker would find an earlier,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# A scripted reviewer for the demo (`command` protocol, SPEC §6): it reads the
+# A scripted reviewer for the demo (`command` protocol, README "Custom agents"): it reads the
 # diff and prints its verdict as the last JSON line. Read-only: it changes
 # nothing in the checkout.
 set -eu

@@ -1,6 +1,6 @@
 #!/bin/sh
 # A scripted writer for the demo: it speaks nightshift's `command` agent
-# protocol (SPEC §6) and makes real edits with sed, keyed by the item title.
+# protocol (README, "Custom agents") and makes real edits with sed, keyed by the item title.
 # Real nights use `claude` or `codex`; this script needs no network.
 set -eu
 title=$(sed -n 's/.*"title":"\([^"]*\)".*/\1/p' "$NIGHTSHIFT_CONTRACT_FILE")
