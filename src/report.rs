@@ -329,6 +329,8 @@ pub struct NightTotals {
     pub blocked: usize,
     /// Items not run: `not_approved` or `deadline`.
     pub not_run: usize,
+    /// Items whose writer changed nothing (`no_changes`).
+    pub no_changes: usize,
     /// Tokens the agents reported.
     pub tokens: i64,
     /// Cost in USD, when any agent reported one.
@@ -352,6 +354,7 @@ pub fn totals(run: &RunRow, items: &[ItemRow], slept_secs: i64, now: chrono::Dat
         failed: items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))).count(),
         blocked: count(&["blocked"]),
         not_run: count(&["not_approved", "deadline"]),
+        no_changes: count(&["no_changes"]),
         tokens: items.iter().map(|i| i.tokens).sum(),
         cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
         slept_secs: slept_secs.max(0),
@@ -395,6 +398,7 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
             "failed": t.failed,
             "blocked": t.blocked,
             "not_run": t.not_run,
+            "no_changes": t.no_changes,
             "tokens": t.tokens,
             "cost_usd": t.cost_usd,
             "slept_seconds": t.slept_secs,
@@ -450,13 +454,14 @@ fn totals_line(t: &NightTotals) -> String {
         None => "no deadline".into(),
     };
     format!(
-        "{} PR(s) opened{} · {} already open or merged · {} failed · {} blocked · {} not run · slept {} at usage limits · {left} · {} tokens · {cost} for the night",
+        "{} PR(s) opened{} · {} already open or merged · {} failed · {} blocked · {} not run{} · slept {} at usage limits · {left} · {} tokens · {cost} for the night",
         t.opened,
         if t.would_open > 0 { format!(" · {} branch(es) pushed whose PR would have been opened (no GitHub access)", t.would_open) } else { String::new() },
         t.already,
         t.failed,
         t.blocked,
         t.not_run,
+        if t.no_changes > 0 { format!(" · {} with nothing to change", t.no_changes) } else { String::new() },
         seconds(t.slept_secs * 1000),
         t.tokens,
     )

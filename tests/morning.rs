@@ -298,6 +298,32 @@ async fn github_refusals_reach_the_report_and_bad_credentials_stop_github_for_th
     gh.assert_never_merged_approved_or_closed().await;
 }
 
+/// `report` picks a run by id or prefix (positional or `--run`), counts a
+/// writer that changed nothing, and points to the rounds' own logs.
+#[tokio::test(flavor = "multi_thread")]
+async fn report_picks_runs_by_prefix_and_counts_items_with_nothing_to_change() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n- [ ] Leave it\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["pr_opened", "no_changes"], "{rep:#}");
+    assert_eq!(rep["totals"]["no_changes"], 1, "{rep:#}");
+    let run = rep["run_id"].as_str().unwrap().to_string();
+    let by_arg = f.run(&["report", &run[..8]]);
+    assert_ok(&by_arg, "report PREFIX");
+    let by_flag = f.run(&["report", "--run", &run[..8]]);
+    assert_ok(&by_flag, "report --run PREFIX");
+    assert_eq!(by_arg.stdout, by_flag.stdout);
+    let t = text(&by_arg);
+    assert!(t.contains(&run) && t.contains("1 with nothing to change"), "{t}");
+    let logs = t.lines().find_map(|l| l.strip_prefix("each round's prompt, agent output and gate log: ")).unwrap_or_else(|| panic!("{t}"));
+    assert!(std::path::Path::new(logs).is_dir() && logs.contains(&run), "{logs}");
+    let out = f.run(&["report", "ffff0000"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains(&run[..8]), "the error lists the recent runs: {}", text(&out));
+}
+
 const ADJACENT: &str = "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n- [ ] Add mul\n- [ ] Add div   \n- [x] Add add (done: #1)\n";
 
 /// Commits and pushes the backlog so it is on origin/main.

@@ -70,7 +70,11 @@ pub enum Command {
     },
     /// What a run did, item by item (default: the latest run).
     Report {
-        /// Run id.
+        /// The run to show: its id or a prefix of 4+ hex digits (default:
+        /// the latest). Also accepted as `--run ID`.
+        #[arg(value_name = "RUN", conflicts_with = "run")]
+        run_id: Option<String>,
+        /// Run id (same as the positional RUN).
         #[arg(long)]
         run: Option<String>,
         /// Print JSON (shape in the README, "JSON output").
@@ -245,9 +249,9 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
             };
             schedule::schedule(&cli, cron, tz.as_deref(), mode, &startup).await
         }
-        Command::Report { run, json, markdown, show_body } => {
+        Command::Report { run_id, run, json, markdown, show_body } => {
             let format = if *json { report::ReportFormat::Json } else if *markdown { report::ReportFormat::Markdown } else { report::ReportFormat::Text };
-            report::report(&cli, run.as_deref(), format, *show_body).await
+            report::report(&cli, run_id.as_deref().or(run.as_deref()), format, *show_body).await
         }
         Command::Status { json } => report::status(&cli, *json).await,
         Command::Sync => sync::sync(&cli, &startup).await,

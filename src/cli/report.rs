@@ -48,7 +48,14 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
             println!("{}", serde_json::to_string_pretty(&crate::report::to_json_with(&row, &items, Some(&totals))).expect("JSON"));
         }
         ReportFormat::Markdown => print!("{}", crate::report::to_markdown(&row, &items, slept, show_body, now)),
-        ReportFormat::Text => print!("{}", crate::report::to_text_at(&row, &items, slept, show_body, now)),
+        ReportFormat::Text => {
+            print!("{}", crate::report::to_text_at(&row, &items, slept, show_body, now));
+            // Where the rounds' own words are: prompts, agent outputs, gate logs.
+            let logs = crate::cli::data_dir().join("logs").join(row.id.to_string());
+            if logs.is_dir() {
+                println!("each round's prompt, agent output and gate log: {}", logs.display());
+            }
+        }
     }
     Ok(ExitCode::Ok)
 }
