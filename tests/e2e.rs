@@ -379,7 +379,9 @@ async fn the_embedded_database_through_the_binary() {
     assert_eq!(std::fs::metadata(&data_dir).unwrap().permissions().mode() & 0o777, 0o700);
     let conf = std::fs::read_to_string(data_dir.join("postgresql.auto.conf")).unwrap_or_default() + &std::fs::read_to_string(data_dir.join("nightshift.conf")).unwrap_or_default();
     assert!(conf.contains("listen_addresses = ''") || conf.contains("listen_addresses=''"), "the private cluster must not listen on TCP: {conf}");
-    assert_ok(&embedded(&["db", "stop"]), "db stop");
+    let stopped = embedded(&["db", "stop"]);
+    assert_ok(&stopped, "db stop");
+    assert!(text(&stopped).starts_with("the embedded database is stopped"), "{}", text(&stopped));
     assert!(text(&embedded(&["db", "status"])).contains("running: no"));
     // Missing server binaries: the documented message.
     let mut c = f.cmd();

@@ -16,6 +16,13 @@ pub(crate) async fn run(what: &DbCommand) -> Result<ExitCode> {
         DbCommand::Status => cluster.status().await,
     }
     .map_err(|e| Error::failure(e.to_string()))?;
+    // Say what was done first; the status block follows.
+    match (what, status.running) {
+        (DbCommand::Start, true) => println!("the embedded database is running"),
+        (DbCommand::Stop, false) => println!("the embedded database is stopped (any nightshift command starts it again)"),
+        (DbCommand::Status, _) => {}
+        (_, running) => println!("the embedded database is {}", if running { "still running" } else { "not running" }),
+    }
     print!("{status}");
     Ok(ExitCode::Ok)
 }
