@@ -30,8 +30,10 @@ const NETWORK_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Check {
     /// Short name (`git`, `remote`, `token`, …).
     pub name: &'static str,
-    /// Passed.
+    /// Passed (a warning passes: the night runs, with a risk named).
     pub ok: bool,
+    /// Passed with a risk worth knowing (agents as root, say).
+    pub warn: bool,
     /// What was found.
     pub detail: String,
     /// How to fix it (empty when ok).
@@ -40,14 +42,22 @@ pub struct Check {
 
 impl Check {
     fn pass(name: &'static str, detail: impl Into<String>) -> Check {
-        Check { name, ok: true, detail: detail.into(), hint: String::new() }
+        Check { name, ok: true, warn: false, detail: detail.into(), hint: String::new() }
+    }
+    fn warn(name: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Check {
+        Check { name, ok: true, warn: true, detail: detail.into(), hint: hint.into() }
     }
     fn fail(name: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Check {
-        Check { name, ok: false, detail: detail.into(), hint: hint.into() }
+        Check { name, ok: false, warn: false, detail: detail.into(), hint: hint.into() }
     }
-    /// The line `doctor` prints.
+    /// The line `doctor` prints: `ok  `, `warn` or `FAIL`, the name, what
+    /// was found, and the fix.
     pub fn line(&self) -> String {
-        let status = if self.ok { "ok  " } else { "FAIL" };
+        let status = match (self.ok, self.warn) {
+            (false, _) => "FAIL",
+            (true, true) => "warn",
+            (true, false) => "ok  ",
+        };
         if self.hint.is_empty() { format!("{status} {:<9} {}", self.name, self.detail) } else { format!("{status} {:<9} {} — fix: {}", self.name, self.detail, self.hint) }
     }
 }
@@ -59,8 +69,13 @@ pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
         println!("{}", c.line());
     }
     let failed = checks.iter().filter(|c| !c.ok).count();
+    let warned = checks.iter().filter(|c| c.warn).count();
     if failed == 0 {
-        println!("all {} checks passed", checks.len());
+        if warned > 0 {
+            println!("all {} checks passed ({warned} with a warning)", checks.len());
+        } else {
+            println!("all {} checks passed", checks.len());
+        }
         Ok(ExitCode::Ok)
     } else {
         println!("{failed} of {} checks failed", checks.len());
@@ -234,6 +249,10 @@ async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Chec
     let Some(exe) = a.command.first() else {
         return Check::fail(name, "no command configured", format!("set [{name}] command = [\"…\"] in the config"));
     };
+    // A file that is there but cannot be run is not "missing".
+    if exe.contains('/') && Path::new(exe).is_file() && which(exe).is_none() {
+        return Check::fail(name, format!("{exe} exists but is not executable"), format!("chmod +x {exe}"));
+    }
     let Some(path) = which(exe) else {
         let hint = match a.kind {
             AgentKind::Claude => "install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set the full path in `command`".to_string(),
@@ -399,7 +418,11 @@ fn root_check(config: &Config) -> Check {
             "running as root without agent_user, and the claude writer uses --dangerously-skip-permissions (claude refuses that under root)",
             "set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
         ),
-        (None, true) => Check::pass("user", "running as root without agent_user (agents run as root)"),
+        (None, true) => Check::warn(
+            "user",
+            "running as root without agent_user: agents and gates run as root, with full rights over this machine",
+            "set `agent_user = \"<unprivileged user>\"` in the config to confine them",
+        ),
         (_, false) => Check::pass("user", format!("running as uid {}", nix::unistd::geteuid())),
     }
 }
