@@ -866,6 +866,13 @@ fn read_detail(
     };
     let kind = match keyword {
         None => {
+            // `round: 2` or `acceptance: …` would silently become a note, and
+            // the limit or condition it meant would not hold.
+            if !opaque && let Some((typed, meant)) = near_keyword(body.trim_end()) {
+                problem(format!(
+                    "`{typed}:` is not a detail keyword — did you mean `{meant}:`? (to keep it as a note, drop the colon)"
+                ));
+            }
             details
                 .notes
                 .push(strip_indent(verbatim, indent).trim_end().to_string());
@@ -975,6 +982,46 @@ fn keyword(body: &str) -> Option<(DetailKind, &str)> {
             Some((kind, value.trim()))
         })
     })
+}
+
+/// A `word:` line whose word is a near miss of a detail keyword (one edit
+/// away, or two for the long ones, same first letter; or the keyword with a
+/// suffix such as `acceptance`, `verification`, `questions`): the word as
+/// typed and the keyword meant. Prose (several words before the colon) and
+/// real keywords are `None`.
+fn near_keyword(body: &str) -> Option<(String, &'static str)> {
+    const WORDS: [&str; 6] = ["accept", "verify", "scope", "question", "rounds", "timeout"];
+    let body = body.trim_start_matches(['*', '_']);
+    let colon = body.find([':', '：'])?;
+    let typed = body[..colon].trim_end_matches(['*', '_', ' ', '\t']);
+    if typed.is_empty() || typed.len() > 14 || !typed.chars().all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-') {
+        return None;
+    }
+    let lower = typed.to_ascii_lowercase();
+    if WORDS.contains(&lower.as_str()) {
+        return None;
+    }
+    // Whole words people write for these keywords.
+    const ALIASES: [(&str, &str); 8] = [
+        ("acceptance", "accept"),
+        ("accepts", "accept"),
+        ("verification", "verify"),
+        ("verifies", "verify"),
+        ("questions", "question"),
+        ("round", "rounds"),
+        ("time-out", "timeout"),
+        ("time_out", "timeout"),
+    ];
+    if let Some((_, meant)) = ALIASES.iter().find(|(a, _)| *a == lower) {
+        return Some((typed.to_string(), meant));
+    }
+    WORDS
+        .iter()
+        .filter(|w| w.as_bytes()[0] == lower.as_bytes()[0])
+        .map(|w| (strsim::damerau_levenshtein(&lower, w), *w))
+        .filter(|(d, w)| *d >= 1 && *d <= if w.len() >= 7 { 2 } else { 1 })
+        .min()
+        .map(|(_, w)| (typed.to_string(), w))
 }
 
 /// The command of a `verify:` value: the inside of a code span if it starts

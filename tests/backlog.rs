@@ -1064,7 +1064,7 @@ fn detail_line_forms() {
   rounds: ３
   timeout: 1 hour 30 min
   Accept criteria: prose, a note
-  **acceptance**: a note too
+  **acceptance** criteria, a note too
   - [ ] accept: a checklist line is a note
   > accept: a quoted line is a note
 ";
@@ -1106,7 +1106,7 @@ fn detail_line_forms() {
         d.notes,
         [
             "Accept criteria: prose, a note",
-            "**acceptance**: a note too",
+            "**acceptance** criteria, a note too",
             "- [ ] accept: a checklist line is a note",
             "> accept: a quoted line is a note"
         ]
@@ -1704,5 +1704,19 @@ proptest::proptest! {
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,200}") {
         check_invariants(&text);
+    }
+}
+
+/// A misspelt detail keyword is a problem with the keyword it meant, not a
+/// silent note (a `round: 2` that does not cap the rounds); prose with a
+/// colon and notes without one stay notes.
+#[test]
+fn a_misspelt_detail_keyword_is_named_with_the_one_meant() {
+    let text = "- [ ] Add sub\n  - round: 2\n  - acceptance: sub works\n  - Verfy: `cargo test`\n  - timout: 5m\n  - Questions: which sign?\n  - Note: keep it small\n  - Remember this: the docs\n  - round 2 is fine\n";
+    let b = nightshift::backlog::parse(std::path::Path::new("NEXT.md"), text);
+    let msgs: Vec<String> = b.problems.iter().map(|p| format!("{}:{}", p.line, p.message)).collect();
+    assert_eq!(msgs.len(), 5, "{msgs:#?}");
+    for (line, typed, meant) in [(2, "round", "rounds"), (3, "acceptance", "accept"), (4, "Verfy", "verify"), (5, "timout", "timeout"), (6, "Questions", "question")] {
+        assert!(msgs.iter().any(|m| m.starts_with(&format!("{line}:`{typed}:` is not a detail keyword — did you mean `{meant}:`?"))), "{line} {typed}: {msgs:#?}");
     }
 }
