@@ -28,7 +28,7 @@ RS
   *divide*)
     sed -i 's|/// Divides `a` by `b`.|/// Divides `a` by `b`; `None` when `b` is zero.|; s|pub fn divide(a: i64, b: i64) -> i64 {|pub fn divide(a: i64, b: i64) -> Option<i64> {|; s|^    a / b$|    if b == 0 { None } else { Some(a / b) }|; s|assert_eq!(divide(6, 3), 2);|assert_eq!(divide(6, 3), Some(2));\n        assert_eq!(divide(1, 0), None);|' src/lib.rs
     echo "divide now returns Option."
-    printf '\nFINDINGS:\n- README does not mention that divide returns Option\n\n'
+    printf '\nFINDINGS:\n- divide now returns Option: a breaking change of the public API, so the crate version needs a major bump\n\n'
     ;;
   *power*)
     if [ "$round" = 1 ]; then
