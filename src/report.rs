@@ -79,6 +79,36 @@ pub struct Evidence {
     pub overlaps: Vec<Overlap>,
 }
 
+/// Public declarations the unified `diff` removes or rewrites: removed lines
+/// that declare a public item (Rust `pub fn|struct|enum|trait|type|const`,
+/// JS/TS `export …`, Go exported `func`/`type`, top-level Python `def` or
+/// `class` without a leading `_`) and do not come back unchanged among the
+/// added lines. Order of the diff; each declaration once, trimmed.
+pub fn public_signatures_changed(diff: &str) -> Vec<String> {
+    let public = |l: &str| {
+        let t = l.trim_start();
+        let rust = ["pub fn ", "pub async fn ", "pub struct ", "pub enum ", "pub trait ", "pub type ", "pub const ", "pub unsafe fn "].iter().any(|p| t.starts_with(p));
+        let js = t.starts_with("export ") && !t.starts_with("export {}");
+        let go = (t.starts_with("func ") || t.starts_with("type ")) && {
+            // `func (r *T) Name(` or `func Name(`: exported when capitalised.
+            let rest = t.split_once(' ').map(|(_, r)| r).unwrap_or("");
+            let rest = if rest.starts_with('(') { rest.split_once(") ").map(|(_, r)| r).unwrap_or("") } else { rest };
+            rest.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+        };
+        let python = (l.starts_with("def ") || l.starts_with("async def ") || l.starts_with("class ")) && !l.split_whitespace().nth(if l.starts_with("async") { 2 } else { 1 }).unwrap_or("_").starts_with('_');
+        rust || js || go || python
+    };
+    let added: std::collections::HashSet<&str> = diff.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).map(|l| l[1..].trim()).collect();
+    let mut out: Vec<String> = Vec::new();
+    for l in diff.lines().filter(|l| l.starts_with('-') && !l.starts_with("---")) {
+        let body = &l[1..];
+        if public(body) && !added.contains(body.trim()) && !out.iter().any(|o| o == body.trim()) {
+            out.push(body.trim().to_string());
+        }
+    }
+    out
+}
+
 /// An earlier PR of the same night that changes some of the same files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Overlap {
@@ -267,6 +297,12 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     if e.cost_usd.is_none() {
         let _ = writeln!(s, "- The agent reported no cost: the cost cap was not enforced.");
+    }
+    let changed_api = public_signatures_changed(&e.diff);
+    if !changed_api.is_empty() {
+        let shown: Vec<String> = changed_api.iter().take(5).map(|l| format!("`{}`", one_line(l, 120).replace('`', "ʼ"))).collect();
+        let more = if changed_api.len() > 5 { format!(" and {} more", changed_api.len() - 5) } else { String::new() };
+        let _ = writeln!(s, "- It changes or removes public declarations ({}{more}): callers outside this diff may break.", shown.join(", "));
     }
     for o in &e.overlaps {
         let pr = o.pr_number.map_or_else(|| format!("branch `{}`", o.branch), |n| format!("#{n}"));
@@ -568,5 +604,43 @@ fn seconds(ms: i64) -> String {
         format!("{:.1}s", ms as f64 / 1000.0)
     } else {
         crate::config::format_duration(Duration::from_secs((ms / 1000) as u64))
+    }
+}
+
+#[cfg(test)]
+mod signature_tests {
+    use super::public_signatures_changed;
+
+    #[test]
+    fn changed_public_declarations_are_found_in_several_languages() {
+        let diff = "\
+--- a/src/lib.rs
++++ b/src/lib.rs
+@@ -1,3 +1,3 @@
+-pub fn divide(a: i64, b: i64) -> i64 {
++pub fn divide(a: i64, b: i64) -> Option<i64> {
+-fn helper() {}
++fn helper2() {}
+-    pub fn kept(&self) {}
++    pub fn kept(&self) {}
+--- a/web/api.ts
++++ b/web/api.ts
+-export function load(id: string): Item {
++export function load(id: number): Item {
+--- a/calc.py
++++ b/calc.py
+-def add(a, b):
+-def _private(a):
+-    def inner(self):
+--- a/calc.go
++++ b/calc.go
+-func (c *Calc) Add(a int) int {
+-func add(a int) int {
+";
+        assert_eq!(
+            public_signatures_changed(diff),
+            ["pub fn divide(a: i64, b: i64) -> i64 {", "export function load(id: string): Item {", "def add(a, b):", "func (c *Calc) Add(a int) int {"]
+        );
+        assert!(public_signatures_changed("+pub fn new() {}\n").is_empty(), "an addition breaks no caller");
     }
 }
