@@ -583,11 +583,14 @@ async fn replay_rejected_plan_carried_by_extra_usage_keeps_its_round() {
 /// A transcript as it can reach a pipe: CRLF endings, a byte-order mark,
 /// Node's warnings and a debug print between the events, ANSI escapes
 /// before one, partial-message and hook events, an event type and fields no
-/// version printed yet.
+/// version printed yet, and a tool result of 5 MiB (a big file read), longer
+/// than the runner hands whole to the adapter.
 fn noisy(t: &str) -> String {
     let mut out = String::from("\u{feff}");
     for (i, l) in t.lines().enumerate() {
         if i == 1 {
+            let big = "x".repeat(5 << 20);
+            out.push_str(&format!("{}\r\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_big","content":big}]},"parent_tool_use_id":null})));
             out.push_str("(node:4242) Warning: Setting the NODE_TLS_REJECT_UNAUTHORIZED environment variable to '0' makes TLS connections insecure.\r\n");
             out.push_str("(Use `node --trace-warnings ...` to show where the warning was created)\r\n");
             out.push_str(r#"{"type":"system","subtype":"hook_response","hook_name":"SessionStart:Callback","hook_event":"SessionStart","stdout":"","stderr":"","exit_code":0}"#);
