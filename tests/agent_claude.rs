@@ -787,3 +787,26 @@ async fn fake_claude_refuses_what_the_real_cli_refuses() {
     let (rc_fake, err_fake) = run(&fake, &["-p", "--output-format", "stream-json", "--", "x"]);
     assert_eq!((rc_fake, err_fake.trim()), (rc_real, err_real.trim()));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_cli_api_errors_fail_in_the_clis_words_and_are_no_limit() {
+    // Billing, a bad key, a prompt too long: the real CLI's result says
+    // `is_error` with `subtype: "success"` and its own words; none is a usage
+    // limit to sleep on.
+    let bin = real_claude();
+    for (status, kind, message, says) in [
+        (400u16, "invalid_request_error", "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.", "api_error_status 400, subtype success, 1 turn): Credit balance is too low"),
+        (401, "authentication_error", "invalid x-api-key", "api_error_status 401, subtype success, 1 turn): Invalid API key"),
+        (400, "invalid_request_error", "prompt is too long: 215000 tokens > 200000 maximum", "(terminal_reason prompt_too_long, api_error_status 400, subtype success, 1 turn): Prompt is too long"),
+    ] {
+        let api = FakeAnthropic::start().await;
+        let w = world();
+        api.writer([Reply::ApiError { status, kind: kind.into(), message: message.into() }]);
+        let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
+        let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+        let f = r.failure.clone().unwrap_or_default();
+        assert!(f.contains(says), "{f}\n{}", stdout_of(&r));
+        assert!(r.limit.is_none(), "{:?}", r.limit);
+        assert_eq!(r.outcome.exit_code, Some(1));
+    }
+}

@@ -141,6 +141,34 @@ async fn real_codex_with_a_configured_model_and_plain_tools() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn real_codex_failed_and_refused_commands_are_told_and_the_turn_stands() {
+    // A command that fails, one the workspace-write sandbox refuses (outside
+    // the checkout), then the answer: the turn completed, so the call did;
+    // the failed command is told, and the tokens are the turn's running total
+    // over its three responses.
+    let w = World::new();
+    let fake = FakeResponses::start(vec![
+        Reply::Shell("echo boom >&2; exit 3".into()),
+        Reply::Shell("touch /usr/nightshift-denied".into()),
+        Reply::Message("Could not run everything.".into()),
+    ])
+    .await;
+    let r = agent::call(&real_agent(&fake), &w.call(Role::Writer, "UTC"), &CancellationToken::new()).await.expect("codex starts");
+    assert_eq!(r.failure, None, "{}", explain(&r));
+    let stdout = std::fs::read_to_string(r.outcome.stdout_path.as_ref().unwrap()).unwrap();
+    assert!(stdout.contains(r#""exit_code":3,"status":"failed""#), "{stdout}");
+    // The sandbox's refusal reached the model, but 0.169.0 prints no item for
+    // it: only the command that ran and failed can be told.
+    assert!(tool_outputs(&fake.bodies()[2]).contains("Read-only file system"), "{}", tool_outputs(&fake.bodies()[2]));
+    assert!(!stdout.contains("nightshift-denied"), "{stdout}");
+    assert_eq!(r.notes, ["1 command failed or was declined"], "{stdout}");
+    assert_eq!(r.text, "Could not run everything.");
+    let (input, _, output, _) = USAGE_PER_RESPONSE;
+    assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (Some(3 * input), Some(3 * output)), "{stdout}");
+    assert!(!std::path::Path::new("/usr/nightshift-denied").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn real_codex_reviewer_is_read_only_and_its_verdict_is_its_last_message() {
     let w = World::new();
     std::fs::write(w.checkout.join("calc.txt"), "add\nsub\n").unwrap();
