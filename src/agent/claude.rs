@@ -4,13 +4,24 @@
 //! configured permission flags. Reviewer: `--permission-mode plan --tools
 //! Read,Grep,Glob --strict-mcp-config --json-schema <verdict schema>`. The
 //! prompt is the last argument, after `--`. The stream is parsed line by line
-//! as it arrives (never held whole): the `init` event (tools, MCP servers,
-//! permission mode, model, version), assistant messages, `rate_limit_event`,
-//! `system/api_retry`, and the final `result`. A failure is read from
-//! `is_error`, `api_error_status` and an `error_*` subtype, never from
-//! `subtype` alone (a failed call can say `subtype: "success"`);
-//! `terminal_reason` and `num_turns` go into the failure text. Everything
-//! here was checked against the real CLI, pinned in
+//! as it arrives (never held whole): the `init` events (tools, MCP servers,
+//! permission mode, model, version), assistant messages (one event per
+//! content block; subagents' ones marked by `parent_tool_use_id`), tool
+//! results (`is_error`), `system/permission_denied`, `rate_limit_event`,
+//! `system/api_retry`, and the final `result`. Everything else — partial
+//! messages (`stream_event`), hook, status and compaction events, event
+//! types and fields of later versions, Node warnings and debug prints on
+//! stdout — is ignored and never fails a call ([`super::json_line`]).
+//!
+//! A failure is read from `is_error`, `api_error_status` and an `error_*`
+//! subtype, never from `subtype` alone (a failed call can say `subtype:
+//! "success"`), and told in the CLI's own words (`errors`, the `result`
+//! text), never the model's. A stream without a `result` is a failed call
+//! whatever the exit code, and says why (cut off mid-event, stderr's error
+//! line, the last event). Tokens and cost are the CLI's own figures
+//! ([`ResultEvent::from_value`]). A CLI that stays alive after its result is
+//! ended after [`RESULT_EXIT_GRACE`] of silence and its result stands.
+//! Everything here was checked against the real CLI, pinned in
 //! `tests/fakes/claude-code.version`, in `tests/agent_claude.rs`.
 
 use std::sync::{Arc, Mutex};
@@ -486,7 +497,7 @@ impl StreamState {
     /// interrupted, no result event (the CLI crashed, was killed, or its
     /// last line was cut off), a failed result, or a nonzero exit after a
     /// good result. `ended_after_result` says nightshift ended a CLI that
-    /// did not exit after its result ([`super::EndWatch`]): that is no
+    /// did not exit after its result (`EndWatch` in `agent`): that is no
     /// failure. SPEC §5.6: a crashed agent is a failed round, never a
     /// success.
     pub fn failure(&self, outcome: &crate::process::Outcome, timeout: std::time::Duration, ended_after_result: bool) -> Option<String> {

@@ -14,8 +14,13 @@
 //!
 //! The JSON event stream (`thread.started`, `turn.started`, `item.started` /
 //! `item.updated` / `item.completed`, `turn.completed` with token usage,
-//! `turn.failed`, `error`) is parsed line by line as it arrives ([`StreamState`]).
-//! Codex reports tokens but no cost. Limit messages arrive as `error` /
+//! `turn.failed`, `error`) is parsed line by line as it arrives
+//! ([`StreamState`]), as are the older shapes codex printed before 0.44;
+//! unknown events, items and fields and non-JSON lines are ignored. The
+//! final message is the last agent message, else the last plan. Codex
+//! reports tokens (its running total for the thread) but no cost. A codex
+//! that stays alive after its turn ended is ended after [`TURN_EXIT_GRACE`]
+//! of silence and its turn stands. Limit messages arrive as `error` /
 //! `turn.failed` events (its own "You’ve hit your usage limit … try again at
 //! 10:18 PM" text, local time of its `TZ`) and as raw 429 bodies with
 //! `resets_at` on stderr; both are read, the strongest reading wins. While
@@ -402,7 +407,7 @@ impl StreamState {
 }
 
 /// How long codex may stay silent after its turn ended (`turn.completed` /
-/// `turn.failed`) before nightshift ends it; see [`super::EndWatch`].
+/// `turn.failed`) before nightshift ends it; see `EndWatch` in `agent`.
 pub const TURN_EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A legacy event's command: an argv array or a string.
@@ -508,7 +513,7 @@ impl StreamState {
     /// crash, told on stderr), the stream's own failure
     /// ([`StreamState::failure`]), or a nonzero exit after a completed turn.
     /// `ended_after_turn`: nightshift ended a codex that did not exit after
-    /// its turn ([`super::EndWatch`]), which is no failure.
+    /// its turn (`EndWatch` in `agent`), which is no failure.
     pub fn call_failure(&self, outcome: &crate::process::Outcome, timeout: std::time::Duration, ended_after_turn: bool) -> Option<String> {
         let exit = super::command::exit_text(outcome);
         if outcome.timed_out {

@@ -312,17 +312,18 @@ pub fn json_line(line: &str) -> JsonLine {
 pub const JSON_PREFIX_SCAN: usize = 256;
 
 /// The stderr line that says what went wrong: the first line that starts
-/// with `error` (any case; clap's usage errors, Node's `Error: …`) or names
-/// an uncaught exception, else the last non-empty line.
+/// with `error` (any case; clap's usage errors, Node's `Error: …`), `fatal`
+/// or `panic`, names an uncaught exception, or is a log line at level ERROR
+/// (`2026-03-04T17:48:31Z ERROR codex_api: …`); else the last non-empty line
+/// that is not one of Node's warnings; `None` when stderr is blank.
 pub fn telling_stderr_line(stderr: &str) -> Option<String> {
     let all: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    all.iter()
-        .find(|l| {
-            let lower = l.to_ascii_lowercase();
-            lower.starts_with("error") || lower.starts_with("fatal") || lower.starts_with("panic") || lower.contains("uncaught") || lower.starts_with("thread 'main' panicked")
-        })
-        .or(all.last())
-        .map(|l| cut_chars(l, 400))
+    let is_error = |l: &&&str| {
+        let lower = l.to_ascii_lowercase();
+        lower.starts_with("error") || lower.starts_with("fatal") || lower.starts_with("panic") || lower.starts_with("thread 'main' panicked") || lower.contains("uncaught") || lower.split_whitespace().nth(1) == Some("error")
+    };
+    let node_warning = |l: &&&str| l.starts_with("(node:") || l.starts_with("(Use `node --trace-");
+    all.iter().find(is_error).or_else(|| all.iter().rev().find(|l| !node_warning(l))).or(all.last()).map(|l| cut_chars(l, 400))
 }
 
 /// `s` cut to at most `max` characters, with `…` when cut.
@@ -645,6 +646,8 @@ mod tests {
         assert_eq!(telling_stderr_line("warning: x\nError: boom\n  at y\n").as_deref(), Some("Error: boom"));
         assert_eq!(telling_stderr_line("a\n\nlast words\n\n").as_deref(), Some("last words"));
         assert_eq!(telling_stderr_line("node:internal/process/promises:391\n    triggerUncaughtException(err, true /* fromPromise */);\n").as_deref(), Some("triggerUncaughtException(err, true /* fromPromise */);"));
+        assert_eq!(telling_stderr_line("2026-03-04T17:48:31Z  WARN codex_core: slow\n2026-03-04T17:48:31Z ERROR codex_api::endpoint::responses: error=http 500\n2026-03-04T17:48:32Z  INFO done\n").as_deref(), Some("2026-03-04T17:48:31Z ERROR codex_api::endpoint::responses: error=http 500"));
+        assert_eq!(telling_stderr_line("killed by the OOM killer\n(node:42) Warning: something\n(Use `node --trace-warnings ...` to show where the warning was created)\n").as_deref(), Some("killed by the OOM killer"));
         assert_eq!(telling_stderr_line(" \n"), None);
     }
 
