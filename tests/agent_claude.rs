@@ -281,6 +281,79 @@ async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
     assert!(f.starts_with("timed out after 10s after ") && f.contains("API retr") && f.contains("status none"), "{f}");
 }
 
+/// A writer whose permission flags add `extra` to the default ones.
+fn writer_with(bin: &Path, flags: &[&str]) -> AgentConfig {
+    let mut a = claude_agent(bin);
+    a.permission_flags = Some(flags.iter().map(|s| s.to_string()).collect());
+    a
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_tokens() {
+    let bin = real_claude();
+    // --max-turns 1 with partial messages: stream_event lines between the
+    // events, and an `error_max_turns` result whose `errors` say why.
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    let calc = w.repo.join("calc.txt").display().to_string();
+    api.writer([
+        Reply::Tools(Some("Reading.".into()), vec![tool("Read", json!({"file_path": calc}))]),
+        Reply::Tools(None, vec![tool("Edit", json!({"file_path": calc, "old_string": "add\n", "new_string": "add\nsub\n"}))]),
+    ]);
+    let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
+    let a = writer_with(&bin, &["--permission-mode", "acceptEdits", "--max-turns", "1", "--include-partial-messages"]);
+    let r = agent::call(&a, &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-max-turns-partial", c.tz);
+    assert!(out.contains(r#""type":"stream_event""#), "{out}");
+    assert_eq!(r.failure.as_deref(), Some("claude reported an error (terminal_reason max_turns, subtype error_max_turns, 2 turns): Reached maximum number of turns (1)"), "{out}");
+    assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (Some(fakes::anthropic::TOKENS_IN), Some(fakes::anthropic::TOKENS_OUT)));
+    assert!(r.usage.cost_usd.is_some_and(|c| c > 0.0));
+    assert!(r.limit.is_none() && st.other_lines == 0);
+    assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\n", "the second turn never ran");
+
+    // --max-budget-usd below one turn's cost: the real result's `usage` is all
+    // zeros; the tokens spent are in `modelUsage`.
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    let calc = w.repo.join("calc.txt").display().to_string();
+    api.writer([Reply::Tools(Some("Reading.".into()), vec![tool("Read", json!({"file_path": calc}))]), Reply::Text("done".into())]);
+    let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
+    let r = agent::call(&writer_with(&bin, &["--permission-mode", "acceptEdits", "--max-budget-usd", "0.001"]), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-budget", c.tz);
+    assert!(out.contains(r#""input_tokens":0"#) && out.contains(r#""inputTokens":1200"#), "{out}");
+    assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (Some(fakes::anthropic::TOKENS_IN), Some(fakes::anthropic::TOKENS_OUT)), "{out}");
+    assert_eq!(r.usage.cost_usd, st.result.as_ref().unwrap().usage.cost_usd);
+    let f = r.failure.unwrap();
+    assert!(f.contains("subtype error_max_budget_usd") && f.ends_with(": Reached maximum budget ($0.001)"), "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_cli_denied_and_failed_edits_are_told_not_claimed() {
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = world();
+    let calc = w.repo.join("calc.txt").display().to_string();
+    api.writer([
+        Reply::Tools(None, vec![tool("Read", json!({"file_path": calc}))]),
+        // The tool refuses it: the string is not in the file.
+        Reply::Tools(None, vec![tool("Edit", json!({"file_path": calc, "old_string": "nope\n", "new_string": "x\n"}))]),
+        // The permissions refuse these.
+        Reply::Tools(None, vec![tool("Bash", json!({"command": "rm -rf /tmp/nightshift-nothing-here", "description": "rm"}))]),
+        Reply::Tools(None, vec![tool("Write", json!({"file_path": w.repo.join("n.md").display().to_string(), "content": "x\n"}))]),
+        Reply::Text("Done.".into()),
+    ]);
+    let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
+    let r = agent::call(&writer_with(&bin, &["--permission-mode", "default", "--allowedTools", "Read,Edit"]), &c, &CancellationToken::new()).await.unwrap();
+    let (out, st) = stream_of(&r, "claude-real-denied", c.tz);
+    assert_eq!(r.failure, None, "{out}");
+    assert!(out.contains(r#""subtype":"permission_denied""#), "{out}");
+    assert_eq!(r.claimed_files, Vec::<String>::new(), "nothing was edited: {out}");
+    assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\n");
+    assert!(!w.repo.join("n.md").exists());
+    assert_eq!(st.denied_tools, ["Bash", "Write"]);
+    assert_eq!(r.notes, ["claude's permissions denied Bash, Write (see permission_flags)", "3 tool calls returned an error"]);
+}
+
 /// The environment nightshift passes on to the real CLI in a drain.
 fn drain_env(f: &mut common::Fixture, api: &str) {
     for (k, v) in cli_env(&f.home, api, false) {
@@ -507,6 +580,87 @@ async fn replay_rejected_plan_carried_by_extra_usage_keeps_its_round() {
     assert_eq!(gh.prs().len(), 1);
 }
 
+/// A transcript as it can reach a pipe: CRLF endings, a byte-order mark,
+/// Node's warnings and a debug print between the events, ANSI escapes
+/// before one, partial-message and hook events, an event type and fields no
+/// version printed yet, and a tool result of 5 MiB (a big file read), longer
+/// than the runner hands whole to the adapter.
+fn noisy(t: &str) -> String {
+    let mut out = String::from("\u{feff}");
+    for (i, l) in t.lines().enumerate() {
+        if i == 1 {
+            let big = "x".repeat(5 << 20);
+            out.push_str(&format!("{}\r\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_big","content":big}]},"parent_tool_use_id":null})));
+            out.push_str("(node:4242) Warning: Setting the NODE_TLS_REJECT_UNAUTHORIZED environment variable to '0' makes TLS connections insecure.\r\n");
+            out.push_str("(Use `node --trace-warnings ...` to show where the warning was created)\r\n");
+            out.push_str(r#"{"type":"system","subtype":"hook_response","hook_name":"SessionStart:Callback","hook_event":"SessionStart","stdout":"","stderr":"","exit_code":0}"#);
+            out.push_str("\r\n");
+            out.push_str(r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"m","usage":{"input_tokens":1}}},"parent_tool_use_id":null}"#);
+            out.push_str("\r\n");
+            out.push_str(r#"{"type":"tool_progress","tool_use_id":"t","elapsed_time_seconds":1,"new_field":{"x":[1]}}"#);
+            out.push_str("\r\n[DEBUG] MCP server \"none\": {} connected\r\n");
+        }
+        if l.contains(r#""type":"result""#) {
+            out.push_str("\u{1b}[2K\u{1b}[1G");
+        }
+        out.push_str(l);
+        out.push_str("\r\n");
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_streams_with_noise_between_events_are_read_whole() {
+    let writer = noisy(&transcript("claude-real-writer-edit.jsonl"));
+    let reviewer = noisy(&transcript("claude-real-reviewer-approve-in-text.jsonl"));
+    assert!(writer.starts_with('\u{feff}') && reviewer.contains("\u{1b}[2K\u{1b}[1G{"));
+    let (f, gh, _) = replay_world(&[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", writer), ("reviewer-1.jsonl", reviewer)], "").await;
+    let item = drained_item(&f);
+    // The reviewer's init (behind the BOM) was read: its tools were checked.
+    assert_eq!(item["outcome"], "pr_opened", "{item:#}");
+    assert_eq!(gh.prs().len(), 1);
+    // The results (behind ANSI escapes) were read: tokens and cost as the CLI reported.
+    assert_eq!(f.db.sql("SELECT string_agg(role || ':' || tokens_in || '/' || tokens_out, ',' ORDER BY id) FROM agent_calls"), "writer:4800/320,reviewer:2400/160");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_writer_killed_mid_stream_is_a_failed_round_that_says_so() {
+    // The real writer's stream, cut off inside its result line; the process
+    // then dies (137: killed by the OOM killer). Its edit is on disk.
+    let edit = transcript("claude-real-writer-edit.jsonl");
+    let cut = &edit[..edit.rfind(r#""result":"#).unwrap() + 20];
+    let steps = [("writer-1.sh", "echo sub >> calc.txt\n".to_string()), ("writer-1.jsonl", cut.to_string()), ("writer-1.exit", "137".into())];
+    let (f, gh, _) = replay_world(&steps, "[limits]\nrounds = 1\n").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "error", "{item:#}");
+    let reason = item["reason"].as_str().unwrap();
+    assert!(reason.contains("claude ended (code 137) without a result event") && reason.contains("its last line was cut off"), "{reason}");
+    assert!(gh.prs().is_empty(), "half-done work is never proposed");
+    assert_eq!(f.db.sql("SELECT count(*) FROM reviews"), "0");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_cli_that_does_not_exit_after_its_result_is_ended_and_the_result_stands() {
+    let w = world();
+    let dir = w.dir.path().join("fake-claude");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("writer-1.jsonl"), transcript("claude-real-writer-edit.jsonl")).unwrap();
+    std::fs::write(dir.join("writer-1.hang"), "").unwrap();
+    let mut env = cli_env(&w.home, "http://127.0.0.1:9", false);
+    env.insert("FAKE_CLAUDE_DIR".into(), dir.display().to_string());
+    let mut c = call(&w, Role::Writer, "Add sub", env);
+    c.timeout = Duration::from_secs(300);
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude");
+    let r = agent::call(&claude_agent(&fake), &c, &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.failure, None, "{:?}", r.outcome);
+    assert!(!r.outcome.timed_out);
+    let grace = agent::claude::RESULT_EXIT_GRACE;
+    assert!(r.outcome.duration >= grace && r.outcome.duration < grace + Duration::from_secs(20), "{:?}", r.outcome.duration);
+    assert_eq!(r.notes, [format!("claude did not exit within {}s of its result and was ended", grace.as_secs())]);
+    assert!(r.text.starts_with("Added sub to calc.txt."));
+    assert_eq!(r.usage.tokens_in, Some(4800));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_reviewer_requests_changes_then_approves() {
     let writer = transcript("claude-real-writer-edit.jsonl");
@@ -632,4 +786,27 @@ async fn fake_claude_refuses_what_the_real_cli_refuses() {
     let (rc_real, err_real) = run(&real, &["-p", "--output-format", "stream-json", "--", "x"]);
     let (rc_fake, err_fake) = run(&fake, &["-p", "--output-format", "stream-json", "--", "x"]);
     assert_eq!((rc_fake, err_fake.trim()), (rc_real, err_real.trim()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn real_cli_api_errors_fail_in_the_clis_words_and_are_no_limit() {
+    // Billing, a bad key, a prompt too long: the real CLI's result says
+    // `is_error` with `subtype: "success"` and its own words; none is a usage
+    // limit to sleep on.
+    let bin = real_claude();
+    for (status, kind, message, says) in [
+        (400u16, "invalid_request_error", "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.", "api_error_status 400, subtype success, 1 turn): Credit balance is too low"),
+        (401, "authentication_error", "invalid x-api-key", "api_error_status 401, subtype success, 1 turn): Invalid API key"),
+        (400, "invalid_request_error", "prompt is too long: 215000 tokens > 200000 maximum", "(terminal_reason prompt_too_long, api_error_status 400, subtype success, 1 turn): Prompt is too long"),
+    ] {
+        let api = FakeAnthropic::start().await;
+        let w = world();
+        api.writer([Reply::ApiError { status, kind: kind.into(), message: message.into() }]);
+        let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
+        let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+        let f = r.failure.clone().unwrap_or_default();
+        assert!(f.contains(says), "{f}\n{}", stdout_of(&r));
+        assert!(r.limit.is_none(), "{:?}", r.limit);
+        assert_eq!(r.outcome.exit_code, Some(1));
+    }
 }

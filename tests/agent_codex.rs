@@ -141,6 +141,34 @@ async fn real_codex_with_a_configured_model_and_plain_tools() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn real_codex_failed_and_refused_commands_are_told_and_the_turn_stands() {
+    // A command that fails, one the workspace-write sandbox refuses (outside
+    // the checkout), then the answer: the turn completed, so the call did;
+    // the failed command is told, and the tokens are the turn's running total
+    // over its three responses.
+    let w = World::new();
+    let fake = FakeResponses::start(vec![
+        Reply::Shell("echo boom >&2; exit 3".into()),
+        Reply::Shell("touch /usr/nightshift-denied".into()),
+        Reply::Message("Could not run everything.".into()),
+    ])
+    .await;
+    let r = agent::call(&real_agent(&fake), &w.call(Role::Writer, "UTC"), &CancellationToken::new()).await.expect("codex starts");
+    assert_eq!(r.failure, None, "{}", explain(&r));
+    let stdout = std::fs::read_to_string(r.outcome.stdout_path.as_ref().unwrap()).unwrap();
+    assert!(stdout.contains(r#""exit_code":3,"status":"failed""#), "{stdout}");
+    // The sandbox's refusal reached the model, but 0.169.0 prints no item for
+    // it: only the command that ran and failed can be told.
+    assert!(tool_outputs(&fake.bodies()[2]).contains("Read-only file system"), "{}", tool_outputs(&fake.bodies()[2]));
+    assert!(!stdout.contains("nightshift-denied"), "{stdout}");
+    assert_eq!(r.notes, ["1 command failed or was declined"], "{stdout}");
+    assert_eq!(r.text, "Could not run everything.");
+    let (input, _, output, _) = USAGE_PER_RESPONSE;
+    assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (Some(3 * input), Some(3 * output)), "{stdout}");
+    assert!(!std::path::Path::new("/usr/nightshift-denied").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn real_codex_reviewer_is_read_only_and_its_verdict_is_its_last_message() {
     let w = World::new();
     std::fs::write(w.checkout.join("calc.txt"), "add\nsub\n").unwrap();
@@ -363,6 +391,52 @@ async fn replay_reviewer_requests_changes_then_approves() {
     assert!(argv.starts_with("-c\nmodel_provider=fake\nexec\n--json\n--sandbox\nread-only\n"), "{argv}");
     assert!(argv.contains("--output-schema\n"), "{argv}");
     assert_eq!(gh.prs().len(), 1);
+}
+
+/// A transcript written in an older `codex exec --json` shape, under
+/// tests/fakes_codex/transcripts/.
+fn older_shape(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes_codex/transcripts").join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_legacy_codex_streams_drain_to_a_pr() {
+    // codex before 0.44 printed one `{"id":…,"msg":{…}}` per core event after
+    // a config summary (openai/codex#4525 removed the shape): a pinned-old
+    // CLI must still give its message, its files, its tokens and its verdict.
+    let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n").await;
+    put(&d, "writer.sh", WRITE_SUB);
+    put(&d, "writer.jsonl", &older_shape("legacy-writer-patch.jsonl"));
+    put(&d, "reviewer.jsonl", &older_shape("legacy-reviewer-approve.jsonl"));
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let item = &f.report()["items"][0];
+    assert_eq!(item["outcome"], "pr_opened", "{item:#}");
+    assert_eq!(f.db.sql("SELECT string_agg(role || ':' || tokens_in || '/' || tokens_out, ',' ORDER BY id) FROM agent_calls"), "writer:9000/300,reviewer:3000/40");
+    assert_eq!(f.db.sql("SELECT meta->>'claimed_files' FROM agent_calls WHERE role = 'writer'"), r#"["calc.txt"]"#);
+    let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
+    assert!(body.contains("Added sub to calc.txt."), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_codex_that_does_not_exit_after_its_turn_is_ended_and_the_turn_stands() {
+    let w = World::new();
+    let d = w.dir.path().join("replay");
+    std::fs::create_dir_all(&d).unwrap();
+    put(&d, "writer.jsonl", &cli::transcript("real-writer-patch.jsonl"));
+    put(&d, "writer.hang", "");
+    let mut call = w.call(Role::Writer, "UTC");
+    call.env.insert("FAKE_CODEX_DIR".into(), d.display().to_string());
+    call.timeout = Duration::from_secs(300);
+    let agent = AgentConfig { kind: AgentKind::Codex, command: vec![cli::fake_codex().display().to_string()], permission_flags: None, model: None };
+    let r = agent::call(&agent, &call, &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.failure, None, "{}", explain(&r));
+    let grace = agent::codex::TURN_EXIT_GRACE;
+    assert!(!r.outcome.timed_out && r.outcome.duration >= grace && r.outcome.duration < grace + Duration::from_secs(20), "{:?}", r.outcome);
+    assert_eq!(r.notes, [format!("codex did not exit within {}s of its last turn and was ended", grace.as_secs())]);
+    assert_eq!((r.text.as_str(), r.usage.tokens_in), ("Hello from fake", Some(200)));
+    assert!(r.limit.is_none());
 }
 
 #[tokio::test(flavor = "multi_thread")]

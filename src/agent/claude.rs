@@ -4,13 +4,24 @@
 //! configured permission flags. Reviewer: `--permission-mode plan --tools
 //! Read,Grep,Glob --strict-mcp-config --json-schema <verdict schema>`. The
 //! prompt is the last argument, after `--`. The stream is parsed line by line
-//! as it arrives (never held whole): the `init` event (tools, MCP servers,
-//! permission mode, model, version), assistant messages, `rate_limit_event`,
-//! `system/api_retry`, and the final `result`. A failure is read from
-//! `is_error`, `api_error_status` and an `error_*` subtype, never from
-//! `subtype` alone (a failed call can say `subtype: "success"`);
-//! `terminal_reason` and `num_turns` go into the failure text. Everything
-//! here was checked against the real CLI, pinned in
+//! as it arrives (never held whole): the `init` events (tools, MCP servers,
+//! permission mode, model, version), assistant messages (one event per
+//! content block; subagents' ones marked by `parent_tool_use_id`), tool
+//! results (`is_error`), `system/permission_denied`, `rate_limit_event`,
+//! `system/api_retry`, and the final `result`. Everything else — partial
+//! messages (`stream_event`), hook, status and compaction events, event
+//! types and fields of later versions, Node warnings and debug prints on
+//! stdout — is ignored and never fails a call ([`super::json_line`]).
+//!
+//! A failure is read from `is_error`, `api_error_status` and an `error_*`
+//! subtype, never from `subtype` alone (a failed call can say `subtype:
+//! "success"`), and told in the CLI's own words (`errors`, the `result`
+//! text), never the model's. A stream without a `result` is a failed call
+//! whatever the exit code, and says why (cut off mid-event, stderr's error
+//! line, the last event). Tokens and cost are the CLI's own figures
+//! ([`ResultEvent::from_value`]). A CLI that stays alive after its result is
+//! ended after [`RESULT_EXIT_GRACE`] of silence and its result stands.
+//! Everything here was checked against the real CLI, pinned in
 //! `tests/fakes/claude-code.version`, in `tests/agent_claude.rs`.
 
 use std::sync::{Arc, Mutex};
@@ -19,7 +30,7 @@ use chrono::Utc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{AgentError, Call, Report, Role, Usage, base_command, limit_in_text, parse_blocks};
+use super::{AgentError, Call, EndWatch, Report, Role, Usage, base_command, cut_chars, json_line, limit_in_text, parse_blocks, telling_stderr_line};
 use crate::config::AgentConfig;
 use crate::limit;
 use crate::review;
@@ -77,35 +88,54 @@ pub fn argv(agent: &AgentConfig, role: Role, prompt: &str) -> Vec<String> {
 /// The final `result` event, typed. Whether it is a failure is read from
 /// `is_error`, `api_error_status` and an `error_*` subtype together, never
 /// from `subtype` alone: a failed call can say `subtype: "success"`
-/// (`testdata/README.md`).
+/// (`testdata/README.md`), and an `error_during_execution` can say
+/// `is_error: false` (anthropics/claude-agent-sdk-typescript#240).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResultEvent {
     /// `is_error`.
     pub is_error: bool,
-    /// `subtype` (`success`, `error_max_turns`, `error_during_execution`, …).
+    /// `subtype` (`success`, `error_max_turns`, `error_during_execution`,
+    /// `error_max_budget_usd`, `error_max_structured_output_retries`, …).
     pub subtype: Option<String>,
     /// `api_error_status`: the HTTP status of a failed API call (429, 529, …).
     pub api_error_status: Option<u64>,
-    /// `terminal_reason` (`completed`, `api_error`, `max_turns`, …).
+    /// `terminal_reason` (`completed`, `api_error`, `max_turns`,
+    /// `budget_exhausted`, …).
     pub terminal_reason: Option<String>,
     /// `num_turns`.
     pub num_turns: Option<u64>,
     /// `result`: the final text (may be empty although the model answered).
     pub text: String,
+    /// `errors`: the CLI's own words for a failed call (`Reached maximum
+    /// number of turns (1)`, `Reached maximum budget ($0.02)`); may be empty.
+    pub errors: Vec<String>,
+    /// `permission_denials[].tool_name`: tool calls the permission settings
+    /// refused, in order.
+    pub permission_denials: Vec<String>,
+    /// `queued_turn_count`: turns the CLI will still run after this result.
+    pub queued_turns: u64,
     /// `structured_output`: the `--json-schema` answer, when there is one.
     pub structured_output: Option<Value>,
-    /// `usage` and `total_cost_usd`.
+    /// Tokens and cost, see [`ResultEvent::from_value`].
     pub usage: Usage,
 }
 
 impl ResultEvent {
     /// Reads a `{"type":"result",…}` event.
+    ///
+    /// Tokens: the per-model `modelUsage` summed over models (input counts
+    /// `inputTokens`, `cacheReadInputTokens` and `cacheCreationInputTokens`),
+    /// when it holds any count: it covers every model the session used and
+    /// the real CLI 2.1.328 fills it even where `usage` is all zeros (an
+    /// `error_max_budget_usd` result). Else `usage` (`input_tokens` plus
+    /// `cache_read_input_tokens` and `cache_creation_input_tokens`). Cost:
+    /// `total_cost_usd`, else `cost_usd` (older CLIs), else the models'
+    /// `costUSD` summed; unknown when none is given.
     pub fn from_value(r: &Value) -> ResultEvent {
         let n = |p: &str| r.pointer(p).and_then(Value::as_u64);
         let s = |k: &str| r.get(k).and_then(Value::as_str).map(String::from);
-        let tokens_in = match (n("/usage/input_tokens"), n("/usage/cache_read_input_tokens"), n("/usage/cache_creation_input_tokens")) {
-            (None, None, None) => None,
-            (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
+        let strings = |k: &str| -> Vec<String> {
+            r.get(k).and_then(Value::as_array).into_iter().flatten().filter_map(|e| e.as_str().map(String::from).or_else(|| e.get("message").and_then(Value::as_str).map(String::from))).collect()
         };
         ResultEvent {
             is_error: r.get("is_error").and_then(Value::as_bool).unwrap_or(false),
@@ -114,8 +144,11 @@ impl ResultEvent {
             terminal_reason: s("terminal_reason"),
             num_turns: n("/num_turns"),
             text: s("result").unwrap_or_default(),
+            errors: strings("errors").into_iter().filter(|e| !e.trim().is_empty()).collect(),
+            permission_denials: r.get("permission_denials").and_then(Value::as_array).into_iter().flatten().map(|d| d.get("tool_name").and_then(Value::as_str).unwrap_or("a tool").to_string()).collect(),
+            queued_turns: n("/queued_turn_count").unwrap_or(0),
             structured_output: r.get("structured_output").filter(|v| !v.is_null()).cloned(),
-            usage: Usage { tokens_in, tokens_out: n("/usage/output_tokens"), cost_usd: r.get("total_cost_usd").and_then(Value::as_f64) },
+            usage: result_usage(r),
         }
     }
 
@@ -143,34 +176,103 @@ impl ResultEvent {
         }
         parts.join(", ")
     }
+
+    /// Why the call failed, in the CLI's own words where it gave some: its
+    /// `errors`, else the `result` text, else what the subtype means. Never
+    /// the model's prose.
+    pub fn reason(&self) -> String {
+        if !self.errors.is_empty() {
+            return cut_chars(&self.errors.join("; "), 400);
+        }
+        if let Some(line) = self.text.lines().map(str::trim).find(|l| !l.is_empty()) {
+            return cut_chars(line, 400);
+        }
+        match self.subtype.as_deref() {
+            Some("error_max_turns") => "it reached its turn limit (--max-turns)".into(),
+            Some("error_max_budget_usd") => "it reached its budget (--max-budget-usd)".into(),
+            Some("error_max_structured_output_retries") => "it could not give its answer in the required JSON schema".into(),
+            Some("error_during_execution") => "an error during execution (the CLI gave no detail)".into(),
+            _ => "the CLI gave no detail".into(),
+        }
+    }
+}
+
+/// Tokens and cost of a result event (see [`ResultEvent::from_value`]).
+fn result_usage(r: &Value) -> Usage {
+    let models: Vec<&Value> = r.get("modelUsage").and_then(Value::as_object).map(|m| m.values().collect()).unwrap_or_default();
+    let model_sum = |keys: &[&str]| -> Option<u64> {
+        let mut total = None;
+        for m in &models {
+            for k in keys {
+                if let Some(v) = m.get(*k).and_then(Value::as_u64) {
+                    total = Some(total.unwrap_or(0) + v);
+                }
+            }
+        }
+        total
+    };
+    let from_models = (model_sum(&["inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens"]), model_sum(&["outputTokens"]));
+    let n = |p: &str| r.pointer(p).and_then(Value::as_u64);
+    let (tokens_in, tokens_out) = if from_models.0.unwrap_or(0) + from_models.1.unwrap_or(0) > 0 {
+        from_models
+    } else {
+        let tokens_in = match (n("/usage/input_tokens"), n("/usage/cache_read_input_tokens"), n("/usage/cache_creation_input_tokens")) {
+            (None, None, None) => None,
+            (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
+        };
+        (tokens_in.or(from_models.0), n("/usage/output_tokens").or(from_models.1))
+    };
+    let cost = |v: Option<&Value>| v.and_then(Value::as_f64).filter(|c| c.is_finite() && *c >= 0.0);
+    let model_cost = models.iter().filter_map(|m| cost(m.get("costUSD"))).fold(None, |acc: Option<f64>, c| Some(acc.unwrap_or(0.0) + c));
+    Usage { tokens_in, tokens_out, cost_usd: cost(r.get("total_cost_usd")).or_else(|| cost(r.get("cost_usd"))).or(model_cost) }
 }
 
 /// What the stream said, accumulated event by event (each stdout line is fed
 /// as it arrives; nothing but these fields is kept).
 #[derive(Debug, Default, Clone)]
 pub struct StreamState {
-    /// `init.tools`.
+    /// `init.tools`; with several `init` events, every tool any of them
+    /// listed (the read-only check must see them all).
     pub tools: Option<Vec<String>>,
-    /// `init.mcp_servers[].name`.
+    /// `init.mcp_servers[].name`, likewise from every `init`.
     pub mcp_servers: Option<Vec<String>>,
-    /// `init.permissionMode`.
+    /// `init.permissionMode` (the first `init`).
     pub permission_mode: Option<String>,
-    /// `init.model`.
+    /// `init.model` (the first `init`).
     pub model: Option<String>,
-    /// `init.claude_code_version`.
+    /// `init.claude_code_version` (the first `init`).
     pub version: Option<String>,
-    /// Assistant messages seen.
+    /// Assistant events seen (the CLI prints one per content block).
     pub assistant_messages: u32,
-    /// Text of the last assistant message that had text.
+    /// Text of the session's last assistant message that had text: its text
+    /// blocks joined (the CLI prints each block as its own event with the
+    /// same `message.id`). Subagents' messages (`parent_tool_use_id` set)
+    /// are not the session's answer and are not kept.
     pub last_assistant_text: String,
-    /// The last verdict found in any assistant text: with `--json-schema`
-    /// the CLI asks again when the model answered in prose, so the final
-    /// `result` may no longer hold the JSON the model first wrote.
+    /// `message.id` of [`StreamState::last_assistant_text`].
+    last_text_message: Option<String>,
+    /// The last verdict the session's model gave on the way: a JSON verdict
+    /// in its text, or the input of its `StructuredOutput` call. With
+    /// `--json-schema` the CLI asks again when the model answered in prose,
+    /// so the final `result` may no longer hold the JSON the model first
+    /// wrote.
     pub text_verdict: Option<review::Verdict>,
-    /// Files named by Edit/Write/MultiEdit/NotebookEdit tool calls.
+    /// Files named by Edit/Write/MultiEdit/NotebookEdit tool calls (of the
+    /// session and its subagents) whose result was not an error: an edit the
+    /// tool refused (`<tool_use_error>String to replace not found`) or the
+    /// permissions denied changed nothing.
     pub edited_files: Vec<String>,
-    /// The `result` event, when it came.
+    /// tool_use id → file of the edits in [`StreamState::edited_files`].
+    edit_calls: Vec<(String, String)>,
+    /// Tool results marked `is_error` (refused or failed tool calls).
+    pub tool_errors: u32,
+    /// `system/permission_denied` events and `permission_denials` of the
+    /// result: the tools the permission settings refused, without repeats.
+    pub denied_tools: Vec<String>,
+    /// The `result` event, when it came (the last one, if several).
     pub result: Option<ResultEvent>,
+    /// `result` events seen.
+    pub results: u32,
     /// A usage limit read from a `rate_limit_event` (status `rejected`, extra
     /// usage not carrying the call) or the CLI's own limit message (an
     /// assistant message marked `"error":"rate_limit"`).
@@ -178,80 +280,186 @@ pub struct StreamState {
     /// A limit or throttling read from a failed `result` event: its `result`
     /// or `error` text, or its `api_error_status` 429.
     pub result_limit: Option<limit::LimitReading>,
+    /// The CLI's last synthetic error message (an assistant event with an
+    /// `error` field, e.g. `authentication_failed`): `kind: text`.
+    pub cli_error: Option<String>,
     /// `system/api_retry` events seen.
     pub api_retries: u32,
     /// The last `system/api_retry`: `attempt 4/10, error unknown, status none`.
     pub last_retry: Option<String>,
     /// The HTTP status of the last `system/api_retry` (`error_status`).
     pub last_retry_status: Option<u64>,
+    /// JSON events read.
+    pub events: u32,
+    /// `type` (and `subtype`) of the last event, e.g. `user` or
+    /// `system/api_retry`.
+    pub last_event: Option<String>,
+    /// Non-empty stdout lines that held no event (warnings, debug prints).
+    pub other_lines: u32,
+    /// The last of them, cut to 300 characters.
+    pub last_other_line: Option<String>,
+    /// The last non-empty stdout line began an event and was cut off.
+    pub cut_last_line: bool,
 }
 
 impl StreamState {
-    /// Feeds one stdout line (one JSON event; other lines are ignored).
+    /// Feeds one stdout line. Lines without a JSON event are counted, never
+    /// an error; unknown event types and fields are ignored.
     pub fn feed(&mut self, line: &str, tz: chrono_tz::Tz) {
-        let Ok(ev) = serde_json::from_str::<Value>(line.trim()) else { return };
+        let read = json_line(line);
+        if read.objects.is_empty() {
+            if line.trim().is_empty() {
+                return;
+            }
+            self.cut_last_line = read.cut;
+            if !read.cut {
+                self.other_lines += 1;
+                self.last_other_line = Some(cut_chars(line.trim(), 300));
+            }
+            return;
+        }
+        self.cut_last_line = read.cut;
+        for ev in &read.objects {
+            self.event(ev, tz);
+        }
+    }
+
+    fn event(&mut self, ev: &Value, tz: chrono_tz::Tz) {
         let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(String::from);
-        match ev.get("type").and_then(Value::as_str) {
-            Some("system") => match ev.get("subtype").and_then(Value::as_str) {
+        let ty = ev.get("type").and_then(Value::as_str);
+        let subtype = ev.get("subtype").and_then(Value::as_str);
+        self.events += 1;
+        self.last_event = Some(match (ty, subtype) {
+            (Some(t), Some(st)) => format!("{t}/{st}"),
+            (Some(t), None) => t.to_string(),
+            (None, _) => "untyped".to_string(),
+        });
+        match ty {
+            Some("system") => match subtype {
                 Some("init") => {
-                    self.tools = ev.get("tools").and_then(Value::as_array).map(|a| a.iter().filter_map(|t| t.as_str().map(String::from)).collect());
-                    self.mcp_servers = ev.get("mcp_servers").and_then(Value::as_array).map(|a| {
-                        a.iter().filter_map(|s| s.get("name").and_then(Value::as_str).or_else(|| s.as_str()).map(String::from)).collect()
-                    });
-                    self.permission_mode = str_of(&ev, "permissionMode");
-                    self.model = str_of(&ev, "model");
-                    self.version = str_of(&ev, "claude_code_version");
+                    let names = |v: Option<&Value>, key: Option<&str>| -> Option<Vec<String>> {
+                        v.and_then(Value::as_array).map(|a| a.iter().filter_map(|t| key.and_then(|k| t.get(k)).and_then(Value::as_str).or_else(|| t.as_str()).map(String::from)).collect())
+                    };
+                    merge_names(&mut self.tools, names(ev.get("tools"), None));
+                    merge_names(&mut self.mcp_servers, names(ev.get("mcp_servers"), Some("name")));
+                    self.permission_mode = self.permission_mode.take().or_else(|| str_of(ev, "permissionMode"));
+                    self.model = self.model.take().or_else(|| str_of(ev, "model"));
+                    self.version = self.version.take().or_else(|| str_of(ev, "claude_code_version"));
                 }
                 Some("api_retry") => {
                     self.api_retries += 1;
                     let num = |k: &str| ev.get(k).and_then(Value::as_u64).map_or("?".to_string(), |n| n.to_string());
                     self.last_retry_status = ev.get("error_status").and_then(Value::as_u64);
                     let status = self.last_retry_status.map_or("none".to_string(), |n| n.to_string());
-                    self.last_retry = Some(format!("attempt {}/{}, error {}, status {status}", num("attempt"), num("max_retries"), str_of(&ev, "error").unwrap_or_else(|| "?".into())));
+                    self.last_retry = Some(format!("attempt {}/{}, error {}, status {status}", num("attempt"), num("max_retries"), str_of(ev, "error").unwrap_or_else(|| "?".into())));
                 }
+                Some("permission_denied") => self.deny(ev.get("tool_name").and_then(Value::as_str).unwrap_or("a tool")),
                 _ => {}
             },
-            Some("assistant") => {
-                self.assistant_messages += 1;
+            Some("assistant") => self.assistant(ev, tz),
+            Some("user") => {
+                // Tool results: a failed or refused edit changed nothing.
                 let content = ev.pointer("/message/content").and_then(Value::as_array);
-                let mut text = String::new();
-                for block in content.into_iter().flatten() {
-                    match block.get("type").and_then(Value::as_str) {
-                        Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
-                        Some("tool_use") => {
-                            let name = block.get("name").and_then(Value::as_str).unwrap_or("");
-                            let path = block.pointer("/input/file_path").or_else(|| block.pointer("/input/notebook_path")).and_then(Value::as_str);
-                            if let (true, Some(p)) = (matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit"), path)
-                                && !self.edited_files.iter().any(|f| f == p)
-                            {
-                                self.edited_files.push(p.to_string());
-                            }
+                for block in content.into_iter().flatten().filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")) {
+                    if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+                        self.tool_errors += 1;
+                        if let Some(id) = block.get("tool_use_id").and_then(Value::as_str) {
+                            self.forget_edit(id);
                         }
-                        _ => {}
                     }
-                }
-                if !text.trim().is_empty() {
-                    // A synthetic assistant message marked `"error":"rate_limit"`
-                    // carries the CLI's own limit text.
-                    if self.limit.is_none() {
-                        self.limit = limit::read_claude_event(&ev, Utc::now(), tz);
-                    }
-                    if let Some(v) = review::last_json_verdict(&text) {
-                        self.text_verdict = Some(v);
-                    }
-                    self.last_assistant_text = text;
                 }
             }
             Some("rate_limit_event") => {
-                if let Some(r) = limit::read_claude_event(&ev, Utc::now(), tz) {
+                if let Some(r) = limit::read_claude_event(ev, Utc::now(), tz) {
                     self.limit = Some(r);
                 }
             }
             Some("result") => {
-                self.result_limit = limit::read_claude_event(&ev, Utc::now(), tz);
-                self.result = Some(ResultEvent::from_value(&ev));
+                self.result_limit = limit::read_claude_event(ev, Utc::now(), tz);
+                let r = ResultEvent::from_value(ev);
+                for t in &r.permission_denials {
+                    self.deny(t);
+                }
+                self.result = Some(r);
+                self.results += 1;
             }
             _ => {}
+        }
+    }
+
+    fn assistant(&mut self, ev: &Value, tz: chrono_tz::Tz) {
+        self.assistant_messages += 1;
+        // A subagent's message (Task tool): its edits count, its words are
+        // not the session's answer.
+        let own = ev.get("parent_tool_use_id").is_none_or(Value::is_null);
+        let content = ev.pointer("/message/content").and_then(Value::as_array);
+        let mut text = String::new();
+        for block in content.into_iter().flatten() {
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+                Some("tool_use") => {
+                    let name = block.get("name").and_then(Value::as_str).unwrap_or("");
+                    let id = block.get("id").and_then(Value::as_str).unwrap_or("").to_string();
+                    let path = block.pointer("/input/file_path").or_else(|| block.pointer("/input/notebook_path")).and_then(Value::as_str);
+                    if let (true, Some(p)) = (matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit"), path) {
+                        self.edit_calls.push((id, p.to_string()));
+                        if !self.edited_files.iter().any(|f| f == p) {
+                            self.edited_files.push(p.to_string());
+                        }
+                    }
+                    if own
+                        && name == "StructuredOutput"
+                        && let Some(v) = block.get("input").and_then(review::verdict_from_value)
+                    {
+                        self.text_verdict = Some(v);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // The CLI's synthetic messages (`"error": "rate_limit"`,
+        // `"authentication_failed"`, …) carry its own words, not the model's.
+        let error_kind = ev.get("error").or_else(|| ev.pointer("/message/error")).and_then(Value::as_str);
+        if let Some(kind) = error_kind
+            && !text.trim().is_empty()
+        {
+            self.cli_error = Some(format!("{kind}: {}", cut_chars(text.trim(), 300)));
+        }
+        if !own || text.trim().is_empty() {
+            return;
+        }
+        // A synthetic assistant message marked `"error":"rate_limit"`
+        // carries the CLI's own limit text.
+        if self.limit.is_none() {
+            self.limit = limit::read_claude_event(ev, Utc::now(), tz);
+        }
+        let id = ev.pointer("/message/id").and_then(Value::as_str).map(String::from);
+        if id.is_some() && id == self.last_text_message {
+            // Another text block of the same message.
+            self.last_assistant_text.push_str("\n\n");
+            self.last_assistant_text.push_str(&text);
+        } else {
+            self.last_assistant_text = text;
+            self.last_text_message = id;
+        }
+        if let Some(v) = review::last_json_verdict(&self.last_assistant_text) {
+            self.text_verdict = Some(v);
+        }
+    }
+
+    fn deny(&mut self, tool: &str) {
+        if !self.denied_tools.iter().any(|t| t == tool) {
+            self.denied_tools.push(tool.to_string());
+        }
+    }
+
+    /// Drops the edit of tool call `id` from the claimed files, unless
+    /// another edit of the same file stands.
+    fn forget_edit(&mut self, id: &str) {
+        let Some(i) = self.edit_calls.iter().position(|(call, _)| call == id) else { return };
+        let (_, path) = self.edit_calls.remove(i);
+        if !self.edit_calls.iter().any(|(_, p)| *p == path) {
+            self.edited_files.retain(|f| *f != path);
         }
     }
 
@@ -267,14 +475,15 @@ impl StreamState {
         self.result.as_ref().is_none_or(ResultEvent::failed)
     }
 
-    /// Token use and cost from the result event (input tokens include cache
-    /// reads and cache creation).
+    /// Token use and cost from the result event (see
+    /// [`ResultEvent::from_value`]); unknown without one.
     pub fn usage(&self) -> Usage {
         self.result.as_ref().map(|r| r.usage.clone()).unwrap_or_default()
     }
 
     /// The reviewer's verdict: `structured_output`, else the last JSON
-    /// object of the result text, else the last one in an assistant message.
+    /// object of the result text, else the last one the model gave on the
+    /// way (its text or its `StructuredOutput` call).
     pub fn verdict(&self) -> Option<review::Verdict> {
         self.result
             .as_ref()
@@ -282,6 +491,73 @@ impl StreamState {
             .and_then(review::verdict_from_value)
             .or_else(|| review::last_json_verdict(&self.final_text()))
             .or_else(|| self.text_verdict.clone())
+    }
+
+    /// Why the call failed, or `None` when it did not: timed out,
+    /// interrupted, no result event (the CLI crashed, was killed, or its
+    /// last line was cut off), a failed result, or a nonzero exit after a
+    /// good result. `ended_after_result` says nightshift ended a CLI that
+    /// did not exit after its result (`EndWatch` in `agent`): that is no
+    /// failure. SPEC §5.6: a crashed agent is a failed round, never a
+    /// success.
+    pub fn failure(&self, outcome: &crate::process::Outcome, timeout: std::time::Duration, ended_after_result: bool) -> Option<String> {
+        let retries = match &self.last_retry {
+            Some(last) => format!(" after {} API retr{} (last: {last})", self.api_retries, if self.api_retries == 1 { "y" } else { "ies" }),
+            None => String::new(),
+        };
+        if outcome.timed_out {
+            return Some(format!("timed out after {}s{retries}", timeout.as_secs()));
+        }
+        if outcome.cancelled && !ended_after_result {
+            return Some("interrupted".into());
+        }
+        let denied = match self.denied_tools.as_slice() {
+            [] => String::new(),
+            tools => format!("; its permissions denied {}", tools.join(", ")),
+        };
+        let exit = super::command::exit_text(outcome);
+        match &self.result {
+            None => {
+                let why = if self.cut_last_line {
+                    "its last line was cut off in the middle of an event".to_string()
+                } else if let Some(e) = &self.cli_error {
+                    e.clone()
+                } else if let Some(l) = telling_stderr_line(&outcome.stderr_tail) {
+                    l
+                } else if let Some(l) = &self.last_other_line {
+                    format!("stdout: {l}")
+                } else {
+                    "(nothing on stderr)".to_string()
+                };
+                let last = match (&self.last_event, self.events) {
+                    (_, 0) => " (no event at all)".to_string(),
+                    (Some(e), n) => format!(" ({n} event{}, the last {e})", if n == 1 { "" } else { "s" }),
+                    (None, _) => String::new(),
+                };
+                Some(format!("claude ended ({exit}) without a result event{last}{retries}: {why}"))
+            }
+            Some(r) if r.failed() => Some(format!("claude reported an error ({}){retries}: {}{denied}", r.describe(), r.reason())),
+            Some(_) if !ended_after_result && outcome.exit_code != Some(0) => {
+                Some(format!("claude exited ({exit}) after a good result: {}", telling_stderr_line(&outcome.stderr_tail).unwrap_or_else(|| "(nothing on stderr)".into())))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// What a person should know about a call that did not fail: denied
+    /// tools, refused tool calls, a CLI that had to be ended after its result.
+    pub fn notes(&self, ended_after_result: bool) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.denied_tools.is_empty() {
+            notes.push(format!("claude's permissions denied {} (see permission_flags)", self.denied_tools.join(", ")));
+        }
+        if self.tool_errors > 0 {
+            notes.push(format!("{} tool call{} returned an error", self.tool_errors, if self.tool_errors == 1 { "" } else { "s" }));
+        }
+        if ended_after_result {
+            notes.push(format!("claude did not exit within {}s of its result and was ended", RESULT_EXIT_GRACE.as_secs()));
+        }
+        notes
     }
 
     /// The usage limit of a failed call: a `rate_limit_event` or limit message
@@ -318,6 +594,23 @@ impl StreamState {
     }
 }
 
+/// Adds the names of one more `init` event to those already seen.
+fn merge_names(into: &mut Option<Vec<String>>, more: Option<Vec<String>>) {
+    let Some(more) = more else { return };
+    let list = into.get_or_insert_with(Vec::new);
+    for m in more {
+        if !list.contains(&m) {
+            list.push(m);
+        }
+    }
+}
+
+/// How long the CLI may stay silent after its `result` before nightshift
+/// ends it (it normally exits within a second; anthropics/claude-code#25629
+/// saw it hang until killed). Output after the result restarts the wait; a
+/// result announcing queued turns does not start it.
+pub const RESULT_EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Runs a `claude` agent call.
 ///
 /// # Errors
@@ -327,26 +620,25 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;
-    let cmd = base_command(&argv, call, &[]).on_stdout_line(Box::new(move |line: &str| sink.lock().expect("stream state").feed(line, tz)));
-    let outcome = crate::process::run(cmd, cancel).await.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
+    let watch = EndWatch::start(cancel, RESULT_EXIT_GRACE);
+    let end = watch.signal();
+    let cmd = base_command(&argv, call, &[]).on_stdout_line(Box::new(move |line: &str| {
+        let mut st = sink.lock().expect("stream state");
+        let results_before = st.results;
+        st.feed(line, tz);
+        match &st.result {
+            Some(r) if st.results > results_before && r.queued_turns == 0 => end.ended(),
+            _ if !line.trim().is_empty() => end.activity(),
+            _ => {}
+        }
+    }));
+    let outcome = crate::process::run(cmd, watch.token()).await;
+    let ended_after_result = watch.finish(cancel);
+    let outcome = outcome.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
     let st = state.lock().expect("stream state").clone();
     let text = st.final_text();
     let limit = st.limit(&outcome.stderr_tail, tz);
-    let retries = match &st.last_retry {
-        Some(last) => format!(" after {} API retr{} (last: {last})", st.api_retries, if st.api_retries == 1 { "y" } else { "ies" }),
-        None => String::new(),
-    };
-    let failure = if outcome.timed_out {
-        Some(format!("timed out after {}s{retries}", call.timeout.as_secs()))
-    } else if outcome.cancelled {
-        Some("interrupted".into())
-    } else {
-        match &st.result {
-            None => Some(format!("claude ended ({}) without a result event{retries}: {}", super::command::exit_text(&outcome), outcome.stderr_tail.lines().last().unwrap_or(""))),
-            Some(r) if r.failed() => Some(format!("claude reported an error ({}){retries}: {}", r.describe(), text.lines().find(|l| !l.trim().is_empty()).unwrap_or(""))),
-            Some(_) => None,
-        }
-    };
+    let failure = st.failure(&outcome, call.timeout, ended_after_result);
     let verdict = match call.role {
         Role::Reviewer => st.verdict(),
         Role::Writer => None,
@@ -369,6 +661,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         tools: st.tools.clone(),
         mcp_servers: st.mcp_servers.clone(),
         claimed_files,
+        notes: st.notes(ended_after_result),
     })
 }
 
@@ -521,6 +814,238 @@ mod tests {
         assert_eq!(st.verdict().unwrap().verdict, review::Decision::Approve);
         st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"{\"verdict\":\"request_changes\",\"findings\":[\"a\"]}","structured_output":null}"#, tz);
         assert_eq!(st.verdict().unwrap().verdict, review::Decision::RequestChanges);
+    }
+
+    fn outcome(exit_code: Option<i32>, signal: Option<i32>, stderr: &str) -> crate::process::Outcome {
+        crate::process::Outcome {
+            exit_code,
+            signal,
+            timed_out: false,
+            cancelled: false,
+            duration: std::time::Duration::from_secs(1),
+            stdout_tail: String::new(),
+            stderr_tail: stderr.to_string(),
+            stdout_path: None,
+            stderr_path: None,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+        }
+    }
+
+    const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+
+    #[test]
+    fn model_usage_counts_where_usage_is_zero_and_the_reason_is_the_clis_own() {
+        // The real CLI's result at --max-budget-usd (2.1.328 here, and the same
+        // shape in a public fixture): `usage` all zeros, the tokens only in
+        // `modelUsage`. The model's last words ("Reading.") are no reason.
+        let st = replay(
+            concat!(
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"Reading."}]},"parent_tool_use_id":null}"#,
+                "\n",
+                r#"{"type":"result","subtype":"error_max_budget_usd","is_error":true,"terminal_reason":"budget_exhausted","total_cost_usd":0.0779,"errors":["Reached maximum budget ($0.02)"],"usage":{"input_tokens":0,"output_tokens":0,"iterations":[]},"modelUsage":{"claude-opus-5[1m]":{"inputTokens":2,"outputTokens":964,"cacheReadInputTokens":18774,"cacheCreationInputTokens":4380}},"num_turns":1}"#,
+            ),
+            "UTC",
+        );
+        assert_eq!(st.usage(), Usage { tokens_in: Some(2 + 18774 + 4380), tokens_out: Some(964), cost_usd: Some(0.0779) });
+        let f = st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap();
+        assert_eq!(f, "claude reported an error (terminal_reason budget_exhausted, subtype error_max_budget_usd, 1 turn): Reached maximum budget ($0.02)");
+    }
+
+    #[test]
+    fn cache_tokens_are_input_and_cost_falls_back_to_older_fields() {
+        // anthropics/claude-code-action#366: a real result of an older CLI,
+        // `error_during_execution` with `is_error: false`, cache-heavy usage.
+        let st = replay(r#"{"type":"result","subtype":"error_during_execution","duration_ms":185041,"duration_api_ms":184154,"is_error":false,"num_turns":0,"session_id":"x","total_cost_usd":0.6571631500000001,"usage":{"input_tokens":112,"cache_creation_input_tokens":58211,"cache_read_input_tokens":1120129,"output_tokens":6814,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"}}"#, "UTC");
+        assert!(st.is_error());
+        assert_eq!(st.usage(), Usage { tokens_in: Some(112 + 58211 + 1120129), tokens_out: Some(6814), cost_usd: Some(0.6571631500000001) });
+        assert!(st.failure(&outcome(Some(0), None, ""), MINUTE, false).unwrap().ends_with("(subtype error_during_execution, 0 turns): an error during execution (the CLI gave no detail)"));
+        // Older CLIs named the cost `cost_usd`; without either, the models' costs add up.
+        let r = |line: &str| replay(line, "UTC").usage();
+        assert_eq!(r(r#"{"type":"result","subtype":"success","is_error":false,"cost_usd":0.25,"usage":{"input_tokens":5,"output_tokens":1}}"#).cost_usd, Some(0.25));
+        let two = r(r#"{"type":"result","subtype":"success","is_error":false,"modelUsage":{"claude-sonnet":{"inputTokens":48000,"outputTokens":1800,"cacheReadInputTokens":2800,"cacheCreationInputTokens":400,"costUSD":0.11},"claude-haiku":{"inputTokens":2000,"outputTokens":200,"costUSD":0.0134}}}"#);
+        assert_eq!((two.tokens_in, two.tokens_out), (Some(48000 + 2800 + 400 + 2000), Some(2000)));
+        assert!((two.cost_usd.unwrap() - 0.1234).abs() < 1e-12);
+        // A result that reports nothing has unknown usage, not zero cost.
+        assert_eq!(r(r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#), Usage::default());
+        // anthropics/claude-agent-sdk-typescript#240 (wifi gone): all zeros, empty errors.
+        let st = replay(r#"{"type":"result","subtype":"error_during_execution","duration_ms":103509,"is_error":false,"num_turns":1,"stop_reason":null,"total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0},"modelUsage":{},"permission_denials":[],"errors":[]}"#, "UTC");
+        assert_eq!(st.usage(), Usage { tokens_in: Some(0), tokens_out: Some(0), cost_usd: Some(0.0) });
+        assert!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap().contains("an error during execution"));
+    }
+
+    #[test]
+    fn noise_around_and_between_events_is_not_an_event_and_breaks_nothing() {
+        let tz = chrono_tz::UTC;
+        let mut st = StreamState::default();
+        for l in [
+            "(node:4242) Warning: Setting the NODE_TLS_REJECT_UNAUTHORIZED environment variable to '0' makes TLS connections insecure.",
+            "(Use `node --trace-warnings ...` to show where the warning was created)",
+            "",
+            "\u{feff}{\"type\":\"system\",\"subtype\":\"init\",\"tools\":[\"Read\",\"Grep\",\"Glob\"],\"mcp_servers\":[],\"permissionMode\":\"plan\",\"model\":\"m\",\"claude_code_version\":\"2.1.328\",\"brand_new_field\":{\"x\":[1,2]}}\r",
+            "[DEBUG] hooks: {matcher} loaded",
+            "\u{1b}[2K\u{1b}[1G{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"hmm\",\"signature\":\"s\"}]},\"parent_tool_use_id\":null}",
+            "{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"content\":[{\"type\":\"text\",\"text\":\"Part one.\"}]}}{\"type\":\"assistant\",\"message\":{\"id\":\"m1\",\"content\":[{\"type\":\"text\",\"text\":\"Part two.\"}]}}",
+            "{\"type\":\"stream_event\",\"event\":{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Pa\"}},\"parent_tool_use_id\":null}",
+            "{\"type\":\"system\",\"subtype\":\"compact_boundary\",\"compact_metadata\":{\"trigger\":\"auto\",\"pre_tokens\":155000}}",
+            "{\"type\":\"system\",\"subtype\":\"hook_response\",\"hook_name\":\"SessionStart:Callback\",\"hook_event\":\"SessionStart\",\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":1}",
+            "{\"type\":\"system\",\"subtype\":\"status\",\"status\":\"compacting\"}",
+            "{\"type\":\"tool_progress\",\"tool_use_id\":\"t\",\"elapsed_time_seconds\":3}",
+            "{\"type\":42}",
+            "[1, 2, 3]",
+            "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"num_turns\":1,\"result\":\"\",\"total_cost_usd\":0.5,\"usage\":{\"input_tokens\":10,\"output_tokens\":5},\"something_new\":true}\r",
+            "Debugger listening on ws://127.0.0.1:9229/x",
+        ] {
+            st.feed(l, tz);
+        }
+        assert_eq!(st.tools.as_deref(), Some(&["Read".to_string(), "Grep".into(), "Glob".into()][..]));
+        assert_eq!(st.version.as_deref(), Some("2.1.328"));
+        assert!(!st.is_error());
+        assert_eq!(st.final_text(), "Part one.\n\nPart two.", "text blocks of one message are one answer; thinking is not text");
+        assert_eq!(st.usage().cost_usd, Some(0.5));
+        assert_eq!(st.other_lines, 5);
+        assert!(!st.cut_last_line);
+        assert_eq!(st.failure(&outcome(Some(0), None, ""), MINUTE, false), None);
+    }
+
+    #[test]
+    fn a_stream_without_its_result_is_a_failure_that_says_why() {
+        let tz = chrono_tz::UTC;
+        let init = r#"{"type":"system","subtype":"init","tools":["Bash"],"mcp_servers":[],"model":"m"}"#;
+        let tool = r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"cargo test"}}]},"parent_tool_use_id":null}"#;
+        // Killed while writing its result: the last line is cut off.
+        let mut st = StreamState::default();
+        for l in [init, tool, r#"{"type":"result","subtype":"success","is_error":false,"result":"All done, the tests pa"#] {
+            st.feed(l, tz);
+        }
+        assert!(st.cut_last_line && st.result.is_none() && st.is_error());
+        let f = st.failure(&outcome(None, Some(9), ""), MINUTE, false).unwrap();
+        assert_eq!(f, "claude ended (signal 9) without a result event (2 events, the last assistant): its last line was cut off in the middle of an event");
+        // Exit 0 and no result: never a success. stderr's error line is the reason.
+        let mut st = StreamState::default();
+        for l in [init, tool] {
+            st.feed(l, tz);
+        }
+        let stderr = "    at process.processTicksAndRejections (node:internal/process/task_queues:95:5)\nError: ENOSPC: no space left on device, write\n    at writeSync (node:fs:927:3)\n";
+        assert_eq!(st.failure(&outcome(Some(0), None, stderr), MINUTE, false).unwrap(), "claude ended (code 0) without a result event (2 events, the last assistant): Error: ENOSPC: no space left on device, write");
+        // Nothing but prose on stdout (a wrapper, a wrong binary).
+        let mut st = StreamState::default();
+        st.feed("Usage: claude [options] [command] [prompt]", tz);
+        assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap(), "claude ended (code 1) without a result event (no event at all): stdout: Usage: claude [options] [command] [prompt]");
+        // The CLI's own error message (a synthetic assistant message) names it.
+        let mut st = StreamState::default();
+        st.feed(r#"{"type":"assistant","message":{"id":"x","model":"<synthetic>","content":[{"type":"text","text":"Invalid API key · Please run /login"}]},"parent_tool_use_id":null,"error":"authentication_failed"}"#, tz);
+        assert!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap().ends_with(": authentication_failed: Invalid API key · Please run /login"));
+    }
+
+    #[test]
+    fn a_good_result_then_a_bad_exit_is_a_failure_unless_nightshift_ended_it() {
+        let st = replay(r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#, "UTC");
+        assert_eq!(st.failure(&outcome(Some(0), None, ""), MINUTE, false), None);
+        assert_eq!(st.failure(&outcome(Some(1), None, "Error: MCP server \"x\" failed to close\n"), MINUTE, false).unwrap(), "claude exited (code 1) after a good result: Error: MCP server \"x\" failed to close");
+        // Ended by the watch after a result it did not exit after: the result stands.
+        let mut o = outcome(None, Some(15), "");
+        o.cancelled = true;
+        assert_eq!(st.failure(&o, MINUTE, true), None);
+        assert_eq!(st.notes(true), vec![format!("claude did not exit within {}s of its result and was ended", RESULT_EXIT_GRACE.as_secs())]);
+        // A cancellation from outside is an interruption, result or not.
+        assert_eq!(st.failure(&o, MINUTE, false).as_deref(), Some("interrupted"));
+    }
+
+    #[test]
+    fn refused_and_failed_edits_are_not_claimed_and_denials_are_told() {
+        // Recorded from the real CLI 2.1.328 (`--permission-mode default
+        // --allowedTools Read,Edit`): a failed Edit (`<tool_use_error>`), a
+        // Bash and a Write the permissions denied, and a good result.
+        let st = replay(include_str!("../../tests/fakes/transcripts/claude-real-denied.jsonl"), "UTC");
+        assert!(!st.is_error());
+        assert!(st.edited_files.is_empty(), "{:?}", st.edited_files);
+        assert_eq!(st.denied_tools, ["Bash", "Write"]);
+        assert_eq!(st.tool_errors, 3);
+        assert_eq!(st.failure(&outcome(Some(0), None, ""), MINUTE, false), None);
+        assert_eq!(st.notes(false), ["claude's permissions denied Bash, Write (see permission_flags)", "3 tool calls returned an error"]);
+        assert_eq!(st.usage(), Usage { tokens_in: Some(6000), tokens_out: Some(400), cost_usd: Some(0.032) });
+        // An edit that stands keeps its file even when another edit of it failed.
+        let st = replay(
+            concat!(
+                r#"{"type":"assistant","message":{"id":"a","content":[{"type":"tool_use","id":"t1","name":"Edit","input":{"file_path":"/w/a.rs","old_string":"x","new_string":"y"}}]}}"#,
+                "\n",
+                r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","is_error":true,"content":"<tool_use_error>String to replace not found in file.</tool_use_error>"}]}}"#,
+                "\n",
+                r#"{"type":"assistant","message":{"id":"b","content":[{"type":"tool_use","id":"t2","name":"Write","input":{"file_path":"/w/a.rs","content":"y"}},{"type":"tool_use","id":"t3","name":"MultiEdit","input":{"file_path":"/w/b.rs","edits":[]}}]}}"#,
+                "\n",
+                r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2","content":"File created successfully at: /w/a.rs"}]}}"#,
+            ),
+            "UTC",
+        );
+        assert_eq!(st.edited_files, ["/w/a.rs", "/w/b.rs"]);
+    }
+
+    #[test]
+    fn the_clis_real_max_turns_stream_with_partial_messages_is_read() {
+        // Recorded from the real CLI 2.1.328 with `--max-turns 1
+        // --include-partial-messages`: stream_event lines, a system/status
+        // event, and an `error_max_turns` result whose `errors` say why.
+        let st = replay(include_str!("../../tests/fakes/transcripts/claude-real-max-turns-partial.jsonl"), "UTC");
+        let r = st.result.clone().unwrap();
+        assert!(r.failed());
+        assert_eq!(r.errors, ["Reached maximum number of turns (1)"]);
+        assert_eq!(st.usage(), Usage { tokens_in: Some(1200), tokens_out: Some(80), cost_usd: Some(0.0063999999999999994) });
+        assert_eq!(st.edited_files, Vec::<String>::new());
+        assert_eq!(st.other_lines, 0);
+        assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap(), "claude reported an error (terminal_reason max_turns, subtype error_max_turns, 2 turns): Reached maximum number of turns (1)");
+    }
+
+    #[test]
+    fn subagents_edit_but_do_not_answer_and_every_init_is_checked() {
+        let st = replay(
+            concat!(
+                r#"{"type":"system","subtype":"init","tools":["Read","Grep","Glob"],"mcp_servers":[]}"#,
+                "\n",
+                r#"{"type":"assistant","message":{"id":"a","content":[{"type":"text","text":"Looks fine.\n{\"verdict\":\"approve\",\"findings\":[]}"}]},"parent_tool_use_id":null}"#,
+                "\n",
+                r#"{"type":"assistant","message":{"id":"s1","content":[{"type":"text","text":"{\"verdict\":\"request_changes\",\"findings\":[\"sub\"]}"},{"type":"tool_use","id":"t9","name":"Write","input":{"file_path":"/w/x.md","content":"x"}}]},"parent_tool_use_id":"toolu_task1"}"#,
+                "\n",
+                r#"{"type":"system","subtype":"init","tools":["Read","Write"],"mcp_servers":[{"name":"github","status":"connected"}]}"#,
+                "\n",
+                r#"{"type":"result","subtype":"success","is_error":false,"result":""}"#,
+            ),
+            "UTC",
+        );
+        assert_eq!(st.final_text(), "Looks fine.\n{\"verdict\":\"approve\",\"findings\":[]}");
+        assert_eq!(st.verdict().unwrap().verdict, review::Decision::Approve);
+        assert_eq!(st.edited_files, ["/w/x.md"]);
+        assert_eq!(st.tools.as_deref(), Some(&["Read".to_string(), "Grep".into(), "Glob".into(), "Write".into()][..]));
+        assert_eq!(st.mcp_servers.as_deref(), Some(&["github".to_string()][..]));
+    }
+
+    #[test]
+    fn a_structured_output_call_is_a_verdict_when_the_result_lost_it() {
+        let st = replay(
+            concat!(
+                r#"{"type":"assistant","message":{"id":"a","content":[{"type":"tool_use","id":"t1","name":"StructuredOutput","input":{"verdict":"request_changes","findings":["add mul"],"conditions":[]}}]},"parent_tool_use_id":null}"#,
+                "\n",
+                r#"{"type":"result","subtype":"success","is_error":false,"result":"Done.","structured_output":null}"#,
+            ),
+            "UTC",
+        );
+        let v = st.verdict().unwrap();
+        assert_eq!((v.verdict, v.findings), (review::Decision::RequestChanges, vec!["add mul".to_string()]));
+    }
+
+    #[test]
+    fn a_result_with_queued_turns_is_not_the_end() {
+        let st = replay(r#"{"type":"result","subtype":"success","is_error":false,"result":"first","queued_turn_count":1}"#, "UTC");
+        assert_eq!(st.result.as_ref().map(|r| r.queued_turns), Some(1));
+        let st = replay(
+            concat!(
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"result":""}"#,
+                "\n",
+                r#"{"type":"result","subtype":"success","is_error":false,"result":"second","total_cost_usd":0.2}"#
+            ),
+            "UTC",
+        );
+        assert_eq!((st.results, st.final_text().as_str(), st.is_error()), (2, "second", false));
     }
 
     #[test]

@@ -14,8 +14,13 @@
 //!
 //! The JSON event stream (`thread.started`, `turn.started`, `item.started` /
 //! `item.updated` / `item.completed`, `turn.completed` with token usage,
-//! `turn.failed`, `error`) is parsed line by line as it arrives ([`StreamState`]).
-//! Codex reports tokens but no cost. Limit messages arrive as `error` /
+//! `turn.failed`, `error`) is parsed line by line as it arrives
+//! ([`StreamState`]), as are the older shapes codex printed before 0.44;
+//! unknown events, items and fields and non-JSON lines are ignored. The
+//! final message is the last agent message, else the last plan. Codex
+//! reports tokens (its running total for the thread) but no cost. A codex
+//! that stays alive after its turn ended is ended after [`TURN_EXIT_GRACE`]
+//! of silence and its turn stands. Limit messages arrive as `error` /
 //! `turn.failed` events (its own "You’ve hit your usage limit … try again at
 //! 10:18 PM" text, local time of its `TZ`) and as raw 429 bodies with
 //! `resets_at` on stderr; both are read, the strongest reading wins. While
@@ -120,6 +125,15 @@ fn names_exec(command: &[String]) -> bool {
 }
 
 /// What the event stream said, fed one stdout line at a time.
+///
+/// Three generations of `codex exec --json` are read: the current events
+/// (`thread.started`, `turn.*`, `item.*` with the item's kind in `type`);
+/// the short-lived experimental shape of late September 2025
+/// (`session.created`, the kind in `item_type`, `assistant_message`;
+/// openai/codex#4250, #4525); and the legacy shape before it, one
+/// `{"id":…,"msg":{"type":…}}` per core event (`agent_message`,
+/// `task_complete`, `token_count`, `exec_command_end`, `patch_apply_*`,
+/// `error`), preceded by a config summary object.
 #[derive(Debug, Default, Clone)]
 pub struct StreamState {
     /// `thread.started.thread_id` (the session `codex resume` knows).
@@ -130,15 +144,19 @@ pub struct StreamState {
     pub turns_completed: u32,
     /// Text of the last completed `agent_message` item.
     pub last_message: String,
-    /// Summed `turn.completed.usage`: `input_tokens` (which already include
-    /// the cached ones, as OpenAI counts them) and `output_tokens`.
+    /// Text of the last completed `plan` item: codex's own final message
+    /// when a turn ends with a plan and no agent message.
+    pub last_plan: String,
+    /// Token use of the thread so far: `turn.completed.usage` is codex's
+    /// running total for the thread, so the last one counts (replaced, never
+    /// summed). `input_tokens` already include the cached ones, as OpenAI
+    /// counts them.
     pub usage: Usage,
-    /// Summed `turn.completed.usage.cached_input_tokens`.
+    /// `turn.completed.usage.cached_input_tokens` (part of the input).
     pub cached_input_tokens: Option<u64>,
-    /// Summed `turn.completed.usage.reasoning_output_tokens` (part of the
-    /// output tokens).
+    /// `turn.completed.usage.reasoning_output_tokens` (part of the output).
     pub reasoning_output_tokens: Option<u64>,
-    /// The `turn.failed` message, if the turn failed.
+    /// The `turn.failed` message, if the last turn failed.
     pub turn_failed: Option<String>,
     /// The last top-level `error` event's message (a retry notice or the
     /// final error).
@@ -150,81 +168,214 @@ pub struct StreamState {
     pub warnings: Vec<String>,
     /// Completed `command_execution` items: (command, exit code).
     pub commands: Vec<(String, Option<i64>)>,
+    /// Commands that failed to run or were declined (`status` `failed` or
+    /// `declined`, or a nonzero exit code).
+    pub failed_commands: u32,
     /// Paths named by completed `file_change` items (absolute, as codex
     /// prints them), in order, without repeats.
     pub changed_files: Vec<String>,
     /// The strongest usage-limit reading taken from an event.
     pub limit: Option<LimitReading>,
+    /// JSON events read.
+    pub events: u32,
     /// Lines that were not JSON events (kept count only; they are on disk).
     pub other_lines: u32,
+    /// The last of them, cut to 300 characters.
+    pub last_other_line: Option<String>,
+    /// The last non-empty stdout line began an event and was cut off.
+    pub cut_last_line: bool,
+    /// Legacy `patch_apply_begin` events waiting for their end: call id →
+    /// paths.
+    pending_patches: Vec<(String, Vec<String>)>,
+    /// Legacy `exec_command_begin` events waiting for their end: call id →
+    /// command.
+    pending_commands: Vec<(String, String)>,
 }
 
 impl StreamState {
     /// Feeds one stdout line; `tz` is the agent's `TZ` (codex prints reset
-    /// times in it without a zone).
+    /// times in it without a zone). Lines without a JSON event are counted,
+    /// never an error; unknown events, items and fields are ignored.
     pub fn feed(&mut self, line: &str, tz: chrono_tz::Tz) {
-        let t = line.trim();
-        if t.is_empty() {
+        let read = super::json_line(line);
+        if read.objects.is_empty() {
+            if line.trim().is_empty() {
+                return;
+            }
+            self.cut_last_line = read.cut;
+            if !read.cut {
+                self.other_lines += 1;
+                self.last_other_line = Some(super::cut_chars(line.trim(), 300));
+            }
             return;
         }
-        let Ok(ev) = serde_json::from_str::<Value>(t) else {
-            self.other_lines += 1;
-            return;
-        };
-        if let Some(r) = limit::read_codex_event(&ev, Utc::now(), tz) {
+        self.cut_last_line = read.cut;
+        for ev in &read.objects {
+            self.event(ev, tz);
+        }
+    }
+
+    fn event(&mut self, ev: &Value, tz: chrono_tz::Tz) {
+        self.events += 1;
+        if let Some(msg) = ev.get("msg").filter(|m| m.get("type").is_some()) {
+            return self.legacy(msg, tz);
+        }
+        if let Some(r) = limit::read_codex_event(ev, Utc::now(), tz) {
             self.limit = Some(stronger(self.limit.take(), r));
         }
         let s = |p: &str| ev.pointer(p).and_then(Value::as_str).map(str::to_string);
         match ev.get("type").and_then(Value::as_str) {
             Some("thread.started") => self.thread_id = s("/thread_id"),
+            Some("session.created") => self.thread_id = s("/session_id"),
             Some("turn.started") => self.turns_started += 1,
             Some("item.completed") => self.item_completed(ev.get("item").unwrap_or(&Value::Null)),
             Some("turn.completed") => {
                 self.turns_completed += 1;
-                let n = |p: &str| ev.pointer(p).and_then(Value::as_u64);
-                self.usage.tokens_in = add(self.usage.tokens_in, n("/usage/input_tokens"));
-                self.usage.tokens_out = add(self.usage.tokens_out, n("/usage/output_tokens"));
-                self.cached_input_tokens = add(self.cached_input_tokens, n("/usage/cached_input_tokens"));
-                self.reasoning_output_tokens = add(self.reasoning_output_tokens, n("/usage/reasoning_output_tokens"));
+                self.turn_failed = None;
+                if let Some(u) = ev.get("usage") {
+                    let n = |k: &str| u.get(k).and_then(Value::as_u64);
+                    self.usage.tokens_in = n("input_tokens").or(self.usage.tokens_in);
+                    self.usage.tokens_out = n("output_tokens").or(self.usage.tokens_out);
+                    self.cached_input_tokens = n("cached_input_tokens").or(self.cached_input_tokens);
+                    self.reasoning_output_tokens = n("reasoning_output_tokens").or(self.reasoning_output_tokens);
+                }
             }
             Some("turn.failed") => {
                 // Older builds put a bare string in `error`.
                 let m = s("/error/message").or_else(|| s("/error")).unwrap_or_else(|| "turn failed (no message)".into());
                 self.turn_failed = Some(m);
             }
-            Some("error") => {
-                let m = s("/message").unwrap_or_default();
-                if is_reconnect(&m) {
-                    self.reconnects += 1;
-                }
-                self.last_error = Some(m);
-            }
+            Some("error") => self.top_level_error(s("/message").unwrap_or_default()),
             _ => {}
         }
     }
 
+    fn top_level_error(&mut self, m: String) {
+        if is_reconnect(&m) {
+            self.reconnects += 1;
+        }
+        self.last_error = Some(m);
+    }
+
     fn item_completed(&mut self, item: &Value) {
         let s = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        match item.get("type").and_then(Value::as_str) {
-            Some("agent_message") => self.last_message = s("text"),
-            Some("command_execution") => self.commands.push((s("command"), item.get("exit_code").and_then(Value::as_i64))),
-            Some("file_change") if item.get("status").and_then(Value::as_str) != Some("failed") => {
-                for c in item.get("changes").and_then(Value::as_array).into_iter().flatten() {
-                    if let Some(p) = c.get("path").and_then(Value::as_str)
-                        && !self.changed_files.iter().any(|f| f == p)
-                    {
-                        self.changed_files.push(p.to_string());
-                    }
+        // `item_type` and `assistant_message`: the experimental shape.
+        let kind = item.get("type").or_else(|| item.get("item_type")).and_then(Value::as_str);
+        match kind {
+            Some("agent_message" | "assistant_message") => self.last_message = s("text"),
+            Some("plan") => self.last_plan = s("text"),
+            Some("command_execution") => {
+                let exit = item.get("exit_code").and_then(Value::as_i64);
+                if matches!(item.get("status").and_then(Value::as_str), Some("failed" | "declined")) || exit.is_some_and(|c| c != 0) {
+                    self.failed_commands += 1;
                 }
+                self.commands.push((s("command"), exit));
+            }
+            Some("file_change") if item.get("status").and_then(Value::as_str) != Some("failed") => {
+                let paths: Vec<String> = item.get("changes").and_then(Value::as_array).into_iter().flatten().filter_map(|c| c.get("path").and_then(Value::as_str).map(String::from)).collect();
+                self.changed(paths);
             }
             Some("error") => self.warnings.push(s("message")),
             _ => {}
         }
     }
 
+    fn changed(&mut self, paths: Vec<String>) {
+        for p in paths {
+            if !self.changed_files.contains(&p) {
+                self.changed_files.push(p);
+            }
+        }
+    }
+
+    /// One legacy `msg` event (codex before the thread/turn/item events).
+    fn legacy(&mut self, msg: &Value, tz: chrono_tz::Tz) {
+        let s = |k: &str| msg.get(k).and_then(Value::as_str).map(String::from);
+        let ty = msg.get("type").and_then(Value::as_str).unwrap_or("");
+        match ty {
+            "session_configured" => self.thread_id = s("session_id").or(self.thread_id.take()),
+            "task_started" => self.turns_started += 1,
+            "agent_message" => self.last_message = s("message").unwrap_or_default(),
+            "task_complete" => {
+                self.turns_completed += 1;
+                self.turn_failed = None;
+                if let Some(m) = s("last_agent_message").filter(|m| !m.trim().is_empty()) {
+                    self.last_message = m;
+                }
+            }
+            "turn_aborted" => self.turn_failed = Some(format!("the turn was aborted ({})", s("reason").unwrap_or_else(|| "no reason given".into()))),
+            "token_count" => {
+                // Later legacy builds: `info.total_token_usage`, a running
+                // total; earlier ones: per-request counts at the top.
+                if let Some(total) = msg.pointer("/info/total_token_usage") {
+                    let n = |k: &str| total.get(k).and_then(Value::as_u64);
+                    self.usage.tokens_in = n("input_tokens").or(self.usage.tokens_in);
+                    self.usage.tokens_out = n("output_tokens").or(self.usage.tokens_out);
+                    self.cached_input_tokens = n("cached_input_tokens").or(self.cached_input_tokens);
+                    self.reasoning_output_tokens = n("reasoning_output_tokens").or(self.reasoning_output_tokens);
+                } else if msg.get("input_tokens").is_some() || msg.get("output_tokens").is_some() {
+                    let n = |k: &str| msg.get(k).and_then(Value::as_u64);
+                    self.usage.tokens_in = add(self.usage.tokens_in, n("input_tokens"));
+                    self.usage.tokens_out = add(self.usage.tokens_out, n("output_tokens"));
+                    self.cached_input_tokens = add(self.cached_input_tokens, n("cached_input_tokens"));
+                    self.reasoning_output_tokens = add(self.reasoning_output_tokens, n("reasoning_output_tokens"));
+                }
+            }
+            "exec_command_begin" => {
+                let command = command_text(msg.get("command"));
+                self.pending_commands.push((s("call_id").unwrap_or_default(), command));
+            }
+            "exec_command_end" => {
+                let exit = msg.get("exit_code").and_then(Value::as_i64);
+                if exit.is_some_and(|c| c != 0) {
+                    self.failed_commands += 1;
+                }
+                let id = s("call_id").unwrap_or_default();
+                let begun = self.pending_commands.iter().position(|(c, _)| *c == id).map(|i| self.pending_commands.remove(i).1);
+                let command = begun.unwrap_or_else(|| command_text(msg.get("command")));
+                self.commands.push((command, exit));
+            }
+            "patch_apply_begin" => {
+                let paths = msg.get("changes").and_then(Value::as_object).map(|m| m.keys().cloned().collect()).unwrap_or_default();
+                self.pending_patches.push((s("call_id").unwrap_or_default(), paths));
+            }
+            "patch_apply_end" => {
+                let id = s("call_id").unwrap_or_default();
+                if let Some(i) = self.pending_patches.iter().position(|(c, _)| *c == id) {
+                    let (_, paths) = self.pending_patches.remove(i);
+                    if msg.get("success").and_then(Value::as_bool) != Some(false) {
+                        self.changed(paths);
+                    }
+                }
+            }
+            "error" | "stream_error" => {
+                let m = s("message").unwrap_or_default();
+                // Read as the current CLI's `error` event would be (its retry
+                // notices, "…; retrying 1/5 in 209ms…", are no limit).
+                if let Some(r) = limit::read_codex_event(&serde_json::json!({"type": "error", "message": m}), Utc::now(), tz) {
+                    self.limit = Some(stronger(self.limit.take(), r));
+                }
+                if ty == "stream_error" {
+                    // A retry notice of a stream that broke.
+                    self.reconnects += 1;
+                    self.last_error = Some(m);
+                } else {
+                    self.top_level_error(m);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The final message: the last agent message, else the last plan
+    /// (codex's own rule for the turn's final message).
+    pub fn final_text(&self) -> String {
+        if self.last_message.trim().is_empty() { self.last_plan.clone() } else { self.last_message.clone() }
+    }
+
     /// Why the call failed, from the stream alone: the failed turn, or a
     /// stream that ended without a completed turn. `None` when a turn
-    /// completed and none failed.
+    /// completed and none failed after it.
     pub fn failure(&self) -> Option<String> {
         if let Some(m) = &self.turn_failed {
             return Some(format!("codex turn failed: {m}"));
@@ -232,12 +383,39 @@ impl StreamState {
         if self.turns_completed > 0 {
             return None;
         }
+        let cut = if self.cut_last_line { "; its last line was cut off in the middle of an event" } else { "" };
         Some(match (&self.last_error, self.reconnects) {
-            (Some(m), 0) => format!("codex stopped without completing the turn: {m}"),
-            (Some(m), n) => format!("codex could not reach its model provider ({n} reconnect notice(s)); last: {m}"),
-            (None, _) if self.turns_started == 0 => "codex printed no turn (no `turn.started` event)".to_string(),
-            (None, _) => "codex stopped without completing the turn".to_string(),
+            (Some(m), 0) => format!("codex stopped without completing the turn: {m}{cut}"),
+            (Some(m), n) => format!("codex could not reach its model provider ({n} reconnect notice(s)); last: {m}{cut}"),
+            (None, _) if self.turns_started == 0 && self.events > 0 => format!("codex printed no turn ({} event(s), none of them a turn start codex is known to print){cut}", self.events),
+            (None, _) if self.turns_started == 0 => format!("codex printed no turn (no `turn.started` event){cut}"),
+            (None, _) => format!("codex stopped without completing the turn{cut}"),
         })
+    }
+
+    /// What a person should know about a call that did not fail.
+    pub fn notes(&self, ended_after_turn: bool) -> Vec<String> {
+        let mut notes: Vec<String> = self.warnings.iter().filter(|w| !w.trim().is_empty()).map(|w| format!("codex warned: {w}")).collect();
+        if self.failed_commands > 0 {
+            notes.push(format!("{} command{} failed or {} declined", self.failed_commands, if self.failed_commands == 1 { "" } else { "s" }, if self.failed_commands == 1 { "was" } else { "were" }));
+        }
+        if ended_after_turn {
+            notes.push(format!("codex did not exit within {}s of its last turn and was ended", TURN_EXIT_GRACE.as_secs()));
+        }
+        notes
+    }
+}
+
+/// How long codex may stay silent after its turn ended (`turn.completed` /
+/// `turn.failed`) before nightshift ends it; see `EndWatch` in `agent`.
+pub const TURN_EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A legacy event's command: an argv array or a string.
+fn command_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "),
+        Some(Value::String(c)) => c.clone(),
+        _ => String::new(),
     }
 }
 
@@ -284,44 +462,35 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;
-    let cmd = base_command(&argv, call, &[])
-        .stdin_bytes(call.prompt.clone().into_bytes())
-        .on_stdout_line(Box::new(move |line: &str| sink.lock().expect("codex stream state").feed(line, tz)));
-    let outcome = crate::process::run(cmd, cancel).await.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
+    let watch = super::EndWatch::start(cancel, TURN_EXIT_GRACE);
+    let end = watch.signal();
+    let cmd = base_command(&argv, call, &[]).stdin_bytes(call.prompt.clone().into_bytes()).on_stdout_line(Box::new(move |line: &str| {
+        let mut st = sink.lock().expect("codex stream state");
+        let before = (st.turns_completed, st.turn_failed.clone());
+        st.feed(line, tz);
+        if (st.turns_completed, st.turn_failed.clone()) != before {
+            end.ended();
+        } else if !line.trim().is_empty() {
+            end.activity();
+        }
+    }));
+    let outcome = crate::process::run(cmd, watch.token()).await;
+    let ended_after_turn = watch.finish(cancel);
+    let outcome = outcome.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
     let st = state.lock().expect("codex stream state").clone();
 
-    let stream_failure = st.failure();
-    let failed = stream_failure.is_some() || !outcome.success();
+    let failure = st.call_failure(&outcome, call.timeout, ended_after_turn);
     // A limit counts only for a call that failed: a completed turn's stderr
     // may carry retried 429s that did not stop it. stderr holds codex's raw
     // 429 body (`resets_at`) when its log level prints it.
-    let limit = if failed {
+    let limit = if failure.is_some() {
         let from_stderr = limit::read_text(&outcome.stderr_tail, Utc::now(), tz);
         let best = stronger(st.limit.clone(), from_stderr);
         best.is_limit().then_some(best)
     } else {
         None
     };
-    let failure = if outcome.timed_out {
-        let why = match (st.reconnects, &st.last_error) {
-            (n, Some(m)) if n > 0 => format!("; codex was reconnecting ({n} notice(s)), last: {m}"),
-            _ => String::new(),
-        };
-        Some(format!("timed out after {}s{why}", call.timeout.as_secs()))
-    } else if outcome.cancelled {
-        Some("interrupted".into())
-    } else if st.thread_id.is_none() && st.turns_started == 0 && outcome.exit_code != Some(0) {
-        // It never started a session: a usage error (unknown flag, bad
-        // config) or a crash, told on stderr.
-        Some(format!("codex exited ({}) before starting a session: {}", super::command::exit_text(&outcome), first_error_line(&outcome.stderr_tail)))
-    } else if let Some(f) = stream_failure {
-        Some(f)
-    } else if outcome.exit_code != Some(0) {
-        Some(format!("codex exited ({}) after completing the turn: {}", super::command::exit_text(&outcome), first_error_line(&outcome.stderr_tail)))
-    } else {
-        None
-    };
-    let text = st.last_message.clone();
+    let text = st.final_text();
     let verdict = match call.role {
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
@@ -333,15 +502,59 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
             claimed_files.push(rel);
         }
     }
-    Ok(Report { argv, outcome, text, verdict, usage: st.usage.clone(), limit, failure, tools: None, mcp_servers: None, claimed_files })
+    let notes = st.notes(ended_after_turn);
+    Ok(Report { argv, outcome, text, verdict, usage: st.usage.clone(), limit, failure, tools: None, mcp_servers: None, claimed_files, notes })
+}
+
+impl StreamState {
+    /// Why the call failed, from the stream and how the process ended, or
+    /// `None`: timed out (with the reconnect notices that explain it),
+    /// interrupted, exited before starting a session (a usage error or a
+    /// crash, told on stderr), the stream's own failure
+    /// ([`StreamState::failure`]), or a nonzero exit after a completed turn.
+    /// `ended_after_turn`: nightshift ended a codex that did not exit after
+    /// its turn (`EndWatch` in `agent`), which is no failure.
+    pub fn call_failure(&self, outcome: &crate::process::Outcome, timeout: std::time::Duration, ended_after_turn: bool) -> Option<String> {
+        let exit = super::command::exit_text(outcome);
+        if outcome.timed_out {
+            let why = match (self.reconnects, &self.last_error) {
+                (n, Some(m)) if n > 0 => format!("; codex was reconnecting ({n} notice(s)), last: {m}"),
+                _ => String::new(),
+            };
+            return Some(format!("timed out after {}s{why}", timeout.as_secs()));
+        }
+        if outcome.cancelled && !ended_after_turn {
+            return Some("interrupted".into());
+        }
+        if self.thread_id.is_none() && self.turns_started == 0 && outcome.exit_code != Some(0) {
+            // It never started a session: a usage error (unknown flag, bad
+            // config) or a crash, told on stderr.
+            let stdout = match (&self.last_other_line, outcome.stderr_tail.trim().is_empty()) {
+                (Some(l), true) => format!("stdout: {l}"),
+                _ => first_error_line(&outcome.stderr_tail),
+            };
+            return Some(format!("codex exited ({exit}) before starting a session: {stdout}"));
+        }
+        if let Some(f) = self.failure() {
+            let how = match (outcome.exit_code == Some(0) || ended_after_turn, super::telling_stderr_line(&outcome.stderr_tail)) {
+                (true, _) => String::new(),
+                (false, Some(l)) => format!(" [exited ({exit}): {l}]"),
+                (false, None) => format!(" [exited ({exit})]"),
+            };
+            return Some(format!("{f}{how}"));
+        }
+        if !ended_after_turn && outcome.exit_code != Some(0) {
+            return Some(format!("codex exited ({exit}) after completing the turn: {}", first_error_line(&outcome.stderr_tail)));
+        }
+        None
+    }
 }
 
 /// The line of codex's stderr that says what went wrong: the first
 /// `error:` / `Error:` line (clap's usage errors put it first, before the
 /// usage text), else the last non-empty line.
 fn first_error_line(stderr: &str) -> String {
-    let all: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    all.iter().find(|l| l.to_ascii_lowercase().starts_with("error")).or(all.last()).map(|l| l.to_string()).unwrap_or_else(|| "(nothing on stderr)".into())
+    super::telling_stderr_line(stderr).unwrap_or_else(|| "(nothing on stderr)".into())
 }
 
 /// Writes the reviewer's verdict schema next to the call's logs.
@@ -481,15 +694,21 @@ mod tests {
     }
 
     #[test]
-    fn error_items_are_warnings_and_usage_sums_over_turns() {
+    fn error_items_are_warnings_and_usage_is_the_threads_running_total() {
+        // `turn.completed.usage` is codex's total for the thread so far
+        // (codex-rs/exec/src/event_processor_with_jsonl_output.rs:
+        // `usage_from_last_total`; fullsend-ai/fullsend#6924 saw the same on
+        // 0.152.1): the last one counts, summing would count turn 1 twice.
         let st = feed_all(concat!(
             "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"error\",\"message\":\"Model metadata for `m` not found.\"}}\n",
             "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":100,\"cached_input_tokens\":40,\"output_tokens\":7,\"reasoning_output_tokens\":2}}\n",
-            "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}\n",
+            "{\"type\":\"turn.started\"}\n",
+            "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":105,\"cached_input_tokens\":60,\"output_tokens\":8,\"reasoning_output_tokens\":2}}\n",
         ));
         assert_eq!(st.warnings, vec!["Model metadata for `m` not found."]);
         assert_eq!(st.failure(), None);
-        assert_eq!((st.usage.tokens_in, st.usage.tokens_out, st.cached_input_tokens, st.reasoning_output_tokens), (Some(105), Some(8), Some(40), Some(2)));
+        assert_eq!((st.usage.tokens_in, st.usage.tokens_out, st.cached_input_tokens, st.reasoning_output_tokens), (Some(105), Some(8), Some(60), Some(2)));
+        assert_eq!(st.notes(false), vec!["codex warned: Model metadata for `m` not found."]);
     }
 
     #[test]
@@ -519,6 +738,150 @@ mod tests {
         assert_eq!(first_error_line(clap), "error: unexpected argument '--bogus' found");
         assert_eq!(first_error_line("a\nNo prompt provided via stdin.\n"), "No prompt provided via stdin.");
         assert_eq!(first_error_line(""), "(nothing on stderr)");
+    }
+
+    fn outcome(exit_code: Option<i32>, signal: Option<i32>, stderr: &str) -> crate::process::Outcome {
+        crate::process::Outcome {
+            exit_code,
+            signal,
+            timed_out: false,
+            cancelled: false,
+            duration: std::time::Duration::from_secs(1),
+            stdout_tail: String::new(),
+            stderr_tail: stderr.to_string(),
+            stdout_path: None,
+            stderr_path: None,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+        }
+    }
+
+    const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+
+    #[test]
+    fn the_legacy_msg_stream_is_read_like_the_current_one() {
+        // codex before 0.44 (openai/codex#4525 removed it): a config summary
+        // object, the prompt, then one `{"id":…,"msg":{…}}` per core event.
+        let st = feed_all(concat!(
+            "{\"model\":\"gpt-5-codex\",\"workdir\":\"/w\",\"provider\":\"openai\",\"approval\":\"never\",\"sandbox\":\"workspace-write\",\"reasoning effort\":\"medium\"}\n",
+            "{\"prompt\":\"Add sub\"}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"session_configured\",\"session_id\":\"0199-legacy\",\"model\":\"gpt-5-codex\",\"history_log_id\":1,\"history_entry_count\":0}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"task_started\",\"model_context_window\":272000}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"agent_reasoning\",\"text\":\"**Adding sub**\"}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"exec_command_begin\",\"call_id\":\"c1\",\"command\":[\"bash\",\"-lc\",\"cat calc.txt\"],\"cwd\":\"/w\"}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"exec_command_end\",\"call_id\":\"c1\",\"stdout\":\"add\\n\",\"stderr\":\"\",\"exit_code\":0,\"duration\":{\"secs\":0,\"nanos\":1}}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"patch_apply_begin\",\"call_id\":\"c2\",\"auto_approved\":true,\"changes\":{\"/w/calc.txt\":{\"update\":{\"unified_diff\":\"@@\\n add\\n+sub\\n\",\"move_path\":null}}}}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"patch_apply_end\",\"call_id\":\"c2\",\"stdout\":\"Success.\",\"stderr\":\"\",\"success\":true}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"patch_apply_begin\",\"call_id\":\"c3\",\"auto_approved\":true,\"changes\":{\"/w/other.txt\":{\"add\":{\"content\":\"x\"}}}}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"patch_apply_end\",\"call_id\":\"c3\",\"stdout\":\"\",\"stderr\":\"rejected\",\"success\":false}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"token_count\",\"info\":{\"total_token_usage\":{\"input_tokens\":3000,\"cached_input_tokens\":1000,\"output_tokens\":200,\"reasoning_output_tokens\":64,\"total_tokens\":3200},\"last_token_usage\":{\"input_tokens\":1600,\"cached_input_tokens\":1000,\"output_tokens\":90,\"reasoning_output_tokens\":0,\"total_tokens\":1690},\"model_context_window\":272000}}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"Added sub.\\n\\nFILES:\\n- calc.txt\"}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"task_complete\",\"last_agent_message\":\"Added sub.\\n\\nFILES:\\n- calc.txt\"}}\n",
+        ));
+        assert_eq!(st.thread_id.as_deref(), Some("0199-legacy"));
+        assert_eq!(st.final_text(), "Added sub.\n\nFILES:\n- calc.txt");
+        assert_eq!(st.failure(), None);
+        assert_eq!(st.changed_files, ["/w/calc.txt"]);
+        assert_eq!(st.commands, [("bash -lc cat calc.txt".to_string(), Some(0))]);
+        assert_eq!((st.usage.tokens_in, st.usage.tokens_out, st.cached_input_tokens, st.reasoning_output_tokens), (Some(3000), Some(200), Some(1000), Some(64)));
+        // Earlier legacy builds counted each request at the top of the event.
+        let st = feed_all(concat!(
+            "{\"id\":\"0\",\"msg\":{\"type\":\"token_count\",\"input_tokens\":100,\"cached_input_tokens\":0,\"output_tokens\":10,\"total_tokens\":110}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"token_count\",\"input_tokens\":150,\"cached_input_tokens\":100,\"output_tokens\":20,\"total_tokens\":170}}\n",
+        ));
+        assert_eq!((st.usage.tokens_in, st.usage.tokens_out), (Some(250), Some(30)));
+        // A legacy error ends the call, and a limit in it is read.
+        let st = feed_all(concat!(
+            "{\"id\":\"0\",\"msg\":{\"type\":\"task_started\"}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"stream_error\",\"message\":\"stream error: unexpected status 503; retrying 1/5 in 209ms…\"}}\n",
+            "{\"id\":\"0\",\"msg\":{\"type\":\"error\",\"message\":\"You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in 2 days 17 hours 14 minutes.\"}}\n",
+        ));
+        assert_eq!(st.limit.as_ref().map(|l| (l.kind, l.resets_at.is_some())), Some((LimitKind::UsageLimit, true)));
+        assert!(st.failure().unwrap().contains("You've hit your usage limit."), "{:?}", st.failure());
+        // An aborted legacy turn is a failure.
+        let st = feed_all("{\"id\":\"0\",\"msg\":{\"type\":\"task_started\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"turn_aborted\",\"reason\":\"interrupted\"}}\n");
+        assert_eq!(st.failure().as_deref(), Some("codex turn failed: the turn was aborted (interrupted)"));
+    }
+
+    #[test]
+    fn the_experimental_item_type_shape_is_read() {
+        // openai/codex#4250 and #4525 (late September 2025): `session.created`,
+        // the item's kind in `item_type`, `assistant_message`.
+        let st = feed_all(concat!(
+            "{\"type\":\"session.created\",\"session_id\":\"019982d1-75f0-7920-b051-e0d3731a5ed8\"}\n",
+            "{\"type\":\"turn.started\"}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"item_type\":\"reasoning\",\"text\":\"**Planning**\"}}\n",
+            "{\"type\":\"item.started\",\"item\":{\"id\":\"item_1\",\"item_type\":\"mcp_tool_call\",\"server\":\"github\",\"tool\":\"search_issues\",\"status\":\"in_progress\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_1\",\"item_type\":\"mcp_tool_call\",\"server\":\"github\",\"tool\":\"search_issues\",\"status\":\"completed\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_2\",\"item_type\":\"command_execution\",\"command\":\"bash -lc 'echo hello'\",\"aggregated_output\":\"hello\\n\",\"exit_code\":0,\"status\":\"completed\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_3\",\"item_type\":\"file_change\",\"changes\":[{\"path\":\"/w/a.txt\",\"kind\":\"add\"}],\"status\":\"completed\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_4\",\"item_type\":\"assistant_message\",\"text\":\"**Assigned Issues**\\n- #1\"}}\n",
+            "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":34038,\"cached_input_tokens\":29696,\"output_tokens\":1013}}\n",
+        ));
+        assert_eq!(st.thread_id.as_deref(), Some("019982d1-75f0-7920-b051-e0d3731a5ed8"));
+        assert_eq!(st.final_text(), "**Assigned Issues**\n- #1");
+        assert_eq!(st.changed_files, ["/w/a.txt"]);
+        assert_eq!(st.commands.len(), 1);
+        assert_eq!((st.usage.tokens_in, st.failure()), (Some(34038), None));
+    }
+
+    #[test]
+    fn every_item_kind_of_the_current_stream_is_taken_or_ignored() {
+        let st = feed_all(concat!(
+            "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n",
+            "{\"type\":\"turn.started\"}\n",
+            "{\"type\":\"item.started\",\"item\":{\"id\":\"item_0\",\"type\":\"todo_list\",\"items\":[{\"text\":\"read\",\"completed\":false}]}}\n",
+            "{\"type\":\"item.updated\",\"item\":{\"id\":\"item_0\",\"type\":\"todo_list\",\"items\":[{\"text\":\"read\",\"completed\":true}]}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_1\",\"type\":\"web_search\",\"id\":\"ws\",\"query\":\"rust\",\"action\":{\"type\":\"search\"}}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_2\",\"type\":\"mcp_tool_call\",\"server\":\"s\",\"tool\":\"t\",\"arguments\":{},\"result\":null,\"error\":{\"message\":\"boom\"},\"status\":\"failed\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_3\",\"type\":\"command_execution\",\"command\":\"/bin/bash -lc 'touch /etc/x'\",\"aggregated_output\":\"touch: cannot touch '/etc/x': Read-only file system\\n\",\"exit_code\":1,\"status\":\"failed\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_4\",\"type\":\"command_execution\",\"command\":\"rm -rf /\",\"aggregated_output\":\"\",\"exit_code\":null,\"status\":\"declined\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_5\",\"type\":\"collab_tool_call\",\"tool\":\"spawn_agent\",\"sender_thread_id\":\"t\",\"receiver_thread_ids\":[],\"prompt\":null,\"agents_states\":{},\"status\":\"completed\"}}\n",
+            "{\"type\":\"item.plan.delta\",\"item_id\":\"item_6\",\"delta\":\"1. add\"}\n",
+            "{\"type\":\"request_user_input\",\"id\":\"turn\",\"call_id\":\"c\",\"questions\":[]}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_6\",\"type\":\"plan\",\"text\":\"1. add sub\\n2. test it\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_7\",\"type\":\"brand_new_kind\",\"whatever\":[1]}}\n",
+            "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":10,\"cached_input_tokens\":0,\"cache_write_input_tokens\":0,\"output_tokens\":2,\"reasoning_output_tokens\":0}}\n",
+        ));
+        // No agent message: the plan is the final message, as codex itself takes it.
+        assert_eq!(st.final_text(), "1. add sub\n2. test it");
+        assert_eq!(st.failure(), None);
+        assert_eq!(st.failed_commands, 2);
+        assert_eq!(st.notes(false), ["2 commands failed or were declined"]);
+    }
+
+    #[test]
+    fn noise_and_a_cut_last_line_are_read_as_real_output_comes() {
+        let st = feed_all(concat!(
+            "\u{feff}{\"type\":\"thread.started\",\"thread_id\":\"t\"}\r\n",
+            "Reading prompt from stdin...\n",
+            "\u{1b}[0m{\"type\":\"turn.started\"}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\",\"text\":\"half\"}}{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}\n",
+        ));
+        assert_eq!((st.thread_id.as_deref(), st.turns_started, st.turns_completed, st.final_text().as_str()), (Some("t"), 1, 1, "half"));
+        assert_eq!(st.other_lines, 1);
+        let st = feed_all("{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.started\"}\n{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\",\"te");
+        assert!(st.cut_last_line);
+        assert_eq!(st.failure().as_deref(), Some("codex stopped without completing the turn; its last line was cut off in the middle of an event"));
+    }
+
+    #[test]
+    fn how_the_process_ended_decides_with_the_stream() {
+        let done = feed_all(include_str!("../../tests/data/codex/real-writer-patch.jsonl"));
+        assert_eq!(done.call_failure(&outcome(Some(0), None, ""), MINUTE, false), None);
+        // A good turn, then a bad exit: something broke; the round is not trusted.
+        assert_eq!(done.call_failure(&outcome(Some(1), None, "Error: failed to write last message file\n"), MINUTE, false).as_deref(), Some("codex exited (code 1) after completing the turn: Error: failed to write last message file"));
+        // Ended by nightshift after a turn it did not exit after: the turn stands.
+        let mut ended = outcome(None, Some(15), "");
+        ended.cancelled = true;
+        assert_eq!(done.call_failure(&ended, MINUTE, true), None);
+        assert_eq!(done.call_failure(&ended, MINUTE, false).as_deref(), Some("interrupted"));
+        // Killed mid-turn: the stream says the turn never ended, the exit says how.
+        let mid = feed_all("{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.started\"}\n");
+        assert_eq!(mid.call_failure(&outcome(None, Some(9), ""), MINUTE, false).as_deref(), Some("codex stopped without completing the turn [exited (signal 9)]"));
+        // Never started: stderr tells, else stdout's last words.
+        let none = feed_all("Not inside a trusted directory and --skip-git-repo-check was not specified.\n");
+        assert_eq!(none.call_failure(&outcome(Some(1), None, ""), MINUTE, false).as_deref(), Some("codex exited (code 1) before starting a session: stdout: Not inside a trusted directory and --skip-git-repo-check was not specified."));
     }
 
     #[test]

@@ -95,29 +95,50 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         tools: None,
         mcp_servers: None,
         claimed_files,
+        notes: Vec::new(),
     })
 }
 
 /// Reads a usage report: `{"usage":{"input_tokens":N,"output_tokens":N,
 /// "cost_usd":X}}`, or (when `bare` is allowed, for the usage file) the inner
-/// object alone. Negative or non-numeric values are ignored, and an object
-/// with none of the three fields is no report.
+/// object alone. Read as agents write it: a byte-order mark, `\r` and
+/// surrounding blanks are ignored, other fields too. `total_cost_usd` is
+/// taken for `cost_usd`, also beside the `usage` object (a wrapper that
+/// passes on claude's own `result` event), and claude's
+/// `cache_read_input_tokens` / `cache_creation_input_tokens` count as input
+/// as the claude kind counts them. A count may be a whole number written as
+/// a float (`1200.0`) or a string (`"1200"`); negative, fractional or
+/// non-numeric values are ignored, and an object with none of the fields is
+/// no report.
 pub fn parse_usage(text: &str, bare: bool) -> Option<Usage> {
-    let t = text.trim();
+    use serde_json::Value;
+    let t = text.trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
     if !t.starts_with('{') {
         return None;
     }
-    let v: serde_json::Value = serde_json::from_str(t).ok()?;
+    let v: Value = serde_json::from_str(t).ok()?;
     let u = match v.get("usage") {
         Some(u) if u.is_object() => u,
         _ if bare => &v,
         _ => return None,
     };
-    let usage = Usage {
-        tokens_in: u.get("input_tokens").and_then(serde_json::Value::as_u64),
-        tokens_out: u.get("output_tokens").and_then(serde_json::Value::as_u64),
-        cost_usd: u.get("cost_usd").and_then(serde_json::Value::as_f64).filter(|c| c.is_finite() && *c >= 0.0),
+    let number = |x: &Value| -> Option<f64> {
+        match x {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => s.trim().parse::<f64>().ok(),
+            _ => None,
+        }
     };
+    let count = |k: &str| u.get(k).and_then(number).filter(|n| n.is_finite() && *n >= 0.0 && n.fract() == 0.0 && *n < 1e18).map(|n| n as u64);
+    let tokens_in = match (count("input_tokens"), count("cache_read_input_tokens"), count("cache_creation_input_tokens")) {
+        (None, None, None) => None,
+        (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
+    };
+    let cost = [u.get("cost_usd"), u.get("total_cost_usd"), v.get("total_cost_usd"), v.get("cost_usd")]
+        .into_iter()
+        .flatten()
+        .find_map(|c| number(c).filter(|c| c.is_finite() && *c >= 0.0));
+    let usage = Usage { tokens_in, tokens_out: count("output_tokens"), cost_usd: cost };
     (usage != Usage::default()).then_some(usage)
 }
 
@@ -211,5 +232,78 @@ mod usage_tests {
         assert_eq!(parse_usage(r#"{"verdict":"approve","findings":[]}"#, false), None);
         assert_eq!(parse_usage(r#"{"usage":{"cost_usd":-1}}"#, false), None);
         assert_eq!(parse_usage("not json {", true), None);
+    }
+
+    #[test]
+    fn usage_reports_are_read_as_agents_print_and_write_them() {
+        let want = Usage { tokens_in: Some(1200), tokens_out: Some(300), cost_usd: Some(0.042) };
+        let line = r#"{"usage":{"input_tokens":1200,"output_tokens":300,"cost_usd":0.042}}"#;
+        // A byte-order mark, CRLF, indentation; extra fields.
+        assert_eq!(parse_usage(&format!("\u{feff}{line}\r"), false), Some(want.clone()));
+        assert_eq!(parse_usage(&format!("   {line}\r\n"), false), Some(want.clone()));
+        assert_eq!(parse_usage(r#"{"model":"m","usage":{"input_tokens":1200,"output_tokens":300,"cost_usd":0.042,"requests":3,"by_model":{"m":{}}},"ok":true}"#, false), Some(want.clone()));
+        // A usage file written pretty, with a BOM and CRLF, the bare shape.
+        assert_eq!(parse_usage("\u{feff}{\r\n  \"input_tokens\": 1200,\r\n  \"output_tokens\": 300,\r\n  \"cost_usd\": 0.042,\r\n  \"note\": \"x\"\r\n}\r\n", true), Some(want.clone()));
+        // Counts written as floats or strings; `total_cost_usd`; claude's cache counts are input.
+        assert_eq!(parse_usage(r#"{"usage":{"input_tokens":1200.0,"output_tokens":"300","total_cost_usd":"0.042"}}"#, false), Some(want.clone()));
+        assert_eq!(parse_usage(r#"{"usage":{"input_tokens":1.5}}"#, false), None, "no fractional token counts");
+        assert_eq!(
+            parse_usage(r#"{"type":"result","subtype":"success","total_cost_usd":0.042,"usage":{"input_tokens":200,"cache_read_input_tokens":900,"cache_creation_input_tokens":100,"output_tokens":300}}"#, false),
+            Some(want.clone()),
+            "a wrapper passing on claude's result event"
+        );
+        // On stdout: the last report line counts, wherever the prose around it is.
+        let stdout = format!("Working…\n```json\n{line}\n```\n\nDone.\n\n\n");
+        assert_eq!(stdout.lines().rev().find_map(|l| parse_usage(l, false)), Some(want));
+    }
+
+    #[test]
+    fn verdict_lines_are_read_as_agents_print_them() {
+        let v = |t: &str| review::last_json_verdict(t).map(|v| (v.verdict, v.findings));
+        let approve = Some((review::Decision::Approve, vec![]));
+        let line = r#"{"verdict":"approve","findings":[]}"#;
+        for out in [
+            format!("{line}\n"),
+            format!("All good.\r\n{line}\r\n"),
+            format!("\u{feff}{line}"),
+            format!("Review done.\n```json\n{line}\n```\n"),
+            format!("{line}\n\n\nDone.\n"),
+            format!("{line}\n{{\"usage\":{{\"input_tokens\":5}}}}\n"),
+            "```json\n{\n  \"verdict\": \"approve\",\n  \"findings\": []\n}\n```\n".to_string(),
+            format!("\u{1b}[32m{line}\u{1b}[0m\n"),
+        ] {
+            assert_eq!(v(&out), approve, "{out:?}");
+        }
+        assert_eq!(v("Looks fine to me.\nDone.\n"), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn huge_stdout_keeps_its_last_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let call = super::super::Call {
+            role: Role::Reviewer,
+            round: 1,
+            prompt: "review".into(),
+            contract_json: "{}".into(),
+            feedback: String::new(),
+            cwd: dir.path().to_path_buf(),
+            timeout: std::time::Duration::from_secs(60),
+            env: [("PATH".to_string(), std::env::var("PATH").unwrap_or_default())].into(),
+            tz: chrono_tz::UTC,
+            log_dir: dir.path().join("logs"),
+            secrets: vec![],
+            run_as: None,
+        };
+        std::fs::create_dir_all(&call.log_dir).unwrap();
+        // 8 MiB of log lines, one 5 MiB line, then the verdict and a usage report
+        // ending in CRLF, then a blank line and "Done.".
+        let script = r#"i=0; while [ $i -lt 8192 ]; do printf '%01023d\n' $i; i=$((i+1)); done; head -c 5242880 /dev/zero | tr '\0' x; printf '\n{"verdict":"request_changes","findings":["add mul"]}\r\n{"usage":{"input_tokens":7,"output_tokens":2}}\r\n\nDone.\n'"#;
+        let agent = AgentConfig { kind: crate::config::AgentKind::Command, command: vec!["sh".into(), "-c".into(), script.into()], permission_flags: None, model: None };
+        let r = run(&agent, &call, &CancellationToken::new()).await.unwrap();
+        assert_eq!(r.failure, None);
+        assert!(r.outcome.stdout_bytes > 13 << 20, "{}", r.outcome.stdout_bytes);
+        assert!(r.text.len() <= 2 * KEEP_TEXT_BYTES, "{}", r.text.len());
+        assert_eq!(r.verdict.map(|v| v.findings), Some(vec!["add mul".to_string()]));
+        assert_eq!(r.usage, Usage { tokens_in: Some(7), tokens_out: Some(2), cost_usd: None });
     }
 }

@@ -121,6 +121,11 @@ pub struct Report {
     pub mcp_servers: Option<Vec<String>>,
     /// Files the agent says it changed (checked against git by the proof).
     pub claimed_files: Vec<String>,
+    /// What the agent's own channels said that a person should know although
+    /// the call did not fail: tools its permissions denied, tool calls that
+    /// failed, an agent ended after its final event because it did not exit.
+    /// One sentence each, in the order seen.
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -227,6 +232,193 @@ pub(crate) fn write_call_files(call: &Call) -> Result<(PathBuf, PathBuf, PathBuf
         }
     }
     Ok((prompt, contract, feedback))
+}
+
+/// One stdout line of an agent that prints JSON lines, as read.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct JsonLine {
+    /// The JSON objects on the line, in order: usually one; none for a
+    /// line that is not JSON (a Node warning, a debug print, a blank line);
+    /// several when events were printed without a newline between them or
+    /// as one JSON array (`--output-format json --verbose`).
+    pub objects: Vec<serde_json::Value>,
+    /// The line began as a JSON object but ended inside it: the agent was
+    /// killed while writing, or the line was cut at the runner's line cap.
+    pub cut: bool,
+}
+
+/// Reads one stdout line of a JSON-lines agent (claude stream-json, codex
+/// `exec --json`) the way real output comes: around the JSON may be
+/// whitespace, a `\r`, a byte-order mark, or a prefix printed by something
+/// else without a newline (an ANSI escape, a progress text); a line that
+/// holds no JSON object is no event and never an error. Only the first
+/// [`JSON_PREFIX_SCAN`] bytes are searched for where the JSON starts.
+pub fn json_line(line: &str) -> JsonLine {
+    use serde_json::Value;
+    let t = line.trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
+    if t.is_empty() {
+        return JsonLine::default();
+    }
+    let objects_of = |v: Value| -> Vec<Value> {
+        match v {
+            Value::Object(_) => vec![v],
+            Value::Array(a) => a.into_iter().filter(Value::is_object).collect(),
+            _ => Vec::new(),
+        }
+    };
+    if t.starts_with('{') || t.starts_with('[') {
+        match serde_json::from_str::<Value>(t) {
+            Ok(v) => return JsonLine { objects: objects_of(v), cut: false },
+            // A value that runs to the end of the line unfinished.
+            Err(e) if e.is_eof() => return JsonLine { objects: Vec::new(), cut: t.starts_with('{') },
+            // Events glued together (`{…}{…}`) or followed by junk.
+            Err(_) => {}
+        }
+    }
+    let limit = t.len().min(JSON_PREFIX_SCAN);
+    let mut cut_start = false;
+    // Only a `{` that opens an object (`{"…` or `{}`) starts an event.
+    let opens_object = |i: usize| matches!(t[i + 1..].trim_start().chars().next(), Some('"' | '}'));
+    for (start, _) in t.char_indices().take_while(|(i, _)| *i < limit).filter(|(i, c)| *c == '{' && opens_object(*i)) {
+        let mut objects = Vec::new();
+        let mut cut = false;
+        let mut values = serde_json::Deserializer::from_str(&t[start..]).into_iter::<Value>();
+        loop {
+            match values.next() {
+                Some(Ok(v)) if v.is_object() => objects.push(v),
+                Some(Err(e)) if e.is_eof() => {
+                    cut = true;
+                    break;
+                }
+                _ => break,
+            }
+        }
+        if !objects.is_empty() {
+            return JsonLine { objects, cut };
+        }
+        // The first `{` opened a value the line never closed: an event cut
+        // short behind a prefix (inner braces of it are no better).
+        if cut {
+            cut_start = true;
+            break;
+        }
+    }
+    JsonLine { objects: Vec::new(), cut: cut_start }
+}
+
+/// How far into a line [`json_line`] looks for the start of the JSON, in
+/// bytes: prefixes printed before an event are short; a long line of prose
+/// with braces in it is no event.
+pub const JSON_PREFIX_SCAN: usize = 256;
+
+/// The stderr line that says what went wrong: the first line that starts
+/// with `error` (any case; clap's usage errors, Node's `Error: …`), `fatal`
+/// or `panic`, names an uncaught exception, or is a log line at level ERROR
+/// (`2026-03-04T17:48:31Z ERROR codex_api: …`); else the last non-empty line
+/// that is not one of Node's warnings; `None` when stderr is blank.
+pub fn telling_stderr_line(stderr: &str) -> Option<String> {
+    let all: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let is_error = |l: &&&str| {
+        let lower = l.to_ascii_lowercase();
+        lower.starts_with("error") || lower.starts_with("fatal") || lower.starts_with("panic") || lower.starts_with("thread 'main' panicked") || lower.contains("uncaught") || lower.split_whitespace().nth(1) == Some("error")
+    };
+    let node_warning = |l: &&&str| l.starts_with("(node:") || l.starts_with("(Use `node --trace-");
+    all.iter().find(is_error).or_else(|| all.iter().rev().find(|l| !node_warning(l))).or(all.last()).map(|l| cut_chars(l, 400))
+}
+
+/// `s` cut to at most `max` characters, with `…` when cut.
+pub(crate) fn cut_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Ends a call whose agent printed its final event but does not exit.
+///
+/// Real CLIs sometimes stay alive after their last word (claude 2.1.38
+/// printed its `result` and kept stdout open until killed,
+/// anthropics/claude-code#25629): without this the call would run into its
+/// timeout, an hour later, and its finished work would be thrown away as
+/// timed out. The adapter calls [`EndSignal::ended`] when the final event
+/// arrives and [`EndSignal::activity`] on any later output; once the agent
+/// has been silent for the grace period after its final event, the watch
+/// cancels its own child token, which the process runner treats like a
+/// cancellation (SIGTERM to the group, then SIGKILL). A cancellation of the
+/// parent token (a signal to nightshift) passes through unchanged.
+pub(crate) struct EndWatch {
+    token: CancellationToken,
+    signal: EndSignal,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The handle the stdout callback uses to tell an [`EndWatch`] what it saw.
+#[derive(Clone)]
+pub(crate) struct EndSignal(std::sync::Arc<std::sync::Mutex<EndState>>);
+
+#[derive(Default)]
+struct EndState {
+    /// When the final event was seen (and nothing since).
+    ended_at: Option<std::time::Instant>,
+    /// The watch ended the process.
+    fired: bool,
+}
+
+impl EndSignal {
+    /// The agent printed its final event now.
+    pub(crate) fn ended(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.ended_at = Some(std::time::Instant::now());
+        }
+    }
+    /// The agent printed something after its final event: it is still
+    /// working (a queued turn), so the grace starts again at its next final
+    /// event.
+    pub(crate) fn activity(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.ended_at = None;
+        }
+    }
+}
+
+impl EndWatch {
+    /// Starts watching; pass [`EndWatch::token`] to the process runner
+    /// instead of `parent`.
+    pub(crate) fn start(parent: &CancellationToken, grace: Duration) -> EndWatch {
+        let token = parent.child_token();
+        let signal = EndSignal(Default::default());
+        let (t, s) = (token.clone(), signal.clone());
+        let tick = (grace / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = t.cancelled() => return,
+                    _ = tokio::time::sleep(tick) => {}
+                }
+                let Ok(mut st) = s.0.lock() else { return };
+                if st.ended_at.is_some_and(|at| at.elapsed() >= grace) {
+                    st.fired = true;
+                    t.cancel();
+                    return;
+                }
+            }
+        });
+        EndWatch { token, signal, task }
+    }
+    /// The token the agent's process runs under.
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+    /// A handle for the stdout callback.
+    pub(crate) fn signal(&self) -> EndSignal {
+        self.signal.clone()
+    }
+    /// Stops watching; true when the watch ended the agent after its final
+    /// event (not a cancellation from outside).
+    pub(crate) fn finish(self, parent: &CancellationToken) -> bool {
+        self.task.abort();
+        !parent.is_cancelled() && self.signal.0.lock().map(|s| s.fired).unwrap_or(false)
+    }
 }
 
 /// Reads a usage limit from free text that is the agent's error/result
@@ -424,6 +616,63 @@ mod tests {
     fn the_account_without_blocks_and_json() {
         let t = "Added sub.\n\nFINDINGS:\n- stale docs\n\nAll tests pass.\n{\"usage\":{\"input_tokens\":1}}\n";
         assert_eq!(strip_blocks(t), "Added sub.\n\nAll tests pass.");
+    }
+
+    #[test]
+    fn json_lines_are_read_as_real_output_comes() {
+        let obj = |l: &str| json_line(l).objects.iter().map(|o| o["type"].as_str().unwrap_or("?").to_string()).collect::<Vec<_>>();
+        assert_eq!(obj(r#"{"type":"a"}"#), ["a"]);
+        assert_eq!(obj("\u{feff}{\"type\":\"a\"}\r"), ["a"]);
+        assert_eq!(obj("\u{1b}[2K\u{1b}[1G{\"type\":\"a\"}"), ["a"], "an ANSI prefix");
+        assert_eq!(obj(r#"{"type":"a"}{"type":"b"} {"type":"c"}"#), ["a", "b", "c"], "glued events");
+        assert_eq!(obj(r#"[{"type":"a"},{"type":"b"},3]"#), ["a", "b"], "a JSON array of events");
+        assert_eq!(obj(r#"{"type":"a"} trailing words"#), ["a"]);
+        for noise in ["", "   ", "(node:123) Warning: something", "[DEBUG] {matcher} loaded", "function f() {", "[1, 2]", "42", "\"s\"", "{not json}"] {
+            let r = json_line(noise);
+            assert!(r.objects.is_empty() && !r.cut, "{noise:?}: {r:?}");
+        }
+        // A line cut inside an event, with or without a prefix.
+        assert!(json_line(r#"{"type":"result","result":"all do"#).cut);
+        assert!(json_line(r#"> {"type":"result","result":"all do"#).cut);
+        let r = json_line(r#"{"type":"a"}{"type":"b","x":"#);
+        assert_eq!((r.objects.len(), r.cut), (1, true));
+        // Braces deep inside a long line of prose are not looked for.
+        let long = format!("{}{}", "x".repeat(JSON_PREFIX_SCAN + 10), r#"{"type":"a"}"#);
+        assert!(json_line(&long).objects.is_empty());
+    }
+
+    #[test]
+    fn the_telling_line_of_stderr() {
+        assert_eq!(telling_stderr_line("warning: x\nError: boom\n  at y\n").as_deref(), Some("Error: boom"));
+        assert_eq!(telling_stderr_line("a\n\nlast words\n\n").as_deref(), Some("last words"));
+        assert_eq!(telling_stderr_line("node:internal/process/promises:391\n    triggerUncaughtException(err, true /* fromPromise */);\n").as_deref(), Some("triggerUncaughtException(err, true /* fromPromise */);"));
+        assert_eq!(telling_stderr_line("2026-03-04T17:48:31Z  WARN codex_core: slow\n2026-03-04T17:48:31Z ERROR codex_api::endpoint::responses: error=http 500\n2026-03-04T17:48:32Z  INFO done\n").as_deref(), Some("2026-03-04T17:48:31Z ERROR codex_api::endpoint::responses: error=http 500"));
+        assert_eq!(telling_stderr_line("killed by the OOM killer\n(node:42) Warning: something\n(Use `node --trace-warnings ...` to show where the warning was created)\n").as_deref(), Some("killed by the OOM killer"));
+        assert_eq!(telling_stderr_line(" \n"), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_end_watch_ends_only_a_silent_agent_after_its_final_event() {
+        let grace = Duration::from_millis(300);
+        // Ended, then silent: the watch fires.
+        let parent = CancellationToken::new();
+        let w = EndWatch::start(&parent, grace);
+        w.signal().ended();
+        tokio::time::timeout(Duration::from_secs(5), w.token().cancelled()).await.expect("the watch ends a silent agent");
+        assert!(w.finish(&parent));
+        // Output after the final event restarts the wait; no final event, no end.
+        let w = EndWatch::start(&parent, grace);
+        w.signal().ended();
+        tokio::time::sleep(grace / 2).await;
+        w.signal().activity();
+        tokio::time::sleep(grace * 2).await;
+        assert!(!w.token().is_cancelled());
+        assert!(!w.finish(&parent));
+        // A cancellation from outside passes through and is not the watch's.
+        let w = EndWatch::start(&parent, grace);
+        parent.cancel();
+        assert!(w.token().is_cancelled());
+        assert!(!w.finish(&parent));
     }
 
     #[test]

@@ -33,6 +33,16 @@ pub enum Reply {
         /// Reset instant, epoch seconds.
         reset_epoch: i64,
     },
+    /// An API error: this HTTP status with the service's error body
+    /// `{"type":"error","error":{"type":KIND,"message":MESSAGE}}`.
+    ApiError {
+        /// HTTP status (400, 401, 529, …).
+        status: u16,
+        /// The error's `type` (`invalid_request_error`, `authentication_error`, `overloaded_error`).
+        kind: String,
+        /// The error's `message`.
+        message: String,
+    },
 }
 
 /// Which script a request draws from.
@@ -114,7 +124,7 @@ fn blocks(reply: &Reply, id: u64) -> (Vec<Value>, &'static str) {
             }
             (v, "tool_use")
         }
-        Reply::UsageLimit { .. } => (vec![], "end_turn"),
+        Reply::UsageLimit { .. } | Reply::ApiError { .. } => (vec![], "end_turn"),
     }
 }
 
@@ -128,6 +138,12 @@ fn message_response(reply: &Reply, model: &str, stream: bool, id: u64) -> Respon
             .insert_header("anthropic-ratelimit-unified-5h-reset", reset_epoch.to_string().as_str())
             .insert_header("request-id", format!("req_fake{id:04}").as_str())
             .set_body_json(json!({"type": "error", "error": {"type": "rate_limit_error", "message": "This request would exceed your account's rate limit. Please try again later."}}));
+    }
+    if let Reply::ApiError { status, kind, message } = reply {
+        return ResponseTemplate::new(*status)
+            .insert_header("request-id", format!("req_fake{id:04}").as_str())
+            .insert_header("x-should-retry", "false")
+            .set_body_json(json!({"type": "error", "error": {"type": kind, "message": message}, "request_id": format!("req_fake{id:04}")}));
     }
     let (content, stop) = blocks(reply, id);
     let msg_id = format!("msg_fake{id:04}");
