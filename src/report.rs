@@ -74,6 +74,9 @@ pub struct Evidence {
     pub writer_note: String,
     /// The reviewer's prose besides its verdict.
     pub reviewer_note: String,
+    /// What the agents' CLIs reported in the last round although the calls
+    /// did not fail (denied tools, failed tool calls), `role: sentence`.
+    pub agent_notes: Vec<String>,
     /// Earlier PRs of this night that change some of the same files: merged
     /// one after the other they may conflict (SPEC §3 on merge order).
     pub overlaps: Vec<Overlap>,
@@ -297,6 +300,10 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     if e.cost_usd.is_none() {
         let _ = writeln!(s, "- The agent reported no cost: the cost cap was not enforced.");
+    }
+    for n in e.agent_notes.iter().take(10) {
+        let (role, note) = n.split_once(": ").unwrap_or(("agent", n));
+        let _ = writeln!(s, "- The {role}'s CLI reported: {}", one_line(note, 300));
     }
     let changed_api = public_signatures_changed(&e.diff);
     if !changed_api.is_empty() {

@@ -584,7 +584,10 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         }
         if proof.is_empty() {
             rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None).await?;
-            return Ok(ItemEnd { outcome: "no_changes".into(), reason: Some("the writer changed nothing".into()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
+            // Why, when the agent's own channels said (a denied write, a
+            // failed edit): otherwise a person sees nothing to act on.
+            let why = if writer.notes.is_empty() { "the writer changed nothing".to_string() } else { night.redact(&format!("the writer changed nothing; its CLI reported: {}", writer.notes.join("; "))) };
+            return Ok(ItemEnd { outcome: "no_changes".into(), reason: Some(why), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
         }
         // Gate, run by nightshift; what it leaves behind is not the writer's work.
         rec::set_phase(pool, run_id, "gate", Some(key), Some(n)).await?;
@@ -705,6 +708,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             diff: tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree)).unwrap_or_default(),
             writer_note: agent::strip_blocks(&writer.text),
             reviewer_note: review::prose(&reviewer.text),
+            agent_notes: writer.notes.iter().map(|n| format!("writer: {n}")).chain(reviewer.notes.iter().map(|n| format!("reviewer: {n}"))).collect(),
             overlaps: report::overlaps(&night.pushed.lock().unwrap_or_else(|e| e.into_inner()), &proof.changed),
         };
         let body = night.redact(&report::pr_body(&evidence));

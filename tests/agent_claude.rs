@@ -354,6 +354,31 @@ async fn real_cli_denied_and_failed_edits_are_told_not_claimed() {
     assert_eq!(r.notes, ["claude's permissions denied Bash, Write (see permission_flags)", "3 tool calls returned an error"]);
 }
 
+/// Through a drain: a writer whose every edit its permissions denied ends
+/// `no_changes` with the CLI's own report of the denial as the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_whose_writer_was_denied_says_why_nothing_changed() {
+    let bin = real_claude().display().to_string();
+    let api = FakeAnthropic::start().await;
+    let mut f = common::Fixture::new();
+    drain_env(&mut f, &api.uri());
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[writer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\npermission_flags = [\"--permission-mode\", \"default\", \"--allowedTools\", \"Read\"]\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n"
+    ));
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    api.writer([
+        Reply::Tools(None, vec![tool("Write", json!({"file_path": "calc.txt", "content": "add\nsub\n"}))]),
+        Reply::Text("I could not write.".into()),
+    ]);
+    let out = f.approve_and_drain(&[]);
+    common::assert_ok(&out, "drain");
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "no_changes", "{rep:#}");
+    let reason = rep["items"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("the writer changed nothing; its CLI reported:") && reason.contains("denied Write"), "{reason}");
+    assert!(f.db.sql("SELECT meta->>'notes' FROM agent_calls").contains("denied Write"));
+}
+
 /// The environment nightshift passes on to the real CLI in a drain.
 fn drain_env(f: &mut common::Fixture, api: &str) {
     for (k, v) in cli_env(&f.home, api, false) {

@@ -229,6 +229,7 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         writer_note: "w".repeat(1 << 20),
         reviewer_note: "r".repeat(1 << 20),
         overlaps: vec![],
+        agent_notes: vec![],
     };
     let body = report::pr_body(&e);
     assert!(body.chars().count() <= report::BODY_LIMIT, "{}", body.chars().count());

@@ -483,6 +483,7 @@ pub async fn record_agent_call(pool: &PgPool, item_id: i64, round_id: Option<i64
         "tools": r.tools,
         "mcp_servers": r.mcp_servers,
         "claimed_files": r.claimed_files,
+        "notes": r.notes,
         "limit": r.limit.as_ref().map(|l| json!({"resets_at": l.resets_at, "source": l.source})),
         "stdout_path": o.stdout_path,
         "stderr_path": o.stderr_path,
