@@ -104,7 +104,11 @@ pub struct Limits {
     /// Wall time of one item, all rounds together.
     #[serde(with = "human_duration")]
     pub item_timeout: Duration,
-    /// Tokens per item, as reported by the agents.
+    /// Tokens per item, as reported by the agents: input (cache reads and
+    /// writes included, as claude and codex count them) plus output. Agents
+    /// re-read their context every turn, so a long session reads millions of
+    /// cached tokens for a few dollars: the default (20,000,000) sits near
+    /// the default cost cap, not below it.
     pub max_tokens: u64,
     /// USD per item, as reported by the agents.
     pub max_cost_usd: f64,
@@ -130,7 +134,7 @@ impl Default for Limits {
             agent_timeout: Duration::from_secs(60 * 60),
             gate_timeout: Duration::from_secs(20 * 60),
             item_timeout: Duration::from_secs(2 * 60 * 60),
-            max_tokens: 2_000_000,
+            max_tokens: 20_000_000,
             max_cost_usd: 20.0,
             max_cost_usd_per_run: 100.0,
             max_attempts: 3,
@@ -494,7 +498,7 @@ rounds = 3
 agent_timeout = "60m"
 gate_timeout = "20m"
 item_timeout = "2h"
-max_tokens = 2000000
+max_tokens = 20000000          # per item, input (cache reads included) + output, as the agents report
 max_cost_usd = 20.0            # per item
 max_cost_usd_per_run = 100.0   # for the whole night
 max_attempts = 3               # nights an item may fail before it is blocked

@@ -151,7 +151,7 @@ async fn the_card_shows_every_limit_with_its_source() {
     let t = text(&out);
     let cards: Vec<&str> = t.split("── item ").skip(1).collect();
     assert_eq!(cards.len(), 3, "{t}");
-    for want in ["rounds 4 (policy)", "item 2h (default)", "agent call 10m (policy)", "gate 20m (default)", "2000000 tokens (default)", "$20.00 (default)"] {
+    for want in ["rounds 4 (policy)", "item 2h (default)", "agent call 10m (policy)", "gate 20m (default)", "20000000 tokens (default)", "$20.00 (default)"] {
         assert!(cards[0].contains(want), "{want:?} missing:\n{}", cards[0]);
     }
     assert!(cards[1].contains("rounds 1 (item)") && cards[1].contains("item 30m (item)"), "{}", cards[1]);
