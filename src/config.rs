@@ -406,6 +406,45 @@ pub fn parse_hhmm(s: &str) -> Result<(u32, u32), String> {
     Ok((h, m))
 }
 
+/// The names in the config's `secrets` list, read before anything else so
+/// that `main` can wipe them from nightshift's own environment while it
+/// still has one thread (SPEC §6: an agent running as the same user can read
+/// `/proc/<nightshift>/environ`). `args` are the command-line arguments
+/// (for `--config PATH` and `--repo PATH`); without them the config is
+/// `.nightshift/config.toml` in the nearest directory, from the current one
+/// up, that has one. Lenient: an unreadable or invalid config gives no
+/// names here (the real load reports it).
+pub fn secret_names_hint(args: &[String]) -> Vec<String> {
+    let flag = |name: &str| {
+        args.iter().enumerate().find_map(|(i, a)| {
+            a.strip_prefix(&format!("{name}=")).map(String::from).or_else(|| (a == name).then(|| args.get(i + 1).cloned()).flatten())
+        })
+    };
+    let path = match (flag("--config"), flag("--repo")) {
+        (Some(c), _) => Some(PathBuf::from(c)),
+        (None, Some(r)) => Some(Path::new(&r).join(DIR).join(FILE)),
+        (None, None) => std::env::current_dir().ok().and_then(|d| d.ancestors().map(|a| a.join(DIR).join(FILE)).find(|p| p.is_file())),
+    };
+    let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
+        return Vec::new();
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    table
+        .get("secrets")
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(toml::Value::as_str)
+        .filter(|n| !n.is_empty() && !n.contains(['=', '\0']))
+        .map(String::from)
+        .collect()
+}
+
+/// The longest duration a config accepts: 366 days, in seconds.
+pub const MAX_DURATION_SECS: u64 = 366 * 86_400;
+
 /// Parses a human duration: `90s`, `45m`, `2h`, `1h30m`, `1h 30m`, `1d`.
 /// Every number needs its unit (a bare `45` could mean seconds or minutes),
 /// and zero is refused (a zero timeout cannot run).
@@ -439,6 +478,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
     if total == 0 {
         return Err(format!("{s:?}: a duration must be longer than zero"));
+    }
+    // Nothing nightshift waits for lasts a year; a longer value is a typo
+    // that would overflow date arithmetic later.
+    if total > MAX_DURATION_SECS {
+        return Err(format!("{s:?}: longer than a year (366d); write a shorter duration"));
     }
     Ok(Duration::from_secs(total))
 }
@@ -561,6 +605,16 @@ mod tests {
         assert!(err("[writer]\ncomand = [\"x\"]\n").2.contains("did you mean `command`?"));
         let (_, _, message) = err("zzzzzz = 1\n");
         assert!(!message.contains("did you mean") && message.contains("remove the key or fix its spelling"), "{message}");
+    }
+
+    #[test]
+    fn durations_longer_than_a_year_are_refused() {
+        let (line, _, message) = err("[limits]\nlimit_sleep_max = \"9999999999999h\"\n");
+        assert_eq!(line, 2);
+        assert!(message.contains("duration too large") || message.contains("longer than a year"), "{message}");
+        let (_, _, message) = err("[limits]\nlimit_buffer = \"400d\"\n");
+        assert!(message.contains("longer than a year"), "{message}");
+        assert!(parse_duration("366d").is_ok());
     }
 
     #[test]

@@ -9,7 +9,11 @@ const LEDGER_VARS: &[&str] = &["NIGHTSHIFT_DATABASE_URL", "DATABASE_URL"];
 
 fn main() -> std::process::ExitCode {
     // Before the async runtime starts threads: see `secret::scrub_own_env`.
-    let removed = nightshift::secret::scrub_own_env(LEDGER_VARS);
+    // The config's `secrets` go too; their values stay in `removed`.
+    let args: Vec<String> = std::env::args().collect();
+    let secret_names = nightshift::config::secret_names_hint(&args);
+    let extra: Vec<&str> = LEDGER_VARS.iter().copied().chain(secret_names.iter().map(String::as_str)).collect();
+    let removed = nightshift::secret::scrub_own_env(&extra);
     // The ledger URL stays in memory only: no child inherits it.
     nightshift::ledger::keep_removed_vars(removed.iter().filter(|(n, _)| LEDGER_VARS.contains(&n.as_str())).map(|(n, v)| (n.clone(), v.expose().to_string())).collect());
     let _ = nightshift::process::become_subreaper();

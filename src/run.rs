@@ -1060,7 +1060,7 @@ async fn call_agent(
             Err(e) => return Ok(stop("error", night.redact(&e.to_string()), totals)),
         };
         rec::record_agent_call(pool, item_id, Some(round_id), role.as_str(), &agent_cfg.kind.to_string(), &report).await?;
-        totals.tokens += report.usage.total_tokens();
+        totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
         if let Some(cost) = report.usage.cost_usd {
             totals.cost += cost;
             totals.cost_known = true;

@@ -486,7 +486,8 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     leaks("the gate's environment", &read(&f.agents.join("gate-env.txt")));
     let parent = read(&f.agents.join("parent-env.txt"));
     assert!(parent.contains("NIGHTSHIFT_DATA_DIR="), "the writer read nightshift's environ: {parent}");
-    for x in [token, gh_token, f.db.url.as_str()] {
+    // The config's `secrets` too: wiped at start-up, before any thread.
+    for x in [token, gh_token, api_key, f.db.url.as_str()] {
         assert!(!parent.contains(x), "{x} is in /proc/<nightshift>/environ");
     }
     // Not in the ledger: every table, every row.

@@ -94,7 +94,7 @@ pub struct Usage {
 impl Usage {
     /// Input plus output tokens (0 where unknown).
     pub fn total_tokens(&self) -> u64 {
-        self.tokens_in.unwrap_or(0) + self.tokens_out.unwrap_or(0)
+        self.tokens_in.unwrap_or(0).saturating_add(self.tokens_out.unwrap_or(0))
     }
 }
 
@@ -683,5 +683,16 @@ mod tests {
         assert_eq!(b.question.as_deref(), Some("should X be Y?"));
         assert_eq!(b.files, vec!["src/a.rs"]);
         assert_eq!(parse_blocks("no blocks here"), Blocks::default());
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    /// An agent's report of absurd counts saturates instead of overflowing
+    /// (a panic in debug builds, a wrap past the token cap in release).
+    #[test]
+    fn huge_usage_reports_saturate() {
+        let u = super::Usage { tokens_in: Some(u64::MAX), tokens_out: Some(u64::MAX), cost_usd: Some(1e308) };
+        assert_eq!(u.total_tokens(), u64::MAX);
     }
 }

@@ -136,7 +136,10 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     let mut agent_env = process::child_env(std::env::vars(), &remove);
     let mut gate_env = agent_env.clone();
     for v in &config.gate_env {
-        if let Ok(val) = std::env::var(v) {
+        // A variable also listed in `secrets` was wiped from our environment
+        // at start-up (main); its value is kept in `startup.removed`.
+        let kept = || startup.removed.iter().find(|(n, _)| n == v && config.secrets.contains(v)).map(|(_, s)| s.expose().to_string());
+        if let Some(val) = std::env::var(v).ok().or_else(kept) {
             gate_env.insert(v.clone(), val);
         }
     }
