@@ -716,8 +716,8 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         let message = format!("nightshift: {}\n\nContract sha256 {}\nRun {}\n", c.title, entry.contract_sha, run_id);
         if night.config.tick_in_pr {
             // `tick_in_pr = true` (SPEC §3): the item PR carries its own tick.
-            if let Err(e) = tick_own_box(&slot.path, &night.config.backlog, key) {
-                return Ok(fail("error", format!("tick_in_pr: {e}"), n, &totals));
+            if let Err((outcome, e)) = tick_own_box(&slot.path, &night.config.backlog, key) {
+                return Ok(fail(outcome, format!("tick_in_pr: {e}"), n, &totals));
             }
         }
         // GitHub refuses any file of 100 MiB or more: fail here, with the
@@ -1143,20 +1143,36 @@ impl Night {
 /// `[x]`; the PR number is not known before the PR exists, so no note). A
 /// backlog not on the base branch, or an item not open there (edited on the
 /// base since), is left alone: the work is not lost for want of a tick.
-fn tick_own_box(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), String> {
+fn tick_own_box(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), (&'static str, String)> {
     let file = checkout.join(backlog_rel);
+    // The writer may have swapped the backlog (or a directory on its path)
+    // for a symbolic link: writing through it would edit a file outside the
+    // checkout, with nightshift's rights.
+    let mut at = checkout.to_path_buf();
+    for part in Path::new(backlog_rel).components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(("rule_broken", format!("{} is a symbolic link in the checkout; nightshift does not tick the backlog through it", at.strip_prefix(checkout).unwrap_or(&at).display())));
+            }
+            Ok(m) if at == file && !m.is_file() => {
+                return Err(("rule_broken", format!("{backlog_rel} is not a regular file in the checkout")));
+            }
+            _ => {}
+        }
+    }
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             tracing::warn!(backlog = backlog_rel, "tick_in_pr: the backlog is not on the base branch; nothing to tick");
             return Ok(());
         }
-        Err(e) => return Err(format!("{}: {e}", file.display())),
+        Err(e) => return Err(("error", format!("{}: {e}", file.display()))),
     };
     let bl = crate::backlog::parse(Path::new(backlog_rel), &text);
     let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else { return Ok(()) };
-    let new = crate::backlog::tick(&text, item, "").map_err(|e| e.to_string())?;
-    std::fs::write(&file, new).map_err(|e| format!("{}: {e}", file.display()))
+    let new = crate::backlog::tick(&text, item, "").map_err(|e| ("error", e.to_string()))?;
+    std::fs::write(&file, new).map_err(|e| ("error", format!("{}: {e}", file.display())))
 }
 
 /// The runner is the committer of every item commit (SPEC §5.6).

@@ -436,6 +436,32 @@ async fn tick_in_pr_ticks_the_box_in_the_item_pr() {
     assert_eq!(format!("{}\n", git(&f.remote, &["show", &format!("{b}:NEXT.md")])), ADJACENT.replace("- [ ] Add mul\n", "- [x] Add mul\n"));
 }
 
+/// A writer that swaps the backlog for a symbolic link to a file outside
+/// the checkout (here: the user's own NEXT.md) does not get nightshift to
+/// tick through it: the item is `rule_broken`, nothing pushed, the target
+/// untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn tick_in_pr_never_writes_through_a_planted_symlink() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, ADJACENT);
+    publish_backlog(&f);
+    let target = f.repo.join("NEXT.md");
+    let w = f.agent("swap.sh", &format!("#!/bin/sh\necho mul >> calc.txt\nrm NEXT.md\nln -s {} NEXT.md\n", target.display()));
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "tick_in_pr = true\n");
+    let before = std::fs::read(&target).unwrap();
+    let sha = f.plan_sha();
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    let out = f.run(&["run", "2", "--approve", &sha, "--deadline", "23:59"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("symbolic link"), "{rep:#}");
+    assert_eq!(std::fs::read(&target).unwrap(), before, "the user's NEXT.md was written through the link");
+    assert!(f.remote_branches().is_empty());
+    assert!(gh.prs().is_empty());
+}
+
 /// The names of the checks `doctor` printed as failed.
 fn failed_checks(out: &std::process::Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("FAIL ")).map(|l| l.chars().take(9).collect::<String>().trim().to_string()).collect()
