@@ -691,6 +691,13 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         // Green gate and approve: commit, push, PR.
         rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None).await?;
         rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
+        let diff = tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree)).unwrap_or_default();
+        // A secret's value in the change would be pushed in clear (the PR
+        // body only masks it): never push it.
+        if let Some(at) = night.secrets.iter().filter(|v| v.len() >= 8).find_map(|v| diff.lines().find(|l| l.starts_with('+') && l.contains(v.as_str())).map(|l| l.to_string())) {
+            let file = diff.lines().take_while(|l| *l != at).filter_map(|l| l.strip_prefix("+++ b/")).last().unwrap_or("a file").to_string();
+            return Ok(fail("rule_broken", format!("the change writes the value of a secret (the GitHub token, the ledger URL or one of `secrets`) into {file}; nothing was pushed"), n, &totals));
+        }
         let evidence = Evidence {
             contract: c.clone(),
             contract_sha: entry.contract_sha.clone(),
@@ -705,7 +712,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             tokens: totals.tokens,
             cost_usd: totals.cost_known.then_some(totals.cost),
             findings: findings_all.clone(),
-            diff: tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree)).unwrap_or_default(),
+            diff,
             writer_note: agent::strip_blocks(&writer.text),
             reviewer_note: review::prose(&reviewer.text),
             agent_notes: writer.notes.iter().map(|n| format!("writer: {n}")).chain(reviewer.notes.iter().map(|n| format!("reviewer: {n}"))).collect(),

@@ -610,3 +610,29 @@ async fn the_pr_body_shows_why_an_earlier_round_failed_its_gate() {
     let line = body.lines().find(|l| l.starts_with("1. tests_failed")).unwrap_or_else(|| panic!("{body}"));
     assert!(line.contains("`sh test.sh` exit 1") && line.contains("unknown word: bogus"), "{line}");
 }
+
+/// A writer that writes a secret's value into the change (here the GitHub
+/// token it was never given, copied from a file, and a `secrets` value)
+/// gets nothing pushed: the branch would carry it in clear.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_that_contains_a_secret_is_never_pushed() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    let token = "ghp_pushcheck_token_0123456789";
+    f.token = Some(token.into());
+    let leak = f.agents.join("leak.txt");
+    std::fs::write(&leak, format!("{token}\n")).unwrap();
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\necho sub >> calc.txt\nprintf 'key=%s\\n' \"$(cat {})\" > settings.env\n", leak.display()));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("settings.env"), "{rep:#}");
+    assert!(f.remote_branches().is_empty(), "nothing pushed");
+    assert!(gh.prs().is_empty());
+    assert!(!text(&out).contains(token));
+}
