@@ -788,7 +788,10 @@ async fn until_signal<T>(night: &Night, f: impl FnOnce(std::sync::Arc<std::sync:
 async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, body: &str) -> Result<ItemEnd, Error> {
     let pool = &night.pool;
     let key = &entry.item.key;
-    let title = format!("nightshift: {}", entry.item.title);
+    // GitHub refuses titles over 256 characters (422 "title is too long"),
+    // which would fail this PR on every run.
+    let full = format!("nightshift: {}", entry.item.title);
+    let title = if full.chars().count() > 256 { format!("{}…", full.chars().take(255).collect::<String>()) } else { full };
     let Some(forge) = &night.forge else {
         let why = night.forge_missing.clone().unwrap_or_else(|| "no GitHub access".into());
         return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(why), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });

@@ -636,3 +636,27 @@ async fn a_change_that_contains_a_secret_is_never_pushed() {
     assert!(gh.prs().is_empty());
     assert!(!text(&out).contains(token));
 }
+
+/// An item whose title is longer than GitHub allows for a PR title (256
+/// characters) still gets its PR, under a shortened title; a long finding
+/// still becomes an issue.
+#[tokio::test(flavor = "multi_thread")]
+async fn long_titles_are_shortened_to_what_github_takes() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_longtitle_token_0123456789".into());
+    let long = format!("Add sub {}", "and explain it ".repeat(30));
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\necho sub >> calc.txt\nprintf 'done\\n\\nFINDINGS:\\n- {}\\n\\n'\n", "x".repeat(400)));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", &format!("- [ ] {}\n", long.trim()));
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    assert_eq!(outcomes(&f.report()), ["pr_opened"]);
+    let prs = gh.prs();
+    let title = prs[0]["title"].as_str().unwrap();
+    assert_eq!(title.chars().count(), 256, "{title}");
+    assert!(title.starts_with("nightshift: Add sub and explain it") && title.ends_with('…'), "{title}");
+    assert_eq!(gh.issues().len(), 1, "the long finding became an issue");
+}

@@ -280,6 +280,10 @@ impl Responder {
             }
             ("POST", "/pulls") => {
                 let head = body["head"].as_str().unwrap_or("").to_string();
+                // GitHub's own limit on titles (PRs and issues alike).
+                if body["title"].as_str().is_some_and(|t| t.chars().count() > 256) {
+                    return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "field": "title", "message": "title is too long (maximum is 256 characters)"}]}));
+                }
                 // GitHub's duplicate check is per `owner:branch`: a fork's
                 // branch of the same name does not count.
                 if st.prs.iter().any(|p| p["head"]["label"] == format!("owner:{head}").as_str() && p["state"] == "open") {
@@ -301,6 +305,9 @@ impl Responder {
                 paged(req, &self.base, list, st.page_cap)
             }
             ("POST", "/issues") => {
+                if body["title"].as_str().is_some_and(|t| t.chars().count() > 256) {
+                    return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "Issue", "code": "custom", "field": "title", "message": "title is too long (maximum is 256 characters)"}]}));
+                }
                 st.next_number += 1;
                 let n = st.next_number;
                 let labels: Vec<Value> = body["labels"].as_array().cloned().unwrap_or_default().into_iter().map(|l| json!({"name": l})).collect();
