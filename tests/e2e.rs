@@ -491,3 +491,29 @@ async fn a_failing_reviewer_approval_is_not_trusted() {
     assert!(rep["items"][0]["reason"].as_str().unwrap().contains("the reviewer failed"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
 }
+
+/// A remote that cannot be fetched fails the item's checkout, and that is
+/// not the item's failure: it does not count towards `max_attempts`, so
+/// the item runs again once the remote is back.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_remote_does_not_use_up_max_attempts() {
+    let (f, gh) = world().await;
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "[limits]\nmax_attempts = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let url = git(&f.repo, &["remote", "get-url", "origin"]);
+    git(&f.repo, &["remote", "set-url", "origin", "/nonexistent/remote.git"]);
+    for _ in 0..2 {
+        let out = f.approve_and_drain(&[]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let rep = f.report();
+        assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
+        assert!(rep["items"][0]["reason"].as_str().unwrap().starts_with("checkout failed:"), "{rep:#}");
+    }
+    git(&f.repo, &["remote", "set-url", "origin", &url]);
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "the remote is back");
+    assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
+    assert_eq!(gh.prs().len(), 1);
+}

@@ -689,10 +689,11 @@ pub async fn set_pr_state(pool: &PgPool, repo: &str, key: &str, branch: &str, st
 pub async fn failed_attempts(pool: &PgPool, repo: &str, key: &str, contract_sha: &str) -> Result<i64> {
     // Counted per contract: editing the item (or the policy) seals a new
     // contract, which is a person's answer to the failures, so it starts over.
+    // A remote that could not be fetched or pushed is not the item's fault.
     sqlx::query_scalar(
         "SELECT count(DISTINCT i.run_id) FROM run_items i JOIN runs r ON r.id = i.run_id WHERE r.repo = $1 AND i.item_key = $2 AND i.contract_sha = $4 \
-         AND i.outcome IN ('tests_failed','review_rejected','review_void','rule_broken','no_progress','budget_exceeded','timed_out','push_failed','error') \
-         AND NOT starts_with(coalesce(i.reason, ''), $3)",
+         AND i.outcome IN ('tests_failed','review_rejected','review_void','rule_broken','no_progress','budget_exceeded','timed_out','error') \
+         AND NOT starts_with(coalesce(i.reason, ''), $3) AND NOT starts_with(coalesce(i.reason, ''), 'checkout failed:')",
     )
     .bind(repo)
     .bind(key)
