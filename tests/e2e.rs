@@ -517,3 +517,20 @@ async fn an_unreachable_remote_does_not_use_up_max_attempts() {
     assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
     assert_eq!(gh.prs().len(), 1);
 }
+
+/// An agent given by a path relative to the repository (`tools/writer.sh`)
+/// is that file, although agents run in a checkout elsewhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn agents_given_by_a_relative_path_are_the_repositorys_files() {
+    let (f, gh) = world().await;
+    let tools = f.repo.join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::copy(f.agents.join("writer.sh"), tools.join("writer.sh")).unwrap();
+    std::fs::copy(f.agents.join("reviewer.sh"), tools.join("reviewer.sh")).unwrap();
+    f.config_with("tools/writer.sh", "./tools/reviewer.sh", "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
+    assert_eq!(gh.prs().len(), 1);
+}

@@ -287,7 +287,19 @@ pub fn load_config(cli: &Cli, repo: &Path) -> Result<Loaded> {
     if cli.config.is_some() && !path.exists() {
         return Err(Error::usage(format!("{}: config file not found (given with --config)", path.display())));
     }
-    Ok(config::load(&path)?)
+    let mut loaded = config::load(&path)?;
+    // An agent given by a relative path (`./tools/writer.sh`) means the
+    // repository's file; agents run in the checkout, where that relative
+    // path would point elsewhere (or nowhere).
+    for a in [&mut loaded.config.writer, &mut loaded.config.reviewer] {
+        if let Some(exe) = a.command.first_mut()
+            && exe.contains('/')
+            && Path::new(exe.as_str()).is_relative()
+        {
+            *exe = repo.join(exe.as_str()).display().to_string();
+        }
+    }
+    Ok(loaded)
 }
 
 /// The repository's identity in the ledger and for the drain lock: the URL
