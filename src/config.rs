@@ -173,7 +173,9 @@ impl fmt::Display for AgentKind {
 pub struct AgentConfig {
     /// Adapter.
     pub kind: AgentKind,
-    /// argv: the executable and any extra arguments.
+    /// argv: the executable and any extra arguments. Left out, it is the
+    /// kind's own CLI (`claude`, `codex`); a `command` agent must name one.
+    #[serde(default)]
     pub command: Vec<String>,
     /// Extra permission flags for a claude writer (default lets an
     /// unattended writer edit files and run commands: `--permission-mode
@@ -257,6 +259,17 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         };
         ConfigError::Invalid { path: path.to_path_buf(), line, key, message }
     })?;
+    let mut config = config;
+    for a in [&mut config.writer, &mut config.reviewer] {
+        if a.command.is_empty() {
+            match a.kind {
+                AgentKind::Claude => a.command = vec!["claude".into()],
+                AgentKind::Codex => a.command = vec!["codex".into()],
+                // Left empty: `validate` says what to write.
+                AgentKind::Command => {}
+            }
+        }
+    }
     validate(path, text, &config)?;
     Ok(config)
 }
@@ -286,7 +299,8 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
     }
     for (name, a) in [("writer", &c.writer), ("reviewer", &c.reviewer)] {
         if a.command.is_empty() || a.command[0].trim().is_empty() {
-            return Err(bad("command", format!("[{name}] command must name an executable, e.g. [\"{}\"]", a.kind)));
+            let example = if a.kind == AgentKind::Command { "./scripts/agent.sh".to_string() } else { a.kind.to_string() };
+            return Err(bad("command", format!("[{name}] command must name an executable, e.g. command = [\"{example}\"]")));
         }
         if a.kind == AgentKind::Codex
             && let Some(arg) = crate::agent::codex::conflicting_argument(&a.command)
@@ -615,6 +629,15 @@ mod tests {
         let (_, _, message) = err("[limits]\nlimit_buffer = \"400d\"\n");
         assert!(message.contains("longer than a year"), "{message}");
         assert!(parse_duration("366d").is_ok());
+    }
+
+    #[test]
+    fn a_left_out_command_is_the_kinds_own_cli_and_a_command_agent_must_name_one() {
+        let c = parse(Path::new("t"), "[writer]\nkind = \"codex\"\n[reviewer]\nkind = \"claude\"\n").unwrap();
+        assert_eq!(c.writer.command, ["codex"]);
+        assert_eq!(c.reviewer.command, ["claude"]);
+        let (line, _, message) = err("[writer]\nkind = \"command\"\n");
+        assert!(line >= 1 && message.contains("[writer] command must name an executable"), "{message}");
     }
 
     #[test]
