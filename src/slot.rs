@@ -112,6 +112,43 @@ pub fn slot_path(data_dir: &Path, user_repo: &Path, index: usize) -> PathBuf {
         .join(format!("slot-{index}"))
 }
 
+/// An exclusive hold on a repository's slots: a `flock` on `slots.lock`
+/// beside them, released when dropped (or when the process dies). The
+/// ledger's advisory lock already keeps two drains of one repository apart,
+/// but only within one database; two drains with different databases (a
+/// shell with a URL, a cron job on the embedded cluster) would share these
+/// checkouts and kill each other's agents.
+#[derive(Debug)]
+pub struct SlotsLock {
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Takes [`SlotsLock`] for `user_repo`'s slots under `data_dir`, writing
+/// this process id into the file. `Ok(Err(pid))` when another process holds
+/// it (its pid as that process wrote it, or 0 when unreadable).
+///
+/// # Errors
+/// The lock file cannot be created or opened.
+pub fn lock_slots(data_dir: &Path, user_repo: &Path) -> std::io::Result<Result<SlotsLock, u32>> {
+    use std::io::Write;
+    let dir = slot_path(data_dir, user_repo, 0).parent().map(Path::to_path_buf).unwrap_or_else(|| data_dir.join("slots"));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("slots.lock");
+    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0)?;
+            write!(lock, "{}", std::process::id())?;
+            Ok(Ok(SlotsLock { _lock: lock }))
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            let pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+            Ok(Err(pid))
+        }
+        Err((_, e)) => Err(std::io::Error::from(e)),
+    }
+}
+
 /// The item's branch: `nightshift/<slug>-<key8>` (SPEC §5.1).
 ///
 /// The slug keeps the lowercased ASCII letters and digits of `title`; every

@@ -514,6 +514,25 @@ fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
     assert!(t.contains(&format!("pid {}", first.pid())) && t.contains(&host) && t.contains("since "), "names the holder (host, pid, start): {t}");
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1", "the refused drain made no run");
 
+    // A drain of the same repository on another database (its own advisory
+    // lock) is refused too: the checkouts are shared and locked by a file.
+    let other = common::Db::create();
+    let mut c = f.cmd();
+    c.env("NIGHTSHIFT_DATABASE_URL", &other.url);
+    let sha = {
+        let out = c.args(["plan", "--json"]).output().unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["plan_sha"].as_str().unwrap().to_string()
+    };
+    let mut c = f.cmd();
+    c.env("NIGHTSHIFT_DATABASE_URL", &other.url);
+    assert_ok(&c.args(["approve", &sha]).output().unwrap(), "approve on the other database");
+    let mut c = f.cmd();
+    c.env("NIGHTSHIFT_DATABASE_URL", &other.url);
+    let third = c.args(["drain", "--deadline", "23:59"]).output().unwrap();
+    assert_eq!(third.status.code(), Some(3), "{}", text(&third));
+    assert!(text(&third).contains(&format!("pid {}", first.pid())) && text(&third).contains("using the checkouts"), "{}", text(&third));
+    assert!(ready.exists() && !process_gone(read_pid(&ready)), "the first drain's writer was not killed");
+
     first.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(first.wait(Duration::from_secs(10)).code(), Some(1));
 }

@@ -68,6 +68,18 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             return Err(Error::refused(format!("another nightshift run holds the lock of {} ({who}); wait for it to finish or stop it", snap.repo.display())));
         }
     };
+    // The checkouts too, whatever database another drain uses.
+    let _slots = match crate::slot::lock_slots(&crate::cli::data_dir(), &snap.repo) {
+        Ok(Ok(l)) => l,
+        Ok(Err(pid)) => {
+            return Err(Error::refused(format!(
+                "another nightshift run (pid {pid}) is using the checkouts of {} under {}, perhaps with another database; wait for it to finish or stop it",
+                snap.repo.display(),
+                crate::cli::data_dir().display()
+            )));
+        }
+        Err(e) => return Err(Error::failure(format!("cannot lock the checkouts under {}: {e}", crate::cli::data_dir().display()))),
+    };
     let crashed = rec::mark_dead_runs_crashed(&pool, &id).await?;
     for r in &crashed {
         eprintln!("note: run {} (pid {}) ended without finishing; marked crashed", r.id, r.pid.unwrap_or(0));
