@@ -380,7 +380,13 @@ pub fn line_of(text: &str, at: usize) -> usize {
     text.as_bytes()[..at.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
 }
 
+/// The key serde names in `message`: only in the messages that quote a
+/// key (`unknown field`, `missing field`, `duplicate field`); in "invalid
+/// type: integer `5`" the quoted text is the value.
 fn key_in_message(message: &str) -> Option<String> {
+    if !["unknown field", "missing field", "duplicate field"].iter().any(|p| message.starts_with(p)) {
+        return None;
+    }
     let start = message.find('`')? + 1;
     let end = start + message[start..].find('`')?;
     Some(message[start..end].to_string())
@@ -638,6 +644,16 @@ mod tests {
         assert_eq!(c.reviewer.command, ["claude"]);
         let (line, _, message) = err("[writer]\nkind = \"command\"\n");
         assert!(line >= 1 && message.contains("[writer] command must name an executable"), "{message}");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_key() {
+        let (line, key, message) = err("base = \"main\"\nbacklog = 5\n");
+        assert_eq!((line, key.as_deref()), (2, Some("backlog")));
+        assert!(message.starts_with("`backlog`: invalid type"), "{message}");
+        let (_, key, message) = err("[limits]\nrounds = -1\n");
+        assert_eq!(key.as_deref(), Some("rounds"), "{message}");
+        assert!(message.starts_with("`rounds`:"), "{message}");
     }
 
     #[test]
