@@ -112,6 +112,19 @@ pub fn public_signatures_changed(diff: &str) -> Vec<String> {
     out
 }
 
+/// Files of `changed` that decide what the gate proves: a file named in a
+/// gate or setup command (`sh test.sh`, `./scripts/check`), `.gitignore`
+/// files (which hide files from the commit that the gate still saw), and CI
+/// or test configuration by name. In `changed` order.
+pub fn gate_files_changed(verify: &[String], setup: &[String], changed: &[crate::proof::FileChange]) -> Vec<String> {
+    let words: Vec<String> = verify.iter().chain(setup).flat_map(|c| c.split(|ch: char| ch.is_whitespace() || ";&|()<>'\"`".contains(ch)).map(|w| w.trim_start_matches("./").to_string()).collect::<Vec<_>>()).filter(|w| !w.is_empty()).collect();
+    let by_name = |p: &str| {
+        let name = p.rsplit('/').next().unwrap_or(p);
+        name == ".gitignore" || matches!(name, "Makefile" | "justfile" | "pytest.ini" | "tox.ini" | "jest.config.js" | "vitest.config.ts") || p == ".cargo/config.toml" || p.starts_with(".github/workflows/")
+    };
+    changed.iter().map(|f| f.path.as_str()).filter(|p| by_name(p) || words.iter().any(|w| w == p)).map(String::from).collect()
+}
+
 /// An earlier PR of the same night that changes some of the same files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Overlap {
@@ -300,6 +313,11 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     if e.cost_usd.is_none() {
         let _ = writeln!(s, "- The agent reported no cost: the cost cap was not enforced.");
+    }
+    let gate_files = gate_files_changed(&c.verify, &c.setup, &e.changed);
+    if !gate_files.is_empty() {
+        let shown: Vec<String> = gate_files.iter().map(|f| format!("`{}`", f.replace('`', "ʼ"))).collect();
+        let _ = writeln!(s, "- The change edits what the gate runs or sees ({}): the green gate above ran the writer's version of it.", shown.join(", "));
     }
     for n in e.agent_notes.iter().take(10) {
         let (role, note) = n.split_once(": ").unwrap_or(("agent", n));
@@ -649,5 +667,24 @@ mod signature_tests {
             ["pub fn divide(a: i64, b: i64) -> i64 {", "export function load(id: string): Item {", "def add(a, b):", "func (c *Calc) Add(a int) int {"]
         );
         assert!(public_signatures_changed("+pub fn new() {}\n").is_empty(), "an addition breaks no caller");
+    }
+}
+
+#[cfg(test)]
+mod gate_file_tests {
+    use super::gate_files_changed;
+    use crate::proof::{ChangeStatus, FileChange};
+
+    fn changed(paths: &[&str]) -> Vec<FileChange> {
+        paths.iter().map(|p| FileChange { path: p.to_string(), old_path: None, status: ChangeStatus::Modified, added: 1, removed: 0, binary: false }).collect()
+    }
+
+    #[test]
+    fn files_the_gate_runs_or_hides_are_named() {
+        let verify = vec!["sh test.sh".to_string(), "./scripts/check --all && cargo test".to_string()];
+        let setup = vec!["make deps".to_string()];
+        let got = gate_files_changed(&verify, &setup, &changed(&["src/lib.rs", "test.sh", "scripts/check", ".gitignore", "docs/.gitignore", "Makefile", "README.md"]));
+        assert_eq!(got, ["test.sh", "scripts/check", ".gitignore", "docs/.gitignore", "Makefile"]);
+        assert!(gate_files_changed(&verify, &setup, &changed(&["src/lib.rs"])).is_empty());
     }
 }
