@@ -555,6 +555,11 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         rec::set_phase(pool, run_id, "proof", Some(key), Some(n)).await?;
         let proof = match tokio::task::block_in_place(|| Proof::collect(&slot.path, &before, &writer.claimed_files, &c.scope)) {
             Ok(p) => p,
+            // No .git left to read: the writer removed or replaced it.
+            Err(_) if !slot.path.join(".git").join("HEAD").is_file() => {
+                rec::finish_round(pool, round_id, "rule_broken", None, None, Some("the writer removed the checkout's .git")).await?;
+                return Ok(fail("rule_broken", "the writer removed or replaced the checkout's .git directory".into(), n, &totals));
+            }
             Err(e) => return Ok(fail("error", format!("cannot read the proof of work from git: {e}"), n, &totals)),
         };
         rec::record_proof(pool, round_id, &proof).await?;

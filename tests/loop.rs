@@ -660,3 +660,21 @@ async fn long_titles_are_shortened_to_what_github_takes() {
     assert!(title.starts_with("nightshift: Add sub and explain it") && title.ends_with('…'), "{title}");
     assert_eq!(gh.issues().len(), 1, "the long finding became an issue");
 }
+
+/// A writer that deletes the checkout's `.git` breaks a rule (not a git
+/// error); one that exits 1 without a word is said to have printed nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_that_deletes_git_or_says_nothing_is_named_plainly() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{TITLE}case \"$title\" in\n  *git*) echo sub >> calc.txt; rm -rf .git ;;\n  *) exit 1 ;;\nesac\n"));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Remove git\n- [ ] Say nothing\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["rule_broken", "error"], "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("removed or replaced the checkout's .git"), "{rep:#}");
+    assert!(rep["items"][1]["reason"].as_str().unwrap().contains("exited with code 1 and printed nothing"), "{rep:#}");
+    assert!(f.remote_branches().is_empty());
+}

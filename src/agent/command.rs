@@ -78,7 +78,10 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     } else if outcome.cancelled {
         Some("interrupted".to_string())
     } else if outcome.exit_code != Some(0) {
-        Some(format!("exited with {}: {}", exit_text(&outcome), last_line(&outcome.stderr_tail).unwrap_or_else(|| last_line(&text).unwrap_or_default())))
+        Some(match last_line(&outcome.stderr_tail).or_else(|| last_line(&text)) {
+            Some(said) if !said.trim().is_empty() => format!("exited with {}: {said}", exit_text(&outcome)),
+            _ => format!("exited with {} and printed nothing", exit_text(&outcome)),
+        })
     } else {
         None
     };
