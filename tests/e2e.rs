@@ -281,6 +281,13 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("TODO.md"), "{}", text(&out));
+    // A backlog that is a FIFO (or a directory) is refused, not read
+    // forever.
+    f.config_with(&w, &r, "backlog = \"PIPE.md\"\n");
+    nix::unistd::mkfifo(&f.repo.join("PIPE.md"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("PIPE.md: not a regular file"), "{}", text(&out));
     // Malformed detail lines: every problem with file:line, no card.
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] One\n  - accept:\n- [ ] Two\n  - rounds: x\n- [ ] Three\n  - rounds: 99\n");

@@ -29,6 +29,13 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     let loaded = load_config(cli, &repo)?;
     check_runnable(&loaded)?;
     let path = repo.join(&loaded.config.backlog);
+    // A FIFO or a device would block the read (or never end): only a
+    // regular file (or a link to one) is a backlog.
+    if let Ok(m) = std::fs::metadata(&path)
+        && !m.is_file()
+    {
+        return Err(Error::usage(format!("{}: not a regular file; the backlog must be a markdown file (or set `backlog` in {})", path.display(), loaded.path.display())));
+    }
     let text = match std::fs::read(&path) {
         Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b).map_err(|e| Error::usage(e.to_string()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
