@@ -678,3 +678,29 @@ async fn a_writer_that_deletes_git_or_says_nothing_is_named_plainly() {
     assert!(rep["items"][1]["reason"].as_str().unwrap().contains("exited with code 1 and printed nothing"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
 }
+
+/// `gate_env` gives a gate the project's own DATABASE_URL when the ledger
+/// uses NIGHTSHIFT_DATABASE_URL (the project's tests need their database),
+/// and never the token: that is said, not silently dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_env_passes_the_projects_database_url_but_never_the_token() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_gateenv_token_0123456789".into());
+    f.extra_env.push(("DATABASE_URL".into(), "postgres://app@db.invalid/app_test".into()));
+    let ev = f.agents.display().to_string();
+    let gate = f.agent("gate.sh", &format!("#!/bin/sh\nenv > {ev}/gate-env.txt\nsh test.sh\n"));
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\necho sub >> calc.txt\n"));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config(&format!("verify = [\"{gate}\"]\ngate_env = [\"DATABASE_URL\", \"GITHUB_TOKEN\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    assert!(text(&out).contains("gate_env lists GITHUB_TOKEN, which nightshift never passes"), "{}", text(&out));
+    let gate_env = read(&f.agents.join("gate-env.txt"));
+    assert!(gate_env.lines().any(|l| l == "DATABASE_URL=postgres://app@db.invalid/app_test"), "{gate_env}");
+    assert!(!gate_env.contains("ghp_gateenv_token") && !gate_env.contains(&f.db.url), "{gate_env}");
+    let writer_env = read(&f.agents.join("writer-env.txt"));
+    assert!(!writer_env.contains("DATABASE_URL="), "agents get no database URL: {writer_env}");
+}

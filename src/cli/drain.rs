@@ -148,6 +148,22 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     let mut agent_env = process::child_env(std::env::vars(), &remove);
     let mut gate_env = agent_env.clone();
     for v in &config.gate_env {
+        // Never passed on, whatever the config says: say so rather than
+        // leave a gate wondering why the variable is empty.
+        let ledger_var = source.env_var() == Some(v.as_str());
+        if crate::secret::token_vars().contains(&v.as_str()) || ledger_var || v == "NIGHTSHIFT_DATABASE_URL" {
+            eprintln!("warning: gate_env lists {v}, which nightshift never passes to gates (it holds the GitHub token or the ledger's URL); give the gate its own variable");
+            continue;
+        }
+        // DATABASE_URL when the ledger is elsewhere is the project's own
+        // (its tests' database): wiped from our environment at start-up
+        // like every possible ledger variable, but the gate may have it.
+        if v == "DATABASE_URL"
+            && let Some((_, val)) = startup.removed.iter().find(|(n, _)| n == v)
+        {
+            gate_env.insert(v.clone(), val.expose().to_string());
+            continue;
+        }
         // A variable also listed in `secrets` was wiped from our environment
         // at start-up (main); its value is kept in `startup.removed`.
         let kept = || startup.removed.iter().find(|(n, _)| n == v && config.secrets.contains(v)).map(|(_, s)| s.expose().to_string());
