@@ -462,6 +462,23 @@ async fn tick_in_pr_never_writes_through_a_planted_symlink() {
     assert!(gh.prs().is_empty());
 }
 
+/// Warnings logged while stderr is a pipe (cron mail, a log file) carry no
+/// colour escapes.
+#[tokio::test(flavor = "multi_thread")]
+async fn logged_warnings_have_no_colour_codes_in_a_pipe() {
+    let gh = FakeGitHub::start().await;
+    // tick_in_pr with the backlog not on the base branch: a logged warning.
+    let f = world(&gh, "- [ ] Add sub\n");
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "tick_in_pr = true\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tick_in_pr"), "the warning was logged: {err}");
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+}
+
 /// The names of the checks `doctor` printed as failed.
 fn failed_checks(out: &std::process::Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("FAIL ")).map(|l| l.chars().take(9).collect::<String>().trim().to_string()).collect()

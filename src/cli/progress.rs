@@ -57,7 +57,10 @@ pub fn init_tracing(verbose: u8, quiet: bool, run_log: Option<std::fs::File>) {
         _ => "debug",
     };
     let stderr_filter = EnvFilter::try_from_env("NIGHTSHIFT_LOG").unwrap_or_else(|_| EnvFilter::new(format!("nightshift={level}")));
-    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false).with_filter(stderr_filter);
+    // Colour only on a terminal (and not with NO_COLOR): escape codes in a
+    // cron mail or a log file are noise.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi).with_target(false).with_filter(stderr_filter);
     let file = run_log.map(|f| {
         let file_level = if verbose >= 2 { "debug" } else { "info" };
         tracing_subscriber::fmt::layer().json().with_writer(std::sync::Mutex::new(f)).with_current_span(false).with_filter(EnvFilter::new(format!("nightshift={file_level}")))
