@@ -285,6 +285,15 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
     if c.limits.rounds == 0 {
         return Err(bad("rounds", "must be at least 1".into()));
     }
+    if c.limits.rounds > MAX_ROUNDS {
+        return Err(bad("rounds", format!("must be at most {MAX_ROUNDS} (more rounds of the same item rarely help; no_progress stops them anyway)")));
+    }
+    if c.limits.max_tokens < 1000 {
+        return Err(bad("max_tokens", "must be at least 1000 (a single agent call uses more)".into()));
+    }
+    if let Some(bad_name) = c.secrets.iter().find(|n| n.trim().is_empty() || n.contains('=') || ESSENTIAL_VARS.contains(&n.as_str())) {
+        return Err(bad("secrets", format!("{bad_name:?} cannot be a secret: {} agents and gates need it; list the variables that hold credentials", if bad_name.trim().is_empty() || bad_name.contains('=') { "not a variable name;".to_string() } else { format!("{bad_name} is one") })));
+    }
     if c.limits.max_attempts == 0 {
         return Err(bad("max_attempts", "must be at least 1".into()));
     }
@@ -461,6 +470,12 @@ pub fn secret_names_hint(args: &[String]) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// The most rounds a config accepts for one item.
+pub const MAX_ROUNDS: u32 = 100;
+
+/// Variables agents and gates cannot run without: never `secrets`.
+const ESSENTIAL_VARS: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "LANG", "TERM"];
 
 /// The longest duration a config accepts: 366 days, in seconds.
 pub const MAX_DURATION_SECS: u64 = 366 * 86_400;
@@ -654,6 +669,15 @@ mod tests {
         let (_, key, message) = err("[limits]\nrounds = -1\n");
         assert_eq!(key.as_deref(), Some("rounds"), "{message}");
         assert!(message.starts_with("`rounds`:"), "{message}");
+    }
+
+    #[test]
+    fn limits_and_secrets_that_cannot_work_are_refused() {
+        assert!(err("[limits]\nmax_tokens = 0\n").2.contains("at least 1000"));
+        assert!(err("[limits]\nrounds = 4294967295\n").2.contains("at most 100"));
+        assert!(err("secrets = [\"PATH\"]\n").2.contains("PATH is one"));
+        assert!(err("secrets = [\"\"]\n").2.contains("not a variable name"));
+        assert!(parse(Path::new("t"), "secrets = [\"OPENAI_API_KEY\"]\n[limits]\nrounds = 100\n").is_ok());
     }
 
     #[test]
