@@ -281,6 +281,10 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("TODO.md"), "{}", text(&out));
+    // A relative data dir is refused (it would land in the working tree).
+    let out = f.cmd().env("NIGHTSHIFT_DATA_DIR", "relative/data").args(["plan"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("relative path") && !f.repo.join("relative").exists(), "{}", text(&out));
     // A backlog that is a FIFO (or a directory) is refused, not read
     // forever.
     f.config_with(&w, &r, "backlog = \"PIPE.md\"\n");

@@ -185,6 +185,12 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
             return std::process::ExitCode::from(code);
         }
     };
+    // A relative data dir would land wherever the command runs: in the
+    // user's working tree, most often.
+    if let Some(d) = std::env::var_os("NIGHTSHIFT_DATA_DIR").filter(|d| !d.is_empty() && Path::new(d).is_relative()) {
+        eprintln!("error: NIGHTSHIFT_DATA_DIR={} is a relative path; give an absolute one (e.g. $HOME/.local/share/nightshift)", Path::new(&d).display());
+        return std::process::ExitCode::from(2);
+    }
     // A run keeps its tracing events as JSON lines, one file per run.
     let run_log = match cli.command {
         Command::Drain(_) | Command::Run { .. } => match progress::open_run_log(&progress::log_dir()) {
