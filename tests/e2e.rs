@@ -281,6 +281,14 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).contains("TODO.md"), "{}", text(&out));
+    // An agent_user that does not exist is refused at plan (as root).
+    if nix::unistd::geteuid().is_root() {
+        f.config_with(&w, &r, "agent_user = \"nightshift-no-such-account\"\n");
+        let out = f.run(&["plan"]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains("useradd -m nightshift-no-such-account"), "{}", text(&out));
+        f.config_with(&w, &r, "");
+    }
     // A relative data dir is refused (it would land in the working tree).
     let out = f.cmd().env("NIGHTSHIFT_DATA_DIR", "relative/data").args(["plan"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

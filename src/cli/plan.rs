@@ -66,6 +66,13 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
             loaded.path.display()
         )));
     }
+    // Caught now rather than when the drain starts, after bedtime.
+    if let Some(u) = &c.agent_user
+        && root
+        && !matches!(nix::unistd::User::from_name(u), Ok(Some(_)))
+    {
+        return Err(Error::usage(format!("{}: agent_user {u:?} is not an account on this machine; create it (`useradd -m {u}`) or fix `agent_user`", loaded.path.display())));
+    }
     Ok(())
 }
 
