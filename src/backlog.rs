@@ -1087,6 +1087,16 @@ fn is_scope_separator(c: char) -> bool {
 /// writer is clearly quoting paths, so `scope: \`src/**\` only the parser`
 /// is prose that would turn into globs no change could satisfy.
 fn scope_globs(value: &str) -> Result<Vec<String>, String> {
+    let globs = scope_words(value)?;
+    // Scope globs match paths inside the checkout: an absolute or `..` glob
+    // matches nothing, and reads as a promise nightshift cannot keep.
+    if let Some(g) = globs.iter().find(|g| g.starts_with('/') || g.split('/').any(|part| part == "..")) {
+        return Err(format!("scope {g:?} leaves the repository — scope globs are paths inside it, e.g. `src/**`"));
+    }
+    Ok(globs)
+}
+
+fn scope_words(value: &str) -> Result<Vec<String>, String> {
     let words = |s: &str| -> Vec<String> {
         s.split(is_scope_separator)
             .filter(|g| !g.is_empty())
@@ -1691,6 +1701,9 @@ mod tests {
                 .contains("\"only the parser\"")
         );
         assert!(scope_globs("`src/**").unwrap_err().contains("unclosed"));
+        assert!(scope_globs("/etc/**").unwrap_err().contains("leaves the repository"));
+        assert!(scope_globs("src/**, ../**").unwrap_err().contains("\"../**\" leaves the repository"));
+        assert_eq!(scope_globs("src/..rs"), Ok(vec!["src/..rs".to_string()]));
     }
 
     #[test]
