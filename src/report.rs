@@ -112,6 +112,43 @@ pub fn public_signatures_changed(diff: &str) -> Vec<String> {
     out
 }
 
+/// Symbolic links the unified `diff` adds or changes whose target is
+/// absolute or climbs out of the repository: `(link path, target)`.
+pub fn links_leaving_the_repository(diff: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut path: Option<String> = None;
+    let mut is_link = false;
+    for l in diff.lines() {
+        if let Some(rest) = l.strip_prefix("diff --git a/") {
+            path = rest.split(" b/").last().map(String::from);
+            is_link = false;
+        } else if l.starts_with("new file mode 120000") || l.starts_with("new mode 120000") {
+            is_link = true;
+        } else if is_link && l.starts_with('+') && !l.starts_with("+++") {
+            let target = &l[1..];
+            let Some(p) = &path else { continue };
+            // Depth of the link's directory: that many `..` stay inside.
+            let depth = p.matches('/').count() as i64;
+            let mut level = depth;
+            let mut leaves = target.starts_with('/');
+            for part in target.split('/') {
+                match part {
+                    ".." => level -= 1,
+                    "" | "." => {}
+                    _ => level += 1,
+                }
+                if level < 0 {
+                    leaves = true;
+                }
+            }
+            if leaves {
+                out.push((p.clone(), target.to_string()));
+            }
+        }
+    }
+    out
+}
+
 /// Files of `changed` that decide what the gate proves: a file named in a
 /// gate or setup command (`sh test.sh`, `./scripts/check`), `.gitignore`
 /// files (which hide files from the commit that the gate still saw), and CI
@@ -313,6 +350,11 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     if e.cost_usd.is_none() {
         let _ = writeln!(s, "- The agent reported no cost: the cost cap was not enforced.");
+    }
+    let outward = links_leaving_the_repository(&e.diff);
+    if !outward.is_empty() {
+        let shown: Vec<String> = outward.iter().take(5).map(|(l, t)| format!("`{} → {}`", l.replace('`', "ʼ"), t.replace('`', "ʼ"))).collect();
+        let _ = writeln!(s, "- It adds symbolic links that point outside the repository ({}).", shown.join(", "));
     }
     let gate_files = gate_files_changed(&c.verify, &c.setup, &e.changed);
     if !gate_files.is_empty() {
@@ -686,5 +728,14 @@ mod gate_file_tests {
         let got = gate_files_changed(&verify, &setup, &changed(&["src/lib.rs", "test.sh", "scripts/check", ".gitignore", "docs/.gitignore", "Makefile", "README.md"]));
         assert_eq!(got, ["test.sh", "scripts/check", ".gitignore", "docs/.gitignore", "Makefile"]);
         assert!(gate_files_changed(&verify, &setup, &changed(&["src/lib.rs"])).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod link_tests {
+    #[test]
+    fn links_out_of_the_repository_are_found() {
+        let diff = "diff --git a/secrets b/secrets\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n+++ b/secrets\n@@ -0,0 +1 @@\n+/etc/shadow\n\\ No newline at end of file\ndiff --git a/docs/up b/docs/up\nnew file mode 120000\n--- /dev/null\n+++ b/docs/up\n@@ -0,0 +1 @@\n+../../outside\ndiff --git a/docs/ok b/docs/ok\nnew file mode 120000\n--- /dev/null\n+++ b/docs/ok\n@@ -0,0 +1 @@\n+../src/lib.rs\ndiff --git a/calc.txt b/calc.txt\n--- a/calc.txt\n+++ b/calc.txt\n@@ -1 +1,2 @@\n add\n+/etc/passwd\n";
+        assert_eq!(super::links_leaving_the_repository(diff), [("secrets".to_string(), "/etc/shadow".to_string()), ("docs/up".to_string(), "../../outside".to_string())]);
     }
 }
