@@ -361,6 +361,25 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// An outcome as a call that ran for a second would have it, for the
+    /// adapters' unit tests.
+    #[cfg(test)]
+    pub(crate) fn fake(exit_code: Option<i32>, signal: Option<i32>, stderr: &str) -> Outcome {
+        Outcome {
+            exit_code,
+            signal,
+            timed_out: false,
+            cancelled: false,
+            duration: Duration::from_secs(1),
+            stdout_tail: String::new(),
+            stderr_tail: stderr.to_string(),
+            stdout_path: None,
+            stderr_path: None,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+        }
+    }
+
     /// Exited by itself with code 0.
     pub fn success(&self) -> bool {
         self.exit_code == Some(0) && !self.timed_out && !self.cancelled

@@ -741,19 +741,7 @@ mod tests {
     }
 
     fn outcome(exit_code: Option<i32>, signal: Option<i32>, stderr: &str) -> crate::process::Outcome {
-        crate::process::Outcome {
-            exit_code,
-            signal,
-            timed_out: false,
-            cancelled: false,
-            duration: std::time::Duration::from_secs(1),
-            stdout_tail: String::new(),
-            stderr_tail: stderr.to_string(),
-            stdout_path: None,
-            stderr_path: None,
-            stdout_bytes: 0,
-            stderr_bytes: 0,
-        }
+        crate::process::Outcome::fake(exit_code, signal, stderr)
     }
 
     const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
