@@ -363,51 +363,6 @@ pub(crate) fn normalize_remote_url(url: &str, repo: &Path) -> String {
     shown.strip_suffix(".git").unwrap_or(&shown).to_string()
 }
 
-#[cfg(test)]
-mod identity_tests {
-    use super::normalize_remote_url;
-    use std::path::Path;
-
-    #[test]
-    fn one_repository_is_one_identity_however_its_remote_is_spelt() {
-        let here = Path::new("/nonexistent-repo");
-        for url in [
-            "https://github.com/Owner/Repo.git",
-            "https://github.com/owner/repo",
-            "https://github.com/owner/repo/",
-            "http://user:pw@github.com/owner/repo.git",
-            "git@github.com:owner/repo.git",
-            "git@GitHub.com:Owner/Repo",
-            "ssh://git@github.com/owner/repo.git",
-            "ssh://git@github.com:22/owner/repo",
-            "git://github.com/owner/repo.git",
-        ] {
-            assert_eq!(normalize_remote_url(url, here), "github.com/owner/repo", "{url}");
-        }
-        // Elsewhere the path keeps its case; the host does not.
-        assert_eq!(normalize_remote_url("git@GHE.example.com:Team/App.git", here), "ghe.example.com/Team/App");
-        assert_eq!(normalize_remote_url("https://ghe.example.com/Team/App", here), "ghe.example.com/Team/App");
-        assert_eq!(normalize_remote_url("ssh://git@gitlab.example.com:2222/~/grp/app.git", here), "gitlab.example.com/grp/app");
-        assert_eq!(normalize_remote_url("ssh://git@[::1]:22/o/r", here), "[::1]/o/r");
-        // Two different repositories stay two.
-        assert_ne!(normalize_remote_url("git@github.com:owner/repo", here), normalize_remote_url("git@github.com:owner/repo2", here));
-    }
-
-    #[test]
-    fn local_remotes_are_canonical_paths() {
-        let dir = tempfile::tempdir().unwrap();
-        let bare = dir.path().join("remote.git");
-        std::fs::create_dir_all(&bare).unwrap();
-        let repo = dir.path().join("repo");
-        std::fs::create_dir_all(&repo).unwrap();
-        let want = std::fs::canonicalize(&bare).unwrap().display().to_string();
-        let want = want.strip_suffix(".git").unwrap().to_string();
-        for url in [bare.display().to_string(), format!("file://{}", bare.display()), "../remote.git".to_string(), "../remote".to_string()] {
-            assert_eq!(normalize_remote_url(&url, &repo), want, "{url}");
-        }
-    }
-}
-
 /// [`repo_id`] with the remote named by the config (read leniently: a
 /// command that only reads the ledger should not fail on a config typo).
 pub fn repo_identity(cli: &Cli, repo: &Path) -> String {
@@ -453,4 +408,49 @@ pub async fn ledger() -> Result<crate::ledger::Ledger> {
         crate::ledger::LedgerError::BadUrl { .. } => Error::usage(format!("ledger: {e}")),
         e => Error::failure(format!("ledger: {e}")),
     })
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::normalize_remote_url;
+    use std::path::Path;
+
+    #[test]
+    fn one_repository_is_one_identity_however_its_remote_is_spelt() {
+        let here = Path::new("/nonexistent-repo");
+        for url in [
+            "https://github.com/Owner/Repo.git",
+            "https://github.com/owner/repo",
+            "https://github.com/owner/repo/",
+            "http://user:pw@github.com/owner/repo.git",
+            "git@github.com:owner/repo.git",
+            "git@GitHub.com:Owner/Repo",
+            "ssh://git@github.com/owner/repo.git",
+            "ssh://git@github.com:22/owner/repo",
+            "git://github.com/owner/repo.git",
+        ] {
+            assert_eq!(normalize_remote_url(url, here), "github.com/owner/repo", "{url}");
+        }
+        // Elsewhere the path keeps its case; the host does not.
+        assert_eq!(normalize_remote_url("git@GHE.example.com:Team/App.git", here), "ghe.example.com/Team/App");
+        assert_eq!(normalize_remote_url("https://ghe.example.com/Team/App", here), "ghe.example.com/Team/App");
+        assert_eq!(normalize_remote_url("ssh://git@gitlab.example.com:2222/~/grp/app.git", here), "gitlab.example.com/grp/app");
+        assert_eq!(normalize_remote_url("ssh://git@[::1]:22/o/r", here), "[::1]/o/r");
+        // Two different repositories stay two.
+        assert_ne!(normalize_remote_url("git@github.com:owner/repo", here), normalize_remote_url("git@github.com:owner/repo2", here));
+    }
+
+    #[test]
+    fn local_remotes_are_canonical_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let bare = dir.path().join("remote.git");
+        std::fs::create_dir_all(&bare).unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        let want = std::fs::canonicalize(&bare).unwrap().display().to_string();
+        let want = want.strip_suffix(".git").unwrap().to_string();
+        for url in [bare.display().to_string(), format!("file://{}", bare.display()), "../remote.git".to_string(), "../remote".to_string()] {
+            assert_eq!(normalize_remote_url(&url, &repo), want, "{url}");
+        }
+    }
 }
