@@ -75,7 +75,9 @@ pub struct Evidence {
     /// The reviewer's prose besides its verdict.
     pub reviewer_note: String,
     /// What the agents' CLIs reported in the last round although the calls
-    /// did not fail (denied tools, failed tool calls), `role: sentence`.
+    /// did not fail (denied tools, failed tool calls), `role: sentence`; and
+    /// what nightshift saw in the checkout that the PR cannot carry,
+    /// `checkout: sentence`.
     pub agent_notes: Vec<String>,
     /// Earlier PRs of this night that change some of the same files: merged
     /// one after the other they may conflict (SPEC §3 on merge order).
@@ -362,8 +364,15 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let _ = writeln!(s, "- The change edits what the gate runs or sees ({}): the green gate above ran the writer's version of it.", shown.join(", "));
     }
     for n in e.agent_notes.iter().take(10) {
-        let (role, note) = n.split_once(": ").unwrap_or(("agent", n));
-        let _ = writeln!(s, "- The {role}'s CLI reported: {}", one_line(note, 300));
+        match n.split_once(": ").unwrap_or(("agent", n)) {
+            // What nightshift itself saw in the checkout.
+            ("checkout", note) => {
+                let _ = writeln!(s, "- {}", one_line(note, 300));
+            }
+            (role, note) => {
+                let _ = writeln!(s, "- The {role}'s CLI reported: {}", one_line(note, 300));
+            }
+        }
     }
     let changed_api = public_signatures_changed(&e.diff);
     if !changed_api.is_empty() {

@@ -720,7 +720,14 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             diff,
             writer_note: agent::strip_blocks(&writer.text),
             reviewer_note: review::prose(&reviewer.text),
-            agent_notes: writer.notes.iter().map(|n| format!("writer: {n}")).chain(reviewer.notes.iter().map(|n| format!("reviewer: {n}"))).collect(),
+            agent_notes: writer
+                .notes
+                .iter()
+                .map(|n| format!("writer: {n}"))
+                .chain(reviewer.notes.iter().map(|n| format!("reviewer: {n}")))
+                // Work inside a submodule is invisible to git here: say so.
+                .chain(tokio::task::block_in_place(|| slot.filled_submodule_dirs()).unwrap_or_default().into_iter().map(|p| format!("checkout: Files were written inside the submodule `{p}`; they are not part of this PR (submodules are not checked out or committed by nightshift)")))
+                .collect(),
             overlaps: report::overlaps(&night.pushed.lock().unwrap_or_else(|e| e.into_inner()), &proof.changed),
         };
         let body = night.redact(&report::pr_body(&evidence));

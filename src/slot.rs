@@ -586,15 +586,31 @@ impl Slot {
     /// paths, so whatever an agent wrote there would survive into the next
     /// item and the next night.
     fn empty_submodule_dirs(&self) -> Result<(), SlotError> {
-        let listing = self.git().text(&["ls-files", "--stage", "-z"])?;
-        for entry in listing.split('\0').filter(|e| e.starts_with("160000 ")) {
-            let Some((_, path)) = entry.split_once('\t') else { continue };
-            let dir = self.path.join(path);
-            if dir.is_dir() && std::fs::read_dir(&dir).map(|mut d| d.next().is_some()).unwrap_or(false) {
-                std::fs::remove_dir_all(&dir).and_then(|()| std::fs::create_dir(&dir)).map_err(|source| SlotError::Io { context: "emptying a submodule directory", path: dir.clone(), source })?;
-            }
+        for path in self.filled_submodule_dirs()? {
+            let dir = self.path.join(&path);
+            std::fs::remove_dir_all(&dir).and_then(|()| std::fs::create_dir(&dir)).map_err(|source| SlotError::Io { context: "emptying a submodule directory", path: dir.clone(), source })?;
         }
         Ok(())
+    }
+
+    /// The submodule paths (relative, `/`-separated) whose directory holds
+    /// anything. Submodules are not checked out in a slot, so after
+    /// [`Slot::prepare`] this is what an agent put there: work that git
+    /// does not see and no commit of this checkout can carry.
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when the index cannot be listed.
+    pub fn filled_submodule_dirs(&self) -> Result<Vec<String>, SlotError> {
+        let listing = self.git().text(&["ls-files", "--stage", "-z"])?;
+        Ok(listing
+            .split('\0')
+            .filter(|e| e.starts_with("160000 "))
+            .filter_map(|e| e.split_once('\t').map(|(_, p)| p.to_string()))
+            .filter(|p| {
+                let dir = self.path.join(p);
+                dir.is_dir() && std::fs::read_dir(&dir).map(|mut d| d.next().is_some()).unwrap_or(false)
+            })
+            .collect())
     }
 
     /// Whether the slot's object store (its own or borrowed) has `oid`.

@@ -1006,8 +1006,12 @@ fn files_written_into_a_submodule_path_do_not_survive_a_reset() {
     git(&seed, &["push", "--quiet", "origin", "main"]);
     git(&fx.user, &["pull", "--quiet", "--ff-only"]);
     let slot = fx.prepare(BRANCH);
+    assert!(slot.filled_submodule_dirs().unwrap().is_empty());
     std::fs::create_dir_all(slot.path.join("lib")).unwrap();
     write(&slot.path.join("lib/left.txt"), "left behind\n");
+    // What an agent wrote there is told (the PR cannot carry it).
+    assert_eq!(slot.filled_submodule_dirs().unwrap(), ["lib"]);
     let again = fx.prepare(BRANCH);
     assert!(!again.path.join("lib/left.txt").exists(), "a file in a submodule path survived the reset");
+    assert!(again.filled_submodule_dirs().unwrap().is_empty());
 }
