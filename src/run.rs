@@ -93,6 +93,9 @@ pub struct Night {
     /// The branches this run pushed, with the files each changes: a later
     /// PR touching the same files says so (merge order).
     pub pushed: std::sync::Mutex<Vec<report::Overlap>>,
+    /// Set once the remote could not be fetched: later items are not tried
+    /// against it (each would wait out the same network timeout).
+    pub remote_down: std::sync::Mutex<Option<String>>,
 }
 
 /// Which items to run.
@@ -335,13 +338,24 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     let item_dir = night.data_dir.join("logs").join(run_id.to_string()).join(format!("item-{:03}-{}", entry.index, &key[..8]));
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
+    if let Some(why) = night.remote_down.lock().map(|g| g.clone()).unwrap_or(None) {
+        return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: not tried, the remote could not be fetched earlier in this run ({why})")), branch: Some(branch), ..Default::default() });
+    }
     let prepared = until_signal(night, |stop| Slot::prepare(&slot_dir, &night.repo, &night.config.remote, &night.config.base, &branch, token.as_deref(), Some(stop))).await;
     let slot = match prepared {
         Ok(s) => s,
         Err(_) if night.cancel.is_cancelled() => {
             return Ok(ItemEnd { outcome: "interrupted".into(), reason: Some("stopped by a signal while the checkout was prepared".into()), branch: Some(branch), ..Default::default() });
         }
-        Err(e) => return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: {e}")), branch: Some(branch), ..Default::default() }),
+        Err(e) => {
+            let why = night.redact(&e.to_string());
+            if e.is_remote_unreachable()
+                && let Ok(mut g) = night.remote_down.lock()
+            {
+                g.get_or_insert_with(|| why.lines().next().unwrap_or_default().to_string());
+            }
+            return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: {why}")), branch: Some(branch), ..Default::default() });
+        }
     };
     let mut end = item_loop(night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost).await?;
     if end.outcome != "pr_opened" && end.outcome != "pr_failed" {

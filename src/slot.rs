@@ -733,6 +733,14 @@ impl Slot {
     }
 }
 
+impl SlotError {
+    /// The remote could not be fetched (refused, timed out, gone): every
+    /// other item of the run would wait for it the same way.
+    pub fn is_remote_unreachable(&self) -> bool {
+        matches!(self, SlotError::Git(e) if is_fetch(e))
+    }
+}
+
 fn is_fetch(e: &GitError) -> bool {
     match e {
         GitError::Failed { argv, stderr_tail, .. } => argv.starts_with("git fetch") && !objects_missing(stderr_tail),

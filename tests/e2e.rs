@@ -520,7 +520,7 @@ async fn an_unreachable_remote_does_not_use_up_max_attempts() {
     let w = f.agents.join("writer.sh").display().to_string();
     let r = f.agents.join("reviewer.sh").display().to_string();
     f.config_with(&w, &r, "[limits]\nmax_attempts = 1\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
     let url = git(&f.repo, &["remote", "get-url", "origin"]);
     git(&f.repo, &["remote", "set-url", "origin", "/nonexistent/remote.git"]);
     for _ in 0..2 {
@@ -529,10 +529,12 @@ async fn an_unreachable_remote_does_not_use_up_max_attempts() {
         let rep = f.report();
         assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
         assert!(rep["items"][0]["reason"].as_str().unwrap().starts_with("checkout failed:"), "{rep:#}");
+        // The second item does not wait for the same remote again.
+        assert!(rep["items"][1]["reason"].as_str().unwrap().starts_with("checkout failed: not tried, the remote could not be fetched earlier"), "{rep:#}");
     }
     git(&f.repo, &["remote", "set-url", "origin", &url]);
     let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "the remote is back");
+    assert_eq!(out.status.code(), Some(1), "item 2 (mul) is rejected by the reviewer: {}", text(&out));
     assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
     assert_eq!(gh.prs().len(), 1);
 }

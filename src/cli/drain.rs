@@ -239,6 +239,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         cancel,
         clock: Arc::new(schedule::SystemClock),
         pushed: Default::default(),
+        remote_down: Default::default(),
     };
     let watched: Vec<progress::Entry> = match &selection {
         Selection::All => night.plan.entries.iter().map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
