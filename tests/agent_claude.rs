@@ -308,7 +308,7 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
     assert_eq!(r.failure.as_deref(), Some("claude reported an error (terminal_reason max_turns, subtype error_max_turns, 2 turns): Reached maximum number of turns (1)"), "{out}");
     assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (Some(fakes::anthropic::TOKENS_IN), Some(fakes::anthropic::TOKENS_OUT)));
     assert!(r.usage.cost_usd.is_some_and(|c| c > 0.0));
-    assert!(r.limit.is_none() && st.other_lines == 0);
+    assert!(r.limit.is_none() && st.noise.other_lines == 0);
     assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\n", "the second turn never ran");
 
     // --max-budget-usd below one turn's cost: the real result's `usage` is all

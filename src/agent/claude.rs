@@ -30,7 +30,7 @@ use chrono::Utc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{AgentError, Call, EndWatch, Report, Role, Usage, base_command, cut_chars, json_line, limit_in_text, parse_blocks, telling_stderr_line};
+use super::{AgentError, Call, EndWatch, Report, Role, Usage, base_command, cut_chars, limit_in_text, parse_blocks, telling_stderr_line};
 use crate::config::AgentConfig;
 use crate::limit;
 use crate::review;
@@ -294,32 +294,15 @@ pub struct StreamState {
     /// `type` (and `subtype`) of the last event, e.g. `user` or
     /// `system/api_retry`.
     pub last_event: Option<String>,
-    /// Non-empty stdout lines that held no event (warnings, debug prints).
-    pub other_lines: u32,
-    /// The last of them, cut to 300 characters.
-    pub last_other_line: Option<String>,
-    /// The last non-empty stdout line began an event and was cut off.
-    pub cut_last_line: bool,
+    /// Stdout lines that were not events, and a cut-off last line.
+    pub noise: super::StdoutNoise,
 }
 
 impl StreamState {
     /// Feeds one stdout line. Lines without a JSON event are counted, never
     /// an error; unknown event types and fields are ignored.
     pub fn feed(&mut self, line: &str, tz: chrono_tz::Tz) {
-        let read = json_line(line);
-        if read.objects.is_empty() {
-            if line.trim().is_empty() {
-                return;
-            }
-            self.cut_last_line = read.cut;
-            if !read.cut {
-                self.other_lines += 1;
-                self.last_other_line = Some(cut_chars(line.trim(), 300));
-            }
-            return;
-        }
-        self.cut_last_line = read.cut;
-        for ev in &read.objects {
+        for ev in &self.noise.read(line) {
             self.event(ev, tz);
         }
     }
@@ -518,13 +501,13 @@ impl StreamState {
         let exit = super::command::exit_text(outcome);
         match &self.result {
             None => {
-                let why = if self.cut_last_line {
+                let why = if self.noise.cut_last_line {
                     "its last line was cut off in the middle of an event".to_string()
                 } else if let Some(e) = &self.cli_error {
                     e.clone()
                 } else if let Some(l) = telling_stderr_line(&outcome.stderr_tail) {
                     l
-                } else if let Some(l) = &self.last_other_line {
+                } else if let Some(l) = &self.noise.last_other_line {
                     format!("stdout: {l}")
                 } else {
                     "(nothing on stderr)".to_string()
@@ -891,8 +874,8 @@ mod tests {
         assert!(!st.is_error());
         assert_eq!(st.final_text(), "Part one.\n\nPart two.", "text blocks of one message are one answer; thinking is not text");
         assert_eq!(st.usage().cost_usd, Some(0.5));
-        assert_eq!(st.other_lines, 5);
-        assert!(!st.cut_last_line);
+        assert_eq!(st.noise.other_lines, 5);
+        assert!(!st.noise.cut_last_line);
         assert_eq!(st.failure(&outcome(Some(0), None, ""), MINUTE, false), None);
     }
 
@@ -906,7 +889,7 @@ mod tests {
         for l in [init, tool, r#"{"type":"result","subtype":"success","is_error":false,"result":"All done, the tests pa"#] {
             st.feed(l, tz);
         }
-        assert!(st.cut_last_line && st.result.is_none() && st.is_error());
+        assert!(st.noise.cut_last_line && st.result.is_none() && st.is_error());
         let f = st.failure(&outcome(None, Some(9), ""), MINUTE, false).unwrap();
         assert_eq!(f, "claude ended (signal 9) without a result event (2 events, the last assistant): its last line was cut off in the middle of an event");
         // Exit 0 and no result: never a success. stderr's error line is the reason.
@@ -980,7 +963,7 @@ mod tests {
         assert_eq!(r.errors, ["Reached maximum number of turns (1)"]);
         assert_eq!(st.usage(), Usage { tokens_in: Some(1200), tokens_out: Some(80), cost_usd: Some(0.0063999999999999994) });
         assert_eq!(st.edited_files, Vec::<String>::new());
-        assert_eq!(st.other_lines, 0);
+        assert_eq!(st.noise.other_lines, 0);
         assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap(), "claude reported an error (terminal_reason max_turns, subtype error_max_turns, 2 turns): Reached maximum number of turns (1)");
     }
 

@@ -178,12 +178,8 @@ pub struct StreamState {
     pub limit: Option<LimitReading>,
     /// JSON events read.
     pub events: u32,
-    /// Lines that were not JSON events (kept count only; they are on disk).
-    pub other_lines: u32,
-    /// The last of them, cut to 300 characters.
-    pub last_other_line: Option<String>,
-    /// The last non-empty stdout line began an event and was cut off.
-    pub cut_last_line: bool,
+    /// Stdout lines that were not events, and a cut-off last line.
+    pub noise: super::StdoutNoise,
     /// Legacy `patch_apply_begin` events waiting for their end: call id →
     /// paths.
     pending_patches: Vec<(String, Vec<String>)>,
@@ -197,20 +193,7 @@ impl StreamState {
     /// times in it without a zone). Lines without a JSON event are counted,
     /// never an error; unknown events, items and fields are ignored.
     pub fn feed(&mut self, line: &str, tz: chrono_tz::Tz) {
-        let read = super::json_line(line);
-        if read.objects.is_empty() {
-            if line.trim().is_empty() {
-                return;
-            }
-            self.cut_last_line = read.cut;
-            if !read.cut {
-                self.other_lines += 1;
-                self.last_other_line = Some(super::cut_chars(line.trim(), 300));
-            }
-            return;
-        }
-        self.cut_last_line = read.cut;
-        for ev in &read.objects {
+        for ev in &self.noise.read(line) {
             self.event(ev, tz);
         }
     }
@@ -383,7 +366,7 @@ impl StreamState {
         if self.turns_completed > 0 {
             return None;
         }
-        let cut = if self.cut_last_line { "; its last line was cut off in the middle of an event" } else { "" };
+        let cut = if self.noise.cut_last_line { "; its last line was cut off in the middle of an event" } else { "" };
         Some(match (&self.last_error, self.reconnects) {
             (Some(m), 0) => format!("codex stopped without completing the turn: {m}{cut}"),
             (Some(m), n) => format!("codex could not reach its model provider ({n} reconnect notice(s)); last: {m}{cut}"),
@@ -529,7 +512,7 @@ impl StreamState {
         if self.thread_id.is_none() && self.turns_started == 0 && outcome.exit_code != Some(0) {
             // It never started a session: a usage error (unknown flag, bad
             // config) or a crash, told on stderr.
-            let stdout = match (&self.last_other_line, outcome.stderr_tail.trim().is_empty()) {
+            let stdout = match (&self.noise.last_other_line, outcome.stderr_tail.trim().is_empty()) {
                 (Some(l), true) => format!("stdout: {l}"),
                 _ => first_error_line(&outcome.stderr_tail),
             };
@@ -847,9 +830,9 @@ mod tests {
             "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\",\"text\":\"half\"}}{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}\n",
         ));
         assert_eq!((st.thread_id.as_deref(), st.turns_started, st.turns_completed, st.final_text().as_str()), (Some("t"), 1, 1, "half"));
-        assert_eq!(st.other_lines, 1);
+        assert_eq!(st.noise.other_lines, 1);
         let st = feed_all("{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.started\"}\n{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\",\"te");
-        assert!(st.cut_last_line);
+        assert!(st.noise.cut_last_line);
         assert_eq!(st.failure().as_deref(), Some("codex stopped without completing the turn; its last line was cut off in the middle of an event"));
     }
 
@@ -875,7 +858,7 @@ mod tests {
     #[test]
     fn non_json_lines_are_counted_not_parsed() {
         let st = feed_all("hello\n\n{not json\n");
-        assert_eq!(st.other_lines, 2);
+        assert_eq!(st.noise.other_lines, 2);
         assert_eq!(st.failure().as_deref(), Some("codex printed no turn (no `turn.started` event)"));
     }
 }

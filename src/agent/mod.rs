@@ -247,6 +247,35 @@ pub struct JsonLine {
     pub cut: bool,
 }
 
+/// What a JSON-lines agent printed on stdout besides its events: counted
+/// and remembered so a failure can say what the agent printed instead.
+#[derive(Debug, Default, Clone)]
+pub struct StdoutNoise {
+    /// Non-empty stdout lines that held no event (warnings, debug prints).
+    pub other_lines: u32,
+    /// The last of them, cut to 300 characters.
+    pub last_other_line: Option<String>,
+    /// The last non-empty stdout line began an event and was cut off.
+    pub cut_last_line: bool,
+}
+
+impl StdoutNoise {
+    /// Reads `line` with [`json_line`] and returns its events (none for a
+    /// blank or non-JSON line), keeping count of what was not an event.
+    pub fn read(&mut self, line: &str) -> Vec<serde_json::Value> {
+        let read = json_line(line);
+        if line.trim().is_empty() {
+            return read.objects;
+        }
+        self.cut_last_line = read.cut;
+        if read.objects.is_empty() && !read.cut {
+            self.other_lines += 1;
+            self.last_other_line = Some(cut_chars(line.trim(), 300));
+        }
+        read.objects
+    }
+}
+
 /// Reads one stdout line of a JSON-lines agent (claude stream-json, codex
 /// `exec --json`) the way real output comes: around the JSON may be
 /// whitespace, a `\r`, a byte-order mark, or a prefix printed by something
