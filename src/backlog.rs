@@ -943,18 +943,20 @@ fn read_detail(
     });
 }
 
+/// The six detail keywords of SPEC §3 and their kinds.
+const KEYWORDS: [(&str, DetailKind); 6] = [
+    ("accept", DetailKind::Accept),
+    ("verify", DetailKind::Verify),
+    ("scope", DetailKind::Scope),
+    ("question", DetailKind::Question),
+    ("rounds", DetailKind::Rounds),
+    ("timeout", DetailKind::Timeout),
+];
+
 /// Splits `keyword: value` for the six detail keywords (ASCII case-insensitive,
 /// `:` or full-width `：`, optionally wrapped in emphasis: `**accept:** x`,
 /// `**accept**: x`, `_accept_: x`). Returns the kind and the trimmed value.
 fn keyword(body: &str) -> Option<(DetailKind, &str)> {
-    const KEYWORDS: [(&str, DetailKind); 6] = [
-        ("accept", DetailKind::Accept),
-        ("verify", DetailKind::Verify),
-        ("scope", DetailKind::Scope),
-        ("question", DetailKind::Question),
-        ("rounds", DetailKind::Rounds),
-        ("timeout", DetailKind::Timeout),
-    ];
     let colon = |s: &str| -> Option<usize> {
         s.strip_prefix(':')
             .or_else(|| s.strip_prefix('：'))
@@ -990,7 +992,6 @@ fn keyword(body: &str) -> Option<(DetailKind, &str)> {
 /// typed and the keyword meant. Prose (several words before the colon) and
 /// real keywords are `None`.
 fn near_keyword(body: &str) -> Option<(String, &'static str)> {
-    const WORDS: [&str; 6] = ["accept", "verify", "scope", "question", "rounds", "timeout"];
     let body = body.trim_start_matches(['*', '_']);
     let colon = body.find([':', '：'])?;
     let typed = body[..colon].trim_end_matches(['*', '_', ' ', '\t']);
@@ -998,7 +999,7 @@ fn near_keyword(body: &str) -> Option<(String, &'static str)> {
         return None;
     }
     let lower = typed.to_ascii_lowercase();
-    if WORDS.contains(&lower.as_str()) {
+    if KEYWORDS.iter().any(|(w, _)| *w == lower) {
         return None;
     }
     // Whole words people write for these keywords.
@@ -1015,8 +1016,9 @@ fn near_keyword(body: &str) -> Option<(String, &'static str)> {
     if let Some((_, meant)) = ALIASES.iter().find(|(a, _)| *a == lower) {
         return Some((typed.to_string(), meant));
     }
-    WORDS
+    KEYWORDS
         .iter()
+        .map(|(w, _)| w)
         .filter(|w| w.as_bytes()[0] == lower.as_bytes()[0])
         .map(|w| (strsim::damerau_levenshtein(&lower, w), *w))
         .filter(|(d, w)| *d >= 1 && *d <= if w.len() >= 7 { 2 } else { 1 })
