@@ -84,86 +84,6 @@ pub struct Evidence {
     pub overlaps: Vec<Overlap>,
 }
 
-/// Public declarations the unified `diff` removes or rewrites: removed lines
-/// that declare a public item (Rust `pub fn|struct|enum|trait|type|const`,
-/// JS/TS `export …`, Go exported `func`/`type`, top-level Python `def` or
-/// `class` without a leading `_`) and do not come back unchanged among the
-/// added lines. Order of the diff; each declaration once, trimmed.
-pub fn public_signatures_changed(diff: &str) -> Vec<String> {
-    let public = |l: &str| {
-        let t = l.trim_start();
-        let rust = ["pub fn ", "pub async fn ", "pub struct ", "pub enum ", "pub trait ", "pub type ", "pub const ", "pub unsafe fn "].iter().any(|p| t.starts_with(p));
-        let js = t.starts_with("export ") && !t.starts_with("export {}");
-        let go = (t.starts_with("func ") || t.starts_with("type ")) && {
-            // `func (r *T) Name(` or `func Name(`: exported when capitalised.
-            let rest = t.split_once(' ').map(|(_, r)| r).unwrap_or("");
-            let rest = if rest.starts_with('(') { rest.split_once(") ").map(|(_, r)| r).unwrap_or("") } else { rest };
-            rest.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-        };
-        let python = (l.starts_with("def ") || l.starts_with("async def ") || l.starts_with("class ")) && !l.split_whitespace().nth(if l.starts_with("async") { 2 } else { 1 }).unwrap_or("_").starts_with('_');
-        rust || js || go || python
-    };
-    let added: std::collections::HashSet<&str> = diff.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).map(|l| l[1..].trim()).collect();
-    let mut out: Vec<String> = Vec::new();
-    for l in diff.lines().filter(|l| l.starts_with('-') && !l.starts_with("---")) {
-        let body = &l[1..];
-        if public(body) && !added.contains(body.trim()) && !out.iter().any(|o| o == body.trim()) {
-            out.push(body.trim().to_string());
-        }
-    }
-    out
-}
-
-/// Symbolic links the unified `diff` adds or changes whose target is
-/// absolute or climbs out of the repository: `(link path, target)`.
-pub fn links_leaving_the_repository(diff: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut path: Option<String> = None;
-    let mut is_link = false;
-    for l in diff.lines() {
-        if let Some(rest) = l.strip_prefix("diff --git a/") {
-            path = rest.split(" b/").last().map(String::from);
-            is_link = false;
-        } else if l.starts_with("new file mode 120000") || l.starts_with("new mode 120000") {
-            is_link = true;
-        } else if is_link && l.starts_with('+') && !l.starts_with("+++") {
-            let target = &l[1..];
-            let Some(p) = &path else { continue };
-            // Depth of the link's directory: that many `..` stay inside.
-            let depth = p.matches('/').count() as i64;
-            let mut level = depth;
-            let mut leaves = target.starts_with('/');
-            for part in target.split('/') {
-                match part {
-                    ".." => level -= 1,
-                    "" | "." => {}
-                    _ => level += 1,
-                }
-                if level < 0 {
-                    leaves = true;
-                }
-            }
-            if leaves {
-                out.push((p.clone(), target.to_string()));
-            }
-        }
-    }
-    out
-}
-
-/// Files of `changed` that decide what the gate proves: a file named in a
-/// gate or setup command (`sh test.sh`, `./scripts/check`), `.gitignore`
-/// files (which hide files from the commit that the gate still saw), and CI
-/// or test configuration by name. In `changed` order.
-pub fn gate_files_changed(verify: &[String], setup: &[String], changed: &[crate::proof::FileChange]) -> Vec<String> {
-    let words: Vec<String> = verify.iter().chain(setup).flat_map(|c| c.split(|ch: char| ch.is_whitespace() || ";&|()<>'\"`".contains(ch)).map(|w| w.trim_start_matches("./").to_string()).collect::<Vec<_>>()).filter(|w| !w.is_empty()).collect();
-    let by_name = |p: &str| {
-        let name = p.rsplit('/').next().unwrap_or(p);
-        name == ".gitignore" || matches!(name, "Makefile" | "justfile" | "pytest.ini" | "tox.ini" | "jest.config.js" | "vitest.config.ts") || p == ".cargo/config.toml" || p.starts_with(".github/workflows/")
-    };
-    changed.iter().map(|f| f.path.as_str()).filter(|p| by_name(p) || words.iter().any(|w| w == p)).map(String::from).collect()
-}
-
 /// An earlier PR of the same night that changes some of the same files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Overlap {
@@ -353,12 +273,12 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     if e.cost_usd.is_none() {
         let _ = writeln!(s, "- The agent reported no cost: the cost cap was not enforced.");
     }
-    let outward = links_leaving_the_repository(&e.diff);
+    let outward = crate::proof::links_leaving_the_repository(&e.diff);
     if !outward.is_empty() {
         let shown: Vec<String> = outward.iter().take(5).map(|(l, t)| format!("`{} → {}`", l.replace('`', "ʼ"), t.replace('`', "ʼ"))).collect();
         let _ = writeln!(s, "- It adds symbolic links that point outside the repository ({}).", shown.join(", "));
     }
-    let gate_files = gate_files_changed(&c.verify, &c.setup, &e.changed);
+    let gate_files = crate::proof::gate_files_changed(&c.verify, &c.setup, &e.changed);
     if !gate_files.is_empty() {
         let shown: Vec<String> = gate_files.iter().map(|f| format!("`{}`", f.replace('`', "ʼ"))).collect();
         let _ = writeln!(s, "- The change edits what the gate runs or sees ({}): the green gate above ran the writer's version of it.", shown.join(", "));
@@ -374,7 +294,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             }
         }
     }
-    let changed_api = public_signatures_changed(&e.diff);
+    let changed_api = crate::proof::public_signatures_changed(&e.diff);
     if !changed_api.is_empty() {
         let shown: Vec<String> = changed_api.iter().take(5).map(|l| format!("`{}`", one_line(l, 120).replace('`', "ʼ"))).collect();
         let more = if changed_api.len() > 5 { format!(" and {} more", changed_api.len() - 5) } else { String::new() };
@@ -680,71 +600,5 @@ fn seconds(ms: i64) -> String {
         format!("{:.1}s", ms as f64 / 1000.0)
     } else {
         crate::config::format_duration(Duration::from_secs((ms / 1000) as u64))
-    }
-}
-
-#[cfg(test)]
-mod signature_tests {
-    use super::public_signatures_changed;
-
-    #[test]
-    fn changed_public_declarations_are_found_in_several_languages() {
-        let diff = "\
---- a/src/lib.rs
-+++ b/src/lib.rs
-@@ -1,3 +1,3 @@
--pub fn divide(a: i64, b: i64) -> i64 {
-+pub fn divide(a: i64, b: i64) -> Option<i64> {
--fn helper() {}
-+fn helper2() {}
--    pub fn kept(&self) {}
-+    pub fn kept(&self) {}
---- a/web/api.ts
-+++ b/web/api.ts
--export function load(id: string): Item {
-+export function load(id: number): Item {
---- a/calc.py
-+++ b/calc.py
--def add(a, b):
--def _private(a):
--    def inner(self):
---- a/calc.go
-+++ b/calc.go
--func (c *Calc) Add(a int) int {
--func add(a int) int {
-";
-        assert_eq!(
-            public_signatures_changed(diff),
-            ["pub fn divide(a: i64, b: i64) -> i64 {", "export function load(id: string): Item {", "def add(a, b):", "func (c *Calc) Add(a int) int {"]
-        );
-        assert!(public_signatures_changed("+pub fn new() {}\n").is_empty(), "an addition breaks no caller");
-    }
-}
-
-#[cfg(test)]
-mod gate_file_tests {
-    use super::gate_files_changed;
-    use crate::proof::{ChangeStatus, FileChange};
-
-    fn changed(paths: &[&str]) -> Vec<FileChange> {
-        paths.iter().map(|p| FileChange { path: p.to_string(), old_path: None, status: ChangeStatus::Modified, added: 1, removed: 0, binary: false }).collect()
-    }
-
-    #[test]
-    fn files_the_gate_runs_or_hides_are_named() {
-        let verify = vec!["sh test.sh".to_string(), "./scripts/check --all && cargo test".to_string()];
-        let setup = vec!["make deps".to_string()];
-        let got = gate_files_changed(&verify, &setup, &changed(&["src/lib.rs", "test.sh", "scripts/check", ".gitignore", "docs/.gitignore", "Makefile", "README.md"]));
-        assert_eq!(got, ["test.sh", "scripts/check", ".gitignore", "docs/.gitignore", "Makefile"]);
-        assert!(gate_files_changed(&verify, &setup, &changed(&["src/lib.rs"])).is_empty());
-    }
-}
-
-#[cfg(test)]
-mod link_tests {
-    #[test]
-    fn links_out_of_the_repository_are_found() {
-        let diff = "diff --git a/secrets b/secrets\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n+++ b/secrets\n@@ -0,0 +1 @@\n+/etc/shadow\n\\ No newline at end of file\ndiff --git a/docs/up b/docs/up\nnew file mode 120000\n--- /dev/null\n+++ b/docs/up\n@@ -0,0 +1 @@\n+../../outside\ndiff --git a/docs/ok b/docs/ok\nnew file mode 120000\n--- /dev/null\n+++ b/docs/ok\n@@ -0,0 +1 @@\n+../src/lib.rs\ndiff --git a/calc.txt b/calc.txt\n--- a/calc.txt\n+++ b/calc.txt\n@@ -1 +1,2 @@\n add\n+/etc/passwd\n";
-        assert_eq!(super::links_leaving_the_repository(diff), [("secrets".to_string(), "/etc/shadow".to_string()), ("docs/up".to_string(), "../../outside".to_string())]);
     }
 }
