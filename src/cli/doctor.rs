@@ -193,12 +193,8 @@ async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remo
 /// the same environment (no token, no ledger URL, no configured secrets)
 /// and, under root with `agent_user`, as that account with its HOME.
 async fn agent_checks(out: &mut Vec<Check>, config: &Config) {
-    let mut remove: Vec<String> = config.secrets.clone();
-    if let Some(var) = crate::ledger::db_source_from_env().env_var() {
-        remove.push(var.to_string());
-    }
     let probe = Probe {
-        env: process::child_env(std::env::vars(), &remove),
+        env: crate::cli::agents_environment(config),
         run_as: match &config.agent_user {
             Some(u) if nix::unistd::geteuid().is_root() => process::RunAs::lookup(u).ok(),
             _ => None,

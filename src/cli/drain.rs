@@ -140,12 +140,8 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     }
 
     // The agents' environment: no tokens, no ledger URL, no configured secrets.
-    let mut remove: Vec<String> = config.secrets.clone();
     let source = ledger_mod::db_source_from_env();
-    if let Some(var) = source.env_var() {
-        remove.push(var.to_string());
-    }
-    let mut agent_env = process::child_env(std::env::vars(), &remove);
+    let mut agent_env = crate::cli::agents_environment(&config);
     let mut gate_env = agent_env.clone();
     for v in &config.gate_env {
         // Never passed on, whatever the config says: say so rather than

@@ -386,6 +386,16 @@ pub fn github_client(repo: &Path, config: &crate::config::Config, token: &Secret
     Ok(f.with_retry_policy(forge::RetryPolicy::from_env()))
 }
 
+/// The environment agents run with (SPEC §6): ours without the token
+/// variables, the ledger URL's variable and the config's `secrets`.
+pub(crate) fn agents_environment(config: &crate::config::Config) -> std::collections::BTreeMap<String, String> {
+    let mut remove: Vec<String> = config.secrets.clone();
+    if let Some(var) = crate::ledger::db_source_from_env().env_var() {
+        remove.push(var.to_string());
+    }
+    crate::process::child_env(std::env::vars(), &remove)
+}
+
 /// Why nightshift has no GitHub token, and how to give it one.
 pub const NO_TOKEN: &str = "no GitHub token: set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`";
 
