@@ -158,7 +158,7 @@ esac
 async fn refusals_run_nothing_and_post_nothing() {
     let (f, gh) = world().await;
     // No approval at all.
-    let out = f.run(&["drain", "--deadline", "23:59"]);
+    let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("nightshift approve"), "prints the SHA to approve: {}", text(&out));
     // An approval for another SHA that was never planned.
@@ -175,10 +175,10 @@ async fn refusals_run_nothing_and_post_nothing() {
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
     // Used: one run consumes it; a second is refused.
     assert_ok(&f.run(&["approve", &sha]), "approve");
-    let first = f.run(&["drain", "--approve", &sha, "--deadline", "23:59"]);
+    let first = f.run(&["drain", "--approve", &sha]);
     assert_eq!(first.status.code(), Some(1), "{}", text(&first));
     let posts_after_first = gh.requests().await.len();
-    let out = f.run(&["drain", "--approve", &sha, "--deadline", "23:59"]);
+    let out = f.run(&["drain", "--approve", &sha]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("already used"), "{}", text(&out));
     assert_eq!(gh.requests().await.len(), posts_after_first, "a refused run talked to GitHub");
@@ -200,14 +200,14 @@ async fn run_uses_the_approval_of_its_items_contract() {
     let contract = |i: usize| v["items"][i]["contract_sha"].as_str().unwrap().to_string();
     assert_ok(&f.run(&["approve", &contract(1)]), "approve item 2's contract");
     // Item 1 is not approved by it.
-    let out = f.run(&["run", "1", "--deadline", "23:59"]);
+    let out = f.run(&["run", "1"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    let out = f.run(&["run", "2", "--deadline", "23:59"]);
+    let out = f.run(&["run", "2"]);
     assert!(!text(&out).contains("approve it with"), "{}", text(&out));
     assert_eq!(f.report()["items"].as_array().unwrap().len(), 1);
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
     // Used up: a second `run 2` is refused.
-    let again = f.run(&["run", "2", "--deadline", "23:59"]);
+    let again = f.run(&["run", "2"]);
     assert_eq!(again.status.code(), Some(3), "{}", text(&again));
     gh.assert_never_merged_approved_or_closed().await;
 }
@@ -226,7 +226,7 @@ async fn a_changed_backlog_runs_only_what_was_approved() {
     let t = text(&out);
     let current = f.plan_sha();
     assert!(t.contains("changed since this plan was made") && t.contains(&format!("nightshift approve {current}")) && t.contains("only the 1 of 3"), "{t}");
-    let out = f.run(&["drain", "--deadline", "23:59"]);
+    let out = f.run(&["drain"]);
     assert_ok(&out, "drain");
     let rep = f.report();
     let items = rep["items"].as_array().unwrap();
@@ -471,7 +471,7 @@ async fn two_clones_of_one_repository_share_its_history() {
     let run = |args: &[&str]| f.cmd().current_dir(&second).args(args).output().unwrap();
     let plan: serde_json::Value = serde_json::from_slice(&run(&["plan", "--json"]).stdout).unwrap();
     assert_ok(&run(&["approve", plan["plan_sha"].as_str().unwrap()]), "approve in the second clone");
-    let out = run(&["drain", "--deadline", "23:59"]);
+    let out = run(&["drain", "--deadline", &common::far_deadline()]);
     assert_ok(&out, "drain in the second clone");
     let rep: serde_json::Value = serde_json::from_slice(&run(&["report", "--json"]).stdout).unwrap();
     assert_eq!(rep["items"][0]["outcome"], "already_open", "{rep:#}");

@@ -291,7 +291,7 @@ async fn github_refusals_reach_the_report_and_bad_credentials_stop_github_for_th
     assert_eq!(f.remote_branches().len(), 3, "the work was pushed");
     assert!(!text(&out).contains("ghp_morning_token_0123456789"));
     // The next run (the token fixed) opens the three PRs, nothing redone.
-    let out = f.run(&["drain", "--deadline", "23:59"]);
+    let out = f.run(&["drain"]);
     let out = if text(&out).contains("no valid approval") { f.approve_and_drain(&[]) } else { out };
     assert_ok(&out, "the next drain");
     assert_eq!(gh.prs().len(), 3);
@@ -427,7 +427,7 @@ async fn tick_in_pr_ticks_the_box_in_the_item_pr() {
     publish_backlog(&f);
     let sha = f.plan_sha();
     assert_ok(&f.run(&["approve", &sha]), "approve");
-    let out = f.run(&["run", "2", "--approve", &sha, "--deadline", "23:59"]);
+    let out = f.run(&["run", "2", "--approve", &sha]);
     assert_ok(&out, "run 2");
     let prs = gh.prs();
     assert_eq!(prs.len(), 1);
@@ -452,7 +452,7 @@ async fn tick_in_pr_never_writes_through_a_planted_symlink() {
     let before = std::fs::read(&target).unwrap();
     let sha = f.plan_sha();
     assert_ok(&f.run(&["approve", &sha]), "approve");
-    let out = f.run(&["run", "2", "--approve", &sha, "--deadline", "23:59"]);
+    let out = f.run(&["run", "2", "--approve", &sha]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
@@ -658,7 +658,7 @@ async fn progress_lines_and_a_json_log_per_run() {
     f.write("NEXT.md", "- [ ] Add div\n");
     let sha = f.plan_sha();
     assert_ok(&f.run(&["approve", &sha]), "approve");
-    let out = f.run(&["-q", "drain", "--deadline", "23:59"]);
+    let out = f.run(&["-q", "drain"]);
     assert_ok(&out, "drain -q");
     assert!(out.stdout.is_empty() && !String::from_utf8_lossy(&out.stderr).contains("[1/1]"), "{}", text(&out));
     assert_eq!(std::fs::read_dir(f.data.join("logs")).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jsonl")).count(), 2);

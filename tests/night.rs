@@ -226,7 +226,7 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
     f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"3s\"\nlimit_sleep_max = \"3s\"\nitem_timeout = \"5s\"\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     approve(&f);
-    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59", "--tz", "Asia/Taipei"]);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline(), "--tz", "Asia/Taipei"]);
     let mut seen = String::new();
     wait_until(Duration::from_secs(20), "status to show the sleep", || {
         seen = status_text(&f);
@@ -354,7 +354,7 @@ fn no_item_or_round_starts_after_the_deadline() {
 /// and checks the clean stop of SPEC §7.
 fn stops_cleanly_on(f: &Fixture, ready: impl Fn() -> bool, sig: nix::sys::signal::Signal, stalled: &str) {
     approve(f);
-    let mut bg = Bg::start(f, &["drain", "--deadline", "23:59"]);
+    let mut bg = Bg::start(f, &["drain", "--deadline", &common::far_deadline()]);
     wait_until(Duration::from_secs(30), "the slow phase", &ready);
     let child = f.agents.join(format!("{stalled}.child"));
     let child_pid = child.exists().then(|| read_pid(&child));
@@ -467,7 +467,7 @@ async fn sigterm_while_github_is_slow_to_open_the_pr() {
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
     approve(&f);
-    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
     wait_until(Duration::from_secs(30), "the PR request", || !gh.prs().is_empty());
     bg.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(bg.wait(Duration::from_secs(10)).code(), Some(1), "{}", bg.output());
@@ -496,7 +496,7 @@ fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
     approve(&f);
-    let mut first = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    let mut first = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
     let ready = f.agents.join("writer.ready");
     wait_until(Duration::from_secs(30), "the writer", || ready.exists());
 
@@ -507,7 +507,7 @@ fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
     assert_eq!((json["phase"].as_str(), json["round"].as_i64(), json["item_key"].as_str()), (Some("writer"), Some(1), Some(key.as_str())));
 
     approve(&f);
-    let second = f.run(&["drain", "--deadline", "23:59"]);
+    let second = f.run(&["drain"]);
     assert_eq!(second.status.code(), Some(3), "{}", text(&second));
     let t = text(&second);
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
@@ -528,7 +528,7 @@ fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
     assert_ok(&c.args(["approve", &sha]).output().unwrap(), "approve on the other database");
     let mut c = f.cmd();
     c.env("NIGHTSHIFT_DATABASE_URL", &other.url);
-    let third = c.args(["drain", "--deadline", "23:59"]).output().unwrap();
+    let third = c.args(["drain", "--deadline", &common::far_deadline()]).output().unwrap();
     assert_eq!(third.status.code(), Some(3), "{}", text(&third));
     assert!(text(&third).contains(&format!("pid {}", first.pid())) && text(&third).contains("using the checkouts"), "{}", text(&third));
     assert!(ready.exists() && !process_gone(read_pid(&ready)), "the first drain's writer was not killed");
@@ -604,7 +604,7 @@ async fn crash_and_resume(phase: Phase) {
         _ => {}
     }
     approve(&f);
-    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
     let ready = a.join(format!("{stall}.ready"));
     wait_until(Duration::from_secs(40), &format!("phase {phase:?}"), || ready.exists() || (stall == "github" && !gh.prs().is_empty()));
     bg.signal(nix::sys::signal::Signal::SIGKILL);
@@ -624,7 +624,7 @@ async fn crash_and_resume(phase: Phase) {
     }
 
     // The next drain, without --approve, takes the crashed run up.
-    let out = f.run(&["drain", "--deadline", "23:59"]);
+    let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(0), "{phase:?}: {}", text(&out));
     assert!(text(&out).contains("resuming crashed run"), "{}", text(&out));
     assert_eq!(f.db.sql(&format!("SELECT status FROM runs WHERE id = '{crashed}'")), "crashed");
@@ -653,7 +653,7 @@ async fn crash_and_resume(phase: Phase) {
     }
     gh.assert_never_merged_approved_or_closed().await;
     // A third drain has nothing to resume and no approval: refused, nothing redone.
-    let out = f.run(&["drain", "--deadline", "23:59"]);
+    let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert_eq!(gh.prs().len(), 2);
 }
@@ -707,7 +707,7 @@ fn a_crashed_run_whose_approval_is_older_than_a_day_is_not_resumed() {
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let sha = approve(&f);
-    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
     wait_until(Duration::from_secs(30), "the writer", || f.agents.join("writer.ready").exists());
     bg.signal(nix::sys::signal::Signal::SIGKILL);
     bg.wait(Duration::from_secs(5));
@@ -717,7 +717,7 @@ fn a_crashed_run_whose_approval_is_older_than_a_day_is_not_resumed() {
         "INSERT INTO approvals (id, plan_sha, repo, approved_by, created_at, expires_at) SELECT gen_random_uuid(), '{sha}', repo, 't', now() - interval '25 hours', now() - interval '1 hour' FROM plans WHERE sha = '{sha}'"
     ));
     f.db.sql("UPDATE runs SET approval_id = (SELECT id FROM approvals ORDER BY created_at LIMIT 1)");
-    let out = f.run(&["drain", "--deadline", "23:59"]);
+    let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "no standing approval: {}", text(&out));
     assert!(text(&out).contains("nightshift approve"), "{}", text(&out));
     assert_eq!(f.db.sql("SELECT status FROM runs"), "crashed");
@@ -768,12 +768,12 @@ fn a_failure_carried_over_by_a_resume_counts_as_one_attempt() {
     f.write("NEXT.md", "- [ ] Add bogus\n- [ ] Add sub\n");
     // Night 1: item 1 fails its gate, the run is killed during item 2, a drain resumes it.
     approve(&f);
-    let mut bg = Bg::start(&f, &["drain", "--deadline", "23:59"]);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
     wait_until(Duration::from_secs(30), "item 2's writer", || f.agents.join("writer2.ready").exists());
     bg.signal(nix::sys::signal::Signal::SIGKILL);
     bg.wait(Duration::from_secs(5));
     kill_stalled(&f.agents, "writer2");
-    let out = f.run(&["drain", "--deadline", "23:59"]);
+    let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["tests_failed", "pr_opened"], "{rep:#}");
@@ -798,7 +798,7 @@ fn schedule_drains_at_each_fire_only_under_a_fresh_approval() {
     let f = Fixture::new();
     let w = f.agent("writer.sh", &format!("#!/bin/sh\n{WORD_WRITER}"));
     let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, "deadline = \"23:59\"\n");
+    f.config_with(&w, &r, &format!("deadline = \"{}\"\n", common::far_deadline()));
     f.write("NEXT.md", "- [ ] Add sub\n");
     let plan = f.plan_sha();
     let mut bg = Bg::start(&f, &["schedule", "--cron", "* * * * * *", "--tz", "UTC"]);
@@ -825,7 +825,7 @@ fn sigterm_stops_the_schedule_and_the_drain_it_started() {
     std::fs::write(f.agents.join("writer.stall"), "").unwrap();
     let w = f.agent("writer.sh", &format!("#!/bin/sh\necho sub >> calc.txt\n{}", stall_snippet(&f.agents, "writer")));
     let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, "deadline = \"23:59\"\n");
+    f.config_with(&w, &r, &format!("deadline = \"{}\"\n", common::far_deadline()));
     f.write("NEXT.md", "- [ ] Add sub\n");
     approve(&f);
     let mut bg = Bg::start(&f, &["schedule", "--cron", "* * * * * *"]);

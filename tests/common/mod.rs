@@ -62,6 +62,16 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A deadline (`HH:MM`, UTC like the fixture's `TZ`) about 12 hours from now.
+///
+/// A fixed one (`23:59`, the default `07:00`) passes or fails by the hour of day
+/// the suite runs at: near it, items stop at the deadline; and a 6 h usage-limit
+/// sleep crosses 23:59 after 17:59 UTC. Twelve hours is beyond the longest sleep
+/// (`limit_sleep_max`, 6 h) and any test's runtime, at every hour.
+pub fn far_deadline() -> String {
+    (chrono::Utc::now() + chrono::Duration::hours(12)).format("%H:%M").to_string()
+}
+
 /// A temp world: bare remote, user checkout, data dir, agents dir.
 pub struct Fixture {
     pub dir: TempDir,
@@ -159,8 +169,16 @@ impl Fixture {
     }
 
     /// Runs nightshift with `args`.
+    ///
+    /// A `drain` or `run` without `--deadline` gets [`far_deadline`]: the
+    /// default 07:00 would stop it early when the suite runs just before 07:00.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().expect("nightshift runs")
+        let deadline = far_deadline();
+        let mut args = args.to_vec();
+        if matches!(args.first(), Some(&"drain" | &"run")) && !args.contains(&"--deadline") {
+            args.extend(["--deadline", &deadline]);
+        }
+        self.cmd().args(&args).output().expect("nightshift runs")
     }
 
     /// `plan --json` → plan SHA (asserts success).
@@ -175,7 +193,8 @@ impl Fixture {
     pub fn approve_and_drain(&self, extra: &[&str]) -> Output {
         let sha = self.plan_sha();
         assert_ok(&self.run(&["approve", &sha]), "approve");
-        let mut args = vec!["drain", "--deadline", "23:59"];
+        let deadline = far_deadline();
+        let mut args = vec!["drain", "--deadline", &deadline];
         args.extend_from_slice(extra);
         self.run(&args)
     }
