@@ -456,15 +456,10 @@ impl CronSchedule {
                 reason: format!("{fields} fields"),
             });
         }
-        let cron = croner::parser::CronParser::builder()
-            .seconds(croner::parser::Seconds::Optional)
-            .year(croner::parser::Year::Disallowed)
-            .build()
-            .parse(&expanded)
-            .map_err(|e| ScheduleError::BadCron {
-                expr: expr.to_string(),
-                reason: e.to_string(),
-            })?;
+        let cron = croner_parse(&expanded).map_err(|e| ScheduleError::BadCron {
+            expr: expr.to_string(),
+            reason: bad_field(&expanded).unwrap_or_else(|| e.to_string()),
+        })?;
         Ok(CronSchedule {
             expr: expr.trim().to_string(),
             cron,
@@ -495,6 +490,43 @@ impl CronSchedule {
     }
 }
 
+fn croner_parse(expr: &str) -> Result<croner::Cron, croner::errors::CronError> {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Optional)
+        .year(croner::parser::Year::Disallowed)
+        .build()
+        .parse(expr)
+}
+
+/// Names the first field croner rejects and its allowed values, e.g. "the hour field `25`
+/// is not in 0–23". croner's own reason ("Number out of bounds") names neither. Each field
+/// is tried alone, the others `*`; `None` when only the combination is wrong.
+fn bad_field(expr: &str) -> Option<String> {
+    const FIVE: [(&str, &str); 5] = [
+        ("minute", "0–59"),
+        ("hour", "0–23"),
+        ("day-of-month", "1–31, L or W forms"),
+        ("month", "1–12 or JAN–DEC"),
+        ("day-of-week", "0–7 (0 and 7 are Sunday) or SUN–SAT"),
+    ];
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    let names: Vec<(&str, &str)> = if fields.len() == 6 { std::iter::once(("second", "0–59")).chain(FIVE).collect() } else { FIVE.to_vec() };
+    fields.iter().zip(&names).enumerate().find_map(|(i, (field, (name, allowed)))| {
+        let alone: Vec<&str> = (0..fields.len()).map(|j| if j == i { *field } else { "*" }).collect();
+        croner_parse(&alone.join(" ")).is_err().then(|| format!("the {name} field `{field}` is not valid (allowed: {allowed}, with `*`, `,`, `-` and `/`)"))
+    })
+}
+
+/// The first field using croner's Quartz extensions (`L`, `W`, `#`, `?`), which neither
+/// crontab nor systemd's OnCalendar can say. Month and weekday names (`JUL`, `WED`) may hold
+/// those letters and are not extensions.
+fn quartz_extension<'a>(fields: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    fields.into_iter().find(|f| {
+        let stripped = NAMES.iter().fold(f.to_ascii_uppercase(), |acc, n| acc.replace(n, ""));
+        stripped.contains(['L', 'W', '#', '?'])
+    })
+}
+
 fn expand_nickname(expr: &str) -> String {
     match expr.to_ascii_lowercase().as_str() {
         "@yearly" | "@annually" => "0 0 1 1 *".into(),
@@ -518,7 +550,8 @@ fn sh_quote(s: &str) -> String {
 ///
 /// # Errors
 /// [`ScheduleError::BadCron`] for an invalid expression; [`ScheduleError::Untranslatable`] for a
-/// 6-field expression whose seconds field is not `0` (crontab has minute resolution).
+/// 6-field expression whose seconds field is not `0` (crontab has minute resolution), or one
+/// using `L`, `W`, `#` or `?` (croner reads them, cron daemons do not).
 pub fn print_crontab(
     expr: &str,
     binary: &Path,
@@ -528,6 +561,13 @@ pub fn print_crontab(
     CronSchedule::parse(expr)?;
     let expanded = expand_nickname(expr.trim());
     let fields: Vec<&str> = expanded.split_whitespace().collect();
+    if let Some(bad) = quartz_extension(fields.iter().copied()) {
+        return Err(ScheduleError::Untranslatable {
+            expr: expr.to_string(),
+            target: "a crontab line",
+            reason: format!("field {bad:?} uses L, W, # or ?, which cron daemons do not read"),
+        });
+    }
     let five = match fields.len() {
         6 if fields[0] == "0" || fields[0] == "00" => fields[1..].join(" "),
         6 => {
@@ -657,19 +697,8 @@ fn on_calendar(expr: &str, tz: Tz) -> Result<String, ScheduleError> {
         target: "a systemd OnCalendar",
         reason,
     };
-    if let Some(bad) = fields
-        .iter()
-        .chain(std::iter::once(&second))
-        .find(|f| f.contains(['L', 'l', 'W', 'w', '#', '?']))
-    {
-        // Weekday and month names may contain these letters; only reject outside names.
-        let upper = bad.to_ascii_uppercase();
-        let stripped = NAMES
-            .iter()
-            .fold(upper.clone(), |acc, n| acc.replace(n, ""));
-        if stripped.contains(['L', 'W', '#', '?']) {
-            return Err(untranslatable(format!("field {bad:?} uses L, W, # or ?")));
-        }
+    if let Some(bad) = quartz_extension(fields.iter().copied().chain([second])) {
+        return Err(untranslatable(format!("field {bad:?} uses L, W, # or ?")));
     }
     let (minute, hour, dom, month, dow) = (fields[0], fields[1], fields[2], fields[3], fields[4]);
     if dom != "*" && dow != "*" {

@@ -229,6 +229,19 @@ fn cron_accepts_five_and_six_fields() {
         let err = CronSchedule::parse(bad).unwrap_err();
         assert!(matches!(err, ScheduleError::BadCron { .. }), "{bad}: {err}");
     }
+    // An out-of-range or misspelt value names its field and the values it allows.
+    for (bad, field, allowed) in [
+        ("61 7 * * *", "the minute field `61`", "0–59"),
+        ("0 25 * * *", "the hour field `25`", "0–23"),
+        ("0 7 32 * *", "the day-of-month field `32`", "1–31"),
+        ("0 7 * 13 *", "the month field `13`", "JAN–DEC"),
+        ("0 7 * * MON-FOO", "the day-of-week field `MON-FOO`", "SUN–SAT"),
+        ("75 0 7 * * *", "the second field `75`", "0–59"),
+        ("0 7 * JANUAR *", "the month field `JANUAR`", "1–12"),
+    ] {
+        let err = CronSchedule::parse(bad).unwrap_err().to_string();
+        assert!(err.contains(field) && err.contains(allowed), "{bad}: {err}");
+    }
 }
 
 #[test]
@@ -307,6 +320,13 @@ fn crontab_line_names_the_zone() {
     );
     let err = print_crontab("30 0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI).unwrap_err();
     assert!(matches!(err, ScheduleError::Untranslatable { .. }), "{err}");
+    // croner's Quartz extensions fire under `schedule`, but no cron daemon reads them.
+    for quartz in ["0 7 L * *", "0 7 * * 5#3", "0 7 ? * MON", "0 7 15W * *", "0 7 * * 5L"] {
+        let err = print_crontab(quartz, Path::new("/b"), Path::new("/r"), TAIPEI).unwrap_err();
+        assert!(matches!(err, ScheduleError::Untranslatable { .. }) && err.to_string().contains("L, W, # or ?"), "{quartz}: {err}");
+    }
+    // Names that hold those letters are plain crontab.
+    assert!(print_crontab("0 7 * JUL WED", Path::new("/b"), Path::new("/r"), TAIPEI).is_ok());
     let pct = print_crontab("0 22 * * *", Path::new("/b"), Path::new("/r/100%"), TAIPEI).unwrap();
     assert!(pct.contains(r"'/r/100\%'"), "{pct}");
 }
