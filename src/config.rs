@@ -297,11 +297,13 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
     if c.limits.max_attempts == 0 {
         return Err(bad("max_attempts", "must be at least 1".into()));
     }
-    if !(c.limits.max_cost_usd > 0.0 && c.limits.max_cost_usd.is_finite()) {
-        return Err(bad("max_cost_usd", "must be a positive number of USD".into()));
-    }
-    if !(c.limits.max_cost_usd_per_run > 0.0 && c.limits.max_cost_usd_per_run.is_finite()) {
-        return Err(bad("max_cost_usd_per_run", "must be a positive number of USD".into()));
+    for (key, usd) in [("max_cost_usd", c.limits.max_cost_usd), ("max_cost_usd_per_run", c.limits.max_cost_usd_per_run)] {
+        if !(usd > 0.0 && usd.is_finite()) {
+            return Err(bad(key, "must be a positive number of USD".into()));
+        }
+        if usd > MAX_COST_USD {
+            return Err(bad(key, format!("must be at most {MAX_COST_USD} USD (a cap is for a night's spend; a higher one is no cap at all)")));
+        }
     }
     if c.limits.limit_sleep_min > c.limits.limit_sleep_max {
         return Err(bad("limit_sleep_min", "is longer than `limit_sleep_max`".into()));
@@ -474,6 +476,10 @@ pub fn secret_names_hint(args: &[String]) -> Vec<String> {
 /// The most rounds a config accepts for one item.
 pub const MAX_ROUNDS: u32 = 100;
 
+/// The highest `max_cost_usd` / `max_cost_usd_per_run` accepted, in USD: far above any
+/// night's spend, and small enough that cards and reports print it as a plain number.
+pub const MAX_COST_USD: f64 = 1_000_000.0;
+
 /// Variables agents and gates cannot run without: never `secrets`.
 const ESSENTIAL_VARS: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "LANG", "TERM"];
 
@@ -640,6 +646,16 @@ mod tests {
         assert!(err("[writer]\ncomand = [\"x\"]\n").2.contains("did you mean `command`?"));
         let (_, _, message) = err("zzzzzz = 1\n");
         assert!(!message.contains("did you mean") && message.contains("remove the key or fix its spelling"), "{message}");
+    }
+
+    #[test]
+    fn cost_caps_are_positive_finite_and_at_most_a_million() {
+        let (line, key, message) = err("[limits]\nmax_cost_usd_per_run = 1e300\n");
+        assert_eq!((line, key.as_deref()), (2, Some("max_cost_usd_per_run")), "{message}");
+        assert!(message.contains("at most 1000000 USD"), "{message}");
+        assert!(err("[limits]\nmax_cost_usd = -1.0\n").2.contains("positive number of USD"));
+        assert!(err("[limits]\nmax_cost_usd = nan\n").2.contains("positive number of USD"));
+        assert!(parse(Path::new("c"), "[limits]\nmax_cost_usd_per_run = 1000000.0\n").is_ok());
     }
 
     #[test]
