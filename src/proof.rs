@@ -147,6 +147,10 @@ pub struct Proof {
     pub branch_switched: bool,
     /// `.git/config` or `.git/hooks` changed during the round.
     pub git_dir_tampered: bool,
+    /// Which parts of `.git` changed (e.g. `.git/info/exclude`), see
+    /// [`slot::git_dir_changes`]; empty when none did.
+    #[serde(default)]
+    pub git_dir_changed: Vec<String>,
     /// SHA-256 (hex) of the full diff against the base, binary content
     /// included; equal for equal changes (no-progress detection, SPEC §5.6).
     pub diff_hash: String,
@@ -168,7 +172,8 @@ impl Proof {
         scope: &[String],
     ) -> Result<Proof, ProofError> {
         let scope = Scope::new(scope)?;
-        let git_dir_tampered = slot::git_dir_fingerprint(worktree) != start.git_dir_fingerprint;
+        let git_dir_changed = slot::git_dir_changes(&start.git_dir_fingerprint, &slot::git_dir_fingerprint(worktree));
+        let git_dir_tampered = !git_dir_changed.is_empty();
         let repo = open(worktree)?;
         let (head_after, branch_after) = head_state(&repo);
         let head_after = head_after.unwrap_or_default();
@@ -203,6 +208,7 @@ impl Proof {
             claimed_not_in_git,
             out_of_scope,
             git_dir_tampered,
+            git_dir_changed,
             diff_hash,
         })
     }
@@ -234,7 +240,9 @@ impl Proof {
             ));
         }
         if self.git_dir_tampered {
-            reasons.push("the writer changed the checkout's .git config or hooks".to_string());
+            // A proof recorded before parts were named has none to show.
+            let parts = if self.git_dir_changed.is_empty() { ".git config or hooks".to_string() } else { self.git_dir_changed.join(", ") };
+            reasons.push(format!("the writer changed the checkout's {parts}"));
         }
         if !self.out_of_scope.is_empty() {
             reasons.push(format!(

@@ -997,8 +997,9 @@ fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) 
 /// a person's push at night brings objects the checkout has never seen), a
 /// deleted `nightshift/` branch, or the user's own `.git` config and hooks.
 fn outside_reach(night: &Night, role: Role, slot: &Slot, remote_before: Option<&std::collections::BTreeMap<String, String>>, user_git_before: &str, token: Option<&str>) -> Option<String> {
-    if slot::git_dir_fingerprint(&night.repo) != user_git_before {
-        return Some(format!("the {} changed {}/.git (config, hooks or info) during its call; check it before you run git there again", role.as_str(), night.repo.display()));
+    let changed = slot::git_dir_changes(user_git_before, &slot::git_dir_fingerprint(&night.repo));
+    if !changed.is_empty() {
+        return Some(format!("the {} changed {} in {} during its call; check it before you run git there again", role.as_str(), changed.join(", "), night.repo.display()));
     }
     let before = remote_before?;
     let after = match tokio::task::block_in_place(|| slot.remote_refs(token)) {

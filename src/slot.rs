@@ -55,8 +55,8 @@ pub enum SlotError {
     },
     /// The slot's `.git/config` or `.git/hooks` changed since it was prepared:
     /// nightshift runs no more git commands in it.
-    #[error("the slot {} was tampered with (.git config or hooks changed since it was prepared)", path.display())]
-    Tampered { path: PathBuf },
+    #[error("the slot {} was tampered with ({} changed since it was prepared)", path.display(), parts.join(", "))]
+    Tampered { path: PathBuf, parts: Vec<String> },
     /// `commit_all` found no change to commit.
     #[error("nothing to commit in {}", path.display())]
     NothingToCommit { path: PathBuf },
@@ -172,28 +172,66 @@ pub fn branch_name(title: &str, key: &str) -> String {
     format!("nightshift/{slug}-{key8}")
 }
 
-/// SHA-256 (hex) over the parts of `<worktree>/.git` that can make git run a
-/// program or read another config: `config`, `config.worktree`, `commondir`,
-/// `info/attributes` and everything under `hooks/` (names, modes, contents,
-/// link targets), plus what kind of thing `.git` itself is. A missing or
-/// unreadable part hashes as such, so the function never fails: any change,
-/// including `.git` being replaced by a file or a link, changes the value.
+/// A manifest of the parts of `<worktree>/.git` that can make git run a
+/// program or read another config: one line `PART SHA256-HEX` for what kind
+/// of thing `.git` itself is, each of [`WATCHED_GIT_FILES`], and every entry
+/// under `hooks/` (names, modes, contents, link targets), in name order. A
+/// missing or unreadable part hashes as such, so the function never fails:
+/// any change, including `.git` being replaced by a file or a link, changes
+/// the text, and [`git_dir_changes`] names the parts that changed.
 pub fn git_dir_fingerprint(worktree: &Path) -> String {
     let git_dir = worktree.join(".git");
-    let mut h = Sha256::new();
-    match std::fs::symlink_metadata(&git_dir) {
-        Ok(m) if m.is_dir() => h.update(b"dir\0"),
-        Ok(m) if m.file_type().is_symlink() => h.update(b"symlink\0"),
-        Ok(_) => h.update(b"file\0"),
-        Err(_) => h.update(b"missing\0"),
-    }
+    let kind = match std::fs::symlink_metadata(&git_dir) {
+        Ok(m) if m.is_dir() => "dir",
+        Ok(m) if m.file_type().is_symlink() => "symlink",
+        Ok(_) => "file",
+        Err(_) => "missing",
+    };
+    let mut lines = vec![format!(".git {}", hex::encode(Sha256::digest(kind.as_bytes())))];
     for name in WATCHED_GIT_FILES {
-        h.update(name.as_bytes());
-        h.update(b"\0");
+        let mut h = Sha256::new();
         hash_entry(&mut h, &git_dir.join(name));
+        lines.push(format!(".git/{name} {}", hex::encode(h.finalize())));
     }
-    hash_tree(&mut h, &git_dir.join("hooks"), "hooks");
-    hex::encode(h.finalize())
+    hook_lines(&mut lines, &git_dir.join("hooks"), ".git/hooks");
+    lines.join("\n")
+}
+
+/// The parts (e.g. `.git/info/exclude`, `.git/hooks/pre-commit`) whose lines
+/// differ between two [`git_dir_fingerprint`] manifests: changed, added or
+/// removed, in name order. Empty when they are equal.
+pub fn git_dir_changes(before: &str, after: &str) -> Vec<String> {
+    let parse = |text: &str| -> std::collections::BTreeMap<String, String> {
+        text.lines().filter_map(|l| l.rsplit_once(' ')).map(|(part, digest)| (part.to_string(), digest.to_string())).collect()
+    };
+    let (before, after) = (parse(before), parse(after));
+    let mut parts: Vec<String> = before.keys().chain(after.keys()).filter(|p| before.get(*p) != after.get(*p)).cloned().collect();
+    parts.sort();
+    parts.dedup();
+    parts
+}
+
+/// One manifest line per entry of the tree at `dir` (itself included), in name order.
+fn hook_lines(lines: &mut Vec<String>, dir: &Path, label: &str) {
+    let mut h = Sha256::new();
+    hash_entry(&mut h, dir);
+    lines.push(format!("{label} {}", hex::encode(h.finalize())));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        let child = format!("{label}/{}", name.to_string_lossy().replace(' ', "_"));
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            hook_lines(lines, &path, &child);
+        } else {
+            let mut h = Sha256::new();
+            hash_entry(&mut h, &path);
+            lines.push(format!("{child} {}", hex::encode(h.finalize())));
+        }
+    }
 }
 
 /// Hashes one filesystem entry without following links: kind, mode, content.
@@ -230,33 +268,6 @@ fn hash_entry(h: &mut Sha256, path: &Path) {
         }
     }
     h.update(b"\0");
-}
-
-/// Hashes a directory tree in name order (entries under it, recursively).
-fn hash_tree(h: &mut Sha256, dir: &Path, label: &str) {
-    h.update(label.as_bytes());
-    h.update(b"\0");
-    hash_entry(h, dir);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut names: Vec<_> = entries
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name())
-        .collect();
-    names.sort();
-    for name in names {
-        let path = dir.join(&name);
-        let child = format!("{label}/{}", name.to_string_lossy());
-        let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        if is_dir {
-            hash_tree(h, &path, &child);
-        } else {
-            h.update(child.as_bytes());
-            h.update(b"\0");
-            hash_entry(h, &path);
-        }
-    }
 }
 
 /// The file next to a slot that remembers its fingerprint between runs. It is
@@ -348,8 +359,9 @@ impl Slot {
     fn reuse_check(&self) -> Result<(), String> {
         let recorded = std::fs::read_to_string(fingerprint_file(&self.path))
             .map_err(|_| "no recorded fingerprint".to_string())?;
-        if recorded.trim() != git_dir_fingerprint(&self.path) {
-            return Err(".git config or hooks changed since the slot was prepared".to_string());
+        let now = git_dir_fingerprint(&self.path);
+        if recorded.trim() != now {
+            return Err(format!("{} changed since the slot was prepared", git_dir_changes(recorded.trim(), &now).join(", ")));
         }
         git::open(&self.path).map_err(|e| format!("not a git repository: {e}"))?;
         Ok(())
@@ -491,10 +503,9 @@ impl Slot {
     }
 
     fn ensure_untampered(&self) -> Result<(), SlotError> {
-        if self.is_tampered() {
-            return Err(SlotError::Tampered {
-                path: self.path.clone(),
-            });
+        let parts = git_dir_changes(&self.git_dir_fingerprint, &git_dir_fingerprint(&self.path));
+        if !parts.is_empty() {
+            return Err(SlotError::Tampered { path: self.path.clone(), parts });
         }
         Ok(())
     }

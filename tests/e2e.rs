@@ -136,6 +136,7 @@ esac
     let outcomes: Vec<&str> = report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap()).collect();
     // A crashed writer's half-done work is never gated, reviewed or pushed.
     assert_eq!(outcomes, ["rule_broken", "rule_broken", "rule_broken", "rule_broken", "rule_broken", "error"], "{report:#}");
+    assert!(report["items"][3]["reason"].as_str().unwrap().contains(".git/hooks/pre-commit"), "the part is named: {report:#}");
     assert!(report["items"][4]["reason"].as_str().unwrap().contains("refs/heads/evil"), "{report:#}");
     assert!(report["items"][5]["reason"].as_str().unwrap().contains("signal 11"), "{report:#}");
     assert!(f.remote_branches().is_empty());
@@ -150,7 +151,7 @@ esac
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report = f.report();
     assert_eq!(report["items"][0]["outcome"], "rule_broken", "{report:#}");
-    assert!(report["items"][0]["reason"].as_str().unwrap().contains(".git"), "{report:#}");
+    assert!(report["items"][0]["reason"].as_str().unwrap().contains(".git/config in "), "{report:#}");
     assert!(f.remote_branches().is_empty());
 }
 

@@ -384,7 +384,7 @@ fn a_tampered_or_broken_slot_is_removed_and_cloned_again() {
     let again = fx.prepare(BRANCH);
     assert!(!again.reused);
     let reason = again.recloned_because.clone().unwrap();
-    assert!(reason.contains("config or hooks changed"), "{reason}");
+    assert_eq!(reason, ".git/config changed since the slot was prepared");
     assert!(!marker.exists(), "a new clone");
     let config = std::fs::read_to_string(again.path.join(".git/config")).unwrap();
     assert!(!config.contains("sshCommand"), "clean config: {config}");
@@ -490,10 +490,10 @@ fn planted_hooks_never_run_and_a_tampered_slot_is_not_committed_or_pushed() {
     write(&slot.path.join("src/new.rs"), "pub fn new() {}\n");
 
     // The slot API refuses to run git in a slot whose hooks changed...
-    assert!(matches!(
-        slot.commit_all("x", &author(), &runner()),
-        Err(SlotError::Tampered { .. })
-    ));
+    match slot.commit_all("x", &author(), &runner()) {
+        Err(e @ SlotError::Tampered { .. }) => assert!(e.to_string().contains(".git/hooks/"), "{e}"),
+        other => panic!("expected Tampered, got {other:?}"),
+    }
     assert!(matches!(slot.push(None), Err(SlotError::Tampered { .. })));
     // ...and the git builder itself never runs them anyway.
     let g = Git::new(&slot.path)
@@ -659,13 +659,24 @@ fn proof_sees_a_planted_hook_or_config_change_as_tampering() {
     );
     let p = proof(&slot, &start, &[], &[]);
     assert!(p.git_dir_tampered && p.is_empty());
-    assert!(p.rule_broken().unwrap().contains(".git config or hooks"));
+    // The card names the part that changed, not a vague "config or hooks".
+    assert_eq!(p.git_dir_changed, [".git/hooks/pre-push"]);
+    assert!(p.rule_broken().unwrap().contains("changed the checkout's .git/hooks/pre-push"), "{:?}", p.rule_broken());
     assert!(slot.is_tampered());
 
     std::fs::remove_file(slot.path.join(".git/hooks/pre-push")).unwrap();
     assert!(!proof(&slot, &start, &[], &[]).git_dir_tampered, "restored");
     git(&slot.path, &["config", "filter.x.clean", "cat"]);
-    assert!(proof(&slot, &start, &[], &[]).git_dir_tampered);
+    assert_eq!(proof(&slot, &start, &[], &[]).git_dir_changed, [".git/config"]);
+    git(&slot.path, &["config", "--unset", "filter.x.clean"]);
+    // info/exclude can hide new files from the proof and the commit.
+    let exclude = slot.path.join(".git/info/exclude");
+    let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+    text.push_str("secret.txt\n");
+    write(&exclude, &text);
+    let p = proof(&slot, &start, &[], &[]);
+    assert!(p.git_dir_changed.contains(&".git/info/exclude".to_string()), "{:?}", p.git_dir_changed);
+    assert!(p.rule_broken().unwrap().contains(".git/info/exclude"), "{:?}", p.rule_broken());
 }
 
 #[test]
