@@ -567,6 +567,14 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         }
         // Proof of work, from git.
         rec::set_phase(pool, run_id, "proof", Some(key), Some(n)).await?;
+        // GitHub refuses any file of 100 MiB or more: fail now, with the reason,
+        // before a minute of diffing it and a gate and review that cannot lead to a push.
+        if let Ok(big) = tokio::task::block_in_place(|| crate::proof::files_of_at_least(&slot.path, MAX_FILE_BYTES)) {
+            if let Some((path, size)) = big.first() {
+                rec::finish_round(pool, round_id, "error", None, None, Some("a file too large for GitHub")).await?;
+                return Ok(fail("error", format!("{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)", size >> 20), n, &totals));
+            }
+        }
         let proof = match tokio::task::block_in_place(|| Proof::collect(&slot.path, &before, &writer.claimed_files, &c.scope)) {
             Ok(p) => p,
             // No .git left to read: the writer removed or replaced it.
@@ -752,11 +760,6 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             if let Err((outcome, e)) = tick_own_box(&slot.path, &night.config.backlog, key) {
                 return Ok(fail(outcome, format!("tick_in_pr: {e}"), n, &totals));
             }
-        }
-        // GitHub refuses any file of 100 MiB or more: fail here, with the
-        // reason, instead of a push that cannot succeed.
-        if let Some((path, size)) = proof.changed.iter().filter_map(|f| std::fs::metadata(slot.path.join(&f.path)).ok().map(|m| (f.path.clone(), m.len()))).find(|(_, len)| *len >= MAX_FILE_BYTES) {
-            return Ok(fail("error", format!("{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)", size >> 20), n, &totals));
         }
         if let Err(e) = tokio::task::block_in_place(|| slot.commit_all(&message, &runner_identity(), &runner_identity())) {
             return Ok(fail("error", format!("commit failed: {e}"), n, &totals));

@@ -494,6 +494,10 @@ async fn a_file_too_large_for_github_is_not_pushed() {
     assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
     assert!(rep["items"][0]["reason"].as_str().unwrap().contains("huge.bin is 100 MiB"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
+    // Found from sizes right after the writer: no diff of it, no gate, no review.
+    assert_eq!(f.db.sql("SELECT count(*) FROM proofs"), "0");
+    assert_eq!(f.db.sql("SELECT count(*) FROM gate_runs"), "0");
+    assert_eq!(f.db.sql("SELECT count(*) FROM reviews"), "0");
 }
 
 /// A reviewer that prints an approval and then fails is not trusted.
