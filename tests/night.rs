@@ -369,6 +369,10 @@ fn stops_cleanly_on(f: &Fixture, ready: impl Fn() -> bool, sig: nix::sys::signal
     let rep = f.report();
     assert_eq!(rep["status"], "stopped_signal", "{rep:#}\n{}", bg.output());
     assert_eq!(outcomes(&rep), ["interrupted"], "the second item never started: {rep:#}");
+    // The report still names what the stop left undone.
+    assert_eq!(rep["not_started"].as_array().map(|a| a.iter().map(|i| (i["index"].as_i64().unwrap(), i["title"].as_str().unwrap().to_string())).collect::<Vec<_>>()), Some(vec![(2, "Add pow".to_string())]), "{rep:#}");
+    let human = f.run(&["report"]);
+    assert!(text(&human).contains("not started (the run stopped before them):") && text(&human).contains("Add pow"), "{}", text(&human));
     assert!(slot_branches(&f.data).is_empty(), "a local branch was left: {:?}", slot_branches(&f.data));
     assert!(f.remote_branches().is_empty(), "something was pushed: {:?}", f.remote_branches());
     assert!(status_text(f).starts_with("idle"));

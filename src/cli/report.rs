@@ -41,15 +41,34 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
     };
     let items = rec::run_items(&lg.pool, row.id).await?;
     let slept = rec::slept_seconds(&lg.pool, row.id).await?;
+    // A drain stopped by a signal or a crash never reached the rest of its
+    // plan; the deadline records them itself, as `deadline` items.
+    let not_started = match (row.kind.as_str(), row.status.as_str()) {
+        ("drain", "stopped_signal" | "crashed") => rec::plan_items_after(&lg.pool, &row.plan_sha, items.iter().map(|i| i.item_index).max().unwrap_or(0)).await?,
+        _ => Vec::new(),
+    };
     let now = Utc::now();
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
-            println!("{}", serde_json::to_string_pretty(&crate::report::to_json_with(&row, &items, Some(&totals))).expect("JSON"));
+            let mut v = crate::report::to_json_with(&row, &items, Some(&totals));
+            v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
+            println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
-        ReportFormat::Markdown => print!("{}", crate::report::to_markdown(&row, &items, slept, show_body, now)),
+        ReportFormat::Markdown => {
+            print!("{}", crate::report::to_markdown(&row, &items, slept, show_body, now));
+            if !not_started.is_empty() {
+                println!("\n**Not started** (the run stopped before them): {}", not_started.iter().map(|(i, t, _)| format!("{i}. {t}")).collect::<Vec<_>>().join("; "));
+            }
+        }
         ReportFormat::Text => {
             print!("{}", crate::report::to_text_at(&row, &items, slept, show_body, now));
+            if !not_started.is_empty() {
+                println!("not started (the run stopped before them):");
+                for (index, title, _) in &not_started {
+                    println!("  {index:>3}  {title}");
+                }
+            }
             // Where the rounds' own words are: prompts, agent outputs, gate logs.
             let logs = crate::cli::data_dir().join("logs").join(row.id.to_string());
             if logs.is_dir() {

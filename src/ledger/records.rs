@@ -773,6 +773,22 @@ pub async fn run_items(pool: &PgPool, run: Uuid) -> Result<Vec<ItemRow>> {
     .await
 }
 
+/// The items of plan `plan_sha` after index `after` (the plan's 1-based
+/// `index`, SPEC §2), in backlog order, as `(index, title, contract_sha)`:
+/// what a run stopped at item `after` never started.
+///
+/// # Errors
+/// Database errors.
+pub async fn plan_items_after(pool: &PgPool, plan_sha: &str, after: i32) -> Result<Vec<(i32, String, String)>> {
+    sqlx::query_as::<_, (i32, String, String)>(
+        "SELECT pc.item_index, c.title, pc.contract_sha FROM plan_contracts pc JOIN contracts c ON c.sha = pc.contract_sha WHERE pc.plan_sha = $1 AND pc.item_index > $2 ORDER BY pc.item_index",
+    )
+    .bind(plan_sha)
+    .bind(after)
+    .fetch_all(pool)
+    .await
+}
+
 /// Seconds slept at usage limits during a run.
 ///
 /// # Errors
