@@ -311,7 +311,9 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
         return Ok(ItemEnd { outcome: "not_approved".into(), reason: Some(why.into()), ..Default::default() });
     }
     let branch = slot::branch_name(&entry.item.title, key);
-    // An earlier PR of this item (ledger, confirmed on GitHub).
+    // An earlier PR of this item (ledger, confirmed on GitHub). GitHub may
+    // be slow or retried: `status` says so rather than a stale phase.
+    rec::set_phase(pool, run_id, "github", Some(key), None).await?;
     if let Some(end) = earlier_pr(night, run_id, entry, &branch).await? {
         return Ok(end);
     }

@@ -491,6 +491,31 @@ async fn sigterm_while_github_is_slow_to_open_the_pr() {
 // 5. One drain per repository; 9. status while a drain runs
 // ---------------------------------------------------------------------------------------------
 
+/// While GitHub is slow to say whether an item already has a PR, `status`
+/// names that phase instead of the one before it.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_shows_the_github_phase_while_github_is_slow() {
+    let gh = FakeGitHub::start().await;
+    gh.state.lock().unwrap().scripted.push(common::github::Fault::new("GET", "/repos/owner/repo/pulls", 502).delay_ms(4000));
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_slow_status_token_123456".into());
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{WORD_WRITER}"));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    let mut seen = String::new();
+    wait_until(Duration::from_secs(20), "status to show the github phase", || {
+        seen = status_text(&f);
+        seen.ends_with("· github")
+    });
+    assert!(seen.contains("item 1 \"Add sub\""), "{seen}");
+    assert_eq!(bg.wait(Duration::from_secs(60)).code(), Some(0), "{}", bg.output());
+    assert_eq!(gh.prs().len(), 1);
+}
+
 #[test]
 fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
     let f = Fixture::new();
