@@ -545,7 +545,8 @@ fn sh_quote(s: &str) -> String {
 
 /// A crontab entry that runs `BINARY --repo REPO drain` at each fire time of `expr` in `tz`:
 /// a `CRON_TZ=` line (cronie and systemd-cron honour it; Debian's vixie cron does not, which
-/// the comment says) and the job line, logging to `REPO/.nightshift/cron.log`. SPEC §2
+/// the comment says) and the job line, logging to `REPO/.nightshift/cron.log`. `path_var`,
+/// when given, is set as the job's `PATH` (cron's own is `/usr/bin:/bin`). SPEC §2
 /// `schedule --print-crontab`.
 ///
 /// # Errors
@@ -557,6 +558,7 @@ pub fn print_crontab(
     binary: &Path,
     repo: &Path,
     tz: Tz,
+    path_var: Option<&str>,
 ) -> Result<String, ScheduleError> {
     CronSchedule::parse(expr)?;
     let expanded = expand_nickname(expr.trim());
@@ -583,8 +585,9 @@ pub fn print_crontab(
     // an assignment prefix applies to that one command only (not to the `cd`).
     let log = repo.join(".nightshift").join("cron.log");
     let command = format!(
-        "cd {} && TZ={} {} --repo {} drain >> {} 2>&1",
+        "cd {} && {}TZ={} {} --repo {} drain >> {} 2>&1",
         sh_quote(&repo.display().to_string()),
+        path_var.map(|p| format!("PATH={} ", sh_quote(p))).unwrap_or_default(),
         tz.name(),
         sh_quote(&binary.display().to_string()),
         sh_quote(&repo.display().to_string()),
@@ -618,8 +621,8 @@ pub struct SystemdUnits {
     pub on_calendar: String,
 }
 
-/// Translates `expr` into a systemd timer firing `BINARY --repo REPO drain` in `tz`. SPEC §2
-/// `schedule --print-systemd`.
+/// Translates `expr` into a systemd timer firing `BINARY --repo REPO drain` in `tz`, with
+/// `path_var` (when given) as the service's `PATH`. SPEC §2 `schedule --print-systemd`.
 ///
 /// # Errors
 /// [`ScheduleError::BadCron`] for an invalid expression; [`ScheduleError::Untranslatable`] for
@@ -630,6 +633,7 @@ pub fn print_systemd(
     binary: &Path,
     repo: &Path,
     tz: Tz,
+    path_var: Option<&str>,
 ) -> Result<SystemdUnits, ScheduleError> {
     CronSchedule::parse(expr)?;
     let on_calendar = on_calendar(expr, tz)?;
@@ -656,8 +660,10 @@ pub fn print_systemd(
          Type=oneshot\n\
          WorkingDirectory={repo_s}\n\
          Environment=TZ={tz}\n\
+         {path_line}\
          ExecStart=\"{bin_s}\" --repo \"{repo_arg}\" drain\n",
         tz = tz.name(),
+        path_line = path_var.map(|p| format!("Environment=\"PATH={}\"\n", esc(&p.replace('\\', "\\\\").replace('"', "\\\"")))).unwrap_or_default(),
     );
     let timer = format!(
         "# nightshift-drain.timer — cron expression {expr:?}\n\

@@ -541,6 +541,15 @@ async fn doctor_names_each_failing_check() {
     // No token.
     let token = f.token.take();
     check(&f, &["token"], "no token");
+    // No token and a remote that is not on GitHub: the night runs without
+    // PRs (SPEC §8), so that is a warning, and the GitHub lines say why they are missing.
+    let github = f.github.take();
+    let out = f.run(&["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let t = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(t.lines().any(|l| l.starts_with("warn token ") && l.contains("not a GitHub repository") && l.contains("report --show-body")), "{t}");
+    assert!(t.lines().any(|l| l.starts_with("warn api ") && l.contains("no GitHub token")) && t.lines().any(|l| l.starts_with("warn label ")), "{t}");
+    f.github = github;
     f.token = token;
     // A token without the repo scope.
     gh.state.lock().unwrap().scopes = Some("read:org, gist".into());

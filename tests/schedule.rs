@@ -306,6 +306,7 @@ fn crontab_line_names_the_zone() {
         Path::new("/usr/local/bin/nightshift"),
         Path::new("/srv/my repo"),
         TAIPEI,
+        None,
     )
     .unwrap();
     assert!(text.contains("\nCRON_TZ=Asia/Taipei\n"), "{text}");
@@ -314,20 +315,23 @@ fn crontab_line_names_the_zone() {
         "{text}"
     );
     assert!(
-        print_crontab("0 0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI)
+        print_crontab("0 0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI, None)
             .unwrap()
             .contains("\n0 22 * * * ")
     );
-    let err = print_crontab("30 0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI).unwrap_err();
+    let err = print_crontab("30 0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI, None).unwrap_err();
     assert!(matches!(err, ScheduleError::Untranslatable { .. }), "{err}");
     // croner's Quartz extensions fire under `schedule`, but no cron daemon reads them.
     for quartz in ["0 7 L * *", "0 7 * * 5#3", "0 7 ? * MON", "0 7 15W * *", "0 7 * * 5L"] {
-        let err = print_crontab(quartz, Path::new("/b"), Path::new("/r"), TAIPEI).unwrap_err();
+        let err = print_crontab(quartz, Path::new("/b"), Path::new("/r"), TAIPEI, None).unwrap_err();
         assert!(matches!(err, ScheduleError::Untranslatable { .. }) && err.to_string().contains("L, W, # or ?"), "{quartz}: {err}");
     }
     // Names that hold those letters are plain crontab.
-    assert!(print_crontab("0 7 * JUL WED", Path::new("/b"), Path::new("/r"), TAIPEI).is_ok());
-    let pct = print_crontab("0 22 * * *", Path::new("/b"), Path::new("/r/100%"), TAIPEI).unwrap();
+    assert!(print_crontab("0 7 * JUL WED", Path::new("/b"), Path::new("/r"), TAIPEI, None).is_ok());
+    // cron's own PATH is minimal: the job carries the one `schedule` ran with.
+    let with_path = print_crontab("0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI, Some("/root/.npm/bin:/usr/bin:/bin")).unwrap();
+    assert!(with_path.contains("cd '/r' && PATH='/root/.npm/bin:/usr/bin:/bin' TZ=Asia/Taipei '/b' --repo '/r' drain"), "{with_path}");
+    let pct = print_crontab("0 22 * * *", Path::new("/b"), Path::new("/r/100%"), TAIPEI, None).unwrap();
     assert!(pct.contains(r"'/r/100\%'"), "{pct}");
 }
 
@@ -350,7 +354,7 @@ fn systemd_units_translate_the_expression() {
         ("0 2 * JAN-MAR 7", "Sun *-01,02,03-* 02:00:00 Asia/Taipei"),
     ];
     for (expr, want) in cases {
-        let units = print_systemd(expr, bin, repo, TAIPEI).unwrap();
+        let units = print_systemd(expr, bin, repo, TAIPEI, None).unwrap();
         assert_eq!(units.on_calendar, want, "{expr}");
         assert!(
             units.timer.contains(&format!("OnCalendar={want}\n")),
@@ -358,7 +362,7 @@ fn systemd_units_translate_the_expression() {
             units.timer
         );
     }
-    let units = print_systemd("0 22 * * *", bin, repo, TAIPEI).unwrap();
+    let units = print_systemd("0 22 * * *", bin, repo, TAIPEI, None).unwrap();
     assert!(
         units
             .service
@@ -366,7 +370,9 @@ fn systemd_units_translate_the_expression() {
         "{}",
         units.service
     );
-    let odd = print_systemd("0 22 * * *", bin, Path::new("/srv/a$b \"c\" 5%"), TAIPEI).unwrap();
+    let with_path = print_systemd("0 22 * * *", bin, repo, TAIPEI, Some("/opt/node 20/bin:/usr/bin")).unwrap();
+    assert!(with_path.service.contains("Environment=TZ=Asia/Taipei\nEnvironment=\"PATH=/opt/node 20/bin:/usr/bin\"\nExecStart="), "{}", with_path.service);
+    let odd = print_systemd("0 22 * * *", bin, Path::new("/srv/a$b \"c\" 5%"), TAIPEI, None).unwrap();
     assert!(
         odd.service
             .contains(r#"--repo "/srv/a$$b \"c\" 5%%" drain"#),
@@ -388,7 +394,7 @@ fn systemd_units_translate_the_expression() {
             && units.timer.contains("WantedBy=timers.target\n")
     );
     for bad in ["0 22 1 * MON", "0 22 L * *", "0 22 * * 5#2", "0 22 15W * *"] {
-        let err = print_systemd(bad, bin, repo, TAIPEI).unwrap_err();
+        let err = print_systemd(bad, bin, repo, TAIPEI, None).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -416,7 +422,7 @@ fn systemd_agrees_on_the_next_fire_time() {
         ("*/15 22-23 * * SUN,sat", SANTIAGO),
         ("0 3 1,15 * *", LORD_HOWE),
     ] {
-        let units = print_systemd(expr, Path::new("/b"), Path::new("/r"), tz).unwrap();
+        let units = print_systemd(expr, Path::new("/b"), Path::new("/r"), tz, None).unwrap();
         let out = std::process::Command::new("systemd-analyze")
             .args(["calendar", &units.on_calendar])
             .env("TZ", "UTC")

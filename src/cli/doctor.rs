@@ -145,7 +145,16 @@ async fn finish_without_repo(mut out: Vec<Check>, _startup: &Startup) -> Vec<Che
 /// Token, scopes, API and label (SPEC §8).
 async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remote_url: Option<&str>, token: Option<(forge::Secret, &'static str)>) {
     let Some((token, source)) = token else {
-        out.push(Check::fail("token", "no GitHub token", "set GITHUB_TOKEN or GH_TOKEN, or `gh auth login` (without one, branches are pushed but no PR is opened)"));
+        // Without a token the night still runs (SPEC §8): branches are pushed
+        // and the report shows the PRs that would have been opened. That is a
+        // failure only when the repository is on GitHub, where PRs are wanted.
+        match forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url) {
+            Ok(id) => out.push(Check::fail("token", format!("no GitHub token for {id}"), "set GITHUB_TOKEN or GH_TOKEN, or `gh auth login` (without one, branches are pushed but no PR is opened)")),
+            Err(_) => out.push(Check::warn("token", "no GitHub token, and the remote is not a GitHub repository", "nothing to fix for a local remote: branches are pushed and `nightshift report --show-body` shows each PR that would have been opened; to open them, set GITHUB_TOKEN and GH_REPO=OWNER/REPO")),
+        }
+        for name in ["api", "label"] {
+            out.push(Check::warn(name, "not checked: no GitHub token", "see the token line"));
+        }
         return;
     };
     let id = match forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url) {

@@ -43,13 +43,16 @@ pub(crate) async fn schedule(cli: &Cli, expr: &str, tz: Option<&str>, mode: Mode
         eprintln!("warning: {w}");
     }
     let cron = CronSchedule::parse(expr).map_err(|e| Error::usage(e.to_string()))?;
+    // cron and systemd start jobs with a minimal PATH (`/usr/bin:/bin`): the
+    // agents and gate commands found from this shell would be missing there.
+    let path_var = std::env::var("PATH").ok();
     match mode {
         Mode::Crontab => {
-            print!("{}", schedule::print_crontab(expr, &schedule::current_binary(), &repo, zone).map_err(|e| Error::usage(e.to_string()))?);
+            print!("{}", schedule::print_crontab(expr, &schedule::current_binary(), &repo, zone, path_var.as_deref()).map_err(|e| Error::usage(e.to_string()))?);
             Ok(ExitCode::Ok)
         }
         Mode::Systemd => {
-            let units = schedule::print_systemd(expr, &schedule::current_binary(), &repo, zone).map_err(|e| Error::usage(e.to_string()))?;
+            let units = schedule::print_systemd(expr, &schedule::current_binary(), &repo, zone, path_var.as_deref()).map_err(|e| Error::usage(e.to_string()))?;
             // Each unit's first line is a comment naming its file.
             println!("{}\n{}", units.service, units.timer);
             Ok(ExitCode::Ok)
