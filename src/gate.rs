@@ -123,16 +123,39 @@ pub fn tail_of(s: &str, max: usize) -> String {
     s[cut..].to_string()
 }
 
-/// Builds the failure feedback for the writer's next round.
+/// Builds the failure feedback for the writer's next round: per failed
+/// command, how it failed and the last 4,000 characters of its output (or
+/// that it printed nothing).
 pub fn feedback(runs: &[GateRun]) -> String {
     let mut s = String::new();
     for r in runs.iter().filter(|r| !r.passed()) {
-        s.push_str(&format!(
-            "The gate command `{}` failed ({}). The last lines of its output:\n```\n{}\n```\n",
-            r.command,
-            if r.timed_out { "timed out".to_string() } else { format!("exit code {}", r.exit_code.map(|c| c.to_string()).unwrap_or("none".into())) },
-            tail_of(&r.output_tail, 4000).trim_end()
-        ));
+        let how = if r.timed_out { "timed out".to_string() } else { format!("exit code {}", r.exit_code.map(|c| c.to_string()).unwrap_or("none".into())) };
+        if r.output_tail.trim().is_empty() {
+            // An empty code block reads as if the output were lost.
+            s.push_str(&format!("The gate command `{}` failed ({how}) and printed nothing.\n", r.command));
+            continue;
+        }
+        s.push_str(&format!("The gate command `{}` failed ({how}). The last lines of its output:\n```\n{}\n```\n", r.command, tail_of(&r.output_tail, 4000).trim_end()));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(command: &str, exit_code: Option<i32>, timed_out: bool, output: &str) -> GateRun {
+        GateRun { command: command.into(), exit_code, timed_out, duration_ms: 10, output_tail: output.into() }
+    }
+
+    #[test]
+    fn feedback_names_each_failed_command_and_what_it_printed() {
+        let fb = feedback(&[run("cargo fmt --check", Some(0), false, ""), run("sh test.sh", Some(1), false, "ok 1\nunknown word: bogus\n")]);
+        assert!(!fb.contains("cargo fmt"), "a passing command is not feedback: {fb}");
+        assert!(fb.contains("`sh test.sh` failed (exit code 1)") && fb.contains("```\nok 1\nunknown word: bogus\n```"), "{fb}");
+        // Silence is said in words, not as an empty code block.
+        let fb = feedback(&[run("./check", Some(2), false, " \n")]);
+        assert_eq!(fb, "The gate command `./check` failed (exit code 2) and printed nothing.\n");
+        assert!(feedback(&[run("slow", None, true, "")]).contains("(timed out) and printed nothing"));
+    }
 }

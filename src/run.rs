@@ -647,7 +647,10 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             // signature, command and exit code, is already in its gate list).
             rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "tests_failed".into(), note: last_line(&bad.output_tail), gate: gates.clone(), verdict: None });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
-                return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure ({sig})"), n, &totals));
+                let how = bad.exit_code.map(|c| format!("exited {c}")).unwrap_or_else(|| "timed out".into());
+                let said = last_line(&bad.output_tail);
+                let said = if said.trim().is_empty() { "it printed nothing".to_string() } else { format!("it printed: {said}") };
+                return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure: `{}` {how} ({said})", bad.command), n, &totals));
             }
             continue;
         }

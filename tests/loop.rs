@@ -47,6 +47,9 @@ async fn no_progress_stops_after_three_same_rounds_and_feedback_carries_the_fail
     assert_eq!(outcomes(&rep), ["no_progress", "no_progress", "tests_failed"], "{rep:#}");
     let rounds: Vec<i64> = rep["items"].as_array().unwrap().iter().map(|i| i["rounds"].as_i64().unwrap()).collect();
     assert_eq!(rounds, [3, 3, 5], "no_progress wins over the round cap; a changing diff runs to the cap: {rep:#}");
+    // The reason says which command failed, how, and what it printed, in words.
+    let why = rep["items"][0]["reason"].as_str().unwrap();
+    assert!(why.contains("the same gate failure: `sh test.sh` exited 1 (it printed: unknown word: bogus)"), "{why}");
 
     // Round 1 has no feedback; round 2 gets the failing gate's tail, or the findings.
     let fb = |tag: &str, n: u32| f.agents.join(format!("feedback-{tag}-{n}.txt"));

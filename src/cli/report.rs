@@ -167,8 +167,8 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
             return Ok(hits[0]);
         }
         if hits.len() > 1 {
-            return Err(Error::usage(format!("--run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}", hits.len())));
+            return Err(Error::usage(format!("run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}", hits.len())));
         }
     }
-    Err(Error::usage(format!("--run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}")))
+    Err(Error::usage(format!("run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}")))
 }
