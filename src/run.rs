@@ -161,6 +161,13 @@ pub async fn find_approval(pool: &PgPool, repo_id: &str, plan: &Plan, selection:
             return Ok(Ok((a.clone(), shas)));
         }
     }
+    // This very plan was approved, but the approval is used up or expired:
+    // say which, rather than that none was given.
+    if let Some(a) = rec::approvals_of(pool, repo_id, &plan.sha).await?.first()
+        && let Err(r) = approval::check_usable(a, now)
+    {
+        return Ok(Err(r));
+    }
     Ok(Err(Refusal::Missing { plan_sha: plan.sha.clone() }))
 }
 

@@ -182,6 +182,11 @@ async fn refusals_run_nothing_and_post_nothing() {
     let out = f.run(&["drain", "--approve", &sha]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("already used"), "{}", text(&out));
+    // Without --approve too: the plan's own approval is named as used, by which run.
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let run = f.db.sql("SELECT id FROM runs");
+    assert!(text(&out).contains(&format!("already used by run {run}")), "{}", text(&out));
     assert_eq!(gh.requests().await.len(), posts_after_first, "a refused run talked to GitHub");
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
     // Approvals are immutable rows.
