@@ -411,8 +411,9 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
                 }
             }
         }
-        // Pushed earlier, PR never made: open it now (SPEC §8).
-        if let Some(r) = rows.iter().find(|r| r.state == "pr_failed") {
+        // Pushed earlier, PR never made (it failed, or that night had no
+        // GitHub access): open it now (SPEC §8), if the branch is still there.
+        if let Some(r) = rows.iter().find(|r| r.state == "pr_failed" || (r.state == "planned" && branch_on_remote(night, &r.branch))) {
             let body = rec::pr_body(pool, &night.repo_id, key, &r.branch).await?;
             return Ok(Some(open_pr(night, run_id, entry, &r.branch, &body).await?));
         }

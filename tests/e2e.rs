@@ -565,3 +565,35 @@ async fn agents_given_by_a_relative_path_are_the_repositorys_files() {
     assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
     assert_eq!(gh.prs().len(), 1);
 }
+
+/// A branch pushed by a night without GitHub access ("planned") gets its PR
+/// from the first night that has a token, from the pushed branch and its
+/// recorded card, without redoing the work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_branch_pushed_without_a_token_gets_its_pr_from_the_next_run_with_one() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    let calls = f.agents.join("writer-calls");
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\necho call >> {}\necho sub >> calc.txt\necho 'added sub'\n", calls.display()));
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    // Night 1: no token, no GitHub repository.
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "the night without GitHub");
+    assert_eq!(f.remote_branches().len(), 1);
+    assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "planned");
+    // The card says what happens to it next, and under which condition.
+    let plan = f.run(&["plan"]);
+    assert!(text(&plan).contains("a run with a GitHub token opens its PR"), "{}", text(&plan));
+    // Night 2: with a token, the PR is opened from the pushed branch.
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_second_night_token_0123456789".into());
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "the night with GitHub");
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{rep:#}");
+    assert_eq!(gh.prs().len(), 1);
+    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1, "the work was not redone");
+    assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "open");
+}

@@ -90,7 +90,8 @@ pub(crate) async fn mark_earlier_work(pool: &sqlx::PgPool, repo_id: &str, plan: 
             e.blocked = Some(match (p.state.as_str(), p.number) {
                 ("merged", Some(n)) => format!("already merged: PR #{n}"),
                 (_, Some(n)) => format!("already open: PR #{n}"),
-                _ => format!("branch {} already pushed by an earlier run; its PR is opened by the next run", p.branch),
+                _ if p.state == "planned" => format!("branch {} already pushed by an earlier run without GitHub access; a run with a GitHub token opens its PR", p.branch),
+                _ => format!("branch {} already pushed by an earlier run whose PR failed to open; the next run opens it", p.branch),
             });
         } else if let Some((q, _, _)) = rec::open_question(pool, repo_id, &e.item.key, &e.contract_sha).await? {
             e.blocked = Some(format!("waiting for an answer to the writer's question: {q} (edit the item to answer it)"));
