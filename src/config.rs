@@ -578,18 +578,20 @@ setup = []                     # e.g. ["npm ci"], run in each fresh checkout
 secrets = []                   # more variables agents and gates never see
 gate_env = []                  # variables passed to gate commands only
 
-[limits]                       # caps; an item may lower them, never raise them
-rounds = 3
-agent_timeout = "60m"
-gate_timeout = "20m"
-item_timeout = "2h"
-max_tokens = 20000000          # per item, input (cache reads included) + output, as the agents report
-max_cost_usd = 20.0            # per item
-max_cost_usd_per_run = 100.0   # for the whole night
-max_attempts = 3               # nights an item may fail before it is blocked
-limit_buffer = "120s"
-limit_sleep_min = "60s"
-limit_sleep_max = "6h"
+[limits]                       # caps; an item may lower them, never raise them.
+# The defaults, shown commented out: uncomment a line to set your own cap
+# (cards then show it as "policy" rather than "default").
+# rounds = 3
+# agent_timeout = "60m"
+# gate_timeout = "20m"
+# item_timeout = "2h"
+# max_tokens = 20000000          # per item, input (cache reads included) + output, as the agents report
+# max_cost_usd = 20.0            # per item
+# max_cost_usd_per_run = 100.0   # for the whole night
+# max_attempts = 3               # nights an item may fail before it is blocked
+# limit_buffer = "120s"
+# limit_sleep_min = "60s"
+# limit_sleep_max = "6h"
 
 [writer]
 kind = "claude"                # claude | codex | command
@@ -622,6 +624,20 @@ mod tests {
         assert_eq!(c.limits, d.limits);
         assert_eq!(c.verify, d.verify);
         assert_eq!(c.writer, d.writer);
+        // The commented-out caps are the defaults, so uncommenting one changes nothing by itself.
+        let mut in_limits = false;
+        let uncommented: String = TEMPLATE
+            .lines()
+            .map(|l| {
+                if l.starts_with('[') {
+                    in_limits = l.starts_with("[limits]");
+                }
+                if in_limits { l.strip_prefix("# ").filter(|r| r.split_whitespace().nth(1) == Some("=")).unwrap_or(l) } else { l }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(uncommented.contains("\nrounds = 3\n"), "{uncommented}");
+        assert_eq!(parse(Path::new("t"), &uncommented).unwrap().limits, d.limits);
     }
 
     #[test]
