@@ -21,7 +21,9 @@
 //!   ("resets Oct 24") is the start of that day in its zone (the earliest the reset can be); a
 //!   weekday ("resets Friday 2pm") is its next occurrence; "tomorrow" counts only with a time.
 //! - Local times in a DST gap resolve to the end of the gap, ambiguous ones to the earlier instant.
-//! - A message wrapped by a terminal is read with up to three following lines (to a blank line).
+//! - A message wrapped by a terminal is read with up to three following lines (to a blank line);
+//!   its reset may also sit on the line it was wrapped from, and an error body's structured parts
+//!   (quota ids, `retryDelay`, `X-RateLimit-Reset`) up to 40 lines below it.
 //! - Zones: a tzdb name, `UTC`/`GMT`, an offset (`GMT+8`, `UTC+05:30`, the sign as written) or an
 //!   abbreviation. An abbreviation the agent's own zone uses is read in that zone (`CST` in
 //!   Asia/Taipei is +8, `IST` in Europe/Dublin is Irish time); otherwise a fixed table:
@@ -29,11 +31,18 @@
 //!   DST (see `abbreviation_zone`). A zone word nothing knows is read in `tz`, never an error.
 //! - A wait stated by the service ("try again in 15m44s", "Your quota will reset after
 //!   12h22m45s", `Retry-After: 3600`) longer than [`LONG_WAIT`] (5 min) is an account usage
-//!   limit with that reset, whatever the wording; shorter ones are transient. The agent's own
-//!   retry loop ("Retrying in 2892 seconds…") is never a reset.
+//!   limit with that reset, whatever the wording; shorter ones are transient. So is a reset
+//!   instant a throttling message states (OpenRouter's `X-RateLimit-Reset` in epoch milliseconds,
+//!   "Resets at 10:00 UTC"). The agent's own retry loop ("Retrying in 2892 seconds…") is never a
+//!   reset.
+//! - A rate limit is throttling unless it names a window: Copilot's "You've hit your global rate
+//!   limit … wait 6 seconds" is transient, "You've reached your weekly rate limit" and "you've
+//!   exceeded your 5 hour session limits" are usage limits, and "Sorry, you've hit a rate limit
+//!   … try again in 58 hours" is one by its wait.
 //! - Google's `RESOURCE_EXHAUSTED` alone is transient, with a per-day quota a usage limit; "You
 //!   exceeded your current quota" is a usage limit unless it names a per-minute window or a
-//!   short retry.
+//!   short retry. A per-day quota id (`…PerDay…`, Gemini CLI's own rule) wins over a per-minute
+//!   one beside it and over the seconds Google suggests: it lasts until the day's reset.
 //! - A clearly-a-limit message whose time cannot be read is a usage limit with an unknown reset
 //!   (the caller sleeps `SleepPolicy::unknown`, 1 h); reading never fails or panics.
 //! - A reset more than 15 minutes in the past or more than 8 days ahead is not believed
@@ -177,7 +186,7 @@ pub fn read_text(text: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
         let reading = if let Some(value) = json_object(line) {
             read_json(&value, now, tz).unwrap_or_else(LimitReading::none)
         } else {
-            scan_line(line, &continuation(&lines, i), now, tz, "text")
+            scan_line(line, &around(&lines, i), now, tz, "text")
         };
         best = stronger(best, reading);
         if best.rank() == 3 {
@@ -211,7 +220,7 @@ pub fn read_stream_line(line: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading 
     if !(begins_with_message(rest) || begins_with_message(after_status) || labelled_error) {
         return LimitReading::none();
     }
-    scan_line(trimmed, "", now, tz, "line")
+    scan_line(trimmed, &Around::default(), now, tz, "line")
 }
 
 /// Reads one claude stream-json / json event.
@@ -629,12 +638,42 @@ fn scan_message(text: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -> LimitRe
     let lines: Vec<&str> = text.lines().collect();
     let mut best = LimitReading::none();
     for (i, line) in lines.iter().enumerate() {
-        best = stronger(
-            best,
-            scan_line(line, &continuation(&lines, i), now, tz, origin),
-        );
+        best = stronger(best, scan_line(line, &around(&lines, i), now, tz, origin));
     }
     best
+}
+
+/// What surrounds one line of a text: the lines that may continue its message, the rest of its
+/// error body, and the line it continues when a terminal wrapped it.
+#[derive(Default)]
+struct Around<'a> {
+    /// See [`continuation`].
+    cont: String,
+    /// See [`block`].
+    block: String,
+    /// See [`wrapped_from`]; empty when the line starts a message.
+    prev: &'a str,
+}
+
+/// What surrounds line `i` of `lines`.
+fn around<'a>(lines: &[&'a str], i: usize) -> Around<'a> {
+    Around {
+        cont: continuation(lines, i),
+        block: block(lines, i),
+        prev: wrapped_from(lines, i),
+    }
+}
+
+/// The previous line when line `i` continues it: the line is indented and the previous one
+/// stops mid-sentence (claude wraps `API Error: 402 {"error":{"message":"… Resets at 10:00 UTC.
+/// Top up … at` / `     https://…","type":"insufficient_quota"}}` so).
+fn wrapped_from<'a>(lines: &[&'a str], i: usize) -> &'a str {
+    let Some(prev) = i.checked_sub(1).map(|p| lines[p].trim()) else {
+        return "";
+    };
+    let indented = lines[i].starts_with(char::is_whitespace);
+    let open = !prev.is_empty() && !prev.ends_with(['.', '!', '?', '}', ']', ')', ':']);
+    if indented && open { prev } else { "" }
 }
 
 /// How many following lines may continue a message: a terminal wraps a long message, and
@@ -648,6 +687,23 @@ fn continuation(lines: &[&str], i: usize) -> String {
         .iter()
         .skip(i + 1)
         .take(CONTINUATION_LINES)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// How many following lines may belong to one error body (to a blank line): a pretty-printed
+/// Gemini error puts its quota ids and `retryDelay` 15–30 lines below its message.
+const BLOCK_LINES: usize = 40;
+
+/// The lines after line `i` up to [`BLOCK_LINES`] or a blank line, trimmed and joined with
+/// spaces: where the structured parts of an error body are looked for.
+fn block(lines: &[&str], i: usize) -> String {
+    lines
+        .iter()
+        .skip(i + 1)
+        .take(BLOCK_LINES)
         .take_while(|l| !l.trim().is_empty())
         .map(|l| l.trim())
         .collect::<Vec<_>>()
@@ -725,7 +781,13 @@ static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
         // The Codex app: "You have reached the usage limit. Upgrade or add credits …".
         trigger(
             "you've reached the usage limit",
-            r"\byou(?:'ve| have) reached (?:the|your)\b[^.·∙\n]{0,30}?\busage limit\b",
+            r"\byou(?:'ve| have) reached (?:the|your)\b[^.·∙\n]{0,30}?\busage limits?\b",
+        ),
+        // A limit with a window, whatever it is called: Copilot's "You've reached your weekly
+        // rate limit", "Sorry, you've exceeded your 5 hour session limits".
+        trigger(
+            "limit with a window",
+            r"\byou(?:'ve| have) (?:hit|reached|exceeded) your\b[^.·∙\n]{0,30}?\b(?:weekly|daily|monthly|session|hourly|\d+[- ]?hours?)\b[^.·∙\n]{0,20}?\blimits?\b",
         ),
         // claude with extra usage on: "You're out of extra usage · resets 9pm".
         trigger(
@@ -825,9 +887,18 @@ static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
         ),
         // "Rate limit exceeded. Please try again in 20s.", codex on Azure: "Rate limit is
         // exceeded. Try again in 11 seconds."
+        // "Rate limit exceeded. Please try again later", "Provider rate limit reached. Please
+        // retry shortly."
         trigger(
             "rate limit exceeded",
-            r"^\W*rate limit (?:is |has been )?exceeded\b|\brate limit (?:is |has been |was )?exceeded\W+(?:please\s+)?(?:try again|retry) in\b",
+            r"^\W*rate limit (?:is |has been )?exceeded\b|\brate limit (?:is |has been |was )?(?:reached|exceeded)(?:\s*[.!;]\s*(?:please\s+)?|\W+please\s+)(?:try again|retry)\b",
+        ),
+        // GitHub Copilot: "Sorry, your request was rate-limited. Please wait 17 seconds …",
+        // "Sorry, you've hit a rate limit that restricts …", "You've hit your global rate limit.";
+        // a long stated wait makes them a usage limit (see `scan_line`).
+        trigger(
+            "copilot rate limited",
+            r"\bsorry, (?:your request was (?:rate|speed)[- ]limited|you(?:'ve| have) (?:been rate[- ]limited|hit a rate limit))|\byou(?:'ve| have) hit your (?:\w+ )?rate limit\b",
         ),
         // aider: "The API provider has rate limited you."; claude: "… (429) · Rate limited."
         trigger(
@@ -864,20 +935,39 @@ static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
 });
 
 /// Flags a per-minute quota (so `RESOURCE_EXHAUSTED` / `Quota exceeded` is transient).
-static PER_MINUTE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)\bper min(?:ute)?\b|perminute|\(tpm\)|\(rpm\)").unwrap());
+static PER_MINUTE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\bper[- ]?min(?:ute)?\b|perminute|\(tpm\)|\(rpm\)|limit_[rt]pm\b").unwrap()
+});
 
-/// Flags a per-day quota (Gemini's `…PerDay…` quota ids, Groq's "tokens per day (TPD)").
-static PER_DAY: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)\bper ?day\b|perday|\(tpd\)|\(rpd\)").unwrap());
+/// Flags a per-day quota (Gemini's `…PerDay…` quota ids, Groq's "tokens per day (TPD)",
+/// OpenRouter's `free-models-per-day`).
+static PER_DAY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\bper[- ]?day\b|perday|\(tpd\)|\(rpd\)|limit_[rt]pd\b").unwrap()
+});
+
+/// A Google quota id or limit that is per day (`"quotaId": "GenerateRequestsPerDayPerProject…"`,
+/// `"quota_limit": "Gemini25ProRequestsPerDay"`). Gemini CLI's own rule (`classifyGoogleError`):
+/// such a violation is terminal whatever else the body says (a per-minute violation beside it,
+/// a `retryDelay` of seconds): it lasts until the day's reset.
+static GOOGLE_DAILY_QUOTA: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\bquota_?(?:id|limit)\W{1,12}[\w-]*(?:per_?day|daily)").unwrap()
+});
+
+/// Names a window ("weekly", "5 hour", "session"): a rate limit with a window is the account's
+/// limit, not throttling.
+static WINDOW_WORD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:weekly|daily|monthly|session|hourly|\d+[- ]?hours?|five[- ]hours?)\b")
+        .unwrap()
+});
 
 const DURATION: &str = r"(?:\d+(?:\.\d+)?\s*(?:milliseconds?|ms|days?|d|hours?|hrs?|hr|h|minutes?|mins?|min|m|seconds?|secs?|sec|s)\b[\s,]*(?:and\s+)?)+";
 
 /// "try again in 2h 4m", "Your quota will reset after 12h22m45s", "resets in about 2 hours",
-/// "Retrying in 4 seconds" (the `kw` group tells the agent's own retry from a stated wait).
+/// "Please wait 17 seconds before trying again" (Copilot), "Retrying in 4 seconds" (the `kw`
+/// group tells the agent's own retry from a stated wait).
 static RETRY_DURATION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(&format!(
-        r"(?i)\b(?P<kw>try again|retrying|retry|resets?|wait)\s+(?:in|after)\s+(?:about\s+|approximately\s+|roughly\s+|~\s*)?(?P<d>{DURATION})"
+        r"(?i)\b(?:(?P<kw>try again|retrying|retry|resets?|wait)\s+(?:in|after)|wait(?:\s+for)?)\s+(?:about\s+|approximately\s+|roughly\s+|~\s*)?(?P<d>{DURATION})"
     ))
     .unwrap()
 });
@@ -916,7 +1006,9 @@ struct StatedWait {
 fn stated_wait(text: &str, stated_only: bool) -> Option<StatedWait> {
     let spaced = spaced_durations(text);
     let from_words = RETRY_DURATION.captures_iter(&spaced).find_map(|c| {
-        let own_retry = c["kw"].eq_ignore_ascii_case("retrying");
+        let own_retry = c
+            .name("kw")
+            .is_some_and(|k| k.as_str().eq_ignore_ascii_case("retrying"));
         if stated_only && own_retry {
             return None;
         }
@@ -928,19 +1020,22 @@ fn stated_wait(text: &str, stated_only: bool) -> Option<StatedWait> {
             own_retry,
         })
     });
-    from_words.or_else(|| {
-        let c = RETRY_FIELD.captures(text)?;
-        let (secs, text) = match (c.name("delay"), c.name("after")) {
-            (Some(d), _) => (d.as_str(), format!("retryDelay {}s", d.as_str())),
-            (None, Some(a)) => (a.as_str(), format!("retry-after {}", a.as_str())),
-            (None, None) => return None,
-        };
-        let secs: f64 = secs.parse().ok()?;
-        (secs.is_finite() && secs < 1e9).then(|| StatedWait {
-            duration: Duration::from_secs_f64(secs),
-            text,
-            own_retry: false,
-        })
+    from_words.or_else(|| field_wait(text))
+}
+
+/// A wait stated as a field (`"retryDelay": "34.07s"`, `Retry-After: 20`).
+fn field_wait(text: &str) -> Option<StatedWait> {
+    let c = RETRY_FIELD.captures(text)?;
+    let (secs, text) = match (c.name("delay"), c.name("after")) {
+        (Some(d), _) => (d.as_str(), format!("retryDelay {}s", d.as_str())),
+        (None, Some(a)) => (a.as_str(), format!("retry-after {}", a.as_str())),
+        (None, None) => return None,
+    };
+    let secs: f64 = secs.parse().ok()?;
+    (secs.is_finite() && secs < 1e9).then(|| StatedWait {
+        duration: Duration::from_secs_f64(secs),
+        text,
+        own_retry: false,
     })
 }
 
@@ -949,10 +1044,12 @@ static PIPE_EPOCH: LazyLock<Regex> =
 
 /// A reset instant given as a field: epoch seconds (or milliseconds) or an RFC 3339 string
 /// (codex's 429 body `resets_at`, claude's `resetsAt`, Gemini's `quotaResetTimeStamp`, the
-/// `anthropic-ratelimit-unified-reset` header).
+/// `anthropic-ratelimit-unified-reset` header, OpenRouter's `X-RateLimit-Reset` in epoch
+/// milliseconds). A small `X-RateLimit-Reset` (seconds until the reset, as some APIs send it) has
+/// fewer than nine digits and is not taken.
 static FIELD_RESET: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r#"(?i)\\?"?(?P<name>resets_at|resetsAt|reset_at|resetAt|quotaResetTimeStamp|anthropic-ratelimit-unified-reset)\\?"?\s*[:=]\s*\\?"?(?:(?P<epoch>\d{9,13})\b|(?P<iso>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})))"#,
+        r#"(?i)\\?"?(?P<name>resets_at|resetsAt|reset_at|resetAt|quotaResetTimeStamp|anthropic-ratelimit-unified-reset|x-ratelimit-reset)\\?"?\s*[:=]\s*\\?"?(?:(?P<epoch>\d{9,13})\b|(?P<iso>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})))"#,
     )
     .unwrap()
 });
@@ -969,9 +1066,10 @@ static JSON_RESETS_IN: LazyLock<Regex> =
 static RESET_AT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?ix)
-        \b(?:resets?|try\ again|available)\s+(?:at\s+|on\s+|after\s+)?
+        \b(?:resets?|try\ again|available|regain\ access)\s+(?:at\s+|on\s+|after\s+)?
         (?:
-          (?P<iso>\d{4}-\d{2}-\d{2}[T\ ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)
+          (?P<iso>\d{4}-\d{2}-\d{2}(?:[T\ ]|\s+at\s+)\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)
+          (?:\s*(?P<isoutc>\b(?:utc|gmt)\b))?
         |
           (?:(?P<rel>today|tomorrow)\b,?\s*(?:at\s+)?)?
           (?:(?P<wd>mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+(?:at\s+)?)?
@@ -1053,9 +1151,17 @@ fn holds_message(text: &str) -> bool {
         .any(|t| t.re.is_match(text))
 }
 
-/// Reads one line (with the lines that continue it, for a reset or a wait) by the text
-/// patterns.
-fn scan_line(line: &str, cont: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -> LimitReading {
+/// Reads one line by the text patterns; `around` gives the lines that continue it (for a reset
+/// or a wait), the rest of its error body (for quota ids and fields) and the line it was wrapped
+/// from (for a reset written before the error type).
+fn scan_line(
+    line: &str,
+    around: &Around<'_>,
+    now: DateTime<Utc>,
+    tz: Tz,
+    origin: &str,
+) -> LimitReading {
+    let (cont, block) = (around.cont.as_str(), around.block.as_str());
     let message = line.trim();
     if message.is_empty() {
         return LimitReading::none();
@@ -1065,23 +1171,35 @@ fn scan_line(line: &str, cont: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
     } else {
         format!("{message} {cont}")
     };
+    // An error body's structured parts (Gemini's quota ids, `retryDelay`, OpenRouter's
+    // `X-RateLimit-Reset`) may sit many lines below its message when it is pretty-printed.
+    let body = if block.len() > cont.len() {
+        format!("{message} {block}")
+    } else {
+        whole.clone()
+    };
     let negated = TRANSIENT_TRIGGERS[0].re.is_match(message);
     let usage = if negated {
         None
     } else {
         USAGE_TRIGGERS
             .iter()
-            .filter_map(|t| t.re.find(message).map(|m| (m.start(), t)))
-            .filter(|(start, _)| !resource_word_before(message, *start))
+            .filter_map(|t| t.re.find(message).map(|m| (m, t)))
+            .filter(|(m, _)| !resource_word_before(message, m.start()))
+            .filter(|(m, _)| !plain_rate_limit(m.as_str()))
+            .map(|(m, t)| (m.start(), t))
             .min_by_key(|(start, _)| *start)
     };
-    let per_minute = PER_MINUTE.is_match(&whole);
-    let per_day = PER_DAY.is_match(&whole);
+    let per_minute = PER_MINUTE.is_match(&body);
+    let per_day = PER_DAY.is_match(&body);
+    let google_daily = GOOGLE_DAILY_QUOTA.is_match(&body);
     if let Some((start, trig)) = usage {
         let soft = SOFT_QUOTA.contains(&trig.name);
         let short_retry = stated_wait(&whole, true).is_some_and(|w| w.duration <= LONG_WAIT);
-        if !(soft && (per_minute || (short_retry && !per_day))) {
-            return read_usage(message, start, trig, cont, now, tz, origin);
+        // A per-day quota outlasts a per-minute one listed beside it and any short retry.
+        let daily = per_day || google_daily;
+        if !(soft && !daily && (per_minute || short_retry)) {
+            return read_usage(message, start, trig, around, daily, now, tz, origin);
         }
     }
     let transient = TRANSIENT_TRIGGERS
@@ -1096,19 +1214,20 @@ fn scan_line(line: &str, cont: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
         (None, _) if per_minute => "per-minute quota",
         (None, _) => "quota with a short retry",
     };
-    let wait = stated_wait(&whole, false);
+    let wait = stated_wait(&whole, false).or_else(|| field_wait(&body));
+    let usage_reading = |source: String| LimitReading {
+        kind: LimitKind::UsageLimit,
+        resets_at: None,
+        retry_after: None,
+        source,
+        message: message.to_string(),
+    };
     // A long stated wait is the account's reset, whatever the wording.
     if let Some(w) = wait
         .as_ref()
         .filter(|w| !w.own_retry && w.duration > LONG_WAIT)
     {
-        let mut reading = LimitReading {
-            kind: LimitKind::UsageLimit,
-            resets_at: None,
-            retry_after: None,
-            source: format!("{origin}: {name} (reset unknown)"),
-            message: message.to_string(),
-        };
+        let mut reading = usage_reading(format!("{origin}: {name} (reset unknown)"));
         let reset = chrono::TimeDelta::from_std(w.duration)
             .ok()
             .map(|d| now + d);
@@ -1116,16 +1235,38 @@ fn scan_line(line: &str, cont: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
         accept_reset(&mut reading, reset, now, &label);
         return reading;
     }
-    // A per-day quota with no wait stated lasts until the day's reset.
     let capacity = matches!(name, "overloaded" | "high demand" | "not your usage limit");
-    if per_day && !per_minute && wait.is_none() && !capacity {
+    if google_daily && !capacity {
+        return usage_reading(format!(
+            "{origin}: {name}, per-day quota id (reset unknown)"
+        ));
+    }
+    // The agent's own retry loop ("Retrying in 26 seconds…") says nothing of the account.
+    let stated = wait.as_ref().filter(|w| !w.own_retry);
+    // A reset instant the service states (`X-RateLimit-Reset`, "resets at 10:00 UTC") is a wait
+    // too: a far one is the account's reset, a near one a short retry.
+    if stated.is_none()
+        && !capacity
+        && let Some((reset, text)) = stated_reset(&whole, &body, now, tz)
+    {
+        let until = reset - now;
+        if until > chrono::TimeDelta::from_std(LONG_WAIT).unwrap_or_default() {
+            let mut reading = usage_reading(format!("{origin}: {name} (reset unknown)"));
+            let label = format!("{origin}: {name}, {text} (longer than a short retry)");
+            accept_reset(&mut reading, Some(reset), now, &label);
+            return reading;
+        }
         return LimitReading {
-            kind: LimitKind::UsageLimit,
+            kind: LimitKind::Transient,
             resets_at: None,
-            retry_after: None,
-            source: format!("{origin}: {name}, per-day quota (reset unknown)"),
+            retry_after: Some(until.to_std().unwrap_or(Duration::ZERO)),
+            source: format!("{origin}: {name}, {text}"),
             message: message.to_string(),
         };
+    }
+    // A per-day quota with no wait stated lasts until the day's reset.
+    if per_day && !per_minute && stated.is_none() && !capacity {
+        return usage_reading(format!("{origin}: {name}, per-day quota (reset unknown)"));
     }
     let source = match &wait {
         Some(w) => format!("{origin}: {name}, {}", w.text),
@@ -1138,6 +1279,44 @@ fn scan_line(line: &str, cont: &str, now: DateTime<Utc>, tz: Tz, origin: &str) -
         source,
         message: message.to_string(),
     }
+}
+
+/// A reset instant a throttling message states: a field (`"X-RateLimit-Reset":"1779321600000"`,
+/// `resets_at`) anywhere in its `body`, else a time in its words ("Resets at 10:00 UTC").
+fn stated_reset(
+    words: &str,
+    body: &str,
+    now: DateTime<Utc>,
+    tz: Tz,
+) -> Option<(DateTime<Utc>, String)> {
+    if let Some((instant, text)) = field_reset(body) {
+        return Some((instant?, text));
+    }
+    RESET_AT
+        .captures_iter(words)
+        .find_map(|c| reset_from_captures(&c, now, tz))
+}
+
+/// The first reset field in `text`: its instant (`None` when it is not a valid time) and
+/// `name=value`.
+fn field_reset(text: &str) -> Option<(Option<DateTime<Utc>>, String)> {
+    let c = FIELD_RESET.captures(text)?;
+    let instant = match (c.name("epoch"), c.name("iso")) {
+        (Some(e), _) => e.as_str().parse::<i64>().ok().and_then(epoch_instant),
+        (None, Some(iso)) => DateTime::parse_from_rfc3339(iso.as_str())
+            .ok()
+            .map(|t| t.with_timezone(&Utc)),
+        (None, None) => None,
+    };
+    let value = c.name("epoch").or(c.name("iso")).map_or("", |m| m.as_str());
+    Some((instant, format!("{}={value}", &c["name"])))
+}
+
+/// True for a plain rate limit ("You've hit your global rate limit"): throttling, unless it
+/// names a window ("your weekly rate limit", "your 5 hour session limits").
+fn plain_rate_limit(matched: &str) -> bool {
+    let lower = matched.to_ascii_lowercase();
+    (lower.contains("rate limit") || lower.contains("rate-limit")) && !WINDOW_WORD.is_match(matched)
 }
 
 /// True when the word before `start` names a machine resource ("Memory usage limit exceeded",
@@ -1165,11 +1344,13 @@ fn resource_word_before(message: &str, start: usize) -> bool {
 
 /// Builds a usage-limit reading and looks for its reset after the trigger (in the line and the
 /// lines that continue it).
+#[allow(clippy::too_many_arguments)]
 fn read_usage(
     message: &str,
     start: usize,
     trig: &Trigger,
-    cont: &str,
+    around: &Around<'_>,
+    daily: bool,
     now: DateTime<Utc>,
     tz: Tz,
     origin: &str,
@@ -1181,9 +1362,11 @@ fn read_usage(
         source: format!("{origin}: {} (reset unknown)", trig.name),
         message: message.to_string(),
     };
-    let window = format!("{} {}", &message[start..], cont.trim());
-    // Fields may come before the trigger (a JSON body with sorted keys).
-    let body = format!("{message} {}", cont.trim());
+    let cont = around.cont.trim();
+    let window = format!("{} {cont}", &message[start..]);
+    // Fields may come before the trigger (a JSON body with sorted keys), even on the line a
+    // terminal wrapped it from.
+    let body = format!("{} {message} {cont}", around.prev);
 
     // Claude's legacy `|epoch`: the token after the pipe is the whole answer (`|invalid` → no time).
     if trig.name == "claude usage limit |epoch" {
@@ -1198,16 +1381,8 @@ fn read_usage(
         }
         return reading;
     }
-    if let Some(c) = FIELD_RESET.captures(&body) {
-        let instant = match (c.name("epoch"), c.name("iso")) {
-            (Some(e), _) => e.as_str().parse::<i64>().ok().and_then(epoch_instant),
-            (None, Some(iso)) => DateTime::parse_from_rfc3339(iso.as_str())
-                .ok()
-                .map(|t| t.with_timezone(&Utc)),
-            (None, None) => None,
-        };
-        let value = c.name("epoch").or(c.name("iso")).map_or("", |m| m.as_str());
-        let label = format!("{origin}: {} {}={value}", trig.name, &c["name"]);
+    if let Some((instant, text)) = field_reset(&body) {
+        let label = format!("{origin}: {} {text}", trig.name);
         accept_reset(&mut reading, instant, now, &label);
         return reading;
     }
@@ -1223,8 +1398,9 @@ fn read_usage(
         );
         return reading;
     }
-    // "try again in 2 days 17 hours"; not a client's own "Retrying in 0.2 seconds…" backoff.
-    if let Some(w) = stated_wait(&window, true) {
+    // "try again in 2 days 17 hours"; not a client's own "Retrying in 0.2 seconds…" backoff, nor
+    // the seconds Google states beside a per-day quota (it lasts until the day's reset).
+    if let Some(w) = stated_wait(&window, true).filter(|w| !(daily && w.duration <= LONG_WAIT)) {
         let label = format!("{origin}: {}, {}", trig.name, w.text);
         let reset = chrono::TimeDelta::from_std(w.duration)
             .ok()
@@ -1232,11 +1408,15 @@ fn read_usage(
         accept_reset(&mut reading, reset, now, &label);
         return reading;
     }
-    for c in RESET_AT.captures_iter(&window) {
-        if let Some((instant, label)) = reset_from_captures(&c, now, tz) {
-            let label = format!("{origin}: {}, {label}", trig.name);
-            accept_reset(&mut reading, Some(instant), now, &label);
-            return reading;
+    // The reset is read after the trigger first; an error body may put it before (OpenGateway's
+    // "Resets at 10:00 UTC. …","type":"insufficient_quota").
+    for text in [&window, &body] {
+        for c in RESET_AT.captures_iter(text) {
+            if let Some((instant, label)) = reset_from_captures(&c, now, tz) {
+                let label = format!("{origin}: {}, {label}", trig.name);
+                accept_reset(&mut reading, Some(instant), now, &label);
+                return reading;
+            }
         }
     }
     reading
@@ -1443,7 +1623,15 @@ fn reset_from_captures(
 ) -> Option<(DateTime<Utc>, String)> {
     let whole = c.get(0)?.as_str().trim();
     if let Some(iso) = c.name("iso") {
-        let s = iso.as_str();
+        // "2025-06-01 at 00:00" (Anthropic's workspace limit) is read as "2025-06-01 00:00".
+        static AT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?i)\s+at\s+").unwrap());
+        let s = AT.replace(iso.as_str(), " ");
+        let s = s.as_ref();
+        let zone = if c.name("isoutc").is_some() {
+            Tz::UTC
+        } else {
+            tz
+        };
         let instant = DateTime::parse_from_rfc3339(&s.replace(' ', "T"))
             .map(|t| t.with_timezone(&Utc))
             .ok()
@@ -1453,7 +1641,7 @@ fn reset_from_captures(
                     .or_else(|_| NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M"))
                     .or_else(|_| NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M"))
                     .ok()?;
-                Some(resolve_local(&tz, naive))
+                Some(resolve_local(&zone, naive))
             })?;
         return Some((instant, whole.to_string()));
     }
@@ -1669,6 +1857,45 @@ mod tests {
             Some(Duration::from_secs(2892))
         );
         assert_eq!(parse_duration("soon"), None);
+    }
+
+    #[test]
+    fn a_plain_rate_limit_is_throttling_one_with_a_window_is_not() {
+        assert!(plain_rate_limit("You've hit your global rate limit"));
+        assert!(plain_rate_limit("You've hit your rate-limit"));
+        assert!(!plain_rate_limit("You've reached your weekly rate limit"));
+        assert!(!plain_rate_limit(
+            "you've exceeded your 5 hour session limits"
+        ));
+        assert!(!plain_rate_limit("You've hit your limit"));
+    }
+
+    #[test]
+    fn a_wrapped_line_knows_the_line_it_continues() {
+        let lines = [
+            "API Error: 402 {\"error\":{\"message\":\"Resets at 10:00 UTC. Top up at",
+            "     https://example.test\",\"type\":\"insufficient_quota\"}}",
+            "Done.",
+            "     indented, but the line before ended a sentence",
+        ];
+        assert_eq!(wrapped_from(&lines, 1), lines[0]);
+        assert_eq!(wrapped_from(&lines, 0), "");
+        assert_eq!(wrapped_from(&lines, 2), "");
+        assert_eq!(wrapped_from(&lines, 3), "");
+    }
+
+    #[test]
+    fn copilot_waits_are_read_without_in() {
+        let w = stated_wait(
+            "Please wait 587 hours 33 minutes before trying again.",
+            true,
+        )
+        .unwrap();
+        assert_eq!(w.duration, Duration::from_secs(587 * 3600 + 33 * 60));
+        assert!(!w.own_retry);
+        let w = stated_wait("Retrying in 26 seconds… (attempt 5/10)", false).unwrap();
+        assert!(w.own_retry);
+        assert!(stated_wait("Please wait and try sending again later.", false).is_none());
     }
 
     #[test]
