@@ -9,14 +9,25 @@
 //! `retry-after` and `x-ratelimit-reset` (by GitHub's clock) and never waits
 //! past the run's deadline.
 //!
+//! A look-up answered 2xx with its body cut short (empty, or JSON that stops
+//! midway) is transient too. A create refused because GitHub does not see
+//! the just-pushed branch yet (422 `head` invalid) is sent again a few times
+//! after a backoff: a 422 created nothing.
+//!
+//! Redirects are followed here, not by the HTTP stack: only on the API's own
+//! host (the token is sent nowhere else), with the same verb and body, as
+//! GitHub asks for a renamed or transferred repository (301 to GET, 307 to
+//! POST); a redirect elsewhere or in a loop is an error naming it.
+//!
 //! Every other failure is judged once, in one place, with the fix a person
 //! needs in the morning and how far it reaches ([`Scope`]): a refusal that
 //! every call would meet (bad credentials, SAML SSO, a repository the token
-//! cannot see, an API base that does not speak GitHub's JSON) stops this
-//! client for the rest of the run ([`ForgeError::Stopped`]) — GitHub locks an
-//! account out after repeated bad credentials; a refusal of one request (a
-//! 422 for one branch) fails only that item. The token never appears in an
-//! error, whatever a server echoes.
+//! cannot see, an archived or blocked repository, an API base that does not
+//! speak GitHub's JSON) stops this client for the rest of the run
+//! ([`ForgeError::Stopped`]) — GitHub locks an account out after repeated
+//! bad credentials; a refusal of one request (a 422 for one branch, a 409)
+//! fails only that item. The token never appears in an error, whatever a
+//! server echoes.
 //!
 //! It is not a GitHub client library: it speaks only the handful of endpoints
 //! nightshift needs, through octocrab's raw `GET`/`POST` calls so that status
@@ -442,7 +453,8 @@ pub struct IssueInfo {
 ///
 /// Retried: 5xx, 429, 403 rate limits (primary: `x-ratelimit-remaining: 0`;
 /// secondary: the message says "secondary rate limit" or "abuse detection",
-/// or `retry-after` is present), timeouts and connection failures. The wait
+/// or `retry-after` is present), timeouts, connection failures and look-ups
+/// whose 2xx body was cut short. The wait
 /// is `retry-after` (seconds or an HTTP date) if given, else until
 /// `x-ratelimit-reset` (epoch seconds, measured against GitHub's `Date`)
 /// when `x-ratelimit-remaining` is 0, else for a rate limit
@@ -450,7 +462,7 @@ pub struct IssueInfo {
 /// then exponentially longer), else exponential backoff from
 /// `backoff_base`. A refusal that is not a rate limit (bad credentials,
 /// SAML SSO, missing permission) is never retried, whatever its
-/// rate-limit headers say.
+/// rate-limit headers say; nor is an archived or blocked repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// First backoff; doubles per attempt.
@@ -520,6 +532,12 @@ pub struct RepoProbe {
     pub can_push: Option<bool>,
     /// The repository's default branch.
     pub default_branch: Option<String>,
+    /// Whether the repository is archived: read-only for everyone, so no PR
+    /// can be opened there.
+    pub archived: bool,
+    /// `OWNER/NAME` as GitHub names the repository now; differs from the
+    /// one asked for when it was renamed or transferred (GitHub redirects).
+    pub full_name: Option<String>,
 }
 
 /// The only HTTP methods this module can send. Merging (`PUT .../merge`) and
@@ -600,6 +618,8 @@ pub struct Forge {
     redactor: Redactor,
     /// Why GitHub is left alone for the rest of the run, once it is.
     stopped: Mutex<Option<String>>,
+    /// Whether the repository's move (a followed redirect) was reported.
+    moved: std::sync::atomic::AtomicBool,
 }
 
 impl Forge {
@@ -648,6 +668,7 @@ impl Forge {
             policy,
             redactor: Redactor::new([token.expose()]),
             stopped: Mutex::new(None),
+            moved: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -693,9 +714,13 @@ impl Forge {
             {
                 return Ok(());
             }
+            // A refusal of the token or of the whole repository (SSO,
+            // archived, blocked) is no label permission: no fallback.
             let refused_write =
                 matches!(reply.status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND)
-                    && is_json(&reply.body);
+                    && is_json(&reply.body)
+                    && header(&reply.headers, "x-github-sso").is_none()
+                    && !refuses_whole_repo(reply.status, &error_message(&reply.body, reply.status));
             if refused_write && self.label_exists(name).await? {
                 tracing::info!(label = name, "may not create labels, but the label exists");
                 return Ok(());
@@ -716,7 +741,8 @@ impl Forge {
     }
 
     /// Reads `/repos/{owner}/{name}` once (with the usual retries): the
-    /// token's scopes, push permission and the default branch.
+    /// token's scopes, push permission, the default branch, whether it is
+    /// archived, and its current name (a moved repository is followed).
     ///
     /// # Errors
     /// [`ForgeError::Api`] when GitHub refuses (401 bad token, 404 no such
@@ -732,6 +758,8 @@ impl Forge {
                 scopes: header(&reply.headers, "x-oauth-scopes").map(|s| s.trim().to_string()),
                 can_push: v["permissions"]["push"].as_bool(),
                 default_branch: v["default_branch"].as_str().map(str::to_string),
+                archived: v["archived"].as_bool().unwrap_or(false),
+                full_name: v["full_name"].as_str().map(str::to_string),
             })
         };
         out.await.map_err(|e| self.scrub(e))
@@ -834,7 +862,25 @@ impl Forge {
         let open_found = async || -> Result<Option<PrInfo>, ForgeError> {
             Ok(lookup().await?.filter(|pr| pr.state == PrState::Open))
         };
-        let pr = match self.create_once(&path, &payload, &open_found).await? {
+        // Right after a push GitHub may not see the branch yet and refuses
+        // the create (422, head invalid): nothing was created, so it is
+        // sent again after a backoff, a few times, within the deadline.
+        let mut head_waits = 0;
+        let created = loop {
+            let created = self.create_once(&path, &payload, &open_found).await?;
+            let unseen = matches!(&created, Created::Answered(r)
+                if r.status == StatusCode::UNPROCESSABLE_ENTITY
+                    && !says_pr_exists(&r.body)
+                    && pr_refusal(&r.body) == Some(PrRefusal::HeadUnseen));
+            head_waits += 1;
+            let wait = backoff(&self.policy, head_waits);
+            if !unseen || head_waits >= HEAD_ATTEMPTS || !self.wait_fits(wait) {
+                break created;
+            }
+            tracing::info!(head = %req.head, wait_ms = wait.as_millis() as u64, "GitHub does not see the pushed branch yet; asking again");
+            tokio::time::sleep(wait).await;
+        };
+        let pr = match created {
             Created::Answered(reply) if reply.status.is_success() => {
                 match self.parse::<PullJson>(Verb::Post, &path, &reply) {
                     Ok(pull) => PrInfo {
@@ -886,14 +932,15 @@ impl Forge {
         Ok(pr)
     }
 
-    /// `pr` with `labels` added. A refusal to label (the token may open PRs
-    /// but not label them) does not undo the PR: it is returned with the
-    /// reason in [`PrInfo::label_error`]. Transient failures and a stopped
-    /// client are errors: the next run finds the PR and labels it.
+    /// `pr` with `labels` added. No failure to label undoes the PR or hides
+    /// it: a refusal (the token may open PRs but not label them), GitHub
+    /// failing past every retry, or a stopped client — the PR is returned
+    /// with the reason in [`PrInfo::label_error`], so that the ledger and the
+    /// report name the PR that exists rather than "PR not created".
     async fn labelled(&self, pr: PrInfo, labels: &[String]) -> Result<PrInfo, ForgeError> {
         match self.add_labels(pr.number, labels).await {
             Ok(()) => Ok(pr),
-            Err(e @ ForgeError::Api { .. }) => {
+            Err(e) => {
                 let why = self.scrub(e).to_string();
                 tracing::warn!(number = pr.number, error = %why, "PR opened but not labelled");
                 Ok(PrInfo {
@@ -901,7 +948,6 @@ impl Forge {
                     ..pr
                 })
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -1246,18 +1292,38 @@ impl Forge {
         body: Option<&Value>,
     ) -> Result<Reply, Transient> {
         let send = async {
-            let response = match verb {
-                Verb::Get => self.client._get(path).await,
-                Verb::Post => self.client._post(path, body).await,
-            }?;
-            let status = response.status();
-            let headers = response.headers().clone();
-            let body = self.client.body_to_string(response).await?;
-            Ok::<Reply, octocrab::Error>(Reply {
-                status,
-                headers,
-                body,
-            })
+            // Redirects are followed here, not by the HTTP stack: only on the
+            // API's own host (the token goes nowhere else), with the same
+            // verb and body (GitHub answers a moved repository with 301 to
+            // GET and 307 to other verbs: "repeat the request verbatim"), at
+            // most MAX_REDIRECTS times. Any other 3xx is returned and judged
+            // in `refused`.
+            let mut at = path.to_string();
+            let mut hops = 0;
+            loop {
+                let response = match verb {
+                    Verb::Get => self.client._get(at.as_str()).await,
+                    Verb::Post => self.client._post(at.as_str(), body).await,
+                }?;
+                let status = response.status();
+                let headers = response.headers().clone();
+                let text = self.client.body_to_string(response).await?;
+                let reply = Reply {
+                    status,
+                    headers,
+                    body: text,
+                };
+                match self.redirect_target(&reply) {
+                    Some(Redirect::Same(next)) if hops < MAX_REDIRECTS => {
+                        if hops == 0 {
+                            self.note_move(path, &next);
+                        }
+                        at = next;
+                        hops += 1;
+                    }
+                    _ => return Ok::<Reply, octocrab::Error>(reply),
+                }
+            }
         };
         let reply = match tokio::time::timeout(self.policy.request_timeout, send).await {
             Err(_) => {
@@ -1285,7 +1351,77 @@ impl Forge {
                 why: self.redactor.redact(&transient.why),
                 ..transient
             }),
+            // A look-up answered 2xx with a body cut short (empty, or JSON
+            // that stops midway): a proxy or load balancer dropped the rest.
+            // Asked again like any transient failure; never "nothing found"
+            // and never "not GitHub's API". (A create's 2xx is not re-sent:
+            // its caller looks the object up instead.)
+            None if verb == Verb::Get && reply.status.is_success() && is_cut_short(&reply.body) => {
+                Err(Transient {
+                    wait: Wait::Backoff,
+                    why: self.redactor.redact(&format!(
+                        "{} answered with its body cut short ({})",
+                        reply.status.as_u16(),
+                        describe_body(&reply.body)
+                    )),
+                })
+            }
             None => Ok(reply),
+        }
+    }
+
+    /// Where a 301/302/307/308 answer points: [`Redirect::Same`] with the
+    /// path and query to ask next when the `Location` is on the API's own
+    /// scheme, host and port (or a bare path), else [`Redirect::Elsewhere`]
+    /// with the other origin (never its path or query, which may carry
+    /// anything). `None` for any other answer or one without `Location`.
+    fn redirect_target(&self, reply: &Reply) -> Option<Redirect> {
+        if !matches!(reply.status.as_u16(), 301 | 302 | 307 | 308) {
+            return None;
+        }
+        let location: http::Uri = header(&reply.headers, "location")?.trim().parse().ok()?;
+        let base: http::Uri = self.api_base.parse().ok()?;
+        let origin = |u: &http::Uri| {
+            let scheme = u.scheme_str().unwrap_or("").to_ascii_lowercase();
+            let port = u.port_u16().or(match scheme.as_str() {
+                "https" => Some(443),
+                "http" => Some(80),
+                _ => None,
+            });
+            (scheme, u.host().unwrap_or("").to_ascii_lowercase(), port)
+        };
+        match location.authority() {
+            // Named by scheme, host and port only: a user:password@ part or
+            // the path and query may carry anything.
+            Some(_) if origin(&location) != origin(&base) => Some(Redirect::Elsewhere(format!(
+                "{}://{}{}",
+                location.scheme_str().unwrap_or("?"),
+                location.host().unwrap_or("?"),
+                location
+                    .port_u16()
+                    .map(|p| format!(":{p}"))
+                    .unwrap_or_default()
+            ))),
+            _ => {
+                let pq = location.path_and_query()?.as_str();
+                pq.starts_with('/').then(|| Redirect::Same(pq.to_string()))
+            }
+        }
+    }
+
+    /// Says once per client that GitHub redirects this repository's requests
+    /// (it was renamed or transferred): they are followed, but the
+    /// repository setting should name it as it is now.
+    fn note_move(&self, from: &str, to: &str) {
+        let of_repo = from.starts_with(&self.repo_path("/")) || from == self.repo_path("");
+        if of_repo && !self.moved.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let to = to.split('?').next().unwrap_or(to);
+            tracing::warn!(
+                repo = %self.repo,
+                to,
+                "GitHub redirects requests for {} elsewhere: the repository was renamed or transferred; following, but set GH_REPO or `github_repo` (and the remote URL) to its new name",
+                self.repo
+            );
         }
     }
 
@@ -1344,6 +1480,15 @@ impl Forge {
         Ok(())
     }
 
+    /// Whether a wait of `wait` ends before the deadline (if any) and within
+    /// the total wait budget of one call.
+    fn wait_fits(&self, wait: Duration) -> bool {
+        let before_deadline = self.deadline.is_none_or(|deadline| {
+            chrono::Duration::from_std(wait).is_ok_and(|w| Utc::now() + w <= deadline)
+        });
+        before_deadline && wait <= self.policy.max_total_wait
+    }
+
     /// Decodes a 2xx body: [`ForgeError::NotGitHub`] (and the client stops)
     /// when it is not JSON at all, [`ForgeError::Decode`] when JSON lacks
     /// what nightshift reads.
@@ -1395,6 +1540,9 @@ impl Forge {
     /// refusal stops this client. A body that is not JSON is
     /// [`ForgeError::NotGitHub`].
     fn refused(&self, verb: Verb, path: &str, reply: &Reply, fix: Option<String>) -> ForgeError {
+        if reply.status.is_redirection() {
+            return self.stop_if_run_wide(self.unfollowed_redirect(verb, path, reply));
+        }
         if !reply.body.trim().is_empty() && !is_json(&reply.body) {
             return self.stop_if_run_wide(self.not_github(verb, path, reply));
         }
@@ -1423,6 +1571,9 @@ impl Forge {
                 && (header(&reply.headers, "x-github-sso").is_some()
                     || lower.contains("saml")
                     || lower.contains("login attempts")));
+        // So do refusals of the repository as a whole (archived, blocked):
+        // their fix beats the caller's (it is not a label permission).
+        let about_whole = about_token || refuses_whole_repo(status, &message);
         let (own_fix, scope) = match status.as_u16() {
             401 => (
                 Some(format!(
@@ -1445,6 +1596,40 @@ impl Forge {
                     "GitHub locked the account out after repeated bad credentials: wait, then {token_fix}"
                 )),
                 Scope::Run,
+            ),
+            403 if is_archived_message(&lower) => (
+                Some(format!(
+                    "{} is archived, so GitHub refuses every change to it (PRs, labels, issues): unarchive it (Settings → General → Danger Zone), or point GH_REPO / `github_repo` in .nightshift/config.toml and the remote at the active repository",
+                    self.repo
+                )),
+                Scope::Run,
+            ),
+            403 | 451 if is_blocked_message(&lower) || status.as_u16() == 451 => {
+                let block = error_json(&reply.body).block;
+                let field = |k: &str| block.get(k).and_then(Value::as_str).map(quote);
+                let why = [
+                    field("reason").map(|r| format!("reason: {r}")),
+                    field("html_url").map(|u| format!("notice: {u}")),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join("; ");
+                let why = if why.is_empty() { String::new() } else { format!(" ({why})") };
+                (
+                    Some(format!(
+                        "GitHub blocks access to {}{why}: nothing can be opened there until GitHub lifts the block; point GH_REPO / `github_repo` at another repository",
+                        self.repo
+                    )),
+                    Scope::Run,
+                )
+            }
+            409 if lower.contains("repository is empty") => (
+                Some(format!(
+                    "{} has no commits on GitHub: push the base branch there first",
+                    self.repo
+                )),
+                Scope::Item,
             ),
             403 if lower.contains("github actions is not permitted") => (
                 Some("turn on \"Allow GitHub Actions to create and approve pull requests\" (repository or organisation Settings → Actions → General), or use a token other than the Actions GITHUB_TOKEN".to_string()),
@@ -1489,9 +1674,56 @@ impl Forge {
             hint: None,
             scope,
         }
-        // The caller's fix fits its request; a refusal of the token overrides it.
-        .with_hint(if about_token { own_fix } else { fix.or(own_fix) });
+        // The caller's fix fits its request; a refusal of the token or of the
+        // whole repository overrides it.
+        .with_hint(if about_whole {
+            own_fix
+        } else {
+            fix.or(own_fix)
+        });
         self.stop_if_run_wide(err)
+    }
+
+    /// The error for a redirect `attempt` did not follow: to another host
+    /// (the token is never sent there), one too many (a loop), or one
+    /// without a usable `Location`. Every call would meet it: [`Scope::Run`].
+    fn unfollowed_redirect(&self, verb: Verb, path: &str, reply: &Reply) -> ForgeError {
+        let status = reply.status.as_u16();
+        let hint = match self.redirect_target(reply) {
+            Some(Redirect::Elsewhere(origin)) => format!(
+                "the answer redirects to another host, {origin}, which nightshift does not follow so that the token is sent only to {}: if GitHub's API moved, set GITHUB_API_URL to its new root (or a proxy is answering in GitHub's place)",
+                self.api_base
+            ),
+            Some(Redirect::Same(_)) => format!(
+                "more than {MAX_REDIRECTS} redirects in a row (a redirect loop): check GITHUB_API_URL and whether a proxy answers in GitHub's place"
+            ),
+            None => format!(
+                "a {status} redirect without a usable Location, which nightshift does not follow: check GITHUB_API_URL (the API root: https://api.github.com, or https://HOST/api/v3)"
+            ),
+        };
+        let json = is_json(&reply.body);
+        ForgeError::Api {
+            method: verb.as_str(),
+            path: path.to_string(),
+            status,
+            message: if json {
+                error_message(&reply.body, reply.status)
+            } else {
+                format!(
+                    "{} ({})",
+                    reply.status.canonical_reason().unwrap_or("redirect"),
+                    describe_body(&reply.body)
+                )
+            },
+            errors: if json {
+                error_details(&reply.body)
+            } else {
+                Vec::new()
+            },
+            request_id: header(&reply.headers, "x-github-request-id").map(str::to_string),
+            hint: Some(hint),
+            scope: Scope::Run,
+        }
     }
 
     /// Records a refusal every later call would meet, so that none is sent;
@@ -1517,6 +1749,23 @@ impl Forge {
     fn scrub(&self, err: ForgeError) -> ForgeError {
         err.map_text(|s| self.redactor.redact(s))
     }
+}
+
+/// How many times a PR create refused because GitHub does not see the
+/// pushed branch yet is sent (the first included); the waits between are
+/// the policy's backoff steps (2 + 4 + 8 s by default).
+const HEAD_ATTEMPTS: u32 = 4;
+
+/// How many redirects one request follows (GitHub needs one for a moved
+/// repository); more is a loop.
+const MAX_REDIRECTS: u32 = 5;
+
+/// Where a redirect points (see `Forge::redirect_target`).
+enum Redirect {
+    /// The path and query to ask next, on the API's own host.
+    Same(String),
+    /// Another origin (`scheme://host[:port]`): not followed.
+    Elsewhere(String),
 }
 
 /// What a create came to.
@@ -1600,6 +1849,8 @@ fn classify(reply: &Reply, now: DateTime<Utc>) -> Option<Transient> {
                 "bad credentials",
                 "not permitted",
                 "must have",
+                "archived",
+                "access blocked",
             ]
             .iter()
             .any(|r| text.contains(r)));
@@ -1630,6 +1881,27 @@ fn is_rate_limit_message(lower: &str) -> bool {
 /// [`is_rate_limit_message`] of an answer body.
 fn is_rate_limit_text(body: &str) -> bool {
     is_rate_limit_message(&error_message(body, StatusCode::FORBIDDEN).to_ascii_lowercase())
+}
+
+/// GitHub's refusal of any change to an archived repository: "Repository
+/// was archived so is read-only." (lower-case text).
+fn is_archived_message(lower: &str) -> bool {
+    lower.contains("archived") && lower.contains("read-only")
+}
+
+/// GitHub's "Repository access blocked" (DMCA takedown, terms of service),
+/// sent with 451 or 403 (lower-case text).
+fn is_blocked_message(lower: &str) -> bool {
+    lower.contains("access blocked")
+}
+
+/// Whether a refusal concerns the repository as a whole (archived, blocked),
+/// so that every call would meet it, whatever it asked.
+fn refuses_whole_repo(status: StatusCode, message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    status.as_u16() == 451
+        || (status == StatusCode::FORBIDDEN
+            && (is_archived_message(&lower) || is_blocked_message(&lower)))
 }
 
 /// `retry-after`: delay seconds or an HTTP date (RFC 9110 §10.2.3), as a
@@ -1704,6 +1976,9 @@ struct ErrorJson {
     message: Option<String>,
     #[serde(default)]
     errors: Vec<Value>,
+    /// A blocked repository's `{"reason", "created_at", "html_url"}` (451).
+    #[serde(default)]
+    block: Value,
 }
 
 fn error_json(body: &str) -> ErrorJson {
@@ -1712,6 +1987,13 @@ fn error_json(body: &str) -> ErrorJson {
 
 fn is_json(body: &str) -> bool {
     serde_json::from_str::<serde::de::IgnoredAny>(body).is_ok()
+}
+
+/// A body that was meant to be JSON but stops short: empty, or starting
+/// like JSON (`{`, `[`) without being valid JSON.
+fn is_cut_short(body: &str) -> bool {
+    let t = body.trim_start_matches('\u{feff}').trim();
+    t.is_empty() || ((t.starts_with('{') || t.starts_with('[')) && !is_json(t))
 }
 
 /// GitHub's message, or a one-line account of a body that is not GitHub's
@@ -1868,11 +2150,22 @@ fn says_pr_exists(body: &str) -> bool {
             .any(|d| d.to_ascii_lowercase().contains(NEEDLE))
 }
 
-/// The fix for a 422 refusing a PR create (other than "already exists"),
-/// from GitHub's wordings: a head GitHub does not see ("head sha can't be
-/// blank", "Head ref must be a branch", `head` invalid), no commits between
-/// base and head, a base that does not exist (`base` invalid).
-fn pr_validation_fix(body: &str, req: &PrRequest, repo: &RepoId) -> Option<String> {
+/// What a 422 refusing a PR create (other than "already exists") is about,
+/// from GitHub's wordings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PrRefusal {
+    /// GitHub does not see the head branch: `head` invalid, "head sha can't
+    /// be blank", "Head ref must be a branch". Right after a push this is
+    /// GitHub catching up (hub and others retry it); otherwise the push went
+    /// elsewhere or the branch is gone.
+    HeadUnseen,
+    /// "No commits between BASE and HEAD".
+    NoCommits,
+    /// The base does not exist: `base` invalid, "base sha can't be blank".
+    BadBase,
+}
+
+fn pr_refusal(body: &str) -> Option<PrRefusal> {
     let parsed = error_json(body);
     let mut texts: Vec<String> = error_details(body)
         .into_iter()
@@ -1886,25 +2179,34 @@ fn pr_validation_fix(body: &str, req: &PrRequest, repo: &RepoId) -> Option<Strin
         .map(str::to_ascii_lowercase)
         .collect();
     let any = |needles: &[&str]| texts.iter().any(|t| needles.iter().any(|n| t.contains(n)));
-    let (head, base) = (&req.head, &req.base);
     if fields.iter().any(|f| f == "head" || f == "head_sha")
         || any(&["head sha", "head ref", "head repository", "head user"])
     {
-        return Some(format!(
-            "GitHub does not see branch {head} in {repo}: the push went to another repository (check the remote, GH_REPO and `github_repo`) or the branch was deleted since"
-        ));
+        return Some(PrRefusal::HeadUnseen);
     }
     if any(&["no commits between"]) {
-        return Some(format!(
-            "branch {head} has no commits that {base} lacks on GitHub: its work is already in {base}, or the push did not reach {repo}"
-        ));
+        return Some(PrRefusal::NoCommits);
     }
     if fields.iter().any(|f| f == "base" || f == "base_sha") || any(&["base ref", "base sha"]) {
-        return Some(format!(
-            "the base branch {base:?} does not exist in {repo}: set `base` in .nightshift/config.toml to an existing branch"
-        ));
+        return Some(PrRefusal::BadBase);
     }
     None
+}
+
+/// The fix for a 422 refusing a PR create (see [`PrRefusal`]).
+fn pr_validation_fix(body: &str, req: &PrRequest, repo: &RepoId) -> Option<String> {
+    let (head, base) = (&req.head, &req.base);
+    Some(match pr_refusal(body)? {
+        PrRefusal::HeadUnseen => format!(
+            "GitHub does not see branch {head} in {repo}, also after waiting for it: the push went to another repository (check the remote, GH_REPO and `github_repo`) or the branch was deleted since"
+        ),
+        PrRefusal::NoCommits => format!(
+            "branch {head} has no commits that {base} lacks on GitHub: its work is already in {base}, or the push did not reach {repo}"
+        ),
+        PrRefusal::BadBase => format!(
+            "the base branch {base:?} does not exist in {repo}: set `base` in .nightshift/config.toml to an existing branch"
+        ),
+    })
 }
 
 /// octocrab errors display as just "GitHub"; spell out what is known.
@@ -2385,6 +2687,27 @@ mod tests {
                 ),
                 None,
             ),
+            // An archived or blocked repository is no limit either.
+            (
+                reply(
+                    403,
+                    &exhausted("1003600"),
+                    r#"{"message":"Repository was archived so is read-only."}"#,
+                ),
+                None,
+            ),
+            (
+                reply(
+                    403,
+                    &exhausted("1003600"),
+                    r#"{"message":"Repository access blocked","block":{"reason":"tos"}}"#,
+                ),
+                None,
+            ),
+            (
+                reply(451, &[], r#"{"message":"Repository access blocked"}"#),
+                None,
+            ),
         ];
         for (r, want) in cases {
             let got = classify(&r, now).map(|t| t.wait);
@@ -2454,6 +2777,22 @@ mod tests {
             "a & b 'c' &bogus; &"
         );
         assert!(quote(&"x".repeat(500)).chars().count() <= QUOTE_LIMIT + 1);
+    }
+
+    #[test]
+    fn bodies_cut_short_are_told_from_other_text() {
+        for cut in [
+            "",
+            "  \n",
+            "[{\"number\": 1, \"html_u",
+            "{\"message\": \"x",
+            "\u{feff}[",
+        ] {
+            assert!(is_cut_short(cut), "{cut:?}");
+        }
+        for whole in ["[]", "{}", " [1] ", "<html></html>", "Sign in", "null"] {
+            assert!(!is_cut_short(whole), "{whole:?}");
+        }
     }
 
     #[test]

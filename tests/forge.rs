@@ -1580,8 +1580,9 @@ async fn secondary_limits_without_retry_after_wait_the_minute_then_longer() {
 
 /// The 422s a PR create meets besides "already exists": nothing to merge,
 /// a head GitHub does not see, a base that does not exist. Each fails the
-/// item at once (no retry, one create) with the fix, and GitHub stays usable
-/// for the next item.
+/// item with the fix, and GitHub stays usable for the next item. Only a head
+/// GitHub does not see is asked again (4 creates in all: right after a push
+/// GitHub may lag); the others fail at once (one create).
 #[tokio::test]
 async fn validation_refusals_of_a_create_fail_the_item_with_the_fix() {
     let doc = "https://docs.github.com/rest/pulls/pulls#create-a-pull-request";
@@ -1608,9 +1609,12 @@ async fn validation_refusals_of_a_create_fail_the_item_with_the_fix() {
     ];
     for (body, fix) in cases {
         let (gh, forge) = fake().await;
+        let sends = if fix.contains("does not see") { 4 } else { 1 };
         script(
             &gh,
-            vec![Fault::new("POST", "/repos/owner/repo/pulls", 422).json(body.clone())],
+            (0..sends)
+                .map(|_| Fault::new("POST", "/repos/owner/repo/pulls", 422).json(body.clone()))
+                .collect(),
         );
 
         let err = forge.create_pr(&request()).await.unwrap_err();
@@ -1624,9 +1628,10 @@ async fn validation_refusals_of_a_create_fail_the_item_with_the_fix() {
         assert_eq!(err.scope(), Scope::Item, "{text}");
         assert_eq!(
             gh_count(&gh, "POST", "/repos/owner/repo/pulls").await,
-            1,
+            sends,
             "{body}"
         );
+        assert!(gh.prs().is_empty());
         // The next item's create goes ahead.
         let next = forge
             .create_pr(&request())
@@ -2136,4 +2141,385 @@ async fn an_api_base_that_is_not_an_api_is_refused_up_front() {
             "{ok}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// Real GitHub failures not covered above: moved repositories, archived and
+// blocked repositories, answers cut short, conflicts, limits on creates.
+
+/// A renamed or transferred repository: GitHub answers every request under
+/// the old name with 301 (GET) or 307 (POST: "repeat the request verbatim")
+/// to `/repositories/{id}/…`. The redirect is followed on the same host
+/// with the token and the same body, also under a GitHub Enterprise base;
+/// the PR is opened once, labelled, and found again by the next run.
+#[tokio::test]
+async fn a_renamed_repository_is_followed_and_its_pr_opened_once() {
+    for suffix in ["", "/api/v3"] {
+        let gh = FakeGitHub::start().await;
+        gh.state.lock().unwrap().renamed_from = Some("old-name".into());
+        let forge = fake_forge(&format!("{}{suffix}", gh.uri()), "old-name", fast_policy());
+
+        let pr = forge
+            .create_pr(&request())
+            .await
+            .unwrap_or_else(|e| panic!("{suffix:?}: {e}"));
+
+        assert_eq!((pr.number, pr.created, pr.label_error), (1, true, None), "{suffix:?}");
+        let prs = gh.prs();
+        assert_eq!(prs.len(), 1, "{suffix:?}");
+        assert_eq!(prs[0]["head"]["ref"], BRANCH, "the body went along");
+        assert!(
+            prs[0]["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"),
+            "{suffix:?}: labelled"
+        );
+        assert_eq!(
+            gh_count(&gh, "POST", &format!("{suffix}/repositories/1/pulls")).await,
+            1,
+            "{suffix:?}"
+        );
+        let again = forge.create_pr(&request()).await.unwrap();
+        assert_eq!((again.number, again.created), (1, false), "{suffix:?}");
+        assert_eq!(gh.prs().len(), 1, "{suffix:?}");
+        for r in gh.server.received_requests().await.unwrap() {
+            let auth = r.headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
+            assert!(auth.contains(TOKEN), "{suffix:?}: {} {} sent without the token", r.method, r.url);
+        }
+    }
+}
+
+/// A redirect to another host (a proxy, a moved API, a hostile answer) is
+/// not followed: the token stays with `GITHUB_API_URL`, nothing is created,
+/// and the message names where it pointed and what to set. A redirect loop
+/// ends too, with its own message.
+#[tokio::test]
+async fn a_redirect_to_another_host_or_in_a_loop_is_not_followed() {
+    let elsewhere = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&elsewhere)
+        .await;
+    let (gh, forge) = fake().await;
+    let to = format!(
+        "http://someone:hunter2@{}/repositories/1/pulls?access_token={TOKEN}",
+        elsewhere.uri().trim_start_matches("http://")
+    );
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 301)
+                .header("location", &to)
+                .json(json!({ "message": "Moved Permanently", "url": to })),
+        ],
+    );
+
+    let err = forge.create_pr(&request()).await.unwrap_err();
+
+    let text = err.to_string();
+    assert!(
+        elsewhere.received_requests().await.unwrap().is_empty(),
+        "nothing sent to the other host"
+    );
+    let host = elsewhere.uri().trim_start_matches("http://").to_string();
+    assert!(
+        text.contains(&host) && text.contains("GITHUB_API_URL"),
+        "{text}"
+    );
+    no_token(&text);
+    no_token(&format!("{err:?}"));
+    assert!(!text.contains("hunter2"), "credentials in the Location stay out: {text}");
+    assert_eq!(err.scope(), Scope::Run, "{text}");
+    assert_eq!(gh_count(&gh, "POST", "/").await, 0);
+
+    // Every answer redirects to itself.
+    let (gh, forge) = fake().await;
+    let looped = format!("{}/repos/owner/repo/pulls", gh.uri());
+    script(
+        &gh,
+        (0..30)
+            .map(|_| Fault::new("GET", "/repos/owner/repo/pulls", 301).header("location", &looped))
+            .collect(),
+    );
+    let err = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("redirect"), "{text}");
+    assert_eq!(err.scope(), Scope::Run, "{text}");
+    assert!(gh_count(&gh, "GET", "/repos/owner/repo/pulls").await <= 10);
+}
+
+/// An archived repository is read-only for everyone: 403 "Repository was
+/// archived so is read-only." on every write. Not a label permission, not
+/// retried; the fix is to unarchive it or point nightshift elsewhere, and
+/// GitHub is left alone for the run (no PR can be opened there).
+#[tokio::test]
+async fn an_archived_repository_stops_github_with_the_fix() {
+    for label_there in [false, true] {
+        let (gh, forge) = fake().await;
+        if label_there {
+            gh.state.lock().unwrap().labels.push("autopilot".into());
+        }
+        let archived = |doc: &str| {
+            json!({ "message": "Repository was archived so is read-only.", "documentation_url": doc, "status": "403" })
+        };
+        script(
+            &gh,
+            vec![
+                Fault::new("POST", "/repos/owner/repo/labels", 403)
+                    .json(archived("https://docs.github.com/rest/issues/labels#create-a-label")),
+                Fault::new("POST", "/repos/owner/repo/pulls", 403)
+                    .json(archived("https://docs.github.com/rest/pulls/pulls#create-a-pull-request")),
+            ],
+        );
+
+        let err = forge.create_pr(&request()).await.unwrap_err();
+
+        let text = err.to_string();
+        assert!(matches!(err, ForgeError::Api { status: 403, .. }), "{err:?}");
+        assert!(
+            text.contains("archived") && text.contains("unarchive") && text.contains("GH_REPO"),
+            "{label_there}: {text}"
+        );
+        assert!(!text.contains("may not create labels"), "{text}");
+        assert_eq!(err.scope(), Scope::Run, "{text}");
+        assert!(gh.prs().is_empty());
+        assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 0, "{label_there}");
+        let asked = gh.requests().await.len();
+        let again = forge.create_pr(&request()).await.unwrap_err();
+        assert!(matches!(again, ForgeError::Stopped { .. }), "{again:?}");
+        assert_eq!(gh.requests().await.len(), asked);
+    }
+}
+
+/// A repository GitHub blocked (DMCA takedown, terms of service): 451
+/// "Repository access blocked" (or 403 with the same body), with the reason
+/// and the notice in `block`. Not retried; the message carries the reason
+/// and the notice's address; GitHub is left alone for the run.
+#[tokio::test]
+async fn a_blocked_repository_names_the_reason_and_stops_github() {
+    for (status, reason, notice) in [
+        (451, "dmca", "https://github.com/github/dmca/blob/master/2026/11/2026-11-30-example.md"),
+        (403, "tos", "https://github.com/tos"),
+    ] {
+        let (gh, forge) = fake().await;
+        script(
+            &gh,
+            vec![Fault::new("GET", "/repos/owner/repo/pulls", status).json(json!({
+                "message": "Repository access blocked",
+                "block": { "reason": reason, "created_at": "2026-11-30T01:02:03Z", "html_url": notice },
+            }))],
+        );
+
+        let err = forge.create_pr(&request()).await.unwrap_err();
+
+        let text = err.to_string();
+        assert!(
+            text.contains("Repository access blocked") && text.contains(reason) && text.contains(notice),
+            "{status}: {text}"
+        );
+        assert_eq!(err.scope(), Scope::Run, "{status}: {text}");
+        assert_eq!(gh.requests().await.len(), 1, "{status}: not retried");
+        assert!(matches!(
+            forge.create_pr(&request()).await.unwrap_err(),
+            ForgeError::Stopped { .. }
+        ));
+        assert_eq!(gh.requests().await.len(), 1);
+    }
+}
+
+/// A look-up answered 200 with JSON cut short or an empty body (a proxy or
+/// load balancer dropped the rest): retried like any transient failure,
+/// never taken for "nothing found" and never for "not GitHub's API". When
+/// it persists, the message says the answers were cut short.
+#[tokio::test]
+async fn a_lookup_answered_with_json_cut_short_is_retried() {
+    let (gh, forge) = fake().await;
+    let number = gh.add_pr(BRANCH, "", &["autopilot"]);
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 200)
+                .raw("application/json; charset=utf-8", "[{\"number\": 1, \"html_u"),
+            Fault::new("GET", "/repos/owner/repo/pulls", 200).raw("application/json", ""),
+        ],
+    );
+    let found = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap();
+    assert_eq!(found.map(|p| p.number), Some(number));
+    assert_eq!(gh_count(&gh, "GET", "/repos/owner/repo/pulls").await, 3);
+
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        (0..6)
+            .map(|_| {
+                Fault::new("GET", "/repos/owner/repo/pulls", 200)
+                    .raw("application/json", "{\"message\": \"cut")
+            })
+            .collect(),
+    );
+    let err = forge.create_pr(&request()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ForgeError::Exhausted { attempts: 6, .. }), "{err:?}");
+    assert!(text.contains("cut short"), "{text}");
+    assert!(!text.contains("GITHUB_API_URL"), "not a wrong API base: {text}");
+    assert_eq!(gh_count(&gh, "POST", "/").await, 0, "nothing created");
+    // GitHub may be back for the next item.
+    assert!(forge.find_pr(BRANCH, KEY, "autopilot").await.is_ok());
+}
+
+/// 409 Conflict on a create: GitHub refused it for the repository's state;
+/// not retried (one create), the item fails with GitHub's words, and the
+/// next item goes ahead.
+#[tokio::test]
+async fn a_conflict_fails_the_item_only() {
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![Fault::new("POST", "/repos/owner/repo/pulls", 409).json(json!({
+            "message": "Git Repository is empty.",
+            "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
+            "status": "409",
+        }))],
+    );
+
+    let err = forge.create_pr(&request()).await.unwrap_err();
+
+    let text = err.to_string();
+    assert!(matches!(err, ForgeError::Api { status: 409, .. }), "{err:?}");
+    assert!(text.contains("Git Repository is empty") && text.contains("push"), "{text}");
+    assert_eq!(err.scope(), Scope::Item);
+    assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
+    let next = forge.create_pr(&request()).await.expect("GitHub still usable");
+    assert!(next.created);
+    assert_eq!(gh.prs().len(), 1);
+}
+
+/// GitHub's secondary limit on content creation, met by the create itself
+/// (403 "…temporarily blocked from content creation…" without
+/// `retry-after`, then 429 with `retry-after`): waited out, looked up, sent
+/// again; one PR.
+#[tokio::test]
+async fn a_create_met_by_the_content_creation_limit_is_waited_out_once() {
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![
+            Fault::new("POST", "/repos/owner/repo/pulls", 403).json(json!({
+                "message": "You have exceeded a secondary rate limit and have been temporarily blocked from content creation. Please retry your request again later. If you reach out to GitHub Support for help, please include the request ID 1111:2222:3333.",
+                "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits",
+            })),
+            Fault::new("POST", "/repos/owner/repo/pulls", 429)
+                .header("retry-after", "1")
+                .json(json!({ "message": "You have exceeded a secondary rate limit." })),
+        ],
+    );
+
+    let started = Instant::now();
+    let pr = forge.create_pr(&request()).await.unwrap();
+
+    assert!(pr.created && pr.label_error.is_none(), "{pr:?}");
+    assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 3);
+    assert_eq!(gh.prs().len(), 1);
+}
+
+/// A server that never answers in time: every attempt is cut at the request
+/// timeout, the call ends within attempts × timeout (plus backoff), and the
+/// message says it got no answer.
+#[tokio::test]
+async fn a_server_slower_than_the_timeout_is_given_up_in_bounded_time() {
+    let (gh, _) = fake().await;
+    let forge = fake_forge(
+        &gh.uri(),
+        "repo",
+        RetryPolicy {
+            request_timeout: Duration::from_millis(200),
+            max_attempts: 3,
+            ..fast_policy()
+        },
+    );
+    script(
+        &gh,
+        (0..3)
+            .map(|_| Fault::new("GET", "/repos/owner/repo/pulls", 200).raw("application/json", "[]").delay_ms(10_000))
+            .collect(),
+    );
+
+    let started = Instant::now();
+    let err = forge.create_pr(&request()).await.unwrap_err();
+
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(matches!(err, ForgeError::Exhausted { attempts: 3, .. }), "{err:?}");
+    assert!(err.to_string().contains("no answer within 0.2 s"), "{err}");
+    assert_eq!(err.scope(), Scope::Run);
+    assert_eq!(gh_count(&gh, "POST", "/").await, 0);
+}
+
+/// Right after a push GitHub may not see the branch yet: the create is
+/// refused with 422 `head` invalid (hub and others retry it). Asked again
+/// after a backoff; one PR. The wait never passes the deadline: with the
+/// deadline too near, the refusal is returned at once with its fix.
+#[tokio::test]
+async fn a_branch_github_does_not_see_yet_is_waited_for() {
+    let unseen = || {
+        Fault::new("POST", "/repos/owner/repo/pulls", 422).json(json!({
+            "message": "Validation Failed",
+            "errors": [{ "resource": "PullRequest", "field": "head", "code": "invalid" }],
+            "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
+            "status": "422",
+        }))
+    };
+    let (gh, forge) = fake().await;
+    script(&gh, vec![unseen(), unseen()]);
+
+    let pr = forge.create_pr(&request()).await.expect("created once GitHub sees the branch");
+
+    assert!(pr.created && pr.label_error.is_none(), "{pr:?}");
+    assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 3);
+    assert_eq!(gh.prs().len(), 1);
+
+    let gh = FakeGitHub::start().await;
+    let forge = Forge::new(
+        &gh.uri(),
+        Secret::new(TOKEN),
+        RepoId::new("owner", "repo"),
+        Some(Utc::now() + chrono::Duration::seconds(1)),
+    )
+    .unwrap()
+    .with_retry_policy(RetryPolicy {
+        backoff_base: Duration::from_secs(5),
+        backoff_max: Duration::from_secs(5),
+        ..fast_policy()
+    });
+    script(&gh, vec![unseen()]);
+    let started = Instant::now();
+    let err = forge.create_pr(&request()).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(err.to_string().contains("does not see branch"), "{err}");
+    assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
+}
+
+/// The PR is created, then labelling it fails past every retry (GitHub
+/// answers 502 each time) or GitHub stops being usable: the PR is still the
+/// result, with the reason, never "not created" (which would record the
+/// item as `pr_failed` without the PR that exists).
+#[tokio::test]
+async fn a_pr_whose_labelling_keeps_failing_is_still_returned() {
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        (0..6)
+            .map(|_| Fault::new("POST", "/repos/owner/repo/issues/1/labels", 502).raw("text/html", "<html><title>Unicorn! &middot; GitHub</title></html>"))
+            .collect(),
+    );
+
+    let pr = forge.create_pr(&request()).await.expect("the PR exists");
+
+    assert_eq!((pr.number, pr.created, pr.state), (1, true, PrState::Open));
+    let why = pr.label_error.expect("the label failure is reported");
+    assert!(why.contains("502") && why.contains("Unicorn!"), "{why}");
+    assert_eq!(gh.prs().len(), 1);
+    assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
+    // The next run finds it and labels it.
+    let again = forge.create_pr(&request()).await.unwrap();
+    assert_eq!((again.number, again.created, again.label_error), (1, false, None));
+    assert!(gh.prs()[0]["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"));
 }

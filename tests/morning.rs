@@ -559,6 +559,19 @@ async fn doctor_names_each_failing_check() {
     let api = f.github.replace("http://127.0.0.1:9".into());
     check(&f, &["api"], "API unreachable");
     f.github = api;
+    // The repository archived: read-only for everyone.
+    gh.state.lock().unwrap().archived = true;
+    check(&f, &["api"], "archived");
+    assert!(text(&f.run(&["doctor"])).contains("is archived"));
+    gh.state.lock().unwrap().archived = false;
+    // The repository renamed: GitHub redirects, doctor warns with the name.
+    gh.state.lock().unwrap().renamed_from = Some("old-name".into());
+    f.extra_env.push(("GH_REPO".into(), "owner/old-name".into()));
+    let out = f.run(&["doctor"]);
+    assert_ok(&out, "renamed repository");
+    assert!(String::from_utf8_lossy(&out.stdout).lines().any(|l| l.starts_with("warn api ") && l.contains("owner/old-name is now owner/repo")), "{}", text(&out));
+    f.extra_env.pop();
+    gh.state.lock().unwrap().renamed_from = None;
     // The label missing and not creatable.
     gh.state.lock().unwrap().read_only = true;
     check(&f, &["label"], "label");

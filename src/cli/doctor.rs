@@ -188,7 +188,14 @@ async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remo
         Some(s) if s.split(',').any(|x| matches!(x.trim(), "repo" | "public_repo")) => out.push(Check::pass("token", format!("from {source}, scopes: {s}"))),
         Some(s) => out.push(Check::fail("token", format!("from {source}, scopes: {}", if s.is_empty() { "none" } else { s }), "the token needs the `repo` scope (or `public_repo` for a public repository) to push and open PRs")),
     }
-    out.push(Check::pass("api", format!("{base} reachable, {id} readable")));
+    let moved = probe.full_name.as_deref().filter(|n| !n.eq_ignore_ascii_case(&id.to_string()));
+    out.push(if probe.archived {
+        Check::fail("api", format!("{base} reachable, but {id} is archived: GitHub refuses every PR and label there"), "unarchive it on GitHub (Settings → General), or point GH_REPO / `github_repo` and the remote at the active repository")
+    } else if let Some(now) = moved {
+        Check::warn("api", format!("{base} reachable; {id} is now {now} (renamed or transferred; GitHub redirects, nightshift follows)"), format!("set GH_REPO / `github_repo` or the remote URL to {now}"))
+    } else {
+        Check::pass("api", format!("{base} reachable, {id} readable"))
+    });
     out.push(match f.label_exists(&config.label).await {
         Ok(true) => Check::pass("label", format!("{:?} exists", config.label)),
         Ok(false) if probe.can_push != Some(false) => Check::pass("label", format!("{:?} missing; it will be created with the first PR", config.label)),

@@ -39,6 +39,13 @@ pub struct State {
     /// Issues are switched off in the repository's settings: the issues
     /// endpoints answer 410 "Issues are disabled for this repo".
     pub issues_disabled: bool,
+    /// The repository's former name: requests under `/repos/owner/{old}`
+    /// are redirected as GitHub does after a rename or transfer (301 for
+    /// GET, 307 for other verbs) to `/repositories/1/…`, query kept.
+    pub renamed_from: Option<String>,
+    /// The repository is archived: `archived: true` in its JSON, and every
+    /// write answers 403 "Repository was archived so is read-only."
+    pub archived: bool,
 }
 
 /// The body of a scripted failure when GitHub's `{"message": …}` is not
@@ -212,6 +219,18 @@ impl Respond for Responder {
             }
             return t;
         }
+        if let Some(old) = st.renamed_from.clone() {
+            let prefix = format!("/repos/owner/{old}");
+            if let Some(rest) = path.strip_prefix(&prefix).filter(|r| r.is_empty() || r.starts_with('/')) {
+                let api = if req.url.path().starts_with("/api/v3/") { "/api/v3" } else { "" };
+                let query = req.url.query().map(|q| format!("?{q}")).unwrap_or_default();
+                let to = format!("{}{api}/repositories/1{rest}{query}", self.base);
+                let (status, message) = if method == "GET" { (301, "Moved Permanently") } else { (307, "Temporary Redirect") };
+                return ResponseTemplate::new(status)
+                    .insert_header("location", to.as_str())
+                    .set_body_json(json!({"message": message, "url": to, "documentation_url": "https://docs.github.com/v3/#http-redirects"}));
+            }
+        }
         drop(st);
         self.respond_ok(req)
     }
@@ -228,12 +247,15 @@ impl Responder {
         let Some(rest) = path.strip_prefix("/repos/owner/repo").or_else(|| path.strip_prefix("/repositories/1")) else {
             return ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}));
         };
+        if st.archived && method != "GET" {
+            return ResponseTemplate::new(403).set_body_json(json!({"message": "Repository was archived so is read-only.", "documentation_url": "https://docs.github.com/rest", "status": "403"}));
+        }
         if st.issues_disabled && (rest == "/issues" || rest.starts_with("/issues?")) {
             return ResponseTemplate::new(410).set_body_json(json!({"message": "Issues are disabled for this repo", "documentation_url": "https://docs.github.com/v3/issues/"}));
         }
         match (method.as_str(), rest) {
             ("GET", "") => {
-                let mut t = ResponseTemplate::new(200).set_body_json(json!({"full_name": "owner/repo", "default_branch": "main", "permissions": {"push": !st.read_only, "admin": false}}));
+                let mut t = ResponseTemplate::new(200).set_body_json(json!({"full_name": "owner/repo", "default_branch": "main", "archived": st.archived, "permissions": {"push": !st.read_only, "admin": false}}));
                 if let Some(s) = &st.scopes {
                     t = t.insert_header("x-oauth-scopes", s.as_str());
                 }
