@@ -131,8 +131,10 @@ pub struct Details {
     /// (小时, 時), 分鐘 (分钟, 分), 秒; full-width letters and digits accepted.
     /// A bare number is a problem (minutes or seconds?).
     pub timeout: Option<(Duration, usize)>,
-    /// Every other nested line: the item's content indentation and trailing
-    /// whitespace removed, otherwise verbatim (context for the writer).
+    /// Every other nested line: the indentation all the item's nested lines
+    /// share and trailing whitespace removed, otherwise verbatim (context for
+    /// the writer). Not the marker's width: `9. [ ]` renumbered `10. [ ]`
+    /// keeps its notes.
     pub notes: Vec<String>,
 }
 
@@ -143,6 +145,11 @@ pub struct DetailLine {
     pub line: usize,
     /// The line exactly as in the file, without `\n` / `\r\n`.
     pub text: String,
+    /// The line without the indentation all the item's nested lines share
+    /// (what the contract seals, SPEC §4): the same when the item moves into
+    /// or out of a group, or its list is renumbered from `9.` to `10.` and
+    /// re-indented (as Prettier does), or tabs become spaces.
+    pub relative: String,
     /// What the line was read as.
     pub kind: DetailKind,
 }
@@ -841,6 +848,17 @@ fn build_item(
         }
         n += 1;
     }
+    // Notes lose the indentation the nested lines share, not the marker's
+    // width: renumbering `9.` to `10.` (an item above added or removed) must
+    // not change an item's notes, hence its contract SHA (SPEC §4).
+    let common = nested
+        .iter()
+        .map(|(_, r, _)| {
+            let line = &text[r.clone()];
+            columns(&line[..line.len() - line.trim_start().len()])
+        })
+        .min()
+        .unwrap_or(0);
     let mut details = Details::default();
     for (n, r, opaque) in nested {
         let verbatim = &text[r];
@@ -859,7 +877,7 @@ fn build_item(
                 ),
             });
         }
-        read_detail(path, n, verbatim, content, opaque, &mut details, problems);
+        read_detail(path, n, verbatim, common, opaque, &mut details, problems);
     }
 
     let section = scan.regions[raw.region].heading.clone();
@@ -1048,6 +1066,7 @@ fn read_detail(
     details.lines.push(DetailLine {
         line,
         text: verbatim.to_string(),
+        relative: strip_indent(verbatim, indent).to_string(),
         kind,
     });
 }

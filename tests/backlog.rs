@@ -1903,6 +1903,73 @@ fn utf32_and_utf16_without_a_mark_are_refused_by_name() {
     assert_eq!(backlog::read(&path).unwrap().items.len(), 2);
 }
 
+// ---- an item's identity does not depend on the others -----------------------------
+
+/// The item's key and its contract SHA (SPEC §3, §4) are the same when other
+/// items are added, removed, ticked, edited or renumbered (a formatter then
+/// re-indents the item's lines to the wider marker), when the item moves
+/// into a group, and when the file's line endings, BOM or indentation
+/// characters change: only the item's own text seals it.
+#[test]
+fn key_and_contract_of_an_item_do_not_change_when_other_items_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let loaded = nightshift::config::load(&dir.path().join("none.toml")).unwrap();
+    let sealed = |text: &str| -> (String, String, Vec<String>) {
+        let b = parse(text);
+        let plan = nightshift::contract::build_plan(dir.path(), &b, &loaded)
+            .unwrap_or_else(|p| panic!("{p:?}\n{text}"));
+        let e = plan
+            .entries
+            .iter()
+            .find(|e| e.item.title == "the target")
+            .unwrap_or_else(|| panic!("no target in\n{text}"));
+        (e.item.key.clone(), e.contract_sha.clone(), e.item.details.notes.clone())
+    };
+    let target = "   accept: it works\n   keep the old API\n     (really)\n";
+    let base = format!(
+        "# Backlog\n\n> rule\n\n## Work\n\n1. [ ] one\n2. [ ] two\n   accept: b\n3. [ ] three\n4. [ ] four\n5. [ ] five\n6. [ ] six\n7. [ ] seven\n8. [ ] eight\n9. [ ] the target\n{target}10. [ ] after\n\n## Later\n\n- [ ] other\n"
+    );
+    let want = sealed(&base);
+    assert_eq!(want.2, ["keep the old API", "  (really)"]);
+    let renumbered = base
+        .replace("1. [ ] one\n", "1. [ ] zero\n2. [ ] one\n")
+        .replace("2. [ ] two", "3. [ ] two")
+        .replace("3. [ ] three", "4. [ ] three")
+        .replace("4. [ ] four", "5. [ ] four")
+        .replace("5. [ ] five", "6. [ ] five")
+        .replace("6. [ ] six", "7. [ ] six")
+        .replace("7. [ ] seven", "8. [ ] seven")
+        .replace("8. [ ] eight", "9. [ ] eight")
+        .replace("9. [ ] the target", "10. [ ] the target")
+        .replace("10. [ ] after", "11. [ ] after");
+    let variants = [
+        ("an item added above and the list renumbered", renumbered.clone()),
+        (
+            "renumbered and the target's lines re-indented to the new marker",
+            renumbered.replace(target, &target.replace("   ", "    ")),
+        ),
+        ("the target's indentation in tabs", base.replace(target, &target.replace("   ", "\t"))),
+        (
+            "the target moved into a group bullet",
+            base.replace(&format!("9. [ ] the target\n{target}"), "")
+                .replace("10. [ ] after\n", &format!("10. [ ] after\n\n- Group\n  - [ ] the target\n{}", target.replace("   ", "    "))),
+        ),
+        ("an item removed", base.replace("3. [ ] three\n", "")),
+        ("another item ticked", base.replace("2. [ ] two", "2. [x] two (done: #4)")),
+        ("another item's details edited", base.replace("   accept: b\n", "   accept: b, better\n   scope: src/**\n")),
+        ("another section added", format!("{base}\n## New\n\n> new rule\n\n- [ ] new\n")),
+        ("another item under a group bullet", base.replace("## Later\n\n", "## Later\n\n- Group\n  - [ ] grouped\n")),
+        ("CRLF line endings", base.replace('\n', "\r\n")),
+        ("a BOM", format!("\u{feff}{base}")),
+        ("front matter", format!("---\ntitle: Backlog\n---\n{base}")),
+    ];
+    for (what, text) in variants {
+        assert_eq!(sealed(&text), want, "{what}:\n{text}");
+    }
+    // The item's own text does seal it.
+    assert_ne!(sealed(&base.replace("accept: it works", "accept: it works fast")).1, want.1);
+}
+
 /// `sync` ticks several boxes of one file from the end backwards: in a file
 /// with a BOM, front matter, mixed line endings, groups and ordered lists,
 /// only the ticked lines change, each keeping its own line ending.
