@@ -70,7 +70,8 @@ pub struct Backlog {
 pub struct Item {
     /// 1-based line of the task marker.
     pub line: usize,
-    /// Byte offset in the file text of the 3-byte marker `[ ]` / `[x]` / `[X]`.
+    /// Byte offset in the file text of the 3-byte marker `[ ]` / `[x]` / `[X]`
+    /// (or `[\t]`, an open box to GitHub and pulldown-cmark too).
     pub marker_offset: usize,
     /// `true` for `[x]` and `[X]`.
     pub done: bool,
@@ -462,7 +463,7 @@ fn report_hidden_characters(
     }
 }
 
-/// Ticks `item` in `text`: replaces its `[ ]` at `marker_offset` with `[x]`
+/// Ticks `item` in `text`: replaces its `[ ]` (or `[\t]`) at `marker_offset` with `[x]`
 /// and appends `note` (e.g. `" (done: #123)"`) after the title, before any
 /// trailing whitespace and the line ending. Every other byte is unchanged
 /// (SPEC §3, `nightshift sync`). The caller should also compare the file's
@@ -472,7 +473,7 @@ fn report_hidden_characters(
 ///
 /// # Errors
 /// [`BacklogError::MarkerMismatch`] when the 3 bytes at the offset are not
-/// `[ ]`, [`BacklogError::TitleMismatch`] when the rest of that line is not the
+/// an open box, [`BacklogError::TitleMismatch`] when the rest of that line is not the
 /// item's title, [`BacklogError::NoteHasLineBreak`] when `note` holds `\n` or `\r`.
 pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError> {
     if note.contains(['\n', '\r']) {
@@ -482,7 +483,11 @@ pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError>
     }
     let offset = item.marker_offset;
     let marker_end = offset.saturating_add(3);
-    if text.as_bytes().get(offset..marker_end) != Some(b"[ ]".as_slice()) {
+    // GitHub and pulldown-cmark take a tab in the box for a space: `[\t]` is open.
+    if !matches!(
+        text.as_bytes().get(offset..marker_end),
+        Some(b"[ ]" | b"[\t]")
+    ) {
         let found = text
             .as_bytes()
             .get(offset..marker_end.min(text.len()))
@@ -1500,7 +1505,8 @@ fn check_front_matter(
 /// True when `body` starts with a task box `[ ]`, `[x]` or `[X]` that a
 /// renderer would take for one (followed by whitespace or the end).
 fn open_box(body: &str) -> bool {
-    matches!(body.get(..3), Some("[ ]")) && body[3..].chars().next().is_none_or(char::is_whitespace)
+    matches!(body.get(..3), Some("[ ]" | "[\t]"))
+        && body[3..].chars().next().is_none_or(char::is_whitespace)
 }
 
 /// The keyword as written in the backlog.
@@ -1698,8 +1704,19 @@ fn check_stray_lines(
         if at < covered_to {
             continue;
         }
-        let (body, _) = strip_bullet(line);
-        if let Some(message) = lost_box(line) {
+        let (body, bullet) = strip_bullet(line);
+        let after_bare_marker = n > 1 && strip_bullet(&text[lines.range(n - 1)]) == ("", true);
+        if !bullet && after_bare_marker && open_box(body) {
+            // `-` alone, then the box on the next line: GitHub shows a task
+            // there, pulldown-cmark reads a list item without one.
+            problem(
+                n,
+                format!(
+                    "the box is on the line after its list marker (line {}), so nightshift reads no task item here — write `- [ ] title` on one line",
+                    n - 1
+                ),
+            );
+        } else if let Some(message) = lost_box(line) {
             problem(n, message);
         } else if let Some((kind, _)) = keyword(body.trim_end()) {
             problem(

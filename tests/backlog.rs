@@ -1664,6 +1664,9 @@ const FRAGMENTS: &[&str] = &[
     "</pre>",
     "10. [ ] wide marker",
     "    accept: under the wide marker",
+    "- [\t] tab in the box",
+    "-",
+    "  [ ] box after a bare marker",
 ];
 
 fn check_invariants(text: &str) {
@@ -1675,8 +1678,8 @@ fn check_invariants(text: &str) {
     }
     for i in &b.items {
         let marker = &text[i.marker_offset..i.marker_offset + 3];
-        assert!(["[ ]", "[x]", "[X]"].contains(&marker), "{marker:?}");
-        assert_eq!(i.done, marker != "[ ]");
+        assert!(["[ ]", "[\t]", "[x]", "[X]"].contains(&marker), "{marker:?}");
+        assert_eq!(i.done, !["[ ]", "[\t]"].contains(&marker));
         assert!(!i.title.contains(['\n', '\r']), "{:?}", i.title);
         assert!(
             i.section
@@ -2029,4 +2032,35 @@ fn parse_time_is_linear_in_the_number_of_items() {
         t_large < t_small * 10,
         "2,500 items took {t_small:?}, 10,000 took {t_large:?}"
     );
+}
+
+/// A tab in the box is an open box to GitHub and pulldown-cmark: the item is
+/// read, and `sync` ticks it like any other.
+#[test]
+fn a_tab_in_the_box_is_an_open_item_that_ticks() {
+    let text = "- [\t] tab in the box\r\n- [ ] next\r\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["tab in the box", "next"]);
+    assert!(!b.items[0].done);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    assert_eq!(
+        backlog::tick(text, &b.items[0], " (done: #5)").unwrap(),
+        "- [x] tab in the box (done: #5)\r\n- [ ] next\r\n"
+    );
+    // A tab box hidden by an unclosed comment is found like a space box.
+    let hidden = parse("<!--\n- [\t] hidden\n");
+    assert_eq!(problem_lines(&hidden).iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2]);
+}
+
+/// GitHub allows the box on the line after a bare `-`; pulldown-cmark reads
+/// no task there. The problem says where the marker is and how to join them.
+#[test]
+fn a_box_on_the_line_after_a_bare_marker_is_named_as_such() {
+    let b = parse("# T\n\n-\n  [ ] on the next line\n\n- [ ] real\n");
+    assert_eq!(titles(&b), ["real"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0].0, 4);
+    assert!(got[0].1.contains("after its list marker (line 3)"), "{}", got[0].1);
+    assert!(got[0].1.contains("write `- [ ] title` on one line"), "{}", got[0].1);
 }
