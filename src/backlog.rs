@@ -1722,7 +1722,7 @@ fn check_stray_lines(
             problem(
                 n,
                 format!(
-                    "`{}:` is not nested under any task item, so nothing reads it — indent it under its item (a blank line before it is fine; there are no section-wide details), or reword it if it is prose",
+                    "`{}:` is not nested under any task item, so nothing reads it — indent it under its item as far as the item's text (2 spaces under `- `, 3 under `1. `, 4 under `10. `; a blank line before it is fine; there are no section-wide details), or reword it if it is prose",
                     kind_word(kind)
                 ),
             );

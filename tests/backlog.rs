@@ -2064,3 +2064,16 @@ fn a_box_on_the_line_after_a_bare_marker_is_named_as_such() {
     assert!(got[0].1.contains("after its list marker (line 3)"), "{}", got[0].1);
     assert!(got[0].1.contains("write `- [ ] title` on one line"), "{}", got[0].1);
 }
+
+/// Details indented less than an ordered item's text (2 spaces under `1. `)
+/// start a list of their own: the problem says how far to indent.
+#[test]
+fn details_indented_less_than_an_ordered_items_text_are_problems() {
+    let b = parse("1. [ ] a\n  - accept: x\n10. [ ] b\n   accept: lazy text of b is read\n");
+    assert_eq!(titles(&b), ["a", "b"]);
+    assert!(b.items[0].details.accept.is_empty());
+    assert_eq!(b.items[1].details.accept, ["lazy text of b is read"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2], "{got:#?}");
+    assert!(got[0].1.contains("3 under `1. `"), "{}", got[0].1);
+}
