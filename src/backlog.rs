@@ -15,7 +15,7 @@
 //! would not be read — a detail keyword outside every item or inside a code
 //! span, a box that is not a task box (`[]`, a full-width space, `[!]`), a
 //! list marker glued to its box (`-[ ]`), such a box continuing an item's
-//! title paragraph, a heading with a box, an open box glued into an HTML
+//! title paragraph or a block quote, a heading with a box, an open box glued into an HTML
 //! block, inside the front matter or below a comment or code fence that is
 //! never closed — is a problem naming its line and the fix; so is an open
 //! item whose whole title is struck through. Marks
@@ -417,6 +417,7 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
     check_html_blocks(text, &lines, &scan.html_blocks, &mut problem);
     check_unclosed_fences(text, &lines, &scan.fences, &mut problem);
     check_headings(text, &lines, &scan.headings, &mut problem);
+    check_lazy_quote_lines(text, &lines, &scan.quotes, &mut problem);
     report_duplicate_keys(path, &items, &mut problems);
     report_hidden_characters(path, text, &lines, &mut problems);
     // Stable: problems of one line keep the order they were found in.
@@ -1827,6 +1828,34 @@ fn raw_html_end(source: &str) -> Option<&'static str> {
         }
     }
     None
+}
+
+/// A line without `>` right after a block quote's text continues the quote
+/// (lazily): a box meant as an item there would end up as quoted context.
+/// Boxes behind `>` are quoted on purpose (SPEC §3) and stay silent.
+fn check_lazy_quote_lines(
+    text: &str,
+    lines: &LineIndex,
+    quotes: &[Quote],
+    problem: &mut impl FnMut(usize, String),
+) {
+    for q in quotes {
+        let first = lines.line_of(q.range.start);
+        let last = lines.line_of(q.range.end.saturating_sub(1).max(q.range.start));
+        for n in first + 1..=last {
+            let line = &text[lines.range(n)];
+            let unindented = line.trim_start_matches(' ');
+            if line.len() - unindented.len() <= 3 && unindented.starts_with('>') {
+                continue;
+            }
+            if let Some(message) = lost_box(line) {
+                problem(
+                    n,
+                    format!("{message} (markdown reads this line as more of the block quote on line {first})"),
+                );
+            }
+        }
+    }
 }
 
 /// A heading written as a task (`## [ ] Add login`, or a setext heading

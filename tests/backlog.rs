@@ -2077,3 +2077,17 @@ fn details_indented_less_than_an_ordered_items_text_are_problems() {
     assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2], "{got:#?}");
     assert!(got[0].1.contains("3 under `1. `"), "{}", got[0].1);
 }
+
+/// A line without `>` after a quote's text continues the quote: a box
+/// meant as an item there would become quoted context. Quoted boxes (`> - [ ]`)
+/// are context on purpose and stay silent.
+#[test]
+fn a_box_continuing_a_block_quote_is_a_problem() {
+    let text = "> rule\n-[ ] glued\n\n> rule two\n[ ] bare\n> - [ ] quoted on purpose\n\n- [ ] real\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["real"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2, 5], "{got:#?}");
+    assert!(got[0].1.contains("more of the block quote on line 1"), "{}", got[0].1);
+    assert!(got[1].1.contains("more of the block quote on line 4"), "{}", got[1].1);
+}
