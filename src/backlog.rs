@@ -1604,6 +1604,17 @@ fn stray_box(body: &str, bullet: bool) -> Option<String> {
 /// full-width characters.
 fn lost_box(line: &str) -> Option<String> {
     let (body, bullet) = strip_bullet(line);
+    let s = line.trim_start();
+    let gap = &s[..s.len() - body.len()];
+    let gap = gap.trim_start_matches(|c: char| !c.is_whitespace());
+    if bullet && open_box(body) && columns(gap) >= 5 {
+        // CommonMark: five or more spaces after the marker start indented
+        // code inside the list item.
+        return Some(format!(
+            "{} spaces after the list marker make the rest of the line code, not a task item — write `- [ ] title` with one space",
+            columns(gap)
+        ));
+    }
     stray_box(body, bullet)
         .or_else(|| glued_box(line))
         .or_else(|| typographic_box(line))

@@ -2091,3 +2091,15 @@ fn a_box_continuing_a_block_quote_is_a_problem() {
     assert!(got[0].1.contains("more of the block quote on line 1"), "{}", got[0].1);
     assert!(got[1].1.contains("more of the block quote on line 4"), "{}", got[1].1);
 }
+
+/// Five spaces after a list marker start indented code inside the item, so
+/// no task: the problem says so rather than blaming a paragraph above.
+#[test]
+fn five_spaces_after_the_marker_are_named() {
+    let b = parse("# T\n\n-     [ ] five spaces\n\n-    [ ] four spaces are fine\n");
+    assert_eq!(titles(&b), ["four spaces are fine"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0].0, 3);
+    assert!(got[0].1.starts_with("5 spaces after the list marker make the rest of the line code"), "{}", got[0].1);
+}
