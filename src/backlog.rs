@@ -12,14 +12,20 @@
 //! them as text) and footnotes are not items.
 //!
 //! The reader loses nothing silently. Whatever looks meant for nightshift but
-//! would not be read — a detail keyword outside every item, a box that is not
-//! a task box (`[]`, a full-width space, `[!]`), an open box glued into an
-//! HTML block or inside the front matter — is a problem naming its line and
-//! the fix; so is an open item whose whole title is struck through. Marks
+//! would not be read — a detail keyword outside every item or inside a code
+//! span, a box that is not a task box (`[]`, a full-width space, `[!]`), a
+//! list marker glued to its box (`-[ ]`), such a box continuing an item's
+//! title paragraph or a block quote, a heading with a box, an open box glued into an HTML
+//! block, inside the front matter or below a comment or code fence that is
+//! never closed — is a problem naming its line and the fix; so is an open
+//! item whose whole title is struck through. Marks
 //! that can only mean "do not run" are left alone: done boxes and the skip
 //! states `[-]` (cancelled), `[/]` (in progress), `[~]`, `[>]` (deferred) and
 //! `[<]` (scheduled) of Obsidian Tasks and bullet journals. Done items never
 //! run again, so malformed lines under them are not problems.
+//!
+//! Refused by name: UTF-16 and UTF-32 (with or without a byte-order mark)
+//! and other non-UTF-8 bytes.
 //!
 //! Accepted around the grammar, as real files are written: a UTF-8 BOM, YAML
 //! (`---`) or TOML (`+++`) front matter (skipped), `\n`, `\r\n` and lone `\r`
@@ -38,7 +44,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
 /// A parsed backlog file: the snapshot a plan is made from (SPEC §3).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +70,8 @@ pub struct Backlog {
 pub struct Item {
     /// 1-based line of the task marker.
     pub line: usize,
-    /// Byte offset in the file text of the 3-byte marker `[ ]` / `[x]` / `[X]`.
+    /// Byte offset in the file text of the 3-byte marker `[ ]` / `[x]` / `[X]`
+    /// (or `[\t]`, an open box to GitHub and pulldown-cmark too).
     pub marker_offset: usize,
     /// `true` for `[x]` and `[X]`.
     pub done: bool,
@@ -125,8 +132,10 @@ pub struct Details {
     /// (小时, 時), 分鐘 (分钟, 分), 秒; full-width letters and digits accepted.
     /// A bare number is a problem (minutes or seconds?).
     pub timeout: Option<(Duration, usize)>,
-    /// Every other nested line: the item's content indentation and trailing
-    /// whitespace removed, otherwise verbatim (context for the writer).
+    /// Every other nested line: the indentation all the item's nested lines
+    /// share and trailing whitespace removed, otherwise verbatim (context for
+    /// the writer). Not the marker's width: `9. [ ]` renumbered `10. [ ]`
+    /// keeps its notes.
     pub notes: Vec<String>,
 }
 
@@ -137,6 +146,11 @@ pub struct DetailLine {
     pub line: usize,
     /// The line exactly as in the file, without `\n` / `\r\n`.
     pub text: String,
+    /// The line without the indentation all the item's nested lines share
+    /// (what the contract seals, SPEC §4): the same when the item moves into
+    /// or out of a group, or its list is renumbered from `9.` to `10.` and
+    /// re-indented (as Prettier does), or tabs become spaces.
+    pub relative: String,
     /// What the line was read as.
     pub kind: DetailKind,
 }
@@ -212,6 +226,15 @@ pub enum BacklogError {
         /// `FF FE` (little-endian) or `FE FF` (big-endian).
         bom: &'static str,
     },
+    /// The backlog file is UTF-32, or UTF-16 without a byte-order mark: its
+    /// ASCII characters come with NUL bytes between them.
+    #[error("{}: {encoding} text (NUL bytes between the characters) — save the backlog as UTF-8", path.display())]
+    Wide {
+        /// The file that was being read.
+        path: PathBuf,
+        /// `UTF-16LE`, `UTF-16BE`, `UTF-32LE` or `UTF-32BE`.
+        encoding: &'static str,
+    },
     /// The bytes at the item's marker offset are not an open box `[ ]`: the
     /// file changed since it was parsed, or the item is already ticked.
     #[error(
@@ -272,7 +295,8 @@ pub fn read(path: &Path) -> Result<Backlog, BacklogError> {
 /// [`parse`] skips it). `path` is only used in the error.
 ///
 /// # Errors
-/// [`BacklogError::Utf16`] for a UTF-16 byte-order mark, else
+/// [`BacklogError::Utf16`] for a UTF-16 byte-order mark,
+/// [`BacklogError::Wide`] for UTF-32 or UTF-16 without a mark, else
 /// [`BacklogError::NotUtf8`] naming the line and offset of the first bad byte.
 pub fn decode(path: &Path, bytes: Vec<u8>) -> Result<String, BacklogError> {
     let bom = match bytes.get(..2) {
@@ -280,10 +304,18 @@ pub fn decode(path: &Path, bytes: Vec<u8>) -> Result<String, BacklogError> {
         Some([0xFE, 0xFF]) => Some("FE FF"),
         _ => None,
     };
-    if let Some(bom) = bom {
+    // UTF-32LE's mark starts with UTF-16LE's.
+    let utf32_bom = matches!(bytes.get(..4), Some([0xFF, 0xFE, 0, 0] | [0, 0, 0xFE, 0xFF]));
+    if let Some(bom) = bom.filter(|_| !utf32_bom) {
         return Err(BacklogError::Utf16 {
             path: path.to_path_buf(),
             bom,
+        });
+    }
+    if let Some(encoding) = wide_encoding(&bytes) {
+        return Err(BacklogError::Wide {
+            path: path.to_path_buf(),
+            encoding,
         });
     }
     String::from_utf8(bytes).map_err(|err| {
@@ -298,6 +330,47 @@ pub fn decode(path: &Path, bytes: Vec<u8>) -> Result<String, BacklogError> {
             byte: bytes[offset],
         }
     })
+}
+
+/// UTF-32 (with or without its byte-order mark) or UTF-16 without one, told
+/// by where the NUL bytes of ASCII text fall: such a file is valid UTF-8
+/// byte for byte, and would read as a NUL on every line and no item.
+fn wide_encoding(bytes: &[u8]) -> Option<&'static str> {
+    match bytes.get(..4) {
+        Some([0xFF, 0xFE, 0, 0]) => return Some("UTF-32LE"),
+        Some([0, 0, 0xFE, 0xFF]) => return Some("UTF-32BE"),
+        _ => {}
+    }
+    // A sample is enough. UTF-32 keeps its two high bytes NUL for every
+    // character up to U+FFFF; UTF-16 has a NUL high byte for each ASCII
+    // character (markup, spaces, line ends), seldom a NUL low byte (U+4E00).
+    let sample = &bytes[..bytes.len().min(4096) & !3];
+    if sample.len() < 4 {
+        return None;
+    }
+    let mut zeros = [0usize; 4];
+    for (i, b) in sample.iter().enumerate() {
+        if *b == 0 {
+            zeros[i % 4] += 1;
+        }
+    }
+    let quads = sample.len() / 4;
+    let nearly_all = |n: usize| n * 10 >= quads * 9;
+    if nearly_all(zeros[2]) && nearly_all(zeros[3]) {
+        return Some("UTF-32LE");
+    }
+    if nearly_all(zeros[0]) && nearly_all(zeros[1]) {
+        return Some("UTF-32BE");
+    }
+    let (even, odd) = (zeros[0] + zeros[2], zeros[1] + zeros[3]);
+    let pairs = sample.len() / 2;
+    if odd * 10 >= pairs && even * 8 <= odd {
+        return Some("UTF-16LE");
+    }
+    if even * 10 >= pairs && odd * 8 <= even {
+        return Some("UTF-16BE");
+    }
+    None
 }
 
 /// Parses backlog `text` read from `path` (the path is only used in
@@ -342,6 +415,9 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
     }
     check_stray_lines(text, &lines, base, &scan, &mut problem);
     check_html_blocks(text, &lines, &scan.html_blocks, &mut problem);
+    check_unclosed_fences(text, &lines, &scan.fences, &mut problem);
+    check_headings(text, &lines, &scan.headings, &mut problem);
+    check_lazy_quote_lines(text, &lines, &scan.quotes, &mut problem);
     report_duplicate_keys(path, &items, &mut problems);
     report_hidden_characters(path, text, &lines, &mut problems);
     // Stable: problems of one line keep the order they were found in.
@@ -388,7 +464,7 @@ fn report_hidden_characters(
     }
 }
 
-/// Ticks `item` in `text`: replaces its `[ ]` at `marker_offset` with `[x]`
+/// Ticks `item` in `text`: replaces its `[ ]` (or `[\t]`) at `marker_offset` with `[x]`
 /// and appends `note` (e.g. `" (done: #123)"`) after the title, before any
 /// trailing whitespace and the line ending. Every other byte is unchanged
 /// (SPEC §3, `nightshift sync`). The caller should also compare the file's
@@ -398,7 +474,7 @@ fn report_hidden_characters(
 ///
 /// # Errors
 /// [`BacklogError::MarkerMismatch`] when the 3 bytes at the offset are not
-/// `[ ]`, [`BacklogError::TitleMismatch`] when the rest of that line is not the
+/// an open box, [`BacklogError::TitleMismatch`] when the rest of that line is not the
 /// item's title, [`BacklogError::NoteHasLineBreak`] when `note` holds `\n` or `\r`.
 pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError> {
     if note.contains(['\n', '\r']) {
@@ -408,7 +484,11 @@ pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError>
     }
     let offset = item.marker_offset;
     let marker_end = offset.saturating_add(3);
-    if text.as_bytes().get(offset..marker_end) != Some(b"[ ]".as_slice()) {
+    // GitHub and pulldown-cmark take a tab in the box for a space: `[\t]` is open.
+    if !matches!(
+        text.as_bytes().get(offset..marker_end),
+        Some(b"[ ]" | b"[\t]")
+    ) {
         let found = text
             .as_bytes()
             .get(offset..marker_end.min(text.len()))
@@ -493,6 +573,11 @@ struct Scan {
     claimed: Vec<Range<usize>>,
     /// HTML blocks outside items and block quotes (checked for glued task boxes).
     html_blocks: Vec<Range<usize>>,
+    /// Fenced code blocks outside items and block quotes (checked for a
+    /// missing closing fence that hides the items below it).
+    fences: Vec<Range<usize>>,
+    /// Headings outside items and block quotes (checked for a task box).
+    headings: Vec<Range<usize>>,
 }
 
 /// Walks the markdown events once. `body` is the text after any BOM and
@@ -508,6 +593,8 @@ fn scan(body: &str, base: usize) -> Scan {
         quotes: Vec::new(),
         claimed: Vec::new(),
         html_blocks: Vec::new(),
+        fences: Vec::new(),
+        headings: Vec::new(),
     };
     let mut lists = 0usize;
     let mut quotes = 0usize;
@@ -572,6 +659,11 @@ fn scan(body: &str, base: usize) -> Scan {
                     if quotes == 0 && matches!(event, Event::Start(Tag::HtmlBlock)) {
                         out.html_blocks.push(range.clone());
                     }
+                    if quotes == 0
+                        && matches!(event, Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_))))
+                    {
+                        out.fences.push(range.clone());
+                    }
                     out.claimed.push(range);
                 }
             },
@@ -590,6 +682,9 @@ fn scan(body: &str, base: usize) -> Scan {
             Event::End(TagEnd::BlockQuote(_)) => quotes -= 1,
             Event::Start(Tag::Heading { level, .. }) => {
                 if owner.is_none() {
+                    if quotes == 0 {
+                        out.headings.push(range.clone());
+                    }
                     out.claimed.push(range);
                 }
                 if lists == 0 && quotes == 0 && level <= HeadingLevel::H2 {
@@ -742,22 +837,53 @@ fn build_item(
             message: "the whole title is struck through (`~~…~~`) but the box is open — mark it `[-]` (cancelled) or `[x]`, or remove the `~~` to run it".to_string(),
         });
     }
-    // Nested lines are indented at least as far as the text after the marker.
-    let indent = columns(&text[marker_line.start..raw.marker_offset]);
+    // Nested lines are indented at least as far as the text after the
+    // marker; a line indented less continues the title paragraph (lazily).
+    let content = columns(&text[marker_line.start..raw.marker_offset]);
 
-    let mut details = Details::default();
+    let mut nested = Vec::new();
     let mut n = line + 1;
     while n <= lines.count() && lines.starts[n - 1] < raw.range.end {
         let r = lines.range(n);
-        let verbatim = &text[r.clone()];
-        if !verbatim.trim().is_empty() {
+        if !text[r.clone()].trim().is_empty() {
             let opaque = raw
                 .opaque
                 .iter()
                 .any(|o| o.start <= r.start && r.start < o.end);
-            read_detail(path, n, verbatim, indent, opaque, &mut details, problems);
+            nested.push((n, r, opaque));
         }
         n += 1;
+    }
+    // Notes lose the indentation the nested lines share, not the marker's
+    // width: renumbering `9.` to `10.` (an item above added or removed) must
+    // not change an item's notes, hence its contract SHA (SPEC §4).
+    let common = nested
+        .iter()
+        .map(|(_, r, _)| {
+            let line = &text[r.clone()];
+            columns(&line[..line.len() - line.trim_start().len()])
+        })
+        .min()
+        .unwrap_or(0);
+    let mut details = Details::default();
+    for (n, r, opaque) in nested {
+        let verbatim = &text[r];
+        let indented = columns(&verbatim[..verbatim.len() - verbatim.trim_start().len()]);
+        if !opaque
+            && indented < content
+            && let Some(message) = lost_box(verbatim)
+        {
+            // Markdown reads the line as more of the title's paragraph: the
+            // item it was meant to be would end up as a note of this one.
+            problems.push(Problem {
+                path: path.to_path_buf(),
+                line: n,
+                message: format!(
+                    "{message} (markdown reads this line as more text of the item on line {line})"
+                ),
+            });
+        }
+        read_detail(path, n, verbatim, common, opaque, &mut details, problems);
     }
 
     let section = scan.regions[raw.region].heading.clone();
@@ -872,6 +998,13 @@ fn read_detail(
                 problem(format!(
                     "`{typed}:` is not a detail keyword — did you mean `{meant}:`? (to keep it as a note, drop the colon)"
                 ));
+            } else if !opaque && let Some(word) = unread_keyword(body.trim_end()) {
+                // `` `verify: make` `` or `**accept: x` would become a note
+                // and its gate or condition would silently not hold.
+                problem(format!(
+                    "`{word}:` is written inside markup nightshift does not read ({:?}) — write it plain at the start of the line, e.g. `{word}: …` (to keep it as a note, drop the colon)",
+                    body.trim_end()
+                ));
             }
             details
                 .notes
@@ -939,6 +1072,7 @@ fn read_detail(
     details.lines.push(DetailLine {
         line,
         text: verbatim.to_string(),
+        relative: strip_indent(verbatim, indent).to_string(),
         kind,
     });
 }
@@ -955,8 +1089,23 @@ const KEYWORDS: [(&str, DetailKind); 6] = [
 
 /// Splits `keyword: value` for the six detail keywords (ASCII case-insensitive,
 /// `:` or full-width `：`, optionally wrapped in emphasis: `**accept:** x`,
-/// `**accept**: x`, `_accept_: x`). Returns the kind and the trimmed value.
+/// `**accept**: x`, `_accept_: x`, or the whole line `**accept: x**`).
+/// Returns the kind and the trimmed value.
 fn keyword(body: &str) -> Option<(DetailKind, &str)> {
+    labelled_keyword(body).or_else(|| {
+        // The whole line in emphasis: the label rule does not see the close.
+        ["**", "__", "*", "_"].iter().find_map(|&delim| {
+            let inner = body.strip_prefix(delim)?.strip_suffix(delim)?;
+            if inner.starts_with(['*', '_']) || inner.ends_with(['*', '_']) {
+                return None;
+            }
+            labelled_keyword(inner).filter(|(_, value)| !value.is_empty())
+        })
+    })
+}
+
+/// A keyword line whose keyword is ordinary text or a label in emphasis.
+fn labelled_keyword(body: &str) -> Option<(DetailKind, &str)> {
     let colon = |s: &str| -> Option<usize> {
         s.strip_prefix(':')
             .or_else(|| s.strip_prefix('：'))
@@ -1024,6 +1173,23 @@ fn near_keyword(body: &str) -> Option<(String, &'static str)> {
         .filter(|(d, w)| *d >= 1 && *d <= if w.len() >= 7 { 2 } else { 1 })
         .min()
         .map(|(_, w)| (typed.to_string(), w))
+}
+
+/// The keyword of a line that starts with one and its colon behind markup
+/// [`keyword`] does not read: a code span (`` `verify: make` ``,
+/// `` `scope:` src/** ``) or unbalanced emphasis (`**accept: x`).
+fn unread_keyword(body: &str) -> Option<&'static str> {
+    let inner = body.trim_start_matches(['*', '_', '`']);
+    if inner.len() == body.len() {
+        return None;
+    }
+    let (word, _) = KEYWORDS.iter().find(|(word, _)| {
+        inner
+            .get(..word.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(word))
+    })?;
+    let rest = inner[word.len()..].trim_start_matches(['*', '_', '`', ' ', '\t']);
+    (rest.starts_with(':') || rest.starts_with('：')).then_some(*word)
 }
 
 /// The command of a `verify:` value: the inside of a code span if it starts
@@ -1340,7 +1506,8 @@ fn check_front_matter(
 /// True when `body` starts with a task box `[ ]`, `[x]` or `[X]` that a
 /// renderer would take for one (followed by whitespace or the end).
 fn open_box(body: &str) -> bool {
-    matches!(body.get(..3), Some("[ ]")) && body[3..].chars().next().is_none_or(char::is_whitespace)
+    matches!(body.get(..3), Some("[ ]" | "[\t]"))
+        && body[3..].chars().next().is_none_or(char::is_whitespace)
 }
 
 /// The keyword as written in the backlog.
@@ -1431,6 +1598,51 @@ fn stray_box(body: &str, bullet: bool) -> Option<String> {
     ))
 }
 
+/// Why `line` (a whole line, indentation included) looks like an open item
+/// that markdown does not read as one, if it does: a box that is no task box,
+/// a list marker glued to the box, or a marker typed in typographic or
+/// full-width characters.
+fn lost_box(line: &str) -> Option<String> {
+    let (body, bullet) = strip_bullet(line);
+    let s = line.trim_start();
+    let gap = &s[..s.len() - body.len()];
+    let gap = gap.trim_start_matches(|c: char| !c.is_whitespace());
+    if bullet && open_box(body) && columns(gap) >= 5 {
+        // CommonMark: five or more spaces after the marker start indented
+        // code inside the list item.
+        return Some(format!(
+            "{} spaces after the list marker make the rest of the line code, not a task item — write `- [ ] title` with one space",
+            columns(gap)
+        ));
+    }
+    stray_box(body, bullet)
+        .or_else(|| glued_box(line))
+        .or_else(|| typographic_box(line))
+}
+
+/// An open box glued to its list marker (`-[ ] x`, `*[ ]`, `1.[ ]`): no list
+/// item without a space after the marker, so no task item either.
+fn glued_box(line: &str) -> Option<String> {
+    let s = line.trim_start();
+    let digits = s.len() - s.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let marker = match s.as_bytes().first() {
+        Some(b'-' | b'*' | b'+') => 1,
+        _ if (1..=9).contains(&digits) && matches!(s.as_bytes().get(digits), Some(b'.' | b')')) => {
+            digits + 1
+        }
+        _ => return None,
+    };
+    let rest = &s[marker..];
+    if !open_box(rest) {
+        return None;
+    }
+    Some(format!(
+        "no space between the list marker and the box (`{}`), so this is not a task item — write `{} [ ] title`",
+        &s[..marker + 3],
+        &s[..marker]
+    ))
+}
+
 /// Bullets that word processors, note apps and CJK input methods put where
 /// markdown needs `-`, `*` or `+`.
 const TYPOGRAPHIC_BULLETS: [char; 13] = [
@@ -1505,15 +1717,24 @@ fn check_stray_lines(
             continue;
         }
         let (body, bullet) = strip_bullet(line);
-        if let Some(message) = stray_box(body, bullet) {
-            problem(n, message);
-        } else if let Some(message) = typographic_box(line) {
+        let after_bare_marker = n > 1 && strip_bullet(&text[lines.range(n - 1)]) == ("", true);
+        if !bullet && after_bare_marker && open_box(body) {
+            // `-` alone, then the box on the next line: GitHub shows a task
+            // there, pulldown-cmark reads a list item without one.
+            problem(
+                n,
+                format!(
+                    "the box is on the line after its list marker (line {}), so nightshift reads no task item here — write `- [ ] title` on one line",
+                    n - 1
+                ),
+            );
+        } else if let Some(message) = lost_box(line) {
             problem(n, message);
         } else if let Some((kind, _)) = keyword(body.trim_end()) {
             problem(
                 n,
                 format!(
-                    "`{}:` is not nested under any task item, so nothing reads it — indent it under its item (a blank line before it is fine; there are no section-wide details), or reword it if it is prose",
+                    "`{}:` is not nested under any task item, so nothing reads it — indent it under its item as far as the item's text (2 spaces under `- `, 3 under `1. `, 4 under `10. `; a blank line before it is fine; there are no section-wide details), or reword it if it is prose",
                     kind_word(kind)
                 ),
             );
@@ -1524,7 +1745,8 @@ fn check_stray_lines(
 /// An open task box glued into an HTML block (`<details>` and the list
 /// without a blank line between) is shown as raw text, not read as an item.
 /// Comments, `<pre>`, `<script>`, `<style>` and `<textarea>` are raw on
-/// purpose (SPEC §3: tasks in HTML comments are not items).
+/// purpose (SPEC §3: tasks in HTML comments are not items), but only up to
+/// their end marker: one never closed hides every box below it.
 fn check_html_blocks(
     text: &str,
     lines: &LineIndex,
@@ -1532,15 +1754,46 @@ fn check_html_blocks(
     problem: &mut impl FnMut(usize, String),
 ) {
     for block in blocks {
-        let head = text[block.clone()].trim_start().to_ascii_lowercase();
-        if ["<!--", "<pre", "<script", "<style", "<textarea", "<?", "<!"]
-            .iter()
-            .any(|raw| head.starts_with(raw))
-        {
-            continue;
-        }
         let first = lines.line_of(block.start);
         let last = lines.line_of(block.end.saturating_sub(1).max(block.start));
+        let source = &text[block.clone()];
+        if let Some(close) = raw_html_end(source) {
+            // Raw on purpose, but only up to its end marker: a comment never
+            // closed hides every line below it, and a box after the marker
+            // on its last line is shown as raw text.
+            let lower = source.to_ascii_lowercase();
+            // After the opener's `<` and first character: `<!-->` is a whole comment.
+            let after_open = lower.len() - lower.trim_start().len() + 2;
+            let closed = lower.get(after_open..).is_some_and(|rest| rest.contains(close));
+            if !closed {
+                for n in first + 1..=last {
+                    let (body, bullet) = strip_bullet(&text[lines.range(n)]);
+                    if (bullet && open_box(body)) || glued_box(&text[lines.range(n)]).is_some() {
+                        problem(
+                            n,
+                            format!(
+                                "task item hidden by the HTML block opened on line {first}, which is never closed with `{close}` — close it before the list"
+                            ),
+                        );
+                    }
+                }
+            } else {
+                let end_line = &text[lines.range(last)];
+                let lower = end_line.to_ascii_lowercase();
+                if let Some(at) = lower.rfind(close) {
+                    let (body, bullet) = strip_bullet(&end_line[at + close.len()..]);
+                    if bullet && open_box(body) {
+                        problem(
+                            last,
+                            format!(
+                                "task item after `{close}` on the same line is shown as raw text, not read as an item — put it on a line of its own"
+                            ),
+                        );
+                    }
+                }
+            }
+            continue;
+        }
         for n in first..=last {
             let (body, bullet) = strip_bullet(&text[lines.range(n)]);
             if bullet && open_box(body) {
@@ -1548,6 +1801,127 @@ fn check_html_blocks(
                     n,
                     format!(
                         "task item inside the HTML block that starts on line {first} is shown as raw text, not read as an item — leave a blank line between the HTML tag and the list"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// The end marker of an HTML block that is raw until that marker rather
+/// than until a blank line (CommonMark HTML blocks 1–5): comments,
+/// `<pre>`, `<script>`, `<style>`, `<textarea>`, `<?…?>`, `<![CDATA[…]]>`
+/// and declarations. Markers are lowercase (compare with lowercased text).
+fn raw_html_end(source: &str) -> Option<&'static str> {
+    let head = source.trim_start().to_ascii_lowercase();
+    if head.starts_with("<!--") {
+        return Some("-->");
+    }
+    if head.starts_with("<![cdata[") {
+        return Some("]]>");
+    }
+    if head.starts_with("<?") {
+        return Some("?>");
+    }
+    if head.starts_with("<!") {
+        return Some(">");
+    }
+    for (tag, close) in [
+        ("<pre", "</pre>"),
+        ("<script", "</script>"),
+        ("<style", "</style>"),
+        ("<textarea", "</textarea>"),
+    ] {
+        if let Some(after) = head.strip_prefix(tag)
+            && after.chars().next().is_none_or(|c| c.is_whitespace() || c == '>')
+        {
+            return Some(close);
+        }
+    }
+    None
+}
+
+/// A line without `>` right after a block quote's text continues the quote
+/// (lazily): a box meant as an item there would end up as quoted context.
+/// Boxes behind `>` are quoted on purpose (SPEC §3) and stay silent.
+fn check_lazy_quote_lines(
+    text: &str,
+    lines: &LineIndex,
+    quotes: &[Quote],
+    problem: &mut impl FnMut(usize, String),
+) {
+    for q in quotes {
+        let first = lines.line_of(q.range.start);
+        let last = lines.line_of(q.range.end.saturating_sub(1).max(q.range.start));
+        for n in first + 1..=last {
+            let line = &text[lines.range(n)];
+            let unindented = line.trim_start_matches(' ');
+            if line.len() - unindented.len() <= 3 && unindented.starts_with('>') {
+                continue;
+            }
+            if let Some(message) = lost_box(line) {
+                problem(
+                    n,
+                    format!("{message} (markdown reads this line as more of the block quote on line {first})"),
+                );
+            }
+        }
+    }
+}
+
+/// A heading written as a task (`## [ ] Add login`, or a setext heading
+/// whose text starts with a box) is a heading, not an item: nothing runs it.
+fn check_headings(
+    text: &str,
+    lines: &LineIndex,
+    headings: &[Range<usize>],
+    problem: &mut impl FnMut(usize, String),
+) {
+    for heading in headings {
+        let n = lines.line_of(heading.start);
+        let line = text[lines.range(n)].trim_start();
+        let content = line.trim_start_matches('#').trim_start_matches([' ', '\t']);
+        if open_box(content) {
+            problem(
+                n,
+                "a heading with a box is not a task item, so nothing runs it — write it as a list item, `- [ ] title`, with its details nested under it".to_string(),
+            );
+        }
+    }
+}
+
+/// A code fence never closed makes the rest of the file (or of its list
+/// item) code: the open boxes below it are items lost. A closed fence is an
+/// example on purpose (SPEC §3: tasks in code are not items).
+fn check_unclosed_fences(
+    text: &str,
+    lines: &LineIndex,
+    fences: &[Range<usize>],
+    problem: &mut impl FnMut(usize, String),
+) {
+    for fence in fences {
+        let first = lines.line_of(fence.start);
+        let last = lines.line_of(fence.end.saturating_sub(1).max(fence.start));
+        let opening = text[lines.range(first)].trim_start();
+        let Some(c) = opening.chars().next().filter(|c| matches!(c, '`' | '~')) else {
+            continue;
+        };
+        let width = opening.len() - opening.trim_start_matches(c).len();
+        let closing = text[lines.range(last)].trim();
+        let closed = last > first
+            && closing.len() >= width
+            && closing.chars().all(|x| x == c);
+        if closed {
+            continue;
+        }
+        for n in first + 1..=last {
+            let (body, bullet) = strip_bullet(&text[lines.range(n)]);
+            if bullet && open_box(body) {
+                problem(
+                    n,
+                    format!(
+                        "task item hidden by the code fence opened on line {first}, which is never closed, so markdown reads the lines below it as code — end the code with a line of {width} {}",
+                        if c == '`' { "backticks" } else { "tildes" }
                     ),
                 );
             }

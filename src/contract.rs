@@ -1,9 +1,10 @@
 //! Contracts, cards and plans (SPEC §4).
 //!
 //! A contract is produced by the program, never by a model: the item's key,
-//! title and detail lines verbatim, its context, one acceptance condition per
-//! `accept:`, the gate and setup commands, the scope, the resolved limits with
-//! the source of each value, and the writer and reviewer configuration. It is
+//! title and detail lines verbatim (less the indentation they share), its
+//! context, one acceptance condition per `accept:`, the gate and setup
+//! commands, the scope, the resolved limits with the source of each value,
+//! and the writer and reviewer configuration. It is
 //! serialised as canonical JSON (sorted keys, no spaces) and sealed with
 //! SHA-256. It deliberately leaves out the base commit, the date and the
 //! item's index, so the same item under the same config seals to the same
@@ -118,7 +119,8 @@ impl From<&AgentConfig> for AgentSpec {
 /// [`Contract::canonical_json`]; its SHA is [`Contract::sha`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Contract {
-    /// Format version of this JSON.
+    /// Format version of this JSON: 2 since `details` lost their shared
+    /// indentation.
     pub version: u32,
     /// The item's key (SPEC §3).
     pub key: String,
@@ -126,7 +128,8 @@ pub struct Contract {
     pub title: String,
     /// The `##` heading the item sits under, verbatim.
     pub section: Option<String>,
-    /// Every nested line of the item, verbatim.
+    /// Every nested line of the item, verbatim but for the indentation
+    /// they all share (a list's nesting, not the item's text).
     pub details: Vec<String>,
     /// Block-quote context: the document preamble, then the section's.
     pub context: Vec<String>,
@@ -335,11 +338,11 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
     };
     let d = &item.details;
     Ok(Contract {
-        version: 1,
+        version: 2,
         key: item.key.clone(),
         title: item.title.clone(),
         section: item.section.clone(),
-        details: d.lines.iter().map(|l| l.text.clone()).collect(),
+        details: d.lines.iter().map(|l| l.relative.clone()).collect(),
         context: item.context.clone(),
         accept: d.accept.clone(),
         verify: if d.verify.is_empty() { c.verify.clone() } else { d.verify.clone() },

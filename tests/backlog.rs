@@ -1653,6 +1653,20 @@ const FRAGMENTS: &[&str] = &[
     "- [ ] ~~struck~~",
     "  verify: `$ make`",
     "- [ ] nul \0",
+    "-[ ] glued",
+    "[ ] lazy bare",
+    "## [ ] heading box",
+    "  `verify: make`",
+    "  **accept: whole line**",
+    "<!-- closed -->",
+    "<!-->",
+    "<pre>",
+    "</pre>",
+    "10. [ ] wide marker",
+    "    accept: under the wide marker",
+    "- [\t] tab in the box",
+    "-",
+    "  [ ] box after a bare marker",
 ];
 
 fn check_invariants(text: &str) {
@@ -1664,8 +1678,8 @@ fn check_invariants(text: &str) {
     }
     for i in &b.items {
         let marker = &text[i.marker_offset..i.marker_offset + 3];
-        assert!(["[ ]", "[x]", "[X]"].contains(&marker), "{marker:?}");
-        assert_eq!(i.done, marker != "[ ]");
+        assert!(["[ ]", "[\t]", "[x]", "[X]"].contains(&marker), "{marker:?}");
+        assert_eq!(i.done, !["[ ]", "[\t]"].contains(&marker));
         assert!(!i.title.contains(['\n', '\r']), "{:?}", i.title);
         assert!(
             i.section
@@ -1719,4 +1733,373 @@ fn a_misspelt_detail_keyword_is_named_with_the_one_meant() {
     for (line, typed, meant) in [(2, "round", "rounds"), (3, "acceptance", "accept"), (4, "Verfy", "verify"), (5, "timout", "timeout"), (6, "Questions", "question")] {
         assert!(msgs.iter().any(|m| m.starts_with(&format!("{line}:`{typed}:` is not a detail keyword — did you mean `{meant}:`?"))), "{line} {typed}: {msgs:#?}");
     }
+}
+
+// ---- markdown people write that would lose an item --------------------------------
+
+/// `-[ ] x` is no list item (a marker needs a space after it), so no task:
+/// on a line of its own or glued under an item as lazy text, the item meant
+/// would be lost (in the second case it would ride along as a note of the
+/// item above). Nested under an item it is a checklist note, as `- [ ]` is.
+#[test]
+fn a_list_marker_glued_to_the_box_is_a_problem() {
+    let text = "\
+# T
+
+-[ ] dash
+
+*[ ] star
+
++[ ] plus
+
+1.[ ] dot
+
+2)[ ] paren
+
+-[x] done glued is history
+
+- [ ] real
+-[ ] lazy glued
+[ ] lazy bare
+• [ ] lazy typographic
+  -[ ] a nested checklist line is a note
+  accept: still read
+";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["real"]);
+    let got = problem_lines(&b);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [3, 5, 7, 9, 11, 16, 17, 18],
+        "{got:#?}"
+    );
+    assert!(got[0].1.contains("no space between the list marker and the box (`-[ ]`)"), "{}", got[0].1);
+    assert!(got[0].1.contains("write `- [ ] title`"), "{}", got[0].1);
+    assert!(got[3].1.contains("write `1. [ ] title`"), "{}", got[3].1);
+    for (_, message) in &got[5..] {
+        assert!(message.contains("as more text of the item on line 15"), "{message}");
+    }
+    let real = &b.items[0];
+    assert_eq!(real.details.accept, ["still read"]);
+    assert_eq!(real.details.lines.len(), 5);
+}
+
+/// A comment or a code fence that is never closed hides every line below
+/// it: GitHub shows code or nothing, and nightshift would read no item. A
+/// closed one is an example on purpose and stays silent (SPEC §3).
+#[test]
+fn an_unclosed_comment_or_fence_hiding_items_is_a_problem() {
+    let comment = parse("# T\n\n<!-- draft, finish later\n\n- [ ] one\n* [ ] two\n-[ ] three\n");
+    let got = problem_lines(&comment);
+    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [5, 6, 7], "{got:#?}");
+    assert!(got[0].1.contains("HTML block opened on line 3, which is never closed with `-->`"), "{}", got[0].1);
+
+    let pre = parse("<pre>\n\n- [ ] in pre\n");
+    assert_eq!(problem_lines(&pre).len(), 1, "{:?}", pre.problems);
+    assert!(pre.problems[0].message.contains("`</pre>`"));
+
+    // A fence closed by a shorter or different fence is not closed.
+    let fence = parse("~~~~\nexample\n~~~\n- [ ] one\n```\n1. [ ] two\n");
+    let got = problem_lines(&fence);
+    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [4, 6], "{got:#?}");
+    assert!(got[0].1.contains("code fence opened on line 1, which is never closed"), "{}", got[0].1);
+    assert!(got[0].1.contains("a line of 4 tildes"), "{}", got[0].1);
+
+    // Inside a group bullet the fence runs to the group's end.
+    let grouped = parse("- Group\n  ```\n  - [ ] hidden\n- [ ] after\n");
+    assert_eq!(titles(&grouped), ["after"]);
+    assert_eq!(problem_lines(&grouped).iter().map(|(l, _)| *l).collect::<Vec<_>>(), [3]);
+
+    // A box after the comment's end on the same line is raw text.
+    let after = parse("<!-- id: 7 --> - [ ] after the comment\n");
+    assert_eq!(problem_lines(&after).len(), 1, "{:?}", after.problems);
+    assert!(after.problems[0].message.contains("after `-->` on the same line"));
+
+    // Closed comments and fences, and `<!-->` (a whole comment), are silent.
+    let closed = parse(
+        "<!-- - [ ] parked -->\n\n<!--\n- [ ] parked too\n-->\n\n```md\n- [ ] example\n```\n\n<!-->\n\n- [ ] real\n",
+    );
+    assert_eq!(titles(&closed), ["real"]);
+    assert!(closed.problems.is_empty(), "{:?}", closed.problems);
+}
+
+/// Some write tasks as headings (`## [ ] Add login`); nothing runs a heading.
+#[test]
+fn a_heading_with_a_box_is_a_problem() {
+    let text = "## [ ] Add login\n\nDetails.\n\n[ ] setext task\n---\n\n### [x] done heading\n\n## Real\n\n- [ ] real\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["real"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [1, 5], "{got:#?}");
+    assert!(got[0].1.contains("write it as a list item, `- [ ] title`"), "{}", got[0].1);
+}
+
+/// A whole detail line in emphasis is read; a keyword in a code span or in
+/// unclosed emphasis is a problem, not a note whose gate or condition would
+/// silently not hold.
+#[test]
+fn keywords_in_emphasis_are_read_and_in_code_spans_are_problems() {
+    let text = "\
+- [ ] a
+  **accept: the whole line is bold**
+  _verify: `make check`_
+  *Rounds: 2*
+  `verify: make`
+  `scope:` src/**
+  **accept: unclosed
+  ~~accept: struck out is a dropped condition, a note~~
+  `accept` without a colon is prose
+";
+    let b = parse(text);
+    let d = &b.items[0].details;
+    assert_eq!(d.accept, ["the whole line is bold"]);
+    assert_eq!(d.verify, ["make check"]);
+    assert_eq!(d.rounds, Some((2, 4)));
+    let got = problem_lines(&b);
+    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [5, 6, 7], "{got:#?}");
+    assert!(got[0].1.starts_with("`verify:` is written inside markup nightshift does not read"), "{}", got[0].1);
+    assert!(got[1].1.starts_with("`scope:`"), "{}", got[1].1);
+    assert!(got[2].1.starts_with("`accept:`"), "{}", got[2].1);
+    assert_eq!(
+        d.notes,
+        [
+            "`verify: make`",
+            "`scope:` src/**",
+            "**accept: unclosed",
+            "~~accept: struck out is a dropped condition, a note~~",
+            "`accept` without a colon is prose"
+        ]
+    );
+}
+
+/// UTF-16 without a byte-order mark and UTF-32 are valid UTF-8 byte for
+/// byte (ASCII with NULs between): they are refused by name, not read as a
+/// NUL problem on every line and no item.
+#[test]
+fn utf32_and_utf16_without_a_mark_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("NEXT.md");
+    let text = "# 待辦\n\n- [ ] 加深 taichung 街頭物\n- [ ] fix the login\n";
+    let utf32le: Vec<u8> = text.chars().flat_map(|c| (c as u32).to_le_bytes()).collect();
+    let utf32be_bom: Vec<u8> = std::iter::once('\u{feff}')
+        .chain(text.chars())
+        .flat_map(|c| (c as u32).to_be_bytes())
+        .collect();
+    for (bytes, encoding) in [
+        (text.encode_utf16().flat_map(u16::to_le_bytes).collect::<Vec<u8>>(), "UTF-16LE"),
+        (text.encode_utf16().flat_map(u16::to_be_bytes).collect(), "UTF-16BE"),
+        (utf32le, "UTF-32LE"),
+        (utf32be_bom, "UTF-32BE"),
+    ] {
+        std::fs::write(&path, bytes).unwrap();
+        let err = backlog::read(&path).unwrap_err();
+        assert!(matches!(err, BacklogError::Wide { encoding: e, .. } if e == encoding), "{encoding}: {err:?}");
+        assert!(err.to_string().ends_with("save the backlog as UTF-8"), "{err}");
+    }
+    // UTF-32LE's mark starts like UTF-16LE's: named by what it is.
+    let mut utf32le_bom = vec![0xFF, 0xFE, 0, 0];
+    utf32le_bom.extend(text.chars().flat_map(|c| (c as u32).to_le_bytes()));
+    std::fs::write(&path, utf32le_bom).unwrap();
+    assert!(matches!(backlog::read(&path), Err(BacklogError::Wide { encoding: "UTF-32LE", .. })));
+    // Plain UTF-8, with or without a BOM, reads.
+    std::fs::write(&path, format!("\u{feff}{text}")).unwrap();
+    assert_eq!(backlog::read(&path).unwrap().items.len(), 2);
+}
+
+// ---- an item's identity does not depend on the others -----------------------------
+
+/// The item's key and its contract SHA (SPEC §3, §4) are the same when other
+/// items are added, removed, ticked, edited or renumbered (a formatter then
+/// re-indents the item's lines to the wider marker), when the item moves
+/// into a group, and when the file's line endings, BOM or indentation
+/// characters change: only the item's own text seals it.
+#[test]
+fn key_and_contract_of_an_item_do_not_change_when_other_items_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let loaded = nightshift::config::load(&dir.path().join("none.toml")).unwrap();
+    let sealed = |text: &str| -> (String, String, Vec<String>) {
+        let b = parse(text);
+        let plan = nightshift::contract::build_plan(dir.path(), &b, &loaded)
+            .unwrap_or_else(|p| panic!("{p:?}\n{text}"));
+        let e = plan
+            .entries
+            .iter()
+            .find(|e| e.item.title == "the target")
+            .unwrap_or_else(|| panic!("no target in\n{text}"));
+        (e.item.key.clone(), e.contract_sha.clone(), e.item.details.notes.clone())
+    };
+    let target = "   accept: it works\n   keep the old API\n     (really)\n";
+    let base = format!(
+        "# Backlog\n\n> rule\n\n## Work\n\n1. [ ] one\n2. [ ] two\n   accept: b\n3. [ ] three\n4. [ ] four\n5. [ ] five\n6. [ ] six\n7. [ ] seven\n8. [ ] eight\n9. [ ] the target\n{target}10. [ ] after\n\n## Later\n\n- [ ] other\n"
+    );
+    let want = sealed(&base);
+    assert_eq!(want.2, ["keep the old API", "  (really)"]);
+    let renumbered = base
+        .replace("1. [ ] one\n", "1. [ ] zero\n2. [ ] one\n")
+        .replace("2. [ ] two", "3. [ ] two")
+        .replace("3. [ ] three", "4. [ ] three")
+        .replace("4. [ ] four", "5. [ ] four")
+        .replace("5. [ ] five", "6. [ ] five")
+        .replace("6. [ ] six", "7. [ ] six")
+        .replace("7. [ ] seven", "8. [ ] seven")
+        .replace("8. [ ] eight", "9. [ ] eight")
+        .replace("9. [ ] the target", "10. [ ] the target")
+        .replace("10. [ ] after", "11. [ ] after");
+    let variants = [
+        ("an item added above and the list renumbered", renumbered.clone()),
+        (
+            "renumbered and the target's lines re-indented to the new marker",
+            renumbered.replace(target, &target.replace("   ", "    ")),
+        ),
+        ("the target's indentation in tabs", base.replace(target, &target.replace("   ", "\t"))),
+        (
+            "the target moved into a group bullet",
+            base.replace(&format!("9. [ ] the target\n{target}"), "")
+                .replace("10. [ ] after\n", &format!("10. [ ] after\n\n- Group\n  - [ ] the target\n{}", target.replace("   ", "    "))),
+        ),
+        ("an item removed", base.replace("3. [ ] three\n", "")),
+        ("another item ticked", base.replace("2. [ ] two", "2. [x] two (done: #4)")),
+        ("another item's details edited", base.replace("   accept: b\n", "   accept: b, better\n   scope: src/**\n")),
+        ("another section added", format!("{base}\n## New\n\n> new rule\n\n- [ ] new\n")),
+        ("another item under a group bullet", base.replace("## Later\n\n", "## Later\n\n- Group\n  - [ ] grouped\n")),
+        ("CRLF line endings", base.replace('\n', "\r\n")),
+        ("a BOM", format!("\u{feff}{base}")),
+        ("front matter", format!("---\ntitle: Backlog\n---\n{base}")),
+    ];
+    for (what, text) in variants {
+        assert_eq!(sealed(&text), want, "{what}:\n{text}");
+    }
+    // The item's own text does seal it.
+    assert_ne!(sealed(&base.replace("accept: it works", "accept: it works fast")).1, want.1);
+}
+
+/// `sync` ticks several boxes of one file from the end backwards: in a file
+/// with a BOM, front matter, mixed line endings, groups and ordered lists,
+/// only the ticked lines change, each keeping its own line ending.
+#[test]
+fn several_ticks_change_only_their_lines_and_keep_every_line_ending() {
+    let text = "\u{feff}---\r\ntitle: x\r\n---\r\n# B\r\n\r\n## S\n\n1. [ ] one\r\n   accept: a\r\n2. [ ] two  \n- Group\r\n  - [ ] 中文標題 🚀\r- [ ] last";
+    let b = parse(text);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    assert_eq!(titles(&b), ["one", "two", "中文標題 🚀", "last"]);
+    let mut out = text.to_string();
+    let mut open: Vec<&Item> = b.open_items().collect();
+    open.sort_by_key(|i| std::cmp::Reverse(i.marker_offset));
+    for (n, item) in open.iter().enumerate() {
+        out = backlog::tick(&out, item, &format!(" (done: #{n})")).unwrap();
+    }
+    assert_eq!(
+        out,
+        "\u{feff}---\r\ntitle: x\r\n---\r\n# B\r\n\r\n## S\n\n1. [x] one (done: #3)\r\n   accept: a\r\n2. [x] two (done: #2)  \n- Group\r\n  - [x] 中文標題 🚀 (done: #1)\r- [x] last (done: #0)"
+    );
+    let again = parse(&out);
+    assert_eq!(again.items.len(), 4);
+    assert_eq!(again.open_items().count(), 0);
+}
+
+/// Parse time grows with the file, not with its square: four times the
+/// items take about four times as long (16 would mean quadratic).
+#[test]
+fn parse_time_is_linear_in_the_number_of_items() {
+    let backlog = |sections: usize| {
+        let mut text = String::from("# Big\n\n> rule\n\n");
+        for s in 0..sections {
+            text.push_str(&format!("## Section {s}\n\n> section rule\n\n- Group\n"));
+            for i in 0..100 {
+                text.push_str(&format!(
+                    "  - [ ] item {s}-{i} 中文 `code`\n    accept: works\n    scope: src/**\n    a note\n    -[ ] lazy-looking checklist note\n"
+                ));
+            }
+            text.push_str("\n-[ ] a glued box\n\n```\nexample\n```\n\n");
+        }
+        text
+    };
+    let time = |text: &str| {
+        (0..3)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                let b = parse(text);
+                assert!(b.items.len() >= 2500);
+                start.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    let small = backlog(25);
+    let large = backlog(100);
+    let (t_small, t_large) = (time(&small), time(&large));
+    assert!(
+        t_large < t_small * 10,
+        "2,500 items took {t_small:?}, 10,000 took {t_large:?}"
+    );
+}
+
+/// A tab in the box is an open box to GitHub and pulldown-cmark: the item is
+/// read, and `sync` ticks it like any other.
+#[test]
+fn a_tab_in_the_box_is_an_open_item_that_ticks() {
+    let text = "- [\t] tab in the box\r\n- [ ] next\r\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["tab in the box", "next"]);
+    assert!(!b.items[0].done);
+    assert!(b.problems.is_empty(), "{:?}", b.problems);
+    assert_eq!(
+        backlog::tick(text, &b.items[0], " (done: #5)").unwrap(),
+        "- [x] tab in the box (done: #5)\r\n- [ ] next\r\n"
+    );
+    // A tab box hidden by an unclosed comment is found like a space box.
+    let hidden = parse("<!--\n- [\t] hidden\n");
+    assert_eq!(problem_lines(&hidden).iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2]);
+}
+
+/// GitHub allows the box on the line after a bare `-`; pulldown-cmark reads
+/// no task there. The problem says where the marker is and how to join them.
+#[test]
+fn a_box_on_the_line_after_a_bare_marker_is_named_as_such() {
+    let b = parse("# T\n\n-\n  [ ] on the next line\n\n- [ ] real\n");
+    assert_eq!(titles(&b), ["real"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0].0, 4);
+    assert!(got[0].1.contains("after its list marker (line 3)"), "{}", got[0].1);
+    assert!(got[0].1.contains("write `- [ ] title` on one line"), "{}", got[0].1);
+}
+
+/// Details indented less than an ordered item's text (2 spaces under `1. `)
+/// start a list of their own: the problem says how far to indent.
+#[test]
+fn details_indented_less_than_an_ordered_items_text_are_problems() {
+    let b = parse("1. [ ] a\n  - accept: x\n10. [ ] b\n   accept: lazy text of b is read\n");
+    assert_eq!(titles(&b), ["a", "b"]);
+    assert!(b.items[0].details.accept.is_empty());
+    assert_eq!(b.items[1].details.accept, ["lazy text of b is read"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2], "{got:#?}");
+    assert!(got[0].1.contains("3 under `1. `"), "{}", got[0].1);
+}
+
+/// A line without `>` after a quote's text continues the quote: a box
+/// meant as an item there would become quoted context. Quoted boxes (`> - [ ]`)
+/// are context on purpose and stay silent.
+#[test]
+fn a_box_continuing_a_block_quote_is_a_problem() {
+    let text = "> rule\n-[ ] glued\n\n> rule two\n[ ] bare\n> - [ ] quoted on purpose\n\n- [ ] real\n";
+    let b = parse(text);
+    assert_eq!(titles(&b), ["real"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2, 5], "{got:#?}");
+    assert!(got[0].1.contains("more of the block quote on line 1"), "{}", got[0].1);
+    assert!(got[1].1.contains("more of the block quote on line 4"), "{}", got[1].1);
+}
+
+/// Five spaces after a list marker start indented code inside the item, so
+/// no task: the problem says so rather than blaming a paragraph above.
+#[test]
+fn five_spaces_after_the_marker_are_named() {
+    let b = parse("# T\n\n-     [ ] five spaces\n\n-    [ ] four spaces are fine\n");
+    assert_eq!(titles(&b), ["four spaces are fine"]);
+    let got = problem_lines(&b);
+    assert_eq!(got.len(), 1, "{got:#?}");
+    assert_eq!(got[0].0, 3);
+    assert!(got[0].1.starts_with("5 spaces after the list marker make the rest of the line code"), "{}", got[0].1);
 }
