@@ -252,11 +252,12 @@ pub struct StreamState {
     /// `message.id` of [`StreamState::last_assistant_text`].
     last_text_message: Option<String>,
     /// The last verdict the session's model gave on the way: a JSON verdict
-    /// in its text, or the input of its `StructuredOutput` call. With
-    /// `--json-schema` the CLI asks again when the model answered in prose,
-    /// so the final `result` may no longer hold the JSON the model first
-    /// wrote.
-    pub text_verdict: Option<review::Verdict>,
+    /// in its text, or the input of its `StructuredOutput` call (`Err` when
+    /// that verdict object held no decision, see
+    /// [`review::read_verdict_value`]). With `--json-schema` the CLI asks
+    /// again when the model answered in prose, so the final `result` may no
+    /// longer hold the JSON the model first wrote.
+    pub text_verdict: Option<Result<review::Verdict, String>>,
     /// Files named by Edit/Write/MultiEdit/NotebookEdit tool calls (of the
     /// session and its subagents) whose result was not an error: an edit the
     /// tool refused (`<tool_use_error>String to replace not found`) or the
@@ -392,7 +393,7 @@ impl StreamState {
                     }
                     if own
                         && name == "StructuredOutput"
-                        && let Some(v) = block.get("input").and_then(review::verdict_from_value)
+                        && let Some(v) = block.get("input").and_then(review::read_verdict_value)
                     {
                         self.text_verdict = Some(v);
                     }
@@ -425,7 +426,7 @@ impl StreamState {
             self.last_assistant_text = text;
             self.last_text_message = id;
         }
-        if let Some(v) = review::last_json_verdict(&self.last_assistant_text) {
+        if let Some(v) = review::read_verdict(&self.last_assistant_text) {
             self.text_verdict = Some(v);
         }
     }
@@ -464,15 +465,23 @@ impl StreamState {
         self.result.as_ref().map(|r| r.usage.clone()).unwrap_or_default()
     }
 
-    /// The reviewer's verdict: `structured_output`, else the last JSON
+    /// The reviewer's verdict: `structured_output`, else the last verdict
     /// object of the result text, else the last one the model gave on the
-    /// way (its text or its `StructuredOutput` call).
+    /// way (its text or its `StructuredOutput` call). A source that holds a
+    /// verdict object decides, readable or not: an unreadable last word is
+    /// no verdict, and an earlier one does not stand in for it.
     pub fn verdict(&self) -> Option<review::Verdict> {
+        self.verdict_read().and_then(Result::ok)
+    }
+
+    /// [`StreamState::verdict`], with why the deciding verdict object held
+    /// no decision.
+    pub fn verdict_read(&self) -> Option<Result<review::Verdict, String>> {
         self.result
             .as_ref()
             .and_then(|r| r.structured_output.as_ref())
-            .and_then(review::verdict_from_value)
-            .or_else(|| review::last_json_verdict(&self.final_text()))
+            .and_then(review::read_verdict_value)
+            .or_else(|| review::read_verdict(&self.final_text()))
             .or_else(|| self.text_verdict.clone())
     }
 
@@ -502,7 +511,11 @@ impl StreamState {
         match &self.result {
             None => {
                 let why = if self.noise.cut_last_line {
-                    "its last line was cut off in the middle of an event".to_string()
+                    // Killed while writing, or crashed: stderr says which.
+                    match telling_stderr_line(&outcome.stderr_tail) {
+                        Some(l) => format!("its last line was cut off in the middle of an event; stderr: {l}"),
+                        None => "its last line was cut off in the middle of an event".to_string(),
+                    }
                 } else if let Some(e) = &self.cli_error {
                     e.clone()
                 } else if let Some(l) = telling_stderr_line(&outcome.stderr_tail) {
@@ -797,6 +810,32 @@ mod tests {
         assert_eq!(st.verdict().unwrap().verdict, review::Decision::Approve);
         st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"{\"verdict\":\"request_changes\",\"findings\":[\"a\"]}","structured_output":null}"#, tz);
         assert_eq!(st.verdict().unwrap().verdict, review::Decision::RequestChanges);
+    }
+
+    #[test]
+    fn an_unreadable_last_verdict_is_none_and_an_earlier_one_does_not_stand_in() {
+        let tz = chrono_tz::UTC;
+        let mut st = StreamState::default();
+        st.feed(r#"{"type":"assistant","message":{"id":"a","content":[{"type":"text","text":"{\"verdict\":\"approve\",\"findings\":[]}"}]}}"#, tz);
+        st.feed(r#"{"type":"assistant","message":{"id":"b","content":[{"type":"text","text":"On second look:\n{\"verdict\":\"needs discussion\",\"findings\":[\"x\"]}"}]}}"#, tz);
+        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#, tz);
+        assert_eq!(st.verdict(), None);
+        assert!(st.verdict_read().unwrap().unwrap_err().contains("\"needs discussion\""));
+        // The result's own verdict object decides over the way there.
+        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"```json\n{\n \"verdict\": \"request_changes\",\n \"findings\": [\"y\"]\n}\n```"}"#, tz);
+        assert_eq!(st.verdict().map(|v| v.findings), Some(vec!["y".to_string()]));
+    }
+
+    #[test]
+    fn a_crash_mid_event_names_the_panic_on_stderr() {
+        let mut st = StreamState::default();
+        st.feed(r#"{"type":"system","subtype":"init","tools":["Read"],"mcp_servers":[]}"#, chrono_tz::UTC);
+        st.feed(r#"{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"Work"#, chrono_tz::UTC);
+        let stderr = "Bun v1.3.2 (b131639c) Linux x64\n\npanic(main thread): Segmentation fault at address 0x113\noh no: Bun has crashed. This indicates a bug in Bun, not your code.\n";
+        assert_eq!(
+            st.failure(&outcome(None, Some(6), stderr), MINUTE, false).unwrap(),
+            "claude ended (signal 6) without a result event (1 event, the last system/init): its last line was cut off in the middle of an event; stderr: panic(main thread): Segmentation fault at address 0x113"
+        );
     }
 
     fn outcome(exit_code: Option<i32>, signal: Option<i32>, stderr: &str) -> crate::process::Outcome {
