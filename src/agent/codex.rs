@@ -245,7 +245,8 @@ impl StreamState {
         // `item_type` and `assistant_message`: the experimental shape.
         let kind = item.get("type").or_else(|| item.get("item_type")).and_then(Value::as_str);
         match kind {
-            Some("agent_message" | "assistant_message") => self.last_message = s("text"),
+            // An empty message does not erase the answer given before it.
+            Some("agent_message" | "assistant_message") if !s("text").trim().is_empty() => self.last_message = s("text"),
             Some("plan") => self.last_plan = s("text"),
             Some("command_execution") => {
                 let exit = item.get("exit_code").and_then(Value::as_i64);
@@ -278,7 +279,11 @@ impl StreamState {
         match ty {
             "session_configured" => self.thread_id = s("session_id").or(self.thread_id.take()),
             "task_started" => self.turns_started += 1,
-            "agent_message" => self.last_message = s("message").unwrap_or_default(),
+            "agent_message" => {
+                if let Some(m) = s("message").filter(|m| !m.trim().is_empty()) {
+                    self.last_message = m;
+                }
+            }
             "task_complete" => {
                 self.turns_completed += 1;
                 self.turn_failed = None;
@@ -853,6 +858,20 @@ mod tests {
         // Never started: stderr tells, else stdout's last words.
         let none = feed_all("Not inside a trusted directory and --skip-git-repo-check was not specified.\n");
         assert_eq!(none.call_failure(&outcome(Some(1), None, ""), MINUTE, false).as_deref(), Some("codex exited (code 1) before starting a session: stdout: Not inside a trusted directory and --skip-git-repo-check was not specified."));
+    }
+
+    #[test]
+    fn an_empty_last_message_does_not_erase_the_answer() {
+        let st = feed_all(concat!(
+            "{\"type\":\"turn.started\"}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"a\",\"type\":\"agent_message\",\"text\":\"{\\\"verdict\\\":\\\"approve\\\",\\\"findings\\\":[]}\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"b\",\"type\":\"agent_message\",\"text\":\"\"}}\n",
+            "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":null}}\n",
+        ));
+        assert_eq!(st.final_text(), r#"{"verdict":"approve","findings":[]}"#);
+        assert_eq!((st.usage.tokens_in, st.usage.tokens_out), (Some(5), None), "a null count is unknown");
+        let st = feed_all("{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"Added sub.\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"task_complete\",\"last_agent_message\":null}}\n");
+        assert_eq!(st.final_text(), "Added sub.");
     }
 
     #[test]
