@@ -4,7 +4,9 @@
 //! configured permission flags. Reviewer: `--permission-mode plan --tools
 //! Read,Grep,Glob --strict-mcp-config --json-schema <verdict schema>`. The
 //! prompt is the last argument, after `--`. The stream is parsed line by line
-//! as it arrives (never held whole): the `init` events (tools, MCP servers,
+//! as it arrives (never held whole; a line over the runner's cap, a 50 MiB
+//! tool output, arrives with its long strings shortened, see
+//! `process::Command::json_lines`): the `init` events (tools, MCP servers,
 //! permission mode, model, version), assistant messages (one event per
 //! content block; subagents' ones marked by `parent_tool_use_id`), tool
 //! results (`is_error`), `system/permission_denied`, `rate_limit_event`,
@@ -618,7 +620,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     let tz = call.tz;
     let watch = EndWatch::start(cancel, RESULT_EXIT_GRACE);
     let end = watch.signal();
-    let cmd = base_command(&argv, call, &[]).on_stdout_line(Box::new(move |line: &str| {
+    let cmd = base_command(&argv, call, &[]).json_lines(true).on_stdout_line(Box::new(move |line: &str| {
         let mut st = sink.lock().expect("stream state");
         let results_before = st.results;
         st.feed(line, tz);

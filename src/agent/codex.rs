@@ -15,7 +15,10 @@
 //! The JSON event stream (`thread.started`, `turn.started`, `item.started` /
 //! `item.updated` / `item.completed`, `turn.completed` with token usage,
 //! `turn.failed`, `error`) is parsed line by line as it arrives
-//! ([`StreamState`]), as are the older shapes codex printed before 0.44;
+//! ([`StreamState`]; a line over the runner's cap, a command's 50 MiB
+//! output, arrives with its long strings shortened, see
+//! `process::Command::json_lines`), as are the older shapes codex printed
+//! before 0.44;
 //! unknown events, items and fields and non-JSON lines are ignored. The
 //! final message is the last agent message, else the last plan. Codex
 //! reports tokens (its running total for the thread) but no cost. A codex
@@ -452,7 +455,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     let tz = call.tz;
     let watch = super::EndWatch::start(cancel, TURN_EXIT_GRACE);
     let end = watch.signal();
-    let cmd = base_command(&argv, call, &[]).stdin_bytes(call.prompt.clone().into_bytes()).on_stdout_line(Box::new(move |line: &str| {
+    let cmd = base_command(&argv, call, &[]).stdin_bytes(call.prompt.clone().into_bytes()).json_lines(true).on_stdout_line(Box::new(move |line: &str| {
         let mut st = sink.lock().expect("codex stream state");
         let before = (st.turns_completed, st.turn_failed.clone());
         st.feed(line, tz);
