@@ -226,11 +226,17 @@ pub fn prose(text: &str) -> String {
 /// Why a review is void — the reviewer was not read-only (SPEC §6) — or
 /// `None`. For every kind, the checkout's fingerprint (status and content
 /// hash, [`crate::proof::worktree_fingerprint`]) must be the same before and
-/// after; for `claude`, its session must also have listed its tools (the
-/// init event) and none beyond the read-only set, and no MCP server.
+/// after, and the reviewer's own tool events must show no file change
+/// ([`crate::agent::Report::edited_files`]: an edit outside the checkout,
+/// which git cannot see, or one undone before the end); for `claude`, its
+/// session must also have listed its tools (the init event) and none
+/// beyond the read-only set, and no MCP server.
 pub fn void_reason(kind: crate::config::AgentKind, reviewer: &crate::agent::Report, fingerprint_before: &str, fingerprint_after: &str) -> Option<String> {
     if fingerprint_before != fingerprint_after {
         return Some("the checkout changed during the review (status or content hash differ)".to_string());
+    }
+    if !reviewer.edited_files.is_empty() {
+        return Some(format!("the reviewer's own tool events show it changed files: {}", reviewer.edited_files.join(", ")));
     }
     if kind != crate::config::AgentKind::Claude {
         return None;

@@ -1101,3 +1101,20 @@ async fn replay_writer_question_in_bold_blocks_the_item() {
     assert_eq!(item["question"], "Should sub round towards zero?");
     assert!(gh.prs().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_whose_stream_shows_an_edit_outside_the_checkout_is_void() {
+    // Its init lists only the read tools and the checkout is untouched, but
+    // its own events show a Write that succeeded (outside the checkout,
+    // where git cannot see it): not read-only, so no verdict is trusted.
+    let approve = transcript("claude-real-reviewer-approve-in-text.jsonl");
+    let mut t = events(&approve, "system", Some("init")).concat();
+    t.push_str(&format!("{}\n", json!({"type":"assistant","message":{"id":"msg_w","content":[{"type":"tool_use","id":"toolu_w","name":"Write","input":{"file_path":"/tmp/nightshift-reviewer-notes.md","content":"x"}}]},"parent_tool_use_id":null})));
+    t.push_str(&format!("{}\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_w","content":"File created successfully at: /tmp/nightshift-reviewer-notes.md"}]},"parent_tool_use_id":null})));
+    t.push_str(&approve.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
+    let (f, gh, _) = replay_world(&[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")), ("reviewer-1.jsonl", t)], "").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    assert!(item["reason"].as_str().unwrap().contains("changed files: /tmp/nightshift-reviewer-notes.md"), "{item:#}");
+    assert!(gh.prs().is_empty());
+}

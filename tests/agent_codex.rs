@@ -729,3 +729,22 @@ async fn replay_codex_50_mib_lines_are_read_around_and_within() {
     assert!(rep.text.starts_with("quoted \"log\" line\n") && rep.text.contains(" bytes cut]…") && rep.text.len() < 4 << 20);
     assert!(started.elapsed() < Duration::from_secs(120), "{:?}", started.elapsed());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_whose_stream_shows_a_file_change_is_void() {
+    // The checkout is untouched, but the reviewer's own events show a
+    // completed file change outside it: its sandbox was not read-only.
+    let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n").await;
+    put(&d, "writer.sh", WRITE_SUB);
+    put(&d, "writer.jsonl", &cli::transcript("real-writer-patch.jsonl"));
+    let approve = cli::transcript("real-reviewer-approve.jsonl");
+    let mut lines: Vec<String> = approve.lines().map(String::from).collect();
+    lines.insert(2, serde_json::json!({"type":"item.completed","item":{"id":"item_9","type":"file_change","changes":[{"path":"/tmp/nightshift-codex-reviewer.txt","kind":"add"}],"status":"completed"}}).to_string());
+    put(&d, "reviewer.jsonl", &(lines.join("\n") + "\n"));
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let item = &f.report()["items"][0];
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    assert!(item["reason"].as_str().unwrap().contains("changed files: /tmp/nightshift-codex-reviewer.txt"), "{item:#}");
+    assert!(gh.prs().is_empty());
+}

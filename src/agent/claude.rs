@@ -641,11 +641,11 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         Role::Reviewer => st.verdict(),
         Role::Writer => None,
     };
+    let edited_files: Vec<String> = st.edited_files.iter().map(|f| f.strip_prefix(&format!("{}/", call.cwd.display())).unwrap_or(f).to_string()).collect();
     let mut claimed_files = parse_blocks(&text).files;
-    for f in &st.edited_files {
-        let rel = f.strip_prefix(&format!("{}/", call.cwd.display())).unwrap_or(f).to_string();
-        if !claimed_files.contains(&rel) {
-            claimed_files.push(rel);
+    for rel in &edited_files {
+        if !claimed_files.contains(rel) {
+            claimed_files.push(rel.clone());
         }
     }
     Ok(Report {
@@ -659,6 +659,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         tools: st.tools.clone(),
         mcp_servers: st.mcp_servers.clone(),
         claimed_files,
+        edited_files,
         notes: st.notes(ended_after_result),
     })
 }

@@ -486,15 +486,15 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
     };
+    let edited_files: Vec<String> = st.changed_files.iter().map(|f| relative_to(f, &call.cwd)).collect();
     let mut claimed_files = parse_blocks(&text).files;
-    for f in &st.changed_files {
-        let rel = relative_to(f, &call.cwd);
-        if !claimed_files.contains(&rel) {
-            claimed_files.push(rel);
+    for rel in &edited_files {
+        if !claimed_files.contains(rel) {
+            claimed_files.push(rel.clone());
         }
     }
     let notes = st.notes(ended_after_turn);
-    Ok(Report { argv, outcome, text, verdict, usage: st.usage.clone(), limit, failure, tools: None, mcp_servers: None, claimed_files, notes })
+    Ok(Report { argv, outcome, text, verdict, usage: st.usage.clone(), limit, failure, tools: None, mcp_servers: None, claimed_files, edited_files, notes })
 }
 
 impl StreamState {

@@ -119,8 +119,15 @@ pub struct Report {
     pub tools: Option<Vec<String>>,
     /// MCP servers the agent session said it had.
     pub mcp_servers: Option<Vec<String>>,
-    /// Files the agent says it changed (checked against git by the proof).
+    /// Files the agent says it changed (checked against git by the proof):
+    /// its `FILES:` block and [`Report::edited_files`].
     pub claimed_files: Vec<String>,
+    /// Files the agent's own tool events show it changed (claude's
+    /// Edit/Write calls that did not fail, codex's completed file changes),
+    /// relative to the checkout where they are inside it; empty for
+    /// `command` agents. A reviewer with any is void (SPEC §6), also when
+    /// the file lies outside the checkout, where git cannot see it.
+    pub edited_files: Vec<String>,
     /// What the agent's own channels said that a person should know although
     /// the call did not fail: tools its permissions denied, tool calls that
     /// failed, an agent ended after its final event because it did not exit.
