@@ -272,10 +272,26 @@ pub struct StreamState {
     /// `system/permission_denied` events and `permission_denials` of the
     /// result: the tools the permission settings refused, without repeats.
     pub denied_tools: Vec<String>,
-    /// The `result` event, when it came (the last one, if several).
+    /// The `result` event that decides the call, when it came: the last one,
+    /// if several, except a spurious error (see
+    /// [`StreamState::spurious_errors`]).
     pub result: Option<ResultEvent>,
     /// `result` events seen.
     pub results: u32,
+    /// Error results that came after a good result without any work in
+    /// between (`num_turns` 0, no assistant message), as CLIs before 2.1.7
+    /// printed one when a background task ended ("only prompt commands are
+    /// supported in streaming mode", anthropics/claude-code#16768): the CLI's
+    /// own bug, not the call's. Their reasons, in order; the good result
+    /// stands, and the exit code 1 they cause is no failure.
+    pub spurious_errors: Vec<String>,
+    /// Assistant events seen when the last result came.
+    assistant_at_result: u32,
+    /// The largest tokens and cost any result reported, field by field: a
+    /// result's figures are the session's running totals
+    /// (`model_usage_since_last_result` is the part since the one before),
+    /// and a spurious error result reports zeros.
+    usage_seen: Usage,
     /// A usage limit read from a `rate_limit_event` (status `rejected`, extra
     /// usage not carrying the call) or the CLI's own limit message (an
     /// assistant message marked `"error":"rate_limit"`).
@@ -361,13 +377,26 @@ impl StreamState {
                 }
             }
             Some("result") => {
-                self.result_limit = limit::read_claude_event(ev, Utc::now(), tz);
                 let r = ResultEvent::from_value(ev);
+                self.results += 1;
+                let max = |a: Option<u64>, b: Option<u64>| a.max(b);
+                let u = &mut self.usage_seen;
+                (u.tokens_in, u.tokens_out) = (max(u.tokens_in, r.usage.tokens_in), max(u.tokens_out, r.usage.tokens_out));
+                u.cost_usd = match (u.cost_usd, r.usage.cost_usd) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                let idle = self.assistant_messages == self.assistant_at_result;
+                if r.failed() && r.num_turns == Some(0) && idle && self.result.as_ref().is_some_and(|p| !p.failed()) {
+                    self.spurious_errors.push(r.reason());
+                    return;
+                }
+                self.assistant_at_result = self.assistant_messages;
+                self.result_limit = limit::read_claude_event(ev, Utc::now(), tz);
                 for t in &r.permission_denials {
                     self.deny(t);
                 }
                 self.result = Some(r);
-                self.results += 1;
             }
             _ => {}
         }
@@ -461,10 +490,11 @@ impl StreamState {
         self.result.as_ref().is_none_or(ResultEvent::failed)
     }
 
-    /// Token use and cost from the result event (see
-    /// [`ResultEvent::from_value`]); unknown without one.
+    /// Token use and cost from the result events (see
+    /// [`ResultEvent::from_value`]; the largest figures any of them gave,
+    /// since each gives the session's running totals); unknown without one.
     pub fn usage(&self) -> Usage {
-        self.result.as_ref().map(|r| r.usage.clone()).unwrap_or_default()
+        self.usage_seen.clone()
     }
 
     /// The reviewer's verdict: `structured_output`, else the last verdict
@@ -535,6 +565,8 @@ impl StreamState {
                 Some(format!("claude ended ({exit}) without a result event{last}{retries}: {why}"))
             }
             Some(r) if r.failed() => Some(format!("claude reported an error ({}){retries}: {}{denied}", r.describe(), r.reason())),
+            // The exit code of a spurious error result after a good one.
+            Some(_) if !self.spurious_errors.is_empty() && outcome.exit_code == Some(1) => None,
             Some(_) if !ended_after_result && outcome.exit_code != Some(0) => {
                 Some(format!("claude exited ({exit}) after a good result: {}", telling_stderr_line(&outcome.stderr_tail).unwrap_or_else(|| "(nothing on stderr)".into())))
             }
@@ -554,6 +586,9 @@ impl StreamState {
         }
         if ended_after_result {
             notes.push(format!("claude did not exit within {}s of its result and was ended", RESULT_EXIT_GRACE.as_secs()));
+        }
+        for e in &self.spurious_errors {
+            notes.push(format!("claude reported an error after its result without doing more work (a CLI bug, ignored): {e}"));
         }
         notes
     }
@@ -1059,6 +1094,41 @@ mod tests {
             "UTC",
         );
         assert_eq!((st.results, st.final_text().as_str(), st.is_error()), (2, "second", false));
+    }
+
+    #[test]
+    fn a_spurious_error_result_after_a_good_one_does_not_undo_it() {
+        // anthropics/claude-code#16768 (before 2.1.7): after its result, a
+        // background task's notification made the CLI print a second result,
+        // an error with no turns and zero cost, and exit 1.
+        let st = replay(
+            concat!(
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"Added sub."}]},"parent_tool_use_id":null}"#,
+                "\n",
+                r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":8127,"num_turns":72,"result":"Added sub.","total_cost_usd":2.1,"usage":{"input_tokens":900,"output_tokens":40}}"#,
+                "\n",
+                r#"{"type":"result","subtype":"error_during_execution","duration_ms":0,"duration_api_ms":0,"is_error":true,"num_turns":0,"total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0},"errors":["only prompt commands are supported in streaming mode"]}"#,
+            ),
+            "UTC",
+        );
+        assert!(!st.is_error());
+        assert_eq!(st.final_text(), "Added sub.");
+        assert_eq!(st.usage(), Usage { tokens_in: Some(900), tokens_out: Some(40), cost_usd: Some(2.1) });
+        assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false), None);
+        assert_eq!(st.notes(false), ["claude reported an error after its result without doing more work (a CLI bug, ignored): only prompt commands are supported in streaming mode"]);
+        // An error after more work, or after a failed result, decides.
+        let st = replay(
+            concat!(
+                r#"{"type":"result","subtype":"success","is_error":false,"num_turns":3,"result":"first"}"#,
+                "\n",
+                r#"{"type":"assistant","message":{"id":"m2","content":[{"type":"text","text":"More."}]},"parent_tool_use_id":null}"#,
+                "\n",
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":0,"errors":["boom"]}"#,
+            ),
+            "UTC",
+        );
+        assert!(st.is_error());
+        assert!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap().ends_with(": boom"));
     }
 
     #[test]
