@@ -133,9 +133,9 @@ pub fn verdict_from_value(v: &Value) -> Option<Verdict> {
 /// else (`maybe`, `approve_with_comments`, `lgtm`, a non-string) is no
 /// decision: an answer is never read as an approval it did not spell out.
 /// Findings may be strings or objects with a `message`/`title`/`text`/
-/// `description` field (another object is kept as its JSON text, so no
-/// finding is lost); a single string is one finding; unknown fields are
-/// ignored.
+/// `description` field, prefixed with their `file`/`path` and `line` when
+/// given (another object is kept as its JSON text, so no finding is lost);
+/// a single string is one finding; unknown fields are ignored.
 pub fn read_verdict_value(v: &Value) -> Option<Result<Verdict, String>> {
     let raw = v.as_object()?.get("verdict")?;
     let word = raw.as_str().map(|s| s.trim().to_ascii_lowercase().replace(['-', ' '], "_"));
@@ -147,7 +147,15 @@ pub fn read_verdict_value(v: &Value) -> Option<Result<Verdict, String>> {
     let finding = |f: &Value| -> Option<String> {
         let text = match f {
             Value::String(s) => s.clone(),
-            Value::Object(o) => ["message", "title", "text", "description", "finding", "issue", "summary"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)).map(String::from).unwrap_or_else(|| f.to_string()),
+            Value::Object(o) => match ["message", "title", "text", "description", "finding", "issue", "summary"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)) {
+                // Where it is, when the reviewer said: `src/a.rs:12: message`.
+                Some(m) => match (["file", "path"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)), o.get("line").and_then(|l| l.as_u64().map(|n| n.to_string()).or_else(|| l.as_str().map(String::from)))) {
+                    (Some(file), Some(line)) => format!("{file}:{line}: {m}"),
+                    (Some(file), None) => format!("{file}: {m}"),
+                    _ => m.to_string(),
+                },
+                None => f.to_string(),
+            },
             Value::Null => return None,
             other => other.to_string(),
         };
@@ -322,8 +330,8 @@ mod tests {
         // without a known text field is kept as its JSON; nulls are dropped.
         let v = last_json_verdict(r#"{"verdict":"request_changes","confidence":0.4,"findings":"add a test","extra":{"a":1}}"#).unwrap();
         assert_eq!(v.findings, ["add a test"]);
-        let v = last_json_verdict(r#"{"verdict":"request_changes","findings":[{"file":"a.rs","line":3},{"issue":"no test"},null,"",7]}"#).unwrap();
-        assert_eq!(v.findings, [r#"{"file":"a.rs","line":3}"#, "no test", "7"]);
+        let v = last_json_verdict(r#"{"verdict":"request_changes","findings":[{"file":"a.rs","line":3},{"issue":"no test"},null,"",7,{"path":"b.rs","line":"9","severity":"high","message":"overflow"},{"file":"c.rs","title":"stale"}]}"#).unwrap();
+        assert_eq!(v.findings, [r#"{"file":"a.rs","line":3}"#, "no test", "7", "b.rs:9: overflow", "c.rs: stale"]);
         assert!(last_json_verdict(r#"{"verdict":"approve","findings":null}"#).unwrap().findings.is_empty());
     }
 
