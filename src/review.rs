@@ -2,10 +2,12 @@
 //!
 //! A verdict is `approve` or `request_changes` with findings. It is read from
 //! structured output when the agent gives one, else from the last JSON object
-//! in the reviewer's text. A verdict is only trusted when the reviewer was
-//! read-only: its session listed no tool beyond Read/Grep/Glob and no MCP
-//! server (claude), and, for every kind, the checkout's status and content
-//! hash are identical before and after the review.
+//! with a `verdict` key in the reviewer's text ([`read_verdict`]); a last
+//! verdict whose value is no decision is no verdict. A verdict is only
+//! trusted when the reviewer was read-only: its session listed no tool
+//! beyond Read/Grep/Glob and no MCP server (claude), its own tool events show
+//! no edit, and, for every kind, the checkout's status and content hash are
+//! identical before and after the review.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
