@@ -571,8 +571,9 @@ fn is_fence(t: &str) -> bool {
 
 /// Parses `FINDINGS:`, `QUESTION:` and `FILES:` blocks (SPEC §5.8): a line
 /// that is the block's head followed by list items (`- ` as the SPEC
-/// writes them; `*`, `+` and numbered items are read too), until a blank
-/// line, a fence or a line that is no item. A head may carry its first entry
+/// writes them; `*`, `+` and numbered items are read too; an indented line
+/// continues a wrapped finding), until a blank line, a fence or a line that
+/// is no item. A head may carry its first entry
 /// on the same line and may be decorated in markdown ([`block_head`]).
 /// A `QUESTION:` takes every following line until a blank line. `FILES:`
 /// entries are reduced to their paths ([`file_entry`]).
@@ -604,6 +605,13 @@ pub fn parse_blocks(text: &str) -> Blocks {
         match current {
             Some(BlockKind::Findings) => match list_item(t) {
                 Some(f) if !f.is_empty() => b.findings.push(f.to_string()),
+                // An indented line that is no item continues the entry
+                // above it (a long finding wrapped).
+                None if raw.starts_with([' ', '\t']) && !b.findings.is_empty() => {
+                    let last = b.findings.last_mut().expect("a finding");
+                    last.push(' ');
+                    last.push_str(t);
+                }
                 _ => current = None,
             },
             Some(BlockKind::Files) => match list_item(t) {
@@ -835,6 +843,10 @@ mod tests {
         assert_eq!(parse_blocks("**QUESTION: Which base should sub use?**\n").question.as_deref(), Some("Which base should sub use?"));
         assert_eq!(parse_blocks("FILES: `a.rs`, `b.rs`\n").files, ["a.rs", "b.rs"]);
         assert_eq!(parse_blocks("FILES: none\n").files, Vec::<String>::new());
+        // A finding wrapped over an indented line is one finding; an
+        // unindented line after the block is not part of it.
+        let b = parse_blocks("FINDINGS:\n- the README mentions mul but the\n  code has no mul\n- flaky test\nDone.\n");
+        assert_eq!(b.findings, ["the README mentions mul but the code has no mul", "flaky test"]);
         // A fence ends a block; words that merely begin with a head are none.
         let b = parse_blocks("```\nFINDINGS:\n- in a fence\n```\nnot a finding\nFILESYSTEM: ok\nQUESTIONS: none\n");
         assert_eq!((b.findings, b.question, b.files), (vec!["in a fence".to_string()], None, vec![]));
