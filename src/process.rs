@@ -156,6 +156,7 @@ pub struct Command {
     stderr_path: Option<PathBuf>,
     tail_bytes: usize,
     line_max: usize,
+    json_lines: bool,
     on_stdout_line: Option<LineCallback>,
     run_as: Option<RunAs>,
     redactor: Redactor,
@@ -196,6 +197,7 @@ impl Command {
             stderr_path: None,
             tail_bytes: DEFAULT_TAIL_BYTES,
             line_max: DEFAULT_LINE_MAX,
+            json_lines: false,
             on_stdout_line: None,
             run_as: None,
             redactor: Redactor::default(),
@@ -286,6 +288,18 @@ impl Command {
     /// [`DEFAULT_LINE_MAX`], 4 MiB); longer lines arrive cut to this length.
     pub fn line_max(mut self, bytes: usize) -> Command {
         self.line_max = bytes.max(1);
+        self
+    }
+
+    /// Stdout is JSON lines (an agent's event stream): a line longer than
+    /// the line cap reaches the callback as the same JSON with its long
+    /// string values shortened in the middle (each keeps its first and last
+    /// sixteenth of the cap around a `…[N bytes cut]…` note) instead of cut,
+    /// so a huge tool output or final message does not cost the event
+    /// around it. A line that stays too long even so (or is no JSON)
+    /// arrives cut as usual.
+    pub fn json_lines(mut self, json: bool) -> Command {
+        self.json_lines = json;
         self
     }
 
@@ -505,7 +519,7 @@ async fn run_in_span(
                 lines: cmd
                     .on_stdout_line
                     .take()
-                    .map(|callback| LineSplitter::new(callback, cmd.line_max)),
+                    .map(|callback| LineSplitter::new(callback, cmd.line_max).json(cmd.json_lines)),
                 bytes: 0,
             },
             stop_readers.clone(),
@@ -898,6 +912,10 @@ struct LineSplitter {
     max: usize,
     /// The current line was longer than `max` and has been delivered cut.
     overflowed: bool,
+    /// Lines are JSON: an overlong one is shortened, not cut.
+    json: bool,
+    /// The overlong JSON line being shortened.
+    shortening: Option<JsonShortener>,
 }
 
 impl LineSplitter {
@@ -907,12 +925,22 @@ impl LineSplitter {
             partial: Vec::new(),
             max,
             overflowed: false,
+            json: false,
+            shortening: None,
         }
+    }
+
+    fn json(mut self, json: bool) -> LineSplitter {
+        self.json = json;
+        self
     }
 
     fn push(&mut self, mut bytes: &[u8]) {
         while let Some(newline) = memchr::memchr(b'\n', bytes) {
-            if !self.overflowed {
+            if let Some(mut sh) = self.shortening.take() {
+                sh.push(&bytes[..newline]);
+                self.end_shortening(sh);
+            } else if !self.overflowed {
                 self.append(&bytes[..newline]);
                 self.emit();
             }
@@ -920,9 +948,24 @@ impl LineSplitter {
             self.overflowed = false;
             bytes = &bytes[newline + 1..];
         }
+        if let Some(sh) = self.shortening.as_mut() {
+            sh.push(bytes);
+            return;
+        }
         if !self.overflowed {
+            let room = self.max.saturating_sub(self.partial.len());
             self.append(bytes);
             if self.partial.len() >= self.max {
+                if self.json {
+                    // Everything of the line so far goes through the
+                    // shortener; the rest of it follows as it comes.
+                    let mut sh = JsonShortener::new(self.max);
+                    sh.push(&self.partial);
+                    sh.push(&bytes[bytes.len().min(room)..]);
+                    self.partial.clear();
+                    self.shortening = Some(sh);
+                    return;
+                }
                 self.emit();
                 self.partial.clear();
                 self.overflowed = true;
@@ -941,12 +984,295 @@ impl LineSplitter {
         (self.callback)(&String::from_utf8_lossy(line));
     }
 
+    /// Hands over a shortened line, or its first `max` bytes when it could
+    /// not be shortened enough.
+    fn end_shortening(&mut self, sh: JsonShortener) {
+        let out = sh.finish();
+        let line = out.strip_suffix(b"\r").unwrap_or(&out);
+        let line = &line[..line.len().min(self.max)];
+        (self.callback)(&String::from_utf8_lossy(line));
+    }
+
     fn finish(&mut self) {
-        if !self.overflowed && !self.partial.is_empty() {
+        if let Some(sh) = self.shortening.take() {
+            self.end_shortening(sh);
+        } else if !self.overflowed && !self.partial.is_empty() {
             self.emit();
         }
         self.partial.clear();
     }
+}
+
+/// Shortens the long string values of one JSON text as it streams by: each
+/// string keeps its first and last `keep` bytes (a sixteenth of the line
+/// cap) around a `…[N bytes cut]…` note, never splitting an escape sequence
+/// (a surrogate pair included) or a UTF-8 character, so the result is the
+/// same JSON with less text: an event's small fields (type, usage, exit
+/// code) survive a 50 MiB tool output, and a final message keeps its last
+/// words (where verdicts and blocks are). Bytes outside strings are kept;
+/// once the output exceeds the cap it stops growing and the caller cuts it.
+struct JsonShortener {
+    out: Vec<u8>,
+    max: usize,
+    keep: usize,
+    in_string: bool,
+    /// A pending escape sequence (`\n`, `\u00e9`, `\ud83d\ude00`): its
+    /// bytes and how many.
+    escape: [u8; 12],
+    escape_len: usize,
+    /// Content bytes of the current string written to `out`.
+    head: usize,
+    /// The head is closed: later bytes of the string go to `tail`.
+    head_closed: bool,
+    /// The last bytes of the current string after its head, from
+    /// `tail_start` on; always starts at a whole escape sequence or
+    /// character.
+    tail: Vec<u8>,
+    /// Where the tail begins in `tail` (dropped bytes before it are removed
+    /// in bulk now and then).
+    tail_start: usize,
+    /// Bytes of the current string dropped between head and tail.
+    dropped: usize,
+}
+
+impl JsonShortener {
+    fn new(max: usize) -> JsonShortener {
+        JsonShortener {
+            out: Vec::new(),
+            max,
+            keep: (max / 16).max(16),
+            in_string: false,
+            escape: [0; 12],
+            escape_len: 0,
+            head: 0,
+            head_closed: false,
+            tail: Vec::new(),
+            tail_start: 0,
+            dropped: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        // Runs without a quote or backslash are handled whole: a 50 MiB
+        // string is a few slice copies, not 50 million steps.
+        while let Some(&first) = bytes.first() {
+            // A plain loop: the runs are short, and a memchr call costs more
+            // than it saves on them.
+            let n = if !self.in_string {
+                bytes.iter().position(|&c| c == b'"').unwrap_or(bytes.len())
+            } else if self.escape_len == 0 {
+                bytes.iter().position(|&c| c == b'"' || c == b'\\').unwrap_or(bytes.len())
+            } else {
+                0
+            };
+            if n == 0 {
+                self.byte(first);
+                bytes = &bytes[1..];
+            } else {
+                if self.in_string {
+                    self.run(&bytes[..n]);
+                } else {
+                    self.write(&bytes[..n]);
+                }
+                bytes = &bytes[n..];
+            }
+        }
+    }
+
+    /// A run of plain string content (no quote, no backslash): any
+    /// character boundary in it is a unit boundary.
+    fn run(&mut self, mut run: &[u8]) {
+        if !self.head_closed {
+            let mut take = self.keep.saturating_sub(self.head).min(run.len());
+            while take < run.len() && run[take] & 0xC0 == 0x80 {
+                take += 1;
+            }
+            self.head += take;
+            self.write(&run[..take]);
+            run = &run[take..];
+            if run.is_empty() {
+                return;
+            }
+            self.head_closed = true;
+        }
+        if run.len() >= self.keep {
+            // All the tail so far goes; the run's last bytes are the tail.
+            let mut start = run.len() - self.keep;
+            while start < run.len() && run[start] & 0xC0 == 0x80 {
+                start += 1;
+            }
+            self.dropped += self.tail_len() + start;
+            self.tail.clear();
+            self.tail_start = 0;
+            self.tail.extend_from_slice(&run[start..]);
+        } else {
+            self.tail.extend_from_slice(run);
+            self.trim_tail();
+        }
+    }
+
+    fn tail_len(&self) -> usize {
+        self.tail.len() - self.tail_start
+    }
+
+    /// Drops the tail's first `n` bytes.
+    fn drop_tail(&mut self, n: usize) {
+        self.tail_start += n;
+        self.dropped += n;
+        if self.tail_start > self.keep {
+            self.tail.drain(..self.tail_start);
+            self.tail_start = 0;
+        }
+    }
+
+    /// Lets the tail grow to twice `keep` before trimming it back (a
+    /// trim scans what it drops), so each byte is looked at about once.
+    fn trim_tail(&mut self) {
+        if self.tail_len() > 2 * self.keep {
+            self.cut_tail();
+        }
+    }
+
+    /// Drops whole units from the tail's front until it holds at most
+    /// `keep` bytes.
+    fn cut_tail(&mut self) {
+        let t = &self.tail[self.tail_start..];
+        if t.len() <= self.keep {
+            return;
+        }
+        let excess = t.len() - self.keep;
+        let mut i = 0;
+        while i < excess {
+            // Plain ASCII, the common case, in a tight loop.
+            while i < excess && t[i] < 0x80 && t[i] != b'\\' {
+                i += 1;
+            }
+            if i < excess {
+                i += unit_len(&t[i..]);
+            }
+        }
+        self.drop_tail(i.min(t.len()));
+    }
+
+    /// One byte of structure, of an escape sequence, or a quote.
+    fn byte(&mut self, b: u8) {
+        if !self.in_string {
+            self.write(&[b]);
+            if b == b'"' {
+                self.in_string = true;
+                self.head = 0;
+                self.head_closed = false;
+                self.tail.clear();
+                self.tail_start = 0;
+                self.dropped = 0;
+            }
+            return;
+        }
+        if self.escape_len > 0 {
+            self.escape[self.escape_len] = b;
+            self.escape_len += 1;
+            let e = &self.escape[..self.escape_len];
+            let high = |h: &[u8]| matches!(std::str::from_utf8(h).ok().and_then(|h| u16::from_str_radix(h, 16).ok()), Some(0xD800..=0xDBFF));
+            let done = match e.len() {
+                2 => e[1] != b'u',
+                6 => !high(&e[2..6]),
+                // A high surrogate is one unit with the low one after it.
+                7 if b != b'\\' => true,
+                8 if b != b'u' => true,
+                12 => true,
+                _ => false,
+            };
+            if done {
+                let (unit, n) = (self.escape, self.escape_len);
+                self.escape_len = 0;
+                if n == 7 || n == 8 {
+                    // Not a pair after all: the surrogate stands alone and
+                    // the bytes after it are read again.
+                    self.content(&unit[..6]);
+                    for &c in &unit[6..n] {
+                        self.byte(c);
+                    }
+                } else {
+                    self.content(&unit[..n]);
+                }
+            }
+            return;
+        }
+        match b {
+            b'\\' => {
+                self.escape[0] = b;
+                self.escape_len = 1;
+            }
+            b'"' => {
+                self.cut_tail();
+                if self.dropped > 0 {
+                    let note = format!("…[{} bytes cut]…", self.dropped);
+                    self.write(note.as_bytes());
+                }
+                let tail = std::mem::take(&mut self.tail);
+                self.write(&tail[self.tail_start..]);
+                self.write(b"\"");
+                self.in_string = false;
+            }
+            _ => self.content(&[b]),
+        }
+    }
+
+    /// One whole unit of string content: an escape sequence or one byte.
+    fn content(&mut self, unit: &[u8]) {
+        // A UTF-8 continuation byte stays with the character it continues.
+        let continues = unit.len() == 1 && unit[0] & 0xC0 == 0x80;
+        if !self.head_closed && (self.head < self.keep || continues) {
+            self.head += unit.len();
+            self.write(unit);
+            return;
+        }
+        self.head_closed = true;
+        self.tail.extend_from_slice(unit);
+        self.trim_tail();
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        if self.out.len() <= self.max {
+            self.out.extend_from_slice(bytes);
+        }
+    }
+
+    /// The shortened text; a string the text ends in stays unfinished, as
+    /// it came.
+    fn finish(mut self) -> Vec<u8> {
+        if self.in_string {
+            self.cut_tail();
+            if self.dropped > 0 {
+                let note = format!("…[{} bytes cut]…", self.dropped);
+                self.write(note.as_bytes());
+            }
+            let tail = std::mem::take(&mut self.tail);
+            self.write(&tail[self.tail_start..]);
+        }
+        self.out
+    }
+}
+
+/// The length of the string unit `t` begins with: an escape sequence (a
+/// surrogate pair is one), or a UTF-8 character with its continuation bytes.
+fn unit_len(t: &[u8]) -> usize {
+    let n = match t.first() {
+        Some(b'\\') => {
+            let is_u = t.get(1) == Some(&b'u');
+            let high = is_u && matches!(t.get(2), Some(b'd' | b'D')) && matches!(t.get(3), Some(b'8' | b'9' | b'a' | b'b' | b'A' | b'B'));
+            if high && t.get(6) == Some(&b'\\') && t.get(7) == Some(&b'u') {
+                12
+            } else if is_u {
+                6
+            } else {
+                2
+            }
+        }
+        Some(_) => 1 + t.iter().skip(1).take_while(|c| **c & 0xC0 == 0x80).count(),
+        None => 0,
+    };
+    n.clamp(1, t.len().max(1))
 }
 
 /// Signals one call's process group and its marked descendants; on drop
@@ -1220,6 +1546,91 @@ mod tests {
         lines.push(b"ghij\nlast");
         lines.finish();
         assert_eq!(*seen.lock().unwrap(), ["one", "two", "01234567", "last"]);
+    }
+
+    #[test]
+    fn overlong_json_lines_arrive_with_their_long_strings_shortened() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&seen);
+        let max = 1024;
+        let mut lines = LineSplitter::new(Box::new(move |line| sink.lock().unwrap().push(line.to_owned())), max).json(true);
+        // A tool output of 100 KiB with escapes, a surrogate pair and
+        // multi-byte characters everywhere, then the fields after it; fed in
+        // odd-sized chunks so every unit is split across pushes somewhere.
+        let body: String = (0..4000).map(|i| format!("l{i}\t\"é\"\u{1F600}\\\n")).collect();
+        let event = serde_json::json!({"type":"item.completed","item":{"type":"command_execution","aggregated_output":body,"exit_code":3,"status":"failed"}});
+        let text = format!("{event}\r\n{{\"type\":\"turn.completed\"}}\n");
+        for chunk in text.as_bytes().chunks(7) {
+            lines.push(chunk);
+        }
+        // The same with JSON's own escapes of the pair and of quotes.
+        let escaped = format!("{{\"result\":\"{}\",\"usage\":{{\"input_tokens\":5}}}}", "\\ud83d\\ude00\\\"x".repeat(400));
+        lines.push(escaped.as_bytes());
+        lines.push(b"\n");
+        // Not JSON: cut as ever.
+        lines.push("z".repeat(3000).as_bytes());
+        lines.finish();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        let v: serde_json::Value = serde_json::from_str(&seen[0]).unwrap_or_else(|e| panic!("{e}: {}", seen[0]));
+        assert!(seen[0].len() <= max);
+        assert_eq!((v["item"]["exit_code"].as_i64(), v["item"]["status"].as_str()), (Some(3), Some("failed")));
+        let out = v["item"]["aggregated_output"].as_str().unwrap();
+        assert!(out.starts_with("l0\t\"é\"\u{1F600}\\\nl1") && out.ends_with("l3999\t\"é\"\u{1F600}\\\n"), "{out}");
+        assert!(out.contains(" bytes cut]…"));
+        assert_eq!(seen[1], r#"{"type":"turn.completed"}"#);
+        let v: serde_json::Value = serde_json::from_str(&seen[2]).unwrap_or_else(|e| panic!("{e}: {}", seen[2]));
+        assert_eq!(v["usage"]["input_tokens"], 5);
+        assert!(v["result"].as_str().unwrap().ends_with("\u{1F600}\"x"));
+        assert_eq!(seen[3], "z".repeat(max));
+    }
+
+    #[test]
+    fn shortened_json_lines_stay_json_whatever_their_strings_hold() {
+        // Many random lines: strings of quotes, backslashes, control
+        // characters, multi-byte characters and \u escapes (surrogate pairs
+        // included, as ASCII-only writers print them), in random chunks.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rnd = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let palette = ['a', ' ', '"', '\\', '\n', '\u{1}', 'é', '中', '\u{1F600}', '\u{2028}', '/'];
+        let mut shortened = 0;
+        for round in 0..300 {
+            let max = 64 + rnd(2000);
+            let strings: Vec<String> = (0..1 + rnd(4)).map(|_| (0..rnd(6000)).map(|_| palette[rnd(palette.len())]).collect()).collect();
+            let value = serde_json::json!({"type":"x","n":round,"s":strings,"end":{"exit_code":round}});
+            let mut line = value.to_string();
+            if round % 2 == 1 {
+                // ASCII-only JSON: every non-ASCII character as \u escapes.
+                line = line.chars().map(|c| if c.is_ascii() { c.to_string() } else { c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect() }).collect();
+            }
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let sink = Arc::clone(&seen);
+            let mut lines = LineSplitter::new(Box::new(move |l| sink.lock().unwrap().push(l.to_owned())), max).json(true);
+            let bytes = line.as_bytes();
+            let mut at = 0;
+            while at < bytes.len() {
+                let n = (1 + rnd(300)).min(bytes.len() - at);
+                lines.push(&bytes[at..at + n]);
+                at += n;
+            }
+            lines.push(b"\n");
+            let seen = seen.lock().unwrap();
+            assert_eq!(seen.len(), 1);
+            match serde_json::from_str::<serde_json::Value>(&seen[0]) {
+                Ok(v) => {
+                    assert_eq!((v["n"].clone(), v["end"].clone()), (value["n"].clone(), value["end"].clone()), "round {round}");
+                    shortened += usize::from(line.len() > max);
+                }
+                // Too many strings to shorten under the cap: cut as ever.
+                Err(_) => assert!(line.len() > max && seen[0].len() >= max - 3, "round {round}, max {max}: {} -> {}", line, seen[0]),
+            }
+        }
+        assert!(shortened > 100, "{shortened} of 300 lines were shortened");
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //!
 //! A verdict is `approve` or `request_changes` with findings. It is read from
 //! structured output when the agent gives one, else from the last JSON object
-//! in the reviewer's text. A verdict is only trusted when the reviewer was
-//! read-only: its session listed no tool beyond Read/Grep/Glob and no MCP
-//! server (claude), and, for every kind, the checkout's status and content
-//! hash are identical before and after the review.
+//! with a `verdict` key in the reviewer's text ([`read_verdict`]); a last
+//! verdict whose value is no decision is no verdict. A verdict is only
+//! trusted when the reviewer was read-only: its session listed no tool
+//! beyond Read/Grep/Glob and no MCP server (claude), its own tool events show
+//! no edit, and, for every kind, the checkout's status and content hash are
+//! identical before and after the review.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -117,52 +119,113 @@ fn conditions_from_value(v: &Value) -> Vec<ConditionCheck> {
         .collect()
 }
 
-/// Reads a verdict from a JSON value shaped `{"verdict": .., "findings": [..]}`.
-/// Findings may be strings or objects with a `message`/`title`/`text` field.
+/// Reads a verdict from a JSON value shaped `{"verdict": .., "findings": [..]}`
+/// (see [`read_verdict_value`]); `None` also when its value is unreadable.
 pub fn verdict_from_value(v: &Value) -> Option<Verdict> {
-    let decision = match v.get("verdict")?.as_str()?.trim().to_ascii_lowercase().as_str() {
-        "approve" | "approved" => Decision::Approve,
-        "request_changes" | "request-changes" | "changes_requested" => Decision::RequestChanges,
-        _ => return None,
-    };
-    let findings = v
-        .get("findings")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|f| match f {
-                    Value::String(s) => Some(s.clone()),
-                    Value::Object(o) => ["message", "title", "text", "description"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)).map(String::from),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Some(Verdict { verdict: decision, findings, conditions: conditions_from_value(v) })
+    read_verdict_value(v).and_then(Result::ok)
 }
 
-/// The last JSON object in `text` that is a verdict: first tried line by
-/// line from the end (the `command` protocol's "last JSON object line"), then
-/// as the last `{…}` span anywhere (a claude result may wrap it in prose or a
-/// code fence).
+/// Reads the verdict of one JSON object: `None` when it has no `verdict`
+/// key (it is not a verdict at all), `Some(Err(why))` when its value is
+/// neither decision, else the verdict.
+///
+/// The value is read case-insensitively, with `-` and spaces as `_`:
+/// `approve`/`approved` approve; `request_changes`, `changes_requested`,
+/// `reject(ed)`, `needs_changes` and the like request changes. Anything
+/// else (`maybe`, `approve_with_comments`, `lgtm`, a non-string) is no
+/// decision: an answer is never read as an approval it did not spell out.
+/// Findings may be strings or objects with a `message`/`title`/`text`/
+/// `description` field, prefixed with their `file`/`path` and `line` when
+/// given (another object is kept as its JSON text, so no finding is lost);
+/// a single string is one finding; unknown fields are ignored.
+pub fn read_verdict_value(v: &Value) -> Option<Result<Verdict, String>> {
+    let raw = v.as_object()?.get("verdict")?;
+    let word = raw.as_str().map(|s| s.trim().to_ascii_lowercase().replace(['-', ' '], "_"));
+    let decision = match word.as_deref() {
+        Some("approve" | "approved") => Decision::Approve,
+        Some("request_changes" | "request_change" | "requested_changes" | "changes_requested" | "changes_required" | "reject" | "rejected" | "needs_changes" | "changes_needed") => Decision::RequestChanges,
+        _ => return Some(Err(format!("its verdict {} is neither \"approve\" nor \"request_changes\"", crate::agent::cut_chars(&raw.to_string(), 80)))),
+    };
+    let finding = |f: &Value| -> Option<String> {
+        let text = match f {
+            Value::String(s) => s.clone(),
+            Value::Object(o) => match ["message", "title", "text", "description", "finding", "issue", "summary"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)) {
+                // Where it is, when the reviewer said: `src/a.rs:12: message`.
+                Some(m) => match (["file", "path"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)), o.get("line").and_then(|l| l.as_u64().map(|n| n.to_string()).or_else(|| l.as_str().map(String::from)))) {
+                    (Some(file), Some(line)) => format!("{file}:{line}: {m}"),
+                    (Some(file), None) => format!("{file}: {m}"),
+                    _ => m.to_string(),
+                },
+                None => f.to_string(),
+            },
+            Value::Null => return None,
+            other => other.to_string(),
+        };
+        (!text.trim().is_empty()).then_some(text)
+    };
+    let findings = match v.get("findings") {
+        Some(Value::Array(a)) => a.iter().filter_map(finding).collect(),
+        Some(one @ Value::String(_)) => finding(one).into_iter().collect(),
+        _ => Vec::new(),
+    };
+    Some(Ok(Verdict { verdict: decision, findings, conditions: conditions_from_value(v) }))
+}
+
+/// The verdict of a reviewer's answer: the last JSON object in `text` that
+/// has a `verdict` key, by position — on a line of its own (the `command`
+/// protocol's verdict line), inside a code fence, pretty-printed over
+/// several lines, or after prose on the same line. JSON objects without
+/// that key (a usage report, an example) are passed over. `None` when no
+/// object has the key; `Some(Err(why))` when the last one's value is no
+/// decision ([`read_verdict_value`]): an earlier verdict in the same answer
+/// does not stand in for the reviewer's last word.
+pub fn read_verdict(text: &str) -> Option<Result<Verdict, String>> {
+    // Every verdict object holds the key; nothing after its last mention
+    // can open one.
+    let last_key = text.rfind("\"verdict\"")?;
+    let mut found = None;
+    let mut i = 0;
+    while let Some(off) = text[i..last_key].find('{') {
+        let start = i + off;
+        i = start + 1;
+        // Only a `{` that opens an object with a key can start a verdict.
+        if !text[start + 1..].trim_start().starts_with('"') {
+            continue;
+        }
+        let mut values = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
+        let Some(Ok(v)) = values.next() else { continue };
+        let end = start + values.byte_offset();
+        match read_verdict_value(&v) {
+            Some(r) => {
+                found = Some(r);
+                i = end;
+            }
+            // An object that cannot hold a verdict is skipped whole; one
+            // that mentions the key (a wrapper) is looked into.
+            None if !text[start..end].contains("\"verdict\"") => i = end,
+            None => {}
+        }
+        if i >= last_key {
+            break;
+        }
+    }
+    found
+}
+
+/// The verdict of a reviewer's answer, when it gave a readable one (see
+/// [`read_verdict`]).
 pub fn last_json_verdict(text: &str) -> Option<Verdict> {
-    for line in text.lines().rev() {
-        let t = line.trim();
-        if t.starts_with('{')
-            && let Some(v) = serde_json::from_str::<Value>(t).ok().as_ref().and_then(verdict_from_value) {
-                return Some(v);
-            }
+    read_verdict(text).and_then(Result::ok)
+}
+
+/// Why a reviewer's answer gives no verdict, for the round's record: its
+/// last verdict object's value is no decision, or it has none at all.
+pub fn no_verdict_reason(text: &str) -> String {
+    match read_verdict(text) {
+        Some(Err(why)) => format!("the reviewer gave no verdict: {why}"),
+        _ if text.trim().is_empty() => "the reviewer gave no verdict (its answer was empty)".to_string(),
+        _ => "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)".to_string(),
     }
-    // Scan `{` positions from the end; parse the first JSON value at each.
-    let bytes = text.as_bytes();
-    for (i, _) in text.char_indices().rev().filter(|(_, c)| *c == '{') {
-        let mut de = serde_json::Deserializer::from_slice(&bytes[i..]).into_iter::<Value>();
-        if let Some(Ok(v)) = de.next()
-            && let Some(verdict) = verdict_from_value(&v) {
-                return Some(verdict);
-            }
-    }
-    None
 }
 
 /// The reviewer's prose: its answer without the verdict's JSON lines.
@@ -173,11 +236,17 @@ pub fn prose(text: &str) -> String {
 /// Why a review is void — the reviewer was not read-only (SPEC §6) — or
 /// `None`. For every kind, the checkout's fingerprint (status and content
 /// hash, [`crate::proof::worktree_fingerprint`]) must be the same before and
-/// after; for `claude`, its session must also have listed its tools (the
-/// init event) and none beyond the read-only set, and no MCP server.
+/// after, and the reviewer's own tool events must show no file change
+/// ([`crate::agent::Report::edited_files`]: an edit outside the checkout,
+/// which git cannot see, or one undone before the end); for `claude`, its
+/// session must also have listed its tools (the init event) and none
+/// beyond the read-only set, and no MCP server.
 pub fn void_reason(kind: crate::config::AgentKind, reviewer: &crate::agent::Report, fingerprint_before: &str, fingerprint_after: &str) -> Option<String> {
     if fingerprint_before != fingerprint_after {
         return Some("the checkout changed during the review (status or content hash differ)".to_string());
+    }
+    if !reviewer.edited_files.is_empty() {
+        return Some(format!("the reviewer's own tool events show it changed files: {}", reviewer.edited_files.join(", ")));
     }
     if kind != crate::config::AgentKind::Claude {
         return None;
@@ -221,6 +290,51 @@ mod tests {
         assert_eq!(v.findings, vec!["missing test"]);
         assert!(last_json_verdict("no json {here").is_none());
         assert!(last_json_verdict("{\"verdict\":\"maybe\"}").is_none());
+    }
+
+    #[test]
+    fn the_last_verdict_object_by_position_decides() {
+        let v = |t: &str| last_json_verdict(t).map(|v| (v.verdict, v.findings));
+        let changes = |f: &str| Some((Decision::RequestChanges, vec![f.to_string()]));
+        // A verdict on its own line, then a later one after prose on its line
+        // or pretty-printed in a fence: the later one is the reviewer's word.
+        assert_eq!(v("First:\n{\"verdict\":\"approve\",\"findings\":[]}\nOn reflection: ```{\"verdict\":\"request_changes\",\"findings\":[\"x\"]}```"), changes("x"));
+        assert_eq!(v("{\"verdict\":\"approve\",\"findings\":[]}\nbut\n```json\n{\n  \"verdict\": \"request_changes\",\n  \"findings\": [\"y\"]\n}\n```\nThanks."), changes("y"));
+        // Followed by prose, a usage report, or an example object: still the verdict.
+        assert_eq!(v("{\"verdict\":\"request_changes\",\"findings\":[\"a\"]}\n\nLet me know.\n{\"usage\":{\"input_tokens\":5}}\n"), changes("a"));
+        // A wrapper object is looked into; escaped or quoted JSON is no object.
+        assert_eq!(v("{\"review\":{\"verdict\":\"approve\",\"findings\":[]}}"), Some((Decision::Approve, vec![])));
+        assert_eq!(v("I was told to end with {\\\"verdict\\\":\\\"approve\\\"}"), None);
+        assert_eq!(v("{\"note\":\"{\\\"verdict\\\":\\\"approve\\\"}\"}"), None);
+        // A last verdict object with no decision is no verdict; the earlier
+        // approval does not stand in for it, and the reason says what it held.
+        let t = "{\"verdict\":\"approve\",\"findings\":[]}\nActually:\n{\"verdict\":\"approve_with_comments\",\"findings\":[\"z\"]}";
+        assert_eq!(v(t), None);
+        assert_eq!(no_verdict_reason(t), "the reviewer gave no verdict: its verdict \"approve_with_comments\" is neither \"approve\" nor \"request_changes\"");
+        assert_eq!(no_verdict_reason("Looks fine."), "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)");
+        assert_eq!(no_verdict_reason(" \n"), "the reviewer gave no verdict (its answer was empty)");
+        assert!(read_verdict("{\"verdict\":true}").unwrap().is_err());
+    }
+
+    #[test]
+    fn decisions_and_findings_are_read_as_reviewers_write_them() {
+        let d = |w: &str| last_json_verdict(&format!("{{\"verdict\":\"{w}\",\"findings\":[]}}")).map(|v| v.verdict);
+        for w in ["approve", "APPROVE", " Approved ", "approved"] {
+            assert_eq!(d(w), Some(Decision::Approve), "{w}");
+        }
+        for w in ["request_changes", "REQUEST_CHANGES", "request-changes", "Request changes", "changes_requested", "reject", "Rejected", "needs_changes"] {
+            assert_eq!(d(w), Some(Decision::RequestChanges), "{w}");
+        }
+        for w in ["maybe", "lgtm", "approve_with_comments", "", "pass"] {
+            assert_eq!(d(w), None, "{w}");
+        }
+        // Unknown fields are ignored; one string is one finding; an object
+        // without a known text field is kept as its JSON; nulls are dropped.
+        let v = last_json_verdict(r#"{"verdict":"request_changes","confidence":0.4,"findings":"add a test","extra":{"a":1}}"#).unwrap();
+        assert_eq!(v.findings, ["add a test"]);
+        let v = last_json_verdict(r#"{"verdict":"request_changes","findings":[{"file":"a.rs","line":3},{"issue":"no test"},null,"",7,{"path":"b.rs","line":"9","severity":"high","message":"overflow"},{"file":"c.rs","title":"stale"}]}"#).unwrap();
+        assert_eq!(v.findings, [r#"{"file":"a.rs","line":3}"#, "no test", "7", "b.rs:9: overflow", "c.rs: stale"]);
+        assert!(last_json_verdict(r#"{"verdict":"approve","findings":null}"#).unwrap().findings.is_empty());
     }
 
     #[test]

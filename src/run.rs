@@ -701,7 +701,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             (_, failure) => {
                 let (sig, why) = match failure {
                     Some(f) => ("reviewer_failed", format!("the reviewer failed: {f}")),
-                    None => ("no_verdict", "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)".to_string()),
+                    None => ("no_verdict", review::no_verdict_reason(&reviewer.text)),
                 };
                 rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some(sig), Some(&why)).await?;
                 last_failure = ("error".into(), why.clone());

@@ -835,3 +835,286 @@ async fn real_cli_api_errors_fail_in_the_clis_words_and_are_no_limit() {
         assert_eq!(r.outcome.exit_code, Some(1));
     }
 }
+
+// ---- Odd transcripts through the adapter: the replaying fake `claude`, one call at a time.
+
+/// A world for single calls of the replaying fake `claude`: files under
+/// its FAKE_CLAUDE_DIR are replayed byte for byte (no newline added).
+struct Replay {
+    w: World,
+    dir: PathBuf,
+}
+
+impl Replay {
+    fn new() -> Replay {
+        let w = world();
+        let dir = w.dir.path().join("fake-claude");
+        std::fs::create_dir_all(&dir).unwrap();
+        Replay { w, dir }
+    }
+
+    fn put(&self, name: &str, body: impl AsRef<[u8]>) {
+        std::fs::write(self.dir.join(name), body).unwrap();
+    }
+
+    /// The real writer's stream, its paths moved into this world's checkout.
+    fn real_writer(&self) -> String {
+        transcript("claude-real-writer-edit.jsonl").replace("/tmp/.tmp8nAh6O/repo", &self.w.repo.display().to_string())
+    }
+
+    async fn call(&self, role: Role) -> agent::Report {
+        let mut env = cli_env(&self.w.home, "http://127.0.0.1:9", false);
+        env.insert("FAKE_CLAUDE_DIR".into(), self.dir.display().to_string());
+        let mut c = call(&self.w, role, "Add sub", env);
+        c.log_dir = self.w.dir.path().join(format!("logs-{}", std::fs::read_dir(&self.dir).unwrap().count()));
+        let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude");
+        agent::call(&claude_agent(&fake), &c, &CancellationToken::new()).await.unwrap()
+    }
+}
+
+/// A reviewer session answering `text`: the real reviewer's init event, an
+/// assistant message with the text, and the real result event carrying the
+/// text as its `result` (no structured output: the model answered in prose).
+fn reviewer_answering(text: &str) -> String {
+    let real = transcript("claude-real-reviewer-approve-in-text.jsonl");
+    let init = events(&real, "system", Some("init")).concat();
+    let mut result: serde_json::Value = serde_json::from_str(real.lines().last().unwrap()).unwrap();
+    result["result"] = json!(text);
+    result["structured_output"] = serde_json::Value::Null;
+    format!("{init}{}\n{result}\n", json!({"type":"assistant","message":{"id":"msg_odd","content":[{"type":"text","text":text}]},"parent_tool_use_id":null}))
+}
+
+/// The real writer's stream `real` with its result event changed by `edit`.
+fn writer_with_result(real: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let mut lines: Vec<String> = real.lines().map(String::from).collect();
+    let mut result: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    edit(&mut result);
+    *lines.last_mut().unwrap() = result.to_string();
+    lines.join("\n") + "\n"
+}
+
+/// A verdict as read: decision and findings, or none.
+type ReadVerdict = Option<(Decision, Vec<String>)>;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_odd_reviewer_answers_are_read_by_their_last_verdict() {
+    let rc = |f: &str| Some((Decision::RequestChanges, vec![f.to_string()]));
+    let approve = Some((Decision::Approve, vec![]));
+    let cases: Vec<(&str, ReadVerdict)> = vec![
+        // In a fence, with prose around it.
+        ("The change adds sub and a test.\n\n```json\n{\"verdict\": \"approve\", \"findings\": [], \"conditions\": []}\n```\n", approve.clone()),
+        // Followed by prose.
+        ("{\"verdict\":\"request_changes\",\"findings\":[\"calc.txt lacks a test\"]}\n\nOnce that test exists I would approve.", rc("calc.txt lacks a test")),
+        // Two verdicts: a line, then a pretty-printed one in a fence. The last is the answer.
+        ("Draft: {\"verdict\":\"approve\",\"findings\":[]}\n{\"verdict\":\"approve\",\"findings\":[]}\nWait, the README is untouched.\n```json\n{\n  \"verdict\": \"request_changes\",\n  \"findings\": [\"the README does not mention sub\"]\n}\n```", rc("the README does not mention sub")),
+        // Wrong case and fields no schema has.
+        ("{\"verdict\":\"APPROVE\",\"findings\":[],\"summary\":\"fine\",\"confidence\":\"high\",\"conditions\":[{\"index\":1,\"met\":true,\"evidence\":\"calc.txt:2\"}]}", approve.clone()),
+        // The last verdict object holds no decision: no verdict, whatever came before.
+        ("{\"verdict\":\"approve\",\"findings\":[]}\nOn reflection:\n{\"verdict\":\"approve_with_comments\",\"findings\":[\"rename sub\"]}", None),
+        // No verdict at all.
+        ("Looks fine to me.", None),
+    ];
+    let r = Replay::new();
+    for (i, (text, _)) in cases.iter().enumerate() {
+        r.put(&format!("reviewer-{}.jsonl", i + 1), reviewer_answering(text));
+    }
+    for (text, want) in cases {
+        let rep = r.call(Role::Reviewer).await;
+        assert_eq!(rep.failure, None, "{text}");
+        assert_eq!(rep.verdict.clone().map(|v| (v.verdict, v.findings)), want, "{text}");
+        assert_eq!(rep.text, text);
+        assert_eq!(nightshift::review::void_reason(AgentKind::Claude, &rep, "same", "same"), None);
+        assert_eq!(rep.usage.tokens_in, Some(2400));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_streams_cut_broken_or_empty_are_read_for_what_they_are() {
+    let r = Replay::new();
+    let real = r.real_writer();
+    // 1. The result is the last line and has no newline.
+    r.put("writer-1.jsonl", real.trim_end_matches('\n'));
+    // 2. Bytes that are not UTF-8 in the answer, the result and a stray line.
+    let mut bad: Vec<u8> = Vec::new();
+    for l in real.lines() {
+        let mut parts = l.split("Added sub to calc.txt.");
+        bad.extend_from_slice(parts.next().unwrap().as_bytes());
+        for p in parts {
+            bad.extend_from_slice(b"Added sub to calc.txt (caf\xe9\xff).");
+            bad.extend_from_slice(p.as_bytes());
+        }
+        bad.push(b'\n');
+        if l.contains("msg_fake0001") {
+            bad.extend_from_slice(b"\xff\xfe debug: \xc3\x28 not an event\n");
+        }
+    }
+    r.put("writer-2.jsonl", &bad);
+    // 3. Crashed mid-event: Bun's panic on stderr, killed by SIGABRT.
+    let cut = &real[..real.find("Added sub to calc.txt.").unwrap()];
+    r.put("writer-3.jsonl", cut);
+    r.put("writer-3.stderr", "============================================================\nBun v1.3.14 (2a41ca97) Linux x64 (baseline)\nArgs: \"claude\" \"-p\"\n\npanic(main thread): Segmentation fault at address 0x113\noh no: Bun has crashed. This indicates a bug in Bun, not your code.\n");
+    r.put("writer-3.signal", "ABRT");
+    // 4. Nothing at all, exit 0.
+    r.put("writer-4.jsonl", "");
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.failure, None, "{:?}", rep.outcome);
+    assert_eq!((rep.usage.tokens_in, rep.usage.tokens_out, rep.usage.cost_usd), (Some(4800), Some(320), Some(0.0256)));
+    assert_eq!(agent::parse_blocks(&rep.text).findings, ["docs are stale"]);
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.failure, None, "{:?}", rep.outcome);
+    assert!(rep.text.starts_with("Added sub to calc.txt (caf\u{fffd}\u{fffd})."), "{:?}", rep.text);
+    assert_eq!(agent::parse_blocks(&rep.text).findings, ["docs are stale"]);
+    assert_eq!(rep.usage.tokens_in, Some(4800));
+    assert_eq!(rep.claimed_files, ["calc.txt", "notes.md"]);
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.outcome.signal, Some(6), "{:?}", rep.outcome);
+    let f = rep.failure.unwrap();
+    assert!(f.starts_with("claude ended (signal 6) without a result event") && f.ends_with("its last line was cut off in the middle of an event; stderr: panic(main thread): Segmentation fault at address 0x113"), "{f}");
+    assert!(rep.limit.is_none());
+    assert_eq!(rep.usage, agent::Usage::default(), "no result, no usage");
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.outcome.exit_code, Some(0));
+    assert_eq!(rep.failure.as_deref(), Some("claude ended (code 0) without a result event (no event at all): (nothing on stderr)"));
+    assert_eq!(rep.text, "");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_results_without_usage_or_cost_are_unknown_not_zero() {
+    let r = Replay::new();
+    r.put("writer-1.jsonl", writer_with_result(&r.real_writer(), |v| {
+        let o = v.as_object_mut().unwrap();
+        for k in ["usage", "modelUsage", "model_usage_since_last_result", "total_cost_usd"] {
+            o.remove(k);
+        }
+    }));
+    r.put("writer-2.jsonl", writer_with_result(&r.real_writer(), |v| {
+        v["usage"] = json!({"input_tokens": null, "cache_read_input_tokens": null, "output_tokens": 320});
+        v["modelUsage"] = serde_json::Value::Null;
+        v["total_cost_usd"] = serde_json::Value::Null;
+    }));
+    r.put("writer-3.jsonl", writer_with_result(&r.real_writer(), |v| {
+        v.as_object_mut().unwrap().remove("total_cost_usd");
+        v["modelUsage"] = json!({});
+    }));
+    let rep = r.call(Role::Writer).await;
+    assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, agent::Usage::default()));
+    let rep = r.call(Role::Writer).await;
+    assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, agent::Usage { tokens_in: None, tokens_out: Some(320), cost_usd: None }));
+    let rep = r.call(Role::Writer).await;
+    assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, agent::Usage { tokens_in: Some(4800), tokens_out: Some(320), cost_usd: None }));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_50_mib_lines_are_read_around_and_within() {
+    // A tool result of 50 MiB on one line (a big file read) between the
+    // real writer's events: the rest of the stream is read as ever.
+    let r = Replay::new();
+    let real = r.real_writer();
+    let big = json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_big","content":"x".repeat(50 << 20)}]},"parent_tool_use_id":null}).to_string();
+    let mut lines: Vec<&str> = real.lines().collect();
+    lines.insert(3, &big);
+    r.put("writer-1.jsonl", lines.join("\n") + "\n");
+    let started = std::time::Instant::now();
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.failure, None, "{:?}", rep.outcome);
+    assert!(rep.outcome.stdout_bytes > 50 << 20);
+    assert_eq!((rep.usage.tokens_in, rep.usage.tokens_out), (Some(4800), Some(320)));
+    assert!(rep.text.starts_with("Added sub to calc.txt."));
+    assert_eq!(rep.claimed_files, ["calc.txt", "notes.md"]);
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+
+    // The final event itself on a 50 MiB line: a reviewer's answer that
+    // quotes a huge log, its verdict at the end. The result arrives with
+    // the middle of its text shortened, its usage and last words whole.
+    let real = transcript("claude-real-reviewer-approve-in-text.jsonl");
+    let mut result: serde_json::Value = serde_json::from_str(real.lines().last().unwrap()).unwrap();
+    result["result"] = json!(format!("The log:\n{}\n{{\"verdict\":\"request_changes\",\"findings\":[\"the log is 50 MiB\"]}}", "log line \"quoted\" é\n".repeat(50 << 20 >> 4)));
+    r.put("reviewer-1.jsonl", format!("{}{result}\n", events(&real, "system", Some("init")).concat()));
+    let rep = r.call(Role::Reviewer).await;
+    assert_eq!(rep.failure, None, "{:?}", rep.outcome);
+    assert_eq!(rep.verdict.map(|v| v.findings), Some(vec!["the log is 50 MiB".to_string()]));
+    assert!(rep.text.starts_with("The log:\nlog line \"quoted\" é\n") && rep.text.contains(" bytes cut]…") && rep.text.len() < 4 << 20, "{}", rep.text.len());
+    assert_eq!((rep.usage.tokens_in, rep.usage.tokens_out), (Some(2400), Some(160)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_writer_blocks_as_models_decorate_them() {
+    let r = Replay::new();
+    let text = "Added sub.\n\n**FINDINGS:**\n* the README is stale\n\n**FILES**:\n- `calc.txt`\n- notes.md (new)\n";
+    r.put("writer-1.jsonl", writer_with_result(&r.real_writer(), |v| v["result"] = json!(text)));
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.failure, None);
+    assert_eq!(agent::parse_blocks(&rep.text).findings, ["the README is stale"]);
+    assert_eq!(rep.claimed_files, ["calc.txt", "notes.md"], "the claims are paths, not `calc.txt` or `notes.md (new)`");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_whose_last_verdict_asks_for_changes_after_an_approval_line() {
+    // The answer's first verdict line approves; its last, pretty-printed in a
+    // fence, asks for changes: that is the reviewer's word, never a PR.
+    let writer = transcript("claude-real-writer-edit.jsonl");
+    let answer = "{\"verdict\":\"approve\",\"findings\":[]}\nHmm, one more look.\n```json\n{\n  \"verdict\": \"request_changes\",\n  \"findings\": [\"calc.txt must list mul too\"],\n  \"conditions\": []\n}\n```";
+    let (f, gh, dir) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            ("writer-1.jsonl", writer.clone()),
+            ("reviewer-1.jsonl", reviewer_answering(answer)),
+            ("writer-2.sh", "echo mul >> calc.txt\n".into()),
+            ("writer-2.jsonl", writer),
+            ("reviewer-2.jsonl", reviewer_answering("All good.\n{\"verdict\":\"approve\",\"findings\":[]}")),
+        ],
+        "[limits]\nrounds = 2\n",
+    )
+    .await;
+    let item = drained_item(&f);
+    assert_eq!((item["outcome"].as_str(), item["rounds"].as_u64()), (Some("pr_opened"), Some(2)), "{item:#}");
+    assert_eq!(f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"), "request_changes,approve");
+    assert!(std::fs::read_to_string(dir.join("writer-2.argv")).unwrap().contains("calc.txt must list mul too"));
+    assert_eq!(gh.prs().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_whose_last_verdict_is_no_decision_fails_the_round_saying_so() {
+    let answer = "{\"verdict\":\"approve\",\"findings\":[]}\nOn reflection:\n{\"verdict\":\"approve_with_comments\",\"findings\":[\"rename sub\"]}";
+    let (f, gh, _) = replay_world(
+        &[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")), ("reviewer-1.jsonl", reviewer_answering(answer))],
+        "[limits]\nrounds = 1\n",
+    )
+    .await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "error", "{item:#}");
+    let reason = item["reason"].as_str().unwrap();
+    assert!(reason.contains("its verdict \"approve_with_comments\" is neither \"approve\" nor \"request_changes\""), "{reason}");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_writer_question_in_bold_blocks_the_item() {
+    let t = writer_with_result(&transcript("claude-real-writer-edit.jsonl"), |v| v["result"] = json!("I stopped before changing anything.\n\n**QUESTION:** Should sub round towards zero?"));
+    let (f, gh, _) = replay_world(&[("writer-1.jsonl", t)], "").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "blocked", "{item:#}");
+    assert_eq!(item["question"], "Should sub round towards zero?");
+    assert!(gh.prs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_whose_stream_shows_an_edit_outside_the_checkout_is_void() {
+    // Its init lists only the read tools and the checkout is untouched, but
+    // its own events show a Write that succeeded (outside the checkout,
+    // where git cannot see it): not read-only, so no verdict is trusted.
+    let approve = transcript("claude-real-reviewer-approve-in-text.jsonl");
+    let mut t = events(&approve, "system", Some("init")).concat();
+    t.push_str(&format!("{}\n", json!({"type":"assistant","message":{"id":"msg_w","content":[{"type":"tool_use","id":"toolu_w","name":"Write","input":{"file_path":"/tmp/nightshift-reviewer-notes.md","content":"x"}}]},"parent_tool_use_id":null})));
+    t.push_str(&format!("{}\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_w","content":"File created successfully at: /tmp/nightshift-reviewer-notes.md"}]},"parent_tool_use_id":null})));
+    t.push_str(&approve.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
+    let (f, gh, _) = replay_world(&[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")), ("reviewer-1.jsonl", t)], "").await;
+    let item = drained_item(&f);
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    assert!(item["reason"].as_str().unwrap().contains("changed files: /tmp/nightshift-reviewer-notes.md"), "{item:#}");
+    assert!(gh.prs().is_empty());
+}

@@ -565,3 +565,186 @@ async fn replay_reviewer_that_edits_is_void_and_unknown_flags_fail_the_call() {
     assert!(reason.contains("before starting a session: error: unexpected argument '--no-such-flag' found"), "{reason}");
     assert!(!d.join("writer.n").exists(), "the fake stopped at the flag");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Odd transcripts through the adapter: the replaying fake `codex`, one call at a time
+// ---------------------------------------------------------------------------------------------
+
+/// Single calls of the replaying fake `codex` in one world: files under its
+/// FAKE_CODEX_DIR are replayed byte for byte (sed keeps a missing newline).
+struct Replay {
+    w: World,
+    dir: PathBuf,
+}
+
+impl Replay {
+    fn new() -> Replay {
+        let w = World::new();
+        let dir = w.dir.path().join("replay");
+        std::fs::create_dir_all(&dir).unwrap();
+        Replay { w, dir }
+    }
+
+    fn put(&self, name: &str, body: impl AsRef<[u8]>) {
+        std::fs::write(self.dir.join(name), body).unwrap();
+    }
+
+    async fn call(&self, role: Role) -> Report {
+        let mut call = self.w.call(role, "UTC");
+        call.env.insert("FAKE_CODEX_DIR".into(), self.dir.display().to_string());
+        call.log_dir = self.w.dir.path().join(format!("logs-{}", std::fs::read_dir(&self.dir).unwrap().count()));
+        let agent = AgentConfig { kind: AgentKind::Codex, command: vec![cli::fake_codex().display().to_string()], permission_flags: None, model: None };
+        agent::call(&agent, &call, &CancellationToken::new()).await.unwrap()
+    }
+}
+
+/// A codex session whose one message is `text`, then `turn.completed` with
+/// the recorded reviewer's usage.
+fn codex_answering(text: &str) -> String {
+    let real = cli::transcript("real-reviewer-approve.jsonl");
+    let lines: Vec<&str> = real.lines().collect();
+    format!("{}\n{}\n{}\n{}\n", lines[0], lines[1], serde_json::json!({"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":text}}), lines[3])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_codex_streams_cut_broken_or_empty_are_read_for_what_they_are() {
+    let r = Replay::new();
+    let real = cli::transcript("real-writer-patch.jsonl");
+    // 1. turn.completed is the last line and has no newline.
+    r.put("writer-1.jsonl", real.trim_end_matches('\n'));
+    // 2. Bytes that are not UTF-8 in the message, and a stray line of them.
+    let bad = real.replace("Hello from fake", "Added sub (caf@E9@@FF@).\\n\\nFILES:\\n- calc.txt");
+    let mut bytes = Vec::new();
+    for (i, l) in bad.lines().enumerate() {
+        if i == 2 {
+            bytes.extend_from_slice(b"\xff\xfe warning: \xc3\x28 stray\n");
+        }
+        let mut parts = l.split("@E9@@FF@");
+        bytes.extend_from_slice(parts.next().unwrap().as_bytes());
+        for p in parts {
+            bytes.extend_from_slice(b"\xe9\xff");
+            bytes.extend_from_slice(p.as_bytes());
+        }
+        bytes.push(b'\n');
+    }
+    r.put("writer-2.jsonl", &bytes);
+    // 3. A panic mid-stream (openai/codex#7990): a benign ERROR log line, then
+    // a tokio worker's panic with its message on the next line; exit 101.
+    let cut = &real[..real.find(r#""type":"agent_message""#).unwrap()];
+    r.put("writer-3.jsonl", cut);
+    r.put("writer-3.stderr", "2026-04-25T10:00:00.000000Z ERROR codex_core::session: failed to record rollout items: thread 01a2 not found\nthread 'tokio-runtime-worker' panicked at core/src/util.rs:21:9:\nFunction call output is missing for call id: call_Mx1hEL51XPh0uQKthJIcbenN\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n");
+    r.put("writer-3.exit", "101");
+    // 4. Killed by SIGSEGV after its session started.
+    r.put("writer-4.jsonl", real.lines().take(2).map(|l| format!("{l}\n")).collect::<String>());
+    r.put("writer-4.signal", "SEGV");
+    // 5. Nothing at all, exit 0.
+    r.put("writer-5.jsonl", "");
+    // 6. A turn that reports no usage, 7. one with null counts.
+    r.put("writer-6.jsonl", real.replace(r#","usage":{"input_tokens":200,"cached_input_tokens":80,"cache_write_input_tokens":0,"output_tokens":14,"reasoning_output_tokens":0}"#, ""));
+    r.put("writer-7.jsonl", real.replace(r#""input_tokens":200,"cached_input_tokens":80"#, r#""input_tokens":null,"cached_input_tokens":null"#));
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.failure, None, "{}", explain(&rep));
+    assert_eq!((rep.text.as_str(), rep.usage.tokens_in, rep.usage.tokens_out), ("Hello from fake", Some(200), Some(14)));
+    assert_eq!(rep.claimed_files, ["calc.txt"]);
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.failure, None, "{}", explain(&rep));
+    assert_eq!(rep.text, "Added sub (caf\u{fffd}\u{fffd}).\n\nFILES:\n- calc.txt");
+    assert_eq!(rep.claimed_files, ["calc.txt"]);
+    assert_eq!(rep.usage.tokens_in, Some(200));
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.outcome.exit_code, Some(101));
+    assert_eq!(
+        rep.failure.as_deref(),
+        Some("codex stopped without completing the turn; its last line was cut off in the middle of an event [exited (code 101): thread 'tokio-runtime-worker' panicked at core/src/util.rs:21:9: Function call output is missing for call id: call_Mx1hEL51XPh0uQKthJIcbenN]"),
+        "{}",
+        explain(&rep)
+    );
+    assert!(rep.limit.is_none());
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.outcome.signal, Some(11), "{}", explain(&rep));
+    assert_eq!(rep.failure.as_deref(), Some("codex stopped without completing the turn [exited (signal 11)]"));
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.outcome.exit_code, Some(0));
+    assert_eq!(rep.failure.as_deref(), Some("codex printed no turn (no `turn.started` event)"));
+    assert_eq!(rep.text, "");
+
+    let rep = r.call(Role::Writer).await;
+    assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, agent::Usage::default()), "{}", explain(&rep));
+    let rep = r.call(Role::Writer).await;
+    assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, agent::Usage { tokens_in: None, tokens_out: Some(14), cost_usd: None }), "{}", explain(&rep));
+}
+
+/// A verdict as read: decision and findings, or none.
+type ReadVerdict = Option<(Decision, Vec<String>)>;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_codex_odd_reviewer_answers_are_read_by_their_last_verdict() {
+    let rc = |f: &str| Some((Decision::RequestChanges, vec![f.to_string()]));
+    let approve = Some((Decision::Approve, vec![]));
+    let cases: Vec<(&str, ReadVerdict)> = vec![
+        ("Reviewed the diff.\n```json\n{\"verdict\": \"approve\", \"findings\": [], \"conditions\": []}\n```", approve.clone()),
+        ("{\"verdict\":\"request_changes\",\"findings\":[\"calc.txt lacks mul\"]}\nHappy to look again.", rc("calc.txt lacks mul")),
+        ("{\"verdict\":\"approve\",\"findings\":[]}\nHold on:\n```json\n{\n  \"verdict\": \"request_changes\",\n  \"findings\": [\"no test for sub\"]\n}\n```", rc("no test for sub")),
+        ("{\"verdict\":\"Approve\",\"findings\":[],\"notes\":\"fine\",\"risk\":1}", approve.clone()),
+        ("{\"verdict\":\"approve\",\"findings\":[]}\n{\"verdict\":\"lgtm\",\"findings\":[]}", None),
+    ];
+    let r = Replay::new();
+    for (i, (text, _)) in cases.iter().enumerate() {
+        r.put(&format!("reviewer-{}.jsonl", i + 1), codex_answering(text));
+    }
+    for (text, want) in cases {
+        let rep = r.call(Role::Reviewer).await;
+        assert_eq!(rep.failure, None, "{}", explain(&rep));
+        assert_eq!(rep.verdict.map(|v| (v.verdict, v.findings)), want, "{text}");
+        assert_eq!((rep.usage.tokens_in, rep.usage.tokens_out), (Some(100), Some(7)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_codex_50_mib_lines_are_read_around_and_within() {
+    // A command whose output is 50 MiB on one line, failed; then the answer.
+    // And a reviewer whose one message is 50 MiB, its verdict at the end.
+    let r = Replay::new();
+    let real = cli::transcript("real-writer-patch.jsonl");
+    let big = serde_json::json!({"type":"item.completed","item":{"id":"item_9","type":"command_execution","command":"bash -lc 'cat huge.log; false'","aggregated_output":"log \"line\" é\n".repeat(50 << 20 >> 4),"exit_code":1,"status":"failed"}}).to_string();
+    let mut lines: Vec<&str> = real.lines().collect();
+    lines.insert(4, &big);
+    r.put("writer-1.jsonl", lines.join("\n") + "\n");
+    let text = format!("{}\n{{\"verdict\":\"request_changes\",\"findings\":[\"the log is 50 MiB\"]}}", "quoted \"log\" line\n".repeat(50 << 20 >> 4));
+    r.put("reviewer-1.jsonl", codex_answering(&text));
+    let started = Instant::now();
+    let rep = r.call(Role::Writer).await;
+    assert_eq!(rep.failure, None, "{}", rep.outcome.stderr_tail);
+    assert!(rep.outcome.stdout_bytes > 50 << 20);
+    assert_eq!(rep.notes, ["1 command failed or was declined"], "the exit code after 50 MiB of output was read");
+    assert_eq!((rep.text.as_str(), rep.usage.tokens_in), ("Hello from fake", Some(200)));
+    let rep = r.call(Role::Reviewer).await;
+    assert_eq!(rep.failure, None, "{}", rep.outcome.stderr_tail);
+    assert_eq!(rep.verdict.map(|v| v.findings), Some(vec!["the log is 50 MiB".to_string()]));
+    assert!(rep.text.starts_with("quoted \"log\" line\n") && rep.text.contains(" bytes cut]…") && rep.text.len() < 4 << 20);
+    assert!(started.elapsed() < Duration::from_secs(120), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_whose_stream_shows_a_file_change_is_void() {
+    // The checkout is untouched, but the reviewer's own events show a
+    // completed file change outside it: its sandbox was not read-only.
+    let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n").await;
+    put(&d, "writer.sh", WRITE_SUB);
+    put(&d, "writer.jsonl", &cli::transcript("real-writer-patch.jsonl"));
+    let approve = cli::transcript("real-reviewer-approve.jsonl");
+    let mut lines: Vec<String> = approve.lines().map(String::from).collect();
+    lines.insert(2, serde_json::json!({"type":"item.completed","item":{"id":"item_9","type":"file_change","changes":[{"path":"/tmp/nightshift-codex-reviewer.txt","kind":"add"}],"status":"completed"}}).to_string());
+    put(&d, "reviewer.jsonl", &(lines.join("\n") + "\n"));
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let item = &f.report()["items"][0];
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    assert!(item["reason"].as_str().unwrap().contains("changed files: /tmp/nightshift-codex-reviewer.txt"), "{item:#}");
+    assert!(gh.prs().is_empty());
+}

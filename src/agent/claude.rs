@@ -4,7 +4,9 @@
 //! configured permission flags. Reviewer: `--permission-mode plan --tools
 //! Read,Grep,Glob --strict-mcp-config --json-schema <verdict schema>`. The
 //! prompt is the last argument, after `--`. The stream is parsed line by line
-//! as it arrives (never held whole): the `init` events (tools, MCP servers,
+//! as it arrives (never held whole; a line over the runner's cap, a 50 MiB
+//! tool output, arrives with its long strings shortened, see
+//! `process::Command::json_lines`): the `init` events (tools, MCP servers,
 //! permission mode, model, version), assistant messages (one event per
 //! content block; subagents' ones marked by `parent_tool_use_id`), tool
 //! results (`is_error`), `system/permission_denied`, `rate_limit_event`,
@@ -252,11 +254,12 @@ pub struct StreamState {
     /// `message.id` of [`StreamState::last_assistant_text`].
     last_text_message: Option<String>,
     /// The last verdict the session's model gave on the way: a JSON verdict
-    /// in its text, or the input of its `StructuredOutput` call. With
-    /// `--json-schema` the CLI asks again when the model answered in prose,
-    /// so the final `result` may no longer hold the JSON the model first
-    /// wrote.
-    pub text_verdict: Option<review::Verdict>,
+    /// in its text, or the input of its `StructuredOutput` call (`Err` when
+    /// that verdict object held no decision, see
+    /// [`review::read_verdict_value`]). With `--json-schema` the CLI asks
+    /// again when the model answered in prose, so the final `result` may no
+    /// longer hold the JSON the model first wrote.
+    pub text_verdict: Option<Result<review::Verdict, String>>,
     /// Files named by Edit/Write/MultiEdit/NotebookEdit tool calls (of the
     /// session and its subagents) whose result was not an error: an edit the
     /// tool refused (`<tool_use_error>String to replace not found`) or the
@@ -269,10 +272,26 @@ pub struct StreamState {
     /// `system/permission_denied` events and `permission_denials` of the
     /// result: the tools the permission settings refused, without repeats.
     pub denied_tools: Vec<String>,
-    /// The `result` event, when it came (the last one, if several).
+    /// The `result` event that decides the call, when it came: the last one,
+    /// if several, except a spurious error (see
+    /// [`StreamState::spurious_errors`]).
     pub result: Option<ResultEvent>,
     /// `result` events seen.
     pub results: u32,
+    /// Error results that came after a good result without any work in
+    /// between (`num_turns` 0, no assistant message), as CLIs before 2.1.7
+    /// printed one when a background task ended ("only prompt commands are
+    /// supported in streaming mode", anthropics/claude-code#16768): the CLI's
+    /// own bug, not the call's. Their reasons, in order; the good result
+    /// stands, and the exit code 1 they cause is no failure.
+    pub spurious_errors: Vec<String>,
+    /// Assistant events seen when the last result came.
+    assistant_at_result: u32,
+    /// The largest tokens and cost any result reported, field by field: a
+    /// result's figures are the session's running totals
+    /// (`model_usage_since_last_result` is the part since the one before),
+    /// and a spurious error result reports zeros.
+    usage_seen: Usage,
     /// A usage limit read from a `rate_limit_event` (status `rejected`, extra
     /// usage not carrying the call) or the CLI's own limit message (an
     /// assistant message marked `"error":"rate_limit"`).
@@ -358,13 +377,26 @@ impl StreamState {
                 }
             }
             Some("result") => {
-                self.result_limit = limit::read_claude_event(ev, Utc::now(), tz);
                 let r = ResultEvent::from_value(ev);
+                self.results += 1;
+                let max = |a: Option<u64>, b: Option<u64>| a.max(b);
+                let u = &mut self.usage_seen;
+                (u.tokens_in, u.tokens_out) = (max(u.tokens_in, r.usage.tokens_in), max(u.tokens_out, r.usage.tokens_out));
+                u.cost_usd = match (u.cost_usd, r.usage.cost_usd) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                let idle = self.assistant_messages == self.assistant_at_result;
+                if r.failed() && r.num_turns == Some(0) && idle && self.result.as_ref().is_some_and(|p| !p.failed()) {
+                    self.spurious_errors.push(r.reason());
+                    return;
+                }
+                self.assistant_at_result = self.assistant_messages;
+                self.result_limit = limit::read_claude_event(ev, Utc::now(), tz);
                 for t in &r.permission_denials {
                     self.deny(t);
                 }
                 self.result = Some(r);
-                self.results += 1;
             }
             _ => {}
         }
@@ -392,7 +424,7 @@ impl StreamState {
                     }
                     if own
                         && name == "StructuredOutput"
-                        && let Some(v) = block.get("input").and_then(review::verdict_from_value)
+                        && let Some(v) = block.get("input").and_then(review::read_verdict_value)
                     {
                         self.text_verdict = Some(v);
                     }
@@ -425,7 +457,7 @@ impl StreamState {
             self.last_assistant_text = text;
             self.last_text_message = id;
         }
-        if let Some(v) = review::last_json_verdict(&self.last_assistant_text) {
+        if let Some(v) = review::read_verdict(&self.last_assistant_text) {
             self.text_verdict = Some(v);
         }
     }
@@ -458,21 +490,30 @@ impl StreamState {
         self.result.as_ref().is_none_or(ResultEvent::failed)
     }
 
-    /// Token use and cost from the result event (see
-    /// [`ResultEvent::from_value`]); unknown without one.
+    /// Token use and cost from the result events (see
+    /// [`ResultEvent::from_value`]; the largest figures any of them gave,
+    /// since each gives the session's running totals); unknown without one.
     pub fn usage(&self) -> Usage {
-        self.result.as_ref().map(|r| r.usage.clone()).unwrap_or_default()
+        self.usage_seen.clone()
     }
 
-    /// The reviewer's verdict: `structured_output`, else the last JSON
+    /// The reviewer's verdict: `structured_output`, else the last verdict
     /// object of the result text, else the last one the model gave on the
-    /// way (its text or its `StructuredOutput` call).
+    /// way (its text or its `StructuredOutput` call). A source that holds a
+    /// verdict object decides, readable or not: an unreadable last word is
+    /// no verdict, and an earlier one does not stand in for it.
     pub fn verdict(&self) -> Option<review::Verdict> {
+        self.verdict_read().and_then(Result::ok)
+    }
+
+    /// [`StreamState::verdict`], with why the deciding verdict object held
+    /// no decision.
+    pub fn verdict_read(&self) -> Option<Result<review::Verdict, String>> {
         self.result
             .as_ref()
             .and_then(|r| r.structured_output.as_ref())
-            .and_then(review::verdict_from_value)
-            .or_else(|| review::last_json_verdict(&self.final_text()))
+            .and_then(review::read_verdict_value)
+            .or_else(|| review::read_verdict(&self.final_text()))
             .or_else(|| self.text_verdict.clone())
     }
 
@@ -502,7 +543,11 @@ impl StreamState {
         match &self.result {
             None => {
                 let why = if self.noise.cut_last_line {
-                    "its last line was cut off in the middle of an event".to_string()
+                    // Killed while writing, or crashed: stderr says which.
+                    match telling_stderr_line(&outcome.stderr_tail) {
+                        Some(l) => format!("its last line was cut off in the middle of an event; stderr: {l}"),
+                        None => "its last line was cut off in the middle of an event".to_string(),
+                    }
                 } else if let Some(e) = &self.cli_error {
                     e.clone()
                 } else if let Some(l) = telling_stderr_line(&outcome.stderr_tail) {
@@ -520,6 +565,8 @@ impl StreamState {
                 Some(format!("claude ended ({exit}) without a result event{last}{retries}: {why}"))
             }
             Some(r) if r.failed() => Some(format!("claude reported an error ({}){retries}: {}{denied}", r.describe(), r.reason())),
+            // The exit code of a spurious error result after a good one.
+            Some(_) if !self.spurious_errors.is_empty() && outcome.exit_code == Some(1) => None,
             Some(_) if !ended_after_result && outcome.exit_code != Some(0) => {
                 Some(format!("claude exited ({exit}) after a good result: {}", telling_stderr_line(&outcome.stderr_tail).unwrap_or_else(|| "(nothing on stderr)".into())))
             }
@@ -539,6 +586,9 @@ impl StreamState {
         }
         if ended_after_result {
             notes.push(format!("claude did not exit within {}s of its result and was ended", RESULT_EXIT_GRACE.as_secs()));
+        }
+        for e in &self.spurious_errors {
+            notes.push(format!("claude reported an error after its result without doing more work (a CLI bug, ignored): {e}"));
         }
         notes
     }
@@ -605,7 +655,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     let tz = call.tz;
     let watch = EndWatch::start(cancel, RESULT_EXIT_GRACE);
     let end = watch.signal();
-    let cmd = base_command(&argv, call, &[]).on_stdout_line(Box::new(move |line: &str| {
+    let cmd = base_command(&argv, call, &[]).json_lines(true).on_stdout_line(Box::new(move |line: &str| {
         let mut st = sink.lock().expect("stream state");
         let results_before = st.results;
         st.feed(line, tz);
@@ -626,11 +676,11 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         Role::Reviewer => st.verdict(),
         Role::Writer => None,
     };
+    let edited_files: Vec<String> = st.edited_files.iter().map(|f| f.strip_prefix(&format!("{}/", call.cwd.display())).unwrap_or(f).to_string()).collect();
     let mut claimed_files = parse_blocks(&text).files;
-    for f in &st.edited_files {
-        let rel = f.strip_prefix(&format!("{}/", call.cwd.display())).unwrap_or(f).to_string();
-        if !claimed_files.contains(&rel) {
-            claimed_files.push(rel);
+    for rel in &edited_files {
+        if !claimed_files.contains(rel) {
+            claimed_files.push(rel.clone());
         }
     }
     Ok(Report {
@@ -644,6 +694,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         tools: st.tools.clone(),
         mcp_servers: st.mcp_servers.clone(),
         claimed_files,
+        edited_files,
         notes: st.notes(ended_after_result),
     })
 }
@@ -797,6 +848,32 @@ mod tests {
         assert_eq!(st.verdict().unwrap().verdict, review::Decision::Approve);
         st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"{\"verdict\":\"request_changes\",\"findings\":[\"a\"]}","structured_output":null}"#, tz);
         assert_eq!(st.verdict().unwrap().verdict, review::Decision::RequestChanges);
+    }
+
+    #[test]
+    fn an_unreadable_last_verdict_is_none_and_an_earlier_one_does_not_stand_in() {
+        let tz = chrono_tz::UTC;
+        let mut st = StreamState::default();
+        st.feed(r#"{"type":"assistant","message":{"id":"a","content":[{"type":"text","text":"{\"verdict\":\"approve\",\"findings\":[]}"}]}}"#, tz);
+        st.feed(r#"{"type":"assistant","message":{"id":"b","content":[{"type":"text","text":"On second look:\n{\"verdict\":\"needs discussion\",\"findings\":[\"x\"]}"}]}}"#, tz);
+        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#, tz);
+        assert_eq!(st.verdict(), None);
+        assert!(st.verdict_read().unwrap().unwrap_err().contains("\"needs discussion\""));
+        // The result's own verdict object decides over the way there.
+        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"```json\n{\n \"verdict\": \"request_changes\",\n \"findings\": [\"y\"]\n}\n```"}"#, tz);
+        assert_eq!(st.verdict().map(|v| v.findings), Some(vec!["y".to_string()]));
+    }
+
+    #[test]
+    fn a_crash_mid_event_names_the_panic_on_stderr() {
+        let mut st = StreamState::default();
+        st.feed(r#"{"type":"system","subtype":"init","tools":["Read"],"mcp_servers":[]}"#, chrono_tz::UTC);
+        st.feed(r#"{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"Work"#, chrono_tz::UTC);
+        let stderr = "Bun v1.3.2 (b131639c) Linux x64\n\npanic(main thread): Segmentation fault at address 0x113\noh no: Bun has crashed. This indicates a bug in Bun, not your code.\n";
+        assert_eq!(
+            st.failure(&outcome(None, Some(6), stderr), MINUTE, false).unwrap(),
+            "claude ended (signal 6) without a result event (1 event, the last system/init): its last line was cut off in the middle of an event; stderr: panic(main thread): Segmentation fault at address 0x113"
+        );
     }
 
     fn outcome(exit_code: Option<i32>, signal: Option<i32>, stderr: &str) -> crate::process::Outcome {
@@ -1017,6 +1094,41 @@ mod tests {
             "UTC",
         );
         assert_eq!((st.results, st.final_text().as_str(), st.is_error()), (2, "second", false));
+    }
+
+    #[test]
+    fn a_spurious_error_result_after_a_good_one_does_not_undo_it() {
+        // anthropics/claude-code#16768 (before 2.1.7): after its result, a
+        // background task's notification made the CLI print a second result,
+        // an error with no turns and zero cost, and exit 1.
+        let st = replay(
+            concat!(
+                r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"text","text":"Added sub."}]},"parent_tool_use_id":null}"#,
+                "\n",
+                r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":8127,"num_turns":72,"result":"Added sub.","total_cost_usd":2.1,"usage":{"input_tokens":900,"output_tokens":40}}"#,
+                "\n",
+                r#"{"type":"result","subtype":"error_during_execution","duration_ms":0,"duration_api_ms":0,"is_error":true,"num_turns":0,"total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0},"errors":["only prompt commands are supported in streaming mode"]}"#,
+            ),
+            "UTC",
+        );
+        assert!(!st.is_error());
+        assert_eq!(st.final_text(), "Added sub.");
+        assert_eq!(st.usage(), Usage { tokens_in: Some(900), tokens_out: Some(40), cost_usd: Some(2.1) });
+        assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false), None);
+        assert_eq!(st.notes(false), ["claude reported an error after its result without doing more work (a CLI bug, ignored): only prompt commands are supported in streaming mode"]);
+        // An error after more work, or after a failed result, decides.
+        let st = replay(
+            concat!(
+                r#"{"type":"result","subtype":"success","is_error":false,"num_turns":3,"result":"first"}"#,
+                "\n",
+                r#"{"type":"assistant","message":{"id":"m2","content":[{"type":"text","text":"More."}]},"parent_tool_use_id":null}"#,
+                "\n",
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":0,"errors":["boom"]}"#,
+            ),
+            "UTC",
+        );
+        assert!(st.is_error());
+        assert!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap().ends_with(": boom"));
     }
 
     #[test]

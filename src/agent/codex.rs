@@ -15,7 +15,10 @@
 //! The JSON event stream (`thread.started`, `turn.started`, `item.started` /
 //! `item.updated` / `item.completed`, `turn.completed` with token usage,
 //! `turn.failed`, `error`) is parsed line by line as it arrives
-//! ([`StreamState`]), as are the older shapes codex printed before 0.44;
+//! ([`StreamState`]; a line over the runner's cap, a command's 50 MiB
+//! output, arrives with its long strings shortened, see
+//! `process::Command::json_lines`), as are the older shapes codex printed
+//! before 0.44;
 //! unknown events, items and fields and non-JSON lines are ignored. The
 //! final message is the last agent message, else the last plan. Codex
 //! reports tokens (its running total for the thread) but no cost. A codex
@@ -245,7 +248,8 @@ impl StreamState {
         // `item_type` and `assistant_message`: the experimental shape.
         let kind = item.get("type").or_else(|| item.get("item_type")).and_then(Value::as_str);
         match kind {
-            Some("agent_message" | "assistant_message") => self.last_message = s("text"),
+            // An empty message does not erase the answer given before it.
+            Some("agent_message" | "assistant_message") if !s("text").trim().is_empty() => self.last_message = s("text"),
             Some("plan") => self.last_plan = s("text"),
             Some("command_execution") => {
                 let exit = item.get("exit_code").and_then(Value::as_i64);
@@ -278,7 +282,11 @@ impl StreamState {
         match ty {
             "session_configured" => self.thread_id = s("session_id").or(self.thread_id.take()),
             "task_started" => self.turns_started += 1,
-            "agent_message" => self.last_message = s("message").unwrap_or_default(),
+            "agent_message" => {
+                if let Some(m) = s("message").filter(|m| !m.trim().is_empty()) {
+                    self.last_message = m;
+                }
+            }
             "task_complete" => {
                 self.turns_completed += 1;
                 self.turn_failed = None;
@@ -447,7 +455,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     let tz = call.tz;
     let watch = super::EndWatch::start(cancel, TURN_EXIT_GRACE);
     let end = watch.signal();
-    let cmd = base_command(&argv, call, &[]).stdin_bytes(call.prompt.clone().into_bytes()).on_stdout_line(Box::new(move |line: &str| {
+    let cmd = base_command(&argv, call, &[]).stdin_bytes(call.prompt.clone().into_bytes()).json_lines(true).on_stdout_line(Box::new(move |line: &str| {
         let mut st = sink.lock().expect("codex stream state");
         let before = (st.turns_completed, st.turn_failed.clone());
         st.feed(line, tz);
@@ -478,15 +486,15 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
     };
+    let edited_files: Vec<String> = st.changed_files.iter().map(|f| relative_to(f, &call.cwd)).collect();
     let mut claimed_files = parse_blocks(&text).files;
-    for f in &st.changed_files {
-        let rel = relative_to(f, &call.cwd);
-        if !claimed_files.contains(&rel) {
-            claimed_files.push(rel);
+    for rel in &edited_files {
+        if !claimed_files.contains(rel) {
+            claimed_files.push(rel.clone());
         }
     }
     let notes = st.notes(ended_after_turn);
-    Ok(Report { argv, outcome, text, verdict, usage: st.usage.clone(), limit, failure, tools: None, mcp_servers: None, claimed_files, notes })
+    Ok(Report { argv, outcome, text, verdict, usage: st.usage.clone(), limit, failure, tools: None, mcp_servers: None, claimed_files, edited_files, notes })
 }
 
 impl StreamState {
@@ -853,6 +861,20 @@ mod tests {
         // Never started: stderr tells, else stdout's last words.
         let none = feed_all("Not inside a trusted directory and --skip-git-repo-check was not specified.\n");
         assert_eq!(none.call_failure(&outcome(Some(1), None, ""), MINUTE, false).as_deref(), Some("codex exited (code 1) before starting a session: stdout: Not inside a trusted directory and --skip-git-repo-check was not specified."));
+    }
+
+    #[test]
+    fn an_empty_last_message_does_not_erase_the_answer() {
+        let st = feed_all(concat!(
+            "{\"type\":\"turn.started\"}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"a\",\"type\":\"agent_message\",\"text\":\"{\\\"verdict\\\":\\\"approve\\\",\\\"findings\\\":[]}\"}}\n",
+            "{\"type\":\"item.completed\",\"item\":{\"id\":\"b\",\"type\":\"agent_message\",\"text\":\"\"}}\n",
+            "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":null}}\n",
+        ));
+        assert_eq!(st.final_text(), r#"{"verdict":"approve","findings":[]}"#);
+        assert_eq!((st.usage.tokens_in, st.usage.tokens_out), (Some(5), None), "a null count is unknown");
+        let st = feed_all("{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"Added sub.\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"task_complete\",\"last_agent_message\":null}}\n");
+        assert_eq!(st.final_text(), "Added sub.");
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         tools: None,
         mcp_servers: None,
         claimed_files,
+        edited_files: Vec::new(),
         notes: Vec::new(),
     })
 }

@@ -119,8 +119,15 @@ pub struct Report {
     pub tools: Option<Vec<String>>,
     /// MCP servers the agent session said it had.
     pub mcp_servers: Option<Vec<String>>,
-    /// Files the agent says it changed (checked against git by the proof).
+    /// Files the agent says it changed (checked against git by the proof):
+    /// its `FILES:` block and [`Report::edited_files`].
     pub claimed_files: Vec<String>,
+    /// Files the agent's own tool events show it changed (claude's
+    /// Edit/Write calls that did not fail, codex's completed file changes),
+    /// relative to the checkout where they are inside it; empty for
+    /// `command` agents. A reviewer with any is void (SPEC §6), also when
+    /// the file lies outside the checkout, where git cannot see it.
+    pub edited_files: Vec<String>,
     /// What the agent's own channels said that a person should know although
     /// the call did not fail: tools its permissions denied, tool calls that
     /// failed, an agent ended after its final event because it did not exit.
@@ -340,16 +347,34 @@ pub fn json_line(line: &str) -> JsonLine {
 /// with braces in it is no event.
 pub const JSON_PREFIX_SCAN: usize = 256;
 
-/// The stderr line that says what went wrong: the first line that starts
-/// with `error` (any case; clap's usage errors, Node's `Error: …`), `fatal`
-/// or `panic`, names an uncaught exception, or is a log line at level ERROR
-/// (`2026-03-04T17:48:31Z ERROR codex_api: …`); else the last non-empty line
-/// that is not one of Node's warnings; `None` when stderr is blank.
+/// The stderr line that says what went wrong: a crash first — a Rust panic
+/// of any thread (`thread 'tokio-runtime-worker' panicked at src/x.rs:1:2:`,
+/// with the message the line after it, as Rust prints it since 1.73) or a
+/// runtime's panic line (Bun, which the claude binary is built on:
+/// `panic(main thread): Segmentation fault at address 0x113`) — since
+/// error lines logged before it (codex logs benign ERROR lines) did not end
+/// the agent; else the first line that starts with `error` (any case;
+/// clap's usage errors, Node's `Error: …`), `fatal` or `panic`, names an
+/// uncaught exception, or is a log line at level ERROR
+/// (`2026-03-04T17:48:31Z ERROR codex_api: …`); else the last non-empty
+/// line that is not one of Node's warnings; `None` when stderr is blank.
 pub fn telling_stderr_line(stderr: &str) -> Option<String> {
     let all: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let rust_panic = |l: &str| l.starts_with("thread '") && l.contains("' panicked at");
+    if let Some(i) = all.iter().position(|l| rust_panic(l)) {
+        let message = all.get(i + 1).filter(|m| all[i].ends_with(':') && !m.starts_with("note: ") && !m.starts_with("stack backtrace"));
+        let line = match message {
+            Some(m) => format!("{} {m}", all[i]),
+            None => all[i].to_string(),
+        };
+        return Some(cut_chars(&line, 400));
+    }
+    if let Some(l) = all.iter().find(|l| l.starts_with("panic(") || l.starts_with("panic:")) {
+        return Some(cut_chars(l, 400));
+    }
     let is_error = |l: &&&str| {
         let lower = l.to_ascii_lowercase();
-        lower.starts_with("error") || lower.starts_with("fatal") || lower.starts_with("panic") || lower.starts_with("thread 'main' panicked") || lower.contains("uncaught") || lower.split_whitespace().nth(1) == Some("error")
+        lower.starts_with("error") || lower.starts_with("fatal") || lower.starts_with("panic") || lower.contains("uncaught") || lower.split_whitespace().nth(1) == Some("error")
     };
     let node_warning = |l: &&&str| l.starts_with("(node:") || l.starts_with("(Use `node --trace-");
     all.iter().find(is_error).or_else(|| all.iter().rev().find(|l| !node_warning(l))).or(all.last()).map(|l| cut_chars(l, 400))
@@ -468,58 +493,143 @@ pub struct Blocks {
     pub files: Vec<String>,
 }
 
-/// Parses `FINDINGS:`, `QUESTION:` and `FILES:` blocks: a line that is the
-/// block's name followed by lines starting `- `, until a blank line. A
-/// `QUESTION:` may also carry its text on the same line.
+/// The kinds of block a writer's answer may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    Findings,
+    Question,
+    Files,
+}
+
+/// The block `line` opens, and the text after its head on the same line.
+/// The head is `FINDINGS:`, `QUESTION:` or `FILES:` at the start of the
+/// line, also as models decorate it in markdown: a heading (`## QUESTION:`)
+/// or bold (`**QUESTION:**`, `**FILES**:`, `__FINDINGS:__`).
+fn block_head(line: &str) -> Option<(BlockKind, &str)> {
+    let t = line.trim();
+    let t = t.trim_start_matches('#').trim_start();
+    let bare = t.trim_start_matches(['*', '_']);
+    let decorated = bare.len() != t.len();
+    for (name, kind) in [("FINDINGS", BlockKind::Findings), ("QUESTION", BlockKind::Question), ("FILES", BlockKind::Files)] {
+        let Some(rest) = bare.strip_prefix(name) else { continue };
+        let Some(rest) = rest.trim_start_matches(['*', '_']).strip_prefix(':') else { continue };
+        let mut rest = rest.trim_start_matches(['*', '_']).trim();
+        if decorated {
+            // `**QUESTION: Should X?**`: the closing marks are no text.
+            rest = rest.trim_end_matches(['*', '_']).trim_end();
+        }
+        return Some((kind, rest));
+    }
+    None
+}
+
+/// The text of a list item line (`- x`, `* x`, `+ x`, `• x`, `1. x`,
+/// `1) x`), or `None` for a line that is not one.
+fn list_item(t: &str) -> Option<&str> {
+    for marker in ["- ", "* ", "+ ", "• "] {
+        if let Some(rest) = t.strip_prefix(marker) {
+            return Some(rest.trim());
+        }
+    }
+    let digits = t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    if digits > 0 && digits <= 3 {
+        let rest = &t[digits..];
+        if let Some(rest) = rest.strip_prefix(". ").or_else(|| rest.strip_prefix(") ")) {
+            return Some(rest.trim());
+        }
+    }
+    None
+}
+
+/// A `FILES:` entry as models write it, reduced to the path: `` `src/a.rs` ``,
+/// `**src/a.rs**`, `src/a.rs (new)`, `src/a.rs — added sub`, `src/a.rs: x`;
+/// `none` is no entry.
+fn file_entry(entry: &str) -> Option<String> {
+    // Bold marks only: `_` begins real names (`__init__.py`).
+    let e = entry.trim().trim_start_matches('*').trim();
+    let path = if let Some(inner) = e.strip_prefix('`') {
+        inner.split('`').next().unwrap_or("")
+    } else {
+        let mut p = e;
+        for sep in [" (", " — ", " – ", " - ", ": ", "\t"] {
+            if let Some(i) = p.find(sep) {
+                p = &p[..i];
+            }
+        }
+        p.trim_end_matches([':', ',', ';', '*'])
+    };
+    let path = path.trim().trim_matches(['"', '\'']);
+    // `FILES: none`: a claim of nothing.
+    let nothing = ["none", "(none)", "n/a", "nothing", "-"].iter().any(|n| path.eq_ignore_ascii_case(n));
+    (!path.is_empty() && !nothing).then(|| path.to_string())
+}
+
+/// A code fence line (```` ``` ```` or `~~~`, with or without a language).
+fn is_fence(t: &str) -> bool {
+    t.starts_with("```") || t.starts_with("~~~")
+}
+
+/// Parses `FINDINGS:`, `QUESTION:` and `FILES:` blocks (SPEC §5.8): a line
+/// that is the block's head followed by list items (`- ` as the SPEC
+/// writes them; `*`, `+` and numbered items are read too; an indented line
+/// continues a wrapped finding), until a blank line, a fence or a line that
+/// is no item. A head may carry its first entry
+/// on the same line and may be decorated in markdown ([`block_head`]).
+/// A `QUESTION:` takes every following line until a blank line. `FILES:`
+/// entries are reduced to their paths ([`file_entry`]).
 pub fn parse_blocks(text: &str) -> Blocks {
     let mut b = Blocks::default();
-    let mut current: Option<&str> = None;
+    let mut current: Option<BlockKind> = None;
     let mut question: Vec<String> = Vec::new();
     for raw in text.lines() {
-        let line = raw.trim_end();
-        let t = line.trim_start();
-        if t.is_empty() {
+        let t = raw.trim();
+        if t.is_empty() || is_fence(t) {
             current = None;
             continue;
         }
-        let head = |name: &str| t.strip_prefix(name).map(str::trim);
-        if let Some(rest) = head("FINDINGS:") {
-            current = Some("findings");
-            if !rest.is_empty() {
-                b.findings.push(rest.trim_start_matches("- ").to_string());
-            }
-            continue;
-        }
-        if let Some(rest) = head("QUESTION:") {
-            current = Some("question");
-            question.clear();
-            if !rest.is_empty() {
-                question.push(rest.to_string());
-            }
-            continue;
-        }
-        if let Some(rest) = head("FILES:") {
-            current = Some("files");
-            if !rest.is_empty() {
-                b.files.extend(rest.split_whitespace().map(str::to_string));
+        if let Some((kind, rest)) = block_head(t) {
+            current = Some(kind);
+            match kind {
+                BlockKind::Findings if !rest.is_empty() => b.findings.push(list_item(rest).unwrap_or(rest).to_string()),
+                BlockKind::Question => {
+                    question.clear();
+                    if !rest.is_empty() {
+                        question.push(rest.to_string());
+                    }
+                }
+                BlockKind::Files if !rest.is_empty() => b.files.extend(rest.split_whitespace().filter_map(file_entry)),
+                _ => {}
             }
             continue;
         }
         match current {
-            Some("findings") => match t.strip_prefix("- ") {
-                Some(f) if !f.trim().is_empty() => b.findings.push(f.trim().to_string()),
+            Some(BlockKind::Findings) => match list_item(t) {
+                Some(f) if !f.is_empty() => b.findings.push(f.to_string()),
+                // An indented line that is no item continues the entry
+                // above it (a long finding wrapped).
+                None if raw.starts_with([' ', '\t']) && !b.findings.is_empty() => {
+                    let last = b.findings.last_mut().expect("a finding");
+                    last.push(' ');
+                    last.push_str(t);
+                }
                 _ => current = None,
             },
-            Some("files") => match t.strip_prefix("- ") {
-                Some(f) if !f.trim().is_empty() => b.files.push(f.trim().to_string()),
-                _ => current = None,
+            Some(BlockKind::Files) => match list_item(t) {
+                Some(f) => b.files.extend(file_entry(f)),
+                None => current = None,
             },
-            Some("question") => question.push(t.trim_start_matches("- ").to_string()),
-            _ => {}
+            // A question's lines are its text (numbered options included).
+            Some(BlockKind::Question) => question.push(t.trim_start_matches("- ").to_string()),
+            None => {}
         }
     }
     if !question.is_empty() {
         b.question = Some(question.join("\n"));
+    }
+    for f in std::mem::take(&mut b.files) {
+        if !b.files.contains(&f) {
+            b.files.push(f);
+        }
     }
     b
 }
@@ -532,12 +642,12 @@ pub fn strip_blocks(text: &str) -> String {
     let mut in_block = false;
     for line in text.lines() {
         let t = line.trim();
-        if ["FINDINGS:", "QUESTION:", "FILES:"].iter().any(|h| t.starts_with(h)) {
+        if block_head(t).is_some() {
             in_block = true;
             continue;
         }
         if in_block {
-            if t.is_empty() {
+            if t.is_empty() || is_fence(t) {
                 in_block = false;
             }
             continue;
@@ -678,6 +788,14 @@ mod tests {
         assert_eq!(telling_stderr_line("2026-03-04T17:48:31Z  WARN codex_core: slow\n2026-03-04T17:48:31Z ERROR codex_api::endpoint::responses: error=http 500\n2026-03-04T17:48:32Z  INFO done\n").as_deref(), Some("2026-03-04T17:48:31Z ERROR codex_api::endpoint::responses: error=http 500"));
         assert_eq!(telling_stderr_line("killed by the OOM killer\n(node:42) Warning: something\n(Use `node --trace-warnings ...` to show where the warning was created)\n").as_deref(), Some("killed by the OOM killer"));
         assert_eq!(telling_stderr_line(" \n"), None);
+        // A crash wins over error lines logged before it (openai/codex#7990:
+        // a tokio worker's panic, its message on the next line).
+        let rust = "2026-04-25T10:00:00Z ERROR codex_core::session: failed to record rollout items: thread x not found\nthread 'tokio-runtime-worker' panicked at core/src/util.rs:21:9:\nFunction call output is missing for call id: call_M\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(telling_stderr_line(rust).as_deref(), Some("thread 'tokio-runtime-worker' panicked at core/src/util.rs:21:9: Function call output is missing for call id: call_M"));
+        assert_eq!(telling_stderr_line("thread 'main' panicked at 'index out of bounds', src/a.rs:1:2\nnote: run with `RUST_BACKTRACE=1`\n").as_deref(), Some("thread 'main' panicked at 'index out of bounds', src/a.rs:1:2"));
+        // Bun's crash report (the claude binary; oven-sh/bun#24828).
+        let bun = "============================================================\nBun v1.3.2 (b131639c) Linux x64 (baseline)\nArgs: \"claude\" \"-p\" \"fix the uncaught error\"\nElapsed: 1207ms | User: 359ms\n\npanic(main thread): Segmentation fault at address 0x113\noh no: Bun has crashed. This indicates a bug in Bun, not your code.\n\n https://bun.report/1.3.2/xyz\n";
+        assert_eq!(telling_stderr_line(bun).as_deref(), Some("panic(main thread): Segmentation fault at address 0x113"));
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -712,6 +830,27 @@ mod tests {
         assert_eq!(b.question.as_deref(), Some("should X be Y?"));
         assert_eq!(b.files, vec!["src/a.rs"]);
         assert_eq!(parse_blocks("no blocks here"), Blocks::default());
+    }
+
+    #[test]
+    fn blocks_are_read_as_models_decorate_them() {
+        // Markdown heads (bold, heading), `*` and numbered items, CRLF.
+        let text = "Done.\r\n\r\n**FINDINGS:**\r\n* the README is stale\r\n2. a flaky test\r\n\r\n## QUESTION:\r\nShould X be Y?\r\n1. keep X\r\n2. use Y\r\n\r\n**FILES**:\r\n- `src/a.rs`\r\n- src/b.rs (new)\r\n- `src/c.rs` — added sub\r\n- **src/d.rs**: tests\r\n- src/a.rs\r\n- __init__.py\r\n";
+        let b = parse_blocks(text);
+        assert_eq!(b.findings, ["the README is stale", "a flaky test"]);
+        assert_eq!(b.question.as_deref(), Some("Should X be Y?\n1. keep X\n2. use Y"));
+        assert_eq!(b.files, ["src/a.rs", "src/b.rs", "src/c.rs", "src/d.rs", "__init__.py"]);
+        assert_eq!(parse_blocks("**QUESTION: Which base should sub use?**\n").question.as_deref(), Some("Which base should sub use?"));
+        assert_eq!(parse_blocks("FILES: `a.rs`, `b.rs`\n").files, ["a.rs", "b.rs"]);
+        assert_eq!(parse_blocks("FILES: none\n").files, Vec::<String>::new());
+        // A finding wrapped over an indented line is one finding; an
+        // unindented line after the block is not part of it.
+        let b = parse_blocks("FINDINGS:\n- the README mentions mul but the\n  code has no mul\n- flaky test\nDone.\n");
+        assert_eq!(b.findings, ["the README mentions mul but the code has no mul", "flaky test"]);
+        // A fence ends a block; words that merely begin with a head are none.
+        let b = parse_blocks("```\nFINDINGS:\n- in a fence\n```\nnot a finding\nFILESYSTEM: ok\nQUESTIONS: none\n");
+        assert_eq!((b.findings, b.question, b.files), (vec!["in a fence".to_string()], None, vec![]));
+        assert_eq!(strip_blocks("Added sub.\n\n**FINDINGS:**\n- x\n\nAll green."), "Added sub.\n\nAll green.");
     }
 }
 
