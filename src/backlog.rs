@@ -403,6 +403,23 @@ pub fn parse(path: &Path, text: &str) -> Backlog {
         }
         items.push(item);
     }
+    // Once per section, not once per item under it.
+    let mut told = std::collections::BTreeSet::new();
+    for raw in scan.items.iter().filter(|r| !r.done) {
+        if let Some((line, bytes)) = context.oversized[raw.region]
+            && told.insert(line)
+        {
+            problems.push(Problem {
+                path: path.to_path_buf(),
+                line,
+                message: format!(
+                    "the block quotes that are context for the items of this section total {} KiB, more than {} KiB; every item's contract carries them all: move the long text into a file in the repository and quote only a pointer to it",
+                    bytes / 1024,
+                    MAX_CONTEXT_BYTES / 1024
+                ),
+            });
+        }
+    }
     let mut problem = |line: usize, message: String| {
         problems.push(Problem {
             path: path.to_path_buf(),
@@ -779,27 +796,52 @@ struct Context {
     preamble: Vec<String>,
     /// Per region (index into `Scan::regions`); empty for preamble regions.
     regions: Vec<Vec<String>>,
+    /// Per region: the first line of its first quote and its context's bytes
+    /// (the preamble's included), when over [`MAX_CONTEXT_BYTES`].
+    oversized: Vec<Option<(usize, usize)>>,
 }
+
+/// The most block-quote context (bytes) an item may carry. Each item's
+/// contract holds its section's every quote (SPEC §3), so a long one would be
+/// copied, hashed and stored once per item: refused above this.
+pub const MAX_CONTEXT_BYTES: usize = 64 * 1024;
 
 impl Context {
     fn new(text: &str, lines: &LineIndex, scan: &Scan) -> Self {
         let mut context = Context {
             preamble: Vec::new(),
             regions: vec![Vec::new(); scan.regions.len()],
+            oversized: vec![None; scan.regions.len()],
         };
+        let mut first_line = vec![None; scan.regions.len()];
+        let mut preamble_line = None;
         for q in &scan.quotes {
             let into = if scan.regions[q.region].preamble {
+                preamble_line.get_or_insert(lines.line_of(q.range.start));
                 &mut context.preamble
             } else {
+                first_line[q.region].get_or_insert(lines.line_of(q.range.start));
                 &mut context.regions[q.region]
             };
             into.extend(quote_lines(text, lines, &q.range));
+        }
+        let bytes = |v: &[String]| v.iter().map(|l| l.len() + 1).sum::<usize>();
+        let preamble_bytes = bytes(&context.preamble);
+        for (r, own) in context.regions.iter().enumerate() {
+            let total = preamble_bytes + bytes(own);
+            if total > MAX_CONTEXT_BYTES {
+                context.oversized[r] = Some((first_line[r].or(preamble_line).unwrap_or(1), total));
+            }
         }
         context
     }
 
     /// Context of an item in `region`: the preamble's quotes, then its region's.
+    /// Empty when over [`MAX_CONTEXT_BYTES`] (a problem says so).
     fn of(&self, region: usize) -> Vec<String> {
+        if self.oversized[region].is_some() {
+            return Vec::new();
+        }
         let own = &self.regions[region];
         let mut all = Vec::with_capacity(self.preamble.len() + own.len());
         all.extend_from_slice(&self.preamble);

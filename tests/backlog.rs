@@ -2103,3 +2103,28 @@ fn five_spaces_after_the_marker_are_named() {
     assert_eq!(got[0].0, 3);
     assert!(got[0].1.starts_with("5 spaces after the list marker make the rest of the line code"), "{}", got[0].1);
 }
+
+/// Every item's contract carries its section's block quotes (SPEC §3): a long
+/// quote would be copied into each one, so more than 64 KiB is one problem at
+/// the quote, once per section, and parsing stays linear.
+#[test]
+fn block_quote_context_over_64_kib_is_one_problem_per_section() {
+    let big = format!("> {}\n", "context ".repeat(9000));
+    let b = parse(&format!("## Big\n\n{big}\n- [ ] One\n- [ ] Two\n\n## Small\n\n> short\n\n- [ ] Three\n"));
+    let over: Vec<_> = b.problems.iter().filter(|p| p.message.contains("more than 64 KiB")).collect();
+    assert_eq!(over.len(), 1, "{:?}", b.problems);
+    assert_eq!(over[0].line, 3, "named at the quote");
+    assert!(over[0].message.contains("move the long text into a file"), "{}", over[0].message);
+    let three = b.items.iter().find(|i| i.title == "Three").unwrap();
+    assert_eq!(three.context, ["short"], "other sections keep their context");
+
+    // A quote under each of 5,000 items: every item would carry all 5,000.
+    let mut text = String::from("## Many\n\n");
+    for n in 0..5000 {
+        text.push_str(&format!("- [ ] Item {n}\n\n> why item {n} matters, at some length to add up\n\n"));
+    }
+    let b = parse(&text);
+    assert_eq!(b.items.len(), 5000);
+    assert_eq!(b.problems.iter().filter(|p| p.message.contains("more than 64 KiB")).count(), 1, "{:?}", &b.problems[..b.problems.len().min(3)]);
+    assert!(b.items.iter().all(|i| i.context.is_empty()));
+}
