@@ -250,10 +250,15 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     let items = rec::run_items(&pool, end.run_id).await?;
     let slept = rec::slept_seconds(&pool, end.run_id).await?;
     if !cli.quiet {
-        print!("{}", crate::report::to_text(&run_row, &items, slept, false));
+        // After a hang-up there is no terminal left to print to: the run is
+        // recorded, so a failed print is not worth a panic.
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{}", crate::report::to_text(&run_row, &items, slept, false));
         if let Some(log) = progress::RUN_LOG.get() {
-            println!("log: {}", log.display());
+            let _ = writeln!(out, "log: {}", log.display());
         }
+        let _ = out.flush();
     }
     Ok(end.code)
 }
@@ -324,23 +329,55 @@ fn print_cards(plan: &Plan, selection: &Selection) {
     }
 }
 
-/// SIGINT/SIGTERM cancel the run: the current agent is killed, the item
-/// recorded `interrupted`, its checkout cleaned (SPEC §7).
+/// SIGINT/SIGTERM — and SIGHUP (the terminal closed) and SIGQUIT (Ctrl-\\),
+/// whose default action would kill nightshift and leave its agent running
+/// on in the checkout — cancel the run: the current agent is killed, the
+/// item recorded `interrupted`, its checkout cleaned (SPEC §7).
 /// The handlers are installed before this returns, so no signal after it
 /// falls to the default action (which would leave the run `running`).
 /// The returned guard ends the handler when the drain is over, so the
 /// fires of `schedule` do not pile up handlers.
 fn spawn_signal_handler(cancel: CancellationToken) -> Option<AbortOnDrop> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return None };
+    let mut stop = StopSignals::install()?;
     Some(AbortOnDrop(tokio::spawn(async move {
-        tokio::select! {
-            _ = int.recv() => {},
-            _ = term.recv() => {},
-        }
-        eprintln!("nightshift: signal received; stopping the current item");
+        let name = stop.recv().await;
+        // Cancel before printing: after a hang-up stderr may be gone.
         cancel.cancel();
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "nightshift: {name} received; stopping the current item");
     })))
+}
+
+/// The signals that stop a run or a schedule: SIGINT, SIGTERM, SIGHUP,
+/// SIGQUIT (SPEC §7).
+pub(crate) struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers; `None` if one cannot be installed.
+    pub(crate) fn install() -> Option<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Some(StopSignals {
+            int: signal(SignalKind::interrupt()).ok()?,
+            term: signal(SignalKind::terminate()).ok()?,
+            hup: signal(SignalKind::hangup()).ok()?,
+            quit: signal(SignalKind::quit()).ok()?,
+        })
+    }
+
+    /// Waits for the first of them; returns its name.
+    pub(crate) async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.hup.recv() => "SIGHUP",
+            _ = self.quit.recv() => "SIGQUIT",
+        }
+    }
 }
 
 /// Aborts a task when dropped.
