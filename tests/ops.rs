@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, assert_ok};
+use common::github::FakeGitHub;
+use common::{Fixture, assert_ok, git, text};
 use serde_json::Value;
 
 /// A writer that appends the item's word (`sub`, `pow`, `mul`) to calc.txt.
@@ -32,6 +33,12 @@ echo "edited calc.txt"
 fn stall_snippet(dir: &Path, name: &str) -> String {
     let d = dir.display();
     format!("if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready; wait; fi\n")
+}
+
+/// Lets a stalled script go on: kills its `sleep`.
+fn release(dir: &Path, name: &str) {
+    let pid = read_pid(&dir.join(format!("{name}.child")));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
 }
 
 fn read_pid(p: &Path) -> i32 {
@@ -190,4 +197,176 @@ fn closing_the_terminal_stops_the_run_cleanly() {
     assert_eq!(f.db.sql("SELECT status || ' ' || exit_code FROM runs"), "stopped_signal 1");
     assert_eq!(f.db.sql("SELECT outcome FROM run_items"), "interrupted");
     assert!(f.remote_branches().is_empty());
+}
+
+/// Takes the test's database away: no new connections, every session ended.
+fn db_down(f: &Fixture) {
+    let admin = common::admin_url();
+    for q in [format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", f.db.name), format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{}'", f.db.name)] {
+        let out = std::process::Command::new("psql").args([admin.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", &q]).output().unwrap();
+        assert!(out.status.success(), "{q}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// Brings it back.
+fn db_up(f: &Fixture) {
+    let admin = common::admin_url();
+    let q = format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", f.db.name);
+    let out = std::process::Command::new("psql").args([admin.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", &q]).output().unwrap();
+    assert!(out.status.success(), "{q}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn writer_calls(f: &Fixture) -> String {
+    f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'")
+}
+
+/// Exactly one PR per item on GitHub, each from its own branch, and those
+/// branches on the remote with one commit each.
+fn one_pr_per_item(f: &Fixture, gh: &FakeGitHub, items: usize) {
+    let mut heads: Vec<String> = gh.prs().iter().map(|p| p["head"]["ref"].as_str().unwrap().to_string()).collect();
+    heads.sort();
+    assert_eq!(heads.len(), items, "{heads:?}");
+    heads.dedup();
+    assert_eq!(heads.len(), items, "a duplicate PR: {heads:?}");
+    let mut branches = f.remote_branches();
+    branches.sort();
+    assert_eq!(branches, heads);
+    for b in &branches {
+        assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]), "1", "{b} has one commit");
+    }
+}
+
+async fn with_github() -> (Fixture, FakeGitHub) {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_ops_token_0123456789abcdef".into());
+    two_items(&f);
+    (f, gh)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ledger goes away and comes back
+// ---------------------------------------------------------------------------------------------
+
+/// PostgreSQL goes away while the writer works (its sessions ended, new ones
+/// refused — a restart, a failover) and comes back: the run waits, takes its
+/// lock again and goes on; nothing is redone, lost or opened twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ledger_outage_during_an_item_is_waited_out() {
+    let (f, gh) = with_github().await;
+    stall(&f, "writer");
+    stall(&f, "writer2");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(&f, "writer");
+    db_down(&f);
+    release(&f.agents, "writer");
+    wait_until(Duration::from_secs(20), "the run to say it waits for the ledger", || bg.output().contains("stopped answering"));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(bg.child.try_wait().unwrap().is_none(), "the run gave up at once:\n{}", bg.output());
+    db_up(&f);
+    // The outage ended the session holding the repository's lock; the run
+    // took it again, so another drain (with checkouts elsewhere, so that only
+    // the ledger's lock stands between them) is refused.
+    wait_ready(&f, "writer2");
+    let other_data = f.dir.path().join("other-data");
+    let mut second = f.cmd();
+    second.env("NIGHTSHIFT_DATA_DIR", &other_data).args(["drain", "--deadline", &common::far_deadline()]);
+    let out = second.output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("another nightshift run holds the lock"), "{}", text(&out));
+    release(&f.agents, "writer2");
+    let status = bg.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{}", bg.output());
+    assert!(bg.output().contains("the ledger answers again"), "{}", bg.output());
+    let rep = f.report();
+    assert_eq!(rep["status"], "completed", "{rep:#}");
+    assert_eq!(outcomes(&rep), ["pr_opened", "pr_opened"]);
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
+    assert_eq!(writer_calls(&f), "2", "the writer's work was kept, not redone");
+    one_pr_per_item(&f, &gh, 2);
+}
+
+/// A signal while the run waits for the ledger stops it at once; the next
+/// drain, with the ledger back, resumes it without duplicates.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signal_while_waiting_for_the_ledger_stops_and_the_next_drain_resumes() {
+    let (f, gh) = with_github().await;
+    stall(&f, "writer");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(&f, "writer");
+    db_down(&f);
+    release(&f.agents, "writer");
+    wait_until(Duration::from_secs(20), "the run to wait for the ledger", || bg.output().contains("stopped answering"));
+    let sent = Instant::now();
+    bg.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(bg.wait(Duration::from_secs(15)).code(), Some(1), "{}", bg.output());
+    assert!(sent.elapsed() < Duration::from_secs(12), "{:?}", sent.elapsed());
+    let out = bg.output();
+    assert!(out.contains("a signal came while the run waited") && out.contains("`nightshift drain` resumes this run"), "{out}");
+    assert!(out.contains(&format!("/{} (from NIGHTSHIFT_DATABASE_URL)", f.db.name)), "names the ledger: {out}");
+    db_up(&f);
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("resuming crashed run"), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
+    one_pr_per_item(&f, &gh, 2);
+}
+
+/// The embedded cluster is nightshift's own: when it dies mid-run (here an
+/// immediate shutdown, as after a crash), the run starts it again and goes on.
+#[test]
+fn an_embedded_ledger_that_dies_mid_run_is_started_again() {
+    let f = Fixture::new();
+    two_items(&f);
+    stall(&f, "writer");
+    let embedded = || {
+        let mut c = f.cmd();
+        c.env_remove("NIGHTSHIFT_DATABASE_URL");
+        c
+    };
+    let out = embedded().args(["plan", "--json"]).output().unwrap();
+    assert_ok(&out, "plan");
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_ok(&embedded().args(["approve", plan["plan_sha"].as_str().unwrap()]).output().unwrap(), "approve");
+    let mut bg = Bg::start_cmd(&f, embedded(), &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(&f, "writer");
+    let pid_file = f.data.join("pg/postmaster.pid");
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    // SIGQUIT is PostgreSQL's immediate shutdown: no checkpoint, as in a crash.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGQUIT).unwrap();
+    wait_until(Duration::from_secs(10), "the postmaster to be gone", || process_gone(pid));
+    release(&f.agents, "writer");
+    let status = bg.wait(Duration::from_secs(90));
+    assert_eq!(status.code(), Some(0), "{}", bg.output());
+    let out = embedded().args(["report", "--json"]).output().unwrap();
+    let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rep["status"], "completed", "{rep:#}");
+    assert_eq!(outcomes(&rep), ["pr_opened", "pr_opened"]);
+    assert_eq!(f.remote_branches().len(), 2);
+    let _ = embedded().args(["db", "stop"]).output();
+}
+
+/// `status` and `report` with the ledger down: a prompt error that names
+/// the ledger (without its password), says why and what to do.
+#[test]
+fn status_and_report_with_the_ledger_down_say_why() {
+    let mut f = Fixture::new();
+    two_items(&f);
+    let missing = f.dir.path().join("no-server");
+    f.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), format!("postgres://postgres:hunter2secret@localhost/x?host={}", missing.display())));
+    for args in [&["status"][..], &["status", "--json"], &["report"], &["report", "--json"]] {
+        let started = Instant::now();
+        let out = f.cmd().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        assert!(started.elapsed() < Duration::from_secs(8), "{args:?} took {:?}", started.elapsed());
+        let t = text(&out);
+        assert!(t.contains("cannot connect to the ledger at postgres://postgres@") && t.contains("(from NIGHTSHIFT_DATABASE_URL)"), "{args:?}: {t}");
+        assert!(t.contains("No such file or directory"), "{args:?}: the cause, not a pool timeout: {t}");
+        assert!(t.contains("start that server or fix the URL"), "{args:?}: {t}");
+        assert!(!t.contains("hunter2secret"), "{t}");
+        assert!(out.stdout.is_empty(), "{args:?}: no half answer on stdout: {t}");
+    }
 }

@@ -61,7 +61,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
 
     // One drain per repository (SPEC §9).
     let holder = ledger_mod::HolderInfo::current();
-    let _lock = match lg.try_lock_repo(&id, &holder).await.map_err(|e| Error::failure(format!("ledger: {e}")))? {
+    let lock = match lg.try_lock_repo(&id, &holder).await.map_err(|e| Error::failure(format!("ledger: {e}")))? {
         ledger_mod::RepoLockAttempt::Acquired(guard) => guard,
         ledger_mod::RepoLockAttempt::Held { holder } => {
             let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "another process".into());
@@ -236,6 +236,9 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         clock: Arc::new(schedule::SystemClock),
         pushed: Default::default(),
         remote_down: Default::default(),
+        ledger: lg.clone(),
+        db_source: source.clone(),
+        lock: tokio::sync::Mutex::new(Some(lock)),
     };
     let watched: Vec<progress::Entry> = match &selection {
         Selection::All => night.plan.entries.iter().map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
