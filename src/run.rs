@@ -104,6 +104,14 @@ pub struct Night {
     pub db_source: crate::ledger::DbSource,
     /// The one-drain-per-repo lock; `None` only after it was lost.
     pub lock: tokio::sync::Mutex<Option<crate::ledger::RepoLock>>,
+    /// The hold on the repository's checkouts under the data directory; also
+    /// how the run notices that directory was removed or filled up.
+    pub slots_lock: Option<slot::SlotsLock>,
+    /// Set when something outside the items stops the run (an agent that
+    /// cannot be started, a data directory that is full, read-only or gone):
+    /// the current item is recorded `interrupted`, the run `crashed`, and
+    /// the next `drain` resumes it once the cause is fixed.
+    pub systemic: std::sync::Mutex<Option<String>>,
 }
 
 /// How long a run waits for a ledger that stopped answering before it gives
@@ -129,6 +137,8 @@ pub struct RunEnd {
     pub status: String,
     /// Exit code.
     pub code: ExitCode,
+    /// What outside the items stopped the run (status `crashed`), if anything.
+    pub stopped_by: Option<String>,
 }
 
 /// Finds the approval to run under (SPEC §4).
@@ -255,16 +265,23 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
         Selection::All => night.plan.entries.iter().collect(),
         Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == i).collect(),
     };
+    let mut stopped_by = None;
     for entry in entries {
         if night.cancel.is_cancelled() {
             status = "stopped_signal";
             break;
         }
         let carried_over = finished_before.get(&entry.item.key);
-        // Before work starts: the lock still ours (a restart of the server
-        // drops it with its session).
+        // Before work starts: the lock still ours, the data directory still
+        // usable. A run that cannot write its checkouts stops here rather
+        // than fail every item in turn.
         if carried_over.is_none() {
             night.hold_lock().await?;
+            if let Some(why) = night.systemic_problem() {
+                status = "crashed";
+                stopped_by = Some(why);
+                break;
+            }
         }
         let item_id = night.db(|| rec::start_item(pool, run_id, &entry.item.key, &entry.contract_sha, entry.index, &entry.item.title)).await?;
         let end = if let Some(prev) = carried_over {
@@ -273,11 +290,23 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
             status = "stopped_deadline";
             ItemEnd { outcome: "deadline".into(), reason: Some(format!("not started before the deadline {}", local(night.deadline, night.tz))), ..Default::default() }
         } else {
-            let end = one_item(night, run_id, item_id, entry, approved, &mut run_cost).await?;
+            let mut end = one_item(night, run_id, item_id, entry, approved, &mut run_cost).await?;
+            // A failure the environment caused (the disk filled up, the data
+            // directory went away, the agent's executable vanished) is not
+            // the item's: it is not an attempt of it, and the run stops, to
+            // be resumed once the cause is fixed.
+            let systemic = if OK_OUTCOMES.contains(&end.outcome.as_str()) || end.outcome == "pr_failed" { None } else { night.systemic_problem() };
+            if let Some(why) = systemic {
+                let own = end.reason.take().filter(|r| !r.is_empty() && !why.contains(r.as_str()));
+                end.outcome = "interrupted".into();
+                end.reason = Some(format!("stopped: {why}{}", own.map(|r| format!(" (the item's own error: {r})")).unwrap_or_default()));
+                status = "crashed";
+                stopped_by = Some(why);
+            }
             if end.outcome == "deadline" {
                 status = "stopped_deadline";
             }
-            if end.outcome == "interrupted" {
+            if end.outcome == "interrupted" && status != "crashed" {
                 status = "stopped_signal";
             }
             end
@@ -287,13 +316,16 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
         }
         night.db(|| rec::finish_item(pool, item_id, &end)).await?;
         night.db(|| rec::event(pool, Some(run_id), "item_finished", json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason}))).await?;
-        if status == "stopped_signal" {
+        if status == "stopped_signal" || status == "crashed" {
             break;
         }
     }
-    let code = if status == "stopped_signal" || failures > 0 { ExitCode::Failure } else { ExitCode::Ok };
+    if let Some(why) = &stopped_by {
+        night.db(|| rec::event(pool, Some(run_id), "run_stopped", json!({"reason": why}))).await?;
+    }
+    let code = if status == "stopped_signal" || status == "crashed" || failures > 0 { ExitCode::Failure } else { ExitCode::Ok };
     night.db(|| rec::finish_run(pool, run_id, status, code as i32)).await?;
-    Ok(RunEnd { run_id, status: status.to_string(), code })
+    Ok(RunEnd { run_id, status: status.to_string(), code, stopped_by })
 }
 
 /// The end of an item the crashed run `from` finished, as this run records
@@ -1138,7 +1170,13 @@ async fn call_agent(
         };
         let report = match agent::call(agent_cfg, &call, &night.cancel).await {
             Ok(r) => r,
-            Err(e) => return Ok(stop("error", night.redact(&e.to_string()), totals)),
+            // The same executable would fail every item: the run stops
+            // and is resumed once it is fixed.
+            Err(e) => {
+                let why = night.redact(&format!("{e}; fix [{}] command in the config or the agent's installation", role.as_str()));
+                night.stop_systemic(&why);
+                return Ok(stop("error", why, totals));
+            }
         };
         night.db(|| rec::record_agent_call(pool, item_id, Some(round_id), role.as_str(), &agent_kind, &report)).await?;
         totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
@@ -1334,6 +1372,24 @@ impl Night {
             ))),
             Err(e) => Err(Error::failure(format!("ledger: taking the lock of {} again: {e}", self.repo.display()))),
         }
+    }
+
+    /// Records that the run must stop for `why` (see [`Night::systemic`]).
+    fn stop_systemic(&self, why: &str) {
+        if let Ok(mut g) = self.systemic.lock() {
+            g.get_or_insert_with(|| why.to_string());
+        }
+    }
+
+    /// Why the run cannot go on, if it cannot: a cause already recorded, or
+    /// a data directory that is gone, read-only or full.
+    fn systemic_problem(&self) -> Option<String> {
+        if let Some(why) = self.systemic.lock().ok().and_then(|g| g.clone()) {
+            return Some(why);
+        }
+        let why = self.slots_lock.as_ref().and_then(|l| l.check().err())?;
+        self.stop_systemic(&why);
+        Some(why)
     }
 
     /// Why GitHub is considered down for the rest of this run, if it is.

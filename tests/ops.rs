@@ -370,3 +370,141 @@ fn status_and_report_with_the_ledger_down_say_why() {
         assert!(out.stdout.is_empty(), "{args:?}: no half answer on stdout: {t}");
     }
 }
+
+
+/// A small tmpfs mounted over `dir`, unmounted when dropped; `None` when
+/// this process may not mount (not root), and the test says it skipped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs", dir.to_str().unwrap()]).output().ok()?;
+        if !out.status.success() {
+            eprintln!("skipped: cannot mount a tmpfs here ({}); run the tests as root to try a full or read-only disk", text(&out).trim());
+            return None;
+        }
+        Some(Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").args(["-l", self.0.to_str().unwrap()]).output();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The environment fails under the run: the agent's executable, the data directory's disk
+// ---------------------------------------------------------------------------------------------
+
+/// After the first item, the stop of a `systemic` failure: the item in
+/// flight is `interrupted` (not an attempt of its own), the run `crashed`,
+/// the message names the cause and the way on, and the next drain resumes
+/// the run under its approval once the cause is gone.
+fn stops_and_resumes(f: &Fixture, gh: &FakeGitHub, bg: &mut Bg, cause: &str, fix: impl FnOnce()) {
+    let status = bg.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{}", bg.output());
+    let out = bg.output();
+    assert!(out.contains(&format!("error: the run stopped: {cause}")) && out.contains("then run `nightshift drain`: it resumes this run"), "{out}");
+    let rep = f.report();
+    assert_eq!(rep["status"], "crashed", "{rep:#}");
+    let last = rep["items"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["outcome"], "interrupted", "{rep:#}");
+    assert!(last["reason"].as_str().unwrap().starts_with(&format!("stopped: {cause}")), "{rep:#}");
+    assert_eq!(f.db.sql("SELECT count(*) FROM run_items WHERE outcome IN ('error', 'rule_broken')"), "0", "nothing was blamed on the item");
+    fix();
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("resuming crashed run"), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
+    one_pr_per_item(f, gh, 2);
+}
+
+/// The writer's executable is gone before the drain starts: a usage error
+/// that costs no approval. Gone between two items (an upgrade of the CLI in
+/// progress, a `chmod -x`): the run stops instead of failing every item.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_executable_that_disappears_stops_the_run_to_be_resumed() {
+    let (f, gh) = with_github().await;
+    let writer = f.agents.join("writer.sh");
+    let hidden = f.agents.join("writer.sh.away");
+    approve(&f);
+    std::fs::rename(&writer, &hidden).unwrap();
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains(&format!("the writer `{}`", writer.display())), "{}", text(&out));
+    std::fs::rename(&hidden, &writer).unwrap();
+    // The approval was not used up by that refusal. Now the writer loses its
+    // execute bit while item 1's reviewer works.
+    stall(&f, "reviewer");
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(&f, "reviewer");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&writer, std::fs::Permissions::from_mode(0o644)).unwrap();
+    release(&f.agents, "reviewer");
+    let cause = format!("writer agent (command) could not start: cannot start `{}`", writer.display());
+    stops_and_resumes(&f, &gh, &mut bg, &cause, || std::fs::set_permissions(&writer, std::fs::Permissions::from_mode(0o755)).unwrap());
+    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
+    assert_eq!(f.db.sql("SELECT string_agg(outcome, ',' ORDER BY item_index) FROM run_items WHERE run_id = (SELECT id FROM runs WHERE status = 'crashed')"), "pr_opened,interrupted");
+}
+
+/// The disk of the data directory fills up while the writer works: the
+/// item's git work fails in git's words, but the run says what happened and
+/// stops; with space freed, the next drain resumes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_data_disk_stops_the_run_to_be_resumed() {
+    let (f, gh) = with_github().await;
+    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else { return };
+    stall(&f, "writer");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(&f, "writer");
+    let filler = f.data.join("filler");
+    let _ = std::process::Command::new("dd").args(["if=/dev/zero", &format!("of={}", filler.display()), "bs=1M", "count=100"]).output();
+    release(&f.agents, "writer");
+    let cause = format!("the disk holding the data directory {} is full", f.data.display());
+    stops_and_resumes(&f, &gh, &mut bg, &cause, || std::fs::remove_file(&filler).unwrap());
+}
+
+/// The data directory's file system turns read-only under the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_data_directory_stops_the_run_to_be_resumed() {
+    let (f, gh) = with_github().await;
+    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else { return };
+    stall(&f, "writer");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(&f, "writer");
+    // The checkouts' directory, bound onto itself read-only (the run's own
+    // log file elsewhere in the data directory keeps the tmpfs busy).
+    let slots = f.data.join("slots");
+    let mount = |args: &[&str]| {
+        let out = std::process::Command::new("mount").args(args).output().unwrap();
+        assert!(out.status.success(), "mount {args:?}: {}", text(&out));
+    };
+    mount(&["--bind", slots.to_str().unwrap(), slots.to_str().unwrap()]);
+    mount(&["-o", "remount,bind,ro", slots.to_str().unwrap()]);
+    release(&f.agents, "writer");
+    let cause = format!("the data directory {} is on a read-only file system", f.data.display());
+    stops_and_resumes(&f, &gh, &mut bg, &cause, || {
+        let _ = std::process::Command::new("umount").arg(&slots).output();
+    });
+}
+
+/// The data directory is removed while the writer works (a cleaner of /tmp,
+/// a person): the writer is not blamed for the vanished checkout, the run
+/// stops, and the next drain resumes it in a fresh data directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_data_directory_removed_mid_run_is_not_blamed_on_the_writer() {
+    let (f, gh) = with_github().await;
+    stall(&f, "writer");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(&f, "writer");
+    std::fs::remove_dir_all(&f.data).unwrap();
+    release(&f.agents, "writer");
+    let cause = format!("the data directory {} was removed or replaced during the run", f.data.display());
+    stops_and_resumes(&f, &gh, &mut bg, &cause, || {});
+}
+

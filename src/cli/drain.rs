@@ -69,7 +69,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         }
     };
     // The checkouts too, whatever database another drain uses.
-    let _slots = match crate::slot::lock_slots(&crate::cli::data_dir(), &snap.repo) {
+    let slots_lock = match crate::slot::lock_slots(&crate::cli::data_dir(), &snap.repo) {
         Ok(Ok(l)) => l,
         Ok(Err(pid)) => {
             return Err(Error::refused(format!(
@@ -239,6 +239,8 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         ledger: lg.clone(),
         db_source: source.clone(),
         lock: tokio::sync::Mutex::new(Some(lock)),
+        slots_lock: Some(slots_lock),
+        systemic: Default::default(),
     };
     let watched: Vec<progress::Entry> = match &selection {
         Selection::All => night.plan.entries.iter().map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
@@ -262,6 +264,13 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             let _ = writeln!(out, "log: {}", log.display());
         }
         let _ = out.flush();
+    }
+    if let Some(why) = end.stopped_by {
+        let next = match item {
+            None => "then run `nightshift drain`: it resumes this run under its approval (within 24 h of it)",
+            Some(_) => "then run `nightshift run` again (approve the item again if its approval was used)",
+        };
+        return Err(Error::failure(format!("the run stopped: {why}. Fix that, {next}")));
     }
     Ok(end.code)
 }
