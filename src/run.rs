@@ -96,6 +96,9 @@ pub struct Night {
     /// Set once the remote could not be fetched: later items are not tried
     /// against it (each would wait out the same network timeout).
     pub remote_down: std::sync::Mutex<Option<String>>,
+    /// The remote's (fetch URL, push URL) as they were when the run started;
+    /// every item fetches and pushes there.
+    pub remote_urls: (String, String),
     /// The connected ledger, to reconnect and take the lock again after an
     /// outage (SPEC §9).
     pub ledger: crate::ledger::Ledger,
@@ -401,7 +404,7 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     if let Some(why) = night.remote_down.lock().map(|g| g.clone()).unwrap_or(None) {
         return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: not tried, the remote could not be fetched earlier in this run ({why})")), branch: Some(branch), ..Default::default() });
     }
-    let prepared = until_signal(night, |stop| Slot::prepare(&slot_dir, &night.repo, &night.config.remote, &night.config.base, &branch, token.as_deref(), Some(stop))).await;
+    let prepared = until_signal(night, |stop| Slot::prepare_at(&slot_dir, &night.repo, &night.config.remote, night.remote_urls.clone(), &night.config.base, &branch, token.as_deref(), Some(stop))).await;
     let slot = match prepared {
         Ok(s) => s,
         Err(_) if night.cancel.is_cancelled() => {
@@ -498,7 +501,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
 fn branch_on_remote(night: &Night, branch: &str) -> bool {
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     let probe = tokio::task::block_in_place(|| {
-        crate::git::Git::new(&night.repo).token(token.as_deref()).timeout(Duration::from_secs(60)).text(&["ls-remote", "--heads", "--", &night.config.remote, &format!("refs/heads/{branch}")])
+        crate::git::Git::new(&night.repo).token(token.as_deref()).timeout(Duration::from_secs(60)).text(&["ls-remote", "--heads", "--", &night.remote_urls.1, &format!("refs/heads/{branch}")])
     });
     match probe {
         Ok(out) => !out.trim().is_empty(),

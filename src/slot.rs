@@ -370,7 +370,30 @@ impl Slot {
         token: Option<&str>,
         stop: Option<Arc<AtomicBool>>,
     ) -> Result<Slot, SlotError> {
-        let (fetch_url, push_url) = git::remote_urls(user_repo, remote)?;
+        let urls = git::remote_urls(user_repo, remote)?;
+        Slot::prepare_at(path, user_repo, remote, urls, base, branch, token, stop)
+    }
+
+    /// As [`Slot::prepare`], with the remote's (fetch URL, push URL) given
+    /// instead of read from the user's repository now: a run reads them once
+    /// at its start, so a `git remote set-url` in the user's checkout during
+    /// the night (by a person, or by an agent that reached it) does not send
+    /// later items — and the token — somewhere else.
+    ///
+    /// # Errors
+    /// As [`Slot::prepare`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_at(
+        path: &Path,
+        user_repo: &Path,
+        remote: &str,
+        urls: (String, String),
+        base: &str,
+        branch: &str,
+        token: Option<&str>,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<Slot, SlotError> {
+        let (fetch_url, push_url) = urls;
         let mut slot = Slot {
             path: path.to_path_buf(),
             remote: remote.to_string(),

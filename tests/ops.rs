@@ -508,3 +508,34 @@ async fn a_data_directory_removed_mid_run_is_not_blamed_on_the_writer() {
     stops_and_resumes(&f, &gh, &mut bg, &cause, || {});
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// The user's checkout changes during the night
+// ---------------------------------------------------------------------------------------------
+
+/// The user points `origin` elsewhere while the run is in its gate: the run
+/// keeps the remote it started with (like the backlog, read once), so no
+/// later item — nor the token — goes to the new URL.
+#[test]
+fn a_remote_url_changed_mid_run_does_not_move_the_run() {
+    let f = Fixture::new();
+    let gate = f.agent("gate.sh", &format!("#!/bin/sh\n{}sh test.sh\n", stall_snippet(&f.agents, "gate")));
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{WORD_WRITER}"));
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    f.config(&format!("verify = [\"{gate}\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
+    stall(&f, "gate");
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(&f, "gate");
+    let other = f.dir.path().join("other.git");
+    git(f.dir.path(), &["clone", "-q", "--bare", f.remote.to_str().unwrap(), other.to_str().unwrap()]);
+    git(&f.repo, &["remote", "set-url", "origin", other.to_str().unwrap()]);
+    release(&f.agents, "gate");
+    assert_eq!(bg.wait(Duration::from_secs(60)).code(), Some(0), "{}", bg.output());
+    let mut branches = f.remote_branches();
+    branches.sort();
+    assert_eq!(branches, ["nightshift/add-pow-1fd47fc4", "nightshift/add-sub-35f7305b"]);
+    assert_eq!(git(&other, &["branch", "--list", "nightshift/*"]), "", "nothing went to the new URL");
+}
+

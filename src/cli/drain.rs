@@ -127,6 +127,8 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     if remote_url.is_none() {
         return Err(Error::usage(format!("{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config", snap.repo.display(), config.remote, config.remote)));
     }
+    // Read once, like the backlog: the whole run fetches and pushes here.
+    let remote_urls = crate::git::remote_urls(&snap.repo, &config.remote).map_err(|e| Error::usage(format!("{}: {e}", snap.repo.display())))?;
     // Every item starts from <remote>/<base>: a missing base would fail each
     // item in turn. Checked before the approval is consumed; a remote that
     // cannot be reached now is left to the items (it may come back).
@@ -236,6 +238,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         clock: Arc::new(schedule::SystemClock),
         pushed: Default::default(),
         remote_down: Default::default(),
+        remote_urls,
         ledger: lg.clone(),
         db_source: source.clone(),
         lock: tokio::sync::Mutex::new(Some(lock)),
