@@ -752,10 +752,24 @@ impl Slot {
     /// Puts the working tree back to a [`Slot::snapshot_tree`]: files changed
     /// or deleted since come back, files added since are removed; ignored
     /// files (build caches) stay, and the slot's own index is untouched.
+    /// HEAD is put back too — on the item's branch at the base commit, where
+    /// it is between the writer's rounds — for a gate that commits, switches
+    /// branches or detaches HEAD (`git commit`, `git checkout`): otherwise
+    /// the reviewer would see an empty diff and the runner commit on another
+    /// branch than the one it pushes.
     ///
     /// # Errors
-    /// [`SlotError::Git`] when git cannot write the tree.
+    /// [`SlotError::Git`] when git cannot write the tree or move HEAD.
     pub fn restore_tree(&self, tree: &str) -> Result<(), SlotError> {
+        let git = self.git();
+        let branch = format!("refs/heads/{}", self.branch);
+        let on_branch = git.text(&["symbolic-ref", "-q", "HEAD"]).is_ok_and(|r| r.trim() == branch);
+        let at_base = git.rev_parse(&branch).is_ok_and(|c| c == self.base_commit);
+        if !(on_branch && at_base) {
+            tracing::warn!(slot = %self.path.display(), "a gate command moved HEAD or switched branches; putting the item's branch back");
+            git.run(&["update-ref", "--no-deref", &branch, &self.base_commit])?;
+            git.run(&["symbolic-ref", "HEAD", &branch])?;
+        }
         let index = self.private_index("restore");
         let git = self.git().env("GIT_INDEX_FILE", &index);
         let result = git

@@ -539,3 +539,32 @@ fn a_remote_url_changed_mid_run_does_not_move_the_run() {
     assert_eq!(git(&other, &["branch", "--list", "nightshift/*"]), "", "nothing went to the new URL");
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Gates that touch git
+// ---------------------------------------------------------------------------------------------
+
+/// A gate that commits, or switches branches, in the checkout (a codegen
+/// check, a pre-commit runner): what is reviewed, committed and pushed is
+/// still the writer's work, on the item's branch, in one commit.
+#[test]
+fn a_gate_that_commits_or_switches_branches_does_not_change_the_proof() {
+    let f = Fixture::new();
+    let gate = f.agent(
+        "gate.sh",
+        "#!/bin/sh\nif grep -q sub calc.txt; then git add -A && git -c user.name=gate -c user.email=g@x commit -qm 'by the gate'; else git checkout -qb elsewhere; fi\necho generated > generated.txt\nsh test.sh\n",
+    );
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{WORD_WRITER}"));
+    // The reviewer refuses to approve what it cannot see.
+    let r = f.agent("reviewer.sh", "#!/bin/sh\nif git diff HEAD --quiet; then echo '{\"verdict\":\"request_changes\",\"findings\":[\"no change to review\"]}'; else echo '{\"verdict\":\"approve\",\"findings\":[]}'; fi\n");
+    f.config(&format!("verify = [\"{gate}\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
+    for (branch, word) in [("nightshift/add-sub-35f7305b", "sub"), ("nightshift/add-pow-1fd47fc4", "pow")] {
+        assert_eq!(git(&f.remote, &["log", "--format=%an: %s", &format!("main..{branch}")]), "nightshift: nightshift: Add {word}".replace("{word}", word));
+        assert_eq!(git(&f.remote, &["diff", "--name-only", "main", branch]), "calc.txt", "{branch}: only the writer's file");
+        assert_eq!(git(&f.remote, &["show", &format!("{branch}:calc.txt")]), format!("add\n{word}"));
+    }
+}
