@@ -568,3 +568,90 @@ fn a_gate_that_commits_or_switches_branches_does_not_change_the_proof() {
         assert_eq!(git(&f.remote, &["show", &format!("{branch}:calc.txt")]), format!("add\n{word}"));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Agents and gates that misbehave as processes
+// ---------------------------------------------------------------------------------------------
+
+/// An agent that leaves a daemon holding its stdout and a child that ignores
+/// SIGTERM, a gate that leaves a background process holding its output pipe,
+/// and a gate that never exits: none of them holds the night past its
+/// timeouts, and none of them outlives it.
+#[test]
+fn misbehaving_agents_and_gates_never_hang_the_night() {
+    let f = Fixture::new();
+    let a = f.agents.display().to_string();
+    let w = f.agent(
+        "writer.sh",
+        &format!("#!/bin/sh\n{WORD_WRITER}if grep -q 'Add sub' \"$NIGHTSHIFT_CONTRACT_FILE\"; then\n  setsid sh -c 'sleep 300' & echo $! > {a}/daemon.pid\n  (trap '' TERM; exec sleep 301) & echo $! > {a}/stubborn.pid\nfi\n"),
+    );
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let gate = f.agent("gate.sh", &format!("#!/bin/sh\nif grep -q pow calc.txt; then exec sleep 302; fi\nsleep 303 & echo $! > {a}/holder.pid\nsh test.sh\n"));
+    f.config(&format!("verify = [\"{gate}\"]\n[limits]\nrounds = 1\ngate_timeout = \"2s\"\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
+    let started = Instant::now();
+    let out = f.approve_and_drain(&[]);
+    assert!(started.elapsed() < Duration::from_secs(40), "{:?}", started.elapsed());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["pr_opened", "tests_failed"], "{rep:#}");
+    assert!(rep["items"][1]["reason"].as_str().unwrap().contains("timed out"), "{rep:#}");
+    for p in ["daemon.pid", "stubborn.pid", "holder.pid"] {
+        let pid = read_pid(&f.agents.join(p));
+        assert!(process_gone(pid), "{p} ({pid}) outlived the night");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sharing, clocks
+// ---------------------------------------------------------------------------------------------
+
+/// Two drains of two repositories at once, with one data directory and one
+/// ledger: each has its own lock and checkouts, and both finish their items.
+#[test]
+fn two_repositories_drain_at_once_in_one_data_directory() {
+    let f = Fixture::new();
+    let mut g = Fixture::new();
+    g.extra_env.push(("NIGHTSHIFT_DATA_DIR".into(), f.data.display().to_string()));
+    g.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), f.db.url.clone()));
+    for x in [&f, &g] {
+        two_items(x);
+        stall(x, "writer");
+        approve(x);
+    }
+    let mut a = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    let mut b = Bg::start(&g, &["drain", "--deadline", &common::far_deadline()]);
+    // Both are inside an item at the same time.
+    wait_ready(&f, "writer");
+    wait_ready(&g, "writer");
+    release(&f.agents, "writer");
+    release(&g.agents, "writer");
+    assert_eq!(a.wait(Duration::from_secs(60)).code(), Some(0), "{}", a.output());
+    assert_eq!(b.wait(Duration::from_secs(60)).code(), Some(0), "{}", b.output());
+    assert_eq!(f.db.sql("SELECT string_agg(status, ',') FROM runs"), "completed,completed");
+    assert_eq!(f.db.sql("SELECT count(DISTINCT repo) FROM runs"), "2");
+    for x in [&f, &g] {
+        assert_eq!(x.remote_branches().len(), 2);
+    }
+}
+
+/// `--deadline` in RFC 3339 with an offset is that instant; one already past
+/// is a usage error that costs no approval.
+#[test]
+fn an_rfc3339_deadline_with_an_offset_is_that_instant_and_a_past_one_is_refused() {
+    let f = Fixture::new();
+    two_items(&f);
+    approve(&f);
+    let taipei = chrono::FixedOffset::east_opt(8 * 3600).unwrap();
+    let past = (chrono::Utc::now() - chrono::Duration::minutes(5)).with_timezone(&taipei).to_rfc3339();
+    let out = f.run(&["drain", "--deadline", &past]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("is in the past"), "{}", text(&out));
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
+    let at = (chrono::Utc::now() + chrono::Duration::hours(3)).with_timezone(&new_york);
+    let out = f.run(&["drain", "--deadline", &at.to_rfc3339()]);
+    assert_eq!(out.status.code(), Some(0), "the approval was still there: {}", text(&out));
+    let recorded = f.db.sql("SELECT extract(epoch FROM deadline)::bigint FROM runs");
+    assert_eq!(recorded, at.timestamp().to_string());
+}
