@@ -406,13 +406,15 @@ fn stops_and_resumes(f: &Fixture, gh: &FakeGitHub, bg: &mut Bg, cause: &str, fix
     let status = bg.wait(Duration::from_secs(60));
     assert_eq!(status.code(), Some(1), "{}", bg.output());
     let out = bg.output();
-    assert!(out.contains(&format!("error: the run stopped: {cause}")) && out.contains("then run `nightshift drain`: it resumes this run"), "{out}");
+    assert!(out.contains(&format!("error: the run stopped: {cause}")) && out.contains("Once that is fixed, `nightshift drain` resumes this run"), "{out}");
     let rep = f.report();
     assert_eq!(rep["status"], "crashed", "{rep:#}");
     let last = rep["items"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["outcome"], "interrupted", "{rep:#}");
     assert!(last["reason"].as_str().unwrap().starts_with(&format!("stopped: {cause}")), "{rep:#}");
     assert_eq!(f.db.sql("SELECT count(*) FROM run_items WHERE outcome IN ('error', 'rule_broken')"), "0", "nothing was blamed on the item");
+    let status = text(&f.run(&["status"]));
+    assert!(status.contains(&format!("idle: run {} stopped before its end", rep["run_id"].as_str().unwrap())) && status.contains("the next `nightshift drain` resumes it"), "{status}");
     fix();
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -655,3 +657,4 @@ fn an_rfc3339_deadline_with_an_offset_is_that_instant_and_a_past_one_is_refused(
     let recorded = f.db.sql("SELECT extract(epoch FROM deadline)::bigint FROM runs");
     assert_eq!(recorded, at.timestamp().to_string());
 }
+

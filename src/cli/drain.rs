@@ -270,10 +270,10 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     }
     if let Some(why) = end.stopped_by {
         let next = match item {
-            None => "then run `nightshift drain`: it resumes this run under its approval (within 24 h of it)",
-            Some(_) => "then run `nightshift run` again (approve the item again if its approval was used)",
+            None => "Once that is fixed, `nightshift drain` resumes this run under its approval (within 24 h of it)",
+            Some(_) => "Once that is fixed, run `nightshift run` again (approve the item again if its approval was used)",
         };
-        return Err(Error::failure(format!("the run stopped: {why}. Fix that, {next}")));
+        return Err(Error::failure(format!("the run stopped: {why}. {next}")));
     }
     Ok(end.code)
 }
