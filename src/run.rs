@@ -1280,7 +1280,7 @@ impl Night {
                 outage_text(&e),
                 config::format_duration(LEDGER_PATIENCE)
             );
-            tracing::warn!("{msg}");
+            tracing::info!("{msg}");
             let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("warning: {msg}\n"));
             Instant::now()
         });
@@ -1314,15 +1314,22 @@ impl Night {
                     Err(err) => tracing::warn!("the embedded database: {err}"),
                 }
             }
-            match sqlx::query("SELECT 1").execute(&self.pool).await {
-                Ok(_) => {
+            // The pool itself may wait a while for a connection: a signal
+            // does not wait with it.
+            let probe = tokio::select! {
+                r = sqlx::query("SELECT 1").execute(&self.pool) => Some(r),
+                () = self.cancel.cancelled() => None,
+            };
+            match probe {
+                Some(Ok(_)) => {
                     self.retake_lock().await?;
                     let msg = format!("the ledger answers again after {}; the run goes on", config::format_duration(Duration::from_secs(began.elapsed().as_secs().max(1))));
-                    tracing::warn!("{msg}");
+                    tracing::info!("{msg}");
                     let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("note: {msg}\n"));
                     return Ok(());
                 }
-                Err(err) => last = err,
+                Some(Err(err)) => last = err,
+                None => continue,
             }
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}

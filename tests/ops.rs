@@ -303,7 +303,7 @@ async fn a_signal_while_waiting_for_the_ledger_stops_and_the_next_drain_resumes(
     let sent = Instant::now();
     bg.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(bg.wait(Duration::from_secs(15)).code(), Some(1), "{}", bg.output());
-    assert!(sent.elapsed() < Duration::from_secs(12), "{:?}", sent.elapsed());
+    assert!(sent.elapsed() < Duration::from_secs(5), "a signal does not wait for the ledger: {:?}", sent.elapsed());
     let out = bg.output();
     assert!(out.contains("a signal came while the run waited") && out.contains("`nightshift drain` resumes this run"), "{out}");
     assert!(out.contains(&format!("/{} (from NIGHTSHIFT_DATABASE_URL)", f.db.name)), "names the ledger: {out}");
