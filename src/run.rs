@@ -7,7 +7,10 @@
 //! of SPEC §5 — checkout, setup, writer ↔ proof ↔ gate ↔ reviewer rounds
 //! within the limits, then commit, push and one PR. The deadline, usage-limit
 //! sleeps and signals stop it cleanly. Everything is recorded in the ledger as
-//! it happens, so a killed run can be resumed. This module decides; the
+//! it happens, so a killed run can be resumed; a ledger that goes away is
+//! waited for ([`Night::db`]), and a failure of the environment (an agent that
+//! cannot start, a data directory full, read-only or gone) stops the run as
+//! `crashed`, for the next drain to resume. This module decides; the
 //! backends (agents, git, GitHub, PostgreSQL) live in their own modules.
 
 use std::collections::BTreeMap;
