@@ -469,6 +469,27 @@ async fn a_full_data_disk_stops_the_run_to_be_resumed() {
     stops_and_resumes(&f, &gh, &mut bg, &cause, || std::fs::remove_file(&filler).unwrap());
 }
 
+/// A data disk already full when the drain starts: refused before the
+/// approval is used, which then serves once space is freed.
+#[test]
+fn a_data_disk_full_before_the_drain_costs_no_approval() {
+    let f = Fixture::new();
+    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else { return };
+    two_items(&f);
+    approve(&f);
+    // Nearly full: small files still fit, a checkout and its logs would not.
+    let filler = f.data.join("filler");
+    let _ = std::process::Command::new("dd").args(["if=/dev/zero", &format!("of={}", filler.display()), "bs=1M", "count=60"]).output();
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains(&format!("the disk holding the data directory {} is full", f.data.display())) && text(&out).contains("the approval is still unused"), "{}", text(&out));
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    std::fs::remove_file(&filler).unwrap();
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
+}
+
 /// The data directory's file system turns read-only under the run.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_only_data_directory_stops_the_run_to_be_resumed() {

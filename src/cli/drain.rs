@@ -80,6 +80,11 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         }
         Err(e) => return Err(Error::failure(format!("cannot lock the checkouts under {}: {e}", crate::cli::data_dir().display()))),
     };
+    // A data directory that is already full or read-only would stop the run
+    // at its first item: say so before an approval is used.
+    if let Err(why) = slots_lock.check() {
+        return Err(Error::failure(format!("{why}; nothing was run and the approval is still unused")));
+    }
     let crashed = rec::mark_dead_runs_crashed(&pool, &id).await?;
     for r in &crashed {
         eprintln!("note: run {} (pid {}) ended without finishing; marked crashed", r.id, r.pid.unwrap_or(0));
