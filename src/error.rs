@@ -71,17 +71,20 @@ impl From<sqlx::Error> for Error {
     /// "at line N" is a line of PostgreSQL's source, not of a user's file).
     fn from(e: sqlx::Error) -> Self {
         let detail = match &e {
+            // The server went away mid-command (stopped, restarted, network):
+            // say so, and that the next drain takes the run up again.
+            e if crate::ledger::is_outage(e) || matches!(e, sqlx::Error::PoolClosed) => format!(
+                "the database stopped answering ({}); {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run",
+                match e {
+                    sqlx::Error::Database(db) => db.message().to_string(),
+                    e => e.to_string(),
+                },
+                crate::ledger::db_source_from_env().describe()
+            ),
             sqlx::Error::Database(db) => match db.code() {
                 Some(code) => format!("{} (SQLSTATE {code})", db.message()),
                 None => db.message().to_string(),
             },
-            // The server went away mid-command (stopped, restarted, network):
-            // say so, and that the next drain takes the run up again.
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Protocol(_) => format!(
-                "the database stopped answering ({}); {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run",
-                e,
-                crate::ledger::db_source_from_env().describe()
-            ),
             other => other.to_string(),
         };
         Error::failure(format!("ledger: {detail}"))

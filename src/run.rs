@@ -7,7 +7,10 @@
 //! of SPEC §5 — checkout, setup, writer ↔ proof ↔ gate ↔ reviewer rounds
 //! within the limits, then commit, push and one PR. The deadline, usage-limit
 //! sleeps and signals stop it cleanly. Everything is recorded in the ledger as
-//! it happens, so a killed run can be resumed. This module decides; the
+//! it happens, so a killed run can be resumed; a ledger that goes away is
+//! waited for ([`Night::db`]), and a failure of the environment (an agent that
+//! cannot start, a data directory full, read-only or gone) stops the run as
+//! `crashed`, for the next drain to resume. This module decides; the
 //! backends (agents, git, GitHub, PostgreSQL) live in their own modules.
 
 use std::collections::BTreeMap;
@@ -96,7 +99,31 @@ pub struct Night {
     /// Set once the remote could not be fetched: later items are not tried
     /// against it (each would wait out the same network timeout).
     pub remote_down: std::sync::Mutex<Option<String>>,
+    /// The remote's (fetch URL, push URL) as they were when the run started;
+    /// every item fetches and pushes there.
+    pub remote_urls: (String, String),
+    /// The connected ledger, to reconnect and take the lock again after an
+    /// outage (SPEC §9).
+    pub ledger: crate::ledger::Ledger,
+    /// Where the ledger lives (an embedded cluster is restarted by the run
+    /// that finds it dead).
+    pub db_source: crate::ledger::DbSource,
+    /// The one-drain-per-repo lock; `None` only after it was lost.
+    pub lock: tokio::sync::Mutex<Option<crate::ledger::RepoLock>>,
+    /// The hold on the repository's checkouts under the data directory; also
+    /// how the run notices that directory was removed or filled up.
+    pub slots_lock: Option<slot::SlotsLock>,
+    /// Set when something outside the items stops the run (an agent that
+    /// cannot be started, a data directory that is full, read-only or gone):
+    /// the current item is recorded `interrupted`, the run `crashed`, and
+    /// the next `drain` resumes it once the cause is fixed.
+    pub systemic: std::sync::Mutex<Option<String>>,
 }
+
+/// How long a run waits for a ledger that stopped answering before it gives
+/// up (SPEC §9): enough for a restart, a failover or an upgrade of the
+/// server. A signal or the deadline ends the wait sooner.
+pub const LEDGER_PATIENCE: Duration = Duration::from_secs(30 * 60);
 
 /// Which items to run.
 #[derive(Debug, Clone)]
@@ -116,6 +143,8 @@ pub struct RunEnd {
     pub status: String,
     /// Exit code.
     pub code: ExitCode,
+    /// What outside the items stopped the run (status `crashed`), if anything.
+    pub stopped_by: Option<String>,
 }
 
 /// Finds the approval to run under (SPEC §4).
@@ -224,14 +253,14 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
     .await
     ?
     else {
-        let run = rec::approval_used_by(&night.pool, approval.id).await?.unwrap_or_default();
+        let run = night.db(|| rec::approval_used_by(&night.pool, approval.id)).await?.unwrap_or_default();
         return Err(Refusal::Used { sha: approval.plan_sha.clone().or(approval.contract_sha.clone()).unwrap_or_default(), run }.into());
     };
-    rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline})).await?;
+    night.db(|| rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline}))).await?;
     // Items the crashed run finished, carried over as they ended (SPEC §9):
     // an interrupted item runs again, a pushed one without its PR gets it.
     let finished_before: BTreeMap<String, rec::ItemRow> = match resume {
-        Some(r) => rec::run_items(pool, r.id).await?.into_iter().filter(|i| i.outcome.as_deref().is_some_and(|o| o != "interrupted" && o != "pr_failed")).map(|i| (i.item_key.clone(), i)).collect(),
+        Some(r) => night.db(|| rec::run_items(pool, r.id)).await?.into_iter().filter(|i| i.outcome.as_deref().is_some_and(|o| o != "interrupted" && o != "pr_failed")).map(|i| (i.item_key.clone(), i)).collect(),
         None => BTreeMap::new(),
     };
 
@@ -242,23 +271,48 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
         Selection::All => night.plan.entries.iter().collect(),
         Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == i).collect(),
     };
+    let mut stopped_by = None;
     for entry in entries {
         if night.cancel.is_cancelled() {
             status = "stopped_signal";
             break;
         }
-        let item_id = rec::start_item(pool, run_id, &entry.item.key, &entry.contract_sha, entry.index, &entry.item.title).await?;
-        let end = if let Some(prev) = finished_before.get(&entry.item.key) {
+        let carried_over = finished_before.get(&entry.item.key);
+        // Before work starts: the lock still ours, the data directory still
+        // usable. A run that cannot write its checkouts stops here rather
+        // than fail every item in turn.
+        if carried_over.is_none() {
+            night.hold_lock().await?;
+            if let Some(why) = night.systemic_problem() {
+                status = "crashed";
+                stopped_by = Some(why);
+                break;
+            }
+        }
+        let item_id = night.db(|| rec::start_item(pool, run_id, &entry.item.key, &entry.contract_sha, entry.index, &entry.item.title)).await?;
+        let end = if let Some(prev) = carried_over {
             carried(prev, resume.map(|r| r.id).unwrap_or_default())
         } else if status == "stopped_deadline" || night.clock.now() >= night.deadline {
             status = "stopped_deadline";
             ItemEnd { outcome: "deadline".into(), reason: Some(format!("not started before the deadline {}", local(night.deadline, night.tz))), ..Default::default() }
         } else {
-            let end = one_item(night, run_id, item_id, entry, approved, &mut run_cost).await?;
+            let mut end = one_item(night, run_id, item_id, entry, approved, &mut run_cost).await?;
+            // A failure the environment caused (the disk filled up, the data
+            // directory went away, the agent's executable vanished) is not
+            // the item's: it is not an attempt of it, and the run stops, to
+            // be resumed once the cause is fixed.
+            let systemic = if OK_OUTCOMES.contains(&end.outcome.as_str()) || end.outcome == "pr_failed" { None } else { night.systemic_problem() };
+            if let Some(why) = systemic {
+                let own = end.reason.take().filter(|r| !r.is_empty() && !why.contains(r.as_str()));
+                end.outcome = "interrupted".into();
+                end.reason = Some(format!("stopped: {why}{}", own.map(|r| format!(" (the item's own error: {r})")).unwrap_or_default()));
+                status = "crashed";
+                stopped_by = Some(why);
+            }
             if end.outcome == "deadline" {
                 status = "stopped_deadline";
             }
-            if end.outcome == "interrupted" {
+            if end.outcome == "interrupted" && status != "crashed" {
                 status = "stopped_signal";
             }
             end
@@ -266,15 +320,18 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
         if !OK_OUTCOMES.contains(&end.outcome.as_str()) {
             failures += 1;
         }
-        rec::finish_item(pool, item_id, &end).await?;
-        rec::event(pool, Some(run_id), "item_finished", json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason})).await?;
-        if status == "stopped_signal" {
+        night.db(|| rec::finish_item(pool, item_id, &end)).await?;
+        night.db(|| rec::event(pool, Some(run_id), "item_finished", json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason}))).await?;
+        if status == "stopped_signal" || status == "crashed" {
             break;
         }
     }
-    let code = if status == "stopped_signal" || failures > 0 { ExitCode::Failure } else { ExitCode::Ok };
-    rec::finish_run(pool, run_id, status, code as i32).await?;
-    Ok(RunEnd { run_id, status: status.to_string(), code })
+    if let Some(why) = &stopped_by {
+        night.db(|| rec::event(pool, Some(run_id), "run_stopped", json!({"reason": why}))).await?;
+    }
+    let code = if status == "stopped_signal" || status == "crashed" || failures > 0 { ExitCode::Failure } else { ExitCode::Ok };
+    night.db(|| rec::finish_run(pool, run_id, status, code as i32)).await?;
+    Ok(RunEnd { run_id, status: status.to_string(), code, stopped_by })
 }
 
 /// The end of an item the crashed run `from` finished, as this run records
@@ -309,7 +366,7 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     if !approved.contains(&entry.contract_sha) {
         // Which of the two: the approved set held this item (by key) with
         // another contract, or did not hold it at all.
-        let changed = rec::item_in_contracts(pool, approved, key).await?;
+        let changed = night.db(|| rec::item_in_contracts(pool, approved, key)).await?;
         let why = if changed {
             "the item or the config changed after the approval (its contract is not the approved one); run `nightshift plan` and approve the new SHA"
         } else {
@@ -320,13 +377,13 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     let branch = slot::branch_name(&entry.item.title, key);
     // An earlier PR of this item (ledger, confirmed on GitHub). GitHub may
     // be slow or retried: `status` says so rather than a stale phase.
-    rec::set_phase(pool, run_id, "github", Some(key), None).await?;
+    night.db(|| rec::set_phase(pool, run_id, "github", Some(key), None)).await?;
     if let Some(end) = earlier_pr(night, run_id, entry, &branch).await? {
         return Ok(end);
     }
     // A question the writer asked of this contract waits for its answer
     // (an edit of the item), instead of costing a writer call every night.
-    if let Some((q, asked_in, at)) = rec::open_question(pool, &night.repo_id, key, &entry.contract_sha).await? {
+    if let Some((q, asked_in, at)) = night.db(|| rec::open_question(pool, &night.repo_id, key, &entry.contract_sha)).await? {
         let when = at.map(|t| format!(" on {}", local(t, night.tz))).unwrap_or_default();
         return Ok(ItemEnd {
             outcome: "blocked".into(),
@@ -335,7 +392,7 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
             ..Default::default()
         });
     }
-    let attempts = rec::failed_attempts(pool, &night.repo_id, key, &entry.contract_sha).await?;
+    let attempts = night.db(|| rec::failed_attempts(pool, &night.repo_id, key, &entry.contract_sha)).await?;
     let max_attempts = night.config.limits.max_attempts as i64;
     if attempts >= max_attempts {
         return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(format!("failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts")), ..Default::default() });
@@ -343,14 +400,14 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     if *run_cost >= night.config.limits.max_cost_usd_per_run {
         return Ok(ItemEnd { outcome: "budget_exceeded".into(), reason: Some(format!("the run's cost cap of ${:.2} is used up", night.config.limits.max_cost_usd_per_run)), ..Default::default() });
     }
-    rec::set_phase(pool, run_id, "checkout", Some(key), None).await?;
+    night.db(|| rec::set_phase(pool, run_id, "checkout", Some(key), None)).await?;
     let item_dir = night.data_dir.join("logs").join(run_id.to_string()).join(format!("item-{:03}-{}", entry.index, &key[..8]));
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     if let Some(why) = night.remote_down.lock().map(|g| g.clone()).unwrap_or(None) {
         return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: not tried, the remote could not be fetched earlier in this run ({why})")), branch: Some(branch), ..Default::default() });
     }
-    let prepared = until_signal(night, |stop| Slot::prepare(&slot_dir, &night.repo, &night.config.remote, &night.config.base, &branch, token.as_deref(), Some(stop))).await;
+    let prepared = until_signal(night, |stop| Slot::prepare_at(&slot_dir, &night.repo, &night.config.remote, night.remote_urls.clone(), &night.config.base, &branch, token.as_deref(), Some(stop))).await;
     let slot = match prepared {
         Ok(s) => s,
         Err(_) if night.cancel.is_cancelled() => {
@@ -366,7 +423,15 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
             return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: {why}")), branch: Some(branch), ..Default::default() });
         }
     };
-    let mut end = item_loop(night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost).await?;
+    let mut end = match item_loop(night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost).await {
+        Ok(end) => end,
+        Err(e) => {
+            // The ledger is gone for good (or a signal came while waiting
+            // for it): the next drain redoes the item from a clean checkout.
+            let _ = tokio::task::block_in_place(|| slot.discard());
+            return Err(e);
+        }
+    };
     if end.outcome != "pr_opened" && end.outcome != "pr_failed" {
         // A failed item leaves nothing behind (SPEC §5.6).
         if let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
@@ -384,7 +449,7 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
 async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str) -> Result<Option<ItemEnd>, Error> {
     let pool = &night.pool;
     let key = &entry.item.key;
-    let rows = rec::prs_of_item(pool, &night.repo_id, key).await?;
+    let rows = night.db(|| rec::prs_of_item(pool, &night.repo_id, key)).await?;
     if let Some(forge) = night.forge.as_ref().filter(|_| night.github_down().is_none()) {
         let branches: Vec<String> = std::iter::once(branch.to_string()).chain(rows.iter().map(|r| r.branch.clone())).collect();
         for b in &branches {
@@ -395,7 +460,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
                         PrState::Merged => ("already_merged", "merged"),
                         PrState::Closed => continue,
                     };
-                    rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, &pr.head, Some(pr.number), Some(&pr.url), state, "").await?;
+                    night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, &pr.head, Some(pr.number), Some(&pr.url), state, "")).await?;
                     return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(format!("PR #{} from an earlier run", pr.number)), branch: Some(pr.head.clone()), pr_number: Some(pr.number), pr_url: Some(pr.url.clone()), ..Default::default() }));
                 }
                 Ok(None) => {}
@@ -414,7 +479,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
         // Pushed earlier, PR never made (it failed, or that night had no
         // GitHub access): open it now (SPEC §8), if the branch is still there.
         if let Some(r) = rows.iter().find(|r| r.state == "pr_failed" || (r.state == "planned" && branch_on_remote(night, &r.branch))) {
-            let body = rec::pr_body(pool, &night.repo_id, key, &r.branch).await?;
+            let body = night.db(|| rec::pr_body(pool, &night.repo_id, key, &r.branch)).await?;
             return Ok(Some(open_pr(night, run_id, entry, &r.branch, &body).await?));
         }
         return Ok(None);
@@ -423,7 +488,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
         if r.state == "planned" && !branch_on_remote(night, &r.branch) {
             // Without GitHub the ledger is all we know: a branch someone
             // deleted from the remote means the work is to be done again.
-            rec::set_pr_state(pool, &night.repo_id, key, &r.branch, "gone").await?;
+            night.db(|| rec::set_pr_state(pool, &night.repo_id, key, &r.branch, "gone")).await?;
             return Ok(None);
         }
         let outcome = if r.state == "merged" { "already_merged" } else { "already_open" };
@@ -439,7 +504,7 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
 fn branch_on_remote(night: &Night, branch: &str) -> bool {
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     let probe = tokio::task::block_in_place(|| {
-        crate::git::Git::new(&night.repo).token(token.as_deref()).timeout(Duration::from_secs(60)).text(&["ls-remote", "--heads", "--", &night.config.remote, &format!("refs/heads/{branch}")])
+        crate::git::Git::new(&night.repo).token(token.as_deref()).timeout(Duration::from_secs(60)).text(&["ls-remote", "--heads", "--", &night.remote_urls.1, &format!("refs/heads/{branch}")])
     });
     match probe {
         Ok(out) => !out.trim().is_empty(),
@@ -467,7 +532,7 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
     let mut findings = Vec::new();
     let end = item_rounds(night, run_id, item_id, entry, slot, branch, item_dir, *run_cost, &mut findings).await?;
     // A round cut short (timeout, budget, signal, deadline) ends with the item.
-    rec::close_open_rounds(&night.pool, item_id, &end.outcome).await?;
+    night.db(|| rec::close_open_rounds(&night.pool, item_id, &end.outcome)).await?;
     *run_cost += end.cost_usd.unwrap_or(0.0);
     file_findings(night, item_id, &findings).await?;
     Ok(end)
@@ -501,7 +566,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
     // Setup commands, in the fresh checkout.
     let mut setup_runs: Vec<GateRun> = Vec::new();
     if !c.setup.is_empty() {
-        rec::set_phase(pool, run_id, "setup", Some(key), None).await?;
+        night.db(|| rec::set_phase(pool, run_id, "setup", Some(key), None)).await?;
         let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout().min(c.limits.item_timeout()), item_dir.to_path_buf()), &night.cancel).await;
         match runs {
             Ok(runs) if runs.iter().all(GateRun::passed) => setup_runs = runs,
@@ -533,9 +598,9 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         if Instant::now() >= item_deadline {
             return Ok(fail("timed_out", format!("the item timeout of {} was reached before round {n}", config::format_duration(c.limits.item_timeout())), n - 1, &totals));
         }
-        let round_id = rec::start_round(pool, item_id, n).await?;
+        let round_id = night.db(|| rec::start_round(pool, item_id, n)).await?;
         let round_started = Instant::now();
-        rec::set_phase(pool, run_id, "writer", Some(key), Some(n)).await?;
+        night.db(|| rec::set_phase(pool, run_id, "writer", Some(key), Some(n))).await?;
         // The gate's restore and git's checkout leave files owned by the
         // runner; hand the checkout back to the agent before it writes.
         if n > 1
@@ -558,11 +623,11 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
         if let Some(why) = outside_reach(night, Role::Writer, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
-            rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why)).await?;
+            night.db(|| rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why))).await?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
-            rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why)).await?;
+            night.db(|| rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why))).await?;
             return Ok(fail("budget_exceeded", why, n, &totals));
         }
         let blocks = agent::parse_blocks(&writer.text);
@@ -572,16 +637,16 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             }
         }
         if let Some(q) = &blocks.question {
-            rec::finish_round(pool, round_id, "blocked", None, None, None).await?;
+            night.db(|| rec::finish_round(pool, round_id, "blocked", None, None, None)).await?;
             return Ok(ItemEnd { outcome: "blocked".into(), reason: Some("the writer asked a question".into()), question: Some(q.clone()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
         }
         // Proof of work, from git.
-        rec::set_phase(pool, run_id, "proof", Some(key), Some(n)).await?;
+        night.db(|| rec::set_phase(pool, run_id, "proof", Some(key), Some(n))).await?;
         // GitHub refuses any file of 100 MiB or more: fail now, with the reason,
         // before a minute of diffing it and a gate and review that cannot lead to a push.
         if let Ok(big) = tokio::task::block_in_place(|| crate::proof::files_of_at_least(&slot.path, MAX_FILE_BYTES)) {
             if let Some((path, size)) = big.first() {
-                rec::finish_round(pool, round_id, "error", None, None, Some("a file too large for GitHub")).await?;
+                night.db(|| rec::finish_round(pool, round_id, "error", None, None, Some("a file too large for GitHub"))).await?;
                 return Ok(fail("error", format!("{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)", size >> 20), n, &totals));
             }
         }
@@ -589,24 +654,24 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Ok(p) => p,
             // No .git left to read: the writer removed or replaced it.
             Err(_) if !slot.path.join(".git").join("HEAD").is_file() => {
-                rec::finish_round(pool, round_id, "rule_broken", None, None, Some("the writer removed the checkout's .git")).await?;
+                night.db(|| rec::finish_round(pool, round_id, "rule_broken", None, None, Some("the writer removed the checkout's .git"))).await?;
                 return Ok(fail("rule_broken", "the writer removed or replaced the checkout's .git directory".into(), n, &totals));
             }
             Err(e) => return Ok(fail("error", format!("cannot read the proof of work from git: {e}"), n, &totals)),
         };
-        rec::record_proof(pool, round_id, &proof).await?;
+        night.db(|| rec::record_proof(pool, round_id, &proof)).await?;
         // A git repository the writer made inside the checkout would be
         // committed as a dangling submodule link.
         let nested = proof.changed.iter().find(|f| slot.path.join(&f.path).join(".git").exists()).map(|f| format!("the writer created a nested git repository at {} (it would be committed as a broken submodule link)", f.path));
         if let Some(why) = proof.rule_broken().or(nested) {
-            rec::finish_round(pool, round_id, "rule_broken", Some(&proof.diff_hash), None, Some(&why)).await?;
+            night.db(|| rec::finish_round(pool, round_id, "rule_broken", Some(&proof.diff_hash), None, Some(&why))).await?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
         // A writer that crashed (a signal, an OOM kill, a nonzero exit, an
         // error result) may have left half-done work: never gate, review or
         // push it as if it were finished. Its changes stay for the next round.
         if let Some(f) = &writer.failure {
-            rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("writer_failed"), Some(f)).await?;
+            night.db(|| rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("writer_failed"), Some(f))).await?;
             last_failure = ("error".into(), format!("the writer failed: {f}"));
             feedback = if proof.is_empty() {
                 format!("Your previous attempt failed: {f}\n")
@@ -620,14 +685,14 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             continue;
         }
         if proof.is_empty() {
-            rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None).await?;
+            night.db(|| rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None)).await?;
             // Why, when the agent's own channels said (a denied write, a
             // failed edit): otherwise a person sees nothing to act on.
             let why = if writer.notes.is_empty() { "the writer changed nothing".to_string() } else { night.redact(&format!("the writer changed nothing; its CLI reported: {}", writer.notes.join("; "))) };
             return Ok(ItemEnd { outcome: "no_changes".into(), reason: Some(why), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
         }
         // Gate, run by nightshift; what it leaves behind is not the writer's work.
-        rec::set_phase(pool, run_id, "gate", Some(key), Some(n)).await?;
+        night.db(|| rec::set_phase(pool, run_id, "gate", Some(key), Some(n))).await?;
         let writer_tree = match tokio::task::block_in_place(|| slot.snapshot_tree()) {
             Ok(t) => t,
             Err(e) => return Ok(fail("error", format!("cannot snapshot the checkout before the gate: {e}"), n, &totals)),
@@ -638,7 +703,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Err(e) => return Ok(fail("error", format!("the gate could not run: {e}"), n, &totals)),
         };
         for g in &gates {
-            rec::record_gate_run(pool, round_id, g).await?;
+            night.db(|| rec::record_gate_run(pool, round_id, g)).await?;
         }
         if let Err(e) = tokio::task::block_in_place(|| slot.restore_tree(&writer_tree)) {
             return Ok(fail("error", format!("cannot restore the checkout after the gate: {e}"), n, &totals));
@@ -649,7 +714,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         if let Some(bad) = gates.iter().find(|g| !g.passed()) {
             let sig = bad.signature();
             feedback = gate::feedback(&gates);
-            rec::finish_round(pool, round_id, "tests_failed", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await?;
+            night.db(|| rec::finish_round(pool, round_id, "tests_failed", Some(&proof.diff_hash), Some(&sig), Some(&feedback))).await?;
             last_failure = ("tests_failed".into(), format!("`{}` failed ({}) in round {n}: {}", bad.command, bad.exit_code.map(|c| format!("exit {c}")).unwrap_or("timed out".into()), last_line(&bad.output_tail)));
             // The round's note is the telling line of the output (the
             // signature, command and exit code, is already in its gate list).
@@ -663,7 +728,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             continue;
         }
         // Review, read-only, verified.
-        rec::set_phase(pool, run_id, "review", Some(key), Some(n)).await?;
+        night.db(|| rec::set_phase(pool, run_id, "review", Some(key), Some(n))).await?;
         let fp_before = match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
             Ok(fp) => fp,
             Err(e) => return Ok(fail("error", format!("cannot fingerprint the checkout before the review: {e}"), n, &totals)),
@@ -676,12 +741,12 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
         if let Some(why) = outside_reach(night, Role::Reviewer, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
-            rec::record_review(pool, round_id, "void", &[], Some(&why)).await?;
-            rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await?;
+            night.db(|| rec::record_review(pool, round_id, "void", &[], Some(&why))).await?;
+            night.db(|| rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why))).await?;
             return Ok(fail("review_void", why, n, &totals));
         }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
-            rec::finish_round(pool, round_id, "budget_exceeded", Some(&proof.diff_hash), None, Some(&why)).await?;
+            night.db(|| rec::finish_round(pool, round_id, "budget_exceeded", Some(&proof.diff_hash), None, Some(&why))).await?;
             return Ok(fail("budget_exceeded", why, n, &totals));
         }
         let fp_after = match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
@@ -690,8 +755,8 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         };
         let void = review::void_reason(night.config.reviewer.kind, &reviewer, &fp_before, &fp_after);
         if let Some(why) = void {
-            rec::record_review(pool, round_id, "void", &[], Some(&why)).await?;
-            rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why)).await?;
+            night.db(|| rec::record_review(pool, round_id, "void", &[], Some(&why))).await?;
+            night.db(|| rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why))).await?;
             return Ok(fail("review_void", why, n, &totals));
         }
         // A verdict from a reviewer that then failed (nonzero exit, error
@@ -703,7 +768,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
                     Some(f) => ("reviewer_failed", format!("the reviewer failed: {f}")),
                     None => ("no_verdict", review::no_verdict_reason(&reviewer.text)),
                 };
-                rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some(sig), Some(&why)).await?;
+                night.db(|| rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some(sig), Some(&why))).await?;
                 last_failure = ("error".into(), why.clone());
                 rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "error".into(), note: why, gate: gates.clone(), verdict: None });
                 if no_progress(&mut history, &proof.diff_hash, sig) {
@@ -712,7 +777,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
                 continue;
             }
         };
-        rec::record_review(pool, round_id, verdict.verdict.as_str(), &verdict.findings, None).await?;
+        night.db(|| rec::record_review(pool, round_id, verdict.verdict.as_str(), &verdict.findings, None)).await?;
         if verdict.verdict == Decision::RequestChanges {
             // The same set of findings (SPEC §5.6): order and repeats do not count.
             let mut sorted: Vec<&str> = verdict.findings.iter().map(|f| f.trim()).collect();
@@ -720,7 +785,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             sorted.dedup();
             let sig = format!("review:{}", crate::contract::sha256_hex(sorted.join("\n").as_bytes()));
             feedback = format!("The reviewer requested changes:\n{}\n", verdict.findings.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n"));
-            rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback)).await?;
+            night.db(|| rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback))).await?;
             last_failure = ("review_rejected".into(), format!("the reviewer requested changes in round {n}: {}", verdict.findings.join("; ")));
             rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "review_rejected".into(), note: verdict.findings.join("; "), gate: gates.clone(), verdict: Some(verdict.clone()) });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
@@ -729,7 +794,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             continue;
         }
         // Green gate and approve: commit, push, PR.
-        rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None).await?;
+        night.db(|| rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None)).await?;
         rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
         let diff = tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree)).unwrap_or_default();
         // A secret's value in the change would be pushed in clear (the PR
@@ -766,7 +831,7 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             overlaps: report::overlaps(&night.pushed.lock().unwrap_or_else(|e| e.into_inner()), &proof.changed),
         };
         let body = night.redact(&report::pr_body(&evidence));
-        rec::set_phase(pool, run_id, "push", Some(key), Some(n)).await?;
+        night.db(|| rec::set_phase(pool, run_id, "push", Some(key), Some(n))).await?;
         let message = format!("nightshift: {}\n\nContract sha256 {}\nRun {}\n", c.title, entry.contract_sha, run_id);
         if night.config.tick_in_pr {
             // `tick_in_pr = true` (SPEC §3): the item PR carries its own tick.
@@ -787,8 +852,8 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             }
             return Ok(fail("push_failed", night.redact(&format!("push of {branch} failed: {e}")), n, &totals));
         }
-        rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body).await?;
-        rec::event(pool, Some(run_id), "pushed", json!({"key": key, "branch": branch})).await?;
+        night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body)).await?;
+        night.db(|| rec::event(pool, Some(run_id), "pushed", json!({"key": key, "branch": branch}))).await?;
         let mut end = open_pr(night, run_id, entry, branch, &body).await?;
         night.pushed.lock().unwrap_or_else(|e| e.into_inner()).push(report::Overlap {
             title: c.title.clone(),
@@ -839,7 +904,7 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
         return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(why), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
     };
     if let Some(down) = night.github_down() {
-        rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body).await?;
+        night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body)).await?;
         return Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
     }
     let req = crate::forge::PrRequest { title: title.clone(), head: branch.to_string(), base: night.config.base.clone(), body: body.to_string(), labels: vec![night.config.label.clone()], item_key: key.clone() };
@@ -854,8 +919,8 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
     };
     match created {
         Ok(pr) => {
-            rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, Some(pr.number), Some(&pr.url), "open", body).await?;
-            rec::event(pool, Some(run_id), "pr_opened", json!({"key": key, "number": pr.number, "url": pr.url})).await?;
+            night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, Some(pr.number), Some(&pr.url), "open", body)).await?;
+            night.db(|| rec::event(pool, Some(run_id), "pr_opened", json!({"key": key, "number": pr.number, "url": pr.url}))).await?;
             // Opened but not labelled (the label could not be made or added):
             // the PR stands; the report says why it lacks the label.
             let reason = pr.label_error.as_ref().map(|e| night.redact(&format!("PR opened without the label {:?}: {e}", night.config.label)));
@@ -865,7 +930,7 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
             if e.scope() == crate::forge::Scope::Run {
                 night.mark_github_down(&e.to_string());
             }
-            rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body).await?;
+            night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body)).await?;
             Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed, PR not created: {e}; retried on the next run"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() })
         }
     }
@@ -900,7 +965,7 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
                 Err(e) => tracing::warn!(finding = %title, error = %night.redact(&e.to_string()), "could not file a finding as an issue"),
             }
         }
-        rec::record_finding(&night.pool, item_id, &title, number, url.as_deref()).await?;
+        night.db(|| rec::record_finding(&night.pool, item_id, &title, number, url.as_deref())).await?;
     }
     Ok(())
 }
@@ -1085,6 +1150,7 @@ async fn call_agent(
         Role::Writer => &c.writer,
         Role::Reviewer => &c.reviewer,
     };
+    let agent_kind = agent_cfg.kind.to_string();
     let stop = |outcome: &str, reason: String, t: &Totals| Step::Stop(ItemEnd { outcome: outcome.into(), reason: Some(reason), tokens: t.tokens, cost_usd: t.cost_known.then_some(t.cost), ..Default::default() });
     let mut attempt = 0u32;
     let mut throttles = 0u32;
@@ -1110,9 +1176,15 @@ async fn call_agent(
         };
         let report = match agent::call(agent_cfg, &call, &night.cancel).await {
             Ok(r) => r,
-            Err(e) => return Ok(stop("error", night.redact(&e.to_string()), totals)),
+            // The same executable would fail every item: the run stops
+            // and is resumed once it is fixed.
+            Err(e) => {
+                let why = night.redact(&format!("{e}; fix [{}] command in the config or the agent's installation", role.as_str()));
+                night.stop_systemic(&why);
+                return Ok(stop("error", why, totals));
+            }
         };
-        rec::record_agent_call(pool, item_id, Some(round_id), role.as_str(), &agent_cfg.kind.to_string(), &report).await?;
+        night.db(|| rec::record_agent_call(pool, item_id, Some(round_id), role.as_str(), &agent_kind, &report)).await?;
         totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
         if let Some(cost) = report.usage.cost_usd {
             totals.cost += cost;
@@ -1129,6 +1201,7 @@ async fn call_agent(
         }
         if let Some(reading) = report.limit.clone() {
             let now = night.clock.now();
+            let message = night.redact(&reading.message);
             match reading.kind {
                 LimitKind::UsageLimit => {
                     let policy = sleep_policy(&c.limits);
@@ -1137,11 +1210,11 @@ async fn call_agent(
                     if until >= night.deadline {
                         // No sleep is taken (nor recorded): the run stops now.
                         let reset = reading.resets_at.map(|r| local(r, night.tz)).unwrap_or_else(|| "an unknown time".into());
-                        rec::event(pool, Some(run_id), "usage_limit_after_deadline", serde_json::json!({"agent": agent_cfg.kind.to_string(), "resets_at": reading.resets_at, "message": night.redact(&reading.message)})).await?;
+                        night.db(|| rec::event(pool, Some(run_id), "usage_limit_after_deadline", serde_json::json!({"agent": agent_cfg.kind.to_string(), "resets_at": reading.resets_at, "message": night.redact(&reading.message)}))).await?;
                         return Ok(stop("deadline", format!("the {} agent's usage limit resets at {reset}, after the deadline {}", role.as_str(), local(night.deadline, night.tz)), totals));
                     }
-                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "usage_limit", &night.redact(&reading.message), now, until, reading.resets_at).await?;
-                    rec::set_sleeping(pool, run_id, until, &agent_cfg.kind.to_string()).await?;
+                    night.db(|| rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_kind, "usage_limit", &message, now, until, reading.resets_at)).await?;
+                    night.db(|| rec::set_sleeping(pool, run_id, until, &agent_kind)).await?;
                     tracing::info!(until = %until, agent = %agent_cfg.kind, "usage limit: sleeping until reset");
                     let slept_from = Instant::now();
                     let slept = schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await;
@@ -1150,7 +1223,7 @@ async fn call_agent(
                     if slept == schedule::SleepOutcome::Cancelled {
                         return Ok(stop("interrupted", "stopped by a signal while sleeping at a usage limit".into(), totals));
                     }
-                    rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n)).await?;
+                    night.db(|| rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n))).await?;
                     continue;
                 }
                 LimitKind::Transient if throttles < MAX_THROTTLE_RETRIES => {
@@ -1158,7 +1231,7 @@ async fn call_agent(
                     let policy = sleep_policy(&c.limits);
                     let wait = limit::sleep_for(&reading, now, &policy);
                     let until = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
-                    rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_cfg.kind.to_string(), "transient", &night.redact(&reading.message), now, until, None).await?;
+                    night.db(|| rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_kind, "transient", &message, now, until, None)).await?;
                     if schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await == schedule::SleepOutcome::Cancelled {
                         return Ok(stop("interrupted", "stopped by a signal while waiting out throttling".into(), totals));
                     }
@@ -1175,6 +1248,163 @@ async fn call_agent(
 }
 
 impl Night {
+    /// Runs the ledger call `f`. When the ledger stopped answering
+    /// ([`crate::ledger::is_outage`]) the run waits for it — restarting the
+    /// embedded cluster if that is the ledger, taking the repository lock
+    /// again — and runs `f` again: a restart of PostgreSQL during a night
+    /// costs a pause, not the item's work (SPEC §9).
+    ///
+    /// # Errors
+    /// A query error as [`Error`]; an outage that outlasts
+    /// [`LEDGER_PATIENCE`], the deadline or a signal as an [`Error`] saying
+    /// the next drain resumes the run.
+    pub async fn db<T, Fut>(&self, f: impl Fn() -> Fut) -> Result<T, Error>
+    where
+        Fut: std::future::Future<Output = sqlx::Result<T>>,
+    {
+        let mut waiting: Option<Instant> = None;
+        loop {
+            match f().await {
+                Ok(v) => return Ok(v),
+                Err(e) if crate::ledger::is_outage(&e) => self.wait_for_ledger(e, &mut waiting).await?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Waits until the ledger answers again after `e`; `since` is when this
+    /// outage began (set on the first call). Returns when it is back and the
+    /// lock is ours again.
+    async fn wait_for_ledger(&self, e: sqlx::Error, since: &mut Option<Instant>) -> Result<(), Error> {
+        let began = *since.get_or_insert_with(|| {
+            let msg = format!(
+                "the ledger ({}) stopped answering: {}; the run waits for it (at most {}, or until the deadline or a signal)",
+                self.db_source.describe(),
+                outage_text(&e),
+                config::format_duration(LEDGER_PATIENCE)
+            );
+            tracing::info!("{msg}");
+            let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("warning: {msg}\n"));
+            Instant::now()
+        });
+        let mut pause = Duration::from_millis(500);
+        let mut last = e;
+        loop {
+            let give_up = if self.cancel.is_cancelled() {
+                Some("a signal came")
+            } else if self.clock.now() >= self.deadline {
+                Some("the deadline passed")
+            } else if began.elapsed() >= LEDGER_PATIENCE {
+                Some("it stayed away too long")
+            } else {
+                None
+            };
+            if let Some(why) = give_up {
+                return Err(Error::failure(format!(
+                    "ledger: the database stopped answering ({}) and {why} while the run waited for it; {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run",
+                    outage_text(&last),
+                    self.db_source.describe()
+                )));
+            }
+            if let crate::ledger::DbSource::Embedded { data_dir } = &self.db_source {
+                // Our own private cluster died (a crash, an OOM kill): start it again.
+                match crate::ledger::embedded::Cluster::resolve(data_dir, &crate::ledger::embedded::process_env).await {
+                    Ok(c) => {
+                        if let Err(err) = c.start().await {
+                            tracing::warn!("restarting the embedded database failed: {err}");
+                        }
+                    }
+                    Err(err) => tracing::warn!("the embedded database: {err}"),
+                }
+            }
+            // The pool itself may wait a while for a connection: a signal
+            // does not wait with it.
+            let probe = tokio::select! {
+                r = sqlx::query("SELECT 1").execute(&self.pool) => Some(r),
+                () = self.cancel.cancelled() => None,
+            };
+            match probe {
+                Some(Ok(_)) => {
+                    self.retake_lock().await?;
+                    let msg = format!("the ledger answers again after {}; the run goes on", config::format_duration(Duration::from_secs(began.elapsed().as_secs().max(1))));
+                    tracing::info!("{msg}");
+                    let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("note: {msg}\n"));
+                    return Ok(());
+                }
+                Some(Err(err)) => last = err,
+                None => continue,
+            }
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.cancel.cancelled() => {}
+            }
+            pause = (pause * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Checks that the repository lock is still this run's (a server restart
+    /// drops it with its connection) and takes it again if it is not.
+    ///
+    /// # Errors
+    /// Another run took the lock meanwhile (this run must stop: both would
+    /// do the same items), or the ledger stays away (see [`Night::db`]).
+    pub async fn hold_lock(&self) -> Result<(), Error> {
+        let held = match self.lock.lock().await.as_mut() {
+            Some(l) => l.still_held().await,
+            None => Ok(false),
+        };
+        match held {
+            Ok(true) => Ok(()),
+            Ok(false) => self.retake_lock().await,
+            // Its connection is gone: the server restarted or is away.
+            Err(_) => {
+                self.db(|| sqlx::query("SELECT 1").execute(&self.pool)).await?;
+                self.retake_lock().await
+            }
+        }
+    }
+
+    /// Takes the repository lock again if this run no longer holds it.
+    async fn retake_lock(&self) -> Result<(), Error> {
+        let mut guard = self.lock.lock().await;
+        if let Some(l) = guard.as_mut()
+            && matches!(l.still_held().await, Ok(true))
+        {
+            return Ok(());
+        }
+        *guard = None;
+        match self.ledger.try_lock_repo(&self.repo_id, &crate::ledger::HolderInfo::current()).await {
+            Ok(crate::ledger::RepoLockAttempt::Acquired(l)) => {
+                *guard = Some(l);
+                Ok(())
+            }
+            Ok(crate::ledger::RepoLockAttempt::Held { holder }) => Err(Error::refused(format!(
+                "this run lost the lock of {} while the ledger was away, and another nightshift run took it ({}); this run stops so that the two do not do the same items",
+                self.repo.display(),
+                holder.map(|h| h.to_string()).unwrap_or_else(|| "another process".into())
+            ))),
+            Err(e) => Err(Error::failure(format!("ledger: taking the lock of {} again: {e}", self.repo.display()))),
+        }
+    }
+
+    /// Records that the run must stop for `why` (see [`Night::systemic`]).
+    fn stop_systemic(&self, why: &str) {
+        if let Ok(mut g) = self.systemic.lock() {
+            g.get_or_insert_with(|| why.to_string());
+        }
+    }
+
+    /// Why the run cannot go on, if it cannot: a cause already recorded, or
+    /// a data directory that is gone, read-only or full.
+    fn systemic_problem(&self) -> Option<String> {
+        if let Some(why) = self.systemic.lock().ok().and_then(|g| g.clone()) {
+            return Some(why);
+        }
+        let why = self.slots_lock.as_ref().and_then(|l| l.check().err())?;
+        self.stop_systemic(&why);
+        Some(why)
+    }
+
     /// Why GitHub is considered down for the rest of this run, if it is.
     pub fn github_down(&self) -> Option<String> {
         self.forge_down.lock().map(|g| g.clone()).unwrap_or(None)
@@ -1189,6 +1419,14 @@ impl Night {
     /// Redacts every known secret (token, configured secrets) from `s`.
     pub fn redact(&self, s: &str) -> String {
         crate::secret::Redactor::new(self.secrets.iter()).redact(s)
+    }
+}
+
+/// The server's own words for an outage, without the driver's decoration.
+fn outage_text(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => db.message().to_string(),
+        e => e.to_string(),
     }
 }
 

@@ -121,6 +121,64 @@ pub fn slot_path(data_dir: &Path, user_repo: &Path, index: usize) -> PathBuf {
 #[derive(Debug)]
 pub struct SlotsLock {
     _lock: nix::fcntl::Flock<std::fs::File>,
+    /// The lock file, and the device and inode it had when locked.
+    path: PathBuf,
+    id: (u64, u64),
+    /// The data directory it lives under (for messages).
+    data_dir: PathBuf,
+}
+
+/// Least free space, in bytes, the data directory must have for a run to
+/// start another item: a checkout, git's work in it and the agents' logs
+/// need room, and a disk that fills up mid-item fails it in git's words.
+pub const MIN_FREE_BYTES: u64 = 16 * 1024 * 1024;
+
+impl SlotsLock {
+    /// Whether the run can still work under the data directory: the lock
+    /// file is still the one locked (the directory was not removed or
+    /// replaced — a cleaner of `/tmp`, a person's `rm -rf`), its file system
+    /// is not read-only, has [`MIN_FREE_BYTES`] free, and takes a small
+    /// written and synced file.
+    ///
+    /// # Errors
+    /// A sentence naming the directory, what is wrong and what to do.
+    pub fn check(&self) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::fs::MetadataExt;
+        let data = self.data_dir.display();
+        match std::fs::metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.id => {}
+            _ => {
+                return Err(format!(
+                    "the data directory {data} was removed or replaced during the run ({} is gone); keep it where nothing cleans it up (not under /tmp), or set NIGHTSHIFT_DATA_DIR",
+                    self.path.display()
+                ));
+            }
+        }
+        let dir = self.path.parent().unwrap_or(&self.data_dir);
+        if let Ok(st) = nix::sys::statvfs::statvfs(dir) {
+            if st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+                return Err(format!("the data directory {data} is on a read-only file system; remount it read-write or set NIGHTSHIFT_DATA_DIR to a writable directory"));
+            }
+            // The field types differ between platforms (u32 on some).
+            #[allow(clippy::unnecessary_cast)]
+            let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
+            if free < MIN_FREE_BYTES {
+                return Err(format!(
+                    "the disk holding the data directory {data} is full ({} KiB free; a run needs at least {} MiB for a checkout and its logs); free some space",
+                    free / 1024,
+                    MIN_FREE_BYTES >> 20
+                ));
+            }
+        }
+        let probe = dir.join(format!(".write-probe-{}", std::process::id()));
+        let written = std::fs::File::create(&probe).and_then(|mut f| {
+            f.write_all(&[0u8; 64 * 1024])?;
+            f.sync_all()
+        });
+        let _ = std::fs::remove_file(&probe);
+        written.map_err(|e| format!("cannot write in the data directory {data} ({}): {e}; free some space or fix its permissions", dir.display()))
+    }
 }
 
 /// Takes [`SlotsLock`] for `user_repo`'s slots under `data_dir`, writing
@@ -137,9 +195,11 @@ pub fn lock_slots(data_dir: &Path, user_repo: &Path) -> std::io::Result<Result<S
     let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
+            use std::os::unix::fs::MetadataExt;
             lock.set_len(0)?;
             write!(lock, "{}", std::process::id())?;
-            Ok(Ok(SlotsLock { _lock: lock }))
+            let m = lock.metadata()?;
+            Ok(Ok(SlotsLock { id: (m.dev(), m.ino()), _lock: lock, path, data_dir: data_dir.to_path_buf() }))
         }
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
             let pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
@@ -310,7 +370,30 @@ impl Slot {
         token: Option<&str>,
         stop: Option<Arc<AtomicBool>>,
     ) -> Result<Slot, SlotError> {
-        let (fetch_url, push_url) = git::remote_urls(user_repo, remote)?;
+        let urls = git::remote_urls(user_repo, remote)?;
+        Slot::prepare_at(path, user_repo, remote, urls, base, branch, token, stop)
+    }
+
+    /// As [`Slot::prepare`], with the remote's (fetch URL, push URL) given
+    /// instead of read from the user's repository now: a run reads them once
+    /// at its start, so a `git remote set-url` in the user's checkout during
+    /// the night (by a person, or by an agent that reached it) does not send
+    /// later items — and the token — somewhere else.
+    ///
+    /// # Errors
+    /// As [`Slot::prepare`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_at(
+        path: &Path,
+        user_repo: &Path,
+        remote: &str,
+        urls: (String, String),
+        base: &str,
+        branch: &str,
+        token: Option<&str>,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<Slot, SlotError> {
+        let (fetch_url, push_url) = urls;
         let mut slot = Slot {
             path: path.to_path_buf(),
             remote: remote.to_string(),
@@ -669,10 +752,24 @@ impl Slot {
     /// Puts the working tree back to a [`Slot::snapshot_tree`]: files changed
     /// or deleted since come back, files added since are removed; ignored
     /// files (build caches) stay, and the slot's own index is untouched.
+    /// HEAD is put back too — on the item's branch at the base commit, where
+    /// it is between the writer's rounds — for a gate that commits, switches
+    /// branches or detaches HEAD (`git commit`, `git checkout`): otherwise
+    /// the reviewer would see an empty diff and the runner commit on another
+    /// branch than the one it pushes.
     ///
     /// # Errors
-    /// [`SlotError::Git`] when git cannot write the tree.
+    /// [`SlotError::Git`] when git cannot write the tree or move HEAD.
     pub fn restore_tree(&self, tree: &str) -> Result<(), SlotError> {
+        let git = self.git();
+        let branch = format!("refs/heads/{}", self.branch);
+        let on_branch = git.text(&["symbolic-ref", "-q", "HEAD"]).is_ok_and(|r| r.trim() == branch);
+        let at_base = git.rev_parse(&branch).is_ok_and(|c| c == self.base_commit);
+        if !(on_branch && at_base) {
+            tracing::warn!(slot = %self.path.display(), "a gate command moved HEAD or switched branches; putting the item's branch back");
+            git.run(&["update-ref", "--no-deref", &branch, &self.base_commit])?;
+            git.run(&["symbolic-ref", "HEAD", &branch])?;
+        }
         let index = self.private_index("restore");
         let git = self.git().env("GIT_INDEX_FILE", &index);
         let result = git

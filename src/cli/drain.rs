@@ -61,7 +61,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
 
     // One drain per repository (SPEC §9).
     let holder = ledger_mod::HolderInfo::current();
-    let _lock = match lg.try_lock_repo(&id, &holder).await.map_err(|e| Error::failure(format!("ledger: {e}")))? {
+    let lock = match lg.try_lock_repo(&id, &holder).await.map_err(|e| Error::failure(format!("ledger: {e}")))? {
         ledger_mod::RepoLockAttempt::Acquired(guard) => guard,
         ledger_mod::RepoLockAttempt::Held { holder } => {
             let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "another process".into());
@@ -69,7 +69,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         }
     };
     // The checkouts too, whatever database another drain uses.
-    let _slots = match crate::slot::lock_slots(&crate::cli::data_dir(), &snap.repo) {
+    let slots_lock = match crate::slot::lock_slots(&crate::cli::data_dir(), &snap.repo) {
         Ok(Ok(l)) => l,
         Ok(Err(pid)) => {
             return Err(Error::refused(format!(
@@ -80,6 +80,11 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         }
         Err(e) => return Err(Error::failure(format!("cannot lock the checkouts under {}: {e}", crate::cli::data_dir().display()))),
     };
+    // A data directory that is already full or read-only would stop the run
+    // at its first item: say so before an approval is used.
+    if let Err(why) = slots_lock.check() {
+        return Err(Error::failure(format!("{why}; nothing was run and the approval is still unused")));
+    }
     let crashed = rec::mark_dead_runs_crashed(&pool, &id).await?;
     for r in &crashed {
         eprintln!("note: run {} (pid {}) ended without finishing; marked crashed", r.id, r.pid.unwrap_or(0));
@@ -127,6 +132,8 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     if remote_url.is_none() {
         return Err(Error::usage(format!("{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config", snap.repo.display(), config.remote, config.remote)));
     }
+    // Read once, like the backlog: the whole run fetches and pushes here.
+    let remote_urls = crate::git::remote_urls(&snap.repo, &config.remote).map_err(|e| Error::usage(format!("{}: {e}", snap.repo.display())))?;
     // Every item starts from <remote>/<base>: a missing base would fail each
     // item in turn. Checked before the approval is consumed; a remote that
     // cannot be reached now is left to the items (it may come back).
@@ -236,6 +243,12 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         clock: Arc::new(schedule::SystemClock),
         pushed: Default::default(),
         remote_down: Default::default(),
+        remote_urls,
+        ledger: lg.clone(),
+        db_source: source.clone(),
+        lock: tokio::sync::Mutex::new(Some(lock)),
+        slots_lock: Some(slots_lock),
+        systemic: Default::default(),
     };
     let watched: Vec<progress::Entry> = match &selection {
         Selection::All => night.plan.entries.iter().map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
@@ -250,10 +263,22 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     let items = rec::run_items(&pool, end.run_id).await?;
     let slept = rec::slept_seconds(&pool, end.run_id).await?;
     if !cli.quiet {
-        print!("{}", crate::report::to_text(&run_row, &items, slept, false));
+        // After a hang-up there is no terminal left to print to: the run is
+        // recorded, so a failed print is not worth a panic.
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        let _ = write!(out, "{}", crate::report::to_text(&run_row, &items, slept, false));
         if let Some(log) = progress::RUN_LOG.get() {
-            println!("log: {}", log.display());
+            let _ = writeln!(out, "log: {}", log.display());
         }
+        let _ = out.flush();
+    }
+    if let Some(why) = end.stopped_by {
+        let next = match item {
+            None => "Once that is fixed, `nightshift drain` resumes this run under its approval (within 24 h of it)",
+            Some(_) => "Once that is fixed, run `nightshift run` again (approve the item again if its approval was used)",
+        };
+        return Err(Error::failure(format!("the run stopped: {why}. {next}")));
     }
     Ok(end.code)
 }
@@ -324,23 +349,55 @@ fn print_cards(plan: &Plan, selection: &Selection) {
     }
 }
 
-/// SIGINT/SIGTERM cancel the run: the current agent is killed, the item
-/// recorded `interrupted`, its checkout cleaned (SPEC §7).
+/// SIGINT/SIGTERM — and SIGHUP (the terminal closed) and SIGQUIT (Ctrl-\\),
+/// whose default action would kill nightshift and leave its agent running
+/// on in the checkout — cancel the run: the current agent is killed, the
+/// item recorded `interrupted`, its checkout cleaned (SPEC §7).
 /// The handlers are installed before this returns, so no signal after it
 /// falls to the default action (which would leave the run `running`).
 /// The returned guard ends the handler when the drain is over, so the
 /// fires of `schedule` do not pile up handlers.
 fn spawn_signal_handler(cancel: CancellationToken) -> Option<AbortOnDrop> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return None };
+    let mut stop = StopSignals::install()?;
     Some(AbortOnDrop(tokio::spawn(async move {
-        tokio::select! {
-            _ = int.recv() => {},
-            _ = term.recv() => {},
-        }
-        eprintln!("nightshift: signal received; stopping the current item");
+        let name = stop.recv().await;
+        // Cancel before printing: after a hang-up stderr may be gone.
         cancel.cancel();
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "nightshift: {name} received; stopping the current item");
     })))
+}
+
+/// The signals that stop a run or a schedule: SIGINT, SIGTERM, SIGHUP,
+/// SIGQUIT (SPEC §7).
+pub(crate) struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers; `None` if one cannot be installed.
+    pub(crate) fn install() -> Option<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Some(StopSignals {
+            int: signal(SignalKind::interrupt()).ok()?,
+            term: signal(SignalKind::terminate()).ok()?,
+            hup: signal(SignalKind::hangup()).ok()?,
+            quit: signal(SignalKind::quit()).ok()?,
+        })
+    }
+
+    /// Waits for the first of them; returns its name.
+    pub(crate) async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT",
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.hup.recv() => "SIGHUP",
+            _ = self.quit.recv() => "SIGQUIT",
+        }
+    }
 }
 
 /// Aborts a task when dropped.

@@ -152,7 +152,9 @@ pub fn watch(pool: PgPool, repo_id: String, entries: Vec<Entry>, tz: chrono_tz::
             if last.as_ref() != Some(&now) {
                 tracing::info!(run = %row.id, item = now.key.as_deref().unwrap_or("-"), phase = now.phase.as_deref().unwrap_or("-"), round = now.round.unwrap_or(0), sleeping_until = ?now.sleeping_until, "progress");
                 if mode == Mode::Plain {
-                    eprintln!("{line}");
+                    // A hung-up terminal or a closed pipe must not end the watch with a panic.
+                    use std::io::Write as _;
+                    let _ = writeln!(std::io::stderr(), "{line}");
                 }
                 last = Some(now);
             }

@@ -96,10 +96,23 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
         },
         None => "-".to_string(),
     };
+    // A run that stopped on a failure outside its items waits to be resumed
+    // (while its approval allows, SPEC §4).
+    let mut to_resume = match (running, dead) {
+        (None, None) => rec::resumable_run(&lg.pool, &id).await?.filter(|r| row.as_ref().is_some_and(|newest| newest.id == r.id)),
+        _ => None,
+    };
+    if let Some(aid) = to_resume.as_ref().and_then(|r| r.approval_id) {
+        let resumable = rec::approval_by_id(&lg.pool, aid).await?.is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(&a, Utc::now()));
+        if !resumable {
+            to_resume = None;
+        }
+    }
     let text = match running {
-        None => match dead {
-            Some(r) => format!("idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it", r.id, r.pid.unwrap_or(0)),
-            None => "idle: no run is in progress".to_string(),
+        None => match (dead, &to_resume) {
+            (Some(r), _) => format!("idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it", r.id, r.pid.unwrap_or(0)),
+            (None, Some(r)) => format!("idle: run {} stopped before its end (crashed; `nightshift report` says why); the next `nightshift drain` resumes it", r.id),
+            (None, None) => "idle: no run is in progress".to_string(),
         },
         Some(r) => match (r.sleeping_until, &r.phase) {
             (Some(until), _) => format!("sleeping until {} (usage limit, {})", until.with_timezone(&tz).format("%H:%M"), r.sleeping_agent.as_deref().unwrap_or("agent")),
@@ -116,6 +129,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
         let v = serde_json::json!({
             "running": running.is_some(),
             "dead_run_id": dead.map(|r| r.id.to_string()),
+            "resumable_run_id": to_resume.as_ref().map(|r| r.id.to_string()),
             "run_id": running.map(|r| r.id.to_string()),
             "phase": running.and_then(|r| r.phase.clone()),
             "item_key": running.and_then(|r| r.current_item_key.clone()),

@@ -96,18 +96,14 @@ async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup)
     Ok(ExitCode::Ok)
 }
 
-/// SIGINT/SIGTERM stop the schedule; a drain in progress sees the same
-/// signal through its own handler and stops its item cleanly.
+/// SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the schedule; a drain in progress
+/// sees the same signal through its own handler and stops its item cleanly.
 /// The handlers are installed before this returns, so a signal arriving
 /// right after start-up is not lost to the default action.
 fn spawn_stop_on_signal(stop: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else { return };
+    let Some(mut signals) = drain::StopSignals::install() else { return };
     tokio::spawn(async move {
-        tokio::select! {
-            _ = int.recv() => {},
-            _ = term.recv() => {},
-        }
+        signals.recv().await;
         stop.cancel();
     });
 }

@@ -175,7 +175,7 @@ pub enum LedgerError {
         source: sqlx::Error,
     },
     /// The server could not be reached in time or refused the connection.
-    #[error("cannot connect to the ledger at {source_desc} within {seconds} s: {source}")]
+    #[error("cannot connect to the ledger at {source_desc} within {seconds} s: {source}{}", connect_hint(source_desc))]
     Connect {
         /// [`DbSource::describe`].
         source_desc: String,
@@ -277,10 +277,19 @@ impl Ledger {
             .acquire_timeout(timeout)
             .connect_with(options.clone());
         // The outer timeout bounds DNS and TLS too, whatever the pool does inside.
-        let pool = tokio::time::timeout(timeout, pool)
-            .await
-            .map_err(|_| connect_err(sqlx::Error::PoolTimedOut))?
-            .map_err(connect_err)?;
+        let pool = match tokio::time::timeout(timeout, pool).await {
+            Ok(Ok(pool)) => pool,
+            // The pool only says it timed out; one direct attempt says why
+            // (refused, no such socket, no such host, a password).
+            Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => {
+                let cause = match tokio::time::timeout(Duration::from_secs(3), PgConnection::connect_with(&options)).await {
+                    Ok(Err(e)) => e,
+                    _ => sqlx::Error::PoolTimedOut,
+                };
+                return Err(connect_err(cause));
+            }
+            Ok(Err(e)) => return Err(connect_err(e)),
+        };
         sqlx::migrate!()
             .run(&pool)
             .await
@@ -390,6 +399,35 @@ impl Ledger {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// What to do about a ledger that cannot be reached, after the error itself.
+fn connect_hint(source_desc: &str) -> String {
+    if source_desc.contains("(embedded default)") {
+        "; check `nightshift db status` and the server log it names".to_string()
+    } else {
+        "; start that server or fix the URL (without NIGHTSHIFT_DATABASE_URL and DATABASE_URL nightshift uses its own embedded database)".to_string()
+    }
+}
+
+/// Whether a ledger error means the database went away (stopped,
+/// restarting, unreachable, the session ended by the server) rather than
+/// that a query was wrong: such an error may pass once the server is back
+/// (SPEC §9), so a run waits for it instead of failing its item.
+pub fn is_outage(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // 08: connection exception; 57P01-03: the server shut down or is
+            // starting; 53300: too many connections (ours just died); 55000
+            // with this text: the database is closed to connections for now.
+            code.starts_with("08")
+                || matches!(code.as_ref(), "57P01" | "57P02" | "57P03" | "53300")
+                || (code == "55000" && db.message().contains("not currently accepting connections"))
+        }
+        _ => false,
     }
 }
 
