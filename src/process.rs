@@ -401,9 +401,11 @@ impl Outcome {
 }
 
 /// The environment for a child: `parent` (usually `std::env::vars()`) minus
-/// the token variables ([`token_vars`]), minus every name in `remove` (the
-/// ledger URL's variable, config `secrets`; SPEC §6), minus a
-/// [`CALL_MARKER_VAR`] inherited from an enclosing call.
+/// the token variables ([`token_vars`]), minus every variable that can lead
+/// to the ledger ([`is_ledger_var`]: both URL variables and libpq's `PG*`),
+/// minus every name in `remove` (config `secrets`; SPEC §6), minus a
+/// [`CALL_MARKER_VAR`] inherited from an enclosing call. A gate that needs
+/// one of them for the project's own database gets it through `gate_env`.
 pub fn child_env(
     parent: impl IntoIterator<Item = (String, String)>,
     remove: &[String],
@@ -412,10 +414,19 @@ pub fn child_env(
         .into_iter()
         .filter(|(key, _)| {
             !token_vars().contains(&key.as_str())
+                && !is_ledger_var(key)
                 && !remove.iter().any(|r| r == key)
                 && key != CALL_MARKER_VAR
         })
         .collect()
+}
+
+/// Whether a variable may name, or open, the ledger (SPEC §6, §9):
+/// `NIGHTSHIFT_DATABASE_URL`, `DATABASE_URL`, and libpq's `PG*` variables
+/// (`PGPASSWORD`, `PGHOST`, `PGUSER`, `PGPASSFILE`, `PGSERVICE`, …), which
+/// sqlx reads as defaults for the ledger's connection.
+pub fn is_ledger_var(name: &str) -> bool {
+    name == "NIGHTSHIFT_DATABASE_URL" || name == "DATABASE_URL" || (name.starts_with("PG") && name.len() > 2 && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
 }
 
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so that
@@ -1512,8 +1523,13 @@ mod tests {
             ("HOME", "/home/me"),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
-        let env = child_env(parent, &["NIGHTSHIFT_DATABASE_URL".to_owned()]);
+        let env = child_env(parent, &["MY_SECRET".to_owned()]);
         assert_eq!(env.keys().collect::<Vec<_>>(), ["HOME", "PATH"]);
+        // Every way to the ledger goes: both URL variables and libpq's PG*.
+        let parent = [("DATABASE_URL", "postgres://a@b/c"), ("PGPASSWORD", "pw"), ("PGHOST", "db"), ("PGSERVICEFILE", "/x"), ("MY_SECRET", "s"), ("PAGER", "less"), ("PG", "keep"), ("PGtool", "keep")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let env = child_env(parent, &["MY_SECRET".to_owned()]);
+        assert_eq!(env.keys().collect::<Vec<_>>(), ["PAGER", "PG", "PGtool"]);
     }
 
     #[test]

@@ -573,6 +573,52 @@ fn diff_against(
     Ok((changed, hex::encode(h.finalize())))
 }
 
+/// The first file of the change from `base` (a commit, 40 hex) to `tree`
+/// (a tree id, e.g. a [`Slot::snapshot_tree`]) that would carry a secret to
+/// the remote (SPEC §5.6: a secret in the diff breaks a rule): its path when
+/// the path names one, or when its new content holds one that its old
+/// content did not — every byte of the blob, so a binary file, a value
+/// base64- or hex-encoded, or one cut over two lines is found too (see
+/// [`crate::secret::Redactor::finds_in`]). `None` when no file does.
+///
+/// # Errors
+/// [`ProofError::Repo`] when the commit, the tree or a blob cannot be read.
+pub fn secret_in_change(worktree: &Path, base: &str, tree: &str, secrets: &crate::secret::Redactor) -> Result<Option<String>, ProofError> {
+    let err = |context| move |source| ProofError::Repo { context, path: worktree.to_path_buf(), source };
+    let repo = open(worktree)?;
+    let base_tree = git2::Oid::from_str(base).and_then(|oid| repo.find_commit(oid)).and_then(|c| c.tree()).map_err(err("reading the base commit"))?;
+    let new_tree = git2::Oid::from_str(tree).and_then(|oid| repo.find_tree(oid)).map_err(err("reading the change's tree"))?;
+    let diff = repo.diff_tree_to_tree(Some(&base_tree), Some(&new_tree), None).map_err(err("diffing the change"))?;
+    let blob = |id: git2::Oid| -> Result<Option<Vec<u8>>, ProofError> {
+        if id.is_zero() {
+            return Ok(None);
+        }
+        match repo.find_blob(id) {
+            Ok(b) => Ok(Some(b.content().to_vec())),
+            // A submodule link names a commit, not a blob.
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(err("reading a changed file")(e)),
+        }
+    };
+    for delta in diff.deltas() {
+        if delta.status() == git2::Delta::Deleted {
+            continue;
+        }
+        let path = String::from_utf8_lossy(delta.new_file().path_bytes().unwrap_or_default()).into_owned();
+        if secrets.finds_in(path.as_bytes()) {
+            return Ok(Some(path));
+        }
+        if u32::from(delta.new_file().mode()) == 0o160000 {
+            continue;
+        }
+        let Some(new) = blob(delta.new_file().id())? else { continue };
+        if secrets.finds_in(&new) && !blob(delta.old_file().id())?.is_some_and(|old| secrets.finds_in(&old)) {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
 // What the change touches that a person should weigh (shown on the PR card).
 
 /// Public declarations the unified `diff` removes or rewrites: removed lines

@@ -446,8 +446,10 @@ impl Slot {
         self.base_commit.clear();
         // We fetch and push by URL, but agents read the slot's remote (`git
         // log origin/main`, `git remote -v`): keep it the user's current one.
+        // (Without a password: git is never given one in a URL, see
+        // `git::split_url_password`, so the slot's config holds none.)
         if git::remote_urls(&self.path, &self.remote).ok()
-            != Some((self.fetch_url.clone(), self.push_url.clone()))
+            != Some((git::without_password(&self.fetch_url), git::without_password(&self.push_url)))
         {
             self.set_remote_urls()?;
         }
