@@ -313,9 +313,10 @@ fn lower_hex_escapes(s: &[u8]) -> Vec<u8> {
 }
 
 /// A text with its line breaks taken out, and where each remaining piece
-/// came from. A break is a run of blanks (space, tab, `\r`, `\n`) and JSON
-/// escapes (`\n`, `\r`, `\t` as two characters) holding at least one real or
-/// escaped `\n` or `\r`; runs of blanks without one stay.
+/// came from. A break is a run of blanks (space, tab, `\r`, `\n`), JSON
+/// escapes (`\n`, `\r`, `\t` as two characters) and line continuations (a
+/// backslash ending a line) holding at least one real or escaped `\n` or
+/// `\r`; runs of blanks without one stay.
 struct Squeezed {
     /// The text without its breaks.
     text: Vec<u8>,
@@ -397,6 +398,11 @@ fn blank_run(bytes: &[u8], i: usize) -> (usize, bool) {
             }
             b'\\' if matches!(bytes.get(j + 1), Some(b'n' | b'r' | b't')) => {
                 is_break |= bytes[j + 1] != b't';
+                j += 2;
+            }
+            // A line continuation (shell, C, Python, Makefile).
+            b'\\' if matches!(bytes.get(j + 1), Some(b'\n' | b'\r')) => {
+                is_break = true;
                 j += 2;
             }
             _ => break,
@@ -790,6 +796,7 @@ mod tests {
         assert_eq!(redactor.redact("{\"t\":\"ghp_Spl\\nitToken_987654\"}"), "{\"t\":\"****\\n****\"}");
         // Blanks without a line break do not join words.
         assert_eq!(redactor.redact("ghp_Split Token_987654"), "ghp_Split Token_987654");
+        assert_eq!(redactor.redact("T=ghp_Split\\\n  Token_987654"), "T=****\\\n  ****");
         // A multi-line secret (a key) is found printed as is, or on one line.
         let pem = "-----BEGIN KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX\n-----END KEY-----\n";
         let key = Redactor::new([pem]);

@@ -335,3 +335,41 @@ async fn a_token_in_the_remotes_url_stays_out_of_argv_the_checkout_and_messages(
     assert!(!argv.contains(url_token), "a git command line held the URL's token:\n{argv}");
     nowhere(&f, Some(&gh), &text(&out), &[("the URL's token", url_token)]).await;
 }
+
+/// A writer that got hold of the token (here from a file it should not have
+/// read) and writes it into the change every way a literal search of the
+/// diff text misses: in a binary file (git shows no content for it), base64-
+/// or hex-encoded, cut over two lines, as a file's name, in a `.env`. None of
+/// it is pushed: each item breaks the rule, and says which file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_hidden_in_the_change_is_never_pushed() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    let token = "ghp_hiddenInTheDiff_TOKEN_48d2e1";
+    f.github = Some(gh.uri());
+    f.token = Some(token.into());
+    let loot = f.agents.join("found.txt");
+    std::fs::write(&loot, token).unwrap();
+    let title = "title=$(grep -o '\"title\":\"[^\"]*\"' \"$NIGHTSHIFT_CONTRACT_FILE\" | head -1)\n";
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\n{title}T=$(cat {})\necho sub >> calc.txt\ncase \"$title\" in\n  *binary*) printf 'BIN\\000\\001%s\\000' \"$T\" > data.bin ;;\n  *base64*) printf 'key: %s\\n' \"$(printf 'xy%s' \"$T\" | base64 -w0)\" > settings.yml ;;\n  *hex*) printf '%s' \"$T\" | xxd -p > key.hex ;;\n  *split*) printf 'token = %s\\\\\\n   %s\\n-----\\n%s\\n%s\\n' \"$(printf '%s' \"$T\" | cut -c1-10)\" \"$(printf '%s' \"$T\" | cut -c11-)\" \"$(printf '%s' \"$T\" | cut -c1-20)\" \"$(printf '%s' \"$T\" | cut -c21-)\" > split.sh ;;\n  *name*) touch \"docs/$T.md\" ;;\n  *env*) printf 'GITHUB_TOKEN=%s\\n' \"$T\" > .env ;;\nesac\n",
+            loot.display()
+        ),
+    );
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] In a binary file\n- [ ] As base64\n- [ ] As hex\n- [ ] A split string\n- [ ] As a file name\n- [ ] In an env file\n- [ ] Just sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["rule_broken", "rule_broken", "rule_broken", "rule_broken", "rule_broken", "rule_broken", "pr_opened"], "{rep:#}");
+    for (i, file) in ["data.bin", "settings.yml", "key.hex", "split.sh", "docs/****.md", ".env"].iter().enumerate() {
+        let why = rep["items"][i]["reason"].as_str().unwrap();
+        assert!(why.contains("the value of a secret") && why.contains(file), "{why}");
+    }
+    assert_eq!(f.remote_branches().len(), 1, "only the clean item was pushed");
+    assert_eq!(gh.prs().len(), 1);
+    nowhere(&f, Some(&gh), &text(&out), &[("the token", token)]).await;
+}
