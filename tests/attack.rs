@@ -373,3 +373,49 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
     assert_eq!(gh.prs().len(), 1);
     nowhere(&f, Some(&gh), &text(&out), &[("the token", token)]).await;
 }
+
+/// A token that comes from `gh auth token` (no variable at all), and a
+/// `secrets` variable of a config that `main` must find before it has read
+/// any flag-less setting: nightshift runs from outside the repository, told
+/// where it is by `NIGHTSHIFT_REPO` naming a subdirectory (as a cron job
+/// would). The writer reads nightshift's own /proc environ and prints what
+/// it found: neither value is there, and the token it printed is masked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    let token = "gho_fromGhAuthToken_3e8f1a2b";
+    let key = "sk-cron-secret-5d6c7b8a";
+    f.github = Some(gh.uri());
+    let bin = f.agents.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake_gh = bin.join("gh");
+    std::fs::write(&fake_gh, format!("#!/bin/sh\n[ \"$1 $2\" = 'auth token' ] && echo {token}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake_gh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let loot = f.agents.join("loot.txt");
+    std::fs::write(&loot, format!("{token} {key}")).unwrap();
+    f.extra_env.push(("PATH".into(), format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())));
+    f.extra_env.push(("MY_CRON_KEY".into(), key.into()));
+    f.extra_env.push(("NIGHTSHIFT_REPO".into(), f.repo.join("docs").display().to_string()));
+    let ev = f.agents.display().to_string();
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt\necho sub >> calc.txt\necho \"found: $(cat {})\"\n", loot.display()));
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    f.config_with(&w, &r, "secrets = [\"MY_CRON_KEY\"]\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let run = |args: &[&str]| f.cmd().current_dir(f.dir.path()).args(args).output().unwrap();
+    let plan = run(&["plan", "--json"]);
+    let sha = serde_json::from_slice::<Value>(&plan.stdout).unwrap_or_else(|_| panic!("{}", text(&plan)))["plan_sha"].as_str().unwrap().to_string();
+    assert!(run(&["approve", &sha]).status.success());
+    let out = run(&["drain", "--deadline", &common::far_deadline()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(gh.prs().len(), 1, "the PR was opened with gh's token");
+    assert!(!text(&out).contains("still in nightshift's own environment"), "{}", text(&out));
+    let parent = read(&f.agents.join("parent-env.txt"));
+    assert!(parent.contains("NIGHTSHIFT_REPO="), "the writer read nightshift's environ: {parent}");
+    for place in ["parent-env.txt", "writer-env.txt"] {
+        let env = read(&f.agents.join(place));
+        assert!(!env.contains(token) && !env.contains(key) && !env.contains("MY_CRON_KEY="), "{place}: {env}");
+    }
+    nowhere(&f, Some(&gh), &text(&out), &[("gh's token", token), ("a `secrets` value", key)]).await;
+}

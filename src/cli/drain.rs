@@ -145,6 +145,12 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         Err(e) => eprintln!("warning: cannot reach the remote to check the base branch: {}", crate::secret::redact_known(&e.to_string())),
     }
 
+    // `main` wipes the config's `secrets` from our own environment, finding
+    // the config before it is loaded; one it missed is still readable by
+    // agents in /proc/<nightshift>/environ (though not in theirs).
+    for v in config.secrets.iter().filter(|v| std::env::var_os(v).is_some()) {
+        eprintln!("warning: {v}, listed in `secrets`, is still in nightshift's own environment (the config was not found at start-up); agents running as you can read it in /proc/{}/environ", std::process::id());
+    }
     // The agents' environment: no tokens, no ledger URL, no configured secrets.
     let source = ledger_mod::db_source_from_env();
     let mut agent_env = crate::cli::agents_environment(&config);
