@@ -419,3 +419,21 @@ async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
     }
     nowhere(&f, Some(&gh), &text(&out), &[("gh's token", token), ("a `secrets` value", key)]).await;
 }
+
+/// A reviewer that writes only where git does not look — an ignored build
+/// directory, whose contents the next round's gate would run — is not
+/// read-only: its verdict is void and nothing is pushed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\nprintf 'build/\\n' > .gitignore\nmkdir -p build && echo cache > build/cache.txt\n");
+    let r = f.agent("reviewer.sh", "#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > build/test-shim.sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
+    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("checkout changed during the review"), "{rep:#}");
+    assert!(f.remote_branches().is_empty());
+}
