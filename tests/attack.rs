@@ -437,3 +437,17 @@ async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
     assert!(rep["items"][0]["reason"].as_str().unwrap().contains("checkout changed during the review"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
 }
+
+/// A repository that ships its backlog as a link to a missing file outside
+/// it: `init` creates nothing through the link.
+#[test]
+fn init_creates_nothing_through_a_dangling_link() {
+    let f = Fixture::new();
+    let target = f.dir.path().join("elsewhere").join("planted.md");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&target, f.repo.join("NEXT.md")).unwrap();
+    let out = f.run(&["init"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("symbolic link"), "{}", text(&out));
+    assert!(!target.exists(), "init wrote through the link");
+}
