@@ -1,6 +1,7 @@
 //! The `nightshift` binary: scrubs secrets from its own environment before
-//! any thread exists (SPEC §6), becomes a child subreaper so escaped agent
-//! descendants can be swept, then runs the CLI.
+//! any thread exists and closes its /proc files and memory to other
+//! processes of its user (SPEC §6), becomes a child subreaper so escaped
+//! agent descendants can be swept, then runs the CLI.
 
 /// Variables that may hold the ledger's URL or password (SPEC §9). Agents
 /// running as the same user can read `/proc/<nightshift>/environ`, so their
@@ -20,6 +21,9 @@ fn main() -> std::process::ExitCode {
     nightshift::secret::remember(removed.iter().flat_map(|(_, v)| std::iter::once(v.expose().to_string()).chain(nightshift::secret::url_password_forms(v.expose()))));
     // The ledger URL stays in memory only: no child inherits it.
     nightshift::ledger::keep_removed_vars(removed.iter().filter(|(n, _)| LEDGER_VARS.contains(&n.as_str())).map(|(n, v)| (n.clone(), v.expose().to_string())).collect());
+    // Scrubbing the environment hides nothing from an agent that reads our
+    // memory through /proc/<pid>/mem: close both to processes of our user.
+    let _ = nightshift::process::become_undumpable();
     let _ = nightshift::process::become_subreaper();
     nightshift::cli::main(nightshift::cli::Startup { removed })
 }

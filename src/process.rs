@@ -429,6 +429,27 @@ pub fn is_ledger_var(name: &str) -> bool {
     name == "NIGHTSHIFT_DATABASE_URL" || name == "DATABASE_URL" || (name.starts_with("PG") && name.len() > 2 && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
 }
 
+/// Makes this process not dumpable (`PR_SET_DUMPABLE` 0), as `ssh-agent`
+/// does: the kernel then hands `/proc/<pid>/environ`, `mem`, `maps` and `fd`
+/// to root and refuses `ptrace` by anyone without `CAP_SYS_PTRACE`. An agent
+/// running as the same user can then read neither nightshift's environment
+/// nor its memory, where the token and the ledger's URL live (SPEC §6). Its
+/// children are not affected (exec makes them dumpable again); the cost is
+/// that nightshift leaves no core dump. Call once at start-up.
+///
+/// # Errors
+/// The `prctl` error (none is expected on Linux).
+pub fn become_undumpable() -> io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes one integer argument and touches no
+    // memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so that
 /// descendants orphaned by their parent (a daemonising `setsid … &`) are
 /// reparented to nightshift instead of init, where [`run`] can find and reap

@@ -166,8 +166,14 @@ done
     // The agents' and gates' environments hold no PG* variable; nightshift's own
     // /proc environ (which an agent of the same user reads) and cmdline hold no
     // secret: PGUSER, not one, stays there for the ledger's connection.
+    let root = nix::unistd::geteuid().is_root();
     for place in ["writer-env.txt", "gate-env.txt", "parent-env.txt"] {
         let env = read(&f.agents.join(place));
+        // Only root reads nightshift's environ (it is not dumpable).
+        if place == "parent-env.txt" && !root {
+            assert!(env.is_empty(), "{env}");
+            continue;
+        }
         assert!(env.lines().any(|l| l.starts_with("PATH=")), "{place}: {env}");
         for var in ["PGPASSWORD=", "GITHUB_TOKEN=", "MY_API_KEY=", "NIGHTSHIFT_DATABASE_URL="] {
             assert!(!env.lines().any(|l| l.starts_with(var)), "{var} is in {place}: {env}");
@@ -412,7 +418,7 @@ async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
     assert_eq!(gh.prs().len(), 1, "the PR was opened with gh's token");
     assert!(!text(&out).contains("still in nightshift's own environment"), "{}", text(&out));
     let parent = read(&f.agents.join("parent-env.txt"));
-    assert!(parent.contains("NIGHTSHIFT_REPO="), "the writer read nightshift's environ: {parent}");
+    assert!(parent.contains("NIGHTSHIFT_REPO=") || (parent.is_empty() && !nix::unistd::geteuid().is_root()), "the writer read nightshift's environ: {parent}");
     for place in ["parent-env.txt", "writer-env.txt"] {
         let env = read(&f.agents.join(place));
         assert!(!env.contains(token) && !env.contains(key) && !env.contains("MY_CRON_KEY="), "{place}: {env}");
@@ -450,4 +456,52 @@ fn init_creates_nothing_through_a_dangling_link() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("symbolic link"), "{}", text(&out));
     assert!(!target.exists(), "init wrote through the link");
+}
+
+/// nightshift runs as an ordinary user, as do its agents. Scrubbing its
+/// environment is not enough there: the same user may read a process's
+/// `/proc/PID/environ`, `maps` and `mem` (the token is in its memory). The
+/// writer tries its parent's: nightshift is not dumpable, so the kernel
+/// refuses both.
+#[test]
+fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root to run nightshift as another, unprivileged user");
+        return;
+    }
+    let user = "nsagent";
+    if !std::process::Command::new("id").arg(user).output().unwrap().status.success() {
+        let _ = std::process::Command::new("useradd").args(["-m", "-d", "/home/nsagent", "-s", "/bin/sh", user]).output();
+    }
+    let mut f = Fixture::new();
+    f.token = Some("ghp_sameUserAttack_0a1b2c3d4e".into());
+    let ev = f.agents.display().to_string();
+    let w = f.agent(
+        "writer.sh",
+        &format!("#!/bin/sh\ncat /proc/$PPID/comm > {ev}/parent-comm.txt\nid -un > {ev}/writer-user.txt\nif tr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt 2>/dev/null; then echo readable; else echo refused; fi > {ev}/environ.txt\nif head -c 64 /proc/$PPID/maps > /dev/null 2>&1; then echo readable; else echo refused; fi > {ev}/maps.txt\necho sub >> calc.txt\n"),
+    );
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    assert!(std::process::Command::new("chown").args(["-R", &format!("{user}:{user}"), &f.dir.path().display().to_string()]).status().unwrap().success());
+    let as_user = |args: &[&str]| {
+        let cmd = f.cmd();
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid", user, "--regid", user, "--init-groups", "--"]).arg(cmd.get_program()).args(args).current_dir(&f.repo).env_clear();
+        for (k, v) in cmd.get_envs() {
+            if let Some(v) = v {
+                c.env(k, v);
+            }
+        }
+        c.output().unwrap()
+    };
+    let plan = as_user(&["plan", "--json"]);
+    let sha = serde_json::from_slice::<Value>(&plan.stdout).unwrap_or_else(|_| panic!("{}", text(&plan)))["plan_sha"].as_str().unwrap().to_string();
+    assert!(as_user(&["approve", &sha]).status.success());
+    let out = as_user(&["drain", "--deadline", &common::far_deadline()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(read(&f.agents.join("writer-user.txt")).trim(), user);
+    assert_eq!(read(&f.agents.join("parent-comm.txt")).trim(), "nightshift", "the writer's parent is nightshift");
+    assert_eq!(read(&f.agents.join("environ.txt")).trim(), "refused", "{}", read(&f.agents.join("parent-env.txt")));
+    assert_eq!(read(&f.agents.join("maps.txt")).trim(), "refused");
 }
