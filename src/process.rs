@@ -520,6 +520,10 @@ async fn run_in_span(
 
     let mut command = build_command(&cmd, &marker);
     let started = Instant::now();
+    // Our children now: a child of ours that is new after the call and left
+    // our session is one of its descendants, reparented to us (see
+    // `KillGuard::marked`).
+    let children_before = Some(procfs::own_children(std::process::id() as i32));
     let mut child = command
         .spawn()
         .map_err(|source| spawn_error(&cmd, source))?;
@@ -533,6 +537,7 @@ async fn run_in_span(
     let mut guard = KillGuard {
         pgid: pid as i32,
         marker: cmd.sweep_escaped.then(|| marker.clone()),
+        children_before: if cmd.sweep_escaped { children_before } else { None },
         swept: false,
     };
     tracing::debug!(pid, "spawned");
@@ -1314,6 +1319,9 @@ struct KillGuard {
     /// This call's marker value, or `None` when escaped descendants are
     /// left alone ([`Command::sweep_escaped`]).
     marker: Option<String>,
+    /// Our children when the call started (`None`: escaped descendants are
+    /// left alone).
+    children_before: Option<Vec<i32>>,
     /// The sweep saw nothing left: signalling the group id again could hit
     /// an unrelated group that reused the number.
     swept: bool,
@@ -1338,12 +1346,20 @@ impl KillGuard {
         targets
     }
 
-    /// Live processes carrying this call's marker, outside our group check.
+    /// Live processes of this call outside its group: those carrying its
+    /// marker, and those reparented to us (we are a subreaper) since it
+    /// started after leaving our session — a daemon that ran `setsid` and
+    /// cleared its environment carries no marker, and may wait for the
+    /// token in the environment of the next `git` (SPEC §6).
     fn marked(&self) -> Vec<i32> {
-        match &self.marker {
+        let mut pids = match &self.marker {
             Some(marker) => procfs::with_env_var(CALL_MARKER_VAR, marker),
             None => Vec::new(),
+        };
+        if let Some(before) = &self.children_before {
+            pids.extend(procfs::escaped_orphans(before).into_iter().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
         }
+        pids
     }
 
     /// Whether anything of this call is left to wait for: a live member of
@@ -1501,9 +1517,22 @@ mod procfs {
         }
     }
 
+    /// Live children of ours, not in `before`, that we did not spawn: they
+    /// left our session (`setsid`) and were reparented to us as subreaper.
+    /// Children nightshift spawns stay in its session (see [`reap_orphans`]).
+    pub(super) fn escaped_orphans(before: &[i32]) -> Vec<i32> {
+        let own = std::process::id() as i32;
+        let Some(me) = stat(own) else { return Vec::new() };
+        own_children(own)
+            .into_iter()
+            .filter(|pid| !before.contains(pid))
+            .filter(|&pid| stat(pid).is_some_and(|s| s.ppid == own && s.state != b'Z' && s.session != me.session))
+            .collect()
+    }
+
     /// Our children: the `children` files of our threads (cheap), or, on a
     /// kernel without them, every process (callers check the parent).
-    fn own_children(own: i32) -> Vec<i32> {
+    pub(super) fn own_children(own: i32) -> Vec<i32> {
         let mut children = Vec::new();
         let Ok(tasks) = fs::read_dir(format!("/proc/{own}/task")) else {
             return pids().collect();

@@ -505,3 +505,47 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
     assert_eq!(read(&f.agents.join("environ.txt")).trim(), "refused", "{}", read(&f.agents.join("parent-env.txt")));
     assert_eq!(read(&f.agents.join("maps.txt")).trim(), "refused");
 }
+
+/// A writer that leaves a daemon behind which drops out of its session and
+/// clears its environment (so no marker finds it), and then watches every
+/// process's /proc environ for the token nightshift hands git's askpass
+/// helper (`ls-remote` after the writer, the push). The daemon is killed
+/// when the writer's call ends: a `git` that looks for it each time it is
+/// run with the token never finds it alive, and it does not outlive the run.
+#[test]
+fn an_escaped_daemon_is_swept_before_git_gets_the_token() {
+    let mut f = Fixture::new();
+    let token = "ghp_daemonWatch_TOKEN_6b5a4c3d";
+    f.token = Some(token.into());
+    let loot = f.agents.join("daemon-loot.txt");
+    let pid_file = f.agents.join("daemon.pid");
+    let daemon = f.agent(
+        "daemon.sh",
+        &format!("#!/bin/sh\necho $$ > {}\nwhile :; do grep -ah '^NIGHTSHIFT_ASKPASS_TOKEN=' /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' >> {}; done\n", pid_file.display(), loot.display()),
+    );
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\nsetsid env -i /bin/sh {daemon} > /dev/null 2>&1 < /dev/null &\nwhile [ ! -s {} ]; do sleep 0.05; done\necho sub >> calc.txt\n", pid_file.display()));
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    // A `git` that notes, when it holds the token, whether the daemon lives.
+    let shim_dir = f.agents.join("shim");
+    std::fs::create_dir_all(&shim_dir).unwrap();
+    let seen = f.agents.join("git-saw.txt");
+    let shim = shim_dir.join("git");
+    std::fs::write(&shim, format!("#!/bin/sh\nif [ -n \"$NIGHTSHIFT_ASKPASS_TOKEN\" ] && [ -s {pid} ]; then if kill -0 \"$(cat {pid})\" 2>/dev/null; then echo \"daemon alive during git $*\"; else echo \"daemon gone before git $*\"; fi >> {seen}; fi\nexec {git} \"$@\"\n", pid = pid_file.display(), seen = seen.display(), git = sh("command -v git"))).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    f.extra_env.push(("PATH".into(), format!("{}:{}", shim_dir.display(), std::env::var("PATH").unwrap_or_default())));
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    let daemon_pid = std::fs::read_to_string(&pid_file).unwrap_or_default().trim().to_string();
+    let alive = !daemon_pid.is_empty() && Path::new(&format!("/proc/{daemon_pid}")).exists();
+    if alive {
+        let _ = std::process::Command::new("kill").args(["-9", &daemon_pid]).status();
+    }
+    assert!(out.status.success(), "{}", text(&out));
+    let saw = read(&seen);
+    assert!(saw.contains("daemon gone before git") && saw.contains("push"), "{saw}");
+    assert!(!saw.contains("daemon alive"), "git held the token while the daemon lived:\n{saw}");
+    assert!(!alive, "the daemon outlived the run");
+    assert!(!std::fs::read_to_string(&loot).unwrap_or_default().contains(token), "the daemon caught the token");
+}
