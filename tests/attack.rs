@@ -322,6 +322,8 @@ async fn a_token_in_the_remotes_url_stays_out_of_argv_the_checkout_and_messages(
     assert!(http.requests().iter().any(|r| r.starts_with("POST /remote.git/git-receive-pack authed")), "{:?}", http.requests());
     let seen = read(&f.agents.join("checkout-remote.txt"));
     assert!(seen.contains(&format!("http://x-access-token@127.0.0.1:{}/remote.git", http.port)), "the checkout's remote is the user's, without the token: {seen}");
+    let doctor = text(&f.run(&["doctor"]));
+    assert!(doctor.contains("carries a password or token") && !doctor.contains(url_token), "{doctor}");
     let argv = read(&argv_log);
     assert!(argv.contains("push") && argv.contains("ls-remote"), "{argv}");
     assert!(!argv.contains(url_token), "a git command line held the URL's token:\n{argv}");
