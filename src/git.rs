@@ -519,9 +519,9 @@ pub fn split_url_password(url: &str) -> Option<(String, String)> {
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
     let (userinfo, _) = authority.rsplit_once('@')?;
     let (user, _) = userinfo.split_once(':')?;
-    let forms = crate::secret::url_password_forms(&url[..scheme_end + authority.len()]);
-    let decoded = forms.last()?.clone();
-    crate::secret::remember(&forms);
+    let raw = crate::secret::url_password(&url[..scheme_end + authority.len()])?;
+    let decoded = crate::secret::percent_decode(&raw);
+    crate::secret::remember(crate::secret::url_password_forms(&url[..scheme_end + authority.len()]));
     let keep = if user.is_empty() { String::new() } else { format!("{user}@") };
     Some((format!("{}{keep}{}", &url[..scheme_end], &rest[userinfo.len() + 1..]), decoded))
 }

@@ -440,12 +440,22 @@ pub fn url_password(url: &str) -> Option<String> {
     query.split('&').find_map(|kv| kv.strip_prefix("password=")).filter(|p| !p.is_empty()).map(str::to_string)
 }
 
-/// [`url_password`] in both spellings a message may show it: as written
-/// and percent-decoded.
+/// [`url_password`] in both spellings a message may show it, as written and
+/// percent-decoded — the forms worth masking: none when the password is weak
+/// ([`is_weak_password`]).
 pub fn url_password_forms(url: &str) -> Vec<String> {
     let Some(raw) = url_password(url) else { return Vec::new() };
-    let mut bytes = Vec::with_capacity(raw.len());
-    let b = raw.as_bytes();
+    let decoded = percent_decode(&raw);
+    if is_weak_password(&decoded) {
+        return Vec::new();
+    }
+    if decoded == raw { vec![raw] } else { vec![raw, decoded] }
+}
+
+/// `s` with its `%XX` escapes decoded (invalid UTF-8 replaced).
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut bytes = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
         let hex = |c: u8| (c as char).to_digit(16);
@@ -460,8 +470,18 @@ pub fn url_password_forms(url: &str) -> Vec<String> {
             }
         }
     }
-    let decoded = String::from_utf8_lossy(&bytes).into_owned();
-    if decoded == raw { vec![raw] } else { vec![raw, decoded] }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Whether a password found on its own (in a URL, in `PGPASSWORD`) is too
+/// weak to be worth masking: shorter than [`MIN_SECRET_LEN`], or a single
+/// lower-case word shorter than 16 letters (`postgres`, `password`, the
+/// defaults of development databases). Such a value hides nothing anyone
+/// could not guess, and masking it would mask every `postgres` in the logs
+/// and refuse every change that mentions one. A whole URL holding it is
+/// still a secret.
+pub fn is_weak_password(p: &str) -> bool {
+    p.len() < MIN_SECRET_LEN || (p.len() < 16 && p.bytes().all(|b| b.is_ascii_lowercase()))
 }
 
 /// Redacts a byte stream that arrives in chunks of any size.
@@ -838,7 +858,10 @@ mod tests {
     #[test]
     fn passwords_are_read_from_urls() {
         assert_eq!(url_password("https://x-access-token:ghp_1@github.com/o/r"), Some("ghp_1".into()));
-        assert_eq!(url_password_forms("postgres://u:p%40ss@h:5432/db?sslmode=require"), ["p%40ss", "p@ss"]);
+        assert_eq!(url_password_forms("postgres://u:p%40ssw0rd@h:5432/db?sslmode=require"), ["p%40ssw0rd", "p@ssw0rd"]);
+        // A development default hides nothing: not masked on its own.
+        assert!(url_password_forms("postgres://postgres:postgres@localhost/db").is_empty());
+        assert!(is_weak_password("password") && !is_weak_password("hunter2hunter2") && !is_weak_password("correcthorsebatterystaple"));
         assert_eq!(url_password("postgres://u@h/db?sslmode=disable&password=s3cret"), Some("s3cret".into()));
         assert_eq!(url_password("postgres://u@h/db"), None);
         assert_eq!(url_password("https://user@host/a:b@c"), None);

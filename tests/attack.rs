@@ -551,3 +551,22 @@ fn an_escaped_daemon_is_swept_before_git_gets_the_token() {
     assert!(!alive, "the daemon outlived the run");
     assert!(!std::fs::read_to_string(&loot).unwrap_or_default().contains(token), "the daemon caught the token");
 }
+
+/// A ledger URL with a development default password (`postgres`): the URL is
+/// a secret, the word on its own is not — a change that mentions postgres is
+/// pushed, and logs keep the word.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_weak_default_password_is_not_a_secret_on_its_own() {
+    let mut f = Fixture::new();
+    f.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), f.db.url.replacen('@', ":postgres@", 1)));
+    f.extra_env.push(("PGPASSWORD".into(), "postgres".into()));
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\necho 'uses postgres' > docs/db.md\necho 'wrote the postgres note'\n");
+    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(outcomes(&f.report()), ["pr_opened"]);
+    assert_eq!(f.remote_branches().len(), 1);
+    assert_eq!(f.db.sql("SELECT string_agg(stdout_tail, '') FROM agent_calls WHERE role = 'writer'").trim(), "wrote the postgres note");
+}

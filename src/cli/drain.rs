@@ -181,7 +181,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             gate_env.insert(v.clone(), val);
         }
     }
-    let mut secrets: Vec<String> = startup.removed.iter().map(|(_, s)| s.expose().to_string()).collect();
+    let mut secrets: Vec<String> = startup.removed.iter().filter(|(n, s)| n != "PGPASSWORD" || !crate::secret::is_weak_password(s.expose())).map(|(_, s)| s.expose().to_string()).collect();
     if let Some((t, _)) = &token {
         secrets.push(t.expose().to_string());
     }
