@@ -479,13 +479,14 @@ pub fn become_subreaper() -> io::Result<()> {
 /// - On timeout or cancellation: SIGTERM to the group, the grace period,
 ///   SIGKILL to the group, reap.
 /// - After the child is gone, in every case, its leftovers are swept: the
-///   process group, and every process whose `/proc/PID/environ` carries this
-///   call's marker (descendants that left the group with `setsid`), get
-///   SIGTERM, the grace period, SIGKILL. Zombies reparented to us (see
-///   [`become_subreaper`]) are reaped. The marker is best effort: a
-///   descendant that both left the group and cleared or overwrote its
-///   environment escapes the sweep; its pipes are then abandoned after
-///   [`READER_LINGER`].
+///   process group, every process whose `/proc/PID/environ` carries this
+///   call's marker (descendants that left the group with `setsid`), and
+///   every child reparented to us (see [`become_subreaper`]) since the call
+///   began from another session (a `setsid` daemon that cleared its
+///   environment), get SIGTERM, the grace period, SIGKILL. Zombies
+///   reparented to us are reaped. A descendant that left the group but not
+///   our session and cleared or overwrote its environment still escapes the
+///   sweep; its pipes are then abandoned after [`READER_LINGER`].
 /// - If the future is dropped before the end, the group and the marked
 ///   processes get SIGKILL.
 ///

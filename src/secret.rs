@@ -82,7 +82,7 @@ impl fmt::Display for Secret {
 /// Built once from the values nightshift holds (tokens, the ledger URL,
 /// variables the config lists under `secrets`); values shorter than
 /// [`MIN_SECRET_LEN`] bytes are ignored. Each value is looked for in every
-/// form an agent or a tool commonly prints it in ([`forms`]): as is, base64
+/// form an agent or a tool commonly prints it in: as is, base64
 /// and url-safe base64 (at each of the three alignments it can have inside a
 /// longer encoded blob), hex (both cases), percent-encoded and JSON-escaped.
 /// A value is also found when a line break cuts it: the text is searched
@@ -156,7 +156,7 @@ impl Redactor {
         self.inner.is_none()
     }
 
-    /// `s` with every secret value (in every form of [`forms`], also cut by
+    /// `s` with every secret value (in every form above, also cut by
     /// line breaks) replaced by `****`, and the password of every URL that
     /// carries one (`https://user:PASSWORD@host/…`, known or not) as well.
     pub fn redact(&self, s: &str) -> String {
@@ -490,7 +490,7 @@ pub fn is_weak_password(p: &str) -> bool {
 /// in another chunk, is still masked: `push` holds back what could be the
 /// start of a secret (at most the longest form − 1 bytes, plus the line
 /// breaks among them, plus a trailing blank run of up to
-/// [`MAX_HELD_BLANKS`]) and emits it with the next chunk or at
+/// 64 KiB) and emits it with the next chunk or at
 /// [`StreamRedactor::finish`]. With no secrets it holds back nothing.
 #[derive(Debug)]
 pub struct StreamRedactor {

@@ -76,9 +76,13 @@ pub struct Slot {
     pub path: PathBuf,
     /// The remote's name as configured in the user's repository (e.g. `origin`).
     pub remote: String,
-    /// URL fetched from (the user's `remote.<name>.url`, made absolute if a local path).
+    /// URL fetched from (the user's `remote.<name>.url`, made absolute if a
+    /// local path). It may carry a password, kept in memory only: git is
+    /// given it without one (see [`git::split_url_password`]), and so is the
+    /// slot's own remote.
     pub fetch_url: String,
-    /// URL pushed to (the user's `remote.<name>.pushurl`, else the URL).
+    /// URL pushed to (the user's `remote.<name>.pushurl`, else the URL); as
+    /// `fetch_url`, it may carry a password.
     pub push_url: String,
     /// The base branch name (e.g. `main`).
     pub base: String,
