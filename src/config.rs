@@ -441,9 +441,10 @@ pub fn parse_hhmm(s: &str) -> Result<(u32, u32), String> {
 /// that `main` can wipe them from nightshift's own environment while it
 /// still has one thread (SPEC §6: an agent running as the same user can read
 /// `/proc/<nightshift>/environ`). `args` are the command-line arguments
-/// (for `--config PATH` and `--repo PATH`); without them the config is
-/// `.nightshift/config.toml` in the nearest directory, from the current one
-/// up, that has one. Lenient: an unreadable or invalid config gives no
+/// (for `--config PATH` and `--repo PATH`, else `NIGHTSHIFT_CONFIG` and
+/// `NIGHTSHIFT_REPO`); the config is that file, else
+/// `.nightshift/config.toml` in the nearest directory that has one, from the
+/// repository path (or the current directory) up. Lenient: an unreadable or invalid config gives no
 /// names here (the real load reports it).
 pub fn secret_names_hint(args: &[String]) -> Vec<String> {
     let flag = |name: &str| {
@@ -451,10 +452,16 @@ pub fn secret_names_hint(args: &[String]) -> Vec<String> {
             a.strip_prefix(&format!("{name}=")).map(String::from).or_else(|| (a == name).then(|| args.get(i + 1).cloned()).flatten())
         })
     };
-    let path = match (flag("--config"), flag("--repo")) {
+    // `--repo` may name any directory inside the repository (git finds its
+    // top): search up from it as from the current directory.
+    let nearest = |start: PathBuf| start.canonicalize().unwrap_or(start).ancestors().map(|a| a.join(DIR).join(FILE)).find(|p| p.is_file());
+    // The flags, else their variables (as clap reads them: `NIGHTSHIFT_CONFIG`,
+    // `NIGHTSHIFT_REPO`; a cron job sets these rather than a working directory).
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let path = match (flag("--config").or_else(|| var("NIGHTSHIFT_CONFIG")), flag("--repo").or_else(|| var("NIGHTSHIFT_REPO"))) {
         (Some(c), _) => Some(PathBuf::from(c)),
-        (None, Some(r)) => Some(Path::new(&r).join(DIR).join(FILE)),
-        (None, None) => std::env::current_dir().ok().and_then(|d| d.ancestors().map(|a| a.join(DIR).join(FILE)).find(|p| p.is_file())),
+        (None, Some(r)) => nearest(PathBuf::from(r)),
+        (None, None) => std::env::current_dir().ok().and_then(nearest),
     };
     let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
         return Vec::new();

@@ -660,6 +660,8 @@ impl Forge {
             .set_write_timeout(Some(policy.request_timeout))
             .build()
             .map_err(|e| client_error(describe_octocrab(&e)))?;
+        // From here on the token is masked in everything nightshift keeps or sends.
+        crate::secret::remember([token.expose()]);
         Ok(Forge {
             client,
             repo,
@@ -853,11 +855,12 @@ impl Forge {
                 .await?;
         }
         let path = self.repo_path("/pulls");
+        // Whatever the caller built, no secret leaves in a PR (SPEC §6, §8).
         let payload = json!({
-            "title": req.title,
+            "title": self.redact(&req.title),
             "head": req.head,
             "base": req.base,
-            "body": fit_body(&req.body, &req.item_key),
+            "body": fit_body(&self.redact(&req.body), &req.item_key),
         });
         let open_found = async || -> Result<Option<PrInfo>, ForgeError> {
             Ok(lookup().await?.filter(|pr| pr.state == PrState::Open))
@@ -993,7 +996,8 @@ impl Forge {
         body: &str,
         label: &str,
     ) -> Result<IssueInfo, ForgeError> {
-        self.find_or_create_issue_inner(title, body, label)
+        // Whatever the caller built, no secret leaves in an issue.
+        self.find_or_create_issue_inner(&self.redact(title), &self.redact(body), label)
             .await
             .map_err(|e| self.scrub(e))
     }
@@ -1341,14 +1345,14 @@ impl Forge {
                 // re-send).
                 return Err(Transient {
                     wait: Wait::Backoff,
-                    why: self.redactor.redact(&describe_octocrab(&e)),
+                    why: self.redact(&describe_octocrab(&e)),
                 });
             }
             Ok(Ok(reply)) => reply,
         };
         match classify(&reply, Utc::now()) {
             Some(transient) => Err(Transient {
-                why: self.redactor.redact(&transient.why),
+                why: self.redact(&transient.why),
                 ..transient
             }),
             // A look-up answered 2xx with a body cut short (empty, or JSON
@@ -1359,7 +1363,7 @@ impl Forge {
             None if verb == Verb::Get && reply.status.is_success() && is_cut_short(&reply.body) => {
                 Err(Transient {
                     wait: Wait::Backoff,
-                    why: self.redactor.redact(&format!(
+                    why: self.redact(&format!(
                         "{} answered with its body cut short ({})",
                         reply.status.as_u16(),
                         describe_body(&reply.body)
@@ -1732,7 +1736,7 @@ impl Forge {
         if err.stops_client()
             && let Ok(mut stopped) = self.stopped.lock()
         {
-            stopped.get_or_insert_with(|| self.redactor.redact(&err.to_string()));
+            stopped.get_or_insert_with(|| self.redact(&err.to_string()));
         }
         err
     }
@@ -1745,9 +1749,15 @@ impl Forge {
         }
     }
 
+    /// `s` with the token and every other secret nightshift holds masked
+    /// (see [`crate::secret::remember`]), also encoded or cut by line breaks.
+    fn redact(&self, s: &str) -> String {
+        crate::secret::redact_known(&self.redactor.redact(s))
+    }
+
     /// `err` with the token masked wherever a server may have echoed it.
     fn scrub(&self, err: ForgeError) -> ForgeError {
-        err.map_text(|s| self.redactor.redact(s))
+        err.map_text(|s| self.redact(s))
     }
 }
 

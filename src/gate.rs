@@ -90,7 +90,7 @@ async fn run_one(label: &str, i: usize, command: &str, spec: &GateSpec, cancel: 
         .timeout(spec.timeout)
         .stdout_file(log("stdout"))
         .stderr_file(log("stderr"))
-        .redactor(crate::secret::Redactor::new(&spec.secrets));
+        .redactor(crate::secret::Redactor::with_known(&spec.secrets));
     if let Some(u) = &spec.run_as {
         cmd = cmd.run_as(u.clone());
     }

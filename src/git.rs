@@ -243,13 +243,32 @@ impl Git {
         args: &[&str],
         input: Option<&[u8]>,
     ) -> Result<GitOutput, GitError> {
+        // A URL that carries a password (`https://user:TOKEN@host/…`, the
+        // user's remote as configured) is given to git without it, and the
+        // password is answered through the askpass helper instead: argv is
+        // readable by every local user in /proc/PID/cmdline, git repeats it in
+        // errors, and a URL set as a slot's remote would hand it to agents.
+        let mut url_password: Option<String> = None;
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| match split_url_password(a) {
+                Some((bare, password)) => {
+                    url_password.get_or_insert(password);
+                    bare
+                }
+                None => (*a).to_string(),
+            })
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args = args.as_slice();
+        let token = url_password.as_ref().or(self.token.as_ref());
         let argv = display_argv(args);
         let mut cmd = std::process::Command::new("git");
         for pin in PINNED_CONFIG {
             cmd.arg("-c").arg(pin);
         }
         // The askpass helper lives until the child is gone.
-        let _askpass = match &self.token {
+        let _askpass = match token {
             Some(token) => {
                 let helper = AskpassHelper::create()?;
                 // An empty value resets the list of credential helpers: the
@@ -306,7 +325,9 @@ impl Git {
         drop(writer);
         let stdout = stdout.finish();
         let stderr_bytes = stderr.finish();
-        let stderr = String::from_utf8_lossy(&stderr_bytes).into_owned();
+        // git prints URLs, and a remote or a credential helper may echo a
+        // secret: nothing that leaves here carries one.
+        let stderr = crate::secret::redact_known(&String::from_utf8_lossy(&stderr_bytes));
         let status = match status {
             Ok(Some(status)) => status,
             Ok(None) if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) => {
@@ -487,6 +508,29 @@ fn absolute_local_url(base: &Path, url: &str) -> String {
         .into_owned()
 }
 
+/// `url` without the password in its user information, and that password
+/// percent-decoded (as git would send it); `None` when the URL carries none.
+/// The user name stays (`https://x-access-token@host/o/r`), so git asks only
+/// for the password. The password, as written and decoded, is remembered as
+/// a secret ([`crate::secret::remember`]) so that no message shows it.
+pub fn split_url_password(url: &str) -> Option<(String, String)> {
+    let scheme_end = url.find("://")? + 3;
+    let rest = &url[scheme_end..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (user, _) = userinfo.split_once(':')?;
+    let raw = crate::secret::url_password(&url[..scheme_end + authority.len()])?;
+    let decoded = crate::secret::percent_decode(&raw);
+    crate::secret::remember(crate::secret::url_password_forms(&url[..scheme_end + authority.len()]));
+    let keep = if user.is_empty() { String::new() } else { format!("{user}@") };
+    Some((format!("{}{keep}{}", &url[..scheme_end], &rest[userinfo.len() + 1..]), decoded))
+}
+
+/// `url` as [`split_url_password`] gives it to git: without a password.
+pub fn without_password(url: &str) -> String {
+    split_url_password(url).map_or_else(|| url.to_string(), |(bare, _)| bare)
+}
+
 /// A `sh` script in a private (0700) temporary directory that answers git's
 /// prompts from the environment; removed on drop.
 struct AskpassHelper {
@@ -618,7 +662,8 @@ fn tail(s: &str) -> String {
 }
 
 /// `git <args>` for messages. argv never holds a secret (tokens travel in the
-/// askpass environment), so it can be shown as is.
+/// askpass environment, URL passwords are taken out by [`split_url_password`]),
+/// so it can be shown as is.
 fn display_argv(args: &[&str]) -> String {
     let mut out = String::from("git");
     for a in args {
@@ -651,6 +696,20 @@ mod tests {
         ] {
             assert_eq!(absolute_local_url(base, url), url);
         }
+    }
+
+    #[test]
+    fn url_passwords_are_taken_out_and_decoded() {
+        assert_eq!(
+            split_url_password("https://x-access-token:ghs_p%40ss@github.com/o/r.git"),
+            Some(("https://x-access-token@github.com/o/r.git".into(), "ghs_p@ss".into()))
+        );
+        assert_eq!(split_url_password("http://:tok_123456@127.0.0.1:8/r"), Some(("http://127.0.0.1:8/r".into(), "tok_123456".into())));
+        assert_eq!(split_url_password("https://user@host/a:b@c"), None);
+        assert_eq!(split_url_password("git@github.com:o/r.git"), None);
+        assert_eq!(without_password("/srv/r.git"), "/srv/r.git");
+        // Remembered: no message shows it from now on, either spelling.
+        assert_eq!(crate::secret::redact_known("x ghs_p@ss ghs_p%40ss y"), "x **** **** y");
     }
 
     #[test]

@@ -401,9 +401,11 @@ impl Outcome {
 }
 
 /// The environment for a child: `parent` (usually `std::env::vars()`) minus
-/// the token variables ([`token_vars`]), minus every name in `remove` (the
-/// ledger URL's variable, config `secrets`; SPEC §6), minus a
-/// [`CALL_MARKER_VAR`] inherited from an enclosing call.
+/// the token variables ([`token_vars`]), minus every variable that can lead
+/// to the ledger ([`is_ledger_var`]: both URL variables and libpq's `PG*`),
+/// minus every name in `remove` (config `secrets`; SPEC §6), minus a
+/// [`CALL_MARKER_VAR`] inherited from an enclosing call. A gate that needs
+/// one of them for the project's own database gets it through `gate_env`.
 pub fn child_env(
     parent: impl IntoIterator<Item = (String, String)>,
     remove: &[String],
@@ -412,10 +414,40 @@ pub fn child_env(
         .into_iter()
         .filter(|(key, _)| {
             !token_vars().contains(&key.as_str())
+                && !is_ledger_var(key)
                 && !remove.iter().any(|r| r == key)
                 && key != CALL_MARKER_VAR
         })
         .collect()
+}
+
+/// Whether a variable may name, or open, the ledger (SPEC §6, §9):
+/// `NIGHTSHIFT_DATABASE_URL`, `DATABASE_URL`, and libpq's `PG*` variables
+/// (`PGPASSWORD`, `PGHOST`, `PGUSER`, `PGPASSFILE`, `PGSERVICE`, …), which
+/// sqlx reads as defaults for the ledger's connection.
+pub fn is_ledger_var(name: &str) -> bool {
+    name == "NIGHTSHIFT_DATABASE_URL" || name == "DATABASE_URL" || (name.starts_with("PG") && name.len() > 2 && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
+}
+
+/// Makes this process not dumpable (`PR_SET_DUMPABLE` 0), as `ssh-agent`
+/// does: the kernel then hands `/proc/<pid>/environ`, `mem`, `maps` and `fd`
+/// to root and refuses `ptrace` by anyone without `CAP_SYS_PTRACE`. An agent
+/// running as the same user can then read neither nightshift's environment
+/// nor its memory, where the token and the ledger's URL live (SPEC §6). Its
+/// children are not affected (exec makes them dumpable again); the cost is
+/// that nightshift leaves no core dump. Call once at start-up.
+///
+/// # Errors
+/// The `prctl` error (none is expected on Linux).
+pub fn become_undumpable() -> io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes one integer argument and touches no
+    // memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so that
@@ -447,13 +479,14 @@ pub fn become_subreaper() -> io::Result<()> {
 /// - On timeout or cancellation: SIGTERM to the group, the grace period,
 ///   SIGKILL to the group, reap.
 /// - After the child is gone, in every case, its leftovers are swept: the
-///   process group, and every process whose `/proc/PID/environ` carries this
-///   call's marker (descendants that left the group with `setsid`), get
-///   SIGTERM, the grace period, SIGKILL. Zombies reparented to us (see
-///   [`become_subreaper`]) are reaped. The marker is best effort: a
-///   descendant that both left the group and cleared or overwrote its
-///   environment escapes the sweep; its pipes are then abandoned after
-///   [`READER_LINGER`].
+///   process group, every process whose `/proc/PID/environ` carries this
+///   call's marker (descendants that left the group with `setsid`), and
+///   every child reparented to us (see [`become_subreaper`]) since the call
+///   began from another session (a `setsid` daemon that cleared its
+///   environment), get SIGTERM, the grace period, SIGKILL. Zombies
+///   reparented to us are reaped. A descendant that left the group but not
+///   our session and cleared or overwrote its environment still escapes the
+///   sweep; its pipes are then abandoned after [`READER_LINGER`].
 /// - If the future is dropped before the end, the group and the marked
 ///   processes get SIGKILL.
 ///
@@ -488,6 +521,10 @@ async fn run_in_span(
 
     let mut command = build_command(&cmd, &marker);
     let started = Instant::now();
+    // Our children now: a child of ours that is new after the call and left
+    // our session is one of its descendants, reparented to us (see
+    // `KillGuard::marked`).
+    let children_before = Some(procfs::own_children(std::process::id() as i32));
     let mut child = command
         .spawn()
         .map_err(|source| spawn_error(&cmd, source))?;
@@ -501,6 +538,7 @@ async fn run_in_span(
     let mut guard = KillGuard {
         pgid: pid as i32,
         marker: cmd.sweep_escaped.then(|| marker.clone()),
+        children_before: if cmd.sweep_escaped { children_before } else { None },
         swept: false,
     };
     tracing::debug!(pid, "spawned");
@@ -1282,6 +1320,9 @@ struct KillGuard {
     /// This call's marker value, or `None` when escaped descendants are
     /// left alone ([`Command::sweep_escaped`]).
     marker: Option<String>,
+    /// Our children when the call started (`None`: escaped descendants are
+    /// left alone).
+    children_before: Option<Vec<i32>>,
     /// The sweep saw nothing left: signalling the group id again could hit
     /// an unrelated group that reused the number.
     swept: bool,
@@ -1306,12 +1347,20 @@ impl KillGuard {
         targets
     }
 
-    /// Live processes carrying this call's marker, outside our group check.
+    /// Live processes of this call outside its group: those carrying its
+    /// marker, and those reparented to us (we are a subreaper) since it
+    /// started after leaving our session — a daemon that ran `setsid` and
+    /// cleared its environment carries no marker, and may wait for the
+    /// token in the environment of the next `git` (SPEC §6).
     fn marked(&self) -> Vec<i32> {
-        match &self.marker {
+        let mut pids = match &self.marker {
             Some(marker) => procfs::with_env_var(CALL_MARKER_VAR, marker),
             None => Vec::new(),
+        };
+        if let Some(before) = &self.children_before {
+            pids.extend(procfs::escaped_orphans(before).into_iter().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
         }
+        pids
     }
 
     /// Whether anything of this call is left to wait for: a live member of
@@ -1469,9 +1518,22 @@ mod procfs {
         }
     }
 
+    /// Live children of ours, not in `before`, that we did not spawn: they
+    /// left our session (`setsid`) and were reparented to us as subreaper.
+    /// Children nightshift spawns stay in its session (see [`reap_orphans`]).
+    pub(super) fn escaped_orphans(before: &[i32]) -> Vec<i32> {
+        let own = std::process::id() as i32;
+        let Some(me) = stat(own) else { return Vec::new() };
+        own_children(own)
+            .into_iter()
+            .filter(|pid| !before.contains(pid))
+            .filter(|&pid| stat(pid).is_some_and(|s| s.ppid == own && s.state != b'Z' && s.session != me.session))
+            .collect()
+    }
+
     /// Our children: the `children` files of our threads (cheap), or, on a
     /// kernel without them, every process (callers check the parent).
-    fn own_children(own: i32) -> Vec<i32> {
+    pub(super) fn own_children(own: i32) -> Vec<i32> {
         let mut children = Vec::new();
         let Ok(tasks) = fs::read_dir(format!("/proc/{own}/task")) else {
             return pids().collect();
@@ -1512,8 +1574,13 @@ mod tests {
             ("HOME", "/home/me"),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
-        let env = child_env(parent, &["NIGHTSHIFT_DATABASE_URL".to_owned()]);
+        let env = child_env(parent, &["MY_SECRET".to_owned()]);
         assert_eq!(env.keys().collect::<Vec<_>>(), ["HOME", "PATH"]);
+        // Every way to the ledger goes: both URL variables and libpq's PG*.
+        let parent = [("DATABASE_URL", "postgres://a@b/c"), ("PGPASSWORD", "pw"), ("PGHOST", "db"), ("PGSERVICEFILE", "/x"), ("MY_SECRET", "s"), ("PAGER", "less"), ("PG", "keep"), ("PGtool", "keep")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let env = child_env(parent, &["MY_SECRET".to_owned()]);
+        assert_eq!(env.keys().collect::<Vec<_>>(), ["PAGER", "PG", "PGtool"]);
     }
 
     #[test]

@@ -322,11 +322,15 @@ impl Scope {
 }
 
 /// A fingerprint (SHA-256 hex) of the checkout's state: HEAD and its branch,
-/// the git-dir fingerprint, every status entry (staged, unstaged, untracked;
-/// ignored files excluded) and the content of each such file. Equal before
-/// and after the reviewer ran means the reviewer changed nothing (SPEC §6:
-/// read-only is verified independently of the agent). Reading does not
-/// refresh or write the index.
+/// the git-dir fingerprint, every status entry (staged, unstaged, untracked)
+/// and the content of each such file, and every ignored file or directory
+/// by its metadata (kind, size, mode, modification time; not its content,
+/// so a `target/` of gigabytes costs a walk, not a read). Equal before and
+/// after the reviewer ran means the reviewer changed nothing (SPEC §6:
+/// read-only is verified independently of the agent) — also nothing in an
+/// ignored path, such as a planted `node_modules/` module or build output
+/// the next round's gate would run. Reading does not refresh or write the
+/// index.
 ///
 /// # Errors
 /// [`ProofError::Repo`] if `worktree` is not a repository or its status
@@ -371,7 +375,52 @@ pub fn worktree_fingerprint(worktree: &Path) -> Result<String, ProofError> {
         let full = worktree.join(String::from_utf8_lossy(&path).as_ref());
         hash_file(&mut h, &full);
     }
+    // Ignored entries: git lists an ignored directory once; walk it here.
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(true)
+        .recurse_ignored_dirs(false)
+        .exclude_submodules(true)
+        .update_index(false);
+    let statuses = repo.statuses(Some(&mut opts)).map_err(|source| ProofError::Repo { context: "reading the ignored files", path: worktree.to_path_buf(), source })?;
+    let mut ignored: Vec<Vec<u8>> = statuses.iter().filter(|e| e.status().contains(git2::Status::IGNORED)).map(|e| e.path_bytes().to_vec()).collect();
+    ignored.sort();
+    h.update(b"\nignored\n");
+    for path in ignored {
+        let rel = String::from_utf8_lossy(&path).into_owned();
+        hash_metadata_tree(&mut h, worktree, rel.trim_end_matches('/'));
+    }
     Ok(hex::encode(h.finalize()))
+}
+
+/// Hashes `rel` (below `worktree`) and, for a directory, everything below
+/// it, by metadata only, without following links; in name order.
+fn hash_metadata_tree(h: &mut Sha256, worktree: &Path, rel: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let mut stack = vec![rel.to_string()];
+    while let Some(rel) = stack.pop() {
+        let path = worktree.join(&rel);
+        h.update(rel.as_bytes());
+        let Ok(m) = std::fs::symlink_metadata(&path) else {
+            h.update(b" missing\n");
+            continue;
+        };
+        let kind = if m.file_type().is_symlink() { "link" } else if m.is_dir() { "dir" } else { "file" };
+        h.update(format!(" {kind} {} {:o} {}.{}\n", m.len(), m.mode(), m.mtime(), m.mtime_nsec()).as_bytes());
+        if kind == "link" {
+            if let Ok(t) = std::fs::read_link(&path) {
+                h.update(t.as_os_str().as_encoded_bytes());
+            }
+        } else if kind == "dir"
+            && let Ok(entries) = std::fs::read_dir(&path)
+        {
+            let mut names: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            // Popped from the end: push in reverse for name order.
+            names.sort_unstable_by(|a, b| b.cmp(a));
+            stack.extend(names.into_iter().map(|n| format!("{rel}/{n}")));
+        }
+    }
 }
 
 /// Changed or new files (untracked included, ignored excluded) of `limit`
@@ -571,6 +620,52 @@ fn diff_against(
     }
     changed.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((changed, hex::encode(h.finalize())))
+}
+
+/// The first file of the change from `base` (a commit, 40 hex) to `tree`
+/// (a tree id, e.g. a [`Slot::snapshot_tree`]) that would carry a secret to
+/// the remote (SPEC §5.6: a secret in the diff breaks a rule): its path when
+/// the path names one, or when its new content holds one that its old
+/// content did not — every byte of the blob, so a binary file, a value
+/// base64- or hex-encoded, or one cut over two lines is found too (see
+/// [`crate::secret::Redactor::finds_in`]). `None` when no file does.
+///
+/// # Errors
+/// [`ProofError::Repo`] when the commit, the tree or a blob cannot be read.
+pub fn secret_in_change(worktree: &Path, base: &str, tree: &str, secrets: &crate::secret::Redactor) -> Result<Option<String>, ProofError> {
+    let err = |context| move |source| ProofError::Repo { context, path: worktree.to_path_buf(), source };
+    let repo = open(worktree)?;
+    let base_tree = git2::Oid::from_str(base).and_then(|oid| repo.find_commit(oid)).and_then(|c| c.tree()).map_err(err("reading the base commit"))?;
+    let new_tree = git2::Oid::from_str(tree).and_then(|oid| repo.find_tree(oid)).map_err(err("reading the change's tree"))?;
+    let diff = repo.diff_tree_to_tree(Some(&base_tree), Some(&new_tree), None).map_err(err("diffing the change"))?;
+    let blob = |id: git2::Oid| -> Result<Option<Vec<u8>>, ProofError> {
+        if id.is_zero() {
+            return Ok(None);
+        }
+        match repo.find_blob(id) {
+            Ok(b) => Ok(Some(b.content().to_vec())),
+            // A submodule link names a commit, not a blob.
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(err("reading a changed file")(e)),
+        }
+    };
+    for delta in diff.deltas() {
+        if delta.status() == git2::Delta::Deleted {
+            continue;
+        }
+        let path = String::from_utf8_lossy(delta.new_file().path_bytes().unwrap_or_default()).into_owned();
+        if secrets.finds_in(path.as_bytes()) {
+            return Ok(Some(path));
+        }
+        if u32::from(delta.new_file().mode()) == 0o160000 {
+            continue;
+        }
+        let Some(new) = blob(delta.new_file().id())? else { continue };
+        if secrets.finds_in(&new) && !blob(delta.old_file().id())?.is_some_and(|old| secrets.finds_in(&old)) {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
 }
 
 // What the change touches that a person should weigh (shown on the PR card).

@@ -798,10 +798,16 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
         let diff = tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree)).unwrap_or_default();
         // A secret's value in the change would be pushed in clear (the PR
-        // body only masks it): never push it.
-        if let Some(at) = night.secrets.iter().filter(|v| v.len() >= 8).find_map(|v| diff.lines().find(|l| l.starts_with('+') && l.contains(v.as_str())).map(|l| l.to_string())) {
-            let file = diff.lines().take_while(|l| *l != at).filter_map(|l| l.strip_prefix("+++ b/")).last().unwrap_or("a file").to_string();
-            return Ok(fail("rule_broken", format!("the change writes the value of a secret (the GitHub token, the ledger URL or one of `secrets`) into {file}; nothing was pushed"), n, &totals));
+        // body only masks it): never push it. Read from the blobs, not the
+        // diff text, which shows no content of a binary file.
+        let secrets = crate::secret::Redactor::with_known(&night.secrets);
+        match tokio::task::block_in_place(|| crate::proof::secret_in_change(&slot.path, &base_commit, &writer_tree, &secrets)) {
+            Ok(None) => {}
+            Ok(Some(file)) => {
+                let file = night.redact(&file);
+                return Ok(fail("rule_broken", format!("the change writes the value of a secret (the GitHub token, the ledger URL or one of `secrets`, maybe encoded) into {file} or its name; nothing was pushed"), n, &totals));
+            }
+            Err(e) => return Ok(fail("error", format!("cannot read the change to check it for secrets: {e}"), n, &totals)),
         }
         let evidence = Evidence {
             contract: c.clone(),
@@ -1416,9 +1422,11 @@ impl Night {
         }
     }
 
-    /// Redacts every known secret (token, configured secrets) from `s`.
+    /// Redacts every secret (token, ledger URL, configured secrets, and
+    /// every value [`crate::secret::remember`]ed, such as a password of the
+    /// remote's URL) from `s`, in every form [`crate::secret::Redactor`] knows.
     pub fn redact(&self, s: &str) -> String {
-        crate::secret::Redactor::new(self.secrets.iter()).redact(s)
+        crate::secret::Redactor::with_known(self.secrets.iter()).redact(s)
     }
 }
 

@@ -1,15 +1,17 @@
 //! Secrets: a newtype that never prints its value, a redactor that masks known
-//! secret values in child output (also when a value is split across reads),
-//! and the start-up scrub of the token variables from nightshift's own
-//! environment (SPEC §6).
+//! secret values in child output (also when a value is split across reads or
+//! lines, or printed base64-, hex- or percent-encoded), the process-wide set of
+//! the secret values nightshift holds ([`remember`], [`known`]), and the
+//! start-up scrub of the token variables from nightshift's own environment
+//! (SPEC §6).
 //!
 //! This module is not where secrets come from (config, the forge and the
 //! ledger find them) and it does not decide which variables a child sees:
 //! that is `crate::process::child_env`. It only keeps values out of logs,
-//! files, tails and `/proc/PID/environ`.
+//! files, tails, the ledger and `/proc/PID/environ`.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
@@ -21,6 +23,16 @@ pub const MASK: &str = "****";
 /// every `true` or `1234` in an agent's output would make logs unreadable and
 /// such short values are not worth hiding.
 pub const MIN_SECRET_LEN: usize = 6;
+
+/// An encoded form (base64, hex, percent-encoding) of a secret is masked only
+/// when it is at least this long: the base64 of a short value at an odd
+/// alignment leaves few characters of its own.
+const MIN_FORM_LEN: usize = 8;
+
+/// A line break and the blanks around it that a [`StreamRedactor`] holds back
+/// at most, when a stream ends in one: a secret cut by more blank space than
+/// this is not joined again.
+const MAX_HELD_BLANKS: usize = 64 * 1024;
 
 /// A secret value (token, database URL with password, API key). `Debug` and
 /// `Display` print `****`; the value is reached only through
@@ -69,7 +81,14 @@ impl fmt::Display for Secret {
 ///
 /// Built once from the values nightshift holds (tokens, the ledger URL,
 /// variables the config lists under `secrets`); values shorter than
-/// [`MIN_SECRET_LEN`] bytes are ignored. Overlapping values are matched
+/// [`MIN_SECRET_LEN`] bytes are ignored. Each value is looked for in every
+/// form an agent or a tool commonly prints it in: as is, base64
+/// and url-safe base64 (at each of the three alignments it can have inside a
+/// longer encoded blob), hex (both cases), percent-encoded and JSON-escaped.
+/// A value is also found when a line break cuts it: the text is searched
+/// with every line break and the blanks around it (a real `\n` or `\r`, or
+/// the `\n`/`\r` escapes of JSON output) taken out, and each piece of a cut
+/// value is masked while the breaks stay. Overlapping values are matched
 /// leftmost-longest, so a secret that contains another is masked whole.
 /// Cheap to clone (the automaton is shared).
 #[derive(Clone, Default)]
@@ -79,7 +98,7 @@ pub struct Redactor {
 
 struct Inner {
     matcher: AhoCorasick,
-    /// Length in bytes of the longest secret value.
+    /// Length in bytes of the longest pattern (line breaks taken out).
     max_len: usize,
 }
 
@@ -89,7 +108,7 @@ impl fmt::Debug for Redactor {
             .inner
             .as_ref()
             .map_or(0, |inner| inner.matcher.patterns_len());
-        f.debug_struct("Redactor").field("secrets", &count).finish()
+        f.debug_struct("Redactor").field("patterns", &count).finish()
     }
 }
 
@@ -101,17 +120,17 @@ impl Redactor {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let mut patterns: Vec<String> = values
+        let mut patterns: Vec<Vec<u8>> = values
             .into_iter()
-            .map(|value| value.as_ref().to_owned())
-            .filter(|value| value.len() >= MIN_SECRET_LEN)
+            .filter(|value| value.as_ref().len() >= MIN_SECRET_LEN)
+            .flat_map(|value| forms(value.as_ref()))
             .collect();
         patterns.sort();
         patterns.dedup();
         if patterns.is_empty() {
             return Redactor { inner: None };
         }
-        let max_len = patterns.iter().map(String::len).max().unwrap_or(0);
+        let max_len = patterns.iter().map(Vec::len).max().unwrap_or(0);
         let matcher = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
             .build(&patterns)
@@ -121,38 +140,60 @@ impl Redactor {
         }
     }
 
+    /// A redactor for `values` and every value [`remember`]ed so far.
+    pub fn with_known<I, S>(values: I) -> Redactor
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut all: Vec<String> = values.into_iter().map(|v| v.as_ref().to_owned()).collect();
+        all.extend(known_values());
+        Redactor::new(all)
+    }
+
     /// True when there is nothing to redact.
     pub fn is_empty(&self) -> bool {
         self.inner.is_none()
     }
 
-    /// `s` with every secret value replaced by `****`.
+    /// `s` with every secret value (in every form above, also cut by
+    /// line breaks) replaced by `****`, and the password of every URL that
+    /// carries one (`https://user:PASSWORD@host/…`, known or not) as well.
     pub fn redact(&self, s: &str) -> String {
-        match &self.inner {
+        let masked = match &self.inner {
             None => s.to_owned(),
-            Some(inner) => inner
-                .matcher
-                .replace_all(s, &vec![MASK; inner.matcher.patterns_len()]),
-        }
+            Some(_) => {
+                let out = self.redact_bytes(s.as_bytes());
+                String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+            }
+        };
+        mask_url_passwords(&masked)
     }
 
     /// `bytes` with every secret value replaced by `****` (byte-wise, so
-    /// invalid UTF-8 around a secret does not matter).
+    /// invalid UTF-8 around a secret does not matter). URL passwords that
+    /// are not known values are left alone here (see [`Redactor::redact`]).
     pub fn redact_bytes(&self, bytes: &[u8]) -> Vec<u8> {
+        let Some(inner) = self.inner.as_deref() else {
+            return bytes.to_vec();
+        };
+        let sq = Squeezed::new(bytes);
         let mut out = Vec::with_capacity(bytes.len());
-        match &self.inner {
-            None => out.extend_from_slice(bytes),
-            Some(inner) => {
-                let mut pos = 0;
-                for m in inner.matcher.find_iter(bytes) {
-                    out.extend_from_slice(&bytes[pos..m.start()]);
-                    out.extend_from_slice(MASK.as_bytes());
-                    pos = m.end();
-                }
-                out.extend_from_slice(&bytes[pos..]);
-            }
+        let mut pos = 0;
+        for m in inner.matcher.find_iter(&sq.text) {
+            pos = sq.mask(bytes, m.start(), m.end(), pos, &mut out);
         }
+        out.extend_from_slice(&bytes[pos..]);
         out
+    }
+
+    /// Whether `bytes` hold a secret value in any form [`Redactor::redact_bytes`]
+    /// would mask (also cut by line breaks).
+    pub fn finds_in(&self, bytes: &[u8]) -> bool {
+        match self.inner.as_deref() {
+            None => false,
+            Some(inner) => inner.matcher.is_match(&Squeezed::new(bytes).text),
+        }
     }
 
     /// A streaming redactor for one output stream (stdout or stderr of one
@@ -165,12 +206,292 @@ impl Redactor {
     }
 }
 
+/// The byte forms of one secret value that are looked for, each with its
+/// line breaks taken out as the searched text's are (see [`Squeezed`]):
+/// the value; its base64 and url-safe base64 at alignments 0, 1 and 2 (only
+/// the characters that depend on the value alone, so the value is found
+/// inside a longer encoded blob too); lower- and upper-case hex; its
+/// percent-encodings (RFC 3986, `encodeURIComponent`, form-style `+` for
+/// spaces, upper- and lower-case hex digits); and its JSON string escape.
+fn forms(value: &str) -> Vec<Vec<u8>> {
+    let raw = value.as_bytes();
+    let mut out: Vec<Vec<u8>> = vec![raw.to_vec()];
+    let mut encoded: Vec<Vec<u8>> = Vec::new();
+    for pad in 0..3usize {
+        let mut data = vec![0u8; pad];
+        data.extend_from_slice(raw);
+        let b64 = base64(&data);
+        // Character i covers bits [6i, 6i + 6) of `data`; the prefix covers
+        // bits [0, 8·pad), and the last character may share bits with
+        // whatever follows the value.
+        let first = (8 * pad).div_ceil(6);
+        let end = (8 * data.len()) / 6;
+        if first < end {
+            let inner = b64[first..end].to_vec();
+            encoded.push(inner.iter().map(|&c| match c {
+                b'+' => b'-',
+                b'/' => b'_',
+                c => c,
+            }).collect());
+            encoded.push(inner);
+        }
+    }
+    encoded.push(hex::encode(raw).into_bytes());
+    encoded.push(hex::encode_upper(raw).into_bytes());
+    for style in [Percent::Rfc3986, Percent::UriComponent, Percent::Form] {
+        let upper = percent_encode(raw, style);
+        encoded.push(lower_hex_escapes(&upper));
+        encoded.push(upper);
+    }
+    if let Ok(json) = serde_json::to_string(value) {
+        encoded.push(json.as_bytes()[1..json.len() - 1].to_vec());
+    }
+    out.extend(encoded.into_iter().filter(|f| f.len() >= MIN_FORM_LEN));
+    out.into_iter()
+        .map(|f| Squeezed::new(&f).text)
+        .filter(|f| f.len() >= MIN_SECRET_LEN)
+        .collect()
+}
+
+/// Standard base64 with padding.
+fn base64(data: &[u8]) -> Vec<u8> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]);
+            } else {
+                out.push(b'=');
+            }
+        }
+    }
+    out
+}
+
+/// Which characters a percent-encoding leaves as they are.
+#[derive(Clone, Copy)]
+enum Percent {
+    /// RFC 3986 unreserved: letters, digits, `-._~` (curl, jq `@uri`, Python `quote`).
+    Rfc3986,
+    /// JavaScript's `encodeURIComponent`: also `!'()*`.
+    UriComponent,
+    /// HTML forms (Python `quote_plus`): unreserved, and a space as `+`.
+    Form,
+}
+
+fn percent_encode(raw: &[u8], style: Percent) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len() * 3);
+    for &b in raw {
+        let keep = b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'.' | b'_' | b'~')
+            || (matches!(style, Percent::UriComponent) && matches!(b, b'!' | b'\'' | b'(' | b')' | b'*'));
+        if keep {
+            out.push(b);
+        } else if b == b' ' && matches!(style, Percent::Form) {
+            out.push(b'+');
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+/// `s` with the two hex digits after each `%` in lower case.
+fn lower_hex_escapes(s: &[u8]) -> Vec<u8> {
+    let mut out = s.to_vec();
+    for i in 0..out.len() {
+        if out[i] == b'%' {
+            for c in out.iter_mut().take(i + 3).skip(i + 1) {
+                c.make_ascii_lowercase();
+            }
+        }
+    }
+    out
+}
+
+/// A text with its line breaks taken out, and where each remaining piece
+/// came from. A break is a run of blanks (space, tab, `\r`, `\n`), JSON
+/// escapes (`\n`, `\r`, `\t` as two characters) and line continuations (a
+/// backslash ending a line) holding at least one real or escaped `\n` or
+/// `\r`; runs of blanks without one stay.
+struct Squeezed {
+    /// The text without its breaks.
+    text: Vec<u8>,
+    /// Each piece of `text` between breaks: (offset in `text`, offset in
+    /// the original), in order.
+    pieces: Vec<(usize, usize)>,
+}
+
+impl Squeezed {
+    fn new(bytes: &[u8]) -> Squeezed {
+        let mut text = Vec::with_capacity(bytes.len());
+        let mut pieces = vec![(0, 0)];
+        let mut i = 0;
+        while i < bytes.len() {
+            let (end, is_break) = blank_run(bytes, i);
+            if end == i {
+                text.push(bytes[i]);
+                i += 1;
+                continue;
+            }
+            if is_break {
+                if pieces.last().is_some_and(|&(t, _)| t == text.len()) {
+                    pieces.pop();
+                }
+                pieces.push((text.len(), end));
+            } else {
+                text.extend_from_slice(&bytes[i..end]);
+            }
+            i = end;
+        }
+        Squeezed { text, pieces }
+    }
+
+    /// The original offset of `text[at]` (`at` < `text.len()`).
+    fn original(&self, at: usize) -> usize {
+        let k = self.pieces.partition_point(|&(t, _)| t <= at) - 1;
+        let (t, o) = self.pieces[k];
+        o + (at - t)
+    }
+
+    /// Appends to `out` the original bytes from `pos` up to the match
+    /// `[start, end)` of `text`, then a mask for each piece of the match,
+    /// keeping the breaks between pieces; returns the original offset after
+    /// the match.
+    fn mask(&self, original: &[u8], start: usize, end: usize, pos: usize, out: &mut Vec<u8>) -> usize {
+        let from = self.original(start);
+        out.extend_from_slice(&original[pos.min(from)..from]);
+        let mut k = self.pieces.partition_point(|&(t, _)| t <= start) - 1;
+        let mut at = start;
+        let mut last_end = from;
+        while at < end {
+            let (t, o) = self.pieces[k];
+            let piece_end = self.pieces.get(k + 1).map_or(self.text.len(), |&(next, _)| next);
+            let stop = end.min(piece_end);
+            let (o_start, o_end) = (o + (at - t), o + (stop - t));
+            if o_start > last_end {
+                out.extend_from_slice(&original[last_end..o_start]);
+            }
+            out.extend_from_slice(MASK.as_bytes());
+            last_end = o_end;
+            at = stop;
+            k += 1;
+        }
+        last_end
+    }
+}
+
+/// The blank run starting at `i`: its end (`i` when there is none) and
+/// whether it holds a line break.
+fn blank_run(bytes: &[u8], i: usize) -> (usize, bool) {
+    let mut j = i;
+    let mut is_break = false;
+    while j < bytes.len() {
+        match bytes[j] {
+            b' ' | b'\t' => j += 1,
+            b'\n' | b'\r' => {
+                is_break = true;
+                j += 1;
+            }
+            b'\\' if matches!(bytes.get(j + 1), Some(b'n' | b'r' | b't')) => {
+                is_break |= bytes[j + 1] != b't';
+                j += 2;
+            }
+            // A line continuation (shell, C, Python, Makefile).
+            b'\\' if matches!(bytes.get(j + 1), Some(b'\n' | b'\r')) => {
+                is_break = true;
+                j += 2;
+            }
+            _ => break,
+        }
+    }
+    (j, is_break)
+}
+
+/// Masks the password of every URL that carries one (`scheme://user:PASSWORD@`),
+/// known or not: git and HTTP libraries print such URLs in their errors.
+pub fn mask_url_passwords(s: &str) -> String {
+    static URL_PASSWORD: OnceLock<regex::Regex> = OnceLock::new();
+    let re = URL_PASSWORD.get_or_init(|| regex::Regex::new(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*):([^\s/?#@]+)@").expect("a valid pattern"));
+    if !s.contains("://") {
+        return s.to_owned();
+    }
+    re.replace_all(s, |c: &regex::Captures<'_>| if &c[2] == MASK { c[0].to_string() } else { format!("{}:{MASK}@", &c[1]) }).into_owned()
+}
+
+/// The password a URL carries, as written in it (percent-encoded), if any:
+/// `scheme://user:PASSWORD@host/…`, or a `password=` query parameter (which
+/// libpq and sqlx read). `None` for a URL without one.
+pub fn url_password(url: &str) -> Option<String> {
+    let (_, rest) = url.split_once("://")?;
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    if let Some((userinfo, _)) = authority.rsplit_once('@')
+        && let Some((_, password)) = userinfo.split_once(':')
+        && !password.is_empty()
+    {
+        return Some(password.to_string());
+    }
+    let query = rest.split_once('?')?.1;
+    let query = query.split('#').next().unwrap_or(query);
+    query.split('&').find_map(|kv| kv.strip_prefix("password=")).filter(|p| !p.is_empty()).map(str::to_string)
+}
+
+/// [`url_password`] in both spellings a message may show it, as written and
+/// percent-decoded — the forms worth masking: none when the password is weak
+/// ([`is_weak_password`]).
+pub fn url_password_forms(url: &str) -> Vec<String> {
+    let Some(raw) = url_password(url) else { return Vec::new() };
+    let decoded = percent_decode(&raw);
+    if is_weak_password(&decoded) {
+        return Vec::new();
+    }
+    if decoded == raw { vec![raw] } else { vec![raw, decoded] }
+}
+
+/// `s` with its `%XX` escapes decoded (invalid UTF-8 replaced).
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut bytes = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                bytes.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                bytes.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Whether a password found on its own (in a URL, in `PGPASSWORD`) is too
+/// weak to be worth masking: shorter than [`MIN_SECRET_LEN`], or a single
+/// lower-case word shorter than 16 letters (`postgres`, `password`, the
+/// defaults of development databases). Such a value hides nothing anyone
+/// could not guess, and masking it would mask every `postgres` in the logs
+/// and refuse every change that mentions one. A whole URL holding it is
+/// still a secret.
+pub fn is_weak_password(p: &str) -> bool {
+    p.len() < MIN_SECRET_LEN || (p.len() < 16 && p.bytes().all(|b| b.is_ascii_lowercase()))
+}
+
 /// Redacts a byte stream that arrives in chunks of any size.
 ///
-/// A secret split across two chunks is still masked: `push` holds back at
-/// most `longest secret − 1` bytes that could be the start of a secret and
-/// emits them with the next chunk or at [`StreamRedactor::finish`]. With no
-/// secrets it holds back nothing.
+/// A secret split across two chunks, or across a line break that arrives
+/// in another chunk, is still masked: `push` holds back what could be the
+/// start of a secret (at most the longest form − 1 bytes, plus the line
+/// breaks among them, plus a trailing blank run of up to
+/// 64 KiB) and emits it with the next chunk or at
+/// [`StreamRedactor::finish`]. With no secrets it holds back nothing.
 #[derive(Debug)]
 pub struct StreamRedactor {
     redactor: Redactor,
@@ -190,23 +511,31 @@ impl StreamRedactor {
             data.extend_from_slice(chunk);
             data
         };
-        // A secret that starts before `boundary` fits entirely in `data`
-        // (boundary + max_len − 1 = data.len()), so the automaton has seen all
-        // of it; only a match starting at or after `boundary` may still grow
-        // with the next chunk.
-        let boundary = data.len().saturating_sub(inner.max_len - 1);
+        let sq = Squeezed::new(&data);
+        // A match that starts before `boundary` (in the squeezed text) fits
+        // entirely in what arrived, so the automaton has seen all of it; one
+        // starting at or after it may still grow with the next chunk.
+        let boundary = sq.text.len().saturating_sub(inner.max_len - 1);
         let mut out = Vec::with_capacity(data.len());
         let mut pos = 0;
-        for m in inner.matcher.find_iter(&data) {
+        for m in inner.matcher.find_iter(&sq.text) {
             if m.start() >= boundary {
                 break;
             }
-            out.extend_from_slice(&data[pos..m.start()]);
-            out.extend_from_slice(MASK.as_bytes());
-            pos = m.end();
+            pos = sq.mask(&data, m.start(), m.end(), pos, &mut out);
         }
-        let keep_from = pos.max(boundary);
-        out.extend_from_slice(&data[pos..keep_from]);
+        // What is held back: from the boundary on, and any blank run at the
+        // end (the next chunk may make it a line break inside a secret).
+        let mut keep_from = if boundary < sq.text.len() { sq.original(boundary) } else { data.len() };
+        let mut tail = data.len();
+        while tail > 0 && matches!(data[tail - 1], b' ' | b'\t' | b'\r' | b'\n' | b'\\') {
+            tail -= 1;
+        }
+        if tail < data.len() && data.len() - tail <= MAX_HELD_BLANKS {
+            keep_from = keep_from.min(tail);
+        }
+        let keep_from = keep_from.max(pos).max(data.len().saturating_sub(inner.max_len + MAX_HELD_BLANKS));
+        out.extend_from_slice(&data[pos.min(keep_from)..keep_from]);
         self.pending = data[keep_from..].to_vec();
         out
     }
@@ -215,6 +544,55 @@ impl StreamRedactor {
     pub fn finish(self) -> Vec<u8> {
         self.redactor.redact_bytes(&self.pending)
     }
+}
+
+/// The secret values this process holds, for every text that leaves it.
+static KNOWN: RwLock<Known> = RwLock::new(Known { values: Vec::new(), redactor: Redactor { inner: None } });
+
+struct Known {
+    values: Vec<String>,
+    redactor: Redactor,
+}
+
+/// Adds secret values (a token, the ledger's URL and password, a password
+/// found in a remote's URL, the config's `secrets`) to the process-wide set
+/// that [`known`] masks. Every sink that keeps or sends text — the ledger,
+/// the log files, the PR bodies and issues, error messages — redacts with
+/// it, so a secret learnt late (from `gh auth token`, from a remote URL)
+/// is masked from then on everywhere. Values shorter than
+/// [`MIN_SECRET_LEN`] are ignored.
+pub fn remember<I, S>(values: I)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let new: Vec<String> = values.into_iter().map(|v| v.as_ref().to_owned()).filter(|v| v.len() >= MIN_SECRET_LEN).collect();
+    let mut known = KNOWN.write().unwrap_or_else(|e| e.into_inner());
+    let before = known.values.len();
+    for v in new {
+        if !known.values.contains(&v) {
+            known.values.push(v);
+        }
+    }
+    if known.values.len() != before {
+        known.redactor = Redactor::new(&known.values);
+    }
+}
+
+/// The redactor of every value [`remember`]ed so far.
+pub fn known() -> Redactor {
+    KNOWN.read().unwrap_or_else(|e| e.into_inner()).redactor.clone()
+}
+
+/// The values [`remember`]ed so far.
+fn known_values() -> Vec<String> {
+    KNOWN.read().unwrap_or_else(|e| e.into_inner()).values.clone()
+}
+
+/// `s` redacted with [`known`] (and URL passwords masked): for text that
+/// leaves the process or is kept (ledger rows, log lines, messages).
+pub fn redact_known(s: &str) -> String {
+    known().redact(s)
 }
 
 /// The variables that carry a GitHub token (SPEC §6, §8). They are removed
@@ -385,20 +763,116 @@ mod tests {
     }
 
     #[test]
-    fn stream_holds_back_less_than_the_longest_secret() {
+    fn stream_holds_back_less_than_the_longest_form() {
+        // Hex is the longest form of this value: 20 bytes.
         let redactor = Redactor::new(["0123456789"]);
         let mut stream = redactor.stream();
-        let out = stream.push(b"aaaaaaaaaaaaaaaaaaaa");
-        assert_eq!(out.len(), 20 - 9);
+        let out = stream.push(&[b'a'; 40]);
+        assert_eq!(out.len(), 40 - 19);
         let out = stream.push(b"012345678");
-        assert_eq!(
-            out.len(),
-            9,
-            "the held back a's are released, the prefix is held"
-        );
+        assert_eq!(out.len(), 9, "the held back a's are released as the prefix comes");
+        // A match is let out once nothing longer could start where it does.
         let out = stream.push(b"9!");
-        assert_eq!(out, b"****", "the last byte could start another secret");
-        assert_eq!(stream.finish(), b"!");
+        assert_eq!(String::from_utf8_lossy(&out), "aa");
+        assert_eq!(String::from_utf8_lossy(&stream.finish()), "aaaaaaaa****!");
+    }
+
+    /// The encodings an agent reaches for: base64 alone or inside a longer
+    /// blob (every alignment), url-safe, wrapped by `base64` at 76 columns,
+    /// hex, percent-encoded, JSON-escaped.
+    #[test]
+    fn encoded_forms_are_masked() {
+        let token = "ghp_Enc0ded/Token+Value_1234";
+        let redactor = Redactor::new([token, "p@ss word/with:all"]);
+        let blob = |prefix: &str| String::from_utf8(base64(format!("{prefix}{token} and more").as_bytes())).unwrap();
+        for text in [
+            blob(""),
+            blob("x"),
+            blob("xy"),
+            blob("xy").replace('+', "-").replace('/', "_"),
+            // `base64` wraps its output at 76 columns, here inside the token.
+            blob(&"A".repeat(40)).as_bytes().chunks(76).map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join("\n"),
+            hex::encode(token),
+            hex::encode_upper(token),
+            "p%40ss%20word%2Fwith%3Aall".into(),
+            "p%40ss+word%2fwith%3aall".into(),
+            format!("{{\"t\":\"{token}\"}}"),
+        ] {
+            let out = redactor.redact(&text);
+            assert!(out.contains(MASK), "{text} -> {out}");
+            assert!(!redactor.finds_in(out.as_bytes()), "{text} -> {out}");
+        }
+        // Nothing else is touched.
+        assert_eq!(redactor.redact("ghp_ plain words 0123"), "ghp_ plain words 0123");
+    }
+
+    /// A value cut by a line break (real, CRLF, indented, or a JSON `\n`
+    /// escape) is masked piece by piece; the break stays.
+    #[test]
+    fn a_secret_cut_by_a_line_break_is_masked_and_the_lines_stay() {
+        let redactor = Redactor::new(["ghp_SplitToken_987654"]);
+        assert_eq!(redactor.redact("a ghp_Split\nToken_987654 b"), "a ****\n**** b");
+        assert_eq!(redactor.redact("x: ghp_Split\r\n  Token_98\n7654\ny"), "x: ****\r\n  ****\n****\ny");
+        assert_eq!(redactor.redact("{\"t\":\"ghp_Spl\\nitToken_987654\"}"), "{\"t\":\"****\\n****\"}");
+        // Blanks without a line break do not join words.
+        assert_eq!(redactor.redact("ghp_Split Token_987654"), "ghp_Split Token_987654");
+        assert_eq!(redactor.redact("T=ghp_Split\\\n  Token_987654"), "T=****\\\n  ****");
+        // A multi-line secret (a key) is found printed as is, or on one line.
+        let pem = "-----BEGIN KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX\n-----END KEY-----\n";
+        let key = Redactor::new([pem]);
+        assert!(!key.redact(&format!("key:\n{pem}")).contains("MIIBOg"));
+        assert!(!key.redact(&pem.replace('\n', "")).contains("MIIBOg"));
+    }
+
+    /// Every way of cutting a text with secrets across lines into three
+    /// chunks gives what redacting it whole gives.
+    #[test]
+    fn stream_redacts_secrets_cut_by_lines_and_reads_alike() {
+        let redactor = Redactor::new(["TOKEN123456", "k/e y+9"]);
+        let input = b"pre TOK\nEN123456 mid TOKEN12\r\n  3456 k%2Fe%20y%2B9 \\n end TOKEN1234\n\n";
+        let expected = redactor.redact_bytes(input);
+        assert!(!redactor.finds_in(&expected), "{}", String::from_utf8_lossy(&expected));
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                let mut stream = redactor.stream();
+                let mut out = stream.push(&input[..i]);
+                out.extend(stream.push(&input[i..j]));
+                out.extend(stream.push(&input[j..]));
+                out.extend(stream.finish());
+                assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected), "cut at {i} and {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn url_passwords_are_masked_known_or_not() {
+        let none = Redactor::new(Vec::<String>::new());
+        assert_eq!(
+            none.redact("fatal: unable to access 'https://x-access-token:ghs_abc@github.com/o/r.git/': 403"),
+            "fatal: unable to access 'https://x-access-token:****@github.com/o/r.git/': 403"
+        );
+        assert_eq!(none.redact("postgres://u:p%40ss@db:5432/x and http://host:8080/a@b"), "postgres://u:****@db:5432/x and http://host:8080/a@b");
+        assert_eq!(none.redact("git@github.com:o/r.git https://github.com/o/r"), "git@github.com:o/r.git https://github.com/o/r");
+    }
+
+    #[test]
+    fn passwords_are_read_from_urls() {
+        assert_eq!(url_password("https://x-access-token:ghp_1@github.com/o/r"), Some("ghp_1".into()));
+        assert_eq!(url_password_forms("postgres://u:p%40ssw0rd@h:5432/db?sslmode=require"), ["p%40ssw0rd", "p@ssw0rd"]);
+        // A development default hides nothing: not masked on its own.
+        assert!(url_password_forms("postgres://postgres:postgres@localhost/db").is_empty());
+        assert!(is_weak_password("password") && !is_weak_password("hunter2hunter2") && !is_weak_password("correcthorsebatterystaple"));
+        assert_eq!(url_password("postgres://u@h/db?sslmode=disable&password=s3cret"), Some("s3cret".into()));
+        assert_eq!(url_password("postgres://u@h/db"), None);
+        assert_eq!(url_password("https://user@host/a:b@c"), None);
+        assert_eq!(url_password("/srv/git/repo.git"), None);
+    }
+
+    #[test]
+    fn remembered_values_are_masked_by_known() {
+        remember(["remembered-secret-value-1"]);
+        assert_eq!(redact_known("a remembered-secret-value-1 b"), "a **** b");
+        assert!(Redactor::with_known(["other-secret-value"]).finds_in(b"x remembered-secret-value-1"));
     }
 
     #[test]

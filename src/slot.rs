@@ -76,9 +76,13 @@ pub struct Slot {
     pub path: PathBuf,
     /// The remote's name as configured in the user's repository (e.g. `origin`).
     pub remote: String,
-    /// URL fetched from (the user's `remote.<name>.url`, made absolute if a local path).
+    /// URL fetched from (the user's `remote.<name>.url`, made absolute if a
+    /// local path). It may carry a password, kept in memory only: git is
+    /// given it without one (see [`git::split_url_password`]), and so is the
+    /// slot's own remote.
     pub fetch_url: String,
-    /// URL pushed to (the user's `remote.<name>.pushurl`, else the URL).
+    /// URL pushed to (the user's `remote.<name>.pushurl`, else the URL); as
+    /// `fetch_url`, it may carry a password.
     pub push_url: String,
     /// The base branch name (e.g. `main`).
     pub base: String,
@@ -529,8 +533,10 @@ impl Slot {
         self.base_commit.clear();
         // We fetch and push by URL, but agents read the slot's remote (`git
         // log origin/main`, `git remote -v`): keep it the user's current one.
+        // (Without a password: git is never given one in a URL, see
+        // `git::split_url_password`, so the slot's config holds none.)
         if git::remote_urls(&self.path, &self.remote).ok()
-            != Some((self.fetch_url.clone(), self.push_url.clone()))
+            != Some((git::without_password(&self.fetch_url), git::without_password(&self.push_url)))
         {
             self.set_remote_urls()?;
         }

@@ -775,6 +775,26 @@ fn worktree_fingerprint_changes_when_a_file_changes_and_not_otherwise() {
     assert_ne!(worktree_fingerprint(&slot.path).unwrap(), before);
 }
 
+/// A reviewer that writes only where git does not look (an ignored build
+/// directory the next round's gate would use) is caught too; reading it is not.
+#[test]
+fn worktree_fingerprint_sees_ignored_files_written() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    write(&slot.path.join("src/lib.rs"), "writer's change\n");
+    write(&slot.path.join("target/debug/build.log"), "built\n");
+    assert!(git(&slot.path, &["status", "--porcelain", "--ignored"]).contains("!! target/"), "target/ is ignored");
+    let before = worktree_fingerprint(&slot.path).unwrap();
+    std::fs::read_to_string(slot.path.join("target/debug/build.log")).unwrap();
+    assert_eq!(worktree_fingerprint(&slot.path).unwrap(), before, "reading changes nothing");
+    write(&slot.path.join("target/debug/planted.sh"), "#!/bin/sh\n");
+    assert_ne!(worktree_fingerprint(&slot.path).unwrap(), before, "a new ignored file");
+    std::fs::remove_file(slot.path.join("target/debug/planted.sh")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    write(&slot.path.join("target/debug/build.log"), "tampered\n");
+    assert_ne!(worktree_fingerprint(&slot.path).unwrap(), before, "an ignored file rewritten");
+}
+
 #[test]
 fn discard_removes_the_local_branch_and_leaves_nothing_behind() {
     let fx = Fixture::new();

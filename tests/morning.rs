@@ -462,6 +462,38 @@ async fn tick_in_pr_never_writes_through_a_planted_symlink() {
     assert!(gh.prs().is_empty());
 }
 
+/// A backlog that is, on the base branch, a symbolic link leading out of the
+/// checkout (to a file of the same text) is neither read nor ticked by
+/// `sync`: the target stays as it was, and no PR is opened.
+#[tokio::test(flavor = "multi_thread")]
+async fn sync_never_ticks_through_a_backlog_link_leading_out() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, ADJACENT);
+    publish_backlog(&f);
+    assert_ok(&f.approve_and_drain(&[]), "drain");
+    gh.merge(1);
+    let outside = f.dir.path().join("outside-NEXT.md");
+    std::fs::write(&outside, ADJACENT).unwrap();
+    std::fs::remove_file(f.repo.join("NEXT.md")).unwrap();
+    std::os::unix::fs::symlink(&outside, f.repo.join("NEXT.md")).unwrap();
+    publish_backlog(&f);
+    let out = f.run(&["sync"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("symbolic link") && text(&out).contains("outside the repository"), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), ADJACENT, "ticked through the link");
+    assert_eq!(gh.prs().len(), 3, "no sync PR");
+    // A link that stays inside the repository is followed.
+    std::fs::create_dir_all(f.repo.join("docs")).unwrap();
+    std::fs::write(f.repo.join("docs/NEXT.md"), ADJACENT).unwrap();
+    std::fs::remove_file(f.repo.join("NEXT.md")).unwrap();
+    std::os::unix::fs::symlink("docs/NEXT.md", f.repo.join("NEXT.md")).unwrap();
+    git(&f.repo, &["add", "docs/NEXT.md"]);
+    publish_backlog(&f);
+    let out = f.run(&["sync"]);
+    assert_ok(&out, "sync through an inside link");
+    assert_eq!(gh.prs().len(), 4, "the sync PR");
+}
+
 /// Warnings logged while stderr is a pipe (cron mail, a log file) carry no
 /// colour escapes.
 #[tokio::test(flavor = "multi_thread")]

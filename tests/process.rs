@@ -349,6 +349,25 @@ async fn a_descendant_that_called_setsid_is_swept() {
     assert!(elapsed < Duration::from_secs(2), "took {elapsed:?}");
 }
 
+/// `setsid` and `env -i`: no group and no marker lead to it, but it was
+/// reparented to us (a subreaper) from another session: swept all the same.
+#[tokio::test]
+async fn a_descendant_that_left_the_session_and_cleared_its_environment_is_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let started = Instant::now();
+    let outcome = run_ok(sh(&format!(
+        "setsid env -i sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' >/dev/null 2>&1 & \
+         while [ ! -s {p} ]; do sleep 0.01; done",
+        p = pidfile.display()
+    )))
+    .await;
+    assert!(outcome.success(), "{outcome:?}");
+    let pid = read_pid(&pidfile);
+    assert!(gone(pid), "the setsid'd, unmarked sleep {pid} is still in /proc");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+}
+
 #[tokio::test]
 async fn sweep_escaped_false_leaves_a_daemon_running() {
     let dir = tempfile::tempdir().unwrap();
@@ -633,14 +652,15 @@ async fn a_quick_command_costs_little_beyond_its_own_run() {
 
 #[tokio::test]
 async fn a_pipe_held_by_an_unsweepable_descendant_is_abandoned_after_the_linger() {
-    // setsid leaves the group and `env -i` drops the call marker, so the sweep
-    // cannot find this sleep; it keeps stdout open. `run` must still return,
-    // READER_LINGER (2 s) after the child is gone, with what was read.
+    // A group of its own in our session (looking like a child nightshift
+    // spawned) and `env -i` (no call marker): the sweep cannot find this
+    // sleep; it keeps stdout open. `run` must still return, READER_LINGER
+    // (2 s) after the child is gone, with what was read.
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let started = Instant::now();
     let outcome = run_ok(sh(&format!(
-        "setsid env -i sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' & \
+        "perl -e 'setpgrp(0, 0); exec @ARGV' env -i sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' & \
          while [ ! -s {p} ]; do sleep 0.01; done; echo before-exit",
         p = pidfile.display()
     )))

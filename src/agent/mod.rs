@@ -214,7 +214,7 @@ pub(crate) fn base_command(argv: &[String], call: &Call, extra_env: &[(&str, Str
         .timeout(call.timeout)
         .stdout_file(call.log_dir.join(format!("{role}.stdout")))
         .stderr_file(call.log_dir.join(format!("{role}.stderr")))
-        .redactor(crate::secret::Redactor::new(&call.secrets));
+        .redactor(crate::secret::Redactor::with_known(&call.secrets));
     if let Some(u) = &call.run_as {
         cmd = cmd.run_as(u.clone());
     }

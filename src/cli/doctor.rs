@@ -66,7 +66,8 @@ impl Check {
 pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     let checks = run_checks(cli, startup).await;
     for c in &checks {
-        println!("{}", c.line());
+        // A check may quote a URL, an error or a reply: no secret in it.
+        println!("{}", crate::secret::redact_known(&c.line()));
     }
     let failed = checks.iter().filter(|c| !c.ok).count();
     let warned = checks.iter().filter(|c| c.warn).count();
@@ -113,6 +114,11 @@ async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
     };
     let remote_url = Git::new(&repo).timeout(PROBE_TIMEOUT).text(&["remote", "get-url", &config.remote]).ok().map(|s| s.trim().to_string());
     match &remote_url {
+        Some(url) if crate::secret::url_password(url).is_some() => out.push(Check::warn(
+            "repo",
+            format!("{} · remote {} = {} carries a password or token in its URL; agents running as you can read it in .git/config", repo.display(), config.remote, crate::secret::mask_url_passwords(url)),
+            "give git the token through a credential helper or GITHUB_TOKEN, and remove it from the URL (`git remote set-url`)",
+        )),
         Some(url) => out.push(Check::pass("repo", format!("{} · remote {} = {}", repo.display(), config.remote, url))),
         None => out.push(Check::fail("repo", format!("{}: no remote named {:?}", repo.display(), config.remote), format!("`git remote add {} URL`, or set `remote` in .nightshift/config.toml", config.remote))),
     }

@@ -129,6 +129,12 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         },
         None => (None, Some(crate::cli::NO_TOKEN.to_string())),
     };
+    // nightshift keeps such a password out of argv, the checkouts and its
+    // records, but the user's own .git/config holds it, and agents running
+    // as this user can read that file (the checkout's alternates name it).
+    if remote_url.as_deref().and_then(crate::secret::url_password).is_some() {
+        eprintln!("warning: the URL of the remote {:?} carries a password or token; agents running as you can read it in {}/.git/config. Give git the token through a credential helper or GITHUB_TOKEN instead", config.remote, snap.repo.display());
+    }
     if remote_url.is_none() {
         return Err(Error::usage(format!("{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config", snap.repo.display(), config.remote, config.remote)));
     }
@@ -143,9 +149,15 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             return Err(Error::usage(format!("the base branch {:?} does not exist on the remote {:?}; push it or set `base` in the config", config.base, config.remote)));
         }
         Ok(_) => {}
-        Err(e) => eprintln!("warning: cannot reach the remote to check the base branch: {e}"),
+        Err(e) => eprintln!("warning: cannot reach the remote to check the base branch: {}", crate::secret::redact_known(&e.to_string())),
     }
 
+    // `main` wipes the config's `secrets` from our own environment, finding
+    // the config before it is loaded; one it missed is still readable by
+    // agents in /proc/<nightshift>/environ (though not in theirs).
+    for v in config.secrets.iter().filter(|v| std::env::var_os(v).is_some()) {
+        eprintln!("warning: {v}, listed in `secrets`, is still in nightshift's own environment (the config was not found at start-up); agents running as you can read it in /proc/{}/environ", std::process::id());
+    }
     // The agents' environment: no tokens, no ledger URL, no configured secrets.
     let source = ledger_mod::db_source_from_env();
     let mut agent_env = crate::cli::agents_environment(&config);
@@ -154,14 +166,16 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         // Never passed on, whatever the config says: say so rather than
         // leave a gate wondering why the variable is empty.
         let ledger_var = source.env_var() == Some(v.as_str());
-        if crate::secret::token_vars().contains(&v.as_str()) || ledger_var || v == "NIGHTSHIFT_DATABASE_URL" {
-            eprintln!("warning: gate_env lists {v}, which nightshift never passes to gates (it holds the GitHub token or the ledger's URL); give the gate its own variable");
+        // PGPASSWORD is the ledger's when its URL has no password of its own.
+        let ledger_password = v == "PGPASSWORD" && matches!(&source, ledger_mod::DbSource::Url { url, .. } if crate::secret::url_password(url.expose()).is_none());
+        if crate::secret::token_vars().contains(&v.as_str()) || ledger_var || ledger_password || v == "NIGHTSHIFT_DATABASE_URL" {
+            eprintln!("warning: gate_env lists {v}, which nightshift never passes to gates (it holds the GitHub token or the ledger's URL or password); give the gate its own variable");
             continue;
         }
-        // DATABASE_URL when the ledger is elsewhere is the project's own
-        // (its tests' database): wiped from our environment at start-up
-        // like every possible ledger variable, but the gate may have it.
-        if v == "DATABASE_URL"
+        // DATABASE_URL (PGPASSWORD) when the ledger is elsewhere is the
+        // project's own (its tests' database): wiped from our environment at
+        // start-up like every possible ledger variable, but the gate may have it.
+        if (v == "DATABASE_URL" || v == "PGPASSWORD")
             && let Some((_, val)) = startup.removed.iter().find(|(n, _)| n == v)
         {
             gate_env.insert(v.clone(), val.expose().to_string());
@@ -174,7 +188,7 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
             gate_env.insert(v.clone(), val);
         }
     }
-    let mut secrets: Vec<String> = startup.removed.iter().map(|(_, s)| s.expose().to_string()).collect();
+    let mut secrets: Vec<String> = startup.removed.iter().filter(|(n, s)| n != "PGPASSWORD" || !crate::secret::is_weak_password(s.expose())).map(|(_, s)| s.expose().to_string()).collect();
     if let Some((t, _)) = &token {
         secrets.push(t.expose().to_string());
     }
@@ -185,7 +199,9 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     }
     if let ledger_mod::DbSource::Url { url, .. } = &source {
         secrets.push(url.expose().to_string());
+        secrets.extend(crate::secret::url_password_forms(url.expose()));
     }
+    crate::secret::remember(&secrets);
     let run_as = match &config.agent_user {
         Some(u) if nix::unistd::geteuid().is_root() => Some(process::RunAs::lookup(u).map_err(|e| Error::usage(format!("agent_user {u:?}: {e}; create the user or fix `agent_user`")))?),
         _ => None,

@@ -21,14 +21,14 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     std::fs::create_dir_all(&dir).map_err(|e| io(&dir.display().to_string(), e))?;
     let ignore = dir.join(".gitignore");
     if !ignore.exists() {
-        std::fs::write(&ignore, "*\n").map_err(|e| io(&ignore.display().to_string(), e))?;
+        create(&ignore, "*\n").map_err(|e| io(&ignore.display().to_string(), e))?;
         println!("created {}", ignore.display());
     }
     let cfg = dir.join(config::FILE);
     if cfg.exists() {
         println!("kept    {} (already there)", cfg.display());
     } else {
-        std::fs::write(&cfg, config::TEMPLATE).map_err(|e| io(&cfg.display().to_string(), e))?;
+        create(&cfg, config::TEMPLATE).map_err(|e| io(&cfg.display().to_string(), e))?;
         println!("created {}", cfg.display());
     }
     let loaded = config::load(&cfg)?;
@@ -39,9 +39,24 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     if backlog.exists() {
         println!("kept    {} (already there)", backlog.display());
     } else {
-        std::fs::write(&backlog, NEXT_EXAMPLE).map_err(|e| io(&backlog.display().to_string(), e))?;
+        create(&backlog, NEXT_EXAMPLE).map_err(|e| io(&backlog.display().to_string(), e))?;
         println!("created {} from the example", backlog.display());
     }
     println!("next: edit the backlog, then `nightshift plan`");
     Ok(ExitCode::Ok)
+}
+
+/// Writes a new file, never through a symbolic link: `exists()` is false for
+/// a link to a missing file, and a plain write would create the link's target
+/// wherever a cloned repository points it (`NEXT.md -> ~/.config/…`).
+fn create(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            std::io::Error::new(e.kind(), format!("a symbolic link to a missing file is in the way ({e}); nightshift creates no file through a link — remove it or point it at a file"))
+        } else {
+            e
+        }
+    })?;
+    file.write_all(text.as_bytes())
 }

@@ -219,7 +219,7 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
     match result {
         Ok(code) => std::process::ExitCode::from(code as u8),
         Err(e) => {
-            eprintln!("error: {}", e.message);
+            eprintln!("error: {}", crate::secret::redact_known(&e.message));
             std::process::ExitCode::from(e.code as u8)
         }
     }
@@ -387,13 +387,10 @@ pub fn github_client(repo: &Path, config: &crate::config::Config, token: &Secret
 }
 
 /// The environment agents run with (SPEC §6): ours without the token
-/// variables, the ledger URL's variable and the config's `secrets`.
+/// variables, the ledger's (both URL variables and `PG*`) and the config's
+/// `secrets` (see [`crate::process::child_env`]).
 pub(crate) fn agents_environment(config: &crate::config::Config) -> std::collections::BTreeMap<String, String> {
-    let mut remove: Vec<String> = config.secrets.clone();
-    if let Some(var) = crate::ledger::db_source_from_env().env_var() {
-        remove.push(var.to_string());
-    }
-    crate::process::child_env(std::env::vars(), &remove)
+    crate::process::child_env(std::env::vars(), &config.secrets)
 }
 
 /// Why nightshift has no GitHub token, and how to give it one.

@@ -60,12 +60,60 @@ pub fn init_tracing(verbose: u8, quiet: bool, run_log: Option<std::fs::File>) {
     // Colour only on a terminal (and not with NO_COLOR): escape codes in a
     // cron mail or a log file are noise.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi).with_target(false).with_filter(stderr_filter);
+    let stderr = tracing_subscriber::fmt::layer().with_writer(Redacting(std::io::stderr)).with_ansi(ansi).with_target(false).with_filter(stderr_filter);
     let file = run_log.map(|f| {
         let file_level = if verbose >= 2 { "debug" } else { "info" };
-        tracing_subscriber::fmt::layer().json().with_writer(std::sync::Mutex::new(f)).with_current_span(false).with_filter(EnvFilter::new(format!("nightshift={file_level}")))
+        let file = std::sync::Arc::new(std::sync::Mutex::new(f));
+        tracing_subscriber::fmt::layer().json().with_writer(Redacting(move || LockedFile(file.clone()))).with_current_span(false).with_filter(EnvFilter::new(format!("nightshift={file_level}")))
     });
     let _ = tracing_subscriber::registry().with(stderr).with(file).try_init();
+}
+
+/// A log writer that masks every secret nightshift holds
+/// ([`crate::secret::redact_known`]) in each line before it is written: a
+/// warning quoting a git, GitHub or agent error must not put a token in the
+/// run's log file or on stderr (SPEC §6). The formatter hands over one whole
+/// event per write, so a secret is never cut between two writes.
+struct Redacting<M>(M);
+
+impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a> for Redacting<M> {
+    type Writer = RedactingWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        RedactingWriter(self.0.make_writer())
+    }
+}
+
+/// The writer of [`Redacting`].
+struct RedactingWriter<W>(W);
+
+impl<W: std::io::Write> std::io::Write for RedactingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(crate::secret::redact_known(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// The run log behind its lock, for one event.
+struct LockedFile(std::sync::Arc<std::sync::Mutex<std::fs::File>>);
+
+impl std::io::Write for LockedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).write_all(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).flush()
+    }
 }
 
 /// How progress is shown.

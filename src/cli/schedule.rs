@@ -82,7 +82,7 @@ async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup)
             }
             // Refusals (no approval, lock held) and failures wait for the next fire.
             Err(e) => {
-                eprintln!("schedule: fire {fires} did not drain (exit {}): {}", e.code as u8, e.message);
+                eprintln!("schedule: fire {fires} did not drain (exit {}): {}", e.code as u8, crate::secret::redact_known(&e.message));
                 None
             }
         };

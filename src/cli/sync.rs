@@ -99,7 +99,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     let slot = prepared.map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
     let result = async {
         let rel = Path::new(&config.backlog);
-        let text = std::fs::read_to_string(slot.path.join(rel)).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
+        let text = std::fs::read_to_string(backlog_in(&slot, &config)?).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
         let open: Vec<String> = backlog::parse(rel, &text).items.into_iter().filter(|i| !i.done).map(|i| i.key).collect();
         // Merged according to GitHub, not to the ledger's memory.
         let mut ticks: Vec<Tick> = Vec::new();
@@ -137,10 +137,35 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     result
 }
 
+/// The backlog file in the checkout, with every symbolic link on its way
+/// resolved: a link inside the repository (`NEXT.md -> docs/NEXT.md`) is
+/// followed, one that leads out of the checkout or into its `.git` is
+/// refused — the base branch's content decides where the link points, and
+/// nightshift must not read or tick a file outside the checkout with the
+/// user's rights.
+///
+/// # Errors
+/// Exit 1 naming the link when it leads out, or when the file is missing.
+fn backlog_in(slot: &Slot, config: &Config) -> Result<std::path::PathBuf> {
+    let top = slot.path.canonicalize().map_err(|e| Error::failure(format!("{}: {e}", slot.path.display())))?;
+    let file = slot.path.join(&config.backlog);
+    let real = file.canonicalize().map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
+    if !real.starts_with(&top) || real.starts_with(top.join(".git")) || !real.is_file() {
+        return Err(Error::failure(format!(
+            "{} on {}/{} is a symbolic link to {}, outside the repository's files; nightshift does not tick through it (make it a regular file, or point `backlog` at the file itself)",
+            config.backlog,
+            config.remote,
+            config.base,
+            real.display()
+        )));
+    }
+    Ok(real)
+}
+
 /// Edits, commits, pushes and opens the sync PR from a prepared slot.
 async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &str, ticks: &[Tick]) -> Result<ExitCode> {
     let rel = Path::new(&config.backlog);
-    let file = slot.path.join(rel);
+    let file = backlog_in(slot, config)?;
     let text = std::fs::read_to_string(&file).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
     let (new, done) = tick_all(rel, &text, ticks)?;
     if done.is_empty() {

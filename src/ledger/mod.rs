@@ -131,6 +131,12 @@ pub fn db_source_from_env() -> DbSource {
     db_source_from(&lookup, embedded::running_as_root())
 }
 
+/// A variable `main` removed from the environment and kept (see
+/// [`keep_removed_vars`]), when it is set and not empty.
+fn kept_var(name: &str) -> Option<String> {
+    KEPT.get().and_then(|kept| kept.iter().find(|(k, _)| k == name)).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
+}
+
 /// The ledger URL variables as they were at start-up, held in memory only.
 static KEPT: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
 
@@ -257,7 +263,14 @@ impl Ledger {
                         source: sqlx::Error::Configuration(format!("the scheme is {scheme:?}; write postgres://USER@HOST:PORT/DB").into()),
                     });
                 }
-                u.parse::<PgConnectOptions>().map_err(|source| LedgerError::BadUrl { var, source })?
+                let options = u.parse::<PgConnectOptions>().map_err(|source| LedgerError::BadUrl { var, source })?;
+                // `main` took PGPASSWORD out of the environment (agents could
+                // read it there); it still answers for a URL without a
+                // password, as libpq's precedence has it.
+                match kept_var("PGPASSWORD").filter(|_| crate::secret::url_password(u).is_none()) {
+                    Some(password) => options.password(&password),
+                    None => options,
+                }
             }
             DbSource::Embedded { data_dir } => {
                 let cluster = Cluster::resolve(data_dir, &embedded::process_env).await?;

@@ -16,11 +16,14 @@ use crate::contract::Plan;
 /// Result of a ledger call.
 pub type Result<T> = std::result::Result<T, sqlx::Error>;
 
-/// Text as PostgreSQL stores it: a NUL byte (which `text` and `jsonb`
-/// reject) becomes U+FFFD. Agent and gate output is arbitrary bytes, and one
-/// NUL must not stop the night.
+/// Text as the ledger keeps it: every secret nightshift holds is masked
+/// ([`crate::secret::redact_known`], also base64-, hex- or percent-encoded,
+/// cut by line breaks, or the password of a URL), so no table holds one
+/// whatever an agent, a gate, git or GitHub printed (SPEC §6, §9); and a
+/// NUL byte (which `text` and `jsonb` reject) becomes U+FFFD, since agent
+/// and gate output is arbitrary bytes and one NUL must not stop the night.
 fn pg(s: &str) -> String {
-    s.replace('\0', "\u{FFFD}")
+    crate::secret::redact_known(&verbatim(s))
 }
 
 /// [`pg`] for every string inside a JSON value.
@@ -37,6 +40,22 @@ fn pgo(s: &Option<String>) -> Option<String> {
     s.as_deref().map(pg)
 }
 
+/// Text kept as given, but for NUL bytes: the plan and its contracts, which
+/// come from the user's own backlog and config and must hash to their SHA.
+fn verbatim(s: &str) -> String {
+    s.replace('\0', "\u{FFFD}")
+}
+
+/// [`verbatim`] for every string inside a JSON value.
+fn verbatim_json(v: Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(verbatim(&s)),
+        Value::Array(a) => Value::Array(a.into_iter().map(verbatim_json).collect()),
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (verbatim(&k), verbatim_json(v))).collect()),
+        other => other,
+    }
+}
+
 const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
 
 /// Stores the plan, its contracts and their order (idempotent).
@@ -51,7 +70,7 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         .bind(repo)
         .bind(plan.backlog_path.display().to_string())
         .bind(&plan.backlog_sha)
-        .bind(pgj(json.clone()))
+        .bind(verbatim_json(json.clone()))
         .execute(&mut *tx)
         .await?;
     for (pos, e) in plan.entries.iter().enumerate() {
@@ -59,8 +78,8 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) VALUES ($1, $2, $3, $4, now()) ON CONFLICT (sha) DO NOTHING")
             .bind(&e.contract_sha)
             .bind(&e.item.key)
-            .bind(pg(&e.item.title))
-            .bind(pgj(cjson))
+            .bind(verbatim(&e.item.title))
+            .bind(verbatim_json(cjson))
             .execute(&mut *tx)
             .await?;
         sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING")
@@ -68,7 +87,7 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
             .bind(pos as i32)
             .bind(&e.contract_sha)
             .bind(e.index as i32)
-            .bind(pgo(&e.blocked))
+            .bind(e.blocked.as_deref().map(verbatim))
             .execute(&mut *tx)
             .await?;
     }
@@ -560,9 +579,10 @@ pub async fn record_proof(pool: &PgPool, round_id: i64, p: &crate::proof::Proof)
     .bind(&p.base)
     .bind(&p.head_before)
     .bind(&p.head_after)
-    .bind(serde_json::to_value(&p.changed).unwrap_or(Value::Null))
-    .bind(json!(p.claimed_not_in_git))
-    .bind(json!(p.out_of_scope))
+    // Paths are the writer's to name: a file may be named after a secret.
+    .bind(pgj(serde_json::to_value(&p.changed).unwrap_or(Value::Null)))
+    .bind(pgj(json!(p.claimed_not_in_git)))
+    .bind(pgj(json!(p.out_of_scope)))
     .bind(p.head_moved)
     .bind(p.branch_switched)
     .bind(&p.diff_hash)
