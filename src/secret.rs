@@ -255,20 +255,8 @@ fn forms(value: &str) -> Vec<Vec<u8>> {
 
 /// Standard base64 with padding.
 fn base64(data: &[u8]) -> Vec<u8> {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]);
-            } else {
-                out.push(b'=');
-            }
-        }
-    }
-    out
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data).into_bytes()
 }
 
 /// Which characters a percent-encoding leaves as they are.
@@ -283,20 +271,14 @@ enum Percent {
 }
 
 fn percent_encode(raw: &[u8], style: Percent) -> Vec<u8> {
-    let mut out = Vec::with_capacity(raw.len() * 3);
-    for &b in raw {
-        let keep = b.is_ascii_alphanumeric()
-            || matches!(b, b'-' | b'.' | b'_' | b'~')
-            || (matches!(style, Percent::UriComponent) && matches!(b, b'!' | b'\'' | b'(' | b')' | b'*'));
-        if keep {
-            out.push(b);
-        } else if b == b' ' && matches!(style, Percent::Form) {
-            out.push(b'+');
-        } else {
-            out.extend_from_slice(format!("%{b:02X}").as_bytes());
-        }
-    }
-    out
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC};
+    const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+    const URI_COMPONENT: &AsciiSet = &UNRESERVED.remove(b'!').remove(b'\'').remove(b'(').remove(b')').remove(b'*');
+    let set = if matches!(style, Percent::UriComponent) { URI_COMPONENT } else { UNRESERVED };
+    let encoded = percent_encoding::percent_encode(raw, set).to_string();
+    // A literal `+` was encoded as `%2B`, so every `%20` left is a space.
+    let encoded = if matches!(style, Percent::Form) { encoded.replace("%20", "+") } else { encoded };
+    encoded.into_bytes()
 }
 
 /// `s` with the two hex digits after each `%` in lower case.
@@ -454,23 +436,7 @@ pub fn url_password_forms(url: &str) -> Vec<String> {
 
 /// `s` with its `%XX` escapes decoded (invalid UTF-8 replaced).
 pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut bytes = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (b[i], b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(h), Some(l)) => {
-                bytes.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (c, _, _) => {
-                bytes.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
 /// Whether a password found on its own (in a URL, in `PGPASSWORD`) is too
