@@ -511,7 +511,7 @@ pub fn to_text(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bo
 pub fn to_text_at(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bool, now: chrono::DateTime<chrono::Utc>) -> String {
     let mut s = String::new();
     let tz: chrono_tz::Tz = run.timezone.as_deref().and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
-    let _ = writeln!(s, "run {} · {} · {} · started {}", run.id, run.kind, run.status, run.started_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"));
+    let _ = writeln!(s, "run {} · {} · {} · started {}", run.id, run.kind, status_words(run, items), run.started_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"));
     let _ = writeln!(s, "plan {}", run.plan_sha);
     let _ = writeln!(s);
     let rows = rows(items);
@@ -556,6 +556,17 @@ pub fn to_text_at(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies:
     s
 }
 
+/// The run's status (SPEC §7), with its failed items when it completed with
+/// some: "completed, 1 item failed" says why `drain` exited 1 (SPEC §2).
+fn status_words(run: &RunRow, items: &[ItemRow]) -> String {
+    let failed = items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))).count();
+    match failed {
+        0 => run.status.clone(),
+        1 => format!("{}, 1 item failed", run.status),
+        n => format!("{}, {n} items failed", run.status),
+    }
+}
+
 fn append_bodies(s: &mut String, items: &[ItemRow], show_bodies: bool) {
     if show_bodies {
         for i in items.iter().filter(|i| i.pr_body.is_some()) {
@@ -573,7 +584,7 @@ pub fn to_markdown(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies
     let mut s = String::new();
     let tz: chrono_tz::Tz = run.timezone.as_deref().and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
     let _ = writeln!(s, "### nightshift run `{}`\n", run.id);
-    let _ = writeln!(s, "{} · **{}** · started {} · plan `{}`\n", run.kind, run.status, run.started_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"), short(&run.plan_sha));
+    let _ = writeln!(s, "{} · **{}** · started {} · plan `{}`\n", run.kind, status_words(run, items), run.started_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"), short(&run.plan_sha));
     let _ = writeln!(s, "| # | item | outcome | PR | rounds | time | tokens / cost | reason |\n|---:|---|---|---|---:|---:|---|---|");
     let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
     for (r, i) in rows(items).iter().zip(items) {
