@@ -644,11 +644,11 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         night.db(|| rec::set_phase(pool, run_id, "proof", Some(key), Some(n))).await?;
         // GitHub refuses any file of 100 MiB or more: fail now, with the reason,
         // before a minute of diffing it and a gate and review that cannot lead to a push.
-        if let Ok(big) = tokio::task::block_in_place(|| crate::proof::files_of_at_least(&slot.path, MAX_FILE_BYTES)) {
-            if let Some((path, size)) = big.first() {
-                night.db(|| rec::finish_round(pool, round_id, "error", None, None, Some("a file too large for GitHub"))).await?;
-                return Ok(fail("error", format!("{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)", size >> 20), n, &totals));
-            }
+        if let Ok(big) = tokio::task::block_in_place(|| crate::proof::files_of_at_least(&slot.path, MAX_FILE_BYTES))
+            && let Some((path, size)) = big.first()
+        {
+            night.db(|| rec::finish_round(pool, round_id, "error", None, None, Some("a file too large for GitHub"))).await?;
+            return Ok(fail("error", format!("{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)", size >> 20), n, &totals));
         }
         let proof = match tokio::task::block_in_place(|| Proof::collect(&slot.path, &before, &writer.claimed_files, &c.scope)) {
             Ok(p) => p,
