@@ -575,7 +575,8 @@ fn is_fence(t: &str) -> bool {
 /// continues a wrapped finding), until a blank line, a fence or a line that
 /// is no item. A head may carry its first entry
 /// on the same line and may be decorated in markdown ([`block_head`]).
-/// A `QUESTION:` takes every following line until a blank line. `FILES:`
+/// A `QUESTION:` takes every following line until a blank line or a JSON
+/// line (the usage report a `command` agent prints after it). `FILES:`
 /// entries are reduced to their paths ([`file_entry`]).
 pub fn parse_blocks(text: &str) -> Blocks {
     let mut b = Blocks::default();
@@ -618,6 +619,9 @@ pub fn parse_blocks(text: &str) -> Blocks {
                 Some(f) => b.files.extend(file_entry(f)),
                 None => current = None,
             },
+            // A JSON line (a usage report, a verdict) is machine talk, not
+            // the question's text: it ends the block.
+            Some(BlockKind::Question) if t.starts_with('{') && serde_json::from_str::<serde_json::Value>(t).is_ok() => current = None,
             // A question's lines are its text (numbered options included).
             Some(BlockKind::Question) => question.push(t.trim_start_matches("- ").to_string()),
             None => {}
@@ -841,6 +845,10 @@ mod tests {
         assert_eq!(b.question.as_deref(), Some("Should X be Y?\n1. keep X\n2. use Y"));
         assert_eq!(b.files, ["src/a.rs", "src/b.rs", "src/c.rs", "src/d.rs", "__init__.py"]);
         assert_eq!(parse_blocks("**QUESTION: Which base should sub use?**\n").question.as_deref(), Some("Which base should sub use?"));
+        // The usage line a command agent prints next is not part of the question.
+        let b = parse_blocks("QUESTION: which colour?\n{\"usage\":{\"input_tokens\":10,\"output_tokens\":5,\"cost_usd\":0.01}}\n");
+        assert_eq!(b.question.as_deref(), Some("which colour?"));
+        assert_eq!(parse_blocks("QUESTION: keep {a} or\n{b}?\n").question.as_deref(), Some("keep {a} or\n{b}?"), "braces that are no JSON stay");
         assert_eq!(parse_blocks("FILES: `a.rs`, `b.rs`\n").files, ["a.rs", "b.rs"]);
         assert_eq!(parse_blocks("FILES: none\n").files, Vec::<String>::new());
         // A finding wrapped over an indented line is one finding; an
