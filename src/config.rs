@@ -380,10 +380,30 @@ fn with_hint(message: &str) -> String {
         .map(|k| (strsim::damerau_levenshtein(given, k), *k))
         .filter(|(d, k)| *d <= 2.max(k.len() / 3))
         .min();
-    match nearest {
-        Some((_, k)) => format!("{message}; did you mean `{k}`? (the README's Configuration section lists every key)"),
-        None => format!("{message}; remove the key or fix its spelling (the README's Configuration section lists every key)"),
+    if let Some((_, k)) = nearest {
+        return format!("{message}; did you mean `{k}`? (the README's Configuration section lists every key)");
     }
+    // A key of another table, most often one appended at the end of the file,
+    // where it lands in the last `[table]` above it.
+    for (table, keys) in [("the top level", keys_of("")), ("[limits]", keys_of("[limits]"))] {
+        if keys.iter().map(String::as_str).eq(known.iter().copied()) {
+            continue;
+        }
+        if let Some((_, k)) = keys.iter().map(|k| (strsim::damerau_levenshtein(given, k), k)).filter(|(d, k)| *d <= 2.max(k.len() / 3)).min() {
+            let place = if table == "the top level" { "above the first `[table]` line" } else { "under the `[limits]` line" };
+            return format!("{message}; `{k}` is a key of {table}: move it {place} (a key belongs to the last `[table]` header above it)");
+        }
+    }
+    format!("{message}; remove the key or fix its spelling (the README's Configuration section lists every key)")
+}
+
+/// The keys serde accepts in `table` (`""`: the top level, or a header such
+/// as `"[limits]"`), read from its own "unknown field … expected one of"
+/// message, so the list never drifts from the structs.
+fn keys_of(table: &str) -> Vec<String> {
+    let probe = format!("{table}\nnightshift_probe_key = 1\n");
+    let Err(e) = toml::from_str::<Config>(&probe) else { return Vec::new() };
+    e.message().split("expected ").nth(1).map(|l| l.split('`').skip(1).step_by(2).map(str::to_string).collect()).unwrap_or_default()
 }
 
 /// 1-based line number of byte offset `at`.
@@ -661,6 +681,17 @@ mod tests {
         assert_eq!(line, 3);
         assert_eq!(key.as_deref(), Some("roundz"));
         assert!(message.contains("did you mean `rounds`?"), "{message}");
+    }
+
+    #[test]
+    fn a_key_appended_below_another_table_is_told_where_it_belongs() {
+        let tail = "[reviewer]\nkind = \"claude\"\n";
+        let (line, _, message) = err(&format!("{tail}verfy = [\"x\"]\n"));
+        assert_eq!(line, 3);
+        assert!(message.contains("`verify` is a key of the top level: move it above the first `[table]` line"), "{message}");
+        let (_, _, message) = err(&format!("{tail}rounds = 5\n"));
+        assert!(message.contains("`rounds` is a key of [limits]: move it under the `[limits]` line"), "{message}");
+        assert!(keys_of("").contains(&"verify".to_string()) && keys_of("[limits]").contains(&"item_timeout".to_string()));
     }
 
     #[test]
