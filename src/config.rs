@@ -604,6 +604,7 @@ setup = []                     # e.g. ["npm ci"], run in each fresh checkout
 # agent_user = "nightshift"    # run agents and gates as this user when root
 secrets = []                   # more variables agents and gates never see
 gate_env = []                  # variables passed to gate commands only
+max_findings_per_item = 5      # writer FINDINGS filed as issues, per item
 
 [limits]                       # caps; an item may lower them, never raise them.
 # The defaults, shown commented out: uncomment a line to set your own cap
