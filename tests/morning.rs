@@ -323,6 +323,9 @@ async fn report_picks_runs_by_prefix_and_counts_items_with_nothing_to_change() {
     let out = f.run(&["report", "ffff0000"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains(&run[..8]), "the error lists the recent runs: {}", text(&out));
+    let out = f.run(&["report", &run[..3]]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("is too short: give at least 4 hex digits"), "{}", text(&out));
 }
 
 const ADJACENT: &str = "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n- [ ] Add mul\n- [ ] Add div   \n- [x] Add add (done: #1)\n";

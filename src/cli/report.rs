@@ -184,5 +184,8 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
             return Err(Error::usage(format!("run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}", hits.len())));
         }
     }
+    if !g.is_empty() && g.len() < 4 && g.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Error::usage(format!("run {given:?} is too short: give at least 4 hex digits of the run id. Recent runs:\n{list}")));
+    }
     Err(Error::usage(format!("run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}")))
 }
