@@ -9,12 +9,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use common::github::FakeGitHub;
+use common::bg::{Bg, approve, kill_stalled, outcomes, process_gone, read_pid, stall_snippet, status_text, wait_until};
 use common::{Fixture, assert_ok, git, text};
 use serde_json::Value;
 
@@ -30,99 +31,6 @@ case "$title" in
 esac
 echo "edited calc.txt"
 "#;
-
-/// Shell lines that, when the file `$1.stall` exists in DIR, remove it, write
-/// this shell's pid to `$1.ready` and sleep (a slow phase made reachable).
-fn stall_snippet(dir: &Path, name: &str) -> String {
-    let d = dir.display();
-    format!("if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready; wait; fi\n")
-}
-
-/// Waits until `cond` holds, polling every 50 ms; panics with `what` after `limit`.
-fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A nightshift process started in the background, its output in files.
-struct Bg {
-    child: Child,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-impl Bg {
-    fn start(f: &Fixture, args: &[&str]) -> Bg {
-        let n = uuid::Uuid::new_v4().simple().to_string();
-        let out = f.dir.path().join(format!("bg-{n}.out"));
-        let err = f.dir.path().join(format!("bg-{n}.err"));
-        let child = f.cmd().args(args).stdout(Stdio::from(std::fs::File::create(&out).unwrap())).stderr(Stdio::from(std::fs::File::create(&err).unwrap())).spawn().expect("nightshift starts");
-        Bg { child, out, err }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
-    }
-
-    /// Waits for the exit; panics after `limit`.
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            if start.elapsed() > limit {
-                let _ = self.child.kill();
-                panic!("nightshift did not exit within {limit:?}:\n{}", self.output());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn output(&self) -> String {
-        format!("{}{}", std::fs::read_to_string(&self.out).unwrap_or_default(), std::fs::read_to_string(&self.err).unwrap_or_default())
-    }
-}
-
-impl Drop for Bg {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// True when process `pid` is gone (or a zombie nobody has reaped yet).
-fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
-fn read_pid(p: &Path) -> i32 {
-    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
-}
-
-/// Kills a stalled helper (after a SIGKILLed drain, nobody else will).
-fn kill_stalled(dir: &Path, name: &str) {
-    // The shell first: killing its `sleep` first would let it return from
-    // `wait` and exit 0 (a hook that then lets the push through) before the
-    // second kill lands.
-    for f in [format!("{name}.ready"), format!("{name}.child")] {
-        if let Some(pid) = std::fs::read_to_string(dir.join(f)).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
 
 /// Local `nightshift/*` branches left in any checkout under the data dir.
 fn slot_branches(data: &Path) -> Vec<String> {
@@ -144,22 +52,6 @@ fn slot_branches(data: &Path) -> Vec<String> {
         }
     }
     found
-}
-
-fn outcomes(report: &Value) -> Vec<String> {
-    report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap_or("?").to_string()).collect()
-}
-
-fn approve(f: &Fixture) -> String {
-    let sha = f.plan_sha();
-    assert_ok(&f.run(&["approve", &sha]), "approve");
-    sha
-}
-
-fn status_text(f: &Fixture) -> String {
-    let out = f.run(&["status"]);
-    assert_ok(&out, "status");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,10 +10,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::github::FakeGitHub;
+use common::bg::{Bg, approve, outcomes, process_gone, read_pid, release, stall_snippet, wait_until};
 use common::{Fixture, assert_ok, git, text};
 use serde_json::Value;
 
@@ -26,101 +27,6 @@ case "$title" in
 esac
 echo "edited calc.txt"
 "#;
-
-/// Shell lines that, when `DIR/NAME.stall` exists, remove it, write this
-/// shell's pid to `NAME.ready` and wait for a `sleep` whose pid is in
-/// `NAME.child`; killing that child (see [`release`]) lets the script go on.
-fn stall_snippet(dir: &Path, name: &str) -> String {
-    let d = dir.display();
-    format!("if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready; wait; fi\n")
-}
-
-/// Lets a stalled script go on: kills its `sleep`.
-fn release(dir: &Path, name: &str) {
-    let pid = read_pid(&dir.join(format!("{name}.child")));
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-}
-
-fn read_pid(p: &Path) -> i32 {
-    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
-}
-
-fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A nightshift process in the background, its output in files.
-struct Bg {
-    child: Child,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-impl Bg {
-    fn start(f: &Fixture, args: &[&str]) -> Bg {
-        Bg::start_cmd(f, f.cmd(), args)
-    }
-
-    fn start_cmd(f: &Fixture, mut cmd: std::process::Command, args: &[&str]) -> Bg {
-        let n = uuid::Uuid::new_v4().simple().to_string();
-        let out = f.dir.path().join(format!("bg-{n}.out"));
-        let err = f.dir.path().join(format!("bg-{n}.err"));
-        let child = cmd.args(args).stdout(Stdio::from(std::fs::File::create(&out).unwrap())).stderr(Stdio::from(std::fs::File::create(&err).unwrap())).spawn().expect("nightshift starts");
-        Bg { child, out, err }
-    }
-
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
-    }
-
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            if start.elapsed() > limit {
-                let _ = self.child.kill();
-                panic!("nightshift did not exit within {limit:?}:\n{}", self.output());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn output(&self) -> String {
-        format!("{}{}", std::fs::read_to_string(&self.out).unwrap_or_default(), std::fs::read_to_string(&self.err).unwrap_or_default())
-    }
-}
-
-impl Drop for Bg {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn outcomes(report: &Value) -> Vec<String> {
-    report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap_or("?").to_string()).collect()
-}
-
-fn approve(f: &Fixture) -> String {
-    let sha = f.plan_sha();
-    assert_ok(&f.run(&["approve", &sha]), "approve");
-    sha
-}
-
-fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
 
 /// Two items (`Add sub`, `Add pow`) with command agents whose writer and
 /// reviewer stall when `writer.stall` / `reviewer.stall` exist, and whose

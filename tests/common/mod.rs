@@ -3,6 +3,7 @@
 //! `nightshift` binary run with a cleared environment, and script agents.
 #![allow(dead_code)]
 
+pub mod bg;
 pub mod github;
 
 use std::path::{Path, PathBuf};
