@@ -440,14 +440,7 @@ pub fn is_ledger_var(name: &str) -> bool {
 /// # Errors
 /// The `prctl` error (none is expected on Linux).
 pub fn become_undumpable() -> io::Result<()> {
-    // SAFETY: PR_SET_DUMPABLE takes one integer argument and touches no
-    // memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    nix::sys::prctl::set_dumpable(false).map_err(io::Error::from)
 }
 
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so that
@@ -458,14 +451,7 @@ pub fn become_undumpable() -> io::Result<()> {
 /// # Errors
 /// The `prctl` error (only on kernels older than 3.4).
 pub fn become_subreaper() -> io::Result<()> {
-    // SAFETY: PR_SET_CHILD_SUBREAPER takes one integer argument and touches
-    // no memory of ours.
-    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
 }
 
 /// Runs `cmd` to completion, timeout or cancellation and reports how it
