@@ -772,6 +772,12 @@ impl LineIndex {
         Self { starts, ends }
     }
 
+    /// 1-based first and last lines of the bytes in `range` (an empty range:
+    /// the line it starts on, twice).
+    fn span(&self, range: &Range<usize>) -> (usize, usize) {
+        (self.line_of(range.start), self.line_of(range.end.saturating_sub(1).max(range.start)))
+    }
+
     /// 1-based line holding byte `offset` (a line ending belongs to its line).
     fn line_of(&self, offset: usize) -> usize {
         self.starts.partition_point(|&s| s <= offset)
@@ -1443,8 +1449,7 @@ fn item_timeout(value: &str) -> Result<Duration, String> {
 /// Lines of a top-level block quote without their `>` marker (up to 3 spaces,
 /// `>`, one optional space or tab). Lazy continuation lines are kept as they are.
 fn quote_lines(text: &str, lines: &LineIndex, range: &Range<usize>) -> Vec<String> {
-    let first = lines.line_of(range.start);
-    let last = lines.line_of(range.end.saturating_sub(1).max(range.start));
+    let (first, last) = lines.span(range);
     (first..=last)
         .map(|n| {
             let line = &text[lines.range(n)];
@@ -1796,8 +1801,7 @@ fn check_html_blocks(
     problem: &mut impl FnMut(usize, String),
 ) {
     for block in blocks {
-        let first = lines.line_of(block.start);
-        let last = lines.line_of(block.end.saturating_sub(1).max(block.start));
+        let (first, last) = lines.span(block);
         let source = &text[block.clone()];
         if let Some(close) = raw_html_end(source) {
             // Raw on purpose, but only up to its end marker: a comment never
@@ -1893,8 +1897,7 @@ fn check_lazy_quote_lines(
     problem: &mut impl FnMut(usize, String),
 ) {
     for q in quotes {
-        let first = lines.line_of(q.range.start);
-        let last = lines.line_of(q.range.end.saturating_sub(1).max(q.range.start));
+        let (first, last) = lines.span(&q.range);
         for n in first + 1..=last {
             let line = &text[lines.range(n)];
             let unindented = line.trim_start_matches(' ');
@@ -1942,8 +1945,7 @@ fn check_unclosed_fences(
     problem: &mut impl FnMut(usize, String),
 ) {
     for fence in fences {
-        let first = lines.line_of(fence.start);
-        let last = lines.line_of(fence.end.saturating_sub(1).max(fence.start));
+        let (first, last) = lines.span(fence);
         let opening = text[lines.range(first)].trim_start();
         let Some(c) = opening.chars().next().filter(|c| matches!(c, '`' | '~')) else {
             continue;
