@@ -1228,13 +1228,7 @@ impl JsonShortener {
                 self.escape_len = 1;
             }
             b'"' => {
-                self.cut_tail();
-                if self.dropped > 0 {
-                    let note = format!("…[{} bytes cut]…", self.dropped);
-                    self.write(note.as_bytes());
-                }
-                let tail = std::mem::take(&mut self.tail);
-                self.write(&tail[self.tail_start..]);
+                self.end_string();
                 self.write(b"\"");
                 self.in_string = false;
             }
@@ -1266,15 +1260,21 @@ impl JsonShortener {
     /// it came.
     fn finish(mut self) -> Vec<u8> {
         if self.in_string {
-            self.cut_tail();
-            if self.dropped > 0 {
-                let note = format!("…[{} bytes cut]…", self.dropped);
-                self.write(note.as_bytes());
-            }
-            let tail = std::mem::take(&mut self.tail);
-            self.write(&tail[self.tail_start..]);
+            self.end_string();
         }
         self.out
+    }
+
+    /// Writes what the current string kept of its end, after a note of the
+    /// bytes cut from its middle (if any).
+    fn end_string(&mut self) {
+        self.cut_tail();
+        if self.dropped > 0 {
+            let note = format!("…[{} bytes cut]…", self.dropped);
+            self.write(note.as_bytes());
+        }
+        let tail = std::mem::take(&mut self.tail);
+        self.write(&tail[self.tail_start..]);
     }
 }
 
