@@ -710,6 +710,16 @@ mod tests {
 
     /// Every way of cutting the input into two or three chunks gives the
     /// same result as redacting it whole.
+    /// `input` through a redacting stream in three pushes, cut at `i` and `j`.
+    fn stream_in_three(redactor: &Redactor, input: &[u8], i: usize, j: usize) -> Vec<u8> {
+        let mut stream = redactor.stream();
+        let mut out = stream.push(&input[..i]);
+        out.extend(stream.push(&input[i..j]));
+        out.extend(stream.push(&input[j..]));
+        out.extend(stream.finish());
+        out
+    }
+
     #[test]
     fn stream_redacts_secrets_split_at_every_position() {
         let redactor = Redactor::new(["TOKEN123456", "TOKEN123456789", "xyzxyz"]);
@@ -718,11 +728,7 @@ mod tests {
         assert!(!String::from_utf8_lossy(&expected).contains("TOKEN123456"));
         for i in 0..=input.len() {
             for j in i..=input.len() {
-                let mut stream = redactor.stream();
-                let mut out = stream.push(&input[..i]);
-                out.extend(stream.push(&input[i..j]));
-                out.extend(stream.push(&input[j..]));
-                out.extend(stream.finish());
+                let out = stream_in_three(&redactor, input, i, j);
                 assert_eq!(out, expected, "cut at {i} and {j}");
             }
         }
@@ -800,11 +806,7 @@ mod tests {
         assert!(!redactor.finds_in(&expected), "{}", String::from_utf8_lossy(&expected));
         for i in 0..=input.len() {
             for j in i..=input.len() {
-                let mut stream = redactor.stream();
-                let mut out = stream.push(&input[..i]);
-                out.extend(stream.push(&input[i..j]));
-                out.extend(stream.push(&input[j..]));
-                out.extend(stream.finish());
+                let out = stream_in_three(&redactor, input, i, j);
                 assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected), "cut at {i} and {j}");
             }
         }
