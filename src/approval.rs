@@ -33,22 +33,37 @@ pub struct Approval {
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum Refusal {
     /// Nothing approved matches.
-    #[error("no valid approval for plan {plan_sha}: approve it with `nightshift approve {plan_sha}`")]
+    #[error(
+        "no valid approval for plan {plan_sha}: approve it with `nightshift approve {plan_sha}`"
+    )]
     Missing { plan_sha: String },
     /// No approval with that SHA exists.
-    #[error("no approval was given for {sha}: run `nightshift plan`, read the cards, then `nightshift approve <PLAN_SHA>`")]
+    #[error(
+        "no approval was given for {sha}: run `nightshift plan`, read the cards, then `nightshift approve <PLAN_SHA>`"
+    )]
     Unknown { sha: String },
     /// Older than 24 h.
-    #[error("the approval of {sha} expired at {expires_at} (approvals last {TTL_HOURS} h): approve the current plan again")]
-    Expired { sha: String, expires_at: DateTime<Utc> },
+    #[error(
+        "the approval of {sha} expired at {expires_at} (approvals last {TTL_HOURS} h): approve the current plan again"
+    )]
+    Expired {
+        sha: String,
+        expires_at: DateTime<Utc>,
+    },
     /// Already consumed by a run.
-    #[error("the approval of {sha} was already used by run {run}: approvals are single use; approve again")]
+    #[error(
+        "the approval of {sha} was already used by run {run}: approvals are single use; approve again"
+    )]
     Used { sha: String, run: Uuid },
     /// It approves another item's contract than the one `run` selected.
-    #[error("the approval {sha} is for another contract than this item's ({contract_sha}); approve this item with `nightshift approve {contract_sha}`")]
+    #[error(
+        "the approval {sha} is for another contract than this item's ({contract_sha}); approve this item with `nightshift approve {contract_sha}`"
+    )]
     OtherContract { sha: String, contract_sha: String },
     /// It approves another plan than the snapshot's.
-    #[error("the approval {sha} is for another plan than the backlog's current one ({plan_sha}); approve the current plan")]
+    #[error(
+        "the approval {sha} is for another plan than the backlog's current one ({plan_sha}); approve the current plan"
+    )]
     OtherPlan { sha: String, plan_sha: String },
 }
 
@@ -62,12 +77,19 @@ pub fn expiry(created_at: DateTime<Utc>) -> DateTime<Utc> {
 /// # Errors
 /// [`Refusal::Expired`] or [`Refusal::Used`].
 pub fn check_usable(a: &Approval, now: DateTime<Utc>) -> Result<(), Refusal> {
-    let sha = a.plan_sha.clone().or_else(|| a.contract_sha.clone()).unwrap_or_default();
+    let sha = a
+        .plan_sha
+        .clone()
+        .or_else(|| a.contract_sha.clone())
+        .unwrap_or_default();
     if let Some(run) = a.used_by {
         return Err(Refusal::Used { sha, run });
     }
     if now >= a.expires_at {
-        return Err(Refusal::Expired { sha, expires_at: a.expires_at });
+        return Err(Refusal::Expired {
+            sha,
+            expires_at: a.expires_at,
+        });
     }
     Ok(())
 }
@@ -84,7 +106,14 @@ mod tests {
 
     fn approval(age_h: i64, used: bool) -> Approval {
         let created = Utc::now() - Duration::hours(age_h);
-        Approval { id: Uuid::new_v4(), plan_sha: Some("ab".into()), contract_sha: None, created_at: created, expires_at: expiry(created), used_by: used.then(Uuid::new_v4) }
+        Approval {
+            id: Uuid::new_v4(),
+            plan_sha: Some("ab".into()),
+            contract_sha: None,
+            created_at: created,
+            expires_at: expiry(created),
+            used_by: used.then(Uuid::new_v4),
+        }
     }
 
     #[test]
@@ -94,8 +123,14 @@ mod tests {
 
     #[test]
     fn expired_and_used_are_refused() {
-        assert!(matches!(check_usable(&approval(25, false), Utc::now()), Err(Refusal::Expired { .. })));
-        assert!(matches!(check_usable(&approval(1, true), Utc::now()), Err(Refusal::Used { .. })));
+        assert!(matches!(
+            check_usable(&approval(25, false), Utc::now()),
+            Err(Refusal::Expired { .. })
+        ));
+        assert!(matches!(
+            check_usable(&approval(1, true), Utc::now()),
+            Err(Refusal::Used { .. })
+        ));
         assert!(may_resume(&approval(23, true), Utc::now()));
         assert!(!may_resume(&approval(24, true), Utc::now()));
     }

@@ -305,7 +305,10 @@ pub fn decode(path: &Path, bytes: Vec<u8>) -> Result<String, BacklogError> {
         _ => None,
     };
     // UTF-32LE's mark starts with UTF-16LE's.
-    let utf32_bom = matches!(bytes.get(..4), Some([0xFF, 0xFE, 0, 0] | [0, 0, 0xFE, 0xFF]));
+    let utf32_bom = matches!(
+        bytes.get(..4),
+        Some([0xFF, 0xFE, 0, 0] | [0, 0, 0xFE, 0xFF])
+    );
     if let Some(bom) = bom.filter(|_| !utf32_bom) {
         return Err(BacklogError::Utf16 {
             path: path.to_path_buf(),
@@ -677,7 +680,10 @@ fn scan(body: &str, base: usize) -> Scan {
                         out.html_blocks.push(range.clone());
                     }
                     if quotes == 0
-                        && matches!(event, Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_))))
+                        && matches!(
+                            event,
+                            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_)))
+                        )
                     {
                         out.fences.push(range.clone());
                     }
@@ -775,7 +781,10 @@ impl LineIndex {
     /// 1-based first and last lines of the bytes in `range` (an empty range:
     /// the line it starts on, twice).
     fn span(&self, range: &Range<usize>) -> (usize, usize) {
-        (self.line_of(range.start), self.line_of(range.end.saturating_sub(1).max(range.start)))
+        (
+            self.line_of(range.start),
+            self.line_of(range.end.saturating_sub(1).max(range.start)),
+        )
     }
 
     /// 1-based line holding byte `offset` (a line ending belongs to its line).
@@ -1192,7 +1201,12 @@ fn near_keyword(body: &str) -> Option<(String, &'static str)> {
     let body = body.trim_start_matches(['*', '_']);
     let colon = body.find([':', '：'])?;
     let typed = body[..colon].trim_end_matches(['*', '_', ' ', '\t']);
-    if typed.is_empty() || typed.len() > 14 || !typed.chars().all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-') {
+    if typed.is_empty()
+        || typed.len() > 14
+        || !typed
+            .chars()
+            .all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-')
+    {
         return None;
     }
     let lower = typed.to_ascii_lowercase();
@@ -1306,8 +1320,13 @@ fn scope_globs(value: &str) -> Result<Vec<String>, String> {
     let globs = scope_words(value)?;
     // Scope globs match paths inside the checkout: an absolute or `..` glob
     // matches nothing, and reads as a promise nightshift cannot keep.
-    if let Some(g) = globs.iter().find(|g| g.starts_with('/') || g.split('/').any(|part| part == "..")) {
-        return Err(format!("scope {g:?} leaves the repository — scope globs are paths inside it, e.g. `src/**`"));
+    if let Some(g) = globs
+        .iter()
+        .find(|g| g.starts_with('/') || g.split('/').any(|part| part == ".."))
+    {
+        return Err(format!(
+            "scope {g:?} leaves the repository — scope globs are paths inside it, e.g. `src/**`"
+        ));
     }
     Ok(globs)
 }
@@ -1810,7 +1829,9 @@ fn check_html_blocks(
             let lower = source.to_ascii_lowercase();
             // After the opener's `<` and first character: `<!-->` is a whole comment.
             let after_open = lower.len() - lower.trim_start().len() + 2;
-            let closed = lower.get(after_open..).is_some_and(|rest| rest.contains(close));
+            let closed = lower
+                .get(after_open..)
+                .is_some_and(|rest| rest.contains(close));
             if !closed {
                 for n in first + 1..=last {
                     let (body, bullet) = strip_bullet(&text[lines.range(n)]);
@@ -1879,7 +1900,10 @@ fn raw_html_end(source: &str) -> Option<&'static str> {
         ("<textarea", "</textarea>"),
     ] {
         if let Some(after) = head.strip_prefix(tag)
-            && after.chars().next().is_none_or(|c| c.is_whitespace() || c == '>')
+            && after
+                .chars()
+                .next()
+                .is_none_or(|c| c.is_whitespace() || c == '>')
         {
             return Some(close);
         }
@@ -1907,7 +1931,9 @@ fn check_lazy_quote_lines(
             if let Some(message) = lost_box(line) {
                 problem(
                     n,
-                    format!("{message} (markdown reads this line as more of the block quote on line {first})"),
+                    format!(
+                        "{message} (markdown reads this line as more of the block quote on line {first})"
+                    ),
                 );
             }
         }
@@ -1952,9 +1978,7 @@ fn check_unclosed_fences(
         };
         let width = opening.len() - opening.trim_start_matches(c).len();
         let closing = text[lines.range(last)].trim();
-        let closed = last > first
-            && closing.len() >= width
-            && closing.chars().all(|x| x == c);
+        let closed = last > first && closing.len() >= width && closing.chars().all(|x| x == c);
         if closed {
             continue;
         }
@@ -2121,8 +2145,16 @@ mod tests {
                 .contains("\"only the parser\"")
         );
         assert!(scope_globs("`src/**").unwrap_err().contains("unclosed"));
-        assert!(scope_globs("/etc/**").unwrap_err().contains("leaves the repository"));
-        assert!(scope_globs("src/**, ../**").unwrap_err().contains("\"../**\" leaves the repository"));
+        assert!(
+            scope_globs("/etc/**")
+                .unwrap_err()
+                .contains("leaves the repository")
+        );
+        assert!(
+            scope_globs("src/**, ../**")
+                .unwrap_err()
+                .contains("\"../**\" leaves the repository")
+        );
         assert_eq!(scope_globs("src/..rs"), Ok(vec!["src/..rs".to_string()]));
     }
 

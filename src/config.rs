@@ -187,7 +187,12 @@ pub struct AgentConfig {
 
 impl Default for AgentConfig {
     fn default() -> Self {
-        AgentConfig { kind: AgentKind::Claude, command: vec!["claude".into()], permission_flags: None, model: None }
+        AgentConfig {
+            kind: AgentKind::Claude,
+            command: vec!["claude".into()],
+            permission_flags: None,
+            model: None,
+        }
     }
 }
 
@@ -209,10 +214,18 @@ pub struct Recipe {
 pub enum ConfigError {
     /// The file exists but could not be read.
     #[error("{path}: cannot read the config: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// TOML syntax, an unknown key or a bad value.
     #[error("{path}:{line}: {message}")]
-    Invalid { path: PathBuf, line: usize, key: Option<String>, message: String },
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        key: Option<String>,
+        message: String,
+    },
 }
 
 /// Where the config was found and what it says.
@@ -236,12 +249,25 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Loaded { path: path.to_path_buf(), exists: false, config: Config::default() });
+            return Ok(Loaded {
+                path: path.to_path_buf(),
+                exists: false,
+                config: Config::default(),
+            });
         }
-        Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
     };
     let config = parse(path, &text)?;
-    Ok(Loaded { path: path.to_path_buf(), exists: true, config })
+    Ok(Loaded {
+        path: path.to_path_buf(),
+        exists: true,
+        config,
+    })
 }
 
 /// Parses config text; `path` is only used in error messages.
@@ -254,10 +280,17 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let message = e.message().trim().to_string();
         let key = key_in_message(&message).or_else(|| e.span().and_then(|s| key_at(text, s.start)));
         let message = match &key {
-            Some(k) if !message.contains(&format!("`{k}`")) => format!("`{k}`: {}", with_hint(&message)),
+            Some(k) if !message.contains(&format!("`{k}`")) => {
+                format!("`{k}`: {}", with_hint(&message))
+            }
             _ => with_hint(&message),
         };
-        ConfigError::Invalid { path: path.to_path_buf(), line, key, message }
+        ConfigError::Invalid {
+            path: path.to_path_buf(),
+            line,
+            key,
+            message,
+        }
     })?;
     let mut config = config;
     for a in [&mut config.writer, &mut config.reviewer] {
@@ -286,37 +319,82 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
         return Err(bad("rounds", "must be at least 1".into()));
     }
     if c.limits.rounds > MAX_ROUNDS {
-        return Err(bad("rounds", format!("must be at most {MAX_ROUNDS} (more rounds of the same item rarely help; no_progress stops them anyway)")));
+        return Err(bad(
+            "rounds",
+            format!(
+                "must be at most {MAX_ROUNDS} (more rounds of the same item rarely help; no_progress stops them anyway)"
+            ),
+        ));
     }
     if c.limits.max_tokens < 1000 {
-        return Err(bad("max_tokens", "must be at least 1000 (a single agent call uses more)".into()));
+        return Err(bad(
+            "max_tokens",
+            "must be at least 1000 (a single agent call uses more)".into(),
+        ));
     }
-    if let Some(bad_name) = c.secrets.iter().find(|n| n.trim().is_empty() || n.contains('=') || ESSENTIAL_VARS.contains(&n.as_str())) {
-        return Err(bad("secrets", format!("{bad_name:?} cannot be a secret: {} agents and gates need it; list the variables that hold credentials", if bad_name.trim().is_empty() || bad_name.contains('=') { "not a variable name;".to_string() } else { format!("{bad_name} is one") })));
+    if let Some(bad_name) = c
+        .secrets
+        .iter()
+        .find(|n| n.trim().is_empty() || n.contains('=') || ESSENTIAL_VARS.contains(&n.as_str()))
+    {
+        return Err(bad(
+            "secrets",
+            format!(
+                "{bad_name:?} cannot be a secret: {} agents and gates need it; list the variables that hold credentials",
+                if bad_name.trim().is_empty() || bad_name.contains('=') {
+                    "not a variable name;".to_string()
+                } else {
+                    format!("{bad_name} is one")
+                }
+            ),
+        ));
     }
     if c.limits.max_attempts == 0 {
         return Err(bad("max_attempts", "must be at least 1".into()));
     }
-    for (key, usd) in [("max_cost_usd", c.limits.max_cost_usd), ("max_cost_usd_per_run", c.limits.max_cost_usd_per_run)] {
+    for (key, usd) in [
+        ("max_cost_usd", c.limits.max_cost_usd),
+        ("max_cost_usd_per_run", c.limits.max_cost_usd_per_run),
+    ] {
         if !(usd > 0.0 && usd.is_finite()) {
             return Err(bad(key, "must be a positive number of USD".into()));
         }
         if usd > MAX_COST_USD {
-            return Err(bad(key, format!("must be at most {MAX_COST_USD} USD (a cap is for a night's spend; a higher one is no cap at all)")));
+            return Err(bad(
+                key,
+                format!(
+                    "must be at most {MAX_COST_USD} USD (a cap is for a night's spend; a higher one is no cap at all)"
+                ),
+            ));
         }
     }
     if c.limits.limit_sleep_min > c.limits.limit_sleep_max {
-        return Err(bad("limit_sleep_min", "is longer than `limit_sleep_max`".into()));
+        return Err(bad(
+            "limit_sleep_min",
+            "is longer than `limit_sleep_max`".into(),
+        ));
     }
     for (name, a) in [("writer", &c.writer), ("reviewer", &c.reviewer)] {
         if a.command.is_empty() || a.command[0].trim().is_empty() {
-            let example = if a.kind == AgentKind::Command { "./scripts/agent.sh".to_string() } else { a.kind.to_string() };
-            return Err(bad("command", format!("[{name}] command must name an executable, e.g. command = [\"{example}\"]")));
+            let example = if a.kind == AgentKind::Command {
+                "./scripts/agent.sh".to_string()
+            } else {
+                a.kind.to_string()
+            };
+            return Err(bad(
+                "command",
+                format!("[{name}] command must name an executable, e.g. command = [\"{example}\"]"),
+            ));
         }
         if a.kind == AgentKind::Codex
             && let Some(arg) = crate::agent::codex::conflicting_argument(&a.command)
         {
-            return Err(bad("command", format!("[{name}] command must not carry {arg:?}: nightshift sets codex's --json, --sandbox (writer workspace-write, reviewer read-only) and --output-schema itself")));
+            return Err(bad(
+                "command",
+                format!(
+                    "[{name}] command must not carry {arg:?}: nightshift sets codex's --json, --sandbox (writer workspace-write, reviewer read-only) and --output-schema itself"
+                ),
+            ));
         }
     }
     for key in ["backlog", "base", "remote", "label"] {
@@ -331,32 +409,69 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
         }
     }
     if let Some(tz) = &c.timezone
-        && tz.parse::<chrono_tz::Tz>().is_err() {
-            return Err(bad("timezone", format!("unknown time zone {tz:?}; use an IANA name such as \"Asia/Taipei\"")));
-        }
+        && tz.parse::<chrono_tz::Tz>().is_err()
+    {
+        return Err(bad(
+            "timezone",
+            format!("unknown time zone {tz:?}; use an IANA name such as \"Asia/Taipei\""),
+        ));
+    }
     if let Some(r) = &c.github_repo {
         let parts: Vec<&str> = r.split('/').collect();
         if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
             return Err(bad("github_repo", format!("{r:?} is not OWNER/REPO")));
         }
     }
-    if c.verify.iter().chain(c.setup.iter()).any(|v| v.trim().is_empty()) {
-        return Err(bad(if c.verify.iter().any(|v| v.trim().is_empty()) { "verify" } else { "setup" }, "an empty command would always pass; remove it or write the command".into()));
+    if c.verify
+        .iter()
+        .chain(c.setup.iter())
+        .any(|v| v.trim().is_empty())
+    {
+        return Err(bad(
+            if c.verify.iter().any(|v| v.trim().is_empty()) {
+                "verify"
+            } else {
+                "setup"
+            },
+            "an empty command would always pass; remove it or write the command".into(),
+        ));
     }
     if !is_inside_repo(&c.backlog) {
-        return Err(bad("backlog", format!("{:?} must be a path inside the repository (relative, no `..`)", c.backlog)));
+        return Err(bad(
+            "backlog",
+            format!(
+                "{:?} must be a path inside the repository (relative, no `..`)",
+                c.backlog
+            ),
+        ));
     }
     for r in &c.recipes {
         if !is_inside_repo(&r.prompt) {
-            return Err(bad("prompt", format!("recipe {:?}: the template {:?} must be a path inside the repository (relative, no `..`)", r.prefix, r.prompt)));
+            return Err(bad(
+                "prompt",
+                format!(
+                    "recipe {:?}: the template {:?} must be a path inside the repository (relative, no `..`)",
+                    r.prefix, r.prompt
+                ),
+            ));
         }
         if r.prefix.trim().is_empty() {
-            return Err(bad("prefix", "a recipe needs a non-empty title prefix".into()));
+            return Err(bad(
+                "prefix",
+                "a recipe needs a non-empty title prefix".into(),
+            ));
         }
         if let Some(n) = r.rounds
-            && (n == 0 || n > c.limits.rounds) {
-                return Err(bad("rounds", format!("recipe {:?}: rounds must be 1..={} (the policy cap)", r.prefix, c.limits.rounds)));
-            }
+            && (n == 0 || n > c.limits.rounds)
+        {
+            return Err(bad(
+                "rounds",
+                format!(
+                    "recipe {:?}: rounds must be 1..={} (the policy cap)",
+                    r.prefix, c.limits.rounds
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -364,7 +479,11 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
 /// A relative path that cannot leave the repository root.
 fn is_inside_repo(p: &str) -> bool {
     let path = Path::new(p);
-    !p.trim().is_empty() && path.is_relative() && !path.components().any(|c| matches!(c, std::path::Component::ParentDir))
+    !p.trim().is_empty()
+        && path.is_relative()
+        && !path
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
 /// serde's "unknown field `x`, expected one of `a`, `b`" with the nearest
@@ -374,27 +493,49 @@ fn with_hint(message: &str) -> String {
         return message.to_string();
     };
     let given = rest.split('`').next().unwrap_or("");
-    let known: Vec<&str> = message.split("expected ").nth(1).map(|l| l.split('`').skip(1).step_by(2).collect()).unwrap_or_default();
+    let known: Vec<&str> = message
+        .split("expected ")
+        .nth(1)
+        .map(|l| l.split('`').skip(1).step_by(2).collect())
+        .unwrap_or_default();
     let nearest = known
         .iter()
         .map(|k| (strsim::damerau_levenshtein(given, k), *k))
         .filter(|(d, k)| *d <= 2.max(k.len() / 3))
         .min();
     if let Some((_, k)) = nearest {
-        return format!("{message}; did you mean `{k}`? (the README's Configuration section lists every key)");
+        return format!(
+            "{message}; did you mean `{k}`? (the README's Configuration section lists every key)"
+        );
     }
     // A key of another table, most often one appended at the end of the file,
     // where it lands in the last `[table]` above it.
-    for (table, keys) in [("the top level", keys_of("")), ("[limits]", keys_of("[limits]"))] {
+    for (table, keys) in [
+        ("the top level", keys_of("")),
+        ("[limits]", keys_of("[limits]")),
+    ] {
         if keys.iter().map(String::as_str).eq(known.iter().copied()) {
             continue;
         }
-        if let Some((_, k)) = keys.iter().map(|k| (strsim::damerau_levenshtein(given, k), k)).filter(|(d, k)| *d <= 2.max(k.len() / 3)).min() {
-            let place = if table == "the top level" { "above the first `[table]` line" } else { "under the `[limits]` line" };
-            return format!("{message}; `{k}` is a key of {table}: move it {place} (a key belongs to the last `[table]` header above it)");
+        if let Some((_, k)) = keys
+            .iter()
+            .map(|k| (strsim::damerau_levenshtein(given, k), k))
+            .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+            .min()
+        {
+            let place = if table == "the top level" {
+                "above the first `[table]` line"
+            } else {
+                "under the `[limits]` line"
+            };
+            return format!(
+                "{message}; `{k}` is a key of {table}: move it {place} (a key belongs to the last `[table]` header above it)"
+            );
         }
     }
-    format!("{message}; remove the key or fix its spelling (the README's Configuration section lists every key)")
+    format!(
+        "{message}; remove the key or fix its spelling (the README's Configuration section lists every key)"
+    )
 }
 
 /// The keys serde accepts in `table` (`""`: the top level, or a header such
@@ -402,20 +543,39 @@ fn with_hint(message: &str) -> String {
 /// message, so the list never drifts from the structs.
 fn keys_of(table: &str) -> Vec<String> {
     let probe = format!("{table}\nnightshift_probe_key = 1\n");
-    let Err(e) = toml::from_str::<Config>(&probe) else { return Vec::new() };
-    e.message().split("expected ").nth(1).map(|l| l.split('`').skip(1).step_by(2).map(str::to_string).collect()).unwrap_or_default()
+    let Err(e) = toml::from_str::<Config>(&probe) else {
+        return Vec::new();
+    };
+    e.message()
+        .split("expected ")
+        .nth(1)
+        .map(|l| {
+            l.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// 1-based line number of byte offset `at`.
 pub fn line_of(text: &str, at: usize) -> usize {
-    text.as_bytes()[..at.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+        + 1
 }
 
 /// The key serde names in `message`: only in the messages that quote a
 /// key (`unknown field`, `missing field`, `duplicate field`); in "invalid
 /// type: integer `5`" the quoted text is the value.
 fn key_in_message(message: &str) -> Option<String> {
-    if !["unknown field", "missing field", "duplicate field"].iter().any(|p| message.starts_with(p)) {
+    if !["unknown field", "missing field", "duplicate field"]
+        .iter()
+        .any(|p| message.starts_with(p))
+    {
         return None;
     }
     let start = message.find('`')? + 1;
@@ -424,7 +584,10 @@ fn key_in_message(message: &str) -> Option<String> {
 }
 
 fn key_at(text: &str, at: usize) -> Option<String> {
-    let line_start = text[..at.min(text.len())].rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let line_start = text[..at.min(text.len())]
+        .rfind('\n')
+        .map(|i| i + 1)
+        .unwrap_or(0);
     let line = text[line_start..].lines().next()?;
     let key = line.split('=').next()?.trim();
     (!key.is_empty() && !key.starts_with('[')).then(|| key.to_string())
@@ -432,7 +595,12 @@ fn key_at(text: &str, at: usize) -> Option<String> {
 
 fn line_of_key(text: &str, key: &str) -> usize {
     text.lines()
-        .position(|l| l.trim_start().starts_with(key) && l[l.find(key).unwrap_or(0) + key.len()..].trim_start().starts_with('='))
+        .position(|l| {
+            l.trim_start().starts_with(key)
+                && l[l.find(key).unwrap_or(0) + key.len()..]
+                    .trim_start()
+                    .starts_with('=')
+        })
         .map(|i| i + 1)
         .unwrap_or(1)
 }
@@ -448,11 +616,20 @@ fn de_hhmm<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 /// # Errors
 /// A message naming the accepted form.
 pub fn parse_hhmm(s: &str) -> Result<(u32, u32), String> {
-    let (h, m) = s.trim().split_once(':').ok_or_else(|| format!("{s:?} is not a time of day; write HH:MM, e.g. \"07:00\""))?;
-    let h: u32 = h.parse().map_err(|_| format!("{s:?}: hour is not a number; write HH:MM"))?;
-    let m: u32 = m.parse().map_err(|_| format!("{s:?}: minute is not a number; write HH:MM"))?;
+    let (h, m) = s
+        .trim()
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?} is not a time of day; write HH:MM, e.g. \"07:00\""))?;
+    let h: u32 = h
+        .parse()
+        .map_err(|_| format!("{s:?}: hour is not a number; write HH:MM"))?;
+    let m: u32 = m
+        .parse()
+        .map_err(|_| format!("{s:?}: minute is not a number; write HH:MM"))?;
     if h > 23 || m > 59 || s.trim().len() != 5 {
-        return Err(format!("{s:?} is not a valid time of day; write HH:MM between 00:00 and 23:59"));
+        return Err(format!(
+            "{s:?} is not a valid time of day; write HH:MM between 00:00 and 23:59"
+        ));
     }
     Ok((h, m))
 }
@@ -469,16 +646,28 @@ pub fn parse_hhmm(s: &str) -> Result<(u32, u32), String> {
 pub fn secret_names_hint(args: &[String]) -> Vec<String> {
     let flag = |name: &str| {
         args.iter().enumerate().find_map(|(i, a)| {
-            a.strip_prefix(&format!("{name}=")).map(String::from).or_else(|| (a == name).then(|| args.get(i + 1).cloned()).flatten())
+            a.strip_prefix(&format!("{name}="))
+                .map(String::from)
+                .or_else(|| (a == name).then(|| args.get(i + 1).cloned()).flatten())
         })
     };
     // `--repo` may name any directory inside the repository (git finds its
     // top): search up from it as from the current directory.
-    let nearest = |start: PathBuf| start.canonicalize().unwrap_or(start).ancestors().map(|a| a.join(DIR).join(FILE)).find(|p| p.is_file());
+    let nearest = |start: PathBuf| {
+        start
+            .canonicalize()
+            .unwrap_or(start)
+            .ancestors()
+            .map(|a| a.join(DIR).join(FILE))
+            .find(|p| p.is_file())
+    };
     // The flags, else their variables (as clap reads them: `NIGHTSHIFT_CONFIG`,
     // `NIGHTSHIFT_REPO`; a cron job sets these rather than a working directory).
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let path = match (flag("--config").or_else(|| var("NIGHTSHIFT_CONFIG")), flag("--repo").or_else(|| var("NIGHTSHIFT_REPO"))) {
+    let path = match (
+        flag("--config").or_else(|| var("NIGHTSHIFT_CONFIG")),
+        flag("--repo").or_else(|| var("NIGHTSHIFT_REPO")),
+    ) {
         (Some(c), _) => Some(PathBuf::from(c)),
         (None, Some(r)) => nearest(PathBuf::from(r)),
         (None, None) => std::env::current_dir().ok().and_then(nearest),
@@ -508,7 +697,9 @@ pub const MAX_ROUNDS: u32 = 100;
 pub const MAX_COST_USD: f64 = 1_000_000.0;
 
 /// Variables agents and gates cannot run without: never `secrets`.
-const ESSENTIAL_VARS: &[&str] = &["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "LANG", "TERM"];
+const ESSENTIAL_VARS: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "LANG", "TERM",
+];
 
 /// The longest duration a config accepts: 366 days, in seconds.
 pub const MAX_DURATION_SECS: u64 = 366 * 86_400;
@@ -529,11 +720,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     while !rest.is_empty() {
         let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
         if digits == 0 {
-            return Err(format!("expected a number at {rest:?}; write e.g. \"45m\", \"2h\" or \"1h30m\""));
+            return Err(format!(
+                "expected a number at {rest:?}; write e.g. \"45m\", \"2h\" or \"1h30m\""
+            ));
         }
-        let n: u64 = rest[..digits].parse().map_err(|_| format!("{s:?}: number too large"))?;
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{s:?}: number too large"))?;
         rest = &rest[digits..];
-        let unit = rest.chars().next().ok_or_else(|| format!("{s:?}: missing unit after {n} (d, h, m or s)"))?;
+        let unit = rest
+            .chars()
+            .next()
+            .ok_or_else(|| format!("{s:?}: missing unit after {n} (d, h, m or s)"))?;
         let secs = match unit {
             'd' | 'D' => 86_400,
             'h' | 'H' => 3600,
@@ -541,7 +739,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             's' | 'S' => 1,
             other => return Err(format!("{s:?}: unknown unit {other:?} (d, h, m or s)")),
         };
-        total = n.checked_mul(secs).and_then(|v| total.checked_add(v)).ok_or_else(|| format!("{s:?}: duration too large"))?;
+        total = n
+            .checked_mul(secs)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(|| format!("{s:?}: duration too large"))?;
         rest = rest[unit.len_utf8()..].trim_start();
     }
     if total == 0 {
@@ -550,7 +751,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     // Nothing nightshift waits for lasts a year; a longer value is a typo
     // that would overflow date arithmetic later.
     if total > MAX_DURATION_SECS {
-        return Err(format!("{s:?}: longer than a year (366d); write a shorter duration"));
+        return Err(format!(
+            "{s:?}: longer than a year (366d); write a shorter duration"
+        ));
     }
     Ok(Duration::from_secs(total))
 }
@@ -640,7 +843,9 @@ mod tests {
 
     fn err(text: &str) -> (usize, Option<String>, String) {
         match parse(Path::new(".nightshift/config.toml"), text) {
-            Err(ConfigError::Invalid { line, key, message, .. }) => (line, key, message),
+            Err(ConfigError::Invalid {
+                line, key, message, ..
+            }) => (line, key, message),
             other => panic!("expected an invalid config, got {other:?}"),
         }
     }
@@ -660,12 +865,21 @@ mod tests {
                 if l.starts_with('[') {
                     in_limits = l.starts_with("[limits]");
                 }
-                if in_limits { l.strip_prefix("# ").filter(|r| r.split_whitespace().nth(1) == Some("=")).unwrap_or(l) } else { l }
+                if in_limits {
+                    l.strip_prefix("# ")
+                        .filter(|r| r.split_whitespace().nth(1) == Some("="))
+                        .unwrap_or(l)
+                } else {
+                    l
+                }
             })
             .collect::<Vec<_>>()
             .join("\n");
         assert!(uncommented.contains("\nrounds = 3\n"), "{uncommented}");
-        assert_eq!(parse(Path::new("t"), &uncommented).unwrap().limits, d.limits);
+        assert_eq!(
+            parse(Path::new("t"), &uncommented).unwrap().limits,
+            d.limits
+        );
     }
 
     #[test]
@@ -689,35 +903,79 @@ mod tests {
         let tail = "[reviewer]\nkind = \"claude\"\n";
         let (line, _, message) = err(&format!("{tail}verfy = [\"x\"]\n"));
         assert_eq!(line, 3);
-        assert!(message.contains("`verify` is a key of the top level: move it above the first `[table]` line"), "{message}");
+        assert!(
+            message.contains(
+                "`verify` is a key of the top level: move it above the first `[table]` line"
+            ),
+            "{message}"
+        );
         let (_, _, message) = err(&format!("{tail}rounds = 5\n"));
-        assert!(message.contains("`rounds` is a key of [limits]: move it under the `[limits]` line"), "{message}");
-        assert!(keys_of("").contains(&"verify".to_string()) && keys_of("[limits]").contains(&"item_timeout".to_string()));
+        assert!(
+            message.contains("`rounds` is a key of [limits]: move it under the `[limits]` line"),
+            "{message}"
+        );
+        assert!(
+            keys_of("").contains(&"verify".to_string())
+                && keys_of("[limits]").contains(&"item_timeout".to_string())
+        );
     }
 
     #[test]
     fn a_misspelt_key_gets_the_nearest_known_one_and_junk_gets_none() {
-        assert!(err("verfiy = [\"x\"]\n").2.contains("did you mean `verify`?"));
-        assert!(err("[writer]\ncomand = [\"x\"]\n").2.contains("did you mean `command`?"));
+        assert!(
+            err("verfiy = [\"x\"]\n")
+                .2
+                .contains("did you mean `verify`?")
+        );
+        assert!(
+            err("[writer]\ncomand = [\"x\"]\n")
+                .2
+                .contains("did you mean `command`?")
+        );
         let (_, _, message) = err("zzzzzz = 1\n");
-        assert!(!message.contains("did you mean") && message.contains("remove the key or fix its spelling"), "{message}");
+        assert!(
+            !message.contains("did you mean")
+                && message.contains("remove the key or fix its spelling"),
+            "{message}"
+        );
     }
 
     #[test]
     fn cost_caps_are_positive_finite_and_at_most_a_million() {
         let (line, key, message) = err("[limits]\nmax_cost_usd_per_run = 1e300\n");
-        assert_eq!((line, key.as_deref()), (2, Some("max_cost_usd_per_run")), "{message}");
+        assert_eq!(
+            (line, key.as_deref()),
+            (2, Some("max_cost_usd_per_run")),
+            "{message}"
+        );
         assert!(message.contains("at most 1000000 USD"), "{message}");
-        assert!(err("[limits]\nmax_cost_usd = -1.0\n").2.contains("positive number of USD"));
-        assert!(err("[limits]\nmax_cost_usd = nan\n").2.contains("positive number of USD"));
-        assert!(parse(Path::new("c"), "[limits]\nmax_cost_usd_per_run = 1000000.0\n").is_ok());
+        assert!(
+            err("[limits]\nmax_cost_usd = -1.0\n")
+                .2
+                .contains("positive number of USD")
+        );
+        assert!(
+            err("[limits]\nmax_cost_usd = nan\n")
+                .2
+                .contains("positive number of USD")
+        );
+        assert!(
+            parse(
+                Path::new("c"),
+                "[limits]\nmax_cost_usd_per_run = 1000000.0\n"
+            )
+            .is_ok()
+        );
     }
 
     #[test]
     fn durations_longer_than_a_year_are_refused() {
         let (line, _, message) = err("[limits]\nlimit_sleep_max = \"9999999999999h\"\n");
         assert_eq!(line, 2);
-        assert!(message.contains("duration too large") || message.contains("longer than a year"), "{message}");
+        assert!(
+            message.contains("duration too large") || message.contains("longer than a year"),
+            "{message}"
+        );
         let (_, _, message) = err("[limits]\nlimit_buffer = \"400d\"\n");
         assert!(message.contains("longer than a year"), "{message}");
         assert!(parse_duration("366d").is_ok());
@@ -725,11 +983,18 @@ mod tests {
 
     #[test]
     fn a_left_out_command_is_the_kinds_own_cli_and_a_command_agent_must_name_one() {
-        let c = parse(Path::new("t"), "[writer]\nkind = \"codex\"\n[reviewer]\nkind = \"claude\"\n").unwrap();
+        let c = parse(
+            Path::new("t"),
+            "[writer]\nkind = \"codex\"\n[reviewer]\nkind = \"claude\"\n",
+        )
+        .unwrap();
         assert_eq!(c.writer.command, ["codex"]);
         assert_eq!(c.reviewer.command, ["claude"]);
         let (line, _, message) = err("[writer]\nkind = \"command\"\n");
-        assert!(line >= 1 && message.contains("[writer] command must name an executable"), "{message}");
+        assert!(
+            line >= 1 && message.contains("[writer] command must name an executable"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -744,18 +1009,35 @@ mod tests {
 
     #[test]
     fn limits_and_secrets_that_cannot_work_are_refused() {
-        assert!(err("[limits]\nmax_tokens = 0\n").2.contains("at least 1000"));
-        assert!(err("[limits]\nrounds = 4294967295\n").2.contains("at most 100"));
+        assert!(
+            err("[limits]\nmax_tokens = 0\n")
+                .2
+                .contains("at least 1000")
+        );
+        assert!(
+            err("[limits]\nrounds = 4294967295\n")
+                .2
+                .contains("at most 100")
+        );
         assert!(err("secrets = [\"PATH\"]\n").2.contains("PATH is one"));
         assert!(err("secrets = [\"\"]\n").2.contains("not a variable name"));
-        assert!(parse(Path::new("t"), "secrets = [\"OPENAI_API_KEY\"]\n[limits]\nrounds = 100\n").is_ok());
+        assert!(
+            parse(
+                Path::new("t"),
+                "secrets = [\"OPENAI_API_KEY\"]\n[limits]\nrounds = 100\n"
+            )
+            .is_ok()
+        );
     }
 
     #[test]
     fn bad_duration_names_line() {
         let (line, _, message) = err("[limits]\nagent_timeout = \"soon\"\n");
         assert_eq!(line, 2);
-        assert!(message.contains("agent_timeout") && message.contains("45m"), "{message}");
+        assert!(
+            message.contains("agent_timeout") && message.contains("45m"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -763,9 +1045,15 @@ mod tests {
         assert_eq!(err("[limits]\nrounds = \"x\"\n").0, 2);
         assert_eq!(err("\n[limits]\nrounds = 0\n").0, 3);
         assert_eq!(err("deadline = \"7am\"\n").0, 1);
-        assert_eq!(err("timezone = \"Mars/Base\"\n").1.as_deref(), Some("timezone"));
+        assert_eq!(
+            err("timezone = \"Mars/Base\"\n").1.as_deref(),
+            Some("timezone")
+        );
         assert_eq!(err("[writer]\nkind = \"gpt\"\n").0, 2);
-        assert_eq!(err("github_repo = \"nope\"\n").1.as_deref(), Some("github_repo"));
+        assert_eq!(
+            err("github_repo = \"nope\"\n").1.as_deref(),
+            Some("github_repo")
+        );
         assert!(!err("base = [\n").2.is_empty());
     }
 
@@ -781,9 +1069,20 @@ mod tests {
 
     #[test]
     fn paths_stay_inside_the_repository_and_commands_are_not_empty() {
-        assert_eq!(err("backlog = \"../../etc/hostname\"\n").1.as_deref(), Some("backlog"));
-        assert_eq!(err("backlog = \"/etc/hostname\"\n").1.as_deref(), Some("backlog"));
-        assert_eq!(err("[[recipes]]\nprefix = \"x\"\nprompt = \"/etc/shadow\"\n").1.as_deref(), Some("prompt"));
+        assert_eq!(
+            err("backlog = \"../../etc/hostname\"\n").1.as_deref(),
+            Some("backlog")
+        );
+        assert_eq!(
+            err("backlog = \"/etc/hostname\"\n").1.as_deref(),
+            Some("backlog")
+        );
+        assert_eq!(
+            err("[[recipes]]\nprefix = \"x\"\nprompt = \"/etc/shadow\"\n")
+                .1
+                .as_deref(),
+            Some("prompt")
+        );
         assert_eq!(err("verify = [\"\"]\n").1.as_deref(), Some("verify"));
     }
 
@@ -791,7 +1090,10 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("45m").unwrap(), Duration::from_secs(2700));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert!(parse_duration("120").is_err(), "a bare number needs its unit");
+        assert!(
+            parse_duration("120").is_err(),
+            "a bare number needs its unit"
+        );
         assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5x").is_err());

@@ -111,7 +111,12 @@ pub struct AgentSpec {
 
 impl From<&AgentConfig> for AgentSpec {
     fn from(a: &AgentConfig) -> Self {
-        AgentSpec { kind: a.kind.to_string(), command: a.command.clone(), permission_flags: a.permission_flags.clone(), model: a.model.clone() }
+        AgentSpec {
+            kind: a.kind.to_string(),
+            command: a.command.clone(),
+            permission_flags: a.permission_flags.clone(),
+            model: a.model.clone(),
+        }
     }
 }
 
@@ -243,7 +248,11 @@ impl Plan {
 /// Every problem found — the backlog's own (malformed detail lines) plus
 /// limits above the policy caps and unreadable recipe templates — each with
 /// file:line. No plan is produced when there is any (SPEC §3).
-pub fn build_plan(repo: &Path, backlog: &Backlog, loaded: &config::Loaded) -> Result<Plan, Vec<Problem>> {
+pub fn build_plan(
+    repo: &Path,
+    backlog: &Backlog,
+    loaded: &config::Loaded,
+) -> Result<Plan, Vec<Problem>> {
     let mut problems: Vec<Problem> = backlog.problems.clone();
     let mut entries = Vec::new();
     let policy_keys = policy_keys(loaded);
@@ -252,7 +261,13 @@ pub fn build_plan(repo: &Path, backlog: &Backlog, loaded: &config::Loaded) -> Re
             Ok(contract) => {
                 let blocked = contract.questions.first().map(|q| format!("question: {q}"));
                 let contract_sha = contract.sha();
-                entries.push(PlanEntry { index: entries.len() + 1, item: item.clone(), contract, contract_sha, blocked });
+                entries.push(PlanEntry {
+                    index: entries.len() + 1,
+                    item: item.clone(),
+                    contract,
+                    contract_sha,
+                    blocked,
+                });
             }
             Err(mut p) => problems.append(&mut p),
         }
@@ -264,9 +279,19 @@ pub fn build_plan(repo: &Path, backlog: &Backlog, loaded: &config::Loaded) -> Re
     let sha = Plan::sha_of(entries.iter().map(|e| e.contract_sha.as_str()));
     let run_cost_cap = Resolved {
         value: loaded.config.limits.max_cost_usd_per_run,
-        source: if policy_keys.iter().any(|k| k == "max_cost_usd_per_run") { Source::Policy } else { Source::Default },
+        source: if policy_keys.iter().any(|k| k == "max_cost_usd_per_run") {
+            Source::Policy
+        } else {
+            Source::Default
+        },
     };
-    Ok(Plan { backlog_path: backlog.path.clone(), backlog_sha: backlog.sha256.clone(), entries, sha, run_cost_cap })
+    Ok(Plan {
+        backlog_path: backlog.path.clone(),
+        backlog_sha: backlog.sha256.clone(),
+        entries,
+        sha,
+        run_cost_cap,
+    })
 }
 
 /// Keys of `[limits]` the config file sets explicitly (for provenance).
@@ -274,18 +299,45 @@ fn policy_keys(loaded: &config::Loaded) -> Vec<String> {
     if !loaded.exists {
         return vec![];
     }
-    let Ok(text) = std::fs::read_to_string(&loaded.path) else { return vec![] };
-    let Ok(table) = text.parse::<toml::Table>() else { return vec![] };
-    table.get("limits").and_then(|l| l.as_table()).map(|t| t.keys().cloned().collect()).unwrap_or_default()
+    let Ok(text) = std::fs::read_to_string(&loaded.path) else {
+        return vec![];
+    };
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return vec![];
+    };
+    table
+        .get("limits")
+        .and_then(|l| l.as_table())
+        .map(|t| t.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
-fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String]) -> Result<Contract, Vec<Problem>> {
+fn seal(
+    repo: &Path,
+    path: &Path,
+    item: &Item,
+    c: &Config,
+    policy_keys: &[String],
+) -> Result<Contract, Vec<Problem>> {
     let mut problems = Vec::new();
     let caps = &c.limits;
-    let cap_source = |key: &str| if policy_keys.iter().any(|k| k == key) { Source::Policy } else { Source::Default };
-    let problem = |line: usize, message: String| Problem { path: path.to_path_buf(), line, message };
+    let cap_source = |key: &str| {
+        if policy_keys.iter().any(|k| k == key) {
+            Source::Policy
+        } else {
+            Source::Default
+        }
+    };
+    let problem = |line: usize, message: String| Problem {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
 
-    let recipe = c.recipes.iter().find(|r| item.title.trim_start().starts_with(r.prefix.trim()));
+    let recipe = c
+        .recipes
+        .iter()
+        .find(|r| item.title.trim_start().starts_with(r.prefix.trim()));
     let recipe_ref = match recipe {
         Some(r) if !inside_repo(repo, &r.prompt) => {
             problems.push(problem(item.line, format!("recipe {:?} selects template {}, which is not a file inside the repository; give a path relative to the repository root in `prompt` in .nightshift/config.toml", r.prefix, r.prompt)));
@@ -311,19 +363,34 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
             if n > caps.rounds {
                 problems.push(problem(line, format!("`rounds: {n}` is above the policy cap of {}; lower it or raise [limits] rounds", caps.rounds)));
             }
-            Resolved { value: n, source: Source::Item }
+            Resolved {
+                value: n,
+                source: Source::Item,
+            }
         }
-        (None, Some(n)) => Resolved { value: n.min(caps.rounds), source: Source::Recipe },
-        (None, None) => Resolved { value: caps.rounds, source: cap_source("rounds") },
+        (None, Some(n)) => Resolved {
+            value: n.min(caps.rounds),
+            source: Source::Recipe,
+        },
+        (None, None) => Resolved {
+            value: caps.rounds,
+            source: cap_source("rounds"),
+        },
     };
     let item_timeout = match item.details.timeout {
         Some((d, line)) => {
             if d > caps.item_timeout {
                 problems.push(problem(line, format!("`timeout: {}` is above the policy cap of {}; lower it or raise [limits] item_timeout", config::format_duration(d), config::format_duration(caps.item_timeout))));
             }
-            Resolved { value: d.as_secs(), source: Source::Item }
+            Resolved {
+                value: d.as_secs(),
+                source: Source::Item,
+            }
         }
-        None => Resolved { value: caps.item_timeout.as_secs(), source: cap_source("item_timeout") },
+        None => Resolved {
+            value: caps.item_timeout.as_secs(),
+            source: cap_source("item_timeout"),
+        },
     };
     if !problems.is_empty() {
         return Err(problems);
@@ -331,10 +398,22 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
     let limits = ResolvedLimits {
         rounds,
         item_timeout_secs: item_timeout,
-        agent_timeout_secs: Resolved { value: caps.agent_timeout.as_secs(), source: cap_source("agent_timeout") },
-        gate_timeout_secs: Resolved { value: caps.gate_timeout.as_secs(), source: cap_source("gate_timeout") },
-        max_tokens: Resolved { value: caps.max_tokens, source: cap_source("max_tokens") },
-        max_cost_usd: Resolved { value: caps.max_cost_usd, source: cap_source("max_cost_usd") },
+        agent_timeout_secs: Resolved {
+            value: caps.agent_timeout.as_secs(),
+            source: cap_source("agent_timeout"),
+        },
+        gate_timeout_secs: Resolved {
+            value: caps.gate_timeout.as_secs(),
+            source: cap_source("gate_timeout"),
+        },
+        max_tokens: Resolved {
+            value: caps.max_tokens,
+            source: cap_source("max_tokens"),
+        },
+        max_cost_usd: Resolved {
+            value: caps.max_cost_usd,
+            source: cap_source("max_cost_usd"),
+        },
     };
     let d = &item.details;
     Ok(Contract {
@@ -345,7 +424,11 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
         details: d.lines.iter().map(|l| l.relative.clone()).collect(),
         context: item.context.clone(),
         accept: d.accept.clone(),
-        verify: if d.verify.is_empty() { c.verify.clone() } else { d.verify.clone() },
+        verify: if d.verify.is_empty() {
+            c.verify.clone()
+        } else {
+            d.verify.clone()
+        },
         setup: c.setup.clone(),
         scope: d.scope.clone(),
         questions: d.questions.clone(),
@@ -364,7 +447,10 @@ fn seal(repo: &Path, path: &Path, item: &Item, c: &Config, policy_keys: &[String
 /// missing file counts as inside here; reading it reports that.
 fn inside_repo(repo: &Path, rel: &str) -> bool {
     let p = Path::new(rel);
-    if p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+    if p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
         return false;
     }
     match (repo.join(p).canonicalize(), repo.canonicalize()) {
@@ -389,7 +475,10 @@ pub fn card(e: &PlanEntry) -> String {
         let _ = writeln!(s, "   accept    {a}");
     }
     if c.accept.is_empty() {
-        let _ = writeln!(s, "   accept    (none written: the gate and the reviewer decide)");
+        let _ = writeln!(
+            s,
+            "   accept    (none written: the gate and the reviewer decide)"
+        );
     }
     for v in &c.verify {
         let _ = writeln!(s, "   gate      {v}");
@@ -400,15 +489,33 @@ pub fn card(e: &PlanEntry) -> String {
     for v in &c.setup {
         let _ = writeln!(s, "   setup     {v}");
     }
-    let _ = writeln!(s, "   scope     {}", if c.scope.is_empty() { "(anything)".to_string() } else { c.scope.join(", ") });
+    let _ = writeln!(
+        s,
+        "   scope     {}",
+        if c.scope.is_empty() {
+            "(anything)".to_string()
+        } else {
+            c.scope.join(", ")
+        }
+    );
     if let Some(r) = &c.recipe {
-        let _ = writeln!(s, "   recipe    {} → {} (sha256 {})", r.prefix, r.path, &r.sha256[..12]);
+        let _ = writeln!(
+            s,
+            "   recipe    {} → {} (sha256 {})",
+            r.prefix,
+            r.path,
+            &r.sha256[..12]
+        );
     }
     for n in &c.notes {
         let _ = writeln!(s, "   note      {n}");
     }
     if !c.context.is_empty() {
-        let _ = writeln!(s, "   context   {} line(s) of block-quote rules", c.context.len());
+        let _ = writeln!(
+            s,
+            "   context   {} line(s) of block-quote rules",
+            c.context.len()
+        );
     }
     let l = &c.limits;
     let src = |x: Source| format!("{x:?}").to_lowercase();
@@ -433,8 +540,18 @@ pub fn card(e: &PlanEntry) -> String {
         l.max_cost_usd.value,
         src(l.max_cost_usd.source)
     );
-    let _ = writeln!(s, "   writer    {} {}", c.writer.kind, c.writer.command.join(" "));
-    let _ = writeln!(s, "   reviewer  {} {} (read-only)", c.reviewer.kind, c.reviewer.command.join(" "));
+    let _ = writeln!(
+        s,
+        "   writer    {} {}",
+        c.writer.kind,
+        c.writer.command.join(" ")
+    );
+    let _ = writeln!(
+        s,
+        "   reviewer  {} {} (read-only)",
+        c.reviewer.kind,
+        c.reviewer.command.join(" ")
+    );
     let _ = writeln!(s, "   contract  sha256 {}", e.contract_sha);
     s
 }
@@ -454,27 +571,49 @@ fn cost_note(writer: &AgentSpec, reviewer: &AgentSpec) -> String {
     }
     let mut parts = Vec::new();
     if !silent.is_empty() {
-        parts.push(format!("not enforced for codex, the {}", silent.join(" and ")));
+        parts.push(format!(
+            "not enforced for codex, the {}",
+            silent.join(" and ")
+        ));
     }
     if !maybe.is_empty() {
         parts.push(format!("enforced for the {}", maybe.join(" and ")));
     }
-    if parts.is_empty() { String::new() } else { format!("; cost cap {}", parts.join("; ")) }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; cost cap {}", parts.join("; "))
+    }
 }
 
 /// Renders every card and the plan SHA, as `plan` prints them.
 pub fn render_plan(plan: &Plan) -> String {
     let mut s = String::new();
     if plan.entries.is_empty() {
-        let _ = writeln!(s, "{}: no open items — nothing to do.", plan.backlog_path.display());
+        let _ = writeln!(
+            s,
+            "{}: no open items — nothing to do.",
+            plan.backlog_path.display()
+        );
     }
     for e in &plan.entries {
         s.push_str(&card(e));
         s.push('\n');
     }
     let cap = &plan.run_cost_cap;
-    let _ = writeln!(s, "run budget ${:.2} ({}) for the whole run, over the costs the agents report", cap.value, format!("{:?}", cap.source).to_lowercase());
+    let _ = writeln!(
+        s,
+        "run budget ${:.2} ({}) for the whole run, over the costs the agents report",
+        cap.value,
+        format!("{:?}", cap.source).to_lowercase()
+    );
     let runnable = plan.entries.iter().filter(|e| e.blocked.is_none()).count();
-    let _ = writeln!(s, "plan sha256 {}  ({} item(s), {} to run)", plan.sha, plan.entries.len(), runnable);
+    let _ = writeln!(
+        s,
+        "plan sha256 {}  ({} item(s), {} to run)",
+        plan.sha,
+        plan.entries.len(),
+        runnable
+    );
     s
 }

@@ -33,15 +33,24 @@ pub struct Error {
 impl Error {
     /// A usage or configuration error (exit 2).
     pub fn usage(message: impl Into<String>) -> Self {
-        Error { code: ExitCode::Usage, message: message.into() }
+        Error {
+            code: ExitCode::Usage,
+            message: message.into(),
+        }
     }
     /// A refusal for safety (exit 3).
     pub fn refused(message: impl Into<String>) -> Self {
-        Error { code: ExitCode::Refused, message: message.into() }
+        Error {
+            code: ExitCode::Refused,
+            message: message.into(),
+        }
     }
     /// A systemic failure (exit 1).
     pub fn failure(message: impl Into<String>) -> Self {
-        Error { code: ExitCode::Failure, message: message.into() }
+        Error {
+            code: ExitCode::Failure,
+            message: message.into(),
+        }
     }
 }
 
@@ -100,14 +109,31 @@ mod ledger_error_tests {
 
     #[test]
     fn a_lost_database_says_so_and_how_the_run_resumes() {
-        for e in [sqlx::Error::PoolTimedOut, sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)), sqlx::Error::PoolClosed] {
+        for e in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)),
+            sqlx::Error::PoolClosed,
+        ] {
             let err = Error::from(e);
             assert_eq!(err.code, ExitCode::Failure);
-            assert!(err.message.starts_with("ledger: the database stopped answering ("), "{}", err.message);
-            assert!(err.message.contains("`nightshift drain` resumes this run"), "{}", err.message);
+            assert!(
+                err.message
+                    .starts_with("ledger: the database stopped answering ("),
+                "{}",
+                err.message
+            );
+            assert!(
+                err.message.contains("`nightshift drain` resumes this run"),
+                "{}",
+                err.message
+            );
         }
         // Other errors keep their own words.
         let err = Error::from(sqlx::Error::RowNotFound);
-        assert!(!err.message.contains("stopped answering"), "{}", err.message);
+        assert!(
+            !err.message.contains("stopped answering"),
+            "{}",
+            err.message
+        );
     }
 }

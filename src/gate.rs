@@ -42,7 +42,13 @@ impl GateRun {
     /// The failure signature used for no-progress detection: command and
     /// exit code (SPEC §5.6).
     pub fn signature(&self) -> String {
-        format!("gate:{}:{}", self.command, self.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "timeout".into()))
+        format!(
+            "gate:{}:{}",
+            self.command,
+            self.exit_code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "timeout".into())
+        )
     }
 }
 
@@ -68,7 +74,12 @@ pub struct GateSpec {
 ///
 /// # Errors
 /// [`process::ProcessError`] when `sh` itself cannot be started.
-pub async fn run_all(label: &str, commands: &[String], spec: &GateSpec, cancel: &CancellationToken) -> Result<Vec<GateRun>, process::ProcessError> {
+pub async fn run_all(
+    label: &str,
+    commands: &[String],
+    spec: &GateSpec,
+    cancel: &CancellationToken,
+) -> Result<Vec<GateRun>, process::ProcessError> {
     let mut out = Vec::new();
     for (i, c) in commands.iter().enumerate() {
         let r = run_one(label, i, c, spec, cancel).await?;
@@ -81,7 +92,13 @@ pub async fn run_all(label: &str, commands: &[String], spec: &GateSpec, cancel: 
     Ok(out)
 }
 
-async fn run_one(label: &str, i: usize, command: &str, spec: &GateSpec, cancel: &CancellationToken) -> Result<GateRun, process::ProcessError> {
+async fn run_one(
+    label: &str,
+    i: usize,
+    command: &str,
+    spec: &GateSpec,
+    cancel: &CancellationToken,
+) -> Result<GateRun, process::ProcessError> {
     let _ = std::fs::create_dir_all(&spec.log_dir);
     let log = |ext: &str| spec.log_dir.join(format!("{label}-{i}.{ext}"));
     let mut cmd = process::Command::shell(command)
@@ -106,9 +123,18 @@ async fn run_one(label: &str, i: usize, command: &str, spec: &GateSpec, cancel: 
         tail.push_str(&o.stderr_tail);
     }
     if o.timed_out {
-        tail.push_str(&format!("\n[nightshift: killed after the gate timeout of {}s]\n", spec.timeout.as_secs()));
+        tail.push_str(&format!(
+            "\n[nightshift: killed after the gate timeout of {}s]\n",
+            spec.timeout.as_secs()
+        ));
     }
-    Ok(GateRun { command: command.to_string(), exit_code: o.exit_code, timed_out: o.timed_out, duration_ms: o.duration.as_millis() as u64, output_tail: tail_of(&tail, TAIL_BYTES) })
+    Ok(GateRun {
+        command: command.to_string(),
+        exit_code: o.exit_code,
+        timed_out: o.timed_out,
+        duration_ms: o.duration.as_millis() as u64,
+        output_tail: tail_of(&tail, TAIL_BYTES),
+    })
 }
 
 /// The last `max` bytes of `s`, cut at a char boundary.
@@ -129,13 +155,27 @@ pub fn tail_of(s: &str, max: usize) -> String {
 pub fn feedback(runs: &[GateRun]) -> String {
     let mut s = String::new();
     for r in runs.iter().filter(|r| !r.passed()) {
-        let how = if r.timed_out { "timed out".to_string() } else { format!("exit code {}", r.exit_code.map(|c| c.to_string()).unwrap_or("none".into())) };
+        let how = if r.timed_out {
+            "timed out".to_string()
+        } else {
+            format!(
+                "exit code {}",
+                r.exit_code.map(|c| c.to_string()).unwrap_or("none".into())
+            )
+        };
         if r.output_tail.trim().is_empty() {
             // An empty code block reads as if the output were lost.
-            s.push_str(&format!("The gate command `{}` failed ({how}) and printed nothing.\n", r.command));
+            s.push_str(&format!(
+                "The gate command `{}` failed ({how}) and printed nothing.\n",
+                r.command
+            ));
             continue;
         }
-        s.push_str(&format!("The gate command `{}` failed ({how}). The last lines of its output:\n```\n{}\n```\n", r.command, tail_of(&r.output_tail, 4000).trim_end()));
+        s.push_str(&format!(
+            "The gate command `{}` failed ({how}). The last lines of its output:\n```\n{}\n```\n",
+            r.command,
+            tail_of(&r.output_tail, 4000).trim_end()
+        ));
     }
     s
 }
@@ -145,17 +185,38 @@ mod tests {
     use super::*;
 
     fn run(command: &str, exit_code: Option<i32>, timed_out: bool, output: &str) -> GateRun {
-        GateRun { command: command.into(), exit_code, timed_out, duration_ms: 10, output_tail: output.into() }
+        GateRun {
+            command: command.into(),
+            exit_code,
+            timed_out,
+            duration_ms: 10,
+            output_tail: output.into(),
+        }
     }
 
     #[test]
     fn feedback_names_each_failed_command_and_what_it_printed() {
-        let fb = feedback(&[run("cargo fmt --check", Some(0), false, ""), run("sh test.sh", Some(1), false, "ok 1\nunknown word: bogus\n")]);
-        assert!(!fb.contains("cargo fmt"), "a passing command is not feedback: {fb}");
-        assert!(fb.contains("`sh test.sh` failed (exit code 1)") && fb.contains("```\nok 1\nunknown word: bogus\n```"), "{fb}");
+        let fb = feedback(&[
+            run("cargo fmt --check", Some(0), false, ""),
+            run("sh test.sh", Some(1), false, "ok 1\nunknown word: bogus\n"),
+        ]);
+        assert!(
+            !fb.contains("cargo fmt"),
+            "a passing command is not feedback: {fb}"
+        );
+        assert!(
+            fb.contains("`sh test.sh` failed (exit code 1)")
+                && fb.contains("```\nok 1\nunknown word: bogus\n```"),
+            "{fb}"
+        );
         // Silence is said in words, not as an empty code block.
         let fb = feedback(&[run("./check", Some(2), false, " \n")]);
-        assert_eq!(fb, "The gate command `./check` failed (exit code 2) and printed nothing.\n");
-        assert!(feedback(&[run("slow", None, true, "")]).contains("(timed out) and printed nothing"));
+        assert_eq!(
+            fb,
+            "The gate command `./check` failed (exit code 2) and printed nothing.\n"
+        );
+        assert!(
+            feedback(&[run("slow", None, true, "")]).contains("(timed out) and printed nothing")
+        );
     }
 }

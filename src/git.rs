@@ -331,7 +331,10 @@ impl Git {
         let status = match status {
             Ok(Some(status)) => status,
             Ok(None) if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) => {
-                return Err(GitError::Stopped { argv, cwd: self.dir.clone() });
+                return Err(GitError::Stopped {
+                    argv,
+                    cwd: self.dir.clone(),
+                });
             }
             Ok(None) => {
                 return Err(GitError::TimedOut {
@@ -521,9 +524,22 @@ pub fn split_url_password(url: &str) -> Option<(String, String)> {
     let (user, _) = userinfo.split_once(':')?;
     let raw = crate::secret::url_password(&url[..scheme_end + authority.len()])?;
     let decoded = crate::secret::percent_decode(&raw);
-    crate::secret::remember(crate::secret::url_password_forms(&url[..scheme_end + authority.len()]));
-    let keep = if user.is_empty() { String::new() } else { format!("{user}@") };
-    Some((format!("{}{keep}{}", &url[..scheme_end], &rest[userinfo.len() + 1..]), decoded))
+    crate::secret::remember(crate::secret::url_password_forms(
+        &url[..scheme_end + authority.len()],
+    ));
+    let keep = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    Some((
+        format!(
+            "{}{keep}{}",
+            &url[..scheme_end],
+            &rest[userinfo.len() + 1..]
+        ),
+        decoded,
+    ))
 }
 
 /// `url` as [`split_url_password`] gives it to git: without a password.
@@ -618,7 +634,11 @@ fn drain(mut from: impl Read + Send + 'static) -> Drain {
 
 /// Waits for the child up to `timeout`; on expiry kills its process group and
 /// returns `Ok(None)`.
-fn wait_with_timeout(child: &mut Child, timeout: Duration, stop: Option<&AtomicBool>) -> std::io::Result<Option<ExitStatus>> {
+fn wait_with_timeout(
+    child: &mut Child,
+    timeout: Duration,
+    stop: Option<&AtomicBool>,
+) -> std::io::Result<Option<ExitStatus>> {
     let deadline = Instant::now() + timeout;
     // Most git calls end within milliseconds: poll fast first, then back off.
     let mut pause = Duration::from_millis(1);
@@ -702,14 +722,23 @@ mod tests {
     fn url_passwords_are_taken_out_and_decoded() {
         assert_eq!(
             split_url_password("https://x-access-token:ghs_p%40ss@github.com/o/r.git"),
-            Some(("https://x-access-token@github.com/o/r.git".into(), "ghs_p@ss".into()))
+            Some((
+                "https://x-access-token@github.com/o/r.git".into(),
+                "ghs_p@ss".into()
+            ))
         );
-        assert_eq!(split_url_password("http://:tok_123456@127.0.0.1:8/r"), Some(("http://127.0.0.1:8/r".into(), "tok_123456".into())));
+        assert_eq!(
+            split_url_password("http://:tok_123456@127.0.0.1:8/r"),
+            Some(("http://127.0.0.1:8/r".into(), "tok_123456".into()))
+        );
         assert_eq!(split_url_password("https://user@host/a:b@c"), None);
         assert_eq!(split_url_password("git@github.com:o/r.git"), None);
         assert_eq!(without_password("/srv/r.git"), "/srv/r.git");
         // Remembered: no message shows it from now on, either spelling.
-        assert_eq!(crate::secret::redact_known("x ghs_p@ss ghs_p%40ss y"), "x **** **** y");
+        assert_eq!(
+            crate::secret::redact_known("x ghs_p@ss ghs_p%40ss y"),
+            "x **** **** y"
+        );
     }
 
     #[test]

@@ -14,15 +14,30 @@ fn main() -> std::process::ExitCode {
     // The config's `secrets` go too; their values stay in `removed`.
     let args: Vec<String> = std::env::args().collect();
     let secret_names = nightshift::config::secret_names_hint(&args);
-    let extra: Vec<&str> = LEDGER_VARS.iter().copied().chain(secret_names.iter().map(String::as_str)).collect();
+    let extra: Vec<&str> = LEDGER_VARS
+        .iter()
+        .copied()
+        .chain(secret_names.iter().map(String::as_str))
+        .collect();
     let removed = nightshift::secret::scrub_own_env(&extra);
     // Every removed value, and the password inside a URL among them, is
     // masked in whatever nightshift keeps, logs or sends from here on.
     // (A weak PGPASSWORD such as `postgres` is not worth it; see `is_weak_password`.)
-    let worth = |(n, v): &&(String, nightshift::secret::Secret)| n != "PGPASSWORD" || !nightshift::secret::is_weak_password(v.expose());
-    nightshift::secret::remember(removed.iter().filter(worth).flat_map(|(_, v)| std::iter::once(v.expose().to_string()).chain(nightshift::secret::url_password_forms(v.expose()))));
+    let worth = |(n, v): &&(String, nightshift::secret::Secret)| {
+        n != "PGPASSWORD" || !nightshift::secret::is_weak_password(v.expose())
+    };
+    nightshift::secret::remember(removed.iter().filter(worth).flat_map(|(_, v)| {
+        std::iter::once(v.expose().to_string())
+            .chain(nightshift::secret::url_password_forms(v.expose()))
+    }));
     // The ledger URL stays in memory only: no child inherits it.
-    nightshift::ledger::keep_removed_vars(removed.iter().filter(|(n, _)| LEDGER_VARS.contains(&n.as_str())).map(|(n, v)| (n.clone(), v.expose().to_string())).collect());
+    nightshift::ledger::keep_removed_vars(
+        removed
+            .iter()
+            .filter(|(n, _)| LEDGER_VARS.contains(&n.as_str()))
+            .map(|(n, v)| (n.clone(), v.expose().to_string()))
+            .collect(),
+    );
     // Scrubbing the environment hides nothing from an agent that reads our
     // memory through /proc/<pid>/mem: close both to processes of our user.
     let _ = nightshift::process::become_undumpable();

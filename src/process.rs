@@ -426,7 +426,13 @@ pub fn child_env(
 /// (`PGPASSWORD`, `PGHOST`, `PGUSER`, `PGPASSFILE`, `PGSERVICE`, …), which
 /// sqlx reads as defaults for the ledger's connection.
 pub fn is_ledger_var(name: &str) -> bool {
-    name == "NIGHTSHIFT_DATABASE_URL" || name == "DATABASE_URL" || (name.starts_with("PG") && name.len() > 2 && name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
+    name == "NIGHTSHIFT_DATABASE_URL"
+        || name == "DATABASE_URL"
+        || (name.starts_with("PG")
+            && name.len() > 2
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'))
 }
 
 /// Makes this process not dumpable (`PR_SET_DUMPABLE` 0), as `ssh-agent`
@@ -524,7 +530,11 @@ async fn run_in_span(
     let mut guard = KillGuard {
         pgid: pid as i32,
         marker: cmd.sweep_escaped.then(|| marker.clone()),
-        children_before: if cmd.sweep_escaped { children_before } else { None },
+        children_before: if cmd.sweep_escaped {
+            children_before
+        } else {
+            None
+        },
         swept: false,
     };
     tracing::debug!(pid, "spawned");
@@ -1085,7 +1095,10 @@ impl JsonShortener {
             let n = if !self.in_string {
                 bytes.iter().position(|&c| c == b'"').unwrap_or(bytes.len())
             } else if self.escape_len == 0 {
-                bytes.iter().position(|&c| c == b'"' || c == b'\\').unwrap_or(bytes.len())
+                bytes
+                    .iter()
+                    .position(|&c| c == b'"' || c == b'\\')
+                    .unwrap_or(bytes.len())
             } else {
                 0
             };
@@ -1196,7 +1209,14 @@ impl JsonShortener {
             self.escape[self.escape_len] = b;
             self.escape_len += 1;
             let e = &self.escape[..self.escape_len];
-            let high = |h: &[u8]| matches!(std::str::from_utf8(h).ok().and_then(|h| u16::from_str_radix(h, 16).ok()), Some(0xD800..=0xDBFF));
+            let high = |h: &[u8]| {
+                matches!(
+                    std::str::from_utf8(h)
+                        .ok()
+                        .and_then(|h| u16::from_str_radix(h, 16).ok()),
+                    Some(0xD800..=0xDBFF)
+                )
+            };
             let done = match e.len() {
                 2 => e[1] != b'u',
                 6 => !high(&e[2..6]),
@@ -1284,7 +1304,9 @@ fn unit_len(t: &[u8]) -> usize {
     let n = match t.first() {
         Some(b'\\') => {
             let is_u = t.get(1) == Some(&b'u');
-            let high = is_u && matches!(t.get(2), Some(b'd' | b'D')) && matches!(t.get(3), Some(b'8' | b'9' | b'a' | b'b' | b'A' | b'B'));
+            let high = is_u
+                && matches!(t.get(2), Some(b'd' | b'D'))
+                && matches!(t.get(3), Some(b'8' | b'9' | b'a' | b'b' | b'A' | b'B'));
             if high && t.get(6) == Some(&b'\\') && t.get(7) == Some(&b'u') {
                 12
             } else if is_u {
@@ -1344,7 +1366,12 @@ impl KillGuard {
             None => Vec::new(),
         };
         if let Some(before) = &self.children_before {
-            pids.extend(procfs::escaped_orphans(before).into_iter().filter(|p| !pids.contains(p)).collect::<Vec<_>>());
+            pids.extend(
+                procfs::escaped_orphans(before)
+                    .into_iter()
+                    .filter(|p| !pids.contains(p))
+                    .collect::<Vec<_>>(),
+            );
         }
         pids
     }
@@ -1509,11 +1536,16 @@ mod procfs {
     /// Children nightshift spawns stay in its session (see [`reap_orphans`]).
     pub(super) fn escaped_orphans(before: &[i32]) -> Vec<i32> {
         let own = std::process::id() as i32;
-        let Some(me) = stat(own) else { return Vec::new() };
+        let Some(me) = stat(own) else {
+            return Vec::new();
+        };
         own_children(own)
             .into_iter()
             .filter(|pid| !before.contains(pid))
-            .filter(|&pid| stat(pid).is_some_and(|s| s.ppid == own && s.state != b'Z' && s.session != me.session))
+            .filter(|&pid| {
+                stat(pid)
+                    .is_some_and(|s| s.ppid == own && s.state != b'Z' && s.session != me.session)
+            })
             .collect()
     }
 
@@ -1563,8 +1595,17 @@ mod tests {
         let env = child_env(parent, &["MY_SECRET".to_owned()]);
         assert_eq!(env.keys().collect::<Vec<_>>(), ["HOME", "PATH"]);
         // Every way to the ledger goes: both URL variables and libpq's PG*.
-        let parent = [("DATABASE_URL", "postgres://a@b/c"), ("PGPASSWORD", "pw"), ("PGHOST", "db"), ("PGSERVICEFILE", "/x"), ("MY_SECRET", "s"), ("PAGER", "less"), ("PG", "keep"), ("PGtool", "keep")]
-            .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let parent = [
+            ("DATABASE_URL", "postgres://a@b/c"),
+            ("PGPASSWORD", "pw"),
+            ("PGHOST", "db"),
+            ("PGSERVICEFILE", "/x"),
+            ("MY_SECRET", "s"),
+            ("PAGER", "less"),
+            ("PG", "keep"),
+            ("PGtool", "keep"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
         let env = child_env(parent, &["MY_SECRET".to_owned()]);
         assert_eq!(env.keys().collect::<Vec<_>>(), ["PAGER", "PG", "PGtool"]);
     }
@@ -1606,18 +1647,27 @@ mod tests {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&seen);
         let max = 1024;
-        let mut lines = LineSplitter::new(Box::new(move |line| sink.lock().unwrap().push(line.to_owned())), max).json(true);
+        let mut lines = LineSplitter::new(
+            Box::new(move |line| sink.lock().unwrap().push(line.to_owned())),
+            max,
+        )
+        .json(true);
         // A tool output of 100 KiB with escapes, a surrogate pair and
         // multi-byte characters everywhere, then the fields after it; fed in
         // odd-sized chunks so every unit is split across pushes somewhere.
-        let body: String = (0..4000).map(|i| format!("l{i}\t\"é\"\u{1F600}\\\n")).collect();
+        let body: String = (0..4000)
+            .map(|i| format!("l{i}\t\"é\"\u{1F600}\\\n"))
+            .collect();
         let event = serde_json::json!({"type":"item.completed","item":{"type":"command_execution","aggregated_output":body,"exit_code":3,"status":"failed"}});
         let text = format!("{event}\r\n{{\"type\":\"turn.completed\"}}\n");
         for chunk in text.as_bytes().chunks(7) {
             lines.push(chunk);
         }
         // The same with JSON's own escapes of the pair and of quotes.
-        let escaped = format!("{{\"result\":\"{}\",\"usage\":{{\"input_tokens\":5}}}}", "\\ud83d\\ude00\\\"x".repeat(400));
+        let escaped = format!(
+            "{{\"result\":\"{}\",\"usage\":{{\"input_tokens\":5}}}}",
+            "\\ud83d\\ude00\\\"x".repeat(400)
+        );
         lines.push(escaped.as_bytes());
         lines.push(b"\n");
         // Not JSON: cut as ever.
@@ -1625,14 +1675,26 @@ mod tests {
         lines.finish();
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 4, "{seen:?}");
-        let v: serde_json::Value = serde_json::from_str(&seen[0]).unwrap_or_else(|e| panic!("{e}: {}", seen[0]));
+        let v: serde_json::Value =
+            serde_json::from_str(&seen[0]).unwrap_or_else(|e| panic!("{e}: {}", seen[0]));
         assert!(seen[0].len() <= max);
-        assert_eq!((v["item"]["exit_code"].as_i64(), v["item"]["status"].as_str()), (Some(3), Some("failed")));
+        assert_eq!(
+            (
+                v["item"]["exit_code"].as_i64(),
+                v["item"]["status"].as_str()
+            ),
+            (Some(3), Some("failed"))
+        );
         let out = v["item"]["aggregated_output"].as_str().unwrap();
-        assert!(out.starts_with("l0\t\"é\"\u{1F600}\\\nl1") && out.ends_with("l3999\t\"é\"\u{1F600}\\\n"), "{out}");
+        assert!(
+            out.starts_with("l0\t\"é\"\u{1F600}\\\nl1")
+                && out.ends_with("l3999\t\"é\"\u{1F600}\\\n"),
+            "{out}"
+        );
         assert!(out.contains(" bytes cut]…"));
         assert_eq!(seen[1], r#"{"type":"turn.completed"}"#);
-        let v: serde_json::Value = serde_json::from_str(&seen[2]).unwrap_or_else(|e| panic!("{e}: {}", seen[2]));
+        let v: serde_json::Value =
+            serde_json::from_str(&seen[2]).unwrap_or_else(|e| panic!("{e}: {}", seen[2]));
         assert_eq!(v["usage"]["input_tokens"], 5);
         assert!(v["result"].as_str().unwrap().ends_with("\u{1F600}\"x"));
         assert_eq!(seen[3], "z".repeat(max));
@@ -1650,20 +1712,55 @@ mod tests {
             seed ^= seed << 17;
             (seed % n as u64) as usize
         };
-        let palette = ['a', ' ', '"', '\\', '\n', '\u{1}', 'é', '中', '\u{1F600}', '\u{2028}', '/'];
+        let palette = [
+            'a',
+            ' ',
+            '"',
+            '\\',
+            '\n',
+            '\u{1}',
+            'é',
+            '中',
+            '\u{1F600}',
+            '\u{2028}',
+            '/',
+        ];
         let mut shortened = 0;
         for round in 0..300 {
             let max = 64 + rnd(2000);
-            let strings: Vec<String> = (0..1 + rnd(4)).map(|_| (0..rnd(6000)).map(|_| palette[rnd(palette.len())]).collect()).collect();
-            let value = serde_json::json!({"type":"x","n":round,"s":strings,"end":{"exit_code":round}});
+            let strings: Vec<String> = (0..1 + rnd(4))
+                .map(|_| {
+                    (0..rnd(6000))
+                        .map(|_| palette[rnd(palette.len())])
+                        .collect()
+                })
+                .collect();
+            let value =
+                serde_json::json!({"type":"x","n":round,"s":strings,"end":{"exit_code":round}});
             let mut line = value.to_string();
             if round % 2 == 1 {
                 // ASCII-only JSON: every non-ASCII character as \u escapes.
-                line = line.chars().map(|c| if c.is_ascii() { c.to_string() } else { c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect() }).collect();
+                line = line
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii() {
+                            c.to_string()
+                        } else {
+                            c.encode_utf16(&mut [0; 2])
+                                .iter()
+                                .map(|u| format!("\\u{u:04x}"))
+                                .collect()
+                        }
+                    })
+                    .collect();
             }
             let seen = Arc::new(Mutex::new(Vec::new()));
             let sink = Arc::clone(&seen);
-            let mut lines = LineSplitter::new(Box::new(move |l| sink.lock().unwrap().push(l.to_owned())), max).json(true);
+            let mut lines = LineSplitter::new(
+                Box::new(move |l| sink.lock().unwrap().push(l.to_owned())),
+                max,
+            )
+            .json(true);
             let bytes = line.as_bytes();
             let mut at = 0;
             while at < bytes.len() {
@@ -1676,11 +1773,20 @@ mod tests {
             assert_eq!(seen.len(), 1);
             match serde_json::from_str::<serde_json::Value>(&seen[0]) {
                 Ok(v) => {
-                    assert_eq!((v["n"].clone(), v["end"].clone()), (value["n"].clone(), value["end"].clone()), "round {round}");
+                    assert_eq!(
+                        (v["n"].clone(), v["end"].clone()),
+                        (value["n"].clone(), value["end"].clone()),
+                        "round {round}"
+                    );
                     shortened += usize::from(line.len() > max);
                 }
                 // Too many strings to shorten under the cap: cut as ever.
-                Err(_) => assert!(line.len() > max && seen[0].len() >= max - 3, "round {round}, max {max}: {} -> {}", line, seen[0]),
+                Err(_) => assert!(
+                    line.len() > max && seen[0].len() >= max - 3,
+                    "round {round}, max {max}: {} -> {}",
+                    line,
+                    seen[0]
+                ),
             }
         }
         assert!(shortened > 100, "{shortened} of 300 lines were shortened");

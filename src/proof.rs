@@ -172,7 +172,10 @@ impl Proof {
         scope: &[String],
     ) -> Result<Proof, ProofError> {
         let scope = Scope::new(scope)?;
-        let git_dir_changed = slot::git_dir_changes(&start.git_dir_fingerprint, &slot::git_dir_fingerprint(worktree));
+        let git_dir_changed = slot::git_dir_changes(
+            &start.git_dir_fingerprint,
+            &slot::git_dir_fingerprint(worktree),
+        );
         let git_dir_tampered = !git_dir_changed.is_empty();
         let repo = open(worktree)?;
         let (head_after, branch_after) = head_state(&repo);
@@ -241,7 +244,11 @@ impl Proof {
         }
         if self.git_dir_tampered {
             // A proof recorded before parts were named has none to show.
-            let parts = if self.git_dir_changed.is_empty() { ".git config or hooks".to_string() } else { self.git_dir_changed.join(", ") };
+            let parts = if self.git_dir_changed.is_empty() {
+                ".git config or hooks".to_string()
+            } else {
+                self.git_dir_changed.join(", ")
+            };
             reasons.push(format!("the writer changed the checkout's {parts}"));
         }
         if !self.out_of_scope.is_empty() {
@@ -383,8 +390,18 @@ pub fn worktree_fingerprint(worktree: &Path) -> Result<String, ProofError> {
         .recurse_ignored_dirs(false)
         .exclude_submodules(true)
         .update_index(false);
-    let statuses = repo.statuses(Some(&mut opts)).map_err(|source| ProofError::Repo { context: "reading the ignored files", path: worktree.to_path_buf(), source })?;
-    let mut ignored: Vec<Vec<u8>> = statuses.iter().filter(|e| e.status().contains(git2::Status::IGNORED)).map(|e| e.path_bytes().to_vec()).collect();
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(|source| ProofError::Repo {
+            context: "reading the ignored files",
+            path: worktree.to_path_buf(),
+            source,
+        })?;
+    let mut ignored: Vec<Vec<u8>> = statuses
+        .iter()
+        .filter(|e| e.status().contains(git2::Status::IGNORED))
+        .map(|e| e.path_bytes().to_vec())
+        .collect();
     ignored.sort();
     h.update(b"\nignored\n");
     for path in ignored {
@@ -406,8 +423,23 @@ fn hash_metadata_tree(h: &mut Sha256, worktree: &Path, rel: &str) {
             h.update(b" missing\n");
             continue;
         };
-        let kind = if m.file_type().is_symlink() { "link" } else if m.is_dir() { "dir" } else { "file" };
-        h.update(format!(" {kind} {} {:o} {}.{}\n", m.len(), m.mode(), m.mtime(), m.mtime_nsec()).as_bytes());
+        let kind = if m.file_type().is_symlink() {
+            "link"
+        } else if m.is_dir() {
+            "dir"
+        } else {
+            "file"
+        };
+        h.update(
+            format!(
+                " {kind} {} {:o} {}.{}\n",
+                m.len(),
+                m.mode(),
+                m.mtime(),
+                m.mtime_nsec()
+            )
+            .as_bytes(),
+        );
         if kind == "link" {
             if let Ok(t) = std::fs::read_link(&path) {
                 h.update(t.as_os_str().as_encoded_bytes());
@@ -415,7 +447,10 @@ fn hash_metadata_tree(h: &mut Sha256, worktree: &Path, rel: &str) {
         } else if kind == "dir"
             && let Ok(entries) = std::fs::read_dir(&path)
         {
-            let mut names: Vec<String> = entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
             // Popped from the end: push in reverse for name order.
             names.sort_unstable_by(|a, b| b.cmp(a));
             stack.extend(names.into_iter().map(|n| format!("{rel}/{n}")));
@@ -434,8 +469,18 @@ fn hash_metadata_tree(h: &mut Sha256, worktree: &Path, rel: &str) {
 pub fn files_of_at_least(worktree: &Path, limit: u64) -> Result<Vec<(String, u64)>, ProofError> {
     let repo = open(worktree)?;
     let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false).exclude_submodules(true).update_index(false);
-    let statuses = repo.statuses(Some(&mut opts)).map_err(|source| ProofError::Repo { context: "reading the status", path: worktree.to_path_buf(), source })?;
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true)
+        .update_index(false);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(|source| ProofError::Repo {
+            context: "reading the status",
+            path: worktree.to_path_buf(),
+            source,
+        })?;
     let mut big: Vec<(String, u64)> = statuses
         .iter()
         .filter_map(|e| {
@@ -632,12 +677,30 @@ fn diff_against(
 ///
 /// # Errors
 /// [`ProofError::Repo`] when the commit, the tree or a blob cannot be read.
-pub fn secret_in_change(worktree: &Path, base: &str, tree: &str, secrets: &crate::secret::Redactor) -> Result<Option<String>, ProofError> {
-    let err = |context| move |source| ProofError::Repo { context, path: worktree.to_path_buf(), source };
+pub fn secret_in_change(
+    worktree: &Path,
+    base: &str,
+    tree: &str,
+    secrets: &crate::secret::Redactor,
+) -> Result<Option<String>, ProofError> {
+    let err = |context| {
+        move |source| ProofError::Repo {
+            context,
+            path: worktree.to_path_buf(),
+            source,
+        }
+    };
     let repo = open(worktree)?;
-    let base_tree = git2::Oid::from_str(base).and_then(|oid| repo.find_commit(oid)).and_then(|c| c.tree()).map_err(err("reading the base commit"))?;
-    let new_tree = git2::Oid::from_str(tree).and_then(|oid| repo.find_tree(oid)).map_err(err("reading the change's tree"))?;
-    let diff = repo.diff_tree_to_tree(Some(&base_tree), Some(&new_tree), None).map_err(err("diffing the change"))?;
+    let base_tree = git2::Oid::from_str(base)
+        .and_then(|oid| repo.find_commit(oid))
+        .and_then(|c| c.tree())
+        .map_err(err("reading the base commit"))?;
+    let new_tree = git2::Oid::from_str(tree)
+        .and_then(|oid| repo.find_tree(oid))
+        .map_err(err("reading the change's tree"))?;
+    let diff = repo
+        .diff_tree_to_tree(Some(&base_tree), Some(&new_tree), None)
+        .map_err(err("diffing the change"))?;
     let blob = |id: git2::Oid| -> Result<Option<Vec<u8>>, ProofError> {
         if id.is_zero() {
             return Ok(None);
@@ -653,15 +716,20 @@ pub fn secret_in_change(worktree: &Path, base: &str, tree: &str, secrets: &crate
         if delta.status() == git2::Delta::Deleted {
             continue;
         }
-        let path = String::from_utf8_lossy(delta.new_file().path_bytes().unwrap_or_default()).into_owned();
+        let path =
+            String::from_utf8_lossy(delta.new_file().path_bytes().unwrap_or_default()).into_owned();
         if secrets.finds_in(path.as_bytes()) {
             return Ok(Some(path));
         }
         if u32::from(delta.new_file().mode()) == 0o160000 {
             continue;
         }
-        let Some(new) = blob(delta.new_file().id())? else { continue };
-        if secrets.finds_in(&new) && !blob(delta.old_file().id())?.is_some_and(|old| secrets.finds_in(&old)) {
+        let Some(new) = blob(delta.new_file().id())? else {
+            continue;
+        };
+        if secrets.finds_in(&new)
+            && !blob(delta.old_file().id())?.is_some_and(|old| secrets.finds_in(&old))
+        {
             return Ok(Some(path));
         }
     }
@@ -678,20 +746,48 @@ pub fn secret_in_change(worktree: &Path, base: &str, tree: &str, secrets: &crate
 pub fn public_signatures_changed(diff: &str) -> Vec<String> {
     let public = |l: &str| {
         let t = l.trim_start();
-        let rust = ["pub fn ", "pub async fn ", "pub struct ", "pub enum ", "pub trait ", "pub type ", "pub const ", "pub unsafe fn "].iter().any(|p| t.starts_with(p));
+        let rust = [
+            "pub fn ",
+            "pub async fn ",
+            "pub struct ",
+            "pub enum ",
+            "pub trait ",
+            "pub type ",
+            "pub const ",
+            "pub unsafe fn ",
+        ]
+        .iter()
+        .any(|p| t.starts_with(p));
         let js = t.starts_with("export ") && !t.starts_with("export {}");
         let go = (t.starts_with("func ") || t.starts_with("type ")) && {
             // `func (r *T) Name(` or `func Name(`: exported when capitalised.
             let rest = t.split_once(' ').map(|(_, r)| r).unwrap_or("");
-            let rest = if rest.starts_with('(') { rest.split_once(") ").map(|(_, r)| r).unwrap_or("") } else { rest };
+            let rest = if rest.starts_with('(') {
+                rest.split_once(") ").map(|(_, r)| r).unwrap_or("")
+            } else {
+                rest
+            };
             rest.chars().next().is_some_and(|c| c.is_ascii_uppercase())
         };
-        let python = (l.starts_with("def ") || l.starts_with("async def ") || l.starts_with("class ")) && !l.split_whitespace().nth(if l.starts_with("async") { 2 } else { 1 }).unwrap_or("_").starts_with('_');
+        let python =
+            (l.starts_with("def ") || l.starts_with("async def ") || l.starts_with("class "))
+                && !l
+                    .split_whitespace()
+                    .nth(if l.starts_with("async") { 2 } else { 1 })
+                    .unwrap_or("_")
+                    .starts_with('_');
         rust || js || go || python
     };
-    let added: std::collections::HashSet<&str> = diff.lines().filter(|l| l.starts_with('+') && !l.starts_with("+++")).map(|l| l[1..].trim()).collect();
+    let added: std::collections::HashSet<&str> = diff
+        .lines()
+        .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+        .map(|l| l[1..].trim())
+        .collect();
     let mut out: Vec<String> = Vec::new();
-    for l in diff.lines().filter(|l| l.starts_with('-') && !l.starts_with("---")) {
+    for l in diff
+        .lines()
+        .filter(|l| l.starts_with('-') && !l.starts_with("---"))
+    {
         let body = &l[1..];
         if public(body) && !added.contains(body.trim()) && !out.iter().any(|o| o == body.trim()) {
             out.push(body.trim().to_string());
@@ -741,13 +837,42 @@ pub fn links_leaving_the_repository(diff: &str) -> Vec<(String, String)> {
 /// gate or setup command (`sh test.sh`, `./scripts/check`), `.gitignore`
 /// files (which hide files from the commit that the gate still saw), and CI
 /// or test configuration by name. In `changed` order.
-pub fn gate_files_changed(verify: &[String], setup: &[String], changed: &[FileChange]) -> Vec<String> {
-    let words: Vec<String> = verify.iter().chain(setup).flat_map(|c| c.split(|ch: char| ch.is_whitespace() || ";&|()<>'\"`".contains(ch)).map(|w| w.trim_start_matches("./").to_string()).collect::<Vec<_>>()).filter(|w| !w.is_empty()).collect();
+pub fn gate_files_changed(
+    verify: &[String],
+    setup: &[String],
+    changed: &[FileChange],
+) -> Vec<String> {
+    let words: Vec<String> = verify
+        .iter()
+        .chain(setup)
+        .flat_map(|c| {
+            c.split(|ch: char| ch.is_whitespace() || ";&|()<>'\"`".contains(ch))
+                .map(|w| w.trim_start_matches("./").to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
     let by_name = |p: &str| {
         let name = p.rsplit('/').next().unwrap_or(p);
-        name == ".gitignore" || matches!(name, "Makefile" | "justfile" | "pytest.ini" | "tox.ini" | "jest.config.js" | "vitest.config.ts") || p == ".cargo/config.toml" || p.starts_with(".github/workflows/")
+        name == ".gitignore"
+            || matches!(
+                name,
+                "Makefile"
+                    | "justfile"
+                    | "pytest.ini"
+                    | "tox.ini"
+                    | "jest.config.js"
+                    | "vitest.config.ts"
+            )
+            || p == ".cargo/config.toml"
+            || p.starts_with(".github/workflows/")
     };
-    changed.iter().map(|f| f.path.as_str()).filter(|p| by_name(p) || words.iter().any(|w| w == p)).map(String::from).collect()
+    changed
+        .iter()
+        .map(|f| f.path.as_str())
+        .filter(|p| by_name(p) || words.iter().any(|w| w == p))
+        .map(String::from)
+        .collect()
 }
 
 #[cfg(test)]
@@ -836,9 +961,17 @@ mod signature_tests {
 ";
         assert_eq!(
             public_signatures_changed(diff),
-            ["pub fn divide(a: i64, b: i64) -> i64 {", "export function load(id: string): Item {", "def add(a, b):", "func (c *Calc) Add(a int) int {"]
+            [
+                "pub fn divide(a: i64, b: i64) -> i64 {",
+                "export function load(id: string): Item {",
+                "def add(a, b):",
+                "func (c *Calc) Add(a int) int {"
+            ]
         );
-        assert!(public_signatures_changed("+pub fn new() {}\n").is_empty(), "an addition breaks no caller");
+        assert!(
+            public_signatures_changed("+pub fn new() {}\n").is_empty(),
+            "an addition breaks no caller"
+        );
     }
 }
 
@@ -848,15 +981,49 @@ mod gate_file_tests {
     use super::{ChangeStatus, FileChange};
 
     fn changed(paths: &[&str]) -> Vec<FileChange> {
-        paths.iter().map(|p| FileChange { path: p.to_string(), old_path: None, status: ChangeStatus::Modified, added: 1, removed: 0, binary: false }).collect()
+        paths
+            .iter()
+            .map(|p| FileChange {
+                path: p.to_string(),
+                old_path: None,
+                status: ChangeStatus::Modified,
+                added: 1,
+                removed: 0,
+                binary: false,
+            })
+            .collect()
     }
 
     #[test]
     fn files_the_gate_runs_or_hides_are_named() {
-        let verify = vec!["sh test.sh".to_string(), "./scripts/check --all && cargo test".to_string()];
+        let verify = vec![
+            "sh test.sh".to_string(),
+            "./scripts/check --all && cargo test".to_string(),
+        ];
         let setup = vec!["make deps".to_string()];
-        let got = gate_files_changed(&verify, &setup, &changed(&["src/lib.rs", "test.sh", "scripts/check", ".gitignore", "docs/.gitignore", "Makefile", "README.md"]));
-        assert_eq!(got, ["test.sh", "scripts/check", ".gitignore", "docs/.gitignore", "Makefile"]);
+        let got = gate_files_changed(
+            &verify,
+            &setup,
+            &changed(&[
+                "src/lib.rs",
+                "test.sh",
+                "scripts/check",
+                ".gitignore",
+                "docs/.gitignore",
+                "Makefile",
+                "README.md",
+            ]),
+        );
+        assert_eq!(
+            got,
+            [
+                "test.sh",
+                "scripts/check",
+                ".gitignore",
+                "docs/.gitignore",
+                "Makefile"
+            ]
+        );
         assert!(gate_files_changed(&verify, &setup, &changed(&["src/lib.rs"])).is_empty());
     }
 }
@@ -866,6 +1033,12 @@ mod link_tests {
     #[test]
     fn links_out_of_the_repository_are_found() {
         let diff = "diff --git a/secrets b/secrets\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n+++ b/secrets\n@@ -0,0 +1 @@\n+/etc/shadow\n\\ No newline at end of file\ndiff --git a/docs/up b/docs/up\nnew file mode 120000\n--- /dev/null\n+++ b/docs/up\n@@ -0,0 +1 @@\n+../../outside\ndiff --git a/docs/ok b/docs/ok\nnew file mode 120000\n--- /dev/null\n+++ b/docs/ok\n@@ -0,0 +1 @@\n+../src/lib.rs\ndiff --git a/calc.txt b/calc.txt\n--- a/calc.txt\n+++ b/calc.txt\n@@ -1 +1,2 @@\n add\n+/etc/passwd\n";
-        assert_eq!(super::links_leaving_the_repository(diff), [("secrets".to_string(), "/etc/shadow".to_string()), ("docs/up".to_string(), "../../outside".to_string())]);
+        assert_eq!(
+            super::links_leaving_the_repository(diff),
+            [
+                ("secrets".to_string(), "/etc/shadow".to_string()),
+                ("docs/up".to_string(), "../../outside".to_string())
+            ]
+        );
     }
 }

@@ -103,7 +103,12 @@ pub fn overlaps(opened: &[Overlap], changed: &[crate::proof::FileChange]) -> Vec
     opened
         .iter()
         .filter_map(|o| {
-            let files: Vec<String> = o.files.iter().filter(|f| changed.iter().any(|c| &c.path == *f)).cloned().collect();
+            let files: Vec<String> = o
+                .files
+                .iter()
+                .filter(|f| changed.iter().any(|c| &c.path == *f))
+                .cloned()
+                .collect();
             (!files.is_empty()).then(|| Overlap { files, ..o.clone() })
         })
         .collect()
@@ -132,31 +137,69 @@ fn command_lines(s: &mut String, g: &GateRun, tail_chars: usize) {
         (None, _) => "killed by a signal".to_string(),
     };
     let mark = if g.passed() { "✅" } else { "❌" };
-    let _ = writeln!(s, "- {mark} `{}` → {code} in {:.1}s", g.command.replace('`', "ʼ"), g.duration_ms as f64 / 1000.0);
+    let _ = writeln!(
+        s,
+        "- {mark} `{}` → {code} in {:.1}s",
+        g.command.replace('`', "ʼ"),
+        g.duration_ms as f64 / 1000.0
+    );
     if g.output_tail.trim().is_empty() {
         return;
     }
     if tail_chars == 0 {
-        let _ = writeln!(s, "  _(output left out to fit GitHub's body limit; it is in the run's logs)_");
+        let _ = writeln!(
+            s,
+            "  _(output left out to fit GitHub's body limit; it is in the run's logs)_"
+        );
         return;
     }
     let total = g.output_tail.chars().count();
     let (t, cut) = tail_chars_of(&g.output_tail, tail_chars);
-    let label = if cut { format!("output: last {tail_chars} of {total} characters kept (cut to its tail)") } else { "output".to_string() };
-    let _ = writeln!(s, "\n<details><summary>{label}</summary>\n\n```\n{}\n```\n</details>\n", t.trim_end().replace("```", "ʼʼʼ"));
+    let label = if cut {
+        format!("output: last {tail_chars} of {total} characters kept (cut to its tail)")
+    } else {
+        "output".to_string()
+    };
+    let _ = writeln!(
+        s,
+        "\n<details><summary>{label}</summary>\n\n```\n{}\n```\n</details>\n",
+        t.trim_end().replace("```", "ʼʼʼ")
+    );
 }
 
 fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let c = &e.contract;
     let mut s = String::new();
     let _ = writeln!(s, "## {}\n", c.title);
-    let _ = writeln!(s, "Prepared by **nightshift** (run `{}`). Nothing was merged; a person decides.\n", e.run_id);
+    let _ = writeln!(
+        s,
+        "Prepared by **nightshift** (run `{}`). Nothing was merged; a person decides.\n",
+        e.run_id
+    );
     let _ = writeln!(s, "| | |\n|---|---|");
     let _ = writeln!(s, "| contract | `{}` |", e.contract_sha);
-    let _ = writeln!(s, "| branch | `{}` from `{}` (`{}`) |", e.branch, c.base, short(&e.base_commit));
-    let _ = writeln!(s, "| rounds | {} of {} |", e.rounds.len(), c.limits.rounds.value);
-    let _ = writeln!(s, "| time | {} |", crate::config::format_duration(Duration::from_secs(e.duration.as_secs().max(1))));
-    let cost = e.cost_usd.map(|c| format!("${c:.4}")).unwrap_or_else(|| "not reported by the agent".into());
+    let _ = writeln!(
+        s,
+        "| branch | `{}` from `{}` (`{}`) |",
+        e.branch,
+        c.base,
+        short(&e.base_commit)
+    );
+    let _ = writeln!(
+        s,
+        "| rounds | {} of {} |",
+        e.rounds.len(),
+        c.limits.rounds.value
+    );
+    let _ = writeln!(
+        s,
+        "| time | {} |",
+        crate::config::format_duration(Duration::from_secs(e.duration.as_secs().max(1)))
+    );
+    let cost = e
+        .cost_usd
+        .map(|c| format!("${c:.4}"))
+        .unwrap_or_else(|| "not reported by the agent".into());
     let _ = writeln!(s, "| tokens / cost | {} / {} |", e.tokens, cost);
     let _ = writeln!(s, "| verdict | **{}** |\n", e.verdict.verdict.as_str());
 
@@ -167,16 +210,28 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     // Each with the reviewer's judgement and where it saw the evidence: a
     // claim to check, not a proof.
     for (i, a) in c.accept.iter().enumerate() {
-        let judged = e.verdict.conditions.iter().find(|k| k.index as usize == i + 1);
+        let judged = e
+            .verdict
+            .conditions
+            .iter()
+            .find(|k| k.index as usize == i + 1);
         match judged {
             Some(k) if k.met && !k.evidence.trim().is_empty() => {
-                let _ = writeln!(s, "- [ ] {a}\n  — reviewer: met; evidence: {}", one_line(&k.evidence, 500));
+                let _ = writeln!(
+                    s,
+                    "- [ ] {a}\n  — reviewer: met; evidence: {}",
+                    one_line(&k.evidence, 500)
+                );
             }
             Some(k) if k.met => {
                 let _ = writeln!(s, "- [ ] {a}\n  — reviewer: met (no evidence named)");
             }
             Some(k) => {
-                let _ = writeln!(s, "- [ ] {a}\n  — reviewer: NOT met; {}", one_line(&k.evidence, 500));
+                let _ = writeln!(
+                    s,
+                    "- [ ] {a}\n  — reviewer: NOT met; {}",
+                    one_line(&k.evidence, 500)
+                );
             }
             None => {
                 let _ = writeln!(s, "- [ ] {a}\n  — reviewer: not judged");
@@ -211,7 +266,11 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let _ = writeln!(s, "- {}", one_line(f, 1000));
     }
     if e.verdict.findings.len() > 30 {
-        let _ = writeln!(s, "- … and {} more (in the ledger)", e.verdict.findings.len() - 30);
+        let _ = writeln!(
+            s,
+            "- … and {} more (in the ledger)",
+            e.verdict.findings.len() - 30
+        );
     }
     if e.verdict.findings.is_empty() {
         let _ = writeln!(s, "_No findings._");
@@ -219,39 +278,103 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s);
 
     let _ = writeln!(s, "### Files changed (from git, not from the agent)");
-    let (add, del) = e.changed.iter().fold((0, 0), |(a, d), f| (a + f.added, d + f.removed));
+    let (add, del) = e
+        .changed
+        .iter()
+        .fold((0, 0), |(a, d), f| (a + f.added, d + f.removed));
     for f in &e.changed {
-        let what = if f.binary { "binary".to_string() } else { format!("+{} −{}", f.added, f.removed) };
-        let renamed = f.old_path.as_ref().map(|o| format!(" (from `{o}`)")).unwrap_or_default();
+        let what = if f.binary {
+            "binary".to_string()
+        } else {
+            format!("+{} −{}", f.added, f.removed)
+        };
+        let renamed = f
+            .old_path
+            .as_ref()
+            .map(|o| format!(" (from `{o}`)"))
+            .unwrap_or_default();
         let _ = writeln!(s, "- `{}`{renamed} {} {what}", f.path, f.status.letter());
     }
     let _ = writeln!(s, "\n{} file(s), +{add} −{del}\n", e.changed.len());
-    let _ = writeln!(s, "To look at it yourself: `git fetch origin {} && git diff {}..FETCH_HEAD`\n", e.branch, short(&e.base_commit));
+    let _ = writeln!(
+        s,
+        "To look at it yourself: `git fetch origin {} && git diff {}..FETCH_HEAD`\n",
+        e.branch,
+        short(&e.base_commit)
+    );
     if !e.diff.trim().is_empty() && tail_chars > 0 {
         let budget = tail_chars * 6;
         let lines = e.diff.lines().count();
         let (shown, cut) = head_chars_of(&e.diff, budget);
-        let note = if cut { format!(" (first {} of {lines} lines)", shown.lines().count()) } else { format!(" ({lines} lines)") };
-        let _ = writeln!(s, "<details><summary>The diff{note}</summary>\n\n```diff\n{}\n```\n</details>\n", shown.trim_end().replace("```", "ʼʼʼ"));
+        let note = if cut {
+            format!(" (first {} of {lines} lines)", shown.lines().count())
+        } else {
+            format!(" ({lines} lines)")
+        };
+        let _ = writeln!(
+            s,
+            "<details><summary>The diff{note}</summary>\n\n```diff\n{}\n```\n</details>\n",
+            shown.trim_end().replace("```", "ʼʼʼ")
+        );
     }
-    for (title, text) in [("The writer's account (its own words, not evidence)", &e.writer_note), ("The reviewer's notes", &e.reviewer_note)] {
+    for (title, text) in [
+        (
+            "The writer's account (its own words, not evidence)",
+            &e.writer_note,
+        ),
+        ("The reviewer's notes", &e.reviewer_note),
+    ] {
         if !text.trim().is_empty() && tail_chars > 0 {
             let (t, cut) = tail_chars_of(text, tail_chars / 2);
-            let _ = writeln!(s, "<details><summary>{title}{}</summary>\n\n{}\n</details>\n", if cut { " (last part)" } else { "" }, t.trim().replace("```", "ʼʼʼ"));
+            let _ = writeln!(
+                s,
+                "<details><summary>{title}{}</summary>\n\n{}\n</details>\n",
+                if cut { " (last part)" } else { "" },
+                t.trim().replace("```", "ʼʼʼ")
+            );
         }
     }
 
     let _ = writeln!(s, "### Rounds");
     for r in &e.rounds {
-        let gate: Vec<String> = r.gate.iter().map(|g| format!("`{}` {}", g.command.replace('`', "ʼ"), g.exit_code.map(|c| format!("exit {c}")).unwrap_or("killed".into()))).collect();
-        let gate = if gate.is_empty() { String::new() } else { format!(" (gate: {})", gate.join(", ")) };
-        let note = if r.note.is_empty() { String::new() } else { format!(" — {}", one_line(&r.note, 200)) };
-        let _ = writeln!(s, "{}. {} in {}{gate}{note}", r.n, r.result, crate::config::format_duration(Duration::from_secs(r.seconds)).replace("0ms", "0s"));
+        let gate: Vec<String> = r
+            .gate
+            .iter()
+            .map(|g| {
+                format!(
+                    "`{}` {}",
+                    g.command.replace('`', "ʼ"),
+                    g.exit_code
+                        .map(|c| format!("exit {c}"))
+                        .unwrap_or("killed".into())
+                )
+            })
+            .collect();
+        let gate = if gate.is_empty() {
+            String::new()
+        } else {
+            format!(" (gate: {})", gate.join(", "))
+        };
+        let note = if r.note.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", one_line(&r.note, 200))
+        };
+        let _ = writeln!(
+            s,
+            "{}. {} in {}{gate}{note}",
+            r.n,
+            r.result,
+            crate::config::format_duration(Duration::from_secs(r.seconds)).replace("0ms", "0s")
+        );
     }
     let _ = writeln!(s);
 
     if !e.findings.is_empty() {
-        let _ = writeln!(s, "### The writer's findings (proposals outside this item, not in this PR; filed as issues when GitHub is reachable)");
+        let _ = writeln!(
+            s,
+            "### The writer's findings (proposals outside this item, not in this PR; filed as issues when GitHub is reachable)"
+        );
         for f in e.findings.iter().take(30) {
             let _ = writeln!(s, "- {}", one_line(f, 1000));
         }
@@ -259,29 +382,60 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
 
     let _ = writeln!(s, "### Still for a person to judge");
-    let _ = writeln!(s, "- Does the change do what the item means, not only what the conditions say?");
-    let _ = writeln!(s, "- Is anything outside the diff affected (docs, migrations, other callers)?");
+    let _ = writeln!(
+        s,
+        "- Does the change do what the item means, not only what the conditions say?"
+    );
+    let _ = writeln!(
+        s,
+        "- Is anything outside the diff affected (docs, migrations, other callers)?"
+    );
     if c.accept.is_empty() {
-        let _ = writeln!(s, "- No acceptance condition was written: only the gate and the reviewer judged it.");
+        let _ = writeln!(
+            s,
+            "- No acceptance condition was written: only the gate and the reviewer judged it."
+        );
     }
     if c.verify.is_empty() {
         let _ = writeln!(s, "- No gate ran: the change is untested by nightshift.");
     }
     if e.rounds.len() > 1 {
-        let _ = writeln!(s, "- It took {} rounds: read the earlier failures above.", e.rounds.len());
+        let _ = writeln!(
+            s,
+            "- It took {} rounds: read the earlier failures above.",
+            e.rounds.len()
+        );
     }
     if e.cost_usd.is_none() {
-        let _ = writeln!(s, "- The agent reported no cost: the cost cap was not enforced.");
+        let _ = writeln!(
+            s,
+            "- The agent reported no cost: the cost cap was not enforced."
+        );
     }
     let outward = crate::proof::links_leaving_the_repository(&e.diff);
     if !outward.is_empty() {
-        let shown: Vec<String> = outward.iter().take(5).map(|(l, t)| format!("`{} → {}`", l.replace('`', "ʼ"), t.replace('`', "ʼ"))).collect();
-        let _ = writeln!(s, "- It adds symbolic links that point outside the repository ({}).", shown.join(", "));
+        let shown: Vec<String> = outward
+            .iter()
+            .take(5)
+            .map(|(l, t)| format!("`{} → {}`", l.replace('`', "ʼ"), t.replace('`', "ʼ")))
+            .collect();
+        let _ = writeln!(
+            s,
+            "- It adds symbolic links that point outside the repository ({}).",
+            shown.join(", ")
+        );
     }
     let gate_files = crate::proof::gate_files_changed(&c.verify, &c.setup, &e.changed);
     if !gate_files.is_empty() {
-        let shown: Vec<String> = gate_files.iter().map(|f| format!("`{}`", f.replace('`', "ʼ"))).collect();
-        let _ = writeln!(s, "- The change edits what the gate runs or sees ({}): the green gate above ran the writer's version of it.", shown.join(", "));
+        let shown: Vec<String> = gate_files
+            .iter()
+            .map(|f| format!("`{}`", f.replace('`', "ʼ")))
+            .collect();
+        let _ = writeln!(
+            s,
+            "- The change edits what the gate runs or sees ({}): the green gate above ran the writer's version of it.",
+            shown.join(", ")
+        );
     }
     for n in e.agent_notes.iter().take(10) {
         match n.split_once(": ").unwrap_or(("agent", n)) {
@@ -296,19 +450,56 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     let changed_api = crate::proof::public_signatures_changed(&e.diff);
     if !changed_api.is_empty() {
-        let shown: Vec<String> = changed_api.iter().take(5).map(|l| format!("`{}`", one_line(l, 120).replace('`', "ʼ"))).collect();
-        let more = if changed_api.len() > 5 { format!(" and {} more", changed_api.len() - 5) } else { String::new() };
-        let _ = writeln!(s, "- It changes or removes public declarations ({}{more}): callers outside this diff may break.", shown.join(", "));
+        let shown: Vec<String> = changed_api
+            .iter()
+            .take(5)
+            .map(|l| format!("`{}`", one_line(l, 120).replace('`', "ʼ")))
+            .collect();
+        let more = if changed_api.len() > 5 {
+            format!(" and {} more", changed_api.len() - 5)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "- It changes or removes public declarations ({}{more}): callers outside this diff may break.",
+            shown.join(", ")
+        );
     }
     for o in &e.overlaps {
-        let pr = o.pr_number.map_or_else(|| format!("branch `{}`", o.branch), |n| format!("#{n}"));
-        let files: Vec<String> = o.files.iter().take(10).map(|f| format!("`{}`", f.replace('`', "ʼ"))).collect();
-        let more = if o.files.len() > 10 { format!(" and {} more", o.files.len() - 10) } else { String::new() };
-        let _ = writeln!(s, "- Merge order: {pr} ({}) from the same night also changes {}{more}. Both start from the same base; after merging one, check the other still merges cleanly and its gate still passes.", one_line(&o.title, 120), files.join(", "));
+        let pr = o
+            .pr_number
+            .map_or_else(|| format!("branch `{}`", o.branch), |n| format!("#{n}"));
+        let files: Vec<String> = o
+            .files
+            .iter()
+            .take(10)
+            .map(|f| format!("`{}`", f.replace('`', "ʼ")))
+            .collect();
+        let more = if o.files.len() > 10 {
+            format!(" and {} more", o.files.len() - 10)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "- Merge order: {pr} ({}) from the same night also changes {}{more}. Both start from the same base; after merging one, check the other still merges cleanly and its gate still passes.",
+            one_line(&o.title, 120),
+            files.join(", ")
+        );
     }
     let _ = writeln!(s);
 
-    let _ = writeln!(s, "<details><summary>Contract (sha256 {})</summary>\n\n```json\n{}\n```\n</details>\n", short(&e.contract_sha), serde_json::to_string_pretty(&serde_json::from_str::<Value>(&c.canonical_json()).unwrap_or(Value::Null)).unwrap_or_default().replace("```", "ʼʼʼ"));
+    let _ = writeln!(
+        s,
+        "<details><summary>Contract (sha256 {})</summary>\n\n```json\n{}\n```\n</details>\n",
+        short(&e.contract_sha),
+        serde_json::to_string_pretty(
+            &serde_json::from_str::<Value>(&c.canonical_json()).unwrap_or(Value::Null)
+        )
+        .unwrap_or_default()
+        .replace("```", "ʼʼʼ")
+    );
     // Only the last line may carry an item marker (forge::carries_marker):
     // any copy inside quoted output or findings is defused.
     s = s.replace("<!-- nightshift-item:", "&lt;!-- nightshift-item:");
@@ -323,7 +514,10 @@ fn head_chars_of(s: &str, max: usize) -> (String, bool) {
         return (s.to_string(), false);
     }
     let head: String = s.chars().take(max).collect();
-    let cut = head.rfind('\n').map(|i| head[..i].to_string()).unwrap_or(head);
+    let cut = head
+        .rfind('\n')
+        .map(|i| head[..i].to_string())
+        .unwrap_or(head);
     (cut, true)
 }
 
@@ -333,7 +527,11 @@ fn short(sha: &str) -> &str {
 
 fn one_line(s: &str, max: usize) -> String {
     let t: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if t.chars().count() > max { format!("{}…", t.chars().take(max).collect::<String>()) } else { t }
+    if t.chars().count() > max {
+        format!("{}…", t.chars().take(max).collect::<String>())
+    } else {
+        t
+    }
 }
 
 /// The last `max` characters of `s` and whether it was cut.
@@ -376,21 +574,46 @@ pub struct NightTotals {
 
 /// Sums a run's items (SPEC §2 `report`). `now` stands in for the end of a
 /// run still going.
-pub fn totals(run: &RunRow, items: &[ItemRow], slept_secs: i64, now: chrono::DateTime<chrono::Utc>) -> NightTotals {
-    let count = |os: &[&str]| items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| os.contains(&o))).count();
+pub fn totals(
+    run: &RunRow,
+    items: &[ItemRow],
+    slept_secs: i64,
+    now: chrono::DateTime<chrono::Utc>,
+) -> NightTotals {
+    let count = |os: &[&str]| {
+        items
+            .iter()
+            .filter(|i| i.outcome.as_deref().is_some_and(|o| os.contains(&o)))
+            .count()
+    };
     let costs: Vec<f64> = items.iter().filter_map(|i| i.cost_usd).collect();
     NightTotals {
-        opened: items.iter().filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_some()).count(),
-        would_open: items.iter().filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_none()).count(),
+        opened: items
+            .iter()
+            .filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_some())
+            .count(),
+        would_open: items
+            .iter()
+            .filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_none())
+            .count(),
         already: count(&["already_open", "already_merged"]),
-        failed: items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))).count(),
+        failed: items
+            .iter()
+            .filter(|i| {
+                i.outcome
+                    .as_deref()
+                    .is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))
+            })
+            .count(),
         blocked: count(&["blocked"]),
         not_run: count(&["not_approved", "deadline"]),
         no_changes: count(&["no_changes"]),
         tokens: items.iter().map(|i| i.tokens).sum(),
         cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
         slept_secs: slept_secs.max(0),
-        left_secs: run.deadline.map(|d| (d - run.ended_at.unwrap_or(now)).num_seconds()),
+        left_secs: run
+            .deadline
+            .map(|d| (d - run.ended_at.unwrap_or(now)).num_seconds()),
     }
 }
 
@@ -462,13 +685,26 @@ fn rows(items: &[ItemRow]) -> Vec<Row> {
             pr: match (i.pr_number, &i.branch) {
                 (Some(n), _) => format!("#{n}"),
                 // Pushed; GitHub not reachable (would open) or the create failed.
-                (None, Some(_)) if i.pr_body.is_some() && i.outcome.as_deref() == Some("pr_opened") => "would open".into(),
+                (None, Some(_))
+                    if i.pr_body.is_some() && i.outcome.as_deref() == Some("pr_opened") =>
+                {
+                    "would open".into()
+                }
                 (None, Some(_)) if i.pr_body.is_some() => "not opened".into(),
                 _ => "-".into(),
             },
             rounds: i.rounds.to_string(),
-            time: i.ended_at.map(|e| seconds((e - i.started_at).num_milliseconds())).unwrap_or_else(|| "…".into()),
-            usage: format!("{} / {}", i.tokens, i.cost_usd.map(|c| format!("${c:.2}")).unwrap_or_else(|| "-".into())),
+            time: i
+                .ended_at
+                .map(|e| seconds((e - i.started_at).num_milliseconds()))
+                .unwrap_or_else(|| "…".into()),
+            usage: format!(
+                "{} / {}",
+                i.tokens,
+                i.cost_usd
+                    .map(|c| format!("${c:.2}"))
+                    .unwrap_or_else(|| "-".into())
+            ),
             reason: match (&i.question, &i.reason) {
                 (Some(q), _) => format!("question: {q}"),
                 (None, Some(r)) => r.clone(),
@@ -479,7 +715,10 @@ fn rows(items: &[ItemRow]) -> Vec<Row> {
 }
 
 fn totals_line(t: &NightTotals) -> String {
-    let cost = t.cost_usd.map(|c| format!("${c:.2}")).unwrap_or_else(|| "cost not reported".into());
+    let cost = t
+        .cost_usd
+        .map(|c| format!("${c:.2}"))
+        .unwrap_or_else(|| "cost not reported".into());
     let left = match t.left_secs {
         Some(s) if s >= 0 => format!("{} left before the deadline", seconds(s * 1000)),
         Some(s) => format!("ended {} after the deadline", seconds(-s * 1000)),
@@ -488,12 +727,23 @@ fn totals_line(t: &NightTotals) -> String {
     format!(
         "{} PR(s) opened{} · {} already open or merged · {} failed · {} blocked · {} not run{} · slept {} at usage limits · {left} · {} tokens · {cost} for the night",
         t.opened,
-        if t.would_open > 0 { format!(" · {} branch(es) pushed whose PR would have been opened (no GitHub access)", t.would_open) } else { String::new() },
+        if t.would_open > 0 {
+            format!(
+                " · {} branch(es) pushed whose PR would have been opened (no GitHub access)",
+                t.would_open
+            )
+        } else {
+            String::new()
+        },
         t.already,
         t.failed,
         t.blocked,
         t.not_run,
-        if t.no_changes > 0 { format!(" · {} with nothing to change", t.no_changes) } else { String::new() },
+        if t.no_changes > 0 {
+            format!(" · {} with nothing to change", t.no_changes)
+        } else {
+            String::new()
+        },
         seconds(t.slept_secs * 1000),
         t.tokens,
     )
@@ -508,15 +758,49 @@ pub fn to_text(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bo
 }
 
 /// [`to_text`] with the current instant given (for a run still going).
-pub fn to_text_at(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bool, now: chrono::DateTime<chrono::Utc>) -> String {
+pub fn to_text_at(
+    run: &RunRow,
+    items: &[ItemRow],
+    slept_secs: i64,
+    show_bodies: bool,
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
     let mut s = String::new();
-    let tz: chrono_tz::Tz = run.timezone.as_deref().and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
-    let _ = writeln!(s, "run {} · {} · {} · started {}", run.id, run.kind, status_words(run, items), run.started_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"));
+    let tz: chrono_tz::Tz = run
+        .timezone
+        .as_deref()
+        .and_then(|z| z.parse().ok())
+        .unwrap_or(chrono_tz::UTC);
+    let _ = writeln!(
+        s,
+        "run {} · {} · {} · started {}",
+        run.id,
+        run.kind,
+        status_words(run, items),
+        run.started_at
+            .with_timezone(&tz)
+            .format("%Y-%m-%d %H:%M %Z")
+    );
     let _ = writeln!(s, "plan {}", run.plan_sha);
     let _ = writeln!(s);
     let rows = rows(items);
-    let cut = |t: &str, n: usize| if t.chars().count() > n { format!("{}…", t.chars().take(n - 1).collect::<String>()) } else { t.to_string() };
-    let head = Row { index: "#".into(), title: "item".into(), outcome: "outcome".into(), pr: "PR".into(), rounds: "rounds".into(), time: "time".into(), usage: "tokens / cost".into(), reason: "reason".into() };
+    let cut = |t: &str, n: usize| {
+        if t.chars().count() > n {
+            format!("{}…", t.chars().take(n - 1).collect::<String>())
+        } else {
+            t.to_string()
+        }
+    };
+    let head = Row {
+        index: "#".into(),
+        title: "item".into(),
+        outcome: "outcome".into(),
+        pr: "PR".into(),
+        rounds: "rounds".into(),
+        time: "time".into(),
+        usage: "tokens / cost".into(),
+        reason: "reason".into(),
+    };
     let all: Vec<&Row> = std::iter::once(&head).chain(rows.iter()).collect();
     let w = |f: &dyn Fn(&Row) -> usize| all.iter().map(|r| f(r)).max().unwrap_or(0);
     let (wi, wt, wo, wp, wr, wm, wu) = (
@@ -549,7 +833,12 @@ pub fn to_text_at(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies:
     if !prs.is_empty() {
         let _ = writeln!(s);
         for i in prs {
-            let _ = writeln!(s, "  #{} {}", i.pr_number.unwrap_or(0), i.pr_url.as_deref().unwrap_or(""));
+            let _ = writeln!(
+                s,
+                "  #{} {}",
+                i.pr_number.unwrap_or(0),
+                i.pr_url.as_deref().unwrap_or("")
+            );
         }
     }
     append_bodies(&mut s, items, show_bodies);
@@ -559,7 +848,14 @@ pub fn to_text_at(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies:
 /// The run's status (SPEC §7), with its failed items when it completed with
 /// some: "completed, 1 item failed" says why `drain` exited 1 (SPEC §2).
 fn status_words(run: &RunRow, items: &[ItemRow]) -> String {
-    let failed = items.iter().filter(|i| i.outcome.as_deref().is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))).count();
+    let failed = items
+        .iter()
+        .filter(|i| {
+            i.outcome
+                .as_deref()
+                .is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))
+        })
+        .count();
     match failed {
         0 => run.status.clone(),
         1 => format!("{}, 1 item failed", run.status),
@@ -570,35 +866,93 @@ fn status_words(run: &RunRow, items: &[ItemRow]) -> String {
 fn append_bodies(s: &mut String, items: &[ItemRow], show_bodies: bool) {
     if show_bodies {
         for i in items.iter().filter(|i| i.pr_body.is_some()) {
-            let what = if i.pr_url.is_some() { "PR body" } else { "PR that would have been opened (no GitHub access)" };
-            let _ = writeln!(s, "\n──── item {} · {what} · branch {}\n{}", i.item_index, i.branch.as_deref().unwrap_or("?"), i.pr_body.as_deref().unwrap_or(""));
+            let what = if i.pr_url.is_some() {
+                "PR body"
+            } else {
+                "PR that would have been opened (no GitHub access)"
+            };
+            let _ = writeln!(
+                s,
+                "\n──── item {} · {what} · branch {}\n{}",
+                i.item_index,
+                i.branch.as_deref().unwrap_or("?"),
+                i.pr_body.as_deref().unwrap_or("")
+            );
         }
-    } else if items.iter().any(|i| i.pr_body.is_some() && i.pr_url.is_none()) {
-        let _ = writeln!(s, "\nPRs that would have been opened are kept with their bodies: `nightshift report --show-body`.");
+    } else if items
+        .iter()
+        .any(|i| i.pr_body.is_some() && i.pr_url.is_none())
+    {
+        let _ = writeln!(
+            s,
+            "\nPRs that would have been opened are kept with their bodies: `nightshift report --show-body`."
+        );
     }
 }
 
 /// The report as GitHub-flavoured markdown, for pasting into an issue or a
 /// chat (`report --markdown`). Same facts as [`to_text`].
-pub fn to_markdown(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bool, now: chrono::DateTime<chrono::Utc>) -> String {
+pub fn to_markdown(
+    run: &RunRow,
+    items: &[ItemRow],
+    slept_secs: i64,
+    show_bodies: bool,
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
     let mut s = String::new();
-    let tz: chrono_tz::Tz = run.timezone.as_deref().and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
+    let tz: chrono_tz::Tz = run
+        .timezone
+        .as_deref()
+        .and_then(|z| z.parse().ok())
+        .unwrap_or(chrono_tz::UTC);
     let _ = writeln!(s, "### nightshift run `{}`\n", run.id);
-    let _ = writeln!(s, "{} · **{}** · started {} · plan `{}`\n", run.kind, status_words(run, items), run.started_at.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z"), short(&run.plan_sha));
-    let _ = writeln!(s, "| # | item | outcome | PR | rounds | time | tokens / cost | reason |\n|---:|---|---|---|---:|---:|---|---|");
+    let _ = writeln!(
+        s,
+        "{} · **{}** · started {} · plan `{}`\n",
+        run.kind,
+        status_words(run, items),
+        run.started_at
+            .with_timezone(&tz)
+            .format("%Y-%m-%d %H:%M %Z"),
+        short(&run.plan_sha)
+    );
+    let _ = writeln!(
+        s,
+        "| # | item | outcome | PR | rounds | time | tokens / cost | reason |\n|---:|---|---|---|---:|---:|---|---|"
+    );
     let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
     for (r, i) in rows(items).iter().zip(items) {
         let pr = match (&i.pr_url, i.pr_number) {
             (Some(u), Some(n)) => format!("[#{n}]({u})"),
             _ => r.pr.clone(),
         };
-        let _ = writeln!(s, "| {} | {} | `{}` | {} | {} | {} | {} | {} |", r.index, cell(&r.title), r.outcome, pr, r.rounds, r.time, r.usage, cell(&one_line(&r.reason, 300)));
+        let _ = writeln!(
+            s,
+            "| {} | {} | `{}` | {} | {} | {} | {} | {} |",
+            r.index,
+            cell(&r.title),
+            r.outcome,
+            pr,
+            r.rounds,
+            r.time,
+            r.usage,
+            cell(&one_line(&r.reason, 300))
+        );
     }
     let _ = writeln!(s, "\n{}", totals_line(&totals(run, items, slept_secs, now)));
     if show_bodies {
         for i in items.iter().filter(|i| i.pr_body.is_some()) {
-            let what = if i.pr_url.is_some() { "PR body" } else { "PR that would have been opened" };
-            let _ = writeln!(s, "\n<details><summary>item {} · {what}</summary>\n\n{}\n</details>", i.item_index, i.pr_body.as_deref().unwrap_or(""));
+            let what = if i.pr_url.is_some() {
+                "PR body"
+            } else {
+                "PR that would have been opened"
+            };
+            let _ = writeln!(
+                s,
+                "\n<details><summary>item {} · {what}</summary>\n\n{}\n</details>",
+                i.item_index,
+                i.pr_body.as_deref().unwrap_or("")
+            );
         }
     }
     s

@@ -69,7 +69,8 @@ pub const VERDICT_SCHEMA: &str = r#"{"type":"object","properties":{"verdict":{"t
 /// condition not met is not done). Checks of numbers outside `accept` are
 /// dropped.
 pub fn hold_to_conditions(mut v: Verdict, accept: &[String]) -> Verdict {
-    v.conditions.retain(|c| c.index >= 1 && (c.index as usize) <= accept.len());
+    v.conditions
+        .retain(|c| c.index >= 1 && (c.index as usize) <= accept.len());
     v.conditions.sort_by_key(|c| c.index);
     v.conditions.dedup_by_key(|c| c.index);
     if v.verdict == Decision::Approve {
@@ -77,7 +78,14 @@ pub fn hold_to_conditions(mut v: Verdict, accept: &[String]) -> Verdict {
             .conditions
             .iter()
             .filter(|c| !c.met)
-            .map(|c| format!("acceptance condition {} is not met ({}): {}", c.index, accept[c.index as usize - 1], c.evidence.trim()))
+            .map(|c| {
+                format!(
+                    "acceptance condition {} is not met ({}): {}",
+                    c.index,
+                    accept[c.index as usize - 1],
+                    c.evidence.trim()
+                )
+            })
             .collect();
         if !unmet.is_empty() {
             v.verdict = Decision::RequestChanges;
@@ -100,21 +108,39 @@ fn conditions_from_value(v: &Value) -> Vec<ConditionCheck> {
         .filter_map(|c| {
             let index = ["index", "condition", "n"].iter().find_map(|k| {
                 let x = c.get(*k)?;
-                x.as_u64().or_else(|| x.as_str().and_then(|s| s.trim().trim_start_matches('#').parse().ok()))
+                x.as_u64().or_else(|| {
+                    x.as_str()
+                        .and_then(|s| s.trim().trim_start_matches('#').parse().ok())
+                })
             })?;
             let met = match c.get("met") {
                 Some(Value::Bool(b)) => *b,
                 _ => {
-                    let word = ["met", "status", "result"].iter().find_map(|k| c.get(*k).and_then(Value::as_str))?.trim().to_ascii_lowercase().replace(['-', ' '], "_");
+                    let word = ["met", "status", "result"]
+                        .iter()
+                        .find_map(|k| c.get(*k).and_then(Value::as_str))?
+                        .trim()
+                        .to_ascii_lowercase()
+                        .replace(['-', ' '], "_");
                     match word.as_str() {
                         "met" | "pass" | "passed" | "yes" | "true" | "ok" | "done" => true,
-                        "not_met" | "unmet" | "fail" | "failed" | "no" | "false" | "missing" => false,
+                        "not_met" | "unmet" | "fail" | "failed" | "no" | "false" | "missing" => {
+                            false
+                        }
                         _ => return None,
                     }
                 }
             };
-            let evidence = ["evidence", "why", "reason", "notes"].iter().find_map(|k| c.get(*k).and_then(Value::as_str)).unwrap_or("").to_string();
-            Some(ConditionCheck { index: u32::try_from(index).ok()?, met, evidence })
+            let evidence = ["evidence", "why", "reason", "notes"]
+                .iter()
+                .find_map(|k| c.get(*k).and_then(Value::as_str))
+                .unwrap_or("")
+                .to_string();
+            Some(ConditionCheck {
+                index: u32::try_from(index).ok()?,
+                met,
+                evidence,
+            })
         })
         .collect()
 }
@@ -140,18 +166,48 @@ pub fn verdict_from_value(v: &Value) -> Option<Verdict> {
 /// a single string is one finding; unknown fields are ignored.
 pub fn read_verdict_value(v: &Value) -> Option<Result<Verdict, String>> {
     let raw = v.as_object()?.get("verdict")?;
-    let word = raw.as_str().map(|s| s.trim().to_ascii_lowercase().replace(['-', ' '], "_"));
+    let word = raw
+        .as_str()
+        .map(|s| s.trim().to_ascii_lowercase().replace(['-', ' '], "_"));
     let decision = match word.as_deref() {
         Some("approve" | "approved") => Decision::Approve,
-        Some("request_changes" | "request_change" | "requested_changes" | "changes_requested" | "changes_required" | "reject" | "rejected" | "needs_changes" | "changes_needed") => Decision::RequestChanges,
-        _ => return Some(Err(format!("its verdict {} is neither \"approve\" nor \"request_changes\"", crate::agent::cut_chars(&raw.to_string(), 80)))),
+        Some(
+            "request_changes" | "request_change" | "requested_changes" | "changes_requested"
+            | "changes_required" | "reject" | "rejected" | "needs_changes" | "changes_needed",
+        ) => Decision::RequestChanges,
+        _ => {
+            return Some(Err(format!(
+                "its verdict {} is neither \"approve\" nor \"request_changes\"",
+                crate::agent::cut_chars(&raw.to_string(), 80)
+            )));
+        }
     };
     let finding = |f: &Value| -> Option<String> {
         let text = match f {
             Value::String(s) => s.clone(),
-            Value::Object(o) => match ["message", "title", "text", "description", "finding", "issue", "summary"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)) {
+            Value::Object(o) => match [
+                "message",
+                "title",
+                "text",
+                "description",
+                "finding",
+                "issue",
+                "summary",
+            ]
+            .iter()
+            .find_map(|k| o.get(*k).and_then(Value::as_str))
+            {
                 // Where it is, when the reviewer said: `src/a.rs:12: message`.
-                Some(m) => match (["file", "path"].iter().find_map(|k| o.get(*k).and_then(Value::as_str)), o.get("line").and_then(|l| l.as_u64().map(|n| n.to_string()).or_else(|| l.as_str().map(String::from)))) {
+                Some(m) => match (
+                    ["file", "path"]
+                        .iter()
+                        .find_map(|k| o.get(*k).and_then(Value::as_str)),
+                    o.get("line").and_then(|l| {
+                        l.as_u64()
+                            .map(|n| n.to_string())
+                            .or_else(|| l.as_str().map(String::from))
+                    }),
+                ) {
                     (Some(file), Some(line)) => format!("{file}:{line}: {m}"),
                     (Some(file), None) => format!("{file}: {m}"),
                     _ => m.to_string(),
@@ -168,7 +224,11 @@ pub fn read_verdict_value(v: &Value) -> Option<Result<Verdict, String>> {
         Some(one @ Value::String(_)) => finding(one).into_iter().collect(),
         _ => Vec::new(),
     };
-    Some(Ok(Verdict { verdict: decision, findings, conditions: conditions_from_value(v) }))
+    Some(Ok(Verdict {
+        verdict: decision,
+        findings,
+        conditions: conditions_from_value(v),
+    }))
 }
 
 /// The verdict of a reviewer's answer: the last JSON object in `text` that
@@ -223,8 +283,11 @@ pub fn last_json_verdict(text: &str) -> Option<Verdict> {
 pub fn no_verdict_reason(text: &str) -> String {
     match read_verdict(text) {
         Some(Err(why)) => format!("the reviewer gave no verdict: {why}"),
-        _ if text.trim().is_empty() => "the reviewer gave no verdict (its answer was empty)".to_string(),
-        _ => "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)".to_string(),
+        _ if text.trim().is_empty() => {
+            "the reviewer gave no verdict (its answer was empty)".to_string()
+        }
+        _ => "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)"
+            .to_string(),
     }
 }
 
@@ -241,34 +304,69 @@ pub fn prose(text: &str) -> String {
 /// which git cannot see, or one undone before the end); for `claude`, its
 /// session must also have listed its tools (the init event) and none
 /// beyond the read-only set, and no MCP server.
-pub fn void_reason(kind: crate::config::AgentKind, reviewer: &crate::agent::Report, fingerprint_before: &str, fingerprint_after: &str) -> Option<String> {
+pub fn void_reason(
+    kind: crate::config::AgentKind,
+    reviewer: &crate::agent::Report,
+    fingerprint_before: &str,
+    fingerprint_after: &str,
+) -> Option<String> {
     if fingerprint_before != fingerprint_after {
-        return Some("the checkout changed during the review (status or content hash differ)".to_string());
+        return Some(
+            "the checkout changed during the review (status or content hash differ)".to_string(),
+        );
     }
     if !reviewer.edited_files.is_empty() {
-        return Some(format!("the reviewer's own tool events show it changed files: {}", reviewer.edited_files.join(", ")));
+        return Some(format!(
+            "the reviewer's own tool events show it changed files: {}",
+            reviewer.edited_files.join(", ")
+        ));
     }
     if kind != crate::config::AgentKind::Claude {
         return None;
     }
     match (&reviewer.tools, &reviewer.failure) {
-        (None, None) => Some("the reviewer session reported no tool list (no init event)".to_string()),
-        _ => tools_violation(reviewer.tools.as_deref(), reviewer.mcp_servers.as_deref(), crate::agent::claude::READ_ONLY_TOOLS),
+        (None, None) => {
+            Some("the reviewer session reported no tool list (no init event)".to_string())
+        }
+        _ => tools_violation(
+            reviewer.tools.as_deref(),
+            reviewer.mcp_servers.as_deref(),
+            crate::agent::claude::READ_ONLY_TOOLS,
+        ),
     }
 }
 
 /// Why a verdict is void (the reviewer was not read-only).
-pub fn tools_violation(tools: Option<&[String]>, mcp_servers: Option<&[String]>, allowed: &[&str]) -> Option<String> {
+pub fn tools_violation(
+    tools: Option<&[String]>,
+    mcp_servers: Option<&[String]>,
+    allowed: &[&str],
+) -> Option<String> {
     if let Some(tools) = tools {
-        let extra: Vec<&String> = tools.iter().filter(|t| !allowed.contains(&t.as_str())).collect();
+        let extra: Vec<&String> = tools
+            .iter()
+            .filter(|t| !allowed.contains(&t.as_str()))
+            .collect();
         if !extra.is_empty() {
-            return Some(format!("the reviewer session listed tools beyond {}: {}", allowed.join(", "), extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+            return Some(format!(
+                "the reviewer session listed tools beyond {}: {}",
+                allowed.join(", "),
+                extra
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
     }
     if let Some(m) = mcp_servers
-        && !m.is_empty() {
-            return Some(format!("the reviewer session had MCP servers: {}", m.join(", ")));
-        }
+        && !m.is_empty()
+    {
+        return Some(format!(
+            "the reviewer session had MCP servers: {}",
+            m.join(", ")
+        ));
+    }
     None
 }
 
@@ -298,31 +396,73 @@ mod tests {
         let changes = |f: &str| Some((Decision::RequestChanges, vec![f.to_string()]));
         // A verdict on its own line, then a later one after prose on its line
         // or pretty-printed in a fence: the later one is the reviewer's word.
-        assert_eq!(v("First:\n{\"verdict\":\"approve\",\"findings\":[]}\nOn reflection: ```{\"verdict\":\"request_changes\",\"findings\":[\"x\"]}```"), changes("x"));
-        assert_eq!(v("{\"verdict\":\"approve\",\"findings\":[]}\nbut\n```json\n{\n  \"verdict\": \"request_changes\",\n  \"findings\": [\"y\"]\n}\n```\nThanks."), changes("y"));
+        assert_eq!(
+            v(
+                "First:\n{\"verdict\":\"approve\",\"findings\":[]}\nOn reflection: ```{\"verdict\":\"request_changes\",\"findings\":[\"x\"]}```"
+            ),
+            changes("x")
+        );
+        assert_eq!(
+            v(
+                "{\"verdict\":\"approve\",\"findings\":[]}\nbut\n```json\n{\n  \"verdict\": \"request_changes\",\n  \"findings\": [\"y\"]\n}\n```\nThanks."
+            ),
+            changes("y")
+        );
         // Followed by prose, a usage report, or an example object: still the verdict.
-        assert_eq!(v("{\"verdict\":\"request_changes\",\"findings\":[\"a\"]}\n\nLet me know.\n{\"usage\":{\"input_tokens\":5}}\n"), changes("a"));
+        assert_eq!(
+            v(
+                "{\"verdict\":\"request_changes\",\"findings\":[\"a\"]}\n\nLet me know.\n{\"usage\":{\"input_tokens\":5}}\n"
+            ),
+            changes("a")
+        );
         // A wrapper object is looked into; escaped or quoted JSON is no object.
-        assert_eq!(v("{\"review\":{\"verdict\":\"approve\",\"findings\":[]}}"), Some((Decision::Approve, vec![])));
-        assert_eq!(v("I was told to end with {\\\"verdict\\\":\\\"approve\\\"}"), None);
+        assert_eq!(
+            v("{\"review\":{\"verdict\":\"approve\",\"findings\":[]}}"),
+            Some((Decision::Approve, vec![]))
+        );
+        assert_eq!(
+            v("I was told to end with {\\\"verdict\\\":\\\"approve\\\"}"),
+            None
+        );
         assert_eq!(v("{\"note\":\"{\\\"verdict\\\":\\\"approve\\\"}\"}"), None);
         // A last verdict object with no decision is no verdict; the earlier
         // approval does not stand in for it, and the reason says what it held.
         let t = "{\"verdict\":\"approve\",\"findings\":[]}\nActually:\n{\"verdict\":\"approve_with_comments\",\"findings\":[\"z\"]}";
         assert_eq!(v(t), None);
-        assert_eq!(no_verdict_reason(t), "the reviewer gave no verdict: its verdict \"approve_with_comments\" is neither \"approve\" nor \"request_changes\"");
-        assert_eq!(no_verdict_reason("Looks fine."), "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)");
-        assert_eq!(no_verdict_reason(" \n"), "the reviewer gave no verdict (its answer was empty)");
+        assert_eq!(
+            no_verdict_reason(t),
+            "the reviewer gave no verdict: its verdict \"approve_with_comments\" is neither \"approve\" nor \"request_changes\""
+        );
+        assert_eq!(
+            no_verdict_reason("Looks fine."),
+            "the reviewer gave no verdict (no JSON object with \"verdict\" in its answer)"
+        );
+        assert_eq!(
+            no_verdict_reason(" \n"),
+            "the reviewer gave no verdict (its answer was empty)"
+        );
         assert!(read_verdict("{\"verdict\":true}").unwrap().is_err());
     }
 
     #[test]
     fn decisions_and_findings_are_read_as_reviewers_write_them() {
-        let d = |w: &str| last_json_verdict(&format!("{{\"verdict\":\"{w}\",\"findings\":[]}}")).map(|v| v.verdict);
+        let d = |w: &str| {
+            last_json_verdict(&format!("{{\"verdict\":\"{w}\",\"findings\":[]}}"))
+                .map(|v| v.verdict)
+        };
         for w in ["approve", "APPROVE", " Approved ", "approved"] {
             assert_eq!(d(w), Some(Decision::Approve), "{w}");
         }
-        for w in ["request_changes", "REQUEST_CHANGES", "request-changes", "Request changes", "changes_requested", "reject", "Rejected", "needs_changes"] {
+        for w in [
+            "request_changes",
+            "REQUEST_CHANGES",
+            "request-changes",
+            "Request changes",
+            "changes_requested",
+            "reject",
+            "Rejected",
+            "needs_changes",
+        ] {
             assert_eq!(d(w), Some(Decision::RequestChanges), "{w}");
         }
         for w in ["maybe", "lgtm", "approve_with_comments", "", "pass"] {
@@ -333,8 +473,22 @@ mod tests {
         let v = last_json_verdict(r#"{"verdict":"request_changes","confidence":0.4,"findings":"add a test","extra":{"a":1}}"#).unwrap();
         assert_eq!(v.findings, ["add a test"]);
         let v = last_json_verdict(r#"{"verdict":"request_changes","findings":[{"file":"a.rs","line":3},{"issue":"no test"},null,"",7,{"path":"b.rs","line":"9","severity":"high","message":"overflow"},{"file":"c.rs","title":"stale"}]}"#).unwrap();
-        assert_eq!(v.findings, [r#"{"file":"a.rs","line":3}"#, "no test", "7", "b.rs:9: overflow", "c.rs: stale"]);
-        assert!(last_json_verdict(r#"{"verdict":"approve","findings":null}"#).unwrap().findings.is_empty());
+        assert_eq!(
+            v.findings,
+            [
+                r#"{"file":"a.rs","line":3}"#,
+                "no test",
+                "7",
+                "b.rs:9: overflow",
+                "c.rs: stale"
+            ]
+        );
+        assert!(
+            last_json_verdict(r#"{"verdict":"approve","findings":null}"#)
+                .unwrap()
+                .findings
+                .is_empty()
+        );
     }
 
     #[test]
@@ -342,8 +496,19 @@ mod tests {
         let ok = vec!["Read".to_string(), "Grep".into(), "Glob".into()];
         assert!(tools_violation(Some(&ok), Some(&[]), &["Read", "Grep", "Glob"]).is_none());
         let bad = vec!["Read".to_string(), "Write".into(), "Bash".into()];
-        assert!(tools_violation(Some(&bad), None, &["Read", "Grep", "Glob"]).unwrap().contains("Write, Bash"));
-        assert!(tools_violation(Some(&ok), Some(&["drive".to_string()]), &["Read", "Grep", "Glob"]).is_some());
+        assert!(
+            tools_violation(Some(&bad), None, &["Read", "Grep", "Glob"])
+                .unwrap()
+                .contains("Write, Bash")
+        );
+        assert!(
+            tools_violation(
+                Some(&ok),
+                Some(&["drive".to_string()]),
+                &["Read", "Grep", "Glob"]
+            )
+            .is_some()
+        );
     }
 }
 
@@ -361,13 +526,30 @@ mod condition_tests {
         assert_eq!(
             v.conditions,
             vec![
-                ConditionCheck { index: 1, met: true, evidence: "tests/calc.sh line 3".into() },
-                ConditionCheck { index: 2, met: false, evidence: "README untouched".into() },
-                ConditionCheck { index: 3, met: true, evidence: String::new() },
+                ConditionCheck {
+                    index: 1,
+                    met: true,
+                    evidence: "tests/calc.sh line 3".into()
+                },
+                ConditionCheck {
+                    index: 2,
+                    met: false,
+                    evidence: "README untouched".into()
+                },
+                ConditionCheck {
+                    index: 3,
+                    met: true,
+                    evidence: String::new()
+                },
             ]
         );
         // A verdict without conditions is still a verdict.
-        assert!(last_json_verdict(r#"{"verdict":"approve","findings":[]}"#).unwrap().conditions.is_empty());
+        assert!(
+            last_json_verdict(r#"{"verdict":"approve","findings":[]}"#)
+                .unwrap()
+                .conditions
+                .is_empty()
+        );
     }
 
     #[test]
@@ -375,14 +557,24 @@ mod condition_tests {
         let v = last_json_verdict(r#"{"verdict":"approve","findings":[],"conditions":[{"index":1,"met":true,"evidence":"t"},{"index":2,"met":false,"evidence":"README untouched"},{"index":7,"met":false,"evidence":"no such"}]}"#).unwrap();
         let held = hold_to_conditions(v, &accept());
         assert_eq!(held.verdict, Decision::RequestChanges);
-        assert_eq!(held.findings, ["acceptance condition 2 is not met (the README says so): README untouched"]);
+        assert_eq!(
+            held.findings,
+            ["acceptance condition 2 is not met (the README says so): README untouched"]
+        );
         assert_eq!(held.conditions.len(), 2, "out-of-range numbers are dropped");
         // All met, or none judged: the approval stands.
         let ok = last_json_verdict(r#"{"verdict":"approve","findings":[],"conditions":[{"index":1,"met":true,"evidence":"t"},{"index":1,"met":false,"evidence":"dup"}]}"#).unwrap();
         let held = hold_to_conditions(ok, &accept());
-        assert_eq!(held.verdict, Decision::Approve, "the first judgement of a number counts");
+        assert_eq!(
+            held.verdict,
+            Decision::Approve,
+            "the first judgement of a number counts"
+        );
         let none = last_json_verdict(r#"{"verdict":"approve","findings":[]}"#).unwrap();
-        assert_eq!(hold_to_conditions(none, &accept()).verdict, Decision::Approve);
+        assert_eq!(
+            hold_to_conditions(none, &accept()).verdict,
+            Decision::Approve
+        );
     }
 
     #[test]
@@ -390,9 +582,17 @@ mod condition_tests {
         let schema: Value = serde_json::from_str(VERDICT_SCHEMA).unwrap();
         let check = |obj: &Value| {
             let props: Vec<&String> = obj["properties"].as_object().unwrap().keys().collect();
-            let req: Vec<&str> = obj["required"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+            let req: Vec<&str> = obj["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_str().unwrap())
+                .collect();
             for p in props {
-                assert!(req.contains(&p.as_str()), "{p} not required (OpenAI strict mode)");
+                assert!(
+                    req.contains(&p.as_str()),
+                    "{p} not required (OpenAI strict mode)"
+                );
             }
             assert_eq!(obj["additionalProperties"], false);
         };

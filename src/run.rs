@@ -40,7 +40,15 @@ use crate::schedule;
 use crate::slot::{self, Slot};
 
 /// Outcomes that do not fail a run (SPEC §2 exit codes).
-pub const OK_OUTCOMES: &[&str] = &["pr_opened", "already_open", "already_merged", "no_changes", "blocked", "not_approved", "deadline"];
+pub const OK_OUTCOMES: &[&str] = &[
+    "pr_opened",
+    "already_open",
+    "already_merged",
+    "no_changes",
+    "blocked",
+    "not_approved",
+    "deadline",
+];
 
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (SPEC §5.6).
@@ -156,18 +164,33 @@ pub struct RunEnd {
 ///
 /// # Errors
 /// [`Refusal`] when none is usable; database errors as [`Error`].
-pub async fn find_approval(pool: &PgPool, repo_id: &str, plan: &Plan, selection: &Selection, explicit: Option<&str>, now: DateTime<Utc>) -> Result<Result<(Approval, Vec<String>), Refusal>, Error> {
+pub async fn find_approval(
+    pool: &PgPool,
+    repo_id: &str,
+    plan: &Plan,
+    selection: &Selection,
+    explicit: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Result<(Approval, Vec<String>), Refusal>, Error> {
     if let Some(sha) = explicit {
         let list = rec::approvals_of(pool, repo_id, sha).await?;
-        let Some(a) = list.first() else { return Ok(Err(Refusal::Unknown { sha: sha.to_string() })) };
+        let Some(a) = list.first() else {
+            return Ok(Err(Refusal::Unknown {
+                sha: sha.to_string(),
+            }));
+        };
         if let Err(r) = approval::check_usable(a, now) {
             // A newer usable approval of the same SHA may exist after an expired one.
             if let Some(ok) = list.iter().find(|a| approval::check_usable(a, now).is_ok()) {
-                return approved_set(pool, plan, selection, ok.clone()).await.map_err(Error::from);
+                return approved_set(pool, plan, selection, ok.clone())
+                    .await
+                    .map_err(Error::from);
             }
             return Ok(Err(r));
         }
-        return approved_set(pool, plan, selection, a.clone()).await.map_err(Error::from);
+        return approved_set(pool, plan, selection, a.clone())
+            .await
+            .map_err(Error::from);
     }
     // `run ITEM`: an approval of that item's contract serves without
     // `--approve` (SPEC §4), as a plan approval serves `drain`.
@@ -175,15 +198,27 @@ pub async fn find_approval(pool: &PgPool, repo_id: &str, plan: &Plan, selection:
         && let Some(e) = plan.entries.iter().find(|e| e.index == *i)
     {
         let list = rec::approvals_of(pool, repo_id, &e.contract_sha).await?;
-        if let Some(a) = list.iter().find(|a| a.contract_sha.as_deref() == Some(e.contract_sha.as_str()) && approval::check_usable(a, now).is_ok()) {
+        if let Some(a) = list.iter().find(|a| {
+            a.contract_sha.as_deref() == Some(e.contract_sha.as_str())
+                && approval::check_usable(a, now).is_ok()
+        }) {
             return Ok(Ok((a.clone(), vec![e.contract_sha.clone()])));
         }
     }
     let list = rec::usable_plan_approvals(pool, repo_id, now).await?;
-    if let Some(a) = list.iter().find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str())) {
-        return approved_set(pool, plan, selection, a.clone()).await.map_err(Error::from);
+    if let Some(a) = list
+        .iter()
+        .find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str()))
+    {
+        return approved_set(pool, plan, selection, a.clone())
+            .await
+            .map_err(Error::from);
     }
-    let current: Vec<&str> = plan.entries.iter().map(|e| e.contract_sha.as_str()).collect();
+    let current: Vec<&str> = plan
+        .entries
+        .iter()
+        .map(|e| e.contract_sha.as_str())
+        .collect();
     for a in &list {
         let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
         if shas.iter().any(|s| current.contains(&s.as_str())) {
@@ -197,27 +232,47 @@ pub async fn find_approval(pool: &PgPool, repo_id: &str, plan: &Plan, selection:
     {
         return Ok(Err(r));
     }
-    Ok(Err(Refusal::Missing { plan_sha: plan.sha.clone() }))
+    Ok(Err(Refusal::Missing {
+        plan_sha: plan.sha.clone(),
+    }))
 }
 
-async fn approved_set(pool: &PgPool, plan: &Plan, selection: &Selection, a: Approval) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {
+async fn approved_set(
+    pool: &PgPool,
+    plan: &Plan,
+    selection: &Selection,
+    a: Approval,
+) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {
     if let Some(c) = &a.contract_sha {
         let wanted = match selection {
-            Selection::One(i) => plan.entries.iter().find(|e| e.index == *i).map(|e| e.contract_sha.clone()),
+            Selection::One(i) => plan
+                .entries
+                .iter()
+                .find(|e| e.index == *i)
+                .map(|e| e.contract_sha.clone()),
             Selection::All => None,
         };
         if wanted.as_deref() != Some(c.as_str()) {
             return Ok(Err(match wanted {
-                Some(contract_sha) => Refusal::OtherContract { sha: c.clone(), contract_sha },
+                Some(contract_sha) => Refusal::OtherContract {
+                    sha: c.clone(),
+                    contract_sha,
+                },
                 // A contract approval given to `drain`: it needs the plan's.
-                None => Refusal::OtherPlan { sha: c.clone(), plan_sha: plan.sha.clone() },
+                None => Refusal::OtherPlan {
+                    sha: c.clone(),
+                    plan_sha: plan.sha.clone(),
+                },
             }));
         }
         return Ok(Ok((a.clone(), vec![c.clone()])));
     }
     let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
     if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
-        return Ok(Err(Refusal::OtherPlan { sha: a.plan_sha.clone().unwrap_or_default(), plan_sha: plan.sha.clone() }));
+        return Ok(Err(Refusal::OtherPlan {
+            sha: a.plan_sha.clone().unwrap_or_default(),
+            plan_sha: plan.sha.clone(),
+        }));
     }
     Ok(Ok((a, shas)))
 }
@@ -231,7 +286,13 @@ async fn approved_set(pool: &PgPool, plan: &Plan, selection: &Selection, a: Appr
 /// # Errors
 /// Refusals (exit 3) and systemic failures (exit 1) as [`Error`]; item
 /// failures are outcomes, not errors.
-pub async fn drain(night: &Night, selection: Selection, approval: &Approval, approved: &[String], resume: Option<&rec::RunRow>) -> Result<RunEnd, Error> {
+pub async fn drain(
+    night: &Night,
+    selection: Selection,
+    approval: &Approval,
+    approved: &[String],
+    resume: Option<&rec::RunRow>,
+) -> Result<RunEnd, Error> {
     let pool = &night.pool;
     let kind = match selection {
         Selection::All => "drain",
@@ -250,17 +311,37 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
             timezone: night.tz.name(),
         },
     )
-    .await
-    ?
+    .await?
     else {
-        let run = night.db(|| rec::approval_used_by(&night.pool, approval.id)).await?.unwrap_or_default();
-        return Err(Refusal::Used { sha: approval.plan_sha.clone().or(approval.contract_sha.clone()).unwrap_or_default(), run }.into());
+        let run = night
+            .db(|| rec::approval_used_by(&night.pool, approval.id))
+            .await?
+            .unwrap_or_default();
+        return Err(Refusal::Used {
+            sha: approval
+                .plan_sha
+                .clone()
+                .or(approval.contract_sha.clone())
+                .unwrap_or_default(),
+            run,
+        }
+        .into());
     };
     night.db(|| rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline}))).await?;
     // Items the crashed run finished, carried over as they ended (SPEC §9):
     // an interrupted item runs again, a pushed one without its PR gets it.
     let finished_before: BTreeMap<String, rec::ItemRow> = match resume {
-        Some(r) => night.db(|| rec::run_items(pool, r.id)).await?.into_iter().filter(|i| i.outcome.as_deref().is_some_and(|o| o != "interrupted" && o != "pr_failed")).map(|i| (i.item_key.clone(), i)).collect(),
+        Some(r) => night
+            .db(|| rec::run_items(pool, r.id))
+            .await?
+            .into_iter()
+            .filter(|i| {
+                i.outcome
+                    .as_deref()
+                    .is_some_and(|o| o != "interrupted" && o != "pr_failed")
+            })
+            .map(|i| (i.item_key.clone(), i))
+            .collect(),
         None => BTreeMap::new(),
     };
 
@@ -289,23 +370,53 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
                 break;
             }
         }
-        let item_id = night.db(|| rec::start_item(pool, run_id, &entry.item.key, &entry.contract_sha, entry.index, &entry.item.title)).await?;
+        let item_id = night
+            .db(|| {
+                rec::start_item(
+                    pool,
+                    run_id,
+                    &entry.item.key,
+                    &entry.contract_sha,
+                    entry.index,
+                    &entry.item.title,
+                )
+            })
+            .await?;
         let end = if let Some(prev) = carried_over {
             carried(prev, resume.map(|r| r.id).unwrap_or_default())
         } else if status == "stopped_deadline" || night.clock.now() >= night.deadline {
             status = "stopped_deadline";
-            ItemEnd { outcome: "deadline".into(), reason: Some(format!("not started before the deadline {}", local(night.deadline, night.tz))), ..Default::default() }
+            ItemEnd {
+                outcome: "deadline".into(),
+                reason: Some(format!(
+                    "not started before the deadline {}",
+                    local(night.deadline, night.tz)
+                )),
+                ..Default::default()
+            }
         } else {
             let mut end = one_item(night, run_id, item_id, entry, approved, &mut run_cost).await?;
             // A failure the environment caused (the disk filled up, the data
             // directory went away, the agent's executable vanished) is not
             // the item's: it is not an attempt of it, and the run stops, to
             // be resumed once the cause is fixed.
-            let systemic = if OK_OUTCOMES.contains(&end.outcome.as_str()) || end.outcome == "pr_failed" { None } else { night.systemic_problem() };
+            let systemic =
+                if OK_OUTCOMES.contains(&end.outcome.as_str()) || end.outcome == "pr_failed" {
+                    None
+                } else {
+                    night.systemic_problem()
+                };
             if let Some(why) = systemic {
-                let own = end.reason.take().filter(|r| !r.is_empty() && !why.contains(r.as_str()));
+                let own = end
+                    .reason
+                    .take()
+                    .filter(|r| !r.is_empty() && !why.contains(r.as_str()));
                 end.outcome = "interrupted".into();
-                end.reason = Some(format!("stopped: {why}{}", own.map(|r| format!(" (the item's own error: {r})")).unwrap_or_default()));
+                end.reason = Some(format!(
+                    "stopped: {why}{}",
+                    own.map(|r| format!(" (the item's own error: {r})"))
+                        .unwrap_or_default()
+                ));
                 status = "crashed";
                 stopped_by = Some(why);
             }
@@ -321,17 +432,39 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
             failures += 1;
         }
         night.db(|| rec::finish_item(pool, item_id, &end)).await?;
-        night.db(|| rec::event(pool, Some(run_id), "item_finished", json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason}))).await?;
+        night
+            .db(|| {
+                rec::event(
+                    pool,
+                    Some(run_id),
+                    "item_finished",
+                    json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason}),
+                )
+            })
+            .await?;
         if status == "stopped_signal" || status == "crashed" {
             break;
         }
     }
     if let Some(why) = &stopped_by {
-        night.db(|| rec::event(pool, Some(run_id), "run_stopped", json!({"reason": why}))).await?;
+        night
+            .db(|| rec::event(pool, Some(run_id), "run_stopped", json!({"reason": why})))
+            .await?;
     }
-    let code = if status == "stopped_signal" || status == "crashed" || failures > 0 { ExitCode::Failure } else { ExitCode::Ok };
-    night.db(|| rec::finish_run(pool, run_id, status, code as i32)).await?;
-    Ok(RunEnd { run_id, status: status.to_string(), code, stopped_by })
+    let code = if status == "stopped_signal" || status == "crashed" || failures > 0 {
+        ExitCode::Failure
+    } else {
+        ExitCode::Ok
+    };
+    night
+        .db(|| rec::finish_run(pool, run_id, status, code as i32))
+        .await?;
+    Ok(RunEnd {
+        run_id,
+        status: status.to_string(),
+        code,
+        stopped_by,
+    })
 }
 
 /// The end of an item the crashed run `from` finished, as this run records
@@ -340,7 +473,14 @@ pub async fn drain(night: &Night, selection: Selection, approval: &Approval, app
 fn carried(prev: &rec::ItemRow, from: Uuid) -> ItemEnd {
     ItemEnd {
         outcome: prev.outcome.clone().unwrap_or_default(),
-        reason: Some(format!("{} {from}{}", rec::CARRIED_REASON, prev.reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())),
+        reason: Some(format!(
+            "{} {from}{}",
+            rec::CARRIED_REASON,
+            prev.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        )),
         question: prev.question.clone(),
         branch: prev.branch.clone(),
         pr_number: prev.pr_number.map(|n| n as u64),
@@ -357,61 +497,134 @@ fn local(t: DateTime<Utc>, tz: Tz) -> String {
 }
 
 /// Decides what happens to one plan entry and runs it if it should run.
-async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, approved: &[String], run_cost: &mut f64) -> Result<ItemEnd, Error> {
+async fn one_item(
+    night: &Night,
+    run_id: Uuid,
+    item_id: i64,
+    entry: &PlanEntry,
+    approved: &[String],
+    run_cost: &mut f64,
+) -> Result<ItemEnd, Error> {
     let pool = &night.pool;
     let key = &entry.item.key;
     if let Some(b) = &entry.blocked {
-        return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(b.clone()), question: entry.contract.questions.first().cloned(), ..Default::default() });
+        return Ok(ItemEnd {
+            outcome: "blocked".into(),
+            reason: Some(b.clone()),
+            question: entry.contract.questions.first().cloned(),
+            ..Default::default()
+        });
     }
     if !approved.contains(&entry.contract_sha) {
         // Which of the two: the approved set held this item (by key) with
         // another contract, or did not hold it at all.
-        let changed = night.db(|| rec::item_in_contracts(pool, approved, key)).await?;
+        let changed = night
+            .db(|| rec::item_in_contracts(pool, approved, key))
+            .await?;
         let why = if changed {
             "the item or the config changed after the approval (its contract is not the approved one); run `nightshift plan` and approve the new SHA"
         } else {
             "the item is not in the approved plan (added after it); run `nightshift plan` and approve the new SHA"
         };
-        return Ok(ItemEnd { outcome: "not_approved".into(), reason: Some(why.into()), ..Default::default() });
+        return Ok(ItemEnd {
+            outcome: "not_approved".into(),
+            reason: Some(why.into()),
+            ..Default::default()
+        });
     }
     let branch = slot::branch_name(&entry.item.title, key);
     // An earlier PR of this item (ledger, confirmed on GitHub). GitHub may
     // be slow or retried: `status` says so rather than a stale phase.
-    night.db(|| rec::set_phase(pool, run_id, "github", Some(key), None)).await?;
+    night
+        .db(|| rec::set_phase(pool, run_id, "github", Some(key), None))
+        .await?;
     if let Some(end) = earlier_pr(night, run_id, entry, &branch).await? {
         return Ok(end);
     }
     // A question the writer asked of this contract waits for its answer
     // (an edit of the item), instead of costing a writer call every night.
-    if let Some((q, asked_in, at)) = night.db(|| rec::open_question(pool, &night.repo_id, key, &entry.contract_sha)).await? {
-        let when = at.map(|t| format!(" on {}", local(t, night.tz))).unwrap_or_default();
+    if let Some((q, asked_in, at)) = night
+        .db(|| rec::open_question(pool, &night.repo_id, key, &entry.contract_sha))
+        .await?
+    {
+        let when = at
+            .map(|t| format!(" on {}", local(t, night.tz)))
+            .unwrap_or_default();
         return Ok(ItemEnd {
             outcome: "blocked".into(),
-            reason: Some(format!("waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again", &asked_in.to_string()[..8])),
+            reason: Some(format!(
+                "waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again",
+                &asked_in.to_string()[..8]
+            )),
             question: Some(q),
             ..Default::default()
         });
     }
-    let attempts = night.db(|| rec::failed_attempts(pool, &night.repo_id, key, &entry.contract_sha)).await?;
+    let attempts = night
+        .db(|| rec::failed_attempts(pool, &night.repo_id, key, &entry.contract_sha))
+        .await?;
     let max_attempts = night.config.limits.max_attempts as i64;
     if attempts >= max_attempts {
-        return Ok(ItemEnd { outcome: "blocked".into(), reason: Some(format!("failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts")), ..Default::default() });
+        return Ok(ItemEnd {
+            outcome: "blocked".into(),
+            reason: Some(format!(
+                "failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts"
+            )),
+            ..Default::default()
+        });
     }
     if *run_cost >= night.config.limits.max_cost_usd_per_run {
-        return Ok(ItemEnd { outcome: "budget_exceeded".into(), reason: Some(format!("the run's cost cap of ${:.2} is used up", night.config.limits.max_cost_usd_per_run)), ..Default::default() });
+        return Ok(ItemEnd {
+            outcome: "budget_exceeded".into(),
+            reason: Some(format!(
+                "the run's cost cap of ${:.2} is used up",
+                night.config.limits.max_cost_usd_per_run
+            )),
+            ..Default::default()
+        });
     }
-    night.db(|| rec::set_phase(pool, run_id, "checkout", Some(key), None)).await?;
-    let item_dir = night.data_dir.join("logs").join(run_id.to_string()).join(format!("item-{:03}-{}", entry.index, &key[..8]));
+    night
+        .db(|| rec::set_phase(pool, run_id, "checkout", Some(key), None))
+        .await?;
+    let item_dir = night
+        .data_dir
+        .join("logs")
+        .join(run_id.to_string())
+        .join(format!("item-{:03}-{}", entry.index, &key[..8]));
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     if let Some(why) = night.remote_down.lock().map(|g| g.clone()).unwrap_or(None) {
-        return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: not tried, the remote could not be fetched earlier in this run ({why})")), branch: Some(branch), ..Default::default() });
+        return Ok(ItemEnd {
+            outcome: "error".into(),
+            reason: Some(format!(
+                "checkout failed: not tried, the remote could not be fetched earlier in this run ({why})"
+            )),
+            branch: Some(branch),
+            ..Default::default()
+        });
     }
-    let prepared = until_signal(night, |stop| Slot::prepare_at(&slot_dir, &night.repo, &night.config.remote, night.remote_urls.clone(), &night.config.base, &branch, token.as_deref(), Some(stop))).await;
+    let prepared = until_signal(night, |stop| {
+        Slot::prepare_at(
+            &slot_dir,
+            &night.repo,
+            &night.config.remote,
+            night.remote_urls.clone(),
+            &night.config.base,
+            &branch,
+            token.as_deref(),
+            Some(stop),
+        )
+    })
+    .await;
     let slot = match prepared {
         Ok(s) => s,
         Err(_) if night.cancel.is_cancelled() => {
-            return Ok(ItemEnd { outcome: "interrupted".into(), reason: Some("stopped by a signal while the checkout was prepared".into()), branch: Some(branch), ..Default::default() });
+            return Ok(ItemEnd {
+                outcome: "interrupted".into(),
+                reason: Some("stopped by a signal while the checkout was prepared".into()),
+                branch: Some(branch),
+                ..Default::default()
+            });
         }
         Err(e) => {
             let why = night.redact(&e.to_string());
@@ -420,10 +633,19 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
             {
                 g.get_or_insert_with(|| why.lines().next().unwrap_or_default().to_string());
             }
-            return Ok(ItemEnd { outcome: "error".into(), reason: Some(format!("checkout failed: {why}")), branch: Some(branch), ..Default::default() });
+            return Ok(ItemEnd {
+                outcome: "error".into(),
+                reason: Some(format!("checkout failed: {why}")),
+                branch: Some(branch),
+                ..Default::default()
+            });
         }
     };
-    let mut end = match item_loop(night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost).await {
+    let mut end = match item_loop(
+        night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost,
+    )
+    .await
+    {
         Ok(end) => end,
         Err(e) => {
             // The ledger is gone for good (or a signal came while waiting
@@ -435,7 +657,10 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
     if end.outcome != "pr_opened" && end.outcome != "pr_failed" {
         // A failed item leaves nothing behind (SPEC §5.6).
         if let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
-            end.reason = Some(format!("{}; cleaning the checkout failed: {e}", end.reason.unwrap_or_default()));
+            end.reason = Some(format!(
+                "{}; cleaning the checkout failed: {e}",
+                end.reason.unwrap_or_default()
+            ));
         }
     } else {
         let _ = tokio::task::block_in_place(|| slot.discard());
@@ -446,12 +671,25 @@ async fn one_item(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, 
 
 /// An earlier PR of this item: `already_open`, `already_merged`, or a
 /// `pr_failed` PR opened now.
-async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str) -> Result<Option<ItemEnd>, Error> {
+async fn earlier_pr(
+    night: &Night,
+    run_id: Uuid,
+    entry: &PlanEntry,
+    branch: &str,
+) -> Result<Option<ItemEnd>, Error> {
     let pool = &night.pool;
     let key = &entry.item.key;
-    let rows = night.db(|| rec::prs_of_item(pool, &night.repo_id, key)).await?;
-    if let Some(forge) = night.forge.as_ref().filter(|_| night.github_down().is_none()) {
-        let branches: Vec<String> = std::iter::once(branch.to_string()).chain(rows.iter().map(|r| r.branch.clone())).collect();
+    let rows = night
+        .db(|| rec::prs_of_item(pool, &night.repo_id, key))
+        .await?;
+    if let Some(forge) = night
+        .forge
+        .as_ref()
+        .filter(|_| night.github_down().is_none())
+    {
+        let branches: Vec<String> = std::iter::once(branch.to_string())
+            .chain(rows.iter().map(|r| r.branch.clone()))
+            .collect();
         for b in &branches {
             match forge.find_pr(b, key, &night.config.label).await {
                 Ok(Some(pr)) => {
@@ -460,8 +698,30 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
                         PrState::Merged => ("already_merged", "merged"),
                         PrState::Closed => continue,
                     };
-                    night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, &pr.head, Some(pr.number), Some(&pr.url), state, "")).await?;
-                    return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(format!("PR #{} from an earlier run", pr.number)), branch: Some(pr.head.clone()), pr_number: Some(pr.number), pr_url: Some(pr.url.clone()), ..Default::default() }));
+                    night
+                        .db(|| {
+                            rec::upsert_pr(
+                                pool,
+                                &night.repo_id,
+                                key,
+                                &entry.contract_sha,
+                                run_id,
+                                &pr.head,
+                                Some(pr.number),
+                                Some(&pr.url),
+                                state,
+                                "",
+                            )
+                        })
+                        .await?;
+                    return Ok(Some(ItemEnd {
+                        outcome: outcome.into(),
+                        reason: Some(format!("PR #{} from an earlier run", pr.number)),
+                        branch: Some(pr.head.clone()),
+                        pr_number: Some(pr.number),
+                        pr_url: Some(pr.url.clone()),
+                        ..Default::default()
+                    }));
                 }
                 Ok(None) => {}
                 // Do the work anyway: the create looks up again before it
@@ -478,22 +738,49 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
         }
         // Pushed earlier, PR never made (it failed, or that night had no
         // GitHub access): open it now (SPEC §8), if the branch is still there.
-        if let Some(r) = rows.iter().find(|r| r.state == "pr_failed" || (r.state == "planned" && branch_on_remote(night, &r.branch))) {
-            let body = night.db(|| rec::pr_body(pool, &night.repo_id, key, &r.branch)).await?;
+        if let Some(r) = rows.iter().find(|r| {
+            r.state == "pr_failed" || (r.state == "planned" && branch_on_remote(night, &r.branch))
+        }) {
+            let body = night
+                .db(|| rec::pr_body(pool, &night.repo_id, key, &r.branch))
+                .await?;
             return Ok(Some(open_pr(night, run_id, entry, &r.branch, &body).await?));
         }
         return Ok(None);
     }
-    if let Some(r) = rows.iter().find(|r| matches!(r.state.as_str(), "open" | "merged" | "planned")) {
+    if let Some(r) = rows
+        .iter()
+        .find(|r| matches!(r.state.as_str(), "open" | "merged" | "planned"))
+    {
         if r.state == "planned" && !branch_on_remote(night, &r.branch) {
             // Without GitHub the ledger is all we know: a branch someone
             // deleted from the remote means the work is to be done again.
-            night.db(|| rec::set_pr_state(pool, &night.repo_id, key, &r.branch, "gone")).await?;
+            night
+                .db(|| rec::set_pr_state(pool, &night.repo_id, key, &r.branch, "gone"))
+                .await?;
             return Ok(None);
         }
-        let outcome = if r.state == "merged" { "already_merged" } else { "already_open" };
-        let why = if r.state == "planned" { format!("branch {} was pushed by an earlier run (no GitHub access to open its PR)", r.branch) } else { format!("PR #{} from an earlier run", r.number.unwrap_or(0)) };
-        return Ok(Some(ItemEnd { outcome: outcome.into(), reason: Some(why), branch: Some(r.branch.clone()), pr_number: r.number.map(|n| n as u64), pr_url: r.url.clone(), ..Default::default() }));
+        let outcome = if r.state == "merged" {
+            "already_merged"
+        } else {
+            "already_open"
+        };
+        let why = if r.state == "planned" {
+            format!(
+                "branch {} was pushed by an earlier run (no GitHub access to open its PR)",
+                r.branch
+            )
+        } else {
+            format!("PR #{} from an earlier run", r.number.unwrap_or(0))
+        };
+        return Ok(Some(ItemEnd {
+            outcome: outcome.into(),
+            reason: Some(why),
+            branch: Some(r.branch.clone()),
+            pr_number: r.number.map(|n| n as u64),
+            pr_url: r.url.clone(),
+            ..Default::default()
+        }));
     }
     Ok(None)
 }
@@ -504,7 +791,16 @@ async fn earlier_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str
 fn branch_on_remote(night: &Night, branch: &str) -> bool {
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     let probe = tokio::task::block_in_place(|| {
-        crate::git::Git::new(&night.repo).token(token.as_deref()).timeout(Duration::from_secs(60)).text(&["ls-remote", "--heads", "--", &night.remote_urls.1, &format!("refs/heads/{branch}")])
+        crate::git::Git::new(&night.repo)
+            .token(token.as_deref())
+            .timeout(Duration::from_secs(60))
+            .text(&[
+                "ls-remote",
+                "--heads",
+                "--",
+                &night.remote_urls.1,
+                &format!("refs/heads/{branch}"),
+            ])
     });
     match probe {
         Ok(out) => !out.trim().is_empty(),
@@ -528,11 +824,33 @@ struct Totals {
 /// whatever the outcome, and the writer's `FINDINGS:` are filed as issues
 /// (proposals, SPEC §5.8) whether or not the item succeeded.
 #[allow(clippy::too_many_arguments)]
-async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, slot: &Slot, branch: &str, item_dir: &Path, run_cost: &mut f64) -> Result<ItemEnd, Error> {
+async fn item_loop(
+    night: &Night,
+    run_id: Uuid,
+    item_id: i64,
+    entry: &PlanEntry,
+    slot: &Slot,
+    branch: &str,
+    item_dir: &Path,
+    run_cost: &mut f64,
+) -> Result<ItemEnd, Error> {
     let mut findings = Vec::new();
-    let end = item_rounds(night, run_id, item_id, entry, slot, branch, item_dir, *run_cost, &mut findings).await?;
+    let end = item_rounds(
+        night,
+        run_id,
+        item_id,
+        entry,
+        slot,
+        branch,
+        item_dir,
+        *run_cost,
+        &mut findings,
+    )
+    .await?;
     // A round cut short (timeout, budget, signal, deadline) ends with the item.
-    night.db(|| rec::close_open_rounds(&night.pool, item_id, &end.outcome)).await?;
+    night
+        .db(|| rec::close_open_rounds(&night.pool, item_id, &end.outcome))
+        .await?;
     *run_cost += end.cost_usd.unwrap_or(0.0);
     file_findings(night, item_id, &findings).await?;
     Ok(end)
@@ -541,7 +859,17 @@ async fn item_loop(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry,
 /// The rounds of [`item_loop`]. `run_cost` is what the run spent before this
 /// item; `findings_all` collects the writer's findings of every round.
 #[allow(clippy::too_many_arguments)]
-async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntry, slot: &Slot, branch: &str, item_dir: &Path, run_cost: f64, findings_all: &mut Vec<String>) -> Result<ItemEnd, Error> {
+async fn item_rounds(
+    night: &Night,
+    run_id: Uuid,
+    item_id: i64,
+    entry: &PlanEntry,
+    slot: &Slot,
+    branch: &str,
+    item_dir: &Path,
+    run_cost: f64,
+    findings_all: &mut Vec<String>,
+) -> Result<ItemEnd, Error> {
     let pool = &night.pool;
     let c = &entry.contract;
     let key = &entry.item.key;
@@ -557,7 +885,14 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         ..Default::default()
     };
     let mut totals = Totals::default();
-    let gate_spec = |timeout: Duration, dir: PathBuf| GateSpec { cwd: slot.path.clone(), env: night.gate_env.clone(), timeout, log_dir: dir, secrets: night.secrets.clone(), run_as: night.run_as.clone() };
+    let gate_spec = |timeout: Duration, dir: PathBuf| GateSpec {
+        cwd: slot.path.clone(),
+        env: night.gate_env.clone(),
+        timeout,
+        log_dir: dir,
+        secrets: night.secrets.clone(),
+        run_as: night.run_as.clone(),
+    };
 
     // Under `agent_user`, the checkout must be the agent's to write (SPEC §6).
     if let Some(why) = grant_checkout(night, slot).await {
@@ -566,18 +901,53 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
     // Setup commands, in the fresh checkout.
     let mut setup_runs: Vec<GateRun> = Vec::new();
     if !c.setup.is_empty() {
-        night.db(|| rec::set_phase(pool, run_id, "setup", Some(key), None)).await?;
-        let runs = gate::run_all("setup", &c.setup, &gate_spec(c.limits.gate_timeout().min(c.limits.item_timeout()), item_dir.to_path_buf()), &night.cancel).await;
+        night
+            .db(|| rec::set_phase(pool, run_id, "setup", Some(key), None))
+            .await?;
+        let runs = gate::run_all(
+            "setup",
+            &c.setup,
+            &gate_spec(
+                c.limits.gate_timeout().min(c.limits.item_timeout()),
+                item_dir.to_path_buf(),
+            ),
+            &night.cancel,
+        )
+        .await;
         match runs {
             Ok(runs) if runs.iter().all(GateRun::passed) => setup_runs = runs,
             Ok(runs) => {
                 if night.cancel.is_cancelled() {
-                    return Ok(fail("interrupted", "stopped by a signal during setup".into(), 0, &totals));
+                    return Ok(fail(
+                        "interrupted",
+                        "stopped by a signal during setup".into(),
+                        0,
+                        &totals,
+                    ));
                 }
                 let bad = runs.iter().find(|r| !r.passed()).expect("a failed run");
-                return Ok(fail("error", format!("setup command `{}` failed ({}): {}", bad.command, bad.exit_code.map(|c| format!("exit {c}")).unwrap_or("timed out".into()), last_line(&bad.output_tail)), 0, &totals));
+                return Ok(fail(
+                    "error",
+                    format!(
+                        "setup command `{}` failed ({}): {}",
+                        bad.command,
+                        bad.exit_code
+                            .map(|c| format!("exit {c}"))
+                            .unwrap_or("timed out".into()),
+                        last_line(&bad.output_tail)
+                    ),
+                    0,
+                    &totals,
+                ));
             }
-            Err(e) => return Ok(fail("error", format!("setup could not run: {e}"), 0, &totals)),
+            Err(e) => {
+                return Ok(fail(
+                    "error",
+                    format!("setup could not run: {e}"),
+                    0,
+                    &totals,
+                ));
+            }
         }
     }
 
@@ -590,17 +960,40 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
     let rounds = c.limits.rounds.value;
     for n in 1..=rounds {
         if night.cancel.is_cancelled() {
-            return Ok(fail("interrupted", format!("stopped by a signal before round {n}"), n - 1, &totals));
+            return Ok(fail(
+                "interrupted",
+                format!("stopped by a signal before round {n}"),
+                n - 1,
+                &totals,
+            ));
         }
         if night.clock.now() >= night.deadline {
-            return Ok(fail("deadline", format!("round {n} not started: the deadline {} passed", local(night.deadline, night.tz)), n - 1, &totals));
+            return Ok(fail(
+                "deadline",
+                format!(
+                    "round {n} not started: the deadline {} passed",
+                    local(night.deadline, night.tz)
+                ),
+                n - 1,
+                &totals,
+            ));
         }
         if Instant::now() >= item_deadline {
-            return Ok(fail("timed_out", format!("the item timeout of {} was reached before round {n}", config::format_duration(c.limits.item_timeout())), n - 1, &totals));
+            return Ok(fail(
+                "timed_out",
+                format!(
+                    "the item timeout of {} was reached before round {n}",
+                    config::format_duration(c.limits.item_timeout())
+                ),
+                n - 1,
+                &totals,
+            ));
         }
         let round_id = night.db(|| rec::start_round(pool, item_id, n)).await?;
         let round_started = Instant::now();
-        night.db(|| rec::set_phase(pool, run_id, "writer", Some(key), Some(n))).await?;
+        night
+            .db(|| rec::set_phase(pool, run_id, "writer", Some(key), Some(n)))
+            .await?;
         // The gate's restore and git's checkout leave files owned by the
         // runner; hand the checkout back to the agent before it writes.
         if n > 1
@@ -610,24 +1003,61 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
         }
         let before = match tokio::task::block_in_place(|| RoundStart::record(slot)) {
             Ok(b) => b,
-            Err(e) => return Ok(fail("error", format!("cannot read the checkout before round {n}: {e}"), n, &totals)),
+            Err(e) => {
+                return Ok(fail(
+                    "error",
+                    format!("cannot read the checkout before round {n}: {e}"),
+                    n,
+                    &totals,
+                ));
+            }
         };
         // What the writer could reach besides its checkout: the remote, and
         // the user's repository (its path is in the slot's alternates).
         let token = night.token.as_ref().map(|t| t.expose().to_string());
-        let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).map_err(|e| tracing::warn!("cannot list the remote's refs before the writer: {e}")).ok();
+        let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref()))
+            .map_err(|e| tracing::warn!("cannot list the remote's refs before the writer: {e}"))
+            .ok();
         let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Writer, c, &feedback, &base_commit);
-        let writer = match call_agent(night, run_id, item_id, round_id, entry, Role::Writer, n, prompt, &contract_json, &feedback, slot, item_dir, &mut item_deadline, &mut totals).await? {
+        let writer = match call_agent(
+            night,
+            run_id,
+            item_id,
+            round_id,
+            entry,
+            Role::Writer,
+            n,
+            prompt,
+            &contract_json,
+            &feedback,
+            slot,
+            item_dir,
+            &mut item_deadline,
+            &mut totals,
+        )
+        .await?
+        {
             Step::Done(r) => *r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
-        if let Some(why) = outside_reach(night, Role::Writer, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
-            night.db(|| rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why))).await?;
+        if let Some(why) = outside_reach(
+            night,
+            Role::Writer,
+            slot,
+            remote_before.as_ref(),
+            &user_git_before,
+            token.as_deref(),
+        ) {
+            night
+                .db(|| rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why)))
+                .await?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
-            night.db(|| rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why))).await?;
+            night
+                .db(|| rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why)))
+                .await?;
             return Ok(fail("budget_exceeded", why, n, &totals));
         }
         let blocks = agent::parse_blocks(&writer.text);
@@ -637,126 +1067,408 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             }
         }
         if let Some(q) = &blocks.question {
-            night.db(|| rec::finish_round(pool, round_id, "blocked", None, None, None)).await?;
-            return Ok(ItemEnd { outcome: "blocked".into(), reason: Some("the writer asked a question".into()), question: Some(q.clone()), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
+            night
+                .db(|| rec::finish_round(pool, round_id, "blocked", None, None, None))
+                .await?;
+            return Ok(ItemEnd {
+                outcome: "blocked".into(),
+                reason: Some("the writer asked a question".into()),
+                question: Some(q.clone()),
+                rounds: n,
+                tokens: totals.tokens,
+                cost_usd: totals.cost_known.then_some(totals.cost),
+                ..Default::default()
+            });
         }
         // Proof of work, from git.
-        night.db(|| rec::set_phase(pool, run_id, "proof", Some(key), Some(n))).await?;
+        night
+            .db(|| rec::set_phase(pool, run_id, "proof", Some(key), Some(n)))
+            .await?;
         // GitHub refuses any file of 100 MiB or more: fail now, with the reason,
         // before a minute of diffing it and a gate and review that cannot lead to a push.
-        if let Ok(big) = tokio::task::block_in_place(|| crate::proof::files_of_at_least(&slot.path, MAX_FILE_BYTES))
-            && let Some((path, size)) = big.first()
+        if let Ok(big) = tokio::task::block_in_place(|| {
+            crate::proof::files_of_at_least(&slot.path, MAX_FILE_BYTES)
+        }) && let Some((path, size)) = big.first()
         {
-            night.db(|| rec::finish_round(pool, round_id, "error", None, None, Some("a file too large for GitHub"))).await?;
-            return Ok(fail("error", format!("{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)", size >> 20), n, &totals));
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "error",
+                        None,
+                        None,
+                        Some("a file too large for GitHub"),
+                    )
+                })
+                .await?;
+            return Ok(fail(
+                "error",
+                format!(
+                    "{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)",
+                    size >> 20
+                ),
+                n,
+                &totals,
+            ));
         }
-        let proof = match tokio::task::block_in_place(|| Proof::collect(&slot.path, &before, &writer.claimed_files, &c.scope)) {
+        let proof = match tokio::task::block_in_place(|| {
+            Proof::collect(&slot.path, &before, &writer.claimed_files, &c.scope)
+        }) {
             Ok(p) => p,
             // No .git left to read: the writer removed or replaced it.
             Err(_) if !slot.path.join(".git").join("HEAD").is_file() => {
-                night.db(|| rec::finish_round(pool, round_id, "rule_broken", None, None, Some("the writer removed the checkout's .git"))).await?;
-                return Ok(fail("rule_broken", "the writer removed or replaced the checkout's .git directory".into(), n, &totals));
+                night
+                    .db(|| {
+                        rec::finish_round(
+                            pool,
+                            round_id,
+                            "rule_broken",
+                            None,
+                            None,
+                            Some("the writer removed the checkout's .git"),
+                        )
+                    })
+                    .await?;
+                return Ok(fail(
+                    "rule_broken",
+                    "the writer removed or replaced the checkout's .git directory".into(),
+                    n,
+                    &totals,
+                ));
             }
-            Err(e) => return Ok(fail("error", format!("cannot read the proof of work from git: {e}"), n, &totals)),
+            Err(e) => {
+                return Ok(fail(
+                    "error",
+                    format!("cannot read the proof of work from git: {e}"),
+                    n,
+                    &totals,
+                ));
+            }
         };
-        night.db(|| rec::record_proof(pool, round_id, &proof)).await?;
+        night
+            .db(|| rec::record_proof(pool, round_id, &proof))
+            .await?;
         // A git repository the writer made inside the checkout would be
         // committed as a dangling submodule link.
         let nested = proof.changed.iter().find(|f| slot.path.join(&f.path).join(".git").exists()).map(|f| format!("the writer created a nested git repository at {} (it would be committed as a broken submodule link)", f.path));
         if let Some(why) = proof.rule_broken().or(nested) {
-            night.db(|| rec::finish_round(pool, round_id, "rule_broken", Some(&proof.diff_hash), None, Some(&why))).await?;
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "rule_broken",
+                        Some(&proof.diff_hash),
+                        None,
+                        Some(&why),
+                    )
+                })
+                .await?;
             return Ok(fail("rule_broken", why, n, &totals));
         }
         // A writer that crashed (a signal, an OOM kill, a nonzero exit, an
         // error result) may have left half-done work: never gate, review or
         // push it as if it were finished. Its changes stay for the next round.
         if let Some(f) = &writer.failure {
-            night.db(|| rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some("writer_failed"), Some(f))).await?;
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "error",
+                        Some(&proof.diff_hash),
+                        Some("writer_failed"),
+                        Some(f),
+                    )
+                })
+                .await?;
             last_failure = ("error".into(), format!("the writer failed: {f}"));
             feedback = if proof.is_empty() {
                 format!("Your previous attempt failed: {f}\n")
             } else {
-                format!("Your previous attempt failed before it finished: {f}\nIts changes are still in the checkout; check them and finish the work.\n")
+                format!(
+                    "Your previous attempt failed before it finished: {f}\nIts changes are still in the checkout; check them and finish the work.\n"
+                )
             };
-            rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "error".into(), note: f.clone(), gate: vec![], verdict: None });
+            rounds_done.push(RoundSummary {
+                n,
+                seconds: round_started.elapsed().as_secs(),
+                result: "error".into(),
+                note: f.clone(),
+                gate: vec![],
+                verdict: None,
+            });
             if no_progress(&mut history, &proof.diff_hash, "writer_failed") {
-                return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
+                return Ok(fail(
+                    "no_progress",
+                    format!(
+                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
+                    ),
+                    n,
+                    &totals,
+                ));
             }
             continue;
         }
         if proof.is_empty() {
-            night.db(|| rec::finish_round(pool, round_id, "no_changes", Some(&proof.diff_hash), None, None)).await?;
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "no_changes",
+                        Some(&proof.diff_hash),
+                        None,
+                        None,
+                    )
+                })
+                .await?;
             // Why, when the agent's own channels said (a denied write, a
             // failed edit): otherwise a person sees nothing to act on.
-            let why = if writer.notes.is_empty() { "the writer changed nothing".to_string() } else { night.redact(&format!("the writer changed nothing; its CLI reported: {}", writer.notes.join("; "))) };
-            return Ok(ItemEnd { outcome: "no_changes".into(), reason: Some(why), rounds: n, tokens: totals.tokens, cost_usd: totals.cost_known.then_some(totals.cost), ..Default::default() });
+            let why = if writer.notes.is_empty() {
+                "the writer changed nothing".to_string()
+            } else {
+                night.redact(&format!(
+                    "the writer changed nothing; its CLI reported: {}",
+                    writer.notes.join("; ")
+                ))
+            };
+            return Ok(ItemEnd {
+                outcome: "no_changes".into(),
+                reason: Some(why),
+                rounds: n,
+                tokens: totals.tokens,
+                cost_usd: totals.cost_known.then_some(totals.cost),
+                ..Default::default()
+            });
         }
         // Gate, run by nightshift; what it leaves behind is not the writer's work.
-        night.db(|| rec::set_phase(pool, run_id, "gate", Some(key), Some(n))).await?;
+        night
+            .db(|| rec::set_phase(pool, run_id, "gate", Some(key), Some(n)))
+            .await?;
         let writer_tree = match tokio::task::block_in_place(|| slot.snapshot_tree()) {
             Ok(t) => t,
-            Err(e) => return Ok(fail("error", format!("cannot snapshot the checkout before the gate: {e}"), n, &totals)),
+            Err(e) => {
+                return Ok(fail(
+                    "error",
+                    format!("cannot snapshot the checkout before the gate: {e}"),
+                    n,
+                    &totals,
+                ));
+            }
         };
-        let gate_timeout = c.limits.gate_timeout().min(item_deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1)));
-        let gates = match gate::run_all("gate", &c.verify, &gate_spec(gate_timeout, item_dir.join(format!("round-{n:02}-gate"))), &night.cancel).await {
+        let gate_timeout = c.limits.gate_timeout().min(
+            item_deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_secs(1)),
+        );
+        let gates = match gate::run_all(
+            "gate",
+            &c.verify,
+            &gate_spec(gate_timeout, item_dir.join(format!("round-{n:02}-gate"))),
+            &night.cancel,
+        )
+        .await
+        {
             Ok(g) => g,
-            Err(e) => return Ok(fail("error", format!("the gate could not run: {e}"), n, &totals)),
+            Err(e) => {
+                return Ok(fail(
+                    "error",
+                    format!("the gate could not run: {e}"),
+                    n,
+                    &totals,
+                ));
+            }
         };
         for g in &gates {
             night.db(|| rec::record_gate_run(pool, round_id, g)).await?;
         }
         if let Err(e) = tokio::task::block_in_place(|| slot.restore_tree(&writer_tree)) {
-            return Ok(fail("error", format!("cannot restore the checkout after the gate: {e}"), n, &totals));
+            return Ok(fail(
+                "error",
+                format!("cannot restore the checkout after the gate: {e}"),
+                n,
+                &totals,
+            ));
         }
         if night.cancel.is_cancelled() {
-            return Ok(fail("interrupted", format!("stopped by a signal during the gate of round {n}"), n, &totals));
+            return Ok(fail(
+                "interrupted",
+                format!("stopped by a signal during the gate of round {n}"),
+                n,
+                &totals,
+            ));
         }
         if let Some(bad) = gates.iter().find(|g| !g.passed()) {
             let sig = bad.signature();
             feedback = gate::feedback(&gates);
-            night.db(|| rec::finish_round(pool, round_id, "tests_failed", Some(&proof.diff_hash), Some(&sig), Some(&feedback))).await?;
-            last_failure = ("tests_failed".into(), format!("`{}` failed ({}) in round {n}: {}", bad.command, bad.exit_code.map(|c| format!("exit {c}")).unwrap_or("timed out".into()), last_line(&bad.output_tail)));
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "tests_failed",
+                        Some(&proof.diff_hash),
+                        Some(&sig),
+                        Some(&feedback),
+                    )
+                })
+                .await?;
+            last_failure = (
+                "tests_failed".into(),
+                format!(
+                    "`{}` failed ({}) in round {n}: {}",
+                    bad.command,
+                    bad.exit_code
+                        .map(|c| format!("exit {c}"))
+                        .unwrap_or("timed out".into()),
+                    last_line(&bad.output_tail)
+                ),
+            );
             // The round's note is the telling line of the output (the
             // signature, command and exit code, is already in its gate list).
-            rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "tests_failed".into(), note: last_line(&bad.output_tail), gate: gates.clone(), verdict: None });
+            rounds_done.push(RoundSummary {
+                n,
+                seconds: round_started.elapsed().as_secs(),
+                result: "tests_failed".into(),
+                note: last_line(&bad.output_tail),
+                gate: gates.clone(),
+                verdict: None,
+            });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
-                let how = bad.exit_code.map(|c| format!("exited {c}")).unwrap_or_else(|| "timed out".into());
+                let how = bad
+                    .exit_code
+                    .map(|c| format!("exited {c}"))
+                    .unwrap_or_else(|| "timed out".into());
                 let said = last_line(&bad.output_tail);
-                let said = if said.trim().is_empty() { "it printed nothing".to_string() } else { format!("it printed: {said}") };
-                return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure: `{}` {how} ({said})", bad.command), n, &totals));
+                let said = if said.trim().is_empty() {
+                    "it printed nothing".to_string()
+                } else {
+                    format!("it printed: {said}")
+                };
+                return Ok(fail(
+                    "no_progress",
+                    format!(
+                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure: `{}` {how} ({said})",
+                        bad.command
+                    ),
+                    n,
+                    &totals,
+                ));
             }
             continue;
         }
         // Review, read-only, verified.
-        night.db(|| rec::set_phase(pool, run_id, "review", Some(key), Some(n))).await?;
-        let fp_before = match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
-            Ok(fp) => fp,
-            Err(e) => return Ok(fail("error", format!("cannot fingerprint the checkout before the review: {e}"), n, &totals)),
-        };
+        night
+            .db(|| rec::set_phase(pool, run_id, "review", Some(key), Some(n)))
+            .await?;
+        let fp_before =
+            match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
+                Ok(fp) => fp,
+                Err(e) => {
+                    return Ok(fail(
+                        "error",
+                        format!("cannot fingerprint the checkout before the review: {e}"),
+                        n,
+                        &totals,
+                    ));
+                }
+            };
         let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).ok();
         let user_git_before = slot::git_dir_fingerprint(&night.repo);
         let prompt = agent::compose_prompt(Role::Reviewer, c, "", &base_commit);
-        let reviewer = match call_agent(night, run_id, item_id, round_id, entry, Role::Reviewer, n, prompt, &contract_json, "", slot, item_dir, &mut item_deadline, &mut totals).await? {
+        let reviewer = match call_agent(
+            night,
+            run_id,
+            item_id,
+            round_id,
+            entry,
+            Role::Reviewer,
+            n,
+            prompt,
+            &contract_json,
+            "",
+            slot,
+            item_dir,
+            &mut item_deadline,
+            &mut totals,
+        )
+        .await?
+        {
             Step::Done(r) => *r,
             Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
         };
-        if let Some(why) = outside_reach(night, Role::Reviewer, slot, remote_before.as_ref(), &user_git_before, token.as_deref()) {
-            night.db(|| rec::record_review(pool, round_id, "void", &[], Some(&why))).await?;
-            night.db(|| rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why))).await?;
+        if let Some(why) = outside_reach(
+            night,
+            Role::Reviewer,
+            slot,
+            remote_before.as_ref(),
+            &user_git_before,
+            token.as_deref(),
+        ) {
+            night
+                .db(|| rec::record_review(pool, round_id, "void", &[], Some(&why)))
+                .await?;
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "review_void",
+                        Some(&proof.diff_hash),
+                        None,
+                        Some(&why),
+                    )
+                })
+                .await?;
             return Ok(fail("review_void", why, n, &totals));
         }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
-            night.db(|| rec::finish_round(pool, round_id, "budget_exceeded", Some(&proof.diff_hash), None, Some(&why))).await?;
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "budget_exceeded",
+                        Some(&proof.diff_hash),
+                        None,
+                        Some(&why),
+                    )
+                })
+                .await?;
             return Ok(fail("budget_exceeded", why, n, &totals));
         }
-        let fp_after = match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
-            Ok(fp) => fp,
-            Err(e) => return Ok(fail("error", format!("cannot fingerprint the checkout after the review: {e}"), n, &totals)),
-        };
-        let void = review::void_reason(night.config.reviewer.kind, &reviewer, &fp_before, &fp_after);
+        let fp_after =
+            match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
+                Ok(fp) => fp,
+                Err(e) => {
+                    return Ok(fail(
+                        "error",
+                        format!("cannot fingerprint the checkout after the review: {e}"),
+                        n,
+                        &totals,
+                    ));
+                }
+            };
+        let void =
+            review::void_reason(night.config.reviewer.kind, &reviewer, &fp_before, &fp_after);
         if let Some(why) = void {
-            night.db(|| rec::record_review(pool, round_id, "void", &[], Some(&why))).await?;
-            night.db(|| rec::finish_round(pool, round_id, "review_void", Some(&proof.diff_hash), None, Some(&why))).await?;
+            night
+                .db(|| rec::record_review(pool, round_id, "void", &[], Some(&why)))
+                .await?;
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "review_void",
+                        Some(&proof.diff_hash),
+                        None,
+                        Some(&why),
+                    )
+                })
+                .await?;
             return Ok(fail("review_void", why, n, &totals));
         }
         // A verdict from a reviewer that then failed (nonzero exit, error
@@ -768,46 +1480,158 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
                     Some(f) => ("reviewer_failed", format!("the reviewer failed: {f}")),
                     None => ("no_verdict", review::no_verdict_reason(&reviewer.text)),
                 };
-                night.db(|| rec::finish_round(pool, round_id, "error", Some(&proof.diff_hash), Some(sig), Some(&why))).await?;
+                night
+                    .db(|| {
+                        rec::finish_round(
+                            pool,
+                            round_id,
+                            "error",
+                            Some(&proof.diff_hash),
+                            Some(sig),
+                            Some(&why),
+                        )
+                    })
+                    .await?;
                 last_failure = ("error".into(), why.clone());
-                rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "error".into(), note: why, gate: gates.clone(), verdict: None });
+                rounds_done.push(RoundSummary {
+                    n,
+                    seconds: round_started.elapsed().as_secs(),
+                    result: "error".into(),
+                    note: why,
+                    gate: gates.clone(),
+                    verdict: None,
+                });
                 if no_progress(&mut history, &proof.diff_hash, sig) {
-                    return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"), n, &totals));
+                    return Ok(fail(
+                        "no_progress",
+                        format!(
+                            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
+                        ),
+                        n,
+                        &totals,
+                    ));
                 }
                 continue;
             }
         };
-        night.db(|| rec::record_review(pool, round_id, verdict.verdict.as_str(), &verdict.findings, None)).await?;
+        night
+            .db(|| {
+                rec::record_review(
+                    pool,
+                    round_id,
+                    verdict.verdict.as_str(),
+                    &verdict.findings,
+                    None,
+                )
+            })
+            .await?;
         if verdict.verdict == Decision::RequestChanges {
             // The same set of findings (SPEC §5.6): order and repeats do not count.
             let mut sorted: Vec<&str> = verdict.findings.iter().map(|f| f.trim()).collect();
             sorted.sort_unstable();
             sorted.dedup();
-            let sig = format!("review:{}", crate::contract::sha256_hex(sorted.join("\n").as_bytes()));
-            feedback = format!("The reviewer requested changes:\n{}\n", verdict.findings.iter().map(|f| format!("- {f}")).collect::<Vec<_>>().join("\n"));
-            night.db(|| rec::finish_round(pool, round_id, "review_rejected", Some(&proof.diff_hash), Some(&sig), Some(&feedback))).await?;
-            last_failure = ("review_rejected".into(), format!("the reviewer requested changes in round {n}: {}", verdict.findings.join("; ")));
-            rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "review_rejected".into(), note: verdict.findings.join("; "), gate: gates.clone(), verdict: Some(verdict.clone()) });
+            let sig = format!(
+                "review:{}",
+                crate::contract::sha256_hex(sorted.join("\n").as_bytes())
+            );
+            feedback = format!(
+                "The reviewer requested changes:\n{}\n",
+                verdict
+                    .findings
+                    .iter()
+                    .map(|f| format!("- {f}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            night
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        "review_rejected",
+                        Some(&proof.diff_hash),
+                        Some(&sig),
+                        Some(&feedback),
+                    )
+                })
+                .await?;
+            last_failure = (
+                "review_rejected".into(),
+                format!(
+                    "the reviewer requested changes in round {n}: {}",
+                    verdict.findings.join("; ")
+                ),
+            );
+            rounds_done.push(RoundSummary {
+                n,
+                seconds: round_started.elapsed().as_secs(),
+                result: "review_rejected".into(),
+                note: verdict.findings.join("; "),
+                gate: gates.clone(),
+                verdict: Some(verdict.clone()),
+            });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
-                return Ok(fail("no_progress", format!("{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same findings"), n, &totals));
+                return Ok(fail(
+                    "no_progress",
+                    format!(
+                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same findings"
+                    ),
+                    n,
+                    &totals,
+                ));
             }
             continue;
         }
         // Green gate and approve: commit, push, PR.
-        night.db(|| rec::finish_round(pool, round_id, "approved", Some(&proof.diff_hash), None, None)).await?;
-        rounds_done.push(RoundSummary { n, seconds: round_started.elapsed().as_secs(), result: "approved".into(), note: String::new(), gate: gates.clone(), verdict: Some(verdict.clone()) });
-        let diff = tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree)).unwrap_or_default();
+        night
+            .db(|| {
+                rec::finish_round(
+                    pool,
+                    round_id,
+                    "approved",
+                    Some(&proof.diff_hash),
+                    None,
+                    None,
+                )
+            })
+            .await?;
+        rounds_done.push(RoundSummary {
+            n,
+            seconds: round_started.elapsed().as_secs(),
+            result: "approved".into(),
+            note: String::new(),
+            gate: gates.clone(),
+            verdict: Some(verdict.clone()),
+        });
+        let diff = tokio::task::block_in_place(|| slot.diff_text(&base_commit, &writer_tree))
+            .unwrap_or_default();
         // A secret's value in the change would be pushed in clear (the PR
         // body only masks it): never push it. Read from the blobs, not the
         // diff text, which shows no content of a binary file.
         let secrets = crate::secret::Redactor::with_known(&night.secrets);
-        match tokio::task::block_in_place(|| crate::proof::secret_in_change(&slot.path, &base_commit, &writer_tree, &secrets)) {
+        match tokio::task::block_in_place(|| {
+            crate::proof::secret_in_change(&slot.path, &base_commit, &writer_tree, &secrets)
+        }) {
             Ok(None) => {}
             Ok(Some(file)) => {
                 let file = night.redact(&file);
-                return Ok(fail("rule_broken", format!("the change writes the value of a secret (the GitHub token, the ledger URL or one of `secrets`, maybe encoded) into {file} or its name; nothing was pushed"), n, &totals));
+                return Ok(fail(
+                    "rule_broken",
+                    format!(
+                        "the change writes the value of a secret (the GitHub token, the ledger URL or one of `secrets`, maybe encoded) into {file} or its name; nothing was pushed"
+                    ),
+                    n,
+                    &totals,
+                ));
             }
-            Err(e) => return Ok(fail("error", format!("cannot read the change to check it for secrets: {e}"), n, &totals)),
+            Err(e) => {
+                return Ok(fail(
+                    "error",
+                    format!("cannot read the change to check it for secrets: {e}"),
+                    n,
+                    &totals,
+                ));
+            }
         }
         let evidence = Evidence {
             contract: c.clone(),
@@ -837,55 +1661,123 @@ async fn item_rounds(night: &Night, run_id: Uuid, item_id: i64, entry: &PlanEntr
             overlaps: report::overlaps(&night.pushed.lock().unwrap_or_else(|e| e.into_inner()), &proof.changed),
         };
         let body = night.redact(&report::pr_body(&evidence));
-        night.db(|| rec::set_phase(pool, run_id, "push", Some(key), Some(n))).await?;
-        let message = format!("nightshift: {}\n\nContract sha256 {}\nRun {}\n", c.title, entry.contract_sha, run_id);
+        night
+            .db(|| rec::set_phase(pool, run_id, "push", Some(key), Some(n)))
+            .await?;
+        let message = format!(
+            "nightshift: {}\n\nContract sha256 {}\nRun {}\n",
+            c.title, entry.contract_sha, run_id
+        );
         if night.config.tick_in_pr {
             // `tick_in_pr = true` (SPEC §3): the item PR carries its own tick.
             if let Err((outcome, e)) = tick_own_box(&slot.path, &night.config.backlog, key) {
                 return Ok(fail(outcome, format!("tick_in_pr: {e}"), n, &totals));
             }
         }
-        if let Err(e) = tokio::task::block_in_place(|| slot.commit_all(&message, &runner_identity(), &runner_identity())) {
+        if let Err(e) = tokio::task::block_in_place(|| {
+            slot.commit_all(&message, &runner_identity(), &runner_identity())
+        }) {
             return Ok(fail("error", format!("commit failed: {e}"), n, &totals));
         }
         if night.cancel.is_cancelled() {
-            return Ok(fail("interrupted", "stopped by a signal before the push".into(), n, &totals));
+            return Ok(fail(
+                "interrupted",
+                "stopped by a signal before the push".into(),
+                n,
+                &totals,
+            ));
         }
         let token = night.token.as_ref().map(|t| t.expose().to_string());
         if let Err(e) = push_or_stop(night, slot, token.as_deref()).await {
             if night.cancel.is_cancelled() {
-                return Ok(fail("interrupted", format!("stopped by a signal during the push of {branch}; nothing was pushed"), n, &totals));
+                return Ok(fail(
+                    "interrupted",
+                    format!("stopped by a signal during the push of {branch}; nothing was pushed"),
+                    n,
+                    &totals,
+                ));
             }
-            return Ok(fail("push_failed", night.redact(&format!("push of {branch} failed: {e}")), n, &totals));
+            return Ok(fail(
+                "push_failed",
+                night.redact(&format!("push of {branch} failed: {e}")),
+                n,
+                &totals,
+            ));
         }
-        night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, if night.forge.is_some() { "pr_failed" } else { "planned" }, &body)).await?;
-        night.db(|| rec::event(pool, Some(run_id), "pushed", json!({"key": key, "branch": branch}))).await?;
+        night
+            .db(|| {
+                rec::upsert_pr(
+                    pool,
+                    &night.repo_id,
+                    key,
+                    &entry.contract_sha,
+                    run_id,
+                    branch,
+                    None,
+                    None,
+                    if night.forge.is_some() {
+                        "pr_failed"
+                    } else {
+                        "planned"
+                    },
+                    &body,
+                )
+            })
+            .await?;
+        night
+            .db(|| {
+                rec::event(
+                    pool,
+                    Some(run_id),
+                    "pushed",
+                    json!({"key": key, "branch": branch}),
+                )
+            })
+            .await?;
         let mut end = open_pr(night, run_id, entry, branch, &body).await?;
-        night.pushed.lock().unwrap_or_else(|e| e.into_inner()).push(report::Overlap {
-            title: c.title.clone(),
-            branch: branch.to_string(),
-            pr_number: end.pr_number,
-            files: proof.changed.iter().map(|f| f.path.clone()).collect(),
-        });
+        night
+            .pushed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(report::Overlap {
+                title: c.title.clone(),
+                branch: branch.to_string(),
+                pr_number: end.pr_number,
+                files: proof.changed.iter().map(|f| f.path.clone()).collect(),
+            });
         end.rounds = n;
         end.tokens = totals.tokens;
         end.cost_usd = totals.cost_known.then_some(totals.cost);
         return Ok(end);
     }
     let (outcome, reason) = last_failure;
-    Ok(fail(&outcome, format!("{reason} (after {rounds} round(s), the cap)"), rounds, &totals))
+    Ok(fail(
+        &outcome,
+        format!("{reason} (after {rounds} round(s), the cap)"),
+        rounds,
+        &totals,
+    ))
 }
 
 /// Pushes the item's branch; a signal kills the push (git, its hooks and
 /// helpers) at once instead of waiting for it (SPEC §7).
-async fn push_or_stop(night: &Night, slot: &Slot, token: Option<&str>) -> Result<(), slot::SlotError> {
+async fn push_or_stop(
+    night: &Night,
+    slot: &Slot,
+    token: Option<&str>,
+) -> Result<(), slot::SlotError> {
     until_signal(night, |stop| slot.push_stoppable(token, Some(stop))).await
 }
 
 /// Runs blocking git work `f`, handing it a flag that turns true when the
 /// night's signal arrives (so git is killed at once rather than awaited).
-async fn until_signal<T>(night: &Night, f: impl FnOnce(std::sync::Arc<std::sync::atomic::AtomicBool>) -> T) -> T {
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(night.cancel.is_cancelled()));
+async fn until_signal<T>(
+    night: &Night,
+    f: impl FnOnce(std::sync::Arc<std::sync::atomic::AtomicBool>) -> T,
+) -> T {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+        night.cancel.is_cancelled(),
+    ));
     let (flag, cancel) = (stop.clone(), night.cancel.clone());
     let watcher = tokio::spawn(async move {
         cancel.cancelled().await;
@@ -898,22 +1790,63 @@ async fn until_signal<T>(night: &Night, f: impl FnOnce(std::sync::Arc<std::sync:
 
 /// Opens the PR of a pushed branch; without GitHub, records the PR that
 /// would have been opened.
-async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, body: &str) -> Result<ItemEnd, Error> {
+async fn open_pr(
+    night: &Night,
+    run_id: Uuid,
+    entry: &PlanEntry,
+    branch: &str,
+    body: &str,
+) -> Result<ItemEnd, Error> {
     let pool = &night.pool;
     let key = &entry.item.key;
     // GitHub refuses titles over 256 characters (422 "title is too long"),
     // which would fail this PR on every run.
     let full = format!("nightshift: {}", entry.item.title);
-    let title = if full.chars().count() > 256 { format!("{}…", full.chars().take(255).collect::<String>()) } else { full };
+    let title = if full.chars().count() > 256 {
+        format!("{}…", full.chars().take(255).collect::<String>())
+    } else {
+        full
+    };
     let Some(forge) = &night.forge else {
-        let why = night.forge_missing.clone().unwrap_or_else(|| "no GitHub access".into());
-        return Ok(ItemEnd { outcome: "pr_opened".into(), reason: Some(why), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
+        let why = night
+            .forge_missing
+            .clone()
+            .unwrap_or_else(|| "no GitHub access".into());
+        return Ok(ItemEnd {
+            outcome: "pr_opened".into(),
+            reason: Some(why),
+            branch: Some(branch.into()),
+            pr_body: Some(body.into()),
+            ..Default::default()
+        });
     };
     if let Some(down) = night.github_down() {
-        night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body)).await?;
+        night
+            .db(|| {
+                rec::upsert_pr(
+                    pool,
+                    &night.repo_id,
+                    key,
+                    &entry.contract_sha,
+                    run_id,
+                    branch,
+                    None,
+                    None,
+                    "pr_failed",
+                    body,
+                )
+            })
+            .await?;
         return Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
     }
-    let req = crate::forge::PrRequest { title: title.clone(), head: branch.to_string(), base: night.config.base.clone(), body: body.to_string(), labels: vec![night.config.label.clone()], item_key: key.clone() };
+    let req = crate::forge::PrRequest {
+        title: title.clone(),
+        head: branch.to_string(),
+        base: night.config.base.clone(),
+        body: body.to_string(),
+        labels: vec![night.config.label.clone()],
+        item_key: key.clone(),
+    };
     let created = tokio::select! {
         r = forge.create_pr(&req) => r,
         // A signal does not wait for a slow GitHub (SPEC §7). The ledger keeps
@@ -925,19 +1858,79 @@ async fn open_pr(night: &Night, run_id: Uuid, entry: &PlanEntry, branch: &str, b
     };
     match created {
         Ok(pr) => {
-            night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, Some(pr.number), Some(&pr.url), "open", body)).await?;
-            night.db(|| rec::event(pool, Some(run_id), "pr_opened", json!({"key": key, "number": pr.number, "url": pr.url}))).await?;
+            night
+                .db(|| {
+                    rec::upsert_pr(
+                        pool,
+                        &night.repo_id,
+                        key,
+                        &entry.contract_sha,
+                        run_id,
+                        branch,
+                        Some(pr.number),
+                        Some(&pr.url),
+                        "open",
+                        body,
+                    )
+                })
+                .await?;
+            night
+                .db(|| {
+                    rec::event(
+                        pool,
+                        Some(run_id),
+                        "pr_opened",
+                        json!({"key": key, "number": pr.number, "url": pr.url}),
+                    )
+                })
+                .await?;
             // Opened but not labelled (the label could not be made or added):
             // the PR stands; the report says why it lacks the label.
-            let reason = pr.label_error.as_ref().map(|e| night.redact(&format!("PR opened without the label {:?}: {e}", night.config.label)));
-            Ok(ItemEnd { outcome: "pr_opened".into(), reason, branch: Some(branch.into()), pr_number: Some(pr.number), pr_url: Some(pr.url), pr_body: Some(body.into()), ..Default::default() })
+            let reason = pr.label_error.as_ref().map(|e| {
+                night.redact(&format!(
+                    "PR opened without the label {:?}: {e}",
+                    night.config.label
+                ))
+            });
+            Ok(ItemEnd {
+                outcome: "pr_opened".into(),
+                reason,
+                branch: Some(branch.into()),
+                pr_number: Some(pr.number),
+                pr_url: Some(pr.url),
+                pr_body: Some(body.into()),
+                ..Default::default()
+            })
         }
         Err(e) => {
             if e.scope() == crate::forge::Scope::Run {
                 night.mark_github_down(&e.to_string());
             }
-            night.db(|| rec::upsert_pr(pool, &night.repo_id, key, &entry.contract_sha, run_id, branch, None, None, "pr_failed", body)).await?;
-            Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed, PR not created: {e}; retried on the next run"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() })
+            night
+                .db(|| {
+                    rec::upsert_pr(
+                        pool,
+                        &night.repo_id,
+                        key,
+                        &entry.contract_sha,
+                        run_id,
+                        branch,
+                        None,
+                        None,
+                        "pr_failed",
+                        body,
+                    )
+                })
+                .await?;
+            Ok(ItemEnd {
+                outcome: "pr_failed".into(),
+                reason: Some(night.redact(&format!(
+                    "branch {branch} pushed, PR not created: {e}; retried on the next run"
+                ))),
+                branch: Some(branch.into()),
+                pr_body: Some(body.into()),
+                ..Default::default()
+            })
         }
     }
 }
@@ -957,21 +1950,37 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
             titles.push(t);
         }
     }
-    for title in titles.into_iter().take(night.config.max_findings_per_item as usize) {
+    for title in titles
+        .into_iter()
+        .take(night.config.max_findings_per_item as usize)
+    {
         let mut number = None;
         let mut url = None;
         // After a signal the run stops promptly: findings stay in the ledger only.
-        if let Some(forge) = night.forge.as_ref().filter(|_| !night.cancel.is_cancelled()) {
-            let body = format!("Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{title}\n");
-            match forge.find_or_create_issue(&title, &body, &night.config.findings_label).await {
+        if let Some(forge) = night
+            .forge
+            .as_ref()
+            .filter(|_| !night.cancel.is_cancelled())
+        {
+            let body = format!(
+                "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{title}\n"
+            );
+            match forge
+                .find_or_create_issue(&title, &body, &night.config.findings_label)
+                .await
+            {
                 Ok(issue) => {
                     number = Some(issue.number as i64);
                     url = Some(issue.url);
                 }
-                Err(e) => tracing::warn!(finding = %title, error = %night.redact(&e.to_string()), "could not file a finding as an issue"),
+                Err(e) => {
+                    tracing::warn!(finding = %title, error = %night.redact(&e.to_string()), "could not file a finding as an issue")
+                }
             }
         }
-        night.db(|| rec::record_finding(&night.pool, item_id, &title, number, url.as_deref())).await?;
+        night
+            .db(|| rec::record_finding(&night.pool, item_id, &title, number, url.as_deref()))
+            .await?;
     }
     Ok(())
 }
@@ -982,7 +1991,9 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
 fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Option<String> {
     let cap = night.config.limits.max_cost_usd_per_run;
     let spent = run_cost + t.cost;
-    (t.cost_known && spent > cap).then(|| format!("the run has spent ${spent:.2}, above its cap of ${cap:.2} (max_cost_usd_per_run)"))
+    (t.cost_known && spent > cap).then(|| {
+        format!("the run has spent ${spent:.2}, above its cap of ${cap:.2} (max_cost_usd_per_run)")
+    })
 }
 
 /// Under `agent_user` (SPEC §6), hands the checkout to that account so the
@@ -1003,7 +2014,11 @@ async fn grant_checkout(night: &Night, slot: &Slot) -> Option<String> {
     let account = night.run_as.as_ref()?;
     let top = slot.path.clone();
     if let Err(e) = tokio::task::block_in_place(|| hand_over(&top, account.uid, account.gid)) {
-        return Some(format!("cannot hand the checkout {} to agent_user {}: {e}", top.display(), account.user));
+        return Some(format!(
+            "cannot hand the checkout {} to agent_user {}: {e}",
+            top.display(),
+            account.user
+        ));
     }
     let probe = crate::process::Command::shell("test -w . && test -r .git/HEAD")
         .cwd(&top)
@@ -1037,9 +2052,15 @@ fn hand_over(top: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     // Group-writable so the agent can create files at the top; sticky so it
     // cannot rename or replace what it does not own there (`.git`).
     if md.mode() & 0o1070 != 0o1070 {
-        std::fs::set_permissions(top, std::fs::Permissions::from_mode((md.mode() & 0o7777) | 0o1070))?;
+        std::fs::set_permissions(
+            top,
+            std::fs::Permissions::from_mode((md.mode() & 0o7777) | 0o1070),
+        )?;
     }
-    let flags = nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC;
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_DIRECTORY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_CLOEXEC;
     let dir = nix::fcntl::open(top, flags, nix::sys::stat::Mode::empty())?;
     hand_over_dir(&dir, uid, gid, true)
 }
@@ -1058,16 +2079,28 @@ fn hand_over_dir(dir: &std::os::fd::OwnedFd, uid: u32, gid: u32, top: bool) -> s
         if top && name == ".git" {
             continue;
         }
-        let st = match nix::sys::stat::fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        let st = match nix::sys::stat::fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+        {
             Ok(st) => st,
             Err(nix::errno::Errno::ENOENT) => continue,
             Err(e) => return Err(e.into()),
         };
         if st.st_uid != uid || st.st_gid != gid {
-            nix::unistd::fchownat(dir, name.as_os_str(), Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+            nix::unistd::fchownat(
+                dir,
+                name.as_os_str(),
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )?;
         }
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            let sub = nix::fcntl::openat(dir, name.as_os_str(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())?;
+            let sub = nix::fcntl::openat(
+                dir,
+                name.as_os_str(),
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )?;
             hand_over_dir(&sub, uid, gid, false)?;
         }
     }
@@ -1076,17 +2109,32 @@ fn hand_over_dir(dir: &std::os::fd::OwnedFd, uid: u32, gid: u32, top: bool) -> s
 
 fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) -> bool {
     history.push((diff_hash.to_string(), sig.to_string()));
-    history.len() >= NO_PROGRESS_ROUNDS && history[history.len() - NO_PROGRESS_ROUNDS..].iter().all(|h| h.0 == diff_hash && h.1 == sig)
+    history.len() >= NO_PROGRESS_ROUNDS
+        && history[history.len() - NO_PROGRESS_ROUNDS..]
+            .iter()
+            .all(|h| h.0 == diff_hash && h.1 == sig)
 }
 
 /// What a writer changed outside its checkout, if anything: a ref on the
 /// remote that now points at an object the checkout has (the writer pushed;
 /// a person's push at night brings objects the checkout has never seen), a
 /// deleted `nightshift/` branch, or the user's own `.git` config and hooks.
-fn outside_reach(night: &Night, role: Role, slot: &Slot, remote_before: Option<&std::collections::BTreeMap<String, String>>, user_git_before: &str, token: Option<&str>) -> Option<String> {
+fn outside_reach(
+    night: &Night,
+    role: Role,
+    slot: &Slot,
+    remote_before: Option<&std::collections::BTreeMap<String, String>>,
+    user_git_before: &str,
+    token: Option<&str>,
+) -> Option<String> {
     let changed = slot::git_dir_changes(user_git_before, &slot::git_dir_fingerprint(&night.repo));
     if !changed.is_empty() {
-        return Some(format!("the {} changed {} in {} during its call; check it before you run git there again", role.as_str(), changed.join(", "), night.repo.display()));
+        return Some(format!(
+            "the {} changed {} in {} during its call; check it before you run git there again",
+            role.as_str(),
+            changed.join(", "),
+            night.repo.display()
+        ));
     }
     let before = remote_before?;
     let after = match tokio::task::block_in_place(|| slot.remote_refs(token)) {
@@ -1098,11 +2146,24 @@ fn outside_reach(night: &Night, role: Role, slot: &Slot, remote_before: Option<&
     };
     let mut pushed: Vec<String> = after
         .iter()
-        .filter(|(name, oid)| before.get(*name) != Some(*oid) && tokio::task::block_in_place(|| slot.has_object(oid)))
+        .filter(|(name, oid)| {
+            before.get(*name) != Some(*oid) && tokio::task::block_in_place(|| slot.has_object(oid))
+        })
         .map(|(name, _)| name.clone())
         .collect();
-    pushed.extend(before.keys().filter(|name| name.starts_with("refs/heads/nightshift/") && !after.contains_key(*name)).map(|n| format!("{n} (deleted)")));
-    (!pushed.is_empty()).then(|| format!("the {} pushed to the remote: {}; only the runner pushes", role.as_str(), pushed.join(", ")))
+    pushed.extend(
+        before
+            .keys()
+            .filter(|name| name.starts_with("refs/heads/nightshift/") && !after.contains_key(*name))
+            .map(|n| format!("{n} (deleted)")),
+    );
+    (!pushed.is_empty()).then(|| {
+        format!(
+            "the {} pushed to the remote: {}; only the runner pushes",
+            role.as_str(),
+            pushed.join(", ")
+        )
+    })
 }
 
 /// The most telling line of a command's output tail, for a one-line
@@ -1114,13 +2175,43 @@ fn last_line(s: &str) -> String {
     // test or error, then anything that says it failed.
     const TELLING: &[&[&str]] = &[
         &["assertion", "AssertionError", "expected", "panicked at"],
-        &["error[", "Error:", "error:", "FAIL:", "not found", "No such file"],
+        &[
+            "error[",
+            "Error:",
+            "error:",
+            "FAIL:",
+            "not found",
+            "No such file",
+        ],
         &["FAILED", "failed", "Traceback"],
     ];
-    const GENERIC: &[&str] = &["test failed, to rerun", "could not compile", "aborting due to", "Some tests failed", "npm ERR! Test failed", "test result:"];
-    let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty() && !GENERIC.iter().any(|g| l.contains(g))).collect();
-    let telling = TELLING.iter().find_map(|group| lines.iter().rev().find(|l| group.iter().any(|t| l.contains(t))));
-    telling.or(lines.last()).or(s.lines().rev().find(|l| !l.trim().is_empty()).as_ref()).map(|l| l.trim()).unwrap_or("").chars().take(300).collect()
+    const GENERIC: &[&str] = &[
+        "test failed, to rerun",
+        "could not compile",
+        "aborting due to",
+        "Some tests failed",
+        "npm ERR! Test failed",
+        "test result:",
+    ];
+    let lines: Vec<&str> = s
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !GENERIC.iter().any(|g| l.contains(g)))
+        .collect();
+    let telling = TELLING.iter().find_map(|group| {
+        lines
+            .iter()
+            .rev()
+            .find(|l| group.iter().any(|t| l.contains(t)))
+    });
+    telling
+        .or(lines.last())
+        .or(s.lines().rev().find(|l| !l.trim().is_empty()).as_ref())
+        .map(|l| l.trim())
+        .unwrap_or("")
+        .chars()
+        .take(300)
+        .collect()
 }
 
 enum Step {
@@ -1157,14 +2248,26 @@ async fn call_agent(
         Role::Reviewer => &c.reviewer,
     };
     let agent_kind = agent_cfg.kind.to_string();
-    let stop = |outcome: &str, reason: String, t: &Totals| Step::Stop(ItemEnd { outcome: outcome.into(), reason: Some(reason), tokens: t.tokens, cost_usd: t.cost_known.then_some(t.cost), ..Default::default() });
+    let stop = |outcome: &str, reason: String, t: &Totals| {
+        Step::Stop(ItemEnd {
+            outcome: outcome.into(),
+            reason: Some(reason),
+            tokens: t.tokens,
+            cost_usd: t.cost_known.then_some(t.cost),
+            ..Default::default()
+        })
+    };
     let mut attempt = 0u32;
     let mut throttles = 0u32;
     loop {
         attempt += 1;
         let left = item_deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(stop("timed_out", format!("the item timeout was reached during round {n}"), totals));
+            return Ok(stop(
+                "timed_out",
+                format!("the item timeout was reached during round {n}"),
+                totals,
+            ));
         }
         let call = agent::Call {
             role,
@@ -1185,25 +2288,60 @@ async fn call_agent(
             // The same executable would fail every item: the run stops
             // and is resumed once it is fixed.
             Err(e) => {
-                let why = night.redact(&format!("{e}; fix [{}] command in the config or the agent's installation", role.as_str()));
+                let why = night.redact(&format!(
+                    "{e}; fix [{}] command in the config or the agent's installation",
+                    role.as_str()
+                ));
                 night.stop_systemic(&why);
                 return Ok(stop("error", why, totals));
             }
         };
-        night.db(|| rec::record_agent_call(pool, item_id, Some(round_id), role.as_str(), &agent_kind, &report)).await?;
+        night
+            .db(|| {
+                rec::record_agent_call(
+                    pool,
+                    item_id,
+                    Some(round_id),
+                    role.as_str(),
+                    &agent_kind,
+                    &report,
+                )
+            })
+            .await?;
         totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
         if let Some(cost) = report.usage.cost_usd {
             totals.cost += cost;
             totals.cost_known = true;
         }
         if night.cancel.is_cancelled() {
-            return Ok(stop("interrupted", format!("stopped by a signal during the {} call of round {n}", role.as_str()), totals));
+            return Ok(stop(
+                "interrupted",
+                format!(
+                    "stopped by a signal during the {} call of round {n}",
+                    role.as_str()
+                ),
+                totals,
+            ));
         }
         if totals.tokens > caps.max_tokens.value {
-            return Ok(stop("budget_exceeded", format!("{} tokens used, above the cap of {}", totals.tokens, caps.max_tokens.value), totals));
+            return Ok(stop(
+                "budget_exceeded",
+                format!(
+                    "{} tokens used, above the cap of {}",
+                    totals.tokens, caps.max_tokens.value
+                ),
+                totals,
+            ));
         }
         if totals.cost_known && totals.cost > caps.max_cost_usd.value {
-            return Ok(stop("budget_exceeded", format!("${:.2} spent, above the item cap of ${:.2}", totals.cost, caps.max_cost_usd.value), totals));
+            return Ok(stop(
+                "budget_exceeded",
+                format!(
+                    "${:.2} spent, above the item cap of ${:.2}",
+                    totals.cost, caps.max_cost_usd.value
+                ),
+                totals,
+            ));
         }
         if let Some(reading) = report.limit.clone() {
             let now = night.clock.now();
@@ -1212,34 +2350,101 @@ async fn call_agent(
                 LimitKind::UsageLimit => {
                     let policy = sleep_policy(&c.limits);
                     let sleep = limit::sleep_for(&reading, now, &policy);
-                    let until = now + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1));
+                    let until = now
+                        + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1));
                     if until >= night.deadline {
                         // No sleep is taken (nor recorded): the run stops now.
-                        let reset = reading.resets_at.map(|r| local(r, night.tz)).unwrap_or_else(|| "an unknown time".into());
+                        let reset = reading
+                            .resets_at
+                            .map(|r| local(r, night.tz))
+                            .unwrap_or_else(|| "an unknown time".into());
                         night.db(|| rec::event(pool, Some(run_id), "usage_limit_after_deadline", serde_json::json!({"agent": agent_cfg.kind.to_string(), "resets_at": reading.resets_at, "message": night.redact(&reading.message)}))).await?;
-                        return Ok(stop("deadline", format!("the {} agent's usage limit resets at {reset}, after the deadline {}", role.as_str(), local(night.deadline, night.tz)), totals));
+                        return Ok(stop(
+                            "deadline",
+                            format!(
+                                "the {} agent's usage limit resets at {reset}, after the deadline {}",
+                                role.as_str(),
+                                local(night.deadline, night.tz)
+                            ),
+                            totals,
+                        ));
                     }
-                    night.db(|| rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_kind, "usage_limit", &message, now, until, reading.resets_at)).await?;
-                    night.db(|| rec::set_sleeping(pool, run_id, until, &agent_kind)).await?;
+                    night
+                        .db(|| {
+                            rec::record_limit_sleep(
+                                pool,
+                                run_id,
+                                Some(item_id),
+                                &agent_kind,
+                                "usage_limit",
+                                &message,
+                                now,
+                                until,
+                                reading.resets_at,
+                            )
+                        })
+                        .await?;
+                    night
+                        .db(|| rec::set_sleeping(pool, run_id, until, &agent_kind))
+                        .await?;
                     tracing::info!(until = %until, agent = %agent_cfg.kind, "usage limit: sleeping until reset");
                     let slept_from = Instant::now();
-                    let slept = schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await;
+                    let slept = schedule::sleep_until(
+                        night.clock.as_ref(),
+                        until,
+                        &night.cancel,
+                        schedule::DEFAULT_SLICE,
+                    )
+                    .await;
                     // Sleeping at a limit is not the item's work time (SPEC §7): its timeout moves on.
                     *item_deadline += slept_from.elapsed();
                     if slept == schedule::SleepOutcome::Cancelled {
-                        return Ok(stop("interrupted", "stopped by a signal while sleeping at a usage limit".into(), totals));
+                        return Ok(stop(
+                            "interrupted",
+                            "stopped by a signal while sleeping at a usage limit".into(),
+                            totals,
+                        ));
                     }
-                    night.db(|| rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n))).await?;
+                    night
+                        .db(|| rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n)))
+                        .await?;
                     continue;
                 }
                 LimitKind::Transient if throttles < MAX_THROTTLE_RETRIES => {
                     throttles += 1;
                     let policy = sleep_policy(&c.limits);
                     let wait = limit::sleep_for(&reading, now, &policy);
-                    let until = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
-                    night.db(|| rec::record_limit_sleep(pool, run_id, Some(item_id), &agent_kind, "transient", &message, now, until, None)).await?;
-                    if schedule::sleep_until(night.clock.as_ref(), until, &night.cancel, schedule::DEFAULT_SLICE).await == schedule::SleepOutcome::Cancelled {
-                        return Ok(stop("interrupted", "stopped by a signal while waiting out throttling".into(), totals));
+                    let until = now
+                        + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
+                    night
+                        .db(|| {
+                            rec::record_limit_sleep(
+                                pool,
+                                run_id,
+                                Some(item_id),
+                                &agent_kind,
+                                "transient",
+                                &message,
+                                now,
+                                until,
+                                None,
+                            )
+                        })
+                        .await?;
+                    if schedule::sleep_until(
+                        night.clock.as_ref(),
+                        until,
+                        &night.cancel,
+                        schedule::DEFAULT_SLICE,
+                    )
+                    .await
+                        == schedule::SleepOutcome::Cancelled
+                    {
+                        return Ok(stop(
+                            "interrupted",
+                            "stopped by a signal while waiting out throttling".into(),
+                            totals,
+                        ));
                     }
                     continue;
                 }
@@ -1247,7 +2452,15 @@ async fn call_agent(
             }
         }
         if report.outcome.timed_out {
-            return Ok(stop("timed_out", format!("the {} call of round {n} was killed after {}", role.as_str(), config::format_duration(call.timeout)), totals));
+            return Ok(stop(
+                "timed_out",
+                format!(
+                    "the {} call of round {n} was killed after {}",
+                    role.as_str(),
+                    config::format_duration(call.timeout)
+                ),
+                totals,
+            ));
         }
         return Ok(Step::Done(Box::new(report)));
     }
@@ -1272,7 +2485,9 @@ impl Night {
         loop {
             match f().await {
                 Ok(v) => return Ok(v),
-                Err(e) if crate::ledger::is_outage(&e) => self.wait_for_ledger(e, &mut waiting).await?,
+                Err(e) if crate::ledger::is_outage(&e) => {
+                    self.wait_for_ledger(e, &mut waiting).await?
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -1281,7 +2496,11 @@ impl Night {
     /// Waits until the ledger answers again after `e`; `since` is when this
     /// outage began (set on the first call). Returns when it is back and the
     /// lock is ours again.
-    async fn wait_for_ledger(&self, e: sqlx::Error, since: &mut Option<Instant>) -> Result<(), Error> {
+    async fn wait_for_ledger(
+        &self,
+        e: sqlx::Error,
+        since: &mut Option<Instant>,
+    ) -> Result<(), Error> {
         let began = *since.get_or_insert_with(|| {
             let msg = format!(
                 "the ledger ({}) stopped answering: {}; the run waits for it (at most {}, or until the deadline or a signal)",
@@ -1314,7 +2533,12 @@ impl Night {
             }
             if let crate::ledger::DbSource::Embedded { data_dir } = &self.db_source {
                 // Our own private cluster died (a crash, an OOM kill): start it again.
-                match crate::ledger::embedded::Cluster::resolve(data_dir, &crate::ledger::embedded::process_env).await {
+                match crate::ledger::embedded::Cluster::resolve(
+                    data_dir,
+                    &crate::ledger::embedded::process_env,
+                )
+                .await
+                {
                     Ok(c) => {
                         if let Err(err) = c.start().await {
                             tracing::warn!("restarting the embedded database failed: {err}");
@@ -1332,9 +2556,17 @@ impl Night {
             match probe {
                 Some(Ok(_)) => {
                     self.retake_lock().await?;
-                    let msg = format!("the ledger answers again after {}; the run goes on", config::format_duration(Duration::from_secs(began.elapsed().as_secs().max(1))));
+                    let msg = format!(
+                        "the ledger answers again after {}; the run goes on",
+                        config::format_duration(Duration::from_secs(
+                            began.elapsed().as_secs().max(1)
+                        ))
+                    );
                     tracing::info!("{msg}");
-                    let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("note: {msg}\n"));
+                    let _ = std::io::Write::write_fmt(
+                        &mut std::io::stderr(),
+                        format_args!("note: {msg}\n"),
+                    );
                     return Ok(());
                 }
                 Some(Err(err)) => last = err,
@@ -1364,7 +2596,8 @@ impl Night {
             Ok(false) => self.retake_lock().await,
             // Its connection is gone: the server restarted or is away.
             Err(_) => {
-                self.db(|| sqlx::query("SELECT 1").execute(&self.pool)).await?;
+                self.db(|| sqlx::query("SELECT 1").execute(&self.pool))
+                    .await?;
                 self.retake_lock().await
             }
         }
@@ -1379,7 +2612,11 @@ impl Night {
             return Ok(());
         }
         *guard = None;
-        match self.ledger.try_lock_repo(&self.repo_id, &crate::ledger::HolderInfo::current()).await {
+        match self
+            .ledger
+            .try_lock_repo(&self.repo_id, &crate::ledger::HolderInfo::current())
+            .await
+        {
             Ok(crate::ledger::RepoLockAttempt::Acquired(l)) => {
                 *guard = Some(l);
                 Ok(())
@@ -1387,9 +2624,14 @@ impl Night {
             Ok(crate::ledger::RepoLockAttempt::Held { holder }) => Err(Error::refused(format!(
                 "this run lost the lock of {} while the ledger was away, and another nightshift run took it ({}); this run stops so that the two do not do the same items",
                 self.repo.display(),
-                holder.map(|h| h.to_string()).unwrap_or_else(|| "another process".into())
+                holder
+                    .map(|h| h.to_string())
+                    .unwrap_or_else(|| "another process".into())
             ))),
-            Err(e) => Err(Error::failure(format!("ledger: taking the lock of {} again: {e}", self.repo.display()))),
+            Err(e) => Err(Error::failure(format!(
+                "ledger: taking the lock of {} again: {e}",
+                self.repo.display()
+            ))),
         }
     }
 
@@ -1442,7 +2684,11 @@ fn outage_text(e: &sqlx::Error) -> String {
 /// `[x]`; the PR number is not known before the PR exists, so no note). A
 /// backlog not on the base branch, or an item not open there (edited on the
 /// base since), is left alone: the work is not lost for want of a tick.
-fn tick_own_box(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), (&'static str, String)> {
+fn tick_own_box(
+    checkout: &Path,
+    backlog_rel: &str,
+    key: &str,
+) -> Result<(), (&'static str, String)> {
     let file = checkout.join(backlog_rel);
     // The writer may have swapped the backlog (or a directory on its path)
     // for a symbolic link: writing through it would edit a file outside the
@@ -1452,10 +2698,19 @@ fn tick_own_box(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), (&'
         at.push(part);
         match std::fs::symlink_metadata(&at) {
             Ok(m) if m.file_type().is_symlink() => {
-                return Err(("rule_broken", format!("{} is a symbolic link in the checkout; nightshift does not tick the backlog through it", at.strip_prefix(checkout).unwrap_or(&at).display())));
+                return Err((
+                    "rule_broken",
+                    format!(
+                        "{} is a symbolic link in the checkout; nightshift does not tick the backlog through it",
+                        at.strip_prefix(checkout).unwrap_or(&at).display()
+                    ),
+                ));
             }
             Ok(m) if at == file && !m.is_file() => {
-                return Err(("rule_broken", format!("{backlog_rel} is not a regular file in the checkout")));
+                return Err((
+                    "rule_broken",
+                    format!("{backlog_rel} is not a regular file in the checkout"),
+                ));
             }
             _ => {}
         }
@@ -1463,25 +2718,38 @@ fn tick_own_box(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), (&'
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::warn!(backlog = backlog_rel, "tick_in_pr: the backlog is not on the base branch; nothing to tick");
+            tracing::warn!(
+                backlog = backlog_rel,
+                "tick_in_pr: the backlog is not on the base branch; nothing to tick"
+            );
             return Ok(());
         }
         Err(e) => return Err(("error", format!("{}: {e}", file.display()))),
     };
     let bl = crate::backlog::parse(Path::new(backlog_rel), &text);
-    let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else { return Ok(()) };
+    let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else {
+        return Ok(());
+    };
     let new = crate::backlog::tick(&text, item, "").map_err(|e| ("error", e.to_string()))?;
     std::fs::write(&file, new).map_err(|e| ("error", format!("{}: {e}", file.display())))
 }
 
 /// The runner is the committer of every item commit (SPEC §5.6).
 fn runner_identity() -> slot::Identity {
-    slot::Identity { name: "nightshift".into(), email: "nightshift@localhost".into() }
+    slot::Identity {
+        name: "nightshift".into(),
+        email: "nightshift@localhost".into(),
+    }
 }
 
 /// The sleep policy of SPEC §7 from the config's limits.
 pub fn sleep_policy(l: &config::Limits) -> limit::SleepPolicy {
-    limit::SleepPolicy { buffer: l.limit_buffer, min: l.limit_sleep_min, max: l.limit_sleep_max, ..limit::SleepPolicy::default() }
+    limit::SleepPolicy {
+        buffer: l.limit_buffer,
+        min: l.limit_sleep_min,
+        max: l.limit_sleep_max,
+        ..limit::SleepPolicy::default()
+    }
 }
 
 #[cfg(test)]
@@ -1492,8 +2760,14 @@ mod tests {
     fn the_telling_line_of_a_failure() {
         let cargo = "running 3 tests\ntest t::a ... ok\ntest t::b ... FAILED\n\nfailures:\n\n---- t::b stdout ----\n\nthread 't::b' panicked at src/lib.rs:9:9:\nassertion `left == right` failed: modulo\n  left: 1\n right: 3\n\nfailures:\n    t::b\n\ntest result: FAILED. 2 passed; 1 failed\n\nerror: test failed, to rerun pass `--lib`\n";
         assert_eq!(last_line(cargo), "assertion `left == right` failed: modulo");
-        assert_eq!(last_line("sh: 1: nope: not found\n"), "sh: 1: nope: not found");
+        assert_eq!(
+            last_line("sh: 1: nope: not found\n"),
+            "sh: 1: nope: not found"
+        );
         assert_eq!(last_line("all good\nbut exit 1\n"), "but exit 1");
-        assert_eq!(last_line("error: test failed, to rerun pass `--lib`\n"), "error: test failed, to rerun pass `--lib`");
+        assert_eq!(
+            last_line("error: test failed, to rerun pass `--lib`\n"),
+            "error: test failed, to rerun pass `--lib`"
+        );
     }
 }

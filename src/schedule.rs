@@ -510,7 +510,11 @@ fn bad_field(expr: &str) -> Option<String> {
         ("day-of-week", "0–7 (0 and 7 are Sunday) or SUN–SAT"),
     ];
     let fields: Vec<&str> = expr.split_whitespace().collect();
-    let names: Vec<(&str, &str)> = if fields.len() == 6 { std::iter::once(("second", "0–59")).chain(FIVE).collect() } else { FIVE.to_vec() };
+    let names: Vec<(&str, &str)> = if fields.len() == 6 {
+        std::iter::once(("second", "0–59")).chain(FIVE).collect()
+    } else {
+        FIVE.to_vec()
+    };
     fields.iter().zip(&names).enumerate().find_map(|(i, (field, (name, allowed)))| {
         let alone: Vec<&str> = (0..fields.len()).map(|j| if j == i { *field } else { "*" }).collect();
         croner_parse(&alone.join(" ")).is_err().then(|| format!("the {name} field `{field}` is not valid (allowed: {allowed}, with `*`, `,`, `-` and `/`)"))
@@ -522,7 +526,9 @@ fn bad_field(expr: &str) -> Option<String> {
 /// those letters and are not extensions.
 fn quartz_extension<'a>(fields: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     fields.into_iter().find(|f| {
-        let stripped = NAMES.iter().fold(f.to_ascii_uppercase(), |acc, n| acc.replace(n, ""));
+        let stripped = NAMES
+            .iter()
+            .fold(f.to_ascii_uppercase(), |acc, n| acc.replace(n, ""));
         stripped.contains(['L', 'W', '#', '?'])
     })
 }
@@ -587,7 +593,9 @@ pub fn print_crontab(
     let command = format!(
         "cd {} && {}TZ={} {} --repo {} drain >> {} 2>&1",
         sh_quote(&repo.display().to_string()),
-        path_var.map(|p| format!("PATH={} ", sh_quote(p))).unwrap_or_default(),
+        path_var
+            .map(|p| format!("PATH={} ", sh_quote(p)))
+            .unwrap_or_default(),
         tz.name(),
         sh_quote(&binary.display().to_string()),
         sh_quote(&repo.display().to_string()),
@@ -663,7 +671,12 @@ pub fn print_systemd(
          {path_line}\
          ExecStart=\"{bin_s}\" --repo \"{repo_arg}\" drain\n",
         tz = tz.name(),
-        path_line = path_var.map(|p| format!("Environment=\"PATH={}\"\n", esc(&p.replace('\\', "\\\\").replace('"', "\\\"")))).unwrap_or_default(),
+        path_line = path_var
+            .map(|p| format!(
+                "Environment=\"PATH={}\"\n",
+                esc(&p.replace('\\', "\\\\").replace('"', "\\\""))
+            ))
+            .unwrap_or_default(),
     );
     let timer = format!(
         "# nightshift-drain.timer — cron expression {expr:?}\n\

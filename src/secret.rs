@@ -108,7 +108,9 @@ impl fmt::Debug for Redactor {
             .inner
             .as_ref()
             .map_or(0, |inner| inner.matcher.patterns_len());
-        f.debug_struct("Redactor").field("patterns", &count).finish()
+        f.debug_struct("Redactor")
+            .field("patterns", &count)
+            .finish()
     }
 }
 
@@ -164,7 +166,8 @@ impl Redactor {
             None => s.to_owned(),
             Some(_) => {
                 let out = self.redact_bytes(s.as_bytes());
-                String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+                String::from_utf8(out)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
             }
         };
         mask_url_passwords(&masked)
@@ -228,11 +231,16 @@ fn forms(value: &str) -> Vec<Vec<u8>> {
         let end = (8 * data.len()) / 6;
         if first < end {
             let inner = b64[first..end].to_vec();
-            encoded.push(inner.iter().map(|&c| match c {
-                b'+' => b'-',
-                b'/' => b'_',
-                c => c,
-            }).collect());
+            encoded.push(
+                inner
+                    .iter()
+                    .map(|&c| match c {
+                        b'+' => b'-',
+                        b'/' => b'_',
+                        c => c,
+                    })
+                    .collect(),
+            );
             encoded.push(inner);
         }
     }
@@ -256,7 +264,9 @@ fn forms(value: &str) -> Vec<Vec<u8>> {
 /// Standard base64 with padding.
 fn base64(data: &[u8]) -> Vec<u8> {
     use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(data).into_bytes()
+    base64::engine::general_purpose::STANDARD
+        .encode(data)
+        .into_bytes()
 }
 
 /// Which characters a percent-encoding leaves as they are.
@@ -272,12 +282,29 @@ enum Percent {
 
 fn percent_encode(raw: &[u8], style: Percent) -> Vec<u8> {
     use percent_encoding::{AsciiSet, NON_ALPHANUMERIC};
-    const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-    const URI_COMPONENT: &AsciiSet = &UNRESERVED.remove(b'!').remove(b'\'').remove(b'(').remove(b')').remove(b'*');
-    let set = if matches!(style, Percent::UriComponent) { URI_COMPONENT } else { UNRESERVED };
+    const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    const URI_COMPONENT: &AsciiSet = &UNRESERVED
+        .remove(b'!')
+        .remove(b'\'')
+        .remove(b'(')
+        .remove(b')')
+        .remove(b'*');
+    let set = if matches!(style, Percent::UriComponent) {
+        URI_COMPONENT
+    } else {
+        UNRESERVED
+    };
     let encoded = percent_encoding::percent_encode(raw, set).to_string();
     // A literal `+` was encoded as `%2B`, so every `%20` left is a space.
-    let encoded = if matches!(style, Percent::Form) { encoded.replace("%20", "+") } else { encoded };
+    let encoded = if matches!(style, Percent::Form) {
+        encoded.replace("%20", "+")
+    } else {
+        encoded
+    };
     encoded.into_bytes()
 }
 
@@ -343,7 +370,14 @@ impl Squeezed {
     /// `[start, end)` of `text`, then a mask for each piece of the match,
     /// keeping the breaks between pieces; returns the original offset after
     /// the match.
-    fn mask(&self, original: &[u8], start: usize, end: usize, pos: usize, out: &mut Vec<u8>) -> usize {
+    fn mask(
+        &self,
+        original: &[u8],
+        start: usize,
+        end: usize,
+        pos: usize,
+        out: &mut Vec<u8>,
+    ) -> usize {
         let from = self.original(start);
         out.extend_from_slice(&original[pos.min(from)..from]);
         let mut k = self.pieces.partition_point(|&(t, _)| t <= start) - 1;
@@ -351,7 +385,10 @@ impl Squeezed {
         let mut last_end = from;
         while at < end {
             let (t, o) = self.pieces[k];
-            let piece_end = self.pieces.get(k + 1).map_or(self.text.len(), |&(next, _)| next);
+            let piece_end = self
+                .pieces
+                .get(k + 1)
+                .map_or(self.text.len(), |&(next, _)| next);
             let stop = end.min(piece_end);
             let (o_start, o_end) = (o + (at - t), o + (stop - t));
             if o_start > last_end {
@@ -397,11 +434,21 @@ fn blank_run(bytes: &[u8], i: usize) -> (usize, bool) {
 /// known or not: git and HTTP libraries print such URLs in their errors.
 pub fn mask_url_passwords(s: &str) -> String {
     static URL_PASSWORD: OnceLock<regex::Regex> = OnceLock::new();
-    let re = URL_PASSWORD.get_or_init(|| regex::Regex::new(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*):([^\s/?#@]+)@").expect("a valid pattern"));
+    let re = URL_PASSWORD.get_or_init(|| {
+        regex::Regex::new(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*):([^\s/?#@]+)@")
+            .expect("a valid pattern")
+    });
     if !s.contains("://") {
         return s.to_owned();
     }
-    re.replace_all(s, |c: &regex::Captures<'_>| if &c[2] == MASK { c[0].to_string() } else { format!("{}:{MASK}@", &c[1]) }).into_owned()
+    re.replace_all(s, |c: &regex::Captures<'_>| {
+        if &c[2] == MASK {
+            c[0].to_string()
+        } else {
+            format!("{}:{MASK}@", &c[1])
+        }
+    })
+    .into_owned()
 }
 
 /// The password a URL carries, as written in it (percent-encoded), if any:
@@ -419,24 +466,36 @@ pub fn url_password(url: &str) -> Option<String> {
     }
     let query = rest.split_once('?')?.1;
     let query = query.split('#').next().unwrap_or(query);
-    query.split('&').find_map(|kv| kv.strip_prefix("password=")).filter(|p| !p.is_empty()).map(str::to_string)
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("password="))
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
 }
 
 /// [`url_password`] in both spellings a message may show it, as written and
 /// percent-decoded — the forms worth masking: none when the password is weak
 /// ([`is_weak_password`]).
 pub fn url_password_forms(url: &str) -> Vec<String> {
-    let Some(raw) = url_password(url) else { return Vec::new() };
+    let Some(raw) = url_password(url) else {
+        return Vec::new();
+    };
     let decoded = percent_decode(&raw);
     if is_weak_password(&decoded) {
         return Vec::new();
     }
-    if decoded == raw { vec![raw] } else { vec![raw, decoded] }
+    if decoded == raw {
+        vec![raw]
+    } else {
+        vec![raw, decoded]
+    }
 }
 
 /// `s` with its `%XX` escapes decoded (invalid UTF-8 replaced).
 pub fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// Whether a password found on its own (in a URL, in `PGPASSWORD`) is too
@@ -492,7 +551,11 @@ impl StreamRedactor {
         }
         // What is held back: from the boundary on, and any blank run at the
         // end (the next chunk may make it a line break inside a secret).
-        let mut keep_from = if boundary < sq.text.len() { sq.original(boundary) } else { data.len() };
+        let mut keep_from = if boundary < sq.text.len() {
+            sq.original(boundary)
+        } else {
+            data.len()
+        };
         let mut tail = data.len();
         while tail > 0 && matches!(data[tail - 1], b' ' | b'\t' | b'\r' | b'\n' | b'\\') {
             tail -= 1;
@@ -500,7 +563,9 @@ impl StreamRedactor {
         if tail < data.len() && data.len() - tail <= MAX_HELD_BLANKS {
             keep_from = keep_from.min(tail);
         }
-        let keep_from = keep_from.max(pos).max(data.len().saturating_sub(inner.max_len + MAX_HELD_BLANKS));
+        let keep_from = keep_from
+            .max(pos)
+            .max(data.len().saturating_sub(inner.max_len + MAX_HELD_BLANKS));
         out.extend_from_slice(&data[pos.min(keep_from)..keep_from]);
         self.pending = data[keep_from..].to_vec();
         out
@@ -513,7 +578,10 @@ impl StreamRedactor {
 }
 
 /// The secret values this process holds, for every text that leaves it.
-static KNOWN: RwLock<Known> = RwLock::new(Known { values: Vec::new(), redactor: Redactor { inner: None } });
+static KNOWN: RwLock<Known> = RwLock::new(Known {
+    values: Vec::new(),
+    redactor: Redactor { inner: None },
+});
 
 struct Known {
     values: Vec<String>,
@@ -532,7 +600,11 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
-    let new: Vec<String> = values.into_iter().map(|v| v.as_ref().to_owned()).filter(|v| v.len() >= MIN_SECRET_LEN).collect();
+    let new: Vec<String> = values
+        .into_iter()
+        .map(|v| v.as_ref().to_owned())
+        .filter(|v| v.len() >= MIN_SECRET_LEN)
+        .collect();
     let mut known = KNOWN.write().unwrap_or_else(|e| e.into_inner());
     let before = known.values.len();
     for v in new {
@@ -547,12 +619,20 @@ where
 
 /// The redactor of every value [`remember`]ed so far.
 pub fn known() -> Redactor {
-    KNOWN.read().unwrap_or_else(|e| e.into_inner()).redactor.clone()
+    KNOWN
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .redactor
+        .clone()
 }
 
 /// The values [`remember`]ed so far.
 fn known_values() -> Vec<String> {
-    KNOWN.read().unwrap_or_else(|e| e.into_inner()).values.clone()
+    KNOWN
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values
+        .clone()
 }
 
 /// `s` redacted with [`known`] (and URL passwords masked): for text that
@@ -742,7 +822,11 @@ mod tests {
         let out = stream.push(&[b'a'; 40]);
         assert_eq!(out.len(), 40 - 19);
         let out = stream.push(b"012345678");
-        assert_eq!(out.len(), 9, "the held back a's are released as the prefix comes");
+        assert_eq!(
+            out.len(),
+            9,
+            "the held back a's are released as the prefix comes"
+        );
         // A match is let out once nothing longer could start where it does.
         let out = stream.push(b"9!");
         assert_eq!(String::from_utf8_lossy(&out), "aa");
@@ -756,14 +840,21 @@ mod tests {
     fn encoded_forms_are_masked() {
         let token = "ghp_Enc0ded/Token+Value_1234";
         let redactor = Redactor::new([token, "p@ss word/with:all"]);
-        let blob = |prefix: &str| String::from_utf8(base64(format!("{prefix}{token} and more").as_bytes())).unwrap();
+        let blob = |prefix: &str| {
+            String::from_utf8(base64(format!("{prefix}{token} and more").as_bytes())).unwrap()
+        };
         for text in [
             blob(""),
             blob("x"),
             blob("xy"),
             blob("xy").replace('+', "-").replace('/', "_"),
             // `base64` wraps its output at 76 columns, here inside the token.
-            blob(&"A".repeat(40)).as_bytes().chunks(76).map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>().join("\n"),
+            blob(&"A".repeat(40))
+                .as_bytes()
+                .chunks(76)
+                .map(|c| String::from_utf8_lossy(c).into_owned())
+                .collect::<Vec<_>>()
+                .join("\n"),
             hex::encode(token),
             hex::encode_upper(token),
             "p%40ss%20word%2Fwith%3Aall".into(),
@@ -775,7 +866,10 @@ mod tests {
             assert!(!redactor.finds_in(out.as_bytes()), "{text} -> {out}");
         }
         // Nothing else is touched.
-        assert_eq!(redactor.redact("ghp_ plain words 0123"), "ghp_ plain words 0123");
+        assert_eq!(
+            redactor.redact("ghp_ plain words 0123"),
+            "ghp_ plain words 0123"
+        );
     }
 
     /// A value cut by a line break (real, CRLF, indented, or a JSON `\n`
@@ -783,12 +877,27 @@ mod tests {
     #[test]
     fn a_secret_cut_by_a_line_break_is_masked_and_the_lines_stay() {
         let redactor = Redactor::new(["ghp_SplitToken_987654"]);
-        assert_eq!(redactor.redact("a ghp_Split\nToken_987654 b"), "a ****\n**** b");
-        assert_eq!(redactor.redact("x: ghp_Split\r\n  Token_98\n7654\ny"), "x: ****\r\n  ****\n****\ny");
-        assert_eq!(redactor.redact("{\"t\":\"ghp_Spl\\nitToken_987654\"}"), "{\"t\":\"****\\n****\"}");
+        assert_eq!(
+            redactor.redact("a ghp_Split\nToken_987654 b"),
+            "a ****\n**** b"
+        );
+        assert_eq!(
+            redactor.redact("x: ghp_Split\r\n  Token_98\n7654\ny"),
+            "x: ****\r\n  ****\n****\ny"
+        );
+        assert_eq!(
+            redactor.redact("{\"t\":\"ghp_Spl\\nitToken_987654\"}"),
+            "{\"t\":\"****\\n****\"}"
+        );
         // Blanks without a line break do not join words.
-        assert_eq!(redactor.redact("ghp_Split Token_987654"), "ghp_Split Token_987654");
-        assert_eq!(redactor.redact("T=ghp_Split\\\n  Token_987654"), "T=****\\\n  ****");
+        assert_eq!(
+            redactor.redact("ghp_Split Token_987654"),
+            "ghp_Split Token_987654"
+        );
+        assert_eq!(
+            redactor.redact("T=ghp_Split\\\n  Token_987654"),
+            "T=****\\\n  ****"
+        );
         // A multi-line secret (a key) is found printed as is, or on one line.
         let pem = "-----BEGIN KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX\n-----END KEY-----\n";
         let key = Redactor::new([pem]);
@@ -803,11 +912,19 @@ mod tests {
         let redactor = Redactor::new(["TOKEN123456", "k/e y+9"]);
         let input = b"pre TOK\nEN123456 mid TOKEN12\r\n  3456 k%2Fe%20y%2B9 \\n end TOKEN1234\n\n";
         let expected = redactor.redact_bytes(input);
-        assert!(!redactor.finds_in(&expected), "{}", String::from_utf8_lossy(&expected));
+        assert!(
+            !redactor.finds_in(&expected),
+            "{}",
+            String::from_utf8_lossy(&expected)
+        );
         for i in 0..=input.len() {
             for j in i..=input.len() {
                 let out = stream_in_three(&redactor, input, i, j);
-                assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected), "cut at {i} and {j}");
+                assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    String::from_utf8_lossy(&expected),
+                    "cut at {i} and {j}"
+                );
             }
         }
     }
@@ -816,21 +933,42 @@ mod tests {
     fn url_passwords_are_masked_known_or_not() {
         let none = Redactor::new(Vec::<String>::new());
         assert_eq!(
-            none.redact("fatal: unable to access 'https://x-access-token:ghs_abc@github.com/o/r.git/': 403"),
+            none.redact(
+                "fatal: unable to access 'https://x-access-token:ghs_abc@github.com/o/r.git/': 403"
+            ),
             "fatal: unable to access 'https://x-access-token:****@github.com/o/r.git/': 403"
         );
-        assert_eq!(none.redact("postgres://u:p%40ss@db:5432/x and http://host:8080/a@b"), "postgres://u:****@db:5432/x and http://host:8080/a@b");
-        assert_eq!(none.redact("git@github.com:o/r.git https://github.com/o/r"), "git@github.com:o/r.git https://github.com/o/r");
+        assert_eq!(
+            none.redact("postgres://u:p%40ss@db:5432/x and http://host:8080/a@b"),
+            "postgres://u:****@db:5432/x and http://host:8080/a@b"
+        );
+        assert_eq!(
+            none.redact("git@github.com:o/r.git https://github.com/o/r"),
+            "git@github.com:o/r.git https://github.com/o/r"
+        );
     }
 
     #[test]
     fn passwords_are_read_from_urls() {
-        assert_eq!(url_password("https://x-access-token:ghp_1@github.com/o/r"), Some("ghp_1".into()));
-        assert_eq!(url_password_forms("postgres://u:p%40ssw0rd@h:5432/db?sslmode=require"), ["p%40ssw0rd", "p@ssw0rd"]);
+        assert_eq!(
+            url_password("https://x-access-token:ghp_1@github.com/o/r"),
+            Some("ghp_1".into())
+        );
+        assert_eq!(
+            url_password_forms("postgres://u:p%40ssw0rd@h:5432/db?sslmode=require"),
+            ["p%40ssw0rd", "p@ssw0rd"]
+        );
         // A development default hides nothing: not masked on its own.
         assert!(url_password_forms("postgres://postgres:postgres@localhost/db").is_empty());
-        assert!(is_weak_password("password") && !is_weak_password("hunter2hunter2") && !is_weak_password("correcthorsebatterystaple"));
-        assert_eq!(url_password("postgres://u@h/db?sslmode=disable&password=s3cret"), Some("s3cret".into()));
+        assert!(
+            is_weak_password("password")
+                && !is_weak_password("hunter2hunter2")
+                && !is_weak_password("correcthorsebatterystaple")
+        );
+        assert_eq!(
+            url_password("postgres://u@h/db?sslmode=disable&password=s3cret"),
+            Some("s3cret".into())
+        );
         assert_eq!(url_password("postgres://u@h/db"), None);
         assert_eq!(url_password("https://user@host/a:b@c"), None);
         assert_eq!(url_password("/srv/git/repo.git"), None);
@@ -840,7 +978,9 @@ mod tests {
     fn remembered_values_are_masked_by_known() {
         remember(["remembered-secret-value-1"]);
         assert_eq!(redact_known("a remembered-secret-value-1 b"), "a **** b");
-        assert!(Redactor::with_known(["other-secret-value"]).finds_in(b"x remembered-secret-value-1"));
+        assert!(
+            Redactor::with_known(["other-secret-value"]).finds_in(b"x remembered-secret-value-1")
+        );
     }
 
     #[test]

@@ -162,7 +162,9 @@ impl SlotsLock {
         let dir = self.path.parent().unwrap_or(&self.data_dir);
         if let Ok(st) = nix::sys::statvfs::statvfs(dir) {
             if st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
-                return Err(format!("the data directory {data} is on a read-only file system; remount it read-write or set NIGHTSHIFT_DATA_DIR to a writable directory"));
+                return Err(format!(
+                    "the data directory {data} is on a read-only file system; remount it read-write or set NIGHTSHIFT_DATA_DIR to a writable directory"
+                ));
             }
             // The field types differ between platforms (u32 on some).
             #[allow(clippy::unnecessary_cast)]
@@ -193,20 +195,36 @@ impl SlotsLock {
 /// The lock file cannot be created or opened.
 pub fn lock_slots(data_dir: &Path, user_repo: &Path) -> std::io::Result<Result<SlotsLock, u32>> {
     use std::io::Write;
-    let dir = slot_path(data_dir, user_repo, 0).parent().map(Path::to_path_buf).unwrap_or_else(|| data_dir.join("slots"));
+    let dir = slot_path(data_dir, user_repo, 0)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| data_dir.join("slots"));
     std::fs::create_dir_all(&dir)?;
     let path = dir.join("slots.lock");
-    let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
     match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             use std::os::unix::fs::MetadataExt;
             lock.set_len(0)?;
             write!(lock, "{}", std::process::id())?;
             let m = lock.metadata()?;
-            Ok(Ok(SlotsLock { id: (m.dev(), m.ino()), _lock: lock, path, data_dir: data_dir.to_path_buf() }))
+            Ok(Ok(SlotsLock {
+                id: (m.dev(), m.ino()),
+                _lock: lock,
+                path,
+                data_dir: data_dir.to_path_buf(),
+            }))
         }
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-            let pid = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+            let pid = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0);
             Ok(Err(pid))
         }
         Err((_, e)) => Err(std::io::Error::from(e)),
@@ -251,7 +269,10 @@ pub fn git_dir_fingerprint(worktree: &Path) -> String {
         Ok(_) => "file",
         Err(_) => "missing",
     };
-    let mut lines = vec![format!(".git {}", hex::encode(Sha256::digest(kind.as_bytes())))];
+    let mut lines = vec![format!(
+        ".git {}",
+        hex::encode(Sha256::digest(kind.as_bytes()))
+    )];
     for name in WATCHED_GIT_FILES {
         let mut h = Sha256::new();
         hash_entry(&mut h, &git_dir.join(name));
@@ -266,10 +287,18 @@ pub fn git_dir_fingerprint(worktree: &Path) -> String {
 /// removed, in name order. Empty when they are equal.
 pub fn git_dir_changes(before: &str, after: &str) -> Vec<String> {
     let parse = |text: &str| -> std::collections::BTreeMap<String, String> {
-        text.lines().filter_map(|l| l.rsplit_once(' ')).map(|(part, digest)| (part.to_string(), digest.to_string())).collect()
+        text.lines()
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(part, digest)| (part.to_string(), digest.to_string()))
+            .collect()
     };
     let (before, after) = (parse(before), parse(after));
-    let mut parts: Vec<String> = before.keys().chain(after.keys()).filter(|p| before.get(*p) != after.get(*p)).cloned().collect();
+    let mut parts: Vec<String> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|p| before.get(*p) != after.get(*p))
+        .cloned()
+        .collect();
     parts.sort();
     parts.dedup();
     parts
@@ -283,7 +312,10 @@ fn hook_lines(lines: &mut Vec<String>, dir: &Path, label: &str) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    let mut names: Vec<_> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
     names.sort();
     for name in names {
         let path = dir.join(&name);
@@ -423,7 +455,10 @@ impl Slot {
                     }
                     // A failed fetch is the network's fault, not the slot's;
                     // a stopped command is nobody's.
-                    Err(SlotError::Git(e)) if matches!(e, GitError::Stopped { .. }) || (slot.base_commit.is_empty() && is_fetch(&e)) => {
+                    Err(SlotError::Git(e))
+                        if matches!(e, GitError::Stopped { .. })
+                            || (slot.base_commit.is_empty() && is_fetch(&e)) =>
+                    {
                         return Err(SlotError::Git(e));
                     }
                     Err(e) => slot.recloned_because = Some(format!("reset failed: {e}")),
@@ -448,7 +483,10 @@ impl Slot {
             .map_err(|_| "no recorded fingerprint".to_string())?;
         let now = git_dir_fingerprint(&self.path);
         if recorded.trim() != now {
-            return Err(format!("{} changed since the slot was prepared", git_dir_changes(recorded.trim(), &now).join(", ")));
+            return Err(format!(
+                "{} changed since the slot was prepared",
+                git_dir_changes(recorded.trim(), &now).join(", ")
+            ));
         }
         git::open(&self.path).map_err(|e| format!("not a git repository: {e}"))?;
         Ok(())
@@ -536,7 +574,10 @@ impl Slot {
         // (Without a password: git is never given one in a URL, see
         // `git::split_url_password`, so the slot's config holds none.)
         if git::remote_urls(&self.path, &self.remote).ok()
-            != Some((git::without_password(&self.fetch_url), git::without_password(&self.push_url)))
+            != Some((
+                git::without_password(&self.fetch_url),
+                git::without_password(&self.push_url),
+            ))
         {
             self.set_remote_urls()?;
         }
@@ -594,7 +635,10 @@ impl Slot {
     fn ensure_untampered(&self) -> Result<(), SlotError> {
         let parts = git_dir_changes(&self.git_dir_fingerprint, &git_dir_fingerprint(&self.path));
         if !parts.is_empty() {
-            return Err(SlotError::Tampered { path: self.path.clone(), parts });
+            return Err(SlotError::Tampered {
+                path: self.path.clone(),
+                parts,
+            });
         }
         Ok(())
     }
@@ -663,8 +707,17 @@ impl Slot {
     ///
     /// # Errors
     /// [`SlotError::Git`] when the remote cannot be read.
-    pub fn remote_refs(&self, token: Option<&str>) -> Result<std::collections::BTreeMap<String, String>, SlotError> {
-        let out = self.git().token(token).timeout(NETWORK_TIMEOUT).text(&["ls-remote", "--heads", "--tags", "--", &self.push_url])?;
+    pub fn remote_refs(
+        &self,
+        token: Option<&str>,
+    ) -> Result<std::collections::BTreeMap<String, String>, SlotError> {
+        let out = self.git().token(token).timeout(NETWORK_TIMEOUT).text(&[
+            "ls-remote",
+            "--heads",
+            "--tags",
+            "--",
+            &self.push_url,
+        ])?;
         Ok(out
             .lines()
             .filter_map(|l| l.split_once('\t'))
@@ -678,7 +731,15 @@ impl Slot {
     /// # Errors
     /// [`SlotError::Git`] when git cannot diff them.
     pub fn diff_text(&self, base: &str, tree: &str) -> Result<String, SlotError> {
-        Ok(self.git().text(&["diff", "--no-color", "--no-ext-diff", "--find-renames", base, tree, "--"])?)
+        Ok(self.git().text(&[
+            "diff",
+            "--no-color",
+            "--no-ext-diff",
+            "--find-renames",
+            base,
+            tree,
+            "--",
+        ])?)
     }
 
     /// Empties the directories of submodules (gitlinks). Slots never
@@ -688,7 +749,13 @@ impl Slot {
     fn empty_submodule_dirs(&self) -> Result<(), SlotError> {
         for path in self.filled_submodule_dirs()? {
             let dir = self.path.join(&path);
-            std::fs::remove_dir_all(&dir).and_then(|()| std::fs::create_dir(&dir)).map_err(|source| SlotError::Io { context: "emptying a submodule directory", path: dir.clone(), source })?;
+            std::fs::remove_dir_all(&dir)
+                .and_then(|()| std::fs::create_dir(&dir))
+                .map_err(|source| SlotError::Io {
+                    context: "emptying a submodule directory",
+                    path: dir.clone(),
+                    source,
+                })?;
         }
         Ok(())
     }
@@ -708,14 +775,19 @@ impl Slot {
             .filter_map(|e| e.split_once('\t').map(|(_, p)| p.to_string()))
             .filter(|p| {
                 let dir = self.path.join(p);
-                dir.is_dir() && std::fs::read_dir(&dir).map(|mut d| d.next().is_some()).unwrap_or(false)
+                dir.is_dir()
+                    && std::fs::read_dir(&dir)
+                        .map(|mut d| d.next().is_some())
+                        .unwrap_or(false)
             })
             .collect())
     }
 
     /// Whether the slot's object store (its own or borrowed) has `oid`.
     pub fn has_object(&self, oid: &str) -> bool {
-        self.git().run(&["cat-file", "-e", &format!("{oid}^{{object}}")]).is_ok()
+        self.git()
+            .run(&["cat-file", "-e", &format!("{oid}^{{object}}")])
+            .is_ok()
     }
 
     /// [`Slot::push`], killed as soon as `stop` becomes true (a signal during
@@ -724,7 +796,11 @@ impl Slot {
     /// # Errors
     /// As [`Slot::push`]; a stopped push is [`SlotError::Git`] holding
     /// [`GitError::Stopped`].
-    pub fn push_stoppable(&self, token: Option<&str>, stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) -> Result<(), SlotError> {
+    pub fn push_stoppable(
+        &self,
+        token: Option<&str>,
+        stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    ) -> Result<(), SlotError> {
         self.ensure_untampered()?;
         let mut git = self.git().token(token).timeout(NETWORK_TIMEOUT);
         if let Some(stop) = stop {
@@ -750,7 +826,9 @@ impl Slot {
         // Seeded from the real index so unchanged files are not re-hashed.
         let _ = std::fs::copy(self.path.join(".git").join("index"), &index);
         let git = self.git().env("GIT_INDEX_FILE", &index);
-        let result = git.run(&["add", "-A", "--", "."]).and_then(|_| git.text(&["write-tree"]));
+        let result = git
+            .run(&["add", "-A", "--", "."])
+            .and_then(|_| git.text(&["write-tree"]));
         let _ = std::fs::remove_file(&index);
         Ok(result?.trim().to_string())
     }
@@ -769,7 +847,9 @@ impl Slot {
     pub fn restore_tree(&self, tree: &str) -> Result<(), SlotError> {
         let git = self.git();
         let branch = format!("refs/heads/{}", self.branch);
-        let on_branch = git.text(&["symbolic-ref", "-q", "HEAD"]).is_ok_and(|r| r.trim() == branch);
+        let on_branch = git
+            .text(&["symbolic-ref", "-q", "HEAD"])
+            .is_ok_and(|r| r.trim() == branch);
         let at_base = git.rev_parse(&branch).is_ok_and(|c| c == self.base_commit);
         if !(on_branch && at_base) {
             tracing::warn!(slot = %self.path.display(), "a gate command moved HEAD or switched branches; putting the item's branch back");
@@ -788,7 +868,9 @@ impl Slot {
     }
 
     fn private_index(&self, what: &str) -> PathBuf {
-        self.path.join(".git").join(format!("nightshift-{what}-{}.index", std::process::id()))
+        self.path
+            .join(".git")
+            .join(format!("nightshift-{what}-{}.index", std::process::id()))
     }
 
     /// Leaves nothing of a failed item behind (SPEC §5.6): the working tree is
@@ -857,7 +939,9 @@ impl SlotError {
 
 fn is_fetch(e: &GitError) -> bool {
     match e {
-        GitError::Failed { argv, stderr_tail, .. } => argv.starts_with("git fetch") && !objects_missing(stderr_tail),
+        GitError::Failed {
+            argv, stderr_tail, ..
+        } => argv.starts_with("git fetch") && !objects_missing(stderr_tail),
         GitError::TimedOut { argv, .. } => argv.starts_with("git fetch"),
         _ => false,
     }
@@ -868,9 +952,17 @@ fn is_fetch(e: &GitError) -> bool {
 /// after a history rewrite can prune objects the slot still points at. Such
 /// a slot is cloned again instead of failing every night.
 fn objects_missing(stderr: &str) -> bool {
-    ["bad object", "missing object", "unable to read", "corrupt", "failed to read object", "did not send all necessary objects", "not a valid object"]
-        .iter()
-        .any(|m| stderr.contains(m))
+    [
+        "bad object",
+        "missing object",
+        "unable to read",
+        "corrupt",
+        "failed to read object",
+        "did not send all necessary objects",
+        "not a valid object",
+    ]
+    .iter()
+    .any(|m| stderr.contains(m))
 }
 
 /// Kills every process whose working directory is inside `dir`: agents or
@@ -879,23 +971,33 @@ fn objects_missing(stderr: &str) -> bool {
 /// repository holds the lock, so anything running in its slot is stale.
 /// Returns the pids killed.
 pub fn kill_stragglers(dir: &Path) -> Vec<i32> {
-    let Ok(dir) = dir.canonicalize() else { return vec![] };
+    let Ok(dir) = dir.canonicalize() else {
+        return vec![];
+    };
     let me = std::process::id() as i32;
     let mut killed = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return killed };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return killed;
+    };
     for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) else { continue };
+        let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) else {
+            continue;
+        };
         if cwd.starts_with(&dir) {
             let pid = nix::unistd::Pid::from_raw(pid);
             // Its whole group first (an agent and its children), then itself.
             if let Ok(pgid) = nix::unistd::getpgid(Some(pid))
-                && pgid.as_raw() > 1 && pgid.as_raw() != nix::unistd::getpgrp().as_raw() {
-                    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-                }
+                && pgid.as_raw() > 1
+                && pgid.as_raw() != nix::unistd::getpgrp().as_raw()
+            {
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            }
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             killed.push(pid.as_raw());
         }

@@ -14,9 +14,9 @@ use std::time::Duration;
 use fakes::anthropic::{FakeAnthropic, Reply, Turn, tool};
 use nightshift::agent::claude::StreamState;
 use nightshift::agent::{self, Call, Role};
+use nightshift::config::{AgentConfig, AgentKind};
 use nightshift::limit::LimitKind;
 use nightshift::review::Decision;
-use nightshift::config::{AgentConfig, AgentKind};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -31,17 +31,27 @@ fn real_claude() -> PathBuf {
     let bin = dir.join("node_modules/.bin/claude");
     let version = CLAUDE_VERSION.trim();
     let pkg = dir.join("node_modules/@anthropic-ai/claude-code/package.json");
-    let installed = std::fs::read_to_string(&pkg).map(|t| t.contains(&format!("\"version\": \"{version}\""))).unwrap_or(false);
+    let installed = std::fs::read_to_string(&pkg)
+        .map(|t| t.contains(&format!("\"version\": \"{version}\"")))
+        .unwrap_or(false);
     if bin.exists() && installed {
         return bin;
     }
-    let cmd = format!("flock {d}.lock npm install --no-audit --no-fund --prefix {d} @anthropic-ai/claude-code@{version}", d = dir.display());
+    let cmd = format!(
+        "flock {d}.lock npm install --no-audit --no-fund --prefix {d} @anthropic-ai/claude-code@{version}",
+        d = dir.display()
+    );
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new("sh").args(["-c", &cmd]).output();
     match out {
         Ok(o) if o.status.success() && bin.exists() => bin,
-        Ok(o) => panic!("the real claude CLI is missing and installing it failed; run tests/run.sh or:\n  {cmd}\n{}", String::from_utf8_lossy(&o.stderr)),
-        Err(e) => panic!("the real claude CLI is missing and cannot be installed ({e}); run tests/run.sh or:\n  {cmd}"),
+        Ok(o) => panic!(
+            "the real claude CLI is missing and installing it failed; run tests/run.sh or:\n  {cmd}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!(
+            "the real claude CLI is missing and cannot be installed ({e}); run tests/run.sh or:\n  {cmd}"
+        ),
     }
 }
 
@@ -53,11 +63,22 @@ fn cli_env(home: &Path, api: &str, oauth: bool) -> BTreeMap<String, String> {
     env.insert("HOME".into(), home.display().to_string());
     env.insert("ANTHROPIC_BASE_URL".into(), api.to_string());
     if oauth {
-        env.insert("CLAUDE_CODE_OAUTH_TOKEN".into(), "sk-ant-oat01-fake-test-token".into());
+        env.insert(
+            "CLAUDE_CODE_OAUTH_TOKEN".into(),
+            "sk-ant-oat01-fake-test-token".into(),
+        );
     } else {
-        env.insert("ANTHROPIC_API_KEY".into(), "sk-ant-api03-fake-test-key".into());
+        env.insert(
+            "ANTHROPIC_API_KEY".into(),
+            "sk-ant-api03-fake-test-key".into(),
+        );
     }
-    for (k, v) in [("DISABLE_AUTOUPDATER", "1"), ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"), ("DISABLE_TELEMETRY", "1"), ("DISABLE_ERROR_REPORTING", "1")] {
+    for (k, v) in [
+        ("DISABLE_AUTOUPDATER", "1"),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("DISABLE_TELEMETRY", "1"),
+        ("DISABLE_ERROR_REPORTING", "1"),
+    ] {
         env.insert(k.into(), v.into());
     }
     env
@@ -101,11 +122,20 @@ fn call(w: &World, role: Role, prompt: &str, env: BTreeMap<String, String>) -> C
 }
 
 fn claude_agent(bin: &Path) -> AgentConfig {
-    AgentConfig { kind: AgentKind::Claude, command: vec![bin.display().to_string()], permission_flags: None, model: None }
+    AgentConfig {
+        kind: AgentKind::Claude,
+        command: vec![bin.display().to_string()],
+        permission_flags: None,
+        model: None,
+    }
 }
 
 fn stdout_of(r: &agent::Report) -> String {
-    r.outcome.stdout_path.as_ref().map(|p| std::fs::read_to_string(p).unwrap_or_default()).unwrap_or_default()
+    r.outcome
+        .stdout_path
+        .as_ref()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .unwrap_or_default()
 }
 
 /// The stream the CLI printed, read back from the call's stdout file; with
@@ -137,18 +167,54 @@ async fn real_writer_edits_through_its_own_tools() {
         Reply::Tools(None, vec![tool("Bash", json!({"command": "wc -l < calc.txt && echo bash-ran-$((6*7))", "description": "count words"}))]),
         Reply::Text("Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n".into()),
     ]);
-    let c = call(&w, Role::Writer, "Add sub to calc.txt", cli_env(&w.home, &api.uri(), false));
-    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let c = call(
+        &w,
+        Role::Writer,
+        "Add sub to calc.txt",
+        cli_env(&w.home, &api.uri(), false),
+    );
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new())
+        .await
+        .unwrap();
     let (out, st) = stream_of(&r, "claude-real-writer-edit", c.tz);
-    assert!(r.failure.is_none(), "{:?}\n{out}\n{}", r.failure, r.outcome.stderr_tail);
+    assert!(
+        r.failure.is_none(),
+        "{:?}\n{out}\n{}",
+        r.failure,
+        r.outcome.stderr_tail
+    );
     // The CLI's own Edit and Write tools changed the checkout.
-    assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\nsub\n", "{out}");
-    assert_eq!(std::fs::read_to_string(w.repo.join("notes.md")).unwrap(), "sub added\n", "{out}");
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(),
+        "add\nsub\n",
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join("notes.md")).unwrap(),
+        "sub added\n",
+        "{out}"
+    );
     assert_eq!(api.left(), (0, 0), "every scripted turn was used");
     let first = &api.seen()[0];
-    assert!(first.headers.iter().any(|(k, v)| k == "x-api-key" && v == "sk-ant-api03-fake-test-key"), "{:?}", first.headers);
-    assert!(api.seen().iter().all(|s| s.path.starts_with("/v1/messages")), "no other traffic: {:?}", api.seen().iter().map(|s| &s.path).collect::<Vec<_>>());
-    assert_eq!(r.text, "Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n");
+    assert!(
+        first
+            .headers
+            .iter()
+            .any(|(k, v)| k == "x-api-key" && v == "sk-ant-api03-fake-test-key"),
+        "{:?}",
+        first.headers
+    );
+    assert!(
+        api.seen()
+            .iter()
+            .all(|s| s.path.starts_with("/v1/messages")),
+        "no other traffic: {:?}",
+        api.seen().iter().map(|s| &s.path).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        r.text,
+        "Added sub to calc.txt.\n\nFINDINGS:\n- docs are stale\n"
+    );
     assert_eq!(agent::parse_blocks(&r.text).findings, ["docs are stale"]);
     assert_eq!(r.claimed_files, ["calc.txt", "notes.md"]);
     // Five model turns of TOKENS_IN/TOKENS_OUT, as the CLI summed them, and
@@ -156,19 +222,42 @@ async fn real_writer_edits_through_its_own_tools() {
     let turns = api.turns(Turn::Writer).len() as u64;
     assert_eq!(turns, 5);
     let after_bash = api.turns(Turn::Writer)[4].body.to_string();
-    assert!(after_bash.contains("bash-ran-42"), "the Bash tool ran: {after_bash}");
-    assert_eq!(r.usage.tokens_in, Some(turns * fakes::anthropic::TOKENS_IN), "{out}");
-    assert_eq!(r.usage.tokens_out, Some(turns * fakes::anthropic::TOKENS_OUT), "{out}");
+    assert!(
+        after_bash.contains("bash-ran-42"),
+        "the Bash tool ran: {after_bash}"
+    );
+    assert_eq!(
+        r.usage.tokens_in,
+        Some(turns * fakes::anthropic::TOKENS_IN),
+        "{out}"
+    );
+    assert_eq!(
+        r.usage.tokens_out,
+        Some(turns * fakes::anthropic::TOKENS_OUT),
+        "{out}"
+    );
     let cost = r.usage.cost_usd.expect("the CLI reports total_cost_usd");
     assert!(cost > 0.0, "{cost}");
     let result = st.result.as_ref().unwrap();
     assert_eq!(result.usage.cost_usd, Some(cost));
-    assert_eq!((result.num_turns, result.terminal_reason.as_deref(), result.is_error), (Some(5), Some("completed"), false));
+    assert_eq!(
+        (
+            result.num_turns,
+            result.terminal_reason.as_deref(),
+            result.is_error
+        ),
+        (Some(5), Some("completed"), false)
+    );
     // The real init event of the default writer flags, run as root.
     assert_eq!(st.permission_mode.as_deref(), Some("acceptEdits"));
     assert_eq!(st.version.as_deref(), Some(CLAUDE_VERSION.trim()));
     let tools = r.tools.clone().unwrap();
-    assert!(["Edit", "Write", "Bash", "Read"].iter().all(|t| tools.iter().any(|x| x == t)), "{tools:?}");
+    assert!(
+        ["Edit", "Write", "Bash", "Read"]
+            .iter()
+            .all(|t| tools.iter().any(|x| x == t)),
+        "{tools:?}"
+    );
     assert_eq!(r.mcp_servers.as_deref(), Some(&[][..]));
 }
 
@@ -189,8 +278,15 @@ async fn real_reviewer_is_read_only_and_its_verdict_is_read() {
         Reply::Text("Done.".into()),
     ]);
     let before = common::tree_hash(&w.repo);
-    let c = call(&w, Role::Reviewer, "Review the change", cli_env(&w.home, &api.uri(), false));
-    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let c = call(
+        &w,
+        Role::Reviewer,
+        "Review the change",
+        cli_env(&w.home, &api.uri(), false),
+    );
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new())
+        .await
+        .unwrap();
     let (out, st) = stream_of(&r, "claude-real-reviewer-request-changes", c.tz);
     assert!(r.failure.is_none(), "{:?}\n{out}", r.failure);
     // The real init event of the reviewer flags: exactly the read tools (and
@@ -200,19 +296,48 @@ async fn real_reviewer_is_read_only_and_its_verdict_is_read() {
     assert_eq!(tools, ["Glob", "Grep", "Read", "StructuredOutput"], "{out}");
     assert_eq!(r.mcp_servers.as_deref(), Some(&[][..]));
     assert_eq!(st.permission_mode.as_deref(), Some("plan"));
-    assert_eq!(nightshift::review::tools_violation(r.tools.as_deref(), r.mcp_servers.as_deref(), agent::claude::READ_ONLY_TOOLS), None);
+    assert_eq!(
+        nightshift::review::tools_violation(
+            r.tools.as_deref(),
+            r.mcp_servers.as_deref(),
+            agent::claude::READ_ONLY_TOOLS
+        ),
+        None
+    );
     let v = r.verdict.clone().expect("a verdict");
-    assert_eq!((v.verdict, v.findings), (Decision::RequestChanges, vec!["calc.txt lacks sub".to_string()]));
-    assert!(st.result.as_ref().unwrap().structured_output.is_some(), "{out}");
+    assert_eq!(
+        (v.verdict, v.findings),
+        (
+            Decision::RequestChanges,
+            vec!["calc.txt lacks sub".to_string()]
+        )
+    );
+    assert!(
+        st.result.as_ref().unwrap().structured_output.is_some(),
+        "{out}"
+    );
     // The read tools ran for real (their results went back to the model).
     let second = &api.turns(Turn::Reviewer)[1].body;
-    assert!(second.to_string().contains("1\\tadd"), "the Read result reached the API: {second}");
-    assert_eq!(common::tree_hash(&w.repo), before, "a reviewer changed the checkout");
+    assert!(
+        second.to_string().contains("1\\tadd"),
+        "the Read result reached the API: {second}"
+    );
+    assert_eq!(
+        common::tree_hash(&w.repo),
+        before,
+        "a reviewer changed the checkout"
+    );
 
-    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new())
+        .await
+        .unwrap();
     let (out, _) = stream_of(&r, "claude-real-reviewer-approve-in-text", c.tz);
     assert!(r.failure.is_none(), "{:?}\n{out}", r.failure);
-    assert_eq!(r.verdict.map(|v| v.verdict), Some(Decision::Approve), "{out}");
+    assert_eq!(
+        r.verdict.map(|v| v.verdict),
+        Some(Decision::Approve),
+        "{out}"
+    );
     assert_eq!(api.left(), (0, 0));
 }
 
@@ -224,26 +349,59 @@ async fn real_usage_limit_is_read_with_its_reset() {
     // A whole minute, so the CLI's text form (minutes) names the same instant.
     let reset = (chrono::Utc::now().timestamp() / 60 + 3 * 60 + 7) * 60;
     api.writer([Reply::UsageLimit { reset_epoch: reset }]);
-    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), true));
+    let mut c = call(
+        &w,
+        Role::Writer,
+        "Add sub",
+        cli_env(&w.home, &api.uri(), true),
+    );
     c.tz = "Asia/Taipei".parse().unwrap();
-    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new())
+        .await
+        .unwrap();
     let (out, st) = stream_of(&r, "claude-real-usage-limit", c.tz);
     let auth = api.seen()[0].headers.clone();
-    assert!(auth.iter().any(|(k, v)| k == "authorization" && v == "Bearer sk-ant-oat01-fake-test-token"), "a subscription login: {auth:?}");
+    assert!(
+        auth.iter()
+            .any(|(k, v)| k == "authorization" && v == "Bearer sk-ant-oat01-fake-test-token"),
+        "a subscription login: {auth:?}"
+    );
     let want = chrono::DateTime::from_timestamp(reset, 0).unwrap();
-    let limit = r.limit.clone().unwrap_or_else(|| panic!("no limit read from:\n{out}"));
+    let limit = r
+        .limit
+        .clone()
+        .unwrap_or_else(|| panic!("no limit read from:\n{out}"));
     assert_eq!(limit.kind, LimitKind::UsageLimit);
     assert_eq!(limit.resets_at, Some(want), "{limit:?}");
     assert!(limit.source.contains("rate_limit_event"), "{limit:?}");
     assert!(r.hit_usage_limit());
     // The CLI's own message, in the call's TZ, parses to the same instant.
-    assert!(r.text.starts_with("You've hit your 5-hour limit · resets ") && r.text.contains("(Asia/Taipei)"), "{}", r.text);
+    assert!(
+        r.text.starts_with("You've hit your 5-hour limit · resets ")
+            && r.text.contains("(Asia/Taipei)"),
+        "{}",
+        r.text
+    );
     let from_text = nightshift::limit::read_text(&r.text, chrono::Utc::now(), c.tz);
-    assert_eq!((from_text.kind, from_text.resets_at), (LimitKind::UsageLimit, Some(want)), "{from_text:?}");
+    assert_eq!(
+        (from_text.kind, from_text.resets_at),
+        (LimitKind::UsageLimit, Some(want)),
+        "{from_text:?}"
+    );
     let res = st.result.as_ref().unwrap();
-    assert_eq!((res.is_error, res.subtype.as_deref(), res.api_error_status), (true, Some("success"), Some(429)));
+    assert_eq!(
+        (res.is_error, res.subtype.as_deref(), res.api_error_status),
+        (true, Some("success"), Some(429))
+    );
     assert_eq!(r.outcome.exit_code, Some(1));
-    assert!(r.failure.as_deref().unwrap().contains("api_error_status 429"), "{:?}", r.failure);
+    assert!(
+        r.failure
+            .as_deref()
+            .unwrap()
+            .contains("api_error_status 429"),
+        "{:?}",
+        r.failure
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -255,9 +413,16 @@ async fn real_api_key_429_is_throttling_not_a_usage_limit() {
     // ten times with growing delays; a call cut short meanwhile was throttled.
     let reset = chrono::Utc::now().timestamp() + 3600;
     api.writer((0..11).map(|_| Reply::UsageLimit { reset_epoch: reset }));
-    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
+    let mut c = call(
+        &w,
+        Role::Writer,
+        "Add sub",
+        cli_env(&w.home, &api.uri(), false),
+    );
     c.timeout = Duration::from_secs(8);
-    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new())
+        .await
+        .unwrap();
     let (out, st) = stream_of(&r, "claude-real-api-key-429", c.tz);
     assert!(r.outcome.timed_out && st.api_retries >= 1, "{out}");
     assert_eq!(st.last_retry_status, Some(429), "{out}");
@@ -270,15 +435,31 @@ async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
     let bin = real_claude();
     let w = world();
     // Nothing listens on the discard port: the CLI retries with growing delays.
-    let mut c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, "http://127.0.0.1:9", false));
+    let mut c = call(
+        &w,
+        Role::Writer,
+        "Add sub",
+        cli_env(&w.home, "http://127.0.0.1:9", false),
+    );
     c.timeout = Duration::from_secs(10);
-    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new())
+        .await
+        .unwrap();
     let (out, st) = stream_of(&r, "claude-real-no-server", c.tz);
     assert!(r.outcome.timed_out, "{out}");
     assert!(st.api_retries >= 1, "{out}");
-    assert!(r.limit.is_none(), "a network failure is no limit: {:?}", r.limit);
+    assert!(
+        r.limit.is_none(),
+        "a network failure is no limit: {:?}",
+        r.limit
+    );
     let f = r.failure.unwrap();
-    assert!(f.starts_with("timed out after 10s after ") && f.contains("API retr") && f.contains("status none"), "{f}");
+    assert!(
+        f.starts_with("timed out after 10s after ")
+            && f.contains("API retr")
+            && f.contains("status none"),
+        "{f}"
+    );
 }
 
 /// A writer whose permission flags add `extra` to the default ones.
@@ -297,34 +478,114 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
     let w = world();
     let calc = w.repo.join("calc.txt").display().to_string();
     api.writer([
-        Reply::Tools(Some("Reading.".into()), vec![tool("Read", json!({"file_path": calc}))]),
-        Reply::Tools(None, vec![tool("Edit", json!({"file_path": calc, "old_string": "add\n", "new_string": "add\nsub\n"}))]),
+        Reply::Tools(
+            Some("Reading.".into()),
+            vec![tool("Read", json!({"file_path": calc}))],
+        ),
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Edit",
+                json!({"file_path": calc, "old_string": "add\n", "new_string": "add\nsub\n"}),
+            )],
+        ),
     ]);
-    let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
-    let a = writer_with(&bin, &["--permission-mode", "acceptEdits", "--max-turns", "1", "--include-partial-messages"]);
-    let r = agent::call(&a, &c, &CancellationToken::new()).await.unwrap();
+    let c = call(
+        &w,
+        Role::Writer,
+        "Add sub",
+        cli_env(&w.home, &api.uri(), false),
+    );
+    let a = writer_with(
+        &bin,
+        &[
+            "--permission-mode",
+            "acceptEdits",
+            "--max-turns",
+            "1",
+            "--include-partial-messages",
+        ],
+    );
+    let r = agent::call(&a, &c, &CancellationToken::new())
+        .await
+        .unwrap();
     let (out, st) = stream_of(&r, "claude-real-max-turns-partial", c.tz);
     assert!(out.contains(r#""type":"stream_event""#), "{out}");
-    assert_eq!(r.failure.as_deref(), Some("claude reported an error (terminal_reason max_turns, subtype error_max_turns, 2 turns): Reached maximum number of turns (1)"), "{out}");
-    assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (Some(fakes::anthropic::TOKENS_IN), Some(fakes::anthropic::TOKENS_OUT)));
+    assert_eq!(
+        r.failure.as_deref(),
+        Some(
+            "claude reported an error (terminal_reason max_turns, subtype error_max_turns, 2 turns): Reached maximum number of turns (1)"
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        (r.usage.tokens_in, r.usage.tokens_out),
+        (
+            Some(fakes::anthropic::TOKENS_IN),
+            Some(fakes::anthropic::TOKENS_OUT)
+        )
+    );
     assert!(r.usage.cost_usd.is_some_and(|c| c > 0.0));
     assert!(r.limit.is_none() && st.noise.other_lines == 0);
-    assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\n", "the second turn never ran");
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(),
+        "add\n",
+        "the second turn never ran"
+    );
 
     // --max-budget-usd below one turn's cost: the real result's `usage` is all
     // zeros; the tokens spent are in `modelUsage`.
     let api = FakeAnthropic::start().await;
     let w = world();
     let calc = w.repo.join("calc.txt").display().to_string();
-    api.writer([Reply::Tools(Some("Reading.".into()), vec![tool("Read", json!({"file_path": calc}))]), Reply::Text("done".into())]);
-    let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
-    let r = agent::call(&writer_with(&bin, &["--permission-mode", "acceptEdits", "--max-budget-usd", "0.001"]), &c, &CancellationToken::new()).await.unwrap();
+    api.writer([
+        Reply::Tools(
+            Some("Reading.".into()),
+            vec![tool("Read", json!({"file_path": calc}))],
+        ),
+        Reply::Text("done".into()),
+    ]);
+    let c = call(
+        &w,
+        Role::Writer,
+        "Add sub",
+        cli_env(&w.home, &api.uri(), false),
+    );
+    let r = agent::call(
+        &writer_with(
+            &bin,
+            &[
+                "--permission-mode",
+                "acceptEdits",
+                "--max-budget-usd",
+                "0.001",
+            ],
+        ),
+        &c,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let (out, st) = stream_of(&r, "claude-real-budget", c.tz);
-    assert!(out.contains(r#""input_tokens":0"#) && out.contains(r#""inputTokens":1200"#), "{out}");
-    assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (Some(fakes::anthropic::TOKENS_IN), Some(fakes::anthropic::TOKENS_OUT)), "{out}");
+    assert!(
+        out.contains(r#""input_tokens":0"#) && out.contains(r#""inputTokens":1200"#),
+        "{out}"
+    );
+    assert_eq!(
+        (r.usage.tokens_in, r.usage.tokens_out),
+        (
+            Some(fakes::anthropic::TOKENS_IN),
+            Some(fakes::anthropic::TOKENS_OUT)
+        ),
+        "{out}"
+    );
     assert_eq!(r.usage.cost_usd, st.result.as_ref().unwrap().usage.cost_usd);
     let f = r.failure.unwrap();
-    assert!(f.contains("subtype error_max_budget_usd") && f.ends_with(": Reached maximum budget ($0.001)"), "{f}");
+    assert!(
+        f.contains("subtype error_max_budget_usd")
+            && f.ends_with(": Reached maximum budget ($0.001)"),
+        "{f}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -336,22 +597,72 @@ async fn real_cli_denied_and_failed_edits_are_told_not_claimed() {
     api.writer([
         Reply::Tools(None, vec![tool("Read", json!({"file_path": calc}))]),
         // The tool refuses it: the string is not in the file.
-        Reply::Tools(None, vec![tool("Edit", json!({"file_path": calc, "old_string": "nope\n", "new_string": "x\n"}))]),
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Edit",
+                json!({"file_path": calc, "old_string": "nope\n", "new_string": "x\n"}),
+            )],
+        ),
         // The permissions refuse these.
-        Reply::Tools(None, vec![tool("Bash", json!({"command": "rm -rf /tmp/nightshift-nothing-here", "description": "rm"}))]),
-        Reply::Tools(None, vec![tool("Write", json!({"file_path": w.repo.join("n.md").display().to_string(), "content": "x\n"}))]),
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Bash",
+                json!({"command": "rm -rf /tmp/nightshift-nothing-here", "description": "rm"}),
+            )],
+        ),
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Write",
+                json!({"file_path": w.repo.join("n.md").display().to_string(), "content": "x\n"}),
+            )],
+        ),
         Reply::Text("Done.".into()),
     ]);
-    let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
-    let r = agent::call(&writer_with(&bin, &["--permission-mode", "default", "--allowedTools", "Read,Edit"]), &c, &CancellationToken::new()).await.unwrap();
+    let c = call(
+        &w,
+        Role::Writer,
+        "Add sub",
+        cli_env(&w.home, &api.uri(), false),
+    );
+    let r = agent::call(
+        &writer_with(
+            &bin,
+            &[
+                "--permission-mode",
+                "default",
+                "--allowedTools",
+                "Read,Edit",
+            ],
+        ),
+        &c,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     let (out, st) = stream_of(&r, "claude-real-denied", c.tz);
     assert_eq!(r.failure, None, "{out}");
     assert!(out.contains(r#""subtype":"permission_denied""#), "{out}");
-    assert_eq!(r.claimed_files, Vec::<String>::new(), "nothing was edited: {out}");
-    assert_eq!(std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(), "add\n");
+    assert_eq!(
+        r.claimed_files,
+        Vec::<String>::new(),
+        "nothing was edited: {out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(),
+        "add\n"
+    );
     assert!(!w.repo.join("n.md").exists());
     assert_eq!(st.denied_tools, ["Bash", "Write"]);
-    assert_eq!(r.notes, ["claude's permissions denied Bash, Write (see permission_flags)", "3 tool calls returned an error"]);
+    assert_eq!(
+        r.notes,
+        [
+            "claude's permissions denied Bash, Write (see permission_flags)",
+            "3 tool calls returned an error"
+        ]
+    );
 }
 
 /// Through a drain: a writer whose every edit its permissions denied ends
@@ -367,7 +678,13 @@ async fn a_drain_whose_writer_was_denied_says_why_nothing_changed() {
     ));
     f.write("NEXT.md", "- [ ] Add sub\n");
     api.writer([
-        Reply::Tools(None, vec![tool("Write", json!({"file_path": "calc.txt", "content": "add\nsub\n"}))]),
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Write",
+                json!({"file_path": "calc.txt", "content": "add\nsub\n"}),
+            )],
+        ),
         Reply::Text("I could not write.".into()),
     ]);
     let out = f.approve_and_drain(&[]);
@@ -375,8 +692,15 @@ async fn a_drain_whose_writer_was_denied_says_why_nothing_changed() {
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "no_changes", "{rep:#}");
     let reason = rep["items"][0]["reason"].as_str().unwrap();
-    assert!(reason.contains("the writer changed nothing; its CLI reported:") && reason.contains("denied Write"), "{reason}");
-    assert!(f.db.sql("SELECT meta->>'notes' FROM agent_calls").contains("denied Write"));
+    assert!(
+        reason.contains("the writer changed nothing; its CLI reported:")
+            && reason.contains("denied Write"),
+        "{reason}"
+    );
+    assert!(
+        f.db.sql("SELECT meta->>'notes' FROM agent_calls")
+            .contains("denied Write")
+    );
 }
 
 /// The environment nightshift passes on to the real CLI in a drain.
@@ -394,7 +718,14 @@ fn claude_config(f: &common::Fixture, writer: &str, reviewer: &str, extra: &str)
 
 /// The `doctor` line of one check.
 fn doctor_line(out: &std::process::Output, name: &str) -> String {
-    String::from_utf8_lossy(&out.stdout).lines().find(|l| l.get(5..).is_some_and(|r| r.starts_with(&format!("{name:<9} ")))).unwrap_or_default().to_string()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| {
+            l.get(5..)
+                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
+        })
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// `doctor` asks the real CLI whether it is logged in (`claude auth status`,
@@ -403,19 +734,46 @@ fn doctor_line(out: &std::process::Output, name: &str) -> String {
 fn doctor_asks_the_real_cli_whether_it_is_logged_in() {
     let bin = real_claude().display().to_string();
     let mut f = common::Fixture::new();
-    f.extra_env.extend([("DISABLE_AUTOUPDATER".to_string(), "1".to_string()), ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_string(), "1".to_string())]);
+    f.extra_env.extend([
+        ("DISABLE_AUTOUPDATER".to_string(), "1".to_string()),
+        (
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC".to_string(),
+            "1".to_string(),
+        ),
+    ]);
     claude_config(&f, &bin, &bin, "");
     let out = f.run(&["doctor"]);
     let line = doctor_line(&out, "writer");
-    assert!(line.starts_with("FAIL") && line.contains("2.1.") && line.contains("not logged in") && line.contains("claude auth login"), "{}", common::text(&out));
-    assert!(doctor_line(&out, "reviewer").starts_with("FAIL"), "{}", common::text(&out));
+    assert!(
+        line.starts_with("FAIL")
+            && line.contains("2.1.")
+            && line.contains("not logged in")
+            && line.contains("claude auth login"),
+        "{}",
+        common::text(&out)
+    );
+    assert!(
+        doctor_line(&out, "reviewer").starts_with("FAIL"),
+        "{}",
+        common::text(&out)
+    );
     assert_eq!(out.status.code(), Some(1));
 
-    f.extra_env.push(("ANTHROPIC_API_KEY".into(), "sk-ant-api03-fake-doctor-key".into()));
+    f.extra_env.push((
+        "ANTHROPIC_API_KEY".into(),
+        "sk-ant-api03-fake-doctor-key".into(),
+    ));
     let out = f.run(&["doctor"]);
     let line = doctor_line(&out, "writer");
-    assert!(line.starts_with("ok") && line.contains("logged in: api_key from ANTHROPIC_API_KEY"), "{}", common::text(&out));
-    assert!(!common::text(&out).contains("sk-ant-api03-fake-doctor-key"), "the key is never printed");
+    assert!(
+        line.starts_with("ok") && line.contains("logged in: api_key from ANTHROPIC_API_KEY"),
+        "{}",
+        common::text(&out)
+    );
+    assert!(
+        !common::text(&out).contains("sk-ant-api03-fake-doctor-key"),
+        "the key is never printed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -428,15 +786,30 @@ async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
     f.token = Some("ghp_claude_e2e_token_0123456789".into());
     drain_env(&mut f, &api.uri());
     claude_config(&f, &bin, &bin, "[limits]\nrounds = 2\n");
-    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n",
+    );
     // Round 1: the writer edits, the reviewer asks for more; round 2: the
     // writer edits again, the reviewer approves.
     api.writer([
         Reply::Tools(None, vec![tool("Read", json!({"file_path": "calc.txt"}))]),
-        Reply::Tools(None, vec![tool("Edit", json!({"file_path": "calc.txt", "old_string": "add\n", "new_string": "add\nsub\n"}))]),
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Edit",
+                json!({"file_path": "calc.txt", "old_string": "add\n", "new_string": "add\nsub\n"}),
+            )],
+        ),
         Reply::Text("Added sub.".into()),
         Reply::Tools(None, vec![tool("Read", json!({"file_path": "calc.txt"}))]),
-        Reply::Tools(None, vec![tool("Edit", json!({"file_path": "calc.txt", "old_string": "sub\n", "new_string": "sub\nmul\n"}))]),
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Edit",
+                json!({"file_path": "calc.txt", "old_string": "sub\n", "new_string": "sub\nmul\n"}),
+            )],
+        ),
         Reply::Text("Added mul as asked.".into()),
     ]);
     api.reviewer([
@@ -453,27 +826,49 @@ async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
     let prs = gh.prs();
     assert_eq!(prs.len(), 1);
     let body = prs[0]["body"].as_str().unwrap();
-    assert!(body.contains("- [ ] calc.txt lists sub\n  — reviewer: met; evidence: calc.txt line 2 reads sub"), "{body}");
+    assert!(
+        body.contains(
+            "- [ ] calc.txt lists sub\n  — reviewer: met; evidence: calc.txt line 2 reads sub"
+        ),
+        "{body}"
+    );
     let branch = &f.remote_branches()[0];
-    assert_eq!(common::git(&f.remote, &["show", &format!("{branch}:calc.txt")]), "add\nsub\nmul");
+    assert_eq!(
+        common::git(&f.remote, &["show", &format!("{branch}:calc.txt")]),
+        "add\nsub\nmul"
+    );
     // The ledger rows carry what the CLI reported: 3 writer turns and 1
     // reviewer turn per round, TOKENS_IN/TOKENS_OUT each, and its costs.
-    let rows = f.db.sql("SELECT role, tokens_in, tokens_out, cost_usd FROM agent_calls ORDER BY id");
+    let rows =
+        f.db.sql("SELECT role, tokens_in, tokens_out, cost_usd FROM agent_calls ORDER BY id");
     let rows: Vec<Vec<&str>> = rows.lines().map(|l| l.split('|').collect()).collect();
     assert_eq!(rows.len(), 4, "{rows:?}");
     let (ti, to) = (fakes::anthropic::TOKENS_IN, fakes::anthropic::TOKENS_OUT);
     let mut total = 0.0;
     for (row, turns) in rows.iter().zip([3u64, 1, 3, 1]) {
-        assert_eq!(row[1..3], [(turns * ti).to_string(), (turns * to).to_string()], "{rows:?}");
+        assert_eq!(
+            row[1..3],
+            [(turns * ti).to_string(), (turns * to).to_string()],
+            "{rows:?}"
+        );
         let cost: f64 = row[3].parse().unwrap();
         assert!(cost > 0.0, "{rows:?}");
         total += cost;
     }
-    assert_eq!(rows.iter().map(|r| r[0]).collect::<Vec<_>>(), ["writer", "reviewer", "writer", "reviewer"]);
+    assert_eq!(
+        rows.iter().map(|r| r[0]).collect::<Vec<_>>(),
+        ["writer", "reviewer", "writer", "reviewer"]
+    );
     let item_cost: f64 = f.db.sql("SELECT cost_usd FROM run_items").parse().unwrap();
-    assert!((item_cost - total).abs() < 1e-9, "run_items.cost_usd {item_cost} vs the calls' sum {total}");
+    assert!(
+        (item_cost - total).abs() < 1e-9,
+        "run_items.cost_usd {item_cost} vs the calls' sum {total}"
+    );
     // `report --json` shows the same figures.
-    assert!((item["cost_usd"].as_f64().unwrap() - total).abs() < 1e-9, "{item:#}");
+    assert!(
+        (item["cost_usd"].as_f64().unwrap() - total).abs() < 1e-9,
+        "{item:#}"
+    );
     assert_eq!(item["tokens"], 8 * (ti + to), "{item:#}");
     gh.assert_never_merged_approved_or_closed().await;
 }
@@ -482,7 +877,9 @@ async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
 
 /// A recorded transcript from tests/data/transcripts/.
 fn transcript(name: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/transcripts").join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/transcripts")
+        .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
@@ -499,7 +896,10 @@ fn events(t: &str, ty: &str, subtype: Option<&str>) -> Vec<String> {
 
 /// A drain world whose writer and reviewer are the replaying fake `claude`;
 /// `steps` are (file name under FAKE_CLAUDE_DIR, content).
-async fn replay_world(steps: &[(&str, String)], extra: &str) -> (common::Fixture, common::github::FakeGitHub, PathBuf) {
+async fn replay_world(
+    steps: &[(&str, String)],
+    extra: &str,
+) -> (common::Fixture, common::github::FakeGitHub, PathBuf) {
     let gh = common::github::FakeGitHub::start().await;
     let mut f = common::Fixture::new();
     f.github = Some(gh.uri());
@@ -509,10 +909,17 @@ async fn replay_world(steps: &[(&str, String)], extra: &str) -> (common::Fixture
     for (name, body) in steps {
         std::fs::write(script_dir.join(name), body).unwrap();
     }
-    f.extra_env.push(("FAKE_CLAUDE_DIR".into(), script_dir.display().to_string()));
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude").display().to_string();
+    f.extra_env
+        .push(("FAKE_CLAUDE_DIR".into(), script_dir.display().to_string()));
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fakes/claude")
+        .display()
+        .to_string();
     claude_config(&f, &fake, &fake, extra);
-    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n",
+    );
     (f, gh, script_dir)
 }
 
@@ -531,14 +938,33 @@ async fn replay_writer_error_result_is_a_failed_round_not_a_limit() {
     let mut failed = events(&no_server, "system", Some("init")).concat();
     failed.push_str(&events(&no_server, "system", Some("api_retry")).concat());
     failed.push_str(&transcript("claude-json-result-connection-refused.json"));
-    let (f, gh, dir) = replay_world(&[("writer-1.jsonl", failed.clone()), ("writer-2.jsonl", failed)], "[limits]\nrounds = 2\n").await;
+    let (f, gh, dir) = replay_world(
+        &[
+            ("writer-1.jsonl", failed.clone()),
+            ("writer-2.jsonl", failed),
+        ],
+        "[limits]\nrounds = 2\n",
+    )
+    .await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "error", "{item:#}");
     assert_eq!(item["rounds"], 2, "{item:#}");
     let reason = item["reason"].as_str().unwrap();
-    assert!(reason.contains("Connection refused") && reason.contains("terminal_reason api_error") && reason.contains("4 API retries"), "{reason}");
-    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "a network failure is not a usage limit");
-    assert_eq!(f.db.sql("SELECT string_agg(COALESCE(cost_usd::text, 'null'), ',') FROM agent_calls"), "0,0");
+    assert!(
+        reason.contains("Connection refused")
+            && reason.contains("terminal_reason api_error")
+            && reason.contains("4 API retries"),
+        "{reason}"
+    );
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM limit_sleeps"),
+        "0",
+        "a network failure is not a usage limit"
+    );
+    assert_eq!(
+        f.db.sql("SELECT string_agg(COALESCE(cost_usd::text, 'null'), ',') FROM agent_calls"),
+        "0,0"
+    );
     assert!(gh.prs().is_empty());
     // The adapter's argv passed the fake's strict parsing: prompt after `--`.
     let argv = std::fs::read_to_string(dir.join("writer-1.argv")).unwrap();
@@ -550,14 +976,22 @@ async fn replay_writer_error_result_is_a_failed_round_not_a_limit() {
 async fn replay_empty_result_still_uses_the_assistant_text() {
     // The public transcript (result "" although the model answered, and a
     // rate_limit_event with status "allowed"), its answer turned into a question.
-    let t = transcript("claude-stream-json-overage-rejected.jsonl").replace("\\n\\nHello.", "QUESTION: Which base should sub use?");
+    let t = transcript("claude-stream-json-overage-rejected.jsonl")
+        .replace("\\n\\nHello.", "QUESTION: Which base should sub use?");
     assert!(t.contains("\"result\":\"\""));
     let (f, gh, _) = replay_world(&[("writer-1.jsonl", t)], "").await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "blocked", "{item:#}");
     assert_eq!(item["question"], "Which base should sub use?", "{item:#}");
-    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "status allowed is no limit");
-    assert_eq!(f.db.sql("SELECT tokens_in || '/' || tokens_out || '/' || cost_usd FROM agent_calls"), "3/6/0.024");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM limit_sleeps"),
+        "0",
+        "status allowed is no limit"
+    );
+    assert_eq!(
+        f.db.sql("SELECT tokens_in || '/' || tokens_out || '/' || cost_usd FROM agent_calls"),
+        "3/6/0.024"
+    );
     assert!(gh.prs().is_empty());
 }
 
@@ -571,9 +1005,17 @@ async fn replay_failed_call_whose_model_text_quotes_a_limit_is_not_a_limit() {
     t.push_str(&format!("{}\n", json!({"type":"assistant","message":{"content":[{"type":"text","text":"Done: the parser now reads `You've hit your limit · resets 7pm` as a usage limit."}]}})));
     t.push_str(&format!("{}\n", json!({"type":"result","subtype":"error_max_turns","is_error":true,"num_turns":4,"terminal_reason":"max_turns"})));
     let limits = "[limits]\nrounds = 1\nlimit_sleep_min = \"1s\"\nlimit_sleep_max = \"1s\"\nitem_timeout = \"30s\"\n";
-    let (f, gh, _) = replay_world(&[("writer-1.jsonl", t.clone()), ("writer-2.jsonl", t)], limits).await;
+    let (f, gh, _) = replay_world(
+        &[("writer-1.jsonl", t.clone()), ("writer-2.jsonl", t)],
+        limits,
+    )
+    .await;
     let item = drained_item(&f);
-    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "model prose is not a limit: {item:#}");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM limit_sleeps"),
+        "0",
+        "model prose is not a limit: {item:#}"
+    );
     assert_eq!(item["outcome"], "error", "{item:#}");
     assert!(gh.prs().is_empty());
 }
@@ -594,13 +1036,20 @@ async fn replay_rejected_plan_carried_by_extra_usage_keeps_its_round() {
             ("writer-1.jsonl", lines.concat()),
             ("writer-2.sh", "echo sub >> calc.txt\n".into()),
             ("writer-2.jsonl", lines.concat()),
-            ("reviewer-1.jsonl", transcript("claude-real-reviewer-approve-in-text.jsonl")),
+            (
+                "reviewer-1.jsonl",
+                transcript("claude-real-reviewer-approve-in-text.jsonl"),
+            ),
         ],
         limits,
     )
     .await;
     let item = drained_item(&f);
-    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0", "extra usage carried the call: {item:#}");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM limit_sleeps"),
+        "0",
+        "extra usage carried the call: {item:#}"
+    );
     assert_eq!(item["outcome"], "pr_opened", "{item:#}");
     assert_eq!(gh.prs().len(), 1);
 }
@@ -617,7 +1066,9 @@ fn noisy(t: &str) -> String {
             let big = "x".repeat(5 << 20);
             out.push_str(&format!("{}\r\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_big","content":big}]},"parent_tool_use_id":null})));
             out.push_str("(node:4242) Warning: Setting the NODE_TLS_REJECT_UNAUTHORIZED environment variable to '0' makes TLS connections insecure.\r\n");
-            out.push_str("(Use `node --trace-warnings ...` to show where the warning was created)\r\n");
+            out.push_str(
+                "(Use `node --trace-warnings ...` to show where the warning was created)\r\n",
+            );
             out.push_str(r#"{"type":"system","subtype":"hook_response","hook_name":"SessionStart:Callback","hook_event":"SessionStart","stdout":"","stderr":"","exit_code":0}"#);
             out.push_str("\r\n");
             out.push_str(r#"{"type":"stream_event","event":{"type":"message_start","message":{"id":"m","usage":{"input_tokens":1}}},"parent_tool_use_id":null}"#);
@@ -639,7 +1090,15 @@ async fn replay_streams_with_noise_between_events_are_read_whole() {
     let writer = noisy(&transcript("claude-real-writer-edit.jsonl"));
     let reviewer = noisy(&transcript("claude-real-reviewer-approve-in-text.jsonl"));
     assert!(writer.starts_with('\u{feff}') && reviewer.contains("\u{1b}[2K\u{1b}[1G{"));
-    let (f, gh, _) = replay_world(&[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", writer), ("reviewer-1.jsonl", reviewer)], "").await;
+    let (f, gh, _) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            ("writer-1.jsonl", writer),
+            ("reviewer-1.jsonl", reviewer),
+        ],
+        "",
+    )
+    .await;
     let item = drained_item(&f);
     // The reviewer's init (behind the BOM) was read: its tools were checked.
     assert_eq!(item["outcome"], "pr_opened", "{item:#}");
@@ -654,12 +1113,20 @@ async fn replay_writer_killed_mid_stream_is_a_failed_round_that_says_so() {
     // then dies (137: killed by the OOM killer). Its edit is on disk.
     let edit = transcript("claude-real-writer-edit.jsonl");
     let cut = &edit[..edit.rfind(r#""result":"#).unwrap() + 20];
-    let steps = [("writer-1.sh", "echo sub >> calc.txt\n".to_string()), ("writer-1.jsonl", cut.to_string()), ("writer-1.exit", "137".into())];
+    let steps = [
+        ("writer-1.sh", "echo sub >> calc.txt\n".to_string()),
+        ("writer-1.jsonl", cut.to_string()),
+        ("writer-1.exit", "137".into()),
+    ];
     let (f, gh, _) = replay_world(&steps, "[limits]\nrounds = 1\n").await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "error", "{item:#}");
     let reason = item["reason"].as_str().unwrap();
-    assert!(reason.contains("claude ended (code 137) without a result event") && reason.contains("its last line was cut off"), "{reason}");
+    assert!(
+        reason.contains("claude ended (code 137) without a result event")
+            && reason.contains("its last line was cut off"),
+        "{reason}"
+    );
     assert!(gh.prs().is_empty(), "half-done work is never proposed");
     assert_eq!(f.db.sql("SELECT count(*) FROM reviews"), "0");
 }
@@ -669,19 +1136,35 @@ async fn replay_cli_that_does_not_exit_after_its_result_is_ended_and_the_result_
     let w = world();
     let dir = w.dir.path().join("fake-claude");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("writer-1.jsonl"), transcript("claude-real-writer-edit.jsonl")).unwrap();
+    std::fs::write(
+        dir.join("writer-1.jsonl"),
+        transcript("claude-real-writer-edit.jsonl"),
+    )
+    .unwrap();
     std::fs::write(dir.join("writer-1.hang"), "").unwrap();
     let mut env = cli_env(&w.home, "http://127.0.0.1:9", false);
     env.insert("FAKE_CLAUDE_DIR".into(), dir.display().to_string());
     let mut c = call(&w, Role::Writer, "Add sub", env);
     c.timeout = Duration::from_secs(300);
     let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude");
-    let r = agent::call(&claude_agent(&fake), &c, &CancellationToken::new()).await.unwrap();
+    let r = agent::call(&claude_agent(&fake), &c, &CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(r.failure, None, "{:?}", r.outcome);
     assert!(!r.outcome.timed_out);
     let grace = agent::claude::RESULT_EXIT_GRACE;
-    assert!(r.outcome.duration >= grace && r.outcome.duration < grace + Duration::from_secs(20), "{:?}", r.outcome.duration);
-    assert_eq!(r.notes, [format!("claude did not exit within {}s of its result and was ended", grace.as_secs())]);
+    assert!(
+        r.outcome.duration >= grace && r.outcome.duration < grace + Duration::from_secs(20),
+        "{:?}",
+        r.outcome.duration
+    );
+    assert_eq!(
+        r.notes,
+        [format!(
+            "claude did not exit within {}s of its result and was ended",
+            grace.as_secs()
+        )]
+    );
     assert!(r.text.starts_with("Added sub to calc.txt."));
     assert_eq!(r.usage.tokens_in, Some(4800));
 }
@@ -693,10 +1176,16 @@ async fn replay_reviewer_requests_changes_then_approves() {
         &[
             ("writer-1.sh", "echo sub >> calc.txt\n".into()),
             ("writer-1.jsonl", writer.clone()),
-            ("reviewer-1.jsonl", transcript("claude-real-reviewer-request-changes.jsonl")),
+            (
+                "reviewer-1.jsonl",
+                transcript("claude-real-reviewer-request-changes.jsonl"),
+            ),
             ("writer-2.sh", "echo mul >> calc.txt\n".into()),
             ("writer-2.jsonl", writer),
-            ("reviewer-2.jsonl", transcript("claude-real-reviewer-approve-in-text.jsonl")),
+            (
+                "reviewer-2.jsonl",
+                transcript("claude-real-reviewer-approve-in-text.jsonl"),
+            ),
         ],
         "[limits]\nrounds = 3\n",
     )
@@ -705,26 +1194,59 @@ async fn replay_reviewer_requests_changes_then_approves() {
     assert_eq!(item["outcome"], "pr_opened", "{item:#}");
     assert_eq!(item["rounds"], 2, "{item:#}");
     assert_eq!(gh.prs().len(), 1);
-    assert_eq!(f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"), "request_changes,approve");
+    assert_eq!(
+        f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"),
+        "request_changes,approve"
+    );
     // Round 2's writer got the reviewer's finding as feedback.
     let argv = std::fs::read_to_string(dir.join("writer-2.argv")).unwrap();
     assert!(argv.contains("calc.txt lacks sub"), "{argv}");
     // The reviewer ran with the read-only flags and the verdict schema.
     let argv = std::fs::read_to_string(dir.join("reviewer-1.argv")).unwrap();
-    assert!(argv.contains("--permission-mode\nplan\n--tools\nRead,Grep,Glob\n--strict-mcp-config\n--json-schema\n"), "{argv}");
+    assert!(
+        argv.contains(
+            "--permission-mode\nplan\n--tools\nRead,Grep,Glob\n--strict-mcp-config\n--json-schema\n"
+        ),
+        "{argv}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_reviewer_with_write_tools_is_void() {
     // A reviewer session whose init is the real writer's (Write, Bash, ...).
     let approve = transcript("claude-real-reviewer-approve-in-text.jsonl");
-    let mut t = events(&transcript("claude-real-writer-edit.jsonl"), "system", Some("init")).concat();
-    t.push_str(&approve.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
-    let (f, gh, _) = replay_world(&[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")), ("reviewer-1.jsonl", t)], "").await;
+    let mut t = events(
+        &transcript("claude-real-writer-edit.jsonl"),
+        "system",
+        Some("init"),
+    )
+    .concat();
+    t.push_str(
+        &approve
+            .lines()
+            .skip(1)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    );
+    let (f, gh, _) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            (
+                "writer-1.jsonl",
+                transcript("claude-real-writer-edit.jsonl"),
+            ),
+            ("reviewer-1.jsonl", t),
+        ],
+        "",
+    )
+    .await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "review_void", "{item:#}");
     let reason = item["reason"].as_str().unwrap();
-    assert!(reason.contains("Bash") && reason.contains("Write"), "{reason}");
+    assert!(
+        reason.contains("Bash") && reason.contains("Write"),
+        "{reason}"
+    );
     assert!(gh.prs().is_empty());
 }
 
@@ -734,33 +1256,60 @@ async fn replay_reviewer_that_edits_is_void() {
     let (f, gh, _) = replay_world(
         &[
             ("writer-1.sh", "echo sub >> calc.txt\n".into()),
-            ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")),
+            (
+                "writer-1.jsonl",
+                transcript("claude-real-writer-edit.jsonl"),
+            ),
             ("reviewer-1.sh", "echo div >> calc.txt\n".into()),
-            ("reviewer-1.jsonl", transcript("claude-real-reviewer-approve-in-text.jsonl")),
+            (
+                "reviewer-1.jsonl",
+                transcript("claude-real-reviewer-approve-in-text.jsonl"),
+            ),
         ],
         "",
     )
     .await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "review_void", "{item:#}");
-    assert!(item["reason"].as_str().unwrap().contains("checkout changed"), "{item:#}");
+    assert!(
+        item["reason"]
+            .as_str()
+            .unwrap()
+            .contains("checkout changed"),
+        "{item:#}"
+    );
     assert!(gh.prs().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_unknown_flag_fails_like_the_real_cli() {
-    let (f, gh, dir) = replay_world(&[("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl"))], "").await;
-    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude").display().to_string();
+    let (f, gh, dir) = replay_world(
+        &[(
+            "writer-1.jsonl",
+            transcript("claude-real-writer-edit.jsonl"),
+        )],
+        "",
+    )
+    .await;
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fakes/claude")
+        .display()
+        .to_string();
     f.config(&format!(
         "verify = [\"sh test.sh\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"claude\"\ncommand = [\"{fake}\"]\npermission_flags = [\"--yolo\"]\n[reviewer]\nkind = \"claude\"\ncommand = [\"{fake}\"]\n"
     ));
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "error", "{item:#}");
-    assert!(item["reason"].as_str().unwrap().contains("error: unknown option '--yolo'"), "{item:#}");
+    assert!(
+        item["reason"]
+            .as_str()
+            .unwrap()
+            .contains("error: unknown option '--yolo'"),
+        "{item:#}"
+    );
     assert!(!dir.join("count-writer").exists(), "nothing was replayed");
     assert!(gh.prs().is_empty());
 }
-
 
 #[tokio::test(flavor = "multi_thread")]
 async fn fake_claude_refuses_what_the_real_cli_refuses() {
@@ -787,22 +1336,51 @@ async fn fake_claude_refuses_what_the_real_cli_refuses() {
     let run = |bin: &Path, args: &[&str]| {
         // `timeout`: an argv the CLI accepted would otherwise retry the
         // closed port for minutes.
-        let out = Command::new("timeout").arg("30").arg(bin).args(args).current_dir(&w.repo).env_clear().envs(&env).stdin(std::process::Stdio::null()).output().unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+        let out = Command::new("timeout")
+            .arg("30")
+            .arg(bin)
+            .args(args)
+            .current_dir(&w.repo)
+            .env_clear()
+            .envs(&env)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
     };
     let mut checked = 0;
-    for case in cases.iter().chain([vec!["--output-format", "yaml", "--", "x"]].iter()) {
-        let args: Vec<&str> = if case[0] == "--output-format" { ["-p", "--verbose"].iter().chain(case.iter()).copied().collect() } else { base.iter().chain(case.iter()).copied().collect() };
+    for case in cases
+        .iter()
+        .chain([vec!["--output-format", "yaml", "--", "x"]].iter())
+    {
+        let args: Vec<&str> = if case[0] == "--output-format" {
+            ["-p", "--verbose"]
+                .iter()
+                .chain(case.iter())
+                .copied()
+                .collect()
+        } else {
+            base.iter().chain(case.iter()).copied().collect()
+        };
         if args.contains(&"--dangerously-skip-permissions") && !nix::unistd::geteuid().is_root() {
             continue;
         }
         let (rc_real, err_real) = run(&real, &args);
         let (rc_fake, err_fake) = run(&fake, &args);
-        assert_eq!(rc_fake, rc_real, "{args:?}\nreal: {err_real}\nfake: {err_fake}");
+        assert_eq!(
+            rc_fake, rc_real,
+            "{args:?}\nreal: {err_real}\nfake: {err_fake}"
+        );
         assert_eq!(rc_real, Some(1), "{args:?}: {err_real}");
         assert!(!err_fake.trim().is_empty());
         for line in err_fake.lines() {
-            assert!(err_real.lines().any(|l| l == line), "{args:?}\nreal: {err_real}\nfake: {err_fake}");
+            assert!(
+                err_real.lines().any(|l| l == line),
+                "{args:?}\nreal: {err_real}\nfake: {err_fake}"
+            );
         }
         checked += 1;
     }
@@ -820,15 +1398,41 @@ async fn real_cli_api_errors_fail_in_the_clis_words_and_are_no_limit() {
     // limit to sleep on.
     let bin = real_claude();
     for (status, kind, message, says) in [
-        (400u16, "invalid_request_error", "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.", "api_error_status 400, subtype success, 1 turn): Credit balance is too low"),
-        (401, "authentication_error", "invalid x-api-key", "api_error_status 401, subtype success, 1 turn): Invalid API key"),
-        (400, "invalid_request_error", "prompt is too long: 215000 tokens > 200000 maximum", "(terminal_reason prompt_too_long, api_error_status 400, subtype success, 1 turn): Prompt is too long"),
+        (
+            400u16,
+            "invalid_request_error",
+            "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
+            "api_error_status 400, subtype success, 1 turn): Credit balance is too low",
+        ),
+        (
+            401,
+            "authentication_error",
+            "invalid x-api-key",
+            "api_error_status 401, subtype success, 1 turn): Invalid API key",
+        ),
+        (
+            400,
+            "invalid_request_error",
+            "prompt is too long: 215000 tokens > 200000 maximum",
+            "(terminal_reason prompt_too_long, api_error_status 400, subtype success, 1 turn): Prompt is too long",
+        ),
     ] {
         let api = FakeAnthropic::start().await;
         let w = world();
-        api.writer([Reply::ApiError { status, kind: kind.into(), message: message.into() }]);
-        let c = call(&w, Role::Writer, "Add sub", cli_env(&w.home, &api.uri(), false));
-        let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new()).await.unwrap();
+        api.writer([Reply::ApiError {
+            status,
+            kind: kind.into(),
+            message: message.into(),
+        }]);
+        let c = call(
+            &w,
+            Role::Writer,
+            "Add sub",
+            cli_env(&w.home, &api.uri(), false),
+        );
+        let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new())
+            .await
+            .unwrap();
         let f = r.failure.clone().unwrap_or_default();
         assert!(f.contains(says), "{f}\n{}", stdout_of(&r));
         assert!(r.limit.is_none(), "{:?}", r.limit);
@@ -859,16 +1463,22 @@ impl Replay {
 
     /// The real writer's stream, its paths moved into this world's checkout.
     fn real_writer(&self) -> String {
-        transcript("claude-real-writer-edit.jsonl").replace("/tmp/.tmp8nAh6O/repo", &self.w.repo.display().to_string())
+        transcript("claude-real-writer-edit.jsonl")
+            .replace("/tmp/.tmp8nAh6O/repo", &self.w.repo.display().to_string())
     }
 
     async fn call(&self, role: Role) -> agent::Report {
         let mut env = cli_env(&self.w.home, "http://127.0.0.1:9", false);
         env.insert("FAKE_CLAUDE_DIR".into(), self.dir.display().to_string());
         let mut c = call(&self.w, role, "Add sub", env);
-        c.log_dir = self.w.dir.path().join(format!("logs-{}", std::fs::read_dir(&self.dir).unwrap().count()));
+        c.log_dir = self.w.dir.path().join(format!(
+            "logs-{}",
+            std::fs::read_dir(&self.dir).unwrap().count()
+        ));
         let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude");
-        agent::call(&claude_agent(&fake), &c, &CancellationToken::new()).await.unwrap()
+        agent::call(&claude_agent(&fake), &c, &CancellationToken::new())
+            .await
+            .unwrap()
     }
 }
 
@@ -881,7 +1491,10 @@ fn reviewer_answering(text: &str) -> String {
     let mut result: serde_json::Value = serde_json::from_str(real.lines().last().unwrap()).unwrap();
     result["result"] = json!(text);
     result["structured_output"] = serde_json::Value::Null;
-    format!("{init}{}\n{result}\n", json!({"type":"assistant","message":{"id":"msg_odd","content":[{"type":"text","text":text}]},"parent_tool_use_id":null}))
+    format!(
+        "{init}{}\n{result}\n",
+        json!({"type":"assistant","message":{"id":"msg_odd","content":[{"type":"text","text":text}]},"parent_tool_use_id":null})
+    )
 }
 
 /// The real writer's stream `real` with its result event changed by `edit`.
@@ -902,28 +1515,53 @@ async fn replay_odd_reviewer_answers_are_read_by_their_last_verdict() {
     let approve = Some((Decision::Approve, vec![]));
     let cases: Vec<(&str, ReadVerdict)> = vec![
         // In a fence, with prose around it.
-        ("The change adds sub and a test.\n\n```json\n{\"verdict\": \"approve\", \"findings\": [], \"conditions\": []}\n```\n", approve.clone()),
+        (
+            "The change adds sub and a test.\n\n```json\n{\"verdict\": \"approve\", \"findings\": [], \"conditions\": []}\n```\n",
+            approve.clone(),
+        ),
         // Followed by prose.
-        ("{\"verdict\":\"request_changes\",\"findings\":[\"calc.txt lacks a test\"]}\n\nOnce that test exists I would approve.", rc("calc.txt lacks a test")),
+        (
+            "{\"verdict\":\"request_changes\",\"findings\":[\"calc.txt lacks a test\"]}\n\nOnce that test exists I would approve.",
+            rc("calc.txt lacks a test"),
+        ),
         // Two verdicts: a line, then a pretty-printed one in a fence. The last is the answer.
-        ("Draft: {\"verdict\":\"approve\",\"findings\":[]}\n{\"verdict\":\"approve\",\"findings\":[]}\nWait, the README is untouched.\n```json\n{\n  \"verdict\": \"request_changes\",\n  \"findings\": [\"the README does not mention sub\"]\n}\n```", rc("the README does not mention sub")),
+        (
+            "Draft: {\"verdict\":\"approve\",\"findings\":[]}\n{\"verdict\":\"approve\",\"findings\":[]}\nWait, the README is untouched.\n```json\n{\n  \"verdict\": \"request_changes\",\n  \"findings\": [\"the README does not mention sub\"]\n}\n```",
+            rc("the README does not mention sub"),
+        ),
         // Wrong case and fields no schema has.
-        ("{\"verdict\":\"APPROVE\",\"findings\":[],\"summary\":\"fine\",\"confidence\":\"high\",\"conditions\":[{\"index\":1,\"met\":true,\"evidence\":\"calc.txt:2\"}]}", approve.clone()),
+        (
+            "{\"verdict\":\"APPROVE\",\"findings\":[],\"summary\":\"fine\",\"confidence\":\"high\",\"conditions\":[{\"index\":1,\"met\":true,\"evidence\":\"calc.txt:2\"}]}",
+            approve.clone(),
+        ),
         // The last verdict object holds no decision: no verdict, whatever came before.
-        ("{\"verdict\":\"approve\",\"findings\":[]}\nOn reflection:\n{\"verdict\":\"approve_with_comments\",\"findings\":[\"rename sub\"]}", None),
+        (
+            "{\"verdict\":\"approve\",\"findings\":[]}\nOn reflection:\n{\"verdict\":\"approve_with_comments\",\"findings\":[\"rename sub\"]}",
+            None,
+        ),
         // No verdict at all.
         ("Looks fine to me.", None),
     ];
     let r = Replay::new();
     for (i, (text, _)) in cases.iter().enumerate() {
-        r.put(&format!("reviewer-{}.jsonl", i + 1), reviewer_answering(text));
+        r.put(
+            &format!("reviewer-{}.jsonl", i + 1),
+            reviewer_answering(text),
+        );
     }
     for (text, want) in cases {
         let rep = r.call(Role::Reviewer).await;
         assert_eq!(rep.failure, None, "{text}");
-        assert_eq!(rep.verdict.clone().map(|v| (v.verdict, v.findings)), want, "{text}");
+        assert_eq!(
+            rep.verdict.clone().map(|v| (v.verdict, v.findings)),
+            want,
+            "{text}"
+        );
         assert_eq!(rep.text, text);
-        assert_eq!(nightshift::review::void_reason(AgentKind::Claude, &rep, "same", "same"), None);
+        assert_eq!(
+            nightshift::review::void_reason(AgentKind::Claude, &rep, "same", "same"),
+            None
+        );
         assert_eq!(rep.usage.tokens_in, Some(2400));
     }
 }
@@ -959,12 +1597,24 @@ async fn replay_streams_cut_broken_or_empty_are_read_for_what_they_are() {
 
     let rep = r.call(Role::Writer).await;
     assert_eq!(rep.failure, None, "{:?}", rep.outcome);
-    assert_eq!((rep.usage.tokens_in, rep.usage.tokens_out, rep.usage.cost_usd), (Some(4800), Some(320), Some(0.0256)));
+    assert_eq!(
+        (
+            rep.usage.tokens_in,
+            rep.usage.tokens_out,
+            rep.usage.cost_usd
+        ),
+        (Some(4800), Some(320), Some(0.0256))
+    );
     assert_eq!(agent::parse_blocks(&rep.text).findings, ["docs are stale"]);
 
     let rep = r.call(Role::Writer).await;
     assert_eq!(rep.failure, None, "{:?}", rep.outcome);
-    assert!(rep.text.starts_with("Added sub to calc.txt (caf\u{fffd}\u{fffd})."), "{:?}", rep.text);
+    assert!(
+        rep.text
+            .starts_with("Added sub to calc.txt (caf\u{fffd}\u{fffd})."),
+        "{:?}",
+        rep.text
+    );
     assert_eq!(agent::parse_blocks(&rep.text).findings, ["docs are stale"]);
     assert_eq!(rep.usage.tokens_in, Some(4800));
     assert_eq!(rep.claimed_files, ["calc.txt", "notes.md"]);
@@ -978,34 +1628,71 @@ async fn replay_streams_cut_broken_or_empty_are_read_for_what_they_are() {
 
     let rep = r.call(Role::Writer).await;
     assert_eq!(rep.outcome.exit_code, Some(0));
-    assert_eq!(rep.failure.as_deref(), Some("claude ended (code 0) without a result event (no event at all): (nothing on stderr)"));
+    assert_eq!(
+        rep.failure.as_deref(),
+        Some("claude ended (code 0) without a result event (no event at all): (nothing on stderr)")
+    );
     assert_eq!(rep.text, "");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_results_without_usage_or_cost_are_unknown_not_zero() {
     let r = Replay::new();
-    r.put("writer-1.jsonl", writer_with_result(&r.real_writer(), |v| {
-        let o = v.as_object_mut().unwrap();
-        for k in ["usage", "modelUsage", "model_usage_since_last_result", "total_cost_usd"] {
-            o.remove(k);
-        }
-    }));
+    r.put(
+        "writer-1.jsonl",
+        writer_with_result(&r.real_writer(), |v| {
+            let o = v.as_object_mut().unwrap();
+            for k in [
+                "usage",
+                "modelUsage",
+                "model_usage_since_last_result",
+                "total_cost_usd",
+            ] {
+                o.remove(k);
+            }
+        }),
+    );
     r.put("writer-2.jsonl", writer_with_result(&r.real_writer(), |v| {
         v["usage"] = json!({"input_tokens": null, "cache_read_input_tokens": null, "output_tokens": 320});
         v["modelUsage"] = serde_json::Value::Null;
         v["total_cost_usd"] = serde_json::Value::Null;
     }));
-    r.put("writer-3.jsonl", writer_with_result(&r.real_writer(), |v| {
-        v.as_object_mut().unwrap().remove("total_cost_usd");
-        v["modelUsage"] = json!({});
-    }));
+    r.put(
+        "writer-3.jsonl",
+        writer_with_result(&r.real_writer(), |v| {
+            v.as_object_mut().unwrap().remove("total_cost_usd");
+            v["modelUsage"] = json!({});
+        }),
+    );
     let rep = r.call(Role::Writer).await;
-    assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, agent::Usage::default()));
+    assert_eq!(
+        (rep.failure.clone(), rep.usage.clone()),
+        (None, agent::Usage::default())
+    );
     let rep = r.call(Role::Writer).await;
-    assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, agent::Usage { tokens_in: None, tokens_out: Some(320), cost_usd: None }));
+    assert_eq!(
+        (rep.failure.clone(), rep.usage.clone()),
+        (
+            None,
+            agent::Usage {
+                tokens_in: None,
+                tokens_out: Some(320),
+                cost_usd: None
+            }
+        )
+    );
     let rep = r.call(Role::Writer).await;
-    assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, agent::Usage { tokens_in: Some(4800), tokens_out: Some(320), cost_usd: None }));
+    assert_eq!(
+        (rep.failure.clone(), rep.usage.clone()),
+        (
+            None,
+            agent::Usage {
+                tokens_in: Some(4800),
+                tokens_out: Some(320),
+                cost_usd: None
+            }
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1022,34 +1709,72 @@ async fn replay_50_mib_lines_are_read_around_and_within() {
     let rep = r.call(Role::Writer).await;
     assert_eq!(rep.failure, None, "{:?}", rep.outcome);
     assert!(rep.outcome.stdout_bytes > 50 << 20);
-    assert_eq!((rep.usage.tokens_in, rep.usage.tokens_out), (Some(4800), Some(320)));
+    assert_eq!(
+        (rep.usage.tokens_in, rep.usage.tokens_out),
+        (Some(4800), Some(320))
+    );
     assert!(rep.text.starts_with("Added sub to calc.txt."));
     assert_eq!(rep.claimed_files, ["calc.txt", "notes.md"]);
-    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
 
     // The final event itself on a 50 MiB line: a reviewer's answer that
     // quotes a huge log, its verdict at the end. The result arrives with
     // the middle of its text shortened, its usage and last words whole.
     let real = transcript("claude-real-reviewer-approve-in-text.jsonl");
     let mut result: serde_json::Value = serde_json::from_str(real.lines().last().unwrap()).unwrap();
-    result["result"] = json!(format!("The log:\n{}\n{{\"verdict\":\"request_changes\",\"findings\":[\"the log is 50 MiB\"]}}", "log line \"quoted\" é\n".repeat(50 << 20 >> 4)));
-    r.put("reviewer-1.jsonl", format!("{}{result}\n", events(&real, "system", Some("init")).concat()));
+    result["result"] = json!(format!(
+        "The log:\n{}\n{{\"verdict\":\"request_changes\",\"findings\":[\"the log is 50 MiB\"]}}",
+        "log line \"quoted\" é\n".repeat(50 << 20 >> 4)
+    ));
+    r.put(
+        "reviewer-1.jsonl",
+        format!(
+            "{}{result}\n",
+            events(&real, "system", Some("init")).concat()
+        ),
+    );
     let rep = r.call(Role::Reviewer).await;
     assert_eq!(rep.failure, None, "{:?}", rep.outcome);
-    assert_eq!(rep.verdict.map(|v| v.findings), Some(vec!["the log is 50 MiB".to_string()]));
-    assert!(rep.text.starts_with("The log:\nlog line \"quoted\" é\n") && rep.text.contains(" bytes cut]…") && rep.text.len() < 4 << 20, "{}", rep.text.len());
-    assert_eq!((rep.usage.tokens_in, rep.usage.tokens_out), (Some(2400), Some(160)));
+    assert_eq!(
+        rep.verdict.map(|v| v.findings),
+        Some(vec!["the log is 50 MiB".to_string()])
+    );
+    assert!(
+        rep.text.starts_with("The log:\nlog line \"quoted\" é\n")
+            && rep.text.contains(" bytes cut]…")
+            && rep.text.len() < 4 << 20,
+        "{}",
+        rep.text.len()
+    );
+    assert_eq!(
+        (rep.usage.tokens_in, rep.usage.tokens_out),
+        (Some(2400), Some(160))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_writer_blocks_as_models_decorate_them() {
     let r = Replay::new();
     let text = "Added sub.\n\n**FINDINGS:**\n* the README is stale\n\n**FILES**:\n- `calc.txt`\n- notes.md (new)\n";
-    r.put("writer-1.jsonl", writer_with_result(&r.real_writer(), |v| v["result"] = json!(text)));
+    r.put(
+        "writer-1.jsonl",
+        writer_with_result(&r.real_writer(), |v| v["result"] = json!(text)),
+    );
     let rep = r.call(Role::Writer).await;
     assert_eq!(rep.failure, None);
-    assert_eq!(agent::parse_blocks(&rep.text).findings, ["the README is stale"]);
-    assert_eq!(rep.claimed_files, ["calc.txt", "notes.md"], "the claims are paths, not `calc.txt` or `notes.md (new)`");
+    assert_eq!(
+        agent::parse_blocks(&rep.text).findings,
+        ["the README is stale"]
+    );
+    assert_eq!(
+        rep.claimed_files,
+        ["calc.txt", "notes.md"],
+        "the claims are paths, not `calc.txt` or `notes.md (new)`"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1065,15 +1790,29 @@ async fn replay_reviewer_whose_last_verdict_asks_for_changes_after_an_approval_l
             ("reviewer-1.jsonl", reviewer_answering(answer)),
             ("writer-2.sh", "echo mul >> calc.txt\n".into()),
             ("writer-2.jsonl", writer),
-            ("reviewer-2.jsonl", reviewer_answering("All good.\n{\"verdict\":\"approve\",\"findings\":[]}")),
+            (
+                "reviewer-2.jsonl",
+                reviewer_answering("All good.\n{\"verdict\":\"approve\",\"findings\":[]}"),
+            ),
         ],
         "[limits]\nrounds = 2\n",
     )
     .await;
     let item = drained_item(&f);
-    assert_eq!((item["outcome"].as_str(), item["rounds"].as_u64()), (Some("pr_opened"), Some(2)), "{item:#}");
-    assert_eq!(f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"), "request_changes,approve");
-    assert!(std::fs::read_to_string(dir.join("writer-2.argv")).unwrap().contains("calc.txt must list mul too"));
+    assert_eq!(
+        (item["outcome"].as_str(), item["rounds"].as_u64()),
+        (Some("pr_opened"), Some(2)),
+        "{item:#}"
+    );
+    assert_eq!(
+        f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"),
+        "request_changes,approve"
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("writer-2.argv"))
+            .unwrap()
+            .contains("calc.txt must list mul too")
+    );
     assert_eq!(gh.prs().len(), 1);
 }
 
@@ -1081,20 +1820,36 @@ async fn replay_reviewer_whose_last_verdict_asks_for_changes_after_an_approval_l
 async fn replay_reviewer_whose_last_verdict_is_no_decision_fails_the_round_saying_so() {
     let answer = "{\"verdict\":\"approve\",\"findings\":[]}\nOn reflection:\n{\"verdict\":\"approve_with_comments\",\"findings\":[\"rename sub\"]}";
     let (f, gh, _) = replay_world(
-        &[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")), ("reviewer-1.jsonl", reviewer_answering(answer))],
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            (
+                "writer-1.jsonl",
+                transcript("claude-real-writer-edit.jsonl"),
+            ),
+            ("reviewer-1.jsonl", reviewer_answering(answer)),
+        ],
         "[limits]\nrounds = 1\n",
     )
     .await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "error", "{item:#}");
     let reason = item["reason"].as_str().unwrap();
-    assert!(reason.contains("its verdict \"approve_with_comments\" is neither \"approve\" nor \"request_changes\""), "{reason}");
+    assert!(
+        reason.contains(
+            "its verdict \"approve_with_comments\" is neither \"approve\" nor \"request_changes\""
+        ),
+        "{reason}"
+    );
     assert!(gh.prs().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_writer_question_in_bold_blocks_the_item() {
-    let t = writer_with_result(&transcript("claude-real-writer-edit.jsonl"), |v| v["result"] = json!("I stopped before changing anything.\n\n**QUESTION:** Should sub round towards zero?"));
+    let t = writer_with_result(&transcript("claude-real-writer-edit.jsonl"), |v| {
+        v["result"] = json!(
+            "I stopped before changing anything.\n\n**QUESTION:** Should sub round towards zero?"
+        )
+    });
     let (f, gh, _) = replay_world(&[("writer-1.jsonl", t)], "").await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "blocked", "{item:#}");
@@ -1111,10 +1866,33 @@ async fn replay_reviewer_whose_stream_shows_an_edit_outside_the_checkout_is_void
     let mut t = events(&approve, "system", Some("init")).concat();
     t.push_str(&format!("{}\n", json!({"type":"assistant","message":{"id":"msg_w","content":[{"type":"tool_use","id":"toolu_w","name":"Write","input":{"file_path":"/tmp/nightshift-reviewer-notes.md","content":"x"}}]},"parent_tool_use_id":null})));
     t.push_str(&format!("{}\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_w","content":"File created successfully at: /tmp/nightshift-reviewer-notes.md"}]},"parent_tool_use_id":null})));
-    t.push_str(&approve.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
-    let (f, gh, _) = replay_world(&[("writer-1.sh", "echo sub >> calc.txt\n".into()), ("writer-1.jsonl", transcript("claude-real-writer-edit.jsonl")), ("reviewer-1.jsonl", t)], "").await;
+    t.push_str(
+        &approve
+            .lines()
+            .skip(1)
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    );
+    let (f, gh, _) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            (
+                "writer-1.jsonl",
+                transcript("claude-real-writer-edit.jsonl"),
+            ),
+            ("reviewer-1.jsonl", t),
+        ],
+        "",
+    )
+    .await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "review_void", "{item:#}");
-    assert!(item["reason"].as_str().unwrap().contains("changed files: /tmp/nightshift-reviewer-notes.md"), "{item:#}");
+    assert!(
+        item["reason"]
+            .as_str()
+            .unwrap()
+            .contains("changed files: /tmp/nightshift-reviewer-notes.md"),
+        "{item:#}"
+    );
     assert!(gh.prs().is_empty());
 }

@@ -15,7 +15,12 @@ use common::{Fixture, text};
 use serde_json::Value;
 
 fn outcomes(report: &Value) -> Vec<String> {
-    report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap().to_string()).collect()
+    report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn read(p: &Path) -> String {
@@ -24,8 +29,16 @@ fn read(p: &Path) -> String {
 
 /// Output of a shell pipeline (the encodings an attacker would use).
 fn sh(script: &str) -> String {
-    let out = std::process::Command::new("sh").arg("-c").arg(script).output().unwrap();
-    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -54,7 +67,9 @@ fn forms(secret: &str) -> Vec<String> {
         f.push(inner.to_string());
         f.push(inner.replace('+', "-").replace('/', "_"));
     }
-    f.push(sh(&format!("printf '%s' '{q}' | od -An -tx1 | tr -d ' \\n'")));
+    f.push(sh(&format!(
+        "printf '%s' '{q}' | od -An -tx1 | tr -d ' \\n'"
+    )));
     f.push(sh(&format!("printf '%s' '{q}' | jq -sRr @uri")));
     f.sort();
     f.dedup();
@@ -64,18 +79,39 @@ fn forms(secret: &str) -> Vec<String> {
 /// Asserts that no form of any secret is in nightshift's output, any ledger
 /// table, any file under the data dir or HOME, or anything sent to GitHub.
 /// Returns how many files were read.
-async fn nowhere(f: &Fixture, gh: Option<&FakeGitHub>, output: &str, secrets: &[(&str, &str)]) -> usize {
-    let all: Vec<(String, String)> = secrets.iter().flat_map(|(what, s)| forms(s).into_iter().map(move |form| (what.to_string(), form))).collect();
+async fn nowhere(
+    f: &Fixture,
+    gh: Option<&FakeGitHub>,
+    output: &str,
+    secrets: &[(&str, &str)],
+) -> usize {
+    let all: Vec<(String, String)> = secrets
+        .iter()
+        .flat_map(|(what, s)| {
+            forms(s)
+                .into_iter()
+                .map(move |form| (what.to_string(), form))
+        })
+        .collect();
     let check = |place: &str, content: &str| {
         let whole = joined(content);
         for (what, form) in &all {
-            assert!(!content.contains(form.as_str()) && !whole.contains(form.as_str()), "{what} ({form}) leaked into {place}:\n{}", content.chars().take(4000).collect::<String>());
+            assert!(
+                !content.contains(form.as_str()) && !whole.contains(form.as_str()),
+                "{what} ({form}) leaked into {place}:\n{}",
+                content.chars().take(4000).collect::<String>()
+            );
         }
     };
     check("nightshift's output", output);
     let tables = f.db.sql("SELECT string_agg(table_name, ' ') FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'");
     for t in tables.split_whitespace() {
-        check(&format!("ledger table {t}"), &f.db.sql(&format!("SELECT coalesce(string_agg(x::text, ' '), '') FROM {t} x")));
+        check(
+            &format!("ledger table {t}"),
+            &f.db.sql(&format!(
+                "SELECT coalesce(string_agg(x::text, ' '), '') FROM {t} x"
+            )),
+        );
     }
     let mut files = 0;
     let mut stack = vec![f.data.clone(), f.home.clone()];
@@ -116,12 +152,20 @@ async fn encoded_and_split_secrets_are_masked_everywhere() {
     f.github = Some(gh.uri());
     f.token = Some(token.into());
     f.extra_env.push(("MY_API_KEY".into(), key.into()));
-    f.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), f.db.url.replacen('@', &format!(":{db_pass}@"), 1)));
+    f.extra_env.push((
+        "NIGHTSHIFT_DATABASE_URL".into(),
+        f.db.url.replacen('@', &format!(":{db_pass}@"), 1),
+    ));
     f.extra_env.push(("PGPASSWORD".into(), pg_pass.into()));
     f.extra_env.push(("PGUSER".into(), "postgres".into()));
     let loot = f.agents.join("loot");
     std::fs::create_dir_all(&loot).unwrap();
-    for (name, value) in [("token", token), ("key", key), ("db", db_pass), ("pg", pg_pass)] {
+    for (name, value) in [
+        ("token", token),
+        ("key", key),
+        ("db", db_pass),
+        ("pg", pg_pass),
+    ] {
         std::fs::write(loot.join(name), value).unwrap();
     }
     let ev = f.agents.display().to_string();
@@ -147,10 +191,16 @@ done
             "#!/bin/sh\n{title}env > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt\ntr '\\0' ' ' < /proc/$PPID/cmdline > {ev}/parent-cmdline.txt\n{leak}\nT=$(cat {lt}/token)\nB=$(printf '%s' \"$T\" | base64 -w0)\ncase \"$title\" in\n  *Ask*) printf 'QUESTION: may I use %s or %s?\\n' \"$B\" \"$T\" ;;\n  *Fail*) echo sub >> calc.txt; echo \"failing with $B\" >&2; exit 3 ;;\n  *) echo sub >> calc.txt; printf 'done\\n\\nFINDINGS:\\n- rotate %s soon\\n- also %s\\n\\n' \"$B\" \"$T\" ;;\nesac\n"
         ),
     );
-    let gate = f.agent("gate.sh", &format!("#!/bin/sh\nenv > {ev}/gate-env.txt\n{leak}\nsh test.sh\n"));
+    let gate = f.agent(
+        "gate.sh",
+        &format!("#!/bin/sh\nenv > {ev}/gate-env.txt\n{leak}\nsh test.sh\n"),
+    );
     let r = f.agent("reviewer.sh", &format!("#!/bin/sh\n{leak}\nB=$(base64 -w0 < {lt}/token)\necho \"{{\\\"verdict\\\":\\\"approve\\\",\\\"findings\\\":[\\\"saw $B in the logs\\\"]}}\"\n"));
     f.config(&format!("secrets = [\"MY_API_KEY\"]\nverify = [\"{gate}\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
-    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Ask first\n- [ ] Fail loudly\n");
+    f.write(
+        "NEXT.md",
+        "- [ ] Add sub\n- [ ] Ask first\n- [ ] Fail loudly\n",
+    );
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
@@ -158,11 +208,29 @@ done
     assert_eq!(gh.prs().len(), 1);
     assert_eq!(gh.issues().len(), 2, "the findings were filed, masked");
     let report_text = text(&f.run(&["report"]));
-    let files = nowhere(&f, Some(&gh), &format!("{}{report_text}", text(&out)), &[("the token", token), ("a `secrets` value", key), ("the ledger URL's password", db_pass), ("PGPASSWORD", pg_pass)]).await;
-    assert!(files > 10, "the data dir holds logs and call files ({files})");
+    let files = nowhere(
+        &f,
+        Some(&gh),
+        &format!("{}{report_text}", text(&out)),
+        &[
+            ("the token", token),
+            ("a `secrets` value", key),
+            ("the ledger URL's password", db_pass),
+            ("PGPASSWORD", pg_pass),
+        ],
+    )
+    .await;
+    assert!(
+        files > 10,
+        "the data dir holds logs and call files ({files})"
+    );
     // What the agents printed was kept, masked.
-    let kept = f.db.sql("SELECT string_agg(stdout_tail || stderr_tail, ' ') FROM agent_calls");
-    assert!(kept.contains("split: ****") && kept.contains("b64: ") && kept.contains("hex: ****"), "{kept}");
+    let kept =
+        f.db.sql("SELECT string_agg(stdout_tail || stderr_tail, ' ') FROM agent_calls");
+    assert!(
+        kept.contains("split: ****") && kept.contains("b64: ") && kept.contains("hex: ****"),
+        "{kept}"
+    );
     // The agents' and gates' environments hold no PG* variable; nightshift's own
     // /proc environ (which an agent of the same user reads) and cmdline hold no
     // secret: PGUSER, not one, stays there for the ledger's connection.
@@ -174,11 +242,26 @@ done
             assert!(env.is_empty(), "{env}");
             continue;
         }
-        assert!(env.lines().any(|l| l.starts_with("PATH=")), "{place}: {env}");
-        for var in ["PGPASSWORD=", "GITHUB_TOKEN=", "MY_API_KEY=", "NIGHTSHIFT_DATABASE_URL="] {
-            assert!(!env.lines().any(|l| l.starts_with(var)), "{var} is in {place}: {env}");
+        assert!(
+            env.lines().any(|l| l.starts_with("PATH=")),
+            "{place}: {env}"
+        );
+        for var in [
+            "PGPASSWORD=",
+            "GITHUB_TOKEN=",
+            "MY_API_KEY=",
+            "NIGHTSHIFT_DATABASE_URL=",
+        ] {
+            assert!(
+                !env.lines().any(|l| l.starts_with(var)),
+                "{var} is in {place}: {env}"
+            );
         }
-        assert_eq!(env.lines().any(|l| l.starts_with("PGUSER=")), place == "parent-env.txt", "{place}: {env}");
+        assert_eq!(
+            env.lines().any(|l| l.starts_with("PGUSER=")),
+            place == "parent-env.txt",
+            "{place}: {env}"
+        );
     }
     let cmdline = read(&f.agents.join("parent-cmdline.txt"));
     assert!(cmdline.contains("drain"), "{cmdline}");
@@ -202,7 +285,12 @@ impl GitHttp {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let expected = format!("Basic {}", sh(&format!("printf '%s:%s' '{user}' '{password}' | base64 -w0")));
+        let expected = format!(
+            "Basic {}",
+            sh(&format!(
+                "printf '%s:%s' '{user}' '{password}' | base64 -w0"
+            ))
+        );
         let (root, log2) = (root.to_path_buf(), log.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
@@ -225,15 +313,28 @@ impl GitHttp {
                         }
                     }
                     let mut parts = first.split_whitespace();
-                    let (method, target) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
-                    let (path, query) = target.split_once('?').map_or((target.clone(), String::new()), |(p, q)| (p.to_string(), q.to_string()));
+                    let (method, target) = (
+                        parts.next().unwrap_or("").to_string(),
+                        parts.next().unwrap_or("").to_string(),
+                    );
+                    let (path, query) = target
+                        .split_once('?')
+                        .map_or((target.clone(), String::new()), |(p, q)| {
+                            (p.to_string(), q.to_string())
+                        });
                     let authed = headers.get("authorization") == Some(&expected);
-                    log.lock().unwrap().push(format!("{method} {path} {}", if authed { "authed" } else { "anonymous" }));
+                    log.lock().unwrap().push(format!(
+                        "{method} {path} {}",
+                        if authed { "authed" } else { "anonymous" }
+                    ));
                     if !authed {
                         let _ = conn.write_all(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"git\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
                         return;
                     }
-                    let len: usize = headers.get("content-length").and_then(|l| l.parse().ok()).unwrap_or(0);
+                    let len: usize = headers
+                        .get("content-length")
+                        .and_then(|l| l.parse().ok())
+                        .unwrap_or(0);
                     let mut body = vec![0u8; len];
                     if reader.read_exact(&mut body).is_err() {
                         return;
@@ -250,16 +351,30 @@ impl GitHttp {
                         .env("REQUEST_METHOD", &method)
                         .env("PATH_INFO", &path)
                         .env("QUERY_STRING", &query)
-                        .env("CONTENT_TYPE", headers.get("content-type").cloned().unwrap_or_default())
+                        .env(
+                            "CONTENT_TYPE",
+                            headers.get("content-type").cloned().unwrap_or_default(),
+                        )
                         .env("CONTENT_LENGTH", len.to_string())
-                        .env("GIT_PROTOCOL", headers.get("git-protocol").cloned().unwrap_or_default())
-                        .env("HTTP_CONTENT_ENCODING", headers.get("content-encoding").cloned().unwrap_or_default())
+                        .env(
+                            "GIT_PROTOCOL",
+                            headers.get("git-protocol").cloned().unwrap_or_default(),
+                        )
+                        .env(
+                            "HTTP_CONTENT_ENCODING",
+                            headers.get("content-encoding").cloned().unwrap_or_default(),
+                        )
                         .stdin(std::process::Stdio::piped())
                         .stdout(std::process::Stdio::piped());
                     let mut child = cgi.spawn().unwrap();
                     child.stdin.take().unwrap().write_all(&body).unwrap();
                     let out = child.wait_with_output().unwrap().stdout;
-                    let split = out.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4)).or_else(|| out.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2))).unwrap_or((out.len(), 0));
+                    let split = out
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map(|i| (i, 4))
+                        .or_else(|| out.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2)))
+                        .unwrap_or((out.len(), 0));
                     let head = String::from_utf8_lossy(&out[..split.0]).to_string();
                     let payload = &out[(split.0 + split.1).min(out.len())..];
                     let mut status = "200 OK".to_string();
@@ -296,7 +411,10 @@ async fn a_token_in_the_remotes_url_stays_out_of_argv_the_checkout_and_messages(
     let mut f = Fixture::new();
     let url_token = "ghp_inTheRemoteURL_5c1e7d9a";
     let http = GitHttp::start(f.dir.path(), "x-access-token", url_token);
-    let url = format!("http://x-access-token:{url_token}@127.0.0.1:{}/remote.git", http.port);
+    let url = format!(
+        "http://x-access-token:{url_token}@127.0.0.1:{}/remote.git",
+        http.port
+    );
     common::git(&f.repo, &["remote", "set-url", "origin", &url]);
     f.github = Some(gh.uri());
     f.token = Some("ghp_apiToken_notTheURLs_0c4b2a".into());
@@ -306,42 +424,111 @@ async fn a_token_in_the_remotes_url_stays_out_of_argv_the_checkout_and_messages(
     let argv_log = f.agents.join("git-argv.txt");
     let real_git = sh("command -v git");
     let shim = shim_dir.join("git");
-    std::fs::write(&shim, format!("#!/bin/sh\nprintf '%s\\n' \"$*\" >> {}\nexec {real_git} \"$@\"\n", argv_log.display())).unwrap();
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> {}\nexec {real_git} \"$@\"\n",
+            argv_log.display()
+        ),
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-    f.extra_env.push(("PATH".into(), format!("{}:{}", shim_dir.display(), std::env::var("PATH").unwrap_or_default())));
+    f.extra_env.push((
+        "PATH".into(),
+        format!(
+            "{}:{}",
+            shim_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    ));
     let ev = f.agents.display().to_string();
     let w = f.agent("writer.sh", &format!("#!/bin/sh\n{{ git remote -v; cat .git/config; }} > {ev}/checkout-remote.txt 2>&1\necho sub >> calc.txt\n"));
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     assert_eq!(outcomes(&f.report()), ["pr_opened"], "{}", text(&out));
-    assert_eq!(f.remote_branches().len(), 1, "pushed over HTTP with the URL's token");
-    assert!(text(&out).contains("carries a password or token; agents running as you can read it"), "{}", text(&out));
-    assert!(http.requests().iter().any(|r| r.starts_with("POST /remote.git/git-receive-pack authed")), "{:?}", http.requests());
+    assert_eq!(
+        f.remote_branches().len(),
+        1,
+        "pushed over HTTP with the URL's token"
+    );
+    assert!(
+        text(&out).contains("carries a password or token; agents running as you can read it"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        http.requests()
+            .iter()
+            .any(|r| r.starts_with("POST /remote.git/git-receive-pack authed")),
+        "{:?}",
+        http.requests()
+    );
     let seen = read(&f.agents.join("checkout-remote.txt"));
-    assert!(seen.contains(&format!("http://x-access-token@127.0.0.1:{}/remote.git", http.port)), "the checkout's remote is the user's, without the token: {seen}");
+    assert!(
+        seen.contains(&format!(
+            "http://x-access-token@127.0.0.1:{}/remote.git",
+            http.port
+        )),
+        "the checkout's remote is the user's, without the token: {seen}"
+    );
     let doctor = text(&f.run(&["doctor"]));
-    assert!(doctor.contains("carries a password or token") && !doctor.contains(url_token), "{doctor}");
+    assert!(
+        doctor.contains("carries a password or token") && !doctor.contains(url_token),
+        "{doctor}"
+    );
     let argv = read(&argv_log);
-    assert!(argv.contains("push") && argv.contains("ls-remote"), "{argv}");
-    assert!(!argv.contains(url_token), "a git command line held the URL's token:\n{argv}");
+    assert!(
+        argv.contains("push") && argv.contains("ls-remote"),
+        "{argv}"
+    );
+    assert!(
+        !argv.contains(url_token),
+        "a git command line held the URL's token:\n{argv}"
+    );
 
     // Now the push URL is unreachable: the push fails, git's error is kept
     // (with the URL), the token is not.
-    common::git(&f.repo, &["remote", "set-url", "--push", "origin", &format!("http://x-access-token:{url_token}@127.0.0.1:1/remote.git")]);
+    common::git(
+        &f.repo,
+        &[
+            "remote",
+            "set-url",
+            "--push",
+            "origin",
+            &format!("http://x-access-token:{url_token}@127.0.0.1:1/remote.git"),
+        ],
+    );
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
     let w = f.agent("writer.sh", "#!/bin/sh\necho mul >> calc.txt\n");
     f.config_with(&w, &r, "");
     let out = f.approve_and_drain(&[]);
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["already_open", "push_failed"], "{}", text(&out));
+    assert_eq!(
+        outcomes(&rep),
+        ["already_open", "push_failed"],
+        "{}",
+        text(&out)
+    );
     let why = rep["items"][1]["reason"].as_str().unwrap();
     assert!(why.contains("127.0.0.1:1"), "{why}");
     let argv = read(&argv_log);
-    assert!(!argv.contains(url_token), "a git command line held the URL's token:\n{argv}");
-    nowhere(&f, Some(&gh), &text(&out), &[("the URL's token", url_token)]).await;
+    assert!(
+        !argv.contains(url_token),
+        "a git command line held the URL's token:\n{argv}"
+    );
+    nowhere(
+        &f,
+        Some(&gh),
+        &text(&out),
+        &[("the URL's token", url_token)],
+    )
+    .await;
 }
 
 /// A writer that got hold of the token (here from a file it should not have
@@ -366,18 +553,50 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
             loot.display()
         ),
     );
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] In a binary file\n- [ ] As base64\n- [ ] As hex\n- [ ] A split string\n- [ ] As a file name\n- [ ] In an env file\n- [ ] Just sub\n");
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["rule_broken", "rule_broken", "rule_broken", "rule_broken", "rule_broken", "rule_broken", "pr_opened"], "{rep:#}");
-    for (i, file) in ["data.bin", "settings.yml", "key.hex", "split.sh", "docs/****.md", ".env"].iter().enumerate() {
+    assert_eq!(
+        outcomes(&rep),
+        [
+            "rule_broken",
+            "rule_broken",
+            "rule_broken",
+            "rule_broken",
+            "rule_broken",
+            "rule_broken",
+            "pr_opened"
+        ],
+        "{rep:#}"
+    );
+    for (i, file) in [
+        "data.bin",
+        "settings.yml",
+        "key.hex",
+        "split.sh",
+        "docs/****.md",
+        ".env",
+    ]
+    .iter()
+    .enumerate()
+    {
         let why = rep["items"][i]["reason"].as_str().unwrap();
-        assert!(why.contains("the value of a secret") && why.contains(file), "{why}");
+        assert!(
+            why.contains("the value of a secret") && why.contains(file),
+            "{why}"
+        );
     }
-    assert_eq!(f.remote_branches().len(), 1, "only the clean item was pushed");
+    assert_eq!(
+        f.remote_branches().len(),
+        1,
+        "only the clean item was pushed"
+    );
     assert_eq!(gh.prs().len(), 1);
     nowhere(&f, Some(&gh), &text(&out), &[("the token", token)]).await;
 }
@@ -398,34 +617,78 @@ async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
     let bin = f.agents.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let fake_gh = bin.join("gh");
-    std::fs::write(&fake_gh, format!("#!/bin/sh\n[ \"$1 $2\" = 'auth token' ] && echo {token}\n")).unwrap();
+    std::fs::write(
+        &fake_gh,
+        format!("#!/bin/sh\n[ \"$1 $2\" = 'auth token' ] && echo {token}\n"),
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&fake_gh, std::fs::Permissions::from_mode(0o755)).unwrap();
     let loot = f.agents.join("loot.txt");
     std::fs::write(&loot, format!("{token} {key}")).unwrap();
-    f.extra_env.push(("PATH".into(), format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())));
+    f.extra_env.push((
+        "PATH".into(),
+        format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    ));
     f.extra_env.push(("MY_CRON_KEY".into(), key.into()));
-    f.extra_env.push(("NIGHTSHIFT_REPO".into(), f.repo.join("docs").display().to_string()));
+    f.extra_env.push((
+        "NIGHTSHIFT_REPO".into(),
+        f.repo.join("docs").display().to_string(),
+    ));
     let ev = f.agents.display().to_string();
     let w = f.agent("writer.sh", &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt\necho sub >> calc.txt\necho \"found: $(cat {})\"\n", loot.display()));
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     f.config_with(&w, &r, "secrets = [\"MY_CRON_KEY\"]\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let run = |args: &[&str]| f.cmd().current_dir(f.dir.path()).args(args).output().unwrap();
+    let run = |args: &[&str]| {
+        f.cmd()
+            .current_dir(f.dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
     let plan = run(&["plan", "--json"]);
-    let sha = serde_json::from_slice::<Value>(&plan.stdout).unwrap_or_else(|_| panic!("{}", text(&plan)))["plan_sha"].as_str().unwrap().to_string();
+    let sha = serde_json::from_slice::<Value>(&plan.stdout)
+        .unwrap_or_else(|_| panic!("{}", text(&plan)))["plan_sha"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(run(&["approve", &sha]).status.success());
     let out = run(&["drain", "--deadline", &common::far_deadline()]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(gh.prs().len(), 1, "the PR was opened with gh's token");
-    assert!(!text(&out).contains("still in nightshift's own environment"), "{}", text(&out));
+    assert!(
+        !text(&out).contains("still in nightshift's own environment"),
+        "{}",
+        text(&out)
+    );
     let parent = read(&f.agents.join("parent-env.txt"));
-    assert!(parent.contains("NIGHTSHIFT_REPO=") || (parent.is_empty() && !nix::unistd::geteuid().is_root()), "the writer read nightshift's environ: {parent}");
+    assert!(
+        parent.contains("NIGHTSHIFT_REPO=")
+            || (parent.is_empty() && !nix::unistd::geteuid().is_root()),
+        "the writer read nightshift's environ: {parent}"
+    );
     for place in ["parent-env.txt", "writer-env.txt"] {
         let env = read(&f.agents.join(place));
-        assert!(!env.contains(token) && !env.contains(key) && !env.contains("MY_CRON_KEY="), "{place}: {env}");
+        assert!(
+            !env.contains(token) && !env.contains(key) && !env.contains("MY_CRON_KEY="),
+            "{place}: {env}"
+        );
     }
-    nowhere(&f, Some(&gh), &text(&out), &[("gh's token", token), ("a `secrets` value", key)]).await;
+    nowhere(
+        &f,
+        Some(&gh),
+        &text(&out),
+        &[("gh's token", token), ("a `secrets` value", key)],
+    )
+    .await;
 }
 
 /// A reviewer that writes only where git does not look — an ignored build
@@ -442,7 +705,13 @@ async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
-    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("checkout changed during the review"), "{rep:#}");
+    assert!(
+        rep["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("checkout changed during the review"),
+        "{rep:#}"
+    );
     assert!(f.remote_branches().is_empty());
 }
 
@@ -472,8 +741,16 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
         return;
     }
     let user = "nsagent";
-    if !std::process::Command::new("id").arg(user).output().unwrap().status.success() {
-        let _ = std::process::Command::new("useradd").args(["-m", "-d", "/home/nsagent", "-s", "/bin/sh", user]).output();
+    if !std::process::Command::new("id")
+        .arg(user)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        let _ = std::process::Command::new("useradd")
+            .args(["-m", "-d", "/home/nsagent", "-s", "/bin/sh", user])
+            .output();
     }
     let mut f = Fixture::new();
     f.token = Some("ghp_sameUserAttack_0a1b2c3d4e".into());
@@ -482,14 +759,31 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
         "writer.sh",
         &format!("#!/bin/sh\ncat /proc/$PPID/comm > {ev}/parent-comm.txt\nid -un > {ev}/writer-user.txt\nif tr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt 2>/dev/null; then echo readable; else echo refused; fi > {ev}/environ.txt\nif head -c 64 /proc/$PPID/maps > /dev/null 2>&1; then echo readable; else echo refused; fi > {ev}/maps.txt\necho sub >> calc.txt\n"),
     );
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
-    assert!(std::process::Command::new("chown").args(["-R", &format!("{user}:{user}"), &f.dir.path().display().to_string()]).status().unwrap().success());
+    assert!(
+        std::process::Command::new("chown")
+            .args([
+                "-R",
+                &format!("{user}:{user}"),
+                &f.dir.path().display().to_string()
+            ])
+            .status()
+            .unwrap()
+            .success()
+    );
     let as_user = |args: &[&str]| {
         let cmd = f.cmd();
         let mut c = std::process::Command::new("setpriv");
-        c.args(["--reuid", user, "--regid", user, "--init-groups", "--"]).arg(cmd.get_program()).args(args).current_dir(&f.repo).env_clear();
+        c.args(["--reuid", user, "--regid", user, "--init-groups", "--"])
+            .arg(cmd.get_program())
+            .args(args)
+            .current_dir(&f.repo)
+            .env_clear();
         for (k, v) in cmd.get_envs() {
             if let Some(v) = v {
                 c.env(k, v);
@@ -498,13 +792,26 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
         c.output().unwrap()
     };
     let plan = as_user(&["plan", "--json"]);
-    let sha = serde_json::from_slice::<Value>(&plan.stdout).unwrap_or_else(|_| panic!("{}", text(&plan)))["plan_sha"].as_str().unwrap().to_string();
+    let sha = serde_json::from_slice::<Value>(&plan.stdout)
+        .unwrap_or_else(|_| panic!("{}", text(&plan)))["plan_sha"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(as_user(&["approve", &sha]).status.success());
     let out = as_user(&["drain", "--deadline", &common::far_deadline()]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(read(&f.agents.join("writer-user.txt")).trim(), user);
-    assert_eq!(read(&f.agents.join("parent-comm.txt")).trim(), "nightshift", "the writer's parent is nightshift");
-    assert_eq!(read(&f.agents.join("environ.txt")).trim(), "refused", "{}", read(&f.agents.join("parent-env.txt")));
+    assert_eq!(
+        read(&f.agents.join("parent-comm.txt")).trim(),
+        "nightshift",
+        "the writer's parent is nightshift"
+    );
+    assert_eq!(
+        read(&f.agents.join("environ.txt")).trim(),
+        "refused",
+        "{}",
+        read(&f.agents.join("parent-env.txt"))
+    );
     assert_eq!(read(&f.agents.join("maps.txt")).trim(), "refused");
 }
 
@@ -526,7 +833,10 @@ fn an_escaped_daemon_is_swept_before_git_gets_the_token() {
         &format!("#!/bin/sh\necho $$ > {}\nwhile :; do grep -ah '^NIGHTSHIFT_ASKPASS_TOKEN=' /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' >> {}; done\n", pid_file.display(), loot.display()),
     );
     let w = f.agent("writer.sh", &format!("#!/bin/sh\nsetsid env -i /bin/sh {daemon} > /dev/null 2>&1 < /dev/null &\nwhile [ ! -s {} ]; do sleep 0.05; done\necho sub >> calc.txt\n", pid_file.display()));
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     // A `git` that notes, when it holds the token, whether the daemon lives.
     let shim_dir = f.agents.join("shim");
     std::fs::create_dir_all(&shim_dir).unwrap();
@@ -535,21 +845,44 @@ fn an_escaped_daemon_is_swept_before_git_gets_the_token() {
     std::fs::write(&shim, format!("#!/bin/sh\nif [ -n \"$NIGHTSHIFT_ASKPASS_TOKEN\" ] && [ -s {pid} ]; then if kill -0 \"$(cat {pid})\" 2>/dev/null; then echo \"daemon alive during git $*\"; else echo \"daemon gone before git $*\"; fi >> {seen}; fi\nexec {git} \"$@\"\n", pid = pid_file.display(), seen = seen.display(), git = sh("command -v git"))).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-    f.extra_env.push(("PATH".into(), format!("{}:{}", shim_dir.display(), std::env::var("PATH").unwrap_or_default())));
+    f.extra_env.push((
+        "PATH".into(),
+        format!(
+            "{}:{}",
+            shim_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    ));
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
-    let daemon_pid = std::fs::read_to_string(&pid_file).unwrap_or_default().trim().to_string();
+    let daemon_pid = std::fs::read_to_string(&pid_file)
+        .unwrap_or_default()
+        .trim()
+        .to_string();
     let alive = !daemon_pid.is_empty() && Path::new(&format!("/proc/{daemon_pid}")).exists();
     if alive {
-        let _ = std::process::Command::new("kill").args(["-9", &daemon_pid]).status();
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &daemon_pid])
+            .status();
     }
     assert!(out.status.success(), "{}", text(&out));
     let saw = read(&seen);
-    assert!(saw.contains("daemon gone before git") && saw.contains("push"), "{saw}");
-    assert!(!saw.contains("daemon alive"), "git held the token while the daemon lived:\n{saw}");
+    assert!(
+        saw.contains("daemon gone before git") && saw.contains("push"),
+        "{saw}"
+    );
+    assert!(
+        !saw.contains("daemon alive"),
+        "git held the token while the daemon lived:\n{saw}"
+    );
     assert!(!alive, "the daemon outlived the run");
-    assert!(!std::fs::read_to_string(&loot).unwrap_or_default().contains(token), "the daemon caught the token");
+    assert!(
+        !std::fs::read_to_string(&loot)
+            .unwrap_or_default()
+            .contains(token),
+        "the daemon caught the token"
+    );
 }
 
 /// A ledger URL with a development default password (`postgres`): the URL is
@@ -558,15 +891,25 @@ fn an_escaped_daemon_is_swept_before_git_gets_the_token() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_weak_default_password_is_not_a_secret_on_its_own() {
     let mut f = Fixture::new();
-    f.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), f.db.url.replacen('@', ":postgres@", 1)));
+    f.extra_env.push((
+        "NIGHTSHIFT_DATABASE_URL".into(),
+        f.db.url.replacen('@', ":postgres@", 1),
+    ));
     f.extra_env.push(("PGPASSWORD".into(), "postgres".into()));
     let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\necho 'uses postgres' > docs/db.md\necho 'wrote the postgres note'\n");
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(outcomes(&f.report()), ["pr_opened"]);
     assert_eq!(f.remote_branches().len(), 1);
-    assert_eq!(f.db.sql("SELECT string_agg(stdout_tail, '') FROM agent_calls WHERE role = 'writer'").trim(), "wrote the postgres note");
+    assert_eq!(
+        f.db.sql("SELECT string_agg(stdout_tail, '') FROM agent_calls WHERE role = 'writer'")
+            .trim(),
+        "wrote the postgres note"
+    );
 }

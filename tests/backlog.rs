@@ -1678,7 +1678,10 @@ fn check_invariants(text: &str) {
     }
     for i in &b.items {
         let marker = &text[i.marker_offset..i.marker_offset + 3];
-        assert!(["[ ]", "[\t]", "[x]", "[X]"].contains(&marker), "{marker:?}");
+        assert!(
+            ["[ ]", "[\t]", "[x]", "[X]"].contains(&marker),
+            "{marker:?}"
+        );
         assert_eq!(i.done, !["[ ]", "[\t]"].contains(&marker));
         assert!(!i.title.contains(['\n', '\r']), "{:?}", i.title);
         assert!(
@@ -1728,10 +1731,25 @@ proptest::proptest! {
 fn a_misspelt_detail_keyword_is_named_with_the_one_meant() {
     let text = "- [ ] Add sub\n  - round: 2\n  - acceptance: sub works\n  - Verfy: `cargo test`\n  - timout: 5m\n  - Questions: which sign?\n  - Note: keep it small\n  - Remember this: the docs\n  - round 2 is fine\n";
     let b = nightshift::backlog::parse(std::path::Path::new("NEXT.md"), text);
-    let msgs: Vec<String> = b.problems.iter().map(|p| format!("{}:{}", p.line, p.message)).collect();
+    let msgs: Vec<String> = b
+        .problems
+        .iter()
+        .map(|p| format!("{}:{}", p.line, p.message))
+        .collect();
     assert_eq!(msgs.len(), 5, "{msgs:#?}");
-    for (line, typed, meant) in [(2, "round", "rounds"), (3, "acceptance", "accept"), (4, "Verfy", "verify"), (5, "timout", "timeout"), (6, "Questions", "question")] {
-        assert!(msgs.iter().any(|m| m.starts_with(&format!("{line}:`{typed}:` is not a detail keyword — did you mean `{meant}:`?"))), "{line} {typed}: {msgs:#?}");
+    for (line, typed, meant) in [
+        (2, "round", "rounds"),
+        (3, "acceptance", "accept"),
+        (4, "Verfy", "verify"),
+        (5, "timout", "timeout"),
+        (6, "Questions", "question"),
+    ] {
+        assert!(
+            msgs.iter().any(|m| m.starts_with(&format!(
+                "{line}:`{typed}:` is not a detail keyword — did you mean `{meant}:`?"
+            ))),
+            "{line} {typed}: {msgs:#?}"
+        );
     }
 }
 
@@ -1773,11 +1791,20 @@ fn a_list_marker_glued_to_the_box_is_a_problem() {
         [3, 5, 7, 9, 11, 16, 17, 18],
         "{got:#?}"
     );
-    assert!(got[0].1.contains("no space between the list marker and the box (`-[ ]`)"), "{}", got[0].1);
+    assert!(
+        got[0]
+            .1
+            .contains("no space between the list marker and the box (`-[ ]`)"),
+        "{}",
+        got[0].1
+    );
     assert!(got[0].1.contains("write `- [ ] title`"), "{}", got[0].1);
     assert!(got[3].1.contains("write `1. [ ] title`"), "{}", got[3].1);
     for (_, message) in &got[5..] {
-        assert!(message.contains("as more text of the item on line 15"), "{message}");
+        assert!(
+            message.contains("as more text of the item on line 15"),
+            "{message}"
+        );
     }
     let real = &b.items[0];
     assert_eq!(real.details.accept, ["still read"]);
@@ -1791,8 +1818,18 @@ fn a_list_marker_glued_to_the_box_is_a_problem() {
 fn an_unclosed_comment_or_fence_hiding_items_is_a_problem() {
     let comment = parse("# T\n\n<!-- draft, finish later\n\n- [ ] one\n* [ ] two\n-[ ] three\n");
     let got = problem_lines(&comment);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [5, 6, 7], "{got:#?}");
-    assert!(got[0].1.contains("HTML block opened on line 3, which is never closed with `-->`"), "{}", got[0].1);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [5, 6, 7],
+        "{got:#?}"
+    );
+    assert!(
+        got[0]
+            .1
+            .contains("HTML block opened on line 3, which is never closed with `-->`"),
+        "{}",
+        got[0].1
+    );
 
     let pre = parse("<pre>\n\n- [ ] in pre\n");
     assert_eq!(problem_lines(&pre).len(), 1, "{:?}", pre.problems);
@@ -1801,19 +1838,39 @@ fn an_unclosed_comment_or_fence_hiding_items_is_a_problem() {
     // A fence closed by a shorter or different fence is not closed.
     let fence = parse("~~~~\nexample\n~~~\n- [ ] one\n```\n1. [ ] two\n");
     let got = problem_lines(&fence);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [4, 6], "{got:#?}");
-    assert!(got[0].1.contains("code fence opened on line 1, which is never closed"), "{}", got[0].1);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [4, 6],
+        "{got:#?}"
+    );
+    assert!(
+        got[0]
+            .1
+            .contains("code fence opened on line 1, which is never closed"),
+        "{}",
+        got[0].1
+    );
     assert!(got[0].1.contains("a line of 4 tildes"), "{}", got[0].1);
 
     // Inside a group bullet the fence runs to the group's end.
     let grouped = parse("- Group\n  ```\n  - [ ] hidden\n- [ ] after\n");
     assert_eq!(titles(&grouped), ["after"]);
-    assert_eq!(problem_lines(&grouped).iter().map(|(l, _)| *l).collect::<Vec<_>>(), [3]);
+    assert_eq!(
+        problem_lines(&grouped)
+            .iter()
+            .map(|(l, _)| *l)
+            .collect::<Vec<_>>(),
+        [3]
+    );
 
     // A box after the comment's end on the same line is raw text.
     let after = parse("<!-- id: 7 --> - [ ] after the comment\n");
     assert_eq!(problem_lines(&after).len(), 1, "{:?}", after.problems);
-    assert!(after.problems[0].message.contains("after `-->` on the same line"));
+    assert!(
+        after.problems[0]
+            .message
+            .contains("after `-->` on the same line")
+    );
 
     // Closed comments and fences, and `<!-->` (a whole comment), are silent.
     let closed = parse(
@@ -1830,8 +1887,16 @@ fn a_heading_with_a_box_is_a_problem() {
     let b = parse(text);
     assert_eq!(titles(&b), ["real"]);
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [1, 5], "{got:#?}");
-    assert!(got[0].1.contains("write it as a list item, `- [ ] title`"), "{}", got[0].1);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [1, 5],
+        "{got:#?}"
+    );
+    assert!(
+        got[0].1.contains("write it as a list item, `- [ ] title`"),
+        "{}",
+        got[0].1
+    );
 }
 
 /// A whole detail line in emphasis is read; a keyword in a code span or in
@@ -1856,8 +1921,18 @@ fn keywords_in_emphasis_are_read_and_in_code_spans_are_problems() {
     assert_eq!(d.verify, ["make check"]);
     assert_eq!(d.rounds, Some((2, 4)));
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [5, 6, 7], "{got:#?}");
-    assert!(got[0].1.starts_with("`verify:` is written inside markup nightshift does not read"), "{}", got[0].1);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [5, 6, 7],
+        "{got:#?}"
+    );
+    assert!(
+        got[0]
+            .1
+            .starts_with("`verify:` is written inside markup nightshift does not read"),
+        "{}",
+        got[0].1
+    );
     assert!(got[1].1.starts_with("`scope:`"), "{}", got[1].1);
     assert!(got[2].1.starts_with("`accept:`"), "{}", got[2].1);
     assert_eq!(
@@ -1880,27 +1955,50 @@ fn utf32_and_utf16_without_a_mark_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("NEXT.md");
     let text = "# 待辦\n\n- [ ] 加深 taichung 街頭物\n- [ ] fix the login\n";
-    let utf32le: Vec<u8> = text.chars().flat_map(|c| (c as u32).to_le_bytes()).collect();
+    let utf32le: Vec<u8> = text
+        .chars()
+        .flat_map(|c| (c as u32).to_le_bytes())
+        .collect();
     let utf32be_bom: Vec<u8> = std::iter::once('\u{feff}')
         .chain(text.chars())
         .flat_map(|c| (c as u32).to_be_bytes())
         .collect();
     for (bytes, encoding) in [
-        (text.encode_utf16().flat_map(u16::to_le_bytes).collect::<Vec<u8>>(), "UTF-16LE"),
-        (text.encode_utf16().flat_map(u16::to_be_bytes).collect(), "UTF-16BE"),
+        (
+            text.encode_utf16()
+                .flat_map(u16::to_le_bytes)
+                .collect::<Vec<u8>>(),
+            "UTF-16LE",
+        ),
+        (
+            text.encode_utf16().flat_map(u16::to_be_bytes).collect(),
+            "UTF-16BE",
+        ),
         (utf32le, "UTF-32LE"),
         (utf32be_bom, "UTF-32BE"),
     ] {
         std::fs::write(&path, bytes).unwrap();
         let err = backlog::read(&path).unwrap_err();
-        assert!(matches!(err, BacklogError::Wide { encoding: e, .. } if e == encoding), "{encoding}: {err:?}");
-        assert!(err.to_string().ends_with("save the backlog as UTF-8"), "{err}");
+        assert!(
+            matches!(err, BacklogError::Wide { encoding: e, .. } if e == encoding),
+            "{encoding}: {err:?}"
+        );
+        assert!(
+            err.to_string().ends_with("save the backlog as UTF-8"),
+            "{err}"
+        );
     }
     // UTF-32LE's mark starts like UTF-16LE's: named by what it is.
     let mut utf32le_bom = vec![0xFF, 0xFE, 0, 0];
     utf32le_bom.extend(text.chars().flat_map(|c| (c as u32).to_le_bytes()));
     std::fs::write(&path, utf32le_bom).unwrap();
-    assert!(matches!(backlog::read(&path), Err(BacklogError::Wide { encoding: "UTF-32LE", .. })));
+    assert!(matches!(
+        backlog::read(&path),
+        Err(BacklogError::Wide {
+            encoding: "UTF-32LE",
+            ..
+        })
+    ));
     // Plain UTF-8, with or without a BOM, reads.
     std::fs::write(&path, format!("\u{feff}{text}")).unwrap();
     assert_eq!(backlog::read(&path).unwrap().items.len(), 2);
@@ -1926,7 +2024,11 @@ fn key_and_contract_of_an_item_do_not_change_when_other_items_do() {
             .iter()
             .find(|e| e.item.title == "the target")
             .unwrap_or_else(|| panic!("no target in\n{text}"));
-        (e.item.key.clone(), e.contract_sha.clone(), e.item.details.notes.clone())
+        (
+            e.item.key.clone(),
+            e.contract_sha.clone(),
+            e.item.details.notes.clone(),
+        )
     };
     let target = "   accept: it works\n   keep the old API\n     (really)\n";
     let base = format!(
@@ -1946,22 +2048,46 @@ fn key_and_contract_of_an_item_do_not_change_when_other_items_do() {
         .replace("9. [ ] the target", "10. [ ] the target")
         .replace("10. [ ] after", "11. [ ] after");
     let variants = [
-        ("an item added above and the list renumbered", renumbered.clone()),
+        (
+            "an item added above and the list renumbered",
+            renumbered.clone(),
+        ),
         (
             "renumbered and the target's lines re-indented to the new marker",
             renumbered.replace(target, &target.replace("   ", "    ")),
         ),
-        ("the target's indentation in tabs", base.replace(target, &target.replace("   ", "\t"))),
+        (
+            "the target's indentation in tabs",
+            base.replace(target, &target.replace("   ", "\t")),
+        ),
         (
             "the target moved into a group bullet",
             base.replace(&format!("9. [ ] the target\n{target}"), "")
-                .replace("10. [ ] after\n", &format!("10. [ ] after\n\n- Group\n  - [ ] the target\n{}", target.replace("   ", "    "))),
+                .replace(
+                    "10. [ ] after\n",
+                    &format!(
+                        "10. [ ] after\n\n- Group\n  - [ ] the target\n{}",
+                        target.replace("   ", "    ")
+                    ),
+                ),
         ),
         ("an item removed", base.replace("3. [ ] three\n", "")),
-        ("another item ticked", base.replace("2. [ ] two", "2. [x] two (done: #4)")),
-        ("another item's details edited", base.replace("   accept: b\n", "   accept: b, better\n   scope: src/**\n")),
-        ("another section added", format!("{base}\n## New\n\n> new rule\n\n- [ ] new\n")),
-        ("another item under a group bullet", base.replace("## Later\n\n", "## Later\n\n- Group\n  - [ ] grouped\n")),
+        (
+            "another item ticked",
+            base.replace("2. [ ] two", "2. [x] two (done: #4)"),
+        ),
+        (
+            "another item's details edited",
+            base.replace("   accept: b\n", "   accept: b, better\n   scope: src/**\n"),
+        ),
+        (
+            "another section added",
+            format!("{base}\n## New\n\n> new rule\n\n- [ ] new\n"),
+        ),
+        (
+            "another item under a group bullet",
+            base.replace("## Later\n\n", "## Later\n\n- Group\n  - [ ] grouped\n"),
+        ),
         ("CRLF line endings", base.replace('\n', "\r\n")),
         ("a BOM", format!("\u{feff}{base}")),
         ("front matter", format!("---\ntitle: Backlog\n---\n{base}")),
@@ -1970,7 +2096,10 @@ fn key_and_contract_of_an_item_do_not_change_when_other_items_do() {
         assert_eq!(sealed(&text), want, "{what}:\n{text}");
     }
     // The item's own text does seal it.
-    assert_ne!(sealed(&base.replace("accept: it works", "accept: it works fast")).1, want.1);
+    assert_ne!(
+        sealed(&base.replace("accept: it works", "accept: it works fast")).1,
+        want.1
+    );
 }
 
 /// `sync` ticks several boxes of one file from the end backwards: in a file
@@ -2049,7 +2178,13 @@ fn a_tab_in_the_box_is_an_open_item_that_ticks() {
     );
     // A tab box hidden by an unclosed comment is found like a space box.
     let hidden = parse("<!--\n- [\t] hidden\n");
-    assert_eq!(problem_lines(&hidden).iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2]);
+    assert_eq!(
+        problem_lines(&hidden)
+            .iter()
+            .map(|(l, _)| *l)
+            .collect::<Vec<_>>(),
+        [2]
+    );
 }
 
 /// GitHub allows the box on the line after a bare `-`; pulldown-cmark reads
@@ -2061,8 +2196,16 @@ fn a_box_on_the_line_after_a_bare_marker_is_named_as_such() {
     let got = problem_lines(&b);
     assert_eq!(got.len(), 1, "{got:#?}");
     assert_eq!(got[0].0, 4);
-    assert!(got[0].1.contains("after its list marker (line 3)"), "{}", got[0].1);
-    assert!(got[0].1.contains("write `- [ ] title` on one line"), "{}", got[0].1);
+    assert!(
+        got[0].1.contains("after its list marker (line 3)"),
+        "{}",
+        got[0].1
+    );
+    assert!(
+        got[0].1.contains("write `- [ ] title` on one line"),
+        "{}",
+        got[0].1
+    );
 }
 
 /// Details indented less than an ordered item's text (2 spaces under `1. `)
@@ -2074,7 +2217,11 @@ fn details_indented_less_than_an_ordered_items_text_are_problems() {
     assert!(b.items[0].details.accept.is_empty());
     assert_eq!(b.items[1].details.accept, ["lazy text of b is read"]);
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2], "{got:#?}");
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [2],
+        "{got:#?}"
+    );
     assert!(got[0].1.contains("3 under `1. `"), "{}", got[0].1);
 }
 
@@ -2083,13 +2230,26 @@ fn details_indented_less_than_an_ordered_items_text_are_problems() {
 /// are context on purpose and stay silent.
 #[test]
 fn a_box_continuing_a_block_quote_is_a_problem() {
-    let text = "> rule\n-[ ] glued\n\n> rule two\n[ ] bare\n> - [ ] quoted on purpose\n\n- [ ] real\n";
+    let text =
+        "> rule\n-[ ] glued\n\n> rule two\n[ ] bare\n> - [ ] quoted on purpose\n\n- [ ] real\n";
     let b = parse(text);
     assert_eq!(titles(&b), ["real"]);
     let got = problem_lines(&b);
-    assert_eq!(got.iter().map(|(l, _)| *l).collect::<Vec<_>>(), [2, 5], "{got:#?}");
-    assert!(got[0].1.contains("more of the block quote on line 1"), "{}", got[0].1);
-    assert!(got[1].1.contains("more of the block quote on line 4"), "{}", got[1].1);
+    assert_eq!(
+        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+        [2, 5],
+        "{got:#?}"
+    );
+    assert!(
+        got[0].1.contains("more of the block quote on line 1"),
+        "{}",
+        got[0].1
+    );
+    assert!(
+        got[1].1.contains("more of the block quote on line 4"),
+        "{}",
+        got[1].1
+    );
 }
 
 /// Five spaces after a list marker start indented code inside the item, so
@@ -2101,7 +2261,13 @@ fn five_spaces_after_the_marker_are_named() {
     let got = problem_lines(&b);
     assert_eq!(got.len(), 1, "{got:#?}");
     assert_eq!(got[0].0, 3);
-    assert!(got[0].1.starts_with("5 spaces after the list marker make the rest of the line code"), "{}", got[0].1);
+    assert!(
+        got[0]
+            .1
+            .starts_with("5 spaces after the list marker make the rest of the line code"),
+        "{}",
+        got[0].1
+    );
 }
 
 /// Every item's contract carries its section's block quotes (SPEC §3): a long
@@ -2110,21 +2276,45 @@ fn five_spaces_after_the_marker_are_named() {
 #[test]
 fn block_quote_context_over_64_kib_is_one_problem_per_section() {
     let big = format!("> {}\n", "context ".repeat(9000));
-    let b = parse(&format!("## Big\n\n{big}\n- [ ] One\n- [ ] Two\n\n## Small\n\n> short\n\n- [ ] Three\n"));
-    let over: Vec<_> = b.problems.iter().filter(|p| p.message.contains("more than 64 KiB")).collect();
+    let b = parse(&format!(
+        "## Big\n\n{big}\n- [ ] One\n- [ ] Two\n\n## Small\n\n> short\n\n- [ ] Three\n"
+    ));
+    let over: Vec<_> = b
+        .problems
+        .iter()
+        .filter(|p| p.message.contains("more than 64 KiB"))
+        .collect();
     assert_eq!(over.len(), 1, "{:?}", b.problems);
     assert_eq!(over[0].line, 3, "named at the quote");
-    assert!(over[0].message.contains("move the long text into a file"), "{}", over[0].message);
+    assert!(
+        over[0].message.contains("move the long text into a file"),
+        "{}",
+        over[0].message
+    );
     let three = b.items.iter().find(|i| i.title == "Three").unwrap();
-    assert_eq!(three.context, ["short"], "other sections keep their context");
+    assert_eq!(
+        three.context,
+        ["short"],
+        "other sections keep their context"
+    );
 
     // A quote under each of 5,000 items: every item would carry all 5,000.
     let mut text = String::from("## Many\n\n");
     for n in 0..5000 {
-        text.push_str(&format!("- [ ] Item {n}\n\n> why item {n} matters, at some length to add up\n\n"));
+        text.push_str(&format!(
+            "- [ ] Item {n}\n\n> why item {n} matters, at some length to add up\n\n"
+        ));
     }
     let b = parse(&text);
     assert_eq!(b.items.len(), 5000);
-    assert_eq!(b.problems.iter().filter(|p| p.message.contains("more than 64 KiB")).count(), 1, "{:?}", &b.problems[..b.problems.len().min(3)]);
+    assert_eq!(
+        b.problems
+            .iter()
+            .filter(|p| p.message.contains("more than 64 KiB"))
+            .count(),
+        1,
+        "{:?}",
+        &b.problems[..b.problems.len().min(3)]
+    );
     assert!(b.items.iter().all(|i| i.context.is_empty()));
 }

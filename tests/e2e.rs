@@ -55,10 +55,24 @@ async fn one_pr_one_failed_gate_one_rejection() {
     let before = tree_hash(&f.repo);
 
     let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "one item failed, so exit 1:\n{}", text(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "one item failed, so exit 1:\n{}",
+        text(&out)
+    );
     let report = f.report();
-    let outcomes: Vec<&str> = report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap()).collect();
-    assert_eq!(outcomes, ["pr_opened", "tests_failed", "review_rejected"], "{report:#}");
+    let outcomes: Vec<&str> = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["pr_opened", "tests_failed", "review_rejected"],
+        "{report:#}"
+    );
     assert_eq!(report["status"], "completed");
 
     // Exactly one branch on the remote, based on origin/main, with exactly the writer's edit.
@@ -66,19 +80,39 @@ async fn one_pr_one_failed_gate_one_rejection() {
     assert_eq!(branches.len(), 1, "{branches:?}");
     let b = &branches[0];
     assert!(b.starts_with("nightshift/add-sub-"), "{b}");
-    assert_eq!(git(&f.remote, &["rev-parse", &format!("{b}^")]), origin_main);
-    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", b]), "calc.txt");
-    assert_eq!(git(&f.remote, &["show", &format!("{b}:calc.txt")]), "add\nsub");
+    assert_eq!(
+        git(&f.remote, &["rev-parse", &format!("{b}^")]),
+        origin_main
+    );
+    assert_eq!(
+        git(&f.remote, &["diff", "--name-only", "main", b]),
+        "calc.txt"
+    );
+    assert_eq!(
+        git(&f.remote, &["show", &format!("{b}:calc.txt")]),
+        "add\nsub"
+    );
 
     // Exactly one PR, labelled, whose body names the contract SHA and the item key.
     let prs = gh.prs();
     assert_eq!(prs.len(), 1);
     let item = &report["items"][0];
     let body = prs[0]["body"].as_str().unwrap();
-    assert!(body.contains(item["contract_sha"].as_str().unwrap()), "{body}");
+    assert!(
+        body.contains(item["contract_sha"].as_str().unwrap()),
+        "{body}"
+    );
     assert!(body.contains("<!-- nightshift-item: "), "{body}");
     assert_eq!(prs[0]["title"], "nightshift: Add sub");
-    assert!(prs[0]["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"), "{:?}", prs[0]["labels"]);
+    assert!(
+        prs[0]["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["name"] == "autopilot"),
+        "{:?}",
+        prs[0]["labels"]
+    );
     assert_eq!(item["pr_number"], prs[0]["number"]);
     assert_eq!(report["items"][1]["rounds"], 2);
     gh.assert_never_merged_approved_or_closed().await;
@@ -88,7 +122,12 @@ async fn one_pr_one_failed_gate_one_rejection() {
     // The ledger has the rounds, gate runs, reviews and proofs.
     assert_eq!(f.db.sql("SELECT count(*) FROM gate_runs"), "5");
     assert_eq!(f.db.sql("SELECT count(*) FROM reviews"), "3");
-    assert!(f.db.sql("SELECT count(*) FROM events").parse::<i64>().unwrap() >= 5);
+    assert!(
+        f.db.sql("SELECT count(*) FROM events")
+            .parse::<i64>()
+            .unwrap()
+            >= 5
+    );
 
     // A second plan after the config changed (every contract SHA changes):
     // no second PR; the item is already_open by its key.
@@ -99,7 +138,10 @@ async fn one_pr_one_failed_gate_one_rejection() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report2 = f.report();
     assert_ne!(report2["items"][0]["contract_sha"], item["contract_sha"]);
-    assert_eq!(report2["items"][0]["outcome"], "already_open", "{report2:#}");
+    assert_eq!(
+        report2["items"][0]["outcome"], "already_open",
+        "{report2:#}"
+    );
     assert_eq!(gh.prs().len(), 1);
     assert_eq!(f.remote_branches().len(), 1);
     gh.assert_never_merged_approved_or_closed().await;
@@ -126,23 +168,64 @@ case "$title" in
 esac
 "#,
     );
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n- [ ] A push of its own\n- [ ] A crash\n  - rounds: 1\n");
     let git_before = tree_hash(&f.repo.join(".git"));
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report = f.report();
-    let outcomes: Vec<&str> = report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap()).collect();
+    let outcomes: Vec<&str> = report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap())
+        .collect();
     // A crashed writer's half-done work is never gated, reviewed or pushed.
-    assert_eq!(outcomes, ["rule_broken", "rule_broken", "rule_broken", "rule_broken", "rule_broken", "error"], "{report:#}");
-    assert!(report["items"][3]["reason"].as_str().unwrap().contains(".git/hooks/pre-commit"), "the part is named: {report:#}");
-    assert!(report["items"][4]["reason"].as_str().unwrap().contains("refs/heads/evil"), "{report:#}");
-    assert!(report["items"][5]["reason"].as_str().unwrap().contains("signal 11"), "{report:#}");
+    assert_eq!(
+        outcomes,
+        [
+            "rule_broken",
+            "rule_broken",
+            "rule_broken",
+            "rule_broken",
+            "rule_broken",
+            "error"
+        ],
+        "{report:#}"
+    );
+    assert!(
+        report["items"][3]["reason"]
+            .as_str()
+            .unwrap()
+            .contains(".git/hooks/pre-commit"),
+        "the part is named: {report:#}"
+    );
+    assert!(
+        report["items"][4]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("refs/heads/evil"),
+        "{report:#}"
+    );
+    assert!(
+        report["items"][5]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("signal 11"),
+        "{report:#}"
+    );
     assert!(f.remote_branches().is_empty());
     assert!(gh.prs().is_empty());
     assert!(!f.home.join("hook-ran").exists(), "a planted hook ran");
-    assert_eq!(tree_hash(&f.repo.join(".git")), git_before, "the user's .git changed");
+    assert_eq!(
+        tree_hash(&f.repo.join(".git")),
+        git_before,
+        "the user's .git changed"
+    );
 
     // A writer that reaches the user's own .git through the checkout's
     // alternates is caught (its change is the user's to undo).
@@ -151,7 +234,13 @@ esac
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report = f.report();
     assert_eq!(report["items"][0]["outcome"], "rule_broken", "{report:#}");
-    assert!(report["items"][0]["reason"].as_str().unwrap().contains(".git/config in "), "{report:#}");
+    assert!(
+        report["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains(".git/config in "),
+        "{report:#}"
+    );
     assert!(f.remote_branches().is_empty());
 }
 
@@ -161,7 +250,11 @@ async fn refusals_run_nothing_and_post_nothing() {
     // No approval at all.
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(text(&out).contains("nightshift approve"), "prints the SHA to approve: {}", text(&out));
+    assert!(
+        text(&out).contains("nightshift approve"),
+        "prints the SHA to approve: {}",
+        text(&out)
+    );
     // An approval for another SHA that was never planned.
     let out = f.run(&["drain", "--approve", &"a".repeat(64)]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
@@ -186,11 +279,26 @@ async fn refusals_run_nothing_and_post_nothing() {
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let run = f.db.sql("SELECT id FROM runs");
-    assert!(text(&out).contains(&format!("already used by run {run}")), "{}", text(&out));
-    assert_eq!(gh.requests().await.len(), posts_after_first, "a refused run talked to GitHub");
+    assert!(
+        text(&out).contains(&format!("already used by run {run}")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        gh.requests().await.len(),
+        posts_after_first,
+        "a refused run talked to GitHub"
+    );
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
     // Approvals are immutable rows.
-    let out = std::process::Command::new("psql").args([f.db.url.as_str(), "-c", "UPDATE approvals SET approved_by = 'x'"]).output().unwrap();
+    let out = std::process::Command::new("psql")
+        .args([
+            f.db.url.as_str(),
+            "-c",
+            "UPDATE approvals SET approved_by = 'x'",
+        ])
+        .output()
+        .unwrap();
     assert!(!out.status.success(), "approvals must reject UPDATE");
 }
 
@@ -204,7 +312,10 @@ async fn run_uses_the_approval_of_its_items_contract() {
     assert_ok(&out, "plan");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let contract = |i: usize| v["items"][i]["contract_sha"].as_str().unwrap().to_string();
-    assert_ok(&f.run(&["approve", &contract(1)]), "approve item 2's contract");
+    assert_ok(
+        &f.run(&["approve", &contract(1)]),
+        "approve item 2's contract",
+    );
     // Item 1 is not approved by it.
     let out = f.run(&["run", "1"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
@@ -226,17 +337,30 @@ async fn a_changed_backlog_runs_only_what_was_approved() {
     let (f, gh) = world().await;
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
     let old = f.plan_sha();
-    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n  - accept: mul multiplies\n- [ ] Add pow\n");
+    f.write(
+        "NEXT.md",
+        "- [ ] Add sub\n- [ ] Add mul\n  - accept: mul multiplies\n- [ ] Add pow\n",
+    );
     let out = f.run(&["approve", &old]);
     assert_ok(&out, "approve the older plan");
     let t = text(&out);
     let current = f.plan_sha();
-    assert!(t.contains("changed since this plan was made") && t.contains(&format!("nightshift approve {current}")) && t.contains("only the 1 of 3"), "{t}");
+    assert!(
+        t.contains("changed since this plan was made")
+            && t.contains(&format!("nightshift approve {current}"))
+            && t.contains("only the 1 of 3"),
+        "{t}"
+    );
     let out = f.run(&["drain"]);
     assert_ok(&out, "drain");
     let rep = f.report();
     let items = rep["items"].as_array().unwrap();
-    let of = |i: usize| (items[i]["outcome"].as_str().unwrap().to_string(), items[i]["reason"].as_str().unwrap_or_default().to_string());
+    let of = |i: usize| {
+        (
+            items[i]["outcome"].as_str().unwrap().to_string(),
+            items[i]["reason"].as_str().unwrap_or_default().to_string(),
+        )
+    };
     assert_eq!(of(0).0, "pr_opened", "{rep:#}");
     assert_eq!(of(1).0, "not_approved");
     assert!(of(1).1.contains("changed after the approval"), "{rep:#}");
@@ -250,23 +374,45 @@ async fn agents_never_see_tokens_or_the_ledger_url() {
     let mut f = Fixture::new();
     let token = "ghp_secret_value_987654321";
     f.token = Some(token.into());
-    f.extra_env.push(("GH_TOKEN".into(), "gho_other_secret_123456".into()));
+    f.extra_env
+        .push(("GH_TOKEN".into(), "gho_other_secret_123456".into()));
     let dump = f.agents.join("env.txt");
-    let w = f.agent("writer.sh", &format!("#!/bin/sh\nenv > {}\necho sub >> calc.txt\necho \"leak: $GITHUB_TOKEN\"\n", dump.display()));
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\nenv > {}\necho sub >> calc.txt\necho \"leak: $GITHUB_TOKEN\"\n",
+            dump.display()
+        ),
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let env = std::fs::read_to_string(&dump).unwrap();
-    for var in ["GITHUB_TOKEN=", "GH_TOKEN=", "NIGHTSHIFT_DATABASE_URL=", "DATABASE_URL="] {
-        assert!(!env.lines().any(|l| l.starts_with(var)), "{var} reached the agent");
+    for var in [
+        "GITHUB_TOKEN=",
+        "GH_TOKEN=",
+        "NIGHTSHIFT_DATABASE_URL=",
+        "DATABASE_URL=",
+    ] {
+        assert!(
+            !env.lines().any(|l| l.starts_with(var)),
+            "{var} reached the agent"
+        );
     }
-    assert!(!env.contains(token) && !env.contains(&f.db.name), "a secret value reached the agent");
+    assert!(
+        !env.contains(token) && !env.contains(&f.db.name),
+        "a secret value reached the agent"
+    );
     assert!(env.contains("NIGHTSHIFT_ROLE=writer"));
     assert!(env.contains("TZ="));
     // Nothing stored holds the token.
-    let dumped = f.db.sql("SELECT string_agg(t::text, ' ') FROM (SELECT * FROM agent_calls) t");
+    let dumped =
+        f.db.sql("SELECT string_agg(t::text, ' ') FROM (SELECT * FROM agent_calls) t");
     assert!(!dumped.contains(token), "the token is in the ledger");
 }
 
@@ -276,7 +422,9 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     let w = f.agent("writer.sh", WRITER);
     let r = f.agent("reviewer.sh", REVIEWER);
     // Malformed config: file, line and key.
-    f.config(&format!("verify = [\"sh test.sh\"]\nverfy = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n"));
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\nverfy = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n"
+    ));
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2));
@@ -292,28 +440,58 @@ async fn bad_inputs_get_clear_messages_and_codes() {
         f.config_with(&w, &r, "agent_user = \"nightshift-no-such-account\"\n");
         let out = f.run(&["plan"]);
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-        assert!(text(&out).contains("useradd -m nightshift-no-such-account"), "{}", text(&out));
+        assert!(
+            text(&out).contains("useradd -m nightshift-no-such-account"),
+            "{}",
+            text(&out)
+        );
         f.config_with(&w, &r, "");
     }
     // A relative data dir is refused (it would land in the working tree).
-    let out = f.cmd().env("NIGHTSHIFT_DATA_DIR", "relative/data").args(["plan"]).output().unwrap();
+    let out = f
+        .cmd()
+        .env("NIGHTSHIFT_DATA_DIR", "relative/data")
+        .args(["plan"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("relative path") && !f.repo.join("relative").exists(), "{}", text(&out));
+    assert!(
+        text(&out).contains("relative path") && !f.repo.join("relative").exists(),
+        "{}",
+        text(&out)
+    );
     // A backlog that is a FIFO (or a directory) is refused, not read
     // forever.
     f.config_with(&w, &r, "backlog = \"PIPE.md\"\n");
-    nix::unistd::mkfifo(&f.repo.join("PIPE.md"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    nix::unistd::mkfifo(
+        &f.repo.join("PIPE.md"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("PIPE.md: not a regular file"), "{}", text(&out));
+    assert!(
+        text(&out).contains("PIPE.md: not a regular file"),
+        "{}",
+        text(&out)
+    );
     // Malformed detail lines: every problem with file:line, no card.
     f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] One\n  - accept:\n- [ ] Two\n  - rounds: x\n- [ ] Three\n  - rounds: 99\n");
+    f.write(
+        "NEXT.md",
+        "- [ ] One\n  - accept:\n- [ ] Two\n  - rounds: x\n- [ ] Three\n  - rounds: 99\n",
+    );
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let t = text(&out);
-    assert!(t.contains("NEXT.md:2") && t.contains("NEXT.md:4") && t.contains("NEXT.md:6"), "{t}");
-    assert!(!t.contains("contract  sha256"), "no card before problems are fixed: {t}");
+    assert!(
+        t.contains("NEXT.md:2") && t.contains("NEXT.md:4") && t.contains("NEXT.md:6"),
+        "{t}"
+    );
+    assert!(
+        !t.contains("contract  sha256"),
+        "no card before problems are fixed: {t}"
+    );
     // No open items: nothing to do, exit 0.
     f.write("NEXT.md", "- [x] Done\n");
     let out = f.run(&["plan"]);
@@ -333,8 +511,17 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("/no/such/writer"), "{}", text(&out));
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), runs_before, "no run started");
-    assert!(f.db.sql("SELECT data->>'reason' FROM events WHERE kind = 'refused' ORDER BY seq DESC LIMIT 1").contains("/no/such/writer"));
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM runs"),
+        runs_before,
+        "no run started"
+    );
+    assert!(
+        f.db.sql(
+            "SELECT data->>'reason' FROM events WHERE kind = 'refused' ORDER BY seq DESC LIMIT 1"
+        )
+        .contains("/no/such/writer")
+    );
     assert_eq!(f.db.sql("SELECT count(*) FROM approval_uses u JOIN approvals a ON a.id = u.approval_id WHERE a.created_at = (SELECT max(created_at) FROM approvals)"), "0", "the approval was not consumed");
 }
 
@@ -348,21 +535,40 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
     f.config(&format!(
         "verify = [\"sh test.sh && date > gate-artifact.txt && echo touched >> docs/README.md\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
     ));
-    f.write("NEXT.md", "- [ ] Add pow\n  - scope: calc.txt\n- [ ] Needs a person\n  - question: which base?\n");
+    f.write(
+        "NEXT.md",
+        "- [ ] Add pow\n  - scope: calc.txt\n- [ ] Needs a person\n  - question: which base?\n",
+    );
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "pr_opened");
-    assert!(rep["items"][0]["pr_body"].as_str().unwrap().contains("nightshift-item"));
+    assert!(
+        rep["items"][0]["pr_body"]
+            .as_str()
+            .unwrap()
+            .contains("nightshift-item")
+    );
     assert_eq!(rep["items"][1]["outcome"], "blocked");
     let branches = f.remote_branches();
     assert_eq!(branches.len(), 1);
-    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", &branches[0]]), "calc.txt", "gate leftovers were committed");
+    assert_eq!(
+        git(&f.remote, &["diff", "--name-only", "main", &branches[0]]),
+        "calc.txt",
+        "gate leftovers were committed"
+    );
     let shown = f.run(&["report", "--show-body"]);
     assert_ok(&shown, "report --show-body");
-    assert!(text(&shown).contains("would have been opened"), "{}", text(&shown));
+    assert!(
+        text(&shown).contains("would have been opened"),
+        "{}",
+        text(&shown)
+    );
     // The writer's FINDINGS were recorded.
-    assert_eq!(f.db.sql("SELECT title FROM findings"), "docs/README.md is out of date");
+    assert_eq!(
+        f.db.sql("SELECT title FROM findings"),
+        "docs/README.md is out of date"
+    );
     // Pushed without a PR, the branch is what stands for the item: while it
     // is on the remote the item is not redone; once deleted, it is.
     let out = f.approve_and_drain(&[]);
@@ -384,7 +590,8 @@ async fn the_embedded_database_through_the_binary() {
     f.write("NEXT.md", "- [ ] Add sub\n");
     let embedded = |args: &[&str]| {
         let mut c = f.cmd();
-        c.env_remove("NIGHTSHIFT_DATABASE_URL").env_remove("DATABASE_URL");
+        c.env_remove("NIGHTSHIFT_DATABASE_URL")
+            .env_remove("DATABASE_URL");
         c.args(args).output().expect("nightshift runs")
     };
     let out = embedded(&["db", "status"]);
@@ -395,26 +602,53 @@ async fn the_embedded_database_through_the_binary() {
     assert_ok(&out, "plan on the embedded database");
     let status = text(&embedded(&["db", "status"]));
     assert!(status.contains("running: yes"), "{status}");
-    let pid = status.split("pid ").nth(1).and_then(|s| s.split(')').next()).unwrap().to_string();
+    let pid = status
+        .split("pid ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap()
+        .to_string();
     let sha: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_ok(&embedded(&["approve", sha["plan_sha"].as_str().unwrap()]), "approve");
-    assert!(text(&embedded(&["db", "status"])).contains(&format!("pid {pid}")), "the cluster was not reused");
+    assert_ok(
+        &embedded(&["approve", sha["plan_sha"].as_str().unwrap()]),
+        "approve",
+    );
+    assert!(
+        text(&embedded(&["db", "status"])).contains(&format!("pid {pid}")),
+        "the cluster was not reused"
+    );
     let data_dir = f.data.join("pg");
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&data_dir).unwrap().permissions().mode() & 0o777, 0o700);
-    let conf = std::fs::read_to_string(data_dir.join("postgresql.auto.conf")).unwrap_or_default() + &std::fs::read_to_string(data_dir.join("nightshift.conf")).unwrap_or_default();
-    assert!(conf.contains("listen_addresses = ''") || conf.contains("listen_addresses=''"), "the private cluster must not listen on TCP: {conf}");
+    assert_eq!(
+        std::fs::metadata(&data_dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let conf = std::fs::read_to_string(data_dir.join("postgresql.auto.conf")).unwrap_or_default()
+        + &std::fs::read_to_string(data_dir.join("nightshift.conf")).unwrap_or_default();
+    assert!(
+        conf.contains("listen_addresses = ''") || conf.contains("listen_addresses=''"),
+        "the private cluster must not listen on TCP: {conf}"
+    );
     let stopped = embedded(&["db", "stop"]);
     assert_ok(&stopped, "db stop");
-    assert!(text(&stopped).starts_with("the embedded database is stopped"), "{}", text(&stopped));
+    assert!(
+        text(&stopped).starts_with("the embedded database is stopped"),
+        "{}",
+        text(&stopped)
+    );
     assert!(text(&embedded(&["db", "status"])).contains("running: no"));
     // Missing server binaries: the documented message.
     let mut c = f.cmd();
-    c.env_remove("NIGHTSHIFT_DATABASE_URL").env("NIGHTSHIFT_PG_BINDIR", f.dir.path().join("empty-bindir"));
+    c.env_remove("NIGHTSHIFT_DATABASE_URL")
+        .env("NIGHTSHIFT_PG_BINDIR", f.dir.path().join("empty-bindir"));
     std::fs::create_dir_all(f.dir.path().join("empty-bindir")).unwrap();
     let out = c.args(["plan"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("apt-get install postgresql"), "{}", text(&out));
+    assert!(
+        text(&out).contains("apt-get install postgresql"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// GitHub unreachable: the night still does its work. The first failed
@@ -425,7 +659,8 @@ async fn an_unreachable_github_does_not_stall_the_night() {
     let mut f = Fixture::new();
     f.github = Some("http://127.0.0.1:1".into());
     f.token = Some("ghp_unreachable_0123456789".into());
-    f.extra_env.push(("NIGHTSHIFT_GITHUB_BACKOFF_MS".into(), "10".into()));
+    f.extra_env
+        .push(("NIGHTSHIFT_GITHUB_BACKOFF_MS".into(), "10".into()));
     let w = f.agent("writer.sh", WRITER);
     let r = f.agent("reviewer.sh", REVIEWER);
     f.config_with(&w, &r, "");
@@ -434,11 +669,23 @@ async fn an_unreachable_github_does_not_stall_the_night() {
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    let outcomes: Vec<&str> = rep["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap()).collect();
+    let outcomes: Vec<&str> = rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap())
+        .collect();
     assert_eq!(outcomes, ["pr_failed", "pr_failed"], "{rep:#}");
     assert_eq!(f.remote_branches().len(), 2, "the work is pushed");
-    assert!(started.elapsed() < std::time::Duration::from_secs(60), "took {:?}", started.elapsed());
-    assert_eq!(f.db.sql("SELECT count(*) FROM pull_requests WHERE state = 'pr_failed'"), "2");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM pull_requests WHERE state = 'pr_failed'"),
+        "2"
+    );
 }
 
 /// A base branch missing on the remote stops the run before the approval is
@@ -452,7 +699,11 @@ async fn a_missing_base_branch_is_a_usage_error() {
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("\"develop\" does not exist on the remote"), "{}", text(&out));
+    assert!(
+        text(&out).contains("\"develop\" does not exist on the remote"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
 }
 
@@ -470,18 +721,38 @@ async fn two_clones_of_one_repository_share_its_history() {
     let first = git(&f.remote, &["rev-parse", &f.remote_branches()[0]]);
     // A second clone of the same remote, through another spelling of its URL.
     let second = f.dir.path().join("second");
-    git(f.dir.path(), &["clone", "-q", &format!("file://{}/", f.remote.display()), second.to_str().unwrap()]);
+    git(
+        f.dir.path(),
+        &[
+            "clone",
+            "-q",
+            &format!("file://{}/", f.remote.display()),
+            second.to_str().unwrap(),
+        ],
+    );
     std::fs::create_dir_all(second.join(".nightshift")).unwrap();
-    std::fs::copy(f.repo.join(".nightshift/config.toml"), second.join(".nightshift/config.toml")).unwrap();
+    std::fs::copy(
+        f.repo.join(".nightshift/config.toml"),
+        second.join(".nightshift/config.toml"),
+    )
+    .unwrap();
     std::fs::copy(f.repo.join("NEXT.md"), second.join("NEXT.md")).unwrap();
     let run = |args: &[&str]| f.cmd().current_dir(&second).args(args).output().unwrap();
     let plan: serde_json::Value = serde_json::from_slice(&run(&["plan", "--json"]).stdout).unwrap();
-    assert_ok(&run(&["approve", plan["plan_sha"].as_str().unwrap()]), "approve in the second clone");
+    assert_ok(
+        &run(&["approve", plan["plan_sha"].as_str().unwrap()]),
+        "approve in the second clone",
+    );
     let out = run(&["drain", "--deadline", &common::far_deadline()]);
     assert_ok(&out, "drain in the second clone");
-    let rep: serde_json::Value = serde_json::from_slice(&run(&["report", "--json"]).stdout).unwrap();
+    let rep: serde_json::Value =
+        serde_json::from_slice(&run(&["report", "--json"]).stdout).unwrap();
     assert_eq!(rep["items"][0]["outcome"], "already_open", "{rep:#}");
-    assert_eq!(git(&f.remote, &["rev-parse", &f.remote_branches()[0]]), first, "the branch was not pushed over");
+    assert_eq!(
+        git(&f.remote, &["rev-parse", &f.remote_branches()[0]]),
+        first,
+        "the branch was not pushed over"
+    );
 }
 
 /// A file GitHub would refuse (100 MiB or more) fails the item with the
@@ -489,7 +760,10 @@ async fn two_clones_of_one_repository_share_its_history() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_file_too_large_for_github_is_not_pushed() {
     let f = Fixture::new();
-    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\ntruncate -s 100M huge.bin\n");
+    let w = f.agent(
+        "writer.sh",
+        "#!/bin/sh\necho sub >> calc.txt\ntruncate -s 100M huge.bin\n",
+    );
     let r = f.agent("reviewer.sh", REVIEWER);
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
@@ -497,7 +771,13 @@ async fn a_file_too_large_for_github_is_not_pushed() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
-    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("huge.bin is 100 MiB"), "{rep:#}");
+    assert!(
+        rep["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("huge.bin is 100 MiB"),
+        "{rep:#}"
+    );
     assert!(f.remote_branches().is_empty());
     // Found from sizes right after the writer: no diff of it, no gate, no review.
     assert_eq!(f.db.sql("SELECT count(*) FROM proofs"), "0");
@@ -510,14 +790,23 @@ async fn a_file_too_large_for_github_is_not_pushed() {
 async fn a_failing_reviewer_approval_is_not_trusted() {
     let f = Fixture::new();
     let w = f.agent("writer.sh", WRITER);
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\nexit 1\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\nexit 1\n",
+    );
     f.config_with(&w, &r, "[limits]\nrounds = 1\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
-    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("the reviewer failed"), "{rep:#}");
+    assert!(
+        rep["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the reviewer failed"),
+        "{rep:#}"
+    );
     assert!(f.remote_branches().is_empty());
 }
 
@@ -532,19 +821,39 @@ async fn an_unreachable_remote_does_not_use_up_max_attempts() {
     f.config_with(&w, &r, "[limits]\nmax_attempts = 1\n");
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
     let url = git(&f.repo, &["remote", "get-url", "origin"]);
-    git(&f.repo, &["remote", "set-url", "origin", "/nonexistent/remote.git"]);
+    git(
+        &f.repo,
+        &["remote", "set-url", "origin", "/nonexistent/remote.git"],
+    );
     for _ in 0..2 {
         let out = f.approve_and_drain(&[]);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         let rep = f.report();
         assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
-        assert!(rep["items"][0]["reason"].as_str().unwrap().starts_with("checkout failed:"), "{rep:#}");
+        assert!(
+            rep["items"][0]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("checkout failed:"),
+            "{rep:#}"
+        );
         // The second item does not wait for the same remote again.
-        assert!(rep["items"][1]["reason"].as_str().unwrap().starts_with("checkout failed: not tried, the remote could not be fetched earlier"), "{rep:#}");
+        assert!(
+            rep["items"][1]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("checkout failed: not tried, the remote could not be fetched earlier"),
+            "{rep:#}"
+        );
     }
     git(&f.repo, &["remote", "set-url", "origin", &url]);
     let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "item 2 (mul) is rejected by the reviewer: {}", text(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "item 2 (mul) is rejected by the reviewer: {}",
+        text(&out)
+    );
     assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
     assert_eq!(gh.prs().len(), 1);
 }
@@ -574,7 +883,13 @@ async fn a_branch_pushed_without_a_token_gets_its_pr_from_the_next_run_with_one(
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
     let calls = f.agents.join("writer-calls");
-    let w = f.agent("writer.sh", &format!("#!/bin/sh\necho call >> {}\necho sub >> calc.txt\necho 'added sub'\n", calls.display()));
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\necho call >> {}\necho sub >> calc.txt\necho 'added sub'\n",
+            calls.display()
+        ),
+    );
     let r = f.agent("reviewer.sh", REVIEWER);
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
@@ -585,7 +900,11 @@ async fn a_branch_pushed_without_a_token_gets_its_pr_from_the_next_run_with_one(
     assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "planned");
     // The card says what happens to it next, and under which condition.
     let plan = f.run(&["plan"]);
-    assert!(text(&plan).contains("a run with a GitHub token opens its PR"), "{}", text(&plan));
+    assert!(
+        text(&plan).contains("a run with a GitHub token opens its PR"),
+        "{}",
+        text(&plan)
+    );
     // Night 2: with a token, the PR is opened from the pushed branch.
     f.github = Some(gh.uri());
     f.token = Some("ghp_second_night_token_0123456789".into());
@@ -594,6 +913,10 @@ async fn a_branch_pushed_without_a_token_gets_its_pr_from_the_next_run_with_one(
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{rep:#}");
     assert_eq!(gh.prs().len(), 1);
-    assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1, "the work was not redone");
+    assert_eq!(
+        std::fs::read_to_string(&calls).unwrap().lines().count(),
+        1,
+        "the work was not redone"
+    );
     assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "open");
 }

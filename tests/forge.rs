@@ -1378,7 +1378,10 @@ async fn saml_sso_enforcement_names_the_authorisation_link() {
     );
     let err = forge.create_pr(&request()).await.unwrap_err();
     let text = err.to_string();
-    assert!(text.contains(url) && !text.contains("may not create labels"), "{text}");
+    assert!(
+        text.contains(url) && !text.contains("may not create labels"),
+        "{text}"
+    );
     assert_eq!(err.scope(), Scope::Run);
     assert!(gh.prs().is_empty());
 }
@@ -1712,7 +1715,10 @@ async fn label_refusals_fail_only_what_they_must() {
     assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
     // A refusal about one PR leaves GitHub usable: the next call labels it.
     let again = forge.create_pr(&request()).await.expect("not stopped");
-    assert_eq!((again.number, again.created, again.label_error), (1, false, None));
+    assert_eq!(
+        (again.number, again.created, again.label_error),
+        (1, false, None)
+    );
 }
 
 /// 5xx from what stands in front of GitHub: HTML pages and empty bodies.
@@ -2164,12 +2170,20 @@ async fn a_renamed_repository_is_followed_and_its_pr_opened_once() {
             .await
             .unwrap_or_else(|e| panic!("{suffix:?}: {e}"));
 
-        assert_eq!((pr.number, pr.created, pr.label_error), (1, true, None), "{suffix:?}");
+        assert_eq!(
+            (pr.number, pr.created, pr.label_error),
+            (1, true, None),
+            "{suffix:?}"
+        );
         let prs = gh.prs();
         assert_eq!(prs.len(), 1, "{suffix:?}");
         assert_eq!(prs[0]["head"]["ref"], BRANCH, "the body went along");
         assert!(
-            prs[0]["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"),
+            prs[0]["labels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["name"] == "autopilot"),
             "{suffix:?}: labelled"
         );
         assert_eq!(
@@ -2181,8 +2195,17 @@ async fn a_renamed_repository_is_followed_and_its_pr_opened_once() {
         assert_eq!((again.number, again.created), (1, false), "{suffix:?}");
         assert_eq!(gh.prs().len(), 1, "{suffix:?}");
         for r in gh.server.received_requests().await.unwrap() {
-            let auth = r.headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
-            assert!(auth.contains(TOKEN), "{suffix:?}: {} {} sent without the token", r.method, r.url);
+            let auth = r
+                .headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            assert!(
+                auth.contains(TOKEN),
+                "{suffix:?}: {} {} sent without the token",
+                r.method,
+                r.url
+            );
         }
     }
 }
@@ -2226,7 +2249,10 @@ async fn a_redirect_to_another_host_or_in_a_loop_is_not_followed() {
     );
     no_token(&text);
     no_token(&format!("{err:?}"));
-    assert!(!text.contains("hunter2"), "credentials in the Location stay out: {text}");
+    assert!(
+        !text.contains("hunter2"),
+        "credentials in the Location stay out: {text}"
+    );
     assert_eq!(err.scope(), Scope::Run, "{text}");
     assert_eq!(gh_count(&gh, "POST", "/").await, 0);
 
@@ -2257,23 +2283,26 @@ async fn an_archived_repository_stops_github_with_the_fix() {
         if label_there {
             gh.state.lock().unwrap().labels.push("autopilot".into());
         }
-        let archived = |doc: &str| {
-            json!({ "message": "Repository was archived so is read-only.", "documentation_url": doc, "status": "403" })
-        };
+        let archived = |doc: &str| json!({ "message": "Repository was archived so is read-only.", "documentation_url": doc, "status": "403" });
         script(
             &gh,
             vec![
-                Fault::new("POST", "/repos/owner/repo/labels", 403)
-                    .json(archived("https://docs.github.com/rest/issues/labels#create-a-label")),
-                Fault::new("POST", "/repos/owner/repo/pulls", 403)
-                    .json(archived("https://docs.github.com/rest/pulls/pulls#create-a-pull-request")),
+                Fault::new("POST", "/repos/owner/repo/labels", 403).json(archived(
+                    "https://docs.github.com/rest/issues/labels#create-a-label",
+                )),
+                Fault::new("POST", "/repos/owner/repo/pulls", 403).json(archived(
+                    "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
+                )),
             ],
         );
 
         let err = forge.create_pr(&request()).await.unwrap_err();
 
         let text = err.to_string();
-        assert!(matches!(err, ForgeError::Api { status: 403, .. }), "{err:?}");
+        assert!(
+            matches!(err, ForgeError::Api { status: 403, .. }),
+            "{err:?}"
+        );
         assert!(
             text.contains("archived") && text.contains("unarchive") && text.contains("GH_REPO"),
             "{label_there}: {text}"
@@ -2281,7 +2310,11 @@ async fn an_archived_repository_stops_github_with_the_fix() {
         assert!(!text.contains("may not create labels"), "{text}");
         assert_eq!(err.scope(), Scope::Run, "{text}");
         assert!(gh.prs().is_empty());
-        assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 0, "{label_there}");
+        assert_eq!(
+            gh_count(&gh, "POST", "/repos/owner/repo/pulls").await,
+            0,
+            "{label_there}"
+        );
         let asked = gh.requests().await.len();
         let again = forge.create_pr(&request()).await.unwrap_err();
         assert!(matches!(again, ForgeError::Stopped { .. }), "{again:?}");
@@ -2296,7 +2329,11 @@ async fn an_archived_repository_stops_github_with_the_fix() {
 #[tokio::test]
 async fn a_blocked_repository_names_the_reason_and_stops_github() {
     for (status, reason, notice) in [
-        (451, "dmca", "https://github.com/github/dmca/blob/master/2026/11/2026-11-30-example.md"),
+        (
+            451,
+            "dmca",
+            "https://github.com/github/dmca/blob/master/2026/11/2026-11-30-example.md",
+        ),
         (403, "tos", "https://github.com/tos"),
     ] {
         let (gh, forge) = fake().await;
@@ -2312,7 +2349,9 @@ async fn a_blocked_repository_names_the_reason_and_stops_github() {
 
         let text = err.to_string();
         assert!(
-            text.contains("Repository access blocked") && text.contains(reason) && text.contains(notice),
+            text.contains("Repository access blocked")
+                && text.contains(reason)
+                && text.contains(notice),
             "{status}: {text}"
         );
         assert_eq!(err.scope(), Scope::Run, "{status}: {text}");
@@ -2336,8 +2375,10 @@ async fn a_lookup_answered_with_json_cut_short_is_retried() {
     script(
         &gh,
         vec![
-            Fault::new("GET", "/repos/owner/repo/pulls", 200)
-                .raw("application/json; charset=utf-8", "[{\"number\": 1, \"html_u"),
+            Fault::new("GET", "/repos/owner/repo/pulls", 200).raw(
+                "application/json; charset=utf-8",
+                "[{\"number\": 1, \"html_u",
+            ),
             Fault::new("GET", "/repos/owner/repo/pulls", 200).raw("application/json", ""),
         ],
     );
@@ -2357,9 +2398,15 @@ async fn a_lookup_answered_with_json_cut_short_is_retried() {
     );
     let err = forge.create_pr(&request()).await.unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, ForgeError::Exhausted { attempts: 6, .. }), "{err:?}");
+    assert!(
+        matches!(err, ForgeError::Exhausted { attempts: 6, .. }),
+        "{err:?}"
+    );
     assert!(text.contains("cut short"), "{text}");
-    assert!(!text.contains("GITHUB_API_URL"), "not a wrong API base: {text}");
+    assert!(
+        !text.contains("GITHUB_API_URL"),
+        "not a wrong API base: {text}"
+    );
     assert_eq!(gh_count(&gh, "POST", "/").await, 0, "nothing created");
     // GitHub may be back for the next item.
     assert!(forge.find_pr(BRANCH, KEY, "autopilot").await.is_ok());
@@ -2383,11 +2430,20 @@ async fn a_conflict_fails_the_item_only() {
     let err = forge.create_pr(&request()).await.unwrap_err();
 
     let text = err.to_string();
-    assert!(matches!(err, ForgeError::Api { status: 409, .. }), "{err:?}");
-    assert!(text.contains("Git Repository is empty") && text.contains("push"), "{text}");
+    assert!(
+        matches!(err, ForgeError::Api { status: 409, .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("Git Repository is empty") && text.contains("push"),
+        "{text}"
+    );
     assert_eq!(err.scope(), Scope::Item);
     assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
-    let next = forge.create_pr(&request()).await.expect("GitHub still usable");
+    let next = forge
+        .create_pr(&request())
+        .await
+        .expect("GitHub still usable");
     assert!(next.created);
     assert_eq!(gh.prs().len(), 1);
 }
@@ -2416,7 +2472,11 @@ async fn a_create_met_by_the_content_creation_limit_is_waited_out_once() {
     let pr = forge.create_pr(&request()).await.unwrap();
 
     assert!(pr.created && pr.label_error.is_none(), "{pr:?}");
-    assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 3);
     assert_eq!(gh.prs().len(), 1);
 }
@@ -2439,15 +2499,26 @@ async fn a_server_slower_than_the_timeout_is_given_up_in_bounded_time() {
     script(
         &gh,
         (0..3)
-            .map(|_| Fault::new("GET", "/repos/owner/repo/pulls", 200).raw("application/json", "[]").delay_ms(10_000))
+            .map(|_| {
+                Fault::new("GET", "/repos/owner/repo/pulls", 200)
+                    .raw("application/json", "[]")
+                    .delay_ms(10_000)
+            })
             .collect(),
     );
 
     let started = Instant::now();
     let err = forge.create_pr(&request()).await.unwrap_err();
 
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
-    assert!(matches!(err, ForgeError::Exhausted { attempts: 3, .. }), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(err, ForgeError::Exhausted { attempts: 3, .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("no answer within 0.2 s"), "{err}");
     assert_eq!(err.scope(), Scope::Run);
     assert_eq!(gh_count(&gh, "POST", "/").await, 0);
@@ -2470,7 +2541,10 @@ async fn a_branch_github_does_not_see_yet_is_waited_for() {
     let (gh, forge) = fake().await;
     script(&gh, vec![unseen(), unseen()]);
 
-    let pr = forge.create_pr(&request()).await.expect("created once GitHub sees the branch");
+    let pr = forge
+        .create_pr(&request())
+        .await
+        .expect("created once GitHub sees the branch");
 
     assert!(pr.created && pr.label_error.is_none(), "{pr:?}");
     assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 3);
@@ -2492,7 +2566,11 @@ async fn a_branch_github_does_not_see_yet_is_waited_for() {
     script(&gh, vec![unseen()]);
     let started = Instant::now();
     let err = forge.create_pr(&request()).await.unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(err.to_string().contains("does not see branch"), "{err}");
     assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
 }
@@ -2507,7 +2585,12 @@ async fn a_pr_whose_labelling_keeps_failing_is_still_returned() {
     script(
         &gh,
         (0..6)
-            .map(|_| Fault::new("POST", "/repos/owner/repo/issues/1/labels", 502).raw("text/html", "<html><title>Unicorn! &middot; GitHub</title></html>"))
+            .map(|_| {
+                Fault::new("POST", "/repos/owner/repo/issues/1/labels", 502).raw(
+                    "text/html",
+                    "<html><title>Unicorn! &middot; GitHub</title></html>",
+                )
+            })
             .collect(),
     );
 
@@ -2520,6 +2603,15 @@ async fn a_pr_whose_labelling_keeps_failing_is_still_returned() {
     assert_eq!(gh_count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
     // The next run finds it and labels it.
     let again = forge.create_pr(&request()).await.unwrap();
-    assert_eq!((again.number, again.created, again.label_error), (1, false, None));
-    assert!(gh.prs()[0]["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"));
+    assert_eq!(
+        (again.number, again.created, again.label_error),
+        (1, false, None)
+    );
+    assert!(
+        gh.prs()[0]["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["name"] == "autopilot")
+    );
 }

@@ -288,7 +288,16 @@ fn a_slot_follows_the_users_remote_and_survives_a_failed_fetch() {
     // The user moves the remote: the reused slot fetches from the new place.
     let moved = fx.root.join("moved.git");
     std::fs::rename(&fx.remote, &moved).unwrap();
-    let err = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None, None).unwrap_err();
+    let err = Slot::prepare(
+        &fx.slot_path(),
+        &fx.user,
+        "origin",
+        "main",
+        BRANCH,
+        None,
+        None,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("git fetch"), "{err}");
     assert!(
         slot.path.join(".git").is_dir(),
@@ -321,8 +330,16 @@ fn a_slot_follows_the_users_remote_and_survives_a_failed_fetch() {
     );
 
     // A remote the user does not have is an error naming the repository.
-    let err =
-        Slot::prepare(&fx.slot_path(), &fx.user, "upstream", "main", BRANCH, None, None).unwrap_err();
+    let err = Slot::prepare(
+        &fx.slot_path(),
+        &fx.user,
+        "upstream",
+        "main",
+        BRANCH,
+        None,
+        None,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains(fx.user.to_str().unwrap()), "{err}");
 }
 
@@ -491,7 +508,9 @@ fn planted_hooks_never_run_and_a_tampered_slot_is_not_committed_or_pushed() {
 
     // The slot API refuses to run git in a slot whose hooks changed...
     match slot.commit_all("x", &author(), &runner()) {
-        Err(e @ SlotError::Tampered { .. }) => assert!(e.to_string().contains(".git/hooks/"), "{e}"),
+        Err(e @ SlotError::Tampered { .. }) => {
+            assert!(e.to_string().contains(".git/hooks/"), "{e}")
+        }
         other => panic!("expected Tampered, got {other:?}"),
     }
     assert!(matches!(slot.push(None), Err(SlotError::Tampered { .. })));
@@ -661,13 +680,22 @@ fn proof_sees_a_planted_hook_or_config_change_as_tampering() {
     assert!(p.git_dir_tampered && p.is_empty());
     // The card names the part that changed, not a vague "config or hooks".
     assert_eq!(p.git_dir_changed, [".git/hooks/pre-push"]);
-    assert!(p.rule_broken().unwrap().contains("changed the checkout's .git/hooks/pre-push"), "{:?}", p.rule_broken());
+    assert!(
+        p.rule_broken()
+            .unwrap()
+            .contains("changed the checkout's .git/hooks/pre-push"),
+        "{:?}",
+        p.rule_broken()
+    );
     assert!(slot.is_tampered());
 
     std::fs::remove_file(slot.path.join(".git/hooks/pre-push")).unwrap();
     assert!(!proof(&slot, &start, &[], &[]).git_dir_tampered, "restored");
     git(&slot.path, &["config", "filter.x.clean", "cat"]);
-    assert_eq!(proof(&slot, &start, &[], &[]).git_dir_changed, [".git/config"]);
+    assert_eq!(
+        proof(&slot, &start, &[], &[]).git_dir_changed,
+        [".git/config"]
+    );
     git(&slot.path, &["config", "--unset", "filter.x.clean"]);
     // info/exclude can hide new files from the proof and the commit.
     let exclude = slot.path.join(".git/info/exclude");
@@ -675,8 +703,16 @@ fn proof_sees_a_planted_hook_or_config_change_as_tampering() {
     text.push_str("secret.txt\n");
     write(&exclude, &text);
     let p = proof(&slot, &start, &[], &[]);
-    assert!(p.git_dir_changed.contains(&".git/info/exclude".to_string()), "{:?}", p.git_dir_changed);
-    assert!(p.rule_broken().unwrap().contains(".git/info/exclude"), "{:?}", p.rule_broken());
+    assert!(
+        p.git_dir_changed.contains(&".git/info/exclude".to_string()),
+        "{:?}",
+        p.git_dir_changed
+    );
+    assert!(
+        p.rule_broken().unwrap().contains(".git/info/exclude"),
+        "{:?}",
+        p.rule_broken()
+    );
 }
 
 #[test]
@@ -783,16 +819,31 @@ fn worktree_fingerprint_sees_ignored_files_written() {
     let slot = fx.prepare(BRANCH);
     write(&slot.path.join("src/lib.rs"), "writer's change\n");
     write(&slot.path.join("target/debug/build.log"), "built\n");
-    assert!(git(&slot.path, &["status", "--porcelain", "--ignored"]).contains("!! target/"), "target/ is ignored");
+    assert!(
+        git(&slot.path, &["status", "--porcelain", "--ignored"]).contains("!! target/"),
+        "target/ is ignored"
+    );
     let before = worktree_fingerprint(&slot.path).unwrap();
     std::fs::read_to_string(slot.path.join("target/debug/build.log")).unwrap();
-    assert_eq!(worktree_fingerprint(&slot.path).unwrap(), before, "reading changes nothing");
+    assert_eq!(
+        worktree_fingerprint(&slot.path).unwrap(),
+        before,
+        "reading changes nothing"
+    );
     write(&slot.path.join("target/debug/planted.sh"), "#!/bin/sh\n");
-    assert_ne!(worktree_fingerprint(&slot.path).unwrap(), before, "a new ignored file");
+    assert_ne!(
+        worktree_fingerprint(&slot.path).unwrap(),
+        before,
+        "a new ignored file"
+    );
     std::fs::remove_file(slot.path.join("target/debug/planted.sh")).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
     write(&slot.path.join("target/debug/build.log"), "tampered\n");
-    assert_ne!(worktree_fingerprint(&slot.path).unwrap(), before, "an ignored file rewritten");
+    assert_ne!(
+        worktree_fingerprint(&slot.path).unwrap(),
+        before,
+        "an ignored file rewritten"
+    );
 }
 
 #[test]
@@ -977,8 +1028,14 @@ fn a_push_replaces_a_leftover_branch_of_the_same_name() {
     write(&slot.path.join("second.txt"), "second night\n");
     let sha = slot.commit_all("second", &author(), &runner()).unwrap();
     slot.push(None).unwrap();
-    assert_eq!(git(&fx.remote, &["rev-parse", &format!("refs/heads/{BRANCH}")]), sha);
-    let files = git(&fx.remote, &["diff", "--name-only", &fx.remote_main(), &sha]);
+    assert_eq!(
+        git(&fx.remote, &["rev-parse", &format!("refs/heads/{BRANCH}")]),
+        sha
+    );
+    let files = git(
+        &fx.remote,
+        &["diff", "--name-only", &fx.remote_main(), &sha],
+    );
     assert_eq!(files, "second.txt", "not stacked on the leftover");
 }
 
@@ -997,8 +1054,26 @@ fn a_slot_whose_borrowed_objects_were_pruned_is_cloned_again() {
     git(&fx.user, &["reset", "--quiet", "--hard", "origin/main"]);
     git(&fx.user, &["reflog", "expire", "--expire=now", "--all"]);
     git(&fx.user, &["gc", "--quiet", "--prune=now"]);
-    assert!(Command::new("git").args(["cat-file", "-e", &old_base]).current_dir(&fx.user).status().unwrap().code() != Some(0), "the old base must be gone from the user's store");
-    let again = Slot::prepare(&fx.slot_path(), &fx.user, "origin", "main", BRANCH, None, None).expect("a broken slot is cloned again");
+    assert!(
+        Command::new("git")
+            .args(["cat-file", "-e", &old_base])
+            .current_dir(&fx.user)
+            .status()
+            .unwrap()
+            .code()
+            != Some(0),
+        "the old base must be gone from the user's store"
+    );
+    let again = Slot::prepare(
+        &fx.slot_path(),
+        &fx.user,
+        "origin",
+        "main",
+        BRANCH,
+        None,
+        None,
+    )
+    .expect("a broken slot is cloned again");
     assert_eq!(again.base_commit, fx.remote_main());
     assert_ne!(again.base_commit, old_base);
 }
@@ -1010,7 +1085,10 @@ fn prepare_kills_processes_left_running_in_the_slot() {
     let fx = Fixture::new();
     let slot = fx.prepare(BRANCH);
     let mut straggler = Command::new("sh")
-        .args(["-c", "while true; do echo x >> leftover.txt; sleep 0.05; done"])
+        .args([
+            "-c",
+            "while true; do echo x >> leftover.txt; sleep 0.05; done",
+        ])
         .current_dir(&slot.path)
         .process_group(0)
         .spawn()
@@ -1018,9 +1096,15 @@ fn prepare_kills_processes_left_running_in_the_slot() {
     std::thread::sleep(Duration::from_millis(200));
     let again = fx.prepare(BRANCH);
     let status = straggler.wait().unwrap();
-    assert!(status.code().is_none(), "the straggler was killed by a signal: {status:?}");
+    assert!(
+        status.code().is_none(),
+        "the straggler was killed by a signal: {status:?}"
+    );
     std::thread::sleep(Duration::from_millis(200));
-    assert!(!again.path.join("leftover.txt").exists(), "the reset checkout still gets writes");
+    assert!(
+        !again.path.join("leftover.txt").exists(),
+        "the reset checkout still gets writes"
+    );
 }
 
 /// Slots never initialise submodules and `git clean` does not look inside
@@ -1032,7 +1116,15 @@ fn files_written_into_a_submodule_path_do_not_survive_a_reset() {
     let seed = fx.root.join("seed");
     git(&seed, &["pull", "--quiet", "--ff-only", "origin", "main"]);
     let some_commit = git(&seed, &["rev-parse", "HEAD"]);
-    git(&seed, &["update-index", "--add", "--cacheinfo", &format!("160000,{some_commit},lib")]);
+    git(
+        &seed,
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{some_commit},lib"),
+        ],
+    );
     git(&seed, &["commit", "--quiet", "-m", "a submodule"]);
     git(&seed, &["push", "--quiet", "origin", "main"]);
     git(&fx.user, &["pull", "--quiet", "--ff-only"]);
@@ -1043,6 +1135,9 @@ fn files_written_into_a_submodule_path_do_not_survive_a_reset() {
     // What an agent wrote there is told (the PR cannot carry it).
     assert_eq!(slot.filled_submodule_dirs().unwrap(), ["lib"]);
     let again = fx.prepare(BRANCH);
-    assert!(!again.path.join("lib/left.txt").exists(), "a file in a submodule path survived the reset");
+    assert!(
+        !again.path.join("lib/left.txt").exists(),
+        "a file in a submodule path survived the reset"
+    );
     assert!(again.filled_submodule_dirs().unwrap().is_empty());
 }

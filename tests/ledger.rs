@@ -152,7 +152,11 @@ async fn migrations_apply_once_even_with_concurrent_first_connects() {
         .fetch_one(&ledger.pool)
         .await
         .unwrap();
-    assert_eq!(applied, migration_files(), "each migration applied exactly once");
+    assert_eq!(
+        applied,
+        migration_files(),
+        "each migration applied exactly once"
+    );
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
     )
@@ -599,7 +603,11 @@ async fn embedded_starts_from_nothing_and_is_reused() {
         .fetch_one(&again.pool)
         .await
         .unwrap();
-    assert_eq!(applied, migration_files(), "each migration applied exactly once");
+    assert_eq!(
+        applied,
+        migration_files(),
+        "each migration applied exactly once"
+    );
     again.pool.close().await;
 
     let stopped = cluster.stop().await.unwrap();
@@ -780,6 +788,12 @@ async fn embedded_as_root_refuses_a_data_dir_the_server_account_cannot_enter() {
 fn migration_files() -> i64 {
     std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sql"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sql")
+        })
         .count() as i64
 }

@@ -15,10 +15,16 @@ use serde_json::Value;
 const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
 
 /// The writer script's dispatch on the contract's title.
-const TITLE: &str = "title=$(grep -o '\"title\":\"[^\"]*\"' \"$NIGHTSHIFT_CONTRACT_FILE\" | head -1)\n";
+const TITLE: &str =
+    "title=$(grep -o '\"title\":\"[^\"]*\"' \"$NIGHTSHIFT_CONTRACT_FILE\" | head -1)\n";
 
 fn outcomes(report: &Value) -> Vec<String> {
-    report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap().to_string()).collect()
+    report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn read(p: &Path) -> String {
@@ -40,27 +46,62 @@ async fn no_progress_stops_after_three_same_rounds_and_feedback_carries_the_fail
         "#!/bin/sh\nif grep -qx sub calc.txt; then echo '{\"verdict\":\"request_changes\",\"findings\":[\"sub needs a test\",\"explain sub in docs\"]}'; else echo '{\"verdict\":\"approve\",\"findings\":[]}'; fi\n",
     );
     f.config_with(&w, &r, "[limits]\nrounds = 5\n");
-    f.write("NEXT.md", "- [ ] Same gate failure\n- [ ] Same findings\n- [ ] A changing diff\n");
+    f.write(
+        "NEXT.md",
+        "- [ ] Same gate failure\n- [ ] Same findings\n- [ ] A changing diff\n",
+    );
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["no_progress", "no_progress", "tests_failed"], "{rep:#}");
-    let rounds: Vec<i64> = rep["items"].as_array().unwrap().iter().map(|i| i["rounds"].as_i64().unwrap()).collect();
-    assert_eq!(rounds, [3, 3, 5], "no_progress wins over the round cap; a changing diff runs to the cap: {rep:#}");
+    assert_eq!(
+        outcomes(&rep),
+        ["no_progress", "no_progress", "tests_failed"],
+        "{rep:#}"
+    );
+    let rounds: Vec<i64> = rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["rounds"].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        rounds,
+        [3, 3, 5],
+        "no_progress wins over the round cap; a changing diff runs to the cap: {rep:#}"
+    );
     // The reason says which command failed, how, and what it printed, in words.
     let why = rep["items"][0]["reason"].as_str().unwrap();
-    assert!(why.contains("the same gate failure: `sh test.sh` exited 1 (it printed: unknown word: bogus)"), "{why}");
+    assert!(
+        why.contains(
+            "the same gate failure: `sh test.sh` exited 1 (it printed: unknown word: bogus)"
+        ),
+        "{why}"
+    );
 
     // Round 1 has no feedback; round 2 gets the failing gate's tail, or the findings.
     let fb = |tag: &str, n: u32| f.agents.join(format!("feedback-{tag}-{n}.txt"));
     assert_eq!(read(&fb("gate", 1)), "");
     let g2 = read(&fb("gate", 2));
-    assert!(g2.contains("sh test.sh") && g2.contains("unknown word: bogus") && g2.contains("exit code 1"), "{g2}");
+    assert!(
+        g2.contains("sh test.sh")
+            && g2.contains("unknown word: bogus")
+            && g2.contains("exit code 1"),
+        "{g2}"
+    );
     let r2 = read(&fb("findings", 2));
-    assert!(r2.contains("sub needs a test") && r2.contains("explain sub in docs"), "{r2}");
+    assert!(
+        r2.contains("sub needs a test") && r2.contains("explain sub in docs"),
+        "{r2}"
+    );
     let c3 = read(&fb("changing", 3));
-    assert!(c3.contains("unknown word: bogus2"), "round 3 sees round 2's failure: {c3}");
-    assert!(!fb("gate", 4).exists(), "a fourth round ran after no progress");
+    assert!(
+        c3.contains("unknown word: bogus2"),
+        "round 3 sees round 2's failure: {c3}"
+    );
+    assert!(
+        !fb("gate", 4).exists(),
+        "a fourth round ran after no progress"
+    );
     assert!(f.remote_branches().is_empty());
 }
 
@@ -93,42 +134,105 @@ async fn caps_on_calls_tokens_and_cost_end_items_and_the_run_goes_on() {
     let t = Instant::now();
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(t.elapsed() < Duration::from_secs(40), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(40),
+        "took {:?}",
+        t.elapsed()
+    );
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["timed_out", "budget_exceeded", "budget_exceeded", "pr_opened"], "{rep:#}");
+    assert_eq!(
+        outcomes(&rep),
+        [
+            "timed_out",
+            "budget_exceeded",
+            "budget_exceeded",
+            "pr_opened"
+        ],
+        "{rep:#}"
+    );
     let items = rep["items"].as_array().unwrap();
-    assert!(items[0]["reason"].as_str().unwrap().contains("killed after 2s"), "{rep:#}");
-    assert!(items[0]["seconds"].as_i64().unwrap() < 2 + 5 + 3, "killed within timeout + grace: {rep:#}");
-    assert!(items[1]["reason"].as_str().unwrap().contains("1100 tokens"), "{rep:#}");
+    assert!(
+        items[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("killed after 2s"),
+        "{rep:#}"
+    );
+    assert!(
+        items[0]["seconds"].as_i64().unwrap() < 2 + 5 + 3,
+        "killed within timeout + grace: {rep:#}"
+    );
+    assert!(
+        items[1]["reason"].as_str().unwrap().contains("1100 tokens"),
+        "{rep:#}"
+    );
     assert_eq!(items[1]["tokens"], 1100);
-    assert!(items[1]["cost_usd"].is_null(), "no cost reported is unknown, not $0: {rep:#}");
-    assert!(items[2]["reason"].as_str().unwrap().contains("$3.00"), "{rep:#}");
+    assert!(
+        items[1]["cost_usd"].is_null(),
+        "no cost reported is unknown, not $0: {rep:#}"
+    );
+    assert!(
+        items[2]["reason"].as_str().unwrap().contains("$3.00"),
+        "{rep:#}"
+    );
     assert_eq!(items[2]["cost_usd"], 3.0);
-    assert_eq!(items[3]["cost_usd"], 0.6, "the cost the writer reported is recorded: {rep:#}");
+    assert_eq!(
+        items[3]["cost_usd"], 0.6,
+        "the cost the writer reported is recorded: {rep:#}"
+    );
     // Per call, in the ledger, with the usage the agent reported.
-    assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE cost_usd = 3.0"), "1");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM agent_calls WHERE cost_usd = 3.0"),
+        "1"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_run_cost_cap_counts_every_item() {
-    let f = caps_world("max_cost_usd = 5.0\nmax_cost_usd_per_run = 1.0\n", "- [ ] Add sub\n- [ ] Add div\n- [ ] Add pow\n");
+    let f = caps_world(
+        "max_cost_usd = 5.0\nmax_cost_usd_per_run = 1.0\n",
+        "- [ ] Add sub\n- [ ] Add div\n- [ ] Add pow\n",
+    );
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["pr_opened", "budget_exceeded", "budget_exceeded"], "{rep:#}");
+    assert_eq!(
+        outcomes(&rep),
+        ["pr_opened", "budget_exceeded", "budget_exceeded"],
+        "{rep:#}"
+    );
     let items = rep["items"].as_array().unwrap();
-    assert!(items[1]["reason"].as_str().unwrap().contains("max_cost_usd_per_run"), "{rep:#}");
-    assert!(items[2]["reason"].as_str().unwrap().contains("used up"), "{rep:#}");
+    assert!(
+        items[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("max_cost_usd_per_run"),
+        "{rep:#}"
+    );
+    assert!(
+        items[2]["reason"].as_str().unwrap().contains("used up"),
+        "{rep:#}"
+    );
     assert_eq!(items[2]["rounds"], 0, "no agent ran for the third item");
     assert_eq!(f.remote_branches().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn item_timeouts_from_the_backlog_and_the_policy_kill_the_writer() {
-    for (limits, backlog) in [("", "- [ ] Sleep a while\n  - timeout: 2s\n- [ ] Add sub\n"), ("item_timeout = \"2s\"\n", "- [ ] Sleep a while\n- [ ] Add sub\n")] {
+    for (limits, backlog) in [
+        ("", "- [ ] Sleep a while\n  - timeout: 2s\n- [ ] Add sub\n"),
+        (
+            "item_timeout = \"2s\"\n",
+            "- [ ] Sleep a while\n- [ ] Add sub\n",
+        ),
+    ] {
         let f = caps_world(limits, backlog);
         let plan = text(&f.run(&["plan"]));
-        let source = if limits.is_empty() { "item 2s (item)" } else { "item 2s (policy)" };
+        let source = if limits.is_empty() {
+            "item 2s (item)"
+        } else {
+            "item 2s (policy)"
+        };
         assert!(plan.contains(source), "{source} on the card:\n{plan}");
         let t = Instant::now();
         let out = f.approve_and_drain(&[]);
@@ -138,7 +242,11 @@ async fn item_timeouts_from_the_backlog_and_the_policy_kill_the_writer() {
         if limits.is_empty() {
             assert_eq!(outcomes(&rep)[1], "pr_opened", "{rep:#}");
         }
-        assert!(t.elapsed() < Duration::from_secs(30), "took {:?}", t.elapsed());
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "took {:?}",
+            t.elapsed()
+        );
     }
 }
 
@@ -154,22 +262,47 @@ async fn the_card_shows_every_limit_with_its_source() {
     let t = text(&out);
     let cards: Vec<&str> = t.split("── item ").skip(1).collect();
     assert_eq!(cards.len(), 3, "{t}");
-    for want in ["rounds 4 (policy)", "item 2h (default)", "agent call 10m (policy)", "gate 20m (default)", "20000000 tokens (default)", "$20.00 (default)"] {
+    for want in [
+        "rounds 4 (policy)",
+        "item 2h (default)",
+        "agent call 10m (policy)",
+        "gate 20m (default)",
+        "20000000 tokens (default)",
+        "$20.00 (default)",
+    ] {
         assert!(cards[0].contains(want), "{want:?} missing:\n{}", cards[0]);
     }
-    assert!(cards[1].contains("rounds 1 (item)") && cards[1].contains("item 30m (item)"), "{}", cards[1]);
-    assert!(cards[2].contains("rounds 2 (recipe)") && cards[2].contains("recipe    fix:"), "{}", cards[2]);
-    assert!(cards[0].contains("only if it reports cost_usd"), "the card says when the cost cap is enforced:\n{}", cards[0]);
+    assert!(
+        cards[1].contains("rounds 1 (item)") && cards[1].contains("item 30m (item)"),
+        "{}",
+        cards[1]
+    );
+    assert!(
+        cards[2].contains("rounds 2 (recipe)") && cards[2].contains("recipe    fix:"),
+        "{}",
+        cards[2]
+    );
+    assert!(
+        cards[0].contains("only if it reports cost_usd"),
+        "the card says when the cost cap is enforced:\n{}",
+        cards[0]
+    );
     assert!(t.contains("run budget $100.00 (default)"), "{t}");
     f.config_with(&w, &w, "[limits]\nmax_cost_usd_per_run = 7.5\n");
     f.write("NEXT.md", "- [ ] Plain item\n");
     assert!(text(&f.run(&["plan"])).contains("run budget $7.50 (policy)"));
     // An item may lower a cap, never raise it; a bad value is named with its line.
-    f.write("NEXT.md", "- [ ] Too long\n  - timeout: 3h\n- [ ] Unreadable\n  - timeout: soon\n");
+    f.write(
+        "NEXT.md",
+        "- [ ] Too long\n  - timeout: 3h\n- [ ] Unreadable\n  - timeout: soon\n",
+    );
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let t = text(&out);
-    assert!(t.contains("NEXT.md:2") && t.contains("item_timeout") && t.contains("NEXT.md:4"), "{t}");
+    assert!(
+        t.contains("NEXT.md:2") && t.contains("item_timeout") && t.contains("NEXT.md:4"),
+        "{t}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -183,18 +316,30 @@ async fn a_recipe_template_leads_the_prompt_and_is_sealed_in_the_contract() {
     let r = f.agent("reviewer.sh", APPROVE);
     let template = "# Fixing a bug\nReproduce it in a test first, then fix it.\n";
     f.write("docs/FIX.md", template);
-    f.config_with(&w, &r, "[[recipes]]\nprefix = \"fix:\"\nprompt = \"docs/FIX.md\"\n");
+    f.config_with(
+        &w,
+        &r,
+        "[[recipes]]\nprefix = \"fix:\"\nprompt = \"docs/FIX.md\"\n",
+    );
     f.write("NEXT.md", "- [ ] fix: sub is missing\n- [ ] Add sub\n");
     let plan = |f: &Fixture| -> Vec<String> {
         let out = f.run(&["plan", "--json"]);
         assert_ok(&out, "plan --json");
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-        v["items"].as_array().unwrap().iter().map(|i| i["contract_sha"].as_str().unwrap().to_string()).collect()
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["contract_sha"].as_str().unwrap().to_string())
+            .collect()
     };
     let first = plan(&f);
     f.write("docs/FIX.md", "# Fixing a bug\nChanged wording.\n");
     let changed = plan(&f);
-    assert_ne!(first[0], changed[0], "the template is part of the recipe item's contract");
+    assert_ne!(
+        first[0], changed[0],
+        "the template is part of the recipe item's contract"
+    );
     assert_eq!(first[1], changed[1], "other items' contracts do not change");
     f.write("docs/FIX.md", template);
     assert_eq!(plan(&f), first);
@@ -202,11 +347,17 @@ async fn a_recipe_template_leads_the_prompt_and_is_sealed_in_the_contract() {
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let prompt = read(&f.agents.join("prompt-fix.md"));
-    assert!(prompt.starts_with(template), "the prompt starts with the template:\n{prompt}");
+    assert!(
+        prompt.starts_with(template),
+        "the prompt starts with the template:\n{prompt}"
+    );
     assert!(read(&f.agents.join("prompt-plain.md")).starts_with("# Item: Add sub"));
     let contract: Value = serde_json::from_str(&read(&f.agents.join("contract-fix.json"))).unwrap();
     use sha2::Digest;
-    assert_eq!(contract["recipe"]["sha256"], hex::encode(sha2::Sha256::digest(template.as_bytes())));
+    assert_eq!(
+        contract["recipe"]["sha256"],
+        hex::encode(sha2::Sha256::digest(template.as_bytes()))
+    );
     assert_eq!(contract["recipe"]["template"], template);
     assert_eq!(contract["recipe"]["path"], "docs/FIX.md");
     assert!(serde_json::from_str::<Value>(&read(&f.agents.join("contract-plain.json"))).unwrap()["recipe"].is_null());
@@ -214,13 +365,19 @@ async fn a_recipe_template_leads_the_prompt_and_is_sealed_in_the_contract() {
     // A template outside the repository is a configuration problem, named.
     std::os::unix::fs::symlink("/etc/hostname", f.repo.join("docs/LINK.md")).unwrap();
     for outside in ["/etc/hostname", "../outside.md", "docs/LINK.md"] {
-        f.config_with(&w, &r, &format!("[[recipes]]\nprefix = \"fix:\"\nprompt = \"{outside}\"\n"));
+        f.config_with(
+            &w,
+            &r,
+            &format!("[[recipes]]\nprefix = \"fix:\"\nprompt = \"{outside}\"\n"),
+        );
         let out = f.run(&["plan"]);
         assert_eq!(out.status.code(), Some(2), "{outside}: {}", text(&out));
         let t = text(&out);
         // A path that leaves the repository on its face is a config error;
         // a symlink leading out is found when the template is read.
-        let named = (t.contains("must be a path inside the repository") && t.contains("config.toml:")) || (t.contains("not a file inside the repository") && t.contains("NEXT.md:1"));
+        let named = (t.contains("must be a path inside the repository")
+            && t.contains("config.toml:"))
+            || (t.contains("not a file inside the repository") && t.contains("NEXT.md:1"));
         assert!(named, "{t}");
     }
 }
@@ -240,53 +397,131 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
         ),
     );
     let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, "max_findings_per_item = 2\nfindings_label = \"found-overnight\"\n[limits]\nrounds = 1\n");
+    f.config_with(
+        &w,
+        &r,
+        "max_findings_per_item = 2\nfindings_label = \"found-overnight\"\n[limits]\nrounds = 1\n",
+    );
     let backlog = "- [ ] Add sub\n- [ ] Ask first\n- [ ] Add bogus\n";
     f.write("NEXT.md", backlog);
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["pr_opened", "blocked", "tests_failed"], "{rep:#}");
+    assert_eq!(
+        outcomes(&rep),
+        ["pr_opened", "blocked", "tests_failed"],
+        "{rep:#}"
+    );
 
     // Issues: the open duplicate reused, one new, the third over the cap; a
     // failed item's finding is filed too (a closed issue does not count).
     let issues = gh.issues();
-    let titles: Vec<&str> = issues.iter().map(|i| i["title"].as_str().unwrap()).collect();
-    assert_eq!(titles.iter().filter(|t| **t == "docs/README.md is out of date").count(), 1, "{titles:?}");
-    assert_eq!(titles.iter().filter(|t| **t == "test.sh ignores blank lines").count(), 1, "{titles:?}");
-    assert!(!titles.contains(&"calc.txt has no header"), "over max_findings_per_item: {titles:?}");
-    assert_eq!(titles.iter().filter(|t| **t == "an old closed finding").count(), 2, "{titles:?}");
+    let titles: Vec<&str> = issues
+        .iter()
+        .map(|i| i["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        titles
+            .iter()
+            .filter(|t| **t == "docs/README.md is out of date")
+            .count(),
+        1,
+        "{titles:?}"
+    );
+    assert_eq!(
+        titles
+            .iter()
+            .filter(|t| **t == "test.sh ignores blank lines")
+            .count(),
+        1,
+        "{titles:?}"
+    );
+    assert!(
+        !titles.contains(&"calc.txt has no header"),
+        "over max_findings_per_item: {titles:?}"
+    );
+    assert_eq!(
+        titles
+            .iter()
+            .filter(|t| **t == "an old closed finding")
+            .count(),
+        2,
+        "{titles:?}"
+    );
     for i in issues.iter().skip(2) {
-        assert!(i["labels"].as_array().unwrap().iter().any(|l| l["name"] == "found-overnight"), "labelled with findings_label: {i}");
+        assert!(
+            i["labels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["name"] == "found-overnight"),
+            "labelled with findings_label: {i}"
+        );
     }
-    assert_eq!(f.db.sql(&format!("SELECT count(*) FROM findings WHERE issue_number = {existing}")), "1");
+    assert_eq!(
+        f.db.sql(&format!(
+            "SELECT count(*) FROM findings WHERE issue_number = {existing}"
+        )),
+        "1"
+    );
     assert_eq!(f.db.sql("SELECT count(*) FROM findings"), "3");
     // Never added to the backlog: the user's NEXT.md and the PR's tree are untouched.
     assert_eq!(read(&f.repo.join("NEXT.md")), backlog);
     let b = &f.remote_branches()[0];
-    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", b]), "calc.txt");
+    assert_eq!(
+        git(&f.remote, &["diff", "--name-only", "main", b]),
+        "calc.txt"
+    );
     assert_eq!(gh.prs().len(), 1);
 
     // The question is stored and shown, in JSON and in text.
-    assert_eq!(rep["items"][1]["question"], "should sub round towards zero?", "{rep:#}");
+    assert_eq!(
+        rep["items"][1]["question"], "should sub round towards zero?",
+        "{rep:#}"
+    );
     let shown = f.run(&["report"]);
     assert_ok(&shown, "report");
-    assert!(text(&shown).contains("should sub round towards zero?"), "{}", text(&shown));
+    assert!(
+        text(&shown).contains("should sub round towards zero?"),
+        "{}",
+        text(&shown)
+    );
 
     // The next night the question still waits: the writer is not called
     // again for that item until a person answers it by editing the item.
-    let writer_calls = |f: &Fixture| f.db.sql("SELECT count(*) FROM agent_calls c JOIN rounds r ON r.id = c.round_id JOIN run_items i ON i.id = r.run_item_id WHERE c.role = 'writer' AND i.title = 'Ask first'");
+    let writer_calls = |f: &Fixture| {
+        f.db.sql("SELECT count(*) FROM agent_calls c JOIN rounds r ON r.id = c.round_id JOIN run_items i ON i.id = r.run_item_id WHERE c.role = 'writer' AND i.title = 'Ask first'")
+    };
     assert_eq!(writer_calls(&f), "1");
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    let ask = rep["items"].as_array().unwrap().iter().find(|i| i["title"] == "Ask first").unwrap().clone();
+    let ask = rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["title"] == "Ask first")
+        .unwrap()
+        .clone();
     assert_eq!(ask["outcome"], "blocked", "{rep:#}");
     assert_eq!(ask["question"], "should sub round towards zero?", "{rep:#}");
-    assert!(ask["reason"].as_str().unwrap().contains("waiting for an answer"), "{rep:#}");
-    assert_eq!(writer_calls(&f), "1", "no second writer call for an unanswered question");
+    assert!(
+        ask["reason"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for an answer"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        writer_calls(&f),
+        "1",
+        "no second writer call for an unanswered question"
+    );
     // Answered: the edited item runs again.
-    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Ask first\n  - Round towards zero.\n- [ ] Add bogus\n");
+    f.write(
+        "NEXT.md",
+        "- [ ] Add sub\n- [ ] Ask first\n  - Round towards zero.\n- [ ] Add bogus\n",
+    );
     let _ = f.approve_and_drain(&[]);
     assert_eq!(writer_calls(&f), "2", "the answered item ran");
     gh.assert_never_merged_approved_or_closed().await;
@@ -312,22 +547,45 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     let took = t.elapsed();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["timed_out", "timed_out", "review_void", "pr_opened"], "{rep:#}");
+    assert_eq!(
+        outcomes(&rep),
+        ["timed_out", "timed_out", "review_void", "pr_opened"],
+        "{rep:#}"
+    );
     // The grandchild ignores SIGTERM (so it needs the KILL after the grace);
     // the setsid child left the process group (so it needs the sweep).
     // Whole items (checkout and cleanup included), to the millisecond.
     let secs = f.db.sql("SELECT string_agg(round(extract(epoch FROM ended_at - started_at)::numeric, 2)::text, ' ' ORDER BY item_index) FROM run_items WHERE item_index <= 2");
-    let secs: Vec<f64> = secs.split_whitespace().map(|s| s.parse().unwrap()).collect();
+    let secs: Vec<f64> = secs
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
     eprintln!("hanging items took {secs:?} s; whole drain: {took:?}");
     assert_eq!(secs.len(), 2, "{secs:?}");
     for s in &secs {
         // Timeout 2 s + grace 5 s, plus checkout, reaping and cleanup on a busy machine.
-        assert!(*s <= 2.0 + 5.0 + 3.0, "killed within timeout + grace: {s} s");
+        assert!(
+            *s <= 2.0 + 5.0 + 3.0,
+            "killed within timeout + grace: {s} s"
+        );
     }
     assert!(took < Duration::from_secs(60), "took {took:?}");
-    assert!(rep["items"][2]["reason"].as_str().unwrap().contains("checkout changed during the review"), "{rep:#}");
-    let survivors = std::process::Command::new("pgrep").args(["-f", &format!("sleep {tag}")]).output().unwrap();
-    assert!(survivors.stdout.is_empty(), "left running: {}", String::from_utf8_lossy(&survivors.stdout));
+    assert!(
+        rep["items"][2]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("checkout changed during the review"),
+        "{rep:#}"
+    );
+    let survivors = std::process::Command::new("pgrep")
+        .args(["-f", &format!("sleep {tag}")])
+        .output()
+        .unwrap();
+    assert!(
+        survivors.stdout.is_empty(),
+        "left running: {}",
+        String::from_utf8_lossy(&survivors.stdout)
+    );
     assert_eq!(f.remote_branches().len(), 1);
 }
 
@@ -340,13 +598,23 @@ fn test_account() -> String {
     ACCOUNT
         .get_or_init(|| {
             let name = "nsagent";
-            let exists = || std::process::Command::new("id").arg(name).output().unwrap().status.success();
+            let exists = || {
+                std::process::Command::new("id")
+                    .arg(name)
+                    .output()
+                    .unwrap()
+                    .status
+                    .success()
+            };
             let mut last = String::new();
             for _ in 0..10 {
                 if exists() {
                     return name.to_string();
                 }
-                let out = std::process::Command::new("useradd").args(["-m", "-d", "/home/nsagent", "-s", "/bin/sh", name]).output().expect("useradd runs");
+                let out = std::process::Command::new("useradd")
+                    .args(["-m", "-d", "/home/nsagent", "-s", "/bin/sh", name])
+                    .output()
+                    .expect("useradd runs");
                 last = String::from_utf8_lossy(&out.stderr).into_owned();
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -363,7 +631,9 @@ fn is_root() -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn agent_user_runs_agents_and_gates_as_that_user() {
     if !is_root() {
-        eprintln!("SKIPPED agent_user_runs_agents_and_gates_as_that_user: needs root to switch users (run tests/run.sh as root, as CI does)");
+        eprintln!(
+            "SKIPPED agent_user_runs_agents_and_gates_as_that_user: needs root to switch users (run tests/run.sh as root, as CI does)"
+        );
         return;
     }
     let user = test_account();
@@ -397,38 +667,67 @@ async fn agent_user_runs_agents_and_gates_as_that_user() {
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain with agent_user");
     use std::os::unix::fs::MetadataExt;
-    for p in [victim.clone(), format!("{outside}/inner.txt"), outside.clone()] {
-        assert_eq!(std::fs::metadata(&p).unwrap().uid(), 0, "{p} was chowned through a planted symlink");
+    for p in [
+        victim.clone(),
+        format!("{outside}/inner.txt"),
+        outside.clone(),
+    ] {
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().uid(),
+            0,
+            "{p} was chowned through a planted symlink"
+        );
     }
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["pr_opened"], "{rep:#}");
-    assert_eq!(rep["items"][0]["rounds"], 2, "round 2 ran after the gate failed: {rep:#}");
+    assert_eq!(
+        rep["items"][0]["rounds"], 2,
+        "round 2 ran after the gate failed: {rep:#}"
+    );
     let home = format!("/home/{user}");
     assert_eq!(read(&ev.join("writer")).trim(), format!("{user} {home}"));
     assert_eq!(read(&ev.join("reviewer")).trim(), format!("{user} {home}"));
     assert_eq!(read(&ev.join("gate")).trim(), user);
     assert_eq!(read(&ev.join("setup")).trim(), user);
-    assert!(ev.join("writer-git").exists(), "git status failed for the agent user");
-    assert!(!ev.join("writer-commit").exists(), "the agent could write the checkout's .git");
+    assert!(
+        ev.join("writer-git").exists(),
+        "git status failed for the agent user"
+    );
+    assert!(
+        !ev.join("writer-commit").exists(),
+        "the agent could write the checkout's .git"
+    );
     let b = &f.remote_branches()[0];
-    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", b]), "calc.txt\nnotes/sub.txt");
+    assert_eq!(
+        git(&f.remote, &["diff", "--name-only", "main", b]),
+        "calc.txt\nnotes/sub.txt"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn plan_refuses_a_claude_writer_that_claude_would_refuse_as_root() {
     if !is_root() {
-        eprintln!("SKIPPED plan_refuses_a_claude_writer_that_claude_would_refuse_as_root: the rule only applies when nightshift runs as root");
+        eprintln!(
+            "SKIPPED plan_refuses_a_claude_writer_that_claude_would_refuse_as_root: the rule only applies when nightshift runs as root"
+        );
         return;
     }
     let f = Fixture::new();
     let r = f.agent("reviewer.sh", APPROVE);
-    let cfg = |extra: &str| format!("verify = [\"sh test.sh\"]\n{extra}[writer]\nkind = \"claude\"\ncommand = [\"claude\"]\npermission_flags = [\"--dangerously-skip-permissions\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n");
+    let cfg = |extra: &str| {
+        format!(
+            "verify = [\"sh test.sh\"]\n{extra}[writer]\nkind = \"claude\"\ncommand = [\"claude\"]\npermission_flags = [\"--dangerously-skip-permissions\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+        )
+    };
     f.config(&cfg(""));
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let t = text(&out);
-    assert!(t.contains("cannot be used with root/sudo privileges") && t.contains("agent_user"), "{t}");
+    assert!(
+        t.contains("cannot be used with root/sudo privileges") && t.contains("agent_user"),
+        "{t}"
+    );
     assert!(!t.contains("contract  sha256"), "no card: {t}");
     f.config(&cfg(&format!("agent_user = \"{}\"\n", test_account())));
     assert_ok(&f.run(&["plan"]), "plan with agent_user");
@@ -436,7 +735,11 @@ async fn plan_refuses_a_claude_writer_that_claude_would_refuse_as_root() {
     f.config(&cfg("agent_user = \"nobody\"\n"));
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("has no home directory"), "{}", text(&out));
+    assert!(
+        text(&out).contains("has no home directory"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(f.db.sql("SELECT count(*) FROM run_items"), "0");
 }
 
@@ -483,13 +786,28 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     // Not in the agent's environment, nor in nightshift's own /proc environ.
     let env = read(&f.agents.join("writer-env.txt"));
     leaks("the writer's environment", &env);
-    for var in ["GITHUB_TOKEN=", "GH_TOKEN=", "MY_API_KEY=", "NIGHTSHIFT_DATABASE_URL="] {
-        assert!(!env.lines().any(|l| l.starts_with(var)), "{var} reached the agent");
+    for var in [
+        "GITHUB_TOKEN=",
+        "GH_TOKEN=",
+        "MY_API_KEY=",
+        "NIGHTSHIFT_DATABASE_URL=",
+    ] {
+        assert!(
+            !env.lines().any(|l| l.starts_with(var)),
+            "{var} reached the agent"
+        );
     }
-    leaks("the gate's environment", &read(&f.agents.join("gate-env.txt")));
+    leaks(
+        "the gate's environment",
+        &read(&f.agents.join("gate-env.txt")),
+    );
     let parent = read(&f.agents.join("parent-env.txt"));
     // Root reads it (nightshift is not dumpable, which stops only other users).
-    assert!(parent.contains("NIGHTSHIFT_DATA_DIR=") || (parent.is_empty() && !nix::unistd::geteuid().is_root()), "the writer read nightshift's environ: {parent}");
+    assert!(
+        parent.contains("NIGHTSHIFT_DATA_DIR=")
+            || (parent.is_empty() && !nix::unistd::geteuid().is_root()),
+        "the writer read nightshift's environ: {parent}"
+    );
     // The config's `secrets` too: wiped at start-up, before any thread.
     for x in [token, gh_token, api_key, f.db.url.as_str()] {
         assert!(!parent.contains(x), "{x} is in /proc/<nightshift>/environ");
@@ -498,7 +816,12 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     let tables = f.db.sql("SELECT string_agg(table_name, ' ') FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'");
     let mut checked = 0;
     for t in tables.split_whitespace() {
-        leaks(&format!("ledger table {t}"), &f.db.sql(&format!("SELECT coalesce(string_agg(x::text, ' '), '') FROM {t} x")));
+        leaks(
+            &format!("ledger table {t}"),
+            &f.db.sql(&format!(
+                "SELECT coalesce(string_agg(x::text, ' '), '') FROM {t} x"
+            )),
+        );
         checked += 1;
     }
     assert!(checked >= 8, "{tables}");
@@ -516,7 +839,10 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
                 let content = String::from_utf8_lossy(&bytes);
                 leaks(&p.display().to_string(), &content);
                 if p.file_name().is_some_and(|n| n == "writer.stdout") {
-                    assert!(content.contains("split: "), "the split write was captured: {content}");
+                    assert!(
+                        content.contains("split: "),
+                        "the split write was captured: {content}"
+                    );
                     split_seen = true;
                 }
             }
@@ -530,14 +856,22 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     for (m, p, body) in gh.requests().await {
         leaks(&format!("{m} {p}"), &body);
     }
-    assert!(gh.prs()[0]["body"].as_str().unwrap().contains("in the logs"), "the reviewer's finding is in the body, redacted");
+    assert!(
+        gh.prs()[0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("in the logs"),
+        "the reviewer's finding is in the body, redacted"
+    );
     assert_eq!(gh.issues().len(), 1, "the finding was filed, redacted");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn agent_user_that_cannot_reach_the_checkout_is_told_why() {
     if !is_root() {
-        eprintln!("SKIPPED agent_user_that_cannot_reach_the_checkout_is_told_why: needs root to switch users");
+        eprintln!(
+            "SKIPPED agent_user_that_cannot_reach_the_checkout_is_told_why: needs root to switch users"
+        );
         return;
     }
     let user = test_account();
@@ -554,7 +888,10 @@ async fn agent_user_that_cannot_reach_the_checkout_is_told_why() {
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["error"], "{rep:#}");
     let why = rep["items"][0]["reason"].as_str().unwrap();
-    assert!(why.contains(&user) && why.contains("NIGHTSHIFT_DATA_DIR"), "{why}");
+    assert!(
+        why.contains(&user) && why.contains("NIGHTSHIFT_DATA_DIR"),
+        "{why}"
+    );
     assert!(f.remote_branches().is_empty());
 }
 
@@ -579,20 +916,40 @@ async fn an_approval_with_an_unmet_condition_is_a_request_for_changes() {
         "#!/bin/sh\nif [ -e README.calc ]; then\n  echo '{\"verdict\":\"approve\",\"findings\":[],\"conditions\":[{\"index\":1,\"met\":true,\"evidence\":\"calc.txt line 2\"},{\"index\":2,\"met\":true,\"evidence\":\"README.calc line 1\"}]}'\nelse\n  echo '{\"verdict\":\"approve\",\"findings\":[],\"conditions\":[{\"index\":1,\"met\":true,\"evidence\":\"calc.txt line 2\"},{\"index\":2,\"met\":false,\"evidence\":\"no README.calc\"}]}'\nfi\n",
     );
     f.config_with(&w, &r, "[limits]\nrounds = 3\n");
-    f.write("NEXT.md", "- [ ] Add sub\n  - accept: calc.txt lists sub\n  - accept: README.calc explains sub\n");
+    f.write(
+        "NEXT.md",
+        "- [ ] Add sub\n  - accept: calc.txt lists sub\n  - accept: README.calc explains sub\n",
+    );
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["pr_opened"], "{rep:#}");
     assert_eq!(rep["items"][0]["rounds"], 2, "{rep:#}");
     let prompt = read(&f.agents.join("prompt.txt"));
-    assert!(prompt.contains("1. calc.txt lists sub\n2. README.calc explains sub\n"), "the conditions are numbered: {prompt}");
+    assert!(
+        prompt.contains("1. calc.txt lists sub\n2. README.calc explains sub\n"),
+        "the conditions are numbered: {prompt}"
+    );
     let fb = read(&f.agents.join("feedback-2.txt"));
-    assert!(fb.contains("acceptance condition 2 is not met (README.calc explains sub): no README.calc"), "{fb}");
-    assert_eq!(f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"), "request_changes,approve");
+    assert!(
+        fb.contains("acceptance condition 2 is not met (README.calc explains sub): no README.calc"),
+        "{fb}"
+    );
+    assert_eq!(
+        f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"),
+        "request_changes,approve"
+    );
     let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
-    assert!(body.contains("- [ ] calc.txt lists sub\n  — reviewer: met; evidence: calc.txt line 2"), "{body}");
-    assert!(body.contains("- [ ] README.calc explains sub\n  — reviewer: met; evidence: README.calc line 1"), "{body}");
+    assert!(
+        body.contains("- [ ] calc.txt lists sub\n  — reviewer: met; evidence: calc.txt line 2"),
+        "{body}"
+    );
+    assert!(
+        body.contains(
+            "- [ ] README.calc explains sub\n  — reviewer: met; evidence: README.calc line 1"
+        ),
+        "{body}"
+    );
     gh.assert_never_merged_approved_or_closed().await;
 }
 
@@ -611,8 +968,14 @@ async fn the_pr_body_shows_why_an_earlier_round_failed_its_gate() {
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
-    let line = body.lines().find(|l| l.starts_with("1. tests_failed")).unwrap_or_else(|| panic!("{body}"));
-    assert!(line.contains("`sh test.sh` exit 1") && line.contains("unknown word: bogus"), "{line}");
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("1. tests_failed"))
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(
+        line.contains("`sh test.sh` exit 1") && line.contains("unknown word: bogus"),
+        "{line}"
+    );
 }
 
 /// A writer that writes a secret's value into the change (here the GitHub
@@ -627,7 +990,13 @@ async fn a_change_that_contains_a_secret_is_never_pushed() {
     f.token = Some(token.into());
     let leak = f.agents.join("leak.txt");
     std::fs::write(&leak, format!("{token}\n")).unwrap();
-    let w = f.agent("writer.sh", &format!("#!/bin/sh\necho sub >> calc.txt\nprintf 'key=%s\\n' \"$(cat {})\" > settings.env\n", leak.display()));
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\necho sub >> calc.txt\nprintf 'key=%s\\n' \"$(cat {})\" > settings.env\n",
+            leak.display()
+        ),
+    );
     let r = f.agent("reviewer.sh", APPROVE);
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
@@ -635,7 +1004,13 @@ async fn a_change_that_contains_a_secret_is_never_pushed() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
-    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("settings.env"), "{rep:#}");
+    assert!(
+        rep["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("settings.env"),
+        "{rep:#}"
+    );
     assert!(f.remote_branches().is_empty(), "nothing pushed");
     assert!(gh.prs().is_empty());
     assert!(!text(&out).contains(token));
@@ -651,7 +1026,13 @@ async fn long_titles_are_shortened_to_what_github_takes() {
     f.github = Some(gh.uri());
     f.token = Some("ghp_longtitle_token_0123456789".into());
     let long = format!("Add sub {}", "and explain it ".repeat(30));
-    let w = f.agent("writer.sh", &format!("#!/bin/sh\necho sub >> calc.txt\nprintf 'done\\n\\nFINDINGS:\\n- {}\\n\\n'\n", "x".repeat(400)));
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\necho sub >> calc.txt\nprintf 'done\\n\\nFINDINGS:\\n- {}\\n\\n'\n",
+            "x".repeat(400)
+        ),
+    );
     let r = f.agent("reviewer.sh", APPROVE);
     f.config_with(&w, &r, "");
     f.write("NEXT.md", &format!("- [ ] {}\n", long.trim()));
@@ -661,7 +1042,10 @@ async fn long_titles_are_shortened_to_what_github_takes() {
     let prs = gh.prs();
     let title = prs[0]["title"].as_str().unwrap();
     assert_eq!(title.chars().count(), 256, "{title}");
-    assert!(title.starts_with("nightshift: Add sub and explain it") && title.ends_with('…'), "{title}");
+    assert!(
+        title.starts_with("nightshift: Add sub and explain it") && title.ends_with('…'),
+        "{title}"
+    );
     assert_eq!(gh.issues().len(), 1, "the long finding became an issue");
 }
 
@@ -678,8 +1062,20 @@ async fn a_writer_that_deletes_git_or_says_nothing_is_named_plainly() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken", "error"], "{rep:#}");
-    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("removed or replaced the checkout's .git"), "{rep:#}");
-    assert!(rep["items"][1]["reason"].as_str().unwrap().contains("exited with code 1 and printed nothing"), "{rep:#}");
+    assert!(
+        rep["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("removed or replaced the checkout's .git"),
+        "{rep:#}"
+    );
+    assert!(
+        rep["items"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("exited with code 1 and printed nothing"),
+        "{rep:#}"
+    );
     assert!(f.remote_branches().is_empty());
 }
 
@@ -692,19 +1088,43 @@ async fn gate_env_passes_the_projects_database_url_but_never_the_token() {
     let mut f = Fixture::new();
     f.github = Some(gh.uri());
     f.token = Some("ghp_gateenv_token_0123456789".into());
-    f.extra_env.push(("DATABASE_URL".into(), "postgres://app@db.invalid/app_test".into()));
+    f.extra_env.push((
+        "DATABASE_URL".into(),
+        "postgres://app@db.invalid/app_test".into(),
+    ));
     let ev = f.agents.display().to_string();
-    let gate = f.agent("gate.sh", &format!("#!/bin/sh\nenv > {ev}/gate-env.txt\nsh test.sh\n"));
-    let w = f.agent("writer.sh", &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\necho sub >> calc.txt\n"));
+    let gate = f.agent(
+        "gate.sh",
+        &format!("#!/bin/sh\nenv > {ev}/gate-env.txt\nsh test.sh\n"),
+    );
+    let w = f.agent(
+        "writer.sh",
+        &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\necho sub >> calc.txt\n"),
+    );
     let r = f.agent("reviewer.sh", APPROVE);
     f.config(&format!("verify = [\"{gate}\"]\ngate_env = [\"DATABASE_URL\", \"GITHUB_TOKEN\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
-    assert!(text(&out).contains("gate_env lists GITHUB_TOKEN, which nightshift never passes"), "{}", text(&out));
+    assert!(
+        text(&out).contains("gate_env lists GITHUB_TOKEN, which nightshift never passes"),
+        "{}",
+        text(&out)
+    );
     let gate_env = read(&f.agents.join("gate-env.txt"));
-    assert!(gate_env.lines().any(|l| l == "DATABASE_URL=postgres://app@db.invalid/app_test"), "{gate_env}");
-    assert!(!gate_env.contains("ghp_gateenv_token") && !gate_env.contains(&f.db.url), "{gate_env}");
+    assert!(
+        gate_env
+            .lines()
+            .any(|l| l == "DATABASE_URL=postgres://app@db.invalid/app_test"),
+        "{gate_env}"
+    );
+    assert!(
+        !gate_env.contains("ghp_gateenv_token") && !gate_env.contains(&f.db.url),
+        "{gate_env}"
+    );
     let writer_env = read(&f.agents.join("writer-env.txt"));
-    assert!(!writer_env.contains("DATABASE_URL="), "agents get no database URL: {writer_env}");
+    assert!(
+        !writer_env.contains("DATABASE_URL="),
+        "agents get no database URL: {writer_env}"
+    );
 }

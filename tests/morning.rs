@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::github::{Fault, FakeGitHub};
+use common::github::{FakeGitHub, Fault};
 use common::{Fixture, assert_ok, git, text};
 use nightshift::{backlog, config, contract, gate::GateRun, report};
 
@@ -31,7 +31,8 @@ fn world(gh: &FakeGitHub, backlog: &str) -> Fixture {
     let mut f = Fixture::new();
     f.github = Some(gh.uri());
     f.token = Some("ghp_morning_token_0123456789".into());
-    f.extra_env.push(("NIGHTSHIFT_GITHUB_BACKOFF_MS".into(), "10".into()));
+    f.extra_env
+        .push(("NIGHTSHIFT_GITHUB_BACKOFF_MS".into(), "10".into()));
     let w = f.agent("writer.sh", WRITER);
     let r = f.agent("reviewer.sh", APPROVE);
     f.config_with(&w, &r, "");
@@ -40,11 +41,18 @@ fn world(gh: &FakeGitHub, backlog: &str) -> Fixture {
 }
 
 fn outcomes(report: &serde_json::Value) -> Vec<String> {
-    report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap_or_default().to_string()).collect()
+    report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap_or_default().to_string())
+        .collect()
 }
 
 fn post_pulls(reqs: &[(String, String, String)]) -> usize {
-    reqs.iter().filter(|(m, p, _)| m == "POST" && p == "/repos/owner/repo/pulls").count()
+    reqs.iter()
+        .filter(|(m, p, _)| m == "POST" && p == "/repos/owner/repo/pulls")
+        .count()
 }
 
 fn in_secs(n: i64) -> String {
@@ -75,23 +83,45 @@ async fn github_faults_end_in_exactly_one_pr() {
     for (what, faults, posts) in cases {
         let gh = FakeGitHub::start().await;
         let f = world(&gh, "- [ ] Add sub\n");
-        let faults = faults.into_iter().map(|x| if x.status == 429 { x.header("x-ratelimit-reset", &in_secs(2)) } else { x }).collect();
+        let faults = faults
+            .into_iter()
+            .map(|x| {
+                if x.status == 429 {
+                    x.header("x-ratelimit-reset", &in_secs(2))
+                } else {
+                    x
+                }
+            })
+            .collect();
         gh.state.lock().unwrap().scripted = faults;
         let started = std::time::Instant::now();
         let out = f.approve_and_drain(&[]);
         assert_ok(&out, what);
         if what.starts_with("429") {
-            assert!(started.elapsed() >= std::time::Duration::from_secs(1), "{what}: waited for the reset");
+            assert!(
+                started.elapsed() >= std::time::Duration::from_secs(1),
+                "{what}: waited for the reset"
+            );
         }
         let rep = f.report();
         assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{what}: {rep:#}");
         let prs = gh.prs();
         assert_eq!(prs.len(), 1, "{what}: exactly one PR, got {prs:#?}");
         assert_eq!(rep["items"][0]["pr_number"], prs[0]["number"], "{what}");
-        assert!(gh.state.lock().unwrap().scripted.is_empty(), "{what}: every fault was met");
+        assert!(
+            gh.state.lock().unwrap().scripted.is_empty(),
+            "{what}: every fault was met"
+        );
         let reqs = gh.requests().await;
         assert_eq!(post_pulls(&reqs), posts, "{what}: creates sent");
-        assert!(prs[0]["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"), "{what}: labelled");
+        assert!(
+            prs[0]["labels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["name"] == "autopilot"),
+            "{what}: labelled"
+        );
         gh.assert_never_merged_approved_or_closed().await;
     }
 }
@@ -102,23 +132,36 @@ async fn github_faults_end_in_exactly_one_pr() {
 async fn a_pr_that_keeps_failing_is_recorded_and_opened_on_the_next_run() {
     let gh = FakeGitHub::start().await;
     let f = world(&gh, "- [ ] Add sub\n");
-    gh.state.lock().unwrap().scripted = (0..6).map(|_| Fault::new("POST", "/repos/owner/repo/pulls", 503)).collect();
+    gh.state.lock().unwrap().scripted = (0..6)
+        .map(|_| Fault::new("POST", "/repos/owner/repo/pulls", 503))
+        .collect();
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "pr_failed", "{rep:#}");
-    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("retried on the next run"), "{rep:#}");
+    assert!(
+        rep["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("retried on the next run"),
+        "{rep:#}"
+    );
     assert!(gh.prs().is_empty());
     assert_eq!(f.remote_branches().len(), 1, "the branch is pushed");
     assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "pr_failed");
 
-    let writer_calls = f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'");
+    let writer_calls =
+        f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'");
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "second run");
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{rep:#}");
     assert_eq!(gh.prs().len(), 1);
-    assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), writer_calls, "the item was not redone");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"),
+        writer_calls,
+        "the item was not redone"
+    );
     assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "open");
     gh.assert_never_merged_approved_or_closed().await;
 }
@@ -130,14 +173,20 @@ fn mask(s: &str, f: &Fixture) -> String {
     let mut s = s.replace(&f.dir.path().display().to_string(), "[TMP]");
     for (re, to) in [
         (r"http://127\.0\.0\.1:\d+", "[GITHUB]"),
-        (r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "[UUID]"),
+        (
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[UUID]",
+        ),
         (r"\b[0-9a-f]{64}\b", "[SHA256]"),
         (r"\b[0-9a-f]{40}\b", "[COMMIT]"),
         (r"\b[0-9a-f]{12}\b", "[SHORT]"),
         (r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} [A-Z]+", "[TIME]"),
         (r"\b\d+(\.\d+)?(ms|[hms])(\d+[ms])*\b", "[DUR]"),
     ] {
-        s = regex::Regex::new(re).unwrap().replace_all(&s, to).into_owned();
+        s = regex::Regex::new(re)
+            .unwrap()
+            .replace_all(&s, to)
+            .into_owned();
     }
     s
 }
@@ -148,11 +197,18 @@ fn mask(s: &str, f: &Fixture) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn pr_body_and_report_snapshots() {
     let gh = FakeGitHub::start().await;
-    let f = world(&gh, "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - accept: the test still passes\n  - scope: calc.txt\n- [ ] Add bogus\n  - rounds: 2\n- [ ] Add mul\n  - question: is mul worth it?\n");
+    let f = world(
+        &gh,
+        "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - accept: the test still passes\n  - scope: calc.txt\n- [ ] Add bogus\n  - rounds: 2\n- [ ] Add mul\n  - question: is mul worth it?\n",
+    );
     let w = f.agents.join("writer.sh").display().to_string();
     let r = f.agents.join("reviewer.sh").display().to_string();
     f.config_with(&w, &r, "setup = [\"echo setting up\"]\n");
-    std::fs::write(f.agents.join("writer.sh"), WRITER.replace("*div*)", "*bogus*) echo bogus >> calc.txt ;;\n  *div*)")).unwrap();
+    std::fs::write(
+        f.agents.join("writer.sh"),
+        WRITER.replace("*div*)", "*bogus*) echo bogus >> calc.txt ;;\n  *div*)"),
+    )
+    .unwrap();
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let prs = gh.prs();
@@ -163,11 +219,17 @@ async fn pr_body_and_report_snapshots() {
     let rep = f.run(&["report"]);
     assert_ok(&rep, "report");
     // Column widths follow the masked values: align on two spaces.
-    let table = regex::Regex::new(r" {2,}").unwrap().replace_all(&mask(&String::from_utf8_lossy(&rep.stdout), &f), "  ").into_owned();
+    let table = regex::Regex::new(r" {2,}")
+        .unwrap()
+        .replace_all(&mask(&String::from_utf8_lossy(&rep.stdout), &f), "  ")
+        .into_owned();
     insta::assert_snapshot!("report_text", table);
     let md = f.run(&["report", "--markdown"]);
     assert_ok(&md, "report --markdown");
-    insta::assert_snapshot!("report_markdown", mask(&String::from_utf8_lossy(&md.stdout), &f));
+    insta::assert_snapshot!(
+        "report_markdown",
+        mask(&String::from_utf8_lossy(&md.stdout), &f)
+    );
 
     let json = f.report();
     assert_eq!(json["totals"]["prs_opened"], 1, "{json:#}");
@@ -177,11 +239,24 @@ async fn pr_body_and_report_snapshots() {
     for k in ["run_id", "status"] {
         assert!(json[k].is_string(), "{k}");
     }
-    for k in ["index", "title", "contract_sha", "outcome", "branch", "pr_number", "pr_url", "rounds"] {
+    for k in [
+        "index",
+        "title",
+        "contract_sha",
+        "outcome",
+        "branch",
+        "pr_number",
+        "pr_url",
+        "rounds",
+    ] {
         assert!(json["items"][0].get(k).is_some(), "SPEC §2 field {k}");
     }
     let shown = f.run(&["report", "--show-body"]);
-    assert!(text(&shown).contains("──── item 1 · PR body"), "{}", text(&shown));
+    assert!(
+        text(&shown).contains("──── item 1 · PR body"),
+        "{}",
+        text(&shown)
+    );
 }
 
 /// A gate that prints 1 MB: the PR body stays under GitHub's limit and says
@@ -197,19 +272,35 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
-    assert!(body.chars().count() <= 65_536, "{} chars", body.chars().count());
+    assert!(
+        body.chars().count() <= 65_536,
+        "{} chars",
+        body.chars().count()
+    );
     assert!(body.contains("cut to its tail"), "{body}");
-    assert!(body.contains("ok\n```"), "the tail keeps the end of the output: {body}");
+    assert!(
+        body.contains("ok\n```"),
+        "the tail keeps the end of the output: {body}"
+    );
 
     // Library level: every setup and gate command printed 1 MB.
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("config.toml");
     std::fs::write(&cfg, "verify = [\"a\", \"b\", \"c\"]\n").unwrap();
     let loaded = config::load(&cfg).unwrap();
-    let bl = backlog::parse(std::path::Path::new("NEXT.md"), "- [ ] Big\n  - accept: fits\n");
+    let bl = backlog::parse(
+        std::path::Path::new("NEXT.md"),
+        "- [ ] Big\n  - accept: fits\n",
+    );
     let plan = contract::build_plan(dir.path(), &bl, &loaded).unwrap();
     let entry = &plan.entries[0];
-    let big = |c: &str| GateRun { command: c.into(), exit_code: Some(0), timed_out: false, duration_ms: 1200, output_tail: "y".repeat(1 << 20) };
+    let big = |c: &str| GateRun {
+        command: c.into(),
+        exit_code: Some(0),
+        timed_out: false,
+        duration_ms: 1200,
+        output_tail: "y".repeat(1 << 20),
+    };
     let e = report::Evidence {
         contract: entry.contract.clone(),
         contract_sha: entry.contract_sha.clone(),
@@ -218,8 +309,19 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         base_commit: "0".repeat(40),
         setup: vec![big("npm ci")],
         changed: vec![],
-        rounds: vec![report::RoundSummary { n: 1, seconds: 3, result: "approved".into(), note: String::new(), gate: vec![big("a"), big("b"), big("c")], verdict: None }],
-        verdict: nightshift::review::Verdict { verdict: nightshift::review::Decision::Approve, findings: vec![], conditions: vec![] },
+        rounds: vec![report::RoundSummary {
+            n: 1,
+            seconds: 3,
+            result: "approved".into(),
+            note: String::new(),
+            gate: vec![big("a"), big("b"), big("c")],
+            verdict: None,
+        }],
+        verdict: nightshift::review::Verdict {
+            verdict: nightshift::review::Decision::Approve,
+            findings: vec![],
+            conditions: vec![],
+        },
         duration: std::time::Duration::from_secs(3),
         tokens: 0,
         cost_usd: None,
@@ -232,9 +334,19 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         agent_notes: vec![],
     };
     let body = report::pr_body(&e);
-    assert!(body.chars().count() <= report::BODY_LIMIT, "{}", body.chars().count());
-    assert!(body.contains("cut to its tail") && body.contains("of 1048576 characters"), "{body}");
-    assert!(body.trim_end().ends_with(&nightshift::forge::item_marker(&entry.contract.key)));
+    assert!(
+        body.chars().count() <= report::BODY_LIMIT,
+        "{}",
+        body.chars().count()
+    );
+    assert!(
+        body.contains("cut to its tail") && body.contains("of 1048576 characters"),
+        "{body}"
+    );
+    assert!(
+        body.trim_end()
+            .ends_with(&nightshift::forge::item_marker(&entry.contract.key))
+    );
 }
 
 /// Two PRs of one night that change the same file: the later one's body
@@ -250,10 +362,22 @@ async fn a_pr_sharing_files_with_an_earlier_one_says_so() {
     assert_eq!(prs.len(), 3);
     let body = |i: usize| prs[i]["body"].as_str().unwrap().to_string();
     assert!(!body(0).contains("Merge order"), "{}", body(0));
-    assert!(!body(1).contains("Merge order"), "docs share nothing: {}", body(1));
+    assert!(
+        !body(1).contains("Merge order"),
+        "docs share nothing: {}",
+        body(1)
+    );
     let third = body(2);
-    let line = third.lines().find(|l| l.contains("Merge order")).unwrap_or_else(|| panic!("{third}"));
-    assert!(line.contains(&format!("#{}", prs[0]["number"])) && line.contains("Add sub") && line.contains("`calc.txt`"), "{line}");
+    let line = third
+        .lines()
+        .find(|l| l.contains("Merge order"))
+        .unwrap_or_else(|| panic!("{third}"));
+    assert!(
+        line.contains(&format!("#{}", prs[0]["number"]))
+            && line.contains("Add sub")
+            && line.contains("`calc.txt`"),
+        "{line}"
+    );
     assert!(!line.contains("docs"), "{line}");
     gh.assert_never_merged_approved_or_closed().await;
 }
@@ -267,13 +391,23 @@ async fn a_pr_sharing_files_with_an_earlier_one_says_so() {
 async fn github_refusals_reach_the_report_and_bad_credentials_stop_github_for_the_run() {
     let gh = FakeGitHub::start().await;
     let f = world(&gh, "- [ ] Add sub\n");
-    gh.state.lock().unwrap().scripted = vec![Fault::new("POST", "/repos/owner/repo/issues/1/labels", 403).message("Resource not accessible by integration")];
+    gh.state.lock().unwrap().scripted = vec![
+        Fault::new("POST", "/repos/owner/repo/issues/1/labels", 403)
+            .message("Resource not accessible by integration"),
+    ];
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "pr_opened", "{rep:#}");
-    let reason = rep["items"][0]["reason"].as_str().unwrap_or_default().to_string();
-    assert!(reason.contains("without the label") && reason.contains("Resource not accessible by integration"), "{rep:#}");
+    let reason = rep["items"][0]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        reason.contains("without the label")
+            && reason.contains("Resource not accessible by integration"),
+        "{rep:#}"
+    );
 
     let gh = FakeGitHub::start().await;
     let f = world(&gh, "- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n");
@@ -283,19 +417,43 @@ async fn github_refusals_reach_the_report_and_bad_credentials_stop_github_for_th
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["pr_failed", "pr_failed", "pr_failed"], "{rep:#}");
-    let reasons: Vec<String> = rep["items"].as_array().unwrap().iter().map(|i| i["reason"].as_str().unwrap_or_default().to_string()).collect();
-    assert!(reasons[0].contains("Bad credentials") && reasons[0].contains("GITHUB_TOKEN"), "{reasons:?}");
+    assert_eq!(
+        outcomes(&rep),
+        ["pr_failed", "pr_failed", "pr_failed"],
+        "{rep:#}"
+    );
+    let reasons: Vec<String> = rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["reason"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        reasons[0].contains("Bad credentials") && reasons[0].contains("GITHUB_TOKEN"),
+        "{reasons:?}"
+    );
     assert!(reasons[1].contains("earlier in this run"), "{reasons:?}");
-    assert_eq!(post_pulls(&gh.requests().await), 1, "GitHub was not asked again after bad credentials");
+    assert_eq!(
+        post_pulls(&gh.requests().await),
+        1,
+        "GitHub was not asked again after bad credentials"
+    );
     assert_eq!(f.remote_branches().len(), 3, "the work was pushed");
     assert!(!text(&out).contains("ghp_morning_token_0123456789"));
     // The next run (the token fixed) opens the three PRs, nothing redone.
     let out = f.run(&["drain"]);
-    let out = if out.status.code() == Some(3) { f.approve_and_drain(&[]) } else { out };
+    let out = if out.status.code() == Some(3) {
+        f.approve_and_drain(&[])
+    } else {
+        out
+    };
     assert_ok(&out, "the next drain");
     assert_eq!(gh.prs().len(), 3);
-    assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"), "3", "no item was redone");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"),
+        "3",
+        "no item was redone"
+    );
     gh.assert_never_merged_approved_or_closed().await;
 }
 
@@ -317,15 +475,32 @@ async fn report_picks_runs_by_prefix_and_counts_items_with_nothing_to_change() {
     assert_ok(&by_flag, "report --run PREFIX");
     assert_eq!(by_arg.stdout, by_flag.stdout);
     let t = text(&by_arg);
-    assert!(t.contains(&run) && t.contains("1 with nothing to change"), "{t}");
-    let logs = t.lines().find_map(|l| l.strip_prefix("each round's prompt, agent output and gate log: ")).unwrap_or_else(|| panic!("{t}"));
-    assert!(std::path::Path::new(logs).is_dir() && logs.contains(&run), "{logs}");
+    assert!(
+        t.contains(&run) && t.contains("1 with nothing to change"),
+        "{t}"
+    );
+    let logs = t
+        .lines()
+        .find_map(|l| l.strip_prefix("each round's prompt, agent output and gate log: "))
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(
+        std::path::Path::new(logs).is_dir() && logs.contains(&run),
+        "{logs}"
+    );
     let out = f.run(&["report", "ffff0000"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains(&run[..8]), "the error lists the recent runs: {}", text(&out));
+    assert!(
+        text(&out).contains(&run[..8]),
+        "the error lists the recent runs: {}",
+        text(&out)
+    );
     let out = f.run(&["report", &run[..3]]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("is too short: give at least 4 hex digits"), "{}", text(&out));
+    assert!(
+        text(&out).contains("is too short: give at least 4 hex digits"),
+        "{}",
+        text(&out)
+    );
 }
 
 const ADJACENT: &str = "# calc\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n- [ ] Add mul\n- [ ] Add div   \n- [x] Add add (done: #1)\n";
@@ -363,12 +538,32 @@ async fn sync_ticks_merged_items_in_one_pr() {
     let b = pr["head"]["ref"].as_str().unwrap().to_string();
     let b = b.as_str();
     assert!(b.starts_with("nightshift/sync-backlog-"), "{b}");
-    assert!(pr["labels"].as_array().unwrap().iter().any(|l| l["name"] == "autopilot"));
-    assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]), "1", "one commit");
-    assert_eq!(git(&f.remote, &["rev-parse", &format!("{b}^")]), git(&f.remote, &["rev-parse", "main"]), "from origin/main");
-    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", b]), "NEXT.md", "nothing else changed");
+    assert!(
+        pr["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["name"] == "autopilot")
+    );
+    assert_eq!(
+        git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]),
+        "1",
+        "one commit"
+    );
+    assert_eq!(
+        git(&f.remote, &["rev-parse", &format!("{b}^")]),
+        git(&f.remote, &["rev-parse", "main"]),
+        "from origin/main"
+    );
+    assert_eq!(
+        git(&f.remote, &["diff", "--name-only", "main", b]),
+        "NEXT.md",
+        "nothing else changed"
+    );
     let ticked = git(&f.remote, &["show", &format!("{b}:NEXT.md")]);
-    let expected = ADJACENT.replace("- [ ] Add sub\n", "- [x] Add sub (done: #1)\n").replace("- [ ] Add mul\n", "- [x] Add mul (done: #2)\n");
+    let expected = ADJACENT
+        .replace("- [ ] Add sub\n", "- [x] Add sub (done: #1)\n")
+        .replace("- [ ] Add mul\n", "- [x] Add mul (done: #2)\n");
     assert_eq!(format!("{ticked}\n"), expected, "byte-exact ticks");
     assert!(text(&out).contains("opened PR #4"), "{}", text(&out));
 
@@ -377,24 +572,52 @@ async fn sync_ticks_merged_items_in_one_pr() {
     assert_ok(&out, "second sync");
     assert!(text(&out).contains("updated PR #4"), "{}", text(&out));
     assert_eq!(gh.prs().len(), 4, "no duplicate sync PR");
-    assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]), "1", "still one commit");
+    assert_eq!(
+        git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]),
+        "1",
+        "still one commit"
+    );
     gh.assert_never_merged_approved_or_closed().await;
 
     // The next snapshot: plan shows them blocked, drain reports them.
     let plan = f.run(&["plan", "--json"]);
     assert_ok(&plan, "plan");
     let plan: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
-    let blocked: Vec<&str> = plan["items"].as_array().unwrap().iter().map(|i| i["blocked"].as_str().unwrap_or("")).collect();
-    assert_eq!(blocked, ["already merged: PR #1", "already merged: PR #2", "already open: PR #3"], "{plan:#}");
+    let blocked: Vec<&str> = plan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["blocked"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        blocked,
+        [
+            "already merged: PR #1",
+            "already merged: PR #2",
+            "already open: PR #3"
+        ],
+        "{plan:#}"
+    );
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain after merges");
-    let outcomes: Vec<String> = f.report()["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap().to_string()).collect();
-    assert_eq!(outcomes, ["already_merged", "already_merged", "already_open"]);
+    let outcomes: Vec<String> = f.report()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["already_merged", "already_merged", "already_open"]
+    );
     assert_eq!(gh.prs().len(), 4);
 
     // A person merges the sync PR, then item 3's: a new sync PR on a new
     // branch, one commit on the new main, ticking only item 3.
-    git(&f.remote, &["update-ref", "refs/heads/main", &format!("refs/heads/{b}")]);
+    git(
+        &f.remote,
+        &["update-ref", "refs/heads/main", &format!("refs/heads/{b}")],
+    );
     gh.merge(4);
     gh.merge(3);
     let out = f.run(&["sync"]);
@@ -403,13 +626,25 @@ async fn sync_ticks_merged_items_in_one_pr() {
     let prs = gh.prs();
     assert_eq!(prs.len(), 5);
     let b2 = prs[4]["head"]["ref"].as_str().unwrap().to_string();
-    assert!(b2.starts_with("nightshift/sync-backlog-") && b2 != b, "{b2}");
-    assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b2}")]), "1");
+    assert!(
+        b2.starts_with("nightshift/sync-backlog-") && b2 != b,
+        "{b2}"
+    );
+    assert_eq!(
+        git(&f.remote, &["rev-list", "--count", &format!("main..{b2}")]),
+        "1"
+    );
     let all = expected.replace("- [ ] Add div   \n", "- [x] Add div (done: #3)   \n");
-    assert_eq!(format!("{}\n", git(&f.remote, &["show", &format!("{b2}:NEXT.md")])), all);
+    assert_eq!(
+        format!("{}\n", git(&f.remote, &["show", &format!("{b2}:NEXT.md")])),
+        all
+    );
 
     // Once that is merged too, there is nothing left to sync.
-    git(&f.remote, &["update-ref", "refs/heads/main", &format!("refs/heads/{b2}")]);
+    git(
+        &f.remote,
+        &["update-ref", "refs/heads/main", &format!("refs/heads/{b2}")],
+    );
     gh.merge(5);
     let out = f.run(&["sync"]);
     assert_ok(&out, "sync with everything ticked");
@@ -435,8 +670,14 @@ async fn tick_in_pr_ticks_the_box_in_the_item_pr() {
     let prs = gh.prs();
     assert_eq!(prs.len(), 1);
     let b = prs[0]["head"]["ref"].as_str().unwrap().to_string();
-    assert_eq!(git(&f.remote, &["diff", "--name-only", "main", &b]), "NEXT.md\ncalc.txt");
-    assert_eq!(format!("{}\n", git(&f.remote, &["show", &format!("{b}:NEXT.md")])), ADJACENT.replace("- [ ] Add mul\n", "- [x] Add mul\n"));
+    assert_eq!(
+        git(&f.remote, &["diff", "--name-only", "main", &b]),
+        "NEXT.md\ncalc.txt"
+    );
+    assert_eq!(
+        format!("{}\n", git(&f.remote, &["show", &format!("{b}:NEXT.md")])),
+        ADJACENT.replace("- [ ] Add mul\n", "- [x] Add mul\n")
+    );
 }
 
 /// A writer that swaps the backlog for a symbolic link to a file outside
@@ -449,7 +690,13 @@ async fn tick_in_pr_never_writes_through_a_planted_symlink() {
     let f = world(&gh, ADJACENT);
     publish_backlog(&f);
     let target = f.repo.join("NEXT.md");
-    let w = f.agent("swap.sh", &format!("#!/bin/sh\necho mul >> calc.txt\nrm NEXT.md\nln -s {} NEXT.md\n", target.display()));
+    let w = f.agent(
+        "swap.sh",
+        &format!(
+            "#!/bin/sh\necho mul >> calc.txt\nrm NEXT.md\nln -s {} NEXT.md\n",
+            target.display()
+        ),
+    );
     let r = f.agents.join("reviewer.sh").display().to_string();
     f.config_with(&w, &r, "tick_in_pr = true\n");
     let before = std::fs::read(&target).unwrap();
@@ -459,8 +706,18 @@ async fn tick_in_pr_never_writes_through_a_planted_symlink() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
-    assert!(rep["items"][0]["reason"].as_str().unwrap().contains("symbolic link"), "{rep:#}");
-    assert_eq!(std::fs::read(&target).unwrap(), before, "the user's NEXT.md was written through the link");
+    assert!(
+        rep["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("symbolic link"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        before,
+        "the user's NEXT.md was written through the link"
+    );
     assert!(f.remote_branches().is_empty());
     assert!(gh.prs().is_empty());
 }
@@ -482,8 +739,16 @@ async fn sync_never_ticks_through_a_backlog_link_leading_out() {
     publish_backlog(&f);
     let out = f.run(&["sync"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("symbolic link") && text(&out).contains("outside the repository"), "{}", text(&out));
-    assert_eq!(std::fs::read_to_string(&outside).unwrap(), ADJACENT, "ticked through the link");
+    assert!(
+        text(&out).contains("symbolic link") && text(&out).contains("outside the repository"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        ADJACENT,
+        "ticked through the link"
+    );
     assert_eq!(gh.prs().len(), 3, "no sync PR");
     // A link that stays inside the repository is followed.
     std::fs::create_dir_all(f.repo.join("docs")).unwrap();
@@ -516,7 +781,11 @@ async fn logged_warnings_have_no_colour_codes_in_a_pipe() {
 
 /// The names of the checks `doctor` printed as failed.
 fn failed_checks(out: &std::process::Output) -> Vec<String> {
-    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("FAIL ")).map(|l| l.chars().take(9).collect::<String>().trim().to_string()).collect()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("FAIL "))
+        .map(|l| l.chars().take(9).collect::<String>().trim().to_string())
+        .collect()
 }
 
 /// `doctor` passes on a healthy set-up (asking claude only `--version`) and
@@ -539,31 +808,61 @@ async fn doctor_names_each_failing_check() {
         ),
     );
     let reviewer = f.agents.join("reviewer.sh").display().to_string();
-    let cfg = |f: &Fixture, extra: &str, writer: &str| f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"));
+    let cfg = |f: &Fixture, extra: &str, writer: &str| {
+        f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"))
+    };
     cfg(&f, "", &claude);
     let out = f.run(&["doctor"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let t = text(&out);
-    for name in ["git", "repo", "base", "token", "api", "label", "writer", "reviewer", "user", "database", "data dir"] {
-        assert!(t.lines().any(|l| l.starts_with(&format!("ok   {name} ")) || l.starts_with(&format!("warn {name} "))), "no passing line for {name}:\n{t}");
+    for name in [
+        "git", "repo", "base", "token", "api", "label", "writer", "reviewer", "user", "database",
+        "data dir",
+    ] {
+        assert!(
+            t.lines().any(|l| l.starts_with(&format!("ok   {name} "))
+                || l.starts_with(&format!("warn {name} "))),
+            "no passing line for {name}:\n{t}"
+        );
     }
     // Agents as root are a warning, not a failure (the drain runs, and says so).
     if nix::unistd::geteuid().is_root() {
-        assert!(t.lines().any(|l| l.starts_with("warn user ") && l.contains("agent_user")), "{t}");
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("warn user ") && l.contains("agent_user")),
+            "{t}"
+        );
     }
-    assert!(t.contains("2.1.328 (Claude Code)") && t.contains("logged in: claude.ai") && t.contains("scopes: repo, read:org"), "{t}");
-    assert_eq!(std::fs::read_to_string(&args_log).unwrap(), "--version\nauth status --json\n", "doctor spent no usage");
+    assert!(
+        t.contains("2.1.328 (Claude Code)")
+            && t.contains("logged in: claude.ai")
+            && t.contains("scopes: repo, read:org"),
+        "{t}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&args_log).unwrap(),
+        "--version\nauth status --json\n",
+        "doctor spent no usage"
+    );
 
     let check = |f: &Fixture, expected: &[&str], what: &str| {
         let out = f.run(&["doctor"]);
         assert_eq!(out.status.code(), Some(1), "{what}: {}", text(&out));
         assert_eq!(failed_checks(&out), expected, "{what}:\n{}", text(&out));
-        assert!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("FAIL")).all(|l| l.contains(" — fix: ")), "{what}: every failure has a hint:\n{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.starts_with("FAIL"))
+                .all(|l| l.contains(" — fix: ")),
+            "{what}: every failure has a hint:\n{}",
+            text(&out)
+        );
     };
     // git missing from PATH: git and the repository cannot be read.
     let empty = f.dir.path().join("empty-bin");
     std::fs::create_dir_all(&empty).unwrap();
-    f.extra_env.push(("PATH".into(), empty.display().to_string()));
+    f.extra_env
+        .push(("PATH".into(), empty.display().to_string()));
     check(&f, &["git", "repo"], "git missing");
     f.extra_env.pop();
     // No such remote.
@@ -582,8 +881,18 @@ async fn doctor_names_each_failing_check() {
     let out = f.run(&["doctor"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let t = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(t.lines().any(|l| l.starts_with("warn token ") && l.contains("not a GitHub repository") && l.contains("report --show-body")), "{t}");
-    assert!(t.lines().any(|l| l.starts_with("warn api ") && l.contains("no GitHub token")) && t.lines().any(|l| l.starts_with("warn label ")), "{t}");
+    assert!(
+        t.lines().any(|l| l.starts_with("warn token ")
+            && l.contains("not a GitHub repository")
+            && l.contains("report --show-body")),
+        "{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with("warn api ") && l.contains("no GitHub token"))
+            && t.lines().any(|l| l.starts_with("warn label ")),
+        "{t}"
+    );
     f.github = github;
     f.token = token;
     // A token without the repo scope.
@@ -601,10 +910,17 @@ async fn doctor_names_each_failing_check() {
     gh.state.lock().unwrap().archived = false;
     // The repository renamed: GitHub redirects, doctor warns with the name.
     gh.state.lock().unwrap().renamed_from = Some("old-name".into());
-    f.extra_env.push(("GH_REPO".into(), "owner/old-name".into()));
+    f.extra_env
+        .push(("GH_REPO".into(), "owner/old-name".into()));
     let out = f.run(&["doctor"]);
     assert_ok(&out, "renamed repository");
-    assert!(String::from_utf8_lossy(&out.stdout).lines().any(|l| l.starts_with("warn api ") && l.contains("owner/old-name is now owner/repo")), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("warn api ") && l.contains("owner/old-name is now owner/repo")),
+        "{}",
+        text(&out)
+    );
     f.extra_env.pop();
     gh.state.lock().unwrap().renamed_from = None;
     // The label missing and not creatable.
@@ -636,17 +952,24 @@ async fn doctor_names_each_failing_check() {
     }
     cfg(&f, "", &claude);
     // The database unreachable.
-    f.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), "postgres://postgres@127.0.0.1:9/none".into()));
+    f.extra_env.push((
+        "NIGHTSHIFT_DATABASE_URL".into(),
+        "postgres://postgres@127.0.0.1:9/none".into(),
+    ));
     check(&f, &["database"], "database");
     f.extra_env.pop();
     // The data dir not writable (a file where the directory should be).
     let file = f.dir.path().join("not-a-dir");
     std::fs::write(&file, "x").unwrap();
-    f.extra_env.push(("NIGHTSHIFT_DATA_DIR".into(), file.display().to_string()));
+    f.extra_env
+        .push(("NIGHTSHIFT_DATA_DIR".into(), file.display().to_string()));
     check(&f, &["data dir"], "data dir");
     f.extra_env.pop();
     gh.assert_never_merged_approved_or_closed().await;
-    assert!(!gh.requests().await.iter().any(|(m, _, _)| m == "POST"), "doctor changed nothing on GitHub");
+    assert!(
+        !gh.requests().await.iter().any(|(m, _, _)| m == "POST"),
+        "doctor changed nothing on GitHub"
+    );
 }
 
 /// `init` writes a commented config and NEXT.md from the example; the
@@ -658,19 +981,43 @@ fn init_writes_a_backlog_that_plans_cleanly() {
     let out = f.run(&["init"]);
     assert_ok(&out, "init");
     let example = include_str!("../NEXT.example.md");
-    assert_eq!(std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(), example);
+    assert_eq!(
+        std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(),
+        example
+    );
     let cfg = std::fs::read_to_string(f.repo.join(".nightshift/config.toml")).unwrap();
-    assert!(cfg.lines().filter(|l| l.contains('#')).count() >= 15, "commented config:\n{cfg}");
-    assert_eq!(std::fs::read_to_string(f.repo.join(".nightshift/.gitignore")).unwrap(), "*\n");
+    assert!(
+        cfg.lines().filter(|l| l.contains('#')).count() >= 15,
+        "commented config:\n{cfg}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.repo.join(".nightshift/.gitignore")).unwrap(),
+        "*\n"
+    );
 
     let bl = backlog::parse(std::path::Path::new("NEXT.md"), example);
     assert!(bl.problems.is_empty(), "{:?}", bl.problems);
     use backlog::DetailKind as K;
-    let kinds: Vec<K> = bl.items.iter().flat_map(|i| i.details.lines.iter().map(|l| l.kind)).collect();
-    for k in [K::Accept, K::Verify, K::Scope, K::Question, K::Rounds, K::Timeout, K::Note] {
+    let kinds: Vec<K> = bl
+        .items
+        .iter()
+        .flat_map(|i| i.details.lines.iter().map(|l| l.kind))
+        .collect();
+    for k in [
+        K::Accept,
+        K::Verify,
+        K::Scope,
+        K::Question,
+        K::Rounds,
+        K::Timeout,
+        K::Note,
+    ] {
         assert!(kinds.contains(&k), "NEXT.example.md shows no {k:?} line");
     }
-    assert!(bl.items.iter().any(|i| !i.context.is_empty()), "context block quotes");
+    assert!(
+        bl.items.iter().any(|i| !i.context.is_empty()),
+        "context block quotes"
+    );
     assert!(bl.items.iter().any(|i| i.done), "a done item");
 
     let plan = f.run(&["plan", "--json"]);
@@ -678,12 +1025,18 @@ fn init_writes_a_backlog_that_plans_cleanly() {
     let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
     let items = v["items"].as_array().unwrap();
     assert_eq!(items.len(), bl.items.iter().filter(|i| !i.done).count());
-    assert!(items.iter().any(|i| i["blocked"].is_string()), "the question blocks its item: {v:#}");
+    assert!(
+        items.iter().any(|i| i["blocked"].is_string()),
+        "the question blocks its item: {v:#}"
+    );
     assert!(items.iter().any(|i| i["blocked"].is_null()));
 
     f.write("NEXT.md", "- [ ] mine\n");
     assert_ok(&f.run(&["init"]), "second init");
-    assert_eq!(std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(), "- [ ] mine\n");
+    assert_eq!(
+        std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(),
+        "- [ ] mine\n"
+    );
 }
 
 /// Without a terminal, progress is one plain line per change on stderr; the
@@ -692,23 +1045,57 @@ fn init_writes_a_backlog_that_plans_cleanly() {
 async fn progress_lines_and_a_json_log_per_run() {
     let gh = FakeGitHub::start().await;
     let f = world(&gh, "- [ ] Add sub\n- [ ] Add mul\n");
-    let w = f.agent("slow-writer.sh", &format!("#!/bin/sh\nsleep 1\nexec {}\n", f.agents.join("writer.sh").display()));
+    let w = f.agent(
+        "slow-writer.sh",
+        &format!(
+            "#!/bin/sh\nsleep 1\nexec {}\n",
+            f.agents.join("writer.sh").display()
+        ),
+    );
     let r = f.agents.join("reviewer.sh").display().to_string();
     f.config_with(&w, &r, "");
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.lines().any(|l| l.starts_with("[1/2] Add sub · round 1 · writer · ")), "{err}");
-    assert!(err.lines().any(|l| l.starts_with("[2/2] Add mul · round 1 · writer · ")), "{err}");
-    assert!(!err.contains('\u{1b}'), "no terminal escapes without a terminal: {err:?}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("[1/2] Add sub · round 1 · writer · ")),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("[2/2] Add mul · round 1 · writer · ")),
+        "{err}"
+    );
+    assert!(
+        !err.contains('\u{1b}'),
+        "no terminal escapes without a terminal: {err:?}"
+    );
 
-    let logs: Vec<_> = std::fs::read_dir(f.data.join("logs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "jsonl")).collect();
+    let logs: Vec<_> = std::fs::read_dir(f.data.join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
     assert_eq!(logs.len(), 1, "one log file per run: {logs:?}");
     let run_id = f.report()["run_id"].as_str().unwrap().to_string();
     let log = std::fs::read_to_string(&logs[0]).unwrap();
-    let lines: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"))).collect();
-    assert!(lines.iter().any(|v| v["fields"]["message"] == "progress" && v["fields"]["run"] == run_id.as_str()), "{log}");
-    assert!(lines.iter().any(|v| v["fields"]["message"] == "run finished"), "{log}");
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|v| v["fields"]["message"] == "progress" && v["fields"]["run"] == run_id.as_str()),
+        "{log}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|v| v["fields"]["message"] == "run finished"),
+        "{log}"
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("log: {}", logs[0].display())));
 
     // -q: no progress, no report, another log file.
@@ -717,6 +1104,21 @@ async fn progress_lines_and_a_json_log_per_run() {
     assert_ok(&f.run(&["approve", &sha]), "approve");
     let out = f.run(&["-q", "drain"]);
     assert_ok(&out, "drain -q");
-    assert!(out.stdout.is_empty() && !String::from_utf8_lossy(&out.stderr).contains("[1/1]"), "{}", text(&out));
-    assert_eq!(std::fs::read_dir(f.data.join("logs")).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "jsonl")).count(), 2);
+    assert!(
+        out.stdout.is_empty() && !String::from_utf8_lossy(&out.stderr).contains("[1/1]"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        std::fs::read_dir(f.data.join("logs"))
+            .unwrap()
+            .filter(|e| e
+                .as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "jsonl"))
+            .count(),
+        2
+    );
 }

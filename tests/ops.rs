@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::bg::{
+    Bg, approve, outcomes, process_gone, read_pid, release, stall_snippet, wait_until,
+};
 use common::github::FakeGitHub;
-use common::bg::{Bg, approve, outcomes, process_gone, read_pid, release, stall_snippet, wait_until};
 use common::{Fixture, assert_ok, git, text};
 use serde_json::Value;
 
@@ -33,7 +35,13 @@ echo "edited calc.txt"
 /// writer of `Add pow` stalls when `writer2.stall` exists.
 fn two_items(f: &Fixture) {
     let w = f.agent("writer.sh", &format!("#!/bin/sh\n{}if grep -q 'Add pow' \"$NIGHTSHIFT_CONTRACT_FILE\"; then\n{}fi\n{WORD_WRITER}", stall_snippet(&f.agents, "writer"), stall_snippet(&f.agents, "writer2")));
-    let r = f.agent("reviewer.sh", &format!("#!/bin/sh\n{}echo '{{\"verdict\":\"approve\",\"findings\":[]}}'\n", stall_snippet(&f.agents, "reviewer")));
+    let r = f.agent(
+        "reviewer.sh",
+        &format!(
+            "#!/bin/sh\n{}echo '{{\"verdict\":\"approve\",\"findings\":[]}}'\n",
+            stall_snippet(&f.agents, "reviewer")
+        ),
+    );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
 }
@@ -43,7 +51,9 @@ fn stall(f: &Fixture, name: &str) {
 }
 
 fn wait_ready(f: &Fixture, name: &str) {
-    wait_until(Duration::from_secs(30), &format!("{name} to stall"), || f.agents.join(format!("{name}.ready")).exists());
+    wait_until(Duration::from_secs(30), &format!("{name} to stall"), || {
+        f.agents.join(format!("{name}.ready")).exists()
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -55,7 +65,10 @@ fn wait_ready(f: &Fixture, name: &str) {
 /// `interrupted`, the checkout cleaned, the run `stopped_signal`.
 #[test]
 fn sighup_and_sigquit_stop_the_run_cleanly() {
-    for sig in [nix::sys::signal::Signal::SIGHUP, nix::sys::signal::Signal::SIGQUIT] {
+    for sig in [
+        nix::sys::signal::Signal::SIGHUP,
+        nix::sys::signal::Signal::SIGQUIT,
+    ] {
         let f = Fixture::new();
         two_items(&f);
         stall(&f, "writer");
@@ -65,9 +78,20 @@ fn sighup_and_sigquit_stop_the_run_cleanly() {
         let agent = read_pid(&f.agents.join("writer.ready"));
         bg.signal(sig);
         let status = bg.wait(Duration::from_secs(15));
-        assert_eq!(status.code(), Some(1), "{sig:?}: {status:?}\n{}", bg.output());
-        assert!(bg.output().contains(&format!("{sig:?} received")), "{}", bg.output());
-        wait_until(Duration::from_secs(5), "the agent to be killed", || process_gone(agent));
+        assert_eq!(
+            status.code(),
+            Some(1),
+            "{sig:?}: {status:?}\n{}",
+            bg.output()
+        );
+        assert!(
+            bg.output().contains(&format!("{sig:?} received")),
+            "{}",
+            bg.output()
+        );
+        wait_until(Duration::from_secs(5), "the agent to be killed", || {
+            process_gone(agent)
+        });
         let rep = f.report();
         assert_eq!(rep["status"], "stopped_signal", "{sig:?}: {rep:#}");
         assert_eq!(outcomes(&rep), ["interrupted"], "{sig:?}");
@@ -80,7 +104,11 @@ fn sighup_and_sigquit_stop_the_run_cleanly() {
 /// `interrupted`, run `stopped_signal` — though its terminal is gone.
 #[test]
 fn closing_the_terminal_stops_the_run_cleanly() {
-    if std::process::Command::new("script").arg("--version").output().is_err() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("skipped: `script` (util-linux) is not installed");
         return;
     }
@@ -90,17 +118,39 @@ fn closing_the_terminal_stops_the_run_cleanly() {
     approve(&f);
     let c = f.cmd();
     let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
-    let envs: Vec<String> = c.get_envs().filter_map(|(k, v)| v.map(|v| quote(&format!("{}={}", k.to_string_lossy(), v.to_string_lossy())))).collect();
-    let line = format!("cd {} && exec env -i {} {} drain --deadline {}", quote(&f.repo.display().to_string()), envs.join(" "), env!("CARGO_BIN_EXE_nightshift"), common::far_deadline());
-    let mut terminal = std::process::Command::new("script").args(["-qfec", &line, "/dev/null"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let envs: Vec<String> = c
+        .get_envs()
+        .filter_map(|(k, v)| {
+            v.map(|v| quote(&format!("{}={}", k.to_string_lossy(), v.to_string_lossy())))
+        })
+        .collect();
+    let line = format!(
+        "cd {} && exec env -i {} {} drain --deadline {}",
+        quote(&f.repo.display().to_string()),
+        envs.join(" "),
+        env!("CARGO_BIN_EXE_nightshift"),
+        common::far_deadline()
+    );
+    let mut terminal = std::process::Command::new("script")
+        .args(["-qfec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     wait_ready(&f, "writer");
     let agent = read_pid(&f.agents.join("writer.ready"));
     let drain: i32 = f.db.sql("SELECT pid FROM runs").parse().unwrap();
     terminal.kill().unwrap();
     let _ = terminal.wait();
-    wait_until(Duration::from_secs(15), "nightshift to exit", || process_gone(drain));
+    wait_until(Duration::from_secs(15), "nightshift to exit", || {
+        process_gone(drain)
+    });
     assert!(process_gone(agent), "the agent outlived the run");
-    assert_eq!(f.db.sql("SELECT status || ' ' || exit_code FROM runs"), "stopped_signal 1");
+    assert_eq!(
+        f.db.sql("SELECT status || ' ' || exit_code FROM runs"),
+        "stopped_signal 1"
+    );
     assert_eq!(f.db.sql("SELECT outcome FROM run_items"), "interrupted");
     assert!(f.remote_branches().is_empty());
 }
@@ -108,9 +158,22 @@ fn closing_the_terminal_stops_the_run_cleanly() {
 /// Takes the test's database away: no new connections, every session ended.
 fn db_down(f: &Fixture) {
     let admin = common::admin_url();
-    for q in [format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", f.db.name), format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{}'", f.db.name)] {
-        let out = std::process::Command::new("psql").args([admin.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", &q]).output().unwrap();
-        assert!(out.status.success(), "{q}: {}", String::from_utf8_lossy(&out.stderr));
+    for q in [
+        format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", f.db.name),
+        format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{}'",
+            f.db.name
+        ),
+    ] {
+        let out = std::process::Command::new("psql")
+            .args([admin.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", &q])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{q}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -118,8 +181,15 @@ fn db_down(f: &Fixture) {
 fn db_up(f: &Fixture) {
     let admin = common::admin_url();
     let q = format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", f.db.name);
-    let out = std::process::Command::new("psql").args([admin.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", &q]).output().unwrap();
-    assert!(out.status.success(), "{q}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new("psql")
+        .args([admin.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", &q])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{q}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn writer_calls(f: &Fixture) -> String {
@@ -129,7 +199,11 @@ fn writer_calls(f: &Fixture) -> String {
 /// Exactly one PR per item on GitHub, each from its own branch, and those
 /// branches on the remote with one commit each.
 fn one_pr_per_item(f: &Fixture, gh: &FakeGitHub, items: usize) {
-    let mut heads: Vec<String> = gh.prs().iter().map(|p| p["head"]["ref"].as_str().unwrap().to_string()).collect();
+    let mut heads: Vec<String> = gh
+        .prs()
+        .iter()
+        .map(|p| p["head"]["ref"].as_str().unwrap().to_string())
+        .collect();
     heads.sort();
     assert_eq!(heads.len(), items, "{heads:?}");
     heads.dedup();
@@ -138,7 +212,11 @@ fn one_pr_per_item(f: &Fixture, gh: &FakeGitHub, items: usize) {
     branches.sort();
     assert_eq!(branches, heads);
     for b in &branches {
-        assert_eq!(git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]), "1", "{b} has one commit");
+        assert_eq!(
+            git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]),
+            "1",
+            "{b} has one commit"
+        );
     }
 }
 
@@ -168,9 +246,17 @@ async fn a_ledger_outage_during_an_item_is_waited_out() {
     wait_ready(&f, "writer");
     db_down(&f);
     release(&f.agents, "writer");
-    wait_until(Duration::from_secs(20), "the run to say it waits for the ledger", || bg.output().contains("stopped answering"));
+    wait_until(
+        Duration::from_secs(20),
+        "the run to say it waits for the ledger",
+        || bg.output().contains("stopped answering"),
+    );
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(bg.child.try_wait().unwrap().is_none(), "the run gave up at once:\n{}", bg.output());
+    assert!(
+        bg.child.try_wait().unwrap().is_none(),
+        "the run gave up at once:\n{}",
+        bg.output()
+    );
     db_up(&f);
     // The outage ended the session holding the repository's lock; the run
     // took it again, so another drain (with checkouts elsewhere, so that only
@@ -178,19 +264,35 @@ async fn a_ledger_outage_during_an_item_is_waited_out() {
     wait_ready(&f, "writer2");
     let other_data = f.dir.path().join("other-data");
     let mut second = f.cmd();
-    second.env("NIGHTSHIFT_DATA_DIR", &other_data).args(["drain", "--deadline", &common::far_deadline()]);
+    second.env("NIGHTSHIFT_DATA_DIR", &other_data).args([
+        "drain",
+        "--deadline",
+        &common::far_deadline(),
+    ]);
     let out = second.output().unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    assert!(text(&out).contains("another nightshift run holds the lock"), "{}", text(&out));
+    assert!(
+        text(&out).contains("another nightshift run holds the lock"),
+        "{}",
+        text(&out)
+    );
     release(&f.agents, "writer2");
     let status = bg.wait(Duration::from_secs(60));
     assert_eq!(status.code(), Some(0), "{}", bg.output());
-    assert!(bg.output().contains("the ledger answers again"), "{}", bg.output());
+    assert!(
+        bg.output().contains("the ledger answers again"),
+        "{}",
+        bg.output()
+    );
     let rep = f.report();
     assert_eq!(rep["status"], "completed", "{rep:#}");
     assert_eq!(outcomes(&rep), ["pr_opened", "pr_opened"]);
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
-    assert_eq!(writer_calls(&f), "2", "the writer's work was kept, not redone");
+    assert_eq!(
+        writer_calls(&f),
+        "2",
+        "the writer's work was kept, not redone"
+    );
     one_pr_per_item(&f, &gh, 2);
 }
 
@@ -205,18 +307,42 @@ async fn a_signal_while_waiting_for_the_ledger_stops_and_the_next_drain_resumes(
     wait_ready(&f, "writer");
     db_down(&f);
     release(&f.agents, "writer");
-    wait_until(Duration::from_secs(20), "the run to wait for the ledger", || bg.output().contains("stopped answering"));
+    wait_until(
+        Duration::from_secs(20),
+        "the run to wait for the ledger",
+        || bg.output().contains("stopped answering"),
+    );
     let sent = Instant::now();
     bg.signal(nix::sys::signal::Signal::SIGTERM);
-    assert_eq!(bg.wait(Duration::from_secs(15)).code(), Some(1), "{}", bg.output());
-    assert!(sent.elapsed() < Duration::from_secs(5), "a signal does not wait for the ledger: {:?}", sent.elapsed());
+    assert_eq!(
+        bg.wait(Duration::from_secs(15)).code(),
+        Some(1),
+        "{}",
+        bg.output()
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "a signal does not wait for the ledger: {:?}",
+        sent.elapsed()
+    );
     let out = bg.output();
-    assert!(out.contains("a signal came while the run waited") && out.contains("`nightshift drain` resumes this run"), "{out}");
-    assert!(out.contains(&format!("/{} (from NIGHTSHIFT_DATABASE_URL)", f.db.name)), "names the ledger: {out}");
+    assert!(
+        out.contains("a signal came while the run waited")
+            && out.contains("`nightshift drain` resumes this run"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("/{} (from NIGHTSHIFT_DATABASE_URL)", f.db.name)),
+        "names the ledger: {out}"
+    );
     db_up(&f);
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(text(&out).contains("resuming crashed run"), "{}", text(&out));
+    assert!(
+        text(&out).contains("resuming crashed run"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
     one_pr_per_item(&f, &gh, 2);
 }
@@ -236,14 +362,37 @@ fn an_embedded_ledger_that_dies_mid_run_is_started_again() {
     let out = embedded().args(["plan", "--json"]).output().unwrap();
     assert_ok(&out, "plan");
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_ok(&embedded().args(["approve", plan["plan_sha"].as_str().unwrap()]).output().unwrap(), "approve");
-    let mut bg = Bg::start_cmd(&f, embedded(), &["drain", "--deadline", &common::far_deadline()]);
+    assert_ok(
+        &embedded()
+            .args(["approve", plan["plan_sha"].as_str().unwrap()])
+            .output()
+            .unwrap(),
+        "approve",
+    );
+    let mut bg = Bg::start_cmd(
+        &f,
+        embedded(),
+        &["drain", "--deadline", &common::far_deadline()],
+    );
     wait_ready(&f, "writer");
     let pid_file = f.data.join("pg/postmaster.pid");
-    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     // SIGQUIT is PostgreSQL's immediate shutdown: no checkpoint, as in a crash.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGQUIT).unwrap();
-    wait_until(Duration::from_secs(10), "the postmaster to be gone", || process_gone(pid));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGQUIT,
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(10), "the postmaster to be gone", || {
+        process_gone(pid)
+    });
     release(&f.agents, "writer");
     let status = bg.wait(Duration::from_secs(90));
     assert_eq!(status.code(), Some(0), "{}", bg.output());
@@ -262,21 +411,48 @@ fn status_and_report_with_the_ledger_down_say_why() {
     let mut f = Fixture::new();
     two_items(&f);
     let missing = f.dir.path().join("no-server");
-    f.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), format!("postgres://postgres:hunter2secret@localhost/x?host={}", missing.display())));
-    for args in [&["status"][..], &["status", "--json"], &["report"], &["report", "--json"]] {
+    f.extra_env.push((
+        "NIGHTSHIFT_DATABASE_URL".into(),
+        format!(
+            "postgres://postgres:hunter2secret@localhost/x?host={}",
+            missing.display()
+        ),
+    ));
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["report"],
+        &["report", "--json"],
+    ] {
         let started = Instant::now();
         let out = f.cmd().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
-        assert!(started.elapsed() < Duration::from_secs(8), "{args:?} took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
         let t = text(&out);
-        assert!(t.contains("cannot connect to the ledger at postgres://postgres@") && t.contains("(from NIGHTSHIFT_DATABASE_URL)"), "{args:?}: {t}");
-        assert!(t.contains("No such file or directory"), "{args:?}: the cause, not a pool timeout: {t}");
-        assert!(t.contains("start that server or fix the URL"), "{args:?}: {t}");
+        assert!(
+            t.contains("cannot connect to the ledger at postgres://postgres@")
+                && t.contains("(from NIGHTSHIFT_DATABASE_URL)"),
+            "{args:?}: {t}"
+        );
+        assert!(
+            t.contains("No such file or directory"),
+            "{args:?}: the cause, not a pool timeout: {t}"
+        );
+        assert!(
+            t.contains("start that server or fix the URL"),
+            "{args:?}: {t}"
+        );
         assert!(!t.contains("hunter2secret"), "{t}");
-        assert!(out.stdout.is_empty(), "{args:?}: no half answer on stdout: {t}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: no half answer on stdout: {t}"
+        );
     }
 }
-
 
 /// A small tmpfs mounted over `dir`, unmounted when dropped; `None` when
 /// this process may not mount (not root), and the test says it skipped.
@@ -285,9 +461,22 @@ struct Tmpfs(PathBuf);
 impl Tmpfs {
     fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
         std::fs::create_dir_all(dir).unwrap();
-        let out = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs", dir.to_str().unwrap()]).output().ok()?;
+        let out = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+                dir.to_str().unwrap(),
+            ])
+            .output()
+            .ok()?;
         if !out.status.success() {
-            eprintln!("skipped: cannot mount a tmpfs here ({}); run the tests as root to try a full or read-only disk", text(&out).trim());
+            eprintln!(
+                "skipped: cannot mount a tmpfs here ({}); run the tests as root to try a full or read-only disk",
+                text(&out).trim()
+            );
             return None;
         }
         Some(Tmpfs(dir.to_path_buf()))
@@ -296,7 +485,9 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").args(["-l", self.0.to_str().unwrap()]).output();
+        let _ = std::process::Command::new("umount")
+            .args(["-l", self.0.to_str().unwrap()])
+            .output();
     }
 }
 
@@ -312,19 +503,43 @@ fn stops_and_resumes(f: &Fixture, gh: &FakeGitHub, bg: &mut Bg, cause: &str, fix
     let status = bg.wait(Duration::from_secs(60));
     assert_eq!(status.code(), Some(1), "{}", bg.output());
     let out = bg.output();
-    assert!(out.contains(&format!("error: the run stopped: {cause}")) && out.contains("Once that is fixed, `nightshift drain` resumes this run"), "{out}");
+    assert!(
+        out.contains(&format!("error: the run stopped: {cause}"))
+            && out.contains("Once that is fixed, `nightshift drain` resumes this run"),
+        "{out}"
+    );
     let rep = f.report();
     assert_eq!(rep["status"], "crashed", "{rep:#}");
     let last = rep["items"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["outcome"], "interrupted", "{rep:#}");
-    assert!(last["reason"].as_str().unwrap().starts_with(&format!("stopped: {cause}")), "{rep:#}");
-    assert_eq!(f.db.sql("SELECT count(*) FROM run_items WHERE outcome IN ('error', 'rule_broken')"), "0", "nothing was blamed on the item");
+    assert!(
+        last["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("stopped: {cause}")),
+        "{rep:#}"
+    );
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM run_items WHERE outcome IN ('error', 'rule_broken')"),
+        "0",
+        "nothing was blamed on the item"
+    );
     let status = text(&f.run(&["status"]));
-    assert!(status.contains(&format!("idle: run {} stopped before its end", rep["run_id"].as_str().unwrap())) && status.contains("the next `nightshift drain` resumes it"), "{status}");
+    assert!(
+        status.contains(&format!(
+            "idle: run {} stopped before its end",
+            rep["run_id"].as_str().unwrap()
+        )) && status.contains("the next `nightshift drain` resumes it"),
+        "{status}"
+    );
     fix();
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(text(&out).contains("resuming crashed run"), "{}", text(&out));
+    assert!(
+        text(&out).contains("resuming crashed run"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
     one_pr_per_item(f, gh, 2);
 }
@@ -341,7 +556,11 @@ async fn an_agent_executable_that_disappears_stops_the_run_to_be_resumed() {
     std::fs::rename(&writer, &hidden).unwrap();
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains(&format!("the writer `{}`", writer.display())), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("the writer `{}`", writer.display())),
+        "{}",
+        text(&out)
+    );
     std::fs::rename(&hidden, &writer).unwrap();
     // The approval was not used up by that refusal. Now the writer loses its
     // execute bit while item 1's reviewer works.
@@ -351,8 +570,13 @@ async fn an_agent_executable_that_disappears_stops_the_run_to_be_resumed() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&writer, std::fs::Permissions::from_mode(0o644)).unwrap();
     release(&f.agents, "reviewer");
-    let cause = format!("writer agent (command) could not start: cannot start `{}`", writer.display());
-    stops_and_resumes(&f, &gh, &mut bg, &cause, || std::fs::set_permissions(&writer, std::fs::Permissions::from_mode(0o755)).unwrap());
+    let cause = format!(
+        "writer agent (command) could not start: cannot start `{}`",
+        writer.display()
+    );
+    stops_and_resumes(&f, &gh, &mut bg, &cause, || {
+        std::fs::set_permissions(&writer, std::fs::Permissions::from_mode(0o755)).unwrap()
+    });
     assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
     assert_eq!(f.db.sql("SELECT string_agg(outcome, ',' ORDER BY item_index) FROM run_items WHERE run_id = (SELECT id FROM runs WHERE status = 'crashed')"), "pr_opened,interrupted");
 }
@@ -363,16 +587,30 @@ async fn an_agent_executable_that_disappears_stops_the_run_to_be_resumed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_data_disk_stops_the_run_to_be_resumed() {
     let (f, gh) = with_github().await;
-    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else { return };
+    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else {
+        return;
+    };
     stall(&f, "writer");
     approve(&f);
     let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
     wait_ready(&f, "writer");
     let filler = f.data.join("filler");
-    let _ = std::process::Command::new("dd").args(["if=/dev/zero", &format!("of={}", filler.display()), "bs=1M", "count=100"]).output();
+    let _ = std::process::Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", filler.display()),
+            "bs=1M",
+            "count=100",
+        ])
+        .output();
     release(&f.agents, "writer");
-    let cause = format!("the disk holding the data directory {} is full", f.data.display());
-    stops_and_resumes(&f, &gh, &mut bg, &cause, || std::fs::remove_file(&filler).unwrap());
+    let cause = format!(
+        "the disk holding the data directory {} is full",
+        f.data.display()
+    );
+    stops_and_resumes(&f, &gh, &mut bg, &cause, || {
+        std::fs::remove_file(&filler).unwrap()
+    });
 }
 
 /// A data disk already full when the drain starts: refused before the
@@ -380,15 +618,31 @@ async fn a_full_data_disk_stops_the_run_to_be_resumed() {
 #[test]
 fn a_data_disk_full_before_the_drain_costs_no_approval() {
     let f = Fixture::new();
-    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else { return };
+    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else {
+        return;
+    };
     two_items(&f);
     approve(&f);
     // Nearly full: small files still fit, a checkout and its logs would not.
     let filler = f.data.join("filler");
-    let _ = std::process::Command::new("dd").args(["if=/dev/zero", &format!("of={}", filler.display()), "bs=1M", "count=60"]).output();
+    let _ = std::process::Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            &format!("of={}", filler.display()),
+            "bs=1M",
+            "count=60",
+        ])
+        .output();
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains(&format!("the disk holding the data directory {} is full", f.data.display())) && text(&out).contains("the approval is still unused"), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "the disk holding the data directory {} is full",
+            f.data.display()
+        )) && text(&out).contains("the approval is still unused"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
     std::fs::remove_file(&filler).unwrap();
     let out = f.run(&["drain"]);
@@ -400,7 +654,9 @@ fn a_data_disk_full_before_the_drain_costs_no_approval() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_only_data_directory_stops_the_run_to_be_resumed() {
     let (f, gh) = with_github().await;
-    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else { return };
+    let Some(_fs) = Tmpfs::mount(&f.data, "64m") else {
+        return;
+    };
     stall(&f, "writer");
     approve(&f);
     let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
@@ -409,13 +665,19 @@ async fn a_read_only_data_directory_stops_the_run_to_be_resumed() {
     // log file elsewhere in the data directory keeps the tmpfs busy).
     let slots = f.data.join("slots");
     let mount = |args: &[&str]| {
-        let out = std::process::Command::new("mount").args(args).output().unwrap();
+        let out = std::process::Command::new("mount")
+            .args(args)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "mount {args:?}: {}", text(&out));
     };
     mount(&["--bind", slots.to_str().unwrap(), slots.to_str().unwrap()]);
     mount(&["-o", "remount,bind,ro", slots.to_str().unwrap()]);
     release(&f.agents, "writer");
-    let cause = format!("the data directory {} is on a read-only file system", f.data.display());
+    let cause = format!(
+        "the data directory {} is on a read-only file system",
+        f.data.display()
+    );
     stops_and_resumes(&f, &gh, &mut bg, &cause, || {
         let _ = std::process::Command::new("umount").arg(&slots).output();
     });
@@ -433,10 +695,12 @@ async fn a_data_directory_removed_mid_run_is_not_blamed_on_the_writer() {
     wait_ready(&f, "writer");
     std::fs::remove_dir_all(&f.data).unwrap();
     release(&f.agents, "writer");
-    let cause = format!("the data directory {} was removed or replaced during the run", f.data.display());
+    let cause = format!(
+        "the data directory {} was removed or replaced during the run",
+        f.data.display()
+    );
     stops_and_resumes(&f, &gh, &mut bg, &cause, || {});
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // The user's checkout changes during the night
@@ -448,9 +712,18 @@ async fn a_data_directory_removed_mid_run_is_not_blamed_on_the_writer() {
 #[test]
 fn a_remote_url_changed_mid_run_does_not_move_the_run() {
     let f = Fixture::new();
-    let gate = f.agent("gate.sh", &format!("#!/bin/sh\n{}sh test.sh\n", stall_snippet(&f.agents, "gate")));
+    let gate = f.agent(
+        "gate.sh",
+        &format!(
+            "#!/bin/sh\n{}sh test.sh\n",
+            stall_snippet(&f.agents, "gate")
+        ),
+    );
     let w = f.agent("writer.sh", &format!("#!/bin/sh\n{WORD_WRITER}"));
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     f.config(&format!("verify = [\"{gate}\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
     stall(&f, "gate");
@@ -458,16 +731,39 @@ fn a_remote_url_changed_mid_run_does_not_move_the_run() {
     let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
     wait_ready(&f, "gate");
     let other = f.dir.path().join("other.git");
-    git(f.dir.path(), &["clone", "-q", "--bare", f.remote.to_str().unwrap(), other.to_str().unwrap()]);
-    git(&f.repo, &["remote", "set-url", "origin", other.to_str().unwrap()]);
+    git(
+        f.dir.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            f.remote.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    git(
+        &f.repo,
+        &["remote", "set-url", "origin", other.to_str().unwrap()],
+    );
     release(&f.agents, "gate");
-    assert_eq!(bg.wait(Duration::from_secs(60)).code(), Some(0), "{}", bg.output());
+    assert_eq!(
+        bg.wait(Duration::from_secs(60)).code(),
+        Some(0),
+        "{}",
+        bg.output()
+    );
     let mut branches = f.remote_branches();
     branches.sort();
-    assert_eq!(branches, ["nightshift/add-pow-1fd47fc4", "nightshift/add-sub-35f7305b"]);
-    assert_eq!(git(&other, &["branch", "--list", "nightshift/*"]), "", "nothing went to the new URL");
+    assert_eq!(
+        branches,
+        ["nightshift/add-pow-1fd47fc4", "nightshift/add-sub-35f7305b"]
+    );
+    assert_eq!(
+        git(&other, &["branch", "--list", "nightshift/*"]),
+        "",
+        "nothing went to the new URL"
+    );
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Gates that touch git
@@ -491,10 +787,26 @@ fn a_gate_that_commits_or_switches_branches_does_not_change_the_proof() {
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
-    for (branch, word) in [("nightshift/add-sub-35f7305b", "sub"), ("nightshift/add-pow-1fd47fc4", "pow")] {
-        assert_eq!(git(&f.remote, &["log", "--format=%an: %s", &format!("main..{branch}")]), "nightshift: nightshift: Add {word}".replace("{word}", word));
-        assert_eq!(git(&f.remote, &["diff", "--name-only", "main", branch]), "calc.txt", "{branch}: only the writer's file");
-        assert_eq!(git(&f.remote, &["show", &format!("{branch}:calc.txt")]), format!("add\n{word}"));
+    for (branch, word) in [
+        ("nightshift/add-sub-35f7305b", "sub"),
+        ("nightshift/add-pow-1fd47fc4", "pow"),
+    ] {
+        assert_eq!(
+            git(
+                &f.remote,
+                &["log", "--format=%an: %s", &format!("main..{branch}")]
+            ),
+            "nightshift: nightshift: Add {word}".replace("{word}", word)
+        );
+        assert_eq!(
+            git(&f.remote, &["diff", "--name-only", "main", branch]),
+            "calc.txt",
+            "{branch}: only the writer's file"
+        );
+        assert_eq!(
+            git(&f.remote, &["show", &format!("{branch}:calc.txt")]),
+            format!("add\n{word}")
+        );
     }
 }
 
@@ -514,17 +826,30 @@ fn misbehaving_agents_and_gates_never_hang_the_night() {
         "writer.sh",
         &format!("#!/bin/sh\n{WORD_WRITER}if grep -q 'Add sub' \"$NIGHTSHIFT_CONTRACT_FILE\"; then\n  setsid sh -c 'sleep 300' & echo $! > {a}/daemon.pid\n  (trap '' TERM; exec sleep 301) & echo $! > {a}/stubborn.pid\nfi\n"),
     );
-    let r = f.agent("reviewer.sh", "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
     let gate = f.agent("gate.sh", &format!("#!/bin/sh\nif grep -q pow calc.txt; then exec sleep 302; fi\nsleep 303 & echo $! > {a}/holder.pid\nsh test.sh\n"));
     f.config(&format!("verify = [\"{gate}\"]\n[limits]\nrounds = 1\ngate_timeout = \"2s\"\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
     let started = Instant::now();
     let out = f.approve_and_drain(&[]);
-    assert!(started.elapsed() < Duration::from_secs(40), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["pr_opened", "tests_failed"], "{rep:#}");
-    assert!(rep["items"][1]["reason"].as_str().unwrap().contains("timed out"), "{rep:#}");
+    assert!(
+        rep["items"][1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"),
+        "{rep:#}"
+    );
     for p in ["daemon.pid", "stubborn.pid", "holder.pid"] {
         let pid = read_pid(&f.agents.join(p));
         assert!(process_gone(pid), "{p} ({pid}) outlived the night");
@@ -541,8 +866,10 @@ fn misbehaving_agents_and_gates_never_hang_the_night() {
 fn two_repositories_drain_at_once_in_one_data_directory() {
     let f = Fixture::new();
     let mut g = Fixture::new();
-    g.extra_env.push(("NIGHTSHIFT_DATA_DIR".into(), f.data.display().to_string()));
-    g.extra_env.push(("NIGHTSHIFT_DATABASE_URL".into(), f.db.url.clone()));
+    g.extra_env
+        .push(("NIGHTSHIFT_DATA_DIR".into(), f.data.display().to_string()));
+    g.extra_env
+        .push(("NIGHTSHIFT_DATABASE_URL".into(), f.db.url.clone()));
     for x in [&f, &g] {
         two_items(x);
         stall(x, "writer");
@@ -555,9 +882,22 @@ fn two_repositories_drain_at_once_in_one_data_directory() {
     wait_ready(&g, "writer");
     release(&f.agents, "writer");
     release(&g.agents, "writer");
-    assert_eq!(a.wait(Duration::from_secs(60)).code(), Some(0), "{}", a.output());
-    assert_eq!(b.wait(Duration::from_secs(60)).code(), Some(0), "{}", b.output());
-    assert_eq!(f.db.sql("SELECT string_agg(status, ',') FROM runs"), "completed,completed");
+    assert_eq!(
+        a.wait(Duration::from_secs(60)).code(),
+        Some(0),
+        "{}",
+        a.output()
+    );
+    assert_eq!(
+        b.wait(Duration::from_secs(60)).code(),
+        Some(0),
+        "{}",
+        b.output()
+    );
+    assert_eq!(
+        f.db.sql("SELECT string_agg(status, ',') FROM runs"),
+        "completed,completed"
+    );
     assert_eq!(f.db.sql("SELECT count(DISTINCT repo) FROM runs"), "2");
     for x in [&f, &g] {
         assert_eq!(x.remote_branches().len(), 2);
@@ -572,7 +912,9 @@ fn an_rfc3339_deadline_with_an_offset_is_that_instant_and_a_past_one_is_refused(
     two_items(&f);
     approve(&f);
     let taipei = chrono::FixedOffset::east_opt(8 * 3600).unwrap();
-    let past = (chrono::Utc::now() - chrono::Duration::minutes(5)).with_timezone(&taipei).to_rfc3339();
+    let past = (chrono::Utc::now() - chrono::Duration::minutes(5))
+        .with_timezone(&taipei)
+        .to_rfc3339();
     let out = f.run(&["drain", "--deadline", &past]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("is in the past"), "{}", text(&out));
@@ -580,8 +922,13 @@ fn an_rfc3339_deadline_with_an_offset_is_that_instant_and_a_past_one_is_refused(
     let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
     let at = (chrono::Utc::now() + chrono::Duration::hours(3)).with_timezone(&new_york);
     let out = f.run(&["drain", "--deadline", &at.to_rfc3339()]);
-    assert_eq!(out.status.code(), Some(0), "the approval was still there: {}", text(&out));
-    let recorded = f.db.sql("SELECT floor(extract(epoch FROM deadline))::bigint FROM runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the approval was still there: {}",
+        text(&out)
+    );
+    let recorded =
+        f.db.sql("SELECT floor(extract(epoch FROM deadline))::bigint FROM runs");
     assert_eq!(recorded, at.timestamp().to_string());
 }
-

@@ -364,8 +364,15 @@ async fn a_descendant_that_left_the_session_and_cleared_its_environment_is_swept
     .await;
     assert!(outcome.success(), "{outcome:?}");
     let pid = read_pid(&pidfile);
-    assert!(gone(pid), "the setsid'd, unmarked sleep {pid} is still in /proc");
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(
+        gone(pid),
+        "the setsid'd, unmarked sleep {pid} is still in /proc"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]

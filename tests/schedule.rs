@@ -235,7 +235,11 @@ fn cron_accepts_five_and_six_fields() {
         ("0 25 * * *", "the hour field `25`", "0–23"),
         ("0 7 32 * *", "the day-of-month field `32`", "1–31"),
         ("0 7 * 13 *", "the month field `13`", "JAN–DEC"),
-        ("0 7 * * MON-FOO", "the day-of-week field `MON-FOO`", "SUN–SAT"),
+        (
+            "0 7 * * MON-FOO",
+            "the day-of-week field `MON-FOO`",
+            "SUN–SAT",
+        ),
         ("75 0 7 * * *", "the second field `75`", "0–59"),
         ("0 7 * JANUAR *", "the month field `JANUAR`", "1–12"),
     ] {
@@ -315,23 +319,75 @@ fn crontab_line_names_the_zone() {
         "{text}"
     );
     assert!(
-        print_crontab("0 0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI, None)
-            .unwrap()
-            .contains("\n0 22 * * * ")
+        print_crontab(
+            "0 0 22 * * *",
+            Path::new("/b"),
+            Path::new("/r"),
+            TAIPEI,
+            None
+        )
+        .unwrap()
+        .contains("\n0 22 * * * ")
     );
-    let err = print_crontab("30 0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI, None).unwrap_err();
+    let err = print_crontab(
+        "30 0 22 * * *",
+        Path::new("/b"),
+        Path::new("/r"),
+        TAIPEI,
+        None,
+    )
+    .unwrap_err();
     assert!(matches!(err, ScheduleError::Untranslatable { .. }), "{err}");
     // croner's Quartz extensions fire under `schedule`, but no cron daemon reads them.
-    for quartz in ["0 7 L * *", "0 7 * * 5#3", "0 7 ? * MON", "0 7 15W * *", "0 7 * * 5L"] {
-        let err = print_crontab(quartz, Path::new("/b"), Path::new("/r"), TAIPEI, None).unwrap_err();
-        assert!(matches!(err, ScheduleError::Untranslatable { .. }) && err.to_string().contains("L, W, # or ?"), "{quartz}: {err}");
+    for quartz in [
+        "0 7 L * *",
+        "0 7 * * 5#3",
+        "0 7 ? * MON",
+        "0 7 15W * *",
+        "0 7 * * 5L",
+    ] {
+        let err =
+            print_crontab(quartz, Path::new("/b"), Path::new("/r"), TAIPEI, None).unwrap_err();
+        assert!(
+            matches!(err, ScheduleError::Untranslatable { .. })
+                && err.to_string().contains("L, W, # or ?"),
+            "{quartz}: {err}"
+        );
     }
     // Names that hold those letters are plain crontab.
-    assert!(print_crontab("0 7 * JUL WED", Path::new("/b"), Path::new("/r"), TAIPEI, None).is_ok());
+    assert!(
+        print_crontab(
+            "0 7 * JUL WED",
+            Path::new("/b"),
+            Path::new("/r"),
+            TAIPEI,
+            None
+        )
+        .is_ok()
+    );
     // cron's own PATH is minimal: the job carries the one `schedule` ran with.
-    let with_path = print_crontab("0 22 * * *", Path::new("/b"), Path::new("/r"), TAIPEI, Some("/root/.npm/bin:/usr/bin:/bin")).unwrap();
-    assert!(with_path.contains("cd '/r' && PATH='/root/.npm/bin:/usr/bin:/bin' TZ=Asia/Taipei '/b' --repo '/r' drain"), "{with_path}");
-    let pct = print_crontab("0 22 * * *", Path::new("/b"), Path::new("/r/100%"), TAIPEI, None).unwrap();
+    let with_path = print_crontab(
+        "0 22 * * *",
+        Path::new("/b"),
+        Path::new("/r"),
+        TAIPEI,
+        Some("/root/.npm/bin:/usr/bin:/bin"),
+    )
+    .unwrap();
+    assert!(
+        with_path.contains(
+            "cd '/r' && PATH='/root/.npm/bin:/usr/bin:/bin' TZ=Asia/Taipei '/b' --repo '/r' drain"
+        ),
+        "{with_path}"
+    );
+    let pct = print_crontab(
+        "0 22 * * *",
+        Path::new("/b"),
+        Path::new("/r/100%"),
+        TAIPEI,
+        None,
+    )
+    .unwrap();
     assert!(pct.contains(r"'/r/100\%'"), "{pct}");
 }
 
@@ -370,9 +426,29 @@ fn systemd_units_translate_the_expression() {
         "{}",
         units.service
     );
-    let with_path = print_systemd("0 22 * * *", bin, repo, TAIPEI, Some("/opt/node 20/bin:/usr/bin")).unwrap();
-    assert!(with_path.service.contains("Environment=TZ=Asia/Taipei\nEnvironment=\"PATH=/opt/node 20/bin:/usr/bin\"\nExecStart="), "{}", with_path.service);
-    let odd = print_systemd("0 22 * * *", bin, Path::new("/srv/a$b \"c\" 5%"), TAIPEI, None).unwrap();
+    let with_path = print_systemd(
+        "0 22 * * *",
+        bin,
+        repo,
+        TAIPEI,
+        Some("/opt/node 20/bin:/usr/bin"),
+    )
+    .unwrap();
+    assert!(
+        with_path.service.contains(
+            "Environment=TZ=Asia/Taipei\nEnvironment=\"PATH=/opt/node 20/bin:/usr/bin\"\nExecStart="
+        ),
+        "{}",
+        with_path.service
+    );
+    let odd = print_systemd(
+        "0 22 * * *",
+        bin,
+        Path::new("/srv/a$b \"c\" 5%"),
+        TAIPEI,
+        None,
+    )
+    .unwrap();
     assert!(
         odd.service
             .contains(r#"--repo "/srv/a$$b \"c\" 5%%" drain"#),

@@ -32,7 +32,10 @@ use chrono::Utc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{AgentError, Call, EndWatch, Report, Role, Usage, base_command, cut_chars, limit_in_text, parse_blocks, telling_stderr_line};
+use super::{
+    AgentError, Call, EndWatch, Report, Role, Usage, base_command, cut_chars, limit_in_text,
+    parse_blocks, telling_stderr_line,
+};
 use crate::config::AgentConfig;
 use crate::limit;
 use crate::review;
@@ -44,12 +47,23 @@ use crate::review;
 /// as root, where `--dangerously-skip-permissions` is refused ("cannot be
 /// used with root/sudo privileges"): with these flags it edits and writes
 /// files and runs Bash (`tests/agent_claude.rs`).
-pub const DEFAULT_WRITER_FLAGS: &[&str] = &["--permission-mode", "acceptEdits", "--allowedTools", "Bash,Edit,Write,MultiEdit,Read,Grep,Glob"];
+pub const DEFAULT_WRITER_FLAGS: &[&str] = &[
+    "--permission-mode",
+    "acceptEdits",
+    "--allowedTools",
+    "Bash,Edit,Write,MultiEdit,Read,Grep,Glob",
+];
 
 /// The reviewer's read-only flags: plan mode, exactly three read tools, no
 /// MCP servers from the user's or project's config. [`argv`] adds
 /// `--json-schema` [`VERDICT_SCHEMA`] after them.
-pub const REVIEWER_FLAGS: &[&str] = &["--permission-mode", "plan", "--tools", "Read,Grep,Glob", "--strict-mcp-config"];
+pub const REVIEWER_FLAGS: &[&str] = &[
+    "--permission-mode",
+    "plan",
+    "--tools",
+    "Read,Grep,Glob",
+    "--strict-mcp-config",
+];
 
 /// The JSON Schema of a verdict, passed with `--json-schema` so the real CLI
 /// returns the verdict as the result's `structured_output` (SPEC §5.5).
@@ -137,7 +151,16 @@ impl ResultEvent {
         let n = |p: &str| r.pointer(p).and_then(Value::as_u64);
         let s = |k: &str| r.get(k).and_then(Value::as_str).map(String::from);
         let strings = |k: &str| -> Vec<String> {
-            r.get(k).and_then(Value::as_array).into_iter().flatten().filter_map(|e| e.as_str().map(String::from).or_else(|| e.get("message").and_then(Value::as_str).map(String::from))).collect()
+            r.get(k)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| {
+                    e.as_str()
+                        .map(String::from)
+                        .or_else(|| e.get("message").and_then(Value::as_str).map(String::from))
+                })
+                .collect()
         };
         ResultEvent {
             is_error: r.get("is_error").and_then(Value::as_bool).unwrap_or(false),
@@ -146,8 +169,22 @@ impl ResultEvent {
             terminal_reason: s("terminal_reason"),
             num_turns: n("/num_turns"),
             text: s("result").unwrap_or_default(),
-            errors: strings("errors").into_iter().filter(|e| !e.trim().is_empty()).collect(),
-            permission_denials: r.get("permission_denials").and_then(Value::as_array).into_iter().flatten().map(|d| d.get("tool_name").and_then(Value::as_str).unwrap_or("a tool").to_string()).collect(),
+            errors: strings("errors")
+                .into_iter()
+                .filter(|e| !e.trim().is_empty())
+                .collect(),
+            permission_denials: r
+                .get("permission_denials")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|d| {
+                    d.get("tool_name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("a tool")
+                        .to_string()
+                })
+                .collect(),
             queued_turns: n("/queued_turn_count").unwrap_or(0),
             structured_output: r.get("structured_output").filter(|v| !v.is_null()).cloned(),
             usage: result_usage(r),
@@ -157,7 +194,12 @@ impl ResultEvent {
     /// The call failed: `is_error`, an API error status, or an `error_*`
     /// subtype (any one of them; `subtype: "success"` proves nothing).
     pub fn failed(&self) -> bool {
-        self.is_error || self.api_error_status.is_some() || self.subtype.as_deref().is_some_and(|s| s.starts_with("error"))
+        self.is_error
+            || self.api_error_status.is_some()
+            || self
+                .subtype
+                .as_deref()
+                .is_some_and(|s| s.starts_with("error"))
     }
 
     /// What the result says about a failure, for the ledger and the card:
@@ -192,8 +234,12 @@ impl ResultEvent {
         match self.subtype.as_deref() {
             Some("error_max_turns") => "it reached its turn limit (--max-turns)".into(),
             Some("error_max_budget_usd") => "it reached its budget (--max-budget-usd)".into(),
-            Some("error_max_structured_output_retries") => "it could not give its answer in the required JSON schema".into(),
-            Some("error_during_execution") => "an error during execution (the CLI gave no detail)".into(),
+            Some("error_max_structured_output_retries") => {
+                "it could not give its answer in the required JSON schema".into()
+            }
+            Some("error_during_execution") => {
+                "an error during execution (the CLI gave no detail)".into()
+            }
             _ => "the CLI gave no detail".into(),
         }
     }
@@ -201,7 +247,11 @@ impl ResultEvent {
 
 /// Tokens and cost of a result event (see [`ResultEvent::from_value`]).
 fn result_usage(r: &Value) -> Usage {
-    let models: Vec<&Value> = r.get("modelUsage").and_then(Value::as_object).map(|m| m.values().collect()).unwrap_or_default();
+    let models: Vec<&Value> = r
+        .get("modelUsage")
+        .and_then(Value::as_object)
+        .map(|m| m.values().collect())
+        .unwrap_or_default();
     let model_sum = |keys: &[&str]| -> Option<u64> {
         let mut total = None;
         for m in &models {
@@ -213,20 +263,46 @@ fn result_usage(r: &Value) -> Usage {
         }
         total
     };
-    let from_models = (model_sum(&["inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens"]), model_sum(&["outputTokens"]));
+    let from_models = (
+        model_sum(&[
+            "inputTokens",
+            "cacheReadInputTokens",
+            "cacheCreationInputTokens",
+        ]),
+        model_sum(&["outputTokens"]),
+    );
     let n = |p: &str| r.pointer(p).and_then(Value::as_u64);
     let (tokens_in, tokens_out) = if from_models.0.unwrap_or(0) + from_models.1.unwrap_or(0) > 0 {
         from_models
     } else {
-        let tokens_in = match (n("/usage/input_tokens"), n("/usage/cache_read_input_tokens"), n("/usage/cache_creation_input_tokens")) {
+        let tokens_in = match (
+            n("/usage/input_tokens"),
+            n("/usage/cache_read_input_tokens"),
+            n("/usage/cache_creation_input_tokens"),
+        ) {
             (None, None, None) => None,
             (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
         };
-        (tokens_in.or(from_models.0), n("/usage/output_tokens").or(from_models.1))
+        (
+            tokens_in.or(from_models.0),
+            n("/usage/output_tokens").or(from_models.1),
+        )
     };
-    let cost = |v: Option<&Value>| v.and_then(Value::as_f64).filter(|c| c.is_finite() && *c >= 0.0);
-    let model_cost = models.iter().filter_map(|m| cost(m.get("costUSD"))).fold(None, |acc: Option<f64>, c| Some(acc.unwrap_or(0.0) + c));
-    Usage { tokens_in, tokens_out, cost_usd: cost(r.get("total_cost_usd")).or_else(|| cost(r.get("cost_usd"))).or(model_cost) }
+    let cost = |v: Option<&Value>| {
+        v.and_then(Value::as_f64)
+            .filter(|c| c.is_finite() && *c >= 0.0)
+    };
+    let model_cost = models
+        .iter()
+        .filter_map(|m| cost(m.get("costUSD")))
+        .fold(None, |acc: Option<f64>, c| Some(acc.unwrap_or(0.0) + c));
+    Usage {
+        tokens_in,
+        tokens_out,
+        cost_usd: cost(r.get("total_cost_usd"))
+            .or_else(|| cost(r.get("cost_usd")))
+            .or(model_cost),
+    }
 }
 
 /// What the stream said, accumulated event by event (each stdout line is fed
@@ -340,29 +416,66 @@ impl StreamState {
             Some("system") => match subtype {
                 Some("init") => {
                     let names = |v: Option<&Value>, key: Option<&str>| -> Option<Vec<String>> {
-                        v.and_then(Value::as_array).map(|a| a.iter().filter_map(|t| key.and_then(|k| t.get(k)).and_then(Value::as_str).or_else(|| t.as_str()).map(String::from)).collect())
+                        v.and_then(Value::as_array).map(|a| {
+                            a.iter()
+                                .filter_map(|t| {
+                                    key.and_then(|k| t.get(k))
+                                        .and_then(Value::as_str)
+                                        .or_else(|| t.as_str())
+                                        .map(String::from)
+                                })
+                                .collect()
+                        })
                     };
                     merge_names(&mut self.tools, names(ev.get("tools"), None));
-                    merge_names(&mut self.mcp_servers, names(ev.get("mcp_servers"), Some("name")));
-                    self.permission_mode = self.permission_mode.take().or_else(|| str_of(ev, "permissionMode"));
+                    merge_names(
+                        &mut self.mcp_servers,
+                        names(ev.get("mcp_servers"), Some("name")),
+                    );
+                    self.permission_mode = self
+                        .permission_mode
+                        .take()
+                        .or_else(|| str_of(ev, "permissionMode"));
                     self.model = self.model.take().or_else(|| str_of(ev, "model"));
-                    self.version = self.version.take().or_else(|| str_of(ev, "claude_code_version"));
+                    self.version = self
+                        .version
+                        .take()
+                        .or_else(|| str_of(ev, "claude_code_version"));
                 }
                 Some("api_retry") => {
                     self.api_retries += 1;
-                    let num = |k: &str| ev.get(k).and_then(Value::as_u64).map_or("?".to_string(), |n| n.to_string());
+                    let num = |k: &str| {
+                        ev.get(k)
+                            .and_then(Value::as_u64)
+                            .map_or("?".to_string(), |n| n.to_string())
+                    };
                     self.last_retry_status = ev.get("error_status").and_then(Value::as_u64);
-                    let status = self.last_retry_status.map_or("none".to_string(), |n| n.to_string());
-                    self.last_retry = Some(format!("attempt {}/{}, error {}, status {status}", num("attempt"), num("max_retries"), str_of(ev, "error").unwrap_or_else(|| "?".into())));
+                    let status = self
+                        .last_retry_status
+                        .map_or("none".to_string(), |n| n.to_string());
+                    self.last_retry = Some(format!(
+                        "attempt {}/{}, error {}, status {status}",
+                        num("attempt"),
+                        num("max_retries"),
+                        str_of(ev, "error").unwrap_or_else(|| "?".into())
+                    ));
                 }
-                Some("permission_denied") => self.deny(ev.get("tool_name").and_then(Value::as_str).unwrap_or("a tool")),
+                Some("permission_denied") => self.deny(
+                    ev.get("tool_name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("a tool"),
+                ),
                 _ => {}
             },
             Some("assistant") => self.assistant(ev, tz),
             Some("user") => {
                 // Tool results: a failed or refused edit changed nothing.
                 let content = ev.pointer("/message/content").and_then(Value::as_array);
-                for block in content.into_iter().flatten().filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result")) {
+                for block in content
+                    .into_iter()
+                    .flatten()
+                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                {
                     if block.get("is_error").and_then(Value::as_bool) == Some(true) {
                         self.tool_errors += 1;
                         if let Some(id) = block.get("tool_use_id").and_then(Value::as_str) {
@@ -381,13 +494,20 @@ impl StreamState {
                 self.results += 1;
                 let max = |a: Option<u64>, b: Option<u64>| a.max(b);
                 let u = &mut self.usage_seen;
-                (u.tokens_in, u.tokens_out) = (max(u.tokens_in, r.usage.tokens_in), max(u.tokens_out, r.usage.tokens_out));
+                (u.tokens_in, u.tokens_out) = (
+                    max(u.tokens_in, r.usage.tokens_in),
+                    max(u.tokens_out, r.usage.tokens_out),
+                );
                 u.cost_usd = match (u.cost_usd, r.usage.cost_usd) {
                     (Some(a), Some(b)) => Some(a.max(b)),
                     (a, b) => a.or(b),
                 };
                 let idle = self.assistant_messages == self.assistant_at_result;
-                if r.failed() && r.num_turns == Some(0) && idle && self.result.as_ref().is_some_and(|p| !p.failed()) {
+                if r.failed()
+                    && r.num_turns == Some(0)
+                    && idle
+                    && self.result.as_ref().is_some_and(|p| !p.failed())
+                {
                     self.spurious_errors.push(r.reason());
                     return;
                 }
@@ -411,12 +531,24 @@ impl StreamState {
         let mut text = String::new();
         for block in content.into_iter().flatten() {
             match block.get("type").and_then(Value::as_str) {
-                Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+                Some("text") => {
+                    text.push_str(block.get("text").and_then(Value::as_str).unwrap_or(""))
+                }
                 Some("tool_use") => {
                     let name = block.get("name").and_then(Value::as_str).unwrap_or("");
-                    let id = block.get("id").and_then(Value::as_str).unwrap_or("").to_string();
-                    let path = block.pointer("/input/file_path").or_else(|| block.pointer("/input/notebook_path")).and_then(Value::as_str);
-                    if let (true, Some(p)) = (matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit"), path) {
+                    let id = block
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    let path = block
+                        .pointer("/input/file_path")
+                        .or_else(|| block.pointer("/input/notebook_path"))
+                        .and_then(Value::as_str);
+                    if let (true, Some(p)) = (
+                        matches!(name, "Edit" | "Write" | "MultiEdit" | "NotebookEdit"),
+                        path,
+                    ) {
                         self.edit_calls.push((id, p.to_string()));
                         if !self.edited_files.iter().any(|f| f == p) {
                             self.edited_files.push(p.to_string());
@@ -434,7 +566,10 @@ impl StreamState {
         }
         // The CLI's synthetic messages (`"error": "rate_limit"`,
         // `"authentication_failed"`, …) carry its own words, not the model's.
-        let error_kind = ev.get("error").or_else(|| ev.pointer("/message/error")).and_then(Value::as_str);
+        let error_kind = ev
+            .get("error")
+            .or_else(|| ev.pointer("/message/error"))
+            .and_then(Value::as_str);
         if let Some(kind) = error_kind
             && !text.trim().is_empty()
         {
@@ -448,7 +583,10 @@ impl StreamState {
         if self.limit.is_none() {
             self.limit = limit::read_claude_event(ev, Utc::now(), tz);
         }
-        let id = ev.pointer("/message/id").and_then(Value::as_str).map(String::from);
+        let id = ev
+            .pointer("/message/id")
+            .and_then(Value::as_str)
+            .map(String::from);
         if id.is_some() && id == self.last_text_message {
             // Another text block of the same message.
             self.last_assistant_text.push_str("\n\n");
@@ -471,7 +609,9 @@ impl StreamState {
     /// Drops the edit of tool call `id` from the claimed files, unless
     /// another edit of the same file stands.
     fn forget_edit(&mut self, id: &str) {
-        let Some(i) = self.edit_calls.iter().position(|(call, _)| call == id) else { return };
+        let Some(i) = self.edit_calls.iter().position(|(call, _)| call == id) else {
+            return;
+        };
         let (_, path) = self.edit_calls.remove(i);
         if !self.edit_calls.iter().any(|(_, p)| *p == path) {
             self.edited_files.retain(|f| *f != path);
@@ -482,7 +622,11 @@ impl StreamState {
     /// when the result is empty (seen with real transcripts).
     pub fn final_text(&self) -> String {
         let r = self.result.as_ref().map(|r| r.text.as_str()).unwrap_or("");
-        if r.trim().is_empty() { self.last_assistant_text.clone() } else { r.to_string() }
+        if r.trim().is_empty() {
+            self.last_assistant_text.clone()
+        } else {
+            r.to_string()
+        }
     }
 
     /// Whether the call failed (a failed result, or no result at all).
@@ -524,9 +668,18 @@ impl StreamState {
     /// did not exit after its result (`EndWatch` in `agent`): that is no
     /// failure. SPEC §5.6: a crashed agent is a failed round, never a
     /// success.
-    pub fn failure(&self, outcome: &crate::process::Outcome, timeout: std::time::Duration, ended_after_result: bool) -> Option<String> {
+    pub fn failure(
+        &self,
+        outcome: &crate::process::Outcome,
+        timeout: std::time::Duration,
+        ended_after_result: bool,
+    ) -> Option<String> {
         let retries = match &self.last_retry {
-            Some(last) => format!(" after {} API retr{} (last: {last})", self.api_retries, if self.api_retries == 1 { "y" } else { "ies" }),
+            Some(last) => format!(
+                " after {} API retr{} (last: {last})",
+                self.api_retries,
+                if self.api_retries == 1 { "y" } else { "ies" }
+            ),
             None => String::new(),
         };
         if outcome.timed_out {
@@ -545,7 +698,9 @@ impl StreamState {
                 let why = if self.noise.cut_last_line {
                     // Killed while writing, or crashed: stderr says which.
                     match telling_stderr_line(&outcome.stderr_tail) {
-                        Some(l) => format!("its last line was cut off in the middle of an event; stderr: {l}"),
+                        Some(l) => format!(
+                            "its last line was cut off in the middle of an event; stderr: {l}"
+                        ),
                         None => "its last line was cut off in the middle of an event".to_string(),
                     }
                 } else if let Some(e) = &self.cli_error {
@@ -559,17 +714,28 @@ impl StreamState {
                 };
                 let last = match (&self.last_event, self.events) {
                     (_, 0) => " (no event at all)".to_string(),
-                    (Some(e), n) => format!(" ({n} event{}, the last {e})", if n == 1 { "" } else { "s" }),
+                    (Some(e), n) => format!(
+                        " ({n} event{}, the last {e})",
+                        if n == 1 { "" } else { "s" }
+                    ),
                     (None, _) => String::new(),
                 };
-                Some(format!("claude ended ({exit}) without a result event{last}{retries}: {why}"))
+                Some(format!(
+                    "claude ended ({exit}) without a result event{last}{retries}: {why}"
+                ))
             }
-            Some(r) if r.failed() => Some(format!("claude reported an error ({}){retries}: {}{denied}", r.describe(), r.reason())),
+            Some(r) if r.failed() => Some(format!(
+                "claude reported an error ({}){retries}: {}{denied}",
+                r.describe(),
+                r.reason()
+            )),
             // The exit code of a spurious error result after a good one.
             Some(_) if !self.spurious_errors.is_empty() && outcome.exit_code == Some(1) => None,
-            Some(_) if !ended_after_result && outcome.exit_code != Some(0) => {
-                Some(format!("claude exited ({exit}) after a good result: {}", telling_stderr_line(&outcome.stderr_tail).unwrap_or_else(|| "(nothing on stderr)".into())))
-            }
+            Some(_) if !ended_after_result && outcome.exit_code != Some(0) => Some(format!(
+                "claude exited ({exit}) after a good result: {}",
+                telling_stderr_line(&outcome.stderr_tail)
+                    .unwrap_or_else(|| "(nothing on stderr)".into())
+            )),
             Some(_) => None,
         }
     }
@@ -579,13 +745,23 @@ impl StreamState {
     pub fn notes(&self, ended_after_result: bool) -> Vec<String> {
         let mut notes = Vec::new();
         if !self.denied_tools.is_empty() {
-            notes.push(format!("claude's permissions denied {} (see permission_flags)", self.denied_tools.join(", ")));
+            notes.push(format!(
+                "claude's permissions denied {} (see permission_flags)",
+                self.denied_tools.join(", ")
+            ));
         }
         if self.tool_errors > 0 {
-            notes.push(format!("{} tool call{} returned an error", self.tool_errors, if self.tool_errors == 1 { "" } else { "s" }));
+            notes.push(format!(
+                "{} tool call{} returned an error",
+                self.tool_errors,
+                if self.tool_errors == 1 { "" } else { "s" }
+            ));
         }
         if ended_after_result {
-            notes.push(format!("claude did not exit within {}s of its result and was ended", RESULT_EXIT_GRACE.as_secs()));
+            notes.push(format!(
+                "claude did not exit within {}s of its result and was ended",
+                RESULT_EXIT_GRACE.as_secs()
+            ));
         }
         for e in &self.spurious_errors {
             notes.push(format!("claude reported an error after its result without doing more work (a CLI bug, ignored): {e}"));
@@ -612,18 +788,22 @@ impl StreamState {
             return self.limit.clone();
         }
         let result_text = self.result.as_ref().map_or("", |r| r.text.as_str());
-        self.result_limit.clone().or_else(|| limit_in_text(result_text, tz)).or_else(|| limit_in_text(stderr_tail, tz)).or_else(|| {
-            let status = match &self.result {
-                Some(r) => r.api_error_status,
-                None => self.last_retry_status,
-            };
-            match status {
-                Some(429) => Some(limit::read_text("429 Too Many Requests", Utc::now(), tz)),
-                Some(529) => Some(limit::read_text("529 Overloaded", Utc::now(), tz)),
-                _ => None,
-            }
-            .filter(|r| r.kind != limit::LimitKind::None)
-        })
+        self.result_limit
+            .clone()
+            .or_else(|| limit_in_text(result_text, tz))
+            .or_else(|| limit_in_text(stderr_tail, tz))
+            .or_else(|| {
+                let status = match &self.result {
+                    Some(r) => r.api_error_status,
+                    None => self.last_retry_status,
+                };
+                match status {
+                    Some(429) => Some(limit::read_text("429 Too Many Requests", Utc::now(), tz)),
+                    Some(529) => Some(limit::read_text("529 Overloaded", Utc::now(), tz)),
+                    _ => None,
+                }
+                .filter(|r| r.kind != limit::LimitKind::None)
+            })
     }
 }
 
@@ -648,26 +828,36 @@ pub const RESULT_EXIT_GRACE: std::time::Duration = std::time::Duration::from_sec
 ///
 /// # Errors
 /// [`AgentError`] when it cannot be started.
-pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -> Result<Report, AgentError> {
+pub async fn run(
+    agent: &AgentConfig,
+    call: &Call,
+    cancel: &CancellationToken,
+) -> Result<Report, AgentError> {
     let argv = argv(agent, call.role, &call.prompt);
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;
     let watch = EndWatch::start(cancel, RESULT_EXIT_GRACE);
     let end = watch.signal();
-    let cmd = base_command(&argv, call, &[]).json_lines(true).on_stdout_line(Box::new(move |line: &str| {
-        let mut st = sink.lock().expect("stream state");
-        let results_before = st.results;
-        st.feed(line, tz);
-        match &st.result {
-            Some(r) if st.results > results_before && r.queued_turns == 0 => end.ended(),
-            _ if !line.trim().is_empty() => end.activity(),
-            _ => {}
-        }
-    }));
+    let cmd = base_command(&argv, call, &[])
+        .json_lines(true)
+        .on_stdout_line(Box::new(move |line: &str| {
+            let mut st = sink.lock().expect("stream state");
+            let results_before = st.results;
+            st.feed(line, tz);
+            match &st.result {
+                Some(r) if st.results > results_before && r.queued_turns == 0 => end.ended(),
+                _ if !line.trim().is_empty() => end.activity(),
+                _ => {}
+            }
+        }));
     let outcome = crate::process::run(cmd, watch.token()).await;
     let ended_after_result = watch.finish(cancel);
-    let outcome = outcome.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
+    let outcome = outcome.map_err(|source| AgentError::Spawn {
+        role: call.role.as_str(),
+        kind: agent.kind,
+        source,
+    })?;
     let st = state.lock().expect("stream state").clone();
     let text = st.final_text();
     let limit = st.limit(&outcome.stderr_tail, tz);
@@ -676,7 +866,15 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         Role::Reviewer => st.verdict(),
         Role::Writer => None,
     };
-    let edited_files: Vec<String> = st.edited_files.iter().map(|f| f.strip_prefix(&format!("{}/", call.cwd.display())).unwrap_or(f).to_string()).collect();
+    let edited_files: Vec<String> = st
+        .edited_files
+        .iter()
+        .map(|f| {
+            f.strip_prefix(&format!("{}/", call.cwd.display()))
+                .unwrap_or(f)
+                .to_string()
+        })
+        .collect();
     let mut claimed_files = parse_blocks(&text).files;
     for rel in &edited_files {
         if !claimed_files.contains(rel) {
@@ -684,7 +882,11 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         }
     }
     Ok(Report {
-        argv: argv[..argv.len() - 1].iter().cloned().chain(std::iter::once("<prompt>".to_string())).collect(),
+        argv: argv[..argv.len() - 1]
+            .iter()
+            .cloned()
+            .chain(std::iter::once("<prompt>".to_string()))
+            .collect(),
         outcome,
         text,
         verdict,
@@ -716,8 +918,18 @@ mod tests {
         }
         assert_eq!(st.final_text(), "Hello.");
         assert!(!st.is_error());
-        assert_eq!(st.tools.as_deref(), Some(&["Read".to_string(), "Grep".into(), "Glob".into()][..]));
-        assert_eq!(st.usage(), Usage { tokens_in: Some(3), tokens_out: Some(6), cost_usd: Some(0.024) });
+        assert_eq!(
+            st.tools.as_deref(),
+            Some(&["Read".to_string(), "Grep".into(), "Glob".into()][..])
+        );
+        assert_eq!(
+            st.usage(),
+            Usage {
+                tokens_in: Some(3),
+                tokens_out: Some(6),
+                cost_usd: Some(0.024)
+            }
+        );
     }
 
     #[test]
@@ -739,9 +951,15 @@ mod tests {
 
     #[test]
     fn real_writer_stream_is_read_whole() {
-        let st = replay(include_str!("../../tests/data/transcripts/claude-real-writer-edit.jsonl"), "UTC");
+        let st = replay(
+            include_str!("../../tests/data/transcripts/claude-real-writer-edit.jsonl"),
+            "UTC",
+        );
         let tools = st.tools.clone().unwrap();
-        assert!(tools.iter().any(|t| t == "Write") && tools.iter().any(|t| t == "Bash"), "{tools:?}");
+        assert!(
+            tools.iter().any(|t| t == "Write") && tools.iter().any(|t| t == "Bash"),
+            "{tools:?}"
+        );
         assert_eq!(st.mcp_servers.as_deref(), Some(&[][..]));
         assert_eq!(st.permission_mode.as_deref(), Some("acceptEdits"));
         assert_eq!(st.model.as_deref(), Some("claude-opus-5-5"));
@@ -750,8 +968,22 @@ mod tests {
         assert_eq!(st.edited_files.len(), 2);
         let r = st.result.clone().unwrap();
         assert!(!r.failed());
-        assert_eq!((r.num_turns, r.terminal_reason.as_deref(), r.subtype.as_deref()), (Some(4), Some("completed"), Some("success")));
-        assert_eq!(st.usage(), Usage { tokens_in: Some(4800), tokens_out: Some(320), cost_usd: Some(0.0256) });
+        assert_eq!(
+            (
+                r.num_turns,
+                r.terminal_reason.as_deref(),
+                r.subtype.as_deref()
+            ),
+            (Some(4), Some("completed"), Some("success"))
+        );
+        assert_eq!(
+            st.usage(),
+            Usage {
+                tokens_in: Some(4800),
+                tokens_out: Some(320),
+                cost_usd: Some(0.0256)
+            }
+        );
         assert!(st.final_text().starts_with("Added sub to calc.txt."));
         assert!(st.limit.is_none() && st.verdict().is_none());
     }
@@ -764,10 +996,19 @@ mod tests {
         // recording's reset went by).
         let taipei: chrono_tz::Tz = "Asia/Taipei".parse().unwrap();
         let reset_epoch = (Utc::now().timestamp() / 60 + 127) * 60;
-        let local = chrono::DateTime::from_timestamp(reset_epoch, 0).unwrap().with_timezone(&taipei).format("%-I:%M%P").to_string();
+        let local = chrono::DateTime::from_timestamp(reset_epoch, 0)
+            .unwrap()
+            .with_timezone(&taipei)
+            .format("%-I:%M%P")
+            .to_string();
         let recorded = include_str!("../../tests/data/transcripts/claude-real-usage-limit.jsonl");
-        assert!(recorded.contains("\"resetsAt\":1796055300") && recorded.contains("resets 12:15am (Asia/Taipei)"));
-        let shifted = recorded.replace("1796055300", &reset_epoch.to_string()).replace("resets 12:15am", &format!("resets {local}"));
+        assert!(
+            recorded.contains("\"resetsAt\":1796055300")
+                && recorded.contains("resets 12:15am (Asia/Taipei)")
+        );
+        let shifted = recorded
+            .replace("1796055300", &reset_epoch.to_string())
+            .replace("resets 12:15am", &format!("resets {local}"));
         let st = replay(&shifted, "Asia/Taipei");
         let l = st.limit("", "Asia/Taipei".parse().unwrap()).unwrap();
         assert_eq!(l.kind, limit::LimitKind::UsageLimit);
@@ -775,27 +1016,45 @@ mod tests {
         assert!(l.source.contains("rate_limit_event"), "{l:?}");
         let r = st.result.clone().unwrap();
         assert!(r.failed());
-        assert_eq!(r.describe(), "terminal_reason api_error, api_error_status 429, subtype success, 1 turn");
+        assert_eq!(
+            r.describe(),
+            "terminal_reason api_error, api_error_status 429, subtype success, 1 turn"
+        );
         // The same instant from the CLI's text alone (minutes precision).
         assert_eq!(reset.timestamp(), reset_epoch, "{l:?}");
         let text = limit_in_text(&st.final_text(), taipei).unwrap();
-        assert_eq!(text.resets_at.map(|t| t.timestamp() / 60), Some(reset.timestamp() / 60));
+        assert_eq!(
+            text.resets_at.map(|t| t.timestamp() / 60),
+            Some(reset.timestamp() / 60)
+        );
     }
 
     #[test]
     fn connection_refused_is_a_failure_and_no_limit() {
-        let st = replay(include_str!("../../tests/data/transcripts/claude-json-result-connection-refused.json"), "UTC");
+        let st = replay(
+            include_str!("../../tests/data/transcripts/claude-json-result-connection-refused.json"),
+            "UTC",
+        );
         assert!(st.is_error());
-        assert_eq!(st.result.as_ref().unwrap().describe(), "terminal_reason api_error, subtype success, 1 turn");
+        assert_eq!(
+            st.result.as_ref().unwrap().describe(),
+            "terminal_reason api_error, subtype success, 1 turn"
+        );
         assert!(st.limit("", chrono_tz::UTC).is_none());
         assert!(st.final_text().starts_with("API Error: Connection refused"));
     }
 
     #[test]
     fn api_retries_are_counted_and_the_last_kept() {
-        let st = replay(include_str!("../../tests/data/transcripts/claude-real-no-server.jsonl"), "UTC");
+        let st = replay(
+            include_str!("../../tests/data/transcripts/claude-real-no-server.jsonl"),
+            "UTC",
+        );
         assert_eq!(st.api_retries, 4);
-        assert_eq!(st.last_retry.as_deref(), Some("attempt 4/10, error unknown, status none"));
+        assert_eq!(
+            st.last_retry.as_deref(),
+            Some("attempt 4/10, error unknown, status none")
+        );
         assert!(st.is_error(), "no result event is a failure");
     }
 
@@ -804,17 +1063,29 @@ mod tests {
         let tz = chrono_tz::UTC;
         let mut st = StreamState::default();
         st.feed(r#"{"type":"system","subtype":"api_retry","attempt":6,"max_retries":10,"retry_delay_ms":17222,"error_status":429,"error":"rate_limit"}"#, tz);
-        assert_eq!(st.limit("", tz).map(|l| l.kind), Some(limit::LimitKind::Transient));
+        assert_eq!(
+            st.limit("", tz).map(|l| l.kind),
+            Some(limit::LimitKind::Transient)
+        );
         st.feed(r#"{"type":"system","subtype":"api_retry","attempt":7,"max_retries":10,"retry_delay_ms":17222,"error_status":529,"error":"overloaded"}"#, tz);
-        assert_eq!(st.limit("", tz).map(|l| l.kind), Some(limit::LimitKind::Transient));
+        assert_eq!(
+            st.limit("", tz).map(|l| l.kind),
+            Some(limit::LimitKind::Transient)
+        );
         // Retries that ended in a good result are nobody's limit.
-        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#, tz);
+        st.feed(
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#,
+            tz,
+        );
         assert!(st.limit("", tz).is_none());
     }
 
     #[test]
     fn allowed_rate_limit_event_is_no_limit() {
-        let st = replay(include_str!("../../tests/data/transcripts/claude-stream-json-overage-rejected.jsonl"), "UTC");
+        let st = replay(
+            include_str!("../../tests/data/transcripts/claude-stream-json-overage-rejected.jsonl"),
+            "UTC",
+        );
         assert!(st.limit.is_none());
         assert!(st.limit("", chrono_tz::UTC).is_none());
         assert_eq!(st.final_text(), "\n\nHello.");
@@ -824,11 +1095,26 @@ mod tests {
     fn failure_is_never_read_from_subtype_alone() {
         let tz = chrono_tz::UTC;
         for (line, failed) in [
-            (r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#, false),
-            (r#"{"type":"result","subtype":"success","is_error":true,"result":"x"}"#, true),
-            (r#"{"type":"result","subtype":"success","is_error":false,"api_error_status":529,"result":"x"}"#, true),
-            (r#"{"type":"result","subtype":"error_max_turns","is_error":false,"num_turns":30}"#, true),
-            (r#"{"type":"result","subtype":"error_during_execution","is_error":true}"#, true),
+            (
+                r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#,
+                false,
+            ),
+            (
+                r#"{"type":"result","subtype":"success","is_error":true,"result":"x"}"#,
+                true,
+            ),
+            (
+                r#"{"type":"result","subtype":"success","is_error":false,"api_error_status":529,"result":"x"}"#,
+                true,
+            ),
+            (
+                r#"{"type":"result","subtype":"error_max_turns","is_error":false,"num_turns":30}"#,
+                true,
+            ),
+            (
+                r#"{"type":"result","subtype":"error_during_execution","is_error":true}"#,
+                true,
+            ),
         ] {
             let mut st = StreamState::default();
             st.feed(line, tz);
@@ -839,15 +1125,30 @@ mod tests {
     #[test]
     fn verdict_prefers_structured_output_then_result_then_assistant_text() {
         let tz = chrono_tz::UTC;
-        let st = replay(include_str!("../../tests/data/transcripts/claude-real-reviewer-request-changes.jsonl"), "UTC");
-        assert_eq!(st.verdict().unwrap().verdict, review::Decision::RequestChanges);
+        let st = replay(
+            include_str!("../../tests/data/transcripts/claude-real-reviewer-request-changes.jsonl"),
+            "UTC",
+        );
+        assert_eq!(
+            st.verdict().unwrap().verdict,
+            review::Decision::RequestChanges
+        );
         let mut st = StreamState::default();
         st.feed(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"ok\n{\"verdict\":\"approve\",\"findings\":[]}"}]}}"#, tz);
-        st.feed(r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]}}"#, tz);
-        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#, tz);
+        st.feed(
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]}}"#,
+            tz,
+        );
+        st.feed(
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#,
+            tz,
+        );
         assert_eq!(st.verdict().unwrap().verdict, review::Decision::Approve);
         st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"{\"verdict\":\"request_changes\",\"findings\":[\"a\"]}","structured_output":null}"#, tz);
-        assert_eq!(st.verdict().unwrap().verdict, review::Decision::RequestChanges);
+        assert_eq!(
+            st.verdict().unwrap().verdict,
+            review::Decision::RequestChanges
+        );
     }
 
     #[test]
@@ -856,27 +1157,49 @@ mod tests {
         let mut st = StreamState::default();
         st.feed(r#"{"type":"assistant","message":{"id":"a","content":[{"type":"text","text":"{\"verdict\":\"approve\",\"findings\":[]}"}]}}"#, tz);
         st.feed(r#"{"type":"assistant","message":{"id":"b","content":[{"type":"text","text":"On second look:\n{\"verdict\":\"needs discussion\",\"findings\":[\"x\"]}"}]}}"#, tz);
-        st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#, tz);
+        st.feed(
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#,
+            tz,
+        );
         assert_eq!(st.verdict(), None);
-        assert!(st.verdict_read().unwrap().unwrap_err().contains("\"needs discussion\""));
+        assert!(
+            st.verdict_read()
+                .unwrap()
+                .unwrap_err()
+                .contains("\"needs discussion\"")
+        );
         // The result's own verdict object decides over the way there.
         st.feed(r#"{"type":"result","subtype":"success","is_error":false,"result":"```json\n{\n \"verdict\": \"request_changes\",\n \"findings\": [\"y\"]\n}\n```"}"#, tz);
-        assert_eq!(st.verdict().map(|v| v.findings), Some(vec!["y".to_string()]));
+        assert_eq!(
+            st.verdict().map(|v| v.findings),
+            Some(vec!["y".to_string()])
+        );
     }
 
     #[test]
     fn a_crash_mid_event_names_the_panic_on_stderr() {
         let mut st = StreamState::default();
-        st.feed(r#"{"type":"system","subtype":"init","tools":["Read"],"mcp_servers":[]}"#, chrono_tz::UTC);
-        st.feed(r#"{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"Work"#, chrono_tz::UTC);
+        st.feed(
+            r#"{"type":"system","subtype":"init","tools":["Read"],"mcp_servers":[]}"#,
+            chrono_tz::UTC,
+        );
+        st.feed(
+            r#"{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"Work"#,
+            chrono_tz::UTC,
+        );
         let stderr = "Bun v1.3.2 (b131639c) Linux x64\n\npanic(main thread): Segmentation fault at address 0x113\noh no: Bun has crashed. This indicates a bug in Bun, not your code.\n";
         assert_eq!(
-            st.failure(&outcome(None, Some(6), stderr), MINUTE, false).unwrap(),
+            st.failure(&outcome(None, Some(6), stderr), MINUTE, false)
+                .unwrap(),
             "claude ended (signal 6) without a result event (1 event, the last system/init): its last line was cut off in the middle of an event; stderr: panic(main thread): Segmentation fault at address 0x113"
         );
     }
 
-    fn outcome(exit_code: Option<i32>, signal: Option<i32>, stderr: &str) -> crate::process::Outcome {
+    fn outcome(
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        stderr: &str,
+    ) -> crate::process::Outcome {
         crate::process::Outcome::fake(exit_code, signal, stderr)
     }
 
@@ -895,31 +1218,75 @@ mod tests {
             ),
             "UTC",
         );
-        assert_eq!(st.usage(), Usage { tokens_in: Some(2 + 18774 + 4380), tokens_out: Some(964), cost_usd: Some(0.0779) });
-        let f = st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap();
-        assert_eq!(f, "claude reported an error (terminal_reason budget_exhausted, subtype error_max_budget_usd, 1 turn): Reached maximum budget ($0.02)");
+        assert_eq!(
+            st.usage(),
+            Usage {
+                tokens_in: Some(2 + 18774 + 4380),
+                tokens_out: Some(964),
+                cost_usd: Some(0.0779)
+            }
+        );
+        let f = st
+            .failure(&outcome(Some(1), None, ""), MINUTE, false)
+            .unwrap();
+        assert_eq!(
+            f,
+            "claude reported an error (terminal_reason budget_exhausted, subtype error_max_budget_usd, 1 turn): Reached maximum budget ($0.02)"
+        );
     }
 
     #[test]
     fn cache_tokens_are_input_and_cost_falls_back_to_older_fields() {
         // anthropics/claude-code-action#366: a real result of an older CLI,
         // `error_during_execution` with `is_error: false`, cache-heavy usage.
-        let st = replay(r#"{"type":"result","subtype":"error_during_execution","duration_ms":185041,"duration_api_ms":184154,"is_error":false,"num_turns":0,"session_id":"x","total_cost_usd":0.6571631500000001,"usage":{"input_tokens":112,"cache_creation_input_tokens":58211,"cache_read_input_tokens":1120129,"output_tokens":6814,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"}}"#, "UTC");
+        let st = replay(
+            r#"{"type":"result","subtype":"error_during_execution","duration_ms":185041,"duration_api_ms":184154,"is_error":false,"num_turns":0,"session_id":"x","total_cost_usd":0.6571631500000001,"usage":{"input_tokens":112,"cache_creation_input_tokens":58211,"cache_read_input_tokens":1120129,"output_tokens":6814,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"}}"#,
+            "UTC",
+        );
         assert!(st.is_error());
-        assert_eq!(st.usage(), Usage { tokens_in: Some(112 + 58211 + 1120129), tokens_out: Some(6814), cost_usd: Some(0.6571631500000001) });
+        assert_eq!(
+            st.usage(),
+            Usage {
+                tokens_in: Some(112 + 58211 + 1120129),
+                tokens_out: Some(6814),
+                cost_usd: Some(0.6571631500000001)
+            }
+        );
         assert!(st.failure(&outcome(Some(0), None, ""), MINUTE, false).unwrap().ends_with("(subtype error_during_execution, 0 turns): an error during execution (the CLI gave no detail)"));
         // Older CLIs named the cost `cost_usd`; without either, the models' costs add up.
         let r = |line: &str| replay(line, "UTC").usage();
         assert_eq!(r(r#"{"type":"result","subtype":"success","is_error":false,"cost_usd":0.25,"usage":{"input_tokens":5,"output_tokens":1}}"#).cost_usd, Some(0.25));
-        let two = r(r#"{"type":"result","subtype":"success","is_error":false,"modelUsage":{"claude-sonnet":{"inputTokens":48000,"outputTokens":1800,"cacheReadInputTokens":2800,"cacheCreationInputTokens":400,"costUSD":0.11},"claude-haiku":{"inputTokens":2000,"outputTokens":200,"costUSD":0.0134}}}"#);
-        assert_eq!((two.tokens_in, two.tokens_out), (Some(48000 + 2800 + 400 + 2000), Some(2000)));
+        let two = r(
+            r#"{"type":"result","subtype":"success","is_error":false,"modelUsage":{"claude-sonnet":{"inputTokens":48000,"outputTokens":1800,"cacheReadInputTokens":2800,"cacheCreationInputTokens":400,"costUSD":0.11},"claude-haiku":{"inputTokens":2000,"outputTokens":200,"costUSD":0.0134}}}"#,
+        );
+        assert_eq!(
+            (two.tokens_in, two.tokens_out),
+            (Some(48000 + 2800 + 400 + 2000), Some(2000))
+        );
         assert!((two.cost_usd.unwrap() - 0.1234).abs() < 1e-12);
         // A result that reports nothing has unknown usage, not zero cost.
-        assert_eq!(r(r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#), Usage::default());
+        assert_eq!(
+            r(r#"{"type":"result","subtype":"success","is_error":false,"result":"ok"}"#),
+            Usage::default()
+        );
         // anthropics/claude-agent-sdk-typescript#240 (wifi gone): all zeros, empty errors.
-        let st = replay(r#"{"type":"result","subtype":"error_during_execution","duration_ms":103509,"is_error":false,"num_turns":1,"stop_reason":null,"total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0},"modelUsage":{},"permission_denials":[],"errors":[]}"#, "UTC");
-        assert_eq!(st.usage(), Usage { tokens_in: Some(0), tokens_out: Some(0), cost_usd: Some(0.0) });
-        assert!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap().contains("an error during execution"));
+        let st = replay(
+            r#"{"type":"result","subtype":"error_during_execution","duration_ms":103509,"is_error":false,"num_turns":1,"stop_reason":null,"total_cost_usd":0,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0},"modelUsage":{},"permission_denials":[],"errors":[]}"#,
+            "UTC",
+        );
+        assert_eq!(
+            st.usage(),
+            Usage {
+                tokens_in: Some(0),
+                tokens_out: Some(0),
+                cost_usd: Some(0.0)
+            }
+        );
+        assert!(
+            st.failure(&outcome(Some(1), None, ""), MINUTE, false)
+                .unwrap()
+                .contains("an error during execution")
+        );
     }
 
     #[test]
@@ -946,10 +1313,17 @@ mod tests {
         ] {
             st.feed(l, tz);
         }
-        assert_eq!(st.tools.as_deref(), Some(&["Read".to_string(), "Grep".into(), "Glob".into()][..]));
+        assert_eq!(
+            st.tools.as_deref(),
+            Some(&["Read".to_string(), "Grep".into(), "Glob".into()][..])
+        );
         assert_eq!(st.version.as_deref(), Some("2.1.328"));
         assert!(!st.is_error());
-        assert_eq!(st.final_text(), "Part one.\n\nPart two.", "text blocks of one message are one answer; thinking is not text");
+        assert_eq!(
+            st.final_text(),
+            "Part one.\n\nPart two.",
+            "text blocks of one message are one answer; thinking is not text"
+        );
         assert_eq!(st.usage().cost_usd, Some(0.5));
         assert_eq!(st.noise.other_lines, 5);
         assert!(!st.noise.cut_last_line);
@@ -959,45 +1333,87 @@ mod tests {
     #[test]
     fn a_stream_without_its_result_is_a_failure_that_says_why() {
         let tz = chrono_tz::UTC;
-        let init = r#"{"type":"system","subtype":"init","tools":["Bash"],"mcp_servers":[],"model":"m"}"#;
+        let init =
+            r#"{"type":"system","subtype":"init","tools":["Bash"],"mcp_servers":[],"model":"m"}"#;
         let tool = r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"cargo test"}}]},"parent_tool_use_id":null}"#;
         // Killed while writing its result: the last line is cut off.
         let mut st = StreamState::default();
-        for l in [init, tool, r#"{"type":"result","subtype":"success","is_error":false,"result":"All done, the tests pa"#] {
+        for l in [
+            init,
+            tool,
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"All done, the tests pa"#,
+        ] {
             st.feed(l, tz);
         }
         assert!(st.noise.cut_last_line && st.result.is_none() && st.is_error());
-        let f = st.failure(&outcome(None, Some(9), ""), MINUTE, false).unwrap();
-        assert_eq!(f, "claude ended (signal 9) without a result event (2 events, the last assistant): its last line was cut off in the middle of an event");
+        let f = st
+            .failure(&outcome(None, Some(9), ""), MINUTE, false)
+            .unwrap();
+        assert_eq!(
+            f,
+            "claude ended (signal 9) without a result event (2 events, the last assistant): its last line was cut off in the middle of an event"
+        );
         // Exit 0 and no result: never a success. stderr's error line is the reason.
         let mut st = StreamState::default();
         for l in [init, tool] {
             st.feed(l, tz);
         }
         let stderr = "    at process.processTicksAndRejections (node:internal/process/task_queues:95:5)\nError: ENOSPC: no space left on device, write\n    at writeSync (node:fs:927:3)\n";
-        assert_eq!(st.failure(&outcome(Some(0), None, stderr), MINUTE, false).unwrap(), "claude ended (code 0) without a result event (2 events, the last assistant): Error: ENOSPC: no space left on device, write");
+        assert_eq!(
+            st.failure(&outcome(Some(0), None, stderr), MINUTE, false)
+                .unwrap(),
+            "claude ended (code 0) without a result event (2 events, the last assistant): Error: ENOSPC: no space left on device, write"
+        );
         // Nothing but prose on stdout (a wrapper, a wrong binary).
         let mut st = StreamState::default();
         st.feed("Usage: claude [options] [command] [prompt]", tz);
-        assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap(), "claude ended (code 1) without a result event (no event at all): stdout: Usage: claude [options] [command] [prompt]");
+        assert_eq!(
+            st.failure(&outcome(Some(1), None, ""), MINUTE, false)
+                .unwrap(),
+            "claude ended (code 1) without a result event (no event at all): stdout: Usage: claude [options] [command] [prompt]"
+        );
         // The CLI's own error message (a synthetic assistant message) names it.
         let mut st = StreamState::default();
         st.feed(r#"{"type":"assistant","message":{"id":"x","model":"<synthetic>","content":[{"type":"text","text":"Invalid API key · Please run /login"}]},"parent_tool_use_id":null,"error":"authentication_failed"}"#, tz);
-        assert!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap().ends_with(": authentication_failed: Invalid API key · Please run /login"));
+        assert!(
+            st.failure(&outcome(Some(1), None, ""), MINUTE, false)
+                .unwrap()
+                .ends_with(": authentication_failed: Invalid API key · Please run /login")
+        );
     }
 
     #[test]
     fn a_good_result_then_a_bad_exit_is_a_failure_unless_nightshift_ended_it() {
-        let st = replay(r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#, "UTC");
+        let st = replay(
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"Done."}"#,
+            "UTC",
+        );
         assert_eq!(st.failure(&outcome(Some(0), None, ""), MINUTE, false), None);
-        assert_eq!(st.failure(&outcome(Some(1), None, "Error: MCP server \"x\" failed to close\n"), MINUTE, false).unwrap(), "claude exited (code 1) after a good result: Error: MCP server \"x\" failed to close");
+        assert_eq!(
+            st.failure(
+                &outcome(Some(1), None, "Error: MCP server \"x\" failed to close\n"),
+                MINUTE,
+                false
+            )
+            .unwrap(),
+            "claude exited (code 1) after a good result: Error: MCP server \"x\" failed to close"
+        );
         // Ended by the watch after a result it did not exit after: the result stands.
         let mut o = outcome(None, Some(15), "");
         o.cancelled = true;
         assert_eq!(st.failure(&o, MINUTE, true), None);
-        assert_eq!(st.notes(true), vec![format!("claude did not exit within {}s of its result and was ended", RESULT_EXIT_GRACE.as_secs())]);
+        assert_eq!(
+            st.notes(true),
+            vec![format!(
+                "claude did not exit within {}s of its result and was ended",
+                RESULT_EXIT_GRACE.as_secs()
+            )]
+        );
         // A cancellation from outside is an interruption, result or not.
-        assert_eq!(st.failure(&o, MINUTE, false).as_deref(), Some("interrupted"));
+        assert_eq!(
+            st.failure(&o, MINUTE, false).as_deref(),
+            Some("interrupted")
+        );
     }
 
     #[test]
@@ -1005,14 +1421,30 @@ mod tests {
         // Recorded from the real CLI 2.1.328 (`--permission-mode default
         // --allowedTools Read,Edit`): a failed Edit (`<tool_use_error>`), a
         // Bash and a Write the permissions denied, and a good result.
-        let st = replay(include_str!("../../tests/fakes/transcripts/claude-real-denied.jsonl"), "UTC");
+        let st = replay(
+            include_str!("../../tests/fakes/transcripts/claude-real-denied.jsonl"),
+            "UTC",
+        );
         assert!(!st.is_error());
         assert!(st.edited_files.is_empty(), "{:?}", st.edited_files);
         assert_eq!(st.denied_tools, ["Bash", "Write"]);
         assert_eq!(st.tool_errors, 3);
         assert_eq!(st.failure(&outcome(Some(0), None, ""), MINUTE, false), None);
-        assert_eq!(st.notes(false), ["claude's permissions denied Bash, Write (see permission_flags)", "3 tool calls returned an error"]);
-        assert_eq!(st.usage(), Usage { tokens_in: Some(6000), tokens_out: Some(400), cost_usd: Some(0.032) });
+        assert_eq!(
+            st.notes(false),
+            [
+                "claude's permissions denied Bash, Write (see permission_flags)",
+                "3 tool calls returned an error"
+            ]
+        );
+        assert_eq!(
+            st.usage(),
+            Usage {
+                tokens_in: Some(6000),
+                tokens_out: Some(400),
+                cost_usd: Some(0.032)
+            }
+        );
         // An edit that stands keeps its file even when another edit of it failed.
         let st = replay(
             concat!(
@@ -1034,14 +1466,28 @@ mod tests {
         // Recorded from the real CLI 2.1.328 with `--max-turns 1
         // --include-partial-messages`: stream_event lines, a system/status
         // event, and an `error_max_turns` result whose `errors` say why.
-        let st = replay(include_str!("../../tests/fakes/transcripts/claude-real-max-turns-partial.jsonl"), "UTC");
+        let st = replay(
+            include_str!("../../tests/fakes/transcripts/claude-real-max-turns-partial.jsonl"),
+            "UTC",
+        );
         let r = st.result.clone().unwrap();
         assert!(r.failed());
         assert_eq!(r.errors, ["Reached maximum number of turns (1)"]);
-        assert_eq!(st.usage(), Usage { tokens_in: Some(1200), tokens_out: Some(80), cost_usd: Some(0.0063999999999999994) });
+        assert_eq!(
+            st.usage(),
+            Usage {
+                tokens_in: Some(1200),
+                tokens_out: Some(80),
+                cost_usd: Some(0.0063999999999999994)
+            }
+        );
         assert_eq!(st.edited_files, Vec::<String>::new());
         assert_eq!(st.noise.other_lines, 0);
-        assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap(), "claude reported an error (terminal_reason max_turns, subtype error_max_turns, 2 turns): Reached maximum number of turns (1)");
+        assert_eq!(
+            st.failure(&outcome(Some(1), None, ""), MINUTE, false)
+                .unwrap(),
+            "claude reported an error (terminal_reason max_turns, subtype error_max_turns, 2 turns): Reached maximum number of turns (1)"
+        );
     }
 
     #[test]
@@ -1060,10 +1506,23 @@ mod tests {
             ),
             "UTC",
         );
-        assert_eq!(st.final_text(), "Looks fine.\n{\"verdict\":\"approve\",\"findings\":[]}");
+        assert_eq!(
+            st.final_text(),
+            "Looks fine.\n{\"verdict\":\"approve\",\"findings\":[]}"
+        );
         assert_eq!(st.verdict().unwrap().verdict, review::Decision::Approve);
         assert_eq!(st.edited_files, ["/w/x.md"]);
-        assert_eq!(st.tools.as_deref(), Some(&["Read".to_string(), "Grep".into(), "Glob".into(), "Write".into()][..]));
+        assert_eq!(
+            st.tools.as_deref(),
+            Some(
+                &[
+                    "Read".to_string(),
+                    "Grep".into(),
+                    "Glob".into(),
+                    "Write".into()
+                ][..]
+            )
+        );
         assert_eq!(st.mcp_servers.as_deref(), Some(&["github".to_string()][..]));
     }
 
@@ -1078,12 +1537,21 @@ mod tests {
             "UTC",
         );
         let v = st.verdict().unwrap();
-        assert_eq!((v.verdict, v.findings), (review::Decision::RequestChanges, vec!["add mul".to_string()]));
+        assert_eq!(
+            (v.verdict, v.findings),
+            (
+                review::Decision::RequestChanges,
+                vec!["add mul".to_string()]
+            )
+        );
     }
 
     #[test]
     fn a_result_with_queued_turns_is_not_the_end() {
-        let st = replay(r#"{"type":"result","subtype":"success","is_error":false,"result":"first","queued_turn_count":1}"#, "UTC");
+        let st = replay(
+            r#"{"type":"result","subtype":"success","is_error":false,"result":"first","queued_turn_count":1}"#,
+            "UTC",
+        );
         assert_eq!(st.result.as_ref().map(|r| r.queued_turns), Some(1));
         let st = replay(
             concat!(
@@ -1093,7 +1561,10 @@ mod tests {
             ),
             "UTC",
         );
-        assert_eq!((st.results, st.final_text().as_str(), st.is_error()), (2, "second", false));
+        assert_eq!(
+            (st.results, st.final_text().as_str(), st.is_error()),
+            (2, "second", false)
+        );
     }
 
     #[test]
@@ -1113,9 +1584,21 @@ mod tests {
         );
         assert!(!st.is_error());
         assert_eq!(st.final_text(), "Added sub.");
-        assert_eq!(st.usage(), Usage { tokens_in: Some(900), tokens_out: Some(40), cost_usd: Some(2.1) });
+        assert_eq!(
+            st.usage(),
+            Usage {
+                tokens_in: Some(900),
+                tokens_out: Some(40),
+                cost_usd: Some(2.1)
+            }
+        );
         assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false), None);
-        assert_eq!(st.notes(false), ["claude reported an error after its result without doing more work (a CLI bug, ignored): only prompt commands are supported in streaming mode"]);
+        assert_eq!(
+            st.notes(false),
+            [
+                "claude reported an error after its result without doing more work (a CLI bug, ignored): only prompt commands are supported in streaming mode"
+            ]
+        );
         // An error after more work, or after a failed result, decides.
         let st = replay(
             concat!(
@@ -1128,14 +1611,21 @@ mod tests {
             "UTC",
         );
         assert!(st.is_error());
-        assert!(st.failure(&outcome(Some(1), None, ""), MINUTE, false).unwrap().ends_with(": boom"));
+        assert!(
+            st.failure(&outcome(Some(1), None, ""), MINUTE, false)
+                .unwrap()
+                .ends_with(": boom")
+        );
     }
 
     #[test]
     fn the_prompt_follows_a_double_dash() {
         let agent = AgentConfig::default();
         let w = argv(&agent, Role::Writer, "-rf looks like a flag");
-        assert_eq!(w[w.len() - 2..], ["--".to_string(), "-rf looks like a flag".to_string()]);
+        assert_eq!(
+            w[w.len() - 2..],
+            ["--".to_string(), "-rf looks like a flag".to_string()]
+        );
         let r = argv(&agent, Role::Reviewer, "p");
         let i = r.iter().position(|a| a == "--json-schema").unwrap();
         assert_eq!(r[i + 1], VERDICT_SCHEMA);

@@ -86,7 +86,15 @@ pub fn argv(agent: &AgentConfig, role: Role, schema: Option<&Path>) -> Vec<Strin
 /// a `-c sandbox_mode=…` override), if any. The config rejects such a
 /// command (SPEC §6: the reviewer is read-only by construction).
 pub fn conflicting_argument(command: &[String]) -> Option<String> {
-    const OWNED: &[&str] = &["--json", "--sandbox", "-s", "--output-schema", "--dangerously-bypass-approvals-and-sandbox", "--yolo", "--full-auto"];
+    const OWNED: &[&str] = &[
+        "--json",
+        "--sandbox",
+        "-s",
+        "--output-schema",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--yolo",
+        "--full-auto",
+    ];
     let mut config_value = false;
     for a in command.iter().skip(1) {
         if config_value {
@@ -112,7 +120,26 @@ pub fn conflicting_argument(command: &[String]) -> Option<String> {
 /// `exec` argument that is not the value of a preceding option.
 fn names_exec(command: &[String]) -> bool {
     // Root options of codex that take a separate value.
-    const TAKES_VALUE: &[&str] = &["-c", "--config", "-p", "--profile", "-m", "--model", "-s", "--sandbox", "-C", "--cd", "-a", "--ask-for-approval", "--enable", "--disable", "-i", "--image", "--local-provider", "--add-dir"];
+    const TAKES_VALUE: &[&str] = &[
+        "-c",
+        "--config",
+        "-p",
+        "--profile",
+        "-m",
+        "--model",
+        "-s",
+        "--sandbox",
+        "-C",
+        "--cd",
+        "-a",
+        "--ask-for-approval",
+        "--enable",
+        "--disable",
+        "-i",
+        "--image",
+        "--local-provider",
+        "--add-dir",
+    ];
     let mut skip = false;
     for a in command.iter().skip(1) {
         if skip {
@@ -222,13 +249,17 @@ impl StreamState {
                     let n = |k: &str| u.get(k).and_then(Value::as_u64);
                     self.usage.tokens_in = n("input_tokens").or(self.usage.tokens_in);
                     self.usage.tokens_out = n("output_tokens").or(self.usage.tokens_out);
-                    self.cached_input_tokens = n("cached_input_tokens").or(self.cached_input_tokens);
-                    self.reasoning_output_tokens = n("reasoning_output_tokens").or(self.reasoning_output_tokens);
+                    self.cached_input_tokens =
+                        n("cached_input_tokens").or(self.cached_input_tokens);
+                    self.reasoning_output_tokens =
+                        n("reasoning_output_tokens").or(self.reasoning_output_tokens);
                 }
             }
             Some("turn.failed") => {
                 // Older builds put a bare string in `error`.
-                let m = s("/error/message").or_else(|| s("/error")).unwrap_or_else(|| "turn failed (no message)".into());
+                let m = s("/error/message")
+                    .or_else(|| s("/error"))
+                    .unwrap_or_else(|| "turn failed (no message)".into());
                 self.turn_failed = Some(m);
             }
             Some("error") => self.top_level_error(s("/message").unwrap_or_default()),
@@ -244,22 +275,42 @@ impl StreamState {
     }
 
     fn item_completed(&mut self, item: &Value) {
-        let s = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let s = |k: &str| {
+            item.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
         // `item_type` and `assistant_message`: the experimental shape.
-        let kind = item.get("type").or_else(|| item.get("item_type")).and_then(Value::as_str);
+        let kind = item
+            .get("type")
+            .or_else(|| item.get("item_type"))
+            .and_then(Value::as_str);
         match kind {
             // An empty message does not erase the answer given before it.
-            Some("agent_message" | "assistant_message") if !s("text").trim().is_empty() => self.last_message = s("text"),
+            Some("agent_message" | "assistant_message") if !s("text").trim().is_empty() => {
+                self.last_message = s("text")
+            }
             Some("plan") => self.last_plan = s("text"),
             Some("command_execution") => {
                 let exit = item.get("exit_code").and_then(Value::as_i64);
-                if matches!(item.get("status").and_then(Value::as_str), Some("failed" | "declined")) || exit.is_some_and(|c| c != 0) {
+                if matches!(
+                    item.get("status").and_then(Value::as_str),
+                    Some("failed" | "declined")
+                ) || exit.is_some_and(|c| c != 0)
+                {
                     self.failed_commands += 1;
                 }
                 self.commands.push((s("command"), exit));
             }
             Some("file_change") if item.get("status").and_then(Value::as_str) != Some("failed") => {
-                let paths: Vec<String> = item.get("changes").and_then(Value::as_array).into_iter().flatten().filter_map(|c| c.get("path").and_then(Value::as_str).map(String::from)).collect();
+                let paths: Vec<String> = item
+                    .get("changes")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.get("path").and_then(Value::as_str).map(String::from))
+                    .collect();
                 self.changed(paths);
             }
             Some("error") => self.warnings.push(s("message")),
@@ -294,7 +345,12 @@ impl StreamState {
                     self.last_message = m;
                 }
             }
-            "turn_aborted" => self.turn_failed = Some(format!("the turn was aborted ({})", s("reason").unwrap_or_else(|| "no reason given".into()))),
+            "turn_aborted" => {
+                self.turn_failed = Some(format!(
+                    "the turn was aborted ({})",
+                    s("reason").unwrap_or_else(|| "no reason given".into())
+                ))
+            }
             "token_count" => {
                 // Later legacy builds: `info.total_token_usage`, a running
                 // total; earlier ones: per-request counts at the top.
@@ -302,19 +358,24 @@ impl StreamState {
                     let n = |k: &str| total.get(k).and_then(Value::as_u64);
                     self.usage.tokens_in = n("input_tokens").or(self.usage.tokens_in);
                     self.usage.tokens_out = n("output_tokens").or(self.usage.tokens_out);
-                    self.cached_input_tokens = n("cached_input_tokens").or(self.cached_input_tokens);
-                    self.reasoning_output_tokens = n("reasoning_output_tokens").or(self.reasoning_output_tokens);
+                    self.cached_input_tokens =
+                        n("cached_input_tokens").or(self.cached_input_tokens);
+                    self.reasoning_output_tokens =
+                        n("reasoning_output_tokens").or(self.reasoning_output_tokens);
                 } else if msg.get("input_tokens").is_some() || msg.get("output_tokens").is_some() {
                     let n = |k: &str| msg.get(k).and_then(Value::as_u64);
                     self.usage.tokens_in = add(self.usage.tokens_in, n("input_tokens"));
                     self.usage.tokens_out = add(self.usage.tokens_out, n("output_tokens"));
-                    self.cached_input_tokens = add(self.cached_input_tokens, n("cached_input_tokens"));
-                    self.reasoning_output_tokens = add(self.reasoning_output_tokens, n("reasoning_output_tokens"));
+                    self.cached_input_tokens =
+                        add(self.cached_input_tokens, n("cached_input_tokens"));
+                    self.reasoning_output_tokens =
+                        add(self.reasoning_output_tokens, n("reasoning_output_tokens"));
                 }
             }
             "exec_command_begin" => {
                 let command = command_text(msg.get("command"));
-                self.pending_commands.push((s("call_id").unwrap_or_default(), command));
+                self.pending_commands
+                    .push((s("call_id").unwrap_or_default(), command));
             }
             "exec_command_end" => {
                 let exit = msg.get("exit_code").and_then(Value::as_i64);
@@ -322,13 +383,22 @@ impl StreamState {
                     self.failed_commands += 1;
                 }
                 let id = s("call_id").unwrap_or_default();
-                let begun = self.pending_commands.iter().position(|(c, _)| *c == id).map(|i| self.pending_commands.remove(i).1);
+                let begun = self
+                    .pending_commands
+                    .iter()
+                    .position(|(c, _)| *c == id)
+                    .map(|i| self.pending_commands.remove(i).1);
                 let command = begun.unwrap_or_else(|| command_text(msg.get("command")));
                 self.commands.push((command, exit));
             }
             "patch_apply_begin" => {
-                let paths = msg.get("changes").and_then(Value::as_object).map(|m| m.keys().cloned().collect()).unwrap_or_default();
-                self.pending_patches.push((s("call_id").unwrap_or_default(), paths));
+                let paths = msg
+                    .get("changes")
+                    .and_then(Value::as_object)
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                self.pending_patches
+                    .push((s("call_id").unwrap_or_default(), paths));
             }
             "patch_apply_end" => {
                 let id = s("call_id").unwrap_or_default();
@@ -343,7 +413,11 @@ impl StreamState {
                 let m = s("message").unwrap_or_default();
                 // Read as the current CLI's `error` event would be (its retry
                 // notices, "…; retrying 1/5 in 209ms…", are no limit).
-                if let Some(r) = limit::read_codex_event(&serde_json::json!({"type": "error", "message": m}), Utc::now(), tz) {
+                if let Some(r) = limit::read_codex_event(
+                    &serde_json::json!({"type": "error", "message": m}),
+                    Utc::now(),
+                    tz,
+                ) {
                     self.limit = Some(stronger(self.limit.take(), r));
                 }
                 if ty == "stream_error" {
@@ -361,7 +435,11 @@ impl StreamState {
     /// The final message: the last agent message, else the last plan
     /// (codex's own rule for the turn's final message).
     pub fn final_text(&self) -> String {
-        if self.last_message.trim().is_empty() { self.last_plan.clone() } else { self.last_message.clone() }
+        if self.last_message.trim().is_empty() {
+            self.last_plan.clone()
+        } else {
+            self.last_message.clone()
+        }
     }
 
     /// Why the call failed, from the stream alone: the failed turn, or a
@@ -374,24 +452,52 @@ impl StreamState {
         if self.turns_completed > 0 {
             return None;
         }
-        let cut = if self.noise.cut_last_line { "; its last line was cut off in the middle of an event" } else { "" };
+        let cut = if self.noise.cut_last_line {
+            "; its last line was cut off in the middle of an event"
+        } else {
+            ""
+        };
         Some(match (&self.last_error, self.reconnects) {
             (Some(m), 0) => format!("codex stopped without completing the turn: {m}{cut}"),
-            (Some(m), n) => format!("codex could not reach its model provider ({n} reconnect notice(s)); last: {m}{cut}"),
-            (None, _) if self.turns_started == 0 && self.events > 0 => format!("codex printed no turn ({} event(s), none of them a turn start codex is known to print){cut}", self.events),
-            (None, _) if self.turns_started == 0 => format!("codex printed no turn (no `turn.started` event){cut}"),
+            (Some(m), n) => format!(
+                "codex could not reach its model provider ({n} reconnect notice(s)); last: {m}{cut}"
+            ),
+            (None, _) if self.turns_started == 0 && self.events > 0 => format!(
+                "codex printed no turn ({} event(s), none of them a turn start codex is known to print){cut}",
+                self.events
+            ),
+            (None, _) if self.turns_started == 0 => {
+                format!("codex printed no turn (no `turn.started` event){cut}")
+            }
             (None, _) => format!("codex stopped without completing the turn{cut}"),
         })
     }
 
     /// What a person should know about a call that did not fail.
     pub fn notes(&self, ended_after_turn: bool) -> Vec<String> {
-        let mut notes: Vec<String> = self.warnings.iter().filter(|w| !w.trim().is_empty()).map(|w| format!("codex warned: {w}")).collect();
+        let mut notes: Vec<String> = self
+            .warnings
+            .iter()
+            .filter(|w| !w.trim().is_empty())
+            .map(|w| format!("codex warned: {w}"))
+            .collect();
         if self.failed_commands > 0 {
-            notes.push(format!("{} command{} failed or {} declined", self.failed_commands, if self.failed_commands == 1 { "" } else { "s" }, if self.failed_commands == 1 { "was" } else { "were" }));
+            notes.push(format!(
+                "{} command{} failed or {} declined",
+                self.failed_commands,
+                if self.failed_commands == 1 { "" } else { "s" },
+                if self.failed_commands == 1 {
+                    "was"
+                } else {
+                    "were"
+                }
+            ));
         }
         if ended_after_turn {
-            notes.push(format!("codex did not exit within {}s of its last turn and was ended", TURN_EXIT_GRACE.as_secs()));
+            notes.push(format!(
+                "codex did not exit within {}s of its last turn and was ended",
+                TURN_EXIT_GRACE.as_secs()
+            ));
         }
         notes
     }
@@ -404,7 +510,11 @@ pub const TURN_EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(
 /// A legacy event's command: an argv array or a string.
 fn command_text(v: Option<&Value>) -> String {
     match v {
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" "),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" "),
         Some(Value::String(c)) => c.clone(),
         _ => String::new(),
     }
@@ -444,7 +554,11 @@ fn stronger(a: Option<LimitReading>, b: LimitReading) -> LimitReading {
 /// [`AgentError`] when it cannot be started (missing executable, bad cwd) or
 /// the reviewer's schema file cannot be written; a started call that fails,
 /// times out or hits a limit is an `Ok` [`Report`] saying so.
-pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -> Result<Report, AgentError> {
+pub async fn run(
+    agent: &AgentConfig,
+    call: &Call,
+    cancel: &CancellationToken,
+) -> Result<Report, AgentError> {
     let schema = match call.role {
         Role::Reviewer => Some(write_schema(call)?),
         Role::Writer => None,
@@ -455,19 +569,26 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     let tz = call.tz;
     let watch = super::EndWatch::start(cancel, TURN_EXIT_GRACE);
     let end = watch.signal();
-    let cmd = base_command(&argv, call, &[]).stdin_bytes(call.prompt.clone().into_bytes()).json_lines(true).on_stdout_line(Box::new(move |line: &str| {
-        let mut st = sink.lock().expect("codex stream state");
-        let before = (st.turns_completed, st.turn_failed.clone());
-        st.feed(line, tz);
-        if (st.turns_completed, st.turn_failed.clone()) != before {
-            end.ended();
-        } else if !line.trim().is_empty() {
-            end.activity();
-        }
-    }));
+    let cmd = base_command(&argv, call, &[])
+        .stdin_bytes(call.prompt.clone().into_bytes())
+        .json_lines(true)
+        .on_stdout_line(Box::new(move |line: &str| {
+            let mut st = sink.lock().expect("codex stream state");
+            let before = (st.turns_completed, st.turn_failed.clone());
+            st.feed(line, tz);
+            if (st.turns_completed, st.turn_failed.clone()) != before {
+                end.ended();
+            } else if !line.trim().is_empty() {
+                end.activity();
+            }
+        }));
     let outcome = crate::process::run(cmd, watch.token()).await;
     let ended_after_turn = watch.finish(cancel);
-    let outcome = outcome.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
+    let outcome = outcome.map_err(|source| AgentError::Spawn {
+        role: call.role.as_str(),
+        kind: agent.kind,
+        source,
+    })?;
     let st = state.lock().expect("codex stream state").clone();
 
     let failure = st.call_failure(&outcome, call.timeout, ended_after_turn);
@@ -486,7 +607,11 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
     };
-    let edited_files: Vec<String> = st.changed_files.iter().map(|f| relative_to(f, &call.cwd)).collect();
+    let edited_files: Vec<String> = st
+        .changed_files
+        .iter()
+        .map(|f| relative_to(f, &call.cwd))
+        .collect();
     let mut claimed_files = parse_blocks(&text).files;
     for rel in &edited_files {
         if !claimed_files.contains(rel) {
@@ -494,7 +619,20 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
         }
     }
     let notes = st.notes(ended_after_turn);
-    Ok(Report { argv, outcome, text, verdict, usage: st.usage.clone(), limit, failure, tools: None, mcp_servers: None, claimed_files, edited_files, notes })
+    Ok(Report {
+        argv,
+        outcome,
+        text,
+        verdict,
+        usage: st.usage.clone(),
+        limit,
+        failure,
+        tools: None,
+        mcp_servers: None,
+        claimed_files,
+        edited_files,
+        notes,
+    })
 }
 
 impl StreamState {
@@ -505,11 +643,18 @@ impl StreamState {
     /// ([`StreamState::failure`]), or a nonzero exit after a completed turn.
     /// `ended_after_turn`: nightshift ended a codex that did not exit after
     /// its turn (`EndWatch` in `agent`), which is no failure.
-    pub fn call_failure(&self, outcome: &crate::process::Outcome, timeout: std::time::Duration, ended_after_turn: bool) -> Option<String> {
+    pub fn call_failure(
+        &self,
+        outcome: &crate::process::Outcome,
+        timeout: std::time::Duration,
+        ended_after_turn: bool,
+    ) -> Option<String> {
         let exit = super::command::exit_text(outcome);
         if outcome.timed_out {
             let why = match (self.reconnects, &self.last_error) {
-                (n, Some(m)) if n > 0 => format!("; codex was reconnecting ({n} notice(s)), last: {m}"),
+                (n, Some(m)) if n > 0 => {
+                    format!("; codex was reconnecting ({n} notice(s)), last: {m}")
+                }
                 _ => String::new(),
             };
             return Some(format!("timed out after {}s{why}", timeout.as_secs()));
@@ -520,14 +665,22 @@ impl StreamState {
         if self.thread_id.is_none() && self.turns_started == 0 && outcome.exit_code != Some(0) {
             // It never started a session: a usage error (unknown flag, bad
             // config) or a crash, told on stderr.
-            let stdout = match (&self.noise.last_other_line, outcome.stderr_tail.trim().is_empty()) {
+            let stdout = match (
+                &self.noise.last_other_line,
+                outcome.stderr_tail.trim().is_empty(),
+            ) {
                 (Some(l), true) => format!("stdout: {l}"),
                 _ => first_error_line(&outcome.stderr_tail),
             };
-            return Some(format!("codex exited ({exit}) before starting a session: {stdout}"));
+            return Some(format!(
+                "codex exited ({exit}) before starting a session: {stdout}"
+            ));
         }
         if let Some(f) = self.failure() {
-            let how = match (outcome.exit_code == Some(0) || ended_after_turn, super::telling_stderr_line(&outcome.stderr_tail)) {
+            let how = match (
+                outcome.exit_code == Some(0) || ended_after_turn,
+                super::telling_stderr_line(&outcome.stderr_tail),
+            ) {
                 (true, _) => String::new(),
                 (false, Some(l)) => format!(" [exited ({exit}): {l}]"),
                 (false, None) => format!(" [exited ({exit})]"),
@@ -535,7 +688,10 @@ impl StreamState {
             return Some(format!("{f}{how}"));
         }
         if !ended_after_turn && outcome.exit_code != Some(0) {
-            return Some(format!("codex exited ({exit}) after completing the turn: {}", first_error_line(&outcome.stderr_tail)));
+            return Some(format!(
+                "codex exited ({exit}) after completing the turn: {}",
+                first_error_line(&outcome.stderr_tail)
+            ));
         }
         None
     }
@@ -551,11 +707,19 @@ fn first_error_line(stderr: &str) -> String {
 /// Writes the reviewer's verdict schema next to the call's logs.
 fn write_schema(call: &Call) -> Result<std::path::PathBuf, AgentError> {
     let path = call.log_dir.join("verdict.schema.json");
-    std::fs::write(&path, VERDICT_SCHEMA).map_err(|source| AgentError::Files { role: call.role.as_str(), dir: call.log_dir.clone(), source })?;
+    std::fs::write(&path, VERDICT_SCHEMA).map_err(|source| AgentError::Files {
+        role: call.role.as_str(),
+        dir: call.log_dir.clone(),
+        source,
+    })?;
     if let Some(u) = &call.run_as {
         // codex runs as another user and reads the file itself.
         for p in [&call.log_dir, &path] {
-            let _ = nix::unistd::chown(p.as_path(), Some(nix::unistd::Uid::from_raw(u.uid)), Some(nix::unistd::Gid::from_raw(u.gid)));
+            let _ = nix::unistd::chown(
+                p.as_path(),
+                Some(nix::unistd::Uid::from_raw(u.uid)),
+                Some(nix::unistd::Gid::from_raw(u.gid)),
+            );
         }
     }
     Ok(path)
@@ -594,7 +758,12 @@ mod tests {
     }
 
     fn agent(command: &[&str], model: Option<&str>) -> AgentConfig {
-        AgentConfig { kind: AgentKind::Codex, command: command.iter().map(|s| s.to_string()).collect(), permission_flags: None, model: model.map(String::from) }
+        AgentConfig {
+            kind: AgentKind::Codex,
+            command: command.iter().map(|s| s.to_string()).collect(),
+            permission_flags: None,
+            model: model.map(String::from),
+        }
     }
 
     #[test]
@@ -602,16 +771,56 @@ mod tests {
         let a = agent(&["codex", "-c", "model_provider=fake"], Some("o4"));
         assert_eq!(
             argv(&a, Role::Writer, None),
-            ["codex", "-c", "model_provider=fake", "exec", "--json", "--sandbox", "workspace-write", "--skip-git-repo-check", "--model", "o4", "-"]
+            [
+                "codex",
+                "-c",
+                "model_provider=fake",
+                "exec",
+                "--json",
+                "--sandbox",
+                "workspace-write",
+                "--skip-git-repo-check",
+                "--model",
+                "o4",
+                "-"
+            ]
         );
         let r = argv(&a, Role::Reviewer, Some(Path::new("/l/v.json")));
-        assert_eq!(&r[3..], ["exec", "--json", "--sandbox", "read-only", "--skip-git-repo-check", "--model", "o4", "--output-schema", "/l/v.json", "-"]);
+        assert_eq!(
+            &r[3..],
+            [
+                "exec",
+                "--json",
+                "--sandbox",
+                "read-only",
+                "--skip-git-repo-check",
+                "--model",
+                "o4",
+                "--output-schema",
+                "/l/v.json",
+                "-"
+            ]
+        );
     }
 
     #[test]
     fn argv_does_not_repeat_a_configured_exec() {
         let a = agent(&["npx", "codex", "exec", "-c", "x=1"], None);
-        assert_eq!(argv(&a, Role::Writer, None), ["npx", "codex", "exec", "-c", "x=1", "--json", "--sandbox", "workspace-write", "--skip-git-repo-check", "-"]);
+        assert_eq!(
+            argv(&a, Role::Writer, None),
+            [
+                "npx",
+                "codex",
+                "exec",
+                "-c",
+                "x=1",
+                "--json",
+                "--sandbox",
+                "workspace-write",
+                "--skip-git-repo-check",
+                "-"
+            ]
+        );
         // `exec` as an option's value is not the subcommand.
         let a = agent(&["codex", "-p", "exec"], None);
         assert_eq!(argv(&a, Role::Writer, None)[3], "exec");
@@ -619,24 +828,58 @@ mod tests {
 
     #[test]
     fn commands_that_fight_the_sandbox_are_config_errors() {
-        let c = |v: &[&str]| conflicting_argument(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(c(&["codex", "-c", "model_provider=fake", "--model", "o4"]), None);
-        assert_eq!(c(&["codex", "--sandbox", "danger-full-access"]).as_deref(), Some("--sandbox"));
-        assert_eq!(c(&["codex", "--sandbox=read-only"]).as_deref(), Some("--sandbox=read-only"));
-        assert_eq!(c(&["codex", "-sdanger-full-access"]).as_deref(), Some("-sdanger-full-access"));
-        assert_eq!(c(&["codex", "exec", "--dangerously-bypass-approvals-and-sandbox"]).as_deref(), Some("--dangerously-bypass-approvals-and-sandbox"));
-        assert_eq!(c(&["codex", "-c", "sandbox_mode=\"danger-full-access\""]).as_deref(), Some("sandbox_mode=\"danger-full-access\""));
+        let c =
+            |v: &[&str]| conflicting_argument(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            c(&["codex", "-c", "model_provider=fake", "--model", "o4"]),
+            None
+        );
+        assert_eq!(
+            c(&["codex", "--sandbox", "danger-full-access"]).as_deref(),
+            Some("--sandbox")
+        );
+        assert_eq!(
+            c(&["codex", "--sandbox=read-only"]).as_deref(),
+            Some("--sandbox=read-only")
+        );
+        assert_eq!(
+            c(&["codex", "-sdanger-full-access"]).as_deref(),
+            Some("-sdanger-full-access")
+        );
+        assert_eq!(
+            c(&[
+                "codex",
+                "exec",
+                "--dangerously-bypass-approvals-and-sandbox"
+            ])
+            .as_deref(),
+            Some("--dangerously-bypass-approvals-and-sandbox")
+        );
+        assert_eq!(
+            c(&["codex", "-c", "sandbox_mode=\"danger-full-access\""]).as_deref(),
+            Some("sandbox_mode=\"danger-full-access\"")
+        );
         assert_eq!(c(&["codex", "--json"]).as_deref(), Some("--json"));
         let toml = "[writer]\nkind = \"codex\"\ncommand = [\"codex\", \"--sandbox\", \"danger-full-access\"]\n";
-        let e = crate::config::parse(Path::new("config.toml"), toml).unwrap_err().to_string();
+        let e = crate::config::parse(Path::new("config.toml"), toml)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--sandbox") && e.contains("[writer]"), "{e}");
     }
 
     #[test]
     fn sample_transcript() {
-        let st = feed_all(include_str!("../../tests/data/transcripts/codex-exec-json-sample.jsonl"));
-        assert_eq!(st.thread_id.as_deref(), Some("0199a213-81c0-7800-8aa1-bbab2a035a53"));
-        assert_eq!(st.last_message, "Yep — there’s a `README.md` in the repository root.");
+        let st = feed_all(include_str!(
+            "../../tests/data/transcripts/codex-exec-json-sample.jsonl"
+        ));
+        assert_eq!(
+            st.thread_id.as_deref(),
+            Some("0199a213-81c0-7800-8aa1-bbab2a035a53")
+        );
+        assert_eq!(
+            st.last_message,
+            "Yep — there’s a `README.md` in the repository root."
+        );
         assert_eq!((st.turns_started, st.turns_completed), (1, 1));
         assert_eq!(st.usage.tokens_in, Some(24763));
         assert_eq!(st.cached_input_tokens, Some(24448));
@@ -649,26 +892,56 @@ mod tests {
     #[test]
     fn recorded_failures_of_the_real_cli() {
         // A 500 from the provider: five retry notices, then the failed turn.
-        let st = feed_all(include_str!("../../tests/data/codex/real-turn-failed-500.jsonl"));
+        let st = feed_all(include_str!(
+            "../../tests/data/codex/real-turn-failed-500.jsonl"
+        ));
         assert_eq!(st.reconnects, 5);
-        assert_eq!(st.failure().as_deref(), Some("codex turn failed: We’re currently experiencing high demand, which may cause temporary errors."));
+        assert_eq!(
+            st.failure().as_deref(),
+            Some(
+                "codex turn failed: We’re currently experiencing high demand, which may cause temporary errors."
+            )
+        );
         // Offline: retry notices and nothing else (codex waits; the timeout ends it).
-        let st = feed_all(include_str!("../../tests/data/codex/real-offline-reconnecting.jsonl"));
-        assert_eq!((st.reconnects, st.turns_started, st.turn_failed.clone()), (3, 1, None));
+        let st = feed_all(include_str!(
+            "../../tests/data/codex/real-offline-reconnecting.jsonl"
+        ));
+        assert_eq!(
+            (st.reconnects, st.turns_started, st.turn_failed.clone()),
+            (3, 1, None)
+        );
         assert!(st.limit.is_none());
         // The usage limit: error + turn.failed with the CLI's own text.
-        let st = feed_all(include_str!("../../tests/data/codex/real-usage-limit.jsonl"));
-        assert!(st.turn_failed.as_deref().unwrap().starts_with("You’ve hit your usage limit."));
+        let st = feed_all(include_str!(
+            "../../tests/data/codex/real-usage-limit.jsonl"
+        ));
+        assert!(
+            st.turn_failed
+                .as_deref()
+                .unwrap()
+                .starts_with("You’ve hit your usage limit.")
+        );
         assert_eq!(st.limit.map(|l| l.kind), Some(LimitKind::UsageLimit));
         // A writer's real apply_patch edit.
-        let st = feed_all(include_str!("../../tests/data/codex/real-writer-patch.jsonl"));
+        let st = feed_all(include_str!(
+            "../../tests/data/codex/real-writer-patch.jsonl"
+        ));
         assert_eq!(st.changed_files, vec!["@CWD@/calc.txt"]);
-        assert_eq!((st.usage.tokens_in, st.usage.tokens_out, st.cached_input_tokens), (Some(200), Some(14), Some(80)));
+        assert_eq!(
+            (
+                st.usage.tokens_in,
+                st.usage.tokens_out,
+                st.cached_input_tokens
+            ),
+            (Some(200), Some(14), Some(80))
+        );
     }
 
     #[test]
     fn turn_failed_is_a_failure_with_its_message() {
-        let st = feed_all("{\"type\":\"turn.started\"}\n{\"type\":\"turn.failed\",\"error\":{\"message\":\"boom\"}}\n");
+        let st = feed_all(
+            "{\"type\":\"turn.started\"}\n{\"type\":\"turn.failed\",\"error\":{\"message\":\"boom\"}}\n",
+        );
         assert_eq!(st.failure().as_deref(), Some("codex turn failed: boom"));
         let st = feed_all("{\"type\":\"turn.failed\",\"error\":\"old shape\"}");
         assert_eq!(st.turn_failed.as_deref(), Some("old shape"));
@@ -676,11 +949,22 @@ mod tests {
 
     #[test]
     fn reconnect_notices_are_a_failed_call_not_a_limit() {
-        for m in ["Reconnecting... waiting for network (Connection failed: error sending request)", "Reconnecting... 2/5 (stream disconnected before completion: error sending request)"] {
-            let st = feed_all(&format!("{{\"type\":\"turn.started\"}}\n{{\"type\":\"error\",\"message\":\"{m}\"}}\n{{\"type\":\"error\",\"message\":\"{m}\"}}"));
+        for m in [
+            "Reconnecting... waiting for network (Connection failed: error sending request)",
+            "Reconnecting... 2/5 (stream disconnected before completion: error sending request)",
+        ] {
+            let st = feed_all(&format!(
+                "{{\"type\":\"turn.started\"}}\n{{\"type\":\"error\",\"message\":\"{m}\"}}\n{{\"type\":\"error\",\"message\":\"{m}\"}}"
+            ));
             assert_eq!(st.reconnects, 2);
             assert!(st.limit.is_none());
-            assert!(st.failure().unwrap().contains("could not reach its model provider (2 reconnect"), "{:?}", st.failure());
+            assert!(
+                st.failure()
+                    .unwrap()
+                    .contains("could not reach its model provider (2 reconnect"),
+                "{:?}",
+                st.failure()
+            );
         }
     }
 
@@ -698,8 +982,19 @@ mod tests {
         ));
         assert_eq!(st.warnings, vec!["Model metadata for `m` not found."]);
         assert_eq!(st.failure(), None);
-        assert_eq!((st.usage.tokens_in, st.usage.tokens_out, st.cached_input_tokens, st.reasoning_output_tokens), (Some(105), Some(8), Some(60), Some(2)));
-        assert_eq!(st.notes(false), vec!["codex warned: Model metadata for `m` not found."]);
+        assert_eq!(
+            (
+                st.usage.tokens_in,
+                st.usage.tokens_out,
+                st.cached_input_tokens,
+                st.reasoning_output_tokens
+            ),
+            (Some(105), Some(8), Some(60), Some(2))
+        );
+        assert_eq!(
+            st.notes(false),
+            vec!["codex warned: Model metadata for `m` not found."]
+        );
     }
 
     #[test]
@@ -716,7 +1011,9 @@ mod tests {
 
     #[test]
     fn usage_limit_event_is_read_in_the_agent_zone() {
-        let st = feed_all("{\"type\":\"error\",\"message\":\"You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to purchase more credits or try again at 11:59 PM.\"}");
+        let st = feed_all(
+            "{\"type\":\"error\",\"message\":\"You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to purchase more credits or try again at 11:59 PM.\"}",
+        );
         let l = st.limit.clone().expect("a usage limit");
         assert_eq!(l.kind, LimitKind::UsageLimit);
         assert!(l.resets_at.is_some());
@@ -726,12 +1023,22 @@ mod tests {
     #[test]
     fn the_error_line_of_a_usage_error_is_kept() {
         let clap = "WARNING: proceeding, even though we could not create PATH aliases\nerror: unexpected argument '--bogus' found\n\n  tip: to pass '--bogus' as a value, use '-- --bogus'\n\nUsage: codex exec [OPTIONS] [PROMPT]\n";
-        assert_eq!(first_error_line(clap), "error: unexpected argument '--bogus' found");
-        assert_eq!(first_error_line("a\nNo prompt provided via stdin.\n"), "No prompt provided via stdin.");
+        assert_eq!(
+            first_error_line(clap),
+            "error: unexpected argument '--bogus' found"
+        );
+        assert_eq!(
+            first_error_line("a\nNo prompt provided via stdin.\n"),
+            "No prompt provided via stdin."
+        );
         assert_eq!(first_error_line(""), "(nothing on stderr)");
     }
 
-    fn outcome(exit_code: Option<i32>, signal: Option<i32>, stderr: &str) -> crate::process::Outcome {
+    fn outcome(
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        stderr: &str,
+    ) -> crate::process::Outcome {
         crate::process::Outcome::fake(exit_code, signal, stderr)
     }
 
@@ -761,25 +1068,53 @@ mod tests {
         assert_eq!(st.final_text(), "Added sub.\n\nFILES:\n- calc.txt");
         assert_eq!(st.failure(), None);
         assert_eq!(st.changed_files, ["/w/calc.txt"]);
-        assert_eq!(st.commands, [("bash -lc cat calc.txt".to_string(), Some(0))]);
-        assert_eq!((st.usage.tokens_in, st.usage.tokens_out, st.cached_input_tokens, st.reasoning_output_tokens), (Some(3000), Some(200), Some(1000), Some(64)));
+        assert_eq!(
+            st.commands,
+            [("bash -lc cat calc.txt".to_string(), Some(0))]
+        );
+        assert_eq!(
+            (
+                st.usage.tokens_in,
+                st.usage.tokens_out,
+                st.cached_input_tokens,
+                st.reasoning_output_tokens
+            ),
+            (Some(3000), Some(200), Some(1000), Some(64))
+        );
         // Earlier legacy builds counted each request at the top of the event.
         let st = feed_all(concat!(
             "{\"id\":\"0\",\"msg\":{\"type\":\"token_count\",\"input_tokens\":100,\"cached_input_tokens\":0,\"output_tokens\":10,\"total_tokens\":110}}\n",
             "{\"id\":\"0\",\"msg\":{\"type\":\"token_count\",\"input_tokens\":150,\"cached_input_tokens\":100,\"output_tokens\":20,\"total_tokens\":170}}\n",
         ));
-        assert_eq!((st.usage.tokens_in, st.usage.tokens_out), (Some(250), Some(30)));
+        assert_eq!(
+            (st.usage.tokens_in, st.usage.tokens_out),
+            (Some(250), Some(30))
+        );
         // A legacy error ends the call, and a limit in it is read.
         let st = feed_all(concat!(
             "{\"id\":\"0\",\"msg\":{\"type\":\"task_started\"}}\n",
             "{\"id\":\"0\",\"msg\":{\"type\":\"stream_error\",\"message\":\"stream error: unexpected status 503; retrying 1/5 in 209ms…\"}}\n",
             "{\"id\":\"0\",\"msg\":{\"type\":\"error\",\"message\":\"You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in 2 days 17 hours 14 minutes.\"}}\n",
         ));
-        assert_eq!(st.limit.as_ref().map(|l| (l.kind, l.resets_at.is_some())), Some((LimitKind::UsageLimit, true)));
-        assert!(st.failure().unwrap().contains("You've hit your usage limit."), "{:?}", st.failure());
+        assert_eq!(
+            st.limit.as_ref().map(|l| (l.kind, l.resets_at.is_some())),
+            Some((LimitKind::UsageLimit, true))
+        );
+        assert!(
+            st.failure()
+                .unwrap()
+                .contains("You've hit your usage limit."),
+            "{:?}",
+            st.failure()
+        );
         // An aborted legacy turn is a failure.
-        let st = feed_all("{\"id\":\"0\",\"msg\":{\"type\":\"task_started\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"turn_aborted\",\"reason\":\"interrupted\"}}\n");
-        assert_eq!(st.failure().as_deref(), Some("codex turn failed: the turn was aborted (interrupted)"));
+        let st = feed_all(
+            "{\"id\":\"0\",\"msg\":{\"type\":\"task_started\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"turn_aborted\",\"reason\":\"interrupted\"}}\n",
+        );
+        assert_eq!(
+            st.failure().as_deref(),
+            Some("codex turn failed: the turn was aborted (interrupted)")
+        );
     }
 
     #[test]
@@ -797,7 +1132,10 @@ mod tests {
             "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_4\",\"item_type\":\"assistant_message\",\"text\":\"**Assigned Issues**\\n- #1\"}}\n",
             "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":34038,\"cached_input_tokens\":29696,\"output_tokens\":1013}}\n",
         ));
-        assert_eq!(st.thread_id.as_deref(), Some("019982d1-75f0-7920-b051-e0d3731a5ed8"));
+        assert_eq!(
+            st.thread_id.as_deref(),
+            Some("019982d1-75f0-7920-b051-e0d3731a5ed8")
+        );
         assert_eq!(st.final_text(), "**Assigned Issues**\n- #1");
         assert_eq!(st.changed_files, ["/w/a.txt"]);
         assert_eq!(st.commands.len(), 1);
@@ -837,30 +1175,77 @@ mod tests {
             "\u{1b}[0m{\"type\":\"turn.started\"}\n",
             "{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\",\"text\":\"half\"}}{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}\n",
         ));
-        assert_eq!((st.thread_id.as_deref(), st.turns_started, st.turns_completed, st.final_text().as_str()), (Some("t"), 1, 1, "half"));
+        assert_eq!(
+            (
+                st.thread_id.as_deref(),
+                st.turns_started,
+                st.turns_completed,
+                st.final_text().as_str()
+            ),
+            (Some("t"), 1, 1, "half")
+        );
         assert_eq!(st.noise.other_lines, 1);
-        let st = feed_all("{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.started\"}\n{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\",\"te");
+        let st = feed_all(
+            "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.started\"}\n{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"agent_message\",\"te",
+        );
         assert!(st.noise.cut_last_line);
-        assert_eq!(st.failure().as_deref(), Some("codex stopped without completing the turn; its last line was cut off in the middle of an event"));
+        assert_eq!(
+            st.failure().as_deref(),
+            Some(
+                "codex stopped without completing the turn; its last line was cut off in the middle of an event"
+            )
+        );
     }
 
     #[test]
     fn how_the_process_ended_decides_with_the_stream() {
-        let done = feed_all(include_str!("../../tests/data/codex/real-writer-patch.jsonl"));
-        assert_eq!(done.call_failure(&outcome(Some(0), None, ""), MINUTE, false), None);
+        let done = feed_all(include_str!(
+            "../../tests/data/codex/real-writer-patch.jsonl"
+        ));
+        assert_eq!(
+            done.call_failure(&outcome(Some(0), None, ""), MINUTE, false),
+            None
+        );
         // A good turn, then a bad exit: something broke; the round is not trusted.
-        assert_eq!(done.call_failure(&outcome(Some(1), None, "Error: failed to write last message file\n"), MINUTE, false).as_deref(), Some("codex exited (code 1) after completing the turn: Error: failed to write last message file"));
+        assert_eq!(
+            done.call_failure(
+                &outcome(Some(1), None, "Error: failed to write last message file\n"),
+                MINUTE,
+                false
+            )
+            .as_deref(),
+            Some(
+                "codex exited (code 1) after completing the turn: Error: failed to write last message file"
+            )
+        );
         // Ended by nightshift after a turn it did not exit after: the turn stands.
         let mut ended = outcome(None, Some(15), "");
         ended.cancelled = true;
         assert_eq!(done.call_failure(&ended, MINUTE, true), None);
-        assert_eq!(done.call_failure(&ended, MINUTE, false).as_deref(), Some("interrupted"));
+        assert_eq!(
+            done.call_failure(&ended, MINUTE, false).as_deref(),
+            Some("interrupted")
+        );
         // Killed mid-turn: the stream says the turn never ended, the exit says how.
-        let mid = feed_all("{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.started\"}\n");
-        assert_eq!(mid.call_failure(&outcome(None, Some(9), ""), MINUTE, false).as_deref(), Some("codex stopped without completing the turn [exited (signal 9)]"));
+        let mid = feed_all(
+            "{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n{\"type\":\"turn.started\"}\n",
+        );
+        assert_eq!(
+            mid.call_failure(&outcome(None, Some(9), ""), MINUTE, false)
+                .as_deref(),
+            Some("codex stopped without completing the turn [exited (signal 9)]")
+        );
         // Never started: stderr tells, else stdout's last words.
-        let none = feed_all("Not inside a trusted directory and --skip-git-repo-check was not specified.\n");
-        assert_eq!(none.call_failure(&outcome(Some(1), None, ""), MINUTE, false).as_deref(), Some("codex exited (code 1) before starting a session: stdout: Not inside a trusted directory and --skip-git-repo-check was not specified."));
+        let none = feed_all(
+            "Not inside a trusted directory and --skip-git-repo-check was not specified.\n",
+        );
+        assert_eq!(
+            none.call_failure(&outcome(Some(1), None, ""), MINUTE, false)
+                .as_deref(),
+            Some(
+                "codex exited (code 1) before starting a session: stdout: Not inside a trusted directory and --skip-git-repo-check was not specified."
+            )
+        );
     }
 
     #[test]
@@ -872,8 +1257,14 @@ mod tests {
             "{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":5,\"output_tokens\":null}}\n",
         ));
         assert_eq!(st.final_text(), r#"{"verdict":"approve","findings":[]}"#);
-        assert_eq!((st.usage.tokens_in, st.usage.tokens_out), (Some(5), None), "a null count is unknown");
-        let st = feed_all("{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"Added sub.\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"task_complete\",\"last_agent_message\":null}}\n");
+        assert_eq!(
+            (st.usage.tokens_in, st.usage.tokens_out),
+            (Some(5), None),
+            "a null count is unknown"
+        );
+        let st = feed_all(
+            "{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"Added sub.\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"agent_message\",\"message\":\"\"}}\n{\"id\":\"0\",\"msg\":{\"type\":\"task_complete\",\"last_agent_message\":null}}\n",
+        );
         assert_eq!(st.final_text(), "Added sub.");
     }
 
@@ -881,6 +1272,9 @@ mod tests {
     fn non_json_lines_are_counted_not_parsed() {
         let st = feed_all("hello\n\n{not json\n");
         assert_eq!(st.noise.other_lines, 2);
-        assert_eq!(st.failure().as_deref(), Some("codex printed no turn (no `turn.started` event)"));
+        assert_eq!(
+            st.failure().as_deref(),
+            Some("codex printed no turn (no `turn.started` event)")
+        );
     }
 }

@@ -26,7 +26,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{AgentError, Call, Report, Role, Usage, base_command, limit_in_text, parse_blocks, write_call_files};
+use super::{
+    AgentError, Call, Report, Role, Usage, base_command, limit_in_text, parse_blocks,
+    write_call_files,
+};
 use crate::config::AgentConfig;
 use crate::limit::{self, LimitKind, LimitReading};
 use crate::review;
@@ -38,9 +41,15 @@ const KEEP_TEXT_BYTES: usize = 256 * 1024;
 ///
 /// # Errors
 /// [`AgentError`] when it cannot be started.
-pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -> Result<Report, AgentError> {
+pub async fn run(
+    agent: &AgentConfig,
+    call: &Call,
+    cancel: &CancellationToken,
+) -> Result<Report, AgentError> {
     let (prompt, contract, feedback) = write_call_files(call)?;
-    let usage_file = call.log_dir.join(format!("{}.usage.json", call.role.as_str()));
+    let usage_file = call
+        .log_dir
+        .join(format!("{}.usage.json", call.role.as_str()));
     // A stale file from an earlier attempt must not be counted twice. The
     // call directory is the agent's own (chowned by `write_call_files` under
     // `agent_user`), so it can create the file.
@@ -55,18 +64,28 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     ];
     let text = Arc::new(Mutex::new(String::new()));
     let sink = text.clone();
-    let cmd = base_command(&agent.command, call, &env).stdin_bytes(call.prompt.clone().into_bytes()).on_stdout_line(Box::new(move |line: &str| {
-        let mut t = sink.lock().expect("text buffer");
-        t.push_str(line);
-        t.push('\n');
-        if t.len() > KEEP_TEXT_BYTES * 2 {
-            // Keep the tail: blocks and verdicts come at the end.
-            let cut = t.len() - KEEP_TEXT_BYTES;
-            let cut = (cut..t.len()).find(|i| t.is_char_boundary(*i)).unwrap_or(t.len());
-            t.drain(..cut);
-        }
-    }));
-    let outcome = crate::process::run(cmd, cancel).await.map_err(|source| AgentError::Spawn { role: call.role.as_str(), kind: agent.kind, source })?;
+    let cmd = base_command(&agent.command, call, &env)
+        .stdin_bytes(call.prompt.clone().into_bytes())
+        .on_stdout_line(Box::new(move |line: &str| {
+            let mut t = sink.lock().expect("text buffer");
+            t.push_str(line);
+            t.push('\n');
+            if t.len() > KEEP_TEXT_BYTES * 2 {
+                // Keep the tail: blocks and verdicts come at the end.
+                let cut = t.len() - KEEP_TEXT_BYTES;
+                let cut = (cut..t.len())
+                    .find(|i| t.is_char_boundary(*i))
+                    .unwrap_or(t.len());
+                t.drain(..cut);
+            }
+        }));
+    let outcome = crate::process::run(cmd, cancel)
+        .await
+        .map_err(|source| AgentError::Spawn {
+            role: call.role.as_str(),
+            kind: agent.kind,
+            source,
+        })?;
     let text = text.lock().expect("text buffer").clone();
     let limit = read_limit(&outcome.stderr_tail, &text, call.tz);
     let verdict = match call.role {
@@ -78,15 +97,23 @@ pub async fn run(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -
     } else if outcome.cancelled {
         Some("interrupted".to_string())
     } else if outcome.exit_code != Some(0) {
-        Some(match last_line(&outcome.stderr_tail).or_else(|| last_line(&text)) {
-            Some(said) if !said.trim().is_empty() => format!("exited with {}: {said}", exit_text(&outcome)),
-            _ => format!("exited with {} and printed nothing", exit_text(&outcome)),
-        })
+        Some(
+            match last_line(&outcome.stderr_tail).or_else(|| last_line(&text)) {
+                Some(said) if !said.trim().is_empty() => {
+                    format!("exited with {}: {said}", exit_text(&outcome))
+                }
+                _ => format!("exited with {} and printed nothing", exit_text(&outcome)),
+            },
+        )
     } else {
         None
     };
     let claimed_files = parse_blocks(&text).files;
-    let usage = std::fs::read_to_string(&usage_file).ok().and_then(|t| parse_usage(&t, true)).or_else(|| text.lines().rev().find_map(|l| parse_usage(l, false))).unwrap_or_default();
+    let usage = std::fs::read_to_string(&usage_file)
+        .ok()
+        .and_then(|t| parse_usage(&t, true))
+        .or_else(|| text.lines().rev().find_map(|l| parse_usage(l, false)))
+        .unwrap_or_default();
     Ok(Report {
         argv: agent.command.clone(),
         outcome,
@@ -133,16 +160,34 @@ pub fn parse_usage(text: &str, bare: bool) -> Option<Usage> {
             _ => None,
         }
     };
-    let count = |k: &str| u.get(k).and_then(number).filter(|n| n.is_finite() && *n >= 0.0 && n.fract() == 0.0 && *n < 1e18).map(|n| n as u64);
-    let tokens_in = match (count("input_tokens"), count("cache_read_input_tokens"), count("cache_creation_input_tokens")) {
+    let count = |k: &str| {
+        u.get(k)
+            .and_then(number)
+            .filter(|n| n.is_finite() && *n >= 0.0 && n.fract() == 0.0 && *n < 1e18)
+            .map(|n| n as u64)
+    };
+    let tokens_in = match (
+        count("input_tokens"),
+        count("cache_read_input_tokens"),
+        count("cache_creation_input_tokens"),
+    ) {
         (None, None, None) => None,
         (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
     };
-    let cost = [u.get("cost_usd"), u.get("total_cost_usd"), v.get("total_cost_usd"), v.get("cost_usd")]
-        .into_iter()
-        .flatten()
-        .find_map(|c| number(c).filter(|c| c.is_finite() && *c >= 0.0));
-    let usage = Usage { tokens_in, tokens_out: count("output_tokens"), cost_usd: cost };
+    let cost = [
+        u.get("cost_usd"),
+        u.get("total_cost_usd"),
+        v.get("total_cost_usd"),
+        v.get("cost_usd"),
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|c| number(c).filter(|c| c.is_finite() && *c >= 0.0));
+    let usage = Usage {
+        tokens_in,
+        tokens_out: count("output_tokens"),
+        cost_usd: cost,
+    };
     (usage != Usage::default()).then_some(usage)
 }
 
@@ -156,7 +201,10 @@ pub(crate) fn exit_text(o: &crate::process::Outcome) -> String {
 }
 
 fn last_line(s: &str) -> Option<String> {
-    s.lines().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string())
+    s.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
 }
 
 /// Lines of stdout read for a limit message: the message is the agent's last word.
@@ -178,7 +226,10 @@ fn read_limit(stderr_tail: &str, stdout: &str, tz: chrono_tz::Tz) -> Option<Limi
         let better = match (&best, r.kind) {
             (_, LimitKind::None) => false,
             (None, _) => true,
-            (Some(b), k) => (k == LimitKind::UsageLimit && b.kind != LimitKind::UsageLimit) || (k == b.kind && b.resets_at.is_none() && r.resets_at.is_some()),
+            (Some(b), k) => {
+                (k == LimitKind::UsageLimit && b.kind != LimitKind::UsageLimit)
+                    || (k == b.kind && b.resets_at.is_none() && r.resets_at.is_some())
+            }
         };
         if better {
             best = Some(r);
@@ -219,7 +270,11 @@ mod tests {
         for i in 0..STDOUT_LIMIT_LINES {
             out.push_str(&format!("line {i}\n"));
         }
-        assert_eq!(read_limit("", &out, TZ), None, "a limit the agent got past long before its end is not read");
+        assert_eq!(
+            read_limit("", &out, TZ),
+            None,
+            "a limit the agent got past long before its end is not read"
+        );
     }
 }
 
@@ -229,36 +284,97 @@ mod usage_tests {
 
     #[test]
     fn usage_reports_are_read_in_both_shapes() {
-        let u = parse_usage(r#"{"usage":{"input_tokens":10,"output_tokens":5,"cost_usd":0.25}}"#, false).unwrap();
-        assert_eq!(u, Usage { tokens_in: Some(10), tokens_out: Some(5), cost_usd: Some(0.25) });
-        assert_eq!(parse_usage(r#"{"input_tokens":7}"#, true).unwrap().tokens_in, Some(7));
-        assert_eq!(parse_usage(r#"{"input_tokens":7}"#, false), None, "stdout needs the wrapper");
-        assert_eq!(parse_usage(r#"{"verdict":"approve","findings":[]}"#, false), None);
+        let u = parse_usage(
+            r#"{"usage":{"input_tokens":10,"output_tokens":5,"cost_usd":0.25}}"#,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            u,
+            Usage {
+                tokens_in: Some(10),
+                tokens_out: Some(5),
+                cost_usd: Some(0.25)
+            }
+        );
+        assert_eq!(
+            parse_usage(r#"{"input_tokens":7}"#, true)
+                .unwrap()
+                .tokens_in,
+            Some(7)
+        );
+        assert_eq!(
+            parse_usage(r#"{"input_tokens":7}"#, false),
+            None,
+            "stdout needs the wrapper"
+        );
+        assert_eq!(
+            parse_usage(r#"{"verdict":"approve","findings":[]}"#, false),
+            None
+        );
         assert_eq!(parse_usage(r#"{"usage":{"cost_usd":-1}}"#, false), None);
         assert_eq!(parse_usage("not json {", true), None);
     }
 
     #[test]
     fn usage_reports_are_read_as_agents_print_and_write_them() {
-        let want = Usage { tokens_in: Some(1200), tokens_out: Some(300), cost_usd: Some(0.042) };
+        let want = Usage {
+            tokens_in: Some(1200),
+            tokens_out: Some(300),
+            cost_usd: Some(0.042),
+        };
         let line = r#"{"usage":{"input_tokens":1200,"output_tokens":300,"cost_usd":0.042}}"#;
         // A byte-order mark, CRLF, indentation; extra fields.
-        assert_eq!(parse_usage(&format!("\u{feff}{line}\r"), false), Some(want.clone()));
-        assert_eq!(parse_usage(&format!("   {line}\r\n"), false), Some(want.clone()));
-        assert_eq!(parse_usage(r#"{"model":"m","usage":{"input_tokens":1200,"output_tokens":300,"cost_usd":0.042,"requests":3,"by_model":{"m":{}}},"ok":true}"#, false), Some(want.clone()));
-        // A usage file written pretty, with a BOM and CRLF, the bare shape.
-        assert_eq!(parse_usage("\u{feff}{\r\n  \"input_tokens\": 1200,\r\n  \"output_tokens\": 300,\r\n  \"cost_usd\": 0.042,\r\n  \"note\": \"x\"\r\n}\r\n", true), Some(want.clone()));
-        // Counts written as floats or strings; `total_cost_usd`; claude's cache counts are input.
-        assert_eq!(parse_usage(r#"{"usage":{"input_tokens":1200.0,"output_tokens":"300","total_cost_usd":"0.042"}}"#, false), Some(want.clone()));
-        assert_eq!(parse_usage(r#"{"usage":{"input_tokens":1.5}}"#, false), None, "no fractional token counts");
         assert_eq!(
-            parse_usage(r#"{"type":"result","subtype":"success","total_cost_usd":0.042,"usage":{"input_tokens":200,"cache_read_input_tokens":900,"cache_creation_input_tokens":100,"output_tokens":300}}"#, false),
+            parse_usage(&format!("\u{feff}{line}\r"), false),
+            Some(want.clone())
+        );
+        assert_eq!(
+            parse_usage(&format!("   {line}\r\n"), false),
+            Some(want.clone())
+        );
+        assert_eq!(
+            parse_usage(
+                r#"{"model":"m","usage":{"input_tokens":1200,"output_tokens":300,"cost_usd":0.042,"requests":3,"by_model":{"m":{}}},"ok":true}"#,
+                false
+            ),
+            Some(want.clone())
+        );
+        // A usage file written pretty, with a BOM and CRLF, the bare shape.
+        assert_eq!(
+            parse_usage(
+                "\u{feff}{\r\n  \"input_tokens\": 1200,\r\n  \"output_tokens\": 300,\r\n  \"cost_usd\": 0.042,\r\n  \"note\": \"x\"\r\n}\r\n",
+                true
+            ),
+            Some(want.clone())
+        );
+        // Counts written as floats or strings; `total_cost_usd`; claude's cache counts are input.
+        assert_eq!(
+            parse_usage(
+                r#"{"usage":{"input_tokens":1200.0,"output_tokens":"300","total_cost_usd":"0.042"}}"#,
+                false
+            ),
+            Some(want.clone())
+        );
+        assert_eq!(
+            parse_usage(r#"{"usage":{"input_tokens":1.5}}"#, false),
+            None,
+            "no fractional token counts"
+        );
+        assert_eq!(
+            parse_usage(
+                r#"{"type":"result","subtype":"success","total_cost_usd":0.042,"usage":{"input_tokens":200,"cache_read_input_tokens":900,"cache_creation_input_tokens":100,"output_tokens":300}}"#,
+                false
+            ),
             Some(want.clone()),
             "a wrapper passing on claude's result event"
         );
         // On stdout: the last report line counts, wherever the prose around it is.
         let stdout = format!("Working…\n```json\n{line}\n```\n\nDone.\n\n\n");
-        assert_eq!(stdout.lines().rev().find_map(|l| parse_usage(l, false)), Some(want));
+        assert_eq!(
+            stdout.lines().rev().find_map(|l| parse_usage(l, false)),
+            Some(want)
+        );
     }
 
     #[test]
@@ -292,7 +408,11 @@ mod usage_tests {
             feedback: String::new(),
             cwd: dir.path().to_path_buf(),
             timeout: std::time::Duration::from_secs(60),
-            env: [("PATH".to_string(), std::env::var("PATH").unwrap_or_default())].into(),
+            env: [(
+                "PATH".to_string(),
+                std::env::var("PATH").unwrap_or_default(),
+            )]
+            .into(),
             tz: chrono_tz::UTC,
             log_dir: dir.path().join("logs"),
             secrets: vec![],
@@ -302,12 +422,31 @@ mod usage_tests {
         // 8 MiB of log lines, one 5 MiB line, then the verdict and a usage report
         // ending in CRLF, then a blank line and "Done.".
         let script = r#"i=0; while [ $i -lt 8192 ]; do printf '%01023d\n' $i; i=$((i+1)); done; head -c 5242880 /dev/zero | tr '\0' x; printf '\n{"verdict":"request_changes","findings":["add mul"]}\r\n{"usage":{"input_tokens":7,"output_tokens":2}}\r\n\nDone.\n'"#;
-        let agent = AgentConfig { kind: crate::config::AgentKind::Command, command: vec!["sh".into(), "-c".into(), script.into()], permission_flags: None, model: None };
+        let agent = AgentConfig {
+            kind: crate::config::AgentKind::Command,
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            permission_flags: None,
+            model: None,
+        };
         let r = run(&agent, &call, &CancellationToken::new()).await.unwrap();
         assert_eq!(r.failure, None);
-        assert!(r.outcome.stdout_bytes > 13 << 20, "{}", r.outcome.stdout_bytes);
+        assert!(
+            r.outcome.stdout_bytes > 13 << 20,
+            "{}",
+            r.outcome.stdout_bytes
+        );
         assert!(r.text.len() <= 2 * KEEP_TEXT_BYTES, "{}", r.text.len());
-        assert_eq!(r.verdict.map(|v| v.findings), Some(vec!["add mul".to_string()]));
-        assert_eq!(r.usage, Usage { tokens_in: Some(7), tokens_out: Some(2), cost_usd: None });
+        assert_eq!(
+            r.verdict.map(|v| v.findings),
+            Some(vec!["add mul".to_string()])
+        );
+        assert_eq!(
+            r.usage,
+            Usage {
+                tokens_in: Some(7),
+                tokens_out: Some(2),
+                cost_usd: None
+            }
+        );
     }
 }

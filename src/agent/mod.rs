@@ -94,7 +94,9 @@ pub struct Usage {
 impl Usage {
     /// Input plus output tokens (0 where unknown).
     pub fn total_tokens(&self) -> u64 {
-        self.tokens_in.unwrap_or(0).saturating_add(self.tokens_out.unwrap_or(0))
+        self.tokens_in
+            .unwrap_or(0)
+            .saturating_add(self.tokens_out.unwrap_or(0))
     }
 }
 
@@ -138,11 +140,17 @@ pub struct Report {
 impl Report {
     /// True when the call hit an account usage limit (sleep until reset).
     pub fn hit_usage_limit(&self) -> bool {
-        matches!(self.limit.as_ref().map(|l| &l.kind), Some(LimitKind::UsageLimit))
+        matches!(
+            self.limit.as_ref().map(|l| &l.kind),
+            Some(LimitKind::UsageLimit)
+        )
     }
     /// True when the call was throttled briefly (retry soon).
     pub fn throttled(&self) -> bool {
-        matches!(self.limit.as_ref().map(|l| &l.kind), Some(LimitKind::Transient))
+        matches!(
+            self.limit.as_ref().map(|l| &l.kind),
+            Some(LimitKind::Transient)
+        )
     }
 }
 
@@ -151,10 +159,18 @@ impl Report {
 pub enum AgentError {
     /// The process could not be started (missing executable, bad cwd).
     #[error("{role} agent ({kind}) could not start: {source}")]
-    Spawn { role: &'static str, kind: AgentKind, source: process::ProcessError },
+    Spawn {
+        role: &'static str,
+        kind: AgentKind,
+        source: process::ProcessError,
+    },
     /// The per-call files could not be written.
     #[error("cannot write the {role} call's files under {dir}: {source}")]
-    Files { role: &'static str, dir: PathBuf, source: std::io::Error },
+    Files {
+        role: &'static str,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Checks that an agent's executable can be started: an absolute or
@@ -167,11 +183,19 @@ pub enum AgentError {
 pub fn preflight(role: Role, agent: &AgentConfig, path: Option<&str>) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let program = agent.command.first().map(String::as_str).unwrap_or("");
-    let executable = |p: &Path| p.is_file() && p.metadata().map(|m| m.permissions().mode() & 0o111 != 0).unwrap_or(false);
+    let executable = |p: &Path| {
+        p.is_file()
+            && p.metadata()
+                .map(|m| m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+    };
     let found = if program.contains('/') {
         executable(Path::new(program))
     } else {
-        path.unwrap_or("").split(':').filter(|d| !d.is_empty()).any(|d| executable(&Path::new(d).join(program)))
+        path.unwrap_or("")
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .any(|d| executable(&Path::new(d).join(program)))
     };
     if found {
         return Ok(());
@@ -181,7 +205,12 @@ pub fn preflight(role: Role, agent: &AgentConfig, path: Option<&str>) -> Result<
         AgentKind::Codex => " (install Codex: npm install -g @openai/codex)",
         AgentKind::Command => "",
     };
-    Err(format!("the {} `{program}` ({} kind) is not an executable file or on PATH{install}; fix [{}] command in .nightshift/config.toml", role.as_str(), agent.kind, role.as_str()))
+    Err(format!(
+        "the {} `{program}` ({} kind) is not an executable file or on PATH{install}; fix [{}] command in .nightshift/config.toml",
+        role.as_str(),
+        agent.kind,
+        role.as_str()
+    ))
 }
 
 /// Runs one agent call with the configured backend.
@@ -189,8 +218,16 @@ pub fn preflight(role: Role, agent: &AgentConfig, path: Option<&str>) -> Result<
 /// # Errors
 /// [`AgentError`] when the agent cannot be started at all; a started agent
 /// that fails, times out or hits a limit is an `Ok` [`Report`] saying so.
-pub async fn call(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) -> Result<Report, AgentError> {
-    std::fs::create_dir_all(&call.log_dir).map_err(|source| AgentError::Files { role: call.role.as_str(), dir: call.log_dir.clone(), source })?;
+pub async fn call(
+    agent: &AgentConfig,
+    call: &Call,
+    cancel: &CancellationToken,
+) -> Result<Report, AgentError> {
+    std::fs::create_dir_all(&call.log_dir).map_err(|source| AgentError::Files {
+        role: call.role.as_str(),
+        dir: call.log_dir.clone(),
+        source,
+    })?;
     match agent.kind {
         AgentKind::Command => command::run(agent, call, cancel).await,
         AgentKind::Claude => claude::run(agent, call, cancel).await,
@@ -200,7 +237,11 @@ pub async fn call(agent: &AgentConfig, call: &Call, cancel: &CancellationToken) 
 
 /// Builds the process command shared by every backend: cwd, env with `TZ`,
 /// timeout, streamed log files, redaction, run-as.
-pub(crate) fn base_command(argv: &[String], call: &Call, extra_env: &[(&str, String)]) -> process::Command {
+pub(crate) fn base_command(
+    argv: &[String],
+    call: &Call,
+    extra_env: &[(&str, String)],
+) -> process::Command {
     let mut env = call.env.clone();
     env.insert("TZ".into(), call.tz.name().to_string());
     for (k, v) in extra_env {
@@ -224,7 +265,11 @@ pub(crate) fn base_command(argv: &[String], call: &Call, extra_env: &[(&str, Str
 /// Writes the command protocol's files for one call and returns their paths:
 /// (prompt, contract, feedback).
 pub(crate) fn write_call_files(call: &Call) -> Result<(PathBuf, PathBuf, PathBuf), AgentError> {
-    let err = |source| AgentError::Files { role: call.role.as_str(), dir: call.log_dir.clone(), source };
+    let err = |source| AgentError::Files {
+        role: call.role.as_str(),
+        dir: call.log_dir.clone(),
+        source,
+    };
     let role = call.role.as_str();
     let prompt = call.log_dir.join(format!("{role}.prompt.md"));
     let contract = call.log_dir.join("contract.json");
@@ -235,7 +280,11 @@ pub(crate) fn write_call_files(call: &Call) -> Result<(PathBuf, PathBuf, PathBuf
     if let Some(u) = &call.run_as {
         // The agent runs as another user: let it read its own call files.
         for p in [&call.log_dir, &prompt, &contract, &feedback] {
-            let _ = nix::unistd::chown(p.as_path(), Some(nix::unistd::Uid::from_raw(u.uid)), Some(nix::unistd::Gid::from_raw(u.gid)));
+            let _ = nix::unistd::chown(
+                p.as_path(),
+                Some(nix::unistd::Uid::from_raw(u.uid)),
+                Some(nix::unistd::Gid::from_raw(u.gid)),
+            );
         }
     }
     Ok((prompt, contract, feedback))
@@ -304,9 +353,19 @@ pub fn json_line(line: &str) -> JsonLine {
     };
     if t.starts_with('{') || t.starts_with('[') {
         match serde_json::from_str::<Value>(t) {
-            Ok(v) => return JsonLine { objects: objects_of(v), cut: false },
+            Ok(v) => {
+                return JsonLine {
+                    objects: objects_of(v),
+                    cut: false,
+                };
+            }
             // A value that runs to the end of the line unfinished.
-            Err(e) if e.is_eof() => return JsonLine { objects: Vec::new(), cut: t.starts_with('{') },
+            Err(e) if e.is_eof() => {
+                return JsonLine {
+                    objects: Vec::new(),
+                    cut: t.starts_with('{'),
+                };
+            }
             // Events glued together (`{…}{…}`) or followed by junk.
             Err(_) => {}
         }
@@ -315,7 +374,11 @@ pub fn json_line(line: &str) -> JsonLine {
     let mut cut_start = false;
     // Only a `{` that opens an object (`{"…` or `{}`) starts an event.
     let opens_object = |i: usize| matches!(t[i + 1..].trim_start().chars().next(), Some('"' | '}'));
-    for (start, _) in t.char_indices().take_while(|(i, _)| *i < limit).filter(|(i, c)| *c == '{' && opens_object(*i)) {
+    for (start, _) in t
+        .char_indices()
+        .take_while(|(i, _)| *i < limit)
+        .filter(|(i, c)| *c == '{' && opens_object(*i))
+    {
         let mut objects = Vec::new();
         let mut cut = false;
         let mut values = serde_json::Deserializer::from_str(&t[start..]).into_iter::<Value>();
@@ -339,7 +402,10 @@ pub fn json_line(line: &str) -> JsonLine {
             break;
         }
     }
-    JsonLine { objects: Vec::new(), cut: cut_start }
+    JsonLine {
+        objects: Vec::new(),
+        cut: cut_start,
+    }
 }
 
 /// How far into a line [`json_line`] looks for the start of the JSON, in
@@ -359,25 +425,42 @@ pub const JSON_PREFIX_SCAN: usize = 256;
 /// (`2026-03-04T17:48:31Z ERROR codex_api: …`); else the last non-empty
 /// line that is not one of Node's warnings; `None` when stderr is blank.
 pub fn telling_stderr_line(stderr: &str) -> Option<String> {
-    let all: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let all: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     let rust_panic = |l: &str| l.starts_with("thread '") && l.contains("' panicked at");
     if let Some(i) = all.iter().position(|l| rust_panic(l)) {
-        let message = all.get(i + 1).filter(|m| all[i].ends_with(':') && !m.starts_with("note: ") && !m.starts_with("stack backtrace"));
+        let message = all.get(i + 1).filter(|m| {
+            all[i].ends_with(':') && !m.starts_with("note: ") && !m.starts_with("stack backtrace")
+        });
         let line = match message {
             Some(m) => format!("{} {m}", all[i]),
             None => all[i].to_string(),
         };
         return Some(cut_chars(&line, 400));
     }
-    if let Some(l) = all.iter().find(|l| l.starts_with("panic(") || l.starts_with("panic:")) {
+    if let Some(l) = all
+        .iter()
+        .find(|l| l.starts_with("panic(") || l.starts_with("panic:"))
+    {
         return Some(cut_chars(l, 400));
     }
     let is_error = |l: &&&str| {
         let lower = l.to_ascii_lowercase();
-        lower.starts_with("error") || lower.starts_with("fatal") || lower.starts_with("panic") || lower.contains("uncaught") || lower.split_whitespace().nth(1) == Some("error")
+        lower.starts_with("error")
+            || lower.starts_with("fatal")
+            || lower.starts_with("panic")
+            || lower.contains("uncaught")
+            || lower.split_whitespace().nth(1) == Some("error")
     };
     let node_warning = |l: &&&str| l.starts_with("(node:") || l.starts_with("(Use `node --trace-");
-    all.iter().find(is_error).or_else(|| all.iter().rev().find(|l| !node_warning(l))).or(all.last()).map(|l| cut_chars(l, 400))
+    all.iter()
+        .find(is_error)
+        .or_else(|| all.iter().rev().find(|l| !node_warning(l)))
+        .or(all.last())
+        .map(|l| cut_chars(l, 400))
 }
 
 /// `s` cut to at most `max` characters, with `…` when cut.
@@ -457,7 +540,11 @@ impl EndWatch {
                 }
             }
         });
-        EndWatch { token, signal, task }
+        EndWatch {
+            token,
+            signal,
+            task,
+        }
     }
     /// The token the agent's process runs under.
     pub(crate) fn token(&self) -> &CancellationToken {
@@ -510,9 +597,17 @@ fn block_head(line: &str) -> Option<(BlockKind, &str)> {
     let t = t.trim_start_matches('#').trim_start();
     let bare = t.trim_start_matches(['*', '_']);
     let decorated = bare.len() != t.len();
-    for (name, kind) in [("FINDINGS", BlockKind::Findings), ("QUESTION", BlockKind::Question), ("FILES", BlockKind::Files)] {
-        let Some(rest) = bare.strip_prefix(name) else { continue };
-        let Some(rest) = rest.trim_start_matches(['*', '_']).strip_prefix(':') else { continue };
+    for (name, kind) in [
+        ("FINDINGS", BlockKind::Findings),
+        ("QUESTION", BlockKind::Question),
+        ("FILES", BlockKind::Files),
+    ] {
+        let Some(rest) = bare.strip_prefix(name) else {
+            continue;
+        };
+        let Some(rest) = rest.trim_start_matches(['*', '_']).strip_prefix(':') else {
+            continue;
+        };
         let mut rest = rest.trim_start_matches(['*', '_']).trim();
         if decorated {
             // `**QUESTION: Should X?**`: the closing marks are no text.
@@ -560,7 +655,9 @@ fn file_entry(entry: &str) -> Option<String> {
     };
     let path = path.trim().trim_matches(['"', '\'']);
     // `FILES: none`: a claim of nothing.
-    let nothing = ["none", "(none)", "n/a", "nothing", "-"].iter().any(|n| path.eq_ignore_ascii_case(n));
+    let nothing = ["none", "(none)", "n/a", "nothing", "-"]
+        .iter()
+        .any(|n| path.eq_ignore_ascii_case(n));
     (!path.is_empty() && !nothing).then(|| path.to_string())
 }
 
@@ -591,14 +688,18 @@ pub fn parse_blocks(text: &str) -> Blocks {
         if let Some((kind, rest)) = block_head(t) {
             current = Some(kind);
             match kind {
-                BlockKind::Findings if !rest.is_empty() => b.findings.push(list_item(rest).unwrap_or(rest).to_string()),
+                BlockKind::Findings if !rest.is_empty() => {
+                    b.findings.push(list_item(rest).unwrap_or(rest).to_string())
+                }
                 BlockKind::Question => {
                     question.clear();
                     if !rest.is_empty() {
                         question.push(rest.to_string());
                     }
                 }
-                BlockKind::Files if !rest.is_empty() => b.files.extend(rest.split_whitespace().filter_map(file_entry)),
+                BlockKind::Files if !rest.is_empty() => b
+                    .files
+                    .extend(rest.split_whitespace().filter_map(file_entry)),
                 _ => {}
             }
             continue;
@@ -621,7 +722,11 @@ pub fn parse_blocks(text: &str) -> Blocks {
             },
             // A JSON line (a usage report, a verdict) is machine talk, not
             // the question's text: it ends the block.
-            Some(BlockKind::Question) if t.starts_with('{') && serde_json::from_str::<serde_json::Value>(t).is_ok() => current = None,
+            Some(BlockKind::Question)
+                if t.starts_with('{') && serde_json::from_str::<serde_json::Value>(t).is_ok() =>
+            {
+                current = None
+            }
             // A question's lines are its text (numbered options included).
             Some(BlockKind::Question) => question.push(t.trim_start_matches("- ").to_string()),
             None => {}
@@ -692,7 +797,12 @@ or
 
 /// Composes a prompt: recipe template (if any), rules, the contract and the
 /// previous round's feedback.
-pub fn compose_prompt(role: Role, contract: &crate::contract::Contract, feedback: &str, base_commit: &str) -> String {
+pub fn compose_prompt(
+    role: Role,
+    contract: &crate::contract::Contract,
+    feedback: &str,
+    base_commit: &str,
+) -> String {
     let mut p = String::new();
     if let (Role::Writer, Some(r)) = (role, &contract.recipe) {
         p.push_str(&r.template);
@@ -729,7 +839,10 @@ pub fn compose_prompt(role: Role, contract: &crate::contract::Contract, feedback
         p.push('\n');
     }
     if !contract.scope.is_empty() {
-        p.push_str(&format!("## Scope\nOnly these paths may change: {}\n\n", contract.scope.join(", ")));
+        p.push_str(&format!(
+            "## Scope\nOnly these paths may change: {}\n\n",
+            contract.scope.join(", ")
+        ));
     }
     match role {
         Role::Writer => p.push_str(WRITER_RULES),
@@ -763,14 +876,42 @@ mod tests {
 
     #[test]
     fn json_lines_are_read_as_real_output_comes() {
-        let obj = |l: &str| json_line(l).objects.iter().map(|o| o["type"].as_str().unwrap_or("?").to_string()).collect::<Vec<_>>();
+        let obj = |l: &str| {
+            json_line(l)
+                .objects
+                .iter()
+                .map(|o| o["type"].as_str().unwrap_or("?").to_string())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(obj(r#"{"type":"a"}"#), ["a"]);
         assert_eq!(obj("\u{feff}{\"type\":\"a\"}\r"), ["a"]);
-        assert_eq!(obj("\u{1b}[2K\u{1b}[1G{\"type\":\"a\"}"), ["a"], "an ANSI prefix");
-        assert_eq!(obj(r#"{"type":"a"}{"type":"b"} {"type":"c"}"#), ["a", "b", "c"], "glued events");
-        assert_eq!(obj(r#"[{"type":"a"},{"type":"b"},3]"#), ["a", "b"], "a JSON array of events");
+        assert_eq!(
+            obj("\u{1b}[2K\u{1b}[1G{\"type\":\"a\"}"),
+            ["a"],
+            "an ANSI prefix"
+        );
+        assert_eq!(
+            obj(r#"{"type":"a"}{"type":"b"} {"type":"c"}"#),
+            ["a", "b", "c"],
+            "glued events"
+        );
+        assert_eq!(
+            obj(r#"[{"type":"a"},{"type":"b"},3]"#),
+            ["a", "b"],
+            "a JSON array of events"
+        );
         assert_eq!(obj(r#"{"type":"a"} trailing words"#), ["a"]);
-        for noise in ["", "   ", "(node:123) Warning: something", "[DEBUG] {matcher} loaded", "function f() {", "[1, 2]", "42", "\"s\"", "{not json}"] {
+        for noise in [
+            "",
+            "   ",
+            "(node:123) Warning: something",
+            "[DEBUG] {matcher} loaded",
+            "function f() {",
+            "[1, 2]",
+            "42",
+            "\"s\"",
+            "{not json}",
+        ] {
             let r = json_line(noise);
             assert!(r.objects.is_empty() && !r.cut, "{noise:?}: {r:?}");
         }
@@ -786,8 +927,14 @@ mod tests {
 
     #[test]
     fn the_telling_line_of_stderr() {
-        assert_eq!(telling_stderr_line("warning: x\nError: boom\n  at y\n").as_deref(), Some("Error: boom"));
-        assert_eq!(telling_stderr_line("a\n\nlast words\n\n").as_deref(), Some("last words"));
+        assert_eq!(
+            telling_stderr_line("warning: x\nError: boom\n  at y\n").as_deref(),
+            Some("Error: boom")
+        );
+        assert_eq!(
+            telling_stderr_line("a\n\nlast words\n\n").as_deref(),
+            Some("last words")
+        );
         assert_eq!(telling_stderr_line("node:internal/process/promises:391\n    triggerUncaughtException(err, true /* fromPromise */);\n").as_deref(), Some("triggerUncaughtException(err, true /* fromPromise */);"));
         assert_eq!(telling_stderr_line("2026-03-04T17:48:31Z  WARN codex_core: slow\n2026-03-04T17:48:31Z ERROR codex_api::endpoint::responses: error=http 500\n2026-03-04T17:48:32Z  INFO done\n").as_deref(), Some("2026-03-04T17:48:31Z ERROR codex_api::endpoint::responses: error=http 500"));
         assert_eq!(telling_stderr_line("killed by the OOM killer\n(node:42) Warning: something\n(Use `node --trace-warnings ...` to show where the warning was created)\n").as_deref(), Some("killed by the OOM killer"));
@@ -795,11 +942,19 @@ mod tests {
         // A crash wins over error lines logged before it (openai/codex#7990:
         // a tokio worker's panic, its message on the next line).
         let rust = "2026-04-25T10:00:00Z ERROR codex_core::session: failed to record rollout items: thread x not found\nthread 'tokio-runtime-worker' panicked at core/src/util.rs:21:9:\nFunction call output is missing for call id: call_M\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
-        assert_eq!(telling_stderr_line(rust).as_deref(), Some("thread 'tokio-runtime-worker' panicked at core/src/util.rs:21:9: Function call output is missing for call id: call_M"));
+        assert_eq!(
+            telling_stderr_line(rust).as_deref(),
+            Some(
+                "thread 'tokio-runtime-worker' panicked at core/src/util.rs:21:9: Function call output is missing for call id: call_M"
+            )
+        );
         assert_eq!(telling_stderr_line("thread 'main' panicked at 'index out of bounds', src/a.rs:1:2\nnote: run with `RUST_BACKTRACE=1`\n").as_deref(), Some("thread 'main' panicked at 'index out of bounds', src/a.rs:1:2"));
         // Bun's crash report (the claude binary; oven-sh/bun#24828).
         let bun = "============================================================\nBun v1.3.2 (b131639c) Linux x64 (baseline)\nArgs: \"claude\" \"-p\" \"fix the uncaught error\"\nElapsed: 1207ms | User: 359ms\n\npanic(main thread): Segmentation fault at address 0x113\noh no: Bun has crashed. This indicates a bug in Bun, not your code.\n\n https://bun.report/1.3.2/xyz\n";
-        assert_eq!(telling_stderr_line(bun).as_deref(), Some("panic(main thread): Segmentation fault at address 0x113"));
+        assert_eq!(
+            telling_stderr_line(bun).as_deref(),
+            Some("panic(main thread): Segmentation fault at address 0x113")
+        );
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -809,7 +964,9 @@ mod tests {
         let parent = CancellationToken::new();
         let w = EndWatch::start(&parent, grace);
         w.signal().ended();
-        tokio::time::timeout(Duration::from_secs(5), w.token().cancelled()).await.expect("the watch ends a silent agent");
+        tokio::time::timeout(Duration::from_secs(5), w.token().cancelled())
+            .await
+            .expect("the watch ends a silent agent");
         assert!(w.finish(&parent));
         // Output after the final event restarts the wait; no final event, no end.
         let w = EndWatch::start(&parent, grace);
@@ -842,23 +999,67 @@ mod tests {
         let text = "Done.\r\n\r\n**FINDINGS:**\r\n* the README is stale\r\n2. a flaky test\r\n\r\n## QUESTION:\r\nShould X be Y?\r\n1. keep X\r\n2. use Y\r\n\r\n**FILES**:\r\n- `src/a.rs`\r\n- src/b.rs (new)\r\n- `src/c.rs` — added sub\r\n- **src/d.rs**: tests\r\n- src/a.rs\r\n- __init__.py\r\n";
         let b = parse_blocks(text);
         assert_eq!(b.findings, ["the README is stale", "a flaky test"]);
-        assert_eq!(b.question.as_deref(), Some("Should X be Y?\n1. keep X\n2. use Y"));
-        assert_eq!(b.files, ["src/a.rs", "src/b.rs", "src/c.rs", "src/d.rs", "__init__.py"]);
-        assert_eq!(parse_blocks("**QUESTION: Which base should sub use?**\n").question.as_deref(), Some("Which base should sub use?"));
+        assert_eq!(
+            b.question.as_deref(),
+            Some("Should X be Y?\n1. keep X\n2. use Y")
+        );
+        assert_eq!(
+            b.files,
+            [
+                "src/a.rs",
+                "src/b.rs",
+                "src/c.rs",
+                "src/d.rs",
+                "__init__.py"
+            ]
+        );
+        assert_eq!(
+            parse_blocks("**QUESTION: Which base should sub use?**\n")
+                .question
+                .as_deref(),
+            Some("Which base should sub use?")
+        );
         // The usage line a command agent prints next is not part of the question.
-        let b = parse_blocks("QUESTION: which colour?\n{\"usage\":{\"input_tokens\":10,\"output_tokens\":5,\"cost_usd\":0.01}}\n");
+        let b = parse_blocks(
+            "QUESTION: which colour?\n{\"usage\":{\"input_tokens\":10,\"output_tokens\":5,\"cost_usd\":0.01}}\n",
+        );
         assert_eq!(b.question.as_deref(), Some("which colour?"));
-        assert_eq!(parse_blocks("QUESTION: keep {a} or\n{b}?\n").question.as_deref(), Some("keep {a} or\n{b}?"), "braces that are no JSON stay");
-        assert_eq!(parse_blocks("FILES: `a.rs`, `b.rs`\n").files, ["a.rs", "b.rs"]);
+        assert_eq!(
+            parse_blocks("QUESTION: keep {a} or\n{b}?\n")
+                .question
+                .as_deref(),
+            Some("keep {a} or\n{b}?"),
+            "braces that are no JSON stay"
+        );
+        assert_eq!(
+            parse_blocks("FILES: `a.rs`, `b.rs`\n").files,
+            ["a.rs", "b.rs"]
+        );
         assert_eq!(parse_blocks("FILES: none\n").files, Vec::<String>::new());
         // A finding wrapped over an indented line is one finding; an
         // unindented line after the block is not part of it.
-        let b = parse_blocks("FINDINGS:\n- the README mentions mul but the\n  code has no mul\n- flaky test\nDone.\n");
-        assert_eq!(b.findings, ["the README mentions mul but the code has no mul", "flaky test"]);
+        let b = parse_blocks(
+            "FINDINGS:\n- the README mentions mul but the\n  code has no mul\n- flaky test\nDone.\n",
+        );
+        assert_eq!(
+            b.findings,
+            [
+                "the README mentions mul but the code has no mul",
+                "flaky test"
+            ]
+        );
         // A fence ends a block; words that merely begin with a head are none.
-        let b = parse_blocks("```\nFINDINGS:\n- in a fence\n```\nnot a finding\nFILESYSTEM: ok\nQUESTIONS: none\n");
-        assert_eq!((b.findings, b.question, b.files), (vec!["in a fence".to_string()], None, vec![]));
-        assert_eq!(strip_blocks("Added sub.\n\n**FINDINGS:**\n- x\n\nAll green."), "Added sub.\n\nAll green.");
+        let b = parse_blocks(
+            "```\nFINDINGS:\n- in a fence\n```\nnot a finding\nFILESYSTEM: ok\nQUESTIONS: none\n",
+        );
+        assert_eq!(
+            (b.findings, b.question, b.files),
+            (vec!["in a fence".to_string()], None, vec![])
+        );
+        assert_eq!(
+            strip_blocks("Added sub.\n\n**FINDINGS:**\n- x\n\nAll green."),
+            "Added sub.\n\nAll green."
+        );
     }
 }
 
@@ -868,7 +1069,11 @@ mod usage_tests {
     /// (a panic in debug builds, a wrap past the token cap in release).
     #[test]
     fn huge_usage_reports_saturate() {
-        let u = super::Usage { tokens_in: Some(u64::MAX), tokens_out: Some(u64::MAX), cost_usd: Some(1e308) };
+        let u = super::Usage {
+            tokens_in: Some(u64::MAX),
+            tokens_out: Some(u64::MAX),
+            cost_usd: Some(1e308),
+        };
         assert_eq!(u.total_tokens(), u64::MAX);
     }
 }

@@ -9,7 +9,9 @@ pub(crate) async fn run(what: &DbCommand) -> Result<ExitCode> {
     if let Some(var) = crate::ledger::db_source_from_env().env_var() {
         eprintln!("note: {var} is set, so nightshift uses that server, not the embedded cluster");
     }
-    let cluster = Cluster::from_env().await.map_err(|e| Error::failure(e.to_string()))?;
+    let cluster = Cluster::from_env()
+        .await
+        .map_err(|e| Error::failure(e.to_string()))?;
     let status = match what {
         DbCommand::Start => cluster.start().await,
         DbCommand::Stop => cluster.stop().await,
@@ -19,9 +21,18 @@ pub(crate) async fn run(what: &DbCommand) -> Result<ExitCode> {
     // Say what was done first; the status block follows.
     match (what, status.running) {
         (DbCommand::Start, true) => println!("the embedded database is running"),
-        (DbCommand::Stop, false) => println!("the embedded database is stopped (any nightshift command starts it again)"),
+        (DbCommand::Stop, false) => {
+            println!("the embedded database is stopped (any nightshift command starts it again)")
+        }
         (DbCommand::Status, _) => {}
-        (_, running) => println!("the embedded database is {}", if running { "still running" } else { "not running" }),
+        (_, running) => println!(
+            "the embedded database is {}",
+            if running {
+                "still running"
+            } else {
+                "not running"
+            }
+        ),
     }
     print!("{status}");
     Ok(ExitCode::Ok)

@@ -42,13 +42,31 @@ pub struct Check {
 
 impl Check {
     fn pass(name: &'static str, detail: impl Into<String>) -> Check {
-        Check { name, ok: true, warn: false, detail: detail.into(), hint: String::new() }
+        Check {
+            name,
+            ok: true,
+            warn: false,
+            detail: detail.into(),
+            hint: String::new(),
+        }
     }
     fn warn(name: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Check {
-        Check { name, ok: true, warn: true, detail: detail.into(), hint: hint.into() }
+        Check {
+            name,
+            ok: true,
+            warn: true,
+            detail: detail.into(),
+            hint: hint.into(),
+        }
     }
     fn fail(name: &'static str, detail: impl Into<String>, hint: impl Into<String>) -> Check {
-        Check { name, ok: false, warn: false, detail: detail.into(), hint: hint.into() }
+        Check {
+            name,
+            ok: false,
+            warn: false,
+            detail: detail.into(),
+            hint: hint.into(),
+        }
     }
     /// The line `doctor` prints: `ok  `, `warn` or `FAIL`, the name, what
     /// was found, and the fix.
@@ -58,7 +76,14 @@ impl Check {
             (true, true) => "warn",
             (true, false) => "ok  ",
         };
-        if self.hint.is_empty() { format!("{status} {:<9} {}", self.name, self.detail) } else { format!("{status} {:<9} {} — fix: {}", self.name, self.detail, self.hint) }
+        if self.hint.is_empty() {
+            format!("{status} {:<9} {}", self.name, self.detail)
+        } else {
+            format!(
+                "{status} {:<9} {} — fix: {}",
+                self.name, self.detail, self.hint
+            )
+        }
     }
 }
 
@@ -73,7 +98,10 @@ pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     let warned = checks.iter().filter(|c| c.warn).count();
     if failed == 0 {
         if warned > 0 {
-            println!("all {} checks passed ({warned} with a warning)", checks.len());
+            println!(
+                "all {} checks passed ({warned} with a warning)",
+                checks.len()
+            );
         } else {
             println!("all {} checks passed", checks.len());
         }
@@ -87,7 +115,11 @@ pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
 async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
     let mut out = Vec::new();
     // git itself.
-    let start = cli.repo.clone().or_else(|| std::env::current_dir().ok()).unwrap_or_else(|| PathBuf::from("."));
+    let start = cli
+        .repo
+        .clone()
+        .or_else(|| std::env::current_dir().ok())
+        .unwrap_or_else(|| PathBuf::from("."));
     let git = Git::new(&start).timeout(PROBE_TIMEOUT);
     let git_ok = match git.text(&["--version"]) {
         Ok(v) => {
@@ -95,24 +127,46 @@ async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
             true
         }
         Err(e) => {
-            out.push(Check::fail("git", format!("cannot run git: {e}"), "install git (e.g. `apt-get install git`) and put it on PATH"));
+            out.push(Check::fail(
+                "git",
+                format!("cannot run git: {e}"),
+                "install git (e.g. `apt-get install git`) and put it on PATH",
+            ));
             false
         }
     };
     // The repository and its config.
-    let repo = if git_ok { git.text(&["rev-parse", "--show-toplevel"]).ok().map(|t| PathBuf::from(t.trim())) } else { None };
+    let repo = if git_ok {
+        git.text(&["rev-parse", "--show-toplevel"])
+            .ok()
+            .map(|t| PathBuf::from(t.trim()))
+    } else {
+        None
+    };
     let Some(repo) = repo else {
-        out.push(Check::fail("repo", format!("{}: not inside a git repository", start.display()), "run doctor in your project or pass --repo PATH"));
+        out.push(Check::fail(
+            "repo",
+            format!("{}: not inside a git repository", start.display()),
+            "run doctor in your project or pass --repo PATH",
+        ));
         return finish_without_repo(out, startup).await;
     };
     let config = match load_config(cli, &repo) {
         Ok(l) => l.config,
         Err(e) => {
-            out.push(Check::fail("config", e.message, "fix the config file (or `nightshift init` to write one)"));
+            out.push(Check::fail(
+                "config",
+                e.message,
+                "fix the config file (or `nightshift init` to write one)",
+            ));
             return finish_without_repo(out, startup).await;
         }
     };
-    let remote_url = Git::new(&repo).timeout(PROBE_TIMEOUT).text(&["remote", "get-url", &config.remote]).ok().map(|s| s.trim().to_string());
+    let remote_url = Git::new(&repo)
+        .timeout(PROBE_TIMEOUT)
+        .text(&["remote", "get-url", &config.remote])
+        .ok()
+        .map(|s| s.trim().to_string());
     match &remote_url {
         Some(url) if crate::secret::url_password(url).is_some() => out.push(Check::warn(
             "repo",
@@ -126,14 +180,37 @@ async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
     // The base branch on the remote (with the token for https remotes).
     if remote_url.is_some() {
         let secret = token.as_ref().map(|(t, _)| t.expose().to_string());
-        let heads = Git::new(&repo).timeout(NETWORK_TIMEOUT).token(secret.as_deref()).text(&["ls-remote", "--heads", &config.remote, &config.base]);
+        let heads = Git::new(&repo)
+            .timeout(NETWORK_TIMEOUT)
+            .token(secret.as_deref())
+            .text(&["ls-remote", "--heads", &config.remote, &config.base]);
         out.push(match heads {
-            Ok(t) if t.lines().any(|l| l.ends_with(&format!("refs/heads/{}", config.base))) => Check::pass("base", format!("{}/{} exists", config.remote, config.base)),
-            Ok(_) => Check::fail("base", format!("no branch {:?} on {}", config.base, config.remote), format!("push it (`git push {} {}`) or set `base` in the config", config.remote, config.base)),
-            Err(e) => Check::fail("base", format!("cannot list {}: {e}", config.remote), "check the remote URL and your credentials (`git ls-remote` must work)"),
+            Ok(t)
+                if t.lines()
+                    .any(|l| l.ends_with(&format!("refs/heads/{}", config.base))) =>
+            {
+                Check::pass("base", format!("{}/{} exists", config.remote, config.base))
+            }
+            Ok(_) => Check::fail(
+                "base",
+                format!("no branch {:?} on {}", config.base, config.remote),
+                format!(
+                    "push it (`git push {} {}`) or set `base` in the config",
+                    config.remote, config.base
+                ),
+            ),
+            Err(e) => Check::fail(
+                "base",
+                format!("cannot list {}: {e}", config.remote),
+                "check the remote URL and your credentials (`git ls-remote` must work)",
+            ),
         });
     } else {
-        out.push(Check::fail("base", "skipped: no remote", "fix the remote first"));
+        out.push(Check::fail(
+            "base",
+            "skipped: no remote",
+            "fix the remote first",
+        ));
     }
     github_checks(&mut out, &repo, &config, remote_url.as_deref(), token).await;
     agent_checks(&mut out, &config).await;
@@ -149,7 +226,13 @@ async fn finish_without_repo(mut out: Vec<Check>, _startup: &Startup) -> Vec<Che
 }
 
 /// Token, scopes, API and label (SPEC §8).
-async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remote_url: Option<&str>, token: Option<(forge::Secret, &'static str)>) {
+async fn github_checks(
+    out: &mut Vec<Check>,
+    _repo: &Path,
+    config: &Config,
+    remote_url: Option<&str>,
+    token: Option<(forge::Secret, &'static str)>,
+) {
     let Some((token, source)) = token else {
         // Without a token the night still runs (SPEC §8): branches are pushed
         // and the report shows the PRs that would have been opened. That is a
@@ -159,22 +242,38 @@ async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remo
             Err(_) => out.push(Check::warn("token", "no GitHub token, and the remote is not a GitHub repository", "nothing to fix for a local remote: branches are pushed and `nightshift report --show-body` shows each PR that would have been opened; to open them, set GITHUB_TOKEN and GH_REPO=OWNER/REPO")),
         }
         for name in ["api", "label"] {
-            out.push(Check::warn(name, "not checked: no GitHub token", "see the token line"));
+            out.push(Check::warn(
+                name,
+                "not checked: no GitHub token",
+                "see the token line",
+            ));
         }
         return;
     };
-    let id = match forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url) {
+    let id = match forge::resolve_repo(
+        std::env::var("GH_REPO").ok().as_deref(),
+        config.github_repo.as_deref(),
+        remote_url,
+    ) {
         Ok(id) => id,
         Err(e) => {
             out.push(Check::pass("token", format!("from {source}")));
-            out.push(Check::fail("api", e.to_string(), "set GH_REPO=OWNER/REPO or `github_repo` in the config"));
+            out.push(Check::fail(
+                "api",
+                e.to_string(),
+                "set GH_REPO=OWNER/REPO or `github_repo` in the config",
+            ));
             return;
         }
     };
     let base = forge::api_base();
     let f = match Forge::new(&base, token, id.clone(), None) {
         // Two tries, 10 s each: a check, not a night's patience.
-        Ok(f) => f.with_retry_policy(forge::RetryPolicy { max_attempts: 2, request_timeout: Duration::from_secs(10), ..forge::RetryPolicy::from_env() }),
+        Ok(f) => f.with_retry_policy(forge::RetryPolicy {
+            max_attempts: 2,
+            request_timeout: Duration::from_secs(10),
+            ..forge::RetryPolicy::from_env()
+        }),
         Err(e) => {
             out.push(Check::fail("api", e.to_string(), "check GITHUB_API_URL"));
             return;
@@ -194,7 +293,10 @@ async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remo
         Some(s) if s.split(',').any(|x| matches!(x.trim(), "repo" | "public_repo")) => out.push(Check::pass("token", format!("from {source}, scopes: {s}"))),
         Some(s) => out.push(Check::fail("token", format!("from {source}, scopes: {}", if s.is_empty() { "none" } else { s }), "the token needs the `repo` scope (or `public_repo` for a public repository) to push and open PRs")),
     }
-    let moved = probe.full_name.as_deref().filter(|n| !n.eq_ignore_ascii_case(&id.to_string()));
+    let moved = probe
+        .full_name
+        .as_deref()
+        .filter(|n| !n.eq_ignore_ascii_case(&id.to_string()));
     out.push(if probe.archived {
         Check::fail("api", format!("{base} reachable, but {id} is archived: GitHub refuses every PR and label there"), "unarchive it on GitHub (Settings → General), or point GH_REPO / `github_repo` and the remote at the active repository")
     } else if let Some(now) = moved {
@@ -204,9 +306,29 @@ async fn github_checks(out: &mut Vec<Check>, _repo: &Path, config: &Config, remo
     });
     out.push(match f.label_exists(&config.label).await {
         Ok(true) => Check::pass("label", format!("{:?} exists", config.label)),
-        Ok(false) if probe.can_push != Some(false) => Check::pass("label", format!("{:?} missing; it will be created with the first PR", config.label)),
-        Ok(false) => Check::fail("label", format!("{:?} missing and the token cannot create it (no push permission)", config.label), format!("create the label {:?} on GitHub, or use a token with write access", config.label)),
-        Err(e) => Check::fail("label", e.to_string(), "check the token's access to the repository"),
+        Ok(false) if probe.can_push != Some(false) => Check::pass(
+            "label",
+            format!(
+                "{:?} missing; it will be created with the first PR",
+                config.label
+            ),
+        ),
+        Ok(false) => Check::fail(
+            "label",
+            format!(
+                "{:?} missing and the token cannot create it (no push permission)",
+                config.label
+            ),
+            format!(
+                "create the label {:?} on GitHub, or use a token with write access",
+                config.label
+            ),
+        ),
+        Err(e) => Check::fail(
+            "label",
+            e.to_string(),
+            "check the token's access to the repository",
+        ),
     });
 }
 
@@ -238,11 +360,17 @@ impl Probe {
     /// Runs `argv` killed after [`PROBE_TIMEOUT`]; the outcome or why it
     /// could not start.
     async fn run(&self, argv: &[String]) -> std::result::Result<process::Outcome, String> {
-        let mut cmd = process::Command::new(argv[0].clone()).args(argv[1..].iter().cloned()).env_map(self.env.clone()).timeout(PROBE_TIMEOUT).grace(Duration::from_secs(1));
+        let mut cmd = process::Command::new(argv[0].clone())
+            .args(argv[1..].iter().cloned())
+            .env_map(self.env.clone())
+            .timeout(PROBE_TIMEOUT)
+            .grace(Duration::from_secs(1));
         if let Some(u) = &self.run_as {
             cmd = cmd.run_as(u.clone());
         }
-        let o = process::run(cmd, &tokio_util::sync::CancellationToken::new()).await.map_err(|e| e.to_string())?;
+        let o = process::run(cmd, &tokio_util::sync::CancellationToken::new())
+            .await
+            .map_err(|e| e.to_string())?;
         if o.timed_out {
             return Err(format!("no answer within {} s", PROBE_TIMEOUT.as_secs()));
         }
@@ -251,7 +379,10 @@ impl Probe {
 
     /// Who the probe runs as, for hints.
     fn who(&self) -> String {
-        self.run_as.as_ref().map_or_else(|| "the user nightshift runs as".to_string(), |u| format!("agent_user {:?}", u.user))
+        self.run_as.as_ref().map_or_else(
+            || "the user nightshift runs as".to_string(),
+            |u| format!("agent_user {:?}", u.user),
+        )
     }
 
     /// `cmd` as the probe's account types it (`runuser` under agent_user).
@@ -265,11 +396,19 @@ impl Probe {
 
 async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Check {
     let Some(exe) = a.command.first() else {
-        return Check::fail(name, "no command configured", format!("set [{name}] command = [\"…\"] in the config"));
+        return Check::fail(
+            name,
+            "no command configured",
+            format!("set [{name}] command = [\"…\"] in the config"),
+        );
     };
     // A file that is there but cannot be run is not "missing".
     if exe.contains('/') && Path::new(exe).is_file() && which(exe).is_none() {
-        return Check::fail(name, format!("{exe} exists but is not executable"), format!("chmod +x {exe}"));
+        return Check::fail(
+            name,
+            format!("{exe} exists but is not executable"),
+            format!("chmod +x {exe}"),
+        );
     }
     let Some(path) = which(exe) else {
         let hint = match a.kind {
@@ -277,7 +416,11 @@ async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Chec
             AgentKind::Codex => "install Codex (`npm install -g @openai/codex`) or set the full path in `command`".to_string(),
             AgentKind::Command => format!("make {exe} exist and be executable, or fix [{name}] command"),
         };
-        return Check::fail(name, format!("{} agent {exe:?} not found on PATH", a.kind), hint);
+        return Check::fail(
+            name,
+            format!("{} agent {exe:?} not found on PATH", a.kind),
+            hint,
+        );
     };
     if a.kind == AgentKind::Command {
         // A custom agent may do real work when run: it is only located.
@@ -285,9 +428,31 @@ async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Chec
     }
     let bin = path.display().to_string();
     let version = match probe.run(&[bin.clone(), "--version".into()]).await {
-        Ok(o) if o.success() => o.stdout_tail.lines().next().unwrap_or("").trim().to_string(),
-        Ok(o) => return Check::fail(name, format!("{} at {bin} does not answer --version: {}", a.kind, ended(&o)), "reinstall the agent CLI"),
-        Err(e) => return Check::fail(name, format!("{} at {bin} does not answer --version: {e}", a.kind), "reinstall the agent CLI"),
+        Ok(o) if o.success() => o
+            .stdout_tail
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string(),
+        Ok(o) => {
+            return Check::fail(
+                name,
+                format!(
+                    "{} at {bin} does not answer --version: {}",
+                    a.kind,
+                    ended(&o)
+                ),
+                "reinstall the agent CLI",
+            );
+        }
+        Err(e) => {
+            return Check::fail(
+                name,
+                format!("{} at {bin} does not answer --version: {e}", a.kind),
+                "reinstall the agent CLI",
+            );
+        }
     };
     let found = format!("{} {version} ({bin})", a.kind);
     let login = match a.kind {
@@ -304,7 +469,11 @@ async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Chec
                     probe.who(),
                     probe.typed("claude auth login")
                 ),
-                _ => format!("log in as {}: {} (or `printenv OPENAI_API_KEY | codex login --with-api-key`)", probe.who(), probe.typed("codex login")),
+                _ => format!(
+                    "log in as {}: {} (or `printenv OPENAI_API_KEY | codex login --with-api-key`)",
+                    probe.who(),
+                    probe.typed("codex login")
+                ),
             };
             Check::fail(name, format!("{found}, {what}"), hint)
         }
@@ -326,16 +495,30 @@ enum Login {
 /// exit 1 when logged out (Claude Code 2.x). It reads local credentials and
 /// spends no usage. Older CLIs without the subcommand: unknown.
 async fn claude_login(bin: &str, probe: &Probe) -> Login {
-    let o = match probe.run(&[bin.to_string(), "auth".into(), "status".into(), "--json".into()]).await {
+    let o = match probe
+        .run(&[
+            bin.to_string(),
+            "auth".into(),
+            "status".into(),
+            "--json".into(),
+        ])
+        .await
+    {
         Ok(o) => o,
         Err(e) => return Login::Unknown(format!("`claude auth status` failed: {e}")),
     };
     let Ok(v) = serde_json::from_str::<serde_json::Value>(o.stdout_tail.trim()) else {
-        return Login::Unknown(format!("`claude auth status` gave no status ({})", ended(&o)));
+        return Login::Unknown(format!(
+            "`claude auth status` gave no status ({})",
+            ended(&o)
+        ));
     };
     match v.get("loggedIn").and_then(serde_json::Value::as_bool) {
         Some(true) => {
-            let method = v.get("authMethod").and_then(serde_json::Value::as_str).unwrap_or("unknown method");
+            let method = v
+                .get("authMethod")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("unknown method");
             match v.get("apiKeySource").and_then(serde_json::Value::as_str) {
                 Some(src) => Login::In(format!("{method} from {src}")),
                 None => Login::In(method.to_string()),
@@ -353,7 +536,13 @@ async fn claude_login(bin: &str, probe: &Probe) -> Login {
 /// exec`.
 async fn codex_login(bin: &str, a: &AgentConfig, probe: &Probe) -> Login {
     // Global options only: what follows `exec` belongs to exec.
-    let globals: Vec<String> = a.command.iter().skip(1).take_while(|x| *x != "exec" && *x != "e").cloned().collect();
+    let globals: Vec<String> = a
+        .command
+        .iter()
+        .skip(1)
+        .take_while(|x| *x != "exec" && *x != "e")
+        .cloned()
+        .collect();
     if let Some(p) = codex_provider(&globals, probe).filter(|p| p != "openai") {
         return Login::In(format!("model provider {p:?} (no OpenAI login needed)"));
     }
@@ -365,14 +554,30 @@ async fn codex_login(bin: &str, a: &AgentConfig, probe: &Probe) -> Login {
         Err(e) => return Login::Unknown(format!("`codex login status` failed: {e}")),
     };
     // The CLI prints its answer on stderr or stdout beside WARNING lines.
-    let said = format!("{}\n{}", o.stdout_tail, o.stderr_tail).lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with("WARNING")).unwrap_or("").to_string();
+    let said = format!("{}\n{}", o.stdout_tail, o.stderr_tail)
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("WARNING"))
+        .unwrap_or("")
+        .to_string();
     if o.success() {
-        return Login::In(if said.is_empty() { "`codex login status` exit 0".into() } else { said });
+        return Login::In(if said.is_empty() {
+            "`codex login status` exit 0".into()
+        } else {
+            said
+        });
     }
-    if let Some(var) = ["CODEX_API_KEY", "OPENAI_API_KEY"].into_iter().find(|v| probe.env.get(*v).is_some_and(|x| !x.is_empty())) {
+    if let Some(var) = ["CODEX_API_KEY", "OPENAI_API_KEY"]
+        .into_iter()
+        .find(|v| probe.env.get(*v).is_some_and(|x| !x.is_empty()))
+    {
         return Login::In(format!("not logged in, but {var} is set for `codex exec`"));
     }
-    Login::Out(if said.is_empty() { format!("not logged in (`codex login status`: {})", ended(&o)) } else { format!("not logged in (`codex login status`: {said})") })
+    Login::Out(if said.is_empty() {
+        format!("not logged in (`codex login status`: {})", ended(&o))
+    } else {
+        format!("not logged in (`codex login status`: {said})")
+    })
 }
 
 /// The model provider codex will use: the last `-c model_provider=X` of the
@@ -383,14 +588,22 @@ fn codex_provider(globals: &[String], probe: &Probe) -> Option<String> {
         .windows(2)
         .filter(|w| w[0] == "-c" || w[0] == "--config")
         .filter_map(|w| w[1].strip_prefix("model_provider="))
-        .chain(globals.iter().filter_map(|g| g.strip_prefix("--config=model_provider=")))
+        .chain(
+            globals
+                .iter()
+                .filter_map(|g| g.strip_prefix("--config=model_provider=")),
+        )
         .last()
         .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\'').to_string());
     if from_args.is_some() {
         return from_args;
     }
     let home = probe.env.get("CODEX_HOME").map(PathBuf::from).or_else(|| {
-        let h = probe.run_as.as_ref().map(|u| u.home.clone()).or_else(|| probe.env.get("HOME").map(PathBuf::from))?;
+        let h = probe
+            .run_as
+            .as_ref()
+            .map(|u| u.home.clone())
+            .or_else(|| probe.env.get("HOME").map(PathBuf::from))?;
         Some(h.join(".codex"))
     })?;
     let text = std::fs::read_to_string(home.join("config.toml")).ok()?;
@@ -400,36 +613,63 @@ fn codex_provider(globals: &[String], probe: &Probe) -> Option<String> {
 
 /// How a probe ended, for a message.
 fn ended(o: &process::Outcome) -> String {
-    let err = o.stderr_tail.lines().map(str::trim).rfind(|l| !l.is_empty()).unwrap_or("");
+    let err = o
+        .stderr_tail
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or("");
     let how = match (o.exit_code, o.signal) {
         (Some(c), _) => format!("exit {c}"),
         (None, Some(s)) => format!("signal {s}"),
         _ => "no exit status".to_string(),
     };
-    if err.is_empty() { how } else { format!("{how}: {err}") }
+    if err.is_empty() {
+        how
+    } else {
+        format!("{how}: {err}")
+    }
 }
 
 /// The executable `exe` resolves to: a path with `/` as is, else the first
 /// executable file of that name on PATH.
 fn which(exe: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
     if exe.contains('/') {
         let p = PathBuf::from(exe);
         return executable(&p).then_some(p);
     }
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(exe)).find(|p| executable(p))
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(exe))
+        .find(|p| executable(p))
 }
 
 /// Root needs `agent_user` when the claude writer skips permissions; a
 /// configured `agent_user` must exist (SPEC §6).
 fn root_check(config: &Config) -> Check {
     let root = nix::unistd::geteuid().is_root();
-    let skip = config.writer.permission_flags.iter().flatten().chain(config.writer.command.iter()).any(|f| f == "--dangerously-skip-permissions");
+    let skip = config
+        .writer
+        .permission_flags
+        .iter()
+        .flatten()
+        .chain(config.writer.command.iter())
+        .any(|f| f == "--dangerously-skip-permissions");
     match (&config.agent_user, root) {
         (Some(u), true) => match nix::unistd::User::from_name(u) {
-            Ok(Some(_)) => Check::pass("user", format!("running as root; agents and gates run as {u:?}")),
-            _ => Check::fail("user", format!("running as root; agent_user {u:?} does not exist"), format!("create it (`useradd -m {u}`) or fix `agent_user`")),
+            Ok(Some(_)) => Check::pass(
+                "user",
+                format!("running as root; agents and gates run as {u:?}"),
+            ),
+            _ => Check::fail(
+                "user",
+                format!("running as root; agent_user {u:?} does not exist"),
+                format!("create it (`useradd -m {u}`) or fix `agent_user`"),
+            ),
         },
         (None, true) if skip && config.writer.kind == AgentKind::Claude => Check::fail(
             "user",
@@ -453,7 +693,11 @@ async fn database_and_data_checks(out: &mut Vec<Check>) {
     // until its timeout, where one attempt already says enough.
     if let crate::ledger::DbSource::Url { url, .. } = &src {
         use sqlx::Connection as _;
-        let once = tokio::time::timeout(NETWORK_TIMEOUT, sqlx::postgres::PgConnection::connect(url.expose())).await;
+        let once = tokio::time::timeout(
+            NETWORK_TIMEOUT,
+            sqlx::postgres::PgConnection::connect(url.expose()),
+        )
+        .await;
         let err = match once {
             Ok(Ok(c)) => {
                 let _ = c.close().await;
@@ -491,6 +735,10 @@ fn data_dir_check(out: &mut Vec<Check>) {
     let _ = std::fs::remove_file(&probe);
     out.push(match written {
         Ok(()) => Check::pass("data dir", format!("{} writable", dir.display())),
-        Err(e) => Check::fail("data dir", format!("{}: {e}", dir.display()), "make it a writable directory, or set NIGHTSHIFT_DATA_DIR"),
+        Err(e) => Check::fail(
+            "data dir",
+            format!("{}: {e}", dir.display()),
+            "make it a writable directory, or set NIGHTSHIFT_DATA_DIR",
+        ),
     });
 }

@@ -19,7 +19,12 @@ use crate::run::{self, Night, Selection};
 use crate::{approval, forge, ledger as ledger_mod, process, schedule};
 
 /// `drain` (item = None) or `run [ITEM]` (item = Some).
-pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup) -> Result<ExitCode> {
+pub(crate) async fn drain(
+    cli: &Cli,
+    args: &RunArgs,
+    item: Option<Option<String>>,
+    startup: &Startup,
+) -> Result<ExitCode> {
     drain_with(cli, args, item, startup, None).await
 }
 
@@ -27,17 +32,30 @@ pub(crate) async fn drain(cli: &Cli, args: &RunArgs, item: Option<Option<String>
 /// plan in the ledger when no valid approval exists (SPEC §4), and stops
 /// when `stop` (the schedule's signal) fires, even one that came before the
 /// drain's own handler was installed.
-pub(crate) async fn drain_scheduled(cli: &Cli, args: &RunArgs, startup: &Startup, stop: &CancellationToken) -> Result<ExitCode> {
+pub(crate) async fn drain_scheduled(
+    cli: &Cli,
+    args: &RunArgs,
+    startup: &Startup,
+    stop: &CancellationToken,
+) -> Result<ExitCode> {
     drain_with(cli, args, None, startup, Some(stop)).await
 }
 
 /// `schedule_stop`: the schedule's token when this drain is one of its fires.
-async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, startup: &Startup, schedule_stop: Option<&CancellationToken>) -> Result<ExitCode> {
+async fn drain_with(
+    cli: &Cli,
+    args: &RunArgs,
+    item: Option<Option<String>>,
+    startup: &Startup,
+    schedule_stop: Option<&CancellationToken>,
+) -> Result<ExitCode> {
     let scheduled = schedule_stop.is_some();
     if let Some(sha) = &args.approve {
         let ok = sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit());
         if !ok {
-            return Err(Error::usage(format!("--approve {sha:?} is not a SHA-256 (64 hex characters); give the plan SHA `nightshift plan` printed")));
+            return Err(Error::usage(format!(
+                "--approve {sha:?} is not a SHA-256 (64 hex characters); give the plan SHA `nightshift plan` printed"
+            )));
         }
     }
     let snap = snapshot(cli)?;
@@ -47,12 +65,19 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         None => Selection::All,
         Some(sel) => Selection::One(select_item(&plan, sel.as_deref())?),
     };
-    let (tz, zone_source) = schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref())).map_err(|e| Error::usage(format!("time zone: {e}")))?;
+    let (tz, zone_source) =
+        schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref()))
+            .map_err(|e| Error::usage(format!("time zone: {e}")))?;
     if let Some(w) = zone_source.warning() {
         eprintln!("warning: {w}");
     }
     let now = Utc::now();
-    let deadline = schedule::parse_deadline(args.deadline.as_deref().unwrap_or(&config.deadline), now, tz).map_err(|e| Error::usage(format!("deadline: {e}")))?;
+    let deadline = schedule::parse_deadline(
+        args.deadline.as_deref().unwrap_or(&config.deadline),
+        now,
+        tz,
+    )
+    .map_err(|e| Error::usage(format!("deadline: {e}")))?;
 
     let lg = ledger().await?;
     let pool = lg.pool.clone();
@@ -61,11 +86,20 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
 
     // One drain per repository (SPEC §9).
     let holder = ledger_mod::HolderInfo::current();
-    let lock = match lg.try_lock_repo(&id, &holder).await.map_err(|e| Error::failure(format!("ledger: {e}")))? {
+    let lock = match lg
+        .try_lock_repo(&id, &holder)
+        .await
+        .map_err(|e| Error::failure(format!("ledger: {e}")))?
+    {
         ledger_mod::RepoLockAttempt::Acquired(guard) => guard,
         ledger_mod::RepoLockAttempt::Held { holder } => {
-            let who = holder.map(|h| h.to_string()).unwrap_or_else(|| "another process".into());
-            return Err(Error::refused(format!("another nightshift run holds the lock of {} ({who}); wait for it to finish or stop it", snap.repo.display())));
+            let who = holder
+                .map(|h| h.to_string())
+                .unwrap_or_else(|| "another process".into());
+            return Err(Error::refused(format!(
+                "another nightshift run holds the lock of {} ({who}); wait for it to finish or stop it",
+                snap.repo.display()
+            )));
         }
     };
     // The checkouts too, whatever database another drain uses.
@@ -78,16 +112,27 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
                 crate::cli::data_dir().display()
             )));
         }
-        Err(e) => return Err(Error::failure(format!("cannot lock the checkouts under {}: {e}", crate::cli::data_dir().display()))),
+        Err(e) => {
+            return Err(Error::failure(format!(
+                "cannot lock the checkouts under {}: {e}",
+                crate::cli::data_dir().display()
+            )));
+        }
     };
     // A data directory that is already full or read-only would stop the run
     // at its first item: say so before an approval is used.
     if let Err(why) = slots_lock.check() {
-        return Err(Error::failure(format!("{why}; nothing was run and the approval is still unused")));
+        return Err(Error::failure(format!(
+            "{why}; nothing was run and the approval is still unused"
+        )));
     }
     let crashed = rec::mark_dead_runs_crashed(&pool, &id).await?;
     for r in &crashed {
-        eprintln!("note: run {} (pid {}) ended without finishing; marked crashed", r.id, r.pid.unwrap_or(0));
+        eprintln!(
+            "note: run {} (pid {}) ended without finishing; marked crashed",
+            r.id,
+            r.pid.unwrap_or(0)
+        );
     }
 
     // Resume a crashed run under its own approval while it is valid (SPEC §4),
@@ -98,29 +143,46 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         && matches!(selection, Selection::All)
         && let Some((r, a, shas)) = crashed_run_to_resume(&pool, &id, &plan, now).await?
     {
-        eprintln!("resuming crashed run {} under its approval (given {})", r.id, a.created_at.with_timezone(&tz).format("%H:%M %Z"));
+        eprintln!(
+            "resuming crashed run {} under its approval (given {})",
+            r.id,
+            a.created_at.with_timezone(&tz).format("%H:%M %Z")
+        );
         chosen = Some((a, shas));
         resume = Some(r);
     }
     let (approval, approved) = match chosen {
         Some(c) => c,
-        None => match run::find_approval(&pool, &id, &plan, &selection, args.approve.as_deref(), now).await? {
-            Ok(c) => c,
-            Err(refusal) => {
-                let mut shown = plan.clone();
-                crate::cli::plan::mark_earlier_work(&pool, &id, &mut shown).await?;
-                print_cards(&shown, &selection);
-                rec::event(&pool, None, "refused", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha})).await?;
-                if scheduled {
-                    rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;
+        None => {
+            match run::find_approval(&pool, &id, &plan, &selection, args.approve.as_deref(), now)
+                .await?
+            {
+                Ok(c) => c,
+                Err(refusal) => {
+                    let mut shown = plan.clone();
+                    crate::cli::plan::mark_earlier_work(&pool, &id, &mut shown).await?;
+                    print_cards(&shown, &selection);
+                    rec::event(
+                        &pool,
+                        None,
+                        "refused",
+                        serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha}),
+                    )
+                    .await?;
+                    if scheduled {
+                        rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;
+                    }
+                    return Err(refusal.into());
                 }
-                return Err(refusal.into());
             }
-        },
+        }
     };
 
     // GitHub (SPEC §8): token from the variables main removed, else `gh`.
-    let remote_url = crate::git::Git::new(&snap.repo).text(&["remote", "get-url", &config.remote]).ok().map(|s| s.trim().to_string());
+    let remote_url = crate::git::Git::new(&snap.repo)
+        .text(&["remote", "get-url", &config.remote])
+        .ok()
+        .map(|s| s.trim().to_string());
     let token = forge::resolve_token(&startup.removed);
     let (forge, forge_missing) = match &token {
         Some((t, _)) => match crate::cli::github_client(&snap.repo, &config, t, Some(deadline)) {
@@ -132,31 +194,67 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     // nightshift keeps such a password out of argv, the checkouts and its
     // records, but the user's own .git/config holds it, and agents running
     // as this user can read that file (the checkout's alternates name it).
-    if remote_url.as_deref().and_then(crate::secret::url_password).is_some() {
-        eprintln!("warning: the URL of the remote {:?} carries a password or token; agents running as you can read it in {}/.git/config. Give git the token through a credential helper or GITHUB_TOKEN instead", config.remote, snap.repo.display());
+    if remote_url
+        .as_deref()
+        .and_then(crate::secret::url_password)
+        .is_some()
+    {
+        eprintln!(
+            "warning: the URL of the remote {:?} carries a password or token; agents running as you can read it in {}/.git/config. Give git the token through a credential helper or GITHUB_TOKEN instead",
+            config.remote,
+            snap.repo.display()
+        );
     }
     if remote_url.is_none() {
-        return Err(Error::usage(format!("{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config", snap.repo.display(), config.remote, config.remote)));
+        return Err(Error::usage(format!(
+            "{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config",
+            snap.repo.display(),
+            config.remote,
+            config.remote
+        )));
     }
     // Read once, like the backlog: the whole run fetches and pushes here.
-    let remote_urls = crate::git::remote_urls(&snap.repo, &config.remote).map_err(|e| Error::usage(format!("{}: {e}", snap.repo.display())))?;
+    let remote_urls = crate::git::remote_urls(&snap.repo, &config.remote)
+        .map_err(|e| Error::usage(format!("{}: {e}", snap.repo.display())))?;
     // Every item starts from <remote>/<base>: a missing base would fail each
     // item in turn. Checked before the approval is consumed; a remote that
     // cannot be reached now is left to the items (it may come back).
-    let probe = crate::git::Git::new(&snap.repo).token(token.as_ref().map(|(t, _)| t.expose())).timeout(std::time::Duration::from_secs(60)).text(&["ls-remote", "--heads", "--", remote_url.as_deref().unwrap_or_default(), &format!("refs/heads/{}", config.base)]);
+    let probe = crate::git::Git::new(&snap.repo)
+        .token(token.as_ref().map(|(t, _)| t.expose()))
+        .timeout(std::time::Duration::from_secs(60))
+        .text(&[
+            "ls-remote",
+            "--heads",
+            "--",
+            remote_url.as_deref().unwrap_or_default(),
+            &format!("refs/heads/{}", config.base),
+        ]);
     match probe {
         Ok(out) if out.trim().is_empty() => {
-            return Err(Error::usage(format!("the base branch {:?} does not exist on the remote {:?}; push it or set `base` in the config", config.base, config.remote)));
+            return Err(Error::usage(format!(
+                "the base branch {:?} does not exist on the remote {:?}; push it or set `base` in the config",
+                config.base, config.remote
+            )));
         }
         Ok(_) => {}
-        Err(e) => eprintln!("warning: cannot reach the remote to check the base branch: {}", crate::secret::redact_known(&e.to_string())),
+        Err(e) => eprintln!(
+            "warning: cannot reach the remote to check the base branch: {}",
+            crate::secret::redact_known(&e.to_string())
+        ),
     }
 
     // `main` wipes the config's `secrets` from our own environment, finding
     // the config before it is loaded; one it missed is still readable by
     // agents in /proc/<nightshift>/environ (though not in theirs).
-    for v in config.secrets.iter().filter(|v| std::env::var_os(v).is_some()) {
-        eprintln!("warning: {v}, listed in `secrets`, is still in nightshift's own environment (the config was not found at start-up); agents running as you can read it in /proc/{}/environ", std::process::id());
+    for v in config
+        .secrets
+        .iter()
+        .filter(|v| std::env::var_os(v).is_some())
+    {
+        eprintln!(
+            "warning: {v}, listed in `secrets`, is still in nightshift's own environment (the config was not found at start-up); agents running as you can read it in /proc/{}/environ",
+            std::process::id()
+        );
     }
     // The agents' environment: no tokens, no ledger URL, no configured secrets.
     let source = ledger_mod::db_source_from_env();
@@ -167,9 +265,16 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         // leave a gate wondering why the variable is empty.
         let ledger_var = source.env_var() == Some(v.as_str());
         // PGPASSWORD is the ledger's when its URL has no password of its own.
-        let ledger_password = v == "PGPASSWORD" && matches!(&source, ledger_mod::DbSource::Url { url, .. } if crate::secret::url_password(url.expose()).is_none());
-        if crate::secret::token_vars().contains(&v.as_str()) || ledger_var || ledger_password || v == "NIGHTSHIFT_DATABASE_URL" {
-            eprintln!("warning: gate_env lists {v}, which nightshift never passes to gates (it holds the GitHub token or the ledger's URL or password); give the gate its own variable");
+        let ledger_password = v == "PGPASSWORD"
+            && matches!(&source, ledger_mod::DbSource::Url { url, .. } if crate::secret::url_password(url.expose()).is_none());
+        if crate::secret::token_vars().contains(&v.as_str())
+            || ledger_var
+            || ledger_password
+            || v == "NIGHTSHIFT_DATABASE_URL"
+        {
+            eprintln!(
+                "warning: gate_env lists {v}, which nightshift never passes to gates (it holds the GitHub token or the ledger's URL or password); give the gate its own variable"
+            );
             continue;
         }
         // DATABASE_URL (PGPASSWORD) when the ledger is elsewhere is the
@@ -183,12 +288,23 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         }
         // A variable also listed in `secrets` was wiped from our environment
         // at start-up (main); its value is kept in `startup.removed`.
-        let kept = || startup.removed.iter().find(|(n, _)| n == v && config.secrets.contains(v)).map(|(_, s)| s.expose().to_string());
+        let kept = || {
+            startup
+                .removed
+                .iter()
+                .find(|(n, _)| n == v && config.secrets.contains(v))
+                .map(|(_, s)| s.expose().to_string())
+        };
         if let Some(val) = std::env::var(v).ok().or_else(kept) {
             gate_env.insert(v.clone(), val);
         }
     }
-    let mut secrets: Vec<String> = startup.removed.iter().filter(|(n, s)| n != "PGPASSWORD" || !crate::secret::is_weak_password(s.expose())).map(|(_, s)| s.expose().to_string()).collect();
+    let mut secrets: Vec<String> = startup
+        .removed
+        .iter()
+        .filter(|(n, s)| n != "PGPASSWORD" || !crate::secret::is_weak_password(s.expose()))
+        .map(|(_, s)| s.expose().to_string())
+        .collect();
     if let Some((t, _)) = &token {
         secrets.push(t.expose().to_string());
     }
@@ -203,14 +319,28 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     }
     crate::secret::remember(&secrets);
     let run_as = match &config.agent_user {
-        Some(u) if nix::unistd::geteuid().is_root() => Some(process::RunAs::lookup(u).map_err(|e| Error::usage(format!("agent_user {u:?}: {e}; create the user or fix `agent_user`")))?),
+        Some(u) if nix::unistd::geteuid().is_root() => {
+            Some(process::RunAs::lookup(u).map_err(|e| {
+                Error::usage(format!(
+                    "agent_user {u:?}: {e}; create the user or fix `agent_user`"
+                ))
+            })?)
+        }
         _ => None,
     };
     if let Some(u) = &run_as {
         // claude and codex keep their login and settings under HOME.
         if !u.home.is_dir() {
-            let real = [&config.writer, &config.reviewer].iter().any(|a| a.kind != crate::config::AgentKind::Command);
-            let msg = format!("agent_user {:?} has no home directory ({} does not exist); agents run with HOME there. Create it: `usermod -d /home/{} -m {}`", u.user, u.home.display(), u.user, u.user);
+            let real = [&config.writer, &config.reviewer]
+                .iter()
+                .any(|a| a.kind != crate::config::AgentKind::Command);
+            let msg = format!(
+                "agent_user {:?} has no home directory ({} does not exist); agents run with HOME there. Create it: `usermod -d /home/{} -m {}`",
+                u.user,
+                u.home.display(),
+                u.user,
+                u.user
+            );
             if real {
                 return Err(Error::usage(msg));
             }
@@ -227,16 +357,31 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     }
 
     // Before the approval is consumed: a missing agent CLI is a usage error.
-    for (role, a) in [(crate::agent::Role::Writer, &config.writer), (crate::agent::Role::Reviewer, &config.reviewer)] {
-        if let Err(why) = crate::agent::preflight(role, a, agent_env.get("PATH").map(String::as_str)) {
-            rec::event(&pool, None, "refused", serde_json::json!({"reason": why, "plan_sha": plan.sha})).await?;
+    for (role, a) in [
+        (crate::agent::Role::Writer, &config.writer),
+        (crate::agent::Role::Reviewer, &config.reviewer),
+    ] {
+        if let Err(why) =
+            crate::agent::preflight(role, a, agent_env.get("PATH").map(String::as_str))
+        {
+            rec::event(
+                &pool,
+                None,
+                "refused",
+                serde_json::json!({"reason": why, "plan_sha": plan.sha}),
+            )
+            .await?;
             return Err(Error::usage(why));
         }
     }
     if run_as.is_none() && nix::unistd::geteuid().is_root() {
-        eprintln!("warning: agents run as root with full rights over this machine (nightshift checks the checkout, the remote and your .git, but cannot fence the rest); set `agent_user` in the config to confine them");
+        eprintln!(
+            "warning: agents run as root with full rights over this machine (nightshift checks the checkout, the remote and your .git, but cannot fence the rest); set `agent_user` in the config to confine them"
+        );
     }
-    let cancel = schedule_stop.map(CancellationToken::child_token).unwrap_or_default();
+    let cancel = schedule_stop
+        .map(CancellationToken::child_token)
+        .unwrap_or_default();
     let _signals = spawn_signal_handler(cancel.clone());
     let night = Night {
         repo: snap.repo.clone(),
@@ -267,15 +412,40 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         systemic: Default::default(),
     };
     let watched: Vec<progress::Entry> = match &selection {
-        Selection::All => night.plan.entries.iter().map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
-        Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == *i).map(|e| progress::Entry { key: e.item.key.clone(), title: e.item.title.clone() }).collect(),
+        Selection::All => night
+            .plan
+            .entries
+            .iter()
+            .map(|e| progress::Entry {
+                key: e.item.key.clone(),
+                title: e.item.title.clone(),
+            })
+            .collect(),
+        Selection::One(i) => night
+            .plan
+            .entries
+            .iter()
+            .filter(|e| e.index == *i)
+            .map(|e| progress::Entry {
+                key: e.item.key.clone(),
+                title: e.item.title.clone(),
+            })
+            .collect(),
     };
-    let watch = progress::watch(pool.clone(), id.clone(), watched, tz, progress::Mode::detect(cli.quiet));
+    let watch = progress::watch(
+        pool.clone(),
+        id.clone(),
+        watched,
+        tz,
+        progress::Mode::detect(cli.quiet),
+    );
     let end = run::drain(&night, selection, &approval, &approved, resume.as_ref()).await;
     watch.stop().await;
     let end = end?;
     tracing::info!(run = %end.run_id, status = %end.status, "run finished");
-    let run_row = rec::run_row(&pool, &id, Some(end.run_id)).await?.ok_or_else(|| Error::failure("the run vanished from the ledger"))?;
+    let run_row = rec::run_row(&pool, &id, Some(end.run_id))
+        .await?
+        .ok_or_else(|| Error::failure("the run vanished from the ledger"))?;
     let items = rec::run_items(&pool, end.run_id).await?;
     let slept = rec::slept_seconds(&pool, end.run_id).await?;
     if !cli.quiet {
@@ -283,7 +453,11 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
         // recorded, so a failed print is not worth a panic.
         use std::io::Write as _;
         let mut out = std::io::stdout().lock();
-        let _ = write!(out, "{}", crate::report::to_text(&run_row, &items, slept, false));
+        let _ = write!(
+            out,
+            "{}",
+            crate::report::to_text(&run_row, &items, slept, false)
+        );
         if let Some(log) = progress::RUN_LOG.get() {
             let _ = writeln!(out, "log: {}", log.display());
         }
@@ -291,8 +465,12 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
     }
     if let Some(why) = end.stopped_by {
         let next = match item {
-            None => "Once that is fixed, `nightshift drain` resumes this run under its approval (within 24 h of it)",
-            Some(_) => "Once that is fixed, run `nightshift run` again (approve the item again if its approval was used)",
+            None => {
+                "Once that is fixed, `nightshift drain` resumes this run under its approval (within 24 h of it)"
+            }
+            Some(_) => {
+                "Once that is fixed, run `nightshift run` again (approve the item again if its approval was used)"
+            }
         };
         return Err(Error::failure(format!("the run stopped: {why}. {next}")));
     }
@@ -302,11 +480,28 @@ async fn drain_with(cli: &Cli, args: &RunArgs, item: Option<Option<String>>, sta
 /// The newest crashed, not yet resumed run whose plan approval may still be
 /// resumed (younger than 24 h, SPEC §4) and shares contracts with the
 /// snapshot: the run, its approval and the approved contract SHAs.
-async fn crashed_run_to_resume(pool: &sqlx::PgPool, repo: &str, plan: &Plan, now: chrono::DateTime<Utc>) -> sqlx::Result<Option<(rec::RunRow, approval::Approval, Vec<String>)>> {
-    let Some(r) = rec::resumable_run(pool, repo).await? else { return Ok(None) };
-    let Some(aid) = r.approval_id else { return Ok(None) };
-    let Some(a) = rec::approval_by_id(pool, aid).await? else { return Ok(None) };
-    let Some(plan_sha) = a.plan_sha.as_deref().filter(|_| approval::may_resume(&a, now)) else { return Ok(None) };
+async fn crashed_run_to_resume(
+    pool: &sqlx::PgPool,
+    repo: &str,
+    plan: &Plan,
+    now: chrono::DateTime<Utc>,
+) -> sqlx::Result<Option<(rec::RunRow, approval::Approval, Vec<String>)>> {
+    let Some(r) = rec::resumable_run(pool, repo).await? else {
+        return Ok(None);
+    };
+    let Some(aid) = r.approval_id else {
+        return Ok(None);
+    };
+    let Some(a) = rec::approval_by_id(pool, aid).await? else {
+        return Ok(None);
+    };
+    let Some(plan_sha) = a
+        .plan_sha
+        .as_deref()
+        .filter(|_| approval::may_resume(&a, now))
+    else {
+        return Ok(None);
+    };
     let shas = rec::plan_contracts(pool, plan_sha).await?;
     if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
         return Ok(None);
@@ -319,7 +514,10 @@ async fn crashed_run_to_resume(pool: &sqlx::PgPool, repo: &str, plan: &Plan, now
 /// treats these like `-c`, a scope `safe.directory` is honoured from),
 /// after any entries the environment already carries.
 fn trust_directory(env: &mut std::collections::BTreeMap<String, String>, dir: &std::path::Path) {
-    let n: usize = env.get("GIT_CONFIG_COUNT").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    let n: usize = env
+        .get("GIT_CONFIG_COUNT")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     env.insert(format!("GIT_CONFIG_KEY_{n}"), "safe.directory".into());
     env.insert(format!("GIT_CONFIG_VALUE_{n}"), dir.display().to_string());
     env.insert("GIT_CONFIG_COUNT".into(), (n + 1).to_string());
@@ -329,20 +527,42 @@ fn trust_directory(env: &mut std::collections::BTreeMap<String, String>, dir: &s
 fn select_item(plan: &Plan, sel: Option<&str>) -> Result<usize> {
     let open: Vec<_> = plan.entries.iter().collect();
     match sel {
-        None => open.iter().find(|e| e.blocked.is_none()).or(open.first()).map(|e| e.index).ok_or_else(|| Error::usage("no open items in the backlog; nothing to run")),
+        None => open
+            .iter()
+            .find(|e| e.blocked.is_none())
+            .or(open.first())
+            .map(|e| e.index)
+            .ok_or_else(|| Error::usage("no open items in the backlog; nothing to run")),
         Some(s) => {
             if let Ok(n) = s.trim().parse::<usize>() {
-                return open.iter().find(|e| e.index == n).map(|e| e.index).ok_or_else(|| Error::usage(format!("no open item {n}; `nightshift plan` lists {} open item(s)", open.len())));
+                return open
+                    .iter()
+                    .find(|e| e.index == n)
+                    .map(|e| e.index)
+                    .ok_or_else(|| {
+                        Error::usage(format!(
+                            "no open item {n}; `nightshift plan` lists {} open item(s)",
+                            open.len()
+                        ))
+                    });
             }
             let needle = s.to_lowercase();
-            let hits: Vec<_> = open.iter().filter(|e| e.item.title.to_lowercase().contains(&needle)).collect();
+            let hits: Vec<_> = open
+                .iter()
+                .filter(|e| e.item.title.to_lowercase().contains(&needle))
+                .collect();
             match hits.len() {
                 1 => Ok(hits[0].index),
-                0 => Err(Error::usage(format!("no open item's title contains {s:?}; `nightshift plan` lists them"))),
+                0 => Err(Error::usage(format!(
+                    "no open item's title contains {s:?}; `nightshift plan` lists them"
+                ))),
                 _ => Err(Error::usage(format!(
                     "{s:?} matches {} open items ({}); give more of the title or the index",
                     hits.len(),
-                    hits.iter().map(|e| format!("{}: {}", e.index, e.item.title)).collect::<Vec<_>>().join("; ")
+                    hits.iter()
+                        .map(|e| format!("{}: {}", e.index, e.item.title))
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 ))),
             }
         }
@@ -359,7 +579,10 @@ fn print_cards(plan: &Plan, selection: &Selection) {
         Selection::One(i) => {
             if let Some(e) = plan.entries.iter().find(|e| e.index == *i) {
                 print!("{}", contract::card(e));
-                println!("approve it with: nightshift approve {}   (or the plan: nightshift approve {})", e.contract_sha, plan.sha);
+                println!(
+                    "approve it with: nightshift approve {}   (or the plan: nightshift approve {})",
+                    e.contract_sha, plan.sha
+                );
             }
         }
     }
@@ -380,7 +603,10 @@ fn spawn_signal_handler(cancel: CancellationToken) -> Option<AbortOnDrop> {
         // Cancel before printing: after a hang-up stderr may be gone.
         cancel.cancel();
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "nightshift: {name} received; stopping the current item");
+        let _ = writeln!(
+            std::io::stderr(),
+            "nightshift: {name} received; stopping the current item"
+        );
     })))
 }
 

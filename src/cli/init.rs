@@ -16,7 +16,10 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     let dir = repo.join(config::DIR);
     let io = |what: &str, e: std::io::Error| Error::failure(format!("{what}: {e}"));
     if dir.exists() && !dir.is_dir() {
-        return Err(Error::usage(format!("{} exists and is not a directory; move it away, then run `nightshift init` again", dir.display())));
+        return Err(Error::usage(format!(
+            "{} exists and is not a directory; move it away, then run `nightshift init` again",
+            dir.display()
+        )));
     }
     std::fs::create_dir_all(&dir).map_err(|e| io(&dir.display().to_string(), e))?;
     let ignore = dir.join(".gitignore");
@@ -34,7 +37,11 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     let loaded = config::load(&cfg)?;
     let backlog = repo.join(&loaded.config.backlog);
     if backlog.exists() && !backlog.is_file() {
-        return Err(Error::usage(format!("{} exists and is not a file; the backlog must be a markdown file (or set `backlog` in {})", backlog.display(), cfg.display())));
+        return Err(Error::usage(format!(
+            "{} exists and is not a file; the backlog must be a markdown file (or set `backlog` in {})",
+            backlog.display(),
+            cfg.display()
+        )));
     }
     if backlog.exists() {
         println!("kept    {} (already there)", backlog.display());

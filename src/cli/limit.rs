@@ -9,24 +9,40 @@ use crate::error::{Error, ExitCode, Result};
 use crate::{config, limit, schedule};
 
 /// `nightshift limit parse [TEXT] [--now RFC3339] [--tz ZONE] [--json]`.
-pub(crate) fn parse(text: Option<String>, now: Option<&str>, tz: Option<&str>, json: bool) -> Result<ExitCode> {
+pub(crate) fn parse(
+    text: Option<String>,
+    now: Option<&str>,
+    tz: Option<&str>,
+    json: bool,
+) -> Result<ExitCode> {
     let text = match text {
         Some(t) => t,
         None => {
             let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).map_err(|e| Error::usage(format!("cannot read stdin: {e}")))?;
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| Error::usage(format!("cannot read stdin: {e}")))?;
             s
         }
     };
     let now: DateTime<Utc> = match now {
-        Some(n) => DateTime::parse_from_rfc3339(n).map_err(|e| Error::usage(format!("--now {n:?}: {e}; write RFC 3339, e.g. 2026-03-04T17:50:00Z")))?.with_timezone(&Utc),
+        Some(n) => DateTime::parse_from_rfc3339(n)
+            .map_err(|e| {
+                Error::usage(format!(
+                    "--now {n:?}: {e}; write RFC 3339, e.g. 2026-03-04T17:50:00Z"
+                ))
+            })?
+            .with_timezone(&Utc),
         None => Utc::now(),
     };
     let (zone, _) = schedule::resolve_zone(tz).map_err(|e| Error::usage(format!("--tz: {e}")))?;
     let reading = limit::read_text(&text, now, zone);
     let policy = crate::run::sleep_policy(&config::Limits::default());
     if json {
-        println!("{}", serde_json::to_string(&limit::explain(&reading, now, zone, &policy)).expect("JSON"));
+        println!(
+            "{}",
+            serde_json::to_string(&limit::explain(&reading, now, zone, &policy)).expect("JSON")
+        );
     } else {
         println!("{}", limit::explain_text(&reading, now, zone, &policy));
     }

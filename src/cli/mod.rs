@@ -187,27 +187,40 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
     };
     // A relative data dir would land wherever the command runs: in the
     // user's working tree, most often.
-    if let Some(d) = std::env::var_os("NIGHTSHIFT_DATA_DIR").filter(|d| !d.is_empty() && Path::new(d).is_relative()) {
-        eprintln!("error: NIGHTSHIFT_DATA_DIR={} is a relative path; give an absolute one (e.g. $HOME/.local/share/nightshift)", Path::new(&d).display());
+    if let Some(d) = std::env::var_os("NIGHTSHIFT_DATA_DIR")
+        .filter(|d| !d.is_empty() && Path::new(d).is_relative())
+    {
+        eprintln!(
+            "error: NIGHTSHIFT_DATA_DIR={} is a relative path; give an absolute one (e.g. $HOME/.local/share/nightshift)",
+            Path::new(&d).display()
+        );
         return std::process::ExitCode::from(2);
     }
     // A run keeps its tracing events as JSON lines, one file per run.
     let run_log = match cli.command {
-        Command::Drain(_) | Command::Run { .. } => match progress::open_run_log(&progress::log_dir()) {
-            Ok((path, file)) => {
-                let _ = progress::RUN_LOG.set(path);
-                Some(file)
+        Command::Drain(_) | Command::Run { .. } => {
+            match progress::open_run_log(&progress::log_dir()) {
+                Ok((path, file)) => {
+                    let _ = progress::RUN_LOG.set(path);
+                    Some(file)
+                }
+                Err(e) => {
+                    eprintln!(
+                        "warning: cannot open a log file in {}: {e}; logging to stderr only",
+                        progress::log_dir().display()
+                    );
+                    None
+                }
             }
-            Err(e) => {
-                eprintln!("warning: cannot open a log file in {}: {e}; logging to stderr only", progress::log_dir().display());
-                None
-            }
-        },
+        }
         _ => None,
     };
     progress::init_tracing(cli.verbose, cli.quiet, run_log);
     quiet_broken_pipe();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -230,7 +243,12 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
 fn quiet_broken_pipe() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let msg = info.payload().downcast_ref::<String>().map(String::as_str).or_else(|| info.payload().downcast_ref::<&str>().copied()).unwrap_or("");
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
         if msg.contains("failed printing to stdout") && msg.contains("Broken pipe") {
             std::process::exit(0);
         }
@@ -240,14 +258,27 @@ fn quiet_broken_pipe() {
 
 async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
     match &cli.command {
-        Command::Limit { what: LimitCommand::Parse { text, now, tz, json } } => limit::parse(text.clone(), now.as_deref(), tz.as_deref(), *json),
+        Command::Limit {
+            what:
+                LimitCommand::Parse {
+                    text,
+                    now,
+                    tz,
+                    json,
+                },
+        } => limit::parse(text.clone(), now.as_deref(), tz.as_deref(), *json),
         Command::Db { what } => db::run(what).await,
         Command::Init => init::run(&cli),
         Command::Plan { json } => plan::plan(&cli, *json).await,
         Command::Approve { sha } => plan::approve(&cli, sha).await,
         Command::Drain(args) => drain::drain(&cli, args, None, &startup).await,
         Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), &startup).await,
-        Command::Schedule { cron, tz, print_crontab, print_systemd } => {
+        Command::Schedule {
+            cron,
+            tz,
+            print_crontab,
+            print_systemd,
+        } => {
             let mode = match (print_crontab, print_systemd) {
                 (true, _) => schedule::Mode::Crontab,
                 (_, true) => schedule::Mode::Systemd,
@@ -255,9 +286,27 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
             };
             schedule::schedule(&cli, cron, tz.as_deref(), mode, &startup).await
         }
-        Command::Report { run_id, run, json, markdown, show_body } => {
-            let format = if *json { report::ReportFormat::Json } else if *markdown { report::ReportFormat::Markdown } else { report::ReportFormat::Text };
-            report::report(&cli, run_id.as_deref().or(run.as_deref()), format, *show_body).await
+        Command::Report {
+            run_id,
+            run,
+            json,
+            markdown,
+            show_body,
+        } => {
+            let format = if *json {
+                report::ReportFormat::Json
+            } else if *markdown {
+                report::ReportFormat::Markdown
+            } else {
+                report::ReportFormat::Text
+            };
+            report::report(
+                &cli,
+                run_id.as_deref().or(run.as_deref()),
+                format,
+                *show_body,
+            )
+            .await
         }
         Command::Status { json } => report::status(&cli, *json).await,
         Command::Sync => sync::sync(&cli, &startup).await,
@@ -272,15 +321,22 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
 pub fn repo_root(cli: &Cli) -> Result<PathBuf> {
     let start = match &cli.repo {
         Some(p) => p.clone(),
-        None => std::env::current_dir().map_err(|e| Error::usage(format!("cannot read the current directory: {e}")))?,
+        None => std::env::current_dir()
+            .map_err(|e| Error::usage(format!("cannot read the current directory: {e}")))?,
     };
     if !start.exists() {
-        return Err(Error::usage(format!("{}: no such directory (given with --repo)", start.display())));
+        return Err(Error::usage(format!(
+            "{}: no such directory (given with --repo)",
+            start.display()
+        )));
     }
     let out = crate::git::Git::new(&start).text(&["rev-parse", "--show-toplevel"]);
     match out {
         Ok(top) => Ok(PathBuf::from(top.trim())),
-        Err(_) => Err(Error::usage(format!("{}: not inside a git repository; run nightshift in your project or pass --repo PATH", start.display()))),
+        Err(_) => Err(Error::usage(format!(
+            "{}: not inside a git repository; run nightshift in your project or pass --repo PATH",
+            start.display()
+        ))),
     }
 }
 
@@ -289,9 +345,15 @@ pub fn repo_root(cli: &Cli) -> Result<PathBuf> {
 /// # Errors
 /// Exit 2 with file:line for a bad config.
 pub fn load_config(cli: &Cli, repo: &Path) -> Result<Loaded> {
-    let path = cli.config.clone().unwrap_or_else(|| repo.join(config::DIR).join(config::FILE));
+    let path = cli
+        .config
+        .clone()
+        .unwrap_or_else(|| repo.join(config::DIR).join(config::FILE));
     if cli.config.is_some() && !path.exists() {
-        return Err(Error::usage(format!("{}: config file not found (given with --config)", path.display())));
+        return Err(Error::usage(format!(
+            "{}: config file not found (given with --config)",
+            path.display()
+        )));
     }
     let mut loaded = config::load(&path)?;
     // An agent given by a relative path (`./tools/writer.sh`) means the
@@ -316,7 +378,10 @@ pub fn load_config(cli: &Cli, repo: &Path) -> Result<Loaded> {
 pub fn repo_id(repo: &Path, remote: &str) -> String {
     match crate::git::Git::new(repo).text(&["remote", "get-url", "--", remote]) {
         Ok(url) => normalize_remote_url(url.trim(), repo),
-        Err(_) => std::fs::canonicalize(repo).unwrap_or_else(|_| repo.to_path_buf()).display().to_string(),
+        Err(_) => std::fs::canonicalize(repo)
+            .unwrap_or_else(|_| repo.to_path_buf())
+            .display()
+            .to_string(),
     }
 }
 
@@ -332,33 +397,53 @@ pub fn repo_id(repo: &Path, remote: &str) -> String {
 ///   becomes its canonical path, without `.git`.
 pub(crate) fn normalize_remote_url(url: &str, repo: &Path) -> String {
     let url = url.trim().trim_end_matches('/');
-    let url = url.strip_suffix(".git").unwrap_or(url).trim_end_matches('/');
-    let scp_like = !url.contains("://") && url.split_once(':').is_some_and(|(host, _)| !host.contains('/'));
+    let url = url
+        .strip_suffix(".git")
+        .unwrap_or(url)
+        .trim_end_matches('/');
+    let scp_like = !url.contains("://")
+        && url
+            .split_once(':')
+            .is_some_and(|(host, _)| !host.contains('/'));
     let network = if let Some((scheme, rest)) = url.split_once("://") {
         (scheme != "file").then(|| {
             let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
             (authority.to_string(), path.to_string())
         })
     } else if scp_like {
-        url.split_once(':').map(|(a, p)| (a.to_string(), p.to_string()))
+        url.split_once(':')
+            .map(|(a, p)| (a.to_string(), p.to_string()))
     } else {
         None
     };
     if let Some((authority, path)) = network {
-        let host_port = authority.rsplit_once('@').map_or(authority.as_str(), |(_, h)| h);
+        let host_port = authority
+            .rsplit_once('@')
+            .map_or(authority.as_str(), |(_, h)| h);
         // `[::1]:22` keeps its brackets; `host:22` loses its port.
         let host = match host_port.rsplit_once(':') {
-            Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) && (!h.starts_with('[') || h.ends_with(']')) => h,
+            Some((h, port))
+                if port.chars().all(|c| c.is_ascii_digit())
+                    && (!h.starts_with('[') || h.ends_with(']')) =>
+            {
+                h
+            }
             _ => host_port,
         }
         .to_ascii_lowercase();
         let path = path.trim_start_matches('/').trim_start_matches("~/");
-        let path = if host == "github.com" { path.to_ascii_lowercase() } else { path.to_string() };
+        let path = if host == "github.com" {
+            path.to_ascii_lowercase()
+        } else {
+            path.to_string()
+        };
         return format!("{host}/{path}");
     }
     let p = url.strip_prefix("file://").unwrap_or(url);
     let path = repo.join(p);
-    let canonical = std::fs::canonicalize(&path).or_else(|_| std::fs::canonicalize(format!("{}.git", path.display()))).unwrap_or(path);
+    let canonical = std::fs::canonicalize(&path)
+        .or_else(|_| std::fs::canonicalize(format!("{}.git", path.display())))
+        .unwrap_or(path);
     let shown = canonical.display().to_string();
     shown.strip_suffix(".git").unwrap_or(&shown).to_string()
 }
@@ -366,7 +451,9 @@ pub(crate) fn normalize_remote_url(url: &str, repo: &Path) -> String {
 /// [`repo_id`] with the remote named by the config (read leniently: a
 /// command that only reads the ledger should not fail on a config typo).
 pub fn repo_identity(cli: &Cli, repo: &Path) -> String {
-    let remote = load_config(cli, repo).map(|l| l.config.remote).unwrap_or_else(|_| "origin".into());
+    let remote = load_config(cli, repo)
+        .map(|l| l.config.remote)
+        .unwrap_or_else(|_| "origin".into());
     repo_id(repo, &remote)
 }
 
@@ -378,23 +465,40 @@ pub fn repo_identity(cli: &Cli, repo: &Path) -> String {
 /// # Errors
 /// A sentence saying why there is no client (no GitHub repository, a bad
 /// API base) and how to fix it.
-pub fn github_client(repo: &Path, config: &crate::config::Config, token: &Secret, deadline: Option<chrono::DateTime<chrono::Utc>>) -> std::result::Result<crate::forge::Forge, String> {
+pub fn github_client(
+    repo: &Path,
+    config: &crate::config::Config,
+    token: &Secret,
+    deadline: Option<chrono::DateTime<chrono::Utc>>,
+) -> std::result::Result<crate::forge::Forge, String> {
     use crate::forge;
-    let remote_url = crate::git::Git::new(repo).text(&["remote", "get-url", "--", &config.remote]).ok().map(|s| s.trim().to_string());
-    let id = forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url.as_deref()).map_err(|e| e.to_string())?;
-    let f = forge::Forge::new(&forge::api_base(), token.clone(), id, deadline).map_err(|e| e.to_string())?;
+    let remote_url = crate::git::Git::new(repo)
+        .text(&["remote", "get-url", "--", &config.remote])
+        .ok()
+        .map(|s| s.trim().to_string());
+    let id = forge::resolve_repo(
+        std::env::var("GH_REPO").ok().as_deref(),
+        config.github_repo.as_deref(),
+        remote_url.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
+    let f = forge::Forge::new(&forge::api_base(), token.clone(), id, deadline)
+        .map_err(|e| e.to_string())?;
     Ok(f.with_retry_policy(forge::RetryPolicy::from_env()))
 }
 
 /// The environment agents run with (SPEC §6): ours without the token
 /// variables, the ledger's (both URL variables and `PG*`) and the config's
 /// `secrets` (see [`crate::process::child_env`]).
-pub(crate) fn agents_environment(config: &crate::config::Config) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn agents_environment(
+    config: &crate::config::Config,
+) -> std::collections::BTreeMap<String, String> {
     crate::process::child_env(std::env::vars(), &config.secrets)
 }
 
 /// Why nightshift has no GitHub token, and how to give it one.
-pub const NO_TOKEN: &str = "no GitHub token: set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`";
+pub const NO_TOKEN: &str =
+    "no GitHub token: set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`";
 
 /// nightshift's data directory (slots, logs, the embedded cluster; SPEC §10):
 /// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG
@@ -410,11 +514,13 @@ pub fn data_dir() -> PathBuf {
 /// Exit 1 with the source named when the database is unreachable.
 pub async fn ledger() -> Result<crate::ledger::Ledger> {
     let src = crate::ledger::db_source_from_env();
-    crate::ledger::Ledger::connect(&src).await.map_err(|e| match e {
-        // A URL that cannot be a PostgreSQL URL is a configuration error.
-        crate::ledger::LedgerError::BadUrl { .. } => Error::usage(format!("ledger: {e}")),
-        e => Error::failure(format!("ledger: {e}")),
-    })
+    crate::ledger::Ledger::connect(&src)
+        .await
+        .map_err(|e| match e {
+            // A URL that cannot be a PostgreSQL URL is a configuration error.
+            crate::ledger::LedgerError::BadUrl { .. } => Error::usage(format!("ledger: {e}")),
+            e => Error::failure(format!("ledger: {e}")),
+        })
 }
 
 #[cfg(test)]
@@ -436,15 +542,34 @@ mod identity_tests {
             "ssh://git@github.com:22/owner/repo",
             "git://github.com/owner/repo.git",
         ] {
-            assert_eq!(normalize_remote_url(url, here), "github.com/owner/repo", "{url}");
+            assert_eq!(
+                normalize_remote_url(url, here),
+                "github.com/owner/repo",
+                "{url}"
+            );
         }
         // Elsewhere the path keeps its case; the host does not.
-        assert_eq!(normalize_remote_url("git@GHE.example.com:Team/App.git", here), "ghe.example.com/Team/App");
-        assert_eq!(normalize_remote_url("https://ghe.example.com/Team/App", here), "ghe.example.com/Team/App");
-        assert_eq!(normalize_remote_url("ssh://git@gitlab.example.com:2222/~/grp/app.git", here), "gitlab.example.com/grp/app");
-        assert_eq!(normalize_remote_url("ssh://git@[::1]:22/o/r", here), "[::1]/o/r");
+        assert_eq!(
+            normalize_remote_url("git@GHE.example.com:Team/App.git", here),
+            "ghe.example.com/Team/App"
+        );
+        assert_eq!(
+            normalize_remote_url("https://ghe.example.com/Team/App", here),
+            "ghe.example.com/Team/App"
+        );
+        assert_eq!(
+            normalize_remote_url("ssh://git@gitlab.example.com:2222/~/grp/app.git", here),
+            "gitlab.example.com/grp/app"
+        );
+        assert_eq!(
+            normalize_remote_url("ssh://git@[::1]:22/o/r", here),
+            "[::1]/o/r"
+        );
         // Two different repositories stay two.
-        assert_ne!(normalize_remote_url("git@github.com:owner/repo", here), normalize_remote_url("git@github.com:owner/repo2", here));
+        assert_ne!(
+            normalize_remote_url("git@github.com:owner/repo", here),
+            normalize_remote_url("git@github.com:owner/repo2", here)
+        );
     }
 
     #[test]
@@ -456,7 +581,12 @@ mod identity_tests {
         std::fs::create_dir_all(&repo).unwrap();
         let want = std::fs::canonicalize(&bare).unwrap().display().to_string();
         let want = want.strip_suffix(".git").unwrap().to_string();
-        for url in [bare.display().to_string(), format!("file://{}", bare.display()), "../remote.git".to_string(), "../remote".to_string()] {
+        for url in [
+            bare.display().to_string(),
+            format!("file://{}", bare.display()),
+            "../remote.git".to_string(),
+            "../remote".to_string(),
+        ] {
             assert_eq!(normalize_remote_url(&url, &repo), want, "{url}");
         }
     }

@@ -34,19 +34,36 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     if let Ok(m) = std::fs::metadata(&path)
         && !m.is_file()
     {
-        return Err(Error::usage(format!("{}: not a regular file; the backlog must be a markdown file (or set `backlog` in {})", path.display(), loaded.path.display())));
+        return Err(Error::usage(format!(
+            "{}: not a regular file; the backlog must be a markdown file (or set `backlog` in {})",
+            path.display(),
+            loaded.path.display()
+        )));
     }
     let text = match std::fs::read(&path) {
-        Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b).map_err(|e| Error::usage(e.to_string()))?,
+        Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
+            .map_err(|e| Error::usage(e.to_string()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::usage(format!("{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}", path.display(), loaded.path.display())));
+            return Err(Error::usage(format!(
+                "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
+                path.display(),
+                loaded.path.display()
+            )));
         }
-        Err(e) => return Err(Error::usage(format!("{}: cannot read the backlog: {e}", path.display()))),
+        Err(e) => {
+            return Err(Error::usage(format!(
+                "{}: cannot read the backlog: {e}",
+                path.display()
+            )));
+        }
     };
     let display_path = PathBuf::from(&loaded.config.backlog);
     let bl = backlog::parse(&display_path, &text);
     let plan = contract::build_plan(&repo, &bl, &loaded).map_err(|problems| {
-        let mut msg = format!("{} problem(s) in the backlog; no card was made:\n", problems.len());
+        let mut msg = format!(
+            "{} problem(s) in the backlog; no card was made:\n",
+            problems.len()
+        );
         for p in &problems {
             msg.push_str(&format!("  {p}\n"));
         }
@@ -59,7 +76,16 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
 fn check_runnable(loaded: &Loaded) -> Result<()> {
     let c = &loaded.config;
     let root = nix::unistd::geteuid().is_root();
-    let skip = c.writer.permission_flags.iter().flatten().any(|f| f == "--dangerously-skip-permissions") || c.writer.command.iter().any(|f| f == "--dangerously-skip-permissions");
+    let skip = c
+        .writer
+        .permission_flags
+        .iter()
+        .flatten()
+        .any(|f| f == "--dangerously-skip-permissions")
+        || c.writer
+            .command
+            .iter()
+            .any(|f| f == "--dangerously-skip-permissions");
     if root && skip && c.writer.kind == config::AgentKind::Claude && c.agent_user.is_none() {
         return Err(Error::usage(format!(
             "{}: the claude writer uses --dangerously-skip-permissions, which claude refuses under root (\"cannot be used with root/sudo privileges\"); set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
@@ -71,7 +97,10 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
         && root
         && !matches!(nix::unistd::User::from_name(u), Ok(Some(_)))
     {
-        return Err(Error::usage(format!("{}: agent_user {u:?} is not an account on this machine; create it (`useradd -m {u}`) or fix `agent_user`", loaded.path.display())));
+        return Err(Error::usage(format!(
+            "{}: agent_user {u:?} is not an account on this machine; create it (`useradd -m {u}`) or fix `agent_user`",
+            loaded.path.display()
+        )));
     }
     Ok(())
 }
@@ -83,18 +112,37 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
 ///
 /// # Errors
 /// Database errors.
-pub(crate) async fn mark_earlier_work(pool: &sqlx::PgPool, repo_id: &str, plan: &mut contract::Plan) -> Result<()> {
+pub(crate) async fn mark_earlier_work(
+    pool: &sqlx::PgPool,
+    repo_id: &str,
+    plan: &mut contract::Plan,
+) -> Result<()> {
     for e in plan.entries.iter_mut().filter(|e| e.blocked.is_none()) {
         let prs = rec::prs_of_item(pool, repo_id, &e.item.key).await?;
-        if let Some(p) = prs.iter().find(|p| matches!(p.state.as_str(), "open" | "merged" | "planned" | "pr_failed")) {
+        if let Some(p) = prs.iter().find(|p| {
+            matches!(
+                p.state.as_str(),
+                "open" | "merged" | "planned" | "pr_failed"
+            )
+        }) {
             e.blocked = Some(match (p.state.as_str(), p.number) {
                 ("merged", Some(n)) => format!("already merged: PR #{n}"),
                 (_, Some(n)) => format!("already open: PR #{n}"),
-                _ if p.state == "planned" => format!("branch {} already pushed by an earlier run without GitHub access; a run with a GitHub token opens its PR", p.branch),
-                _ => format!("branch {} already pushed by an earlier run whose PR failed to open; the next run opens it", p.branch),
+                _ if p.state == "planned" => format!(
+                    "branch {} already pushed by an earlier run without GitHub access; a run with a GitHub token opens its PR",
+                    p.branch
+                ),
+                _ => format!(
+                    "branch {} already pushed by an earlier run whose PR failed to open; the next run opens it",
+                    p.branch
+                ),
             });
-        } else if let Some((q, _, _)) = rec::open_question(pool, repo_id, &e.item.key, &e.contract_sha).await? {
-            e.blocked = Some(format!("waiting for an answer to the writer's question: {q} (edit the item to answer it)"));
+        } else if let Some((q, _, _)) =
+            rec::open_question(pool, repo_id, &e.item.key, &e.contract_sha).await?
+        {
+            e.blocked = Some(format!(
+                "waiting for an answer to the writer's question: {q} (edit the item to answer it)"
+            ));
         }
     }
     Ok(())
@@ -110,16 +158,28 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
     mark_earlier_work(&lg.pool, &id, &mut plan).await?;
     // Warnings, not errors: a plan can be made and approved before the tools are in place.
     let path = std::env::var("PATH").ok();
-    for (role, a) in [(crate::agent::Role::Writer, &snap.loaded.config.writer), (crate::agent::Role::Reviewer, &snap.loaded.config.reviewer)] {
+    for (role, a) in [
+        (crate::agent::Role::Writer, &snap.loaded.config.writer),
+        (crate::agent::Role::Reviewer, &snap.loaded.config.reviewer),
+    ] {
         if let Err(w) = crate::agent::preflight(role, a, path.as_deref()) {
             eprintln!("warning: {w}");
         }
     }
-    if crate::git::Git::new(&snap.repo).text(&["remote", "get-url", &snap.loaded.config.remote]).is_err() {
-        eprintln!("warning: the remote {:?} does not exist; `drain` needs it to push (git remote add {} URL)", snap.loaded.config.remote, snap.loaded.config.remote);
+    if crate::git::Git::new(&snap.repo)
+        .text(&["remote", "get-url", &snap.loaded.config.remote])
+        .is_err()
+    {
+        eprintln!(
+            "warning: the remote {:?} does not exist; `drain` needs it to push (git remote add {} URL)",
+            snap.loaded.config.remote, snap.loaded.config.remote
+        );
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&plan.to_json()).expect("JSON"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&plan.to_json()).expect("JSON")
+        );
     } else {
         print!("{}", contract::render_plan(&plan));
         if !plan.entries.is_empty() {
@@ -133,7 +193,9 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
 pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let sha = sha.trim().to_ascii_lowercase();
     if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::usage(format!("{sha:?} is not a SHA-256 (64 hex characters); copy the plan SHA that `nightshift plan` printed")));
+        return Err(Error::usage(format!(
+            "{sha:?} is not a SHA-256 (64 hex characters); copy the plan SHA that `nightshift plan` printed"
+        )));
     }
     let repo = repo_root(cli)?;
     let lg = ledger().await?;
@@ -141,22 +203,51 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let is_plan = rec::plan_exists(&lg.pool, &sha).await?;
     let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await?;
     if !is_plan && !is_contract {
-        return Err(Error::usage(format!("no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints", repo.display())));
+        return Err(Error::usage(format!(
+            "no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints",
+            repo.display()
+        )));
     }
-    let by = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
+    let by = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
     let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by).await?;
-    rec::event(&lg.pool, None, "approved", serde_json::json!({"sha": sha, "approval": a.id, "by": by})).await?;
-    println!("approved {} {sha}", if is_contract { "contract" } else { "plan" });
-    println!("valid until {} (single use)", a.expires_at.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M %Z"));
+    rec::event(
+        &lg.pool,
+        None,
+        "approved",
+        serde_json::json!({"sha": sha, "approval": a.id, "by": by}),
+    )
+    .await?;
+    println!(
+        "approved {} {sha}",
+        if is_contract { "contract" } else { "plan" }
+    );
+    println!(
+        "valid until {} (single use)",
+        a.expires_at
+            .with_timezone(&chrono::Local)
+            .format("%Y-%m-%d %H:%M %Z")
+    );
     // An approval of an older plan is allowed (SPEC §4: only its unchanged
     // contracts run), but the person should know before going to bed.
     if let Ok(now) = snapshot(cli) {
-        let current: Vec<&str> = now.plan.entries.iter().map(|e| e.contract_sha.as_str()).collect();
+        let current: Vec<&str> = now
+            .plan
+            .entries
+            .iter()
+            .map(|e| e.contract_sha.as_str())
+            .collect();
         if is_contract && !current.contains(&sha.as_str()) {
-            eprintln!("warning: this contract is not in the current backlog (the item or the config changed since it was planned); `nightshift run` will refuse it. Run `nightshift plan` and approve the new SHA.");
+            eprintln!(
+                "warning: this contract is not in the current backlog (the item or the config changed since it was planned); `nightshift run` will refuse it. Run `nightshift plan` and approve the new SHA."
+            );
         } else if !is_contract && now.plan.sha != sha {
             let approved = rec::plan_contracts(&lg.pool, &sha).await?;
-            let kept = current.iter().filter(|c| approved.iter().any(|a| a == *c)).count();
+            let kept = current
+                .iter()
+                .filter(|c| approved.iter().any(|a| a == *c))
+                .count();
             eprintln!(
                 "warning: the backlog or the config changed since this plan was made; the current plan is {}.\n  A drain under this approval runs only the {kept} of {} current item(s) whose contracts did not change; the others end `not_approved`.\n  To run them all: nightshift approve {}",
                 now.plan.sha,

@@ -40,8 +40,15 @@ pub static RUN_LOG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 /// The I/O error when the directory or the file cannot be created.
 pub fn open_run_log(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     std::fs::create_dir_all(dir)?;
-    let path = dir.join(format!("run-{}-{}.jsonl", Utc::now().format("%Y%m%dT%H%M%SZ"), std::process::id()));
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+    let path = dir.join(format!(
+        "run-{}-{}.jsonl",
+        Utc::now().format("%Y%m%dT%H%M%SZ"),
+        std::process::id()
+    ));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
     Ok((path, file))
 }
 
@@ -49,24 +56,38 @@ pub fn open_run_log(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
 /// `-v`/`-q` (or `NIGHTSHIFT_LOG`), plus, when `run_log` is given, JSON
 /// lines at info level (debug with `-vv`) into that file.
 pub fn init_tracing(verbose: u8, quiet: bool, run_log: Option<std::fs::File>) {
-    use tracing_subscriber::{EnvFilter, Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _};
+    use tracing_subscriber::{
+        EnvFilter, Layer as _, layer::SubscriberExt as _, util::SubscriberInitExt as _,
+    };
     let level = match (quiet, verbose) {
         (true, _) => "error",
         (false, 0) => "warn",
         (false, 1) => "info",
         _ => "debug",
     };
-    let stderr_filter = EnvFilter::try_from_env("NIGHTSHIFT_LOG").unwrap_or_else(|_| EnvFilter::new(format!("nightshift={level}")));
+    let stderr_filter = EnvFilter::try_from_env("NIGHTSHIFT_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("nightshift={level}")));
     // Colour only on a terminal (and not with NO_COLOR): escape codes in a
     // cron mail or a log file are noise.
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let stderr = tracing_subscriber::fmt::layer().with_writer(Redacting(std::io::stderr)).with_ansi(ansi).with_target(false).with_filter(stderr_filter);
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(Redacting(std::io::stderr))
+        .with_ansi(ansi)
+        .with_target(false)
+        .with_filter(stderr_filter);
     let file = run_log.map(|f| {
         let file_level = if verbose >= 2 { "debug" } else { "info" };
         let file = std::sync::Arc::new(std::sync::Mutex::new(f));
-        tracing_subscriber::fmt::layer().json().with_writer(Redacting(move || LockedFile(file.clone()))).with_current_span(false).with_filter(EnvFilter::new(format!("nightshift={file_level}")))
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(Redacting(move || LockedFile(file.clone())))
+            .with_current_span(false)
+            .with_filter(EnvFilter::new(format!("nightshift={file_level}")))
     });
-    let _ = tracing_subscriber::registry().with(stderr).with(file).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(stderr)
+        .with(file)
+        .try_init();
 }
 
 /// A log writer that masks every secret nightshift holds
@@ -76,7 +97,9 @@ pub fn init_tracing(verbose: u8, quiet: bool, run_log: Option<std::fs::File>) {
 /// event per write, so a secret is never cut between two writes.
 struct Redacting<M>(M);
 
-impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a> for Redacting<M> {
+impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
+    for Redacting<M>
+{
     type Writer = RedactingWriter<M::Writer>;
 
     fn make_writer(&'a self) -> Self::Writer {
@@ -90,7 +113,8 @@ struct RedactingWriter<W>(W);
 impl<W: std::io::Write> std::io::Write for RedactingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let text = String::from_utf8_lossy(buf);
-        self.0.write_all(crate::secret::redact_known(&text).as_bytes())?;
+        self.0
+            .write_all(crate::secret::redact_known(&text).as_bytes())?;
         Ok(buf.len())
     }
 
@@ -108,7 +132,10 @@ impl std::io::Write for LockedFile {
     }
 
     fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).write_all(buf)
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .write_all(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -175,13 +202,22 @@ impl Watch {
 
 /// Follows this process's running run of `repo_id` in the ledger and shows
 /// it; `entries` are the items the run will go through, in order.
-pub fn watch(pool: PgPool, repo_id: String, entries: Vec<Entry>, tz: chrono_tz::Tz, mode: Mode) -> Watch {
+pub fn watch(
+    pool: PgPool,
+    repo_id: String,
+    entries: Vec<Entry>,
+    tz: chrono_tz::Tz,
+    mode: Mode,
+) -> Watch {
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
     let handle = tokio::spawn(async move {
         let bar = (mode == Mode::Spinner).then(|| {
             let b = indicatif::ProgressBar::new_spinner();
-            b.set_style(indicatif::ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()));
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{spinner} {msg}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+            );
             b
         });
         let mut last: Option<Now> = None;
@@ -191,11 +227,18 @@ pub fn watch(pool: PgPool, repo_id: String, entries: Vec<Entry>, tz: chrono_tz::
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(POLL) => {}
             }
-            let Ok(Some(row)) = rec::run_row(&pool, &repo_id, None).await else { continue };
+            let Ok(Some(row)) = rec::run_row(&pool, &repo_id, None).await else {
+                continue;
+            };
             if row.status != "running" || row.pid != Some(pid) {
                 continue;
             }
-            let now = Now { key: row.current_item_key.clone(), phase: row.phase.clone(), round: row.current_round, sleeping_until: row.sleeping_until };
+            let now = Now {
+                key: row.current_item_key.clone(),
+                phase: row.phase.clone(),
+                round: row.current_round,
+                sleeping_until: row.sleeping_until,
+            };
             let line = describe(&now, &entries, tz, Utc::now() - row.started_at);
             if last.as_ref() != Some(&now) {
                 tracing::info!(run = %row.id, item = now.key.as_deref().unwrap_or("-"), phase = now.phase.as_deref().unwrap_or("-"), round = now.round.unwrap_or(0), sleeping_until = ?now.sleeping_until, "progress");
@@ -221,14 +264,25 @@ pub fn watch(pool: PgPool, repo_id: String, entries: Vec<Entry>, tz: chrono_tz::
 /// `[2/5] Add mul · round 1 · gate · 0:42`, or the sleep.
 fn describe(now: &Now, entries: &[Entry], tz: chrono_tz::Tz, elapsed: chrono::Duration) -> String {
     let n = entries.len();
-    let (i, title) = match now.key.as_deref().and_then(|k| entries.iter().position(|e| e.key == k)) {
+    let (i, title) = match now
+        .key
+        .as_deref()
+        .and_then(|k| entries.iter().position(|e| e.key == k))
+    {
         Some(p) => (p + 1, entries[p].title.as_str()),
         None => (0, "starting"),
     };
     let secs = elapsed.num_seconds().max(0);
-    let clock = if secs >= 3600 { format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60) } else { format!("{}:{:02}", secs / 60, secs % 60) };
+    let clock = if secs >= 3600 {
+        format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+    } else {
+        format!("{}:{:02}", secs / 60, secs % 60)
+    };
     let what = match (now.sleeping_until, now.phase.as_deref(), now.round) {
-        (Some(until), _, _) => format!("sleeping until {} (usage limit)", until.with_timezone(&tz).format("%H:%M")),
+        (Some(until), _, _) => format!(
+            "sleeping until {} (usage limit)",
+            until.with_timezone(&tz).format("%H:%M")
+        ),
         (None, Some(p), Some(r)) => format!("round {r} · {p}"),
         (None, Some(p), None) => p.to_string(),
         (None, None, _) => "starting".to_string(),
@@ -242,11 +296,44 @@ mod tests {
 
     #[test]
     fn describes_items_rounds_and_sleeps() {
-        let entries = vec![Entry { key: "a".into(), title: "Add sub".into() }, Entry { key: "b".into(), title: "Add mul".into() }];
-        let now = Now { key: Some("b".into()), phase: Some("gate".into()), round: Some(2), sleeping_until: None };
-        assert_eq!(describe(&now, &entries, chrono_tz::UTC, chrono::Duration::seconds(42)), "[2/2] Add mul · round 2 · gate · 0:42");
+        let entries = vec![
+            Entry {
+                key: "a".into(),
+                title: "Add sub".into(),
+            },
+            Entry {
+                key: "b".into(),
+                title: "Add mul".into(),
+            },
+        ];
+        let now = Now {
+            key: Some("b".into()),
+            phase: Some("gate".into()),
+            round: Some(2),
+            sleeping_until: None,
+        };
+        assert_eq!(
+            describe(
+                &now,
+                &entries,
+                chrono_tz::UTC,
+                chrono::Duration::seconds(42)
+            ),
+            "[2/2] Add mul · round 2 · gate · 0:42"
+        );
         let until = "2026-12-01T03:12:00Z".parse().unwrap();
-        let sleep = Now { sleeping_until: Some(until), ..now };
-        assert_eq!(describe(&sleep, &entries, chrono_tz::Asia::Taipei, chrono::Duration::seconds(3725)), "[2/2] Add mul · sleeping until 11:12 (usage limit) · 1:02:05");
+        let sleep = Now {
+            sleeping_until: Some(until),
+            ..now
+        };
+        assert_eq!(
+            describe(
+                &sleep,
+                &entries,
+                chrono_tz::Asia::Taipei,
+                chrono::Duration::seconds(3725)
+            ),
+            "[2/2] Add mul · sleeping until 11:12 (usage limit) · 1:02:05"
+        );
     }
 }

@@ -20,7 +20,12 @@ pub(crate) enum ReportFormat {
 }
 
 /// `nightshift report [--run ID] [--json | --markdown] [--show-body]`.
-pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, show_body: bool) -> Result<ExitCode> {
+pub(crate) async fn report(
+    cli: &Cli,
+    run: Option<&str>,
+    format: ReportFormat,
+    show_body: bool,
+) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
@@ -30,12 +35,18 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
     };
     let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
         if let Some(r) = run {
-            return Err(Error::usage(format!("no run {r} in the ledger of {}", repo.display())));
+            return Err(Error::usage(format!(
+                "no run {r} in the ledger of {}",
+                repo.display()
+            )));
         }
         // Nothing has run yet: not an error, just nothing to report.
         match format {
             ReportFormat::Json => println!("null"),
-            _ => println!("no run of {} yet; `nightshift drain` makes one", repo.display()),
+            _ => println!(
+                "no run of {} yet; `nightshift drain` makes one",
+                repo.display()
+            ),
         }
         return Ok(ExitCode::Ok);
     };
@@ -44,7 +55,14 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
     // A drain stopped by a signal or a crash never reached the rest of its
     // plan; the deadline records them itself, as `deadline` items.
     let not_started = match (row.kind.as_str(), row.status.as_str()) {
-        ("drain", "stopped_signal" | "crashed") => rec::plan_items_after(&lg.pool, &row.plan_sha, items.iter().map(|i| i.item_index).max().unwrap_or(0)).await?,
+        ("drain", "stopped_signal" | "crashed") => {
+            rec::plan_items_after(
+                &lg.pool,
+                &row.plan_sha,
+                items.iter().map(|i| i.item_index).max().unwrap_or(0),
+            )
+            .await?
+        }
         _ => Vec::new(),
     };
     let now = Utc::now();
@@ -56,13 +74,26 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {
-            print!("{}", crate::report::to_markdown(&row, &items, slept, show_body, now));
+            print!(
+                "{}",
+                crate::report::to_markdown(&row, &items, slept, show_body, now)
+            );
             if !not_started.is_empty() {
-                println!("\n**Not started** (the run stopped before them): {}", not_started.iter().map(|(i, t, _)| format!("{i}. {t}")).collect::<Vec<_>>().join("; "));
+                println!(
+                    "\n**Not started** (the run stopped before them): {}",
+                    not_started
+                        .iter()
+                        .map(|(i, t, _)| format!("{i}. {t}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                );
             }
         }
         ReportFormat::Text => {
-            print!("{}", crate::report::to_text_at(&row, &items, slept, show_body, now));
+            print!(
+                "{}",
+                crate::report::to_text_at(&row, &items, slept, show_body, now)
+            );
             if !not_started.is_empty() {
                 println!("not started (the run stopped before them):");
                 for (index, title, _) in &not_started {
@@ -72,7 +103,10 @@ pub(crate) async fn report(cli: &Cli, run: Option<&str>, format: ReportFormat, s
             // Where the rounds' own words are: prompts, agent outputs, gate logs.
             let logs = crate::cli::data_dir().join("logs").join(row.id.to_string());
             if logs.is_dir() {
-                println!("each round's prompt, agent output and gate log: {}", logs.display());
+                println!(
+                    "each round's prompt, agent output and gate log: {}",
+                    logs.display()
+                );
             }
         }
     }
@@ -85,13 +119,31 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
     let row = rec::run_row(&lg.pool, &id, None).await?;
-    let dead = row.as_ref().filter(|r| r.status == "running" && died_here(r));
-    let running = row.as_ref().filter(|r| r.status == "running" && dead.is_none());
-    let tz: chrono_tz::Tz = running.and_then(|r| r.timezone.as_deref()).and_then(|z| z.parse().ok()).unwrap_or(chrono_tz::UTC);
+    let dead = row
+        .as_ref()
+        .filter(|r| r.status == "running" && died_here(r));
+    let running = row
+        .as_ref()
+        .filter(|r| r.status == "running" && dead.is_none());
+    let tz: chrono_tz::Tz = running
+        .and_then(|r| r.timezone.as_deref())
+        .and_then(|z| z.parse().ok())
+        .unwrap_or(chrono_tz::UTC);
     // The item as `plan` and `report` name it: index, title, short key.
-    let current_item = match running.and_then(|r| r.current_item_key.as_deref().map(|k| (r.id, k))) {
-        Some((run, key)) => match rec::run_items(&lg.pool, run).await?.into_iter().rev().find(|i| i.item_key == key) {
-            Some(i) => format!("{} {:?} ({})", i.item_index, i.title, &key[..8.min(key.len())]),
+    let current_item = match running.and_then(|r| r.current_item_key.as_deref().map(|k| (r.id, k)))
+    {
+        Some((run, key)) => match rec::run_items(&lg.pool, run)
+            .await?
+            .into_iter()
+            .rev()
+            .find(|i| i.item_key == key)
+        {
+            Some(i) => format!(
+                "{} {:?} ({})",
+                i.item_index,
+                i.title,
+                &key[..8.min(key.len())]
+            ),
             None => key[..8.min(key.len())].to_string(),
         },
         None => "-".to_string(),
@@ -99,23 +151,38 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     // A run that stopped on a failure outside its items waits to be resumed
     // (while its approval allows, SPEC §4).
     let mut to_resume = match (running, dead) {
-        (None, None) => rec::resumable_run(&lg.pool, &id).await?.filter(|r| row.as_ref().is_some_and(|newest| newest.id == r.id)),
+        (None, None) => rec::resumable_run(&lg.pool, &id)
+            .await?
+            .filter(|r| row.as_ref().is_some_and(|newest| newest.id == r.id)),
         _ => None,
     };
     if let Some(aid) = to_resume.as_ref().and_then(|r| r.approval_id) {
-        let resumable = rec::approval_by_id(&lg.pool, aid).await?.is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(&a, Utc::now()));
+        let resumable = rec::approval_by_id(&lg.pool, aid)
+            .await?
+            .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(&a, Utc::now()));
         if !resumable {
             to_resume = None;
         }
     }
     let text = match running {
         None => match (dead, &to_resume) {
-            (Some(r), _) => format!("idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it", r.id, r.pid.unwrap_or(0)),
-            (None, Some(r)) => format!("idle: run {} stopped before its end (crashed; `nightshift report` says why); the next `nightshift drain` resumes it", r.id),
+            (Some(r), _) => format!(
+                "idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it",
+                r.id,
+                r.pid.unwrap_or(0)
+            ),
+            (None, Some(r)) => format!(
+                "idle: run {} stopped before its end (crashed; `nightshift report` says why); the next `nightshift drain` resumes it",
+                r.id
+            ),
             (None, None) => "idle: no run is in progress".to_string(),
         },
         Some(r) => match (r.sleeping_until, &r.phase) {
-            (Some(until), _) => format!("sleeping until {} (usage limit, {})", until.with_timezone(&tz).format("%H:%M"), r.sleeping_agent.as_deref().unwrap_or("agent")),
+            (Some(until), _) => format!(
+                "sleeping until {} (usage limit, {})",
+                until.with_timezone(&tz).format("%H:%M"),
+                r.sleeping_agent.as_deref().unwrap_or("agent")
+            ),
             (None, phase) => format!(
                 "run {} · item {} · round {} · {}",
                 r.id,
@@ -151,10 +218,15 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
 /// no longer exists (killed, machine rebooted). Runs of other hosts sharing
 /// the ledger cannot be checked from here and count as running.
 fn died_here(r: &rec::RunRow) -> bool {
-    let this_host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok());
+    let this_host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok());
     match (r.pid, r.host.as_deref(), this_host.as_deref()) {
         (Some(pid), Some(host), Some(here)) if host == here && pid > 0 => {
-            matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
+            matches!(
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                Err(nix::errno::Errno::ESRCH)
+            )
         }
         _ => false,
     }
@@ -172,7 +244,17 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
     let list = if recent.is_empty() {
         "  (none yet: `nightshift drain` starts the first)".to_string()
     } else {
-        recent.iter().map(|(i, t, st)| format!("  {}  {}  {st}", &i.to_string()[..8], t.format("%Y-%m-%d %H:%M UTC"))).collect::<Vec<_>>().join("\n")
+        recent
+            .iter()
+            .map(|(i, t, st)| {
+                format!(
+                    "  {}  {}  {st}",
+                    &i.to_string()[..8],
+                    t.format("%Y-%m-%d %H:%M UTC")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     let hexish = g.len() >= 4 && g.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
     if hexish {
@@ -181,11 +263,18 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
             return Ok(hits[0]);
         }
         if hits.len() > 1 {
-            return Err(Error::usage(format!("run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}", hits.len())));
+            return Err(Error::usage(format!(
+                "run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}",
+                hits.len()
+            )));
         }
     }
     if !g.is_empty() && g.len() < 4 && g.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::usage(format!("run {given:?} is too short: give at least 4 hex digits of the run id. Recent runs:\n{list}")));
+        return Err(Error::usage(format!(
+            "run {given:?} is too short: give at least 4 hex digits of the run id. Recent runs:\n{list}"
+        )));
     }
-    Err(Error::usage(format!("run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}")))
+    Err(Error::usage(format!(
+        "run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}"
+    )))
 }

@@ -35,10 +35,19 @@ pub(crate) enum Mode {
 /// Exit 2 for a bad expression or zone, or an expression the printed unit
 /// cannot say. The foreground loop ends only on a signal: exit 0 between
 /// fires, or the stopped drain's code (1, `stopped_signal`) during one.
-pub(crate) async fn schedule(cli: &Cli, expr: &str, tz: Option<&str>, mode: Mode, startup: &Startup) -> Result<ExitCode> {
+pub(crate) async fn schedule(
+    cli: &Cli,
+    expr: &str,
+    tz: Option<&str>,
+    mode: Mode,
+    startup: &Startup,
+) -> Result<ExitCode> {
     let repo = repo_root(cli)?;
-    let config_zone = crate::cli::load_config(cli, &repo).ok().and_then(|l| l.config.timezone.clone());
-    let (zone, source) = schedule::resolve_zone(tz.or(config_zone.as_deref())).map_err(|e| Error::usage(format!("time zone: {e}")))?;
+    let config_zone = crate::cli::load_config(cli, &repo)
+        .ok()
+        .and_then(|l| l.config.timezone.clone());
+    let (zone, source) = schedule::resolve_zone(tz.or(config_zone.as_deref()))
+        .map_err(|e| Error::usage(format!("time zone: {e}")))?;
     if let Some(w) = source.warning() {
         eprintln!("warning: {w}");
     }
@@ -48,11 +57,28 @@ pub(crate) async fn schedule(cli: &Cli, expr: &str, tz: Option<&str>, mode: Mode
     let path_var = std::env::var("PATH").ok();
     match mode {
         Mode::Crontab => {
-            print!("{}", schedule::print_crontab(expr, &schedule::current_binary(), &repo, zone, path_var.as_deref()).map_err(|e| Error::usage(e.to_string()))?);
+            print!(
+                "{}",
+                schedule::print_crontab(
+                    expr,
+                    &schedule::current_binary(),
+                    &repo,
+                    zone,
+                    path_var.as_deref()
+                )
+                .map_err(|e| Error::usage(e.to_string()))?
+            );
             Ok(ExitCode::Ok)
         }
         Mode::Systemd => {
-            let units = schedule::print_systemd(expr, &schedule::current_binary(), &repo, zone, path_var.as_deref()).map_err(|e| Error::usage(e.to_string()))?;
+            let units = schedule::print_systemd(
+                expr,
+                &schedule::current_binary(),
+                &repo,
+                zone,
+                path_var.as_deref(),
+            )
+            .map_err(|e| Error::usage(e.to_string()))?;
             // Each unit's first line is a comment naming its file.
             println!("{}\n{}", units.service, units.timer);
             Ok(ExitCode::Ok)
@@ -63,15 +89,33 @@ pub(crate) async fn schedule(cli: &Cli, expr: &str, tz: Option<&str>, mode: Mode
 
 /// The foreground loop: sleep (in wall-clock slices) to the next fire time,
 /// drain, repeat, until a signal.
-async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup) -> Result<ExitCode> {
+async fn foreground(
+    cli: &Cli,
+    cron: &CronSchedule,
+    zone: Tz,
+    startup: &Startup,
+) -> Result<ExitCode> {
     let stop = CancellationToken::new();
     spawn_stop_on_signal(stop.clone());
-    let args = RunArgs { approve: None, deadline: None, tz: Some(zone.name().to_string()) };
+    let args = RunArgs {
+        approve: None,
+        deadline: None,
+        tz: Some(zone.name().to_string()),
+    };
     let mut fires = 0u64;
     loop {
-        let next = cron.next_after(Utc::now(), zone).map_err(|e| Error::usage(e.to_string()))?;
-        eprintln!("schedule {:?} ({}): next drain at {}", cron.expr(), zone.name(), next.with_timezone(&zone).format("%Y-%m-%d %H:%M:%S %Z"));
-        if schedule::sleep_until(&SystemClock, next, &stop, schedule::DEFAULT_SLICE).await == SleepOutcome::Cancelled {
+        let next = cron
+            .next_after(Utc::now(), zone)
+            .map_err(|e| Error::usage(e.to_string()))?;
+        eprintln!(
+            "schedule {:?} ({}): next drain at {}",
+            cron.expr(),
+            zone.name(),
+            next.with_timezone(&zone).format("%Y-%m-%d %H:%M:%S %Z")
+        );
+        if schedule::sleep_until(&SystemClock, next, &stop, schedule::DEFAULT_SLICE).await
+            == SleepOutcome::Cancelled
+        {
             break;
         }
         fires += 1;
@@ -82,7 +126,11 @@ async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup)
             }
             // Refusals (no approval, lock held) and failures wait for the next fire.
             Err(e) => {
-                eprintln!("schedule: fire {fires} did not drain (exit {}): {}", e.code as u8, crate::secret::redact_known(&e.message));
+                eprintln!(
+                    "schedule: fire {fires} did not drain (exit {}): {}",
+                    e.code as u8,
+                    crate::secret::redact_known(&e.message)
+                );
                 None
             }
         };
@@ -101,7 +149,9 @@ async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup)
 /// The handlers are installed before this returns, so a signal arriving
 /// right after start-up is not lost to the default action.
 fn spawn_stop_on_signal(stop: CancellationToken) {
-    let Some(mut signals) = drain::StopSignals::install() else { return };
+    let Some(mut signals) = drain::StopSignals::install() else {
+        return;
+    };
     tokio::spawn(async move {
         signals.recv().await;
         stop.cancel();

@@ -53,14 +53,23 @@ pub type Ticked = (usize, String, u64);
 /// a marker or title mismatch, which [`backlog::tick`] reports).
 pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<Ticked>)> {
     let bl = backlog::parse(path, text);
-    let mut hits: Vec<(&backlog::Item, u64)> = bl.items.iter().filter(|i| !i.done).filter_map(|i| ticks.iter().find(|t| t.key == i.key).map(|t| (i, t.number))).collect();
+    let mut hits: Vec<(&backlog::Item, u64)> = bl
+        .items
+        .iter()
+        .filter(|i| !i.done)
+        .filter_map(|i| ticks.iter().find(|t| t.key == i.key).map(|t| (i, t.number)))
+        .collect();
     // From the end of the file backwards, so earlier offsets stay valid.
     hits.sort_by_key(|(i, _)| std::cmp::Reverse(i.marker_offset));
     let mut out = text.to_string();
     for (item, n) in &hits {
-        out = backlog::tick(&out, item, &format!(" (done: #{n})")).map_err(|e| Error::failure(format!("{}: {e}", path.display())))?;
+        out = backlog::tick(&out, item, &format!(" (done: #{n})"))
+            .map_err(|e| Error::failure(format!("{}: {e}", path.display())))?;
     }
-    let mut done: Vec<Ticked> = hits.iter().map(|(i, n)| (i.line, i.title.clone(), *n)).collect();
+    let mut done: Vec<Ticked> = hits
+        .iter()
+        .map(|(i, n)| (i.line, i.title.clone(), *n))
+        .collect();
     done.reverse();
     Ok((out, done))
 }
@@ -86,48 +95,111 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     let id = repo_id(&repo, &config.remote);
     let rows = rec::opened_prs(&lg.pool, &id).await?;
     if rows.is_empty() {
-        println!("nothing to sync: nightshift has opened no PR in {} yet", repo.display());
+        println!(
+            "nothing to sync: nightshift has opened no PR in {} yet",
+            repo.display()
+        );
         return Ok(ExitCode::Ok);
     }
     // An open sync PR is updated rather than joined by a second one.
-    let open_sync = forge.find_pr(SYNC_BRANCH, SYNC_KEY, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?.filter(|p| p.state == PrState::Open);
+    let open_sync = forge
+        .find_pr(SYNC_BRANCH, SYNC_KEY, &config.label)
+        .await
+        .map_err(|e| Error::failure(format!("GitHub: {e}")))?
+        .filter(|p| p.state == PrState::Open);
     // The backlog as it is on <remote>/<base>: only its open items can be ticked.
     let data_dir = crate::cli::data_dir();
     let slot_dir = slot::slot_path(&data_dir, &repo, 0).with_file_name("sync");
     let secret = token.expose().to_string();
-    let prepared = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, "nightshift/sync-work", Some(&secret), None));
-    let slot = prepared.map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
+    let prepared = tokio::task::block_in_place(|| {
+        Slot::prepare(
+            &slot_dir,
+            &repo,
+            &config.remote,
+            &config.base,
+            "nightshift/sync-work",
+            Some(&secret),
+            None,
+        )
+    });
+    let slot = prepared.map_err(|e| {
+        Error::failure(format!(
+            "checkout of {}/{} for sync failed: {e}",
+            config.remote, config.base
+        ))
+    })?;
     let result = async {
         let rel = Path::new(&config.backlog);
-        let text = std::fs::read_to_string(backlog_in(&slot, &config)?).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
-        let open: Vec<String> = backlog::parse(rel, &text).items.into_iter().filter(|i| !i.done).map(|i| i.key).collect();
+        let text = std::fs::read_to_string(backlog_in(&slot, &config)?).map_err(|e| {
+            Error::failure(format!(
+                "{} on {}/{}: {e}",
+                config.backlog, config.remote, config.base
+            ))
+        })?;
+        let open: Vec<String> = backlog::parse(rel, &text)
+            .items
+            .into_iter()
+            .filter(|i| !i.done)
+            .map(|i| i.key)
+            .collect();
         // Merged according to GitHub, not to the ledger's memory.
         let mut ticks: Vec<Tick> = Vec::new();
         for r in rows.iter().filter(|r| open.contains(&r.item_key)) {
-            let found = forge.find_pr(&r.branch, &r.item_key, &config.label).await.map_err(|e| Error::failure(format!("GitHub: {e}")))?;
+            let found = forge
+                .find_pr(&r.branch, &r.item_key, &config.label)
+                .await
+                .map_err(|e| Error::failure(format!("GitHub: {e}")))?;
             if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
                 if r.state != "merged" {
                     rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await?;
                 }
                 if !ticks.iter().any(|t| t.key == r.item_key) {
-                    ticks.push(Tick { key: r.item_key.clone(), number: pr.number });
+                    ticks.push(Tick {
+                        key: r.item_key.clone(),
+                        number: pr.number,
+                    });
                 }
             }
         }
         if ticks.is_empty() {
-            println!("nothing to sync: no open item of {} on {}/{} has a merged nightshift PR", config.backlog, config.remote, config.base);
+            println!(
+                "nothing to sync: no open item of {} on {}/{} has a merged nightshift PR",
+                config.backlog, config.remote, config.base
+            );
             return Ok(ExitCode::Ok);
         }
         let branch = match &open_sync {
             Some(pr) => pr.head.clone(),
             None => {
-                let mut set: Vec<String> = ticks.iter().map(|t| format!("{}:{}", t.key, t.number)).collect();
+                let mut set: Vec<String> = ticks
+                    .iter()
+                    .map(|t| format!("{}:{}", t.key, t.number))
+                    .collect();
                 set.sort();
-                format!("{SYNC_BRANCH}-{}", &crate::contract::sha256_hex(set.join("\n").as_bytes())[..8])
+                format!(
+                    "{SYNC_BRANCH}-{}",
+                    &crate::contract::sha256_hex(set.join("\n").as_bytes())[..8]
+                )
             }
         };
         // Checked out again on its branch (a reset of the same slot).
-        let slot = tokio::task::block_in_place(|| Slot::prepare(&slot_dir, &repo, &config.remote, &config.base, &branch, Some(&secret), None)).map_err(|e| Error::failure(format!("checkout of {}/{} for sync failed: {e}", config.remote, config.base)))?;
+        let slot = tokio::task::block_in_place(|| {
+            Slot::prepare(
+                &slot_dir,
+                &repo,
+                &config.remote,
+                &config.base,
+                &branch,
+                Some(&secret),
+                None,
+            )
+        })
+        .map_err(|e| {
+            Error::failure(format!(
+                "checkout of {}/{} for sync failed: {e}",
+                config.remote, config.base
+            ))
+        })?;
         let done = commit_and_open(&slot, &config, &forge, &secret, &ticks).await;
         let _ = tokio::task::block_in_place(|| slot.discard());
         done
@@ -147,9 +219,17 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
 /// # Errors
 /// Exit 1 naming the link when it leads out, or when the file is missing.
 fn backlog_in(slot: &Slot, config: &Config) -> Result<std::path::PathBuf> {
-    let top = slot.path.canonicalize().map_err(|e| Error::failure(format!("{}: {e}", slot.path.display())))?;
+    let top = slot
+        .path
+        .canonicalize()
+        .map_err(|e| Error::failure(format!("{}: {e}", slot.path.display())))?;
     let file = slot.path.join(&config.backlog);
-    let real = file.canonicalize().map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
+    let real = file.canonicalize().map_err(|e| {
+        Error::failure(format!(
+            "{} on {}/{}: {e}",
+            config.backlog, config.remote, config.base
+        ))
+    })?;
     if !real.starts_with(&top) || real.starts_with(top.join(".git")) || !real.is_file() {
         return Err(Error::failure(format!(
             "{} on {}/{} is a symbolic link to {}, outside the repository's files; nightshift does not tick through it (make it a regular file, or point `backlog` at the file itself)",
@@ -163,35 +243,88 @@ fn backlog_in(slot: &Slot, config: &Config) -> Result<std::path::PathBuf> {
 }
 
 /// Edits, commits, pushes and opens the sync PR from a prepared slot.
-async fn commit_and_open(slot: &Slot, config: &Config, forge: &Forge, token: &str, ticks: &[Tick]) -> Result<ExitCode> {
+async fn commit_and_open(
+    slot: &Slot,
+    config: &Config,
+    forge: &Forge,
+    token: &str,
+    ticks: &[Tick],
+) -> Result<ExitCode> {
     let rel = Path::new(&config.backlog);
     let file = backlog_in(slot, config)?;
-    let text = std::fs::read_to_string(&file).map_err(|e| Error::failure(format!("{} on {}/{}: {e}", config.backlog, config.remote, config.base)))?;
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        Error::failure(format!(
+            "{} on {}/{}: {e}",
+            config.backlog, config.remote, config.base
+        ))
+    })?;
     let (new, done) = tick_all(rel, &text, ticks)?;
     if done.is_empty() {
-        println!("nothing to sync: every merged item is already ticked in {} on {}/{}", config.backlog, config.remote, config.base);
+        println!(
+            "nothing to sync: every merged item is already ticked in {} on {}/{}",
+            config.backlog, config.remote, config.base
+        );
         return Ok(ExitCode::Ok);
     }
     std::fs::write(&file, &new).map_err(|e| Error::failure(format!("{}: {e}", file.display())))?;
-    let list: Vec<String> = done.iter().map(|(line, title, n)| format!("- {}:{line} {title} (#{n})", config.backlog)).collect();
-    let message = format!("nightshift: tick {} merged item(s) in {}\n\n{}\n", done.len(), config.backlog, list.join("\n"));
-    let me = Identity { name: "nightshift".into(), email: "nightshift@localhost".into() };
+    let list: Vec<String> = done
+        .iter()
+        .map(|(line, title, n)| format!("- {}:{line} {title} (#{n})", config.backlog))
+        .collect();
+    let message = format!(
+        "nightshift: tick {} merged item(s) in {}\n\n{}\n",
+        done.len(),
+        config.backlog,
+        list.join("\n")
+    );
+    let me = Identity {
+        name: "nightshift".into(),
+        email: "nightshift@localhost".into(),
+    };
     let branch = slot.branch.clone();
-    tokio::task::block_in_place(|| slot.commit_all(&message, &me, &me)).map_err(|e| Error::failure(format!("sync commit failed: {e}")))?;
-    tokio::task::block_in_place(|| slot.push(Some(token))).map_err(|e| Error::failure(format!("push of {branch} failed: {e}")))?;
+    tokio::task::block_in_place(|| slot.commit_all(&message, &me, &me))
+        .map_err(|e| Error::failure(format!("sync commit failed: {e}")))?;
+    tokio::task::block_in_place(|| slot.push(Some(token)))
+        .map_err(|e| Error::failure(format!("push of {branch} failed: {e}")))?;
     let body = format!(
         "Ticks the backlog boxes of items whose nightshift PRs were merged. Only these lines change: `[ ]` → `[x]` and ` (done: #N)` after the title.\n\n{}\n\nOpened by `nightshift sync`; nothing was merged by it.\n",
         list.join("\n")
     );
     // No labels in the request: its look-up by marker would find an earlier,
     // merged sync PR; this branch is looked up by its name only.
-    let req = PrRequest { title: format!("nightshift: tick {} merged item(s) in {}", done.len(), config.backlog), head: branch.clone(), base: config.base.clone(), body, labels: vec![], item_key: SYNC_KEY.to_string() };
-    let failed = |e: forge::ForgeError| Error::failure(format!("branch {branch} pushed, PR not created or labelled: {e}; run `nightshift sync` again"));
+    let req = PrRequest {
+        title: format!(
+            "nightshift: tick {} merged item(s) in {}",
+            done.len(),
+            config.backlog
+        ),
+        head: branch.clone(),
+        base: config.base.clone(),
+        body,
+        labels: vec![],
+        item_key: SYNC_KEY.to_string(),
+    };
+    let failed = |e: forge::ForgeError| {
+        Error::failure(format!(
+            "branch {branch} pushed, PR not created or labelled: {e}; run `nightshift sync` again"
+        ))
+    };
     let pr = forge.create_pr(&req).await.map_err(failed)?;
-    forge.ensure_label(&config.label, forge::LABEL_COLOR, forge::LABEL_DESCRIPTION).await.map_err(failed)?;
-    forge.add_labels(pr.number, std::slice::from_ref(&config.label)).await.map_err(failed)?;
+    forge
+        .ensure_label(&config.label, forge::LABEL_COLOR, forge::LABEL_DESCRIPTION)
+        .await
+        .map_err(failed)?;
+    forge
+        .add_labels(pr.number, std::slice::from_ref(&config.label))
+        .await
+        .map_err(failed)?;
     let verb = if pr.created { "opened" } else { "updated" };
-    println!("{verb} PR #{} ticking {} item(s): {}", pr.number, done.len(), pr.url);
+    println!(
+        "{verb} PR #{} ticking {} item(s): {}",
+        pr.number,
+        done.len(),
+        pr.url
+    );
     for l in &list {
         println!("  {l}");
     }
@@ -207,9 +340,28 @@ mod tests {
         let text = "# B\r\n\n- [ ] One  \r\n  - accept: x\n- [ ] Two\n* [ ] Three\n- [x] Done\n";
         let bl = backlog::parse(Path::new("N.md"), text);
         let key = |t: &str| bl.items.iter().find(|i| i.title == t).unwrap().key.clone();
-        let ticks = vec![Tick { key: key("Two"), number: 8 }, Tick { key: key("One"), number: 7 }, Tick { key: key("Done"), number: 1 }];
+        let ticks = vec![
+            Tick {
+                key: key("Two"),
+                number: 8,
+            },
+            Tick {
+                key: key("One"),
+                number: 7,
+            },
+            Tick {
+                key: key("Done"),
+                number: 1,
+            },
+        ];
         let (out, done) = tick_all(Path::new("N.md"), text, &ticks).unwrap();
-        assert_eq!(out, "# B\r\n\n- [x] One (done: #7)  \r\n  - accept: x\n- [x] Two (done: #8)\n* [ ] Three\n- [x] Done\n");
-        assert_eq!(done, vec![(3, "One".to_string(), 7), (5, "Two".to_string(), 8)]);
+        assert_eq!(
+            out,
+            "# B\r\n\n- [x] One (done: #7)  \r\n  - accept: x\n- [x] Two (done: #8)\n* [ ] Three\n- [x] Done\n"
+        );
+        assert_eq!(
+            done,
+            vec![(3, "One".to_string(), 7), (5, "Two".to_string(), 8)]
+        );
     }
 }

@@ -134,7 +134,10 @@ pub fn db_source_from_env() -> DbSource {
 /// A variable `main` removed from the environment and kept (see
 /// [`keep_removed_vars`]), when it is set and not empty.
 fn kept_var(name: &str) -> Option<String> {
-    KEPT.get().and_then(|kept| kept.iter().find(|(k, _)| k == name)).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
+    KEPT.get()
+        .and_then(|kept| kept.iter().find(|(k, _)| k == name))
+        .map(|(_, v)| v.clone())
+        .filter(|v| !v.is_empty())
 }
 
 /// The ledger URL variables as they were at start-up, held in memory only.
@@ -181,7 +184,10 @@ pub enum LedgerError {
         source: sqlx::Error,
     },
     /// The server could not be reached in time or refused the connection.
-    #[error("cannot connect to the ledger at {source_desc} within {seconds} s: {source}{}", connect_hint(source_desc))]
+    #[error(
+        "cannot connect to the ledger at {source_desc} within {seconds} s: {source}{}",
+        connect_hint(source_desc)
+    )]
     Connect {
         /// [`DbSource::describe`].
         source_desc: String,
@@ -257,13 +263,22 @@ impl Ledger {
                 // send its password to whatever listens there.
                 let u = url.expose();
                 if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
-                    let scheme = u.split("://").next().filter(|s| s.len() < u.len()).unwrap_or("none");
+                    let scheme = u
+                        .split("://")
+                        .next()
+                        .filter(|s| s.len() < u.len())
+                        .unwrap_or("none");
                     return Err(LedgerError::BadUrl {
                         var,
-                        source: sqlx::Error::Configuration(format!("the scheme is {scheme:?}; write postgres://USER@HOST:PORT/DB").into()),
+                        source: sqlx::Error::Configuration(
+                            format!("the scheme is {scheme:?}; write postgres://USER@HOST:PORT/DB")
+                                .into(),
+                        ),
                     });
                 }
-                let options = u.parse::<PgConnectOptions>().map_err(|source| LedgerError::BadUrl { var, source })?;
+                let options = u
+                    .parse::<PgConnectOptions>()
+                    .map_err(|source| LedgerError::BadUrl { var, source })?;
                 // `main` took PGPASSWORD out of the environment (agents could
                 // read it there); it still answers for a URL without a
                 // password, as libpq's precedence has it.
@@ -295,7 +310,12 @@ impl Ledger {
             // The pool only says it timed out; one direct attempt says why
             // (refused, no such socket, no such host, a password).
             Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => {
-                let cause = match tokio::time::timeout(Duration::from_secs(3), PgConnection::connect_with(&options)).await {
+                let cause = match tokio::time::timeout(
+                    Duration::from_secs(3),
+                    PgConnection::connect_with(&options),
+                )
+                .await
+                {
                     Ok(Err(e)) => e,
                     _ => sqlx::Error::PoolTimedOut,
                 };
@@ -430,7 +450,11 @@ fn connect_hint(source_desc: &str) -> String {
 /// (SPEC §9), so a run waits for it instead of failing its item.
 pub fn is_outage(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => {
             let code = db.code().unwrap_or_default();
             // 08: connection exception; 57P01-03: the server shut down or is

@@ -51,7 +51,11 @@ fn verbatim_json(v: Value) -> Value {
     match v {
         Value::String(s) => Value::String(verbatim(&s)),
         Value::Array(a) => Value::Array(a.into_iter().map(verbatim_json).collect()),
-        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (verbatim(&k), verbatim_json(v))).collect()),
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (verbatim(&k), verbatim_json(v)))
+                .collect(),
+        ),
         other => other,
     }
 }
@@ -74,7 +78,8 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         .execute(&mut *tx)
         .await?;
     for (pos, e) in plan.entries.iter().enumerate() {
-        let cjson: Value = serde_json::from_str(&e.contract.canonical_json()).expect("canonical JSON parses");
+        let cjson: Value =
+            serde_json::from_str(&e.contract.canonical_json()).expect("canonical JSON parses");
         sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) VALUES ($1, $2, $3, $4, now()) ON CONFLICT (sha) DO NOTHING")
             .bind(&e.contract_sha)
             .bind(&e.item.key)
@@ -101,7 +106,10 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
 /// # Errors
 /// Database errors.
 pub async fn plan_exists(pool: &PgPool, sha: &str) -> Result<bool> {
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM plans WHERE sha = $1").bind(sha).fetch_one(pool).await?;
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM plans WHERE sha = $1")
+        .bind(sha)
+        .fetch_one(pool)
+        .await?;
     Ok(n > 0)
 }
 
@@ -110,7 +118,10 @@ pub async fn plan_exists(pool: &PgPool, sha: &str) -> Result<bool> {
 /// # Errors
 /// Database errors.
 pub async fn contract_exists(pool: &PgPool, sha: &str) -> Result<bool> {
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM contracts WHERE sha = $1").bind(sha).fetch_one(pool).await?;
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM contracts WHERE sha = $1")
+        .bind(sha)
+        .fetch_one(pool)
+        .await?;
     Ok(n > 0)
 }
 
@@ -119,7 +130,12 @@ pub async fn contract_exists(pool: &PgPool, sha: &str) -> Result<bool> {
 /// # Errors
 /// Database errors.
 pub async fn plan_contracts(pool: &PgPool, plan_sha: &str) -> Result<Vec<String>> {
-    sqlx::query_scalar("SELECT contract_sha FROM plan_contracts WHERE plan_sha = $1 ORDER BY position").bind(plan_sha).fetch_all(pool).await
+    sqlx::query_scalar(
+        "SELECT contract_sha FROM plan_contracts WHERE plan_sha = $1 ORDER BY position",
+    )
+    .bind(plan_sha)
+    .fetch_all(pool)
+    .await
 }
 
 /// Whether any of the contracts `shas` is one of item `key` (a contract of
@@ -128,7 +144,13 @@ pub async fn plan_contracts(pool: &PgPool, plan_sha: &str) -> Result<Vec<String>
 /// # Errors
 /// Database errors.
 pub async fn item_in_contracts(pool: &PgPool, shas: &[String], key: &str) -> Result<bool> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM contracts WHERE sha = ANY($1) AND item_key = $2)").bind(shas).bind(key).fetch_one(pool).await
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM contracts WHERE sha = ANY($1) AND item_key = $2)",
+    )
+    .bind(shas)
+    .bind(key)
+    .fetch_one(pool)
+    .await
 }
 
 /// Records an approval of a plan (or, with `is_contract`, of one contract).
@@ -136,10 +158,20 @@ pub async fn item_in_contracts(pool: &PgPool, shas: &[String], key: &str) -> Res
 ///
 /// # Errors
 /// Database errors.
-pub async fn insert_approval(pool: &PgPool, repo: &str, sha: &str, is_contract: bool, by: &str) -> Result<Approval> {
+pub async fn insert_approval(
+    pool: &PgPool,
+    repo: &str,
+    sha: &str,
+    is_contract: bool,
+    by: &str,
+) -> Result<Approval> {
     let id = Uuid::new_v4();
     let now = Utc::now();
-    let (plan, contract) = if is_contract { (None, Some(sha)) } else { (Some(sha), None) };
+    let (plan, contract) = if is_contract {
+        (None, Some(sha))
+    } else {
+        (Some(sha), None)
+    };
     sqlx::query("INSERT INTO approvals (id, plan_sha, contract_sha, repo, approved_by, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
         .bind(id)
         .bind(plan)
@@ -150,7 +182,14 @@ pub async fn insert_approval(pool: &PgPool, repo: &str, sha: &str, is_contract: 
         .bind(approval::expiry(now))
         .execute(pool)
         .await?;
-    Ok(Approval { id, plan_sha: plan.map(String::from), contract_sha: contract.map(String::from), created_at: now, expires_at: approval::expiry(now), used_by: None })
+    Ok(Approval {
+        id,
+        plan_sha: plan.map(String::from),
+        contract_sha: contract.map(String::from),
+        created_at: now,
+        expires_at: approval::expiry(now),
+        used_by: None,
+    })
 }
 
 /// Approvals of `sha` (plan or contract) for `repo`, newest first.
@@ -158,17 +197,33 @@ pub async fn insert_approval(pool: &PgPool, repo: &str, sha: &str, is_contract: 
 /// # Errors
 /// Database errors.
 pub async fn approvals_of(pool: &PgPool, repo: &str, sha: &str) -> Result<Vec<Approval>> {
-    let q = format!("{APPROVAL_COLUMNS} WHERE a.repo = $1 AND (a.plan_sha = $2 OR a.contract_sha = $2) ORDER BY a.created_at DESC");
-    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q)).bind(repo).bind(sha).fetch_all(pool).await
+    let q = format!(
+        "{APPROVAL_COLUMNS} WHERE a.repo = $1 AND (a.plan_sha = $2 OR a.contract_sha = $2) ORDER BY a.created_at DESC"
+    );
+    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q))
+        .bind(repo)
+        .bind(sha)
+        .fetch_all(pool)
+        .await
 }
 
 /// Unused, unexpired plan approvals of `repo`, newest first.
 ///
 /// # Errors
 /// Database errors.
-pub async fn usable_plan_approvals(pool: &PgPool, repo: &str, now: DateTime<Utc>) -> Result<Vec<Approval>> {
-    let q = format!("{APPROVAL_COLUMNS} WHERE a.repo = $1 AND a.plan_sha IS NOT NULL AND u.run_id IS NULL AND a.expires_at > $2 ORDER BY a.created_at DESC");
-    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q)).bind(repo).bind(now).fetch_all(pool).await
+pub async fn usable_plan_approvals(
+    pool: &PgPool,
+    repo: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<Approval>> {
+    let q = format!(
+        "{APPROVAL_COLUMNS} WHERE a.repo = $1 AND a.plan_sha IS NOT NULL AND u.run_id IS NULL AND a.expires_at > $2 ORDER BY a.created_at DESC"
+    );
+    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q))
+        .bind(repo)
+        .bind(now)
+        .fetch_all(pool)
+        .await
 }
 
 /// One approval by id.
@@ -177,7 +232,10 @@ pub async fn usable_plan_approvals(pool: &PgPool, repo: &str, now: DateTime<Utc>
 /// Database errors.
 pub async fn approval_by_id(pool: &PgPool, id: Uuid) -> Result<Option<Approval>> {
     let q = format!("{APPROVAL_COLUMNS} WHERE a.id = $1");
-    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q)).bind(id).fetch_optional(pool).await
+    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q))
+        .bind(id)
+        .fetch_optional(pool)
+        .await
 }
 
 /// What a new run row needs.
@@ -211,7 +269,9 @@ pub struct NewRun<'a> {
 pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
     let id = Uuid::new_v4();
     let mut tx = pool.begin().await?;
-    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
     sqlx::query(
         "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, started_at, deadline, timezone, host, pid, heartbeat_at, resumes) \
          VALUES ($1, $2, $3, $4, $5, 'running', now(), $6, $7, $8, $9, now(), $10)",
@@ -289,8 +349,20 @@ const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, start
 /// Database errors.
 pub async fn run_row(pool: &PgPool, repo: &str, id: Option<Uuid>) -> Result<Option<RunRow>> {
     match id {
-        Some(id) => sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!("{RUN_COLUMNS} WHERE id = $1"))).bind(id).fetch_optional(pool).await,
-        None => sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!("{RUN_COLUMNS} WHERE repo = $1 ORDER BY started_at DESC LIMIT 1"))).bind(repo).fetch_optional(pool).await,
+        Some(id) => {
+            sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!("{RUN_COLUMNS} WHERE id = $1")))
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+        }
+        None => {
+            sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
+                "{RUN_COLUMNS} WHERE repo = $1 ORDER BY started_at DESC LIMIT 1"
+            )))
+            .bind(repo)
+            .fetch_optional(pool)
+            .await
+        }
     }
 }
 
@@ -298,8 +370,18 @@ pub async fn run_row(pool: &PgPool, repo: &str, id: Option<Uuid>) -> Result<Opti
 ///
 /// # Errors
 /// Database errors.
-pub async fn recent_runs(pool: &PgPool, repo: &str, limit: i64) -> Result<Vec<(Uuid, DateTime<Utc>, String)>> {
-    sqlx::query_as("SELECT id, started_at, status FROM runs WHERE repo = $1 ORDER BY started_at DESC LIMIT $2").bind(repo).bind(limit).fetch_all(pool).await
+pub async fn recent_runs(
+    pool: &PgPool,
+    repo: &str,
+    limit: i64,
+) -> Result<Vec<(Uuid, DateTime<Utc>, String)>> {
+    sqlx::query_as(
+        "SELECT id, started_at, status FROM runs WHERE repo = $1 ORDER BY started_at DESC LIMIT $2",
+    )
+    .bind(repo)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
 }
 
 /// Ids of `repo`'s runs that start with `prefix` (lowercase hex).
@@ -307,7 +389,11 @@ pub async fn recent_runs(pool: &PgPool, repo: &str, limit: i64) -> Result<Vec<(U
 /// # Errors
 /// Database errors.
 pub async fn runs_with_prefix(pool: &PgPool, repo: &str, prefix: &str) -> Result<Vec<Uuid>> {
-    sqlx::query_scalar("SELECT id FROM runs WHERE repo = $1 AND id::text LIKE $2 || '%'").bind(repo).bind(prefix).fetch_all(pool).await
+    sqlx::query_scalar("SELECT id FROM runs WHERE repo = $1 AND id::text LIKE $2 || '%'")
+        .bind(repo)
+        .bind(prefix)
+        .fetch_all(pool)
+        .await
 }
 
 /// Runs of `repo` still marked `running`. Called while holding the repo
@@ -317,11 +403,22 @@ pub async fn runs_with_prefix(pool: &PgPool, repo: &str, prefix: &str) -> Result
 /// # Errors
 /// Database errors.
 pub async fn mark_dead_runs_crashed(pool: &PgPool, repo: &str) -> Result<Vec<RunRow>> {
-    let rows = sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!("{RUN_COLUMNS} WHERE repo = $1 AND status = 'running' ORDER BY started_at DESC"))).bind(repo).fetch_all(pool).await?;
+    let rows = sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
+        "{RUN_COLUMNS} WHERE repo = $1 AND status = 'running' ORDER BY started_at DESC"
+    )))
+    .bind(repo)
+    .fetch_all(pool)
+    .await?;
     for r in &rows {
         sqlx::query("UPDATE runs SET status = 'crashed', ended_at = coalesce(ended_at, heartbeat_at), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(r.id).execute(pool).await?;
         sqlx::query("UPDATE run_items SET outcome = 'interrupted', reason = 'the run crashed', ended_at = now() WHERE run_id = $1 AND outcome IS NULL").bind(r.id).execute(pool).await?;
-        event(pool, Some(r.id), "run_crashed", json!({"pid": r.pid, "host": r.host})).await?;
+        event(
+            pool,
+            Some(r.id),
+            "run_crashed",
+            json!({"pid": r.pid, "host": r.host}),
+        )
+        .await?;
     }
     Ok(rows)
 }
@@ -343,7 +440,13 @@ pub async fn resumable_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> 
 ///
 /// # Errors
 /// Database errors.
-pub async fn set_phase(pool: &PgPool, run: Uuid, phase: &str, item_key: Option<&str>, round: Option<u32>) -> Result<()> {
+pub async fn set_phase(
+    pool: &PgPool,
+    run: Uuid,
+    phase: &str,
+    item_key: Option<&str>,
+    round: Option<u32>,
+) -> Result<()> {
     sqlx::query("UPDATE runs SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, heartbeat_at = now() WHERE id = $1")
         .bind(run)
         .bind(phase)
@@ -358,7 +461,12 @@ pub async fn set_phase(pool: &PgPool, run: Uuid, phase: &str, item_key: Option<&
 ///
 /// # Errors
 /// Database errors.
-pub async fn set_sleeping(pool: &PgPool, run: Uuid, until: DateTime<Utc>, agent: &str) -> Result<()> {
+pub async fn set_sleeping(
+    pool: &PgPool,
+    run: Uuid,
+    until: DateTime<Utc>,
+    agent: &str,
+) -> Result<()> {
     sqlx::query("UPDATE runs SET phase = 'sleeping', sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1").bind(run).bind(until).bind(agent).execute(pool).await?;
     Ok(())
 }
@@ -369,7 +477,13 @@ pub async fn set_sleeping(pool: &PgPool, run: Uuid, until: DateTime<Utc>, agent:
 /// Database errors.
 pub async fn finish_run(pool: &PgPool, run: Uuid, status: &str, exit_code: i32) -> Result<()> {
     sqlx::query("UPDATE runs SET status = $2, exit_code = $3, ended_at = now(), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(run).bind(status).bind(exit_code).execute(pool).await?;
-    event(pool, Some(run), "run_finished", json!({"status": status, "exit_code": exit_code})).await
+    event(
+        pool,
+        Some(run),
+        "run_finished",
+        json!({"status": status, "exit_code": exit_code}),
+    )
+    .await
 }
 
 /// Appends to the event log (server-assigned sequence).
@@ -377,7 +491,12 @@ pub async fn finish_run(pool: &PgPool, run: Uuid, status: &str, exit_code: i32) 
 /// # Errors
 /// Database errors.
 pub async fn event(pool: &PgPool, run: Option<Uuid>, kind: &str, data: Value) -> Result<()> {
-    sqlx::query("INSERT INTO events (run_id, kind, data) VALUES ($1, $2, $3)").bind(run).bind(kind).bind(pgj(data)).execute(pool).await?;
+    sqlx::query("INSERT INTO events (run_id, kind, data) VALUES ($1, $2, $3)")
+        .bind(run)
+        .bind(kind)
+        .bind(pgj(data))
+        .execute(pool)
+        .await?;
     Ok(())
 }
 
@@ -385,7 +504,14 @@ pub async fn event(pool: &PgPool, run: Option<Uuid>, kind: &str, data: Value) ->
 ///
 /// # Errors
 /// Database errors.
-pub async fn start_item(pool: &PgPool, run: Uuid, key: &str, contract_sha: &str, index: usize, title: &str) -> Result<i64> {
+pub async fn start_item(
+    pool: &PgPool,
+    run: Uuid,
+    key: &str,
+    contract_sha: &str,
+    index: usize,
+    title: &str,
+) -> Result<i64> {
     sqlx::query_scalar(
         "INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, started_at) VALUES ($1, $2, $3, $4, $5, now()) \
          ON CONFLICT (run_id, item_key) DO UPDATE SET started_at = now() RETURNING id",
@@ -453,7 +579,13 @@ pub async fn finish_item(pool: &PgPool, item_id: i64, e: &ItemEnd) -> Result<()>
 /// # Errors
 /// Database errors.
 pub async fn start_round(pool: &PgPool, item_id: i64, n: u32) -> Result<i64> {
-    sqlx::query_scalar("INSERT INTO rounds (run_item_id, n, started_at) VALUES ($1, $2, now()) RETURNING id").bind(item_id).bind(n as i32).fetch_one(pool).await
+    sqlx::query_scalar(
+        "INSERT INTO rounds (run_item_id, n, started_at) VALUES ($1, $2, now()) RETURNING id",
+    )
+    .bind(item_id)
+    .bind(n as i32)
+    .fetch_one(pool)
+    .await
 }
 
 /// Ends a round with its result, diff hash, failure signature and the
@@ -461,7 +593,14 @@ pub async fn start_round(pool: &PgPool, item_id: i64, n: u32) -> Result<i64> {
 ///
 /// # Errors
 /// Database errors.
-pub async fn finish_round(pool: &PgPool, round_id: i64, result: &str, diff_hash: Option<&str>, failure_sig: Option<&str>, feedback: Option<&str>) -> Result<()> {
+pub async fn finish_round(
+    pool: &PgPool,
+    round_id: i64,
+    result: &str,
+    diff_hash: Option<&str>,
+    failure_sig: Option<&str>,
+    feedback: Option<&str>,
+) -> Result<()> {
     sqlx::query("UPDATE rounds SET ended_at = now(), result = $2, diff_hash = $3, failure_sig = $4, feedback = $5 WHERE id = $1")
         .bind(round_id)
         .bind(result)
@@ -488,14 +627,24 @@ pub async fn close_open_rounds(pool: &PgPool, item_id: i64, outcome: &str) -> Re
 /// # Errors
 /// Database errors.
 pub async fn approval_used_by(pool: &PgPool, approval: Uuid) -> Result<Option<Uuid>> {
-    sqlx::query_scalar("SELECT run_id FROM approval_uses WHERE approval_id = $1").bind(approval).fetch_optional(pool).await
+    sqlx::query_scalar("SELECT run_id FROM approval_uses WHERE approval_id = $1")
+        .bind(approval)
+        .fetch_optional(pool)
+        .await
 }
 
 /// Records one agent call.
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_agent_call(pool: &PgPool, item_id: i64, round_id: Option<i64>, role: &str, kind: &str, r: &crate::agent::Report) -> Result<()> {
+pub async fn record_agent_call(
+    pool: &PgPool,
+    item_id: i64,
+    round_id: Option<i64>,
+    role: &str,
+    kind: &str,
+    r: &crate::agent::Report,
+) -> Result<()> {
     let o = &r.outcome;
     let meta = json!({
         "failure": r.failure,
@@ -555,14 +704,22 @@ pub async fn record_gate_run(pool: &PgPool, round_id: i64, g: &crate::gate::Gate
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_review(pool: &PgPool, round_id: i64, verdict: &str, findings: &[String], void_reason: Option<&str>) -> Result<()> {
-    sqlx::query("INSERT INTO reviews (round_id, verdict, findings, void_reason) VALUES ($1, $2, $3, $4)")
-        .bind(round_id)
-        .bind(verdict)
-        .bind(pgj(json!(findings)))
-        .bind(void_reason.map(pg))
-        .execute(pool)
-        .await?;
+pub async fn record_review(
+    pool: &PgPool,
+    round_id: i64,
+    verdict: &str,
+    findings: &[String],
+    void_reason: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO reviews (round_id, verdict, findings, void_reason) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(round_id)
+    .bind(verdict)
+    .bind(pgj(json!(findings)))
+    .bind(void_reason.map(pg))
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -596,7 +753,17 @@ pub async fn record_proof(pool: &PgPool, round_id: i64, p: &crate::proof::Proof)
 /// # Errors
 /// Database errors.
 #[allow(clippy::too_many_arguments)]
-pub async fn record_limit_sleep(pool: &PgPool, run: Uuid, item_id: Option<i64>, agent: &str, kind: &str, message: &str, from: DateTime<Utc>, until: DateTime<Utc>, resets_at: Option<DateTime<Utc>>) -> Result<()> {
+pub async fn record_limit_sleep(
+    pool: &PgPool,
+    run: Uuid,
+    item_id: Option<i64>,
+    agent: &str,
+    kind: &str,
+    message: &str,
+    from: DateTime<Utc>,
+    until: DateTime<Utc>,
+    resets_at: Option<DateTime<Utc>>,
+) -> Result<()> {
     sqlx::query("INSERT INTO limit_sleeps (run_id, run_item_id, agent, kind, message, slept_from, slept_until, resets_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
         .bind(run)
         .bind(item_id)
@@ -633,7 +800,18 @@ pub struct PrRow {
 /// # Errors
 /// Database errors.
 #[allow(clippy::too_many_arguments)]
-pub async fn upsert_pr(pool: &PgPool, repo: &str, key: &str, contract_sha: &str, run: Uuid, branch: &str, number: Option<u64>, url: Option<&str>, state: &str, body: &str) -> Result<()> {
+pub async fn upsert_pr(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    contract_sha: &str,
+    run: Uuid,
+    branch: &str,
+    number: Option<u64>,
+    url: Option<&str>,
+    state: &str,
+    body: &str,
+) -> Result<()> {
     sqlx::query(
         "INSERT INTO pull_requests (repo, item_key, contract_sha, run_id, branch, number, url, state, body, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now(), now()) \
          ON CONFLICT (repo, item_key, branch) DO UPDATE SET number = coalesce(EXCLUDED.number, pull_requests.number), url = coalesce(EXCLUDED.url, pull_requests.url), state = EXCLUDED.state, body = EXCLUDED.body, contract_sha = EXCLUDED.contract_sha, run_id = EXCLUDED.run_id, updated_at = now()",
@@ -669,7 +847,14 @@ pub async fn prs_of_item(pool: &PgPool, repo: &str, key: &str) -> Result<Vec<PrR
 /// # Errors
 /// Database errors (also when there is no such row).
 pub async fn pr_body(pool: &PgPool, repo: &str, key: &str, branch: &str) -> Result<String> {
-    sqlx::query_scalar("SELECT body FROM pull_requests WHERE repo = $1 AND item_key = $2 AND branch = $3").bind(repo).bind(key).bind(branch).fetch_one(pool).await
+    sqlx::query_scalar(
+        "SELECT body FROM pull_requests WHERE repo = $1 AND item_key = $2 AND branch = $3",
+    )
+    .bind(repo)
+    .bind(key)
+    .bind(branch)
+    .fetch_one(pool)
+    .await
 }
 
 /// PRs nightshift opened that are open or merged, oldest first (`sync`).
@@ -687,8 +872,22 @@ pub async fn opened_prs(pool: &PgPool, repo: &str) -> Result<Vec<PrRow>> {
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_finding(pool: &PgPool, item_id: i64, title: &str, issue_number: Option<i64>, url: Option<&str>) -> Result<()> {
-    sqlx::query("INSERT INTO findings (run_item_id, title, issue_number, url) VALUES ($1, $2, $3, $4)").bind(item_id).bind(pg(title)).bind(issue_number).bind(url).execute(pool).await?;
+pub async fn record_finding(
+    pool: &PgPool,
+    item_id: i64,
+    title: &str,
+    issue_number: Option<i64>,
+    url: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO findings (run_item_id, title, issue_number, url) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(item_id)
+    .bind(pg(title))
+    .bind(issue_number)
+    .bind(url)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -696,7 +895,13 @@ pub async fn record_finding(pool: &PgPool, item_id: i64, title: &str, issue_numb
 ///
 /// # Errors
 /// Database errors.
-pub async fn set_pr_state(pool: &PgPool, repo: &str, key: &str, branch: &str, state: &str) -> Result<()> {
+pub async fn set_pr_state(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    branch: &str,
+    state: &str,
+) -> Result<()> {
     sqlx::query("UPDATE pull_requests SET state = $4, updated_at = now() WHERE repo = $1 AND item_key = $2 AND branch = $3").bind(repo).bind(key).bind(branch).bind(state).execute(pool).await?;
     Ok(())
 }
@@ -706,7 +911,12 @@ pub async fn set_pr_state(pool: &PgPool, repo: &str, key: &str, branch: &str, st
 ///
 /// # Errors
 /// Database errors.
-pub async fn failed_attempts(pool: &PgPool, repo: &str, key: &str, contract_sha: &str) -> Result<i64> {
+pub async fn failed_attempts(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    contract_sha: &str,
+) -> Result<i64> {
     // Counted per contract: editing the item (or the policy) seals a new
     // contract, which is a person's answer to the failures, so it starts over.
     // A remote that could not be fetched or pushed is not the item's fault.
@@ -730,7 +940,12 @@ pub async fn failed_attempts(pool: &PgPool, repo: &str, key: &str, contract_sha:
 ///
 /// # Errors
 /// Database errors.
-pub async fn open_question(pool: &PgPool, repo: &str, key: &str, contract_sha: &str) -> Result<Option<(String, Uuid, Option<DateTime<Utc>>)>> {
+pub async fn open_question(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    contract_sha: &str,
+) -> Result<Option<(String, Uuid, Option<DateTime<Utc>>)>> {
     sqlx::query_as(
         "SELECT i.question, i.run_id, i.ended_at FROM run_items i JOIN runs r ON r.id = i.run_id \
          WHERE r.repo = $1 AND i.item_key = $2 AND i.contract_sha = $3 AND i.outcome = 'blocked' AND i.rounds > 0 AND i.question IS NOT NULL \
@@ -799,7 +1014,11 @@ pub async fn run_items(pool: &PgPool, run: Uuid) -> Result<Vec<ItemRow>> {
 ///
 /// # Errors
 /// Database errors.
-pub async fn plan_items_after(pool: &PgPool, plan_sha: &str, after: i32) -> Result<Vec<(i32, String, String)>> {
+pub async fn plan_items_after(
+    pool: &PgPool,
+    plan_sha: &str,
+    after: i32,
+) -> Result<Vec<(i32, String, String)>> {
     sqlx::query_as::<_, (i32, String, String)>(
         "SELECT pc.item_index, c.title, pc.contract_sha FROM plan_contracts pc JOIN contracts c ON c.sha = pc.contract_sha WHERE pc.plan_sha = $1 AND pc.item_index > $2 ORDER BY pc.item_index",
     )

@@ -15,13 +15,18 @@ use super::{Fixture, assert_ok};
 /// `NAME.child`; killing that child (see [`release`]) lets the script go on.
 pub fn stall_snippet(dir: &Path, name: &str) -> String {
     let d = dir.display();
-    format!("if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready; wait; fi\n")
+    format!(
+        "if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready; wait; fi\n"
+    )
 }
 
 /// Lets a stalled script go on: kills its `sleep`.
 pub fn release(dir: &Path, name: &str) {
     let pid = read_pid(&dir.join(format!("{name}.child")));
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
 }
 
 /// Kills a stalled helper (after a SIGKILLed drain, nobody else will).
@@ -30,8 +35,14 @@ pub fn kill_stalled(dir: &Path, name: &str) {
     // `wait` and exit 0 (a hook that then lets the push through) before the
     // second kill lands.
     for f in [format!("{name}.ready"), format!("{name}.child")] {
-        if let Some(pid) = std::fs::read_to_string(dir.join(f)).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        if let Some(pid) = std::fs::read_to_string(dir.join(f))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }
@@ -45,7 +56,9 @@ pub fn read_pid(p: &Path) -> i32 {
 pub fn process_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
     }
 }
 
@@ -53,14 +66,22 @@ pub fn process_gone(pid: i32) -> bool {
 pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 /// The outcomes of a `report --json`, in item order.
 pub fn outcomes(report: &Value) -> Vec<String> {
-    report["items"].as_array().unwrap().iter().map(|i| i["outcome"].as_str().unwrap_or("?").to_string()).collect()
+    report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap_or("?").to_string())
+        .collect()
 }
 
 /// `plan`, then `approve` of its SHA; returns the SHA.
@@ -96,7 +117,12 @@ impl Bg {
         let n = uuid::Uuid::new_v4().simple().to_string();
         let out = f.dir.path().join(format!("bg-{n}.out"));
         let err = f.dir.path().join(format!("bg-{n}.err"));
-        let child = cmd.args(args).stdout(Stdio::from(std::fs::File::create(&out).unwrap())).stderr(Stdio::from(std::fs::File::create(&err).unwrap())).spawn().expect("nightshift starts");
+        let child = cmd
+            .args(args)
+            .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+            .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+            .spawn()
+            .expect("nightshift starts");
         Bg { child, out, err }
     }
 
@@ -117,7 +143,10 @@ impl Bg {
             }
             if start.elapsed() > limit {
                 let _ = self.child.kill();
-                panic!("nightshift did not exit within {limit:?}:\n{}", self.output());
+                panic!(
+                    "nightshift did not exit within {limit:?}:\n{}",
+                    self.output()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -125,7 +154,11 @@ impl Bg {
 
     /// Its stdout, then its stderr, so far.
     pub fn output(&self) -> String {
-        format!("{}{}", std::fs::read_to_string(&self.out).unwrap_or_default(), std::fs::read_to_string(&self.err).unwrap_or_default())
+        format!(
+            "{}{}",
+            std::fs::read_to_string(&self.out).unwrap_or_default(),
+            std::fs::read_to_string(&self.err).unwrap_or_default()
+        )
     }
 }
 

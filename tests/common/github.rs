@@ -79,7 +79,13 @@ pub struct Fault {
 impl Fault {
     /// A fault answering `status` to the next `method path…` request.
     pub fn new(method: &str, path: &str, status: u16) -> Fault {
-        Fault { method: method.into(), path: path.into(), status, message: "Server Error".into(), ..Fault::default() }
+        Fault {
+            method: method.into(),
+            path: path.into(),
+            status,
+            message: "Server Error".into(),
+            ..Fault::default()
+        }
     }
     /// Adds a response header.
     pub fn header(mut self, k: &str, v: &str) -> Fault {
@@ -108,7 +114,10 @@ impl Fault {
     }
     /// Answers raw text of `content_type` (HTML pages, empty bodies).
     pub fn raw(mut self, content_type: &str, text: &str) -> Fault {
-        self.body = Some(FaultBody::Raw { content_type: content_type.into(), text: text.into() });
+        self.body = Some(FaultBody::Raw {
+            content_type: content_type.into(),
+            text: text.into(),
+        });
         self
     }
 }
@@ -122,7 +131,17 @@ fn repo_json(id: u64, owner: &str) -> Value {
 #[allow(clippy::too_many_arguments)]
 /// A PR object in GitHub's shape: `head.repo` is where the branch lives
 /// (the fake repository, or a fork), `base.repo` the fake repository.
-fn pr_json(base_url: &str, n: u64, head_owner: &str, head_repo_id: u64, head: &str, base: &Value, title: &Value, body: &Value, labels: Vec<Value>) -> Value {
+fn pr_json(
+    base_url: &str,
+    n: u64,
+    head_owner: &str,
+    head_repo_id: u64,
+    head: &str,
+    base: &Value,
+    title: &Value,
+    body: &Value,
+    labels: Vec<Value>,
+) -> Value {
     json!({
         "number": n, "id": n, "state": "open", "title": title, "body": body,
         "html_url": format!("{base_url}/owner/repo/pull/{n}"), "url": format!("{base_url}/repos/owner/repo/pulls/{n}"),
@@ -137,20 +156,52 @@ fn pr_json(base_url: &str, n: u64, head_owner: &str, head_repo_id: u64, head: &s
 /// the cap) items of page `page`, and a `Link` header whose `next` and `last`
 /// URLs use GitHub's `/repositories/{id}/…` form.
 fn paged(req: &Request, base_url: &str, list: Vec<Value>, cap: Option<usize>) -> ResponseTemplate {
-    let per_page = query(req, "per_page").and_then(|p| p.parse::<usize>().ok()).unwrap_or(30).clamp(1, cap.unwrap_or(100).min(100));
-    let page: usize = query(req, "page").and_then(|p| p.parse().ok()).unwrap_or(1).max(1);
+    let per_page = query(req, "per_page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(30)
+        .clamp(1, cap.unwrap_or(100).min(100));
+    let page: usize = query(req, "page")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let pages = list.len().div_ceil(per_page).max(1);
-    let items: Vec<Value> = list.into_iter().skip((page - 1) * per_page).take(per_page).collect();
+    let items: Vec<Value> = list
+        .into_iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .collect();
     let mut t = ResponseTemplate::new(200).set_body_json(Value::Array(items));
     if pages > 1 {
-        let prefix = if req.url.path().starts_with("/api/v3/") { "/api/v3" } else { "" };
+        let prefix = if req.url.path().starts_with("/api/v3/") {
+            "/api/v3"
+        } else {
+            ""
+        };
         let path = api_path(req);
-        let rest = path.trim_start_matches("/repos/owner/repo").trim_start_matches("/repositories/1");
+        let rest = path
+            .trim_start_matches("/repos/owner/repo")
+            .trim_start_matches("/repositories/1");
         let link = |p: usize| {
-            let mut q: Vec<(String, String)> = req.url.query_pairs().filter(|(k, _)| k != "page" && k != "per_page").map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+            let mut q: Vec<(String, String)> = req
+                .url
+                .query_pairs()
+                .filter(|(k, _)| k != "page" && k != "per_page")
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
             q.push(("per_page".into(), per_page.to_string()));
             q.push(("page".into(), p.to_string()));
-            let qs: Vec<String> = q.iter().map(|(k, v)| format!("{k}={}", v.replace('%', "%25").replace(':', "%3A").replace('/', "%2F").replace(' ', "%20"))).collect();
+            let qs: Vec<String> = q
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{k}={}",
+                        v.replace('%', "%25")
+                            .replace(':', "%3A")
+                            .replace('/', "%2F")
+                            .replace(' ', "%20")
+                    )
+                })
+                .collect();
             format!("{base_url}{prefix}/repositories/1{rest}?{}", qs.join("&"))
         };
         let mut parts = Vec::new();
@@ -184,11 +235,17 @@ struct Responder {
 /// fake serves both `http://HOST/repos/…` and `http://HOST/api/v3/repos/…`).
 fn api_path(req: &Request) -> String {
     let path = req.url.path();
-    path.strip_prefix("/api/v3").filter(|p| p.starts_with('/')).unwrap_or(path).to_string()
+    path.strip_prefix("/api/v3")
+        .filter(|p| p.starts_with('/'))
+        .unwrap_or(path)
+        .to_string()
 }
 
 fn query(req: &Request, key: &str) -> Option<String> {
-    req.url.query_pairs().find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
+    req.url
+        .query_pairs()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
 }
 
 impl Respond for Responder {
@@ -196,20 +253,33 @@ impl Respond for Responder {
         let mut st = self.state.lock().unwrap();
         let method = req.method.to_string();
         let path = api_path(req);
-        if let Some(i) = st.faults.iter().position(|(m, p, _)| *m == method && path.starts_with(p.as_str())) {
+        if let Some(i) = st
+            .faults
+            .iter()
+            .position(|(m, p, _)| *m == method && path.starts_with(p.as_str()))
+        {
             let (_, _, status) = st.faults.remove(i);
             return ResponseTemplate::new(status).set_body_json(json!({"message": "Server Error"}));
         }
-        if let Some(i) = st.scripted.iter().position(|f| f.method == method && path.starts_with(f.path.as_str())) {
+        if let Some(i) = st
+            .scripted
+            .iter()
+            .position(|f| f.method == method && path.starts_with(f.path.as_str()))
+        {
             let f = st.scripted.remove(i);
             if f.after_effect {
                 drop(st);
                 let _ = self.respond_ok(req);
             }
             let mut t = match &f.body {
-                None => ResponseTemplate::new(f.status).set_body_json(json!({"message": f.message})),
-                Some(FaultBody::Json(v)) => ResponseTemplate::new(f.status).set_body_json(v.clone()),
-                Some(FaultBody::Raw { content_type, text }) => ResponseTemplate::new(f.status).set_body_raw(text.clone().into_bytes(), content_type),
+                None => {
+                    ResponseTemplate::new(f.status).set_body_json(json!({"message": f.message}))
+                }
+                Some(FaultBody::Json(v)) => {
+                    ResponseTemplate::new(f.status).set_body_json(v.clone())
+                }
+                Some(FaultBody::Raw { content_type, text }) => ResponseTemplate::new(f.status)
+                    .set_body_raw(text.clone().into_bytes(), content_type),
             };
             for (k, v) in &f.headers {
                 t = t.insert_header(k.as_str(), v.as_str());
@@ -221,11 +291,22 @@ impl Respond for Responder {
         }
         if let Some(old) = st.renamed_from.clone() {
             let prefix = format!("/repos/owner/{old}");
-            if let Some(rest) = path.strip_prefix(&prefix).filter(|r| r.is_empty() || r.starts_with('/')) {
-                let api = if req.url.path().starts_with("/api/v3/") { "/api/v3" } else { "" };
+            if let Some(rest) = path
+                .strip_prefix(&prefix)
+                .filter(|r| r.is_empty() || r.starts_with('/'))
+            {
+                let api = if req.url.path().starts_with("/api/v3/") {
+                    "/api/v3"
+                } else {
+                    ""
+                };
                 let query = req.url.query().map(|q| format!("?{q}")).unwrap_or_default();
                 let to = format!("{}{api}/repositories/1{rest}{query}", self.base);
-                let (status, message) = if method == "GET" { (301, "Moved Permanently") } else { (307, "Temporary Redirect") };
+                let (status, message) = if method == "GET" {
+                    (301, "Moved Permanently")
+                } else {
+                    (307, "Temporary Redirect")
+                };
                 return ResponseTemplate::new(status)
                     .insert_header("location", to.as_str())
                     .set_body_json(json!({"message": message, "url": to, "documentation_url": "https://docs.github.com/v3/#http-redirects"}));
@@ -244,7 +325,10 @@ impl Responder {
         let path = api_path(req);
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         // GitHub's pagination links name the repository by id.
-        let Some(rest) = path.strip_prefix("/repos/owner/repo").or_else(|| path.strip_prefix("/repositories/1")) else {
+        let Some(rest) = path
+            .strip_prefix("/repos/owner/repo")
+            .or_else(|| path.strip_prefix("/repositories/1"))
+        else {
             return ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}));
         };
         if st.archived && method != "GET" {
@@ -273,7 +357,9 @@ impl Responder {
                 let n: u64 = r.trim_start_matches("/pulls/").parse().unwrap_or(0);
                 match st.prs.iter().find(|p| p["number"] == n) {
                     Some(p) => ResponseTemplate::new(200).set_body_json(p.clone()),
-                    None => ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"})),
+                    None => {
+                        ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"}))
+                    }
                 }
             }
             ("POST", "/labels") => {
@@ -282,7 +368,8 @@ impl Responder {
                     return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "Label", "code": "already_exists", "field": "name"}]}));
                 }
                 st.labels.push(name.clone());
-                ResponseTemplate::new(201).set_body_json(json!({"name": name, "color": body["color"]}))
+                ResponseTemplate::new(201)
+                    .set_body_json(json!({"name": name, "color": body["color"]}))
             }
             ("GET", "/pulls") => {
                 // GitHub matches `head` against `owner:branch` (the head
@@ -293,7 +380,10 @@ impl Responder {
                 let mut list: Vec<Value> = st
                     .prs
                     .iter()
-                    .filter(|p| head.as_ref().is_none_or(|h| p["head"]["label"].as_str() == Some(h.as_str())))
+                    .filter(|p| {
+                        head.as_ref()
+                            .is_none_or(|h| p["head"]["label"].as_str() == Some(h.as_str()))
+                    })
                     .filter(|p| state == "all" || p["state"] == state)
                     .cloned()
                     .collect();
@@ -303,45 +393,94 @@ impl Responder {
             ("POST", "/pulls") => {
                 let head = body["head"].as_str().unwrap_or("").to_string();
                 // GitHub's own limit on titles (PRs and issues alike).
-                if body["title"].as_str().is_some_and(|t| t.chars().count() > 256) {
+                if body["title"]
+                    .as_str()
+                    .is_some_and(|t| t.chars().count() > 256)
+                {
                     return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "field": "title", "message": "title is too long (maximum is 256 characters)"}]}));
                 }
                 // GitHub's duplicate check is per `owner:branch`: a fork's
                 // branch of the same name does not count.
-                if st.prs.iter().any(|p| p["head"]["label"] == format!("owner:{head}").as_str() && p["state"] == "open") {
+                if st.prs.iter().any(|p| {
+                    p["head"]["label"] == format!("owner:{head}").as_str() && p["state"] == "open"
+                }) {
                     return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "message": format!("A pull request already exists for owner:{head}.")}]}));
                 }
                 st.next_number += 1;
                 let n = st.next_number;
-                let pr = pr_json(&self.base, n, "owner", 1, &head, &body["base"], &body["title"], &body["body"], vec![]);
+                let pr = pr_json(
+                    &self.base,
+                    n,
+                    "owner",
+                    1,
+                    &head,
+                    &body["base"],
+                    &body["title"],
+                    &body["body"],
+                    vec![],
+                );
                 st.prs.push(pr.clone());
                 let answer = ResponseTemplate::new(201).set_body_json(pr);
-                if st.create_pr_delays.is_empty() { answer } else { answer.set_delay(st.create_pr_delays.remove(0)) }
+                if st.create_pr_delays.is_empty() {
+                    answer
+                } else {
+                    answer.set_delay(st.create_pr_delays.remove(0))
+                }
             }
             ("GET", "/issues") => {
                 let label = query(req, "labels");
                 let state = query(req, "state").unwrap_or("open".into());
-                let has_label = |v: &Value| label.as_ref().is_none_or(|l| v["labels"].as_array().is_some_and(|a| a.iter().any(|x| x["name"] == l.as_str())));
-                let mut list: Vec<Value> = st.prs.iter().chain(st.issues.iter()).filter(|v| has_label(v)).filter(|v| state == "all" || v["state"] == state).cloned().collect();
+                let has_label = |v: &Value| {
+                    label.as_ref().is_none_or(|l| {
+                        v["labels"]
+                            .as_array()
+                            .is_some_and(|a| a.iter().any(|x| x["name"] == l.as_str()))
+                    })
+                };
+                let mut list: Vec<Value> = st
+                    .prs
+                    .iter()
+                    .chain(st.issues.iter())
+                    .filter(|v| has_label(v))
+                    .filter(|v| state == "all" || v["state"] == state)
+                    .cloned()
+                    .collect();
                 list.sort_by_key(|v| std::cmp::Reverse(v["number"].as_u64()));
                 paged(req, &self.base, list, st.page_cap)
             }
             ("POST", "/issues") => {
-                if body["title"].as_str().is_some_and(|t| t.chars().count() > 256) {
+                if body["title"]
+                    .as_str()
+                    .is_some_and(|t| t.chars().count() > 256)
+                {
                     return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "Issue", "code": "custom", "field": "title", "message": "title is too long (maximum is 256 characters)"}]}));
                 }
                 st.next_number += 1;
                 let n = st.next_number;
-                let labels: Vec<Value> = body["labels"].as_array().cloned().unwrap_or_default().into_iter().map(|l| json!({"name": l})).collect();
+                let labels: Vec<Value> = body["labels"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|l| json!({"name": l}))
+                    .collect();
                 let issue = json!({"number": n, "id": n, "state": "open", "title": body["title"], "body": body["body"], "labels": labels, "html_url": format!("{}/owner/repo/issues/{n}", self.base)});
                 st.issues.push(issue.clone());
                 ResponseTemplate::new(201).set_body_json(issue)
             }
             ("POST", r) if r.starts_with("/issues/") && r.ends_with("/labels") => {
-                let n: u64 = r.trim_start_matches("/issues/").trim_end_matches("/labels").parse().unwrap_or(0);
+                let n: u64 = r
+                    .trim_start_matches("/issues/")
+                    .trim_end_matches("/labels")
+                    .parse()
+                    .unwrap_or(0);
                 let names: Vec<Value> = body["labels"].as_array().cloned().unwrap_or_default();
                 let st = &mut *st;
-                let target = st.prs.iter_mut().chain(st.issues.iter_mut()).find(|v| v["number"] == n);
+                let target = st
+                    .prs
+                    .iter_mut()
+                    .chain(st.issues.iter_mut())
+                    .find(|v| v["number"] == n);
                 match target {
                     Some(v) => {
                         let mut ls = v["labels"].as_array().cloned().unwrap_or_default();
@@ -353,7 +492,9 @@ impl Responder {
                         v["labels"] = Value::Array(ls.clone());
                         ResponseTemplate::new(200).set_body_json(Value::Array(ls))
                     }
-                    None => ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"})),
+                    None => {
+                        ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"}))
+                    }
                 }
             }
             _ => ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"})),
@@ -366,7 +507,13 @@ impl FakeGitHub {
     pub async fn start() -> FakeGitHub {
         let server = MockServer::start().await;
         let state = Arc::new(Mutex::new(State::default()));
-        Mock::given(any()).respond_with(Responder { state: state.clone(), base: server.uri() }).mount(&server).await;
+        Mock::given(any())
+            .respond_with(Responder {
+                state: state.clone(),
+                base: server.uri(),
+            })
+            .mount(&server)
+            .await;
         FakeGitHub { server, state }
     }
 
@@ -382,16 +529,35 @@ impl FakeGitHub {
             .await
             .unwrap_or_default()
             .into_iter()
-            .map(|r| (r.method.to_string(), format!("{}{}", r.url.path(), r.url.query().map(|q| format!("?{q}")).unwrap_or_default()), String::from_utf8_lossy(&r.body).into_owned()))
+            .map(|r| {
+                (
+                    r.method.to_string(),
+                    format!(
+                        "{}{}",
+                        r.url.path(),
+                        r.url.query().map(|q| format!("?{q}")).unwrap_or_default()
+                    ),
+                    String::from_utf8_lossy(&r.body).into_owned(),
+                )
+            })
             .collect()
     }
 
     /// Panics if any request merged, approved or closed a PR (SPEC §8).
     pub async fn assert_never_merged_approved_or_closed(&self) {
         for (m, p, b) in self.requests().await {
-            assert!(!(m == "PUT" && p.ends_with("/merge")), "merge call: {m} {p}");
-            assert!(!(m == "POST" && p.contains("/reviews")), "review call: {m} {p}");
-            assert!(!(m == "PATCH" && b.contains("closed")), "close call: {m} {p} {b}");
+            assert!(
+                !(m == "PUT" && p.ends_with("/merge")),
+                "merge call: {m} {p}"
+            );
+            assert!(
+                !(m == "POST" && p.contains("/reviews")),
+                "review call: {m} {p}"
+            );
+            assert!(
+                !(m == "PATCH" && b.contains("closed")),
+                "close call: {m} {p} {b}"
+            );
         }
     }
 
@@ -422,7 +588,17 @@ impl FakeGitHub {
         st.next_number += 1;
         let n = st.next_number;
         let labels = labels.iter().map(|l| json!({"name": l})).collect();
-        let pr = pr_json(&self.server.uri(), n, head_owner, 1000 + n, head, &json!("main"), &json!("a contributor's PR"), &json!(body), labels);
+        let pr = pr_json(
+            &self.server.uri(),
+            n,
+            head_owner,
+            1000 + n,
+            head,
+            &json!("main"),
+            &json!("a contributor's PR"),
+            &json!(body),
+            labels,
+        );
         st.prs.push(pr);
         n
     }
@@ -435,7 +611,17 @@ impl FakeGitHub {
         st.next_number += 1;
         let n = st.next_number;
         let labels = labels.iter().map(|l| json!({"name": l})).collect();
-        let pr = pr_json(&self.server.uri(), n, "owner", 1, head, &json!("main"), &json!(format!("PR {n}")), &json!(body), labels);
+        let pr = pr_json(
+            &self.server.uri(),
+            n,
+            "owner",
+            1,
+            head,
+            &json!("main"),
+            &json!(format!("PR {n}")),
+            &json!(body),
+            labels,
+        );
         st.prs.push(pr);
         n
     }

@@ -13,7 +13,8 @@ use tempfile::TempDir;
 
 /// The server tests use: `DATABASE_URL` if set, else the machine's local one.
 pub fn admin_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 /// A fresh database on the test server, dropped when this value drops.
@@ -27,23 +28,57 @@ impl Db {
     pub fn create() -> Db {
         let name = format!("nightshift_test_{}", uuid::Uuid::new_v4().simple());
         let admin = admin_url();
-        let out = Command::new("psql").args([admin.as_str(), "-q", "-v", "ON_ERROR_STOP=1", "-c", &format!("CREATE DATABASE {name}")]).output().expect("psql runs");
-        assert!(out.status.success(), "create database: {}", String::from_utf8_lossy(&out.stderr));
-        let base = admin.rsplit_once('/').map(|(b, _)| b.to_string()).unwrap_or(admin.clone());
-        Db { url: format!("{base}/{name}"), name }
+        let out = Command::new("psql")
+            .args([
+                admin.as_str(),
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                &format!("CREATE DATABASE {name}"),
+            ])
+            .output()
+            .expect("psql runs");
+        assert!(
+            out.status.success(),
+            "create database: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let base = admin
+            .rsplit_once('/')
+            .map(|(b, _)| b.to_string())
+            .unwrap_or(admin.clone());
+        Db {
+            url: format!("{base}/{name}"),
+            name,
+        }
     }
 
     /// Runs one SQL statement and returns its unaligned output.
     pub fn sql(&self, q: &str) -> String {
-        let out = Command::new("psql").args([self.url.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", q]).output().expect("psql runs");
-        assert!(out.status.success(), "sql {q}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("psql")
+            .args([self.url.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", q])
+            .output()
+            .expect("psql runs");
+        assert!(
+            out.status.success(),
+            "sql {q}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
 
 impl Drop for Db {
     fn drop(&mut self) {
-        let _ = Command::new("psql").args([admin_url().as_str(), "-q", "-c", &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)]).output();
+        let _ = Command::new("psql")
+            .args([
+                admin_url().as_str(),
+                "-q",
+                "-c",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .output();
     }
 }
 
@@ -59,7 +94,12 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
         .output()
         .expect("git runs");
-    assert!(out.status.success(), "git {args:?} in {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -70,7 +110,9 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 /// sleep crosses 23:59 after 17:59 UTC. Twelve hours is beyond the longest sleep
 /// (`limit_sleep_max`, 6 h) and any test's runtime, at every hour.
 pub fn far_deadline() -> String {
-    (chrono::Utc::now() + chrono::Duration::hours(12)).format("%H:%M").to_string()
+    (chrono::Utc::now() + chrono::Duration::hours(12))
+        .format("%H:%M")
+        .to_string()
 }
 
 /// A temp world: bare remote, user checkout, data dir, agents dir.
@@ -100,7 +142,17 @@ impl Fixture {
         for d in [&repo, &data, &home, &agents] {
             std::fs::create_dir_all(d).unwrap();
         }
-        git(dir.path(), &["init", "-q", "--bare", "-b", "main", remote.to_str().unwrap()]);
+        git(
+            dir.path(),
+            &[
+                "init",
+                "-q",
+                "--bare",
+                "-b",
+                "main",
+                remote.to_str().unwrap(),
+            ],
+        );
         git(&repo, &["init", "-q", "-b", "main"]);
         std::fs::write(repo.join("calc.txt"), "add\n").unwrap();
         std::fs::write(repo.join("test.sh"), "#!/bin/sh\n# The project's own test: every line of calc.txt is a known word.\nwhile read -r w; do case \"$w\" in add|sub|mul|div|pow) ;; *) echo \"unknown word: $w\"; exit 1;; esac; done < calc.txt\necho ok\n").unwrap();
@@ -108,9 +160,23 @@ impl Fixture {
         std::fs::write(repo.join("docs/README.md"), "calc\n").unwrap();
         git(&repo, &["add", "-A"]);
         git(&repo, &["commit", "-q", "-m", "init"]);
-        git(&repo, &["remote", "add", "origin", remote.to_str().unwrap()]);
+        git(
+            &repo,
+            &["remote", "add", "origin", remote.to_str().unwrap()],
+        );
         git(&repo, &["push", "-q", "origin", "main"]);
-        Fixture { dir, remote, repo, data, home, agents, db: Db::create(), github: None, token: None, extra_env: vec![] }
+        Fixture {
+            dir,
+            remote,
+            repo,
+            data,
+            home,
+            agents,
+            db: Db::create(),
+            github: None,
+            token: None,
+            extra_env: vec![],
+        }
     }
 
     /// Writes a file in the user's checkout.
@@ -186,7 +252,8 @@ impl Fixture {
     pub fn plan_sha(&self) -> String {
         let out = self.run(&["plan", "--json"]);
         assert_ok(&out, "plan --json");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan --json is JSON");
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("plan --json is JSON");
         v["plan_sha"].as_str().unwrap().to_string()
     }
 
@@ -209,18 +276,40 @@ impl Fixture {
 
     /// Branches on the remote under `nightshift/`.
     pub fn remote_branches(&self) -> Vec<String> {
-        git(&self.remote, &["branch", "--list", "nightshift/*", "--format=%(refname:short)"]).lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+        git(
+            &self.remote,
+            &[
+                "branch",
+                "--list",
+                "nightshift/*",
+                "--format=%(refname:short)",
+            ],
+        )
+        .lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect()
     }
 }
 
 /// Asserts a command succeeded, printing its output otherwise.
 pub fn assert_ok(out: &Output, what: &str) {
-    assert!(out.status.success(), "{what} failed ({:?}):\nstdout:\n{}\nstderr:\n{}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// stdout + stderr as text.
 pub fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Hash of every file under `dir` (paths and bytes), for byte-identity checks.
@@ -228,7 +317,10 @@ pub fn tree_hash(dir: &Path) -> String {
     use sha2::{Digest, Sha256};
     let mut files = Vec::new();
     fn walk(d: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut entries: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         entries.sort();
         for p in entries {
             if p.is_dir() && !p.is_symlink() {
@@ -241,7 +333,13 @@ pub fn tree_hash(dir: &Path) -> String {
     walk(dir, &mut files);
     let mut h = Sha256::new();
     for f in files {
-        h.update(f.strip_prefix(dir).unwrap().display().to_string().as_bytes());
+        h.update(
+            f.strip_prefix(dir)
+                .unwrap()
+                .display()
+                .to_string()
+                .as_bytes(),
+        );
         h.update(std::fs::read(&f).unwrap_or_default());
     }
     hex::encode(h.finalize())

@@ -95,7 +95,15 @@ pub struct FakeAnthropic {
 struct Responder(Arc<Mutex<Script>>);
 
 fn turn_of(body: &Value) -> Turn {
-    let names: Vec<&str> = body.get("tools").and_then(Value::as_array).map(|a| a.iter().filter_map(|t| t.get("name").and_then(Value::as_str)).collect()).unwrap_or_default();
+    let names: Vec<&str> = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t.get("name").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
     if names.is_empty() {
         Turn::Side
     } else if names.iter().any(|n| *n == "Edit" || *n == "Write") {
@@ -108,7 +116,11 @@ fn turn_of(body: &Value) -> Turn {
 fn sse(events: &[Value]) -> String {
     let mut out = String::new();
     for e in events {
-        out.push_str(&format!("event: {}\ndata: {}\n\n", e["type"].as_str().unwrap_or("ping"), e));
+        out.push_str(&format!(
+            "event: {}\ndata: {}\n\n",
+            e["type"].as_str().unwrap_or("ping"),
+            e
+        ));
     }
     out
 }
@@ -118,7 +130,10 @@ fn blocks(reply: &Reply, id: u64) -> (Vec<Value>, &'static str) {
     match reply {
         Reply::Text(t) => (vec![json!({"type": "text", "text": t})], "end_turn"),
         Reply::Tools(text, calls) => {
-            let mut v: Vec<Value> = text.iter().map(|t| json!({"type": "text", "text": t})).collect();
+            let mut v: Vec<Value> = text
+                .iter()
+                .map(|t| json!({"type": "text", "text": t}))
+                .collect();
             for (i, (name, input)) in calls.iter().enumerate() {
                 v.push(json!({"type": "tool_use", "id": format!("toolu_fake{id:04}{i:02}"), "name": name, "input": input}));
             }
@@ -139,7 +154,12 @@ fn message_response(reply: &Reply, model: &str, stream: bool, id: u64) -> Respon
             .insert_header("request-id", format!("req_fake{id:04}").as_str())
             .set_body_json(json!({"type": "error", "error": {"type": "rate_limit_error", "message": "This request would exceed your account's rate limit. Please try again later."}}));
     }
-    if let Reply::ApiError { status, kind, message } = reply {
+    if let Reply::ApiError {
+        status,
+        kind,
+        message,
+    } = reply
+    {
         return ResponseTemplate::new(*status)
             .insert_header("request-id", format!("req_fake{id:04}").as_str())
             .insert_header("x-should-retry", "false")
@@ -151,7 +171,9 @@ fn message_response(reply: &Reply, model: &str, stream: bool, id: u64) -> Respon
     if !stream {
         let body = json!({"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content, "stop_reason": stop, "stop_sequence": null,
             "usage": {"input_tokens": TOKENS_IN, "output_tokens": TOKENS_OUT, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}});
-        return ResponseTemplate::new(200).insert_header("request-id", format!("req_fake{id:04}").as_str()).set_body_json(body);
+        return ResponseTemplate::new(200)
+            .insert_header("request-id", format!("req_fake{id:04}").as_str())
+            .set_body_json(body);
     }
     let mut ev = vec![
         json!({"type": "message_start", "message": {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [], "stop_reason": null, "stop_sequence": null, "usage": usage_start}}),
@@ -185,11 +207,26 @@ impl Respond for Responder {
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let path = req.url.path().to_string();
         let method = req.method.to_string();
-        let headers = req.headers.iter().map(|(k, v)| (k.as_str().to_lowercase(), v.to_str().unwrap_or("").to_string())).collect();
+        let headers = req
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_lowercase(),
+                    v.to_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
         st.next_id += 1;
         let id = st.next_id;
         let turn = (method == "POST" && path == "/v1/messages").then(|| turn_of(&body));
-        st.seen.push(Seen { method: method.clone(), path: path.clone(), turn, body: body.clone(), headers });
+        st.seen.push(Seen {
+            method: method.clone(),
+            path: path.clone(),
+            turn,
+            body: body.clone(),
+            headers,
+        });
         match (method.as_str(), path.as_str()) {
             ("POST", "/v1/messages") => {
                 let model = body["model"].as_str().unwrap_or("claude-sonnet-4-5").to_string();
@@ -214,7 +251,10 @@ impl FakeAnthropic {
     pub async fn start() -> FakeAnthropic {
         let server = MockServer::start().await;
         let script = Arc::new(Mutex::new(Script::default()));
-        Mock::given(any()).respond_with(Responder(script.clone())).mount(&server).await;
+        Mock::given(any())
+            .respond_with(Responder(script.clone()))
+            .mount(&server)
+            .await;
         FakeAnthropic { server, script }
     }
 
@@ -242,7 +282,10 @@ impl FakeAnthropic {
 
     /// `/v1/messages` requests of one turn kind.
     pub fn turns(&self, kind: Turn) -> Vec<Seen> {
-        self.seen().into_iter().filter(|s| s.turn == Some(kind)).collect()
+        self.seen()
+            .into_iter()
+            .filter(|s| s.turn == Some(kind))
+            .collect()
     }
 
     /// Scripted turns not yet used (writer, reviewer).

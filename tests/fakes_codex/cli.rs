@@ -16,18 +16,24 @@ pub const PINNED: &str = "0.169.0";
 
 /// The install prefix: `<crate>/target/agent-clis-codex`.
 pub fn prefix() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("agent-clis-codex")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("agent-clis-codex")
 }
 
 fn installed_version(prefix: &Path) -> Option<String> {
-    let pkg = std::fs::read_to_string(prefix.join("node_modules/@openai/codex/package.json")).ok()?;
+    let pkg =
+        std::fs::read_to_string(prefix.join("node_modules/@openai/codex/package.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&pkg).ok()?;
     v["version"].as_str().map(String::from)
 }
 
 /// The exact install command (what `tests/run.sh` runs).
 pub fn install_command() -> String {
-    format!("npm install --prefix {} --no-audit --no-fund --loglevel=error @openai/codex@{PINNED}", prefix().display())
+    format!(
+        "npm install --prefix {} --no-audit --no-fund --loglevel=error @openai/codex@{PINNED}",
+        prefix().display()
+    )
 }
 
 /// Path of the real `codex` launcher at the pinned version, installing it
@@ -42,11 +48,16 @@ pub fn real_codex() -> PathBuf {
         return bin;
     }
     std::fs::create_dir_all(&prefix).expect("create target/agent-clis-codex");
-    let lock = std::fs::File::create(prefix.with_extension("lock")).expect("create the install lock file");
+    let lock =
+        std::fs::File::create(prefix.with_extension("lock")).expect("create the install lock file");
     lock.lock().expect("lock the install lock file");
     if installed_version(&prefix).as_deref() != Some(PINNED) || !bin.exists() {
         let cmd = install_command();
-        let mut child = Command::new("sh").args(["-c", &cmd]).stdin(Stdio::null()).spawn().unwrap_or_else(|e| panic!("cannot run `{cmd}`: {e}"));
+        let mut child = Command::new("sh")
+            .args(["-c", &cmd])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run `{cmd}`: {e}"));
         let deadline = Instant::now() + Duration::from_secs(600);
         let status = loop {
             if let Some(s) = child.try_wait().expect("wait for npm") {
@@ -59,7 +70,8 @@ pub fn real_codex() -> PathBuf {
             std::thread::sleep(Duration::from_millis(200));
         };
         assert!(
-            status.is_some_and(|s| s.success()) && installed_version(&prefix).as_deref() == Some(PINNED),
+            status.is_some_and(|s| s.success())
+                && installed_version(&prefix).as_deref() == Some(PINNED),
             "the real Codex CLI is needed and could not be installed ({status:?}); run:\n  {cmd}\n(or `bash tests/run.sh`, which installs it)"
         );
     }
@@ -73,6 +85,8 @@ pub fn fake_codex() -> PathBuf {
 
 /// A recorded transcript under tests/data/codex/.
 pub fn transcript(name: &str) -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/codex").join(name);
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/codex")
+        .join(name);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }

@@ -67,7 +67,11 @@ impl Respond for Responder {
         let mut st = self.state.lock().unwrap();
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
         let n = st.requests.len();
-        st.requests.push((req.method.to_string(), req.url.path().to_string(), body.clone()));
+        st.requests.push((
+            req.method.to_string(),
+            req.url.path().to_string(),
+            body.clone(),
+        ));
         if req.method.as_str() != "POST" || req.url.path() != "/v1/responses" {
             return ResponseTemplate::new(404).set_body_json(json!({"error": {"message": format!("the fake serves POST /v1/responses only, not {} {}", req.method, req.url.path())}}));
         }
@@ -109,7 +113,12 @@ pub fn offered_tools(body: &Value) -> Vec<String> {
     }
     let mut out = Vec::new();
     walk(&body["tools"], &mut out);
-    for item in body["input"].as_array().into_iter().flatten().filter(|i| i["type"] == "additional_tools") {
+    for item in body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "additional_tools")
+    {
         walk(&item["tools"], &mut out);
     }
     out
@@ -122,16 +131,28 @@ fn tool_call(n: usize, body: &Value, tool: Tool<'_>) -> Value {
     if has("exec") && !has("exec_command") {
         // Code mode: one JavaScript tool orchestrating the nested ones.
         let js = match tool {
-            Tool::Shell(cmd) => format!("const r = await tools.exec_command({{cmd: {}}});\ntext(JSON.stringify(r));", json!(cmd)),
-            Tool::Patch(p) => format!("const r = await tools.apply_patch({});\ntext(JSON.stringify(r));", json!(p)),
+            Tool::Shell(cmd) => format!(
+                "const r = await tools.exec_command({{cmd: {}}});\ntext(JSON.stringify(r));",
+                json!(cmd)
+            ),
+            Tool::Patch(p) => format!(
+                "const r = await tools.apply_patch({});\ntext(JSON.stringify(r));",
+                json!(p)
+            ),
         };
         return json!({"type": "custom_tool_call", "id": format!("ctc_{n}"), "status": "completed", "call_id": call_id, "name": "exec", "input": js});
     }
     match tool {
-        Tool::Shell(cmd) => json!({"type": "function_call", "id": format!("fc_{n}"), "status": "completed", "call_id": call_id, "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string()}),
-        Tool::Patch(p) if has("apply_patch") => json!({"type": "custom_tool_call", "id": format!("ctc_{n}"), "status": "completed", "call_id": call_id, "name": "apply_patch", "input": p}),
+        Tool::Shell(cmd) => {
+            json!({"type": "function_call", "id": format!("fc_{n}"), "status": "completed", "call_id": call_id, "name": "exec_command", "arguments": json!({"cmd": cmd}).to_string()})
+        }
+        Tool::Patch(p) if has("apply_patch") => {
+            json!({"type": "custom_tool_call", "id": format!("ctc_{n}"), "status": "completed", "call_id": call_id, "name": "apply_patch", "input": p})
+        }
         // No patch tool offered: apply it through the shell tool's heredoc form.
-        Tool::Patch(p) => json!({"type": "function_call", "id": format!("fc_{n}"), "status": "completed", "call_id": call_id, "name": "exec_command", "arguments": json!({"cmd": format!("apply_patch <<'PATCH'\n{p}\nPATCH")}).to_string()}),
+        Tool::Patch(p) => {
+            json!({"type": "function_call", "id": format!("fc_{n}"), "status": "completed", "call_id": call_id, "name": "exec_command", "arguments": json!({"cmd": format!("apply_patch <<'PATCH'\n{p}\nPATCH")}).to_string()})
+        }
     }
 }
 
@@ -149,7 +170,11 @@ fn sse(n: usize, item: Value) -> ResponseTemplate {
         let item_id = item["id"].clone();
         events.push(json!({"type": "response.content_part.added", "item_id": item_id, "output_index": 0, "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}));
         // Two deltas: the CLI must join them.
-        let mid = text.char_indices().nth(text.chars().count() / 2).map(|(i, _)| i).unwrap_or(0);
+        let mid = text
+            .char_indices()
+            .nth(text.chars().count() / 2)
+            .map(|(i, _)| i)
+            .unwrap_or(0);
         for d in [&text[..mid], &text[mid..]] {
             events.push(json!({"type": "response.output_text.delta", "item_id": item_id, "output_index": 0, "content_index": 0, "delta": d}));
         }
@@ -162,17 +187,31 @@ fn sse(n: usize, item: Value) -> ResponseTemplate {
         "total_tokens": input + output}}}));
     let mut body = String::new();
     for e in events {
-        body.push_str(&format!("event: {}\ndata: {}\n\n", e["type"].as_str().unwrap(), e));
+        body.push_str(&format!(
+            "event: {}\ndata: {}\n\n",
+            e["type"].as_str().unwrap(),
+            e
+        ));
     }
-    ResponseTemplate::new(200).insert_header("content-type", "text/event-stream").set_body_raw(body, "text/event-stream")
+    ResponseTemplate::new(200)
+        .insert_header("content-type", "text/event-stream")
+        .set_body_raw(body, "text/event-stream")
 }
 
 impl FakeResponses {
     /// Starts the server on 127.0.0.1 with a port of its own and `script`.
     pub async fn start(script: Vec<Reply>) -> FakeResponses {
         let server = MockServer::start().await;
-        let state = Arc::new(Mutex::new(State { script: script.into(), requests: vec![] }));
-        Mock::given(any()).respond_with(Responder { state: state.clone() }).mount(&server).await;
+        let state = Arc::new(Mutex::new(State {
+            script: script.into(),
+            requests: vec![],
+        }));
+        Mock::given(any())
+            .respond_with(Responder {
+                state: state.clone(),
+            })
+            .mount(&server)
+            .await;
         FakeResponses { server, state }
     }
 
@@ -188,13 +227,23 @@ impl FakeResponses {
             "-c".into(),
             "model_provider=fake".into(),
             "-c".into(),
-            format!(r#"model_providers.fake={{name="fake",base_url="{}",wire_api="responses",env_key="FAKE_KEY"}}"#, self.base_url()),
+            format!(
+                r#"model_providers.fake={{name="fake",base_url="{}",wire_api="responses",env_key="FAKE_KEY"}}"#,
+                self.base_url()
+            ),
         ]
     }
 
     /// Bodies of the `POST /v1/responses` requests so far.
     pub fn bodies(&self) -> Vec<Value> {
-        self.state.lock().unwrap().requests.iter().filter(|(m, p, _)| m == "POST" && p == "/v1/responses").map(|(_, _, b)| b.clone()).collect()
+        self.state
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|(m, p, _)| m == "POST" && p == "/v1/responses")
+            .map(|(_, _, b)| b.clone())
+            .collect()
     }
 
     /// Replies not given yet.
@@ -223,7 +272,11 @@ pub fn tool_outputs(body: &Value) -> String {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|i| i["type"].as_str().is_some_and(|t| t.ends_with("_call_output")))
+        .filter(|i| {
+            i["type"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("_call_output"))
+        })
         .map(|i| i["output"].to_string())
         .collect::<Vec<_>>()
         .join("\n")
