@@ -1122,3 +1122,116 @@ async fn progress_lines_and_a_json_log_per_run() {
         2
     );
 }
+
+/// Chromium from Debian's package, as the README's test command installs it.
+fn chromium() -> std::path::PathBuf {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+        .expect("Chromium is missing: `bash tests/run.sh` installs it (apt-get install chromium)")
+}
+
+/// Loads `page` in headless Chromium at `width` px; returns the DOM as the
+/// browser built it and what the browser logged (console messages included).
+fn render(page: &std::path::Path, width: u32, profile: &std::path::Path) -> (String, String) {
+    let out = std::process::Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            &format!("--window-size={width},900"),
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            &format!("file://{}", page.display()),
+        ])
+        .output()
+        .expect("chromium runs");
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `report --html` draws the night: one bar per round the ledger holds, one
+/// band per usage-limit sleep, the items with their outcomes; it loads in a
+/// real headless browser at phone and desktop widths with no console error
+/// and no request outside the page; agent text cannot inject markup.
+#[tokio::test(flavor = "multi_thread")]
+async fn html_report_draws_one_bar_per_round_in_a_real_browser() {
+    let gh = FakeGitHub::start().await;
+    let f = world(
+        &gh,
+        "# calc\n\n- [ ] Add sub\n- [ ] Add bogus <img src=x onerror=alert(1)>\n  - rounds: 2\n- [ ] Add mul\n  - question: is mul worth it?\n",
+    );
+    std::fs::write(
+        f.agents.join("writer.sh"),
+        WRITER.replace(
+            "*div*)",
+            "*bogus*) echo '<script>alert(2)</script>' >> calc.txt ;;\n  *div*)",
+        ),
+    )
+    .unwrap();
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // A usage-limit sleep of the night, as the run records one.
+    f.db.sql(
+        "INSERT INTO limit_sleeps (run_id, agent, kind, message, slept_from, slept_until) \
+         SELECT id, 'claude', 'usage_limit', 'limit', started_at, started_at + interval '1 second' FROM runs",
+    );
+    let rounds: usize = f.db.sql("SELECT count(*) FROM rounds").parse().unwrap();
+    assert_eq!(rounds, 3, "one round of sub, two of bogus");
+
+    let page = f.dir.path().join("night.html");
+    let out = f.run(&["report", "--html", page.to_str().unwrap()]);
+    assert_ok(&out, "report --html");
+    assert_eq!(text(&out).trim(), page.display().to_string());
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("<script"),
+        "no script, and agent text is escaped"
+    );
+    assert!(!html.contains("<img"), "backlog text is escaped");
+    assert!(
+        html.contains("&lt;script&gt;alert(2)"),
+        "the gate's words are shown, escaped"
+    );
+    // Links to PRs are fine; nothing is loaded from outside the page.
+    for load in [" src=\"", "<link", "@import", "url(", "<iframe", "<object"] {
+        assert!(!html.contains(load), "the page loads nothing: {load}");
+    }
+
+    let profile = tempfile::tempdir().unwrap();
+    for width in [1280, 390] {
+        let (dom, log) = render(&page, width, profile.path());
+        let bars = dom.matches("class=\"round\"").count();
+        assert_eq!(bars, rounds, "one bar per round at {width} px");
+        assert_eq!(
+            dom.matches("class=\"sleep\"").count(),
+            1,
+            "one band per sleep"
+        );
+        assert!(
+            dom.contains("tests_failed") && dom.contains("pr_opened") && dom.contains("blocked")
+        );
+        let console: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
+            })
+            .collect();
+        assert!(console.is_empty(), "console at {width} px: {console:?}");
+    }
+}

@@ -86,6 +86,11 @@ pub enum Command {
         /// Print the PR bodies (and the PRs that would have been opened).
         #[arg(long)]
         show_body: bool,
+        /// Write the run as one self-contained HTML page with a timeline of
+        /// the night, to FILE (`-`: standard output; default:
+        /// `.nightshift/reports/<run id>.html`).
+        #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["json", "markdown", "show_body"])]
+        html: Option<std::path::PathBuf>,
     },
     /// What is running now: item, round, phase, or the usage-limit sleep.
     Status {
@@ -292,7 +297,11 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
             json,
             markdown,
             show_body,
+            html,
         } => {
+            if let Some(file) = html {
+                return report::html(&cli, run_id.as_deref().or(run.as_deref()), file).await;
+            }
             let format = if *json {
                 report::ReportFormat::Json
             } else if *markdown {
