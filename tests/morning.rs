@@ -1235,3 +1235,122 @@ async fn html_report_draws_one_bar_per_round_in_a_real_browser() {
         assert!(console.is_empty(), "console at {width} px: {console:?}");
     }
 }
+
+/// A local webhook receiver: keeps every request body, answers each with the
+/// next of `answers` (the last repeats); `None` never answers (a timeout).
+struct Hook {
+    url: String,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+async fn hook(answers: Vec<Option<u16>>) -> Hook {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = bodies.clone();
+    tokio::spawn(async move {
+        let mut n = 0usize;
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let answer = answers[n.min(answers.len() - 1)];
+            n += 1;
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // Headers, then Content-Length bytes of body.
+                let body = loop {
+                    let k = sock.read(&mut chunk).await.unwrap_or(0);
+                    if k == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..k]);
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if body.len() >= len {
+                            break body.to_string();
+                        }
+                    }
+                };
+                kept.lock().unwrap().push(body);
+                match answer {
+                    Some(code) => {
+                        let resp = format!(
+                            "HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        );
+                        let _ = sock.write_all(resp.as_bytes()).await;
+                    }
+                    None => tokio::time::sleep(std::time::Duration::from_secs(60)).await,
+                }
+            });
+        }
+    });
+    Hook { url, bodies }
+}
+
+/// `notify --test` sends one sample to the webhook (JSON summary), to Slack
+/// (its incoming-webhook shape) and to a command (JSON on stdin); a target
+/// that keeps failing is retried a bounded number of times and named.
+#[tokio::test(flavor = "multi_thread")]
+async fn notify_test_sends_a_sample_to_every_target() {
+    let ok = hook(vec![Some(200)]).await;
+    let slack = hook(vec![Some(200)]).await;
+    let f = Fixture::new();
+    let got = f.dir.path().join("from-command.json");
+    let cmd = f.agent(
+        "notify.sh",
+        &format!("#!/bin/sh\ncat > {}\n", got.display()),
+    );
+    f.config(&format!(
+        "[notify]\nwebhook = \"{}\"\nslack_webhook = \"{}\"\ncommand = [\"{cmd}\"]\n",
+        ok.url, slack.url
+    ));
+    let out = f.run(&["notify", "--test"]);
+    assert_ok(&out, "notify --test");
+    let said = text(&out);
+    for t in ["webhook: sent", "slack_webhook: sent", "command: sent"] {
+        assert!(said.contains(t), "{said}");
+    }
+    let hooked = ok.bodies.lock().unwrap().clone();
+    assert_eq!(hooked.len(), 1);
+    let v: serde_json::Value = serde_json::from_str(&hooked[0]).unwrap();
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["counts"]["pr_opened"], 1);
+    assert!(v["failures"][0]["reason"].is_string());
+    let s: serde_json::Value = serde_json::from_str(&slack.bodies.lock().unwrap()[0]).unwrap();
+    assert!(s["text"].as_str().unwrap().starts_with("nightshift run"));
+    assert!(
+        s["blocks"][0]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("tests_failed")
+    );
+    let stdin: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&got).unwrap()).unwrap();
+    assert_eq!(stdin, v, "the command gets the same JSON");
+
+    let failing = hook(vec![Some(500)]).await;
+    f.config(&format!("[notify]\nwebhook = \"{}\"\n", failing.url));
+    let out = f.run(&["notify", "--test"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("webhook: not sent after 3 attempt(s): answered HTTP 500"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(failing.bodies.lock().unwrap().len(), 3);
+
+    f.config("[notify]\nwebhook = \"ftp://example.com/x\"\n");
+    let out = f.run(&["notify", "--test"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("notify.webhook"), "{}", text(&out));
+}

@@ -7,6 +7,7 @@ mod doctor;
 mod drain;
 mod init;
 mod limit;
+mod notify;
 mod plan;
 mod progress;
 mod report;
@@ -102,6 +103,12 @@ pub enum Command {
     Sync,
     /// Check git, remote, token, API, label, agents, database and data dir; one line each.
     Doctor,
+    /// Send a sample end-of-run message to the config's `[notify]` targets.
+    Notify {
+        /// Required: a sample, not a real run's summary.
+        #[arg(long)]
+        test: bool,
+    },
     /// Stay in the foreground and start a drain at each fire time of a cron expression.
     Schedule {
         /// Cron expression: 5 fields `min hour day month weekday`, or 6 with seconds first.
@@ -320,6 +327,7 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
         Command::Status { json } => report::status(&cli, *json).await,
         Command::Sync => sync::sync(&cli, &startup).await,
         Command::Doctor => doctor::doctor(&cli, &startup).await,
+        Command::Notify { test } => notify::notify_test(&cli, *test, &startup).await,
     }
 }
 
