@@ -17,6 +17,7 @@ pub mod error;
 pub mod forge;
 pub mod gate;
 pub mod git;
+pub mod history;
 pub mod ledger;
 pub mod limit;
 pub mod notify;
