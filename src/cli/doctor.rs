@@ -1,8 +1,8 @@
 //! `nightshift doctor` (SPEC §2): checks everything a night needs — git, the
-//! repository and its remote, the base branch there, the GitHub token and its
-//! scopes, the API, the label, the agents, the root/`agent_user` rule, the
-//! ledger and the data directory — one line per check with a fix hint, exit
-//! 1 if any fails.
+//! repository and its remote, the base branch there, the backlog and the
+//! gate's programs, the GitHub token and its scopes, the API, the label, the
+//! agents, the root/`agent_user` rule, the ledger and the data directory —
+//! one line per check with a fix hint, exit 1 if any fails.
 //!
 //! It spends no agent usage (agents are asked `--version` and their local
 //! login state only, and custom `command` agents are not run at all) and changes nothing on GitHub (the
