@@ -100,9 +100,145 @@ pub fn may_resume(a: &Approval, now: DateTime<Utc>) -> bool {
     now < a.expires_at
 }
 
+/// Why an item of the current plan is not under the approval that started
+/// the run (docs/contract.md "approval"): the report's reason for
+/// `not_approved`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotApproved {
+    /// The approval held this item with another contract (same key: its
+    /// details or the config changed), or an item that is gone now and sat
+    /// where this one sits (a reworded title or a moved section: a new key).
+    Changed,
+    /// Nothing in the approval stands for this item.
+    Added,
+}
+
+impl NotApproved {
+    /// The report's reason, with what to do.
+    pub fn reason(self) -> &'static str {
+        match self {
+            NotApproved::Changed => {
+                "the item changed since the approval (its title, section or details, or the config, differ from the approved contract); run `nightshift plan` and approve the new SHA"
+            }
+            NotApproved::Added => {
+                "the item is not in the approved plan (added after it); run `nightshift plan` and approve the new SHA"
+            }
+        }
+    }
+}
+
+/// One item as the approval or the current plan holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The item's key (docs/backlog.md).
+    pub key: String,
+    /// Its title.
+    pub title: String,
+}
+
+/// Decides [`NotApproved`] for the current item `key`. `approved` and
+/// `current` are the approved and the current plan's items in backlog order.
+///
+/// The same key in the approval: changed. Otherwise the item may be a
+/// reworded one: the items whose keys both plans hold are anchors, and
+/// between two anchors the approved items that are gone are paired with the
+/// current items that are new, each gone item with the most similar new
+/// title (Jaro–Winkler), in order. A new item paired so is changed; an
+/// unpaired one was added.
+pub fn why_not_approved(approved: &[Held], current: &[Held], key: &str) -> NotApproved {
+    if approved.iter().any(|a| a.key == key) {
+        return NotApproved::Changed;
+    }
+    let in_approved = |k: &str| approved.iter().any(|a| a.key == k);
+    let in_current = |k: &str| current.iter().any(|c| c.key == k);
+    let Some(at) = current.iter().position(|c| c.key == key) else {
+        return NotApproved::Added;
+    };
+    // The anchor before this item (its key in both plans), if any.
+    let anchor_before = current[..at].iter().rev().find(|c| in_approved(&c.key));
+    let anchor_after = current[at + 1..].iter().find(|c| in_approved(&c.key));
+    let start = anchor_before
+        .and_then(|a| approved.iter().position(|x| x.key == a.key))
+        .map_or(0, |i| i + 1);
+    let end = anchor_after
+        .and_then(|a| approved.iter().position(|x| x.key == a.key))
+        .unwrap_or(approved.len());
+    let mut gone: Vec<&Held> = approved
+        .get(start..end.max(start))
+        .unwrap_or_default()
+        .iter()
+        .filter(|a| !in_current(&a.key))
+        .collect();
+    let cur_start = anchor_before
+        .and_then(|a| current.iter().position(|x| x.key == a.key))
+        .map_or(0, |i| i + 1);
+    let cur_end = anchor_after
+        .and_then(|a| current.iter().position(|x| x.key == a.key))
+        .unwrap_or(current.len());
+    let new: Vec<&Held> = current[cur_start..cur_end]
+        .iter()
+        .filter(|c| !in_approved(&c.key))
+        .collect();
+    // Each gone item takes the most similar new title still free, in order.
+    let mut taken = vec![false; new.len()];
+    for g in gone.drain(..) {
+        let best = new
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !taken[*i])
+            .map(|(i, n)| {
+                (
+                    strsim::jaro_winkler(&g.title.to_lowercase(), &n.title.to_lowercase()),
+                    i,
+                )
+            })
+            .max_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((_, i)) = best {
+            taken[i] = true;
+        }
+    }
+    match new.iter().position(|n| n.key == key) {
+        Some(i) if taken[i] => NotApproved::Changed,
+        _ => NotApproved::Added,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn held(items: &[&str]) -> Vec<Held> {
+        items
+            .iter()
+            .map(|t| Held {
+                key: format!("key of {t}"),
+                title: t.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_reworded_item_is_changed_and_a_new_one_added() {
+        let approved = held(&["Add sub", "Add mul", "Add div"]);
+        let current = held(&["Add sub", "Add mul", "Add pow", "Add division"]);
+        let why = |t: &str| why_not_approved(&approved, &current, &format!("key of {t}"));
+        assert_eq!(why("Add division"), NotApproved::Changed);
+        assert_eq!(why("Add pow"), NotApproved::Added);
+        // The same key with another contract.
+        assert_eq!(why("Add mul"), NotApproved::Changed);
+        // Nothing gone: every new item was added.
+        let current = held(&["Add sub", "Add mul", "Add div", "Add pow"]);
+        assert_eq!(
+            why_not_approved(&approved, &current, "key of Add pow"),
+            NotApproved::Added
+        );
+        // A reworded first item, before any anchor.
+        let current = held(&["Subtract", "Add mul", "Add div"]);
+        assert_eq!(
+            why_not_approved(&approved, &current, "key of Subtract"),
+            NotApproved::Changed
+        );
+    }
 
     fn approval(age_h: i64, used: bool) -> Approval {
         let created = Utc::now() - Duration::hours(age_h);

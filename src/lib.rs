@@ -13,6 +13,7 @@ pub mod backlog;
 pub mod cli;
 pub mod config;
 pub mod contract;
+pub mod duration;
 pub mod error;
 pub mod forge;
 pub mod gate;

@@ -483,7 +483,7 @@ pub fn explain(reading: &LimitReading, now: DateTime<Utc>, tz: Tz, policy: &Slee
 /// ```text
 /// usage limit (account)
 /// reset: 2026-03-05T13:00:00Z = 2026-03-05 21:00 CST (Asia/Taipei)
-/// sleep: 19h 12m → clamped to 6h 0m, until 2026-03-04T23:50:00Z
+/// sleep: 6h until 2026-03-04T23:50:00Z (2026-03-05 07:50:00 CST)
 /// source: text: resets 9pm
 /// ```
 pub fn explain_text(
@@ -544,13 +544,9 @@ pub fn explain_text(
     out
 }
 
+/// Whole seconds in the one format of [`crate::duration`] (`6h`, `1h12m`, `45s`).
 fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    match (s / 3600, (s % 3600) / 60, s % 60) {
-        (0, 0, sec) => format!("{sec}s"),
-        (0, m, sec) => format!("{m}m {sec}s"),
-        (h, m, _) => format!("{h}h {m}m"),
-    }
+    crate::duration::format(Duration::from_secs(d.as_secs()))
 }
 
 fn rfc3339_utc(t: DateTime<Utc>) -> String {

@@ -516,19 +516,21 @@ async fn one_item(
         });
     }
     if !approved.contains(&entry.contract_sha) {
-        // Which of the two: the approved set held this item (by key) with
-        // another contract, or did not hold it at all.
-        let changed = night
-            .db(|| rec::item_in_contracts(pool, approved, key))
-            .await?;
-        let why = if changed {
-            "the item or the config changed after the approval (its contract is not the approved one); run `nightshift plan` and approve the new SHA"
-        } else {
-            "the item is not in the approved plan (added after it); run `nightshift plan` and approve the new SHA"
-        };
+        // Changed (same key, or a reworded item where a gone one sat) or added.
+        let held = night.db(|| rec::contract_items(pool, approved)).await?;
+        let current: Vec<crate::approval::Held> = night
+            .plan
+            .entries
+            .iter()
+            .map(|e| crate::approval::Held {
+                key: e.item.key.clone(),
+                title: e.item.title.clone(),
+            })
+            .collect();
+        let why = crate::approval::why_not_approved(&held, &current, key);
         return Ok(ItemEnd {
             outcome: "not_approved".into(),
-            reason: Some(why.into()),
+            reason: Some(why.reason().into()),
             ..Default::default()
         });
     }

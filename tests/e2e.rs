@@ -335,11 +335,13 @@ async fn run_uses_the_approval_of_its_items_contract() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changed_backlog_runs_only_what_was_approved() {
     let (f, gh) = world().await;
-    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n");
     let old = f.plan_sha();
+    // `Add mul` gets a detail (same key), `Add div` is reworded (a new key
+    // where the approved item sat), `Add pow` is new.
     f.write(
         "NEXT.md",
-        "- [ ] Add sub\n- [ ] Add mul\n  - accept: mul multiplies\n- [ ] Add pow\n",
+        "- [ ] Add sub\n- [ ] Add mul\n  - accept: mul multiplies\n- [ ] Add pow\n- [ ] Add the div word\n",
     );
     let out = f.run(&["approve", &old]);
     assert_ok(&out, "approve the older plan");
@@ -348,7 +350,7 @@ async fn a_changed_backlog_runs_only_what_was_approved() {
     assert!(
         t.contains("changed since this plan was made")
             && t.contains(&format!("nightshift approve {current}"))
-            && t.contains("only the 1 of 3"),
+            && t.contains("only the 1 of 4"),
         "{t}"
     );
     let out = f.run(&["drain"]);
@@ -363,9 +365,11 @@ async fn a_changed_backlog_runs_only_what_was_approved() {
     };
     assert_eq!(of(0).0, "pr_opened", "{rep:#}");
     assert_eq!(of(1).0, "not_approved");
-    assert!(of(1).1.contains("changed after the approval"), "{rep:#}");
+    assert!(of(1).1.contains("changed since the approval"), "{rep:#}");
     assert_eq!(of(2).0, "not_approved");
-    assert!(of(2).1.contains("not in the approved plan"), "{rep:#}");
+    assert!(of(2).1.contains("added after it"), "{rep:#}");
+    assert_eq!(of(3).0, "not_approved");
+    assert!(of(3).1.contains("changed since the approval"), "{rep:#}");
     assert_eq!(gh.prs().len(), 1);
 }
 
@@ -504,13 +508,43 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(f.report()["items"][0]["outcome"], "tests_failed");
     assert_eq!(f.db.sql("SELECT exit_code FROM gate_runs"), "127");
-    // A writer command that does not exist: exit 2 before the approval is
-    // consumed, the message names it, the ledger records the refusal.
+    // A writer command that does not exist: `plan` offers no SHA to approve
+    // (the approval would only be spent on a refusal), in text and in JSON,
+    // and stores no plan that `approve` could take.
     f.config(&format!("verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"/no/such/writer\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
-    let runs_before = f.db.sql("SELECT count(*) FROM runs");
-    let out = f.approve_and_drain(&[]);
+    let plans_before = f.db.sql("SELECT count(*) FROM plans");
+    let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("/no/such/writer"), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("/no/such/writer")
+            && t.contains("no SHA to approve")
+            && t.contains("fix [writer] command")
+            && !t.contains("approve it with"),
+        "{t}"
+    );
+    let out = f.run(&["plan", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan --json is JSON");
+    assert!(v["plan_sha"].is_null() && v["runnable"] == false, "{v}");
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .is_some_and(|p| p.contains("/no/such/writer")),
+        "{v}"
+    );
+    assert_eq!(f.db.sql("SELECT count(*) FROM plans"), plans_before);
+    // A writer that disappears after the approval: the drain exits 2 before
+    // the approval is consumed, names it, and the ledger records the refusal.
+    let gone = f.agent("gone-writer.sh", WRITER);
+    f.config(&format!("verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{gone}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    let sha = f.plan_sha();
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    std::fs::remove_file(&gone).unwrap();
+    let runs_before = f.db.sql("SELECT count(*) FROM runs");
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("gone-writer.sh"), "{}", text(&out));
     assert_eq!(
         f.db.sql("SELECT count(*) FROM runs"),
         runs_before,
@@ -520,7 +554,7 @@ async fn bad_inputs_get_clear_messages_and_codes() {
         f.db.sql(
             "SELECT data->>'reason' FROM events WHERE kind = 'refused' ORDER BY seq DESC LIMIT 1"
         )
-        .contains("/no/such/writer")
+        .contains("gone-writer.sh")
     );
     assert_eq!(f.db.sql("SELECT count(*) FROM approval_uses u JOIN approvals a ON a.id = u.approval_id WHERE a.created_at = (SELECT max(created_at) FROM approvals)"), "0", "the approval was not consumed");
 }
@@ -550,6 +584,24 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
             .contains("nightshift-item")
     );
     assert_eq!(rep["items"][1]["outcome"], "blocked");
+    // The report's row and doctor's token line say one thing about the
+    // missing token on a local remote.
+    let reason = rep["items"][0]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (what, fix) = reason.split_once("; ").expect("what; fix");
+    assert!(
+        what.contains("no GitHub token") && fix.contains("report --show-body"),
+        "{reason}"
+    );
+    let doctor = String::from_utf8_lossy(&f.run(&["doctor"]).stdout).to_string();
+    assert!(
+        doctor
+            .lines()
+            .any(|l| l.starts_with("warn token ") && l.ends_with(&format!("{what} — fix: {fix}"))),
+        "{doctor}"
+    );
     let branches = f.remote_branches();
     assert_eq!(branches.len(), 1);
     assert_eq!(
@@ -597,9 +649,26 @@ async fn the_embedded_database_through_the_binary() {
     let out = embedded(&["db", "status"]);
     assert_ok(&out, "db status");
     assert!(text(&out).contains("running: no"), "{}", text(&out));
-    // First use creates and starts the private cluster; a second run reuses it.
+    // First use creates and starts the private cluster, and says so once,
+    // with where and how to stop it; a second run reuses it.
     let out = embedded(&["plan", "--json"]);
     assert_ok(&out, "plan on the embedded database");
+    let said = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        said.contains(&format!(
+            "created a private PostgreSQL for nightshift's ledger at {}",
+            f.data.join("pg").display()
+        )) && said.contains("left it running")
+            && said.contains("`nightshift db stop`"),
+        "{said}"
+    );
+    let again = embedded(&["plan", "--json"]);
+    assert_ok(&again, "a second plan");
+    assert!(
+        !String::from_utf8_lossy(&again.stderr).contains("created a private PostgreSQL"),
+        "said once only: {}",
+        text(&again)
+    );
     let status = text(&embedded(&["db", "status"]));
     assert!(status.contains("running: yes"), "{status}");
     let pid = status
@@ -919,4 +988,284 @@ async fn a_branch_pushed_without_a_token_gets_its_pr_from_the_next_run_with_one(
         "the work was not redone"
     );
     assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "open");
+}
+
+/// Config read errors name file, line and key, and say what to write
+/// instead (issue 14.8): a string where a list is expected keeps its value.
+#[test]
+fn config_read_errors_say_what_to_write() {
+    let f = Fixture::new();
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    for (config, at, fix) in [
+        (
+            "verify = \"sh test.sh\"\n",
+            1,
+            "`verify = [\"sh test.sh\"]`",
+        ),
+        (
+            "base = \"main\"\n[writer]\nkind = \"claud\"\n",
+            3,
+            "`kind = \"claude\"`",
+        ),
+        ("[limits]\nrounds = -1\n", 2, "`rounds = 3`"),
+        (
+            "[limits]\nagent_timeout = 45\n",
+            2,
+            "`agent_timeout = \"60m\"`",
+        ),
+        (
+            "[limits]\ngate_timeout = \"soon\"\n",
+            2,
+            "write e.g. \"45m\"",
+        ),
+        ("tick_in_pr = \"yes\"\n", 1, "`tick_in_pr = false`"),
+        ("base = main\n", 1, "`base = \"main\"`"),
+        (
+            "github_repo = \"nope\"\n",
+            1,
+            "`github_repo = \"owner/repo\"`",
+        ),
+    ] {
+        f.config(config);
+        let out = f.run(&["plan"]);
+        assert_eq!(out.status.code(), Some(2), "{config}: {}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains(&format!(".nightshift/config.toml:{at}:")) && t.contains(fix),
+            "{config:?}: {t}"
+        );
+    }
+}
+
+/// One duration grammar in the config and the backlog, titles of invisible
+/// characters only are no items, and a ledger URL without a password is
+/// shown whole (issue 14.16).
+#[test]
+fn one_duration_grammar_no_invisible_titles_and_a_readable_ledger_url() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(
+        &w,
+        &r,
+        "[limits]\nagent_timeout = \"10 minutes\"\nitem_timeout = \"3 hours\"\n",
+    );
+    f.write("NEXT.md", "- [ ] Add sub\n  - timeout: 45 minutes\n");
+    let out = f.run(&["plan"]);
+    assert_ok(&out, "plan with worded durations");
+    let t = text(&out);
+    assert!(t.contains("45m") && t.contains("10m"), "{t}");
+    // A zero-width space and a word joiner: nothing a person can see.
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] \u{200B}\u{2060}\n");
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("NEXT.md:2: the title is only invisible characters (U+200B U+2060)"),
+        "{t}"
+    );
+    // The fixture's ledger URL has no password: doctor shows it, not `****`.
+    let out = f.run(&["doctor"]);
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.contains(" database "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        line.contains(&f.db.name) && line.contains("@") && !line.contains("****"),
+        "{line}"
+    );
+    // With a password, only the password is masked.
+    let out = f
+        .cmd()
+        .env(
+            "NIGHTSHIFT_DATABASE_URL",
+            "postgres://nightshift:Xk9-secret-pw@127.0.0.1:1/ledger",
+        )
+        .args(["doctor"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(
+        !t.contains("Xk9-secret-pw") && t.contains("postgres://nightshift@127.0.0.1:1/ledger"),
+        "{t}"
+    );
+}
+
+/// `init` guesses the gate from the repository's files, says so, and names
+/// the config in its "next" line; with nothing to go by it writes a marked
+/// placeholder that `plan` refuses (issue 14.4).
+#[test]
+fn init_guesses_the_gate_or_writes_a_placeholder() {
+    let f = Fixture::new();
+    let cfg = f.repo.join(".nightshift/config.toml");
+    // The fixture is a shell project: no test tool to go by.
+    let out = f.run(&["init"]);
+    assert_ok(&out, "init");
+    let t = text(&out);
+    assert!(
+        t.contains("holds a placeholder")
+            && t.contains(&format!("next: set `verify` in {}", cfg.display())),
+        "{t}"
+    );
+    let written = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        written.contains("# PLACEHOLDER: set your test command"),
+        "{written}"
+    );
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("placeholder"), "{}", text(&out));
+    for (file, body, gate, why) in [
+        (
+            "Cargo.toml",
+            "[package]\nname = \"x\"\n",
+            "cargo test",
+            "Cargo.toml",
+        ),
+        (
+            "package.json",
+            "{\"scripts\": {\"test\": \"node test.js\"}}",
+            "npm test",
+            "package.json has a `test` script",
+        ),
+        ("pytest.ini", "[pytest]\n", "pytest", "pytest.ini"),
+        (
+            "pyproject.toml",
+            "[tool.pytest.ini_options]\n",
+            "pytest",
+            "pyproject.toml mentions pytest",
+        ),
+        ("go.mod", "module x\n", "go test ./...", "go.mod"),
+        (
+            "Makefile",
+            "all:\n\ttrue\ntest:\n\tsh test.sh\n",
+            "make test",
+            "Makefile has a `test:` target",
+        ),
+    ] {
+        std::fs::remove_file(&cfg).unwrap();
+        f.write(file, body);
+        let out = f.run(&["init"]);
+        assert_ok(&out, "init");
+        let t = text(&out);
+        assert!(
+            t.contains(&format!("gate:   verify = [\"{gate}\"] (guessed: {why})"))
+                && t.contains(&format!("next: check {} (gate `{gate}`", cfg.display())),
+            "{file}: {t}"
+        );
+        let written = std::fs::read_to_string(&cfg).unwrap();
+        assert!(
+            written.contains(&format!("verify = [\"{gate}\"]")),
+            "{written}"
+        );
+        std::fs::remove_file(f.repo.join(file)).unwrap();
+    }
+    // A package.json without a test script shows no test command.
+    std::fs::remove_file(&cfg).unwrap();
+    f.write("package.json", "{\"scripts\": {\"build\": \"tsc\"}}");
+    assert!(text(&f.run(&["init"])).contains("holds a placeholder"));
+}
+
+/// `doctor` checks the backlog (found, well formed) and the gate (every
+/// program of every `verify` command exists where the gate runs it, and a
+/// project tool has its project file) (issue 14.2).
+#[test]
+fn doctor_checks_the_backlog_and_the_gate() {
+    let mut f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let doctor = |f: &Fixture| {
+        let out = f.run(&["doctor"]);
+        let t = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.code(), t)
+    };
+    let line = |t: &str, start: &str| {
+        t.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no line {start:?} in:\n{t}"))
+            .to_string()
+    };
+    let (code, t) = doctor(&f);
+    assert_eq!(code, Some(0), "{t}");
+    assert!(line(&t, "ok   backlog ").contains("1 open item(s)"), "{t}");
+    assert!(line(&t, "ok   gate ").contains("`sh test.sh`"), "{t}");
+    // No backlog: a failed check with the fix.
+    std::fs::remove_file(f.repo.join("NEXT.md")).unwrap();
+    let (code, t) = doctor(&f);
+    assert_eq!(code, Some(1), "{t}");
+    let l = line(&t, "FAIL backlog ");
+    assert!(
+        l.contains("backlog not found") && l.contains(" — fix: "),
+        "{l}"
+    );
+    // A malformed item: named with file:line.
+    f.write("NEXT.md", "- [ ] Add sub\n  - accept:\n");
+    let (code, t) = doctor(&f);
+    assert_eq!(code, Some(1), "{t}");
+    assert!(line(&t, "FAIL backlog ").contains("NEXT.md:2"), "{t}");
+    // Gate programs that are not there: a script of the repository behind
+    // `env`, a tool not on PATH, and an item's own `verify:`.
+    f.write(
+        "NEXT.md",
+        "- [ ] Add sub\n  - verify: `missing-tool-abc --x`\n",
+    );
+    let gate = |f: &Fixture, verify: &str| {
+        f.config(&format!("verify = {verify}\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"))
+    };
+    gate(
+        &f,
+        "[\"env CI=1 ./scripts/check.sh\", \"cd . && no-such-tool-xyz --all\"]",
+    );
+    let (code, t) = doctor(&f);
+    assert_eq!(code, Some(1), "{t}");
+    let l = line(&t, "FAIL gate ");
+    assert!(
+        l.contains("./scripts/check.sh is not a file of the repository")
+            && l.contains("`no-such-tool-xyz` is not on PATH")
+            && l.contains("NEXT.md:2 verify:")
+            && l.contains("`missing-tool-abc` is not on PATH"),
+        "{l}"
+    );
+    // The same script, there and executable, with builtins around it: fine.
+    f.write("scripts/check.sh", "#!/bin/sh\nexit 0\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        f.repo.join("scripts/check.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    gate(&f, "[\"env CI=1 ./scripts/check.sh && test -f calc.txt\"]");
+    let (code, t) = doctor(&f);
+    assert_eq!(code, Some(0), "{t}");
+    assert!(line(&t, "ok   gate ").contains("./scripts/check.sh"), "{t}");
+    // A shell project under the default gate (`cargo test`): warned, even
+    // with cargo installed, with the fix.
+    let bin = f.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let cargo = bin.join("cargo");
+    std::fs::write(&cargo, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    f.extra_env.push((
+        "PATH".into(),
+        format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    ));
+    f.config(&format!(
+        "[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+    ));
+    let (code, t) = doctor(&f);
+    assert_eq!(code, Some(0), "{t}");
+    let l = line(&t, "warn gate ");
+    assert!(
+        l.contains("`cargo test` runs cargo, but the repository has no Cargo.toml")
+            && l.contains("set `verify` in"),
+        "{l}"
+    );
 }

@@ -549,7 +549,7 @@ fn explain_has_the_limit_parse_json_shape() {
         "{text}"
     );
     assert!(
-        text.contains("sleep: 6h 0m until 2026-03-04T23:50:00Z"),
+        text.contains("sleep: 6h until 2026-03-04T23:50:00Z"),
         "{text}"
     );
 }

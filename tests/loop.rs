@@ -712,8 +712,18 @@ async fn plan_refuses_a_claude_writer_that_claude_would_refuse_as_root() {
         );
         return;
     }
-    let f = Fixture::new();
+    let mut f = Fixture::new();
     let r = f.agent("reviewer.sh", APPROVE);
+    // A claude on PATH: `plan` offers no SHA for a writer that is not there.
+    f.agent("claude", "#!/bin/sh\nexit 0\n");
+    f.extra_env.push((
+        "PATH".into(),
+        format!(
+            "{}:{}",
+            f.agents.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    ));
     let cfg = |extra: &str| {
         format!(
             "verify = [\"sh test.sh\"]\n{extra}[writer]\nkind = \"claude\"\ncommand = [\"claude\"]\npermission_flags = [\"--dangerously-skip-permissions\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"

@@ -977,7 +977,7 @@ async fn doctor_names_each_failing_check() {
 /// second `init` keeps what is there.
 #[test]
 fn init_writes_a_backlog_that_plans_cleanly() {
-    let f = Fixture::new();
+    let mut f = Fixture::new();
     let out = f.run(&["init"]);
     assert_ok(&out, "init");
     let example = include_str!("../NEXT.example.md");
@@ -1020,6 +1020,29 @@ fn init_writes_a_backlog_that_plans_cleanly() {
     );
     assert!(bl.items.iter().any(|i| i.done), "a done item");
 
+    // As the README's walkthrough goes: the gate init could not guess in
+    // this shell project is set, and the agents (claude) are on PATH;
+    // `plan` offers no SHA before that.
+    let set: Vec<String> = cfg
+        .lines()
+        .map(|l| {
+            if l.starts_with("verify = ") {
+                "verify = [\"sh test.sh\"]".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(f.repo.join(".nightshift/config.toml"), set.join("\n")).unwrap();
+    f.agent("claude", "#!/bin/sh\nexit 0\n");
+    f.extra_env.push((
+        "PATH".into(),
+        format!(
+            "{}:{}",
+            f.agents.display(),
+            std::env::var("PATH").unwrap_or_default()
+        ),
+    ));
     let plan = f.run(&["plan", "--json"]);
     assert_ok(&plan, "plan over the example");
     let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();

@@ -189,7 +189,10 @@ async fn drain_with(
             Ok(f) => (Some(f), None),
             Err(why) => (None, Some(why)),
         },
-        None => (None, Some(crate::cli::NO_TOKEN.to_string())),
+        None => (
+            None,
+            Some(crate::cli::no_token(&config, remote_url.as_deref()).to_string()),
+        ),
     };
     // nightshift keeps such a password out of argv, the checkouts and its
     // records, but the user's own .git/config holds it, and agents running

@@ -496,9 +496,45 @@ pub(crate) fn agents_environment(
     crate::process::child_env(std::env::vars(), &config.secrets)
 }
 
-/// Why nightshift has no GitHub token, and how to give it one.
-pub const NO_TOKEN: &str =
-    "no GitHub token: set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`";
+/// Why nightshift opens no PR without a GitHub token, and what to do: the
+/// one text `doctor`'s token line and the report's rows say
+/// (docs/github.md). Display: `WHAT; FIX`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoToken {
+    /// What is missing, e.g. `no GitHub token for owner/repo`.
+    pub what: String,
+    /// What happens meanwhile and how to give nightshift a token.
+    pub fix: &'static str,
+    /// Whether the repository is on GitHub (then PRs are wanted: doctor fails).
+    pub on_github: bool,
+}
+
+impl std::fmt::Display for NoToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {}", self.what, self.fix)
+    }
+}
+
+/// [`NoToken`] for a repository whose remote URL is `remote_url`: on GitHub
+/// when `GH_REPO`, `github_repo` or the URL names a GitHub repository.
+pub fn no_token(config: &crate::config::Config, remote_url: Option<&str>) -> NoToken {
+    match crate::forge::resolve_repo(
+        std::env::var("GH_REPO").ok().as_deref(),
+        config.github_repo.as_deref(),
+        remote_url,
+    ) {
+        Ok(id) => NoToken {
+            what: format!("no GitHub token for {id}"),
+            fix: "set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`; without one, branches are pushed but no PR is opened",
+            on_github: true,
+        },
+        Err(_) => NoToken {
+            what: "no GitHub token, and the remote is not a GitHub repository".into(),
+            fix: "branches are pushed and `nightshift report --show-body` shows each PR that would have been opened; to open them, set GITHUB_TOKEN (or GH_TOKEN, or `gh auth login`) and GH_REPO=OWNER/REPO",
+            on_github: false,
+        },
+    }
+}
 
 /// nightshift's data directory (slots, logs, the embedded cluster; SPEC §10):
 /// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG

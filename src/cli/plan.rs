@@ -28,6 +28,27 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     let repo = repo_root(cli)?;
     let loaded = load_config(cli, &repo)?;
     check_runnable(&loaded)?;
+    let bl = read_backlog(&repo, &loaded)?;
+    let plan = contract::build_plan(&repo, &bl, &loaded).map_err(|problems| {
+        let mut msg = format!(
+            "{} problem(s) in the backlog; no card was made:\n",
+            problems.len()
+        );
+        for p in &problems {
+            msg.push_str(&format!("  {p}\n"));
+        }
+        Error::usage(msg.trim_end().to_string())
+    })?;
+    Ok(Snapshot { repo, loaded, plan })
+}
+
+/// Reads and parses the configured backlog (problems are in the result, not
+/// an error).
+///
+/// # Errors
+/// Exit 2: the backlog is missing, not a regular file, unreadable or not
+/// UTF-8; each message names the path and the fix.
+pub(crate) fn read_backlog(repo: &std::path::Path, loaded: &Loaded) -> Result<backlog::Backlog> {
     let path = repo.join(&loaded.config.backlog);
     // A FIFO or a device would block the read (or never end): only a
     // regular file (or a link to one) is a backlog.
@@ -58,18 +79,7 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
         }
     };
     let display_path = PathBuf::from(&loaded.config.backlog);
-    let bl = backlog::parse(&display_path, &text);
-    let plan = contract::build_plan(&repo, &bl, &loaded).map_err(|problems| {
-        let mut msg = format!(
-            "{} problem(s) in the backlog; no card was made:\n",
-            problems.len()
-        );
-        for p in &problems {
-            msg.push_str(&format!("  {p}\n"));
-        }
-        Error::usage(msg.trim_end().to_string())
-    })?;
-    Ok(Snapshot { repo, loaded, plan })
+    Ok(backlog::parse(&display_path, &text))
 }
 
 /// Configurations that cannot run unattended (SPEC §6 "As root").
@@ -103,6 +113,29 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Why a plan made under `loaded` cannot run, one sentence with its fix
+/// each: an agent executable that is not there (checked as `drain` checks it
+/// before consuming an approval), or the placeholder gate `init` writes when
+/// it finds no test command. Empty when it can run.
+fn cannot_run(loaded: &Loaded) -> Vec<String> {
+    let c = &loaded.config;
+    let path = std::env::var("PATH").ok();
+    let mut out: Vec<String> = [
+        (crate::agent::Role::Writer, &c.writer),
+        (crate::agent::Role::Reviewer, &c.reviewer),
+    ]
+    .into_iter()
+    .filter_map(|(role, a)| crate::agent::preflight(role, a, path.as_deref()).err())
+    .collect();
+    if c.verify.iter().any(|v| v == config::PLACEHOLDER_GATE) {
+        out.push(format!(
+            "`verify` is still the placeholder `nightshift init` wrote; set it to your test command in {}, e.g. verify = [\"sh test.sh\"]",
+            loaded.path.display()
+        ));
+    }
+    out
 }
 
 /// Marks the items a drain will not run because of earlier runs (SPEC §2:
@@ -151,21 +184,26 @@ pub(crate) async fn mark_earlier_work(
 /// `nightshift plan [--json]`.
 pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
     let snap = snapshot(cli)?;
+    // A plan whose agents cannot start (or whose gate is init's placeholder)
+    // would only spend its approval on a refusal: no SHA is offered, and the
+    // plan is not stored, so nothing can approve it.
+    let blockers = cannot_run(&snap.loaded);
+    if !blockers.is_empty() && !snap.plan.entries.is_empty() {
+        if json {
+            let v = serde_json::json!({"plan_sha": null, "runnable": false, "problems": blockers});
+            println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
+        }
+        return Err(Error::usage(format!(
+            "this plan cannot run, so it has no SHA to approve; fix {} and run `nightshift plan` again:\n  {}",
+            snap.loaded.path.display(),
+            blockers.join("\n  ")
+        )));
+    }
     let lg = ledger().await?;
     let id = repo_id(&snap.repo, &snap.loaded.config.remote);
     rec::save_plan(&lg.pool, &id, &snap.plan).await?;
     let mut plan = snap.plan;
     mark_earlier_work(&lg.pool, &id, &mut plan).await?;
-    // Warnings, not errors: a plan can be made and approved before the tools are in place.
-    let path = std::env::var("PATH").ok();
-    for (role, a) in [
-        (crate::agent::Role::Writer, &snap.loaded.config.writer),
-        (crate::agent::Role::Reviewer, &snap.loaded.config.reviewer),
-    ] {
-        if let Err(w) = crate::agent::preflight(role, a, path.as_deref()) {
-            eprintln!("warning: {w}");
-        }
-    }
     if crate::git::Git::new(&snap.repo)
         .text(&["remote", "get-url", &snap.loaded.config.remote])
         .is_err()

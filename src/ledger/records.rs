@@ -153,6 +153,27 @@ pub async fn item_in_contracts(pool: &PgPool, shas: &[String], key: &str) -> Res
     .await
 }
 
+/// The items (key and title) of the contracts `shas`, in the order of
+/// `shas` (an approved plan's, i.e. backlog order); unknown SHAs are left out.
+///
+/// # Errors
+/// Database errors.
+pub async fn contract_items(pool: &PgPool, shas: &[String]) -> Result<Vec<crate::approval::Held>> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT sha, item_key, title FROM contracts WHERE sha = ANY($1)")
+            .bind(shas)
+            .fetch_all(pool)
+            .await?;
+    Ok(shas
+        .iter()
+        .filter_map(|s| rows.iter().find(|r| &r.0 == s))
+        .map(|(_, key, title)| crate::approval::Held {
+            key: key.clone(),
+            title: title.clone(),
+        })
+        .collect())
+}
+
 /// Records an approval of a plan (or, with `is_contract`, of one contract).
 /// The row is never updated afterwards.
 ///
