@@ -2727,3 +2727,78 @@ proptest! {
         }
     }
 }
+
+// --- issue 14: context-window limits, missed usage limits, the instant throttling lifts -------
+
+/// The messages of one `## …` section of tests/data/limit-messages.txt, by the start of its
+/// heading.
+fn section(heading: &str) -> Vec<&'static str> {
+    let mut inside = false;
+    let mut found = Vec::new();
+    for line in MESSAGES.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            inside = h.starts_with(heading);
+        } else if inside && !line.starts_with('#') && !line.trim().is_empty() {
+            found.push(line.split('\t').next().unwrap());
+        }
+    }
+    assert!(!found.is_empty(), "no section {heading:?}");
+    found
+}
+
+/// `nightshift limit parse` run for real, with a fixed `now` and zone; its stdout.
+fn limit_parse(text: &str, now: &str, tz: &str, json: bool) -> String {
+    let mut args = vec!["limit", "parse", "--now", now, "--tz", tz];
+    if json {
+        args.push("--json");
+    }
+    args.extend(["--", text]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nightshift"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "limit parse {text:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn context_window_limits_are_not_usage_limits_and_say_so() {
+    let now = at(NOW);
+    let mut messages = section("Context-window");
+    // The wording issue 14 reports (no public copy found): "hit your … limit" names the context.
+    messages.push("You've hit your context limit · /compact or /clear to continue");
+    assert!(messages.len() >= 12);
+    for text in messages {
+        let r = read_text(text, now, Tz::UTC);
+        assert_eq!(r.kind, LimitKind::None, "{text}\n{r:?}");
+        assert!(
+            r.source.contains("context-window limit") && r.message == text.trim(),
+            "the reading names what it found: {text}\n{r:?}"
+        );
+        let line = read_stream_line(text, now, Tz::UTC);
+        assert_eq!(line.kind, LimitKind::None, "as a line: {text}\n{line:?}");
+    }
+    // A usage limit printed beside a context-window limit still wins.
+    let both = read_text(
+        "Context limit reached · /compact or /clear to continue\nYou've hit your limit · resets 8pm (UTC)",
+        now,
+        Tz::UTC,
+    );
+    assert_eq!(both.kind, LimitKind::UsageLimit, "{both:?}");
+    assert_eq!(both.resets_at, Some(at("2026-03-04T20:00:00Z")));
+    // Through the real binary: not a usage limit, and the reason is named.
+    let text = "You've hit your context limit · /compact or /clear to continue";
+    let v: serde_json::Value = serde_json::from_str(&limit_parse(text, NOW, "UTC", true)).unwrap();
+    assert_eq!(v["kind"], "none", "{v}");
+    assert!(
+        v["resets_at"].is_null() && v["sleep_seconds"].is_null(),
+        "{v}"
+    );
+    let human = limit_parse(text, NOW, "UTC", false);
+    assert!(
+        human.contains("not a usage limit") && human.contains("context-window limit"),
+        "{human}"
+    );
+}

@@ -45,6 +45,9 @@ pub fn explain_text(
     match reading.kind {
         LimitKind::None => {
             out.push_str("not a usage limit: nothing to wait for\n");
+            if !reading.message.is_empty() {
+                out.push_str(&format!("source: {}\n", reading.source));
+            }
             return out;
         }
         LimitKind::UsageLimit => out.push_str("usage limit (account)\n"),

@@ -49,6 +49,10 @@
 //!   (stale message, or a misreading): the reading stays a usage limit with an unknown reset,
 //!   and `source` says what was ignored.
 //! - `Etc/GMT+5` is the POSIX-inverted name of UTC−5; `GMT-3` written bare (gemini) is UTC−3.
+//! - Context-window, prompt-length and output-length limits ("Context limit reached", "You've
+//!   hit your context limit", "prompt is too long: 216327 tokens > 200000 maximum", codex's "ran
+//!   out of room in the model's context window") are `none` whose `source` says so: waiting does
+//!   not help, the round fails with that reason (docs/limits.md).
 //! - Look-alikes are `none`: context-length errors ("Context limit reached"), network errors
 //!   (`Connection refused`, `ENOTFOUND`, a bare `Retrying in 5s`), authentication failures,
 //!   warnings ("Approaching usage limit", "You've used 90% of your session limit", codex's
@@ -174,10 +178,13 @@ impl LimitReading {
 }
 
 /// Keeps the stronger reading; on a tie the earlier one (output order), unless only the later
-/// one states its wait (an error body's first line names the 429, a later one the wait).
+/// one states its wait (an error body's first line names the 429, a later one the wait) or,
+/// between two `none`, only the later one names what it found (a context-window limit).
 fn stronger(best: LimitReading, next: LimitReading) -> LimitReading {
-    let more_exact =
-        next.rank() == best.rank() && best.retry_after.is_none() && next.retry_after.is_some();
+    let tie = next.rank() == best.rank();
+    let more_exact = tie
+        && ((best.retry_after.is_none() && next.retry_after.is_some())
+            || (best.message.is_empty() && !next.message.is_empty()));
     if next.rank() > best.rank() || more_exact {
         next
     } else {

@@ -243,6 +243,20 @@ pub(super) static GOOGLE_DAILY_QUOTA: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)\bquota_?(?:id|limit)\W{1,12}[\w-]*(?:per_?day|daily)").unwrap()
 });
 
+/// A context-window, prompt-length or output-length limit: claude's "Context limit reached",
+/// the API's "prompt is too long: 216327 tokens > 200000 maximum" and "input length and
+/// `max_tokens` exceed context limit", codex's "ran out of room in the model's context window",
+/// "max_tokens: 128001 > 64000, which is the maximum allowed number of output tokens". The
+/// request is too big for the model, not the account out of usage: waiting does not help, so the
+/// round fails with this reason (docs/limits.md). A usage trigger whose own words name one of
+/// these ("You've hit your context limit") is not a usage limit.
+pub(super) static CONTEXT_WINDOW: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\bcontext[ _](?:window|length|limit|size)\b|\bcontext_length_exceeded\b|\bprompt (?:is )?too long\b|\bmaximum (?:context|prompt) length\b|\binput length and `?max_tokens`? exceed\b|\bmaximum allowed number of output tokens\b|\boutput token maximum\b|\binput token count\b[^.\n]{0,40}\bexceeds the maximum number of tokens\b",
+    )
+    .unwrap()
+});
+
 /// Names a window ("weekly", "5 hour", "session"): a rate limit with a window is the account's
 /// limit, not throttling.
 pub(super) static WINDOW_WORD: LazyLock<Regex> = LazyLock::new(|| {

@@ -11,8 +11,8 @@ use chrono_tz::Tz;
 use regex::Regex;
 
 use super::patterns::{
-    GOOGLE_DAILY_QUOTA, PER_DAY, PER_MINUTE, SOFT_QUOTA, TRANSIENT_TRIGGERS, Trigger,
-    USAGE_TRIGGERS, WINDOW_WORD, normalize,
+    CONTEXT_WINDOW, GOOGLE_DAILY_QUOTA, PER_DAY, PER_MINUTE, SOFT_QUOTA, TRANSIENT_TRIGGERS,
+    Trigger, USAGE_TRIGGERS, WINDOW_WORD, normalize,
 };
 use super::reset::stated_reset;
 use super::usage::read_usage;
@@ -97,7 +97,7 @@ fn block(lines: &[&str], i: usize) -> String {
         .join(" ")
 }
 
-/// What may precede a message on its own line (see [`read_stream_line`]): whitespace, TUI
+/// What may precede a message on its own line (see [`super::read_stream_line`]): whitespace, TUI
 /// glyphs and emoji (`⎿ ■ ✕ ⚡ 🖐 ⚠️`), `[..]` tags, timestamps, `ERROR:` / `Error:` /
 /// `API Error:` / `SomeError:` labels, codex's `stream disconnected before completion:`.
 static MESSAGE_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
@@ -281,13 +281,30 @@ pub(super) fn scan_line(
         (Some((_, t)), _) => t.name,
         (None, Some(_)) if windows.per_minute => "per-minute quota",
         (None, Some(_)) => "quota with a short retry",
-        (None, None) => return LimitReading::none(),
+        (None, None) => return not_a_limit(&scan),
     };
     read_throttling(&scan, name, windows)
 }
 
+/// A line with no limit trigger: `none`, and when it states a context-window limit, a `none`
+/// that says so (its message kept, for `limit parse`): the round fails with that reason.
+fn not_a_limit(scan: &Scan<'_>) -> LimitReading {
+    if !CONTEXT_WINDOW.is_match(scan.message) {
+        return LimitReading::none();
+    }
+    LimitReading {
+        source: format!(
+            "{}: context-window limit (not a usage limit: the round fails with this reason)",
+            scan.origin
+        ),
+        message: scan.message.to_string(),
+        ..LimitReading::none()
+    }
+}
+
 /// The first usage trigger in `message` (its start and the trigger), skipping a machine
-/// resource's limit and a plain rate limit; none when the message says it is not a usage limit.
+/// resource's limit, a plain rate limit and a context-window limit ("You've hit your context
+/// limit"); none when the message says it is not a usage limit.
 fn usage_trigger(message: &str) -> Option<(usize, &'static Trigger)> {
     if TRANSIENT_TRIGGERS[0].re.is_match(message) {
         return None;
@@ -297,6 +314,7 @@ fn usage_trigger(message: &str) -> Option<(usize, &'static Trigger)> {
         .filter_map(|t| t.re.find(message).map(|m| (m, t)))
         .filter(|(m, _)| !resource_word_before(message, m.start()))
         .filter(|(m, _)| !plain_rate_limit(m.as_str()))
+        .filter(|(m, _)| !CONTEXT_WINDOW.is_match(m.as_str()))
         .map(|(m, t)| (m.start(), t))
         .min_by_key(|(start, _)| *start)
 }
@@ -434,6 +452,30 @@ mod high_demand_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trigger_that_names_the_context_window_is_not_a_usage_limit() {
+        assert!(usage_trigger("You've hit your context limit · /compact or /clear").is_none());
+        assert!(usage_trigger("You've hit your limit · resets 8pm (UTC)").is_some());
+        let now = chrono::Utc::now();
+        let r = scan_line(
+            "Context limit reached",
+            &Around::default(),
+            now,
+            Tz::UTC,
+            "t",
+        );
+        assert_eq!(r.kind, LimitKind::None);
+        assert!(r.source.contains("context-window limit"), "{r:?}");
+        let plain = scan_line(
+            "Compiling nightshift",
+            &Around::default(),
+            now,
+            Tz::UTC,
+            "t",
+        );
+        assert_eq!(plain, LimitReading::none());
+    }
 
     #[test]
     fn a_plain_rate_limit_is_throttling_one_with_a_window_is_not() {
