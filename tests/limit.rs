@@ -2802,3 +2802,50 @@ fn context_window_limits_are_not_usage_limits_and_say_so() {
         "{human}"
     );
 }
+
+#[test]
+fn missed_usage_limits_are_read_in_every_form_they_come_in() {
+    let now = at(NOW);
+    for text in section("Usage limits once missed")
+        .into_iter()
+        .filter(|t| !t.contains("Resource"))
+    {
+        assert_eq!(
+            read_text(text, now, Tz::UTC).kind,
+            LimitKind::UsageLimit,
+            "{text}"
+        );
+        assert_eq!(
+            read_stream_line(text, now, Tz::UTC).kind,
+            LimitKind::UsageLimit,
+            "{text}"
+        );
+    }
+    // The legacy pipe with words before it: the epoch after the pipe is the reset.
+    let r = read_text(
+        "Claude AI usage limit reached and won't reset|1766502000",
+        at("2025-12-22T15:32:14Z"),
+        Tz::UTC,
+    );
+    assert_eq!(r.resets_at, Some(at("2025-12-23T15:00:00Z")), "{r:?}");
+    // Gemini CLI's per-day quota as the terminal wrapped it (gemini-cli PR #12386, "Before"):
+    // "per" ends the first line, "day" starts the second.
+    let wrapped = "✕ [API Error: Quota exceeded for quota metric 'Gemini 2.5 Pro Requests' and limit 'Gemini 2.5 Pro Requests per\n  day per user per tier' of service 'cloudcode-pa.googleapis.com' for consumer 'project_number:681255809395'.\n  Expected quota reset within 24h.]";
+    let r = read_text(wrapped, now, Tz::UTC);
+    assert_eq!(
+        (r.kind, r.resets_at),
+        (LimitKind::UsageLimit, None),
+        "{r:?}"
+    );
+    // Prose about these messages stays none as a line of output.
+    for line in [
+        "The agent stopped: 5 hour limit reached, so I resumed it later.",
+        "Gemini said it had exhausted the daily quota on this model.",
+    ] {
+        assert_eq!(
+            read_stream_line(line, now, Tz::UTC).kind,
+            LimitKind::None,
+            "{line}"
+        );
+    }
+}

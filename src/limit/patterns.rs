@@ -52,15 +52,18 @@ pub(super) const SOFT_QUOTA: [&str; 3] =
 /// Phrases that state an account usage limit. Order matters only for the source label.
 pub(super) static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
     vec![
+        // Claude's legacy form, also with words before the pipe ("Claude AI usage limit reached
+        // and won't reset|1766502000").
         trigger(
             "claude usage limit |epoch",
-            r"claude ai usage limit reached\|",
+            r"claude ai usage limit reached\b[^|\n]{0,40}\|",
         ),
         trigger("claude usage limit", r"claude (?:ai )?usage limit reached"),
-        // "5-hour limit reached", "Session limit reached", "Opus weekly limit reached".
+        // "5-hour limit reached", "5 hour limit reached", "Session limit reached", "Opus weekly
+        // limit reached": any window of hours, written with or without a hyphen.
         trigger(
             "claude limit reached",
-            r"\b(?:(?:5-hour|five-hour|weekly|session|daily|opus|sonnet)\s+){1,2}limit reached",
+            r"\b(?:(?:\d+[- ]?hours?|five[- ]hours?|weekly|session|daily|opus|sonnet)\s+){1,2}limit reached",
         ),
         // claude: "You've hit your {limit|session limit|weekly limit|Opus limit|Sonnet limit|
         // usage limit}"; codex: "You've hit your usage limit[ for <model>]".
@@ -97,9 +100,11 @@ pub(super) static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             "codex 429 usage_limit_reached",
             &quoted("usage_limit_reached"),
         ),
+        // Gemini: "You have reached your daily gemini-2.5-pro quota limit.", and its terminal
+        // quota error "You have exhausted your daily quota on this model.".
         trigger(
             "daily quota",
-            r"you have reached your daily\b[^\n]{0,60}?\bquota limit",
+            r"\byou(?:'ve| have) (?:reached|exhausted|used up) your daily\b[^\n]{0,60}?\bquota\b",
         ),
         // Gemini / Antigravity: "Individual quota reached. Resets in 157h".
         trigger(
@@ -207,11 +212,15 @@ pub(super) static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| 
             "quota reset after",
             r"\byour quota will reset (?:after|in)\b",
         ),
-        // Google's status alone (Vertex: "Resource has been exhausted (e.g. check quota)"):
-        // shared capacity, retried shortly; a per-day quota makes it a usage limit.
+        // Google's status alone, or its text ("Resource has been exhausted (e.g. check quota).",
+        // Vertex's "Resource exhausted. Please try again later."): shared capacity, retried
+        // shortly; a per-day quota makes it a usage limit.
         trigger(
             "resource exhausted",
-            &format!(r"{}|\bresource_exhausted:", quoted("resource_exhausted")),
+            &format!(
+                r"{}|\bresource_exhausted:|\bresource (?:has been )?exhausted(?: \(e\.g\. check quota\)|\. please try again later\b)",
+                quoted("resource_exhausted")
+            ),
         ),
         // Codex after its provider's 5xx retries: "We’re currently experiencing
         // high demand, which may cause temporary errors."

@@ -98,15 +98,19 @@ fn block(lines: &[&str], i: usize) -> String {
 }
 
 /// What may precede a message on its own line (see [`super::read_stream_line`]): whitespace, TUI
-/// glyphs and emoji (`⎿ ■ ✕ ⚡ 🖐 ⚠️`), `[..]` tags, timestamps, `ERROR:` / `Error:` /
-/// `API Error:` / `SomeError:` labels, codex's `stream disconnected before completion:`.
+/// glyphs and emoji (`⎿ ■ ✕ ⚡ 🖐 ⚠️`, and Gemini CLI's `ℹ`, which Unicode files as a letter),
+/// `[..]` tags, the bracket Gemini CLI opens its error with (`✕ [You have exhausted your daily
+/// quota on this model.]`), timestamps, `ERROR:` / `Error:` / `API Error:` / `SomeError:`
+/// labels, codex's `stream disconnected before completion:`.
 static MESSAGE_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r#"(?ix)^(?:
             \s+
           | [^\p{L}\p{N}\s(\[{"'`]+
+          | \x{2139}\x{FE0F}?
           | \[api\ error\b\s*:?
           | \[[^\]]{0,40}\]
+          | \[
           | \d{4}[-/]\d{2}[-/]\d{2}(?:[T\ ]\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?Z?)?
           | \d{2}:\d{2}:\d{2}
           | (?P<exc>(?-i:[\w.]*[a-z0-9](?:Error|Exception)))\s*:
@@ -475,6 +479,27 @@ mod tests {
             "t",
         );
         assert_eq!(plain, LimitReading::none());
+    }
+
+    #[test]
+    fn gemini_cli_brackets_and_info_glyph_precede_a_message() {
+        for (line, rest) in [
+            (
+                "✕ [You have exhausted your daily quota on this model.]",
+                "You have exhausted your daily quota on this model.]",
+            ),
+            (
+                "ℹ⚡ You have reached your daily gemini-2.5-pro quota limit.",
+                "You have reached your daily gemini-2.5-pro quota limit.",
+            ),
+            (
+                "[API Error: Resource has been exhausted (e.g. check quota).]",
+                "Resource has been exhausted (e.g. check quota).]",
+            ),
+        ] {
+            assert_eq!(strip_message_prefix(line).0, rest);
+            assert!(begins_with_message(rest), "{rest}");
+        }
     }
 
     #[test]

@@ -12,8 +12,9 @@ use super::text::Scan;
 use super::wait::stated_wait;
 use super::{LONG_WAIT, LimitReading, accept_reset};
 
-static PIPE_EPOCH: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)claude ai usage limit reached\|(\S*)").unwrap());
+static PIPE_EPOCH: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)claude ai usage limit reached\b[^|\n]{0,40}\|(\S*)").unwrap()
+});
 
 static JSON_RESETS_IN: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r#"(?i)\\?"?resets_in_seconds\\?"?\s*[:=]\s*(\d+)"#).unwrap());
