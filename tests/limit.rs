@@ -2849,3 +2849,37 @@ fn missed_usage_limits_are_read_in_every_form_they_come_in() {
         );
     }
 }
+
+#[test]
+fn limit_parse_json_gives_the_instant_throttling_lifts() {
+    // Per-minute throttling (continuedev/continue#11472, MetaGPT#523): a short retry.
+    for (text, lifts) in [
+        (
+            "openai.error.RateLimitError: Rate limit reached for gpt-4 in organization org-uVqpjtJiKqvVJMVfvpaounIh on tokens per min (TPM): Limit 10000, Used 8554, Requested 3082. Please try again in 9.816s. Visit https://platform.openai.com/account/rate-limits to learn more.",
+            "2026-03-04T17:50:09.816Z",
+        ),
+        (
+            "Rate limit exceeded. Please try again in 20s.",
+            "2026-03-04T17:50:20Z",
+        ),
+    ] {
+        let v: serde_json::Value =
+            serde_json::from_str(&limit_parse(text, NOW, "Asia/Taipei", true)).unwrap();
+        assert_eq!(v["kind"], "transient", "{v}");
+        assert_eq!(v["resets_at"], lifts, "{v}");
+        assert_eq!(
+            DateTime::parse_from_rfc3339(v["resets_at_local"].as_str().unwrap()).unwrap(),
+            DateTime::parse_from_rfc3339(lifts).unwrap(),
+            "{v}"
+        );
+        // The text output names the same instant.
+        let human = limit_parse(text, NOW, "Asia/Taipei", false);
+        assert!(human.contains(&format!("until {lifts}")), "{human}");
+        assert!(human.contains(&format!("reset: {lifts}")), "{human}");
+    }
+    // Throttling that states no wait: the instant is unknown.
+    let v: serde_json::Value =
+        serde_json::from_str(&limit_parse("529 Overloaded", NOW, "UTC", true)).unwrap();
+    assert_eq!(v["kind"], "transient", "{v}");
+    assert!(v["resets_at"].is_null(), "{v}");
+}

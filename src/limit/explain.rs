@@ -12,13 +12,16 @@ use super::{LimitKind, LimitReading, SleepPolicy, sleep_for};
 /// The `limit parse --json` shape (SPEC §2):
 /// `{"kind": "usage_limit"|"transient"|"none", "resets_at": RFC3339-UTC|null,
 ///   "sleep_seconds": N|null, "source": S}` plus `retry_after_ms`, `resets_at_local`
-/// (RFC 3339 with the offset of `tz`), `zone` and `message`.
+/// (RFC 3339 with the offset of `tz`), `zone` and `message`. `resets_at` is the instant the limit
+/// lifts: a usage limit's reset, or for transient throttling `now` plus the wait it states (the
+/// instant the text form's sleep ends at, unless clamped); null when unknown (docs/commands.md).
 pub fn explain(reading: &LimitReading, now: DateTime<Utc>, tz: Tz, policy: &SleepPolicy) -> Value {
     let sleep = (reading.kind != LimitKind::None).then(|| sleep_for(reading, now, policy));
+    let lifts = lifts_at(reading, now);
     json!({
         "kind": reading.kind.as_str(),
-        "resets_at": reading.resets_at.map(rfc3339_utc),
-        "resets_at_local": reading.resets_at.map(|t| t.with_timezone(&tz).to_rfc3339()),
+        "resets_at": lifts.map(rfc3339_utc),
+        "resets_at_local": lifts.map(|t| t.with_timezone(&tz).to_rfc3339()),
         "zone": tz.name(),
         "sleep_seconds": sleep.map(|d| d.as_secs_f64().ceil() as u64),
         "retry_after_ms": reading.retry_after.map(|d| d.as_millis() as u64),
@@ -53,7 +56,7 @@ pub fn explain_text(
         LimitKind::UsageLimit => out.push_str("usage limit (account)\n"),
         LimitKind::Transient => out.push_str("transient throttling (short retry)\n"),
     }
-    match reading.resets_at {
+    match lifts_at(reading, now) {
         Some(reset) => {
             let local = reset.with_timezone(&tz);
             out.push_str(&format!(
@@ -96,6 +99,20 @@ pub fn explain_text(
     out
 }
 
+/// When the limit of `reading` lifts (UTC): a usage limit's reset; for transient throttling
+/// `now` plus the wait the message states (`Please try again in 9.816s`); `None` when unknown or
+/// not a limit.
+fn lifts_at(reading: &LimitReading, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    match reading.kind {
+        LimitKind::UsageLimit => reading.resets_at,
+        LimitKind::Transient => reading
+            .retry_after
+            .and_then(|d| chrono::TimeDelta::from_std(d).ok())
+            .map(|d| now + d),
+        LimitKind::None => None,
+    }
+}
+
 fn human_duration(d: Duration) -> String {
     let s = d.as_secs();
     match (s / 3600, (s % 3600) / 60, s % 60) {
@@ -107,4 +124,28 @@ fn human_duration(d: Duration) -> String {
 
 pub(super) fn rfc3339_utc(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttling_lifts_when_its_stated_wait_ends() {
+        let now = DateTime::parse_from_rfc3339("2026-03-04T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let mut r = LimitReading {
+            kind: LimitKind::Transient,
+            resets_at: None,
+            retry_after: Some(Duration::from_millis(20_500)),
+            source: "t".into(),
+            message: "Please try again in 20.5s".into(),
+        };
+        let v = explain(&r, now, Tz::UTC, &SleepPolicy::default());
+        assert_eq!(v["resets_at"], "2026-03-04T12:00:20.500Z", "{v}");
+        assert_eq!(v["resets_at_local"], "2026-03-04T12:00:20.500+00:00", "{v}");
+        r.retry_after = None;
+        assert!(explain(&r, now, Tz::UTC, &SleepPolicy::default())["resets_at"].is_null());
+    }
 }
