@@ -23,6 +23,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::remote::RemoteUrl;
+
 /// Default timeout of one `git` subprocess: 120 seconds.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -493,14 +495,12 @@ pub fn remote_urls(path: &Path, name: &str) -> Result<(String, String), GitError
 }
 
 /// A relative filesystem path as a remote URL is relative to where git runs;
-/// our commands run elsewhere (the slot), so make it absolute. URLs with a
-/// scheme (`https://`, `ssh://`, `file://`) and scp-like `host:path` stay.
+/// our commands run elsewhere (the slot), so make it absolute. Network URLs,
+/// `file://` URLs and absolute paths stay (see [`RemoteUrl`]).
 fn absolute_local_url(base: &Path, url: &str) -> String {
-    let has_scheme = url.contains("://");
-    let scp_like = url
-        .split_once(':')
-        .is_some_and(|(host, _)| !host.contains('/'));
-    if has_scheme || scp_like || Path::new(url).is_absolute() {
+    let relative = matches!(RemoteUrl::parse(url), RemoteUrl::Local(path)
+        if path == url && Path::new(&path).is_relative());
+    if !relative {
         return url.to_string();
     }
     let joined = base.join(url);
@@ -512,34 +512,15 @@ fn absolute_local_url(base: &Path, url: &str) -> String {
 }
 
 /// `url` without the password in its user information, and that password
-/// percent-decoded (as git would send it); `None` when the URL carries none.
-/// The user name stays (`https://x-access-token@host/o/r`), so git asks only
-/// for the password. The password, as written and decoded, is remembered as
-/// a secret ([`crate::secret::remember`]) so that no message shows it.
+/// percent-decoded (as git would send it); `None` when the URL carries none
+/// (see [`crate::remote::split_password`]). The user name stays
+/// (`https://x-access-token@host/o/r`), so git asks only for the password.
+/// The password, as written and decoded, is remembered as a secret
+/// ([`crate::secret::remember`]) so that no message shows it.
 pub fn split_url_password(url: &str) -> Option<(String, String)> {
-    let scheme_end = url.find("://")? + 3;
-    let rest = &url[scheme_end..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let (userinfo, _) = authority.rsplit_once('@')?;
-    let (user, _) = userinfo.split_once(':')?;
-    let raw = crate::secret::url_password(&url[..scheme_end + authority.len()])?;
-    let decoded = crate::secret::percent_decode(&raw);
-    crate::secret::remember(crate::secret::url_password_forms(
-        &url[..scheme_end + authority.len()],
-    ));
-    let keep = if user.is_empty() {
-        String::new()
-    } else {
-        format!("{user}@")
-    };
-    Some((
-        format!(
-            "{}{keep}{}",
-            &url[..scheme_end],
-            &rest[userinfo.len() + 1..]
-        ),
-        decoded,
-    ))
+    let split = crate::remote::split_password(url)?;
+    crate::secret::remember(crate::secret::url_password_forms(url));
+    Some(split)
 }
 
 /// `url` as [`split_url_password`] gives it to git: without a password.

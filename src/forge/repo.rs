@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::error::ForgeError;
+use crate::remote::RemoteUrl;
 
 /// A GitHub repository, `owner/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -57,7 +58,7 @@ pub fn resolve_repo(
         Some(url) => repo_from_remote_url(url).ok_or_else(|| ForgeError::NoRepo {
             reason: format!(
                 "the remote URL {:?} is not a GitHub repository URL",
-                redact_userinfo(url)
+                crate::remote::without_userinfo(url)
             ),
         }),
         None => Err(ForgeError::NoRepo {
@@ -96,57 +97,17 @@ pub(super) fn repo_id(owner: &str, name: &str) -> Option<RepoId> {
     (valid(owner) && valid(name)).then(|| RepoId::new(owner, name))
 }
 
-/// Parses a git remote URL into `owner/name`: `https://[user[:pw]@]HOST/o/r[.git][/]`,
-/// `http://…`, scp-like `[user@]HOST:o/r[.git]`, `ssh://[user@]HOST[:port]/o/r[.git]`,
-/// `git://…`, on github.com or any GitHub Enterprise host. Returns `None`
-/// for local paths, `file://` URLs and paths that are not exactly
-/// `owner/repo`.
+/// Parses a git remote URL into `owner/name` (see [`RemoteUrl`]):
+/// `https://[user[:pw]@]HOST/o/r[.git][/]`, `http://…`, scp-like
+/// `[user@]HOST:o/r[.git]`, `ssh://[user@]HOST[:port]/o/r[.git]`, `git://…`,
+/// on github.com or any GitHub Enterprise host. Returns `None` for local
+/// paths, `file://` URLs, remote helpers' URLs and paths that are not
+/// exactly `owner/repo`.
 pub fn repo_from_remote_url(url: &str) -> Option<RepoId> {
-    let url = url.trim();
-    let path = if let Some((scheme, rest)) = url.split_once("://") {
-        let known = ["https", "http", "ssh", "git", "git+ssh", "ssh+git"];
-        if !known.contains(&scheme.to_ascii_lowercase().as_str()) {
-            return None;
-        }
-        let (authority, path) = rest.split_once('/')?;
-        let host = authority.rsplit('@').next()?;
-        if host.is_empty() {
-            return None;
-        }
-        path
-    } else {
-        // git's rule: scp-like when a ':' comes before any '/'.
-        let colon = url.find(':')?;
-        let (authority, path) = (&url[..colon], &url[colon + 1..]);
-        if authority.contains('/') {
-            return None;
-        }
-        let host = authority.rsplit('@').next()?;
-        // A one-letter "host" is a DOS drive (C:\repo), a local path.
-        if host.len() < 2 {
-            return None;
-        }
-        path
-    };
-    let path = path.split(['?', '#']).next()?.trim_matches('/');
-    let path = path
-        .strip_suffix(".git")
-        .unwrap_or(path)
-        .trim_end_matches('/');
-    let parts: Vec<&str> = path.split('/').collect();
-    match parts.as_slice() {
-        [owner, name] => repo_id(owner, name),
-        _ => None,
-    }
-}
-
-/// The URL with any `user:password@` removed, for error messages.
-pub(super) fn redact_userinfo(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://")
-        && let Some((authority, path)) = rest.split_once('/')
-        && let Some((_, host)) = authority.rsplit_once('@')
-    {
-        return format!("{scheme}://****@{host}/{path}");
-    }
-    url.to_string()
+    let remote = RemoteUrl::parse(url);
+    let (owner, name) = remote
+        .network()
+        .filter(|n| n.speaks_git())?
+        .owner_and_name()?;
+    repo_id(owner, name)
 }
