@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use http::{HeaderMap, StatusCode};
 use octocrab::Octocrab;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 
 use super::RepoProbe;
@@ -157,8 +158,8 @@ impl Forge {
     pub(super) fn repo_path(&self, rest: &str) -> String {
         format!(
             "/repos/{}/{}{rest}",
-            encode_path_segment(&self.repo.owner),
-            encode_path_segment(&self.repo.name)
+            encode(&self.repo.owner),
+            encode(&self.repo.name)
         )
     }
 
@@ -276,22 +277,19 @@ pub(super) fn describe_octocrab(e: &octocrab::Error) -> String {
     }
 }
 
-/// Percent-encodes a query value (everything but RFC 3986 unreserved bytes).
-pub(super) fn encode_query_value(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for b in value.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+/// What [`encode`] escapes: everything but RFC 3986's unreserved characters
+/// (`A-Z a-z 0-9 - . _ ~`), so a value is safe as a path segment and as a
+/// query value alike.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
-/// Owner and repository names are `[A-Za-z0-9._-]`; encode anything else.
-pub(super) fn encode_path_segment(value: &str) -> String {
-    encode_query_value(value)
+/// Percent-encodes a path segment or query value (a label name, an
+/// `owner:branch`, an owner or repository name) as UTF-8.
+pub(super) fn encode(value: &str) -> String {
+    utf8_percent_encode(value, COMPONENT).to_string()
 }
 
 #[cfg(test)]
@@ -300,10 +298,8 @@ mod tests {
 
     #[test]
     fn query_values_are_encoded() {
-        assert_eq!(
-            encode_query_value("o:nightshift/a b"),
-            "o%3Anightshift%2Fa%20b"
-        );
-        assert_eq!(encode_query_value("autopilot-found"), "autopilot-found");
+        assert_eq!(encode("o:nightshift/a b"), "o%3Anightshift%2Fa%20b");
+        assert_eq!(encode("autopilot-found"), "autopilot-found");
+        assert_eq!(encode("a.b_c~d-é"), "a.b_c~d-%C3%A9");
     }
 }

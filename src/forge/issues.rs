@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::client::{Forge, Verb, encode_query_value};
+use super::client::{Forge, Verb, encode};
 use super::error::ForgeError;
 use super::retry::Created;
 use super::{BODY_LIMIT, IssueInfo, LABEL_COLOR, LABEL_DESCRIPTION, clamp_chars};
@@ -87,11 +87,8 @@ impl Forge {
         label: &str,
         state: &str,
     ) -> Result<Vec<IssueJson>, ForgeError> {
-        self.list(&format!(
-            "/issues?labels={}&state={state}",
-            encode_query_value(label)
-        ))
-        .await
+        self.list(&format!("/issues?labels={}&state={state}", encode(label)))
+            .await
     }
 }
 

@@ -4,7 +4,7 @@ use http::StatusCode;
 use serde_json::json;
 
 use super::body::{error_message, header, is_json, mentions_code};
-use super::client::{Forge, Verb, encode_path_segment};
+use super::client::{Forge, Verb, encode};
 use super::error::ForgeError;
 use super::refusal::refuses_whole_repo;
 use super::retry::is_rate_limit_text;
@@ -74,7 +74,7 @@ impl Forge {
     /// failures as [`ForgeError::Exhausted`].
     pub async fn label_exists(&self, name: &str) -> Result<bool, ForgeError> {
         let out = async {
-            let path = self.repo_path(&format!("/labels/{}", encode_path_segment(name)));
+            let path = self.repo_path(&format!("/labels/{}", encode(name)));
             let reply = self.call(Verb::Get, &path, None).await?;
             match reply.status {
                 s if s.is_success() => Ok(true),

@@ -5,7 +5,7 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::client::{Forge, Verb, encode_query_value};
+use super::client::{Forge, Verb, encode};
 use super::error::ForgeError;
 use super::refusal::{PrRefusal, pr_refusal, pr_validation_fix, says_pr_exists};
 use super::retry::{Created, backoff};
@@ -231,10 +231,7 @@ impl Forge {
     pub(super) async fn find_pr_by_head(&self, branch: &str) -> Result<Option<PrInfo>, ForgeError> {
         let head = format!("{}:{}", self.repo.owner, branch);
         let pulls: Vec<PullJson> = self
-            .list(&format!(
-                "/pulls?head={}&state=all",
-                encode_query_value(&head)
-            ))
+            .list(&format!("/pulls?head={}&state=all", encode(&head)))
             .await?;
         let infos = pulls
             .into_iter()
