@@ -1,12 +1,11 @@
 //! Which API base and token to use: `GITHUB_API_URL`, `GITHUB_TOKEN`,
 //! `GH_TOKEN`, else `gh auth token`.
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::DEFAULT_API_BASE;
+use crate::process;
 use crate::secret::Secret;
 
 /// How long `gh auth token` may take before it is killed and ignored.
@@ -48,50 +47,30 @@ pub fn resolve_token_using(
     token_from_gh(gh, timeout).map(|token| (token, "gh auth token"))
 }
 
-/// Runs `gh auth token` in its own process group, killed (group and all)
-/// after `timeout`. Any failure means "no token from gh".
-pub(super) fn token_from_gh(gh: &Path, timeout: Duration) -> Option<Secret> {
-    use std::os::unix::process::CommandExt;
-    let mut child = Command::new(gh)
+/// Runs `gh auth token` through the process runner (own process group,
+/// killed with its group after `timeout`, one second of grace), with
+/// nightshift's environment as agents get it ([`process::child_env`]). Any
+/// failure means "no token from gh".
+fn token_from_gh(gh: &Path, timeout: Duration) -> Option<Secret> {
+    let cmd = process::Command::new(gh.display().to_string())
         .args(["auth", "token"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .ok()?;
-    let mut stdout = child.stdout.take()?;
-    // Read in a thread so a chatty child cannot block on a full pipe while
-    // this thread polls for its exit.
-    let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        stdout.read_to_string(&mut out).ok().map(|_| out)
-    });
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() < timeout => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            _ => {
-                if let Ok(pid) = i32::try_from(child.id()) {
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                let _ = child.kill();
-                let _ = child.wait();
-                tracing::warn!(gh = %gh.display(), timeout_s = timeout.as_secs_f64(), "`gh auth token` timed out; no token from gh");
-                return None;
-            }
-        }
-    };
-    if !status.success() {
+        .env_map(process::child_env(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+            &[],
+        ))
+        .timeout(timeout)
+        .grace(Duration::from_secs(1))
+        .capture_stdout(true);
+    let outcome = process::run_blocking(cmd, None).ok()?;
+    if outcome.timed_out {
+        tracing::warn!(gh = %gh.display(), timeout_s = timeout.as_secs_f64(), "`gh auth token` timed out; no token from gh");
         return None;
     }
-    let out = reader.join().ok()??;
+    if !outcome.success() {
+        return None;
+    }
+    let out = String::from_utf8(outcome.stdout).ok()?;
     let token = out.trim();
     (!token.is_empty()).then(|| Secret::new(token))
 }
