@@ -22,6 +22,7 @@ pub mod ledger;
 pub mod limit;
 pub mod process;
 pub mod proof;
+pub mod remote;
 pub mod report;
 pub mod review;
 pub mod run;

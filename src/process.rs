@@ -20,6 +20,8 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufWriter};
@@ -161,6 +163,7 @@ pub struct Command {
     run_as: Option<RunAs>,
     redactor: Redactor,
     sweep_escaped: bool,
+    capture_stdout: bool,
 }
 
 impl fmt::Debug for Command {
@@ -202,6 +205,7 @@ impl Command {
             run_as: None,
             redactor: Redactor::default(),
             sweep_escaped: true,
+            capture_stdout: false,
         }
     }
 
@@ -335,6 +339,15 @@ impl Command {
         self
     }
 
+    /// Keeps the whole of stdout, raw (before redaction), in
+    /// [`Outcome::stdout`] (default false). For short-lived tools whose
+    /// output is data nightshift reads (`git`, `gh auth token`,
+    /// `pg_config`), never for agents, whose output may be large.
+    pub fn capture_stdout(mut self, capture: bool) -> Command {
+        self.capture_stdout = capture;
+        self
+    }
+
     /// `argv[0]` as given.
     pub fn program(&self) -> &str {
         &self.program
@@ -372,6 +385,9 @@ pub struct Outcome {
     pub stdout_bytes: u64,
     /// Bytes the child wrote to stderr (before redaction).
     pub stderr_bytes: u64,
+    /// All of stdout, raw, when [`Command::capture_stdout`] asked for it;
+    /// empty otherwise.
+    pub stdout: Vec<u8>,
 }
 
 impl Outcome {
@@ -391,6 +407,7 @@ impl Outcome {
             stderr_path: None,
             stdout_bytes: 0,
             stderr_bytes: 0,
+            stdout: Vec::new(),
         }
     }
 
@@ -496,6 +513,56 @@ pub async fn run(cmd: Command, cancel: &CancellationToken) -> Result<Outcome, Pr
     run_in_span(cmd, cancel).instrument(span).await
 }
 
+/// [`run`] for a caller that is not async (`git`, `gh auth token`): the
+/// same runner, driven to the end on a thread of its own with a
+/// single-threaded runtime, so that it works from plain threads, from
+/// `block_in_place` and from inside a runtime alike. The child is stopped
+/// (TERM, grace, KILL) as on cancellation as soon as `stop` turns true,
+/// which is looked at every [`STOP_POLL`].
+///
+/// # Errors
+/// As [`run`]; a runtime that cannot be built (no file descriptors left) is
+/// [`ProcessError::Wait`].
+pub fn run_blocking(cmd: Command, stop: Option<Arc<AtomicBool>>) -> Result<Outcome, ProcessError> {
+    let program = cmd.program.clone();
+    let runtime_error = |source: io::Error| ProcessError::Wait {
+        program: program.clone(),
+        pid: 0,
+        source,
+    };
+    let driver = move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(runtime.block_on(async move {
+            let cancel = CancellationToken::new();
+            let outcome = run(cmd, &cancel);
+            tokio::pin!(outcome);
+            loop {
+                tokio::select! {
+                    ended = &mut outcome => return ended,
+                    () = tokio::time::sleep(STOP_POLL) => {
+                        if stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+                            cancel.cancel();
+                        }
+                    }
+                }
+            }
+        }))
+    };
+    let thread = std::thread::Builder::new()
+        .name("process".into())
+        .spawn(driver)
+        .map_err(runtime_error)?;
+    match thread.join() {
+        Ok(result) => result.map_err(runtime_error)?,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// How often [`run_blocking`] looks at its stop flag.
+pub const STOP_POLL: Duration = Duration::from_millis(50);
+
 /// How the wait for the child ended.
 enum Ended {
     Exited(ExitStatus),
@@ -555,6 +622,7 @@ async fn run_in_span(
                     .take()
                     .map(|callback| LineSplitter::new(callback, cmd.line_max).json(cmd.json_lines)),
                 bytes: 0,
+                whole: cmd.capture_stdout.then(Vec::new),
             },
             stop_readers.clone(),
         ))
@@ -568,6 +636,7 @@ async fn run_in_span(
                 tail: Tail::new(cmd.tail_bytes),
                 lines: None,
                 bytes: 0,
+                whole: None,
             },
             stop_readers.clone(),
         ))
@@ -644,6 +713,7 @@ async fn run_in_span(
         stderr_path: cmd.stderr_path,
         stdout_bytes: stdout.bytes,
         stderr_bytes: stderr.bytes,
+        stdout: stdout.whole,
     };
     tracing::info!(
         exit_code = ?outcome.exit_code,
@@ -787,12 +857,16 @@ struct StreamSink {
     tail: Tail,
     lines: Option<LineSplitter>,
     bytes: u64,
+    /// Every raw byte, when the whole stream is kept.
+    whole: Option<Vec<u8>>,
 }
 
 /// What a reader hands back.
+#[derive(Default)]
 struct StreamResult {
     tail: String,
     bytes: u64,
+    whole: Vec<u8>,
 }
 
 /// Reads `pipe` until EOF, an error or `stop`, then flushes everything.
@@ -806,6 +880,7 @@ where
         mut tail,
         mut lines,
         mut bytes,
+        mut whole,
     } = sink;
     let mut file = file.map(|file| BufWriter::with_capacity(READ_CHUNK, file));
     let mut file_failed = false;
@@ -829,6 +904,9 @@ where
             }
         };
         bytes += n as u64;
+        if let Some(whole) = whole.as_mut() {
+            whole.extend_from_slice(&buf[..n]);
+        }
         let clean = redactor.push(&buf[..n]);
         deliver(&clean, &mut file, &mut file_failed, &mut tail, &mut lines).await;
     }
@@ -846,6 +924,7 @@ where
     StreamResult {
         tail: tail.into_string(),
         bytes,
+        whole: whole.unwrap_or_default(),
     }
 }
 
@@ -882,10 +961,7 @@ async fn finish_reader(
     linger_until: tokio::time::Instant,
 ) -> StreamResult {
     let Some(mut reader) = reader else {
-        return StreamResult {
-            tail: String::new(),
-            bytes: 0,
-        };
+        return StreamResult::default();
     };
     let joined = match tokio::time::timeout_at(linger_until, &mut reader).await {
         Ok(joined) => joined,
@@ -896,10 +972,7 @@ async fn finish_reader(
     };
     joined.unwrap_or_else(|error| {
         tracing::warn!(%error, "output reader task failed");
-        StreamResult {
-            tail: String::new(),
-            bytes: 0,
-        }
+        StreamResult::default()
     })
 }
 

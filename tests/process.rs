@@ -695,3 +695,73 @@ fn the_run_future_can_be_spawned() {
     assert_send(&future);
     drop(future); // never polled: nothing is spawned
 }
+
+/// The blocking entry (`git`, `gh auth token`) is the same runner: it works
+/// from a plain thread and from inside a runtime, keeps stdout whole and raw
+/// when asked (the tail stays short and redacted).
+#[test]
+fn run_blocking_serves_plain_threads_and_keeps_stdout_whole_and_raw() {
+    process::become_subreaper().expect("prctl");
+    let cmd = |script: &str| {
+        Command::shell(script)
+            .env_map(base_env())
+            .timeout(Duration::from_secs(20))
+            .tail_bytes(64)
+            .redactor(Redactor::new([SECRET]))
+            .capture_stdout(true)
+    };
+    let want: String = (1..=100_000).map(|n| format!("{n}\n")).collect();
+    let out = process::run_blocking(cmd("seq 1 100000"), None).expect("run");
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout.len(), want.len());
+    assert!(out.stdout == want.as_bytes(), "stdout kept whole");
+    assert!(out.stdout_tail.len() <= 64);
+
+    let out = process::run_blocking(cmd(&format!("printf %s {SECRET}")), None).expect("run");
+    assert_eq!(out.stdout, SECRET.as_bytes(), "captured raw");
+    assert_eq!(out.stdout_tail, "****", "the tail is redacted");
+
+    // Without capture_stdout nothing is kept beyond the tail.
+    let out = process::run_blocking(cmd("seq 1 1000").capture_stdout(false), None).unwrap();
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test]
+async fn run_blocking_works_inside_a_single_threaded_runtime() {
+    process::become_subreaper().expect("prctl");
+    let out = process::run_blocking(
+        sh("echo inside").env_map(base_env()).capture_stdout(true),
+        None,
+    )
+    .expect("run");
+    assert_eq!(out.stdout, b"inside\n");
+}
+
+/// A stop flag (a signal, for a blocking caller) stops the child as
+/// cancellation does: the group is terminated, the outcome says cancelled.
+#[test]
+fn run_blocking_stops_the_child_when_the_flag_turns() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    process::become_subreaper().expect("prctl");
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        flag.store(true, Ordering::SeqCst);
+    });
+    let started = Instant::now();
+    let out = process::run_blocking(
+        Command::shell("sleep 30")
+            .env_map(base_env())
+            .timeout(Duration::from_secs(60))
+            .grace(Duration::from_secs(1)),
+        Some(stop),
+    )
+    .expect("run");
+    assert!(out.cancelled && !out.timed_out, "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -386,66 +386,12 @@ pub fn repo_id(repo: &Path, remote: &str) -> String {
 }
 
 /// A remote URL in one spelling, so that every way of writing one
-/// repository's address is one identity:
-/// - a network URL (`https://`, `http://`, `ssh://`, `git://`, scp-like
-///   `user@host:path`) becomes `host/path`: no scheme, user or port, the
-///   host in lower case, no leading `/` or `~/`, no trailing `/` or `.git`
-///   (so `git@github.com:o/r.git` and `https://github.com/o/r` are both
-///   `github.com/o/r`); GitHub's owner and name are case-insensitive, so
-///   a `github.com` path is lower-cased too;
-/// - a local path (absolute, relative to the repository, or `file://`)
-///   becomes its canonical path, without `.git`.
+/// repository's address is one identity: see
+/// [`crate::remote::RemoteUrl::identity`] (`git@github.com:o/r.git` and
+/// `https://github.com/o/r` are both `github.com/o/r`; a local remote is its
+/// canonical path, relative paths resolved against `repo`).
 pub(crate) fn normalize_remote_url(url: &str, repo: &Path) -> String {
-    let url = url.trim().trim_end_matches('/');
-    let url = url
-        .strip_suffix(".git")
-        .unwrap_or(url)
-        .trim_end_matches('/');
-    let scp_like = !url.contains("://")
-        && url
-            .split_once(':')
-            .is_some_and(|(host, _)| !host.contains('/'));
-    let network = if let Some((scheme, rest)) = url.split_once("://") {
-        (scheme != "file").then(|| {
-            let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-            (authority.to_string(), path.to_string())
-        })
-    } else if scp_like {
-        url.split_once(':')
-            .map(|(a, p)| (a.to_string(), p.to_string()))
-    } else {
-        None
-    };
-    if let Some((authority, path)) = network {
-        let host_port = authority
-            .rsplit_once('@')
-            .map_or(authority.as_str(), |(_, h)| h);
-        // `[::1]:22` keeps its brackets; `host:22` loses its port.
-        let host = match host_port.rsplit_once(':') {
-            Some((h, port))
-                if port.chars().all(|c| c.is_ascii_digit())
-                    && (!h.starts_with('[') || h.ends_with(']')) =>
-            {
-                h
-            }
-            _ => host_port,
-        }
-        .to_ascii_lowercase();
-        let path = path.trim_start_matches('/').trim_start_matches("~/");
-        let path = if host == "github.com" {
-            path.to_ascii_lowercase()
-        } else {
-            path.to_string()
-        };
-        return format!("{host}/{path}");
-    }
-    let p = url.strip_prefix("file://").unwrap_or(url);
-    let path = repo.join(p);
-    let canonical = std::fs::canonicalize(&path)
-        .or_else(|_| std::fs::canonicalize(format!("{}.git", path.display())))
-        .unwrap_or(path);
-    let shown = canonical.display().to_string();
-    shown.strip_suffix(".git").unwrap_or(&shown).to_string()
+    crate::remote::RemoteUrl::parse(url).identity(repo)
 }
 
 /// [`repo_id`] with the remote named by the config (read leniently: a
