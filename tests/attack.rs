@@ -71,10 +71,39 @@ fn forms(secret: &str) -> Vec<String> {
         "printf '%s' '{q}' | od -An -tx1 | tr -d ' \\n'"
     )));
     f.push(sh(&format!("printf '%s' '{q}' | jq -sRr @uri")));
+    f.extend(escaped_forms(secret));
     f.sort();
     f.dedup();
     f
 }
+
+/// The forms of `secret` with some or all of its bytes escaped, as
+/// [`ESCAPE`] prints them: every byte `%xx`, every byte `%XX`, the first
+/// eight bytes `%xx` and the rest as is, every byte `\u00xx`.
+fn escaped_forms(secret: &str) -> Vec<String> {
+    let each =
+        |bytes: &[u8], f: &dyn Fn(u8) -> String| bytes.iter().map(|&b| f(b)).collect::<String>();
+    let b = secret.as_bytes();
+    vec![
+        each(b, &|b| format!("%{b:02x}")),
+        each(b, &|b| format!("%{b:02X}")),
+        format!(
+            "{}{}",
+            each(&b[..8], &|b| format!("%{b:02x}")),
+            &secret[8..]
+        ),
+        each(b, &|b| format!("\\u00{b:02x}")),
+    ]
+}
+
+/// Shell functions printing `$1` with its bytes escaped, the forms of
+/// [`escaped_forms`]: `pe` every byte `%xx`, `pu` every byte `%XX`, `pm` the
+/// first eight bytes `%xx`, `ju` every byte `\u00xx`.
+const ESCAPE: &str = r#"pe() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n' | sed 's/../%&/g'; }
+pu() { pe "$1" | tr a-f A-F; }
+pm() { printf '%s%s' "$(pe "$(printf '%s' "$1" | cut -c1-8)")" "$(printf '%s' "$1" | cut -c9-)"; }
+ju() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n' | sed 's/../\\u00&/g'; }
+"#;
 
 /// Asserts that no form of any secret is in nightshift's output, any ledger
 /// table, any file under the data dir or HOME, or anything sent to GitHub.
@@ -172,7 +201,7 @@ async fn encoded_and_split_secrets_are_masked_everywhere() {
     let lt = loot.display().to_string();
     // Everything one agent can print, for each secret.
     let leak = format!(
-        r#"for s in {lt}/token {lt}/key {lt}/db {lt}/pg; do
+        r#"{ESCAPE}for s in {lt}/token {lt}/key {lt}/db {lt}/pg; do
   v=$(cat "$s")
   echo "plain: $v"
   echo "b64: $(printf '%s' "$v" | base64 -w0) and $(printf 'xy%s' "$v" | base64 -w0)"
@@ -180,6 +209,8 @@ async fn encoded_and_split_secrets_are_masked_everywhere() {
   printf 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA%s' "$v" | base64
   echo "hex: $(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')" >&2
   echo "url: $(printf '%s' "$v" | jq -sRr @uri)"
+  echo "pct: $(pe "$v") PCT: $(pu "$v")"
+  echo "mixed: $(pm "$v") json: $(ju "$v")"
   printf 'split: %s\n   %s\n' "$(printf '%s' "$v" | cut -c1-9)" "$(printf '%s' "$v" | cut -c10-)"
 done
 "#
@@ -549,7 +580,7 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\n{title}T=$(cat {})\necho sub >> calc.txt\ncase \"$title\" in\n  *binary*) printf 'BIN\\000\\001%s\\000' \"$T\" > data.bin ;;\n  *base64*) printf 'key: %s\\n' \"$(printf 'xy%s' \"$T\" | base64 -w0)\" > settings.yml ;;\n  *hex*) printf '%s' \"$T\" | xxd -p > key.hex ;;\n  *split*) printf 'token = %s\\\\\\n   %s\\n-----\\n%s\\n%s\\n' \"$(printf '%s' \"$T\" | cut -c1-10)\" \"$(printf '%s' \"$T\" | cut -c11-)\" \"$(printf '%s' \"$T\" | cut -c1-20)\" \"$(printf '%s' \"$T\" | cut -c21-)\" > split.sh ;;\n  *name*) touch \"docs/$T.md\" ;;\n  *env*) printf 'GITHUB_TOKEN=%s\\n' \"$T\" > .env ;;\nesac\n",
+            "#!/bin/sh\n{ESCAPE}{title}T=$(cat {})\necho sub >> calc.txt\ncase \"$title\" in\n  *percent*) printf 'url=https://h/?t=%s\\n' \"$(pu \"$T\")\" > link.txt ;;\n  *mixed*) printf 'T=%s\\n' \"$(pm \"$T\")\" > mixed.txt ;;\n  *binary*) printf 'BIN\\000\\001%s\\000' \"$T\" > data.bin ;;\n  *base64*) printf 'key: %s\\n' \"$(printf 'xy%s' \"$T\" | base64 -w0)\" > settings.yml ;;\n  *hex*) printf '%s' \"$T\" | xxd -p > key.hex ;;\n  *split*) printf 'token = %s\\\\\\n   %s\\n-----\\n%s\\n%s\\n' \"$(printf '%s' \"$T\" | cut -c1-10)\" \"$(printf '%s' \"$T\" | cut -c11-)\" \"$(printf '%s' \"$T\" | cut -c1-20)\" \"$(printf '%s' \"$T\" | cut -c21-)\" > split.sh ;;\n  *name*) touch \"docs/$T.md\" ;;\n  *env*) printf 'GITHUB_TOKEN=%s\\n' \"$T\" > .env ;;\nesac\n",
             loot.display()
         ),
     );
@@ -558,7 +589,7 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
     f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] In a binary file\n- [ ] As base64\n- [ ] As hex\n- [ ] A split string\n- [ ] As a file name\n- [ ] In an env file\n- [ ] Just sub\n");
+    f.write("NEXT.md", "- [ ] Fully percent-encoded\n- [ ] Partly escaped (mixed)\n- [ ] In a binary file\n- [ ] As base64\n- [ ] As hex\n- [ ] A split string\n- [ ] As a file name\n- [ ] In an env file\n- [ ] Just sub\n");
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
@@ -571,11 +602,15 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
             "rule_broken",
             "rule_broken",
             "rule_broken",
+            "rule_broken",
+            "rule_broken",
             "pr_opened"
         ],
         "{rep:#}"
     );
     for (i, file) in [
+        "link.txt",
+        "mixed.txt",
         "data.bin",
         "settings.yml",
         "key.hex",
