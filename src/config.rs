@@ -349,6 +349,16 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    // A secret is kept from gates, a `gate_env` variable is handed to
+    // them: one name cannot be both (docs/security.md).
+    if let Some(both) = c.secrets.iter().find(|n| c.gate_env.contains(n)) {
+        return Err(bad(
+            "gate_env",
+            format!(
+                "{both:?} is also listed in `secrets`: a secret never reaches a gate, a `gate_env` variable does; remove it from `secrets` (the gate gets it, agents still do not) or from `gate_env` (no one gets it)"
+            ),
+        ));
+    }
     if c.limits.max_attempts == 0 {
         return Err(bad("max_attempts", "must be at least 1".into()));
     }
@@ -1021,6 +1031,12 @@ mod tests {
         );
         assert!(err("secrets = [\"PATH\"]\n").2.contains("PATH is one"));
         assert!(err("secrets = [\"\"]\n").2.contains("not a variable name"));
+        let (_, key, message) = err("secrets = [\"TEST_DB\"]\ngate_env = [\"TEST_DB\"]\n");
+        assert_eq!(key.as_deref(), Some("gate_env"));
+        assert!(
+            message.contains("`secrets`") && message.contains("TEST_DB"),
+            "{message}"
+        );
         assert!(
             parse(
                 Path::new("t"),

@@ -948,3 +948,65 @@ async fn a_weak_default_password_is_not_a_secret_on_its_own() {
         "wrote the postgres note"
     );
 }
+
+/// `gate_env` is for the gates only: the writer and the reviewer, which dump
+/// their whole environment and print it, never see the variable (so it
+/// cannot reach a PR body through their output), while the gate has it. A
+/// name listed in both `secrets` and `gate_env` is a configuration error
+/// naming both keys.
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_env_reaches_the_gate_and_never_an_agent() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    let value = "project_db_pass_Gate0nly_5521";
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_gateEnvAttack_TOKEN_0042".into());
+    f.extra_env.push(("PROJECT_DB_PASS".into(), value.into()));
+    let ev = f.agents.display().to_string();
+    let w = f.agent(
+        "writer.sh",
+        &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\necho sub >> calc.txt\nenv\n"),
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        &format!(
+            "#!/bin/sh\nenv > {ev}/reviewer-env.txt\necho '{{\"verdict\":\"approve\",\"findings\":[]}}'\n"
+        ),
+    );
+    let gate = f.agent(
+        "gate.sh",
+        &format!("#!/bin/sh\nenv > {ev}/gate-env.txt\nsh test.sh\n"),
+    );
+    f.config(&format!("verify = [\"{gate}\"]\ngate_env = [\"PROJECT_DB_PASS\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(outcomes(&f.report()), ["pr_opened"], "{}", text(&out));
+    assert!(
+        read(&f.agents.join("gate-env.txt")).contains(&format!("PROJECT_DB_PASS={value}")),
+        "the gate gets its variable"
+    );
+    for who in ["writer", "reviewer"] {
+        let env = read(&f.agents.join(format!("{who}-env.txt")));
+        assert!(
+            !env.contains("PROJECT_DB_PASS") && !env.contains(value),
+            "the {who} saw gate_env:\n{env}"
+        );
+    }
+    for (m, p, body) in gh.requests().await {
+        assert!(!body.contains(value), "{m} {p} holds the gate's value");
+    }
+
+    f.config(&format!("secrets = [\"PROJECT_DB_PASS\"]\nverify = [\"{gate}\"]\ngate_env = [\"PROJECT_DB_PASS\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    for args in [&["plan"][..], &["drain"]] {
+        let out = f.run(args);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {said}");
+        assert!(
+            said.contains("`gate_env`")
+                && said.contains("`secrets`")
+                && said.contains("PROJECT_DB_PASS")
+                && said.contains("config.toml:3"),
+            "{args:?}: {said}"
+        );
+    }
+}

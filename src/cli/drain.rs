@@ -286,16 +286,8 @@ async fn drain_with(
             gate_env.insert(v.clone(), val.expose().to_string());
             continue;
         }
-        // A variable also listed in `secrets` was wiped from our environment
-        // at start-up (main); its value is kept in `startup.removed`.
-        let kept = || {
-            startup
-                .removed
-                .iter()
-                .find(|(n, _)| n == v && config.secrets.contains(v))
-                .map(|(_, s)| s.expose().to_string())
-        };
-        if let Some(val) = std::env::var(v).ok().or_else(kept) {
+        // Not in `secrets` too: the config refuses that overlap.
+        if let Ok(val) = std::env::var(v) {
             gate_env.insert(v.clone(), val);
         }
     }
