@@ -212,12 +212,10 @@ pub struct Recipe {
 /// A config that could not be used. Display gives `file:line: message`.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file exists but could not be read.
-    #[error("{path}: cannot read the config: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The file exists but could not be read: not a regular file, too
+    /// large, or an I/O error (the message names the file).
+    #[error("cannot read the config: {0}")]
+    Read(crate::file::FileError),
     /// TOML syntax, an unknown key or a bad value.
     #[error("{path}:{line}: {message}")]
     Invalid {
@@ -246,21 +244,16 @@ pub struct Loaded {
 /// [`ConfigError::Invalid`] naming file, line and key for TOML errors,
 /// unknown keys (`deny_unknown_fields`) and bad values.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::file::read_regular_text(path, crate::file::MAX_TEXT_BYTES) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             return Ok(Loaded {
                 path: path.to_path_buf(),
                 exists: false,
                 config: Config::default(),
             });
         }
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
+        Err(e) => return Err(ConfigError::Read(e)),
     };
     let config = parse(path, &text)?;
     Ok(Loaded {
@@ -682,7 +675,10 @@ pub fn secret_names_hint(args: &[String]) -> Vec<String> {
         (None, Some(r)) => nearest(PathBuf::from(r)),
         (None, None) => std::env::current_dir().ok().and_then(nearest),
     };
-    let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
+    // A special file here is refused later, by `load`, with its message.
+    let Some(text) =
+        path.and_then(|p| crate::file::read_regular_text(&p, crate::file::MAX_TEXT_BYTES).ok())
+    else {
         return Vec::new();
     };
     let Ok(table) = text.parse::<toml::Table>() else {

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod contract;
 pub mod error;
+pub mod file;
 pub mod forge;
 pub mod gate;
 pub mod git;

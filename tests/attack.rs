@@ -1010,3 +1010,113 @@ async fn gate_env_reaches_the_gate_and_never_an_agent() {
         );
     }
 }
+
+/// A config, a backlog or a recipe's template that is a FIFO, a device (or a
+/// link to one; a template linked out of the repository is refused before
+/// it is read) or a huge file is refused at once with its name and the
+/// fix (exit 2), instead of hanging or filling memory.
+#[test]
+fn special_and_huge_files_are_refused_fast() {
+    let f = Fixture::new();
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let fifo = f.dir.path().join("config.fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let cfg = f.repo.join(".nightshift/config.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    let huge = f.dir.path().join("huge.toml");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(64 * 1024 * 1024)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let run = |args: &[&str]| {
+        let mut c = f.cmd();
+        c.args(args);
+        let child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // A hang would block the test forever: kill it after 20 s.
+        let watchdog = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(20));
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+        });
+        let out = child.wait_with_output().unwrap();
+        drop(watchdog);
+        out
+    };
+    for (args, name, kind) in [
+        (
+            vec!["--config", "/dev/zero", "plan"],
+            "/dev/zero".to_string(),
+            "a character device",
+        ),
+        (
+            vec!["--config", fifo.to_str().unwrap(), "plan"],
+            fifo.display().to_string(),
+            "a FIFO",
+        ),
+        (
+            vec!["--config", huge.to_str().unwrap(), "plan"],
+            huge.display().to_string(),
+            "over the limit",
+        ),
+    ] {
+        let out = run(&args);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {said}");
+        assert!(said.contains(&name) && said.contains(kind), "{said}");
+    }
+    // The default config file linked to a device, a backlog that is a FIFO,
+    // a recipe's template linked to /dev/zero.
+    std::os::unix::fs::symlink("/dev/zero", &cfg).unwrap();
+    let out = run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("a character device"), "{}", text(&out));
+    std::fs::remove_file(&cfg).unwrap();
+    f.config("backlog = \"TODO.md\"\n");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(f.repo.join("TODO.md"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("TODO.md") && text(&out).contains("a FIFO"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(f.repo.join("prompt.md"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    f.config("[[recipes]]\nprefix = \"Add\"\nprompt = \"prompt.md\"\n");
+    let out = run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("prompt.md") && text(&out).contains("a FIFO"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+}

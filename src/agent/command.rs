@@ -109,7 +109,9 @@ pub async fn run(
         None
     };
     let claimed_files = parse_blocks(&text).files;
-    let usage = std::fs::read_to_string(&usage_file)
+    // The agent writes this file: a FIFO or a link to a device there must
+    // not block the runner.
+    let usage = crate::file::read_regular_text(&usage_file, crate::file::MAX_TEXT_BYTES)
         .ok()
         .and_then(|t| parse_usage(&t, true))
         .or_else(|| text.lines().rev().find_map(|l| parse_usage(l, false)))

@@ -30,20 +30,11 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     check_runnable(&loaded)?;
     let path = repo.join(&loaded.config.backlog);
     // A FIFO or a device would block the read (or never end): only a
-    // regular file (or a link to one) is a backlog.
-    if let Ok(m) = std::fs::metadata(&path)
-        && !m.is_file()
-    {
-        return Err(Error::usage(format!(
-            "{}: not a regular file; the backlog must be a markdown file (or set `backlog` in {})",
-            path.display(),
-            loaded.path.display()
-        )));
-    }
-    let text = match std::fs::read(&path) {
+    // regular file (or a link to one) of sane size is a backlog.
+    let text = match crate::file::read_regular(&path, crate::file::MAX_TEXT_BYTES) {
         Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
             .map_err(|e| Error::usage(e.to_string()))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             return Err(Error::usage(format!(
                 "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
                 path.display(),
@@ -52,8 +43,8 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
         }
         Err(e) => {
             return Err(Error::usage(format!(
-                "{}: cannot read the backlog: {e}",
-                path.display()
+                "cannot read the backlog: {e} (or set `backlog` in {})",
+                loaded.path.display()
             )));
         }
     };
