@@ -2282,6 +2282,7 @@ async fn call_agent(
             log_dir: agent::call_dir(item_dir, n, role, attempt),
             secrets: night.secrets.clone(),
             run_as: night.run_as.clone(),
+            max_output: c.max_agent_output,
         };
         let report = match agent::call(agent_cfg, &call, &night.cancel).await {
             Ok(r) => r,

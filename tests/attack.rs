@@ -1120,3 +1120,60 @@ fn special_and_huge_files_are_refused_fast() {
         started.elapsed()
     );
 }
+
+/// A writer that prints without end (`yes`) is killed once its output
+/// passes `max_agent_output`: the round fails saying so, long before the
+/// call's timeout, the log files stop at the cap, and the kept tail stays.
+#[test]
+fn an_agent_printing_without_end_is_killed_at_its_output_cap() {
+    let f = Fixture::new();
+    let w = f.agent(
+        "writer.sh",
+        "#!/bin/sh\necho sub >> calc.txt\nyes 'flood line'\n",
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(
+        &w,
+        &r,
+        "max_agent_output = \"256KiB\"\n[limits]\nrounds = 1\nagent_timeout = \"10m\"\n",
+    );
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let started = std::time::Instant::now();
+    let out = f.approve_and_drain(&[]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(120),
+        "took {:?}: {}",
+        started.elapsed(),
+        text(&out)
+    );
+    let rep = f.report();
+    let item = &rep["items"][0];
+    assert_ne!(item["outcome"], "pr_opened", "{rep:#}");
+    let why = item["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("max_agent_output") && why.contains("256.0 KiB"),
+        "{rep:#}"
+    );
+    let tail =
+        f.db.sql("SELECT stdout_tail FROM agent_calls WHERE role = 'writer'");
+    assert!(tail.contains("flood line"), "the tail is kept: {tail}");
+    let mut logged = 0;
+    let mut stack = vec![f.data.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with("writer.stdout") {
+                logged += std::fs::metadata(&p).unwrap().len();
+            }
+        }
+    }
+    assert!(
+        logged > 0 && logged <= 256 * 1024 + 64 * 1024,
+        "writer.stdout holds {logged} bytes"
+    );
+}

@@ -92,7 +92,9 @@ pub async fn run(
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
     };
-    let failure = if outcome.timed_out {
+    let failure = if outcome.output_capped {
+        Some(super::over_output_cap(call))
+    } else if outcome.timed_out {
         Some(format!("timed out after {}s", call.timeout.as_secs()))
     } else if outcome.cancelled {
         Some("interrupted".to_string())
@@ -419,6 +421,7 @@ mod usage_tests {
             log_dir: dir.path().join("logs"),
             secrets: vec![],
             run_as: None,
+            max_output: crate::config::DEFAULT_MAX_AGENT_OUTPUT,
         };
         std::fs::create_dir_all(&call.log_dir).unwrap();
         // 8 MiB of log lines, one 5 MiB line, then the verdict and a usage report
