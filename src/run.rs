@@ -1963,7 +1963,8 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
             .filter(|_| !night.cancel.is_cancelled())
         {
             let body = format!(
-                "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{title}\n"
+                "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{}\n",
+                crate::report::md_text(&title)
             );
             match forge
                 .find_or_create_issue(&title, &body, &night.config.findings_label)
