@@ -175,9 +175,19 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
         print!("{}", contract::render_plan(&plan));
         if !plan.entries.is_empty() {
             println!("approve it with: nightshift approve {}", plan.sha);
+            println!("{}", approval_key_note());
         }
     }
     Ok(ExitCode::Ok)
+}
+
+/// Where approvals are signed, for the card: an approval is a signed row,
+/// and the key's loss only means approving again (docs/contract.md).
+pub(crate) fn approval_key_note() -> String {
+    format!(
+        "(approvals are signed with the key in {}, readable by you only; without it, approve again)",
+        crate::approval::key_path(&crate::cli::data_dir()).display()
+    )
 }
 
 /// `nightshift approve SHA`.
@@ -202,7 +212,10 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let by = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
-    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by).await?;
+    let data_dir = crate::cli::data_dir();
+    let key =
+        crate::approval::load_or_create_key(&data_dir).map_err(|e| Error::usage(e.to_string()))?;
+    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by, &key).await?;
     rec::event(
         &lg.pool,
         None,
@@ -219,6 +232,10 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
         a.expires_at
             .with_timezone(&chrono::Local)
             .format("%Y-%m-%d %H:%M %Z")
+    );
+    println!(
+        "signed with the key in {} (keep it private; if it is lost, approve again)",
+        crate::approval::key_path(&data_dir).display()
     );
     // An approval of an older plan is allowed (SPEC §4: only its unchanged
     // contracts run), but the person should know before going to bed.
