@@ -27,7 +27,7 @@ pub enum FileError {
         path: PathBuf,
     },
     /// A FIFO, device, socket or directory (also through a link).
-    #[error("{}: is {kind}, not a regular file; nightshift reads only regular files (replace it with one)", path.display())]
+    #[error("{}: not a regular file but {kind}; nightshift reads only regular files (replace it with one)", path.display())]
     NotRegular {
         /// The path given.
         path: PathBuf,
