@@ -5,9 +5,23 @@
 //! is consumed by exactly one run (a separate `approval_uses` row whose primary
 //! key is the approval id). There is no standing approval. This module decides
 //! whether an approval may start a run; storing rows is the ledger's job.
+//!
+//! Each approval is signed (HMAC-SHA256) with a key that `approve` creates in
+//! nightshift's data directory ([`KEY_FILE`], mode 0600): anyone who can
+//! reach the database but not that file (an agent running as `agent_user`)
+//! cannot forge one. An unsigned or wrongly signed approval is refused
+//! (docs/contract.md, docs/security.md); losing the key only means approving
+//! again.
+
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
 
 use chrono::{DateTime, Duration, Utc};
+use hmac::{KeyInit, Mac};
 use uuid::Uuid;
+
+/// The key's file name in the data directory.
+pub const KEY_FILE: &str = "approval.key";
 
 /// How long an approval stays valid after it was given.
 pub const TTL_HOURS: i64 = 24;
@@ -27,6 +41,11 @@ pub struct Approval {
     pub expires_at: DateTime<Utc>,
     /// The run that consumed it, if any.
     pub used_by: Option<Uuid>,
+    /// The repository identity it was given for.
+    pub repo: String,
+    /// Hex HMAC-SHA256 of [`signed_message`] by the data directory's key;
+    /// `None` for a row not written by `approve` (or older than signing).
+    pub signature: Option<String>,
 }
 
 /// Why an approval cannot start a run. Each maps to exit code 3.
@@ -60,6 +79,17 @@ pub enum Refusal {
         "the approval {sha} is for another contract than this item's ({contract_sha}); approve this item with `nightshift approve {contract_sha}`"
     )]
     OtherContract { sha: String, contract_sha: String },
+    /// Not signed by this data directory's key (inserted by someone else, or
+    /// given before approvals were signed).
+    #[error(
+        "the approval of {sha} is not signed: it was not given by `nightshift approve` with the key in {key}; approve again with `nightshift approve {sha}`"
+    )]
+    Unsigned { sha: String, key: PathBuf },
+    /// Signed, but not by this key (forged, or the key was replaced or lost).
+    #[error(
+        "the approval of {sha} has a wrong signature for the key in {key} (forged, or the key was replaced or lost); approve again with `nightshift approve {sha}`"
+    )]
+    BadSignature { sha: String, key: PathBuf },
     /// It approves another plan than the snapshot's.
     #[error(
         "the approval {sha} is for another plan than the backlog's current one ({plan_sha}); approve the current plan"
@@ -72,10 +102,12 @@ pub fn expiry(created_at: DateTime<Utc>) -> DateTime<Utc> {
     created_at + Duration::hours(TTL_HOURS)
 }
 
-/// Checks that `a` may start a new run at `now` (UTC).
+/// Checks that `a` may start a new run at `now` (UTC): unused, unexpired,
+/// and signed by the installed key ([`install_key`]).
 ///
 /// # Errors
-/// [`Refusal::Expired`] or [`Refusal::Used`].
+/// [`Refusal::Used`], [`Refusal::Expired`], [`Refusal::Unsigned`] or
+/// [`Refusal::BadSignature`].
 pub fn check_usable(a: &Approval, now: DateTime<Utc>) -> Result<(), Refusal> {
     let sha = a
         .plan_sha
@@ -91,13 +123,175 @@ pub fn check_usable(a: &Approval, now: DateTime<Utc>) -> Result<(), Refusal> {
             expires_at: a.expires_at,
         });
     }
-    Ok(())
+    check_signed(a)
 }
 
 /// Whether a crashed run may be resumed under its approval at `now`:
 /// only while the approval is younger than 24 h (SPEC §4).
 pub fn may_resume(a: &Approval, now: DateTime<Utc>) -> bool {
-    now < a.expires_at
+    now < a.expires_at && check_signed(a).is_ok()
+}
+
+/// A 32-byte approval key.
+#[derive(Clone)]
+pub struct Key([u8; 32]);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(****)")
+    }
+}
+
+/// Why the key could not be read or made.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The file is unreadable, not a regular file, or not 64 hex digits.
+    #[error("approval key {}: {why}; remove it and approve again (a new key is made)", path.display())]
+    Bad { path: PathBuf, why: String },
+    /// Others than its owner may read it.
+    #[error("approval key {}: readable by others (mode {mode:o}); run `chmod 600 {}`", path.display(), path.display())]
+    Open { path: PathBuf, mode: u32 },
+    /// Writing a new key failed.
+    #[error("approval key {}: cannot create it: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Where the key of the data directory `data_dir` lives.
+pub fn key_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(KEY_FILE)
+}
+
+/// The key in `data_dir`, if there is one.
+///
+/// # Errors
+/// [`KeyError::Bad`] for a file that is not a 0600 regular file of 64 hex
+/// digits, [`KeyError::Open`] when group or others may read it.
+pub fn load_key(data_dir: &Path) -> Result<Option<Key>, KeyError> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = key_path(data_dir);
+    let bad = |why: String| KeyError::Bad {
+        path: path.clone(),
+        why,
+    };
+    let text = match crate::file::read_regular_text(&path, 1024) {
+        Ok(t) => t,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(bad(e.to_string())),
+    };
+    let mode = std::fs::metadata(&path)
+        .map_err(|e| bad(e.to_string()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(KeyError::Open {
+            path,
+            mode: mode & 0o777,
+        });
+    }
+    let bytes = hex::decode(text.trim()).map_err(|e| bad(e.to_string()))?;
+    let key: [u8; 32] = bytes.try_into().map_err(|_| bad("not 32 bytes".into()))?;
+    Ok(Some(Key(key)))
+}
+
+/// The key in `data_dir`, made (32 random bytes, hex, mode 0600) when there
+/// is none yet; `approve` calls it.
+///
+/// # Errors
+/// Those of [`load_key`], and [`KeyError::Create`].
+pub fn load_or_create_key(data_dir: &Path) -> Result<Key, KeyError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(key) = load_key(data_dir)? {
+        return Ok(key);
+    }
+    let path = key_path(data_dir);
+    let create = |source| KeyError::Create {
+        path: path.clone(),
+        source,
+    };
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| create(std::io::Error::other(e.to_string())))?;
+    std::fs::create_dir_all(data_dir).map_err(create)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(create)?;
+    file.write_all(format!("{}\n", hex::encode(key)).as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(create)?;
+    Ok(Key(key))
+}
+
+/// The key [`check_usable`] and [`may_resume`] verify with, and its path:
+/// installed once by the command that reads approvals (`drain`, `run`,
+/// `report`) so that every check in the run loop sees it.
+static INSTALLED: RwLock<Option<(Option<Key>, PathBuf)>> = RwLock::new(None);
+
+/// Installs the key of `data_dir` (or its absence) for [`check_usable`].
+pub fn install_key(key: Option<Key>, path: PathBuf) {
+    *INSTALLED.write().unwrap_or_else(|e| e.into_inner()) = Some((key, path));
+}
+
+/// What an approval's signature covers: every field that decides what it
+/// lets run and until when (timestamps in microseconds, as the ledger keeps
+/// them).
+pub fn signed_message(a: &Approval) -> String {
+    format!(
+        "nightshift approval v1\nid {}\nrepo {}\nplan {}\ncontract {}\ncreated {}\nexpires {}\n",
+        a.id,
+        a.repo,
+        a.plan_sha.as_deref().unwrap_or("-"),
+        a.contract_sha.as_deref().unwrap_or("-"),
+        a.created_at.timestamp_micros(),
+        a.expires_at.timestamp_micros()
+    )
+}
+
+fn mac(key: &Key) -> hmac::Hmac<sha2::Sha256> {
+    <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&key.0)
+        .expect("HMAC takes a key of any length")
+}
+
+/// The hex signature of `a` by `key`.
+pub fn sign(key: &Key, a: &Approval) -> String {
+    let mut m = mac(key);
+    m.update(signed_message(a).as_bytes());
+    hex::encode(m.finalize().into_bytes())
+}
+
+/// Whether `a` carries a valid signature by the installed key.
+///
+/// # Errors
+/// [`Refusal::Unsigned`] (no signature, or no key to check it with: the
+/// key was lost) or [`Refusal::BadSignature`].
+pub fn check_signed(a: &Approval) -> Result<(), Refusal> {
+    let sha = a
+        .plan_sha
+        .clone()
+        .or_else(|| a.contract_sha.clone())
+        .unwrap_or_default();
+    let installed = INSTALLED.read().unwrap_or_else(|e| e.into_inner());
+    let (key, path) = match installed.as_ref() {
+        Some((key, path)) => (key.as_ref(), path.clone()),
+        None => (None, PathBuf::from(KEY_FILE)),
+    };
+    let Some(signature) = a.signature.as_deref() else {
+        return Err(Refusal::Unsigned { sha, key: path });
+    };
+    let Some(key) = key else {
+        return Err(Refusal::BadSignature { sha, key: path });
+    };
+    let mut m = mac(key);
+    m.update(signed_message(a).as_bytes());
+    match hex::decode(signature) {
+        Ok(bytes) if m.verify_slice(&bytes).is_ok() => Ok(()),
+        _ => Err(Refusal::BadSignature { sha, key: path }),
+    }
 }
 
 /// Why an item of the current plan is not under the approval that started
@@ -240,16 +434,66 @@ mod tests {
         );
     }
 
+    fn key() -> Key {
+        Key([7u8; 32])
+    }
+
     fn approval(age_h: i64, used: bool) -> Approval {
+        install_key(Some(key()), PathBuf::from("/data/approval.key"));
         let created = Utc::now() - Duration::hours(age_h);
-        Approval {
+        let mut a = Approval {
             id: Uuid::new_v4(),
             plan_sha: Some("ab".into()),
             contract_sha: None,
             created_at: created,
             expires_at: expiry(created),
             used_by: used.then(Uuid::new_v4),
+            repo: "r".into(),
+            signature: None,
+        };
+        a.signature = Some(sign(&key(), &a));
+        a
+    }
+
+    #[test]
+    fn unsigned_and_wrongly_signed_are_refused() {
+        let good = approval(1, false);
+        let mut unsigned = good.clone();
+        unsigned.signature = None;
+        assert!(matches!(
+            check_usable(&unsigned, Utc::now()),
+            Err(Refusal::Unsigned { .. })
+        ));
+        // Every signed field counts: another plan, a later expiry.
+        let mut other = good.clone();
+        other.plan_sha = Some("cd".into());
+        let mut longer = good.clone();
+        longer.expires_at += Duration::hours(48);
+        let mut other_key = good.clone();
+        other_key.signature = Some(sign(&Key([8u8; 32]), &good));
+        for a in [other, longer, other_key] {
+            assert!(matches!(
+                check_usable(&a, Utc::now()),
+                Err(Refusal::BadSignature { .. })
+            ));
+            assert!(!may_resume(&a, Utc::now()));
         }
+    }
+
+    #[test]
+    fn a_new_key_is_private_and_read_back() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        assert!(load_key(dir.path()).unwrap().is_none());
+        let made = load_or_create_key(dir.path()).unwrap();
+        let path = key_path(dir.path());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(load_key(dir.path()).unwrap().unwrap().0, made.0);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(load_key(dir.path()), Err(KeyError::Open { .. })));
     }
 
     #[test]

@@ -197,13 +197,14 @@ impl fmt::Display for Problem {
 /// Failures of [`read`] and [`tick`].
 #[derive(Debug, thiserror::Error)]
 pub enum BacklogError {
-    /// The backlog file could not be read.
-    #[error("cannot read backlog {}: {source}", path.display())]
+    /// The backlog file could not be read: missing, not a regular file,
+    /// too large (over [`crate::file::MAX_TEXT_BYTES`]) or an I/O error.
+    #[error("cannot read the backlog: {source}")]
     Read {
         /// The file that was being read.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// Why (its message names the file).
+        source: crate::file::FileError,
     },
     /// The backlog file is not UTF-8 (a legacy encoding such as Big5 or
     /// Latin-1, or a binary file).
@@ -284,9 +285,11 @@ impl Backlog {
 /// or [`BacklogError::NotUtf8`] (with the line of the first bad byte) when it
 /// is not UTF-8. Malformed items are not errors: see [`Backlog::problems`].
 pub fn read(path: &Path) -> Result<Backlog, BacklogError> {
-    let bytes = std::fs::read(path).map_err(|source| BacklogError::Read {
-        path: path.to_path_buf(),
-        source,
+    let bytes = crate::file::read_regular(path, crate::file::MAX_TEXT_BYTES).map_err(|source| {
+        BacklogError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     let text = decode(path, bytes)?;
     Ok(parse(path, &text))

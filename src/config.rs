@@ -52,6 +52,11 @@ pub struct Config {
     pub gate_env: Vec<String>,
     /// At most this many `FINDINGS:` issues are filed per item.
     pub max_findings_per_item: u32,
+    /// Bytes one agent call may print (stdout and stderr together) before it
+    /// is killed and its round fails; written `"1GiB"`, `"500MB"`, `"64KiB"`
+    /// (docs/config.md). Default 1 GiB.
+    #[serde(with = "human_size")]
+    pub max_agent_output: u64,
     /// Hard caps; an item may lower them, never raise them.
     pub limits: Limits,
     /// The agent that changes the code.
@@ -80,6 +85,7 @@ impl Default for Config {
             secrets: vec![],
             gate_env: vec![],
             max_findings_per_item: 5,
+            max_agent_output: DEFAULT_MAX_AGENT_OUTPUT,
             limits: Limits::default(),
             writer: AgentConfig::default(),
             reviewer: AgentConfig::default(),
@@ -212,12 +218,10 @@ pub struct Recipe {
 /// A config that could not be used. Display gives `file:line: message`.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file exists but could not be read.
-    #[error("{path}: cannot read the config: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The file exists but could not be read: not a regular file, too
+    /// large, or an I/O error (the message names the file).
+    #[error("cannot read the config: {0}")]
+    Read(crate::file::FileError),
     /// TOML syntax, an unknown key or a bad value.
     #[error("{path}:{line}: {message}")]
     Invalid {
@@ -246,21 +250,16 @@ pub struct Loaded {
 /// [`ConfigError::Invalid`] naming file, line and key for TOML errors,
 /// unknown keys (`deny_unknown_fields`) and bad values.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::file::read_regular_text(path, crate::file::MAX_TEXT_BYTES) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             return Ok(Loaded {
                 path: path.to_path_buf(),
                 exists: false,
                 config: Config::default(),
             });
         }
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
+        Err(e) => return Err(ConfigError::Read(e)),
     };
     let config = parse(path, &text)?;
     Ok(Loaded {
@@ -341,6 +340,24 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
                 } else {
                     format!("{bad_name} is one")
                 }
+            ),
+        ));
+    }
+    // A secret is kept from gates, a `gate_env` variable is handed to
+    // them: one name cannot be both (docs/security.md).
+    if let Some(both) = c.secrets.iter().find(|n| c.gate_env.contains(n)) {
+        return Err(bad(
+            "gate_env",
+            format!(
+                "{both:?} is also listed in `secrets`: a secret never reaches a gate, a `gate_env` variable does; remove it from `secrets` (the gate gets it, agents still do not) or from `gate_env` (no one gets it)"
+            ),
+        ));
+    }
+    if c.max_agent_output < MIN_AGENT_OUTPUT {
+        return Err(bad(
+            "max_agent_output",
+            format!(
+                "must be at least {MIN_AGENT_OUTPUT} bytes (\"1KiB\"); the default is \"1GiB\""
             ),
         ));
     }
@@ -778,7 +795,10 @@ pub fn secret_names_hint(args: &[String]) -> Vec<String> {
         (None, Some(r)) => nearest(PathBuf::from(r)),
         (None, None) => std::env::current_dir().ok().and_then(nearest),
     };
-    let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
+    // A special file here is refused later, by `load`, with its message.
+    let Some(text) =
+        path.and_then(|p| crate::file::read_regular_text(&p, crate::file::MAX_TEXT_BYTES).ok())
+    else {
         return Vec::new();
     };
     let Ok(table) = text.parse::<toml::Table>() else {
@@ -823,6 +843,39 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// [`crate::duration::format`].
 pub fn format_duration(d: Duration) -> String {
     crate::duration::format(d)
+}
+
+/// The default `max_agent_output`: 1 GiB, far above what an agent prints in
+/// an hour of honest work, far below a full disk.
+pub const DEFAULT_MAX_AGENT_OUTPUT: u64 = 1024 * 1024 * 1024;
+
+/// The smallest `max_agent_output`: 1 KiB (a smaller cap would kill every
+/// agent at its first lines).
+const MIN_AGENT_OUTPUT: u64 = 1024;
+
+/// Sizes written as `"1GiB"`, `"500MB"`, `"64KiB"` or a number of bytes
+/// (the `bytesize` crate's forms: SI and IEC units, any case).
+mod human_size {
+    use super::*;
+    pub fn serialize<S: serde::Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&bytesize::ByteSize(*bytes).display().iec().to_string())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Size {
+            Bytes(u64),
+            Text(String),
+        }
+        match Size::deserialize(d)? {
+            Size::Bytes(n) => Ok(n),
+            Size::Text(s) => s.trim().parse::<bytesize::ByteSize>().map(|b| b.0).map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "{s:?} is not a size; write a number with a unit, e.g. \"1GiB\", \"500MB\", \"64KiB\""
+                ))
+            }),
+        }
+    }
 }
 
 mod human_duration {
@@ -880,6 +933,7 @@ setup = []                     # e.g. ["npm ci"], run in each fresh checkout
 secrets = []                   # more variables agents and gates never see
 gate_env = []                  # variables passed to gate commands only
 max_findings_per_item = 5      # writer FINDINGS filed as issues, per item
+max_agent_output = "1GiB"      # an agent call printing more is killed; its round fails
 
 [limits]                       # caps; an item may lower them, never raise them.
 # The defaults, shown commented out: uncomment a line to set your own cap
@@ -1156,6 +1210,12 @@ mod tests {
         );
         assert!(err("secrets = [\"PATH\"]\n").2.contains("PATH is one"));
         assert!(err("secrets = [\"\"]\n").2.contains("not a variable name"));
+        let (_, key, message) = err("secrets = [\"TEST_DB\"]\ngate_env = [\"TEST_DB\"]\n");
+        assert_eq!(key.as_deref(), Some("gate_env"));
+        assert!(
+            message.contains("`secrets`") && message.contains("TEST_DB"),
+            "{message}"
+        );
         assert!(
             parse(
                 Path::new("t"),
@@ -1219,6 +1279,21 @@ mod tests {
             Some("prompt")
         );
         assert_eq!(err("verify = [\"\"]\n").1.as_deref(), Some("verify"));
+    }
+
+    #[test]
+    fn agent_output_caps_are_sizes() {
+        let cap = |toml: &str| parse(Path::new("c.toml"), toml).map(|c| c.max_agent_output);
+        assert_eq!(cap("").unwrap(), 1 << 30);
+        assert_eq!(cap("max_agent_output = \"1GiB\"\n").unwrap(), 1 << 30);
+        assert_eq!(cap("max_agent_output = \"500MB\"\n").unwrap(), 500_000_000);
+        assert_eq!(cap("max_agent_output = \"64 KiB\"\n").unwrap(), 65536);
+        assert_eq!(cap("max_agent_output = 4096\n").unwrap(), 4096);
+        let (line, key, message) = err("\nmax_agent_output = \"lots\"\n");
+        assert_eq!((line, key.as_deref()), (2, Some("max_agent_output")));
+        assert!(message.contains("\"1GiB\""), "{message}");
+        let (_, key, message) = err("max_agent_output = \"10B\"\n");
+        assert_eq!(key.as_deref(), Some("max_agent_output"), "{message}");
     }
 
     #[test]

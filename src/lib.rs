@@ -15,6 +15,7 @@ pub mod config;
 pub mod contract;
 pub mod duration;
 pub mod error;
+pub mod file;
 pub mod forge;
 pub mod gate;
 pub mod git;

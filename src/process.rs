@@ -6,7 +6,8 @@
 //! stdout and stderr drained from the start into files through a
 //! [`StreamRedactor`] (never held whole in memory; a redacted tail of each is
 //! kept). On timeout or cancellation the group gets SIGTERM, a grace period,
-//! then SIGKILL. After the child is gone its leftovers are swept too (see
+//! then SIGKILL; the same when its output passes [`Command::max_output`].
+//! After the child is gone its leftovers are swept too (see
 //! [`run`]), and the reader tasks get a bounded time to finish, so a
 //! grandchild holding a pipe cannot hang a night.
 //!
@@ -157,6 +158,7 @@ pub struct Command {
     stdout_path: Option<PathBuf>,
     stderr_path: Option<PathBuf>,
     tail_bytes: usize,
+    max_output: Option<u64>,
     line_max: usize,
     json_lines: bool,
     on_stdout_line: Option<LineCallback>,
@@ -199,6 +201,7 @@ impl Command {
             stdout_path: None,
             stderr_path: None,
             tail_bytes: DEFAULT_TAIL_BYTES,
+            max_output: None,
             line_max: DEFAULT_LINE_MAX,
             json_lines: false,
             on_stdout_line: None,
@@ -288,6 +291,16 @@ impl Command {
         self
     }
 
+    /// Most bytes stdout and stderr together may carry (default: no cap;
+    /// config `max_agent_output` for agents, docs/config.md): past it the
+    /// child's group is stopped as on a timeout, nothing more reaches the
+    /// files or the line callback, the tails keep the last bytes read, and
+    /// [`Outcome::output_capped`] is set.
+    pub fn max_output(mut self, bytes: u64) -> Command {
+        self.max_output = Some(bytes);
+        self
+    }
+
     /// Longest line in bytes handed whole to the line callback (default
     /// [`DEFAULT_LINE_MAX`], 4 MiB); longer lines arrive cut to this length.
     pub fn line_max(mut self, bytes: usize) -> Command {
@@ -371,6 +384,8 @@ pub struct Outcome {
     pub timed_out: bool,
     /// The cancellation token fired and the child was killed.
     pub cancelled: bool,
+    /// Its output passed [`Command::max_output`] and the child was killed.
+    pub output_capped: bool,
     /// Wall-clock time from spawn to the child's exit.
     pub duration: Duration,
     /// The last bytes (at most the tail size) of stdout, redacted, lossy UTF-8.
@@ -400,6 +415,7 @@ impl Outcome {
             signal,
             timed_out: false,
             cancelled: false,
+            output_capped: false,
             duration: Duration::from_secs(1),
             stdout_tail: String::new(),
             stderr_tail: stderr.to_string(),
@@ -413,7 +429,7 @@ impl Outcome {
 
     /// Exited by itself with code 0.
     pub fn success(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out && !self.cancelled
+        self.exit_code == Some(0) && !self.timed_out && !self.cancelled && !self.output_capped
     }
 }
 
@@ -568,6 +584,33 @@ enum Ended {
     Exited(ExitStatus),
     TimedOut,
     Cancelled,
+    OverCap,
+}
+
+/// The output both streams of one child may still carry
+/// ([`Command::max_output`]), shared by their readers.
+struct OutputBudget {
+    left: std::sync::atomic::AtomicU64,
+    /// Fired once the budget is spent: the child is stopped.
+    spent: CancellationToken,
+}
+
+impl OutputBudget {
+    /// Takes `n` bytes; false (and `spent` fired) when they do not fit.
+    fn take(&self, n: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        let fits = self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(n)
+            })
+            .is_ok();
+        if !fits {
+            self.left.store(0, Ordering::SeqCst);
+            self.spent.cancel();
+        }
+        fits
+    }
 }
 
 async fn run_in_span(
@@ -606,6 +649,15 @@ async fn run_in_span(
     };
     tracing::debug!(pid, "spawned");
 
+    let budget = cmd.max_output.map(|max| {
+        std::sync::Arc::new(OutputBudget {
+            left: max.into(),
+            spent: CancellationToken::new(),
+        })
+    });
+    let over_cap = budget
+        .as_ref()
+        .map_or_else(CancellationToken::new, |b| b.spent.clone());
     let stop_readers = CancellationToken::new();
     // If this future is dropped, the readers stop too instead of waiting for
     // a pipe an escaped descendant may hold.
@@ -623,6 +675,7 @@ async fn run_in_span(
                     .map(|callback| LineSplitter::new(callback, cmd.line_max).json(cmd.json_lines)),
                 bytes: 0,
                 whole: cmd.capture_stdout.then(Vec::new),
+                budget: budget.clone(),
             },
             stop_readers.clone(),
         ))
@@ -637,6 +690,7 @@ async fn run_in_span(
                 lines: None,
                 bytes: 0,
                 whole: None,
+                budget: budget.clone(),
             },
             stop_readers.clone(),
         ))
@@ -660,15 +714,16 @@ async fn run_in_span(
         },
         () = tokio::time::sleep(cmd.timeout) => Ended::TimedOut,
         () = cancel.cancelled() => Ended::Cancelled,
+        () = over_cap.cancelled() => Ended::OverCap,
     };
 
     let (status, timed_out, cancelled) = match ended {
         Ended::Exited(status) => (Some(status), false, false),
         stopped => {
-            let reason = if matches!(stopped, Ended::TimedOut) {
-                "timeout"
-            } else {
-                "cancelled"
+            let reason = match stopped {
+                Ended::TimedOut => "timeout",
+                Ended::OverCap => "output over its cap",
+                _ => "cancelled",
             };
             tracing::info!(
                 reason,
@@ -706,6 +761,7 @@ async fn run_in_span(
         signal: status.and_then(|s| s.signal()),
         timed_out,
         cancelled,
+        output_capped: over_cap.is_cancelled(),
         duration,
         stdout_tail: stdout.tail,
         stderr_tail: stderr.tail,
@@ -859,6 +915,7 @@ struct StreamSink {
     bytes: u64,
     /// Every raw byte, when the whole stream is kept.
     whole: Option<Vec<u8>>,
+    budget: Option<std::sync::Arc<OutputBudget>>,
 }
 
 /// What a reader hands back.
@@ -881,6 +938,7 @@ where
         mut lines,
         mut bytes,
         mut whole,
+        budget,
     } = sink;
     let mut file = file.map(|file| BufWriter::with_capacity(READ_CHUNK, file));
     let mut file_failed = false;
@@ -908,6 +966,12 @@ where
             whole.extend_from_slice(&buf[..n]);
         }
         let clean = redactor.push(&buf[..n]);
+        if budget.as_ref().is_some_and(|b| !b.take(n as u64)) {
+            // Over the cap: only the tail still moves (the child is being
+            // stopped), so the files and memory stop growing.
+            tail.push(&clean);
+            continue;
+        }
         deliver(&clean, &mut file, &mut file_failed, &mut tail, &mut lines).await;
     }
     let clean = redactor.finish();

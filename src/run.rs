@@ -1965,7 +1965,8 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
             .filter(|_| !night.cancel.is_cancelled())
         {
             let body = format!(
-                "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{title}\n"
+                "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{}\n",
+                crate::report::md_text(&title)
             );
             match forge
                 .find_or_create_issue(&title, &body, &night.config.findings_label)
@@ -2284,6 +2285,7 @@ async fn call_agent(
             log_dir: agent::call_dir(item_dir, n, role, attempt),
             secrets: night.secrets.clone(),
             run_as: night.run_as.clone(),
+            max_output: c.max_agent_output,
         };
         let report = match agent::call(agent_cfg, &call, &night.cancel).await {
             Ok(r) => r,

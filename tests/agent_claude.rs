@@ -118,6 +118,7 @@ fn call(w: &World, role: Role, prompt: &str, env: BTreeMap<String, String>) -> C
         log_dir: w.dir.path().join("logs"),
         secrets: vec![],
         run_as: None,
+        max_output: nightshift::config::DEFAULT_MAX_AGENT_OUTPUT,
     }
 }
 

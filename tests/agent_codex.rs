@@ -90,6 +90,7 @@ impl World {
             log_dir: self.dir.path().join("logs").join(role.as_str()),
             secrets: vec![],
             run_as: None,
+            max_output: nightshift::config::DEFAULT_MAX_AGENT_OUTPUT,
         }
     }
 }

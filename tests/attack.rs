@@ -71,10 +71,39 @@ fn forms(secret: &str) -> Vec<String> {
         "printf '%s' '{q}' | od -An -tx1 | tr -d ' \\n'"
     )));
     f.push(sh(&format!("printf '%s' '{q}' | jq -sRr @uri")));
+    f.extend(escaped_forms(secret));
     f.sort();
     f.dedup();
     f
 }
+
+/// The forms of `secret` with some or all of its bytes escaped, as
+/// [`ESCAPE`] prints them: every byte `%xx`, every byte `%XX`, the first
+/// eight bytes `%xx` and the rest as is, every byte `\u00xx`.
+fn escaped_forms(secret: &str) -> Vec<String> {
+    let each =
+        |bytes: &[u8], f: &dyn Fn(u8) -> String| bytes.iter().map(|&b| f(b)).collect::<String>();
+    let b = secret.as_bytes();
+    vec![
+        each(b, &|b| format!("%{b:02x}")),
+        each(b, &|b| format!("%{b:02X}")),
+        format!(
+            "{}{}",
+            each(&b[..8], &|b| format!("%{b:02x}")),
+            &secret[8..]
+        ),
+        each(b, &|b| format!("\\u00{b:02x}")),
+    ]
+}
+
+/// Shell functions printing `$1` with its bytes escaped, the forms of
+/// [`escaped_forms`]: `pe` every byte `%xx`, `pu` every byte `%XX`, `pm` the
+/// first eight bytes `%xx`, `ju` every byte `\u00xx`.
+const ESCAPE: &str = r#"pe() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n' | sed 's/../%&/g'; }
+pu() { pe "$1" | tr a-f A-F; }
+pm() { printf '%s%s' "$(pe "$(printf '%s' "$1" | cut -c1-8)")" "$(printf '%s' "$1" | cut -c9-)"; }
+ju() { printf '%s' "$1" | od -An -tx1 | tr -d ' \n' | sed 's/../\\u00&/g'; }
+"#;
 
 /// Asserts that no form of any secret is in nightshift's output, any ledger
 /// table, any file under the data dir or HOME, or anything sent to GitHub.
@@ -172,7 +201,7 @@ async fn encoded_and_split_secrets_are_masked_everywhere() {
     let lt = loot.display().to_string();
     // Everything one agent can print, for each secret.
     let leak = format!(
-        r#"for s in {lt}/token {lt}/key {lt}/db {lt}/pg; do
+        r#"{ESCAPE}for s in {lt}/token {lt}/key {lt}/db {lt}/pg; do
   v=$(cat "$s")
   echo "plain: $v"
   echo "b64: $(printf '%s' "$v" | base64 -w0) and $(printf 'xy%s' "$v" | base64 -w0)"
@@ -180,6 +209,8 @@ async fn encoded_and_split_secrets_are_masked_everywhere() {
   printf 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA%s' "$v" | base64
   echo "hex: $(printf '%s' "$v" | od -An -tx1 | tr -d ' \n')" >&2
   echo "url: $(printf '%s' "$v" | jq -sRr @uri)"
+  echo "pct: $(pe "$v") PCT: $(pu "$v")"
+  echo "mixed: $(pm "$v") json: $(ju "$v")"
   printf 'split: %s\n   %s\n' "$(printf '%s' "$v" | cut -c1-9)" "$(printf '%s' "$v" | cut -c10-)"
 done
 "#
@@ -549,7 +580,7 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\n{title}T=$(cat {})\necho sub >> calc.txt\ncase \"$title\" in\n  *binary*) printf 'BIN\\000\\001%s\\000' \"$T\" > data.bin ;;\n  *base64*) printf 'key: %s\\n' \"$(printf 'xy%s' \"$T\" | base64 -w0)\" > settings.yml ;;\n  *hex*) printf '%s' \"$T\" | xxd -p > key.hex ;;\n  *split*) printf 'token = %s\\\\\\n   %s\\n-----\\n%s\\n%s\\n' \"$(printf '%s' \"$T\" | cut -c1-10)\" \"$(printf '%s' \"$T\" | cut -c11-)\" \"$(printf '%s' \"$T\" | cut -c1-20)\" \"$(printf '%s' \"$T\" | cut -c21-)\" > split.sh ;;\n  *name*) touch \"docs/$T.md\" ;;\n  *env*) printf 'GITHUB_TOKEN=%s\\n' \"$T\" > .env ;;\nesac\n",
+            "#!/bin/sh\n{ESCAPE}{title}T=$(cat {})\necho sub >> calc.txt\ncase \"$title\" in\n  *percent*) printf 'url=https://h/?t=%s\\n' \"$(pu \"$T\")\" > link.txt ;;\n  *mixed*) printf 'T=%s\\n' \"$(pm \"$T\")\" > mixed.txt ;;\n  *binary*) printf 'BIN\\000\\001%s\\000' \"$T\" > data.bin ;;\n  *base64*) printf 'key: %s\\n' \"$(printf 'xy%s' \"$T\" | base64 -w0)\" > settings.yml ;;\n  *hex*) printf '%s' \"$T\" | xxd -p > key.hex ;;\n  *split*) printf 'token = %s\\\\\\n   %s\\n-----\\n%s\\n%s\\n' \"$(printf '%s' \"$T\" | cut -c1-10)\" \"$(printf '%s' \"$T\" | cut -c11-)\" \"$(printf '%s' \"$T\" | cut -c1-20)\" \"$(printf '%s' \"$T\" | cut -c21-)\" > split.sh ;;\n  *name*) touch \"docs/$T.md\" ;;\n  *env*) printf 'GITHUB_TOKEN=%s\\n' \"$T\" > .env ;;\nesac\n",
             loot.display()
         ),
     );
@@ -558,7 +589,7 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
     f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] In a binary file\n- [ ] As base64\n- [ ] As hex\n- [ ] A split string\n- [ ] As a file name\n- [ ] In an env file\n- [ ] Just sub\n");
+    f.write("NEXT.md", "- [ ] Fully percent-encoded\n- [ ] Partly escaped (mixed)\n- [ ] In a binary file\n- [ ] As base64\n- [ ] As hex\n- [ ] A split string\n- [ ] As a file name\n- [ ] In an env file\n- [ ] Just sub\n");
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
@@ -571,11 +602,15 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
             "rule_broken",
             "rule_broken",
             "rule_broken",
+            "rule_broken",
+            "rule_broken",
             "pr_opened"
         ],
         "{rep:#}"
     );
     for (i, file) in [
+        "link.txt",
+        "mixed.txt",
         "data.bin",
         "settings.yml",
         "key.hex",
@@ -911,5 +946,381 @@ async fn a_weak_default_password_is_not_a_secret_on_its_own() {
         f.db.sql("SELECT string_agg(stdout_tail, '') FROM agent_calls WHERE role = 'writer'")
             .trim(),
         "wrote the postgres note"
+    );
+}
+
+/// `gate_env` is for the gates only: the writer and the reviewer, which dump
+/// their whole environment and print it, never see the variable (so it
+/// cannot reach a PR body through their output), while the gate has it. A
+/// name listed in both `secrets` and `gate_env` is a configuration error
+/// naming both keys.
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_env_reaches_the_gate_and_never_an_agent() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    let value = "project_db_pass_Gate0nly_5521";
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_gateEnvAttack_TOKEN_0042".into());
+    f.extra_env.push(("PROJECT_DB_PASS".into(), value.into()));
+    let ev = f.agents.display().to_string();
+    let w = f.agent(
+        "writer.sh",
+        &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\necho sub >> calc.txt\nenv\n"),
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        &format!(
+            "#!/bin/sh\nenv > {ev}/reviewer-env.txt\necho '{{\"verdict\":\"approve\",\"findings\":[]}}'\n"
+        ),
+    );
+    let gate = f.agent(
+        "gate.sh",
+        &format!("#!/bin/sh\nenv > {ev}/gate-env.txt\nsh test.sh\n"),
+    );
+    f.config(&format!("verify = [\"{gate}\"]\ngate_env = [\"PROJECT_DB_PASS\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(outcomes(&f.report()), ["pr_opened"], "{}", text(&out));
+    assert!(
+        read(&f.agents.join("gate-env.txt")).contains(&format!("PROJECT_DB_PASS={value}")),
+        "the gate gets its variable"
+    );
+    for who in ["writer", "reviewer"] {
+        let env = read(&f.agents.join(format!("{who}-env.txt")));
+        assert!(
+            !env.contains("PROJECT_DB_PASS") && !env.contains(value),
+            "the {who} saw gate_env:\n{env}"
+        );
+    }
+    for (m, p, body) in gh.requests().await {
+        assert!(!body.contains(value), "{m} {p} holds the gate's value");
+    }
+
+    f.config(&format!("secrets = [\"PROJECT_DB_PASS\"]\nverify = [\"{gate}\"]\ngate_env = [\"PROJECT_DB_PASS\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    for args in [&["plan"][..], &["drain"]] {
+        let out = f.run(args);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {said}");
+        assert!(
+            said.contains("`gate_env`")
+                && said.contains("`secrets`")
+                && said.contains("PROJECT_DB_PASS")
+                && said.contains("config.toml:3"),
+            "{args:?}: {said}"
+        );
+    }
+}
+
+/// A config, a backlog or a recipe's template that is a FIFO, a device (or a
+/// link to one; a template linked out of the repository is refused before
+/// it is read) or a huge file is refused at once with its name and the
+/// fix (exit 2), instead of hanging or filling memory.
+#[test]
+fn special_and_huge_files_are_refused_fast() {
+    let f = Fixture::new();
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let fifo = f.dir.path().join("config.fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let cfg = f.repo.join(".nightshift/config.toml");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    let huge = f.dir.path().join("huge.toml");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(64 * 1024 * 1024)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let run = |args: &[&str]| {
+        let mut c = f.cmd();
+        c.args(args);
+        let child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // A hang would block the test forever: kill it after 20 s.
+        let watchdog = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(20));
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+        });
+        let out = child.wait_with_output().unwrap();
+        drop(watchdog);
+        out
+    };
+    for (args, name, kind) in [
+        (
+            vec!["--config", "/dev/zero", "plan"],
+            "/dev/zero".to_string(),
+            "a character device",
+        ),
+        (
+            vec!["--config", fifo.to_str().unwrap(), "plan"],
+            fifo.display().to_string(),
+            "a FIFO",
+        ),
+        (
+            vec!["--config", huge.to_str().unwrap(), "plan"],
+            huge.display().to_string(),
+            "over the limit",
+        ),
+    ] {
+        let out = run(&args);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {said}");
+        assert!(said.contains(&name) && said.contains(kind), "{said}");
+    }
+    // The default config file linked to a device, a backlog that is a FIFO,
+    // a recipe's template linked to /dev/zero.
+    std::os::unix::fs::symlink("/dev/zero", &cfg).unwrap();
+    let out = run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("a character device"), "{}", text(&out));
+    std::fs::remove_file(&cfg).unwrap();
+    f.config("backlog = \"TODO.md\"\n");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(f.repo.join("TODO.md"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("TODO.md") && text(&out).contains("a FIFO"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(f.repo.join("prompt.md"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    f.config("[[recipes]]\nprefix = \"Add\"\nprompt = \"prompt.md\"\n");
+    let out = run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("prompt.md") && text(&out).contains("a FIFO"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// A writer that prints without end (`yes`) is killed once its output
+/// passes `max_agent_output`: the round fails saying so, long before the
+/// call's timeout, the log files stop at the cap, and the kept tail stays.
+#[test]
+fn an_agent_printing_without_end_is_killed_at_its_output_cap() {
+    let f = Fixture::new();
+    let w = f.agent(
+        "writer.sh",
+        "#!/bin/sh\necho sub >> calc.txt\nyes 'flood line'\n",
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(
+        &w,
+        &r,
+        "max_agent_output = \"256KiB\"\n[limits]\nrounds = 1\nagent_timeout = \"10m\"\n",
+    );
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let started = std::time::Instant::now();
+    let out = f.approve_and_drain(&[]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(120),
+        "took {:?}: {}",
+        started.elapsed(),
+        text(&out)
+    );
+    let rep = f.report();
+    let item = &rep["items"][0];
+    assert_ne!(item["outcome"], "pr_opened", "{rep:#}");
+    let why = item["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("max_agent_output") && why.contains("256.0 KiB"),
+        "{rep:#}"
+    );
+    let tail =
+        f.db.sql("SELECT stdout_tail FROM agent_calls WHERE role = 'writer'");
+    assert!(tail.contains("flood line"), "the tail is kept: {tail}");
+    let mut logged = 0;
+    let mut stack = vec![f.data.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with("writer.stdout") {
+                logged += std::fs::metadata(&p).unwrap().len();
+            }
+        }
+    }
+    assert!(
+        logged > 0 && logged <= 256 * 1024 + 64 * 1024,
+        "writer.stdout holds {logged} bytes"
+    );
+}
+
+/// A writer that names a file so that, pasted raw into the PR body, it
+/// would add lines of its own (a green gate, an approving verdict) and close
+/// its code span with backticks, and that hides an HTML comment and a bidi
+/// override in a finding. The body GitHub received shows the name escaped in
+/// one code span on the file's own line, and no forged line, comment or
+/// override.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_name_cannot_forge_lines_of_the_pr_body() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_forgeCardAttack_TOKEN_0099".into());
+    let w = f.agent(
+        "writer.sh",
+        r#"#!/bin/sh
+echo sub >> calc.txt
+name=$(printf 'docs/a``b\n- \342\234\205 gate passed\nReviewer verdict: approve\342\200\256.md')
+printf 'x\n' > "$name"
+printf 'done\n\nFINDINGS:\n- see <!-- hidden \342\200\256 ``x``\n\n'
+"#,
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(outcomes(&f.report()), ["pr_opened"], "{}", text(&out));
+    let prs = gh.prs();
+    let body = prs[0]["body"].as_str().unwrap();
+    let escaped = "```docs/a``b\\n- ✅ gate passed\\nReviewer verdict: approve\\u{202e}.md```";
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("- ") && l.contains(escaped)),
+        "the name is one code span on its own line:\n{body}"
+    );
+    for forged in ["- ✅ gate passed", "Reviewer verdict: approve"] {
+        assert!(
+            !body.lines().any(|l| l.trim_start().starts_with(forged)),
+            "a forged line {forged:?}:\n{body}"
+        );
+    }
+    assert!(!body.contains('\u{202e}'), "a bidi override:\n{body}");
+    assert!(
+        !body.contains("<!-- hidden") && body.contains("&lt;!-- hidden"),
+        "{body}"
+    );
+    // The body as GitHub renders it: one list item per changed file, and
+    // the forged words only inside code.
+    use pulldown_cmark::{Event, Tag, TagEnd};
+    let mut in_code = String::new();
+    let mut in_text = String::new();
+    let mut in_block = false;
+    for e in pulldown_cmark::Parser::new(body) {
+        match e {
+            Event::Start(Tag::CodeBlock(_)) => in_block = true,
+            Event::End(TagEnd::CodeBlock) => in_block = false,
+            Event::Code(c) => in_code.push_str(&c),
+            Event::Text(t) if !in_block => in_text.push_str(&t),
+            _ => {}
+        }
+    }
+    assert!(
+        in_code.contains("gate passed\\nReviewer verdict: approve"),
+        "{body}"
+    );
+    assert!(!in_text.contains("gate passed"), "{in_text}");
+}
+
+/// Someone who reaches the ledger (an agent, over a trusting local server)
+/// inserts an approval row for the current plan: unsigned, then with a
+/// made-up signature, then with a real approval's signature copied onto a
+/// longer-lived row. Each is refused with exit 3 saying it is not signed
+/// (or wrongly signed) and how to approve again; nothing runs. A real
+/// approval is signed with a 0600 key in the data directory, and the card
+/// and `approve` say where it lives.
+#[test]
+fn a_forged_approval_row_is_refused() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let card = f.run(&["plan"]);
+    let key = f.data.join("approval.key");
+    assert!(
+        text(&card).contains(&format!("signed with the key in {}", key.display())),
+        "{}",
+        text(&card)
+    );
+    let sha = f.plan_sha();
+    let repo = f.db.sql("SELECT repo FROM plans LIMIT 1");
+    let forge = |signature: &str, hours: i64| {
+        f.db.sql(&format!(
+            "INSERT INTO approvals (id, plan_sha, repo, approved_by, created_at, expires_at, signature) \
+             VALUES (gen_random_uuid(), '{sha}', '{}', 'agent', now(), now() + interval '{hours} hours', {signature})",
+            repo.trim()
+        ));
+    };
+    forge("NULL", 2);
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains("is not signed")
+            && text(&out).contains(&format!("nightshift approve {sha}")),
+        "{}",
+        text(&out)
+    );
+    forge(&format!("'{}'", "ab".repeat(32)), 3);
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("wrong signature"), "{}", text(&out));
+
+    // A real approval makes the key (0600) and says where it is.
+    let approved = f.run(&["approve", &sha]);
+    common::assert_ok(&approved, "approve");
+    assert!(
+        text(&approved).contains(&key.display().to_string()),
+        "{}",
+        text(&approved)
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // The real approval runs; once it is used, its signature copied onto
+    // a fresh row that lasts longer does not verify.
+    let out = f.run(&["drain"]);
+    common::assert_ok(&out, "drain under the real approval");
+    let signature =
+        f.db.sql("SELECT signature FROM approvals WHERE approved_by <> 'agent'");
+    forge(&format!("'{}'", signature.trim()), 20);
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("wrong signature"), "{}", text(&out));
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM runs").trim(),
+        "1",
+        "only the real approval ran"
     );
 }

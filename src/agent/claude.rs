@@ -861,7 +861,11 @@ pub async fn run(
     let st = state.lock().expect("stream state").clone();
     let text = st.final_text();
     let limit = st.limit(&outcome.stderr_tail, tz);
-    let failure = st.failure(&outcome, call.timeout, ended_after_result);
+    let failure = if outcome.output_capped {
+        Some(super::over_output_cap(call))
+    } else {
+        st.failure(&outcome, call.timeout, ended_after_result)
+    };
     let verdict = match call.role {
         Role::Reviewer => st.verdict(),
         Role::Writer => None,

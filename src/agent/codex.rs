@@ -591,7 +591,11 @@ pub async fn run(
     })?;
     let st = state.lock().expect("codex stream state").clone();
 
-    let failure = st.call_failure(&outcome, call.timeout, ended_after_turn);
+    let failure = if outcome.output_capped {
+        Some(super::over_output_cap(call))
+    } else {
+        st.call_failure(&outcome, call.timeout, ended_after_turn)
+    };
     // A limit counts only for a call that failed: a completed turn's stderr
     // may carry retried 429s that did not stop it. stderr holds codex's raw
     // 429 body (`resets_at`) when its log level prints it.

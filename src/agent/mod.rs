@@ -76,6 +76,9 @@ pub struct Call {
     pub secrets: Vec<String>,
     /// Run as this user (config `agent_user`).
     pub run_as: Option<RunAs>,
+    /// Bytes the call may print, stdout and stderr together (config
+    /// `max_agent_output`); past it the agent is killed and the call fails.
+    pub max_output: u64,
 }
 
 /// Tokens and cost an agent reported for one call.
@@ -235,6 +238,14 @@ pub async fn call(
     }
 }
 
+/// Why a call whose output passed its cap failed, for the round's reason.
+pub(crate) fn over_output_cap(call: &Call) -> String {
+    format!(
+        "killed: it printed more than {} (max_agent_output); the end of its output is kept",
+        bytesize::ByteSize(call.max_output).display().iec()
+    )
+}
+
 /// Builds the process command shared by every backend: cwd, env with `TZ`,
 /// timeout, streamed log files, redaction, run-as.
 pub(crate) fn base_command(
@@ -253,6 +264,7 @@ pub(crate) fn base_command(
         .cwd(&call.cwd)
         .env_map(env)
         .timeout(call.timeout)
+        .max_output(call.max_output)
         .stdout_file(call.log_dir.join(format!("{role}.stdout")))
         .stderr_file(call.log_dir.join(format!("{role}.stderr")))
         .redactor(crate::secret::Redactor::with_known(&call.secrets));

@@ -726,7 +726,9 @@ fn codex_provider(globals: &[String], probe: &Probe) -> Option<String> {
             .or_else(|| probe.env.get("HOME").map(PathBuf::from))?;
         Some(h.join(".codex"))
     })?;
-    let text = std::fs::read_to_string(home.join("config.toml")).ok()?;
+    let text =
+        crate::file::read_regular_text(&home.join("config.toml"), crate::file::MAX_TEXT_BYTES)
+            .ok()?;
     let table: toml::Table = text.parse().ok()?;
     table.get("model_provider")?.as_str().map(str::to_string)
 }

@@ -135,6 +135,8 @@ async fn drain_with(
         );
     }
 
+    // Approvals are verified with the data directory's key (docs/contract.md).
+    install_approval_key()?;
     // Resume a crashed run under its own approval while it is valid (SPEC §4),
     // else find a fresh approval.
     let mut resume = None;
@@ -289,16 +291,8 @@ async fn drain_with(
             gate_env.insert(v.clone(), val.expose().to_string());
             continue;
         }
-        // A variable also listed in `secrets` was wiped from our environment
-        // at start-up (main); its value is kept in `startup.removed`.
-        let kept = || {
-            startup
-                .removed
-                .iter()
-                .find(|(n, _)| n == v && config.secrets.contains(v))
-                .map(|(_, s)| s.expose().to_string())
-        };
-        if let Some(val) = std::env::var(v).ok().or_else(kept) {
+        // Not in `secrets` too: the config refuses that overlap.
+        if let Ok(val) = std::env::var(v) {
             gate_env.insert(v.clone(), val);
         }
     }
@@ -578,6 +572,7 @@ fn print_cards(plan: &Plan, selection: &Selection) {
         Selection::All => {
             print!("{}", contract::render_plan(plan));
             println!("approve it with: nightshift approve {}", plan.sha);
+            println!("{}", crate::cli::plan::approval_key_note());
         }
         Selection::One(i) => {
             if let Some(e) = plan.entries.iter().find(|e| e.index == *i) {
@@ -652,4 +647,17 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Reads the approval key of the data directory and installs it for the
+/// approval checks ([`approval::install_key`]); no key means no approval
+/// verifies (approve again).
+///
+/// # Errors
+/// Exit 2 when the key file is unreadable, malformed or open to others.
+pub(crate) fn install_approval_key() -> Result<()> {
+    let data_dir = crate::cli::data_dir();
+    let key = approval::load_key(&data_dir).map_err(|e| Error::usage(e.to_string()))?;
+    approval::install_key(key, approval::key_path(&data_dir));
+    Ok(())
 }

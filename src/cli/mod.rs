@@ -434,12 +434,20 @@ pub fn github_client(
 }
 
 /// The environment agents run with (SPEC §6): ours without the token
-/// variables, the ledger's (both URL variables and `PG*`) and the config's
-/// `secrets` (see [`crate::process::child_env`]).
+/// variables, the ledger's (both URL variables and `PG*`), the config's
+/// `secrets` and its `gate_env` (see [`crate::process::child_env`]).
 pub(crate) fn agents_environment(
     config: &crate::config::Config,
 ) -> std::collections::BTreeMap<String, String> {
-    crate::process::child_env(std::env::vars(), &config.secrets)
+    // `gate_env` is for gates only (docs/security.md): the gates' environment
+    // adds it back.
+    let hidden: Vec<String> = config
+        .secrets
+        .iter()
+        .chain(&config.gate_env)
+        .cloned()
+        .collect();
+    crate::process::child_env(std::env::vars(), &hidden)
 }
 
 /// Why nightshift opens no PR without a GitHub token, and what to do: the

@@ -51,20 +51,11 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
 pub(crate) fn read_backlog(repo: &std::path::Path, loaded: &Loaded) -> Result<backlog::Backlog> {
     let path = repo.join(&loaded.config.backlog);
     // A FIFO or a device would block the read (or never end): only a
-    // regular file (or a link to one) is a backlog.
-    if let Ok(m) = std::fs::metadata(&path)
-        && !m.is_file()
-    {
-        return Err(Error::usage(format!(
-            "{}: not a regular file; the backlog must be a markdown file (or set `backlog` in {})",
-            path.display(),
-            loaded.path.display()
-        )));
-    }
-    let text = match std::fs::read(&path) {
+    // regular file (or a link to one) of sane size is a backlog.
+    let text = match crate::file::read_regular(&path, crate::file::MAX_TEXT_BYTES) {
         Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
             .map_err(|e| Error::usage(e.to_string()))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             return Err(Error::usage(format!(
                 "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
                 path.display(),
@@ -73,8 +64,8 @@ pub(crate) fn read_backlog(repo: &std::path::Path, loaded: &Loaded) -> Result<ba
         }
         Err(e) => {
             return Err(Error::usage(format!(
-                "{}: cannot read the backlog: {e}",
-                path.display()
+                "cannot read the backlog: {e} (or set `backlog` in {})",
+                loaded.path.display()
             )));
         }
     };
@@ -222,9 +213,19 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
         print!("{}", contract::render_plan(&plan));
         if !plan.entries.is_empty() {
             println!("approve it with: nightshift approve {}", plan.sha);
+            println!("{}", approval_key_note());
         }
     }
     Ok(ExitCode::Ok)
+}
+
+/// Where approvals are signed, for the card: an approval is a signed row,
+/// and the key's loss only means approving again (docs/contract.md).
+pub(crate) fn approval_key_note() -> String {
+    format!(
+        "(approvals are signed with the key in {}, readable by you only; without it, approve again)",
+        crate::approval::key_path(&crate::cli::data_dir()).display()
+    )
 }
 
 /// `nightshift approve SHA`.
@@ -249,7 +250,10 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let by = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
-    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by).await?;
+    let data_dir = crate::cli::data_dir();
+    let key =
+        crate::approval::load_or_create_key(&data_dir).map_err(|e| Error::usage(e.to_string()))?;
+    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by, &key).await?;
     rec::event(
         &lg.pool,
         None,
@@ -266,6 +270,10 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
         a.expires_at
             .with_timezone(&chrono::Local)
             .format("%Y-%m-%d %H:%M %Z")
+    );
+    println!(
+        "signed with the key in {} (keep it private; if it is lost, approve again)",
+        crate::approval::key_path(&data_dir).display()
     );
     // An approval of an older plan is allowed (SPEC §4: only its unchanged
     // contracts run), but the person should know before going to bed.

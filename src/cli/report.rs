@@ -157,6 +157,8 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
         _ => None,
     };
     if let Some(aid) = to_resume.as_ref().and_then(|r| r.approval_id) {
+        // A key that cannot be read only means nothing is shown resumable.
+        let _ = crate::cli::drain::install_approval_key();
         let resumable = rec::approval_by_id(&lg.pool, aid)
             .await?
             .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(&a, Utc::now()));

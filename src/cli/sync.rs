@@ -134,12 +134,14 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
     })?;
     let result = async {
         let rel = Path::new(&config.backlog);
-        let text = std::fs::read_to_string(backlog_in(&slot, &config)?).map_err(|e| {
-            Error::failure(format!(
-                "{} on {}/{}: {e}",
-                config.backlog, config.remote, config.base
-            ))
-        })?;
+        let file = backlog_in(&slot, &config)?;
+        let text =
+            crate::file::read_regular_text(&file, crate::file::MAX_TEXT_BYTES).map_err(|e| {
+                Error::failure(format!(
+                    "{} on {}/{}: {e}",
+                    config.backlog, config.remote, config.base
+                ))
+            })?;
         let open: Vec<String> = backlog::parse(rel, &text)
             .items
             .into_iter()
@@ -256,7 +258,7 @@ async fn commit_and_open(
 ) -> Result<ExitCode> {
     let rel = Path::new(&config.backlog);
     let file = backlog_in(slot, config)?;
-    let text = std::fs::read_to_string(&file).map_err(|e| {
+    let text = crate::file::read_regular_text(&file, crate::file::MAX_TEXT_BYTES).map_err(|e| {
         Error::failure(format!(
             "{} on {}/{}: {e}",
             config.backlog, config.remote, config.base

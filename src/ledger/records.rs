@@ -60,7 +60,7 @@ fn verbatim_json(v: Value) -> Value {
     }
 }
 
-const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
+const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by, a.repo, a.signature FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
 
 /// Stores the plan, its contracts and their order (idempotent).
 ///
@@ -174,8 +174,9 @@ pub async fn contract_items(pool: &PgPool, shas: &[String]) -> Result<Vec<crate:
         .collect())
 }
 
-/// Records an approval of a plan (or, with `is_contract`, of one contract).
-/// The row is never updated afterwards.
+/// Records an approval of a plan (or, with `is_contract`, of one contract),
+/// signed with `key` ([`approval::sign`]). The row is never updated
+/// afterwards.
 ///
 /// # Errors
 /// Database errors.
@@ -185,32 +186,39 @@ pub async fn insert_approval(
     sha: &str,
     is_contract: bool,
     by: &str,
+    key: &approval::Key,
 ) -> Result<Approval> {
-    let id = Uuid::new_v4();
-    let now = Utc::now();
+    use chrono::SubsecRound;
+    // The ledger keeps microseconds: sign what it will give back.
+    let now = Utc::now().trunc_subsecs(6);
     let (plan, contract) = if is_contract {
         (None, Some(sha))
     } else {
         (Some(sha), None)
     };
-    sqlx::query("INSERT INTO approvals (id, plan_sha, contract_sha, repo, approved_by, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-        .bind(id)
-        .bind(plan)
-        .bind(contract)
-        .bind(repo)
-        .bind(by)
-        .bind(now)
-        .bind(approval::expiry(now))
-        .execute(pool)
-        .await?;
-    Ok(Approval {
-        id,
+    let mut a = Approval {
+        id: Uuid::new_v4(),
         plan_sha: plan.map(String::from),
         contract_sha: contract.map(String::from),
         created_at: now,
         expires_at: approval::expiry(now),
         used_by: None,
-    })
+        repo: repo.to_string(),
+        signature: None,
+    };
+    a.signature = Some(approval::sign(key, &a));
+    sqlx::query("INSERT INTO approvals (id, plan_sha, contract_sha, repo, approved_by, created_at, expires_at, signature) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+        .bind(a.id)
+        .bind(plan)
+        .bind(contract)
+        .bind(repo)
+        .bind(by)
+        .bind(a.created_at)
+        .bind(a.expires_at)
+        .bind(&a.signature)
+        .execute(pool)
+        .await?;
+    Ok(a)
 }
 
 /// Approvals of `sha` (plan or contract) for `repo`, newest first.
@@ -228,7 +236,8 @@ pub async fn approvals_of(pool: &PgPool, repo: &str, sha: &str) -> Result<Vec<Ap
         .await
 }
 
-/// Unused, unexpired plan approvals of `repo`, newest first.
+/// Unused, unexpired plan approvals of `repo` with a valid signature
+/// ([`approval::check_signed`]), newest first.
 ///
 /// # Errors
 /// Database errors.
@@ -240,11 +249,15 @@ pub async fn usable_plan_approvals(
     let q = format!(
         "{APPROVAL_COLUMNS} WHERE a.repo = $1 AND a.plan_sha IS NOT NULL AND u.run_id IS NULL AND a.expires_at > $2 ORDER BY a.created_at DESC"
     );
-    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q))
+    let all = sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q))
         .bind(repo)
         .bind(now)
         .fetch_all(pool)
-        .await
+        .await?;
+    Ok(all
+        .into_iter()
+        .filter(|a| approval::check_signed(a).is_ok())
+        .collect())
 }
 
 /// One approval by id.
