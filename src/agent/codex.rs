@@ -660,7 +660,7 @@ impl StreamState {
             return Some(format!("timed out after {}s{why}", timeout.as_secs()));
         }
         if outcome.cancelled && !ended_after_turn {
-            return Some("interrupted".into());
+            return Some(crate::outcome::Outcome::Interrupted.to_string());
         }
         if self.thread_id.is_none() && self.turns_started == 0 && outcome.exit_code != Some(0) {
             // It never started a session: a usage error (unknown flag, bad
@@ -1224,7 +1224,7 @@ mod tests {
         assert_eq!(done.call_failure(&ended, MINUTE, true), None);
         assert_eq!(
             done.call_failure(&ended, MINUTE, false).as_deref(),
-            Some("interrupted")
+            Some(crate::outcome::Outcome::Interrupted.as_str())
         );
         // Killed mid-turn: the stream says the turn never ended, the exit says how.
         let mid = feed_all(

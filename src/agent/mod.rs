@@ -42,6 +42,14 @@ impl Role {
             Role::Reviewer => "reviewer",
         }
     }
+
+    /// The phase a run is in while this role's agent works (`status`).
+    pub fn phase(self) -> crate::outcome::Phase {
+        match self {
+            Role::Writer => crate::outcome::Phase::Writer,
+            Role::Reviewer => crate::outcome::Phase::Review,
+        }
+    }
 }
 
 pub use crate::process::RunAs;

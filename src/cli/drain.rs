@@ -170,7 +170,7 @@ async fn drain_with(
                     )
                     .await?;
                     if scheduled {
-                        rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;
+                        rec::event(&pool, None, crate::outcome::Outcome::NotApproved.as_str(), serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;
                     }
                     return Err(refusal.into());
                 }

@@ -8,6 +8,7 @@ use crate::config::{self, Loaded};
 use crate::contract::{self, Plan};
 use crate::error::{Error, ExitCode, Result};
 use crate::ledger::records as rec;
+use crate::outcome::PrRecord;
 
 /// The snapshot every command that runs items starts from.
 pub(crate) struct Snapshot {
@@ -121,14 +122,14 @@ pub(crate) async fn mark_earlier_work(
         let prs = rec::prs_of_item(pool, repo_id, &e.item.key).await?;
         if let Some(p) = prs.iter().find(|p| {
             matches!(
-                p.state.as_str(),
-                "open" | "merged" | "planned" | "pr_failed"
+                p.state,
+                PrRecord::Open | PrRecord::Merged | PrRecord::Planned | PrRecord::PrFailed
             )
         }) {
-            e.blocked = Some(match (p.state.as_str(), p.number) {
-                ("merged", Some(n)) => format!("already merged: PR #{n}"),
+            e.blocked = Some(match (p.state, p.number) {
+                (PrRecord::Merged, Some(n)) => format!("already merged: PR #{n}"),
                 (_, Some(n)) => format!("already open: PR #{n}"),
-                _ if p.state == "planned" => format!(
+                _ if p.state == PrRecord::Planned => format!(
                     "branch {} already pushed by an earlier run without GitHub access; a run with a GitHub token opens its PR",
                     p.branch
                 ),

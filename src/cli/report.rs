@@ -7,6 +7,7 @@ use uuid::Uuid;
 use crate::cli::{Cli, ledger, repo_root};
 use crate::error::{Error, ExitCode, Result};
 use crate::ledger::records as rec;
+use crate::outcome::{Phase, RunKind, RunStatus};
 
 /// How `report` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +55,8 @@ pub(crate) async fn report(
     let slept = rec::slept_seconds(&lg.pool, row.id).await?;
     // A drain stopped by a signal or a crash never reached the rest of its
     // plan; the deadline records them itself, as `deadline` items.
-    let not_started = match (row.kind.as_str(), row.status.as_str()) {
-        ("drain", "stopped_signal" | "crashed") => {
+    let not_started = match (row.kind, row.status) {
+        (RunKind::Drain, RunStatus::StoppedSignal | RunStatus::Crashed) => {
             rec::plan_items_after(
                 &lg.pool,
                 &row.plan_sha,
@@ -121,10 +122,10 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     let row = rec::run_row(&lg.pool, &id, None).await?;
     let dead = row
         .as_ref()
-        .filter(|r| r.status == "running" && died_here(r));
+        .filter(|r| r.status == RunStatus::Running && died_here(r));
     let running = row
         .as_ref()
-        .filter(|r| r.status == "running" && dead.is_none());
+        .filter(|r| r.status == RunStatus::Running && dead.is_none());
     let tz: chrono_tz::Tz = running
         .and_then(|r| r.timezone.as_deref())
         .and_then(|z| z.parse().ok())
@@ -188,7 +189,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
                 r.id,
                 current_item,
                 r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
-                phase.as_deref().unwrap_or("starting")
+                phase.map_or("starting", Phase::as_str)
             ),
         },
     };
@@ -198,7 +199,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
             "dead_run_id": dead.map(|r| r.id.to_string()),
             "resumable_run_id": to_resume.as_ref().map(|r| r.id.to_string()),
             "run_id": running.map(|r| r.id.to_string()),
-            "phase": running.and_then(|r| r.phase.clone()),
+            "phase": running.and_then(|r| r.phase),
             "item_key": running.and_then(|r| r.current_item_key.clone()),
             "round": running.and_then(|r| r.current_round),
             "sleeping_until": running.and_then(|r| r.sleeping_until),

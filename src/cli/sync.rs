@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::error::{Error, ExitCode, Result};
 use crate::forge::{self, Forge, PrRequest, PrState};
 use crate::ledger::records as rec;
+use crate::outcome::PrRecord;
 use crate::secret::Secret;
 use crate::slot::{self, Identity, Slot};
 
@@ -150,8 +151,9 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
                 .await
                 .map_err(|e| Error::failure(format!("GitHub: {e}")))?;
             if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
-                if r.state != "merged" {
-                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await?;
+                if r.state != PrRecord::Merged {
+                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, PrRecord::Merged)
+                        .await?;
                 }
                 if !ticks.iter().any(|t| t.key == r.item_key) {
                     ticks.push(Tick {
