@@ -28,7 +28,7 @@ use crate::agent::{self, Role};
 use crate::approval::{self, Approval, Refusal};
 use crate::config::{self, Config};
 use crate::contract::{Plan, PlanEntry};
-use crate::error::{Error, ExitCode};
+use crate::error::Error;
 use crate::forge::{Forge, PrState};
 use crate::gate::{self, GateRun, GateSpec};
 use crate::ledger::records::{self as rec, ItemEnd};
@@ -139,8 +139,9 @@ pub struct RunEnd {
     pub run_id: Uuid,
     /// Final status.
     pub status: RunStatus,
-    /// Exit code.
-    pub code: ExitCode,
+    /// How the command ends: `Ok` when the run completed (or the deadline
+    /// stopped it) without a failed item, else [`Error::RunEnded`].
+    pub result: Result<(), Error>,
     /// What outside the items stopped the run (status `crashed`), if anything.
     pub stopped_by: Option<String>,
 }
@@ -435,18 +436,15 @@ pub async fn drain(
             .db(|| rec::event(pool, Some(run_id), "run_stopped", json!({"reason": why})))
             .await?;
     }
-    let code = if status.fails_run() || failures > 0 {
-        ExitCode::Failure
-    } else {
-        ExitCode::Ok
-    };
+    let result = Error::of_run(status, failures);
+    let code = crate::error::exit_code(&result);
     night
         .db(|| rec::finish_run(pool, run_id, status, code as i32))
         .await?;
     Ok(RunEnd {
         run_id,
         status,
-        code,
+        result,
         stopped_by,
     })
 }
@@ -2528,7 +2526,7 @@ impl Night {
                 None
             };
             if let Some(why) = give_up {
-                return Err(Error::failure(format!(
+                return Err(Error::failed(format!(
                     "ledger: the database stopped answering ({}) and {why} while the run waited for it; {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run",
                     outage_text(&last),
                     self.db_source.describe()
@@ -2631,10 +2629,11 @@ impl Night {
                     .map(|h| h.to_string())
                     .unwrap_or_else(|| "another process".into())
             ))),
-            Err(e) => Err(Error::failure(format!(
-                "ledger: taking the lock of {} again: {e}",
-                self.repo.display()
-            ))),
+            Err(e) => Err(Error::Ledger {
+                detail: format!("taking the lock of {} again: {e}", self.repo.display()),
+                outage: false,
+                source: None,
+            }),
         }
     }
 

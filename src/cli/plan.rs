@@ -6,7 +6,7 @@ use crate::backlog;
 use crate::cli::{Cli, ledger, load_config, repo_id, repo_root};
 use crate::config::{self, Loaded};
 use crate::contract::{self, Plan};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::ledger::records as rec;
 use crate::outcome::PrRecord;
 
@@ -35,7 +35,7 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     if let Ok(m) = std::fs::metadata(&path)
         && !m.is_file()
     {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{}: not a regular file; the backlog must be a markdown file (or set `backlog` in {})",
             path.display(),
             loaded.path.display()
@@ -43,16 +43,16 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     }
     let text = match std::fs::read(&path) {
         Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
-            .map_err(|e| Error::usage(e.to_string()))?,
+            .map_err(|e| Error::config(e.to_string()))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::usage(format!(
+            return Err(Error::config(format!(
                 "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
                 path.display(),
                 loaded.path.display()
             )));
         }
         Err(e) => {
-            return Err(Error::usage(format!(
+            return Err(Error::config(format!(
                 "{}: cannot read the backlog: {e}",
                 path.display()
             )));
@@ -68,7 +68,7 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
         for p in &problems {
             msg.push_str(&format!("  {p}\n"));
         }
-        Error::usage(msg.trim_end().to_string())
+        Error::config(msg.trim_end().to_string())
     })?;
     Ok(Snapshot { repo, loaded, plan })
 }
@@ -88,7 +88,7 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
             .iter()
             .any(|f| f == "--dangerously-skip-permissions");
     if root && skip && c.writer.kind == config::AgentKind::Claude && c.agent_user.is_none() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{}: the claude writer uses --dangerously-skip-permissions, which claude refuses under root (\"cannot be used with root/sudo privileges\"); set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
             loaded.path.display()
         )));
@@ -98,7 +98,7 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
         && root
         && !matches!(nix::unistd::User::from_name(u), Ok(Some(_)))
     {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{}: agent_user {u:?} is not an account on this machine; create it (`useradd -m {u}`) or fix `agent_user`",
             loaded.path.display()
         )));
@@ -150,7 +150,7 @@ pub(crate) async fn mark_earlier_work(
 }
 
 /// `nightshift plan [--json]`.
-pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
+pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<()> {
     let snap = snapshot(cli)?;
     let lg = ledger().await?;
     let id = repo_id(&snap.repo, &snap.loaded.config.remote);
@@ -187,14 +187,14 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
             println!("approve it with: nightshift approve {}", plan.sha);
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// `nightshift approve SHA`.
-pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
+pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let sha = sha.trim().to_ascii_lowercase();
     if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "{sha:?} is not a SHA-256 (64 hex characters); copy the plan SHA that `nightshift plan` printed"
         )));
     }
@@ -204,7 +204,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let is_plan = rec::plan_exists(&lg.pool, &sha).await?;
     let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await?;
     if !is_plan && !is_contract {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints",
             repo.display()
         )));
@@ -257,5 +257,5 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }

@@ -5,7 +5,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::cli::{Cli, ledger, repo_root};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::ledger::records as rec;
 use crate::outcome::{Phase, RunKind, RunStatus};
 
@@ -26,7 +26,7 @@ pub(crate) async fn report(
     run: Option<&str>,
     format: ReportFormat,
     show_body: bool,
-) -> Result<ExitCode> {
+) -> Result<()> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
@@ -36,7 +36,7 @@ pub(crate) async fn report(
     };
     let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
         if let Some(r) = run {
-            return Err(Error::usage(format!(
+            return Err(Error::argument(format!(
                 "no run {r} in the ledger of {}",
                 repo.display()
             )));
@@ -49,7 +49,7 @@ pub(crate) async fn report(
                 repo.display()
             ),
         }
-        return Ok(ExitCode::Ok);
+        return Ok(());
     };
     let items = rec::run_items(&lg.pool, row.id).await?;
     let slept = rec::slept_seconds(&lg.pool, row.id).await?;
@@ -111,11 +111,11 @@ pub(crate) async fn report(
             }
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// `nightshift status [--json]`.
-pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
+pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
@@ -212,7 +212,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     } else {
         println!("{text}");
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// True when a run marked `running` belonged to a process of this host that
@@ -264,18 +264,18 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
             return Ok(hits[0]);
         }
         if hits.len() > 1 {
-            return Err(Error::usage(format!(
+            return Err(Error::argument(format!(
                 "run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}",
                 hits.len()
             )));
         }
     }
     if !g.is_empty() && g.len() < 4 && g.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "run {given:?} is too short: give at least 4 hex digits of the run id. Recent runs:\n{list}"
         )));
     }
-    Err(Error::usage(format!(
+    Err(Error::argument(format!(
         "run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}"
     )))
 }
