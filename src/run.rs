@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::agent::{self, Role};
-use crate::approval::{self, Approval, Refusal};
+use crate::approval::{Approval, Refusal};
 use crate::config::{self, Config};
 use crate::contract::{Plan, PlanEntry};
 use crate::error::Error;
@@ -132,6 +132,16 @@ pub enum Selection {
     One(usize),
 }
 
+impl Selection {
+    /// The plan index of the one item, for `run`.
+    pub fn item(&self) -> Option<usize> {
+        match self {
+            Selection::All => None,
+            Selection::One(i) => Some(*i),
+        }
+    }
+}
+
 /// How the run ended, for the CLI.
 #[derive(Debug)]
 pub struct RunEnd {
@@ -144,128 +154,6 @@ pub struct RunEnd {
     pub result: Result<(), Error>,
     /// What outside the items stopped the run (status `crashed`), if anything.
     pub stopped_by: Option<String>,
-}
-
-/// Finds the approval to run under (SPEC §4).
-///
-/// With `explicit` (a plan or contract SHA), that approval; without, the
-/// newest valid unused plan approval of the repository whose plan is the
-/// snapshot's, else the newest one sharing contracts with it (items outside
-/// it are then `not_approved`).
-///
-/// # Errors
-/// [`Refusal`] when none is usable; database errors as [`Error`].
-pub async fn find_approval(
-    pool: &PgPool,
-    repo_id: &str,
-    plan: &Plan,
-    selection: &Selection,
-    explicit: Option<&str>,
-    now: DateTime<Utc>,
-) -> Result<Result<(Approval, Vec<String>), Refusal>, Error> {
-    if let Some(sha) = explicit {
-        let list = rec::approvals_of(pool, repo_id, sha).await?;
-        let Some(a) = list.first() else {
-            return Ok(Err(Refusal::Unknown {
-                sha: sha.to_string(),
-            }));
-        };
-        if let Err(r) = approval::check_usable(a, now) {
-            // A newer usable approval of the same SHA may exist after an expired one.
-            if let Some(ok) = list.iter().find(|a| approval::check_usable(a, now).is_ok()) {
-                return approved_set(pool, plan, selection, ok.clone())
-                    .await
-                    .map_err(Error::from);
-            }
-            return Ok(Err(r));
-        }
-        return approved_set(pool, plan, selection, a.clone())
-            .await
-            .map_err(Error::from);
-    }
-    // `run ITEM`: an approval of that item's contract serves without
-    // `--approve` (SPEC §4), as a plan approval serves `drain`.
-    if let Selection::One(i) = selection
-        && let Some(e) = plan.entries.iter().find(|e| e.index == *i)
-    {
-        let list = rec::approvals_of(pool, repo_id, &e.contract_sha).await?;
-        if let Some(a) = list.iter().find(|a| {
-            a.contract_sha.as_deref() == Some(e.contract_sha.as_str())
-                && approval::check_usable(a, now).is_ok()
-        }) {
-            return Ok(Ok((a.clone(), vec![e.contract_sha.clone()])));
-        }
-    }
-    let list = rec::usable_plan_approvals(pool, repo_id, now).await?;
-    if let Some(a) = list
-        .iter()
-        .find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str()))
-    {
-        return approved_set(pool, plan, selection, a.clone())
-            .await
-            .map_err(Error::from);
-    }
-    let current: Vec<&str> = plan
-        .entries
-        .iter()
-        .map(|e| e.contract_sha.as_str())
-        .collect();
-    for a in &list {
-        let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
-        if shas.iter().any(|s| current.contains(&s.as_str())) {
-            return Ok(Ok((a.clone(), shas)));
-        }
-    }
-    // This very plan was approved, but the approval is used up or expired:
-    // say which, rather than that none was given.
-    if let Some(a) = rec::approvals_of(pool, repo_id, &plan.sha).await?.first()
-        && let Err(r) = approval::check_usable(a, now)
-    {
-        return Ok(Err(r));
-    }
-    Ok(Err(Refusal::Missing {
-        plan_sha: plan.sha.clone(),
-    }))
-}
-
-async fn approved_set(
-    pool: &PgPool,
-    plan: &Plan,
-    selection: &Selection,
-    a: Approval,
-) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {
-    if let Some(c) = &a.contract_sha {
-        let wanted = match selection {
-            Selection::One(i) => plan
-                .entries
-                .iter()
-                .find(|e| e.index == *i)
-                .map(|e| e.contract_sha.clone()),
-            Selection::All => None,
-        };
-        if wanted.as_deref() != Some(c.as_str()) {
-            return Ok(Err(match wanted {
-                Some(contract_sha) => Refusal::OtherContract {
-                    sha: c.clone(),
-                    contract_sha,
-                },
-                // A contract approval given to `drain`: it needs the plan's.
-                None => Refusal::OtherPlan {
-                    sha: c.clone(),
-                    plan_sha: plan.sha.clone(),
-                },
-            }));
-        }
-        return Ok(Ok((a.clone(), vec![c.clone()])));
-    }
-    let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
-    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
-        return Ok(Err(Refusal::OtherPlan {
-            sha: a.plan_sha.clone().unwrap_or_default(),
-            plan_sha: plan.sha.clone(),
-        }));
-    }
-    Ok(Ok((a, shas)))
 }
 
 /// Drains the plan (or one item of it) under an approval.
@@ -1452,7 +1340,7 @@ async fn item_rounds(
                 }
             };
         let void =
-            review::void_reason(night.config.reviewer.kind, &reviewer, &fp_before, &fp_after);
+            agent::review_void_reason(night.config.reviewer.kind, &reviewer, &fp_before, &fp_after);
         if let Some(why) = void {
             night
                 .db(|| rec::record_review(pool, round_id, "void", &[], Some(&why)))
@@ -1649,7 +1537,7 @@ async fn item_rounds(
             findings: findings_all.clone(),
             diff,
             writer_note: agent::strip_blocks(&writer.text),
-            reviewer_note: review::prose(&reviewer.text),
+            reviewer_note: agent::strip_blocks(&reviewer.text),
             agent_notes: writer
                 .notes
                 .iter()
@@ -1670,7 +1558,12 @@ async fn item_rounds(
         );
         if night.config.tick_in_pr {
             // `tick_in_pr = true` (SPEC §3): the item PR carries its own tick.
-            if let Err((outcome, e)) = tick_own_box(&slot.path, &night.config.backlog, key) {
+            let ticked = crate::backlog::tick_in_checkout(&slot.path, &night.config.backlog, key);
+            if let Err(e) = ticked {
+                let (outcome, e) = match e {
+                    crate::backlog::TickError::Unsafe(e) => (Outcome::RuleBroken, e),
+                    crate::backlog::TickError::Io(e) => (Outcome::Error, e),
+                };
                 return Ok(fail(outcome, format!("tick_in_pr: {e}"), n, &totals));
             }
         }
@@ -2015,7 +1908,8 @@ fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Option<String> {
 async fn grant_checkout(night: &Night, slot: &Slot) -> Option<String> {
     let account = night.run_as.as_ref()?;
     let top = slot.path.clone();
-    if let Err(e) = tokio::task::block_in_place(|| hand_over(&top, account.uid, account.gid)) {
+    if let Err(e) = tokio::task::block_in_place(|| slot::hand_over(&top, account.uid, account.gid))
+    {
         return Some(format!(
             "cannot hand the checkout {} to agent_user {}: {e}",
             top.display(),
@@ -2038,75 +1932,6 @@ async fn grant_checkout(night: &Night, slot: &Slot) -> Option<String> {
         account.user,
         top.display()
     ))
-}
-
-/// The file work of [`grant_checkout`]. The walk goes through directory
-/// descriptors opened with `O_NOFOLLOW` and changes owners with
-/// `fchownat(AT_SYMLINK_NOFOLLOW)`, so a symlink an agent planted (or swapped
-/// in for a directory mid-walk) can never make root chown a file outside the
-/// checkout.
-fn hand_over(top: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let md = std::fs::symlink_metadata(top)?;
-    if md.gid() != gid {
-        std::os::unix::fs::lchown(top, None, Some(gid))?;
-    }
-    // Group-writable so the agent can create files at the top; sticky so it
-    // cannot rename or replace what it does not own there (`.git`).
-    if md.mode() & 0o1070 != 0o1070 {
-        std::fs::set_permissions(
-            top,
-            std::fs::Permissions::from_mode((md.mode() & 0o7777) | 0o1070),
-        )?;
-    }
-    let flags = nix::fcntl::OFlag::O_RDONLY
-        | nix::fcntl::OFlag::O_DIRECTORY
-        | nix::fcntl::OFlag::O_NOFOLLOW
-        | nix::fcntl::OFlag::O_CLOEXEC;
-    let dir = nix::fcntl::open(top, flags, nix::sys::stat::Mode::empty())?;
-    hand_over_dir(&dir, uid, gid, true)
-}
-
-/// Recursion of [`hand_over`] below one open directory; holds one
-/// descriptor per level of depth.
-fn hand_over_dir(dir: &std::os::fd::OwnedFd, uid: u32, gid: u32, top: bool) -> std::io::Result<()> {
-    use nix::fcntl::{AtFlags, OFlag};
-    use std::os::fd::AsRawFd;
-    // Listing through /proc reads exactly the directory the descriptor holds.
-    let mut names = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
-        names.push(e?.file_name());
-    }
-    for name in names {
-        if top && name == ".git" {
-            continue;
-        }
-        let st = match nix::sys::stat::fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-        {
-            Ok(st) => st,
-            Err(nix::errno::Errno::ENOENT) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        if st.st_uid != uid || st.st_gid != gid {
-            nix::unistd::fchownat(
-                dir,
-                name.as_os_str(),
-                Some(nix::unistd::Uid::from_raw(uid)),
-                Some(nix::unistd::Gid::from_raw(gid)),
-                AtFlags::AT_SYMLINK_NOFOLLOW,
-            )?;
-        }
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            let sub = nix::fcntl::openat(
-                dir,
-                name.as_os_str(),
-                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )?;
-            hand_over_dir(&sub, uid, gid, false)?;
-        }
-    }
-    Ok(())
 }
 
 fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) -> bool {
@@ -2680,56 +2505,6 @@ fn outage_text(e: &sqlx::Error) -> String {
         sqlx::Error::Database(db) => db.message().to_string(),
         e => e.to_string(),
     }
-}
-
-/// Ticks the item `key` in the checkout's backlog, byte-exactly (`[ ]` →
-/// `[x]`; the PR number is not known before the PR exists, so no note). A
-/// backlog not on the base branch, or an item not open there (edited on the
-/// base since), is left alone: the work is not lost for want of a tick.
-fn tick_own_box(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), (Outcome, String)> {
-    let file = checkout.join(backlog_rel);
-    // The writer may have swapped the backlog (or a directory on its path)
-    // for a symbolic link: writing through it would edit a file outside the
-    // checkout, with nightshift's rights.
-    let mut at = checkout.to_path_buf();
-    for part in Path::new(backlog_rel).components() {
-        at.push(part);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err((
-                    Outcome::RuleBroken,
-                    format!(
-                        "{} is a symbolic link in the checkout; nightshift does not tick the backlog through it",
-                        at.strip_prefix(checkout).unwrap_or(&at).display()
-                    ),
-                ));
-            }
-            Ok(m) if at == file && !m.is_file() => {
-                return Err((
-                    Outcome::RuleBroken,
-                    format!("{backlog_rel} is not a regular file in the checkout"),
-                ));
-            }
-            _ => {}
-        }
-    }
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::warn!(
-                backlog = backlog_rel,
-                "tick_in_pr: the backlog is not on the base branch; nothing to tick"
-            );
-            return Ok(());
-        }
-        Err(e) => return Err((Outcome::Error, format!("{}: {e}", file.display()))),
-    };
-    let bl = crate::backlog::parse(Path::new(backlog_rel), &text);
-    let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else {
-        return Ok(());
-    };
-    let new = crate::backlog::tick(&text, item, "").map_err(|e| (Outcome::Error, e.to_string()))?;
-    std::fs::write(&file, new).map_err(|e| (Outcome::Error, format!("{}: {e}", file.display())))
 }
 
 /// The runner is the committer of every item commit (SPEC §5.6).

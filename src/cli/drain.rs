@@ -93,8 +93,7 @@ async fn drain_with(
             detail: e.to_string(),
             outage: false,
             source: None,
-        })?
-    {
+        })? {
         ledger_mod::RepoLockAttempt::Acquired(guard) => guard,
         ledger_mod::RepoLockAttempt::Held { holder } => {
             let who = holder
@@ -158,8 +157,15 @@ async fn drain_with(
     let (approval, approved) = match chosen {
         Some(c) => c,
         None => {
-            match run::find_approval(&pool, &id, &plan, &selection, args.approve.as_deref(), now)
-                .await?
+            match crate::approval::find(
+                &pool,
+                &id,
+                &plan,
+                selection.item(),
+                args.approve.as_deref(),
+                now,
+            )
+            .await?
             {
                 Ok(c) => c,
                 Err(refusal) => {
