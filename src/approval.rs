@@ -397,6 +397,126 @@ pub fn why_not_approved(approved: &[Held], current: &[Held], key: &str) -> NotAp
     }
 }
 
+/// Finds the approval to run under (SPEC §4).
+///
+/// `item` is the plan index `run` was given (`None` for `drain`).
+/// With `explicit` (a plan or contract SHA), that approval; without, the
+/// newest valid unused plan approval of the repository whose plan is the
+/// snapshot's, else the newest one sharing contracts with it (items outside
+/// it are then `not_approved`).
+///
+/// # Errors
+/// Database errors; [`Refusal`] (inside `Ok`) when none is usable.
+pub async fn find(
+    pool: &sqlx::PgPool,
+    repo_id: &str,
+    plan: &crate::contract::Plan,
+    item: Option<usize>,
+    explicit: Option<&str>,
+    now: DateTime<Utc>,
+) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {
+    if let Some(sha) = explicit {
+        let list = crate::ledger::records::approvals_of(pool, repo_id, sha).await?;
+        let Some(a) = list.first() else {
+            return Ok(Err(Refusal::Unknown {
+                sha: sha.to_string(),
+            }));
+        };
+        if let Err(r) = check_usable(a, now) {
+            // A newer usable approval of the same SHA may exist after an expired one.
+            if let Some(ok) = list.iter().find(|a| check_usable(a, now).is_ok()) {
+                return approved_set(pool, plan, item, ok.clone()).await;
+            }
+            return Ok(Err(r));
+        }
+        return approved_set(pool, plan, item, a.clone()).await;
+    }
+    // `run ITEM`: an approval of that item's contract serves without
+    // `--approve` (SPEC §4), as a plan approval serves `drain`.
+    if let Some(i) = item
+        && let Some(e) = plan.entries.iter().find(|e| e.index == i)
+    {
+        let list = crate::ledger::records::approvals_of(pool, repo_id, &e.contract_sha).await?;
+        if let Some(a) = list.iter().find(|a| {
+            a.contract_sha.as_deref() == Some(e.contract_sha.as_str())
+                && check_usable(a, now).is_ok()
+        }) {
+            return Ok(Ok((a.clone(), vec![e.contract_sha.clone()])));
+        }
+    }
+    let list = crate::ledger::records::usable_plan_approvals(pool, repo_id, now).await?;
+    if let Some(a) = list
+        .iter()
+        .find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str()))
+    {
+        return approved_set(pool, plan, item, a.clone()).await;
+    }
+    let current: Vec<&str> = plan
+        .entries
+        .iter()
+        .map(|e| e.contract_sha.as_str())
+        .collect();
+    for a in &list {
+        let shas =
+            crate::ledger::records::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or(""))
+                .await?;
+        if shas.iter().any(|s| current.contains(&s.as_str())) {
+            return Ok(Ok((a.clone(), shas)));
+        }
+    }
+    // This very plan was approved, but the approval is used up or expired:
+    // say which, rather than that none was given.
+    if let Some(a) = crate::ledger::records::approvals_of(pool, repo_id, &plan.sha)
+        .await?
+        .first()
+        && let Err(r) = check_usable(a, now)
+    {
+        return Ok(Err(r));
+    }
+    Ok(Err(Refusal::Missing {
+        plan_sha: plan.sha.clone(),
+    }))
+}
+
+async fn approved_set(
+    pool: &sqlx::PgPool,
+    plan: &crate::contract::Plan,
+    item: Option<usize>,
+    a: Approval,
+) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {
+    if let Some(c) = &a.contract_sha {
+        let wanted = item.and_then(|i| {
+            plan.entries
+                .iter()
+                .find(|e| e.index == i)
+                .map(|e| e.contract_sha.clone())
+        });
+        if wanted.as_deref() != Some(c.as_str()) {
+            return Ok(Err(match wanted {
+                Some(contract_sha) => Refusal::OtherContract {
+                    sha: c.clone(),
+                    contract_sha,
+                },
+                // A contract approval given to `drain`: it needs the plan's.
+                None => Refusal::OtherPlan {
+                    sha: c.clone(),
+                    plan_sha: plan.sha.clone(),
+                },
+            }));
+        }
+        return Ok(Ok((a.clone(), vec![c.clone()])));
+    }
+    let shas =
+        crate::ledger::records::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
+    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
+        return Ok(Err(Refusal::OtherPlan {
+            sha: a.plan_sha.clone().unwrap_or_default(),
+            plan_sha: plan.sha.clone(),
+        }));
+    }
+    Ok(Ok((a, shas)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -544,7 +544,12 @@ pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError>
     Ok(out)
 }
 
-use crate::contract::sha256_hex;
+/// Lowercase hex SHA-256 of `bytes` (64 characters): item keys, and the
+/// SHAs of contracts and plans (`contract` re-exports it).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
+}
 
 /// normalize() of the key rule: words separated by exactly one space.
 fn normalize(s: &str) -> String {
@@ -1990,6 +1995,62 @@ fn check_unclosed_fences(
             }
         }
     }
+}
+
+/// Why [`tick_in_checkout`] did not tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TickError {
+    /// The backlog (or a directory on its path) is a symbolic link or not a
+    /// regular file in the checkout: the writer broke a rule.
+    Unsafe(String),
+    /// The backlog could not be read, ticked or written.
+    Io(String),
+}
+
+/// Ticks the item `key` in the checkout's backlog, byte-exactly (`[ ]` →
+/// `[x]`; the PR number is not known before the PR exists, so no note). A
+/// backlog not on the base branch, or an item not open there (edited on the
+/// base since), is left alone: the work is not lost for want of a tick.
+pub fn tick_in_checkout(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), TickError> {
+    let file = checkout.join(backlog_rel);
+    // The writer may have swapped the backlog (or a directory on its path)
+    // for a symbolic link: writing through it would edit a file outside the
+    // checkout, with nightshift's rights.
+    let mut at = checkout.to_path_buf();
+    for part in Path::new(backlog_rel).components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(TickError::Unsafe(format!(
+                    "{} is a symbolic link in the checkout; nightshift does not tick the backlog through it",
+                    at.strip_prefix(checkout).unwrap_or(&at).display()
+                )));
+            }
+            Ok(m) if at == file && !m.is_file() => {
+                return Err(TickError::Unsafe(format!(
+                    "{backlog_rel} is not a regular file in the checkout"
+                )));
+            }
+            _ => {}
+        }
+    }
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(
+                backlog = backlog_rel,
+                "tick_in_pr: the backlog is not on the base branch; nothing to tick"
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(TickError::Io(format!("{}: {e}", file.display()))),
+    };
+    let bl = parse(Path::new(backlog_rel), &text);
+    let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else {
+        return Ok(());
+    };
+    let new = tick(&text, item, "").map_err(|e| TickError::Io(e.to_string()))?;
+    std::fs::write(&file, new).map_err(|e| TickError::Io(format!("{}: {e}", file.display())))
 }
 
 #[cfg(test)]

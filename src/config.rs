@@ -399,7 +399,7 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ));
         }
         if a.kind == AgentKind::Codex
-            && let Some(arg) = crate::agent::codex::conflicting_argument(&a.command)
+            && let Some(arg) = codex_conflicting_argument(&a.command)
         {
             return Err(bad(
                 "command",
@@ -963,6 +963,41 @@ command = ["claude"]
 # prompt = "docs/FIX.md"
 "#;
 
+/// The first argument of a configured codex `command` that would fight the
+/// flags nightshift sets itself (`--json`, the sandbox, the reviewer's output
+/// schema) or lift the sandbox (`--dangerously-bypass-approvals-and-sandbox`,
+/// a `-c sandbox_mode=…` override), if any. [`validate`] rejects such a
+/// command (SPEC §6: the reviewer is read-only by construction).
+pub fn codex_conflicting_argument(command: &[String]) -> Option<String> {
+    const OWNED: &[&str] = &[
+        "--json",
+        "--sandbox",
+        "-s",
+        "--output-schema",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--yolo",
+        "--full-auto",
+    ];
+    let mut config_value = false;
+    for a in command.iter().skip(1) {
+        if config_value {
+            config_value = false;
+            if a.trim_start().starts_with("sandbox_mode") {
+                return Some(a.clone());
+            }
+            continue;
+        }
+        if a == "-c" || a == "--config" {
+            config_value = true;
+            continue;
+        }
+        let name = a.split('=').next().unwrap_or(a);
+        if OWNED.contains(&name) || (a.starts_with("-s") && !a.starts_with("--") && a.len() > 2) {
+            return Some(a.clone());
+        }
+    }
+    None
+}
 #[cfg(test)]
 mod tests {
     use super::*;

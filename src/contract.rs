@@ -17,15 +17,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::backlog::{Backlog, Item, Problem};
 use crate::config::{self, AgentConfig, Config};
 
-/// Lowercase hex SHA-256 of `bytes` (64 characters).
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+pub use crate::backlog::sha256_hex;
 
 /// Where a resolved limit came from, highest precedence first (SPEC §4:
 /// flag › item › recipe › policy caps › default).

@@ -21,6 +21,7 @@ pub mod gate;
 pub mod git;
 pub mod ledger;
 pub mod limit;
+pub mod outcome;
 pub mod process;
 pub mod proof;
 pub mod remote;

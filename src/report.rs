@@ -17,6 +17,7 @@ use crate::contract::Contract;
 use crate::forge;
 use crate::gate::GateRun;
 use crate::ledger::records::{ItemRow, RunRow};
+use crate::outcome::{Outcome, RoundResult, RunStatus};
 use crate::review::Verdict;
 
 /// GitHub's PR body limit, in characters.
@@ -29,8 +30,8 @@ pub struct RoundSummary {
     pub n: u32,
     /// Wall time of the round, seconds (writer, gate and review).
     pub seconds: u64,
-    /// `tests_failed`, `review_rejected`, `approved`, `error`.
-    pub result: String,
+    /// How the round ended: approved, or the failing step's outcome.
+    pub result: RoundResult,
     /// Failure signature or findings.
     pub note: String,
     /// Gate runs of the round.
@@ -656,34 +657,30 @@ pub fn totals(
     slept_secs: i64,
     now: chrono::DateTime<chrono::Utc>,
 ) -> NightTotals {
-    let count = |os: &[&str]| {
+    let count = |os: &[Outcome]| {
         items
             .iter()
-            .filter(|i| i.outcome.as_deref().is_some_and(|o| os.contains(&o)))
+            .filter(|i| i.outcome.is_some_and(|o| os.contains(&o)))
             .count()
     };
     let costs: Vec<f64> = items.iter().filter_map(|i| i.cost_usd).collect();
     NightTotals {
         opened: items
             .iter()
-            .filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_some())
+            .filter(|i| i.outcome == Some(Outcome::PrOpened) && i.pr_url.is_some())
             .count(),
         would_open: items
             .iter()
-            .filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_none())
+            .filter(|i| i.outcome == Some(Outcome::PrOpened) && i.pr_url.is_none())
             .count(),
-        already: count(&["already_open", "already_merged"]),
+        already: count(&[Outcome::AlreadyOpen, Outcome::AlreadyMerged]),
         failed: items
             .iter()
-            .filter(|i| {
-                i.outcome
-                    .as_deref()
-                    .is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))
-            })
+            .filter(|i| i.outcome.is_some_and(Outcome::fails_run))
             .count(),
-        blocked: count(&["blocked"]),
-        not_run: count(&["not_approved", "deadline"]),
-        no_changes: count(&["no_changes"]),
+        blocked: count(&[Outcome::Blocked]),
+        not_run: count(&[Outcome::NotApproved, Outcome::Deadline]),
+        no_changes: count(&[Outcome::NoChanges]),
         tokens: items.iter().map(|i| i.tokens).sum(),
         cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
         slept_secs: slept_secs.max(0),
@@ -709,7 +706,7 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
             "key": i.item_key,
             "title": i.title,
             "contract_sha": i.contract_sha,
-            "outcome": i.outcome.clone().unwrap_or_else(|| "running".into()),
+            "outcome": outcome_text(i.outcome),
             "reason": i.reason,
             "question": i.question,
             "branch": i.branch,
@@ -739,6 +736,11 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
     v
 }
 
+/// An item's outcome as the report shows it: `running` while it has none.
+fn outcome_text(o: Option<Outcome>) -> &'static str {
+    o.map_or(RunStatus::Running.as_str(), Outcome::as_str)
+}
+
 /// One table row, as text cells.
 struct Row {
     index: String,
@@ -757,13 +759,11 @@ fn rows(items: &[ItemRow]) -> Vec<Row> {
         .map(|i| Row {
             index: i.item_index.to_string(),
             title: i.title.clone(),
-            outcome: i.outcome.clone().unwrap_or_else(|| "running".into()),
+            outcome: outcome_text(i.outcome).to_string(),
             pr: match (i.pr_number, &i.branch) {
                 (Some(n), _) => format!("#{n}"),
                 // Pushed; GitHub not reachable (would open) or the create failed.
-                (None, Some(_))
-                    if i.pr_body.is_some() && i.outcome.as_deref() == Some("pr_opened") =>
-                {
+                (None, Some(_)) if i.pr_body.is_some() && i.outcome == Some(Outcome::PrOpened) => {
                     "would open".into()
                 }
                 (None, Some(_)) if i.pr_body.is_some() => "not opened".into(),
@@ -926,14 +926,10 @@ pub fn to_text_at(
 fn status_words(run: &RunRow, items: &[ItemRow]) -> String {
     let failed = items
         .iter()
-        .filter(|i| {
-            i.outcome
-                .as_deref()
-                .is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))
-        })
+        .filter(|i| i.outcome.is_some_and(Outcome::fails_run))
         .count();
     match failed {
-        0 => run.status.clone(),
+        0 => run.status.to_string(),
         1 => format!("{}, 1 item failed", run.status),
         n => format!("{}, {n} items failed", run.status),
     }

@@ -1560,7 +1560,7 @@ async fn replay_odd_reviewer_answers_are_read_by_their_last_verdict() {
         );
         assert_eq!(rep.text, text);
         assert_eq!(
-            nightshift::review::void_reason(AgentKind::Claude, &rep, "same", "same"),
+            nightshift::agent::review_void_reason(AgentKind::Claude, &rep, "same", "same"),
             None
         );
         assert_eq!(rep.usage.tokens_in, Some(2400));

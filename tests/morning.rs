@@ -312,7 +312,7 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         rounds: vec![report::RoundSummary {
             n: 1,
             seconds: 3,
-            result: "approved".into(),
+            result: nightshift::outcome::RoundResult::Approved,
             note: String::new(),
             gate: vec![big("a"), big("b"), big("c")],
             verdict: None,

@@ -686,7 +686,7 @@ impl StreamState {
             return Some(format!("timed out after {}s{retries}", timeout.as_secs()));
         }
         if outcome.cancelled && !ended_after_result {
-            return Some("interrupted".into());
+            return Some(crate::outcome::Outcome::Interrupted.to_string());
         }
         let denied = match self.denied_tools.as_slice() {
             [] => String::new(),
@@ -1416,7 +1416,7 @@ mod tests {
         // A cancellation from outside is an interruption, result or not.
         assert_eq!(
             st.failure(&o, MINUTE, false).as_deref(),
-            Some("interrupted")
+            Some(crate::outcome::Outcome::Interrupted.as_str())
         );
     }
 

@@ -97,7 +97,7 @@ pub async fn run(
     } else if outcome.timed_out {
         Some(format!("timed out after {}s", call.timeout.as_secs()))
     } else if outcome.cancelled {
-        Some("interrupted".to_string())
+        Some(crate::outcome::Outcome::Interrupted.to_string())
     } else if outcome.exit_code != Some(0) {
         Some(
             match last_line(&outcome.stderr_tail).or_else(|| last_line(&text)) {

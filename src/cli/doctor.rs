@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::cli::{Cli, Startup, load_config};
 use crate::config::{AgentConfig, AgentKind, Config, Loaded};
-use crate::error::{ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::forge::{self, Forge};
 use crate::git::Git;
 use crate::process;
@@ -88,7 +88,7 @@ impl Check {
 }
 
 /// `nightshift doctor`.
-pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
+pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<()> {
     let checks = run_checks(cli, startup).await;
     for c in &checks {
         // A check may quote a URL, an error or a reply: no secret in it.
@@ -105,10 +105,13 @@ pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
         } else {
             println!("all {} checks passed", checks.len());
         }
-        Ok(ExitCode::Ok)
+        Ok(())
     } else {
         println!("{failed} of {} checks failed", checks.len());
-        Ok(ExitCode::Failure)
+        Err(Error::ChecksFailed {
+            failed,
+            total: checks.len(),
+        })
     }
 }
 
@@ -156,7 +159,7 @@ async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
         Err(e) => {
             out.push(Check::fail(
                 "config",
-                e.message,
+                e.to_string(),
                 "fix the config file (or `nightshift init` to write one)",
             ));
             return finish_without_repo(out, startup).await;
@@ -233,7 +236,7 @@ fn backlog_and_gate_checks(out: &mut Vec<Check>, repo: &Path, loaded: &Loaded) {
         .map(|v| (format!("verify in {}", loaded.path.display()), v.clone()))
         .collect();
     match crate::cli::plan::read_backlog(repo, loaded) {
-        Err(e) => out.push(Check::fail("backlog", e.message, "create it, or point `backlog` in the config at it; `nightshift init` writes an example")),
+        Err(e) => out.push(Check::fail("backlog", e.to_string(), "create it, or point `backlog` in the config at it; `nightshift init` writes an example")),
         Ok(bl) => {
             let open = bl.items.iter().filter(|i| !i.done).count();
             match crate::contract::build_plan(repo, &bl, loaded) {

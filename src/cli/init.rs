@@ -5,18 +5,18 @@
 
 use crate::cli::{Cli, repo_root};
 use crate::config;
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 
 /// The example backlog `init` writes when the repository has none.
 pub const NEXT_EXAMPLE: &str = include_str!("../../NEXT.example.md");
 
 /// `nightshift init`.
-pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
+pub(crate) fn run(cli: &Cli) -> Result<()> {
     let repo = repo_root(cli)?;
     let dir = repo.join(config::DIR);
-    let io = |what: &str, e: std::io::Error| Error::failure(format!("{what}: {e}"));
+    let io = |what: &str, e: std::io::Error| Error::failed(format!("{what}: {e}"));
     if dir.exists() && !dir.is_dir() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{} exists and is not a directory; move it away, then run `nightshift init` again",
             dir.display()
         )));
@@ -56,7 +56,7 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
     let loaded = config::load(&cfg)?;
     let backlog = repo.join(&loaded.config.backlog);
     if backlog.exists() && !backlog.is_file() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{} exists and is not a file; the backlog must be a markdown file (or set `backlog` in {})",
             backlog.display(),
             cfg.display()
@@ -85,7 +85,7 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
             backlog.display()
         );
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// Writes a new file, never through a symbolic link: `exists()` is false for

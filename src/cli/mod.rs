@@ -229,13 +229,16 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
     };
     let result = rt.block_on(dispatch(cli, startup));
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
-    match result {
-        Ok(code) => std::process::ExitCode::from(code as u8),
-        Err(e) => {
-            eprintln!("error: {}", crate::secret::redact_known(&e.message));
-            std::process::ExitCode::from(e.code as u8)
-        }
+    let code: ExitCode = crate::error::exit_code(&result);
+    if let Err(e) = result
+        && !e.already_reported()
+    {
+        // An outage names where the ledger lives: the source is read here,
+        // where the command's environment is known, not where it failed.
+        let e = e.with_ledger_source(|| crate::ledger::db_source_from_env().describe());
+        eprintln!("error: {}", crate::secret::redact_known(&e.to_string()));
     }
+    std::process::ExitCode::from(code as u8)
 }
 
 /// `nightshift plan | head` closes our stdout early: like other Unix tools,
@@ -256,7 +259,7 @@ fn quiet_broken_pipe() {
     }));
 }
 
-async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
+async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
     match &cli.command {
         Command::Limit {
             what:
@@ -322,10 +325,10 @@ pub fn repo_root(cli: &Cli) -> Result<PathBuf> {
     let start = match &cli.repo {
         Some(p) => p.clone(),
         None => std::env::current_dir()
-            .map_err(|e| Error::usage(format!("cannot read the current directory: {e}")))?,
+            .map_err(|e| Error::config(format!("cannot read the current directory: {e}")))?,
     };
     if !start.exists() {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "{}: no such directory (given with --repo)",
             start.display()
         )));
@@ -333,7 +336,7 @@ pub fn repo_root(cli: &Cli) -> Result<PathBuf> {
     let out = crate::git::Git::new(&start).text(&["rev-parse", "--show-toplevel"]);
     match out {
         Ok(top) => Ok(PathBuf::from(top.trim())),
-        Err(_) => Err(Error::usage(format!(
+        Err(_) => Err(Error::argument(format!(
             "{}: not inside a git repository; run nightshift in your project or pass --repo PATH",
             start.display()
         ))),
@@ -350,7 +353,7 @@ pub fn load_config(cli: &Cli, repo: &Path) -> Result<Loaded> {
         .clone()
         .unwrap_or_else(|| repo.join(config::DIR).join(config::FILE));
     if cli.config.is_some() && !path.exists() {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "{}: config file not found (given with --config)",
             path.display()
         )));
@@ -508,8 +511,12 @@ pub async fn ledger() -> Result<crate::ledger::Ledger> {
         .await
         .map_err(|e| match e {
             // A URL that cannot be a PostgreSQL URL is a configuration error.
-            crate::ledger::LedgerError::BadUrl { .. } => Error::usage(format!("ledger: {e}")),
-            e => Error::failure(format!("ledger: {e}")),
+            crate::ledger::LedgerError::BadUrl { .. } => Error::config(format!("ledger: {e}")),
+            e => Error::Ledger {
+                detail: e.to_string(),
+                outage: false,
+                source: None,
+            },
         })
 }
 

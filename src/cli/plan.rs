@@ -6,8 +6,9 @@ use crate::backlog;
 use crate::cli::{Cli, ledger, load_config, repo_id, repo_root};
 use crate::config::{self, Loaded};
 use crate::contract::{self, Plan};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::ledger::records as rec;
+use crate::outcome::PrRecord;
 
 /// The snapshot every command that runs items starts from.
 pub(crate) struct Snapshot {
@@ -37,7 +38,7 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
         for p in &problems {
             msg.push_str(&format!("  {p}\n"));
         }
-        Error::usage(msg.trim_end().to_string())
+        Error::config(msg.trim_end().to_string())
     })?;
     Ok(Snapshot { repo, loaded, plan })
 }
@@ -54,16 +55,16 @@ pub(crate) fn read_backlog(repo: &std::path::Path, loaded: &Loaded) -> Result<ba
     // regular file (or a link to one) of sane size is a backlog.
     let text = match crate::file::read_regular(&path, crate::file::MAX_TEXT_BYTES) {
         Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
-            .map_err(|e| Error::usage(e.to_string()))?,
+            .map_err(|e| Error::config(e.to_string()))?,
         Err(e) if e.is_not_found() => {
-            return Err(Error::usage(format!(
+            return Err(Error::config(format!(
                 "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
                 path.display(),
                 loaded.path.display()
             )));
         }
         Err(e) => {
-            return Err(Error::usage(format!(
+            return Err(Error::config(format!(
                 "cannot read the backlog: {e} (or set `backlog` in {})",
                 loaded.path.display()
             )));
@@ -88,7 +89,7 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
             .iter()
             .any(|f| f == "--dangerously-skip-permissions");
     if root && skip && c.writer.kind == config::AgentKind::Claude && c.agent_user.is_none() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{}: the claude writer uses --dangerously-skip-permissions, which claude refuses under root (\"cannot be used with root/sudo privileges\"); set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
             loaded.path.display()
         )));
@@ -98,7 +99,7 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
         && root
         && !matches!(nix::unistd::User::from_name(u), Ok(Some(_)))
     {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{}: agent_user {u:?} is not an account on this machine; create it (`useradd -m {u}`) or fix `agent_user`",
             loaded.path.display()
         )));
@@ -145,14 +146,14 @@ pub(crate) async fn mark_earlier_work(
         let prs = rec::prs_of_item(pool, repo_id, &e.item.key).await?;
         if let Some(p) = prs.iter().find(|p| {
             matches!(
-                p.state.as_str(),
-                "open" | "merged" | "planned" | "pr_failed"
+                p.state,
+                PrRecord::Open | PrRecord::Merged | PrRecord::Planned | PrRecord::PrFailed
             )
         }) {
-            e.blocked = Some(match (p.state.as_str(), p.number) {
-                ("merged", Some(n)) => format!("already merged: PR #{n}"),
+            e.blocked = Some(match (p.state, p.number) {
+                (PrRecord::Merged, Some(n)) => format!("already merged: PR #{n}"),
                 (_, Some(n)) => format!("already open: PR #{n}"),
-                _ if p.state == "planned" => format!(
+                _ if p.state == PrRecord::Planned => format!(
                     "branch {} already pushed by an earlier run without GitHub access; a run with a GitHub token opens its PR",
                     p.branch
                 ),
@@ -173,7 +174,7 @@ pub(crate) async fn mark_earlier_work(
 }
 
 /// `nightshift plan [--json]`.
-pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
+pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<()> {
     let snap = snapshot(cli)?;
     // A plan whose agents cannot start (or whose gate is init's placeholder)
     // would only spend its approval on a refusal: no SHA is offered, and the
@@ -184,7 +185,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
             let v = serde_json::json!({"plan_sha": null, "runnable": false, "problems": blockers});
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "this plan cannot run, so it has no SHA to approve; fix {} and run `nightshift plan` again:\n  {}",
             snap.loaded.path.display(),
             blockers.join("\n  ")
@@ -216,7 +217,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
             println!("{}", approval_key_note());
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// Where approvals are signed, for the card: an approval is a signed row,
@@ -229,10 +230,10 @@ pub(crate) fn approval_key_note() -> String {
 }
 
 /// `nightshift approve SHA`.
-pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
+pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let sha = sha.trim().to_ascii_lowercase();
     if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "{sha:?} is not a SHA-256 (64 hex characters); copy the plan SHA that `nightshift plan` printed"
         )));
     }
@@ -242,7 +243,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let is_plan = rec::plan_exists(&lg.pool, &sha).await?;
     let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await?;
     if !is_plan && !is_contract {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints",
             repo.display()
         )));
@@ -252,7 +253,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
         .unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
     let data_dir = crate::cli::data_dir();
     let key =
-        crate::approval::load_or_create_key(&data_dir).map_err(|e| Error::usage(e.to_string()))?;
+        crate::approval::load_or_create_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
     let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by, &key).await?;
     rec::event(
         &lg.pool,
@@ -302,5 +303,5 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }

@@ -5,8 +5,9 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::cli::{Cli, ledger, repo_root};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::ledger::records as rec;
+use crate::outcome::{Phase, RunKind, RunStatus};
 
 /// How `report` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub(crate) async fn report(
     run: Option<&str>,
     format: ReportFormat,
     show_body: bool,
-) -> Result<ExitCode> {
+) -> Result<()> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
@@ -35,7 +36,7 @@ pub(crate) async fn report(
     };
     let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
         if let Some(r) = run {
-            return Err(Error::usage(format!(
+            return Err(Error::argument(format!(
                 "no run {r} in the ledger of {}",
                 repo.display()
             )));
@@ -48,14 +49,14 @@ pub(crate) async fn report(
                 repo.display()
             ),
         }
-        return Ok(ExitCode::Ok);
+        return Ok(());
     };
     let items = rec::run_items(&lg.pool, row.id).await?;
     let slept = rec::slept_seconds(&lg.pool, row.id).await?;
     // A drain stopped by a signal or a crash never reached the rest of its
     // plan; the deadline records them itself, as `deadline` items.
-    let not_started = match (row.kind.as_str(), row.status.as_str()) {
-        ("drain", "stopped_signal" | "crashed") => {
+    let not_started = match (row.kind, row.status) {
+        (RunKind::Drain, RunStatus::StoppedSignal | RunStatus::Crashed) => {
             rec::plan_items_after(
                 &lg.pool,
                 &row.plan_sha,
@@ -110,21 +111,21 @@ pub(crate) async fn report(
             }
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// `nightshift status [--json]`.
-pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
+pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
     let row = rec::run_row(&lg.pool, &id, None).await?;
     let dead = row
         .as_ref()
-        .filter(|r| r.status == "running" && died_here(r));
+        .filter(|r| r.status == RunStatus::Running && died_here(r));
     let running = row
         .as_ref()
-        .filter(|r| r.status == "running" && dead.is_none());
+        .filter(|r| r.status == RunStatus::Running && dead.is_none());
     let tz: chrono_tz::Tz = running
         .and_then(|r| r.timezone.as_deref())
         .and_then(|z| z.parse().ok())
@@ -190,7 +191,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
                 r.id,
                 current_item,
                 r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
-                phase.as_deref().unwrap_or("starting")
+                phase.map_or("starting", Phase::as_str)
             ),
         },
     };
@@ -200,7 +201,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
             "dead_run_id": dead.map(|r| r.id.to_string()),
             "resumable_run_id": to_resume.as_ref().map(|r| r.id.to_string()),
             "run_id": running.map(|r| r.id.to_string()),
-            "phase": running.and_then(|r| r.phase.clone()),
+            "phase": running.and_then(|r| r.phase),
             "item_key": running.and_then(|r| r.current_item_key.clone()),
             "round": running.and_then(|r| r.current_round),
             "sleeping_until": running.and_then(|r| r.sleeping_until),
@@ -213,7 +214,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     } else {
         println!("{text}");
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// True when a run marked `running` belonged to a process of this host that
@@ -265,18 +266,18 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
             return Ok(hits[0]);
         }
         if hits.len() > 1 {
-            return Err(Error::usage(format!(
+            return Err(Error::argument(format!(
                 "run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}",
                 hits.len()
             )));
         }
     }
     if !g.is_empty() && g.len() < 4 && g.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "run {given:?} is too short: give at least 4 hex digits of the run id. Recent runs:\n{list}"
         )));
     }
-    Err(Error::usage(format!(
+    Err(Error::argument(format!(
         "run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}"
     )))
 }
