@@ -3,7 +3,7 @@
 //! server recorded, that nothing merged, approved or closed a PR, and counts
 //! the POSTs that reached the server.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
