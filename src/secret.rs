@@ -808,12 +808,13 @@ pub fn scrub_own_env(extra: &[&str]) -> Vec<(String, Secret)> {
         let Some(value) = std::env::var_os(name) else {
             continue;
         };
-        // SAFETY (for the three unsafe calls below): the environment is
-        // unsafe to touch in edition 2024 only because another thread could
-        // read or write it at the same time. The assertion above proved this
-        // process has exactly one thread, and only this thread could start
-        // another, so nothing runs concurrently.
+        // SAFETY: the environment is unsafe to touch in edition 2024 only
+        // because another thread could read or write it at the same time.
+        // The assertion above proved this process has exactly one thread,
+        // and only this thread could start another, so nothing runs
+        // concurrently.
         let entries = unsafe { environ_entries(name) };
+        // SAFETY: as above, one thread.
         unsafe { std::env::remove_var(name) };
         for (ptr, len) in entries {
             let addr = ptr as usize;
@@ -823,8 +824,9 @@ pub fn scrub_own_env(extra: &[&str]) -> Vec<(String, Secret)> {
                 .as_ref()
                 .is_some_and(|block| block.contains(&addr) && addr + len <= block.end)
             {
-                // The entry is no longer referenced by `environ` (removed just
-                // above) and lies in our own writable stack memory.
+                // SAFETY: the entry is no longer referenced by `environ`
+                // (removed just above) and lies in our own writable stack
+                // memory.
                 unsafe { std::ptr::write_bytes(ptr, 0, len) };
             }
         }

@@ -7,7 +7,7 @@
 //! setup command or a git hook that writes a "ready" file and then sleeps —
 //! never with a test-only switch in the binary.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -75,16 +75,17 @@ fn slot_branches(data: &Path) -> Vec<String> {
 
 #[test]
 fn limit_parse_answers_every_corpus_line_as_the_table_says() {
-    let messages: std::collections::BTreeMap<usize, &str> = include_str!("data/limit-messages.txt")
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|(i, l)| (i + 1, l.split('\t').next().unwrap()))
-        .collect();
+    let messages: std::collections::BTreeMap<usize, &str> =
+        include_str!("../data/limit-messages.txt")
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|(i, l)| (i + 1, l.split('\t').next().unwrap()))
+            .collect();
     let bin = env!("CARGO_BIN_EXE_nightshift");
     let mut checked = 0;
     let mut wrong = Vec::new();
-    for row in include_str!("data/limit-expected.tsv")
+    for row in include_str!("../data/limit-expected.tsv")
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
     {

@@ -3,7 +3,7 @@
 //! findings and questions, hanging agents, `agent_user`, and the token's
 //! secrecy. Real PostgreSQL, real git, the fake GitHub, script agents.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,8 +3,8 @@
 //! `tests/fakes/anthropic.rs`), and the run loop against replaying fake
 //! `claude` executables (SPEC §6, issue 3).
 
-mod common;
-mod fakes;
+use crate::common;
+use crate::fakes;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// The pinned CLI version (tests/run.sh installs the same).
-const CLAUDE_VERSION: &str = include_str!("fakes/claude-code.version");
+const CLAUDE_VERSION: &str = include_str!("../fakes/claude-code.version");
 
 /// The real `claude` executable: installed by tests/run.sh under
 /// `target/agent-clis/`, else installed here under a file lock.

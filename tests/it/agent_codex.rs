@@ -10,11 +10,8 @@
 //! cover what the real service cannot be made to do on demand here: a failed
 //! turn, a CLI that keeps reconnecting while offline, a limit body on stderr.
 
-#[path = "fakes_codex/cli.rs"]
-mod cli;
-mod common;
-#[path = "fakes_codex/responses.rs"]
-mod responses;
+use crate::common;
+use crate::fakes_codex::{cli, responses};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

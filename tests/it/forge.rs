@@ -1,12 +1,13 @@
-//! The real octocrab client of `nightshift::forge` against wiremock as a
-//! local GitHub (SPEC §8). Every test also checks, from the requests the fake
-//! server recorded, that nothing merged, approved or closed a PR, and counts
-//! the POSTs that reached the server.
+//! The real octocrab client of `nightshift::forge` against the stateful fake
+//! GitHub of `common::github` (SPEC §8): the happy paths against its normal
+//! behaviour, every failure programmed into it as a [`Fault`]. Every test also
+//! checks, from the requests the fake recorded, that nothing merged, approved
+//! or closed a PR, and counts the POSTs that reached the server.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -16,8 +17,6 @@ use nightshift::forge::{
     item_marker, repo_from_remote_url, resolve_repo, resolve_token_using,
 };
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path, query_param};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const BRANCH: &str = "nightshift/fix-login-1a2b3c4d";
 const KEY: &str = "1a2b3c4d00000000000000000000000000000000000000000000000000000000";
@@ -33,19 +32,8 @@ fn fast_policy() -> RetryPolicy {
     }
 }
 
-async fn github() -> (MockServer, Forge) {
-    let server = MockServer::start().await;
-    let forge = Forge::new(
-        &server.uri(),
-        Secret::new("test-token"),
-        RepoId::new("o", "r"),
-        None,
-    )
-    .expect("client builds")
-    .with_retry_policy(fast_policy());
-    (server, forge)
-}
-
+/// A PR as GitHub serves it, for the raw-socket server below (the fake
+/// GitHub builds its own).
 fn pull(number: u64, branch: &str, state: &str, merged: bool, body: &str) -> Value {
     json!({
         "number": number,
@@ -59,20 +47,6 @@ fn pull(number: u64, branch: &str, state: &str, merged: bool, body: &str) -> Val
     })
 }
 
-fn issue(number: u64, title: &str, body: &str, is_pr: bool) -> Value {
-    let mut v = json!({
-        "number": number,
-        "html_url": format!("https://github.com/o/r/issues/{number}"),
-        "title": title,
-        "state": "open",
-        "body": body,
-    });
-    if is_pr {
-        v["pull_request"] = json!({ "url": format!("https://api.github.com/repos/o/r/pulls/{number}"), "merged_at": null });
-    }
-    v
-}
-
 fn request() -> PrRequest {
     PrRequest {
         title: "nightshift: fix login".to_string(),
@@ -84,110 +58,66 @@ fn request() -> PrRequest {
     }
 }
 
+/// The fake's next PR or issue gets number `n + 1`, as in a repository with
+/// `n` earlier ones.
+fn numbered_after(gh: &FakeGitHub, n: u64) {
+    gh.state.lock().unwrap().next_number = n;
+}
+
+/// The label exists already (created by an earlier run or a person).
+fn label_there(gh: &FakeGitHub, name: &str) {
+    gh.state.lock().unwrap().labels.push(name.to_string());
+}
+
 /// The guarantee of SPEC §8, checked on the wire: no merge, no review
 /// approval, no close, and no other write verb at all.
-async fn assert_never_merged_approved_or_closed(server: &MockServer) {
-    for r in server.received_requests().await.expect("recording on") {
-        let p = r.url.path();
-        let m = r.method.as_str();
-        assert!(
-            !(m == "PUT" && p.ends_with("/merge")),
-            "merge request made: {m} {p}"
-        );
-        assert!(
-            !(m == "POST" && p.ends_with("/reviews")),
-            "review request made: {m} {p}"
-        );
-        let closes = m == "PATCH" && String::from_utf8_lossy(&r.body).contains("closed");
-        assert!(!closes, "close request made: {m} {p}");
+async fn assert_never_merged_approved_or_closed(gh: &FakeGitHub) {
+    gh.assert_never_merged_approved_or_closed().await;
+    for (m, p, _) in gh.requests().await {
         assert!(m == "GET" || m == "POST", "unexpected verb {m} {p}");
     }
 }
 
-async fn count(server: &MockServer, verb: &str, p: &str) -> usize {
-    server
-        .received_requests()
+/// Requests with `verb` at exactly `path` (query aside).
+async fn count(gh: &FakeGitHub, verb: &str, path: &str) -> usize {
+    gh.requests()
         .await
-        .expect("recording on")
         .iter()
-        .filter(|r| r.method.as_str() == verb && r.url.path() == p)
+        .filter(|(m, p, _)| m == verb && p.split('?').next() == Some(path))
         .count()
 }
 
-async fn posts(server: &MockServer) -> usize {
-    server
-        .received_requests()
+async fn posts(gh: &FakeGitHub) -> usize {
+    gh.requests()
         .await
-        .expect("recording on")
         .iter()
-        .filter(|r| r.method.as_str() == "POST")
+        .filter(|(m, _, _)| m == "POST")
         .count()
 }
 
-fn post_bodies(requests: &[Request], p: &str) -> Vec<Value> {
-    requests
+/// The JSON bodies POSTed to exactly `path`, in order.
+async fn post_bodies(gh: &FakeGitHub, path: &str) -> Vec<Value> {
+    gh.requests()
+        .await
         .iter()
-        .filter(|r| r.method.as_str() == "POST" && r.url.path() == p)
-        .map(|r| r.body_json().expect("json body"))
+        .filter(|(m, p, _)| m == "POST" && p == path)
+        .map(|(_, _, b)| serde_json::from_str(b).expect("json body"))
         .collect()
-}
-
-/// Mocks the two look-ups of an item with nothing found.
-async fn nothing_found(server: &MockServer) {
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .and(query_param("head", format!("o:{BRANCH}")))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .mount(server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/issues"))
-        .and(query_param("labels", "autopilot"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .mount(server)
-        .await;
-}
-
-async fn labels_added(server: &MockServer, number: u64) {
-    Mock::given(method("POST"))
-        .and(path(format!("/repos/o/r/issues/{number}/labels")))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([{ "name": "autopilot" }])))
-        .mount(server)
-        .await;
-}
-
-fn label_exists() -> ResponseTemplate {
-    ResponseTemplate::new(422).set_body_json(json!({
-        "message": "Validation Failed",
-        "errors": [{ "resource": "Label", "code": "already_exists", "field": "name" }],
-    }))
 }
 
 #[tokio::test]
 async fn create_pr_creates_the_missing_label_then_the_pr_then_labels_it() {
-    let (server, forge) = github().await;
-    nothing_found(&server).await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(ResponseTemplate::new(201).set_body_json(json!({ "name": "autopilot" })))
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(201).set_body_json(pull(7, BRANCH, "open", false, "")))
-        .mount(&server)
-        .await;
-    labels_added(&server, 7).await;
+    let (gh, forge) = fake().await;
+    numbered_after(&gh, 6);
 
     let pr = forge.create_pr(&request()).await.expect("created");
 
     assert_eq!((pr.number, pr.state, pr.created), (7, PrState::Open, true));
     assert_eq!(pr.head, BRANCH);
-    assert_eq!(pr.url, "https://github.com/o/r/pull/7");
-    let requests = server.received_requests().await.unwrap();
-    let label = &post_bodies(&requests, "/repos/o/r/labels")[0];
+    assert_eq!(pr.url, format!("{}/owner/repo/pull/7", gh.uri()));
+    let label = &post_bodies(&gh, "/repos/owner/repo/labels").await[0];
     assert_eq!(label["name"], "autopilot");
-    let created = &post_bodies(&requests, "/repos/o/r/pulls")[0];
+    let created = &post_bodies(&gh, "/repos/owner/repo/pulls").await[0];
     assert_eq!(
         (created["head"].as_str(), created["base"].as_str()),
         (Some(BRANCH), Some("main"))
@@ -198,98 +128,75 @@ async fn create_pr_creates_the_missing_label_then_the_pr_then_labels_it() {
         "{body}"
     );
     assert_eq!(
-        post_bodies(&requests, "/repos/o/r/issues/7/labels")[0],
+        post_bodies(&gh, "/repos/owner/repo/issues/7/labels").await[0],
         json!({ "labels": ["autopilot"] })
     );
     // The label is created before the PR, the labels added after it.
-    let order: Vec<&str> = requests
-        .iter()
-        .filter(|r| r.method.as_str() == "POST")
-        .map(|r| r.url.path())
+    let order: Vec<String> = gh
+        .requests()
+        .await
+        .into_iter()
+        .filter(|(m, _, _)| m == "POST")
+        .map(|(_, p, _)| p)
         .collect();
     assert_eq!(
         order,
         [
-            "/repos/o/r/labels",
-            "/repos/o/r/pulls",
-            "/repos/o/r/issues/7/labels"
+            "/repos/owner/repo/labels",
+            "/repos/owner/repo/pulls",
+            "/repos/owner/repo/issues/7/labels"
         ]
     );
-    assert_eq!(posts(&server).await, 3);
-    for r in &requests {
+    assert_eq!(posts(&gh).await, 3);
+    for r in gh.server.received_requests().await.unwrap() {
         let auth = r.headers.get("authorization").and_then(|v| v.to_str().ok());
-        assert_eq!(auth, Some("Bearer test-token"), "{} {}", r.method, r.url);
+        let expected = format!("Bearer {TOKEN}");
+        assert_eq!(auth, Some(expected.as_str()), "{} {}", r.method, r.url);
     }
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn the_client_does_not_print_its_token() {
-    let (server, forge) = github().await;
+    let (gh, forge) = fake().await;
     let shown = format!("{forge:?}");
-    assert!(!shown.contains("test-token"), "{shown}");
-    assert_never_merged_approved_or_closed(&server).await;
+    assert!(!shown.contains(TOKEN), "{shown}");
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn enterprise_api_base_path_is_kept() {
-    let server = MockServer::start().await;
-    let base = format!("{}/api/v3/", server.uri());
-    let forge = Forge::new(&base, Secret::new("t"), RepoId::new("o", "r"), None)
-        .unwrap()
-        .with_retry_policy(fast_policy());
-    Mock::given(method("GET"))
-        .and(path("/api/v3/repos/o/r/pulls"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!([pull(1, BRANCH, "open", false, "")])),
-        )
-        .mount(&server)
-        .await;
+    let gh = FakeGitHub::start().await;
+    let forge = fake_forge(&format!("{}/api/v3/", gh.uri()), "repo", fast_policy());
+    gh.add_pr(BRANCH, "", &[]);
 
     let pr = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap();
 
     assert_eq!(pr.map(|p| p.number), Some(1));
-    assert_eq!(count(&server, "GET", "/api/v3/repos/o/r/pulls").await, 1);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "GET", "/api/v3/repos/owner/repo/pulls").await, 1);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn create_pr_treats_label_already_exists_as_fine() {
-    let (server, forge) = github().await;
-    nothing_found(&server).await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(label_exists())
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(201).set_body_json(pull(8, BRANCH, "open", false, "")))
-        .mount(&server)
-        .await;
-    labels_added(&server, 8).await;
+    let (gh, forge) = fake().await;
+    label_there(&gh, "autopilot");
+    numbered_after(&gh, 7);
 
     let pr = forge.create_pr(&request()).await.expect("created");
 
     assert_eq!((pr.number, pr.created), (8, true));
-    assert_eq!(count(&server, "POST", "/repos/o/r/labels").await, 1);
-    assert_eq!(count(&server, "POST", "/repos/o/r/pulls").await, 1);
-    assert_eq!(posts(&server).await, 3);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "POST", "/repos/owner/repo/labels").await, 1);
+    assert_eq!(count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
+    assert_eq!(posts(&gh).await, 3);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn ensure_label_fails_on_other_validation_errors() {
-    let (server, forge) = github().await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(ResponseTemplate::new(422).set_body_json(json!({
-            "message": "Validation Failed",
-            "errors": [{ "resource": "Label", "code": "invalid", "field": "color" }],
-        })))
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
 
+    // GitHub validates the colour: six hex digits.
     let err = forge
         .ensure_label("autopilot", "zzzzzz", "bad colour")
         .await
@@ -311,23 +218,18 @@ async fn ensure_label_fails_on_other_validation_errors() {
         err.to_string().contains("422") && err.to_string().contains("Label color invalid"),
         "{err}"
     );
-    assert_eq!(posts(&server).await, 1, "a 4xx is not retried");
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(posts(&gh).await, 1, "a 4xx is not retried");
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn find_pr_by_head_sends_owner_colon_branch() {
-    let (server, forge) = github().await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .and(query_param("head", format!("o:{BRANCH}")))
-        .and(query_param("state", "all"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([
-            pull(3, BRANCH, "closed", false, ""),
-            pull(4, BRANCH, "closed", true, ""),
-        ])))
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
+    numbered_after(&gh, 2);
+    let closed = gh.add_pr(BRANCH, "", &[]);
+    gh.close(closed);
+    let merged = gh.add_pr(BRANCH, "", &[]);
+    gh.merge(merged);
 
     let pr = forge
         .find_pr(BRANCH, KEY, "autopilot")
@@ -340,7 +242,7 @@ async fn find_pr_by_head_sends_owner_colon_branch() {
         (4, PrState::Merged, false),
         "merged beats closed"
     );
-    let requests = server.received_requests().await.unwrap();
+    let requests = gh.server.received_requests().await.unwrap();
     assert_eq!(requests.len(), 1, "found by head: no marker search");
     let head: Vec<String> = requests[0]
         .url
@@ -348,48 +250,27 @@ async fn find_pr_by_head_sends_owner_colon_branch() {
         .filter(|(k, _)| k == "head")
         .map(|(_, v)| v.into_owned())
         .collect();
-    assert_eq!(head, [format!("o:{BRANCH}")]);
-    assert_eq!(posts(&server).await, 0);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(head, [format!("owner:{BRANCH}")]);
+    assert_eq!(posts(&gh).await, 0);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn find_pr_by_marker_when_the_branch_was_renamed() {
-    let (server, forge) = github().await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .and(query_param("head", format!("o:{BRANCH}")))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
     let marker = item_marker(KEY);
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/issues"))
-        .and(query_param("labels", "autopilot"))
-        .and(query_param("state", "all"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([
-            issue(3, "an issue quoting the marker", &marker, false),
-            issue(5, "another item's PR", &item_marker(&"f".repeat(64)), true),
-            issue(
-                9,
-                "nightshift: fix login",
-                &format!("card\n\n{marker}\n"),
-                true
-            ),
-        ])))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls/9"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(pull(
-            9,
-            "renamed-by-hand",
-            "open",
-            false,
-            &marker,
-        )))
-        .mount(&server)
-        .await;
+    let quoting = gh.add_issue("an issue quoting the marker", "autopilot", "open");
+    gh.edit(quoting, |v| v["body"] = json!(marker));
+    let other = gh.add_pr(
+        "nightshift/another-item",
+        &item_marker(&"f".repeat(64)),
+        &["autopilot"],
+    );
+    let ours = gh.add_pr(
+        "renamed-by-hand",
+        &format!("card\n\n{marker}\n"),
+        &["autopilot"],
+    );
 
     let pr = forge
         .find_pr(BRANCH, KEY, "autopilot")
@@ -399,50 +280,46 @@ async fn find_pr_by_marker_when_the_branch_was_renamed() {
 
     assert_eq!(
         (pr.number, pr.state, pr.head.as_str()),
-        (9, PrState::Open, "renamed-by-hand")
+        (ours, PrState::Open, "renamed-by-hand")
     );
     assert_eq!(
-        count(&server, "GET", "/repos/o/r/pulls/3").await,
+        count(&gh, "GET", &format!("/repos/owner/repo/pulls/{quoting}")).await,
         0,
         "plain issues are not PRs"
     );
     assert_eq!(
-        count(&server, "GET", "/repos/o/r/pulls/5").await,
+        count(&gh, "GET", &format!("/repos/owner/repo/pulls/{other}")).await,
         0,
         "another item's marker"
     );
-    assert_eq!(posts(&server).await, 0);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(posts(&gh).await, 0);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn find_pr_returns_none_when_nothing_matches() {
-    let (server, forge) = github().await;
-    nothing_found(&server).await;
+    let (gh, forge) = fake().await;
 
     assert_eq!(forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap(), None);
-    assert_eq!(posts(&server).await, 0);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(posts(&gh).await, 0);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn get_is_retried_through_500_502_503() {
-    let (server, forge) = github().await;
-    for status in [500, 502, 503] {
-        Mock::given(method("GET"))
-            .and(path("/repos/o/r/pulls"))
-            .respond_with(ResponseTemplate::new(status).set_body_string("upstream trouble"))
-            .up_to_n_times(1)
-            .mount(&server)
-            .await;
-    }
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!([pull(2, BRANCH, "open", false, "")])),
-        )
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
+    numbered_after(&gh, 1);
+    gh.add_pr(BRANCH, "", &[]);
+    script(
+        &gh,
+        [500, 502, 503]
+            .into_iter()
+            .map(|status| {
+                Fault::new("GET", "/repos/owner/repo/pulls", status)
+                    .raw("text/plain", "upstream trouble")
+            })
+            .collect(),
+    );
 
     let pr = forge
         .find_pr(BRANCH, KEY, "autopilot")
@@ -451,21 +328,22 @@ async fn get_is_retried_through_500_502_503() {
         .expect("found after retries");
 
     assert_eq!((pr.number, pr.state), (2, PrState::Open));
-    assert_eq!(count(&server, "GET", "/repos/o/r/pulls").await, 4);
-    assert_eq!(posts(&server).await, 0);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/pulls").await, 4);
+    assert_eq!(posts(&gh).await, 0);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn persistent_5xx_gives_up_after_max_attempts() {
-    let (server, forge) = github().await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(
-            ResponseTemplate::new(503).set_body_json(json!({ "message": "Service Unavailable" })),
-        )
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 503)
+                .message("Service Unavailable")
+                .always(),
+        ],
+    );
 
     let err = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap_err();
 
@@ -474,28 +352,23 @@ async fn persistent_5xx_gives_up_after_max_attempts() {
         "{err:?}"
     );
     assert!(err.to_string().contains("503 Service Unavailable"), "{err}");
-    assert_eq!(count(&server, "GET", "/repos/o/r/pulls").await, 6);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/pulls").await, 6);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn secondary_rate_limit_waits_retry_after_seconds() {
-    let (server, forge) = github().await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(403).insert_header("retry-after", "1").set_body_json(json!({
-            "message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.",
-        })))
-        .up_to_n_times(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!([pull(2, BRANCH, "open", false, "")])),
-        )
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
+    numbered_after(&gh, 1);
+    gh.add_pr(BRANCH, "", &[]);
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 403)
+                .header("retry-after", "1")
+                .message("You have exceeded a secondary rate limit. Please wait a few minutes before you try again."),
+        ],
+    );
 
     let started = Instant::now();
     let pr = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap();
@@ -506,24 +379,21 @@ async fn secondary_rate_limit_waits_retry_after_seconds() {
         "retry-after honoured: {:?}",
         started.elapsed()
     );
-    assert_eq!(count(&server, "GET", "/repos/o/r/pulls").await, 2);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/pulls").await, 2);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn plain_403_is_not_retried() {
-    let (server, forge) = github().await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(
-            ResponseTemplate::new(403)
-                .insert_header("x-github-request-id", "ABCD:1234")
-                .set_body_json(
-                    json!({ "message": "Resource not accessible by personal access token" }),
-                ),
-        )
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 403)
+                .header("x-github-request-id", "ABCD:1234")
+                .message("Resource not accessible by personal access token"),
+        ],
+    );
 
     let err = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap_err();
 
@@ -536,31 +406,23 @@ async fn plain_403_is_not_retried() {
         text.contains("Resource not accessible") && text.contains("ABCD:1234"),
         "{text}"
     );
-    assert_eq!(count(&server, "GET", "/repos/o/r/pulls").await, 1);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/pulls").await, 1);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn primary_rate_limit_429_waits_until_x_ratelimit_reset() {
-    let (server, forge) = github().await;
+    let (gh, forge) = fake().await;
     let reset = Utc::now().timestamp() + 1;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(
-            ResponseTemplate::new(429)
-                .insert_header("x-ratelimit-remaining", "0")
-                .insert_header("x-ratelimit-reset", reset.to_string().as_str())
-                .set_body_json(json!({ "message": "API rate limit exceeded" })),
-        )
-        .up_to_n_times(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .mount(&server)
-        .await;
-    nothing_found(&server).await;
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 429)
+                .header("x-ratelimit-remaining", "0")
+                .header("x-ratelimit-reset", &reset.to_string())
+                .message("API rate limit exceeded"),
+        ],
+    );
 
     let found = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap();
 
@@ -569,33 +431,33 @@ async fn primary_rate_limit_429_waits_until_x_ratelimit_reset() {
         Utc::now().timestamp() >= reset,
         "retried before the reset instant"
     );
-    assert_eq!(count(&server, "GET", "/repos/o/r/pulls").await, 2);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/pulls").await, 2);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn rate_limit_resetting_after_the_deadline_stops_at_once() {
-    let server = MockServer::start().await;
+    let gh = FakeGitHub::start().await;
     let deadline = Utc::now() + chrono::Duration::seconds(60);
     let forge = Forge::new(
-        &server.uri(),
-        Secret::new("t"),
-        RepoId::new("o", "r"),
+        &gh.uri(),
+        Secret::new(TOKEN),
+        RepoId::new("owner", "repo"),
         Some(deadline),
     )
     .unwrap()
     .with_retry_policy(fast_policy());
     let reset = Utc::now().timestamp() + 3600;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(
-            ResponseTemplate::new(403)
-                .insert_header("x-ratelimit-remaining", "0")
-                .insert_header("x-ratelimit-reset", reset.to_string().as_str())
-                .set_body_json(json!({ "message": "API rate limit exceeded for user ID 1." })),
-        )
-        .mount(&server)
-        .await;
+    script(
+        &gh,
+        vec![
+            Fault::new("GET", "/repos/owner/repo/pulls", 403)
+                .header("x-ratelimit-remaining", "0")
+                .header("x-ratelimit-reset", &reset.to_string())
+                .message("API rate limit exceeded for user ID 1.")
+                .always(),
+        ],
+    );
 
     let started = Instant::now();
     let err = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap_err();
@@ -613,12 +475,10 @@ async fn rate_limit_resetting_after_the_deadline_stops_at_once() {
         }
         other => panic!("expected WaitTooLong, got {other:?}"),
     }
-    assert_eq!(count(&server, "GET", "/repos/o/r/pulls").await, 1);
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/pulls").await, 1);
 
     // Without a deadline, the total wait budget bounds the wait the same way.
-    let no_deadline = Forge::new(&server.uri(), Secret::new("t"), RepoId::new("o", "r"), None)
-        .unwrap()
-        .with_retry_policy(fast_policy());
+    let no_deadline = fake_forge(&gh.uri(), "repo", fast_policy());
     let err = no_deadline
         .find_pr(BRANCH, KEY, "autopilot")
         .await
@@ -627,50 +487,22 @@ async fn rate_limit_resetting_after_the_deadline_stops_at_once() {
         matches!(&err, ForgeError::WaitTooLong { limit, .. } if limit.contains("retry budget of 10 s")),
         "{err:?}"
     );
-    assert_eq!(count(&server, "GET", "/repos/o/r/pulls").await, 2);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/pulls").await, 2);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn duplicate_pr_refusal_returns_the_existing_pr() {
-    let (server, forge) = github().await;
-    // Not there at the first look-up (a concurrent run opened it meanwhile).
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .and(query_param("head", format!("o:{BRANCH}")))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .up_to_n_times(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .and(query_param("head", format!("o:{BRANCH}")))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!([pull(12, BRANCH, "open", false, "")])),
-        )
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/issues"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(label_exists())
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(422).set_body_json(json!({
-            "message": "Validation Failed",
-            "errors": [{ "resource": "PullRequest", "code": "custom",
-                         "message": format!("A pull request already exists for o:{BRANCH}.") }],
-            "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request",
-        })))
-        .mount(&server)
-        .await;
-    labels_added(&server, 12).await;
+    let (gh, forge) = fake().await;
+    label_there(&gh, "autopilot");
+    // A concurrent run opened the PR (not yet labelled) right after this
+    // run's first look-up, which still saw nothing.
+    numbered_after(&gh, 11);
+    gh.add_pr(BRANCH, "", &[]);
+    script(
+        &gh,
+        vec![Fault::new("GET", "/repos/owner/repo/pulls", 200).raw("application/json", "[]")],
+    );
 
     let pr = forge
         .create_pr(&request())
@@ -682,93 +514,45 @@ async fn duplicate_pr_refusal_returns_the_existing_pr() {
         (12, PrState::Open, false)
     );
     assert_eq!(
-        count(&server, "POST", "/repos/o/r/pulls").await,
+        count(&gh, "POST", "/repos/owner/repo/pulls").await,
         1,
         "the refused create is not re-sent"
     );
+    assert_eq!(gh.prs().len(), 1, "GitHub refused the duplicate");
     assert_eq!(
-        count(&server, "POST", "/repos/o/r/issues/12/labels").await,
+        count(&gh, "POST", "/repos/owner/repo/issues/12/labels").await,
         1
     );
-    assert_eq!(posts(&server).await, 3);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(posts(&gh).await, 3);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn existing_open_pr_is_reused_without_a_create() {
-    let (server, forge) = github().await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!([pull(21, BRANCH, "open", false, "")])),
-        )
-        .mount(&server)
-        .await;
-    labels_added(&server, 21).await;
+    let (gh, forge) = fake().await;
+    numbered_after(&gh, 20);
+    gh.add_pr(BRANCH, "", &[]);
 
     let pr = forge.create_pr(&request()).await.unwrap();
 
     assert_eq!((pr.number, pr.created), (21, false));
-    assert_eq!(count(&server, "POST", "/repos/o/r/pulls").await, 0);
-    assert_eq!(posts(&server).await, 1, "only the idempotent label add");
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "POST", "/repos/owner/repo/pulls").await, 0);
+    assert_eq!(posts(&gh).await, 1, "only the idempotent label add");
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
-/// A fake GitHub that performs the create but loses the answer (502 or a
-/// late answer), as a proxy in front of GitHub can; the look-up sees the PR
-/// once it was created.
-#[derive(Clone)]
-struct LosesTheAnswer {
-    created: Arc<AtomicBool>,
-    answer: ResponseTemplate,
-}
-
-impl Respond for LosesTheAnswer {
-    fn respond(&self, _: &Request) -> ResponseTemplate {
-        self.created.store(true, Ordering::SeqCst);
-        self.answer.clone()
-    }
-}
-
-struct ListsOnceCreated(Arc<AtomicBool>);
-
-impl Respond for ListsOnceCreated {
-    fn respond(&self, _: &Request) -> ResponseTemplate {
-        let listed = if self.0.load(Ordering::SeqCst) {
-            json!([pull(31, BRANCH, "open", false, "")])
-        } else {
-            json!([])
-        };
-        ResponseTemplate::new(200).set_body_json(listed)
-    }
-}
-
-async fn create_that_loses_its_answer(answer: ResponseTemplate, policy: RetryPolicy) -> MockServer {
-    let (server, forge) = github().await;
-    let forge = forge.with_retry_policy(policy);
-    let created = Arc::new(AtomicBool::new(false));
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/pulls"))
-        .and(query_param("head", format!("o:{BRANCH}")))
-        .respond_with(ListsOnceCreated(created.clone()))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/issues"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(label_exists())
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(LosesTheAnswer { created, answer })
-        .mount(&server)
-        .await;
-    labels_added(&server, 31).await;
+/// GitHub performs the create but the answer is lost (`lose` programs how:
+/// a 502 from a proxy in front of GitHub, or an answer later than the
+/// client's timeout); the look-up sees the PR once it was created.
+async fn create_that_loses_its_answer(
+    lose: impl FnOnce(&FakeGitHub),
+    policy: RetryPolicy,
+) -> FakeGitHub {
+    let (gh, _) = fake().await;
+    let forge = fake_forge(&gh.uri(), "repo", policy);
+    label_there(&gh, "autopilot");
+    numbered_after(&gh, 30);
+    lose(&gh);
 
     let pr = forge
         .create_pr(&request())
@@ -777,22 +561,36 @@ async fn create_that_loses_its_answer(answer: ResponseTemplate, policy: RetryPol
 
     assert_eq!((pr.number, pr.state, pr.created), (31, PrState::Open, true));
     assert_eq!(
-        count(&server, "POST", "/repos/o/r/pulls").await,
+        count(&gh, "POST", "/repos/owner/repo/pulls").await,
         1,
         "exactly one create reached the server"
     );
+    assert_eq!(gh.prs().len(), 1);
     assert_eq!(
-        count(&server, "POST", "/repos/o/r/issues/31/labels").await,
+        count(&gh, "POST", "/repos/owner/repo/issues/31/labels").await,
         1
     );
-    assert_never_merged_approved_or_closed(&server).await;
-    server
+    assert_never_merged_approved_or_closed(&gh).await;
+    gh
 }
 
 #[tokio::test]
 async fn create_answered_502_after_being_performed_is_found_not_resent() {
-    let server = create_that_loses_its_answer(ResponseTemplate::new(502), fast_policy()).await;
-    assert_eq!(posts(&server).await, 3);
+    let gh = create_that_loses_its_answer(
+        |gh| {
+            script(
+                gh,
+                vec![
+                    Fault::new("POST", "/repos/owner/repo/pulls", 502)
+                        .raw("text/plain", "")
+                        .after_effect(),
+                ],
+            )
+        },
+        fast_policy(),
+    )
+    .await;
+    assert_eq!(posts(&gh).await, 3);
 }
 
 #[tokio::test]
@@ -801,201 +599,142 @@ async fn create_that_timed_out_after_being_performed_is_found_not_resent() {
         request_timeout: Duration::from_millis(300),
         ..fast_policy()
     };
-    let late = ResponseTemplate::new(201)
-        .set_body_json(pull(31, BRANCH, "open", false, ""))
-        .set_delay(Duration::from_secs(3));
-    let server = create_that_loses_its_answer(late, policy).await;
-    assert_eq!(posts(&server).await, 3);
+    let late = |gh: &FakeGitHub| {
+        gh.state.lock().unwrap().create_pr_delays = vec![Duration::from_secs(3)];
+    };
+    let gh = create_that_loses_its_answer(late, policy).await;
+    assert_eq!(posts(&gh).await, 3);
 }
 
 #[tokio::test]
 async fn create_that_failed_without_being_performed_is_resent_once() {
-    let (server, forge) = github().await;
-    nothing_found(&server).await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(label_exists())
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(502))
-        .up_to_n_times(1)
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(201).set_body_json(pull(40, BRANCH, "open", false, "")))
-        .mount(&server)
-        .await;
-    labels_added(&server, 40).await;
+    let (gh, forge) = fake().await;
+    label_there(&gh, "autopilot");
+    numbered_after(&gh, 39);
+    script(
+        &gh,
+        vec![Fault::new("POST", "/repos/owner/repo/pulls", 502).raw("text/plain", "")],
+    );
 
     let pr = forge.create_pr(&request()).await.unwrap();
 
     assert_eq!((pr.number, pr.created), (40, true));
     assert_eq!(
-        count(&server, "POST", "/repos/o/r/pulls").await,
+        count(&gh, "POST", "/repos/owner/repo/pulls").await,
         2,
         "re-sent only after the look-up found nothing"
     );
     // Initial look-up by head, then one after the 502.
-    assert_eq!(count(&server, "GET", "/repos/o/r/pulls").await, 2);
-    assert_eq!(posts(&server).await, 4);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/pulls").await, 2);
+    assert_eq!(posts(&gh).await, 4);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn create_pr_refused_with_other_4xx_fails_at_once() {
-    let (server, forge) = github().await;
-    nothing_found(&server).await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(label_exists())
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(422).set_body_json(json!({
-            "message": "Validation Failed",
-            "errors": [{ "resource": "PullRequest", "field": "base", "code": "invalid" }],
-        })))
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
+    label_there(&gh, "autopilot");
+    // What GitHub answers when the base branch does not exist.
+    script(
+        &gh,
+        vec![
+            Fault::new("POST", "/repos/owner/repo/pulls", 422).json(json!({
+                "message": "Validation Failed",
+                "errors": [{ "resource": "PullRequest", "field": "base", "code": "invalid" }],
+            })),
+        ],
+    );
 
     let err = forge.create_pr(&request()).await.unwrap_err();
 
     assert!(
-        matches!(&err, ForgeError::Api { status: 422, path, .. } if path == "/repos/o/r/pulls"),
+        matches!(&err, ForgeError::Api { status: 422, path, .. } if path == "/repos/owner/repo/pulls"),
         "{err:?}"
     );
     assert!(
         err.to_string().contains("PullRequest base invalid"),
         "{err}"
     );
-    assert_eq!(count(&server, "POST", "/repos/o/r/pulls").await, 1);
-    assert_eq!(posts(&server).await, 2);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "POST", "/repos/owner/repo/pulls").await, 1);
+    assert_eq!(posts(&gh).await, 2);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn pr_body_over_the_limit_is_cut_not_rejected() {
-    let (server, forge) = github().await;
-    nothing_found(&server).await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(label_exists())
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/pulls"))
-        .respond_with(ResponseTemplate::new(201).set_body_json(pull(50, BRANCH, "open", false, "")))
-        .mount(&server)
-        .await;
-    labels_added(&server, 50).await;
+    let (gh, forge) = fake().await;
+    label_there(&gh, "autopilot");
     let req = PrRequest {
         body: "x".repeat(BODY_LIMIT * 2),
         ..request()
     };
 
+    // The fake refuses bodies over GitHub's limit, as GitHub does.
     forge.create_pr(&req).await.unwrap();
 
-    let requests = server.received_requests().await.unwrap();
-    let sent = post_bodies(&requests, "/repos/o/r/pulls")[0]["body"]
+    let sent = post_bodies(&gh, "/repos/owner/repo/pulls").await[0]["body"]
         .as_str()
         .unwrap()
         .to_string();
     assert_eq!(sent.chars().count(), BODY_LIMIT);
     assert!(sent.ends_with(&format!("{}\n", item_marker(KEY))));
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(gh.prs().len(), 1);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn issues_are_deduplicated_by_exact_title() {
-    let (server, forge) = github().await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/issues"))
-        .and(query_param("labels", "autopilot-found"))
-        .and(query_param("state", "open"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([
-            issue(2, "Flaky test in auth", "a PR with the same title", true),
-            issue(4, "Flaky test in auth", "seen before", false),
-            issue(6, "Flaky test in auth module", "", false),
-        ])))
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/labels"))
-        .respond_with(label_exists())
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/o/r/issues"))
-        .respond_with(ResponseTemplate::new(201).set_body_json(issue(
-            11,
-            "Slow query in report",
-            "",
-            false,
-        )))
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
+    let pr = gh.add_pr("a-branch", "a PR with the same title", &["autopilot-found"]);
+    gh.edit(pr, |v| v["title"] = json!("Flaky test in auth"));
+    let seen = gh.add_issue("Flaky test in auth", "autopilot-found", "open");
+    gh.edit(seen, |v| v["body"] = json!("seen before"));
+    gh.add_issue("Flaky test in auth module", "autopilot-found", "open");
 
     let known = forge
         .find_or_create_issue("Flaky test in auth", "again", "autopilot-found")
         .await
         .unwrap();
-    assert_eq!((known.number, known.created), (4, false));
-    assert_eq!(posts(&server).await, 0, "a known title creates nothing");
+    assert_eq!((known.number, known.created), (seen, false));
+    assert_eq!(posts(&gh).await, 0, "a known title creates nothing");
 
     let new = forge
         .find_or_create_issue("Slow query in report", "details", "autopilot-found")
         .await
         .unwrap();
+    let filed = gh.issues().last().unwrap()["number"].as_u64().unwrap();
     assert_eq!(
         (new.number, new.created, new.title.as_str()),
-        (11, true, "Slow query in report")
+        (filed, true, "Slow query in report")
     );
-    let requests = server.received_requests().await.unwrap();
-    let sent = &post_bodies(&requests, "/repos/o/r/issues")[0];
+    let sent = &post_bodies(&gh, "/repos/owner/repo/issues").await[0];
     assert_eq!(sent["labels"], json!(["autopilot-found"]));
     assert_eq!(sent["title"], "Slow query in report");
-    assert_eq!(count(&server, "POST", "/repos/o/r/issues").await, 1);
-    assert_eq!(posts(&server).await, 2, "label + issue");
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!(count(&gh, "POST", "/repos/owner/repo/issues").await, 1);
+    assert_eq!(posts(&gh).await, 2, "label + issue");
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[tokio::test]
 async fn issue_dedup_reads_every_page() {
-    let (server, forge) = github().await;
-    let first: Vec<Value> = (1..=100)
-        .map(|n| issue(1000 - n, &format!("finding {n}"), "", false))
-        .collect();
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/issues"))
-        .and(query_param("page", "1"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(Value::Array(first)))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path("/repos/o/r/issues"))
-        .and(query_param("page", "2"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([issue(
-            42,
-            "Old finding",
-            "",
-            false
-        )])))
-        .mount(&server)
-        .await;
+    let (gh, forge) = fake().await;
+    // Newest first: the oldest finding is on the second page of 100.
+    let old = gh.add_issue("Old finding", "autopilot-found", "open");
+    for n in 1..=100 {
+        gh.add_issue(&format!("finding {n}"), "autopilot-found", "open");
+    }
 
     let found = forge
         .find_or_create_issue("Old finding", "", "autopilot-found")
         .await
         .unwrap();
 
-    assert_eq!((found.number, found.created), (42, false));
-    assert_eq!(count(&server, "GET", "/repos/o/r/issues").await, 2);
-    assert_eq!(posts(&server).await, 0);
-    assert_never_merged_approved_or_closed(&server).await;
+    assert_eq!((found.number, found.created), (old, false));
+    // Page 2 through GitHub's `Link: rel="next"` URL, by repository id.
+    assert_eq!(count(&gh, "GET", "/repos/owner/repo/issues").await, 1);
+    assert_eq!(count(&gh, "GET", "/repositories/1/issues").await, 1);
+    assert_eq!(posts(&gh).await, 0);
+    assert_never_merged_approved_or_closed(&gh).await;
 }
 
 #[test]
@@ -2220,11 +1959,7 @@ async fn a_renamed_repository_is_followed_and_its_pr_opened_once() {
 /// ends too, with its own message.
 #[tokio::test]
 async fn a_redirect_to_another_host_or_in_a_loop_is_not_followed() {
-    let elsewhere = MockServer::start().await;
-    Mock::given(wiremock::matchers::any())
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
-        .mount(&elsewhere)
-        .await;
+    let elsewhere = FakeGitHub::start().await;
     let (gh, forge) = fake().await;
     let to = format!(
         "http://someone:hunter2@{}/repositories/1/pulls?access_token={TOKEN}",
@@ -2243,7 +1978,7 @@ async fn a_redirect_to_another_host_or_in_a_loop_is_not_followed() {
 
     let text = err.to_string();
     assert!(
-        elsewhere.received_requests().await.unwrap().is_empty(),
+        elsewhere.requests().await.is_empty(),
         "nothing sent to the other host"
     );
     let host = elsewhere.uri().trim_start_matches("http://").to_string();

@@ -1,6 +1,10 @@
-//! A GitHub-compatible HTTP server for tests: wiremock with a stateful
-//! responder that keeps PRs, issues and labels, so a second run sees what the
-//! first one created. Every request is recorded by wiremock.
+//! The one GitHub of the tests: wiremock with a stateful responder that
+//! keeps PRs, issues and labels, so a second run sees what the first one
+//! created, and that validates what GitHub's REST API validates (duplicate
+//! PRs per `owner:branch`, title and body lengths, label colours). What the
+//! real server (or a proxy in front of it) does on a bad day is programmed
+//! per test with [`Fault`]s: 5xx, rate limits, redirects, lost or late
+//! answers. Every request is recorded by wiremock.
 
 use std::sync::{Arc, Mutex};
 
@@ -62,9 +66,12 @@ pub enum FaultBody {
 /// A scripted failure: the first request matching `method` and `path`
 /// prefix gets `status` with `headers` and `message`. With `after_effect`
 /// the request is performed first and only its answer is replaced (a create
-/// whose answer was lost); with `delay_ms` the answer comes that late.
+/// whose answer was lost); with `delay_ms` the answer comes that late; with
+/// `times` it answers that many matching requests (a persistent outage).
 #[derive(Debug, Clone, Default)]
 pub struct Fault {
+    /// How many matching requests get this answer; `None`: one.
+    pub times: Option<u32>,
     pub method: String,
     pub path: String,
     pub status: u16,
@@ -101,6 +108,15 @@ impl Fault {
     pub fn after_effect(mut self) -> Fault {
         self.after_effect = true;
         self
+    }
+    /// Answers the next `n` matching requests, not only the first.
+    pub fn times(mut self, n: u32) -> Fault {
+        self.times = Some(n);
+        self
+    }
+    /// Answers every matching request from now on (a persistent failure).
+    pub fn always(self) -> Fault {
+        self.times(u32::MAX)
     }
     /// Delays the answer.
     pub fn delay_ms(mut self, ms: u64) -> Fault {
@@ -241,6 +257,13 @@ fn api_path(req: &Request) -> String {
         .to_string()
 }
 
+/// GitHub refuses PR and issue bodies over 65,536 characters.
+fn body_too_long(body: &Value) -> bool {
+    body["body"]
+        .as_str()
+        .is_some_and(|b| b.chars().count() > 65_536)
+}
+
 fn query(req: &Request, key: &str) -> Option<String> {
     req.url
         .query_pairs()
@@ -266,7 +289,13 @@ impl Respond for Responder {
             .iter()
             .position(|f| f.method == method && path.starts_with(f.path.as_str()))
         {
-            let f = st.scripted.remove(i);
+            let f = match st.scripted[i].times {
+                Some(n) if n > 1 => {
+                    st.scripted[i].times = Some(n - 1);
+                    st.scripted[i].clone()
+                }
+                _ => st.scripted.remove(i),
+            };
             if f.after_effect {
                 drop(st);
                 let _ = self.respond_ok(req);
@@ -364,6 +393,13 @@ impl Responder {
             }
             ("POST", "/labels") => {
                 let name = body["name"].as_str().unwrap_or("").to_string();
+                // GitHub wants six hex digits, without the leading `#`.
+                let color_ok = body["color"]
+                    .as_str()
+                    .is_none_or(|c| c.len() == 6 && c.chars().all(|ch| ch.is_ascii_hexdigit()));
+                if !color_ok {
+                    return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "Label", "code": "invalid", "field": "color"}], "documentation_url": "https://docs.github.com/rest/issues/labels#create-a-label"}));
+                }
                 if st.labels.contains(&name) {
                     return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "Label", "code": "already_exists", "field": "name"}]}));
                 }
@@ -398,6 +434,9 @@ impl Responder {
                     .is_some_and(|t| t.chars().count() > 256)
                 {
                     return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "field": "title", "message": "title is too long (maximum is 256 characters)"}]}));
+                }
+                if body_too_long(&body) {
+                    return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "field": "body", "message": "body is too long (maximum is 65536 characters)"}]}));
                 }
                 // GitHub's duplicate check is per `owner:branch`: a fork's
                 // branch of the same name does not count.
@@ -454,6 +493,9 @@ impl Responder {
                     .is_some_and(|t| t.chars().count() > 256)
                 {
                     return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "Issue", "code": "custom", "field": "title", "message": "title is too long (maximum is 256 characters)"}]}));
+                }
+                if body_too_long(&body) {
+                    return ResponseTemplate::new(422).set_body_json(json!({"message": "Validation Failed", "errors": [{"resource": "Issue", "code": "custom", "field": "body", "message": "body is too long (maximum is 65536 characters)"}]}));
                 }
                 st.next_number += 1;
                 let n = st.next_number;
@@ -568,6 +610,24 @@ impl FakeGitHub {
             p["state"] = json!("closed");
             p["merged_at"] = json!("2026-12-01T08:00:00Z");
         }
+    }
+
+    /// Closes PR `n` unmerged (as a person rejecting it would).
+    pub fn close(&self, n: u64) {
+        self.edit(n, |p| p["state"] = json!("closed"));
+    }
+
+    /// Changes PR or issue `n` in place (its title, body, state…), as a
+    /// person editing it on GitHub would.
+    pub fn edit(&self, n: u64, change: impl FnOnce(&mut Value)) {
+        let mut st = self.state.lock().unwrap();
+        let st = &mut *st;
+        let found = st
+            .prs
+            .iter_mut()
+            .chain(st.issues.iter_mut())
+            .find(|v| v["number"] == n);
+        change(found.unwrap_or_else(|| panic!("no PR or issue #{n} in the fake")));
     }
 
     /// PRs created so far.

@@ -4,7 +4,7 @@
 //! `sync` ticks merged items byte-exactly; `doctor` names each broken check;
 //! `init` writes a backlog that plans cleanly.
 
-mod common;
+use crate::common;
 
 use common::github::{FakeGitHub, Fault};
 use common::{Fixture, assert_ok, git, text};
@@ -980,7 +980,7 @@ fn init_writes_a_backlog_that_plans_cleanly() {
     let mut f = Fixture::new();
     let out = f.run(&["init"]);
     assert_ok(&out, "init");
-    let example = include_str!("../NEXT.example.md");
+    let example = include_str!("../../NEXT.example.md");
     assert_eq!(
         std::fs::read_to_string(f.repo.join("NEXT.md")).unwrap(),
         example

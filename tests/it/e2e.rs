@@ -1,7 +1,7 @@
 //! End-to-end tests of the real binary: real PostgreSQL, real git with a local
 //! bare remote, a local GitHub-compatible server, script agents (SPEC §2–§9).
 
-mod common;
+use crate::common;
 
 use common::github::FakeGitHub;
 use common::{Fixture, assert_ok, git, text, tree_hash};

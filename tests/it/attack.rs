@@ -6,7 +6,7 @@
 //! nightshift's output, every ledger table, every file under the data dir and
 //! HOME (logs, call files, checkouts), and every request sent to GitHub.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use nightshift::backlog::{self, Backlog, BacklogError, DetailKind, Item};
 use sha2::{Digest, Sha256};
 
-const ROLL_FORMOSA: &str = include_str!("data/roll-formosa-NEXT.md");
+const ROLL_FORMOSA: &str = include_str!("../data/roll-formosa-NEXT.md");
 
 fn parse(text: &str) -> Backlog {
     backlog::parse(Path::new("NEXT.md"), text)

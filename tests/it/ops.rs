@@ -4,10 +4,10 @@
 //! misbehaving at the process level, two drains sharing one data directory,
 //! odd deadlines, and the terminal's signals.
 //!
-//! Slow phases are reached with stall files (see tests/night.rs), never with a
+//! Slow phases are reached with stall files (see `night.rs`), never with a
 //! test-only switch in the binary.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

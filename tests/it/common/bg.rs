@@ -1,4 +1,4 @@
-//! Nights driven from outside, shared by tests/night.rs and tests/ops.rs: a
+//! Nights driven from outside, shared by the `night` and `ops` tests: a
 //! nightshift process in the background, slow phases made reachable with
 //! stall files, and waiting on processes and on the ledger.
 

@@ -13,8 +13,8 @@ use nightshift::limit::{
 };
 use proptest::prelude::*;
 
-const MESSAGES: &str = include_str!("data/limit-messages.txt");
-const EXPECTED: &str = include_str!("data/limit-expected.tsv");
+const MESSAGES: &str = include_str!("../data/limit-messages.txt");
+const EXPECTED: &str = include_str!("../data/limit-expected.tsv");
 
 fn at(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -160,7 +160,7 @@ fn a_usage_limit_source_names_what_matched() {
 fn claude_overage_transcript_is_not_a_limit() {
     // status "allowed" (only the overage is rejected) and a successful result: no limit.
     let now = at("2026-03-25T10:00:00Z");
-    let text = include_str!("data/transcripts/claude-stream-json-overage-rejected.jsonl");
+    let text = include_str!("../data/transcripts/claude-stream-json-overage-rejected.jsonl");
     for line in text.lines() {
         let ev: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(read_claude_event(&ev, now, taipei()), None, "{line}");
@@ -172,7 +172,7 @@ fn claude_overage_transcript_is_not_a_limit() {
 #[test]
 fn claude_overage_transcript_with_status_rejected_is_a_usage_limit_until_resets_at() {
     let now = at("2026-03-25T10:00:00Z");
-    let text = include_str!("data/transcripts/claude-stream-json-overage-rejected.jsonl")
+    let text = include_str!("../data/transcripts/claude-stream-json-overage-rejected.jsonl")
         .replace(r#""status":"allowed""#, r#""status":"rejected""#);
     let r = read_output(&text, "", now, taipei());
     assert_eq!(r.kind, LimitKind::UsageLimit);
@@ -188,7 +188,7 @@ fn claude_overage_transcript_with_status_rejected_is_a_usage_limit_until_resets_
 fn claude_connection_refused_result_is_not_a_limit() {
     // is_error true with subtype "success" and api_error_status null: a network failure.
     let ev: serde_json::Value = serde_json::from_str(include_str!(
-        "data/transcripts/claude-json-result-connection-refused.json"
+        "../data/transcripts/claude-json-result-connection-refused.json"
     ))
     .unwrap();
     let now = at("2026-03-04T17:50:00Z");
@@ -202,7 +202,7 @@ fn claude_connection_refused_result_is_not_a_limit() {
 #[test]
 fn codex_sample_transcript_is_not_a_limit() {
     let now = at("2026-03-04T17:50:00Z");
-    let text = include_str!("data/transcripts/codex-exec-json-sample.jsonl");
+    let text = include_str!("../data/transcripts/codex-exec-json-sample.jsonl");
     for line in text.lines() {
         let ev: serde_json::Value = serde_json::from_str(line).unwrap();
         assert_eq!(read_codex_event(&ev, now, taipei()), None, "{line}");

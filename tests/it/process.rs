@@ -594,8 +594,13 @@ fn scrub_checks() -> i32 {
 
 #[test]
 fn scrub_removes_tokens_from_own_proc_environ() {
+    // The probe's name inside this binary: `process::scrub_probe`.
+    let probe = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::scrub_probe"),
+        None => "scrub_probe".to_string(),
+    };
     let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["scrub_probe", "--exact", "--test-threads=1", "--nocapture"])
+        .args([probe.as_str(), "--exact", "--test-threads=1", "--nocapture"])
         .env("NIGHTSHIFT_SCRUB_PROBE", "1")
         .env("GITHUB_TOKEN", SECRET)
         .env("GH_TOKEN", "gho_another_token_value")
