@@ -1,4 +1,6 @@
+//! Build script: tells cargo to rebuild when a migration is added, because
+//! `sqlx::migrate!()` embeds `migrations/` at compile time (DEPS.md).
+
 fn main() {
-    // sqlx::migrate!() embeds migrations/ at compile time: rebuild when a file is added there (DEPS.md).
     println!("cargo:rerun-if-changed=migrations");
 }

@@ -126,7 +126,8 @@ pub struct Details {
     /// `rounds: N` (N ≥ 1, full-width digits accepted) and its line; the last
     /// valid one wins if repeated (a repeat is also a problem).
     pub rounds: Option<(u32, usize)>,
-    /// `timeout: 45m` and its line: one or more number–unit pairs, e.g. `2h`,
+    /// `timeout: 45m` and its line, in the grammar the config's durations use
+    /// too ([`crate::duration`]): one or more number–unit pairs, e.g. `2h`,
     /// `90s`, `1h30m`, `1h 30m`, `45 min`, `2 hours`, `45分鐘`. Units: d/day(s),
     /// h/hr(s)/hour(s), m/min(s)/minute(s), s/sec(s)/second(s) and 天, 小時
     /// (小时, 時), 分鐘 (分钟, 分), 秒; full-width letters and digits accepted.
@@ -196,13 +197,14 @@ impl fmt::Display for Problem {
 /// Failures of [`read`] and [`tick`].
 #[derive(Debug, thiserror::Error)]
 pub enum BacklogError {
-    /// The backlog file could not be read.
-    #[error("cannot read backlog {}: {source}", path.display())]
+    /// The backlog file could not be read: missing, not a regular file,
+    /// too large (over [`crate::file::MAX_TEXT_BYTES`]) or an I/O error.
+    #[error("cannot read the backlog: {source}")]
     Read {
         /// The file that was being read.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// Why (its message names the file).
+        source: crate::file::FileError,
     },
     /// The backlog file is not UTF-8 (a legacy encoding such as Big5 or
     /// Latin-1, or a binary file).
@@ -283,9 +285,11 @@ impl Backlog {
 /// or [`BacklogError::NotUtf8`] (with the line of the first bad byte) when it
 /// is not UTF-8. Malformed items are not errors: see [`Backlog::problems`].
 pub fn read(path: &Path) -> Result<Backlog, BacklogError> {
-    let bytes = std::fs::read(path).map_err(|source| BacklogError::Read {
-        path: path.to_path_buf(),
-        source,
+    let bytes = crate::file::read_regular(path, crate::file::MAX_TEXT_BYTES).map_err(|source| {
+        BacklogError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     let text = decode(path, bytes)?;
     Ok(parse(path, &text))
@@ -540,7 +544,12 @@ pub fn tick(text: &str, item: &Item, note: &str) -> Result<String, BacklogError>
     Ok(out)
 }
 
-use crate::contract::sha256_hex;
+/// Lowercase hex SHA-256 of `bytes` (64 characters): item keys, and the
+/// SHAs of contracts and plans (`contract` re-exports it).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
+}
 
 /// normalize() of the key rule: words separated by exactly one space.
 fn normalize(s: &str) -> String {
@@ -865,6 +874,28 @@ impl Context {
     }
 }
 
+/// What is wrong with an item's title, if anything: none at all, only
+/// invisible characters, or struck through while the box is open.
+fn title_problem(title: &str) -> Option<String> {
+    if title.is_empty() {
+        return Some("task item without a title — write what to do after the box".to_string());
+    }
+    if title.chars().all(is_invisible) {
+        // A pasted zero-width space looks like an empty line to a person, but
+        // would seal a contract, name a branch and open a PR.
+        let seen: Vec<String> = title
+            .chars()
+            .map(|c| format!("U+{:04X}", c as u32))
+            .collect();
+        return Some(format!(
+            "the title is only invisible characters ({}) — write what to do after the box, or delete the line",
+            seen.join(" ")
+        ));
+    }
+    // An open box says "run it", the strike says "dropped": ask.
+    struck_through(title).then(|| "the whole title is struck through (`~~…~~`) but the box is open — mark it `[-]` (cancelled) or `[x]`, or remove the `~~` to run it".to_string())
+}
+
 fn build_item(
     path: &Path,
     text: &str,
@@ -879,19 +910,11 @@ fn build_item(
     let title = text[raw.marker_offset + 3..marker_line.end]
         .trim()
         .to_string();
-    if title.is_empty() {
+    if let Some(message) = title_problem(&title) {
         problems.push(Problem {
             path: path.to_path_buf(),
             line,
-            message: "task item without a title — write what to do after the box".to_string(),
-        });
-    }
-    if struck_through(&title) {
-        // An open box says "run it", the strike says "dropped": ask.
-        problems.push(Problem {
-            path: path.to_path_buf(),
-            line,
-            message: "the whole title is struck through (`~~…~~`) but the box is open — mark it `[-]` (cancelled) or `[x]`, or remove the `~~` to run it".to_string(),
+            message,
         });
     }
     // Nested lines are indented at least as far as the text after the
@@ -1386,6 +1409,20 @@ fn narrow(value: &str) -> String {
         .collect()
 }
 
+/// Whether `c` shows nothing on its own: white space, a Unicode format
+/// character (category Cf: zero-width space and joiners, bidi marks, the BOM,
+/// soft hyphen, tags), a variation selector or combining grapheme joiner, or a
+/// blank filler (Hangul fillers, braille blank). Such a title is no title.
+fn is_invisible(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(c,
+            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}' | '\u{2800}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}' | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}' | '\u{E0000}'..='\u{E0FFF}')
+}
+
 /// The value of `rounds:`: a whole number of at least 1.
 fn item_rounds(value: &str) -> Result<u32, String> {
     let narrowed = narrow(value);
@@ -1406,63 +1443,26 @@ fn item_rounds(value: &str) -> Result<u32, String> {
     }
 }
 
-/// The value of `timeout:`: number–unit pairs summed (see [`Details::timeout`]).
+/// The value of `timeout:`: the one duration grammar of [`crate::duration`]
+/// (see [`Details::timeout`]).
 fn item_timeout(value: &str) -> Result<Duration, String> {
-    const UNITS: [(&[&str], u64); 4] = [
-        (&["d", "day", "days", "天"], 86_400),
-        (
-            &[
-                "h", "hr", "hrs", "hour", "hours", "小時", "小时", "時", "时",
-            ],
-            3600,
-        ),
-        (
-            &[
-                "m", "min", "mins", "minute", "minutes", "分鐘", "分钟", "分",
-            ],
-            60,
-        ),
-        (&["s", "sec", "secs", "second", "seconds", "秒"], 1),
-    ];
+    use crate::duration::DurationError as E;
     let example = "write e.g. `timeout: 45m`, `2h`, `90s` or `1h30m`";
-    let not_a_duration = || format!("`timeout: {value}` is not a duration — {example}");
-    let narrowed = narrow(value).to_ascii_lowercase();
-    let mut rest = narrowed.trim();
-    if rest.is_empty() {
-        return Err(format!("empty `timeout:` — {example}"));
-    }
-    if rest.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "`timeout: {value}` has no unit — write `timeout: {rest}m` for minutes, `{rest}s` for seconds"
-        ));
-    }
-    let mut total: u64 = 0;
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return Err(not_a_duration());
-        }
-        let n: u64 = rest[..digits].parse().map_err(|_| not_a_duration())?;
-        rest = rest[digits..].trim_start();
-        let unit_len = rest.len() - rest.trim_start_matches(|c: char| c.is_alphabetic()).len();
-        let unit = &rest[..unit_len];
-        let secs = UNITS
-            .iter()
-            .find(|(names, _)| names.contains(&unit))
-            .map(|(_, secs)| *secs)
-            .ok_or_else(not_a_duration)?;
-        total = n
-            .checked_mul(secs)
-            .and_then(|v| total.checked_add(v))
-            .ok_or_else(not_a_duration)?;
-        rest = rest[unit_len..].trim_start();
-    }
-    if total == 0 {
-        return Err(format!(
+    crate::duration::parse(value).map_err(|e| match e {
+        E::Empty => format!("empty `timeout:` — {example}"),
+        E::NoUnit { number, .. } => format!(
+            "`timeout: {value}` has no unit — write `timeout: {number}m` for minutes, `{number}s` for seconds"
+        ),
+        E::Zero { .. } => format!(
             "`timeout: {value}` must be longer than zero — {example}, or delete the line to use the policy's limit"
-        ));
-    }
-    Ok(Duration::from_secs(total))
+        ),
+        E::TooLong { .. } => {
+            format!("`timeout: {value}` is longer than a year — {example}")
+        }
+        E::Malformed { .. } | E::Fractional { .. } => {
+            format!("`timeout: {value}` is not a duration — {example}")
+        }
+    })
 }
 
 /// Lines of a top-level block quote without their `>` marker (up to 3 spaces,
@@ -1997,6 +1997,62 @@ fn check_unclosed_fences(
     }
 }
 
+/// Why [`tick_in_checkout`] did not tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TickError {
+    /// The backlog (or a directory on its path) is a symbolic link or not a
+    /// regular file in the checkout: the writer broke a rule.
+    Unsafe(String),
+    /// The backlog could not be read, ticked or written.
+    Io(String),
+}
+
+/// Ticks the item `key` in the checkout's backlog, byte-exactly (`[ ]` →
+/// `[x]`; the PR number is not known before the PR exists, so no note). A
+/// backlog not on the base branch, or an item not open there (edited on the
+/// base since), is left alone: the work is not lost for want of a tick.
+pub fn tick_in_checkout(checkout: &Path, backlog_rel: &str, key: &str) -> Result<(), TickError> {
+    let file = checkout.join(backlog_rel);
+    // The writer may have swapped the backlog (or a directory on its path)
+    // for a symbolic link: writing through it would edit a file outside the
+    // checkout, with nightshift's rights.
+    let mut at = checkout.to_path_buf();
+    for part in Path::new(backlog_rel).components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(TickError::Unsafe(format!(
+                    "{} is a symbolic link in the checkout; nightshift does not tick the backlog through it",
+                    at.strip_prefix(checkout).unwrap_or(&at).display()
+                )));
+            }
+            Ok(m) if at == file && !m.is_file() => {
+                return Err(TickError::Unsafe(format!(
+                    "{backlog_rel} is not a regular file in the checkout"
+                )));
+            }
+            _ => {}
+        }
+    }
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(
+                backlog = backlog_rel,
+                "tick_in_pr: the backlog is not on the base branch; nothing to tick"
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(TickError::Io(format!("{}: {e}", file.display()))),
+    };
+    let bl = parse(Path::new(backlog_rel), &text);
+    let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else {
+        return Ok(());
+    };
+    let new = tick(&text, item, "").map_err(|e| TickError::Io(e.to_string()))?;
+    std::fs::write(&file, new).map_err(|e| TickError::Io(format!("{}: {e}", file.display())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2020,6 +2076,8 @@ mod tests {
             ("2小時", 7200),
             ("１ｈ３０ｍ", 5400),
             ("30 秒", 30),
+            ("1.5h", 5400),
+            ("10 minutes", 600),
         ] {
             assert_eq!(secs(text), Ok(want), "{text:?}");
         }
@@ -2031,7 +2089,6 @@ mod tests {
             "1x",
             "0m",
             "99999999999999999999h",
-            "1.5h",
             "-1h",
             "abc",
             "45 furlongs",

@@ -52,6 +52,11 @@ pub struct Config {
     pub gate_env: Vec<String>,
     /// At most this many `FINDINGS:` issues are filed per item.
     pub max_findings_per_item: u32,
+    /// Bytes one agent call may print (stdout and stderr together) before it
+    /// is killed and its round fails; written `"1GiB"`, `"500MB"`, `"64KiB"`
+    /// (docs/config.md). Default 1 GiB.
+    #[serde(with = "human_size")]
+    pub max_agent_output: u64,
     /// Hard caps; an item may lower them, never raise them.
     pub limits: Limits,
     /// The agent that changes the code.
@@ -82,6 +87,7 @@ impl Default for Config {
             secrets: vec![],
             gate_env: vec![],
             max_findings_per_item: 5,
+            max_agent_output: DEFAULT_MAX_AGENT_OUTPUT,
             limits: Limits::default(),
             writer: AgentConfig::default(),
             reviewer: AgentConfig::default(),
@@ -215,12 +221,10 @@ pub struct Recipe {
 /// A config that could not be used. Display gives `file:line: message`.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file exists but could not be read.
-    #[error("{path}: cannot read the config: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The file exists but could not be read: not a regular file, too
+    /// large, or an I/O error (the message names the file).
+    #[error("cannot read the config: {0}")]
+    Read(crate::file::FileError),
     /// TOML syntax, an unknown key or a bad value.
     #[error("{path}:{line}: {message}")]
     Invalid {
@@ -249,21 +253,16 @@ pub struct Loaded {
 /// [`ConfigError::Invalid`] naming file, line and key for TOML errors,
 /// unknown keys (`deny_unknown_fields`) and bad values.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::file::read_regular_text(path, crate::file::MAX_TEXT_BYTES) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        Err(e) if e.is_not_found() => {
             return Ok(Loaded {
                 path: path.to_path_buf(),
                 exists: false,
                 config: Config::default(),
             });
         }
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
+        Err(e) => return Err(ConfigError::Read(e)),
     };
     let config = parse(path, &text)?;
     Ok(Loaded {
@@ -282,11 +281,11 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
         let message = e.message().trim().to_string();
         let key = key_in_message(&message).or_else(|| e.span().and_then(|s| key_at(text, s.start)));
+        let line_text = text.lines().nth(line - 1).unwrap_or("");
+        let message = with_fix(key.as_deref(), &with_hint(&message), line_text);
         let message = match &key {
-            Some(k) if !message.contains(&format!("`{k}`")) => {
-                format!("`{k}`: {}", with_hint(&message))
-            }
-            _ => with_hint(&message),
+            Some(k) if !message.contains(&format!("`{k}`")) => format!("`{k}`: {message}"),
+            _ => message,
         };
         ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -312,12 +311,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
 
 /// Checks that serde cannot express (ranges, emptiness, consistency).
 fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
-    let bad = |key: &str, message: String| ConfigError::Invalid {
-        path: path.to_path_buf(),
-        line: line_of_key(text, key),
-        key: Some(key.to_string()),
-        message: format!("`{key}`: {message}"),
-    };
+    let bad = |key: &str, message: String| refusal(path, text, key, message);
     if c.limits.rounds == 0 {
         return Err(bad("rounds", "must be at least 1".into()));
     }
@@ -352,6 +346,24 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    // A secret is kept from gates, a `gate_env` variable is handed to
+    // them: one name cannot be both (docs/security.md).
+    if let Some(both) = c.secrets.iter().find(|n| c.gate_env.contains(n)) {
+        return Err(bad(
+            "gate_env",
+            format!(
+                "{both:?} is also listed in `secrets`: a secret never reaches a gate, a `gate_env` variable does; remove it from `secrets` (the gate gets it, agents still do not) or from `gate_env` (no one gets it)"
+            ),
+        ));
+    }
+    if c.max_agent_output < MIN_AGENT_OUTPUT {
+        return Err(bad(
+            "max_agent_output",
+            format!(
+                "must be at least {MIN_AGENT_OUTPUT} bytes (\"1KiB\"); the default is \"1GiB\""
+            ),
+        ));
+    }
     if let Err(message) = c.notify.validate() {
         let key = message.split('`').nth(1).unwrap_or("notify").to_string();
         return Err(ConfigError::Invalid {
@@ -383,7 +395,7 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
     if c.limits.limit_sleep_min > c.limits.limit_sleep_max {
         return Err(bad(
             "limit_sleep_min",
-            "is longer than `limit_sleep_max`".into(),
+            "is longer than `limit_sleep_max`; lower it or raise `limit_sleep_max`".into(),
         ));
     }
     for (name, a) in [("writer", &c.writer), ("reviewer", &c.reviewer)] {
@@ -399,7 +411,7 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ));
         }
         if a.kind == AgentKind::Codex
-            && let Some(arg) = crate::agent::codex::conflicting_argument(&a.command)
+            && let Some(arg) = codex_conflicting_argument(&a.command)
         {
             return Err(bad(
                 "command",
@@ -431,7 +443,10 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
     if let Some(r) = &c.github_repo {
         let parts: Vec<&str> = r.split('/').collect();
         if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
-            return Err(bad("github_repo", format!("{r:?} is not OWNER/REPO")));
+            return Err(bad(
+                "github_repo",
+                format!("{r:?} is not OWNER/REPO; write e.g. `github_repo = \"owner/repo\"`"),
+            ));
         }
     }
     if c.verify
@@ -486,6 +501,26 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// A value `validate` refuses, at the line of `key`, with what to write:
+/// the message's own fix, else the key's line in [`TEMPLATE`].
+fn refusal(path: &Path, text: &str, key: &str, message: String) -> ConfigError {
+    let says_fix = [
+        "e.g.", "write", "remove", "lower", "list the", "use ", "create",
+    ]
+    .iter()
+    .any(|w| message.contains(w));
+    let message = match example_line(key) {
+        Some(l) if !says_fix => format!("{message}; write e.g. `{l}`"),
+        _ => message,
+    };
+    ConfigError::Invalid {
+        path: path.to_path_buf(),
+        line: line_of_key(text, key),
+        key: Some(key.to_string()),
+        message: format!("`{key}`: {message}"),
+    }
 }
 
 /// A relative path that cannot leave the repository root.
@@ -548,6 +583,94 @@ fn with_hint(message: &str) -> String {
     format!(
         "{message}; remove the key or fix its spelling (the README's Configuration section lists every key)"
     )
+}
+
+/// `message` with the fix for a config read error that has none yet: the
+/// line to write instead, from the key's own value where it can be kept
+/// (`verify = "sh test.sh"` → `verify = ["sh test.sh"]`), else the key's line
+/// in [`TEMPLATE`] (`rounds = 3`). `line_text` is the offending line.
+fn with_fix(key: Option<&str>, message: &str, line_text: &str) -> String {
+    // unknown fields and validate's own messages already say what to do.
+    if message.contains("; did you mean")
+        || message.contains("; remove the key")
+        || message.contains("is a key of")
+        || message.contains("; write ")
+        || message.contains("; use ")
+    {
+        return message.to_string();
+    }
+    let value = line_text
+        .split_once('=')
+        .map(|(_, v)| v.trim())
+        .unwrap_or("");
+    let fix = match key {
+        Some(k) if message.contains("expected a sequence") && !value.is_empty() => {
+            if value.starts_with('"') || value.starts_with('\'') {
+                format!("write the list in brackets: `{k} = [{value}]`")
+            } else {
+                format!("write a list of strings: `{k} = [\"{}\"]`", value.trim_matches(['"', '\'']))
+            }
+        }
+        Some(k) if message.contains("expected struct") || message.contains("expected a map") => {
+            format!("`{k}` is a table: write `[{k}]` on its own line and its keys below it (see the template `nightshift init` writes)")
+        }
+        Some(k) if message.starts_with("unknown variant") => {
+            let given = message.split('`').nth(1).unwrap_or("");
+            let known: Vec<&str> = message
+                .split("expected ")
+                .nth(1)
+                .map(|l| l.split('`').skip(1).step_by(2).collect())
+                .unwrap_or_default();
+            let nearest = known
+                .iter()
+                .min_by_key(|v| strsim::damerau_levenshtein(given, v))
+                .copied()
+                .unwrap_or("");
+            format!("write e.g. `{k} = \"{nearest}\"`")
+        }
+        Some(k) if message.starts_with("missing field") => match example_line(k) {
+            Some(line) => format!("add `{line}`"),
+            None => format!("add the key `{k}`"),
+        },
+        Some(k) if message.starts_with("duplicate") => {
+            format!("keep one `{k}` line and delete the other")
+        }
+        Some(k) => match example_line(k) {
+            Some(line) => format!("write e.g. `{line}`"),
+            None => "see the README's Configuration section for the key's form".to_string(),
+        },
+        _ if message.contains("expected a sequence")
+            && line_text.trim_start().starts_with('[')
+            && !line_text.trim_start().starts_with("[[") =>
+        {
+            format!(
+                "write `[{}]` (double brackets: each one adds an entry to the list)",
+                line_text.trim()
+            )
+        }
+        None if message.contains("string") || message.contains("quote") => {
+            "put text values in double quotes, e.g. `base = \"main\"`, and lists in brackets, e.g. `verify = [\"make test\"]`".to_string()
+        }
+        None => "each line is `key = value` (text in double quotes, lists in brackets, `[table]` headers on their own line); see the README's Configuration section".to_string(),
+    };
+    format!("{message}; {fix}")
+}
+
+/// The `key = value` line [`TEMPLATE`] shows for `key` (commented-out
+/// defaults included, trailing comment dropped), if it shows one.
+fn example_line(key: &str) -> Option<String> {
+    TEMPLATE.lines().find_map(|l| {
+        let l = l.trim_start_matches(['#', ' ']);
+        let (k, rest) = l.split_once('=')?;
+        if k.trim() != key {
+            return None;
+        }
+        let value = match rest.find(" #") {
+            Some(i) => &rest[..i],
+            None => rest,
+        };
+        Some(format!("{key} = {}", value.trim()))
+    })
 }
 
 /// The keys serde accepts in `table` (`""`: the top level, or a header such
@@ -684,7 +807,10 @@ pub fn secret_names_hint(args: &[String]) -> Vec<String> {
         (None, Some(r)) => nearest(PathBuf::from(r)),
         (None, None) => std::env::current_dir().ok().and_then(nearest),
     };
-    let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
+    // A special file here is refused later, by `load`, with its message.
+    let Some(text) =
+        path.and_then(|p| crate::file::read_regular_text(&p, crate::file::MAX_TEXT_BYTES).ok())
+    else {
         return Vec::new();
     };
     let Ok(table) = text.parse::<toml::Table>() else {
@@ -714,80 +840,54 @@ const ESSENTIAL_VARS: &[&str] = &[
 ];
 
 /// The longest duration a config accepts: 366 days, in seconds.
-pub const MAX_DURATION_SECS: u64 = 366 * 86_400;
+pub const MAX_DURATION_SECS: u64 = crate::duration::MAX_SECS;
 
-/// Parses a human duration: `90s`, `45m`, `2h`, `1h30m`, `1h 30m`, `1d`.
-/// Every number needs its unit (a bare `45` could mean seconds or minutes),
-/// and zero is refused (a zero timeout cannot run).
+/// Parses a human duration with the one grammar of [`crate::duration`]
+/// (`90s`, `45m`, `2h`, `1h30m`, `10 minutes`, `1d`).
 ///
 /// # Errors
 /// A message naming what is wrong and the accepted forms.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s.is_empty() {
-        return Err("no duration given; write e.g. \"45m\", \"2h\" or \"1h30m\"".to_string());
-    }
-    let mut total: u64 = 0;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-        if digits == 0 {
-            return Err(format!(
-                "expected a number at {rest:?}; write e.g. \"45m\", \"2h\" or \"1h30m\""
-            ));
-        }
-        let n: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{s:?}: number too large"))?;
-        rest = &rest[digits..];
-        let unit = rest
-            .chars()
-            .next()
-            .ok_or_else(|| format!("{s:?}: missing unit after {n} (d, h, m or s)"))?;
-        let secs = match unit {
-            'd' | 'D' => 86_400,
-            'h' | 'H' => 3600,
-            'm' | 'M' => 60,
-            's' | 'S' => 1,
-            other => return Err(format!("{s:?}: unknown unit {other:?} (d, h, m or s)")),
-        };
-        total = n
-            .checked_mul(secs)
-            .and_then(|v| total.checked_add(v))
-            .ok_or_else(|| format!("{s:?}: duration too large"))?;
-        rest = rest[unit.len_utf8()..].trim_start();
-    }
-    if total == 0 {
-        return Err(format!("{s:?}: a duration must be longer than zero"));
-    }
-    // Nothing nightshift waits for lasts a year; a longer value is a typo
-    // that would overflow date arithmetic later.
-    if total > MAX_DURATION_SECS {
-        return Err(format!(
-            "{s:?}: longer than a year (366d); write a shorter duration"
-        ));
-    }
-    Ok(Duration::from_secs(total))
+    crate::duration::parse(s).map_err(|e| e.to_string())
 }
 
-/// Formats a duration the way the config writes it (`1h30m`, `45m`, `90s`).
+/// Formats a duration the way the config writes it (`1h30m`, `45m`, `90s`);
+/// [`crate::duration::format`].
 pub fn format_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    if s == 0 {
-        return format!("{}ms", d.as_millis());
+    crate::duration::format(d)
+}
+
+/// The default `max_agent_output`: 1 GiB, far above what an agent prints in
+/// an hour of honest work, far below a full disk.
+pub const DEFAULT_MAX_AGENT_OUTPUT: u64 = 1024 * 1024 * 1024;
+
+/// The smallest `max_agent_output`: 1 KiB (a smaller cap would kill every
+/// agent at its first lines).
+const MIN_AGENT_OUTPUT: u64 = 1024;
+
+/// Sizes written as `"1GiB"`, `"500MB"`, `"64KiB"` or a number of bytes
+/// (the `bytesize` crate's forms: SI and IEC units, any case).
+mod human_size {
+    use super::*;
+    pub fn serialize<S: serde::Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&bytesize::ByteSize(*bytes).display().iec().to_string())
     }
-    let (h, m, sec) = (s / 3600, (s % 3600) / 60, s % 60);
-    let mut out = String::new();
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Size {
+            Bytes(u64),
+            Text(String),
+        }
+        match Size::deserialize(d)? {
+            Size::Bytes(n) => Ok(n),
+            Size::Text(s) => s.trim().parse::<bytesize::ByteSize>().map(|b| b.0).map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "{s:?} is not a size; write a number with a unit, e.g. \"1GiB\", \"500MB\", \"64KiB\""
+                ))
+            }),
+        }
     }
-    if m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    if sec > 0 {
-        out.push_str(&format!("{sec}s"));
-    }
-    out
 }
 
 mod human_duration {
@@ -799,6 +899,31 @@ mod human_duration {
         let s = String::deserialize(d)?;
         parse_duration(&s).map_err(serde::de::Error::custom)
     }
+}
+
+/// The gate `nightshift init` writes when it finds no test command in the
+/// repository: it fails every item with a message saying what to set, and
+/// `doctor` and `plan` refuse it by name (docs/config.md `verify`).
+pub const PLACEHOLDER_GATE: &str = "echo 'nightshift: no gate set; write your test command in verify in .nightshift/config.toml' >&2; exit 1";
+
+/// [`TEMPLATE`] with `verify` set to `gate` (a guessed command), or to
+/// [`PLACEHOLDER_GATE`] marked as one when `gate` is `None`.
+pub fn template_with_gate(gate: Option<&str>) -> String {
+    let line = TEMPLATE
+        .lines()
+        .find(|l| l.starts_with("verify = "))
+        .expect("the template sets verify");
+    let new = match gate {
+        Some(g) => format!(
+            "verify = {}        # gate commands, run with `sh -c` in the checkout (guessed by init)",
+            toml::Value::from(vec![g])
+        ),
+        None => format!(
+            "# PLACEHOLDER: set your test command (e.g. [\"sh test.sh\"]); nightshift init found none.\nverify = {}",
+            toml::Value::from(vec![PLACEHOLDER_GATE])
+        ),
+    };
+    TEMPLATE.replacen(line, &new, 1)
 }
 
 /// The commented config `nightshift init` writes (SPEC §11).
@@ -820,6 +945,7 @@ setup = []                     # e.g. ["npm ci"], run in each fresh checkout
 secrets = []                   # more variables agents and gates never see
 gate_env = []                  # variables passed to gate commands only
 max_findings_per_item = 5      # writer FINDINGS filed as issues, per item
+max_agent_output = "1GiB"      # an agent call printing more is killed; its round fails
 
 [limits]                       # caps; an item may lower them, never raise them.
 # The defaults, shown commented out: uncomment a line to set your own cap
@@ -849,6 +975,41 @@ command = ["claude"]
 # prompt = "docs/FIX.md"
 "#;
 
+/// The first argument of a configured codex `command` that would fight the
+/// flags nightshift sets itself (`--json`, the sandbox, the reviewer's output
+/// schema) or lift the sandbox (`--dangerously-bypass-approvals-and-sandbox`,
+/// a `-c sandbox_mode=…` override), if any. [`validate`] rejects such a
+/// command (SPEC §6: the reviewer is read-only by construction).
+pub fn codex_conflicting_argument(command: &[String]) -> Option<String> {
+    const OWNED: &[&str] = &[
+        "--json",
+        "--sandbox",
+        "-s",
+        "--output-schema",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--yolo",
+        "--full-auto",
+    ];
+    let mut config_value = false;
+    for a in command.iter().skip(1) {
+        if config_value {
+            config_value = false;
+            if a.trim_start().starts_with("sandbox_mode") {
+                return Some(a.clone());
+            }
+            continue;
+        }
+        if a == "-c" || a == "--config" {
+            config_value = true;
+            continue;
+        }
+        let name = a.split('=').next().unwrap_or(a);
+        if OWNED.contains(&name) || (a.starts_with("-s") && !a.starts_with("--") && a.len() > 2) {
+            return Some(a.clone());
+        }
+    }
+    None
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -892,6 +1053,69 @@ mod tests {
             parse(Path::new("t"), &uncommented).unwrap().limits,
             d.limits
         );
+    }
+
+    #[test]
+    fn init_writes_a_guessed_gate_or_a_marked_placeholder() {
+        let c = parse(Path::new("t"), &template_with_gate(Some("go test ./..."))).unwrap();
+        assert_eq!(c.verify, ["go test ./..."]);
+        let text = template_with_gate(None);
+        assert!(
+            text.contains("# PLACEHOLDER: set your test command"),
+            "{text}"
+        );
+        assert_eq!(
+            parse(Path::new("t"), &text).unwrap().verify,
+            [PLACEHOLDER_GATE]
+        );
+    }
+
+    #[test]
+    fn every_read_error_says_what_to_write() {
+        let cases = [
+            ("verify = \"sh test.sh\"\n", "`verify = [\"sh test.sh\"]`"),
+            ("setup = \"npm ci\"\n", "`setup = [\"npm ci\"]`"),
+            ("backlog = 5\n", "`backlog = \"NEXT.md\"`"),
+            ("tick_in_pr = \"yes\"\n", "`tick_in_pr = false`"),
+            (
+                "max_findings_per_item = \"5\"\n",
+                "`max_findings_per_item = 5`",
+            ),
+            ("[limits]\nrounds = -1\n", "`rounds = 3`"),
+            ("[limits]\nmax_cost_usd = \"20\"\n", "`max_cost_usd = 20.0`"),
+            (
+                "[limits]\nagent_timeout = 45\n",
+                "`agent_timeout = \"60m\"`",
+            ),
+            (
+                "[limits]\nagent_timeout = \"0s\"\n",
+                "`agent_timeout = \"60m\"`",
+            ),
+            ("[limits]\ngate_timeout = \"soon\"\n", "write e.g. \"45m\""),
+            ("[writer]\nkind = \"claud\"\n", "`kind = \"claude\"`"),
+            (
+                "[writer]\ncommand = \"claude\"\n",
+                "`command = [\"claude\"]`",
+            ),
+            ("writer = \"claude\"\n", "write `[writer]` on its own line"),
+            ("deadline = \"7am\"\n", "write HH:MM"),
+            ("timezone = \"Mars/Base\"\n", "use an IANA name"),
+            ("github_repo = \"nope\"\n", "`github_repo = \"owner/repo\"`"),
+            ("base = main\n", "`base = \"main\"`"),
+            ("base = \"a\"\nbase = \"b\"\n", "keep one"),
+            (
+                "[[recipes]]\nprefix = \"fix:\"\n",
+                "add `prompt = \"docs/FIX.md\"`",
+            ),
+            ("[recipes]\nprefix = \"fix:\"\n", "[[recipes]]"),
+            ("[limits]\nlimit_sleep_min = \"7h\"\n", "lower it or raise"),
+            ("base = \"\"\n", "`base = \"main\"`"),
+        ];
+        for (text, fix) in cases {
+            let (line, _, message) = err(text);
+            assert!(line >= 1, "{text}");
+            assert!(message.contains(fix), "{text:?} → {message}");
+        }
     }
 
     #[test]
@@ -1033,6 +1257,12 @@ mod tests {
         );
         assert!(err("secrets = [\"PATH\"]\n").2.contains("PATH is one"));
         assert!(err("secrets = [\"\"]\n").2.contains("not a variable name"));
+        let (_, key, message) = err("secrets = [\"TEST_DB\"]\ngate_env = [\"TEST_DB\"]\n");
+        assert_eq!(key.as_deref(), Some("gate_env"));
+        assert!(
+            message.contains("`secrets`") && message.contains("TEST_DB"),
+            "{message}"
+        );
         assert!(
             parse(
                 Path::new("t"),
@@ -1096,6 +1326,21 @@ mod tests {
             Some("prompt")
         );
         assert_eq!(err("verify = [\"\"]\n").1.as_deref(), Some("verify"));
+    }
+
+    #[test]
+    fn agent_output_caps_are_sizes() {
+        let cap = |toml: &str| parse(Path::new("c.toml"), toml).map(|c| c.max_agent_output);
+        assert_eq!(cap("").unwrap(), 1 << 30);
+        assert_eq!(cap("max_agent_output = \"1GiB\"\n").unwrap(), 1 << 30);
+        assert_eq!(cap("max_agent_output = \"500MB\"\n").unwrap(), 500_000_000);
+        assert_eq!(cap("max_agent_output = \"64 KiB\"\n").unwrap(), 65536);
+        assert_eq!(cap("max_agent_output = 4096\n").unwrap(), 4096);
+        let (line, key, message) = err("\nmax_agent_output = \"lots\"\n");
+        assert_eq!((line, key.as_deref()), (2, Some("max_agent_output")));
+        assert!(message.contains("\"1GiB\""), "{message}");
+        let (_, key, message) = err("max_agent_output = \"10B\"\n");
+        assert_eq!(key.as_deref(), Some("max_agent_output"), "{message}");
     }
 
     #[test]

@@ -17,15 +17,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::backlog::{Backlog, Item, Problem};
 use crate::config::{self, AgentConfig, Config};
 
-/// Lowercase hex SHA-256 of `bytes` (64 characters).
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
+pub use crate::backlog::sha256_hex;
 
 /// Where a resolved limit came from, highest precedence first (SPEC §4:
 /// flag › item › recipe › policy caps › default).
@@ -299,7 +295,7 @@ fn policy_keys(loaded: &config::Loaded) -> Vec<String> {
     if !loaded.exists {
         return vec![];
     }
-    let Ok(text) = std::fs::read_to_string(&loaded.path) else {
+    let Ok(text) = crate::file::read_regular_text(&loaded.path, crate::file::MAX_TEXT_BYTES) else {
         return vec![];
     };
     let Ok(table) = text.parse::<toml::Table>() else {
@@ -343,18 +339,20 @@ fn seal(
             problems.push(problem(item.line, format!("recipe {:?} selects template {}, which is not a file inside the repository; give a path relative to the repository root in `prompt` in .nightshift/config.toml", r.prefix, r.prompt)));
             None
         }
-        Some(r) => match std::fs::read(repo.join(&r.prompt)) {
-            Ok(bytes) => Some(RecipeRef {
-                prefix: r.prefix.clone(),
-                path: r.prompt.clone(),
-                sha256: sha256_hex(&bytes),
-                template: String::from_utf8_lossy(&bytes).into_owned(),
-            }),
-            Err(e) => {
-                problems.push(problem(item.line, format!("recipe {:?} selects template {}, which cannot be read ({e}); create it or fix `prompt` in .nightshift/config.toml", r.prefix, r.prompt)));
-                None
+        Some(r) => {
+            match crate::file::read_regular(&repo.join(&r.prompt), crate::file::MAX_TEXT_BYTES) {
+                Ok(bytes) => Some(RecipeRef {
+                    prefix: r.prefix.clone(),
+                    path: r.prompt.clone(),
+                    sha256: sha256_hex(&bytes),
+                    template: String::from_utf8_lossy(&bytes).into_owned(),
+                }),
+                Err(e) => {
+                    problems.push(problem(item.line, format!("recipe {:?} selects template {}, which cannot be read ({e}); make it a regular file or fix `prompt` in .nightshift/config.toml", r.prefix, r.prompt)));
+                    None
+                }
             }
-        },
+        }
         None => None,
     };
 

@@ -180,6 +180,211 @@ pub fn feedback(runs: &[GateRun]) -> String {
     s
 }
 
+/// The program one simple command of a gate runs, as `sh -c` reads its
+/// first word (docs/config.md `verify`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// A shell builtin or keyword (`cd`, `test`, `[`, `if`…): always there.
+    Builtin(String),
+    /// A word with a `/` (`./test.sh`, `scripts/ci`, `/usr/bin/make`):
+    /// relative ones are the checkout's, i.e. the repository's, files.
+    Path(String),
+    /// A name looked up on PATH (`cargo`, `npm`).
+    Name(String),
+    /// An expansion (`$CMD`, `` `x` ``, a glob): only the shell knows.
+    Unknown(String),
+}
+
+/// Builtins and keywords of a POSIX `sh` (dash's set): never looked up on PATH.
+const SH_BUILTINS: &[&str] = &[
+    ".", ":", "[", "alias", "bg", "break", "case", "cd", "command", "continue", "do", "done",
+    "echo", "elif", "else", "esac", "eval", "exec", "exit", "export", "false", "fc", "fg", "fi",
+    "for", "getopts", "hash", "if", "jobs", "kill", "local", "printf", "pwd", "read", "readonly",
+    "return", "set", "shift", "source", "test", "then", "times", "trap", "true", "type", "ulimit",
+    "umask", "unalias", "unset", "until", "wait", "while", "{", "}", "!",
+];
+
+/// The programs `command` starts, one per simple command (split at `&&`,
+/// `||`, `;`, `|`, `&` and newlines outside quotes), each after its leading
+/// `NAME=value` assignments and an `env [-i] [-u NAME] [NAME=value…]` prefix.
+/// An approximation of `sh`'s grammar, good for a check: a word it cannot
+/// judge is [`Program::Unknown`], never a false "missing".
+pub fn programs(command: &str) -> Vec<Program> {
+    split_simple_commands(command)
+        .iter()
+        .filter_map(|words| first_program(words))
+        .collect()
+}
+
+/// Simple commands as word lists: quotes removed, operators as separators.
+fn split_simple_commands(command: &str) -> Vec<Vec<String>> {
+    let mut out = vec![Vec::new()];
+    let mut word = String::new();
+    let mut quote: Option<char> = None;
+    let mut in_word = false;
+    let mut chars = command.chars().peekable();
+    let end_word = |word: &mut String, in_word: &mut bool, out: &mut Vec<Vec<String>>| {
+        if *in_word {
+            out.last_mut().expect("one list").push(std::mem::take(word));
+            *in_word = false;
+        }
+    };
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, '\\') => {
+                if let Some(n) = chars.next() {
+                    word.push(n);
+                    in_word = true;
+                }
+            }
+            (None, ';' | '|' | '&' | '\n' | '(' | ')') => {
+                end_word(&mut word, &mut in_word, &mut out);
+                if !out.last().is_some_and(Vec::is_empty) {
+                    out.push(Vec::new());
+                }
+            }
+            (None, c) if c.is_whitespace() => end_word(&mut word, &mut in_word, &mut out),
+            (None, c) => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    end_word(&mut word, &mut in_word, &mut out);
+    out.retain(|w| !w.is_empty());
+    out
+}
+
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+fn first_program(words: &[String]) -> Option<Program> {
+    let mut rest = words.iter().skip_while(|w| is_assignment(w)).peekable();
+    let mut word = rest.next()?;
+    if word == "env" {
+        // env's own options, then its assignments, then the program.
+        loop {
+            match rest.next() {
+                Some(w) if w == "-u" || w == "-C" || w == "--unset" || w == "--chdir" => {
+                    rest.next();
+                }
+                Some(w) if w.starts_with('-') || is_assignment(w) => {}
+                Some(w) => {
+                    word = w;
+                    break;
+                }
+                None => return Some(Program::Name("env".into())),
+            }
+        }
+    }
+    let w = word.as_str();
+    Some(if w.contains(['$', '`', '*', '?', '[']) && w != "[" {
+        Program::Unknown(w.to_string())
+    } else if SH_BUILTINS.contains(&w) {
+        Program::Builtin(w.to_string())
+    } else if w.contains('/') {
+        Program::Path(w.to_string())
+    } else {
+        Program::Name(w.to_string())
+    })
+}
+
+/// The files that show a project is of the kind a test tool serves: a gate
+/// that runs `cargo test` where there is no `Cargo.toml` fails every item.
+/// `None` for a tool that needs none.
+pub fn project_files(program: &str) -> Option<&'static [&'static str]> {
+    Some(match program {
+        "cargo" => &["Cargo.toml"],
+        "npm" | "npx" | "yarn" | "pnpm" => &["package.json"],
+        "go" => &["go.mod"],
+        "pytest" | "tox" => &[
+            "pyproject.toml",
+            "pytest.ini",
+            "setup.cfg",
+            "tox.ini",
+            "setup.py",
+        ],
+        "make" => &["Makefile", "makefile", "GNUmakefile"],
+        _ => return None,
+    })
+}
+
+/// A gate command guessed from a repository's files, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guess {
+    /// The command, e.g. `cargo test`.
+    pub command: &'static str,
+    /// What showed it, e.g. `Cargo.toml`.
+    pub because: String,
+}
+
+/// Guesses the gate from the files at the repository root, in this order:
+/// `Cargo.toml` → `cargo test`; a `package.json` with a `test` script →
+/// `npm test`; `pyproject.toml` / `pytest.ini` / `setup.cfg` / `tox.ini`
+/// naming pytest (or `pytest.ini` itself) → `pytest`; `go.mod` →
+/// `go test ./...`; a Makefile with a `test:` target → `make test`. `None`
+/// when nothing shows one (docs/config.md `verify`). Reads at most 1 MiB of
+/// each file, regular files only.
+pub fn guess(repo: &std::path::Path) -> Option<Guess> {
+    let read = |name: &str| -> Option<String> {
+        let p = repo.join(name);
+        let m = std::fs::metadata(&p).ok()?;
+        if !m.is_file() || m.len() > 1 << 20 {
+            return None;
+        }
+        std::fs::read_to_string(p).ok()
+    };
+    let guess = |command, because: &str| {
+        Some(Guess {
+            command,
+            because: because.to_string(),
+        })
+    };
+    if read("Cargo.toml").is_some() {
+        return guess("cargo test", "Cargo.toml");
+    }
+    if let Some(pkg) = read("package.json") {
+        let has_test = serde_json::from_str::<serde_json::Value>(&pkg)
+            .ok()
+            .and_then(|v| v.get("scripts")?.get("test")?.as_str().map(str::to_string))
+            .is_some_and(|t| !t.contains("no test specified"));
+        if has_test {
+            return guess("npm test", "package.json has a `test` script");
+        }
+    }
+    if read("pytest.ini").is_some() {
+        return guess("pytest", "pytest.ini");
+    }
+    for name in ["pyproject.toml", "setup.cfg", "tox.ini"] {
+        if read(name).is_some_and(|t| t.contains("pytest")) {
+            return guess("pytest", &format!("{name} mentions pytest"));
+        }
+    }
+    if read("go.mod").is_some() {
+        return guess("go test ./...", "go.mod");
+    }
+    for name in ["Makefile", "makefile", "GNUmakefile"] {
+        if read(name).is_some_and(|t| {
+            t.lines()
+                .any(|l| l.starts_with("test:") || l.starts_with("test :"))
+        }) {
+            return guess("make test", &format!("{name} has a `test:` target"));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +423,37 @@ mod tests {
         assert!(
             feedback(&[run("slow", None, true, "")]).contains("(timed out) and printed nothing")
         );
+    }
+
+    #[test]
+    fn the_programs_a_gate_command_starts() {
+        use Program::*;
+        let p = |c: &str| programs(c);
+        assert_eq!(p("cargo test"), [Name("cargo".into())]);
+        assert_eq!(
+            p("env RUST_LOG=1 FOO='a b' cargo test"),
+            [Name("cargo".into())]
+        );
+        assert_eq!(p("CI=1 npm test"), [Name("npm".into())]);
+        assert_eq!(
+            p("./scripts/test.sh --fast"),
+            [Path("./scripts/test.sh".into())]
+        );
+        assert_eq!(
+            p("cd sub && make test || echo failed; \"my tool\" x | tee log"),
+            [
+                Builtin("cd".into()),
+                Name("make".into()),
+                Builtin("echo".into()),
+                Name("my tool".into()),
+                Name("tee".into())
+            ]
+        );
+        assert_eq!(p("$TEST_CMD"), [Unknown("$TEST_CMD".into())]);
+        assert_eq!(
+            p("[ -f x ] && test -d y"),
+            [Builtin("[".into()), Builtin("test".into())]
+        );
+        assert_eq!(p("env -u HOME -i sh test.sh"), [Name("sh".into())]);
     }
 }

@@ -10,18 +10,23 @@
 //! nothing of items, branches naming or scope (see `slot` and `proof`).
 //!
 //! Every call is blocking; async callers wrap it in `tokio::task::block_in_place`.
+//! The child itself is run by the one process runner
+//! ([`crate::process::run_blocking`]): own process group, streamed output,
+//! timeout, kill on drop; this module adds git's pinned settings on top.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use crate::process::{self, ProcessError};
+use crate::remote::RemoteUrl;
 
 /// Default timeout of one `git` subprocess: 120 seconds.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -29,6 +34,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// How many bytes of stderr an error keeps (the tail; the head of a git
 /// failure is progress noise, the reason comes last).
 const STDERR_TAIL_BYTES: usize = 4096;
+
+/// How many bytes of stderr a call keeps in [`GitOutput::stderr`].
+const STDERR_KEPT_BYTES: usize = 64 * 1024;
+
+/// Time between SIGTERM and SIGKILL when a git call times out or is
+/// stopped: git removes its lock files on SIGTERM.
+const GRACE: Duration = Duration::from_secs(2);
 
 /// Environment variable the askpass helper reads the token from. It is set
 /// only on the one git child that needs the token (SPEC §6: the token stays in
@@ -259,111 +271,120 @@ impl Git {
                 None => (*a).to_string(),
             })
             .collect();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let args = args.as_slice();
-        let token = url_password.as_ref().or(self.token.as_ref());
-        let argv = display_argv(args);
-        let mut cmd = std::process::Command::new("git");
-        for pin in PINNED_CONFIG {
-            cmd.arg("-c").arg(pin);
-        }
+        let token = url_password.as_deref().or(self.token.as_deref());
         // The askpass helper lives until the child is gone.
-        let _askpass = match token {
-            Some(token) => {
-                let helper = AskpassHelper::create()?;
-                // An empty value resets the list of credential helpers: the
-                // token must not be stored by a `store`/keychain helper, and
-                // a stale stored credential must not win over it.
-                cmd.arg("-c").arg("credential.helper=");
-                cmd.env("GIT_ASKPASS", helper.script());
-                cmd.env(ASKPASS_TOKEN_VAR, token);
-                Some(helper)
-            }
-            None => None,
-        };
-        cmd.args(args)
-            .current_dir(&self.dir)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("LC_ALL", "C")
-            // A command that wants an editor (it should never) must not wait.
-            .env("GIT_EDITOR", "true")
-            .stdin(if input.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Own process group: on timeout we kill git and what it started
-            // (ssh, remote helpers, askpass) together.
-            .process_group(0);
+        let askpass = token.map(|_| AskpassHelper::create()).transpose()?;
+        let mut cmd = self.command(&args, token.zip(askpass.as_ref()));
+        if let Some(bytes) = input {
+            cmd = cmd.stdin_bytes(bytes);
+        }
+        let argv = display_argv(&args);
+        let outcome = process::run_blocking(cmd, self.stop.clone())
+            .map_err(|e| self.not_run(argv.clone(), e))?;
+        drop(askpass);
+        self.judge(argv, outcome)
+    }
+
+    /// The process runner's command for `git <args>`: the pinned `-c`
+    /// settings, the pinned environment over nightshift's own (minus the
+    /// variables that would redirect git, plus [`Git::env`]), and, with a
+    /// token, its askpass helper instead of the credential helpers.
+    fn command(
+        &self,
+        args: &[String],
+        askpass: Option<(&str, &AskpassHelper)>,
+    ) -> process::Command {
+        let mut env: BTreeMap<String, String> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        let mut cmd = process::Command::new("git");
+        for pin in PINNED_CONFIG {
+            cmd = cmd.arg("-c").arg(*pin);
+        }
+        if let Some((token, helper)) = askpass {
+            // An empty value resets the list of credential helpers: the
+            // token must not be stored by a `store`/keychain helper, and a
+            // stale stored credential must not win over it.
+            cmd = cmd.arg("-c").arg("credential.helper=");
+            env.insert("GIT_ASKPASS".into(), helper.script().display().to_string());
+            env.insert(ASKPASS_TOKEN_VAR.into(), token.to_string());
+        }
+        env.insert("GIT_TERMINAL_PROMPT".into(), "0".into());
+        env.insert("LC_ALL".into(), "C".into());
+        // A command that wants an editor (it should never) must not wait.
+        env.insert("GIT_EDITOR".into(), "true".into());
         for var in REMOVED_ENV {
-            cmd.env_remove(var);
+            env.remove(*var);
         }
         for (k, v) in &self.env {
-            cmd.env(k, v);
+            env.insert(
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            );
         }
-        let started = Instant::now();
-        let mut child = cmd.spawn().map_err(|source| GitError::Spawn {
-            argv: argv.clone(),
-            cwd: self.dir.clone(),
-            source,
-        })?;
-        let writer = input.map(|bytes| {
-            let mut stdin = child.stdin.take().expect("stdin was piped");
-            let bytes = bytes.to_vec();
-            std::thread::spawn(move || {
-                // A child that exits without reading its input is not our error.
-                let _ = stdin.write_all(&bytes);
-            })
-        });
-        let stdout = drain(child.stdout.take().expect("stdout was piped"));
-        let stderr = drain(child.stderr.take().expect("stderr was piped"));
-        let status = wait_with_timeout(&mut child, self.timeout, self.stop.as_deref());
-        // The writer is not joined: it ends when the pipe closes, and a
-        // grandchild holding the pipe must not hold us too.
-        drop(writer);
-        let stdout = stdout.finish();
-        let stderr_bytes = stderr.finish();
-        // git prints URLs, and a remote or a credential helper may echo a
-        // secret: nothing that leaves here carries one.
-        let stderr = crate::secret::redact_known(&String::from_utf8_lossy(&stderr_bytes));
-        let status = match status {
-            Ok(Some(status)) => status,
-            Ok(None) if self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) => {
-                return Err(GitError::Stopped {
-                    argv,
-                    cwd: self.dir.clone(),
-                });
-            }
-            Ok(None) => {
-                return Err(GitError::TimedOut {
-                    argv,
-                    cwd: self.dir.clone(),
-                    seconds: self.timeout.as_secs(),
-                    stderr_tail: tail(&stderr),
-                });
-            }
-            Err(source) => {
-                return Err(GitError::Io {
+        cmd.args(args)
+            .cwd(&self.dir)
+            .env_map(env)
+            .timeout(self.timeout)
+            .grace(GRACE)
+            .capture_stdout(true)
+            .tail_bytes(STDERR_KEPT_BYTES)
+            // git prints URLs, and a remote or a credential helper may echo
+            // a secret: nothing that leaves here carries one.
+            .redactor(crate::secret::known())
+            // Helpers git starts may outlive it by design (an ssh
+            // ControlPersist master, a credential cache daemon that left the
+            // group): those are not swept; its own group is, when it exits.
+            .sweep_escaped(false)
+    }
+
+    /// The error for a git that could not be started or waited for.
+    fn not_run(&self, argv: String, error: ProcessError) -> GitError {
+        match error {
+            ProcessError::Spawn { source, .. } => GitError::Spawn {
+                argv,
+                cwd: self.dir.clone(),
+                source,
+            },
+            ProcessError::Wait { source, .. } | ProcessError::OutputFile { source, .. } => {
+                GitError::Io {
                     context: "waiting for git",
                     path: self.dir.clone(),
                     source,
-                });
+                }
             }
-        };
-        if !status.success() {
+        }
+    }
+
+    /// What a finished git call comes to: its output when it exited 0.
+    fn judge(&self, argv: String, outcome: process::Outcome) -> Result<GitOutput, GitError> {
+        let stderr = crate::secret::redact_known(&outcome.stderr_tail);
+        if outcome.cancelled {
+            return Err(GitError::Stopped {
+                argv,
+                cwd: self.dir.clone(),
+            });
+        }
+        if outcome.timed_out {
+            return Err(GitError::TimedOut {
+                argv,
+                cwd: self.dir.clone(),
+                seconds: self.timeout.as_secs(),
+                stderr_tail: tail(&stderr),
+            });
+        }
+        if !outcome.success() {
             return Err(GitError::Failed {
                 argv,
                 cwd: self.dir.clone(),
-                status: describe_status(status),
+                status: describe_status(&outcome),
                 stderr_tail: tail(&stderr),
             });
         }
         Ok(GitOutput {
-            stdout,
+            stdout: outcome.stdout,
             stderr,
-            duration: started.elapsed(),
+            duration: outcome.duration,
         })
     }
 
@@ -493,14 +514,12 @@ pub fn remote_urls(path: &Path, name: &str) -> Result<(String, String), GitError
 }
 
 /// A relative filesystem path as a remote URL is relative to where git runs;
-/// our commands run elsewhere (the slot), so make it absolute. URLs with a
-/// scheme (`https://`, `ssh://`, `file://`) and scp-like `host:path` stay.
+/// our commands run elsewhere (the slot), so make it absolute. Network URLs,
+/// `file://` URLs and absolute paths stay (see [`RemoteUrl`]).
 fn absolute_local_url(base: &Path, url: &str) -> String {
-    let has_scheme = url.contains("://");
-    let scp_like = url
-        .split_once(':')
-        .is_some_and(|(host, _)| !host.contains('/'));
-    if has_scheme || scp_like || Path::new(url).is_absolute() {
+    let relative = matches!(RemoteUrl::parse(url), RemoteUrl::Local(path)
+        if path == url && Path::new(&path).is_relative());
+    if !relative {
         return url.to_string();
     }
     let joined = base.join(url);
@@ -512,34 +531,15 @@ fn absolute_local_url(base: &Path, url: &str) -> String {
 }
 
 /// `url` without the password in its user information, and that password
-/// percent-decoded (as git would send it); `None` when the URL carries none.
-/// The user name stays (`https://x-access-token@host/o/r`), so git asks only
-/// for the password. The password, as written and decoded, is remembered as
-/// a secret ([`crate::secret::remember`]) so that no message shows it.
+/// percent-decoded (as git would send it); `None` when the URL carries none
+/// (see [`crate::remote::split_password`]). The user name stays
+/// (`https://x-access-token@host/o/r`), so git asks only for the password.
+/// The password, as written and decoded, is remembered as a secret
+/// ([`crate::secret::remember`]) so that no message shows it.
 pub fn split_url_password(url: &str) -> Option<(String, String)> {
-    let scheme_end = url.find("://")? + 3;
-    let rest = &url[scheme_end..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let (userinfo, _) = authority.rsplit_once('@')?;
-    let (user, _) = userinfo.split_once(':')?;
-    let raw = crate::secret::url_password(&url[..scheme_end + authority.len()])?;
-    let decoded = crate::secret::percent_decode(&raw);
-    crate::secret::remember(crate::secret::url_password_forms(
-        &url[..scheme_end + authority.len()],
-    ));
-    let keep = if user.is_empty() {
-        String::new()
-    } else {
-        format!("{user}@")
-    };
-    Some((
-        format!(
-            "{}{keep}{}",
-            &url[..scheme_end],
-            &rest[userinfo.len() + 1..]
-        ),
-        decoded,
-    ))
+    let split = crate::remote::split_password(url)?;
+    crate::secret::remember(crate::secret::url_password_forms(url));
+    Some(split)
 }
 
 /// `url` as [`split_url_password`] gives it to git: without a password.
@@ -591,77 +591,9 @@ impl AskpassHelper {
     }
 }
 
-/// How long to wait for the end of git's output once git itself has exited.
-/// A process git started may keep the pipe open far longer (an ssh
-/// `ControlPersist` master lingers for minutes): we keep what arrived.
-const OUTPUT_GRACE: Duration = Duration::from_secs(2);
-
-/// A thread reading one output pipe of the child into memory.
-struct Drain {
-    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-    done: std::sync::mpsc::Receiver<()>,
-}
-
-impl Drain {
-    /// Everything read until the pipe closed or [`OUTPUT_GRACE`] passed.
-    fn finish(self) -> Vec<u8> {
-        let _ = self.done.recv_timeout(OUTPUT_GRACE);
-        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::take(&mut *buf)
-    }
-}
-
-fn drain(mut from: impl Read + Send + 'static) -> Drain {
-    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (tx, done) = std::sync::mpsc::channel();
-    let sink = buf.clone();
-    std::thread::spawn(move || {
-        let mut chunk = [0u8; 16 * 1024];
-        loop {
-            match from.read(&mut chunk) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Ok(0) | Err(_) => break,
-                Ok(n) => sink
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend_from_slice(&chunk[..n]),
-            }
-        }
-        let _ = tx.send(());
-    });
-    Drain { buf, done }
-}
-
-/// Waits for the child up to `timeout`; on expiry kills its process group and
-/// returns `Ok(None)`.
-fn wait_with_timeout(
-    child: &mut Child,
-    timeout: Duration,
-    stop: Option<&AtomicBool>,
-) -> std::io::Result<Option<ExitStatus>> {
-    let deadline = Instant::now() + timeout;
-    // Most git calls end within milliseconds: poll fast first, then back off.
-    let mut pause = Duration::from_millis(1);
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
-        }
-        let now = Instant::now();
-        if now >= deadline || stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
-            let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-            let _ = child.kill();
-            child.wait()?;
-            return Ok(None);
-        }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
-}
-
-fn describe_status(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
+/// "exit status N" or "signal N", as a person reads it.
+fn describe_status(outcome: &process::Outcome) -> String {
+    match (outcome.exit_code, outcome.signal) {
         (Some(code), _) => format!("exit status {code}"),
         (None, Some(sig)) => format!("signal {sig}"),
         (None, None) => "unknown status".to_string(),
@@ -684,9 +616,10 @@ fn tail(s: &str) -> String {
 /// `git <args>` for messages. argv never holds a secret (tokens travel in the
 /// askpass environment, URL passwords are taken out by [`split_url_password`]),
 /// so it can be shown as is.
-fn display_argv(args: &[&str]) -> String {
+fn display_argv<S: AsRef<str>>(args: &[S]) -> String {
     let mut out = String::from("git");
     for a in args {
+        let a = a.as_ref();
         if a.is_empty() || a.contains([' ', '\t', '\n', '"', '\'']) {
             let _ = write!(out, " {a:?}");
         } else {

@@ -18,6 +18,8 @@ use serde::Serialize;
 use sqlx::{FromRow, PgPool};
 use uuid::Uuid;
 
+use crate::outcome::{Outcome, PrRecord};
+
 /// What became of a PR, as GitHub last said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -120,18 +122,18 @@ struct Row {
     run_id: Uuid,
     started_at: DateTime<Utc>,
     title: String,
-    outcome: Option<String>,
+    outcome: Option<Outcome>,
     rounds: i32,
     tokens: i64,
     cost_usd: Option<f64>,
     pr_number: Option<i64>,
-    pr_state: Option<String>,
+    pr_state: Option<PrRecord>,
     pr_created_at: Option<DateTime<Utc>>,
     merged_at: Option<DateTime<Utc>>,
 }
 
 /// Reads the history of `repo` since `since`. `recipes` are the config's
-/// title prefixes; `failed` says which outcome words are failures.
+/// title prefixes.
 ///
 /// # Errors
 /// Database errors.
@@ -140,7 +142,6 @@ pub async fn load(
     repo: &str,
     since: DateTime<Utc>,
     recipes: &[String],
-    failed: impl Fn(&str) -> bool,
 ) -> sqlx::Result<History> {
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT r.id AS run_id, r.started_at, i.title, i.outcome, i.rounds, i.tokens, i.cost_usd, i.pr_number, \
@@ -192,23 +193,22 @@ pub async fn load(
         if row.rounds > 0 {
             night.items_run += 1;
         }
-        let outcome = row.outcome.as_deref().unwrap_or("");
-        if failed(outcome) {
-            *night.failures.entry(outcome.to_string()).or_insert(0) += 1;
+        if let Some(o) = row.outcome.filter(|o| o.fails_run()) {
+            *night.failures.entry(o.as_str().to_string()).or_insert(0) += 1;
         }
         // A PR this night opened (not one carried over from an earlier night).
-        if outcome == "pr_opened" && row.pr_number.is_some() && row.rounds > 0 {
+        if row.outcome == Some(Outcome::PrOpened) && row.pr_number.is_some() && row.rounds > 0 {
             night.prs_opened += 1;
             r.prs_opened += 1;
-            match row.pr_state.as_deref() {
-                Some("merged") => {
+            match row.pr_state {
+                Some(PrRecord::Merged) => {
                     night.merged += 1;
                     r.merged += 1;
                     if let (Some(m), Some(c)) = (row.merged_at, row.pr_created_at) {
                         hours_to_merge.push((m - c).num_seconds() as f64 / 3600.0);
                     }
                 }
-                Some("closed") => night.closed += 1,
+                Some(PrRecord::Closed) => night.closed += 1,
                 _ => night.open += 1,
             }
         }
@@ -259,9 +259,10 @@ fn totals(nights: &[Night], mut hours: Vec<f64>, mut by_recipe: Vec<RecipeTotals
 pub async fn unsettled(pool: &PgPool, repo: &str) -> sqlx::Result<Vec<(String, String, i64)>> {
     sqlx::query_as(
         "SELECT item_key, branch, number FROM pull_requests \
-         WHERE repo = $1 AND number IS NOT NULL AND state = 'open' ORDER BY number",
+         WHERE repo = $1 AND number IS NOT NULL AND state = $2 ORDER BY number",
     )
     .bind(repo)
+    .bind(PrRecord::Open)
     .fetch_all(pool)
     .await
 }
@@ -278,9 +279,9 @@ pub async fn remember(
     fate: PrFate,
 ) -> sqlx::Result<()> {
     let (state, merged_at, closed_at) = match fate {
-        PrFate::Open => ("open", None, None),
-        PrFate::Merged(at) => ("merged", Some(at), Some(at)),
-        PrFate::Closed(at) => ("closed", None, at),
+        PrFate::Open => (PrRecord::Open, None, None),
+        PrFate::Merged(at) => (PrRecord::Merged, Some(at), Some(at)),
+        PrFate::Closed(at) => (PrRecord::Closed, None, at),
     };
     sqlx::query(
         "UPDATE pull_requests SET state = $4, merged_at = $5, closed_at = $6, checked_at = now() \

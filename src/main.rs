@@ -26,8 +26,15 @@ fn main() -> std::process::ExitCode {
     let worth = |(n, v): &&(String, nightshift::secret::Secret)| {
         n != "PGPASSWORD" || !nightshift::secret::is_weak_password(v.expose())
     };
-    nightshift::secret::remember(removed.iter().filter(worth).flat_map(|(_, v)| {
-        std::iter::once(v.expose().to_string())
+    // A ledger URL's secret is its password: the rest (user, host, database)
+    // is what a person needs to read in `doctor` and in errors, so only the
+    // password is masked there (a URL without one masks nothing).
+    nightshift::secret::remember(removed.iter().filter(worth).flat_map(|(n, v)| {
+        let url =
+            v.expose().contains("://") && n != "PGPASSWORD" && LEDGER_VARS.contains(&n.as_str());
+        (!url)
+            .then(|| v.expose().to_string())
+            .into_iter()
             .chain(nightshift::secret::url_password_forms(v.expose()))
     }));
     // The ledger URL stays in memory only: no child inherits it.

@@ -20,6 +20,8 @@ use hyper::body::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::outcome::Outcome;
+
 /// How long one delivery may take (connect, send, answer).
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -295,19 +297,22 @@ pub fn sample(repo: &str) -> Summary {
     Summary {
         run_id: "00000000-0000-4000-8000-000000000000".into(),
         repo: repo.into(),
-        status: "completed".into(),
-        counts: BTreeMap::from([("pr_opened".into(), 1), ("tests_failed".into(), 1)]),
+        status: crate::outcome::RunStatus::Completed.as_str().into(),
+        counts: BTreeMap::from([
+            (Outcome::PrOpened.as_str().into(), 1),
+            (Outcome::TestsFailed.as_str().into(), 1),
+        ]),
         prs: vec![ItemNote {
             index: 1,
             title: "A sample item (nightshift notify --test)".into(),
-            outcome: "pr_opened".into(),
+            outcome: Outcome::PrOpened.as_str().into(),
             pr_url: Some("https://github.com/OWNER/REPO/pull/1".into()),
             reason: None,
         }],
         failures: vec![ItemNote {
             index: 2,
             title: "A sample failure".into(),
-            outcome: "tests_failed".into(),
+            outcome: Outcome::TestsFailed.as_str().into(),
             pr_url: None,
             reason: Some("the gate failed: cargo test exited with code 101".into()),
         }],
@@ -319,29 +324,28 @@ pub fn sample(repo: &str) -> Summary {
 }
 
 impl Summary {
-    /// The summary of a run as the ledger holds it. `failed` says which
-    /// outcome words are failures (docs/loop.md#outcomes).
+    /// The summary of a run as the ledger holds it; an item still running
+    /// (no outcome) counts as `running`.
     pub fn from_ledger(
         run: &crate::ledger::records::RunRow,
         repo: &str,
         items: &[crate::ledger::records::ItemRow],
         slept_seconds: i64,
         report: Option<String>,
-        failed: impl Fn(&str) -> bool,
     ) -> Summary {
         let mut counts = BTreeMap::new();
         let (mut prs, mut failures) = (Vec::new(), Vec::new());
         for i in items {
-            let outcome = i.outcome.clone().unwrap_or_else(|| "running".into());
-            *counts.entry(outcome.clone()).or_insert(0) += 1;
+            let word = i.outcome.map_or("running", |o| o.as_str());
+            *counts.entry(word.to_string()).or_insert(0) += 1;
             let note = ItemNote {
                 index: i.item_index,
                 title: i.title.clone(),
-                outcome: outcome.clone(),
+                outcome: word.to_string(),
                 pr_url: i.pr_url.clone(),
                 reason: None,
             };
-            if failed(&outcome) {
+            if i.outcome.is_some_and(|o| o.fails_run()) {
                 failures.push(ItemNote {
                     reason: i.reason.clone(),
                     ..note
@@ -353,7 +357,7 @@ impl Summary {
         Summary {
             run_id: run.id.to_string(),
             repo: repo.to_string(),
-            status: run.status.clone(),
+            status: run.status.as_str().to_string(),
             counts,
             prs,
             failures,

@@ -6,7 +6,8 @@
 //! stdout and stderr drained from the start into files through a
 //! [`StreamRedactor`] (never held whole in memory; a redacted tail of each is
 //! kept). On timeout or cancellation the group gets SIGTERM, a grace period,
-//! then SIGKILL. After the child is gone its leftovers are swept too (see
+//! then SIGKILL; the same when its output passes [`Command::max_output`].
+//! After the child is gone its leftovers are swept too (see
 //! [`run`]), and the reader tasks get a bounded time to finish, so a
 //! grandchild holding a pipe cannot hang a night.
 //!
@@ -20,6 +21,8 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufWriter};
@@ -155,12 +158,14 @@ pub struct Command {
     stdout_path: Option<PathBuf>,
     stderr_path: Option<PathBuf>,
     tail_bytes: usize,
+    max_output: Option<u64>,
     line_max: usize,
     json_lines: bool,
     on_stdout_line: Option<LineCallback>,
     run_as: Option<RunAs>,
     redactor: Redactor,
     sweep_escaped: bool,
+    capture_stdout: bool,
 }
 
 impl fmt::Debug for Command {
@@ -196,12 +201,14 @@ impl Command {
             stdout_path: None,
             stderr_path: None,
             tail_bytes: DEFAULT_TAIL_BYTES,
+            max_output: None,
             line_max: DEFAULT_LINE_MAX,
             json_lines: false,
             on_stdout_line: None,
             run_as: None,
             redactor: Redactor::default(),
             sweep_escaped: true,
+            capture_stdout: false,
         }
     }
 
@@ -284,6 +291,16 @@ impl Command {
         self
     }
 
+    /// Most bytes stdout and stderr together may carry (default: no cap;
+    /// config `max_agent_output` for agents, docs/config.md): past it the
+    /// child's group is stopped as on a timeout, nothing more reaches the
+    /// files or the line callback, the tails keep the last bytes read, and
+    /// [`Outcome::output_capped`] is set.
+    pub fn max_output(mut self, bytes: u64) -> Command {
+        self.max_output = Some(bytes);
+        self
+    }
+
     /// Longest line in bytes handed whole to the line callback (default
     /// [`DEFAULT_LINE_MAX`], 4 MiB); longer lines arrive cut to this length.
     pub fn line_max(mut self, bytes: usize) -> Command {
@@ -335,6 +352,15 @@ impl Command {
         self
     }
 
+    /// Keeps the whole of stdout, raw (before redaction), in
+    /// [`Outcome::stdout`] (default false). For short-lived tools whose
+    /// output is data nightshift reads (`git`, `gh auth token`,
+    /// `pg_config`), never for agents, whose output may be large.
+    pub fn capture_stdout(mut self, capture: bool) -> Command {
+        self.capture_stdout = capture;
+        self
+    }
+
     /// `argv[0]` as given.
     pub fn program(&self) -> &str {
         &self.program
@@ -358,6 +384,8 @@ pub struct Outcome {
     pub timed_out: bool,
     /// The cancellation token fired and the child was killed.
     pub cancelled: bool,
+    /// Its output passed [`Command::max_output`] and the child was killed.
+    pub output_capped: bool,
     /// Wall-clock time from spawn to the child's exit.
     pub duration: Duration,
     /// The last bytes (at most the tail size) of stdout, redacted, lossy UTF-8.
@@ -372,6 +400,9 @@ pub struct Outcome {
     pub stdout_bytes: u64,
     /// Bytes the child wrote to stderr (before redaction).
     pub stderr_bytes: u64,
+    /// All of stdout, raw, when [`Command::capture_stdout`] asked for it;
+    /// empty otherwise.
+    pub stdout: Vec<u8>,
 }
 
 impl Outcome {
@@ -384,6 +415,7 @@ impl Outcome {
             signal,
             timed_out: false,
             cancelled: false,
+            output_capped: false,
             duration: Duration::from_secs(1),
             stdout_tail: String::new(),
             stderr_tail: stderr.to_string(),
@@ -391,12 +423,13 @@ impl Outcome {
             stderr_path: None,
             stdout_bytes: 0,
             stderr_bytes: 0,
+            stdout: Vec::new(),
         }
     }
 
     /// Exited by itself with code 0.
     pub fn success(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out && !self.cancelled
+        self.exit_code == Some(0) && !self.timed_out && !self.cancelled && !self.output_capped
     }
 }
 
@@ -496,11 +529,88 @@ pub async fn run(cmd: Command, cancel: &CancellationToken) -> Result<Outcome, Pr
     run_in_span(cmd, cancel).instrument(span).await
 }
 
+/// [`run`] for a caller that is not async (`git`, `gh auth token`): the
+/// same runner, driven to the end on a thread of its own with a
+/// single-threaded runtime, so that it works from plain threads, from
+/// `block_in_place` and from inside a runtime alike. The child is stopped
+/// (TERM, grace, KILL) as on cancellation as soon as `stop` turns true,
+/// which is looked at every [`STOP_POLL`].
+///
+/// # Errors
+/// As [`run`]; a runtime that cannot be built (no file descriptors left) is
+/// [`ProcessError::Wait`].
+pub fn run_blocking(cmd: Command, stop: Option<Arc<AtomicBool>>) -> Result<Outcome, ProcessError> {
+    let program = cmd.program.clone();
+    let runtime_error = |source: io::Error| ProcessError::Wait {
+        program: program.clone(),
+        pid: 0,
+        source,
+    };
+    let driver = move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(runtime.block_on(async move {
+            let cancel = CancellationToken::new();
+            let outcome = run(cmd, &cancel);
+            tokio::pin!(outcome);
+            loop {
+                tokio::select! {
+                    ended = &mut outcome => return ended,
+                    () = tokio::time::sleep(STOP_POLL) => {
+                        if stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+                            cancel.cancel();
+                        }
+                    }
+                }
+            }
+        }))
+    };
+    let thread = std::thread::Builder::new()
+        .name("process".into())
+        .spawn(driver)
+        .map_err(runtime_error)?;
+    match thread.join() {
+        Ok(result) => result.map_err(runtime_error)?,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// How often [`run_blocking`] looks at its stop flag.
+pub const STOP_POLL: Duration = Duration::from_millis(50);
+
 /// How the wait for the child ended.
 enum Ended {
     Exited(ExitStatus),
     TimedOut,
     Cancelled,
+    OverCap,
+}
+
+/// The output both streams of one child may still carry
+/// ([`Command::max_output`]), shared by their readers.
+struct OutputBudget {
+    left: std::sync::atomic::AtomicU64,
+    /// Fired once the budget is spent: the child is stopped.
+    spent: CancellationToken,
+}
+
+impl OutputBudget {
+    /// Takes `n` bytes; false (and `spent` fired) when they do not fit.
+    fn take(&self, n: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        let fits = self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(n)
+            })
+            .is_ok();
+        if !fits {
+            self.left.store(0, Ordering::SeqCst);
+            self.spent.cancel();
+        }
+        fits
+    }
 }
 
 async fn run_in_span(
@@ -539,6 +649,15 @@ async fn run_in_span(
     };
     tracing::debug!(pid, "spawned");
 
+    let budget = cmd.max_output.map(|max| {
+        std::sync::Arc::new(OutputBudget {
+            left: max.into(),
+            spent: CancellationToken::new(),
+        })
+    });
+    let over_cap = budget
+        .as_ref()
+        .map_or_else(CancellationToken::new, |b| b.spent.clone());
     let stop_readers = CancellationToken::new();
     // If this future is dropped, the readers stop too instead of waiting for
     // a pipe an escaped descendant may hold.
@@ -555,6 +674,8 @@ async fn run_in_span(
                     .take()
                     .map(|callback| LineSplitter::new(callback, cmd.line_max).json(cmd.json_lines)),
                 bytes: 0,
+                whole: cmd.capture_stdout.then(Vec::new),
+                budget: budget.clone(),
             },
             stop_readers.clone(),
         ))
@@ -568,6 +689,8 @@ async fn run_in_span(
                 tail: Tail::new(cmd.tail_bytes),
                 lines: None,
                 bytes: 0,
+                whole: None,
+                budget: budget.clone(),
             },
             stop_readers.clone(),
         ))
@@ -591,15 +714,16 @@ async fn run_in_span(
         },
         () = tokio::time::sleep(cmd.timeout) => Ended::TimedOut,
         () = cancel.cancelled() => Ended::Cancelled,
+        () = over_cap.cancelled() => Ended::OverCap,
     };
 
     let (status, timed_out, cancelled) = match ended {
         Ended::Exited(status) => (Some(status), false, false),
         stopped => {
-            let reason = if matches!(stopped, Ended::TimedOut) {
-                "timeout"
-            } else {
-                "cancelled"
+            let reason = match stopped {
+                Ended::TimedOut => "timeout",
+                Ended::OverCap => "output over its cap",
+                _ => "cancelled",
             };
             tracing::info!(
                 reason,
@@ -637,6 +761,7 @@ async fn run_in_span(
         signal: status.and_then(|s| s.signal()),
         timed_out,
         cancelled,
+        output_capped: over_cap.is_cancelled(),
         duration,
         stdout_tail: stdout.tail,
         stderr_tail: stderr.tail,
@@ -644,6 +769,7 @@ async fn run_in_span(
         stderr_path: cmd.stderr_path,
         stdout_bytes: stdout.bytes,
         stderr_bytes: stderr.bytes,
+        stdout: stdout.whole,
     };
     tracing::info!(
         exit_code = ?outcome.exit_code,
@@ -787,12 +913,17 @@ struct StreamSink {
     tail: Tail,
     lines: Option<LineSplitter>,
     bytes: u64,
+    /// Every raw byte, when the whole stream is kept.
+    whole: Option<Vec<u8>>,
+    budget: Option<std::sync::Arc<OutputBudget>>,
 }
 
 /// What a reader hands back.
+#[derive(Default)]
 struct StreamResult {
     tail: String,
     bytes: u64,
+    whole: Vec<u8>,
 }
 
 /// Reads `pipe` until EOF, an error or `stop`, then flushes everything.
@@ -806,6 +937,8 @@ where
         mut tail,
         mut lines,
         mut bytes,
+        mut whole,
+        budget,
     } = sink;
     let mut file = file.map(|file| BufWriter::with_capacity(READ_CHUNK, file));
     let mut file_failed = false;
@@ -829,7 +962,16 @@ where
             }
         };
         bytes += n as u64;
+        if let Some(whole) = whole.as_mut() {
+            whole.extend_from_slice(&buf[..n]);
+        }
         let clean = redactor.push(&buf[..n]);
+        if budget.as_ref().is_some_and(|b| !b.take(n as u64)) {
+            // Over the cap: only the tail still moves (the child is being
+            // stopped), so the files and memory stop growing.
+            tail.push(&clean);
+            continue;
+        }
         deliver(&clean, &mut file, &mut file_failed, &mut tail, &mut lines).await;
     }
     let clean = redactor.finish();
@@ -846,6 +988,7 @@ where
     StreamResult {
         tail: tail.into_string(),
         bytes,
+        whole: whole.unwrap_or_default(),
     }
 }
 
@@ -882,10 +1025,7 @@ async fn finish_reader(
     linger_until: tokio::time::Instant,
 ) -> StreamResult {
     let Some(mut reader) = reader else {
-        return StreamResult {
-            tail: String::new(),
-            bytes: 0,
-        };
+        return StreamResult::default();
     };
     let joined = match tokio::time::timeout_at(linger_until, &mut reader).await {
         Ok(joined) => joined,
@@ -896,10 +1036,7 @@ async fn finish_reader(
     };
     joined.unwrap_or_else(|error| {
         tracing::warn!(%error, "output reader task failed");
-        StreamResult {
-            tail: String::new(),
-            bytes: 0,
-        }
+        StreamResult::default()
     })
 }
 

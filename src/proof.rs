@@ -504,9 +504,10 @@ fn hash_file(h: &mut Sha256, path: &Path) {
             }
         }
         Ok(m) if m.is_dir() => h.update(b"dir"),
-        Ok(_) => match std::fs::File::open(path) {
+        // A FIFO or device an agent left would block or never end the read.
+        Ok(_) => match crate::file::open_regular(path) {
             Err(_) => h.update(b"unreadable"),
-            Ok(mut f) => {
+            Ok((mut f, _)) => {
                 h.update(b"file ");
                 let mut buf = [0u8; 64 * 1024];
                 while let Ok(n) = f.read(&mut buf) {

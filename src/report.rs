@@ -17,6 +17,7 @@ use crate::contract::Contract;
 use crate::forge;
 use crate::gate::GateRun;
 use crate::ledger::records::{ItemRow, RunRow};
+use crate::outcome::{Outcome, RoundResult, RunStatus};
 use crate::review::Verdict;
 
 /// GitHub's PR body limit, in characters.
@@ -29,8 +30,8 @@ pub struct RoundSummary {
     pub n: u32,
     /// Wall time of the round, seconds (writer, gate and review).
     pub seconds: u64,
-    /// `tests_failed`, `review_rejected`, `approved`, `error`.
-    pub result: String,
+    /// How the round ended: approved, or the failing step's outcome.
+    pub result: RoundResult,
     /// Failure signature or findings.
     pub note: String,
     /// Gate runs of the round.
@@ -139,8 +140,8 @@ fn command_lines(s: &mut String, g: &GateRun, tail_chars: usize) {
     let mark = if g.passed() { "✅" } else { "❌" };
     let _ = writeln!(
         s,
-        "- {mark} `{}` → {code} in {:.1}s",
-        g.command.replace('`', "ʼ"),
+        "- {mark} {} → {code} in {:.1}s",
+        md_code(&g.command),
         g.duration_ms as f64 / 1000.0
     );
     if g.output_tail.trim().is_empty() {
@@ -162,8 +163,8 @@ fn command_lines(s: &mut String, g: &GateRun, tail_chars: usize) {
     };
     let _ = writeln!(
         s,
-        "\n<details><summary>{label}</summary>\n\n```\n{}\n```\n</details>\n",
-        t.trim_end().replace("```", "ʼʼʼ")
+        "\n<details><summary>{label}</summary>\n\n{}\n</details>\n",
+        md_fence("", t.trim_end())
     );
 }
 
@@ -220,7 +221,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
                 let _ = writeln!(
                     s,
                     "- [ ] {a}\n  — reviewer: met; evidence: {}",
-                    one_line(&k.evidence, 500)
+                    md_text(&one_line(&k.evidence, 500))
                 );
             }
             Some(k) if k.met => {
@@ -230,7 +231,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
                 let _ = writeln!(
                     s,
                     "- [ ] {a}\n  — reviewer: NOT met; {}",
-                    one_line(&k.evidence, 500)
+                    md_text(&one_line(&k.evidence, 500))
                 );
             }
             None => {
@@ -263,7 +264,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     // Findings are the agents' words: each is capped so that a flood of
     // them cannot push the evidence sections out of the body.
     for f in e.verdict.findings.iter().take(30) {
-        let _ = writeln!(s, "- {}", one_line(f, 1000));
+        let _ = writeln!(s, "- {}", md_text(&one_line(f, 1000)));
     }
     if e.verdict.findings.len() > 30 {
         let _ = writeln!(
@@ -291,9 +292,14 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let renamed = f
             .old_path
             .as_ref()
-            .map(|o| format!(" (from `{o}`)"))
+            .map(|o| format!(" (from {})", md_code(o)))
             .unwrap_or_default();
-        let _ = writeln!(s, "- `{}`{renamed} {} {what}", f.path, f.status.letter());
+        let _ = writeln!(
+            s,
+            "- {}{renamed} {} {what}",
+            md_code(&f.path),
+            f.status.letter()
+        );
     }
     let _ = writeln!(s, "\n{} file(s), +{add} −{del}\n", e.changed.len());
     let _ = writeln!(
@@ -313,8 +319,8 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         };
         let _ = writeln!(
             s,
-            "<details><summary>The diff{note}</summary>\n\n```diff\n{}\n```\n</details>\n",
-            shown.trim_end().replace("```", "ʼʼʼ")
+            "<details><summary>The diff{note}</summary>\n\n{}\n</details>\n",
+            md_fence("diff", shown.trim_end())
         );
     }
     for (title, text) in [
@@ -330,7 +336,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
                 s,
                 "<details><summary>{title}{}</summary>\n\n{}\n</details>\n",
                 if cut { " (last part)" } else { "" },
-                t.trim().replace("```", "ʼʼʼ")
+                md_fence("text", t.trim())
             );
         }
     }
@@ -342,8 +348,8 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             .iter()
             .map(|g| {
                 format!(
-                    "`{}` {}",
-                    g.command.replace('`', "ʼ"),
+                    "{} {}",
+                    md_code(&g.command),
                     g.exit_code
                         .map(|c| format!("exit {c}"))
                         .unwrap_or("killed".into())
@@ -358,7 +364,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let note = if r.note.is_empty() {
             String::new()
         } else {
-            format!(" — {}", one_line(&r.note, 200))
+            format!(" — {}", md_text(&one_line(&r.note, 200)))
         };
         let _ = writeln!(
             s,
@@ -376,7 +382,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             "### The writer's findings (proposals outside this item, not in this PR; filed as issues when GitHub is reachable)"
         );
         for f in e.findings.iter().take(30) {
-            let _ = writeln!(s, "- {}", one_line(f, 1000));
+            let _ = writeln!(s, "- {}", md_text(&one_line(f, 1000)));
         }
         let _ = writeln!(s);
     }
@@ -417,7 +423,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let shown: Vec<String> = outward
             .iter()
             .take(5)
-            .map(|(l, t)| format!("`{} → {}`", l.replace('`', "ʼ"), t.replace('`', "ʼ")))
+            .map(|(l, t)| md_code(&format!("{l} → {t}")))
             .collect();
         let _ = writeln!(
             s,
@@ -427,10 +433,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     }
     let gate_files = crate::proof::gate_files_changed(&c.verify, &c.setup, &e.changed);
     if !gate_files.is_empty() {
-        let shown: Vec<String> = gate_files
-            .iter()
-            .map(|f| format!("`{}`", f.replace('`', "ʼ")))
-            .collect();
+        let shown: Vec<String> = gate_files.iter().map(|f| md_code(f)).collect();
         let _ = writeln!(
             s,
             "- The change edits what the gate runs or sees ({}): the green gate above ran the writer's version of it.",
@@ -441,10 +444,14 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         match n.split_once(": ").unwrap_or(("agent", n)) {
             // What nightshift itself saw in the checkout.
             ("checkout", note) => {
-                let _ = writeln!(s, "- {}", one_line(note, 300));
+                let _ = writeln!(s, "- {}", md_text(&one_line(note, 300)));
             }
             (role, note) => {
-                let _ = writeln!(s, "- The {role}'s CLI reported: {}", one_line(note, 300));
+                let _ = writeln!(
+                    s,
+                    "- The {role}'s CLI reported: {}",
+                    md_text(&one_line(note, 300))
+                );
             }
         }
     }
@@ -453,7 +460,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let shown: Vec<String> = changed_api
             .iter()
             .take(5)
-            .map(|l| format!("`{}`", one_line(l, 120).replace('`', "ʼ")))
+            .map(|l| md_code(&one_line(l, 120)))
             .collect();
         let more = if changed_api.len() > 5 {
             format!(" and {} more", changed_api.len() - 5)
@@ -470,12 +477,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let pr = o
             .pr_number
             .map_or_else(|| format!("branch `{}`", o.branch), |n| format!("#{n}"));
-        let files: Vec<String> = o
-            .files
-            .iter()
-            .take(10)
-            .map(|f| format!("`{}`", f.replace('`', "ʼ")))
-            .collect();
+        let files: Vec<String> = o.files.iter().take(10).map(|f| md_code(f)).collect();
         let more = if o.files.len() > 10 {
             format!(" and {} more", o.files.len() - 10)
         } else {
@@ -484,7 +486,7 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let _ = writeln!(
             s,
             "- Merge order: {pr} ({}) from the same night also changes {}{more}. Both start from the same base; after merging one, check the other still merges cleanly and its gate still passes.",
-            one_line(&o.title, 120),
+            md_text(&one_line(&o.title, 120)),
             files.join(", ")
         );
     }
@@ -492,13 +494,15 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
 
     let _ = writeln!(
         s,
-        "<details><summary>Contract (sha256 {})</summary>\n\n```json\n{}\n```\n</details>\n",
+        "<details><summary>Contract (sha256 {})</summary>\n\n{}\n</details>\n",
         short(&e.contract_sha),
-        serde_json::to_string_pretty(
-            &serde_json::from_str::<Value>(&c.canonical_json()).unwrap_or(Value::Null)
+        md_fence(
+            "json",
+            &serde_json::to_string_pretty(
+                &serde_json::from_str::<Value>(&c.canonical_json()).unwrap_or(Value::Null)
+            )
+            .unwrap_or_default()
         )
-        .unwrap_or_default()
-        .replace("```", "ʼʼʼ")
     );
     // Only the last line may carry an item marker (forge::carries_marker):
     // any copy inside quoted output or findings is defused.
@@ -532,6 +536,79 @@ fn one_line(s: &str, max: usize) -> String {
     } else {
         t
     }
+}
+
+/// `s` with every character that could move, hide or reorder what a
+/// person reads written out as an escape: C0 and C1 controls (`\n`, `\r`,
+/// `\t`, `\e` as `\u{1b}`), DEL, the line and paragraph separators
+/// U+2028/U+2029, bidirectional marks, embeddings, overrides and isolates
+/// (U+061C, U+200E/F, U+202A–E, U+2066–9) and zero-width characters
+/// (U+200B–D, U+2060, U+FEFF). With `keep_newlines`, `\n` and `\t` stay
+/// (text inside a fence). The one escaping rule for agent-controlled text
+/// in PR bodies and reports (docs/security.md).
+pub fn escape_controls(s: &str, keep_newlines: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let hidden = c.is_control()
+            || matches!(
+                c,
+                '\u{2028}' | '\u{2029}' | '\u{061C}' | '\u{200B}'..='\u{200F}'
+                    | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}'
+            );
+        match c {
+            '\n' | '\t' if keep_newlines => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if hidden => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Agent-controlled words for a line of markdown (a finding, a note):
+/// controls escaped ([`escape_controls`]) and `<` written `&lt;`, so no HTML
+/// tag or comment can start and swallow what follows.
+pub fn md_text(s: &str) -> String {
+    escape_controls(s, false).replace('<', "&lt;")
+}
+
+/// `s` as one markdown code span (a path, a command): controls escaped, and
+/// delimited by one backtick more than the longest run of backticks inside,
+/// so no backtick in it can close the span (CommonMark "Code spans").
+pub fn md_code(s: &str) -> String {
+    let s = escape_controls(s, false);
+    let ticks = "`".repeat(longest_run(&s, '`') + 1);
+    // A space each side keeps a backtick at either end from joining the
+    // delimiter; CommonMark strips exactly one each side again.
+    if s.starts_with('`') || s.ends_with('`') || (!s.is_empty() && s.trim().is_empty()) {
+        format!("{ticks} {s} {ticks}")
+    } else {
+        format!("{ticks}{s}{ticks}")
+    }
+}
+
+/// `s` as a fenced code block with info string `info`: controls other than
+/// line breaks and tabs escaped, and a fence of one backtick more than the
+/// longest run of backticks inside (at least three), so nothing in it can
+/// close the block.
+pub fn md_fence(info: &str, s: &str) -> String {
+    let s = escape_controls(s, true);
+    let fence = "`".repeat((longest_run(&s, '`') + 1).max(3));
+    format!("{fence}{info}\n{s}\n{fence}")
+}
+
+/// Length of the longest run of `c` in `s`.
+fn longest_run(s: &str, c: char) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for x in s.chars() {
+        run = if x == c { run + 1 } else { 0 };
+        best = best.max(run);
+    }
+    best
 }
 
 /// The last `max` characters of `s` and whether it was cut.
@@ -580,34 +657,30 @@ pub fn totals(
     slept_secs: i64,
     now: chrono::DateTime<chrono::Utc>,
 ) -> NightTotals {
-    let count = |os: &[&str]| {
+    let count = |os: &[Outcome]| {
         items
             .iter()
-            .filter(|i| i.outcome.as_deref().is_some_and(|o| os.contains(&o)))
+            .filter(|i| i.outcome.is_some_and(|o| os.contains(&o)))
             .count()
     };
     let costs: Vec<f64> = items.iter().filter_map(|i| i.cost_usd).collect();
     NightTotals {
         opened: items
             .iter()
-            .filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_some())
+            .filter(|i| i.outcome == Some(Outcome::PrOpened) && i.pr_url.is_some())
             .count(),
         would_open: items
             .iter()
-            .filter(|i| i.outcome.as_deref() == Some("pr_opened") && i.pr_url.is_none())
+            .filter(|i| i.outcome == Some(Outcome::PrOpened) && i.pr_url.is_none())
             .count(),
-        already: count(&["already_open", "already_merged"]),
+        already: count(&[Outcome::AlreadyOpen, Outcome::AlreadyMerged]),
         failed: items
             .iter()
-            .filter(|i| {
-                i.outcome
-                    .as_deref()
-                    .is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))
-            })
+            .filter(|i| i.outcome.is_some_and(Outcome::fails_run))
             .count(),
-        blocked: count(&["blocked"]),
-        not_run: count(&["not_approved", "deadline"]),
-        no_changes: count(&["no_changes"]),
+        blocked: count(&[Outcome::Blocked]),
+        not_run: count(&[Outcome::NotApproved, Outcome::Deadline]),
+        no_changes: count(&[Outcome::NoChanges]),
         tokens: items.iter().map(|i| i.tokens).sum(),
         cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
         slept_secs: slept_secs.max(0),
@@ -633,7 +706,7 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
             "key": i.item_key,
             "title": i.title,
             "contract_sha": i.contract_sha,
-            "outcome": i.outcome.clone().unwrap_or_else(|| "running".into()),
+            "outcome": outcome_text(i.outcome),
             "reason": i.reason,
             "question": i.question,
             "branch": i.branch,
@@ -663,6 +736,11 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
     v
 }
 
+/// An item's outcome as the report shows it: `running` while it has none.
+fn outcome_text(o: Option<Outcome>) -> &'static str {
+    o.map_or(RunStatus::Running.as_str(), Outcome::as_str)
+}
+
 /// One table row, as text cells.
 struct Row {
     index: String,
@@ -681,13 +759,11 @@ fn rows(items: &[ItemRow]) -> Vec<Row> {
         .map(|i| Row {
             index: i.item_index.to_string(),
             title: i.title.clone(),
-            outcome: i.outcome.clone().unwrap_or_else(|| "running".into()),
+            outcome: outcome_text(i.outcome).to_string(),
             pr: match (i.pr_number, &i.branch) {
                 (Some(n), _) => format!("#{n}"),
                 // Pushed; GitHub not reachable (would open) or the create failed.
-                (None, Some(_))
-                    if i.pr_body.is_some() && i.outcome.as_deref() == Some("pr_opened") =>
-                {
+                (None, Some(_)) if i.pr_body.is_some() && i.outcome == Some(Outcome::PrOpened) => {
                     "would open".into()
                 }
                 (None, Some(_)) if i.pr_body.is_some() => "not opened".into(),
@@ -805,7 +881,7 @@ pub fn to_text_at(
     let w = |f: &dyn Fn(&Row) -> usize| all.iter().map(|r| f(r)).max().unwrap_or(0);
     let (wi, wt, wo, wp, wr, wm, wu) = (
         w(&|r| r.index.chars().count()),
-        w(&|r| cut(&r.title, 40).chars().count()),
+        w(&|r| cut(&escape_controls(&r.title, false), 40).chars().count()),
         w(&|r| r.outcome.chars().count()),
         w(&|r| r.pr.chars().count()),
         w(&|r| r.rounds.chars().count()),
@@ -817,13 +893,13 @@ pub fn to_text_at(
         let line = format!(
             "{:>wi$}  {}  {}  {}  {:>wr$}  {:>wm$}  {}  {}",
             r.index,
-            pad(&cut(&r.title, 40), wt),
+            pad(&cut(&escape_controls(&r.title, false), 40), wt),
             pad(&r.outcome, wo),
             pad(&r.pr, wp),
             r.rounds,
             r.time,
             pad(&r.usage, wu),
-            one_line(&r.reason, 160)
+            escape_controls(&one_line(&r.reason, 160), false)
         );
         let _ = writeln!(s, "{}", line.trim_end());
     }
@@ -850,14 +926,10 @@ pub fn to_text_at(
 fn status_words(run: &RunRow, items: &[ItemRow]) -> String {
     let failed = items
         .iter()
-        .filter(|i| {
-            i.outcome
-                .as_deref()
-                .is_some_and(|o| !crate::run::OK_OUTCOMES.contains(&o))
-        })
+        .filter(|i| i.outcome.is_some_and(Outcome::fails_run))
         .count();
     match failed {
-        0 => run.status.clone(),
+        0 => run.status.to_string(),
         1 => format!("{}, 1 item failed", run.status),
         n => format!("{}, {n} items failed", run.status),
     }
@@ -920,7 +992,7 @@ pub fn to_markdown(
         s,
         "| # | item | outcome | PR | rounds | time | tokens / cost | reason |\n|---:|---|---|---|---:|---:|---|---|"
     );
-    let cell = |t: &str| t.replace('|', "\\|").replace('\n', " ");
+    let cell = |t: &str| md_text(t).replace('|', "\\|");
     for (r, i) in rows(items).iter().zip(items) {
         let pr = match (&i.pr_url, i.pr_number) {
             (Some(u), Some(n)) => format!("[#{n}]({u})"),
@@ -965,5 +1037,58 @@ fn seconds(ms: i64) -> String {
         format!("{:.1}s", ms as f64 / 1000.0)
     } else {
         crate::config::format_duration(Duration::from_secs((ms / 1000) as u64))
+    }
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use super::*;
+
+    #[test]
+    fn controls_separators_and_bidi_are_written_out() {
+        assert_eq!(
+            escape_controls("a\nb\r\tc\u{1b}[31m\u{2028}\u{202e}d\u{200b}", false),
+            "a\\nb\\r\\tc\\u{1b}[31m\\u{2028}\\u{202e}d\\u{200b}"
+        );
+        assert_eq!(escape_controls("a\n\tb\rc", true), "a\n\tb\\rc");
+        assert_eq!(md_text("x <!-- y"), "x &lt;!-- y");
+    }
+
+    #[test]
+    fn a_code_span_outlasts_every_backtick_run_inside() {
+        assert_eq!(md_code("src/a.rs"), "`src/a.rs`");
+        assert_eq!(md_code("a`b``c"), "```a`b``c```");
+        assert_eq!(md_code("`x"), "`` `x ``");
+        assert_eq!(md_code("a\n- ✅ b"), "`a\\n- ✅ b`");
+        // Rendered, the span holds exactly the (escaped) text.
+        for text in ["a`b", "``", "x\n`y`\nz", "` ", "ends`"] {
+            let md = md_code(text);
+            let parser = pulldown_cmark::Parser::new(&md);
+            let code: Vec<String> = parser
+                .filter_map(|e| match e {
+                    pulldown_cmark::Event::Code(c) => Some(c.to_string()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(code, [escape_controls(text, false)], "{md}");
+        }
+    }
+
+    #[test]
+    fn a_fence_outlasts_every_backtick_run_inside() {
+        let inner = "before\n```\n## forged\n````\nafter";
+        let md = md_fence("text", inner);
+        assert!(
+            md.starts_with("`````text\n") && md.ends_with("\n`````"),
+            "{md}"
+        );
+        let events: Vec<_> = pulldown_cmark::Parser::new(&md).collect();
+        assert!(
+            !events.iter().any(|e| matches!(
+                e,
+                pulldown_cmark::Event::Start(pulldown_cmark::Tag::Heading { .. })
+            )),
+            "{events:?}"
+        );
     }
 }

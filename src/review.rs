@@ -178,7 +178,7 @@ pub fn read_verdict_value(v: &Value) -> Option<Result<Verdict, String>> {
         _ => {
             return Some(Err(format!(
                 "its verdict {} is neither \"approve\" nor \"request_changes\"",
-                crate::agent::cut_chars(&raw.to_string(), 80)
+                cut_chars(&raw.to_string(), 80)
             )));
         }
     };
@@ -291,48 +291,11 @@ pub fn no_verdict_reason(text: &str) -> String {
     }
 }
 
-/// The reviewer's prose: its answer without the verdict's JSON lines.
-pub fn prose(text: &str) -> String {
-    crate::agent::strip_blocks(text)
-}
-
-/// Why a review is void — the reviewer was not read-only (SPEC §6) — or
-/// `None`. For every kind, the checkout's fingerprint (status and content
-/// hash, [`crate::proof::worktree_fingerprint`]) must be the same before and
-/// after, and the reviewer's own tool events must show no file change
-/// ([`crate::agent::Report::edited_files`]: an edit outside the checkout,
-/// which git cannot see, or one undone before the end); for `claude`, its
-/// session must also have listed its tools (the init event) and none
-/// beyond the read-only set, and no MCP server.
-pub fn void_reason(
-    kind: crate::config::AgentKind,
-    reviewer: &crate::agent::Report,
-    fingerprint_before: &str,
-    fingerprint_after: &str,
-) -> Option<String> {
-    if fingerprint_before != fingerprint_after {
-        return Some(
-            "the checkout changed during the review (status or content hash differ)".to_string(),
-        );
-    }
-    if !reviewer.edited_files.is_empty() {
-        return Some(format!(
-            "the reviewer's own tool events show it changed files: {}",
-            reviewer.edited_files.join(", ")
-        ));
-    }
-    if kind != crate::config::AgentKind::Claude {
-        return None;
-    }
-    match (&reviewer.tools, &reviewer.failure) {
-        (None, None) => {
-            Some("the reviewer session reported no tool list (no init event)".to_string())
-        }
-        _ => tools_violation(
-            reviewer.tools.as_deref(),
-            reviewer.mcp_servers.as_deref(),
-            crate::agent::claude::READ_ONLY_TOOLS,
-        ),
+/// `s` cut to at most `max` characters, with `…` when cut.
+pub(crate) fn cut_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
     }
 }
 

@@ -25,30 +25,20 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::agent::{self, Role};
-use crate::approval::{self, Approval, Refusal};
+use crate::approval::{Approval, Refusal};
 use crate::config::{self, Config};
 use crate::contract::{Plan, PlanEntry};
-use crate::error::{Error, ExitCode};
+use crate::error::Error;
 use crate::forge::{Forge, PrState};
 use crate::gate::{self, GateRun, GateSpec};
 use crate::ledger::records::{self as rec, ItemEnd};
 use crate::limit::{self, LimitKind};
+use crate::outcome::{Outcome, Phase, PrRecord, RoundResult, RunKind, RunStatus};
 use crate::proof::{Proof, RoundStart};
 use crate::report::{self, Evidence, RoundSummary};
 use crate::review::{self, Decision};
 use crate::schedule;
 use crate::slot::{self, Slot};
-
-/// Outcomes that do not fail a run (SPEC §2 exit codes).
-pub const OK_OUTCOMES: &[&str] = &[
-    "pr_opened",
-    "already_open",
-    "already_merged",
-    "no_changes",
-    "blocked",
-    "not_approved",
-    "deadline",
-];
 
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (SPEC §5.6).
@@ -142,139 +132,28 @@ pub enum Selection {
     One(usize),
 }
 
+impl Selection {
+    /// The plan index of the one item, for `run`.
+    pub fn item(&self) -> Option<usize> {
+        match self {
+            Selection::All => None,
+            Selection::One(i) => Some(*i),
+        }
+    }
+}
+
 /// How the run ended, for the CLI.
 #[derive(Debug)]
 pub struct RunEnd {
     /// Run id.
     pub run_id: Uuid,
     /// Final status.
-    pub status: String,
-    /// Exit code.
-    pub code: ExitCode,
+    pub status: RunStatus,
+    /// How the command ends: `Ok` when the run completed (or the deadline
+    /// stopped it) without a failed item, else [`Error::RunEnded`].
+    pub result: Result<(), Error>,
     /// What outside the items stopped the run (status `crashed`), if anything.
     pub stopped_by: Option<String>,
-}
-
-/// Finds the approval to run under (SPEC §4).
-///
-/// With `explicit` (a plan or contract SHA), that approval; without, the
-/// newest valid unused plan approval of the repository whose plan is the
-/// snapshot's, else the newest one sharing contracts with it (items outside
-/// it are then `not_approved`).
-///
-/// # Errors
-/// [`Refusal`] when none is usable; database errors as [`Error`].
-pub async fn find_approval(
-    pool: &PgPool,
-    repo_id: &str,
-    plan: &Plan,
-    selection: &Selection,
-    explicit: Option<&str>,
-    now: DateTime<Utc>,
-) -> Result<Result<(Approval, Vec<String>), Refusal>, Error> {
-    if let Some(sha) = explicit {
-        let list = rec::approvals_of(pool, repo_id, sha).await?;
-        let Some(a) = list.first() else {
-            return Ok(Err(Refusal::Unknown {
-                sha: sha.to_string(),
-            }));
-        };
-        if let Err(r) = approval::check_usable(a, now) {
-            // A newer usable approval of the same SHA may exist after an expired one.
-            if let Some(ok) = list.iter().find(|a| approval::check_usable(a, now).is_ok()) {
-                return approved_set(pool, plan, selection, ok.clone())
-                    .await
-                    .map_err(Error::from);
-            }
-            return Ok(Err(r));
-        }
-        return approved_set(pool, plan, selection, a.clone())
-            .await
-            .map_err(Error::from);
-    }
-    // `run ITEM`: an approval of that item's contract serves without
-    // `--approve` (SPEC §4), as a plan approval serves `drain`.
-    if let Selection::One(i) = selection
-        && let Some(e) = plan.entries.iter().find(|e| e.index == *i)
-    {
-        let list = rec::approvals_of(pool, repo_id, &e.contract_sha).await?;
-        if let Some(a) = list.iter().find(|a| {
-            a.contract_sha.as_deref() == Some(e.contract_sha.as_str())
-                && approval::check_usable(a, now).is_ok()
-        }) {
-            return Ok(Ok((a.clone(), vec![e.contract_sha.clone()])));
-        }
-    }
-    let list = rec::usable_plan_approvals(pool, repo_id, now).await?;
-    if let Some(a) = list
-        .iter()
-        .find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str()))
-    {
-        return approved_set(pool, plan, selection, a.clone())
-            .await
-            .map_err(Error::from);
-    }
-    let current: Vec<&str> = plan
-        .entries
-        .iter()
-        .map(|e| e.contract_sha.as_str())
-        .collect();
-    for a in &list {
-        let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
-        if shas.iter().any(|s| current.contains(&s.as_str())) {
-            return Ok(Ok((a.clone(), shas)));
-        }
-    }
-    // This very plan was approved, but the approval is used up or expired:
-    // say which, rather than that none was given.
-    if let Some(a) = rec::approvals_of(pool, repo_id, &plan.sha).await?.first()
-        && let Err(r) = approval::check_usable(a, now)
-    {
-        return Ok(Err(r));
-    }
-    Ok(Err(Refusal::Missing {
-        plan_sha: plan.sha.clone(),
-    }))
-}
-
-async fn approved_set(
-    pool: &PgPool,
-    plan: &Plan,
-    selection: &Selection,
-    a: Approval,
-) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {
-    if let Some(c) = &a.contract_sha {
-        let wanted = match selection {
-            Selection::One(i) => plan
-                .entries
-                .iter()
-                .find(|e| e.index == *i)
-                .map(|e| e.contract_sha.clone()),
-            Selection::All => None,
-        };
-        if wanted.as_deref() != Some(c.as_str()) {
-            return Ok(Err(match wanted {
-                Some(contract_sha) => Refusal::OtherContract {
-                    sha: c.clone(),
-                    contract_sha,
-                },
-                // A contract approval given to `drain`: it needs the plan's.
-                None => Refusal::OtherPlan {
-                    sha: c.clone(),
-                    plan_sha: plan.sha.clone(),
-                },
-            }));
-        }
-        return Ok(Ok((a.clone(), vec![c.clone()])));
-    }
-    let shas = rec::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
-    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
-        return Ok(Err(Refusal::OtherPlan {
-            sha: a.plan_sha.clone().unwrap_or_default(),
-            plan_sha: plan.sha.clone(),
-        }));
-    }
-    Ok(Ok((a, shas)))
 }
 
 /// Drains the plan (or one item of it) under an approval.
@@ -295,8 +174,8 @@ pub async fn drain(
 ) -> Result<RunEnd, Error> {
     let pool = &night.pool;
     let kind = match selection {
-        Selection::All => "drain",
-        Selection::One(_) => "run",
+        Selection::All => RunKind::Drain,
+        Selection::One(_) => RunKind::Run,
     };
     let Some(run_id) = rec::create_run(
         pool,
@@ -335,11 +214,7 @@ pub async fn drain(
             .db(|| rec::run_items(pool, r.id))
             .await?
             .into_iter()
-            .filter(|i| {
-                i.outcome
-                    .as_deref()
-                    .is_some_and(|o| o != "interrupted" && o != "pr_failed")
-            })
+            .filter(|i| i.outcome.is_some_and(|o| !o.resumes()))
             .map(|i| (i.item_key.clone(), i))
             .collect(),
         None => BTreeMap::new(),
@@ -347,7 +222,7 @@ pub async fn drain(
 
     let mut failures = 0usize;
     let mut run_cost = 0.0f64;
-    let mut status = "completed";
+    let mut status = RunStatus::Completed;
     let entries: Vec<&PlanEntry> = match selection {
         Selection::All => night.plan.entries.iter().collect(),
         Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == i).collect(),
@@ -355,7 +230,7 @@ pub async fn drain(
     let mut stopped_by = None;
     for entry in entries {
         if night.cancel.is_cancelled() {
-            status = "stopped_signal";
+            status = RunStatus::StoppedSignal;
             break;
         }
         let carried_over = finished_before.get(&entry.item.key);
@@ -365,7 +240,7 @@ pub async fn drain(
         if carried_over.is_none() {
             night.hold_lock().await?;
             if let Some(why) = night.systemic_problem() {
-                status = "crashed";
+                status = RunStatus::Crashed;
                 stopped_by = Some(why);
                 break;
             }
@@ -384,15 +259,14 @@ pub async fn drain(
             .await?;
         let end = if let Some(prev) = carried_over {
             carried(prev, resume.map(|r| r.id).unwrap_or_default())
-        } else if status == "stopped_deadline" || night.clock.now() >= night.deadline {
-            status = "stopped_deadline";
+        } else if status == RunStatus::StoppedDeadline || night.clock.now() >= night.deadline {
+            status = RunStatus::StoppedDeadline;
             ItemEnd {
-                outcome: "deadline".into(),
                 reason: Some(format!(
                     "not started before the deadline {}",
                     local(night.deadline, night.tz)
                 )),
-                ..Default::default()
+                ..ItemEnd::of(Outcome::Deadline)
             }
         } else {
             let mut end = one_item(night, run_id, item_id, entry, approved, &mut run_cost).await?;
@@ -400,35 +274,34 @@ pub async fn drain(
             // directory went away, the agent's executable vanished) is not
             // the item's: it is not an attempt of it, and the run stops, to
             // be resumed once the cause is fixed.
-            let systemic =
-                if OK_OUTCOMES.contains(&end.outcome.as_str()) || end.outcome == "pr_failed" {
-                    None
-                } else {
-                    night.systemic_problem()
-                };
+            let systemic = if !end.outcome.fails_run() || end.outcome == Outcome::PrFailed {
+                None
+            } else {
+                night.systemic_problem()
+            };
             if let Some(why) = systemic {
                 let own = end
                     .reason
                     .take()
                     .filter(|r| !r.is_empty() && !why.contains(r.as_str()));
-                end.outcome = "interrupted".into();
+                end.outcome = Outcome::Interrupted;
                 end.reason = Some(format!(
                     "stopped: {why}{}",
                     own.map(|r| format!(" (the item's own error: {r})"))
                         .unwrap_or_default()
                 ));
-                status = "crashed";
+                status = RunStatus::Crashed;
                 stopped_by = Some(why);
             }
-            if end.outcome == "deadline" {
-                status = "stopped_deadline";
+            if end.outcome == Outcome::Deadline {
+                status = RunStatus::StoppedDeadline;
             }
-            if end.outcome == "interrupted" && status != "crashed" {
-                status = "stopped_signal";
+            if end.outcome == Outcome::Interrupted && status != RunStatus::Crashed {
+                status = RunStatus::StoppedSignal;
             }
             end
         };
-        if !OK_OUTCOMES.contains(&end.outcome.as_str()) {
+        if end.outcome.fails_run() {
             failures += 1;
         }
         night.db(|| rec::finish_item(pool, item_id, &end)).await?;
@@ -442,7 +315,7 @@ pub async fn drain(
                 )
             })
             .await?;
-        if status == "stopped_signal" || status == "crashed" {
+        if status.fails_run() {
             break;
         }
     }
@@ -451,18 +324,15 @@ pub async fn drain(
             .db(|| rec::event(pool, Some(run_id), "run_stopped", json!({"reason": why})))
             .await?;
     }
-    let code = if status == "stopped_signal" || status == "crashed" || failures > 0 {
-        ExitCode::Failure
-    } else {
-        ExitCode::Ok
-    };
+    let result = Error::of_run(status, failures);
+    let code = crate::error::exit_code(&result);
     night
         .db(|| rec::finish_run(pool, run_id, status, code as i32))
         .await?;
     Ok(RunEnd {
         run_id,
-        status: status.to_string(),
-        code,
+        status,
+        result,
         stopped_by,
     })
 }
@@ -472,7 +342,8 @@ pub async fn drain(
 /// counts the attempt once, not once per resume.
 fn carried(prev: &rec::ItemRow, from: Uuid) -> ItemEnd {
     ItemEnd {
-        outcome: prev.outcome.clone().unwrap_or_default(),
+        // Always set: only items that ended are carried over.
+        outcome: prev.outcome.unwrap_or(Outcome::Error),
         reason: Some(format!(
             "{} {from}{}",
             rec::CARRIED_REASON,
@@ -509,34 +380,34 @@ async fn one_item(
     let key = &entry.item.key;
     if let Some(b) = &entry.blocked {
         return Ok(ItemEnd {
-            outcome: "blocked".into(),
             reason: Some(b.clone()),
             question: entry.contract.questions.first().cloned(),
-            ..Default::default()
+            ..ItemEnd::of(Outcome::Blocked)
         });
     }
     if !approved.contains(&entry.contract_sha) {
-        // Which of the two: the approved set held this item (by key) with
-        // another contract, or did not hold it at all.
-        let changed = night
-            .db(|| rec::item_in_contracts(pool, approved, key))
-            .await?;
-        let why = if changed {
-            "the item or the config changed after the approval (its contract is not the approved one); run `nightshift plan` and approve the new SHA"
-        } else {
-            "the item is not in the approved plan (added after it); run `nightshift plan` and approve the new SHA"
-        };
+        // Changed (same key, or a reworded item where a gone one sat) or added.
+        let held = night.db(|| rec::contract_items(pool, approved)).await?;
+        let current: Vec<crate::approval::Held> = night
+            .plan
+            .entries
+            .iter()
+            .map(|e| crate::approval::Held {
+                key: e.item.key.clone(),
+                title: e.item.title.clone(),
+            })
+            .collect();
+        let why = crate::approval::why_not_approved(&held, &current, key);
         return Ok(ItemEnd {
-            outcome: "not_approved".into(),
-            reason: Some(why.into()),
-            ..Default::default()
+            reason: Some(why.reason().into()),
+            ..ItemEnd::of(Outcome::NotApproved)
         });
     }
     let branch = slot::branch_name(&entry.item.title, key);
     // An earlier PR of this item (ledger, confirmed on GitHub). GitHub may
     // be slow or retried: `status` says so rather than a stale phase.
     night
-        .db(|| rec::set_phase(pool, run_id, "github", Some(key), None))
+        .db(|| rec::set_phase(pool, run_id, Phase::Github, Some(key), None))
         .await?;
     if let Some(end) = earlier_pr(night, run_id, entry, &branch).await? {
         return Ok(end);
@@ -551,13 +422,12 @@ async fn one_item(
             .map(|t| format!(" on {}", local(t, night.tz)))
             .unwrap_or_default();
         return Ok(ItemEnd {
-            outcome: "blocked".into(),
             reason: Some(format!(
                 "waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again",
                 &asked_in.to_string()[..8]
             )),
             question: Some(q),
-            ..Default::default()
+            ..ItemEnd::of(Outcome::Blocked)
         });
     }
     let attempts = night
@@ -566,25 +436,23 @@ async fn one_item(
     let max_attempts = night.config.limits.max_attempts as i64;
     if attempts >= max_attempts {
         return Ok(ItemEnd {
-            outcome: "blocked".into(),
             reason: Some(format!(
                 "failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts"
             )),
-            ..Default::default()
+            ..ItemEnd::of(Outcome::Blocked)
         });
     }
     if *run_cost >= night.config.limits.max_cost_usd_per_run {
         return Ok(ItemEnd {
-            outcome: "budget_exceeded".into(),
             reason: Some(format!(
                 "the run's cost cap of ${:.2} is used up",
                 night.config.limits.max_cost_usd_per_run
             )),
-            ..Default::default()
+            ..ItemEnd::of(Outcome::BudgetExceeded)
         });
     }
     night
-        .db(|| rec::set_phase(pool, run_id, "checkout", Some(key), None))
+        .db(|| rec::set_phase(pool, run_id, Phase::Checkout, Some(key), None))
         .await?;
     let item_dir = night
         .data_dir
@@ -595,12 +463,11 @@ async fn one_item(
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     if let Some(why) = night.remote_down.lock().map(|g| g.clone()).unwrap_or(None) {
         return Ok(ItemEnd {
-            outcome: "error".into(),
             reason: Some(format!(
                 "checkout failed: not tried, the remote could not be fetched earlier in this run ({why})"
             )),
             branch: Some(branch),
-            ..Default::default()
+            ..ItemEnd::of(Outcome::Error)
         });
     }
     let prepared = until_signal(night, |stop| {
@@ -620,10 +487,9 @@ async fn one_item(
         Ok(s) => s,
         Err(_) if night.cancel.is_cancelled() => {
             return Ok(ItemEnd {
-                outcome: "interrupted".into(),
                 reason: Some("stopped by a signal while the checkout was prepared".into()),
                 branch: Some(branch),
-                ..Default::default()
+                ..ItemEnd::of(Outcome::Interrupted)
             });
         }
         Err(e) => {
@@ -634,10 +500,9 @@ async fn one_item(
                 g.get_or_insert_with(|| why.lines().next().unwrap_or_default().to_string());
             }
             return Ok(ItemEnd {
-                outcome: "error".into(),
                 reason: Some(format!("checkout failed: {why}")),
                 branch: Some(branch),
-                ..Default::default()
+                ..ItemEnd::of(Outcome::Error)
             });
         }
     };
@@ -654,7 +519,7 @@ async fn one_item(
             return Err(e);
         }
     };
-    if end.outcome != "pr_opened" && end.outcome != "pr_failed" {
+    if end.outcome != Outcome::PrOpened && end.outcome != Outcome::PrFailed {
         // A failed item leaves nothing behind (SPEC §5.6).
         if let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
             end.reason = Some(format!(
@@ -694,8 +559,8 @@ async fn earlier_pr(
             match forge.find_pr(b, key, &night.config.label).await {
                 Ok(Some(pr)) => {
                     let (outcome, state) = match pr.state {
-                        PrState::Open => ("already_open", "open"),
-                        PrState::Merged => ("already_merged", "merged"),
+                        PrState::Open => (Outcome::AlreadyOpen, PrRecord::Open),
+                        PrState::Merged => (Outcome::AlreadyMerged, PrRecord::Merged),
                         PrState::Closed => continue,
                     };
                     night
@@ -715,12 +580,11 @@ async fn earlier_pr(
                         })
                         .await?;
                     return Ok(Some(ItemEnd {
-                        outcome: outcome.into(),
                         reason: Some(format!("PR #{} from an earlier run", pr.number)),
                         branch: Some(pr.head.clone()),
                         pr_number: Some(pr.number),
                         pr_url: Some(pr.url.clone()),
-                        ..Default::default()
+                        ..ItemEnd::of(outcome)
                     }));
                 }
                 Ok(None) => {}
@@ -739,7 +603,8 @@ async fn earlier_pr(
         // Pushed earlier, PR never made (it failed, or that night had no
         // GitHub access): open it now (SPEC §8), if the branch is still there.
         if let Some(r) = rows.iter().find(|r| {
-            r.state == "pr_failed" || (r.state == "planned" && branch_on_remote(night, &r.branch))
+            r.state == PrRecord::PrFailed
+                || (r.state == PrRecord::Planned && branch_on_remote(night, &r.branch))
         }) {
             let body = night
                 .db(|| rec::pr_body(pool, &night.repo_id, key, &r.branch))
@@ -748,24 +613,26 @@ async fn earlier_pr(
         }
         return Ok(None);
     }
-    if let Some(r) = rows
-        .iter()
-        .find(|r| matches!(r.state.as_str(), "open" | "merged" | "planned"))
-    {
-        if r.state == "planned" && !branch_on_remote(night, &r.branch) {
+    if let Some(r) = rows.iter().find(|r| {
+        matches!(
+            r.state,
+            PrRecord::Open | PrRecord::Merged | PrRecord::Planned
+        )
+    }) {
+        if r.state == PrRecord::Planned && !branch_on_remote(night, &r.branch) {
             // Without GitHub the ledger is all we know: a branch someone
             // deleted from the remote means the work is to be done again.
             night
-                .db(|| rec::set_pr_state(pool, &night.repo_id, key, &r.branch, "gone"))
+                .db(|| rec::set_pr_state(pool, &night.repo_id, key, &r.branch, PrRecord::Gone))
                 .await?;
             return Ok(None);
         }
-        let outcome = if r.state == "merged" {
-            "already_merged"
+        let outcome = if r.state == PrRecord::Merged {
+            Outcome::AlreadyMerged
         } else {
-            "already_open"
+            Outcome::AlreadyOpen
         };
-        let why = if r.state == "planned" {
+        let why = if r.state == PrRecord::Planned {
             format!(
                 "branch {} was pushed by an earlier run (no GitHub access to open its PR)",
                 r.branch
@@ -774,12 +641,11 @@ async fn earlier_pr(
             format!("PR #{} from an earlier run", r.number.unwrap_or(0))
         };
         return Ok(Some(ItemEnd {
-            outcome: outcome.into(),
             reason: Some(why),
             branch: Some(r.branch.clone()),
             pr_number: r.number.map(|n| n as u64),
             pr_url: r.url.clone(),
-            ..Default::default()
+            ..ItemEnd::of(outcome)
         }));
     }
     Ok(None)
@@ -849,7 +715,7 @@ async fn item_loop(
     .await?;
     // A round cut short (timeout, budget, signal, deadline) ends with the item.
     night
-        .db(|| rec::close_open_rounds(&night.pool, item_id, &end.outcome))
+        .db(|| rec::close_open_rounds(&night.pool, item_id, end.outcome))
         .await?;
     *run_cost += end.cost_usd.unwrap_or(0.0);
     file_findings(night, item_id, &findings).await?;
@@ -876,13 +742,12 @@ async fn item_rounds(
     let started = Instant::now();
     // Moved later by usage-limit sleeps, which are not the item's work time.
     let mut item_deadline = started + c.limits.item_timeout();
-    let fail = |outcome: &str, reason: String, rounds: u32, t: &Totals| ItemEnd {
-        outcome: outcome.into(),
+    let fail = |outcome: Outcome, reason: String, rounds: u32, t: &Totals| ItemEnd {
         reason: Some(reason),
         rounds,
         tokens: t.tokens,
         cost_usd: t.cost_known.then_some(t.cost),
-        ..Default::default()
+        ..ItemEnd::of(outcome)
     };
     let mut totals = Totals::default();
     let gate_spec = |timeout: Duration, dir: PathBuf| GateSpec {
@@ -896,13 +761,13 @@ async fn item_rounds(
 
     // Under `agent_user`, the checkout must be the agent's to write (SPEC §6).
     if let Some(why) = grant_checkout(night, slot).await {
-        return Ok(fail("error", why, 0, &totals));
+        return Ok(fail(Outcome::Error, why, 0, &totals));
     }
     // Setup commands, in the fresh checkout.
     let mut setup_runs: Vec<GateRun> = Vec::new();
     if !c.setup.is_empty() {
         night
-            .db(|| rec::set_phase(pool, run_id, "setup", Some(key), None))
+            .db(|| rec::set_phase(pool, run_id, Phase::Setup, Some(key), None))
             .await?;
         let runs = gate::run_all(
             "setup",
@@ -919,7 +784,7 @@ async fn item_rounds(
             Ok(runs) => {
                 if night.cancel.is_cancelled() {
                     return Ok(fail(
-                        "interrupted",
+                        Outcome::Interrupted,
                         "stopped by a signal during setup".into(),
                         0,
                         &totals,
@@ -927,7 +792,7 @@ async fn item_rounds(
                 }
                 let bad = runs.iter().find(|r| !r.passed()).expect("a failed run");
                 return Ok(fail(
-                    "error",
+                    Outcome::Error,
                     format!(
                         "setup command `{}` failed ({}): {}",
                         bad.command,
@@ -942,7 +807,7 @@ async fn item_rounds(
             }
             Err(e) => {
                 return Ok(fail(
-                    "error",
+                    Outcome::Error,
                     format!("setup could not run: {e}"),
                     0,
                     &totals,
@@ -956,12 +821,12 @@ async fn item_rounds(
     let mut feedback = String::new();
     let mut history: Vec<(String, String)> = Vec::new(); // (diff hash, failure signature)
     let mut rounds_done: Vec<RoundSummary> = Vec::new();
-    let mut last_failure: (String, String) = ("error".into(), "no round ran".into());
+    let mut last_failure: (Outcome, String) = (Outcome::Error, "no round ran".into());
     let rounds = c.limits.rounds.value;
     for n in 1..=rounds {
         if night.cancel.is_cancelled() {
             return Ok(fail(
-                "interrupted",
+                Outcome::Interrupted,
                 format!("stopped by a signal before round {n}"),
                 n - 1,
                 &totals,
@@ -969,7 +834,7 @@ async fn item_rounds(
         }
         if night.clock.now() >= night.deadline {
             return Ok(fail(
-                "deadline",
+                Outcome::Deadline,
                 format!(
                     "round {n} not started: the deadline {} passed",
                     local(night.deadline, night.tz)
@@ -980,7 +845,7 @@ async fn item_rounds(
         }
         if Instant::now() >= item_deadline {
             return Ok(fail(
-                "timed_out",
+                Outcome::TimedOut,
                 format!(
                     "the item timeout of {} was reached before round {n}",
                     config::format_duration(c.limits.item_timeout())
@@ -992,20 +857,20 @@ async fn item_rounds(
         let round_id = night.db(|| rec::start_round(pool, item_id, n)).await?;
         let round_started = Instant::now();
         night
-            .db(|| rec::set_phase(pool, run_id, "writer", Some(key), Some(n)))
+            .db(|| rec::set_phase(pool, run_id, Phase::Writer, Some(key), Some(n)))
             .await?;
         // The gate's restore and git's checkout leave files owned by the
         // runner; hand the checkout back to the agent before it writes.
         if n > 1
             && let Some(why) = grant_checkout(night, slot).await
         {
-            return Ok(fail("error", why, n - 1, &totals));
+            return Ok(fail(Outcome::Error, why, n - 1, &totals));
         }
         let before = match tokio::task::block_in_place(|| RoundStart::record(slot)) {
             Ok(b) => b,
             Err(e) => {
                 return Ok(fail(
-                    "error",
+                    Outcome::Error,
                     format!("cannot read the checkout before round {n}: {e}"),
                     n,
                     &totals,
@@ -1050,15 +915,33 @@ async fn item_rounds(
             token.as_deref(),
         ) {
             night
-                .db(|| rec::finish_round(pool, round_id, "rule_broken", None, None, Some(&why)))
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        RoundResult::Ended(Outcome::RuleBroken),
+                        None,
+                        None,
+                        Some(&why),
+                    )
+                })
                 .await?;
-            return Ok(fail("rule_broken", why, n, &totals));
+            return Ok(fail(Outcome::RuleBroken, why, n, &totals));
         }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
             night
-                .db(|| rec::finish_round(pool, round_id, "budget_exceeded", None, None, Some(&why)))
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        RoundResult::Ended(Outcome::BudgetExceeded),
+                        None,
+                        None,
+                        Some(&why),
+                    )
+                })
                 .await?;
-            return Ok(fail("budget_exceeded", why, n, &totals));
+            return Ok(fail(Outcome::BudgetExceeded, why, n, &totals));
         }
         let blocks = agent::parse_blocks(&writer.text);
         for f in blocks.findings.iter() {
@@ -1068,21 +951,29 @@ async fn item_rounds(
         }
         if let Some(q) = &blocks.question {
             night
-                .db(|| rec::finish_round(pool, round_id, "blocked", None, None, None))
+                .db(|| {
+                    rec::finish_round(
+                        pool,
+                        round_id,
+                        RoundResult::Ended(Outcome::Blocked),
+                        None,
+                        None,
+                        None,
+                    )
+                })
                 .await?;
             return Ok(ItemEnd {
-                outcome: "blocked".into(),
                 reason: Some("the writer asked a question".into()),
                 question: Some(q.clone()),
                 rounds: n,
                 tokens: totals.tokens,
                 cost_usd: totals.cost_known.then_some(totals.cost),
-                ..Default::default()
+                ..ItemEnd::of(Outcome::Blocked)
             });
         }
         // Proof of work, from git.
         night
-            .db(|| rec::set_phase(pool, run_id, "proof", Some(key), Some(n)))
+            .db(|| rec::set_phase(pool, run_id, Phase::Proof, Some(key), Some(n)))
             .await?;
         // GitHub refuses any file of 100 MiB or more: fail now, with the reason,
         // before a minute of diffing it and a gate and review that cannot lead to a push.
@@ -1095,7 +986,7 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "error",
+                        RoundResult::Ended(Outcome::Error),
                         None,
                         None,
                         Some("a file too large for GitHub"),
@@ -1103,7 +994,7 @@ async fn item_rounds(
                 })
                 .await?;
             return Ok(fail(
-                "error",
+                Outcome::Error,
                 format!(
                     "{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)",
                     size >> 20
@@ -1123,7 +1014,7 @@ async fn item_rounds(
                         rec::finish_round(
                             pool,
                             round_id,
-                            "rule_broken",
+                            RoundResult::Ended(Outcome::RuleBroken),
                             None,
                             None,
                             Some("the writer removed the checkout's .git"),
@@ -1131,7 +1022,7 @@ async fn item_rounds(
                     })
                     .await?;
                 return Ok(fail(
-                    "rule_broken",
+                    Outcome::RuleBroken,
                     "the writer removed or replaced the checkout's .git directory".into(),
                     n,
                     &totals,
@@ -1139,7 +1030,7 @@ async fn item_rounds(
             }
             Err(e) => {
                 return Ok(fail(
-                    "error",
+                    Outcome::Error,
                     format!("cannot read the proof of work from git: {e}"),
                     n,
                     &totals,
@@ -1158,14 +1049,14 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "rule_broken",
+                        RoundResult::Ended(Outcome::RuleBroken),
                         Some(&proof.diff_hash),
                         None,
                         Some(&why),
                     )
                 })
                 .await?;
-            return Ok(fail("rule_broken", why, n, &totals));
+            return Ok(fail(Outcome::RuleBroken, why, n, &totals));
         }
         // A writer that crashed (a signal, an OOM kill, a nonzero exit, an
         // error result) may have left half-done work: never gate, review or
@@ -1176,14 +1067,14 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "error",
+                        RoundResult::Ended(Outcome::Error),
                         Some(&proof.diff_hash),
                         Some("writer_failed"),
                         Some(f),
                     )
                 })
                 .await?;
-            last_failure = ("error".into(), format!("the writer failed: {f}"));
+            last_failure = (Outcome::Error, format!("the writer failed: {f}"));
             feedback = if proof.is_empty() {
                 format!("Your previous attempt failed: {f}\n")
             } else {
@@ -1194,14 +1085,14 @@ async fn item_rounds(
             rounds_done.push(RoundSummary {
                 n,
                 seconds: round_started.elapsed().as_secs(),
-                result: "error".into(),
+                result: RoundResult::Ended(Outcome::Error),
                 note: f.clone(),
                 gate: vec![],
                 verdict: None,
             });
             if no_progress(&mut history, &proof.diff_hash, "writer_failed") {
                 return Ok(fail(
-                    "no_progress",
+                    Outcome::NoProgress,
                     format!(
                         "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
                     ),
@@ -1217,7 +1108,7 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "no_changes",
+                        RoundResult::Ended(Outcome::NoChanges),
                         Some(&proof.diff_hash),
                         None,
                         None,
@@ -1235,23 +1126,22 @@ async fn item_rounds(
                 ))
             };
             return Ok(ItemEnd {
-                outcome: "no_changes".into(),
                 reason: Some(why),
                 rounds: n,
                 tokens: totals.tokens,
                 cost_usd: totals.cost_known.then_some(totals.cost),
-                ..Default::default()
+                ..ItemEnd::of(Outcome::NoChanges)
             });
         }
         // Gate, run by nightshift; what it leaves behind is not the writer's work.
         night
-            .db(|| rec::set_phase(pool, run_id, "gate", Some(key), Some(n)))
+            .db(|| rec::set_phase(pool, run_id, Phase::Gate, Some(key), Some(n)))
             .await?;
         let writer_tree = match tokio::task::block_in_place(|| slot.snapshot_tree()) {
             Ok(t) => t,
             Err(e) => {
                 return Ok(fail(
-                    "error",
+                    Outcome::Error,
                     format!("cannot snapshot the checkout before the gate: {e}"),
                     n,
                     &totals,
@@ -1274,7 +1164,7 @@ async fn item_rounds(
             Ok(g) => g,
             Err(e) => {
                 return Ok(fail(
-                    "error",
+                    Outcome::Error,
                     format!("the gate could not run: {e}"),
                     n,
                     &totals,
@@ -1286,7 +1176,7 @@ async fn item_rounds(
         }
         if let Err(e) = tokio::task::block_in_place(|| slot.restore_tree(&writer_tree)) {
             return Ok(fail(
-                "error",
+                Outcome::Error,
                 format!("cannot restore the checkout after the gate: {e}"),
                 n,
                 &totals,
@@ -1294,7 +1184,7 @@ async fn item_rounds(
         }
         if night.cancel.is_cancelled() {
             return Ok(fail(
-                "interrupted",
+                Outcome::Interrupted,
                 format!("stopped by a signal during the gate of round {n}"),
                 n,
                 &totals,
@@ -1308,7 +1198,7 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "tests_failed",
+                        RoundResult::Ended(Outcome::TestsFailed),
                         Some(&proof.diff_hash),
                         Some(&sig),
                         Some(&feedback),
@@ -1316,7 +1206,7 @@ async fn item_rounds(
                 })
                 .await?;
             last_failure = (
-                "tests_failed".into(),
+                Outcome::TestsFailed,
                 format!(
                     "`{}` failed ({}) in round {n}: {}",
                     bad.command,
@@ -1331,7 +1221,7 @@ async fn item_rounds(
             rounds_done.push(RoundSummary {
                 n,
                 seconds: round_started.elapsed().as_secs(),
-                result: "tests_failed".into(),
+                result: RoundResult::Ended(Outcome::TestsFailed),
                 note: last_line(&bad.output_tail),
                 gate: gates.clone(),
                 verdict: None,
@@ -1348,7 +1238,7 @@ async fn item_rounds(
                     format!("it printed: {said}")
                 };
                 return Ok(fail(
-                    "no_progress",
+                    Outcome::NoProgress,
                     format!(
                         "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure: `{}` {how} ({said})",
                         bad.command
@@ -1361,14 +1251,14 @@ async fn item_rounds(
         }
         // Review, read-only, verified.
         night
-            .db(|| rec::set_phase(pool, run_id, "review", Some(key), Some(n)))
+            .db(|| rec::set_phase(pool, run_id, Phase::Review, Some(key), Some(n)))
             .await?;
         let fp_before =
             match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
                 Ok(fp) => fp,
                 Err(e) => {
                     return Ok(fail(
-                        "error",
+                        Outcome::Error,
                         format!("cannot fingerprint the checkout before the review: {e}"),
                         n,
                         &totals,
@@ -1415,14 +1305,14 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "review_void",
+                        RoundResult::Ended(Outcome::ReviewVoid),
                         Some(&proof.diff_hash),
                         None,
                         Some(&why),
                     )
                 })
                 .await?;
-            return Ok(fail("review_void", why, n, &totals));
+            return Ok(fail(Outcome::ReviewVoid, why, n, &totals));
         }
         if let Some(why) = over_run_budget(night, run_cost, &totals) {
             night
@@ -1430,21 +1320,21 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "budget_exceeded",
+                        RoundResult::Ended(Outcome::BudgetExceeded),
                         Some(&proof.diff_hash),
                         None,
                         Some(&why),
                     )
                 })
                 .await?;
-            return Ok(fail("budget_exceeded", why, n, &totals));
+            return Ok(fail(Outcome::BudgetExceeded, why, n, &totals));
         }
         let fp_after =
             match tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(&slot.path)) {
                 Ok(fp) => fp,
                 Err(e) => {
                     return Ok(fail(
-                        "error",
+                        Outcome::Error,
                         format!("cannot fingerprint the checkout after the review: {e}"),
                         n,
                         &totals,
@@ -1452,7 +1342,7 @@ async fn item_rounds(
                 }
             };
         let void =
-            review::void_reason(night.config.reviewer.kind, &reviewer, &fp_before, &fp_after);
+            agent::review_void_reason(night.config.reviewer.kind, &reviewer, &fp_before, &fp_after);
         if let Some(why) = void {
             night
                 .db(|| rec::record_review(pool, round_id, "void", &[], Some(&why)))
@@ -1462,14 +1352,14 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "review_void",
+                        RoundResult::Ended(Outcome::ReviewVoid),
                         Some(&proof.diff_hash),
                         None,
                         Some(&why),
                     )
                 })
                 .await?;
-            return Ok(fail("review_void", why, n, &totals));
+            return Ok(fail(Outcome::ReviewVoid, why, n, &totals));
         }
         // A verdict from a reviewer that then failed (nonzero exit, error
         // result) is not trusted: the round is retried like any failure.
@@ -1485,25 +1375,25 @@ async fn item_rounds(
                         rec::finish_round(
                             pool,
                             round_id,
-                            "error",
+                            RoundResult::Ended(Outcome::Error),
                             Some(&proof.diff_hash),
                             Some(sig),
                             Some(&why),
                         )
                     })
                     .await?;
-                last_failure = ("error".into(), why.clone());
+                last_failure = (Outcome::Error, why.clone());
                 rounds_done.push(RoundSummary {
                     n,
                     seconds: round_started.elapsed().as_secs(),
-                    result: "error".into(),
+                    result: RoundResult::Ended(Outcome::Error),
                     note: why,
                     gate: gates.clone(),
                     verdict: None,
                 });
                 if no_progress(&mut history, &proof.diff_hash, sig) {
                     return Ok(fail(
-                        "no_progress",
+                        Outcome::NoProgress,
                         format!(
                             "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
                         ),
@@ -1548,7 +1438,7 @@ async fn item_rounds(
                     rec::finish_round(
                         pool,
                         round_id,
-                        "review_rejected",
+                        RoundResult::Ended(Outcome::ReviewRejected),
                         Some(&proof.diff_hash),
                         Some(&sig),
                         Some(&feedback),
@@ -1556,7 +1446,7 @@ async fn item_rounds(
                 })
                 .await?;
             last_failure = (
-                "review_rejected".into(),
+                Outcome::ReviewRejected,
                 format!(
                     "the reviewer requested changes in round {n}: {}",
                     verdict.findings.join("; ")
@@ -1565,14 +1455,14 @@ async fn item_rounds(
             rounds_done.push(RoundSummary {
                 n,
                 seconds: round_started.elapsed().as_secs(),
-                result: "review_rejected".into(),
+                result: RoundResult::Ended(Outcome::ReviewRejected),
                 note: verdict.findings.join("; "),
                 gate: gates.clone(),
                 verdict: Some(verdict.clone()),
             });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
                 return Ok(fail(
-                    "no_progress",
+                    Outcome::NoProgress,
                     format!(
                         "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same findings"
                     ),
@@ -1588,7 +1478,7 @@ async fn item_rounds(
                 rec::finish_round(
                     pool,
                     round_id,
-                    "approved",
+                    RoundResult::Approved,
                     Some(&proof.diff_hash),
                     None,
                     None,
@@ -1598,7 +1488,7 @@ async fn item_rounds(
         rounds_done.push(RoundSummary {
             n,
             seconds: round_started.elapsed().as_secs(),
-            result: "approved".into(),
+            result: RoundResult::Approved,
             note: String::new(),
             gate: gates.clone(),
             verdict: Some(verdict.clone()),
@@ -1616,7 +1506,7 @@ async fn item_rounds(
             Ok(Some(file)) => {
                 let file = night.redact(&file);
                 return Ok(fail(
-                    "rule_broken",
+                    Outcome::RuleBroken,
                     format!(
                         "the change writes the value of a secret (the GitHub token, the ledger URL or one of `secrets`, maybe encoded) into {file} or its name; nothing was pushed"
                     ),
@@ -1626,7 +1516,7 @@ async fn item_rounds(
             }
             Err(e) => {
                 return Ok(fail(
-                    "error",
+                    Outcome::Error,
                     format!("cannot read the change to check it for secrets: {e}"),
                     n,
                     &totals,
@@ -1649,7 +1539,7 @@ async fn item_rounds(
             findings: findings_all.clone(),
             diff,
             writer_note: agent::strip_blocks(&writer.text),
-            reviewer_note: review::prose(&reviewer.text),
+            reviewer_note: agent::strip_blocks(&reviewer.text),
             agent_notes: writer
                 .notes
                 .iter()
@@ -1662,7 +1552,7 @@ async fn item_rounds(
         };
         let body = night.redact(&report::pr_body(&evidence));
         night
-            .db(|| rec::set_phase(pool, run_id, "push", Some(key), Some(n)))
+            .db(|| rec::set_phase(pool, run_id, Phase::Push, Some(key), Some(n)))
             .await?;
         let message = format!(
             "nightshift: {}\n\nContract sha256 {}\nRun {}\n",
@@ -1670,18 +1560,28 @@ async fn item_rounds(
         );
         if night.config.tick_in_pr {
             // `tick_in_pr = true` (SPEC §3): the item PR carries its own tick.
-            if let Err((outcome, e)) = tick_own_box(&slot.path, &night.config.backlog, key) {
+            let ticked = crate::backlog::tick_in_checkout(&slot.path, &night.config.backlog, key);
+            if let Err(e) = ticked {
+                let (outcome, e) = match e {
+                    crate::backlog::TickError::Unsafe(e) => (Outcome::RuleBroken, e),
+                    crate::backlog::TickError::Io(e) => (Outcome::Error, e),
+                };
                 return Ok(fail(outcome, format!("tick_in_pr: {e}"), n, &totals));
             }
         }
         if let Err(e) = tokio::task::block_in_place(|| {
             slot.commit_all(&message, &runner_identity(), &runner_identity())
         }) {
-            return Ok(fail("error", format!("commit failed: {e}"), n, &totals));
+            return Ok(fail(
+                Outcome::Error,
+                format!("commit failed: {e}"),
+                n,
+                &totals,
+            ));
         }
         if night.cancel.is_cancelled() {
             return Ok(fail(
-                "interrupted",
+                Outcome::Interrupted,
                 "stopped by a signal before the push".into(),
                 n,
                 &totals,
@@ -1691,14 +1591,14 @@ async fn item_rounds(
         if let Err(e) = push_or_stop(night, slot, token.as_deref()).await {
             if night.cancel.is_cancelled() {
                 return Ok(fail(
-                    "interrupted",
+                    Outcome::Interrupted,
                     format!("stopped by a signal during the push of {branch}; nothing was pushed"),
                     n,
                     &totals,
                 ));
             }
             return Ok(fail(
-                "push_failed",
+                Outcome::PushFailed,
                 night.redact(&format!("push of {branch} failed: {e}")),
                 n,
                 &totals,
@@ -1716,9 +1616,9 @@ async fn item_rounds(
                     None,
                     None,
                     if night.forge.is_some() {
-                        "pr_failed"
+                        PrRecord::PrFailed
                     } else {
-                        "planned"
+                        PrRecord::Planned
                     },
                     &body,
                 )
@@ -1752,7 +1652,7 @@ async fn item_rounds(
     }
     let (outcome, reason) = last_failure;
     Ok(fail(
-        &outcome,
+        outcome,
         format!("{reason} (after {rounds} round(s), the cap)"),
         rounds,
         &totals,
@@ -1813,11 +1713,10 @@ async fn open_pr(
             .clone()
             .unwrap_or_else(|| "no GitHub access".into());
         return Ok(ItemEnd {
-            outcome: "pr_opened".into(),
             reason: Some(why),
             branch: Some(branch.into()),
             pr_body: Some(body.into()),
-            ..Default::default()
+            ..ItemEnd::of(Outcome::PrOpened)
         });
     };
     if let Some(down) = night.github_down() {
@@ -1832,12 +1731,12 @@ async fn open_pr(
                     branch,
                     None,
                     None,
-                    "pr_failed",
+                    PrRecord::PrFailed,
                     body,
                 )
             })
             .await?;
-        return Ok(ItemEnd { outcome: "pr_failed".into(), reason: Some(night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
+        return Ok(ItemEnd { reason: Some(night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR"))), branch: Some(branch.into()), pr_body: Some(body.into()), ..ItemEnd::of(Outcome::PrFailed) });
     }
     let req = crate::forge::PrRequest {
         title: title.clone(),
@@ -1853,7 +1752,7 @@ async fn open_pr(
         // the branch as `pr_failed`: the next run finds the PR if GitHub made
         // it, or opens it.
         _ = night.cancel.cancelled() => {
-            return Ok(ItemEnd { outcome: "interrupted".into(), reason: Some(format!("stopped by a signal while opening the PR of {branch} (pushed); the next run finds or opens it")), branch: Some(branch.into()), pr_body: Some(body.into()), ..Default::default() });
+            return Ok(ItemEnd { reason: Some(format!("stopped by a signal while opening the PR of {branch} (pushed); the next run finds or opens it")), branch: Some(branch.into()), pr_body: Some(body.into()), ..ItemEnd::of(Outcome::Interrupted) });
         }
     };
     match created {
@@ -1869,7 +1768,7 @@ async fn open_pr(
                         branch,
                         Some(pr.number),
                         Some(&pr.url),
-                        "open",
+                        PrRecord::Open,
                         body,
                     )
                 })
@@ -1879,7 +1778,7 @@ async fn open_pr(
                     rec::event(
                         pool,
                         Some(run_id),
-                        "pr_opened",
+                        Outcome::PrOpened.as_str(),
                         json!({"key": key, "number": pr.number, "url": pr.url}),
                     )
                 })
@@ -1893,13 +1792,12 @@ async fn open_pr(
                 ))
             });
             Ok(ItemEnd {
-                outcome: "pr_opened".into(),
                 reason,
                 branch: Some(branch.into()),
                 pr_number: Some(pr.number),
                 pr_url: Some(pr.url),
                 pr_body: Some(body.into()),
-                ..Default::default()
+                ..ItemEnd::of(Outcome::PrOpened)
             })
         }
         Err(e) => {
@@ -1917,19 +1815,18 @@ async fn open_pr(
                         branch,
                         None,
                         None,
-                        "pr_failed",
+                        PrRecord::PrFailed,
                         body,
                     )
                 })
                 .await?;
             Ok(ItemEnd {
-                outcome: "pr_failed".into(),
                 reason: Some(night.redact(&format!(
                     "branch {branch} pushed, PR not created: {e}; retried on the next run"
                 ))),
                 branch: Some(branch.into()),
                 pr_body: Some(body.into()),
-                ..Default::default()
+                ..ItemEnd::of(Outcome::PrFailed)
             })
         }
     }
@@ -1963,7 +1860,8 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
             .filter(|_| !night.cancel.is_cancelled())
         {
             let body = format!(
-                "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{title}\n"
+                "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{}\n",
+                crate::report::md_text(&title)
             );
             match forge
                 .find_or_create_issue(&title, &body, &night.config.findings_label)
@@ -2013,7 +1911,8 @@ fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Option<String> {
 async fn grant_checkout(night: &Night, slot: &Slot) -> Option<String> {
     let account = night.run_as.as_ref()?;
     let top = slot.path.clone();
-    if let Err(e) = tokio::task::block_in_place(|| hand_over(&top, account.uid, account.gid)) {
+    if let Err(e) = tokio::task::block_in_place(|| slot::hand_over(&top, account.uid, account.gid))
+    {
         return Some(format!(
             "cannot hand the checkout {} to agent_user {}: {e}",
             top.display(),
@@ -2036,75 +1935,6 @@ async fn grant_checkout(night: &Night, slot: &Slot) -> Option<String> {
         account.user,
         top.display()
     ))
-}
-
-/// The file work of [`grant_checkout`]. The walk goes through directory
-/// descriptors opened with `O_NOFOLLOW` and changes owners with
-/// `fchownat(AT_SYMLINK_NOFOLLOW)`, so a symlink an agent planted (or swapped
-/// in for a directory mid-walk) can never make root chown a file outside the
-/// checkout.
-fn hand_over(top: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let md = std::fs::symlink_metadata(top)?;
-    if md.gid() != gid {
-        std::os::unix::fs::lchown(top, None, Some(gid))?;
-    }
-    // Group-writable so the agent can create files at the top; sticky so it
-    // cannot rename or replace what it does not own there (`.git`).
-    if md.mode() & 0o1070 != 0o1070 {
-        std::fs::set_permissions(
-            top,
-            std::fs::Permissions::from_mode((md.mode() & 0o7777) | 0o1070),
-        )?;
-    }
-    let flags = nix::fcntl::OFlag::O_RDONLY
-        | nix::fcntl::OFlag::O_DIRECTORY
-        | nix::fcntl::OFlag::O_NOFOLLOW
-        | nix::fcntl::OFlag::O_CLOEXEC;
-    let dir = nix::fcntl::open(top, flags, nix::sys::stat::Mode::empty())?;
-    hand_over_dir(&dir, uid, gid, true)
-}
-
-/// Recursion of [`hand_over`] below one open directory; holds one
-/// descriptor per level of depth.
-fn hand_over_dir(dir: &std::os::fd::OwnedFd, uid: u32, gid: u32, top: bool) -> std::io::Result<()> {
-    use nix::fcntl::{AtFlags, OFlag};
-    use std::os::fd::AsRawFd;
-    // Listing through /proc reads exactly the directory the descriptor holds.
-    let mut names = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))? {
-        names.push(e?.file_name());
-    }
-    for name in names {
-        if top && name == ".git" {
-            continue;
-        }
-        let st = match nix::sys::stat::fstatat(dir, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-        {
-            Ok(st) => st,
-            Err(nix::errno::Errno::ENOENT) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        if st.st_uid != uid || st.st_gid != gid {
-            nix::unistd::fchownat(
-                dir,
-                name.as_os_str(),
-                Some(nix::unistd::Uid::from_raw(uid)),
-                Some(nix::unistd::Gid::from_raw(gid)),
-                AtFlags::AT_SYMLINK_NOFOLLOW,
-            )?;
-        }
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            let sub = nix::fcntl::openat(
-                dir,
-                name.as_os_str(),
-                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )?;
-            hand_over_dir(&sub, uid, gid, false)?;
-        }
-    }
-    Ok(())
 }
 
 fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) -> bool {
@@ -2248,13 +2078,12 @@ async fn call_agent(
         Role::Reviewer => &c.reviewer,
     };
     let agent_kind = agent_cfg.kind.to_string();
-    let stop = |outcome: &str, reason: String, t: &Totals| {
+    let stop = |outcome: Outcome, reason: String, t: &Totals| {
         Step::Stop(ItemEnd {
-            outcome: outcome.into(),
             reason: Some(reason),
             tokens: t.tokens,
             cost_usd: t.cost_known.then_some(t.cost),
-            ..Default::default()
+            ..ItemEnd::of(outcome)
         })
     };
     let mut attempt = 0u32;
@@ -2264,7 +2093,7 @@ async fn call_agent(
         let left = item_deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Ok(stop(
-                "timed_out",
+                Outcome::TimedOut,
                 format!("the item timeout was reached during round {n}"),
                 totals,
             ));
@@ -2282,6 +2111,7 @@ async fn call_agent(
             log_dir: agent::call_dir(item_dir, n, role, attempt),
             secrets: night.secrets.clone(),
             run_as: night.run_as.clone(),
+            max_output: c.max_agent_output,
         };
         let report = match agent::call(agent_cfg, &call, &night.cancel).await {
             Ok(r) => r,
@@ -2293,7 +2123,7 @@ async fn call_agent(
                     role.as_str()
                 ));
                 night.stop_systemic(&why);
-                return Ok(stop("error", why, totals));
+                return Ok(stop(Outcome::Error, why, totals));
             }
         };
         night
@@ -2315,7 +2145,7 @@ async fn call_agent(
         }
         if night.cancel.is_cancelled() {
             return Ok(stop(
-                "interrupted",
+                Outcome::Interrupted,
                 format!(
                     "stopped by a signal during the {} call of round {n}",
                     role.as_str()
@@ -2325,7 +2155,7 @@ async fn call_agent(
         }
         if totals.tokens > caps.max_tokens.value {
             return Ok(stop(
-                "budget_exceeded",
+                Outcome::BudgetExceeded,
                 format!(
                     "{} tokens used, above the cap of {}",
                     totals.tokens, caps.max_tokens.value
@@ -2335,7 +2165,7 @@ async fn call_agent(
         }
         if totals.cost_known && totals.cost > caps.max_cost_usd.value {
             return Ok(stop(
-                "budget_exceeded",
+                Outcome::BudgetExceeded,
                 format!(
                     "${:.2} spent, above the item cap of ${:.2}",
                     totals.cost, caps.max_cost_usd.value
@@ -2360,7 +2190,7 @@ async fn call_agent(
                             .unwrap_or_else(|| "an unknown time".into());
                         night.db(|| rec::event(pool, Some(run_id), "usage_limit_after_deadline", serde_json::json!({"agent": agent_cfg.kind.to_string(), "resets_at": reading.resets_at, "message": night.redact(&reading.message)}))).await?;
                         return Ok(stop(
-                            "deadline",
+                            Outcome::Deadline,
                             format!(
                                 "the {} agent's usage limit resets at {reset}, after the deadline {}",
                                 role.as_str(),
@@ -2376,7 +2206,7 @@ async fn call_agent(
                                 run_id,
                                 Some(item_id),
                                 &agent_kind,
-                                "usage_limit",
+                                LimitKind::UsageLimit.as_str(),
                                 &message,
                                 now,
                                 until,
@@ -2400,13 +2230,13 @@ async fn call_agent(
                     *item_deadline += slept_from.elapsed();
                     if slept == schedule::SleepOutcome::Cancelled {
                         return Ok(stop(
-                            "interrupted",
+                            Outcome::Interrupted,
                             "stopped by a signal while sleeping at a usage limit".into(),
                             totals,
                         ));
                     }
                     night
-                        .db(|| rec::set_phase(pool, run_id, role.as_str(), Some(key), Some(n)))
+                        .db(|| rec::set_phase(pool, run_id, role.phase(), Some(key), Some(n)))
                         .await?;
                     continue;
                 }
@@ -2423,7 +2253,7 @@ async fn call_agent(
                                 run_id,
                                 Some(item_id),
                                 &agent_kind,
-                                "transient",
+                                LimitKind::Transient.as_str(),
                                 &message,
                                 now,
                                 until,
@@ -2441,7 +2271,7 @@ async fn call_agent(
                         == schedule::SleepOutcome::Cancelled
                     {
                         return Ok(stop(
-                            "interrupted",
+                            Outcome::Interrupted,
                             "stopped by a signal while waiting out throttling".into(),
                             totals,
                         ));
@@ -2453,7 +2283,7 @@ async fn call_agent(
         }
         if report.outcome.timed_out {
             return Ok(stop(
-                "timed_out",
+                Outcome::TimedOut,
                 format!(
                     "the {} call of round {n} was killed after {}",
                     role.as_str(),
@@ -2525,7 +2355,7 @@ impl Night {
                 None
             };
             if let Some(why) = give_up {
-                return Err(Error::failure(format!(
+                return Err(Error::failed(format!(
                     "ledger: the database stopped answering ({}) and {why} while the run waited for it; {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run",
                     outage_text(&last),
                     self.db_source.describe()
@@ -2628,10 +2458,11 @@ impl Night {
                     .map(|h| h.to_string())
                     .unwrap_or_else(|| "another process".into())
             ))),
-            Err(e) => Err(Error::failure(format!(
-                "ledger: taking the lock of {} again: {e}",
-                self.repo.display()
-            ))),
+            Err(e) => Err(Error::Ledger {
+                detail: format!("taking the lock of {} again: {e}", self.repo.display()),
+                outage: false,
+                source: None,
+            }),
         }
     }
 
@@ -2678,60 +2509,6 @@ fn outage_text(e: &sqlx::Error) -> String {
         sqlx::Error::Database(db) => db.message().to_string(),
         e => e.to_string(),
     }
-}
-
-/// Ticks the item `key` in the checkout's backlog, byte-exactly (`[ ]` →
-/// `[x]`; the PR number is not known before the PR exists, so no note). A
-/// backlog not on the base branch, or an item not open there (edited on the
-/// base since), is left alone: the work is not lost for want of a tick.
-fn tick_own_box(
-    checkout: &Path,
-    backlog_rel: &str,
-    key: &str,
-) -> Result<(), (&'static str, String)> {
-    let file = checkout.join(backlog_rel);
-    // The writer may have swapped the backlog (or a directory on its path)
-    // for a symbolic link: writing through it would edit a file outside the
-    // checkout, with nightshift's rights.
-    let mut at = checkout.to_path_buf();
-    for part in Path::new(backlog_rel).components() {
-        at.push(part);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err((
-                    "rule_broken",
-                    format!(
-                        "{} is a symbolic link in the checkout; nightshift does not tick the backlog through it",
-                        at.strip_prefix(checkout).unwrap_or(&at).display()
-                    ),
-                ));
-            }
-            Ok(m) if at == file && !m.is_file() => {
-                return Err((
-                    "rule_broken",
-                    format!("{backlog_rel} is not a regular file in the checkout"),
-                ));
-            }
-            _ => {}
-        }
-    }
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::warn!(
-                backlog = backlog_rel,
-                "tick_in_pr: the backlog is not on the base branch; nothing to tick"
-            );
-            return Ok(());
-        }
-        Err(e) => return Err(("error", format!("{}: {e}", file.display()))),
-    };
-    let bl = crate::backlog::parse(Path::new(backlog_rel), &text);
-    let Some(item) = bl.items.iter().find(|i| i.key == key && !i.done) else {
-        return Ok(());
-    };
-    let new = crate::backlog::tick(&text, item, "").map_err(|e| ("error", e.to_string()))?;
-    std::fs::write(&file, new).map_err(|e| ("error", format!("{}: {e}", file.display())))
 }
 
 /// The runner is the committer of every item commit (SPEC §5.6).

@@ -1,6 +1,7 @@
 //! Secrets: a newtype that never prints its value, a redactor that masks known
 //! secret values in child output (also when a value is split across reads or
-//! lines, or printed base64-, hex- or percent-encoded), the process-wide set of
+//! lines, or printed base64-, hex- or percent-encoded, or with some or all of
+//! its bytes written as `%XX`, `\uXXXX` or `\xXX` escapes), the process-wide set of
 //! the secret values nightshift holds ([`remember`], [`known`]), and the
 //! start-up scrub of the token variables from nightshift's own environment
 //! (SPEC §6).
@@ -28,6 +29,11 @@ pub const MIN_SECRET_LEN: usize = 6;
 /// when it is at least this long: the base64 of a short value at an odd
 /// alignment leaves few characters of its own.
 const MIN_FORM_LEN: usize = 8;
+
+/// The most bytes one decoded byte is written with in the searched text
+/// (`\u00XX`, see [`Decoded`]): a stream holds back this many times the
+/// longest form, so an escaped secret is seen whole.
+const MAX_ESCAPE_LEN: usize = 6;
 
 /// A line break and the blanks around it that a [`StreamRedactor`] holds back
 /// at most, when a stream ends in one: a secret cut by more blank space than
@@ -88,7 +94,12 @@ impl fmt::Display for Secret {
 /// A value is also found when a line break cuts it: the text is searched
 /// with every line break and the blanks around it (a real `\n` or `\r`, or
 /// the `\n`/`\r` escapes of JSON output) taken out, and each piece of a cut
-/// value is masked while the breaks stay. Overlapping values are matched
+/// value is masked while the breaks stay. A value is also found with any of
+/// its bytes (some or all, upper- or lower-case hex) written as a
+/// percent-escape `%XX`, a JSON `\uXXXX` or `\/` `\"` `\\` escape, or a
+/// `\xXX` escape: the text is searched a second time with those escapes
+/// decoded ([`Decoded`]), and a match there masks the escapes it came from.
+/// Overlapping values are matched
 /// leftmost-longest, so a secret that contains another is masked whole.
 /// Cheap to clone (the automaton is shared).
 #[derive(Clone, Default)]
@@ -100,6 +111,49 @@ struct Inner {
     matcher: AhoCorasick,
     /// Length in bytes of the longest pattern (line breaks taken out).
     max_len: usize,
+}
+
+impl Inner {
+    /// The spans `[start, end)` of `text` (a [`Squeezed`] text) that hold a
+    /// secret as is or escaped, sorted and merged where they overlap; a
+    /// span is listed only when it starts before `boundary`.
+    fn spans(&self, text: &[u8], boundary: usize) -> Vec<(usize, usize)> {
+        let mut spans: Vec<(usize, usize)> = self
+            .matcher
+            .find_iter(text)
+            .map(|m| (m.start(), m.end()))
+            .take_while(|&(start, _)| start < boundary)
+            .collect();
+        for plus_is_space in [false, true] {
+            let Some(decoded) = Decoded::new(text, plus_is_space) else {
+                break;
+            };
+            spans.extend(
+                self.matcher
+                    .find_iter(&decoded.text)
+                    .map(|m| decoded.source(m.start(), m.end()))
+                    .filter(|&(start, _)| start < boundary),
+            );
+        }
+        spans.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(spans.len());
+        for (start, end) in spans {
+            match merged.last_mut() {
+                Some(last) if start < last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
+    }
+
+    /// Whether `text` (a [`Squeezed`] text) holds a secret as is or escaped.
+    fn finds_in(&self, text: &[u8]) -> bool {
+        self.matcher.is_match(text)
+            || [false, true].into_iter().any(|plus_is_space| {
+                Decoded::new(text, plus_is_space)
+                    .is_some_and(|decoded| self.matcher.is_match(&decoded.text))
+            })
+    }
 }
 
 impl fmt::Debug for Redactor {
@@ -183,8 +237,8 @@ impl Redactor {
         let sq = Squeezed::new(bytes);
         let mut out = Vec::with_capacity(bytes.len());
         let mut pos = 0;
-        for m in inner.matcher.find_iter(&sq.text) {
-            pos = sq.mask(bytes, m.start(), m.end(), pos, &mut out);
+        for (start, end) in inner.spans(&sq.text, usize::MAX) {
+            pos = sq.mask(bytes, start, end, pos, &mut out);
         }
         out.extend_from_slice(&bytes[pos..]);
         out
@@ -195,7 +249,7 @@ impl Redactor {
     pub fn finds_in(&self, bytes: &[u8]) -> bool {
         match self.inner.as_deref() {
             None => false,
-            Some(inner) => inner.matcher.is_match(&Squeezed::new(bytes).text),
+            Some(inner) => inner.finds_in(&Squeezed::new(bytes).text),
         }
     }
 
@@ -403,6 +457,83 @@ impl Squeezed {
     }
 }
 
+/// A text with its escapes decoded, and where each decoded byte came from:
+/// `%XX` (percent-encoding, either case of hex digit), `\uXXXX` (JSON,
+/// JavaScript; a surrogate is left as it is), `\xXX` (C, Python, shell),
+/// `\/`, `\"` and `\\` (JSON), and, when asked, `+` for a space (HTML
+/// forms, searched apart because `+` is also itself). Any mix of escaped
+/// and plain bytes decodes to the plain value, so a secret with some or all
+/// bytes escaped is found by searching the decoded text for it.
+struct Decoded {
+    /// The decoded text.
+    text: Vec<u8>,
+    /// For each byte of `text`, the span `[start, end)` of the source it came
+    /// from.
+    spans: Vec<(usize, usize)>,
+}
+
+impl Decoded {
+    /// `None` when decoding changes nothing (no escape, and no `+` when
+    /// `plus_is_space`): the search there would find what it found before.
+    fn new(source: &[u8], plus_is_space: bool) -> Option<Decoded> {
+        let escapes = source.iter().any(|&b| b == b'%' || b == b'\\');
+        if !(escapes || plus_is_space && source.contains(&b'+')) {
+            return None;
+        }
+        let mut text = Vec::with_capacity(source.len());
+        let mut spans = Vec::with_capacity(source.len());
+        let mut decoded_any = false;
+        let mut i = 0;
+        while i < source.len() {
+            if !matches!(source[i], b'%' | b'\\' | b'+') {
+                text.push(source[i]);
+                spans.push((i, i + 1));
+                i += 1;
+                continue;
+            }
+            let (bytes, len) = match unescape(&source[i..]) {
+                Some(escape) => escape,
+                None if plus_is_space && source[i] == b'+' => (vec![b' '], 1),
+                None => (vec![source[i]], 1),
+            };
+            decoded_any |= len > 1 || bytes[..] != source[i..i + 1];
+            for b in bytes {
+                text.push(b);
+                spans.push((i, i + len));
+            }
+            i += len;
+        }
+        decoded_any.then_some(Decoded { text, spans })
+    }
+
+    /// The source span of the decoded match `[start, end)` (`start < end`).
+    fn source(&self, start: usize, end: usize) -> (usize, usize) {
+        (self.spans[start].0, self.spans[end - 1].1)
+    }
+}
+
+/// The bytes the escape at the start of `s` stands for and its length, or
+/// `None` when `s` does not start with one (see [`Decoded`]).
+fn unescape(s: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let hex_at = |from: usize, digits: usize| -> Option<u32> {
+        let part = s.get(from..from + digits)?;
+        if !part.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        u32::from_str_radix(std::str::from_utf8(part).ok()?, 16).ok()
+    };
+    match (s.first()?, s.get(1)) {
+        (b'%', _) => Some((vec![hex_at(1, 2)? as u8], 3)),
+        (b'\\', Some(b'x')) => Some((vec![hex_at(2, 2)? as u8], 4)),
+        (b'\\', Some(b'u')) => {
+            let c = char::from_u32(hex_at(2, 4)?)?;
+            Some((c.to_string().into_bytes(), 6))
+        }
+        (b'\\', Some(&c @ (b'/' | b'"' | b'\\'))) => Some((vec![c], 2)),
+        _ => None,
+    }
+}
+
 /// The blank run starting at `i`: its end (`i` when there is none) and
 /// whether it holds a line break.
 fn blank_run(bytes: &[u8], i: usize) -> (usize, bool) {
@@ -513,7 +644,8 @@ pub fn is_weak_password(p: &str) -> bool {
 ///
 /// A secret split across two chunks, or across a line break that arrives
 /// in another chunk, is still masked: `push` holds back what could be the
-/// start of a secret (at most the longest form − 1 bytes, plus the line
+/// start of a secret (at most [`MAX_ESCAPE_LEN`] times the longest form − 1
+/// bytes, so a fully escaped one is seen whole, plus the line
 /// breaks among them, plus a trailing blank run of up to
 /// 64 KiB) and emits it with the next chunk or at
 /// [`StreamRedactor::finish`]. With no secrets it holds back nothing.
@@ -540,14 +672,12 @@ impl StreamRedactor {
         // A match that starts before `boundary` (in the squeezed text) fits
         // entirely in what arrived, so the automaton has seen all of it; one
         // starting at or after it may still grow with the next chunk.
-        let boundary = sq.text.len().saturating_sub(inner.max_len - 1);
+        let hold = inner.max_len * MAX_ESCAPE_LEN;
+        let boundary = sq.text.len().saturating_sub(hold - 1);
         let mut out = Vec::with_capacity(data.len());
         let mut pos = 0;
-        for m in inner.matcher.find_iter(&sq.text) {
-            if m.start() >= boundary {
-                break;
-            }
-            pos = sq.mask(&data, m.start(), m.end(), pos, &mut out);
+        for (start, end) in inner.spans(&sq.text, boundary) {
+            pos = sq.mask(&data, start, end, pos, &mut out);
         }
         // What is held back: from the boundary on, and any blank run at the
         // end (the next chunk may make it a line break inside a secret).
@@ -565,7 +695,7 @@ impl StreamRedactor {
         }
         let keep_from = keep_from
             .max(pos)
-            .max(data.len().saturating_sub(inner.max_len + MAX_HELD_BLANKS));
+            .max(data.len().saturating_sub(hold + MAX_HELD_BLANKS));
         out.extend_from_slice(&data[pos.min(keep_from)..keep_from]);
         self.pending = data[keep_from..].to_vec();
         out
@@ -678,12 +808,13 @@ pub fn scrub_own_env(extra: &[&str]) -> Vec<(String, Secret)> {
         let Some(value) = std::env::var_os(name) else {
             continue;
         };
-        // SAFETY (for the three unsafe calls below): the environment is
-        // unsafe to touch in edition 2024 only because another thread could
-        // read or write it at the same time. The assertion above proved this
-        // process has exactly one thread, and only this thread could start
-        // another, so nothing runs concurrently.
+        // SAFETY: the environment is unsafe to touch in edition 2024 only
+        // because another thread could read or write it at the same time.
+        // The assertion above proved this process has exactly one thread,
+        // and only this thread could start another, so nothing runs
+        // concurrently.
         let entries = unsafe { environ_entries(name) };
+        // SAFETY: as above, one thread.
         unsafe { std::env::remove_var(name) };
         for (ptr, len) in entries {
             let addr = ptr as usize;
@@ -693,8 +824,9 @@ pub fn scrub_own_env(extra: &[&str]) -> Vec<(String, Secret)> {
                 .as_ref()
                 .is_some_and(|block| block.contains(&addr) && addr + len <= block.end)
             {
-                // The entry is no longer referenced by `environ` (removed just
-                // above) and lies in our own writable stack memory.
+                // SAFETY: the entry is no longer referenced by `environ`
+                // (removed just above) and lies in our own writable stack
+                // memory.
                 unsafe { std::ptr::write_bytes(ptr, 0, len) };
             }
         }
@@ -816,11 +948,12 @@ mod tests {
 
     #[test]
     fn stream_holds_back_less_than_the_longest_form() {
-        // Hex is the longest form of this value: 20 bytes.
+        // Hex is the longest form of this value: 20 bytes, which escaped
+        // bytes can make six times as long.
         let redactor = Redactor::new(["0123456789"]);
         let mut stream = redactor.stream();
-        let out = stream.push(&[b'a'; 40]);
-        assert_eq!(out.len(), 40 - 19);
+        let out = stream.push(&[b'a'; 140]);
+        assert_eq!(out.len(), 140 - 119);
         let out = stream.push(b"012345678");
         assert_eq!(
             out.len(),
@@ -830,7 +963,10 @@ mod tests {
         // A match is let out once nothing longer could start where it does.
         let out = stream.push(b"9!");
         assert_eq!(String::from_utf8_lossy(&out), "aa");
-        assert_eq!(String::from_utf8_lossy(&stream.finish()), "aaaaaaaa****!");
+        assert_eq!(
+            String::from_utf8_lossy(&stream.finish()),
+            format!("{}****!", "a".repeat(108))
+        );
     }
 
     /// The encodings an agent reaches for: base64 alone or inside a longer
@@ -870,6 +1006,66 @@ mod tests {
             redactor.redact("ghp_ plain words 0123"),
             "ghp_ plain words 0123"
         );
+    }
+
+    /// A value with every byte, or only some, written as an escape (`%XX`
+    /// in either case, `\uXXXX`, `\xXX`), alone or inside other text, is
+    /// masked whole and found by the change check.
+    #[test]
+    fn escaped_bytes_are_masked_all_or_some() {
+        let token = "can_Escape/Token+9";
+        let redactor = Redactor::new([token, "a b/c d e"]);
+        let every = |f: fn(u8) -> String| token.bytes().map(f).collect::<String>();
+        for text in [
+            every(|b| format!("%{b:02X}")),
+            every(|b| format!("%{b:02x}")),
+            every(|b| format!("\\u{:04x}", b)),
+            every(|b| format!("\\x{b:02x}")),
+            "c%61n_Esc%61pe%2FToken%2b9".into(),
+            "%63an_Escape/Token+9".into(),
+            "can\\u005fEscape\\/Token+9".into(),
+            "a+b%2Fc+d+e".into(),
+        ] {
+            let wrapped = format!("url=https://h/?q={text}&next=1");
+            let out = redactor.redact(&wrapped);
+            assert_eq!(out, "url=https://h/?q=****&next=1", "{text}");
+            assert!(redactor.finds_in(text.as_bytes()), "{text}");
+            assert!(!redactor.finds_in(out.as_bytes()), "{text} -> {out}");
+        }
+        // Escapes of other bytes are left as they are.
+        assert_eq!(redactor.redact("100%25 \\u0041 %zz"), "100%25 \\u0041 %zz");
+    }
+
+    proptest::proptest! {
+        /// Any mix of plain and escaped bytes of a secret, inside any text
+        /// and through a stream cut anywhere, is masked.
+        #[test]
+        fn any_mix_of_escaped_bytes_is_masked(
+            secret in "[!-~]{6,24}",
+            ways in proptest::collection::vec(0u8..5, 24),
+            before in "[ -~]{0,12}",
+            after in "[ -~]{0,12}",
+            cut in 0usize..200,
+        ) {
+            let mixed: String = secret
+                .bytes()
+                .zip(ways)
+                .map(|(b, way)| match way {
+                    0 => (b as char).to_string(),
+                    1 => format!("%{b:02X}"),
+                    2 => format!("%{b:02x}"),
+                    3 => format!("\\u{:04X}", b),
+                    _ => format!("\\x{b:02x}"),
+                })
+                .collect();
+            let redactor = Redactor::new([secret.as_str()]);
+            let text = format!("{before}{mixed}{after}");
+            let out = redactor.redact_bytes(text.as_bytes());
+            proptest::prop_assert!(!redactor.finds_in(&out), "{} -> {}", text, String::from_utf8_lossy(&out));
+            let cut = cut.min(text.len());
+            let streamed = stream_in_three(&redactor, text.as_bytes(), cut / 2, cut);
+            proptest::prop_assert_eq!(streamed, out);
+        }
     }
 
     /// A value cut by a line break (real, CRLF, indented, or a JSON `\n`

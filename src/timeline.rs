@@ -18,6 +18,8 @@ use chrono_tz::Tz;
 use sqlx::{FromRow, PgPool};
 use uuid::Uuid;
 
+use crate::outcome::Outcome;
+
 /// The phase a bar segment shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Segment {
@@ -74,8 +76,8 @@ pub struct ItemLine {
     pub item_index: i32,
     /// Title from the backlog.
     pub title: String,
-    /// Outcome word (`None` while running).
-    pub outcome: Option<String>,
+    /// Outcome (`None` while running).
+    pub outcome: Option<Outcome>,
     /// Why it ended so (failures, blocked, …).
     pub reason: Option<String>,
     /// The PR, once opened.
@@ -288,8 +290,8 @@ fn round_bar(
 /// end to the item's end.
 fn push_span(item: &ItemLine, rounds: &[RoundFacts]) -> Option<(i32, Span)> {
     let shipped = matches!(
-        item.outcome.as_deref(),
-        Some("pr_opened" | "pr_failed" | "push_failed")
+        item.outcome,
+        Some(Outcome::PrOpened | Outcome::PrFailed | Outcome::PushFailed)
     );
     let end = item.ended_at?;
     let last = rounds
@@ -423,25 +425,6 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 }
 @media print{body{padding:0}svg{border:0}a{color:inherit}}
 ";
-
-/// Outcomes that do not fail a run (docs/loop.md#outcomes).
-fn is_failure(outcome: Option<&str>) -> bool {
-    !matches!(
-        outcome,
-        None | Some(
-            "pr_opened"
-                | "already_open"
-                | "already_merged"
-                | "no_changes"
-                | "blocked"
-                | "not_approved"
-                | "deadline"
-                | "review_queue_full"
-                | "pr_updated"
-                | "pr_left_alone"
-        )
-    )
-}
 
 impl Timeline {
     /// The whole page: header, timeline, legend, items.
@@ -613,7 +596,7 @@ impl Timeline {
             "<table><thead><tr><th>#</th><th>item</th><th>outcome</th><th>PR</th><th>rounds</th><th>time</th><th>tokens</th><th>cost</th></tr></thead><tbody>",
         );
         for i in &self.items {
-            let failed = is_failure(i.outcome.as_deref());
+            let failed = i.outcome.is_some_and(Outcome::fails_run);
             let pr = match (&i.pr_url, i.pr_number) {
                 (Some(url), n) => format!(
                     "<a href=\"{}\">{}</a>",
@@ -625,7 +608,7 @@ impl Timeline {
             let secs = i
                 .ended_at
                 .map_or(0, |e| (e - i.started_at).num_seconds().max(0));
-            let reason = match (&i.reason, failed || i.outcome.as_deref() == Some("blocked")) {
+            let reason = match (&i.reason, failed || i.outcome == Some(Outcome::Blocked)) {
                 (Some(r), true) => format!("<div class=\"reason\">{}</div>", esc(r)),
                 _ => String::new(),
             };
@@ -637,7 +620,7 @@ impl Timeline {
                  <td class=\"num\" data-label=\"tokens\">{}</td><td class=\"num\" data-label=\"cost\">{}</td></tr>",
                 i.item_index,
                 esc(&i.title),
-                esc(i.outcome.as_deref().unwrap_or("running")),
+                i.outcome.map_or("running", Outcome::as_str),
                 i.rounds,
                 crate::timeline::minutes(secs),
                 i.tokens,

@@ -1,16 +1,39 @@
 #!/usr/bin/env bash
 # The full test suite, as the README's Quick start and CI run it.
-# It installs or starts what the tests need:
+# First it checks formatting (cargo fmt --check) and lints (cargo clippy
+# --all-targets -D warnings, with the [lints] of Cargo.toml): either failing
+# fails the run before the long test build.
+# Then it installs or starts what the tests need:
 #   - the PostgreSQL server binaries (initdb, pg_ctl), for the embedded-cluster tests;
-#   - the pinned Claude Code CLI (npm) under target/agent-clis/, for tests/agent_claude.rs;
+#   - the pinned Claude Code CLI (npm) under target/agent-clis/, for the agent_claude tests;
 #   - a PostgreSQL server for the ledger tests: $DATABASE_URL if set, else the
 #     local server on 127.0.0.1:5432, else a private throwaway cluster it starts;
 #   - the real Codex CLI (npm @openai/codex, pinned) under target/agent-clis-codex/;
 #   - Chromium (Debian's package), for the HTML report's browser test;
-# then runs every test with cargo.
+# then runs every test with cargo (the library's unit tests and the one
+# integration-test binary, tests/it/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# CI builds once: incremental data would only take disk.
+[ "${CI:-}" = true ] && export CARGO_INCREMENTAL=0
+
+for tool in fmt clippy; do
+  if ! cargo "$tool" --version >/dev/null 2>&1; then
+    echo "tests/run.sh needs cargo $tool: rustup component add rustfmt clippy" >&2
+    exit 2
+  fi
+done
+echo "== cargo fmt --check"
+if ! cargo fmt --check; then
+  echo "tests/run.sh: the code is not formatted as rustfmt would (diff above): run 'cargo fmt' and commit the result" >&2
+  exit 1
+fi
+echo "== cargo clippy --all-targets -- -D warnings"
+if ! cargo clippy --all-targets -- -D warnings; then
+  echo "tests/run.sh: clippy or the compiler warns (above; the lints are set in Cargo.toml [lints]): fix the code, or argue for a lint change in Cargo.toml" >&2
+  exit 1
+fi
 
 have_pg_bins() {
   { command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ]; } || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
@@ -52,7 +75,7 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 echo "== tests use $DATABASE_URL"
 
-# The real Claude Code CLI for tests/agent_claude.rs, pinned in
+# The real Claude Code CLI for the agent_claude tests, pinned in
 # tests/fakes/claude-code.version, installed once under target/agent-clis/
 # (the tests look for it there; they run it offline against a local fake API).
 claude_version=$(tr -d '[:space:]' < tests/fakes/claude-code.version)
@@ -72,7 +95,7 @@ if [ ! -x "$clis/node_modules/.bin/claude" ] || ! grep -qs "\"version\": \"$clau
   flock "$clis.lock" npm install --no-audit --no-fund --prefix "$clis" "@anthropic-ai/claude-code@$claude_version" >/dev/null
 fi
 
-# --- codex: the real Codex CLI for tests/agent_codex.rs (npm @openai/codex, pinned) ---
+# --- codex: the real Codex CLI for the agent_codex tests (npm @openai/codex, pinned) ---
 # Installed once into target/agent-clis-codex/; the tests find it there (or
 # install it themselves with the same command under a file lock).
 codex_version=0.169.0
@@ -91,7 +114,7 @@ echo "== codex CLI: $("$codex_prefix/node_modules/.bin/codex" --version)"
 # --- end codex ---
 
 # Chromium (Debian's package) for the HTML report's browser test in
-# tests/morning.rs: the page is loaded headless, offline.
+# tests/it/morning.rs: the page is loaded headless, offline.
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing Chromium (apt-get install chromium)"
@@ -104,7 +127,6 @@ fi
 
 # A clean build of every test target takes about 2.5 GB under target/
 # (less with CARGO_INCREMENTAL=0, which CI sets: it builds once).
-[ "${CI:-}" = true ] && export CARGO_INCREMENTAL=0
 mkdir -p target
 free_mb=$(df -Pm target | awk 'NR==2 {print $4}')
 if [ -n "$free_mb" ] && [ "$free_mb" -lt 3072 ]; then

@@ -686,7 +686,7 @@ impl StreamState {
             return Some(format!("timed out after {}s{retries}", timeout.as_secs()));
         }
         if outcome.cancelled && !ended_after_result {
-            return Some("interrupted".into());
+            return Some(crate::outcome::Outcome::Interrupted.to_string());
         }
         let denied = match self.denied_tools.as_slice() {
             [] => String::new(),
@@ -861,7 +861,11 @@ pub async fn run(
     let st = state.lock().expect("stream state").clone();
     let text = st.final_text();
     let limit = st.limit(&outcome.stderr_tail, tz);
-    let failure = st.failure(&outcome, call.timeout, ended_after_result);
+    let failure = if outcome.output_capped {
+        Some(super::over_output_cap(call))
+    } else {
+        st.failure(&outcome, call.timeout, ended_after_result)
+    };
     let verdict = match call.role {
         Role::Reviewer => st.verdict(),
         Role::Writer => None,
@@ -1412,7 +1416,7 @@ mod tests {
         // A cancellation from outside is an interruption, result or not.
         assert_eq!(
             st.failure(&o, MINUTE, false).as_deref(),
-            Some("interrupted")
+            Some(crate::outcome::Outcome::Interrupted.as_str())
         );
     }
 

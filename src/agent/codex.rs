@@ -80,41 +80,7 @@ pub fn argv(agent: &AgentConfig, role: Role, schema: Option<&Path>) -> Vec<Strin
     v
 }
 
-/// The first argument of a configured codex `command` that would fight the
-/// flags nightshift sets itself (`--json`, the sandbox, the reviewer's output
-/// schema) or lift the sandbox (`--dangerously-bypass-approvals-and-sandbox`,
-/// a `-c sandbox_mode=…` override), if any. The config rejects such a
-/// command (SPEC §6: the reviewer is read-only by construction).
-pub fn conflicting_argument(command: &[String]) -> Option<String> {
-    const OWNED: &[&str] = &[
-        "--json",
-        "--sandbox",
-        "-s",
-        "--output-schema",
-        "--dangerously-bypass-approvals-and-sandbox",
-        "--yolo",
-        "--full-auto",
-    ];
-    let mut config_value = false;
-    for a in command.iter().skip(1) {
-        if config_value {
-            config_value = false;
-            if a.trim_start().starts_with("sandbox_mode") {
-                return Some(a.clone());
-            }
-            continue;
-        }
-        if a == "-c" || a == "--config" {
-            config_value = true;
-            continue;
-        }
-        let name = a.split('=').next().unwrap_or(a);
-        if OWNED.contains(&name) || (a.starts_with("-s") && !a.starts_with("--") && a.len() > 2) {
-            return Some(a.clone());
-        }
-    }
-    None
-}
+pub use crate::config::codex_conflicting_argument as conflicting_argument;
 
 /// Whether the configured argv already holds the `exec` subcommand: an
 /// `exec` argument that is not the value of a preceding option.
@@ -591,7 +557,11 @@ pub async fn run(
     })?;
     let st = state.lock().expect("codex stream state").clone();
 
-    let failure = st.call_failure(&outcome, call.timeout, ended_after_turn);
+    let failure = if outcome.output_capped {
+        Some(super::over_output_cap(call))
+    } else {
+        st.call_failure(&outcome, call.timeout, ended_after_turn)
+    };
     // A limit counts only for a call that failed: a completed turn's stderr
     // may carry retried 429s that did not stop it. stderr holds codex's raw
     // 429 body (`resets_at`) when its log level prints it.
@@ -660,7 +630,7 @@ impl StreamState {
             return Some(format!("timed out after {}s{why}", timeout.as_secs()));
         }
         if outcome.cancelled && !ended_after_turn {
-            return Some("interrupted".into());
+            return Some(crate::outcome::Outcome::Interrupted.to_string());
         }
         if self.thread_id.is_none() && self.turns_started == 0 && outcome.exit_code != Some(0) {
             // It never started a session: a usage error (unknown flag, bad
@@ -1224,7 +1194,7 @@ mod tests {
         assert_eq!(done.call_failure(&ended, MINUTE, true), None);
         assert_eq!(
             done.call_failure(&ended, MINUTE, false).as_deref(),
-            Some("interrupted")
+            Some(crate::outcome::Outcome::Interrupted.as_str())
         );
         // Killed mid-turn: the stream says the turn never ended, the exit says how.
         let mid = feed_all(

@@ -92,10 +92,12 @@ pub async fn run(
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
     };
-    let failure = if outcome.timed_out {
+    let failure = if outcome.output_capped {
+        Some(super::over_output_cap(call))
+    } else if outcome.timed_out {
         Some(format!("timed out after {}s", call.timeout.as_secs()))
     } else if outcome.cancelled {
-        Some("interrupted".to_string())
+        Some(crate::outcome::Outcome::Interrupted.to_string())
     } else if outcome.exit_code != Some(0) {
         Some(
             match last_line(&outcome.stderr_tail).or_else(|| last_line(&text)) {
@@ -109,7 +111,9 @@ pub async fn run(
         None
     };
     let claimed_files = parse_blocks(&text).files;
-    let usage = std::fs::read_to_string(&usage_file)
+    // The agent writes this file: a FIFO or a link to a device there must
+    // not block the runner.
+    let usage = crate::file::read_regular_text(&usage_file, crate::file::MAX_TEXT_BYTES)
         .ok()
         .and_then(|t| parse_usage(&t, true))
         .or_else(|| text.lines().rev().find_map(|l| parse_usage(l, false)))
@@ -417,6 +421,7 @@ mod usage_tests {
             log_dir: dir.path().join("logs"),
             secrets: vec![],
             run_as: None,
+            max_output: crate::config::DEFAULT_MAX_AGENT_OUTPUT,
         };
         std::fs::create_dir_all(&call.log_dir).unwrap();
         // 8 MiB of log lines, one 5 MiB line, then the verdict and a usage report

@@ -42,6 +42,14 @@ impl Role {
             Role::Reviewer => "reviewer",
         }
     }
+
+    /// The phase a run is in while this role's agent works (`status`).
+    pub fn phase(self) -> crate::outcome::Phase {
+        match self {
+            Role::Writer => crate::outcome::Phase::Writer,
+            Role::Reviewer => crate::outcome::Phase::Review,
+        }
+    }
 }
 
 pub use crate::process::RunAs;
@@ -76,6 +84,9 @@ pub struct Call {
     pub secrets: Vec<String>,
     /// Run as this user (config `agent_user`).
     pub run_as: Option<RunAs>,
+    /// Bytes the call may print, stdout and stderr together (config
+    /// `max_agent_output`); past it the agent is killed and the call fails.
+    pub max_output: u64,
 }
 
 /// Tokens and cost an agent reported for one call.
@@ -235,6 +246,14 @@ pub async fn call(
     }
 }
 
+/// Why a call whose output passed its cap failed, for the round's reason.
+pub(crate) fn over_output_cap(call: &Call) -> String {
+    format!(
+        "killed: it printed more than {} (max_agent_output); the end of its output is kept",
+        bytesize::ByteSize(call.max_output).display().iec()
+    )
+}
+
 /// Builds the process command shared by every backend: cwd, env with `TZ`,
 /// timeout, streamed log files, redaction, run-as.
 pub(crate) fn base_command(
@@ -253,6 +272,7 @@ pub(crate) fn base_command(
         .cwd(&call.cwd)
         .env_map(env)
         .timeout(call.timeout)
+        .max_output(call.max_output)
         .stdout_file(call.log_dir.join(format!("{role}.stdout")))
         .stderr_file(call.log_dir.join(format!("{role}.stderr")))
         .redactor(crate::secret::Redactor::with_known(&call.secrets));
@@ -463,13 +483,7 @@ pub fn telling_stderr_line(stderr: &str) -> Option<String> {
         .map(|l| cut_chars(l, 400))
 }
 
-/// `s` cut to at most `max` characters, with `…` when cut.
-pub(crate) fn cut_chars(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
-}
+pub(crate) use crate::review::cut_chars;
 
 /// Ends a call whose agent printed its final event but does not exit.
 ///
@@ -862,6 +876,46 @@ pub fn compose_prompt(
 /// Path helper: the per-call log directory of a round.
 pub fn call_dir(item_dir: &Path, round: u32, role: Role, attempt: u32) -> PathBuf {
     item_dir.join(format!("round-{round:02}-{}-{attempt}", role.as_str()))
+}
+
+/// Why a review is void — the reviewer was not read-only (SPEC §6) — or
+/// `None`. For every kind, the checkout's fingerprint (status and content
+/// hash, [`crate::proof::worktree_fingerprint`]) must be the same before and
+/// after, and the reviewer's own tool events must show no file change
+/// ([`Report::edited_files`]: an edit outside the checkout,
+/// which git cannot see, or one undone before the end); for `claude`, its
+/// session must also have listed its tools (the init event) and none
+/// beyond the read-only set, and no MCP server.
+pub fn review_void_reason(
+    kind: crate::config::AgentKind,
+    reviewer: &Report,
+    fingerprint_before: &str,
+    fingerprint_after: &str,
+) -> Option<String> {
+    if fingerprint_before != fingerprint_after {
+        return Some(
+            "the checkout changed during the review (status or content hash differ)".to_string(),
+        );
+    }
+    if !reviewer.edited_files.is_empty() {
+        return Some(format!(
+            "the reviewer's own tool events show it changed files: {}",
+            reviewer.edited_files.join(", ")
+        ));
+    }
+    if kind != crate::config::AgentKind::Claude {
+        return None;
+    }
+    match (&reviewer.tools, &reviewer.failure) {
+        (None, None) => {
+            Some("the reviewer session reported no tool list (no init event)".to_string())
+        }
+        _ => crate::review::tools_violation(
+            reviewer.tools.as_deref(),
+            reviewer.mcp_servers.as_deref(),
+            claude::READ_ONLY_TOOLS,
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! `nightshift doctor` (SPEC §2): checks everything a night needs — git, the
-//! repository and its remote, the base branch there, the GitHub token and its
-//! scopes, the API, the label, the agents, the root/`agent_user` rule, the
-//! ledger and the data directory — one line per check with a fix hint, exit
-//! 1 if any fails.
+//! repository and its remote, the base branch there, the backlog and the
+//! gate's programs, the GitHub token and its scopes, the API, the label, the
+//! agents, the root/`agent_user` rule, the ledger and the data directory —
+//! one line per check with a fix hint, exit 1 if any fails.
 //!
 //! It spends no agent usage (agents are asked `--version` and their local
 //! login state only, and custom `command` agents are not run at all) and changes nothing on GitHub (the
@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::{Cli, Startup, load_config};
-use crate::config::{AgentConfig, AgentKind, Config};
-use crate::error::{ExitCode, Result};
+use crate::config::{AgentConfig, AgentKind, Config, Loaded};
+use crate::error::{Error, Result};
 use crate::forge::{self, Forge};
 use crate::git::Git;
 use crate::process;
@@ -88,7 +88,7 @@ impl Check {
 }
 
 /// `nightshift doctor`.
-pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
+pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<()> {
     let checks = run_checks(cli, startup).await;
     for c in &checks {
         // A check may quote a URL, an error or a reply: no secret in it.
@@ -105,10 +105,13 @@ pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
         } else {
             println!("all {} checks passed", checks.len());
         }
-        Ok(ExitCode::Ok)
+        Ok(())
     } else {
         println!("{failed} of {} checks failed", checks.len());
-        Ok(ExitCode::Failure)
+        Err(Error::ChecksFailed {
+            failed,
+            total: checks.len(),
+        })
     }
 }
 
@@ -151,17 +154,18 @@ async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
         ));
         return finish_without_repo(out, startup).await;
     };
-    let config = match load_config(cli, &repo) {
-        Ok(l) => l.config,
+    let loaded = match load_config(cli, &repo) {
+        Ok(l) => l,
         Err(e) => {
             out.push(Check::fail(
                 "config",
-                e.message,
+                e.to_string(),
                 "fix the config file (or `nightshift init` to write one)",
             ));
             return finish_without_repo(out, startup).await;
         }
     };
+    let config = loaded.config.clone();
     let remote_url = Git::new(&repo)
         .timeout(PROBE_TIMEOUT)
         .text(&["remote", "get-url", &config.remote])
@@ -212,11 +216,128 @@ async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
             "fix the remote first",
         ));
     }
+    backlog_and_gate_checks(&mut out, &repo, &loaded);
     github_checks(&mut out, &repo, &config, remote_url.as_deref(), token).await;
     agent_checks(&mut out, &config).await;
     out.push(root_check(&config));
     database_and_data_checks(&mut out).await;
     out
+}
+
+/// The backlog (found, readable, every item well formed: what `plan` needs)
+/// and the gate (each `verify` command's programs exist where the gate runs
+/// them; a project tool has its project file). docs/commands.md `doctor`.
+fn backlog_and_gate_checks(out: &mut Vec<Check>, repo: &Path, loaded: &Loaded) {
+    let config = &loaded.config;
+    // The config's gate, then each open item's own `verify:` lines.
+    let mut gates: Vec<(String, String)> = config
+        .verify
+        .iter()
+        .map(|v| (format!("verify in {}", loaded.path.display()), v.clone()))
+        .collect();
+    match crate::cli::plan::read_backlog(repo, loaded) {
+        Err(e) => out.push(Check::fail("backlog", e.to_string(), "create it, or point `backlog` in the config at it; `nightshift init` writes an example")),
+        Ok(bl) => {
+            let open = bl.items.iter().filter(|i| !i.done).count();
+            match crate::contract::build_plan(repo, &bl, loaded) {
+                Err(problems) => {
+                    let shown: Vec<String> = problems.iter().take(3).map(ToString::to_string).collect();
+                    let more = problems.len().saturating_sub(shown.len());
+                    out.push(Check::fail(
+                        "backlog",
+                        format!("{} problem(s): {}{}", problems.len(), shown.join("; "), if more > 0 { format!("; and {more} more") } else { String::new() }),
+                        "fix each line named (`nightshift plan` lists them all)",
+                    ));
+                }
+                Ok(_) => out.push(Check::pass("backlog", format!("{}: {open} open item(s), well formed", config.backlog))),
+            }
+            for item in bl.items.iter().filter(|i| !i.done) {
+                let lines = item.details.lines.iter().filter(|l| l.kind == crate::backlog::DetailKind::Verify);
+                for (line, v) in lines.zip(&item.details.verify) {
+                    gates.push((format!("{}:{} verify:", config.backlog, line.line), v.clone()));
+                }
+            }
+        }
+    }
+    out.push(gate_check(repo, &loaded.path, &gates));
+}
+
+/// One line for every gate command: FAIL when a program is missing (every
+/// item would end `tests_failed`), warn when a project tool has no project.
+fn gate_check(repo: &Path, config_path: &Path, gates: &[(String, String)]) -> Check {
+    use crate::gate::Program;
+    let mut missing = Vec::new();
+    let mut odd = Vec::new();
+    for (origin, command) in gates {
+        let mut after_cd = false;
+        for p in crate::gate::programs(command) {
+            match &p {
+                Program::Builtin(b) => after_cd |= b == "cd",
+                Program::Unknown(_) => {}
+                Program::Path(path) => {
+                    let full = repo.join(path);
+                    if !full.is_file() {
+                        missing.push(format!(
+                            "{origin} `{command}`: {path} is not a file of the repository"
+                        ));
+                    } else if which(&full.display().to_string()).is_none() {
+                        missing.push(format!("{origin} `{command}`: {path} is not executable (`chmod +x {path}`, or run it with `sh {path}`)"));
+                    }
+                }
+                Program::Name(name) => {
+                    if which(name).is_none() {
+                        missing.push(format!("{origin} `{command}`: `{name}` is not on PATH"));
+                    } else if let Some(files) = crate::gate::project_files(name)
+                        && !after_cd
+                        && !files.iter().any(|f| repo.join(f).is_file())
+                    {
+                        odd.push(format!(
+                            "{origin} `{command}` runs {name}, but the repository has no {}",
+                            files.join(" or ")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let suggestion = match crate::gate::guess(repo) {
+        Some(g) => format!("e.g. `verify = [\"{}\"]` ({})", g.command, g.because),
+        None => "e.g. `verify = [\"sh test.sh\"]`".to_string(),
+    };
+    let fix = format!(
+        "set `verify` in {} to the project's own test command, {suggestion}",
+        config_path.display()
+    );
+    if gates
+        .iter()
+        .any(|(_, c)| c == crate::config::PLACEHOLDER_GATE)
+    {
+        Check::fail(
+            "gate",
+            "`verify` is still the placeholder `nightshift init` wrote (it found no test command)",
+            fix,
+        )
+    } else if !missing.is_empty() {
+        Check::fail(
+            "gate",
+            missing.join("; "),
+            format!("install what is missing, or {fix}"),
+        )
+    } else if !odd.is_empty() {
+        Check::warn("gate", odd.join("; "), fix)
+    } else if gates.is_empty() {
+        Check::warn(
+            "gate",
+            "no gate command: every item would pass unverified",
+            fix,
+        )
+    } else {
+        let shown: Vec<&str> = gates.iter().map(|(_, c)| c.as_str()).collect();
+        Check::pass(
+            "gate",
+            format!("`{}`: every program found", shown.join("`, `")),
+        )
+    }
 }
 
 /// Without a repository only the machine-wide checks can run.
@@ -237,10 +358,12 @@ async fn github_checks(
         // Without a token the night still runs (SPEC §8): branches are pushed
         // and the report shows the PRs that would have been opened. That is a
         // failure only when the repository is on GitHub, where PRs are wanted.
-        match forge::resolve_repo(std::env::var("GH_REPO").ok().as_deref(), config.github_repo.as_deref(), remote_url) {
-            Ok(id) => out.push(Check::fail("token", format!("no GitHub token for {id}"), "set GITHUB_TOKEN or GH_TOKEN, or `gh auth login` (without one, branches are pushed but no PR is opened)")),
-            Err(_) => out.push(Check::warn("token", "no GitHub token, and the remote is not a GitHub repository", "nothing to fix for a local remote: branches are pushed and `nightshift report --show-body` shows each PR that would have been opened; to open them, set GITHUB_TOKEN and GH_REPO=OWNER/REPO")),
-        }
+        let why = crate::cli::no_token(config, remote_url);
+        out.push(if why.on_github {
+            Check::fail("token", why.what, why.fix)
+        } else {
+            Check::warn("token", why.what, why.fix)
+        });
         for name in ["api", "label"] {
             out.push(Check::warn(
                 name,
@@ -606,7 +729,9 @@ fn codex_provider(globals: &[String], probe: &Probe) -> Option<String> {
             .or_else(|| probe.env.get("HOME").map(PathBuf::from))?;
         Some(h.join(".codex"))
     })?;
-    let text = std::fs::read_to_string(home.join("config.toml")).ok()?;
+    let text =
+        crate::file::read_regular_text(&home.join("config.toml"), crate::file::MAX_TEXT_BYTES)
+            .ok()?;
     let table: toml::Table = text.parse().ok()?;
     table.get("model_provider")?.as_str().map(str::to_string)
 }

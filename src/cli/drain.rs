@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::plan::snapshot;
 use crate::cli::{Cli, RunArgs, Startup, ledger, progress, repo_id};
 use crate::contract::{self, Plan};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::ledger::records as rec;
 use crate::run::{self, Night, Selection};
 use crate::{approval, forge, ledger as ledger_mod, process, schedule};
@@ -24,7 +24,7 @@ pub(crate) async fn drain(
     args: &RunArgs,
     item: Option<Option<String>>,
     startup: &Startup,
-) -> Result<ExitCode> {
+) -> Result<()> {
     drain_with(cli, args, item, startup, None).await
 }
 
@@ -37,7 +37,7 @@ pub(crate) async fn drain_scheduled(
     args: &RunArgs,
     startup: &Startup,
     stop: &CancellationToken,
-) -> Result<ExitCode> {
+) -> Result<()> {
     drain_with(cli, args, None, startup, Some(stop)).await
 }
 
@@ -48,12 +48,12 @@ async fn drain_with(
     item: Option<Option<String>>,
     startup: &Startup,
     schedule_stop: Option<&CancellationToken>,
-) -> Result<ExitCode> {
+) -> Result<()> {
     let scheduled = schedule_stop.is_some();
     if let Some(sha) = &args.approve {
         let ok = sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit());
         if !ok {
-            return Err(Error::usage(format!(
+            return Err(Error::argument(format!(
                 "--approve {sha:?} is not a SHA-256 (64 hex characters); give the plan SHA `nightshift plan` printed"
             )));
         }
@@ -67,7 +67,7 @@ async fn drain_with(
     };
     let (tz, zone_source) =
         schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref()))
-            .map_err(|e| Error::usage(format!("time zone: {e}")))?;
+            .map_err(|e| Error::argument(format!("time zone: {e}")))?;
     if let Some(w) = zone_source.warning() {
         eprintln!("warning: {w}");
     }
@@ -77,7 +77,7 @@ async fn drain_with(
         now,
         tz,
     )
-    .map_err(|e| Error::usage(format!("deadline: {e}")))?;
+    .map_err(|e| Error::argument(format!("deadline: {e}")))?;
 
     let lg = ledger().await?;
     let pool = lg.pool.clone();
@@ -89,8 +89,11 @@ async fn drain_with(
     let lock = match lg
         .try_lock_repo(&id, &holder)
         .await
-        .map_err(|e| Error::failure(format!("ledger: {e}")))?
-    {
+        .map_err(|e| Error::Ledger {
+            detail: e.to_string(),
+            outage: false,
+            source: None,
+        })? {
         ledger_mod::RepoLockAttempt::Acquired(guard) => guard,
         ledger_mod::RepoLockAttempt::Held { holder } => {
             let who = holder
@@ -113,7 +116,7 @@ async fn drain_with(
             )));
         }
         Err(e) => {
-            return Err(Error::failure(format!(
+            return Err(Error::failed(format!(
                 "cannot lock the checkouts under {}: {e}",
                 crate::cli::data_dir().display()
             )));
@@ -122,7 +125,7 @@ async fn drain_with(
     // A data directory that is already full or read-only would stop the run
     // at its first item: say so before an approval is used.
     if let Err(why) = slots_lock.check() {
-        return Err(Error::failure(format!(
+        return Err(Error::failed(format!(
             "{why}; nothing was run and the approval is still unused"
         )));
     }
@@ -135,6 +138,8 @@ async fn drain_with(
         );
     }
 
+    // Approvals are verified with the data directory's key (docs/contract.md).
+    install_approval_key()?;
     // Resume a crashed run under its own approval while it is valid (SPEC §4),
     // else find a fresh approval.
     let mut resume = None;
@@ -154,8 +159,15 @@ async fn drain_with(
     let (approval, approved) = match chosen {
         Some(c) => c,
         None => {
-            match run::find_approval(&pool, &id, &plan, &selection, args.approve.as_deref(), now)
-                .await?
+            match crate::approval::find(
+                &pool,
+                &id,
+                &plan,
+                selection.item(),
+                args.approve.as_deref(),
+                now,
+            )
+            .await?
             {
                 Ok(c) => c,
                 Err(refusal) => {
@@ -170,7 +182,7 @@ async fn drain_with(
                     )
                     .await?;
                     if scheduled {
-                        rec::event(&pool, None, "not_approved", serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;
+                        rec::event(&pool, None, crate::outcome::Outcome::NotApproved.as_str(), serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;
                     }
                     return Err(refusal.into());
                 }
@@ -189,7 +201,10 @@ async fn drain_with(
             Ok(f) => (Some(f), None),
             Err(why) => (None, Some(why)),
         },
-        None => (None, Some(crate::cli::NO_TOKEN.to_string())),
+        None => (
+            None,
+            Some(crate::cli::no_token(&config, remote_url.as_deref()).to_string()),
+        ),
     };
     // nightshift keeps such a password out of argv, the checkouts and its
     // records, but the user's own .git/config holds it, and agents running
@@ -206,7 +221,7 @@ async fn drain_with(
         );
     }
     if remote_url.is_none() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config",
             snap.repo.display(),
             config.remote,
@@ -215,7 +230,7 @@ async fn drain_with(
     }
     // Read once, like the backlog: the whole run fetches and pushes here.
     let remote_urls = crate::git::remote_urls(&snap.repo, &config.remote)
-        .map_err(|e| Error::usage(format!("{}: {e}", snap.repo.display())))?;
+        .map_err(|e| Error::config(format!("{}: {e}", snap.repo.display())))?;
     // Every item starts from <remote>/<base>: a missing base would fail each
     // item in turn. Checked before the approval is consumed; a remote that
     // cannot be reached now is left to the items (it may come back).
@@ -231,7 +246,7 @@ async fn drain_with(
         ]);
     match probe {
         Ok(out) if out.trim().is_empty() => {
-            return Err(Error::usage(format!(
+            return Err(Error::config(format!(
                 "the base branch {:?} does not exist on the remote {:?}; push it or set `base` in the config",
                 config.base, config.remote
             )));
@@ -286,16 +301,8 @@ async fn drain_with(
             gate_env.insert(v.clone(), val.expose().to_string());
             continue;
         }
-        // A variable also listed in `secrets` was wiped from our environment
-        // at start-up (main); its value is kept in `startup.removed`.
-        let kept = || {
-            startup
-                .removed
-                .iter()
-                .find(|(n, _)| n == v && config.secrets.contains(v))
-                .map(|(_, s)| s.expose().to_string())
-        };
-        if let Some(val) = std::env::var(v).ok().or_else(kept) {
+        // Not in `secrets` too: the config refuses that overlap.
+        if let Ok(val) = std::env::var(v) {
             gate_env.insert(v.clone(), val);
         }
     }
@@ -321,7 +328,7 @@ async fn drain_with(
     let run_as = match &config.agent_user {
         Some(u) if nix::unistd::geteuid().is_root() => {
             Some(process::RunAs::lookup(u).map_err(|e| {
-                Error::usage(format!(
+                Error::config(format!(
                     "agent_user {u:?}: {e}; create the user or fix `agent_user`"
                 ))
             })?)
@@ -342,7 +349,7 @@ async fn drain_with(
                 u.user
             );
             if real {
-                return Err(Error::usage(msg));
+                return Err(Error::config(msg));
             }
             eprintln!("warning: {msg}");
         }
@@ -371,7 +378,7 @@ async fn drain_with(
                 serde_json::json!({"reason": why, "plan_sha": plan.sha}),
             )
             .await?;
-            return Err(Error::usage(why));
+            return Err(Error::config(why));
         }
     }
     if run_as.is_none() && nix::unistd::geteuid().is_root() {
@@ -445,7 +452,7 @@ async fn drain_with(
     tracing::info!(run = %end.run_id, status = %end.status, "run finished");
     let run_row = rec::run_row(&pool, &id, Some(end.run_id))
         .await?
-        .ok_or_else(|| Error::failure("the run vanished from the ledger"))?;
+        .ok_or_else(|| Error::failed("the run vanished from the ledger"))?;
     let items = rec::run_items(&pool, end.run_id).await?;
     let slept = rec::slept_seconds(&pool, end.run_id).await?;
     if !cli.quiet {
@@ -472,9 +479,12 @@ async fn drain_with(
                 "Once that is fixed, run `nightshift run` again (approve the item again if its approval was used)"
             }
         };
-        return Err(Error::failure(format!("the run stopped: {why}. {next}")));
+        return Err(Error::RunStopped {
+            why,
+            next: next.to_string(),
+        });
     }
-    Ok(end.code)
+    end.result
 }
 
 /// The newest crashed, not yet resumed run whose plan approval may still be
@@ -532,7 +542,7 @@ fn select_item(plan: &Plan, sel: Option<&str>) -> Result<usize> {
             .find(|e| e.blocked.is_none())
             .or(open.first())
             .map(|e| e.index)
-            .ok_or_else(|| Error::usage("no open items in the backlog; nothing to run")),
+            .ok_or_else(|| Error::argument("no open items in the backlog; nothing to run")),
         Some(s) => {
             if let Ok(n) = s.trim().parse::<usize>() {
                 return open
@@ -540,7 +550,7 @@ fn select_item(plan: &Plan, sel: Option<&str>) -> Result<usize> {
                     .find(|e| e.index == n)
                     .map(|e| e.index)
                     .ok_or_else(|| {
-                        Error::usage(format!(
+                        Error::argument(format!(
                             "no open item {n}; `nightshift plan` lists {} open item(s)",
                             open.len()
                         ))
@@ -553,10 +563,10 @@ fn select_item(plan: &Plan, sel: Option<&str>) -> Result<usize> {
                 .collect();
             match hits.len() {
                 1 => Ok(hits[0].index),
-                0 => Err(Error::usage(format!(
+                0 => Err(Error::argument(format!(
                     "no open item's title contains {s:?}; `nightshift plan` lists them"
                 ))),
-                _ => Err(Error::usage(format!(
+                _ => Err(Error::argument(format!(
                     "{s:?} matches {} open items ({}); give more of the title or the index",
                     hits.len(),
                     hits.iter()
@@ -575,6 +585,7 @@ fn print_cards(plan: &Plan, selection: &Selection) {
         Selection::All => {
             print!("{}", contract::render_plan(plan));
             println!("approve it with: nightshift approve {}", plan.sha);
+            println!("{}", crate::cli::plan::approval_key_note());
         }
         Selection::One(i) => {
             if let Some(e) = plan.entries.iter().find(|e| e.index == *i) {
@@ -649,4 +660,17 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Reads the approval key of the data directory and installs it for the
+/// approval checks ([`approval::install_key`]); no key means no approval
+/// verifies (approve again).
+///
+/// # Errors
+/// Exit 2 when the key file is unreadable, malformed or open to others.
+pub(crate) fn install_approval_key() -> Result<()> {
+    let data_dir = crate::cli::data_dir();
+    let key = approval::load_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
+    approval::install_key(key, approval::key_path(&data_dir));
+    Ok(())
 }

@@ -5,18 +5,18 @@
 
 use crate::cli::{Cli, repo_root};
 use crate::config;
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 
 /// The example backlog `init` writes when the repository has none.
 pub const NEXT_EXAMPLE: &str = include_str!("../../NEXT.example.md");
 
 /// `nightshift init`.
-pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
+pub(crate) fn run(cli: &Cli) -> Result<()> {
     let repo = repo_root(cli)?;
     let dir = repo.join(config::DIR);
-    let io = |what: &str, e: std::io::Error| Error::failure(format!("{what}: {e}"));
+    let io = |what: &str, e: std::io::Error| Error::failed(format!("{what}: {e}"));
     if dir.exists() && !dir.is_dir() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{} exists and is not a directory; move it away, then run `nightshift init` again",
             dir.display()
         )));
@@ -28,16 +28,35 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         println!("created {}", ignore.display());
     }
     let cfg = dir.join(config::FILE);
+    let mut gate_unset = false;
     if cfg.exists() {
         println!("kept    {} (already there)", cfg.display());
     } else {
-        create(&cfg, config::TEMPLATE).map_err(|e| io(&cfg.display().to_string(), e))?;
+        // The gate is the project's own test command: guessed from its files.
+        let guess = crate::gate::guess(&repo);
+        let text = config::template_with_gate(guess.as_ref().map(|g| g.command));
+        create(&cfg, &text).map_err(|e| io(&cfg.display().to_string(), e))?;
         println!("created {}", cfg.display());
+        match &guess {
+            Some(g) => println!(
+                "gate:   verify = [\"{}\"] (guessed: {}); change it in {} if your tests run otherwise",
+                g.command,
+                g.because,
+                cfg.display()
+            ),
+            None => {
+                gate_unset = true;
+                println!(
+                    "gate:   none found (no Cargo.toml, package.json with a test script, pytest config, go.mod or Makefile with a `test:` target); {} holds a placeholder that fails every item: set `verify` to your test command, e.g. verify = [\"sh test.sh\"]",
+                    cfg.display()
+                );
+            }
+        }
     }
     let loaded = config::load(&cfg)?;
     let backlog = repo.join(&loaded.config.backlog);
     if backlog.exists() && !backlog.is_file() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{} exists and is not a file; the backlog must be a markdown file (or set `backlog` in {})",
             backlog.display(),
             cfg.display()
@@ -49,8 +68,24 @@ pub(crate) fn run(cli: &Cli) -> Result<ExitCode> {
         create(&backlog, NEXT_EXAMPLE).map_err(|e| io(&backlog.display().to_string(), e))?;
         println!("created {} from the example", backlog.display());
     }
-    println!("next: edit the backlog, then `nightshift plan`");
-    Ok(ExitCode::Ok)
+    let c = &loaded.config;
+    if gate_unset {
+        println!(
+            "next: set `verify` in {}, edit {}, then `nightshift plan`",
+            cfg.display(),
+            backlog.display()
+        );
+    } else {
+        println!(
+            "next: check {} (gate `{}`, writer {}, reviewer {}), edit {}, then `nightshift plan`",
+            cfg.display(),
+            c.verify.join("`, `"),
+            c.writer.kind,
+            c.reviewer.kind,
+            backlog.display()
+        );
+    }
+    Ok(())
 }
 
 /// Writes a new file, never through a symbolic link: `exists()` is false for

@@ -5,7 +5,7 @@ use std::io::Read;
 
 use chrono::{DateTime, Utc};
 
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::{config, limit, schedule};
 
 /// `nightshift limit parse [TEXT] [--now RFC3339] [--tz ZONE] [--json]`.
@@ -14,28 +14,29 @@ pub(crate) fn parse(
     now: Option<&str>,
     tz: Option<&str>,
     json: bool,
-) -> Result<ExitCode> {
+) -> Result<()> {
     let text = match text {
         Some(t) => t,
         None => {
             let mut s = String::new();
             std::io::stdin()
                 .read_to_string(&mut s)
-                .map_err(|e| Error::usage(format!("cannot read stdin: {e}")))?;
+                .map_err(|e| Error::argument(format!("cannot read stdin: {e}")))?;
             s
         }
     };
     let now: DateTime<Utc> = match now {
         Some(n) => DateTime::parse_from_rfc3339(n)
             .map_err(|e| {
-                Error::usage(format!(
+                Error::argument(format!(
                     "--now {n:?}: {e}; write RFC 3339, e.g. 2026-03-04T17:50:00Z"
                 ))
             })?
             .with_timezone(&Utc),
         None => Utc::now(),
     };
-    let (zone, _) = schedule::resolve_zone(tz).map_err(|e| Error::usage(format!("--tz: {e}")))?;
+    let (zone, _) =
+        schedule::resolve_zone(tz).map_err(|e| Error::argument(format!("--tz: {e}")))?;
     let reading = limit::read_text(&text, now, zone);
     let policy = crate::run::sleep_policy(&config::Limits::default());
     if json {
@@ -46,5 +47,5 @@ pub(crate) fn parse(
     } else {
         println!("{}", limit::explain_text(&reading, now, zone, &policy));
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }

@@ -241,13 +241,16 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
     };
     let result = rt.block_on(dispatch(cli, startup));
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
-    match result {
-        Ok(code) => std::process::ExitCode::from(code as u8),
-        Err(e) => {
-            eprintln!("error: {}", crate::secret::redact_known(&e.message));
-            std::process::ExitCode::from(e.code as u8)
-        }
+    let code: ExitCode = crate::error::exit_code(&result);
+    if let Err(e) = result
+        && !e.already_reported()
+    {
+        // An outage names where the ledger lives: the source is read here,
+        // where the command's environment is known, not where it failed.
+        let e = e.with_ledger_source(|| crate::ledger::db_source_from_env().describe());
+        eprintln!("error: {}", crate::secret::redact_known(&e.to_string()));
     }
+    std::process::ExitCode::from(code as u8)
 }
 
 /// `nightshift plan | head` closes our stdout early: like other Unix tools,
@@ -268,7 +271,7 @@ fn quiet_broken_pipe() {
     }));
 }
 
-async fn dispatch(cli: Cli, startup: Startup) -> Result<ExitCode> {
+async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
     match &cli.command {
         Command::Limit {
             what:
@@ -339,10 +342,10 @@ pub fn repo_root(cli: &Cli) -> Result<PathBuf> {
     let start = match &cli.repo {
         Some(p) => p.clone(),
         None => std::env::current_dir()
-            .map_err(|e| Error::usage(format!("cannot read the current directory: {e}")))?,
+            .map_err(|e| Error::config(format!("cannot read the current directory: {e}")))?,
     };
     if !start.exists() {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "{}: no such directory (given with --repo)",
             start.display()
         )));
@@ -350,7 +353,7 @@ pub fn repo_root(cli: &Cli) -> Result<PathBuf> {
     let out = crate::git::Git::new(&start).text(&["rev-parse", "--show-toplevel"]);
     match out {
         Ok(top) => Ok(PathBuf::from(top.trim())),
-        Err(_) => Err(Error::usage(format!(
+        Err(_) => Err(Error::argument(format!(
             "{}: not inside a git repository; run nightshift in your project or pass --repo PATH",
             start.display()
         ))),
@@ -367,7 +370,7 @@ pub fn load_config(cli: &Cli, repo: &Path) -> Result<Loaded> {
         .clone()
         .unwrap_or_else(|| repo.join(config::DIR).join(config::FILE));
     if cli.config.is_some() && !path.exists() {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "{}: config file not found (given with --config)",
             path.display()
         )));
@@ -403,66 +406,12 @@ pub fn repo_id(repo: &Path, remote: &str) -> String {
 }
 
 /// A remote URL in one spelling, so that every way of writing one
-/// repository's address is one identity:
-/// - a network URL (`https://`, `http://`, `ssh://`, `git://`, scp-like
-///   `user@host:path`) becomes `host/path`: no scheme, user or port, the
-///   host in lower case, no leading `/` or `~/`, no trailing `/` or `.git`
-///   (so `git@github.com:o/r.git` and `https://github.com/o/r` are both
-///   `github.com/o/r`); GitHub's owner and name are case-insensitive, so
-///   a `github.com` path is lower-cased too;
-/// - a local path (absolute, relative to the repository, or `file://`)
-///   becomes its canonical path, without `.git`.
+/// repository's address is one identity: see
+/// [`crate::remote::RemoteUrl::identity`] (`git@github.com:o/r.git` and
+/// `https://github.com/o/r` are both `github.com/o/r`; a local remote is its
+/// canonical path, relative paths resolved against `repo`).
 pub(crate) fn normalize_remote_url(url: &str, repo: &Path) -> String {
-    let url = url.trim().trim_end_matches('/');
-    let url = url
-        .strip_suffix(".git")
-        .unwrap_or(url)
-        .trim_end_matches('/');
-    let scp_like = !url.contains("://")
-        && url
-            .split_once(':')
-            .is_some_and(|(host, _)| !host.contains('/'));
-    let network = if let Some((scheme, rest)) = url.split_once("://") {
-        (scheme != "file").then(|| {
-            let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-            (authority.to_string(), path.to_string())
-        })
-    } else if scp_like {
-        url.split_once(':')
-            .map(|(a, p)| (a.to_string(), p.to_string()))
-    } else {
-        None
-    };
-    if let Some((authority, path)) = network {
-        let host_port = authority
-            .rsplit_once('@')
-            .map_or(authority.as_str(), |(_, h)| h);
-        // `[::1]:22` keeps its brackets; `host:22` loses its port.
-        let host = match host_port.rsplit_once(':') {
-            Some((h, port))
-                if port.chars().all(|c| c.is_ascii_digit())
-                    && (!h.starts_with('[') || h.ends_with(']')) =>
-            {
-                h
-            }
-            _ => host_port,
-        }
-        .to_ascii_lowercase();
-        let path = path.trim_start_matches('/').trim_start_matches("~/");
-        let path = if host == "github.com" {
-            path.to_ascii_lowercase()
-        } else {
-            path.to_string()
-        };
-        return format!("{host}/{path}");
-    }
-    let p = url.strip_prefix("file://").unwrap_or(url);
-    let path = repo.join(p);
-    let canonical = std::fs::canonicalize(&path)
-        .or_else(|_| std::fs::canonicalize(format!("{}.git", path.display())))
-        .unwrap_or(path);
-    let shown = canonical.display().to_string();
-    shown.strip_suffix(".git").unwrap_or(&shown).to_string()
+    crate::remote::RemoteUrl::parse(url).identity(repo)
 }
 
 /// [`repo_id`] with the remote named by the config (read leniently: a
@@ -505,17 +454,61 @@ pub fn github_client(
 }
 
 /// The environment agents run with (SPEC §6): ours without the token
-/// variables, the ledger's (both URL variables and `PG*`) and the config's
-/// `secrets` (see [`crate::process::child_env`]).
+/// variables, the ledger's (both URL variables and `PG*`), the config's
+/// `secrets` and its `gate_env` (see [`crate::process::child_env`]).
 pub(crate) fn agents_environment(
     config: &crate::config::Config,
 ) -> std::collections::BTreeMap<String, String> {
-    crate::process::child_env(std::env::vars(), &config.secrets)
+    // `gate_env` is for gates only (docs/security.md): the gates' environment
+    // adds it back.
+    let hidden: Vec<String> = config
+        .secrets
+        .iter()
+        .chain(&config.gate_env)
+        .cloned()
+        .collect();
+    crate::process::child_env(std::env::vars(), &hidden)
 }
 
-/// Why nightshift has no GitHub token, and how to give it one.
-pub const NO_TOKEN: &str =
-    "no GitHub token: set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`";
+/// Why nightshift opens no PR without a GitHub token, and what to do: the
+/// one text `doctor`'s token line and the report's rows say
+/// (docs/github.md). Display: `WHAT; FIX`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoToken {
+    /// What is missing, e.g. `no GitHub token for owner/repo`.
+    pub what: String,
+    /// What happens meanwhile and how to give nightshift a token.
+    pub fix: &'static str,
+    /// Whether the repository is on GitHub (then PRs are wanted: doctor fails).
+    pub on_github: bool,
+}
+
+impl std::fmt::Display for NoToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {}", self.what, self.fix)
+    }
+}
+
+/// [`NoToken`] for a repository whose remote URL is `remote_url`: on GitHub
+/// when `GH_REPO`, `github_repo` or the URL names a GitHub repository.
+pub fn no_token(config: &crate::config::Config, remote_url: Option<&str>) -> NoToken {
+    match crate::forge::resolve_repo(
+        std::env::var("GH_REPO").ok().as_deref(),
+        config.github_repo.as_deref(),
+        remote_url,
+    ) {
+        Ok(id) => NoToken {
+            what: format!("no GitHub token for {id}"),
+            fix: "set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`; without one, branches are pushed but no PR is opened",
+            on_github: true,
+        },
+        Err(_) => NoToken {
+            what: "no GitHub token, and the remote is not a GitHub repository".into(),
+            fix: "branches are pushed and `nightshift report --show-body` shows each PR that would have been opened; to open them, set GITHUB_TOKEN (or GH_TOKEN, or `gh auth login`) and GH_REPO=OWNER/REPO",
+            on_github: false,
+        },
+    }
+}
 
 /// nightshift's data directory (slots, logs, the embedded cluster; SPEC §10):
 /// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG
@@ -535,8 +528,12 @@ pub async fn ledger() -> Result<crate::ledger::Ledger> {
         .await
         .map_err(|e| match e {
             // A URL that cannot be a PostgreSQL URL is a configuration error.
-            crate::ledger::LedgerError::BadUrl { .. } => Error::usage(format!("ledger: {e}")),
-            e => Error::failure(format!("ledger: {e}")),
+            crate::ledger::LedgerError::BadUrl { .. } => Error::config(format!("ledger: {e}")),
+            e => Error::Ledger {
+                detail: e.to_string(),
+                outage: false,
+                source: None,
+            },
         })
 }
 

@@ -2,16 +2,17 @@
 //! of the config's `[notify]` table (docs/commands.md#notify).
 
 use crate::cli::{Cli, Startup, load_config, repo_identity, repo_root};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 
 /// Sends [`crate::notify::sample`] to each target and prints one line per
-/// target. Exit 0 when every target took it, 1 when one did not.
+/// target.
 ///
 /// # Errors
-/// Without `--test` or without targets: usage errors (exit 2).
-pub(crate) async fn notify_test(cli: &Cli, test: bool, _startup: &Startup) -> Result<ExitCode> {
+/// Without `--test` or without targets: [`Error::Config`] (exit 2); a
+/// target that did not take it: [`Error::Failed`] (exit 1).
+pub(crate) async fn notify_test(cli: &Cli, test: bool, _startup: &Startup) -> Result<()> {
     if !test {
-        return Err(Error::usage(
+        return Err(Error::config(
             "`nightshift notify` only sends a sample: run `nightshift notify --test` (a run's own message goes out when it ends)",
         ));
     }
@@ -19,7 +20,7 @@ pub(crate) async fn notify_test(cli: &Cli, test: bool, _startup: &Startup) -> Re
     let loaded = load_config(cli, &repo)?;
     let targets = &loaded.config.notify;
     if targets.is_empty() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "no [notify] target in {}: add `webhook = \"https://…\"`, `slack_webhook = \"https://hooks.slack.com/…\"` or `command = [\"…\"]` under [notify]",
             loaded.path.display()
         )));
@@ -27,12 +28,12 @@ pub(crate) async fn notify_test(cli: &Cli, test: bool, _startup: &Startup) -> Re
     let summary = crate::notify::sample(&repo_identity(cli, &repo));
     let env = crate::cli::agents_environment(&loaded.config);
     let sent = crate::notify::deliver(targets, &summary, &crate::secret::redact_known, &env).await;
-    let mut failed = false;
+    let mut failed = 0;
     for d in &sent {
         match &d.error {
             None => println!("{}: sent", d.target),
             Some(e) => {
-                failed = true;
+                failed += 1;
                 println!(
                     "{}: not sent after {} attempt(s): {}",
                     d.target,
@@ -42,9 +43,11 @@ pub(crate) async fn notify_test(cli: &Cli, test: bool, _startup: &Startup) -> Re
             }
         }
     }
-    Ok(if failed {
-        ExitCode::Failure
-    } else {
-        ExitCode::Ok
-    })
+    match failed {
+        0 => Ok(()),
+        n => Err(Error::failed(format!(
+            "{n} of {} notification target(s) did not take the sample",
+            sent.len()
+        ))),
+    }
 }

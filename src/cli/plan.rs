@@ -6,8 +6,9 @@ use crate::backlog;
 use crate::cli::{Cli, ledger, load_config, repo_id, repo_root};
 use crate::config::{self, Loaded};
 use crate::contract::{self, Plan};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::ledger::records as rec;
+use crate::outcome::PrRecord;
 
 /// The snapshot every command that runs items starts from.
 pub(crate) struct Snapshot {
@@ -28,37 +29,7 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     let repo = repo_root(cli)?;
     let loaded = load_config(cli, &repo)?;
     check_runnable(&loaded)?;
-    let path = repo.join(&loaded.config.backlog);
-    // A FIFO or a device would block the read (or never end): only a
-    // regular file (or a link to one) is a backlog.
-    if let Ok(m) = std::fs::metadata(&path)
-        && !m.is_file()
-    {
-        return Err(Error::usage(format!(
-            "{}: not a regular file; the backlog must be a markdown file (or set `backlog` in {})",
-            path.display(),
-            loaded.path.display()
-        )));
-    }
-    let text = match std::fs::read(&path) {
-        Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
-            .map_err(|e| Error::usage(e.to_string()))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::usage(format!(
-                "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
-                path.display(),
-                loaded.path.display()
-            )));
-        }
-        Err(e) => {
-            return Err(Error::usage(format!(
-                "{}: cannot read the backlog: {e}",
-                path.display()
-            )));
-        }
-    };
-    let display_path = PathBuf::from(&loaded.config.backlog);
-    let bl = backlog::parse(&display_path, &text);
+    let bl = read_backlog(&repo, &loaded)?;
     let plan = contract::build_plan(&repo, &bl, &loaded).map_err(|problems| {
         let mut msg = format!(
             "{} problem(s) in the backlog; no card was made:\n",
@@ -67,9 +38,40 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
         for p in &problems {
             msg.push_str(&format!("  {p}\n"));
         }
-        Error::usage(msg.trim_end().to_string())
+        Error::config(msg.trim_end().to_string())
     })?;
     Ok(Snapshot { repo, loaded, plan })
+}
+
+/// Reads and parses the configured backlog (problems are in the result, not
+/// an error).
+///
+/// # Errors
+/// Exit 2: the backlog is missing, not a regular file, unreadable or not
+/// UTF-8; each message names the path and the fix.
+pub(crate) fn read_backlog(repo: &std::path::Path, loaded: &Loaded) -> Result<backlog::Backlog> {
+    let path = repo.join(&loaded.config.backlog);
+    // A FIFO or a device would block the read (or never end): only a
+    // regular file (or a link to one) of sane size is a backlog.
+    let text = match crate::file::read_regular(&path, crate::file::MAX_TEXT_BYTES) {
+        Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
+            .map_err(|e| Error::config(e.to_string()))?,
+        Err(e) if e.is_not_found() => {
+            return Err(Error::config(format!(
+                "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
+                path.display(),
+                loaded.path.display()
+            )));
+        }
+        Err(e) => {
+            return Err(Error::config(format!(
+                "cannot read the backlog: {e} (or set `backlog` in {})",
+                loaded.path.display()
+            )));
+        }
+    };
+    let display_path = PathBuf::from(&loaded.config.backlog);
+    Ok(backlog::parse(&display_path, &text))
 }
 
 /// Configurations that cannot run unattended (SPEC §6 "As root").
@@ -87,7 +89,7 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
             .iter()
             .any(|f| f == "--dangerously-skip-permissions");
     if root && skip && c.writer.kind == config::AgentKind::Claude && c.agent_user.is_none() {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{}: the claude writer uses --dangerously-skip-permissions, which claude refuses under root (\"cannot be used with root/sudo privileges\"); set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
             loaded.path.display()
         )));
@@ -97,12 +99,35 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
         && root
         && !matches!(nix::unistd::User::from_name(u), Ok(Some(_)))
     {
-        return Err(Error::usage(format!(
+        return Err(Error::config(format!(
             "{}: agent_user {u:?} is not an account on this machine; create it (`useradd -m {u}`) or fix `agent_user`",
             loaded.path.display()
         )));
     }
     Ok(())
+}
+
+/// Why a plan made under `loaded` cannot run, one sentence with its fix
+/// each: an agent executable that is not there (checked as `drain` checks it
+/// before consuming an approval), or the placeholder gate `init` writes when
+/// it finds no test command. Empty when it can run.
+fn cannot_run(loaded: &Loaded) -> Vec<String> {
+    let c = &loaded.config;
+    let path = std::env::var("PATH").ok();
+    let mut out: Vec<String> = [
+        (crate::agent::Role::Writer, &c.writer),
+        (crate::agent::Role::Reviewer, &c.reviewer),
+    ]
+    .into_iter()
+    .filter_map(|(role, a)| crate::agent::preflight(role, a, path.as_deref()).err())
+    .collect();
+    if c.verify.iter().any(|v| v == config::PLACEHOLDER_GATE) {
+        out.push(format!(
+            "`verify` is still the placeholder `nightshift init` wrote; set it to your test command in {}, e.g. verify = [\"sh test.sh\"]",
+            loaded.path.display()
+        ));
+    }
+    out
 }
 
 /// Marks the items a drain will not run because of earlier runs (SPEC §2:
@@ -121,14 +146,14 @@ pub(crate) async fn mark_earlier_work(
         let prs = rec::prs_of_item(pool, repo_id, &e.item.key).await?;
         if let Some(p) = prs.iter().find(|p| {
             matches!(
-                p.state.as_str(),
-                "open" | "merged" | "planned" | "pr_failed"
+                p.state,
+                PrRecord::Open | PrRecord::Merged | PrRecord::Planned | PrRecord::PrFailed
             )
         }) {
-            e.blocked = Some(match (p.state.as_str(), p.number) {
-                ("merged", Some(n)) => format!("already merged: PR #{n}"),
+            e.blocked = Some(match (p.state, p.number) {
+                (PrRecord::Merged, Some(n)) => format!("already merged: PR #{n}"),
                 (_, Some(n)) => format!("already open: PR #{n}"),
-                _ if p.state == "planned" => format!(
+                _ if p.state == PrRecord::Planned => format!(
                     "branch {} already pushed by an earlier run without GitHub access; a run with a GitHub token opens its PR",
                     p.branch
                 ),
@@ -149,23 +174,28 @@ pub(crate) async fn mark_earlier_work(
 }
 
 /// `nightshift plan [--json]`.
-pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
+pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<()> {
     let snap = snapshot(cli)?;
+    // A plan whose agents cannot start (or whose gate is init's placeholder)
+    // would only spend its approval on a refusal: no SHA is offered, and the
+    // plan is not stored, so nothing can approve it.
+    let blockers = cannot_run(&snap.loaded);
+    if !blockers.is_empty() && !snap.plan.entries.is_empty() {
+        if json {
+            let v = serde_json::json!({"plan_sha": null, "runnable": false, "problems": blockers});
+            println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
+        }
+        return Err(Error::config(format!(
+            "this plan cannot run, so it has no SHA to approve; fix {} and run `nightshift plan` again:\n  {}",
+            snap.loaded.path.display(),
+            blockers.join("\n  ")
+        )));
+    }
     let lg = ledger().await?;
     let id = repo_id(&snap.repo, &snap.loaded.config.remote);
     rec::save_plan(&lg.pool, &id, &snap.plan).await?;
     let mut plan = snap.plan;
     mark_earlier_work(&lg.pool, &id, &mut plan).await?;
-    // Warnings, not errors: a plan can be made and approved before the tools are in place.
-    let path = std::env::var("PATH").ok();
-    for (role, a) in [
-        (crate::agent::Role::Writer, &snap.loaded.config.writer),
-        (crate::agent::Role::Reviewer, &snap.loaded.config.reviewer),
-    ] {
-        if let Err(w) = crate::agent::preflight(role, a, path.as_deref()) {
-            eprintln!("warning: {w}");
-        }
-    }
     if crate::git::Git::new(&snap.repo)
         .text(&["remote", "get-url", &snap.loaded.config.remote])
         .is_err()
@@ -184,16 +214,26 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<ExitCode> {
         print!("{}", contract::render_plan(&plan));
         if !plan.entries.is_empty() {
             println!("approve it with: nightshift approve {}", plan.sha);
+            println!("{}", approval_key_note());
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
+}
+
+/// Where approvals are signed, for the card: an approval is a signed row,
+/// and the key's loss only means approving again (docs/contract.md).
+pub(crate) fn approval_key_note() -> String {
+    format!(
+        "(approvals are signed with the key in {}, readable by you only; without it, approve again)",
+        crate::approval::key_path(&crate::cli::data_dir()).display()
+    )
 }
 
 /// `nightshift approve SHA`.
-pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
+pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let sha = sha.trim().to_ascii_lowercase();
     if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "{sha:?} is not a SHA-256 (64 hex characters); copy the plan SHA that `nightshift plan` printed"
         )));
     }
@@ -203,7 +243,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let is_plan = rec::plan_exists(&lg.pool, &sha).await?;
     let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await?;
     if !is_plan && !is_contract {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints",
             repo.display()
         )));
@@ -211,7 +251,10 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
     let by = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
-    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by).await?;
+    let data_dir = crate::cli::data_dir();
+    let key =
+        crate::approval::load_or_create_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
+    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by, &key).await?;
     rec::event(
         &lg.pool,
         None,
@@ -228,6 +271,10 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
         a.expires_at
             .with_timezone(&chrono::Local)
             .format("%Y-%m-%d %H:%M %Z")
+    );
+    println!(
+        "signed with the key in {} (keep it private; if it is lost, approve again)",
+        crate::approval::key_path(&data_dir).display()
     );
     // An approval of an older plan is allowed (SPEC §4: only its unchanged
     // contracts run), but the person should know before going to bed.
@@ -256,5 +303,5 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<ExitCode> {
             );
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }

@@ -18,6 +18,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::records as rec;
+use crate::outcome::{Phase, RunStatus};
 
 /// How often the ledger is read for progress.
 const POLL: Duration = Duration::from_millis(200);
@@ -181,7 +182,7 @@ pub struct Entry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Now {
     key: Option<String>,
-    phase: Option<String>,
+    phase: Option<Phase>,
     round: Option<i32>,
     sleeping_until: Option<DateTime<Utc>>,
 }
@@ -230,18 +231,18 @@ pub fn watch(
             let Ok(Some(row)) = rec::run_row(&pool, &repo_id, None).await else {
                 continue;
             };
-            if row.status != "running" || row.pid != Some(pid) {
+            if row.status != RunStatus::Running || row.pid != Some(pid) {
                 continue;
             }
             let now = Now {
                 key: row.current_item_key.clone(),
-                phase: row.phase.clone(),
+                phase: row.phase,
                 round: row.current_round,
                 sleeping_until: row.sleeping_until,
             };
             let line = describe(&now, &entries, tz, Utc::now() - row.started_at);
             if last.as_ref() != Some(&now) {
-                tracing::info!(run = %row.id, item = now.key.as_deref().unwrap_or("-"), phase = now.phase.as_deref().unwrap_or("-"), round = now.round.unwrap_or(0), sleeping_until = ?now.sleeping_until, "progress");
+                tracing::info!(run = %row.id, item = now.key.as_deref().unwrap_or("-"), phase = now.phase.map_or("-", Phase::as_str), round = now.round.unwrap_or(0), sleeping_until = ?now.sleeping_until, "progress");
                 if mode == Mode::Plain {
                     // A hung-up terminal or a closed pipe must not end the watch with a panic.
                     use std::io::Write as _;
@@ -278,7 +279,7 @@ fn describe(now: &Now, entries: &[Entry], tz: chrono_tz::Tz, elapsed: chrono::Du
     } else {
         format!("{}:{:02}", secs / 60, secs % 60)
     };
-    let what = match (now.sleeping_until, now.phase.as_deref(), now.round) {
+    let what = match (now.sleeping_until, now.phase, now.round) {
         (Some(until), _, _) => format!(
             "sleeping until {} (usage limit)",
             until.with_timezone(&tz).format("%H:%M")
@@ -308,7 +309,7 @@ mod tests {
         ];
         let now = Now {
             key: Some("b".into()),
-            phase: Some("gate".into()),
+            phase: Some(Phase::Gate),
             round: Some(2),
             sleeping_until: None,
         };

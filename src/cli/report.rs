@@ -5,8 +5,9 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::cli::{Cli, ledger, repo_root};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::ledger::records as rec;
+use crate::outcome::{Phase, RunKind, RunStatus};
 
 /// How `report` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub(crate) async fn report(
     run: Option<&str>,
     format: ReportFormat,
     show_body: bool,
-) -> Result<ExitCode> {
+) -> Result<()> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
@@ -35,7 +36,7 @@ pub(crate) async fn report(
     };
     let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
         if let Some(r) = run {
-            return Err(Error::usage(format!(
+            return Err(Error::argument(format!(
                 "no run {r} in the ledger of {}",
                 repo.display()
             )));
@@ -48,14 +49,14 @@ pub(crate) async fn report(
                 repo.display()
             ),
         }
-        return Ok(ExitCode::Ok);
+        return Ok(());
     };
     let items = rec::run_items(&lg.pool, row.id).await?;
     let slept = rec::slept_seconds(&lg.pool, row.id).await?;
     // A drain stopped by a signal or a crash never reached the rest of its
     // plan; the deadline records them itself, as `deadline` items.
-    let not_started = match (row.kind.as_str(), row.status.as_str()) {
-        ("drain", "stopped_signal" | "crashed") => {
+    let not_started = match (row.kind, row.status) {
+        (RunKind::Drain, RunStatus::StoppedSignal | RunStatus::Crashed) => {
             rec::plan_items_after(
                 &lg.pool,
                 &row.plan_sha,
@@ -110,7 +111,7 @@ pub(crate) async fn report(
             }
         }
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// `nightshift report --html [FILE]`: the run as one self-contained page
@@ -119,7 +120,7 @@ pub(crate) async fn report(
 ///
 /// # Errors
 /// No run, an unknown run id (exit 2), the ledger, or the file not writable.
-pub(crate) async fn html(cli: &Cli, run: Option<&str>, file: &std::path::Path) -> Result<ExitCode> {
+pub(crate) async fn html(cli: &Cli, run: Option<&str>, file: &std::path::Path) -> Result<()> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
@@ -128,18 +129,18 @@ pub(crate) async fn html(cli: &Cli, run: Option<&str>, file: &std::path::Path) -
         None => None,
     };
     let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "no run of {} yet to draw; `nightshift drain` makes one",
             repo.display()
         )));
     };
     let Some(timeline) = crate::timeline::Timeline::load(&lg.pool, row.id).await? else {
-        return Err(Error::usage(format!("no run {} in the ledger", row.id)));
+        return Err(Error::argument(format!("no run {} in the ledger", row.id)));
     };
     let page = crate::secret::redact_known(&timeline.to_html());
     if file.as_os_str() == "-" {
         print!("{page}");
-        return Ok(ExitCode::Ok);
+        return Ok(());
     }
     let path = if file.as_os_str().is_empty() {
         repo.join(".nightshift")
@@ -150,26 +151,26 @@ pub(crate) async fn html(cli: &Cli, run: Option<&str>, file: &std::path::Path) -
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
-            .map_err(|e| Error::failure(format!("cannot create {}: {e}", dir.display())))?;
+            .map_err(|e| Error::failed(format!("cannot create {}: {e}", dir.display())))?;
     }
     std::fs::write(&path, page)
-        .map_err(|e| Error::failure(format!("cannot write {}: {e}", path.display())))?;
+        .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))?;
     println!("{}", path.display());
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// `nightshift status [--json]`.
-pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
+pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
     let row = rec::run_row(&lg.pool, &id, None).await?;
     let dead = row
         .as_ref()
-        .filter(|r| r.status == "running" && died_here(r));
+        .filter(|r| r.status == RunStatus::Running && died_here(r));
     let running = row
         .as_ref()
-        .filter(|r| r.status == "running" && dead.is_none());
+        .filter(|r| r.status == RunStatus::Running && dead.is_none());
     let tz: chrono_tz::Tz = running
         .and_then(|r| r.timezone.as_deref())
         .and_then(|z| z.parse().ok())
@@ -202,6 +203,8 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
         _ => None,
     };
     if let Some(aid) = to_resume.as_ref().and_then(|r| r.approval_id) {
+        // A key that cannot be read only means nothing is shown resumable.
+        let _ = crate::cli::drain::install_approval_key();
         let resumable = rec::approval_by_id(&lg.pool, aid)
             .await?
             .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(&a, Utc::now()));
@@ -233,7 +236,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
                 r.id,
                 current_item,
                 r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
-                phase.as_deref().unwrap_or("starting")
+                phase.map_or("starting", Phase::as_str)
             ),
         },
     };
@@ -243,7 +246,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
             "dead_run_id": dead.map(|r| r.id.to_string()),
             "resumable_run_id": to_resume.as_ref().map(|r| r.id.to_string()),
             "run_id": running.map(|r| r.id.to_string()),
-            "phase": running.and_then(|r| r.phase.clone()),
+            "phase": running.and_then(|r| r.phase),
             "item_key": running.and_then(|r| r.current_item_key.clone()),
             "round": running.and_then(|r| r.current_round),
             "sleeping_until": running.and_then(|r| r.sleeping_until),
@@ -256,7 +259,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<ExitCode> {
     } else {
         println!("{text}");
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// True when a run marked `running` belonged to a process of this host that
@@ -308,18 +311,18 @@ async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Result<
             return Ok(hits[0]);
         }
         if hits.len() > 1 {
-            return Err(Error::usage(format!(
+            return Err(Error::argument(format!(
                 "run {given:?} matches {} runs; give more of the id. Recent runs:\n{list}",
                 hits.len()
             )));
         }
     }
     if !g.is_empty() && g.len() < 4 && g.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(Error::usage(format!(
+        return Err(Error::argument(format!(
             "run {given:?} is too short: give at least 4 hex digits of the run id. Recent runs:\n{list}"
         )));
     }
-    Err(Error::usage(format!(
+    Err(Error::argument(format!(
         "run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}"
     )))
 }

@@ -15,7 +15,7 @@ use chrono_tz::Tz;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, RunArgs, Startup, drain, repo_root};
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::schedule::{self, CronSchedule, SleepOutcome, SystemClock};
 
 /// What `schedule` was asked to do.
@@ -41,17 +41,17 @@ pub(crate) async fn schedule(
     tz: Option<&str>,
     mode: Mode,
     startup: &Startup,
-) -> Result<ExitCode> {
+) -> Result<()> {
     let repo = repo_root(cli)?;
     let config_zone = crate::cli::load_config(cli, &repo)
         .ok()
         .and_then(|l| l.config.timezone.clone());
     let (zone, source) = schedule::resolve_zone(tz.or(config_zone.as_deref()))
-        .map_err(|e| Error::usage(format!("time zone: {e}")))?;
+        .map_err(|e| Error::argument(format!("time zone: {e}")))?;
     if let Some(w) = source.warning() {
         eprintln!("warning: {w}");
     }
-    let cron = CronSchedule::parse(expr).map_err(|e| Error::usage(e.to_string()))?;
+    let cron = CronSchedule::parse(expr).map_err(|e| Error::argument(e.to_string()))?;
     // cron and systemd start jobs with a minimal PATH (`/usr/bin:/bin`): the
     // agents and gate commands found from this shell would be missing there.
     let path_var = std::env::var("PATH").ok();
@@ -66,9 +66,9 @@ pub(crate) async fn schedule(
                     zone,
                     path_var.as_deref()
                 )
-                .map_err(|e| Error::usage(e.to_string()))?
+                .map_err(|e| Error::argument(e.to_string()))?
             );
-            Ok(ExitCode::Ok)
+            Ok(())
         }
         Mode::Systemd => {
             let units = schedule::print_systemd(
@@ -78,10 +78,10 @@ pub(crate) async fn schedule(
                 zone,
                 path_var.as_deref(),
             )
-            .map_err(|e| Error::usage(e.to_string()))?;
+            .map_err(|e| Error::argument(e.to_string()))?;
             // Each unit's first line is a comment naming its file.
             println!("{}\n{}", units.service, units.timer);
-            Ok(ExitCode::Ok)
+            Ok(())
         }
         Mode::Foreground => foreground(cli, &cron, zone, startup).await,
     }
@@ -89,12 +89,7 @@ pub(crate) async fn schedule(
 
 /// The foreground loop: sleep (in wall-clock slices) to the next fire time,
 /// drain, repeat, until a signal.
-async fn foreground(
-    cli: &Cli,
-    cron: &CronSchedule,
-    zone: Tz,
-    startup: &Startup,
-) -> Result<ExitCode> {
+async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup) -> Result<()> {
     let stop = CancellationToken::new();
     spawn_stop_on_signal(stop.clone());
     let args = RunArgs {
@@ -106,7 +101,7 @@ async fn foreground(
     loop {
         let next = cron
             .next_after(Utc::now(), zone)
-            .map_err(|e| Error::usage(e.to_string()))?;
+            .map_err(|e| Error::argument(e.to_string()))?;
         eprintln!(
             "schedule {:?} ({}): next drain at {}",
             cron.expr(),
@@ -119,29 +114,35 @@ async fn foreground(
             break;
         }
         fires += 1;
-        let drained = match drain::drain_scheduled(cli, &args, startup, &stop).await {
-            Ok(code) => {
+        let result = drain::drain_scheduled(cli, &args, startup, &stop).await;
+        let code = crate::error::exit_code(&result);
+        let drained = match result {
+            Ok(()) => {
                 eprintln!("schedule: fire {fires} drained (exit {})", code as u8);
-                Some(code)
+                Ok(())
+            }
+            Err(e) if e.already_reported() => {
+                eprintln!("schedule: fire {fires} drained (exit {})", code as u8);
+                Err(e)
             }
             // Refusals (no approval, lock held) and failures wait for the next fire.
             Err(e) => {
                 eprintln!(
                     "schedule: fire {fires} did not drain (exit {}): {}",
-                    e.code as u8,
-                    crate::secret::redact_known(&e.message)
+                    code as u8,
+                    crate::secret::redact_known(&e.to_string())
                 );
-                None
+                Ok(())
             }
         };
         if stop.is_cancelled() {
             eprintln!("schedule: stopped by a signal during fire {fires}");
             // A drain the signal stopped says how it ended (1, `stopped_signal`).
-            return Ok(drained.unwrap_or(ExitCode::Ok));
+            return drained;
         }
     }
     eprintln!("schedule: stopped by a signal after {fires} fire(s)");
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 /// SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the schedule; a drain in progress

@@ -14,9 +14,10 @@ use std::path::Path;
 use crate::backlog;
 use crate::cli::{Cli, Startup, ledger, load_config, repo_id, repo_root};
 use crate::config::Config;
-use crate::error::{Error, ExitCode, Result};
+use crate::error::{Error, Result};
 use crate::forge::{self, Forge, PrRequest, PrState};
 use crate::ledger::records as rec;
+use crate::outcome::PrRecord;
 use crate::secret::Secret;
 use crate::slot::{self, Identity, Slot};
 
@@ -64,7 +65,7 @@ pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<
     let mut out = text.to_string();
     for (item, n) in &hits {
         out = backlog::tick(&out, item, &format!(" (done: #{n})"))
-            .map_err(|e| Error::failure(format!("{}: {e}", path.display())))?;
+            .map_err(|e| Error::failed(format!("{}: {e}", path.display())))?;
     }
     let mut done: Vec<Ticked> = hits
         .iter()
@@ -80,14 +81,18 @@ pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<
 /// Exit 2 without a token or a GitHub repository, naming how to give one.
 pub(crate) fn github(repo: &Path, config: &Config, startup: &Startup) -> Result<(Forge, Secret)> {
     let Some((token, _)) = forge::resolve_token(&startup.removed) else {
-        return Err(Error::usage(crate::cli::NO_TOKEN));
+        let url = crate::git::Git::new(repo)
+            .text(&["remote", "get-url", "--", &config.remote])
+            .ok();
+        let why = crate::cli::no_token(config, url.as_deref().map(str::trim));
+        return Err(Error::config(why.to_string()));
     };
-    let f = crate::cli::github_client(repo, config, &token, None).map_err(Error::usage)?;
+    let f = crate::cli::github_client(repo, config, &token, None).map_err(Error::config)?;
     Ok((f, token))
 }
 
 /// `nightshift sync`.
-pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
+pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<()> {
     let repo = repo_root(cli)?;
     let config = load_config(cli, &repo)?.config;
     let (forge, token) = github(&repo, &config, startup)?;
@@ -99,13 +104,13 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
             "nothing to sync: nightshift has opened no PR in {} yet",
             repo.display()
         );
-        return Ok(ExitCode::Ok);
+        return Ok(());
     }
     // An open sync PR is updated rather than joined by a second one.
     let open_sync = forge
         .find_pr(SYNC_BRANCH, SYNC_KEY, &config.label)
         .await
-        .map_err(|e| Error::failure(format!("GitHub: {e}")))?
+        .map_err(|e| Error::failed(format!("GitHub: {e}")))?
         .filter(|p| p.state == PrState::Open);
     // The backlog as it is on <remote>/<base>: only its open items can be ticked.
     let data_dir = crate::cli::data_dir();
@@ -123,19 +128,21 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
         )
     });
     let slot = prepared.map_err(|e| {
-        Error::failure(format!(
+        Error::failed(format!(
             "checkout of {}/{} for sync failed: {e}",
             config.remote, config.base
         ))
     })?;
     let result = async {
         let rel = Path::new(&config.backlog);
-        let text = std::fs::read_to_string(backlog_in(&slot, &config)?).map_err(|e| {
-            Error::failure(format!(
-                "{} on {}/{}: {e}",
-                config.backlog, config.remote, config.base
-            ))
-        })?;
+        let file = backlog_in(&slot, &config)?;
+        let text =
+            crate::file::read_regular_text(&file, crate::file::MAX_TEXT_BYTES).map_err(|e| {
+                Error::failed(format!(
+                    "{} on {}/{}: {e}",
+                    config.backlog, config.remote, config.base
+                ))
+            })?;
         let open: Vec<String> = backlog::parse(rel, &text)
             .items
             .into_iter()
@@ -148,10 +155,11 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
             let found = forge
                 .find_pr(&r.branch, &r.item_key, &config.label)
                 .await
-                .map_err(|e| Error::failure(format!("GitHub: {e}")))?;
+                .map_err(|e| Error::failed(format!("GitHub: {e}")))?;
             if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
-                if r.state != "merged" {
-                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, "merged").await?;
+                if r.state != PrRecord::Merged {
+                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, PrRecord::Merged)
+                        .await?;
                 }
                 if !ticks.iter().any(|t| t.key == r.item_key) {
                     ticks.push(Tick {
@@ -166,7 +174,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
                 "nothing to sync: no open item of {} on {}/{} has a merged nightshift PR",
                 config.backlog, config.remote, config.base
             );
-            return Ok(ExitCode::Ok);
+            return Ok(());
         }
         let branch = match &open_sync {
             Some(pr) => pr.head.clone(),
@@ -195,7 +203,7 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<ExitCode> {
             )
         })
         .map_err(|e| {
-            Error::failure(format!(
+            Error::failed(format!(
                 "checkout of {}/{} for sync failed: {e}",
                 config.remote, config.base
             ))
@@ -222,16 +230,16 @@ fn backlog_in(slot: &Slot, config: &Config) -> Result<std::path::PathBuf> {
     let top = slot
         .path
         .canonicalize()
-        .map_err(|e| Error::failure(format!("{}: {e}", slot.path.display())))?;
+        .map_err(|e| Error::failed(format!("{}: {e}", slot.path.display())))?;
     let file = slot.path.join(&config.backlog);
     let real = file.canonicalize().map_err(|e| {
-        Error::failure(format!(
+        Error::failed(format!(
             "{} on {}/{}: {e}",
             config.backlog, config.remote, config.base
         ))
     })?;
     if !real.starts_with(&top) || real.starts_with(top.join(".git")) || !real.is_file() {
-        return Err(Error::failure(format!(
+        return Err(Error::failed(format!(
             "{} on {}/{} is a symbolic link to {}, outside the repository's files; nightshift does not tick through it (make it a regular file, or point `backlog` at the file itself)",
             config.backlog,
             config.remote,
@@ -249,11 +257,11 @@ async fn commit_and_open(
     forge: &Forge,
     token: &str,
     ticks: &[Tick],
-) -> Result<ExitCode> {
+) -> Result<()> {
     let rel = Path::new(&config.backlog);
     let file = backlog_in(slot, config)?;
-    let text = std::fs::read_to_string(&file).map_err(|e| {
-        Error::failure(format!(
+    let text = crate::file::read_regular_text(&file, crate::file::MAX_TEXT_BYTES).map_err(|e| {
+        Error::failed(format!(
             "{} on {}/{}: {e}",
             config.backlog, config.remote, config.base
         ))
@@ -264,9 +272,9 @@ async fn commit_and_open(
             "nothing to sync: every merged item is already ticked in {} on {}/{}",
             config.backlog, config.remote, config.base
         );
-        return Ok(ExitCode::Ok);
+        return Ok(());
     }
-    std::fs::write(&file, &new).map_err(|e| Error::failure(format!("{}: {e}", file.display())))?;
+    std::fs::write(&file, &new).map_err(|e| Error::failed(format!("{}: {e}", file.display())))?;
     let list: Vec<String> = done
         .iter()
         .map(|(line, title, n)| format!("- {}:{line} {title} (#{n})", config.backlog))
@@ -283,9 +291,9 @@ async fn commit_and_open(
     };
     let branch = slot.branch.clone();
     tokio::task::block_in_place(|| slot.commit_all(&message, &me, &me))
-        .map_err(|e| Error::failure(format!("sync commit failed: {e}")))?;
+        .map_err(|e| Error::failed(format!("sync commit failed: {e}")))?;
     tokio::task::block_in_place(|| slot.push(Some(token)))
-        .map_err(|e| Error::failure(format!("push of {branch} failed: {e}")))?;
+        .map_err(|e| Error::failed(format!("push of {branch} failed: {e}")))?;
     let body = format!(
         "Ticks the backlog boxes of items whose nightshift PRs were merged. Only these lines change: `[ ]` → `[x]` and ` (done: #N)` after the title.\n\n{}\n\nOpened by `nightshift sync`; nothing was merged by it.\n",
         list.join("\n")
@@ -305,7 +313,7 @@ async fn commit_and_open(
         item_key: SYNC_KEY.to_string(),
     };
     let failed = |e: forge::ForgeError| {
-        Error::failure(format!(
+        Error::failed(format!(
             "branch {branch} pushed, PR not created or labelled: {e}; run `nightshift sync` again"
         ))
     };
@@ -328,7 +336,7 @@ async fn commit_and_open(
     for l in &list {
         println!("  {l}");
     }
-    Ok(ExitCode::Ok)
+    Ok(())
 }
 
 #[cfg(test)]

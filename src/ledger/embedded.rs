@@ -17,7 +17,6 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -25,6 +24,9 @@ use nix::unistd::{Gid, Uid, User};
 use sha2::{Digest, Sha256};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
+use tokio_util::sync::CancellationToken;
+
+use crate::process;
 
 /// Name of the database nightshift uses inside the private cluster.
 pub const DB_NAME: &str = "nightshift";
@@ -322,8 +324,7 @@ pub async fn find_bindir(env: EnvLookup<'_>) -> Result<PathBuf, EmbeddedError> {
         .find(|p| p.is_file());
     searched.push("pg_config --bindir".to_string());
     if let Some(pg_config) = pg_config {
-        let mut cmd = tokio::process::Command::new(&pg_config);
-        cmd.arg("--bindir");
+        let cmd = tool_command(&pg_config).arg("--bindir");
         if let Ok(out) = run_captured(cmd, &format!("{} --bindir", pg_config.display()), None).await
         {
             let dir = PathBuf::from(out.trim());
@@ -636,12 +637,13 @@ impl Cluster {
             .create(&tmp)
             .map_err(io_err("creating directory", &tmp))?;
         self.own(&tmp)?;
-        let mut cmd = self.command("initdb");
         // --auth=trust is acceptable ONLY because the server listens on a unix socket
         // alone (listen_addresses = '') in a 0700 directory owned by the server account:
         // nobody else on the machine can reach the socket, so trust means "the owner".
-        cmd.arg("-D")
-            .arg(&tmp)
+        let cmd = self
+            .command("initdb")
+            .arg("-D")
+            .arg(tmp.display().to_string())
             .arg("--auth=trust")
             .arg(format!("--username={SUPERUSER}"))
             .arg("--encoding=UTF8")
@@ -797,10 +799,11 @@ impl Cluster {
 
     /// Runs `pg_ctl <args> -D <data_dir> -w -t 30 -s`.
     async fn pg_ctl(&self, args: &[&str]) -> Result<(), EmbeddedError> {
-        let mut cmd = self.command("pg_ctl");
-        cmd.args(args)
+        let cmd = self
+            .command("pg_ctl")
+            .args(args.iter().copied())
             .arg("-D")
-            .arg(&self.data_dir)
+            .arg(self.data_dir.display().to_string())
             .arg("-w")
             .arg("-t")
             .arg(PG_CTL_WAIT_SECS.to_string())
@@ -819,15 +822,20 @@ impl Cluster {
     /// A command for one of the PostgreSQL tools: cleared environment (the long-lived
     /// server must not inherit tokens), cwd `/` (the server account may not enter ours),
     /// and the server account's uid/gid when root (std also drops supplementary groups).
-    fn command(&self, tool: &str) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(self.bindir.join(tool));
-        cmd.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("LC_ALL", "C")
-            .env("LANG", "C")
-            .current_dir("/");
+    /// `pg_ctl start` leaves the server running: what it starts is not swept.
+    fn command(&self, tool: &str) -> process::Command {
+        let mut cmd = tool_command(&self.bindir.join(tool)).sweep_escaped(tool != "pg_ctl");
         if let Some(account) = &self.account {
-            cmd.uid(account.uid).gid(account.gid);
+            let home = User::from_uid(Uid::from_raw(account.uid))
+                .ok()
+                .flatten()
+                .map_or_else(|| PathBuf::from("/"), |u| u.dir);
+            cmd = cmd.run_as(process::RunAs {
+                uid: account.uid,
+                gid: account.gid,
+                home,
+                user: account.name.clone(),
+            });
         }
         cmd
     }
@@ -846,39 +854,47 @@ impl Cluster {
     }
 }
 
+/// A PostgreSQL tool through the process runner: its environment only `PATH`,
+/// `LC_ALL` and `LANG`, cwd `/`, [`CHILD_TIMEOUT`], stdout kept whole.
+fn tool_command(program: &Path) -> process::Command {
+    process::Command::new(program.display().to_string())
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LC_ALL", "C")
+        .env("LANG", "C")
+        .cwd("/")
+        .timeout(CHILD_TIMEOUT)
+        .capture_stdout(true)
+}
+
 /// Runs a child with stdin null and output captured, under [`CHILD_TIMEOUT`]; returns
 /// its stdout. On failure the error carries the output's tail and, when given, the
 /// tail of the server log.
 async fn run_captured(
-    mut cmd: tokio::process::Command,
+    cmd: process::Command,
     label: &str,
     log: Option<&Path>,
 ) -> Result<String, EmbeddedError> {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = cmd.spawn().map_err(|source| EmbeddedError::Spawn {
-        command: label.to_string(),
-        source,
-    })?;
-    let out = match tokio::time::timeout(CHILD_TIMEOUT, child.wait_with_output()).await {
-        Ok(result) => result.map_err(|source| EmbeddedError::Spawn {
+    let out = process::run(cmd, &CancellationToken::new())
+        .await
+        .map_err(|e| EmbeddedError::Spawn {
             command: label.to_string(),
-            source,
-        })?,
-        Err(_) => {
-            return Err(EmbeddedError::Timeout {
-                command: label.to_string(),
-                seconds: CHILD_TIMEOUT.as_secs(),
-            });
-        }
-    };
-    if out.status.success() {
+            source: match e {
+                process::ProcessError::Spawn { source, .. }
+                | process::ProcessError::Wait { source, .. }
+                | process::ProcessError::OutputFile { source, .. } => source,
+            },
+        })?;
+    if out.timed_out {
+        return Err(EmbeddedError::Timeout {
+            command: label.to_string(),
+            seconds: CHILD_TIMEOUT.as_secs(),
+        });
+    }
+    if out.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    text.push_str(&out.stderr_tail);
     let log = log
         .and_then(|p| fs::read(p).ok())
         .map(|bytes| {
@@ -891,9 +907,14 @@ async fn run_captured(
             )
         })
         .unwrap_or_default();
+    let status = match (out.exit_code, out.signal) {
+        (Some(code), _) => format!("exit status: {code}"),
+        (None, Some(signal)) => format!("signal: {signal}"),
+        (None, None) => "unknown status".to_string(),
+    };
     Err(EmbeddedError::Command {
         command: label.to_string(),
-        status: out.status.to_string(),
+        status,
         stderr: tail(text.trim(), 2000).to_string(),
         log,
     })

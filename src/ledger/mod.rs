@@ -118,6 +118,16 @@ impl DbSource {
     }
 }
 
+/// What the first start of the embedded database says (docs/ledger.md): where
+/// the private PostgreSQL was created, that it keeps running, and how to stop
+/// it.
+pub fn created_note(data_dir: &std::path::Path) -> String {
+    format!(
+        "note: created a private PostgreSQL for nightshift's ledger at {} and left it running (unix socket only, no TCP port); stop it with `nightshift db stop` (any nightshift command starts it again), or set NIGHTSHIFT_DATABASE_URL to use your own server",
+        data_dir.display()
+    )
+}
+
 /// The ledger's source from the process environment: `NIGHTSHIFT_DATABASE_URL`, else
 /// `DATABASE_URL` (empty values count as unset), else the embedded default (SPEC §9).
 pub fn db_source_from_env() -> DbSource {
@@ -289,7 +299,12 @@ impl Ledger {
             }
             DbSource::Embedded { data_dir } => {
                 let cluster = Cluster::resolve(data_dir, &embedded::process_env).await?;
-                cluster.start().await?;
+                let fresh = !cluster.data_dir.join("PG_VERSION").is_file();
+                let status = cluster.start().await?;
+                // Said once, on stderr: a server now runs that nobody started by hand.
+                if fresh && status.initialized {
+                    eprintln!("{}", created_note(&cluster.data_dir));
+                }
                 cluster.connect_options()
             }
         };

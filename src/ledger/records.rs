@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::approval::{self, Approval};
 use crate::contract::Plan;
+use crate::outcome::{Outcome, Phase, PrRecord, RoundResult, RunKind, RunStatus};
 
 /// Result of a ledger call.
 pub type Result<T> = std::result::Result<T, sqlx::Error>;
@@ -60,7 +61,7 @@ fn verbatim_json(v: Value) -> Value {
     }
 }
 
-const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
+const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by, a.repo, a.signature FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
 
 /// Stores the plan, its contracts and their order (idempotent).
 ///
@@ -153,8 +154,30 @@ pub async fn item_in_contracts(pool: &PgPool, shas: &[String], key: &str) -> Res
     .await
 }
 
-/// Records an approval of a plan (or, with `is_contract`, of one contract).
-/// The row is never updated afterwards.
+/// The items (key and title) of the contracts `shas`, in the order of
+/// `shas` (an approved plan's, i.e. backlog order); unknown SHAs are left out.
+///
+/// # Errors
+/// Database errors.
+pub async fn contract_items(pool: &PgPool, shas: &[String]) -> Result<Vec<crate::approval::Held>> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT sha, item_key, title FROM contracts WHERE sha = ANY($1)")
+            .bind(shas)
+            .fetch_all(pool)
+            .await?;
+    Ok(shas
+        .iter()
+        .filter_map(|s| rows.iter().find(|r| &r.0 == s))
+        .map(|(_, key, title)| crate::approval::Held {
+            key: key.clone(),
+            title: title.clone(),
+        })
+        .collect())
+}
+
+/// Records an approval of a plan (or, with `is_contract`, of one contract),
+/// signed with `key` ([`approval::sign`]). The row is never updated
+/// afterwards.
 ///
 /// # Errors
 /// Database errors.
@@ -164,32 +187,39 @@ pub async fn insert_approval(
     sha: &str,
     is_contract: bool,
     by: &str,
+    key: &approval::Key,
 ) -> Result<Approval> {
-    let id = Uuid::new_v4();
-    let now = Utc::now();
+    use chrono::SubsecRound;
+    // The ledger keeps microseconds: sign what it will give back.
+    let now = Utc::now().trunc_subsecs(6);
     let (plan, contract) = if is_contract {
         (None, Some(sha))
     } else {
         (Some(sha), None)
     };
-    sqlx::query("INSERT INTO approvals (id, plan_sha, contract_sha, repo, approved_by, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)")
-        .bind(id)
-        .bind(plan)
-        .bind(contract)
-        .bind(repo)
-        .bind(by)
-        .bind(now)
-        .bind(approval::expiry(now))
-        .execute(pool)
-        .await?;
-    Ok(Approval {
-        id,
+    let mut a = Approval {
+        id: Uuid::new_v4(),
         plan_sha: plan.map(String::from),
         contract_sha: contract.map(String::from),
         created_at: now,
         expires_at: approval::expiry(now),
         used_by: None,
-    })
+        repo: repo.to_string(),
+        signature: None,
+    };
+    a.signature = Some(approval::sign(key, &a));
+    sqlx::query("INSERT INTO approvals (id, plan_sha, contract_sha, repo, approved_by, created_at, expires_at, signature) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
+        .bind(a.id)
+        .bind(plan)
+        .bind(contract)
+        .bind(repo)
+        .bind(by)
+        .bind(a.created_at)
+        .bind(a.expires_at)
+        .bind(&a.signature)
+        .execute(pool)
+        .await?;
+    Ok(a)
 }
 
 /// Approvals of `sha` (plan or contract) for `repo`, newest first.
@@ -207,7 +237,8 @@ pub async fn approvals_of(pool: &PgPool, repo: &str, sha: &str) -> Result<Vec<Ap
         .await
 }
 
-/// Unused, unexpired plan approvals of `repo`, newest first.
+/// Unused, unexpired plan approvals of `repo` with a valid signature
+/// ([`approval::check_signed`]), newest first.
 ///
 /// # Errors
 /// Database errors.
@@ -219,11 +250,15 @@ pub async fn usable_plan_approvals(
     let q = format!(
         "{APPROVAL_COLUMNS} WHERE a.repo = $1 AND a.plan_sha IS NOT NULL AND u.run_id IS NULL AND a.expires_at > $2 ORDER BY a.created_at DESC"
     );
-    sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q))
+    let all = sqlx::query_as::<_, Approval>(sqlx::AssertSqlSafe(q))
         .bind(repo)
         .bind(now)
         .fetch_all(pool)
-        .await
+        .await?;
+    Ok(all
+        .into_iter()
+        .filter(|a| approval::check_signed(a).is_ok())
+        .collect())
 }
 
 /// One approval by id.
@@ -244,7 +279,7 @@ pub struct NewRun<'a> {
     /// Repository identity (its remote URL, see `cli::repo_id`).
     pub repo: &'a str,
     /// `drain` or `run`.
-    pub kind: &'a str,
+    pub kind: RunKind,
     /// The snapshot's plan SHA.
     pub plan_sha: &'a str,
     /// The approval it runs under.
@@ -274,7 +309,7 @@ pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
         .unwrap_or_default();
     sqlx::query(
         "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, started_at, deadline, timezone, host, pid, heartbeat_at, resumes) \
-         VALUES ($1, $2, $3, $4, $5, 'running', now(), $6, $7, $8, $9, now(), $10)",
+         VALUES ($1, $2, $3, $4, $5, $11, now(), $6, $7, $8, $9, now(), $10)",
     )
     .bind(id)
     .bind(r.repo)
@@ -286,6 +321,7 @@ pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
     .bind(host)
     .bind(std::process::id() as i32)
     .bind(r.resumes)
+    .bind(RunStatus::Running)
     .execute(&mut *tx)
     .await?;
     if r.consume {
@@ -308,13 +344,13 @@ pub struct RunRow {
     /// Run id.
     pub id: Uuid,
     /// `drain` or `run`.
-    pub kind: String,
+    pub kind: RunKind,
     /// Plan SHA of its snapshot.
     pub plan_sha: String,
     /// Approval it ran under.
     pub approval_id: Option<Uuid>,
-    /// `running`, `completed`, `stopped_deadline`, `stopped_signal`, `crashed`.
-    pub status: String,
+    /// How it ended, or that it is running.
+    pub status: RunStatus,
     /// Start (UTC).
     pub started_at: DateTime<Utc>,
     /// End (UTC).
@@ -328,7 +364,7 @@ pub struct RunRow {
     /// Its pid.
     pub pid: Option<i32>,
     /// Current phase (while running).
-    pub phase: Option<String>,
+    pub phase: Option<Phase>,
     /// Current item key.
     pub current_item_key: Option<String>,
     /// Current round.
@@ -374,7 +410,7 @@ pub async fn recent_runs(
     pool: &PgPool,
     repo: &str,
     limit: i64,
-) -> Result<Vec<(Uuid, DateTime<Utc>, String)>> {
+) -> Result<Vec<(Uuid, DateTime<Utc>, RunStatus)>> {
     sqlx::query_as(
         "SELECT id, started_at, status FROM runs WHERE repo = $1 ORDER BY started_at DESC LIMIT $2",
     )
@@ -404,14 +440,15 @@ pub async fn runs_with_prefix(pool: &PgPool, repo: &str, prefix: &str) -> Result
 /// Database errors.
 pub async fn mark_dead_runs_crashed(pool: &PgPool, repo: &str) -> Result<Vec<RunRow>> {
     let rows = sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
-        "{RUN_COLUMNS} WHERE repo = $1 AND status = 'running' ORDER BY started_at DESC"
+        "{RUN_COLUMNS} WHERE repo = $1 AND status = $2 ORDER BY started_at DESC"
     )))
     .bind(repo)
+    .bind(RunStatus::Running)
     .fetch_all(pool)
     .await?;
     for r in &rows {
-        sqlx::query("UPDATE runs SET status = 'crashed', ended_at = coalesce(ended_at, heartbeat_at), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(r.id).execute(pool).await?;
-        sqlx::query("UPDATE run_items SET outcome = 'interrupted', reason = 'the run crashed', ended_at = now() WHERE run_id = $1 AND outcome IS NULL").bind(r.id).execute(pool).await?;
+        sqlx::query("UPDATE runs SET status = $2, ended_at = coalesce(ended_at, heartbeat_at), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(r.id).bind(RunStatus::Crashed).execute(pool).await?;
+        sqlx::query("UPDATE run_items SET outcome = $2, reason = 'the run crashed', ended_at = now() WHERE run_id = $1 AND outcome IS NULL").bind(r.id).bind(Outcome::Interrupted).execute(pool).await?;
         event(
             pool,
             Some(r.id),
@@ -429,9 +466,10 @@ pub async fn mark_dead_runs_crashed(pool: &PgPool, repo: &str) -> Result<Vec<Run
 /// Database errors.
 pub async fn resumable_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> {
     sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
-        "{RUN_COLUMNS} r WHERE repo = $1 AND status = 'crashed' AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.resumes = r.id) ORDER BY started_at DESC LIMIT 1"
+        "{RUN_COLUMNS} r WHERE repo = $1 AND status = $2 AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.resumes = r.id) ORDER BY started_at DESC LIMIT 1"
     )))
     .bind(repo)
+    .bind(RunStatus::Crashed)
     .fetch_optional(pool)
     .await
 }
@@ -443,7 +481,7 @@ pub async fn resumable_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> 
 pub async fn set_phase(
     pool: &PgPool,
     run: Uuid,
-    phase: &str,
+    phase: Phase,
     item_key: Option<&str>,
     round: Option<u32>,
 ) -> Result<()> {
@@ -467,7 +505,7 @@ pub async fn set_sleeping(
     until: DateTime<Utc>,
     agent: &str,
 ) -> Result<()> {
-    sqlx::query("UPDATE runs SET phase = 'sleeping', sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1").bind(run).bind(until).bind(agent).execute(pool).await?;
+    sqlx::query("UPDATE runs SET phase = $4, sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1").bind(run).bind(until).bind(agent).bind(Phase::Sleeping).execute(pool).await?;
     Ok(())
 }
 
@@ -475,7 +513,7 @@ pub async fn set_sleeping(
 ///
 /// # Errors
 /// Database errors.
-pub async fn finish_run(pool: &PgPool, run: Uuid, status: &str, exit_code: i32) -> Result<()> {
+pub async fn finish_run(pool: &PgPool, run: Uuid, status: RunStatus, exit_code: i32) -> Result<()> {
     sqlx::query("UPDATE runs SET status = $2, exit_code = $3, ended_at = now(), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(run).bind(status).bind(exit_code).execute(pool).await?;
     event(
         pool,
@@ -526,10 +564,10 @@ pub async fn start_item(
 }
 
 /// The final facts of one item in one run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ItemEnd {
-    /// Outcome (SPEC §5.7).
-    pub outcome: String,
+    /// How the item ended.
+    pub outcome: Outcome,
     /// Why, in a sentence.
     pub reason: Option<String>,
     /// A question for a person (blocked items).
@@ -550,6 +588,25 @@ pub struct ItemEnd {
     pub pr_body: Option<String>,
 }
 
+impl ItemEnd {
+    /// An end with `outcome` and nothing else known yet (no reason, no
+    /// rounds, tokens or cost).
+    pub fn of(outcome: Outcome) -> ItemEnd {
+        ItemEnd {
+            outcome,
+            reason: None,
+            question: None,
+            branch: None,
+            pr_number: None,
+            pr_url: None,
+            rounds: 0,
+            tokens: 0,
+            cost_usd: None,
+            pr_body: None,
+        }
+    }
+}
+
 /// Records an item's end.
 ///
 /// # Errors
@@ -559,7 +616,7 @@ pub async fn finish_item(pool: &PgPool, item_id: i64, e: &ItemEnd) -> Result<()>
         "UPDATE run_items SET outcome = $2, reason = $3, question = $4, branch = $5, pr_number = $6, pr_url = $7, rounds = $8, tokens = $9, cost_usd = $10, pr_body = $11, ended_at = now() WHERE id = $1",
     )
     .bind(item_id)
-    .bind(&e.outcome)
+    .bind(e.outcome)
     .bind(pgo(&e.reason))
     .bind(pgo(&e.question))
     .bind(&e.branch)
@@ -596,14 +653,14 @@ pub async fn start_round(pool: &PgPool, item_id: i64, n: u32) -> Result<i64> {
 pub async fn finish_round(
     pool: &PgPool,
     round_id: i64,
-    result: &str,
+    result: RoundResult,
     diff_hash: Option<&str>,
     failure_sig: Option<&str>,
     feedback: Option<&str>,
 ) -> Result<()> {
     sqlx::query("UPDATE rounds SET ended_at = now(), result = $2, diff_hash = $3, failure_sig = $4, feedback = $5 WHERE id = $1")
         .bind(round_id)
-        .bind(result)
+        .bind(result.as_str())
         .bind(diff_hash)
         .bind(failure_sig)
         .bind(feedback.map(pg))
@@ -617,7 +674,7 @@ pub async fn finish_round(
 ///
 /// # Errors
 /// Database errors.
-pub async fn close_open_rounds(pool: &PgPool, item_id: i64, outcome: &str) -> Result<()> {
+pub async fn close_open_rounds(pool: &PgPool, item_id: i64, outcome: Outcome) -> Result<()> {
     sqlx::query("UPDATE rounds SET ended_at = now(), result = $2 WHERE run_item_id = $1 AND ended_at IS NULL").bind(item_id).bind(outcome).execute(pool).await?;
     Ok(())
 }
@@ -789,8 +846,8 @@ pub struct PrRow {
     pub number: Option<i64>,
     /// PR URL.
     pub url: Option<String>,
-    /// `open`, `merged`, `closed`, `pr_failed`, `planned` (no token).
-    pub state: String,
+    /// Where its PR stands.
+    pub state: PrRecord,
     /// Contract it was made under.
     pub contract_sha: String,
 }
@@ -809,7 +866,7 @@ pub async fn upsert_pr(
     branch: &str,
     number: Option<u64>,
     url: Option<&str>,
-    state: &str,
+    state: PrRecord,
     body: &str,
 ) -> Result<()> {
     sqlx::query(
@@ -862,8 +919,9 @@ pub async fn pr_body(pool: &PgPool, repo: &str, key: &str, branch: &str) -> Resu
 /// # Errors
 /// Database errors.
 pub async fn opened_prs(pool: &PgPool, repo: &str) -> Result<Vec<PrRow>> {
-    sqlx::query_as("SELECT item_key, branch, number, url, state, contract_sha FROM pull_requests WHERE repo = $1 AND number IS NOT NULL AND state IN ('open', 'merged') ORDER BY updated_at")
+    sqlx::query_as("SELECT item_key, branch, number, url, state, contract_sha FROM pull_requests WHERE repo = $1 AND number IS NOT NULL AND state = ANY($2) ORDER BY updated_at")
         .bind(repo)
+        .bind([PrRecord::Open.as_str(), PrRecord::Merged.as_str()])
         .fetch_all(pool)
         .await
 }
@@ -900,7 +958,7 @@ pub async fn set_pr_state(
     repo: &str,
     key: &str,
     branch: &str,
-    state: &str,
+    state: PrRecord,
 ) -> Result<()> {
     sqlx::query("UPDATE pull_requests SET state = $4, updated_at = now() WHERE repo = $1 AND item_key = $2 AND branch = $3").bind(repo).bind(key).bind(branch).bind(state).execute(pool).await?;
     Ok(())
@@ -922,13 +980,20 @@ pub async fn failed_attempts(
     // A remote that could not be fetched or pushed is not the item's fault.
     sqlx::query_scalar(
         "SELECT count(DISTINCT i.run_id) FROM run_items i JOIN runs r ON r.id = i.run_id WHERE r.repo = $1 AND i.item_key = $2 AND i.contract_sha = $4 \
-         AND i.outcome IN ('tests_failed','review_rejected','review_void','rule_broken','no_progress','budget_exceeded','timed_out','error') \
+         AND i.outcome = ANY($5) \
          AND NOT starts_with(coalesce(i.reason, ''), $3) AND NOT starts_with(coalesce(i.reason, ''), 'checkout failed:')",
     )
     .bind(repo)
     .bind(key)
     .bind(CARRIED_REASON)
     .bind(contract_sha)
+    .bind(
+        Outcome::ALL
+            .iter()
+            .filter(|o| o.counts_as_attempt())
+            .map(|o| o.as_str())
+            .collect::<Vec<_>>(),
+    )
     .fetch_one(pool)
     .await
 }
@@ -948,12 +1013,13 @@ pub async fn open_question(
 ) -> Result<Option<(String, Uuid, Option<DateTime<Utc>>)>> {
     sqlx::query_as(
         "SELECT i.question, i.run_id, i.ended_at FROM run_items i JOIN runs r ON r.id = i.run_id \
-         WHERE r.repo = $1 AND i.item_key = $2 AND i.contract_sha = $3 AND i.outcome = 'blocked' AND i.rounds > 0 AND i.question IS NOT NULL \
+         WHERE r.repo = $1 AND i.item_key = $2 AND i.contract_sha = $3 AND i.outcome = $4 AND i.rounds > 0 AND i.question IS NOT NULL \
          ORDER BY i.started_at DESC LIMIT 1",
     )
     .bind(repo)
     .bind(key)
     .bind(contract_sha)
+    .bind(Outcome::Blocked)
     .fetch_optional(pool)
     .await
 }
@@ -970,7 +1036,7 @@ pub struct ItemRow {
     /// Contract SHA.
     pub contract_sha: String,
     /// Outcome (None while running).
-    pub outcome: Option<String>,
+    pub outcome: Option<Outcome>,
     /// Reason.
     pub reason: Option<String>,
     /// Question (blocked).

@@ -1,0 +1,413 @@
+//! The closed sets of a run's life: how an item ended ([`Outcome`]), how a
+//! round ended ([`RoundResult`]), what a run is doing ([`Phase`]), how a run
+//! ended ([`RunStatus`]), what started it ([`RunKind`]) and where a pushed
+//! branch's PR stands ([`PrRecord`]).
+//!
+//! Each converts to and from the exact text the ledger stores and the JSON
+//! prints (`as_str`, [`std::str::FromStr`], serde, sqlx): the SQL `CHECK`
+//! constraints of `migrations/0001_init.sql` hold the same sets, so nothing
+//! in the schema or the JSON changes with these types. The sets and what
+//! each member means are described in docs/loop.md and docs/ledger.md. This
+//! module holds no rule about when a value is chosen; `run` decides that.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// A text of the ledger or the JSON that is not a member of the set it was
+/// read as (a ledger written by a newer nightshift, or a hand edit).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {set} {text:?}")]
+pub struct UnknownText {
+    /// The set's name, e.g. `outcome`.
+    pub set: &'static str,
+    /// The text that was read.
+    pub text: String,
+}
+
+/// Defines a fieldless enum stored as text: its `as_str`, `ALL`,
+/// `FromStr`, `Display`, serde as the text, and sqlx as PostgreSQL `text`.
+macro_rules! text_set {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $set:literal {
+            $( $(#[$vdoc:meta])* $variant:ident => $text:literal, )+
+        }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $( $(#[$vdoc])* $variant, )+
+        }
+
+        impl $name {
+            /// Every member, in the order the ledger's `CHECK` lists them.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The text the ledger stores and the JSON prints.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownText;
+            fn from_str(s: &str) -> Result<Self, UnknownText> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(UnknownText { set: $set, text: s.to_string() }),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl sqlx::Type<sqlx::Postgres> for $name {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&self.as_str(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                let s = <&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+                Ok(s.parse()?)
+            }
+        }
+    };
+}
+
+text_set! {
+    /// How one item of a run ended (`run_items.outcome`; docs/loop.md).
+    Outcome, "outcome" {
+        /// A PR was opened (or, without GitHub access, the branch pushed).
+        PrOpened => "pr_opened",
+        /// An earlier run's PR of the item is open.
+        AlreadyOpen => "already_open",
+        /// An earlier run's PR of the item was merged.
+        AlreadyMerged => "already_merged",
+        /// The writer changed nothing.
+        NoChanges => "no_changes",
+        /// A question for a person, or too many failed attempts.
+        Blocked => "blocked",
+        /// The item's contract is not in the approved plan.
+        NotApproved => "not_approved",
+        /// Not started (or stopped at a usage limit) before the deadline.
+        Deadline => "deadline",
+        /// The gate failed in the last round.
+        TestsFailed => "tests_failed",
+        /// The reviewer requested changes in the last round.
+        ReviewRejected => "review_rejected",
+        /// The reviewer was not read-only.
+        ReviewVoid => "review_void",
+        /// The writer committed, pushed, switched branch or left its scope.
+        RuleBroken => "rule_broken",
+        /// The same diff and the same failure three rounds in a row.
+        NoProgress => "no_progress",
+        /// A token or cost cap was reached.
+        BudgetExceeded => "budget_exceeded",
+        /// The item timeout or an agent timeout was reached.
+        TimedOut => "timed_out",
+        /// A signal (or a failure outside the item) stopped it.
+        Interrupted => "interrupted",
+        /// The push failed.
+        PushFailed => "push_failed",
+        /// Pushed, PR not opened yet (retried by the next run).
+        PrFailed => "pr_failed",
+        /// Anything else that went wrong.
+        Error => "error",
+    }
+}
+
+impl Outcome {
+    /// Whether this outcome fails the run (exit 1; docs/commands.md): every
+    /// outcome but `pr_opened`, `already_open`, `already_merged`,
+    /// `no_changes`, `blocked`, `not_approved` and `deadline`.
+    pub fn fails_run(self) -> bool {
+        !matches!(
+            self,
+            Outcome::PrOpened
+                | Outcome::AlreadyOpen
+                | Outcome::AlreadyMerged
+                | Outcome::NoChanges
+                | Outcome::Blocked
+                | Outcome::NotApproved
+                | Outcome::Deadline
+        )
+    }
+
+    /// Whether an item that ended so counts as a failed attempt against
+    /// `max_attempts` (docs/loop.md): the failures the item itself caused,
+    /// not a signal, a push or PR failure, or anything that did not run it.
+    pub fn counts_as_attempt(self) -> bool {
+        matches!(
+            self,
+            Outcome::TestsFailed
+                | Outcome::ReviewRejected
+                | Outcome::ReviewVoid
+                | Outcome::RuleBroken
+                | Outcome::NoProgress
+                | Outcome::BudgetExceeded
+                | Outcome::TimedOut
+                | Outcome::Error
+        )
+    }
+
+    /// Whether a resumed run takes the item up again rather than carrying
+    /// its end over: it was cut short, or pushed without its PR.
+    pub fn resumes(self) -> bool {
+        matches!(self, Outcome::Interrupted | Outcome::PrFailed)
+    }
+}
+
+/// How one round ended (`rounds.result`): approved, or the outcome of the
+/// step that ended it (a round cut short ends with its item's outcome).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RoundResult {
+    /// Green gate and an `approve` verdict.
+    Approved,
+    /// The step that ended the round, as the item outcome it stands for.
+    Ended(Outcome),
+}
+
+impl RoundResult {
+    /// The text the ledger stores.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoundResult::Approved => "approved",
+            RoundResult::Ended(o) => o.as_str(),
+        }
+    }
+}
+
+impl From<Outcome> for RoundResult {
+    fn from(o: Outcome) -> Self {
+        RoundResult::Ended(o)
+    }
+}
+
+impl FromStr for RoundResult {
+    type Err = UnknownText;
+    fn from_str(s: &str) -> Result<Self, UnknownText> {
+        if s == RoundResult::Approved.as_str() {
+            return Ok(RoundResult::Approved);
+        }
+        s.parse().map(RoundResult::Ended).map_err(|_| UnknownText {
+            set: "round result",
+            text: s.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for RoundResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for RoundResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+text_set! {
+    /// How a run ended, or that it is running (`runs.status`; docs/ledger.md).
+    RunStatus, "run status" {
+        /// Still running (or died without saying so; see `status`).
+        Running => "running",
+        /// Every item was taken to its end.
+        Completed => "completed",
+        /// The deadline stopped it cleanly.
+        StoppedDeadline => "stopped_deadline",
+        /// A signal stopped it.
+        StoppedSignal => "stopped_signal",
+        /// It died, or a failure outside the items stopped it; the next drain resumes it.
+        Crashed => "crashed",
+    }
+}
+
+impl RunStatus {
+    /// Whether a run that ended so fails (exit 1): a signal or a crash.
+    pub fn fails_run(self) -> bool {
+        matches!(self, RunStatus::StoppedSignal | RunStatus::Crashed)
+    }
+}
+
+text_set! {
+    /// What started a run (`runs.kind`).
+    RunKind, "run kind" {
+        /// `nightshift drain`: every item of the plan.
+        Drain => "drain",
+        /// `nightshift run`: one item.
+        Run => "run",
+    }
+}
+
+text_set! {
+    /// What a running run is doing now (`runs.phase`; `status` shows it).
+    Phase, "phase" {
+        /// Looking up an earlier PR of the item on GitHub.
+        Github => "github",
+        /// Preparing the item's checkout.
+        Checkout => "checkout",
+        /// Running the contract's setup commands.
+        Setup => "setup",
+        /// The writer agent's call.
+        Writer => "writer",
+        /// Reading the proof of work from git.
+        Proof => "proof",
+        /// Running the gate.
+        Gate => "gate",
+        /// The reviewer agent's call.
+        Review => "review",
+        /// Committing, pushing and opening the PR.
+        Push => "push",
+        /// Sleeping at an agent's usage limit.
+        Sleeping => "sleeping",
+    }
+}
+
+text_set! {
+    /// Where a pushed branch's PR stands in the ledger (`pull_requests.state`).
+    PrRecord, "PR state" {
+        /// Pushed without GitHub access: the PR was never asked for.
+        Planned => "planned",
+        /// Pushed; opening the PR failed (the next run retries).
+        PrFailed => "pr_failed",
+        /// The PR is open.
+        Open => "open",
+        /// The PR was merged.
+        Merged => "merged",
+        /// The pushed branch is no longer on the remote: the work is redone.
+        Gone => "gone",
+        /// A person closed the PR without merging it (`report --history`).
+        Closed => "closed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The members of `CHECK (column IN (...))` for `column` in the migrations.
+    fn check_set(column: &str) -> Vec<String> {
+        let sql = concat!(
+            include_str!("../migrations/0001_init.sql"),
+            include_str!("../migrations/0002_run_resumes.sql")
+        );
+        let start = sql
+            .find(&format!("{column} "))
+            .and_then(|at| sql[at..].find("CHECK").map(|c| at + c))
+            .unwrap_or_else(|| panic!("no CHECK for {column}"));
+        let list = &sql[start..];
+        let open = list.find("IN").expect("IN") + 2;
+        let list = &list[open..];
+        let list = &list[list.find('(').expect("(") + 1..list.find(')').expect(")")];
+        list.split(',')
+            .map(|s| s.trim().trim_matches('\'').to_string())
+            .collect()
+    }
+
+    fn round_trips<T>(all: &[T])
+    where
+        T: Copy + PartialEq + fmt::Debug + FromStr + serde::Serialize,
+        T: std::fmt::Display,
+        <T as FromStr>::Err: fmt::Debug,
+    {
+        for v in all {
+            let text = v.to_string();
+            assert_eq!(text.parse::<T>().unwrap(), *v);
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::json!(text));
+        }
+    }
+
+    #[test]
+    fn every_member_round_trips_through_its_text() {
+        round_trips(Outcome::ALL);
+        round_trips(RunStatus::ALL);
+        round_trips(RunKind::ALL);
+        round_trips(Phase::ALL);
+        round_trips(PrRecord::ALL);
+        let rounds: Vec<RoundResult> = std::iter::once(RoundResult::Approved)
+            .chain(Outcome::ALL.iter().map(|&o| RoundResult::Ended(o)))
+            .collect();
+        round_trips(&rounds);
+        for o in Outcome::ALL {
+            let back: Outcome = serde_json::from_value(serde_json::json!(o.as_str())).unwrap();
+            assert_eq!(back, *o);
+        }
+        assert!("pr_opend".parse::<Outcome>().is_err());
+        assert!("".parse::<RunStatus>().is_err());
+    }
+
+    #[test]
+    fn the_sets_are_the_ledgers_check_sets() {
+        let texts = |all: &[&str]| all.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let outcomes: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(texts(&outcomes), check_set("outcome"));
+        let statuses: Vec<&str> = RunStatus::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(texts(&statuses), check_set("status"));
+        let kinds: Vec<&str> = RunKind::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(texts(&kinds), check_set("kind"));
+    }
+
+    #[test]
+    fn which_outcomes_fail_a_run() {
+        let ok: Vec<&str> = Outcome::ALL
+            .iter()
+            .filter(|o| !o.fails_run())
+            .map(|o| o.as_str())
+            .collect();
+        assert_eq!(
+            ok,
+            [
+                "pr_opened",
+                "already_open",
+                "already_merged",
+                "no_changes",
+                "blocked",
+                "not_approved",
+                "deadline"
+            ]
+        );
+        // A failed attempt always fails the run.
+        assert!(
+            Outcome::ALL
+                .iter()
+                .all(|o| !o.counts_as_attempt() || o.fails_run())
+        );
+    }
+}

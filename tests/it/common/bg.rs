@@ -1,0 +1,172 @@
+//! Nights driven from outside, shared by the `night` and `ops` tests: a
+//! nightshift process in the background, slow phases made reachable with
+//! stall files, and waiting on processes and on the ledger.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{Fixture, assert_ok};
+
+/// Shell lines that, when `DIR/NAME.stall` exists, remove it, write this
+/// shell's pid to `NAME.ready` and wait for a `sleep` whose pid is in
+/// `NAME.child`; killing that child (see [`release`]) lets the script go on.
+pub fn stall_snippet(dir: &Path, name: &str) -> String {
+    let d = dir.display();
+    format!(
+        "if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready; wait; fi\n"
+    )
+}
+
+/// Lets a stalled script go on: kills its `sleep`.
+pub fn release(dir: &Path, name: &str) {
+    let pid = read_pid(&dir.join(format!("{name}.child")));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+/// Kills a stalled helper (after a SIGKILLed drain, nobody else will).
+pub fn kill_stalled(dir: &Path, name: &str) {
+    // The shell first: killing its `sleep` first would let it return from
+    // `wait` and exit 0 (a hook that then lets the push through) before the
+    // second kill lands.
+    for f in [format!("{name}.ready"), format!("{name}.child")] {
+        if let Some(pid) = std::fs::read_to_string(dir.join(f))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// The pid written in file `p`.
+pub fn read_pid(p: &Path) -> i32 {
+    std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
+}
+
+/// True when process `pid` is gone (or a zombie nobody has reaped yet).
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Waits until `cond` holds, polling every 50 ms; panics with `what` after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The outcomes of a `report --json`, in item order.
+pub fn outcomes(report: &Value) -> Vec<String> {
+    report["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// `plan`, then `approve` of its SHA; returns the SHA.
+pub fn approve(f: &Fixture) -> String {
+    let sha = f.plan_sha();
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    sha
+}
+
+/// The line `nightshift status` prints.
+pub fn status_text(f: &Fixture) -> String {
+    let out = f.run(&["status"]);
+    assert_ok(&out, "status");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A nightshift process started in the background, its output in files;
+/// killed when dropped if it still runs.
+pub struct Bg {
+    pub child: Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Bg {
+    /// `nightshift ARGS` with the fixture's environment.
+    pub fn start(f: &Fixture, args: &[&str]) -> Bg {
+        Bg::start_cmd(f, f.cmd(), args)
+    }
+
+    /// `cmd ARGS` (a fixture command with changes of its own).
+    pub fn start_cmd(f: &Fixture, mut cmd: std::process::Command, args: &[&str]) -> Bg {
+        let n = uuid::Uuid::new_v4().simple().to_string();
+        let out = f.dir.path().join(format!("bg-{n}.out"));
+        let err = f.dir.path().join(format!("bg-{n}.err"));
+        let child = cmd
+            .args(args)
+            .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+            .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+            .spawn()
+            .expect("nightshift starts");
+        Bg { child, out, err }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
+    }
+
+    /// Waits for the exit; panics after `limit`.
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!(
+                    "nightshift did not exit within {limit:?}:\n{}",
+                    self.output()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its stdout, then its stderr, so far.
+    pub fn output(&self) -> String {
+        format!(
+            "{}{}",
+            std::fs::read_to_string(&self.out).unwrap_or_default(),
+            std::fs::read_to_string(&self.err).unwrap_or_default()
+        )
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
