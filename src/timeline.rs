@@ -131,6 +131,9 @@ struct RunFacts {
     timezone: String,
 }
 
+/// A usage-limit sleep: (run item id, agent, from, until).
+type SleepFacts = (Option<i64>, String, DateTime<Utc>, DateTime<Utc>);
+
 #[derive(FromRow)]
 struct RoundFacts {
     id: i64,
@@ -189,7 +192,7 @@ impl Timeline {
         .bind(run)
         .fetch_all(pool)
         .await?;
-        let sleeps: Vec<(Option<i64>, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+        let sleeps: Vec<SleepFacts> = sqlx::query_as(
             "SELECT run_item_id, agent, slept_from, slept_until FROM limit_sleeps WHERE run_id = $1 ORDER BY slept_from",
         )
         .bind(run)
