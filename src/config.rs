@@ -65,6 +65,8 @@ pub struct Config {
     pub reviewer: AgentConfig,
     /// Title prefix → prompt template (SPEC §3 "Recipes").
     pub recipes: Vec<Recipe>,
+    /// Where a message goes when a run ends (docs/config.md#notify).
+    pub notify: crate::notify::Targets,
 }
 
 impl Default for Config {
@@ -90,6 +92,7 @@ impl Default for Config {
             writer: AgentConfig::default(),
             reviewer: AgentConfig::default(),
             recipes: vec![],
+            notify: crate::notify::Targets::default(),
         }
     }
 }
@@ -360,6 +363,15 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
                 "must be at least {MIN_AGENT_OUTPUT} bytes (\"1KiB\"); the default is \"1GiB\""
             ),
         ));
+    }
+    if let Err(message) = c.notify.validate() {
+        let key = message.split('`').nth(1).unwrap_or("notify").to_string();
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            line: line_of_key(text, key.trim_start_matches("notify.")),
+            key: Some(key),
+            message,
+        });
     }
     if c.limits.max_attempts == 0 {
         return Err(bad("max_attempts", "must be at least 1".into()));

@@ -313,6 +313,8 @@ text_set! {
         Merged => "merged",
         /// The pushed branch is no longer on the remote: the work is redone.
         Gone => "gone",
+        /// A person closed the PR without merging it (`report --history`).
+        Closed => "closed",
     }
 }
 

@@ -9,6 +9,7 @@
 #   - a PostgreSQL server for the ledger tests: $DATABASE_URL if set, else the
 #     local server on 127.0.0.1:5432, else a private throwaway cluster it starts;
 #   - the real Codex CLI (npm @openai/codex, pinned) under target/agent-clis-codex/;
+#   - Chromium (Debian's package), for the HTML report's browser test;
 # then runs every test with cargo (the library's unit tests and the one
 # integration-test binary, tests/it/).
 set -euo pipefail
@@ -111,6 +112,18 @@ if [ "$codex_installed" != "$codex_version" ] || [ ! -x "$codex_prefix/node_modu
 fi
 echo "== codex CLI: $("$codex_prefix/node_modules/.bin/codex" --version)"
 # --- end codex ---
+
+# Chromium (Debian's package) for the HTML report's browser test in
+# tests/it/morning.rs: the page is loaded headless, offline.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing Chromium (apt-get install chromium)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "tests need Chromium for the HTML report's browser test: sudo apt-get install chromium" >&2
+    exit 2
+  fi
+fi
 
 # A clean build of every test target takes about 2.5 GB under target/
 # (less with CARGO_INCREMENTAL=0, which CI sets: it builds once).

@@ -7,6 +7,7 @@ mod doctor;
 mod drain;
 mod init;
 mod limit;
+mod notify;
 mod plan;
 mod progress;
 mod report;
@@ -86,6 +87,11 @@ pub enum Command {
         /// Print the PR bodies (and the PRs that would have been opened).
         #[arg(long)]
         show_body: bool,
+        /// Write the run as one self-contained HTML page with a timeline of
+        /// the night, to FILE (`-`: standard output; default:
+        /// `.nightshift/reports/<run id>.html`).
+        #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["json", "markdown", "show_body"])]
+        html: Option<std::path::PathBuf>,
     },
     /// What is running now: item, round, phase, or the usage-limit sleep.
     Status {
@@ -97,6 +103,12 @@ pub enum Command {
     Sync,
     /// Check git, remote, token, API, label, agents, database and data dir; one line each.
     Doctor,
+    /// Send a sample end-of-run message to the config's `[notify]` targets.
+    Notify {
+        /// Required: a sample, not a real run's summary.
+        #[arg(long)]
+        test: bool,
+    },
     /// Stay in the foreground and start a drain at each fire time of a cron expression.
     Schedule {
         /// Cron expression: 5 fields `min hour day month weekday`, or 6 with seconds first.
@@ -295,7 +307,11 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
             json,
             markdown,
             show_body,
+            html,
         } => {
+            if let Some(file) = html {
+                return report::html(&cli, run_id.as_deref().or(run.as_deref()), file).await;
+            }
             let format = if *json {
                 report::ReportFormat::Json
             } else if *markdown {
@@ -314,6 +330,7 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
         Command::Status { json } => report::status(&cli, *json).await,
         Command::Sync => sync::sync(&cli, &startup).await,
         Command::Doctor => doctor::doctor(&cli, &startup).await,
+        Command::Notify { test } => notify::notify_test(&cli, *test, &startup).await,
     }
 }
 

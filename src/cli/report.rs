@@ -114,6 +114,51 @@ pub(crate) async fn report(
     Ok(())
 }
 
+/// `nightshift report --html [FILE]`: the run as one self-contained page
+/// (see [`crate::timeline`]). `FILE` empty: `.nightshift/reports/<run id>.html`
+/// in the repository; `-`: standard output. Prints the path written.
+///
+/// # Errors
+/// No run, an unknown run id (exit 2), the ledger, or the file not writable.
+pub(crate) async fn html(cli: &Cli, run: Option<&str>, file: &std::path::Path) -> Result<()> {
+    let repo = repo_root(cli)?;
+    let id = crate::cli::repo_identity(cli, &repo);
+    let lg = ledger().await?;
+    let run_id = match run {
+        Some(r) => Some(resolve_run_id(&lg.pool, &id, r).await?),
+        None => None,
+    };
+    let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
+        return Err(Error::argument(format!(
+            "no run of {} yet to draw; `nightshift drain` makes one",
+            repo.display()
+        )));
+    };
+    let Some(timeline) = crate::timeline::Timeline::load(&lg.pool, row.id).await? else {
+        return Err(Error::argument(format!("no run {} in the ledger", row.id)));
+    };
+    let page = crate::secret::redact_known(&timeline.to_html());
+    if file.as_os_str() == "-" {
+        print!("{page}");
+        return Ok(());
+    }
+    let path = if file.as_os_str().is_empty() {
+        repo.join(".nightshift")
+            .join("reports")
+            .join(format!("{}.html", row.id))
+    } else {
+        file.to_path_buf()
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::failed(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    std::fs::write(&path, page)
+        .map_err(|e| Error::failed(format!("cannot write {}: {e}", path.display())))?;
+    println!("{}", path.display());
+    Ok(())
+}
+
 /// `nightshift status [--json]`.
 pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     let repo = repo_root(cli)?;

@@ -1145,3 +1145,235 @@ async fn progress_lines_and_a_json_log_per_run() {
         2
     );
 }
+
+/// Chromium from Debian's package, as the README's test command installs it.
+fn chromium() -> std::path::PathBuf {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+        .expect("Chromium is missing: `bash tests/run.sh` installs it (apt-get install chromium)")
+}
+
+/// Loads `page` in headless Chromium at `width` px; returns the DOM as the
+/// browser built it and what the browser logged (console messages included).
+fn render(page: &std::path::Path, width: u32, profile: &std::path::Path) -> (String, String) {
+    let out = std::process::Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            &format!("--window-size={width},900"),
+            &format!("--user-data-dir={}", profile.display()),
+            "--dump-dom",
+            &format!("file://{}", page.display()),
+        ])
+        .output()
+        .expect("chromium runs");
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `report --html` draws the night: one bar per round the ledger holds, one
+/// band per usage-limit sleep, the items with their outcomes; it loads in a
+/// real headless browser at phone and desktop widths with no console error
+/// and no request outside the page; agent text cannot inject markup.
+#[tokio::test(flavor = "multi_thread")]
+async fn html_report_draws_one_bar_per_round_in_a_real_browser() {
+    let gh = FakeGitHub::start().await;
+    let f = world(
+        &gh,
+        "# calc\n\n- [ ] Add sub\n- [ ] Add bogus <img src=x onerror=alert(1)>\n  - rounds: 2\n- [ ] Add mul\n  - question: is mul worth it?\n",
+    );
+    std::fs::write(
+        f.agents.join("writer.sh"),
+        WRITER.replace(
+            "*div*)",
+            "*bogus*) echo '<script>alert(2)</script>' >> calc.txt ;;\n  *div*)",
+        ),
+    )
+    .unwrap();
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // A usage-limit sleep of the night, as the run records one.
+    f.db.sql(
+        "INSERT INTO limit_sleeps (run_id, agent, kind, message, slept_from, slept_until) \
+         SELECT id, 'claude', 'usage_limit', 'limit', started_at, started_at + interval '1 second' FROM runs",
+    );
+    let rounds: usize = f.db.sql("SELECT count(*) FROM rounds").parse().unwrap();
+    assert_eq!(rounds, 3, "one round of sub, two of bogus");
+
+    let page = f.dir.path().join("night.html");
+    let out = f.run(&["report", "--html", page.to_str().unwrap()]);
+    assert_ok(&out, "report --html");
+    assert_eq!(text(&out).trim(), page.display().to_string());
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("<script"),
+        "no script, and agent text is escaped"
+    );
+    assert!(!html.contains("<img"), "backlog text is escaped");
+    assert!(
+        html.contains("&lt;script&gt;alert(2)"),
+        "the gate's words are shown, escaped"
+    );
+    // Links to PRs are fine; nothing is loaded from outside the page.
+    for load in [" src=\"", "<link", "@import", "url(", "<iframe", "<object"] {
+        assert!(!html.contains(load), "the page loads nothing: {load}");
+    }
+
+    let profile = tempfile::tempdir().unwrap();
+    for width in [1280, 390] {
+        let (dom, log) = render(&page, width, profile.path());
+        let bars = dom.matches("class=\"round\"").count();
+        assert_eq!(bars, rounds, "one bar per round at {width} px");
+        assert_eq!(
+            dom.matches("class=\"sleep\"").count(),
+            1,
+            "one band per sleep"
+        );
+        assert!(
+            dom.contains("tests_failed") && dom.contains("pr_opened") && dom.contains("blocked")
+        );
+        let console: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
+            })
+            .collect();
+        assert!(console.is_empty(), "console at {width} px: {console:?}");
+    }
+}
+
+/// A local webhook receiver: keeps every request body, answers each with the
+/// next of `answers` (the last repeats); `None` never answers (a timeout).
+struct Hook {
+    url: String,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+async fn hook(answers: Vec<Option<u16>>) -> Hook {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = bodies.clone();
+    tokio::spawn(async move {
+        let mut n = 0usize;
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let answer = answers[n.min(answers.len() - 1)];
+            n += 1;
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // Headers, then Content-Length bytes of body.
+                let body = loop {
+                    let k = sock.read(&mut chunk).await.unwrap_or(0);
+                    if k == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..k]);
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if body.len() >= len {
+                            break body.to_string();
+                        }
+                    }
+                };
+                kept.lock().unwrap().push(body);
+                match answer {
+                    Some(code) => {
+                        let resp = format!(
+                            "HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                        );
+                        let _ = sock.write_all(resp.as_bytes()).await;
+                    }
+                    None => tokio::time::sleep(std::time::Duration::from_secs(60)).await,
+                }
+            });
+        }
+    });
+    Hook { url, bodies }
+}
+
+/// `notify --test` sends one sample to the webhook (JSON summary), to Slack
+/// (its incoming-webhook shape) and to a command (JSON on stdin); a target
+/// that keeps failing is retried a bounded number of times and named.
+#[tokio::test(flavor = "multi_thread")]
+async fn notify_test_sends_a_sample_to_every_target() {
+    let ok = hook(vec![Some(200)]).await;
+    let slack = hook(vec![Some(200)]).await;
+    let f = Fixture::new();
+    let got = f.dir.path().join("from-command.json");
+    let cmd = f.agent(
+        "notify.sh",
+        &format!("#!/bin/sh\ncat > {}\n", got.display()),
+    );
+    f.config(&format!(
+        "[notify]\nwebhook = \"{}\"\nslack_webhook = \"{}\"\ncommand = [\"{cmd}\"]\n",
+        ok.url, slack.url
+    ));
+    let out = f.run(&["notify", "--test"]);
+    assert_ok(&out, "notify --test");
+    let said = text(&out);
+    for t in ["webhook: sent", "slack_webhook: sent", "command: sent"] {
+        assert!(said.contains(t), "{said}");
+    }
+    let hooked = ok.bodies.lock().unwrap().clone();
+    assert_eq!(hooked.len(), 1);
+    let v: serde_json::Value = serde_json::from_str(&hooked[0]).unwrap();
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["counts"]["pr_opened"], 1);
+    assert!(v["failures"][0]["reason"].is_string());
+    let s: serde_json::Value = serde_json::from_str(&slack.bodies.lock().unwrap()[0]).unwrap();
+    assert!(s["text"].as_str().unwrap().starts_with("nightshift run"));
+    assert!(
+        s["blocks"][0]["text"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("tests_failed")
+    );
+    let stdin: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&got).unwrap()).unwrap();
+    assert_eq!(stdin, v, "the command gets the same JSON");
+
+    let failing = hook(vec![Some(500)]).await;
+    f.config(&format!("[notify]\nwebhook = \"{}\"\n", failing.url));
+    let out = f.run(&["notify", "--test"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("webhook: not sent after 3 attempt(s): answered HTTP 500"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(failing.bodies.lock().unwrap().len(), 3);
+
+    f.config("[notify]\nwebhook = \"ftp://example.com/x\"\n");
+    let out = f.run(&["notify", "--test"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("notify.webhook"), "{}", text(&out));
+}

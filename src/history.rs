@@ -1,0 +1,377 @@
+//! What the nights are worth: `report --history` (docs/commands.md#report-history).
+//!
+//! Night by night — items run, PRs opened, what became of them (merged,
+//! closed unmerged, still open), failures by outcome, tokens, cost, time
+//! slept at usage limits — and over the window: the merge rate, the cost per
+//! merged PR (everything the nights cost, failures included, divided by the
+//! PRs a person merged), the median time from PR to merge, by recipe.
+//!
+//! What became of a PR is asked from GitHub ([`refresh`]) and remembered in
+//! the ledger, so a history taken without GitHub access still knows what was
+//! learnt before and says what it could not know. This module reads; it never
+//! changes a PR.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{FromRow, PgPool};
+use uuid::Uuid;
+
+use crate::outcome::{Outcome, PrRecord};
+
+/// What became of a PR, as GitHub last said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrFate {
+    /// Still open.
+    Open,
+    /// Merged, at this instant (UTC).
+    Merged(DateTime<Utc>),
+    /// Closed without a merge, at this instant (UTC) when known.
+    Closed(Option<DateTime<Utc>>),
+}
+
+/// One night of the history.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Night {
+    /// The run.
+    pub run_id: Uuid,
+    /// When it started (UTC).
+    pub started_at: Option<DateTime<Utc>>,
+    /// Items that ran at least one round.
+    pub items_run: usize,
+    /// PRs it opened.
+    pub prs_opened: usize,
+    /// Of those, merged since.
+    pub merged: usize,
+    /// Closed without a merge.
+    pub closed: usize,
+    /// Still open (or not known: see [`History::unknown`]).
+    pub open: usize,
+    /// Failed items per outcome word.
+    pub failures: BTreeMap<String, usize>,
+    /// Tokens of its agent calls.
+    pub tokens: i64,
+    /// Its cost in US dollars (where the agents report one).
+    pub cost_usd: f64,
+    /// Seconds slept at usage limits.
+    pub slept_seconds: i64,
+}
+
+/// Totals of one recipe (title prefix) over the window.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecipeTotals {
+    /// The recipe's prefix; `""` for items of no recipe.
+    pub recipe: String,
+    /// PRs opened.
+    pub prs_opened: usize,
+    /// PRs merged.
+    pub merged: usize,
+    /// Cost of the recipe's items in US dollars.
+    pub cost_usd: f64,
+    /// Cost per merged PR in US dollars; `None` when none merged.
+    pub cost_per_merged_pr: Option<f64>,
+}
+
+/// The window's totals.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    /// Nights in the window.
+    pub nights: usize,
+    /// PRs opened.
+    pub prs_opened: usize,
+    /// Merged since.
+    pub merged: usize,
+    /// Closed without a merge.
+    pub closed: usize,
+    /// Still open.
+    pub open: usize,
+    /// merged / opened; `None` when nothing was opened.
+    pub merge_rate: Option<f64>,
+    /// Tokens.
+    pub tokens: i64,
+    /// Cost in US dollars.
+    pub cost_usd: f64,
+    /// All the nights' cost divided by the merged PRs; `None` when none merged.
+    pub cost_per_merged_pr: Option<f64>,
+    /// Median hours from a PR's opening to its merge; `None` when none merged.
+    pub median_hours_to_merge: Option<f64>,
+    /// Seconds slept at usage limits.
+    pub slept_seconds: i64,
+    /// Per recipe, in the config's order, then items of no recipe.
+    pub by_recipe: Vec<RecipeTotals>,
+}
+
+/// The history of a repository over a window.
+#[derive(Debug, Clone, Serialize)]
+pub struct History {
+    /// Start of the window (UTC).
+    pub since: DateTime<Utc>,
+    /// Nights, oldest first.
+    pub nights: Vec<Night>,
+    /// Totals.
+    pub totals: Totals,
+    /// What could not be known, if anything (no GitHub access: PR states are
+    /// as last learnt).
+    pub unknown: Option<String>,
+}
+
+#[derive(FromRow)]
+struct Row {
+    run_id: Uuid,
+    started_at: DateTime<Utc>,
+    title: String,
+    outcome: Option<Outcome>,
+    rounds: i32,
+    tokens: i64,
+    cost_usd: Option<f64>,
+    pr_number: Option<i64>,
+    pr_state: Option<PrRecord>,
+    pr_created_at: Option<DateTime<Utc>>,
+    merged_at: Option<DateTime<Utc>>,
+}
+
+/// Reads the history of `repo` since `since`. `recipes` are the config's
+/// title prefixes.
+///
+/// # Errors
+/// Database errors.
+pub async fn load(
+    pool: &PgPool,
+    repo: &str,
+    since: DateTime<Utc>,
+    recipes: &[String],
+) -> sqlx::Result<History> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT r.id AS run_id, r.started_at, i.title, i.outcome, i.rounds, i.tokens, i.cost_usd, i.pr_number, \
+                p.state AS pr_state, p.created_at AS pr_created_at, p.merged_at \
+         FROM runs r JOIN run_items i ON i.run_id = r.id \
+         LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = i.item_key AND p.number = i.pr_number \
+         WHERE r.repo = $1 AND r.started_at >= $2 ORDER BY r.started_at, r.id, i.item_index",
+    )
+    .bind(repo)
+    .bind(since)
+    .fetch_all(pool)
+    .await?;
+    let slept: Vec<(Uuid, f64)> = sqlx::query_as(
+        "SELECT s.run_id, sum(extract(epoch FROM s.slept_until - s.slept_from))::float8 FROM limit_sleeps s \
+         JOIN runs r ON r.id = s.run_id WHERE r.repo = $1 AND r.started_at >= $2 GROUP BY s.run_id",
+    )
+    .bind(repo)
+    .bind(since)
+    .fetch_all(pool)
+    .await?;
+    let mut nights: Vec<Night> = Vec::new();
+    let mut hours_to_merge = Vec::new();
+    let mut by_recipe: BTreeMap<usize, RecipeTotals> = BTreeMap::new();
+    for row in &rows {
+        if nights.last().is_none_or(|n| n.run_id != row.run_id) {
+            let slept = slept
+                .iter()
+                .find(|s| s.0 == row.run_id)
+                .map_or(0.0, |s| s.1);
+            nights.push(Night {
+                run_id: row.run_id,
+                started_at: Some(row.started_at),
+                slept_seconds: slept.round() as i64,
+                ..Night::default()
+            });
+        }
+        let night = nights.last_mut().expect("pushed above");
+        let recipe = recipes
+            .iter()
+            .position(|p| row.title.starts_with(p.as_str()))
+            .unwrap_or(recipes.len());
+        let r = by_recipe.entry(recipe).or_insert_with(|| RecipeTotals {
+            recipe: recipes.get(recipe).cloned().unwrap_or_default(),
+            ..RecipeTotals::default()
+        });
+        night.tokens += row.tokens;
+        night.cost_usd += row.cost_usd.unwrap_or(0.0);
+        r.cost_usd += row.cost_usd.unwrap_or(0.0);
+        if row.rounds > 0 {
+            night.items_run += 1;
+        }
+        if let Some(o) = row.outcome.filter(|o| o.fails_run()) {
+            *night.failures.entry(o.as_str().to_string()).or_insert(0) += 1;
+        }
+        // A PR this night opened (not one carried over from an earlier night).
+        if row.outcome == Some(Outcome::PrOpened) && row.pr_number.is_some() && row.rounds > 0 {
+            night.prs_opened += 1;
+            r.prs_opened += 1;
+            match row.pr_state {
+                Some(PrRecord::Merged) => {
+                    night.merged += 1;
+                    r.merged += 1;
+                    if let (Some(m), Some(c)) = (row.merged_at, row.pr_created_at) {
+                        hours_to_merge.push((m - c).num_seconds() as f64 / 3600.0);
+                    }
+                }
+                Some(PrRecord::Closed) => night.closed += 1,
+                _ => night.open += 1,
+            }
+        }
+    }
+    let totals = totals(&nights, hours_to_merge, by_recipe.into_values().collect());
+    Ok(History {
+        since,
+        nights,
+        totals,
+        unknown: None,
+    })
+}
+
+fn totals(nights: &[Night], mut hours: Vec<f64>, mut by_recipe: Vec<RecipeTotals>) -> Totals {
+    let sum = |f: fn(&Night) -> usize| nights.iter().map(f).sum::<usize>();
+    let (opened, merged) = (sum(|n| n.prs_opened), sum(|n| n.merged));
+    let cost: f64 = nights.iter().map(|n| n.cost_usd).sum();
+    for r in &mut by_recipe {
+        r.cost_per_merged_pr = (r.merged > 0).then(|| r.cost_usd / r.merged as f64);
+    }
+    hours.sort_by(f64::total_cmp);
+    let median = match hours.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(hours[n / 2]),
+        n => Some((hours[n / 2 - 1] + hours[n / 2]) / 2.0),
+    };
+    Totals {
+        nights: nights.len(),
+        prs_opened: opened,
+        merged,
+        closed: sum(|n| n.closed),
+        open: sum(|n| n.open),
+        merge_rate: (opened > 0).then(|| merged as f64 / opened as f64),
+        tokens: nights.iter().map(|n| n.tokens).sum(),
+        cost_usd: cost,
+        cost_per_merged_pr: (merged > 0).then(|| cost / merged as f64),
+        median_hours_to_merge: median,
+        slept_seconds: nights.iter().map(|n| n.slept_seconds).sum(),
+        by_recipe,
+    }
+}
+
+/// The PRs of `repo` whose fate is not settled (open, or never checked), as
+/// (item key, branch, number).
+///
+/// # Errors
+/// Database errors.
+pub async fn unsettled(pool: &PgPool, repo: &str) -> sqlx::Result<Vec<(String, String, i64)>> {
+    sqlx::query_as(
+        "SELECT item_key, branch, number FROM pull_requests \
+         WHERE repo = $1 AND number IS NOT NULL AND state = $2 ORDER BY number",
+    )
+    .bind(repo)
+    .bind(PrRecord::Open)
+    .fetch_all(pool)
+    .await
+}
+
+/// Remembers what GitHub said of a PR.
+///
+/// # Errors
+/// Database errors.
+pub async fn remember(
+    pool: &PgPool,
+    repo: &str,
+    item_key: &str,
+    branch: &str,
+    fate: PrFate,
+) -> sqlx::Result<()> {
+    let (state, merged_at, closed_at) = match fate {
+        PrFate::Open => (PrRecord::Open, None, None),
+        PrFate::Merged(at) => (PrRecord::Merged, Some(at), Some(at)),
+        PrFate::Closed(at) => (PrRecord::Closed, None, at),
+    };
+    sqlx::query(
+        "UPDATE pull_requests SET state = $4, merged_at = $5, closed_at = $6, checked_at = now() \
+         WHERE repo = $1 AND item_key = $2 AND branch = $3",
+    )
+    .bind(repo)
+    .bind(item_key)
+    .bind(branch)
+    .bind(state)
+    .bind(merged_at)
+    .bind(closed_at)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+impl History {
+    /// The terminal table: a line per night, then the totals.
+    pub fn to_text(&self, tz: chrono_tz::Tz) -> String {
+        use std::fmt::Write as _;
+        let mut s = format!(
+            "{:<17} {:>5} {:>4} {:>6} {:>6} {:>4} {:>6} {:>10} {:>9} {:>7}\n",
+            "night",
+            "items",
+            "PRs",
+            "merged",
+            "closed",
+            "open",
+            "failed",
+            "tokens",
+            "cost",
+            "slept"
+        );
+        for n in &self.nights {
+            let _ = writeln!(
+                s,
+                "{:<17} {:>5} {:>4} {:>6} {:>6} {:>4} {:>6} {:>10} {:>9} {:>7}",
+                n.started_at
+                    .map(|t| t.with_timezone(&tz).format("%Y-%m-%d %H:%M").to_string())
+                    .unwrap_or_default(),
+                n.items_run,
+                n.prs_opened,
+                n.merged,
+                n.closed,
+                n.open,
+                n.failures.values().sum::<usize>(),
+                n.tokens,
+                format!("${:.2}", n.cost_usd),
+                format!("{}m", n.slept_seconds / 60),
+            );
+        }
+        let t = &self.totals;
+        let pct =
+            |o: Option<f64>| o.map_or_else(|| "-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        let usd = |o: Option<f64>| o.map_or_else(|| "-".to_string(), |c| format!("${c:.2}"));
+        let _ = writeln!(
+            s,
+            "\n{} night(s): {} PR(s) opened, {} merged, {} closed unmerged, {} open; merge rate {}; cost ${:.2}, {} per merged PR; median time to merge {}",
+            t.nights,
+            t.prs_opened,
+            t.merged,
+            t.closed,
+            t.open,
+            pct(t.merge_rate),
+            t.cost_usd,
+            usd(t.cost_per_merged_pr),
+            t.median_hours_to_merge
+                .map_or_else(|| "-".to_string(), |h| format!("{h:.1} h")),
+        );
+        for r in t
+            .by_recipe
+            .iter()
+            .filter(|r| r.prs_opened > 0 || r.cost_usd > 0.0)
+        {
+            let name = if r.recipe.is_empty() {
+                "(no recipe)"
+            } else {
+                r.recipe.as_str()
+            };
+            let _ = writeln!(
+                s,
+                "  {name}: {} opened, {} merged, {} per merged PR",
+                r.prs_opened,
+                r.merged,
+                usd(r.cost_per_merged_pr)
+            );
+        }
+        if let Some(u) = &self.unknown {
+            let _ = writeln!(s, "not known: {u}");
+        }
+        s
+    }
+}
