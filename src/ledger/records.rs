@@ -92,12 +92,19 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         Vec::with_capacity(n),
     );
     for (pos, e) in plan.entries.iter().enumerate() {
-        let cjson: Value =
-            serde_json::from_str(&e.contract.canonical_json()).expect("canonical JSON parses");
+        // A NUL can only be in the text as the escape `\u0000`: without one,
+        // the canonical text is stored as it is, not parsed and printed again.
+        let canonical = e.contract.canonical_json();
+        let cjson = if canonical.contains("\\u0000") {
+            let v: Value = serde_json::from_str(&canonical).expect("canonical JSON parses");
+            verbatim_json(v).to_string()
+        } else {
+            canonical
+        };
         shas.push(e.contract_sha.as_str());
         keys.push(e.item.key.as_str());
         titles.push(verbatim(&e.item.title));
-        jsons.push(verbatim_json(cjson).to_string());
+        jsons.push(cjson);
         positions.push(pos as i32);
         indexes.push(e.index as i32);
         blocked.push(e.blocked.as_deref().map(verbatim));
