@@ -307,7 +307,8 @@ fn walk(root: &Path, rel: &mut Vec<u8>, out: &mut BTreeMap<Vec<u8>, Meta>) {
         }
         rel.extend_from_slice(entry.file_name().as_bytes());
         let path = entry.path();
-        if let Ok(m) = std::fs::symlink_metadata(&path) {
+        // `fstatat` on the open directory, links not followed.
+        if let Ok(m) = entry.metadata() {
             let meta = Meta::of(&path, &m);
             let is_dir = meta.kind == Kind::Dir;
             out.insert(rel.clone(), meta);
