@@ -33,4 +33,5 @@ pub mod run;
 pub mod schedule;
 pub mod secret;
 pub mod slot;
+pub mod snapshot;
 pub mod timeline;

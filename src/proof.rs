@@ -17,7 +17,6 @@
 //! what the gate runs); the PR card (`report`) shows them.
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::Path;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
@@ -36,6 +35,13 @@ pub enum ProofError {
         path: std::path::PathBuf,
         #[source]
         source: git2::Error,
+    },
+    /// The checkout could not be walked.
+    #[error("cannot read the checkout {}: {source}", path.display())]
+    Walk {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     /// A `scope:` glob does not compile.
     #[error("bad scope glob `{glob}`: {source}")]
@@ -328,134 +334,24 @@ impl Scope {
     }
 }
 
-/// A fingerprint (SHA-256 hex) of the checkout's state: HEAD and its branch,
-/// the git-dir fingerprint, every status entry (staged, unstaged, untracked)
-/// and the content of each such file, and every ignored file or directory
-/// by its metadata (kind, size, mode, modification time; not its content,
-/// so a `target/` of gigabytes costs a walk, not a read). Equal before and
-/// after the reviewer ran means the reviewer changed nothing (SPEC §6:
-/// read-only is verified independently of the agent) — also nothing in an
-/// ignored path, such as a planted `node_modules/` module or build output
-/// the next round's gate would run. Reading does not refresh or write the
-/// index.
+/// The checkout's state before or after the reviewer ran, by metadata (see
+/// [`crate::snapshot`]): every entry under `worktree` — tracked, untracked
+/// and ignored files, `.git` whole — by kind, inode, size, mode, times and
+/// link target, read without reading the files. Two of them compared
+/// ([`crate::snapshot::Snapshot::changes_since`]) show whether the reviewer
+/// changed anything (docs/security.md: read-only is verified independently
+/// of the agent) — also in an ignored path, such as a planted
+/// `node_modules/` module or build output the next round's gate would run,
+/// and also a write that keeps the size and puts the modification time
+/// back. Taking it reads no file but `.git/index` and writes nothing.
 ///
 /// # Errors
-/// [`ProofError::Repo`] if `worktree` is not a repository or its status
-/// cannot be read.
-pub fn worktree_fingerprint(worktree: &Path) -> Result<String, ProofError> {
-    let repo = open(worktree)?;
-    let mut h = Sha256::new();
-    let (head, branch) = head_state(&repo);
-    h.update(
-        format!(
-            "head {}\nbranch {}\n",
-            head.unwrap_or_default(),
-            branch.unwrap_or_default()
-        )
-        .as_bytes(),
-    );
-    h.update(slot::git_dir_fingerprint(worktree).as_bytes());
-    let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(false)
-        .exclude_submodules(true)
-        .renames_head_to_index(false)
-        .renames_index_to_workdir(false)
-        .update_index(false);
-    let statuses = repo
-        .statuses(Some(&mut opts))
-        .map_err(|source| ProofError::Repo {
-            context: "reading the status",
-            path: worktree.to_path_buf(),
-            source,
-        })?;
-    let mut entries: Vec<(Vec<u8>, u32)> = statuses
-        .iter()
-        .map(|e| (e.path_bytes().to_vec(), e.status().bits()))
-        .collect();
-    entries.sort();
-    for (path, bits) in entries {
-        h.update(format!("\n{bits:x} ").as_bytes());
-        h.update(&path);
-        h.update(b"\0");
-        let full = worktree.join(String::from_utf8_lossy(&path).as_ref());
-        hash_file(&mut h, &full);
-    }
-    // Ignored entries: git lists an ignored directory once; walk it here.
-    let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(true)
-        .recurse_ignored_dirs(false)
-        .exclude_submodules(true)
-        .update_index(false);
-    let statuses = repo
-        .statuses(Some(&mut opts))
-        .map_err(|source| ProofError::Repo {
-            context: "reading the ignored files",
-            path: worktree.to_path_buf(),
-            source,
-        })?;
-    let mut ignored: Vec<Vec<u8>> = statuses
-        .iter()
-        .filter(|e| e.status().contains(git2::Status::IGNORED))
-        .map(|e| e.path_bytes().to_vec())
-        .collect();
-    ignored.sort();
-    h.update(b"\nignored\n");
-    for path in ignored {
-        let rel = String::from_utf8_lossy(&path).into_owned();
-        hash_metadata_tree(&mut h, worktree, rel.trim_end_matches('/'));
-    }
-    Ok(hex::encode(h.finalize()))
-}
-
-/// Hashes `rel` (below `worktree`) and, for a directory, everything below
-/// it, by metadata only, without following links; in name order.
-fn hash_metadata_tree(h: &mut Sha256, worktree: &Path, rel: &str) {
-    use std::os::unix::fs::MetadataExt;
-    let mut stack = vec![rel.to_string()];
-    while let Some(rel) = stack.pop() {
-        let path = worktree.join(&rel);
-        h.update(rel.as_bytes());
-        let Ok(m) = std::fs::symlink_metadata(&path) else {
-            h.update(b" missing\n");
-            continue;
-        };
-        let kind = if m.file_type().is_symlink() {
-            "link"
-        } else if m.is_dir() {
-            "dir"
-        } else {
-            "file"
-        };
-        h.update(
-            format!(
-                " {kind} {} {:o} {}.{}\n",
-                m.len(),
-                m.mode(),
-                m.mtime(),
-                m.mtime_nsec()
-            )
-            .as_bytes(),
-        );
-        if kind == "link" {
-            if let Ok(t) = std::fs::read_link(&path) {
-                h.update(t.as_os_str().as_encoded_bytes());
-            }
-        } else if kind == "dir"
-            && let Ok(entries) = std::fs::read_dir(&path)
-        {
-            let mut names: Vec<String> = entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            // Popped from the end: push in reverse for name order.
-            names.sort_unstable_by(|a, b| b.cmp(a));
-            stack.extend(names.into_iter().map(|n| format!("{rel}/{n}")));
-        }
-    }
+/// [`ProofError::Walk`] if `worktree` itself cannot be read.
+pub fn worktree_fingerprint(worktree: &Path) -> Result<crate::snapshot::Snapshot, ProofError> {
+    crate::snapshot::Snapshot::take(worktree).map_err(|source| ProofError::Walk {
+        path: worktree.to_path_buf(),
+        source,
+    })
 }
 
 /// Changed or new files (untracked included, ignored excluded) of `limit`
@@ -491,34 +387,6 @@ pub fn files_of_at_least(worktree: &Path, limit: u64) -> Result<Vec<(String, u64
         .collect();
     big.sort();
     Ok(big)
-}
-
-/// Hashes a working-tree entry: link target, file content, or absence.
-fn hash_file(h: &mut Sha256, path: &Path) {
-    match std::fs::symlink_metadata(path) {
-        Err(_) => h.update(b"missing"),
-        Ok(m) if m.file_type().is_symlink() => {
-            h.update(b"link ");
-            if let Ok(t) = std::fs::read_link(path) {
-                h.update(t.as_os_str().as_encoded_bytes());
-            }
-        }
-        Ok(m) if m.is_dir() => h.update(b"dir"),
-        // A FIFO or device an agent left would block or never end the read.
-        Ok(_) => match crate::file::open_regular(path) {
-            Err(_) => h.update(b"unreadable"),
-            Ok((mut f, _)) => {
-                h.update(b"file ");
-                let mut buf = [0u8; 64 * 1024];
-                while let Ok(n) = f.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    h.update(&buf[..n]);
-                }
-            }
-        },
-    }
 }
 
 fn open(path: &Path) -> Result<git2::Repository, ProofError> {

@@ -857,11 +857,19 @@ impl Slot {
             git.run(&["update-ref", "--no-deref", &branch, &self.base_commit])?;
             git.run(&["symbolic-ref", "HEAD", &branch])?;
         }
+        // Only what differs from the snapshot is written back: a private
+        // index seeded from the real one (its stat cache spares re-reading
+        // unchanged files) takes in the working tree as it is now, then
+        // `read-tree --reset -u` moves it to the snapshot, writing the files
+        // whose content differs and removing those the snapshot lacks. A
+        // checkout of every file instead would cost a rewrite of the whole
+        // tree per round and leave the stat cache stale for every later read.
         let index = self.private_index("restore");
+        let _ = std::fs::copy(self.path.join(".git").join("index"), &index);
         let git = self.git().env("GIT_INDEX_FILE", &index);
         let result = git
-            .run(&["read-tree", tree])
-            .and_then(|_| git.run(&["checkout-index", "--all", "--force"]))
+            .run(&["add", "-A", "--", "."])
+            .and_then(|_| git.run(&["read-tree", "--reset", "-u", tree]))
             .and_then(|_| git.run(&["clean", "-fdq"]));
         let _ = std::fs::remove_file(&index);
         result?;

@@ -878,24 +878,36 @@ pub fn call_dir(item_dir: &Path, round: u32, role: Role, attempt: u32) -> PathBu
     item_dir.join(format!("round-{round:02}-{}-{attempt}", role.as_str()))
 }
 
-/// Why a review is void — the reviewer was not read-only (SPEC §6) — or
-/// `None`. For every kind, the checkout's fingerprint (status and content
-/// hash, [`crate::proof::worktree_fingerprint`]) must be the same before and
-/// after, and the reviewer's own tool events must show no file change
-/// ([`Report::edited_files`]: an edit outside the checkout,
-/// which git cannot see, or one undone before the end); for `claude`, its
-/// session must also have listed its tools (the init event) and none
-/// beyond the read-only set, and no MCP server.
+/// Why a review is void — the reviewer was not read-only (docs/security.md)
+/// — or `None`. For every kind, the checkout's snapshots before and after
+/// ([`crate::proof::worktree_fingerprint`]) must show no change, and the
+/// reviewer's own tool events must show no file change
+/// ([`Report::edited_files`]: an edit outside the checkout, which no
+/// snapshot sees, or one undone before the end); for `claude`, its session
+/// must also have listed its tools (the init event) and none beyond the
+/// read-only set, and no MCP server. Comparing the snapshots may read the
+/// files whose metadata changed, so `after` is taken just before.
 pub fn review_void_reason(
     kind: crate::config::AgentKind,
     reviewer: &Report,
-    fingerprint_before: &str,
-    fingerprint_after: &str,
+    before: &crate::snapshot::Snapshot,
+    after: &crate::snapshot::Snapshot,
 ) -> Option<String> {
-    if fingerprint_before != fingerprint_after {
-        return Some(
-            "the checkout changed during the review (status or content hash differ)".to_string(),
-        );
+    let changed = after.changes_since(before);
+    if !changed.is_empty() {
+        // A handful of names say what happened; a rewrite of the tree is
+        // not listed whole.
+        const SHOWN: usize = 10;
+        let more = changed.len().saturating_sub(SHOWN);
+        let mut list = changed
+            .into_iter()
+            .take(SHOWN)
+            .collect::<Vec<_>>()
+            .join(", ");
+        if more > 0 {
+            list.push_str(&format!(" and {more} more"));
+        }
+        return Some(format!("the checkout changed during the review: {list}"));
     }
     if !reviewer.edited_files.is_empty() {
         return Some(format!(

@@ -142,8 +142,26 @@ pub(crate) async fn mark_earlier_work(
     repo_id: &str,
     plan: &mut contract::Plan,
 ) -> Result<()> {
+    // Two statements for the whole backlog, not two per item.
+    let open: Vec<(&str, &str)> = plan
+        .entries
+        .iter()
+        .filter(|e| e.blocked.is_none())
+        .map(|e| (e.item.key.as_str(), e.contract_sha.as_str()))
+        .collect();
+    let keys: Vec<&str> = open.iter().map(|(k, _)| *k).collect();
+    let mut prs: std::collections::HashMap<String, Vec<rec::PrRow>> = Default::default();
+    for p in rec::prs_of_items(pool, repo_id, &keys).await? {
+        prs.entry(p.item_key.clone()).or_default().push(p);
+    }
+    let questions: std::collections::HashMap<(String, String), String> =
+        rec::open_questions(pool, repo_id, &open)
+            .await?
+            .into_iter()
+            .map(|(k, c, q)| ((k, c), q))
+            .collect();
     for e in plan.entries.iter_mut().filter(|e| e.blocked.is_none()) {
-        let prs = rec::prs_of_item(pool, repo_id, &e.item.key).await?;
+        let prs = prs.get(&e.item.key).map(Vec::as_slice).unwrap_or_default();
         if let Some(p) = prs.iter().find(|p| {
             matches!(
                 p.state,
@@ -162,9 +180,7 @@ pub(crate) async fn mark_earlier_work(
                     p.branch
                 ),
             });
-        } else if let Some((q, _, _)) =
-            rec::open_question(pool, repo_id, &e.item.key, &e.contract_sha).await?
-        {
+        } else if let Some(q) = questions.get(&(e.item.key.clone(), e.contract_sha.clone())) {
             e.blocked = Some(format!(
                 "waiting for an answer to the writer's question: {q} (edit the item to answer it)"
             ));

@@ -1550,6 +1550,9 @@ async fn replay_odd_reviewer_answers_are_read_by_their_last_verdict() {
             reviewer_answering(text),
         );
     }
+    // One snapshot of an unchanged directory stands for the checkout.
+    let still = tempfile::tempdir().unwrap();
+    let same = nightshift::snapshot::Snapshot::take(still.path()).unwrap();
     for (text, want) in cases {
         let rep = r.call(Role::Reviewer).await;
         assert_eq!(rep.failure, None, "{text}");
@@ -1560,7 +1563,7 @@ async fn replay_odd_reviewer_answers_are_read_by_their_last_verdict() {
         );
         assert_eq!(rep.text, text);
         assert_eq!(
-            nightshift::agent::review_void_reason(AgentKind::Claude, &rep, "same", "same"),
+            nightshift::agent::review_void_reason(AgentKind::Claude, &rep, &same, &same),
             None
         );
         assert_eq!(rep.usage.tokens_in, Some(2400));

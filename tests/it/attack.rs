@@ -750,6 +750,58 @@ async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
     assert!(f.remote_branches().is_empty());
 }
 
+/// A reviewer that rewrites a clean tracked file in place with as many
+/// bytes and puts its modification time back (`touch -d`) leaves size and
+/// mtime as they were; the change time, which no process can set back,
+/// still shows the write: void, and the file is named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reviewer_write_that_keeps_size_and_mtime_is_void() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\nm=$(stat -c %y docs/README.md)\nprintf CALC | dd of=docs/README.md bs=1 conv=notrunc 2>/dev/null\ntouch -d \"$m\" docs/README.md\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
+    let reason = rep["items"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("checkout changed during the review") && reason.contains("docs/README.md"),
+        "{rep:#}"
+    );
+    assert!(f.remote_branches().is_empty());
+}
+
+/// A reviewer that writes into `.git` beyond its config and hooks — here a
+/// tag, a ref of its own — has not only read: void.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reviewer_writing_a_ref_is_void() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\ngit tag planted\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
+    assert!(
+        rep["items"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains(".git/refs/tags/planted (added)"),
+        "{rep:#}"
+    );
+    assert!(f.remote_branches().is_empty());
+}
+
 /// A repository that ships its backlog as a link to a missing file outside
 /// it: `init` creates nothing through the link.
 #[test]

@@ -1,0 +1,670 @@
+//! A checkout's state by metadata, for the reviewer's read-only check
+//! (docs/security.md, docs/loop.md).
+//!
+//! A [`Snapshot`] is a walk of every entry under a checkout — tracked,
+//! untracked and ignored files, `.git` whole (HEAD, refs, index, config,
+//! hooks, objects) — recording each one's kind, device, inode, size, mode,
+//! modification and change time and link target, without reading any file.
+//! Two snapshots, before and after the review, name what changed
+//! ([`Snapshot::changes_since`]). The change time (ctime) is what makes that
+//! sound: every write, `chmod`, rename or `touch -d` sets it to the kernel's
+//! clock, and no process can set it back, so a write that keeps the size and
+//! puts the modification time back is still seen. Content is read only
+//! where metadata cannot decide:
+//!
+//! - a file changed in the clock tick of the first walk (the kernel's
+//!   timestamps are coarse; the same "racy" case git's index has) is hashed
+//!   then and compared by content afterwards;
+//! - a tracked file that looks changed but was clean before (its metadata
+//!   matched the stat cache of `.git/index`) is hashed as a git blob and
+//!   compared to the index's object id, so rewriting a file with the same
+//!   bytes is no change, as it never was;
+//! - `.git/index` itself is compared by its entries and extensions without
+//!   their stat fields: `git diff` or `git status` run by a reviewer rewrite
+//!   it to refresh that cache, which changes nothing git would commit.
+//!
+//! Directories are compared by kind, mode and inode only: their times move
+//! when a file inside is created and removed again (git's own `index.lock`),
+//! while every entry they hold is compared on its own.
+//!
+//! This module decides nothing: `review::void_reason` turns a change into a
+//! void verdict.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+/// How far back from the first walk's start a change time counts as racy:
+/// the kernel stamps files with a clock that advances in ticks of 1 to 10 ms
+/// (`CONFIG_HZ`), so a later write in the same tick would carry the same
+/// ctime. 50 ms covers every tick length with margin.
+const RACY_WINDOW: Duration = Duration::from_millis(50);
+
+/// The largest `.git/index` read (bytes): 1 GiB, far above a million files.
+const MAX_INDEX_BYTES: u64 = 1 << 30;
+
+/// What kind of entry a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+    Link,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+/// One entry's metadata, as `lstat` gives it (links not followed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Meta {
+    kind: Kind,
+    dev: u64,
+    ino: u64,
+    /// Bytes.
+    size: u64,
+    /// Permission and type bits.
+    mode: u32,
+    /// Modification time, seconds and nanoseconds since the epoch (UTC).
+    mtime: (i64, i64),
+    /// Status change time, seconds and nanoseconds since the epoch (UTC).
+    ctime: (i64, i64),
+    /// A link's target, raw bytes.
+    target: Option<Vec<u8>>,
+}
+
+impl Meta {
+    fn of(path: &Path, m: &std::fs::Metadata) -> Meta {
+        let ft = m.file_type();
+        let kind = if ft.is_symlink() {
+            Kind::Link
+        } else if ft.is_dir() {
+            Kind::Dir
+        } else if ft.is_file() {
+            Kind::File
+        } else {
+            Kind::Other
+        };
+        let target = (kind == Kind::Link).then(|| {
+            std::fs::read_link(path)
+                .map(|t| t.as_os_str().as_bytes().to_vec())
+                .unwrap_or_default()
+        });
+        Meta {
+            kind,
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.len(),
+            mode: m.mode(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+            target,
+        }
+    }
+
+    /// Equal as far as a directory goes: same kind, mode and inode.
+    fn same_dir(&self, other: &Meta) -> bool {
+        self.kind == other.kind
+            && self.mode == other.mode
+            && self.ino == other.ino
+            && self.dev == other.dev
+    }
+}
+
+/// One stage-0 entry of `.git/index`: the stat cache and the object id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct IndexEntry {
+    /// ctime and mtime (seconds, nanoseconds), dev, ino, size, as git
+    /// stores them (truncated to 32 bits).
+    stat: [u32; 8],
+    mode: u32,
+    /// The blob's id, raw bytes.
+    oid: Vec<u8>,
+}
+
+/// What `.git/index` holds, read without git.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct IndexView {
+    /// SHA-256 of every entry without its stat fields and of every
+    /// extension but the caches of untracked files and fsmonitor.
+    digest: [u8; 32],
+    /// Stage-0 entries by path.
+    entries: BTreeMap<Vec<u8>, IndexEntry>,
+    /// The index file's modification time (seconds, nanoseconds): entries
+    /// of files modified at or after it are not trusted (racy git).
+    mtime: (i64, i64),
+}
+
+/// The state of a checkout by metadata (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    root: PathBuf,
+    /// Every entry by its path relative to `root` (`/`-separated bytes;
+    /// the root itself is the empty path).
+    entries: BTreeMap<Vec<u8>, Meta>,
+    /// SHA-256 of the content of regular files changed in the clock tick
+    /// of the walk (racy), by path.
+    hashed: BTreeMap<Vec<u8>, [u8; 32]>,
+    /// `.git/index` as read after the walk; `None` when there is none or it
+    /// is unreadable (then it is compared by metadata like any file).
+    index: Option<IndexView>,
+}
+
+impl Snapshot {
+    /// Walks the checkout at `root`, reading no file but `.git/index` and
+    /// those changed in the last clock tick.
+    ///
+    /// # Errors
+    /// The I/O error of `lstat` on `root` itself; entries below that cannot
+    /// be read are recorded as missing, which any change of theirs shows.
+    pub fn take(root: &Path) -> std::io::Result<Snapshot> {
+        let started = SystemTime::now();
+        let top = std::fs::symlink_metadata(root)?;
+        let mut entries = BTreeMap::new();
+        entries.insert(Vec::new(), Meta::of(root, &top));
+        if top.is_dir() {
+            walk(root, &mut Vec::new(), &mut entries);
+        }
+        let racy_from = started
+            .checked_sub(RACY_WINDOW)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| (d.as_secs() as i64, i64::from(d.subsec_nanos())))
+            .unwrap_or((0, 0));
+        let hashed = entries
+            .iter()
+            .filter(|(_, m)| m.kind == Kind::File && m.ctime >= racy_from)
+            .filter_map(|(p, _)| Some((p.clone(), sha256_file(&root.join(path_of(p)))?)))
+            .collect();
+        let index = entries
+            .get(b".git/index".as_slice())
+            .filter(|m| m.kind == Kind::File)
+            .and_then(|m| read_index(&root.join(".git/index"), m));
+        Ok(Snapshot {
+            root: root.to_path_buf(),
+            entries,
+            hashed,
+            index,
+        })
+    }
+
+    /// What changed from `before` to `self` (two snapshots of the same
+    /// checkout, `self` the later one), as `path (what)` in path order:
+    /// added, removed, changed kind, mode, link target, content, or the
+    /// entries of `.git/index`. Empty when nothing did. Reads the content
+    /// of files whose metadata changed where that decides (see the module
+    /// docs), so call it right after taking `self`.
+    pub fn changes_since(&self, before: &Snapshot) -> Vec<String> {
+        let paths: BTreeSet<&Vec<u8>> = before.entries.keys().chain(self.entries.keys()).collect();
+        let mut changes = Vec::new();
+        for p in paths {
+            let what = match (before.entries.get(p), self.entries.get(p)) {
+                (Some(_), None) => Some("removed"),
+                (None, Some(_)) => Some("added"),
+                (Some(b), Some(a)) => self.entry_change(before, p, b, a),
+                (None, None) => None,
+            };
+            if let Some(what) = what {
+                let shown = if p.is_empty() {
+                    ".".to_string()
+                } else {
+                    String::from_utf8_lossy(p).into_owned()
+                };
+                changes.push(format!("{shown} ({what})"));
+            }
+        }
+        changes
+    }
+
+    /// Why the entry at `p` differs between `before` (metadata `b`) and
+    /// `self` (metadata `a`), or `None` when it does not.
+    fn entry_change(
+        &self,
+        before: &Snapshot,
+        p: &[u8],
+        b: &Meta,
+        a: &Meta,
+    ) -> Option<&'static str> {
+        if b.kind != a.kind {
+            return Some("kind");
+        }
+        if b.mode != a.mode {
+            return Some("mode");
+        }
+        match a.kind {
+            Kind::Dir => return (!b.same_dir(a)).then_some("replaced"),
+            Kind::Link if b.target != a.target => return Some("link target"),
+            _ => {}
+        }
+        if p == b".git/index"
+            && let (Some(ib), Some(ia)) = (&before.index, &self.index)
+        {
+            return (ib.digest != ia.digest).then_some("entries");
+        }
+        if b == a {
+            // Unchanged metadata, unless the first walk fell in the tick of
+            // a write: then only the content can tell.
+            return match before.hashed.get(p) {
+                Some(h) if sha256_file(&self.root.join(path_of(p))).as_ref() != Some(h) => {
+                    Some("content")
+                }
+                _ => None,
+            };
+        }
+        // A clean tracked file's content was its index blob: the same bytes
+        // written again are no change.
+        if a.kind == Kind::File
+            && let Some(oid) = before.clean_blob(p, b)
+            && git2::Oid::hash_file(git2::ObjectType::Blob, self.root.join(path_of(p)))
+                .is_ok_and(|id| id.as_bytes() == oid)
+        {
+            return None;
+        }
+        Some("written")
+    }
+
+    /// The blob id (raw bytes) of the tracked file at `p` when its metadata
+    /// `m` matched its entry in `.git/index`, as git decides from the stat
+    /// cache that a file is clean; `None` when it did not or has no entry.
+    fn clean_blob(&self, p: &[u8], m: &Meta) -> Option<&[u8]> {
+        let index = self.index.as_ref()?;
+        let e = index.entries.get(p)?;
+        let t = |x: i64| x as u32;
+        let stat = [
+            t(m.ctime.0),
+            t(m.ctime.1),
+            t(m.mtime.0),
+            t(m.mtime.1),
+            m.dev as u32,
+            m.ino as u32,
+            m.size as u32,
+            0,
+        ];
+        let git_mode = if m.mode & 0o111 != 0 {
+            0o100755
+        } else {
+            0o100644
+        };
+        // A file modified at or after the index was written may have
+        // changed again within the same timestamp: git does not trust it.
+        let racy = m.mtime >= index.mtime;
+        (stat == e.stat && e.mode == git_mode && !racy).then_some(e.oid.as_slice())
+    }
+}
+
+/// Records every entry below `root/rel` (relative path bytes in `rel`).
+fn walk(root: &Path, rel: &mut Vec<u8>, out: &mut BTreeMap<Vec<u8>, Meta>) {
+    let dir = root.join(path_of(rel));
+    let Ok(read) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for entry in read.flatten() {
+        let len = rel.len();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(entry.file_name().as_bytes());
+        let path = entry.path();
+        // `fstatat` on the open directory, links not followed.
+        if let Ok(m) = entry.metadata() {
+            let meta = Meta::of(&path, &m);
+            let is_dir = meta.kind == Kind::Dir;
+            out.insert(rel.clone(), meta);
+            if is_dir {
+                walk(root, rel, out);
+            }
+        }
+        rel.truncate(len);
+    }
+}
+
+fn path_of(rel: &[u8]) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(rel))
+}
+
+/// SHA-256 of a regular file's content; `None` when it cannot be read.
+fn sha256_file(path: &Path) -> Option<[u8; 32]> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => h.update(&buf[..n]),
+            Err(_) => return None,
+        }
+    }
+    Some(h.finalize().into())
+}
+
+/// Reads `.git/index` (versions 2 to 4, SHA-1 or SHA-256 ids by the
+/// trailing checksum's length) with metadata `m`; `None` when it is too
+/// large, unreadable or not an index, so that it is compared by metadata.
+fn read_index(path: &Path, m: &Meta) -> Option<IndexView> {
+    if m.size > MAX_INDEX_BYTES {
+        return None;
+    }
+    let data = std::fs::read(path).ok()?;
+    parse_index(&data).map(|(digest, entries)| IndexView {
+        digest,
+        entries,
+        mtime: m.mtime,
+    })
+}
+
+/// The digest and stage-0 entries of an index file's bytes (the format of
+/// git's `Documentation/gitformat-index.txt`); `None` if malformed.
+fn parse_index(data: &[u8]) -> Option<([u8; 32], BTreeMap<Vec<u8>, IndexEntry>)> {
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
+    };
+    if data.get(..4)? != b"DIRC" {
+        return None;
+    }
+    let version = u32_at(4)?;
+    let count = u32_at(8)? as usize;
+    // The id length: a SHA-256 repository's index ends in a 32-byte checksum.
+    let oid_len = if index_checksum_ok(data, 32) { 32 } else { 20 };
+    if !(2..=4).contains(&version) || data.len() < 12 + oid_len {
+        return None;
+    }
+    let end = data.len() - oid_len;
+    let mut h = Sha256::new();
+    let mut entries = BTreeMap::new();
+    let mut at = 12;
+    let mut name: Vec<u8> = Vec::new();
+    for _ in 0..count {
+        let fixed = 40 + oid_len + 2;
+        let head = data.get(at..at + fixed)?;
+        let flags = u16::from_be_bytes([head[fixed - 2], head[fixed - 1]]);
+        let mut p = at + fixed;
+        let extended = flags & 0x4000 != 0;
+        let ext_flags = if extended {
+            let x = data.get(p..p + 2)?;
+            p += 2;
+            u16::from_be_bytes([x[0], x[1]])
+        } else {
+            0
+        };
+        if version == 4 {
+            let (strip, used) = varint(data.get(p..end)?)?;
+            p += used;
+            name.truncate(name.len().checked_sub(strip)?);
+            let nul = data.get(p..end)?.iter().position(|&b| b == 0)?;
+            name.extend_from_slice(&data[p..p + nul]);
+            p += nul + 1;
+        } else {
+            let nul = data.get(p..end)?.iter().position(|&b| b == 0)?;
+            name = data[p..p + nul].to_vec();
+            // Padded with 1 to 8 NULs to a multiple of 8 bytes from `at`.
+            p = at + (p + nul - at + 8) / 8 * 8;
+        }
+        let stat: Vec<u32> = [0, 4, 8, 12, 16, 20, 36]
+            .iter()
+            .map(|o| u32_at(at + o))
+            .collect::<Option<_>>()?;
+        let mode = u32_at(at + 24)?;
+        let oid = head[40..40 + oid_len].to_vec();
+        h.update(format!("{mode:o} {flags:x} {ext_flags:x} ").as_bytes());
+        h.update(&oid);
+        h.update(&name);
+        h.update(b"\0");
+        if flags & 0x3000 == 0 {
+            let stat = [
+                stat[0], stat[1], stat[2], stat[3], stat[4], stat[5], stat[6], 0,
+            ];
+            entries.insert(name.clone(), IndexEntry { stat, mode, oid });
+        }
+        at = p;
+    }
+    // Extensions: a 4-byte signature, a 4-byte length, the data. The caches
+    // of untracked files and of fsmonitor are rewritten by `git status` and
+    // only ever hide or show untracked files, which the walk sees itself.
+    while at + 8 <= end {
+        let sig = &data[at..at + 4];
+        let len = u32_at(at + 4)? as usize;
+        let body = data.get(at + 8..at + 8 + len)?;
+        if sig != b"UNTR" && sig != b"FSMN" {
+            h.update(sig);
+            h.update((len as u64).to_be_bytes());
+            h.update(body);
+        }
+        at += 8 + len;
+    }
+    Some((h.finalize().into(), entries))
+}
+
+/// Whether `data` ends in the SHA-256 of what precedes it.
+fn index_checksum_ok(data: &[u8], len: usize) -> bool {
+    data.len() > 12 + len && {
+        let (body, sum) = data.split_at(data.len() - len);
+        Sha256::digest(body).as_slice() == sum
+    }
+}
+
+/// Git's offset varint (`decode_varint`): the value and the bytes used.
+fn varint(data: &[u8]) -> Option<(usize, usize)> {
+    let mut used = 0;
+    let mut c = *data.first()?;
+    used += 1;
+    let mut val = usize::from(c & 0x7f);
+    while c & 0x80 != 0 {
+        c = *data.get(used)?;
+        used += 1;
+        val = val.checked_add(1)?.checked_shl(7)? | usize::from(c & 0x7f);
+    }
+    Some((val, used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    /// A repository with a tracked file, an ignored directory and a commit,
+    /// whose clock tick has passed.
+    fn repo() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path();
+        git(p, &["init", "-q", "-b", "main"]);
+        std::fs::write(p.join("calc.txt"), "add\nsub\n").unwrap();
+        std::fs::write(p.join(".gitignore"), "build/\n").unwrap();
+        std::fs::create_dir(p.join("src")).unwrap();
+        std::fs::write(p.join("src/lib.rs"), "fn main() {}\n").unwrap();
+        std::os::unix::fs::symlink("calc.txt", p.join("link")).unwrap();
+        git(p, &["add", "-A"]);
+        git(p, &["commit", "-q", "-m", "one"]);
+        std::fs::create_dir(p.join("build")).unwrap();
+        std::fs::write(p.join("build/cache.txt"), "cache\n").unwrap();
+        std::fs::write(p.join("notes.txt"), "untracked\n").unwrap();
+        // Out of the racy window, and the index's stat cache fresh.
+        std::thread::sleep(Duration::from_millis(1100));
+        git(p, &["update-index", "--refresh", "-q"]);
+        std::thread::sleep(Duration::from_millis(60));
+        d
+    }
+
+    fn changes(p: &Path, act: impl FnOnce(&Path)) -> Vec<String> {
+        let before = Snapshot::take(p).unwrap();
+        act(p);
+        Snapshot::take(p).unwrap().changes_since(&before)
+    }
+
+    /// Runs `act` on `file`, then puts its modification time back and
+    /// checks that its size and modification time are what they were.
+    fn touch_back(p: &Path, file: &str, act: impl FnOnce(&Path)) {
+        let path = p.join(file);
+        let m = std::fs::metadata(&path).unwrap();
+        act(&path);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(m.modified().unwrap())
+            .unwrap();
+        let now = std::fs::metadata(&path).unwrap();
+        assert_eq!(
+            (now.len(), now.modified().unwrap()),
+            (m.len(), m.modified().unwrap())
+        );
+    }
+
+    #[test]
+    fn nothing_done_is_no_change_and_reading_is_none() {
+        let d = repo();
+        let got = changes(d.path(), |p| {
+            std::fs::read(p.join("calc.txt")).unwrap();
+            std::fs::read_dir(p.join("build")).unwrap().for_each(drop);
+        });
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn a_same_size_write_with_mtime_put_back_is_seen() {
+        let d = repo();
+        let p = d.path();
+        for file in ["calc.txt", "notes.txt", "build/cache.txt"] {
+            let got = changes(p, |p| {
+                touch_back(p, file, |path| {
+                    let old = std::fs::read(path).unwrap();
+                    let mut new = old.clone();
+                    new[0] ^= 0x20;
+                    std::fs::write(path, new).unwrap();
+                });
+            });
+            assert_eq!(got, [format!("{file} (written)")], "{file}");
+        }
+    }
+
+    #[test]
+    fn every_kind_of_write_is_named() {
+        let d = repo();
+        let p = d.path();
+        let cases: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+            (
+                "calc.txt (mode)",
+                Box::new(|p: &Path| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(
+                        p.join("calc.txt"),
+                        std::fs::Permissions::from_mode(0o755),
+                    )
+                    .unwrap()
+                }),
+            ),
+            (
+                "link (link target)",
+                Box::new(|p: &Path| {
+                    std::fs::remove_file(p.join("link")).unwrap();
+                    std::os::unix::fs::symlink("notes.txt", p.join("link")).unwrap();
+                }),
+            ),
+            (
+                "src/lib.rs (removed)",
+                Box::new(|p: &Path| std::fs::remove_file(p.join("src/lib.rs")).unwrap()),
+            ),
+            (
+                "build/shim.sh (added)",
+                Box::new(|p: &Path| std::fs::write(p.join("build/shim.sh"), "x").unwrap()),
+            ),
+            (
+                "notes.txt (kind)",
+                Box::new(|p: &Path| {
+                    std::fs::remove_file(p.join("notes.txt")).unwrap();
+                    std::os::unix::fs::symlink("/etc/passwd", p.join("notes.txt")).unwrap();
+                }),
+            ),
+            (
+                ".git/hooks/pre-commit (added)",
+                Box::new(|p: &Path| {
+                    std::fs::write(p.join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap()
+                }),
+            ),
+            (
+                ".git/index (entries)",
+                Box::new(|p: &Path| git(p, &["add", "notes.txt"])),
+            ),
+        ];
+        for (want, act) in cases {
+            let got = changes(p, act);
+            assert!(got.iter().any(|c| c == want), "{want}: {got:?}");
+        }
+        // Moving HEAD writes a ref and the log.
+        let got = changes(p, |p| git(p, &["commit", "-q", "-m", "two"]));
+        assert!(
+            got.iter().any(|c| c.starts_with(".git/refs/heads/main")),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn git_refreshing_its_index_or_a_same_bytes_rewrite_is_no_change() {
+        let d = repo();
+        let p = d.path();
+        // A stat-only change (same bytes written again) makes `git diff`
+        // and `git status` refresh the index; the checkout is the same.
+        let before = Snapshot::take(p).unwrap();
+        std::fs::write(p.join("calc.txt"), "add\nsub\n").unwrap();
+        git(p, &["diff", "HEAD", "--quiet"]);
+        git(p, &["status", "--porcelain"]);
+        let after = Snapshot::take(p).unwrap();
+        let index = |s: &Snapshot| s.entries[b".git/index".as_slice()].clone();
+        assert_ne!(index(&before), index(&after), "git rewrote its index");
+        let got = after.changes_since(&before);
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn a_write_in_the_walks_own_clock_tick_is_seen_by_content() {
+        let d = repo();
+        let p = d.path();
+        std::fs::write(p.join("notes.txt"), "abcdefghi\n").unwrap();
+        let before = Snapshot::take(p).unwrap();
+        assert!(
+            before.hashed.contains_key(b"notes.txt".as_slice()),
+            "a fresh file is hashed"
+        );
+        assert!(!before.hashed.contains_key(b"calc.txt".as_slice()));
+        // Same size, same metadata but for the content (as when ctime and
+        // mtime fall in the same tick): simulated by editing the record.
+        let mut forged = before.clone();
+        forged
+            .hashed
+            .insert(b"notes.txt".to_vec(), Sha256::digest(b"other").into());
+        let after = Snapshot::take(p).unwrap();
+        assert_eq!(after.changes_since(&forged), ["notes.txt (content)"]);
+        assert!(after.changes_since(&before).is_empty());
+    }
+
+    #[test]
+    fn index_versions_parse_to_the_same_entries() {
+        let d = repo();
+        let p = d.path();
+        let read = |p: &Path| parse_index(&std::fs::read(p.join(".git/index")).unwrap()).unwrap();
+        let (_, v2) = read(p);
+        assert!(v2.contains_key(b"src/lib.rs".as_slice()));
+        assert_eq!(v2.len(), 4);
+        for v in ["3", "4"] {
+            git(p, &["update-index", "--index-version", v]);
+            let (_, got) = read(p);
+            let ids = |m: &BTreeMap<Vec<u8>, IndexEntry>| {
+                m.iter()
+                    .map(|(k, e)| (k.clone(), e.oid.clone(), e.mode))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(ids(&got), ids(&v2), "version {v}");
+        }
+    }
+}
