@@ -21,6 +21,7 @@ pub mod ledger;
 pub mod limit;
 pub mod process;
 pub mod proof;
+pub mod queue;
 pub mod report;
 pub mod review;
 pub mod run;
