@@ -26,6 +26,7 @@ pub mod notify;
 pub mod outcome;
 pub mod process;
 pub mod proof;
+pub mod queue;
 pub mod remote;
 pub mod report;
 pub mod review;

@@ -354,9 +354,12 @@ fn read_index(path: &Path, m: &Meta) -> Option<IndexView> {
     })
 }
 
+/// An index file's content digest and its stage-0 entries by path.
+type ParsedIndex = ([u8; 32], BTreeMap<Vec<u8>, IndexEntry>);
+
 /// The digest and stage-0 entries of an index file's bytes (the format of
 /// git's `Documentation/gitformat-index.txt`); `None` if malformed.
-fn parse_index(data: &[u8]) -> Option<([u8; 32], BTreeMap<Vec<u8>, IndexEntry>)> {
+fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
     };
@@ -552,7 +555,8 @@ mod tests {
     fn every_kind_of_write_is_named() {
         let d = repo();
         let p = d.path();
-        let cases: Vec<(&str, Box<dyn Fn(&Path)>)> = vec![
+        type Write = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Write)> = vec![
             (
                 "calc.txt (mode)",
                 Box::new(|p: &Path| {

@@ -797,3 +797,251 @@ fn migration_files() -> i64 {
         })
         .count() as i64
 }
+
+// ---------- the work queue: claims, leases, fencing, account pauses ----------
+
+use nightshift::queue::{self, ClaimEnd, FenceError, QueuedItem, WorkerId};
+
+async fn queued_run(ledger: &Ledger, n: i32) -> uuid::Uuid {
+    insert_plan(ledger, "pq").await;
+    let run = insert_run(ledger, "pq", None).await;
+    let items: Vec<QueuedItem> = (0..n)
+        .map(|i| QueuedItem {
+            position: i,
+            item_key: format!("key{i:02}"),
+            contract_sha: format!("c{i}"),
+        })
+        .collect();
+    queue::enqueue(&ledger.pool, run, &items).await.unwrap();
+    // Enqueuing again (a resumed drain) changes nothing.
+    queue::enqueue(&ledger.pool, run, &items).await.unwrap();
+    run
+}
+
+fn worker(n: u32) -> WorkerId {
+    WorkerId {
+        host: "host-a".into(),
+        pid: 100,
+        n,
+    }
+}
+
+#[tokio::test]
+async fn eight_workers_claim_twenty_items_each_exactly_once_in_backlog_order() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let run = queued_run(&ledger, 20).await;
+    let tasks: Vec<_> = (1..=8)
+        .map(|n| {
+            let pool = ledger.pool.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Some(c) = queue::claim(&pool, run, &worker(n), Duration::from_secs(60))
+                    .await
+                    .unwrap()
+                {
+                    got.push(c.position);
+                    c.end(&pool, ClaimEnd::Finished).await.unwrap();
+                }
+                got
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        let got = t.await.unwrap();
+        // Each worker sees its items in backlog order.
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        all.extend(got);
+    }
+    all.sort();
+    assert_eq!(all, (0..20).collect::<Vec<_>>(), "each item exactly once");
+    assert_eq!(queue::pending(&ledger.pool, run).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let pool = &ledger.pool;
+    let run = queued_run(&ledger, 2).await;
+    let mut first = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((first.position, first.attempt), (0, 1));
+    // While the lease lives, the next worker gets the next item, not this one.
+    let second = queue::claim(pool, run, &worker(2), Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.position, 1);
+    // The first holder stops renewing (paused, partitioned) past its lease.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let taken = queue::claim(pool, run, &worker(3), Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((taken.position, taken.attempt), (0, 2), "a new attempt");
+    assert!(taken.id > first.id, "the fencing token grows");
+    // The old holder wakes: it can neither renew, nor write, nor finish.
+    assert!(matches!(
+        first.renew(pool, Duration::from_secs(60)).await,
+        Err(FenceError::Lost(_))
+    ));
+    assert!(matches!(first.begin(pool).await, Err(FenceError::Lost(_))));
+    assert!(!first.is_live(pool).await.unwrap());
+    assert!(matches!(
+        first.end(pool, ClaimEnd::Finished).await,
+        Err(FenceError::Lost(_))
+    ));
+    assert_eq!(
+        queue::pending(pool, run).await.unwrap(),
+        2,
+        "nothing was marked done by the loser"
+    );
+    // The new holder's fenced write commits.
+    let mut tx = taken.begin(pool).await.unwrap();
+    sqlx::query("INSERT INTO events (run_id, kind) VALUES ($1, 'fenced-write')")
+        .bind(run)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    taken.end(pool, ClaimEnd::Finished).await.unwrap();
+    let attempts = queue::attempts(pool, run, "key00").await.unwrap();
+    assert_eq!(
+        attempts,
+        vec![
+            (1, "host-a:100:1".to_string(), Some("lost".to_string())),
+            (2, "host-a:100:3".to_string(), Some("finished".to_string())),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_renewed_lease_keeps_the_item_and_a_released_item_goes_back_on_the_queue() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let pool = &ledger.pool;
+    let run = queued_run(&ledger, 1).await;
+    let mut c = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c.renew(pool, Duration::from_secs(1)).await.unwrap();
+    }
+    assert!(
+        queue::claim(pool, run, &worker(2), Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_none(),
+        "a renewed claim is not taken over"
+    );
+    c.end(pool, ClaimEnd::Released).await.unwrap();
+    let again = queue::claim(pool, run, &worker(2), Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.position, again.attempt), (0, 2));
+}
+
+#[tokio::test]
+async fn a_fenced_write_blocks_a_takeover_until_it_commits() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let pool = &ledger.pool;
+    let run = queued_run(&ledger, 1).await;
+    let c = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let tx = c.begin(pool).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The lease passed while the write was in flight: the takeover waits for
+    // the row, then takes the item over once the write committed.
+    let p2 = pool.clone();
+    let takeover =
+        tokio::spawn(
+            async move { queue::claim(&p2, run, &worker(2), Duration::from_secs(60)).await },
+        );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !takeover.is_finished(),
+        "the takeover waits for the fenced write"
+    );
+    tx.commit().await.unwrap();
+    let taken = takeover.await.unwrap().unwrap().unwrap();
+    assert_eq!(taken.attempt, 2);
+}
+
+#[tokio::test]
+async fn an_account_pause_is_seen_by_every_worker_until_it_passes() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let pool = &ledger.pool;
+    assert_eq!(
+        queue::account_paused_until(pool, "claude").await.unwrap(),
+        None
+    );
+    let until = chrono::Utc::now() + chrono::Duration::seconds(2);
+    queue::pause_account(
+        pool,
+        "claude",
+        until,
+        None,
+        &worker(1),
+        "You've hit your limit",
+    )
+    .await
+    .unwrap();
+    let seen = queue::account_paused_until(pool, "claude")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!((seen - until).num_milliseconds().abs() < 5);
+    assert_eq!(
+        queue::account_paused_until(pool, "codex").await.unwrap(),
+        None,
+        "per account"
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(
+        queue::account_paused_until(pool, "claude").await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn status_lists_live_workers_only() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let pool = &ledger.pool;
+    let run = queued_run(&ledger, 1).await;
+    queue::join(pool, run, &worker(1), Duration::from_secs(60))
+        .await
+        .unwrap();
+    queue::join(pool, run, &worker(2), Duration::from_secs(60))
+        .await
+        .unwrap();
+    queue::beat(
+        pool,
+        &worker(1),
+        &queue::Doing {
+            item_key: Some("key00"),
+            round: Some(2),
+            phase: Some("gate"),
+        },
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    queue::leave(pool, &worker(2)).await.unwrap();
+    let live = queue::live_workers(pool, run).await.unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].id, "host-a:100:1");
+    assert_eq!(live[0].phase.as_deref(), Some("gate"));
+    assert_eq!(live[0].round, Some(2));
+}
