@@ -27,3 +27,4 @@ pub mod run;
 pub mod schedule;
 pub mod secret;
 pub mod slot;
+pub mod tend;

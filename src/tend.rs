@@ -1,0 +1,574 @@
+//! The second night: which of nightshift's open PRs need work, and the
+//! sealed card a person approves before any of it is done
+//! (docs/github.md "The second night").
+//!
+//! The ledger knows which PRs nightshift opened and the head it last pushed
+//! to each; GitHub knows whether a PR still merges cleanly, its reviews and
+//! comments, its labels and its state. [`classify`] turns one PR's facts
+//! into a [`Verdict`]: a conflict with its base, changes requested by
+//! someone other than nightshift since its last push, left alone (a person
+//! pushed, the hands-off label, a `/nightshift stop` comment, closed or
+//! merged meanwhile), or nothing to do. A card that calls for work is sealed
+//! like a contract ([`TendContract`]: the item's contract, the PR number,
+//! the head nightshift last pushed and the comments verbatim), and its SHA
+//! goes into the plan SHA, so approving the plan approves acting on exactly
+//! those comments. This module decides and describes; it never writes to
+//! GitHub (the item loop does, after the gate and the reviewer).
+
+use std::fmt::{self, Write as _};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::contract::{Plan, sha256_hex};
+use crate::forge::{Comment, Forge, ForgeError, Mergeable, PrDetail, PrState, Review, ReviewState};
+use crate::ledger::records::{self as rec, TendRow};
+
+/// The label that keeps nightshift off a PR for good (docs/github.md).
+pub const HANDS_OFF_LABEL: &str = "nightshift:hands-off";
+
+/// A comment line that keeps nightshift off a PR for good (docs/github.md).
+pub const STOP_COMMAND: &str = "/nightshift stop";
+
+/// Version of the [`TendContract`] JSON.
+pub const TEND_CONTRACT_VERSION: u32 = 1;
+
+/// What a person asked for, verbatim: one review, line comment or
+/// conversation comment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Feedback {
+    /// Where it was written.
+    pub kind: FeedbackKind,
+    /// The GitHub login of its author.
+    pub author: String,
+    /// The file a line comment is on (relative to the repository root).
+    pub path: Option<String>,
+    /// The line a line comment is on.
+    pub line: Option<u64>,
+    /// The text, verbatim.
+    pub body: String,
+    /// When it was written (UTC, RFC 3339 to the second); part of the seal,
+    /// so the same words said again are a new request.
+    pub at: Option<String>,
+}
+
+/// Where a piece of feedback was written on GitHub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedbackKind {
+    /// A review in state CHANGES_REQUESTED (its summary text).
+    ChangesRequested,
+    /// A review in state COMMENTED with a summary text.
+    Review,
+    /// A review comment on a line of a file.
+    LineComment,
+    /// A comment in the PR's conversation.
+    Comment,
+}
+
+/// Why a PR is left alone: it is never touched, and the plan says why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum LeftAlone {
+    /// The branch head on GitHub is not the one nightshift pushed: a person
+    /// (or another tool) pushed to it.
+    SomeonePushed { pushed: String, found: String },
+    /// The ledger has no head for the PR (pushed before heads were
+    /// recorded), so a person's push could not be told from nightshift's.
+    HeadNotRecorded,
+    /// The PR carries [`HANDS_OFF_LABEL`].
+    HandsOff,
+    /// `author` wrote [`STOP_COMMAND`] on the PR.
+    Stopped { author: String },
+    /// Merged since nightshift opened it.
+    Merged,
+    /// Closed without merging since nightshift opened it.
+    Closed,
+}
+
+impl fmt::Display for LeftAlone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeftAlone::SomeonePushed { pushed, found } => write!(
+                f,
+                "someone else pushed to the branch (nightshift pushed {}, it is now at {})",
+                short(pushed),
+                short(found)
+            ),
+            LeftAlone::HeadNotRecorded => f.write_str(
+                "the ledger has no record of the head nightshift pushed (an older run), so a person's push cannot be ruled out",
+            ),
+            LeftAlone::HandsOff => write!(f, "the PR carries the label {HANDS_OFF_LABEL}"),
+            LeftAlone::Stopped { author } => {
+                write!(f, "{author} wrote `{STOP_COMMAND}` on the PR")
+            }
+            LeftAlone::Merged => f.write_str("merged meanwhile"),
+            LeftAlone::Closed => f.write_str("closed meanwhile"),
+        }
+    }
+}
+
+/// What the next night does with one open PR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// GitHub says the PR does not merge cleanly into its base; `comments`
+    /// are requests made since the last push, answered after the rebase.
+    Conflict { comments: Vec<Feedback> },
+    /// Someone asked for changes since nightshift's last push.
+    ChangesRequested { comments: Vec<Feedback> },
+    /// Never touched, for `reason`.
+    LeftAlone { reason: LeftAlone },
+    /// Nothing new: the PR merges cleanly (or GitHub could not say) and no
+    /// one asked for anything since the last push.
+    Nothing,
+}
+
+impl Verdict {
+    /// The word `plan --json` uses: `conflict`, `changes_requested`,
+    /// `left_alone`, `nothing`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Conflict { .. } => "conflict",
+            Verdict::ChangesRequested { .. } => "changes_requested",
+            Verdict::LeftAlone { .. } => "left_alone",
+            Verdict::Nothing => "nothing",
+        }
+    }
+
+    /// The requests to answer (empty when left alone or nothing to do).
+    pub fn comments(&self) -> &[Feedback] {
+        match self {
+            Verdict::Conflict { comments } | Verdict::ChangesRequested { comments } => comments,
+            _ => &[],
+        }
+    }
+}
+
+/// The facts [`classify`] judges one PR by.
+#[derive(Debug, Clone)]
+pub struct Facts<'a> {
+    /// The login of nightshift's own account (its comments are not requests).
+    pub me: &'a str,
+    /// The head nightshift last pushed, from the ledger.
+    pub pushed_head: Option<&'a str>,
+    /// When it pushed it (UTC).
+    pub pushed_at: Option<DateTime<Utc>>,
+    /// The PR as GitHub answers now.
+    pub pr: &'a PrDetail,
+    pub reviews: &'a [Review],
+    pub line_comments: &'a [Comment],
+    pub comments: &'a [Comment],
+}
+
+/// Judges one of nightshift's PRs (docs/github.md "The second night").
+///
+/// In this order: merged or closed → left alone; the hands-off label or a
+/// `/nightshift stop` line in any comment not nightshift's → left alone; a
+/// head on GitHub other than the one nightshift pushed (or none recorded) →
+/// left alone; GitHub says it does not merge (`mergeable: false` or
+/// `mergeable_state: dirty`) → conflict; feedback since the last push →
+/// changes requested; else nothing. Feedback is: a CHANGES_REQUESTED review
+/// (unless the same reviewer approved or was dismissed later), a COMMENTED
+/// review with text, line comments and conversation comments — each by
+/// someone other than nightshift's own account and other than a GitHub App
+/// (`…[bot]`, e.g. CI reports), written at or after the push (to the
+/// second: GitHub's times are whole seconds).
+pub fn classify(f: &Facts<'_>) -> Verdict {
+    let left = |reason| Verdict::LeftAlone { reason };
+    match f.pr.state {
+        PrState::Merged => return left(LeftAlone::Merged),
+        PrState::Closed => return left(LeftAlone::Closed),
+        PrState::Open => {}
+    }
+    if f.pr.labels.iter().any(|l| l == HANDS_OFF_LABEL) {
+        return left(LeftAlone::HandsOff);
+    }
+    let stop = f
+        .comments
+        .iter()
+        .chain(f.line_comments)
+        .map(|c| (c.author.as_str(), c.body.as_str()))
+        .chain(
+            f.reviews
+                .iter()
+                .map(|r| (r.author.as_str(), r.body.as_str())),
+        )
+        .find(|(a, b)| *a != f.me && says_stop(b));
+    if let Some((author, _)) = stop {
+        return left(LeftAlone::Stopped {
+            author: author.to_string(),
+        });
+    }
+    let (Some(pushed), Some(at)) = (f.pushed_head, f.pushed_at) else {
+        return left(LeftAlone::HeadNotRecorded);
+    };
+    if !pushed.eq_ignore_ascii_case(&f.pr.head_sha) {
+        return left(LeftAlone::SomeonePushed {
+            pushed: pushed.to_string(),
+            found: f.pr.head_sha.clone(),
+        });
+    }
+    let comments = feedback_since(f, at);
+    if f.pr.mergeable == Mergeable::Conflict {
+        Verdict::Conflict { comments }
+    } else if !comments.is_empty() {
+        Verdict::ChangesRequested { comments }
+    } else {
+        Verdict::Nothing
+    }
+}
+
+/// Whether a comment asks nightshift to stop: a line that is exactly
+/// [`STOP_COMMAND`] (case and surrounding blanks aside).
+fn says_stop(body: &str) -> bool {
+    body.lines()
+        .any(|l| l.trim().eq_ignore_ascii_case(STOP_COMMAND))
+}
+
+/// The requests of [`classify`]'s rule, in time order.
+fn feedback_since(f: &Facts<'_>, pushed_at: DateTime<Utc>) -> Vec<Feedback> {
+    // GitHub's times are whole seconds: a comment in the push's second counts.
+    let since = pushed_at.timestamp();
+    let counts = |author: &str, at: Option<DateTime<Utc>>| {
+        author != f.me
+            && !author.ends_with("[bot]")
+            && !author.is_empty()
+            && at.is_none_or(|t| t.timestamp() >= since)
+    };
+    let stamp =
+        |t: Option<DateTime<Utc>>| t.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    let mut out: Vec<(Option<DateTime<Utc>>, Feedback)> = Vec::new();
+    for (i, r) in f.reviews.iter().enumerate() {
+        let kind = match r.state {
+            Some(ReviewState::ChangesRequested) => FeedbackKind::ChangesRequested,
+            Some(ReviewState::Commented) if !r.body.trim().is_empty() => FeedbackKind::Review,
+            _ => continue,
+        };
+        // A later approval or dismissal by the same reviewer withdraws it.
+        let withdrawn = f.reviews[i + 1..].iter().any(|later| {
+            later.author == r.author
+                && matches!(
+                    later.state,
+                    Some(ReviewState::Approved | ReviewState::Dismissed)
+                )
+        });
+        if withdrawn || !counts(&r.author, r.submitted_at) {
+            continue;
+        }
+        out.push((
+            r.submitted_at,
+            Feedback {
+                kind,
+                author: r.author.clone(),
+                path: None,
+                line: None,
+                body: r.body.clone(),
+                at: stamp(r.submitted_at),
+            },
+        ));
+    }
+    let lines = f
+        .line_comments
+        .iter()
+        .map(|c| (FeedbackKind::LineComment, c));
+    let talk = f.comments.iter().map(|c| (FeedbackKind::Comment, c));
+    for (kind, c) in lines.chain(talk) {
+        if !counts(&c.author, c.created_at) {
+            continue;
+        }
+        out.push((
+            c.created_at,
+            Feedback {
+                kind,
+                author: c.author.clone(),
+                path: c.path.clone(),
+                line: c.line,
+                body: c.body.clone(),
+                at: stamp(c.created_at),
+            },
+        ));
+    }
+    // Stable: equal times keep reviews, then line comments, then talk.
+    out.sort_by_key(|(t, _)| *t);
+    out.into_iter().map(|(_, fb)| fb).collect()
+}
+
+/// The sealed contract of a tend card: what approving the plan approves
+/// doing to one PR. Canonical JSON (sorted keys, no spaces) sealed with
+/// SHA-256, as item contracts are (docs/contract.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TendContract {
+    /// [`TEND_CONTRACT_VERSION`].
+    pub version: u32,
+    /// `conflict` or `changes_requested`.
+    pub action: &'static str,
+    /// The item's contract, as its canonical JSON parsed.
+    pub item: serde_json::Value,
+    /// The PR number.
+    pub pr: u64,
+    /// The PR's branch.
+    pub branch: String,
+    /// The head nightshift last pushed: the push is made with
+    /// `--force-with-lease` against it.
+    pub head: String,
+    /// The requests to answer, verbatim.
+    pub comments: Vec<Feedback>,
+}
+
+impl TendContract {
+    /// Canonical JSON: keys sorted at every level, no insignificant
+    /// whitespace.
+    pub fn canonical_json(&self) -> String {
+        let value = serde_json::to_value(self).expect("a tend contract always serialises");
+        serde_json::to_string(&value).expect("a JSON value always serialises")
+    }
+}
+
+/// A tend contract sealed: its canonical JSON and the SHA-256 of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sealed {
+    pub contract: TendContract,
+    pub canonical_json: String,
+    /// Lowercase hex SHA-256 of `canonical_json`.
+    pub sha: String,
+}
+
+impl Sealed {
+    /// Seals `contract`.
+    pub fn new(contract: TendContract) -> Sealed {
+        let canonical_json = contract.canonical_json();
+        Sealed {
+            sha: sha256_hex(canonical_json.as_bytes()),
+            canonical_json,
+            contract,
+        }
+    }
+}
+
+/// One open PR as the plan lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TendCard {
+    /// The PR number.
+    pub number: u64,
+    /// Its branch.
+    pub branch: String,
+    /// The item's key.
+    pub item_key: String,
+    /// The item's title.
+    pub title: String,
+    pub verdict: Verdict,
+    /// The sealed contract when the verdict calls for work (conflict,
+    /// changes requested); `None` otherwise (nothing to approve).
+    pub sealed: Option<Sealed>,
+}
+
+impl TendCard {
+    /// Builds the card of PR `number` from its verdict; `item` is the item's
+    /// contract as canonical JSON parsed, `head` the head nightshift pushed.
+    pub fn new(row: &TendRow, title: &str, item: serde_json::Value, verdict: Verdict) -> TendCard {
+        let action = match &verdict {
+            Verdict::Conflict { .. } => Some("conflict"),
+            Verdict::ChangesRequested { .. } => Some("changes_requested"),
+            _ => None,
+        };
+        let sealed = action.map(|action| {
+            Sealed::new(TendContract {
+                version: TEND_CONTRACT_VERSION,
+                action,
+                item,
+                pr: row.number as u64,
+                branch: row.branch.clone(),
+                head: row.head_sha.clone().unwrap_or_default(),
+                comments: verdict.comments().to_vec(),
+            })
+        });
+        TendCard {
+            number: row.number as u64,
+            branch: row.branch.clone(),
+            item_key: row.item_key.clone(),
+            title: title.to_string(),
+            verdict,
+            sealed,
+        }
+    }
+
+    /// The card as `plan --json` lists it under `"tend"`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let reason = match &self.verdict {
+            Verdict::LeftAlone { reason } => Some(reason.to_string()),
+            _ => None,
+        };
+        serde_json::json!({
+            "pr": self.number,
+            "branch": self.branch,
+            "key": self.item_key,
+            "title": self.title,
+            "action": self.verdict.word(),
+            "reason": reason,
+            "head": self.sealed.as_ref().map(|s| s.contract.head.clone()),
+            "comments": self.verdict.comments(),
+            "contract_sha": self.sealed.as_ref().map(|s| s.sha.clone()),
+        })
+    }
+}
+
+/// The first 12 characters of a commit SHA.
+fn short(sha: &str) -> &str {
+    &sha[..12.min(sha.len())]
+}
+
+/// `text` safe to print on a terminal: control characters (escape
+/// sequences, carriage returns) written out as `\u{…}`; line breaks kept.
+fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Renders one tend card as `plan` prints it, before the items' cards.
+pub fn card(c: &TendCard) -> String {
+    let mut s = String::new();
+    let what = match &c.verdict {
+        Verdict::Conflict { .. } => "conflict",
+        Verdict::ChangesRequested { .. } => "changes requested",
+        Verdict::LeftAlone { .. } => "left alone",
+        Verdict::Nothing => "nothing to do",
+    };
+    let _ = writeln!(s, "── PR #{} · {what} · {}", c.number, shown(&c.title));
+    let _ = writeln!(s, "   branch    {}", c.branch);
+    match &c.verdict {
+        Verdict::LeftAlone { reason } => {
+            let _ = writeln!(s, "   not run   {}", shown(&reason.to_string()));
+        }
+        Verdict::Conflict { .. } => {
+            let _ = writeln!(
+                s,
+                "   does      brings the branch onto its base (a clean rebase, else the writer resolves the conflict), then the gate and the reviewer"
+            );
+        }
+        Verdict::ChangesRequested { .. } => {
+            let _ = writeln!(
+                s,
+                "   does      writer rounds with these requests as feedback, then the gate and the reviewer"
+            );
+        }
+        Verdict::Nothing => {}
+    }
+    for fb in c.verdict.comments() {
+        let place = match (&fb.path, fb.line) {
+            (Some(p), Some(l)) => format!(" on {}:{l}", shown(p)),
+            (Some(p), None) => format!(" on {}", shown(p)),
+            _ => String::new(),
+        };
+        let kind = match fb.kind {
+            FeedbackKind::ChangesRequested => "review, changes requested",
+            FeedbackKind::Review => "review",
+            FeedbackKind::LineComment => "line comment",
+            FeedbackKind::Comment => "comment",
+        };
+        let _ = writeln!(s, "   asked     {} ({kind}){place}:", shown(&fb.author));
+        for l in shown(&fb.body).lines() {
+            let _ = writeln!(s, "             │ {l}");
+        }
+    }
+    if let Some(sealed) = &c.sealed {
+        let _ = writeln!(
+            s,
+            "   head      {} (pushed with --force-with-lease against it)",
+            short(&sealed.contract.head)
+        );
+        let _ = writeln!(s, "   contract  sha256 {}", sealed.sha);
+    }
+    s
+}
+
+/// Why the open PRs could not be looked at.
+#[derive(Debug, thiserror::Error)]
+pub enum SurveyError {
+    /// GitHub refused or could not be reached.
+    #[error("GitHub: {0}")]
+    GitHub(#[from] ForgeError),
+    /// The ledger failed.
+    #[error("ledger: {0}")]
+    Ledger(#[from] sqlx::Error),
+}
+
+/// Looks at every PR the ledger knows open for `repo_id` and returns its
+/// card, by PR number. The item's contract is the plan's current one for
+/// its key, else the one the PR was made under. A PR GitHub says was merged
+/// or closed is recorded so in the ledger (it is not looked at again).
+///
+/// # Errors
+/// [`SurveyError::GitHub`] when any GitHub call fails (the caller goes on
+/// without tend cards and says so); [`SurveyError::Ledger`] on database
+/// errors.
+pub async fn survey(
+    pool: &sqlx::PgPool,
+    repo_id: &str,
+    forge: &Forge,
+    plan: &Plan,
+) -> Result<Vec<TendCard>, SurveyError> {
+    let rows = rec::open_prs(pool, repo_id).await?;
+    if rows.is_empty() {
+        return Ok(vec![]);
+    }
+    let me = forge.own_login().await?;
+    let mut cards = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let n = row.number as u64;
+        let pr = forge.pr_detail(n).await?;
+        let (reviews, line_comments, comments) = if pr.state == PrState::Open {
+            (
+                forge.pr_reviews(n).await?,
+                forge.pr_review_comments(n).await?,
+                forge.issue_comments(n).await?,
+            )
+        } else {
+            let state = if pr.state == PrState::Merged {
+                "merged"
+            } else {
+                "closed"
+            };
+            rec::set_pr_state(pool, repo_id, &row.item_key, &row.branch, state).await?;
+            (vec![], vec![], vec![])
+        };
+        let verdict = classify(&Facts {
+            me: &me,
+            pushed_head: row.head_sha.as_deref(),
+            pushed_at: row.head_pushed_at,
+            pr: &pr,
+            reviews: &reviews,
+            line_comments: &line_comments,
+            comments: &comments,
+        });
+        let (title, item) = item_contract(pool, plan, row).await?;
+        cards.push(TendCard::new(row, &title, item, verdict));
+    }
+    Ok(cards)
+}
+
+/// The item's title and contract JSON: the plan's current contract for the
+/// key if the item is still open in the backlog, else the stored one the PR
+/// was made under.
+async fn item_contract(
+    pool: &sqlx::PgPool,
+    plan: &Plan,
+    row: &TendRow,
+) -> Result<(String, serde_json::Value), sqlx::Error> {
+    if let Some(e) = plan.entries.iter().find(|e| e.item.key == row.item_key) {
+        let json =
+            serde_json::from_str(&e.contract.canonical_json()).expect("canonical JSON parses");
+        return Ok((e.item.title.clone(), json));
+    }
+    let json = rec::contract_json(pool, &row.contract_sha)
+        .await?
+        .unwrap_or(serde_json::Value::Null);
+    let title = json["title"].as_str().unwrap_or("").to_string();
+    Ok((title, json))
+}
