@@ -572,3 +572,345 @@ async fn item_contract(
     let title = json["title"].as_str().unwrap_or("").to_string();
     Ok((title, json))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PUSHED: &str = "1111111111111111111111111111111111111111";
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn pr() -> PrDetail {
+        PrDetail {
+            number: 3,
+            state: PrState::Open,
+            head_ref: "nightshift/x-1".into(),
+            head_sha: PUSHED.into(),
+            base_ref: "main".into(),
+            mergeable: Mergeable::Clean,
+            mergeable_state: Some("clean".into()),
+            labels: vec!["autopilot".into()],
+            body: None,
+        }
+    }
+
+    fn comment(author: &str, at: &str, body: &str, place: Option<(&str, u64)>) -> Comment {
+        Comment {
+            author: author.into(),
+            path: place.map(|(p, _)| p.into()),
+            line: place.map(|(_, l)| l),
+            body: body.into(),
+            created_at: Some(t(at)),
+        }
+    }
+
+    fn review(author: &str, state: ReviewState, at: &str, body: &str) -> Review {
+        Review {
+            author: author.into(),
+            state: Some(state),
+            submitted_at: Some(t(at)),
+            body: body.into(),
+        }
+    }
+
+    struct World {
+        pr: PrDetail,
+        reviews: Vec<Review>,
+        lines: Vec<Comment>,
+        talk: Vec<Comment>,
+        head: Option<&'static str>,
+    }
+
+    impl World {
+        fn new() -> World {
+            World {
+                pr: pr(),
+                reviews: vec![],
+                lines: vec![],
+                talk: vec![],
+                head: Some(PUSHED),
+            }
+        }
+        fn verdict(&self) -> Verdict {
+            classify(&Facts {
+                me: "nightshift-bot",
+                pushed_head: self.head,
+                pushed_at: self.head.map(|_| t("2026-12-01T02:00:00Z")),
+                pr: &self.pr,
+                reviews: &self.reviews,
+                line_comments: &self.lines,
+                comments: &self.talk,
+            })
+        }
+    }
+
+    #[test]
+    fn a_clean_pr_without_news_needs_nothing() {
+        let mut w = World::new();
+        // Before the push, by nightshift itself, by a CI app: none counts.
+        w.talk
+            .push(comment("ana", "2026-12-01T01:59:59Z", "old news", None));
+        w.talk.push(comment(
+            "nightshift-bot",
+            "2026-12-01T03:00:00Z",
+            "done",
+            None,
+        ));
+        w.talk.push(comment(
+            "codecov[bot]",
+            "2026-12-01T03:00:00Z",
+            "coverage -1%",
+            None,
+        ));
+        w.reviews.push(review(
+            "ana",
+            ReviewState::Approved,
+            "2026-12-01T03:00:00Z",
+            "ship it",
+        ));
+        assert_eq!(w.verdict(), Verdict::Nothing);
+        // GitHub could not say whether it merges: no conflict claimed.
+        w.pr.mergeable = Mergeable::Unknown;
+        assert_eq!(w.verdict(), Verdict::Nothing);
+    }
+
+    #[test]
+    fn a_conflict_is_a_conflict_and_keeps_new_requests() {
+        let mut w = World::new();
+        w.pr.mergeable = Mergeable::Conflict;
+        assert_eq!(w.verdict(), Verdict::Conflict { comments: vec![] });
+        w.talk.push(comment(
+            "ana",
+            "2026-12-01T02:00:00Z",
+            "also rename it",
+            None,
+        ));
+        let v = w.verdict();
+        assert_eq!(v.word(), "conflict");
+        assert_eq!(
+            v.comments().len(),
+            1,
+            "a comment in the push's second counts"
+        );
+        assert_eq!(v.comments()[0].body, "also rename it");
+    }
+
+    #[test]
+    fn changes_requested_carry_every_comment_verbatim_in_time_order() {
+        let mut w = World::new();
+        w.reviews.push(review(
+            "ana",
+            ReviewState::ChangesRequested,
+            "2026-12-01T08:00:00Z",
+            "two things",
+        ));
+        w.lines.push(comment(
+            "ana",
+            "2026-12-01T08:00:00Z",
+            "use `checked_sub` here",
+            Some(("src/calc.rs", 12)),
+        ));
+        w.lines.push(comment(
+            "ana",
+            "2026-12-01T08:00:00Z",
+            "and test\nthe overflow",
+            Some(("tests/calc.rs", 40)),
+        ));
+        w.talk
+            .push(comment("bo", "2026-12-01T07:00:00Z", "+1 to Ana", None));
+        let Verdict::ChangesRequested { comments } = w.verdict() else {
+            panic!("{:?}", w.verdict())
+        };
+        let got: Vec<(FeedbackKind, &str, Option<&str>, Option<u64>, &str)> = comments
+            .iter()
+            .map(|c| {
+                (
+                    c.kind,
+                    c.author.as_str(),
+                    c.path.as_deref(),
+                    c.line,
+                    c.body.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (FeedbackKind::Comment, "bo", None, None, "+1 to Ana"),
+                (
+                    FeedbackKind::ChangesRequested,
+                    "ana",
+                    None,
+                    None,
+                    "two things"
+                ),
+                (
+                    FeedbackKind::LineComment,
+                    "ana",
+                    Some("src/calc.rs"),
+                    Some(12),
+                    "use `checked_sub` here"
+                ),
+                (
+                    FeedbackKind::LineComment,
+                    "ana",
+                    Some("tests/calc.rs"),
+                    Some(40),
+                    "and test\nthe overflow"
+                ),
+            ]
+        );
+        assert_eq!(comments[1].at.as_deref(), Some("2026-12-01T08:00:00Z"));
+    }
+
+    #[test]
+    fn a_later_approval_withdraws_a_request_for_changes() {
+        let mut w = World::new();
+        w.reviews.push(review(
+            "ana",
+            ReviewState::ChangesRequested,
+            "2026-12-01T08:00:00Z",
+            "fix it",
+        ));
+        w.reviews.push(review(
+            "ana",
+            ReviewState::Approved,
+            "2026-12-01T09:00:00Z",
+            "",
+        ));
+        assert_eq!(w.verdict(), Verdict::Nothing);
+        // Another reviewer's approval does not.
+        w.reviews[1].author = "bo".into();
+        assert_eq!(w.verdict().word(), "changes_requested");
+    }
+
+    #[test]
+    fn left_alone_wins_over_any_work() {
+        let mut w = World::new();
+        w.pr.mergeable = Mergeable::Conflict;
+        w.talk
+            .push(comment("ana", "2026-12-01T08:00:00Z", "please fix", None));
+        let reason = |w: &World| match w.verdict() {
+            Verdict::LeftAlone { reason } => reason,
+            v => panic!("{v:?}"),
+        };
+        w.pr.head_sha = "2222222222222222222222222222222222222222".into();
+        assert_eq!(
+            reason(&w),
+            LeftAlone::SomeonePushed {
+                pushed: PUSHED.into(),
+                found: "2222222222222222222222222222222222222222".into()
+            }
+        );
+        assert!(
+            reason(&w).to_string().contains("someone else pushed"),
+            "{}",
+            reason(&w)
+        );
+        w.head = None;
+        assert_eq!(reason(&w), LeftAlone::HeadNotRecorded);
+        w.talk.push(comment(
+            "bo",
+            "2026-12-01T01:00:00Z",
+            "thanks!\n  /NightShift stop  \n",
+            None,
+        ));
+        assert_eq!(
+            reason(&w),
+            LeftAlone::Stopped {
+                author: "bo".into()
+            }
+        );
+        w.pr.labels.push(HANDS_OFF_LABEL.into());
+        assert_eq!(reason(&w), LeftAlone::HandsOff);
+        w.pr.state = PrState::Closed;
+        assert_eq!(reason(&w), LeftAlone::Closed);
+        w.pr.state = PrState::Merged;
+        assert_eq!(reason(&w), LeftAlone::Merged);
+    }
+
+    #[test]
+    fn nightshift_quoting_the_stop_command_does_not_stop_it() {
+        let mut w = World::new();
+        w.talk.push(comment(
+            "nightshift-bot",
+            "2026-12-01T03:00:00Z",
+            "/nightshift stop",
+            None,
+        ));
+        w.talk.push(comment(
+            "ana",
+            "2026-12-01T03:00:00Z",
+            "say `/nightshift stop` to stop it",
+            None,
+        ));
+        assert_eq!(w.verdict().word(), "changes_requested");
+    }
+
+    #[test]
+    fn the_seal_covers_the_comments_and_their_time() {
+        let row = TendRow {
+            item_key: "k".into(),
+            branch: "nightshift/x-1".into(),
+            number: 3,
+            contract_sha: "c".into(),
+            head_sha: Some(PUSHED.into()),
+            head_pushed_at: Some(t("2026-12-01T02:00:00Z")),
+        };
+        let item = serde_json::json!({"title": "x", "key": "k"});
+        let mut w = World::new();
+        w.talk
+            .push(comment("ana", "2026-12-01T08:00:00Z", "please fix", None));
+        let a = TendCard::new(&row, "x", item.clone(), w.verdict());
+        let same = TendCard::new(&row, "x", item.clone(), w.verdict());
+        assert_eq!(
+            a.sealed.as_ref().unwrap().sha,
+            same.sealed.as_ref().unwrap().sha
+        );
+        let sealed = a.sealed.as_ref().unwrap();
+        assert_eq!(sealed.sha, sha256_hex(sealed.canonical_json.as_bytes()));
+        assert!(
+            sealed.canonical_json.contains("\"pr\":3"),
+            "{}",
+            sealed.canonical_json
+        );
+        assert!(sealed.canonical_json.contains(PUSHED));
+        // The same words again, later, are a new request: a new seal.
+        w.talk
+            .push(comment("ana", "2026-12-01T09:00:00Z", "please fix", None));
+        let b = TendCard::new(&row, "x", item, w.verdict());
+        assert_ne!(sealed.sha, b.sealed.unwrap().sha);
+        // Nothing to do: nothing to approve.
+        let none = TendCard::new(&row, "x", serde_json::Value::Null, Verdict::Nothing);
+        assert!(none.sealed.is_none());
+    }
+
+    #[test]
+    fn cards_escape_control_characters_of_comments() {
+        let row = TendRow {
+            item_key: "k".into(),
+            branch: "nightshift/x-1".into(),
+            number: 3,
+            contract_sha: "c".into(),
+            head_sha: Some(PUSHED.into()),
+            head_pushed_at: None,
+        };
+        let v = Verdict::ChangesRequested {
+            comments: vec![Feedback {
+                kind: FeedbackKind::LineComment,
+                author: "ana".into(),
+                path: Some("src/a.rs".into()),
+                line: Some(7),
+                body: "red \u{1b}[31malert\u{1b}[0m\nsecond line".into(),
+                at: None,
+            }],
+        };
+        let text = card(&TendCard::new(&row, "x", serde_json::Value::Null, v));
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(text.contains("ana (line comment) on src/a.rs:7:"), "{text}");
+        assert!(text.contains("│ second line"), "{text}");
+    }
+}
