@@ -1122,3 +1122,144 @@ async fn progress_lines_and_a_json_log_per_run() {
         2
     );
 }
+
+// ---- The second night: tend cards in the plan (issue 10) ----
+
+/// Records the remote head of every nightshift branch as the head
+/// nightshift pushed, as the item loop does after each push
+/// (`ledger::records::set_pr_head`).
+fn record_pushed_heads(f: &Fixture) {
+    for b in f.remote_branches() {
+        let sha = git(&f.remote, &["rev-parse", &format!("refs/heads/{b}")]);
+        f.db.sql(&format!(
+            "UPDATE pull_requests SET head_sha = '{sha}', head_pushed_at = now() WHERE branch = '{b}'"
+        ));
+    }
+}
+
+/// `plan --json`, asserting success.
+fn plan_json(f: &Fixture) -> serde_json::Value {
+    let out = f.run(&["plan", "--json"]);
+    assert_ok(&out, "plan --json");
+    serde_json::from_slice(&out.stdout).expect("plan --json is JSON")
+}
+
+/// The `"tend"` entries as (pr, action).
+fn tend_actions(plan: &serde_json::Value) -> Vec<(u64, String)> {
+    plan["tend"]
+        .as_array()
+        .expect("a tend array")
+        .iter()
+        .map(|c| {
+            (
+                c["pr"].as_u64().unwrap(),
+                c["action"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Night 1 opens two PRs appending to the same file; a person merges the
+/// first. The next plan lists the second as a conflict card before the
+/// items (asking again while GitHub still computes `mergeable`), the first
+/// as merged meanwhile, seals the card into the plan SHA, and says it
+/// cannot look at the PRs when there is no token.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_lists_a_pr_whose_base_moved_as_a_conflict() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    gh.serve_git(&f.remote);
+    publish_backlog(&f);
+    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    assert_eq!(gh.prs().len(), 2);
+    let before = plan_json(&f);
+    assert_eq!(
+        tend_actions(&before),
+        [(1, "left_alone".to_string()), (2, "left_alone".to_string())],
+        "without a recorded head nothing is touched: {before:#}"
+    );
+    record_pushed_heads(&f);
+    let clean = plan_json(&f);
+    assert_eq!(
+        tend_actions(&clean),
+        [(1, "nothing".to_string()), (2, "nothing".to_string())]
+    );
+
+    // The morning: PR #1 is merged (main moves to its branch).
+    let b1 = gh.prs()[0]["head"]["ref"].as_str().unwrap().to_string();
+    git(
+        &f.remote,
+        &["update-ref", "refs/heads/main", &format!("refs/heads/{b1}")],
+    );
+    gh.merge(1);
+    gh.computing(2, 2);
+    let plan = plan_json(&f);
+    assert_eq!(
+        tend_actions(&plan),
+        [(1, "left_alone".to_string()), (2, "conflict".to_string())],
+        "{plan:#}"
+    );
+    assert_eq!(plan["tend"][0]["reason"], "merged meanwhile");
+    let card = &plan["tend"][1];
+    let b2 = gh.prs()[1]["head"]["ref"].as_str().unwrap().to_string();
+    assert_eq!(card["branch"], b2.as_str());
+    assert_eq!(
+        card["head"].as_str().unwrap(),
+        git(&f.remote, &["rev-parse", &format!("refs/heads/{b2}")])
+    );
+    let sha = card["contract_sha"].as_str().unwrap();
+    assert_ne!(plan["plan_sha"], clean["plan_sha"], "the card is sealed in");
+    assert_eq!(
+        f.db.sql(&format!(
+            "SELECT pr_number FROM plan_contracts WHERE plan_sha = '{}' AND kind = 'tend' AND contract_sha = '{sha}'",
+            plan["plan_sha"].as_str().unwrap()
+        )),
+        "2",
+        "approving the plan approves the card"
+    );
+    let polls = gh
+        .requests()
+        .await
+        .iter()
+        .filter(|(m, p, _)| m == "GET" && p == "/repos/owner/repo/pulls/2")
+        .count();
+    // One read per plan (three so far), and two more while GitHub computed.
+    assert_eq!(polls, 5, "asked again while mergeable was null");
+    // Once merged in GitHub's eyes, the ledger knows it: PR #1 is no
+    // longer looked at, and its item is `already merged`.
+    let again = plan_json(&f);
+    assert_eq!(tend_actions(&again), [(2, "conflict".to_string())]);
+    assert_eq!(again["plan_sha"], plan["plan_sha"]);
+    assert_eq!(again["items"][0]["blocked"], "already merged: PR #1");
+
+    let out = f.run(&["plan"]);
+    assert_ok(&out, "plan");
+    let shown = text(&out);
+    let at_card = shown
+        .find("── PR #2 · conflict · Add sub")
+        .or(shown.find("── PR #2 · conflict · Add mul"));
+    let at_items = shown.find("── item 1").expect("item cards");
+    assert!(
+        at_card.is_some_and(|c| c < at_items),
+        "tend cards first:\n{shown}"
+    );
+    assert!(shown.contains("1 PR(s) to tend first"), "{shown}");
+
+    // Without a token: said, and the plan goes on with its items.
+    let out = f
+        .cmd()
+        .env_remove("GITHUB_TOKEN")
+        .args(["plan", "--json"])
+        .output()
+        .unwrap();
+    assert_ok(&out, "plan without a token");
+    assert!(
+        text(&out).contains("could not look at nightshift's 1 open PR(s): no GitHub token"),
+        "{}",
+        text(&out)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tend"], serde_json::json!([]));
+    assert_eq!(v["plan_sha"], clean["plan_sha"]);
+    gh.assert_never_merged_approved_or_closed().await;
+}
