@@ -1263,3 +1263,186 @@ async fn plan_lists_a_pr_whose_base_moved_as_a_conflict() {
     assert_eq!(v["plan_sha"], clean["plan_sha"]);
     gh.assert_never_merged_approved_or_closed().await;
 }
+
+/// Three PRs of night 1. A CHANGES_REQUESTED review with two line comments
+/// is listed with the comments verbatim; a person's commit on a branch, a
+/// `/nightshift stop` comment and the hands-off label leave PRs alone with
+/// the reason; a new comment after the plan was approved changes the card
+/// and the plan SHA (the old approval does not cover it), while
+/// nightshift's own comment changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_lists_requested_changes_verbatim_and_leaves_prs_alone() {
+    use common::github::DEFAULT_LOGIN;
+    let gh = FakeGitHub::start().await;
+    let f = world(
+        &gh,
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
+    );
+    gh.serve_git(&f.remote);
+    publish_backlog(&f);
+    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    assert_eq!(gh.prs().len(), 3);
+    record_pushed_heads(&f);
+
+    gh.add_review(
+        1,
+        "ana",
+        "CHANGES_REQUESTED",
+        "Two things before this goes in.",
+        &[
+            ("calc.txt", 2, "Spell it `subtract`, please."),
+            (
+                "test.sh",
+                3,
+                "Keep the word list sorted:\nadd|div|mul|pow|sub",
+            ),
+        ],
+    );
+    // A person pushes a commit to PR #2's branch.
+    let b2 = gh.prs()[1]["head"]["ref"].as_str().unwrap().to_string();
+    let clone = f.dir.path().join("person");
+    git(
+        f.dir.path(),
+        &[
+            "clone",
+            "-q",
+            "-b",
+            &b2,
+            f.remote.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(clone.join("calc.txt"), "add\nmul\npow\n").unwrap();
+    git(&clone, &["commit", "-qam", "a person's fix"]);
+    git(&clone, &["push", "-q", "origin", &b2]);
+    let person_head = git(&clone, &["rev-parse", "HEAD"]);
+    gh.add_comment(3, "bo", "Not now.\n/nightshift stop\n");
+
+    let plan = plan_json(&f);
+    assert_eq!(
+        tend_actions(&plan),
+        [
+            (1, "changes_requested".to_string()),
+            (2, "left_alone".to_string()),
+            (3, "left_alone".to_string())
+        ],
+        "{plan:#}"
+    );
+    let asked: Vec<(String, String, Option<String>, Option<u64>, String)> =
+        plan["tend"][0]["comments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["kind"].as_str().unwrap().to_string(),
+                    c["author"].as_str().unwrap().to_string(),
+                    c["path"].as_str().map(str::to_string),
+                    c["line"].as_u64(),
+                    c["body"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+    let s = |x: &str| x.to_string();
+    assert_eq!(
+        asked,
+        vec![
+            (
+                s("changes_requested"),
+                s("ana"),
+                None,
+                None,
+                s("Two things before this goes in.")
+            ),
+            (
+                s("line_comment"),
+                s("ana"),
+                Some(s("calc.txt")),
+                Some(2),
+                s("Spell it `subtract`, please.")
+            ),
+            (
+                s("line_comment"),
+                s("ana"),
+                Some(s("test.sh")),
+                Some(3),
+                s("Keep the word list sorted:\nadd|div|mul|pow|sub")
+            ),
+        ]
+    );
+    let reason2 = plan["tend"][1]["reason"].as_str().unwrap();
+    assert!(
+        reason2.contains("someone else pushed") && reason2.contains(&person_head[..12]),
+        "{reason2}"
+    );
+    assert_eq!(
+        plan["tend"][2]["reason"],
+        "bo wrote `/nightshift stop` on the PR"
+    );
+    assert!(plan["tend"][1]["contract_sha"].is_null() && plan["tend"][2]["contract_sha"].is_null());
+
+    let out = f.run(&["plan"]);
+    assert_ok(&out, "plan");
+    let shown = text(&out);
+    for line in [
+        "── PR #1 · changes requested · Add sub",
+        "   asked     ana (line comment) on calc.txt:2:",
+        "             │ Spell it `subtract`, please.",
+        "             │ add|div|mul|pow|sub",
+        "── PR #2 · left alone · Add mul",
+        "── PR #3 · left alone · Add div",
+        "   not run   bo wrote `/nightshift stop` on the PR",
+    ] {
+        assert!(shown.contains(line), "{line:?} missing:\n{shown}");
+    }
+
+    // Approved; then a new comment arrives: a new card, a new plan SHA,
+    // and the approved plan does not hold the new card.
+    let approved = plan["plan_sha"].as_str().unwrap().to_string();
+    assert_ok(&f.run(&["approve", &approved]), "approve");
+    let old_card = plan["tend"][0]["contract_sha"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    gh.add_comment(1, "ana", "And mind the trailing newline.");
+    let later = plan_json(&f);
+    let new_card = later["tend"][0]["contract_sha"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(later["plan_sha"].as_str().unwrap(), approved);
+    assert_ne!(new_card, old_card);
+    assert_eq!(later["tend"][0]["comments"].as_array().unwrap().len(), 4);
+    let held = |plan: &str, card: &str| {
+        f.db.sql(&format!(
+            "SELECT count(*) FROM plan_contracts WHERE plan_sha = '{plan}' AND contract_sha = '{card}'"
+        ))
+    };
+    assert_eq!(held(&approved, &old_card), "1");
+    assert_eq!(
+        held(&approved, &new_card),
+        "0",
+        "the old approval does not cover it"
+    );
+    // nightshift's own comment and a CI app's are no requests.
+    gh.add_comment(1, DEFAULT_LOGIN, "Answered each request.");
+    gh.add_comment(1, "ci-app[bot]", "Coverage went down.");
+    assert_eq!(plan_json(&f)["plan_sha"], later["plan_sha"]);
+
+    // The hands-off label leaves PR #1 alone from then on.
+    gh.label(1, "nightshift:hands-off");
+    let off = plan_json(&f);
+    assert_eq!(tend_actions(&off)[0], (1, "left_alone".to_string()));
+    assert_eq!(
+        off["tend"][0]["reason"],
+        "the PR carries the label nightshift:hands-off"
+    );
+    assert!(
+        off["tend"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["contract_sha"].is_null())
+    );
+    gh.assert_never_merged_approved_or_closed().await;
+}
