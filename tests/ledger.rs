@@ -797,3 +797,63 @@ fn migration_files() -> i64 {
         })
         .count() as i64
 }
+
+/// Migration 0006: the tend outcomes are allowed and others still refused;
+/// `set_pr_head` records the pushed head that `open_prs` gives back; a
+/// plan's tend card must name its PR.
+#[tokio::test]
+async fn tend_outcomes_heads_and_cards_are_kept() {
+    use nightshift::ledger::records as rec;
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    insert_plan(&ledger, "p").await;
+    let run = insert_run(&ledger, "p", None).await;
+    let item = |key: &str, outcome: &str| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, outcome) VALUES ('{run}', '{key}', 'c', 1, 't', '{outcome}')"
+        )))
+        .execute(&ledger.pool)
+    };
+    item("a", "pr_updated").await.unwrap();
+    item("b", "pr_left_alone").await.unwrap();
+    item("c", "pr_opened").await.unwrap();
+    let (code, _) = db_error_message(item("d", "tended").await.unwrap_err());
+    assert_eq!(code, "23514", "check_violation");
+
+    rec::upsert_pr(
+        &ledger.pool,
+        "o/r",
+        "k",
+        "c",
+        run,
+        "nightshift/x-1",
+        Some(7),
+        Some("u"),
+        "open",
+        "body",
+    )
+    .await
+    .unwrap();
+    let rows = rec::open_prs(&ledger.pool, "o/r").await.unwrap();
+    assert_eq!((rows.len(), rows[0].head_sha.clone()), (1, None));
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    rec::set_pr_head(&ledger.pool, "o/r", "k", "nightshift/x-1", sha)
+        .await
+        .unwrap();
+    let rows = rec::open_prs(&ledger.pool, "o/r").await.unwrap();
+    assert_eq!(rows[0].head_sha.as_deref(), Some(sha));
+    assert!(rows[0].head_pushed_at.is_some());
+    assert_eq!(rows[0].number, 7);
+
+    sqlx::query(
+        "INSERT INTO contracts (sha, item_key, title, json) VALUES ('t', 'k', 'tend', '{}')",
+    )
+    .execute(&ledger.pool)
+    .await
+    .unwrap();
+    let err = sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, kind) VALUES ('p', 0, 't', 0, 'tend')")
+        .execute(&ledger.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(db_error_message(err).0, "23514", "a tend card names its PR");
+}
