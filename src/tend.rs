@@ -466,12 +466,7 @@ pub fn card(c: &TendCard) -> String {
             (Some(p), None) => format!(" on {}", shown(p)),
             _ => String::new(),
         };
-        let kind = match fb.kind {
-            FeedbackKind::ChangesRequested => "review, changes requested",
-            FeedbackKind::Review => "review",
-            FeedbackKind::LineComment => "line comment",
-            FeedbackKind::Comment => "comment",
-        };
+        let kind = kind_words(fb.kind);
         let _ = writeln!(s, "   asked     {} ({kind}){place}:", shown(&fb.author));
         for l in shown(&fb.body).lines() {
             let _ = writeln!(s, "             │ {l}");
@@ -571,6 +566,240 @@ async fn item_contract(
         .unwrap_or(serde_json::Value::Null);
     let title = json["title"].as_str().unwrap_or("").to_string();
     Ok((title, json))
+}
+
+/// The outcome words of a tended PR beside the usual failures (docs/loop.md
+/// "Outcomes"; the ledger's CHECK constraint holds them since migration
+/// 0006).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TendOutcome {
+    /// Pushed anew to the same branch, body updated, one answering comment.
+    PrUpdated,
+    /// Not touched: see [`LeftAlone`].
+    PrLeftAlone,
+}
+
+impl TendOutcome {
+    /// The ledger's word: `pr_updated` or `pr_left_alone`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TendOutcome::PrUpdated => "pr_updated",
+            TendOutcome::PrLeftAlone => "pr_left_alone",
+        }
+    }
+}
+
+/// The sealed cards a drain may act on, and those it may not: a card is
+/// approved when its SHA is among the approved plan's contract SHAs
+/// (`approved`), exactly as an item's contract is; the others end
+/// `not_approved` (a comment arrived after the approval, say).
+pub fn split_approved<'a>(
+    cards: &'a [TendCard],
+    approved: &[String],
+) -> (Vec<&'a TendCard>, Vec<&'a TendCard>) {
+    cards.iter().filter(|c| c.sealed.is_some()).partition(|c| {
+        c.sealed
+            .as_ref()
+            .is_some_and(|s| approved.iter().any(|a| *a == s.sha))
+    })
+}
+
+/// The feedback a tend's writer rounds get: each request verbatim, with
+/// author, file and line, numbered so the answer can refer to them.
+pub fn writer_feedback(pr: u64, comments: &[Feedback]) -> String {
+    let mut s = format!(
+        "A person reviewed pull request #{pr} and asked for the changes below (verbatim). Address each one in the code; do not reply on GitHub (nightshift answers after the gate and the reviewer).\n"
+    );
+    for (i, fb) in comments.iter().enumerate() {
+        let place = match (&fb.path, fb.line) {
+            (Some(p), Some(l)) => format!(" on {p}, line {l}"),
+            (Some(p), None) => format!(" on {p}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "\n{}. {} ({}){place}:",
+            i + 1,
+            fb.author,
+            kind_words(fb.kind)
+        );
+        for l in fb.body.lines() {
+            let _ = writeln!(s, "   > {l}");
+        }
+    }
+    s
+}
+
+/// What the writer resolving a rebase conflict is told: both sides by
+/// commit and role, and the conflicted files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConflictFacts<'a> {
+    pub pr: u64,
+    /// The PR's branch.
+    pub branch: &'a str,
+    /// The base branch (config `base`).
+    pub base: &'a str,
+    /// The commit the branch is being rebased onto (the base's side plus
+    /// the commits already applied).
+    pub onto: &'a str,
+    /// The branch's commit that does not apply.
+    pub applying: &'a str,
+    /// The files with conflict markers (relative paths).
+    pub files: &'a [String],
+}
+
+/// The writer's task for a conflict the rebase could not resolve.
+pub fn conflict_prompt(c: &ConflictFacts<'_>) -> String {
+    let mut s = format!(
+        "Pull request #{} (branch {}) no longer applies to {}: another change was merged there first. The rebase stopped with conflicts.\n\
+         - ours (kept): {} at {} — what is on {} now, plus this branch's commits already applied\n\
+         - theirs (to bring in): this branch's commit {}\n\
+         Conflicted files (they contain <<<<<<< ======= >>>>>>> markers):\n",
+        c.pr,
+        c.branch,
+        c.base,
+        c.base,
+        short(c.onto),
+        c.base,
+        short(c.applying)
+    );
+    for f in c.files {
+        let _ = writeln!(s, "- {f}");
+    }
+    s.push_str("Resolve every conflict so both changes hold (keep what was merged, and redo this branch's change on top of it), remove every marker, and change nothing else. Do not run git: nightshift stages, continues the rebase and commits.\n");
+    s
+}
+
+/// Facts for the one comment answering a tended PR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer<'a> {
+    /// The requests answered (from the card).
+    pub requests: &'a [Feedback],
+    /// `Some(files)` when the branch was brought onto a moved base: the
+    /// files the writer had to resolve (empty: a clean rebase).
+    pub rebased: Option<&'a [String]>,
+    /// The base branch.
+    pub base: &'a str,
+    /// Files changed by this night's work, from git.
+    pub changed: &'a [String],
+    /// The gate commands and their exit codes, as nightshift ran them.
+    pub gate: &'a [(String, Option<i32>)],
+    /// The reviewer's verdict word (`approve`).
+    pub verdict: &'a str,
+    /// The head before and after the push.
+    pub old_head: &'a str,
+    pub new_head: &'a str,
+}
+
+/// The one comment a successful tend posts: each request quoted (mentions
+/// defused), what changed, the gate result and the reviewer's verdict.
+/// Names from git and the gate are shown as code.
+pub fn answer_comment(a: &Answer<'_>) -> String {
+    let mut s = format!(
+        "nightshift updated this PR: {} → {}.\n",
+        code(short(a.old_head)),
+        code(short(a.new_head))
+    );
+    match a.rebased {
+        Some([]) => {
+            let _ = writeln!(s, "\n- Rebased onto {} (it applied cleanly).", code(a.base));
+        }
+        Some(files) => {
+            let names: Vec<String> = files.iter().map(|f| code(f)).collect();
+            let _ = writeln!(
+                s,
+                "\n- Rebased onto {}; the writer resolved the conflicts in {}.",
+                code(a.base),
+                names.join(", ")
+            );
+        }
+        None => {}
+    }
+    if !a.requests.is_empty() {
+        s.push_str("\nRequests answered:\n");
+    }
+    for (i, fb) in a.requests.iter().enumerate() {
+        let place = match (&fb.path, fb.line) {
+            (Some(p), Some(l)) => format!(" on {}", code(&format!("{p}:{l}"))),
+            (Some(p), None) => format!(" on {}", code(p)),
+            _ => String::new(),
+        };
+        let first = fb.body.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let _ = writeln!(
+            s,
+            "{}. {}{place}: “{}”",
+            i + 1,
+            defuse(&fb.author),
+            defuse(&crop(first, 200))
+        );
+    }
+    let changed: Vec<String> = a.changed.iter().map(|f| code(f)).collect();
+    let _ = writeln!(
+        s,
+        "\nChanged: {}.",
+        if changed.is_empty() {
+            "nothing but the rebase".to_string()
+        } else {
+            changed.join(", ")
+        }
+    );
+    let gate: Vec<String> = a
+        .gate
+        .iter()
+        .map(|(cmd, exit)| match exit {
+            Some(c) => format!("{} exit {c}", code(cmd)),
+            None => format!("{} (no exit code)", code(cmd)),
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "Gate (run by nightshift): {}.",
+        if gate.is_empty() {
+            "none configured".to_string()
+        } else {
+            gate.join("; ")
+        }
+    );
+    let _ = writeln!(s, "Reviewer (read-only): {}.", code(a.verdict));
+    s.push_str("\nThe evidence card in the description is updated. Nothing was merged.\n");
+    s
+}
+
+/// How a kind of feedback is named to people and the writer.
+fn kind_words(kind: FeedbackKind) -> &'static str {
+    match kind {
+        FeedbackKind::ChangesRequested => "review, changes requested",
+        FeedbackKind::Review => "review",
+        FeedbackKind::LineComment => "line comment",
+        FeedbackKind::Comment => "comment",
+    }
+}
+
+/// `text` as inline Markdown code, whatever backticks it holds.
+fn code(text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
+/// `text` quoted in a comment without notifying anyone: `@name` would ping
+/// that account, `#12` would link an issue.
+fn defuse(text: &str) -> String {
+    text.replace('@', "@\u{200b}").replace('#', "#\u{200b}")
+}
+
+/// At most `max` characters of `text`, with `…` when cut.
+fn crop(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        format!("{}…", text.chars().take(max).collect::<String>())
+    }
 }
 
 #[cfg(test)]
@@ -912,5 +1141,136 @@ mod tests {
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(text.contains("ana (line comment) on src/a.rs:7:"), "{text}");
         assert!(text.contains("│ second line"), "{text}");
+    }
+
+    fn asked() -> Vec<Feedback> {
+        vec![
+            Feedback {
+                kind: FeedbackKind::ChangesRequested,
+                author: "ana".into(),
+                path: None,
+                line: None,
+                body: "Two things, @bo agrees (see #4).".into(),
+                at: None,
+            },
+            Feedback {
+                kind: FeedbackKind::LineComment,
+                author: "ana".into(),
+                path: Some("src/a.rs".into()),
+                line: Some(40),
+                body: "Use `checked_sub`.\nIt overflows.".into(),
+                at: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn the_writer_gets_each_request_with_file_and_line() {
+        let text = writer_feedback(12, &asked());
+        assert!(text.contains("pull request #12"), "{text}");
+        assert!(
+            text.contains("1. ana (review, changes requested):\n   > Two things"),
+            "{text}"
+        );
+        assert!(text.contains("2. ana (line comment) on src/a.rs, line 40:\n   > Use `checked_sub`.\n   > It overflows."), "{text}");
+    }
+
+    #[test]
+    fn the_conflict_prompt_names_both_sides_and_the_files() {
+        let files = vec!["calc.txt".to_string(), "src/a b.rs".to_string()];
+        let text = conflict_prompt(&ConflictFacts {
+            pr: 2,
+            branch: "nightshift/mul-1",
+            base: "main",
+            onto: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            applying: "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+            files: &files,
+        });
+        assert!(text.contains("ours (kept): main at aaaaaaaaaaaa"), "{text}");
+        assert!(
+            text.contains("theirs (to bring in): this branch's commit bbbbbbbbbbbb"),
+            "{text}"
+        );
+        assert!(text.contains("- calc.txt\n- src/a b.rs\n"), "{text}");
+    }
+
+    #[test]
+    fn the_answer_quotes_each_request_without_pinging_anyone() {
+        let requests = asked();
+        let gate = vec![("sh test.sh".to_string(), Some(0))];
+        let changed = vec!["src/a.rs".to_string(), "we`ird.txt".to_string()];
+        let files = vec!["calc.txt".to_string()];
+        let text = answer_comment(&Answer {
+            requests: &requests,
+            rebased: Some(&files),
+            base: "main",
+            changed: &changed,
+            gate: &gate,
+            verdict: "approve",
+            old_head: "1111111111111111111111111111111111111111",
+            new_head: "2222222222222222222222222222222222222222",
+        });
+        assert!(text.contains("`111111111111` → `222222222222`"), "{text}");
+        assert!(
+            text.contains("the writer resolved the conflicts in `calc.txt`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1. ana: “Two things, @\u{200b}bo agrees (see #\u{200b}4).”"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2. ana on `src/a.rs:40`: “Use `checked_sub`.”"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Changed: `src/a.rs`, ``we`ird.txt``."),
+            "{text}"
+        );
+        assert!(
+            text.contains("Gate (run by nightshift): `sh test.sh` exit 0."),
+            "{text}"
+        );
+        assert!(text.contains("Reviewer (read-only): `approve`."), "{text}");
+    }
+
+    #[test]
+    fn only_cards_in_the_approved_plan_are_acted_on() {
+        let row = TendRow {
+            item_key: "k".into(),
+            branch: "b".into(),
+            number: 1,
+            contract_sha: "c".into(),
+            head_sha: Some(PUSHED.into()),
+            head_pushed_at: None,
+        };
+        let a = TendCard::new(
+            &row,
+            "x",
+            serde_json::Value::Null,
+            Verdict::Conflict { comments: vec![] },
+        );
+        let b = TendCard::new(
+            &row,
+            "x",
+            serde_json::Value::Null,
+            Verdict::ChangesRequested { comments: asked() },
+        );
+        let c = TendCard::new(
+            &row,
+            "x",
+            serde_json::Value::Null,
+            Verdict::LeftAlone {
+                reason: LeftAlone::HandsOff,
+            },
+        );
+        let approved = vec![a.sealed.as_ref().unwrap().sha.clone()];
+        let cards = [a, b, c];
+        let (go, refused) = split_approved(&cards, &approved);
+        assert_eq!((go.len(), refused.len()), (1, 1));
+        assert_eq!(go[0].verdict.word(), "conflict");
+        assert_eq!(refused[0].verdict.word(), "changes_requested");
+        assert_eq!(TendOutcome::PrUpdated.as_str(), "pr_updated");
+        assert_eq!(TendOutcome::PrLeftAlone.as_str(), "pr_left_alone");
     }
 }
