@@ -597,11 +597,10 @@ pub fn split_approved<'a>(
     cards: &'a [TendCard],
     approved: &[String],
 ) -> (Vec<&'a TendCard>, Vec<&'a TendCard>) {
-    cards.iter().filter(|c| c.sealed.is_some()).partition(|c| {
-        c.sealed
-            .as_ref()
-            .is_some_and(|s| approved.iter().any(|a| *a == s.sha))
-    })
+    cards
+        .iter()
+        .filter(|c| c.sealed.is_some())
+        .partition(|c| c.sealed.as_ref().is_some_and(|s| approved.contains(&s.sha)))
 }
 
 /// The feedback a tend's writer rounds get: each request verbatim, with
@@ -953,7 +952,8 @@ mod tests {
         let Verdict::ChangesRequested { comments } = w.verdict() else {
             panic!("{:?}", w.verdict())
         };
-        let got: Vec<(FeedbackKind, &str, Option<&str>, Option<u64>, &str)> = comments
+        type Row<'a> = (FeedbackKind, &'a str, Option<&'a str>, Option<u64>, &'a str);
+        let got: Vec<Row<'_>> = comments
             .iter()
             .map(|c| {
                 (

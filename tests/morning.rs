@@ -1328,21 +1328,21 @@ async fn plan_lists_requested_changes_verbatim_and_leaves_prs_alone() {
         ],
         "{plan:#}"
     );
-    let asked: Vec<(String, String, Option<String>, Option<u64>, String)> =
-        plan["tend"][0]["comments"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                (
-                    c["kind"].as_str().unwrap().to_string(),
-                    c["author"].as_str().unwrap().to_string(),
-                    c["path"].as_str().map(str::to_string),
-                    c["line"].as_u64(),
-                    c["body"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
+    type Asked = (String, String, Option<String>, Option<u64>, String);
+    let asked: Vec<Asked> = plan["tend"][0]["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["author"].as_str().unwrap().to_string(),
+                c["path"].as_str().map(str::to_string),
+                c["line"].as_u64(),
+                c["body"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
     let s = |x: &str| x.to_string();
     assert_eq!(
         asked,
