@@ -311,6 +311,8 @@ pub struct TendContract {
     /// The head nightshift last pushed: the push is made with
     /// `--force-with-lease` against it.
     pub head: String,
+    /// Writer rounds this PR gets tonight (config `max_tend_rounds`).
+    pub rounds: u32,
     /// The requests to answer, verbatim.
     pub comments: Vec<Feedback>,
 }
@@ -363,9 +365,16 @@ pub struct TendCard {
 }
 
 impl TendCard {
-    /// Builds the card of PR `number` from its verdict; `item` is the item's
-    /// contract as canonical JSON parsed, `head` the head nightshift pushed.
-    pub fn new(row: &TendRow, title: &str, item: serde_json::Value, verdict: Verdict) -> TendCard {
+    /// Builds the card of `row`'s PR from its verdict; `item` is the item's
+    /// contract as canonical JSON parsed, `rounds` the writer rounds it may
+    /// take tonight (config `max_tend_rounds`).
+    pub fn new(
+        row: &TendRow,
+        title: &str,
+        item: serde_json::Value,
+        verdict: Verdict,
+        rounds: u32,
+    ) -> TendCard {
         let action = match &verdict {
             Verdict::Conflict { .. } => Some("conflict"),
             Verdict::ChangesRequested { .. } => Some("changes_requested"),
@@ -379,6 +388,7 @@ impl TendCard {
                 pr: row.number as u64,
                 branch: row.branch.clone(),
                 head: row.head_sha.clone().unwrap_or_default(),
+                rounds,
                 comments: verdict.comments().to_vec(),
             })
         });
@@ -495,7 +505,7 @@ pub enum SurveyError {
 }
 
 /// Looks at every PR the ledger knows open for `repo_id` and returns its
-/// card, by PR number. The item's contract is the plan's current one for
+/// card, by PR number; `max_rounds` is config `max_tend_rounds`. The item's contract is the plan's current one for
 /// its key, else the one the PR was made under. A PR GitHub says was merged
 /// or closed is recorded so in the ledger (it is not looked at again).
 ///
@@ -508,6 +518,7 @@ pub async fn survey(
     repo_id: &str,
     forge: &Forge,
     plan: &Plan,
+    max_rounds: u32,
 ) -> Result<Vec<TendCard>, SurveyError> {
     let rows = rec::open_prs(pool, repo_id).await?;
     if rows.is_empty() {
@@ -543,7 +554,7 @@ pub async fn survey(
             comments: &comments,
         });
         let (title, item) = item_contract(pool, plan, row).await?;
-        cards.push(TendCard::new(row, &title, item, verdict));
+        cards.push(TendCard::new(row, &title, item, verdict, max_rounds));
     }
     Ok(cards)
 }
@@ -1093,8 +1104,8 @@ mod tests {
         let mut w = World::new();
         w.talk
             .push(comment("ana", "2026-12-01T08:00:00Z", "please fix", None));
-        let a = TendCard::new(&row, "x", item.clone(), w.verdict());
-        let same = TendCard::new(&row, "x", item.clone(), w.verdict());
+        let a = TendCard::new(&row, "x", item.clone(), w.verdict(), 3);
+        let same = TendCard::new(&row, "x", item.clone(), w.verdict(), 3);
         assert_eq!(
             a.sealed.as_ref().unwrap().sha,
             same.sealed.as_ref().unwrap().sha
@@ -1110,10 +1121,10 @@ mod tests {
         // The same words again, later, are a new request: a new seal.
         w.talk
             .push(comment("ana", "2026-12-01T09:00:00Z", "please fix", None));
-        let b = TendCard::new(&row, "x", item, w.verdict());
+        let b = TendCard::new(&row, "x", item, w.verdict(), 3);
         assert_ne!(sealed.sha, b.sealed.unwrap().sha);
         // Nothing to do: nothing to approve.
-        let none = TendCard::new(&row, "x", serde_json::Value::Null, Verdict::Nothing);
+        let none = TendCard::new(&row, "x", serde_json::Value::Null, Verdict::Nothing, 3);
         assert!(none.sealed.is_none());
     }
 
@@ -1137,7 +1148,7 @@ mod tests {
                 at: None,
             }],
         };
-        let text = card(&TendCard::new(&row, "x", serde_json::Value::Null, v));
+        let text = card(&TendCard::new(&row, "x", serde_json::Value::Null, v, 3));
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(text.contains("ana (line comment) on src/a.rs:7:"), "{text}");
         assert!(text.contains("│ second line"), "{text}");
@@ -1249,12 +1260,14 @@ mod tests {
             "x",
             serde_json::Value::Null,
             Verdict::Conflict { comments: vec![] },
+            3,
         );
         let b = TendCard::new(
             &row,
             "x",
             serde_json::Value::Null,
             Verdict::ChangesRequested { comments: asked() },
+            3,
         );
         let c = TendCard::new(
             &row,
@@ -1263,6 +1276,7 @@ mod tests {
             Verdict::LeftAlone {
                 reason: LeftAlone::HandsOff,
             },
+            3,
         );
         let approved = vec![a.sealed.as_ref().unwrap().sha.clone()];
         let cards = [a, b, c];

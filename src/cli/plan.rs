@@ -191,7 +191,15 @@ async fn tend_cards(
         Ok(f) => f.with_retry_policy(plan_retry_policy()),
         Err(e) => return cannot(e),
     };
-    match crate::tend::survey(pool, repo_id, &forge, &snap.plan).await {
+    match crate::tend::survey(
+        pool,
+        repo_id,
+        &forge,
+        &snap.plan,
+        snap.loaded.config.limits.max_tend_rounds,
+    )
+    .await
+    {
         Ok(cards) => Ok(cards),
         Err(crate::tend::SurveyError::Ledger(e)) => Err(e.into()),
         Err(e) => cannot(e.to_string()),
