@@ -18,7 +18,7 @@
 use std::fmt::{self, Write as _};
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::contract::{Plan, sha256_hex};
 use crate::forge::{Comment, Forge, ForgeError, Mergeable, PrDetail, PrState, Review, ReviewState};
@@ -35,7 +35,7 @@ pub const TEND_CONTRACT_VERSION: u32 = 1;
 
 /// What a person asked for, verbatim: one review, line comment or
 /// conversation comment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Feedback {
     /// Where it was written.
     pub kind: FeedbackKind,
@@ -53,7 +53,7 @@ pub struct Feedback {
 }
 
 /// Where a piece of feedback was written on GitHub.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FeedbackKind {
     /// A review in state CHANGES_REQUESTED (its summary text).
@@ -812,6 +812,76 @@ fn crop(text: &str, max: usize) -> String {
     }
 }
 
+/// One tended PR of a run, as the report's "Tended PRs" section shows it
+/// (read by [`rec::tended_items`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tended {
+    /// The PR number.
+    pub pr: u64,
+    /// The item's title.
+    pub title: String,
+    /// The outcome word (`pr_updated`, `pr_left_alone`, or a failure).
+    pub outcome: String,
+    /// Why, for anything but `pr_updated`.
+    pub reason: Option<String>,
+    /// `conflict` or `changes_requested` (from the sealed card); `None` for
+    /// a PR left alone, which had no card to seal.
+    pub action: Option<String>,
+    /// What was asked, verbatim (from the sealed card).
+    pub asked: Vec<Feedback>,
+    /// The head before tonight (the card's) and the head nightshift pushed
+    /// last (the ledger's), equal when nothing was pushed.
+    pub old_head: Option<String>,
+    pub new_head: Option<String>,
+}
+
+/// The report's section on tended PRs: what was asked, what was done, the
+/// new head. Empty when the run tended none. Comment text is shown as
+/// [`card`] shows it (control characters written out).
+pub fn report_section(tended: &[Tended]) -> String {
+    if tended.is_empty() {
+        return String::new();
+    }
+    let mut s = format!("Tended PRs ({})\n", tended.len());
+    for t in tended {
+        let _ = writeln!(s, "  PR #{} · {} · {}", t.pr, t.outcome, shown(&t.title));
+        if let Some(a) = &t.action {
+            let asked = match a.as_str() {
+                "conflict" => "bring the branch onto its moved base".to_string(),
+                _ => format!("{} request(s)", t.asked.len()),
+            };
+            let _ = writeln!(s, "    asked     {asked}");
+        }
+        for fb in &t.asked {
+            let place = match (&fb.path, fb.line) {
+                (Some(p), Some(l)) => format!(" on {}:{l}", shown(p)),
+                _ => String::new(),
+            };
+            let first = fb.body.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let _ = writeln!(
+                s,
+                "      - {}{place}: {}",
+                shown(&fb.author),
+                shown(&crop(first, 120))
+            );
+        }
+        match (&t.old_head, &t.new_head) {
+            (Some(old), Some(new))
+                if old != new && t.outcome == TendOutcome::PrUpdated.as_str() =>
+            {
+                let _ = writeln!(s, "    done      pushed {} → {}", short(old), short(new));
+            }
+            _ => {
+                let _ = writeln!(s, "    done      nothing pushed; the PR is untouched");
+            }
+        }
+        if let Some(r) = &t.reason {
+            let _ = writeln!(s, "    why       {}", shown(r));
+        }
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1286,5 +1356,46 @@ mod tests {
         assert_eq!(refused[0].verdict.word(), "changes_requested");
         assert_eq!(TendOutcome::PrUpdated.as_str(), "pr_updated");
         assert_eq!(TendOutcome::PrLeftAlone.as_str(), "pr_left_alone");
+    }
+
+    #[test]
+    fn the_report_section_says_what_was_asked_done_and_the_new_head() {
+        assert_eq!(report_section(&[]), "");
+        let text = report_section(&[
+            Tended {
+                pr: 1,
+                title: "Add sub".into(),
+                outcome: "pr_updated".into(),
+                reason: None,
+                action: Some("changes_requested".into()),
+                asked: asked(),
+                old_head: Some(PUSHED.into()),
+                new_head: Some("2222222222222222222222222222222222222222".into()),
+            },
+            Tended {
+                pr: 2,
+                title: "Add mul".into(),
+                outcome: "pr_left_alone".into(),
+                reason: Some("someone else pushed to the branch".into()),
+                action: None,
+                asked: vec![],
+                old_head: None,
+                new_head: Some(PUSHED.into()),
+            },
+        ]);
+        assert!(text.starts_with("Tended PRs (2)\n"), "{text}");
+        assert!(
+            text.contains("  PR #1 · pr_updated · Add sub\n    asked     2 request(s)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("      - ana on src/a.rs:40: Use `checked_sub`.\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    done      pushed 111111111111 → 222222222222\n"),
+            "{text}"
+        );
+        assert!(text.contains("  PR #2 · pr_left_alone · Add mul\n    done      nothing pushed; the PR is untouched\n    why       someone else pushed to the branch\n"), "{text}");
     }
 }

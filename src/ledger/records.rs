@@ -1143,3 +1143,56 @@ pub async fn save_tend_cards(
     }
     tx.commit().await
 }
+
+/// The tended PRs of run `run` for the report's section: run items whose
+/// outcome is `pr_updated` or `pr_left_alone`, or whose contract is a tend
+/// card (a tend that failed), by PR number; with what the card asked and
+/// the head nightshift pushed last.
+///
+/// # Errors
+/// Database errors.
+pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::Tended>> {
+    /// pr_number, title, outcome, reason, contract JSON, pushed head.
+    type Row = (
+        Option<i64>,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<Value>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT ri.pr_number, ri.title, ri.outcome, ri.reason, c.json, p.head_sha \
+         FROM run_items ri JOIN runs r ON r.id = ri.run_id \
+         LEFT JOIN contracts c ON c.sha = ri.contract_sha \
+         LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = ri.item_key AND p.branch = ri.branch \
+         WHERE ri.run_id = $1 AND (ri.outcome IN ('pr_updated', 'pr_left_alone') OR (c.json ? 'pr' AND c.json ? 'action')) \
+         ORDER BY ri.pr_number, ri.id",
+    )
+    .bind(run)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(pr, title, outcome, reason, card, head)| {
+            let card = card.filter(|c| c.get("pr").is_some() && c.get("action").is_some());
+            crate::tend::Tended {
+                pr: pr.unwrap_or(0) as u64,
+                title,
+                outcome: outcome.unwrap_or_else(|| "running".into()),
+                reason,
+                action: card
+                    .as_ref()
+                    .and_then(|c| c["action"].as_str().map(str::to_string)),
+                asked: card
+                    .as_ref()
+                    .and_then(|c| serde_json::from_value(c["comments"].clone()).ok())
+                    .unwrap_or_default(),
+                old_head: card
+                    .as_ref()
+                    .and_then(|c| c["head"].as_str().map(str::to_string)),
+                new_head: head,
+            }
+        })
+        .collect())
+}
