@@ -1254,3 +1254,58 @@ fn rebase_stops_at_a_conflict_and_the_lease_protects_a_persons_push() {
     g.rebase_abort().unwrap();
     assert_eq!(git(&work, &["rev-parse", "HEAD"]), head);
 }
+
+/// A tend in a slot: the PR branch is taken up at the head nightshift
+/// pushed (refused once someone else pushed), rebased onto the moved base
+/// (a conflict resolved and continued), and pushed with a lease.
+#[test]
+fn a_slot_takes_up_a_pushed_branch_rebases_it_and_pushes_with_a_lease() {
+    use nightshift::git::Rebase;
+    let fx = Fixture::new();
+    // Night 1: the branch changes README.md and is pushed.
+    let slot = fx.prepare(BRANCH);
+    write(&slot.path.join("README.md"), "# demo\nby nightshift\n");
+    let pushed = slot.commit_all("night 1", &author(), &runner()).unwrap();
+    slot.push(None).unwrap();
+    // The morning: a sibling PR that changed the same line is merged.
+    let main = fx.advance_remote("README.md", "# demo\nby a sibling\n");
+
+    // Night 2: a fresh slot on the same branch name starts at the new base…
+    let slot = fx.prepare(BRANCH);
+    assert_eq!(slot.base_commit, main);
+    // …refuses a head other than the one pushed…
+    let err = slot.take_pushed_branch(None, &main).unwrap_err();
+    assert!(matches!(err, SlotError::Moved { .. }), "{err}");
+    // …takes up the pushed one, and the rebase stops at the conflict.
+    slot.take_pushed_branch(None, &pushed).unwrap();
+    assert_eq!(git(&slot.path, &["rev-parse", "HEAD"]), pushed);
+    let Rebase::Conflict {
+        files,
+        onto,
+        applying,
+    } = slot.rebase_onto_base(&runner()).unwrap()
+    else {
+        panic!("a conflict")
+    };
+    assert_eq!(
+        (files, onto, applying),
+        (vec!["README.md".to_string()], main.clone(), pushed.clone())
+    );
+    write(
+        &slot.path.join("README.md"),
+        "# demo\nby a sibling\nby nightshift\n",
+    );
+    let Rebase::Clean { head } = slot.rebase_continue(&runner()).unwrap() else {
+        panic!("clean")
+    };
+    assert_eq!(git(&slot.path, &["rev-parse", "HEAD^"]), main);
+    assert_eq!(
+        git(&slot.path, &["log", "-1", "--format=%cn"]),
+        "nightshift"
+    );
+    // Someone pushes meanwhile: the lease refuses; else it replaces.
+    let stale = slot.push_with_lease(None, &main, None).unwrap_err();
+    assert!(stale.to_string().contains("stale info"), "{stale}");
+    slot.push_with_lease(None, &pushed, None).unwrap();
+    assert_eq!(git(&fx.remote, &["rev-parse", BRANCH]), head);
+}
