@@ -125,6 +125,9 @@ pub struct Limits {
     pub max_cost_usd_per_run: f64,
     /// Nights an item may fail before it is blocked.
     pub max_attempts: u32,
+    /// Writer rounds one tended PR gets per night (docs/github.md "The
+    /// second night"); across nights `max_attempts` bounds it.
+    pub max_tend_rounds: u32,
     /// Added to a usage-limit reset before waking.
     #[serde(with = "human_duration")]
     pub limit_buffer: Duration,
@@ -147,6 +150,7 @@ impl Default for Limits {
             max_cost_usd: 20.0,
             max_cost_usd_per_run: 100.0,
             max_attempts: 3,
+            max_tend_rounds: 3,
             limit_buffer: Duration::from_secs(120),
             limit_sleep_min: Duration::from_secs(60),
             limit_sleep_max: Duration::from_secs(6 * 60 * 60),
@@ -375,6 +379,12 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
     }
     if c.limits.max_attempts == 0 {
         return Err(bad("max_attempts", "must be at least 1".into()));
+    }
+    if c.limits.max_tend_rounds == 0 || c.limits.max_tend_rounds > MAX_ROUNDS {
+        return Err(bad(
+            "max_tend_rounds",
+            format!("must be between 1 and {MAX_ROUNDS}"),
+        ));
     }
     for (key, usd) in [
         ("max_cost_usd", c.limits.max_cost_usd),
@@ -958,6 +968,7 @@ max_agent_output = "1GiB"      # an agent call printing more is killed; its roun
 # max_cost_usd = 20.0            # per item
 # max_cost_usd_per_run = 100.0   # for the whole night
 # max_attempts = 3               # nights an item may fail before it is blocked
+# max_tend_rounds = 3            # writer rounds per tended PR per night
 # limit_buffer = "120s"
 # limit_sleep_min = "60s"
 # limit_sleep_max = "6h"
@@ -1231,6 +1242,21 @@ mod tests {
             line >= 1 && message.contains("[writer] command must name an executable"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn max_tend_rounds_defaults_to_three_and_is_bounded() {
+        assert_eq!(Config::default().limits.max_tend_rounds, 3);
+        let c = parse(Path::new("t"), "[limits]\nmax_tend_rounds = 5\n").unwrap();
+        assert_eq!(c.limits.max_tend_rounds, 5);
+        for bad in ["0", "101"] {
+            let (line, key, message) = err(&format!("[limits]\nmax_tend_rounds = {bad}\n"));
+            assert_eq!(
+                (line, key.as_deref()),
+                (2, Some("max_tend_rounds")),
+                "{message}"
+            );
+        }
     }
 
     #[test]

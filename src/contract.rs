@@ -205,6 +205,10 @@ pub struct Plan {
     /// source; shown with the plan, not sealed in a contract (it is not an
     /// item's).
     pub run_cost_cap: Resolved<f64>,
+    /// The open PRs looked at for the second night, listed before the items
+    /// (docs/github.md "The second night"); empty when GitHub was not
+    /// asked. The sealed ones are covered by `sha`.
+    pub tend: Vec<crate::tend::TendCard>,
 }
 
 impl Plan {
@@ -219,11 +223,26 @@ impl Plan {
         sha256_hex(buf.as_bytes())
     }
 
-    /// The plan as `plan --json` prints it (SPEC §2).
+    /// Adds the tend cards and seals them into the plan SHA: the sealed
+    /// cards' SHAs first, in PR order, then the items' (with no sealed card
+    /// the SHA is unchanged).
+    pub fn with_tend(mut self, cards: Vec<crate::tend::TendCard>) -> Plan {
+        let tend = cards
+            .iter()
+            .filter_map(|c| c.sealed.as_ref().map(|s| s.sha.as_str()));
+        let items = self.entries.iter().map(|e| e.contract_sha.as_str());
+        self.sha = Plan::sha_of(tend.chain(items));
+        self.tend = cards;
+        self
+    }
+
+    /// The plan as `plan --json` prints it (SPEC §2); the tend cards are a
+    /// `"tend"` array beside `"items"`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "plan_sha": self.sha,
             "backlog": self.backlog_path.display().to_string(),
+            "tend": self.tend.iter().map(crate::tend::TendCard::to_json).collect::<Vec<_>>(),
             "items": self.entries.iter().map(|e| serde_json::json!({
                 "index": e.index,
                 "key": e.item.key,
@@ -287,6 +306,7 @@ pub fn build_plan(
         entries,
         sha,
         run_cost_cap,
+        tend: vec![],
     })
 }
 
@@ -587,6 +607,10 @@ fn cost_note(writer: &AgentSpec, reviewer: &AgentSpec) -> String {
 /// Renders every card and the plan SHA, as `plan` prints them.
 pub fn render_plan(plan: &Plan) -> String {
     let mut s = String::new();
+    for c in &plan.tend {
+        s.push_str(&crate::tend::card(c));
+        s.push('\n');
+    }
     if plan.entries.is_empty() {
         let _ = writeln!(
             s,
@@ -606,9 +630,15 @@ pub fn render_plan(plan: &Plan) -> String {
         format!("{:?}", cap.source).to_lowercase()
     );
     let runnable = plan.entries.iter().filter(|e| e.blocked.is_none()).count();
+    let tend = plan.tend.iter().filter(|c| c.sealed.is_some()).count();
+    let tend_note = if tend > 0 {
+        format!(", {tend} PR(s) to tend first")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "plan sha256 {}  ({} item(s), {} to run)",
+        "plan sha256 {}  ({} item(s), {} to run{tend_note})",
         plan.sha,
         plan.entries.len(),
         runnable

@@ -429,6 +429,120 @@ impl Git {
         let spec = format!("{rev}^{{commit}}");
         self.text(&["rev-parse", "--verify", "--quiet", &spec])
     }
+
+    /// Pushes local `branch` to the branch of the same name on `remote`
+    /// only while that branch is still at `expected` (40 hex, the head
+    /// nightshift last pushed): `--force-with-lease=refs/heads/B:EXPECTED`.
+    /// A person's push since then makes git refuse, and nothing is
+    /// overwritten (docs/github.md "The second night"). Uses the token if
+    /// one was set.
+    ///
+    /// # Errors
+    /// As [`Git::run`]; a refused lease is [`GitError::Failed`] whose stderr
+    /// tail says `stale info`.
+    pub fn push_with_lease(
+        &self,
+        remote: &str,
+        branch: &str,
+        expected: &str,
+    ) -> Result<(), GitError> {
+        let lease = format!("--force-with-lease=refs/heads/{branch}:{expected}");
+        let refspec = format!("refs/heads/{branch}:refs/heads/{branch}");
+        self.run(&[
+            "push",
+            "--no-verify",
+            "--quiet",
+            &lease,
+            "--",
+            remote,
+            &refspec,
+        ])
+        .map(|_| ())
+    }
+
+    /// Rebases the checked-out branch onto `upstream` (a commit or ref),
+    /// for a PR whose base moved. The caller sets the committer
+    /// (`GIT_COMMITTER_NAME`/`_EMAIL` through [`Git::env`]).
+    ///
+    /// # Errors
+    /// As [`Git::run`] for failures other than a conflict; a conflict is
+    /// `Ok(`[`Rebase::Conflict`]`)` with the rebase left in progress for
+    /// the writer ([`Git::rebase_continue`] or [`Git::rebase_abort`]).
+    pub fn rebase_onto(&self, upstream: &str) -> Result<Rebase, GitError> {
+        let run = self.run(&[
+            "-c",
+            "rebase.autoStash=false",
+            "rebase",
+            "--no-autosquash",
+            "--quiet",
+            upstream,
+        ]);
+        self.rebase_state(run)
+    }
+
+    /// Goes on with a rebase stopped at a conflict, after the conflicted
+    /// files were resolved and staged (`git add`); the commit message is
+    /// kept (no editor is started).
+    ///
+    /// # Errors
+    /// As [`Git::rebase_onto`].
+    pub fn rebase_continue(&self) -> Result<Rebase, GitError> {
+        let run = self
+            .clone()
+            .env("GIT_EDITOR", "true")
+            .run(&["rebase", "--continue"]);
+        self.rebase_state(run)
+    }
+
+    /// Abandons a rebase in progress: the branch is back where it was.
+    ///
+    /// # Errors
+    /// As [`Git::run`].
+    pub fn rebase_abort(&self) -> Result<(), GitError> {
+        self.run(&["rebase", "--abort"]).map(|_| ())
+    }
+
+    /// The outcome of a `rebase` call: clean, stopped at a conflict (the
+    /// rebase is in progress: `REBASE_HEAD` exists), or failed otherwise.
+    fn rebase_state(&self, run: Result<GitOutput, GitError>) -> Result<Rebase, GitError> {
+        match run {
+            Ok(_) => Ok(Rebase::Clean {
+                head: self.rev_parse("HEAD")?,
+            }),
+            Err(e @ GitError::Failed { .. }) => {
+                let Ok(applying) = self.rev_parse("REBASE_HEAD") else {
+                    return Err(e);
+                };
+                let files = self.text(&["diff", "--name-only", "--diff-filter=U", "-z"]);
+                let files = files?
+                    .split('\0')
+                    .filter(|f| !f.is_empty())
+                    .map(str::to_string)
+                    .collect();
+                Ok(Rebase::Conflict {
+                    files,
+                    onto: self.rev_parse("HEAD")?,
+                    applying,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Where a rebase stands ([`Git::rebase_onto`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rebase {
+    /// Every commit applied; the branch is now at `head`.
+    Clean { head: String },
+    /// Stopped: `applying` (a commit of the branch) conflicts with `onto`
+    /// (the new base plus the commits already applied) in `files`
+    /// (relative paths, with conflict markers in the working tree).
+    Conflict {
+        files: Vec<String>,
+        onto: String,
+        applying: String,
+    },
 }
 
 /// Opens the repository at `path` (a working tree or a git dir) with git2,

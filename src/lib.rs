@@ -35,4 +35,5 @@ pub mod schedule;
 pub mod secret;
 pub mod slot;
 pub mod snapshot;
+pub mod tend;
 pub mod timeline;

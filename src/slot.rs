@@ -60,6 +60,17 @@ pub enum SlotError {
     /// `commit_all` found no change to commit.
     #[error("nothing to commit in {}", path.display())]
     NothingToCommit { path: PathBuf },
+    /// The remote branch a tend was to take up is not at the head
+    /// nightshift last pushed: someone else pushed (docs/github.md "The
+    /// second night"); nothing is changed.
+    #[error(
+        "branch {branch} is at {found} on the remote, not at {expected} that nightshift pushed: someone else pushed; it is left alone"
+    )]
+    Moved {
+        branch: String,
+        expected: String,
+        found: String,
+    },
 }
 
 /// A name and an email for a commit's author or committer.
@@ -686,6 +697,105 @@ impl Slot {
             message,
         ])?;
         Ok(git.rev_parse("HEAD")?)
+    }
+
+    /// Takes up a PR's branch for a tend: fetches `refs/heads/{branch}` from
+    /// the remote and checks the slot's branch out at it, which must be
+    /// `expected` (the head nightshift last pushed). The base fetched by
+    /// [`Slot::prepare`] stays in [`Slot::base_commit`] for the rebase.
+    ///
+    /// # Errors
+    /// [`SlotError::Moved`] when the remote branch is elsewhere (nothing is
+    /// checked out); [`SlotError::Tampered`]; [`SlotError::Git`] when the
+    /// fetch or checkout fails.
+    pub fn take_pushed_branch(&self, token: Option<&str>, expected: &str) -> Result<(), SlotError> {
+        self.ensure_untampered()?;
+        let tracking = format!("refs/remotes/{}/{}", self.remote, self.branch);
+        let refspec = format!("+refs/heads/{}:{tracking}", self.branch);
+        self.git()
+            .token(token)
+            .timeout(NETWORK_TIMEOUT)
+            .fetch(&self.fetch_url, &refspec)?;
+        let git = self.git();
+        let found = git.rev_parse(&tracking)?;
+        if !found.eq_ignore_ascii_case(expected) {
+            return Err(SlotError::Moved {
+                branch: self.branch.clone(),
+                expected: expected.to_string(),
+                found,
+            });
+        }
+        git.run(&[
+            "checkout",
+            "--quiet",
+            "--force",
+            "--no-track",
+            "-B",
+            &self.branch,
+            &found,
+        ])?;
+        git.run(&["clean", "-ffdxq"])?;
+        Ok(())
+    }
+
+    /// Rebases the slot's branch onto [`Slot::base_commit`] with nightshift
+    /// as committer ([`Git::rebase_onto`]).
+    ///
+    /// # Errors
+    /// [`SlotError::Tampered`]; [`SlotError::Git`] for failures other than
+    /// a conflict, which is `Ok(`[`git::Rebase::Conflict`]`)`.
+    pub fn rebase_onto_base(&self, committer: &Identity) -> Result<git::Rebase, SlotError> {
+        self.ensure_untampered()?;
+        Ok(self.committing(committer).rebase_onto(&self.base_commit)?)
+    }
+
+    /// Stages every change (the writer's resolution) and goes on with the
+    /// rebase ([`Git::rebase_continue`]).
+    ///
+    /// # Errors
+    /// As [`Slot::rebase_onto_base`].
+    pub fn rebase_continue(&self, committer: &Identity) -> Result<git::Rebase, SlotError> {
+        self.ensure_untampered()?;
+        let git = self.committing(committer);
+        git.run(&["add", "-A", "--", "."])?;
+        Ok(git.rebase_continue()?)
+    }
+
+    /// Abandons a rebase in progress ([`Git::rebase_abort`]).
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] if git fails.
+    pub fn rebase_abort(&self) -> Result<(), SlotError> {
+        Ok(self.git().rebase_abort()?)
+    }
+
+    /// Pushes the slot's branch only while the remote branch is at
+    /// `expected` (the head nightshift last pushed; [`Git::push_with_lease`]),
+    /// so a person's push is never overwritten.
+    ///
+    /// # Errors
+    /// [`SlotError::Tampered`] (nothing is pushed); [`SlotError::Git`] when
+    /// the push is refused (stale lease) or fails.
+    pub fn push_with_lease(
+        &self,
+        token: Option<&str>,
+        expected: &str,
+        stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    ) -> Result<(), SlotError> {
+        self.ensure_untampered()?;
+        let mut git = self.git().token(token).timeout(NETWORK_TIMEOUT);
+        if let Some(stop) = stop {
+            git = git.stop_on(stop);
+        }
+        git.push_with_lease(&self.push_url, &self.branch, expected)?;
+        Ok(())
+    }
+
+    /// Git in the slot with `who` as committer (rebases rewrite commits).
+    fn committing(&self, who: &Identity) -> Git {
+        self.git()
+            .env("GIT_COMMITTER_NAME", &who.name)
+            .env("GIT_COMMITTER_EMAIL", &who.email)
     }
 
     /// Pushes the slot's branch to the user's remote (its push URL), replacing

@@ -284,7 +284,7 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
         } => limit::parse(text.clone(), now.as_deref(), tz.as_deref(), *json),
         Command::Db { what } => db::run(what).await,
         Command::Init => init::run(&cli),
-        Command::Plan { json } => plan::plan(&cli, *json).await,
+        Command::Plan { json } => plan::plan(&cli, *json, &startup).await,
         Command::Approve { sha } => plan::approve(&cli, sha).await,
         Command::Drain(args) => drain::drain(&cli, args, None, &startup).await,
         Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), &startup).await,

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::backlog;
-use crate::cli::{Cli, ledger, load_config, repo_id, repo_root};
+use crate::cli::{Cli, Startup, ledger, load_config, repo_id, repo_root};
 use crate::config::{self, Loaded};
 use crate::contract::{self, Plan};
 use crate::error::{Error, Result};
@@ -189,8 +189,71 @@ pub(crate) async fn mark_earlier_work(
     Ok(())
 }
 
+/// The retry policy of `plan`'s look at open PRs: a person waits at the
+/// terminal, so a GitHub that does not answer is given up on within about
+/// half a minute rather than the night's 15 minutes.
+fn plan_retry_policy() -> crate::forge::RetryPolicy {
+    crate::forge::RetryPolicy {
+        max_attempts: 3,
+        max_total_wait: std::time::Duration::from_secs(20),
+        request_timeout: std::time::Duration::from_secs(15),
+        ..crate::forge::RetryPolicy::from_env()
+    }
+}
+
+/// The tend cards of nightshift's open PRs (docs/github.md "The second
+/// night"), or none with a warning on stderr when GitHub cannot be asked:
+/// no token, no GitHub repository, GitHub refusing or unreachable. The plan
+/// goes on with its new items either way.
+///
+/// # Errors
+/// Database errors only.
+async fn tend_cards(
+    snap: &Snapshot,
+    pool: &sqlx::PgPool,
+    repo_id: &str,
+    startup: &Startup,
+) -> Result<Vec<crate::tend::TendCard>> {
+    let open = rec::open_prs(pool, repo_id).await?;
+    if open.is_empty() {
+        return Ok(vec![]);
+    }
+    let cannot = |why: String| {
+        eprintln!(
+            "warning: could not look at nightshift's {} open PR(s): {why}; the plan lists new items only",
+            open.len()
+        );
+        Ok(vec![])
+    };
+    let Some((token, _)) = crate::forge::resolve_token(&startup.removed) else {
+        let url = crate::git::Git::new(&snap.repo)
+            .text(&["remote", "get-url", "--", &snap.loaded.config.remote])
+            .ok();
+        return cannot(
+            crate::cli::no_token(&snap.loaded.config, url.as_deref().map(str::trim)).to_string(),
+        );
+    };
+    let forge = match crate::cli::github_client(&snap.repo, &snap.loaded.config, &token, None) {
+        Ok(f) => f.with_retry_policy(plan_retry_policy()),
+        Err(e) => return cannot(e),
+    };
+    match crate::tend::survey(
+        pool,
+        repo_id,
+        &forge,
+        &snap.plan,
+        snap.loaded.config.limits.max_tend_rounds,
+    )
+    .await
+    {
+        Ok(cards) => Ok(cards),
+        Err(crate::tend::SurveyError::Ledger(e)) => Err(e.into()),
+        Err(e) => cannot(e.to_string()),
+    }
+}
+
 /// `nightshift plan [--json]`.
-pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<()> {
+pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()> {
     let snap = snapshot(cli)?;
     // A plan whose agents cannot start (or whose gate is init's placeholder)
     // would only spend its approval on a refusal: no SHA is offered, and the
@@ -209,8 +272,10 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<()> {
     }
     let lg = ledger().await?;
     let id = repo_id(&snap.repo, &snap.loaded.config.remote);
-    rec::save_plan(&lg.pool, &id, &snap.plan).await?;
-    let mut plan = snap.plan;
+    let cards = tend_cards(&snap, &lg.pool, &id, startup).await?;
+    let mut plan = snap.plan.clone().with_tend(cards);
+    rec::save_plan(&lg.pool, &id, &plan).await?;
+    rec::save_tend_cards(&lg.pool, &plan.sha, plan.entries.len(), &plan.tend).await?;
     mark_earlier_work(&lg.pool, &id, &mut plan).await?;
     if crate::git::Git::new(&snap.repo)
         .text(&["remote", "get-url", &snap.loaded.config.remote])
@@ -228,7 +293,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool) -> Result<()> {
         );
     } else {
         print!("{}", contract::render_plan(&plan));
-        if !plan.entries.is_empty() {
+        if !plan.entries.is_empty() || plan.tend.iter().any(|c| c.sealed.is_some()) {
             println!("approve it with: nightshift approve {}", plan.sha);
             println!("{}", approval_key_note());
         }

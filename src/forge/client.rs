@@ -18,13 +18,15 @@ use super::repo::RepoId;
 use super::retry::{RetryPolicy, Transient, Wait, classify};
 use crate::secret::{Redactor, Secret};
 
-/// The only HTTP methods this module can send. Merging (`PUT .../merge`) and
-/// closing (`PATCH` with `state: closed`) are unrepresentable here; approving
-/// (`POST .../reviews`) is never built (SPEC §8).
+/// The only HTTP methods this module can send. Merging (`PUT .../merge`) is
+/// unrepresentable here; approving (`POST .../reviews`) is never built; the
+/// one `PATCH` ([`Forge::update_pr_body`]) sends a body and nothing else, so
+/// it cannot close a PR (docs/github.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Verb {
     Get,
     Post,
+    Patch,
 }
 
 impl Verb {
@@ -32,6 +34,7 @@ impl Verb {
         match self {
             Verb::Get => "GET",
             Verb::Post => "POST",
+            Verb::Patch => "PATCH",
         }
     }
 }

@@ -53,12 +53,14 @@ mod redirect;
 mod refusal;
 mod repo;
 mod retry;
+mod tend;
 mod token;
 
 pub use client::Forge;
 pub use error::{ForgeError, Scope};
 pub use repo::{RepoId, repo_from_remote_url, resolve_repo};
 pub use retry::{BACKOFF_ENV, RetryPolicy};
+pub use tend::{Comment, MERGEABLE_TRIES, Mergeable, PrDetail, Review, ReviewState};
 pub use token::{GH_TOKEN_TIMEOUT, api_base, resolve_token, resolve_token_using};
 
 /// GitHub's cap on a pull request or issue body, in characters (SPEC §8).
@@ -192,7 +194,7 @@ pub fn fit_body(body: &str, item_key: &str) -> String {
 }
 
 /// `text` cut to at most `limit` characters.
-fn clamp_chars(text: &str, limit: usize) -> String {
+pub(crate) fn clamp_chars(text: &str, limit: usize) -> String {
     match text.char_indices().nth(limit) {
         Some((byte, _)) => text[..byte].to_string(),
         None => text.to_string(),

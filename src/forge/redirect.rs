@@ -43,6 +43,7 @@ impl Forge {
             let response = match verb {
                 Verb::Get => self.client._get(at.as_str()).await,
                 Verb::Post => self.client._post(at.as_str(), body).await,
+                Verb::Patch => self.client._patch(at.as_str(), body).await,
             }?;
             let status = response.status();
             let headers = response.headers().clone();

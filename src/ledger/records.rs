@@ -1153,7 +1153,7 @@ pub async fn plan_items_after(
     after: i32,
 ) -> Result<Vec<(i32, String, String)>> {
     sqlx::query_as::<_, (i32, String, String)>(
-        "SELECT pc.item_index, c.title, pc.contract_sha FROM plan_contracts pc JOIN contracts c ON c.sha = pc.contract_sha WHERE pc.plan_sha = $1 AND pc.item_index > $2 ORDER BY pc.item_index",
+        "SELECT pc.item_index, c.title, pc.contract_sha FROM plan_contracts pc JOIN contracts c ON c.sha = pc.contract_sha WHERE pc.plan_sha = $1 AND pc.kind = 'item' AND pc.item_index > $2 ORDER BY pc.item_index",
     )
     .bind(plan_sha)
     .bind(after)
@@ -1173,3 +1173,159 @@ pub async fn slept_seconds(pool: &PgPool, run: Uuid) -> Result<i64> {
 /// How the reason of an item carried over from a crashed run begins (the
 /// crashed run's id follows); such rows are not attempts of their own.
 pub const CARRIED_REASON: &str = "finished by the crashed run";
+
+/// A PR nightshift opened that the ledger knows open, with the head it last
+/// pushed (for tending, docs/github.md "The second night").
+#[derive(Debug, Clone, FromRow)]
+pub struct TendRow {
+    /// Item key.
+    pub item_key: String,
+    /// Branch.
+    pub branch: String,
+    /// PR number.
+    pub number: i64,
+    /// Contract the PR was made under.
+    pub contract_sha: String,
+    /// The branch head nightshift last pushed (40 hex); `None` for a PR
+    /// pushed before the ledger recorded heads.
+    pub head_sha: Option<String>,
+    /// When that push was recorded (UTC).
+    pub head_pushed_at: Option<DateTime<Utc>>,
+}
+
+/// nightshift's PRs of `repo` that are open as far as the ledger knows, by
+/// PR number.
+///
+/// # Errors
+/// Database errors.
+pub async fn open_prs(pool: &PgPool, repo: &str) -> Result<Vec<TendRow>> {
+    sqlx::query_as("SELECT item_key, branch, number, contract_sha, head_sha, head_pushed_at FROM pull_requests WHERE repo = $1 AND number IS NOT NULL AND state = 'open' ORDER BY number")
+        .bind(repo)
+        .fetch_all(pool)
+        .await
+}
+
+/// Records `sha` as the head nightshift pushed to an item's `branch`, now:
+/// called right after each successful push (a first push or a tend), so the
+/// next night can tell a person's push from its own.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_pr_head(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    branch: &str,
+    sha: &str,
+) -> Result<()> {
+    sqlx::query("UPDATE pull_requests SET head_sha = $4, head_pushed_at = now(), updated_at = now() WHERE repo = $1 AND item_key = $2 AND branch = $3")
+        .bind(repo)
+        .bind(key)
+        .bind(branch)
+        .bind(sha)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The stored canonical JSON of contract `sha`, if it was ever planned.
+///
+/// # Errors
+/// Database errors.
+pub async fn contract_json(pool: &PgPool, sha: &str) -> Result<Option<Value>> {
+    sqlx::query_scalar("SELECT json FROM contracts WHERE sha = $1")
+        .bind(sha)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Stores a plan's tend cards that call for work — their contracts and
+/// their places in `plan_contracts` (kind `tend`, after the plan's items'
+/// positions) — so an approval of the plan covers exactly them
+/// (idempotent).
+///
+/// # Errors
+/// Database errors.
+pub async fn save_tend_cards(
+    pool: &PgPool,
+    plan_sha: &str,
+    items: usize,
+    cards: &[crate::tend::TendCard],
+) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    let sealed = cards
+        .iter()
+        .filter_map(|c| c.sealed.as_ref().map(|s| (c, s)));
+    for (pos, (card, sealed)) in sealed.enumerate() {
+        let json: Value =
+            serde_json::from_str(&sealed.canonical_json).expect("canonical JSON parses");
+        sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) VALUES ($1, $2, $3, $4, now()) ON CONFLICT (sha) DO NOTHING")
+            .bind(&sealed.sha)
+            .bind(&card.item_key)
+            .bind(pg(&format!("tend PR #{}: {}", card.number, card.title)))
+            .bind(pgj(json))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked, kind, pr_number) VALUES ($1, $2, $3, 0, NULL, 'tend', $4) ON CONFLICT DO NOTHING")
+            .bind(plan_sha)
+            .bind((items + pos) as i32)
+            .bind(&sealed.sha)
+            .bind(card.number as i64)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
+}
+
+/// The tended PRs of run `run` for the report's section: run items whose
+/// outcome is `pr_updated` or `pr_left_alone`, or whose contract is a tend
+/// card (a tend that failed), by PR number; with what the card asked and
+/// the head nightshift pushed last.
+///
+/// # Errors
+/// Database errors.
+pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::Tended>> {
+    /// pr_number, title, outcome, reason, contract JSON, pushed head.
+    type Row = (
+        Option<i64>,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<Value>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT ri.pr_number, ri.title, ri.outcome, ri.reason, c.json, p.head_sha \
+         FROM run_items ri JOIN runs r ON r.id = ri.run_id \
+         LEFT JOIN contracts c ON c.sha = ri.contract_sha \
+         LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = ri.item_key AND p.branch = ri.branch \
+         WHERE ri.run_id = $1 AND (ri.outcome IN ('pr_updated', 'pr_left_alone') OR (c.json ? 'pr' AND c.json ? 'action')) \
+         ORDER BY ri.pr_number, ri.id",
+    )
+    .bind(run)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(pr, title, outcome, reason, card, head)| {
+            let card = card.filter(|c| c.get("pr").is_some() && c.get("action").is_some());
+            crate::tend::Tended {
+                pr: pr.unwrap_or(0) as u64,
+                title,
+                outcome: outcome.unwrap_or_else(|| "running".into()),
+                reason,
+                action: card
+                    .as_ref()
+                    .and_then(|c| c["action"].as_str().map(str::to_string)),
+                asked: card
+                    .as_ref()
+                    .and_then(|c| serde_json::from_value(c["comments"].clone()).ok())
+                    .unwrap_or_default(),
+                old_head: card
+                    .as_ref()
+                    .and_then(|c| c["head"].as_str().map(str::to_string)),
+                new_head: head,
+            }
+        })
+        .collect())
+}

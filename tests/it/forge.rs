@@ -943,10 +943,11 @@ fn forge_source_has_no_merge_approve_or_close_call() {
         .join("\n");
     for forbidden in [
         "/merge",
-        "/reviews",
-        "APPROVE",
+        // The review event that approves; reading a review's state
+        // `"APPROVED"` is fine.
+        "\"APPROVE\"",
+        "event",
         "_put(",
-        "_patch(",
         "_delete(",
         ".pulls(",
         "Method::",
@@ -957,6 +958,24 @@ fn forge_source_has_no_merge_approve_or_close_call() {
             "src/forge/ contains {forbidden:?}"
         );
     }
+    // Reviews are only ever listed (a GET), never submitted.
+    for line in code.lines().filter(|l| l.contains("/reviews")) {
+        assert!(
+            line.contains("self.list("),
+            "a reviews call that is no list: {line}"
+        );
+    }
+    // One PATCH, sent only by `update_pr_body` with a body-only payload.
+    assert_eq!(code.matches("_patch(").count(), 1, "one PATCH call site");
+    let patches: Vec<&str> = code
+        .lines()
+        .filter(|l| l.contains("self.call(Verb::Patch"))
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert!(
+        code.contains("let payload = json!({ \"body\": fit_body(&self.redact(body), item_key) });\n            let reply = self.call(Verb::Patch"),
+        "the PATCH payload is the body alone"
+    );
 }
 
 fn make_executable(path: &std::path::Path) {
@@ -2353,4 +2372,102 @@ async fn a_pr_whose_labelling_keeps_failing_is_still_returned() {
             .iter()
             .any(|l| l["name"] == "autopilot")
     );
+}
+
+/// Tending's calls against the fake: a PR read while `mergeable` is null is
+/// asked again and then told; reviews and comments are read; a comment is
+/// posted once and found again instead of re-posted after a lost answer;
+/// the body update sends the body alone (marker kept); `GET /user` names
+/// the token's account.
+#[tokio::test(flavor = "multi_thread")]
+async fn tending_calls_read_post_once_and_patch_only_the_body() {
+    use nightshift::forge::{MERGEABLE_TRIES, Mergeable, ReviewState};
+    let (gh, forge) = fake().await;
+    let n = gh.add_pr(BRANCH, "old body", &["autopilot"]);
+    assert_eq!(
+        forge.own_login().await.unwrap(),
+        common::github::DEFAULT_LOGIN
+    );
+
+    gh.computing(n, 2);
+    gh.set_mergeable(n, Some(false), "dirty");
+    let pr = forge.pr_detail(n).await.unwrap();
+    assert_eq!(pr.mergeable, Mergeable::Conflict);
+    assert_eq!(pr.head_ref, BRANCH);
+    assert_eq!(
+        gh_count(&gh, "GET", &format!("/repos/owner/repo/pulls/{n}")).await,
+        3
+    );
+    gh.computing(n, 99);
+    assert_eq!(
+        forge.pr_detail(n).await.unwrap().mergeable,
+        Mergeable::Unknown
+    );
+    assert_eq!(
+        gh_count(&gh, "GET", &format!("/repos/owner/repo/pulls/{n}")).await,
+        3 + MERGEABLE_TRIES as usize,
+        "bounded"
+    );
+
+    gh.add_review(n, "ana", "CHANGES_REQUESTED", "fix", &[("a.rs", 3, "here")]);
+    let reviews = forge.pr_reviews(n).await.unwrap();
+    assert_eq!(reviews.len(), 1);
+    assert_eq!(reviews[0].state, Some(ReviewState::ChangesRequested));
+    assert!(reviews[0].submitted_at.is_some());
+    let lines = forge.pr_review_comments(n).await.unwrap();
+    assert_eq!(
+        (
+            lines[0].path.as_deref(),
+            lines[0].line,
+            lines[0].body.as_str()
+        ),
+        (Some("a.rs"), Some(3), "here")
+    );
+
+    // The answer to the create is lost: the comment is found, not re-sent.
+    script(
+        &gh,
+        vec![
+            Fault::new(
+                "POST",
+                &format!("/repos/owner/repo/issues/{n}/comments"),
+                502,
+            )
+            .after_effect(),
+        ],
+    );
+    forge
+        .post_comment(n, common::github::DEFAULT_LOGIN, "Done: rebased.")
+        .await
+        .unwrap();
+    assert_eq!(gh.comments(n).len(), 1, "posted once");
+    assert_eq!(
+        forge.issue_comments(n).await.unwrap()[0].body,
+        "Done: rebased."
+    );
+
+    forge.update_pr_body(n, "new body", KEY).await.unwrap();
+    let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
+    assert!(
+        body.starts_with("new body")
+            && body
+                .trim_end()
+                .ends_with(&format!("<!-- nightshift-item: {KEY} -->")),
+        "{body}"
+    );
+    let patches: Vec<String> = gh
+        .requests()
+        .await
+        .into_iter()
+        .filter(|(m, _, _)| m == "PATCH")
+        .map(|(_, _, b)| b)
+        .collect();
+    assert_eq!(patches.len(), 1);
+    let sent: Value = serde_json::from_str(&patches[0]).unwrap();
+    assert_eq!(
+        sent.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["body"]
+    );
+    assert_eq!(gh.prs()[0]["state"], "open");
+    gh.assert_never_merged_approved_or_closed().await;
 }

@@ -1139,3 +1139,171 @@ fn files_written_into_a_submodule_path_do_not_survive_a_reset() {
     );
     assert!(again.filled_submodule_dirs().unwrap().is_empty());
 }
+
+/// The second night's git: a branch whose base moved is rebased (stopped at
+/// a conflict that names the file and both commits, resolved, continued);
+/// the push replaces the remote branch only while it is at the head
+/// nightshift pushed, so a person's push is never overwritten.
+#[test]
+fn rebase_stops_at_a_conflict_and_the_lease_protects_a_persons_push() {
+    use nightshift::git::Rebase;
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote.git");
+    let work = dir.path().join("work");
+    git(
+        dir.path(),
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    git(
+        dir.path(),
+        &["init", "-q", "-b", "main", work.to_str().unwrap()],
+    );
+    write(&work.join("calc.txt"), "add\n");
+    write(&work.join("other.txt"), "x\n");
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-qm", "init"]);
+    git(&work, &["checkout", "-qb", "nightshift/mul-1"]);
+    write(&work.join("calc.txt"), "add\nmul\n");
+    git(&work, &["commit", "-qam", "mul"]);
+    let pushed = git(&work, &["rev-parse", "HEAD"]);
+    git(
+        &work,
+        &[
+            "push",
+            "-q",
+            remote.to_str().unwrap(),
+            "nightshift/mul-1",
+            "main",
+        ],
+    );
+    // The sibling PR is merged: main appends another word on the same line.
+    git(&work, &["checkout", "-q", "main"]);
+    write(&work.join("calc.txt"), "add\nsub\n");
+    git(&work, &["commit", "-qam", "sub"]);
+    let main = git(&work, &["rev-parse", "HEAD"]);
+    git(&work, &["checkout", "-q", "nightshift/mul-1"]);
+
+    let g = Git::new(&work)
+        .env("GIT_COMMITTER_NAME", "nightshift")
+        .env("GIT_COMMITTER_EMAIL", "nightshift@localhost");
+    let Rebase::Conflict {
+        files,
+        onto,
+        applying,
+    } = g.rebase_onto("main").unwrap()
+    else {
+        panic!("a conflict")
+    };
+    assert_eq!(files, ["calc.txt"]);
+    assert_eq!(
+        (onto.as_str(), applying.as_str()),
+        (main.as_str(), pushed.as_str())
+    );
+    assert!(
+        std::fs::read_to_string(work.join("calc.txt"))
+            .unwrap()
+            .contains("<<<<<<<")
+    );
+    // The writer resolves it; the rebase goes on.
+    write(&work.join("calc.txt"), "add\nsub\nmul\n");
+    git(&work, &["add", "calc.txt"]);
+    let Rebase::Clean { head } = g.rebase_continue().unwrap() else {
+        panic!("clean after the resolution")
+    };
+    assert_eq!(
+        git(&work, &["rev-parse", "HEAD^"]),
+        main,
+        "now descends from the new main"
+    );
+
+    // A stale lease (someone else's head expected) is refused…
+    let url = remote.to_str().unwrap();
+    let err = g
+        .push_with_lease(url, "nightshift/mul-1", &main)
+        .unwrap_err();
+    assert!(err.to_string().contains("stale info"), "{err}");
+    assert_eq!(git(&remote, &["rev-parse", "nightshift/mul-1"]), pushed);
+    // …the head nightshift pushed is replaced.
+    g.push_with_lease(url, "nightshift/mul-1", &pushed).unwrap();
+    assert_eq!(git(&remote, &["rev-parse", "nightshift/mul-1"]), head);
+
+    // A clean rebase says where the branch is; an abort puts it back.
+    git(&work, &["checkout", "-qb", "nightshift/other-2", &pushed]);
+    write(&work.join("other.txt"), "y\n");
+    git(&work, &["commit", "-qam", "other"]);
+    let before = git(&work, &["rev-parse", "HEAD"]);
+    git(&work, &["checkout", "-qb", "nightshift/mul-3", &pushed]);
+    assert!(matches!(
+        g.rebase_onto("nightshift/other-2").unwrap(),
+        Rebase::Clean { .. }
+    ));
+    git(&work, &["checkout", "-q", "nightshift/mul-1"]);
+    assert!(matches!(
+        g.rebase_onto(&before).unwrap(),
+        Rebase::Conflict { .. }
+    ));
+    g.rebase_abort().unwrap();
+    assert_eq!(git(&work, &["rev-parse", "HEAD"]), head);
+}
+
+/// A tend in a slot: the PR branch is taken up at the head nightshift
+/// pushed (refused once someone else pushed), rebased onto the moved base
+/// (a conflict resolved and continued), and pushed with a lease.
+#[test]
+fn a_slot_takes_up_a_pushed_branch_rebases_it_and_pushes_with_a_lease() {
+    use nightshift::git::Rebase;
+    let fx = Fixture::new();
+    // Night 1: the branch changes README.md and is pushed.
+    let slot = fx.prepare(BRANCH);
+    write(&slot.path.join("README.md"), "# demo\nby nightshift\n");
+    let pushed = slot.commit_all("night 1", &author(), &runner()).unwrap();
+    slot.push(None).unwrap();
+    // The morning: a sibling PR that changed the same line is merged.
+    let main = fx.advance_remote("README.md", "# demo\nby a sibling\n");
+
+    // Night 2: a fresh slot on the same branch name starts at the new base…
+    let slot = fx.prepare(BRANCH);
+    assert_eq!(slot.base_commit, main);
+    // …refuses a head other than the one pushed…
+    let err = slot.take_pushed_branch(None, &main).unwrap_err();
+    assert!(matches!(err, SlotError::Moved { .. }), "{err}");
+    // …takes up the pushed one, and the rebase stops at the conflict.
+    slot.take_pushed_branch(None, &pushed).unwrap();
+    assert_eq!(git(&slot.path, &["rev-parse", "HEAD"]), pushed);
+    let Rebase::Conflict {
+        files,
+        onto,
+        applying,
+    } = slot.rebase_onto_base(&runner()).unwrap()
+    else {
+        panic!("a conflict")
+    };
+    assert_eq!(
+        (files, onto, applying),
+        (vec!["README.md".to_string()], main.clone(), pushed.clone())
+    );
+    write(
+        &slot.path.join("README.md"),
+        "# demo\nby a sibling\nby nightshift\n",
+    );
+    let Rebase::Clean { head } = slot.rebase_continue(&runner()).unwrap() else {
+        panic!("clean")
+    };
+    assert_eq!(git(&slot.path, &["rev-parse", "HEAD^"]), main);
+    assert_eq!(
+        git(&slot.path, &["log", "-1", "--format=%cn"]),
+        "nightshift"
+    );
+    // Someone pushes meanwhile: the lease refuses; else it replaces.
+    let stale = slot.push_with_lease(None, &main, None).unwrap_err();
+    assert!(stale.to_string().contains("stale info"), "{stale}");
+    slot.push_with_lease(None, &pushed, None).unwrap();
+    assert_eq!(git(&fx.remote, &["rev-parse", BRANCH]), head);
+}

@@ -1045,3 +1045,149 @@ async fn status_lists_live_workers_only() {
     assert_eq!(live[0].phase.as_deref(), Some("gate"));
     assert_eq!(live[0].round, Some(2));
 }
+/// Migration 0006: the tend outcomes are allowed and others still refused;
+/// `set_pr_head` records the pushed head that `open_prs` gives back; a
+/// plan's tend card must name its PR.
+#[tokio::test]
+async fn tend_outcomes_heads_and_cards_are_kept() {
+    use nightshift::ledger::records as rec;
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    insert_plan(&ledger, "p").await;
+    let run = insert_run(&ledger, "p", None).await;
+    let item = |key: &str, outcome: &str| {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, outcome) VALUES ('{run}', '{key}', 'c', 1, 't', '{outcome}')"
+        )))
+        .execute(&ledger.pool)
+    };
+    item("a", "pr_updated").await.unwrap();
+    item("b", "pr_left_alone").await.unwrap();
+    item("c", "pr_opened").await.unwrap();
+    let (code, _) = db_error_message(item("d", "tended").await.unwrap_err());
+    assert_eq!(code, "23514", "check_violation");
+
+    rec::upsert_pr(
+        &ledger.pool,
+        "o/r",
+        "k",
+        "c",
+        run,
+        "nightshift/x-1",
+        Some(7),
+        Some("u"),
+        nightshift::outcome::PrRecord::Open,
+        "body",
+    )
+    .await
+    .unwrap();
+    let rows = rec::open_prs(&ledger.pool, "o/r").await.unwrap();
+    assert_eq!((rows.len(), rows[0].head_sha.clone()), (1, None));
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    rec::set_pr_head(&ledger.pool, "o/r", "k", "nightshift/x-1", sha)
+        .await
+        .unwrap();
+    let rows = rec::open_prs(&ledger.pool, "o/r").await.unwrap();
+    assert_eq!(rows[0].head_sha.as_deref(), Some(sha));
+    assert!(rows[0].head_pushed_at.is_some());
+    assert_eq!(rows[0].number, 7);
+
+    sqlx::query(
+        "INSERT INTO contracts (sha, item_key, title, json) VALUES ('t', 'k', 'tend', '{}')",
+    )
+    .execute(&ledger.pool)
+    .await
+    .unwrap();
+    let err = sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, kind) VALUES ('p', 0, 't', 0, 'tend')")
+        .execute(&ledger.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(db_error_message(err).0, "23514", "a tend card names its PR");
+}
+
+/// The report's tended PRs: a run item made under a tend card gives back
+/// what the card asked, the head before and the head pushed since; a PR
+/// left alone (no card) is listed with its reason.
+#[tokio::test]
+async fn tended_items_read_the_card_and_the_new_head() {
+    use nightshift::ledger::records as rec;
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    insert_plan(&ledger, "p").await;
+    let run = insert_run(&ledger, "p", None).await;
+    let old = "1111111111111111111111111111111111111111";
+    let new = "2222222222222222222222222222222222222222";
+    let card = serde_json::json!({"version": 1, "action": "changes_requested", "pr": 7, "branch": "nightshift/a-1", "head": old, "rounds": 3, "item": {},
+        "comments": [{"kind": "line_comment", "author": "ana", "path": "a.rs", "line": 4, "body": "rename it", "at": "2026-12-01T08:00:00Z"}]});
+    sqlx::query("INSERT INTO contracts (sha, item_key, title, json) VALUES ('card', 'a', 'tend PR #7: A', $1)")
+        .bind(card)
+        .execute(&ledger.pool)
+        .await
+        .unwrap();
+    for (key, sha, outcome, pr, branch, reason) in [
+        ("a", "card", "pr_updated", 7, "nightshift/a-1", None),
+        (
+            "b",
+            "c",
+            "pr_left_alone",
+            8,
+            "nightshift/b-2",
+            Some("someone else pushed to the branch"),
+        ),
+        ("c", "c", "pr_opened", 9, "nightshift/c-3", None),
+    ] {
+        sqlx::query("INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, outcome, pr_number, branch, reason) VALUES ($1, $2, $3, 0, upper($2), $4, $5, $6, $7)")
+            .bind(run).bind(key).bind(sha).bind(outcome).bind(pr as i64).bind(branch).bind(reason)
+            .execute(&ledger.pool)
+            .await
+            .unwrap();
+    }
+    rec::upsert_pr(
+        &ledger.pool,
+        "o/r",
+        "a",
+        "c",
+        run,
+        "nightshift/a-1",
+        Some(7),
+        None,
+        nightshift::outcome::PrRecord::Open,
+        "b",
+    )
+    .await
+    .unwrap();
+    rec::set_pr_head(&ledger.pool, "o/r", "a", "nightshift/a-1", new)
+        .await
+        .unwrap();
+    let t = rec::tended_items(&ledger.pool, run).await.unwrap();
+    assert_eq!(t.len(), 2, "{t:#?}");
+    assert_eq!(
+        (t[0].pr, t[0].outcome.as_str(), t[0].action.as_deref()),
+        (7, "pr_updated", Some("changes_requested"))
+    );
+    assert_eq!(
+        (t[0].old_head.as_deref(), t[0].new_head.as_deref()),
+        (Some(old), Some(new))
+    );
+    assert_eq!(
+        (
+            t[0].asked[0].path.as_deref(),
+            t[0].asked[0].line,
+            t[0].asked[0].body.as_str()
+        ),
+        (Some("a.rs"), Some(4), "rename it")
+    );
+    assert_eq!(
+        (t[1].pr, t[1].outcome.as_str(), t[1].action.as_deref()),
+        (8, "pr_left_alone", None)
+    );
+    assert_eq!(
+        t[1].reason.as_deref(),
+        Some("someone else pushed to the branch")
+    );
+    let text = nightshift::tend::report_section(&t);
+    assert!(
+        text.contains("pushed 111111111111 → 222222222222"),
+        "{text}"
+    );
+}

@@ -1377,3 +1377,327 @@ async fn notify_test_sends_a_sample_to_every_target() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("notify.webhook"), "{}", text(&out));
 }
+
+// ---- The second night: tend cards in the plan (issue 10) ----
+
+/// Records the remote head of every nightshift branch as the head
+/// nightshift pushed, as the item loop does after each push
+/// (`ledger::records::set_pr_head`).
+fn record_pushed_heads(f: &Fixture) {
+    for b in f.remote_branches() {
+        let sha = git(&f.remote, &["rev-parse", &format!("refs/heads/{b}")]);
+        f.db.sql(&format!(
+            "UPDATE pull_requests SET head_sha = '{sha}', head_pushed_at = now() WHERE branch = '{b}'"
+        ));
+    }
+}
+
+/// `plan --json`, asserting success.
+fn plan_json(f: &Fixture) -> serde_json::Value {
+    let out = f.run(&["plan", "--json"]);
+    assert_ok(&out, "plan --json");
+    serde_json::from_slice(&out.stdout).expect("plan --json is JSON")
+}
+
+/// The `"tend"` entries as (pr, action).
+fn tend_actions(plan: &serde_json::Value) -> Vec<(u64, String)> {
+    plan["tend"]
+        .as_array()
+        .expect("a tend array")
+        .iter()
+        .map(|c| {
+            (
+                c["pr"].as_u64().unwrap(),
+                c["action"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Night 1 opens two PRs appending to the same file; a person merges the
+/// first. The next plan lists the second as a conflict card before the
+/// items (asking again while GitHub still computes `mergeable`), the first
+/// as merged meanwhile, seals the card into the plan SHA, and says it
+/// cannot look at the PRs when there is no token.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_lists_a_pr_whose_base_moved_as_a_conflict() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    gh.serve_git(&f.remote);
+    publish_backlog(&f);
+    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    assert_eq!(gh.prs().len(), 2);
+    let before = plan_json(&f);
+    assert_eq!(
+        tend_actions(&before),
+        [(1, "left_alone".to_string()), (2, "left_alone".to_string())],
+        "without a recorded head nothing is touched: {before:#}"
+    );
+    record_pushed_heads(&f);
+    let clean = plan_json(&f);
+    assert_eq!(
+        tend_actions(&clean),
+        [(1, "nothing".to_string()), (2, "nothing".to_string())]
+    );
+
+    // The morning: PR #1 is merged (main moves to its branch).
+    let b1 = gh.prs()[0]["head"]["ref"].as_str().unwrap().to_string();
+    git(
+        &f.remote,
+        &["update-ref", "refs/heads/main", &format!("refs/heads/{b1}")],
+    );
+    gh.merge(1);
+    gh.computing(2, 2);
+    let plan = plan_json(&f);
+    assert_eq!(
+        tend_actions(&plan),
+        [(1, "left_alone".to_string()), (2, "conflict".to_string())],
+        "{plan:#}"
+    );
+    assert_eq!(plan["tend"][0]["reason"], "merged meanwhile");
+    let card = &plan["tend"][1];
+    let b2 = gh.prs()[1]["head"]["ref"].as_str().unwrap().to_string();
+    assert_eq!(card["branch"], b2.as_str());
+    assert_eq!(
+        card["head"].as_str().unwrap(),
+        git(&f.remote, &["rev-parse", &format!("refs/heads/{b2}")])
+    );
+    let sha = card["contract_sha"].as_str().unwrap();
+    assert_ne!(plan["plan_sha"], clean["plan_sha"], "the card is sealed in");
+    assert_eq!(
+        f.db.sql(&format!(
+            "SELECT pr_number FROM plan_contracts WHERE plan_sha = '{}' AND kind = 'tend' AND contract_sha = '{sha}'",
+            plan["plan_sha"].as_str().unwrap()
+        )),
+        "2",
+        "approving the plan approves the card"
+    );
+    let polls = gh
+        .requests()
+        .await
+        .iter()
+        .filter(|(m, p, _)| m == "GET" && p == "/repos/owner/repo/pulls/2")
+        .count();
+    // One read per plan (three so far), and two more while GitHub computed.
+    assert_eq!(polls, 5, "asked again while mergeable was null");
+    // Once merged in GitHub's eyes, the ledger knows it: PR #1 is no
+    // longer looked at, and its item is `already merged`.
+    let again = plan_json(&f);
+    assert_eq!(tend_actions(&again), [(2, "conflict".to_string())]);
+    assert_eq!(again["plan_sha"], plan["plan_sha"]);
+    assert_eq!(again["items"][0]["blocked"], "already merged: PR #1");
+
+    let out = f.run(&["plan"]);
+    assert_ok(&out, "plan");
+    let shown = text(&out);
+    let at_card = shown
+        .find("── PR #2 · conflict · Add sub")
+        .or(shown.find("── PR #2 · conflict · Add mul"));
+    let at_items = shown.find("── item 1").expect("item cards");
+    assert!(
+        at_card.is_some_and(|c| c < at_items),
+        "tend cards first:\n{shown}"
+    );
+    assert!(shown.contains("1 PR(s) to tend first"), "{shown}");
+
+    // Without a token: said, and the plan goes on with its items.
+    let out = f
+        .cmd()
+        .env_remove("GITHUB_TOKEN")
+        .args(["plan", "--json"])
+        .output()
+        .unwrap();
+    assert_ok(&out, "plan without a token");
+    assert!(
+        text(&out).contains("could not look at nightshift's 1 open PR(s): no GitHub token"),
+        "{}",
+        text(&out)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tend"], serde_json::json!([]));
+    assert_eq!(v["plan_sha"], clean["plan_sha"]);
+    gh.assert_never_merged_approved_or_closed().await;
+}
+
+/// Three PRs of night 1. A CHANGES_REQUESTED review with two line comments
+/// is listed with the comments verbatim; a person's commit on a branch, a
+/// `/nightshift stop` comment and the hands-off label leave PRs alone with
+/// the reason; a new comment after the plan was approved changes the card
+/// and the plan SHA (the old approval does not cover it), while
+/// nightshift's own comment changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_lists_requested_changes_verbatim_and_leaves_prs_alone() {
+    use common::github::DEFAULT_LOGIN;
+    let gh = FakeGitHub::start().await;
+    let f = world(
+        &gh,
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
+    );
+    gh.serve_git(&f.remote);
+    publish_backlog(&f);
+    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    assert_eq!(gh.prs().len(), 3);
+    record_pushed_heads(&f);
+
+    gh.add_review(
+        1,
+        "ana",
+        "CHANGES_REQUESTED",
+        "Two things before this goes in.",
+        &[
+            ("calc.txt", 2, "Spell it `subtract`, please."),
+            (
+                "test.sh",
+                3,
+                "Keep the word list sorted:\nadd|div|mul|pow|sub",
+            ),
+        ],
+    );
+    // A person pushes a commit to PR #2's branch.
+    let b2 = gh.prs()[1]["head"]["ref"].as_str().unwrap().to_string();
+    let clone = f.dir.path().join("person");
+    git(
+        f.dir.path(),
+        &[
+            "clone",
+            "-q",
+            "-b",
+            &b2,
+            f.remote.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(clone.join("calc.txt"), "add\nmul\npow\n").unwrap();
+    git(&clone, &["commit", "-qam", "a person's fix"]);
+    git(&clone, &["push", "-q", "origin", &b2]);
+    let person_head = git(&clone, &["rev-parse", "HEAD"]);
+    gh.add_comment(3, "bo", "Not now.\n/nightshift stop\n");
+
+    let plan = plan_json(&f);
+    assert_eq!(
+        tend_actions(&plan),
+        [
+            (1, "changes_requested".to_string()),
+            (2, "left_alone".to_string()),
+            (3, "left_alone".to_string())
+        ],
+        "{plan:#}"
+    );
+    type Asked = (String, String, Option<String>, Option<u64>, String);
+    let asked: Vec<Asked> = plan["tend"][0]["comments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["author"].as_str().unwrap().to_string(),
+                c["path"].as_str().map(str::to_string),
+                c["line"].as_u64(),
+                c["body"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let s = |x: &str| x.to_string();
+    assert_eq!(
+        asked,
+        vec![
+            (
+                s("changes_requested"),
+                s("ana"),
+                None,
+                None,
+                s("Two things before this goes in.")
+            ),
+            (
+                s("line_comment"),
+                s("ana"),
+                Some(s("calc.txt")),
+                Some(2),
+                s("Spell it `subtract`, please.")
+            ),
+            (
+                s("line_comment"),
+                s("ana"),
+                Some(s("test.sh")),
+                Some(3),
+                s("Keep the word list sorted:\nadd|div|mul|pow|sub")
+            ),
+        ]
+    );
+    let reason2 = plan["tend"][1]["reason"].as_str().unwrap();
+    assert!(
+        reason2.contains("someone else pushed") && reason2.contains(&person_head[..12]),
+        "{reason2}"
+    );
+    assert_eq!(
+        plan["tend"][2]["reason"],
+        "bo wrote `/nightshift stop` on the PR"
+    );
+    assert!(plan["tend"][1]["contract_sha"].is_null() && plan["tend"][2]["contract_sha"].is_null());
+
+    let out = f.run(&["plan"]);
+    assert_ok(&out, "plan");
+    let shown = text(&out);
+    for line in [
+        "── PR #1 · changes requested · Add sub",
+        "   asked     ana (line comment) on calc.txt:2:",
+        "             │ Spell it `subtract`, please.",
+        "             │ add|div|mul|pow|sub",
+        "── PR #2 · left alone · Add mul",
+        "── PR #3 · left alone · Add div",
+        "   not run   bo wrote `/nightshift stop` on the PR",
+    ] {
+        assert!(shown.contains(line), "{line:?} missing:\n{shown}");
+    }
+
+    // Approved; then a new comment arrives: a new card, a new plan SHA,
+    // and the approved plan does not hold the new card.
+    let approved = plan["plan_sha"].as_str().unwrap().to_string();
+    assert_ok(&f.run(&["approve", &approved]), "approve");
+    let old_card = plan["tend"][0]["contract_sha"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    gh.add_comment(1, "ana", "And mind the trailing newline.");
+    let later = plan_json(&f);
+    let new_card = later["tend"][0]["contract_sha"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(later["plan_sha"].as_str().unwrap(), approved);
+    assert_ne!(new_card, old_card);
+    assert_eq!(later["tend"][0]["comments"].as_array().unwrap().len(), 4);
+    let held = |plan: &str, card: &str| {
+        f.db.sql(&format!(
+            "SELECT count(*) FROM plan_contracts WHERE plan_sha = '{plan}' AND contract_sha = '{card}'"
+        ))
+    };
+    assert_eq!(held(&approved, &old_card), "1");
+    assert_eq!(
+        held(&approved, &new_card),
+        "0",
+        "the old approval does not cover it"
+    );
+    // nightshift's own comment and a CI app's are no requests.
+    gh.add_comment(1, DEFAULT_LOGIN, "Answered each request.");
+    gh.add_comment(1, "ci-app[bot]", "Coverage went down.");
+    assert_eq!(plan_json(&f)["plan_sha"], later["plan_sha"]);
+
+    // The hands-off label leaves PR #1 alone from then on.
+    gh.label(1, "nightshift:hands-off");
+    let off = plan_json(&f);
+    assert_eq!(tend_actions(&off)[0], (1, "left_alone".to_string()));
+    assert_eq!(
+        off["tend"][0]["reason"],
+        "the PR carries the label nightshift:hands-off"
+    );
+    assert!(
+        off["tend"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["contract_sha"].is_null())
+    );
+    gh.assert_never_merged_approved_or_closed().await;
+}

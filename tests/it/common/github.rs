@@ -50,6 +50,27 @@ pub struct State {
     /// The repository is archived: `archived: true` in its JSON, and every
     /// write answers 403 "Repository was archived so is read-only."
     pub archived: bool,
+    /// The bare repository behind the fake (see [`FakeGitHub::serve_git`]):
+    /// when set, a PR's `head.sha`/`base.sha` are its branches' commits and
+    /// `mergeable` is computed by `git merge-tree`, as GitHub does.
+    pub git_dir: Option<std::path::PathBuf>,
+    /// `mergeable` / `mergeable_state` set by a test, per PR number; wins
+    /// over the computed answer.
+    pub mergeable: std::collections::HashMap<u64, (Option<bool>, String)>,
+    /// How many more `GET /pulls/N` answers say `mergeable: null` (GitHub
+    /// still computing), per PR number.
+    pub mergeable_nulls: std::collections::HashMap<u64, u32>,
+    /// Reviews per PR number, in GitHub's shape.
+    pub reviews: std::collections::HashMap<u64, Vec<Value>>,
+    /// Review (line) comments per PR number.
+    pub review_comments: std::collections::HashMap<u64, Vec<Value>>,
+    /// Conversation comments per PR or issue number.
+    pub issue_comments: std::collections::HashMap<u64, Vec<Value>>,
+    /// The login `GET /user` answers for the token (default `nightshift-bot`);
+    /// comments the client posts carry it.
+    pub login: Option<String>,
+    /// Instants handed out to reviews and comments, strictly increasing.
+    pub clock: u32,
 }
 
 /// The body of a scripted failure when GitHub's `{"message": …}` is not
@@ -236,6 +257,38 @@ fn paged(req: &Request, base_url: &str, list: Vec<Value>, cap: Option<usize>) ->
     t
 }
 
+/// The login `GET /user` answers unless a test sets [`State::login`].
+pub const DEFAULT_LOGIN: &str = "nightshift-bot";
+
+/// N in `{prefix}N{suffix}`.
+fn number_in(r: &str, prefix: &str, suffix: &str) -> u64 {
+    r.trim_start_matches(prefix)
+        .trim_end_matches(suffix)
+        .parse()
+        .unwrap_or(0)
+}
+
+/// The commit of branch `name` in the bare repository `dir`.
+fn rev(dir: &std::path::Path, name: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--verify", "-q", &format!("refs/heads/{name}")])
+        .current_dir(dir)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The next instant for a review or comment: now, plus one second per
+/// earlier one, so their order is their time order (GitHub's times are whole
+/// seconds).
+fn tick(st: &mut State) -> String {
+    st.clock += 1;
+    (chrono::Utc::now() + chrono::Duration::seconds(i64::from(st.clock)))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
 /// The fake server.
 pub struct FakeGitHub {
     pub server: MockServer,
@@ -347,12 +400,63 @@ impl Respond for Responder {
 }
 
 impl Responder {
+    /// PR `p` as `GET /pulls/N` answers it: with the branches' commits and
+    /// `mergeable` from the bare repository when one is served, a test's
+    /// `mergeable` if set, and `null` while GitHub is still computing.
+    fn detail(&self, st: &mut State, mut p: Value) -> Value {
+        let n = p["number"].as_u64().unwrap_or(0);
+        let open = p["state"] == "open";
+        if let Some(dir) = st.git_dir.clone() {
+            let head = p["head"]["ref"].as_str().unwrap_or("").to_string();
+            let base = p["base"]["ref"].as_str().unwrap_or("main").to_string();
+            if let Some(sha) = rev(&dir, &head) {
+                p["head"]["sha"] = json!(sha);
+            }
+            if let Some(sha) = rev(&dir, &base) {
+                p["base"]["sha"] = json!(sha);
+            }
+            if open {
+                let clean = std::process::Command::new("git")
+                    .args([
+                        "merge-tree",
+                        "--write-tree",
+                        &format!("refs/heads/{base}"),
+                        &format!("refs/heads/{head}"),
+                    ])
+                    .current_dir(&dir)
+                    .output()
+                    .map(|o| o.status.success())
+                    .unwrap_or(true);
+                p["mergeable"] = json!(clean);
+                p["mergeable_state"] = json!(if clean { "clean" } else { "dirty" });
+            }
+        } else if open {
+            p["mergeable"] = json!(true);
+            p["mergeable_state"] = json!("clean");
+        }
+        if let Some((m, state)) = st.mergeable.get(&n) {
+            p["mergeable"] = json!(m);
+            p["mergeable_state"] = json!(state);
+        }
+        if let Some(left) = st.mergeable_nulls.get_mut(&n).filter(|l| **l > 0) {
+            *left -= 1;
+            p["mergeable"] = Value::Null;
+            p["mergeable_state"] = json!("unknown");
+        }
+        p
+    }
+
     /// The fake repository's normal behaviour.
     fn respond_ok(&self, req: &Request) -> ResponseTemplate {
         let mut st = self.state.lock().unwrap();
         let method = req.method.to_string();
         let path = api_path(req);
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        if method == "GET" && path == "/user" {
+            let login = st.login.clone().unwrap_or_else(|| DEFAULT_LOGIN.into());
+            return ResponseTemplate::new(200)
+                .set_body_json(json!({"login": login, "id": 99, "type": "User"}));
+        }
         // GitHub's pagination links name the repository by id.
         let Some(rest) = path
             .strip_prefix("/repos/owner/repo")
@@ -382,8 +486,58 @@ impl Responder {
                     ResponseTemplate::new(404).set_body_json(json!({"message": "Not Found"}))
                 }
             }
+            ("GET", r) if r.starts_with("/pulls/") && r.ends_with("/reviews") => {
+                let n = number_in(r, "/pulls/", "/reviews");
+                let list = st.reviews.get(&n).cloned().unwrap_or_default();
+                paged(req, &self.base, list, st.page_cap)
+            }
+            ("GET", r) if r.starts_with("/pulls/") && r.ends_with("/comments") => {
+                let n = number_in(r, "/pulls/", "/comments");
+                let list = st.review_comments.get(&n).cloned().unwrap_or_default();
+                paged(req, &self.base, list, st.page_cap)
+            }
+            ("GET", r) if r.starts_with("/issues/") && r.ends_with("/comments") => {
+                let n = number_in(r, "/issues/", "/comments");
+                let list = st.issue_comments.get(&n).cloned().unwrap_or_default();
+                paged(req, &self.base, list, st.page_cap)
+            }
+            ("POST", r) if r.starts_with("/issues/") && r.ends_with("/comments") => {
+                let n = number_in(r, "/issues/", "/comments");
+                let exists = st
+                    .prs
+                    .iter()
+                    .chain(st.issues.iter())
+                    .any(|v| v["number"] == n);
+                if !exists {
+                    return ResponseTemplate::new(404)
+                        .set_body_json(json!({"message": "Not Found"}));
+                }
+                let login = st.login.clone().unwrap_or_else(|| DEFAULT_LOGIN.into());
+                let at = tick(&mut st);
+                let id = st.issue_comments.values().map(Vec::len).sum::<usize>() + 1;
+                let c = json!({"id": id, "body": body["body"], "user": {"login": login}, "created_at": at, "html_url": format!("{}/owner/repo/pull/{n}#issuecomment-{id}", self.base)});
+                st.issue_comments.entry(n).or_default().push(c.clone());
+                ResponseTemplate::new(201).set_body_json(c)
+            }
+            ("PATCH", r) if r.starts_with("/pulls/") => {
+                let n: u64 = r.trim_start_matches("/pulls/").parse().unwrap_or(0);
+                let Some(p) = st.prs.iter_mut().find(|p| p["number"] == n) else {
+                    return ResponseTemplate::new(404)
+                        .set_body_json(json!({"message": "Not Found"}));
+                };
+                for key in ["body", "title", "state", "base"] {
+                    if let Some(v) = body.get(key) {
+                        p[key] = v.clone();
+                    }
+                }
+                let p = p.clone();
+                ResponseTemplate::new(200).set_body_json(self.detail(&mut st, p))
+            }
             ("GET", r) if r.starts_with("/pulls/") => {
                 let n: u64 = r.trim_start_matches("/pulls/").parse().unwrap_or(0);
+                if let Some(p) = st.prs.iter().find(|p| p["number"] == n).cloned() {
+                    return ResponseTemplate::new(200).set_body_json(self.detail(&mut st, p));
+                }
                 match st.prs.iter().find(|p| p["number"] == n) {
                     Some(p) => ResponseTemplate::new(200).set_body_json(p.clone()),
                     None => {
@@ -696,5 +850,87 @@ impl FakeGitHub {
         }
         st.issues.push(json!({"number": n, "id": n, "state": state, "title": title, "body": "", "labels": [{"name": label}], "html_url": format!("https://github.invalid/owner/repo/issues/{n}")}));
         n
+    }
+
+    /// Serves the bare repository `dir` behind the fake: PRs' `head.sha`
+    /// and `base.sha` are its branches' commits, and `mergeable` is whether
+    /// `git merge-tree` merges head into base without conflict.
+    pub fn serve_git(&self, dir: &std::path::Path) {
+        self.state.lock().unwrap().git_dir = Some(dir.to_path_buf());
+    }
+
+    /// Sets PR `n`'s `mergeable` (`None`: null) and `mergeable_state`
+    /// (`clean`, `dirty`, `blocked`, `unknown`…), over any computed answer.
+    pub fn set_mergeable(&self, n: u64, mergeable: Option<bool>, state: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .mergeable
+            .insert(n, (mergeable, state.to_string()));
+    }
+
+    /// The next `count` reads of PR `n` answer `mergeable: null`, as GitHub
+    /// does while it computes the merge after a change.
+    pub fn computing(&self, n: u64, count: u32) {
+        self.state.lock().unwrap().mergeable_nulls.insert(n, count);
+    }
+
+    /// `login` submits a review of PR `n` in `state` (`CHANGES_REQUESTED`,
+    /// `APPROVED`, `COMMENTED`) with `body` and line comments
+    /// `(path, line, body)`, as GitHub records a review with comments.
+    pub fn add_review(
+        &self,
+        n: u64,
+        login: &str,
+        state: &str,
+        body: &str,
+        comments: &[(&str, u64, &str)],
+    ) {
+        let mut st = self.state.lock().unwrap();
+        let at = tick(&mut st);
+        let id = st.reviews.values().map(Vec::len).sum::<usize>() + 1;
+        st.reviews.entry(n).or_default().push(json!({"id": id, "user": {"login": login}, "state": state, "body": body, "submitted_at": at, "commit_id": "0"}));
+        for (path, line, text) in comments {
+            let cid = st.review_comments.values().map(Vec::len).sum::<usize>() + 1;
+            st.review_comments.entry(n).or_default().push(json!({"id": cid, "pull_request_review_id": id, "user": {"login": login}, "path": path, "line": line, "original_line": line, "body": text, "created_at": at}));
+        }
+    }
+
+    /// `login` writes a conversation comment on PR or issue `n`.
+    pub fn add_comment(&self, n: u64, login: &str, body: &str) {
+        let mut st = self.state.lock().unwrap();
+        let at = tick(&mut st);
+        let id = st.issue_comments.values().map(Vec::len).sum::<usize>() + 1;
+        st.issue_comments
+            .entry(n)
+            .or_default()
+            .push(json!({"id": id, "user": {"login": login}, "body": body, "created_at": at}));
+    }
+
+    /// Conversation comments of PR or issue `n` so far.
+    pub fn comments(&self, n: u64) -> Vec<Value> {
+        self.state
+            .lock()
+            .unwrap()
+            .issue_comments
+            .get(&n)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Puts label `name` on PR or issue `n`, as a person would.
+    pub fn label(&self, n: u64, name: &str) {
+        let mut st = self.state.lock().unwrap();
+        let st = &mut *st;
+        if let Some(v) = st
+            .prs
+            .iter_mut()
+            .chain(st.issues.iter_mut())
+            .find(|v| v["number"] == n)
+        {
+            let mut ls = v["labels"].as_array().cloned().unwrap_or_default();
+            ls.push(json!({"name": name}));
+            v["labels"] = Value::Array(ls);
+        }
     }
 }

@@ -1,0 +1,1401 @@
+//! The second night: which of nightshift's open PRs need work, and the
+//! sealed card a person approves before any of it is done
+//! (docs/github.md "The second night").
+//!
+//! The ledger knows which PRs nightshift opened and the head it last pushed
+//! to each; GitHub knows whether a PR still merges cleanly, its reviews and
+//! comments, its labels and its state. [`classify`] turns one PR's facts
+//! into a [`Verdict`]: a conflict with its base, changes requested by
+//! someone other than nightshift since its last push, left alone (a person
+//! pushed, the hands-off label, a `/nightshift stop` comment, closed or
+//! merged meanwhile), or nothing to do. A card that calls for work is sealed
+//! like a contract ([`TendContract`]: the item's contract, the PR number,
+//! the head nightshift last pushed and the comments verbatim), and its SHA
+//! goes into the plan SHA, so approving the plan approves acting on exactly
+//! those comments. This module decides and describes; it never writes to
+//! GitHub (the item loop does, after the gate and the reviewer).
+
+use std::fmt::{self, Write as _};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{Plan, sha256_hex};
+use crate::forge::{Comment, Forge, ForgeError, Mergeable, PrDetail, PrState, Review, ReviewState};
+use crate::ledger::records::{self as rec, TendRow};
+
+/// The label that keeps nightshift off a PR for good (docs/github.md).
+pub const HANDS_OFF_LABEL: &str = "nightshift:hands-off";
+
+/// A comment line that keeps nightshift off a PR for good (docs/github.md).
+pub const STOP_COMMAND: &str = "/nightshift stop";
+
+/// Version of the [`TendContract`] JSON.
+pub const TEND_CONTRACT_VERSION: u32 = 1;
+
+/// What a person asked for, verbatim: one review, line comment or
+/// conversation comment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Feedback {
+    /// Where it was written.
+    pub kind: FeedbackKind,
+    /// The GitHub login of its author.
+    pub author: String,
+    /// The file a line comment is on (relative to the repository root).
+    pub path: Option<String>,
+    /// The line a line comment is on.
+    pub line: Option<u64>,
+    /// The text, verbatim.
+    pub body: String,
+    /// When it was written (UTC, RFC 3339 to the second); part of the seal,
+    /// so the same words said again are a new request.
+    pub at: Option<String>,
+}
+
+/// Where a piece of feedback was written on GitHub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedbackKind {
+    /// A review in state CHANGES_REQUESTED (its summary text).
+    ChangesRequested,
+    /// A review in state COMMENTED with a summary text.
+    Review,
+    /// A review comment on a line of a file.
+    LineComment,
+    /// A comment in the PR's conversation.
+    Comment,
+}
+
+/// Why a PR is left alone: it is never touched, and the plan says why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum LeftAlone {
+    /// The branch head on GitHub is not the one nightshift pushed: a person
+    /// (or another tool) pushed to it.
+    SomeonePushed { pushed: String, found: String },
+    /// The ledger has no head for the PR (pushed before heads were
+    /// recorded), so a person's push could not be told from nightshift's.
+    HeadNotRecorded,
+    /// The PR carries [`HANDS_OFF_LABEL`].
+    HandsOff,
+    /// `author` wrote [`STOP_COMMAND`] on the PR.
+    Stopped { author: String },
+    /// Merged since nightshift opened it.
+    Merged,
+    /// Closed without merging since nightshift opened it.
+    Closed,
+}
+
+impl fmt::Display for LeftAlone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeftAlone::SomeonePushed { pushed, found } => write!(
+                f,
+                "someone else pushed to the branch (nightshift pushed {}, it is now at {})",
+                short(pushed),
+                short(found)
+            ),
+            LeftAlone::HeadNotRecorded => f.write_str(
+                "the ledger has no record of the head nightshift pushed (an older run), so a person's push cannot be ruled out",
+            ),
+            LeftAlone::HandsOff => write!(f, "the PR carries the label {HANDS_OFF_LABEL}"),
+            LeftAlone::Stopped { author } => {
+                write!(f, "{author} wrote `{STOP_COMMAND}` on the PR")
+            }
+            LeftAlone::Merged => f.write_str("merged meanwhile"),
+            LeftAlone::Closed => f.write_str("closed meanwhile"),
+        }
+    }
+}
+
+/// What the next night does with one open PR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// GitHub says the PR does not merge cleanly into its base; `comments`
+    /// are requests made since the last push, answered after the rebase.
+    Conflict { comments: Vec<Feedback> },
+    /// Someone asked for changes since nightshift's last push.
+    ChangesRequested { comments: Vec<Feedback> },
+    /// Never touched, for `reason`.
+    LeftAlone { reason: LeftAlone },
+    /// Nothing new: the PR merges cleanly (or GitHub could not say) and no
+    /// one asked for anything since the last push.
+    Nothing,
+}
+
+impl Verdict {
+    /// The word `plan --json` uses: `conflict`, `changes_requested`,
+    /// `left_alone`, `nothing`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Conflict { .. } => "conflict",
+            Verdict::ChangesRequested { .. } => "changes_requested",
+            Verdict::LeftAlone { .. } => "left_alone",
+            Verdict::Nothing => "nothing",
+        }
+    }
+
+    /// The requests to answer (empty when left alone or nothing to do).
+    pub fn comments(&self) -> &[Feedback] {
+        match self {
+            Verdict::Conflict { comments } | Verdict::ChangesRequested { comments } => comments,
+            _ => &[],
+        }
+    }
+}
+
+/// The facts [`classify`] judges one PR by.
+#[derive(Debug, Clone)]
+pub struct Facts<'a> {
+    /// The login of nightshift's own account (its comments are not requests).
+    pub me: &'a str,
+    /// The head nightshift last pushed, from the ledger.
+    pub pushed_head: Option<&'a str>,
+    /// When it pushed it (UTC).
+    pub pushed_at: Option<DateTime<Utc>>,
+    /// The PR as GitHub answers now.
+    pub pr: &'a PrDetail,
+    pub reviews: &'a [Review],
+    pub line_comments: &'a [Comment],
+    pub comments: &'a [Comment],
+}
+
+/// Judges one of nightshift's PRs (docs/github.md "The second night").
+///
+/// In this order: merged or closed → left alone; the hands-off label or a
+/// `/nightshift stop` line in any comment not nightshift's → left alone; a
+/// head on GitHub other than the one nightshift pushed (or none recorded) →
+/// left alone; GitHub says it does not merge (`mergeable: false` or
+/// `mergeable_state: dirty`) → conflict; feedback since the last push →
+/// changes requested; else nothing. Feedback is: a CHANGES_REQUESTED review
+/// (unless the same reviewer approved or was dismissed later), a COMMENTED
+/// review with text, line comments and conversation comments — each by
+/// someone other than nightshift's own account and other than a GitHub App
+/// (`…[bot]`, e.g. CI reports), written at or after the push (to the
+/// second: GitHub's times are whole seconds).
+pub fn classify(f: &Facts<'_>) -> Verdict {
+    let left = |reason| Verdict::LeftAlone { reason };
+    match f.pr.state {
+        PrState::Merged => return left(LeftAlone::Merged),
+        PrState::Closed => return left(LeftAlone::Closed),
+        PrState::Open => {}
+    }
+    if f.pr.labels.iter().any(|l| l == HANDS_OFF_LABEL) {
+        return left(LeftAlone::HandsOff);
+    }
+    let stop = f
+        .comments
+        .iter()
+        .chain(f.line_comments)
+        .map(|c| (c.author.as_str(), c.body.as_str()))
+        .chain(
+            f.reviews
+                .iter()
+                .map(|r| (r.author.as_str(), r.body.as_str())),
+        )
+        .find(|(a, b)| *a != f.me && says_stop(b));
+    if let Some((author, _)) = stop {
+        return left(LeftAlone::Stopped {
+            author: author.to_string(),
+        });
+    }
+    let (Some(pushed), Some(at)) = (f.pushed_head, f.pushed_at) else {
+        return left(LeftAlone::HeadNotRecorded);
+    };
+    if !pushed.eq_ignore_ascii_case(&f.pr.head_sha) {
+        return left(LeftAlone::SomeonePushed {
+            pushed: pushed.to_string(),
+            found: f.pr.head_sha.clone(),
+        });
+    }
+    let comments = feedback_since(f, at);
+    if f.pr.mergeable == Mergeable::Conflict {
+        Verdict::Conflict { comments }
+    } else if !comments.is_empty() {
+        Verdict::ChangesRequested { comments }
+    } else {
+        Verdict::Nothing
+    }
+}
+
+/// Whether a comment asks nightshift to stop: a line that is exactly
+/// [`STOP_COMMAND`] (case and surrounding blanks aside).
+fn says_stop(body: &str) -> bool {
+    body.lines()
+        .any(|l| l.trim().eq_ignore_ascii_case(STOP_COMMAND))
+}
+
+/// The requests of [`classify`]'s rule, in time order.
+fn feedback_since(f: &Facts<'_>, pushed_at: DateTime<Utc>) -> Vec<Feedback> {
+    // GitHub's times are whole seconds: a comment in the push's second counts.
+    let since = pushed_at.timestamp();
+    let counts = |author: &str, at: Option<DateTime<Utc>>| {
+        author != f.me
+            && !author.ends_with("[bot]")
+            && !author.is_empty()
+            && at.is_none_or(|t| t.timestamp() >= since)
+    };
+    let stamp =
+        |t: Option<DateTime<Utc>>| t.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    let mut out: Vec<(Option<DateTime<Utc>>, Feedback)> = Vec::new();
+    for (i, r) in f.reviews.iter().enumerate() {
+        let kind = match r.state {
+            Some(ReviewState::ChangesRequested) => FeedbackKind::ChangesRequested,
+            Some(ReviewState::Commented) if !r.body.trim().is_empty() => FeedbackKind::Review,
+            _ => continue,
+        };
+        // A later approval or dismissal by the same reviewer withdraws it.
+        let withdrawn = f.reviews[i + 1..].iter().any(|later| {
+            later.author == r.author
+                && matches!(
+                    later.state,
+                    Some(ReviewState::Approved | ReviewState::Dismissed)
+                )
+        });
+        if withdrawn || !counts(&r.author, r.submitted_at) {
+            continue;
+        }
+        out.push((
+            r.submitted_at,
+            Feedback {
+                kind,
+                author: r.author.clone(),
+                path: None,
+                line: None,
+                body: r.body.clone(),
+                at: stamp(r.submitted_at),
+            },
+        ));
+    }
+    let lines = f
+        .line_comments
+        .iter()
+        .map(|c| (FeedbackKind::LineComment, c));
+    let talk = f.comments.iter().map(|c| (FeedbackKind::Comment, c));
+    for (kind, c) in lines.chain(talk) {
+        if !counts(&c.author, c.created_at) {
+            continue;
+        }
+        out.push((
+            c.created_at,
+            Feedback {
+                kind,
+                author: c.author.clone(),
+                path: c.path.clone(),
+                line: c.line,
+                body: c.body.clone(),
+                at: stamp(c.created_at),
+            },
+        ));
+    }
+    // Stable: equal times keep reviews, then line comments, then talk.
+    out.sort_by_key(|(t, _)| *t);
+    out.into_iter().map(|(_, fb)| fb).collect()
+}
+
+/// The sealed contract of a tend card: what approving the plan approves
+/// doing to one PR. Canonical JSON (sorted keys, no spaces) sealed with
+/// SHA-256, as item contracts are (docs/contract.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TendContract {
+    /// [`TEND_CONTRACT_VERSION`].
+    pub version: u32,
+    /// `conflict` or `changes_requested`.
+    pub action: &'static str,
+    /// The item's contract, as its canonical JSON parsed.
+    pub item: serde_json::Value,
+    /// The PR number.
+    pub pr: u64,
+    /// The PR's branch.
+    pub branch: String,
+    /// The head nightshift last pushed: the push is made with
+    /// `--force-with-lease` against it.
+    pub head: String,
+    /// Writer rounds this PR gets tonight (config `max_tend_rounds`).
+    pub rounds: u32,
+    /// The requests to answer, verbatim.
+    pub comments: Vec<Feedback>,
+}
+
+impl TendContract {
+    /// Canonical JSON: keys sorted at every level, no insignificant
+    /// whitespace.
+    pub fn canonical_json(&self) -> String {
+        let value = serde_json::to_value(self).expect("a tend contract always serialises");
+        serde_json::to_string(&value).expect("a JSON value always serialises")
+    }
+}
+
+/// A tend contract sealed: its canonical JSON and the SHA-256 of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sealed {
+    pub contract: TendContract,
+    pub canonical_json: String,
+    /// Lowercase hex SHA-256 of `canonical_json`.
+    pub sha: String,
+}
+
+impl Sealed {
+    /// Seals `contract`.
+    pub fn new(contract: TendContract) -> Sealed {
+        let canonical_json = contract.canonical_json();
+        Sealed {
+            sha: sha256_hex(canonical_json.as_bytes()),
+            canonical_json,
+            contract,
+        }
+    }
+}
+
+/// One open PR as the plan lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TendCard {
+    /// The PR number.
+    pub number: u64,
+    /// Its branch.
+    pub branch: String,
+    /// The item's key.
+    pub item_key: String,
+    /// The item's title.
+    pub title: String,
+    pub verdict: Verdict,
+    /// The sealed contract when the verdict calls for work (conflict,
+    /// changes requested); `None` otherwise (nothing to approve).
+    pub sealed: Option<Sealed>,
+}
+
+impl TendCard {
+    /// Builds the card of `row`'s PR from its verdict; `item` is the item's
+    /// contract as canonical JSON parsed, `rounds` the writer rounds it may
+    /// take tonight (config `max_tend_rounds`).
+    pub fn new(
+        row: &TendRow,
+        title: &str,
+        item: serde_json::Value,
+        verdict: Verdict,
+        rounds: u32,
+    ) -> TendCard {
+        let action = match &verdict {
+            Verdict::Conflict { .. } => Some("conflict"),
+            Verdict::ChangesRequested { .. } => Some("changes_requested"),
+            _ => None,
+        };
+        let sealed = action.map(|action| {
+            Sealed::new(TendContract {
+                version: TEND_CONTRACT_VERSION,
+                action,
+                item,
+                pr: row.number as u64,
+                branch: row.branch.clone(),
+                head: row.head_sha.clone().unwrap_or_default(),
+                rounds,
+                comments: verdict.comments().to_vec(),
+            })
+        });
+        TendCard {
+            number: row.number as u64,
+            branch: row.branch.clone(),
+            item_key: row.item_key.clone(),
+            title: title.to_string(),
+            verdict,
+            sealed,
+        }
+    }
+
+    /// The card as `plan --json` lists it under `"tend"`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let reason = match &self.verdict {
+            Verdict::LeftAlone { reason } => Some(reason.to_string()),
+            _ => None,
+        };
+        serde_json::json!({
+            "pr": self.number,
+            "branch": self.branch,
+            "key": self.item_key,
+            "title": self.title,
+            "action": self.verdict.word(),
+            "reason": reason,
+            "head": self.sealed.as_ref().map(|s| s.contract.head.clone()),
+            "comments": self.verdict.comments(),
+            "contract_sha": self.sealed.as_ref().map(|s| s.sha.clone()),
+        })
+    }
+}
+
+/// The first 12 characters of a commit SHA.
+fn short(sha: &str) -> &str {
+    &sha[..12.min(sha.len())]
+}
+
+/// `text` safe to print on a terminal: control characters (escape
+/// sequences, carriage returns) written out as `\u{…}`; line breaks kept.
+fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Renders one tend card as `plan` prints it, before the items' cards.
+pub fn card(c: &TendCard) -> String {
+    let mut s = String::new();
+    let what = match &c.verdict {
+        Verdict::Conflict { .. } => "conflict",
+        Verdict::ChangesRequested { .. } => "changes requested",
+        Verdict::LeftAlone { .. } => "left alone",
+        Verdict::Nothing => "nothing to do",
+    };
+    let _ = writeln!(s, "── PR #{} · {what} · {}", c.number, shown(&c.title));
+    let _ = writeln!(s, "   branch    {}", c.branch);
+    match &c.verdict {
+        Verdict::LeftAlone { reason } => {
+            let _ = writeln!(s, "   not run   {}", shown(&reason.to_string()));
+        }
+        Verdict::Conflict { .. } => {
+            let _ = writeln!(
+                s,
+                "   does      brings the branch onto its base (a clean rebase, else the writer resolves the conflict), then the gate and the reviewer"
+            );
+        }
+        Verdict::ChangesRequested { .. } => {
+            let _ = writeln!(
+                s,
+                "   does      writer rounds with these requests as feedback, then the gate and the reviewer"
+            );
+        }
+        Verdict::Nothing => {}
+    }
+    for fb in c.verdict.comments() {
+        let place = match (&fb.path, fb.line) {
+            (Some(p), Some(l)) => format!(" on {}:{l}", shown(p)),
+            (Some(p), None) => format!(" on {}", shown(p)),
+            _ => String::new(),
+        };
+        let kind = kind_words(fb.kind);
+        let _ = writeln!(s, "   asked     {} ({kind}){place}:", shown(&fb.author));
+        for l in shown(&fb.body).lines() {
+            let _ = writeln!(s, "             │ {l}");
+        }
+    }
+    if let Some(sealed) = &c.sealed {
+        let _ = writeln!(
+            s,
+            "   head      {} (pushed with --force-with-lease against it)",
+            short(&sealed.contract.head)
+        );
+        let _ = writeln!(s, "   contract  sha256 {}", sealed.sha);
+    }
+    s
+}
+
+/// Why the open PRs could not be looked at.
+#[derive(Debug, thiserror::Error)]
+pub enum SurveyError {
+    /// GitHub refused or could not be reached.
+    #[error("GitHub: {0}")]
+    GitHub(#[from] ForgeError),
+    /// The ledger failed.
+    #[error("ledger: {0}")]
+    Ledger(#[from] sqlx::Error),
+}
+
+/// Looks at every PR the ledger knows open for `repo_id` and returns its
+/// card, by PR number; `max_rounds` is config `max_tend_rounds`. The item's contract is the plan's current one for
+/// its key, else the one the PR was made under. A PR GitHub says was merged
+/// or closed is recorded so in the ledger (it is not looked at again).
+///
+/// # Errors
+/// [`SurveyError::GitHub`] when any GitHub call fails (the caller goes on
+/// without tend cards and says so); [`SurveyError::Ledger`] on database
+/// errors.
+pub async fn survey(
+    pool: &sqlx::PgPool,
+    repo_id: &str,
+    forge: &Forge,
+    plan: &Plan,
+    max_rounds: u32,
+) -> Result<Vec<TendCard>, SurveyError> {
+    let rows = rec::open_prs(pool, repo_id).await?;
+    if rows.is_empty() {
+        return Ok(vec![]);
+    }
+    let me = forge.own_login().await?;
+    let mut cards = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let n = row.number as u64;
+        let pr = forge.pr_detail(n).await?;
+        let (reviews, line_comments, comments) = if pr.state == PrState::Open {
+            (
+                forge.pr_reviews(n).await?,
+                forge.pr_review_comments(n).await?,
+                forge.issue_comments(n).await?,
+            )
+        } else {
+            let state = if pr.state == PrState::Merged {
+                crate::outcome::PrRecord::Merged
+            } else {
+                crate::outcome::PrRecord::Closed
+            };
+            rec::set_pr_state(pool, repo_id, &row.item_key, &row.branch, state).await?;
+            (vec![], vec![], vec![])
+        };
+        let verdict = classify(&Facts {
+            me: &me,
+            pushed_head: row.head_sha.as_deref(),
+            pushed_at: row.head_pushed_at,
+            pr: &pr,
+            reviews: &reviews,
+            line_comments: &line_comments,
+            comments: &comments,
+        });
+        let (title, item) = item_contract(pool, plan, row).await?;
+        cards.push(TendCard::new(row, &title, item, verdict, max_rounds));
+    }
+    Ok(cards)
+}
+
+/// The item's title and contract JSON: the plan's current contract for the
+/// key if the item is still open in the backlog, else the stored one the PR
+/// was made under.
+async fn item_contract(
+    pool: &sqlx::PgPool,
+    plan: &Plan,
+    row: &TendRow,
+) -> Result<(String, serde_json::Value), sqlx::Error> {
+    if let Some(e) = plan.entries.iter().find(|e| e.item.key == row.item_key) {
+        let json =
+            serde_json::from_str(&e.contract.canonical_json()).expect("canonical JSON parses");
+        return Ok((e.item.title.clone(), json));
+    }
+    let json = rec::contract_json(pool, &row.contract_sha)
+        .await?
+        .unwrap_or(serde_json::Value::Null);
+    let title = json["title"].as_str().unwrap_or("").to_string();
+    Ok((title, json))
+}
+
+/// The outcome words of a tended PR beside the usual failures (docs/loop.md
+/// "Outcomes"; the ledger's CHECK constraint holds them since migration
+/// 0006).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TendOutcome {
+    /// Pushed anew to the same branch, body updated, one answering comment.
+    PrUpdated,
+    /// Not touched: see [`LeftAlone`].
+    PrLeftAlone,
+}
+
+impl TendOutcome {
+    /// The ledger's word: `pr_updated` or `pr_left_alone`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TendOutcome::PrUpdated => "pr_updated",
+            TendOutcome::PrLeftAlone => "pr_left_alone",
+        }
+    }
+}
+
+/// The sealed cards a drain may act on, and those it may not: a card is
+/// approved when its SHA is among the approved plan's contract SHAs
+/// (`approved`), exactly as an item's contract is; the others end
+/// `not_approved` (a comment arrived after the approval, say).
+pub fn split_approved<'a>(
+    cards: &'a [TendCard],
+    approved: &[String],
+) -> (Vec<&'a TendCard>, Vec<&'a TendCard>) {
+    cards
+        .iter()
+        .filter(|c| c.sealed.is_some())
+        .partition(|c| c.sealed.as_ref().is_some_and(|s| approved.contains(&s.sha)))
+}
+
+/// The feedback a tend's writer rounds get: each request verbatim, with
+/// author, file and line, numbered so the answer can refer to them.
+pub fn writer_feedback(pr: u64, comments: &[Feedback]) -> String {
+    let mut s = format!(
+        "A person reviewed pull request #{pr} and asked for the changes below (verbatim). Address each one in the code; do not reply on GitHub (nightshift answers after the gate and the reviewer).\n"
+    );
+    for (i, fb) in comments.iter().enumerate() {
+        let place = match (&fb.path, fb.line) {
+            (Some(p), Some(l)) => format!(" on {p}, line {l}"),
+            (Some(p), None) => format!(" on {p}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "\n{}. {} ({}){place}:",
+            i + 1,
+            fb.author,
+            kind_words(fb.kind)
+        );
+        for l in fb.body.lines() {
+            let _ = writeln!(s, "   > {l}");
+        }
+    }
+    s
+}
+
+/// What the writer resolving a rebase conflict is told: both sides by
+/// commit and role, and the conflicted files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConflictFacts<'a> {
+    pub pr: u64,
+    /// The PR's branch.
+    pub branch: &'a str,
+    /// The base branch (config `base`).
+    pub base: &'a str,
+    /// The commit the branch is being rebased onto (the base's side plus
+    /// the commits already applied).
+    pub onto: &'a str,
+    /// The branch's commit that does not apply.
+    pub applying: &'a str,
+    /// The files with conflict markers (relative paths).
+    pub files: &'a [String],
+}
+
+/// The writer's task for a conflict the rebase could not resolve.
+pub fn conflict_prompt(c: &ConflictFacts<'_>) -> String {
+    let mut s = format!(
+        "Pull request #{} (branch {}) no longer applies to {}: another change was merged there first. The rebase stopped with conflicts.\n\
+         - ours (kept): {} at {} — what is on {} now, plus this branch's commits already applied\n\
+         - theirs (to bring in): this branch's commit {}\n\
+         Conflicted files (they contain <<<<<<< ======= >>>>>>> markers):\n",
+        c.pr,
+        c.branch,
+        c.base,
+        c.base,
+        short(c.onto),
+        c.base,
+        short(c.applying)
+    );
+    for f in c.files {
+        let _ = writeln!(s, "- {f}");
+    }
+    s.push_str("Resolve every conflict so both changes hold (keep what was merged, and redo this branch's change on top of it), remove every marker, and change nothing else. Do not run git: nightshift stages, continues the rebase and commits.\n");
+    s
+}
+
+/// Facts for the one comment answering a tended PR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer<'a> {
+    /// The requests answered (from the card).
+    pub requests: &'a [Feedback],
+    /// `Some(files)` when the branch was brought onto a moved base: the
+    /// files the writer had to resolve (empty: a clean rebase).
+    pub rebased: Option<&'a [String]>,
+    /// The base branch.
+    pub base: &'a str,
+    /// Files changed by this night's work, from git.
+    pub changed: &'a [String],
+    /// The gate commands and their exit codes, as nightshift ran them.
+    pub gate: &'a [(String, Option<i32>)],
+    /// The reviewer's verdict word (`approve`).
+    pub verdict: &'a str,
+    /// The head before and after the push.
+    pub old_head: &'a str,
+    pub new_head: &'a str,
+}
+
+/// The one comment a successful tend posts: each request quoted (mentions
+/// defused), what changed, the gate result and the reviewer's verdict.
+/// Names from git and the gate are shown as code.
+pub fn answer_comment(a: &Answer<'_>) -> String {
+    let mut s = format!(
+        "nightshift updated this PR: {} → {}.\n",
+        code(short(a.old_head)),
+        code(short(a.new_head))
+    );
+    match a.rebased {
+        Some([]) => {
+            let _ = writeln!(s, "\n- Rebased onto {} (it applied cleanly).", code(a.base));
+        }
+        Some(files) => {
+            let names: Vec<String> = files.iter().map(|f| code(f)).collect();
+            let _ = writeln!(
+                s,
+                "\n- Rebased onto {}; the writer resolved the conflicts in {}.",
+                code(a.base),
+                names.join(", ")
+            );
+        }
+        None => {}
+    }
+    if !a.requests.is_empty() {
+        s.push_str("\nRequests answered:\n");
+    }
+    for (i, fb) in a.requests.iter().enumerate() {
+        let place = match (&fb.path, fb.line) {
+            (Some(p), Some(l)) => format!(" on {}", code(&format!("{p}:{l}"))),
+            (Some(p), None) => format!(" on {}", code(p)),
+            _ => String::new(),
+        };
+        let first = fb.body.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let _ = writeln!(
+            s,
+            "{}. {}{place}: “{}”",
+            i + 1,
+            defuse(&fb.author),
+            defuse(&crop(first, 200))
+        );
+    }
+    let changed: Vec<String> = a.changed.iter().map(|f| code(f)).collect();
+    let _ = writeln!(
+        s,
+        "\nChanged: {}.",
+        if changed.is_empty() {
+            "nothing but the rebase".to_string()
+        } else {
+            changed.join(", ")
+        }
+    );
+    let gate: Vec<String> = a
+        .gate
+        .iter()
+        .map(|(cmd, exit)| match exit {
+            Some(c) => format!("{} exit {c}", code(cmd)),
+            None => format!("{} (no exit code)", code(cmd)),
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "Gate (run by nightshift): {}.",
+        if gate.is_empty() {
+            "none configured".to_string()
+        } else {
+            gate.join("; ")
+        }
+    );
+    let _ = writeln!(s, "Reviewer (read-only): {}.", code(a.verdict));
+    s.push_str("\nThe evidence card in the description is updated. Nothing was merged.\n");
+    s
+}
+
+/// How a kind of feedback is named to people and the writer.
+fn kind_words(kind: FeedbackKind) -> &'static str {
+    match kind {
+        FeedbackKind::ChangesRequested => "review, changes requested",
+        FeedbackKind::Review => "review",
+        FeedbackKind::LineComment => "line comment",
+        FeedbackKind::Comment => "comment",
+    }
+}
+
+/// `text` as inline Markdown code, whatever backticks it holds.
+fn code(text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
+/// `text` quoted in a comment without notifying anyone: `@name` would ping
+/// that account, `#12` would link an issue.
+fn defuse(text: &str) -> String {
+    text.replace('@', "@\u{200b}").replace('#', "#\u{200b}")
+}
+
+/// At most `max` characters of `text`, with `…` when cut.
+fn crop(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        format!("{}…", text.chars().take(max).collect::<String>())
+    }
+}
+
+/// One tended PR of a run, as the report's "Tended PRs" section shows it
+/// (read by [`rec::tended_items`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tended {
+    /// The PR number.
+    pub pr: u64,
+    /// The item's title.
+    pub title: String,
+    /// The outcome word (`pr_updated`, `pr_left_alone`, or a failure).
+    pub outcome: String,
+    /// Why, for anything but `pr_updated`.
+    pub reason: Option<String>,
+    /// `conflict` or `changes_requested` (from the sealed card); `None` for
+    /// a PR left alone, which had no card to seal.
+    pub action: Option<String>,
+    /// What was asked, verbatim (from the sealed card).
+    pub asked: Vec<Feedback>,
+    /// The head before tonight (the card's) and the head nightshift pushed
+    /// last (the ledger's), equal when nothing was pushed.
+    pub old_head: Option<String>,
+    pub new_head: Option<String>,
+}
+
+/// The report's section on tended PRs: what was asked, what was done, the
+/// new head. Empty when the run tended none. Comment text is shown as
+/// [`card`] shows it (control characters written out).
+pub fn report_section(tended: &[Tended]) -> String {
+    if tended.is_empty() {
+        return String::new();
+    }
+    let mut s = format!("Tended PRs ({})\n", tended.len());
+    for t in tended {
+        let _ = writeln!(s, "  PR #{} · {} · {}", t.pr, t.outcome, shown(&t.title));
+        if let Some(a) = &t.action {
+            let asked = match a.as_str() {
+                "conflict" => "bring the branch onto its moved base".to_string(),
+                _ => format!("{} request(s)", t.asked.len()),
+            };
+            let _ = writeln!(s, "    asked     {asked}");
+        }
+        for fb in &t.asked {
+            let place = match (&fb.path, fb.line) {
+                (Some(p), Some(l)) => format!(" on {}:{l}", shown(p)),
+                _ => String::new(),
+            };
+            let first = fb.body.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let _ = writeln!(
+                s,
+                "      - {}{place}: {}",
+                shown(&fb.author),
+                shown(&crop(first, 120))
+            );
+        }
+        match (&t.old_head, &t.new_head) {
+            (Some(old), Some(new))
+                if old != new && t.outcome == TendOutcome::PrUpdated.as_str() =>
+            {
+                let _ = writeln!(s, "    done      pushed {} → {}", short(old), short(new));
+            }
+            _ => {
+                let _ = writeln!(s, "    done      nothing pushed; the PR is untouched");
+            }
+        }
+        if let Some(r) = &t.reason {
+            let _ = writeln!(s, "    why       {}", shown(r));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PUSHED: &str = "1111111111111111111111111111111111111111";
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn pr() -> PrDetail {
+        PrDetail {
+            number: 3,
+            state: PrState::Open,
+            head_ref: "nightshift/x-1".into(),
+            head_sha: PUSHED.into(),
+            base_ref: "main".into(),
+            mergeable: Mergeable::Clean,
+            mergeable_state: Some("clean".into()),
+            labels: vec!["autopilot".into()],
+            body: None,
+        }
+    }
+
+    fn comment(author: &str, at: &str, body: &str, place: Option<(&str, u64)>) -> Comment {
+        Comment {
+            author: author.into(),
+            path: place.map(|(p, _)| p.into()),
+            line: place.map(|(_, l)| l),
+            body: body.into(),
+            created_at: Some(t(at)),
+        }
+    }
+
+    fn review(author: &str, state: ReviewState, at: &str, body: &str) -> Review {
+        Review {
+            author: author.into(),
+            state: Some(state),
+            submitted_at: Some(t(at)),
+            body: body.into(),
+        }
+    }
+
+    struct World {
+        pr: PrDetail,
+        reviews: Vec<Review>,
+        lines: Vec<Comment>,
+        talk: Vec<Comment>,
+        head: Option<&'static str>,
+    }
+
+    impl World {
+        fn new() -> World {
+            World {
+                pr: pr(),
+                reviews: vec![],
+                lines: vec![],
+                talk: vec![],
+                head: Some(PUSHED),
+            }
+        }
+        fn verdict(&self) -> Verdict {
+            classify(&Facts {
+                me: "nightshift-bot",
+                pushed_head: self.head,
+                pushed_at: self.head.map(|_| t("2026-12-01T02:00:00Z")),
+                pr: &self.pr,
+                reviews: &self.reviews,
+                line_comments: &self.lines,
+                comments: &self.talk,
+            })
+        }
+    }
+
+    #[test]
+    fn a_clean_pr_without_news_needs_nothing() {
+        let mut w = World::new();
+        // Before the push, by nightshift itself, by a CI app: none counts.
+        w.talk
+            .push(comment("ana", "2026-12-01T01:59:59Z", "old news", None));
+        w.talk.push(comment(
+            "nightshift-bot",
+            "2026-12-01T03:00:00Z",
+            "done",
+            None,
+        ));
+        w.talk.push(comment(
+            "codecov[bot]",
+            "2026-12-01T03:00:00Z",
+            "coverage -1%",
+            None,
+        ));
+        w.reviews.push(review(
+            "ana",
+            ReviewState::Approved,
+            "2026-12-01T03:00:00Z",
+            "ship it",
+        ));
+        assert_eq!(w.verdict(), Verdict::Nothing);
+        // GitHub could not say whether it merges: no conflict claimed.
+        w.pr.mergeable = Mergeable::Unknown;
+        assert_eq!(w.verdict(), Verdict::Nothing);
+    }
+
+    #[test]
+    fn a_conflict_is_a_conflict_and_keeps_new_requests() {
+        let mut w = World::new();
+        w.pr.mergeable = Mergeable::Conflict;
+        assert_eq!(w.verdict(), Verdict::Conflict { comments: vec![] });
+        w.talk.push(comment(
+            "ana",
+            "2026-12-01T02:00:00Z",
+            "also rename it",
+            None,
+        ));
+        let v = w.verdict();
+        assert_eq!(v.word(), "conflict");
+        assert_eq!(
+            v.comments().len(),
+            1,
+            "a comment in the push's second counts"
+        );
+        assert_eq!(v.comments()[0].body, "also rename it");
+    }
+
+    #[test]
+    fn changes_requested_carry_every_comment_verbatim_in_time_order() {
+        let mut w = World::new();
+        w.reviews.push(review(
+            "ana",
+            ReviewState::ChangesRequested,
+            "2026-12-01T08:00:00Z",
+            "two things",
+        ));
+        w.lines.push(comment(
+            "ana",
+            "2026-12-01T08:00:00Z",
+            "use `checked_sub` here",
+            Some(("src/calc.rs", 12)),
+        ));
+        w.lines.push(comment(
+            "ana",
+            "2026-12-01T08:00:00Z",
+            "and test\nthe overflow",
+            Some(("tests/calc.rs", 40)),
+        ));
+        w.talk
+            .push(comment("bo", "2026-12-01T07:00:00Z", "+1 to Ana", None));
+        let Verdict::ChangesRequested { comments } = w.verdict() else {
+            panic!("{:?}", w.verdict())
+        };
+        type Row<'a> = (FeedbackKind, &'a str, Option<&'a str>, Option<u64>, &'a str);
+        let got: Vec<Row<'_>> = comments
+            .iter()
+            .map(|c| {
+                (
+                    c.kind,
+                    c.author.as_str(),
+                    c.path.as_deref(),
+                    c.line,
+                    c.body.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (FeedbackKind::Comment, "bo", None, None, "+1 to Ana"),
+                (
+                    FeedbackKind::ChangesRequested,
+                    "ana",
+                    None,
+                    None,
+                    "two things"
+                ),
+                (
+                    FeedbackKind::LineComment,
+                    "ana",
+                    Some("src/calc.rs"),
+                    Some(12),
+                    "use `checked_sub` here"
+                ),
+                (
+                    FeedbackKind::LineComment,
+                    "ana",
+                    Some("tests/calc.rs"),
+                    Some(40),
+                    "and test\nthe overflow"
+                ),
+            ]
+        );
+        assert_eq!(comments[1].at.as_deref(), Some("2026-12-01T08:00:00Z"));
+    }
+
+    #[test]
+    fn a_later_approval_withdraws_a_request_for_changes() {
+        let mut w = World::new();
+        w.reviews.push(review(
+            "ana",
+            ReviewState::ChangesRequested,
+            "2026-12-01T08:00:00Z",
+            "fix it",
+        ));
+        w.reviews.push(review(
+            "ana",
+            ReviewState::Approved,
+            "2026-12-01T09:00:00Z",
+            "",
+        ));
+        assert_eq!(w.verdict(), Verdict::Nothing);
+        // Another reviewer's approval does not.
+        w.reviews[1].author = "bo".into();
+        assert_eq!(w.verdict().word(), "changes_requested");
+    }
+
+    #[test]
+    fn left_alone_wins_over_any_work() {
+        let mut w = World::new();
+        w.pr.mergeable = Mergeable::Conflict;
+        w.talk
+            .push(comment("ana", "2026-12-01T08:00:00Z", "please fix", None));
+        let reason = |w: &World| match w.verdict() {
+            Verdict::LeftAlone { reason } => reason,
+            v => panic!("{v:?}"),
+        };
+        w.pr.head_sha = "2222222222222222222222222222222222222222".into();
+        assert_eq!(
+            reason(&w),
+            LeftAlone::SomeonePushed {
+                pushed: PUSHED.into(),
+                found: "2222222222222222222222222222222222222222".into()
+            }
+        );
+        assert!(
+            reason(&w).to_string().contains("someone else pushed"),
+            "{}",
+            reason(&w)
+        );
+        w.head = None;
+        assert_eq!(reason(&w), LeftAlone::HeadNotRecorded);
+        w.talk.push(comment(
+            "bo",
+            "2026-12-01T01:00:00Z",
+            "thanks!\n  /NightShift stop  \n",
+            None,
+        ));
+        assert_eq!(
+            reason(&w),
+            LeftAlone::Stopped {
+                author: "bo".into()
+            }
+        );
+        w.pr.labels.push(HANDS_OFF_LABEL.into());
+        assert_eq!(reason(&w), LeftAlone::HandsOff);
+        w.pr.state = PrState::Closed;
+        assert_eq!(reason(&w), LeftAlone::Closed);
+        w.pr.state = PrState::Merged;
+        assert_eq!(reason(&w), LeftAlone::Merged);
+    }
+
+    #[test]
+    fn nightshift_quoting_the_stop_command_does_not_stop_it() {
+        let mut w = World::new();
+        w.talk.push(comment(
+            "nightshift-bot",
+            "2026-12-01T03:00:00Z",
+            "/nightshift stop",
+            None,
+        ));
+        w.talk.push(comment(
+            "ana",
+            "2026-12-01T03:00:00Z",
+            "say `/nightshift stop` to stop it",
+            None,
+        ));
+        assert_eq!(w.verdict().word(), "changes_requested");
+    }
+
+    #[test]
+    fn the_seal_covers_the_comments_and_their_time() {
+        let row = TendRow {
+            item_key: "k".into(),
+            branch: "nightshift/x-1".into(),
+            number: 3,
+            contract_sha: "c".into(),
+            head_sha: Some(PUSHED.into()),
+            head_pushed_at: Some(t("2026-12-01T02:00:00Z")),
+        };
+        let item = serde_json::json!({"title": "x", "key": "k"});
+        let mut w = World::new();
+        w.talk
+            .push(comment("ana", "2026-12-01T08:00:00Z", "please fix", None));
+        let a = TendCard::new(&row, "x", item.clone(), w.verdict(), 3);
+        let same = TendCard::new(&row, "x", item.clone(), w.verdict(), 3);
+        assert_eq!(
+            a.sealed.as_ref().unwrap().sha,
+            same.sealed.as_ref().unwrap().sha
+        );
+        let sealed = a.sealed.as_ref().unwrap();
+        assert_eq!(sealed.sha, sha256_hex(sealed.canonical_json.as_bytes()));
+        assert!(
+            sealed.canonical_json.contains("\"pr\":3"),
+            "{}",
+            sealed.canonical_json
+        );
+        assert!(sealed.canonical_json.contains(PUSHED));
+        // The same words again, later, are a new request: a new seal.
+        w.talk
+            .push(comment("ana", "2026-12-01T09:00:00Z", "please fix", None));
+        let b = TendCard::new(&row, "x", item, w.verdict(), 3);
+        assert_ne!(sealed.sha, b.sealed.unwrap().sha);
+        // Nothing to do: nothing to approve.
+        let none = TendCard::new(&row, "x", serde_json::Value::Null, Verdict::Nothing, 3);
+        assert!(none.sealed.is_none());
+    }
+
+    #[test]
+    fn cards_escape_control_characters_of_comments() {
+        let row = TendRow {
+            item_key: "k".into(),
+            branch: "nightshift/x-1".into(),
+            number: 3,
+            contract_sha: "c".into(),
+            head_sha: Some(PUSHED.into()),
+            head_pushed_at: None,
+        };
+        let v = Verdict::ChangesRequested {
+            comments: vec![Feedback {
+                kind: FeedbackKind::LineComment,
+                author: "ana".into(),
+                path: Some("src/a.rs".into()),
+                line: Some(7),
+                body: "red \u{1b}[31malert\u{1b}[0m\nsecond line".into(),
+                at: None,
+            }],
+        };
+        let text = card(&TendCard::new(&row, "x", serde_json::Value::Null, v, 3));
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(text.contains("ana (line comment) on src/a.rs:7:"), "{text}");
+        assert!(text.contains("│ second line"), "{text}");
+    }
+
+    fn asked() -> Vec<Feedback> {
+        vec![
+            Feedback {
+                kind: FeedbackKind::ChangesRequested,
+                author: "ana".into(),
+                path: None,
+                line: None,
+                body: "Two things, @bo agrees (see #4).".into(),
+                at: None,
+            },
+            Feedback {
+                kind: FeedbackKind::LineComment,
+                author: "ana".into(),
+                path: Some("src/a.rs".into()),
+                line: Some(40),
+                body: "Use `checked_sub`.\nIt overflows.".into(),
+                at: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn the_writer_gets_each_request_with_file_and_line() {
+        let text = writer_feedback(12, &asked());
+        assert!(text.contains("pull request #12"), "{text}");
+        assert!(
+            text.contains("1. ana (review, changes requested):\n   > Two things"),
+            "{text}"
+        );
+        assert!(text.contains("2. ana (line comment) on src/a.rs, line 40:\n   > Use `checked_sub`.\n   > It overflows."), "{text}");
+    }
+
+    #[test]
+    fn the_conflict_prompt_names_both_sides_and_the_files() {
+        let files = vec!["calc.txt".to_string(), "src/a b.rs".to_string()];
+        let text = conflict_prompt(&ConflictFacts {
+            pr: 2,
+            branch: "nightshift/mul-1",
+            base: "main",
+            onto: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            applying: "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+            files: &files,
+        });
+        assert!(text.contains("ours (kept): main at aaaaaaaaaaaa"), "{text}");
+        assert!(
+            text.contains("theirs (to bring in): this branch's commit bbbbbbbbbbbb"),
+            "{text}"
+        );
+        assert!(text.contains("- calc.txt\n- src/a b.rs\n"), "{text}");
+    }
+
+    #[test]
+    fn the_answer_quotes_each_request_without_pinging_anyone() {
+        let requests = asked();
+        let gate = vec![("sh test.sh".to_string(), Some(0))];
+        let changed = vec!["src/a.rs".to_string(), "we`ird.txt".to_string()];
+        let files = vec!["calc.txt".to_string()];
+        let text = answer_comment(&Answer {
+            requests: &requests,
+            rebased: Some(&files),
+            base: "main",
+            changed: &changed,
+            gate: &gate,
+            verdict: "approve",
+            old_head: "1111111111111111111111111111111111111111",
+            new_head: "2222222222222222222222222222222222222222",
+        });
+        assert!(text.contains("`111111111111` → `222222222222`"), "{text}");
+        assert!(
+            text.contains("the writer resolved the conflicts in `calc.txt`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1. ana: “Two things, @\u{200b}bo agrees (see #\u{200b}4).”"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2. ana on `src/a.rs:40`: “Use `checked_sub`.”"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Changed: `src/a.rs`, ``we`ird.txt``."),
+            "{text}"
+        );
+        assert!(
+            text.contains("Gate (run by nightshift): `sh test.sh` exit 0."),
+            "{text}"
+        );
+        assert!(text.contains("Reviewer (read-only): `approve`."), "{text}");
+    }
+
+    #[test]
+    fn only_cards_in_the_approved_plan_are_acted_on() {
+        let row = TendRow {
+            item_key: "k".into(),
+            branch: "b".into(),
+            number: 1,
+            contract_sha: "c".into(),
+            head_sha: Some(PUSHED.into()),
+            head_pushed_at: None,
+        };
+        let a = TendCard::new(
+            &row,
+            "x",
+            serde_json::Value::Null,
+            Verdict::Conflict { comments: vec![] },
+            3,
+        );
+        let b = TendCard::new(
+            &row,
+            "x",
+            serde_json::Value::Null,
+            Verdict::ChangesRequested { comments: asked() },
+            3,
+        );
+        let c = TendCard::new(
+            &row,
+            "x",
+            serde_json::Value::Null,
+            Verdict::LeftAlone {
+                reason: LeftAlone::HandsOff,
+            },
+            3,
+        );
+        let approved = vec![a.sealed.as_ref().unwrap().sha.clone()];
+        let cards = [a, b, c];
+        let (go, refused) = split_approved(&cards, &approved);
+        assert_eq!((go.len(), refused.len()), (1, 1));
+        assert_eq!(go[0].verdict.word(), "conflict");
+        assert_eq!(refused[0].verdict.word(), "changes_requested");
+        assert_eq!(TendOutcome::PrUpdated.as_str(), "pr_updated");
+        assert_eq!(TendOutcome::PrLeftAlone.as_str(), "pr_left_alone");
+    }
+
+    #[test]
+    fn the_report_section_says_what_was_asked_done_and_the_new_head() {
+        assert_eq!(report_section(&[]), "");
+        let text = report_section(&[
+            Tended {
+                pr: 1,
+                title: "Add sub".into(),
+                outcome: "pr_updated".into(),
+                reason: None,
+                action: Some("changes_requested".into()),
+                asked: asked(),
+                old_head: Some(PUSHED.into()),
+                new_head: Some("2222222222222222222222222222222222222222".into()),
+            },
+            Tended {
+                pr: 2,
+                title: "Add mul".into(),
+                outcome: "pr_left_alone".into(),
+                reason: Some("someone else pushed to the branch".into()),
+                action: None,
+                asked: vec![],
+                old_head: None,
+                new_head: Some(PUSHED.into()),
+            },
+        ]);
+        assert!(text.starts_with("Tended PRs (2)\n"), "{text}");
+        assert!(
+            text.contains("  PR #1 · pr_updated · Add sub\n    asked     2 request(s)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("      - ana on src/a.rs:40: Use `checked_sub`.\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    done      pushed 111111111111 → 222222222222\n"),
+            "{text}"
+        );
+        assert!(text.contains("  PR #2 · pr_left_alone · Add mul\n    done      nothing pushed; the PR is untouched\n    why       someone else pushed to the branch\n"), "{text}");
+    }
+}
