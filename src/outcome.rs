@@ -148,13 +148,20 @@ text_set! {
         PrFailed => "pr_failed",
         /// Anything else that went wrong.
         Error => "error",
+        /// A tended PR: its branch pushed anew, body updated, one answering
+        /// comment (docs/github.md "The second night").
+        PrUpdated => "pr_updated",
+        /// A tended PR left untouched: a person pushed to it, it was merged
+        /// or closed meanwhile, or it opted out.
+        PrLeftAlone => "pr_left_alone",
     }
 }
 
 impl Outcome {
     /// Whether this outcome fails the run (exit 1; docs/commands.md): every
     /// outcome but `pr_opened`, `already_open`, `already_merged`,
-    /// `no_changes`, `blocked`, `not_approved` and `deadline`.
+    /// `no_changes`, `blocked`, `not_approved`, `deadline`, `pr_updated` and
+    /// `pr_left_alone`.
     pub fn fails_run(self) -> bool {
         !matches!(
             self,
@@ -165,6 +172,8 @@ impl Outcome {
                 | Outcome::Blocked
                 | Outcome::NotApproved
                 | Outcome::Deadline
+                | Outcome::PrUpdated
+                | Outcome::PrLeftAlone
         )
     }
 
@@ -322,16 +331,27 @@ text_set! {
 mod tests {
     use super::*;
 
-    /// The members of `CHECK (column IN (...))` for `column` in the migrations.
-    fn check_set(column: &str) -> Vec<String> {
-        let sql = concat!(
-            include_str!("../migrations/0001_init.sql"),
-            include_str!("../migrations/0002_run_resumes.sql")
-        );
-        let start = sql
-            .find(&format!("{column} "))
-            .and_then(|at| sql[at..].find("CHECK").map(|c| at + c))
-            .unwrap_or_else(|| panic!("no CHECK for {column}"));
+    /// The members of `CHECK (column IN (...))` for `column` in the
+    /// migrations: the last migration that sets it wins, or with `first`
+    /// the first (`runs.kind`, not the later `plan_contracts.kind`).
+    fn check_set(column: &str, first: bool) -> Vec<String> {
+        let mut files: Vec<_> =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+        files.sort();
+        let sql: String = files
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect();
+        let pattern = format!("CHECK ({column} IN");
+        let start = if first {
+            sql.find(&pattern)
+        } else {
+            sql.rfind(&pattern)
+        }
+        .unwrap_or_else(|| panic!("no CHECK for {column}"));
         let list = &sql[start..];
         let open = list.find("IN").expect("IN") + 2;
         let list = &list[open..];
@@ -377,11 +397,11 @@ mod tests {
     fn the_sets_are_the_ledgers_check_sets() {
         let texts = |all: &[&str]| all.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let outcomes: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
-        assert_eq!(texts(&outcomes), check_set("outcome"));
+        assert_eq!(texts(&outcomes), check_set("outcome", false));
         let statuses: Vec<&str> = RunStatus::ALL.iter().map(|o| o.as_str()).collect();
-        assert_eq!(texts(&statuses), check_set("status"));
+        assert_eq!(texts(&statuses), check_set("status", false));
         let kinds: Vec<&str> = RunKind::ALL.iter().map(|o| o.as_str()).collect();
-        assert_eq!(texts(&kinds), check_set("kind"));
+        assert_eq!(texts(&kinds), check_set("kind", true));
     }
 
     #[test]
@@ -400,7 +420,9 @@ mod tests {
                 "no_changes",
                 "blocked",
                 "not_approved",
-                "deadline"
+                "deadline",
+                "pr_updated",
+                "pr_left_alone"
             ]
         );
         // A failed attempt always fails the run.

@@ -579,27 +579,6 @@ async fn item_contract(
     Ok((title, json))
 }
 
-/// The outcome words of a tended PR beside the usual failures (docs/loop.md
-/// "Outcomes"; the ledger's CHECK constraint holds them since migration
-/// 0006).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TendOutcome {
-    /// Pushed anew to the same branch, body updated, one answering comment.
-    PrUpdated,
-    /// Not touched: see [`LeftAlone`].
-    PrLeftAlone,
-}
-
-impl TendOutcome {
-    /// The ledger's word: `pr_updated` or `pr_left_alone`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TendOutcome::PrUpdated => "pr_updated",
-            TendOutcome::PrLeftAlone => "pr_left_alone",
-        }
-    }
-}
-
 /// The sealed cards a drain may act on, and those it may not: a card is
 /// approved when its SHA is among the approved plan's contract SHAs
 /// (`approved`), exactly as an item's contract is; the others end
@@ -867,7 +846,7 @@ pub fn report_section(tended: &[Tended]) -> String {
         }
         match (&t.old_head, &t.new_head) {
             (Some(old), Some(new))
-                if old != new && t.outcome == TendOutcome::PrUpdated.as_str() =>
+                if old != new && t.outcome == crate::outcome::Outcome::PrUpdated.as_str() =>
             {
                 let _ = writeln!(s, "    done      pushed {} → {}", short(old), short(new));
             }
@@ -1354,8 +1333,11 @@ mod tests {
         assert_eq!((go.len(), refused.len()), (1, 1));
         assert_eq!(go[0].verdict.word(), "conflict");
         assert_eq!(refused[0].verdict.word(), "changes_requested");
-        assert_eq!(TendOutcome::PrUpdated.as_str(), "pr_updated");
-        assert_eq!(TendOutcome::PrLeftAlone.as_str(), "pr_left_alone");
+        assert_eq!(crate::outcome::Outcome::PrUpdated.as_str(), "pr_updated");
+        assert_eq!(
+            crate::outcome::Outcome::PrLeftAlone.as_str(),
+            "pr_left_alone"
+        );
     }
 
     #[test]
