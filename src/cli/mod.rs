@@ -92,6 +92,18 @@ pub enum Command {
         /// `.nightshift/reports/<run id>.html`).
         #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["json", "markdown", "show_body"])]
         html: Option<std::path::PathBuf>,
+        /// Night by night over a window: PRs opened, merged, closed, failures,
+        /// tokens, cost, sleeps; merge rate and cost per merged PR.
+        #[arg(long, conflicts_with_all = ["markdown", "show_body", "html", "run", "run_id"])]
+        history: bool,
+        /// The window of `--history`, back from now (e.g. `30d`, `2w`, `12h`).
+        #[arg(
+            long,
+            value_name = "DURATION",
+            default_value = "30d",
+            requires = "history"
+        )]
+        since: String,
     },
     /// What is running now: item, round, phase, or the usage-limit sleep.
     Status {
@@ -308,7 +320,12 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
             markdown,
             show_body,
             html,
+            history,
+            since,
         } => {
+            if *history {
+                return report::history(&cli, since, *json, &startup).await;
+            }
             if let Some(file) = html {
                 return report::html(&cli, run_id.as_deref().or(run.as_deref()), file).await;
             }

@@ -159,6 +159,97 @@ pub(crate) async fn html(cli: &Cli, run: Option<&str>, file: &std::path::Path) -
     Ok(())
 }
 
+/// `nightshift report --history [--since 30d] [--json]`: what the nights in
+/// the window are worth ([`crate::history`]). PRs last known open are asked
+/// from GitHub first and what it says is remembered; without GitHub the
+/// history says which fates it could not know.
+///
+/// # Errors
+/// A `--since` that is not a duration (exit 2); the ledger.
+pub(crate) async fn history(
+    cli: &Cli,
+    since: &str,
+    json: bool,
+    startup: &crate::cli::Startup,
+) -> Result<()> {
+    let window = crate::duration::parse(since).map_err(|e| {
+        Error::argument(format!(
+            "--since {since:?}: {e}; write a duration such as 30d, 2w or 12h"
+        ))
+    })?;
+    let repo = repo_root(cli)?;
+    let loaded = crate::cli::load_config(cli, &repo)?;
+    let id = crate::cli::repo_identity(cli, &repo);
+    let lg = ledger().await?;
+    let unknown = refresh_fates(&lg.pool, &repo, &id, &loaded.config, startup).await?;
+    let since =
+        Utc::now() - chrono::Duration::from_std(window).unwrap_or(chrono::Duration::days(366));
+    let recipes: Vec<String> = loaded
+        .config
+        .recipes
+        .iter()
+        .map(|r| r.prefix.clone())
+        .collect();
+    let mut h = crate::history::load(&lg.pool, &id, since, &recipes).await?;
+    h.unknown = unknown;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&h).expect("JSON"));
+    } else {
+        let tz = crate::schedule::resolve_zone(loaded.config.timezone.as_deref())
+            .map(|(tz, _)| tz)
+            .unwrap_or(chrono_tz::UTC);
+        print!("{}", crate::secret::redact_known(&h.to_text(tz)));
+    }
+    Ok(())
+}
+
+/// Asks GitHub what became of every PR the ledger last knew open and
+/// remembers it. Returns what could not be known, if anything.
+async fn refresh_fates(
+    pool: &sqlx::PgPool,
+    repo: &std::path::Path,
+    id: &str,
+    config: &crate::config::Config,
+    startup: &crate::cli::Startup,
+) -> Result<Option<String>> {
+    use crate::history::PrFate;
+    let open = crate::history::unsettled(pool, id).await?;
+    if open.is_empty() {
+        return Ok(None);
+    }
+    let Some((token, _)) = crate::forge::resolve_token(&startup.removed) else {
+        let url = crate::git::Git::new(repo)
+            .text(&["remote", "get-url", "--", &config.remote])
+            .ok();
+        let why = crate::cli::no_token(config, url.as_deref().map(str::trim));
+        return Ok(Some(format!(
+            "what became of {} PR(s) last known open (counted open): {why}",
+            open.len()
+        )));
+    };
+    let forge = crate::cli::github_client(repo, config, &token, None).map_err(Error::config)?;
+    for (key, branch, number) in &open {
+        match forge.pr_fate(*number as u64).await {
+            Ok(f) => {
+                let fate = match f.state {
+                    crate::forge::PrState::Open => PrFate::Open,
+                    crate::forge::PrState::Merged => {
+                        PrFate::Merged(f.merged_at.unwrap_or_else(Utc::now))
+                    }
+                    crate::forge::PrState::Closed => PrFate::Closed(f.closed_at),
+                };
+                crate::history::remember(pool, id, key, branch, fate).await?;
+            }
+            Err(e) => {
+                return Ok(Some(format!(
+                    "GitHub did not answer for PR #{number} ({e}); PR states are as last known"
+                )));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// `nightshift status [--json]`.
 pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     let repo = repo_root(cli)?;

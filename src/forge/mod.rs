@@ -60,7 +60,7 @@ pub use client::Forge;
 pub use error::{ForgeError, Scope};
 pub use repo::{RepoId, repo_from_remote_url, resolve_repo};
 pub use retry::{BACKOFF_ENV, RetryPolicy};
-pub use tend::{Comment, MERGEABLE_TRIES, Mergeable, PrDetail, Review, ReviewState};
+pub use tend::{Comment, MERGEABLE_TRIES, Mergeable, PrDetail, PrFateFacts, Review, ReviewState};
 pub use token::{GH_TOKEN_TIMEOUT, api_base, resolve_token, resolve_token_using};
 
 /// GitHub's cap on a pull request or issue body, in characters (SPEC §8).

@@ -275,6 +275,8 @@ struct PullDetailJson {
     #[serde(default)]
     merged_at: Option<String>,
     #[serde(default)]
+    closed_at: Option<String>,
+    #[serde(default)]
     body: Option<String>,
     head: DetailRefJson,
     base: DetailRefJson,
@@ -293,6 +295,45 @@ struct DetailRefJson {
     ref_name: String,
     #[serde(default)]
     sha: String,
+}
+
+/// What became of a PR: where it stands, and when it was merged or closed
+/// (UTC, when GitHub says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrFateFacts {
+    /// Open, merged or closed.
+    pub state: PrState,
+    /// When it was merged.
+    pub merged_at: Option<DateTime<Utc>>,
+    /// When it was closed (merged or not).
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+impl Forge {
+    /// Where PR `number` stands, in one `GET` (no waiting for `mergeable`):
+    /// `report --history` asks it of each PR it last knew open.
+    ///
+    /// # Errors
+    /// As [`Forge::pr_detail`].
+    pub async fn pr_fate(&self, number: u64) -> Result<PrFateFacts, ForgeError> {
+        let out = async {
+            let path = self.repo_path(&format!("/pulls/{number}"));
+            let reply = self.get_ok(&path).await?;
+            let pull: PullDetailJson = self.decode(Verb::Get, &path, &reply)?;
+            let at = |s: &Option<String>| {
+                s.as_deref()
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&Utc))
+            };
+            let (merged_at, closed_at) = (at(&pull.merged_at), at(&pull.closed_at));
+            Ok(PrFateFacts {
+                state: pull.into_detail().state,
+                merged_at,
+                closed_at,
+            })
+        };
+        out.await.map_err(|e| self.scrub(e))
+    }
 }
 
 impl PullDetailJson {

@@ -1701,3 +1701,83 @@ async fn plan_lists_requested_changes_verbatim_and_leaves_prs_alone() {
     );
     gh.assert_never_merged_approved_or_closed().await;
 }
+
+/// `report --history --json` over three nights: PRs opened per night, what
+/// became of them on GitHub (asked now, remembered in the ledger), the merge
+/// rate and the cost per merged PR (all the nights' cost over the merged).
+#[tokio::test(flavor = "multi_thread")]
+async fn history_counts_merged_prs_and_their_cost() {
+    let gh = FakeGitHub::start().await;
+    let f = world(&gh, "- [ ] Add sub\n- [ ] Add docs\n");
+    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add docs\n- [ ] Add mul\n");
+    assert_ok(&f.approve_and_drain(&[]), "night 2");
+    f.write(
+        "NEXT.md",
+        "- [ ] Add sub\n- [ ] Add docs\n- [ ] Add mul\n- [ ] Add div\n",
+    );
+    assert_ok(&f.approve_and_drain(&[]), "night 3");
+    assert_eq!(gh.prs().len(), 4);
+    // What the agents reported the items cost, and a person's morning.
+    for (title, usd) in [
+        ("Add sub", 1.0),
+        ("Add docs", 2.0),
+        ("Add mul", 3.0),
+        ("Add div", 4.0),
+    ] {
+        f.db.sql(&format!(
+            "UPDATE run_items SET cost_usd = {usd} WHERE title = '{title}' AND outcome = 'pr_opened'"
+        ));
+    }
+    let number = |title: &str| -> u64 {
+        gh.prs()
+            .iter()
+            .find(|p| p["title"].as_str().unwrap().ends_with(title))
+            .unwrap()["number"]
+            .as_u64()
+            .unwrap()
+    };
+    gh.merge(number("Add sub"));
+    gh.merge(number("Add mul"));
+    gh.close(number("Add docs"));
+
+    let out = f.run(&["report", "--history", "--since", "1d", "--json"]);
+    assert_ok(&out, "report --history --json");
+    let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &h["totals"];
+    assert_eq!(t["nights"], 3, "{h:#}");
+    assert_eq!(t["prs_opened"], 4);
+    assert_eq!(
+        (
+            t["merged"].as_u64(),
+            t["closed"].as_u64(),
+            t["open"].as_u64()
+        ),
+        (Some(2), Some(1), Some(1))
+    );
+    assert_eq!(t["merge_rate"], 0.5);
+    assert_eq!(t["cost_usd"], 10.0);
+    assert_eq!(t["cost_per_merged_pr"], 5.0);
+    let per_night: Vec<u64> = h["nights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["prs_opened"].as_u64().unwrap())
+        .collect();
+    assert_eq!(per_night, [2, 1, 1]);
+    assert!(h["unknown"].is_null());
+    // Remembered: without GitHub the fates are still known.
+    let states =
+        f.db.sql("SELECT string_agg(state, ',' ORDER BY number) FROM pull_requests");
+    assert_eq!(states, "merged,closed,merged,open");
+    let out = f.run(&["report", "--history", "--since", "1d"]);
+    let said = text(&out);
+    assert!(
+        said.contains("2 merged, 1 closed unmerged, 1 open; merge rate 50%"),
+        "{said}"
+    );
+    assert!(said.contains("$5.00 per merged PR"), "{said}");
+    let out = f.run(&["report", "--history", "--since", "soon"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    gh.assert_never_merged_approved_or_closed().await;
+}
