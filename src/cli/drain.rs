@@ -455,6 +455,7 @@ async fn drain_with(
         .ok_or_else(|| Error::failed("the run vanished from the ledger"))?;
     let items = rec::run_items(&pool, end.run_id).await?;
     let slept = rec::slept_seconds(&pool, end.run_id).await?;
+    crate::cli::notify::run_ended(&night, &run_row, &items, slept).await;
     if !cli.quiet {
         // After a hang-up there is no terminal left to print to: the run is
         // recorded, so a failed print is not worth a panic.

@@ -7,7 +7,7 @@ mod doctor;
 mod drain;
 mod init;
 mod limit;
-mod notify;
+pub(crate) mod notify;
 mod plan;
 mod progress;
 mod report;

@@ -1781,3 +1781,52 @@ async fn history_counts_merged_prs_and_their_cost() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     gh.assert_never_merged_approved_or_closed().await;
 }
+
+/// A run's end sends exactly one summary to the webhook, secrets masked; a
+/// webhook that answers 500 and then never answers is retried a bounded
+/// number of times, recorded, and changes neither the outcome nor the exit
+/// code.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_end_sends_one_summary_and_a_dead_webhook_changes_nothing() {
+    let gh = FakeGitHub::start().await;
+    let ok = hook(vec![Some(204)]).await;
+    let secret = "sekrit-value-5f3a9c";
+    let mut f = world(&gh, &format!("- [ ] Add sub {secret}\n"));
+    f.extra_env.push(("MY_SECRET".into(), secret.into()));
+    let w = f.agents.join("writer.sh").display().to_string();
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    let config = |url: &str| format!("secrets = [\"MY_SECRET\"]\n[notify]\nwebhook = \"{url}\"\n");
+    f.config_with(&w, &r, &config(&ok.url));
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let bodies = ok.bodies.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 1, "one summary per run");
+    assert!(!bodies[0].contains(secret), "{}", bodies[0]);
+    let v: serde_json::Value = serde_json::from_str(&bodies[0]).unwrap();
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["counts"]["pr_opened"], 1);
+    assert_eq!(v["prs"][0]["pr_url"], gh.prs()[0]["html_url"]);
+    let page = v["report"].as_str().unwrap();
+    assert!(
+        std::fs::read_to_string(page)
+            .unwrap()
+            .contains("class=\"round\"")
+    );
+
+    let dead = hook(vec![Some(500), None]).await;
+    f.write("NEXT.md", "- [ ] Add mul\n");
+    f.config_with(&w, &r, &config(&dead.url));
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain with a dead webhook");
+    assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
+    assert_eq!(dead.bodies.lock().unwrap().len(), 3, "bounded retries");
+    assert!(
+        text(&out).contains("was not sent after 3 attempt(s)"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM events WHERE kind = 'notify_failed'"),
+        "1"
+    );
+}
