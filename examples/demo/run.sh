@@ -72,6 +72,8 @@ echo "== drain exited with $code"
 echo "== nightshift report --show-body"
 "$ns" report --show-body
 echo
+echo "== nightshift report --html (the night as one page)"
+"$ns" report --html
 echo "== branches pushed to the local remote:"
 git --git-dir="$work/remote.git" branch --list 'nightshift/*'
 echo "== the demo project is $work/calc: run \`$ns report\` or \`$ns status\` there"
