@@ -90,8 +90,8 @@ pub enum Command {
         /// Write the run as one self-contained HTML page with a timeline of
         /// the night, to FILE (`-`: standard output; default:
         /// `.nightshift/reports/<run id>.html`).
-        #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", conflicts_with_all = ["json", "markdown", "show_body"])]
-        html: Option<std::path::PathBuf>,
+        #[arg(long, value_name = "FILE", num_args = 0..=1, conflicts_with_all = ["json", "markdown", "show_body"])]
+        html: Option<Option<std::path::PathBuf>>,
         /// Night by night over a window: PRs opened, merged, closed, failures,
         /// tokens, cost, sleeps; merge rate and cost per merged PR.
         #[arg(long, conflicts_with_all = ["markdown", "show_body", "html", "run", "run_id"])]
@@ -327,7 +327,8 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
                 return report::history(&cli, since, *json, &startup).await;
             }
             if let Some(file) = html {
-                return report::html(&cli, run_id.as_deref().or(run.as_deref()), file).await;
+                return report::html(&cli, run_id.as_deref().or(run.as_deref()), file.as_deref())
+                    .await;
             }
             let format = if *json {
                 report::ReportFormat::Json

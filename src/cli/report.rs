@@ -115,12 +115,16 @@ pub(crate) async fn report(
 }
 
 /// `nightshift report --html [FILE]`: the run as one self-contained page
-/// (see [`crate::timeline`]). `FILE` empty: `.nightshift/reports/<run id>.html`
+/// (see [`crate::timeline`]). No `FILE`: `.nightshift/reports/<run id>.html`
 /// in the repository; `-`: standard output. Prints the path written.
 ///
 /// # Errors
 /// No run, an unknown run id (exit 2), the ledger, or the file not writable.
-pub(crate) async fn html(cli: &Cli, run: Option<&str>, file: &std::path::Path) -> Result<()> {
+pub(crate) async fn html(
+    cli: &Cli,
+    run: Option<&str>,
+    file: Option<&std::path::Path>,
+) -> Result<()> {
     let repo = repo_root(cli)?;
     let id = crate::cli::repo_identity(cli, &repo);
     let lg = ledger().await?;
@@ -138,16 +142,16 @@ pub(crate) async fn html(cli: &Cli, run: Option<&str>, file: &std::path::Path) -
         return Err(Error::argument(format!("no run {} in the ledger", row.id)));
     };
     let page = crate::secret::redact_known(&timeline.to_html());
-    if file.as_os_str() == "-" {
-        print!("{page}");
-        return Ok(());
-    }
-    let path = if file.as_os_str().is_empty() {
-        repo.join(".nightshift")
+    let path = match file {
+        Some(f) if f.as_os_str() == "-" => {
+            print!("{page}");
+            return Ok(());
+        }
+        Some(f) => f.to_path_buf(),
+        None => repo
+            .join(".nightshift")
             .join("reports")
-            .join(format!("{}.html", row.id))
-    } else {
-        file.to_path_buf()
+            .join(format!("{}.html", row.id)),
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
