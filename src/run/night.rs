@@ -77,22 +77,7 @@ impl Night {
                     self.db_source.describe()
                 )));
             }
-            if let crate::ledger::DbSource::Embedded { data_dir } = &self.db_source {
-                // Our own private cluster died (a crash, an OOM kill): start it again.
-                match crate::ledger::embedded::Cluster::resolve(
-                    data_dir,
-                    &crate::ledger::embedded::process_env,
-                )
-                .await
-                {
-                    Ok(c) => {
-                        if let Err(err) = c.start().await {
-                            tracing::warn!("restarting the embedded database failed: {err}");
-                        }
-                    }
-                    Err(err) => tracing::warn!("the embedded database: {err}"),
-                }
-            }
+            self.restart_embedded().await;
             // The pool itself may wait a while for a connection: a signal
             // does not wait with it.
             let probe = tokio::select! {
@@ -123,6 +108,27 @@ impl Night {
                 () = self.cancel.cancelled() => {}
             }
             pause = (pause * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Starts the ledger's cluster again when it is our own private one
+    /// (docs/ledger.md#embedded-default) and it died (a crash, an OOM kill).
+    async fn restart_embedded(&self) {
+        let crate::ledger::DbSource::Embedded { data_dir } = &self.db_source else {
+            return;
+        };
+        match crate::ledger::embedded::Cluster::resolve(
+            data_dir,
+            &crate::ledger::embedded::process_env,
+        )
+        .await
+        {
+            Ok(c) => {
+                if let Err(err) = c.start().await {
+                    tracing::warn!("restarting the embedded database failed: {err}");
+                }
+            }
+            Err(err) => tracing::warn!("the embedded database: {err}"),
         }
     }
 
@@ -209,6 +215,26 @@ impl Night {
         if let Ok(mut g) = self.forge_down.lock() {
             g.get_or_insert_with(|| why.to_string());
         }
+    }
+
+    /// Runs blocking git work `f`, handing it a flag that turns true when
+    /// the night's signal arrives (so git is killed at once rather than
+    /// awaited, docs/limits.md#signals).
+    pub(super) async fn until_signal<T>(
+        &self,
+        f: impl FnOnce(std::sync::Arc<std::sync::atomic::AtomicBool>) -> T,
+    ) -> T {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            self.cancel.is_cancelled(),
+        ));
+        let (flag, cancel) = (stop.clone(), self.cancel.clone());
+        let watcher = tokio::spawn(async move {
+            cancel.cancelled().await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let out = tokio::task::block_in_place(|| f(stop));
+        watcher.abort();
+        out
     }
 
     /// Redacts every secret (token, ledger URL, configured secrets, and
