@@ -11,7 +11,7 @@ use crate::slot::{self, Slot};
 
 use super::{NO_PROGRESS_ROUNDS, Night, Totals};
 
-/// The run's cost cap (`max_cost_usd_per_run`, SPEC §4, §11) counted over
+/// The run's cost cap (`max_cost_usd_per_run`, docs/loop.md#budgets) counted over
 /// the items before this one and this one's calls so far; only costs the
 /// agents reported count.
 pub(super) fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Option<String> {
@@ -22,7 +22,7 @@ pub(super) fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Optio
     })
 }
 
-/// Under `agent_user` (SPEC §6), hands the checkout to that account so the
+/// Under `agent_user` (docs/security.md#with-agent_user), hands the checkout to that account so the
 /// writer, setup and gates (which run as it) can write it; returns why not
 /// when they cannot. Everything below the top directory except `.git` is
 /// chowned to the account; the top directory stays the runner's, group-owned

@@ -362,7 +362,7 @@ async fn item_loop(item: &Item<'_>) -> Result<ItemEnd, Error> {
 /// the contract's cap.
 async fn rounds(item: &Item<'_>, st: &mut Progress) -> Result<ItemEnd, Error> {
     // Under `agent_user`, the checkout must be the agent's to write
-    // (docs/security.md).
+    // (docs/security.md#with-agent_user).
     if let Some(why) = grant_checkout(item.night, item.slot).await {
         return Ok(st.end(Outcome::Error, why, 0));
     }

@@ -1,16 +1,16 @@
-//! A run: one approved plan drained item by item (SPEC §4–§7).
+//! A run: one approved plan drained item by item (docs/loop.md,
+//! docs/commands.md).
 //!
-//! [`drain`] takes the snapshot's plan, finds the approval it runs under
-//! (or the crashed run it resumes), takes the repository lock, and walks the
-//! plan in backlog order: blocked, unapproved, already-PR'd and over-attempted
-//! items are recorded without running; the others go through the item loop
-//! of SPEC §5 — checkout, setup, writer ↔ proof ↔ gate ↔ reviewer rounds
-//! within the limits, then commit, push and one PR. The deadline, usage-limit
-//! sleeps and signals stop it cleanly. Everything is recorded in the ledger as
-//! it happens, so a killed run can be resumed; a ledger that goes away is
-//! waited for ([`Night::db`]), and a failure of the environment (an agent that
-//! cannot start, a data directory full, read-only or gone) stops the run as
-//! `crashed`, for the next drain to resume. This module decides; the
+//! This module holds the run's types ([`Night`], what the run needs from
+//! the outside world; [`Selection`]; [`RunEnd`]) and the walk over the plan
+//! ([`drain`]): it records the run under its approval (or takes up the
+//! crashed run it resumes) and takes each entry in backlog order, stopping
+//! at the deadline, a signal or a failure of the environment (the run ends
+//! `crashed`, for the next drain to resume, docs/loop.md#run-statuses).
+//! It does not run an item: the checks before the checkout, the checkout
+//! and the rounds are [`item`], one round is [`round`] (a state machine),
+//! shipping is [`ship`], an agent call with its limit sleeps is
+//! [`agent_call`], and the ledger wait and the lock are [`night`]. The
 //! backends (agents, git, GitHub, PostgreSQL) live in their own modules.
 
 use std::collections::BTreeMap;
@@ -44,7 +44,7 @@ mod round;
 mod ship;
 
 /// Rounds in a row with the same diff and the same failure that mean no
-/// progress (SPEC §5.6).
+/// progress (docs/loop.md#no-progress).
 pub const NO_PROGRESS_ROUNDS: usize = 3;
 
 /// GitHub's limit on one file (bytes); larger files make a push fail.
@@ -104,7 +104,7 @@ pub struct Night {
     /// every item fetches and pushes there.
     pub remote_urls: (String, String),
     /// The connected ledger, to reconnect and take the lock again after an
-    /// outage (SPEC §9).
+    /// outage (docs/ledger.md#outage-wait).
     pub ledger: crate::ledger::Ledger,
     /// Where the ledger lives (an embedded cluster is restarted by the run
     /// that finds it dead).
@@ -122,7 +122,7 @@ pub struct Night {
 }
 
 /// How long a run waits for a ledger that stopped answering before it gives
-/// up (SPEC §9): enough for a restart, a failover or an upgrade of the
+/// up (docs/ledger.md#outage-wait): enough for a restart, a failover or an upgrade of the
 /// server. A signal or the deadline ends the wait sooner.
 pub const LEDGER_PATIENCE: Duration = Duration::from_secs(30 * 60);
 
@@ -437,7 +437,7 @@ struct Totals {
     cost_known: bool,
 }
 
-/// The sleep policy of SPEC §7 from the config's limits.
+/// The sleep policy (docs/limits.md#sleep-policy) from the config's limits.
 pub fn sleep_policy(l: &config::Limits) -> limit::SleepPolicy {
     limit::SleepPolicy {
         buffer: l.limit_buffer,

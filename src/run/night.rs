@@ -17,7 +17,7 @@ impl Night {
     /// ([`crate::ledger::is_outage`]) the run waits for it — restarting the
     /// embedded cluster if that is the ledger, taking the repository lock
     /// again — and runs `f` again: a restart of PostgreSQL during a night
-    /// costs a pause, not the item's work (SPEC §9).
+    /// costs a pause, not the item's work (docs/ledger.md#outage-wait).
     ///
     /// # Errors
     /// A query error as [`Error`]; an outage that outlasts
