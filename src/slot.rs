@@ -386,6 +386,26 @@ fn fingerprint_file(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Where and how [`Slot::prepare_at`] makes a checkout.
+pub struct PrepareAt<'a> {
+    /// The checkout's directory (under the data directory).
+    pub dir: &'a Path,
+    /// The user's repository (objects are borrowed from it, never written).
+    pub repo: &'a Path,
+    /// The remote's name in the user's repository.
+    pub remote: &'a str,
+    /// The remote's (fetch URL, push URL), read once when the run started.
+    pub urls: (String, String),
+    /// The base branch.
+    pub base: &'a str,
+    /// The item's branch to create.
+    pub branch: &'a str,
+    /// The GitHub token for git's askpass helper, if any.
+    pub token: Option<&'a str>,
+    /// Set when a signal came: git is killed at once.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
 impl Slot {
     /// Prepares the slot at `path` for one item: clones it from `user_repo` if
     /// needed, fetches `<base>` from the user's remote `remote` (its URL read
@@ -419,7 +439,16 @@ impl Slot {
         stop: Option<Arc<AtomicBool>>,
     ) -> Result<Slot, SlotError> {
         let urls = git::remote_urls(user_repo, remote)?;
-        Slot::prepare_at(path, user_repo, remote, urls, base, branch, token, stop)
+        Slot::prepare_at(PrepareAt {
+            dir: path,
+            repo: user_repo,
+            remote,
+            urls,
+            base,
+            branch,
+            token,
+            stop,
+        })
     }
 
     /// As [`Slot::prepare`], with the remote's (fetch URL, push URL) given
@@ -430,17 +459,17 @@ impl Slot {
     ///
     /// # Errors
     /// As [`Slot::prepare`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn prepare_at(
-        path: &Path,
-        user_repo: &Path,
-        remote: &str,
-        urls: (String, String),
-        base: &str,
-        branch: &str,
-        token: Option<&str>,
-        stop: Option<Arc<AtomicBool>>,
-    ) -> Result<Slot, SlotError> {
+    pub fn prepare_at(at: PrepareAt<'_>) -> Result<Slot, SlotError> {
+        let PrepareAt {
+            dir: path,
+            repo: user_repo,
+            remote,
+            urls,
+            base,
+            branch,
+            token,
+            stop,
+        } = at;
         let (fetch_url, push_url) = urls;
         let mut slot = Slot {
             path: path.to_path_buf(),

@@ -833,31 +833,42 @@ pub async fn record_proof(pool: &PgPool, round_id: i64, p: &crate::proof::Proof)
     Ok(())
 }
 
+/// One usage-limit sleep or throttling wait, as the `limit_sleeps` table
+/// keeps it (docs/ledger.md#tables, docs/limits.md#sleep-policy).
+#[derive(Debug, Clone)]
+pub struct LimitSleep<'a> {
+    /// The run that slept.
+    pub run_id: Uuid,
+    /// The item whose call hit the limit, if any.
+    pub item_id: Option<i64>,
+    /// The agent kind (`claude`, `codex`, `command`).
+    pub agent: &'a str,
+    /// A usage limit (slept until its reset) or throttling (a short wait).
+    pub kind: crate::limit::LimitKind,
+    /// The agent's own words, redacted.
+    pub message: &'a str,
+    /// When the sleep began (UTC).
+    pub from: DateTime<Utc>,
+    /// When it ends (UTC).
+    pub until: DateTime<Utc>,
+    /// When the agent said the limit resets (UTC), if it said.
+    pub resets_at: Option<DateTime<Utc>>,
+}
+
 /// Records a usage-limit sleep.
 ///
 /// # Errors
 /// Database errors.
-#[allow(clippy::too_many_arguments)]
-pub async fn record_limit_sleep(
-    pool: &PgPool,
-    run: Uuid,
-    item_id: Option<i64>,
-    agent: &str,
-    kind: &str,
-    message: &str,
-    from: DateTime<Utc>,
-    until: DateTime<Utc>,
-    resets_at: Option<DateTime<Utc>>,
-) -> Result<()> {
+pub async fn record_limit_sleep(pool: &PgPool, s: &LimitSleep<'_>) -> Result<()> {
     sqlx::query("INSERT INTO limit_sleeps (run_id, run_item_id, agent, kind, message, slept_from, slept_until, resets_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
-        .bind(run)
-        .bind(item_id)
-        .bind(agent)
-        .bind(kind)
-        .bind(pg(message))
-        .bind(from)
-        .bind(until)
-        .bind(resets_at)
+        .bind(s.run_id)
+        .bind(s.item_id)
+        .bind(s.agent)
+        .bind(s.kind.as_str())
+        .bind(pg(s.message))
+        .bind(s.from)
+        .bind(s.until)
+        .bind(s.resets_at)
         .execute(pool)
         .await?;
     Ok(())
@@ -880,36 +891,48 @@ pub struct PrRow {
     pub contract_sha: String,
 }
 
+/// The PR row of an item's branch, as [`upsert_pr`] writes it
+/// (docs/ledger.md#tables, docs/github.md#pull-requests).
+#[derive(Debug, Clone)]
+pub struct PrUpsert<'a> {
+    /// Repository identity.
+    pub repo: &'a str,
+    /// Item key.
+    pub key: &'a str,
+    /// The contract the branch was made under.
+    pub contract_sha: &'a str,
+    /// The run that writes the row.
+    pub run: Uuid,
+    /// The pushed branch.
+    pub branch: &'a str,
+    /// PR number, once GitHub made it (`None` keeps a known one).
+    pub number: Option<u64>,
+    /// PR URL, once GitHub made it (`None` keeps a known one).
+    pub url: Option<&'a str>,
+    /// Where its PR stands.
+    pub state: PrRecord,
+    /// The PR body (kept to open the PR later).
+    pub body: &'a str,
+}
+
 /// Upserts the PR row of an item's branch.
 ///
 /// # Errors
 /// Database errors.
-#[allow(clippy::too_many_arguments)]
-pub async fn upsert_pr(
-    pool: &PgPool,
-    repo: &str,
-    key: &str,
-    contract_sha: &str,
-    run: Uuid,
-    branch: &str,
-    number: Option<u64>,
-    url: Option<&str>,
-    state: PrRecord,
-    body: &str,
-) -> Result<()> {
+pub async fn upsert_pr(pool: &PgPool, p: &PrUpsert<'_>) -> Result<()> {
     sqlx::query(
         "INSERT INTO pull_requests (repo, item_key, contract_sha, run_id, branch, number, url, state, body, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now(), now()) \
          ON CONFLICT (repo, item_key, branch) DO UPDATE SET number = coalesce(EXCLUDED.number, pull_requests.number), url = coalesce(EXCLUDED.url, pull_requests.url), state = EXCLUDED.state, body = EXCLUDED.body, contract_sha = EXCLUDED.contract_sha, run_id = EXCLUDED.run_id, updated_at = now()",
     )
-    .bind(repo)
-    .bind(key)
-    .bind(contract_sha)
-    .bind(run)
-    .bind(branch)
-    .bind(number.map(|n| n as i64))
-    .bind(url)
-    .bind(state)
-    .bind(pg(body))
+    .bind(p.repo)
+    .bind(p.key)
+    .bind(p.contract_sha)
+    .bind(p.run)
+    .bind(p.branch)
+    .bind(p.number.map(|n| n as i64))
+    .bind(p.url)
+    .bind(p.state)
+    .bind(pg(p.body))
     .execute(pool)
     .await?;
     Ok(())

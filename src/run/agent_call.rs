@@ -1,0 +1,289 @@
+//! One agent call of a round (docs/loop.md#writer, docs/loop.md#review):
+//! the call itself, its record in the ledger, the item's token and cost caps
+//! (docs/loop.md#budgets), the sleep until a usage limit resets and short
+//! waits out of throttling (docs/limits.md#sleep-policy). A call that was
+//! cut short by a limit is made again and does not use up a round. It does
+//! not read what the agent said (the round does) nor run the agent (that is
+//! [`crate::agent`]).
+
+use std::time::Instant;
+
+use crate::agent::{self, Role};
+use crate::config::{self, AgentConfig};
+use crate::error::Error;
+use crate::ledger::records::{self as rec, ItemEnd};
+use crate::limit::{self, LimitKind, LimitReading};
+use crate::outcome::Outcome;
+use crate::schedule;
+
+use super::round::Round;
+use super::{MAX_THROTTLE_RETRIES, Night, local, sleep_policy};
+
+/// How an agent call ended for the round.
+pub(super) enum Called {
+    /// The agent answered; the round reads its report.
+    Done(Box<agent::Report>),
+    /// The item ends here (timeout, budget, signal, deadline, an agent that
+    /// cannot start).
+    Stop(ItemEnd),
+}
+
+/// The config of the agent that plays `role`.
+fn agent_config(night: &Night, role: Role) -> &AgentConfig {
+    match role {
+        Role::Writer => &night.config.writer,
+        Role::Reviewer => &night.config.reviewer,
+    }
+}
+
+/// Calls the agent of `role` in round `r`, sleeping at usage limits and
+/// waiting out throttling (at most [`MAX_THROTTLE_RETRIES`] times) in
+/// between; the interrupted call does not use up a round
+/// (docs/limits.md#sleep-policy).
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, Error> {
+    let night = r.item.night;
+    let mut attempt = 0u32;
+    let mut throttles = 0u32;
+    loop {
+        attempt += 1;
+        let left = r.st.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let why = format!("the item timeout was reached during round {}", r.n);
+            return Ok(Called::Stop(r.end(Outcome::TimedOut, why)));
+        }
+        let call = agent_call(r, role, attempt, left);
+        let report = match agent::call(agent_config(night, role), &call, &night.cancel).await {
+            Ok(report) => report,
+            // The same executable would fail every item: the run stops
+            // and is resumed once it is fixed.
+            Err(e) => {
+                let why = night.redact(&format!(
+                    "{e}; fix [{}] command in the config or the agent's installation",
+                    role.as_str()
+                ));
+                night.stop_systemic(&why);
+                return Ok(Called::Stop(r.end(Outcome::Error, why)));
+            }
+        };
+        if let Some(end) = count(r, role, &report).await? {
+            return Ok(Called::Stop(end));
+        }
+        if let Some(reading) = report.limit.clone() {
+            let waited = match reading.kind {
+                LimitKind::UsageLimit => Some(usage_limit(r, role, &reading).await?),
+                LimitKind::Transient if throttles < MAX_THROTTLE_RETRIES => {
+                    throttles += 1;
+                    Some(throttled(r, role, &reading).await?)
+                }
+                _ => None,
+            };
+            match waited {
+                Some(Some(end)) => return Ok(Called::Stop(end)),
+                Some(None) => continue,
+                None => {}
+            }
+        }
+        if report.outcome.timed_out {
+            let why = format!(
+                "the {} call of round {} was killed after {}",
+                role.as_str(),
+                r.n,
+                config::format_duration(call.timeout)
+            );
+            return Ok(Called::Stop(r.end(Outcome::TimedOut, why)));
+        }
+        return Ok(Called::Done(Box::new(report)));
+    }
+}
+
+/// The call of attempt `attempt`, given `left` of the item's time.
+fn agent_call(r: &Round<'_>, role: Role, attempt: u32, left: std::time::Duration) -> agent::Call {
+    let (item, night) = (r.item, r.item.night);
+    let c = &item.entry.contract;
+    // The reviewer sees the contract only; the writer also what went wrong.
+    let feedback = match role {
+        Role::Writer => r.st.feedback.clone(),
+        Role::Reviewer => String::new(),
+    };
+    agent::Call {
+        role,
+        round: r.n,
+        prompt: agent::compose_prompt(role, c, &feedback, &item.slot.base_commit),
+        contract_json: item.contract_json.clone(),
+        feedback,
+        cwd: item.slot.path.clone(),
+        // The caps sealed in the approved contract, not the config of the moment.
+        timeout: c.limits.agent_timeout().min(left),
+        env: night.agent_env.clone(),
+        tz: night.tz,
+        log_dir: agent::call_dir(item.dir, r.n, role, attempt),
+        secrets: night.secrets.clone(),
+        run_as: night.run_as.clone(),
+        max_output: night.config.max_agent_output,
+    }
+}
+
+/// Records the call and counts its tokens and cost; the item's end when a
+/// signal came during it or it went over the contract's caps
+/// (docs/loop.md#budgets).
+async fn count(
+    r: &mut Round<'_>,
+    role: Role,
+    report: &agent::Report,
+) -> Result<Option<ItemEnd>, Error> {
+    let night = r.item.night;
+    let kind = agent_config(night, role).kind.to_string();
+    let (item_id, round_id) = (r.item.item_id, r.id);
+    night
+        .db(|| {
+            rec::record_agent_call(
+                &night.pool,
+                item_id,
+                Some(round_id),
+                role.as_str(),
+                &kind,
+                report,
+            )
+        })
+        .await?;
+    let totals = &mut r.st.totals;
+    totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
+    if let Some(cost) = report.usage.cost_usd {
+        totals.cost += cost;
+        totals.cost_known = true;
+    }
+    let caps = &r.item.entry.contract.limits;
+    let totals = &r.st.totals;
+    let why = if night.cancel.is_cancelled() {
+        let why = format!(
+            "stopped by a signal during the {} call of round {}",
+            role.as_str(),
+            r.n
+        );
+        return Ok(Some(r.end(Outcome::Interrupted, why)));
+    } else if totals.tokens > caps.max_tokens.value {
+        format!(
+            "{} tokens used, above the cap of {}",
+            totals.tokens, caps.max_tokens.value
+        )
+    } else if totals.cost_known && totals.cost > caps.max_cost_usd.value {
+        format!(
+            "${:.2} spent, above the item cap of ${:.2}",
+            totals.cost, caps.max_cost_usd.value
+        )
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(r.end(Outcome::BudgetExceeded, why)))
+}
+
+/// Sleeps until the agent's usage limit resets (docs/limits.md#sleep-policy);
+/// the item's end when the reset comes after the deadline or a signal ends
+/// the sleep. The sleep moves the item's timeout on: it is not work time.
+async fn usage_limit(
+    r: &mut Round<'_>,
+    role: Role,
+    reading: &LimitReading,
+) -> Result<Option<ItemEnd>, Error> {
+    let (night, run_id, item_id) = (r.item.night, r.item.run_id, r.item.item_id);
+    let pool = &night.pool;
+    let cfg = agent_config(night, role);
+    let kind = cfg.kind.to_string();
+    let now = night.clock.now();
+    let message = night.redact(&reading.message);
+    let sleep = limit::sleep_for(reading, now, &sleep_policy(&night.config.limits));
+    let until = now + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1));
+    if until >= night.deadline {
+        // No sleep is taken (nor recorded): the run stops now.
+        let reset = reading
+            .resets_at
+            .map(|t| local(t, night.tz))
+            .unwrap_or_else(|| "an unknown time".into());
+        night.db(|| rec::event(pool, Some(run_id), "usage_limit_after_deadline", serde_json::json!({"agent": cfg.kind.to_string(), "resets_at": reading.resets_at, "message": night.redact(&reading.message)}))).await?;
+        let why = format!(
+            "the {} agent's usage limit resets at {reset}, after the deadline {}",
+            role.as_str(),
+            local(night.deadline, night.tz)
+        );
+        return Ok(Some(r.end(Outcome::Deadline, why)));
+    }
+    let limit_sleep = rec::LimitSleep {
+        run_id,
+        item_id: Some(item_id),
+        agent: &kind,
+        kind: LimitKind::UsageLimit,
+        message: &message,
+        from: now,
+        until,
+        resets_at: reading.resets_at,
+    };
+    night
+        .db(|| rec::record_limit_sleep(pool, &limit_sleep))
+        .await?;
+    night
+        .db(|| rec::set_sleeping(pool, run_id, until, &kind))
+        .await?;
+    tracing::info!(until = %until, agent = %cfg.kind, "usage limit: sleeping until reset");
+    let slept_from = Instant::now();
+    let slept = schedule::sleep_until(
+        night.clock.as_ref(),
+        until,
+        &night.cancel,
+        schedule::DEFAULT_SLICE,
+    )
+    .await;
+    // Sleeping at a limit is not the item's work time: its timeout moves on.
+    r.st.deadline += slept_from.elapsed();
+    if slept == schedule::SleepOutcome::Cancelled {
+        let why = "stopped by a signal while sleeping at a usage limit".to_string();
+        return Ok(Some(r.end(Outcome::Interrupted, why)));
+    }
+    let key = r.item.entry.item.key.as_str();
+    night
+        .db(|| rec::set_phase(pool, run_id, role.phase(), Some(key), Some(r.n)))
+        .await?;
+    Ok(None)
+}
+
+/// Waits out throttling for the time the reading asks (bounded by the sleep
+/// policy); the item's end when a signal ends the wait.
+async fn throttled(
+    r: &mut Round<'_>,
+    role: Role,
+    reading: &LimitReading,
+) -> Result<Option<ItemEnd>, Error> {
+    let night = r.item.night;
+    let kind = agent_config(night, role).kind.to_string();
+    let now = night.clock.now();
+    let message = night.redact(&reading.message);
+    let wait = limit::sleep_for(reading, now, &sleep_policy(&night.config.limits));
+    let until = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
+    let limit_sleep = rec::LimitSleep {
+        run_id: r.item.run_id,
+        item_id: Some(r.item.item_id),
+        agent: &kind,
+        kind: LimitKind::Transient,
+        message: &message,
+        from: now,
+        until,
+        resets_at: None,
+    };
+    night
+        .db(|| rec::record_limit_sleep(&night.pool, &limit_sleep))
+        .await?;
+    let slept = schedule::sleep_until(
+        night.clock.as_ref(),
+        until,
+        &night.cancel,
+        schedule::DEFAULT_SLICE,
+    )
+    .await;
+    if slept == schedule::SleepOutcome::Cancelled {
+        let why = "stopped by a signal while waiting out throttling".to_string();
+        return Ok(Some(r.end(Outcome::Interrupted, why)));
+    }
+    Ok(None)
+}

@@ -1,0 +1,448 @@
+//! A run: one approved plan drained item by item (docs/loop.md,
+//! docs/commands.md).
+//!
+//! This module holds the run's types ([`Night`], what the run needs from
+//! the outside world; [`Selection`]; [`RunEnd`]) and the walk over the plan
+//! ([`drain`]): it records the run under its approval (or takes up the
+//! crashed run it resumes) and takes each entry in backlog order, stopping
+//! at the deadline, a signal or a failure of the environment (the run ends
+//! `crashed`, for the next drain to resume, docs/loop.md#run-statuses).
+//! It does not run an item: the checks before the checkout, the checkout
+//! and the rounds are [`item`], one round is [`round`] (a state machine),
+//! shipping is [`ship`], an agent call with its limit sleeps is
+//! [`agent_call`], and the ledger wait and the lock are [`night`]. The
+//! backends (agents, git, GitHub, PostgreSQL) live in their own modules.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde_json::json;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::approval::{Approval, Refusal};
+use crate::config::{self, Config};
+use crate::contract::{Plan, PlanEntry};
+use crate::error::Error;
+use crate::forge::Forge;
+use crate::ledger::records::{self as rec, ItemEnd};
+use crate::limit;
+use crate::outcome::{Outcome, RunKind, RunStatus};
+use crate::report;
+use crate::schedule;
+use crate::slot;
+
+mod agent_call;
+mod checks;
+mod item;
+mod night;
+mod round;
+mod ship;
+
+/// Rounds in a row with the same diff and the same failure that mean no
+/// progress (docs/loop.md#no-progress).
+pub const NO_PROGRESS_ROUNDS: usize = 3;
+
+/// GitHub's limit on one file (bytes); larger files make a push fail.
+pub const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
+
+/// Short retries of a throttled call before it counts as a failure.
+const MAX_THROTTLE_RETRIES: u32 = 5;
+
+/// What a run needs from the outside world, resolved by the CLI.
+pub struct Night {
+    /// The user's repository root (never written to).
+    pub repo: PathBuf,
+    /// Repository identity in the ledger and for the lock (its remote URL, see `cli::repo_id`).
+    pub repo_id: String,
+    /// The config.
+    pub config: Config,
+    /// The snapshot's plan.
+    pub plan: Plan,
+    /// Ledger pool.
+    pub pool: PgPool,
+    /// Resolved zone.
+    pub tz: Tz,
+    /// Deadline (UTC).
+    pub deadline: DateTime<Utc>,
+    /// Data directory (slots, logs).
+    pub data_dir: PathBuf,
+    /// GitHub, when a token and a GitHub repo are known.
+    pub forge: Option<Forge>,
+    /// Why there is no forge (shown in the report).
+    pub forge_missing: Option<String>,
+    /// Set once GitHub stayed unreachable after the forge's retries: later
+    /// items do their work without waiting for it again, and their pushed
+    /// branches are recorded `pr_failed` (retried by the next run).
+    pub forge_down: std::sync::Mutex<Option<String>>,
+    /// The GitHub token, kept in memory only (used by `git push` through the
+    /// askpass helper).
+    pub token: Option<crate::secret::Secret>,
+    /// Environment of agent calls (no tokens, no ledger URL, no secrets).
+    pub agent_env: BTreeMap<String, String>,
+    /// Environment of gate commands (agent env + `gate_env`).
+    pub gate_env: BTreeMap<String, String>,
+    /// Secret values to redact.
+    pub secrets: Vec<String>,
+    /// Unprivileged account for agents and gates.
+    pub run_as: Option<crate::process::RunAs>,
+    /// Cancelled on SIGINT/SIGTERM.
+    pub cancel: CancellationToken,
+    /// Clock (injectable for tests of sleeps).
+    pub clock: std::sync::Arc<dyn schedule::Clock>,
+    /// The branches this run pushed, with the files each changes: a later
+    /// PR touching the same files says so (merge order).
+    pub pushed: std::sync::Mutex<Vec<report::Overlap>>,
+    /// Set once the remote could not be fetched: later items are not tried
+    /// against it (each would wait out the same network timeout).
+    pub remote_down: std::sync::Mutex<Option<String>>,
+    /// The remote's (fetch URL, push URL) as they were when the run started;
+    /// every item fetches and pushes there.
+    pub remote_urls: (String, String),
+    /// The connected ledger, to reconnect and take the lock again after an
+    /// outage (docs/ledger.md#outage-wait).
+    pub ledger: crate::ledger::Ledger,
+    /// Where the ledger lives (an embedded cluster is restarted by the run
+    /// that finds it dead).
+    pub db_source: crate::ledger::DbSource,
+    /// The one-drain-per-repo lock; `None` only after it was lost.
+    pub lock: tokio::sync::Mutex<Option<crate::ledger::RepoLock>>,
+    /// The hold on the repository's checkouts under the data directory; also
+    /// how the run notices that directory was removed or filled up.
+    pub slots_lock: Option<slot::SlotsLock>,
+    /// Set when something outside the items stops the run (an agent that
+    /// cannot be started, a data directory that is full, read-only or gone):
+    /// the current item is recorded `interrupted`, the run `crashed`, and
+    /// the next `drain` resumes it once the cause is fixed.
+    pub systemic: std::sync::Mutex<Option<String>>,
+}
+
+/// How long a run waits for a ledger that stopped answering before it gives
+/// up (docs/ledger.md#outage-wait): enough for a restart, a failover or an upgrade of the
+/// server. A signal or the deadline ends the wait sooner.
+pub const LEDGER_PATIENCE: Duration = Duration::from_secs(30 * 60);
+
+/// Which items to run.
+#[derive(Debug, Clone)]
+pub enum Selection {
+    /// Every item of the plan (`drain`).
+    All,
+    /// One item by plan index (`run`).
+    One(usize),
+}
+
+impl Selection {
+    /// The plan index of the one item, for `run`.
+    pub fn item(&self) -> Option<usize> {
+        match self {
+            Selection::All => None,
+            Selection::One(i) => Some(*i),
+        }
+    }
+}
+
+/// How the run ended, for the CLI.
+#[derive(Debug)]
+pub struct RunEnd {
+    /// Run id.
+    pub run_id: Uuid,
+    /// Final status.
+    pub status: RunStatus,
+    /// How the command ends: `Ok` when the run completed (or the deadline
+    /// stopped it) without a failed item, else [`Error::RunEnded`].
+    pub result: Result<(), Error>,
+    /// What outside the items stopped the run (status `crashed`), if anything.
+    pub stopped_by: Option<String>,
+}
+
+/// Drains the plan (or one item of it) under an approval.
+///
+/// The caller holds the repository lock. `resume` is a crashed run whose
+/// approval is still valid: the new run takes it up without consuming
+/// another approval and skips the items that run finished.
+///
+/// # Errors
+/// Refusals (exit 3) and systemic failures (exit 1) as [`Error`]; item
+/// failures are outcomes, not errors.
+pub async fn drain(
+    night: &Night,
+    selection: Selection,
+    approval: &Approval,
+    approved: &[String],
+    resume: Option<&rec::RunRow>,
+) -> Result<RunEnd, Error> {
+    let pool = &night.pool;
+    let kind = match selection {
+        Selection::All => RunKind::Drain,
+        Selection::One(_) => RunKind::Run,
+    };
+    let run_id = open_run(night, kind, approval, resume).await?;
+    let mut walk = Walk {
+        night,
+        run_id,
+        approved,
+        resumed_from: resume.map(|r| r.id).unwrap_or_default(),
+        finished_before: finished_before(night, resume).await?,
+        failures: 0,
+        run_cost: 0.0,
+        status: RunStatus::Completed,
+        stopped_by: None,
+    };
+    let entries: Vec<&PlanEntry> = match selection {
+        Selection::All => night.plan.entries.iter().collect(),
+        Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == i).collect(),
+    };
+    for entry in entries {
+        if !walk.entry(entry).await? {
+            break;
+        }
+    }
+    let (status, stopped_by) = (walk.status, walk.stopped_by);
+    if let Some(why) = &stopped_by {
+        night
+            .db(|| rec::event(pool, Some(run_id), "run_stopped", json!({"reason": why})))
+            .await?;
+    }
+    let result = Error::of_run(status, walk.failures);
+    let code = crate::error::exit_code(&result);
+    night
+        .db(|| rec::finish_run(pool, run_id, status, code as i32))
+        .await?;
+    Ok(RunEnd {
+        run_id,
+        status,
+        result,
+        stopped_by,
+    })
+}
+
+/// Records the new run (consuming the approval unless it resumes `resume`)
+/// and its start; an approval another run used is refused.
+async fn open_run(
+    night: &Night,
+    kind: RunKind,
+    approval: &Approval,
+    resume: Option<&rec::RunRow>,
+) -> Result<Uuid, Error> {
+    let pool = &night.pool;
+    let Some(run_id) = rec::create_run(
+        pool,
+        &rec::NewRun {
+            repo: &night.repo_id,
+            kind,
+            plan_sha: &night.plan.sha,
+            approval_id: approval.id,
+            consume: resume.is_none(),
+            resumes: resume.map(|r| r.id),
+            deadline: night.deadline,
+            timezone: night.tz.name(),
+        },
+    )
+    .await?
+    else {
+        let run = night
+            .db(|| rec::approval_used_by(&night.pool, approval.id))
+            .await?
+            .unwrap_or_default();
+        return Err(Refusal::Used {
+            sha: approval
+                .plan_sha
+                .clone()
+                .or(approval.contract_sha.clone())
+                .unwrap_or_default(),
+            run,
+        }
+        .into());
+    };
+    night.db(|| rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline}))).await?;
+    Ok(run_id)
+}
+
+/// Items the crashed run `resume` finished, carried over as they ended
+/// (docs/ledger.md#outage-wait): an interrupted item runs again, a pushed
+/// one without its PR gets it.
+async fn finished_before(
+    night: &Night,
+    resume: Option<&rec::RunRow>,
+) -> Result<BTreeMap<String, rec::ItemRow>, Error> {
+    let Some(r) = resume else {
+        return Ok(BTreeMap::new());
+    };
+    Ok(night
+        .db(|| rec::run_items(&night.pool, r.id))
+        .await?
+        .into_iter()
+        .filter(|i| i.outcome.is_some_and(|o| !o.resumes()))
+        .map(|i| (i.item_key.clone(), i))
+        .collect())
+}
+
+/// The walk over the plan: what the items so far came to.
+struct Walk<'a> {
+    night: &'a Night,
+    run_id: Uuid,
+    approved: &'a [String],
+    /// The crashed run this one resumes (nil when none).
+    resumed_from: Uuid,
+    finished_before: BTreeMap<String, rec::ItemRow>,
+    /// Items that failed the run.
+    failures: usize,
+    /// What the items spent so far (USD).
+    run_cost: f64,
+    status: RunStatus,
+    /// What outside the items stopped the run, if anything.
+    stopped_by: Option<String>,
+}
+
+impl Walk<'_> {
+    /// Runs (or records without running) one plan entry; `false` when the
+    /// run stops after it (or before it).
+    async fn entry(&mut self, entry: &PlanEntry) -> Result<bool, Error> {
+        let (night, pool, run_id) = (self.night, &self.night.pool, self.run_id);
+        if night.cancel.is_cancelled() {
+            self.status = RunStatus::StoppedSignal;
+            return Ok(false);
+        }
+        let carried_over = self.finished_before.get(&entry.item.key).cloned();
+        // Before work starts: the lock still ours, the data directory still
+        // usable. A run that cannot write its checkouts stops here rather
+        // than fail every item in turn.
+        if carried_over.is_none() {
+            night.hold_lock().await?;
+            if let Some(why) = night.systemic_problem() {
+                self.status = RunStatus::Crashed;
+                self.stopped_by = Some(why);
+                return Ok(false);
+            }
+        }
+        let item_id = night
+            .db(|| {
+                rec::start_item(
+                    pool,
+                    run_id,
+                    &entry.item.key,
+                    &entry.contract_sha,
+                    entry.index,
+                    &entry.item.title,
+                )
+            })
+            .await?;
+        let end = match carried_over {
+            Some(prev) => carried(&prev, self.resumed_from),
+            None => self.run_item(entry, item_id).await?,
+        };
+        if end.outcome.fails_run() {
+            self.failures += 1;
+        }
+        night.db(|| rec::finish_item(pool, item_id, &end)).await?;
+        let what = json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason});
+        night
+            .db(|| rec::event(pool, Some(run_id), "item_finished", what.clone()))
+            .await?;
+        Ok(!self.status.fails_run())
+    }
+
+    /// Runs one entry this run has not finished, unless the deadline
+    /// passed; sets the run's status from how it ended.
+    async fn run_item(&mut self, entry: &PlanEntry, item_id: i64) -> Result<ItemEnd, Error> {
+        let night = self.night;
+        if self.status == RunStatus::StoppedDeadline || night.clock.now() >= night.deadline {
+            self.status = RunStatus::StoppedDeadline;
+            return Ok(ItemEnd {
+                reason: Some(format!(
+                    "not started before the deadline {}",
+                    local(night.deadline, night.tz)
+                )),
+                ..ItemEnd::of(Outcome::Deadline)
+            });
+        }
+        let (run_id, approved) = (self.run_id, self.approved);
+        let mut end =
+            item::one_item(night, run_id, item_id, entry, approved, &mut self.run_cost).await?;
+        self.systemic(&mut end);
+        if end.outcome == Outcome::Deadline {
+            self.status = RunStatus::StoppedDeadline;
+        }
+        if end.outcome == Outcome::Interrupted && self.status != RunStatus::Crashed {
+            self.status = RunStatus::StoppedSignal;
+        }
+        Ok(end)
+    }
+
+    /// A failure the environment caused (the disk filled up, the data
+    /// directory went away, the agent's executable vanished) is not the
+    /// item's: it is not an attempt of it, and the run stops, to be resumed
+    /// once the cause is fixed.
+    fn systemic(&mut self, end: &mut ItemEnd) {
+        if !end.outcome.fails_run() || end.outcome == Outcome::PrFailed {
+            return;
+        }
+        let Some(why) = self.night.systemic_problem() else {
+            return;
+        };
+        let own = end
+            .reason
+            .take()
+            .filter(|r| !r.is_empty() && !why.contains(r.as_str()));
+        end.outcome = Outcome::Interrupted;
+        end.reason = Some(format!(
+            "stopped: {why}{}",
+            own.map(|r| format!(" (the item's own error: {r})"))
+                .unwrap_or_default()
+        ));
+        self.status = RunStatus::Crashed;
+        self.stopped_by = Some(why);
+    }
+}
+
+/// The end of an item the crashed run `from` finished, as this run records
+/// it. Its reason starts with [`rec::CARRIED_REASON`], so `max_attempts`
+/// counts the attempt once, not once per resume.
+fn carried(prev: &rec::ItemRow, from: Uuid) -> ItemEnd {
+    ItemEnd {
+        // Always set: only items that ended are carried over.
+        outcome: prev.outcome.unwrap_or(Outcome::Error),
+        reason: Some(format!(
+            "{} {from}{}",
+            rec::CARRIED_REASON,
+            prev.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        )),
+        question: prev.question.clone(),
+        branch: prev.branch.clone(),
+        pr_number: prev.pr_number.map(|n| n as u64),
+        pr_url: prev.pr_url.clone(),
+        rounds: prev.rounds.max(0) as u32,
+        tokens: prev.tokens.max(0) as u64,
+        cost_usd: prev.cost_usd,
+        pr_body: prev.pr_body.clone(),
+    }
+}
+
+fn local(t: DateTime<Utc>, tz: Tz) -> String {
+    t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string()
+}
+
+/// Per-item running totals.
+#[derive(Default)]
+struct Totals {
+    tokens: u64,
+    cost: f64,
+    cost_known: bool,
+}
+
+/// The sleep policy (docs/limits.md#sleep-policy) from the config's limits.
+pub fn sleep_policy(l: &config::Limits) -> limit::SleepPolicy {
+    limit::SleepPolicy {
+        buffer: l.limit_buffer,
+        min: l.limit_sleep_min,
+        max: l.limit_sleep_max,
+        ..limit::SleepPolicy::default()
+    }
+}

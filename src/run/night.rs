@@ -1,0 +1,254 @@
+//! What every item of a run shares through [`Night`]: the wait for a ledger
+//! that stopped answering and the retaking of the repository lock after it
+//! (docs/ledger.md#outage-wait, docs/ledger.md#locking), the systemic stop
+//! (a cause outside the items that ends the run as `crashed`), GitHub marked
+//! down for the rest of the run, and redaction. It does not decide what an
+//! item does; the walk over the plan is in [`super::drain`].
+
+use std::time::{Duration, Instant};
+
+use crate::config;
+use crate::error::Error;
+
+use super::{LEDGER_PATIENCE, Night};
+
+impl Night {
+    /// Runs the ledger call `f`. When the ledger stopped answering
+    /// ([`crate::ledger::is_outage`]) the run waits for it — restarting the
+    /// embedded cluster if that is the ledger, taking the repository lock
+    /// again — and runs `f` again: a restart of PostgreSQL during a night
+    /// costs a pause, not the item's work (docs/ledger.md#outage-wait).
+    ///
+    /// # Errors
+    /// A query error as [`Error`]; an outage that outlasts
+    /// [`LEDGER_PATIENCE`], the deadline or a signal as an [`Error`] saying
+    /// the next drain resumes the run.
+    pub async fn db<T, Fut>(&self, f: impl Fn() -> Fut) -> Result<T, Error>
+    where
+        Fut: std::future::Future<Output = sqlx::Result<T>>,
+    {
+        let mut waiting: Option<Instant> = None;
+        loop {
+            match f().await {
+                Ok(v) => return Ok(v),
+                Err(e) if crate::ledger::is_outage(&e) => {
+                    self.wait_for_ledger(e, &mut waiting).await?
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Waits until the ledger answers again after `e`; `since` is when this
+    /// outage began (set on the first call). Returns when it is back and the
+    /// lock is ours again.
+    async fn wait_for_ledger(
+        &self,
+        e: sqlx::Error,
+        since: &mut Option<Instant>,
+    ) -> Result<(), Error> {
+        let began = *since.get_or_insert_with(|| {
+            let msg = format!(
+                "the ledger ({}) stopped answering: {}; the run waits for it (at most {}, or until the deadline or a signal)",
+                self.db_source.describe(),
+                outage_text(&e),
+                config::format_duration(LEDGER_PATIENCE)
+            );
+            tracing::info!("{msg}");
+            let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("warning: {msg}\n"));
+            Instant::now()
+        });
+        let mut pause = Duration::from_millis(500);
+        let mut last = e;
+        loop {
+            let give_up = if self.cancel.is_cancelled() {
+                Some("a signal came")
+            } else if self.clock.now() >= self.deadline {
+                Some("the deadline passed")
+            } else if began.elapsed() >= LEDGER_PATIENCE {
+                Some("it stayed away too long")
+            } else {
+                None
+            };
+            if let Some(why) = give_up {
+                return Err(Error::failed(format!(
+                    "ledger: the database stopped answering ({}) and {why} while the run waited for it; {}. Nothing recorded is lost: once it is back, `nightshift drain` resumes this run",
+                    outage_text(&last),
+                    self.db_source.describe()
+                )));
+            }
+            self.restart_embedded().await;
+            // The pool itself may wait a while for a connection: a signal
+            // does not wait with it.
+            let probe = tokio::select! {
+                r = sqlx::query("SELECT 1").execute(&self.pool) => Some(r),
+                () = self.cancel.cancelled() => None,
+            };
+            match probe {
+                Some(Ok(_)) => {
+                    self.retake_lock().await?;
+                    let msg = format!(
+                        "the ledger answers again after {}; the run goes on",
+                        config::format_duration(Duration::from_secs(
+                            began.elapsed().as_secs().max(1)
+                        ))
+                    );
+                    tracing::info!("{msg}");
+                    let _ = std::io::Write::write_fmt(
+                        &mut std::io::stderr(),
+                        format_args!("note: {msg}\n"),
+                    );
+                    return Ok(());
+                }
+                Some(Err(err)) => last = err,
+                None => continue,
+            }
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.cancel.cancelled() => {}
+            }
+            pause = (pause * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    /// Starts the ledger's cluster again when it is our own private one
+    /// (docs/ledger.md#embedded-default) and it died (a crash, an OOM kill).
+    async fn restart_embedded(&self) {
+        let crate::ledger::DbSource::Embedded { data_dir } = &self.db_source else {
+            return;
+        };
+        match crate::ledger::embedded::Cluster::resolve(
+            data_dir,
+            &crate::ledger::embedded::process_env,
+        )
+        .await
+        {
+            Ok(c) => {
+                if let Err(err) = c.start().await {
+                    tracing::warn!("restarting the embedded database failed: {err}");
+                }
+            }
+            Err(err) => tracing::warn!("the embedded database: {err}"),
+        }
+    }
+
+    /// Checks that the repository lock is still this run's (a server restart
+    /// drops it with its connection) and takes it again if it is not.
+    ///
+    /// # Errors
+    /// Another run took the lock meanwhile (this run must stop: both would
+    /// do the same items), or the ledger stays away (see [`Night::db`]).
+    pub async fn hold_lock(&self) -> Result<(), Error> {
+        let held = match self.lock.lock().await.as_mut() {
+            Some(l) => l.still_held().await,
+            None => Ok(false),
+        };
+        match held {
+            Ok(true) => Ok(()),
+            Ok(false) => self.retake_lock().await,
+            // Its connection is gone: the server restarted or is away.
+            Err(_) => {
+                self.db(|| sqlx::query("SELECT 1").execute(&self.pool))
+                    .await?;
+                self.retake_lock().await
+            }
+        }
+    }
+
+    /// Takes the repository lock again if this run no longer holds it.
+    async fn retake_lock(&self) -> Result<(), Error> {
+        let mut guard = self.lock.lock().await;
+        if let Some(l) = guard.as_mut()
+            && matches!(l.still_held().await, Ok(true))
+        {
+            return Ok(());
+        }
+        *guard = None;
+        match self
+            .ledger
+            .try_lock_repo(&self.repo_id, &crate::ledger::HolderInfo::current())
+            .await
+        {
+            Ok(crate::ledger::RepoLockAttempt::Acquired(l)) => {
+                *guard = Some(l);
+                Ok(())
+            }
+            Ok(crate::ledger::RepoLockAttempt::Held { holder }) => Err(Error::refused(format!(
+                "this run lost the lock of {} while the ledger was away, and another nightshift run took it ({}); this run stops so that the two do not do the same items",
+                self.repo.display(),
+                holder
+                    .map(|h| h.to_string())
+                    .unwrap_or_else(|| "another process".into())
+            ))),
+            Err(e) => Err(Error::Ledger {
+                detail: format!("taking the lock of {} again: {e}", self.repo.display()),
+                outage: false,
+                source: None,
+            }),
+        }
+    }
+
+    /// Records that the run must stop for `why` (see [`Night::systemic`]).
+    pub(super) fn stop_systemic(&self, why: &str) {
+        if let Ok(mut g) = self.systemic.lock() {
+            g.get_or_insert_with(|| why.to_string());
+        }
+    }
+
+    /// Why the run cannot go on, if it cannot: a cause already recorded, or
+    /// a data directory that is gone, read-only or full.
+    pub(super) fn systemic_problem(&self) -> Option<String> {
+        if let Some(why) = self.systemic.lock().ok().and_then(|g| g.clone()) {
+            return Some(why);
+        }
+        let why = self.slots_lock.as_ref().and_then(|l| l.check().err())?;
+        self.stop_systemic(&why);
+        Some(why)
+    }
+
+    /// Why GitHub is considered down for the rest of this run, if it is.
+    pub fn github_down(&self) -> Option<String> {
+        self.forge_down.lock().map(|g| g.clone()).unwrap_or(None)
+    }
+
+    pub(super) fn mark_github_down(&self, why: &str) {
+        if let Ok(mut g) = self.forge_down.lock() {
+            g.get_or_insert_with(|| why.to_string());
+        }
+    }
+
+    /// Runs blocking git work `f`, handing it a flag that turns true when
+    /// the night's signal arrives (so git is killed at once rather than
+    /// awaited, docs/limits.md#signals).
+    pub(super) async fn until_signal<T>(
+        &self,
+        f: impl FnOnce(std::sync::Arc<std::sync::atomic::AtomicBool>) -> T,
+    ) -> T {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            self.cancel.is_cancelled(),
+        ));
+        let (flag, cancel) = (stop.clone(), self.cancel.clone());
+        let watcher = tokio::spawn(async move {
+            cancel.cancelled().await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let out = tokio::task::block_in_place(|| f(stop));
+        watcher.abort();
+        out
+    }
+
+    /// Redacts every secret (token, ledger URL, configured secrets, and
+    /// every value [`crate::secret::remember`]ed, such as a password of the
+    /// remote's URL) from `s`, in every form [`crate::secret::Redactor`] knows.
+    pub fn redact(&self, s: &str) -> String {
+        crate::secret::Redactor::with_known(self.secrets.iter()).redact(s)
+    }
+}
+
+/// The server's own words for an outage, without the driver's decoration.
+fn outage_text(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => db.message().to_string(),
+        e => e.to_string(),
+    }
+}

@@ -1,0 +1,628 @@
+//! One round of an item's loop as a state machine (docs/loop.md#rounds):
+//! writer → proof → gate → review → decide, each step a function that takes
+//! the round ([`Round`]) and returns the next [`Step`]; decide leads to a
+//! retry (the next round, with feedback for the writer), to shipping
+//! ([`super::ship`]) or to the item's end. Every step records what it saw in
+//! the ledger before it returns. It does not start or end the item (that is
+//! [`super::item`]), call agents itself ([`super::agent_call`]) or push.
+
+use std::time::{Duration, Instant};
+
+use crate::agent::{self, Role};
+use crate::error::Error;
+use crate::gate::{self, GateRun};
+use crate::ledger::records::{self as rec, ItemEnd};
+use crate::outcome::{Outcome, Phase, RoundResult};
+use crate::proof::{Proof, RoundStart};
+use crate::report::RoundSummary;
+use crate::review::{self, Decision, Verdict};
+use crate::slot;
+
+use super::agent_call::{Called, call_agent};
+use super::item::{Item, Progress};
+use super::{MAX_FILE_BYTES, NO_PROGRESS_ROUNDS, checks, ship};
+
+/// One round: the item it belongs to, what the item's rounds gathered so
+/// far, and this round's number (from 1) and ledger id.
+pub(super) struct Round<'a> {
+    /// The item (fixed while it runs).
+    pub item: &'a Item<'a>,
+    /// What the item's rounds gathered (totals, feedback, history).
+    pub st: &'a mut Progress,
+    /// The round's number, from 1.
+    pub n: u32,
+    /// The round's row in the ledger.
+    pub id: i64,
+    /// When the round began (for its summary in the PR body).
+    pub started: Instant,
+}
+
+/// Where a round goes next; each variant carries what the steps before it
+/// produced.
+pub(super) enum Step {
+    /// The writer works (the first step).
+    Writer,
+    /// The writer answered: read its proof of work from git.
+    Proof(Box<Wrote>),
+    /// The proof holds: run the gate.
+    Gate(Box<Proved>),
+    /// The gate passed: the reviewer reads the change.
+    Review(Box<Gated>),
+    /// The reviewer answered: approve, retry or end.
+    Decide(Box<Reviewed>),
+    /// Approved: commit, push and open the PR.
+    Ship(Box<Approved>),
+    /// The next round, with this feedback for the writer.
+    Retry(String),
+    /// The item ends.
+    End(ItemEnd),
+}
+
+/// The writer's answer and the checkout as it was before.
+pub(super) struct Wrote {
+    report: agent::Report,
+    before: RoundStart,
+}
+
+/// The writer's answer and its proof of work.
+pub(super) struct Proved {
+    writer: agent::Report,
+    proof: Proof,
+}
+
+/// What passed the gate: the proof and the writer's tree the gate ran on.
+pub(super) struct Gated {
+    pub writer: agent::Report,
+    pub proof: Proof,
+    /// The tree of the writer's work (the gate's leftovers are not in it).
+    pub tree: String,
+    pub gates: Vec<GateRun>,
+}
+
+/// A gated change and the reviewer's answer.
+pub(super) struct Reviewed {
+    pub gated: Gated,
+    pub reviewer: agent::Report,
+}
+
+/// A change the reviewer approved, with its verdict held to the contract.
+pub(super) struct Approved {
+    pub reviewed: Reviewed,
+    pub verdict: Verdict,
+}
+
+/// A round that failed in a way the next round may fix
+/// (docs/loop.md#ship-or-retry).
+struct Failed {
+    /// The round's result.
+    outcome: Outcome,
+    /// The item's reason if no later round does better.
+    why: String,
+    /// The round's one line in the PR body.
+    note: String,
+    gate: Vec<GateRun>,
+    verdict: Option<Verdict>,
+    /// The failure's signature and the diff, for the no-progress rule.
+    sig: String,
+    diff_hash: String,
+    /// The item's reason when this makes no progress.
+    stuck: String,
+    /// What the writer is told in the next round.
+    feedback: String,
+}
+
+/// Runs round `n` of `item`: `None` when another round follows, else the
+/// item's end.
+///
+/// # Errors
+/// The ledger stays away (see [`super::Night::db`]).
+pub(super) async fn run(
+    item: &Item<'_>,
+    st: &mut Progress,
+    n: u32,
+) -> Result<Option<ItemEnd>, Error> {
+    let id = item
+        .night
+        .db(|| rec::start_round(&item.night.pool, item.item_id, n))
+        .await?;
+    let mut r = Round {
+        item,
+        st,
+        n,
+        id,
+        started: Instant::now(),
+    };
+    let mut step = Step::Writer;
+    loop {
+        step = match step {
+            Step::Writer => writer(&mut r).await?,
+            Step::Proof(w) => proof(&mut r, *w).await?,
+            Step::Gate(p) => gate(&mut r, *p).await?,
+            Step::Review(g) => review(&mut r, *g).await?,
+            Step::Decide(v) => decide(&mut r, *v).await?,
+            Step::Ship(a) => return ship::ship(&mut r, *a).await.map(Some),
+            Step::Retry(feedback) => {
+                r.st.feedback = feedback;
+                return Ok(None);
+            }
+            Step::End(end) => return Ok(Some(end)),
+        }
+    }
+}
+
+impl Round<'_> {
+    /// The item's end in this round.
+    pub fn end(&self, outcome: Outcome, reason: String) -> ItemEnd {
+        self.st.end(outcome, reason, self.n)
+    }
+
+    /// Records the phase the round is in.
+    pub async fn phase(&self, phase: Phase) -> Result<(), Error> {
+        let (night, key) = (self.item.night, self.item.entry.item.key.as_str());
+        night
+            .db(|| {
+                rec::set_phase(
+                    &night.pool,
+                    self.item.run_id,
+                    phase,
+                    Some(key),
+                    Some(self.n),
+                )
+            })
+            .await
+    }
+
+    /// Records the round as ended with `outcome`.
+    async fn close(
+        &self,
+        outcome: Outcome,
+        diff: Option<&str>,
+        sig: Option<&str>,
+        note: Option<&str>,
+    ) -> Result<(), Error> {
+        let result = RoundResult::Ended(outcome);
+        let night = self.item.night;
+        night
+            .db(|| rec::finish_round(&night.pool, self.id, result, diff, sig, note))
+            .await
+    }
+
+    /// Records the round as ended with `outcome` for `why`, and ends the item.
+    async fn close_and_end(
+        &self,
+        outcome: Outcome,
+        diff: Option<&str>,
+        why: String,
+    ) -> Result<Step, Error> {
+        self.close(outcome, diff, None, Some(&why)).await?;
+        Ok(Step::End(self.end(outcome, why)))
+    }
+
+    /// A failed round: its summary, then the next round, unless the last
+    /// [`NO_PROGRESS_ROUNDS`] rounds had the same diff and the same failure
+    /// (docs/loop.md#no-progress).
+    fn retry(&mut self, f: Failed) -> Step {
+        self.st.last_failure = (f.outcome, f.why);
+        self.st.rounds.push(RoundSummary {
+            n: self.n,
+            seconds: self.started.elapsed().as_secs(),
+            result: RoundResult::Ended(f.outcome),
+            note: f.note,
+            gate: f.gate,
+            verdict: f.verdict,
+        });
+        if checks::no_progress(&mut self.st.history, &f.diff_hash, &f.sig) {
+            return Step::End(self.end(Outcome::NoProgress, f.stuck));
+        }
+        Step::Retry(f.feedback)
+    }
+}
+
+/// The writer's call (docs/loop.md#writer), with what it may not reach
+/// watched around it; its findings are kept, its question ends the item.
+async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
+    let (item, n) = (r.item, r.n);
+    let (night, slot) = (item.night, item.slot);
+    r.phase(Phase::Writer).await?;
+    // The gate's restore and git's checkout leave files owned by the
+    // runner; hand the checkout back to the agent before it writes.
+    if n > 1
+        && let Some(why) = checks::grant_checkout(night, slot).await
+    {
+        return Ok(Step::End(r.st.end(Outcome::Error, why, n - 1)));
+    }
+    let before = match tokio::task::block_in_place(|| RoundStart::record(slot)) {
+        Ok(b) => b,
+        Err(e) => {
+            let why = format!("cannot read the checkout before round {n}: {e}");
+            return Ok(Step::End(r.end(Outcome::Error, why)));
+        }
+    };
+    // What the writer could reach besides its checkout: the remote, and
+    // the user's repository (its path is in the slot's alternates).
+    let token = item.token.as_deref();
+    let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token))
+        .map_err(|e| tracing::warn!("cannot list the remote's refs before the writer: {e}"))
+        .ok();
+    let user_git_before = slot::git_dir_fingerprint(&night.repo);
+    let report = match call_agent(r, Role::Writer).await? {
+        Called::Done(report) => *report,
+        Called::Stop(end) => return Ok(Step::End(end)),
+    };
+    let reach = (remote_before.as_ref(), user_git_before.as_str());
+    if let Some(why) = checks::outside_reach(night, Role::Writer, slot, reach.0, reach.1, token) {
+        return r.close_and_end(Outcome::RuleBroken, None, why).await;
+    }
+    if let Some(why) = checks::over_run_budget(night, item.run_cost, &r.st.totals) {
+        return r.close_and_end(Outcome::BudgetExceeded, None, why).await;
+    }
+    let blocks = agent::parse_blocks(&report.text);
+    for f in blocks.findings.iter() {
+        if !r.st.findings.contains(f) {
+            r.st.findings.push(f.clone());
+        }
+    }
+    if let Some(q) = &blocks.question {
+        r.close(Outcome::Blocked, None, None, None).await?;
+        return Ok(Step::End(ItemEnd {
+            question: Some(q.clone()),
+            ..r.end(Outcome::Blocked, "the writer asked a question".into())
+        }));
+    }
+    Ok(Step::Proof(Box::new(Wrote { report, before })))
+}
+
+/// The proof of work, from git (docs/loop.md#proof): what changed, within
+/// the contract's scope and the rules; a writer that failed is retried.
+async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
+    let (item, night, slot) = (r.item, r.item.night, r.item.slot);
+    r.phase(Phase::Proof).await?;
+    if let Some(step) = too_large(r).await? {
+        return Ok(step);
+    }
+    let scope = &item.entry.contract.scope;
+    let collected = tokio::task::block_in_place(|| {
+        Proof::collect(&slot.path, &w.before, &w.report.claimed_files, scope)
+    });
+    let proof = match collected {
+        Ok(p) => p,
+        // No .git left to read: the writer removed or replaced it.
+        Err(_) if !slot.path.join(".git").join("HEAD").is_file() => {
+            let note = Some("the writer removed the checkout's .git");
+            r.close(Outcome::RuleBroken, None, None, note).await?;
+            let why = "the writer removed or replaced the checkout's .git directory";
+            return Ok(Step::End(r.end(Outcome::RuleBroken, why.into())));
+        }
+        Err(e) => {
+            let why = format!("cannot read the proof of work from git: {e}");
+            return Ok(Step::End(r.end(Outcome::Error, why)));
+        }
+    };
+    night
+        .db(|| rec::record_proof(&night.pool, r.id, &proof))
+        .await?;
+    // A git repository the writer made inside the checkout would be
+    // committed as a dangling submodule link.
+    let nested = proof.changed.iter().find(|f| slot.path.join(&f.path).join(".git").exists()).map(|f| format!("the writer created a nested git repository at {} (it would be committed as a broken submodule link)", f.path));
+    if let Some(why) = proof.rule_broken().or(nested) {
+        return r
+            .close_and_end(Outcome::RuleBroken, Some(&proof.diff_hash), why)
+            .await;
+    }
+    // A writer that crashed (a signal, an OOM kill, a nonzero exit, an
+    // error result) may have left half-done work: never gate, review or
+    // push it as if it were finished. Its changes stay for the next round.
+    if let Some(f) = &w.report.failure {
+        return writer_failed(r, &proof, f).await;
+    }
+    if proof.is_empty() {
+        return no_changes(r, &proof, &w.report).await;
+    }
+    let writer = w.report;
+    Ok(Step::Gate(Box::new(Proved { writer, proof })))
+}
+
+/// GitHub refuses any file of 100 MiB or more: the item ends now, with the
+/// reason, before a minute of diffing it and a gate and review that cannot
+/// lead to a push.
+async fn too_large(r: &Round<'_>) -> Result<Option<Step>, Error> {
+    let path = &r.item.slot.path;
+    let Ok(big) =
+        tokio::task::block_in_place(|| crate::proof::files_of_at_least(path, MAX_FILE_BYTES))
+    else {
+        return Ok(None);
+    };
+    let Some((path, size)) = big.first() else {
+        return Ok(None);
+    };
+    let note = Some("a file too large for GitHub");
+    r.close(Outcome::Error, None, None, note).await?;
+    let why = format!(
+        "{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)",
+        size >> 20
+    );
+    Ok(Some(Step::End(r.end(Outcome::Error, why))))
+}
+
+/// A writer call that failed: the next round finishes its work.
+async fn writer_failed(r: &mut Round<'_>, proof: &Proof, f: &str) -> Result<Step, Error> {
+    let diff = Some(proof.diff_hash.as_str());
+    r.close(Outcome::Error, diff, Some("writer_failed"), Some(f))
+        .await?;
+    let feedback = if proof.is_empty() {
+        format!("Your previous attempt failed: {f}\n")
+    } else {
+        format!(
+            "Your previous attempt failed before it finished: {f}\nIts changes are still in the checkout; check them and finish the work.\n"
+        )
+    };
+    Ok(r.retry(Failed {
+        outcome: Outcome::Error,
+        why: format!("the writer failed: {f}"),
+        note: f.to_string(),
+        gate: vec![],
+        verdict: None,
+        sig: "writer_failed".into(),
+        diff_hash: proof.diff_hash.clone(),
+        stuck: format!(
+            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
+        ),
+        feedback,
+    }))
+}
+
+/// A writer that changed nothing ends the item, saying why when the agent's
+/// own channels said (a denied write, a failed edit).
+async fn no_changes(r: &Round<'_>, proof: &Proof, writer: &agent::Report) -> Result<Step, Error> {
+    let diff = Some(proof.diff_hash.as_str());
+    r.close(Outcome::NoChanges, diff, None, None).await?;
+    let why = if writer.notes.is_empty() {
+        "the writer changed nothing".to_string()
+    } else {
+        r.item.night.redact(&format!(
+            "the writer changed nothing; its CLI reported: {}",
+            writer.notes.join("; ")
+        ))
+    };
+    Ok(Step::End(r.end(Outcome::NoChanges, why)))
+}
+
+/// The gate (docs/loop.md#gate), run by nightshift on a snapshot of the
+/// writer's work; what it leaves behind is not the writer's work.
+async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
+    let (item, night, slot, n) = (r.item, r.item.night, r.item.slot, r.n);
+    r.phase(Phase::Gate).await?;
+    let tree = match tokio::task::block_in_place(|| slot.snapshot_tree()) {
+        Ok(t) => t,
+        Err(e) => {
+            let why = format!("cannot snapshot the checkout before the gate: {e}");
+            return Ok(Step::End(r.end(Outcome::Error, why)));
+        }
+    };
+    let c = &item.entry.contract;
+    let left = r.st.deadline.saturating_duration_since(Instant::now());
+    let timeout = c
+        .limits
+        .gate_timeout()
+        .min(left.max(Duration::from_secs(1)));
+    let spec = item.gate_spec(timeout, item.dir.join(format!("round-{n:02}-gate")));
+    let gates = match gate::run_all("gate", &c.verify, &spec, &night.cancel).await {
+        Ok(g) => g,
+        Err(e) => {
+            let why = format!("the gate could not run: {e}");
+            return Ok(Step::End(r.end(Outcome::Error, why)));
+        }
+    };
+    for g in &gates {
+        night
+            .db(|| rec::record_gate_run(&night.pool, r.id, g))
+            .await?;
+    }
+    if let Err(e) = tokio::task::block_in_place(|| slot.restore_tree(&tree)) {
+        let why = format!("cannot restore the checkout after the gate: {e}");
+        return Ok(Step::End(r.end(Outcome::Error, why)));
+    }
+    if night.cancel.is_cancelled() {
+        let why = format!("stopped by a signal during the gate of round {n}");
+        return Ok(Step::End(r.end(Outcome::Interrupted, why)));
+    }
+    if let Some(bad) = gates.iter().find(|g| !g.passed()) {
+        return gate_failed(r, &p.proof, &gates, bad).await;
+    }
+    let (writer, proof) = (p.writer, p.proof);
+    Ok(Step::Review(Box::new(Gated {
+        writer,
+        proof,
+        tree,
+        gates,
+    })))
+}
+
+/// A failed gate: the writer gets its output in the next round.
+async fn gate_failed(
+    r: &mut Round<'_>,
+    proof: &Proof,
+    gates: &[GateRun],
+    bad: &GateRun,
+) -> Result<Step, Error> {
+    let sig = bad.signature();
+    let feedback = gate::feedback(gates);
+    let diff = Some(proof.diff_hash.as_str());
+    r.close(Outcome::TestsFailed, diff, Some(&sig), Some(&feedback))
+        .await?;
+    let said = checks::last_line(&bad.output_tail);
+    let exit = bad
+        .exit_code
+        .map(|c| format!("exit {c}"))
+        .unwrap_or("timed out".into());
+    let how = bad
+        .exit_code
+        .map(|c| format!("exited {c}"))
+        .unwrap_or_else(|| "timed out".into());
+    let printed = if said.trim().is_empty() {
+        "it printed nothing".to_string()
+    } else {
+        format!("it printed: {said}")
+    };
+    Ok(r.retry(Failed {
+        outcome: Outcome::TestsFailed,
+        why: format!("`{}` failed ({exit}) in round {}: {said}", bad.command, r.n),
+        // The round's note is the telling line of the output (the
+        // signature, command and exit code, is already in its gate list).
+        note: said.clone(),
+        gate: gates.to_vec(),
+        verdict: None,
+        stuck: format!(
+            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure: `{}` {how} ({printed})",
+            bad.command
+        ),
+        sig,
+        diff_hash: proof.diff_hash.clone(),
+        feedback,
+    }))
+}
+
+/// The review (docs/loop.md#review): read-only, verified — a reviewer that
+/// changed the checkout or reached outside it is void.
+async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
+    let (item, night, slot) = (r.item, r.item.night, r.item.slot);
+    r.phase(Phase::Review).await?;
+    let fp_before = match fingerprint(r, "before") {
+        Ok(fp) => fp,
+        Err(why) => return Ok(Step::End(r.end(Outcome::Error, why))),
+    };
+    let token = item.token.as_deref();
+    let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token)).ok();
+    let user_git_before = slot::git_dir_fingerprint(&night.repo);
+    let reviewer = match call_agent(r, Role::Reviewer).await? {
+        Called::Done(report) => *report,
+        Called::Stop(end) => return Ok(Step::End(end)),
+    };
+    let diff = Some(g.proof.diff_hash.as_str());
+    let reach = (remote_before.as_ref(), user_git_before.as_str());
+    if let Some(why) = checks::outside_reach(night, Role::Reviewer, slot, reach.0, reach.1, token) {
+        return void(r, diff, why).await;
+    }
+    if let Some(why) = checks::over_run_budget(night, item.run_cost, &r.st.totals) {
+        return r.close_and_end(Outcome::BudgetExceeded, diff, why).await;
+    }
+    let fp_after = match fingerprint(r, "after") {
+        Ok(fp) => fp,
+        Err(why) => return Ok(Step::End(r.end(Outcome::Error, why))),
+    };
+    let kind = night.config.reviewer.kind;
+    if let Some(why) = agent::review_void_reason(kind, &reviewer, &fp_before, &fp_after) {
+        return void(r, diff, why).await;
+    }
+    Ok(Step::Decide(Box::new(Reviewed { gated: g, reviewer })))
+}
+
+/// The checkout's fingerprint `when` ("before", "after") the review, or
+/// why it cannot be read.
+fn fingerprint(r: &Round<'_>, when: &str) -> Result<String, String> {
+    let path = &r.item.slot.path;
+    tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(path))
+        .map_err(|e| format!("cannot fingerprint the checkout {when} the review: {e}"))
+}
+
+/// A void review ends the item.
+async fn void(r: &Round<'_>, diff: Option<&str>, why: String) -> Result<Step, Error> {
+    let night = r.item.night;
+    night
+        .db(|| rec::record_review(&night.pool, r.id, "void", &[], Some(&why)))
+        .await?;
+    r.close_and_end(Outcome::ReviewVoid, diff, why).await
+}
+
+/// The decision (docs/loop.md#ship-or-retry): an approval held to the
+/// contract's conditions ships; requested changes, a failed reviewer or no
+/// verdict retry.
+async fn decide(r: &mut Round<'_>, v: Reviewed) -> Result<Step, Error> {
+    let night = r.item.night;
+    // A verdict from a reviewer that then failed (nonzero exit, error
+    // result) is not trusted: the round is retried like any failure.
+    let verdict = match (&v.reviewer.verdict, &v.reviewer.failure) {
+        (Some(verdict), None) => {
+            review::hold_to_conditions(verdict.clone(), &r.item.entry.contract.accept)
+        }
+        (_, failure) => return no_verdict(r, &v, failure.as_deref()).await,
+    };
+    let (decision, findings) = (verdict.verdict.as_str(), &verdict.findings);
+    night
+        .db(|| rec::record_review(&night.pool, r.id, decision, findings, None))
+        .await?;
+    if verdict.verdict == Decision::RequestChanges {
+        return rejected(r, &v.gated, verdict).await;
+    }
+    let diff = Some(v.gated.proof.diff_hash.as_str());
+    night
+        .db(|| rec::finish_round(&night.pool, r.id, RoundResult::Approved, diff, None, None))
+        .await?;
+    r.st.rounds.push(RoundSummary {
+        n: r.n,
+        seconds: r.started.elapsed().as_secs(),
+        result: RoundResult::Approved,
+        note: String::new(),
+        gate: v.gated.gates.clone(),
+        verdict: Some(verdict.clone()),
+    });
+    Ok(Step::Ship(Box::new(Approved {
+        reviewed: v,
+        verdict,
+    })))
+}
+
+/// A reviewer that failed or gave no verdict: the round is retried.
+async fn no_verdict(r: &mut Round<'_>, v: &Reviewed, failure: Option<&str>) -> Result<Step, Error> {
+    let (sig, why) = match failure {
+        Some(f) => ("reviewer_failed", format!("the reviewer failed: {f}")),
+        None => ("no_verdict", review::no_verdict_reason(&v.reviewer.text)),
+    };
+    let diff = Some(v.gated.proof.diff_hash.as_str());
+    r.close(Outcome::Error, diff, Some(sig), Some(&why)).await?;
+    Ok(r.retry(Failed {
+        outcome: Outcome::Error,
+        why: why.clone(),
+        note: why,
+        gate: v.gated.gates.clone(),
+        verdict: None,
+        sig: sig.into(),
+        diff_hash: v.gated.proof.diff_hash.clone(),
+        stuck: format!(
+            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
+        ),
+        feedback: r.st.feedback.clone(),
+    }))
+}
+
+/// The reviewer requested changes: the writer gets its findings.
+async fn rejected(r: &mut Round<'_>, g: &Gated, verdict: Verdict) -> Result<Step, Error> {
+    // The same set of findings (docs/loop.md#no-progress): order and
+    // repeats do not count.
+    let mut sorted: Vec<&str> = verdict.findings.iter().map(|f| f.trim()).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let sig = format!(
+        "review:{}",
+        crate::contract::sha256_hex(sorted.join("\n").as_bytes())
+    );
+    let listed: Vec<String> = verdict.findings.iter().map(|f| format!("- {f}")).collect();
+    let feedback = format!("The reviewer requested changes:\n{}\n", listed.join("\n"));
+    let diff = Some(g.proof.diff_hash.as_str());
+    r.close(Outcome::ReviewRejected, diff, Some(&sig), Some(&feedback))
+        .await?;
+    let joined = verdict.findings.join("; ");
+    Ok(r.retry(Failed {
+        outcome: Outcome::ReviewRejected,
+        why: format!("the reviewer requested changes in round {}: {joined}", r.n),
+        note: joined,
+        gate: g.gates.clone(),
+        verdict: Some(verdict),
+        sig,
+        diff_hash: g.proof.diff_hash.clone(),
+        stuck: format!(
+            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same findings"
+        ),
+        feedback,
+    }))
+}

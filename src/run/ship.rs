@@ -1,0 +1,502 @@
+//! Shipping an approved change (docs/loop.md#ship-or-retry,
+//! docs/github.md#pull-requests): the secret check, the PR body, the commit,
+//! the push and one PR; and the PR an earlier run made or left to make
+//! (`already_open`, `already_merged`, a `pr_failed` branch opened now). It
+//! does not decide whether a change ships (the round does) nor talk to
+//! GitHub's API itself ([`crate::forge`]).
+
+use std::time::Duration;
+
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::agent;
+use crate::contract::PlanEntry;
+use crate::error::Error;
+use crate::forge::PrState;
+use crate::ledger::records::{self as rec, ItemEnd, PrRow};
+use crate::outcome::{Outcome, Phase, PrRecord};
+use crate::report::{self, Evidence};
+use crate::slot::{self, Slot};
+
+use super::Night;
+use super::round::{Approved, Round};
+
+/// The runner is the committer of every item commit (docs/loop.md#ship-or-retry).
+fn runner_identity() -> slot::Identity {
+    slot::Identity {
+        name: "nightshift".into(),
+        email: "nightshift@localhost".into(),
+    }
+}
+
+/// Where a PR row is written: the item, its run and its branch.
+struct PrAt<'a> {
+    night: &'a Night,
+    run_id: Uuid,
+    entry: &'a PlanEntry,
+    branch: &'a str,
+}
+
+impl PrAt<'_> {
+    /// Records the branch's PR row as `state`, with its number and URL once
+    /// GitHub made it.
+    async fn record(
+        &self,
+        pr: Option<(u64, &str)>,
+        state: PrRecord,
+        body: &str,
+    ) -> Result<(), Error> {
+        let row = rec::PrUpsert {
+            repo: &self.night.repo_id,
+            key: &self.entry.item.key,
+            contract_sha: &self.entry.contract_sha,
+            run: self.run_id,
+            branch: self.branch,
+            number: pr.map(|p| p.0),
+            url: pr.map(|p| p.1),
+            state,
+            body,
+        };
+        self.night
+            .db(|| rec::upsert_pr(&self.night.pool, &row))
+            .await
+    }
+}
+
+/// Ships the approved change of round `r`: checks it for secrets, writes
+/// the PR body, commits, pushes and opens the PR. Returns the item's end.
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Error> {
+    let (item, night, n) = (r.item, r.item.night, r.n);
+    let (entry, branch, key) = (item.entry, item.branch, item.entry.item.key.as_str());
+    if let Some(why) = secret_in_change(r, &a.reviewed.gated.tree) {
+        return Ok(why);
+    }
+    let body = night.redact(&report::pr_body(&evidence(r, &a)));
+    r.phase(Phase::Push).await?;
+    if let Some(end) = commit(r) {
+        return Ok(end);
+    }
+    if night.cancel.is_cancelled() {
+        let why = "stopped by a signal before the push".to_string();
+        return Ok(r.end(Outcome::Interrupted, why));
+    }
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    if let Err(e) = push_or_stop(night, item.slot, token.as_deref()).await {
+        if night.cancel.is_cancelled() {
+            let why =
+                format!("stopped by a signal during the push of {branch}; nothing was pushed");
+            return Ok(r.end(Outcome::Interrupted, why));
+        }
+        let why = night.redact(&format!("push of {branch} failed: {e}"));
+        return Ok(r.end(Outcome::PushFailed, why));
+    }
+    let at = PrAt {
+        night,
+        run_id: item.run_id,
+        entry,
+        branch,
+    };
+    let state = if night.forge.is_some() {
+        PrRecord::PrFailed
+    } else {
+        PrRecord::Planned
+    };
+    at.record(None, state, &body).await?;
+    let pushed = json!({"key": key, "branch": branch});
+    night
+        .db(|| rec::event(&night.pool, Some(item.run_id), "pushed", pushed.clone()))
+        .await?;
+    let mut end = open_pr(night, item.run_id, entry, branch, &body).await?;
+    let changed = &a.reviewed.gated.proof.changed;
+    night
+        .pushed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(report::Overlap {
+            title: entry.contract.title.clone(),
+            branch: branch.to_string(),
+            pr_number: end.pr_number,
+            files: changed.iter().map(|f| f.path.clone()).collect(),
+        });
+    let totals = &r.st.totals;
+    end.rounds = n;
+    end.tokens = totals.tokens;
+    end.cost_usd = totals.cost_known.then_some(totals.cost);
+    Ok(end)
+}
+
+/// A secret's value in the change would be pushed in clear (the PR body
+/// only masks it): the item ends without a push. Read from the blobs, not
+/// the diff text, which shows no content of a binary file.
+fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
+    let (night, slot) = (r.item.night, r.item.slot);
+    let secrets = crate::secret::Redactor::with_known(&night.secrets);
+    let found = tokio::task::block_in_place(|| {
+        crate::proof::secret_in_change(&slot.path, &slot.base_commit, tree, &secrets)
+    });
+    match found {
+        Ok(None) => None,
+        Ok(Some(file)) => {
+            let file = night.redact(&file);
+            Some(r.end(Outcome::RuleBroken, format!(
+                "the change writes the value of a secret (the GitHub token, the ledger URL or one of `secrets`, maybe encoded) into {file} or its name; nothing was pushed"
+            )))
+        }
+        Err(e) => Some(r.end(
+            Outcome::Error,
+            format!("cannot read the change to check it for secrets: {e}"),
+        )),
+    }
+}
+
+/// What the PR body shows (docs/github.md#pr-body).
+fn evidence(r: &Round<'_>, a: &Approved) -> Evidence {
+    let (item, st) = (r.item, &r.st);
+    let g = &a.reviewed.gated;
+    let (slot, c) = (item.slot, &item.entry.contract);
+    let diff = tokio::task::block_in_place(|| slot.diff_text(&slot.base_commit, &g.tree))
+        .unwrap_or_default();
+    let (writer, reviewer) = (&g.writer, &a.reviewed.reviewer);
+    // Work inside a submodule is invisible to git here: say so.
+    let submodules = tokio::task::block_in_place(|| slot.filled_submodule_dirs()).unwrap_or_default().into_iter().map(|p| format!("checkout: Files were written inside the submodule `{p}`; they are not part of this PR (submodules are not checked out or committed by nightshift)"));
+    let pushed = item.night.pushed.lock().unwrap_or_else(|e| e.into_inner());
+    Evidence {
+        contract: c.clone(),
+        contract_sha: item.entry.contract_sha.clone(),
+        run_id: item.run_id,
+        branch: item.branch.to_string(),
+        base_commit: slot.base_commit.clone(),
+        setup: st.setup.clone(),
+        changed: g.proof.changed.clone(),
+        rounds: st.rounds.clone(),
+        verdict: a.verdict.clone(),
+        duration: st.started.elapsed(),
+        tokens: st.totals.tokens,
+        cost_usd: st.totals.cost_known.then_some(st.totals.cost),
+        findings: st.findings.clone(),
+        diff,
+        writer_note: agent::strip_blocks(&writer.text),
+        reviewer_note: agent::strip_blocks(&reviewer.text),
+        agent_notes: writer
+            .notes
+            .iter()
+            .map(|n| format!("writer: {n}"))
+            .chain(reviewer.notes.iter().map(|n| format!("reviewer: {n}")))
+            .chain(submodules)
+            .collect(),
+        overlaps: report::overlaps(&pushed, &g.proof.changed),
+    }
+}
+
+/// Ticks the item in the checkout when `tick_in_pr` is set, then commits
+/// the change; the item's end when either fails.
+fn commit(r: &Round<'_>) -> Option<ItemEnd> {
+    let (item, night) = (r.item, r.item.night);
+    let (c, key) = (&item.entry.contract, &item.entry.item.key);
+    let message = format!(
+        "nightshift: {}\n\nContract sha256 {}\nRun {}\n",
+        c.title, item.entry.contract_sha, item.run_id
+    );
+    if night.config.tick_in_pr {
+        // `tick_in_pr = true` (docs/backlog.md): the item PR carries its own tick.
+        let ticked = crate::backlog::tick_in_checkout(&item.slot.path, &night.config.backlog, key);
+        if let Err(e) = ticked {
+            let (outcome, e) = match e {
+                crate::backlog::TickError::Unsafe(e) => (Outcome::RuleBroken, e),
+                crate::backlog::TickError::Io(e) => (Outcome::Error, e),
+            };
+            return Some(r.end(outcome, format!("tick_in_pr: {e}")));
+        }
+    }
+    let committed = tokio::task::block_in_place(|| {
+        item.slot
+            .commit_all(&message, &runner_identity(), &runner_identity())
+    });
+    let e = committed.err()?;
+    Some(r.end(Outcome::Error, format!("commit failed: {e}")))
+}
+
+/// Pushes the item's branch; a signal kills the push (git, its hooks and
+/// helpers) at once instead of waiting for it (docs/limits.md#signals).
+async fn push_or_stop(
+    night: &Night,
+    slot: &Slot,
+    token: Option<&str>,
+) -> Result<(), slot::SlotError> {
+    night
+        .until_signal(|stop| slot.push_stoppable(token, Some(stop)))
+        .await
+}
+
+/// The PR title: GitHub refuses titles over 256 characters (422 "title is
+/// too long"), which would fail this PR on every run.
+fn pr_title(entry: &PlanEntry) -> String {
+    let full = format!("nightshift: {}", entry.item.title);
+    if full.chars().count() > 256 {
+        format!("{}…", full.chars().take(255).collect::<String>())
+    } else {
+        full
+    }
+}
+
+/// Opens the PR of a pushed branch; without GitHub, records the PR that
+/// would have been opened (docs/github.md#without-github).
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn open_pr(
+    night: &Night,
+    run_id: Uuid,
+    entry: &PlanEntry,
+    branch: &str,
+    body: &str,
+) -> Result<ItemEnd, Error> {
+    let at = PrAt {
+        night,
+        run_id,
+        entry,
+        branch,
+    };
+    let unopened = |outcome: Outcome, why: String| ItemEnd {
+        reason: Some(why),
+        branch: Some(branch.into()),
+        pr_body: Some(body.into()),
+        ..ItemEnd::of(outcome)
+    };
+    let Some(forge) = &night.forge else {
+        let why = night
+            .forge_missing
+            .clone()
+            .unwrap_or_else(|| "no GitHub access".into());
+        return Ok(unopened(Outcome::PrOpened, why));
+    };
+    if let Some(down) = night.github_down() {
+        at.record(None, PrRecord::PrFailed, body).await?;
+        return Ok(unopened(Outcome::PrFailed, night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR"))));
+    }
+    let req = crate::forge::PrRequest {
+        title: pr_title(entry),
+        head: branch.to_string(),
+        base: night.config.base.clone(),
+        body: body.to_string(),
+        labels: vec![night.config.label.clone()],
+        item_key: entry.item.key.clone(),
+    };
+    let created = tokio::select! {
+        r = forge.create_pr(&req) => r,
+        // A signal does not wait for a slow GitHub (docs/limits.md#signals).
+        // The ledger keeps the branch as `pr_failed`: the next run finds the
+        // PR if GitHub made it, or opens it.
+        _ = night.cancel.cancelled() => {
+            return Ok(unopened(Outcome::Interrupted, format!("stopped by a signal while opening the PR of {branch} (pushed); the next run finds or opens it")));
+        }
+    };
+    match created {
+        Ok(pr) => opened(&at, pr, body).await,
+        Err(e) => {
+            if e.scope() == crate::forge::Scope::Run {
+                night.mark_github_down(&e.to_string());
+            }
+            at.record(None, PrRecord::PrFailed, body).await?;
+            let why = night.redact(&format!(
+                "branch {branch} pushed, PR not created: {e}; retried on the next run"
+            ));
+            Ok(unopened(Outcome::PrFailed, why))
+        }
+    }
+}
+
+/// Records a PR GitHub opened; one opened but not labelled (the label could
+/// not be made or added) stands, and the report says why it lacks the label.
+async fn opened(at: &PrAt<'_>, pr: crate::forge::PrInfo, body: &str) -> Result<ItemEnd, Error> {
+    let night = at.night;
+    at.record(Some((pr.number, &pr.url)), PrRecord::Open, body)
+        .await?;
+    let key = &at.entry.item.key;
+    let what = json!({"key": key, "number": pr.number, "url": pr.url});
+    night
+        .db(|| {
+            let kind = Outcome::PrOpened.as_str();
+            rec::event(&night.pool, Some(at.run_id), kind, what.clone())
+        })
+        .await?;
+    let reason = pr.label_error.as_ref().map(|e| {
+        night.redact(&format!(
+            "PR opened without the label {:?}: {e}",
+            night.config.label
+        ))
+    });
+    Ok(ItemEnd {
+        reason,
+        branch: Some(at.branch.into()),
+        pr_number: Some(pr.number),
+        pr_url: Some(pr.url),
+        pr_body: Some(body.into()),
+        ..ItemEnd::of(Outcome::PrOpened)
+    })
+}
+
+/// An earlier PR of this item (docs/loop.md#before-the-checkout):
+/// `already_open`, `already_merged`, or a `pr_failed` PR opened now.
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn earlier_pr(
+    night: &Night,
+    run_id: Uuid,
+    entry: &PlanEntry,
+    branch: &str,
+) -> Result<Option<ItemEnd>, Error> {
+    let key = &entry.item.key;
+    let rows = night
+        .db(|| rec::prs_of_item(&night.pool, &night.repo_id, key))
+        .await?;
+    if night.forge.is_none() || night.github_down().is_some() {
+        return from_ledger(night, entry, &rows).await;
+    }
+    let at = PrAt {
+        night,
+        run_id,
+        entry,
+        branch,
+    };
+    if let Some(end) = on_github(&at, &rows).await? {
+        return Ok(Some(end));
+    }
+    // Pushed earlier, PR never made (it failed, or that night had no
+    // GitHub access): open it now (docs/github.md#retries), if the branch
+    // is still there.
+    if let Some(r) = rows.iter().find(|r| {
+        r.state == PrRecord::PrFailed
+            || (r.state == PrRecord::Planned && branch_on_remote(night, &r.branch))
+    }) {
+        let body = night
+            .db(|| rec::pr_body(&night.pool, &night.repo_id, key, &r.branch))
+            .await?;
+        return Ok(Some(open_pr(night, run_id, entry, &r.branch, &body).await?));
+    }
+    Ok(None)
+}
+
+/// Looks the item's branches (this run's and the ledger's) up on GitHub:
+/// an open or merged PR ends the item.
+async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Error> {
+    let night = at.night;
+    let Some(forge) = &night.forge else {
+        return Ok(None);
+    };
+    let key = &at.entry.item.key;
+    let branches: Vec<String> = std::iter::once(at.branch.to_string())
+        .chain(rows.iter().map(|r| r.branch.clone()))
+        .collect();
+    for b in &branches {
+        match forge.find_pr(b, key, &night.config.label).await {
+            Ok(Some(pr)) => {
+                let (outcome, state) = match pr.state {
+                    PrState::Open => (Outcome::AlreadyOpen, PrRecord::Open),
+                    PrState::Merged => (Outcome::AlreadyMerged, PrRecord::Merged),
+                    PrState::Closed => continue,
+                };
+                let found = PrAt {
+                    branch: &pr.head,
+                    ..*at
+                };
+                found.record(Some((pr.number, &pr.url)), state, "").await?;
+                return Ok(Some(ItemEnd {
+                    reason: Some(format!("PR #{} from an earlier run", pr.number)),
+                    branch: Some(pr.head.clone()),
+                    pr_number: Some(pr.number),
+                    pr_url: Some(pr.url.clone()),
+                    ..ItemEnd::of(outcome)
+                }));
+            }
+            Ok(None) => {}
+            // Do the work anyway: the create looks up again before it
+            // opens anything, so no duplicate can come of it.
+            Err(e) if e.scope() == crate::forge::Scope::Run => {
+                tracing::warn!("GitHub unusable, going on without it for this run: {e}");
+                night.mark_github_down(&e.to_string());
+                break;
+            }
+            Err(e) => {
+                tracing::warn!("looking up an earlier PR of branch {b} failed: {e}");
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Without GitHub the ledger is all we know of an earlier PR.
+async fn from_ledger(
+    night: &Night,
+    entry: &PlanEntry,
+    rows: &[PrRow],
+) -> Result<Option<ItemEnd>, Error> {
+    let Some(r) = rows.iter().find(|r| {
+        matches!(
+            r.state,
+            PrRecord::Open | PrRecord::Merged | PrRecord::Planned
+        )
+    }) else {
+        return Ok(None);
+    };
+    if r.state == PrRecord::Planned && !branch_on_remote(night, &r.branch) {
+        // A branch someone deleted from the remote means the work is to be
+        // done again.
+        let key = &entry.item.key;
+        night
+            .db(|| rec::set_pr_state(&night.pool, &night.repo_id, key, &r.branch, PrRecord::Gone))
+            .await?;
+        return Ok(None);
+    }
+    let outcome = if r.state == PrRecord::Merged {
+        Outcome::AlreadyMerged
+    } else {
+        Outcome::AlreadyOpen
+    };
+    let why = if r.state == PrRecord::Planned {
+        format!(
+            "branch {} was pushed by an earlier run (no GitHub access to open its PR)",
+            r.branch
+        )
+    } else {
+        format!("PR #{} from an earlier run", r.number.unwrap_or(0))
+    };
+    Ok(Some(ItemEnd {
+        reason: Some(why),
+        branch: Some(r.branch.clone()),
+        pr_number: r.number.map(|n| n as u64),
+        pr_url: r.url.clone(),
+        ..ItemEnd::of(outcome)
+    }))
+}
+
+/// Whether `branch` exists on the configured remote (`git ls-remote`, read
+/// only). An unreachable remote counts as "yes": nothing is redone on a
+/// network hiccup.
+fn branch_on_remote(night: &Night, branch: &str) -> bool {
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let probe = tokio::task::block_in_place(|| {
+        crate::git::Git::new(&night.repo)
+            .token(token.as_deref())
+            .timeout(Duration::from_secs(60))
+            .text(&[
+                "ls-remote",
+                "--heads",
+                "--",
+                &night.remote_urls.1,
+                &format!("refs/heads/{branch}"),
+            ])
+    });
+    match probe {
+        Ok(out) => !out.trim().is_empty(),
+        Err(e) => {
+            tracing::warn!("cannot check {branch} on the remote: {e}");
+            true
+        }
+    }
+}
