@@ -519,7 +519,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
 
 /// The checkout's fingerprint `when` ("before", "after") the review, or
 /// why it cannot be read.
-fn fingerprint(r: &Round<'_>, when: &str) -> Result<String, String> {
+fn fingerprint(r: &Round<'_>, when: &str) -> Result<crate::snapshot::Snapshot, String> {
     let path = &r.item.slot.path;
     tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(path))
         .map_err(|e| format!("cannot fingerprint the checkout {when} the review: {e}"))

@@ -1069,15 +1069,17 @@ async fn tend_outcomes_heads_and_cards_are_kept() {
 
     rec::upsert_pr(
         &ledger.pool,
-        "o/r",
-        "k",
-        "c",
-        run,
-        "nightshift/x-1",
-        Some(7),
-        Some("u"),
-        nightshift::outcome::PrRecord::Open,
-        "body",
+        &rec::PrUpsert {
+            repo: "o/r",
+            key: "k",
+            contract_sha: "c",
+            run: run,
+            branch: "nightshift/x-1",
+            number: Some(7),
+            url: Some("u"),
+            state: nightshift::outcome::PrRecord::Open,
+            body: "body",
+        },
     )
     .await
     .unwrap();
@@ -1144,15 +1146,17 @@ async fn tended_items_read_the_card_and_the_new_head() {
     }
     rec::upsert_pr(
         &ledger.pool,
-        "o/r",
-        "a",
-        "c",
-        run,
-        "nightshift/a-1",
-        Some(7),
-        None,
-        nightshift::outcome::PrRecord::Open,
-        "b",
+        &rec::PrUpsert {
+            repo: "o/r",
+            key: "a",
+            contract_sha: "c",
+            run: run,
+            branch: "nightshift/a-1",
+            number: Some(7),
+            url: None,
+            state: nightshift::outcome::PrRecord::Open,
+            body: "b",
+        },
     )
     .await
     .unwrap();
