@@ -112,7 +112,7 @@ macro_rules! text_set {
 text_set! {
     /// How one item of a run ended (`run_items.outcome`; docs/loop.md).
     Outcome, "outcome" {
-        /// A PR was opened (or, without GitHub access, the branch pushed).
+        /// A PR was opened on GitHub.
         PrOpened => "pr_opened",
         /// An earlier run's PR of the item is open.
         AlreadyOpen => "already_open",
@@ -148,13 +148,18 @@ text_set! {
         PrFailed => "pr_failed",
         /// Anything else that went wrong.
         Error => "error",
+        /// The branch is pushed (by this run or an earlier one) but has no
+        /// PR: there was no GitHub access to open it (the next run with
+        /// access opens it; `report --show-body` shows it).
+        BranchPushed => "branch_pushed",
     }
 }
 
 impl Outcome {
     /// Whether this outcome fails the run (exit 1; docs/commands.md): every
     /// outcome but `pr_opened`, `already_open`, `already_merged`,
-    /// `no_changes`, `blocked`, `not_approved` and `deadline`.
+    /// `no_changes`, `blocked`, `not_approved`, `deadline` and
+    /// `branch_pushed`.
     pub fn fails_run(self) -> bool {
         !matches!(
             self,
@@ -165,6 +170,7 @@ impl Outcome {
                 | Outcome::Blocked
                 | Outcome::NotApproved
                 | Outcome::Deadline
+                | Outcome::BranchPushed
         )
     }
 
@@ -320,14 +326,17 @@ text_set! {
 mod tests {
     use super::*;
 
-    /// The members of `CHECK (column IN (...))` for `column` in the migrations.
+    /// The members of `CHECK (column IN (...))` for `column` in the
+    /// migrations: the last one given (a later migration replaces it).
     fn check_set(column: &str) -> Vec<String> {
         let sql = concat!(
             include_str!("../migrations/0001_init.sql"),
-            include_str!("../migrations/0002_run_resumes.sql")
+            include_str!("../migrations/0002_run_resumes.sql"),
+            include_str!("../migrations/0007_branch_pushed.sql")
         );
         let start = sql
-            .find(&format!("{column} "))
+            .rfind(&format!("CHECK ({column} IN"))
+            .or_else(|| sql.find(&format!("{column} ")))
             .and_then(|at| sql[at..].find("CHECK").map(|c| at + c))
             .unwrap_or_else(|| panic!("no CHECK for {column}"));
         let list = &sql[start..];
@@ -398,7 +407,8 @@ mod tests {
                 "no_changes",
                 "blocked",
                 "not_approved",
-                "deadline"
+                "deadline",
+                "branch_pushed"
             ]
         );
         // A failed attempt always fails the run.

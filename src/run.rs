@@ -258,7 +258,7 @@ pub async fn drain(
             })
             .await?;
         let end = if let Some(prev) = carried_over {
-            carried(prev, resume.map(|r| r.id).unwrap_or_default())
+            carried(prev, resume)
         } else if status == RunStatus::StoppedDeadline || night.clock.now() >= night.deadline {
             status = RunStatus::StoppedDeadline;
             ItemEnd {
@@ -270,6 +270,9 @@ pub async fn drain(
             }
         } else {
             let mut end = one_item(night, run_id, item_id, entry, approved, &mut run_cost).await?;
+            if let Some(r) = resume {
+                take_over_from(night, r, entry, &mut end).await?;
+            }
             // A failure the environment caused (the disk filled up, the data
             // directory went away, the agent's executable vanished) is not
             // the item's: it is not an attempt of it, and the run stops, to
@@ -337,20 +340,21 @@ pub async fn drain(
     })
 }
 
-/// The end of an item the crashed run `from` finished, as this run records
+/// The end of an item the resumed run `from` finished, as this run records
 /// it. Its reason starts with [`rec::CARRIED_REASON`], so `max_attempts`
-/// counts the attempt once, not once per resume.
-fn carried(prev: &rec::ItemRow, from: Uuid) -> ItemEnd {
+/// counts the attempt once, not once per resume, and names the run that
+/// finished it once, however many resumes carried it ([`rec::carried_reason`]).
+fn carried(prev: &rec::ItemRow, from: Option<&rec::RunRow>) -> ItemEnd {
+    let (from_id, stopped) = from.map_or((Uuid::nil(), false), |r| {
+        (r.id, r.status == RunStatus::StoppedSignal)
+    });
     ItemEnd {
         // Always set: only items that ended are carried over.
         outcome: prev.outcome.unwrap_or(Outcome::Error),
-        reason: Some(format!(
-            "{} {from}{}",
-            rec::CARRIED_REASON,
-            prev.reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
+        reason: Some(rec::carried_reason(
+            prev.reason.as_deref(),
+            from_id,
+            stopped,
         )),
         question: prev.question.clone(),
         branch: prev.branch.clone(),
@@ -361,6 +365,48 @@ fn carried(prev: &rec::ItemRow, from: Uuid) -> ItemEnd {
         cost_usd: prev.cost_usd,
         pr_body: prev.pr_body.clone(),
     }
+}
+
+/// An item the resumed run `from` was working on when it died: a PR found
+/// open now is the one that run opened (it began rounds of the item), so
+/// the item ends `pr_opened` with those rounds, not `already_open`, and the
+/// night counts the PR (docs/loop.md). The local branch that run left in the
+/// checkout is dropped either way.
+///
+/// # Errors
+/// Ledger errors.
+async fn take_over_from(
+    night: &Night,
+    from: &rec::RunRow,
+    entry: &PlanEntry,
+    end: &mut ItemEnd,
+) -> Result<(), Error> {
+    let key = &entry.item.key;
+    let begun = night
+        .db(|| rec::rounds_begun(&night.pool, from.id, key))
+        .await?;
+    if end.outcome == Outcome::AlreadyOpen && begun > 0 {
+        end.outcome = Outcome::PrOpened;
+        end.rounds = end.rounds.max(begun as u32);
+        let opened = format!(
+            "its PR #{} was opened by it before it stopped",
+            end.pr_number.unwrap_or(0)
+        );
+        end.reason = Some(rec::carried_reason(
+            Some(&opened),
+            from.id,
+            from.status == RunStatus::StoppedSignal,
+        ));
+    }
+    let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
+    let ours = slot::branch_name(&entry.item.title, key);
+    tokio::task::block_in_place(|| {
+        slot::drop_local_branch(&slot_dir, &ours);
+        if let Some(b) = end.branch.as_deref().filter(|b| *b != ours) {
+            slot::drop_local_branch(&slot_dir, b);
+        }
+    });
+    Ok(())
 }
 
 fn local(t: DateTime<Utc>, tz: Tz) -> String {
@@ -519,7 +565,10 @@ async fn one_item(
             return Err(e);
         }
     };
-    if end.outcome != Outcome::PrOpened && end.outcome != Outcome::PrFailed {
+    if !matches!(
+        end.outcome,
+        Outcome::PrOpened | Outcome::PrFailed | Outcome::BranchPushed
+    ) {
         // A failed item leaves nothing behind (SPEC §5.6).
         if let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
             end.reason = Some(format!(
@@ -534,7 +583,8 @@ async fn one_item(
     Ok(end)
 }
 
-/// An earlier PR of this item: `already_open`, `already_merged`, or a
+/// An earlier PR of this item: `already_open`, `already_merged`,
+/// `branch_pushed` (pushed earlier without GitHub access), or a
 /// `pr_failed` PR opened now.
 async fn earlier_pr(
     night: &Night,
@@ -627,10 +677,10 @@ async fn earlier_pr(
                 .await?;
             return Ok(None);
         }
-        let outcome = if r.state == PrRecord::Merged {
-            Outcome::AlreadyMerged
-        } else {
-            Outcome::AlreadyOpen
+        let outcome = match r.state {
+            PrRecord::Merged => Outcome::AlreadyMerged,
+            PrRecord::Planned => Outcome::BranchPushed,
+            _ => Outcome::AlreadyOpen,
         };
         let why = if r.state == PrRecord::Planned {
             format!(
@@ -821,7 +871,9 @@ async fn item_rounds(
     let mut feedback = String::new();
     let mut history: Vec<(String, String)> = Vec::new(); // (diff hash, failure signature)
     let mut rounds_done: Vec<RoundSummary> = Vec::new();
-    let mut last_failure: (Outcome, String) = (Outcome::Error, "no round ran".into());
+    // The last failed round's step and telling line ("" before one failed):
+    // what a later stop (`timed_out`, `budget_exceeded`) adds to its reason.
+    let mut last_failure: (Outcome, String) = (Outcome::Error, String::new());
     let rounds = c.limits.rounds.value;
     for n in 1..=rounds {
         if night.cancel.is_cancelled() {
@@ -846,9 +898,13 @@ async fn item_rounds(
         if Instant::now() >= item_deadline {
             return Ok(fail(
                 Outcome::TimedOut,
-                format!(
-                    "the item timeout of {} was reached before round {n}",
-                    config::format_duration(c.limits.item_timeout())
+                report::after_failure(
+                    Outcome::TimedOut,
+                    format!(
+                        "the item timeout of {} was reached before round {n}",
+                        config::format_duration(c.limits.item_timeout())
+                    ),
+                    &last_failure.1,
                 ),
                 n - 1,
                 &totals,
@@ -904,7 +960,12 @@ async fn item_rounds(
         .await?
         {
             Step::Done(r) => *r,
-            Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
+            Step::Stop(mut end) => {
+                end.reason = end
+                    .reason
+                    .map(|r| report::after_failure(end.outcome, r, &last_failure.1));
+                return Ok(ItemEnd { rounds: n, ..end });
+            }
         };
         if let Some(why) = outside_reach(
             night,
@@ -941,6 +1002,7 @@ async fn item_rounds(
                     )
                 })
                 .await?;
+            let why = report::after_failure(Outcome::BudgetExceeded, why, &last_failure.1);
             return Ok(fail(Outcome::BudgetExceeded, why, n, &totals));
         }
         let blocks = agent::parse_blocks(&writer.text);
@@ -1094,7 +1156,8 @@ async fn item_rounds(
                 return Ok(fail(
                     Outcome::NoProgress,
                     format!(
-                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
+                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure: {}",
+                        last_failure.1
                     ),
                     n,
                     &totals,
@@ -1207,14 +1270,7 @@ async fn item_rounds(
                 .await?;
             last_failure = (
                 Outcome::TestsFailed,
-                format!(
-                    "`{}` failed ({}) in round {n}: {}",
-                    bad.command,
-                    bad.exit_code
-                        .map(|c| format!("exit {c}"))
-                        .unwrap_or("timed out".into()),
-                    last_line(&bad.output_tail)
-                ),
+                report::gate_failure(&bad.command, bad.exit_code, &last_line(&bad.output_tail), n),
             );
             // The round's note is the telling line of the output (the
             // signature, command and exit code, is already in its gate list).
@@ -1227,21 +1283,11 @@ async fn item_rounds(
                 verdict: None,
             });
             if no_progress(&mut history, &proof.diff_hash, &sig) {
-                let how = bad
-                    .exit_code
-                    .map(|c| format!("exited {c}"))
-                    .unwrap_or_else(|| "timed out".into());
-                let said = last_line(&bad.output_tail);
-                let said = if said.trim().is_empty() {
-                    "it printed nothing".to_string()
-                } else {
-                    format!("it printed: {said}")
-                };
                 return Ok(fail(
                     Outcome::NoProgress,
                     format!(
-                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure: `{}` {how} ({said})",
-                        bad.command
+                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure: {}",
+                        last_failure.1
                     ),
                     n,
                     &totals,
@@ -1287,7 +1333,12 @@ async fn item_rounds(
         .await?
         {
             Step::Done(r) => *r,
-            Step::Stop(end) => return Ok(ItemEnd { rounds: n, ..end }),
+            Step::Stop(mut end) => {
+                end.reason = end
+                    .reason
+                    .map(|r| report::after_failure(end.outcome, r, &last_failure.1));
+                return Ok(ItemEnd { rounds: n, ..end });
+            }
         };
         if let Some(why) = outside_reach(
             night,
@@ -1327,6 +1378,7 @@ async fn item_rounds(
                     )
                 })
                 .await?;
+            let why = report::after_failure(Outcome::BudgetExceeded, why, &last_failure.1);
             return Ok(fail(Outcome::BudgetExceeded, why, n, &totals));
         }
         let fp_after =
@@ -1395,7 +1447,8 @@ async fn item_rounds(
                     return Ok(fail(
                         Outcome::NoProgress,
                         format!(
-                            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
+                            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure: {}",
+                            last_failure.1
                         ),
                         n,
                         &totals,
@@ -1464,7 +1517,8 @@ async fn item_rounds(
                 return Ok(fail(
                     Outcome::NoProgress,
                     format!(
-                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same findings"
+                        "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same findings: {}",
+                        last_failure.1
                     ),
                     n,
                     &totals,
@@ -1650,7 +1704,10 @@ async fn item_rounds(
         end.cost_usd = totals.cost_known.then_some(totals.cost);
         return Ok(end);
     }
-    let (outcome, reason) = last_failure;
+    let (outcome, mut reason) = last_failure;
+    if reason.is_empty() {
+        reason = "no round ran".into();
+    }
     Ok(fail(
         outcome,
         format!("{reason} (after {rounds} round(s), the cap)"),
@@ -1716,7 +1773,7 @@ async fn open_pr(
             reason: Some(why),
             branch: Some(branch.into()),
             pr_body: Some(body.into()),
-            ..ItemEnd::of(Outcome::PrOpened)
+            ..ItemEnd::of(Outcome::BranchPushed)
         });
     };
     if let Some(down) = night.github_down() {
