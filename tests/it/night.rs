@@ -658,10 +658,11 @@ async fn sigterm_while_github_is_slow_to_open_the_pr() {
     assert_eq!(rep["status"], "stopped_signal");
     assert_eq!(outcomes(&rep), ["interrupted"], "{rep:#}");
     assert!(slot_branches(&f.data).is_empty());
-    // The next night finds the PR GitHub made instead of opening a second one.
+    // The next drain resumes the stopped run and finds the PR GitHub made
+    // instead of opening a second one: that run's PR, so `pr_opened`.
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(outcomes(&f.report()), ["already_open", "pr_opened"]);
+    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
     assert_eq!(gh.prs().len(), 2);
     assert_eq!(f.remote_branches().len(), 2);
 }
