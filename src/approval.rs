@@ -56,6 +56,15 @@ pub enum Refusal {
         "no valid approval for plan {plan_sha}: approve it with `nightshift approve {plan_sha}`"
     )]
     Missing { plan_sha: String },
+    /// `run ITEM`: nothing usable approves that item (its contract or the plan).
+    #[error(
+        "no valid approval for item {index}: approve it with `nightshift approve {contract_sha}` (or the whole plan: `nightshift approve {plan_sha}`)"
+    )]
+    MissingItem {
+        index: usize,
+        contract_sha: String,
+        plan_sha: String,
+    },
     /// No approval with that SHA exists.
     #[error(
         "no approval was given for {sha}: run `nightshift plan`, read the cards, then `nightshift approve <PLAN_SHA>`"
@@ -463,6 +472,15 @@ pub async fn find(
         if shas.iter().any(|s| current.contains(&s.as_str())) {
             return Ok(Ok((a.clone(), shas)));
         }
+    }
+    // `run ITEM`: name what to approve now, this item's contract, rather
+    // than an older plan approval that was used (docs/contract.md).
+    if let Some(e) = item.and_then(|i| plan.entries.iter().find(|e| e.index == i)) {
+        return Ok(Err(Refusal::MissingItem {
+            index: e.index,
+            contract_sha: e.contract_sha.clone(),
+            plan_sha: plan.sha.clone(),
+        }));
     }
     // This very plan was approved, but the approval is used up or expired:
     // say which, rather than that none was given.

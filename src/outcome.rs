@@ -112,7 +112,7 @@ macro_rules! text_set {
 text_set! {
     /// How one item of a run ended (`run_items.outcome`; docs/loop.md).
     Outcome, "outcome" {
-        /// A PR was opened (or, without GitHub access, the branch pushed).
+        /// A PR was opened on GitHub.
         PrOpened => "pr_opened",
         /// An earlier run's PR of the item is open.
         AlreadyOpen => "already_open",
@@ -154,14 +154,18 @@ text_set! {
         /// A tended PR left untouched: a person pushed to it, it was merged
         /// or closed meanwhile, or it opted out.
         PrLeftAlone => "pr_left_alone",
+        /// The branch is pushed (by this run or an earlier one) but has no
+        /// PR: there was no GitHub access to open it (the next run with
+        /// access opens it; `report --show-body` shows it).
+        BranchPushed => "branch_pushed",
     }
 }
 
 impl Outcome {
     /// Whether this outcome fails the run (exit 1; docs/commands.md): every
     /// outcome but `pr_opened`, `already_open`, `already_merged`,
-    /// `no_changes`, `blocked`, `not_approved`, `deadline`, `pr_updated` and
-    /// `pr_left_alone`.
+    /// `no_changes`, `blocked`, `not_approved`, `deadline`, `pr_updated`,
+    /// `pr_left_alone` and `branch_pushed`.
     pub fn fails_run(self) -> bool {
         !matches!(
             self,
@@ -174,6 +178,7 @@ impl Outcome {
                 | Outcome::Deadline
                 | Outcome::PrUpdated
                 | Outcome::PrLeftAlone
+                | Outcome::BranchPushed
         )
     }
 
@@ -422,7 +427,8 @@ mod tests {
                 "not_approved",
                 "deadline",
                 "pr_updated",
-                "pr_left_alone"
+                "pr_left_alone",
+                "branch_pushed"
             ]
         );
         // A failed attempt always fails the run.

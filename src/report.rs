@@ -623,10 +623,10 @@ fn tail_chars_of(s: &str, max: usize) -> (String, bool) {
 /// The night in numbers: what `report` prints under the table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NightTotals {
-    /// Items whose PR was opened on GitHub.
+    /// Items whose PR was opened on GitHub (`pr_opened`).
     pub opened: usize,
-    /// Items whose branch was pushed but whose PR could not be opened
-    /// (no GitHub access): the PR that would have been opened is kept.
+    /// Items whose branch is pushed without a PR (`branch_pushed`: no
+    /// GitHub access); the PR that would have been opened is kept.
     pub would_open: usize,
     /// Items that already had an open or merged PR.
     pub already: usize,
@@ -667,12 +667,9 @@ pub fn totals(
     NightTotals {
         opened: items
             .iter()
-            .filter(|i| i.outcome == Some(Outcome::PrOpened) && i.pr_url.is_some())
+            .filter(|i| i.outcome == Some(Outcome::PrOpened))
             .count(),
-        would_open: items
-            .iter()
-            .filter(|i| i.outcome == Some(Outcome::PrOpened) && i.pr_url.is_none())
-            .count(),
+        would_open: count(&[Outcome::BranchPushed]),
         already: count(&[Outcome::AlreadyOpen, Outcome::AlreadyMerged]),
         failed: items
             .iter()
@@ -722,6 +719,7 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
     if let Some(t) = totals {
         v["totals"] = json!({
             "prs_opened": t.opened,
+            "branches_pushed": t.would_open,
             "already_open_or_merged": t.already,
             "failed": t.failed,
             "blocked": t.blocked,
@@ -763,9 +761,7 @@ fn rows(items: &[ItemRow]) -> Vec<Row> {
             pr: match (i.pr_number, &i.branch) {
                 (Some(n), _) => format!("#{n}"),
                 // Pushed; GitHub not reachable (would open) or the create failed.
-                (None, Some(_)) if i.pr_body.is_some() && i.outcome == Some(Outcome::PrOpened) => {
-                    "would open".into()
-                }
+                (None, Some(_)) if i.outcome == Some(Outcome::BranchPushed) => "would open".into(),
                 (None, Some(_)) if i.pr_body.is_some() => "not opened".into(),
                 _ => "-".into(),
             },
@@ -1038,6 +1034,33 @@ fn seconds(ms: i64) -> String {
     } else {
         crate::config::format_duration(Duration::from_secs((ms / 1000) as u64))
     }
+}
+
+/// The reason of an item stopped by `outcome` after an earlier round of it
+/// failed: for `timed_out` and `budget_exceeded`, the stop followed by that
+/// failure (`last`: its step and telling line, from [`gate_failure`] or the
+/// writer's or reviewer's failure), so the report says what went wrong
+/// before the clock or the money ran out (docs/loop.md). Other outcomes, or
+/// an empty `last` (no round failed), keep `reason` as it is.
+pub fn after_failure(outcome: Outcome, reason: String, last: &str) -> String {
+    if last.is_empty() || !matches!(outcome, Outcome::TimedOut | Outcome::BudgetExceeded) {
+        return reason;
+    }
+    format!("{reason}; the round before failed: {last}")
+}
+
+/// A failed gate as the report says it: the step, the command, how it
+/// ended (exit code, or timed out when `exit_code` is `None`) and `said`,
+/// the telling line of its output, e.g. "the gate failed in round 2:
+/// `sh test.sh` exited 1: unknown word: bogus".
+pub fn gate_failure(command: &str, exit_code: Option<i32>, said: &str, round: u32) -> String {
+    let how = exit_code.map_or_else(|| "timed out".to_string(), |c| format!("exited {c}"));
+    let said = if said.trim().is_empty() {
+        "it printed nothing"
+    } else {
+        said.trim()
+    };
+    format!("the gate failed in round {round}: `{command}` {how}: {said}")
 }
 
 #[cfg(test)]

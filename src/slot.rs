@@ -1227,6 +1227,36 @@ fn hand_over_dir(dir: &std::os::fd::OwnedFd, uid: u32, gid: u32, top: bool) -> s
     Ok(())
 }
 
+/// Deletes the local branch `branch` from the checkout at `slot_dir`, if
+/// the checkout exists and has it (detaching HEAD first when it is on it):
+/// a run killed mid-item leaves its branch there, and a resumed run that
+/// finds the item's PR done never prepares the checkout to drop it. Best
+/// effort: a failure leaves the branch to the next prepare, which resets it.
+pub fn drop_local_branch(slot_dir: &Path, branch: &str) {
+    if !slot_dir.join(".git").exists() {
+        return;
+    }
+    let git = Git::new(slot_dir).timeout(std::time::Duration::from_secs(60));
+    let refname = format!("refs/heads/{branch}");
+    if git
+        .run(&["show-ref", "--verify", "--quiet", &refname])
+        .is_err()
+    {
+        return;
+    }
+    let on_it = git
+        .text(&["symbolic-ref", "--quiet", "HEAD"])
+        .is_ok_and(|h| h.trim() == refname);
+    if on_it
+        && git
+            .run(&["checkout", "--quiet", "--force", "--detach"])
+            .is_err()
+    {
+        return;
+    }
+    let _ = git.run(&["update-ref", "-d", &refname]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@ use crate::cli::{Cli, RunArgs, Startup, ledger, progress, repo_id};
 use crate::contract::{self, Plan};
 use crate::error::{Error, Result};
 use crate::ledger::records as rec;
+use crate::outcome::PrRecord;
 use crate::run::{self, Night, Selection};
 use crate::{approval, forge, ledger as ledger_mod, process, schedule};
 
@@ -138,6 +139,44 @@ async fn drain_with(
         );
     }
 
+    // GitHub (SPEC §8): token from the variables main removed, else `gh`.
+    let remote_url = crate::git::Git::new(&snap.repo)
+        .text(&["remote", "get-url", &config.remote])
+        .ok()
+        .map(|s| s.trim().to_string());
+    let token = forge::resolve_token(&startup.removed);
+    let (forge, forge_missing) = match &token {
+        Some((t, _)) => match crate::cli::github_client(&snap.repo, &config, t, Some(deadline)) {
+            Ok(f) => (Some(f), None),
+            Err(why) => (None, Some(why)),
+        },
+        None => (
+            None,
+            Some(crate::cli::no_token(&config, remote_url.as_deref()).to_string()),
+        ),
+    };
+    // `run ITEM` on an item that will not run says so before an approval
+    // is asked for, and uses none (docs/commands.md).
+    if let Selection::One(i) = selection
+        && let Some(entry) = plan.entries.iter().find(|e| e.index == i)
+        && let Some(why) = will_not_run(&WontRun {
+            pool: &pool,
+            repo_id: &id,
+            entry,
+            forge: forge.as_ref(),
+            config: &config,
+            repo: &snap.repo,
+            remote_url: remote_url.as_deref(),
+            token: token.as_ref().map(|(t, _)| t.expose()),
+        })
+        .await?
+    {
+        println!(
+            "item {i} ({}) will not run: {why}\nnothing was run, and no approval was asked for or used",
+            entry.item.title
+        );
+        return Ok(());
+    }
     // Approvals are verified with the data directory's key (docs/contract.md).
     install_approval_key()?;
     // Resume a crashed run under its own approval while it is valid (SPEC §4),
@@ -148,8 +187,13 @@ async fn drain_with(
         && matches!(selection, Selection::All)
         && let Some((r, a, shas)) = crashed_run_to_resume(&pool, &id, &plan, now).await?
     {
+        let how = if r.status == crate::outcome::RunStatus::StoppedSignal {
+            "stopped"
+        } else {
+            "crashed"
+        };
         eprintln!(
-            "resuming crashed run {} under its approval (given {})",
+            "resuming {how} run {} under its approval (given {})",
             r.id,
             a.created_at.with_timezone(&tz).format("%H:%M %Z")
         );
@@ -190,22 +234,6 @@ async fn drain_with(
         }
     };
 
-    // GitHub (SPEC §8): token from the variables main removed, else `gh`.
-    let remote_url = crate::git::Git::new(&snap.repo)
-        .text(&["remote", "get-url", &config.remote])
-        .ok()
-        .map(|s| s.trim().to_string());
-    let token = forge::resolve_token(&startup.removed);
-    let (forge, forge_missing) = match &token {
-        Some((t, _)) => match crate::cli::github_client(&snap.repo, &config, t, Some(deadline)) {
-            Ok(f) => (Some(f), None),
-            Err(why) => (None, Some(why)),
-        },
-        None => (
-            None,
-            Some(crate::cli::no_token(&config, remote_url.as_deref()).to_string()),
-        ),
-    };
     // nightshift keeps such a password out of argv, the checkouts and its
     // records, but the user's own .git/config holds it, and agents running
     // as this user can read that file (the checkout's alternates name it).
@@ -518,6 +546,102 @@ async fn crashed_run_to_resume(
         return Ok(None);
     }
     Ok(Some((r, a, shas)))
+}
+
+/// What [`will_not_run`] looks at for one item of `run ITEM`.
+struct WontRun<'a> {
+    pool: &'a sqlx::PgPool,
+    repo_id: &'a str,
+    entry: &'a contract::PlanEntry,
+    forge: Option<&'a forge::Forge>,
+    config: &'a crate::config::Config,
+    repo: &'a std::path::Path,
+    remote_url: Option<&'a str>,
+    token: Option<&'a str>,
+}
+
+/// Why `run ITEM` would do nothing for this item, the same checks the run
+/// makes before its writer (docs/loop.md): blocked in the backlog; an open
+/// or merged PR (GitHub's word, else the ledger's); a branch pushed by an
+/// earlier night without GitHub access that this run cannot open a PR for
+/// either; a writer's question still unanswered; `max_attempts` used up.
+/// `None`: the item would run (or GitHub could not tell; the run decides).
+///
+/// # Errors
+/// Database errors.
+async fn will_not_run(w: &WontRun<'_>) -> Result<Option<String>> {
+    let e = w.entry;
+    let key = &e.item.key;
+    if let Some(b) = &e.blocked {
+        return Ok(Some(format!("it is blocked: {b}")));
+    }
+    let rows = rec::prs_of_item(w.pool, w.repo_id, key).await?;
+    if let Some(f) = w.forge {
+        let branch = crate::slot::branch_name(&e.item.title, key);
+        for b in std::iter::once(branch).chain(rows.iter().map(|r| r.branch.clone())) {
+            match f.find_pr(&b, key, &w.config.label).await {
+                Ok(Some(pr)) if pr.state == forge::PrState::Open => {
+                    return Ok(Some(format!("its PR #{} is open: {}", pr.number, pr.url)));
+                }
+                Ok(Some(pr)) if pr.state == forge::PrState::Merged => {
+                    return Ok(Some(format!(
+                        "its PR #{} was merged: {}",
+                        pr.number, pr.url
+                    )));
+                }
+                Ok(_) => {}
+                Err(_) => return Ok(None),
+            }
+        }
+    } else if let Some(r) = rows.iter().find(|r| {
+        matches!(
+            r.state,
+            PrRecord::Open | PrRecord::Merged | PrRecord::Planned
+        )
+    }) {
+        let why = match r.state {
+            PrRecord::Merged => format!("its PR #{} was merged", r.number.unwrap_or(0)),
+            PrRecord::Open => format!("its PR #{} is open", r.number.unwrap_or(0)),
+            _ if branch_on_remote(w, &r.branch) => format!(
+                "its branch {} was pushed by an earlier night without GitHub access and has no PR; give nightshift GitHub access (GITHUB_TOKEN) and run it again to open the PR, or delete the branch on the remote to redo the item",
+                r.branch
+            ),
+            _ => return Ok(None),
+        };
+        return Ok(Some(why));
+    }
+    if let Some((q, _, _)) = rec::open_question(w.pool, w.repo_id, key, &e.contract_sha).await? {
+        return Ok(Some(format!(
+            "it waits for an answer to the writer's question ({q}); answer it in the item and plan again"
+        )));
+    }
+    let attempts = rec::failed_attempts(w.pool, w.repo_id, key, &e.contract_sha).await?;
+    let max = w.config.limits.max_attempts as i64;
+    if attempts >= max {
+        return Ok(Some(format!(
+            "it failed on {attempts} earlier run(s) with this contract (max_attempts = {max}); edit the item or raise max_attempts"
+        )));
+    }
+    Ok(None)
+}
+
+/// Whether `branch` is on the remote (`git ls-remote`); an unreachable
+/// remote counts as "no": the run then decides.
+fn branch_on_remote(w: &WontRun<'_>, branch: &str) -> bool {
+    let Some(url) = w.remote_url else {
+        return false;
+    };
+    crate::git::Git::new(w.repo)
+        .token(w.token)
+        .timeout(std::time::Duration::from_secs(60))
+        .text(&[
+            "ls-remote",
+            "--heads",
+            "--",
+            url,
+            &format!("refs/heads/{branch}"),
+        ])
+        .is_ok_and(|out| !out.trim().is_empty())
 }
 
 /// Adds `safe.directory = DIR` to a child's git configuration through

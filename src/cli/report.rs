@@ -315,8 +315,13 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
                 r.pid.unwrap_or(0)
             ),
             (None, Some(r)) => format!(
-                "idle: run {} stopped before its end (crashed; `nightshift report` says why); the next `nightshift drain` resumes it",
-                r.id
+                "idle: run {} stopped before its end ({}; `nightshift report` says why); the next `nightshift drain` resumes it",
+                r.id,
+                if r.status == crate::outcome::RunStatus::StoppedSignal {
+                    "stopped by a signal"
+                } else {
+                    "crashed"
+                }
             ),
             (None, None) => "idle: no run is in progress".to_string(),
         },

@@ -488,16 +488,19 @@ pub async fn mark_dead_runs_crashed(pool: &PgPool, repo: &str) -> Result<Vec<Run
     Ok(rows)
 }
 
-/// The newest crashed run of `repo` that has not been resumed yet.
+/// The newest crashed or signal-stopped run of `repo` that has not been
+/// resumed yet (either is resumed under its own approval; docs/ledger.md).
 ///
 /// # Errors
 /// Database errors.
 pub async fn resumable_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> {
     sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
-        "{RUN_COLUMNS} r WHERE repo = $1 AND status = $2 AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.resumes = r.id) ORDER BY started_at DESC LIMIT 1"
+        "{RUN_COLUMNS} r WHERE repo = $1 AND status IN ($2, $3) AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.resumes = r.id) ORDER BY started_at DESC LIMIT 1"
     )))
     .bind(repo)
     .bind(RunStatus::Crashed)
+    // A run a signal stopped is taken up like a crashed one (docs/ledger.md).
+    .bind(RunStatus::StoppedSignal)
     .fetch_optional(pool)
     .await
 }
@@ -1193,10 +1196,6 @@ pub async fn slept_seconds(pool: &PgPool, run: Uuid) -> Result<i64> {
     Ok(s.unwrap_or(0.0) as i64)
 }
 
-/// How the reason of an item carried over from a crashed run begins (the
-/// crashed run's id follows); such rows are not attempts of their own.
-pub const CARRIED_REASON: &str = "finished by the crashed run";
-
 /// A PR nightshift opened that the ledger knows open, with the head it last
 /// pushed (for tending, docs/github.md "The second night").
 #[derive(Debug, Clone, FromRow)]
@@ -1351,4 +1350,40 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
             }
         })
         .collect())
+}
+
+/// How the reason of an item carried over from a crashed or stopped run
+/// begins ("finished by the crashed run <id>: …", or "the stopped run");
+/// such rows are not attempts of their own.
+pub const CARRIED_REASON: &str = "finished by the ";
+
+/// The reason of an item a resumed run finished (`from`, crashed unless
+/// `stopped` by a signal), as the resuming run records it: `prev`, the
+/// reason that run gave, after [`CARRIED_REASON`] and `from`. A reason that
+/// was itself carried over keeps its text, so after several resumes it
+/// still names the one run that finished the item, at one level.
+pub fn carried_reason(prev: Option<&str>, from: Uuid, stopped: bool) -> String {
+    if let Some(r) = prev.filter(|r| r.starts_with(CARRIED_REASON)) {
+        return r.to_string();
+    }
+    let how = if stopped { "stopped" } else { "crashed" };
+    format!(
+        "{CARRIED_REASON}{how} run {from}{}",
+        prev.map(|r| format!(": {r}")).unwrap_or_default()
+    )
+}
+
+/// The rounds the run `run` began of the item `key` (whatever their end):
+/// a resumed run that began one did the work of a PR found afterwards.
+///
+/// # Errors
+/// Database errors.
+pub async fn rounds_begun(pool: &PgPool, run: Uuid, key: &str) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM rounds r JOIN run_items i ON i.id = r.run_item_id WHERE i.run_id = $1 AND i.item_key = $2",
+    )
+    .bind(run)
+    .bind(key)
+    .fetch_one(pool)
+    .await
 }

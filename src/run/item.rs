@@ -79,7 +79,10 @@ impl Progress {
             feedback: String::new(),
             history: Vec::new(),
             rounds: Vec::new(),
-            last_failure: (Outcome::Error, "no round ran".into()),
+            // The last failed round's step and telling line ("" before one
+            // failed): what a later stop (`timed_out`, `budget_exceeded`)
+            // adds to its reason.
+            last_failure: (Outcome::Error, String::new()),
             setup: Vec::new(),
         }
     }
@@ -171,9 +174,10 @@ pub(super) async fn one_item(
     *run_cost += end.cost_usd.unwrap_or(0.0);
     let discarded = tokio::task::block_in_place(|| slot.discard());
     // A failed item leaves nothing behind (docs/loop.md#outcomes).
-    if end.outcome != Outcome::PrOpened
-        && end.outcome != Outcome::PrFailed
-        && let Err(e) = discarded
+    if !matches!(
+        end.outcome,
+        Outcome::PrOpened | Outcome::PrFailed | Outcome::BranchPushed
+    ) && let Err(e) = discarded
     {
         end.reason = Some(format!(
             "{}; cleaning the checkout failed: {e}",
@@ -378,7 +382,10 @@ async fn rounds(item: &Item<'_>, st: &mut Progress) -> Result<ItemEnd, Error> {
             return Ok(end);
         }
     }
-    let (outcome, reason) = st.last_failure.clone();
+    let (outcome, mut reason) = st.last_failure.clone();
+    if reason.is_empty() {
+        reason = "no round ran".into();
+    }
     let why = format!("{reason} (after {rounds} round(s), the cap)");
     Ok(st.end(outcome, why, rounds))
 }
@@ -403,9 +410,13 @@ fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
     } else if Instant::now() >= st.deadline {
         (
             Outcome::TimedOut,
-            format!(
-                "the item timeout of {} was reached before round {n}",
-                config::format_duration(item.entry.contract.limits.item_timeout())
+            crate::report::after_failure(
+                Outcome::TimedOut,
+                format!(
+                    "the item timeout of {} was reached before round {n}",
+                    config::format_duration(item.entry.contract.limits.item_timeout())
+                ),
+                &st.last_failure.1,
             ),
         )
     } else {

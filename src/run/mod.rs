@@ -185,7 +185,10 @@ pub async fn drain(
         night,
         run_id,
         approved,
-        resumed_from: resume.map(|r| r.id).unwrap_or_default(),
+        resumed_from: resume.map(|r| Resumed {
+            id: r.id,
+            stopped_by_signal: r.status == RunStatus::StoppedSignal,
+        }),
         finished_before: finished_before(night, resume).await?,
         failures: 0,
         run_cost: 0.0,
@@ -286,8 +289,8 @@ struct Walk<'a> {
     night: &'a Night,
     run_id: Uuid,
     approved: &'a [String],
-    /// The crashed run this one resumes (nil when none).
-    resumed_from: Uuid,
+    /// The crashed or stopped run this one resumes, if any.
+    resumed_from: Option<Resumed>,
     finished_before: BTreeMap<String, rec::ItemRow>,
     /// Items that failed the run.
     failures: usize,
@@ -363,6 +366,9 @@ impl Walk<'_> {
         let (run_id, approved) = (self.run_id, self.approved);
         let mut end =
             item::one_item(night, run_id, item_id, entry, approved, &mut self.run_cost).await?;
+        if let Some(from) = self.resumed_from {
+            take_over_from(night, from, entry, &mut end).await?;
+        }
         self.systemic(&mut end);
         if end.outcome == Outcome::Deadline {
             self.status = RunStatus::StoppedDeadline;
@@ -399,20 +405,27 @@ impl Walk<'_> {
     }
 }
 
-/// The end of an item the crashed run `from` finished, as this run records
+/// The run a drain resumes: its id, and whether a signal stopped it (else
+/// it crashed).
+#[derive(Debug, Clone, Copy)]
+struct Resumed {
+    id: Uuid,
+    stopped_by_signal: bool,
+}
+
+/// The end of an item the resumed run `from` finished, as this run records
 /// it. Its reason starts with [`rec::CARRIED_REASON`], so `max_attempts`
-/// counts the attempt once, not once per resume.
-fn carried(prev: &rec::ItemRow, from: Uuid) -> ItemEnd {
+/// counts the attempt once, not once per resume, and names the run that
+/// finished it once, however many resumes carried it ([`rec::carried_reason`]).
+fn carried(prev: &rec::ItemRow, from: Option<Resumed>) -> ItemEnd {
+    let (from_id, stopped) = from.map_or((Uuid::nil(), false), |r| (r.id, r.stopped_by_signal));
     ItemEnd {
         // Always set: only items that ended are carried over.
         outcome: prev.outcome.unwrap_or(Outcome::Error),
-        reason: Some(format!(
-            "{} {from}{}",
-            rec::CARRIED_REASON,
-            prev.reason
-                .as_deref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
+        reason: Some(rec::carried_reason(
+            prev.reason.as_deref(),
+            from_id,
+            stopped,
         )),
         question: prev.question.clone(),
         branch: prev.branch.clone(),
@@ -423,6 +436,48 @@ fn carried(prev: &rec::ItemRow, from: Uuid) -> ItemEnd {
         cost_usd: prev.cost_usd,
         pr_body: prev.pr_body.clone(),
     }
+}
+
+/// An item the resumed run `from` was working on when it died: a PR found
+/// open now is the one that run opened (it began rounds of the item), so
+/// the item ends `pr_opened` with those rounds, not `already_open`, and the
+/// night counts the PR (docs/loop.md). The local branch that run left in the
+/// checkout is dropped either way.
+///
+/// # Errors
+/// Ledger errors.
+async fn take_over_from(
+    night: &Night,
+    from: Resumed,
+    entry: &PlanEntry,
+    end: &mut ItemEnd,
+) -> Result<(), Error> {
+    let key = &entry.item.key;
+    let begun = night
+        .db(|| rec::rounds_begun(&night.pool, from.id, key))
+        .await?;
+    if end.outcome == Outcome::AlreadyOpen && begun > 0 {
+        end.outcome = Outcome::PrOpened;
+        end.rounds = end.rounds.max(begun as u32);
+        let opened = format!(
+            "its PR #{} was opened by it before it stopped",
+            end.pr_number.unwrap_or(0)
+        );
+        end.reason = Some(rec::carried_reason(
+            Some(&opened),
+            from.id,
+            from.stopped_by_signal,
+        ));
+    }
+    let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
+    let ours = slot::branch_name(&entry.item.title, key);
+    tokio::task::block_in_place(|| {
+        slot::drop_local_branch(&slot_dir, &ours);
+        if let Some(b) = end.branch.as_deref().filter(|b| *b != ours) {
+            slot::drop_local_branch(&slot_dir, b);
+        }
+    });
+    Ok(())
 }
 
 fn local(t: DateTime<Utc>, tz: Tz) -> String {

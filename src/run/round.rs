@@ -202,6 +202,8 @@ impl Round<'_> {
     /// [`NO_PROGRESS_ROUNDS`] rounds had the same diff and the same failure
     /// (docs/loop.md#no-progress).
     fn retry(&mut self, f: Failed) -> Step {
+        // The stop names the failure it repeats (docs/loop.md#no-progress).
+        let stuck = format!("{}: {}", f.stuck, f.why);
         self.st.last_failure = (f.outcome, f.why);
         self.st.rounds.push(RoundSummary {
             n: self.n,
@@ -212,7 +214,7 @@ impl Round<'_> {
             verdict: f.verdict,
         });
         if checks::no_progress(&mut self.st.history, &f.diff_hash, &f.sig) {
-            return Step::End(self.end(Outcome::NoProgress, f.stuck));
+            return Step::End(self.end(Outcome::NoProgress, stuck));
         }
         Step::Retry(f.feedback)
     }
@@ -247,13 +249,20 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
     let user_git_before = slot::git_dir_fingerprint(&night.repo);
     let report = match call_agent(r, Role::Writer).await? {
         Called::Done(report) => *report,
-        Called::Stop(end) => return Ok(Step::End(end)),
+        Called::Stop(mut end) => {
+            let last = &r.st.last_failure.1;
+            end.reason = end
+                .reason
+                .map(|why| crate::report::after_failure(end.outcome, why, last));
+            return Ok(Step::End(end));
+        }
     };
     let reach = (remote_before.as_ref(), user_git_before.as_str());
     if let Some(why) = checks::outside_reach(night, Role::Writer, slot, reach.0, reach.1, token) {
         return r.close_and_end(Outcome::RuleBroken, None, why).await;
     }
     if let Some(why) = checks::over_run_budget(night, item.run_cost, &r.st.totals) {
+        let why = crate::report::after_failure(Outcome::BudgetExceeded, why, &r.st.last_failure.1);
         return r.close_and_end(Outcome::BudgetExceeded, None, why).await;
     }
     let blocks = agent::parse_blocks(&report.text);
@@ -451,30 +460,16 @@ async fn gate_failed(
     r.close(Outcome::TestsFailed, diff, Some(&sig), Some(&feedback))
         .await?;
     let said = checks::last_line(&bad.output_tail);
-    let exit = bad
-        .exit_code
-        .map(|c| format!("exit {c}"))
-        .unwrap_or("timed out".into());
-    let how = bad
-        .exit_code
-        .map(|c| format!("exited {c}"))
-        .unwrap_or_else(|| "timed out".into());
-    let printed = if said.trim().is_empty() {
-        "it printed nothing".to_string()
-    } else {
-        format!("it printed: {said}")
-    };
     Ok(r.retry(Failed {
         outcome: Outcome::TestsFailed,
-        why: format!("`{}` failed ({exit}) in round {}: {said}", bad.command, r.n),
+        why: crate::report::gate_failure(&bad.command, bad.exit_code, &said, r.n),
         // The round's note is the telling line of the output (the
         // signature, command and exit code, is already in its gate list).
         note: said.clone(),
         gate: gates.to_vec(),
         verdict: None,
         stuck: format!(
-            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same gate failure: `{}` {how} ({printed})",
-            bad.command
+            "{NO_PROGRESS_ROUNDS} rounds in a row with the same diff and the same failure"
         ),
         sig,
         diff_hash: proof.diff_hash.clone(),
@@ -496,7 +491,13 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
     let user_git_before = slot::git_dir_fingerprint(&night.repo);
     let reviewer = match call_agent(r, Role::Reviewer).await? {
         Called::Done(report) => *report,
-        Called::Stop(end) => return Ok(Step::End(end)),
+        Called::Stop(mut end) => {
+            let last = &r.st.last_failure.1;
+            end.reason = end
+                .reason
+                .map(|why| crate::report::after_failure(end.outcome, why, last));
+            return Ok(Step::End(end));
+        }
     };
     let diff = Some(g.proof.diff_hash.as_str());
     let reach = (remote_before.as_ref(), user_git_before.as_str());
@@ -504,6 +505,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
         return void(r, diff, why).await;
     }
     if let Some(why) = checks::over_run_budget(night, item.run_cost, &r.st.totals) {
+        let why = crate::report::after_failure(Outcome::BudgetExceeded, why, &r.st.last_failure.1);
         return r.close_and_end(Outcome::BudgetExceeded, diff, why).await;
     }
     let fp_after = match fingerprint(r, "after") {

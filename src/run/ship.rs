@@ -272,7 +272,7 @@ pub(super) async fn open_pr(
             .forge_missing
             .clone()
             .unwrap_or_else(|| "no GitHub access".into());
-        return Ok(unopened(Outcome::PrOpened, why));
+        return Ok(unopened(Outcome::BranchPushed, why));
     };
     if let Some(down) = night.github_down() {
         at.record(None, PrRecord::PrFailed, body).await?;
@@ -341,7 +341,8 @@ async fn opened(at: &PrAt<'_>, pr: crate::forge::PrInfo, body: &str) -> Result<I
 }
 
 /// An earlier PR of this item (docs/loop.md#before-the-checkout):
-/// `already_open`, `already_merged`, or a `pr_failed` PR opened now.
+/// `already_open`, `already_merged`, `branch_pushed` (pushed earlier without
+/// GitHub access), or a `pr_failed` PR opened now.
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
@@ -453,10 +454,10 @@ async fn from_ledger(
             .await?;
         return Ok(None);
     }
-    let outcome = if r.state == PrRecord::Merged {
-        Outcome::AlreadyMerged
-    } else {
-        Outcome::AlreadyOpen
+    let outcome = match r.state {
+        PrRecord::Merged => Outcome::AlreadyMerged,
+        PrRecord::Planned => Outcome::BranchPushed,
+        _ => Outcome::AlreadyOpen,
     };
     let why = if r.state == PrRecord::Planned {
         format!(

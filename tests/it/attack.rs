@@ -992,7 +992,7 @@ async fn a_weak_default_password_is_not_a_secret_on_its_own() {
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(outcomes(&f.report()), ["pr_opened"]);
+    assert_eq!(outcomes(&f.report()), ["branch_pushed"]);
     assert_eq!(f.remote_branches().len(), 1);
     assert_eq!(
         f.db.sql("SELECT string_agg(stdout_tail, '') FROM agent_calls WHERE role = 'writer'")
@@ -1203,7 +1203,7 @@ fn an_agent_printing_without_end_is_killed_at_its_output_cap() {
     );
     let rep = f.report();
     let item = &rep["items"][0];
-    assert_ne!(item["outcome"], "pr_opened", "{rep:#}");
+    assert_ne!(item["outcome"], "branch_pushed", "{rep:#}");
     let why = item["reason"].as_str().unwrap_or_default();
     assert!(
         why.contains("max_agent_output") && why.contains("256.0 KiB"),

@@ -290,6 +290,22 @@ async fn refusals_run_nothing_and_post_nothing() {
         "a refused run talked to GitHub"
     );
     assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
+    // `run ITEM` without an approval: its error line is the SHA to approve
+    // now (the item's contract), not the used plan approval.
+    let plan = f.run(&["plan", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let contract = v["items"][1]["contract_sha"].as_str().unwrap().to_string();
+    let out = f.run(&["run", "2"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let line = err
+        .lines()
+        .find(|l| l.contains("approv"))
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!("nightshift approve {contract}")) && !err.contains("already used"),
+        "{err}"
+    );
     // Approvals are immutable rows.
     let out = std::process::Command::new("psql")
         .args([
@@ -576,7 +592,10 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain");
     let rep = f.report();
-    assert_eq!(rep["items"][0]["outcome"], "pr_opened");
+    assert_eq!(rep["items"][0]["outcome"], "branch_pushed", "{rep:#}");
+    // The summary's counts agree with the rows: no PR was opened.
+    assert_eq!(rep["totals"]["prs_opened"], 0, "{rep:#}");
+    assert_eq!(rep["totals"]["branches_pushed"], 1, "{rep:#}");
     assert!(
         rep["items"][0]["pr_body"]
             .as_str()
@@ -625,11 +644,31 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
     // is on the remote the item is not redone; once deleted, it is.
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "second drain");
-    assert_eq!(f.report()["items"][0]["outcome"], "already_open");
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "branch_pushed", "{rep:#}");
+    assert!(rep["items"][0]["pr_number"].is_null(), "{rep:#}");
+    // `run ITEM` on that item, or on a blocked one, says it will not run
+    // before asking for an approval, and uses none.
+    let approvals = f.db.sql("SELECT count(*) FROM approvals");
+    let uses = f.db.sql("SELECT count(*) FROM approval_uses");
+    let runs = f.db.sql("SELECT count(*) FROM runs");
+    for (item, why) in [("1", "was pushed by an earlier night"), ("2", "is blocked")] {
+        let out = f.run(&["run", item]);
+        assert_ok(&out, "run of an item that will not run");
+        assert!(
+            text(&out).contains("will not run") && text(&out).contains(why),
+            "{}",
+            text(&out)
+        );
+        assert!(!text(&out).contains("approve it with"), "{}", text(&out));
+    }
+    assert_eq!(f.db.sql("SELECT count(*) FROM approvals"), approvals);
+    assert_eq!(f.db.sql("SELECT count(*) FROM approval_uses"), uses);
+    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), runs);
     git(&f.remote, &["branch", "-D", &branches[0]]);
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "third drain");
-    assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
+    assert_eq!(f.report()["items"][0]["outcome"], "branch_pushed");
     assert_eq!(f.remote_branches().len(), 1);
 }
 
@@ -816,7 +855,7 @@ async fn two_clones_of_one_repository_share_its_history() {
     assert_ok(&out, "drain in the second clone");
     let rep: serde_json::Value =
         serde_json::from_slice(&run(&["report", "--json"]).stdout).unwrap();
-    assert_eq!(rep["items"][0]["outcome"], "already_open", "{rep:#}");
+    assert_eq!(rep["items"][0]["outcome"], "branch_pushed", "{rep:#}");
     assert_eq!(
         git(&f.remote, &["rev-parse", &f.remote_branches()[0]]),
         first,

@@ -38,7 +38,7 @@ async fn no_progress_stops_after_three_same_rounds_and_feedback_carries_the_fail
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\n{TITLE}case \"$title\" in\n  *gate*) tag=gate; printf 'add\\nbogus\\n' > calc.txt ;;\n  *findings*) tag=findings; printf 'add\\nsub\\n' > calc.txt ;;\n  *changing*) tag=changing; printf 'add\\nbogus%s\\n' \"$NIGHTSHIFT_ROUND\" > calc.txt ;;\nesac\ncp \"$NIGHTSHIFT_FEEDBACK_FILE\" \"{ev}/feedback-$tag-$NIGHTSHIFT_ROUND.txt\"\n"
+            "#!/bin/sh\n{TITLE}case \"$title\" in\n  *gate*) tag=gate; printf 'add\\nbogus\\n' > calc.txt ;;\n  *findings*) tag=findings; printf 'add\\nsub\\n' > calc.txt ;;\n  *changing*) tag=changing; printf 'add\\nbogus%s\\n' \"$NIGHTSHIFT_ROUND\" > calc.txt ;;\n  *writer*) echo 'sh: 1: arithmetic expression: expecting primary' >&2; exit 2 ;;\nesac\ncp \"$NIGHTSHIFT_FEEDBACK_FILE\" \"{ev}/feedback-$tag-$NIGHTSHIFT_ROUND.txt\"\n"
         ),
     );
     let r = f.agent(
@@ -48,14 +48,14 @@ async fn no_progress_stops_after_three_same_rounds_and_feedback_carries_the_fail
     f.config_with(&w, &r, "[limits]\nrounds = 5\n");
     f.write(
         "NEXT.md",
-        "- [ ] Same gate failure\n- [ ] Same findings\n- [ ] A changing diff\n",
+        "- [ ] Same gate failure\n- [ ] Same findings\n- [ ] A changing diff\n- [ ] Same writer failure\n",
     );
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
-        ["no_progress", "no_progress", "tests_failed"],
+        ["no_progress", "no_progress", "tests_failed", "no_progress"],
         "{rep:#}"
     );
     let rounds: Vec<i64> = rep["items"]
@@ -66,16 +66,31 @@ async fn no_progress_stops_after_three_same_rounds_and_feedback_carries_the_fail
         .collect();
     assert_eq!(
         rounds,
-        [3, 3, 5],
+        [3, 3, 5, 3],
         "no_progress wins over the round cap; a changing diff runs to the cap: {rep:#}"
     );
     // The reason says which command failed, how, and what it printed, in words.
-    let why = rep["items"][0]["reason"].as_str().unwrap();
+    // Wrapped in no_progress, every reason names the failing step and its
+    // telling line.
+    let why = |i: usize| rep["items"][i]["reason"].as_str().unwrap().to_string();
     assert!(
-        why.contains(
-            "the same gate failure: `sh test.sh` exited 1 (it printed: unknown word: bogus)"
+        why(0).contains(
+            "3 rounds in a row with the same diff and the same failure: the gate failed in round 3: `sh test.sh` exited 1: unknown word: bogus"
         ),
-        "{why}"
+        "{}",
+        why(0)
+    );
+    assert!(
+        why(1).contains("the same findings: the reviewer requested changes in round 3: sub needs a test; explain sub in docs"),
+        "{}",
+        why(1)
+    );
+    assert!(
+        why(3).starts_with(
+            "3 rounds in a row with the same diff and the same failure: the writer failed: "
+        ) && why(3).contains("expecting primary"),
+        "{}",
+        why(3)
     );
 
     // Round 1 has no feedback; round 2 gets the failing gate's tail, or the findings.
@@ -146,7 +161,7 @@ async fn caps_on_calls_tokens_and_cost_end_items_and_the_run_goes_on() {
             "timed_out",
             "budget_exceeded",
             "budget_exceeded",
-            "pr_opened"
+            "branch_pushed"
         ],
         "{rep:#}"
     );
@@ -198,7 +213,7 @@ async fn the_run_cost_cap_counts_every_item() {
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
-        ["pr_opened", "budget_exceeded", "budget_exceeded"],
+        ["branch_pushed", "budget_exceeded", "budget_exceeded"],
         "{rep:#}"
     );
     let items = rep["items"].as_array().unwrap();
@@ -240,7 +255,7 @@ async fn item_timeouts_from_the_backlog_and_the_policy_kill_the_writer() {
         let rep = f.report();
         assert_eq!(outcomes(&rep)[0], "timed_out", "{rep:#}");
         if limits.is_empty() {
-            assert_eq!(outcomes(&rep)[1], "pr_opened", "{rep:#}");
+            assert_eq!(outcomes(&rep)[1], "branch_pushed", "{rep:#}");
         }
         assert!(
             t.elapsed() < Duration::from_secs(30),
@@ -549,7 +564,7 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
-        ["timed_out", "timed_out", "review_void", "pr_opened"],
+        ["timed_out", "timed_out", "review_void", "branch_pushed"],
         "{rep:#}"
     );
     // The grandchild ignores SIGTERM (so it needs the KILL after the grace);
@@ -679,7 +694,7 @@ async fn agent_user_runs_agents_and_gates_as_that_user() {
         );
     }
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["pr_opened"], "{rep:#}");
+    assert_eq!(outcomes(&rep), ["branch_pushed"], "{rep:#}");
     assert_eq!(
         rep["items"][0]["rounds"], 2,
         "round 2 ran after the gate failed: {rep:#}"

@@ -206,7 +206,7 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
     let status = bg.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "{}", bg.output());
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["pr_opened"], "{rep:#}");
+    assert_eq!(outcomes(&rep), ["branch_pushed"], "{rep:#}");
     assert_eq!(
         rep["items"][0]["rounds"], 1,
         "the interrupted calls did not use up a round"
@@ -266,7 +266,7 @@ fn per_minute_throttling_is_a_short_retry_not_a_sleep_until_reset() {
         started.elapsed()
     );
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["pr_opened"]);
+    assert_eq!(outcomes(&rep), ["branch_pushed"]);
     assert_eq!(
         rep["items"][0]["rounds"], 1,
         "the throttled call did not use up a round"
@@ -479,6 +479,29 @@ fn sigterm_during_an_agent_call() {
         nix::sys::signal::Signal::SIGTERM,
         "writer",
     );
+    // The next drain takes the stopped run up under its own approval, as it
+    // would a crashed one: its unfinished items run, no approval is used.
+    let stopped = f.db.sql("SELECT id FROM runs");
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("resuming stopped run {stopped}")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        f.db.sql(&format!(
+            "SELECT count(*) FROM runs WHERE resumes = '{stopped}'"
+        )),
+        "1"
+    );
+    assert_eq!(f.db.sql("SELECT count(*) FROM approval_uses"), "1");
+    let rep = f.report();
+    assert_eq!(
+        outcomes(&rep),
+        ["branch_pushed", "branch_pushed"],
+        "{rep:#}"
+    );
 }
 
 #[test]
@@ -635,10 +658,11 @@ async fn sigterm_while_github_is_slow_to_open_the_pr() {
     assert_eq!(rep["status"], "stopped_signal");
     assert_eq!(outcomes(&rep), ["interrupted"], "{rep:#}");
     assert!(slot_branches(&f.data).is_empty());
-    // The next night finds the PR GitHub made instead of opening a second one.
+    // The next drain resumes the stopped run and finds the PR GitHub made
+    // instead of opening a second one: that run's PR, so `pr_opened`.
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(outcomes(&f.report()), ["already_open", "pr_opened"]);
+    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
     assert_eq!(gh.prs().len(), 2);
     assert_eq!(f.remote_branches().len(), 2);
 }
@@ -1049,7 +1073,7 @@ fn a_crashed_run_whose_approval_is_older_than_a_day_is_not_resumed() {
     // A fresh approval runs it.
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(outcomes(&f.report()), ["pr_opened"]);
+    assert_eq!(outcomes(&f.report()), ["branch_pushed"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1076,7 +1100,7 @@ fn an_item_failing_on_max_attempts_runs_is_blocked_with_the_reason() {
         text(&out)
     );
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["blocked", "already_open"], "{rep:#}");
+    assert_eq!(outcomes(&rep), ["blocked", "branch_pushed"], "{rep:#}");
     let reason = f.db.sql("SELECT reason FROM run_items i JOIN runs r ON r.id = i.run_id WHERE i.outcome = 'blocked' ORDER BY r.started_at DESC LIMIT 1");
     assert!(
         reason.contains("2 earlier run") && reason.contains("max_attempts = 2"),
@@ -1121,7 +1145,7 @@ fn a_failure_carried_over_by_a_resume_counts_as_one_attempt() {
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["tests_failed", "pr_opened"], "{rep:#}");
+    assert_eq!(outcomes(&rep), ["tests_failed", "branch_pushed"], "{rep:#}");
     assert!(
         rep["items"][0]["reason"]
             .as_str()
@@ -1133,11 +1157,72 @@ fn a_failure_carried_over_by_a_resume_counts_as_one_attempt() {
     // Night 2: one failed night so far, so item 1 runs again.
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert_eq!(outcomes(&f.report()), ["tests_failed", "already_open"]);
+    assert_eq!(outcomes(&f.report()), ["tests_failed", "branch_pushed"]);
     // Night 3: two failed nights: blocked.
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(outcomes(&f.report()), ["blocked", "already_open"]);
+    assert_eq!(outcomes(&f.report()), ["blocked", "branch_pushed"]);
+}
+
+/// Two crashes in a row: the carried reason names the run that finished
+/// the item at one level; the PR the second crashed run opened counts as
+/// opened (with its round) in the run that resumed it; and no local branch
+/// of it stays in the checkout.
+#[tokio::test(flavor = "multi_thread")]
+async fn resumes_after_resumes_keep_reasons_flat_and_count_the_pr_opened() {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_twice_crashed_token_012345".into());
+    std::fs::write(f.agents.join("writer2.stall"), "").unwrap();
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\nif grep -q 'Add sub' \"$NIGHTSHIFT_CONTRACT_FILE\"; then\n{}fi\n{WORD_WRITER}", stall_snippet(&f.agents, "writer2")));
+    let r = f.agent("reviewer.sh", APPROVE);
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add bogus\n- [ ] Add sub\n");
+    approve(&f);
+    // Run A: item 1 fails its gate; killed during item 2's writer.
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_until(Duration::from_secs(30), "item 2's writer", || {
+        f.agents.join("writer2.ready").exists()
+    });
+    bg.signal(nix::sys::signal::Signal::SIGKILL);
+    bg.wait(Duration::from_secs(5));
+    kill_stalled(&f.agents, "writer2");
+    let run_a = f.db.sql("SELECT id FROM runs");
+    // Run B resumes A; killed while GitHub creates item 2's PR.
+    gh.state
+        .lock()
+        .unwrap()
+        .create_pr_delays
+        .push(Duration::from_secs(60));
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_until(Duration::from_secs(30), "the PR request", || {
+        !gh.prs().is_empty()
+    });
+    bg.signal(nix::sys::signal::Signal::SIGKILL);
+    bg.wait(Duration::from_secs(5));
+    let run_b =
+        f.db.sql(&format!("SELECT id FROM runs WHERE resumes = '{run_a}'"));
+    // Run C resumes B.
+    let out = f.run(&["drain"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["tests_failed", "pr_opened"], "{rep:#}");
+    let reason = rep["items"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with(&format!("finished by the crashed run {run_a}: "))
+            && !reason.contains(&run_b)
+            && reason.matches("finished by").count() == 1,
+        "{reason}"
+    );
+    assert_eq!(rep["items"][1]["rounds"], 1, "{rep:#}");
+    assert_eq!(rep["totals"]["prs_opened"], 1, "{rep:#}");
+    assert_eq!(gh.prs().len(), 1);
+    assert!(
+        slot_branches(&f.data).is_empty(),
+        "a stale local branch: {:?}",
+        slot_branches(&f.data)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -399,7 +399,7 @@ fn an_embedded_ledger_that_dies_mid_run_is_started_again() {
     let out = embedded().args(["report", "--json"]).output().unwrap();
     let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rep["status"], "completed", "{rep:#}");
-    assert_eq!(outcomes(&rep), ["pr_opened", "pr_opened"]);
+    assert_eq!(outcomes(&rep), ["branch_pushed", "branch_pushed"]);
     assert_eq!(f.remote_branches().len(), 2);
     let _ = embedded().args(["db", "stop"]).output();
 }
@@ -647,7 +647,7 @@ fn a_data_disk_full_before_the_drain_costs_no_approval() {
     std::fs::remove_file(&filler).unwrap();
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
+    assert_eq!(outcomes(&f.report()), ["branch_pushed", "branch_pushed"]);
 }
 
 /// The data directory's file system turns read-only under the run.
@@ -786,7 +786,7 @@ fn a_gate_that_commits_or_switches_branches_does_not_change_the_proof() {
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
+    assert_eq!(outcomes(&f.report()), ["branch_pushed", "branch_pushed"]);
     for (branch, word) in [
         ("nightshift/add-sub-35f7305b", "sub"),
         ("nightshift/add-pow-1fd47fc4", "pow"),
@@ -842,7 +842,7 @@ fn misbehaving_agents_and_gates_never_hang_the_night() {
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
-    assert_eq!(outcomes(&rep), ["pr_opened", "tests_failed"], "{rep:#}");
+    assert_eq!(outcomes(&rep), ["branch_pushed", "tests_failed"], "{rep:#}");
     assert!(
         rep["items"][1]["reason"]
             .as_str()
