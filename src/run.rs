@@ -188,6 +188,7 @@ pub async fn drain(
             resumes: resume.map(|r| r.id),
             deadline: night.deadline,
             timezone: night.tz.name(),
+            agents_as_root: night.run_as.is_none() && nix::unistd::geteuid().is_root(),
         },
     )
     .await?

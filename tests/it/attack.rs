@@ -1324,3 +1324,74 @@ fn a_forged_approval_row_is_refused() {
         "only the real approval ran"
     );
 }
+
+/// As root without `agent_user`, an agent could read the GitHub token out
+/// of nightshift's memory (root overrides the non-dumpable flag; issue 13
+/// item 5). Such a config is refused — `plan` offers no SHA, `drain` exits
+/// 2 naming both fixes and starts no agent — until it says
+/// `agents_as_root = true`; then the card, the drain and the report say
+/// plainly what the agents can read.
+#[test]
+fn root_without_agent_user_refuses_agents_unless_the_config_accepts_it() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: agents run as root only when nightshift is root");
+        return;
+    }
+    let f = Fixture::new();
+    let started = f.dir.path().join("writer-started");
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\ntouch {}\necho sub >> calc.txt\n",
+            started.display()
+        ),
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    // Written as is: the harness's `config` would accept running as root.
+    let agents = format!(
+        "[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+    );
+    f.write(
+        ".nightshift/config.toml",
+        &format!("verify = [\"sh test.sh\"]\n{agents}"),
+    );
+    f.write(".nightshift/.gitignore", "*\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    for args in [&["plan"][..], &["drain"]] {
+        let out = f.run(args);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
+        assert!(
+            t.contains("agent_user = \"<unprivileged user>\"")
+                && t.contains("agents_as_root = true")
+                && t.contains("GitHub token"),
+            "{args:?}: {t}"
+        );
+    }
+    assert!(!started.exists(), "a refused drain started the writer");
+
+    f.write(
+        ".nightshift/config.toml",
+        &format!("verify = [\"sh test.sh\"]\nagents_as_root = true\n{agents}"),
+    );
+    let plain = "can read everything nightshift holds";
+    let card = f.run(&["plan"]);
+    common::assert_ok(&card, "plan with agents_as_root");
+    assert!(text(&card).contains(plain), "{}", text(&card));
+    let out = f.approve_and_drain(&[]);
+    common::assert_ok(&out, "drain with agents_as_root");
+    assert!(started.exists(), "the writer ran");
+    assert!(text(&out).contains(plain), "{}", text(&out));
+    let rep = f.run(&["report"]);
+    assert!(text(&rep).contains(plain), "{}", text(&rep));
+    let json = f.report();
+    assert!(
+        json["agents_as_root"]
+            .as_str()
+            .is_some_and(|s| s.contains(plain)),
+        "{json:#}"
+    );
+}

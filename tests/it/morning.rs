@@ -1033,6 +1033,8 @@ fn init_writes_a_backlog_that_plans_cleanly() {
             }
         })
         .collect();
+    // The suite runs as root: agents run as root only when the config says so.
+    let set = [vec!["agents_as_root = true".to_string()], set].concat();
     std::fs::write(f.repo.join(".nightshift/config.toml"), set.join("\n")).unwrap();
     f.agent("claude", "#!/bin/sh\nexit 0\n");
     f.extra_env.push((
