@@ -31,3 +31,4 @@ pub mod run;
 pub mod schedule;
 pub mod secret;
 pub mod slot;
+pub mod user_repo;

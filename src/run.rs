@@ -884,7 +884,8 @@ async fn item_rounds(
         let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref()))
             .map_err(|e| tracing::warn!("cannot list the remote's refs before the writer: {e}"))
             .ok();
-        let user_git_before = slot::git_dir_fingerprint(&night.repo);
+        let user_git_before =
+            tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
         let prompt = agent::compose_prompt(Role::Writer, c, &feedback, &base_commit);
         let writer = match call_agent(
             night,
@@ -1267,7 +1268,8 @@ async fn item_rounds(
                 }
             };
         let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token.as_deref())).ok();
-        let user_git_before = slot::git_dir_fingerprint(&night.repo);
+        let user_git_before =
+            tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
         let prompt = agent::compose_prompt(Role::Reviewer, c, "", &base_commit);
         let reviewer = match call_agent(
             night,
@@ -1949,16 +1951,18 @@ fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, sig: &str) 
 /// What a writer changed outside its checkout, if anything: a ref on the
 /// remote that now points at an object the checkout has (the writer pushed;
 /// a person's push at night brings objects the checkout has never seen), a
-/// deleted `nightshift/` branch, or the user's own `.git` config and hooks.
+/// deleted `nightshift/` branch, or the user's own repository (its `.git`
+/// config and hooks, refs, HEAD, index, working tree: [`crate::user_repo`]).
 fn outside_reach(
     night: &Night,
     role: Role,
     slot: &Slot,
     remote_before: Option<&std::collections::BTreeMap<String, String>>,
-    user_git_before: &str,
+    user_git_before: &crate::user_repo::RepoState,
     token: Option<&str>,
 ) -> Option<String> {
-    let changed = slot::git_dir_changes(user_git_before, &slot::git_dir_fingerprint(&night.repo));
+    let after = tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
+    let changed = crate::user_repo::changes(user_git_before, &after);
     if !changed.is_empty() {
         return Some(format!(
             "the {} changed {} in {} during its call; check it before you run git there again",

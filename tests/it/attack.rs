@@ -1395,3 +1395,47 @@ fn root_without_agent_user_refuses_agents_unless_the_config_accepts_it() {
         "{json:#}"
     );
 }
+
+/// A writer that finds the user's repository through its checkout's
+/// alternates file and tampers with everything there but `.git/config` and
+/// the hooks: a new branch and tag, a deleted remote-tracking branch, HEAD
+/// moved, a file staged, a tracked file edited (issue 13 item 9). The round
+/// is `rule_broken` and its reason names each change.
+#[test]
+fn tampering_with_the_users_refs_head_index_and_worktree_is_named() {
+    let f = Fixture::new();
+    let w = f.agent(
+        "writer.sh",
+        "#!/bin/sh\nalt=$(cat .git/objects/info/alternates)\nrepo=$(cd \"$alt/../..\" && pwd)\n\
+         git -C \"$repo\" branch evil\ngit -C \"$repo\" tag v-evil\n\
+         git -C \"$repo\" update-ref -d refs/remotes/origin/main\n\
+         echo mul >> \"$repo/calc.txt\"\necho planted > \"$repo/planted.txt\"\n\
+         git -C \"$repo\" add planted.txt\ngit -C \"$repo\" symbolic-ref HEAD refs/heads/evil\n\
+         echo sub >> calc.txt\n",
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(common::git(&f.repo, &["branch", "--show-current"]), "evil");
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
+    let why = rep["items"][0]["reason"].as_str().unwrap_or_default();
+    for part in [
+        "new ref refs/heads/evil",
+        "new ref refs/tags/v-evil",
+        "deleted ref refs/remotes/origin/main",
+        "HEAD (was refs/heads/main",
+        "now refs/heads/evil",
+        "the index (.git/index)",
+        "working tree: calc.txt (modified)",
+        "working tree: planted.txt (new, staged)",
+    ] {
+        assert!(why.contains(part), "{part:?} not in: {why}");
+    }
+    assert!(f.remote_branches().is_empty(), "nothing was pushed");
+}

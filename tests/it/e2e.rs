@@ -1026,7 +1026,8 @@ fn config_read_errors_say_what_to_write() {
             "`github_repo = \"owner/repo\"`",
         ),
     ] {
-        f.config(config);
+        // Written as is: the lines the messages name are the ones above.
+        f.write(".nightshift/config.toml", config);
         let out = f.run(&["plan"]);
         assert_eq!(out.status.code(), Some(2), "{config}: {}", text(&out));
         let t = text(&out);
