@@ -116,6 +116,9 @@ pub struct Night {
     /// the current item is recorded `interrupted`, the run `crashed`, and
     /// the next `drain` resumes it once the cause is fixed.
     pub systemic: std::sync::Mutex<Option<String>>,
+    /// The commit of `<remote>/<base>` the run took at its first checkout:
+    /// every item is built from it, and from it only (docs/loop.md).
+    pub base_pin: std::sync::OnceLock<String>,
 }
 
 /// How long a run waits for a ledger that stopped answering before it gives
@@ -280,7 +283,14 @@ pub async fn drain(
             } else {
                 night.systemic_problem()
             };
-            if let Some(why) = systemic {
+            // An item that broke a rule (an agent's push) keeps its outcome.
+            if let Some(why) = systemic
+                .clone()
+                .filter(|_| end.outcome == Outcome::RuleBroken)
+            {
+                status = RunStatus::Crashed;
+                stopped_by = Some(why);
+            } else if let Some(why) = systemic {
                 let own = end
                     .reason
                     .take()
@@ -507,6 +517,18 @@ async fn one_item(
             });
         }
     };
+    let mut slot = slot;
+    let pin = night.base_pin.get_or_init(|| slot.base_commit.clone());
+    if let Err(e) = tokio::task::block_in_place(|| slot.pin_base(pin, token.as_deref())) {
+        return Ok(ItemEnd {
+            reason: Some(format!(
+                "checkout failed: cannot check out the run's base {pin}: {}",
+                night.redact(&e.to_string())
+            )),
+            branch: Some(branch),
+            ..ItemEnd::of(Outcome::Error)
+        });
+    }
     let mut end = match item_loop(
         night, run_id, item_id, entry, &slot, &branch, &item_dir, run_cost,
     )
@@ -1979,26 +2001,20 @@ fn outside_reach(
             return None;
         }
     };
-    let mut pushed: Vec<String> = after
-        .iter()
-        .filter(|(name, oid)| {
-            before.get(*name) != Some(*oid) && tokio::task::block_in_place(|| slot.has_object(oid))
-        })
-        .map(|(name, _)| name.clone())
-        .collect();
-    pushed.extend(
-        before
-            .keys()
-            .filter(|name| name.starts_with("refs/heads/nightshift/") && !after.contains_key(*name))
-            .map(|n| format!("{n} (deleted)")),
-    );
-    (!pushed.is_empty()).then(|| {
+    let pushed = slot::remote_moves(before, &after, |oid| {
+        tokio::task::block_in_place(|| slot.has_object(oid))
+    });
+    let why = (!pushed.is_empty()).then(|| {
         format!(
             "the {} pushed to the remote: {}; only the runner pushes",
             role.as_str(),
             pushed.join(", ")
         )
-    })
+    })?;
+    // The remote is no longer what the run started from: nothing more is
+    // built or pushed tonight (docs/loop.md).
+    night.stop_systemic(&why);
+    Some(why)
 }
 
 /// The most telling line of a command's output tail, for a one-line

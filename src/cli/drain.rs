@@ -419,6 +419,7 @@ async fn drain_with(
         lock: tokio::sync::Mutex::new(Some(lock)),
         slots_lock: Some(slots_lock),
         systemic: Default::default(),
+        base_pin: Default::default(),
     };
     let watched: Vec<progress::Entry> = match &selection {
         Selection::All => night

@@ -1439,3 +1439,89 @@ fn tampering_with_the_users_refs_head_index_and_worktree_is_named() {
     }
     assert!(f.remote_branches().is_empty(), "nothing was pushed");
 }
+
+/// A writer (as root, `agents_as_root = true`) that commits and pushes to
+/// the remote's `main` (issue 13 item 1). The run stops there, `crashed`,
+/// with the ref and its old and new commit named; the next item is not
+/// built on the tampered `main`, and nothing is pushed after.
+#[test]
+fn an_agent_that_pushes_to_the_base_stops_the_run() {
+    let f = Fixture::new();
+    let w = f.agent(
+        "writer.sh",
+        r#"#!/bin/sh
+title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
+case "$title" in
+  *Poison*) echo pow >> calc.txt; git -c user.name=w -c user.email=w@x commit -qam poison; git push -q origin HEAD:refs/heads/main; git reset -q --soft HEAD~1 ;;
+  *) echo sub >> calc.txt ;;
+esac
+"#,
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Poison main\n- [ ] Add sub\n");
+    let old = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let new = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
+    assert_ne!(old, new, "the writer pushed to main");
+    let rep = f.report();
+    assert_eq!(rep["status"], "crashed", "{rep:#}");
+    assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
+    let why = rep["items"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&format!("refs/heads/main moved from {old} to {new}")),
+        "{why}"
+    );
+    assert_eq!(rep["not_started"][0]["title"], "Add sub", "{rep:#}");
+    assert!(f.remote_branches().is_empty(), "{:?}", f.remote_branches());
+}
+
+/// Someone else pushes to the remote's `main` during the night (here from
+/// the first writer's call, through a clone of its own, so the checkout
+/// never sees the commit). The run goes on, and every item's branch is
+/// built from the base the run took at its start (issue 13 item 1).
+#[test]
+fn every_item_is_built_from_the_base_taken_at_the_start() {
+    let f = Fixture::new();
+    let elsewhere = f.dir.path().join("person");
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            r#"#!/bin/sh
+title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
+case "$title" in
+  *sub*) git clone -q "$(git remote get-url origin)" {p} && (cd {p} && echo div >> calc.txt && git -c user.name=p -c user.email=p@x commit -qam theirs && git push -q origin HEAD:main); echo sub >> calc.txt ;;
+  *) echo mul >> calc.txt ;;
+esac
+"#,
+            p = elsewhere.display()
+        ),
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
+    let old = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
+    let out = f.approve_and_drain(&[]);
+    common::assert_ok(&out, "drain");
+    assert_ne!(
+        common::git(&f.remote, &["rev-parse", "refs/heads/main"]),
+        old,
+        "main moved during the night"
+    );
+    let branches = f.remote_branches();
+    assert_eq!(branches.len(), 2, "{branches:?}");
+    for b in &branches {
+        assert_eq!(
+            common::git(&f.remote, &["rev-parse", &format!("{b}^")]),
+            old,
+            "{b} is built on the base the run started from"
+        );
+    }
+}
