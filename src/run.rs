@@ -283,11 +283,15 @@ pub async fn drain(
             } else {
                 night.systemic_problem()
             };
-            // An item that broke a rule (an agent's push) keeps its outcome.
-            if let Some(why) = systemic
-                .clone()
-                .filter(|_| end.outcome == Outcome::RuleBroken)
-            {
+            // An item whose broken rule is the stop's cause (an agent's
+            // push) keeps its outcome.
+            if let Some(why) = systemic.clone().filter(|why| {
+                end.outcome == Outcome::RuleBroken
+                    && end
+                        .reason
+                        .as_deref()
+                        .is_some_and(|r| r.contains(why.as_str()))
+            }) {
                 status = RunStatus::Crashed;
                 stopped_by = Some(why);
             } else if let Some(why) = systemic {
