@@ -46,6 +46,12 @@ pub struct Config {
     pub setup: Vec<String>,
     /// Unprivileged user that runs agents and gates when nightshift is root.
     pub agent_user: Option<String>,
+    /// As root without `agent_user`, agents run only when this is `true`:
+    /// they then run as root and can read everything nightshift holds (its
+    /// memory with the GitHub token, the ledger's URL, the approval key);
+    /// see docs/security.md. Ignored when `agent_user` is set or nightshift
+    /// is not root.
+    pub agents_as_root: bool,
     /// More variables agents and gates never see.
     pub secrets: Vec<String>,
     /// Variables passed to gate commands only.
@@ -84,6 +90,7 @@ impl Default for Config {
             tick_in_pr: false,
             setup: vec![],
             agent_user: None,
+            agents_as_root: false,
             secrets: vec![],
             gate_env: vec![],
             max_findings_per_item: 5,
@@ -952,6 +959,7 @@ deadline = "07:00"             # no item or round starts after this local time
 tick_in_pr = false             # true: each PR ticks its own box (PRs then conflict)
 setup = []                     # e.g. ["npm ci"], run in each fresh checkout
 # agent_user = "nightshift"    # run agents and gates as this user when root
+# agents_as_root = false       # root without agent_user: true lets agents run as root (they can read the token)
 secrets = []                   # more variables agents and gates never see
 gate_env = []                  # variables passed to gate commands only
 max_findings_per_item = 5      # writer FINDINGS filed as issues, per item

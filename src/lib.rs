@@ -37,3 +37,4 @@ pub mod slot;
 pub mod snapshot;
 pub mod tend;
 pub mod timeline;
+pub mod user_repo;

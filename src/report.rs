@@ -687,6 +687,11 @@ pub fn totals(
     }
 }
 
+/// What agents as root could read, said by the card, `drain`'s start and
+/// the report when the config allows it (docs/security.md "Without
+/// agent_user"): root overrides nightshift's non-dumpable flag.
+pub const AGENTS_AS_ROOT_NOTE: &str = "agents run as root (agents_as_root = true, no agent_user): they can read everything nightshift holds — its memory with the GitHub token and the ledger's URL, the approval key, every file on this machine";
+
 /// `report --json` (SPEC §2 shape; more fields than the SPEC names, none
 /// fewer), with the night's totals when given.
 pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals>) -> Value {
@@ -698,6 +703,7 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
         "started_at": run.started_at,
         "ended_at": run.ended_at,
         "deadline": run.deadline,
+        "agents_as_root": run.agents_as_root.then_some(AGENTS_AS_ROOT_NOTE),
         "items": items.iter().map(|i| json!({
             "index": i.item_index,
             "key": i.item_key,
@@ -854,6 +860,9 @@ pub fn to_text_at(
             .format("%Y-%m-%d %H:%M %Z")
     );
     let _ = writeln!(s, "plan {}", run.plan_sha);
+    if run.agents_as_root {
+        let _ = writeln!(s, "warning: {AGENTS_AS_ROOT_NOTE}");
+    }
     let _ = writeln!(s);
     let rows = rows(items);
     let cut = |t: &str, n: usize| {
@@ -984,6 +993,9 @@ pub fn to_markdown(
             .format("%Y-%m-%d %H:%M %Z"),
         short(&run.plan_sha)
     );
+    if run.agents_as_root {
+        let _ = writeln!(s, "**Warning:** {}\n", md_text(AGENTS_AS_ROOT_NOTE));
+    }
     let _ = writeln!(
         s,
         "| # | item | outcome | PR | rounds | time | tokens / cost | reason |\n|---:|---|---|---|---:|---:|---|---|"

@@ -378,6 +378,35 @@ fn hash_entry(h: &mut Sha256, path: &Path) {
     h.update(b"\0");
 }
 
+/// The refs an agent moved on the remote, from two `ls-remote` listings
+/// (ref name → commit id): a ref that now points at an object `ours` says
+/// the checkout has (the agent's own commit: a person's push at night
+/// brings objects the checkout has never seen), and a `nightshift/` branch
+/// deleted. Each named with its old and new commit, in name order.
+pub fn remote_moves(
+    before: &std::collections::BTreeMap<String, String>,
+    after: &std::collections::BTreeMap<String, String>,
+    ours: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut moves: Vec<String> = after
+        .iter()
+        .filter(|(name, oid)| before.get(*name) != Some(*oid) && ours(oid))
+        .map(|(name, oid)| match before.get(name) {
+            Some(old) => format!("{name} moved from {old} to {oid}"),
+            None => format!("{name} created at {oid}"),
+        })
+        .collect();
+    moves.extend(
+        before
+            .iter()
+            .filter(|(name, _)| {
+                name.starts_with("refs/heads/nightshift/") && !after.contains_key(*name)
+            })
+            .map(|(n, old)| format!("{n} deleted (was {old})")),
+    );
+    moves
+}
+
 /// The file next to a slot that remembers its fingerprint between runs. It is
 /// outside the slot, so removing the slot's `.git` cannot also forge it.
 fn fingerprint_file(path: &Path) -> PathBuf {
@@ -654,6 +683,45 @@ impl Slot {
                 Some(deletes.as_bytes()),
             )?;
         }
+        self.record_fingerprint()
+    }
+
+    /// Moves the prepared slot to `commit`, the base the run took once at
+    /// its start (docs/loop.md): every item of a run is built from that
+    /// commit only, whatever `<remote>/<base>` became since (a push during
+    /// the night, by a person or by an agent). Fetches the commit by id when
+    /// the slot lacks it (a fresh clone after the base moved). No-op when
+    /// the slot is already there.
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when the commit cannot be fetched or checked out;
+    /// [`SlotError::Io`] when the fingerprint cannot be recorded.
+    pub fn pin_base(&mut self, commit: &str, token: Option<&str>) -> Result<(), SlotError> {
+        if self.base_commit == commit {
+            return Ok(());
+        }
+        if !self.has_object(&format!("{commit}^{{commit}}")) {
+            self.git().token(token).timeout(NETWORK_TIMEOUT).run(&[
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--",
+                &self.fetch_url,
+                commit,
+            ])?;
+        }
+        let git = self.git();
+        git.run(&[
+            "checkout",
+            "--quiet",
+            "--force",
+            "--no-track",
+            "-B",
+            &self.branch,
+            commit,
+        ])?;
+        git.run(&["clean", "-ffdxq"])?;
+        self.base_commit = commit.to_string();
         self.record_fingerprint()
     }
 

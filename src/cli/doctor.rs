@@ -773,8 +773,9 @@ fn which(exe: &str) -> Option<PathBuf> {
         .find(|p| executable(p))
 }
 
-/// Root needs `agent_user` when the claude writer skips permissions; a
-/// configured `agent_user` must exist (SPEC §6).
+/// Root needs `agent_user` when the claude writer skips permissions, and
+/// otherwise `agent_user` or `agents_as_root = true`; a configured
+/// `agent_user` must exist (docs/security.md).
 fn root_check(config: &Config) -> Check {
     let root = nix::unistd::geteuid().is_root();
     let skip = config
@@ -801,10 +802,15 @@ fn root_check(config: &Config) -> Check {
             "running as root without agent_user, and the claude writer uses --dangerously-skip-permissions (claude refuses that under root)",
             "set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
         ),
-        (None, true) => Check::warn(
+        (None, true) if config.agents_as_root => Check::warn(
             "user",
-            "running as root without agent_user: agents and gates run as root, with full rights over this machine",
+            "running as root without agent_user (agents_as_root = true): agents and gates run as root and can read everything nightshift holds, the GitHub token in its memory included",
             "set `agent_user = \"<unprivileged user>\"` in the config to confine them",
+        ),
+        (None, true) => Check::fail(
+            "user",
+            "running as root without agent_user: drain refuses to run agents as root (they could read the GitHub token in nightshift's memory)",
+            "set `agent_user = \"<unprivileged user>\"`, or `agents_as_root = true` to accept that",
         ),
         (_, false) => Check::pass("user", format!("running as uid {}", nix::unistd::geteuid())),
     }

@@ -62,6 +62,10 @@ async fn drain_with(
     let snap = snapshot(cli)?;
     let plan = snap.plan;
     let config = snap.loaded.config.clone();
+    // Before anything is consumed or started (docs/security.md).
+    if let Some(why) = crate::cli::plan::agents_as_root_refusal(&config, &snap.loaded.path) {
+        return Err(Error::config(why));
+    }
     let selection = match &item {
         None => Selection::All,
         Some(sel) => Selection::One(select_item(&plan, sel.as_deref())?),
@@ -409,10 +413,8 @@ async fn drain_with(
             return Err(Error::config(why));
         }
     }
-    if run_as.is_none() && nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "warning: agents run as root with full rights over this machine (nightshift checks the checkout, the remote and your .git, but cannot fence the rest); set `agent_user` in the config to confine them"
-        );
+    if crate::cli::plan::agents_run_as_root(&config) {
+        eprintln!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
     }
     let cancel = schedule_stop
         .map(CancellationToken::child_token)
@@ -445,6 +447,7 @@ async fn drain_with(
         lock: tokio::sync::Mutex::new(Some(lock)),
         slots_lock: Some(slots_lock),
         systemic: Default::default(),
+        base_pin: Default::default(),
     };
     let watched: Vec<progress::Entry> = match &selection {
         Selection::All => night

@@ -107,6 +107,27 @@ fn check_runnable(loaded: &Loaded) -> Result<()> {
     Ok(())
 }
 
+/// Whether agents of a run under `c` would run as root: nightshift is root
+/// and `agent_user` is not set (whether that is allowed is
+/// [`agents_as_root_refusal`]'s question).
+pub(crate) fn agents_run_as_root(c: &config::Config) -> bool {
+    c.agent_user.is_none() && nix::unistd::geteuid().is_root()
+}
+
+/// Why agents may not start under `config_path`'s `c`, with the fix: as
+/// root without `agent_user` they could read nightshift's memory (the
+/// token), so that takes `agents_as_root = true` (docs/security.md).
+/// `None` when they may.
+pub(crate) fn agents_as_root_refusal(
+    c: &config::Config,
+    config_path: &std::path::Path,
+) -> Option<String> {
+    (agents_run_as_root(c) && !c.agents_as_root).then(|| format!(
+        "{}: nightshift runs as root without `agent_user`, so agents would run as root and could read everything nightshift holds (its memory with the GitHub token, the approval key); set `agent_user = \"<unprivileged user>\"` to confine them, or `agents_as_root = true` to accept that",
+        config_path.display()
+    ))
+}
+
 /// Why a plan made under `loaded` cannot run, one sentence with its fix
 /// each: an agent executable that is not there (checked as `drain` checks it
 /// before consuming an approval), or the placeholder gate `init` writes when
@@ -121,6 +142,7 @@ fn cannot_run(loaded: &Loaded) -> Vec<String> {
     .into_iter()
     .filter_map(|(role, a)| crate::agent::preflight(role, a, path.as_deref()).err())
     .collect();
+    out.extend(agents_as_root_refusal(c, &loaded.path));
     if c.verify.iter().any(|v| v == config::PLACEHOLDER_GATE) {
         out.push(format!(
             "`verify` is still the placeholder `nightshift init` wrote; set it to your test command in {}, e.g. verify = [\"sh test.sh\"]",
@@ -287,12 +309,16 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
         );
     }
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&plan.to_json()).expect("JSON")
-        );
+        let mut v = plan.to_json();
+        if agents_run_as_root(&snap.loaded.config) {
+            v["agents_as_root"] = crate::report::AGENTS_AS_ROOT_NOTE.into();
+        }
+        println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
     } else {
         print!("{}", contract::render_plan(&plan));
+        if agents_run_as_root(&snap.loaded.config) {
+            println!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
+        }
         if !plan.entries.is_empty() || plan.tend.iter().any(|c| c.sealed.is_some()) {
             println!("approve it with: nightshift approve {}", plan.sha);
             println!("{}", approval_key_note());

@@ -321,6 +321,9 @@ pub struct NewRun<'a> {
     pub deadline: DateTime<Utc>,
     /// The zone name the deadline was resolved in.
     pub timezone: &'a str,
+    /// Its agents run as root without `agent_user` (config
+    /// `agents_as_root`); the report says what they could read.
+    pub agents_as_root: bool,
 }
 
 /// Creates the run row and, for a new run, consumes the approval in the same
@@ -336,8 +339,8 @@ pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
     sqlx::query(
-        "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, started_at, deadline, timezone, host, pid, heartbeat_at, resumes) \
-         VALUES ($1, $2, $3, $4, $5, $11, now(), $6, $7, $8, $9, now(), $10)",
+        "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, started_at, deadline, timezone, host, pid, heartbeat_at, resumes, agents_as_root) \
+         VALUES ($1, $2, $3, $4, $5, $11, now(), $6, $7, $8, $9, now(), $10, $12)",
     )
     .bind(id)
     .bind(r.repo)
@@ -350,6 +353,7 @@ pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
     .bind(std::process::id() as i32)
     .bind(r.resumes)
     .bind(RunStatus::Running)
+    .bind(r.agents_as_root)
     .execute(&mut *tx)
     .await?;
     if r.consume {
@@ -403,9 +407,11 @@ pub struct RunRow {
     pub sleeping_agent: Option<String>,
     /// Exit code it ended with.
     pub exit_code: Option<i32>,
+    /// Its agents ran as root without `agent_user` (docs/security.md).
+    pub agents_as_root: bool,
 }
 
-const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, started_at, ended_at, deadline, timezone, host, pid, phase, current_item_key, current_round, sleeping_until, sleeping_agent, exit_code FROM runs";
+const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, started_at, ended_at, deadline, timezone, host, pid, phase, current_item_key, current_round, sleeping_until, sleeping_agent, exit_code, agents_as_root FROM runs";
 
 /// The newest run of `repo`, or the run `id`.
 ///

@@ -76,16 +76,19 @@ pub(super) fn no_progress(history: &mut Vec<(String, String)>, diff_hash: &str, 
 /// What a writer changed outside its checkout, if anything: a ref on the
 /// remote that now points at an object the checkout has (the writer pushed;
 /// a person's push at night brings objects the checkout has never seen), a
-/// deleted `nightshift/` branch, or the user's own `.git` config and hooks.
+/// deleted `nightshift/` branch, or the user's own repository (its `.git`
+/// config and hooks, refs, HEAD, index, working tree: [`crate::user_repo`]).
+/// A push to the remote also stops the run (docs/loop.md).
 pub(super) fn outside_reach(
     night: &Night,
     role: Role,
     slot: &Slot,
     remote_before: Option<&std::collections::BTreeMap<String, String>>,
-    user_git_before: &str,
+    user_git_before: &crate::user_repo::RepoState,
     token: Option<&str>,
 ) -> Option<String> {
-    let changed = slot::git_dir_changes(user_git_before, &slot::git_dir_fingerprint(&night.repo));
+    let after = tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
+    let changed = crate::user_repo::changes(user_git_before, &after);
     if !changed.is_empty() {
         return Some(format!(
             "the {} changed {} in {} during its call; check it before you run git there again",
@@ -102,26 +105,20 @@ pub(super) fn outside_reach(
             return None;
         }
     };
-    let mut pushed: Vec<String> = after
-        .iter()
-        .filter(|(name, oid)| {
-            before.get(*name) != Some(*oid) && tokio::task::block_in_place(|| slot.has_object(oid))
-        })
-        .map(|(name, _)| name.clone())
-        .collect();
-    pushed.extend(
-        before
-            .keys()
-            .filter(|name| name.starts_with("refs/heads/nightshift/") && !after.contains_key(*name))
-            .map(|n| format!("{n} (deleted)")),
-    );
-    (!pushed.is_empty()).then(|| {
+    let pushed = slot::remote_moves(before, &after, |oid| {
+        tokio::task::block_in_place(|| slot.has_object(oid))
+    });
+    let why = (!pushed.is_empty()).then(|| {
         format!(
             "the {} pushed to the remote: {}; only the runner pushes",
             role.as_str(),
             pushed.join(", ")
         )
-    })
+    })?;
+    // The remote is no longer what the run started from: nothing more is
+    // built or pushed tonight (docs/loop.md).
+    night.stop_systemic(&why);
+    Some(why)
 }
 
 /// The most telling line of a command's output tail, for a one-line

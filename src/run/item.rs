@@ -140,10 +140,23 @@ pub(super) async fn one_item(
             ..ItemEnd::of(Outcome::BudgetExceeded)
         });
     }
-    let slot = match checkout(night, run_id, entry, &branch).await? {
+    let mut slot = match checkout(night, run_id, entry, &branch).await? {
         Ok(slot) => slot,
         Err(end) => return Ok(end),
     };
+    // Every item is built from the base the run took first (docs/loop.md).
+    let pin = night.base_pin.get_or_init(|| slot.base_commit.clone());
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    if let Err(e) = tokio::task::block_in_place(|| slot.pin_base(pin, token.as_deref())) {
+        return Ok(ItemEnd {
+            reason: Some(format!(
+                "checkout failed: cannot check out the run's base {pin}: {}",
+                night.redact(&e.to_string())
+            )),
+            branch: Some(branch),
+            ..ItemEnd::of(Outcome::Error)
+        });
+    }
     let key = &entry.item.key;
     let dir = night
         .data_dir

@@ -119,6 +119,9 @@ pub struct Night {
     /// the current item is recorded `interrupted`, the run `crashed`, and
     /// the next `drain` resumes it once the cause is fixed.
     pub systemic: std::sync::Mutex<Option<String>>,
+    /// The commit of `<remote>/<base>` the run took at its first checkout:
+    /// every item is built from it, and from it only (docs/loop.md).
+    pub base_pin: std::sync::OnceLock<String>,
 }
 
 /// How long a run waits for a ledger that stopped answering before it gives
@@ -243,6 +246,7 @@ async fn open_run(
             resumes: resume.map(|r| r.id),
             deadline: night.deadline,
             timezone: night.tz.name(),
+            agents_as_root: night.run_as.is_none() && nix::unistd::geteuid().is_root(),
         },
     )
     .await?
@@ -390,6 +394,18 @@ impl Walk<'_> {
         let Some(why) = self.night.systemic_problem() else {
             return;
         };
+        // An item whose broken rule is the stop's cause (an agent's push)
+        // keeps its outcome.
+        if end.outcome == Outcome::RuleBroken
+            && end
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.contains(why.as_str()))
+        {
+            self.status = RunStatus::Crashed;
+            self.stopped_by = Some(why);
+            return;
+        }
         let own = end
             .reason
             .take()

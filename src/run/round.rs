@@ -16,7 +16,6 @@ use crate::outcome::{Outcome, Phase, RoundResult};
 use crate::proof::{Proof, RoundStart};
 use crate::report::RoundSummary;
 use crate::review::{self, Decision, Verdict};
-use crate::slot;
 
 use super::agent_call::{Called, call_agent};
 use super::item::{Item, Progress};
@@ -246,7 +245,7 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
     let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token))
         .map_err(|e| tracing::warn!("cannot list the remote's refs before the writer: {e}"))
         .ok();
-    let user_git_before = slot::git_dir_fingerprint(&night.repo);
+    let user_git_before = tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
     let report = match call_agent(r, Role::Writer).await? {
         Called::Done(report) => *report,
         Called::Stop(mut end) => {
@@ -257,7 +256,7 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
             return Ok(Step::End(end));
         }
     };
-    let reach = (remote_before.as_ref(), user_git_before.as_str());
+    let reach = (remote_before.as_ref(), &user_git_before);
     if let Some(why) = checks::outside_reach(night, Role::Writer, slot, reach.0, reach.1, token) {
         return r.close_and_end(Outcome::RuleBroken, None, why).await;
     }
@@ -488,7 +487,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
     };
     let token = item.token.as_deref();
     let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token)).ok();
-    let user_git_before = slot::git_dir_fingerprint(&night.repo);
+    let user_git_before = tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
     let reviewer = match call_agent(r, Role::Reviewer).await? {
         Called::Done(report) => *report,
         Called::Stop(mut end) => {
@@ -500,7 +499,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
         }
     };
     let diff = Some(g.proof.diff_hash.as_str());
-    let reach = (remote_before.as_ref(), user_git_before.as_str());
+    let reach = (remote_before.as_ref(), &user_git_before);
     if let Some(why) = checks::outside_reach(night, Role::Reviewer, slot, reach.0, reach.1, token) {
         return void(r, diff, why).await;
     }

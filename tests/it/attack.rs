@@ -1376,3 +1376,204 @@ fn a_forged_approval_row_is_refused() {
         "only the real approval ran"
     );
 }
+
+/// As root without `agent_user`, an agent could read the GitHub token out
+/// of nightshift's memory (root overrides the non-dumpable flag; issue 13
+/// item 5). Such a config is refused — `plan` offers no SHA, `drain` exits
+/// 2 naming both fixes and starts no agent — until it says
+/// `agents_as_root = true`; then the card, the drain and the report say
+/// plainly what the agents can read.
+#[test]
+fn root_without_agent_user_refuses_agents_unless_the_config_accepts_it() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: agents run as root only when nightshift is root");
+        return;
+    }
+    let f = Fixture::new();
+    let started = f.dir.path().join("writer-started");
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\ntouch {}\necho sub >> calc.txt\n",
+            started.display()
+        ),
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    // Written as is: the harness's `config` would accept running as root.
+    let agents = format!(
+        "[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+    );
+    f.write(
+        ".nightshift/config.toml",
+        &format!("verify = [\"sh test.sh\"]\n{agents}"),
+    );
+    f.write(".nightshift/.gitignore", "*\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    for args in [&["plan"][..], &["drain"]] {
+        let out = f.run(args);
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
+        assert!(
+            t.contains("agent_user = \"<unprivileged user>\"")
+                && t.contains("agents_as_root = true")
+                && t.contains("GitHub token"),
+            "{args:?}: {t}"
+        );
+    }
+    assert!(!started.exists(), "a refused drain started the writer");
+
+    f.write(
+        ".nightshift/config.toml",
+        &format!("verify = [\"sh test.sh\"]\nagents_as_root = true\n{agents}"),
+    );
+    let plain = "can read everything nightshift holds";
+    let card = f.run(&["plan"]);
+    common::assert_ok(&card, "plan with agents_as_root");
+    assert!(text(&card).contains(plain), "{}", text(&card));
+    let out = f.approve_and_drain(&[]);
+    common::assert_ok(&out, "drain with agents_as_root");
+    assert!(started.exists(), "the writer ran");
+    assert!(text(&out).contains(plain), "{}", text(&out));
+    let rep = f.run(&["report"]);
+    assert!(text(&rep).contains(plain), "{}", text(&rep));
+    let json = f.report();
+    assert!(
+        json["agents_as_root"]
+            .as_str()
+            .is_some_and(|s| s.contains(plain)),
+        "{json:#}"
+    );
+}
+
+/// A writer that finds the user's repository through its checkout's
+/// alternates file and tampers with everything there but `.git/config` and
+/// the hooks: a new branch and tag, a deleted remote-tracking branch, HEAD
+/// moved, a file staged, a tracked file edited (issue 13 item 9). The round
+/// is `rule_broken` and its reason names each change.
+#[test]
+fn tampering_with_the_users_refs_head_index_and_worktree_is_named() {
+    let f = Fixture::new();
+    let w = f.agent(
+        "writer.sh",
+        "#!/bin/sh\nalt=$(cat .git/objects/info/alternates)\nrepo=$(cd \"$alt/../..\" && pwd)\n\
+         git -C \"$repo\" branch evil\ngit -C \"$repo\" tag v-evil\n\
+         git -C \"$repo\" update-ref -d refs/remotes/origin/main\n\
+         echo mul >> \"$repo/calc.txt\"\necho planted > \"$repo/planted.txt\"\n\
+         git -C \"$repo\" add planted.txt\ngit -C \"$repo\" symbolic-ref HEAD refs/heads/evil\n\
+         echo sub >> calc.txt\n",
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n");
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(common::git(&f.repo, &["branch", "--show-current"]), "evil");
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
+    let why = rep["items"][0]["reason"].as_str().unwrap_or_default();
+    for part in [
+        "new ref refs/heads/evil",
+        "new ref refs/tags/v-evil",
+        "deleted ref refs/remotes/origin/main",
+        "HEAD (was refs/heads/main",
+        "now refs/heads/evil",
+        "the index (.git/index)",
+        "working tree: calc.txt (modified)",
+        "working tree: planted.txt (new, staged)",
+    ] {
+        assert!(why.contains(part), "{part:?} not in: {why}");
+    }
+    assert!(f.remote_branches().is_empty(), "nothing was pushed");
+}
+
+/// A writer (as root, `agents_as_root = true`) that commits and pushes to
+/// the remote's `main` (issue 13 item 1). The run stops there, `crashed`,
+/// with the ref and its old and new commit named; the next item is not
+/// built on the tampered `main`, and nothing is pushed after.
+#[test]
+fn an_agent_that_pushes_to_the_base_stops_the_run() {
+    let f = Fixture::new();
+    let w = f.agent(
+        "writer.sh",
+        r#"#!/bin/sh
+title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
+case "$title" in
+  *Poison*) echo pow >> calc.txt; git -c user.name=w -c user.email=w@x commit -qam poison; git push -q origin HEAD:refs/heads/main; git reset -q --soft HEAD~1 ;;
+  *) echo sub >> calc.txt ;;
+esac
+"#,
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Poison main\n- [ ] Add sub\n");
+    let old = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let new = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
+    assert_ne!(old, new, "the writer pushed to main");
+    let rep = f.report();
+    assert_eq!(rep["status"], "crashed", "{rep:#}");
+    assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
+    let why = rep["items"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&format!("refs/heads/main moved from {old} to {new}")),
+        "{why}"
+    );
+    assert_eq!(rep["not_started"][0]["title"], "Add sub", "{rep:#}");
+    assert!(f.remote_branches().is_empty(), "{:?}", f.remote_branches());
+}
+
+/// Someone else pushes to the remote's `main` during the night (here from
+/// the first writer's call, through a clone of its own, so the checkout
+/// never sees the commit). The run goes on, and every item's branch is
+/// built from the base the run took at its start (issue 13 item 1).
+#[test]
+fn every_item_is_built_from_the_base_taken_at_the_start() {
+    let f = Fixture::new();
+    let elsewhere = f.dir.path().join("person");
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            r#"#!/bin/sh
+title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
+case "$title" in
+  *sub*) git clone -q "$(git remote get-url origin)" {p} && (cd {p} && echo div >> calc.txt && git -c user.name=p -c user.email=p@x commit -qam theirs && git push -q origin HEAD:main); echo sub >> calc.txt ;;
+  *) echo mul >> calc.txt ;;
+esac
+"#,
+            p = elsewhere.display()
+        ),
+    );
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+    );
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
+    let old = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
+    let out = f.approve_and_drain(&[]);
+    common::assert_ok(&out, "drain");
+    assert_ne!(
+        common::git(&f.remote, &["rev-parse", "refs/heads/main"]),
+        old,
+        "main moved during the night"
+    );
+    let branches = f.remote_branches();
+    assert_eq!(branches.len(), 2, "{branches:?}");
+    for b in &branches {
+        assert_eq!(
+            common::git(&f.remote, &["rev-parse", &format!("{b}^")]),
+            old,
+            "{b} is built on the base the run started from"
+        );
+    }
+}

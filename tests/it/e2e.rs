@@ -173,7 +173,7 @@ esac
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
     f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n- [ ] A push of its own\n- [ ] A crash\n  - rounds: 1\n");
+    f.write("NEXT.md", "- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n- [ ] A crash\n  - rounds: 1\n- [ ] A push of its own\n");
     let git_before = tree_hash(&f.repo.join(".git"));
     let out = f.approve_and_drain(&[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -184,7 +184,8 @@ esac
         .iter()
         .map(|i| i["outcome"].as_str().unwrap())
         .collect();
-    // A crashed writer's half-done work is never gated, reviewed or pushed.
+    // A crashed writer's half-done work is never gated, reviewed or pushed;
+    // a writer's push stops the run (it goes last here, so nothing is left).
     assert_eq!(
         outcomes,
         [
@@ -192,8 +193,8 @@ esac
             "rule_broken",
             "rule_broken",
             "rule_broken",
-            "rule_broken",
-            "error"
+            "error",
+            "rule_broken"
         ],
         "{report:#}"
     );
@@ -205,14 +206,14 @@ esac
         "the part is named: {report:#}"
     );
     assert!(
-        report["items"][4]["reason"]
+        report["items"][5]["reason"]
             .as_str()
             .unwrap()
             .contains("refs/heads/evil"),
         "{report:#}"
     );
     assert!(
-        report["items"][5]["reason"]
+        report["items"][4]["reason"]
             .as_str()
             .unwrap()
             .contains("signal 11"),
@@ -1065,7 +1066,8 @@ fn config_read_errors_say_what_to_write() {
             "`github_repo = \"owner/repo\"`",
         ),
     ] {
-        f.config(config);
+        // Written as is: the lines the messages name are the ones above.
+        f.write(".nightshift/config.toml", config);
         let out = f.run(&["plan"]);
         assert_eq!(out.status.code(), Some(2), "{config}: {}", text(&out));
         let t = text(&out);

@@ -196,8 +196,33 @@ impl Fixture {
     }
 
     /// Writes `.nightshift/config.toml`.
+    ///
+    /// The suite runs as root (CI) and its script agents need no account of
+    /// their own, so a config that names neither `agent_user` nor
+    /// `agents_as_root` gets `agents_as_root = true` (without it, root
+    /// refuses to run agents), on a line before the first table so the
+    /// lines a test's error messages point at stay where they were.
     pub fn config(&self, toml: &str) {
-        self.write(".nightshift/config.toml", toml);
+        let toml = if toml.contains("agent_user") || toml.contains("agents_as_root") {
+            toml.to_string()
+        } else {
+            let at = toml
+                .lines()
+                .scan(0, |offset, l| {
+                    let start = *offset;
+                    *offset += l.len() + 1;
+                    Some((start, l))
+                })
+                .find(|(_, l)| l.trim_start().starts_with('['))
+                .map_or(toml.len(), |(start, _)| start);
+            let sep = if at > 0 && !toml[..at].ends_with('\n') {
+                "\n"
+            } else {
+                ""
+            };
+            format!("{}{sep}agents_as_root = true\n{}", &toml[..at], &toml[at..])
+        };
+        self.write(".nightshift/config.toml", &toml);
         self.write(".nightshift/.gitignore", "*\n");
     }
 
