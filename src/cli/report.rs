@@ -297,13 +297,24 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
             .filter(|r| row.as_ref().is_some_and(|newest| newest.id == r.id)),
         _ => None,
     };
+    // A stopped run whose approval is younger than 24 h but can no longer be
+    // verified: the approval key was lost (docs/security.md), so it needs a
+    // new approval rather than a resume.
+    let mut key_lost = false;
     if let Some(aid) = to_resume.as_ref().and_then(|r| r.approval_id) {
         // A key that cannot be read only means nothing is shown resumable.
         let _ = crate::cli::drain::install_approval_key();
-        let resumable = rec::approval_by_id(&lg.pool, aid)
-            .await?
-            .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(&a, Utc::now()));
-        if !resumable {
+        let approval = rec::approval_by_id(&lg.pool, aid).await?;
+        let resumable = approval
+            .as_ref()
+            .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, Utc::now()));
+        key_lost = !resumable
+            && approval.as_ref().is_some_and(|a| {
+                a.plan_sha.is_some()
+                    && Utc::now() < a.expires_at
+                    && crate::approval::check_signed(a).is_err()
+            });
+        if !resumable && !key_lost {
             to_resume = None;
         }
     }
@@ -313,6 +324,11 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
                 "idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it",
                 r.id,
                 r.pid.unwrap_or(0)
+            ),
+            (None, Some(r)) if key_lost => format!(
+                "idle: run {} stopped before its end; its approval can no longer be verified (the approval key in {} is gone or changed): run `nightshift plan` and approve again, then `nightshift drain` runs what is left",
+                r.id,
+                crate::approval::key_path(&crate::cli::data_dir()).display()
             ),
             (None, Some(r)) => format!(
                 "idle: run {} stopped before its end ({}; `nightshift report` says why); the next `nightshift drain` resumes it",
@@ -344,7 +360,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
         let v = serde_json::json!({
             "running": running.is_some(),
             "dead_run_id": dead.map(|r| r.id.to_string()),
-            "resumable_run_id": to_resume.as_ref().map(|r| r.id.to_string()),
+            "resumable_run_id": to_resume.as_ref().filter(|_| !key_lost).map(|r| r.id.to_string()),
             "run_id": running.map(|r| r.id.to_string()),
             "phase": running.and_then(|r| r.phase),
             "item_key": running.and_then(|r| r.current_item_key.clone()),

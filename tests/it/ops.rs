@@ -499,7 +499,14 @@ impl Drop for Tmpfs {
 /// flight is `interrupted` (not an attempt of its own), the run `crashed`,
 /// the message names the cause and the way on, and the next drain resumes
 /// the run under its approval once the cause is gone.
-fn stops_and_resumes(f: &Fixture, gh: &FakeGitHub, bg: &mut Bg, cause: &str, fix: impl FnOnce()) {
+fn stops_and_resumes(
+    f: &Fixture,
+    gh: &FakeGitHub,
+    bg: &mut Bg,
+    cause: &str,
+    key_kept: bool,
+    fix: impl FnOnce(),
+) {
     let status = bg.wait(Duration::from_secs(60));
     assert_eq!(status.code(), Some(1), "{}", bg.output());
     let out = bg.output();
@@ -525,11 +532,29 @@ fn stops_and_resumes(f: &Fixture, gh: &FakeGitHub, bg: &mut Bg, cause: &str, fix
         "nothing was blamed on the item"
     );
     let status = text(&f.run(&["status"]));
+    let stopped = format!(
+        "idle: run {} stopped before its end",
+        rep["run_id"].as_str().unwrap()
+    );
+    if !key_kept {
+        // The approval key went with the data directory: the run's approval
+        // can no longer be verified, so it takes a new approval, not a resume.
+        assert!(
+            status.contains(&stopped) && status.contains("can no longer be verified"),
+            "{status}"
+        );
+        fix();
+        let out = f.run(&["drain"]);
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+        approve(f);
+        let out = f.run(&["drain"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
+        one_pr_per_item(f, gh, 2);
+        return;
+    }
     assert!(
-        status.contains(&format!(
-            "idle: run {} stopped before its end",
-            rep["run_id"].as_str().unwrap()
-        )) && status.contains("the next `nightshift drain` resumes it"),
+        status.contains(&stopped) && status.contains("the next `nightshift drain` resumes it"),
         "{status}"
     );
     fix();
@@ -574,7 +599,7 @@ async fn an_agent_executable_that_disappears_stops_the_run_to_be_resumed() {
         "writer agent (command) could not start: cannot start `{}`",
         writer.display()
     );
-    stops_and_resumes(&f, &gh, &mut bg, &cause, || {
+    stops_and_resumes(&f, &gh, &mut bg, &cause, true, || {
         std::fs::set_permissions(&writer, std::fs::Permissions::from_mode(0o755)).unwrap()
     });
     assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
@@ -608,7 +633,7 @@ async fn a_full_data_disk_stops_the_run_to_be_resumed() {
         "the disk holding the data directory {} is full",
         f.data.display()
     );
-    stops_and_resumes(&f, &gh, &mut bg, &cause, || {
+    stops_and_resumes(&f, &gh, &mut bg, &cause, true, || {
         std::fs::remove_file(&filler).unwrap()
     });
 }
@@ -678,7 +703,7 @@ async fn a_read_only_data_directory_stops_the_run_to_be_resumed() {
         "the data directory {} is on a read-only file system",
         f.data.display()
     );
-    stops_and_resumes(&f, &gh, &mut bg, &cause, || {
+    stops_and_resumes(&f, &gh, &mut bg, &cause, true, || {
         let _ = std::process::Command::new("umount").arg(&slots).output();
     });
 }
@@ -699,7 +724,7 @@ async fn a_data_directory_removed_mid_run_is_not_blamed_on_the_writer() {
         "the data directory {} was removed or replaced during the run",
         f.data.display()
     );
-    stops_and_resumes(&f, &gh, &mut bg, &cause, || {});
+    stops_and_resumes(&f, &gh, &mut bg, &cause, false, || {});
 }
 
 // ---------------------------------------------------------------------------------------------
