@@ -1,4 +1,4 @@
-//! Approval rules (SPEC §4).
+//! Approval rules (docs/contract.md).
 //!
 //! An approval binds to one plan SHA (or, for `run`, one contract SHA). It is
 //! a ledger row that is never updated, expires 24 hours after it was given and
@@ -136,7 +136,7 @@ pub fn check_usable(a: &Approval, now: DateTime<Utc>) -> Result<(), Refusal> {
 }
 
 /// Whether a crashed run may be resumed under its approval at `now`:
-/// only while the approval is younger than 24 h (SPEC §4).
+/// only while the approval is younger than 24 h (docs/contract.md#approval).
 pub fn may_resume(a: &Approval, now: DateTime<Utc>) -> bool {
     now < a.expires_at && check_signed(a).is_ok()
 }
@@ -406,7 +406,7 @@ pub fn why_not_approved(approved: &[Held], current: &[Held], key: &str) -> NotAp
     }
 }
 
-/// Finds the approval to run under (SPEC §4).
+/// Finds the approval to run under (docs/contract.md#approval).
 ///
 /// `item` is the plan index `run` was given (`None` for `drain`).
 /// With `explicit` (a plan or contract SHA), that approval; without, the
@@ -441,7 +441,7 @@ pub async fn find(
         return approved_set(pool, plan, item, a.clone()).await;
     }
     // `run ITEM`: an approval of that item's contract serves without
-    // `--approve` (SPEC §4), as a plan approval serves `drain`.
+    // `--approve` (docs/contract.md#approval), as a plan approval serves `drain`.
     if let Some(i) = item
         && let Some(e) = plan.entries.iter().find(|e| e.index == i)
     {

@@ -1,4 +1,4 @@
-//! The backlog: reading `NEXT.md` into items (SPEC §3), and the one edit
+//! The backlog: reading `NEXT.md` into items (docs/backlog.md), and the one edit
 //! nightshift ever makes to it, the byte-exact tick used by `nightshift sync`.
 //!
 //! An item is a task-list item (`- [ ]`, `* [x]`, `1. [ ]` …) that is not
@@ -8,7 +8,7 @@
 //! anything else is a note). Block quotes in the document preamble and in the
 //! item's `##` section are its context. Parsing never fails: malformed detail
 //! lines become [`Problem`]s with file:line so `plan` can list them all at once.
-//! Boxes in block quotes (SPEC §3), HTML comments, code, tables (GitHub shows
+//! Boxes in block quotes (docs/backlog.md#items), HTML comments, code, tables (GitHub shows
 //! them as text) and footnotes are not items.
 //!
 //! The reader loses nothing silently. Whatever looks meant for nightshift but
@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
-/// A parsed backlog file: the snapshot a plan is made from (SPEC §3).
+/// A parsed backlog file: the snapshot a plan is made from (docs/backlog.md#snapshot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backlog {
     /// The path the text was read from, as given (used in problem messages).
@@ -62,7 +62,7 @@ pub struct Backlog {
     pub problems: Vec<Problem>,
 }
 
-/// One task-list item of the backlog (SPEC §3): a list item that starts with
+/// One task-list item of the backlog (docs/backlog.md#items): a list item that starts with
 /// `[ ]`, `[x]` or `[X]`, is not nested in another task item (those are its
 /// details) and is not inside a block quote, code or HTML block. Task items
 /// grouped under a plain bullet (`- Frontend` / `  - [ ] fix …`) are items.
@@ -92,11 +92,11 @@ pub struct Item {
     pub details: Details,
     /// Lowercase hex SHA-256 of `normalize(section or "") + "\n" + normalize(title)`,
     /// where normalize joins the whitespace-separated words with one space.
-    /// Identifies the item across nights, config edits and crashes (SPEC §3).
+    /// Identifies the item across nights, config edits and crashes (docs/backlog.md#keys).
     pub key: String,
 }
 
-/// The lines nested under an item, verbatim and classified (SPEC §3).
+/// The lines nested under an item, verbatim and classified (docs/backlog.md).
 ///
 /// A nested line is recognised after removing its indentation and one leading
 /// bullet (`- `, `* `, `+ `, `1. `, `1) `). Keywords are ASCII
@@ -148,7 +148,7 @@ pub struct DetailLine {
     /// The line exactly as in the file, without `\n` / `\r\n`.
     pub text: String,
     /// The line without the indentation all the item's nested lines share
-    /// (what the contract seals, SPEC §4): the same when the item moves into
+    /// (what the contract seals, docs/contract.md#contract): the same when the item moves into
     /// or out of a group, or its list is renumbered from `9.` to `10.` and
     /// re-indented (as Prettier does), or tabs become spaces.
     pub relative: String,
@@ -156,7 +156,7 @@ pub struct DetailLine {
     pub kind: DetailKind,
 }
 
-/// The role of a nested line (SPEC §3 detail prefixes).
+/// The role of a nested line (docs/backlog.md#details).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DetailKind {
     /// `accept:`
@@ -175,7 +175,7 @@ pub enum DetailKind {
     Note,
 }
 
-/// A malformed line of the backlog, with a fix hint (SPEC §3: `plan` stops
+/// A malformed line of the backlog, with a fix hint (docs/backlog.md#problems: `plan` stops
 /// before any card and lists every problem).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -271,13 +271,13 @@ pub enum BacklogError {
 }
 
 impl Backlog {
-    /// The items not yet ticked, in backlog order (the order `plan` numbers them, SPEC §2).
+    /// The items not yet ticked, in backlog order (the order `plan` numbers them, docs/commands.md).
     pub fn open_items(&self) -> impl Iterator<Item = &Item> {
         self.items.iter().filter(|item| !item.done)
     }
 }
 
-/// Reads and parses the backlog at `path` (SPEC §3). The hash covers the
+/// Reads and parses the backlog at `path` (docs/backlog.md). The hash covers the
 /// file's exact bytes.
 ///
 /// # Errors
@@ -383,7 +383,7 @@ fn wide_encoding(bytes: &[u8]) -> Option<&'static str> {
 /// Parses backlog `text` read from `path` (the path is only used in
 /// problems). Never fails; malformed detail lines and lines that look meant
 /// for nightshift but would not be read are collected in
-/// [`Backlog::problems`] (SPEC §3). A leading UTF-8 BOM and front matter are
+/// [`Backlog::problems`] (docs/backlog.md#problems). A leading UTF-8 BOM and front matter are
 /// skipped; offsets and line numbers still refer to `text` as given.
 pub fn parse(path: &Path, text: &str) -> Backlog {
     let lines = LineIndex::new(text);
@@ -491,7 +491,7 @@ fn report_hidden_characters(
 /// Ticks `item` in `text`: replaces its `[ ]` (or `[\t]`) at `marker_offset` with `[x]`
 /// and appends `note` (e.g. `" (done: #123)"`) after the title, before any
 /// trailing whitespace and the line ending. Every other byte is unchanged
-/// (SPEC §3, `nightshift sync`). The caller should also compare the file's
+/// (docs/backlog.md#ticks-and-sync, `nightshift sync`). The caller should also compare the file's
 /// hash with [`Backlog::sha256`] before writing. The note becomes part of the
 /// title, so the ticked item's key changes; done items never run, so nothing
 /// looks them up by key again.
@@ -826,7 +826,7 @@ struct Context {
 }
 
 /// The most block-quote context (bytes) an item may carry. Each item's
-/// contract holds its section's every quote (SPEC §3), so a long one would be
+/// contract holds its section's every quote (docs/backlog.md), so a long one would be
 /// copied, hashed and stored once per item: refused above this.
 pub const MAX_CONTEXT_BYTES: usize = 64 * 1024;
 
@@ -936,7 +936,7 @@ fn build_item(
     }
     // Notes lose the indentation the nested lines share, not the marker's
     // width: renumbering `9.` to `10.` (an item above added or removed) must
-    // not change an item's notes, hence its contract SHA (SPEC §4).
+    // not change an item's notes, hence its contract SHA (docs/contract.md#contract).
     let common = nested
         .iter()
         .map(|(_, r, _)| {
@@ -1157,7 +1157,7 @@ fn read_detail(
     });
 }
 
-/// The six detail keywords of SPEC §3 and their kinds.
+/// The six detail keywords of docs/backlog.md#details and their kinds.
 const KEYWORDS: [(&str, DetailKind); 6] = [
     ("accept", DetailKind::Accept),
     ("verify", DetailKind::Verify),
@@ -1811,7 +1811,7 @@ fn check_stray_lines(
 /// An open task box glued into an HTML block (`<details>` and the list
 /// without a blank line between) is shown as raw text, not read as an item.
 /// Comments, `<pre>`, `<script>`, `<style>` and `<textarea>` are raw on
-/// purpose (SPEC §3: tasks in HTML comments are not items), but only up to
+/// purpose (docs/backlog.md#items: tasks in HTML comments are not items), but only up to
 /// their end marker: one never closed hides every box below it.
 fn check_html_blocks(
     text: &str,
@@ -1913,7 +1913,7 @@ fn raw_html_end(source: &str) -> Option<&'static str> {
 
 /// A line without `>` right after a block quote's text continues the quote
 /// (lazily): a box meant as an item there would end up as quoted context.
-/// Boxes behind `>` are quoted on purpose (SPEC §3) and stay silent.
+/// Boxes behind `>` are quoted on purpose (docs/backlog.md#items) and stay silent.
 fn check_lazy_quote_lines(
     text: &str,
     lines: &LineIndex,
@@ -1963,7 +1963,7 @@ fn check_headings(
 
 /// A code fence never closed makes the rest of the file (or of its list
 /// item) code: the open boxes below it are items lost. A closed fence is an
-/// example on purpose (SPEC §3: tasks in code are not items).
+/// example on purpose (docs/backlog.md#items: tasks in code are not items).
 fn check_unclosed_fences(
     text: &str,
     lines: &LineIndex,

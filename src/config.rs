@@ -1,4 +1,4 @@
-//! The project's `.nightshift/config.toml` (SPEC §11).
+//! The project's `.nightshift/config.toml` (docs/config.md).
 //!
 //! Every key is optional; a missing file means all defaults. Unknown keys and
 //! bad values are errors that name the file, the line and the key, so a typo
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-/// Directory nightshift keeps inside the user's repository (SPEC §10).
+/// Directory nightshift keeps inside the user's repository (docs/files.md).
 pub const DIR: &str = ".nightshift";
 /// Config file name inside [`DIR`].
 pub const FILE: &str = "config.toml";
@@ -29,16 +29,16 @@ pub struct Config {
     pub remote: String,
     /// Label put on every PR (created if missing).
     pub label: String,
-    /// Label put on issues made from `FINDINGS:` blocks (SPEC §5.8).
+    /// Label put on issues made from `FINDINGS:` blocks (docs/loop.md#findings-and-questions).
     pub findings_label: String,
-    /// Gate commands, run with `sh -c` in the checkout (SPEC §5.4).
+    /// Gate commands, run with `sh -c` in the checkout (docs/loop.md#gate).
     pub verify: Vec<String>,
-    /// Local time of the morning stop, `HH:MM` (SPEC §7).
+    /// Local time of the morning stop, `HH:MM` (docs/limits.md#deadline).
     #[serde(deserialize_with = "de_hhmm")]
     pub deadline: String,
     /// IANA zone name; default `$TZ`, then the system zone.
     pub timezone: Option<String>,
-    /// `OWNER/REPO`; default `GH_REPO`, then the remote's URL (SPEC §8).
+    /// `OWNER/REPO`; default `GH_REPO`, then the remote's URL (docs/github.md#repository).
     pub github_repo: Option<String>,
     /// Tick the backlog box inside each item's PR instead of `sync`.
     pub tick_in_pr: bool,
@@ -69,7 +69,7 @@ pub struct Config {
     pub writer: AgentConfig,
     /// The read-only agent that gives the verdict.
     pub reviewer: AgentConfig,
-    /// Title prefix → prompt template (SPEC §3 "Recipes").
+    /// Title prefix → prompt template (docs/backlog.md#recipes).
     pub recipes: Vec<Recipe>,
     /// Where a message goes when a run ends (docs/config.md#notify).
     pub notify: crate::notify::Targets,
@@ -104,7 +104,7 @@ impl Default for Config {
     }
 }
 
-/// Policy caps (SPEC §11 `[limits]`). Durations in the file are written like
+/// Policy caps (docs/config.md#limits). Durations in the file are written like
 /// `45m`, `2h`, `120s` or `1h30m`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -165,7 +165,7 @@ impl Default for Limits {
     }
 }
 
-/// Which adapter drives an agent (SPEC §6).
+/// Which adapter drives an agent (docs/agents.md).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentKind {
@@ -173,7 +173,7 @@ pub enum AgentKind {
     Claude,
     /// Codex CLI, `codex exec --json`.
     Codex,
-    /// Any argv speaking the `command` protocol of SPEC §6.
+    /// Any argv speaking the `command` protocol of docs/agents.md#command-protocol.
     Command,
 }
 
@@ -216,7 +216,7 @@ impl Default for AgentConfig {
     }
 }
 
-/// A title prefix that selects a prompt template (SPEC §3).
+/// A title prefix that selects a prompt template (docs/backlog.md).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Recipe {
@@ -788,7 +788,7 @@ pub fn parse_hhmm(s: &str) -> Result<(u32, u32), String> {
 
 /// The names in the config's `secrets` list, read before anything else so
 /// that `main` can wipe them from nightshift's own environment while it
-/// still has one thread (SPEC §6: an agent running as the same user can read
+/// still has one thread (docs/agents.md: an agent running as the same user can read
 /// `/proc/<nightshift>/environ`). `args` are the command-line arguments
 /// (for `--config PATH` and `--repo PATH`, else `NIGHTSHIFT_CONFIG` and
 /// `NIGHTSHIFT_REPO`); the config is that file, else
@@ -943,7 +943,7 @@ pub fn template_with_gate(gate: Option<&str>) -> String {
     TEMPLATE.replacen(line, &new, 1)
 }
 
-/// The commented config `nightshift init` writes (SPEC §11).
+/// The commented config `nightshift init` writes (docs/config.md).
 pub const TEMPLATE: &str = r#"# nightshift configuration (README: Configuration). Every key is optional; the values
 # shown are the defaults unless marked "example".
 
@@ -998,7 +998,7 @@ command = ["claude"]
 /// flags nightshift sets itself (`--json`, the sandbox, the reviewer's output
 /// schema) or lift the sandbox (`--dangerously-bypass-approvals-and-sandbox`,
 /// a `-c sandbox_mode=…` override), if any. [`validate`] rejects such a
-/// command (SPEC §6: the reviewer is read-only by construction).
+/// command (docs/agents.md#read-only-reviewer: the reviewer is read-only by construction).
 pub fn codex_conflicting_argument(command: &[String]) -> Option<String> {
     const OWNED: &[&str] = &[
         "--json",

@@ -1,4 +1,4 @@
-//! Contracts, cards and plans (SPEC §4).
+//! Contracts, cards and plans (docs/contract.md).
 //!
 //! A contract is produced by the program, never by a model: the item's key,
 //! title and detail lines verbatim (less the indentation they share), its
@@ -23,7 +23,7 @@ use crate::config::{self, AgentConfig, Config};
 
 pub use crate::backlog::sha256_hex;
 
-/// Where a resolved limit came from, highest precedence first (SPEC §4:
+/// Where a resolved limit came from, highest precedence first (docs/contract.md#limit-sources:
 /// flag › item › recipe › policy caps › default).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -116,14 +116,14 @@ impl From<&AgentConfig> for AgentSpec {
     }
 }
 
-/// One sealed contract (SPEC §4). Serialises to canonical JSON via
+/// One sealed contract (docs/contract.md#contract). Serialises to canonical JSON via
 /// [`Contract::canonical_json`]; its SHA is [`Contract::sha`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Contract {
     /// Format version of this JSON: 2 since `details` lost their shared
     /// indentation.
     pub version: u32,
-    /// The item's key (SPEC §3).
+    /// The item's key (docs/backlog.md#keys).
     pub key: String,
     /// The item's title, verbatim.
     pub title: String,
@@ -236,7 +236,7 @@ impl Plan {
         self
     }
 
-    /// The plan as `plan --json` prints it (SPEC §2); the tend cards are a
+    /// The plan as `plan --json` prints it (docs/commands.md#json-output); the tend cards are a
     /// `"tend"` array beside `"items"`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -262,7 +262,7 @@ impl Plan {
 /// # Errors
 /// Every problem found — the backlog's own (malformed detail lines) plus
 /// limits above the policy caps and unreadable recipe templates — each with
-/// file:line. No plan is produced when there is any (SPEC §3).
+/// file:line. No plan is produced when there is any (docs/backlog.md).
 pub fn build_plan(
     repo: &Path,
     backlog: &Backlog,
@@ -460,8 +460,8 @@ fn seal(
     })
 }
 
-/// True when `rel` names a path inside `repo` (SPEC §3: "template file in
-/// the repo"): relative, no `..`, and not a symlink leading out of it. A
+/// True when `rel` names a path inside `repo` (docs/config.md#recipes: a path inside
+/// the repository): relative, no `..`, and not a symlink leading out of it. A
 /// missing file counts as inside here; reading it reports that.
 fn inside_repo(repo: &Path, rel: &str) -> bool {
     let p = Path::new(rel);
@@ -477,7 +477,7 @@ fn inside_repo(repo: &Path, rel: &str) -> bool {
     }
 }
 
-/// Renders the card of one plan entry: what a person approves (SPEC §4).
+/// Renders the card of one plan entry: what a person approves (docs/contract.md#card).
 pub fn card(e: &PlanEntry) -> String {
     let c = &e.contract;
     let mut s = String::new();
@@ -574,7 +574,7 @@ pub fn card(e: &PlanEntry) -> String {
     s
 }
 
-/// What the card says about the cost caps (SPEC §4, §6): they are enforced
+/// What the card says about the cost caps (docs/contract.md, docs/agents.md): they are enforced
 /// only on costs an agent reports. claude reports one per call; codex never
 /// does; a `command` agent only if it writes a usage report.
 fn cost_note(writer: &AgentSpec, reviewer: &AgentSpec) -> String {

@@ -1,5 +1,5 @@
 //! The gate: the project's own verify commands, run by nightshift itself
-//! (SPEC §5.4).
+//! (docs/loop.md#gate).
 //!
 //! Each command runs with `sh -c` in the checkout, with the agents'
 //! environment plus the config's `gate_env`, under a timeout, through the one
@@ -40,7 +40,7 @@ impl GateRun {
         self.exit_code == Some(0) && !self.timed_out
     }
     /// The failure signature used for no-progress detection: command and
-    /// exit code (SPEC §5.6).
+    /// exit code (docs/loop.md#ship-or-retry).
     pub fn signature(&self) -> String {
         format!(
             "gate:{}:{}",

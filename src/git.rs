@@ -4,7 +4,7 @@
 //!
 //! Network and checkout management (clone, fetch, push, reset, clean, commit)
 //! go through the `git` CLI so that users' credential helpers, `insteadOf`
-//! rewrites and ssh setup keep working (SPEC §5.1, DEPS.md "git2"). Local reads
+//! rewrites and ssh setup keep working (docs/loop.md#checkout; git2 is built without network features). Local reads
 //! (HEAD, symbolic branch, remote URLs) use git2, which never runs hooks,
 //! filters or fsmonitor. This module is not about slots or proofs: it knows
 //! nothing of items, branches naming or scope (see `slot` and `proof`).
@@ -43,7 +43,7 @@ const STDERR_KEPT_BYTES: usize = 64 * 1024;
 const GRACE: Duration = Duration::from_secs(2);
 
 /// Environment variable the askpass helper reads the token from. It is set
-/// only on the one git child that needs the token (SPEC §6: the token stays in
+/// only on the one git child that needs the token (docs/agents.md#environment: the token stays in
 /// memory, never in argv, a URL or a file).
 pub const ASKPASS_TOKEN_VAR: &str = "NIGHTSHIFT_ASKPASS_TOKEN";
 
@@ -154,7 +154,7 @@ impl GitOutput {
 /// Builder for one or more `git` subprocesses in a directory.
 ///
 /// Every command gets `-c core.hooksPath=/dev/null -c core.fsmonitor=false
-/// -c commit.gpgsign=false` (SPEC §5.1), `GIT_TERMINAL_PROMPT=0`, `LC_ALL=C`,
+/// -c commit.gpgsign=false` (docs/loop.md#checkout), `GIT_TERMINAL_PROMPT=0`, `LC_ALL=C`,
 /// a null stdin unless input is given, its own process group, and a timeout
 /// (default [`DEFAULT_TIMEOUT`]) after which the whole group is killed.
 ///
@@ -208,7 +208,7 @@ impl Git {
     /// Sets (or clears) the token answered to git's username/password prompts
     /// over https (user `x-access-token`, password the token). The token goes
     /// to the child only in the environment of an askpass helper; it is never
-    /// in argv or in a URL (SPEC §6).
+    /// in argv or in a URL (docs/agents.md).
     pub fn token(mut self, token: Option<&str>) -> Git {
         self.token = token.map(str::to_string);
         self
@@ -216,7 +216,7 @@ impl Git {
 
     /// Kills the command's process group as soon as `stop` becomes true
     /// (checked while waiting, every 50 ms at most): a signal must not wait
-    /// for a slow push (SPEC §7).
+    /// for a slow push (docs/limits.md).
     pub fn stop_on(mut self, stop: Arc<AtomicBool>) -> Git {
         self.stop = Some(stop);
         self
@@ -390,7 +390,7 @@ impl Git {
 
     /// Fetches `refspec` from `remote` (a remote name or a URL), e.g.
     /// `fetch("https://github.com/o/r.git", "+refs/heads/main:refs/remotes/origin/main")`.
-    /// Uses the token if one was set (SPEC §5.1 step 1).
+    /// Uses the token if one was set (docs/loop.md#checkout).
     ///
     /// # Errors
     /// As [`Git::run`].
@@ -410,7 +410,7 @@ impl Git {
     /// `remote` (a remote name or URL), replacing what is there: the
     /// `nightshift/` branch namespace belongs to nightshift, and a leftover
     /// from an earlier night whose PR was closed must not block the item
-    /// (SPEC §5.6). Uses the token if one was set.
+    /// (docs/loop.md#ship-or-retry). Uses the token if one was set.
     ///
     /// # Errors
     /// As [`Git::run`]; a rejected push is [`GitError::Failed`] with git's

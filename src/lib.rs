@@ -4,7 +4,7 @@
 //! change the code in an isolated checkout, runs the project's gate itself,
 //! asks a read-only reviewer for a verdict, and opens at most one labelled
 //! pull request per item. It never merges. Everything is recorded in the
-//! PostgreSQL ledger. The product surface is SPEC.md; this crate is laid out
+//! PostgreSQL ledger. The product's reference is `docs/` (start at docs/README.md); this crate is laid out
 //! one module per concept so that `ls src/` shows the architecture.
 
 pub mod agent;

@@ -1,9 +1,9 @@
 //! The `nightshift` binary: scrubs secrets from its own environment before
 //! any thread exists and closes its /proc files and memory to other
-//! processes of its user (SPEC §6), becomes a child subreaper so escaped
+//! processes of its user (docs/agents.md), becomes a child subreaper so escaped
 //! agent descendants can be swept, then runs the CLI.
 
-/// Variables that may hold the ledger's URL or password (SPEC §9). Agents
+/// Variables that may hold the ledger's URL or password (docs/ledger.md). Agents
 /// running as the same user can read `/proc/<nightshift>/environ`, so their
 /// bytes are wiped from it like the token's; nightshift itself still needs
 /// them (`PGPASSWORD` answers for a URL without a password, as in libpq).

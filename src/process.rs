@@ -1,5 +1,5 @@
 //! The one child-process runner: every agent, setup and gate command goes
-//! through [`run`] (SPEC §5 step 4, §6; DEPS.md "Child processes").
+//! through [`run`] (docs/loop.md#gate, docs/agents.md).
 //!
 //! A [`Command`] is spawned with a cleared environment plus an explicit map,
 //! in its own process group, stdin null (or the prompt bytes, then closed),
@@ -32,12 +32,12 @@ use tracing::Instrument;
 
 use crate::secret::{Redactor, StreamRedactor, token_vars};
 
-/// Default time between SIGTERM and SIGKILL (SPEC §6: the timeout kills the
+/// Default time between SIGTERM and SIGKILL (docs/agents.md: the timeout kills the
 /// whole process group).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 
 /// Default timeout of a call when the caller sets none: 60 minutes, the
-/// default `agent_timeout` (SPEC §11). Every external call has one.
+/// default `agent_timeout` (docs/config.md). Every external call has one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 /// Default size in bytes of the stdout and stderr tails kept in [`Outcome`].
@@ -103,7 +103,7 @@ pub enum ProcessError {
 }
 
 /// An unprivileged account to run the child as (config `agent_user`,
-/// SPEC §6). Requires nightshift to run as root.
+/// docs/agents.md#running-as-root). Requires nightshift to run as root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunAs {
     /// Numeric user id.
@@ -212,7 +212,7 @@ impl Command {
         }
     }
 
-    /// Runs `sh -c script` (gate and setup commands, SPEC §5 step 4).
+    /// Runs `sh -c script` (gate and setup commands, docs/loop.md#gate).
     pub fn shell(script: impl Into<String>) -> Command {
         Command::new("sh").arg("-c").arg(script)
     }
@@ -252,7 +252,7 @@ impl Command {
     }
 
     /// Writes these bytes to the child's stdin, then closes it (the prompt,
-    /// SPEC §6). Without it stdin is `/dev/null`.
+    /// docs/agents.md). Without it stdin is `/dev/null`.
     pub fn stdin_bytes(mut self, bytes: impl Into<Vec<u8>>) -> Command {
         self.stdin = Some(bytes.into());
         self
@@ -330,7 +330,7 @@ impl Command {
         self
     }
 
-    /// Runs the child as another account (config `agent_user`, SPEC §6):
+    /// Runs the child as another account (config `agent_user`, docs/agents.md#running-as-root):
     /// uid and gid are switched before exec and `HOME`, `USER`, `LOGNAME` set.
     pub fn run_as(mut self, account: RunAs) -> Command {
         self.run_as = Some(account);
@@ -436,7 +436,7 @@ impl Outcome {
 /// The environment for a child: `parent` (usually `std::env::vars()`) minus
 /// the token variables ([`token_vars`]), minus every variable that can lead
 /// to the ledger ([`is_ledger_var`]: both URL variables and libpq's `PG*`),
-/// minus every name in `remove` (config `secrets`; SPEC §6), minus a
+/// minus every name in `remove` (config `secrets`; docs/agents.md#environment), minus a
 /// [`CALL_MARKER_VAR`] inherited from an enclosing call. A gate that needs
 /// one of them for the project's own database gets it through `gate_env`.
 pub fn child_env(
@@ -454,7 +454,7 @@ pub fn child_env(
         .collect()
 }
 
-/// Whether a variable may name, or open, the ledger (SPEC §6, §9):
+/// Whether a variable may name, or open, the ledger (docs/agents.md, docs/ledger.md):
 /// `NIGHTSHIFT_DATABASE_URL`, `DATABASE_URL`, and libpq's `PG*` variables
 /// (`PGPASSWORD`, `PGHOST`, `PGUSER`, `PGPASSFILE`, `PGSERVICE`, …), which
 /// sqlx reads as defaults for the ledger's connection.
@@ -472,7 +472,7 @@ pub fn is_ledger_var(name: &str) -> bool {
 /// does: the kernel then hands `/proc/<pid>/environ`, `mem`, `maps` and `fd`
 /// to root and refuses `ptrace` by anyone without `CAP_SYS_PTRACE`. An agent
 /// running as the same user can then read neither nightshift's environment
-/// nor its memory, where the token and the ledger's URL live (SPEC §6). Its
+/// nor its memory, where the token and the ledger's URL live (docs/agents.md#environment). Its
 /// children are not affected (exec makes them dumpable again); the cost is
 /// that nightshift leaves no core dump. Call once at start-up.
 ///
@@ -494,7 +494,7 @@ pub fn become_subreaper() -> io::Result<()> {
 }
 
 /// Runs `cmd` to completion, timeout or cancellation and reports how it
-/// ended (SPEC §6; DEPS.md "Child processes").
+/// ended (docs/agents.md).
 ///
 /// - Spawned with `process_group(0)`, a cleared environment plus the map,
 ///   `GIT_TERMINAL_PROMPT=0`, `LANG=C.UTF-8` if unset, and a unique
@@ -1496,7 +1496,7 @@ impl KillGuard {
     /// marker, and those reparented to us (we are a subreaper) since it
     /// started after leaving our session — a daemon that ran `setsid` and
     /// cleared its environment carries no marker, and may wait for the
-    /// token in the environment of the next `git` (SPEC §6).
+    /// token in the environment of the next `git` (docs/agents.md#environment).
     fn marked(&self) -> Vec<i32> {
         let mut pids = match &self.marker {
             Some(marker) => procfs::with_env_var(CALL_MARKER_VAR, marker),

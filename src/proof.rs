@@ -1,5 +1,5 @@
 //! Proof of work: what the writer actually changed, read from git, not from
-//! the agent's word (SPEC §5.3), and the reviewer's read-only check (SPEC §6).
+//! the agent's word (docs/loop.md#proof), and the reviewer's read-only check (docs/agents.md#read-only-reviewer).
 //!
 //! A [`Proof`] compares the slot after a writer round with what was recorded
 //! before it ([`RoundStart`]): the files changed since the base commit in the
@@ -129,7 +129,7 @@ pub struct FileChange {
     pub binary: bool,
 }
 
-/// The proof of one writer round, from git (SPEC §5.3).
+/// The proof of one writer round, from git (docs/loop.md#proof).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proof {
     /// Base commit (40 hex).
@@ -158,7 +158,7 @@ pub struct Proof {
     #[serde(default)]
     pub git_dir_changed: Vec<String>,
     /// SHA-256 (hex) of the full diff against the base, binary content
-    /// included; equal for equal changes (no-progress detection, SPEC §5.6).
+    /// included; equal for equal changes (no-progress detection, docs/loop.md#no-progress).
     pub diff_hash: String,
 }
 
@@ -225,7 +225,7 @@ impl Proof {
     /// The broken rules of the round, joined with `; `, or `None` when the
     /// writer kept them all: it must not commit or rewrite history, switch
     /// branch, touch the checkout's `.git` config or hooks, or change files
-    /// outside scope (SPEC §5.2, §5.3, outcome `rule_broken`).
+    /// outside scope (docs/loop.md#writer, docs/loop.md#proof, outcome `rule_broken`).
     pub fn rule_broken(&self) -> Option<String> {
         let mut reasons = Vec::new();
         if self.head_moved {
@@ -276,7 +276,7 @@ fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
 }
 
-/// The item's `scope:` globs, compiled (SPEC §3).
+/// The item's `scope:` globs, compiled (docs/backlog.md#details).
 ///
 /// Matching follows `.gitignore` habits: `*` does not cross `/`, `**` does;
 /// a leading `/` or `./` anchors at the root (as every pattern with a `/`
@@ -538,7 +538,7 @@ fn diff_against(
 
 /// The first file of the change from `base` (a commit, 40 hex) to `tree`
 /// (a tree id, e.g. a [`Slot::snapshot_tree`]) that would carry a secret to
-/// the remote (SPEC §5.6: a secret in the diff breaks a rule): its path when
+/// the remote (docs/loop.md#ship-or-retry: a secret in the diff breaks a rule): its path when
 /// the path names one, or when its new content holds one that its old
 /// content did not — every byte of the blob, so a binary file, a value
 /// base64- or hex-encoded, or one cut over two lines is found too (see

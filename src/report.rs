@@ -1,5 +1,5 @@
 //! What a person reads in the morning: the PR body (the evidence card of one
-//! item) and the report of a run (SPEC §2 `report`, §8 PR body).
+//! item) and the report of a run (docs/commands.md#report, docs/github.md#pr-body).
 //!
 //! Both are rendered from recorded facts only — the contract, git's proof,
 //! the gate's exit codes and output tails, the reviewer's verdict — never
@@ -53,7 +53,7 @@ pub struct Evidence {
     pub branch: String,
     /// Base commit.
     pub base_commit: String,
-    /// Setup commands run in the fresh checkout (SPEC §5.1), in order.
+    /// Setup commands run in the fresh checkout (docs/loop.md#checkout), in order.
     pub setup: Vec<GateRun>,
     /// Files changed according to git.
     pub changed: Vec<crate::proof::FileChange>,
@@ -81,7 +81,7 @@ pub struct Evidence {
     /// `checkout: sentence`.
     pub agent_notes: Vec<String>,
     /// Earlier PRs of this night that change some of the same files: merged
-    /// one after the other they may conflict (SPEC §3 on merge order).
+    /// one after the other they may conflict (docs/github.md#pr-body: merge order).
     pub overlaps: Vec<Overlap>,
 }
 
@@ -115,7 +115,7 @@ pub fn overlaps(opened: &[Overlap], changed: &[crate::proof::FileChange]) -> Vec
         .collect()
 }
 
-/// Renders the PR body: the morning-review card (SPEC §8). At most
+/// Renders the PR body: the morning-review card (docs/github.md#pr-body). At most
 /// [`BODY_LIMIT`] characters: command output tails are shortened first (each
 /// cut one says so and how much was left out), then the contract text.
 pub fn pr_body(e: &Evidence) -> String {
@@ -630,7 +630,7 @@ pub struct NightTotals {
     pub would_open: usize,
     /// Items that already had an open or merged PR.
     pub already: usize,
-    /// Items that ended in a failure outcome (SPEC §5.7).
+    /// Items that ended in a failure outcome (docs/loop.md#outcomes).
     pub failed: usize,
     /// Items blocked by a question or by `max_attempts`.
     pub blocked: usize,
@@ -649,7 +649,7 @@ pub struct NightTotals {
     pub left_secs: Option<i64>,
 }
 
-/// Sums a run's items (SPEC §2 `report`). `now` stands in for the end of a
+/// Sums a run's items (docs/commands.md#report). `now` stands in for the end of a
 /// run still going.
 pub fn totals(
     run: &RunRow,
@@ -692,7 +692,7 @@ pub fn totals(
 /// agent_user"): root overrides nightshift's non-dumpable flag.
 pub const AGENTS_AS_ROOT_NOTE: &str = "agents run as root (agents_as_root = true, no agent_user): they can read everything nightshift holds — its memory with the GitHub token and the ledger's URL, the approval key, every file on this machine";
 
-/// `report --json` (SPEC §2 shape; more fields than the SPEC names, none
+/// `report --json` (docs/commands.md#report---json shape; more fields than the reference names, none
 /// fewer), with the night's totals when given.
 pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals>) -> Value {
     let mut v = json!({
@@ -827,7 +827,7 @@ fn totals_line(t: &NightTotals) -> String {
     )
 }
 
-/// The human report (SPEC §2 `report`): a header, one table row per item
+/// The human report (docs/commands.md#report): a header, one table row per item
 /// (item, outcome, PR, rounds, time, tokens/cost, reason), the totals, then
 /// the PR bodies when `show_bodies` (and, without GitHub access, the PRs
 /// that would have been opened).
@@ -926,8 +926,8 @@ pub fn to_text_at(
     s
 }
 
-/// The run's status (SPEC §7), with its failed items when it completed with
-/// some: "completed, 1 item failed" says why `drain` exited 1 (SPEC §2).
+/// The run's status (docs/loop.md#run-statuses), with its failed items when it completed with
+/// some: "completed, 1 item failed" says why `drain` exited 1 (docs/commands.md#exit-codes).
 fn status_words(run: &RunRow, items: &[ItemRow]) -> String {
     let failed = items
         .iter()

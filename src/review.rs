@@ -1,4 +1,4 @@
-//! The reviewer's verdict and the proof that the reviewer only read (SPEC §5.5, §6).
+//! The reviewer's verdict and the proof that the reviewer only read (docs/loop.md#review, docs/agents.md).
 //!
 //! A verdict is `approve` or `request_changes` with findings. It is read from
 //! structured output when the agent gives one, else from the last JSON object
@@ -65,7 +65,7 @@ pub const VERDICT_SCHEMA: &str = r#"{"type":"object","properties":{"verdict":{"t
 
 /// Holds an approval to its own judgement of the acceptance conditions: an
 /// `approve` that says condition N (of `accept`, numbered from 1) is not met
-/// becomes `request_changes` with that condition as a finding (SPEC §5.5: a
+/// becomes `request_changes` with that condition as a finding (docs/loop.md#review: a
 /// condition not met is not done). Checks of numbers outside `accept` are
 /// dropped.
 pub fn hold_to_conditions(mut v: Verdict, accept: &[String]) -> Verdict {

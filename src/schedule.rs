@@ -1,4 +1,4 @@
-//! Time for the night: the zone, the morning deadline, cron fire times, and sleeping (SPEC §7, §1).
+//! Time for the night: the zone, the morning deadline, cron fire times, and sleeping (docs/limits.md, docs/README.md).
 //!
 //! This module resolves the time zone (flag/config → `$TZ` → system → UTC with a warning),
 //! turns a deadline (`07:00` or RFC 3339) into an instant correct across midnight and DST,
@@ -76,7 +76,7 @@ pub enum ScheduleError {
 // Zone
 // ---------------------------------------------------------------------------------------------
 
-/// Where the resolved time zone came from (SPEC §11 `timezone`, DEPS "Scheduling and time").
+/// Where the resolved time zone came from (docs/config.md `timezone`, DEPS "Scheduling and time").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ZoneSource {
     /// `--tz` or the config key `timezone`.
@@ -155,7 +155,7 @@ pub fn resolve_zone_in(
             },
         ));
     }
-    // iana-time-zone ignores $TZ on Linux (DEPS.md), which is why $TZ was read first.
+    // iana-time-zone ignores $TZ on Linux (chrono::Local honours it), which is why $TZ was read first.
     if use_library
         && let Some(tz) = iana_time_zone::get_timezone()
             .ok()
@@ -200,7 +200,7 @@ fn zone_from_zoneinfo_path(path: &Path) -> Option<Tz> {
 // ---------------------------------------------------------------------------------------------
 
 /// Maps a wall-clock time in `zone` to an instant: a time in a DST gap → the end of the gap
-/// (the first valid instant after it); a time in an overlap → the earlier instant. SPEC §7.
+/// (the first valid instant after it); a time in an overlap → the earlier instant. docs/limits.md.
 pub fn resolve_local<Z: TimeZone>(zone: &Z, local: NaiveDateTime) -> DateTime<Utc> {
     match zone.from_local_datetime(&local) {
         LocalResult::Single(t) => t.with_timezone(&Utc),
@@ -229,7 +229,7 @@ pub fn resolve_local<Z: TimeZone>(zone: &Z, local: NaiveDateTime) -> DateTime<Ut
 }
 
 /// The next instant strictly after `now` whose wall-clock time in `tz` is `hh:mm`, stepping
-/// calendar days (not 24 h). Gap → end of the gap, overlap → earlier instant. SPEC §7
+/// calendar days (not 24 h). Gap → end of the gap, overlap → earlier instant. docs/limits.md
 /// ("default next 07:00 … correct across midnight and DST").
 ///
 /// Examples (Asia/Taipei): now 23:30 → tomorrow 07:00; now 06:59 → today 07:00; now 07:00 →
@@ -249,7 +249,7 @@ pub fn next_local_time(now: DateTime<Utc>, tz: Tz, hh: u32, mm: u32) -> DateTime
 }
 
 /// Parses a deadline: `HH:MM` (also `H:MM`) is the next such local time in `tz` (see
-/// [`next_local_time`]); an RFC 3339 instant is taken as is. SPEC §2 `--deadline`, §7.
+/// [`next_local_time`]); an RFC 3339 instant is taken as is. docs/commands.md#drain, docs/limits.md.
 ///
 /// # Errors
 /// [`ScheduleError::BadDeadline`] naming the accepted forms; [`ScheduleError::DeadlinePast`]
@@ -400,7 +400,7 @@ pub enum SleepOutcome {
 
 /// Sleeps until the wall clock reaches `until`, in slices of at most `slice` (0 → 30 s), each
 /// followed by a look at the wall clock, so a machine suspended mid-sleep wakes at most one
-/// slice after resume instead of oversleeping. Returns at once when `cancel` fires. SPEC §7.
+/// slice after resume instead of oversleeping. Returns at once when `cancel` fires. docs/limits.md#sleep-policy.
 pub async fn sleep_until(
     clock: &dyn Clock,
     until: DateTime<Utc>,
@@ -434,7 +434,7 @@ pub async fn sleep_until(
 // Cron
 // ---------------------------------------------------------------------------------------------
 
-/// A cron expression for `nightshift schedule --cron` (SPEC §1, §2): 5 fields
+/// A cron expression for `nightshift schedule --cron` (docs/README.md, docs/commands.md): 5 fields
 /// (`min hour day month weekday`) or 6 with seconds first; `@daily`-style nicknames too.
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
@@ -552,7 +552,7 @@ fn sh_quote(s: &str) -> String {
 /// A crontab entry that runs `BINARY --repo REPO drain` at each fire time of `expr` in `tz`:
 /// a `CRON_TZ=` line (cronie and systemd-cron honour it; Debian's vixie cron does not, which
 /// the comment says) and the job line, logging to `REPO/.nightshift/cron.log`. `path_var`,
-/// when given, is set as the job's `PATH` (cron's own is `/usr/bin:/bin`). SPEC §2
+/// when given, is set as the job's `PATH` (cron's own is `/usr/bin:/bin`). docs/commands.md
 /// `schedule --print-crontab`.
 ///
 /// # Errors
@@ -630,7 +630,7 @@ pub struct SystemdUnits {
 }
 
 /// Translates `expr` into a systemd timer firing `BINARY --repo REPO drain` in `tz`, with
-/// `path_var` (when given) as the service's `PATH`. SPEC §2 `schedule --print-systemd`.
+/// `path_var` (when given) as the service's `PATH`. docs/commands.md#schedule.
 ///
 /// # Errors
 /// [`ScheduleError::BadCron`] for an invalid expression; [`ScheduleError::Untranslatable`] for

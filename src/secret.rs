@@ -4,7 +4,7 @@
 //! its bytes written as `%XX`, `\uXXXX` or `\xXX` escapes), the process-wide set of
 //! the secret values nightshift holds ([`remember`], [`known`]), and the
 //! start-up scrub of the token variables from nightshift's own environment
-//! (SPEC §6).
+//! (docs/agents.md).
 //!
 //! This module is not where secrets come from (config, the forge and the
 //! ledger find them) and it does not decide which variables a child sees:
@@ -771,7 +771,7 @@ pub fn redact_known(s: &str) -> String {
     known().redact(s)
 }
 
-/// The variables that carry a GitHub token (SPEC §6, §8). They are removed
+/// The variables that carry a GitHub token (docs/agents.md, docs/github.md). They are removed
 /// from nightshift's own environment at start-up and from every child's.
 pub fn token_vars() -> &'static [&'static str] {
     &["GITHUB_TOKEN", "GH_TOKEN"]
@@ -779,7 +779,7 @@ pub fn token_vars() -> &'static [&'static str] {
 
 /// Removes the token variables ([`token_vars`]) and the `extra` variables
 /// from nightshift's own environment and returns the removed non-empty
-/// values, in that order, to keep in memory only (SPEC §6: an agent running
+/// values, in that order, to keep in memory only (docs/agents.md: an agent running
 /// as the same user can read its parent's `/proc/PID/environ`).
 ///
 /// `remove_var` alone is not enough for that: it takes the variable out of

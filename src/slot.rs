@@ -1,4 +1,4 @@
-//! Slots: the reusable checkouts the writer works in (SPEC §5.1).
+//! Slots: the reusable checkouts the writer works in (docs/loop.md#checkout).
 //!
 //! A slot is a separate clone under nightshift's data directory that borrows
 //! objects from the user's repository (`git clone --shared --no-checkout`),
@@ -109,7 +109,7 @@ pub struct Slot {
     /// Why an existing slot was removed and cloned again, if it was.
     pub recloned_because: Option<String>,
     /// While preparing only: kills the running git command when it turns
-    /// true (a signal, SPEC §7). Cleared once the slot is ready, so that
+    /// true (a signal, docs/limits.md#signals). Cleared once the slot is ready, so that
     /// cleaning up after a signal still works.
     stop: Option<Arc<AtomicBool>>,
 }
@@ -242,7 +242,7 @@ pub fn lock_slots(data_dir: &Path, user_repo: &Path) -> std::io::Result<Result<S
     }
 }
 
-/// The item's branch: `nightshift/<slug>-<key8>` (SPEC §5.1).
+/// The item's branch: `nightshift/<slug>-<key8>` (docs/loop.md#checkout).
 ///
 /// The slug keeps the lowercased ASCII letters and digits of `title`; every
 /// run of other characters becomes one `-`; it is trimmed of `-`, cut to at
@@ -446,10 +446,10 @@ impl Slot {
     /// An existing slot is reused when its `.git/config` and hooks match the
     /// fingerprint recorded when it was last prepared; otherwise, or when the
     /// reset fails, it is removed and cloned again (`recloned_because` says
-    /// why). The user's repository is only read (SPEC §5.1, §10).
+    /// why). The user's repository is only read (docs/loop.md#checkout, docs/files.md).
     ///
     /// `stop`, when given, kills the running git command (the clone, the
-    /// fetch, the checkout) as soon as it turns true (a signal, SPEC §7). A
+    /// fetch, the checkout) as soon as it turns true (a signal, docs/limits.md#signals). A
     /// slot stopped while being cloned is removed; one stopped while being
     /// reset is kept for the next run to reset again.
     ///
@@ -897,7 +897,7 @@ impl Slot {
 
     /// Pushes the slot's branch to the user's remote (its push URL), replacing
     /// a branch of that name there. `token`, when given, answers https
-    /// prompts through the askpass helper (SPEC §6); otherwise the user's
+    /// prompts through the askpass helper (docs/agents.md); otherwise the user's
     /// credential helpers and ssh setup apply.
     ///
     /// # Errors
@@ -910,7 +910,7 @@ impl Slot {
 
     /// The remote's branches and tags as `ref → object id`, read with
     /// `git ls-remote` (token through askpass). Taken before and after each
-    /// writer round to see whether the writer pushed (SPEC §5.2: the runner
+    /// writer round to see whether the writer pushed (docs/loop.md#writer: the runner
     /// checks the rules from git, not from the agent's word).
     ///
     /// # Errors
@@ -999,7 +999,7 @@ impl Slot {
     }
 
     /// [`Slot::push`], killed as soon as `stop` becomes true (a signal during
-    /// the push, SPEC §7): git's process group, hooks and helpers included.
+    /// the push, docs/limits.md): git's process group, hooks and helpers included.
     ///
     /// # Errors
     /// As [`Slot::push`]; a stopped push is [`SlotError::Git`] holding
@@ -1089,7 +1089,7 @@ impl Slot {
             .join(format!("nightshift-{what}-{}.index", std::process::id()))
     }
 
-    /// Leaves nothing of a failed item behind (SPEC §5.6): the working tree is
+    /// Leaves nothing of a failed item behind (docs/loop.md#ship-or-retry): the working tree is
     /// reset and cleaned to the base commit (detached) and the local branch
     /// deleted. A tampered slot, or one where that fails, is removed entirely
     /// (it will be cloned again when next prepared).

@@ -1,4 +1,4 @@
-//! The `claude` agent kind: Claude Code in headless mode (SPEC §6).
+//! The `claude` agent kind: Claude Code in headless mode (docs/agents.md#claude).
 //!
 //! Writer: `claude -p --output-format stream-json --verbose` plus the
 //! configured permission flags. Reviewer: `--permission-mode plan --tools
@@ -41,7 +41,7 @@ use crate::limit;
 use crate::review;
 
 /// Permission flags of an unattended writer when the config gives none
-/// (SPEC §6): edits are accepted without a prompt (`acceptEdits`) and the
+/// (docs/agents.md): edits are accepted without a prompt (`acceptEdits`) and the
 /// listed tools are pre-approved, `Bash` included, which the writer needs to
 /// run the project's commands. Checked with the real CLI (2.1.328) running
 /// as root, where `--dangerously-skip-permissions` is refused ("cannot be
@@ -66,11 +66,11 @@ pub const REVIEWER_FLAGS: &[&str] = &[
 ];
 
 /// The JSON Schema of a verdict, passed with `--json-schema` so the real CLI
-/// returns the verdict as the result's `structured_output` (SPEC §5.5).
+/// returns the verdict as the result's `structured_output` (docs/loop.md#review).
 pub use crate::review::VERDICT_SCHEMA;
 
 /// Tools a reviewer session may list in its init event (checked before a
-/// verdict is trusted, SPEC §6): the three read tools of `--tools`, and
+/// verdict is trusted, docs/agents.md): the three read tools of `--tools`, and
 /// `StructuredOutput`, the tool the real CLI adds for `--json-schema`, which
 /// only records the answer (seen with 2.1.328: `init.tools` is then
 /// `["Glob","Grep","Read","StructuredOutput"]`).
@@ -666,7 +666,7 @@ impl StreamState {
     /// last line was cut off), a failed result, or a nonzero exit after a
     /// good result. `ended_after_result` says nightshift ended a CLI that
     /// did not exit after its result (`EndWatch` in `agent`): that is no
-    /// failure. SPEC §5.6: a crashed agent is a failed round, never a
+    /// failure. docs/loop.md#ship-or-retry: a crashed agent is a failed round, never a
     /// success.
     pub fn failure(
         &self,

@@ -1,4 +1,4 @@
-//! The `codex` agent kind: `codex exec --json` (SPEC §6).
+//! The `codex` agent kind: `codex exec --json` (docs/agents.md#codex).
 //!
 //! Writer: `--sandbox workspace-write`; reviewer: `--sandbox read-only` plus
 //! `--output-schema` so its final `agent_message` is the verdict object. The

@@ -1,4 +1,4 @@
-//! The `command` agent kind: any argv speaking nightshift's protocol (SPEC §6).
+//! The `command` agent kind: any argv speaking nightshift's protocol (docs/agents.md#command-protocol).
 //!
 //! The child gets `NIGHTSHIFT_ROLE`, `NIGHTSHIFT_PROMPT_FILE`,
 //! `NIGHTSHIFT_CONTRACT_FILE`, `NIGHTSHIFT_FEEDBACK_FILE` and
@@ -7,8 +7,8 @@
 //! stderr, or from a stdout line that is the limit message itself (its prose
 //! may mention limits freely). Used by tests and custom agents.
 //!
-//! Usage (optional; SPEC §4, §6 "token use and cost are taken from the
-//! agent's own report"): a command agent may report what a call used, either
+//! Usage (optional; docs/agents.md#command-protocol, docs/loop.md#budgets: usage is what the
+//! agent itself reports): a command agent may report what a call used, either
 //! by writing the file named by `NIGHTSHIFT_USAGE_FILE` or by printing a line
 //! on stdout, in both cases a JSON object of this shape (every field
 //! optional; tokens are counts, cost is US dollars):
@@ -214,7 +214,7 @@ fn last_line(s: &str) -> Option<String> {
 /// Lines of stdout read for a limit message: the message is the agent's last word.
 const STDOUT_LIMIT_LINES: usize = 20;
 
-/// A limit in a command agent's output (SPEC §7): stderr is its error channel
+/// A limit in a command agent's output (docs/limits.md): stderr is its error channel
 /// and is read whole; stdout is its prose, so only a line that *is* a limit
 /// message counts (one merely mentioning a limit does not), among the last
 /// [`STDOUT_LIMIT_LINES`]. Stderr wins over stdout when both say something.

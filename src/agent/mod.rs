@@ -1,4 +1,4 @@
-//! Agents: the writer and the read-only reviewer (SPEC §6).
+//! Agents: the writer and the read-only reviewer (docs/agents.md#read-only-reviewer).
 //!
 //! One entry point, [`call`], runs an agent of any kind through the single
 //! process runner and turns its output into a typed [`Report`]: the final
@@ -138,7 +138,7 @@ pub struct Report {
     /// Files the agent's own tool events show it changed (claude's
     /// Edit/Write calls that did not fail, codex's completed file changes),
     /// relative to the checkout where they are inside it; empty for
-    /// `command` agents. A reviewer with any is void (SPEC §6), also when
+    /// `command` agents. A reviewer with any is void (docs/agents.md#read-only-reviewer), also when
     /// the file lies outside the checkout, where git cannot see it.
     pub edited_files: Vec<String>,
     /// What the agent's own channels said that a person should know although
@@ -577,13 +577,13 @@ impl EndWatch {
 }
 
 /// Reads a usage limit from free text that is the agent's error/result
-/// channel (SPEC §7), with the call's zone.
+/// channel (docs/limits.md), with the call's zone.
 pub(crate) fn limit_in_text(text: &str, tz: Tz) -> Option<LimitReading> {
     let r = limit::read_text(text, Utc::now(), tz);
     (r.kind != LimitKind::None).then_some(r)
 }
 
-/// Blocks a writer's final message may carry (SPEC §5.8).
+/// Blocks a writer's final message may carry (docs/loop.md#findings-and-questions).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Blocks {
     /// `FINDINGS:` entries (proposals, filed as issues).
@@ -680,9 +680,9 @@ fn is_fence(t: &str) -> bool {
     t.starts_with("```") || t.starts_with("~~~")
 }
 
-/// Parses `FINDINGS:`, `QUESTION:` and `FILES:` blocks (SPEC §5.8): a line
-/// that is the block's head followed by list items (`- ` as the SPEC
-/// writes them; `*`, `+` and numbered items are read too; an indented line
+/// Parses `FINDINGS:`, `QUESTION:` and `FILES:` blocks (docs/loop.md#findings-and-questions): a line
+/// that is the block's head followed by list items (`- ` as docs/loop.md#findings-and-questions
+/// shows them; `*`, `+` and numbered items are read too; an indented line
 /// continues a wrapped finding), until a blank line, a fence or a line that
 /// is no item. A head may carry its first entry
 /// on the same line and may be decorated in markdown ([`block_head`]).
@@ -783,7 +783,7 @@ pub fn strip_blocks(text: &str) -> String {
     out.join("\n").trim().to_string()
 }
 
-/// The runner's rules every writer prompt carries (SPEC §5.2, §5.8).
+/// The runner's rules every writer prompt carries (docs/loop.md#writer, docs/loop.md#findings-and-questions).
 pub const WRITER_RULES: &str = "\
 ## Rules of this run (enforced from git; breaking one fails the round)
 - Change files only in the current directory, and only within the item's scope if it has one.
@@ -796,7 +796,7 @@ pub const WRITER_RULES: &str = "\
   - <one finding per line>
 ";
 
-/// The reviewer's instructions (SPEC §5.5).
+/// The reviewer's instructions (docs/loop.md#review).
 pub const REVIEWER_RULES: &str = "\
 ## You are the reviewer (read-only)
 Read the change in the current directory (`git diff` against the base, untracked files included) against the contract.

@@ -1,4 +1,4 @@
-//! `nightshift db start|stop|status` (SPEC §9): the embedded private cluster.
+//! `nightshift db start|stop|status` (docs/ledger.md#embedded-default): the embedded private cluster.
 
 use crate::cli::DbCommand;
 use crate::error::{Error, Result};

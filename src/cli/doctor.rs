@@ -1,4 +1,4 @@
-//! `nightshift doctor` (SPEC §2): checks everything a night needs — git, the
+//! `nightshift doctor` (docs/commands.md): checks everything a night needs — git, the
 //! repository and its remote, the base branch there, the backlog and the
 //! gate's programs, the GitHub token and its scopes, the API, the label, the
 //! agents, the root/`agent_user` rule, the ledger and the data directory —
@@ -346,7 +346,7 @@ async fn finish_without_repo(mut out: Vec<Check>, _startup: &Startup) -> Vec<Che
     out
 }
 
-/// Token, scopes, API and label (SPEC §8).
+/// Token, scopes, API and label (docs/github.md).
 async fn github_checks(
     out: &mut Vec<Check>,
     _repo: &Path,
@@ -355,7 +355,7 @@ async fn github_checks(
     token: Option<(forge::Secret, &'static str)>,
 ) {
     let Some((token, source)) = token else {
-        // Without a token the night still runs (SPEC §8): branches are pushed
+        // Without a token the night still runs (docs/github.md#token): branches are pushed
         // and the report shows the PRs that would have been opened. That is a
         // failure only when the repository is on GitHub, where PRs are wanted.
         let why = crate::cli::no_token(config, remote_url);
@@ -456,7 +456,7 @@ async fn github_checks(
 }
 
 /// Writer and reviewer executables, with their versions and login state
-/// where that costs nothing (SPEC §6). Each probe runs as the agent would:
+/// where that costs nothing (docs/agents.md). Each probe runs as the agent would:
 /// the same environment (no token, no ledger URL, no configured secrets)
 /// and, under root with `agent_user`, as that account with its HOME.
 async fn agent_checks(out: &mut Vec<Check>, config: &Config) {

@@ -1,4 +1,4 @@
-//! `nightshift drain` and `nightshift run [ITEM]` (SPEC §2, §4, §7, §9).
+//! `nightshift drain` and `nightshift run [ITEM]` (docs/commands.md, docs/contract.md, docs/limits.md, docs/ledger.md).
 //!
 //! Resolves everything a run needs — snapshot, ledger, lock, approval (or the
 //! crashed run to resume), zone and deadline, GitHub, the agents' scrubbed
@@ -30,7 +30,7 @@ pub(crate) async fn drain(
 }
 
 /// One fire of `schedule`: a `drain` that records `not_approved` for the
-/// plan in the ledger when no valid approval exists (SPEC §4), and stops
+/// plan in the ledger when no valid approval exists (docs/contract.md#approval), and stops
 /// when `stop` (the schedule's signal) fires, even one that came before the
 /// drain's own handler was installed.
 pub(crate) async fn drain_scheduled(
@@ -89,7 +89,7 @@ async fn drain_with(
     let id = repo_id(&snap.repo, &config.remote);
     rec::save_plan(&pool, &id, &plan).await?;
 
-    // One drain per repository (SPEC §9).
+    // One drain per repository (docs/ledger.md).
     let holder = ledger_mod::HolderInfo::current();
     let lock = match lg
         .try_lock_repo(&id, &holder)
@@ -143,7 +143,7 @@ async fn drain_with(
         );
     }
 
-    // GitHub (SPEC §8): token from the variables main removed, else `gh`.
+    // GitHub (docs/github.md#token): token from the variables main removed, else `gh`.
     let remote_url = crate::git::Git::new(&snap.repo)
         .text(&["remote", "get-url", &config.remote])
         .ok()
@@ -183,7 +183,7 @@ async fn drain_with(
     }
     // Approvals are verified with the data directory's key (docs/contract.md).
     install_approval_key()?;
-    // Resume a crashed run under its own approval while it is valid (SPEC §4),
+    // Resume a crashed run under its own approval while it is valid (docs/contract.md#approval),
     // else find a fresh approval.
     let mut resume = None;
     let mut chosen = None;
@@ -520,7 +520,7 @@ async fn drain_with(
 }
 
 /// The newest crashed, not yet resumed run whose plan approval may still be
-/// resumed (younger than 24 h, SPEC §4) and shares contracts with the
+/// resumed (younger than 24 h, docs/contract.md#resume) and shares contracts with the
 /// snapshot: the run, its approval and the approved contract SHAs.
 async fn crashed_run_to_resume(
     pool: &sqlx::PgPool,
@@ -730,7 +730,7 @@ fn print_cards(plan: &Plan, selection: &Selection) {
 /// SIGINT/SIGTERM — and SIGHUP (the terminal closed) and SIGQUIT (Ctrl-\\),
 /// whose default action would kill nightshift and leave its agent running
 /// on in the checkout — cancel the run: the current agent is killed, the
-/// item recorded `interrupted`, its checkout cleaned (SPEC §7).
+/// item recorded `interrupted`, its checkout cleaned (docs/limits.md).
 /// The handlers are installed before this returns, so no signal after it
 /// falls to the default action (which would leave the run `running`).
 /// The returned guard ends the handler when the drain is over, so the
@@ -750,7 +750,7 @@ fn spawn_signal_handler(cancel: CancellationToken) -> Option<AbortOnDrop> {
 }
 
 /// The signals that stop a run or a schedule: SIGINT, SIGTERM, SIGHUP,
-/// SIGQUIT (SPEC §7).
+/// SIGQUIT (docs/limits.md).
 pub(crate) struct StopSignals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,

@@ -1,4 +1,4 @@
-//! `nightshift init` (SPEC §2, §10): `.nightshift/` with a commented config
+//! `nightshift init` (docs/commands.md, docs/files.md): `.nightshift/` with a commented config
 //! and a `.gitignore` holding `*`, and `NEXT.md` from the example if there is
 //! none. Never touches the project's own `.gitignore`, `AGENTS.md`,
 //! `CLAUDE.md` or `.claude/`.

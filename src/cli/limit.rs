@@ -1,4 +1,4 @@
-//! `nightshift limit parse` (SPEC §2): explains how a piece of agent output is
+//! `nightshift limit parse` (docs/commands.md): explains how a piece of agent output is
 //! read as a usage limit, with an injectable `now` and zone for scripts.
 
 use std::io::Read;

@@ -1,4 +1,4 @@
-//! The command line (SPEC §2): argument definitions, the shared set-up every
+//! The command line (docs/commands.md): argument definitions, the shared set-up every
 //! command needs (repository, config, ledger, zone), and dispatch to one file
 //! per subcommand. Errors become exit codes in `error.rs`, nowhere else.
 
@@ -193,7 +193,7 @@ pub enum DbCommand {
 }
 
 /// What `main` hands over: the token variables it removed from its own
-/// environment at start-up (SPEC §6), kept in memory only.
+/// environment at start-up (docs/agents.md#environment), kept in memory only.
 pub struct Startup {
     /// (variable, value) pairs removed before any thread started.
     pub removed: Vec<(String, Secret)>,
@@ -441,7 +441,7 @@ pub fn repo_identity(cli: &Cli, repo: &Path) -> String {
     repo_id(repo, &remote)
 }
 
-/// The GitHub client for `repo` (SPEC §8): owner/repo from `GH_REPO`, else
+/// The GitHub client for `repo` (docs/github.md#repository): owner/repo from `GH_REPO`, else
 /// config `github_repo`, else the remote's URL; API base from
 /// `GITHUB_API_URL`; the retry policy from the environment. `deadline`
 /// bounds the waits of its retries.
@@ -471,7 +471,7 @@ pub fn github_client(
     Ok(f.with_retry_policy(forge::RetryPolicy::from_env()))
 }
 
-/// The environment agents run with (SPEC §6): ours without the token
+/// The environment agents run with (docs/agents.md#environment): ours without the token
 /// variables, the ledger's (both URL variables and `PG*`), the config's
 /// `secrets` and its `gate_env` (see [`crate::process::child_env`]).
 pub(crate) fn agents_environment(
@@ -528,7 +528,7 @@ pub fn no_token(config: &crate::config::Config, remote_url: Option<&str>) -> NoT
     }
 }
 
-/// nightshift's data directory (slots, logs, the embedded cluster; SPEC §10):
+/// nightshift's data directory (slots, logs, the embedded cluster; docs/files.md#data-directory):
 /// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG
 /// data dir.
 pub fn data_dir() -> PathBuf {
@@ -536,7 +536,7 @@ pub fn data_dir() -> PathBuf {
     embedded::nightshift_data_dir(&embedded::process_env, embedded::running_as_root())
 }
 
-/// Connects to the ledger chosen by the environment (SPEC §9).
+/// Connects to the ledger chosen by the environment (docs/ledger.md).
 ///
 /// # Errors
 /// Exit 1 with the source named when the database is unreachable.

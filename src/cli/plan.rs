@@ -1,4 +1,4 @@
-//! `nightshift plan` and `nightshift approve` (SPEC §2, §4).
+//! `nightshift plan` and `nightshift approve` (docs/commands.md, docs/contract.md).
 
 use std::path::PathBuf;
 
@@ -74,7 +74,7 @@ pub(crate) fn read_backlog(repo: &std::path::Path, loaded: &Loaded) -> Result<ba
     Ok(backlog::parse(&display_path, &text))
 }
 
-/// Configurations that cannot run unattended (SPEC §6 "As root").
+/// Configurations that cannot run unattended (docs/agents.md#running-as-root).
 fn check_runnable(loaded: &Loaded) -> Result<()> {
     let c = &loaded.config;
     let root = nix::unistd::geteuid().is_root();
@@ -152,7 +152,7 @@ fn cannot_run(loaded: &Loaded) -> Vec<String> {
     out
 }
 
-/// Marks the items a drain will not run because of earlier runs (SPEC §2:
+/// Marks the items a drain will not run because of earlier runs (docs/commands.md:
 /// listed with `blocked` saying why): a PR open or merged, a branch pushed
 /// whose PR is still to be opened, a writer's question still unanswered.
 /// Display only: the plan's SHA and contracts do not change.
@@ -383,7 +383,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
         "signed with the key in {} (keep it private; if it is lost, approve again)",
         crate::approval::key_path(&data_dir).display()
     );
-    // An approval of an older plan is allowed (SPEC §4: only its unchanged
+    // An approval of an older plan is allowed (docs/contract.md#approval: only its unchanged
     // contracts run), but the person should know before going to bed.
     if let Ok(now) = snapshot(cli) {
         let current: Vec<&str> = now

@@ -1,5 +1,5 @@
-//! What a person watching a run sees, and what is kept of it (SPEC §2 `-v/-q`,
-//! §10 log directory).
+//! What a person watching a run sees, and what is kept of it (docs/commands.md#global-options,
+//! docs/files.md#logs).
 //!
 //! Progress is read from the ledger — the phase, item, round and sleep the
 //! run records as it goes — so the run loop knows nothing of terminals: on a
@@ -94,7 +94,7 @@ pub fn init_tracing(verbose: u8, quiet: bool, run_log: Option<std::fs::File>) {
 /// A log writer that masks every secret nightshift holds
 /// ([`crate::secret::redact_known`]) in each line before it is written: a
 /// warning quoting a git, GitHub or agent error must not put a token in the
-/// run's log file or on stderr (SPEC §6). The formatter hands over one whole
+/// run's log file or on stderr (docs/agents.md). The formatter hands over one whole
 /// event per write, so a secret is never cut between two writes.
 struct Redacting<M>(M);
 

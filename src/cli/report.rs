@@ -1,4 +1,4 @@
-//! `nightshift report` and `nightshift status` (SPEC §2): read from the
+//! `nightshift report` and `nightshift status` (docs/commands.md): read from the
 //! ledger only; they never start work.
 
 use chrono::Utc;
@@ -14,7 +14,7 @@ use crate::outcome::{Phase, RunKind, RunStatus};
 pub(crate) enum ReportFormat {
     /// The terminal table.
     Text,
-    /// SPEC §2 JSON (plus totals).
+    /// docs/commands.md#json-output (plus totals).
     Json,
     /// Markdown for pasting.
     Markdown,
@@ -290,7 +290,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
         None => "-".to_string(),
     };
     // A run that stopped on a failure outside its items waits to be resumed
-    // (while its approval allows, SPEC §4).
+    // (while its approval allows, docs/contract.md#approval).
     let mut to_resume = match (running, dead) {
         (None, None) => rec::resumable_run(&lg.pool, &id)
             .await?

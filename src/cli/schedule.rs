@@ -1,10 +1,10 @@
-//! `nightshift schedule --cron EXPR [--tz ZONE]` (SPEC §2, §4): stays in the
+//! `nightshift schedule --cron EXPR [--tz ZONE]` (docs/commands.md, docs/contract.md): stays in the
 //! foreground and starts a drain at each fire time, or prints a crontab line
 //! or systemd units that do the same.
 //!
 //! Each fire runs the same drain as `nightshift drain`, in this process: it
 //! takes the repository lock and needs a valid, unused approval of the
-//! current plan. There is no standing approval (SPEC §4): a fire without one
+//! current plan. There is no standing approval (docs/contract.md#approval): a fire without one
 //! records `not_approved` for the plan in the ledger and waits for the next
 //! fire; a fire while another drain holds the lock is skipped the same way.
 //! SIGINT/SIGTERM stop the schedule (and the drain in progress, which ends

@@ -1,4 +1,4 @@
-//! `nightshift sync` (SPEC §3): one PR that ticks the backlog boxes of the
+//! `nightshift sync` (docs/backlog.md#ticks-and-sync): one PR that ticks the backlog boxes of the
 //! items whose PRs were merged.
 //!
 //! Item PRs leave the backlog alone (ticks on adjacent lines would make the
@@ -34,7 +34,7 @@ const SYNC_KEY: &str = "sync-backlog";
 /// An item to tick: its key and the number of its merged PR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tick {
-    /// Item key (SPEC §3).
+    /// Item key (docs/backlog.md#keys).
     pub key: String,
     /// The merged PR's number.
     pub number: u64,
@@ -45,7 +45,7 @@ pub type Ticked = (usize, String, u64);
 
 /// Ticks every open item of `text` whose key is in `ticks`, byte-exactly:
 /// `[ ]` → `[x]` and ` (done: #N)` after the title; every other byte is
-/// unchanged (SPEC §3). Returns the new text and the (line, title, number) of
+/// unchanged (docs/backlog.md). Returns the new text and the (line, title, number) of
 /// each tick made, in file order. Keys not found (the item was edited or is
 /// already ticked) are skipped.
 ///

@@ -11,7 +11,7 @@ use super::{BODY_LIMIT, IssueInfo, LABEL_COLOR, LABEL_DESCRIPTION, clamp_chars};
 impl Forge {
     /// Returns the open issue labelled `label` whose title is exactly
     /// `title`, or creates it (with `label`, created if missing). Used for a
-    /// writer's `FINDINGS:` lines, deduplicated by title (SPEC §5.8).
+    /// writer's `FINDINGS:` lines, deduplicated by title (docs/loop.md#findings-and-questions).
     ///
     /// # Errors
     /// [`ForgeError::Api`] when refused (410: issues are switched off in the

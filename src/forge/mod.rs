@@ -1,4 +1,4 @@
-//! GitHub, the forge where an item's work ends up as a pull request (SPEC §8).
+//! GitHub, the forge where an item's work ends up as a pull request (docs/github.md).
 //!
 //! This module finds which repository and token to use, looks pull requests
 //! and issues up, and creates them at most once: a create that failed, timed
@@ -33,7 +33,7 @@
 //! nightshift needs, through octocrab's raw `GET`/`POST` calls so that status
 //! codes and headers stay visible. It can only send `GET` and `POST` (see
 //! `Verb`), and it has no call that merges, approves or closes a pull
-//! request — by construction, not by convention (SPEC §8). It does not compose
+//! request — by construction, not by convention (docs/github.md). It does not compose
 //! PR bodies (that is the report's job); it only guards the body limit.
 
 // Errors are rare and carry the text a person reads in the morning (message,
@@ -63,14 +63,14 @@ pub use retry::{BACKOFF_ENV, RetryPolicy};
 pub use tend::{Comment, MERGEABLE_TRIES, Mergeable, PrDetail, PrFateFacts, Review, ReviewState};
 pub use token::{GH_TOKEN_TIMEOUT, api_base, resolve_token, resolve_token_using};
 
-/// GitHub's cap on a pull request or issue body, in characters (SPEC §8).
+/// GitHub's cap on a pull request or issue body, in characters (docs/github.md#pr-body).
 pub const BODY_LIMIT: usize = 65_536;
 
 /// Start of the hidden marker that carries an item's key in a PR body, so the
-/// PR is found again even if its branch was renamed (SPEC §8).
+/// PR is found again even if its branch was renamed (docs/github.md).
 pub const ITEM_MARKER_PREFIX: &str = "<!-- nightshift-item: ";
 
-/// The public GitHub API, used when `GITHUB_API_URL` is unset (SPEC §8).
+/// The public GitHub API, used when `GITHUB_API_URL` is unset (docs/github.md).
 pub const DEFAULT_API_BASE: &str = "https://api.github.com";
 
 /// Colour given to a label nightshift creates (hex RGB without `#`).
@@ -97,7 +97,7 @@ pub fn item_marker(key: &str) -> String {
 
 pub use crate::secret::Secret;
 
-/// Where a pull request stands (SPEC §3: `already_open` / `already_merged`).
+/// Where a pull request stands (docs/backlog.md: `already_open` / `already_merged`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrState {
     Open,
@@ -125,7 +125,7 @@ pub struct PrInfo {
     pub label_error: Option<String>,
 }
 
-/// What to open for one item (SPEC §8).
+/// What to open for one item (docs/github.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrRequest {
     /// `nightshift: <item title>`.
@@ -143,7 +143,7 @@ pub struct PrRequest {
     pub item_key: String,
 }
 
-/// An issue as nightshift needs it (findings, SPEC §5.8).
+/// An issue as nightshift needs it (findings, docs/loop.md#findings-and-questions).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IssueInfo {
     pub number: u64,
@@ -153,7 +153,7 @@ pub struct IssueInfo {
     pub created: bool,
 }
 
-/// What `doctor` learns from one look at the repository (SPEC §2 `doctor`).
+/// What `doctor` learns from one look at the repository (docs/commands.md#doctor).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoProbe {
     /// The classic token's scopes as GitHub lists them in `x-oauth-scopes`
@@ -176,7 +176,7 @@ pub struct RepoProbe {
 /// cut to [`BODY_LIMIT`] characters with a note if longer, keeping the marker.
 ///
 /// This is a last guard; the body's author should already have cut long gate
-/// output to its tail (SPEC §8).
+/// output to its tail (docs/github.md).
 pub fn fit_body(body: &str, item_key: &str) -> String {
     let marker = item_marker(item_key);
     let with_marker = if carries_marker(body, &marker) {

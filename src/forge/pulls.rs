@@ -53,7 +53,7 @@ impl Forge {
     /// followed by a look-up and re-sent only if the look-up finds nothing. A
     /// 422 "A pull request already exists" returns the existing open PR. A PR
     /// GitHub refuses to label is returned with [`PrInfo::label_error`]. The
-    /// body is clamped to [`BODY_LIMIT`] and carries the item marker (SPEC §8).
+    /// body is clamped to [`BODY_LIMIT`] and carries the item marker (docs/github.md#pr-body).
     ///
     /// # Errors
     /// [`ForgeError::Api`] for a refused create or label creation, with the
@@ -81,7 +81,7 @@ impl Forge {
                 .await?;
         }
         let path = self.repo_path("/pulls");
-        // Whatever the caller built, no secret leaves in a PR (SPEC §6, §8).
+        // Whatever the caller built, no secret leaves in a PR (docs/agents.md, docs/github.md).
         let payload = json!({
             "title": self.redact(&req.title),
             "head": req.head,

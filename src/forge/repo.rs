@@ -30,7 +30,7 @@ impl fmt::Display for RepoId {
 }
 
 /// The repository to use: `GH_REPO` (gh's `[HOST/]OWNER/REPO`) if set, else
-/// config `github_repo`, else parsed from the remote's URL (SPEC §8). Empty
+/// config `github_repo`, else parsed from the remote's URL (docs/github.md#repository). Empty
 /// strings count as unset. An invalid `GH_REPO` or `github_repo` is an error,
 /// not a silent fall-through.
 ///

@@ -11,7 +11,7 @@ use super::body::{error_message, header};
 use super::client::{Forge, Reply, Verb};
 use super::error::ForgeError;
 
-/// The one retry policy for every GitHub call (SPEC §8).
+/// The one retry policy for every GitHub call (docs/github.md#retries).
 ///
 /// Retried: 5xx, 429, 403 rate limits (primary: `x-ratelimit-remaining: 0`;
 /// secondary: the message says "secondary rate limit" or "abuse detection",
@@ -232,7 +232,7 @@ impl Forge {
 }
 
 /// Decides whether an answer is worth another attempt, and how long to wait
-/// first. The single place where the retry rules of SPEC §8 live.
+/// first. The single place where the retry rules of docs/github.md#retries live.
 ///
 /// Times GitHub names are read against GitHub's clock (its `Date` header,
 /// else `now`), so a local clock running ahead does not retry early.

@@ -12,7 +12,7 @@ use crate::secret::Secret;
 pub const GH_TOKEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The API base: `GITHUB_API_URL` if set and non-empty, else
-/// `https://api.github.com`; without a trailing slash (SPEC §8).
+/// `https://api.github.com`; without a trailing slash (docs/github.md).
 pub fn api_base() -> String {
     match std::env::var("GITHUB_API_URL") {
         Ok(url) if !url.trim().is_empty() => url.trim().trim_end_matches('/').to_string(),
@@ -21,10 +21,10 @@ pub fn api_base() -> String {
 }
 
 /// The GitHub token and where it came from: `GITHUB_TOKEN`, else `GH_TOKEN`
-/// (values the caller took out of the environment at start-up, SPEC §6),
+/// (values the caller took out of the environment at start-up, docs/agents.md#environment),
 /// else the output of `gh auth token` (killed after 10 s; a missing `gh`
 /// means no token). Empty values count as unset. Source is one of
-/// `"GITHUB_TOKEN"`, `"GH_TOKEN"`, `"gh auth token"` (SPEC §8).
+/// `"GITHUB_TOKEN"`, `"GH_TOKEN"`, `"gh auth token"` (docs/github.md#token).
 pub fn resolve_token(env_removed: &[(String, Secret)]) -> Option<(Secret, &'static str)> {
     resolve_token_using(env_removed, Path::new("gh"), GH_TOKEN_TIMEOUT)
 }

@@ -1,6 +1,6 @@
 //! The embedded default ledger: a private PostgreSQL cluster run with the system's
 //! own `initdb`/`pg_ctl` when neither `NIGHTSHIFT_DATABASE_URL` nor `DATABASE_URL` is set
-//! (SPEC §9), and the facts behind `nightshift db start|stop|status`.
+//! (docs/ledger.md), and the facts behind `nightshift db start|stop|status`.
 //!
 //! The cluster lives in a 0700 data directory, listens on a unix socket only (no TCP
 //! port, so no port race and nothing reachable from the network), is reused across runs
@@ -274,7 +274,7 @@ pub fn process_env(name: &str) -> Option<OsString> {
     std::env::var_os(name).filter(|v| !v.is_empty())
 }
 
-/// nightshift's data directory (SPEC §10): `NIGHTSHIFT_DATA_DIR`; else, as root,
+/// nightshift's data directory (docs/files.md#data-directory): `NIGHTSHIFT_DATA_DIR`; else, as root,
 /// [`ROOT_DATA_DIR`]; else the user's XDG data directory (`~/.local/share/nightshift`).
 /// When no home directory can be found at all, [`ROOT_DATA_DIR`] is used and start-up
 /// will name it if it cannot be created.

@@ -1,6 +1,6 @@
 //! The ledger: nightshift's PostgreSQL database, the single source of truth for runs,
 //! plans, contracts, approvals, items, rounds, agent calls, gates, reviews, proofs,
-//! limit sleeps, PRs, findings and the append-only event log (SPEC §9).
+//! limit sleeps, PRs, findings and the append-only event log (docs/ledger.md).
 //!
 //! This module chooses the server (`NIGHTSHIFT_DATABASE_URL`, else `DATABASE_URL`, else
 //! the embedded private cluster of [`embedded`]), connects with a bounded timeout,
@@ -65,7 +65,7 @@ impl fmt::Display for DbUrl {
     }
 }
 
-/// Where the ledger lives (SPEC §9).
+/// Where the ledger lives (docs/ledger.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DbSource {
     /// A server named by an environment variable.
@@ -73,7 +73,7 @@ pub enum DbSource {
         /// The URL (secret: may hold a password).
         url: DbUrl,
         /// The variable it came from, [`NIGHTSHIFT_DATABASE_URL`] or [`DATABASE_URL`]; the
-        /// process runner removes it from agents' environments (SPEC §6).
+        /// process runner removes it from agents' environments (docs/agents.md#environment).
         var: &'static str,
     },
     /// The embedded private cluster with this data directory (PGDATA).
@@ -129,7 +129,7 @@ pub fn created_note(data_dir: &std::path::Path) -> String {
 }
 
 /// The ledger's source from the process environment: `NIGHTSHIFT_DATABASE_URL`, else
-/// `DATABASE_URL` (empty values count as unset), else the embedded default (SPEC §9).
+/// `DATABASE_URL` (empty values count as unset), else the embedded default (docs/ledger.md#embedded-default).
 pub fn db_source_from_env() -> DbSource {
     let lookup = |name: &str| {
         KEPT.get()
@@ -352,7 +352,7 @@ impl Ledger {
         })
     }
 
-    /// Tries to take the one-drain-per-repo lock (SPEC §9): a PostgreSQL advisory lock
+    /// Tries to take the one-drain-per-repo lock (docs/ledger.md#locking): a PostgreSQL advisory lock
     /// on a hash of `repo_key`, held by a dedicated connection (an advisory lock belongs
     /// to its connection, so a pooled one would leak it). On success the holder is
     /// recorded in `repo_locks`; when refused, the recorded holder is returned.
@@ -462,7 +462,7 @@ fn connect_hint(source_desc: &str) -> String {
 /// Whether a ledger error means the database went away (stopped,
 /// restarting, unreachable, the session ended by the server) rather than
 /// that a query was wrong: such an error may pass once the server is back
-/// (SPEC §9), so a run waits for it instead of failing its item.
+/// (docs/ledger.md#outage-wait), so a run waits for it instead of failing its item.
 pub fn is_outage(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)

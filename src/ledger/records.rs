@@ -1,4 +1,4 @@
-//! Typed reads and writes of the ledger tables (SPEC §9).
+//! Typed reads and writes of the ledger tables (docs/ledger.md).
 //!
 //! Every row the run loop, `approve`, `report` and `status` need goes through
 //! a function here, so the SQL lives in one file next to the schema in
@@ -20,7 +20,7 @@ pub type Result<T> = std::result::Result<T, sqlx::Error>;
 /// Text as the ledger keeps it: every secret nightshift holds is masked
 /// ([`crate::secret::redact_known`], also base64-, hex- or percent-encoded,
 /// cut by line breaks, or the password of a URL), so no table holds one
-/// whatever an agent, a gate, git or GitHub printed (SPEC §6, §9); and a
+/// whatever an agent, a gate, git or GitHub printed (docs/agents.md, docs/ledger.md); and a
 /// NUL byte (which `text` and `jsonb` reject) becomes U+FFFD, since agent
 /// and gate output is arbitrary bytes and one NUL must not stop the night.
 fn pg(s: &str) -> String {
@@ -1075,7 +1075,7 @@ pub async fn failed_attempts(
 /// The question a writer asked about this very contract in an earlier run
 /// (outcome `blocked` after at least one round), with that run's id and
 /// when it ended, newest first; `None` if it asked none. The item waits for
-/// a person's answer: editing the item seals a new contract (SPEC §5.8).
+/// a person's answer: editing the item seals a new contract (docs/loop.md#findings-and-questions).
 ///
 /// # Errors
 /// Database errors.
@@ -1174,7 +1174,7 @@ pub async fn run_items(pool: &PgPool, run: Uuid) -> Result<Vec<ItemRow>> {
 }
 
 /// The items of plan `plan_sha` after index `after` (the plan's 1-based
-/// `index`, SPEC §2), in backlog order, as `(index, title, contract_sha)`:
+/// `index`, docs/commands.md), in backlog order, as `(index, title, contract_sha)`:
 /// what a run stopped at item `after` never started.
 ///
 /// # Errors

@@ -23,7 +23,7 @@ use super::{FUTURE_HORIZON, LimitKind, LimitReading, PAST_GRACE, accept_reset};
 ///   transient if unreadable.
 ///
 /// `subtype` is never used (claude says `subtype: "success"` on failures); model text in an
-/// ordinary `assistant` event is never read. SPEC §6, §7.
+/// ordinary `assistant` event is never read. docs/agents.md, docs/limits.md.
 pub fn read_claude_event(ev: &Value, now: DateTime<Utc>, tz: Tz) -> Option<LimitReading> {
     match ev.get("type").and_then(Value::as_str) {
         Some("rate_limit_event") => rate_limit_event(ev, now),

@@ -16,7 +16,7 @@ use super::{LimitKind, LimitReading};
 /// Returns `Some` only for a limit reported by an `error` event (`message`), a `turn.failed`
 /// event (`error.message`) or an `item.*` event whose item is of type `error`. codex's own
 /// retry notices (`Reconnecting... 2/5 (…)`, `…; retrying 1/5 in 209ms…`) are not final and
-/// return `None`; agent messages and reasoning are never read. SPEC §6, §7.
+/// return `None`; agent messages and reasoning are never read. docs/agents.md, docs/limits.md.
 pub fn read_codex_event(ev: &Value, now: DateTime<Utc>, tz: Tz) -> Option<LimitReading> {
     let ty = ev.get("type").and_then(Value::as_str)?;
     let message = match ty {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::{LimitKind, LimitReading, SleepPolicy, sleep_for};
 
-/// The `limit parse --json` shape (SPEC §2):
+/// The `limit parse --json` shape (docs/commands.md#json-output):
 /// `{"kind": "usage_limit"|"transient"|"none", "resets_at": RFC3339-UTC|null,
 ///   "sleep_seconds": N|null, "source": S}` plus `retry_after_ms`, `resets_at_local`
 /// (RFC 3339 with the offset of `tz`), `zone` and `message`. `resets_at` is the instant the limit

@@ -1,4 +1,4 @@
-//! Reading an agent's output into a typed usage-limit result, and the sleep that follows (SPEC §7).
+//! Reading an agent's output into a typed usage-limit result, and the sleep that follows (docs/limits.md#sleep-policy).
 //!
 //! This module turns what claude, codex, gemini or an API-key agent printed into a
 //! [`LimitReading`]: an account **usage limit** (with the reset instant when one can be read),
@@ -96,7 +96,7 @@ use text::{
     strip_message_prefix,
 };
 
-/// How far in the past a read reset may lie and still be believed (SPEC §7: a bare time that
+/// How far in the past a read reset may lie and still be believed (docs/limits.md#formats: a bare time that
 /// passed at most 15 minutes ago means "now").
 pub const PAST_GRACE: chrono::TimeDelta = chrono::TimeDelta::minutes(15);
 
@@ -104,7 +104,7 @@ pub const PAST_GRACE: chrono::TimeDelta = chrono::TimeDelta::minutes(15);
 /// 7 days; one day of slack for zones and rounding.
 pub const FUTURE_HORIZON: chrono::TimeDelta = chrono::TimeDelta::days(8);
 
-/// What kind of limit a piece of agent output reports (SPEC §7).
+/// What kind of limit a piece of agent output reports (docs/limits.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LimitKind {
     /// The account's usage limit: sleep until the reset, then retry the same round.
@@ -116,7 +116,7 @@ pub enum LimitKind {
 }
 
 impl LimitKind {
-    /// The name used in `limit parse --json` (SPEC §2): `usage_limit`, `transient` or `none`.
+    /// The name used in `limit parse --json` (docs/commands.md#json-output): `usage_limit`, `transient` or `none`.
     pub fn as_str(self) -> &'static str {
         match self {
             LimitKind::UsageLimit => "usage_limit",
@@ -199,7 +199,7 @@ fn stronger(best: LimitReading, next: LimitReading) -> LimitReading {
 /// (structured fields first), other lines by the text patterns, which may match anywhere in
 /// the line. The strongest reading wins (usage limit with reset > without > transient > none).
 /// `now` is the current instant; `tz` is the zone the agent ran in (its `TZ`), used for local
-/// times that name no zone. SPEC §7.
+/// times that name no zone. docs/limits.md.
 pub fn read_text(text: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
     let text = normalize(text);
     let lines: Vec<&str> = text.lines().collect();
@@ -229,7 +229,7 @@ pub fn read_text(text: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
 /// reached for …", …). A sentence that merely mentions a limit somewhere inside is `none`.
 /// One exception: after an exception-class label (`openai.RateLimitError:`,
 /// `anthropic.api.ApiException:`) the rest is an error's text, and a limit anywhere in it
-/// counts. Accepted lines are then read exactly as [`read_text`] reads them. SPEC §7.
+/// counts. Accepted lines are then read exactly as [`read_text`] reads them. docs/limits.md#formats.
 pub fn read_stream_line(line: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
     let normalized = normalize(line);
     let trimmed = normalized.trim();
@@ -248,7 +248,7 @@ pub fn read_stream_line(line: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading 
 /// Reads a whole agent call: every stdout line that is a JSON event through
 /// [`read_claude_event`] / [`read_codex_event`], other stdout lines through
 /// [`read_stream_line`], and stderr through [`read_text`]. The strongest reading wins.
-/// This is what the agent adapters call after a failed call. SPEC §6, §7.
+/// This is what the agent adapters call after a failed call. docs/agents.md, docs/limits.md.
 pub fn read_output(stdout: &str, stderr: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
     let mut best = LimitReading::none();
     for line in stdout.lines() {

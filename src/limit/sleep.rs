@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::{LimitKind, LimitReading};
 
-/// How long to sleep for a reading (SPEC §7, §11 `limit_buffer`, `limit_sleep_min`,
+/// How long to sleep for a reading (docs/limits.md, docs/config.md `limit_buffer`, `limit_sleep_min`,
 /// `limit_sleep_max`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SleepPolicy {
@@ -45,7 +45,7 @@ impl Default for SleepPolicy {
 ///
 /// Usage limit: `resets_at − now + buffer`, clamped to [`min`, `max`]; `unknown` (clamped the
 /// same way) when the reset is unknown. Transient: `retry_after` (or `transient_default`)
-/// clamped to [`transient_min`, `transient_max`]. None: zero. SPEC §7.
+/// clamped to [`transient_min`, `transient_max`]. None: zero. docs/limits.md#sleep-policy.
 ///
 /// [`min`]: SleepPolicy::min
 /// [`max`]: SleepPolicy::max

@@ -1,7 +1,7 @@
 //! The `claude` agent kind against the real Claude Code CLI (the pinned npm
 //! package, run offline against the fake Messages API of
 //! `tests/fakes/anthropic.rs`), and the run loop against replaying fake
-//! `claude` executables (SPEC §6, issue 3).
+//! `claude` executables (docs/agents.md#claude, issue 3).
 
 use crate::common;
 use crate::fakes;

@@ -1,7 +1,7 @@
 //! The `codex` agent kind, proven against the real Codex CLI (npm
 //! `@openai/codex`, pinned in `fakes_codex/cli.rs`) talking to a local fake
 //! Responses API through a custom model provider, and against a fake `codex`
-//! that replays transcripts recorded from that real CLI (SPEC §6, §7).
+//! that replays transcripts recorded from that real CLI (docs/agents.md, docs/limits.md).
 //!
 //! The real-CLI tests are the acceptance tests of the adapter: a writer whose
 //! real `apply_patch` tool edits the checkout, a reviewer whose real

@@ -1,5 +1,5 @@
-//! Attacks on nightshift's secrecy and isolation promises (SPEC §5, §6, §8,
-//! §9), through the real binary: real PostgreSQL, real git, the fake GitHub,
+//! Attacks on nightshift's secrecy and isolation promises (docs/loop.md, docs/agents.md, docs/github.md,
+//! docs/ledger.md), through the real binary: real PostgreSQL, real git, the fake GitHub,
 //! script agents that try to read, print, encode, commit or smuggle out the
 //! GitHub token, the ledger's URL and the config's `secrets`. Each test says
 //! what the attacker does and checks every place the secret could land:

@@ -1,5 +1,5 @@
 //! The backlog parser and tick against the real roll-formosa backlog and the
-//! edge cases of SPEC §3.
+//! edge cases of docs/backlog.md.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -304,7 +304,7 @@ fn nested_tasks_are_details_of_their_parent() {
 }
 
 /// TODO lists group tasks under plain bullets; those tasks are nested in no
-/// task item, so they are items (SPEC §3: nesting under an item makes a
+/// task item, so they are items (docs/backlog.md#items: nesting under an item makes a
 /// detail), not lines nobody reads.
 #[test]
 fn tasks_grouped_under_plain_bullets_are_items() {
@@ -1813,7 +1813,7 @@ fn a_list_marker_glued_to_the_box_is_a_problem() {
 
 /// A comment or a code fence that is never closed hides every line below
 /// it: GitHub shows code or nothing, and nightshift would read no item. A
-/// closed one is an example on purpose and stays silent (SPEC §3).
+/// closed one is an example on purpose and stays silent (docs/backlog.md).
 #[test]
 fn an_unclosed_comment_or_fence_hiding_items_is_a_problem() {
     let comment = parse("# T\n\n<!-- draft, finish later\n\n- [ ] one\n* [ ] two\n-[ ] three\n");
@@ -2006,7 +2006,7 @@ fn utf32_and_utf16_without_a_mark_are_refused_by_name() {
 
 // ---- an item's identity does not depend on the others -----------------------------
 
-/// The item's key and its contract SHA (SPEC §3, §4) are the same when other
+/// The item's key and its contract SHA (docs/backlog.md, docs/contract.md) are the same when other
 /// items are added, removed, ticked, edited or renumbered (a formatter then
 /// re-indents the item's lines to the wider marker), when the item moves
 /// into a group, and when the file's line endings, BOM or indentation
@@ -2270,7 +2270,7 @@ fn five_spaces_after_the_marker_are_named() {
     );
 }
 
-/// Every item's contract carries its section's block quotes (SPEC §3): a long
+/// Every item's contract carries its section's block quotes (docs/backlog.md#context): a long
 /// quote would be copied into each one, so more than 64 KiB is one problem at
 /// the quote, once per section, and parsing stays linear.
 #[test]

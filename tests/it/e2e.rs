@@ -1,5 +1,5 @@
 //! End-to-end tests of the real binary: real PostgreSQL, real git with a local
-//! bare remote, a local GitHub-compatible server, script agents (SPEC §2–§9).
+//! bare remote, a local GitHub-compatible server, script agents (docs/README.md).
 
 use crate::common;
 
@@ -320,7 +320,7 @@ async fn refusals_run_nothing_and_post_nothing() {
 }
 
 /// `run ITEM` finds the approval of that item's contract by itself, as
-/// `drain` finds its plan's (SPEC §4); the approval is then used up, and an
+/// `drain` finds its plan's (docs/contract.md#approval); the approval is then used up, and an
 /// approval of another item's contract does not serve.
 #[tokio::test(flavor = "multi_thread")]
 async fn run_uses_the_approval_of_its_items_contract() {
@@ -348,7 +348,7 @@ async fn run_uses_the_approval_of_its_items_contract() {
 
 /// An approval of a plan made before the backlog changed: `approve` warns
 /// and names the current plan; the drain runs the unchanged item only, and
-/// says of each other one whether it changed or is new (SPEC §4).
+/// says of each other one whether it changed or is new (docs/contract.md).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changed_backlog_runs_only_what_was_approved() {
     let (f, gh) = world().await;

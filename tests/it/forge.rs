@@ -1,5 +1,5 @@
 //! The real octocrab client of `nightshift::forge` against the stateful fake
-//! GitHub of `common::github` (SPEC §8): the happy paths against its normal
+//! GitHub of `common::github` (docs/github.md): the happy paths against its normal
 //! behaviour, every failure programmed into it as a [`Fault`]. Every test also
 //! checks, from the requests the fake recorded, that nothing merged, approved
 //! or closed a PR, and counts the POSTs that reached the server.
@@ -69,7 +69,7 @@ fn label_there(gh: &FakeGitHub, name: &str) {
     gh.state.lock().unwrap().labels.push(name.to_string());
 }
 
-/// The guarantee of SPEC §8, checked on the wire: no merge, no review
+/// The guarantee of docs/github.md, checked on the wire: no merge, no review
 /// approval, no close, and no other write verb at all.
 async fn assert_never_merged_approved_or_closed(gh: &FakeGitHub) {
     gh.assert_never_merged_approved_or_closed().await;
@@ -925,7 +925,7 @@ fn secret_prints_stars() {
     assert_eq!(format!("{token:?}"), "****");
 }
 
-/// SPEC §8: "The code has no call that merges, approves or closes a PR."
+/// docs/github.md: "there is no call that merges, approves or closes a pull request, by construction."
 /// The wire checks above cover what the tests exercise; this covers the
 /// source itself (comments excluded).
 #[test]

@@ -1,5 +1,5 @@
 //! git, slot and proof against real git in temporary directories, with a
-//! local bare repository as the remote (SPEC §5.1–5.3, §6 last rule).
+//! local bare repository as the remote (docs/loop.md#checkout, docs/loop.md#writer, docs/loop.md#proof, docs/agents.md last rule).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -1,4 +1,4 @@
-//! Usage-limit reading (SPEC §7) against the real messages in tests/data/limit-messages.txt,
+//! Usage-limit reading (docs/limits.md#formats) against the real messages in tests/data/limit-messages.txt,
 //! the real transcripts in tests/data/transcripts/, and properties over any time and zone.
 
 use std::collections::BTreeMap;
@@ -212,7 +212,7 @@ fn codex_sample_transcript_is_not_a_limit() {
 
 #[test]
 fn claude_real_cli_limit_sequence_reads_the_reset() {
-    // The shape DEPS.md records from the real CLI 2.1.328 with a subscription login.
+    // The shape seen from the real CLI 2.1.328 with a subscription login.
     let now = at("2026-03-04T10:00:00Z");
     let stdout = [
         r#"{"type":"system","subtype":"init","tools":["Read"]}"#,
@@ -262,7 +262,7 @@ fn claude_model_text_mentioning_a_limit_is_ignored() {
 
 #[test]
 fn codex_real_limit_events_read_the_local_time_of_its_tz() {
-    // codex 0.169.0 against a 429 usage_limit_reached body (DEPS.md): curly apostrophe, no zone.
+    // codex 0.169.0 against a 429 usage_limit_reached body (seen with the real CLI): curly apostrophe, no zone.
     let now = at("2026-03-04T12:00:00Z"); // 20:00 in Taipei
     let msg = "You’ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/pro) or try again at 10:18 PM.";
     let error = serde_json::json!({"type":"error","message":msg});

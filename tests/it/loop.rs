@@ -1,4 +1,4 @@
-//! The item loop through the real binary (SPEC §3–§6): no-progress
+//! The item loop through the real binary (docs/backlog.md, docs/contract.md, docs/loop.md, docs/agents.md): no-progress
 //! detection, feedback between rounds, caps with provenance, recipes,
 //! findings and questions, hanging agents, `agent_user`, and the token's
 //! secrecy. Real PostgreSQL, real git, the fake GitHub, script agents.

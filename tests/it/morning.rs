@@ -1,4 +1,4 @@
-//! The morning review through the real binary (issue 5; SPEC §2, §3, §8):
+//! The morning review through the real binary (issue 5; docs/commands.md, docs/backlog.md, docs/github.md):
 //! GitHub faults end in one PR or a recorded failure, never a duplicate or a
 //! merge; the PR body and the report are the evidence a person reads;
 //! `sync` ticks merged items byte-exactly; `doctor` names each broken check;
@@ -271,7 +271,7 @@ async fn pr_body_and_report_snapshots() {
         "pr_url",
         "rounds",
     ] {
-        assert!(json["items"][0].get(k).is_some(), "SPEC §2 field {k}");
+        assert!(json["items"][0].get(k).is_some(), "report --json field {k}");
     }
     let shown = f.run(&["report", "--show-body"]);
     assert!(
@@ -898,7 +898,7 @@ async fn doctor_names_each_failing_check() {
     let token = f.token.take();
     check(&f, &["token"], "no token");
     // No token and a remote that is not on GitHub: the night runs without
-    // PRs (SPEC §8), so that is a warning, and the GitHub lines say why they are missing.
+    // PRs (docs/github.md), so that is a warning, and the GitHub lines say why they are missing.
     let github = f.github.take();
     let out = f.run(&["doctor"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

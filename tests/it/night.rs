@@ -1,4 +1,4 @@
-//! Nights that run themselves, through the real binary (SPEC §4, §7, §9):
+//! Nights that run themselves, through the real binary (docs/contract.md, docs/limits.md, docs/ledger.md):
 //! `limit parse` over the shared corpus, usage-limit sleeps, the deadline,
 //! signals during each slow phase, the one-drain-per-repo lock, resume after a
 //! SIGKILL at each phase, `max_attempts`, `schedule` and `status`.
@@ -395,7 +395,7 @@ fn no_item_or_round_starts_after_the_deadline() {
 // ---------------------------------------------------------------------------------------------
 
 /// Runs a drain until `ready` exists (or `ready_sql` is true), sends `sig`,
-/// and checks the clean stop of SPEC §7.
+/// and checks the clean stop of docs/limits.md.
 fn stops_cleanly_on(
     f: &Fixture,
     ready: impl Fn() -> bool,

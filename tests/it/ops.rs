@@ -1,4 +1,4 @@
-//! Operational failures during a night, through the real binary (SPEC §7, §9):
+//! Operational failures during a night, through the real binary (docs/limits.md, docs/ledger.md):
 //! the ledger dying and coming back, the disk and the data directory failing,
 //! the user's checkout and the remote changing under a run, agents and gates
 //! misbehaving at the process level, two drains sharing one data directory,

@@ -1,4 +1,4 @@
-//! Zone, deadline, cron and sliced sleep (SPEC §7, §1), across midnight and DST in
+//! Zone, deadline, cron and sliced sleep (docs/limits.md, docs/README.md), across midnight and DST in
 //! America/New_York, America/Santiago and Australia/Lord_Howe.
 
 use std::path::Path;

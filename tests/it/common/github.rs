@@ -739,7 +739,7 @@ impl FakeGitHub {
             .collect()
     }
 
-    /// Panics if any request merged, approved or closed a PR (SPEC §8).
+    /// Panics if any request merged, approved or closed a PR (docs/github.md).
     pub async fn assert_never_merged_approved_or_closed(&self) {
         for (m, p, b) in self.requests().await {
             assert!(

@@ -1,6 +1,5 @@
 //! A local Anthropic Messages API for tests: the real Claude Code CLI is
-//! pointed at it with `ANTHROPIC_BASE_URL` (DEPS.md "The real agent CLIs,
-//! offline").
+//! pointed at it with `ANTHROPIC_BASE_URL` (offline).
 //!
 //! `POST /v1/messages` answers from a per-role script, streamed as SSE
 //! (message_start, content_block_start/delta/stop, message_delta,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The pinned CLI version (the one DEPS.md describes).
+/// The pinned CLI version (the one docs/agents.md names).
 pub const PINNED: &str = "0.169.0";
 
 /// The install prefix: `<crate>/target/agent-clis-codex`.
