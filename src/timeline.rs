@@ -587,7 +587,13 @@ impl Timeline {
                 s,
                 "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text>",
                 height - 8.0,
-                self.local(t)
+                // A night shorter than an hour needs the seconds to tell
+                // its ticks apart.
+                t.with_timezone(&self.tz).format(if sc.secs < 3600.0 {
+                    "%H:%M:%S"
+                } else {
+                    "%H:%M"
+                })
             );
         }
         s
