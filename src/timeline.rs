@@ -294,7 +294,7 @@ fn round_bar(
 fn push_span(item: &ItemLine, rounds: &[RoundFacts]) -> Option<(i32, Span)> {
     let shipped = matches!(
         item.outcome,
-        Some(Outcome::PrOpened | Outcome::PrFailed | Outcome::PushFailed)
+        Some(Outcome::PrOpened | Outcome::PrFailed | Outcome::PushFailed | Outcome::BranchPushed)
     );
     let end = item.ended_at?;
     let last = rounds

@@ -40,9 +40,15 @@ git remote add origin "$work/remote.git"
 git push -q origin main
 
 "$ns" init >/dev/null
+# As root (a fresh machine, a container) the demo's own scripted agents run
+# as root too: the config says so explicitly (docs/security.md); a real
+# night sets `agent_user` instead.
+as_root=""
+[ "$(id -u)" = 0 ] && as_root="agents_as_root = true"
 cat > .nightshift/config.toml <<TOML
 verify = ["cargo test --quiet"]
 deadline = "23:59"
+$as_root
 
 [writer]
 kind = "command"
