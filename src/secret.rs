@@ -1,7 +1,7 @@
 //! Secrets: a newtype that never prints its value, a redactor that masks known
 //! secret values in child output (also when a value is split across reads or
 //! lines, or printed base64-, hex- or percent-encoded, or with some or all of
-//! its bytes written as `%XX`, `\uXXXX` or `\xXX` escapes), the process-wide set of
+//! its bytes written as `%hh`, `\uhhhh` or `\xhh` escapes), the process-wide set of
 //! the secret values nightshift holds ([`remember`], [`known`]), and the
 //! start-up scrub of the token variables from nightshift's own environment
 //! (docs/agents.md).
@@ -31,7 +31,7 @@ pub const MIN_SECRET_LEN: usize = 6;
 const MIN_FORM_LEN: usize = 8;
 
 /// The most bytes one decoded byte is written with in the searched text
-/// (`\u00XX`, see [`Decoded`]): a stream holds back this many times the
+/// (`\u00hh`, see [`Decoded`]): a stream holds back this many times the
 /// longest form, so an escaped secret is seen whole.
 const MAX_ESCAPE_LEN: usize = 6;
 
@@ -96,8 +96,8 @@ impl fmt::Display for Secret {
 /// the `\n`/`\r` escapes of JSON output) taken out, and each piece of a cut
 /// value is masked while the breaks stay. A value is also found with any of
 /// its bytes (some or all, upper- or lower-case hex) written as a
-/// percent-escape `%XX`, a JSON `\uXXXX` or `\/` `\"` `\\` escape, or a
-/// `\xXX` escape: the text is searched a second time with those escapes
+/// percent-escape `%hh`, a JSON `\uhhhh` or `\/` `\"` `\\` escape, or a
+/// `\xhh` escape: the text is searched a second time with those escapes
 /// decoded ([`Decoded`]), and a match there masks the escapes it came from.
 /// Overlapping values are matched
 /// leftmost-longest, so a secret that contains another is masked whole.
@@ -458,8 +458,8 @@ impl Squeezed {
 }
 
 /// A text with its escapes decoded, and where each decoded byte came from:
-/// `%XX` (percent-encoding, either case of hex digit), `\uXXXX` (JSON,
-/// JavaScript; a surrogate is left as it is), `\xXX` (C, Python, shell),
+/// `%hh` (percent-encoding, either case of hex digit), `\uhhhh` (JSON,
+/// JavaScript; a surrogate is left as it is), `\xhh` (C, Python, shell),
 /// `\/`, `\"` and `\\` (JSON), and, when asked, `+` for a space (HTML
 /// forms, searched apart because `+` is also itself). Any mix of escaped
 /// and plain bytes decodes to the plain value, so a secret with some or all
@@ -622,7 +622,7 @@ pub fn url_password_forms(url: &str) -> Vec<String> {
     }
 }
 
-/// `s` with its `%XX` escapes decoded (invalid UTF-8 replaced).
+/// `s` with its `%hh` escapes decoded (invalid UTF-8 replaced).
 pub fn percent_decode(s: &str) -> String {
     percent_encoding::percent_decode_str(s)
         .decode_utf8_lossy()
@@ -1008,8 +1008,8 @@ mod tests {
         );
     }
 
-    /// A value with every byte, or only some, written as an escape (`%XX`
-    /// in either case, `\uXXXX`, `\xXX`), alone or inside other text, is
+    /// A value with every byte, or only some, written as an escape (`%hh`
+    /// in either case, `\uhhhh`, `\xhh`), alone or inside other text, is
     /// masked whole and found by the change check.
     #[test]
     fn escaped_bytes_are_masked_all_or_some() {

@@ -148,10 +148,7 @@ pub(crate) async fn html(
             return Ok(());
         }
         Some(f) => f.to_path_buf(),
-        None => repo
-            .join(".nightshift")
-            .join("reports")
-            .join(format!("{}.html", row.id)),
+        None => page_path(&repo, row.id),
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
@@ -252,6 +249,14 @@ async fn refresh_fates(
         }
     }
     Ok(None)
+}
+
+/// Where a run's page is kept by default: `.nightshift/reports/<run id>.html`
+/// in the repository (ignored by `.nightshift/.gitignore`).
+pub(crate) fn page_path(repo: &std::path::Path, run: Uuid) -> std::path::PathBuf {
+    repo.join(crate::config::DIR)
+        .join("reports")
+        .join(format!("{run}.html"))
 }
 
 /// `nightshift status [--json]`.
