@@ -73,6 +73,13 @@ pub struct Config {
     pub recipes: Vec<Recipe>,
     /// Where a message goes when a run ends (docs/config.md#notify).
     pub notify: crate::notify::Targets,
+    /// Workers per host: items drained at once, each in its own checkout
+    /// slot (docs/workers.md). Default 1; `--jobs N` overrides it.
+    pub jobs: u32,
+    /// How long a worker's claim on an item lives without a heartbeat
+    /// (docs/workers.md#leases): written like `"2m"`; at least 5 s.
+    #[serde(with = "human_duration")]
+    pub lease: Duration,
 }
 
 impl Default for Config {
@@ -100,6 +107,8 @@ impl Default for Config {
             reviewer: AgentConfig::default(),
             recipes: vec![],
             notify: crate::notify::Targets::default(),
+            jobs: 1,
+            lease: crate::queue::DEFAULT_LEASE,
         }
     }
 }
@@ -203,6 +212,19 @@ pub struct AgentConfig {
     pub permission_flags: Option<Vec<String>>,
     /// Model name passed to the CLI, if any.
     pub model: Option<String>,
+    /// The usage-limit account this agent's calls count against; every
+    /// worker (on any host) using the same account pauses when one of them
+    /// hits its limit (docs/workers.md#usage-limits). Default: the kind.
+    pub account: Option<String>,
+}
+
+impl AgentConfig {
+    /// The account its usage limits belong to (`account`, else the kind).
+    pub fn account(&self) -> String {
+        self.account
+            .clone()
+            .unwrap_or_else(|| self.kind.to_string())
+    }
 }
 
 impl Default for AgentConfig {
@@ -212,6 +234,7 @@ impl Default for AgentConfig {
             command: vec!["claude".into()],
             permission_flags: None,
             model: None,
+            account: None,
         }
     }
 }
@@ -317,8 +340,39 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         }
     }
     validate(path, text, &config)?;
+    validate_workers(path, text, &config)?;
     Ok(config)
 }
+
+/// `jobs` and `lease` (docs/workers.md): at least one worker, at most
+/// [`MAX_JOBS`]; a lease a heartbeat fits in.
+fn validate_workers(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
+    let bad = |key: &str, message: String| refusal(path, text, key, message);
+    if c.jobs == 0 || c.jobs > MAX_JOBS {
+        return Err(bad(
+            "jobs",
+            format!("must be between 1 and {MAX_JOBS} (workers on this host, each with its own checkout)"),
+        ));
+    }
+    if c.lease < crate::queue::MIN_LEASE {
+        return Err(bad(
+            "lease",
+            "must be at least \"5s\" (a heartbeat renews it every third of it); the default is \"2m\"".into(),
+        ));
+    }
+    let named = [("writer.account", &c.writer), ("reviewer.account", &c.reviewer)];
+    if let Some((key, _)) = named
+        .iter()
+        .find(|(_, a)| a.account.as_deref().is_some_and(|n| n.trim().is_empty()))
+    {
+        return Err(bad(key, "must not be empty: name the account, or leave the key out (the agent's kind)".into()));
+    }
+    Ok(())
+}
+
+/// The most workers one host may run (`jobs`): each holds a checkout and
+/// an agent session.
+pub const MAX_JOBS: u32 = 64;
 
 /// Checks that serde cannot express (ranges, emptiness, consistency).
 fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {

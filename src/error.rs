@@ -82,6 +82,13 @@ pub enum Error {
         /// Items that ended in a failure outcome.
         failed_items: usize,
     },
+    /// A worker's claim on an item passed to another worker (its lease ran
+    /// out while it was paused or cut off, docs/workers.md#fencing): the
+    /// attempt stopped and wrote nothing more.
+    ClaimLost {
+        /// Which claim, and why it is gone.
+        why: String,
+    },
     /// `doctor`: some checks failed (each printed on its own line).
     ChecksFailed {
         /// Failed checks.
@@ -143,6 +150,7 @@ impl Error {
             | Error::Failed { .. }
             | Error::RunStopped { .. }
             | Error::RunEnded { .. }
+            | Error::ClaimLost { .. }
             | Error::ChecksFailed { .. } => ExitCode::Failure,
         }
     }
@@ -187,6 +195,7 @@ impl fmt::Display for Error {
                     "Nothing recorded is lost: once it is back, `nightshift drain` resumes this run",
                 )
             }
+            Error::ClaimLost { why } => f.write_str(why),
             Error::RunStopped { why, next } => write!(f, "the run stopped: {why}. {next}"),
             Error::RunEnded {
                 status,

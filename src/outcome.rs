@@ -315,6 +315,31 @@ text_set! {
 }
 
 text_set! {
+    /// What an entry of a run's event log says happened (`events.kind`).
+    Event, "event" {
+        /// The run began (or took up the run it resumes).
+        RunStarted => "run_started",
+        /// Something outside the items stopped the run.
+        RunStopped => "run_stopped",
+        /// An item ended (any outcome).
+        ItemFinished => "item_finished",
+        /// An item's branch was pushed.
+        Pushed => "pushed",
+        /// GitHub opened an item's PR.
+        PrOpened => "pr_opened",
+        /// A usage limit resets after the deadline: no sleep was taken.
+        UsageLimitAfterDeadline => "usage_limit_after_deadline",
+        /// A worker took over an item whose claim's lease passed
+        /// (docs/workers.md#leases).
+        TakenOver => "taken_over",
+        /// A worker joined the run.
+        WorkerJoined => "worker_joined",
+        /// A worker left the run.
+        WorkerLeft => "worker_left",
+    }
+}
+
+text_set! {
     /// Where a pushed branch's PR stands in the ledger (`pull_requests.state`).
     PrRecord, "PR state" {
         /// Pushed without GitHub access: the PR was never asked for.

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgPool, Postgres, Transaction};
+use sqlx::{FromRow, PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 /// Result of a queue call.
@@ -111,6 +111,8 @@ pub struct Claim {
     pub contract_sha: String,
     /// 1 for the first attempt in this run, 2 after one takeover, …
     pub attempt: i32,
+    /// The worker holding it (`host:pid:n`).
+    pub worker: String,
     /// When the lease runs out unless renewed (server clock, UTC).
     pub lease_until: DateTime<Utc>,
 }
@@ -223,7 +225,7 @@ pub async fn claim(
          SELECT $1, $2, COALESCE(MAX(attempt), 0) + 1, $3, $4, $5, \
                 now() + make_interval(secs => $6) \
          FROM claims WHERE run_id = $1 AND item_key = $2 \
-         RETURNING id, run_id, $7::int AS position, item_key, $8::text AS contract_sha, attempt, lease_until",
+         RETURNING id, run_id, $7::int AS position, item_key, $8::text AS contract_sha, attempt, worker, lease_until",
     )
     .bind(run)
     .bind(&item_key)
@@ -337,21 +339,70 @@ impl Claim {
     /// to another attempt; nothing is written); [`FenceError::Db`].
     pub async fn end(&self, pool: &PgPool, how: ClaimEnd) -> std::result::Result<(), FenceError> {
         let mut tx = self.begin(pool).await?;
-        sqlx::query("UPDATE claims SET ended_at = now(), end_reason = $2 WHERE id = $1")
-            .bind(self.id)
-            .bind(how.as_str())
-            .execute(&mut *tx)
-            .await?;
-        if how == ClaimEnd::Finished {
-            sqlx::query("UPDATE run_queue SET done_at = now() WHERE run_id = $1 AND item_key = $2")
-                .bind(self.run_id)
-                .bind(&self.item_key)
-                .execute(&mut *tx)
-                .await?;
-        }
+        end_in(&mut tx, self, how).await?;
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// Ends `claim` inside `c`, a transaction that already holds it
+/// ([`Claim::begin`]): `Finished` also marks the item done on the queue.
+///
+/// # Errors
+/// Database errors.
+pub async fn end_in(c: &mut PgConnection, claim: &Claim, how: ClaimEnd) -> Result<()> {
+    sqlx::query("UPDATE claims SET ended_at = now(), end_reason = $2 WHERE id = $1")
+        .bind(claim.id)
+        .bind(how.as_str())
+        .execute(&mut *c)
+        .await?;
+    if how == ClaimEnd::Finished {
+        sqlx::query("UPDATE run_queue SET done_at = now() WHERE run_id = $1 AND item_key = $2")
+            .bind(claim.run_id)
+            .bind(&claim.item_key)
+            .execute(&mut *c)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Says in the worker's row what it does now, for `status`: item `key`,
+/// `round` (from 1), `phase`.
+///
+/// # Errors
+/// Database errors.
+pub async fn doing(
+    c: &mut PgConnection,
+    worker: &str,
+    key: Option<&str>,
+    round: Option<u32>,
+    phase: Option<crate::outcome::Phase>,
+) -> Result<()> {
+    sqlx::query("UPDATE workers SET item_key = $2, round = $3, phase = $4 WHERE id = $1")
+        .bind(worker)
+        .bind(key)
+        .bind(round.map(|r| r as i32))
+        .bind(phase.map(|p| p.as_str()))
+        .execute(c)
+        .await?;
+    Ok(())
+}
+
+/// Sets only the worker's phase (a sleep keeps its item and round).
+///
+/// # Errors
+/// Database errors.
+pub async fn doing_phase(
+    c: &mut PgConnection,
+    worker: &str,
+    phase: crate::outcome::Phase,
+) -> Result<()> {
+    sqlx::query("UPDATE workers SET phase = $2 WHERE id = $1")
+        .bind(worker)
+        .bind(phase.as_str())
+        .execute(c)
+        .await?;
+    Ok(())
 }
 
 /// How many of the run's items are not done yet (held or waiting).
@@ -412,7 +463,7 @@ pub async fn pause_account(
     account: &str,
     until: DateTime<Utc>,
     run: Option<Uuid>,
-    worker: &WorkerId,
+    worker: &str,
     message: &str,
 ) -> Result<()> {
     sqlx::query(
@@ -421,7 +472,7 @@ pub async fn pause_account(
     .bind(account)
     .bind(until)
     .bind(run)
-    .bind(worker.to_string())
+    .bind(worker)
     .bind(crate::secret::redact_known(message))
     .execute(pool)
     .await?;
@@ -540,4 +591,20 @@ pub async fn live_workers(pool: &PgPool, run: Uuid) -> Result<Vec<WorkerRow>> {
     .bind(run)
     .fetch_all(pool)
     .await
+}
+
+/// Extends worker `id`'s own lease (the heartbeat's second half: `status`
+/// lists a worker while its lease runs).
+///
+/// # Errors
+/// Database errors.
+pub async fn beat_lease(pool: &PgPool, id: &str, lease: Duration) -> Result<()> {
+    sqlx::query(
+        "UPDATE workers SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $2) WHERE id = $1",
+    )
+    .bind(id)
+    .bind(lease.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(())
 }

@@ -733,6 +733,7 @@ mod tests {
             command: command.iter().map(|s| s.to_string()).collect(),
             permission_flags: None,
             model: model.map(String::from),
+            account: None,
         }
     }
 

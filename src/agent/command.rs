@@ -432,6 +432,7 @@ mod usage_tests {
             command: vec!["sh".into(), "-c".into(), script.into()],
             permission_flags: None,
             model: None,
+            account: None,
         };
         let r = run(&agent, &call, &CancellationToken::new()).await.unwrap();
         assert_eq!(r.failure, None);

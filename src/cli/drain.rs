@@ -61,7 +61,10 @@ async fn drain_with(
     }
     let snap = snapshot(cli)?;
     let plan = snap.plan;
-    let config = snap.loaded.config.clone();
+    let mut config = snap.loaded.config.clone();
+    if let Some(jobs) = args.jobs {
+        config.jobs = checked_jobs(jobs, item.is_some())?;
+    }
     // Before anything is consumed or started (docs/security.md).
     if let Some(why) = crate::cli::plan::agents_as_root_refusal(&config, &snap.loaded.path) {
         return Err(Error::config(why));
@@ -390,9 +393,11 @@ async fn drain_with(
     if run_as.is_some() {
         // The checkout's top directory and .git stay the runner's (see
         // `run::grant_checkout`); the agent's own git must trust it.
-        let slot = crate::slot::slot_path(&data_dir, &snap.repo, 0);
-        trust_directory(&mut agent_env, &slot);
-        trust_directory(&mut gate_env, &slot);
+        for n in 0..config.jobs as usize {
+            let slot = crate::slot::slot_path(&data_dir, &snap.repo, n);
+            trust_directory(&mut agent_env, &slot);
+            trust_directory(&mut gate_env, &slot);
+        }
     }
 
     // Before the approval is consumed: a missing agent CLI is a usage error.
@@ -420,7 +425,7 @@ async fn drain_with(
         .map(CancellationToken::child_token)
         .unwrap_or_default();
     let _signals = spawn_signal_handler(cancel.clone());
-    let night = Night {
+    let night = Arc::new(Night {
         repo: snap.repo.clone(),
         repo_id: id.clone(),
         config,
@@ -447,8 +452,7 @@ async fn drain_with(
         lock: tokio::sync::Mutex::new(Some(lock)),
         slots_lock: Some(slots_lock),
         systemic: Default::default(),
-        base_pin: Default::default(),
-    };
+    });
     let watched: Vec<progress::Entry> = match &selection {
         Selection::All => night
             .plan
@@ -477,7 +481,7 @@ async fn drain_with(
         tz,
         progress::Mode::detect(cli.quiet),
     );
-    let end = run::drain(&night, selection, &approval, &approved, resume.as_ref()).await;
+    let end = run::drain(night.clone(), selection, &approval, &approved, resume.as_ref()).await;
     watch.stop().await;
     let end = end?;
     tracing::info!(run = %end.run_id, status = %end.status, "run finished");
@@ -659,6 +663,26 @@ fn trust_directory(env: &mut std::collections::BTreeMap<String, String>, dir: &s
     env.insert(format!("GIT_CONFIG_KEY_{n}"), "safe.directory".into());
     env.insert(format!("GIT_CONFIG_VALUE_{n}"), dir.display().to_string());
     env.insert("GIT_CONFIG_COUNT".into(), (n + 1).to_string());
+}
+
+/// `--jobs N`: 1 to [`crate::config::MAX_JOBS`] workers, for `drain` (and
+/// `worker`) only — `run` runs one item.
+///
+/// # Errors
+/// [`Error::Argument`] naming the flag and the fix.
+pub(crate) fn checked_jobs(jobs: u32, one_item: bool) -> Result<u32> {
+    if one_item && jobs != 1 {
+        return Err(Error::argument(
+            "--jobs is for `drain` and `worker`: `run` runs one item; use `nightshift drain --jobs N`",
+        ));
+    }
+    if jobs == 0 || jobs > crate::config::MAX_JOBS {
+        return Err(Error::argument(format!(
+            "--jobs {jobs}: give 1 to {} workers",
+            crate::config::MAX_JOBS
+        )));
+    }
+    Ok(jobs)
 }
 
 /// Resolves `run [ITEM]` to a plan index.

@@ -96,6 +96,7 @@ async fn foreground(cli: &Cli, cron: &CronSchedule, zone: Tz, startup: &Startup)
         approve: None,
         deadline: None,
         tz: Some(zone.name().to_string()),
+        jobs: None,
     };
     let mut fires = 0u64;
     loop {

@@ -35,8 +35,11 @@ impl Forge {
         body: &str,
         label: &str,
     ) -> Result<IssueInfo, ForgeError> {
-        let lookup = async || -> Result<Option<IssueInfo>, ForgeError> {
-            let issues = self.list_issues(label, "open").await?;
+        // A plain closure returning a future (not an async closure): the
+        // run's futures must be `Send` to run on several workers.
+        let this = self;
+        let lookup = move || async move {
+            let issues = this.list_issues(label, "open").await?;
             Ok(issues
                 .into_iter()
                 .find(|issue| issue.pull_request.is_none() && issue.title == title)

@@ -127,7 +127,10 @@ impl Forge {
         payload: &Value,
         req: &PrRequest,
     ) -> Result<Created<PrInfo>, ForgeError> {
-        let open_found = async || self.find_open_item_pr(req).await;
+        // A plain closure returning a future (not an async closure): the
+        // run's futures must be `Send` to run on several workers.
+        let this = self;
+        let open_found = move || this.find_open_item_pr(req);
         let mut head_waits = 0;
         loop {
             let created = self.create_once(path, payload, &open_found).await?;

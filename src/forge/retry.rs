@@ -141,12 +141,15 @@ impl Forge {
     /// A create sent at most once per proven absence: after a transient
     /// failure it waits, asks `lookup` whether the server performed it after
     /// all, and re-sends only if not.
-    pub(super) async fn create_once<T>(
+    pub(super) async fn create_once<T, Fut>(
         &self,
         path: &str,
         payload: &Value,
-        lookup: impl AsyncFn() -> Result<Option<T>, ForgeError>,
-    ) -> Result<Created<T>, ForgeError> {
+        lookup: impl Fn() -> Fut,
+    ) -> Result<Created<T>, ForgeError>
+    where
+        Fut: std::future::Future<Output = Result<Option<T>, ForgeError>>,
+    {
         self.check_stopped()?;
         let mut budget = Budget::default();
         loop {

@@ -111,9 +111,10 @@ impl Forge {
             let body = clamp_chars(&self.redact(body), BODY_LIMIT);
             let path = self.repo_path(&format!("/issues/{number}/comments"));
             let payload = json!({ "body": body });
-            let lookup = async || -> Result<Option<String>, ForgeError> {
+            let (this, body) = (self, &body);
+            let lookup = move || async move {
                 let list: Vec<CommentJson> =
-                    self.list(&format!("/issues/{number}/comments")).await?;
+                    this.list(&format!("/issues/{number}/comments")).await?;
                 Ok(list
                     .into_iter()
                     .find(|c| c.author() == me && c.body.as_deref() == Some(body.as_str()))

@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::{FromRow, PgPool};
+use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::approval::{self, Approval};
@@ -516,7 +516,7 @@ pub async fn resumable_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> 
 /// # Errors
 /// Database errors.
 pub async fn set_phase(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     run: Uuid,
     phase: Phase,
     item_key: Option<&str>,
@@ -527,7 +527,7 @@ pub async fn set_phase(
         .bind(phase)
         .bind(item_key)
         .bind(round.map(|r| r as i32))
-        .execute(pool)
+        .execute(db)
         .await?;
     Ok(())
 }
@@ -537,12 +537,12 @@ pub async fn set_phase(
 /// # Errors
 /// Database errors.
 pub async fn set_sleeping(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     run: Uuid,
     until: DateTime<Utc>,
     agent: &str,
 ) -> Result<()> {
-    sqlx::query("UPDATE runs SET phase = $4, sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1").bind(run).bind(until).bind(agent).bind(Phase::Sleeping).execute(pool).await?;
+    sqlx::query("UPDATE runs SET phase = $4, sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1").bind(run).bind(until).bind(agent).bind(Phase::Sleeping).execute(db).await?;
     Ok(())
 }
 
@@ -565,38 +565,40 @@ pub async fn finish_run(pool: &PgPool, run: Uuid, status: RunStatus, exit_code: 
 ///
 /// # Errors
 /// Database errors.
-pub async fn event(pool: &PgPool, run: Option<Uuid>, kind: &str, data: Value) -> Result<()> {
+pub async fn event(db: impl PgExecutor<'_>, run: Option<Uuid>, kind: &str, data: Value) -> Result<()> {
     sqlx::query("INSERT INTO events (run_id, kind, data) VALUES ($1, $2, $3)")
         .bind(run)
         .bind(kind)
         .bind(pgj(data))
-        .execute(pool)
+        .execute(db)
         .await?;
     Ok(())
 }
 
-/// Creates (or, on resume, reuses) the run item row for an item.
+/// Creates the run item row of `entry` in `run`, or, when an attempt of it
+/// already wrote one (a takeover by another worker, docs/workers.md), starts
+/// it again: the end of the earlier attempt is cleared. `worker` is who runs
+/// this attempt (`host:pid:n`), `None` for an item that is only recorded.
 ///
 /// # Errors
 /// Database errors.
 pub async fn start_item(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     run: Uuid,
-    key: &str,
-    contract_sha: &str,
-    index: usize,
-    title: &str,
+    entry: &crate::contract::PlanEntry,
+    worker: Option<&str>,
 ) -> Result<i64> {
     sqlx::query_scalar(
-        "INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, started_at) VALUES ($1, $2, $3, $4, $5, now()) \
-         ON CONFLICT (run_id, item_key) DO UPDATE SET started_at = now() RETURNING id",
+        "INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, started_at, worker) VALUES ($1, $2, $3, $4, $5, now(), $6) \
+         ON CONFLICT (run_id, item_key) DO UPDATE SET started_at = now(), worker = $6, outcome = NULL, ended_at = NULL RETURNING id",
     )
     .bind(run)
-    .bind(key)
-    .bind(contract_sha)
-    .bind(index as i32)
-    .bind(pg(title))
-    .fetch_one(pool)
+    .bind(&entry.item.key)
+    .bind(&entry.contract_sha)
+    .bind(entry.index as i32)
+    .bind(pg(&entry.item.title))
+    .bind(worker)
+    .fetch_one(db)
     .await
 }
 
@@ -648,7 +650,7 @@ impl ItemEnd {
 ///
 /// # Errors
 /// Database errors.
-pub async fn finish_item(pool: &PgPool, item_id: i64, e: &ItemEnd) -> Result<()> {
+pub async fn finish_item(db: impl PgExecutor<'_>, item_id: i64, e: &ItemEnd) -> Result<()> {
     sqlx::query(
         "UPDATE run_items SET outcome = $2, reason = $3, question = $4, branch = $5, pr_number = $6, pr_url = $7, rounds = $8, tokens = $9, cost_usd = $10, pr_body = $11, ended_at = now() WHERE id = $1",
     )
@@ -663,22 +665,29 @@ pub async fn finish_item(pool: &PgPool, item_id: i64, e: &ItemEnd) -> Result<()>
     .bind(i64::try_from(e.tokens).unwrap_or(i64::MAX))
     .bind(e.cost_usd)
     .bind(pgo(&e.pr_body))
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
 
-/// Starts a round; returns its id.
+/// Starts round `n` (from 1) of attempt `attempt` (from 1; a takeover by
+/// another worker is the next attempt, docs/workers.md); returns its id.
 ///
 /// # Errors
 /// Database errors.
-pub async fn start_round(pool: &PgPool, item_id: i64, n: u32) -> Result<i64> {
+pub async fn start_round(
+    db: impl PgExecutor<'_>,
+    item_id: i64,
+    attempt: u32,
+    n: u32,
+) -> Result<i64> {
     sqlx::query_scalar(
-        "INSERT INTO rounds (run_item_id, n, started_at) VALUES ($1, $2, now()) RETURNING id",
+        "INSERT INTO rounds (run_item_id, attempt, n, started_at) VALUES ($1, $2, $3, now()) RETURNING id",
     )
     .bind(item_id)
+    .bind(attempt.max(1) as i32)
     .bind(n as i32)
-    .fetch_one(pool)
+    .fetch_one(db)
     .await
 }
 
@@ -688,7 +697,7 @@ pub async fn start_round(pool: &PgPool, item_id: i64, n: u32) -> Result<i64> {
 /// # Errors
 /// Database errors.
 pub async fn finish_round(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     round_id: i64,
     result: RoundResult,
     diff_hash: Option<&str>,
@@ -701,7 +710,7 @@ pub async fn finish_round(
         .bind(diff_hash)
         .bind(failure_sig)
         .bind(feedback.map(pg))
-        .execute(pool)
+        .execute(db)
         .await?;
     Ok(())
 }
@@ -711,8 +720,8 @@ pub async fn finish_round(
 ///
 /// # Errors
 /// Database errors.
-pub async fn close_open_rounds(pool: &PgPool, item_id: i64, outcome: Outcome) -> Result<()> {
-    sqlx::query("UPDATE rounds SET ended_at = now(), result = $2 WHERE run_item_id = $1 AND ended_at IS NULL").bind(item_id).bind(outcome).execute(pool).await?;
+pub async fn close_open_rounds(db: impl PgExecutor<'_>, item_id: i64, outcome: Outcome) -> Result<()> {
+    sqlx::query("UPDATE rounds SET ended_at = now(), result = $2 WHERE run_item_id = $1 AND ended_at IS NULL").bind(item_id).bind(outcome).execute(db).await?;
     Ok(())
 }
 
@@ -732,7 +741,7 @@ pub async fn approval_used_by(pool: &PgPool, approval: Uuid) -> Result<Option<Uu
 /// # Errors
 /// Database errors.
 pub async fn record_agent_call(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     item_id: i64,
     round_id: Option<i64>,
     role: &str,
@@ -772,7 +781,7 @@ pub async fn record_agent_call(
     .bind(pg(&crate::gate::tail_of(&r.text, 8192)))
     .bind(pg(&o.stderr_tail))
     .bind(pgj(meta))
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -781,7 +790,7 @@ pub async fn record_agent_call(
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_gate_run(pool: &PgPool, round_id: i64, g: &crate::gate::GateRun) -> Result<()> {
+pub async fn record_gate_run(db: impl PgExecutor<'_>, round_id: i64, g: &crate::gate::GateRun) -> Result<()> {
     sqlx::query("INSERT INTO gate_runs (round_id, command, exit_code, timed_out, duration_ms, output_tail) VALUES ($1, $2, $3, $4, $5, $6)")
         .bind(round_id)
         .bind(pg(&g.command))
@@ -789,7 +798,7 @@ pub async fn record_gate_run(pool: &PgPool, round_id: i64, g: &crate::gate::Gate
         .bind(g.timed_out)
         .bind(g.duration_ms as i64)
         .bind(pg(&g.output_tail))
-        .execute(pool)
+        .execute(db)
         .await?;
     Ok(())
 }
@@ -799,7 +808,7 @@ pub async fn record_gate_run(pool: &PgPool, round_id: i64, g: &crate::gate::Gate
 /// # Errors
 /// Database errors.
 pub async fn record_review(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     round_id: i64,
     verdict: &str,
     findings: &[String],
@@ -812,7 +821,7 @@ pub async fn record_review(
     .bind(verdict)
     .bind(pgj(json!(findings)))
     .bind(void_reason.map(pg))
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -821,7 +830,7 @@ pub async fn record_review(
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_proof(pool: &PgPool, round_id: i64, p: &crate::proof::Proof) -> Result<()> {
+pub async fn record_proof(db: impl PgExecutor<'_>, round_id: i64, p: &crate::proof::Proof) -> Result<()> {
     sqlx::query(
         "INSERT INTO proofs (round_id, base, head_before, head_after, changed, claimed_not_in_git, out_of_scope, head_moved, branch_switched, diff_hash) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -837,7 +846,7 @@ pub async fn record_proof(pool: &PgPool, round_id: i64, p: &crate::proof::Proof)
     .bind(p.head_moved)
     .bind(p.branch_switched)
     .bind(&p.diff_hash)
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -868,7 +877,7 @@ pub struct LimitSleep<'a> {
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_limit_sleep(pool: &PgPool, s: &LimitSleep<'_>) -> Result<()> {
+pub async fn record_limit_sleep(db: impl PgExecutor<'_>, s: &LimitSleep<'_>) -> Result<()> {
     sqlx::query("INSERT INTO limit_sleeps (run_id, run_item_id, agent, kind, message, slept_from, slept_until, resets_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)")
         .bind(s.run_id)
         .bind(s.item_id)
@@ -878,7 +887,7 @@ pub async fn record_limit_sleep(pool: &PgPool, s: &LimitSleep<'_>) -> Result<()>
         .bind(s.from)
         .bind(s.until)
         .bind(s.resets_at)
-        .execute(pool)
+        .execute(db)
         .await?;
     Ok(())
 }
@@ -928,7 +937,7 @@ pub struct PrUpsert<'a> {
 ///
 /// # Errors
 /// Database errors.
-pub async fn upsert_pr(pool: &PgPool, p: &PrUpsert<'_>) -> Result<()> {
+pub async fn upsert_pr(db: impl PgExecutor<'_>, p: &PrUpsert<'_>) -> Result<()> {
     sqlx::query(
         "INSERT INTO pull_requests (repo, item_key, contract_sha, run_id, branch, number, url, state, body, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now(), now()) \
          ON CONFLICT (repo, item_key, branch) DO UPDATE SET number = coalesce(EXCLUDED.number, pull_requests.number), url = coalesce(EXCLUDED.url, pull_requests.url), state = EXCLUDED.state, body = EXCLUDED.body, contract_sha = EXCLUDED.contract_sha, run_id = EXCLUDED.run_id, updated_at = now()",
@@ -942,7 +951,7 @@ pub async fn upsert_pr(pool: &PgPool, p: &PrUpsert<'_>) -> Result<()> {
     .bind(p.url)
     .bind(p.state)
     .bind(pg(p.body))
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -1005,7 +1014,7 @@ pub async fn opened_prs(pool: &PgPool, repo: &str) -> Result<Vec<PrRow>> {
 /// # Errors
 /// Database errors.
 pub async fn record_finding(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     item_id: i64,
     title: &str,
     issue_number: Option<i64>,
@@ -1018,7 +1027,7 @@ pub async fn record_finding(
     .bind(pg(title))
     .bind(issue_number)
     .bind(url)
-    .execute(pool)
+    .execute(db)
     .await?;
     Ok(())
 }
@@ -1028,13 +1037,13 @@ pub async fn record_finding(
 /// # Errors
 /// Database errors.
 pub async fn set_pr_state(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     repo: &str,
     key: &str,
     branch: &str,
     state: PrRecord,
 ) -> Result<()> {
-    sqlx::query("UPDATE pull_requests SET state = $4, updated_at = now() WHERE repo = $1 AND item_key = $2 AND branch = $3").bind(repo).bind(key).bind(branch).bind(state).execute(pool).await?;
+    sqlx::query("UPDATE pull_requests SET state = $4, updated_at = now() WHERE repo = $1 AND item_key = $2 AND branch = $3").bind(repo).bind(key).bind(branch).bind(state).execute(db).await?;
     Ok(())
 }
 
@@ -1392,4 +1401,79 @@ pub async fn rounds_begun(pool: &PgPool, run: Uuid, key: &str) -> Result<i64> {
     .bind(key)
     .fetch_one(pool)
     .await
+}
+
+/// What the agent calls of run `run` cost so far (USD, where reported),
+/// except those of item row `except`.
+///
+/// # Errors
+/// Database errors.
+pub async fn run_spent(pool: &PgPool, run: Uuid, except: Option<i64>) -> Result<f64> {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(a.cost_usd), 0)::float8 FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id \
+         WHERE i.run_id = $1 AND ($2::bigint IS NULL OR i.id <> $2)",
+    )
+    .bind(run)
+    .bind(except)
+    .fetch_one(pool)
+    .await
+}
+
+/// The base commit of run `run`: the recorded one, else `proposed` is
+/// recorded (the first writer wins) and returned.
+///
+/// # Errors
+/// Database errors.
+pub async fn pin_base(db: impl PgExecutor<'_>, run: Uuid, proposed: &str) -> Result<String> {
+    sqlx::query_scalar(
+        "UPDATE runs SET base_commit = coalesce(base_commit, $2) WHERE id = $1 RETURNING base_commit",
+    )
+    .bind(run)
+    .bind(proposed)
+    .fetch_one(db)
+    .await
+}
+
+/// The branches run `run` pushed (its `pushed` events), oldest first, each
+/// with its title, the files it changes and its PR number once opened.
+///
+/// # Errors
+/// Database errors.
+pub async fn pushed_in_run(
+    pool: &PgPool,
+    repo: &str,
+    run: Uuid,
+) -> Result<Vec<crate::report::Overlap>> {
+    let rows: Vec<(Value, Option<i64>)> = sqlx::query_as(
+        "SELECT e.data, p.number FROM events e LEFT JOIN pull_requests p \
+           ON p.repo = $1 AND p.item_key = e.data->>'key' AND p.branch = e.data->>'branch' \
+         WHERE e.run_id = $2 AND e.kind = $3 ORDER BY e.seq",
+    )
+    .bind(repo)
+    .bind(run)
+    .bind(crate::outcome::Event::Pushed.as_str())
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(d, number)| crate::report::Overlap {
+            title: d["title"].as_str().unwrap_or_default().to_string(),
+            branch: d["branch"].as_str().unwrap_or_default().to_string(),
+            pr_number: number.map(|n| n as u64),
+            files: (d["files"].as_array().into_iter().flatten())
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect(),
+        })
+        .collect())
+}
+
+/// The status of run `run`, if it exists.
+///
+/// # Errors
+/// Database errors.
+pub async fn run_status(pool: &PgPool, run: Uuid) -> Result<Option<RunStatus>> {
+    sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
+        .bind(run)
+        .fetch_optional(pool)
+        .await
 }

@@ -13,9 +13,10 @@ use crate::config::{self, AgentConfig};
 use crate::error::Error;
 use crate::ledger::records::{self as rec, ItemEnd};
 use crate::limit::{self, LimitKind, LimitReading};
-use crate::outcome::Outcome;
-use crate::schedule;
+use crate::outcome::{Event, Outcome};
+use crate::{queue, schedule};
 
+use super::record::AgentCall;
 use super::round::Round;
 use super::{MAX_THROTTLE_RETRIES, Night, local, sleep_policy};
 
@@ -54,8 +55,11 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             let why = format!("the item timeout was reached during round {}", r.n);
             return Ok(Called::Stop(r.end(Outcome::TimedOut, why)));
         }
+        if let Some(end) = account_pause(r, role).await? {
+            return Ok(Called::Stop(end));
+        }
         let call = agent_call(r, role, attempt, left);
-        let report = match agent::call(agent_config(night, role), &call, &night.cancel).await {
+        let report = match agent::call(agent_config(night, role), &call, r.item.cancel).await {
             Ok(report) => report,
             // The same executable would fail every item: the run stops
             // and is resumed once it is fixed.
@@ -136,19 +140,14 @@ async fn count(
 ) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
     let kind = agent_config(night, role).kind.to_string();
-    let (item_id, round_id) = (r.item.item_id, r.id);
-    night
-        .db(|| {
-            rec::record_agent_call(
-                &night.pool,
-                item_id,
-                Some(round_id),
-                role.as_str(),
-                &kind,
-                report,
-            )
-        })
-        .await?;
+    let call = AgentCall {
+        item_id: r.item.item_id,
+        round_id: Some(r.id),
+        role,
+        kind: &kind,
+        report,
+    };
+    r.item.record.agent_call(&call).await?;
     let totals = &mut r.st.totals;
     totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
     if let Some(cost) = report.usage.cost_usd {
@@ -157,7 +156,7 @@ async fn count(
     }
     let caps = &r.item.entry.contract.limits;
     let totals = &r.st.totals;
-    let why = if night.cancel.is_cancelled() {
+    let why = if r.item.cancel.is_cancelled() {
         let why = format!(
             "stopped by a signal during the {} call of round {}",
             role.as_str(),
@@ -202,7 +201,11 @@ async fn usage_limit(
             .resets_at
             .map(|t| local(t, night.tz))
             .unwrap_or_else(|| "an unknown time".into());
-        night.db(|| rec::event(pool, Some(run_id), "usage_limit_after_deadline", serde_json::json!({"agent": cfg.kind.to_string(), "resets_at": reading.resets_at, "message": night.redact(&reading.message)}))).await?;
+        let what = serde_json::json!({"agent": cfg.kind.to_string(), "resets_at": reading.resets_at, "message": night.redact(&reading.message)});
+        r.item
+            .record
+            .event(Event::UsageLimitAfterDeadline, what)
+            .await?;
         let why = format!(
             "the {} agent's usage limit resets at {reset}, after the deadline {}",
             role.as_str(),
@@ -220,18 +223,20 @@ async fn usage_limit(
         until,
         resets_at: reading.resets_at,
     };
+    // The account pauses for every worker using it, on every host
+    // (docs/workers.md#usage-limits); this worker sleeps like the others.
+    let (account, worker) = (cfg.account(), r.item.record.worker_id());
     night
-        .db(|| rec::record_limit_sleep(pool, &limit_sleep))
+        .db(|| queue::pause_account(pool, &account, until, Some(run_id), &worker, &message))
         .await?;
-    night
-        .db(|| rec::set_sleeping(pool, run_id, until, &kind))
-        .await?;
+    r.item.record.limit_sleep(&limit_sleep).await?;
+    r.item.record.sleeping(until, &kind).await?;
     tracing::info!(until = %until, agent = %cfg.kind, "usage limit: sleeping until reset");
     let slept_from = Instant::now();
     let slept = schedule::sleep_until(
         night.clock.as_ref(),
         until,
-        &night.cancel,
+        r.item.cancel,
         schedule::DEFAULT_SLICE,
     )
     .await;
@@ -242,9 +247,7 @@ async fn usage_limit(
         return Ok(Some(r.end(Outcome::Interrupted, why)));
     }
     let key = r.item.entry.item.key.as_str();
-    night
-        .db(|| rec::set_phase(pool, run_id, role.phase(), Some(key), Some(r.n)))
-        .await?;
+    r.item.record.phase(role.phase(), key, Some(r.n)).await?;
     Ok(None)
 }
 
@@ -271,13 +274,11 @@ async fn throttled(
         until,
         resets_at: None,
     };
-    night
-        .db(|| rec::record_limit_sleep(&night.pool, &limit_sleep))
-        .await?;
+    r.item.record.limit_sleep(&limit_sleep).await?;
     let slept = schedule::sleep_until(
         night.clock.as_ref(),
         until,
-        &night.cancel,
+        r.item.cancel,
         schedule::DEFAULT_SLICE,
     )
     .await;
@@ -285,5 +286,66 @@ async fn throttled(
         let why = "stopped by a signal while waiting out throttling".to_string();
         return Ok(Some(r.end(Outcome::Interrupted, why)));
     }
+    Ok(None)
+}
+
+/// Waits while the agent's account is paused by a usage limit another
+/// worker (here or on another host) hit (docs/workers.md#usage-limits):
+/// the sleep is recorded for this worker; the item's end when the pause
+/// outlasts the deadline or a signal ends the wait. Not an attempt's failure.
+async fn account_pause(r: &mut Round<'_>, role: Role) -> Result<Option<ItemEnd>, Error> {
+    let night = r.item.night;
+    let cfg = agent_config(night, role);
+    let (pool, account) = (&night.pool, cfg.account());
+    let Some(until) = night
+        .db(|| queue::account_paused_until(pool, &account))
+        .await?
+    else {
+        return Ok(None);
+    };
+    // A pause about to end (this worker's own, or a clock a little apart
+    // from the server's) is waited out without a record.
+    let left = (until - night.clock.now()).to_std().unwrap_or_default();
+    if left <= std::time::Duration::from_secs(2) {
+        tokio::time::sleep(left).await;
+        return Ok(None);
+    }
+    let reading = LimitReading {
+        kind: LimitKind::UsageLimit,
+        resets_at: Some(until),
+        retry_after: None,
+        source: "account pause in the ledger".into(),
+        message: format!(
+            "the {account} account is paused until {until} by a usage limit another worker hit"
+        ),
+    };
+    if until >= night.deadline {
+        return usage_limit(r, role, &reading).await;
+    }
+    let kind = cfg.kind.to_string();
+    let now = night.clock.now();
+    let limit_sleep = rec::LimitSleep {
+        run_id: r.item.run_id,
+        item_id: Some(r.item.item_id),
+        agent: &kind,
+        kind: LimitKind::UsageLimit,
+        message: &reading.message,
+        from: now,
+        until,
+        resets_at: Some(until),
+    };
+    r.item.record.limit_sleep(&limit_sleep).await?;
+    r.item.record.sleeping(until, &kind).await?;
+    let slept_from = Instant::now();
+    let slept =
+        schedule::sleep_until(night.clock.as_ref(), until, r.item.cancel, schedule::DEFAULT_SLICE)
+            .await;
+    r.st.deadline += slept_from.elapsed();
+    if slept == schedule::SleepOutcome::Cancelled {
+        let why = "stopped by a signal while the agent's account was paused".to_string();
+        return Ok(Some(r.end(Outcome::Interrupted, why)));
+    }
+    let key = r.item.entry.item.key.as_str();
+    r.item.record.phase(role.phase(), key, Some(r.n)).await?;
     Ok(None)
 }

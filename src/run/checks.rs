@@ -12,8 +12,8 @@ use crate::slot::{self, Slot};
 use super::{NO_PROGRESS_ROUNDS, Night, Totals};
 
 /// The run's cost cap (`max_cost_usd_per_run`, docs/loop.md#budgets) counted over
-/// the items before this one and this one's calls so far; only costs the
-/// agents reported count.
+/// `run_cost`, what the other items of the run spent (USD, on every worker
+/// and host), and this one's calls so far; only costs the agents reported count.
 pub(super) fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Option<String> {
     let cap = night.config.limits.max_cost_usd_per_run;
     let spent = run_cost + t.cost;

@@ -10,18 +10,20 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::gate::{self, GateRun, GateSpec};
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::records::ItemEnd;
 use crate::outcome::{Outcome, Phase};
 use crate::report::RoundSummary;
 use crate::slot::{self, Slot};
 
 use super::checks::{grant_checkout, last_line};
+use super::record::Record;
 use super::{Night, Totals, local, round, ship};
 
 /// One item's fixed facts while its rounds run.
@@ -36,8 +38,10 @@ pub(super) struct Item<'a> {
     pub branch: &'a str,
     /// The item's log directory.
     pub dir: &'a Path,
-    /// What the run spent (USD) before this item.
-    pub run_cost: f64,
+    /// The attempt's ledger handle (fenced on its claim).
+    pub record: Record<'a>,
+    /// Stops the attempt's agents and gates: a signal, or the claim lost.
+    pub cancel: &'a CancellationToken,
     /// The contract as the agents receive it.
     pub contract_json: String,
     /// The GitHub token for git's askpass, if any (never an agent's).
@@ -114,40 +118,50 @@ impl Item<'_> {
     }
 }
 
-/// Decides what happens to one plan entry and runs it if it should run.
-/// `run_cost` is what the run spent so far (USD); the item's cost is added.
+/// One attempt at a claimed item, as a worker hands it over.
+pub(super) struct Attempt<'a> {
+    pub night: &'a Night,
+    pub run_id: Uuid,
+    /// The item's row in the ledger.
+    pub item_id: i64,
+    pub entry: &'a PlanEntry,
+    /// The contract SHAs the run's approval covers.
+    pub approved: &'a [String],
+    /// The worker's checkout slot (0-based).
+    pub slot: usize,
+    /// The attempt's ledger handle.
+    pub record: Record<'a>,
+    /// Stops the attempt's work: a signal, or the claim lost.
+    pub cancel: &'a CancellationToken,
+}
+
+/// Decides what happens to one plan entry and runs it if it should run;
+/// the run's cost cap counts what every worker spent (docs/workers.md).
 ///
 /// # Errors
-/// The ledger stays away (see [`Night::db`]).
-pub(super) async fn one_item(
-    night: &Night,
-    run_id: Uuid,
-    item_id: i64,
-    entry: &PlanEntry,
-    approved: &[String],
-    run_cost: &mut f64,
-) -> Result<ItemEnd, Error> {
+/// The ledger stays away (see [`Night::db`]), or the claim was lost.
+pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
+    let (night, entry) = (at.night, at.entry);
     let branch = slot::branch_name(&entry.item.title, &entry.item.key);
-    if let Some(end) = not_to_run(night, run_id, entry, approved, &branch).await? {
+    if let Some(end) = not_to_run(at, &branch).await? {
         return Ok(end);
     }
-    if *run_cost >= night.config.limits.max_cost_usd_per_run {
+    let cap = night.config.limits.max_cost_usd_per_run;
+    if at.record.run_spent(Some(at.item_id)).await? >= cap {
         return Ok(ItemEnd {
-            reason: Some(format!(
-                "the run's cost cap of ${:.2} is used up",
-                night.config.limits.max_cost_usd_per_run
-            )),
+            reason: Some(format!("the run's cost cap of ${cap:.2} is used up")),
             ..ItemEnd::of(Outcome::BudgetExceeded)
         });
     }
-    let mut slot = match checkout(night, run_id, entry, &branch).await? {
+    let mut slot = match checkout(at, &branch).await? {
         Ok(slot) => slot,
         Err(end) => return Ok(end),
     };
-    // Every item is built from the base the run took first (docs/loop.md).
-    let pin = night.base_pin.get_or_init(|| slot.base_commit.clone());
+    // Every item is built from the base the run took first, on every
+    // worker and host (docs/loop.md#checkout).
+    let pin = at.record.base_commit(&slot.base_commit).await?;
     let token = night.token.as_ref().map(|t| t.expose().to_string());
-    if let Err(e) = tokio::task::block_in_place(|| slot.pin_base(pin, token.as_deref())) {
+    if let Err(e) = tokio::task::block_in_place(|| slot.pin_base(&pin, token.as_deref())) {
         return Ok(ItemEnd {
             reason: Some(format!(
                 "checkout failed: cannot check out the run's base {pin}: {}",
@@ -161,30 +175,31 @@ pub(super) async fn one_item(
     let dir = night
         .data_dir
         .join("logs")
-        .join(run_id.to_string())
+        .join(at.run_id.to_string())
         .join(format!("item-{:03}-{}", entry.index, &key[..8]));
     let item = Item {
         night,
-        run_id,
-        item_id,
+        run_id: at.run_id,
+        item_id: at.item_id,
         entry,
         slot: &slot,
         branch: &branch,
         dir: &dir,
-        run_cost: *run_cost,
+        record: at.record,
+        cancel: at.cancel,
         contract_json: entry.contract.canonical_json(),
-        token: night.token.as_ref().map(|t| t.expose().to_string()),
+        token,
     };
     let mut end = match item_loop(&item).await {
         Ok(end) => end,
         Err(e) => {
-            // The ledger is gone for good (or a signal came while waiting
-            // for it): the next drain redoes the item from a clean checkout.
+            // The ledger is gone for good, a signal came while waiting for
+            // it, or the claim passed to another worker: the item is redone
+            // (by the next drain, or that worker) from a clean checkout.
             let _ = tokio::task::block_in_place(|| slot.discard());
             return Err(e);
         }
     };
-    *run_cost += end.cost_usd.unwrap_or(0.0);
     let discarded = tokio::task::block_in_place(|| slot.discard());
     // A failed item leaves nothing behind (docs/loop.md#outcomes).
     if !matches!(
@@ -203,14 +218,9 @@ pub(super) async fn one_item(
 
 /// Why the entry does not run, if it does not: blocked, not approved, an
 /// earlier PR, a question waiting for its answer, too many failed attempts.
-async fn not_to_run(
-    night: &Night,
-    run_id: Uuid,
-    entry: &PlanEntry,
-    approved: &[String],
-    branch: &str,
-) -> Result<Option<ItemEnd>, Error> {
-    let (pool, key) = (&night.pool, &entry.item.key);
+async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, Error> {
+    let (night, entry, approved) = (at.night, at.entry, at.approved);
+    let key = &entry.item.key;
     if let Some(b) = &entry.blocked {
         return Ok(Some(ItemEnd {
             reason: Some(b.clone()),
@@ -219,29 +229,22 @@ async fn not_to_run(
         }));
     }
     if !approved.contains(&entry.contract_sha) {
-        return Ok(Some(not_approved(night, entry, approved).await?));
+        return Ok(Some(not_approved(at).await?));
     }
     // An earlier PR of this item (ledger, confirmed on GitHub). GitHub may
     // be slow or retried: `status` says so rather than a stale phase.
-    night
-        .db(|| rec::set_phase(pool, run_id, Phase::Github, Some(key), None))
-        .await?;
-    if let Some(end) = ship::earlier_pr(night, run_id, entry, branch).await? {
+    at.record.phase(Phase::Github, key, None).await?;
+    if let Some(end) = ship::earlier_pr(night, &at.record, entry, branch).await? {
         return Ok(Some(end));
     }
-    waiting(night, entry).await
+    waiting(at).await
 }
 
 /// A changed (same key, or a reworded item where a gone one sat) or added
 /// item: why it is not approved (docs/contract.md).
-async fn not_approved(
-    night: &Night,
-    entry: &PlanEntry,
-    approved: &[String],
-) -> Result<ItemEnd, Error> {
-    let held = night
-        .db(|| rec::contract_items(&night.pool, approved))
-        .await?;
+async fn not_approved(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
+    let (night, entry) = (at.night, at.entry);
+    let held = at.record.contract_items(at.approved).await?;
     let current: Vec<crate::approval::Held> = night
         .plan
         .entries
@@ -262,12 +265,10 @@ async fn not_approved(
 /// edit of the item), instead of costing a writer call every night; and an
 /// item that failed `max_attempts` times with this contract waits for an
 /// edit too (docs/loop.md#before-the-checkout).
-async fn waiting(night: &Night, entry: &PlanEntry) -> Result<Option<ItemEnd>, Error> {
-    let (pool, key, sha) = (&night.pool, &entry.item.key, &entry.contract_sha);
-    if let Some((q, asked_in, at)) = night
-        .db(|| rec::open_question(pool, &night.repo_id, key, sha))
-        .await?
-    {
+async fn waiting(attempt: &Attempt<'_>) -> Result<Option<ItemEnd>, Error> {
+    let (night, entry) = (attempt.night, attempt.entry);
+    let (key, sha) = (&entry.item.key, &entry.contract_sha);
+    if let Some((q, asked_in, at)) = attempt.record.open_question(key, sha).await? {
         let when = at
             .map(|t| format!(" on {}", local(t, night.tz)))
             .unwrap_or_default();
@@ -280,9 +281,7 @@ async fn waiting(night: &Night, entry: &PlanEntry) -> Result<Option<ItemEnd>, Er
             ..ItemEnd::of(Outcome::Blocked)
         }));
     }
-    let attempts = night
-        .db(|| rec::failed_attempts(pool, &night.repo_id, key, sha))
-        .await?;
+    let attempts = attempt.record.failed_attempts(key, sha).await?;
     let max_attempts = night.config.limits.max_attempts as i64;
     if attempts >= max_attempts {
         return Ok(Some(ItemEnd {
@@ -298,17 +297,12 @@ async fn waiting(night: &Night, entry: &PlanEntry) -> Result<Option<ItemEnd>, Er
 /// Prepares the item's checkout on its branch (docs/loop.md#checkout), or
 /// the item's end when it cannot be made. A remote that could not be
 /// fetched is not tried again in this run.
-async fn checkout(
-    night: &Night,
-    run_id: Uuid,
-    entry: &PlanEntry,
-    branch: &str,
-) -> Result<Result<Slot, ItemEnd>, Error> {
-    let key = &entry.item.key;
-    night
-        .db(|| rec::set_phase(&night.pool, run_id, Phase::Checkout, Some(key), None))
+async fn checkout(at: &Attempt<'_>, branch: &str) -> Result<Result<Slot, ItemEnd>, Error> {
+    let night = at.night;
+    at.record
+        .phase(Phase::Checkout, &at.entry.item.key, None)
         .await?;
-    let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
+    let slot_dir = slot::slot_path(&night.data_dir, &night.repo, at.slot);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     let failed = |outcome: Outcome, why: String| ItemEnd {
         reason: Some(why),
@@ -324,7 +318,7 @@ async fn checkout(
         )));
     }
     let prepared = night
-        .until_signal(|stop| {
+        .until_signal(at.cancel, |stop| {
             let at = slot::PrepareAt {
                 dir: &slot_dir,
                 repo: &night.repo,
@@ -340,7 +334,7 @@ async fn checkout(
         .await;
     match prepared {
         Ok(s) => Ok(Ok(s)),
-        Err(_) if night.cancel.is_cancelled() => Ok(Err(failed(
+        Err(_) if at.cancel.is_cancelled() => Ok(Err(failed(
             Outcome::Interrupted,
             "stopped by a signal while the checkout was prepared".into(),
         ))),
@@ -364,14 +358,13 @@ async fn checkout(
 /// `FINDINGS:` are filed as issues (proposals, docs/loop.md#findings-and-questions)
 /// whether or not the item succeeded.
 async fn item_loop(item: &Item<'_>) -> Result<ItemEnd, Error> {
-    let night = item.night;
     let mut st = Progress::new(item);
     let end = rounds(item, &mut st).await?;
     // A round cut short (timeout, budget, signal, deadline) ends with the item.
-    night
-        .db(|| rec::close_open_rounds(&night.pool, item.item_id, end.outcome))
+    item.record
+        .close_open_rounds(item.item_id, end.outcome)
         .await?;
-    file_findings(night, item.item_id, &st.findings).await?;
+    file_findings(item, &st.findings).await?;
     Ok(end)
 }
 
@@ -407,7 +400,7 @@ async fn rounds(item: &Item<'_>, st: &mut Progress) -> Result<ItemEnd, Error> {
 /// the item's timeout (docs/limits.md#deadline).
 fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
     let night = item.night;
-    let (outcome, why) = if night.cancel.is_cancelled() {
+    let (outcome, why) = if item.cancel.is_cancelled() {
         (
             Outcome::Interrupted,
             format!("stopped by a signal before round {n}"),
@@ -441,17 +434,15 @@ fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
 /// The contract's setup commands, in the fresh checkout; the item's end
 /// when one fails.
 async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Error> {
-    let (night, c) = (item.night, &item.entry.contract);
+    let c = &item.entry.contract;
     if c.setup.is_empty() {
         return Ok(None);
     }
     let key = &item.entry.item.key;
-    night
-        .db(|| rec::set_phase(&night.pool, item.run_id, Phase::Setup, Some(key), None))
-        .await?;
+    item.record.phase(Phase::Setup, key, None).await?;
     let timeout = c.limits.gate_timeout().min(c.limits.item_timeout());
     let spec = item.gate_spec(timeout, item.dir.to_path_buf());
-    let runs = match gate::run_all("setup", &c.setup, &spec, &night.cancel).await {
+    let runs = match gate::run_all("setup", &c.setup, &spec, item.cancel).await {
         Ok(runs) => runs,
         Err(e) => {
             let why = format!("setup could not run: {e}");
@@ -462,7 +453,7 @@ async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Er
         st.setup = runs;
         return Ok(None);
     };
-    if night.cancel.is_cancelled() {
+    if item.cancel.is_cancelled() {
         let why = "stopped by a signal during setup".to_string();
         return Ok(Some(st.end(Outcome::Interrupted, why, 0)));
     }
@@ -483,7 +474,8 @@ async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Er
 /// same title is reused, not duplicated. Each is recorded in the ledger, with
 /// its issue when GitHub took it; a GitHub failure is logged and does not
 /// fail the item. After a signal nothing is posted (docs/limits.md#signals: stop at once).
-async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Result<(), Error> {
+async fn file_findings(item: &Item<'_>, findings: &[String]) -> Result<(), Error> {
+    let night = item.night;
     let mut titles: Vec<String> = Vec::new();
     for f in findings {
         // GitHub caps issue titles at 256 characters.
@@ -502,7 +494,7 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
         if let Some(forge) = night
             .forge
             .as_ref()
-            .filter(|_| !night.cancel.is_cancelled())
+            .filter(|_| !item.cancel.is_cancelled())
         {
             let body = format!(
                 "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{}\n",
@@ -521,9 +513,8 @@ async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Resu
                 }
             }
         }
-        night
-            .db(|| rec::record_finding(&night.pool, item_id, &title, number, url.as_deref()))
-            .await?;
+        let issue = number.zip(url.as_deref());
+        item.record.finding(item.item_id, &title, issue).await?;
     }
     Ok(())
 }

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -31,7 +32,8 @@ use crate::error::Error;
 use crate::forge::Forge;
 use crate::ledger::records::{self as rec, ItemEnd};
 use crate::limit;
-use crate::outcome::{Outcome, RunKind, RunStatus};
+use crate::outcome::{Event, Outcome, RunKind, RunStatus};
+use crate::queue;
 use crate::report;
 use crate::schedule;
 use crate::slot;
@@ -41,7 +43,9 @@ mod checks;
 mod item;
 mod night;
 mod round;
+mod record;
 mod ship;
+mod worker;
 
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (docs/loop.md#no-progress).
@@ -119,9 +123,6 @@ pub struct Night {
     /// the current item is recorded `interrupted`, the run `crashed`, and
     /// the next `drain` resumes it once the cause is fixed.
     pub systemic: std::sync::Mutex<Option<String>>,
-    /// The commit of `<remote>/<base>` the run took at its first checkout:
-    /// every item is built from it, and from it only (docs/loop.md).
-    pub base_pin: std::sync::OnceLock<String>,
 }
 
 /// How long a run waits for a ledger that stopped answering before it gives
@@ -162,59 +163,99 @@ pub struct RunEnd {
     pub stopped_by: Option<String>,
 }
 
-/// Drains the plan (or one item of it) under an approval.
+/// Drains the plan (or one item of it) under an approval, with
+/// `config.jobs` workers (one for `run`), each in its own checkout slot,
+/// claiming the items from the ledger's queue (docs/workers.md).
 ///
 /// The caller holds the repository lock. `resume` is a crashed run whose
 /// approval is still valid: the new run takes it up without consuming
-/// another approval and skips the items that run finished.
+/// another approval and carries over the items that run finished.
 ///
 /// # Errors
 /// Refusals (exit 3) and systemic failures (exit 1) as [`Error`]; item
 /// failures are outcomes, not errors.
 pub async fn drain(
-    night: &Night,
+    night: Arc<Night>,
     selection: Selection,
     approval: &Approval,
     approved: &[String],
     resume: Option<&rec::RunRow>,
 ) -> Result<RunEnd, Error> {
-    let pool = &night.pool;
     let kind = match selection {
         Selection::All => RunKind::Drain,
         Selection::One(_) => RunKind::Run,
     };
-    let run_id = open_run(night, kind, approval, resume).await?;
-    let mut walk = Walk {
-        night,
-        run_id,
-        approved,
-        resumed_from: resume.map(|r| Resumed {
-            id: r.id,
-            stopped_by_signal: r.status == RunStatus::StoppedSignal,
-        }),
-        finished_before: finished_before(night, resume).await?,
-        failures: 0,
-        run_cost: 0.0,
-        status: RunStatus::Completed,
-        stopped_by: None,
-    };
+    let run_id = open_run(&night, kind, approval, resume).await?;
+    let resumed_from = resume.map(|r| Resumed {
+        id: r.id,
+        stopped_by_signal: r.status == RunStatus::StoppedSignal,
+    });
     let entries: Vec<&PlanEntry> = match selection {
         Selection::All => night.plan.entries.iter().collect(),
         Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == i).collect(),
     };
-    for entry in entries {
-        if !walk.entry(entry).await? {
-            break;
+    let queued = carry_over(&night, run_id, resume, resumed_from, &entries).await?;
+    let (pool, n) = (&night.pool, queued.len());
+    night.db(|| queue::enqueue(pool, run_id, &queued)).await?;
+    let jobs = match selection {
+        Selection::All => night.config.jobs.clamp(1, n.max(1) as u32),
+        Selection::One(_) => 1,
+    };
+    let crew = Arc::new(worker::Crew {
+        night: night.clone(),
+        run_id,
+        approved: approved.to_vec(),
+        resumed_from,
+        owner: true,
+        stop: Default::default(),
+    });
+    let worked = run_workers(&crew, jobs).await;
+    let (status, stopped_by) = crew.stopped().unwrap_or((RunStatus::Completed, None));
+    worked?;
+    finish_run(&night, run_id, status, stopped_by).await
+}
+
+/// Runs `jobs` workers of `crew` to their end.
+///
+/// # Errors
+/// The first worker's error (the ledger stayed away, the lock was lost),
+/// once every worker stopped.
+async fn run_workers(crew: &Arc<worker::Crew>, jobs: u32) -> Result<(), Error> {
+    let tasks: Vec<_> = (1..=jobs)
+        .map(|n| tokio::spawn(worker::work(crew.clone(), n)))
+        .collect();
+    let mut first = Ok(());
+    for t in tasks {
+        let r = t
+            .await
+            .unwrap_or_else(|e| Err(Error::failed(format!("a worker of this run panicked: {e}"))));
+        if first.is_ok() {
+            first = r;
         }
     }
-    let (status, stopped_by) = (walk.status, walk.stopped_by);
+    first
+}
+
+/// Records the run's end: `status`, what stopped it, and the exit code
+/// from the items every worker (on every host) ended.
+async fn finish_run(
+    night: &Night,
+    run_id: Uuid,
+    status: RunStatus,
+    stopped_by: Option<String>,
+) -> Result<RunEnd, Error> {
+    let record = record::Record::run(night, run_id);
     if let Some(why) = &stopped_by {
-        night
-            .db(|| rec::event(pool, Some(run_id), "run_stopped", json!({"reason": why})))
-            .await?;
+        record.event(Event::RunStopped, json!({"reason": why})).await?;
     }
-    let result = Error::of_run(status, walk.failures);
+    let items = record.run_items(run_id).await?;
+    let failures = items
+        .iter()
+        .filter(|i| i.outcome.is_some_and(|o| o.fails_run()))
+        .count();
+    let result = Error::of_run(status, failures);
     let code = crate::error::exit_code(&result);
+    let pool = &night.pool;
     night
         .db(|| rec::finish_run(pool, run_id, status, code as i32))
         .await?;
@@ -224,6 +265,45 @@ pub async fn drain(
         result,
         stopped_by,
     })
+}
+
+/// Records the entries the resumed run finished as they ended (an
+/// interrupted item runs again, a pushed one without its PR gets it,
+/// docs/ledger.md#outage-wait) and returns the others, for the queue.
+async fn carry_over(
+    night: &Night,
+    run_id: Uuid,
+    resume: Option<&rec::RunRow>,
+    from: Option<Resumed>,
+    entries: &[&PlanEntry],
+) -> Result<Vec<queue::QueuedItem>, Error> {
+    let record = record::Record::run(night, run_id);
+    let finished: BTreeMap<String, rec::ItemRow> = match resume {
+        None => BTreeMap::new(),
+        Some(r) => record
+            .run_items(r.id)
+            .await?
+            .into_iter()
+            .filter(|i| i.outcome.is_some_and(|o| !o.resumes()))
+            .map(|i| (i.item_key.clone(), i))
+            .collect(),
+    };
+    let mut queued = Vec::new();
+    for (position, entry) in entries.iter().enumerate() {
+        match finished.get(&entry.item.key) {
+            Some(prev) => {
+                let item_id = record.start_item(entry).await?;
+                let end = carried(prev, from);
+                record.finish_item(item_id, &end, false).await?;
+            }
+            None => queued.push(queue::QueuedItem {
+                position: position as i32,
+                item_key: entry.item.key.clone(),
+                contract_sha: entry.contract_sha.clone(),
+            }),
+        }
+    }
+    Ok(queued)
 }
 
 /// Records the new run (consuming the approval unless it resumes `resume`)
@@ -265,160 +345,11 @@ async fn open_run(
         }
         .into());
     };
-    night.db(|| rec::event(pool, Some(run_id), "run_started", json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline}))).await?;
+    let started = json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline, "jobs": night.config.jobs});
+    record::Record::run(night, run_id)
+        .event(Event::RunStarted, started)
+        .await?;
     Ok(run_id)
-}
-
-/// Items the crashed run `resume` finished, carried over as they ended
-/// (docs/ledger.md#outage-wait): an interrupted item runs again, a pushed
-/// one without its PR gets it.
-async fn finished_before(
-    night: &Night,
-    resume: Option<&rec::RunRow>,
-) -> Result<BTreeMap<String, rec::ItemRow>, Error> {
-    let Some(r) = resume else {
-        return Ok(BTreeMap::new());
-    };
-    Ok(night
-        .db(|| rec::run_items(&night.pool, r.id))
-        .await?
-        .into_iter()
-        .filter(|i| i.outcome.is_some_and(|o| !o.resumes()))
-        .map(|i| (i.item_key.clone(), i))
-        .collect())
-}
-
-/// The walk over the plan: what the items so far came to.
-struct Walk<'a> {
-    night: &'a Night,
-    run_id: Uuid,
-    approved: &'a [String],
-    /// The crashed or stopped run this one resumes, if any.
-    resumed_from: Option<Resumed>,
-    finished_before: BTreeMap<String, rec::ItemRow>,
-    /// Items that failed the run.
-    failures: usize,
-    /// What the items spent so far (USD).
-    run_cost: f64,
-    status: RunStatus,
-    /// What outside the items stopped the run, if anything.
-    stopped_by: Option<String>,
-}
-
-impl Walk<'_> {
-    /// Runs (or records without running) one plan entry; `false` when the
-    /// run stops after it (or before it).
-    async fn entry(&mut self, entry: &PlanEntry) -> Result<bool, Error> {
-        let (night, pool, run_id) = (self.night, &self.night.pool, self.run_id);
-        if night.cancel.is_cancelled() {
-            self.status = RunStatus::StoppedSignal;
-            return Ok(false);
-        }
-        let carried_over = self.finished_before.get(&entry.item.key).cloned();
-        // Before work starts: the lock still ours, the data directory still
-        // usable. A run that cannot write its checkouts stops here rather
-        // than fail every item in turn.
-        if carried_over.is_none() {
-            night.hold_lock().await?;
-            if let Some(why) = night.systemic_problem() {
-                self.status = RunStatus::Crashed;
-                self.stopped_by = Some(why);
-                return Ok(false);
-            }
-        }
-        let item_id = night
-            .db(|| {
-                rec::start_item(
-                    pool,
-                    run_id,
-                    &entry.item.key,
-                    &entry.contract_sha,
-                    entry.index,
-                    &entry.item.title,
-                )
-            })
-            .await?;
-        let end = match carried_over {
-            Some(prev) => carried(&prev, self.resumed_from),
-            None => self.run_item(entry, item_id).await?,
-        };
-        if end.outcome.fails_run() {
-            self.failures += 1;
-        }
-        night.db(|| rec::finish_item(pool, item_id, &end)).await?;
-        let what = json!({"key": entry.item.key, "outcome": end.outcome, "reason": end.reason});
-        night
-            .db(|| rec::event(pool, Some(run_id), "item_finished", what.clone()))
-            .await?;
-        Ok(!self.status.fails_run())
-    }
-
-    /// Runs one entry this run has not finished, unless the deadline
-    /// passed; sets the run's status from how it ended.
-    async fn run_item(&mut self, entry: &PlanEntry, item_id: i64) -> Result<ItemEnd, Error> {
-        let night = self.night;
-        if self.status == RunStatus::StoppedDeadline || night.clock.now() >= night.deadline {
-            self.status = RunStatus::StoppedDeadline;
-            return Ok(ItemEnd {
-                reason: Some(format!(
-                    "not started before the deadline {}",
-                    local(night.deadline, night.tz)
-                )),
-                ..ItemEnd::of(Outcome::Deadline)
-            });
-        }
-        let (run_id, approved) = (self.run_id, self.approved);
-        let mut end =
-            item::one_item(night, run_id, item_id, entry, approved, &mut self.run_cost).await?;
-        if let Some(from) = self.resumed_from {
-            take_over_from(night, from, entry, &mut end).await?;
-        }
-        self.systemic(&mut end);
-        if end.outcome == Outcome::Deadline {
-            self.status = RunStatus::StoppedDeadline;
-        }
-        if end.outcome == Outcome::Interrupted && self.status != RunStatus::Crashed {
-            self.status = RunStatus::StoppedSignal;
-        }
-        Ok(end)
-    }
-
-    /// A failure the environment caused (the disk filled up, the data
-    /// directory went away, the agent's executable vanished) is not the
-    /// item's: it is not an attempt of it, and the run stops, to be resumed
-    /// once the cause is fixed.
-    fn systemic(&mut self, end: &mut ItemEnd) {
-        if !end.outcome.fails_run() || end.outcome == Outcome::PrFailed {
-            return;
-        }
-        let Some(why) = self.night.systemic_problem() else {
-            return;
-        };
-        // An item whose broken rule is the stop's cause (an agent's push)
-        // keeps its outcome.
-        if end.outcome == Outcome::RuleBroken
-            && end
-                .reason
-                .as_deref()
-                .is_some_and(|r| r.contains(why.as_str()))
-        {
-            self.status = RunStatus::Crashed;
-            self.stopped_by = Some(why);
-            return;
-        }
-        let own = end
-            .reason
-            .take()
-            .filter(|r| !r.is_empty() && !why.contains(r.as_str()));
-        end.outcome = Outcome::Interrupted;
-        end.reason = Some(format!(
-            "stopped: {why}{}",
-            own.map(|r| format!(" (the item's own error: {r})"))
-                .unwrap_or_default()
-        ));
-        self.status = RunStatus::Crashed;
-        self.stopped_by = Some(why);
-    }
 }
 
 /// The run a drain resumes: its id, and whether a signal stopped it (else
@@ -464,14 +395,14 @@ fn carried(prev: &rec::ItemRow, from: Option<Resumed>) -> ItemEnd {
 /// Ledger errors.
 async fn take_over_from(
     night: &Night,
+    record: &record::Record<'_>,
     from: Resumed,
     entry: &PlanEntry,
+    slot_index: usize,
     end: &mut ItemEnd,
 ) -> Result<(), Error> {
     let key = &entry.item.key;
-    let begun = night
-        .db(|| rec::rounds_begun(&night.pool, from.id, key))
-        .await?;
+    let begun = record.rounds_begun(from.id, key).await?;
     if end.outcome == Outcome::AlreadyOpen && begun > 0 {
         end.outcome = Outcome::PrOpened;
         end.rounds = end.rounds.max(begun as u32);
@@ -485,7 +416,7 @@ async fn take_over_from(
             from.stopped_by_signal,
         ));
     }
-    let slot_dir = slot::slot_path(&night.data_dir, &night.repo, 0);
+    let slot_dir = slot::slot_path(&night.data_dir, &night.repo, slot_index);
     let ours = slot::branch_name(&entry.item.title, key);
     tokio::task::block_in_place(|| {
         slot::drop_local_branch(&slot_dir, &ours);

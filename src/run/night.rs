@@ -42,7 +42,7 @@ impl Night {
     /// Waits until the ledger answers again after `e`; `since` is when this
     /// outage began (set on the first call). Returns when it is back and the
     /// lock is ours again.
-    async fn wait_for_ledger(
+    pub(super) async fn wait_for_ledger(
         &self,
         e: sqlx::Error,
         since: &mut Option<Instant>,
@@ -218,16 +218,17 @@ impl Night {
     }
 
     /// Runs blocking git work `f`, handing it a flag that turns true when
-    /// the night's signal arrives (so git is killed at once rather than
+    /// `cancel` fires (the night's signal, or the attempt's claim lost) (so git is killed at once rather than
     /// awaited, docs/limits.md#signals).
     pub(super) async fn until_signal<T>(
         &self,
+        cancel: &tokio_util::sync::CancellationToken,
         f: impl FnOnce(std::sync::Arc<std::sync::atomic::AtomicBool>) -> T,
     ) -> T {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
-            self.cancel.is_cancelled(),
+            cancel.is_cancelled(),
         ));
-        let (flag, cancel) = (stop.clone(), self.cancel.clone());
+        let (flag, cancel) = (stop.clone(), cancel.clone());
         let watcher = tokio::spawn(async move {
             cancel.cancelled().await;
             flag.store(true, std::sync::atomic::Ordering::SeqCst);

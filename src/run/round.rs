@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::agent::{self, Role};
 use crate::error::Error;
 use crate::gate::{self, GateRun};
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::records::ItemEnd;
 use crate::outcome::{Outcome, Phase, RoundResult};
 use crate::proof::{Proof, RoundStart};
 use crate::report::RoundSummary;
@@ -120,10 +120,7 @@ pub(super) async fn run(
     st: &mut Progress,
     n: u32,
 ) -> Result<Option<ItemEnd>, Error> {
-    let id = item
-        .night
-        .db(|| rec::start_round(&item.night.pool, item.item_id, n))
-        .await?;
+    let id = item.record.start_round(item.item_id, n).await?;
     let mut r = Round {
         item,
         st,
@@ -157,18 +154,8 @@ impl Round<'_> {
 
     /// Records the phase the round is in.
     pub async fn phase(&self, phase: Phase) -> Result<(), Error> {
-        let (night, key) = (self.item.night, self.item.entry.item.key.as_str());
-        night
-            .db(|| {
-                rec::set_phase(
-                    &night.pool,
-                    self.item.run_id,
-                    phase,
-                    Some(key),
-                    Some(self.n),
-                )
-            })
-            .await
+        let key = self.item.entry.item.key.as_str();
+        self.item.record.phase(phase, key, Some(self.n)).await
     }
 
     /// Records the round as ended with `outcome`.
@@ -180,9 +167,9 @@ impl Round<'_> {
         note: Option<&str>,
     ) -> Result<(), Error> {
         let result = RoundResult::Ended(outcome);
-        let night = self.item.night;
-        night
-            .db(|| rec::finish_round(&night.pool, self.id, result, diff, sig, note))
+        self.item
+            .record
+            .finish_round(self.id, result, diff, sig, note)
             .await
     }
 
@@ -260,7 +247,8 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
     if let Some(why) = checks::outside_reach(night, Role::Writer, slot, reach.0, reach.1, token) {
         return r.close_and_end(Outcome::RuleBroken, None, why).await;
     }
-    if let Some(why) = checks::over_run_budget(night, item.run_cost, &r.st.totals) {
+    let others = item.record.run_spent(Some(item.item_id)).await?;
+    if let Some(why) = checks::over_run_budget(night, others, &r.st.totals) {
         let why = crate::report::after_failure(Outcome::BudgetExceeded, why, &r.st.last_failure.1);
         return r.close_and_end(Outcome::BudgetExceeded, None, why).await;
     }
@@ -283,7 +271,7 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
 /// The proof of work, from git (docs/loop.md#proof): what changed, within
 /// the contract's scope and the rules; a writer that failed is retried.
 async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
-    let (item, night, slot) = (r.item, r.item.night, r.item.slot);
+    let (item, slot) = (r.item, r.item.slot);
     r.phase(Phase::Proof).await?;
     if let Some(step) = too_large(r).await? {
         return Ok(step);
@@ -306,9 +294,7 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
             return Ok(Step::End(r.end(Outcome::Error, why)));
         }
     };
-    night
-        .db(|| rec::record_proof(&night.pool, r.id, &proof))
-        .await?;
+    item.record.proof(r.id, &proof).await?;
     // A git repository the writer made inside the checkout would be
     // committed as a dangling submodule link.
     let nested = proof.changed.iter().find(|f| slot.path.join(&f.path).join(".git").exists()).map(|f| format!("the writer created a nested git repository at {} (it would be committed as a broken submodule link)", f.path));
@@ -398,7 +384,7 @@ async fn no_changes(r: &Round<'_>, proof: &Proof, writer: &agent::Report) -> Res
 /// The gate (docs/loop.md#gate), run by nightshift on a snapshot of the
 /// writer's work; what it leaves behind is not the writer's work.
 async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
-    let (item, night, slot, n) = (r.item, r.item.night, r.item.slot, r.n);
+    let (item, slot, n) = (r.item, r.item.slot, r.n);
     r.phase(Phase::Gate).await?;
     let tree = match tokio::task::block_in_place(|| slot.snapshot_tree()) {
         Ok(t) => t,
@@ -414,7 +400,7 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
         .gate_timeout()
         .min(left.max(Duration::from_secs(1)));
     let spec = item.gate_spec(timeout, item.dir.join(format!("round-{n:02}-gate")));
-    let gates = match gate::run_all("gate", &c.verify, &spec, &night.cancel).await {
+    let gates = match gate::run_all("gate", &c.verify, &spec, item.cancel).await {
         Ok(g) => g,
         Err(e) => {
             let why = format!("the gate could not run: {e}");
@@ -422,15 +408,13 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
         }
     };
     for g in &gates {
-        night
-            .db(|| rec::record_gate_run(&night.pool, r.id, g))
-            .await?;
+        item.record.gate_run(r.id, g).await?;
     }
     if let Err(e) = tokio::task::block_in_place(|| slot.restore_tree(&tree)) {
         let why = format!("cannot restore the checkout after the gate: {e}");
         return Ok(Step::End(r.end(Outcome::Error, why)));
     }
-    if night.cancel.is_cancelled() {
+    if item.cancel.is_cancelled() {
         let why = format!("stopped by a signal during the gate of round {n}");
         return Ok(Step::End(r.end(Outcome::Interrupted, why)));
     }
@@ -503,7 +487,8 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
     if let Some(why) = checks::outside_reach(night, Role::Reviewer, slot, reach.0, reach.1, token) {
         return void(r, diff, why).await;
     }
-    if let Some(why) = checks::over_run_budget(night, item.run_cost, &r.st.totals) {
+    let others = item.record.run_spent(Some(item.item_id)).await?;
+    if let Some(why) = checks::over_run_budget(night, others, &r.st.totals) {
         let why = crate::report::after_failure(Outcome::BudgetExceeded, why, &r.st.last_failure.1);
         return r.close_and_end(Outcome::BudgetExceeded, diff, why).await;
     }
@@ -528,10 +513,7 @@ fn fingerprint(r: &Round<'_>, when: &str) -> Result<crate::snapshot::Snapshot, S
 
 /// A void review ends the item.
 async fn void(r: &Round<'_>, diff: Option<&str>, why: String) -> Result<Step, Error> {
-    let night = r.item.night;
-    night
-        .db(|| rec::record_review(&night.pool, r.id, "void", &[], Some(&why)))
-        .await?;
+    r.item.record.review(r.id, None, Some(&why)).await?;
     r.close_and_end(Outcome::ReviewVoid, diff, why).await
 }
 
@@ -539,7 +521,6 @@ async fn void(r: &Round<'_>, diff: Option<&str>, why: String) -> Result<Step, Er
 /// contract's conditions ships; requested changes, a failed reviewer or no
 /// verdict retry.
 async fn decide(r: &mut Round<'_>, v: Reviewed) -> Result<Step, Error> {
-    let night = r.item.night;
     // A verdict from a reviewer that then failed (nonzero exit, error
     // result) is not trusted: the round is retried like any failure.
     let verdict = match (&v.reviewer.verdict, &v.reviewer.failure) {
@@ -548,16 +529,15 @@ async fn decide(r: &mut Round<'_>, v: Reviewed) -> Result<Step, Error> {
         }
         (_, failure) => return no_verdict(r, &v, failure.as_deref()).await,
     };
-    let (decision, findings) = (verdict.verdict.as_str(), &verdict.findings);
-    night
-        .db(|| rec::record_review(&night.pool, r.id, decision, findings, None))
-        .await?;
+    r.item.record.review(r.id, Some(&verdict), None).await?;
     if verdict.verdict == Decision::RequestChanges {
         return rejected(r, &v.gated, verdict).await;
     }
     let diff = Some(v.gated.proof.diff_hash.as_str());
-    night
-        .db(|| rec::finish_round(&night.pool, r.id, RoundResult::Approved, diff, None, None))
+    let approved = RoundResult::Approved;
+    r.item
+        .record
+        .finish_round(r.id, approved, diff, None, None)
         .await?;
     r.st.rounds.push(RoundSummary {
         n: r.n,

@@ -8,18 +8,18 @@
 use std::time::Duration;
 
 use serde_json::json;
-use uuid::Uuid;
 
 use crate::agent;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::forge::PrState;
 use crate::ledger::records::{self as rec, ItemEnd, PrRow};
-use crate::outcome::{Outcome, Phase, PrRecord};
+use crate::outcome::{Event, Outcome, Phase, PrRecord};
 use crate::report::{self, Evidence};
 use crate::slot::{self, Slot};
 
 use super::Night;
+use super::record::Record;
 use super::round::{Approved, Round};
 
 /// The runner is the committer of every item commit (docs/loop.md#ship-or-retry).
@@ -31,9 +31,11 @@ fn runner_identity() -> slot::Identity {
 }
 
 /// Where a PR row is written: the item, its run and its branch.
+#[derive(Clone, Copy)]
 struct PrAt<'a> {
     night: &'a Night,
-    run_id: Uuid,
+    /// The attempt's ledger handle.
+    record: &'a Record<'a>,
     entry: &'a PlanEntry,
     branch: &'a str,
 }
@@ -51,16 +53,14 @@ impl PrAt<'_> {
             repo: &self.night.repo_id,
             key: &self.entry.item.key,
             contract_sha: &self.entry.contract_sha,
-            run: self.run_id,
+            run: self.record.run_id(),
             branch: self.branch,
             number: pr.map(|p| p.0),
             url: pr.map(|p| p.1),
             state,
             body,
         };
-        self.night
-            .db(|| rec::upsert_pr(&self.night.pool, &row))
-            .await
+        self.record.upsert_pr(&row).await
     }
 }
 
@@ -75,18 +75,23 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     if let Some(why) = secret_in_change(r, &a.reviewed.gated.tree) {
         return Ok(why);
     }
-    let body = night.redact(&report::pr_body(&evidence(r, &a)));
+    // Items of this night, on any worker or host, that changed the same
+    // files are named in the body (merge order).
+    let pushed = item.record.pushed_in_run().await?;
+    let body = night.redact(&report::pr_body(&evidence(r, &a, &pushed)));
     r.phase(Phase::Push).await?;
     if let Some(end) = commit(r) {
         return Ok(end);
     }
-    if night.cancel.is_cancelled() {
+    if item.cancel.is_cancelled() {
         let why = "stopped by a signal before the push".to_string();
         return Ok(r.end(Outcome::Interrupted, why));
     }
+    // Nothing is pushed for a claim another worker took over.
+    item.record.hold().await?;
     let token = night.token.as_ref().map(|t| t.expose().to_string());
-    if let Err(e) = push_or_stop(night, item.slot, token.as_deref()).await {
-        if night.cancel.is_cancelled() {
+    if let Err(e) = push_or_stop(night, item, token.as_deref()).await {
+        if item.cancel.is_cancelled() {
             let why =
                 format!("stopped by a signal during the push of {branch}; nothing was pushed");
             return Ok(r.end(Outcome::Interrupted, why));
@@ -96,7 +101,7 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     }
     let at = PrAt {
         night,
-        run_id: item.run_id,
+        record: &item.record,
         entry,
         branch,
     };
@@ -106,22 +111,13 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
         PrRecord::Planned
     };
     at.record(None, state, &body).await?;
-    let pushed = json!({"key": key, "branch": branch});
-    night
-        .db(|| rec::event(&night.pool, Some(item.run_id), "pushed", pushed.clone()))
-        .await?;
-    let mut end = open_pr(night, item.run_id, entry, branch, &body).await?;
-    let changed = &a.reviewed.gated.proof.changed;
-    night
-        .pushed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(report::Overlap {
-            title: entry.contract.title.clone(),
-            branch: branch.to_string(),
-            pr_number: end.pr_number,
-            files: changed.iter().map(|f| f.path.clone()).collect(),
-        });
+    let files: Vec<&str> = (a.reviewed.gated.proof.changed.iter())
+        .map(|f| f.path.as_str())
+        .collect();
+    let title = &entry.contract.title;
+    let what = json!({"key": key, "branch": branch, "title": title, "files": files});
+    item.record.event(Event::Pushed, what).await?;
+    let mut end = open_pr(at, &body, item.cancel).await?;
     let totals = &r.st.totals;
     end.rounds = n;
     end.tokens = totals.tokens;
@@ -154,7 +150,7 @@ fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
 }
 
 /// What the PR body shows (docs/github.md#pr-body).
-fn evidence(r: &Round<'_>, a: &Approved) -> Evidence {
+fn evidence(r: &Round<'_>, a: &Approved, pushed: &[report::Overlap]) -> Evidence {
     let (item, st) = (r.item, &r.st);
     let g = &a.reviewed.gated;
     let (slot, c) = (item.slot, &item.entry.contract);
@@ -163,7 +159,6 @@ fn evidence(r: &Round<'_>, a: &Approved) -> Evidence {
     let (writer, reviewer) = (&g.writer, &a.reviewed.reviewer);
     // Work inside a submodule is invisible to git here: say so.
     let submodules = tokio::task::block_in_place(|| slot.filled_submodule_dirs()).unwrap_or_default().into_iter().map(|p| format!("checkout: Files were written inside the submodule `{p}`; they are not part of this PR (submodules are not checked out or committed by nightshift)"));
-    let pushed = item.night.pushed.lock().unwrap_or_else(|e| e.into_inner());
     Evidence {
         contract: c.clone(),
         contract_sha: item.entry.contract_sha.clone(),
@@ -188,7 +183,7 @@ fn evidence(r: &Round<'_>, a: &Approved) -> Evidence {
             .chain(reviewer.notes.iter().map(|n| format!("reviewer: {n}")))
             .chain(submodules)
             .collect(),
-        overlaps: report::overlaps(&pushed, &g.proof.changed),
+        overlaps: report::overlaps(pushed, &g.proof.changed),
     }
 }
 
@@ -224,11 +219,12 @@ fn commit(r: &Round<'_>) -> Option<ItemEnd> {
 /// helpers) at once instead of waiting for it (docs/limits.md#signals).
 async fn push_or_stop(
     night: &Night,
-    slot: &Slot,
+    item: &super::item::Item<'_>,
     token: Option<&str>,
 ) -> Result<(), slot::SlotError> {
+    let slot: &Slot = item.slot;
     night
-        .until_signal(|stop| slot.push_stoppable(token, Some(stop)))
+        .until_signal(item.cancel, |stop| slot.push_stoppable(token, Some(stop)))
         .await
 }
 
@@ -248,19 +244,12 @@ fn pr_title(entry: &PlanEntry) -> String {
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
-pub(super) async fn open_pr(
-    night: &Night,
-    run_id: Uuid,
-    entry: &PlanEntry,
-    branch: &str,
+async fn open_pr(
+    at: PrAt<'_>,
     body: &str,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<ItemEnd, Error> {
-    let at = PrAt {
-        night,
-        run_id,
-        entry,
-        branch,
-    };
+    let (night, entry, branch) = (at.night, at.entry, at.branch);
     let unopened = |outcome: Outcome, why: String| ItemEnd {
         reason: Some(why),
         branch: Some(branch.into()),
@@ -278,6 +267,9 @@ pub(super) async fn open_pr(
         at.record(None, PrRecord::PrFailed, body).await?;
         return Ok(unopened(Outcome::PrFailed, night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR"))));
     }
+    // No PR for a claim another worker took over (the key marker on PRs
+    // is the last guard, docs/workers.md#fencing).
+    at.record.hold().await?;
     let req = crate::forge::PrRequest {
         title: pr_title(entry),
         head: branch.to_string(),
@@ -291,7 +283,7 @@ pub(super) async fn open_pr(
         // A signal does not wait for a slow GitHub (docs/limits.md#signals).
         // The ledger keeps the branch as `pr_failed`: the next run finds the
         // PR if GitHub made it, or opens it.
-        _ = night.cancel.cancelled() => {
+        _ = cancel.cancelled() => {
             return Ok(unopened(Outcome::Interrupted, format!("stopped by a signal while opening the PR of {branch} (pushed); the next run finds or opens it")));
         }
     };
@@ -318,12 +310,7 @@ async fn opened(at: &PrAt<'_>, pr: crate::forge::PrInfo, body: &str) -> Result<I
         .await?;
     let key = &at.entry.item.key;
     let what = json!({"key": key, "number": pr.number, "url": pr.url});
-    night
-        .db(|| {
-            let kind = Outcome::PrOpened.as_str();
-            rec::event(&night.pool, Some(at.run_id), kind, what.clone())
-        })
-        .await?;
+    at.record.event(Event::PrOpened, what).await?;
     let reason = pr.label_error.as_ref().map(|e| {
         night.redact(&format!(
             "PR opened without the label {:?}: {e}",
@@ -348,23 +335,21 @@ async fn opened(at: &PrAt<'_>, pr: crate::forge::PrInfo, body: &str) -> Result<I
 /// The ledger stays away (see [`Night::db`]).
 pub(super) async fn earlier_pr(
     night: &Night,
-    run_id: Uuid,
+    record: &Record<'_>,
     entry: &PlanEntry,
     branch: &str,
 ) -> Result<Option<ItemEnd>, Error> {
     let key = &entry.item.key;
-    let rows = night
-        .db(|| rec::prs_of_item(&night.pool, &night.repo_id, key))
-        .await?;
-    if night.forge.is_none() || night.github_down().is_some() {
-        return from_ledger(night, entry, &rows).await;
-    }
+    let rows = record.prs_of_item(key).await?;
     let at = PrAt {
         night,
-        run_id,
+        record,
         entry,
         branch,
     };
+    if night.forge.is_none() || night.github_down().is_some() {
+        return from_ledger(at, &rows).await;
+    }
     if let Some(end) = on_github(&at, &rows).await? {
         return Ok(Some(end));
     }
@@ -375,10 +360,12 @@ pub(super) async fn earlier_pr(
         r.state == PrRecord::PrFailed
             || (r.state == PrRecord::Planned && branch_on_remote(night, &r.branch))
     }) {
-        let body = night
-            .db(|| rec::pr_body(&night.pool, &night.repo_id, key, &r.branch))
-            .await?;
-        return Ok(Some(open_pr(night, run_id, entry, &r.branch, &body).await?));
+        let body = record.pr_body(key, &r.branch).await?;
+        let at = PrAt {
+            branch: &r.branch,
+            ..at
+        };
+        return Ok(Some(open_pr(at, &body, record.cancel()).await?));
     }
     Ok(None)
 }
@@ -432,11 +419,8 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
 }
 
 /// Without GitHub the ledger is all we know of an earlier PR.
-async fn from_ledger(
-    night: &Night,
-    entry: &PlanEntry,
-    rows: &[PrRow],
-) -> Result<Option<ItemEnd>, Error> {
+async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Error> {
+    let (night, entry) = (at.night, at.entry);
     let Some(r) = rows.iter().find(|r| {
         matches!(
             r.state,
@@ -449,9 +433,7 @@ async fn from_ledger(
         // A branch someone deleted from the remote means the work is to be
         // done again.
         let key = &entry.item.key;
-        night
-            .db(|| rec::set_pr_state(&night.pool, &night.repo_id, key, &r.branch, PrRecord::Gone))
-            .await?;
+        at.record.pr_state(key, &r.branch, PrRecord::Gone).await?;
         return Ok(None);
     }
     let outcome = match r.state {

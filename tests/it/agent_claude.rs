@@ -128,6 +128,7 @@ fn claude_agent(bin: &Path) -> AgentConfig {
         command: vec![bin.display().to_string()],
         permission_flags: None,
         model: None,
+        account: None,
     }
 }
 

@@ -100,6 +100,7 @@ fn real_agent(fake: &FakeResponses) -> AgentConfig {
         command,
         permission_flags: None,
         model: None,
+        account: None,
     }
 }
 
@@ -726,6 +727,7 @@ async fn replay_codex_that_does_not_exit_after_its_turn_is_ended_and_the_turn_st
         command: vec![cli::fake_codex().display().to_string()],
         permission_flags: None,
         model: None,
+        account: None,
     };
     let r = agent::call(&agent, &call, &CancellationToken::new())
         .await
@@ -1000,6 +1002,7 @@ impl Replay {
             command: vec![cli::fake_codex().display().to_string()],
             permission_flags: None,
             model: None,
+            account: None,
         };
         agent::call(&agent, &call, &CancellationToken::new())
             .await

@@ -992,7 +992,7 @@ async fn an_account_pause_is_seen_by_every_worker_until_it_passes() {
         "claude",
         until,
         None,
-        &worker(1),
+        &worker(1).to_string(),
         "You've hit your limit",
     )
     .await
