@@ -411,6 +411,16 @@ pub struct RunRow {
     pub agents_as_root: bool,
 }
 
+impl RunRow {
+    /// The zone the run recorded; UTC when it recorded none or an unknown one.
+    pub fn zone(&self) -> chrono_tz::Tz {
+        self.timezone
+            .as_deref()
+            .and_then(|z| z.parse().ok())
+            .unwrap_or(chrono_tz::UTC)
+    }
+}
+
 const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, started_at, ended_at, deadline, timezone, host, pid, phase, current_item_key, current_round, sleeping_until, sleeping_agent, exit_code, agents_as_root FROM runs";
 
 /// The newest run of `repo`, or the run `id`.
