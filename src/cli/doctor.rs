@@ -530,8 +530,11 @@ async fn agent_checks(out: &mut Vec<Check>, config: &Config) {
             _ => None,
         },
     };
-    for (name, a) in [("writer", &config.writer), ("reviewer", &config.reviewer)] {
-        out.push(agent_check(name, a, &probe).await);
+    for (role, a) in [
+        (crate::agent::Role::Writer, &config.writer),
+        (crate::agent::Role::Reviewer, &config.reviewer),
+    ] {
+        out.push(agent_check(role.as_str(), a, &probe).await);
     }
 }
 

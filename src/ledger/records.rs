@@ -1350,7 +1350,7 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
             crate::tend::Tended {
                 pr: pr.unwrap_or(0) as u64,
                 title,
-                outcome: outcome.unwrap_or_else(|| "running".into()),
+                outcome: outcome.unwrap_or_else(|| RunStatus::Running.as_str().into()),
                 reason,
                 action: card
                     .as_ref()
@@ -1382,7 +1382,11 @@ pub fn carried_reason(prev: Option<&str>, from: Uuid, stopped: bool) -> String {
     if let Some(r) = prev.filter(|r| r.starts_with(CARRIED_REASON)) {
         return r.to_string();
     }
-    let how = if stopped { "stopped" } else { "crashed" };
+    let how = if stopped {
+        "stopped"
+    } else {
+        RunStatus::Crashed.as_str()
+    };
     format!(
         "{CARRIED_REASON}{how} run {from}{}",
         prev.map(|r| format!(": {r}")).unwrap_or_default()
