@@ -583,6 +583,9 @@ impl Probe {
     }
 }
 
+/// One agent (`name`: writer or reviewer): its executable found and
+/// runnable, and for claude and codex their version and login. A command
+/// agent is only located (running it may do real work).
 async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Check {
     let Some(exe) = a.command.first() else {
         return Check::fail(
@@ -616,37 +619,59 @@ async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Chec
         return Check::pass(name, format!("command agent {}", path.display()));
     }
     let bin = path.display().to_string();
-    let version = match probe.run(&[bin.clone(), "--version".into()]).await {
-        Ok(o) if o.success() => o
+    let version = match agent_version(name, a, &bin, probe).await {
+        Ok(v) => v,
+        Err(failed) => return failed,
+    };
+    let found = format!("{} {version} ({bin})", a.kind);
+    login_check(name, a, &found, &bin, probe).await
+}
+
+/// The first line `--version` prints for the claude or codex CLI at `bin`;
+/// the failed check when it does not answer.
+async fn agent_version(
+    name: &'static str,
+    a: &AgentConfig,
+    bin: &str,
+    probe: &Probe,
+) -> std::result::Result<String, Check> {
+    match probe.run(&[bin.to_string(), "--version".into()]).await {
+        Ok(o) if o.success() => Ok(o
             .stdout_tail
             .lines()
             .next()
             .unwrap_or("")
             .trim()
-            .to_string(),
-        Ok(o) => {
-            return Check::fail(
-                name,
-                format!(
-                    "{} at {bin} does not answer --version: {}",
-                    a.kind,
-                    ended(&o)
-                ),
-                "reinstall the agent CLI",
-            );
-        }
-        Err(e) => {
-            return Check::fail(
-                name,
-                format!("{} at {bin} does not answer --version: {e}", a.kind),
-                "reinstall the agent CLI",
-            );
-        }
-    };
-    let found = format!("{} {version} ({bin})", a.kind);
+            .to_string()),
+        Ok(o) => Err(Check::fail(
+            name,
+            format!(
+                "{} at {bin} does not answer --version: {}",
+                a.kind,
+                ended(&o)
+            ),
+            "reinstall the agent CLI",
+        )),
+        Err(e) => Err(Check::fail(
+            name,
+            format!("{} at {bin} does not answer --version: {e}", a.kind),
+            "reinstall the agent CLI",
+        )),
+    }
+}
+
+/// The agent's line with its login state (`found`: kind, version, path),
+/// failing with how to log in, as the probe's account, when it is out.
+async fn login_check(
+    name: &'static str,
+    a: &AgentConfig,
+    found: &str,
+    bin: &str,
+    probe: &Probe,
+) -> Check {
     let login = match a.kind {
-        AgentKind::Claude => claude_login(&bin, probe).await,
-        _ => codex_login(&bin, a, probe).await,
+        AgentKind::Claude => claude_login(bin, probe).await,
+        _ => codex_login(bin, a, probe).await,
     };
     match login {
         Login::In(how) => Check::pass(name, format!("{found}, logged in: {how}")),
