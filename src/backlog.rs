@@ -920,35 +920,19 @@ fn build_item(
     // Nested lines are indented at least as far as the text after the
     // marker; a line indented less continues the title paragraph (lazily).
     let content = columns(&text[marker_line.start..raw.marker_offset]);
-
-    let mut nested = Vec::new();
-    let mut n = line + 1;
-    while n <= lines.count() && lines.starts[n - 1] < raw.range.end {
-        let r = lines.range(n);
-        if !text[r.clone()].trim().is_empty() {
-            let opaque = raw
-                .opaque
-                .iter()
-                .any(|o| o.start <= r.start && r.start < o.end);
-            nested.push((n, r, opaque));
-        }
-        n += 1;
-    }
+    let nested = nested_lines(text, lines, raw, line);
     // Notes lose the indentation the nested lines share, not the marker's
     // width: renumbering `9.` to `10.` (an item above added or removed) must
     // not change an item's notes, hence its contract SHA (docs/contract.md#contract).
     let common = nested
         .iter()
-        .map(|(_, r, _)| {
-            let line = &text[r.clone()];
-            columns(&line[..line.len() - line.trim_start().len()])
-        })
+        .map(|(_, r, _)| indent_of(&text[r.clone()]))
         .min()
         .unwrap_or(0);
     let mut details = Details::default();
     for (n, r, opaque) in nested {
         let verbatim = &text[r];
-        let indented = columns(&verbatim[..verbatim.len() - verbatim.trim_start().len()]);
+        let indented = indent_of(verbatim);
         if !opaque
             && indented < content
             && let Some(message) = lost_box(verbatim)
@@ -986,6 +970,35 @@ fn build_item(
         details,
         key,
     }
+}
+
+/// The non-blank lines of `raw` after its marker line `line`: (1-based
+/// line, byte range in `text`, inside an opaque block such as a fence).
+fn nested_lines(
+    text: &str,
+    lines: &LineIndex,
+    raw: &RawItem,
+    line: usize,
+) -> Vec<(usize, std::ops::Range<usize>, bool)> {
+    let mut nested = Vec::new();
+    let mut n = line + 1;
+    while n <= lines.count() && lines.starts[n - 1] < raw.range.end {
+        let r = lines.range(n);
+        if !text[r.clone()].trim().is_empty() {
+            let opaque = raw
+                .opaque
+                .iter()
+                .any(|o| o.start <= r.start && r.start < o.end);
+            nested.push((n, r, opaque));
+        }
+        n += 1;
+    }
+    nested
+}
+
+/// Display columns of a line's leading white space ([`columns`]).
+fn indent_of(line: &str) -> usize {
+    columns(&line[..line.len() - line.trim_start().len()])
 }
 
 /// True when the whole title is one GFM strikethrough (`~~old idea~~`).
@@ -1072,19 +1085,8 @@ fn read_detail(
     };
     let kind = match keyword {
         None => {
-            // `round: 2` or `acceptance: …` would silently become a note, and
-            // the limit or condition it meant would not hold.
-            if !opaque && let Some((typed, meant)) = near_keyword(body.trim_end()) {
-                problem(format!(
-                    "`{typed}:` is not a detail keyword — did you mean `{meant}:`? (to keep it as a note, drop the colon)"
-                ));
-            } else if !opaque && let Some(word) = unread_keyword(body.trim_end()) {
-                // `` `verify: make` `` or `**accept: x` would become a note
-                // and its gate or condition would silently not hold.
-                problem(format!(
-                    "`{word}:` is written inside markup nightshift does not read ({:?}) — write it plain at the start of the line, e.g. `{word}: …` (to keep it as a note, drop the colon)",
-                    body.trim_end()
-                ));
+            if !opaque && let Some(message) = note_problem(body.trim_end()) {
+                problem(message);
             }
             details
                 .notes
@@ -1092,60 +1094,7 @@ fn read_detail(
             DetailKind::Note
         }
         Some((kind, value)) => {
-            match kind {
-                DetailKind::Accept if value.is_empty() => {
-                    problem("empty `accept:` — write the condition after the colon".to_string())
-                }
-                DetailKind::Accept => details.accept.push(value.to_string()),
-                DetailKind::Question if value.is_empty() => problem(
-                    "empty `question:` — write the question after the colon, or delete the line"
-                        .to_string(),
-                ),
-                DetailKind::Question => details.questions.push(value.to_string()),
-                DetailKind::Verify => match verify_command(value) {
-                    Ok(cmd) => details.verify.push(cmd),
-                    Err(message) => problem(message),
-                },
-                DetailKind::Scope => match scope_globs(value) {
-                    Err(message) => problem(message),
-                    Ok(globs) if globs.is_empty() => problem("empty `scope:` — write the paths the writer may change, e.g. `scope: src/**`".to_string()),
-                    Ok(globs) => {
-                        for glob in globs {
-                            match globset::Glob::new(&glob) {
-                                Ok(_) => details.scope.push(glob),
-                                Err(err) => problem(format!(
-                                    "bad glob `{glob}` in `scope:`: {} — fix the pattern",
-                                    err.kind()
-                                )),
-                            }
-                        }
-                    }
-                },
-                DetailKind::Rounds => match item_rounds(value) {
-                    Ok(n) => {
-                        if let Some((_, first)) = details.rounds {
-                            problem(format!(
-                                "`rounds:` given again (first on line {first}) — keep one"
-                            ));
-                        }
-                        details.rounds = Some((n, line));
-                    }
-                    Err(message) => problem(message),
-                },
-                DetailKind::Timeout => match item_timeout(value) {
-                    Ok(d) => {
-                        if let Some((_, first)) = details.timeout {
-                            problem(format!(
-                                "`timeout:` given again (first on line {first}) — keep one"
-                            ));
-                        }
-                        details.timeout = Some((d, line));
-                    }
-                    Err(message) => problem(message),
-                },
-                // keyword() yields only the six keywords above.
-                DetailKind::Note => {}
-            }
+            keyword_detail(kind, value, line, details, &mut problem);
             kind
         }
     };
@@ -1155,6 +1104,104 @@ fn read_detail(
         relative: strip_indent(verbatim, indent).to_string(),
         kind,
     });
+}
+
+/// Why a line read as a note (`body`, its bullet stripped) is likely a
+/// mistake: `round: 2` or `acceptance: …` would silently become a note, and
+/// the limit or condition it meant would not hold; so would a keyword
+/// inside markup (`` `verify: make` ``, `**accept: x`).
+fn note_problem(body: &str) -> Option<String> {
+    if let Some((typed, meant)) = near_keyword(body) {
+        return Some(format!(
+            "`{typed}:` is not a detail keyword — did you mean `{meant}:`? (to keep it as a note, drop the colon)"
+        ));
+    }
+    unread_keyword(body).map(|word| {
+        format!(
+            "`{word}:` is written inside markup nightshift does not read ({body:?}) — write it plain at the start of the line, e.g. `{word}: …` (to keep it as a note, drop the colon)"
+        )
+    })
+}
+
+/// Records the detail `kind: value` of `line` in `details`, or its problems.
+fn keyword_detail(
+    kind: DetailKind,
+    value: &str,
+    line: usize,
+    details: &mut Details,
+    problem: &mut dyn FnMut(String),
+) {
+    match kind {
+        DetailKind::Accept if value.is_empty() => {
+            problem("empty `accept:` — write the condition after the colon".to_string())
+        }
+        DetailKind::Accept => details.accept.push(value.to_string()),
+        DetailKind::Question if value.is_empty() => problem(
+            "empty `question:` — write the question after the colon, or delete the line"
+                .to_string(),
+        ),
+        DetailKind::Question => details.questions.push(value.to_string()),
+        DetailKind::Verify => match verify_command(value) {
+            Ok(cmd) => details.verify.push(cmd),
+            Err(message) => problem(message),
+        },
+        DetailKind::Scope => match scope_globs(value) {
+            Err(message) => problem(message),
+            Ok(globs) if globs.is_empty() => problem(
+                "empty `scope:` — write the paths the writer may change, e.g. `scope: src/**`"
+                    .to_string(),
+            ),
+            Ok(globs) => {
+                for glob in globs {
+                    match globset::Glob::new(&glob) {
+                        Ok(_) => details.scope.push(glob),
+                        Err(err) => problem(format!(
+                            "bad glob `{glob}` in `scope:`: {} — fix the pattern",
+                            err.kind()
+                        )),
+                    }
+                }
+            }
+        },
+        DetailKind::Rounds => set_once(
+            &mut details.rounds,
+            item_rounds(value),
+            "rounds",
+            line,
+            problem,
+        ),
+        DetailKind::Timeout => set_once(
+            &mut details.timeout,
+            item_timeout(value),
+            "timeout",
+            line,
+            problem,
+        ),
+        // keyword() yields only the six keywords above.
+        DetailKind::Note => {}
+    }
+}
+
+/// Sets a detail given at most once per item (`rounds:`, `timeout:`) to
+/// `value` read on `line`; a second one is a problem (the later one stands).
+fn set_once<T>(
+    slot: &mut Option<(T, usize)>,
+    value: Result<T, String>,
+    keyword: &str,
+    line: usize,
+    problem: &mut dyn FnMut(String),
+) {
+    match value {
+        Ok(v) => {
+            if let Some((_, first)) = slot {
+                problem(format!(
+                    "`{keyword}:` given again (first on line {first}) — keep one"
+                ));
+            }
+            *slot = Some((v, line));
+        }
+        Err(message) => problem(message),
+    }
 }
 
 /// The six detail keywords of docs/backlog.md#details and their kinds.

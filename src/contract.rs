@@ -489,6 +489,15 @@ pub fn card(e: &PlanEntry) -> String {
     if let Some(b) = &e.blocked {
         let _ = writeln!(s, "   not run   {b}");
     }
+    card_rules(&mut s, c);
+    card_limits(&mut s, c);
+    let _ = writeln!(s, "   contract  sha256 {}", e.contract_sha);
+    s
+}
+
+/// The card's lines of what the item must meet and may touch: conditions,
+/// gate, setup, scope, recipe, notes and context.
+fn card_rules(s: &mut String, c: &Contract) {
     for a in &c.accept {
         let _ = writeln!(s, "   accept    {a}");
     }
@@ -535,6 +544,11 @@ pub fn card(e: &PlanEntry) -> String {
             c.context.len()
         );
     }
+}
+
+/// The card's lines of limits and budget, each with where it came from,
+/// and the two agents.
+fn card_limits(s: &mut String, c: &Contract) {
     let l = &c.limits;
     let src = |x: Source| format!("{x:?}").to_lowercase();
     let _ = writeln!(
@@ -570,8 +584,6 @@ pub fn card(e: &PlanEntry) -> String {
         c.reviewer.kind,
         c.reviewer.command.join(" ")
     );
-    let _ = writeln!(s, "   contract  sha256 {}", e.contract_sha);
-    s
 }
 
 /// What the card says about the cost caps (docs/contract.md, docs/agents.md): they are enforced

@@ -336,7 +336,7 @@ impl Summary {
         let mut counts = BTreeMap::new();
         let (mut prs, mut failures) = (Vec::new(), Vec::new());
         for i in items {
-            let word = i.outcome.map_or("running", |o| o.as_str());
+            let word = Outcome::or_running(i.outcome);
             *counts.entry(word.to_string()).or_insert(0) += 1;
             let note = ItemNote {
                 index: i.item_index,

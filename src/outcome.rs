@@ -182,6 +182,12 @@ impl Outcome {
         )
     }
 
+    /// The word for an item's outcome, `running` (the run status) while it
+    /// has none: how the report, the page and notifications show it.
+    pub fn or_running(outcome: Option<Outcome>) -> &'static str {
+        outcome.map_or(RunStatus::Running.as_str(), Outcome::as_str)
+    }
+
     /// Whether an item that ended so counts as a failed attempt against
     /// `max_attempts` (docs/loop.md): the failures the item itself caused,
     /// not a signal, a push or PR failure, or anything that did not run it.

@@ -579,9 +579,8 @@ pub fn run_blocking(cmd: Command, stop: Option<Arc<AtomicBool>>) -> Result<Outco
 /// How often [`run_blocking`] looks at its stop flag.
 pub const STOP_POLL: Duration = Duration::from_millis(50);
 
-/// How the wait for the child ended.
+/// How a wait for the child ended other than by its exit.
 enum Ended {
-    Exited(ExitStatus),
     TimedOut,
     Cancelled,
     OverCap,
@@ -613,6 +612,10 @@ impl OutputBudget {
     }
 }
 
+/// Runs `cmd` inside its `tracing` span: spawns it in its own process
+/// group, streams its output, waits for its exit, the timeout, `cancel` or
+/// the output cap (stopping the group when it did not exit), sweeps escaped
+/// descendants and gathers the [`Outcome`].
 async fn run_in_span(
     mut cmd: Command,
     cancel: &CancellationToken,
@@ -623,30 +626,7 @@ async fn run_in_span(
 
     let mut command = build_command(&cmd, &marker);
     let started = Instant::now();
-    // Our children now: a child of ours that is new after the call and left
-    // our session is one of its descendants, reparented to us (see
-    // `KillGuard::marked`).
-    let children_before = Some(procfs::own_children(std::process::id() as i32));
-    let mut child = command
-        .spawn()
-        .map_err(|source| spawn_error(&cmd, source))?;
-    let Some(pid) = child.id() else {
-        return Err(ProcessError::Wait {
-            program: cmd.program.clone(),
-            pid: 0,
-            source: io::Error::other("the child was reaped before its pid could be read"),
-        });
-    };
-    let mut guard = KillGuard {
-        pgid: pid as i32,
-        marker: cmd.sweep_escaped.then(|| marker.clone()),
-        children_before: if cmd.sweep_escaped {
-            children_before
-        } else {
-            None
-        },
-        swept: false,
-    };
+    let (mut child, pid, mut guard) = spawn_guarded(&mut command, &cmd, &marker)?;
     tracing::debug!(pid, "spawned");
 
     let budget = cmd.max_output.map(|max| {
@@ -662,99 +642,30 @@ async fn run_in_span(
     // If this future is dropped, the readers stop too instead of waiting for
     // a pipe an escaped descendant may hold.
     let _stop_readers_on_drop = stop_readers.clone().drop_guard();
-    let stdout_reader = child.stdout.take().map(|pipe| {
-        tokio::spawn(read_stream(
-            pipe,
-            StreamSink {
-                redactor: cmd.redactor.stream(),
-                file: stdout_file,
-                tail: Tail::new(cmd.tail_bytes),
-                lines: cmd
-                    .on_stdout_line
-                    .take()
-                    .map(|callback| LineSplitter::new(callback, cmd.line_max).json(cmd.json_lines)),
-                bytes: 0,
-                whole: cmd.capture_stdout.then(Vec::new),
-                budget: budget.clone(),
-            },
-            stop_readers.clone(),
-        ))
-    });
-    let stderr_reader = child.stderr.take().map(|pipe| {
-        tokio::spawn(read_stream(
-            pipe,
-            StreamSink {
-                redactor: cmd.redactor.stream(),
-                file: stderr_file,
-                tail: Tail::new(cmd.tail_bytes),
-                lines: None,
-                bytes: 0,
-                whole: None,
-                budget: budget.clone(),
-            },
-            stop_readers.clone(),
-        ))
-    });
-    let stdin_writer = match (child.stdin.take(), cmd.stdin.take()) {
-        (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
-            // A child that exits without reading its stdin gives EPIPE: not
-            // an error of the call.
-            if let Err(error) = pipe.write_all(&bytes).await {
-                tracing::debug!(%error, "stdin not fully written");
-            }
-            drop(pipe);
-        })),
-        _ => None,
+    let streams = Streams::start(
+        &mut child,
+        &mut cmd,
+        (stdout_file, stderr_file),
+        budget,
+        &stop_readers,
+    );
+    // Fields, not the whole `cmd`: a borrow of it held across the wait
+    // would make this future not `Send` (its line callback is not `Sync`).
+    let ended = Waited {
+        cancel,
+        over_cap: &over_cap,
+        guard: &guard,
+        pid,
+        program: &cmd.program,
+        timeout: cmd.timeout,
+        grace: cmd.grace,
     };
-
-    let ended = tokio::select! {
-        status = child.wait() => match status {
-            Ok(status) => Ended::Exited(status),
-            Err(source) => return Err(ProcessError::Wait { program: cmd.program.clone(), pid, source }),
-        },
-        () = tokio::time::sleep(cmd.timeout) => Ended::TimedOut,
-        () = cancel.cancelled() => Ended::Cancelled,
-        () = over_cap.cancelled() => Ended::OverCap,
-    };
-
-    let (status, timed_out, cancelled) = match ended {
-        Ended::Exited(status) => (Some(status), false, false),
-        stopped => {
-            let reason = match stopped {
-                Ended::TimedOut => "timeout",
-                Ended::OverCap => "output over its cap",
-                _ => "cancelled",
-            };
-            tracing::info!(
-                reason,
-                grace_s = cmd.grace.as_secs_f64(),
-                "stopping the process group"
-            );
-            let status = stop_child(&mut child, &guard, cmd.grace)
-                .await
-                .map_err(|source| ProcessError::Wait {
-                    program: cmd.program.clone(),
-                    pid,
-                    source,
-                })?;
-            (
-                status,
-                matches!(stopped, Ended::TimedOut),
-                matches!(stopped, Ended::Cancelled),
-            )
-        }
-    };
+    let (status, timed_out, cancelled) = ended.wait(&mut child).await?;
     let duration = started.elapsed();
 
     guard.sweep(cmd.grace).await;
     drop(guard);
-
-    if let Some(writer) = stdin_writer {
-        writer.abort();
-    }
-    let linger_until = tokio::time::Instant::now() + READER_LINGER;
-    let stdout = finish_reader(stdout_reader, &stop_readers, linger_until).await;
-    let stderr = finish_reader(stderr_reader, &stop_readers, linger_until).await;
+    let (stdout, stderr) = streams.finish(&stop_readers).await;
 
     let outcome = Outcome {
         exit_code: status.and_then(|s| s.code()),
@@ -782,6 +693,189 @@ async fn run_in_span(
         "finished"
     );
     Ok(outcome)
+}
+
+/// Spawns `command` (built from `cmd` with this call's `marker`) and the
+/// guard that kills its process group, and with [`Command::sweep_escaped`]
+/// its escaped descendants, when it is dropped. Returns the child, its pid
+/// and the guard.
+///
+/// # Errors
+/// [`ProcessError`] when it cannot be started or was reaped at once.
+fn spawn_guarded(
+    command: &mut tokio::process::Command,
+    cmd: &Command,
+    marker: &str,
+) -> Result<(tokio::process::Child, u32, KillGuard), ProcessError> {
+    // Our children now: a child of ours that is new after the call and left
+    // our session is one of its descendants, reparented to us (see
+    // `KillGuard::marked`).
+    let children_before = Some(procfs::own_children(std::process::id() as i32));
+    let child = command.spawn().map_err(|source| spawn_error(cmd, source))?;
+    let Some(pid) = child.id() else {
+        return Err(ProcessError::Wait {
+            program: cmd.program.clone(),
+            pid: 0,
+            source: io::Error::other("the child was reaped before its pid could be read"),
+        });
+    };
+    let guard = KillGuard {
+        pgid: pid as i32,
+        marker: cmd.sweep_escaped.then(|| marker.to_string()),
+        children_before: if cmd.sweep_escaped {
+            children_before
+        } else {
+            None
+        },
+        swept: false,
+    };
+    Ok((child, pid, guard))
+}
+
+/// The tasks that read a child's stdout and stderr and write its stdin.
+struct Streams {
+    stdout: Option<JoinHandle<StreamResult>>,
+    stderr: Option<JoinHandle<StreamResult>>,
+    stdin: Option<JoinHandle<()>>,
+}
+
+impl Streams {
+    /// Starts them: each stream redacted into its file (`files`: stdout's,
+    /// stderr's), its tail and the shared output `budget`; stdout also to
+    /// the line callback and, when asked, kept whole; stdin given its bytes.
+    /// They stop when `stop` fires.
+    fn start(
+        child: &mut tokio::process::Child,
+        cmd: &mut Command,
+        files: (Option<tokio::fs::File>, Option<tokio::fs::File>),
+        budget: Option<Arc<OutputBudget>>,
+        stop: &CancellationToken,
+    ) -> Streams {
+        let (stdout_file, stderr_file) = files;
+        let stdout = child.stdout.take().map(|pipe| {
+            tokio::spawn(read_stream(
+                pipe,
+                StreamSink {
+                    redactor: cmd.redactor.stream(),
+                    file: stdout_file,
+                    tail: Tail::new(cmd.tail_bytes),
+                    lines: cmd.on_stdout_line.take().map(|callback| {
+                        LineSplitter::new(callback, cmd.line_max).json(cmd.json_lines)
+                    }),
+                    bytes: 0,
+                    whole: cmd.capture_stdout.then(Vec::new),
+                    budget: budget.clone(),
+                },
+                stop.clone(),
+            ))
+        });
+        let stderr = child.stderr.take().map(|pipe| {
+            tokio::spawn(read_stream(
+                pipe,
+                StreamSink {
+                    redactor: cmd.redactor.stream(),
+                    file: stderr_file,
+                    tail: Tail::new(cmd.tail_bytes),
+                    lines: None,
+                    bytes: 0,
+                    whole: None,
+                    budget: budget.clone(),
+                },
+                stop.clone(),
+            ))
+        });
+        let stdin = match (child.stdin.take(), cmd.stdin.take()) {
+            (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
+                // A child that exits without reading its stdin gives EPIPE: not
+                // an error of the call.
+                if let Err(error) = pipe.write_all(&bytes).await {
+                    tracing::debug!(%error, "stdin not fully written");
+                }
+                drop(pipe);
+            })),
+            _ => None,
+        };
+        Streams {
+            stdout,
+            stderr,
+            stdin,
+        }
+    }
+
+    /// After the child's end: stops writing stdin and gives the readers
+    /// [`READER_LINGER`] to drain what is left (then `stop` ends them).
+    /// Returns (stdout, stderr).
+    async fn finish(self, stop: &CancellationToken) -> (StreamResult, StreamResult) {
+        if let Some(writer) = self.stdin {
+            writer.abort();
+        }
+        let linger_until = tokio::time::Instant::now() + READER_LINGER;
+        let stdout = finish_reader(self.stdout, stop, linger_until).await;
+        let stderr = finish_reader(self.stderr, stop, linger_until).await;
+        (stdout, stderr)
+    }
+}
+
+/// What ends the wait for a child besides its exit, and how to stop it.
+struct Waited<'a> {
+    /// The caller's cancel.
+    cancel: &'a CancellationToken,
+    /// Fired when the output budget is spent.
+    over_cap: &'a CancellationToken,
+    /// The child's process group.
+    guard: &'a KillGuard,
+    /// The child's pid (for errors).
+    pid: u32,
+    /// The program (for errors).
+    program: &'a str,
+    /// [`Command::timeout`].
+    timeout: Duration,
+    /// [`Command::grace`].
+    grace: Duration,
+}
+
+impl Waited<'_> {
+    /// Waits for the child's exit, [`Command::timeout`], the cancel or the
+    /// output cap; a child that did not exit is stopped (its group sent
+    /// SIGTERM, SIGKILL after [`Command::grace`]). Returns (exit status,
+    /// timed out, cancelled).
+    ///
+    /// # Errors
+    /// [`ProcessError::Wait`] when waiting for the child fails.
+    async fn wait(
+        &self,
+        child: &mut tokio::process::Child,
+    ) -> Result<(Option<ExitStatus>, bool, bool), ProcessError> {
+        let wait_error = |source| ProcessError::Wait {
+            program: self.program.to_string(),
+            pid: self.pid,
+            source,
+        };
+        let stopped = tokio::select! {
+            status = child.wait() => return Ok((Some(status.map_err(wait_error)?), false, false)),
+            () = tokio::time::sleep(self.timeout) => Ended::TimedOut,
+            () = self.cancel.cancelled() => Ended::Cancelled,
+            () = self.over_cap.cancelled() => Ended::OverCap,
+        };
+        let reason = match stopped {
+            Ended::TimedOut => "timeout",
+            Ended::OverCap => "output over its cap",
+            _ => "cancelled",
+        };
+        tracing::info!(
+            reason,
+            grace_s = self.grace.as_secs_f64(),
+            "stopping the process group"
+        );
+        let status = stop_child(child, self.guard, self.grace)
+            .await
+            .map_err(wait_error)?;
+        Ok((
+            status,
+            matches!(stopped, Ended::TimedOut),
+            matches!(stopped, Ended::Cancelled),
+        ))
+    }
 }
 
 /// The tokio command for `cmd`: cleared environment plus the map and the

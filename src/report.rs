@@ -168,9 +168,32 @@ fn command_lines(s: &mut String, g: &GateRun, tail_chars: usize) {
     );
 }
 
+/// The PR body with command output tails of at most `tail_chars`
+/// characters each (0: left out), section by section as docs/github.md#pr-body
+/// lists them; the item marker is its last line.
 fn render_body(e: &Evidence, tail_chars: usize) -> String {
-    let c = &e.contract;
     let mut s = String::new();
+    body_header(&mut s, e);
+    acceptance_section(&mut s, e);
+    command_sections(&mut s, e, tail_chars);
+    verdict_section(&mut s, e);
+    files_section(&mut s, e);
+    diff_and_notes(&mut s, e, tail_chars);
+    rounds_section(&mut s, e);
+    findings_section(&mut s, e);
+    judge_section(&mut s, e);
+    contract_section(&mut s, e);
+    // Only the last line may carry an item marker (forge::carries_marker):
+    // any copy inside quoted output or findings is defused.
+    s = s.replace("<!-- nightshift-item:", "&lt;!-- nightshift-item:");
+    let _ = writeln!(s, "{}", forge::item_marker(&e.contract.key));
+    s
+}
+
+/// The title, who prepared it, and the table of contract, branch, rounds,
+/// time, tokens and cost, and verdict.
+fn body_header(s: &mut String, e: &Evidence) {
+    let c = &e.contract;
     let _ = writeln!(s, "## {}\n", c.title);
     let _ = writeln!(
         s,
@@ -203,7 +226,12 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         .unwrap_or_else(|| "not reported by the agent".into());
     let _ = writeln!(s, "| tokens / cost | {} / {} |", e.tokens, cost);
     let _ = writeln!(s, "| verdict | **{}** |\n", e.verdict.verdict.as_str());
+}
 
+/// The acceptance conditions as boxes for a person to tick, each with the
+/// reviewer's judgement.
+fn acceptance_section(s: &mut String, e: &Evidence) {
+    let c = &e.contract;
     let _ = writeln!(s, "### Acceptance conditions (for you to check)");
     if c.accept.is_empty() {
         let _ = writeln!(s, "_None written; the gate and the reviewer decided._");
@@ -240,11 +268,15 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         }
     }
     let _ = writeln!(s);
+}
 
+/// The setup commands (when there were any) and the last round's gate, each
+/// with its exit code, time and output tail of at most `tail_chars`.
+fn command_sections(s: &mut String, e: &Evidence, tail_chars: usize) {
     if !e.setup.is_empty() {
         let _ = writeln!(s, "### Setup (run by nightshift in the fresh checkout)");
         for g in &e.setup {
-            command_lines(&mut s, g, tail_chars);
+            command_lines(s, g, tail_chars);
         }
         let _ = writeln!(s);
     }
@@ -252,14 +284,17 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
     let _ = writeln!(s, "### Gate (run by nightshift, not by the agent)");
     if let Some(last) = e.rounds.last() {
         for g in &last.gate {
-            command_lines(&mut s, g, tail_chars);
+            command_lines(s, g, tail_chars);
         }
         if last.gate.is_empty() {
             let _ = writeln!(s, "_No gate command is configured for this item._");
         }
     }
     let _ = writeln!(s);
+}
 
+/// The reviewer's verdict and its findings (at most 30 shown).
+fn verdict_section(s: &mut String, e: &Evidence) {
     let _ = writeln!(s, "### Reviewer verdict: {}", e.verdict.verdict.as_str());
     // Findings are the agents' words: each is capped so that a flood of
     // them cannot push the evidence sections out of the body.
@@ -277,7 +312,11 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         let _ = writeln!(s, "_No findings._");
     }
     let _ = writeln!(s);
+}
 
+/// The files changed according to git, with their totals and how to look
+/// at the branch.
+fn files_section(s: &mut String, e: &Evidence) {
     let _ = writeln!(s, "### Files changed (from git, not from the agent)");
     let (add, del) = e
         .changed
@@ -308,6 +347,12 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         e.branch,
         short(&e.base_commit)
     );
+}
+
+/// The diff (its head, within six times `tail_chars`) and the writer's and
+/// reviewer's own words (their tails), folded; none of them when
+/// `tail_chars` is 0.
+fn diff_and_notes(s: &mut String, e: &Evidence, tail_chars: usize) {
     if !e.diff.trim().is_empty() && tail_chars > 0 {
         let budget = tail_chars * 6;
         let lines = e.diff.lines().count();
@@ -340,7 +385,10 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             );
         }
     }
+}
 
+/// Each round: its result, time, gate exit codes and note.
+fn rounds_section(s: &mut String, e: &Evidence) {
     let _ = writeln!(s, "### Rounds");
     for r in &e.rounds {
         let gate: Vec<String> = r
@@ -375,7 +423,10 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         );
     }
     let _ = writeln!(s);
+}
 
+/// The writer's findings outside the item (at most 30), when it had any.
+fn findings_section(s: &mut String, e: &Evidence) {
     if !e.findings.is_empty() {
         let _ = writeln!(
             s,
@@ -386,7 +437,12 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
         }
         let _ = writeln!(s);
     }
+}
 
+/// What a person must still judge: the standing questions, then what the
+/// recorded facts make worth a look.
+fn judge_section(s: &mut String, e: &Evidence) {
+    let c = &e.contract;
     let _ = writeln!(s, "### Still for a person to judge");
     let _ = writeln!(
         s,
@@ -418,6 +474,17 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             "- The agent reported no cost: the cost cap was not enforced."
         );
     }
+    judge_links_and_gate_files(s, e);
+    judge_agent_notes(s, e);
+    judge_public_api(s, e);
+    judge_overlaps(s, e);
+    let _ = writeln!(s);
+}
+
+/// Symbolic links the diff adds that leave the repository, and files the
+/// gate runs or reads that the change edits.
+fn judge_links_and_gate_files(s: &mut String, e: &Evidence) {
+    let c = &e.contract;
     let outward = crate::proof::links_leaving_the_repository(&e.diff);
     if !outward.is_empty() {
         let shown: Vec<String> = outward
@@ -440,6 +507,11 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             shown.join(", ")
         );
     }
+}
+
+/// What the agents' CLIs and nightshift's look at the checkout reported
+/// (at most 10 notes).
+fn judge_agent_notes(s: &mut String, e: &Evidence) {
     for n in e.agent_notes.iter().take(10) {
         match n.split_once(": ").unwrap_or(("agent", n)) {
             // What nightshift itself saw in the checkout.
@@ -455,6 +527,10 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             }
         }
     }
+}
+
+/// Public declarations the diff changes or removes (at most 5 named).
+fn judge_public_api(s: &mut String, e: &Evidence) {
     let changed_api = crate::proof::public_signatures_changed(&e.diff);
     if !changed_api.is_empty() {
         let shown: Vec<String> = changed_api
@@ -473,6 +549,11 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             shown.join(", ")
         );
     }
+}
+
+/// Earlier PRs of the night that change some of the same files (merge
+/// order).
+fn judge_overlaps(s: &mut String, e: &Evidence) {
     for o in &e.overlaps {
         let pr = o
             .pr_number
@@ -490,8 +571,11 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             files.join(", ")
         );
     }
-    let _ = writeln!(s);
+}
 
+/// The sealed contract as pretty JSON, folded.
+fn contract_section(s: &mut String, e: &Evidence) {
+    let c = &e.contract;
     let _ = writeln!(
         s,
         "<details><summary>Contract (sha256 {})</summary>\n\n{}\n</details>\n",
@@ -504,11 +588,6 @@ fn render_body(e: &Evidence, tail_chars: usize) -> String {
             .unwrap_or_default()
         )
     );
-    // Only the last line may carry an item marker (forge::carries_marker):
-    // any copy inside quoted output or findings is defused.
-    s = s.replace("<!-- nightshift-item:", "&lt;!-- nightshift-item:");
-    let _ = writeln!(s, "{}", forge::item_marker(&c.key));
-    s
 }
 
 /// The first `max` characters of `s` (cut at a line end when possible) and
@@ -844,11 +923,7 @@ pub fn to_text_at(
     now: chrono::DateTime<chrono::Utc>,
 ) -> String {
     let mut s = String::new();
-    let tz: chrono_tz::Tz = run
-        .timezone
-        .as_deref()
-        .and_then(|z| z.parse().ok())
-        .unwrap_or(chrono_tz::UTC);
+    let tz = run.zone();
     let _ = writeln!(
         s,
         "run {} · {} · {} · started {}",
@@ -864,6 +939,28 @@ pub fn to_text_at(
         let _ = writeln!(s, "warning: {AGENTS_AS_ROOT_NOTE}");
     }
     let _ = writeln!(s);
+    item_table(&mut s, items);
+    let _ = writeln!(s);
+    let _ = writeln!(s, "{}", totals_line(&totals(run, items, slept_secs, now)));
+    let prs: Vec<&ItemRow> = items.iter().filter(|i| i.pr_url.is_some()).collect();
+    if !prs.is_empty() {
+        let _ = writeln!(s);
+        for i in prs {
+            let _ = writeln!(
+                s,
+                "  #{} {}",
+                i.pr_number.unwrap_or(0),
+                i.pr_url.as_deref().unwrap_or("")
+            );
+        }
+    }
+    append_bodies(&mut s, items, show_bodies);
+    s
+}
+
+/// The terminal table: a header row and a row per item, each column as
+/// wide as its widest cell (titles cut to 40 characters, reasons to 160).
+fn item_table(s: &mut String, items: &[ItemRow]) {
     let rows = rows(items);
     let cut = |t: &str, n: usize| {
         if t.chars().count() > n {
@@ -908,22 +1005,6 @@ pub fn to_text_at(
         );
         let _ = writeln!(s, "{}", line.trim_end());
     }
-    let _ = writeln!(s);
-    let _ = writeln!(s, "{}", totals_line(&totals(run, items, slept_secs, now)));
-    let prs: Vec<&ItemRow> = items.iter().filter(|i| i.pr_url.is_some()).collect();
-    if !prs.is_empty() {
-        let _ = writeln!(s);
-        for i in prs {
-            let _ = writeln!(
-                s,
-                "  #{} {}",
-                i.pr_number.unwrap_or(0),
-                i.pr_url.as_deref().unwrap_or("")
-            );
-        }
-    }
-    append_bodies(&mut s, items, show_bodies);
-    s
 }
 
 /// The run's status (docs/loop.md#run-statuses), with its failed items when it completed with
@@ -977,11 +1058,7 @@ pub fn to_markdown(
     now: chrono::DateTime<chrono::Utc>,
 ) -> String {
     let mut s = String::new();
-    let tz: chrono_tz::Tz = run
-        .timezone
-        .as_deref()
-        .and_then(|z| z.parse().ok())
-        .unwrap_or(chrono_tz::UTC);
+    let tz = run.zone();
     let _ = writeln!(s, "### nightshift run `{}`\n", run.id);
     let _ = writeln!(
         s,

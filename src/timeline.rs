@@ -18,7 +18,8 @@ use chrono_tz::Tz;
 use sqlx::{FromRow, PgPool};
 use uuid::Uuid;
 
-use crate::outcome::Outcome;
+use crate::agent::Role;
+use crate::outcome::{Outcome, Phase};
 
 /// The phase a bar segment shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,14 +35,19 @@ pub enum Segment {
 }
 
 impl Segment {
-    /// The CSS class and legend word.
-    pub fn as_str(self) -> &'static str {
+    /// The run phase the segment shows.
+    pub fn phase(self) -> Phase {
         match self {
-            Segment::Writer => "writer",
-            Segment::Gate => "gate",
-            Segment::Review => "review",
-            Segment::Push => "push",
+            Segment::Writer => Phase::Writer,
+            Segment::Gate => Phase::Gate,
+            Segment::Review => Phase::Review,
+            Segment::Push => Phase::Push,
         }
+    }
+
+    /// The CSS class and legend word: the phase's ledger text.
+    pub fn as_str(self) -> &'static str {
+        self.phase().as_str()
     }
 }
 
@@ -268,7 +274,7 @@ fn round_bar(
     let mut writer_end = span.from;
     for c in calls.iter().filter(|c| c.round_id == Some(r.id)) {
         let end = c.started_at + ms(c.duration_ms);
-        let seg = if c.role == "reviewer" {
+        let seg = if c.role == Role::Reviewer.as_str() {
             Segment::Review
         } else {
             writer_end = writer_end.max(end);
@@ -629,7 +635,7 @@ impl Timeline {
                  <td class=\"num\" data-label=\"tokens\">{}</td><td class=\"num\" data-label=\"cost\">{}</td></tr>",
                 i.item_index,
                 esc(&i.title),
-                i.outcome.map_or("running", Outcome::as_str),
+                Outcome::or_running(i.outcome),
                 i.rounds,
                 crate::timeline::minutes(secs),
                 i.tokens,

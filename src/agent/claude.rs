@@ -402,8 +402,9 @@ impl StreamState {
         }
     }
 
+    /// Takes in one stream event: counts it and hands it to the reader of
+    /// its `type`.
     fn event(&mut self, ev: &Value, tz: chrono_tz::Tz) {
-        let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(String::from);
         let ty = ev.get("type").and_then(Value::as_str);
         let subtype = ev.get("subtype").and_then(Value::as_str);
         self.events += 1;
@@ -414,52 +415,8 @@ impl StreamState {
         });
         match ty {
             Some("system") => match subtype {
-                Some("init") => {
-                    let names = |v: Option<&Value>, key: Option<&str>| -> Option<Vec<String>> {
-                        v.and_then(Value::as_array).map(|a| {
-                            a.iter()
-                                .filter_map(|t| {
-                                    key.and_then(|k| t.get(k))
-                                        .and_then(Value::as_str)
-                                        .or_else(|| t.as_str())
-                                        .map(String::from)
-                                })
-                                .collect()
-                        })
-                    };
-                    merge_names(&mut self.tools, names(ev.get("tools"), None));
-                    merge_names(
-                        &mut self.mcp_servers,
-                        names(ev.get("mcp_servers"), Some("name")),
-                    );
-                    self.permission_mode = self
-                        .permission_mode
-                        .take()
-                        .or_else(|| str_of(ev, "permissionMode"));
-                    self.model = self.model.take().or_else(|| str_of(ev, "model"));
-                    self.version = self
-                        .version
-                        .take()
-                        .or_else(|| str_of(ev, "claude_code_version"));
-                }
-                Some("api_retry") => {
-                    self.api_retries += 1;
-                    let num = |k: &str| {
-                        ev.get(k)
-                            .and_then(Value::as_u64)
-                            .map_or("?".to_string(), |n| n.to_string())
-                    };
-                    self.last_retry_status = ev.get("error_status").and_then(Value::as_u64);
-                    let status = self
-                        .last_retry_status
-                        .map_or("none".to_string(), |n| n.to_string());
-                    self.last_retry = Some(format!(
-                        "attempt {}/{}, error {}, status {status}",
-                        num("attempt"),
-                        num("max_retries"),
-                        str_of(ev, "error").unwrap_or_else(|| "?".into())
-                    ));
-                }
+                Some("init") => self.system_init(ev),
+                Some("api_retry") => self.api_retry(ev),
                 Some("permission_denied") => self.deny(
                     ev.get("tool_name")
                         .and_then(Value::as_str)
@@ -468,58 +425,119 @@ impl StreamState {
                 _ => {}
             },
             Some("assistant") => self.assistant(ev, tz),
-            Some("user") => {
-                // Tool results: a failed or refused edit changed nothing.
-                let content = ev.pointer("/message/content").and_then(Value::as_array);
-                for block in content
-                    .into_iter()
-                    .flatten()
-                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-                {
-                    if block.get("is_error").and_then(Value::as_bool) == Some(true) {
-                        self.tool_errors += 1;
-                        if let Some(id) = block.get("tool_use_id").and_then(Value::as_str) {
-                            self.forget_edit(id);
-                        }
-                    }
-                }
-            }
+            Some("user") => self.tool_results(ev),
             Some("rate_limit_event") => {
                 if let Some(r) = limit::read_claude_event(ev, Utc::now(), tz) {
                     self.limit = Some(r);
                 }
             }
-            Some("result") => {
-                let r = ResultEvent::from_value(ev);
-                self.results += 1;
-                let max = |a: Option<u64>, b: Option<u64>| a.max(b);
-                let u = &mut self.usage_seen;
-                (u.tokens_in, u.tokens_out) = (
-                    max(u.tokens_in, r.usage.tokens_in),
-                    max(u.tokens_out, r.usage.tokens_out),
-                );
-                u.cost_usd = match (u.cost_usd, r.usage.cost_usd) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                };
-                let idle = self.assistant_messages == self.assistant_at_result;
-                if r.failed()
-                    && r.num_turns == Some(0)
-                    && idle
-                    && self.result.as_ref().is_some_and(|p| !p.failed())
-                {
-                    self.spurious_errors.push(r.reason());
-                    return;
-                }
-                self.assistant_at_result = self.assistant_messages;
-                self.result_limit = limit::read_claude_event(ev, Utc::now(), tz);
-                for t in &r.permission_denials {
-                    self.deny(t);
-                }
-                self.result = Some(r);
-            }
+            Some("result") => self.result_event(ev, tz),
             _ => {}
         }
+    }
+
+    /// `system/init`: the tools, MCP servers, permission mode, model and
+    /// version the session started with (the first seen of each stands).
+    fn system_init(&mut self, ev: &Value) {
+        let names = |v: Option<&Value>, key: Option<&str>| -> Option<Vec<String>> {
+            v.and_then(Value::as_array).map(|a| {
+                a.iter()
+                    .filter_map(|t| {
+                        key.and_then(|k| t.get(k))
+                            .and_then(Value::as_str)
+                            .or_else(|| t.as_str())
+                            .map(String::from)
+                    })
+                    .collect()
+            })
+        };
+        merge_names(&mut self.tools, names(ev.get("tools"), None));
+        merge_names(
+            &mut self.mcp_servers,
+            names(ev.get("mcp_servers"), Some("name")),
+        );
+        self.permission_mode = self
+            .permission_mode
+            .take()
+            .or_else(|| str_of(ev, "permissionMode"));
+        self.model = self.model.take().or_else(|| str_of(ev, "model"));
+        self.version = self
+            .version
+            .take()
+            .or_else(|| str_of(ev, "claude_code_version"));
+    }
+
+    /// `system/api_retry`: counted, and the last one kept as
+    /// `attempt 4/10, error unknown, status none` with its HTTP status.
+    fn api_retry(&mut self, ev: &Value) {
+        self.api_retries += 1;
+        let num = |k: &str| {
+            ev.get(k)
+                .and_then(Value::as_u64)
+                .map_or("?".to_string(), |n| n.to_string())
+        };
+        self.last_retry_status = ev.get("error_status").and_then(Value::as_u64);
+        let status = self
+            .last_retry_status
+            .map_or("none".to_string(), |n| n.to_string());
+        self.last_retry = Some(format!(
+            "attempt {}/{}, error {}, status {status}",
+            num("attempt"),
+            num("max_retries"),
+            str_of(ev, "error").unwrap_or_else(|| "?".into())
+        ));
+    }
+
+    /// A `user` event's tool results: a failed or refused edit changed
+    /// nothing, so it is forgotten and counted as a tool error.
+    fn tool_results(&mut self, ev: &Value) {
+        let content = ev.pointer("/message/content").and_then(Value::as_array);
+        for block in content
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        {
+            if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+                self.tool_errors += 1;
+                if let Some(id) = block.get("tool_use_id").and_then(Value::as_str) {
+                    self.forget_edit(id);
+                }
+            }
+        }
+    }
+
+    /// A `result` event: the largest usage seen so far is kept; a failed
+    /// result without turns right after a good one is a spurious error of
+    /// the CLI (the good one stands); else it becomes the result, with its
+    /// limit reading and permission denials.
+    fn result_event(&mut self, ev: &Value, tz: chrono_tz::Tz) {
+        let r = ResultEvent::from_value(ev);
+        self.results += 1;
+        let max = |a: Option<u64>, b: Option<u64>| a.max(b);
+        let u = &mut self.usage_seen;
+        (u.tokens_in, u.tokens_out) = (
+            max(u.tokens_in, r.usage.tokens_in),
+            max(u.tokens_out, r.usage.tokens_out),
+        );
+        u.cost_usd = match (u.cost_usd, r.usage.cost_usd) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let idle = self.assistant_messages == self.assistant_at_result;
+        if r.failed()
+            && r.num_turns == Some(0)
+            && idle
+            && self.result.as_ref().is_some_and(|p| !p.failed())
+        {
+            self.spurious_errors.push(r.reason());
+            return;
+        }
+        self.assistant_at_result = self.assistant_messages;
+        self.result_limit = limit::read_claude_event(ev, Utc::now(), tz);
+        for t in &r.permission_denials {
+            self.deny(t);
+        }
+        self.result = Some(r);
     }
 
     fn assistant(&mut self, ev: &Value, tz: chrono_tz::Tz) {
@@ -805,6 +823,11 @@ impl StreamState {
                 .filter(|r| r.kind != limit::LimitKind::None)
             })
     }
+}
+
+/// The string field `k` of the event `v`, if it is one.
+fn str_of(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(Value::as_str).map(String::from)
 }
 
 /// Adds the names of one more `init` event to those already seen.

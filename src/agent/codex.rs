@@ -212,13 +212,7 @@ impl StreamState {
                 self.turns_completed += 1;
                 self.turn_failed = None;
                 if let Some(u) = ev.get("usage") {
-                    let n = |k: &str| u.get(k).and_then(Value::as_u64);
-                    self.usage.tokens_in = n("input_tokens").or(self.usage.tokens_in);
-                    self.usage.tokens_out = n("output_tokens").or(self.usage.tokens_out);
-                    self.cached_input_tokens =
-                        n("cached_input_tokens").or(self.cached_input_tokens);
-                    self.reasoning_output_tokens =
-                        n("reasoning_output_tokens").or(self.reasoning_output_tokens);
+                    self.usage_totals(u);
                 }
             }
             Some("turn.failed") => {
@@ -292,6 +286,18 @@ impl StreamState {
         }
     }
 
+    /// Token counts that are the session's running totals (`usage` of
+    /// `turn.completed`, a legacy `info.total_token_usage`): each given
+    /// figure replaces the one kept.
+    fn usage_totals(&mut self, u: &Value) {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64);
+        self.usage.tokens_in = n("input_tokens").or(self.usage.tokens_in);
+        self.usage.tokens_out = n("output_tokens").or(self.usage.tokens_out);
+        self.cached_input_tokens = n("cached_input_tokens").or(self.cached_input_tokens);
+        self.reasoning_output_tokens =
+            n("reasoning_output_tokens").or(self.reasoning_output_tokens);
+    }
+
     /// One legacy `msg` event (codex before the thread/turn/item events).
     fn legacy(&mut self, msg: &Value, tz: chrono_tz::Tz) {
         let s = |k: &str| msg.get(k).and_then(Value::as_str).map(String::from);
@@ -317,46 +323,13 @@ impl StreamState {
                     s("reason").unwrap_or_else(|| "no reason given".into())
                 ))
             }
-            "token_count" => {
-                // Later legacy builds: `info.total_token_usage`, a running
-                // total; earlier ones: per-request counts at the top.
-                if let Some(total) = msg.pointer("/info/total_token_usage") {
-                    let n = |k: &str| total.get(k).and_then(Value::as_u64);
-                    self.usage.tokens_in = n("input_tokens").or(self.usage.tokens_in);
-                    self.usage.tokens_out = n("output_tokens").or(self.usage.tokens_out);
-                    self.cached_input_tokens =
-                        n("cached_input_tokens").or(self.cached_input_tokens);
-                    self.reasoning_output_tokens =
-                        n("reasoning_output_tokens").or(self.reasoning_output_tokens);
-                } else if msg.get("input_tokens").is_some() || msg.get("output_tokens").is_some() {
-                    let n = |k: &str| msg.get(k).and_then(Value::as_u64);
-                    self.usage.tokens_in = add(self.usage.tokens_in, n("input_tokens"));
-                    self.usage.tokens_out = add(self.usage.tokens_out, n("output_tokens"));
-                    self.cached_input_tokens =
-                        add(self.cached_input_tokens, n("cached_input_tokens"));
-                    self.reasoning_output_tokens =
-                        add(self.reasoning_output_tokens, n("reasoning_output_tokens"));
-                }
-            }
+            "token_count" => self.legacy_token_count(msg),
             "exec_command_begin" => {
                 let command = command_text(msg.get("command"));
                 self.pending_commands
                     .push((s("call_id").unwrap_or_default(), command));
             }
-            "exec_command_end" => {
-                let exit = msg.get("exit_code").and_then(Value::as_i64);
-                if exit.is_some_and(|c| c != 0) {
-                    self.failed_commands += 1;
-                }
-                let id = s("call_id").unwrap_or_default();
-                let begun = self
-                    .pending_commands
-                    .iter()
-                    .position(|(c, _)| *c == id)
-                    .map(|i| self.pending_commands.remove(i).1);
-                let command = begun.unwrap_or_else(|| command_text(msg.get("command")));
-                self.commands.push((command, exit));
-            }
+            "exec_command_end" => self.legacy_command_end(msg),
             "patch_apply_begin" => {
                 let paths = msg
                     .get("changes")
@@ -376,25 +349,64 @@ impl StreamState {
                 }
             }
             "error" | "stream_error" => {
-                let m = s("message").unwrap_or_default();
-                // Read as the current CLI's `error` event would be (its retry
-                // notices, "…; retrying 1/5 in 209ms…", are no limit).
-                if let Some(r) = limit::read_codex_event(
-                    &serde_json::json!({"type": "error", "message": m}),
-                    Utc::now(),
-                    tz,
-                ) {
-                    self.limit = Some(stronger(self.limit.take(), r));
-                }
-                if ty == "stream_error" {
-                    // A retry notice of a stream that broke.
-                    self.reconnects += 1;
-                    self.last_error = Some(m);
-                } else {
-                    self.top_level_error(m);
-                }
+                self.legacy_error(ty == "stream_error", s("message").unwrap_or_default(), tz)
             }
             _ => {}
+        }
+    }
+
+    /// A legacy `token_count`. Later legacy builds: `info.total_token_usage`,
+    /// a running total; earlier ones: per-request counts at the top, added up.
+    fn legacy_token_count(&mut self, msg: &Value) {
+        if let Some(total) = msg.pointer("/info/total_token_usage") {
+            self.usage_totals(total);
+        } else if msg.get("input_tokens").is_some() || msg.get("output_tokens").is_some() {
+            let n = |k: &str| msg.get(k).and_then(Value::as_u64);
+            self.usage.tokens_in = add(self.usage.tokens_in, n("input_tokens"));
+            self.usage.tokens_out = add(self.usage.tokens_out, n("output_tokens"));
+            self.cached_input_tokens = add(self.cached_input_tokens, n("cached_input_tokens"));
+            self.reasoning_output_tokens =
+                add(self.reasoning_output_tokens, n("reasoning_output_tokens"));
+        }
+    }
+
+    /// A legacy `exec_command_end`: the command (as its begin named it)
+    /// with its exit code; a non-zero exit counts as a failed command.
+    fn legacy_command_end(&mut self, msg: &Value) {
+        let exit = msg.get("exit_code").and_then(Value::as_i64);
+        if exit.is_some_and(|c| c != 0) {
+            self.failed_commands += 1;
+        }
+        let id = msg
+            .get("call_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let begun = self
+            .pending_commands
+            .iter()
+            .position(|(c, _)| *c == id)
+            .map(|i| self.pending_commands.remove(i).1);
+        let command = begun.unwrap_or_else(|| command_text(msg.get("command")));
+        self.commands.push((command, exit));
+    }
+
+    /// A legacy `error` (or, `stream`, `stream_error`) with its message `m`,
+    /// read as the current CLI's `error` event would be (its retry notices,
+    /// "…; retrying 1/5 in 209ms…", are no limit).
+    fn legacy_error(&mut self, stream: bool, m: String, tz: chrono_tz::Tz) {
+        if let Some(r) = limit::read_codex_event(
+            &serde_json::json!({"type": "error", "message": m}),
+            Utc::now(),
+            tz,
+        ) {
+            self.limit = Some(stronger(self.limit.take(), r));
+        }
+        if stream {
+            // A retry notice of a stream that broke.
+            self.reconnects += 1;
+            self.last_error = Some(m);
+        } else {
+            self.top_level_error(m);
         }
     }
 

@@ -63,22 +63,9 @@ pub async fn run(
         ("NIGHTSHIFT_USAGE_FILE", usage_file.display().to_string()),
     ];
     let text = Arc::new(Mutex::new(String::new()));
-    let sink = text.clone();
     let cmd = base_command(&agent.command, call, &env)
         .stdin_bytes(call.prompt.clone().into_bytes())
-        .on_stdout_line(Box::new(move |line: &str| {
-            let mut t = sink.lock().expect("text buffer");
-            t.push_str(line);
-            t.push('\n');
-            if t.len() > KEEP_TEXT_BYTES * 2 {
-                // Keep the tail: blocks and verdicts come at the end.
-                let cut = t.len() - KEEP_TEXT_BYTES;
-                let cut = (cut..t.len())
-                    .find(|i| t.is_char_boundary(*i))
-                    .unwrap_or(t.len());
-                t.drain(..cut);
-            }
-        }));
+        .on_stdout_line(keep_tail(text.clone()));
     let outcome = crate::process::run(cmd, cancel)
         .await
         .map_err(|source| AgentError::Spawn {
@@ -92,24 +79,7 @@ pub async fn run(
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
     };
-    let failure = if outcome.output_capped {
-        Some(super::over_output_cap(call))
-    } else if outcome.timed_out {
-        Some(format!("timed out after {}s", call.timeout.as_secs()))
-    } else if outcome.cancelled {
-        Some(crate::outcome::Outcome::Interrupted.to_string())
-    } else if outcome.exit_code != Some(0) {
-        Some(
-            match last_line(&outcome.stderr_tail).or_else(|| last_line(&text)) {
-                Some(said) if !said.trim().is_empty() => {
-                    format!("exited with {}: {said}", exit_text(&outcome))
-                }
-                _ => format!("exited with {} and printed nothing", exit_text(&outcome)),
-            },
-        )
-    } else {
-        None
-    };
+    let failure = failure_of(&outcome, call, &text);
     let claimed_files = parse_blocks(&text).files;
     // The agent writes this file: a FIFO or a link to a device there must
     // not block the runner.
@@ -132,6 +102,48 @@ pub async fn run(
         edited_files: Vec::new(),
         notes: Vec::new(),
     })
+}
+
+/// A stdout callback that appends each line to `sink`, keeping the tail
+/// (at least [`KEEP_TEXT_BYTES`]) when it grows past twice that: blocks and
+/// verdicts come at the end.
+fn keep_tail(sink: Arc<Mutex<String>>) -> impl FnMut(&str) + Send + 'static {
+    move |line: &str| {
+        let mut t = sink.lock().expect("text buffer");
+        t.push_str(line);
+        t.push('\n');
+        if t.len() > KEEP_TEXT_BYTES * 2 {
+            let cut = t.len() - KEEP_TEXT_BYTES;
+            let cut = (cut..t.len())
+                .find(|i| t.is_char_boundary(*i))
+                .unwrap_or(t.len());
+            t.drain(..cut);
+        }
+    }
+}
+
+/// Why the call failed, if it did: output over its cap, the timeout, a
+/// cancel, or a non-zero exit with the last line it printed (stderr first,
+/// then the kept stdout `text`).
+fn failure_of(outcome: &crate::process::Outcome, call: &Call, text: &str) -> Option<String> {
+    if outcome.output_capped {
+        Some(super::over_output_cap(call))
+    } else if outcome.timed_out {
+        Some(format!("timed out after {}s", call.timeout.as_secs()))
+    } else if outcome.cancelled {
+        Some(crate::outcome::Outcome::Interrupted.to_string())
+    } else if outcome.exit_code != Some(0) {
+        Some(
+            match last_line(&outcome.stderr_tail).or_else(|| last_line(text)) {
+                Some(said) if !said.trim().is_empty() => {
+                    format!("exited with {}: {said}", exit_text(outcome))
+                }
+                _ => format!("exited with {} and printed nothing", exit_text(outcome)),
+            },
+        )
+    } else {
+        None
+    }
 }
 
 /// Reads a usage report: `{"usage":{"input_tokens":N,"output_tokens":N,

@@ -115,29 +115,19 @@ pub(crate) async fn doctor(cli: &Cli, startup: &Startup) -> Result<()> {
     }
 }
 
+/// Every check, in the order `doctor` prints them: git, the repository and
+/// its remote, the base branch, backlog and gate, GitHub, the agents, root,
+/// the ledger and the data directory. Without a repository or a config only
+/// the machine-wide checks follow.
 async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
     let mut out = Vec::new();
-    // git itself.
     let start = cli
         .repo
         .clone()
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| PathBuf::from("."));
     let git = Git::new(&start).timeout(PROBE_TIMEOUT);
-    let git_ok = match git.text(&["--version"]) {
-        Ok(v) => {
-            out.push(Check::pass("git", v.trim().to_string()));
-            true
-        }
-        Err(e) => {
-            out.push(Check::fail(
-                "git",
-                format!("cannot run git: {e}"),
-                "install git (e.g. `apt-get install git`) and put it on PATH",
-            ));
-            false
-        }
-    };
+    let git_ok = git_check(&mut out, &git);
     // The repository and its config.
     let repo = if git_ok {
         git.text(&["rev-parse", "--show-toplevel"])
@@ -171,57 +161,95 @@ async fn run_checks(cli: &Cli, startup: &Startup) -> Vec<Check> {
         .text(&["remote", "get-url", &config.remote])
         .ok()
         .map(|s| s.trim().to_string());
-    match &remote_url {
-        Some(url) if crate::secret::url_password(url).is_some() => out.push(Check::warn(
-            "repo",
-            format!("{} · remote {} = {} carries a password or token in its URL; agents running as you can read it in .git/config", repo.display(), config.remote, crate::secret::mask_url_passwords(url)),
-            "give git the token through a credential helper or GITHUB_TOKEN, and remove it from the URL (`git remote set-url`)",
-        )),
-        Some(url) => out.push(Check::pass("repo", format!("{} · remote {} = {}", repo.display(), config.remote, url))),
-        None => out.push(Check::fail("repo", format!("{}: no remote named {:?}", repo.display(), config.remote), format!("`git remote add {} URL`, or set `remote` in .nightshift/config.toml", config.remote))),
-    }
+    out.push(remote_check(&repo, &config, remote_url.as_deref()));
     let token = forge::resolve_token(&startup.removed);
-    // The base branch on the remote (with the token for https remotes).
-    if remote_url.is_some() {
-        let secret = token.as_ref().map(|(t, _)| t.expose().to_string());
-        let heads = Git::new(&repo)
-            .timeout(NETWORK_TIMEOUT)
-            .token(secret.as_deref())
-            .text(&["ls-remote", "--heads", &config.remote, &config.base]);
-        out.push(match heads {
-            Ok(t)
-                if t.lines()
-                    .any(|l| l.ends_with(&format!("refs/heads/{}", config.base))) =>
-            {
-                Check::pass("base", format!("{}/{} exists", config.remote, config.base))
-            }
-            Ok(_) => Check::fail(
-                "base",
-                format!("no branch {:?} on {}", config.base, config.remote),
-                format!(
-                    "push it (`git push {} {}`) or set `base` in the config",
-                    config.remote, config.base
-                ),
-            ),
-            Err(e) => Check::fail(
-                "base",
-                format!("cannot list {}: {e}", config.remote),
-                "check the remote URL and your credentials (`git ls-remote` must work)",
-            ),
-        });
+    out.push(if remote_url.is_some() {
+        base_check(&repo, &config, token.as_ref().map(|(t, _)| t))
     } else {
-        out.push(Check::fail(
-            "base",
-            "skipped: no remote",
-            "fix the remote first",
-        ));
-    }
+        Check::fail("base", "skipped: no remote", "fix the remote first")
+    });
     backlog_and_gate_checks(&mut out, &repo, &loaded);
     github_checks(&mut out, &repo, &config, remote_url.as_deref(), token).await;
     agent_checks(&mut out, &config).await;
     out.push(root_check(&config));
     database_and_data_checks(&mut out).await;
     out
+}
+
+/// git itself: its version, or how to install it. True when it runs.
+fn git_check(out: &mut Vec<Check>, git: &Git) -> bool {
+    match git.text(&["--version"]) {
+        Ok(v) => {
+            out.push(Check::pass("git", v.trim().to_string()));
+            true
+        }
+        Err(e) => {
+            out.push(Check::fail(
+                "git",
+                format!("cannot run git: {e}"),
+                "install git (e.g. `apt-get install git`) and put it on PATH",
+            ));
+            false
+        }
+    }
+}
+
+/// The repository and its remote (`remote_url`, `None` when there is no
+/// such remote): a warning when the URL carries a password.
+fn remote_check(repo: &Path, config: &Config, remote_url: Option<&str>) -> Check {
+    match remote_url {
+        Some(url) if crate::secret::url_password(url).is_some() => Check::warn(
+            "repo",
+            format!(
+                "{} · remote {} = {} carries a password or token in its URL; agents running as you can read it in .git/config",
+                repo.display(),
+                config.remote,
+                crate::secret::mask_url_passwords(url)
+            ),
+            "give git the token through a credential helper or GITHUB_TOKEN, and remove it from the URL (`git remote set-url`)",
+        ),
+        Some(url) => Check::pass(
+            "repo",
+            format!("{} · remote {} = {}", repo.display(), config.remote, url),
+        ),
+        None => Check::fail(
+            "repo",
+            format!("{}: no remote named {:?}", repo.display(), config.remote),
+            format!(
+                "`git remote add {} URL`, or set `remote` in .nightshift/config.toml",
+                config.remote
+            ),
+        ),
+    }
+}
+
+/// The base branch on the remote (with the token for https remotes).
+fn base_check(repo: &Path, config: &Config, token: Option<&forge::Secret>) -> Check {
+    let heads = Git::new(repo)
+        .timeout(NETWORK_TIMEOUT)
+        .token(token.map(forge::Secret::expose))
+        .text(&["ls-remote", "--heads", &config.remote, &config.base]);
+    match heads {
+        Ok(t)
+            if t.lines()
+                .any(|l| l.ends_with(&format!("refs/heads/{}", config.base))) =>
+        {
+            Check::pass("base", format!("{}/{} exists", config.remote, config.base))
+        }
+        Ok(_) => Check::fail(
+            "base",
+            format!("no branch {:?} on {}", config.base, config.remote),
+            format!(
+                "push it (`git push {} {}`) or set `base` in the config",
+                config.remote, config.base
+            ),
+        ),
+        Err(e) => Check::fail(
+            "base",
+            format!("cannot list {}: {e}", config.remote),
+            "check the remote URL and your credentials (`git ls-remote` must work)",
+        ),
+    }
 }
 
 /// The backlog (found, readable, every item well formed: what `plan` needs)
@@ -410,49 +438,84 @@ async fn github_checks(
             return;
         }
     };
-    let scopes = probe.scopes.clone();
-    match scopes.as_deref() {
-        None => out.push(Check::pass("token", format!("from {source} (fine-grained or app token: GitHub lists no scopes)"))),
-        Some(s) if s.split(',').any(|x| matches!(x.trim(), "repo" | "public_repo")) => out.push(Check::pass("token", format!("from {source}, scopes: {s}"))),
-        Some(s) => out.push(Check::fail("token", format!("from {source}, scopes: {}", if s.is_empty() { "none" } else { s }), "the token needs the `repo` scope (or `public_repo` for a public repository) to push and open PRs")),
+    out.push(scope_check(source, probe.scopes.as_deref()));
+    out.push(api_check(&base, &id, &probe));
+    out.push(label_check(&f, &config.label, &probe).await);
+}
+
+/// The token's source and scopes (`None`: a fine-grained or app token,
+/// for which GitHub lists none): it needs `repo` or `public_repo`.
+fn scope_check(source: &str, scopes: Option<&str>) -> Check {
+    match scopes {
+        None => Check::pass(
+            "token",
+            format!("from {source} (fine-grained or app token: GitHub lists no scopes)"),
+        ),
+        Some(s)
+            if s.split(',')
+                .any(|x| matches!(x.trim(), "repo" | "public_repo")) =>
+        {
+            Check::pass("token", format!("from {source}, scopes: {s}"))
+        }
+        Some(s) => Check::fail(
+            "token",
+            format!(
+                "from {source}, scopes: {}",
+                if s.is_empty() { "none" } else { s }
+            ),
+            "the token needs the `repo` scope (or `public_repo` for a public repository) to push and open PRs",
+        ),
     }
+}
+
+/// The repository `id` at the API `base`: archived (every PR refused), moved
+/// (GitHub redirects), or readable.
+fn api_check(base: &str, id: &forge::RepoId, probe: &forge::RepoProbe) -> Check {
     let moved = probe
         .full_name
         .as_deref()
         .filter(|n| !n.eq_ignore_ascii_case(&id.to_string()));
-    out.push(if probe.archived {
-        Check::fail("api", format!("{base} reachable, but {id} is archived: GitHub refuses every PR and label there"), "unarchive it on GitHub (Settings → General), or point GH_REPO / `github_repo` and the remote at the active repository")
+    if probe.archived {
+        Check::fail(
+            "api",
+            format!(
+                "{base} reachable, but {id} is archived: GitHub refuses every PR and label there"
+            ),
+            "unarchive it on GitHub (Settings → General), or point GH_REPO / `github_repo` and the remote at the active repository",
+        )
     } else if let Some(now) = moved {
-        Check::warn("api", format!("{base} reachable; {id} is now {now} (renamed or transferred; GitHub redirects, nightshift follows)"), format!("set GH_REPO / `github_repo` or the remote URL to {now}"))
+        Check::warn(
+            "api",
+            format!(
+                "{base} reachable; {id} is now {now} (renamed or transferred; GitHub redirects, nightshift follows)"
+            ),
+            format!("set GH_REPO / `github_repo` or the remote URL to {now}"),
+        )
     } else {
         Check::pass("api", format!("{base} reachable, {id} readable"))
-    });
-    out.push(match f.label_exists(&config.label).await {
-        Ok(true) => Check::pass("label", format!("{:?} exists", config.label)),
+    }
+}
+
+/// The PR label: present, or missing and creatable with the first PR
+/// (unless the token may not push, going by `probe`).
+async fn label_check(f: &Forge, label: &str, probe: &forge::RepoProbe) -> Check {
+    match f.label_exists(label).await {
+        Ok(true) => Check::pass("label", format!("{label:?} exists")),
         Ok(false) if probe.can_push != Some(false) => Check::pass(
             "label",
-            format!(
-                "{:?} missing; it will be created with the first PR",
-                config.label
-            ),
+            format!("{label:?} missing; it will be created with the first PR"),
         ),
         Ok(false) => Check::fail(
             "label",
-            format!(
-                "{:?} missing and the token cannot create it (no push permission)",
-                config.label
-            ),
-            format!(
-                "create the label {:?} on GitHub, or use a token with write access",
-                config.label
-            ),
+            format!("{label:?} missing and the token cannot create it (no push permission)"),
+            format!("create the label {label:?} on GitHub, or use a token with write access"),
         ),
         Err(e) => Check::fail(
             "label",
             e.to_string(),
             "check the token's access to the repository",
         ),
-    });
+    }
 }
 
 /// Writer and reviewer executables, with their versions and login state
@@ -467,8 +530,11 @@ async fn agent_checks(out: &mut Vec<Check>, config: &Config) {
             _ => None,
         },
     };
-    for (name, a) in [("writer", &config.writer), ("reviewer", &config.reviewer)] {
-        out.push(agent_check(name, a, &probe).await);
+    for (role, a) in [
+        (crate::agent::Role::Writer, &config.writer),
+        (crate::agent::Role::Reviewer, &config.reviewer),
+    ] {
+        out.push(agent_check(role.as_str(), a, &probe).await);
     }
 }
 
@@ -517,6 +583,9 @@ impl Probe {
     }
 }
 
+/// One agent (`name`: writer or reviewer): its executable found and
+/// runnable, and for claude and codex their version and login. A command
+/// agent is only located (running it may do real work).
 async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Check {
     let Some(exe) = a.command.first() else {
         return Check::fail(
@@ -550,37 +619,59 @@ async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Chec
         return Check::pass(name, format!("command agent {}", path.display()));
     }
     let bin = path.display().to_string();
-    let version = match probe.run(&[bin.clone(), "--version".into()]).await {
-        Ok(o) if o.success() => o
+    let version = match agent_version(name, a, &bin, probe).await {
+        Ok(v) => v,
+        Err(failed) => return failed,
+    };
+    let found = format!("{} {version} ({bin})", a.kind);
+    login_check(name, a, &found, &bin, probe).await
+}
+
+/// The first line `--version` prints for the claude or codex CLI at `bin`;
+/// the failed check when it does not answer.
+async fn agent_version(
+    name: &'static str,
+    a: &AgentConfig,
+    bin: &str,
+    probe: &Probe,
+) -> std::result::Result<String, Check> {
+    match probe.run(&[bin.to_string(), "--version".into()]).await {
+        Ok(o) if o.success() => Ok(o
             .stdout_tail
             .lines()
             .next()
             .unwrap_or("")
             .trim()
-            .to_string(),
-        Ok(o) => {
-            return Check::fail(
-                name,
-                format!(
-                    "{} at {bin} does not answer --version: {}",
-                    a.kind,
-                    ended(&o)
-                ),
-                "reinstall the agent CLI",
-            );
-        }
-        Err(e) => {
-            return Check::fail(
-                name,
-                format!("{} at {bin} does not answer --version: {e}", a.kind),
-                "reinstall the agent CLI",
-            );
-        }
-    };
-    let found = format!("{} {version} ({bin})", a.kind);
+            .to_string()),
+        Ok(o) => Err(Check::fail(
+            name,
+            format!(
+                "{} at {bin} does not answer --version: {}",
+                a.kind,
+                ended(&o)
+            ),
+            "reinstall the agent CLI",
+        )),
+        Err(e) => Err(Check::fail(
+            name,
+            format!("{} at {bin} does not answer --version: {e}", a.kind),
+            "reinstall the agent CLI",
+        )),
+    }
+}
+
+/// The agent's line with its login state (`found`: kind, version, path),
+/// failing with how to log in, as the probe's account, when it is out.
+async fn login_check(
+    name: &'static str,
+    a: &AgentConfig,
+    found: &str,
+    bin: &str,
+    probe: &Probe,
+) -> Check {
     let login = match a.kind {
-        AgentKind::Claude => claude_login(&bin, probe).await,
-        _ => codex_login(&bin, a, probe).await,
+        AgentKind::Claude => claude_login(bin, probe).await,
+        _ => codex_login(bin, a, probe).await,
     };
     match login {
         Login::In(how) => Check::pass(name, format!("{found}, logged in: {how}")),

@@ -5,18 +5,24 @@
 //! environment, signal handling — then hands over to [`crate::run::drain`]
 //! and prints the report.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::plan::snapshot;
 use crate::cli::{Cli, RunArgs, Startup, ledger, progress, repo_id};
+use crate::config::Config;
 use crate::contract::{self, Plan};
 use crate::error::{Error, Result};
 use crate::ledger::records as rec;
-use crate::outcome::PrRecord;
+use crate::outcome::{Outcome, PrRecord, RunStatus};
 use crate::run::{self, Night, Selection};
+use crate::secret::Secret;
+use crate::slot::SlotsLock;
 use crate::{approval, forge, ledger as ledger_mod, process, schedule};
 
 /// `drain` (item = None) or `run [ITEM]` (item = Some).
@@ -43,6 +49,12 @@ pub(crate) async fn drain_scheduled(
 }
 
 /// `schedule_stop`: the schedule's token when this drain is one of its fires.
+///
+/// The steps, in the order a person sees their effects: resolve the request
+/// (arguments, snapshot, zone, deadline), take the ledger and its locks,
+/// reach GitHub, refuse an item that will not run, find the approval (or
+/// the run to resume), check the remote, build the agents' environments,
+/// check the agent CLIs, install the signal handler, run, print.
 async fn drain_with(
     cli: &Cli,
     args: &RunArgs,
@@ -50,8 +62,127 @@ async fn drain_with(
     startup: &Startup,
     schedule_stop: Option<&CancellationToken>,
 ) -> Result<()> {
-    let scheduled = schedule_stop.is_some();
-    if let Some(sha) = &args.approve {
+    let req = Request::resolve(cli, args, item.as_ref(), schedule_stop.is_some())?;
+    let held = Held::take(&req).await?;
+    let github = GitHub::resolve(&req, startup);
+    // `run ITEM` on an item that will not run says so before an approval
+    // is asked for, and uses none (docs/commands.md).
+    if let Some(note) = item_will_not_run(&req, &held, &github).await? {
+        println!("{note}");
+        return Ok(());
+    }
+    // Approvals are verified with the data directory's key (docs/contract.md).
+    install_approval_key()?;
+    let approved = approve(&req, &held).await?;
+    let remote_urls = check_remote(&req, &github)?;
+    let env = Environments::resolve(&req, startup, &github)?;
+    preflight_agents(&req, &held, &env).await?;
+    if crate::cli::plan::agents_run_as_root(&req.config) {
+        eprintln!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
+    }
+    let cancel = schedule_stop
+        .map(CancellationToken::child_token)
+        .unwrap_or_default();
+    let _signals = spawn_signal_handler(cancel.clone());
+    let selection = req.selection.clone();
+    let resolved = Resolved {
+        req,
+        held,
+        github,
+        remote_urls,
+        env,
+    };
+    let night = resolved.into_night(cancel);
+    let end = run_watched(cli, &night, selection.clone(), &approved).await?;
+    finish(cli, &night, &selection, end).await
+}
+
+/// What `drain` or `run [ITEM]` asks for, resolved from its arguments and
+/// the snapshot before the ledger is touched. A new option of the command
+/// is resolved here and carried to [`Resolved::into_night`].
+struct Request {
+    /// The user's repository root (never written to).
+    repo: PathBuf,
+    /// The config, as loaded for the snapshot.
+    config: Config,
+    /// The snapshot's sealed plan.
+    plan: Plan,
+    /// Every item (`drain`) or one (`run [ITEM]`).
+    selection: Selection,
+    /// `--approve SHA`: a plan or contract SHA-256 (64 hex characters).
+    approve: Option<String>,
+    /// The resolved time zone.
+    tz: Tz,
+    /// When the run must stop (UTC).
+    deadline: DateTime<Utc>,
+    /// When the command started (UTC): approvals are judged at this time.
+    now: DateTime<Utc>,
+    /// Whether this drain is one of `schedule`'s fires.
+    scheduled: bool,
+}
+
+impl Request {
+    /// Checks `--approve`, takes the snapshot, refuses agents that would run
+    /// as root (docs/security.md), picks the items (`item`: `None` for
+    /// `drain`) and resolves the zone and the deadline (docs/limits.md).
+    ///
+    /// # Errors
+    /// Exit 2: a malformed `--approve`, zone or deadline, an unknown item, a
+    /// bad config or backlog.
+    fn resolve(
+        cli: &Cli,
+        args: &RunArgs,
+        item: Option<&Option<String>>,
+        scheduled: bool,
+    ) -> Result<Request> {
+        check_approve_arg(args.approve.as_deref())?;
+        let snap = snapshot(cli)?;
+        let plan = snap.plan;
+        let mut config = snap.loaded.config.clone();
+        if let Some(jobs) = args.jobs {
+            config.jobs = checked_jobs(jobs, item.is_some())?;
+        }
+        // Before anything is consumed or started (docs/security.md).
+        if let Some(why) = crate::cli::plan::agents_as_root_refusal(&config, &snap.loaded.path) {
+            return Err(Error::config(why));
+        }
+        let selection = match item {
+            None => Selection::All,
+            Some(sel) => Selection::One(select_item(&plan, sel.as_deref())?),
+        };
+        let (tz, zone_source) =
+            schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref()))
+                .map_err(|e| Error::argument(format!("time zone: {e}")))?;
+        if let Some(w) = zone_source.warning() {
+            eprintln!("warning: {w}");
+        }
+        let now = Utc::now();
+        let deadline = schedule::parse_deadline(
+            args.deadline.as_deref().unwrap_or(&config.deadline),
+            now,
+            tz,
+        )
+        .map_err(|e| Error::argument(format!("deadline: {e}")))?;
+        Ok(Request {
+            repo: snap.repo,
+            config,
+            plan,
+            selection,
+            approve: args.approve.clone(),
+            tz,
+            deadline,
+            now,
+            scheduled,
+        })
+    }
+}
+
+/// `--approve SHA` must be a SHA-256: 64 hex characters.
+///
+/// # Errors
+/// Exit 2 naming the SHA `nightshift plan` prints instead.
+fn check_approve_arg(approve: Option<&str>) -> Result<()> {
+    if let Some(sha) = approve {
         let ok = sha.len() == 64 && sha.chars().all(|c| c.is_ascii_hexdigit());
         if !ok {
             return Err(Error::argument(format!(
@@ -59,192 +190,307 @@ async fn drain_with(
             )));
         }
     }
-    let snap = snapshot(cli)?;
-    let plan = snap.plan;
-    let mut config = snap.loaded.config.clone();
-    if let Some(jobs) = args.jobs {
-        config.jobs = checked_jobs(jobs, item.is_some())?;
-    }
-    // Before anything is consumed or started (docs/security.md).
-    if let Some(why) = crate::cli::plan::agents_as_root_refusal(&config, &snap.loaded.path) {
-        return Err(Error::config(why));
-    }
-    let selection = match &item {
-        None => Selection::All,
-        Some(sel) => Selection::One(select_item(&plan, sel.as_deref())?),
-    };
-    let (tz, zone_source) =
-        schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref()))
-            .map_err(|e| Error::argument(format!("time zone: {e}")))?;
-    if let Some(w) = zone_source.warning() {
-        eprintln!("warning: {w}");
-    }
-    let now = Utc::now();
-    let deadline = schedule::parse_deadline(
-        args.deadline.as_deref().unwrap_or(&config.deadline),
-        now,
-        tz,
-    )
-    .map_err(|e| Error::argument(format!("deadline: {e}")))?;
+    Ok(())
+}
 
-    let lg = ledger().await?;
-    let pool = lg.pool.clone();
-    let id = repo_id(&snap.repo, &config.remote);
-    rec::save_plan(&pool, &id, &plan).await?;
+/// The ledger and the holds that make this drain the repository's only
+/// one (docs/ledger.md): the lock in the ledger and the lock on the
+/// checkouts under the data directory.
+struct Held {
+    /// The connected ledger.
+    ledger: ledger_mod::Ledger,
+    /// The repository's identity in the ledger (see `cli::repo_id`).
+    repo_id: String,
+    /// The one-drain-per-repository lock in the ledger.
+    lock: ledger_mod::RepoLock,
+    /// The hold on the repository's checkouts.
+    slots_lock: SlotsLock,
+}
 
-    // One drain per repository (docs/ledger.md).
+impl Held {
+    /// Connects to the ledger, records the plan, takes both locks, checks
+    /// the data directory can be written, and marks the runs that died
+    /// `crashed` (saying so on stderr).
+    ///
+    /// # Errors
+    /// Exit 1 when the ledger is unreachable or the data directory cannot
+    /// be locked or written; refused when another run holds a lock.
+    async fn take(req: &Request) -> Result<Held> {
+        let ledger = ledger().await?;
+        let repo_id = repo_id(&req.repo, &req.config.remote);
+        rec::save_plan(&ledger.pool, &repo_id, &req.plan).await?;
+        let lock = lock_repo(&ledger, &repo_id, &req.repo).await?;
+        let slots_lock = lock_checkouts(&req.repo)?;
+        let crashed = rec::mark_dead_runs_crashed(&ledger.pool, &repo_id).await?;
+        for r in &crashed {
+            eprintln!(
+                "note: run {} (pid {}) ended without finishing; marked crashed",
+                r.id,
+                r.pid.unwrap_or(0)
+            );
+        }
+        Ok(Held {
+            ledger,
+            repo_id,
+            lock,
+            slots_lock,
+        })
+    }
+
+    /// The ledger's pool.
+    fn pool(&self) -> &sqlx::PgPool {
+        &self.ledger.pool
+    }
+}
+
+/// One drain per repository (docs/ledger.md): the ledger's lock of `repo_id`.
+///
+/// # Errors
+/// A ledger error; refused, naming the holder, when another run holds it.
+async fn lock_repo(
+    ledger: &ledger_mod::Ledger,
+    repo_id: &str,
+    repo: &Path,
+) -> Result<ledger_mod::RepoLock> {
     let holder = ledger_mod::HolderInfo::current();
-    let lock = match lg
-        .try_lock_repo(&id, &holder)
+    let attempt = ledger
+        .try_lock_repo(repo_id, &holder)
         .await
         .map_err(|e| Error::Ledger {
             detail: e.to_string(),
             outage: false,
             source: None,
-        })? {
-        ledger_mod::RepoLockAttempt::Acquired(guard) => guard,
+        })?;
+    match attempt {
+        ledger_mod::RepoLockAttempt::Acquired(guard) => Ok(guard),
         ledger_mod::RepoLockAttempt::Held { holder } => {
             let who = holder
                 .map(|h| h.to_string())
                 .unwrap_or_else(|| "another process".into());
-            return Err(Error::refused(format!(
+            Err(Error::refused(format!(
                 "another nightshift run holds the lock of {} ({who}); wait for it to finish or stop it",
-                snap.repo.display()
-            )));
+                repo.display()
+            )))
         }
-    };
-    // The checkouts too, whatever database another drain uses.
-    let slots_lock = match crate::slot::lock_slots(&crate::cli::data_dir(), &snap.repo) {
+    }
+}
+
+/// The checkouts too, whatever database another drain uses; a data
+/// directory that is already full or read-only would stop the run at its
+/// first item, so that is said before an approval is used.
+///
+/// # Errors
+/// Refused when another process holds the checkouts; exit 1 when they
+/// cannot be locked or the directory cannot be written.
+fn lock_checkouts(repo: &Path) -> Result<SlotsLock> {
+    let data_dir = crate::cli::data_dir();
+    let slots_lock = match crate::slot::lock_slots(&data_dir, repo) {
         Ok(Ok(l)) => l,
         Ok(Err(pid)) => {
             return Err(Error::refused(format!(
                 "another nightshift run (pid {pid}) is using the checkouts of {} under {}, perhaps with another database; wait for it to finish or stop it",
-                snap.repo.display(),
-                crate::cli::data_dir().display()
+                repo.display(),
+                data_dir.display()
             )));
         }
         Err(e) => {
             return Err(Error::failed(format!(
                 "cannot lock the checkouts under {}: {e}",
-                crate::cli::data_dir().display()
+                data_dir.display()
             )));
         }
     };
-    // A data directory that is already full or read-only would stop the run
-    // at its first item: say so before an approval is used.
     if let Err(why) = slots_lock.check() {
         return Err(Error::failed(format!(
             "{why}; nothing was run and the approval is still unused"
         )));
     }
-    let crashed = rec::mark_dead_runs_crashed(&pool, &id).await?;
-    for r in &crashed {
-        eprintln!(
-            "note: run {} (pid {}) ended without finishing; marked crashed",
-            r.id,
-            r.pid.unwrap_or(0)
-        );
+    Ok(slots_lock)
+}
+
+/// GitHub and the remote as this run sees them (docs/github.md#token).
+struct GitHub {
+    /// The configured remote's URL; `None` when there is no such remote.
+    remote_url: Option<String>,
+    /// The token, from the variables `main` removed, else from `gh`.
+    token: Option<Secret>,
+    /// The client, when a token and a GitHub repository are known.
+    forge: Option<forge::Forge>,
+    /// Why there is no client (shown in the report).
+    forge_missing: Option<String>,
+}
+
+impl GitHub {
+    /// Reads the remote's URL, finds the token and builds the client (its
+    /// calls end by the deadline). Nothing here fails the run: without
+    /// GitHub it pushes branches only.
+    fn resolve(req: &Request, startup: &Startup) -> GitHub {
+        let remote_url = crate::git::Git::new(&req.repo)
+            .text(&["remote", "get-url", &req.config.remote])
+            .ok()
+            .map(|s| s.trim().to_string());
+        let token = forge::resolve_token(&startup.removed).map(|(t, _)| t);
+        let (forge, forge_missing) = match &token {
+            Some(t) => {
+                match crate::cli::github_client(&req.repo, &req.config, t, Some(req.deadline)) {
+                    Ok(f) => (Some(f), None),
+                    Err(why) => (None, Some(why)),
+                }
+            }
+            None => (
+                None,
+                Some(crate::cli::no_token(&req.config, remote_url.as_deref()).to_string()),
+            ),
+        };
+        GitHub {
+            remote_url,
+            token,
+            forge,
+            forge_missing,
+        }
     }
 
-    // GitHub (docs/github.md#token): token from the variables main removed, else `gh`.
-    let remote_url = crate::git::Git::new(&snap.repo)
-        .text(&["remote", "get-url", &config.remote])
-        .ok()
-        .map(|s| s.trim().to_string());
-    let token = forge::resolve_token(&startup.removed);
-    let (forge, forge_missing) = match &token {
-        Some((t, _)) => match crate::cli::github_client(&snap.repo, &config, t, Some(deadline)) {
-            Ok(f) => (Some(f), None),
-            Err(why) => (None, Some(why)),
-        },
-        None => (
-            None,
-            Some(crate::cli::no_token(&config, remote_url.as_deref()).to_string()),
-        ),
+    /// The token's text, for git's askpass helper.
+    fn token_text(&self) -> Option<&str> {
+        self.token.as_ref().map(Secret::expose)
+    }
+}
+
+/// For `run ITEM`: the line to print when the item would do nothing
+/// ([`will_not_run`]); `None` for `drain` and for an item that will run.
+///
+/// # Errors
+/// Database errors.
+async fn item_will_not_run(req: &Request, held: &Held, github: &GitHub) -> Result<Option<String>> {
+    let Selection::One(i) = req.selection else {
+        return Ok(None);
     };
-    // `run ITEM` on an item that will not run says so before an approval
-    // is asked for, and uses none (docs/commands.md).
-    if let Selection::One(i) = selection
-        && let Some(entry) = plan.entries.iter().find(|e| e.index == i)
-        && let Some(why) = will_not_run(&WontRun {
-            pool: &pool,
-            repo_id: &id,
-            entry,
-            forge: forge.as_ref(),
-            config: &config,
-            repo: &snap.repo,
-            remote_url: remote_url.as_deref(),
-            token: token.as_ref().map(|(t, _)| t.expose()),
-        })
-        .await?
-    {
-        println!(
+    let Some(entry) = req.plan.entries.iter().find(|e| e.index == i) else {
+        return Ok(None);
+    };
+    let why = will_not_run(&WontRun {
+        pool: held.pool(),
+        repo_id: &held.repo_id,
+        entry,
+        forge: github.forge.as_ref(),
+        config: &req.config,
+        repo: &req.repo,
+        remote_url: github.remote_url.as_deref(),
+        token: github.token_text(),
+    })
+    .await?;
+    Ok(why.map(|why| {
+        format!(
             "item {i} ({}) will not run: {why}\nnothing was run, and no approval was asked for or used",
             entry.item.title
-        );
-        return Ok(());
-    }
-    // Approvals are verified with the data directory's key (docs/contract.md).
-    install_approval_key()?;
-    // Resume a crashed run under its own approval while it is valid (docs/contract.md#approval),
-    // else find a fresh approval.
-    let mut resume = None;
-    let mut chosen = None;
-    if args.approve.is_none()
-        && matches!(selection, Selection::All)
-        && let Some((r, a, shas)) = crashed_run_to_resume(&pool, &id, &plan, now).await?
+        )
+    }))
+}
+
+/// The approval a run works under, and the run it resumes.
+struct Approved {
+    /// The approval.
+    approval: approval::Approval,
+    /// The contract SHAs it approves.
+    contracts: Vec<String>,
+    /// The crashed or stopped run taken up again, if any.
+    resume: Option<rec::RunRow>,
+}
+
+/// Resumes a crashed run under its own approval while it is valid
+/// (docs/contract.md#approval), else finds a fresh approval. On refusal the
+/// cards to approve are printed and the refusal recorded (a scheduled fire
+/// records `not_approved` too).
+///
+/// # Errors
+/// Database errors; the refusal (exit 3) when no approval is usable.
+async fn approve(req: &Request, held: &Held) -> Result<Approved> {
+    let pool = held.pool();
+    if req.approve.is_none()
+        && matches!(req.selection, Selection::All)
+        && let Some((r, a, shas)) =
+            crashed_run_to_resume(pool, &held.repo_id, &req.plan, req.now).await?
     {
-        let how = if r.status == crate::outcome::RunStatus::StoppedSignal {
+        let how = if r.status == RunStatus::StoppedSignal {
             "stopped"
         } else {
-            "crashed"
+            RunStatus::Crashed.as_str()
         };
         eprintln!(
             "resuming {how} run {} under its approval (given {})",
             r.id,
-            a.created_at.with_timezone(&tz).format("%H:%M %Z")
+            a.created_at.with_timezone(&req.tz).format("%H:%M %Z")
         );
-        chosen = Some((a, shas));
-        resume = Some(r);
+        return Ok(Approved {
+            approval: a,
+            contracts: shas,
+            resume: Some(r),
+        });
     }
-    let (approval, approved) = match chosen {
-        Some(c) => c,
-        None => {
-            match crate::approval::find(
-                &pool,
-                &id,
-                &plan,
-                selection.item(),
-                args.approve.as_deref(),
-                now,
-            )
-            .await?
-            {
-                Ok(c) => c,
-                Err(refusal) => {
-                    let mut shown = plan.clone();
-                    crate::cli::plan::mark_earlier_work(&pool, &id, &mut shown).await?;
-                    print_cards(&shown, &selection);
-                    rec::event(
-                        &pool,
-                        None,
-                        "refused",
-                        serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha}),
-                    )
-                    .await?;
-                    if scheduled {
-                        rec::event(&pool, None, crate::outcome::Outcome::NotApproved.as_str(), serde_json::json!({"reason": refusal.to_string(), "plan_sha": plan.sha, "by": "schedule"})).await?;
-                    }
-                    return Err(refusal.into());
-                }
-            }
+    let found = approval::find(
+        pool,
+        &held.repo_id,
+        &req.plan,
+        req.selection.item(),
+        req.approve.as_deref(),
+        req.now,
+    )
+    .await?;
+    match found {
+        Ok((approval, contracts)) => Ok(Approved {
+            approval,
+            contracts,
+            resume: None,
+        }),
+        Err(refusal) => {
+            record_refusal(req, held, &refusal.to_string()).await?;
+            Err(refusal.into())
         }
-    };
+    }
+}
 
+/// Prints the cards a person must approve and records the refusal
+/// (`reason`), and `not_approved` for a scheduled fire.
+///
+/// # Errors
+/// Database errors.
+async fn record_refusal(req: &Request, held: &Held, reason: &str) -> Result<()> {
+    let pool = held.pool();
+    let mut shown = req.plan.clone();
+    crate::cli::plan::mark_earlier_work(pool, &held.repo_id, &mut shown).await?;
+    print_cards(&shown, &req.selection);
+    rec::event(
+        pool,
+        None,
+        "refused",
+        serde_json::json!({"reason": reason, "plan_sha": req.plan.sha}),
+    )
+    .await?;
+    if req.scheduled {
+        rec::event(
+            pool,
+            None,
+            Outcome::NotApproved.as_str(),
+            serde_json::json!({"reason": reason, "plan_sha": req.plan.sha, "by": "schedule"}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Warns of a password in the remote's URL, refuses a missing remote, reads
+/// its (fetch, push) URLs once — like the backlog, the whole run fetches and
+/// pushes there — and checks the base branch is on it.
+///
+/// # Errors
+/// Exit 2 when the remote or its base branch does not exist.
+fn check_remote(req: &Request, github: &GitHub) -> Result<(String, String)> {
+    let config = &req.config;
     // nightshift keeps such a password out of argv, the checkouts and its
     // records, but the user's own .git/config holds it, and agents running
     // as this user can read that file (the checkout's alternates name it).
-    if remote_url
+    if github
+        .remote_url
         .as_deref()
         .and_then(crate::secret::url_password)
         .is_some()
@@ -252,31 +498,39 @@ async fn drain_with(
         eprintln!(
             "warning: the URL of the remote {:?} carries a password or token; agents running as you can read it in {}/.git/config. Give git the token through a credential helper or GITHUB_TOKEN instead",
             config.remote,
-            snap.repo.display()
+            req.repo.display()
         );
     }
-    if remote_url.is_none() {
+    let Some(url) = github.remote_url.as_deref() else {
         return Err(Error::config(format!(
             "{}: the remote {:?} does not exist; add it (`git remote add {} URL`) or set `remote` in the config",
-            snap.repo.display(),
+            req.repo.display(),
             config.remote,
             config.remote
         )));
-    }
-    // Read once, like the backlog: the whole run fetches and pushes here.
-    let remote_urls = crate::git::remote_urls(&snap.repo, &config.remote)
-        .map_err(|e| Error::config(format!("{}: {e}", snap.repo.display())))?;
-    // Every item starts from <remote>/<base>: a missing base would fail each
-    // item in turn. Checked before the approval is consumed; a remote that
-    // cannot be reached now is left to the items (it may come back).
-    let probe = crate::git::Git::new(&snap.repo)
-        .token(token.as_ref().map(|(t, _)| t.expose()))
+    };
+    let remote_urls = crate::git::remote_urls(&req.repo, &config.remote)
+        .map_err(|e| Error::config(format!("{}: {e}", req.repo.display())))?;
+    check_base_branch(req, github, url)?;
+    Ok(remote_urls)
+}
+
+/// Every item starts from `<remote>/<base>`: a missing base would fail each
+/// item in turn. Checked before the approval is consumed; a remote that
+/// cannot be reached now is left to the items (it may come back).
+///
+/// # Errors
+/// Exit 2 when the remote at `url` answers without the base branch.
+fn check_base_branch(req: &Request, github: &GitHub, url: &str) -> Result<()> {
+    let config = &req.config;
+    let probe = crate::git::Git::new(&req.repo)
+        .token(github.token_text())
         .timeout(std::time::Duration::from_secs(60))
         .text(&[
             "ls-remote",
             "--heads",
             "--",
-            remote_url.as_deref().unwrap_or_default(),
+            url,
             &format!("refs/heads/{}", config.base),
         ]);
     match probe {
@@ -292,10 +546,70 @@ async fn drain_with(
             crate::secret::redact_known(&e.to_string())
         ),
     }
+    Ok(())
+}
 
-    // `main` wipes the config's `secrets` from our own environment, finding
-    // the config before it is loaded; one it missed is still readable by
-    // agents in /proc/<nightshift>/environ (though not in theirs).
+/// What agents and gates run with (docs/security.md): environments without
+/// tokens, the ledger's URL or the configured secrets, the values to
+/// redact, and the account they run as.
+struct Environments {
+    /// The agents' environment.
+    agent_env: BTreeMap<String, String>,
+    /// The gates' environment: the agents' plus `gate_env`.
+    gate_env: BTreeMap<String, String>,
+    /// Secret values to redact wherever output is kept or shown.
+    secrets: Vec<String>,
+    /// The unprivileged account for agents and gates (as root with
+    /// `agent_user`).
+    run_as: Option<process::RunAs>,
+    /// Where the ledger lives.
+    db_source: ledger_mod::DbSource,
+    /// The data directory (checkouts, logs).
+    data_dir: PathBuf,
+}
+
+impl Environments {
+    /// Builds the environments, remembers the secrets for redaction and
+    /// looks up `agent_user`; warns of secrets still in nightshift's own
+    /// environment and of `gate_env` entries it never passes on.
+    ///
+    /// # Errors
+    /// Exit 2 when `agent_user` does not exist, or has no home directory
+    /// while a real agent CLI (claude, codex) would need one.
+    fn resolve(req: &Request, startup: &Startup, github: &GitHub) -> Result<Environments> {
+        let config = &req.config;
+        warn_secrets_left(config);
+        let db_source = ledger_mod::db_source_from_env();
+        let mut agent_env = crate::cli::agents_environment(config);
+        let mut gate_env = gate_environment(config, startup, &db_source, agent_env.clone());
+        let secrets = secrets_to_redact(config, startup, github.token.as_ref(), &db_source);
+        crate::secret::remember(&secrets);
+        let run_as = agent_account(config)?;
+        let data_dir = crate::cli::data_dir();
+        if run_as.is_some() {
+            // The checkout's top directory and .git stay the runner's (see
+            // `run::grant_checkout`); the agent's own git must trust it.
+            for n in 0..config.jobs as usize {
+                let slot = crate::slot::slot_path(&data_dir, &req.repo, n);
+                trust_directory(&mut agent_env, &slot);
+                trust_directory(&mut gate_env, &slot);
+            }
+        }
+        Ok(Environments {
+            agent_env,
+            gate_env,
+            secrets,
+            run_as,
+            db_source,
+            data_dir,
+        })
+    }
+}
+
+/// `main` wipes the config's `secrets` from our own environment, finding
+/// the config before it is loaded; one it missed is still readable by
+/// agents in /proc/<nightshift>/environ (though not in theirs): warns of each.
+fn warn_secrets_left(config: &Config) {
     for v in config
         .secrets
         .iter()
@@ -306,17 +620,24 @@ async fn drain_with(
             std::process::id()
         );
     }
-    // The agents' environment: no tokens, no ledger URL, no configured secrets.
-    let source = ledger_mod::db_source_from_env();
-    let mut agent_env = crate::cli::agents_environment(&config);
-    let mut gate_env = agent_env.clone();
+}
+
+/// The gates' environment: `agent_env` plus each `gate_env` variable
+/// nightshift may pass on (never the GitHub token or the ledger's URL or
+/// password: each such entry is warned of and skipped).
+fn gate_environment(
+    config: &Config,
+    startup: &Startup,
+    source: &ledger_mod::DbSource,
+    mut gate_env: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     for v in &config.gate_env {
         // Never passed on, whatever the config says: say so rather than
         // leave a gate wondering why the variable is empty.
         let ledger_var = source.env_var() == Some(v.as_str());
         // PGPASSWORD is the ledger's when its URL has no password of its own.
         let ledger_password = v == "PGPASSWORD"
-            && matches!(&source, ledger_mod::DbSource::Url { url, .. } if crate::secret::url_password(url.expose()).is_none());
+            && matches!(source, ledger_mod::DbSource::Url { url, .. } if crate::secret::url_password(url.expose()).is_none());
         if crate::secret::token_vars().contains(&v.as_str())
             || ledger_var
             || ledger_password
@@ -341,13 +662,25 @@ async fn drain_with(
             gate_env.insert(v.clone(), val);
         }
     }
+    gate_env
+}
+
+/// The values to redact: what `main` removed from the environment (but a
+/// weak `PGPASSWORD`, which would redact common words), the token, the
+/// configured secrets and the ledger's URL with its password's forms.
+fn secrets_to_redact(
+    config: &Config,
+    startup: &Startup,
+    token: Option<&Secret>,
+    source: &ledger_mod::DbSource,
+) -> Vec<String> {
     let mut secrets: Vec<String> = startup
         .removed
         .iter()
         .filter(|(n, s)| n != "PGPASSWORD" || !crate::secret::is_weak_password(s.expose()))
         .map(|(_, s)| s.expose().to_string())
         .collect();
-    if let Some((t, _)) = &token {
+    if let Some(t) = token {
         secrets.push(t.expose().to_string());
     }
     for v in &config.secrets {
@@ -355,11 +688,21 @@ async fn drain_with(
             secrets.push(val);
         }
     }
-    if let ledger_mod::DbSource::Url { url, .. } = &source {
+    if let ledger_mod::DbSource::Url { url, .. } = source {
         secrets.push(url.expose().to_string());
         secrets.extend(crate::secret::url_password_forms(url.expose()));
     }
-    crate::secret::remember(&secrets);
+    secrets
+}
+
+/// The account agents run as: `agent_user` when nightshift runs as root,
+/// else none. claude and codex keep their login and settings under HOME,
+/// so a missing home directory is refused for them (a warning for command
+/// agents).
+///
+/// # Errors
+/// Exit 2 when the user does not exist or lacks the home a real agent needs.
+fn agent_account(config: &Config) -> Result<Option<process::RunAs>> {
     let run_as = match &config.agent_user {
         Some(u) if nix::unistd::geteuid().is_root() => {
             Some(process::RunAs::lookup(u).map_err(|e| {
@@ -370,127 +713,165 @@ async fn drain_with(
         }
         _ => None,
     };
-    if let Some(u) = &run_as {
-        // claude and codex keep their login and settings under HOME.
-        if !u.home.is_dir() {
-            let real = [&config.writer, &config.reviewer]
-                .iter()
-                .any(|a| a.kind != crate::config::AgentKind::Command);
-            let msg = format!(
-                "agent_user {:?} has no home directory ({} does not exist); agents run with HOME there. Create it: `usermod -d /home/{} -m {}`",
-                u.user,
-                u.home.display(),
-                u.user,
-                u.user
-            );
-            if real {
-                return Err(Error::config(msg));
-            }
-            eprintln!("warning: {msg}");
+    if let Some(u) = &run_as
+        && !u.home.is_dir()
+    {
+        let real = [&config.writer, &config.reviewer]
+            .iter()
+            .any(|a| a.kind != crate::config::AgentKind::Command);
+        let msg = format!(
+            "agent_user {:?} has no home directory ({} does not exist); agents run with HOME there. Create it: `usermod -d /home/{} -m {}`",
+            u.user,
+            u.home.display(),
+            u.user,
+            u.user
+        );
+        if real {
+            return Err(Error::config(msg));
         }
+        eprintln!("warning: {msg}");
     }
-    let data_dir = crate::cli::data_dir();
-    if run_as.is_some() {
-        // The checkout's top directory and .git stay the runner's (see
-        // `run::grant_checkout`); the agent's own git must trust it.
-        for n in 0..config.jobs as usize {
-            let slot = crate::slot::slot_path(&data_dir, &snap.repo, n);
-            trust_directory(&mut agent_env, &slot);
-            trust_directory(&mut gate_env, &slot);
-        }
-    }
+    Ok(run_as)
+}
 
-    // Before the approval is consumed: a missing agent CLI is a usage error.
+/// Before the approval is consumed: a missing agent CLI is a usage error,
+/// recorded as a refusal.
+///
+/// # Errors
+/// Exit 2 naming the missing CLI; database errors.
+async fn preflight_agents(req: &Request, held: &Held, env: &Environments) -> Result<()> {
+    let config = &req.config;
     for (role, a) in [
         (crate::agent::Role::Writer, &config.writer),
         (crate::agent::Role::Reviewer, &config.reviewer),
     ] {
         if let Err(why) =
-            crate::agent::preflight(role, a, agent_env.get("PATH").map(String::as_str))
+            crate::agent::preflight(role, a, env.agent_env.get("PATH").map(String::as_str))
         {
             rec::event(
-                &pool,
+                held.pool(),
                 None,
                 "refused",
-                serde_json::json!({"reason": why, "plan_sha": plan.sha}),
+                serde_json::json!({"reason": why, "plan_sha": req.plan.sha}),
             )
             .await?;
             return Err(Error::config(why));
         }
     }
-    if crate::cli::plan::agents_run_as_root(&config) {
-        eprintln!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
+    Ok(())
+}
+
+/// Everything `drain` resolved before the run, in one place; the run's
+/// [`Night`] is made of it.
+struct Resolved {
+    /// The request.
+    req: Request,
+    /// The ledger and the locks.
+    held: Held,
+    /// GitHub and the remote's URL.
+    github: GitHub,
+    /// The remote's (fetch URL, push URL) when the run started.
+    remote_urls: (String, String),
+    /// The agents' and gates' environments.
+    env: Environments,
+}
+
+impl Resolved {
+    /// The run's shared state; `cancel` fires on a stop signal.
+    fn into_night(self, cancel: CancellationToken) -> Arc<Night> {
+        let Resolved {
+            req,
+            held,
+            github,
+            remote_urls,
+            env,
+        } = self;
+        Arc::new(Night {
+            repo: req.repo,
+            repo_id: held.repo_id,
+            config: req.config,
+            plan: req.plan,
+            pool: held.ledger.pool.clone(),
+            tz: req.tz,
+            deadline: req.deadline,
+            data_dir: env.data_dir,
+            forge: github.forge,
+            forge_missing: github.forge_missing,
+            forge_down: std::sync::Mutex::new(None),
+            token: github.token,
+            agent_env: env.agent_env,
+            gate_env: env.gate_env,
+            secrets: env.secrets,
+            run_as: env.run_as,
+            cancel,
+            clock: Arc::new(schedule::SystemClock),
+            pushed: Default::default(),
+            remote_down: Default::default(),
+            remote_urls,
+            ledger: held.ledger,
+            db_source: env.db_source,
+            lock: tokio::sync::Mutex::new(Some(held.lock)),
+            slots_lock: Some(held.slots_lock),
+            systemic: Default::default(),
+        })
     }
-    let cancel = schedule_stop
-        .map(CancellationToken::child_token)
-        .unwrap_or_default();
-    let _signals = spawn_signal_handler(cancel.clone());
-    let night = Arc::new(Night {
-        repo: snap.repo.clone(),
-        repo_id: id.clone(),
-        config,
-        plan,
-        pool: pool.clone(),
-        tz,
-        deadline,
-        data_dir,
-        forge,
-        forge_missing,
-        forge_down: std::sync::Mutex::new(None),
-        token: token.map(|(t, _)| t),
-        agent_env,
-        gate_env,
-        secrets,
-        run_as,
-        cancel,
-        clock: Arc::new(schedule::SystemClock),
-        pushed: Default::default(),
-        remote_down: Default::default(),
-        remote_urls,
-        ledger: lg.clone(),
-        db_source: source.clone(),
-        lock: tokio::sync::Mutex::new(Some(lock)),
-        slots_lock: Some(slots_lock),
-        systemic: Default::default(),
-    });
-    let watched: Vec<progress::Entry> = match &selection {
-        Selection::All => night
-            .plan
-            .entries
-            .iter()
-            .map(|e| progress::Entry {
-                key: e.item.key.clone(),
-                title: e.item.title.clone(),
-            })
-            .collect(),
-        Selection::One(i) => night
-            .plan
-            .entries
-            .iter()
-            .filter(|e| e.index == *i)
-            .map(|e| progress::Entry {
-                key: e.item.key.clone(),
-                title: e.item.title.clone(),
-            })
-            .collect(),
-    };
+}
+
+/// Runs the drain under `approved` while the progress display watches the
+/// selected items.
+///
+/// # Errors
+/// What [`run::drain`] returns.
+async fn run_watched(
+    cli: &Cli,
+    night: &Arc<Night>,
+    selection: Selection,
+    approved: &Approved,
+) -> Result<run::RunEnd> {
+    let watched: Vec<progress::Entry> = night
+        .plan
+        .entries
+        .iter()
+        .filter(|e| selection.item().is_none_or(|i| e.index == i))
+        .map(|e| progress::Entry {
+            key: e.item.key.clone(),
+            title: e.item.title.clone(),
+        })
+        .collect();
     let watch = progress::watch(
-        pool.clone(),
-        id.clone(),
+        night.pool.clone(),
+        night.repo_id.clone(),
         watched,
-        tz,
+        night.tz,
         progress::Mode::detect(cli.quiet),
     );
-    let end = run::drain(night.clone(), selection, &approval, &approved, resume.as_ref()).await;
+    let end = run::drain(
+        night.clone(),
+        selection,
+        &approved.approval,
+        &approved.contracts,
+        approved.resume.as_ref(),
+    )
+    .await;
     watch.stop().await;
-    let end = end?;
+    end
+}
+
+/// After the run: notifies, prints the report (unless `--quiet`) and ends
+/// the command as the run ended.
+///
+/// # Errors
+/// [`Error::RunStopped`] when something outside the items stopped the run,
+/// naming how to go on; else the run's own result; database errors.
+async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEnd) -> Result<()> {
     tracing::info!(run = %end.run_id, status = %end.status, "run finished");
-    let run_row = rec::run_row(&pool, &id, Some(end.run_id))
+    let pool = &night.pool;
+    let run_row = rec::run_row(pool, &night.repo_id, Some(end.run_id))
         .await?
         .ok_or_else(|| Error::failed("the run vanished from the ledger"))?;
-    let items = rec::run_items(&pool, end.run_id).await?;
-    let slept = rec::slept_seconds(&pool, end.run_id).await?;
-    crate::cli::notify::run_ended(&night, &run_row, &items, slept).await;
+    let items = rec::run_items(pool, end.run_id).await?;
+    let slept = rec::slept_seconds(pool, end.run_id).await?;
+    crate::cli::notify::run_ended(night, &run_row, &items, slept).await;
     if !cli.quiet {
         // After a hang-up there is no terminal left to print to: the run is
         // recorded, so a failed print is not worth a panic.
@@ -507,11 +888,11 @@ async fn drain_with(
         let _ = out.flush();
     }
     if let Some(why) = end.stopped_by {
-        let next = match item {
-            None => {
+        let next = match selection {
+            Selection::All => {
                 "Once that is fixed, `nightshift drain` resumes this run under its approval (within 24 h of it)"
             }
-            Some(_) => {
+            Selection::One(_) => {
                 "Once that is fixed, run `nightshift run` again (approve the item again if its approval was used)"
             }
         };

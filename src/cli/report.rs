@@ -27,14 +27,8 @@ pub(crate) async fn report(
     format: ReportFormat,
     show_body: bool,
 ) -> Result<()> {
-    let repo = repo_root(cli)?;
-    let id = crate::cli::repo_identity(cli, &repo);
-    let lg = ledger().await?;
-    let run_id = match run {
-        Some(r) => Some(resolve_run_id(&lg.pool, &id, r).await?),
-        None => None,
-    };
-    let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
+    let (repo, lg, row) = chosen_run(cli, run).await?;
+    let Some(row) = row else {
         if let Some(r) = run {
             return Err(Error::argument(format!(
                 "no run {r} in the ledger of {}",
@@ -53,19 +47,7 @@ pub(crate) async fn report(
     };
     let items = rec::run_items(&lg.pool, row.id).await?;
     let slept = rec::slept_seconds(&lg.pool, row.id).await?;
-    // A drain stopped by a signal or a crash never reached the rest of its
-    // plan; the deadline records them itself, as `deadline` items.
-    let not_started = match (row.kind, row.status) {
-        (RunKind::Drain, RunStatus::StoppedSignal | RunStatus::Crashed) => {
-            rec::plan_items_after(
-                &lg.pool,
-                &row.plan_sha,
-                items.iter().map(|i| i.item_index).max().unwrap_or(0),
-            )
-            .await?
-        }
-        _ => Vec::new(),
-    };
+    let not_started = not_started(&lg.pool, &row, &items).await?;
     let now = Utc::now();
     match format {
         ReportFormat::Json => {
@@ -95,23 +77,76 @@ pub(crate) async fn report(
                 "{}",
                 crate::report::to_text_at(&row, &items, slept, show_body, now)
             );
-            if !not_started.is_empty() {
-                println!("not started (the run stopped before them):");
-                for (index, title, _) in &not_started {
-                    println!("  {index:>3}  {title}");
-                }
-            }
-            // Where the rounds' own words are: prompts, agent outputs, gate logs.
-            let logs = crate::cli::data_dir().join("logs").join(row.id.to_string());
-            if logs.is_dir() {
-                println!(
-                    "each round's prompt, agent output and gate log: {}",
-                    logs.display()
-                );
-            }
+            print_text_tail(&row, &not_started);
         }
     }
     Ok(())
+}
+
+/// The repository, the ledger and the run `--run` names (a full id or a
+/// prefix), else the newest; `None` when the repository has no run yet.
+///
+/// # Errors
+/// An unknown or ambiguous `--run` (exit 2); the ledger.
+async fn chosen_run(
+    cli: &Cli,
+    run: Option<&str>,
+) -> Result<(
+    std::path::PathBuf,
+    crate::ledger::Ledger,
+    Option<rec::RunRow>,
+)> {
+    let repo = repo_root(cli)?;
+    let id = crate::cli::repo_identity(cli, &repo);
+    let lg = ledger().await?;
+    let run_id = match run {
+        Some(r) => Some(resolve_run_id(&lg.pool, &id, r).await?),
+        None => None,
+    };
+    let row = rec::run_row(&lg.pool, &id, run_id).await?;
+    Ok((repo, lg, row))
+}
+
+/// The plan items a drain stopped by a signal or a crash never reached
+/// (index, title, contract SHA); none for other runs: the deadline records
+/// them itself, as `deadline` items.
+///
+/// # Errors
+/// Database errors.
+async fn not_started(
+    pool: &sqlx::PgPool,
+    row: &rec::RunRow,
+    items: &[rec::ItemRow],
+) -> Result<Vec<(i32, String, String)>> {
+    Ok(match (row.kind, row.status) {
+        (RunKind::Drain, RunStatus::StoppedSignal | RunStatus::Crashed) => {
+            rec::plan_items_after(
+                pool,
+                &row.plan_sha,
+                items.iter().map(|i| i.item_index).max().unwrap_or(0),
+            )
+            .await?
+        }
+        _ => Vec::new(),
+    })
+}
+
+/// What the terminal report adds after its table: the items not started,
+/// and where the rounds' own words are (prompts, agent outputs, gate logs).
+fn print_text_tail(row: &rec::RunRow, not_started: &[(i32, String, String)]) {
+    if !not_started.is_empty() {
+        println!("not started (the run stopped before them):");
+        for (index, title, _) in not_started {
+            println!("  {index:>3}  {title}");
+        }
+    }
+    let logs = crate::cli::data_dir().join("logs").join(row.id.to_string());
+    if logs.is_dir() {
+        println!(
+            "each round's prompt, agent output and gate log: {}",
+            logs.display()
+        );
+    }
 }
 
 /// `nightshift report --html [FILE]`: the run as one self-contained page
@@ -125,14 +160,8 @@ pub(crate) async fn html(
     run: Option<&str>,
     file: Option<&std::path::Path>,
 ) -> Result<()> {
-    let repo = repo_root(cli)?;
-    let id = crate::cli::repo_identity(cli, &repo);
-    let lg = ledger().await?;
-    let run_id = match run {
-        Some(r) => Some(resolve_run_id(&lg.pool, &id, r).await?),
-        None => None,
-    };
-    let Some(row) = rec::run_row(&lg.pool, &id, run_id).await? else {
+    let (repo, lg, row) = chosen_run(cli, run).await?;
+    let Some(row) = row else {
         return Err(Error::argument(format!(
             "no run of {} yet to draw; `nightshift drain` makes one",
             repo.display()
@@ -271,66 +300,80 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     let running = row
         .as_ref()
         .filter(|r| r.status == RunStatus::Running && dead.is_none());
-    let tz: chrono_tz::Tz = running
-        .and_then(|r| r.timezone.as_deref())
-        .and_then(|z| z.parse().ok())
-        .unwrap_or(chrono_tz::UTC);
-    // The item as `plan` and `report` name it: index, title, short key.
-    let current_item = match running.and_then(|r| r.current_item_key.as_deref().map(|k| (r.id, k)))
-    {
-        Some((run, key)) => match rec::run_items(&lg.pool, run)
-            .await?
-            .into_iter()
-            .rev()
-            .find(|i| i.item_key == key)
-        {
-            Some(i) => format!(
-                "{} {:?} ({})",
-                i.item_index,
-                i.title,
-                &key[..8.min(key.len())]
+    let tz = running.map_or(chrono_tz::UTC, rec::RunRow::zone);
+    let current_item = current_item(&lg.pool, running).await?;
+    let (to_resume, key_lost) = match (running, dead) {
+        (None, None) => run_to_resume(&lg.pool, &id, row.as_ref()).await?,
+        _ => (None, false),
+    };
+    let st = Status {
+        running,
+        dead,
+        to_resume,
+        key_lost,
+        current_item,
+        tz,
+    };
+    let text = st.text();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&st.json(text)).expect("JSON")
+        );
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+/// What `status` found in the ledger about the newest run.
+struct Status<'a> {
+    /// The newest run, when it is marked running and not known dead.
+    running: Option<&'a rec::RunRow>,
+    /// The newest run, when it is marked running but its process died here.
+    dead: Option<&'a rec::RunRow>,
+    /// The stopped run the next drain resumes (or would, but for `key_lost`).
+    to_resume: Option<rec::RunRow>,
+    /// That run's approval can no longer be verified: the key was lost.
+    key_lost: bool,
+    /// The running item as `plan` and `report` name it, `-` for none.
+    current_item: String,
+    /// The running run's zone (UTC otherwise).
+    tz: chrono_tz::Tz,
+}
+
+impl Status<'_> {
+    /// The one line `status` prints.
+    fn text(&self) -> String {
+        let Some(r) = self.running else {
+            return self.idle_text();
+        };
+        match (r.sleeping_until, &r.phase) {
+            (Some(until), _) => format!(
+                "sleeping until {} (usage limit, {})",
+                until.with_timezone(&self.tz).format("%H:%M"),
+                r.sleeping_agent.as_deref().unwrap_or("agent")
             ),
-            None => key[..8.min(key.len())].to_string(),
-        },
-        None => "-".to_string(),
-    };
-    // A run that stopped on a failure outside its items waits to be resumed
-    // (while its approval allows, docs/contract.md#approval).
-    let mut to_resume = match (running, dead) {
-        (None, None) => rec::resumable_run(&lg.pool, &id)
-            .await?
-            .filter(|r| row.as_ref().is_some_and(|newest| newest.id == r.id)),
-        _ => None,
-    };
-    // A stopped run whose approval is younger than 24 h but can no longer be
-    // verified: the approval key was lost (docs/security.md), so it needs a
-    // new approval rather than a resume.
-    let mut key_lost = false;
-    if let Some(aid) = to_resume.as_ref().and_then(|r| r.approval_id) {
-        // A key that cannot be read only means nothing is shown resumable.
-        let _ = crate::cli::drain::install_approval_key();
-        let approval = rec::approval_by_id(&lg.pool, aid).await?;
-        let resumable = approval
-            .as_ref()
-            .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, Utc::now()));
-        key_lost = !resumable
-            && approval.as_ref().is_some_and(|a| {
-                a.plan_sha.is_some()
-                    && Utc::now() < a.expires_at
-                    && crate::approval::check_signed(a).is_err()
-            });
-        if !resumable && !key_lost {
-            to_resume = None;
+            (None, phase) => format!(
+                "run {} · item {} · round {} · {}",
+                r.id,
+                self.current_item,
+                r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
+                phase.map_or("starting", Phase::as_str)
+            ),
         }
     }
-    let text = match running {
-        None => match (dead, &to_resume) {
+
+    /// The line when no run is in progress: a dead one, one to resume (or
+    /// to approve again), or none.
+    fn idle_text(&self) -> String {
+        match (self.dead, &self.to_resume) {
             (Some(r), _) => format!(
                 "idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it",
                 r.id,
                 r.pid.unwrap_or(0)
             ),
-            (None, Some(r)) if key_lost => format!(
+            (None, Some(r)) if self.key_lost => format!(
                 "idle: run {} stopped before its end; its approval can no longer be verified (the approval key in {} is gone or changed): run `nightshift plan` and approve again, then `nightshift drain` runs what is left",
                 r.id,
                 crate::approval::key_path(&crate::cli::data_dir()).display()
@@ -338,34 +381,23 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
             (None, Some(r)) => format!(
                 "idle: run {} stopped before its end ({}; `nightshift report` says why); the next `nightshift drain` resumes it",
                 r.id,
-                if r.status == crate::outcome::RunStatus::StoppedSignal {
+                if r.status == RunStatus::StoppedSignal {
                     "stopped by a signal"
                 } else {
-                    "crashed"
+                    RunStatus::Crashed.as_str()
                 }
             ),
             (None, None) => "idle: no run is in progress".to_string(),
-        },
-        Some(r) => match (r.sleeping_until, &r.phase) {
-            (Some(until), _) => format!(
-                "sleeping until {} (usage limit, {})",
-                until.with_timezone(&tz).format("%H:%M"),
-                r.sleeping_agent.as_deref().unwrap_or("agent")
-            ),
-            (None, phase) => format!(
-                "run {} · item {} · round {} · {}",
-                r.id,
-                current_item,
-                r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
-                phase.map_or("starting", Phase::as_str)
-            ),
-        },
-    };
-    if json {
-        let v = serde_json::json!({
+        }
+    }
+
+    /// `status --json` (docs/commands.md#json-output), with `text`.
+    fn json(&self, text: String) -> serde_json::Value {
+        let running = self.running;
+        serde_json::json!({
             "running": running.is_some(),
-            "dead_run_id": dead.map(|r| r.id.to_string()),
-            "resumable_run_id": to_resume.as_ref().filter(|_| !key_lost).map(|r| r.id.to_string()),
+            "dead_run_id": self.dead.map(|r| r.id.to_string()),
+            "resumable_run_id": self.to_resume.as_ref().filter(|_| !self.key_lost).map(|r| r.id.to_string()),
             "run_id": running.map(|r| r.id.to_string()),
             "phase": running.and_then(|r| r.phase),
             "item_key": running.and_then(|r| r.current_item_key.clone()),
@@ -375,12 +407,68 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
             "pid": running.and_then(|r| r.pid),
             "now": Utc::now(),
             "text": text,
-        });
-        println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
-    } else {
-        println!("{text}");
+        })
     }
-    Ok(())
+}
+
+/// The item `running` works on as `plan` and `report` name it: index,
+/// title, short key (the short key alone before its row exists); `-`
+/// when nothing runs.
+///
+/// # Errors
+/// Database errors.
+async fn current_item(pool: &sqlx::PgPool, running: Option<&rec::RunRow>) -> Result<String> {
+    let Some((run, key)) = running.and_then(|r| r.current_item_key.as_deref().map(|k| (r.id, k)))
+    else {
+        return Ok("-".to_string());
+    };
+    let short = &key[..8.min(key.len())];
+    let item = rec::run_items(pool, run)
+        .await?
+        .into_iter()
+        .rev()
+        .find(|i| i.item_key == key);
+    Ok(match item {
+        Some(i) => format!("{} {:?} ({short})", i.item_index, i.title),
+        None => short.to_string(),
+    })
+}
+
+/// A run that stopped on a failure outside its items waits to be resumed
+/// (while its approval allows, docs/contract.md#approval) when it is the
+/// `newest`. Also says whether its approval, younger than 24 h, can no
+/// longer be verified: the approval key was lost (docs/security.md), so it
+/// needs a new approval rather than a resume.
+///
+/// # Errors
+/// Database errors.
+async fn run_to_resume(
+    pool: &sqlx::PgPool,
+    id: &str,
+    newest: Option<&rec::RunRow>,
+) -> Result<(Option<rec::RunRow>, bool)> {
+    let to_resume = rec::resumable_run(pool, id)
+        .await?
+        .filter(|r| newest.is_some_and(|n| n.id == r.id));
+    let Some(aid) = to_resume.as_ref().and_then(|r| r.approval_id) else {
+        return Ok((to_resume, false));
+    };
+    // A key that cannot be read only means nothing is shown resumable.
+    let _ = crate::cli::drain::install_approval_key();
+    let approval = rec::approval_by_id(pool, aid).await?;
+    let resumable = approval
+        .as_ref()
+        .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, Utc::now()));
+    let key_lost = !resumable
+        && approval.as_ref().is_some_and(|a| {
+            a.plan_sha.is_some()
+                && Utc::now() < a.expires_at
+                && crate::approval::check_signed(a).is_err()
+        });
+    if !resumable && !key_lost {
+        return Ok((None, false));
+    }
+    Ok((to_resume, key_lost))
 }
 
 /// True when a run marked `running` belonged to a process of this host that

@@ -112,109 +112,168 @@ pub(crate) async fn sync(cli: &Cli, startup: &Startup) -> Result<()> {
         .await
         .map_err(|e| Error::failed(format!("GitHub: {e}")))?
         .filter(|p| p.state == PrState::Open);
+    let ctx = SyncCtx {
+        repo: &repo,
+        config: &config,
+        forge: &forge,
+        token: token.expose(),
+        slot_dir: slot::slot_path(&crate::cli::data_dir(), &repo, 0).with_file_name("sync"),
+        pool: &lg.pool,
+        repo_id: &id,
+    };
     // The backlog as it is on <remote>/<base>: only its open items can be ticked.
-    let data_dir = crate::cli::data_dir();
-    let slot_dir = slot::slot_path(&data_dir, &repo, 0).with_file_name("sync");
-    let secret = token.expose().to_string();
-    let prepared = tokio::task::block_in_place(|| {
-        Slot::prepare(
-            &slot_dir,
-            &repo,
-            &config.remote,
-            &config.base,
-            "nightshift/sync-work",
-            Some(&secret),
-            None,
-        )
-    });
-    let slot = prepared.map_err(|e| {
-        Error::failed(format!(
-            "checkout of {}/{} for sync failed: {e}",
-            config.remote, config.base
-        ))
-    })?;
-    let result = async {
-        let rel = Path::new(&config.backlog);
-        let file = backlog_in(&slot, &config)?;
-        let text =
-            crate::file::read_regular_text(&file, crate::file::MAX_TEXT_BYTES).map_err(|e| {
-                Error::failed(format!(
-                    "{} on {}/{}: {e}",
-                    config.backlog, config.remote, config.base
-                ))
-            })?;
-        let open: Vec<String> = backlog::parse(rel, &text)
-            .items
-            .into_iter()
-            .filter(|i| !i.done)
-            .map(|i| i.key)
-            .collect();
-        // Merged according to GitHub, not to the ledger's memory.
-        let mut ticks: Vec<Tick> = Vec::new();
-        for r in rows.iter().filter(|r| open.contains(&r.item_key)) {
-            let found = forge
-                .find_pr(&r.branch, &r.item_key, &config.label)
-                .await
-                .map_err(|e| Error::failed(format!("GitHub: {e}")))?;
-            if let Some(pr) = found.filter(|p| p.state == PrState::Merged) {
-                if r.state != PrRecord::Merged {
-                    rec::set_pr_state(&lg.pool, &id, &r.item_key, &r.branch, PrRecord::Merged)
-                        .await?;
-                }
-                if !ticks.iter().any(|t| t.key == r.item_key) {
-                    ticks.push(Tick {
-                        key: r.item_key.clone(),
-                        number: pr.number,
-                    });
-                }
-            }
-        }
-        if ticks.is_empty() {
-            println!(
-                "nothing to sync: no open item of {} on {}/{} has a merged nightshift PR",
-                config.backlog, config.remote, config.base
-            );
-            return Ok(());
-        }
-        let branch = match &open_sync {
-            Some(pr) => pr.head.clone(),
-            None => {
-                let mut set: Vec<String> = ticks
-                    .iter()
-                    .map(|t| format!("{}:{}", t.key, t.number))
-                    .collect();
-                set.sort();
-                format!(
-                    "{SYNC_BRANCH}-{}",
-                    &crate::contract::sha256_hex(set.join("\n").as_bytes())[..8]
-                )
-            }
-        };
-        // Checked out again on its branch (a reset of the same slot).
-        let slot = tokio::task::block_in_place(|| {
+    let slot = ctx.checkout("nightshift/sync-work")?;
+    let result = sync_from(&ctx, &slot, &rows, open_sync.as_ref()).await;
+    let _ = tokio::task::block_in_place(|| slot.discard());
+    result
+}
+
+/// What one `sync` works with.
+struct SyncCtx<'a> {
+    /// The user's repository root (never written to).
+    repo: &'a Path,
+    /// The config.
+    config: &'a Config,
+    /// GitHub.
+    forge: &'a Forge,
+    /// The GitHub token, for git's askpass helper.
+    token: &'a str,
+    /// The checkout `sync` works in, beside the run's slots.
+    slot_dir: std::path::PathBuf,
+    /// The ledger's pool.
+    pool: &'a sqlx::PgPool,
+    /// The repository's identity in the ledger.
+    repo_id: &'a str,
+}
+
+impl SyncCtx<'_> {
+    /// A fresh checkout of `<remote>/<base>` in the sync slot, on `branch`.
+    ///
+    /// # Errors
+    /// Exit 1 when the checkout fails.
+    fn checkout(&self, branch: &str) -> Result<Slot> {
+        let c = self.config;
+        tokio::task::block_in_place(|| {
             Slot::prepare(
-                &slot_dir,
-                &repo,
-                &config.remote,
-                &config.base,
-                &branch,
-                Some(&secret),
+                &self.slot_dir,
+                self.repo,
+                &c.remote,
+                &c.base,
+                branch,
+                Some(self.token),
                 None,
             )
         })
         .map_err(|e| {
             Error::failed(format!(
                 "checkout of {}/{} for sync failed: {e}",
-                config.remote, config.base
+                c.remote, c.base
             ))
-        })?;
-        let done = commit_and_open(&slot, &config, &forge, &secret, &ticks).await;
-        let _ = tokio::task::block_in_place(|| slot.discard());
-        done
+        })
     }
-    .await;
+
+    /// The backlog in `slot` ([`backlog_in`]) and its text.
+    ///
+    /// # Errors
+    /// Exit 1 when it is missing, unreadable or a link out of the checkout.
+    fn read_backlog(&self, slot: &Slot) -> Result<(std::path::PathBuf, String)> {
+        let c = self.config;
+        let file = backlog_in(slot, c)?;
+        let text = crate::file::read_regular_text(&file, crate::file::MAX_TEXT_BYTES)
+            .map_err(|e| Error::failed(format!("{} on {}/{}: {e}", c.backlog, c.remote, c.base)))?;
+        Ok((file, text))
+    }
+
+    /// The ticks to make: each of `rows` whose item is in `open` and whose
+    /// PR GitHub says was merged (not the ledger's memory), once per item;
+    /// the ledger learns of each merge it had not recorded.
+    ///
+    /// # Errors
+    /// Exit 1 when GitHub cannot be asked; database errors.
+    async fn merged_ticks(&self, rows: &[rec::PrRow], open: &[String]) -> Result<Vec<Tick>> {
+        let mut ticks: Vec<Tick> = Vec::new();
+        for r in rows.iter().filter(|r| open.contains(&r.item_key)) {
+            let found = self
+                .forge
+                .find_pr(&r.branch, &r.item_key, &self.config.label)
+                .await
+                .map_err(|e| Error::failed(format!("GitHub: {e}")))?;
+            let Some(pr) = found.filter(|p| p.state == PrState::Merged) else {
+                continue;
+            };
+            if r.state != PrRecord::Merged {
+                rec::set_pr_state(
+                    self.pool,
+                    self.repo_id,
+                    &r.item_key,
+                    &r.branch,
+                    PrRecord::Merged,
+                )
+                .await?;
+            }
+            if !ticks.iter().any(|t| t.key == r.item_key) {
+                ticks.push(Tick {
+                    key: r.item_key.clone(),
+                    number: pr.number,
+                });
+            }
+        }
+        Ok(ticks)
+    }
+}
+
+/// Finds the merged items still open in the backlog of `slot` and, when
+/// there are any, ticks them on the sync branch (the open sync PR's, else
+/// a new one named after the ticks) and opens or updates its PR.
+///
+/// # Errors
+/// As [`SyncCtx::read_backlog`], [`SyncCtx::merged_ticks`] and
+/// [`commit_and_open`].
+async fn sync_from(
+    ctx: &SyncCtx<'_>,
+    slot: &Slot,
+    rows: &[rec::PrRow],
+    open_sync: Option<&forge::PrInfo>,
+) -> Result<()> {
+    let config = ctx.config;
+    let (_, text) = ctx.read_backlog(slot)?;
+    let open: Vec<String> = backlog::parse(Path::new(&config.backlog), &text)
+        .items
+        .into_iter()
+        .filter(|i| !i.done)
+        .map(|i| i.key)
+        .collect();
+    let ticks = ctx.merged_ticks(rows, &open).await?;
+    if ticks.is_empty() {
+        println!(
+            "nothing to sync: no open item of {} on {}/{} has a merged nightshift PR",
+            config.backlog, config.remote, config.base
+        );
+        return Ok(());
+    }
+    let branch = match open_sync {
+        Some(pr) => pr.head.clone(),
+        None => sync_branch(&ticks),
+    };
+    // Checked out again on its branch (a reset of the same slot).
+    let slot = ctx.checkout(&branch)?;
+    let done = commit_and_open(ctx, &slot, &ticks).await;
     let _ = tokio::task::block_in_place(|| slot.discard());
-    result
+    done
+}
+
+/// A new sync branch: [`SYNC_BRANCH`]`-<8 hex>`, the hex of the SHA-256 of
+/// the set of ticks (`key:number`, sorted, one a line).
+fn sync_branch(ticks: &[Tick]) -> String {
+    let mut set: Vec<String> = ticks
+        .iter()
+        .map(|t| format!("{}:{}", t.key, t.number))
+        .collect();
+    set.sort();
+    format!(
+        "{SYNC_BRANCH}-{}",
+        &crate::contract::sha256_hex(set.join("\n").as_bytes())[..8]
+    )
 }
 
 /// The backlog file in the checkout, with every symbolic link on its way
@@ -251,22 +310,14 @@ fn backlog_in(slot: &Slot, config: &Config) -> Result<std::path::PathBuf> {
 }
 
 /// Edits, commits, pushes and opens the sync PR from a prepared slot.
-async fn commit_and_open(
-    slot: &Slot,
-    config: &Config,
-    forge: &Forge,
-    token: &str,
-    ticks: &[Tick],
-) -> Result<()> {
-    let rel = Path::new(&config.backlog);
-    let file = backlog_in(slot, config)?;
-    let text = crate::file::read_regular_text(&file, crate::file::MAX_TEXT_BYTES).map_err(|e| {
-        Error::failed(format!(
-            "{} on {}/{}: {e}",
-            config.backlog, config.remote, config.base
-        ))
-    })?;
-    let (new, done) = tick_all(rel, &text, ticks)?;
+///
+/// # Errors
+/// Exit 1 when the backlog cannot be read or written, or the commit, push
+/// or PR fails.
+async fn commit_and_open(ctx: &SyncCtx<'_>, slot: &Slot, ticks: &[Tick]) -> Result<()> {
+    let config = ctx.config;
+    let (file, text) = ctx.read_backlog(slot)?;
+    let (new, done) = tick_all(Path::new(&config.backlog), &text, ticks)?;
     if done.is_empty() {
         println!(
             "nothing to sync: every merged item is already ticked in {} on {}/{}",
@@ -289,11 +340,21 @@ async fn commit_and_open(
         name: "nightshift".into(),
         email: "nightshift@localhost".into(),
     };
-    let branch = slot.branch.clone();
+    let branch = &slot.branch;
     tokio::task::block_in_place(|| slot.commit_all(&message, &me, &me))
         .map_err(|e| Error::failed(format!("sync commit failed: {e}")))?;
-    tokio::task::block_in_place(|| slot.push(Some(token)))
+    tokio::task::block_in_place(|| slot.push(Some(ctx.token)))
         .map_err(|e| Error::failed(format!("push of {branch} failed: {e}")))?;
+    open_pr(ctx, branch, &list).await
+}
+
+/// Opens (or updates) the labelled sync PR of the pushed `branch` whose
+/// ticks are `list` (a line each) and says so.
+///
+/// # Errors
+/// Exit 1 when GitHub does not open or label it (the branch is pushed).
+async fn open_pr(ctx: &SyncCtx<'_>, branch: &str, list: &[String]) -> Result<()> {
+    let (config, forge) = (ctx.config, ctx.forge);
     let body = format!(
         "Ticks the backlog boxes of items whose nightshift PRs were merged. Only these lines change: `[ ]` → `[x]` and ` (done: #N)` after the title.\n\n{}\n\nOpened by `nightshift sync`; nothing was merged by it.\n",
         list.join("\n")
@@ -303,10 +364,10 @@ async fn commit_and_open(
     let req = PrRequest {
         title: format!(
             "nightshift: tick {} merged item(s) in {}",
-            done.len(),
+            list.len(),
             config.backlog
         ),
-        head: branch.clone(),
+        head: branch.to_string(),
         base: config.base.clone(),
         body,
         labels: vec![],
@@ -330,10 +391,10 @@ async fn commit_and_open(
     println!(
         "{verb} PR #{} ticking {} item(s): {}",
         pr.number,
-        done.len(),
+        list.len(),
         pr.url
     );
-    for l in &list {
+    for l in list {
         println!("  {l}");
     }
     Ok(())

@@ -107,6 +107,20 @@ pub enum PrState {
     Closed,
 }
 
+impl PrState {
+    /// The state of a pull request as GitHub's JSON gives it: `merged_at`
+    /// set (`merged`) wins over its `state` (`open` or `closed`).
+    pub(crate) fn from_github(merged: bool, state: &str) -> PrState {
+        if merged {
+            PrState::Merged
+        } else if state == "open" {
+            PrState::Open
+        } else {
+            PrState::Closed
+        }
+    }
+}
+
 /// A pull request as nightshift needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrInfo {

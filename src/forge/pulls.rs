@@ -360,13 +360,7 @@ pub(super) struct RefJson {
 
 impl PullJson {
     pub(super) fn into_info(self) -> PrInfo {
-        let state = if self.merged_at.is_some() {
-            PrState::Merged
-        } else if self.state == "open" {
-            PrState::Open
-        } else {
-            PrState::Closed
-        };
+        let state = PrState::from_github(self.merged_at.is_some(), &self.state);
         PrInfo {
             number: self.number,
             url: self.html_url,

@@ -339,13 +339,7 @@ impl Forge {
 
 impl PullDetailJson {
     fn into_detail(self) -> PrDetail {
-        let state = if self.merged_at.is_some() {
-            PrState::Merged
-        } else if self.state == "open" {
-            PrState::Open
-        } else {
-            PrState::Closed
-        };
+        let state = PrState::from_github(self.merged_at.is_some(), &self.state);
         let mergeable = match (self.mergeable, self.mergeable_state.as_deref()) {
             (Some(false), _) | (_, Some("dirty")) => Mergeable::Conflict,
             (Some(true), _) => Mergeable::Clean,

@@ -246,6 +246,42 @@ impl fmt::Debug for Ledger {
     }
 }
 
+/// The connect options of a ledger URL read from `var`: PostgreSQL URLs
+/// only, with a `PGPASSWORD` that `main` kept when the URL has no password.
+///
+/// # Errors
+/// [`LedgerError::BadUrl`] for another scheme or a malformed URL.
+fn url_options(url: &DbUrl, var: &'static str) -> Result<PgConnectOptions, LedgerError> {
+    // sqlx parses other schemes too; a mysql:// URL must not
+    // send its password to whatever listens there.
+    let u = url.expose();
+    if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
+        let scheme = u
+            .split("://")
+            .next()
+            .filter(|s| s.len() < u.len())
+            .unwrap_or("none");
+        return Err(LedgerError::BadUrl {
+            var,
+            source: sqlx::Error::Configuration(
+                format!("the scheme is {scheme:?}; write postgres://USER@HOST:PORT/DB").into(),
+            ),
+        });
+    }
+    let options = u
+        .parse::<PgConnectOptions>()
+        .map_err(|source| LedgerError::BadUrl { var, source })?;
+    // `main` took PGPASSWORD out of the environment (agents could
+    // read it there); it still answers for a URL without a
+    // password, as libpq's precedence has it.
+    Ok(
+        match kept_var("PGPASSWORD").filter(|_| crate::secret::url_password(u).is_none()) {
+            Some(password) => options.password(&password),
+            None => options,
+        },
+    )
+}
+
 impl Ledger {
     /// Connects to `src` within [`CONNECT_TIMEOUT`], starting the embedded cluster if
     /// needed, and applies the migrations (idempotent; concurrent first runs serialise
@@ -268,35 +304,7 @@ impl Ledger {
         timeout: Duration,
     ) -> Result<Ledger, LedgerError> {
         let options = match src {
-            DbSource::Url { url, var } => {
-                // sqlx parses other schemes too; a mysql:// URL must not
-                // send its password to whatever listens there.
-                let u = url.expose();
-                if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) {
-                    let scheme = u
-                        .split("://")
-                        .next()
-                        .filter(|s| s.len() < u.len())
-                        .unwrap_or("none");
-                    return Err(LedgerError::BadUrl {
-                        var,
-                        source: sqlx::Error::Configuration(
-                            format!("the scheme is {scheme:?}; write postgres://USER@HOST:PORT/DB")
-                                .into(),
-                        ),
-                    });
-                }
-                let options = u
-                    .parse::<PgConnectOptions>()
-                    .map_err(|source| LedgerError::BadUrl { var, source })?;
-                // `main` took PGPASSWORD out of the environment (agents could
-                // read it there); it still answers for a URL without a
-                // password, as libpq's precedence has it.
-                match kept_var("PGPASSWORD").filter(|_| crate::secret::url_password(u).is_none()) {
-                    Some(password) => options.password(&password),
-                    None => options,
-                }
-            }
+            DbSource::Url { url, var } => url_options(url, var)?,
             DbSource::Embedded { data_dir } => {
                 let cluster = Cluster::resolve(data_dir, &embedded::process_env).await?;
                 let fresh = !cluster.data_dir.join("PG_VERSION").is_file();

@@ -411,6 +411,16 @@ pub struct RunRow {
     pub agents_as_root: bool,
 }
 
+impl RunRow {
+    /// The zone the run recorded; UTC when it recorded none or an unknown one.
+    pub fn zone(&self) -> chrono_tz::Tz {
+        self.timezone
+            .as_deref()
+            .and_then(|z| z.parse().ok())
+            .unwrap_or(chrono_tz::UTC)
+    }
+}
+
 const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, started_at, ended_at, deadline, timezone, host, pid, phase, current_item_key, current_round, sleeping_until, sleeping_agent, exit_code, agents_as_root FROM runs";
 
 /// The newest run of `repo`, or the run `id`.
@@ -1349,7 +1359,7 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
             crate::tend::Tended {
                 pr: pr.unwrap_or(0) as u64,
                 title,
-                outcome: outcome.unwrap_or_else(|| "running".into()),
+                outcome: outcome.unwrap_or_else(|| RunStatus::Running.as_str().into()),
                 reason,
                 action: card
                     .as_ref()
@@ -1381,7 +1391,11 @@ pub fn carried_reason(prev: Option<&str>, from: Uuid, stopped: bool) -> String {
     if let Some(r) = prev.filter(|r| r.starts_with(CARRIED_REASON)) {
         return r.to_string();
     }
-    let how = if stopped { "stopped" } else { "crashed" };
+    let how = if stopped {
+        "stopped"
+    } else {
+        RunStatus::Crashed.as_str()
+    };
     format!(
         "{CARRIED_REASON}{how} run {from}{}",
         prev.map(|r| format!(": {r}")).unwrap_or_default()
