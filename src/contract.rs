@@ -657,3 +657,68 @@ pub fn render_plan(plan: &Plan) -> String {
     );
     s
 }
+
+/// The plan of a run as the ledger holds it, for `nightshift worker` on a
+/// host that did not seal it (docs/workers.md#nightshift-worker): the
+/// contracts `shas` (in plan order, with their stored JSON) become entries
+/// again, each checked to hash to its SHA, and the SHAs to `plan_sha`.
+/// Stored cards that are not item contracts (the second night's PR cards)
+/// are covered by the SHA but are not entries.
+///
+/// # Errors
+/// A sentence naming the contract whose JSON is missing or does not hash
+/// to its SHA, or a plan SHA that does not match: the ledger was changed.
+pub fn plan_from_ledger(
+    plan_sha: &str,
+    stored: &[(String, Option<serde_json::Value>)],
+) -> Result<Plan, String> {
+    let shas = stored.iter().map(|(s, _)| s.as_str());
+    if Plan::sha_of(shas) != plan_sha {
+        return Err(format!(
+            "the ledger's contracts of plan {plan_sha} do not hash to it: the ledger was changed; approve the plan again on the host that sealed it"
+        ));
+    }
+    let mut entries = Vec::new();
+    for (sha, json) in stored {
+        let json = json.as_ref().ok_or_else(|| {
+            format!("the ledger holds no contract {sha} of plan {plan_sha}")
+        })?;
+        let Ok(contract) = serde_json::from_value::<Contract>(json.clone()) else {
+            continue;
+        };
+        if contract.sha() != *sha {
+            return Err(format!(
+                "contract {sha} in the ledger does not hash to its SHA: the ledger was changed"
+            ));
+        }
+        let blocked = contract.questions.first().map(|q| format!("question: {q}"));
+        let item = crate::backlog::Item {
+            line: 0,
+            marker_offset: 0,
+            done: false,
+            title: contract.title.clone(),
+            section: contract.section.clone(),
+            context: contract.context.clone(),
+            details: Default::default(),
+            key: contract.key.clone(),
+        };
+        entries.push(PlanEntry {
+            index: entries.len() + 1,
+            item,
+            contract,
+            contract_sha: sha.clone(),
+            blocked,
+        });
+    }
+    Ok(Plan {
+        backlog_path: PathBuf::new(),
+        backlog_sha: String::new(),
+        entries,
+        sha: plan_sha.to_string(),
+        run_cost_cap: Resolved {
+            value: 0.0,
+            source: Source::Default,
+        },
+        tend: Vec::new(),
+    })
+}

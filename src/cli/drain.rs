@@ -201,8 +201,9 @@ struct Held {
     ledger: ledger_mod::Ledger,
     /// The repository's identity in the ledger (see `cli::repo_id`).
     repo_id: String,
-    /// The one-drain-per-repository lock in the ledger.
-    lock: ledger_mod::RepoLock,
+    /// The one-drain-per-repository lock in the ledger (`None` for a
+    /// `worker`, which joins the drain that holds it).
+    lock: Option<ledger_mod::RepoLock>,
     /// The hold on the repository's checkouts.
     slots_lock: SlotsLock,
 }
@@ -232,7 +233,7 @@ impl Held {
         Ok(Held {
             ledger,
             repo_id,
-            lock,
+            lock: Some(lock),
             slots_lock,
         })
     }
@@ -810,7 +811,7 @@ impl Resolved {
             remote_urls,
             ledger: held.ledger,
             db_source: env.db_source,
-            lock: tokio::sync::Mutex::new(Some(held.lock)),
+            lock: tokio::sync::Mutex::new(held.lock),
             slots_lock: Some(held.slots_lock),
             systemic: Default::default(),
         })
@@ -1206,4 +1207,180 @@ pub(crate) fn install_approval_key() -> Result<()> {
     let key = approval::load_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
     approval::install_key(key, approval::key_path(&data_dir));
     Ok(())
+}
+
+/// `nightshift worker [--jobs N]` (docs/workers.md#nightshift-worker): joins
+/// the live run of this repository, whichever host's `drain` opened it, and
+/// claims its items until the plan is drained, the run ends or its deadline
+/// comes. It works on the run's sealed contracts read from the ledger, never
+/// on this clone's backlog, and needs no approval of its own.
+///
+/// # Errors
+/// Exit 3 when no run of this repository is live; exit 2 when the run's
+/// agents or gate commands cannot start here, or a bad config; exit 1 when
+/// the ledger or the data directory fail.
+pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> Result<()> {
+    let repo = crate::cli::repo_root(cli)?;
+    let loaded = crate::cli::load_config(cli, &repo)?;
+    let mut config = loaded.config.clone();
+    if let Some(jobs) = jobs {
+        config.jobs = checked_jobs(jobs, false)?;
+    }
+    let ledger = ledger().await?;
+    let repo_id = repo_id(&repo, &config.remote);
+    let run = live_run(&ledger, &repo_id, &repo).await?;
+    let pool = &ledger.pool;
+    let stored = rec::plan_stored(pool, &run.plan_sha).await?;
+    let plan = contract::plan_from_ledger(&run.plan_sha, &stored).map_err(Error::refused)?;
+    adopt_contract_agents(&mut config, &plan)?;
+    check_gates_runnable(&plan)?;
+    let approved: Vec<String> = stored.into_iter().map(|(sha, _)| sha).collect();
+    let tz: chrono_tz::Tz = run
+        .timezone
+        .as_deref()
+        .and_then(|z| z.parse().ok())
+        .unwrap_or(chrono_tz::UTC);
+    let req = Request {
+        repo: repo.clone(),
+        config,
+        plan,
+        selection: Selection::All,
+        approve: None,
+        tz,
+        deadline: run.deadline.unwrap_or_else(Utc::now),
+        now: Utc::now(),
+        scheduled: false,
+    };
+    let slots_lock = lock_checkouts(&repo)?;
+    let held = Held {
+        ledger,
+        repo_id,
+        lock: None,
+        slots_lock,
+    };
+    let github = GitHub::resolve(&req, startup);
+    let remote_urls = check_remote(&req, &github)?;
+    let env = Environments::resolve(&req, startup, &github)?;
+    preflight_agents(&req, &held, &env).await?;
+    let cancel = CancellationToken::new();
+    let _signals = spawn_signal_handler(cancel.clone());
+    let jobs = req.config.jobs;
+    let resolved = Resolved {
+        req,
+        held,
+        github,
+        remote_urls,
+        env,
+    };
+    let night = resolved.into_night(cancel);
+    eprintln!(
+        "worker: joined run {} ({} item(s), deadline {}) with {jobs} worker(s)",
+        run.id,
+        night.plan.entries.len(),
+        night.deadline.with_timezone(&night.tz).format("%Y-%m-%d %H:%M %Z")
+    );
+    let ran = run::join(night.clone(), run.id, &approved, jobs).await?;
+    println!("worker: ran {ran} item(s) of run {}", run.id);
+    if night.cancel.is_cancelled() {
+        return Err(Error::RunEnded {
+            status: crate::outcome::RunStatus::StoppedSignal,
+            failed_items: 0,
+        });
+    }
+    Ok(())
+}
+
+/// The repository's run a `drain` is running now: the newest `running` run
+/// while another process holds the repository's lock.
+///
+/// # Errors
+/// Refused (exit 3), saying how to start one, when there is none.
+async fn live_run(
+    ledger: &ledger_mod::Ledger,
+    repo_id: &str,
+    repo: &Path,
+) -> Result<rec::RunRow> {
+    let none = || {
+        Error::refused(format!(
+            "no run of {} is live: start one with `nightshift drain` on the host that approved the plan, then start `nightshift worker` again",
+            repo.display()
+        ))
+    };
+    let run = rec::running_run(&ledger.pool, repo_id)
+        .await?
+        .ok_or_else(none)?;
+    let me = ledger_mod::HolderInfo::current();
+    match ledger.try_lock_repo(repo_id, &me).await {
+        // Nobody holds the lock: the run's drain is gone (it is resumed
+        // by the next drain). The lock is released when the guard drops.
+        Ok(ledger_mod::RepoLockAttempt::Acquired(_)) => Err(none()),
+        Ok(ledger_mod::RepoLockAttempt::Held { .. }) => Ok(run),
+        Err(e) => Err(Error::failed(format!("ledger: {e}"))),
+    }
+}
+
+/// A worker runs the agents the run's contracts were sealed with, not the
+/// ones its own config names (only `account` stays this host's).
+///
+/// # Errors
+/// Exit 2 when a contract names an agent kind this build does not know.
+fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
+    let Some(first) = plan.entries.first() else {
+        return Ok(());
+    };
+    let c = &first.contract;
+    for (agent, spec) in [(&mut config.writer, &c.writer), (&mut config.reviewer, &c.reviewer)] {
+        agent.kind = serde_json::from_value(serde_json::Value::from(spec.kind.as_str())).map_err(|_| {
+            Error::config(format!(
+                "the run's contracts name the agent kind {:?}, which this nightshift does not know; install the same nightshift version on every host",
+                spec.kind
+            ))
+        })?;
+        agent.command = spec.command.clone();
+        agent.permission_flags = spec.permission_flags.clone();
+        agent.model = spec.model.clone();
+    }
+    Ok(())
+}
+
+/// Every gate and setup command of the run's contracts must be able to
+/// start here: its program (the first word) is a shell builtin, a path
+/// that exists in this clone, or a name on `PATH`.
+///
+/// # Errors
+/// Exit 2 naming the command and the item.
+fn check_gates_runnable(plan: &Plan) -> Result<()> {
+    for e in &plan.entries {
+        let c = &e.contract;
+        for command in c.verify.iter().chain(&c.setup) {
+            if let Some(program) = missing_program(command) {
+                return Err(Error::config(format!(
+                    "item {:?}: the command `{command}` of its contract cannot run on this host ({program} is not found); install it, or run this worker where it is",
+                    e.item.title
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The program `command` starts, when it cannot be found on this host.
+fn missing_program(command: &str) -> Option<String> {
+    const BUILTINS: &[&str] = &[
+        "cd", "true", "false", "test", "[", "echo", "export", "exit", "set", ":", ".", "exec",
+        "printf", "if", "for", "while", "!", "{", "(", "source", "command", "env",
+    ];
+    let program = command
+        .split_whitespace()
+        .find(|w| !w.contains('='))?
+        .trim_start_matches('(');
+    if program.is_empty() || BUILTINS.contains(&program) {
+        return None;
+    }
+    if program.contains('/') {
+        return None;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).any(|d| d.join(program).is_file());
+    (!found).then(|| program.to_string())
 }

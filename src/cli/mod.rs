@@ -69,6 +69,14 @@ pub enum Command {
         #[command(flatten)]
         args: RunArgs,
     },
+    /// Join the live run of this repository (from any host sharing the
+    /// ledger) and claim its items until it is drained or its deadline.
+    Worker {
+        /// Workers in this process, each in its own checkout (default:
+        /// config `jobs`, 1).
+        #[arg(long, value_name = "N")]
+        jobs: Option<u32>,
+    },
     /// What a run did, item by item (default: the latest run).
     Report {
         /// The run to show: its id or a prefix of 4+ hex digits (default:
@@ -226,7 +234,7 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
     }
     // A run keeps its tracing events as JSON lines, one file per run.
     let run_log = match cli.command {
-        Command::Drain(_) | Command::Run { .. } => {
+        Command::Drain(_) | Command::Run { .. } | Command::Worker { .. } => {
             match progress::open_run_log(&progress::log_dir()) {
                 Ok((path, file)) => {
                     let _ = progress::RUN_LOG.set(path);
@@ -304,6 +312,7 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
         Command::Approve { sha } => plan::approve(&cli, sha).await,
         Command::Drain(args) => drain::drain(&cli, args, None, &startup).await,
         Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), &startup).await,
+        Command::Worker { jobs } => drain::worker(&cli, *jobs, &startup).await,
         Command::Schedule {
             cron,
             tz,

@@ -1491,3 +1491,53 @@ pub async fn run_status(pool: &PgPool, run: Uuid) -> Result<Option<RunStatus>> {
         .fetch_optional(pool)
         .await
 }
+
+/// The contracts of plan `plan_sha` in plan order, each with its stored
+/// JSON (`None` when the ledger lost it), for `nightshift worker`.
+///
+/// # Errors
+/// Database errors.
+pub async fn plan_stored(pool: &PgPool, plan_sha: &str) -> Result<Vec<(String, Option<Value>)>> {
+    sqlx::query_as(
+        "SELECT pc.contract_sha, c.json FROM plan_contracts pc LEFT JOIN contracts c ON c.sha = pc.contract_sha \
+         WHERE pc.plan_sha = $1 ORDER BY pc.position",
+    )
+    .bind(plan_sha)
+    .fetch_all(pool)
+    .await
+}
+
+/// The newest `running` run of `repo`, if any (whether its drain lives is
+/// the repository lock's to say).
+///
+/// # Errors
+/// Database errors.
+pub async fn running_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> {
+    let id: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM runs WHERE repo = $1 AND status = $2 ORDER BY started_at DESC LIMIT 1",
+    )
+    .bind(repo)
+    .bind(RunStatus::Running)
+    .fetch_optional(pool)
+    .await?;
+    match id {
+        Some(id) => run_row(pool, repo, Some(id)).await,
+        None => Ok(None),
+    }
+}
+
+/// How many items of run `run` ended under a worker whose name starts
+/// with `prefix` (`host:pid:`, one process's workers).
+///
+/// # Errors
+/// Database errors.
+pub async fn items_by_worker(pool: &PgPool, run: Uuid, prefix: &str) -> Result<usize> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM run_items WHERE run_id = $1 AND ended_at IS NOT NULL AND starts_with(worker, $2)",
+    )
+    .bind(run)
+    .bind(prefix)
+    .fetch_one(pool)
+    .await?;
+    Ok(n as usize)
+}

@@ -215,6 +215,34 @@ pub async fn drain(
     finish_run(&night, run_id, status, stopped_by).await
 }
 
+/// Joins run `run_id`, which another process's `drain` opened, with
+/// `jobs` workers of this process (`nightshift worker`,
+/// docs/workers.md#nightshift-worker); `approved` are the contract SHAs of
+/// the run's plan. Returns how many items this process's workers ended.
+///
+/// # Errors
+/// The ledger stayed away.
+pub async fn join(
+    night: Arc<Night>,
+    run_id: Uuid,
+    approved: &[String],
+    jobs: u32,
+) -> Result<usize, Error> {
+    let crew = Arc::new(worker::Crew {
+        night: night.clone(),
+        run_id,
+        approved: approved.to_vec(),
+        resumed_from: None,
+        owner: false,
+        stop: Default::default(),
+    });
+    run_workers(&crew, jobs.max(1)).await?;
+    let (pool, prefix) = (&night.pool, format!("{}:{}:", crate::queue::WorkerId::this_process(1).host, std::process::id()));
+    night
+        .db(|| rec::items_by_worker(pool, run_id, &prefix))
+        .await
+}
+
 /// Runs `jobs` workers of `crew` to their end.
 ///
 /// # Errors
