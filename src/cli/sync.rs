@@ -311,6 +311,9 @@ async fn commit_and_open(
         body,
         labels: vec![],
         item_key: SYNC_KEY.to_string(),
+        // Only item PRs are drafts (config `draft`, docs/github.md): this
+        // one only ticks boxes and is merged as it is.
+        draft: false,
     };
     let failed = |e: forge::ForgeError| {
         Error::failed(format!(

@@ -959,6 +959,25 @@ pub async fn prs_of_item(pool: &PgPool, repo: &str, key: &str) -> Result<Vec<PrR
         .await
 }
 
+/// How many of `repo`'s item PRs the ledger holds open, or waiting to be
+/// opened (a branch pushed without its PR: `planned`, `pr_failed`), not
+/// counting `except_key`'s own: the review queue `max_open_prs` counts
+/// when GitHub cannot be asked (docs/loop.md#before-the-checkout).
+///
+/// # Errors
+/// Database errors.
+pub async fn review_queue(pool: &PgPool, repo: &str, except_key: &str) -> Result<i64> {
+    let states = [PrRecord::Open, PrRecord::Planned, PrRecord::PrFailed].map(PrRecord::as_str);
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pull_requests WHERE repo = $1 AND item_key <> $2 AND state = ANY($3::text[])",
+    )
+    .bind(repo)
+    .bind(except_key)
+    .bind(&states[..])
+    .fetch_one(pool)
+    .await
+}
+
 /// The PR rows of several item keys at once (newest first), for `plan`,
 /// which asks about every item of a backlog: one statement, not one per
 /// item.

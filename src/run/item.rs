@@ -22,7 +22,7 @@ use crate::report::RoundSummary;
 use crate::slot::{self, Slot};
 
 use super::checks::{grant_checkout, last_line};
-use super::{Night, Totals, local, round, ship};
+use super::{Night, Totals, local, review_queue, round, ship};
 
 /// One item's fixed facts while its rounds run.
 pub(super) struct Item<'a> {
@@ -202,7 +202,8 @@ pub(super) async fn one_item(
 }
 
 /// Why the entry does not run, if it does not: blocked, not approved, an
-/// earlier PR, a question waiting for its answer, too many failed attempts.
+/// earlier PR, a question waiting for its answer, too many failed attempts,
+/// a full review queue.
 async fn not_to_run(
     night: &Night,
     run_id: Uuid,
@@ -229,7 +230,12 @@ async fn not_to_run(
     if let Some(end) = ship::earlier_pr(night, run_id, entry, branch).await? {
         return Ok(Some(end));
     }
-    waiting(night, entry).await
+    if let Some(end) = waiting(night, entry).await? {
+        return Ok(Some(end));
+    }
+    // Last, right before the work: no agent time for a PR that would not
+    // be opened (config `max_open_prs`).
+    review_queue::full(night, entry, None).await
 }
 
 /// A changed (same key, or a reworded item where a gone one sat) or added

@@ -40,6 +40,7 @@ mod agent_call;
 mod checks;
 mod item;
 mod night;
+mod review_queue;
 mod round;
 mod ship;
 

@@ -285,6 +285,7 @@ pub(super) async fn open_pr(
         body: body.to_string(),
         labels: vec![night.config.label.clone()],
         item_key: entry.item.key.clone(),
+        draft: night.config.draft,
     };
     let created = tokio::select! {
         r = forge.create_pr(&req) => r,
@@ -375,6 +376,10 @@ pub(super) async fn earlier_pr(
         r.state == PrRecord::PrFailed
             || (r.state == PrRecord::Planned && branch_on_remote(night, &r.branch))
     }) {
+        // A PR opened now is a new one for the review queue too.
+        if let Some(end) = super::review_queue::full(night, entry, Some(r.branch.as_str())).await? {
+            return Ok(Some(end));
+        }
         let body = night
             .db(|| rec::pr_body(&night.pool, &night.repo_id, key, &r.branch))
             .await?;
