@@ -5,7 +5,7 @@
 //! nested in another task item and not inside a block quote, code or HTML;
 //! its first line is the title, the lines nested under it are its details
 //! (`accept:`, `verify:`, `scope:`, `question:`, `rounds:`, `timeout:`,
-//! anything else is a note). Block quotes in the document preamble and in the
+//! `max_changed_files:`, `max_diff_lines:`, anything else is a note). Block quotes in the document preamble and in the
 //! item's `##` section are its context. Parsing never fails: malformed detail
 //! lines become [`Problem`]s with file:line so `plan` can list them all at once.
 //! Boxes in block quotes (docs/backlog.md#items), HTML comments, code, tables (GitHub shows
@@ -35,7 +35,7 @@
 //! bullet (`- `, `1. `).
 //!
 //! This module is not the judge of limits: it exposes `rounds:`/`timeout:`
-//! values with their line numbers, and the contract module checks them
+//! and the change-size values with their line numbers, and the contract module checks them
 //! against the policy's caps. It does not render markdown and never rewrites
 //! the file except through [`tick`].
 
@@ -133,6 +133,12 @@ pub struct Details {
     /// (小时, 時), 分鐘 (分钟, 分), 秒; full-width letters and digits accepted.
     /// A bare number is a problem (minutes or seconds?).
     pub timeout: Option<(Duration, usize)>,
+    /// `max_changed_files: N` (N ≥ 1) and its line: at most N files in the
+    /// item's change; the contract checks it against `[limits]`.
+    pub max_changed_files: Option<(u64, usize)>,
+    /// `max_diff_lines: N` (N ≥ 1) and its line: at most N lines added and
+    /// removed together.
+    pub max_diff_lines: Option<(u64, usize)>,
     /// Every other nested line: the indentation all the item's nested lines
     /// share and trailing whitespace removed, otherwise verbatim (context for
     /// the writer). Not the marker's width: `9. [ ]` renumbered `10. [ ]`
@@ -171,6 +177,10 @@ pub enum DetailKind {
     Rounds,
     /// `timeout:`
     Timeout,
+    /// `max_changed_files:`
+    MaxChangedFiles,
+    /// `max_diff_lines:`
+    MaxDiffLines,
     /// Anything else (context for the writer).
     Note,
 }
@@ -1094,7 +1104,7 @@ fn read_detail(
             DetailKind::Note
         }
         Some((kind, value)) => {
-            keyword_detail(kind, value, line, details, &mut problem);
+            read_keyword(kind, value, line, details, &mut problem);
             kind
         }
     };
@@ -1123,8 +1133,9 @@ fn note_problem(body: &str) -> Option<String> {
     })
 }
 
-/// Records the detail `kind: value` of `line` in `details`, or its problems.
-fn keyword_detail(
+/// Records the value of one keyword line (`kind`, its trimmed `value`, at
+/// `line`) in `details`; a malformed value goes to `problem` instead.
+fn read_keyword(
     kind: DetailKind,
     value: &str,
     line: usize,
@@ -1145,76 +1156,88 @@ fn keyword_detail(
             Ok(cmd) => details.verify.push(cmd),
             Err(message) => problem(message),
         },
-        DetailKind::Scope => match scope_globs(value) {
-            Err(message) => problem(message),
-            Ok(globs) if globs.is_empty() => problem(
-                "empty `scope:` — write the paths the writer may change, e.g. `scope: src/**`"
-                    .to_string(),
-            ),
-            Ok(globs) => {
-                for glob in globs {
-                    match globset::Glob::new(&glob) {
-                        Ok(_) => details.scope.push(glob),
-                        Err(err) => problem(format!(
-                            "bad glob `{glob}` in `scope:`: {} — fix the pattern",
-                            err.kind()
-                        )),
-                    }
+        DetailKind::Scope => read_scope(value, details, problem),
+        DetailKind::Rounds => match item_rounds(value) {
+            Ok(n) => {
+                if let Some((_, first)) = details.rounds {
+                    problem(format!(
+                        "`rounds:` given again (first on line {first}) — keep one"
+                    ));
                 }
+                details.rounds = Some((n, line));
             }
+            Err(message) => problem(message),
         },
-        DetailKind::Rounds => set_once(
-            &mut details.rounds,
-            item_rounds(value),
-            "rounds",
-            line,
-            problem,
-        ),
-        DetailKind::Timeout => set_once(
-            &mut details.timeout,
-            item_timeout(value),
-            "timeout",
-            line,
-            problem,
-        ),
-        // keyword() yields only the six keywords above.
+        DetailKind::Timeout => match item_timeout(value) {
+            Ok(d) => {
+                if let Some((_, first)) = details.timeout {
+                    problem(format!(
+                        "`timeout:` given again (first on line {first}) — keep one"
+                    ));
+                }
+                details.timeout = Some((d, line));
+            }
+            Err(message) => problem(message),
+        },
+        DetailKind::MaxChangedFiles | DetailKind::MaxDiffLines => {
+            let word = kind_word(kind);
+            let slot = if kind == DetailKind::MaxChangedFiles {
+                &mut details.max_changed_files
+            } else {
+                &mut details.max_diff_lines
+            };
+            match item_count(word, value) {
+                Ok(n) => {
+                    if let Some((_, first)) = *slot {
+                        problem(format!(
+                            "`{word}:` given again (first on line {first}) — keep one"
+                        ));
+                    }
+                    *slot = Some((n, line));
+                }
+                Err(message) => problem(message),
+            }
+        }
+        // keyword() yields only the keywords of KEYWORDS.
         DetailKind::Note => {}
     }
 }
 
-/// Sets a detail given at most once per item (`rounds:`, `timeout:`) to
-/// `value` read on `line`; a second one is a problem (the later one stands).
-fn set_once<T>(
-    slot: &mut Option<(T, usize)>,
-    value: Result<T, String>,
-    keyword: &str,
-    line: usize,
-    problem: &mut dyn FnMut(String),
-) {
-    match value {
-        Ok(v) => {
-            if let Some((_, first)) = slot {
-                problem(format!(
-                    "`{keyword}:` given again (first on line {first}) — keep one"
-                ));
-            }
-            *slot = Some((v, line));
-        }
+/// The globs of a `scope:` value, each checked to compile.
+fn read_scope(value: &str, details: &mut Details, problem: &mut dyn FnMut(String)) {
+    match scope_globs(value) {
         Err(message) => problem(message),
+        Ok(globs) if globs.is_empty() => problem(
+            "empty `scope:` — write the paths the writer may change, e.g. `scope: src/**`"
+                .to_string(),
+        ),
+        Ok(globs) => {
+            for glob in globs {
+                match globset::Glob::new(&glob) {
+                    Ok(_) => details.scope.push(glob),
+                    Err(err) => problem(format!(
+                        "bad glob `{glob}` in `scope:`: {} — fix the pattern",
+                        err.kind()
+                    )),
+                }
+            }
+        }
     }
 }
 
-/// The six detail keywords of docs/backlog.md#details and their kinds.
-const KEYWORDS: [(&str, DetailKind); 6] = [
+/// The eight detail keywords of docs/backlog.md#details and their kinds.
+const KEYWORDS: [(&str, DetailKind); 8] = [
     ("accept", DetailKind::Accept),
     ("verify", DetailKind::Verify),
     ("scope", DetailKind::Scope),
     ("question", DetailKind::Question),
     ("rounds", DetailKind::Rounds),
     ("timeout", DetailKind::Timeout),
+    ("max_changed_files", DetailKind::MaxChangedFiles),
+    ("max_diff_lines", DetailKind::MaxDiffLines),
 ];
 
-/// Splits `keyword: value` for the six detail keywords (ASCII case-insensitive,
+/// Splits `keyword: value` for the detail keywords (ASCII case-insensitive,
 /// `:` or full-width `：`, optionally wrapped in emphasis: `**accept:** x`,
 /// `**accept**: x`, `_accept_: x`, or the whole line `**accept: x**`).
 /// Returns the kind and the trimmed value.
@@ -1272,7 +1295,7 @@ fn near_keyword(body: &str) -> Option<(String, &'static str)> {
     let colon = body.find([':', '：'])?;
     let typed = body[..colon].trim_end_matches(['*', '_', ' ', '\t']);
     if typed.is_empty()
-        || typed.len() > 14
+        || typed.len() > 20
         || !typed
             .chars()
             .all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-')
@@ -1284,7 +1307,7 @@ fn near_keyword(body: &str) -> Option<(String, &'static str)> {
         return None;
     }
     // Whole words people write for these keywords.
-    const ALIASES: [(&str, &str); 8] = [
+    const ALIASES: [(&str, &str); 10] = [
         ("acceptance", "accept"),
         ("accepts", "accept"),
         ("verification", "verify"),
@@ -1293,6 +1316,8 @@ fn near_keyword(body: &str) -> Option<(String, &'static str)> {
         ("round", "rounds"),
         ("time-out", "timeout"),
         ("time_out", "timeout"),
+        ("max_files", "max_changed_files"),
+        ("max_lines", "max_diff_lines"),
     ];
     if let Some((_, meant)) = ALIASES.iter().find(|(a, _)| *a == lower) {
         return Some((typed.to_string(), meant));
@@ -1490,6 +1515,27 @@ fn item_rounds(value: &str) -> Result<u32, String> {
     }
 }
 
+/// The value of `max_changed_files:` or `max_diff_lines:` (`word`): a whole
+/// number of at least 1 (full-width digits accepted).
+fn item_count(word: &str, value: &str) -> Result<u64, String> {
+    let narrowed = narrow(value);
+    let digits = narrowed.trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "`{word}: {value}` is not a whole number — write e.g. `{word}: 20`"
+        ));
+    }
+    match digits.parse::<u64>() {
+        Ok(0) => Err(format!(
+            "`{word}: {value}`: a change touches at least 1 — write e.g. `{word}: 20`, or delete the line to use the policy's limit"
+        )),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "`{word}: {value}` is far above any policy cap — write e.g. `{word}: 20`"
+        )),
+    }
+}
+
 /// The value of `timeout:`: the one duration grammar of [`crate::duration`]
 /// (see [`Details::timeout`]).
 fn item_timeout(value: &str) -> Result<Duration, String> {
@@ -1632,6 +1678,8 @@ fn kind_word(kind: DetailKind) -> &'static str {
         DetailKind::Question => "question",
         DetailKind::Rounds => "rounds",
         DetailKind::Timeout => "timeout",
+        DetailKind::MaxChangedFiles => "max_changed_files",
+        DetailKind::MaxDiffLines => "max_diff_lines",
         DetailKind::Note => "note",
     }
 }
@@ -2192,6 +2240,47 @@ mod tests {
         // Emphasis must close around the keyword or its colon.
         assert_eq!(keyword("**accept: x"), None);
         assert_eq!(keyword("**accepted**: x"), None);
+    }
+
+    #[test]
+    fn change_limits_are_detail_lines() {
+        let b = parse(
+            Path::new("NEXT.md"),
+            "- [ ] Add sub
+  - max_changed_files: 3
+  - **MAX_DIFF_LINES:** ４０
+  - max-changed-files: 2
+  - max_diff_lines: 0
+  - max_files: 9
+  - max_changed_files: 5
+",
+        );
+        let d = &b.items[0].details;
+        assert_eq!(d.max_changed_files, Some((5, 7)));
+        assert_eq!(d.max_diff_lines, Some((40, 3)));
+        assert_eq!(d.lines[0].kind, DetailKind::MaxChangedFiles);
+        let problems: Vec<(usize, &str)> = b
+            .problems
+            .iter()
+            .map(|p| (p.line, p.message.as_str()))
+            .collect();
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(
+            problems[0].1.contains("did you mean `max_changed_files:`"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1]
+                .1
+                .contains("`max_diff_lines: 0`: a change touches at least 1")
+        );
+        assert!(problems[2].1.contains("did you mean `max_changed_files:`"));
+        assert!(
+            problems[3]
+                .1
+                .contains("`max_changed_files:` given again (first on line 2)")
+        );
+        assert!(item_count("max_diff_lines", "lots").is_err());
     }
 
     #[test]

@@ -63,6 +63,17 @@ pub struct Config {
     /// (docs/config.md). Default 1 GiB.
     #[serde(with = "human_size")]
     pub max_agent_output: u64,
+    /// No new PR is opened while this many nightshift PRs of the repository
+    /// are open: the items not started end `review_queue_full`
+    /// (docs/loop.md "Before the checkout"). `None`: no limit (the default).
+    pub max_open_prs: Option<u32>,
+    /// Open PRs as drafts (GitHub's `draft: true`; docs/github.md#pull-requests).
+    pub draft: bool,
+    /// Globs of paths no writer may change, whatever its item's `scope:`
+    /// (`scope:`'s matching rules, docs/backlog.md#details); a round that
+    /// changes one breaks a rule (docs/loop.md#proof). Sealed in every
+    /// contract. Default: none.
+    pub protected: Vec<String>,
     /// Hard caps; an item may lower them, never raise them.
     pub limits: Limits,
     /// The agent that changes the code.
@@ -102,6 +113,9 @@ impl Default for Config {
             gate_env: vec![],
             max_findings_per_item: 5,
             max_agent_output: DEFAULT_MAX_AGENT_OUTPUT,
+            max_open_prs: None,
+            draft: false,
+            protected: vec![],
             limits: Limits::default(),
             writer: AgentConfig::default(),
             reviewer: AgentConfig::default(),
@@ -153,6 +167,12 @@ pub struct Limits {
     /// Longest usage-limit sleep.
     #[serde(with = "human_duration")]
     pub limit_sleep_max: Duration,
+    /// Files one item's change may touch (added, modified, deleted or
+    /// renamed, counted once each), from git (docs/loop.md#proof).
+    pub max_changed_files: u64,
+    /// Lines one item's change may add and remove together, from git
+    /// (binary files count no lines).
+    pub max_diff_lines: u64,
 }
 
 impl Default for Limits {
@@ -170,9 +190,17 @@ impl Default for Limits {
             limit_buffer: Duration::from_secs(120),
             limit_sleep_min: Duration::from_secs(60),
             limit_sleep_max: Duration::from_secs(6 * 60 * 60),
+            max_changed_files: DEFAULT_MAX_CHANGED_FILES,
+            max_diff_lines: DEFAULT_MAX_DIFF_LINES,
         }
     }
 }
+
+/// The default `[limits] max_changed_files` (docs/config.md#limits).
+pub const DEFAULT_MAX_CHANGED_FILES: u64 = 100;
+
+/// The default `[limits] max_diff_lines` (docs/config.md#limits).
+pub const DEFAULT_MAX_DIFF_LINES: u64 = 5000;
 
 /// Which adapter drives an agent (docs/agents.md).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -351,7 +379,9 @@ fn validate_workers(path: &Path, text: &str, c: &Config) -> Result<(), ConfigErr
     if c.jobs == 0 || c.jobs > MAX_JOBS {
         return Err(bad(
             "jobs",
-            format!("must be between 1 and {MAX_JOBS} (workers on this host, each with its own checkout)"),
+            format!(
+                "must be between 1 and {MAX_JOBS} (workers on this host, each with its own checkout)"
+            ),
         ));
     }
     if c.lease < crate::queue::MIN_LEASE {
@@ -360,12 +390,18 @@ fn validate_workers(path: &Path, text: &str, c: &Config) -> Result<(), ConfigErr
             "must be at least \"5s\" (a heartbeat renews it every third of it); the default is \"2m\"".into(),
         ));
     }
-    let named = [("writer.account", &c.writer), ("reviewer.account", &c.reviewer)];
+    let named = [
+        ("writer.account", &c.writer),
+        ("reviewer.account", &c.reviewer),
+    ];
     if let Some((key, _)) = named
         .iter()
         .find(|(_, a)| a.account.as_deref().is_some_and(|n| n.trim().is_empty()))
     {
-        return Err(bad(key, "must not be empty: name the account, or leave the key out (the agent's kind)".into()));
+        return Err(bad(
+            key,
+            "must not be empty: name the account, or leave the key out (the agent's kind)".into(),
+        ));
     }
     Ok(())
 }
@@ -374,13 +410,36 @@ fn validate_workers(path: &Path, text: &str, c: &Config) -> Result<(), ConfigErr
 /// an agent session.
 pub const MAX_JOBS: u32 = 64;
 
-/// Checks that serde cannot express (ranges, emptiness, consistency).
+/// Checks that serde cannot express (ranges, emptiness, consistency),
+/// table by table; the first refusal names the file, the line and the key.
 fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
     let bad = |key: &str, message: String| refusal(path, text, key, message);
-    if c.limits.rounds == 0 {
+    validate_limits(&c.limits, &bad)?;
+    validate_env(c, &bad)?;
+    if let Err(message) = c.notify.validate() {
+        let key = message.split('`').nth(1).unwrap_or("notify").to_string();
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            line: line_of_key(text, key.trim_start_matches("notify.")),
+            key: Some(key),
+            message,
+        });
+    }
+    validate_agents(c, &bad)?;
+    validate_names(c, &bad)?;
+    validate_review_work(c, &bad)?;
+    validate_recipes(c, &bad)
+}
+
+/// How a `validate_*` check refuses a value: the key and what is wrong.
+type Refuse<'a> = dyn Fn(&str, String) -> ConfigError + 'a;
+
+/// `[limits]`: rounds, tokens, attempts, money, sleeps and change sizes in range.
+fn validate_limits(l: &Limits, bad: &Refuse<'_>) -> Result<(), ConfigError> {
+    if l.rounds == 0 {
         return Err(bad("rounds", "must be at least 1".into()));
     }
-    if c.limits.rounds > MAX_ROUNDS {
+    if l.rounds > MAX_ROUNDS {
         return Err(bad(
             "rounds",
             format!(
@@ -388,12 +447,59 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
-    if c.limits.max_tokens < 1000 {
+    if l.max_tokens < 1000 {
         return Err(bad(
             "max_tokens",
             "must be at least 1000 (a single agent call uses more)".into(),
         ));
     }
+    if l.max_attempts == 0 {
+        return Err(bad("max_attempts", "must be at least 1".into()));
+    }
+    if l.max_tend_rounds == 0 || l.max_tend_rounds > MAX_ROUNDS {
+        return Err(bad(
+            "max_tend_rounds",
+            format!("must be between 1 and {MAX_ROUNDS}"),
+        ));
+    }
+    for (key, usd) in [
+        ("max_cost_usd", l.max_cost_usd),
+        ("max_cost_usd_per_run", l.max_cost_usd_per_run),
+    ] {
+        if !(usd > 0.0 && usd.is_finite()) {
+            return Err(bad(key, "must be a positive number of USD".into()));
+        }
+        if usd > MAX_COST_USD {
+            return Err(bad(
+                key,
+                format!(
+                    "must be at most {MAX_COST_USD} USD (a cap is for a night's spend; a higher one is no cap at all)"
+                ),
+            ));
+        }
+    }
+    if l.limit_sleep_min > l.limit_sleep_max {
+        return Err(bad(
+            "limit_sleep_min",
+            "is longer than `limit_sleep_max`; lower it or raise `limit_sleep_max`".into(),
+        ));
+    }
+    for (key, n) in [
+        ("max_changed_files", l.max_changed_files),
+        ("max_diff_lines", l.max_diff_lines),
+    ] {
+        if n == 0 {
+            return Err(bad(
+                key,
+                "must be at least 1 (every change touches something)".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `secrets`, `gate_env` and `max_agent_output`: what agents and gates see.
+fn validate_env(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
     if let Some(bad_name) = c
         .secrets
         .iter()
@@ -429,46 +535,11 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
-    if let Err(message) = c.notify.validate() {
-        let key = message.split('`').nth(1).unwrap_or("notify").to_string();
-        return Err(ConfigError::Invalid {
-            path: path.to_path_buf(),
-            line: line_of_key(text, key.trim_start_matches("notify.")),
-            key: Some(key),
-            message,
-        });
-    }
-    if c.limits.max_attempts == 0 {
-        return Err(bad("max_attempts", "must be at least 1".into()));
-    }
-    if c.limits.max_tend_rounds == 0 || c.limits.max_tend_rounds > MAX_ROUNDS {
-        return Err(bad(
-            "max_tend_rounds",
-            format!("must be between 1 and {MAX_ROUNDS}"),
-        ));
-    }
-    for (key, usd) in [
-        ("max_cost_usd", c.limits.max_cost_usd),
-        ("max_cost_usd_per_run", c.limits.max_cost_usd_per_run),
-    ] {
-        if !(usd > 0.0 && usd.is_finite()) {
-            return Err(bad(key, "must be a positive number of USD".into()));
-        }
-        if usd > MAX_COST_USD {
-            return Err(bad(
-                key,
-                format!(
-                    "must be at most {MAX_COST_USD} USD (a cap is for a night's spend; a higher one is no cap at all)"
-                ),
-            ));
-        }
-    }
-    if c.limits.limit_sleep_min > c.limits.limit_sleep_max {
-        return Err(bad(
-            "limit_sleep_min",
-            "is longer than `limit_sleep_max`; lower it or raise `limit_sleep_max`".into(),
-        ));
-    }
+    Ok(())
+}
+
+/// `[writer]` and `[reviewer]`: an executable, and no codex flag nightshift owns.
+fn validate_agents(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
     for (name, a) in [("writer", &c.writer), ("reviewer", &c.reviewer)] {
         if a.command.is_empty() || a.command[0].trim().is_empty() {
             let example = if a.kind == AgentKind::Command {
@@ -492,13 +563,18 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
-    for key in ["backlog", "base", "remote", "label"] {
-        let v = match key {
-            "backlog" => &c.backlog,
-            "base" => &c.base,
-            "remote" => &c.remote,
-            _ => &c.label,
-        };
+    Ok(())
+}
+
+/// Names and paths of the top level: non-empty, a known zone, `OWNER/REPO`,
+/// real commands, a backlog inside the repository.
+fn validate_names(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
+    for (key, v) in [
+        ("backlog", &c.backlog),
+        ("base", &c.base),
+        ("remote", &c.remote),
+        ("label", &c.label),
+    ] {
         if v.trim().is_empty() {
             return Err(bad(key, "must not be empty".into()));
         }
@@ -520,17 +596,13 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
-    if c.verify
-        .iter()
-        .chain(c.setup.iter())
-        .any(|v| v.trim().is_empty())
+    if let Some(key) = [("verify", &c.verify), ("setup", &c.setup)]
+        .into_iter()
+        .find(|(_, cmds)| cmds.iter().any(|v| v.trim().is_empty()))
+        .map(|(key, _)| key)
     {
         return Err(bad(
-            if c.verify.iter().any(|v| v.trim().is_empty()) {
-                "verify"
-            } else {
-                "setup"
-            },
+            key,
             "an empty command would always pass; remove it or write the command".into(),
         ));
     }
@@ -543,6 +615,45 @@ fn validate(path: &Path, text: &str, c: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    Ok(())
+}
+
+/// `max_open_prs` and `protected` (docs/config.md): a limit of at least one
+/// PR, and globs that compile under `scope:`'s rules.
+fn validate_review_work(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
+    if c.max_open_prs == Some(0) {
+        return Err(bad(
+            "max_open_prs",
+            "must be at least 1; remove the key for no limit, e.g. `max_open_prs = 10`".into(),
+        ));
+    }
+    for glob in &c.protected {
+        if glob.trim().is_empty() || glob.trim() == "/" || glob.trim() == "./" {
+            return Err(bad(
+                "protected",
+                format!(
+                    "{glob:?} is not a path glob; write e.g. `protected = [\"migrations/**\", \".github/**\"]`"
+                ),
+            ));
+        }
+        if let Err(e) = crate::proof::Scope::new(std::slice::from_ref(glob)) {
+            let why = match e {
+                crate::proof::ProofError::Scope { source, .. } => source.kind().to_string(),
+                other => other.to_string(),
+            };
+            return Err(bad(
+                "protected",
+                format!(
+                    "bad glob {glob:?}: {why}; write e.g. `protected = [\"migrations/**\", \".github/**\"]`"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[[recipes]]`: a template inside the repository, a prefix, rounds within the cap.
+fn validate_recipes(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
     for r in &c.recipes {
         if !is_inside_repo(&r.prompt) {
             return Err(bad(
@@ -1018,6 +1129,9 @@ secrets = []                   # more variables agents and gates never see
 gate_env = []                  # variables passed to gate commands only
 max_findings_per_item = 5      # writer FINDINGS filed as issues, per item
 max_agent_output = "1GiB"      # an agent call printing more is killed; its round fails
+# max_open_prs = 10            # example: no new PR while 10 nightshift PRs are open (default: no limit)
+draft = false                  # true: open PRs as drafts
+protected = []                 # e.g. ["migrations/**", ".github/**"]: paths no writer may change
 
 [limits]                       # caps; an item may lower them, never raise them.
 # The defaults, shown commented out: uncomment a line to set your own cap
@@ -1034,6 +1148,8 @@ max_agent_output = "1GiB"      # an agent call printing more is killed; its roun
 # limit_buffer = "120s"
 # limit_sleep_min = "60s"
 # limit_sleep_max = "6h"
+# max_changed_files = 100        # files one item's change may touch
+# max_diff_lines = 5000          # lines one item's change may add and remove
 
 [writer]
 kind = "claude"                # claude | codex | command
@@ -1183,6 +1299,19 @@ mod tests {
             ("[recipes]\nprefix = \"fix:\"\n", "[[recipes]]"),
             ("[limits]\nlimit_sleep_min = \"7h\"\n", "lower it or raise"),
             ("base = \"\"\n", "`base = \"main\"`"),
+            ("max_open_prs = 0\n", "`max_open_prs = 10`"),
+            ("max_open_prs = \"many\"\n", "`max_open_prs = 10`"),
+            ("draft = 1\n", "`draft = false`"),
+            ("protected = \"x/**\"\n", "`protected = [\"x/**\"]`"),
+            ("protected = [\"a[b\"]\n", "`protected = [\"migrations/**\""),
+            (
+                "[limits]\nmax_changed_files = 0\n",
+                "`max_changed_files = 100`",
+            ),
+            (
+                "[limits]\nmax_diff_lines = \"5k\"\n",
+                "`max_diff_lines = 5000`",
+            ),
         ];
         for (text, fix) in cases {
             let (line, _, message) = err(text);

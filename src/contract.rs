@@ -62,6 +62,39 @@ pub struct ResolvedLimits {
     pub max_tokens: Resolved<u64>,
     /// USD for the item (enforced only where the agent reports a cost).
     pub max_cost_usd: Resolved<f64>,
+    /// Files the item's change may touch (docs/loop.md#proof). Left out of
+    /// the canonical JSON at nightshift's built-in default (source
+    /// `default`), as contracts sealed before this limit existed were, so
+    /// their SHAs stay the same (docs/contract.md#limit-sources).
+    #[serde(
+        default = "default_max_changed_files",
+        skip_serializing_if = "at_default"
+    )]
+    pub max_changed_files: Resolved<u64>,
+    /// Lines the item's change may add and remove together; left out of the
+    /// JSON at the built-in default, as `max_changed_files` is.
+    #[serde(default = "default_max_diff_lines", skip_serializing_if = "at_default")]
+    pub max_diff_lines: Resolved<u64>,
+}
+
+/// Whether a limit is nightshift's built-in default (not set by the policy
+/// or the item): such a limit added after version 2 is not serialised.
+fn at_default<T>(r: &Resolved<T>) -> bool {
+    r.source == Source::Default
+}
+
+fn default_max_changed_files() -> Resolved<u64> {
+    Resolved {
+        value: config::DEFAULT_MAX_CHANGED_FILES,
+        source: Source::Default,
+    }
+}
+
+fn default_max_diff_lines() -> Resolved<u64> {
+    Resolved {
+        value: config::DEFAULT_MAX_DIFF_LINES,
+        source: Source::Default,
+    }
 }
 
 impl ResolvedLimits {
@@ -76,6 +109,18 @@ impl ResolvedLimits {
     /// Gate timeout as a [`Duration`].
     pub fn gate_timeout(&self) -> Duration {
         Duration::from_secs(self.gate_timeout_secs.value)
+    }
+}
+
+impl Contract {
+    /// The limits a round's change is held to (docs/loop.md#proof): the
+    /// sealed `max_changed_files`, `max_diff_lines` and `protected`.
+    pub fn change_limits(&self) -> crate::proof::ChangeLimits<'_> {
+        crate::proof::ChangeLimits {
+            max_changed_files: self.limits.max_changed_files.value,
+            max_diff_lines: self.limits.max_diff_lines.value,
+            protected: &self.protected,
+        }
     }
 }
 
@@ -142,6 +187,11 @@ pub struct Contract {
     pub setup: Vec<String>,
     /// Paths the writer may change (empty: everything).
     pub scope: Vec<String>,
+    /// Globs of paths no writer may change, whatever the scope (config
+    /// `protected`); left out of the JSON when empty, so contracts sealed
+    /// before the key existed keep their SHAs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected: Vec<String>,
     /// Open questions; an item with any is blocked.
     pub questions: Vec<String>,
     /// Free context lines for the writer.
@@ -336,20 +386,11 @@ fn seal(
     policy_keys: &[String],
 ) -> Result<Contract, Vec<Problem>> {
     let mut problems = Vec::new();
-    let caps = &c.limits;
-    let cap_source = |key: &str| {
-        if policy_keys.iter().any(|k| k == key) {
-            Source::Policy
-        } else {
-            Source::Default
-        }
-    };
     let problem = |line: usize, message: String| Problem {
         path: path.to_path_buf(),
         line,
         message,
     };
-
     let recipe = c
         .recipes
         .iter()
@@ -375,64 +416,12 @@ fn seal(
         }
         None => None,
     };
-
-    let rounds = match (item.details.rounds, recipe.and_then(|r| r.rounds)) {
-        (Some((n, line)), _) => {
-            if n > caps.rounds {
-                problems.push(problem(line, format!("`rounds: {n}` is above the policy cap of {}; lower it or raise [limits] rounds", caps.rounds)));
-            }
-            Resolved {
-                value: n,
-                source: Source::Item,
-            }
-        }
-        (None, Some(n)) => Resolved {
-            value: n.min(caps.rounds),
-            source: Source::Recipe,
-        },
-        (None, None) => Resolved {
-            value: caps.rounds,
-            source: cap_source("rounds"),
-        },
-    };
-    let item_timeout = match item.details.timeout {
-        Some((d, line)) => {
-            if d > caps.item_timeout {
-                problems.push(problem(line, format!("`timeout: {}` is above the policy cap of {}; lower it or raise [limits] item_timeout", config::format_duration(d), config::format_duration(caps.item_timeout))));
-            }
-            Resolved {
-                value: d.as_secs(),
-                source: Source::Item,
-            }
-        }
-        None => Resolved {
-            value: caps.item_timeout.as_secs(),
-            source: cap_source("item_timeout"),
-        },
-    };
+    let limits = resolve_limits(item, recipe, c, policy_keys, &mut |line, message| {
+        problems.push(problem(line, message))
+    });
     if !problems.is_empty() {
         return Err(problems);
     }
-    let limits = ResolvedLimits {
-        rounds,
-        item_timeout_secs: item_timeout,
-        agent_timeout_secs: Resolved {
-            value: caps.agent_timeout.as_secs(),
-            source: cap_source("agent_timeout"),
-        },
-        gate_timeout_secs: Resolved {
-            value: caps.gate_timeout.as_secs(),
-            source: cap_source("gate_timeout"),
-        },
-        max_tokens: Resolved {
-            value: caps.max_tokens,
-            source: cap_source("max_tokens"),
-        },
-        max_cost_usd: Resolved {
-            value: caps.max_cost_usd,
-            source: cap_source("max_cost_usd"),
-        },
-    };
     let d = &item.details;
     Ok(Contract {
         version: 2,
@@ -449,6 +438,7 @@ fn seal(
         },
         setup: c.setup.clone(),
         scope: d.scope.clone(),
+        protected: c.protected.clone(),
         questions: d.questions.clone(),
         notes: d.notes.clone(),
         limits,
@@ -458,6 +448,148 @@ fn seal(
         base: c.base.clone(),
         label: c.label.clone(),
     })
+}
+
+/// The item's limits with their sources (docs/contract.md#limit-sources):
+/// its own detail lines, else the recipe's rounds, else the policy caps,
+/// else the defaults. A detail line above its cap is reported to `problem`
+/// (its line and the message) and kept as written.
+fn resolve_limits(
+    item: &Item,
+    recipe: Option<&config::Recipe>,
+    c: &Config,
+    policy_keys: &[String],
+    problem: &mut dyn FnMut(usize, String),
+) -> ResolvedLimits {
+    let caps = &c.limits;
+    let source = |key: &str| {
+        if policy_keys.iter().any(|k| k == key) {
+            Source::Policy
+        } else {
+            Source::Default
+        }
+    };
+    let cap = |key: &str, value: u64| Resolved {
+        value,
+        source: source(key),
+    };
+    let d = &item.details;
+    ResolvedLimits {
+        rounds: rounds(d, recipe, caps.rounds, source("rounds"), problem),
+        item_timeout_secs: item_timeout(d, caps.item_timeout, source("item_timeout"), problem),
+        agent_timeout_secs: cap("agent_timeout", caps.agent_timeout.as_secs()),
+        gate_timeout_secs: cap("gate_timeout", caps.gate_timeout.as_secs()),
+        max_tokens: cap("max_tokens", caps.max_tokens),
+        max_cost_usd: Resolved {
+            value: caps.max_cost_usd,
+            source: source("max_cost_usd"),
+        },
+        max_changed_files: lowered(
+            "max_changed_files",
+            d.max_changed_files,
+            cap("max_changed_files", caps.max_changed_files),
+            problem,
+        ),
+        max_diff_lines: lowered(
+            "max_diff_lines",
+            d.max_diff_lines,
+            cap("max_diff_lines", caps.max_diff_lines),
+            problem,
+        ),
+    }
+}
+
+/// Rounds: the item's `rounds:` (a problem above `cap`), else the recipe's
+/// (clamped to `cap`), else `cap` from `cap_source`.
+fn rounds(
+    d: &crate::backlog::Details,
+    recipe: Option<&config::Recipe>,
+    cap: u32,
+    cap_source: Source,
+    problem: &mut dyn FnMut(usize, String),
+) -> Resolved<u32> {
+    match (d.rounds, recipe.and_then(|r| r.rounds)) {
+        (Some((n, line)), _) => {
+            if n > cap {
+                problem(
+                    line,
+                    format!(
+                        "`rounds: {n}` is above the policy cap of {cap}; lower it or raise [limits] rounds"
+                    ),
+                );
+            }
+            Resolved {
+                value: n,
+                source: Source::Item,
+            }
+        }
+        (None, Some(n)) => Resolved {
+            value: n.min(cap),
+            source: Source::Recipe,
+        },
+        (None, None) => Resolved {
+            value: cap,
+            source: cap_source,
+        },
+    }
+}
+
+/// The item timeout in seconds: the item's `timeout:` (a problem above
+/// `cap`), else `cap` from `cap_source`.
+fn item_timeout(
+    d: &crate::backlog::Details,
+    cap: Duration,
+    cap_source: Source,
+    problem: &mut dyn FnMut(usize, String),
+) -> Resolved<u64> {
+    match d.timeout {
+        Some((t, line)) => {
+            if t > cap {
+                problem(
+                    line,
+                    format!(
+                        "`timeout: {}` is above the policy cap of {}; lower it or raise [limits] item_timeout",
+                        config::format_duration(t),
+                        config::format_duration(cap)
+                    ),
+                );
+            }
+            Resolved {
+                value: t.as_secs(),
+                source: Source::Item,
+            }
+        }
+        None => Resolved {
+            value: cap.as_secs(),
+            source: cap_source,
+        },
+    }
+}
+
+/// A count limit an item line (`key: N` and its line) may lower: the
+/// item's value (a problem above the cap), else the cap.
+fn lowered(
+    key: &str,
+    given: Option<(u64, usize)>,
+    cap: Resolved<u64>,
+    problem: &mut dyn FnMut(usize, String),
+) -> Resolved<u64> {
+    let Some((n, line)) = given else {
+        return cap;
+    };
+    if n > cap.value {
+        problem(
+            line,
+            format!(
+                "`{key}: {n}` is above the policy cap of {}; lower it or raise [limits] {key}",
+                cap.value
+            ),
+        );
+    }
+    Resolved {
+        value: n,
+        source: Source::Item,
+    }
 }
 
 /// True when `rel` names a path inside `repo` (docs/config.md#recipes: a path inside
@@ -546,8 +678,8 @@ fn card_rules(s: &mut String, c: &Contract) {
     }
 }
 
-/// The card's lines of limits and budget, each with where it came from,
-/// and the two agents.
+/// The card's lines of limits and budget, the change's size and the
+/// protected paths, each with where it came from, and the two agents.
 fn card_limits(s: &mut String, c: &Contract) {
     let l = &c.limits;
     let src = |x: Source| format!("{x:?}").to_lowercase();
@@ -572,6 +704,21 @@ fn card_limits(s: &mut String, c: &Contract) {
         l.max_cost_usd.value,
         src(l.max_cost_usd.source)
     );
+    let _ = writeln!(
+        s,
+        "   change    at most {} files ({}) · {} lines added and removed ({})",
+        l.max_changed_files.value,
+        src(l.max_changed_files.source),
+        l.max_diff_lines.value,
+        src(l.max_diff_lines.source)
+    );
+    if !c.protected.is_empty() {
+        let _ = writeln!(
+            s,
+            "   protected {} (never changed, whatever the scope)",
+            c.protected.join(", ")
+        );
+    }
     let _ = writeln!(
         s,
         "   writer    {} {}",
@@ -680,9 +827,9 @@ pub fn plan_from_ledger(
     }
     let mut entries = Vec::new();
     for (sha, json) in stored {
-        let json = json.as_ref().ok_or_else(|| {
-            format!("the ledger holds no contract {sha} of plan {plan_sha}")
-        })?;
+        let json = json
+            .as_ref()
+            .ok_or_else(|| format!("the ledger holds no contract {sha} of plan {plan_sha}"))?;
         let Ok(contract) = serde_json::from_value::<Contract>(json.clone()) else {
             continue;
         };
@@ -721,4 +868,96 @@ pub fn plan_from_ledger(
         },
         tend: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan of `backlog` under the config text `config` (no file when empty).
+    fn plan(backlog: &str, config: &str) -> Plan {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        if !config.is_empty() {
+            std::fs::write(&path, config).unwrap();
+        }
+        let loaded = config::load(&path).unwrap();
+        let backlog = crate::backlog::parse(Path::new("NEXT.md"), backlog);
+        build_plan(dir.path(), &backlog, &loaded).unwrap()
+    }
+
+    fn limit_keys(p: &Plan) -> Vec<String> {
+        let v: serde_json::Value =
+            serde_json::from_str(&p.entries[0].contract.canonical_json()).unwrap();
+        v["limits"].as_object().unwrap().keys().cloned().collect()
+    }
+
+    #[test]
+    fn limits_added_after_version_2_leave_the_json_alone_at_their_defaults() {
+        let p = plan("- [ ] Add sub\n", "");
+        // The six limits version 2 sealed, and nothing else: a contract
+        // sealed before the change limits existed keeps its SHA.
+        assert_eq!(
+            limit_keys(&p),
+            [
+                "agent_timeout_secs",
+                "gate_timeout_secs",
+                "item_timeout_secs",
+                "max_cost_usd",
+                "max_tokens",
+                "rounds"
+            ]
+        );
+        let json = p.entries[0].contract.canonical_json();
+        assert!(!json.contains("protected"), "{json}");
+        let c = &p.entries[0].contract;
+        assert_eq!(c.limits.max_changed_files.value, 100);
+        assert_eq!(c.limits.max_diff_lines.value, 5000);
+        // Read back, the left-out limits are the defaults again.
+        let back: Contract = serde_json::from_str(&json).unwrap();
+        assert_eq!(&back, c);
+    }
+
+    #[test]
+    fn change_limits_set_by_the_policy_or_the_item_are_sealed() {
+        let base = plan("- [ ] Add sub\n", "").entries[0].contract_sha.clone();
+        let policy = plan("- [ ] Add sub\n", "[limits]\nmax_diff_lines = 300\n");
+        assert!(limit_keys(&policy).contains(&"max_diff_lines".to_string()));
+        assert_eq!(
+            policy.entries[0].contract.limits.max_diff_lines.source,
+            Source::Policy
+        );
+        assert_ne!(policy.entries[0].contract_sha, base);
+        let item = plan("- [ ] Add sub\n  - max_changed_files: 3\n", "");
+        let files = &item.entries[0].contract.limits.max_changed_files;
+        assert_eq!((files.value, files.source), (3, Source::Item));
+        assert_ne!(item.entries[0].contract_sha, base);
+        let protected = plan("- [ ] Add sub\n", "protected = [\".github/**\"]\n");
+        assert_eq!(protected.entries[0].contract.protected, [".github/**"]);
+        assert_ne!(protected.entries[0].contract_sha, base);
+        // Not sealed: they are the night's, not the item's.
+        let night = plan("- [ ] Add sub\n", "max_open_prs = 3\ndraft = true\n");
+        assert_eq!(night.entries[0].contract_sha, base);
+    }
+
+    #[test]
+    fn an_item_may_lower_a_change_limit_never_raise_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[limits]\nmax_changed_files = 5\n").unwrap();
+        let loaded = config::load(&path).unwrap();
+        let backlog = crate::backlog::parse(
+            Path::new("NEXT.md"),
+            "- [ ] Add sub\n  - max_changed_files: 6\n  - max_diff_lines: 6000\n",
+        );
+        let problems = build_plan(dir.path(), &backlog, &loaded).unwrap_err();
+        let lines: Vec<usize> = problems.iter().map(|p| p.line).collect();
+        assert_eq!(lines, [2, 3], "{problems:?}");
+        assert!(
+            problems[0]
+                .message
+                .contains("raise [limits] max_changed_files")
+        );
+        assert!(problems[1].message.contains("policy cap of 5000"));
+    }
 }

@@ -158,6 +158,10 @@ text_set! {
         /// PR: there was no GitHub access to open it (the next run with
         /// access opens it; `report --show-body` shows it).
         BranchPushed => "branch_pushed",
+        /// Not started: `max_open_prs` nightshift PRs of the repository
+        /// are open, and the night opens no new one (docs/loop.md
+        /// "Before the checkout").
+        ReviewQueueFull => "review_queue_full",
     }
 }
 
@@ -165,7 +169,7 @@ impl Outcome {
     /// Whether this outcome fails the run (exit 1; docs/commands.md): every
     /// outcome but `pr_opened`, `already_open`, `already_merged`,
     /// `no_changes`, `blocked`, `not_approved`, `deadline`, `pr_updated`,
-    /// `pr_left_alone` and `branch_pushed`.
+    /// `pr_left_alone`, `branch_pushed` and `review_queue_full`.
     pub fn fails_run(self) -> bool {
         !matches!(
             self,
@@ -179,6 +183,7 @@ impl Outcome {
                 | Outcome::PrUpdated
                 | Outcome::PrLeftAlone
                 | Outcome::BranchPushed
+                | Outcome::ReviewQueueFull
         )
     }
 
@@ -206,9 +211,14 @@ impl Outcome {
     }
 
     /// Whether a resumed run takes the item up again rather than carrying
-    /// its end over: it was cut short, or pushed without its PR.
+    /// its end over: it was cut short, pushed without its PR, or not
+    /// started because the review queue was full (nothing was spent on it,
+    /// and PRs may have been merged since).
     pub fn resumes(self) -> bool {
-        matches!(self, Outcome::Interrupted | Outcome::PrFailed)
+        matches!(
+            self,
+            Outcome::Interrupted | Outcome::PrFailed | Outcome::ReviewQueueFull
+        )
     }
 }
 
@@ -459,7 +469,8 @@ mod tests {
                 "deadline",
                 "pr_updated",
                 "pr_left_alone",
-                "branch_pushed"
+                "branch_pushed",
+                "review_queue_full"
             ]
         );
         // A failed attempt always fails the run.

@@ -270,6 +270,91 @@ impl Proof {
     pub fn is_empty(&self) -> bool {
         self.changed.is_empty()
     }
+
+    /// The limits on the change's size and reach the round broke, joined
+    /// with `; `, or `None` (docs/loop.md#proof, outcome `rule_broken`):
+    /// more files than `max_changed_files` (a rename counts once), more
+    /// added plus removed lines than `max_diff_lines` (binary files count
+    /// none), or a changed path (either side of a rename) under a
+    /// `protected` glob. The reasons name the counts and the files, from git.
+    ///
+    /// # Errors
+    /// [`ProofError::Scope`] for a `protected` glob that does not compile
+    /// (the config refuses those before any run).
+    pub fn beyond_limits(&self, limits: &ChangeLimits<'_>) -> Result<Option<String>, ProofError> {
+        let mut reasons = Vec::new();
+        let files = self.changed.len() as u64;
+        if files > limits.max_changed_files {
+            let paths: Vec<&str> = self.changed.iter().map(|c| c.path.as_str()).collect();
+            reasons.push(format!(
+                "the change touches {files} files, above max_changed_files = {}: {}",
+                limits.max_changed_files,
+                listed(&paths)
+            ));
+        }
+        let (added, removed) = self.changed.iter().fold((0u64, 0u64), |(a, r), c| {
+            (a + c.added as u64, r + c.removed as u64)
+        });
+        if added + removed > limits.max_diff_lines {
+            let mut by_size: Vec<&FileChange> = self.changed.iter().collect();
+            by_size.sort_by_key(|c| std::cmp::Reverse(c.added + c.removed));
+            let largest: Vec<String> = by_size
+                .iter()
+                .take(3)
+                .map(|c| format!("{} +{} −{}", c.path, c.added, c.removed))
+                .collect();
+            reasons.push(format!(
+                "the change adds and removes {} lines (+{added} −{removed}), above max_diff_lines = {}; largest: {}",
+                added + removed,
+                limits.max_diff_lines,
+                largest.join(", ")
+            ));
+        }
+        if !limits.protected.is_empty() {
+            let protected = Scope::new(limits.protected)?;
+            let hit: BTreeSet<&str> = self
+                .changed
+                .iter()
+                .flat_map(|c| std::iter::once(c.path.as_str()).chain(c.old_path.as_deref()))
+                .filter(|p| protected.matches(p))
+                .collect();
+            if !hit.is_empty() {
+                let hit: Vec<&str> = hit.into_iter().collect();
+                reasons.push(format!(
+                    "files changed in protected paths (config `protected`): {}",
+                    listed(&hit)
+                ));
+            }
+        }
+        Ok((!reasons.is_empty()).then(|| reasons.join("; ")))
+    }
+}
+
+/// The limits on one change's size and reach (docs/loop.md#proof): the
+/// contract's `max_changed_files` and `max_diff_lines`, and its `protected`
+/// globs (matched as `scope:` globs are, see [`Scope`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ChangeLimits<'a> {
+    /// Files the change may touch.
+    pub max_changed_files: u64,
+    /// Lines the change may add and remove together.
+    pub max_diff_lines: u64,
+    /// Globs of paths no change may touch (empty: none).
+    pub protected: &'a [String],
+}
+
+/// At most ten of `paths`, comma-separated, and how many more there are.
+fn listed(paths: &[&str]) -> String {
+    let shown = paths
+        .iter()
+        .take(10)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    match paths.len().saturating_sub(10) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
 }
 
 fn short(sha: &str) -> &str {
@@ -331,6 +416,12 @@ impl Scope {
     /// True if the writer may change `path` (relative, `/`-separated).
     pub fn allows(&self, path: &str) -> bool {
         self.set.as_ref().is_none_or(|s| s.is_match(path))
+    }
+
+    /// True if a glob matches `path` (relative, `/`-separated); no globs
+    /// match nothing (config `protected`).
+    pub fn matches(&self, path: &str) -> bool {
+        self.set.as_ref().is_some_and(|s| s.is_match(path))
     }
 }
 
@@ -909,5 +1000,96 @@ mod link_tests {
                 ("docs/up".to_string(), "../../outside".to_string())
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::{ChangeLimits, ChangeStatus, FileChange, Proof};
+
+    fn proof(files: &[(&str, Option<&str>, usize, usize)]) -> Proof {
+        Proof {
+            base: "b".into(),
+            head_before: "h".into(),
+            head_after: "h".into(),
+            branch_before: None,
+            branch_after: None,
+            changed: files
+                .iter()
+                .map(|(path, old, added, removed)| FileChange {
+                    path: path.to_string(),
+                    old_path: old.map(str::to_string),
+                    status: if old.is_some() {
+                        ChangeStatus::Renamed
+                    } else {
+                        ChangeStatus::Modified
+                    },
+                    added: *added,
+                    removed: *removed,
+                    binary: false,
+                })
+                .collect(),
+            claimed_not_in_git: vec![],
+            out_of_scope: vec![],
+            head_moved: false,
+            branch_switched: false,
+            git_dir_tampered: false,
+            git_dir_changed: vec![],
+            diff_hash: String::new(),
+        }
+    }
+
+    #[test]
+    fn size_and_protected_paths_are_held_to_the_contract() {
+        let protected = vec!["migrations".to_string(), ".github/**".to_string()];
+        let limits = ChangeLimits {
+            max_changed_files: 2,
+            max_diff_lines: 10,
+            protected: &protected,
+        };
+        let ok = proof(&[("src/a.rs", None, 4, 1), ("src/b.rs", None, 5, 0)]);
+        assert_eq!(ok.beyond_limits(&limits).unwrap(), None);
+        let big = proof(&[
+            ("src/a.rs", None, 8, 1),
+            ("src/b.rs", None, 1, 1),
+            ("src/c.rs", None, 0, 0),
+        ]);
+        let why = big.beyond_limits(&limits).unwrap().unwrap();
+        assert_eq!(
+            why,
+            "the change touches 3 files, above max_changed_files = 2: src/a.rs, src/b.rs, src/c.rs; the change adds and removes 11 lines (+9 −2), above max_diff_lines = 10; largest: src/a.rs +8 −1, src/b.rs +1 −1, src/c.rs +0 −0"
+        );
+        // Either side of a rename counts; a directory glob covers what is under it.
+        let moved = proof(&[("docs/0001.sql", Some("migrations/0001.sql"), 0, 0)]);
+        assert_eq!(
+            moved.beyond_limits(&limits).unwrap().unwrap(),
+            "files changed in protected paths (config `protected`): migrations/0001.sql"
+        );
+        let ci = proof(&[(".github/workflows/ci.yml", None, 1, 0)]);
+        assert!(
+            ci.beyond_limits(&limits)
+                .unwrap()
+                .unwrap()
+                .contains(".github/workflows/ci.yml")
+        );
+        let none = ChangeLimits {
+            protected: &[],
+            ..limits
+        };
+        assert_eq!(ci.beyond_limits(&none).unwrap(), None);
+    }
+
+    #[test]
+    fn long_file_lists_are_cut_to_ten() {
+        let names: Vec<String> = (0..13).map(|i| format!("f{i:02}")).collect();
+        let files: Vec<(&str, Option<&str>, usize, usize)> =
+            names.iter().map(|n| (n.as_str(), None, 0, 0)).collect();
+        let limits = ChangeLimits {
+            max_changed_files: 1,
+            max_diff_lines: 1,
+            protected: &[],
+        };
+        let why = proof(&files).beyond_limits(&limits).unwrap().unwrap();
+        assert!(why.ends_with("f08, f09 and 3 more"), "{why}");
     }
 }

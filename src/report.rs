@@ -713,7 +713,7 @@ pub struct NightTotals {
     pub failed: usize,
     /// Items blocked by a question or by `max_attempts`.
     pub blocked: usize,
-    /// Items not run: `not_approved` or `deadline`.
+    /// Items not run: `not_approved`, `deadline` or `review_queue_full`.
     pub not_run: usize,
     /// Items whose writer changed nothing (`no_changes`).
     pub no_changes: usize,
@@ -755,7 +755,11 @@ pub fn totals(
             .filter(|i| i.outcome.is_some_and(Outcome::fails_run))
             .count(),
         blocked: count(&[Outcome::Blocked]),
-        not_run: count(&[Outcome::NotApproved, Outcome::Deadline]),
+        not_run: count(&[
+            Outcome::NotApproved,
+            Outcome::Deadline,
+            Outcome::ReviewQueueFull,
+        ]),
         no_changes: count(&[Outcome::NoChanges]),
         tokens: items.iter().map(|i| i.tokens).sum(),
         cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),

@@ -858,6 +858,7 @@ pub fn compose_prompt(
             contract.scope.join(", ")
         ));
     }
+    p.push_str(&change_limits_section(contract));
     match role {
         Role::Writer => p.push_str(WRITER_RULES),
         Role::Reviewer => {
@@ -871,6 +872,24 @@ pub fn compose_prompt(
         p.push('\n');
     }
     p
+}
+
+/// The prompt's section on the change's size and the protected paths
+/// (docs/loop.md#proof): the runner checks them from git after the writer.
+fn change_limits_section(contract: &crate::contract::Contract) -> String {
+    let l = &contract.limits;
+    let mut s = format!(
+        "## Size of the change\nAt most {} changed files and {} lines added and removed in all, counted by git against the base; a larger change fails the item.\n",
+        l.max_changed_files.value, l.max_diff_lines.value
+    );
+    if !contract.protected.is_empty() {
+        s.push_str(&format!(
+            "These paths must never change, whatever the scope: {}\n",
+            contract.protected.join(", ")
+        ));
+    }
+    s.push('\n');
+    s
 }
 
 /// Path helper: the per-call log directory of a round.

@@ -1277,7 +1277,10 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
         "worker: joined run {} ({} item(s), deadline {}) with {jobs} worker(s)",
         run.id,
         night.plan.entries.len(),
-        night.deadline.with_timezone(&night.tz).format("%Y-%m-%d %H:%M %Z")
+        night
+            .deadline
+            .with_timezone(&night.tz)
+            .format("%Y-%m-%d %H:%M %Z")
     );
     let ran = run::join(night.clone(), run.id, &approved, jobs).await?;
     println!("worker: ran {ran} item(s) of run {}", run.id);
@@ -1295,11 +1298,7 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
 ///
 /// # Errors
 /// Refused (exit 3), saying how to start one, when there is none.
-async fn live_run(
-    ledger: &ledger_mod::Ledger,
-    repo_id: &str,
-    repo: &Path,
-) -> Result<rec::RunRow> {
+async fn live_run(ledger: &ledger_mod::Ledger, repo_id: &str, repo: &Path) -> Result<rec::RunRow> {
     let none = || {
         Error::refused(format!(
             "no run of {} is live: start one with `nightshift drain` on the host that approved the plan, then start `nightshift worker` again",
@@ -1329,7 +1328,10 @@ fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
         return Ok(());
     };
     let c = &first.contract;
-    for (agent, spec) in [(&mut config.writer, &c.writer), (&mut config.reviewer, &c.reviewer)] {
+    for (agent, spec) in [
+        (&mut config.writer, &c.writer),
+        (&mut config.reviewer, &c.reviewer),
+    ] {
         agent.kind = serde_json::from_value(serde_json::Value::from(spec.kind.as_str())).map_err(|_| {
             Error::config(format!(
                 "the run's contracts name the agent kind {:?}, which this nightshift does not know; install the same nightshift version on every host",

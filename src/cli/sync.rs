@@ -372,6 +372,9 @@ async fn open_pr(ctx: &SyncCtx<'_>, branch: &str, list: &[String]) -> Result<()>
         body,
         labels: vec![],
         item_key: SYNC_KEY.to_string(),
+        // Only item PRs are drafts (config `draft`, docs/github.md): this
+        // one only ticks boxes and is merged as it is.
+        draft: false,
     };
     let failed = |e: forge::ForgeError| {
         Error::failed(format!(

@@ -90,6 +90,17 @@ pub fn carries_marker(body: &str, marker: &str) -> bool {
         .is_some_and(|l| l.trim() == marker)
 }
 
+/// Whether a PR body is nightshift's for some item: its last line is the
+/// item marker of a key (64 hex digits; the `sync` PR's marker is not one).
+pub fn carries_item_marker(body: &str) -> bool {
+    body.trim_end().lines().last().is_some_and(|l| {
+        l.trim()
+            .strip_prefix(ITEM_MARKER_PREFIX)
+            .and_then(|rest| rest.strip_suffix(" -->"))
+            .is_some_and(|key| key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()))
+    })
+}
+
 /// The hidden marker for one item key: `<!-- nightshift-item: KEY -->`.
 pub fn item_marker(key: &str) -> String {
     format!("{ITEM_MARKER_PREFIX}{key} -->")
@@ -155,6 +166,8 @@ pub struct PrRequest {
     pub labels: Vec<String>,
     /// The item's key (hex SHA-256), written into the body as the marker.
     pub item_key: String,
+    /// Open the PR as a draft (config `draft`; GitHub's `draft: true`).
+    pub draft: bool,
 }
 
 /// An issue as nightshift needs it (findings, docs/loop.md#findings-and-questions).

@@ -82,12 +82,17 @@ impl Forge {
         }
         let path = self.repo_path("/pulls");
         // Whatever the caller built, no secret leaves in a PR (docs/agents.md, docs/github.md).
-        let payload = json!({
+        let mut payload = json!({
             "title": self.redact(&req.title),
             "head": req.head,
             "base": req.base,
             "body": fit_body(&self.redact(&req.body), &req.item_key),
         });
+        // Sent only when asked for, so a server that predates drafts is
+        // asked nothing new (docs/github.md#pull-requests).
+        if req.draft {
+            payload["draft"] = json!(true);
+        }
         let created = self.create_once_head_seen(&path, &payload, req).await?;
         let pr = self.created_pr(created, path, req).await?;
         if pr.state == PrState::Open {
@@ -225,6 +230,26 @@ impl Forge {
                 })
             }
         }
+    }
+
+    /// How many open PRs of this repository nightshift opened for items
+    /// (config `max_open_prs`, docs/loop.md "Before the checkout"): `GET
+    /// /pulls?state=open`, counting the PRs whose head is in this repository
+    /// and whose body ends with an item marker. A PR a person opened, a
+    /// fork's and the `sync` PR do not count.
+    ///
+    /// # Errors
+    /// Any [`ForgeError`] of the list call.
+    pub async fn count_open_item_prs(&self) -> Result<usize, ForgeError> {
+        let out = async {
+            let pulls: Vec<PullJson> = self.list("/pulls?state=open").await?;
+            Ok(pulls
+                .iter()
+                .filter(|p| p.state == "open" && self.is_ours(p))
+                .filter(|p| p.body.as_deref().is_some_and(super::carries_item_marker))
+                .count())
+        };
+        out.await.map_err(|e| self.scrub(e))
     }
 
     /// `GET /repos/{o}/{r}/pulls?head=OWNER:BRANCH&state=all`. The owner

@@ -575,7 +575,12 @@ pub async fn finish_run(pool: &PgPool, run: Uuid, status: RunStatus, exit_code: 
 ///
 /// # Errors
 /// Database errors.
-pub async fn event(db: impl PgExecutor<'_>, run: Option<Uuid>, kind: &str, data: Value) -> Result<()> {
+pub async fn event(
+    db: impl PgExecutor<'_>,
+    run: Option<Uuid>,
+    kind: &str,
+    data: Value,
+) -> Result<()> {
     sqlx::query("INSERT INTO events (run_id, kind, data) VALUES ($1, $2, $3)")
         .bind(run)
         .bind(kind)
@@ -730,7 +735,11 @@ pub async fn finish_round(
 ///
 /// # Errors
 /// Database errors.
-pub async fn close_open_rounds(db: impl PgExecutor<'_>, item_id: i64, outcome: Outcome) -> Result<()> {
+pub async fn close_open_rounds(
+    db: impl PgExecutor<'_>,
+    item_id: i64,
+    outcome: Outcome,
+) -> Result<()> {
     sqlx::query("UPDATE rounds SET ended_at = now(), result = $2 WHERE run_item_id = $1 AND ended_at IS NULL").bind(item_id).bind(outcome).execute(db).await?;
     Ok(())
 }
@@ -800,7 +809,11 @@ pub async fn record_agent_call(
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_gate_run(db: impl PgExecutor<'_>, round_id: i64, g: &crate::gate::GateRun) -> Result<()> {
+pub async fn record_gate_run(
+    db: impl PgExecutor<'_>,
+    round_id: i64,
+    g: &crate::gate::GateRun,
+) -> Result<()> {
     sqlx::query("INSERT INTO gate_runs (round_id, command, exit_code, timed_out, duration_ms, output_tail) VALUES ($1, $2, $3, $4, $5, $6)")
         .bind(round_id)
         .bind(pg(&g.command))
@@ -840,7 +853,11 @@ pub async fn record_review(
 ///
 /// # Errors
 /// Database errors.
-pub async fn record_proof(db: impl PgExecutor<'_>, round_id: i64, p: &crate::proof::Proof) -> Result<()> {
+pub async fn record_proof(
+    db: impl PgExecutor<'_>,
+    round_id: i64,
+    p: &crate::proof::Proof,
+) -> Result<()> {
     sqlx::query(
         "INSERT INTO proofs (round_id, base, head_before, head_after, changed, claimed_not_in_git, out_of_scope, head_moved, branch_switched, diff_hash) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -976,6 +993,25 @@ pub async fn prs_of_item(pool: &PgPool, repo: &str, key: &str) -> Result<Vec<PrR
         .bind(key)
         .fetch_all(pool)
         .await
+}
+
+/// How many of `repo`'s item PRs the ledger holds open, or waiting to be
+/// opened (a branch pushed without its PR: `planned`, `pr_failed`), not
+/// counting `except_key`'s own: the review queue `max_open_prs` counts
+/// when GitHub cannot be asked (docs/loop.md#before-the-checkout).
+///
+/// # Errors
+/// Database errors.
+pub async fn review_queue(pool: &PgPool, repo: &str, except_key: &str) -> Result<i64> {
+    let states = [PrRecord::Open, PrRecord::Planned, PrRecord::PrFailed].map(PrRecord::as_str);
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pull_requests WHERE repo = $1 AND item_key <> $2 AND state = ANY($3::text[])",
+    )
+    .bind(repo)
+    .bind(except_key)
+    .bind(&states[..])
+    .fetch_one(pool)
+    .await
 }
 
 /// The PR rows of several item keys at once (newest first), for `plan`,

@@ -337,9 +337,13 @@ async fn account_pause(r: &mut Round<'_>, role: Role) -> Result<Option<ItemEnd>,
     r.item.record.limit_sleep(&limit_sleep).await?;
     r.item.record.sleeping(until, &kind).await?;
     let slept_from = Instant::now();
-    let slept =
-        schedule::sleep_until(night.clock.as_ref(), until, r.item.cancel, schedule::DEFAULT_SLICE)
-            .await;
+    let slept = schedule::sleep_until(
+        night.clock.as_ref(),
+        until,
+        r.item.cancel,
+        schedule::DEFAULT_SLICE,
+    )
+    .await;
     r.st.deadline += slept_from.elapsed();
     if slept == schedule::SleepOutcome::Cancelled {
         let why = "stopped by a signal while the agent's account was paused".to_string();

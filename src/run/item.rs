@@ -24,7 +24,7 @@ use crate::slot::{self, Slot};
 
 use super::checks::{grant_checkout, last_line};
 use super::record::Record;
-use super::{Night, Totals, local, round, ship};
+use super::{Night, Totals, local, review_queue, round, ship};
 
 /// One item's fixed facts while its rounds run.
 pub(super) struct Item<'a> {
@@ -217,7 +217,8 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
 }
 
 /// Why the entry does not run, if it does not: blocked, not approved, an
-/// earlier PR, a question waiting for its answer, too many failed attempts.
+/// earlier PR, a question waiting for its answer, too many failed attempts,
+/// a full review queue.
 async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, Error> {
     let (night, entry, approved) = (at.night, at.entry, at.approved);
     let key = &entry.item.key;
@@ -237,7 +238,12 @@ async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, E
     if let Some(end) = ship::earlier_pr(night, &at.record, entry, branch).await? {
         return Ok(Some(end));
     }
-    waiting(at).await
+    if let Some(end) = waiting(at).await? {
+        return Ok(Some(end));
+    }
+    // Last, right before the work: no agent time for a PR that would not
+    // be opened (config `max_open_prs`).
+    review_queue::full(night, entry, None).await
 }
 
 /// A changed (same key, or a reworded item where a gone one sat) or added
@@ -491,11 +497,7 @@ async fn file_findings(item: &Item<'_>, findings: &[String]) -> Result<(), Error
         let mut number = None;
         let mut url = None;
         // After a signal the run stops promptly: findings stay in the ledger only.
-        if let Some(forge) = night
-            .forge
-            .as_ref()
-            .filter(|_| !item.cancel.is_cancelled())
-        {
+        if let Some(forge) = night.forge.as_ref().filter(|_| !item.cancel.is_cancelled()) {
             let body = format!(
                 "Found by nightshift while working on an item; a proposal, not part of the backlog.\n\n{}\n",
                 crate::report::md_text(&title)

@@ -42,8 +42,9 @@ mod agent_call;
 mod checks;
 mod item;
 mod night;
-mod round;
 mod record;
+mod review_queue;
+mod round;
 mod ship;
 mod worker;
 
@@ -237,7 +238,14 @@ pub async fn join(
         stop: Default::default(),
     });
     run_workers(&crew, jobs.max(1)).await?;
-    let (pool, prefix) = (&night.pool, format!("{}:{}:", crate::queue::WorkerId::this_process(1).host, std::process::id()));
+    let (pool, prefix) = (
+        &night.pool,
+        format!(
+            "{}:{}:",
+            crate::queue::WorkerId::this_process(1).host,
+            std::process::id()
+        ),
+    );
     night
         .db(|| rec::items_by_worker(pool, run_id, &prefix))
         .await
@@ -274,7 +282,9 @@ async fn finish_run(
 ) -> Result<RunEnd, Error> {
     let record = record::Record::run(night, run_id);
     if let Some(why) = &stopped_by {
-        record.event(Event::RunStopped, json!({"reason": why})).await?;
+        record
+            .event(Event::RunStopped, json!({"reason": why}))
+            .await?;
     }
     let items = record.run_items(run_id).await?;
     let failures = items

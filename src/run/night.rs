@@ -225,9 +225,7 @@ impl Night {
         cancel: &tokio_util::sync::CancellationToken,
         f: impl FnOnce(std::sync::Arc<std::sync::atomic::AtomicBool>) -> T,
     ) -> T {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
-            cancel.is_cancelled(),
-        ));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(cancel.is_cancelled()));
         let (flag, cancel) = (stop.clone(), cancel.clone());
         let watcher = tokio::spawn(async move {
             cancel.cancelled().await;

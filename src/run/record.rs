@@ -267,7 +267,9 @@ impl<'a> Record<'a> {
         sig: Option<&str>,
         note: Option<&str>,
     ) -> Result<(), Error> {
-        write!(self, |c| rec::finish_round(c, round_id, result, diff, sig, note))
+        write!(self, |c| rec::finish_round(
+            c, round_id, result, diff, sig, note
+        ))
     }
 
     /// Ends the item's rounds still open with the item's `outcome`.
@@ -304,7 +306,13 @@ impl<'a> Record<'a> {
             Some(v) => (v.verdict.as_str(), &v.findings),
             None => ("void", &[]),
         };
-        write!(self, |c| rec::record_review(c, round_id, word, findings, void_reason))
+        write!(self, |c| rec::record_review(
+            c,
+            round_id,
+            word,
+            findings,
+            void_reason
+        ))
     }
 
     /// Records the round's proof of work.
@@ -337,7 +345,9 @@ impl<'a> Record<'a> {
         issue: Option<(i64, &str)>,
     ) -> Result<(), Error> {
         let (number, url) = (issue.map(|i| i.0), issue.map(|i| i.1));
-        write!(self, |c| rec::record_finding(c, item_id, title, number, url))
+        write!(self, |c| rec::record_finding(
+            c, item_id, title, number, url
+        ))
     }
 
     /// The item rows of run `run`.
@@ -391,7 +401,9 @@ impl<'a> Record<'a> {
     /// The stored PR body of item `key` on `branch`.
     pub async fn pr_body(&self, key: &str, branch: &str) -> Result<String, Error> {
         let (pool, repo) = (&self.night.pool, self.night.repo_id.as_str());
-        self.night.db(|| rec::pr_body(pool, repo, key, branch)).await
+        self.night
+            .db(|| rec::pr_body(pool, repo, key, branch))
+            .await
     }
 
     /// What the run's agent calls cost so far (USD), over every worker and

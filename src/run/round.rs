@@ -298,7 +298,20 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
     // A git repository the writer made inside the checkout would be
     // committed as a dangling submodule link.
     let nested = proof.changed.iter().find(|f| slot.path.join(&f.path).join(".git").exists()).map(|f| format!("the writer created a nested git repository at {} (it would be committed as a broken submodule link)", f.path));
-    if let Some(why) = proof.rule_broken().or(nested) {
+    // The change's size and the protected paths are rules too (docs/loop.md#proof).
+    let beyond = match proof.beyond_limits(&item.entry.contract.change_limits()) {
+        Ok(b) => b,
+        Err(e) => {
+            let why = format!("cannot hold the change to its limits: {e}");
+            return Ok(Step::End(r.end(Outcome::Error, why)));
+        }
+    };
+    let broken: Vec<String> = [proof.rule_broken(), nested, beyond]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !broken.is_empty() {
+        let why = broken.join("; ");
         return r
             .close_and_end(Outcome::RuleBroken, Some(&proof.diff_hash), why)
             .await;

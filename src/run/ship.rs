@@ -277,6 +277,7 @@ async fn open_pr(
         body: body.to_string(),
         labels: vec![night.config.label.clone()],
         item_key: entry.item.key.clone(),
+        draft: night.config.draft,
     };
     let created = tokio::select! {
         r = forge.create_pr(&req) => r,
@@ -360,6 +361,10 @@ pub(super) async fn earlier_pr(
         r.state == PrRecord::PrFailed
             || (r.state == PrRecord::Planned && branch_on_remote(night, &r.branch))
     }) {
+        // A PR opened now is a new one for the review queue too.
+        if let Some(end) = super::review_queue::full(night, entry, Some(r.branch.as_str())).await? {
+            return Ok(Some(end));
+        }
         let body = record.pr_body(key, &r.branch).await?;
         let at = PrAt {
             branch: &r.branch,

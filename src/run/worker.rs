@@ -175,7 +175,9 @@ async fn attempt(crew: &Crew, slot: usize, claim: Claim, entry: &PlanEntry) -> R
             tracing::warn!("{why}; this worker stops the item and writes nothing more");
             let _ = std::io::Write::write_fmt(
                 &mut std::io::stderr(),
-                format_args!("warning: {why}; this worker stopped the item and wrote nothing more\n"),
+                format_args!(
+                    "warning: {why}; this worker stopped the item and wrote nothing more\n"
+                ),
             );
             Ok(())
         }
@@ -307,4 +309,3 @@ fn systemic(night: &Night, end: &mut ItemEnd) {
             .unwrap_or_default()
     ));
 }
-

@@ -55,6 +55,7 @@ fn request() -> PrRequest {
         body: "## Contract\nsha: abc\n".to_string(),
         labels: vec!["autopilot".to_string()],
         item_key: KEY.to_string(),
+        draft: false,
     }
 }
 

@@ -33,4 +33,5 @@ mod morning;
 mod night;
 mod ops;
 mod process;
+mod review_work;
 mod schedule;

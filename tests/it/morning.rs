@@ -1032,6 +1032,8 @@ fn init_writes_a_backlog_that_plans_cleanly() {
         K::Question,
         K::Rounds,
         K::Timeout,
+        K::MaxChangedFiles,
+        K::MaxDiffLines,
         K::Note,
     ] {
         assert!(kinds.contains(&k), "NEXT.example.md shows no {k:?} line");

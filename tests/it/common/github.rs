@@ -185,7 +185,7 @@ fn pr_json(
         "user": {"login": head_owner},
         "head": {"ref": head, "label": format!("{head_owner}:{head}"), "sha": "0", "repo": repo_json(head_repo_id, head_owner)},
         "base": {"ref": base, "label": format!("owner:{}", base.as_str().unwrap_or("main")), "repo": repo_json(1, "owner")},
-        "merged_at": null, "labels": labels, "pull_request": {"url": ""}
+        "merged_at": null, "labels": labels, "pull_request": {"url": ""}, "draft": false
     })
 }
 
@@ -601,7 +601,7 @@ impl Responder {
                 }
                 st.next_number += 1;
                 let n = st.next_number;
-                let pr = pr_json(
+                let mut pr = pr_json(
                     &self.base,
                     n,
                     "owner",
@@ -612,6 +612,8 @@ impl Responder {
                     &body["body"],
                     vec![],
                 );
+                // GitHub's `draft` flag, as the create asked for it.
+                pr["draft"] = json!(body["draft"].as_bool().unwrap_or(false));
                 st.prs.push(pr.clone());
                 let answer = ResponseTemplate::new(201).set_body_json(pr);
                 if st.create_pr_delays.is_empty() {
