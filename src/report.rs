@@ -803,6 +803,7 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
             "cost_usd": i.cost_usd,
             "seconds": i.ended_at.map(|e| (e - i.started_at).num_seconds()),
             "pr_body": i.pr_body,
+            "worker": i.worker,
         })).collect::<Vec<_>>(),
     });
     if let Some(t) = totals {

@@ -306,6 +306,10 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
         (None, None) => run_to_resume(&lg.pool, &id, row.as_ref()).await?,
         _ => (None, false),
     };
+    let workers = match running {
+        Some(r) => crate::queue::live_workers(&lg.pool, r.id).await?,
+        None => Vec::new(),
+    };
     let st = Status {
         running,
         dead,
@@ -313,6 +317,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
         key_lost,
         current_item,
         tz,
+        workers,
     };
     let text = st.text();
     if json {
@@ -340,14 +345,38 @@ struct Status<'a> {
     current_item: String,
     /// The running run's zone (UTC otherwise).
     tz: chrono_tz::Tz,
+    /// The run's live workers, on every host (docs/workers.md).
+    workers: Vec<crate::queue::WorkerRow>,
 }
 
 impl Status<'_> {
-    /// The one line `status` prints.
+    /// What `status` prints: the run's line, then, when more than one
+    /// worker runs it, one line per live worker (host, pid, item, round,
+    /// phase, lease expiry).
     fn text(&self) -> String {
         let Some(r) = self.running else {
             return self.idle_text();
         };
+        let mut out = self.run_line(r);
+        if self.workers.len() > 1 {
+            for w in &self.workers {
+                out.push_str(&format!(
+                    "\n  worker {} · host {} · pid {} · item {} · round {} · {} · lease until {}",
+                    w.id,
+                    w.host,
+                    w.pid,
+                    w.item_key.as_deref().map_or("-", |k| &k[..k.len().min(8)]),
+                    w.round.map_or("-".to_string(), |n| n.to_string()),
+                    w.phase.as_deref().unwrap_or("idle"),
+                    w.lease_until.with_timezone(&self.tz).format("%H:%M:%S"),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The running run's own line.
+    fn run_line(&self, r: &rec::RunRow) -> String {
         match (r.sleeping_until, &r.phase) {
             (Some(until), _) => format!(
                 "sleeping until {} (usage limit, {})",
@@ -405,6 +434,7 @@ impl Status<'_> {
             "sleeping_until": running.and_then(|r| r.sleeping_until),
             "sleeping_agent": running.and_then(|r| r.sleeping_agent.clone()),
             "pid": running.and_then(|r| r.pid),
+            "workers": self.workers,
             "now": Utc::now(),
             "text": text,
         })

@@ -1213,6 +1213,9 @@ pub struct ItemRow {
     pub ended_at: Option<DateTime<Utc>>,
     /// PR body (opened or planned).
     pub pr_body: Option<String>,
+    /// The worker that ran its last attempt (`host:pid:n`,
+    /// docs/workers.md); `None` for an item only recorded.
+    pub worker: Option<String>,
 }
 
 /// Items of a run, in plan order.
@@ -1221,7 +1224,7 @@ pub struct ItemRow {
 /// Database errors.
 pub async fn run_items(pool: &PgPool, run: Uuid) -> Result<Vec<ItemRow>> {
     sqlx::query_as::<_, ItemRow>(
-        "SELECT item_index, item_key, title, contract_sha, outcome, reason, question, branch, pr_number, pr_url, rounds, tokens, cost_usd, started_at, ended_at, pr_body FROM run_items WHERE run_id = $1 ORDER BY item_index, id",
+        "SELECT item_index, item_key, title, contract_sha, outcome, reason, question, branch, pr_number, pr_url, rounds, tokens, cost_usd, started_at, ended_at, pr_body, worker FROM run_items WHERE run_id = $1 ORDER BY item_index, id",
     )
     .bind(run)
     .fetch_all(pool)

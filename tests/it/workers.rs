@@ -1,0 +1,316 @@
+//! Several workers on one plan (docs/workers.md): `drain --jobs N` in one
+//! process, `nightshift worker` in another clone with its own data
+//! directory, killed and paused workers. Real PostgreSQL, real git with a
+//! local bare remote, the fake GitHub, the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common;
+
+use common::github::FakeGitHub;
+use common::{Fixture, assert_ok, git, text};
+
+/// A writer that adds `items/<word>.txt` for the item titled `Add <word>`,
+/// after `$SLOW_SECS` (from a file beside it) seconds; it marks its slot
+/// busy while it works and logs `SHARED` when the slot already was.
+const WRITER: &str = r#"#!/bin/sh
+set -eu
+here=$(dirname "$0")
+word=$(grep -o '"title":"Add [a-z0-9]*' "$NIGHTSHIFT_CONTRACT_FILE" | head -1 | sed 's/.*Add //')
+busy="$PWD.busy"
+mkdir "$busy" 2>/dev/null || echo "SHARED $PWD" >> "$here/shared.log"
+# A worker of the second clone (its data directory is dataB) is the slow one
+# on its first call, so that it can be killed or paused mid-call.
+case "$PWD" in
+  *dataB*) if mkdir "$here/slow.once" 2>/dev/null; then echo $$ > "$here/slow.pid"; sleep "$(cat "$here/slow_secs")"; fi ;;
+esac
+sleep "$(cat "$here/work_secs")"
+mkdir -p items
+echo "$word" > "items/$word.txt"
+rmdir "$busy" 2>/dev/null || true
+echo "added $word"
+"#;
+
+const REVIEWER: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
+
+/// A world of `n` items (`Add w1` … `Add wN`), command agents and the fake
+/// GitHub; the writer works `work_secs` per call.
+async fn world(n: usize, work_secs: u32, extra: &str) -> (Fixture, FakeGitHub) {
+    let gh = FakeGitHub::start().await;
+    let mut f = Fixture::new();
+    f.github = Some(gh.uri());
+    f.token = Some("ghp_testtoken_0123456789abcdef".into());
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    std::fs::write(f.agents.join("work_secs"), work_secs.to_string()).unwrap();
+    std::fs::write(f.agents.join("slow_secs"), "0").unwrap();
+    f.config_with(&w, &r, extra);
+    let mut backlog = String::from("# words\n\n");
+    for i in 1..=n {
+        backlog.push_str(&format!("- [ ] Add w{i}\n"));
+    }
+    f.write("NEXT.md", &backlog);
+    (f, gh)
+}
+
+/// A second clone of the fixture's remote with its own data directory
+/// (`dataB`) and the same config: another host.
+fn second_host(f: &Fixture) -> (PathBuf, PathBuf) {
+    let clone = f.dir.path().join("hostB");
+    let data = f.dir.path().join("dataB");
+    std::fs::create_dir_all(&data).unwrap();
+    git(
+        f.dir.path(),
+        &[
+            "clone",
+            "-q",
+            f.remote.to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    std::fs::create_dir_all(clone.join(".nightshift")).unwrap();
+    for name in ["config.toml", ".gitignore"] {
+        std::fs::copy(
+            f.repo.join(".nightshift").join(name),
+            clone.join(".nightshift").join(name),
+        )
+        .unwrap();
+    }
+    (clone, data)
+}
+
+/// `nightshift worker` on the second host, started in the background.
+fn spawn_worker(f: &Fixture, clone: &Path, data: &Path) -> Child {
+    f.cmd()
+        .current_dir(clone)
+        .env("NIGHTSHIFT_DATA_DIR", data)
+        .arg("worker")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("worker starts")
+}
+
+/// `drain` after plan and approve, started in the background.
+fn spawn_drain(f: &Fixture, extra: &[&str]) -> Child {
+    let sha = f.plan_sha();
+    assert_ok(&f.run(&["approve", &sha]), "approve");
+    let deadline = common::far_deadline();
+    let mut args = vec!["drain", "--deadline", deadline.as_str()];
+    args.extend_from_slice(extra);
+    f.cmd()
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("drain starts")
+}
+
+/// Waits (at most `secs`) until `q` answers something other than `0`/empty.
+fn wait_for(f: &Fixture, q: &str, secs: u64) -> String {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let v = f.db.sql(q);
+        if !v.is_empty() && v != "0" && v != "f" {
+            return v;
+        }
+        assert!(Instant::now() < until, "waited {secs}s for: {q}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn finish(child: Child, what: &str) -> std::process::Output {
+    let out = child.wait_with_output().expect(what);
+    eprintln!("--- {what}:\n{}", text(&out));
+    out
+}
+
+/// Items claimed more than once, and whether any claim is still open.
+fn claims_per_item(f: &Fixture) -> Vec<(String, i64)> {
+    f.db.sql("SELECT item_key || ' ' || count(*) FROM claims GROUP BY item_key ORDER BY 1")
+        .lines()
+        .map(|l| {
+            let (k, n) = l.split_once(' ').unwrap();
+            (k.to_string(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_4_run_12_items_once_each_with_12_prs_and_no_shared_slot() {
+    let (f, gh) = world(12, 1, "").await;
+    let out = f.approve_and_drain(&["--jobs", "4"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report = f.report();
+    let items = report["items"].as_array().unwrap();
+    assert_eq!(items.len(), 12, "{report:#}");
+    assert!(
+        items.iter().all(|i| i["outcome"] == "pr_opened"),
+        "{report:#}"
+    );
+    assert_eq!(gh.prs().len(), 12, "exactly one PR per item");
+    let claims = claims_per_item(&f);
+    assert_eq!(claims.len(), 12);
+    assert!(claims.iter().all(|(_, n)| *n == 1), "{claims:?}");
+    let shared = std::fs::read_to_string(f.agents.join("shared.log")).unwrap_or_default();
+    assert!(
+        shared.is_empty(),
+        "a slot was used by two workers at once: {shared}"
+    );
+    // The work was shared: more than one worker ended items.
+    let workers = f.db.sql("SELECT count(DISTINCT worker) FROM run_items");
+    assert!(workers.parse::<i64>().unwrap() >= 2, "{workers} worker(s)");
+    // Each item names its worker in the report.
+    assert!(items.iter().all(|i| i["worker"].is_string()), "{report:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_processes_with_their_own_clones_drain_one_plan() {
+    let (f, gh) = world(10, 1, "").await;
+    let (clone, data) = second_host(&f);
+    // No live run yet: the worker refuses (exit 3) and says how to start one.
+    let early = f
+        .cmd()
+        .current_dir(&clone)
+        .env("NIGHTSHIFT_DATA_DIR", &data)
+        .arg("worker")
+        .output()
+        .unwrap();
+    assert_eq!(early.status.code(), Some(3), "{}", text(&early));
+    assert!(
+        text(&early).contains("nightshift drain"),
+        "{}",
+        text(&early)
+    );
+    let drain = spawn_drain(&f, &[]);
+    wait_for(&f, "SELECT count(*) FROM claims", 30);
+    let worker = spawn_worker(&f, &clone, &data);
+    let w = finish(worker, "worker");
+    let d = finish(drain, "drain");
+    assert_eq!(d.status.code(), Some(0));
+    assert_eq!(w.status.code(), Some(0));
+    let claims = claims_per_item(&f);
+    assert_eq!(claims.len(), 10);
+    assert!(claims.iter().all(|(_, n)| *n == 1), "{claims:?}");
+    assert_eq!(gh.prs().len(), 10, "exactly one PR per item");
+    let pids =
+        f.db.sql("SELECT count(DISTINCT split_part(worker, ':', 2)) FROM run_items");
+    assert_eq!(pids, "2", "both processes ran items");
+    let report = f.report();
+    assert_eq!(report["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_worker_s_item_is_taken_over_after_its_lease() {
+    let (f, gh) = world(2, 3, "lease = \"5s\"\n").await;
+    std::fs::write(f.agents.join("slow_secs"), "60").unwrap();
+    let (clone, data) = second_host(&f);
+    let drain = spawn_drain(&f, &[]);
+    wait_for(&f, "SELECT count(*) FROM claims", 30);
+    let mut worker = spawn_worker(&f, &clone, &data);
+    // The second host's first writer call hangs: kill -9 its worker then.
+    let slow = f.agents.join("slow.pid");
+    let until = Instant::now() + Duration::from_secs(30);
+    while !slow.exists() {
+        assert!(
+            Instant::now() < until,
+            "the second host never started its writer"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    worker.kill().unwrap();
+    let _ = worker.wait();
+    // Its agent, in a process group of its own, is left to the OS; end it.
+    let agent = std::fs::read_to_string(&slow).unwrap();
+    let _ = Command::new("kill").arg(agent.trim()).status();
+    let d = finish(drain, "drain");
+    assert_eq!(d.status.code(), Some(0), "{}", text(&d));
+    assert_eq!(gh.prs().len(), 2, "one PR per item");
+    // The dead attempt is recorded, the takeover finished the item.
+    let attempts = f.db.sql(
+        "SELECT string_agg(attempt || ':' || coalesce(end_reason, 'open'), ',' ORDER BY attempt) FROM claims GROUP BY item_key HAVING count(*) > 1",
+    );
+    assert_eq!(attempts, "1:lost,2:finished");
+    let report = f.report();
+    let items = report["items"].as_array().unwrap();
+    assert!(
+        items.iter().all(|i| i["outcome"] == "pr_opened"),
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_worker_that_lost_its_claim_writes_and_pushes_nothing() {
+    let (f, gh) = world(2, 3, "lease = \"5s\"\n").await;
+    std::fs::write(f.agents.join("slow_secs"), "8").unwrap();
+    let (clone, data) = second_host(&f);
+    let drain = spawn_drain(&f, &[]);
+    wait_for(&f, "SELECT count(*) FROM claims", 30);
+    let worker = spawn_worker(&f, &clone, &data);
+    let slow = f.agents.join("slow.pid");
+    let until = Instant::now() + Duration::from_secs(30);
+    while !slow.exists() {
+        assert!(
+            Instant::now() < until,
+            "the second host never started its writer"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = worker.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The drain takes the item over once the lease passed and finishes it.
+    let d = finish(drain, "drain");
+    assert_eq!(d.status.code(), Some(0), "{}", text(&d));
+    let branches_before = f.remote_branches();
+    let prs_before = gh.prs().len();
+    let lost_item = f.db.sql("SELECT item_key FROM claims WHERE attempt = 2");
+    assert!(!lost_item.is_empty(), "the item was taken over");
+    let rows_before = f.db.sql(
+        "SELECT (SELECT count(*) FROM agent_calls) || ',' || (SELECT count(*) FROM rounds) || ',' || (SELECT count(*) FROM events) || ',' || (SELECT count(*) FROM pull_requests)"
+    );
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let w = finish(worker, "worker");
+    assert!(text(&w).contains("wrote nothing more"), "{}", text(&w));
+    assert_eq!(f.remote_branches(), branches_before, "it pushed nothing");
+    assert_eq!(gh.prs().len(), prs_before, "it opened no PR");
+    assert_eq!(prs_before, 2);
+    let rows_after = f.db.sql(
+        "SELECT (SELECT count(*) FROM agent_calls) || ',' || (SELECT count(*) FROM rounds) || ',' || (SELECT count(*) FROM events) || ',' || (SELECT count(*) FROM pull_requests)",
+    );
+    assert_eq!(
+        rows_after, rows_before,
+        "it wrote no ledger row for its attempt"
+    );
+    let stale = f.db.sql(&format!(
+        "SELECT count(*) FROM agent_calls a JOIN rounds r ON r.id = a.round_id JOIN run_items i ON i.id = r.run_item_id WHERE i.item_key = '{lost_item}' AND r.attempt = 1"
+    ));
+    assert_eq!(stale, "0", "the lost attempt's writer call is not recorded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_and_lease_are_checked_and_run_refuses_jobs() {
+    let (f, _gh) = world(1, 0, "lease = \"1s\"\n").await;
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("lease"), "{}", text(&out));
+    let (f, _gh) = world(1, 0, "").await;
+    let out = f.run(&["run", "--jobs", "2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--jobs is for"), "{}", text(&out));
+    let out = f.run(&["drain", "--jobs", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
