@@ -332,13 +332,23 @@ fn a_limit_resetting_after_the_deadline_stops_the_run_at_once() {
 #[test]
 fn no_item_or_round_starts_after_the_deadline() {
     let f = Fixture::new();
-    // The writer outlives the deadline; its gate fails, so round 2 would follow.
-    let w = f.agent("writer.sh", "#!/bin/sh\nsleep 4\necho bogus >> calc.txt\n");
+    // The writer outlives the deadline (it waits until a second past it,
+    // however long the start took on a loaded machine); its gate fails, so
+    // round 2 would follow.
+    let deadline = Utc::now() + chrono::Duration::seconds(15);
+    let until = f.agents.join("deadline");
+    std::fs::write(&until, (deadline.timestamp() + 1).to_string()).unwrap();
+    let w = f.agent(
+        "writer.sh",
+        &format!(
+            "#!/bin/sh\nwhile [ \"$(date +%s)\" -le \"$(cat {})\" ]; do sleep 0.2; done\necho bogus >> calc.txt\n",
+            until.display()
+        ),
+    );
     let r = f.agent("reviewer.sh", APPROVE);
     f.config_with(&w, &r, "[limits]\nrounds = 3\n");
     f.write("NEXT.md", "- [ ] Add bogus\n- [ ] Add sub\n");
     approve(&f);
-    let deadline = Utc::now() + chrono::Duration::seconds(2);
     let out = f.run(&["drain", "--deadline", &deadline.to_rfc3339()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let rep = f.report();
