@@ -1256,6 +1256,64 @@ pub async fn set_pr_head(
     Ok(())
 }
 
+/// Replaces the body the ledger keeps for an item's `branch` (a tended PR
+/// whose evidence card was rewritten); its run, contract and state stay.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_pr_body(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    branch: &str,
+    body: &str,
+) -> Result<()> {
+    sqlx::query("UPDATE pull_requests SET body = $4, updated_at = now() WHERE repo = $1 AND item_key = $2 AND branch = $3")
+        .bind(repo)
+        .bind(key)
+        .bind(branch)
+        .bind(pg(body))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Number of distinct runs in which tending PR `pr` from `head` (the head
+/// nightshift last pushed) ended in a failure that counts against
+/// `max_attempts` (docs/github.md "The second night"): a tend card names
+/// its PR and head, so a successful push (a new head) starts over, and a
+/// new comment (a new card on the same head) does not.
+///
+/// # Errors
+/// Database errors.
+pub async fn tend_attempts(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    pr: u64,
+    head: &str,
+) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT i.run_id) FROM run_items i JOIN runs r ON r.id = i.run_id JOIN contracts c ON c.sha = i.contract_sha \
+         WHERE r.repo = $1 AND i.item_key = $2 AND c.json ->> 'pr' = $3 AND c.json ->> 'head' = $4 \
+         AND i.outcome = ANY($6) AND NOT starts_with(coalesce(i.reason, ''), $5) AND NOT starts_with(coalesce(i.reason, ''), 'checkout failed:')",
+    )
+    .bind(repo)
+    .bind(key)
+    .bind(pr.to_string())
+    .bind(head)
+    .bind(CARRIED_REASON)
+    .bind(
+        Outcome::ALL
+            .iter()
+            .filter(|o| o.counts_as_attempt())
+            .map(|o| o.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .fetch_one(pool)
+    .await
+}
+
 /// The stored canonical JSON of contract `sha`, if it was ever planned.
 ///
 /// # Errors
@@ -1317,7 +1375,7 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
     type Row = (
         Option<i64>,
         String,
-        Option<String>,
+        Option<Outcome>,
         Option<String>,
         Option<Value>,
         Option<String>,
@@ -1327,10 +1385,11 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
          FROM run_items ri JOIN runs r ON r.id = ri.run_id \
          LEFT JOIN contracts c ON c.sha = ri.contract_sha \
          LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = ri.item_key AND p.branch = ri.branch \
-         WHERE ri.run_id = $1 AND (ri.outcome IN ('pr_updated', 'pr_left_alone') OR (c.json ? 'pr' AND c.json ? 'action')) \
+         WHERE ri.run_id = $1 AND (ri.outcome = ANY($2) OR (c.json ? 'pr' AND c.json ? 'action')) \
          ORDER BY ri.pr_number, ri.id",
     )
     .bind(run)
+    .bind(vec![Outcome::PrUpdated.as_str(), Outcome::PrLeftAlone.as_str()])
     .fetch_all(pool)
     .await?;
     Ok(rows
@@ -1340,7 +1399,7 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
             crate::tend::Tended {
                 pr: pr.unwrap_or(0) as u64,
                 title,
-                outcome: outcome.unwrap_or_else(|| "running".into()),
+                outcome,
                 reason,
                 action: card
                     .as_ref()
