@@ -42,6 +42,9 @@ pub(super) struct Item<'a> {
     pub contract_json: String,
     /// The GitHub token for git's askpass, if any (never an agent's).
     pub token: Option<String>,
+    /// The PR this item tends, when it is a tend card of the second night
+    /// (docs/github.md "The second night"): it ships by pushing to that PR.
+    pub tend: Option<&'a super::tend::Tend<'a>>,
 }
 
 /// What an item's rounds gather as they go.
@@ -69,7 +72,7 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    fn new(item: &Item<'_>) -> Self {
+    pub(super) fn new(item: &Item<'_>) -> Self {
         let started = Instant::now();
         Progress {
             totals: Totals::default(),
@@ -174,6 +177,7 @@ pub(super) async fn one_item(
         run_cost: *run_cost,
         contract_json: entry.contract.canonical_json(),
         token: night.token.as_ref().map(|t| t.expose().to_string()),
+        tend: None,
     };
     let mut end = match item_loop(&item).await {
         Ok(end) => end,
@@ -298,7 +302,7 @@ async fn waiting(night: &Night, entry: &PlanEntry) -> Result<Option<ItemEnd>, Er
 /// Prepares the item's checkout on its branch (docs/loop.md#checkout), or
 /// the item's end when it cannot be made. A remote that could not be
 /// fetched is not tried again in this run.
-async fn checkout(
+pub(super) async fn checkout(
     night: &Night,
     run_id: Uuid,
     entry: &PlanEntry,
@@ -405,7 +409,7 @@ async fn rounds(item: &Item<'_>, st: &mut Progress) -> Result<ItemEnd, Error> {
 
 /// Why round `n` does not start, if it does not: a signal, the deadline,
 /// the item's timeout (docs/limits.md#deadline).
-fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
+pub(super) fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
     let night = item.night;
     let (outcome, why) = if night.cancel.is_cancelled() {
         (
@@ -440,7 +444,7 @@ fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
 
 /// The contract's setup commands, in the fresh checkout; the item's end
 /// when one fails.
-async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Error> {
+pub(super) async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Error> {
     let (night, c) = (item.night, &item.entry.contract);
     if c.setup.is_empty() {
         return Ok(None);
@@ -483,7 +487,11 @@ async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Er
 /// same title is reused, not duplicated. Each is recorded in the ledger, with
 /// its issue when GitHub took it; a GitHub failure is logged and does not
 /// fail the item. After a signal nothing is posted (docs/limits.md#signals: stop at once).
-async fn file_findings(night: &Night, item_id: i64, findings: &[String]) -> Result<(), Error> {
+pub(super) async fn file_findings(
+    night: &Night,
+    item_id: i64,
+    findings: &[String],
+) -> Result<(), Error> {
     let mut titles: Vec<String> = Vec::new();
     for f in findings {
         // GitHub caps issue titles at 256 characters.

@@ -42,6 +42,7 @@ mod item;
 mod night;
 mod round;
 mod ship;
+mod tend;
 
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (docs/loop.md#no-progress).
@@ -136,14 +137,17 @@ pub enum Selection {
     All,
     /// One item by plan index (`run`).
     One(usize),
+    /// One tended PR by number (`run '#N'`, docs/github.md "The second
+    /// night").
+    Pr(u64),
 }
 
 impl Selection {
     /// The plan index of the one item, for `run`.
     pub fn item(&self) -> Option<usize> {
         match self {
-            Selection::All => None,
             Selection::One(i) => Some(*i),
+            Selection::All | Selection::Pr(_) => None,
         }
     }
 }
@@ -181,7 +185,7 @@ pub async fn drain(
     let pool = &night.pool;
     let kind = match selection {
         Selection::All => RunKind::Drain,
-        Selection::One(_) => RunKind::Run,
+        Selection::One(_) | Selection::Pr(_) => RunKind::Run,
     };
     let run_id = open_run(night, kind, approval, resume).await?;
     let mut walk = Walk {
@@ -198,11 +202,23 @@ pub async fn drain(
         status: RunStatus::Completed,
         stopped_by: None,
     };
+    // Yesterday's PRs first (docs/github.md "The second night"); a tended
+    // PR's item is not run again.
+    let tended = tend::taken_over(&night.plan);
     let entries: Vec<&PlanEntry> = match selection {
         Selection::All => night.plan.entries.iter().collect(),
         Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == i).collect(),
+        Selection::Pr(_) => vec![],
     };
-    for entry in entries {
+    let go_on = match selection {
+        Selection::All => walk.tend(None).await?,
+        Selection::Pr(n) => walk.tend(Some(n)).await?,
+        Selection::One(_) => true,
+    };
+    let entries = entries.into_iter().filter(|e| {
+        matches!(selection, Selection::One(_)) || !tended.contains(&e.item.key.as_str())
+    });
+    for entry in entries.take_while(|_| go_on) {
         if !walk.entry(entry).await? {
             break;
         }

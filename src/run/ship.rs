@@ -23,7 +23,7 @@ use super::Night;
 use super::round::{Approved, Round};
 
 /// The runner is the committer of every item commit (docs/loop.md#ship-or-retry).
-fn runner_identity() -> slot::Identity {
+pub(super) fn runner_identity() -> slot::Identity {
     slot::Identity {
         name: "nightshift".into(),
         email: "nightshift@localhost".into(),
@@ -106,6 +106,14 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
         PrRecord::Planned
     };
     at.record(None, state, &body).await?;
+    // The head nightshift pushed: the next night tells a person's push
+    // from its own by it (docs/github.md "The second night").
+    if let Ok(head) = tokio::task::block_in_place(|| item.slot.head()) {
+        let repo = &night.repo_id;
+        night
+            .db(|| rec::set_pr_head(&night.pool, repo, key, branch, &head))
+            .await?;
+    }
     let pushed = json!({"key": key, "branch": branch});
     night
         .db(|| rec::event(&night.pool, Some(item.run_id), "pushed", pushed.clone()))
@@ -132,7 +140,7 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
 /// A secret's value in the change would be pushed in clear (the PR body
 /// only masks it): the item ends without a push. Read from the blobs, not
 /// the diff text, which shows no content of a binary file.
-fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
+pub(super) fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
     let (night, slot) = (r.item.night, r.item.slot);
     let secrets = crate::secret::Redactor::with_known(&night.secrets);
     let found = tokio::task::block_in_place(|| {
@@ -154,7 +162,7 @@ fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
 }
 
 /// What the PR body shows (docs/github.md#pr-body).
-fn evidence(r: &Round<'_>, a: &Approved) -> Evidence {
+pub(super) fn evidence(r: &Round<'_>, a: &Approved) -> Evidence {
     let (item, st) = (r.item, &r.st);
     let g = &a.reviewed.gated;
     let (slot, c) = (item.slot, &item.entry.contract);
