@@ -60,7 +60,7 @@ async fn drain_with(
         }
     }
     let snap = snapshot(cli)?;
-    let plan = snap.plan;
+    let mut plan = snap.plan.clone();
     let config = snap.loaded.config.clone();
     // Before anything is consumed or started (docs/security.md).
     if let Some(why) = crate::cli::plan::agents_as_root_refusal(&config, &snap.loaded.path) {
@@ -68,7 +68,10 @@ async fn drain_with(
     }
     let selection = match &item {
         None => Selection::All,
-        Some(sel) => Selection::One(select_item(&plan, sel.as_deref())?),
+        Some(sel) => match sel.as_deref().and_then(pr_selected) {
+            Some(n) => Selection::Pr(n),
+            None => Selection::One(select_item(&plan, sel.as_deref())?),
+        },
     };
     let (tz, zone_source) =
         schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref()))
@@ -88,6 +91,16 @@ async fn drain_with(
     let pool = lg.pool.clone();
     let id = repo_id(&snap.repo, &config.remote);
     rec::save_plan(&pool, &id, &plan).await?;
+    // `run '#N'` names a PR: its card, as it is now, is what is approved.
+    if let Selection::Pr(n) = selection {
+        plan = with_tend_cards(&snap, &pool, &id, startup, plan).await?;
+        if let Some(why) = no_card_to_tend(&plan, n) {
+            println!(
+                "PR #{n} will not be tended: {why}\nnothing was run, and no approval was asked for or used"
+            );
+            return Ok(());
+        }
+    }
 
     // One drain per repository (docs/ledger.md).
     let holder = ledger_mod::HolderInfo::current();
@@ -204,6 +217,11 @@ async fn drain_with(
         chosen = Some((a, shas));
         resume = Some(r);
     }
+    if chosen.is_none()
+        && let Selection::Pr(n) = selection
+    {
+        chosen = card_approval(&pool, &id, &plan, n, args.approve.as_deref(), now).await?;
+    }
     let (approval, approved) = match chosen {
         Some(c) => c,
         None => {
@@ -222,6 +240,13 @@ async fn drain_with(
                     let mut shown = plan.clone();
                     crate::cli::plan::mark_earlier_work(&pool, &id, &mut shown).await?;
                     print_cards(&shown, &selection);
+                    // The cards of yesterday's PRs are not looked up for a
+                    // refused run (it asks GitHub nothing): say where they are.
+                    if !rec::open_prs(&pool, &id).await?.is_empty() {
+                        println!(
+                            "(nightshift has open PRs: `nightshift plan` looks at them on GitHub and lists those to tend in the plan to approve)"
+                        );
+                    }
                     rec::event(
                         &pool,
                         None,
@@ -237,6 +262,13 @@ async fn drain_with(
             }
         }
     };
+
+    // Yesterday's PRs, looked at again now that an approval is in hand (a
+    // refused run asks GitHub nothing): the approved set covers the cards
+    // as they are tonight (docs/github.md "The second night").
+    if matches!(selection, Selection::All) {
+        plan = with_tend_cards(&snap, &pool, &id, startup, plan).await?;
+    }
 
     // nightshift keeps such a password out of argv, the checkouts and its
     // records, but the user's own .git/config holds it, and agents running
@@ -469,6 +501,7 @@ async fn drain_with(
                 title: e.item.title.clone(),
             })
             .collect(),
+        Selection::Pr(_) => vec![],
     };
     let watch = progress::watch(
         pool.clone(),
@@ -487,6 +520,8 @@ async fn drain_with(
     let items = rec::run_items(&pool, end.run_id).await?;
     let slept = rec::slept_seconds(&pool, end.run_id).await?;
     crate::cli::notify::run_ended(&night, &run_row, &items, slept).await;
+    let tended = rec::tended_items(&pool, end.run_id).await?;
+    let section = crate::tend::report_section(&tended);
     if !cli.quiet {
         // After a hang-up there is no terminal left to print to: the run is
         // recorded, so a failed print is not worth a panic.
@@ -497,6 +532,9 @@ async fn drain_with(
             "{}",
             crate::report::to_text(&run_row, &items, slept, false)
         );
+        if !section.is_empty() {
+            let _ = write!(out, "\n{}", crate::secret::redact_known(&section));
+        }
         if let Some(log) = progress::RUN_LOG.get() {
             let _ = writeln!(out, "log: {}", log.display());
         }
@@ -661,6 +699,89 @@ fn trust_directory(env: &mut std::collections::BTreeMap<String, String>, dir: &s
     env.insert("GIT_CONFIG_COUNT".into(), (n + 1).to_string());
 }
 
+/// `plan` with the tend cards of nightshift's open PRs as GitHub shows
+/// them now (none, with a warning, when GitHub cannot be asked), stored so
+/// the run's plan and its cards are in the ledger.
+///
+/// # Errors
+/// Database errors.
+async fn with_tend_cards(
+    snap: &crate::cli::plan::Snapshot,
+    pool: &sqlx::PgPool,
+    id: &str,
+    startup: &Startup,
+    plan: Plan,
+) -> Result<Plan> {
+    let cards = crate::cli::plan::tend_cards(snap, pool, id, startup).await?;
+    if cards.is_empty() {
+        return Ok(plan);
+    }
+    let plan = plan.with_tend(cards);
+    rec::save_plan(pool, id, &plan).await?;
+    rec::save_tend_cards(pool, &plan.sha, plan.entries.len(), &plan.tend).await?;
+    Ok(plan)
+}
+
+/// The PR number `run '#N'` names (docs/commands.md#run), if the argument
+/// is of that form.
+fn pr_selected(sel: &str) -> Option<u64> {
+    sel.trim().strip_prefix('#')?.trim().parse().ok()
+}
+
+/// Why `run '#N'` has nothing to do, if it has nothing: no open PR of
+/// nightshift's with that number was looked at, or its card calls for no
+/// work tonight (nothing new, left alone).
+fn no_card_to_tend(plan: &Plan, n: u64) -> Option<String> {
+    let Some(card) = plan.tend.iter().find(|c| c.number == n) else {
+        return Some(
+            "it is not one of nightshift's open PRs that `nightshift plan` lists (or GitHub could not be asked)".into(),
+        );
+    };
+    match &card.verdict {
+        crate::tend::Verdict::LeftAlone { reason } => Some(format!("it is left alone: {reason}")),
+        crate::tend::Verdict::Nothing => {
+            Some("nothing new on it since nightshift's last push".into())
+        }
+        _ => None,
+    }
+}
+
+/// For `run '#N'`: a valid, unused approval of that PR's card (`nightshift
+/// approve <CARD_SHA>`, or the SHA given with `--approve`), as an item's
+/// contract approval serves `run ITEM`. `None`: look for a plan approval.
+///
+/// # Errors
+/// Database errors.
+async fn card_approval(
+    pool: &sqlx::PgPool,
+    repo: &str,
+    plan: &Plan,
+    n: u64,
+    explicit: Option<&str>,
+    now: chrono::DateTime<Utc>,
+) -> Result<Option<(approval::Approval, Vec<String>)>> {
+    let Some(sha) = plan
+        .tend
+        .iter()
+        .find(|c| c.number == n)
+        .and_then(|c| c.sealed.as_ref())
+        .map(|s| s.sha.clone())
+    else {
+        return Ok(None);
+    };
+    if explicit.is_some_and(|e| !e.eq_ignore_ascii_case(&sha)) {
+        return Ok(None);
+    }
+    let list = rec::approvals_of(pool, repo, &sha).await?;
+    Ok(list
+        .into_iter()
+        .find(|a| {
+            a.contract_sha.as_deref() == Some(sha.as_str())
+                && approval::check_usable(a, now).is_ok()
+        })
+        .map(|a| (a, vec![sha])))
+}
+
 /// Resolves `run [ITEM]` to a plan index.
 fn select_item(plan: &Plan, sel: Option<&str>) -> Result<usize> {
     let open: Vec<_> = plan.entries.iter().collect();
@@ -722,6 +843,17 @@ fn print_cards(plan: &Plan, selection: &Selection) {
                     "approve it with: nightshift approve {}   (or the plan: nightshift approve {})",
                     e.contract_sha, plan.sha
                 );
+            }
+        }
+        Selection::Pr(n) => {
+            if let Some(c) = plan.tend.iter().find(|c| c.number == *n) {
+                print!("{}", crate::tend::card(c));
+                if let Some(s) = &c.sealed {
+                    println!(
+                        "approve it with: nightshift approve {}   (or the plan: nightshift approve {})",
+                        s.sha, plan.sha
+                    );
+                }
             }
         }
     }
