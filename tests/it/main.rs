@@ -34,3 +34,4 @@ mod night;
 mod ops;
 mod process;
 mod schedule;
+mod tend;
