@@ -460,11 +460,7 @@ pub async fn find(
     {
         return approved_set(pool, plan, item, a.clone()).await;
     }
-    let current: Vec<&str> = plan
-        .entries
-        .iter()
-        .map(|e| e.contract_sha.as_str())
-        .collect();
+    let current = current_shas(plan);
     for a in &list {
         let shas =
             crate::ledger::records::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or(""))
@@ -494,6 +490,16 @@ pub async fn find(
     Ok(Err(Refusal::Missing {
         plan_sha: plan.sha.clone(),
     }))
+}
+
+/// The contract SHAs of `plan` an approval may hold: its sealed tend
+/// cards' (docs/github.md "The second night") and its items'.
+fn current_shas(plan: &crate::contract::Plan) -> Vec<&str> {
+    plan.tend
+        .iter()
+        .filter_map(|c| c.sealed.as_ref().map(|s| s.sha.as_str()))
+        .chain(plan.entries.iter().map(|e| e.contract_sha.as_str()))
+        .collect()
 }
 
 async fn approved_set(
@@ -526,7 +532,10 @@ async fn approved_set(
     }
     let shas =
         crate::ledger::records::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
-    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
+    if !current_shas(plan)
+        .iter()
+        .any(|c| shas.iter().any(|s| s == c))
+    {
         return Ok(Err(Refusal::OtherPlan {
             sha: a.plan_sha.clone().unwrap_or_default(),
             plan_sha: plan.sha.clone(),

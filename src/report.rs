@@ -709,6 +709,9 @@ pub struct NightTotals {
     pub would_open: usize,
     /// Items that already had an open or merged PR.
     pub already: usize,
+    /// Tended PRs pushed anew (`pr_updated`, docs/github.md "The second
+    /// night").
+    pub updated: usize,
     /// Items that ended in a failure outcome (docs/loop.md#outcomes).
     pub failed: usize,
     /// Items blocked by a question or by `max_attempts`.
@@ -750,6 +753,7 @@ pub fn totals(
             .count(),
         would_open: count(&[Outcome::BranchPushed]),
         already: count(&[Outcome::AlreadyOpen, Outcome::AlreadyMerged]),
+        updated: count(&[Outcome::PrUpdated]),
         failed: items
             .iter()
             .filter(|i| i.outcome.is_some_and(Outcome::fails_run))
@@ -811,6 +815,7 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
             "prs_opened": t.opened,
             "branches_pushed": t.would_open,
             "already_open_or_merged": t.already,
+            "prs_updated": t.updated,
             "failed": t.failed,
             "blocked": t.blocked,
             "not_run": t.not_run,
@@ -845,7 +850,11 @@ fn rows(items: &[ItemRow]) -> Vec<Row> {
     items
         .iter()
         .map(|i| Row {
-            index: i.item_index.to_string(),
+            // A tended PR has no place in the backlog (docs/github.md).
+            index: match (i.item_index, i.pr_number) {
+                (0, Some(_)) => "PR".into(),
+                (n, _) => n.to_string(),
+            },
             title: i.title.clone(),
             outcome: outcome_text(i.outcome).to_string(),
             pr: match (i.pr_number, &i.branch) {
@@ -887,8 +896,13 @@ fn totals_line(t: &NightTotals) -> String {
         None => "no deadline".into(),
     };
     format!(
-        "{} PR(s) opened{} · {} already open or merged · {} failed · {} blocked · {} not run{} · slept {} at usage limits · {left} · {} tokens · {cost} for the night",
+        "{} PR(s) opened{}{} · {} already open or merged · {} failed · {} blocked · {} not run{} · slept {} at usage limits · {left} · {} tokens · {cost} for the night",
         t.opened,
+        if t.updated > 0 {
+            format!(" · {} PR(s) updated", t.updated)
+        } else {
+            String::new()
+        },
         if t.would_open > 0 {
             format!(
                 " · {} branch(es) pushed whose PR would have been opened (no GitHub access)",

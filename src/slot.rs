@@ -106,6 +106,11 @@ pub struct Slot {
     pub git_dir_fingerprint: String,
     /// True when an existing slot was reset rather than cloned.
     pub reused: bool,
+    /// Where the slot's branch sits between rounds when that is not
+    /// `base_commit`: a tended PR's branch brought onto the base keeps its
+    /// commits ([`Slot::set_tip`], docs/github.md "The second night").
+    /// `None`: at `base_commit`, as for every new item.
+    tip: Option<String>,
     /// Why an existing slot was removed and cloned again, if it was.
     pub recloned_because: Option<String>,
     /// While preparing only: kills the running git command when it turns
@@ -510,6 +515,7 @@ impl Slot {
             branch: branch.to_string(),
             git_dir_fingerprint: String::new(),
             reused: false,
+            tip: None,
             recloned_because: None,
             stop,
         };
@@ -722,6 +728,7 @@ impl Slot {
         ])?;
         git.run(&["clean", "-ffdxq"])?;
         self.base_commit = commit.to_string();
+        self.tip = None;
         self.record_fingerprint()
     }
 
@@ -888,6 +895,97 @@ impl Slot {
         Ok(())
     }
 
+    /// The commit the slot's branch sits at between rounds: the one given
+    /// to [`Slot::set_tip`], else [`Slot::base_commit`].
+    pub fn tip(&self) -> &str {
+        self.tip.as_deref().unwrap_or(&self.base_commit)
+    }
+
+    /// Records that the slot's branch now sits at `commit` between rounds
+    /// (a tended PR's branch rebased onto the base keeps its commits), so
+    /// that [`Slot::restore_tree`] puts it back there rather than at the
+    /// base (docs/github.md "The second night").
+    pub fn set_tip(&mut self, commit: &str) {
+        self.tip = (commit != self.base_commit).then(|| commit.to_string());
+    }
+
+    /// Brings a tended PR's change onto the base as one change when its
+    /// commits do not rebase cleanly: the branch is put at
+    /// [`Slot::base_commit`] and `head`'s change (since its merge base with
+    /// the base) is merged into the working tree without a commit (`git
+    /// merge --squash`), conflicts left as `<<<<<<<`/`=======`/`>>>>>>>`
+    /// markers for the writer, and everything staged so the index holds no
+    /// unmerged entry. Returns the conflicted files (relative paths; empty
+    /// when the squashed change applies cleanly) and the tree staged (the
+    /// markers included), which the night's work is measured from.
+    ///
+    /// # Errors
+    /// [`SlotError::Tampered`]; [`SlotError::Git`] when git fails otherwise
+    /// than with a conflict.
+    pub fn squash_onto_base(&mut self, head: &str) -> Result<(Vec<String>, String), SlotError> {
+        self.ensure_untampered()?;
+        let git = self.git();
+        let base = self.base_commit.clone();
+        git.run(&[
+            "checkout",
+            "--quiet",
+            "--force",
+            "--no-track",
+            "-B",
+            &self.branch,
+            &base,
+        ])?;
+        git.run(&["clean", "-ffdxq"])?;
+        self.tip = None;
+        let merged = git.run(&[
+            "-c",
+            "merge.conflictStyle=merge",
+            "-c",
+            "rerere.enabled=false",
+            "merge",
+            "--squash",
+            "--no-commit",
+            "--quiet",
+            head,
+        ]);
+        let files: Vec<String> = git
+            .text(&["diff", "--name-only", "--diff-filter=U", "-z"])?
+            .split('\0')
+            .filter(|f| !f.is_empty())
+            .map(str::to_string)
+            .collect();
+        if let Err(e) = merged
+            && files.is_empty()
+        {
+            return Err(e.into());
+        }
+        git.run(&["add", "-A", "--", "."])?;
+        let tree = git.text(&["write-tree"])?.trim().to_string();
+        Ok((files, tree))
+    }
+
+    /// The files (relative paths) that differ between two commits or trees.
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when git cannot diff them.
+    pub fn changed_files(&self, from: &str, to: &str) -> Result<Vec<String>, SlotError> {
+        Ok(self
+            .git()
+            .text(&["diff", "--name-only", "--no-renames", "-z", from, to, "--"])?
+            .split('\0')
+            .filter(|f| !f.is_empty())
+            .map(str::to_string)
+            .collect())
+    }
+
+    /// The commit HEAD points at (40 hex).
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when HEAD does not resolve.
+    pub fn head(&self) -> Result<String, SlotError> {
+        Ok(self.git().rev_parse("HEAD")?)
+    }
+
     /// Git in the slot with `who` as committer (rebases rewrite commits).
     fn committing(&self, who: &Identity) -> Git {
         self.git()
@@ -1044,7 +1142,7 @@ impl Slot {
     /// Puts the working tree back to a [`Slot::snapshot_tree`]: files changed
     /// or deleted since come back, files added since are removed; ignored
     /// files (build caches) stay, and the slot's own index is untouched.
-    /// HEAD is put back too — on the item's branch at the base commit, where
+    /// HEAD is put back too — on the item's branch at [`Slot::tip`], where
     /// it is between the writer's rounds — for a gate that commits, switches
     /// branches or detaches HEAD (`git commit`, `git checkout`): otherwise
     /// the reviewer would see an empty diff and the runner commit on another
@@ -1058,10 +1156,11 @@ impl Slot {
         let on_branch = git
             .text(&["symbolic-ref", "-q", "HEAD"])
             .is_ok_and(|r| r.trim() == branch);
-        let at_base = git.rev_parse(&branch).is_ok_and(|c| c == self.base_commit);
-        if !(on_branch && at_base) {
+        let tip = self.tip();
+        let at_tip = git.rev_parse(&branch).is_ok_and(|c| c == tip);
+        if !(on_branch && at_tip) {
             tracing::warn!(slot = %self.path.display(), "a gate command moved HEAD or switched branches; putting the item's branch back");
-            git.run(&["update-ref", "--no-deref", &branch, &self.base_commit])?;
+            git.run(&["update-ref", "--no-deref", &branch, tip])?;
             git.run(&["symbolic-ref", "HEAD", &branch])?;
         }
         // Only what differs from the snapshot is written back: a private

@@ -356,6 +356,9 @@ pub struct TendCard {
     pub branch: String,
     /// The item's key.
     pub item_key: String,
+    /// The contract the PR was made under (a card with nothing sealed is
+    /// recorded under it when a run leaves the PR alone).
+    pub contract_sha: String,
     /// The item's title.
     pub title: String,
     pub verdict: Verdict,
@@ -396,6 +399,7 @@ impl TendCard {
             number: row.number as u64,
             branch: row.branch.clone(),
             item_key: row.item_key.clone(),
+            contract_sha: row.contract_sha.clone(),
             title: title.to_string(),
             verdict,
             sealed,
@@ -619,8 +623,10 @@ pub fn writer_feedback(pr: u64, comments: &[Feedback]) -> String {
     s
 }
 
-/// What the writer resolving a rebase conflict is told: both sides by
-/// commit and role, and the conflicted files.
+/// What the writer resolving a conflict with the base is told: both sides
+/// by commit and role, and the conflicted files. The branch's commits did
+/// not rebase cleanly, so its change is brought onto the base as one
+/// (`git merge --squash`) and the conflicts are left in the files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConflictFacts<'a> {
     pub pr: u64,
@@ -628,10 +634,9 @@ pub struct ConflictFacts<'a> {
     pub branch: &'a str,
     /// The base branch (config `base`).
     pub base: &'a str,
-    /// The commit the branch is being rebased onto (the base's side plus
-    /// the commits already applied).
+    /// The base's commit the change is brought onto (ours, kept).
     pub onto: &'a str,
-    /// The branch's commit that does not apply.
+    /// The branch head whose change is brought in (theirs).
     pub applying: &'a str,
     /// The files with conflict markers (relative paths).
     pub files: &'a [String],
@@ -640,12 +645,13 @@ pub struct ConflictFacts<'a> {
 /// The writer's task for a conflict the rebase could not resolve.
 pub fn conflict_prompt(c: &ConflictFacts<'_>) -> String {
     let mut s = format!(
-        "Pull request #{} (branch {}) no longer applies to {}: another change was merged there first. The rebase stopped with conflicts.\n\
-         - ours (kept): {} at {} — what is on {} now, plus this branch's commits already applied\n\
-         - theirs (to bring in): this branch's commit {}\n\
+        "Pull request #{} (branch {}) no longer applies to {}: another change was merged there first. Its commits do not rebase cleanly, so its whole change was brought onto {} as one, and the conflicts are left in the files.\n\
+         - ours (kept): {} at {} — what is on {} now\n\
+         - theirs (to bring in): this branch's change, as of its head {}\n\
          Conflicted files (they contain <<<<<<< ======= >>>>>>> markers):\n",
         c.pr,
         c.branch,
+        c.base,
         c.base,
         c.base,
         short(c.onto),
@@ -655,7 +661,7 @@ pub fn conflict_prompt(c: &ConflictFacts<'_>) -> String {
     for f in c.files {
         let _ = writeln!(s, "- {f}");
     }
-    s.push_str("Resolve every conflict so both changes hold (keep what was merged, and redo this branch's change on top of it), remove every marker, and change nothing else. Do not run git: nightshift stages, continues the rebase and commits.\n");
+    s.push_str("Resolve every conflict so both changes hold (keep what was merged, and redo this branch's change on top of it), remove every marker, and change nothing else. Do not run git: nightshift commits and pushes.\n");
     s
 }
 
@@ -799,8 +805,9 @@ pub struct Tended {
     pub pr: u64,
     /// The item's title.
     pub title: String,
-    /// The outcome word (`pr_updated`, `pr_left_alone`, or a failure).
-    pub outcome: String,
+    /// How the tend ended (`pr_updated`, `pr_left_alone`, or a failure);
+    /// `None` while it runs.
+    pub outcome: Option<crate::outcome::Outcome>,
     /// Why, for anything but `pr_updated`.
     pub reason: Option<String>,
     /// `conflict` or `changes_requested` (from the sealed card); `None` for
@@ -814,6 +821,38 @@ pub struct Tended {
     pub new_head: Option<String>,
 }
 
+impl Tended {
+    /// The outcome's word, `running` while it has none.
+    pub fn word(&self) -> &'static str {
+        self.outcome
+            .map_or(crate::outcome::RunStatus::Running.as_str(), |o| o.as_str())
+    }
+
+    /// Whether this tend pushed a new head to the PR.
+    pub fn pushed(&self) -> bool {
+        self.outcome == Some(crate::outcome::Outcome::PrUpdated)
+            && self.old_head.is_some()
+            && self.old_head != self.new_head
+    }
+
+    /// The tended PR as `report --json` lists it under `"tended"`: `pr`,
+    /// `title`, `outcome`, `reason`, `action`, `asked` (each request as the
+    /// card has it: kind, author, path, line, body, at), `old_head` and
+    /// `new_head` (`null` when nothing was pushed).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "pr": self.pr,
+            "title": self.title,
+            "outcome": self.word(),
+            "reason": self.reason,
+            "action": self.action,
+            "asked": self.asked,
+            "old_head": self.old_head,
+            "new_head": self.pushed().then_some(self.new_head.as_deref()).flatten(),
+        })
+    }
+}
+
 /// The report's section on tended PRs: what was asked, what was done, the
 /// new head. Empty when the run tended none. Comment text is shown as
 /// [`card`] shows it (control characters written out).
@@ -823,7 +862,7 @@ pub fn report_section(tended: &[Tended]) -> String {
     }
     let mut s = format!("Tended PRs ({})\n", tended.len());
     for t in tended {
-        let _ = writeln!(s, "  PR #{} · {} · {}", t.pr, t.outcome, shown(&t.title));
+        let _ = writeln!(s, "  PR #{} · {} · {}", t.pr, t.word(), shown(&t.title));
         if let Some(a) = &t.action {
             let asked = match a.as_str() {
                 "conflict" => "bring the branch onto its moved base".to_string(),
@@ -846,7 +885,7 @@ pub fn report_section(tended: &[Tended]) -> String {
         }
         match (&t.old_head, &t.new_head) {
             (Some(old), Some(new))
-                if old != new && t.outcome == crate::outcome::Outcome::PrUpdated.as_str() =>
+                if old != new && t.outcome == Some(crate::outcome::Outcome::PrUpdated) =>
             {
                 let _ = writeln!(s, "    done      pushed {} → {}", short(old), short(new));
             }
@@ -1248,7 +1287,9 @@ mod tests {
         });
         assert!(text.contains("ours (kept): main at aaaaaaaaaaaa"), "{text}");
         assert!(
-            text.contains("theirs (to bring in): this branch's commit bbbbbbbbbbbb"),
+            text.contains(
+                "theirs (to bring in): this branch's change, as of its head bbbbbbbbbbbb"
+            ),
             "{text}"
         );
         assert!(text.contains("- calc.txt\n- src/a b.rs\n"), "{text}");
@@ -1347,7 +1388,7 @@ mod tests {
             Tended {
                 pr: 1,
                 title: "Add sub".into(),
-                outcome: "pr_updated".into(),
+                outcome: Some(crate::outcome::Outcome::PrUpdated),
                 reason: None,
                 action: Some("changes_requested".into()),
                 asked: asked(),
@@ -1357,7 +1398,7 @@ mod tests {
             Tended {
                 pr: 2,
                 title: "Add mul".into(),
-                outcome: "pr_left_alone".into(),
+                outcome: Some(crate::outcome::Outcome::PrLeftAlone),
                 reason: Some("someone else pushed to the branch".into()),
                 action: None,
                 asked: vec![],

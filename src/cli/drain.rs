@@ -62,8 +62,18 @@ async fn drain_with(
     startup: &Startup,
     schedule_stop: Option<&CancellationToken>,
 ) -> Result<()> {
-    let req = Request::resolve(cli, args, item.as_ref(), schedule_stop.is_some())?;
+    let mut req = Request::resolve(cli, args, item.as_ref(), schedule_stop.is_some())?;
     let held = Held::take(&req).await?;
+    // `run '#N'` names a PR: its card, as it is now, is what is approved.
+    if let Selection::Pr(n) = req.selection {
+        req.plan = with_tend_cards(&req, &held, startup).await?;
+        if let Some(why) = no_card_to_tend(&req.plan, n) {
+            println!(
+                "PR #{n} will not be tended: {why}\nnothing was run, and no approval was asked for or used"
+            );
+            return Ok(());
+        }
+    }
     let github = GitHub::resolve(&req, startup);
     // `run ITEM` on an item that will not run says so before an approval
     // is asked for, and uses none (docs/commands.md).
@@ -74,6 +84,12 @@ async fn drain_with(
     // Approvals are verified with the data directory's key (docs/contract.md).
     install_approval_key()?;
     let approved = approve(&req, &held).await?;
+    // Yesterday's PRs, looked at again now that an approval is in hand (a
+    // refused run asks GitHub nothing): the approved set covers the cards
+    // as they are tonight (docs/github.md "The second night").
+    if matches!(req.selection, Selection::All) {
+        req.plan = with_tend_cards(&req, &held, startup).await?;
+    }
     let remote_urls = check_remote(&req, &github)?;
     let env = Environments::resolve(&req, startup, &github)?;
     preflight_agents(&req, &held, &env).await?;
@@ -103,6 +119,8 @@ async fn drain_with(
 struct Request {
     /// The user's repository root (never written to).
     repo: PathBuf,
+    /// The config file as found and read (for the second night's cards).
+    loaded: crate::config::Loaded,
     /// The config, as loaded for the snapshot.
     config: Config,
     /// The snapshot's sealed plan.
@@ -148,7 +166,10 @@ impl Request {
         }
         let selection = match item {
             None => Selection::All,
-            Some(sel) => Selection::One(select_item(&plan, sel.as_deref())?),
+            Some(sel) => match sel.as_deref().and_then(pr_selected) {
+                Some(n) => Selection::Pr(n),
+                None => Selection::One(select_item(&plan, sel.as_deref())?),
+            },
         };
         let (tz, zone_source) =
             schedule::resolve_zone(args.tz.as_deref().or(config.timezone.as_deref()))
@@ -165,6 +186,7 @@ impl Request {
         .map_err(|e| Error::argument(format!("deadline: {e}")))?;
         Ok(Request {
             repo: snap.repo,
+            loaded: snap.loaded,
             config,
             plan,
             selection,
@@ -428,6 +450,23 @@ async fn approve(req: &Request, held: &Held) -> Result<Approved> {
             resume: Some(r),
         });
     }
+    if let Selection::Pr(n) = req.selection
+        && let Some((approval, contracts)) = card_approval(
+            pool,
+            &held.repo_id,
+            &req.plan,
+            n,
+            req.approve.as_deref(),
+            req.now,
+        )
+        .await?
+    {
+        return Ok(Approved {
+            approval,
+            contracts,
+            resume: None,
+        });
+    }
     let found = approval::find(
         pool,
         &held.repo_id,
@@ -460,6 +499,13 @@ async fn record_refusal(req: &Request, held: &Held, reason: &str) -> Result<()> 
     let mut shown = req.plan.clone();
     crate::cli::plan::mark_earlier_work(pool, &held.repo_id, &mut shown).await?;
     print_cards(&shown, &req.selection);
+    // The cards of yesterday's PRs are not looked up for a refused run (it
+    // asks GitHub nothing): say where they are.
+    if !rec::open_prs(pool, &held.repo_id).await?.is_empty() {
+        println!(
+            "(nightshift has open PRs: `nightshift plan` looks at them on GitHub and lists those to tend in the plan to approve)"
+        );
+    }
     rec::event(
         pool,
         None,
@@ -833,7 +879,11 @@ async fn run_watched(
         .plan
         .entries
         .iter()
-        .filter(|e| selection.item().is_none_or(|i| e.index == i))
+        .filter(|e| match selection {
+            Selection::All => true,
+            Selection::One(i) => e.index == i,
+            Selection::Pr(_) => false,
+        })
         .map(|e| progress::Entry {
             key: e.item.key.clone(),
             title: e.item.title.clone(),
@@ -873,6 +923,8 @@ async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEn
     let items = rec::run_items(pool, end.run_id).await?;
     let slept = rec::slept_seconds(pool, end.run_id).await?;
     crate::cli::notify::run_ended(night, &run_row, &items, slept).await;
+    let tended = rec::tended_items(pool, end.run_id).await?;
+    let section = crate::tend::report_section(&tended);
     if !cli.quiet {
         // After a hang-up there is no terminal left to print to: the run is
         // recorded, so a failed print is not worth a panic.
@@ -883,6 +935,9 @@ async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEn
             "{}",
             crate::report::to_text(&run_row, &items, slept, false)
         );
+        if !section.is_empty() {
+            let _ = write!(out, "\n{}", crate::secret::redact_known(&section));
+        }
         if let Some(log) = progress::RUN_LOG.get() {
             let _ = writeln!(out, "log: {}", log.display());
         }
@@ -893,7 +948,7 @@ async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEn
             Selection::All => {
                 "Once that is fixed, `nightshift drain` resumes this run under its approval (within 24 h of it)"
             }
-            Selection::One(_) => {
+            Selection::One(_) | Selection::Pr(_) => {
                 "Once that is fixed, run `nightshift run` again (approve the item again if its approval was used)"
             }
         };
@@ -1047,6 +1102,89 @@ fn trust_directory(env: &mut std::collections::BTreeMap<String, String>, dir: &s
     env.insert("GIT_CONFIG_COUNT".into(), (n + 1).to_string());
 }
 
+/// `plan` with the tend cards of nightshift's open PRs as GitHub shows
+/// them now (none, with a warning, when GitHub cannot be asked), stored so
+/// the run's plan and its cards are in the ledger.
+///
+/// # Errors
+/// Database errors.
+async fn with_tend_cards(req: &Request, held: &Held, startup: &Startup) -> Result<Plan> {
+    let (pool, id) = (held.pool(), held.repo_id.as_str());
+    let snap = crate::cli::plan::Snapshot {
+        repo: req.repo.clone(),
+        loaded: req.loaded.clone(),
+        plan: req.plan.clone(),
+    };
+    let cards = crate::cli::plan::tend_cards(&snap, pool, id, startup).await?;
+    if cards.is_empty() {
+        return Ok(snap.plan);
+    }
+    let plan = snap.plan.with_tend(cards);
+    rec::save_plan(pool, id, &plan).await?;
+    rec::save_tend_cards(pool, &plan.sha, plan.entries.len(), &plan.tend).await?;
+    Ok(plan)
+}
+
+/// The PR number `run '#N'` names (docs/commands.md#run), if the argument
+/// is of that form.
+fn pr_selected(sel: &str) -> Option<u64> {
+    sel.trim().strip_prefix('#')?.trim().parse().ok()
+}
+
+/// Why `run '#N'` has nothing to do, if it has nothing: no open PR of
+/// nightshift's with that number was looked at, or its card calls for no
+/// work tonight (nothing new, left alone).
+fn no_card_to_tend(plan: &Plan, n: u64) -> Option<String> {
+    let Some(card) = plan.tend.iter().find(|c| c.number == n) else {
+        return Some(
+            "it is not one of nightshift's open PRs that `nightshift plan` lists (or GitHub could not be asked)".into(),
+        );
+    };
+    match &card.verdict {
+        crate::tend::Verdict::LeftAlone { reason } => Some(format!("it is left alone: {reason}")),
+        crate::tend::Verdict::Nothing => {
+            Some("nothing new on it since nightshift's last push".into())
+        }
+        _ => None,
+    }
+}
+
+/// For `run '#N'`: a valid, unused approval of that PR's card (`nightshift
+/// approve <CARD_SHA>`, or the SHA given with `--approve`), as an item's
+/// contract approval serves `run ITEM`. `None`: look for a plan approval.
+///
+/// # Errors
+/// Database errors.
+async fn card_approval(
+    pool: &sqlx::PgPool,
+    repo: &str,
+    plan: &Plan,
+    n: u64,
+    explicit: Option<&str>,
+    now: chrono::DateTime<Utc>,
+) -> Result<Option<(approval::Approval, Vec<String>)>> {
+    let Some(sha) = plan
+        .tend
+        .iter()
+        .find(|c| c.number == n)
+        .and_then(|c| c.sealed.as_ref())
+        .map(|s| s.sha.clone())
+    else {
+        return Ok(None);
+    };
+    if explicit.is_some_and(|e| !e.eq_ignore_ascii_case(&sha)) {
+        return Ok(None);
+    }
+    let list = rec::approvals_of(pool, repo, &sha).await?;
+    Ok(list
+        .into_iter()
+        .find(|a| {
+            a.contract_sha.as_deref() == Some(sha.as_str())
+                && approval::check_usable(a, now).is_ok()
+        })
+        .map(|a| (a, vec![sha])))
+}
+
 /// `--jobs N`: 1 to [`crate::config::MAX_JOBS`] workers, for `drain` (and
 /// `worker`) only — `run` runs one item.
 ///
@@ -1128,6 +1266,17 @@ fn print_cards(plan: &Plan, selection: &Selection) {
                     "approve it with: nightshift approve {}   (or the plan: nightshift approve {})",
                     e.contract_sha, plan.sha
                 );
+            }
+        }
+        Selection::Pr(n) => {
+            if let Some(c) = plan.tend.iter().find(|c| c.number == *n) {
+                print!("{}", crate::tend::card(c));
+                if let Some(s) = &c.sealed {
+                    println!(
+                        "approve it with: nightshift approve {}   (or the plan: nightshift approve {})",
+                        s.sha, plan.sha
+                    );
+                }
             }
         }
     }
@@ -1242,6 +1391,7 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
         .unwrap_or(chrono_tz::UTC);
     let req = Request {
         repo: repo.clone(),
+        loaded,
         config,
         plan,
         selection: Selection::All,

@@ -64,7 +64,8 @@ pub enum Command {
     Drain(RunArgs),
     /// Run one item (default: the first open one), one PR, then stop.
     Run {
-        /// Index as `plan` shows it, or a text fragment matching exactly one open title.
+        /// Index as `plan` shows it, a text fragment matching exactly one
+        /// open title, or `#N` to tend nightshift's open PR N.
         item: Option<String>,
         #[command(flatten)]
         args: RunArgs,

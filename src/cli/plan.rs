@@ -230,7 +230,7 @@ fn plan_retry_policy() -> crate::forge::RetryPolicy {
 ///
 /// # Errors
 /// Database errors only.
-async fn tend_cards(
+pub(crate) async fn tend_cards(
     snap: &Snapshot,
     pool: &sqlx::PgPool,
     repo_id: &str,
@@ -402,6 +402,12 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
                 .iter()
                 .filter(|c| approved.iter().any(|a| a == *c))
                 .count();
+            // A plan with tend cards has another SHA than the backlog's
+            // alone (docs/github.md "The second night"): only a changed
+            // item is worth the warning.
+            if kept == current.len() {
+                return Ok(());
+            }
             eprintln!(
                 "warning: the backlog or the config changed since this plan was made; the current plan is {}.\n  A drain under this approval runs only the {kept} of {} current item(s) whose contracts did not change; the others end `not_approved`.\n  To run them all: nightshift approve {}",
                 now.plan.sha,

@@ -49,11 +49,14 @@ pub(crate) async fn report(
     let slept = rec::slept_seconds(&lg.pool, row.id).await?;
     let not_started = not_started(&lg.pool, &row, &items).await?;
     let now = Utc::now();
+    // Yesterday's PRs this run tended (docs/github.md "The second night").
+    let tended = rec::tended_items(&lg.pool, row.id).await?;
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
             let mut v = crate::report::to_json_with(&row, &items, Some(&totals));
             v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
+            v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {
@@ -61,6 +64,10 @@ pub(crate) async fn report(
                 "{}",
                 crate::report::to_markdown(&row, &items, slept, show_body, now)
             );
+            let section = crate::tend::report_section(&tended);
+            if !section.is_empty() {
+                println!("\n```text\n{}```", section.replace("```", "'''"));
+            }
             if !not_started.is_empty() {
                 println!(
                     "\n**Not started** (the run stopped before them): {}",
@@ -77,6 +84,10 @@ pub(crate) async fn report(
                 "{}",
                 crate::report::to_text_at(&row, &items, slept, show_body, now)
             );
+            let section = crate::tend::report_section(&tended);
+            if !section.is_empty() {
+                print!("\n{}", crate::secret::redact_known(&section));
+            }
             print_text_tail(&row, &not_started);
         }
     }

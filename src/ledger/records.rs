@@ -603,15 +603,43 @@ pub async fn start_item(
     entry: &crate::contract::PlanEntry,
     worker: Option<&str>,
 ) -> Result<i64> {
+    let row = ItemStart {
+        key: &entry.item.key,
+        contract_sha: &entry.contract_sha,
+        index: entry.index,
+        title: &entry.item.title,
+    };
+    start_row(db, run, &row, worker).await
+}
+
+/// What an item row starts with: key, the contract (or card) SHA it runs
+/// under, its plan index (0 for a tended PR's card) and title.
+pub struct ItemStart<'a> {
+    pub key: &'a str,
+    pub contract_sha: &'a str,
+    pub index: usize,
+    pub title: &'a str,
+}
+
+/// [`start_item`] for any row: an item's or a tended PR's card.
+///
+/// # Errors
+/// Database errors.
+pub async fn start_row(
+    db: impl PgExecutor<'_>,
+    run: Uuid,
+    row: &ItemStart<'_>,
+    worker: Option<&str>,
+) -> Result<i64> {
     sqlx::query_scalar(
         "INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, started_at, worker) VALUES ($1, $2, $3, $4, $5, now(), $6) \
          ON CONFLICT (run_id, item_key) DO UPDATE SET started_at = now(), worker = $6, outcome = NULL, ended_at = NULL RETURNING id",
     )
     .bind(run)
-    .bind(&entry.item.key)
-    .bind(&entry.contract_sha)
-    .bind(entry.index as i32)
-    .bind(pg(&entry.item.title))
+    .bind(row.key)
+    .bind(row.contract_sha)
+    .bind(row.index as i32)
+    .bind(pg(row.title))
     .bind(worker)
     .fetch_one(db)
     .await
@@ -1298,7 +1326,7 @@ pub async fn open_prs(pool: &PgPool, repo: &str) -> Result<Vec<TendRow>> {
 /// # Errors
 /// Database errors.
 pub async fn set_pr_head(
-    pool: &PgPool,
+    db: impl PgExecutor<'_>,
     repo: &str,
     key: &str,
     branch: &str,
@@ -1309,9 +1337,67 @@ pub async fn set_pr_head(
         .bind(key)
         .bind(branch)
         .bind(sha)
-        .execute(pool)
+        .execute(db)
         .await?;
     Ok(())
+}
+
+/// Replaces the body the ledger keeps for an item's `branch` (a tended PR
+/// whose evidence card was rewritten); its run, contract and state stay.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_pr_body(
+    db: impl PgExecutor<'_>,
+    repo: &str,
+    key: &str,
+    branch: &str,
+    body: &str,
+) -> Result<()> {
+    sqlx::query("UPDATE pull_requests SET body = $4, updated_at = now() WHERE repo = $1 AND item_key = $2 AND branch = $3")
+        .bind(repo)
+        .bind(key)
+        .bind(branch)
+        .bind(pg(body))
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Number of distinct runs in which tending PR `pr` from `head` (the head
+/// nightshift last pushed) ended in a failure that counts against
+/// `max_attempts` (docs/github.md "The second night"): a tend card names
+/// its PR and head, so a successful push (a new head) starts over, and a
+/// new comment (a new card on the same head) does not.
+///
+/// # Errors
+/// Database errors.
+pub async fn tend_attempts(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    pr: u64,
+    head: &str,
+) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT i.run_id) FROM run_items i JOIN runs r ON r.id = i.run_id JOIN contracts c ON c.sha = i.contract_sha \
+         WHERE r.repo = $1 AND i.item_key = $2 AND c.json ->> 'pr' = $3 AND c.json ->> 'head' = $4 \
+         AND i.outcome = ANY($6) AND NOT starts_with(coalesce(i.reason, ''), $5) AND NOT starts_with(coalesce(i.reason, ''), 'checkout failed:')",
+    )
+    .bind(repo)
+    .bind(key)
+    .bind(pr.to_string())
+    .bind(head)
+    .bind(CARRIED_REASON)
+    .bind(
+        Outcome::ALL
+            .iter()
+            .filter(|o| o.counts_as_attempt())
+            .map(|o| o.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .fetch_one(pool)
+    .await
 }
 
 /// The stored canonical JSON of contract `sha`, if it was ever planned.
@@ -1375,7 +1461,7 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
     type Row = (
         Option<i64>,
         String,
-        Option<String>,
+        Option<Outcome>,
         Option<String>,
         Option<Value>,
         Option<String>,
@@ -1385,10 +1471,11 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
          FROM run_items ri JOIN runs r ON r.id = ri.run_id \
          LEFT JOIN contracts c ON c.sha = ri.contract_sha \
          LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = ri.item_key AND p.branch = ri.branch \
-         WHERE ri.run_id = $1 AND (ri.outcome IN ('pr_updated', 'pr_left_alone') OR (c.json ? 'pr' AND c.json ? 'action')) \
+         WHERE ri.run_id = $1 AND (ri.outcome = ANY($2) OR (c.json ? 'pr' AND c.json ? 'action')) \
          ORDER BY ri.pr_number, ri.id",
     )
     .bind(run)
+    .bind(vec![Outcome::PrUpdated.as_str(), Outcome::PrLeftAlone.as_str()])
     .fetch_all(pool)
     .await?;
     Ok(rows
@@ -1398,7 +1485,7 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
             crate::tend::Tended {
                 pr: pr.unwrap_or(0) as u64,
                 title,
-                outcome: outcome.unwrap_or_else(|| RunStatus::Running.as_str().into()),
+                outcome,
                 reason,
                 action: card
                     .as_ref()

@@ -46,6 +46,9 @@ pub(super) struct Item<'a> {
     pub contract_json: String,
     /// The GitHub token for git's askpass, if any (never an agent's).
     pub token: Option<String>,
+    /// The PR this item tends, when it is a tend card of the second night
+    /// (docs/github.md "The second night"): it ships by pushing to that PR.
+    pub tend: Option<&'a super::tend::Tend<'a>>,
 }
 
 /// What an item's rounds gather as they go.
@@ -73,7 +76,7 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    fn new(item: &Item<'_>) -> Self {
+    pub(super) fn new(item: &Item<'_>) -> Self {
         let started = Instant::now();
         Progress {
             totals: Totals::default(),
@@ -189,6 +192,7 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
         cancel: at.cancel,
         contract_json: entry.contract.canonical_json(),
         token,
+        tend: None,
     };
     let mut end = match item_loop(&item).await {
         Ok(end) => end,
@@ -303,7 +307,10 @@ async fn waiting(attempt: &Attempt<'_>) -> Result<Option<ItemEnd>, Error> {
 /// Prepares the item's checkout on its branch (docs/loop.md#checkout), or
 /// the item's end when it cannot be made. A remote that could not be
 /// fetched is not tried again in this run.
-async fn checkout(at: &Attempt<'_>, branch: &str) -> Result<Result<Slot, ItemEnd>, Error> {
+pub(super) async fn checkout(
+    at: &Attempt<'_>,
+    branch: &str,
+) -> Result<Result<Slot, ItemEnd>, Error> {
     let night = at.night;
     at.record
         .phase(Phase::Checkout, &at.entry.item.key, None)
@@ -404,7 +411,7 @@ async fn rounds(item: &Item<'_>, st: &mut Progress) -> Result<ItemEnd, Error> {
 
 /// Why round `n` does not start, if it does not: a signal, the deadline,
 /// the item's timeout (docs/limits.md#deadline).
-fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
+pub(super) fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
     let night = item.night;
     let (outcome, why) = if item.cancel.is_cancelled() {
         (
@@ -439,7 +446,7 @@ fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
 
 /// The contract's setup commands, in the fresh checkout; the item's end
 /// when one fails.
-async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Error> {
+pub(super) async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Error> {
     let c = &item.entry.contract;
     if c.setup.is_empty() {
         return Ok(None);
@@ -480,7 +487,7 @@ async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<ItemEnd>, Er
 /// same title is reused, not duplicated. Each is recorded in the ledger, with
 /// its issue when GitHub took it; a GitHub failure is logged and does not
 /// fail the item. After a signal nothing is posted (docs/limits.md#signals: stop at once).
-async fn file_findings(item: &Item<'_>, findings: &[String]) -> Result<(), Error> {
+pub(super) async fn file_findings(item: &Item<'_>, findings: &[String]) -> Result<(), Error> {
     let night = item.night;
     let mut titles: Vec<String> = Vec::new();
     for f in findings {

@@ -46,6 +46,7 @@ mod record;
 mod review_queue;
 mod round;
 mod ship;
+mod tend;
 mod worker;
 
 /// Rounds in a row with the same diff and the same failure that mean no
@@ -138,14 +139,17 @@ pub enum Selection {
     All,
     /// One item by plan index (`run`).
     One(usize),
+    /// One tended PR by number (`run '#N'`, docs/github.md "The second
+    /// night").
+    Pr(u64),
 }
 
 impl Selection {
     /// The plan index of the one item, for `run`.
     pub fn item(&self) -> Option<usize> {
         match self {
-            Selection::All => None,
             Selection::One(i) => Some(*i),
+            Selection::All | Selection::Pr(_) => None,
         }
     }
 }
@@ -184,23 +188,52 @@ pub async fn drain(
 ) -> Result<RunEnd, Error> {
     let kind = match selection {
         Selection::All => RunKind::Drain,
-        Selection::One(_) => RunKind::Run,
+        Selection::One(_) | Selection::Pr(_) => RunKind::Run,
     };
     let run_id = open_run(&night, kind, approval, resume).await?;
     let resumed_from = resume.map(|r| Resumed {
         id: r.id,
         stopped_by_signal: r.status == RunStatus::StoppedSignal,
     });
+    let finished = finished_before(&night, resume).await?;
+    // Yesterday's PRs first, by the drain itself (docs/github.md "The second
+    // night"); a tended PR's item is not run again.
+    let mut walk = Walk {
+        night: &night,
+        run_id,
+        approved,
+        resumed_from,
+        finished_before: finished.clone(),
+        status: RunStatus::Completed,
+        stopped_by: None,
+    };
+    let go_on = match selection {
+        Selection::All => walk.tend(None).await?,
+        Selection::Pr(n) => walk.tend(Some(n)).await?,
+        Selection::One(_) => true,
+    };
+    let (tend_status, tend_stop) = (walk.status, walk.stopped_by.take());
+    if !go_on {
+        return finish_run(&night, run_id, tend_status, tend_stop).await;
+    }
+    let tended = tend::taken_over(&night.plan);
     let entries: Vec<&PlanEntry> = match selection {
         Selection::All => night.plan.entries.iter().collect(),
         Selection::One(i) => night.plan.entries.iter().filter(|e| e.index == i).collect(),
+        Selection::Pr(_) => vec![],
     };
-    let queued = carry_over(&night, run_id, resume, resumed_from, &entries).await?;
+    let entries: Vec<&PlanEntry> = entries
+        .into_iter()
+        .filter(|e| {
+            matches!(selection, Selection::One(_)) || !tended.contains(&e.item.key.as_str())
+        })
+        .collect();
+    let queued = carry_over(&night, run_id, &finished, resumed_from, &entries).await?;
     let (pool, n) = (&night.pool, queued.len());
     night.db(|| queue::enqueue(pool, run_id, &queued)).await?;
     let jobs = match selection {
         Selection::All => night.config.jobs.clamp(1, n.max(1) as u32),
-        Selection::One(_) => 1,
+        Selection::One(_) | Selection::Pr(_) => 1,
     };
     let crew = Arc::new(worker::Crew {
         night: night.clone(),
@@ -211,7 +244,7 @@ pub async fn drain(
         stop: Default::default(),
     });
     let worked = run_workers(&crew, jobs).await;
-    let (status, stopped_by) = crew.stopped().unwrap_or((RunStatus::Completed, None));
+    let (status, stopped_by) = crew.stopped().unwrap_or((tend_status, tend_stop));
     worked?;
     finish_run(&night, run_id, status, stopped_by).await
 }
@@ -311,28 +344,20 @@ async fn finish_run(
 async fn carry_over(
     night: &Night,
     run_id: Uuid,
-    resume: Option<&rec::RunRow>,
+    finished: &BTreeMap<String, rec::ItemRow>,
     from: Option<Resumed>,
     entries: &[&PlanEntry],
 ) -> Result<Vec<queue::QueuedItem>, Error> {
     let record = record::Record::run(night, run_id);
-    let finished: BTreeMap<String, rec::ItemRow> = match resume {
-        None => BTreeMap::new(),
-        Some(r) => record
-            .run_items(r.id)
-            .await?
-            .into_iter()
-            .filter(|i| i.outcome.is_some_and(|o| !o.resumes()))
-            .map(|i| (i.item_key.clone(), i))
-            .collect(),
-    };
     let mut queued = Vec::new();
     for (position, entry) in entries.iter().enumerate() {
         match finished.get(&entry.item.key) {
             Some(prev) => {
                 let item_id = record.start_item(entry).await?;
                 let end = carried(prev, from);
-                record.finish_item(item_id, &end, false).await?;
+                record
+                    .finish_item(item_id, &entry.item.key, &end, false)
+                    .await?;
             }
             None => queued.push(queue::QueuedItem {
                 position: position as i32,
@@ -342,6 +367,56 @@ async fn carry_over(
         }
     }
     Ok(queued)
+}
+
+/// Items the crashed run `resume` finished, by key, carried over as they
+/// ended (docs/ledger.md#outage-wait): an interrupted item runs again, a
+/// pushed one without its PR gets it.
+async fn finished_before(
+    night: &Night,
+    resume: Option<&rec::RunRow>,
+) -> Result<BTreeMap<String, rec::ItemRow>, Error> {
+    let Some(r) = resume else {
+        return Ok(BTreeMap::new());
+    };
+    let record = record::Record::run(night, r.id);
+    Ok(record
+        .run_items(r.id)
+        .await?
+        .into_iter()
+        .filter(|i| i.outcome.is_some_and(|o| !o.resumes()))
+        .map(|i| (i.item_key.clone(), i))
+        .collect())
+}
+
+/// The drain's own walk over the second night's cards, before the workers
+/// start ([`tend`]): what they came to and what stopped the run.
+struct Walk<'a> {
+    night: &'a Night,
+    run_id: Uuid,
+    approved: &'a [String],
+    /// The crashed or stopped run this one resumes, if any.
+    resumed_from: Option<Resumed>,
+    finished_before: BTreeMap<String, rec::ItemRow>,
+    status: RunStatus,
+    /// What outside the items stopped the run, if anything.
+    stopped_by: Option<String>,
+}
+
+impl Walk<'_> {
+    /// A failure the environment caused is not the card's (see
+    /// `worker::systemic`): the card is recorded `interrupted` and the run
+    /// stops `crashed`.
+    fn systemic(&mut self, end: &mut ItemEnd) {
+        let before = end.outcome;
+        worker::systemic(self.night, end);
+        if let Some(why) = self.night.systemic_problem()
+            && before.fails_run()
+        {
+            self.status = RunStatus::Crashed;
+            self.stopped_by = Some(why);
+        }
+    }
 }
 
 /// Records the new run (consuming the approval unless it resumes `resume`)

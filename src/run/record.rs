@@ -192,6 +192,19 @@ impl<'a> Record<'a> {
         write!(self, |c| rec::start_item(c, run, entry, worker.as_deref()))
     }
 
+    /// Starts the row of a tended PR's card (`row`), unfenced: the second
+    /// night's cards are worked before the workers start.
+    pub async fn start_row(&self, row: &rec::ItemStart<'_>) -> Result<i64, Error> {
+        let run = self.run_id;
+        write!(self, |c| rec::start_row(c, run, row, None))
+    }
+
+    /// Records `body` as the PR body of item `key` on `branch`.
+    pub async fn pr_body_set(&self, key: &str, branch: &str, body: &str) -> Result<(), Error> {
+        let repo = self.night.repo_id.as_str();
+        write!(self, |c| rec::set_pr_body(c, repo, key, branch, body))
+    }
+
     /// Records the item's end and, for an attempt, ends its claim
     /// (`finished`: the item is done for this run, or `released`: it stays
     /// on the queue for another worker), with the run's `item_finished`
@@ -199,6 +212,7 @@ impl<'a> Record<'a> {
     pub async fn finish_item(
         &self,
         item_id: i64,
+        key: &str,
         end: &ItemEnd,
         release: bool,
     ) -> Result<(), Error> {
@@ -208,7 +222,7 @@ impl<'a> Record<'a> {
         };
         let claim = self.fence.map(|f| &f.claim);
         let run = Some(self.run_id);
-        let what = serde_json::json!({"key": claim.map(|c| c.item_key.as_str()), "outcome": end.outcome, "reason": end.reason});
+        let what = serde_json::json!({"key": key, "outcome": end.outcome, "reason": end.reason});
         write!(self, |c| async {
             rec::finish_item(&mut *c, item_id, end).await?;
             let kind = Event::ItemFinished.as_str();
@@ -334,6 +348,13 @@ impl<'a> Record<'a> {
     pub async fn pr_state(&self, key: &str, branch: &str, state: PrRecord) -> Result<(), Error> {
         let repo = self.night.repo_id.as_str();
         write!(self, |c| rec::set_pr_state(c, repo, key, branch, state))
+    }
+
+    /// Records `head`, the commit nightshift pushed to `branch` of item
+    /// `key` (the next night tells a person's push from its own by it).
+    pub async fn pr_head(&self, key: &str, branch: &str, head: &str) -> Result<(), Error> {
+        let repo = self.night.repo_id.as_str();
+        write!(self, |c| rec::set_pr_head(c, repo, key, branch, head))
     }
 
     /// Records one of the writer's findings, with its issue (number, URL)

@@ -120,6 +120,33 @@ pub(super) async fn run(
     st: &mut Progress,
     n: u32,
 ) -> Result<Option<ItemEnd>, Error> {
+    drive(item, st, n, None).await
+}
+
+/// Runs round `n` of `item` without a writer call: `work` is what
+/// nightshift itself did instead (a tended PR's branch rebased cleanly onto
+/// its base, docs/github.md "The second night"), and the round starts at
+/// the proof of the checkout as it is now, then goes on as any round (gate,
+/// review, decide). `None` when another round follows, else the item's end.
+///
+/// # Errors
+/// The ledger stays away (see [`super::Night::db`]).
+pub(super) async fn run_checked(
+    item: &Item<'_>,
+    st: &mut Progress,
+    n: u32,
+    work: agent::Report,
+) -> Result<Option<ItemEnd>, Error> {
+    drive(item, st, n, Some(work)).await
+}
+
+/// The round's steps from the writer, or from the proof of `work`.
+async fn drive(
+    item: &Item<'_>,
+    st: &mut Progress,
+    n: u32,
+    work: Option<agent::Report>,
+) -> Result<Option<ItemEnd>, Error> {
     let id = item.record.start_round(item.item_id, n).await?;
     let mut r = Round {
         item,
@@ -128,7 +155,16 @@ pub(super) async fn run(
         id,
         started: Instant::now(),
     };
-    let mut step = Step::Writer;
+    let mut step = match work {
+        None => Step::Writer,
+        Some(report) => match tokio::task::block_in_place(|| RoundStart::record(item.slot)) {
+            Ok(before) => Step::Proof(Box::new(Wrote { report, before })),
+            Err(e) => {
+                let why = format!("cannot read the checkout before round {n}: {e}");
+                Step::End(r.end(Outcome::Error, why))
+            }
+        },
+    };
     loop {
         step = match step {
             Step::Writer => writer(&mut r).await?,
@@ -136,6 +172,10 @@ pub(super) async fn run(
             Step::Gate(p) => gate(&mut r, *p).await?,
             Step::Review(g) => review(&mut r, *g).await?,
             Step::Decide(v) => decide(&mut r, *v).await?,
+            // A tended PR is pushed anew, not opened (docs/github.md).
+            Step::Ship(a) if item.tend.is_some() => {
+                return super::tend::ship(&mut r, *a).await.map(Some);
+            }
             Step::Ship(a) => return ship::ship(&mut r, *a).await.map(Some),
             Step::Retry(feedback) => {
                 r.st.feedback = feedback;

@@ -23,7 +23,7 @@ use super::record::Record;
 use super::round::{Approved, Round};
 
 /// The runner is the committer of every item commit (docs/loop.md#ship-or-retry).
-fn runner_identity() -> slot::Identity {
+pub(super) fn runner_identity() -> slot::Identity {
     slot::Identity {
         name: "nightshift".into(),
         email: "nightshift@localhost".into(),
@@ -111,6 +111,11 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
         PrRecord::Planned
     };
     at.record(None, state, &body).await?;
+    // The head nightshift pushed: the next night tells a person's push
+    // from its own by it (docs/github.md "The second night").
+    if let Ok(head) = tokio::task::block_in_place(|| item.slot.head()) {
+        item.record.pr_head(key, branch, &head).await?;
+    }
     let files: Vec<&str> = (a.reviewed.gated.proof.changed.iter())
         .map(|f| f.path.as_str())
         .collect();
@@ -128,7 +133,7 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
 /// A secret's value in the change would be pushed in clear (the PR body
 /// only masks it): the item ends without a push. Read from the blobs, not
 /// the diff text, which shows no content of a binary file.
-fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
+pub(super) fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
     let (night, slot) = (r.item.night, r.item.slot);
     let secrets = crate::secret::Redactor::with_known(&night.secrets);
     let found = tokio::task::block_in_place(|| {
@@ -150,7 +155,7 @@ fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
 }
 
 /// What the PR body shows (docs/github.md#pr-body).
-fn evidence(r: &Round<'_>, a: &Approved, pushed: &[report::Overlap]) -> Evidence {
+pub(super) fn evidence(r: &Round<'_>, a: &Approved, pushed: &[report::Overlap]) -> Evidence {
     let (item, st) = (r.item, &r.st);
     let g = &a.reviewed.gated;
     let (slot, c) = (item.slot, &item.entry.contract);

@@ -235,7 +235,9 @@ async fn run_claimed(
     // An interrupted item stays on the queue: a worker that goes on (on
     // another host) may take it up.
     let release = end.outcome == Outcome::Interrupted;
-    record.finish_item(item_id, &end, release).await
+    record
+        .finish_item(item_id, &entry.item.key, &end, release)
+        .await
 }
 
 /// Runs one entry this run has not finished, unless the deadline passed.
@@ -281,7 +283,7 @@ async fn run_item(
 /// directory went away, the agent's executable vanished) is not the item's:
 /// it is not an attempt of it; the item is recorded `interrupted` and the
 /// run stops, to be resumed once the cause is fixed.
-fn systemic(night: &Night, end: &mut ItemEnd) {
+pub(super) fn systemic(night: &Night, end: &mut ItemEnd) {
     if !end.outcome.fails_run() || end.outcome == Outcome::PrFailed {
         return;
     }

@@ -784,7 +784,7 @@ async fn real_cli_drain_opens_a_pr_whose_ledger_carries_its_tokens_and_cost() {
     let api = FakeAnthropic::start().await;
     let gh = common::github::FakeGitHub::start().await;
     let mut f = common::Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_claude_e2e_token_0123456789".into());
     drain_env(&mut f, &api.uri());
     claude_config(&f, &bin, &bin, "[limits]\nrounds = 2\n");
@@ -904,7 +904,7 @@ async fn replay_world(
 ) -> (common::Fixture, common::github::FakeGitHub, PathBuf) {
     let gh = common::github::FakeGitHub::start().await;
     let mut f = common::Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_claude_replay_token_0123456789".into());
     let script_dir = f.dir.path().join("fake-claude");
     std::fs::create_dir_all(&script_dir).unwrap();

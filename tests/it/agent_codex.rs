@@ -461,7 +461,7 @@ fn codex_config(bin: &Path, args: &[String], extra: &str) -> String {
 async fn drain_world(codex_home: bool) -> (Fixture, FakeGitHub) {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_codex_token_0123456789abcdef".into());
     if codex_home {
         let home = f.dir.path().join("codex-home");

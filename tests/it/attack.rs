@@ -178,7 +178,7 @@ async fn encoded_and_split_secrets_are_masked_everywhere() {
     let key = "sk/leak+KEY=0011:22@33 x";
     let db_pass = "dbPass_Secret_7731";
     let pg_pass = "pgPassword_Secret_4410";
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some(token.into());
     f.extra_env.push(("MY_API_KEY".into(), key.into()));
     f.extra_env.push((
@@ -447,7 +447,7 @@ async fn a_token_in_the_remotes_url_stays_out_of_argv_the_checkout_and_messages(
         http.port
     );
     common::git(&f.repo, &["remote", "set-url", "origin", &url]);
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_apiToken_notTheURLs_0c4b2a".into());
     // A `git` that logs its command line before it runs.
     let shim_dir = f.agents.join("shim");
@@ -572,7 +572,7 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
     let token = "ghp_hiddenInTheDiff_TOKEN_48d2e1";
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some(token.into());
     let loot = f.agents.join("found.txt");
     std::fs::write(&loot, token).unwrap();
@@ -648,7 +648,7 @@ async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
     let mut f = Fixture::new();
     let token = "gho_fromGhAuthToken_3e8f1a2b";
     let key = "sk-cron-secret-5d6c7b8a";
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     let bin = f.agents.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let fake_gh = bin.join("gh");
@@ -1011,7 +1011,7 @@ async fn gate_env_reaches_the_gate_and_never_an_agent() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
     let value = "project_db_pass_Gate0nly_5521";
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_gateEnvAttack_TOKEN_0042".into());
     f.extra_env.push(("PROJECT_DB_PASS".into(), value.into()));
     let ev = f.agents.display().to_string();
@@ -1240,7 +1240,7 @@ fn an_agent_printing_without_end_is_killed_at_its_output_cap() {
 async fn a_file_name_cannot_forge_lines_of_the_pr_body() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_forgeCardAttack_TOKEN_0099".into());
     let w = f.agent(
         "writer.sh",

@@ -35,7 +35,7 @@ const BACKLOG: &str = "# calc\n\n> Keep calc.txt one word per line.\n\n## Words\
 async fn world() -> (Fixture, FakeGitHub) {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_testtoken_0123456789abcdef".into());
     let w = f.agent("writer.sh", WRITER);
     let r = f.agent("reviewer.sh", REVIEWER);
@@ -151,7 +151,7 @@ async fn one_pr_one_failed_gate_one_rejection() {
 async fn writers_that_break_rules_push_nothing() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_rules_token_abcdef123456".into());
     let w = f.agent(
         "writer.sh",
@@ -1015,7 +1015,7 @@ async fn a_branch_pushed_without_a_token_gets_its_pr_from_the_next_run_with_one(
         text(&plan)
     );
     // Night 2: with a token, the PR is opened from the pushed branch.
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_second_night_token_0123456789".into());
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "the night with GitHub");

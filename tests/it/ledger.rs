@@ -1166,7 +1166,7 @@ async fn tended_items_read_the_card_and_the_new_head() {
     let t = rec::tended_items(&ledger.pool, run).await.unwrap();
     assert_eq!(t.len(), 2, "{t:#?}");
     assert_eq!(
-        (t[0].pr, t[0].outcome.as_str(), t[0].action.as_deref()),
+        (t[0].pr, t[0].word(), t[0].action.as_deref()),
         (7, "pr_updated", Some("changes_requested"))
     );
     assert_eq!(
@@ -1182,7 +1182,7 @@ async fn tended_items_read_the_card_and_the_new_head() {
         (Some("a.rs"), Some(4), "rename it")
     );
     assert_eq!(
-        (t[1].pr, t[1].outcome.as_str(), t[1].action.as_deref()),
+        (t[1].pr, t[1].word(), t[1].action.as_deref()),
         (8, "pr_left_alone", None)
     );
     assert_eq!(

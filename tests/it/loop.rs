@@ -401,7 +401,7 @@ async fn a_recipe_template_leads_the_prompt_and_is_sealed_in_the_contract() {
 async fn findings_become_deduplicated_capped_issues_and_questions_block() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_findings_token_0123456789".into());
     let existing = gh.add_issue("docs/README.md is out of date", "found-overnight", "open");
     gh.add_issue("an old closed finding", "found-overnight", "closed");
@@ -775,7 +775,7 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     let token = "ghp_leakcheck_TOKEN_1a2b3c4d5e6f";
     let gh_token = "gho_leakcheck_OTHER_9z8y7x6w";
     let api_key = "sk-leakcheck-KEY-00112233";
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some(token.into());
     f.extra_env.push(("GH_TOKEN".into(), gh_token.into()));
     f.extra_env.push(("MY_API_KEY".into(), api_key.into()));
@@ -928,7 +928,7 @@ async fn agent_user_that_cannot_reach_the_checkout_is_told_why() {
 async fn an_approval_with_an_unmet_condition_is_a_request_for_changes() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_conditions_token_0123456789".into());
     let ev = f.agents.display().to_string();
     let w = f.agent(
@@ -984,7 +984,7 @@ async fn an_approval_with_an_unmet_condition_is_a_request_for_changes() {
 async fn the_pr_body_shows_why_an_earlier_round_failed_its_gate() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_rounds_token_0123456789".into());
     let w = f.agent("writer.sh", "#!/bin/sh\nif [ \"$NIGHTSHIFT_ROUND\" = 1 ]; then echo bogus >> calc.txt; else sed -i 's/^bogus$/sub/' calc.txt; fi\n");
     let r = f.agent("reviewer.sh", APPROVE);
@@ -1010,7 +1010,7 @@ async fn the_pr_body_shows_why_an_earlier_round_failed_its_gate() {
 async fn a_change_that_contains_a_secret_is_never_pushed() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     let token = "ghp_pushcheck_token_0123456789";
     f.token = Some(token.into());
     let leak = f.agents.join("leak.txt");
@@ -1048,7 +1048,7 @@ async fn a_change_that_contains_a_secret_is_never_pushed() {
 async fn long_titles_are_shortened_to_what_github_takes() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_longtitle_token_0123456789".into());
     let long = format!("Add sub {}", "and explain it ".repeat(30));
     let w = f.agent(
@@ -1111,7 +1111,7 @@ async fn a_writer_that_deletes_git_or_says_nothing_is_named_plainly() {
 async fn gate_env_passes_the_projects_database_url_but_never_the_token() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_gateenv_token_0123456789".into());
     f.extra_env.push((
         "DATABASE_URL".into(),

@@ -35,4 +35,5 @@ mod ops;
 mod process;
 mod review_work;
 mod schedule;
+mod tend;
 mod workers;

@@ -641,7 +641,7 @@ fn sigterm_during_the_checkouts_fetch() {
 async fn sigterm_while_github_is_slow_to_open_the_pr() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_slow_github_token_0123456".into());
     gh.state
         .lock()
@@ -692,7 +692,7 @@ async fn status_shows_the_github_phase_while_github_is_slow() {
         .scripted
         .push(common::github::Fault::new("GET", "/repos/owner/repo/pulls", 502).delay_ms(4000));
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_slow_status_token_123456".into());
     let w = f.agent("writer.sh", &format!("#!/bin/sh\n{WORD_WRITER}"));
     let r = f.agent("reviewer.sh", APPROVE);
@@ -841,7 +841,7 @@ enum Phase {
 async fn crash_and_resume(phase: Phase) {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_resume_token_0123456789".into());
     let a = &f.agents;
     let hook = |name: &str, stall: &str| {
@@ -1182,7 +1182,7 @@ fn a_failure_carried_over_by_a_resume_counts_as_one_attempt() {
 async fn resumes_after_resumes_keep_reasons_flat_and_count_the_pr_opened() {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_twice_crashed_token_012345".into());
     std::fs::write(f.agents.join("writer2.stall"), "").unwrap();
     let w = f.agent("writer.sh", &format!("#!/bin/sh\nif grep -q 'Add sub' \"$NIGHTSHIFT_CONTRACT_FILE\"; then\n{}fi\n{WORD_WRITER}", stall_snippet(&f.agents, "writer2")));

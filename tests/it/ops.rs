@@ -223,7 +223,7 @@ fn one_pr_per_item(f: &Fixture, gh: &FakeGitHub, items: usize) {
 async fn with_github() -> (Fixture, FakeGitHub) {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
-    f.github = Some(gh.uri());
+    f.use_github(&gh);
     f.token = Some("ghp_ops_token_0123456789abcdef".into());
     two_items(&f);
     (f, gh)

@@ -909,6 +909,30 @@ impl FakeGitHub {
             .push(json!({"id": id, "user": {"login": login}, "body": body, "created_at": at}));
     }
 
+    /// Dates every review, line comment and conversation comment of PR `n`
+    /// not written by nightshift's own account at `at` (RFC 3339), as if a
+    /// person wrote them then (a test's "this morning").
+    pub fn date_feedback(&self, n: u64, at: &str) {
+        let mut guard = self.state.lock().unwrap();
+        let st = &mut *guard;
+        let me = st.login.clone().unwrap_or_else(|| DEFAULT_LOGIN.into());
+        let theirs = |v: &Value| v["user"]["login"] != me.as_str();
+        for r in st
+            .reviews
+            .entry(n)
+            .or_default()
+            .iter_mut()
+            .filter(|v| theirs(v))
+        {
+            r["submitted_at"] = json!(at);
+        }
+        for map in [&mut st.review_comments, &mut st.issue_comments] {
+            for c in map.entry(n).or_default().iter_mut().filter(|v| theirs(v)) {
+                c["created_at"] = json!(at);
+            }
+        }
+    }
+
     /// Conversation comments of PR or issue `n` so far.
     pub fn comments(&self, n: u64) -> Vec<Value> {
         self.state

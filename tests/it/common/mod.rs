@@ -179,6 +179,14 @@ impl Fixture {
         }
     }
 
+    /// Talks to the fake GitHub `gh`, which serves this fixture's bare
+    /// remote as GitHub serves the repository's branches: a PR's head and
+    /// base commits, and whether it merges cleanly (`mergeable`).
+    pub fn use_github(&mut self, gh: &github::FakeGitHub) {
+        self.github = Some(gh.uri());
+        gh.serve_git(&self.remote);
+    }
+
     /// Writes a file in the user's checkout.
     pub fn write(&self, rel: &str, text: &str) {
         let p = self.repo.join(rel);
