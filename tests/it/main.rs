@@ -35,3 +35,4 @@ mod ops;
 mod process;
 mod review_work;
 mod schedule;
+mod workers_more;
