@@ -209,6 +209,7 @@ pub async fn drain(
         resumed_from,
         owner: true,
         stop: Default::default(),
+        ended: Default::default(),
     });
     let worked = run_workers(&crew, jobs).await;
     let (status, stopped_by) = crew.stopped().unwrap_or((RunStatus::Completed, None));
@@ -236,6 +237,7 @@ pub async fn join(
         resumed_from: None,
         owner: false,
         stop: Default::default(),
+        ended: Default::default(),
     });
     run_workers(&crew, jobs.max(1)).await?;
     let (pool, prefix) = (
