@@ -206,7 +206,32 @@ pub async fn claim(
 ) -> Result<Option<Claim>> {
     let mut tx = pool.begin().await?;
     expire(&mut tx, run).await?;
-    let next: Option<(i32, String, String)> = sqlx::query_as(
+    // The row lock alone does not keep two workers off one item: a worker
+    // whose SELECT took its snapshot before another's claim committed finds
+    // the row unlocked once that claim's transaction ends, and its snapshot
+    // does not see the claim. The INSERT (a new statement, a fresh snapshot,
+    // under the row's lock) therefore claims only an item with no live claim;
+    // when it finds one, the next SELECT sees it too and passes the item by.
+    loop {
+        let Some(next) = next_unclaimed(&mut tx, run).await? else {
+            tx.commit().await?;
+            return Ok(None);
+        };
+        if let Some(claim) = insert_claim(&mut tx, run, worker, lease, next).await? {
+            tx.commit().await?;
+            return Ok(Some(claim));
+        }
+    }
+}
+
+/// The first item of `run` in backlog order that is not done and has no live
+/// claim as this statement sees it, locked (`FOR UPDATE SKIP LOCKED`):
+/// (position, key, contract SHA).
+async fn next_unclaimed(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+) -> Result<Option<(i32, String, String)>> {
+    sqlx::query_as(
         "SELECT q.position, q.item_key, q.contract_sha FROM run_queue q \
          WHERE q.run_id = $1 AND q.done_at IS NULL \
            AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.run_id = q.run_id \
@@ -214,17 +239,26 @@ pub async fn claim(
          ORDER BY q.position FOR UPDATE SKIP LOCKED LIMIT 1",
     )
     .bind(run)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some((position, item_key, contract_sha)) = next else {
-        tx.commit().await?;
-        return Ok(None);
-    };
-    let claim: Claim = sqlx::query_as(
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+/// Inserts the next attempt's claim on the locked item `next` for `worker`,
+/// unless a live claim on it committed meanwhile (`None`).
+async fn insert_claim(
+    tx: &mut Transaction<'_, Postgres>,
+    run: Uuid,
+    worker: &WorkerId,
+    lease: Duration,
+    next: (i32, String, String),
+) -> Result<Option<Claim>> {
+    let (position, item_key, contract_sha) = next;
+    sqlx::query_as(
         "INSERT INTO claims (run_id, item_key, attempt, worker, host, pid, lease_until) \
          SELECT $1, $2, COALESCE(MAX(attempt), 0) + 1, $3, $4, $5, \
                 now() + make_interval(secs => $6) \
          FROM claims WHERE run_id = $1 AND item_key = $2 \
+         HAVING count(*) FILTER (WHERE ended_at IS NULL) = 0 \
          RETURNING id, run_id, $7::int AS position, item_key, $8::text AS contract_sha, attempt, worker, lease_until",
     )
     .bind(run)
@@ -235,10 +269,8 @@ pub async fn claim(
     .bind(lease.as_secs_f64())
     .bind(position)
     .bind(&contract_sha)
-    .fetch_one(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(Some(claim))
+    .fetch_optional(&mut **tx)
+    .await
 }
 
 /// Ends every claim of `run` whose lease has passed (`lost`).

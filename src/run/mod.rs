@@ -242,6 +242,7 @@ pub async fn drain(
         resumed_from,
         owner: true,
         stop: Default::default(),
+        ended: Default::default(),
     });
     let worked = run_workers(&crew, jobs).await;
     let (status, stopped_by) = crew.stopped().unwrap_or((tend_status, tend_stop));
@@ -269,6 +270,7 @@ pub async fn join(
         resumed_from: None,
         owner: false,
         stop: Default::default(),
+        ended: Default::default(),
     });
     run_workers(&crew, jobs.max(1)).await?;
     let (pool, prefix) = (

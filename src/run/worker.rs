@@ -37,6 +37,9 @@ pub(super) struct Crew {
     pub owner: bool,
     /// Why the workers stop early, once something stopped the run.
     pub stop: Mutex<Option<(RunStatus, Option<String>)>>,
+    /// Wakes this process's idle workers when one of its workers ends an
+    /// item (the last one may have ended; see [`wait_for_work`]).
+    pub ended: tokio::sync::Notify,
 }
 
 impl Crew {
@@ -106,7 +109,9 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
                 claim.item_key
             )));
         };
-        attempt(crew, slot, claim, entry).await?;
+        let done = attempt(crew, slot, claim, entry).await;
+        crew.ended.notify_waiters();
+        done?;
     }
 }
 
@@ -138,7 +143,8 @@ async fn should_stop(crew: &Crew) -> Result<Option<(RunStatus, Option<String>)>,
 }
 
 /// Waits until a held item may be taken over (the earliest lease's end) or
-/// another worker finishes one: at most a few seconds, less at a signal.
+/// another worker finishes one: at most a few seconds, less at a signal or
+/// when a worker of this process ends an item.
 async fn wait_for_work(crew: &Crew) -> Result<(), Error> {
     let night = &*crew.night;
     let (pool, run) = (&night.pool, crew.run_id);
@@ -150,6 +156,7 @@ async fn wait_for_work(crew: &Crew) -> Result<(), Error> {
     tokio::select! {
         () = tokio::time::sleep(pause) => {}
         () = night.cancel.cancelled() => {}
+        () = crew.ended.notified() => {}
     }
     Ok(())
 }

@@ -37,3 +37,4 @@ mod review_work;
 mod schedule;
 mod tend;
 mod workers;
+mod workers_more;

@@ -1,0 +1,418 @@
+//! Benchmarks of several workers draining one plan (docs/workers.md,
+//! issue 9), by the real release binary against the real PostgreSQL
+//! (`DATABASE_URL`), with a local bare remote and no GitHub. Each item's
+//! writer is a `command` agent that sleeps a fixed time and writes one file
+//! of its own; the gate is `true` and the reviewer approves at once, so the
+//! agent's time is the item's work and what is left is nightshift's.
+//!
+//! - **P4**: `drain --jobs 4`, 16 items whose agent takes 10 s: the wall
+//!   time of the drain against the ideal 40 s (16 × 10 s / 4). Goal <= 1.15×.
+//! - **P6**: 20 items whose agent takes 5 s, drained by two processes on one
+//!   ledger — a `drain` and a `nightshift worker` in a second clone with its
+//!   own data directory, started once the run is live — against the same
+//!   plan drained by one process alone. Goal <= 0.55×, with each item run
+//!   exactly once (one claim, one writer call), and both processes running
+//!   items.
+//!
+//! Every scenario has its own repository, remote, data directories and
+//! scratch database (created on the `DATABASE_URL` server and dropped).
+//!
+//! Run: `cargo build --release && cargo run --release --example bench_workers [p4|p6|all]`
+//! (default `all`; the binary is `target/release/nightshift`, or
+//! `NIGHTSHIFT_BIN`). Exits 1 when a goal is missed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `cmd`, panicking with its output when it fails.
+fn ok(mut cmd: Command, what: &str) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// git in `dir` with no user config and a fixed identity.
+fn run_git(dir: &Path, args: &[&str]) -> String {
+    let mut c = Command::new("git");
+    c.current_dir(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid");
+    String::from_utf8_lossy(&ok(c, &format!("git {args:?}")).stdout)
+        .trim()
+        .to_string()
+}
+
+/// The nightshift binary: `NIGHTSHIFT_BIN`, else `nightshift` beside this
+/// example's directory (`target/release/nightshift`).
+fn binary() -> PathBuf {
+    if let Ok(b) = std::env::var("NIGHTSHIFT_BIN") {
+        return PathBuf::from(b);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/examples")
+        .join("nightshift");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build --release` first",
+        bin.display()
+    );
+    bin
+}
+
+/// A scratch database on the `DATABASE_URL` server, dropped on drop.
+struct Db {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Db {
+    fn create(tag: &str) -> Db {
+        let admin = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let name = format!("nightshift_bench_{tag}_{}", std::process::id());
+        let mut c = Command::new("psql");
+        c.args([&admin, "-q", "-c", &format!("CREATE DATABASE {name}")]);
+        ok(c, "create the bench database");
+        let base = admin
+            .rsplit_once('/')
+            .map_or(admin.clone(), |(b, _)| b.into());
+        Db {
+            url: format!("{base}/{name}"),
+            admin,
+            name,
+        }
+    }
+
+    fn sql(&self, q: &str) -> String {
+        let mut c = Command::new("psql");
+        c.args([&self.url, "-qAt", "-c", q]);
+        String::from_utf8_lossy(&ok(c, q).stdout).trim().to_string()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([
+                &self.admin,
+                "-q",
+                "-c",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .output();
+    }
+}
+
+/// One scenario's world: a repository pushed to a bare remote, a plan of
+/// `items` items approved, agents whose writer sleeps `agent_secs`.
+struct World {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    repo: PathBuf,
+    config: String,
+    db: Db,
+    bin: PathBuf,
+}
+
+impl World {
+    fn new(tag: &str, items: usize, agent_secs: u64) -> World {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().to_path_buf();
+        let repo = root.join("repo");
+        for d in ["repo", "home", "data", "agents"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        run_git(&root, &["init", "-q", "--bare", "-b", "main", "remote.git"]);
+        run_git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README.md"), "bench\n").unwrap();
+        run_git(&repo, &["add", "-A"]);
+        run_git(&repo, &["commit", "-q", "-m", "init"]);
+        let remote = root.join("remote.git");
+        run_git(
+            &repo,
+            &["remote", "add", "origin", remote.to_str().unwrap()],
+        );
+        run_git(&repo, &["push", "-q", "origin", "main"]);
+
+        use std::os::unix::fs::PermissionsExt;
+        let script = |name: &str, text: &str| {
+            let p = root.join("agents").join(name);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p.display().to_string()
+        };
+        // A fixed time of work, then one file of the item's own.
+        let writer = script(
+            "writer.sh",
+            &format!(
+                "#!/bin/sh\nsleep {agent_secs}\nn=$(grep -o '\"title\":\"Item [0-9]*\"' \"$NIGHTSHIFT_CONTRACT_FILE\" | grep -o '[0-9][0-9]*' | head -n1)\nmkdir -p items\necho \"written by $$\" > \"items/item-$n.txt\"\n"
+            ),
+        );
+        let reviewer = script(
+            "reviewer.sh",
+            "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
+        );
+        // As root, agents run as root only when the config says so.
+        let as_root = if nix::unistd::geteuid().is_root() {
+            "agents_as_root = true\n"
+        } else {
+            ""
+        };
+        let config = format!(
+            "verify = [\"true\"]\n{as_root}\n[writer]\nkind = \"command\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"
+        );
+        write_config(&repo, &config);
+        let backlog: String = (1..=items).map(|i| format!("- [ ] Item {i}\n")).collect();
+        std::fs::write(repo.join("NEXT.md"), backlog).unwrap();
+        let w = World {
+            _dir: dir,
+            root,
+            repo,
+            config,
+            db: Db::create(tag),
+            bin: binary(),
+        };
+        let plan: serde_json::Value =
+            serde_json::from_slice(&ok(w.cmd(&w.repo, "data", &["plan", "--json"]), "plan").stdout)
+                .expect("plan JSON");
+        let sha = plan["plan_sha"].as_str().expect("plan_sha").to_string();
+        ok(w.cmd(&w.repo, "data", &["approve", &sha]), "approve");
+        w
+    }
+
+    /// nightshift `args` in `repo` with data directory `ROOT/data`, in a
+    /// hermetic environment.
+    fn cmd(&self, repo: &Path, data: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.current_dir(repo)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.root.join("home"))
+            .env("TZ", "UTC")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "bench")
+            .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
+            .env("GIT_COMMITTER_NAME", "bench")
+            .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
+            .env("NIGHTSHIFT_DATA_DIR", self.root.join(data))
+            .env("NIGHTSHIFT_DATABASE_URL", &self.db.url);
+        c
+    }
+
+    /// `drain` with `extra` flags in the repository, as a child process.
+    fn start_drain(&self, extra: &[&str]) -> std::process::Child {
+        let deadline = (chrono::Utc::now() + chrono::Duration::hours(12))
+            .format("%H:%M")
+            .to_string();
+        let mut args = vec!["drain", "--deadline", &deadline];
+        args.extend_from_slice(extra);
+        self.cmd(&self.repo, "data", &args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("drain starts")
+    }
+
+    /// A second clone of the remote, with its own config and data directory
+    /// (`ROOT/data2`), as on another host.
+    fn second_clone(&self) -> PathBuf {
+        let clone = self.root.join("clone2");
+        run_git(
+            &self.root,
+            &[
+                "clone",
+                "-q",
+                self.root.join("remote.git").to_str().unwrap(),
+                "clone2",
+            ],
+        );
+        std::fs::create_dir_all(self.root.join("data2")).unwrap();
+        write_config(&clone, &self.config);
+        clone
+    }
+
+    /// Checks that every item ran exactly once and succeeded; returns the
+    /// number of processes (pids) that ran items.
+    fn check_each_once(&self, items: usize) -> usize {
+        let outcomes = self
+            .db
+            .sql("SELECT string_agg(DISTINCT outcome, ' ') FROM run_items");
+        assert!(
+            outcomes
+                .split(' ')
+                .all(|o| o == "branch_pushed" || o == "pr_opened"),
+            "items did not all succeed: {outcomes}"
+        );
+        let n = |q: &str| -> usize { self.db.sql(q).parse().expect("a count") };
+        assert_eq!(n("SELECT count(DISTINCT item_key) FROM run_items"), items);
+        assert_eq!(
+            n("SELECT count(*) FROM claims"),
+            items,
+            "one claim per item"
+        );
+        assert_eq!(
+            n("SELECT count(DISTINCT item_key) FROM claims"),
+            items,
+            "one claim per item"
+        );
+        assert_eq!(
+            n("SELECT count(*) FROM agent_calls WHERE role = 'writer'"),
+            items,
+            "one writer call per item"
+        );
+        n("SELECT count(DISTINCT split_part(worker, ':', 2)) FROM run_items")
+    }
+}
+
+/// Where the time beyond the agent's went, from the ledger: before the
+/// first item, per item (its time less the agent's `agent_secs`), between
+/// one worker's items, and after the last (seconds).
+fn breakdown(db: &Db, wall: f64, agent_secs: u64) -> String {
+    let row = db.sql(&format!(
+        "WITH i AS (SELECT worker, started_at, ended_at, extract(epoch FROM ended_at - started_at) - {agent_secs} AS extra, \
+                      extract(epoch FROM started_at - lag(ended_at) OVER (PARTITION BY worker ORDER BY started_at)) AS gap FROM run_items), \
+              r AS (SELECT min(started_at) AS s, max(ended_at) AS e FROM runs) \
+         SELECT round(extract(epoch FROM (SELECT min(started_at) FROM i) - (SELECT s FROM r))::numeric, 2), \
+                round((percentile_cont(0.5) WITHIN GROUP (ORDER BY extra))::numeric, 2), round(max(extra)::numeric, 2), \
+                round(coalesce(max(gap), 0)::numeric, 2), \
+                round(extract(epoch FROM (SELECT e FROM r) - (SELECT max(ended_at) FROM i))::numeric, 2), \
+                round(extract(epoch FROM (SELECT e FROM r) - (SELECT s FROM r))::numeric, 2), \
+                (SELECT round((percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms))::numeric / 1000, 2) FROM agent_calls WHERE role = 'writer') \
+         FROM i"
+    ));
+    let c: Vec<&str> = row.split('|').collect();
+    format!(
+        "    run row {} s of {wall:.1} s wall; first item after {} s; per item beyond the agent: median {} s, max {} s (writer call median {} s); longest gap between a worker's items {} s; run ended {} s after the last item",
+        c[5], c[0], c[1], c[2], c[6], c[3], c[4]
+    )
+}
+
+/// Writes `.nightshift/config.toml` (ignored by git) in `repo`.
+fn write_config(repo: &Path, config: &str) {
+    std::fs::create_dir_all(repo.join(".nightshift")).unwrap();
+    std::fs::write(repo.join(".nightshift/.gitignore"), "*\n").unwrap();
+    std::fs::write(repo.join(".nightshift/config.toml"), config).unwrap();
+}
+
+/// Waits for `child`; panics with its output when it fails.
+fn finish(child: std::process::Child, what: &str) -> Output {
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{what} failed ({:?}): {}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// P4: `drain --jobs 4` on 16 items of a 10 s agent; returns the ratio to the
+/// ideal 40 s.
+fn p4() -> f64 {
+    let (items, secs, jobs) = (16, 10, 4);
+    let w = World::new("p4", items, secs);
+    let t = Instant::now();
+    let drain = w.start_drain(&["--jobs", "4"]);
+    finish(drain, "drain --jobs 4");
+    let wall = t.elapsed().as_secs_f64();
+    w.check_each_once(items);
+    let ideal = (items as u64 * secs / jobs) as f64;
+    let ratio = wall / ideal;
+    println!(
+        "P4  drain --jobs {jobs}, {items} items × {secs} s agent: {wall:.1} s wall, ideal {ideal:.0} s -> {ratio:.2}× (goal <= 1.15×)"
+    );
+    println!("{}", breakdown(&w.db, wall, secs));
+    ratio
+}
+
+/// P6: 20 items of a 5 s agent, one process alone, then a `drain` and a
+/// `worker` on one ledger; returns the ratio of the two wall times.
+fn p6() -> f64 {
+    let (items, secs) = (20, 5);
+    let alone = World::new("p6a", items, secs);
+    let t = Instant::now();
+    finish(alone.start_drain(&[]), "drain (alone)");
+    let one = t.elapsed().as_secs_f64();
+    alone.check_each_once(items);
+    println!("P6  baseline: one process, {items} items × {secs} s agent: {one:.1} s wall");
+    println!("{}", breakdown(&alone.db, one, secs));
+
+    let w = World::new("p6b", items, secs);
+    let clone = w.second_clone();
+    let t = Instant::now();
+    let drain = w.start_drain(&[]);
+    // The worker joins once the drain's run is live (its queue filled).
+    let live = Instant::now();
+    while w
+        .db
+        .sql("SELECT count(*) FROM run_queue q JOIN runs r ON r.id = q.run_id WHERE r.status = 'running'")
+        != items.to_string()
+    {
+        assert!(
+            live.elapsed() < Duration::from_secs(60),
+            "the drain's run did not go live"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let joined = t.elapsed().as_secs_f64();
+    let worker = w
+        .cmd(&clone, "data2", &["worker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("worker starts");
+    finish(drain, "drain (with a worker)");
+    let drained = t.elapsed().as_secs_f64();
+    finish(worker, "worker");
+    let two = t.elapsed().as_secs_f64();
+    let processes = w.check_each_once(items);
+    let by_pid = w.db.sql(
+        "SELECT string_agg(n::text, ' + ') FROM (SELECT count(*) AS n FROM run_items GROUP BY split_part(worker, ':', 2) ORDER BY min(started_at)) t",
+    );
+    assert_eq!(processes, 2, "both processes ran items ({by_pid})");
+    let ratio = two / one;
+    println!(
+        "P6  drain + worker (second clone, own data dir), one ledger: {two:.1} s wall (drain done at {drained:.1} s, worker started at {joined:.1} s; items {by_pid}), each item once -> {ratio:.2}× one process (goal <= 0.55×)"
+    );
+    println!("{}", breakdown(&w.db, two, secs));
+    ratio
+}
+
+fn main() {
+    let which = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    println!("load average: {}", load_average());
+    let mut missed = false;
+    if matches!(which.as_str(), "p4" | "all") {
+        missed |= p4() > 1.15;
+    }
+    if matches!(which.as_str(), "p6" | "all") {
+        missed |= p6() > 0.55;
+    }
+    println!("load average: {}", load_average());
+    if missed {
+        std::process::exit(1);
+    }
+}
+
+/// The 1, 5 and 15 minute load averages from `/proc/loadavg`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
