@@ -148,7 +148,42 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+/// How an agent call ended, as the round acts on it (docs/loop.md#writer,
+/// docs/limits.md): the one closed set [`Report::end`] reads a report into.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEnd {
+    /// The agent answered (its verdict or work is read by the round).
+    Succeeded,
+    /// The account's usage limit: sleep until the reset in the reading
+    /// (`resets_at`, UTC, when the agent said), then call again.
+    UsageLimit(LimitReading),
+    /// Short throttling: wait (`retry_after` when the agent said) and call
+    /// again.
+    Transient(LimitReading),
+    /// The call failed (nonzero exit, an error result): why, in a sentence.
+    Failed(String),
+    /// The call was killed at its timeout.
+    TimedOut,
+}
+
 impl Report {
+    /// What the call came to. A limit wins over a timeout or a failure: the
+    /// agent stopped because of it, and the call is made again.
+    pub fn end(&self) -> CallEnd {
+        match self.limit.as_ref().map(|l| (l.kind, l)) {
+            Some((LimitKind::UsageLimit, l)) => return CallEnd::UsageLimit(l.clone()),
+            Some((LimitKind::Transient, l)) => return CallEnd::Transient(l.clone()),
+            _ => {}
+        }
+        if self.outcome.timed_out {
+            return CallEnd::TimedOut;
+        }
+        match &self.failure {
+            Some(why) => CallEnd::Failed(why.clone()),
+            None => CallEnd::Succeeded,
+        }
+    }
+
     /// True when the call hit an account usage limit (sleep until reset).
     pub fn hit_usage_limit(&self) -> bool {
         matches!(

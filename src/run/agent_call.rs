@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use crate::agent::{self, Role};
+use crate::agent::{self, CallEnd, Role};
 use crate::config::{self, AgentConfig};
 use crate::error::Error;
 use crate::ledger::records::{self as rec, ItemEnd};
@@ -75,29 +75,29 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
         if let Some(end) = count(r, role, &report).await? {
             return Ok(Called::Stop(end));
         }
-        if let Some(reading) = report.limit.clone() {
-            let waited = match reading.kind {
-                LimitKind::UsageLimit => Some(usage_limit(r, role, &reading).await?),
-                LimitKind::Transient if throttles < MAX_THROTTLE_RETRIES => {
-                    throttles += 1;
-                    Some(throttled(r, role, &reading).await?)
+        match report.end() {
+            CallEnd::UsageLimit(reading) => match usage_limit(r, role, &reading).await? {
+                Some(end) => return Ok(Called::Stop(end)),
+                None => continue,
+            },
+            CallEnd::Transient(reading) if throttles < MAX_THROTTLE_RETRIES => {
+                throttles += 1;
+                match throttled(r, role, &reading).await? {
+                    Some(end) => return Ok(Called::Stop(end)),
+                    None => continue,
                 }
-                _ => None,
-            };
-            match waited {
-                Some(Some(end)) => return Ok(Called::Stop(end)),
-                Some(None) => continue,
-                None => {}
             }
-        }
-        if report.outcome.timed_out {
-            let why = format!(
-                "the {} call of round {} was killed after {}",
-                role.as_str(),
-                r.n,
-                config::format_duration(call.timeout)
-            );
-            return Ok(Called::Stop(r.end(Outcome::TimedOut, why)));
+            CallEnd::TimedOut => {
+                let why = format!(
+                    "the {} call of round {} was killed after {}",
+                    role.as_str(),
+                    r.n,
+                    config::format_duration(call.timeout)
+                );
+                return Ok(Called::Stop(r.end(Outcome::TimedOut, why)));
+            }
+            // The round reads a failure from the report (and retries it).
+            CallEnd::Succeeded | CallEnd::Failed(_) | CallEnd::Transient(_) => {}
         }
         return Ok(Called::Done(Box::new(report)));
     }
