@@ -570,24 +570,14 @@ fn check_remote(req: &Request, github: &GitHub) -> Result<(String, String)> {
 /// Exit 2 when the remote at `url` answers without the base branch.
 fn check_base_branch(req: &Request, github: &GitHub, url: &str) -> Result<()> {
     let config = &req.config;
-    let probe = crate::git::Git::new(&req.repo)
-        .token(github.token_text())
-        .timeout(std::time::Duration::from_secs(60))
-        .text(&[
-            "ls-remote",
-            "--heads",
-            "--",
-            url,
-            &format!("refs/heads/{}", config.base),
-        ]);
-    match probe {
-        Ok(out) if out.trim().is_empty() => {
+    match remote_has_branch(&req.repo, github.token_text(), url, &config.base) {
+        Ok(false) => {
             return Err(Error::config(format!(
                 "the base branch {:?} does not exist on the remote {:?}; push it or set `base` in the config",
                 config.base, config.remote
             )));
         }
-        Ok(_) => {}
+        Ok(true) => {}
         Err(e) => eprintln!(
             "warning: cannot reach the remote to check the base branch: {}",
             crate::secret::redact_known(&e.to_string())
@@ -1075,8 +1065,22 @@ fn branch_on_remote(w: &WontRun<'_>, branch: &str) -> bool {
     let Some(url) = w.remote_url else {
         return false;
     };
-    crate::git::Git::new(w.repo)
-        .token(w.token)
+    remote_has_branch(w.repo, w.token, url, branch).unwrap_or(false)
+}
+
+/// Whether the remote at `url` has `branch` (`git ls-remote --heads`, with
+/// the token for https remotes, killed after 60 s).
+///
+/// # Errors
+/// The git error when the remote cannot be reached.
+fn remote_has_branch(
+    repo: &Path,
+    token: Option<&str>,
+    url: &str,
+    branch: &str,
+) -> std::result::Result<bool, crate::git::GitError> {
+    let out = crate::git::Git::new(repo)
+        .token(token)
         .timeout(std::time::Duration::from_secs(60))
         .text(&[
             "ls-remote",
@@ -1084,8 +1088,8 @@ fn branch_on_remote(w: &WontRun<'_>, branch: &str) -> bool {
             "--",
             url,
             &format!("refs/heads/{branch}"),
-        ])
-        .is_ok_and(|out| !out.trim().is_empty())
+        ])?;
+    Ok(!out.trim().is_empty())
 }
 
 /// Adds `safe.directory = DIR` to a child's git configuration through
