@@ -275,14 +275,11 @@ fn result_usage(r: &Value) -> Usage {
     let (tokens_in, tokens_out) = if from_models.0.unwrap_or(0) + from_models.1.unwrap_or(0) > 0 {
         from_models
     } else {
-        let tokens_in = match (
+        let tokens_in = Usage::input_of(
             n("/usage/input_tokens"),
             n("/usage/cache_read_input_tokens"),
             n("/usage/cache_creation_input_tokens"),
-        ) {
-            (None, None, None) => None,
-            (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
-        };
+        );
         (
             tokens_in.or(from_models.0),
             n("/usage/output_tokens").or(from_models.1),

@@ -182,14 +182,11 @@ pub fn parse_usage(text: &str, bare: bool) -> Option<Usage> {
             .filter(|n| n.is_finite() && *n >= 0.0 && n.fract() == 0.0 && *n < 1e18)
             .map(|n| n as u64)
     };
-    let tokens_in = match (
+    let tokens_in = Usage::input_of(
         count("input_tokens"),
         count("cache_read_input_tokens"),
         count("cache_creation_input_tokens"),
-    ) {
-        (None, None, None) => None,
-        (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
-    };
+    );
     let cost = [
         u.get("cost_usd"),
         u.get("total_cost_usd"),

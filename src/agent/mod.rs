@@ -103,6 +103,19 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Input tokens reported in Anthropic's three parts (uncached input,
+    /// cache reads, cache writes): their sum; `None` when none is given.
+    pub(crate) fn input_of(
+        input: Option<u64>,
+        cache_read: Option<u64>,
+        cache_creation: Option<u64>,
+    ) -> Option<u64> {
+        match (input, cache_read, cache_creation) {
+            (None, None, None) => None,
+            (a, b, c) => Some(a.unwrap_or(0) + b.unwrap_or(0) + c.unwrap_or(0)),
+        }
+    }
+
     /// Input plus output tokens (0 where unknown).
     pub fn total_tokens(&self) -> u64 {
         self.tokens_in
