@@ -542,6 +542,15 @@ pub fn no_token(config: &crate::config::Config, remote_url: Option<&str>) -> NoT
     }
 }
 
+/// [`no_token`] for the repository at `repo`, its remote's URL read with
+/// `git remote get-url` (none when that fails).
+pub(crate) fn no_token_in(repo: &Path, config: &crate::config::Config) -> NoToken {
+    let url = crate::git::Git::new(repo)
+        .text(&["remote", "get-url", "--", &config.remote])
+        .ok();
+    no_token(config, url.as_deref().map(str::trim))
+}
+
 /// nightshift's data directory (slots, logs, the embedded cluster; docs/files.md#data-directory):
 /// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG
 /// data dir.

@@ -248,12 +248,7 @@ pub(crate) async fn tend_cards(
         Ok(vec![])
     };
     let Some((token, _)) = crate::forge::resolve_token(&startup.removed) else {
-        let url = crate::git::Git::new(&snap.repo)
-            .text(&["remote", "get-url", "--", &snap.loaded.config.remote])
-            .ok();
-        return cannot(
-            crate::cli::no_token(&snap.loaded.config, url.as_deref().map(str::trim)).to_string(),
-        );
+        return cannot(crate::cli::no_token_in(&snap.repo, &snap.loaded.config).to_string());
     };
     let forge = match crate::cli::github_client(&snap.repo, &snap.loaded.config, &token, None) {
         Ok(f) => f.with_retry_policy(plan_retry_policy()),

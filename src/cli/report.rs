@@ -259,10 +259,7 @@ async fn refresh_fates(
         return Ok(None);
     }
     let Some((token, _)) = crate::forge::resolve_token(&startup.removed) else {
-        let url = crate::git::Git::new(repo)
-            .text(&["remote", "get-url", "--", &config.remote])
-            .ok();
-        let why = crate::cli::no_token(config, url.as_deref().map(str::trim));
+        let why = crate::cli::no_token_in(repo, config);
         return Ok(Some(format!(
             "what became of {} PR(s) last known open (counted open): {why}",
             open.len()

@@ -81,11 +81,9 @@ pub fn tick_all(path: &Path, text: &str, ticks: &[Tick]) -> Result<(String, Vec<
 /// Exit 2 without a token or a GitHub repository, naming how to give one.
 pub(crate) fn github(repo: &Path, config: &Config, startup: &Startup) -> Result<(Forge, Secret)> {
     let Some((token, _)) = forge::resolve_token(&startup.removed) else {
-        let url = crate::git::Git::new(repo)
-            .text(&["remote", "get-url", "--", &config.remote])
-            .ok();
-        let why = crate::cli::no_token(config, url.as_deref().map(str::trim));
-        return Err(Error::config(why.to_string()));
+        return Err(Error::config(
+            crate::cli::no_token_in(repo, config).to_string(),
+        ));
     };
     let f = crate::cli::github_client(repo, config, &token, None).map_err(Error::config)?;
     Ok((f, token))
