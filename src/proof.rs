@@ -560,71 +560,85 @@ fn diff_against(
         else {
             continue;
         };
-        let delta = patch.delta();
-        let status = match delta.status() {
-            git2::Delta::Added | git2::Delta::Untracked | git2::Delta::Copied => {
-                ChangeStatus::Added
-            }
-            git2::Delta::Deleted => ChangeStatus::Deleted,
-            git2::Delta::Renamed => ChangeStatus::Renamed,
-            git2::Delta::Typechange => ChangeStatus::TypeChanged,
-            git2::Delta::Modified | git2::Delta::Unreadable | git2::Delta::Conflicted => {
-                ChangeStatus::Modified
-            }
-            git2::Delta::Unmodified | git2::Delta::Ignored => continue,
-        };
-        let path_of = |f: git2::DiffFile<'_>| {
-            f.path_bytes()
-                .map(|b| String::from_utf8_lossy(b).into_owned())
-        };
-        let new_path = path_of(delta.new_file());
-        let old_path = path_of(delta.old_file());
-        let path = if status == ChangeStatus::Deleted {
-            old_path.clone()
-        } else {
-            new_path.clone()
+        if let Some(change) =
+            file_change(&mut patch, &mut h).map_err(err("reading a file's diff"))?
+        {
+            changed.push(change);
         }
-        .unwrap_or_default();
-        let old_path = if status == ChangeStatus::Renamed {
-            old_path
-        } else {
-            None
-        };
-        let binary = delta.flags().is_binary();
-        let (_, added, removed) = patch.line_stats().map_err(err("counting a file's lines"))?;
-        // Our own header per file, instead of git's: its `index` line carries
-        // abbreviated ids and depends on whether a new file was staged.
-        h.update(format!(
-            "\0{} {} {} {:o} {:o}\n",
-            status.letter(),
-            old_path.as_deref().unwrap_or(""),
-            path,
-            u32::from(delta.old_file().mode()),
-            u32::from(delta.new_file().mode()),
-        ));
-        patch
-            .print(&mut |_delta, _hunk, line| {
-                if line.origin_value() != git2::DiffLineType::FileHeader {
-                    let origin = line.origin();
-                    if matches!(origin, '+' | '-' | ' ') {
-                        h.update([origin as u8]);
-                    }
-                    h.update(line.content());
-                }
-                true
-            })
-            .map_err(err("printing a file's diff"))?;
-        changed.push(FileChange {
-            path,
-            old_path,
-            status,
-            added: if binary { 0 } else { added },
-            removed: if binary { 0 } else { removed },
-            binary,
-        });
     }
     changed.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((changed, hex::encode(h.finalize())))
+}
+
+/// One file's change in `patch`, its header and lines hashed into `h`;
+/// `None` for a delta that is no change (unmodified, ignored).
+fn file_change(
+    patch: &mut git2::Patch<'_>,
+    h: &mut Sha256,
+) -> Result<Option<FileChange>, git2::Error> {
+    let delta = patch.delta();
+    let Some(status) = change_status(delta.status()) else {
+        return Ok(None);
+    };
+    let path_of = |f: git2::DiffFile<'_>| {
+        f.path_bytes()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let (new_path, old_path) = (path_of(delta.new_file()), path_of(delta.old_file()));
+    let path = match status {
+        ChangeStatus::Deleted => old_path.clone(),
+        _ => new_path,
+    }
+    .unwrap_or_default();
+    let old_path = old_path.filter(|_| status == ChangeStatus::Renamed);
+    let binary = delta.flags().is_binary();
+    let modes = (
+        u32::from(delta.old_file().mode()),
+        u32::from(delta.new_file().mode()),
+    );
+    let (_, added, removed) = patch.line_stats()?;
+    // Our own header per file, instead of git's: its `index` line carries
+    // abbreviated ids and depends on whether a new file was staged.
+    h.update(format!(
+        "\0{} {} {} {:o} {:o}\n",
+        status.letter(),
+        old_path.as_deref().unwrap_or(""),
+        path,
+        modes.0,
+        modes.1,
+    ));
+    patch.print(&mut |_delta, _hunk, line| {
+        if line.origin_value() != git2::DiffLineType::FileHeader {
+            let origin = line.origin();
+            if matches!(origin, '+' | '-' | ' ') {
+                h.update([origin as u8]);
+            }
+            h.update(line.content());
+        }
+        true
+    })?;
+    Ok(Some(FileChange {
+        path,
+        old_path,
+        status,
+        added: if binary { 0 } else { added },
+        removed: if binary { 0 } else { removed },
+        binary,
+    }))
+}
+
+/// What a git delta is as a change; `None` when it is none.
+fn change_status(d: git2::Delta) -> Option<ChangeStatus> {
+    Some(match d {
+        git2::Delta::Added | git2::Delta::Untracked | git2::Delta::Copied => ChangeStatus::Added,
+        git2::Delta::Deleted => ChangeStatus::Deleted,
+        git2::Delta::Renamed => ChangeStatus::Renamed,
+        git2::Delta::Typechange => ChangeStatus::TypeChanged,
+        git2::Delta::Modified | git2::Delta::Unreadable | git2::Delta::Conflicted => {
+            ChangeStatus::Modified
+        }
+        git2::Delta::Unmodified | git2::Delta::Ignored => return None,
+    })
 }
 
 /// The first file of the change from `base` (a commit, 40 hex) to `tree`
