@@ -617,8 +617,10 @@ pub async fn leave(pool: &PgPool, id: &WorkerId) -> Result<()> {
 /// Database errors.
 pub async fn live_workers(pool: &PgPool, run: Uuid) -> Result<Vec<WorkerRow>> {
     sqlx::query_as(
-        "SELECT id, host, pid, item_key, round, phase, lease_until FROM workers \
-         WHERE run_id = $1 AND stopped_at IS NULL AND lease_until > now() ORDER BY host, pid, id",
+        "SELECT w.id, w.host, w.pid, w.item_key, w.round, w.phase, \
+           greatest(w.lease_until, (SELECT max(c.lease_until) FROM claims c \
+                                    WHERE c.worker = w.id AND c.ended_at IS NULL)) AS lease_until \
+         FROM workers w WHERE w.run_id = $1 AND w.stopped_at IS NULL AND w.lease_until > now() ORDER BY w.host, w.pid, w.id",
     )
     .bind(run)
     .fetch_all(pool)

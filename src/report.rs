@@ -959,6 +959,7 @@ pub fn to_text_at(
     }
     let _ = writeln!(s);
     item_table(&mut s, items);
+    worker_lines(&mut s, items);
     let _ = writeln!(s);
     let _ = writeln!(s, "{}", totals_line(&totals(run, items, slept_secs, now)));
     let prs: Vec<&ItemRow> = items.iter().filter(|i| i.pr_url.is_some()).collect();
@@ -975,6 +976,29 @@ pub fn to_text_at(
     }
     append_bodies(&mut s, items, show_bodies);
     s
+}
+
+/// Which worker (`host:pid:n`, docs/workers.md) ran which items, when more
+/// than one worker ran the run's items: one line per worker.
+fn worker_lines(s: &mut String, items: &[ItemRow]) {
+    let mut by: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for i in items {
+        if let Some(w) = i.worker.as_deref() {
+            by.entry(w).or_default().push(i.item_index.to_string());
+        }
+    }
+    if by.len() < 2 {
+        return;
+    }
+    let _ = writeln!(s);
+    for (w, idx) in by {
+        let _ = writeln!(
+            s,
+            "  worker {} ran items {}",
+            escape_controls(w, false),
+            idx.join(", ")
+        );
+    }
 }
 
 /// The terminal table: a header row and a row per item, each column as

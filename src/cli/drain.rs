@@ -1375,6 +1375,10 @@ pub(crate) fn install_approval_key() -> Result<()> {
 pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> Result<()> {
     let repo = crate::cli::repo_root(cli)?;
     let loaded = crate::cli::load_config(cli, &repo)?;
+    // This host's own rule for agents as root holds (docs/security.md).
+    if let Some(why) = crate::cli::plan::agents_as_root_refusal(&loaded.config, &loaded.path) {
+        return Err(Error::config(why));
+    }
     let mut config = loaded.config.clone();
     if let Some(jobs) = jobs {
         config.jobs = checked_jobs(jobs, false)?;
@@ -1415,7 +1419,16 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
     let github = GitHub::resolve(&req, startup);
     let remote_urls = check_remote(&req, &github)?;
     let env = Environments::resolve(&req, startup, &github)?;
-    preflight_agents(&req, &held, &env).await?;
+    // The agents are the contracts', not this host's config: say so.
+    preflight_agents(&req, &held, &env).await.map_err(|e| match e {
+        Error::Config { problem } => Error::config(format!(
+            "{problem} (on this host: the run's contracts name this agent; install it here, on the PATH agents get)"
+        )),
+        e => e,
+    })?;
+    if crate::cli::plan::agents_run_as_root(&req.config) {
+        eprintln!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
+    }
     let cancel = CancellationToken::new();
     let _signals = spawn_signal_handler(cancel.clone());
     let jobs = req.config.jobs;
@@ -1437,7 +1450,7 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
             .format("%Y-%m-%d %H:%M %Z")
     );
     let ran = run::join(night.clone(), run.id, &approved, jobs).await?;
-    println!("worker: ran {ran} item(s) of run {}", run.id);
+    println!("worker: ended {ran} item(s) of run {}", run.id);
     if night.cancel.is_cancelled() {
         return Err(Error::RunEnded {
             status: crate::outcome::RunStatus::StoppedSignal,

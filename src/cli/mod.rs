@@ -169,7 +169,7 @@ pub struct RunArgs {
     /// Time zone for the deadline and limit messages (default: config, $TZ, system).
     #[arg(long, value_name = "ZONE")]
     pub tz: Option<String>,
-    /// Workers in this process, each in its own checkout (drain only;
+    /// Workers in this process, each in its own checkout (`drain`; `run` takes none;
     /// default: config `jobs`, 1).
     #[arg(long, value_name = "N")]
     pub jobs: Option<u32>,

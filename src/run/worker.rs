@@ -95,6 +95,9 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
             crew.stop_with(status.0, status.1);
             return Ok(());
         }
+        // The worker's own row stays live while it waits for work too.
+        let name = id.to_string();
+        night.db(|| queue::beat_lease(pool, &name, lease)).await?;
         let claimed = night.db(|| queue::claim(pool, run, id, lease)).await?;
         let Some(claim) = claimed else {
             if night.db(|| queue::pending(pool, run)).await? == 0 {

@@ -162,8 +162,11 @@ async fn jobs_4_run_12_items_once_each_with_12_prs_and_no_shared_slot() {
     // The work was shared: more than one worker ended items.
     let workers = f.db.sql("SELECT count(DISTINCT worker) FROM run_items");
     assert!(workers.parse::<i64>().unwrap() >= 2, "{workers} worker(s)");
-    // Each item names its worker in the report.
+    // Each item names its worker in the report, and the text report says
+    // which worker ran which items.
     assert!(items.iter().all(|i| i["worker"].is_string()), "{report:#}");
+    let text_report = text(&f.run(&["report"]));
+    assert!(text_report.contains(" ran items "), "{text_report}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -299,6 +302,29 @@ async fn a_paused_worker_that_lost_its_claim_writes_and_pushes_nothing() {
         "SELECT count(*) FROM agent_calls a JOIN rounds r ON r.id = a.round_id JOIN run_items i ON i.id = r.run_item_id WHERE i.item_key = '{lost_item}' AND r.attempt = 1"
     ));
     assert_eq!(stale, "0", "the lost attempt's writer call is not recorded");
+}
+
+/// As root, a host whose own config neither names `agent_user` nor accepts
+/// `agents_as_root` runs no agent, though the run's drain host accepts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_as_root_keeps_its_own_hosts_root_rule() {
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let (f, _gh) = world(1, 0, "").await;
+    let (clone, data) = second_host(&f);
+    let config = clone.join(".nightshift/config.toml");
+    let toml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, toml.replace("agents_as_root = true\n", "")).unwrap();
+    let out = f
+        .cmd()
+        .current_dir(&clone)
+        .env("NIGHTSHIFT_DATA_DIR", &data)
+        .arg("worker")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("agents_as_root"), "{}", text(&out));
 }
 
 #[tokio::test(flavor = "multi_thread")]
