@@ -352,6 +352,15 @@ text_set! {
         WorkerJoined => "worker_joined",
         /// A worker left the run.
         WorkerLeft => "worker_left",
+        /// A drain or run refused to start (no usable approval, a missing
+        /// agent): nothing ran.
+        Refused => "refused",
+        /// A person approved a plan or a contract.
+        Approved => "approved",
+        /// A scheduled fire found no approval for the plan.
+        NotApproved => "not_approved",
+        /// An end-of-run notification could not be delivered.
+        NotifyFailed => "notify_failed",
     }
 }
 

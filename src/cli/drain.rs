@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::contract::{self, Plan};
 use crate::error::{Error, Result};
 use crate::ledger::records as rec;
-use crate::outcome::{Outcome, PrRecord, RunStatus};
+use crate::outcome::{PrRecord, RunStatus};
 use crate::run::{self, Night, Selection};
 use crate::secret::Secret;
 use crate::slot::SlotsLock;
@@ -509,7 +509,7 @@ async fn record_refusal(req: &Request, held: &Held, reason: &str) -> Result<()> 
     rec::event(
         pool,
         None,
-        "refused",
+        crate::outcome::Event::Refused.as_str(),
         serde_json::json!({"reason": reason, "plan_sha": req.plan.sha}),
     )
     .await?;
@@ -517,7 +517,7 @@ async fn record_refusal(req: &Request, held: &Held, reason: &str) -> Result<()> 
         rec::event(
             pool,
             None,
-            Outcome::NotApproved.as_str(),
+            crate::outcome::Event::NotApproved.as_str(),
             serde_json::json!({"reason": reason, "plan_sha": req.plan.sha, "by": "schedule"}),
         )
         .await?;
@@ -788,7 +788,7 @@ async fn preflight_agents(req: &Request, held: &Held, env: &Environments) -> Res
             rec::event(
                 held.pool(),
                 None,
-                "refused",
+                crate::outcome::Event::Refused.as_str(),
                 serde_json::json!({"reason": why, "plan_sha": req.plan.sha}),
             )
             .await?;

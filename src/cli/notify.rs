@@ -84,8 +84,13 @@ pub(crate) async fn run_ended(
             d.target, d.attempts
         );
         let data = serde_json::json!({"target": d.target, "attempts": d.attempts, "error": why});
-        if let Err(e) =
-            crate::ledger::records::event(&night.pool, Some(run.id), "notify_failed", data).await
+        if let Err(e) = crate::ledger::records::event(
+            &night.pool,
+            Some(run.id),
+            crate::outcome::Event::NotifyFailed.as_str(),
+            data,
+        )
+        .await
         {
             eprintln!("warning: could not record it in the ledger: {e}");
         }

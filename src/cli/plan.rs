@@ -360,7 +360,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     rec::event(
         &lg.pool,
         None,
-        "approved",
+        crate::outcome::Event::Approved.as_str(),
         serde_json::json!({"sha": sha, "approval": a.id, "by": by}),
     )
     .await?;
