@@ -1597,10 +1597,17 @@ impl KillGuard {
             None => Vec::new(),
         };
         if let Some(before) = &self.children_before {
+            // An orphan carrying another call's marker is that call's (with
+            // several workers, calls run side by side: a daemon one started,
+            // such as the embedded database, is not another's to sweep).
+            let theirs = |p: &i32| {
+                procfs::env_var(*p, CALL_MARKER_VAR)
+                    .is_some_and(|m| self.marker.as_deref() != Some(m.as_str()))
+            };
             pids.extend(
                 procfs::escaped_orphans(before)
                     .into_iter()
-                    .filter(|p| !pids.contains(p))
+                    .filter(|p| !pids.contains(p) && !theirs(p))
                     .collect::<Vec<_>>(),
             );
         }
@@ -1704,6 +1711,16 @@ mod procfs {
             .flatten()
             .flatten()
             .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+    }
+
+    /// The value of `key` in process `pid`'s initial environment, if it is
+    /// readable and set.
+    pub(super) fn env_var(pid: i32, key: &str) -> Option<String> {
+        let env = fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let prefix = format!("{key}=");
+        env.split(|b| *b == 0)
+            .find_map(|e| e.strip_prefix(prefix.as_bytes()))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
     }
 
     /// Processes whose initial environment holds `key=value` (other users'

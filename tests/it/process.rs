@@ -375,6 +375,39 @@ async fn a_descendant_that_left_the_session_and_cleared_its_environment_is_swept
     );
 }
 
+/// With several workers, calls run side by side in one process: a daemon a
+/// `sweep_escaped(false)` call started (the embedded database's `pg_ctl
+/// start`) while another call ran is not that other call's to sweep when it
+/// ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_concurrent_calls_sweep_spares_another_calls_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let other = run_ok(sh("sleep 1.5"));
+    let starter = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        run_ok(
+            sh(&format!(
+                "setsid sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' >/dev/null 2>&1 & \
+                 while [ ! -s {p} ]; do sleep 0.01; done",
+                p = pidfile.display()
+            ))
+            .sweep_escaped(false),
+        )
+        .await
+    };
+    let (o, s) = tokio::join!(other, starter);
+    assert!(o.success() && s.success());
+    let pid = read_pid(&pidfile);
+    let alive = Path::new(&format!("/proc/{pid}")).exists();
+    // SAFETY: kill(2) on the daemon this test started; clean it up ourselves.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(
+        alive,
+        "the other call's sweep killed a daemon it did not start"
+    );
+}
+
 #[tokio::test]
 async fn sweep_escaped_false_leaves_a_daemon_running() {
     let dir = tempfile::tempdir().unwrap();
