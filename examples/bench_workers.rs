@@ -371,6 +371,14 @@ fn p6() -> f64 {
         std::thread::sleep(Duration::from_millis(50));
     }
     let joined = t.elapsed().as_secs_f64();
+    // The second host checks the run's approval with the approving host's key.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let to = w.root.join("data2").join("approval.key");
+        std::fs::create_dir_all(w.root.join("data2")).unwrap();
+        std::fs::copy(w.root.join("data").join("approval.key"), &to).expect("approval key");
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let worker = w
         .cmd(&clone, "data2", &["worker"])
         .stdout(Stdio::piped())

@@ -285,13 +285,18 @@ async fn expire(tx: &mut Transaction<'_, Postgres>, run: Uuid) -> Result<()> {
     Ok(())
 }
 
-/// Locks the claim's row for the rest of `tx` if the claim is still live, so
-/// that no takeover can end it before `tx` commits.
+/// Locks the claim's row for the rest of `tx` if the claim is still live
+/// and its run still running (a run the drain ended, by a signal or its
+/// end, takes no more writes from any worker), so that no takeover can end
+/// it before `tx` commits.
 async fn hold(tx: &mut Transaction<'_, Postgres>, claim: &Claim) -> Result<bool> {
     let live: Option<(i64,)> = sqlx::query_as(
-        "SELECT id FROM claims WHERE id = $1 AND ended_at IS NULL AND lease_until > now() FOR UPDATE",
+        "SELECT c.id FROM claims c JOIN runs r ON r.id = c.run_id \
+         WHERE c.id = $1 AND c.ended_at IS NULL AND c.lease_until > now() AND r.status = $2 \
+         FOR UPDATE OF c",
     )
     .bind(claim.id)
+    .bind(crate::outcome::RunStatus::Running)
     .fetch_optional(&mut **tx)
     .await?;
     Ok(live.is_some())

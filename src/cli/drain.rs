@@ -239,6 +239,7 @@ impl Held {
     /// Exit 1 when the ledger is unreachable or the data directory cannot
     /// be locked or written; refused when another run holds a lock.
     async fn take(req: &Request) -> Result<Held> {
+        ledger_mod::size_pool_for(req.config.jobs);
         let ledger = ledger().await?;
         let repo_id = repo_id(&req.repo, &req.config.remote);
         rec::save_plan(&ledger.pool, &repo_id, &req.plan).await?;
@@ -1383,6 +1384,7 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
     if let Some(jobs) = jobs {
         config.jobs = checked_jobs(jobs, false)?;
     }
+    ledger_mod::size_pool_for(config.jobs);
     let ledger = ledger().await?;
     let repo_id = repo_id(&repo, &config.remote);
     let run = live_run(&ledger, &repo_id, &repo).await?;
@@ -1391,7 +1393,8 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
     let plan = contract::plan_from_ledger(&run.plan_sha, &stored).map_err(Error::refused)?;
     adopt_contract_agents(&mut config, &plan)?;
     check_gates_runnable(&plan)?;
-    let approved: Vec<String> = stored.into_iter().map(|(sha, _)| sha).collect();
+    // Only contracts the run's signed approval covers run here.
+    let approved = run_approval(pool, &run, &stored).await?;
     let tz: chrono_tz::Tz = run
         .timezone
         .as_deref()
@@ -1480,9 +1483,66 @@ async fn live_run(ledger: &ledger_mod::Ledger, repo_id: &str, repo: &Path) -> Re
         // Nobody holds the lock: the run's drain is gone (it is resumed
         // by the next drain). The lock is released when the guard drops.
         Ok(ledger_mod::RepoLockAttempt::Acquired(_)) => Err(none()),
+        // The lock's holder must be the drain that opened this run.
+        Ok(ledger_mod::RepoLockAttempt::Held { holder: Some(h) })
+            if run.host.as_deref().is_some_and(|rh| rh != h.host)
+                || run.pid.is_some_and(|rp| rp != h.pid as i32) =>
+        {
+            Err(none())
+        }
         Ok(ledger_mod::RepoLockAttempt::Held { .. }) => Ok(run),
         Err(e) => Err(Error::failed(format!("ledger: {e}"))),
     }
+}
+
+/// The contracts of `stored` (the run's plan) that the run's approval
+/// covers, checked as `drain` checks an approval (docs/workers.md): the
+/// approval row exists, carries a valid signature by this host's copy of
+/// the approval key, and names a plan whose stored contracts hash to it (or
+/// one contract). A run or plan rewritten in the ledger runs nothing.
+///
+/// # Errors
+/// Refused (exit 3) saying what failed and, for the key, how to copy it;
+/// database errors.
+async fn run_approval(
+    pool: &sqlx::PgPool,
+    run: &rec::RunRow,
+    stored: &[(String, Option<serde_json::Value>)],
+) -> Result<Vec<String>> {
+    install_approval_key()?;
+    let refuse = |why: String| Error::refused(format!("run {}: {why}; nothing was run", run.id));
+    let id = run
+        .approval_id
+        .ok_or_else(|| refuse("it has no approval".into()))?;
+    let a = rec::approval_by_id(pool, id)
+        .await?
+        .ok_or_else(|| refuse("its approval is not in the ledger".into()))?;
+    let key = approval::key_path(&crate::cli::data_dir());
+    approval::check_signed(&a).map_err(|e| {
+        refuse(format!(
+            "{e}. A worker checks the run's approval with the approving host's key: copy its {} to {} (mode 0600)",
+            approval::KEY_FILE,
+            key.display()
+        ))
+    })?;
+    let covered = match (&a.plan_sha, &a.contract_sha) {
+        (Some(plan), _) => {
+            let shas = rec::plan_contracts(pool, plan).await?;
+            if Plan::sha_of(shas.iter().map(String::as_str)) != *plan {
+                return Err(refuse(format!(
+                    "the contracts of its approved plan {plan} in the ledger do not hash to it"
+                )));
+            }
+            shas
+        }
+        (None, Some(contract)) => vec![contract.clone()],
+        (None, None) => return Err(refuse("its approval names no plan or contract".into())),
+    };
+    Ok(stored
+        .iter()
+        .map(|(sha, _)| sha.clone())
+        .filter(|sha| covered.contains(sha))
+        .collect())
 }
 
 /// A worker runs the agents the run's contracts were sealed with, not the
@@ -1495,6 +1555,16 @@ fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
         return Ok(());
     };
     let c = &first.contract;
+    if let Some(e) = plan
+        .entries
+        .iter()
+        .find(|e| e.contract.writer != c.writer || e.contract.reviewer != c.reviewer)
+    {
+        return Err(Error::refused(format!(
+            "the run's contracts name different agents (item {:?} differs from item {:?}); a worker runs one pair",
+            e.item.title, first.item.title
+        )));
+    }
     for (agent, spec) in [
         (&mut config.writer, &c.writer),
         (&mut config.reviewer, &c.reviewer),

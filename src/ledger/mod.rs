@@ -30,6 +30,18 @@ pub const DATABASE_URL: &str = "DATABASE_URL";
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections in the pool; nightshift runs one item at a time.
 const POOL_SIZE: u32 = 5;
+
+/// Connections the next pool opens: [`POOL_SIZE`], or more for a process
+/// with several workers (each holds a connection for its fenced writes and
+/// its heartbeat; too few and live claims lose their leases waiting).
+static POOL_WANTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(POOL_SIZE);
+
+/// Sizes the pools opened after this call for `jobs` workers
+/// (docs/workers.md).
+pub fn size_pool_for(jobs: u32) {
+    let n = POOL_SIZE.max(jobs.saturating_mul(2).saturating_add(3));
+    POOL_WANTED.store(n, std::sync::atomic::Ordering::SeqCst);
+}
 /// First key of the two-key advisory locks nightshift takes for repos ("nsrp"). The
 /// two-int form lives in a key space apart from sqlx's one-bigint migration lock.
 const REPO_LOCK_CLASS: i32 = 0x6e73_7270;
@@ -324,7 +336,7 @@ impl Ledger {
             source,
         };
         let pool = PgPoolOptions::new()
-            .max_connections(POOL_SIZE)
+            .max_connections(POOL_WANTED.load(std::sync::atomic::Ordering::SeqCst))
             .acquire_timeout(timeout)
             .connect_with(options.clone());
         // The outer timeout bounds DNS and TLS too, whatever the pool does inside.

@@ -81,8 +81,18 @@ fn second_host(f: &Fixture) -> (PathBuf, PathBuf) {
     (clone, data)
 }
 
+/// Copies the approving host's approval key to the second host's data
+/// directory, as docs/workers.md tells a user to.
+fn share_key(f: &Fixture, data: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let to = data.join("approval.key");
+    std::fs::copy(f.data.join("approval.key"), &to).expect("the approval key exists");
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 /// `nightshift worker` on the second host, started in the background.
 fn spawn_worker(f: &Fixture, clone: &Path, data: &Path) -> Child {
+    share_key(f, data);
     f.cmd()
         .current_dir(clone)
         .env("NIGHTSHIFT_DATA_DIR", data)
@@ -189,6 +199,38 @@ async fn two_processes_with_their_own_clones_drain_one_plan() {
     );
     let drain = spawn_drain(&f, &[]);
     wait_for(&f, "SELECT count(*) FROM claims", 30);
+    // Without the approving host's key it cannot check the run's approval:
+    // it refuses (exit 3), saying which file to copy, and runs nothing.
+    let keyless = f
+        .cmd()
+        .current_dir(&clone)
+        .env("NIGHTSHIFT_DATA_DIR", &data)
+        .arg("worker")
+        .output()
+        .unwrap();
+    assert_eq!(keyless.status.code(), Some(3), "{}", text(&keyless));
+    assert!(
+        text(&keyless).contains("approval.key"),
+        "{}",
+        text(&keyless)
+    );
+    // A run whose approval was taken off in the ledger runs nothing either.
+    let approval =
+        f.db.sql("SELECT approval_id FROM runs WHERE status = 'running'");
+    f.db.sql("UPDATE runs SET approval_id = NULL WHERE status = 'running'");
+    share_key(&f, &data);
+    let forged = f
+        .cmd()
+        .current_dir(&clone)
+        .env("NIGHTSHIFT_DATA_DIR", &data)
+        .arg("worker")
+        .output()
+        .unwrap();
+    assert_eq!(forged.status.code(), Some(3), "{}", text(&forged));
+    assert!(text(&forged).contains("no approval"), "{}", text(&forged));
+    f.db.sql(&format!(
+        "UPDATE runs SET approval_id = '{approval}' WHERE status = 'running'"
+    ));
     let worker = spawn_worker(&f, &clone, &data);
     let w = finish(worker, "worker");
     let d = finish(drain, "drain");
