@@ -229,22 +229,36 @@ async fn usage_limit(
     night
         .db(|| queue::pause_account(pool, &account, until, Some(run_id), &worker, &message))
         .await?;
-    r.item.record.limit_sleep(&limit_sleep).await?;
-    r.item.record.sleeping(until, &kind).await?;
     tracing::info!(until = %until, agent = %cfg.kind, "usage limit: sleeping until reset");
+    let why = "stopped by a signal while sleeping at a usage limit";
+    sleep_at_limit(r, role, &limit_sleep, why).await
+}
+
+/// Records the usage-limit sleep `s` (and that the run sleeps), sleeps
+/// until its end, and records the call's phase again; the item's end
+/// (`interrupted`, for `why_cancelled`) when a signal ends the sleep. The
+/// sleep moves the item's timeout on: it is not work time
+/// (docs/limits.md#sleep-policy).
+async fn sleep_at_limit(
+    r: &mut Round<'_>,
+    role: Role,
+    s: &rec::LimitSleep<'_>,
+    why_cancelled: &str,
+) -> Result<Option<ItemEnd>, Error> {
+    let night = r.item.night;
+    r.item.record.limit_sleep(s).await?;
+    r.item.record.sleeping(s.until, s.agent).await?;
     let slept_from = Instant::now();
     let slept = schedule::sleep_until(
         night.clock.as_ref(),
-        until,
+        s.until,
         r.item.cancel,
         schedule::DEFAULT_SLICE,
     )
     .await;
-    // Sleeping at a limit is not the item's work time: its timeout moves on.
     r.st.deadline += slept_from.elapsed();
     if slept == schedule::SleepOutcome::Cancelled {
-        let why = "stopped by a signal while sleeping at a usage limit".to_string();
-        return Ok(Some(r.end(Outcome::Interrupted, why)));
+        return Ok(Some(r.end(Outcome::Interrupted, why_cancelled.into())));
     }
     let key = r.item.entry.item.key.as_str();
     r.item.record.phase(role.phase(), key, Some(r.n)).await?;
@@ -334,22 +348,6 @@ async fn account_pause(r: &mut Round<'_>, role: Role) -> Result<Option<ItemEnd>,
         until,
         resets_at: Some(until),
     };
-    r.item.record.limit_sleep(&limit_sleep).await?;
-    r.item.record.sleeping(until, &kind).await?;
-    let slept_from = Instant::now();
-    let slept = schedule::sleep_until(
-        night.clock.as_ref(),
-        until,
-        r.item.cancel,
-        schedule::DEFAULT_SLICE,
-    )
-    .await;
-    r.st.deadline += slept_from.elapsed();
-    if slept == schedule::SleepOutcome::Cancelled {
-        let why = "stopped by a signal while the agent's account was paused".to_string();
-        return Ok(Some(r.end(Outcome::Interrupted, why)));
-    }
-    let key = r.item.entry.item.key.as_str();
-    r.item.record.phase(role.phase(), key, Some(r.n)).await?;
-    Ok(None)
+    let why = "stopped by a signal while the agent's account was paused";
+    sleep_at_limit(r, role, &limit_sleep, why).await
 }
