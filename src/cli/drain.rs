@@ -1374,51 +1374,12 @@ pub(crate) fn install_approval_key() -> Result<()> {
 /// agents or gate commands cannot start here, or a bad config; exit 1 when
 /// the ledger or the data directory fail.
 pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> Result<()> {
-    let repo = crate::cli::repo_root(cli)?;
-    let loaded = crate::cli::load_config(cli, &repo)?;
-    // This host's own rule for agents as root holds (docs/security.md).
-    if let Some(why) = crate::cli::plan::agents_as_root_refusal(&loaded.config, &loaded.path) {
-        return Err(Error::config(why));
-    }
-    let mut config = loaded.config.clone();
-    if let Some(jobs) = jobs {
-        config.jobs = checked_jobs(jobs, false)?;
-    }
-    ledger_mod::size_pool_for(config.jobs);
-    let ledger = ledger().await?;
-    let repo_id = repo_id(&repo, &config.remote);
-    let run = live_run(&ledger, &repo_id, &repo).await?;
-    let pool = &ledger.pool;
-    let stored = rec::plan_stored(pool, &run.plan_sha).await?;
-    let plan = contract::plan_from_ledger(&run.plan_sha, &stored).map_err(Error::refused)?;
-    adopt_contract_agents(&mut config, &plan)?;
-    check_gates_runnable(&plan)?;
-    // Only contracts the run's signed approval covers run here.
-    let approved = run_approval(pool, &run, &stored).await?;
-    let tz: chrono_tz::Tz = run
-        .timezone
-        .as_deref()
-        .and_then(|z| z.parse().ok())
-        .unwrap_or(chrono_tz::UTC);
-    let req = Request {
-        repo: repo.clone(),
-        loaded,
-        config,
-        plan,
-        selection: Selection::All,
-        approve: None,
-        tz,
-        deadline: run.deadline.unwrap_or_else(Utc::now),
-        now: Utc::now(),
-        scheduled: false,
-    };
-    let slots_lock = lock_checkouts(&repo)?;
-    let held = Held {
-        ledger,
-        repo_id,
-        lock: None,
-        slots_lock,
-    };
+    let Joined {
+        req,
+        held,
+        run,
+        approved,
+    } = join_live_run(cli, jobs).await?;
     let github = GitHub::resolve(&req, startup);
     let remote_urls = check_remote(&req, &github)?;
     let env = Environments::resolve(&req, startup, &github)?;
@@ -1461,6 +1422,71 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
         });
     }
     Ok(())
+}
+
+/// What `worker` joins: the request built from the run (its verified plan,
+/// zone and deadline, this host's config with the contracts' agents), the
+/// ledger and the hold on this host's checkouts, the run, and the contract
+/// SHAs its approval covers.
+struct Joined {
+    req: Request,
+    held: Held,
+    run: rec::RunRow,
+    approved: Vec<String>,
+}
+
+/// Finds the live run of this repository and checks it as docs/workers.md
+/// says: this host's root rule, the plan's SHAs, the contracts' agents and
+/// gates on this host, the run's signed approval.
+///
+/// # Errors
+/// As [`worker`].
+async fn join_live_run(cli: &Cli, jobs: Option<u32>) -> Result<Joined> {
+    let repo = crate::cli::repo_root(cli)?;
+    let loaded = crate::cli::load_config(cli, &repo)?;
+    // This host's own rule for agents as root holds (docs/security.md).
+    if let Some(why) = crate::cli::plan::agents_as_root_refusal(&loaded.config, &loaded.path) {
+        return Err(Error::config(why));
+    }
+    let mut config = loaded.config.clone();
+    if let Some(jobs) = jobs {
+        config.jobs = checked_jobs(jobs, false)?;
+    }
+    ledger_mod::size_pool_for(config.jobs);
+    let ledger = ledger().await?;
+    let repo_id = repo_id(&repo, &config.remote);
+    let run = live_run(&ledger, &repo_id, &repo).await?;
+    let pool = &ledger.pool;
+    let stored = rec::plan_stored(pool, &run.plan_sha).await?;
+    let plan = contract::plan_from_ledger(&run.plan_sha, &stored).map_err(Error::refused)?;
+    adopt_contract_agents(&mut config, &plan)?;
+    check_gates_runnable(&plan)?;
+    // Only contracts the run's signed approval covers run here.
+    let approved = run_approval(pool, &run, &stored).await?;
+    let req = Request {
+        repo: repo.clone(),
+        loaded,
+        config,
+        plan,
+        selection: Selection::All,
+        approve: None,
+        tz: run.zone(),
+        deadline: run.deadline.unwrap_or_else(Utc::now),
+        now: Utc::now(),
+        scheduled: false,
+    };
+    let held = Held {
+        ledger,
+        repo_id,
+        lock: None,
+        slots_lock: lock_checkouts(&repo)?,
+    };
+    Ok(Joined {
+        req,
+        held,
+        run,
+        approved,
+    })
 }
 
 /// The repository's run a `drain` is running now: the newest `running` run
