@@ -90,6 +90,16 @@ fn share_key(f: &Fixture, data: &Path) {
     std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
+/// `nightshift worker` on the second host, run to its end (no key copied).
+fn run_worker(f: &Fixture, clone: &Path, data: &Path) -> std::process::Output {
+    f.cmd()
+        .current_dir(clone)
+        .env("NIGHTSHIFT_DATA_DIR", data)
+        .arg("worker")
+        .output()
+        .expect("worker runs")
+}
+
 /// `nightshift worker` on the second host, started in the background.
 fn spawn_worker(f: &Fixture, clone: &Path, data: &Path) -> Child {
     share_key(f, data);
@@ -184,13 +194,7 @@ async fn two_processes_with_their_own_clones_drain_one_plan() {
     let (f, gh) = world(10, 1, "").await;
     let (clone, data) = second_host(&f);
     // No live run yet: the worker refuses (exit 3) and says how to start one.
-    let early = f
-        .cmd()
-        .current_dir(&clone)
-        .env("NIGHTSHIFT_DATA_DIR", &data)
-        .arg("worker")
-        .output()
-        .unwrap();
+    let early = run_worker(&f, &clone, &data);
     assert_eq!(early.status.code(), Some(3), "{}", text(&early));
     assert!(
         text(&early).contains("nightshift drain"),
@@ -201,13 +205,7 @@ async fn two_processes_with_their_own_clones_drain_one_plan() {
     wait_for(&f, "SELECT count(*) FROM claims", 30);
     // Without the approving host's key it cannot check the run's approval:
     // it refuses (exit 3), saying which file to copy, and runs nothing.
-    let keyless = f
-        .cmd()
-        .current_dir(&clone)
-        .env("NIGHTSHIFT_DATA_DIR", &data)
-        .arg("worker")
-        .output()
-        .unwrap();
+    let keyless = run_worker(&f, &clone, &data);
     assert_eq!(keyless.status.code(), Some(3), "{}", text(&keyless));
     assert!(
         text(&keyless).contains("approval.key"),
@@ -219,13 +217,7 @@ async fn two_processes_with_their_own_clones_drain_one_plan() {
         f.db.sql("SELECT approval_id FROM runs WHERE status = 'running'");
     f.db.sql("UPDATE runs SET approval_id = NULL WHERE status = 'running'");
     share_key(&f, &data);
-    let forged = f
-        .cmd()
-        .current_dir(&clone)
-        .env("NIGHTSHIFT_DATA_DIR", &data)
-        .arg("worker")
-        .output()
-        .unwrap();
+    let forged = run_worker(&f, &clone, &data);
     assert_eq!(forged.status.code(), Some(3), "{}", text(&forged));
     assert!(text(&forged).contains("no approval"), "{}", text(&forged));
     f.db.sql(&format!(
@@ -358,13 +350,7 @@ async fn a_worker_as_root_keeps_its_own_hosts_root_rule() {
     let config = clone.join(".nightshift/config.toml");
     let toml = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, toml.replace("agents_as_root = true\n", "")).unwrap();
-    let out = f
-        .cmd()
-        .current_dir(&clone)
-        .env("NIGHTSHIFT_DATA_DIR", &data)
-        .arg("worker")
-        .output()
-        .unwrap();
+    let out = run_worker(&f, &clone, &data);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("agents_as_root"), "{}", text(&out));
 }
