@@ -843,7 +843,6 @@ impl Resolved {
             run_as: env.run_as,
             cancel,
             clock: Arc::new(schedule::SystemClock),
-            pushed: Default::default(),
             remote_down: Default::default(),
             remote_urls,
             ledger: held.ledger,

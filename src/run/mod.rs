@@ -34,7 +34,6 @@ use crate::ledger::records::{self as rec, ItemEnd};
 use crate::limit;
 use crate::outcome::{Event, Outcome, RunKind, RunStatus};
 use crate::queue;
-use crate::report;
 use crate::schedule;
 use crate::slot;
 
@@ -100,9 +99,6 @@ pub struct Night {
     pub cancel: CancellationToken,
     /// Clock (injectable for tests of sleeps).
     pub clock: std::sync::Arc<dyn schedule::Clock>,
-    /// The branches this run pushed, with the files each changes: a later
-    /// PR touching the same files says so (merge order).
-    pub pushed: std::sync::Mutex<Vec<report::Overlap>>,
     /// Set once the remote could not be fetched: later items are not tried
     /// against it (each would wait out the same network timeout).
     pub remote_down: std::sync::Mutex<Option<String>>,

@@ -605,7 +605,7 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     let pushed = json!({"key": key, "branch": branch, "title": item.entry.contract.title, "files": files, "pr": t.card.number, "from": t.sealed.contract.head, "to": new_head});
     item.record.event(Event::Pushed, pushed).await?;
     let notes = answer(r, t, &a, &body, &new_head).await;
-    Ok(updated(r, t, &a, body, &new_head, notes))
+    Ok(updated(r, t, body, &new_head, notes))
 }
 
 /// Conflict markers the writer left in a file it was to resolve: nothing
@@ -806,7 +806,6 @@ async fn answer(
 fn updated(
     r: &Round<'_>,
     t: &Tend<'_>,
-    a: &Approved,
     body: String,
     new_head: &str,
     notes: Vec<String>,
@@ -835,23 +834,6 @@ fn updated(
         why.push_str("; ");
         why.push_str(&n);
     }
-    night
-        .pushed
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(report::Overlap {
-            title: item.entry.contract.title.clone(),
-            branch: item.branch.to_string(),
-            pr_number: Some(t.card.number),
-            files: a
-                .reviewed
-                .gated
-                .proof
-                .changed
-                .iter()
-                .map(|f| f.path.clone())
-                .collect(),
-        });
     let totals = &r.st.totals;
     ItemEnd {
         reason: Some(why),
