@@ -192,6 +192,10 @@ fn nightshift(bin: &Path, repo: &Path, home: &Path, data: &Path, db: &Db) -> Com
         .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
         .env("NIGHTSHIFT_DATA_DIR", data)
         .env("NIGHTSHIFT_DATABASE_URL", &db.url);
+    // Where the time goes, with BENCH_VERBOSE: each child's duration.
+    if let Ok(filter) = std::env::var("NIGHTSHIFT_LOG") {
+        c.env("NIGHTSHIFT_LOG", filter);
+    }
     c
 }
 
@@ -255,12 +259,18 @@ fn main() {
         "reviewer.sh",
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
+    // As root, agents run as root only when the config says so.
+    let as_root = if nix::unistd::geteuid().is_root() {
+        "agents_as_root = true\n"
+    } else {
+        ""
+    };
     std::fs::create_dir_all(repo.join(".nightshift")).unwrap();
     std::fs::write(repo.join(".nightshift/.gitignore"), "*\n").unwrap();
     std::fs::write(
         repo.join(".nightshift/config.toml"),
         format!(
-            "verify = [\"true\"]\n\n[writer]\nkind = \"command\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"
+            "verify = [\"true\"]\n{as_root}\n[writer]\nkind = \"command\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"
         ),
     )
     .unwrap();
@@ -299,7 +309,7 @@ fn main() {
     assert!(
         outcomes
             .split(' ')
-            .all(|o| o == "planned" || o == "pr_opened" || o == "pushed"),
+            .all(|o| o == "planned" || o == "pr_opened" || o == "pushed" || o == "branch_pushed"),
         "items did not all succeed: {outcomes}\n{}",
         String::from_utf8_lossy(&drain.stderr)
     );

@@ -30,7 +30,7 @@
 //! This module decides nothing: `review::void_reason` turns a change into a
 //! void verdict.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -138,24 +138,74 @@ struct IndexView {
     mtime: (i64, i64),
 }
 
+/// One walked entry: its path relative to the root (`/`-separated bytes;
+/// the root itself is the empty path) and its metadata.
+type Entry = (Box<[u8]>, Meta);
+
 /// The state of a checkout by metadata (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     root: PathBuf,
-    /// Every entry by its path relative to `root` (`/`-separated bytes;
-    /// the root itself is the empty path).
-    entries: BTreeMap<Vec<u8>, Meta>,
+    /// Every entry, sorted by path.
+    entries: Vec<Entry>,
     /// SHA-256 of the content of regular files changed in the clock tick
     /// of the walk (racy), by path.
     hashed: BTreeMap<Vec<u8>, [u8; 32]>,
-    /// `.git/index` as read after the walk; `None` when there is none or it
-    /// is unreadable (then it is compared by metadata like any file).
-    index: Option<IndexView>,
+    /// `.git/index` as read after the walk, parsed only when a comparison
+    /// needs it (its metadata changed, or a tracked file's did); `None`
+    /// when there is none or it is unreadable (then it is compared by
+    /// metadata like any file).
+    index: Option<RawIndex>,
+}
+
+/// The bytes of `.git/index` and its modification time; parsing 50,000
+/// entries costs more than the walk, so it waits until a change needs it.
+#[derive(Debug, Clone)]
+struct RawIndex {
+    bytes: std::sync::Arc<Vec<u8>>,
+    mtime: (i64, i64),
+    parsed: std::sync::OnceLock<Option<IndexView>>,
+}
+
+impl RawIndex {
+    fn view(&self) -> Option<&IndexView> {
+        self.parsed
+            .get_or_init(|| {
+                parse_index(&self.bytes).map(|(digest, entries)| IndexView {
+                    digest,
+                    entries,
+                    mtime: self.mtime,
+                })
+            })
+            .as_ref()
+    }
+}
+
+/// One difference between two snapshots: the path (relative bytes) and
+/// what changed — `added`, `removed`, `kind`, `mode`, `replaced` (a
+/// directory), `link target`, `content`, `written`, `entries` (the index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub path: Vec<u8>,
+    pub what: &'static str,
+}
+
+impl Change {
+    /// The path as text (`.` for the root), lossy for non-UTF-8 names.
+    pub fn shown(&self) -> String {
+        if self.path.is_empty() {
+            ".".to_string()
+        } else {
+            String::from_utf8_lossy(&self.path).into_owned()
+        }
+    }
 }
 
 impl Snapshot {
     /// Walks the checkout at `root`, reading no file but `.git/index` and
-    /// those changed in the last clock tick.
+    /// those changed in the last clock tick. Directories are read by up to
+    /// [`MAX_WALKERS`] threads at once: the walk is `lstat` calls, which
+    /// wait on the kernel rather than on the CPU.
     ///
     /// # Errors
     /// The I/O error of `lstat` on `root` itself; entries below that cannot
@@ -163,11 +213,11 @@ impl Snapshot {
     pub fn take(root: &Path) -> std::io::Result<Snapshot> {
         let started = SystemTime::now();
         let top = std::fs::symlink_metadata(root)?;
-        let mut entries = BTreeMap::new();
-        entries.insert(Vec::new(), Meta::of(root, &top));
+        let mut entries = vec![(Box::<[u8]>::default(), Meta::of(root, &top))];
         if top.is_dir() {
-            walk(root, &mut Vec::new(), &mut entries);
+            entries.extend(walk(root));
         }
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let racy_from = started
             .checked_sub(RACY_WINDOW)
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -176,48 +226,82 @@ impl Snapshot {
         let hashed = entries
             .iter()
             .filter(|(_, m)| m.kind == Kind::File && m.ctime >= racy_from)
-            .filter_map(|(p, _)| Some((p.clone(), sha256_file(&root.join(path_of(p)))?)))
+            .filter_map(|(p, _)| Some((p.to_vec(), sha256_file(&root.join(path_of(p)))?)))
             .collect();
-        let index = entries
-            .get(b".git/index".as_slice())
-            .filter(|m| m.kind == Kind::File)
-            .and_then(|m| read_index(&root.join(".git/index"), m));
-        Ok(Snapshot {
+        let mut snap = Snapshot {
             root: root.to_path_buf(),
             entries,
             hashed,
-            index,
-        })
+            index: None,
+        };
+        snap.index = snap
+            .meta(b".git/index")
+            .filter(|m| m.kind == Kind::File && m.size <= MAX_INDEX_BYTES)
+            .and_then(|m| {
+                let bytes = std::fs::read(root.join(".git/index")).ok()?;
+                Some(RawIndex {
+                    bytes: std::sync::Arc::new(bytes),
+                    mtime: m.mtime,
+                    parsed: std::sync::OnceLock::new(),
+                })
+            });
+        Ok(snap)
+    }
+
+    /// The metadata recorded for `path`, if it was there.
+    fn meta(&self, path: &[u8]) -> Option<&Meta> {
+        self.entries
+            .binary_search_by(|(p, _)| (**p).cmp(path))
+            .ok()
+            .map(|i| &self.entries[i].1)
     }
 
     /// What changed from `before` to `self` (two snapshots of the same
-    /// checkout, `self` the later one), as `path (what)` in path order:
-    /// added, removed, changed kind, mode, link target, content, or the
-    /// entries of `.git/index`. Empty when nothing did. Reads the content
-    /// of files whose metadata changed where that decides (see the module
-    /// docs), so call it right after taking `self`.
+    /// checkout, `self` the later one), as `path (what)` in path order (see
+    /// [`Snapshot::diff`]). Empty when nothing did.
     pub fn changes_since(&self, before: &Snapshot) -> Vec<String> {
-        let paths: BTreeSet<&Vec<u8>> = before.entries.keys().chain(self.entries.keys()).collect();
+        self.diff(before)
+            .iter()
+            .map(|c| format!("{} ({})", c.shown(), c.what))
+            .collect()
+    }
+
+    /// What changed from `before` to `self`, in path order: added, removed,
+    /// changed kind, mode, link target, content, or the entries of
+    /// `.git/index`. Reads the content of files whose metadata changed
+    /// where that decides (see the module docs), so call it right after
+    /// taking `self`.
+    pub fn diff(&self, before: &Snapshot) -> Vec<Change> {
+        let (mut b, mut a) = (
+            before.entries.iter().peekable(),
+            self.entries.iter().peekable(),
+        );
         let mut changes = Vec::new();
-        for p in paths {
-            let what = match (before.entries.get(p), self.entries.get(p)) {
-                (Some(_), None) => Some("removed"),
-                (None, Some(_)) => Some("added"),
-                (Some(b), Some(a)) => self.entry_change(before, p, b, a),
-                (None, None) => None,
+        loop {
+            let (path, what) = match (b.peek(), a.peek()) {
+                (None, None) => break,
+                (Some((pb, _)), Some((pa, _))) if pb < pa => {
+                    (b.next().map(|e| &e.0), Some("removed"))
+                }
+                (Some(_), None) => (b.next().map(|e| &e.0), Some("removed")),
+                (Some((pb, _)), Some((pa, _))) if pb > pa => {
+                    (a.next().map(|e| &e.0), Some("added"))
+                }
+                (None, Some(_)) => (a.next().map(|e| &e.0), Some("added")),
+                (Some(_), Some(_)) => {
+                    let ((p, mb), (_, ma)) = (b.next().expect("peeked"), a.next().expect("peeked"));
+                    (Some(p), self.entry_change(before, p, mb, ma))
+                }
             };
-            if let Some(what) = what {
-                let shown = if p.is_empty() {
-                    ".".to_string()
-                } else {
-                    String::from_utf8_lossy(p).into_owned()
-                };
-                changes.push(format!("{shown} ({what})"));
+            if let (Some(path), Some(what)) = (path, what) {
+                changes.push(Change {
+                    path: path.to_vec(),
+                    what,
+                });
             }
         }
         changes
     }
-
     /// Why the entry at `p` differs between `before` (metadata `b`) and
     /// `self` (metadata `a`), or `None` when it does not.
     fn entry_change(
@@ -239,7 +323,11 @@ impl Snapshot {
             _ => {}
         }
         if p == b".git/index"
-            && let (Some(ib), Some(ia)) = (&before.index, &self.index)
+            && b != a
+            && let (Some(ib), Some(ia)) = (
+                before.index.as_ref().and_then(RawIndex::view),
+                self.index.as_ref().and_then(RawIndex::view),
+            )
         {
             return (ib.digest != ia.digest).then_some("entries");
         }
@@ -269,7 +357,7 @@ impl Snapshot {
     /// `m` matched its entry in `.git/index`, as git decides from the stat
     /// cache that a file is clean; `None` when it did not or has no entry.
     fn clean_blob(&self, p: &[u8], m: &Meta) -> Option<&[u8]> {
-        let index = self.index.as_ref()?;
+        let index = self.index.as_ref()?.view()?;
         let e = index.entries.get(p)?;
         let t = |x: i64| x as u32;
         let stat = [
@@ -294,29 +382,96 @@ impl Snapshot {
     }
 }
 
-/// Records every entry below `root/rel` (relative path bytes in `rel`).
-fn walk(root: &Path, rel: &mut Vec<u8>, out: &mut BTreeMap<Vec<u8>, Meta>) {
+/// The most threads one walk uses.
+pub const MAX_WALKERS: usize = 4;
+
+/// Directories waiting to be read and how many walkers are reading one.
+struct Queue {
+    dirs: Vec<Vec<u8>>,
+    busy: usize,
+}
+
+/// Every entry below `root` (not `root` itself), in no order: directories
+/// are handed out to walker threads from one queue until it is empty and
+/// no walker is reading one.
+fn walk(root: &Path) -> Vec<Entry> {
+    let walkers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_WALKERS);
+    let queue = std::sync::Mutex::new(Queue {
+        dirs: vec![Vec::new()],
+        busy: 0,
+    });
+    let ready = std::sync::Condvar::new();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..walkers)
+            .map(|_| s.spawn(|| walker(root, &queue, &ready)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// One walker: takes directories from `queue` until the walk is done,
+/// returning the entries it read.
+fn walker(root: &Path, queue: &std::sync::Mutex<Queue>, ready: &std::sync::Condvar) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut found = Vec::new();
+    let Ok(mut q) = queue.lock() else {
+        return out;
+    };
+    loop {
+        if let Some(dir) = q.dirs.pop() {
+            q.busy += 1;
+            drop(q);
+            read_dir(root, &dir, &mut out, &mut found);
+            let Ok(mut again) = queue.lock() else {
+                return out;
+            };
+            again.busy -= 1;
+            again.dirs.append(&mut found);
+            ready.notify_all();
+            q = again;
+        } else if q.busy == 0 {
+            return out;
+        } else {
+            let Ok(woken) = ready.wait(q) else {
+                return out;
+            };
+            q = woken;
+        }
+    }
+}
+
+/// Records each entry of the directory `root/rel` in `out` and each
+/// subdirectory's path in `dirs`.
+fn read_dir(root: &Path, rel: &[u8], out: &mut Vec<Entry>, dirs: &mut Vec<Vec<u8>>) {
     let dir = root.join(path_of(rel));
     let Ok(read) = std::fs::read_dir(&dir) else {
         return;
     };
     for entry in read.flatten() {
-        let len = rel.len();
+        let mut path = Vec::with_capacity(rel.len() + 1 + entry.file_name().len());
+        path.extend_from_slice(rel);
         if !rel.is_empty() {
-            rel.push(b'/');
+            path.push(b'/');
         }
-        rel.extend_from_slice(entry.file_name().as_bytes());
-        let path = entry.path();
+        path.extend_from_slice(entry.file_name().as_bytes());
         // `fstatat` on the open directory, links not followed.
-        if let Ok(m) = entry.metadata() {
-            let meta = Meta::of(&path, &m);
-            let is_dir = meta.kind == Kind::Dir;
-            out.insert(rel.clone(), meta);
-            if is_dir {
-                walk(root, rel, out);
-            }
+        let Ok(m) = entry.metadata() else {
+            continue;
+        };
+        let meta = if m.file_type().is_symlink() {
+            Meta::of(&entry.path(), &m)
+        } else {
+            Meta::of(Path::new(""), &m)
+        };
+        if meta.kind == Kind::Dir {
+            dirs.push(path.clone());
         }
-        rel.truncate(len);
+        out.push((path.into_boxed_slice(), meta));
     }
 }
 
@@ -337,21 +492,6 @@ fn sha256_file(path: &Path) -> Option<[u8; 32]> {
         }
     }
     Some(h.finalize().into())
-}
-
-/// Reads `.git/index` (versions 2 to 4, SHA-1 or SHA-256 ids by the
-/// trailing checksum's length) with metadata `m`; `None` when it is too
-/// large, unreadable or not an index, so that it is compared by metadata.
-fn read_index(path: &Path, m: &Meta) -> Option<IndexView> {
-    if m.size > MAX_INDEX_BYTES {
-        return None;
-    }
-    let data = std::fs::read(path).ok()?;
-    parse_index(&data).map(|(digest, entries)| IndexView {
-        digest,
-        entries,
-        mtime: m.mtime,
-    })
 }
 
 /// An index file's content digest and its stage-0 entries by path.
@@ -624,7 +764,7 @@ mod tests {
         git(p, &["diff", "HEAD", "--quiet"]);
         git(p, &["status", "--porcelain"]);
         let after = Snapshot::take(p).unwrap();
-        let index = |s: &Snapshot| s.entries[b".git/index".as_slice()].clone();
+        let index = |s: &Snapshot| s.meta(b".git/index").cloned();
         assert_ne!(index(&before), index(&after), "git rewrote its index");
         let got = after.changes_since(&before);
         assert!(got.is_empty(), "{got:?}");
