@@ -177,6 +177,35 @@ impl Proof {
         claimed: &[String],
         scope: &[String],
     ) -> Result<Proof, ProofError> {
+        Proof::collect_against(worktree, start, Against::Worktree, claimed, scope)
+    }
+
+    /// As [`Proof::collect`], with the writer's work already written as the
+    /// git tree `tree` (40 hex, a [`Slot::snapshot_tree`] of the checkout):
+    /// the change is read from the base tree to that tree, which visits only
+    /// the directories that differ instead of every file of the checkout
+    /// (docs/loop.md#proof). The same change gives the same proof either way.
+    ///
+    /// # Errors
+    /// As [`Proof::collect`]; [`ProofError::Repo`] also when `tree` is not a
+    /// tree of the checkout's repository.
+    pub fn collect_tree(
+        worktree: &Path,
+        start: &RoundStart,
+        tree: &str,
+        claimed: &[String],
+        scope: &[String],
+    ) -> Result<Proof, ProofError> {
+        Proof::collect_against(worktree, start, Against::Tree(tree), claimed, scope)
+    }
+
+    fn collect_against(
+        worktree: &Path,
+        start: &RoundStart,
+        against: Against<'_>,
+        claimed: &[String],
+        scope: &[String],
+    ) -> Result<Proof, ProofError> {
         let scope = Scope::new(scope)?;
         let git_dir_changed = slot::git_dir_changes(
             &start.git_dir_fingerprint,
@@ -186,7 +215,7 @@ impl Proof {
         let repo = open(worktree)?;
         let (head_after, branch_after) = head_state(&repo);
         let head_after = head_after.unwrap_or_default();
-        let (changed, diff_hash) = diff_against(&repo, worktree, &start.base)?;
+        let (changed, diff_hash) = diff_against(&repo, worktree, &start.base, against)?;
 
         let in_git: BTreeSet<&str> = changed
             .iter()
@@ -518,13 +547,23 @@ fn normalize_claim(worktree: &Path, claim: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
 
+/// What the base is compared with for a proof.
+#[derive(Clone, Copy)]
+enum Against<'a> {
+    /// The working tree, through the index.
+    Worktree,
+    /// A tree (40 hex) written from the working tree.
+    Tree(&'a str),
+}
+
 /// The changed files between the base tree and the working tree (through the
 /// index, so staged and unstaged changes both count; untracked files count
-/// as added) and the hash of the full diff.
+/// as added) or a tree written from it, and the hash of the full diff.
 fn diff_against(
     repo: &git2::Repository,
     worktree: &Path,
     base: &str,
+    against: Against<'_>,
 ) -> Result<(Vec<FileChange>, String), ProofError> {
     let err = |context| {
         move |source| ProofError::Repo {
@@ -544,9 +583,18 @@ fn diff_against(
         .include_typechange(true)
         .ignore_submodules(true)
         .show_binary(true);
-    let mut diff = repo
-        .diff_tree_to_workdir_with_index(Some(&base_tree), Some(&mut opts))
-        .map_err(err("diffing the working tree against the base"))?;
+    let mut diff = match against {
+        Against::Worktree => repo
+            .diff_tree_to_workdir_with_index(Some(&base_tree), Some(&mut opts))
+            .map_err(err("diffing the working tree against the base"))?,
+        Against::Tree(tree) => {
+            let tree = git2::Oid::from_str(tree)
+                .and_then(|oid| repo.find_tree(oid))
+                .map_err(err("reading the writer's tree"))?;
+            repo.diff_tree_to_tree(Some(&base_tree), Some(&tree), Some(&mut opts))
+                .map_err(err("diffing the writer's tree against the base"))?
+        }
+    };
     let mut find = git2::DiffFindOptions::new();
     find.renames(true).for_untracked(true);
     diff.find_similar(Some(&mut find))

@@ -1074,11 +1074,18 @@ impl Slot {
     /// # Errors
     /// [`SlotError::Git`] when the index cannot be listed.
     pub fn filled_submodule_dirs(&self) -> Result<Vec<String>, SlotError> {
-        let listing = self.git().text(&["ls-files", "--stage", "-z"])?;
-        Ok(listing
-            .split('\0')
-            .filter(|e| e.starts_with("160000 "))
-            .filter_map(|e| e.split_once('\t').map(|(_, p)| p.to_string()))
+        // Read in-process: `git ls-files --stage` prints every file of a
+        // big repository to find the few gitlinks.
+        let repo = git::open(&self.path)?;
+        let index = repo.index().map_err(|source| GitError::Repo {
+            context: "reading the index",
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(index
+            .iter()
+            .filter(|e| e.mode == 0o160000)
+            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
             .filter(|p| {
                 let dir = self.path.join(p);
                 dir.is_dir()
@@ -1137,6 +1144,88 @@ impl Slot {
             .and_then(|_| git.text(&["write-tree"]));
         let _ = std::fs::remove_file(&index);
         Ok(result?.trim().to_string())
+    }
+
+    /// Which of `paths` (relative, `/`-separated bytes) git ignores, by the
+    /// same rules `git add -A` applies (`.gitignore` files, `info/exclude`,
+    /// `core.excludesFile`); a tracked file is never ignored. One `git
+    /// check-ignore` for all of them.
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when git fails.
+    pub fn ignored(
+        &self,
+        paths: &[Vec<u8>],
+    ) -> Result<std::collections::BTreeSet<Vec<u8>>, SlotError> {
+        let mut input = Vec::new();
+        for p in paths {
+            input.extend_from_slice(p);
+            input.push(0);
+        }
+        let out = self
+            .git()
+            .run_with_input(&["check-ignore", "--stdin", "-z"], Some(&input));
+        match out {
+            Ok(o) => Ok(o
+                .stdout
+                .split(|b| *b == 0)
+                .filter(|p| !p.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect()),
+            // Exit 1: none of them is ignored.
+            Err(GitError::Failed { ref status, .. }) if status == "exit status 1" => {
+                Ok(Default::default())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Commits `tree` (40 hex, a [`Slot::snapshot_tree`] the reviewer
+    /// approved) on the slot's branch, on top of its current commit, with
+    /// `author` and `committer` — the commit [`Slot::commit_all`] would make
+    /// of the same working tree, without reading the tree again. The
+    /// slot's index is left as it was. Hooks never run. Returns the new
+    /// commit id (40 hex).
+    ///
+    /// # Errors
+    /// [`SlotError::Tampered`] if the slot's git dir changed (no git command
+    /// runs then), [`SlotError::NothingToCommit`] if `tree` is the branch's
+    /// own tree, [`SlotError::Git`] if git fails.
+    pub fn commit_tree(
+        &self,
+        tree: &str,
+        message: &str,
+        author: &Identity,
+        committer: &Identity,
+    ) -> Result<String, SlotError> {
+        self.ensure_untampered()?;
+        let git = self
+            .git()
+            .env("GIT_AUTHOR_NAME", &author.name)
+            .env("GIT_AUTHOR_EMAIL", &author.email)
+            .env("GIT_COMMITTER_NAME", &committer.name)
+            .env("GIT_COMMITTER_EMAIL", &committer.email);
+        let branch = format!("refs/heads/{}", self.branch);
+        let parent = git.rev_parse(&branch)?;
+        let own = git.text(&[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{parent}^{{tree}}"),
+        ])?;
+        if own == tree {
+            return Err(SlotError::NothingToCommit {
+                path: self.path.clone(),
+            });
+        }
+        let commit = git
+            .run_with_input(
+                &["commit-tree", tree, "-p", &parent],
+                Some(message.as_bytes()),
+            )?
+            .text();
+        git.run(&["update-ref", &branch, &commit, &parent])?;
+        Ok(commit)
     }
 
     /// Puts the working tree back to a [`Slot::snapshot_tree`]: files changed

@@ -188,6 +188,8 @@ impl RawIndex {
 pub struct Change {
     pub path: Vec<u8>,
     pub what: &'static str,
+    /// The entry is a directory, before or after.
+    pub dir: bool,
 }
 
 impl Change {
@@ -248,6 +250,15 @@ impl Snapshot {
         Ok(snap)
     }
 
+    /// Whether a regular file of `limit` bytes or more is in the checkout,
+    /// outside `.git` (changed or not, ignored or not: the caller asks git
+    /// which, only when one is).
+    pub fn has_file_of_at_least(&self, limit: u64) -> bool {
+        self.entries
+            .iter()
+            .any(|(p, m)| m.kind == Kind::File && m.size >= limit && !p.starts_with(b".git/"))
+    }
+
     /// The metadata recorded for `path`, if it was there.
     fn meta(&self, path: &[u8]) -> Option<&Meta> {
         self.entries
@@ -272,36 +283,45 @@ impl Snapshot {
     /// where that decides (see the module docs), so call it right after
     /// taking `self`.
     pub fn diff(&self, before: &Snapshot) -> Vec<Change> {
+        use std::cmp::Ordering;
         let (mut b, mut a) = (
             before.entries.iter().peekable(),
             self.entries.iter().peekable(),
         );
         let mut changes = Vec::new();
         loop {
-            let (path, what) = match (b.peek(), a.peek()) {
+            let order = match (b.peek(), a.peek()) {
                 (None, None) => break,
-                (Some((pb, _)), Some((pa, _))) if pb < pa => {
-                    (b.next().map(|e| &e.0), Some("removed"))
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (Some((pb, _)), Some((pa, _))) => pb.cmp(pa),
+            };
+            let (path, what, dir) = match order {
+                Ordering::Less => {
+                    let (p, m) = b.next().expect("peeked");
+                    (p, Some("removed"), m.kind == Kind::Dir)
                 }
-                (Some(_), None) => (b.next().map(|e| &e.0), Some("removed")),
-                (Some((pb, _)), Some((pa, _))) if pb > pa => {
-                    (a.next().map(|e| &e.0), Some("added"))
+                Ordering::Greater => {
+                    let (p, m) = a.next().expect("peeked");
+                    (p, Some("added"), m.kind == Kind::Dir)
                 }
-                (None, Some(_)) => (a.next().map(|e| &e.0), Some("added")),
-                (Some(_), Some(_)) => {
+                Ordering::Equal => {
                     let ((p, mb), (_, ma)) = (b.next().expect("peeked"), a.next().expect("peeked"));
-                    (Some(p), self.entry_change(before, p, mb, ma))
+                    let dir = mb.kind == Kind::Dir || ma.kind == Kind::Dir;
+                    (p, self.entry_change(before, p, mb, ma), dir)
                 }
             };
-            if let (Some(path), Some(what)) = (path, what) {
+            if let Some(what) = what {
                 changes.push(Change {
                     path: path.to_vec(),
                     what,
+                    dir,
                 });
             }
         }
         changes
     }
+
     /// Why the entry at `p` differs between `before` (metadata `b`) and
     /// `self` (metadata `a`), or `None` when it does not.
     fn entry_change(

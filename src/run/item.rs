@@ -204,13 +204,14 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
             return Err(e);
         }
     };
-    let discarded = tokio::task::block_in_place(|| slot.discard());
-    // A failed item leaves nothing behind (docs/loop.md#outcomes).
-    if !matches!(
+    // A failed item leaves nothing behind (docs/loop.md#outcomes). A
+    // shipped one's work is on its branch: its slot is reset by the next
+    // item's checkout, not twice.
+    let shipped = matches!(
         end.outcome,
         Outcome::PrOpened | Outcome::PrFailed | Outcome::BranchPushed
-    ) && let Err(e) = discarded
-    {
+    );
+    if !shipped && let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
         end.reason = Some(format!(
             "{}; cleaning the checkout failed: {e}",
             end.reason.unwrap_or_default()

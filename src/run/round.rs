@@ -16,6 +16,7 @@ use crate::outcome::{Outcome, Phase, RoundResult};
 use crate::proof::{Proof, RoundStart};
 use crate::report::RoundSummary;
 use crate::review::{self, Decision, Verdict};
+use crate::snapshot::Snapshot;
 
 use super::agent_call::{Called, call_agent};
 use super::item::{Item, Progress};
@@ -63,10 +64,16 @@ pub(super) struct Wrote {
     before: RoundStart,
 }
 
-/// The writer's answer and its proof of work.
+/// The writer's answer, its proof of work, the tree it was read from and
+/// the checkout's walk before the gate.
 pub(super) struct Proved {
     writer: agent::Report,
     proof: Proof,
+    /// The tree of the writer's work (40 hex, [`crate::slot::Slot::snapshot_tree`]).
+    tree: String,
+    /// The checkout after the writer: what the gate changes is measured
+    /// from it.
+    walked: Snapshot,
 }
 
 /// What passed the gate: the proof and the writer's tree the gate ran on.
@@ -76,6 +83,9 @@ pub(super) struct Gated {
     /// The tree of the writer's work (the gate's leftovers are not in it).
     pub tree: String,
     pub gates: Vec<GateRun>,
+    /// The checkout as the reviewer gets it (after the gate, restored
+    /// where the gate touched the work): the read-only check's "before".
+    pub before_review: Snapshot,
 }
 
 /// A gated change and the reviewer's answer.
@@ -310,17 +320,29 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
 
 /// The proof of work, from git (docs/loop.md#proof): what changed, within
 /// the contract's scope and the rules; a writer that failed is retried.
+/// The checkout is walked once (by metadata) and written once as a tree;
+/// the proof, the gate's snapshot and the commit all come from that tree.
 async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
     let (item, slot) = (r.item, r.item.slot);
     r.phase(Phase::Proof).await?;
-    if let Some(step) = too_large(r).await? {
+    let walked = match walk(r, "after the writer") {
+        Ok(s) => s,
+        Err(why) => return Ok(Step::End(r.end(Outcome::Error, why))),
+    };
+    if walked.has_file_of_at_least(MAX_FILE_BYTES)
+        && let Some(step) = too_large(r).await?
+    {
         return Ok(step);
     }
     let scope = &item.entry.contract.scope;
     let collected = tokio::task::block_in_place(|| {
-        Proof::collect(&slot.path, &w.before, &w.report.claimed_files, scope)
+        let tree = slot.snapshot_tree().map_err(|e| e.to_string())?;
+        let claimed = &w.report.claimed_files;
+        Proof::collect_tree(&slot.path, &w.before, &tree, claimed, scope)
+            .map(|p| (tree, p))
+            .map_err(|e| e.to_string())
     });
-    let proof = match collected {
+    let (tree, proof) = match collected {
         Ok(p) => p,
         // No .git left to read: the writer removed or replaced it.
         Err(_) if !slot.path.join(".git").join("HEAD").is_file() => {
@@ -335,26 +357,8 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
         }
     };
     item.record.proof(r.id, &proof).await?;
-    // A git repository the writer made inside the checkout would be
-    // committed as a dangling submodule link.
-    let nested = proof.changed.iter().find(|f| slot.path.join(&f.path).join(".git").exists()).map(|f| format!("the writer created a nested git repository at {} (it would be committed as a broken submodule link)", f.path));
-    // The change's size and the protected paths are rules too (docs/loop.md#proof).
-    let beyond = match proof.beyond_limits(&item.entry.contract.change_limits()) {
-        Ok(b) => b,
-        Err(e) => {
-            let why = format!("cannot hold the change to its limits: {e}");
-            return Ok(Step::End(r.end(Outcome::Error, why)));
-        }
-    };
-    let broken: Vec<String> = [proof.rule_broken(), nested, beyond]
-        .into_iter()
-        .flatten()
-        .collect();
-    if !broken.is_empty() {
-        let why = broken.join("; ");
-        return r
-            .close_and_end(Outcome::RuleBroken, Some(&proof.diff_hash), why)
-            .await;
+    if let Some(step) = proof_broken(r, &proof).await? {
+        return Ok(step);
     }
     // A writer that crashed (a signal, an OOM kill, a nonzero exit, an
     // error result) may have left half-done work: never gate, review or
@@ -366,12 +370,55 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
         return no_changes(r, &proof, &w.report).await;
     }
     let writer = w.report;
-    Ok(Step::Gate(Box::new(Proved { writer, proof })))
+    Ok(Step::Gate(Box::new(Proved {
+        writer,
+        proof,
+        tree,
+        walked,
+    })))
+}
+
+/// The rules the proof breaks (scope, git, a nested repository, the
+/// change's size and protected paths, docs/loop.md#proof): the item's end
+/// when it breaks any.
+async fn proof_broken(r: &Round<'_>, proof: &Proof) -> Result<Option<Step>, Error> {
+    let (item, slot) = (r.item, r.item.slot);
+    // A git repository the writer made inside the checkout would be
+    // committed as a dangling submodule link.
+    let nested = proof.changed.iter().find(|f| slot.path.join(&f.path).join(".git").exists()).map(|f| format!("the writer created a nested git repository at {} (it would be committed as a broken submodule link)", f.path));
+    let beyond = match proof.beyond_limits(&item.entry.contract.change_limits()) {
+        Ok(b) => b,
+        Err(e) => {
+            let why = format!("cannot hold the change to its limits: {e}");
+            return Ok(Some(Step::End(r.end(Outcome::Error, why))));
+        }
+    };
+    let broken: Vec<String> = [proof.rule_broken(), nested, beyond]
+        .into_iter()
+        .flatten()
+        .collect();
+    if broken.is_empty() {
+        return Ok(None);
+    }
+    let why = broken.join("; ");
+    let end = r
+        .close_and_end(Outcome::RuleBroken, Some(&proof.diff_hash), why)
+        .await?;
+    Ok(Some(end))
+}
+
+/// The checkout walked by metadata ([`Snapshot`]) `when` ("after the
+/// writer", "after the review"), or why it cannot be read.
+fn walk(r: &Round<'_>, when: &str) -> Result<Snapshot, String> {
+    let path = &r.item.slot.path;
+    tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(path))
+        .map_err(|e| format!("cannot walk the checkout {when}: {e}"))
 }
 
 /// GitHub refuses any file of 100 MiB or more: the item ends now, with the
 /// reason, before a minute of diffing it and a gate and review that cannot
-/// lead to a push.
+/// lead to a push. Asked only when the walk saw a file that large, which
+/// may still be ignored or unchanged.
 async fn too_large(r: &Round<'_>) -> Result<Option<Step>, Error> {
     let path = &r.item.slot.path;
     let Ok(big) =
@@ -439,13 +486,6 @@ async fn no_changes(r: &Round<'_>, proof: &Proof, writer: &agent::Report) -> Res
 async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
     let (item, slot, n) = (r.item, r.item.slot, r.n);
     r.phase(Phase::Gate).await?;
-    let tree = match tokio::task::block_in_place(|| slot.snapshot_tree()) {
-        Ok(t) => t,
-        Err(e) => {
-            let why = format!("cannot snapshot the checkout before the gate: {e}");
-            return Ok(Step::End(r.end(Outcome::Error, why)));
-        }
-    };
     let c = &item.entry.contract;
     let left = r.st.deadline.saturating_duration_since(Instant::now());
     let timeout = c
@@ -460,13 +500,17 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
             return Ok(Step::End(r.end(Outcome::Error, why)));
         }
     };
+    let restored = tokio::task::block_in_place(|| after_gate(slot, &p.walked, &p.tree));
     for g in &gates {
         item.record.gate_run(r.id, g).await?;
     }
-    if let Err(e) = tokio::task::block_in_place(|| slot.restore_tree(&tree)) {
-        let why = format!("cannot restore the checkout after the gate: {e}");
-        return Ok(Step::End(r.end(Outcome::Error, why)));
-    }
+    let before_review = match restored {
+        Ok(s) => s,
+        Err(e) => {
+            let why = format!("cannot restore the checkout after the gate: {e}");
+            return Ok(Step::End(r.end(Outcome::Error, why)));
+        }
+    };
     if item.cancel.is_cancelled() {
         let why = format!("stopped by a signal during the gate of round {n}");
         return Ok(Step::End(r.end(Outcome::Interrupted, why)));
@@ -474,13 +518,52 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
     if let Some(bad) = gates.iter().find(|g| !g.passed()) {
         return gate_failed(r, &p.proof, &gates, bad).await;
     }
-    let (writer, proof) = (p.writer, p.proof);
+    let (writer, proof, tree) = (p.writer, p.proof, p.tree);
     Ok(Step::Review(Box::new(Gated {
         writer,
         proof,
         tree,
         gates,
+        before_review,
     })))
+}
+
+/// Puts the checkout back to the writer's `tree` when the gate touched
+/// the work — a file git would commit, HEAD or a branch — and returns the
+/// checkout's walk as the reviewer gets it. What the gate changed is read
+/// from two walks (`walked` before it, one now); build output in ignored
+/// paths stays, as [`crate::slot::Slot::restore_tree`] would leave it.
+///
+/// # Errors
+/// The checkout cannot be walked, or git cannot tell ignored paths or
+/// restore the tree.
+fn after_gate(slot: &crate::slot::Slot, walked: &Snapshot, tree: &str) -> Result<Snapshot, String> {
+    let walk = || Snapshot::take(&slot.path).map_err(|e| format!("cannot walk the checkout: {e}"));
+    let restore = || {
+        slot.restore_tree(tree).map_err(|e| e.to_string())?;
+        walk()
+    };
+    let now = walk()?;
+    let mut work = Vec::new();
+    for c in now.diff(walked) {
+        match c.path.strip_prefix(b".git/") {
+            // HEAD moved or a branch changed: put the item's branch back.
+            Some(rest)
+                if rest == b"HEAD" || rest == b"packed-refs" || rest.starts_with(b"refs/") =>
+            {
+                return restore();
+            }
+            // Objects, logs, the index's stat cache: not the work.
+            Some(_) => {}
+            // A directory's files are compared on their own.
+            None if c.dir || c.path.is_empty() || c.path == b".git" => {}
+            None => work.push(c.path),
+        }
+    }
+    if work.is_empty() || slot.ignored(&work).map_err(|e| e.to_string())?.len() == work.len() {
+        return Ok(now);
+    }
+    restore()
 }
 
 /// A failed gate: the writer gets its output in the next round.
@@ -518,10 +601,6 @@ async fn gate_failed(
 async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
     let (item, night, slot) = (r.item, r.item.night, r.item.slot);
     r.phase(Phase::Review).await?;
-    let fp_before = match fingerprint(r, "before") {
-        Ok(fp) => fp,
-        Err(why) => return Ok(Step::End(r.end(Outcome::Error, why))),
-    };
     let token = item.token.as_deref();
     let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token)).ok();
     let user_git_before = tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
@@ -545,23 +624,16 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
         let why = crate::report::after_failure(Outcome::BudgetExceeded, why, &r.st.last_failure.1);
         return r.close_and_end(Outcome::BudgetExceeded, diff, why).await;
     }
-    let fp_after = match fingerprint(r, "after") {
+    let fp_after = match walk(r, "after the review") {
         Ok(fp) => fp,
         Err(why) => return Ok(Step::End(r.end(Outcome::Error, why))),
     };
     let kind = night.config.reviewer.kind;
-    if let Some(why) = agent::review_void_reason(kind, &reviewer, &fp_before, &fp_after) {
+    let fp_before = &g.before_review;
+    if let Some(why) = agent::review_void_reason(kind, &reviewer, fp_before, &fp_after) {
         return void(r, diff, why).await;
     }
     Ok(Step::Decide(Box::new(Reviewed { gated: g, reviewer })))
-}
-
-/// The checkout's fingerprint `when` ("before", "after") the review, or
-/// why it cannot be read.
-fn fingerprint(r: &Round<'_>, when: &str) -> Result<crate::snapshot::Snapshot, String> {
-    let path = &r.item.slot.path;
-    tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(path))
-        .map_err(|e| format!("cannot fingerprint the checkout {when} the review: {e}"))
 }
 
 /// A void review ends the item.

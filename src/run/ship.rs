@@ -80,7 +80,7 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     let pushed = item.record.pushed_in_run().await?;
     let body = night.redact(&report::pr_body(&evidence(r, &a, &pushed)));
     r.phase(Phase::Push).await?;
-    if let Some(end) = commit(r) {
+    if let Some(end) = commit(r, &a.reviewed.gated.tree) {
         return Ok(end);
     }
     if item.cancel.is_cancelled() {
@@ -194,7 +194,7 @@ pub(super) fn evidence(r: &Round<'_>, a: &Approved, pushed: &[report::Overlap]) 
 
 /// Ticks the item in the checkout when `tick_in_pr` is set, then commits
 /// the change; the item's end when either fails.
-fn commit(r: &Round<'_>) -> Option<ItemEnd> {
+fn commit(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
     let (item, night) = (r.item, r.item.night);
     let (c, key) = (&item.entry.contract, &item.entry.item.key);
     let message = format!(
@@ -212,9 +212,12 @@ fn commit(r: &Round<'_>) -> Option<ItemEnd> {
             return Some(r.end(outcome, format!("tick_in_pr: {e}")));
         }
     }
-    let committed = tokio::task::block_in_place(|| {
-        item.slot
-            .commit_all(&message, &runner_identity(), &runner_identity())
+    let me = runner_identity();
+    // The tree the reviewer approved is committed as it is, unless the
+    // backlog's tick was just written into the checkout.
+    let committed = tokio::task::block_in_place(|| match night.config.tick_in_pr {
+        true => item.slot.commit_all(&message, &me, &me),
+        false => item.slot.commit_tree(tree, &message, &me, &me),
     });
     let e = committed.err()?;
     Some(r.end(Outcome::Error, format!("commit failed: {e}")))
