@@ -1307,3 +1307,137 @@ fn a_slot_takes_up_a_pushed_branch_rebases_it_and_pushes_with_a_lease() {
     slot.push_with_lease(None, &pushed, None).unwrap();
     assert_eq!(git(&fx.remote, &["rev-parse", BRANCH]), head);
 }
+
+/// The proof read from the writer's tree (what the round does, issue 12:
+/// no walk of every file) is the proof read from the working tree: the
+/// same files, statuses, line counts and diff hash, for every kind of
+/// change — an edit, a new file, a deletion, a rename, a binary file, a
+/// mode change, a link — while ignored build output stays out of both.
+#[test]
+fn the_proof_from_the_writers_tree_is_the_proof_from_the_working_tree() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    let p = &slot.path;
+    write(&p.join("src/lib.rs"), &LIB_RS.replace("2\n", "22\n"));
+    write(&p.join("src/new.rs"), "pub fn new() {}\n");
+    std::fs::remove_file(p.join("docs/guide.md")).unwrap();
+    std::fs::rename(p.join("src/old.rs"), p.join("src/older.rs")).unwrap();
+    std::fs::write(p.join("assets/logo.bin"), [9u8, 0, 0, 255, 1]).unwrap();
+    std::fs::set_permissions(p.join("README.md"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("src/lib.rs", p.join("lib-link")).unwrap();
+    write(&p.join("target/build.o"), "ignored output\n");
+    let claimed = vec!["src/new.rs".to_string(), "ghost.rs".to_string()];
+    let from_worktree = Proof::collect(p, &start, &claimed, &[]).unwrap();
+    let tree = slot.snapshot_tree().unwrap();
+    let from_tree = Proof::collect_tree(p, &start, &tree, &claimed, &[]).unwrap();
+    assert_eq!(from_tree, from_worktree);
+    let paths: Vec<&str> = from_tree.changed.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "README.md",
+            "assets/logo.bin",
+            "docs/guide.md",
+            "lib-link",
+            "src/lib.rs",
+            "src/new.rs",
+            "src/older.rs"
+        ]
+    );
+    assert_eq!(from_tree.claimed_not_in_git, ["ghost.rs"]);
+    // Nothing changed: both are empty, with the same hash.
+    let fresh = fx.prepare("nightshift/other-1a2b3c4d");
+    let start = RoundStart::record(&fresh).unwrap();
+    let tree = fresh.snapshot_tree().unwrap();
+    let empty = Proof::collect_tree(&fresh.path, &start, &tree, &[], &[]).unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(
+        empty,
+        Proof::collect(&fresh.path, &start, &[], &[]).unwrap()
+    );
+}
+
+/// Committing the approved tree (`commit_tree`, what shipping does) makes
+/// the commit `commit_all` makes of the same working tree — same tree,
+/// parent, author, committer and message — and leaves the index alone;
+/// a tree that is the branch's own is nothing to commit.
+#[test]
+fn committing_the_approved_tree_is_committing_the_working_tree() {
+    let fx = Fixture::new();
+    let change = |slot: &Slot| {
+        write(
+            &slot.path.join("src/lib.rs"),
+            &LIB_RS.replace("1\n", "11\n"),
+        );
+        write(&slot.path.join("src/new.rs"), "pub fn new() {}\n");
+        std::fs::remove_file(slot.path.join("src/old.rs")).unwrap();
+        write(&slot.path.join("target/build.o"), "ignored\n");
+    };
+    let message = "nightshift: demo\n\nContract sha256 abc\n";
+    let a = fx.prepare(BRANCH);
+    change(&a);
+    let by_tree = a
+        .commit_tree(&a.snapshot_tree().unwrap(), message, &author(), &runner())
+        .unwrap();
+    let index_after = git(&a.path, &["write-tree"]);
+    a.discard().unwrap();
+    let b = fx.prepare(BRANCH);
+    change(&b);
+    let by_add = b.commit_all(message, &author(), &runner()).unwrap();
+    let (ta, tb) = (
+        git(&b.path, &["cat-file", "-p", &by_tree]),
+        git(&b.path, &["cat-file", "-p", &by_add]),
+    );
+    let strip_times = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| match l.split_once('>') {
+                Some((who, _)) if l.starts_with("author ") || l.starts_with("committer ") => {
+                    who.to_string()
+                }
+                _ => l.to_string(),
+            })
+            .collect()
+    };
+    assert_eq!(strip_times(&ta), strip_times(&tb));
+    // The slot's index still holds the base: the branch moved, not the index.
+    assert_eq!(
+        index_after,
+        git(
+            &a.path,
+            &["rev-parse", &format!("{}^{{tree}}", fx.remote_main())]
+        )
+    );
+    let c = fx.prepare("nightshift/empty-1a2b3c4d");
+    let own = c.snapshot_tree().unwrap();
+    assert!(matches!(
+        c.commit_tree(&own, message, &author(), &runner()),
+        Err(SlotError::NothingToCommit { .. })
+    ));
+}
+
+/// `ignored` follows git's rules: an ignored file and directory are, a
+/// tracked file under an ignore pattern is not, and neither is a new file.
+#[test]
+fn ignored_paths_are_those_git_add_would_leave_out() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    write(&slot.path.join(".git/info/exclude"), "*.log\n");
+    let asked: Vec<Vec<u8>> = [
+        "target/x.o",
+        "src/lib.rs",
+        "new.rs",
+        "run.log",
+        "deep/a/b.log",
+    ]
+    .iter()
+    .map(|p| p.as_bytes().to_vec())
+    .collect();
+    let got = slot.ignored(&asked).unwrap();
+    let got: Vec<&str> = got
+        .iter()
+        .map(|p| std::str::from_utf8(p).unwrap())
+        .collect();
+    assert_eq!(got, ["deep/a/b.log", "run.log", "target/x.o"]);
+    assert!(slot.ignored(&[b"src/lib.rs".to_vec()]).unwrap().is_empty());
+}
