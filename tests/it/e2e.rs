@@ -1310,3 +1310,43 @@ fn doctor_checks_the_backlog_and_the_gate() {
         "{l}"
     );
 }
+
+/// What the gate does to the checkout is measured from two walks, and
+/// only what git would commit is put back (issue 12): a tracked file the
+/// gate appended to, an untracked file it made and a commit it made (HEAD
+/// moved) are gone before the reviewer reads the checkout, while its build
+/// output in an ignored directory stays. The reviewer requests changes if
+/// it sees any of the gate's work, so the pushed branch proves it saw none;
+/// the branch holds the writer's change alone, on the base.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reviewer_reads_the_writers_work_whatever_the_gate_did() {
+    let f = Fixture::new();
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent(
+        "reviewer.sh",
+        "#!/bin/sh\nif grep -q touched docs/README.md || [ -e gate-artifact.txt ] || [ ! -e build/out.o ] || [ \"$(git rev-parse HEAD)\" != \"$(git rev-parse origin/main)\" ]; then\n  echo '{\"verdict\":\"request_changes\",\"findings\":[\"gate work is in the checkout\"]}'\nelse\n  echo '{\"verdict\":\"approve\",\"findings\":[]}'\nfi\n",
+    );
+    f.write(".gitignore", "build/\n");
+    git(&f.repo, &["add", ".gitignore"]);
+    git(&f.repo, &["commit", "-qm", "ignore build"]);
+    git(&f.repo, &["push", "-q", "origin", "HEAD"]);
+    f.config(&format!(
+        "verify = [\"sh test.sh && mkdir -p build && echo o > build/out.o && date > gate-artifact.txt && echo touched >> docs/README.md && git -c user.name=g -c user.email=g@example.com commit -qam gate\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+    ));
+    f.write("NEXT.md", "- [ ] Add pow\n  - scope: calc.txt\n");
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let rep = f.report();
+    assert_eq!(rep["items"][0]["outcome"], "branch_pushed", "{rep:#}");
+    let branches = f.remote_branches();
+    assert_eq!(branches.len(), 1);
+    assert_eq!(
+        git(&f.remote, &["diff", "--name-only", "main", &branches[0]]),
+        "calc.txt"
+    );
+    assert_eq!(
+        git(&f.remote, &["rev-parse", &format!("{}^", branches[0])]),
+        git(&f.remote, &["rev-parse", "main"]),
+        "one commit on the base"
+    );
+}
