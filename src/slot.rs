@@ -22,6 +22,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::git::{self, Git, GitError};
+use crate::snapshot::Snapshot;
 
 /// Timeout of a fetch or a push from a slot: 10 minutes (a first fetch of a
 /// large repository may need far more than the 120 s of local commands).
@@ -1226,6 +1227,71 @@ impl Slot {
             .text();
         git.run(&["update-ref", &branch, &commit, &parent])?;
         Ok(commit)
+    }
+
+    /// [`Slot::snapshot_tree`] from a walk of the checkout taken now
+    /// (`walked`): instead of `git add -A` reading every file's metadata
+    /// again, only what the walk shows changed against the index's stat
+    /// cache ([`Snapshot::work_changes`]) is given to `git update-index`,
+    /// new files that git ignores left out (issue 12: the cost follows the
+    /// change, not the tree). Falls back to [`Slot::snapshot_tree`] when the
+    /// index cannot stand for that look, a `.gitignore` changed (files
+    /// ignored before may not be now), or git refuses the update.
+    ///
+    /// # Errors
+    /// As [`Slot::snapshot_tree`].
+    pub fn snapshot_tree_from(&self, walked: &Snapshot) -> Result<String, SlotError> {
+        let Some(changes) = walked.work_changes() else {
+            return self.snapshot_tree();
+        };
+        let is_ignore_file = |p: &Vec<u8>| p.rsplit(|b| *b == b'/').next() == Some(b".gitignore");
+        if changes
+            .tracked
+            .iter()
+            .chain(&changes.untracked)
+            .any(is_ignore_file)
+        {
+            return self.snapshot_tree();
+        }
+        let ignored = match changes.untracked.is_empty() {
+            true => Default::default(),
+            false => self.ignored(&changes.untracked)?,
+        };
+        let mut paths: Vec<&Vec<u8>> = changes
+            .tracked
+            .iter()
+            .chain(changes.untracked.iter().filter(|p| !ignored.contains(*p)))
+            .collect();
+        paths.sort();
+        let mut input = Vec::new();
+        for p in paths {
+            input.extend_from_slice(p);
+            input.push(0);
+        }
+        let index = self.private_index("snapshot");
+        let _ = std::fs::copy(self.path.join(".git").join("index"), &index);
+        let git = self.git().env("GIT_INDEX_FILE", &index);
+        let update = [
+            "update-index",
+            "--add",
+            "--remove",
+            "--replace",
+            "-z",
+            "--stdin",
+        ];
+        let result = match input.is_empty() {
+            true => Ok(()),
+            false => git.run_with_input(&update, Some(&input)).map(drop),
+        }
+        .and_then(|()| git.text(&["write-tree"]));
+        let _ = std::fs::remove_file(&index);
+        match result {
+            Ok(tree) => Ok(tree.trim().to_string()),
+            Err(e) => {
+                tracing::warn!(slot = %self.path.display(), "updating the tree from the walk failed, reading the whole tree: {e}");
+                self.snapshot_tree()
+            }
+        }
     }
 
     /// Puts the working tree back to a [`Slot::snapshot_tree`]: files changed

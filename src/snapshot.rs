@@ -136,6 +136,11 @@ struct IndexView {
     /// The index file's modification time (seconds, nanoseconds): entries
     /// of files modified at or after it are not trusted (racy git).
     mtime: (i64, i64),
+    /// Every entry is an ordinary stage-0 one (no conflict, no
+    /// assume-unchanged, skip-worktree or intent-to-add flag) and the index
+    /// is whole (not split, not sparse): its stat cache can stand for
+    /// `git add -A`'s look at the working tree.
+    plain: bool,
 }
 
 /// One walked entry: its path relative to the root (`/`-separated bytes;
@@ -171,14 +176,25 @@ impl RawIndex {
     fn view(&self) -> Option<&IndexView> {
         self.parsed
             .get_or_init(|| {
-                parse_index(&self.bytes).map(|(digest, entries)| IndexView {
+                parse_index(&self.bytes).map(|(digest, entries, plain)| IndexView {
                     digest,
                     entries,
                     mtime: self.mtime,
+                    plain,
                 })
             })
             .as_ref()
     }
+}
+
+/// What `git add -A` would look at again ([`Snapshot::work_changes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkChanges {
+    /// Tracked paths whose file no longer matches the index's stat cache,
+    /// or is gone.
+    pub tracked: Vec<Vec<u8>>,
+    /// Files and links the index does not hold.
+    pub untracked: Vec<Vec<u8>>,
 }
 
 /// One difference between two snapshots: the path (relative bytes) and
@@ -257,6 +273,54 @@ impl Snapshot {
         self.entries
             .iter()
             .any(|(p, m)| m.kind == Kind::File && m.size >= limit && !p.starts_with(b".git/"))
+    }
+
+    /// What `git add -A` would look at again in this checkout, read from
+    /// the walk and the stat cache of the `.git/index` it read: tracked
+    /// files whose metadata no longer matches their entry (or that are
+    /// gone), and files and links the index does not hold (new, maybe
+    /// ignored — the caller asks git). Paths are relative bytes in path
+    /// order; `.git` and submodule directories are left out. `None` when
+    /// the index cannot stand for that look (missing, unreadable, not
+    /// plain), or a new path is inside a nested repository.
+    pub fn work_changes(&self) -> Option<WorkChanges> {
+        let index = self.index.as_ref()?.view()?;
+        if !index.plain {
+            return None;
+        }
+        let gitlinks: Vec<&[u8]> = index
+            .entries
+            .iter()
+            .filter(|(_, e)| e.mode == 0o160000)
+            .map(|(p, _)| p.as_slice())
+            .collect();
+        let under = |p: &[u8], dir: &[u8]| {
+            p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/'
+        };
+        let mut changes = WorkChanges::default();
+        for (p, e) in &index.entries {
+            let gone = match self.meta(p) {
+                Some(m) if e.mode == 0o160000 => m.kind != Kind::Dir,
+                Some(m) => m.kind == Kind::Dir || self.clean_blob(p, m).is_none(),
+                None => true,
+            };
+            if gone {
+                changes.tracked.push(p.clone());
+            }
+        }
+        for (p, m) in &self.entries {
+            if m.kind == Kind::Dir || p.is_empty() || **p == *b".git" || p.starts_with(b".git/") {
+                continue;
+            }
+            if index.entries.contains_key(&**p) || gitlinks.iter().any(|g| under(p, g)) {
+                continue;
+            }
+            if p.split(|b| *b == b'/').any(|c| c == b".git") {
+                return None;
+            }
+            changes.untracked.push(p.to_vec());
+        }
+        Some(changes)
     }
 
     /// The metadata recorded for `path`, if it was there.
@@ -390,10 +454,10 @@ impl Snapshot {
             m.size as u32,
             0,
         ];
-        let git_mode = if m.mode & 0o111 != 0 {
-            0o100755
-        } else {
-            0o100644
+        let git_mode = match m.kind {
+            Kind::Link => 0o120000,
+            _ if m.mode & 0o111 != 0 => 0o100755,
+            _ => 0o100644,
         };
         // A file modified at or after the index was written may have
         // changed again within the same timestamp: git does not trust it.
@@ -514,8 +578,9 @@ fn sha256_file(path: &Path) -> Option<[u8; 32]> {
     Some(h.finalize().into())
 }
 
-/// An index file's content digest and its stage-0 entries by path.
-type ParsedIndex = ([u8; 32], BTreeMap<Vec<u8>, IndexEntry>);
+/// An index file's content digest, its stage-0 entries by path, and
+/// whether it is plain ([`IndexView::plain`]).
+type ParsedIndex = ([u8; 32], BTreeMap<Vec<u8>, IndexEntry>, bool);
 
 /// The digest and stage-0 entries of an index file's bytes (the format of
 /// git's `Documentation/gitformat-index.txt`); `None` if malformed.
@@ -538,6 +603,7 @@ fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
     let mut entries = BTreeMap::new();
     let mut at = 12;
     let mut name: Vec<u8> = Vec::new();
+    let mut plain = true;
     for _ in 0..count {
         let fixed = 40 + oid_len + 2;
         let head = data.get(at..at + fixed)?;
@@ -574,6 +640,9 @@ fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
         h.update(&oid);
         h.update(&name);
         h.update(b"\0");
+        // Stage bits, assume-unchanged, or extended flags
+        // (skip-worktree, intent-to-add).
+        plain &= flags & 0x3000 == 0 && flags & 0x8000 == 0 && ext_flags == 0;
         if flags & 0x3000 == 0 {
             let stat = [
                 stat[0], stat[1], stat[2], stat[3], stat[4], stat[5], stat[6], 0,
@@ -589,6 +658,9 @@ fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
         let sig = &data[at..at + 4];
         let len = u32_at(at + 4)? as usize;
         let body = data.get(at + 8..at + 8 + len)?;
+        // A split index keeps entries elsewhere; a sparse one folds
+        // directories into one entry.
+        plain &= sig != b"link" && sig != b"sdir";
         if sig != b"UNTR" && sig != b"FSMN" {
             h.update(sig);
             h.update((len as u64).to_be_bytes());
@@ -596,7 +668,7 @@ fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
         }
         at += 8 + len;
     }
-    Some((h.finalize().into(), entries))
+    Some((h.finalize().into(), entries, plain))
 }
 
 /// Whether `data` ends in the SHA-256 of what precedes it.
@@ -817,12 +889,12 @@ mod tests {
         let d = repo();
         let p = d.path();
         let read = |p: &Path| parse_index(&std::fs::read(p.join(".git/index")).unwrap()).unwrap();
-        let (_, v2) = read(p);
+        let (_, v2, _) = read(p);
         assert!(v2.contains_key(b"src/lib.rs".as_slice()));
         assert_eq!(v2.len(), 4);
         for v in ["3", "4"] {
             git(p, &["update-index", "--index-version", v]);
-            let (_, got) = read(p);
+            let (_, got, _) = read(p);
             let ids = |m: &BTreeMap<Vec<u8>, IndexEntry>| {
                 m.iter()
                     .map(|(k, e)| (k.clone(), e.oid.clone(), e.mode))

@@ -336,7 +336,9 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
     }
     let scope = &item.entry.contract.scope;
     let collected = tokio::task::block_in_place(|| {
-        let tree = slot.snapshot_tree().map_err(|e| e.to_string())?;
+        let tree = slot
+            .snapshot_tree_from(&walked)
+            .map_err(|e| e.to_string())?;
         let claimed = &w.report.claimed_files;
         Proof::collect_tree(&slot.path, &w.before, &tree, claimed, scope)
             .map(|p| (tree, p))

@@ -1441,3 +1441,39 @@ fn ignored_paths_are_those_git_add_would_leave_out() {
     assert_eq!(got, ["deep/a/b.log", "run.log", "target/x.o"]);
     assert!(slot.ignored(&[b"src/lib.rs".to_vec()]).unwrap().is_empty());
 }
+
+/// The writer's tree written from a walk (only what changed against the
+/// index's stat cache goes to git, issue 12) is the tree `git add -A`
+/// writes, for every kind of change: edits, new files and directories, a
+/// deletion, a mode change, a link, ignored output, a file staged and then
+/// edited again, the same bytes written again, a file that became a
+/// directory — and when a `.gitignore` changes what is ignored.
+#[test]
+fn the_tree_from_a_walk_is_the_tree_git_add_writes() {
+    let fx = Fixture::new();
+    let same = |slot: &Slot, case: &str| {
+        let walked = worktree_fingerprint(&slot.path).unwrap();
+        let from_walk = slot.snapshot_tree_from(&walked).unwrap();
+        assert_eq!(from_walk, slot.snapshot_tree().unwrap(), "{case}");
+    };
+    let slot = fx.prepare(BRANCH);
+    let p = slot.path.clone();
+    same(&slot, "nothing changed");
+    write(&p.join("src/lib.rs"), &LIB_RS.replace("2\n", "22\n"));
+    write(&p.join("src/deep/new/mod.rs"), "pub mod x;\n");
+    std::fs::remove_file(p.join("docs/guide.md")).unwrap();
+    std::fs::set_permissions(p.join("README.md"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("src/lib.rs", p.join("lib-link")).unwrap();
+    write(&p.join("target/build.o"), "ignored output\n");
+    std::fs::write(p.join("assets/logo.bin"), [0u8, 1, 2, 255, 0, 7]).unwrap();
+    same(&slot, "edits");
+    write(&p.join("staged.txt"), "staged\n");
+    git(&p, &["add", "staged.txt"]);
+    write(&p.join("staged.txt"), "staged, then edited\n");
+    same(&slot, "staged then edited");
+    std::fs::remove_file(p.join("src/old.rs")).unwrap();
+    write(&p.join("src/old.rs/inner.rs"), "// now a directory\n");
+    same(&slot, "a file became a directory");
+    write(&p.join(".gitignore"), "");
+    same(&slot, "target/ no longer ignored");
+}
