@@ -8,9 +8,16 @@
 //! changed or untracked path with its size and modification time). No tree
 //! is walked and nothing is written: status runs with `--no-optional-locks`,
 //! so git does not refresh the user's index.
+//!
+//! [`snapshot`] reads all of it; a [`Watch`] reads it again only after
+//! something there changed (inotify), so that a run pays for it only then.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+
+mod watch;
+use watch::Pruned;
+pub use watch::Watch;
 
 use sha2::{Digest, Sha256};
 
@@ -44,6 +51,12 @@ pub struct RepoState {
 /// going is a change). Runs `git for-each-ref` and `git status` through the
 /// git runner (its default timeout, 120 s each); blocking.
 pub fn snapshot(repo: &Path) -> RepoState {
+    read(repo, None)
+}
+
+/// [`snapshot`]; with `pruned`, `git status` also lists what it does not
+/// descend into, and that goes to `pruned` instead of the state.
+fn read(repo: &Path, pruned: Option<&mut Pruned>) -> RepoState {
     let mut parts = BTreeMap::new();
     for line in slot::git_dir_fingerprint(repo).lines() {
         if let Some((name, digest)) = line.rsplit_once(' ') {
@@ -69,8 +82,17 @@ pub fn snapshot(repo: &Path) -> RepoState {
     };
     parts.insert((Part::Head, "HEAD".into()), head);
     parts.insert((Part::Index, ".git/index".into()), index_digest(repo));
-    status_parts(&git, repo, &mut parts);
+    status_parts(&git, repo, &mut parts, pruned);
     RepoState { parts }
+}
+
+impl RepoState {
+    /// Whether every part could be read: a state with an unreadable part
+    /// (git timed out, the index could not be opened) is not kept, since
+    /// the same failure after an agent's call would hide what it changed.
+    fn settled(&self) -> bool {
+        !self.parts.values().any(|v| v.starts_with("unreadable"))
+    }
 }
 
 /// Each change from `before` to `after`, named for the report: a `.git`
@@ -145,15 +167,27 @@ fn index_digest(repo: &Path) -> String {
 /// One part per path `git status` lists: its two-letter code, and the
 /// file's size and modification time (so a further edit of a file that was
 /// already changed shows too). Renames and copies carry their source.
-fn status_parts(git: &Git, repo: &Path, parts: &mut BTreeMap<(Part, String), String>) {
-    let out = match git.run(&[
+/// With `pruned`, status also lists ignored paths (`--ignored=matching`):
+/// the directories among them, and the untracked nested repositories, go
+/// to `pruned`; other ignored files are left out, as without it.
+fn status_parts(
+    git: &Git,
+    repo: &Path,
+    parts: &mut BTreeMap<(Part, String), String>,
+    mut pruned: Option<&mut Pruned>,
+) {
+    let mut args = vec![
         "--no-optional-locks",
         "status",
         "--porcelain=v1",
         "-z",
         "--untracked-files=all",
         "--ignore-submodules=none",
-    ]) {
+    ];
+    if pruned.is_some() {
+        args.push("--ignored=matching");
+    }
+    let out = match git.run(&args) {
         Ok(o) => o.stdout,
         Err(e) => {
             parts.insert(
@@ -172,6 +206,11 @@ fn status_parts(git: &Git, repo: &Path, parts: &mut BTreeMap<(Part, String), Str
         let path = String::from_utf8_lossy(&entry[3..]).into_owned();
         if code.contains('R') || code.contains('C') {
             fields.next();
+        }
+        if let Some(p) = pruned.as_deref_mut()
+            && p.note(&code, &path)
+        {
+            continue;
         }
         let stamp = match std::fs::symlink_metadata(repo.join(&path)) {
             Ok(m) => {

@@ -824,7 +824,10 @@ impl Resolved {
             remote_urls,
             env,
         } = self;
+        // nightshift's own writes there must not make every state stale.
+        let own = vec![env.data_dir.clone(), progress::log_dir()];
         Arc::new(Night {
+            repo_watch: crate::user_repo::Watch::new(&req.repo, own),
             repo: req.repo,
             repo_id: held.repo_id,
             config: req.config,

@@ -87,7 +87,7 @@ pub(super) fn outside_reach(
     user_git_before: &crate::user_repo::RepoState,
     token: Option<&str>,
 ) -> Option<String> {
-    let after = tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
+    let after = tokio::task::block_in_place(|| night.repo_watch.state());
     let changed = crate::user_repo::changes(user_git_before, &after);
     if !changed.is_empty() {
         return Some(format!(

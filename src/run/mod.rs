@@ -62,6 +62,9 @@ const MAX_THROTTLE_RETRIES: u32 = 5;
 pub struct Night {
     /// The user's repository root (never written to).
     pub repo: PathBuf,
+    /// The state of `repo` around agent calls, read again only after
+    /// something there changed (docs/security.md "What is protected").
+    pub repo_watch: crate::user_repo::Watch,
     /// Repository identity in the ledger and for the lock (its remote URL, see `cli::repo_id`).
     pub repo_id: String,
     /// The config.

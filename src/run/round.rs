@@ -282,7 +282,7 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
     let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token))
         .map_err(|e| tracing::warn!("cannot list the remote's refs before the writer: {e}"))
         .ok();
-    let user_git_before = tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
+    let user_git_before = tokio::task::block_in_place(|| night.repo_watch.state());
     let report = match call_agent(r, Role::Writer).await? {
         Called::Done(report) => *report,
         Called::Stop(mut end) => {
@@ -605,7 +605,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
     r.phase(Phase::Review).await?;
     let token = item.token.as_deref();
     let remote_before = tokio::task::block_in_place(|| slot.remote_refs(token)).ok();
-    let user_git_before = tokio::task::block_in_place(|| crate::user_repo::snapshot(&night.repo));
+    let user_git_before = tokio::task::block_in_place(|| night.repo_watch.state());
     let reviewer = match call_agent(r, Role::Reviewer).await? {
         Called::Done(report) => *report,
         Called::Stop(mut end) => {
