@@ -118,6 +118,8 @@ pub struct Slot {
     /// true (a signal, docs/limits.md#signals). Cleared once the slot is ready, so that
     /// cleaning up after a signal still works.
     stop: Option<Arc<AtomicBool>>,
+    /// While preparing only: the run's pinned base ([`PrepareAt::pinned`]).
+    pinned: Option<String>,
 }
 
 /// Where slot number `index` of the user's repository lives:
@@ -439,6 +441,10 @@ pub struct PrepareAt<'a> {
     pub token: Option<&'a str>,
     /// Set when a signal came: git is killed at once.
     pub stop: Option<Arc<AtomicBool>>,
+    /// The run's base commit (40 hex) once an earlier item pinned it
+    /// (docs/loop.md#checkout): a slot that has it checks it out without
+    /// fetching the base again.
+    pub pinned: Option<&'a str>,
 }
 
 impl Slot {
@@ -483,6 +489,7 @@ impl Slot {
             branch,
             token,
             stop,
+            pinned: None,
         })
     }
 
@@ -504,6 +511,7 @@ impl Slot {
             branch,
             token,
             stop,
+            pinned,
         } = at;
         let (fetch_url, push_url) = urls;
         let mut slot = Slot {
@@ -519,6 +527,7 @@ impl Slot {
             tip: None,
             recloned_because: None,
             stop,
+            pinned: pinned.map(str::to_string),
         };
         let exists = std::fs::symlink_metadata(path).is_ok();
         if exists {
@@ -658,14 +667,13 @@ impl Slot {
         {
             self.set_remote_urls()?;
         }
-        let tracking = format!("refs/remotes/{}/{}", self.remote, self.base);
-        let refspec = format!("+refs/heads/{}:{tracking}", self.base);
-        self.git()
-            .token(token)
-            .timeout(NETWORK_TIMEOUT)
-            .fetch(&self.fetch_url, &refspec)?;
         let git = self.git();
-        self.base_commit = git.rev_parse(&tracking)?;
+        // The run's pinned base is all an item needs: no round trip to the
+        // remote when the slot has it already.
+        match self.pinned.clone() {
+            Some(c) if self.has_object(&format!("{c}^{{commit}}")) => self.base_commit = c,
+            _ => self.base_commit = self.fetch_base(token)?,
+        }
         git.run(&[
             "checkout",
             "--quiet",
@@ -691,6 +699,18 @@ impl Slot {
             )?;
         }
         self.record_fingerprint()
+    }
+
+    /// Fetches `<remote>/<base>` into its remote-tracking ref; returns
+    /// its commit (40 hex).
+    fn fetch_base(&self, token: Option<&str>) -> Result<String, SlotError> {
+        let tracking = format!("refs/remotes/{}/{}", self.remote, self.base);
+        let refspec = format!("+refs/heads/{}:{tracking}", self.base);
+        self.git()
+            .token(token)
+            .timeout(NETWORK_TIMEOUT)
+            .fetch(&self.fetch_url, &refspec)?;
+        Ok(self.git().rev_parse(&tracking)?)
     }
 
     /// Moves the prepared slot to `commit`, the base the run took once at
@@ -1076,17 +1096,27 @@ impl Slot {
     /// [`SlotError::Git`] when the index cannot be listed.
     pub fn filled_submodule_dirs(&self) -> Result<Vec<String>, SlotError> {
         // Read in-process: `git ls-files --stage` prints every file of a
-        // big repository to find the few gitlinks.
-        let repo = git::open(&self.path)?;
-        let index = repo.index().map_err(|source| GitError::Repo {
-            context: "reading the index",
-            path: self.path.clone(),
-            source,
-        })?;
-        Ok(index
-            .iter()
-            .filter(|e| e.mode == 0o160000)
-            .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+        // big repository to find the few gitlinks, and libgit2 checks the
+        // whole index's SHA-1 first.
+        let links = match crate::snapshot::index_gitlinks(&self.path.join(".git").join("index")) {
+            Some(links) => links,
+            None => {
+                let repo = git::open(&self.path)?;
+                let index = repo.index().map_err(|source| GitError::Repo {
+                    context: "reading the index",
+                    path: self.path.clone(),
+                    source,
+                })?;
+                index
+                    .iter()
+                    .filter(|e| e.mode == 0o160000)
+                    .map(|e| e.path)
+                    .collect()
+            }
+        };
+        Ok(links
+            .into_iter()
+            .map(|p| String::from_utf8_lossy(&p).into_owned())
             .filter(|p| {
                 let dir = self.path.join(p);
                 dir.is_dir()

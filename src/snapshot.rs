@@ -256,7 +256,8 @@ impl Snapshot {
             .meta(b".git/index")
             .filter(|m| m.kind == Kind::File && m.size <= MAX_INDEX_BYTES)
             .and_then(|m| {
-                let bytes = std::fs::read(root.join(".git/index")).ok()?;
+                let bytes =
+                    crate::file::read_regular(&root.join(".git/index"), MAX_INDEX_BYTES).ok()?;
                 Some(RawIndex {
                     bytes: std::sync::Arc::new(bytes),
                     mtime: m.mtime,
@@ -585,6 +586,15 @@ type ParsedIndex = ([u8; 32], BTreeMap<Vec<u8>, IndexEntry>, bool);
 /// The digest and stage-0 entries of an index file's bytes (the format of
 /// git's `Documentation/gitformat-index.txt`); `None` if malformed.
 fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
+    // The ids are SHA-1 (20 bytes) or SHA-256 (32): only the right length
+    // makes the entries and extensions end exactly at the checksum, which
+    // is cheaper to find out than hashing the whole file.
+    parse_index_with(data, 20).or_else(|| parse_index_with(data, 32))
+}
+
+/// [`parse_index`] for ids of `oid_len` bytes; `None` if the bytes do not
+/// parse to the end with that length.
+fn parse_index_with(data: &[u8], oid_len: usize) -> Option<ParsedIndex> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
     };
@@ -593,8 +603,6 @@ fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
     }
     let version = u32_at(4)?;
     let count = u32_at(8)? as usize;
-    // The id length: a SHA-256 repository's index ends in a 32-byte checksum.
-    let oid_len = if index_checksum_ok(data, 32) { 32 } else { 20 };
     if !(2..=4).contains(&version) || data.len() < 12 + oid_len {
         return None;
     }
@@ -609,8 +617,7 @@ fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
         let head = data.get(at..at + fixed)?;
         let flags = u16::from_be_bytes([head[fixed - 2], head[fixed - 1]]);
         let mut p = at + fixed;
-        let extended = flags & 0x4000 != 0;
-        let ext_flags = if extended {
+        let ext_flags = if flags & 0x4000 != 0 {
             let x = data.get(p..p + 2)?;
             p += 2;
             u16::from_be_bytes([x[0], x[1]])
@@ -626,27 +633,29 @@ fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
             p += nul + 1;
         } else {
             let nul = data.get(p..end)?.iter().position(|&b| b == 0)?;
-            name = data[p..p + nul].to_vec();
+            name.clear();
+            name.extend_from_slice(&data[p..p + nul]);
             // Padded with 1 to 8 NULs to a multiple of 8 bytes from `at`.
             p = at + (p + nul - at + 8) / 8 * 8;
         }
-        let stat: Vec<u32> = [0, 4, 8, 12, 16, 20, 36]
-            .iter()
-            .map(|o| u32_at(at + o))
-            .collect::<Option<_>>()?;
         let mode = u32_at(at + 24)?;
-        let oid = head[40..40 + oid_len].to_vec();
-        h.update(format!("{mode:o} {flags:x} {ext_flags:x} ").as_bytes());
-        h.update(&oid);
+        let oid = &head[40..40 + oid_len];
+        // The entry without its stat fields: mode, flags, id, name.
+        h.update(mode.to_be_bytes());
+        h.update(flags.to_be_bytes());
+        h.update(ext_flags.to_be_bytes());
+        h.update(oid);
         h.update(&name);
         h.update(b"\0");
         // Stage bits, assume-unchanged, or extended flags
         // (skip-worktree, intent-to-add).
         plain &= flags & 0x3000 == 0 && flags & 0x8000 == 0 && ext_flags == 0;
         if flags & 0x3000 == 0 {
-            let stat = [
-                stat[0], stat[1], stat[2], stat[3], stat[4], stat[5], stat[6], 0,
-            ];
+            let mut stat = [0u32; 8];
+            for (i, o) in [0, 4, 8, 12, 16, 20, 36].into_iter().enumerate() {
+                stat[i] = u32_at(at + o)?;
+            }
+            let oid = oid.to_vec();
             entries.insert(name.clone(), IndexEntry { stat, mode, oid });
         }
         at = p;
@@ -668,15 +677,22 @@ fn parse_index(data: &[u8]) -> Option<ParsedIndex> {
         }
         at += 8 + len;
     }
-    Some((h.finalize().into(), entries, plain))
+    (at == end).then(|| (h.finalize().into(), entries, plain))
 }
 
-/// Whether `data` ends in the SHA-256 of what precedes it.
-fn index_checksum_ok(data: &[u8], len: usize) -> bool {
-    data.len() > 12 + len && {
-        let (body, sum) = data.split_at(data.len() - len);
-        Sha256::digest(body).as_slice() == sum
-    }
+/// The submodule paths (gitlinks, relative `/`-separated bytes) of the
+/// index at `path`, read without git; `None` when it is missing, larger
+/// than 1 GiB or not an index.
+pub fn index_gitlinks(path: &Path) -> Option<Vec<Vec<u8>>> {
+    let bytes = crate::file::read_regular(path, MAX_INDEX_BYTES).ok()?;
+    let (_, entries, _) = parse_index(&bytes)?;
+    Some(
+        entries
+            .into_iter()
+            .filter(|(_, e)| e.mode == 0o160000)
+            .map(|(p, _)| p)
+            .collect(),
+    )
 }
 
 /// Git's offset varint (`decode_varint`): the value and the bytes used.

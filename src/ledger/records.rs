@@ -1574,6 +1574,18 @@ pub async fn pin_base(db: impl PgExecutor<'_>, run: Uuid, proposed: &str) -> Res
     .await
 }
 
+/// The base commit run `run` pinned (40 hex), if an item pinned it yet.
+///
+/// # Errors
+/// Database errors.
+pub async fn pinned_base(pool: &PgPool, run: Uuid) -> Result<Option<String>> {
+    sqlx::query_scalar("SELECT base_commit FROM runs WHERE id = $1")
+        .bind(run)
+        .fetch_optional(pool)
+        .await
+        .map(Option::flatten)
+}
+
 /// The branches run `run` pushed (its `pushed` events), oldest first, each
 /// with its title, the files it changes and its PR number once opened.
 ///

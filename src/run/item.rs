@@ -331,6 +331,7 @@ pub(super) async fn checkout(
             ),
         )));
     }
+    let pinned = at.record.pinned_base().await?;
     let prepared = night
         .until_signal(at.cancel, |stop| {
             let at = slot::PrepareAt {
@@ -342,6 +343,7 @@ pub(super) async fn checkout(
                 branch,
                 token: token.as_deref(),
                 stop: Some(stop),
+                pinned: pinned.as_deref(),
             };
             Slot::prepare_at(at)
         })

@@ -377,6 +377,14 @@ impl<'a> Record<'a> {
         self.night.db(|| rec::run_items(pool, run)).await
     }
 
+    /// The run's base commit if an item pinned it yet
+    /// ([`rec::pinned_base`]): later items check out that commit without
+    /// fetching.
+    pub async fn pinned_base(&self) -> Result<Option<String>, Error> {
+        let (pool, run) = (&self.night.pool, self.run_id);
+        self.night.db(|| rec::pinned_base(pool, run)).await
+    }
+
     /// How many rounds run `run` began of item `key` (any attempt).
     pub async fn rounds_begun(&self, run: Uuid, key: &str) -> Result<i64, Error> {
         let pool = &self.night.pool;
