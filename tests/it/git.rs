@@ -1477,3 +1477,48 @@ fn the_tree_from_a_walk_is_the_tree_git_add_writes() {
     write(&p.join(".gitignore"), "");
     same(&slot, "target/ no longer ignored");
 }
+
+/// A slot that has the run's pinned base checks it out without asking the
+/// remote (issue 12: no fetch per item): with the remote gone, the next
+/// item is still prepared at the pinned commit, while without a pin, or
+/// with a pin the slot lacks, the fetch is tried and fails.
+#[test]
+fn a_slot_with_the_pinned_base_is_prepared_without_a_fetch() {
+    let fx = Fixture::new();
+    let first = fx.prepare(BRANCH);
+    let base = first.base_commit.clone();
+    write(&first.path.join("left.txt"), "from the last item\n");
+    let gone = fx.root.join("gone.git").display().to_string();
+    let at = |pinned: Option<&str>, branch: &str| {
+        let dir = fx.slot_path();
+        let (user, urls) = (fx.user.clone(), (gone.clone(), gone.clone()));
+        Slot::prepare_at(nightshift::slot::PrepareAt {
+            dir: &dir,
+            repo: &user,
+            remote: "origin",
+            urls,
+            base: "main",
+            branch,
+            token: None,
+            stop: None,
+            pinned,
+        })
+    };
+    let slot = at(Some(&base), "nightshift/next-1a2b3c4d").expect("no fetch needed");
+    assert_eq!(slot.base_commit, base);
+    assert_eq!(git(&slot.path, &["rev-parse", "HEAD"]), base);
+    assert!(!slot.path.join("left.txt").exists(), "reset and cleaned");
+    assert_eq!(
+        git(&slot.path, &["symbolic-ref", "HEAD"]),
+        "refs/heads/nightshift/next-1a2b3c4d"
+    );
+    assert!(
+        at(None, "nightshift/third-1a2b3c4d").is_err(),
+        "a fetch without a pin"
+    );
+    let missing = "0123456789012345678901234567890123456789";
+    assert!(
+        at(Some(missing), "nightshift/fourth-1a2b3c4d").is_err(),
+        "a pin the slot lacks"
+    );
+}
