@@ -121,8 +121,15 @@ struct IndexEntry {
     /// stores them (truncated to 32 bits).
     stat: [u32; 8],
     mode: u32,
-    /// The blob's id, raw bytes.
-    oid: Vec<u8>,
+    /// The blob's id, raw bytes: the first `oid_len` of them.
+    oid: [u8; 32],
+    oid_len: u8,
+}
+
+impl IndexEntry {
+    fn oid(&self) -> &[u8] {
+        &self.oid[..usize::from(self.oid_len)]
+    }
 }
 
 /// What `.git/index` holds, read without git.
@@ -131,8 +138,8 @@ struct IndexView {
     /// SHA-256 of every entry without its stat fields and of every
     /// extension but the caches of untracked files and fsmonitor.
     digest: [u8; 32],
-    /// Stage-0 entries by path.
-    entries: BTreeMap<Vec<u8>, IndexEntry>,
+    /// Stage-0 entries in path order (the index's own order).
+    entries: Vec<(Box<[u8]>, IndexEntry)>,
     /// The index file's modification time (seconds, nanoseconds): entries
     /// of files modified at or after it are not trusted (racy git).
     mtime: (i64, i64),
@@ -293,33 +300,51 @@ impl Snapshot {
             .entries
             .iter()
             .filter(|(_, e)| e.mode == 0o160000)
-            .map(|(p, _)| p.as_slice())
+            .map(|(p, _)| &**p)
             .collect();
         let under = |p: &[u8], dir: &[u8]| {
             p.len() > dir.len() && p.starts_with(dir) && p[dir.len()] == b'/'
         };
         let mut changes = WorkChanges::default();
-        for (p, e) in &index.entries {
-            let gone = match self.meta(p) {
-                Some(m) if e.mode == 0o160000 => m.kind != Kind::Dir,
-                Some(m) => m.kind == Kind::Dir || self.clean_blob(p, m).is_none(),
-                None => true,
+        // Both lists are in path order: one pass over the two.
+        let work = self.entries.iter().filter(|(p, m)| {
+            m.kind != Kind::Dir && !p.is_empty() && **p != *b".git" && !p.starts_with(b".git/")
+        });
+        let (mut w, mut i) = (work.peekable(), index.entries.iter().peekable());
+        loop {
+            let order = match (w.peek(), i.peek()) {
+                (None, None) => break,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some((pw, _)), Some((pi, _))) => pw.cmp(pi),
             };
-            if gone {
-                changes.tracked.push(p.clone());
+            match order {
+                // On disk, not in the index: new, unless inside a submodule.
+                std::cmp::Ordering::Less => {
+                    let (p, _) = w.next().expect("peeked");
+                    if gitlinks.iter().any(|g| under(p, g)) {
+                        continue;
+                    }
+                    if p.split(|b| *b == b'/').any(|c| c == b".git") {
+                        return None;
+                    }
+                    changes.untracked.push(p.to_vec());
+                }
+                // In the index, not a file on disk: gone (or a directory now).
+                std::cmp::Ordering::Greater => {
+                    let (p, e) = i.next().expect("peeked");
+                    let is_dir = self.meta(p).is_some_and(|m| m.kind == Kind::Dir);
+                    if !(e.mode == 0o160000 && is_dir) {
+                        changes.tracked.push(p.to_vec());
+                    }
+                }
+                std::cmp::Ordering::Equal => {
+                    let ((p, m), (_, e)) = (w.next().expect("peeked"), i.next().expect("peeked"));
+                    if e.mode == 0o160000 || index.clean_blob(e, m).is_none() {
+                        changes.tracked.push(p.to_vec());
+                    }
+                }
             }
-        }
-        for (p, m) in &self.entries {
-            if m.kind == Kind::Dir || p.is_empty() || **p == *b".git" || p.starts_with(b".git/") {
-                continue;
-            }
-            if index.entries.contains_key(&**p) || gitlinks.iter().any(|g| under(p, g)) {
-                continue;
-            }
-            if p.split(|b| *b == b'/').any(|c| c == b".git") {
-                return None;
-            }
-            changes.untracked.push(p.to_vec());
         }
         Some(changes)
     }
@@ -443,7 +468,23 @@ impl Snapshot {
     /// cache that a file is clean; `None` when it did not or has no entry.
     fn clean_blob(&self, p: &[u8], m: &Meta) -> Option<&[u8]> {
         let index = self.index.as_ref()?.view()?;
-        let e = index.entries.get(p)?;
+        index.clean_blob(index.get(p)?, m)
+    }
+}
+
+impl IndexView {
+    /// The stage-0 entry at `p`.
+    fn get(&self, p: &[u8]) -> Option<&IndexEntry> {
+        self.entries
+            .binary_search_by(|(q, _)| (**q).cmp(p))
+            .ok()
+            .map(|i| &self.entries[i].1)
+    }
+
+    /// The blob id of entry `e` when the file's metadata `m` matches its
+    /// stat cache, as git decides a file is clean (see
+    /// [`Snapshot::clean_blob`]).
+    fn clean_blob<'e>(&self, e: &'e IndexEntry, m: &Meta) -> Option<&'e [u8]> {
         let t = |x: i64| x as u32;
         let stat = [
             t(m.ctime.0),
@@ -462,8 +503,8 @@ impl Snapshot {
         };
         // A file modified at or after the index was written may have
         // changed again within the same timestamp: git does not trust it.
-        let racy = m.mtime >= index.mtime;
-        (stat == e.stat && e.mode == git_mode && !racy).then_some(e.oid.as_slice())
+        let racy = m.mtime >= self.mtime;
+        (stat == e.stat && e.mode == git_mode && !racy).then_some(e.oid())
     }
 }
 
@@ -581,7 +622,7 @@ fn sha256_file(path: &Path) -> Option<[u8; 32]> {
 
 /// An index file's content digest, its stage-0 entries by path, and
 /// whether it is plain ([`IndexView::plain`]).
-type ParsedIndex = ([u8; 32], BTreeMap<Vec<u8>, IndexEntry>, bool);
+type ParsedIndex = ([u8; 32], Vec<(Box<[u8]>, IndexEntry)>, bool);
 
 /// The digest and stage-0 entries of an index file's bytes (the format of
 /// git's `Documentation/gitformat-index.txt`); `None` if malformed.
@@ -608,7 +649,7 @@ fn parse_index_with(data: &[u8], oid_len: usize) -> Option<ParsedIndex> {
     }
     let end = data.len() - oid_len;
     let mut h = Sha256::new();
-    let mut entries = BTreeMap::new();
+    let mut entries = Vec::with_capacity(count);
     let mut at = 12;
     let mut name: Vec<u8> = Vec::new();
     let mut plain = true;
@@ -655,8 +696,15 @@ fn parse_index_with(data: &[u8], oid_len: usize) -> Option<ParsedIndex> {
             for (i, o) in [0, 4, 8, 12, 16, 20, 36].into_iter().enumerate() {
                 stat[i] = u32_at(at + o)?;
             }
-            let oid = oid.to_vec();
-            entries.insert(name.clone(), IndexEntry { stat, mode, oid });
+            let mut id = [0u8; 32];
+            id[..oid_len].copy_from_slice(oid);
+            let e = IndexEntry {
+                stat,
+                mode,
+                oid: id,
+                oid_len: oid_len as u8,
+            };
+            entries.push((name.as_slice().into(), e));
         }
         at = p;
     }
@@ -690,7 +738,7 @@ pub fn index_gitlinks(path: &Path) -> Option<Vec<Vec<u8>>> {
         entries
             .into_iter()
             .filter(|(_, e)| e.mode == 0o160000)
-            .map(|(p, _)| p)
+            .map(|(p, _)| p.into_vec())
             .collect(),
     )
 }
@@ -906,14 +954,14 @@ mod tests {
         let p = d.path();
         let read = |p: &Path| parse_index(&std::fs::read(p.join(".git/index")).unwrap()).unwrap();
         let (_, v2, _) = read(p);
-        assert!(v2.contains_key(b"src/lib.rs".as_slice()));
+        assert!(v2.iter().any(|(p, _)| &**p == b"src/lib.rs"));
         assert_eq!(v2.len(), 4);
         for v in ["3", "4"] {
             git(p, &["update-index", "--index-version", v]);
             let (_, got, _) = read(p);
-            let ids = |m: &BTreeMap<Vec<u8>, IndexEntry>| {
+            let ids = |m: &Vec<(Box<[u8]>, IndexEntry)>| {
                 m.iter()
-                    .map(|(k, e)| (k.clone(), e.oid.clone(), e.mode))
+                    .map(|(k, e)| (k.clone(), e.oid().to_vec(), e.mode))
                     .collect::<Vec<_>>()
             };
             assert_eq!(ids(&got), ids(&v2), "version {v}");
