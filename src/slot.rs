@@ -423,6 +423,18 @@ fn fingerprint_file(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// The copy of the slot's index as git wrote it when the slot was last
+/// reset (next to the slot, like [`fingerprint_file`]): agents can rewrite
+/// the slot's own `.git/index`, and a stat cache they forged would make git
+/// trust a file's old object id for new content — a tree that differs from
+/// the working tree the reviewer read. Trees and restores start from this
+/// copy instead, so only git's own stat records stand for "unchanged".
+fn seed_index_file(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".index");
+    path.with_file_name(name)
+}
+
 /// Where and how [`Slot::prepare_at`] makes a checkout.
 pub struct PrepareAt<'a> {
     /// The checkout's directory (under the data directory).
@@ -754,6 +766,7 @@ impl Slot {
     }
 
     fn record_fingerprint(&mut self) -> Result<(), SlotError> {
+        self.record_index();
         self.git_dir_fingerprint = git_dir_fingerprint(&self.path);
         let file = fingerprint_file(&self.path);
         std::fs::write(&file, &self.git_dir_fingerprint).map_err(|source| SlotError::Io {
@@ -761,6 +774,47 @@ impl Slot {
             path: file,
             source,
         })
+    }
+
+    /// Copies the index git just wrote to [`seed_index_file`], with its
+    /// modification time (git's racy-entry rule compares files against it).
+    /// Best effort: without a copy, trees are read from scratch.
+    fn record_index(&self) {
+        let (from, to) = (
+            self.path.join(".git").join("index"),
+            seed_index_file(&self.path),
+        );
+        let copied = crate::file::open_regular(&from)
+            .map_err(|e| e.to_string())
+            .and_then(|(mut f, _)| {
+                let mut copy = || -> std::io::Result<()> {
+                    let modified = f.metadata()?.modified()?;
+                    let mut out = std::fs::File::create(&to)?;
+                    std::io::copy(&mut f, &mut out)?;
+                    out.set_modified(modified)
+                };
+                copy().map_err(|e| e.to_string())
+            });
+        if let Err(e) = copied {
+            tracing::warn!(slot = %self.path.display(), "cannot keep a copy of the slot's index: {e}");
+            let _ = std::fs::remove_file(&to);
+        }
+    }
+
+    /// A private index (removed by the caller) holding what git last wrote
+    /// for this slot ([`seed_index_file`]), or, without that copy, `tip`'s
+    /// tree with no stat cache (every file is then read again).
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when `read-tree` fails.
+    fn seeded_index(&self, what: &str) -> Result<PathBuf, SlotError> {
+        let index = self.private_index(what);
+        if std::fs::copy(seed_index_file(&self.path), &index).is_err() {
+            let _ = std::fs::remove_file(&index);
+            let git = self.git().env("GIT_INDEX_FILE", &index);
+            git.run(&["read-tree", self.tip()])?;
+        }
+        Ok(index)
     }
 
     /// True when `.git/config` or `.git/hooks` differ from what was recorded
@@ -982,6 +1036,7 @@ impl Slot {
         }
         git.run(&["add", "-A", "--", "."])?;
         let tree = git.text(&["write-tree"])?.trim().to_string();
+        self.record_index();
         Ok((files, tree))
     }
 
@@ -1166,9 +1221,8 @@ impl Slot {
     /// # Errors
     /// [`SlotError::Git`] when git cannot read the tree.
     pub fn snapshot_tree(&self) -> Result<String, SlotError> {
-        let index = self.private_index("snapshot");
-        // Seeded from the real index so unchanged files are not re-hashed.
-        let _ = std::fs::copy(self.path.join(".git").join("index"), &index);
+        // Seeded from git's own index so unchanged files are not re-hashed.
+        let index = self.seeded_index("snapshot")?;
         let git = self.git().env("GIT_INDEX_FILE", &index);
         let result = git
             .run(&["add", "-A", "--", "."])
@@ -1271,7 +1325,8 @@ impl Slot {
     /// # Errors
     /// As [`Slot::snapshot_tree`].
     pub fn snapshot_tree_from(&self, walked: &Snapshot) -> Result<String, SlotError> {
-        let Some(changes) = walked.work_changes() else {
+        let seed = seed_index_file(&self.path);
+        let Some(changes) = walked.work_changes_against(&seed) else {
             return self.snapshot_tree();
         };
         let is_ignore_file = |p: &Vec<u8>| p.rsplit(|b| *b == b'/').next() == Some(b".gitignore");
@@ -1298,8 +1353,7 @@ impl Slot {
             input.extend_from_slice(p);
             input.push(0);
         }
-        let index = self.private_index("snapshot");
-        let _ = std::fs::copy(self.path.join(".git").join("index"), &index);
+        let index = self.seeded_index("snapshot")?;
         let git = self.git().env("GIT_INDEX_FILE", &index);
         let update = [
             "update-index",
@@ -1355,8 +1409,7 @@ impl Slot {
         // whose content differs and removing those the snapshot lacks. A
         // checkout of every file instead would cost a rewrite of the whole
         // tree per round and leave the stat cache stale for every later read.
-        let index = self.private_index("restore");
-        let _ = std::fs::copy(self.path.join(".git").join("index"), &index);
+        let index = self.seeded_index("restore")?;
         let git = self.git().env("GIT_INDEX_FILE", &index);
         let result = git
             .run(&["add", "-A", "--", "."])
@@ -1411,6 +1464,7 @@ impl Slot {
     /// Removes the slot directory and its recorded fingerprint.
     fn remove(&self) -> Result<(), SlotError> {
         let _ = std::fs::remove_file(fingerprint_file(&self.path));
+        let _ = std::fs::remove_file(seed_index_file(&self.path));
         match std::fs::symlink_metadata(&self.path) {
             Err(_) => Ok(()),
             Ok(m) => {

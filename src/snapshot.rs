@@ -284,15 +284,35 @@ impl Snapshot {
     }
 
     /// What `git add -A` would look at again in this checkout, read from
-    /// the walk and the stat cache of the `.git/index` it read: tracked
-    /// files whose metadata no longer matches their entry (or that are
-    /// gone), and files and links the index does not hold (new, maybe
-    /// ignored — the caller asks git). Paths are relative bytes in path
-    /// order; `.git` and submodule directories are left out. `None` when
-    /// the index cannot stand for that look (missing, unreadable, not
-    /// plain), or a new path is inside a nested repository.
-    pub fn work_changes(&self) -> Option<WorkChanges> {
-        let index = self.index.as_ref()?.view()?;
+    /// the walk and the stat cache of the index file at `index` (a copy of
+    /// the checkout's index as git wrote it; its modification time is
+    /// git's racy-entry line): tracked files whose metadata no longer
+    /// matches their entry (or that are gone), and files and links the
+    /// index does not hold (new, maybe ignored — the caller asks git).
+    /// Paths are relative bytes in path order; `.git` and submodule
+    /// directories are left out. `None` when that index cannot stand for
+    /// that look (missing, not a regular file, unreadable, not plain), or a
+    /// new path is inside a nested repository.
+    pub fn work_changes_against(&self, index: &Path) -> Option<WorkChanges> {
+        let (mut f, size) = crate::file::open_regular(index).ok()?;
+        if size > MAX_INDEX_BYTES {
+            return None;
+        }
+        let m = f.metadata().ok()?;
+        let mut bytes = Vec::with_capacity(size as usize);
+        f.read_to_end(&mut bytes).ok()?;
+        let (digest, entries, plain) = parse_index(&bytes)?;
+        let view = IndexView {
+            digest,
+            entries,
+            mtime: (m.mtime(), m.mtime_nsec()),
+            plain,
+        };
+        self.work_changes_with(&view)
+    }
+
+    /// [`Snapshot::work_changes_against`] an index already read.
+    fn work_changes_with(&self, index: &IndexView) -> Option<WorkChanges> {
         if !index.plain {
             return None;
         }

@@ -1522,3 +1522,30 @@ fn a_slot_with_the_pinned_base_is_prepared_without_a_fetch() {
         "a pin the slot lacks"
     );
 }
+
+/// A writer that rewrites the slot's own index so that git trusts a
+/// changed file (`--assume-unchanged`, `--skip-worktree`: what a forged
+/// stat cache also does) cannot make the tree differ from the working tree
+/// the reviewer reads: trees start from the index git wrote at the reset,
+/// kept beside the slot, not from the one the agent could write.
+#[test]
+fn a_forged_index_does_not_hide_a_change_from_the_tree() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let p = slot.path.clone();
+    write(&p.join("src/lib.rs"), &LIB_RS.replace("1\n", "100\n"));
+    write(&p.join("docs/guide.md"), "rewritten guide\n");
+    git(&p, &["update-index", "--assume-unchanged", "src/lib.rs"]);
+    git(&p, &["update-index", "--skip-worktree", "docs/guide.md"]);
+    let on_disk = |f: &str| git(&p, &["hash-object", f]);
+    let in_tree = |tree: &str, f: &str| git(&p, &["rev-parse", &format!("{tree}:{f}")]);
+    let walked = worktree_fingerprint(&p).unwrap();
+    for tree in [
+        slot.snapshot_tree_from(&walked).unwrap(),
+        slot.snapshot_tree().unwrap(),
+    ] {
+        for f in ["src/lib.rs", "docs/guide.md"] {
+            assert_eq!(in_tree(&tree, f), on_disk(f), "{f} in {tree}");
+        }
+    }
+}
