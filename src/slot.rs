@@ -13,7 +13,7 @@
 //! This module does not judge the writer's work (that is `proof`) and does not
 //! talk to GitHub (that is `forge`).
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -120,6 +120,9 @@ pub struct Slot {
     stop: Option<Arc<AtomicBool>>,
     /// While preparing only: the run's pinned base ([`PrepareAt::pinned`]).
     pinned: Option<String>,
+    /// The submodule paths of the index git wrote at the last reset, read
+    /// once then ([`Slot::filled_submodule_dirs`]); `None` before.
+    gitlinks: Option<Vec<Vec<u8>>>,
 }
 
 /// Where slot number `index` of the user's repository lives:
@@ -540,6 +543,7 @@ impl Slot {
             recloned_because: None,
             stop,
             pinned: pinned.map(str::to_string),
+            gitlinks: None,
         };
         let exists = std::fs::symlink_metadata(path).is_ok();
         if exists {
@@ -696,6 +700,7 @@ impl Slot {
             &self.base_commit,
         ])?;
         git.run(&["clean", "-ffdxq"])?;
+        self.record_index();
         self.empty_submodule_dirs()?;
         let current = format!("refs/heads/{}", self.branch);
         let refs = git.text(&["for-each-ref", "--format=%(refname)", "refs/heads/"])?;
@@ -760,13 +765,13 @@ impl Slot {
             commit,
         ])?;
         git.run(&["clean", "-ffdxq"])?;
+        self.record_index();
         self.base_commit = commit.to_string();
         self.tip = None;
         self.record_fingerprint()
     }
 
     fn record_fingerprint(&mut self) -> Result<(), SlotError> {
-        self.record_index();
         self.git_dir_fingerprint = git_dir_fingerprint(&self.path);
         let file = fingerprint_file(&self.path);
         std::fs::write(&file, &self.git_dir_fingerprint).map_err(|source| SlotError::Io {
@@ -777,27 +782,31 @@ impl Slot {
     }
 
     /// Copies the index git just wrote to [`seed_index_file`], with its
-    /// modification time (git's racy-entry rule compares files against it).
-    /// Best effort: without a copy, trees are read from scratch.
-    fn record_index(&self) {
-        let (from, to) = (
-            self.path.join(".git").join("index"),
-            seed_index_file(&self.path),
-        );
+    /// modification time (git's racy-entry rule compares files against it),
+    /// and keeps its submodule paths. Best effort: without a copy, trees
+    /// are read from scratch and submodules from the index again.
+    fn record_index(&mut self) {
+        let from = self.path.join(".git").join("index");
+        let to = seed_index_file(&self.path);
+        self.gitlinks = None;
+        let copy = |f: &mut std::fs::File| -> std::io::Result<Vec<u8>> {
+            let modified = f.metadata()?.modified()?;
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes)?;
+            let mut out = std::fs::File::create(&to)?;
+            out.write_all(&bytes)?;
+            out.set_modified(modified)?;
+            Ok(bytes)
+        };
         let copied = crate::file::open_regular(&from)
             .map_err(|e| e.to_string())
-            .and_then(|(mut f, _)| {
-                let mut copy = || -> std::io::Result<()> {
-                    let modified = f.metadata()?.modified()?;
-                    let mut out = std::fs::File::create(&to)?;
-                    std::io::copy(&mut f, &mut out)?;
-                    out.set_modified(modified)
-                };
-                copy().map_err(|e| e.to_string())
-            });
-        if let Err(e) = copied {
-            tracing::warn!(slot = %self.path.display(), "cannot keep a copy of the slot's index: {e}");
-            let _ = std::fs::remove_file(&to);
+            .and_then(|(mut f, _)| copy(&mut f).map_err(|e| e.to_string()));
+        match copied {
+            Ok(bytes) => self.gitlinks = crate::snapshot::gitlinks_of(&bytes),
+            Err(e) => {
+                tracing::warn!(slot = %self.path.display(), "cannot keep a copy of the slot's index: {e}");
+                let _ = std::fs::remove_file(&to);
+            }
         }
     }
 
@@ -1153,7 +1162,8 @@ impl Slot {
         // Read in-process: `git ls-files --stage` prints every file of a
         // big repository to find the few gitlinks, and libgit2 checks the
         // whole index's SHA-1 first.
-        let links = match crate::snapshot::index_gitlinks(&self.path.join(".git").join("index")) {
+        let read = || crate::snapshot::index_gitlinks(&self.path.join(".git").join("index"));
+        let links = match self.gitlinks.clone().or_else(read) {
             Some(links) => links,
             None => {
                 let repo = git::open(&self.path)?;

@@ -752,8 +752,13 @@ fn parse_index_with(data: &[u8], oid_len: usize) -> Option<ParsedIndex> {
 /// index at `path`, read without git; `None` when it is missing, larger
 /// than 1 GiB or not an index.
 pub fn index_gitlinks(path: &Path) -> Option<Vec<Vec<u8>>> {
-    let bytes = crate::file::read_regular(path, MAX_INDEX_BYTES).ok()?;
-    let (_, entries, _) = parse_index(&bytes)?;
+    gitlinks_of(&crate::file::read_regular(path, MAX_INDEX_BYTES).ok()?)
+}
+
+/// The submodule paths of an index file's bytes; `None` if it is not an
+/// index.
+pub fn gitlinks_of(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let (_, entries, _) = parse_index(bytes)?;
     Some(
         entries
             .into_iter()
