@@ -131,10 +131,17 @@ fn main() {
     };
     git(&["init", "-q", "-b", "main"]);
     git(&["remote", "add", "origin", "/nonexistent/remote.git"]);
+    // As root, a plan is offered only when the config lets agents run as
+    // root (docs/security.md); the bench runs no agent.
+    let as_root = if nix::unistd::geteuid().is_root() {
+        "agents_as_root = true\n"
+    } else {
+        ""
+    };
     std::fs::create_dir_all(repo.join(".nightshift")).unwrap();
     std::fs::write(
         repo.join(".nightshift/config.toml"),
-        "verify = [\"true\"]\n\n[writer]\nkind = \"command\"\ncommand = [\"true\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"true\"]\n",
+        format!("{as_root}verify = [\"true\"]\n\n[writer]\nkind = \"command\"\ncommand = [\"true\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"true\"]\n"),
     )
     .unwrap();
     let db = Db::create();
