@@ -426,6 +426,16 @@ fn fingerprint_file(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Paths each followed by a NUL: what `git … --stdin -z` reads.
+fn nul_joined<P: AsRef<[u8]>>(paths: impl IntoIterator<Item = P>) -> Vec<u8> {
+    let mut input = Vec::new();
+    for p in paths {
+        input.extend_from_slice(p.as_ref());
+        input.push(0);
+    }
+    input
+}
+
 /// The copy of the slot's index as git wrote it when the slot was last
 /// reset (next to the slot, like [`fingerprint_file`]): agents can rewrite
 /// the slot's own `.git/index`, and a stat cache they forged would make git
@@ -859,12 +869,7 @@ impl Slot {
         committer: &Identity,
     ) -> Result<String, SlotError> {
         self.ensure_untampered()?;
-        let git = self
-            .git()
-            .env("GIT_AUTHOR_NAME", &author.name)
-            .env("GIT_AUTHOR_EMAIL", &author.email)
-            .env("GIT_COMMITTER_NAME", &committer.name)
-            .env("GIT_COMMITTER_EMAIL", &committer.email);
+        let git = self.authored_by(author, committer);
         git.run(&["add", "--all"])?;
         match git.run(&["diff", "--cached", "--quiet"]) {
             Ok(_) => {
@@ -1078,6 +1083,13 @@ impl Slot {
             .env("GIT_COMMITTER_EMAIL", &who.email)
     }
 
+    /// Git in the slot that commits as `author` and `committer`.
+    fn authored_by(&self, author: &Identity, committer: &Identity) -> Git {
+        self.committing(committer)
+            .env("GIT_AUTHOR_NAME", &author.name)
+            .env("GIT_AUTHOR_EMAIL", &author.email)
+    }
+
     /// Pushes the slot's branch to the user's remote (its push URL), replacing
     /// a branch of that name there. `token`, when given, answers https
     /// prompts through the askpass helper (docs/agents.md); otherwise the user's
@@ -1252,11 +1264,7 @@ impl Slot {
         &self,
         paths: &[Vec<u8>],
     ) -> Result<std::collections::BTreeSet<Vec<u8>>, SlotError> {
-        let mut input = Vec::new();
-        for p in paths {
-            input.extend_from_slice(p);
-            input.push(0);
-        }
+        let input = nul_joined(paths);
         let out = self
             .git()
             .run_with_input(&["check-ignore", "--stdin", "-z"], Some(&input));
@@ -1294,12 +1302,7 @@ impl Slot {
         committer: &Identity,
     ) -> Result<String, SlotError> {
         self.ensure_untampered()?;
-        let git = self
-            .git()
-            .env("GIT_AUTHOR_NAME", &author.name)
-            .env("GIT_AUTHOR_EMAIL", &author.email)
-            .env("GIT_COMMITTER_NAME", &committer.name)
-            .env("GIT_COMMITTER_EMAIL", &committer.email);
+        let git = self.authored_by(author, committer);
         let branch = format!("refs/heads/{}", self.branch);
         let parent = git.rev_parse(&branch)?;
         let own = git.text(&[
@@ -1358,11 +1361,7 @@ impl Slot {
             .chain(changes.untracked.iter().filter(|p| !ignored.contains(*p)))
             .collect();
         paths.sort();
-        let mut input = Vec::new();
-        for p in paths {
-            input.extend_from_slice(p);
-            input.push(0);
-        }
+        let input = nul_joined(paths);
         let index = self.seeded_index("snapshot")?;
         let git = self.git().env("GIT_INDEX_FILE", &index);
         let update = [

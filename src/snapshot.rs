@@ -685,20 +685,7 @@ fn parse_index_with(data: &[u8], oid_len: usize) -> Option<ParsedIndex> {
         } else {
             0
         };
-        if version == 4 {
-            let (strip, used) = varint(data.get(p..end)?)?;
-            p += used;
-            name.truncate(name.len().checked_sub(strip)?);
-            let nul = data.get(p..end)?.iter().position(|&b| b == 0)?;
-            name.extend_from_slice(&data[p..p + nul]);
-            p += nul + 1;
-        } else {
-            let nul = data.get(p..end)?.iter().position(|&b| b == 0)?;
-            name.clear();
-            name.extend_from_slice(&data[p..p + nul]);
-            // Padded with 1 to 8 NULs to a multiple of 8 bytes from `at`.
-            p = at + (p + nul - at + 8) / 8 * 8;
-        }
+        let p = read_name(data, (at, p, end), version, &mut name)?;
         let mode = u32_at(at + 24)?;
         let oid = &head[40..40 + oid_len];
         // The entry without its stat fields: mode, flags, id, name.
@@ -728,16 +715,55 @@ fn parse_index_with(data: &[u8], oid_len: usize) -> Option<ParsedIndex> {
         }
         at = p;
     }
-    // Extensions: a 4-byte signature, a 4-byte length, the data. The caches
-    // of untracked files and of fsmonitor are rewritten by `git status` and
-    // only ever hide or show untracked files, which the walk sees itself.
+    let at = read_extensions(data, (at, end), &mut h, &mut plain)?;
+    (at == end).then(|| (h.finalize().into(), entries, plain))
+}
+
+/// Reads the path of the index entry that starts at `at` and whose name
+/// starts at `p` (`end`: where entries must stop) into `name`; returns where
+/// the next entry starts. Version 4 names are prefix-compressed against the
+/// previous one (still in `name`); earlier versions are padded with 1 to 8
+/// NULs to a multiple of 8 bytes from `at`.
+fn read_name(
+    data: &[u8],
+    (at, p, end): (usize, usize, usize),
+    version: u32,
+    name: &mut Vec<u8>,
+) -> Option<usize> {
+    if version == 4 {
+        let (strip, used) = varint(data.get(p..end)?)?;
+        let p = p + used;
+        name.truncate(name.len().checked_sub(strip)?);
+        let nul = data.get(p..end)?.iter().position(|&b| b == 0)?;
+        name.extend_from_slice(&data[p..p + nul]);
+        Some(p + nul + 1)
+    } else {
+        let nul = data.get(p..end)?.iter().position(|&b| b == 0)?;
+        name.clear();
+        name.extend_from_slice(&data[p..p + nul]);
+        Some(at + (p + nul - at + 8) / 8 * 8)
+    }
+}
+
+/// Reads the extensions from `at` to `end` (each a 4-byte signature, a
+/// 4-byte length, the data) into the digest `h`, and clears `plain` for a
+/// split or sparse index; returns where they stopped. The caches of
+/// untracked files and of fsmonitor are rewritten by `git status` and only
+/// ever hide or show untracked files, which the walk sees itself: they are
+/// left out of the digest.
+fn read_extensions(
+    data: &[u8],
+    (mut at, end): (usize, usize),
+    h: &mut Sha256,
+    plain: &mut bool,
+) -> Option<usize> {
     while at + 8 <= end {
         let sig = &data[at..at + 4];
-        let len = u32_at(at + 4)? as usize;
+        let len = u32::from_be_bytes(data.get(at + 4..at + 8)?.try_into().ok()?) as usize;
         let body = data.get(at + 8..at + 8 + len)?;
         // A split index keeps entries elsewhere; a sparse one folds
         // directories into one entry.
-        plain &= sig != b"link" && sig != b"sdir";
+        *plain &= sig != b"link" && sig != b"sdir";
         if sig != b"UNTR" && sig != b"FSMN" {
             h.update(sig);
             h.update((len as u64).to_be_bytes());
@@ -745,7 +771,7 @@ fn parse_index_with(data: &[u8], oid_len: usize) -> Option<ParsedIndex> {
         }
         at += 8 + len;
     }
-    (at == end).then(|| (h.finalize().into(), entries, plain))
+    Some(at)
 }
 
 /// The submodule paths (gitlinks, relative `/`-separated bytes) of the
@@ -783,11 +809,12 @@ fn varint(data: &[u8]) -> Option<(usize, usize)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::process::Command;
 
-    fn git(dir: &Path, args: &[&str]) {
+    /// Runs a setup git command in `dir` with a fixed identity.
+    pub(crate) fn git(dir: &Path, args: &[&str]) {
         let out = Command::new("git")
             .args(["-c", "user.name=t", "-c", "user.email=t@t"])
             .args(args)

@@ -522,19 +522,9 @@ fn stamp(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::tests::git;
     use crate::user_repo::{changes, snapshot};
-    use std::process::Command;
     use std::time::Duration;
-
-    fn git(dir: &Path, args: &[&str]) {
-        let out = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    }
 
     fn write(repo: &Path, path: &str, text: &str) {
         let path = repo.join(path);
