@@ -830,7 +830,7 @@ impl Slot {
         let index = self.private_index(what);
         if std::fs::copy(seed_index_file(&self.path), &index).is_err() {
             let _ = std::fs::remove_file(&index);
-            let git = self.git().env("GIT_INDEX_FILE", &index);
+            let git = self.on_index(&index);
             git.run(&["read-tree", self.tip()])?;
         }
         Ok(index)
@@ -1245,7 +1245,7 @@ impl Slot {
     pub fn snapshot_tree(&self) -> Result<String, SlotError> {
         // Seeded from git's own index so unchanged files are not re-hashed.
         let index = self.seeded_index("snapshot")?;
-        let git = self.git().env("GIT_INDEX_FILE", &index);
+        let git = self.on_index(&index);
         let result = git
             .run(&["add", "-A", "--", "."])
             .and_then(|_| git.text(&["write-tree"]));
@@ -1363,7 +1363,7 @@ impl Slot {
         paths.sort();
         let input = nul_joined(paths);
         let index = self.seeded_index("snapshot")?;
-        let git = self.git().env("GIT_INDEX_FILE", &index);
+        let git = self.on_index(&index);
         let update = [
             "update-index",
             "--add",
@@ -1419,7 +1419,7 @@ impl Slot {
         // checkout of every file instead would cost a rewrite of the whole
         // tree per round and leave the stat cache stale for every later read.
         let index = self.seeded_index("restore")?;
-        let git = self.git().env("GIT_INDEX_FILE", &index);
+        let git = self.on_index(&index);
         let result = git
             .run(&["add", "-A", "--", "."])
             .and_then(|_| git.run(&["read-tree", "--reset", "-u", tree]))
@@ -1427,6 +1427,18 @@ impl Slot {
         let _ = std::fs::remove_file(&index);
         result?;
         Ok(())
+    }
+
+    /// git on the private `index` ([`Slot::private_index`]). Such an index
+    /// is written once and read by the next command only, so git skips its
+    /// trailing SHA-1 (`index.skipHash`): on 50,000 files each hash of the
+    /// 5 MB file costs about 8 ms, and a tree takes four.
+    fn on_index(&self, index: &Path) -> Git {
+        self.git()
+            .env("GIT_INDEX_FILE", index)
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "index.skipHash")
+            .env("GIT_CONFIG_VALUE_0", "true")
     }
 
     fn private_index(&self, what: &str) -> PathBuf {

@@ -39,6 +39,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
+mod follow;
+pub use follow::Follow;
+
 /// How far back from the first walk's start a change time counts as racy:
 /// the kernel stamps files with a clock that advances in ticks of 1 to 10 ms
 /// (`CONFIG_HZ`), so a later write in the same tick would carry the same
@@ -204,6 +207,18 @@ pub struct WorkChanges {
     pub untracked: Vec<Vec<u8>>,
 }
 
+/// What [`Snapshot::reset_plan`] found to undo (relative, `/`-separated
+/// paths in path order).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResetPlan {
+    /// Tracked files changed, gone or replaced by something else: checked
+    /// out again from the index.
+    pub restore: Vec<Vec<u8>>,
+    /// Entries git does not track (new files, links and directories,
+    /// ignored ones too), outermost only.
+    pub remove: Vec<Vec<u8>>,
+}
+
 /// One difference between two snapshots: the path (relative bytes) and
 /// what changed — `added`, `removed`, `kind`, `mode`, `replaced` (a
 /// directory), `link target`, `content`, `written`, `entries` (the index).
@@ -236,30 +251,48 @@ impl Snapshot {
     /// The I/O error of `lstat` on `root` itself; entries below that cannot
     /// be read are recorded as missing, which any change of theirs shows.
     pub fn take(root: &Path) -> std::io::Result<Snapshot> {
+        Snapshot::walked(root, None)
+    }
+
+    /// [`Snapshot::take`], and a [`Follow`] that can bring the snapshot up
+    /// to date later from inotify events instead of another walk: each
+    /// directory is watched before it is listed, so nothing that changes
+    /// after the walk saw it goes unseen by the watch (the module
+    /// `follow` says what inotify cannot see). The follow is `None` when a
+    /// directory could not be watched (the kernel's watch limit, no
+    /// inotify instance left).
+    ///
+    /// # Errors
+    /// As [`Snapshot::take`].
+    pub fn take_following(root: &Path) -> std::io::Result<(Snapshot, Option<Follow>)> {
+        let watching = follow::Watching::new();
+        let snap = Snapshot::walked(root, watching.as_ref())?;
+        Ok((snap, watching.and_then(follow::Watching::into_follow)))
+    }
+
+    fn walked(root: &Path, watch: Option<&follow::Watching>) -> std::io::Result<Snapshot> {
         let started = SystemTime::now();
         let top = std::fs::symlink_metadata(root)?;
         let mut entries = vec![(Box::<[u8]>::default(), Meta::of(root, &top))];
         if top.is_dir() {
-            entries.extend(walk(root));
+            entries.extend(walk(root, watch));
         }
         entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let racy_from = started
-            .checked_sub(RACY_WINDOW)
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| (d.as_secs() as i64, i64::from(d.subsec_nanos())))
-            .unwrap_or((0, 0));
-        let hashed = entries
-            .iter()
-            .filter(|(_, m)| m.kind == Kind::File && m.ctime >= racy_from)
-            .filter_map(|(p, _)| Some((p.to_vec(), sha256_file(&root.join(path_of(p)))?)))
-            .collect();
+        let hashed = racy_hashes(root, &entries, started);
         let mut snap = Snapshot {
             root: root.to_path_buf(),
             entries,
             hashed,
             index: None,
         };
-        snap.index = snap
+        snap.read_index();
+        Ok(snap)
+    }
+
+    /// Reads `.git/index` as the walk found it (see [`RawIndex`]).
+    fn read_index(&mut self) {
+        let root = &self.root;
+        self.index = self
             .meta(b".git/index")
             .filter(|m| m.kind == Kind::File && m.size <= MAX_INDEX_BYTES)
             .and_then(|m| {
@@ -271,7 +304,6 @@ impl Snapshot {
                     parsed: std::sync::OnceLock::new(),
                 })
             });
-        Ok(snap)
     }
 
     /// Whether a regular file of `limit` bytes or more is in the checkout,
@@ -294,21 +326,78 @@ impl Snapshot {
     /// that look (missing, not a regular file, unreadable, not plain), or a
     /// new path is inside a nested repository.
     pub fn work_changes_against(&self, index: &Path) -> Option<WorkChanges> {
-        let (mut f, size) = crate::file::open_regular(index).ok()?;
-        if size > MAX_INDEX_BYTES {
-            return None;
+        self.work_changes_with(&IndexView::read(index)?)
+    }
+
+    /// What putting this checkout back to the tree of the index file at
+    /// `index` (a copy git wrote at the last reset, see
+    /// [`Snapshot::work_changes_against`]) takes, as `git checkout --force`
+    /// then `git clean -ffdx` would do it: the tracked files to check out
+    /// again, and the untracked or ignored entries to remove (outermost
+    /// only: a directory git does not track goes whole). Submodule
+    /// directories are left alone. `None` when the walk cannot tell that
+    /// safely: what [`Snapshot::work_changes_against`] cannot tell, a
+    /// directory where a tracked file was, or a tracked file below
+    /// something that is no longer a directory.
+    pub fn reset_plan(&self, index: &Path) -> Option<ResetPlan> {
+        let view = IndexView::read(index)?;
+        let changes = self.work_changes_with(&view)?;
+        // Every directory holding a tracked path, and each submodule.
+        let mut tracked_dirs: std::collections::HashSet<&[u8]> = Default::default();
+        let mut gitlinks: std::collections::HashSet<&[u8]> = Default::default();
+        for (p, e) in &view.entries {
+            if e.mode == 0o160000 {
+                gitlinks.insert(p);
+            }
+            let mut at = &p[..];
+            while let Some(cut) = at.iter().rposition(|b| *b == b'/') {
+                at = &at[..cut];
+                if !tracked_dirs.insert(at) {
+                    break;
+                }
+            }
         }
-        let m = f.metadata().ok()?;
-        let mut bytes = Vec::with_capacity(size as usize);
-        f.read_to_end(&mut bytes).ok()?;
-        let (digest, entries, plain) = parse_index(&bytes)?;
-        let view = IndexView {
-            digest,
-            entries,
-            mtime: (m.mtime(), m.mtime_nsec()),
-            plain,
+        let parent = |p: &[u8]| -> Vec<u8> {
+            p.iter()
+                .rposition(|b| *b == b'/')
+                .map_or(Vec::new(), |c| p[..c].to_vec())
         };
-        self.work_changes_with(&view)
+        let kept_dir = |d: &[u8]| d.is_empty() || tracked_dirs.contains(d);
+        let mut restore = Vec::new();
+        for p in changes.tracked {
+            if gitlinks.contains(&p[..]) {
+                continue;
+            }
+            if self.meta(&p).is_some_and(|m| m.kind == Kind::Dir) {
+                return None;
+            }
+            let mut up = parent(&p);
+            while !up.is_empty() {
+                if self.meta(&up).is_some_and(|m| m.kind != Kind::Dir) {
+                    return None;
+                }
+                up = parent(&up);
+            }
+            restore.push(p);
+        }
+        let untracked_dirs = self.entries.iter().filter(|(p, m)| {
+            m.kind == Kind::Dir
+                && !p.is_empty()
+                && **p != *b".git"
+                && !p.starts_with(b".git/")
+                && !tracked_dirs.contains(&**p)
+                && !gitlinks.contains(&**p)
+                && kept_dir(&parent(p))
+        });
+        let mut remove: Vec<Vec<u8>> = untracked_dirs.map(|(p, _)| p.to_vec()).collect();
+        remove.extend(
+            changes
+                .untracked
+                .into_iter()
+                .filter(|p| kept_dir(&parent(p))),
+        );
+        remove.sort();
+        Some(ResetPlan { restore, remove })
     }
 
     /// [`Snapshot::work_changes_against`] an index already read.
@@ -493,6 +582,26 @@ impl Snapshot {
 }
 
 impl IndexView {
+    /// The index file at `path` (a regular file of at most
+    /// [`MAX_INDEX_BYTES`]), parsed; `None` when it cannot be read or
+    /// parsed.
+    fn read(path: &Path) -> Option<IndexView> {
+        let (mut f, size) = crate::file::open_regular(path).ok()?;
+        if size > MAX_INDEX_BYTES {
+            return None;
+        }
+        let m = f.metadata().ok()?;
+        let mut bytes = Vec::with_capacity(size as usize);
+        f.read_to_end(&mut bytes).ok()?;
+        let (digest, entries, plain) = parse_index(&bytes)?;
+        Some(IndexView {
+            digest,
+            entries,
+            mtime: (m.mtime(), m.mtime_nsec()),
+            plain,
+        })
+    }
+
     /// The stage-0 entry at `p`.
     fn get(&self, p: &[u8]) -> Option<&IndexEntry> {
         self.entries
@@ -540,7 +649,7 @@ struct Queue {
 /// Every entry below `root` (not `root` itself), in no order: directories
 /// are handed out to walker threads from one queue until it is empty and
 /// no walker is reading one.
-fn walk(root: &Path) -> Vec<Entry> {
+fn walk(root: &Path, watch: Option<&follow::Watching>) -> Vec<Entry> {
     let walkers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_WALKERS);
@@ -551,7 +660,7 @@ fn walk(root: &Path) -> Vec<Entry> {
     let ready = std::sync::Condvar::new();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..walkers)
-            .map(|_| s.spawn(|| walker(root, &queue, &ready)))
+            .map(|_| s.spawn(|| walker(root, &queue, &ready, watch)))
             .collect();
         handles
             .into_iter()
@@ -562,7 +671,12 @@ fn walk(root: &Path) -> Vec<Entry> {
 
 /// One walker: takes directories from `queue` until the walk is done,
 /// returning the entries it read.
-fn walker(root: &Path, queue: &std::sync::Mutex<Queue>, ready: &std::sync::Condvar) -> Vec<Entry> {
+fn walker(
+    root: &Path,
+    queue: &std::sync::Mutex<Queue>,
+    ready: &std::sync::Condvar,
+    watch: Option<&follow::Watching>,
+) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut found = Vec::new();
     let Ok(mut q) = queue.lock() else {
@@ -572,6 +686,9 @@ fn walker(root: &Path, queue: &std::sync::Mutex<Queue>, ready: &std::sync::Condv
         if let Some(dir) = q.dirs.pop() {
             q.busy += 1;
             drop(q);
+            if let Some(w) = watch {
+                w.add(root, &dir);
+            }
             read_dir(root, &dir, &mut out, &mut found);
             let Ok(mut again) = queue.lock() else {
                 return out;
@@ -623,6 +740,26 @@ fn read_dir(root: &Path, rel: &[u8], out: &mut Vec<Entry>, dirs: &mut Vec<Vec<u8
 
 fn path_of(rel: &[u8]) -> &Path {
     Path::new(std::ffi::OsStr::from_bytes(rel))
+}
+
+/// SHA-256 of each regular file among `entries` whose change time falls
+/// in the [`RACY_WINDOW`] before `started` (when their walk began) or
+/// later, by path.
+fn racy_hashes<'e>(
+    root: &Path,
+    entries: impl IntoIterator<Item = &'e Entry>,
+    started: SystemTime,
+) -> BTreeMap<Vec<u8>, [u8; 32]> {
+    let racy_from = started
+        .checked_sub(RACY_WINDOW)
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| (d.as_secs() as i64, i64::from(d.subsec_nanos())))
+        .unwrap_or((0, 0));
+    entries
+        .into_iter()
+        .filter(|(_, m)| m.kind == Kind::File && m.ctime >= racy_from)
+        .filter_map(|(p, _)| Some((p.to_vec(), sha256_file(&root.join(path_of(p)))?)))
+        .collect()
 }
 
 /// SHA-256 of a regular file's content; `None` when it cannot be read.

@@ -74,6 +74,9 @@ pub(super) struct Proved {
     /// The checkout after the writer: what the gate changes is measured
     /// from it.
     walked: Snapshot,
+    /// inotify's watch of the checkout since that walk, to bring it up to
+    /// date after the gate without walking again (`None`: walk).
+    follow: Option<crate::snapshot::Follow>,
 }
 
 /// What passed the gate: the proof and the writer's tree the gate ran on.
@@ -325,9 +328,13 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
 async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
     let (item, slot) = (r.item, r.item.slot);
     r.phase(Phase::Proof).await?;
-    let walked = match walk(r, "after the writer") {
+    let path = &slot.path;
+    let (walked, follow) = match tokio::task::block_in_place(|| Snapshot::take_following(path)) {
         Ok(s) => s,
-        Err(why) => return Ok(Step::End(r.end(Outcome::Error, why))),
+        Err(e) => {
+            let why = format!("cannot walk the checkout after the writer: {e}");
+            return Ok(Step::End(r.end(Outcome::Error, why)));
+        }
     };
     if walked.has_file_of_at_least(MAX_FILE_BYTES)
         && let Some(step) = too_large(r).await?
@@ -377,6 +384,7 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
         proof,
         tree,
         walked,
+        follow,
     })))
 }
 
@@ -502,7 +510,7 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
             return Ok(Step::End(r.end(Outcome::Error, why)));
         }
     };
-    let restored = tokio::task::block_in_place(|| after_gate(slot, &p.walked, &p.tree));
+    let restored = tokio::task::block_in_place(|| after_gate(slot, &p.walked, p.follow, &p.tree));
     for g in &gates {
         item.record.gate_run(r.id, g).await?;
     }
@@ -533,19 +541,33 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
 /// Puts the checkout back to the writer's `tree` when the gate touched
 /// the work — a file git would commit, HEAD or a branch — and returns the
 /// checkout's walk as the reviewer gets it. What the gate changed is read
-/// from two walks (`walked` before it, one now); build output in ignored
-/// paths stays, as [`crate::slot::Slot::restore_tree`] would leave it.
+/// from `walked` (before it) and the checkout now: `walked` brought up to
+/// date from inotify's events (`follow`), else a second walk. Build output
+/// in ignored paths stays, as [`crate::slot::Slot::restore_tree`] would
+/// leave it.
 ///
 /// # Errors
 /// The checkout cannot be walked, or git cannot tell ignored paths or
 /// restore the tree.
-fn after_gate(slot: &crate::slot::Slot, walked: &Snapshot, tree: &str) -> Result<Snapshot, String> {
+fn after_gate(
+    slot: &crate::slot::Slot,
+    walked: &Snapshot,
+    follow: Option<crate::snapshot::Follow>,
+    tree: &str,
+) -> Result<Snapshot, String> {
     let walk = || Snapshot::take(&slot.path).map_err(|e| format!("cannot walk the checkout: {e}"));
     let restore = || {
         slot.restore_tree(tree).map_err(|e| e.to_string())?;
         walk()
     };
-    let now = walk()?;
+    // What inotify cannot see (a write through a memory mapping) leaves the
+    // refreshed walk behind the checkout: the review's full walk after the
+    // reviewer then shows it as a change, and the review is void rather
+    // than blind (docs/security.md).
+    let now = match follow.and_then(|f| f.refresh(walked)) {
+        Some(now) => now,
+        None => walk()?,
+    };
     let mut work = Vec::new();
     for c in now.diff(walked) {
         match c.path.strip_prefix(b".git/") {
