@@ -14,6 +14,7 @@
 //! talk to GitHub (that is `forge`).
 
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -22,7 +23,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::git::{self, Git, GitError};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{ResetPlan, Snapshot};
 
 /// Timeout of a fetch or a push from a slot: 10 minutes (a first fetch of a
 /// large repository may need far more than the 120 s of local commands).
@@ -107,6 +108,10 @@ pub struct Slot {
     pub git_dir_fingerprint: String,
     /// True when an existing slot was reset rather than cloned.
     pub reused: bool,
+    /// True when that reset undid only what changed since the last item's
+    /// walk ([`KeptWalk`]) instead of running `git checkout --force` and
+    /// `git clean -ffdx`.
+    pub undone: bool,
     /// Where the slot's branch sits between rounds when that is not
     /// `base_commit`: a tended PR's branch brought onto the base keeps its
     /// commits ([`Slot::set_tip`], docs/github.md "The second night").
@@ -120,6 +125,7 @@ pub struct Slot {
     stop: Option<Arc<AtomicBool>>,
     /// While preparing only: the run's pinned base ([`PrepareAt::pinned`]).
     pinned: Option<String>,
+
     /// The submodule paths of the index git wrote at the last reset, read
     /// once then ([`Slot::filled_submodule_dirs`]); `None` before.
     gitlinks: Option<Vec<Vec<u8>>>,
@@ -448,6 +454,20 @@ fn seed_index_file(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Copies the file `from` to `to` with its modification time: git's
+/// racy-entry rule compares the files of an index against the index
+/// file's own time.
+fn copy_keeping_mtime(from: &Path, to: &Path) -> std::io::Result<Vec<u8>> {
+    let (mut f, _) = crate::file::open_regular(from).map_err(std::io::Error::other)?;
+    let modified = f.metadata()?.modified()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    let mut out = std::fs::File::create(to)?;
+    out.write_all(&bytes)?;
+    out.set_modified(modified)?;
+    Ok(bytes)
+}
+
 /// Where and how [`Slot::prepare_at`] makes a checkout.
 pub struct PrepareAt<'a> {
     /// The checkout's directory (under the data directory).
@@ -470,6 +490,44 @@ pub struct PrepareAt<'a> {
     /// (docs/loop.md#checkout): a slot that has it checks it out without
     /// fetching the base again.
     pub pinned: Option<&'a str>,
+    /// The slot as the last item left it, watched since
+    /// ([`KeptWalk`]): the reset undoes just what changed.
+    pub kept: Option<KeptWalk>,
+}
+
+/// A walk of a slot kept after the item that took it, with inotify's
+/// watch of the slot since then, so that the next item's reset undoes only
+/// what changed instead of `git checkout --force` and `git clean -ffdx`
+/// reading all of it (issue 12; docs/loop.md#checkout).
+pub struct KeptWalk {
+    snapshot: Snapshot,
+    follow: crate::snapshot::Follow,
+    /// The commit whose tree the slot's seed index holds (40 hex).
+    base: String,
+}
+
+impl KeptWalk {
+    /// `snapshot` of `slot`, taken with `follow`; `None` for a slot whose
+    /// branch does not sit at its base (a tended PR's).
+    pub fn new(
+        slot: &Slot,
+        snapshot: Snapshot,
+        follow: crate::snapshot::Follow,
+    ) -> Option<KeptWalk> {
+        slot.tip.is_none().then(|| KeptWalk {
+            snapshot,
+            follow,
+            base: slot.base_commit.clone(),
+        })
+    }
+}
+
+impl std::fmt::Debug for KeptWalk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptWalk")
+            .field("base", &self.base)
+            .finish()
+    }
 }
 
 impl Slot {
@@ -515,6 +573,7 @@ impl Slot {
             token,
             stop,
             pinned: None,
+            kept: None,
         })
     }
 
@@ -537,6 +596,7 @@ impl Slot {
             token,
             stop,
             pinned,
+            kept,
         } = at;
         let (fetch_url, push_url) = urls;
         let mut slot = Slot {
@@ -549,6 +609,7 @@ impl Slot {
             branch: branch.to_string(),
             git_dir_fingerprint: String::new(),
             reused: false,
+            undone: false,
             tip: None,
             recloned_because: None,
             stop,
@@ -559,7 +620,7 @@ impl Slot {
         if exists {
             kill_stragglers(path);
             match slot.reuse_check() {
-                Ok(()) => match slot.reset(token) {
+                Ok(()) => match slot.reset(token, kept) {
                     Ok(()) => {
                         slot.reused = true;
                         slot.stop = None;
@@ -580,7 +641,10 @@ impl Slot {
             tracing::warn!(slot = %path.display(), reason = ?slot.recloned_because, "removing broken slot");
             slot.remove()?;
         }
-        if let Err(e) = slot.clone_from(user_repo).and_then(|()| slot.reset(token)) {
+        if let Err(e) = slot
+            .clone_from(user_repo)
+            .and_then(|()| slot.reset(token, None))
+        {
             // Leave nothing half-made behind; the next run starts clean.
             let _ = slot.remove();
             return Err(e);
@@ -679,7 +743,7 @@ impl Slot {
 
     /// Fetch, forced checkout of the branch at the fetched base, clean, prune
     /// other local branches, record the fingerprint.
-    fn reset(&mut self, token: Option<&str>) -> Result<(), SlotError> {
+    fn reset(&mut self, token: Option<&str>, kept: Option<KeptWalk>) -> Result<(), SlotError> {
         self.base_commit.clear();
         // We fetch and push by URL, but agents read the slot's remote (`git
         // log origin/main`, `git remote -v`): keep it the user's current one.
@@ -700,16 +764,20 @@ impl Slot {
             Some(c) if self.has_object(&format!("{c}^{{commit}}")) => self.base_commit = c,
             _ => self.base_commit = self.fetch_base(token)?,
         }
-        git.run(&[
-            "checkout",
-            "--quiet",
-            "--force",
-            "--no-track",
-            "-B",
-            &self.branch,
-            &self.base_commit,
-        ])?;
-        git.run(&["clean", "-ffdxq"])?;
+        let kept = kept.filter(|k| k.base == self.base_commit);
+        self.undone = kept.is_some_and(|k| self.undo_since(k));
+        if !self.undone {
+            git.run(&[
+                "checkout",
+                "--quiet",
+                "--force",
+                "--no-track",
+                "-B",
+                &self.branch,
+                &self.base_commit,
+            ])?;
+            git.run(&["clean", "-ffdxq"])?;
+        }
         self.record_index();
         self.empty_submodule_dirs()?;
         let current = format!("refs/heads/{}", self.branch);
@@ -726,6 +794,69 @@ impl Slot {
             )?;
         }
         self.record_fingerprint()
+    }
+
+    /// What `git checkout --force -B <branch> <base>` and `git clean
+    /// -ffdx` do, for only what changed since `kept` was walked: its walk
+    /// brought up to date from inotify's events, held against the seed
+    /// index (git's own record of the base tree at the last reset). True
+    /// when done; false when the events or the walk cannot tell, or a step
+    /// failed — the caller then resets with git, which also repairs a
+    /// partial undo.
+    fn undo_since(&self, kept: KeptWalk) -> bool {
+        let seed = seed_index_file(&self.path);
+        let Some(plan) = kept
+            .follow
+            .refresh(&kept.snapshot)
+            .and_then(|now| now.reset_plan(&seed))
+        else {
+            return false;
+        };
+        match self.undo(&plan, &seed) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(slot = %self.path.display(), "undoing the last item failed, resetting with git: {e}");
+                false
+            }
+        }
+    }
+
+    /// Removes `plan.remove`, puts the seed index back as the slot's index,
+    /// checks `plan.restore` out from it, and points HEAD at the item's
+    /// branch, created or moved to the base.
+    fn undo(&self, plan: &ResetPlan, seed: &Path) -> Result<(), SlotError> {
+        for p in &plan.remove {
+            let path = self.path.join(std::ffi::OsStr::from_bytes(p));
+            // Neither follows a link: a directory swapped for one is
+            // removed as the link.
+            let gone = match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
+                Ok(_) => std::fs::remove_file(&path),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
+            gone.map_err(|source| SlotError::Io {
+                context: "removing what the last item added",
+                path,
+                source,
+            })?;
+        }
+        let index = self.path.join(".git").join("index");
+        copy_keeping_mtime(seed, &index).map_err(|source| SlotError::Io {
+            context: "putting the index of the base back",
+            path: index,
+            source,
+        })?;
+        let git = self.git();
+        if !plan.restore.is_empty() {
+            let input = nul_joined(&plan.restore);
+            let args = ["checkout-index", "--force", "-u", "-z", "--stdin"];
+            git.run_with_input(&args, Some(&input))?;
+        }
+        let branch = format!("refs/heads/{}", self.branch);
+        git.run(&["update-ref", "--no-deref", &branch, &self.base_commit])?;
+        git.run(&["symbolic-ref", "HEAD", &branch])?;
+        Ok(())
     }
 
     /// Fetches `<remote>/<base>` into its remote-tracking ref; returns
@@ -799,19 +930,7 @@ impl Slot {
         let from = self.path.join(".git").join("index");
         let to = seed_index_file(&self.path);
         self.gitlinks = None;
-        let copy = |f: &mut std::fs::File| -> std::io::Result<Vec<u8>> {
-            let modified = f.metadata()?.modified()?;
-            let mut bytes = Vec::new();
-            f.read_to_end(&mut bytes)?;
-            let mut out = std::fs::File::create(&to)?;
-            out.write_all(&bytes)?;
-            out.set_modified(modified)?;
-            Ok(bytes)
-        };
-        let copied = crate::file::open_regular(&from)
-            .map_err(|e| e.to_string())
-            .and_then(|(mut f, _)| copy(&mut f).map_err(|e| e.to_string()));
-        match copied {
+        match copy_keeping_mtime(&from, &to) {
             Ok(bytes) => self.gitlinks = crate::snapshot::gitlinks_of(&bytes),
             Err(e) => {
                 tracing::warn!(slot = %self.path.display(), "cannot keep a copy of the slot's index: {e}");

@@ -1036,6 +1036,37 @@ pub(crate) mod tests {
         }
     }
 
+    /// What a reset must undo, from a walk against the index git wrote:
+    /// tracked files changed or gone, untracked and ignored entries
+    /// outermost first (a `.github` directory is no `.git`); a directory
+    /// where a tracked file was is left to git.
+    #[test]
+    fn a_reset_plan_names_what_checkout_and_clean_would_undo() {
+        let d = repo();
+        let p = d.path();
+        let index = p.join(".git/index");
+        std::fs::write(p.join("calc.txt"), "changed\n").unwrap();
+        std::fs::remove_file(p.join("src/lib.rs")).unwrap();
+        std::fs::create_dir_all(p.join(".github/workflows")).unwrap();
+        std::fs::write(p.join(".github/workflows/ci.yml"), "on: push\n").unwrap();
+        std::fs::write(p.join("src/new.rs"), "new\n").unwrap();
+        std::fs::create_dir(p.join("src/empty")).unwrap();
+        let plan = Snapshot::take(p).unwrap().reset_plan(&index).unwrap();
+        let shown = |v: &[Vec<u8>]| -> Vec<String> {
+            v.iter()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .collect()
+        };
+        assert_eq!(shown(&plan.restore), ["calc.txt", "src/lib.rs"]);
+        assert_eq!(
+            shown(&plan.remove),
+            [".github", "build", "notes.txt", "src/empty", "src/new.rs"]
+        );
+        std::fs::remove_file(p.join("calc.txt")).unwrap();
+        std::fs::create_dir(p.join("calc.txt")).unwrap();
+        assert_eq!(Snapshot::take(p).unwrap().reset_plan(&index), None);
+    }
+
     #[test]
     fn every_kind_of_write_is_named() {
         let d = repo();

@@ -847,6 +847,7 @@ impl Resolved {
             cancel,
             clock: Arc::new(schedule::SystemClock),
             remote_down: Default::default(),
+            kept_walks: Default::default(),
             remote_urls,
             ledger: held.ledger,
             db_source: env.db_source,

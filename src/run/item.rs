@@ -332,6 +332,11 @@ pub(super) async fn checkout(
         )));
     }
     let pinned = at.record.pinned_base().await?;
+    let kept = night
+        .kept_walks
+        .lock()
+        .ok()
+        .and_then(|mut k| k.remove(&slot_dir));
     let prepared = night
         .until_signal(at.cancel, |stop| {
             let at = slot::PrepareAt {
@@ -344,6 +349,7 @@ pub(super) async fn checkout(
                 token: token.as_deref(),
                 stop: Some(stop),
                 pinned: pinned.as_deref(),
+                kept,
             };
             Slot::prepare_at(at)
         })

@@ -105,6 +105,10 @@ pub struct Night {
     /// Set once the remote could not be fetched: later items are not tried
     /// against it (each would wait out the same network timeout).
     pub remote_down: std::sync::Mutex<Option<String>>,
+    /// Each slot's walk after its last review, watched since, by slot
+    /// directory: the next item's reset undoes only what changed
+    /// ([`crate::slot::KeptWalk`]).
+    pub kept_walks: std::sync::Mutex<std::collections::HashMap<PathBuf, crate::slot::KeptWalk>>,
     /// The remote's (fetch URL, push URL) as they were when the run started;
     /// every item fetches and pushes there.
     pub remote_urls: (String, String),

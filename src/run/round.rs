@@ -417,14 +417,6 @@ async fn proof_broken(r: &Round<'_>, proof: &Proof) -> Result<Option<Step>, Erro
     Ok(Some(end))
 }
 
-/// The checkout walked by metadata ([`Snapshot`]) `when` ("after the
-/// writer", "after the review"), or why it cannot be read.
-fn walk(r: &Round<'_>, when: &str) -> Result<Snapshot, String> {
-    let path = &r.item.slot.path;
-    tokio::task::block_in_place(|| crate::proof::worktree_fingerprint(path))
-        .map_err(|e| format!("cannot walk the checkout {when}: {e}"))
-}
-
 /// GitHub refuses any file of 100 MiB or more: the item ends now, with the
 /// reason, before a minute of diffing it and a gate and review that cannot
 /// lead to a push. Asked only when the walk saw a file that large, which
@@ -648,13 +640,24 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
         let why = crate::report::after_failure(Outcome::BudgetExceeded, why, &r.st.last_failure.1);
         return r.close_and_end(Outcome::BudgetExceeded, diff, why).await;
     }
-    let fp_after = match walk(r, "after the review") {
-        Ok(fp) => fp,
-        Err(why) => return Ok(Step::End(r.end(Outcome::Error, why))),
+    let walked = tokio::task::block_in_place(|| Snapshot::take_following(&slot.path));
+    let (fp_after, follow) = match walked {
+        Ok(w) => w,
+        Err(e) => {
+            let why = format!("cannot walk the checkout after the review: {e}");
+            return Ok(Step::End(r.end(Outcome::Error, why)));
+        }
     };
     let kind = night.config.reviewer.kind;
     let fp_before = &g.before_review;
-    if let Some(why) = agent::review_void_reason(kind, &reviewer, fp_before, &fp_after) {
+    let void_reason = agent::review_void_reason(kind, &reviewer, fp_before, &fp_after);
+    // The next item's reset starts from this walk, kept up to date by its
+    // watch whatever happens to the checkout until then.
+    let kept = follow.and_then(|f| crate::slot::KeptWalk::new(slot, fp_after, f));
+    if let (Some(k), Ok(mut all)) = (kept, night.kept_walks.lock()) {
+        all.insert(slot.path.clone(), k);
+    }
+    if let Some(why) = void_reason {
         return void(r, diff, why).await;
     }
     Ok(Step::Decide(Box::new(Reviewed { gated: g, reviewer })))

@@ -1502,6 +1502,7 @@ fn a_slot_with_the_pinned_base_is_prepared_without_a_fetch() {
             token: None,
             stop: None,
             pinned,
+            kept: None,
         })
     };
     let slot = at(Some(&base), "nightshift/next-1a2b3c4d").expect("no fetch needed");
@@ -1548,4 +1549,107 @@ fn a_forged_index_does_not_hide_a_change_from_the_tree() {
             assert_eq!(in_tree(&tree, f), on_disk(f), "{f} in {tree}");
         }
     }
+}
+
+/// The next item's reset from the last item's kept walk (issue 12) leaves
+/// what `git checkout --force` and `git clean -ffdx` leave: the base's
+/// tree, nothing untracked or ignored, HEAD on the new branch — for
+/// changes made before the walk and for those made after it (seen by its
+/// watch), in tracked, untracked and ignored paths and in `.git`.
+#[test]
+fn a_reset_from_the_kept_walk_leaves_what_git_checkout_and_clean_leave() {
+    use nightshift::snapshot::Snapshot;
+    let fx = Fixture::new();
+    let first = fx.prepare(BRANCH);
+    let (p, base) = (first.path.clone(), first.base_commit.clone());
+    write(&p.join("src/lib.rs"), "changed\n");
+    std::fs::remove_file(p.join("docs/guide.md")).unwrap();
+    write(&p.join("src/new.rs"), "new\n");
+    write(&p.join(".github/workflows/ci.yml"), "on: push\n");
+    write(&p.join("target/debug/out.o"), "built\n");
+    git(&p, &["add", "-A"]);
+    git(&p, &["commit", "-q", "-m", "the item's commit"]);
+    git(&p, &["branch", "stray"]);
+    let (walk, follow) = Snapshot::take_following(&p).unwrap();
+    let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
+    // After the walk: what its watch must tell the reset about.
+    write(&p.join("src/old.rs"), "rewritten after the walk\n");
+    write(&p.join("late/dir/file.txt"), "late\n");
+    write(&p.join("target/debug/later.o"), "later\n");
+    let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(p.join("README.md"), exec).unwrap();
+    let (dir, user) = (fx.slot_path(), fx.user.clone());
+    let remote = fx.remote.display().to_string();
+    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
+        dir: &dir,
+        repo: &user,
+        remote: "origin",
+        urls: (remote.clone(), remote),
+        base: "main",
+        branch: "nightshift/next-1a2b3c4d",
+        token: None,
+        stop: None,
+        pinned: Some(&base),
+        kept,
+    })
+    .expect("prepared");
+    assert!(slot.undone, "reset from the kept walk, not by git");
+    assert_eq!(git(&p, &["rev-parse", "HEAD"]), base);
+    assert_eq!(
+        git(&p, &["symbolic-ref", "HEAD"]),
+        "refs/heads/nightshift/next-1a2b3c4d"
+    );
+    let status = [
+        "status",
+        "--porcelain",
+        "--ignored",
+        "--untracked-files=all",
+    ];
+    assert_eq!(
+        git(&p, &status),
+        "",
+        "nothing changed, untracked or ignored"
+    );
+    assert_eq!(
+        git(&p, &["branch", "--list", "stray"]),
+        "",
+        "other branches pruned"
+    );
+    assert!(!p.join("late").exists() && !p.join(".github").exists());
+    assert_eq!(
+        std::fs::read_to_string(p.join("src/lib.rs")).unwrap(),
+        LIB_RS
+    );
+}
+
+/// A kept walk of another base, or one whose watch saw more than it can
+/// tell, leaves the reset to git.
+#[test]
+fn a_kept_walk_of_another_base_leaves_the_reset_to_git() {
+    use nightshift::snapshot::Snapshot;
+    let fx = Fixture::new();
+    let first = fx.prepare(BRANCH);
+    let p = first.path.clone();
+    write(&p.join("src/new.rs"), "new\n");
+    let (walk, follow) = Snapshot::take_following(&p).unwrap();
+    let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
+    let moved = fx.advance_remote("src/more.rs", "more\n");
+    let (dir, user) = (fx.slot_path(), fx.user.clone());
+    let remote = fx.remote.display().to_string();
+    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
+        dir: &dir,
+        repo: &user,
+        remote: "origin",
+        urls: (remote.clone(), remote),
+        base: "main",
+        branch: "nightshift/next-1a2b3c4d",
+        token: None,
+        stop: None,
+        pinned: None,
+        kept,
+    })
+    .expect("prepared");
+    assert!(!slot.undone);
+    assert_eq!(git(&p, &["rev-parse", "HEAD"]), moved);
+    assert!(!p.join("src/new.rs").exists());
 }
