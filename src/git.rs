@@ -558,6 +558,49 @@ pub fn open(path: &Path) -> Result<git2::Repository, GitError> {
     })
 }
 
+/// The object id (40 hex) that `spec` names in the repository at `path`
+/// (`HEAD^{commit}`, `<id>^{tree}`, `refs/heads/<b>^{commit}`), read
+/// in-process by libgit2's rev-parse: lookups of every item without a git
+/// process each (issue 12).
+///
+/// # Errors
+/// [`GitError::Repo`] if `path` is not a repository or `spec` names no
+/// object there.
+pub fn resolve(path: &Path, spec: &str) -> Result<String, GitError> {
+    open(path)?
+        .revparse_single(spec)
+        .map(|o| o.id().to_string())
+        .map_err(|source| GitError::Repo {
+            context: "resolving a revision",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// The local branches (`refs/heads/...`, full names) of the repository at
+/// `path`, read in-process.
+///
+/// # Errors
+/// [`GitError::Repo`] if `path` is not a repository or its refs cannot be
+/// read.
+pub fn local_branches(path: &Path) -> Result<Vec<String>, GitError> {
+    let err = |source| GitError::Repo {
+        context: "listing the branches",
+        path: path.to_path_buf(),
+        source,
+    };
+    let repo = open(path)?;
+    let mut names = Vec::new();
+    for r in repo.references().map_err(err)? {
+        let r = r.map_err(err)?;
+        let name = String::from_utf8_lossy(r.name_bytes());
+        if name.starts_with("refs/heads/") {
+            names.push(name.into_owned());
+        }
+    }
+    Ok(names)
+}
+
 /// The commit id (40 hex) of HEAD in the repository at `path`.
 ///
 /// # Errors

@@ -781,10 +781,10 @@ impl Slot {
         self.record_index();
         self.empty_submodule_dirs()?;
         let current = format!("refs/heads/{}", self.branch);
-        let refs = git.text(&["for-each-ref", "--format=%(refname)", "refs/heads/"])?;
+        let refs = git::local_branches(&self.path)?;
         let deletes: String = refs
-            .lines()
-            .filter(|r| *r != current)
+            .iter()
+            .filter(|r| **r != current)
             .map(|r| format!("delete {r}\n"))
             .collect();
         if !deletes.is_empty() {
@@ -853,9 +853,25 @@ impl Slot {
             let args = ["checkout-index", "--force", "-u", "-z", "--stdin"];
             git.run_with_input(&args, Some(&input))?;
         }
+        // HEAD on the item's branch at the base, in-process (two git
+        // processes less per item).
         let branch = format!("refs/heads/{}", self.branch);
-        git.run(&["update-ref", "--no-deref", &branch, &self.base_commit])?;
-        git.run(&["symbolic-ref", "HEAD", &branch])?;
+        let err = |context| {
+            let path = self.path.clone();
+            move |source| {
+                SlotError::Git(GitError::Repo {
+                    context,
+                    path,
+                    source,
+                })
+            }
+        };
+        let repo = git::open(&self.path)?;
+        let base = git2::Oid::from_str(&self.base_commit).map_err(err("reading the base"))?;
+        repo.reference(&branch, base, true, "nightshift: reset")
+            .map_err(err("moving the item's branch"))?;
+        repo.set_head(&branch)
+            .map_err(err("pointing HEAD at the item's branch"))?;
         Ok(())
     }
 
@@ -1192,7 +1208,7 @@ impl Slot {
     /// # Errors
     /// [`SlotError::Git`] when HEAD does not resolve.
     pub fn head(&self) -> Result<String, SlotError> {
-        Ok(self.git().rev_parse("HEAD")?)
+        Ok(git::resolve(&self.path, "HEAD^{commit}")?)
     }
 
     /// Git in the slot with `who` as committer (rebases rewrite commits).
@@ -1325,9 +1341,8 @@ impl Slot {
 
     /// Whether the slot's object store (its own or borrowed) has `oid`.
     pub fn has_object(&self, oid: &str) -> bool {
-        self.git()
-            .run(&["cat-file", "-e", &format!("{oid}^{{object}}")])
-            .is_ok()
+        // libgit2's rev-parse looks the object up (no `^{object}` there).
+        git::resolve(&self.path, oid).is_ok()
     }
 
     /// [`Slot::push`], killed as soon as `stop` becomes true (a signal during
@@ -1423,13 +1438,8 @@ impl Slot {
         self.ensure_untampered()?;
         let git = self.authored_by(author, committer);
         let branch = format!("refs/heads/{}", self.branch);
-        let parent = git.rev_parse(&branch)?;
-        let own = git.text(&[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            &format!("{parent}^{{tree}}"),
-        ])?;
+        let parent = git::resolve(&self.path, &format!("{branch}^{{commit}}"))?;
+        let own = git::resolve(&self.path, &format!("{parent}^{{tree}}"))?;
         if own == tree {
             return Err(SlotError::NothingToCommit {
                 path: self.path.clone(),
