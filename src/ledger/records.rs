@@ -63,36 +63,76 @@ fn verbatim_json(v: Value) -> Value {
 
 const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by, a.repo, a.signature FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
 
-/// Stores the plan, its contracts and their order (idempotent), in three
+/// Stores the plan, its contracts and their order (idempotent), in a few
 /// statements whatever the number of items: the rows go over as arrays
 /// (`UNNEST`), so a backlog of 20,000 items costs no 40,000 round trips.
+/// Plans are content-addressed and stored whole in one transaction, so a
+/// plan already stored is not sent again, and of a new plan only the
+/// contracts the ledger does not hold yet are.
 ///
 /// # Errors
 /// Database errors.
 pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
+    if plan_exists(pool, &plan.sha).await? {
+        return Ok(());
+    }
     let mut tx = pool.begin().await?;
-    let json = plan.to_json();
     sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, created_at, json) VALUES ($1, $2, $3, $4, now(), $5) ON CONFLICT (sha) DO NOTHING")
         .bind(&plan.sha)
         .bind(repo)
         .bind(plan.backlog_path.display().to_string())
         .bind(&plan.backlog_sha)
-        .bind(verbatim_json(json))
+        .bind(verbatim_json(plan.to_json()))
         .execute(&mut *tx)
         .await?;
+    let shas: Vec<&str> = plan
+        .entries
+        .iter()
+        .map(|e| e.contract_sha.as_str())
+        .collect();
+    let stored: std::collections::HashSet<String> =
+        sqlx::query_scalar("SELECT sha FROM contracts WHERE sha = ANY($1::text[])")
+            .bind(&shas)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+    insert_contracts(&mut tx, plan, &stored).await?;
     let n = plan.entries.len();
-    let (mut shas, mut keys, mut titles, mut jsons) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
     let (mut positions, mut indexes, mut blocked) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
     for (pos, e) in plan.entries.iter().enumerate() {
+        positions.push(pos as i32);
+        indexes.push(e.index as i32);
+        blocked.push(e.blocked.as_deref().map(verbatim));
+    }
+    sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked) SELECT $1, p, c, i, b FROM UNNEST($2::int4[], $3::text[], $4::int4[], $5::text[]) AS u(p, c, i, b) ON CONFLICT DO NOTHING")
+        .bind(&plan.sha)
+        .bind(&positions)
+        .bind(&shas)
+        .bind(&indexes)
+        .bind(&blocked)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await
+}
+
+/// Inserts the contracts of `plan` whose SHA is not in `stored`, in one
+/// statement (a contract twice in the plan is sent once).
+async fn insert_contracts(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    plan: &Plan,
+    stored: &std::collections::HashSet<String>,
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    let (mut shas, mut keys, mut titles, mut jsons) = (vec![], vec![], vec![], vec![]);
+    for e in &plan.entries {
+        if stored.contains(&e.contract_sha) || !seen.insert(e.contract_sha.as_str()) {
+            continue;
+        }
         // A NUL can only be in the text as the escape `\u0000`: without one,
         // the canonical text is stored as it is, not parsed and printed again.
         let canonical = e.contract.canonical_json();
@@ -106,26 +146,18 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         keys.push(e.item.key.as_str());
         titles.push(verbatim(&e.item.title));
         jsons.push(cjson);
-        positions.push(pos as i32);
-        indexes.push(e.index as i32);
-        blocked.push(e.blocked.as_deref().map(verbatim));
+    }
+    if shas.is_empty() {
+        return Ok(());
     }
     sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) SELECT s, k, t, j::jsonb, now() FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS u(s, k, t, j) ON CONFLICT (sha) DO NOTHING")
         .bind(&shas)
         .bind(&keys)
         .bind(&titles)
         .bind(&jsons)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-    sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked) SELECT $1, p, c, i, b FROM UNNEST($2::int4[], $3::text[], $4::int4[], $5::text[]) AS u(p, c, i, b) ON CONFLICT DO NOTHING")
-        .bind(&plan.sha)
-        .bind(&positions)
-        .bind(&shas)
-        .bind(&indexes)
-        .bind(&blocked)
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await
+    Ok(())
 }
 
 /// Whether a plan with this SHA was stored. Plans are content-addressed: two
