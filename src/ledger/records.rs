@@ -77,12 +77,12 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         return Ok(());
     }
     let mut tx = pool.begin().await?;
-    sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, created_at, json) VALUES ($1, $2, $3, $4, now(), $5) ON CONFLICT (sha) DO NOTHING")
+    sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, created_at, json) VALUES ($1, $2, $3, $4, now(), $5::json) ON CONFLICT (sha) DO NOTHING")
         .bind(&plan.sha)
         .bind(repo)
         .bind(plan.backlog_path.display().to_string())
         .bind(&plan.backlog_sha)
-        .bind(verbatim_json(plan.to_json()))
+        .bind(verbatim_json(plan.to_json()).to_string())
         .execute(&mut *tx)
         .await?;
     let shas: Vec<&str> = plan
@@ -150,7 +150,7 @@ async fn insert_contracts(
     if shas.is_empty() {
         return Ok(());
     }
-    sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) SELECT s, k, t, j::jsonb, now() FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS u(s, k, t, j) ON CONFLICT (sha) DO NOTHING")
+    sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) SELECT s, k, t, j::json, now() FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS u(s, k, t, j) ON CONFLICT (sha) DO NOTHING")
         .bind(&shas)
         .bind(&keys)
         .bind(&titles)
@@ -1503,7 +1503,7 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
          FROM run_items ri JOIN runs r ON r.id = ri.run_id \
          LEFT JOIN contracts c ON c.sha = ri.contract_sha \
          LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = ri.item_key AND p.branch = ri.branch \
-         WHERE ri.run_id = $1 AND (ri.outcome = ANY($2) OR (c.json ? 'pr' AND c.json ? 'action')) \
+         WHERE ri.run_id = $1 AND (ri.outcome = ANY($2) OR (c.json::jsonb ? 'pr' AND c.json::jsonb ? 'action')) \
          ORDER BY ri.pr_number, ri.id",
     )
     .bind(run)
