@@ -38,6 +38,18 @@ pub enum Source {
     Default,
 }
 
+impl Source {
+    /// The lowercase name the card shows (and the JSON holds).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Item => "item",
+            Source::Recipe => "recipe",
+            Source::Policy => "policy",
+            Source::Default => "default",
+        }
+    }
+}
+
 /// A limit value and where it came from.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Resolved<T> {
@@ -313,20 +325,59 @@ impl Plan {
     /// The plan as `plan --json` prints it (docs/commands.md#json-output); the tend cards are a
     /// `"tend"` array beside `"items"`.
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "plan_sha": self.sha,
-            "backlog": self.backlog_path.display().to_string(),
-            "tend": self.tend.iter().map(crate::tend::TendCard::to_json).collect::<Vec<_>>(),
-            "items": self.entries.iter().map(|e| serde_json::json!({
-                "index": e.index,
-                "key": e.item.key,
-                "title": e.item.title,
-                "line": e.item.line,
-                "contract_sha": e.contract_sha,
-                "blocked": e.blocked,
-            })).collect::<Vec<_>>(),
-        })
+        serde_json::to_value(self.json_view()).expect("a plan always serialises")
     }
+
+    /// [`Plan::to_json`] as compact text, written in one pass (what the
+    /// ledger stores: 5 MB for 20,000 items), keys sorted as in the value.
+    pub fn to_json_string(&self) -> String {
+        serde_json::to_string(&self.json_view()).expect("a plan always serialises")
+    }
+
+    fn json_view(&self) -> PlanJson<'_> {
+        PlanJson {
+            backlog: self.backlog_path.display().to_string(),
+            items: self
+                .entries
+                .iter()
+                .map(|e| ItemJson {
+                    blocked: e.blocked.as_deref(),
+                    contract_sha: &e.contract_sha,
+                    index: e.index,
+                    key: &e.item.key,
+                    line: e.item.line,
+                    title: &e.item.title,
+                })
+                .collect(),
+            plan_sha: &self.sha,
+            tend: self
+                .tend
+                .iter()
+                .map(crate::tend::TendCard::to_json)
+                .collect(),
+        }
+    }
+}
+
+/// The JSON of a plan; fields in byte order of their names, so that the
+/// text written directly has its keys sorted as a `serde_json::Value` has.
+#[derive(Serialize)]
+struct PlanJson<'a> {
+    backlog: String,
+    items: Vec<ItemJson<'a>>,
+    plan_sha: &'a str,
+    tend: Vec<serde_json::Value>,
+}
+
+/// One item of [`PlanJson`]; fields in byte order of their names.
+#[derive(Serialize)]
+struct ItemJson<'a> {
+    blocked: Option<&'a str>,
+    contract_sha: &'a str,
+    index: usize,
+    key: &'a str,
+    line: usize,
+    title: &'a str,
 }
 
 /// Seals one contract per open item of `backlog`.
@@ -635,8 +686,15 @@ fn inside_repo(repo: &Path, rel: &str) -> bool {
 
 /// Renders the card of one plan entry: what a person approves (docs/contract.md#card).
 pub fn card(e: &PlanEntry) -> String {
-    let c = &e.contract;
     let mut s = String::new();
+    write_card(&mut s, e);
+    s
+}
+
+/// Appends the card of `e` to `s` ([`card`]; a plan's 20,000 cards go into
+/// one string).
+fn write_card(s: &mut String, e: &PlanEntry) {
+    let c = &e.contract;
     let _ = writeln!(s, "── item {} · {}", e.index, c.title);
     let _ = writeln!(s, "   key       {}", &c.key[..16.min(c.key.len())]);
     if let Some(sec) = &c.section {
@@ -645,10 +703,9 @@ pub fn card(e: &PlanEntry) -> String {
     if let Some(b) = &e.blocked {
         let _ = writeln!(s, "   not run   {b}");
     }
-    card_rules(&mut s, c);
-    card_limits(&mut s, c);
+    card_rules(s, c);
+    card_limits(s, c);
     let _ = writeln!(s, "   contract  sha256 {}", e.contract_sha);
-    s
 }
 
 /// The card's lines of what the item must meet and may touch: conditions,
@@ -706,7 +763,7 @@ fn card_rules(s: &mut String, c: &Contract) {
 /// protected paths, each with where it came from, and the two agents.
 fn card_limits(s: &mut String, c: &Contract) {
     let l = &c.limits;
-    let src = |x: Source| format!("{x:?}").to_lowercase();
+    let src = Source::as_str;
     let _ = writeln!(
         s,
         "   limits    rounds {} ({}) · item {} ({}) · agent call {} ({}) · gate {} ({})",
@@ -802,7 +859,7 @@ pub fn render_plan(plan: &Plan) -> String {
         );
     }
     for e in &plan.entries {
-        s.push_str(&card(e));
+        write_card(&mut s, e);
         s.push('\n');
     }
     let cap = &plan.run_cost_cap;

@@ -61,6 +61,17 @@ fn verbatim_json(v: Value) -> Value {
     }
 }
 
+/// [`verbatim_json`] for JSON text. A NUL can only be in it as the escape
+/// `\u0000`: without one, the text is kept as it is, not parsed and printed
+/// again.
+fn verbatim_json_text(json: String) -> String {
+    if !json.contains("\\u0000") {
+        return json;
+    }
+    let v: Value = serde_json::from_str(&json).expect("JSON text parses");
+    verbatim_json(v).to_string()
+}
+
 const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by, a.repo, a.signature FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
 
 /// Stores the plan, its contracts and their order (idempotent), in a few
@@ -82,7 +93,7 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         .bind(repo)
         .bind(plan.backlog_path.display().to_string())
         .bind(&plan.backlog_sha)
-        .bind(verbatim_json(plan.to_json()).to_string())
+        .bind(verbatim_json_text(plan.to_json_string()))
         .execute(&mut *tx)
         .await?;
     let shas: Vec<&str> = plan
@@ -133,15 +144,7 @@ async fn insert_contracts(
         if stored.contains(&e.contract_sha) || !seen.insert(e.contract_sha.as_str()) {
             continue;
         }
-        // A NUL can only be in the text as the escape `\u0000`: without one,
-        // the canonical text is stored as it is, not parsed and printed again.
-        let canonical = e.contract.canonical_json();
-        let cjson = if canonical.contains("\\u0000") {
-            let v: Value = serde_json::from_str(&canonical).expect("canonical JSON parses");
-            verbatim_json(v).to_string()
-        } else {
-            canonical
-        };
+        let cjson = verbatim_json_text(e.contract.canonical_json());
         shas.push(e.contract_sha.as_str());
         keys.push(e.item.key.as_str());
         titles.push(verbatim(&e.item.title));
