@@ -228,12 +228,15 @@ pub async fn contract_items(pool: &PgPool, shas: &[String]) -> Result<Vec<crate:
             .bind(shas)
             .fetch_all(pool)
             .await?;
+    // By SHA: a plan of 20,000 contracts would make a scan per SHA quadratic.
+    let by_sha: std::collections::HashMap<&str, (&String, &String)> =
+        rows.iter().map(|(s, k, t)| (s.as_str(), (k, t))).collect();
     Ok(shas
         .iter()
-        .filter_map(|s| rows.iter().find(|r| &r.0 == s))
-        .map(|(_, key, title)| crate::approval::Held {
-            key: key.clone(),
-            title: title.clone(),
+        .filter_map(|s| by_sha.get(s.as_str()))
+        .map(|(key, title)| crate::approval::Held {
+            key: (*key).clone(),
+            title: (*title).clone(),
         })
         .collect())
 }
