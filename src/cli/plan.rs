@@ -289,7 +289,8 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
             blockers.join("\n  ")
         )));
     }
-    let lg = ledger().await?;
+    // One connection: every statement below waits for the one before.
+    let lg = crate::cli::ledger_serial().await?;
     let id = repo_id(&snap.repo, &snap.loaded.config.remote);
     let cards = tend_cards(&snap, &lg.pool, &id, startup).await?;
     let Snapshot { repo, loaded, plan } = snap;
