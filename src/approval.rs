@@ -352,8 +352,13 @@ pub fn why_not_approved(approved: &[Held], current: &[Held], key: &str) -> NotAp
     if approved.iter().any(|a| a.key == key) {
         return NotApproved::Changed;
     }
-    let in_approved = |k: &str| approved.iter().any(|a| a.key == k);
-    let in_current = |k: &str| current.iter().any(|c| c.key == k);
+    // Sets, not scans: both plans may hold 20,000 items.
+    let approved_keys: std::collections::HashSet<&str> =
+        approved.iter().map(|a| a.key.as_str()).collect();
+    let current_keys: std::collections::HashSet<&str> =
+        current.iter().map(|c| c.key.as_str()).collect();
+    let in_approved = |k: &str| approved_keys.contains(k);
+    let in_current = |k: &str| current_keys.contains(k);
     let Some(at) = current.iter().position(|c| c.key == key) else {
         return NotApproved::Added;
     };

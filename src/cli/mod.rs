@@ -564,18 +564,31 @@ pub fn data_dir() -> PathBuf {
 /// # Errors
 /// Exit 1 with the source named when the database is unreachable.
 pub async fn ledger() -> Result<crate::ledger::Ledger> {
-    let src = crate::ledger::db_source_from_env();
-    crate::ledger::Ledger::connect(&src)
-        .await
-        .map_err(|e| match e {
-            // A URL that cannot be a PostgreSQL URL is a configuration error.
-            crate::ledger::LedgerError::BadUrl { .. } => Error::config(format!("ledger: {e}")),
-            e => Error::Ledger {
-                detail: e.to_string(),
-                outage: false,
-                source: None,
-            },
-        })
+    ledger_error(crate::ledger::Ledger::connect(&crate::ledger::db_source_from_env()).await)
+}
+
+/// [`ledger`] with one connection, for a command whose statements run one
+/// after another ([`crate::ledger::Ledger::connect_serial`]).
+///
+/// # Errors
+/// As [`ledger`].
+pub async fn ledger_serial() -> Result<crate::ledger::Ledger> {
+    ledger_error(crate::ledger::Ledger::connect_serial(&crate::ledger::db_source_from_env()).await)
+}
+
+/// A ledger connection's error as the CLI reports it.
+fn ledger_error(
+    r: std::result::Result<crate::ledger::Ledger, crate::ledger::LedgerError>,
+) -> Result<crate::ledger::Ledger> {
+    r.map_err(|e| match e {
+        // A URL that cannot be a PostgreSQL URL is a configuration error.
+        crate::ledger::LedgerError::BadUrl { .. } => Error::config(format!("ledger: {e}")),
+        e => Error::Ledger {
+            detail: e.to_string(),
+            outage: false,
+            source: None,
+        },
+    })
 }
 
 #[cfg(test)]

@@ -202,7 +202,9 @@ pub(crate) async fn mark_earlier_work(
                     p.branch
                 ),
             });
-        } else if let Some(q) = questions.get(&(e.item.key.clone(), e.contract_sha.clone())) {
+        } else if !questions.is_empty()
+            && let Some(q) = questions.get(&(e.item.key.clone(), e.contract_sha.clone()))
+        {
             e.blocked = Some(format!(
                 "waiting for an answer to the writer's question: {q} (edit the item to answer it)"
             ));
@@ -287,31 +289,33 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
             blockers.join("\n  ")
         )));
     }
-    let lg = ledger().await?;
+    // One connection: every statement below waits for the one before.
+    let lg = crate::cli::ledger_serial().await?;
     let id = repo_id(&snap.repo, &snap.loaded.config.remote);
     let cards = tend_cards(&snap, &lg.pool, &id, startup).await?;
-    let mut plan = snap.plan.clone().with_tend(cards);
+    let Snapshot { repo, loaded, plan } = snap;
+    let mut plan = plan.with_tend(cards);
     rec::save_plan(&lg.pool, &id, &plan).await?;
     rec::save_tend_cards(&lg.pool, &plan.sha, plan.entries.len(), &plan.tend).await?;
     mark_earlier_work(&lg.pool, &id, &mut plan).await?;
-    if crate::git::Git::new(&snap.repo)
-        .text(&["remote", "get-url", &snap.loaded.config.remote])
+    if crate::git::Git::new(&repo)
+        .text(&["remote", "get-url", &loaded.config.remote])
         .is_err()
     {
         eprintln!(
             "warning: the remote {:?} does not exist; `drain` needs it to push (git remote add {} URL)",
-            snap.loaded.config.remote, snap.loaded.config.remote
+            loaded.config.remote, loaded.config.remote
         );
     }
     if json {
         let mut v = plan.to_json();
-        if agents_run_as_root(&snap.loaded.config) {
+        if agents_run_as_root(&loaded.config) {
             v["agents_as_root"] = crate::report::AGENTS_AS_ROOT_NOTE.into();
         }
         println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
     } else {
         print!("{}", contract::render_plan(&plan));
-        if agents_run_as_root(&snap.loaded.config) {
+        if agents_run_as_root(&loaded.config) {
             println!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
         }
         if !plan.entries.is_empty() || plan.tend.iter().any(|c| c.sealed.is_some()) {

@@ -315,6 +315,27 @@ impl Ledger {
         src: &DbSource,
         timeout: Duration,
     ) -> Result<Ledger, LedgerError> {
+        let size = POOL_WANTED.load(std::sync::atomic::Ordering::SeqCst);
+        Ledger::connect_sized(src, timeout, size).await
+    }
+
+    /// As [`Ledger::connect`] with a pool of one connection, for a command
+    /// whose statements run one after another (`plan`): a bigger pool opens
+    /// a second connection (on a TLS server about 0.1 s of handshake) when
+    /// a statement follows one whose connection is still on its way back.
+    /// A caller must not hold a connection while it asks for another.
+    ///
+    /// # Errors
+    /// As [`Ledger::connect`].
+    pub async fn connect_serial(src: &DbSource) -> Result<Ledger, LedgerError> {
+        Ledger::connect_sized(src, CONNECT_TIMEOUT, 1).await
+    }
+
+    async fn connect_sized(
+        src: &DbSource,
+        timeout: Duration,
+        size: u32,
+    ) -> Result<Ledger, LedgerError> {
         let options = match src {
             DbSource::Url { url, var } => url_options(url, var)?,
             DbSource::Embedded { data_dir } => {
@@ -336,7 +357,7 @@ impl Ledger {
             source,
         };
         let pool = PgPoolOptions::new()
-            .max_connections(POOL_WANTED.load(std::sync::atomic::Ordering::SeqCst))
+            .max_connections(size)
             .acquire_timeout(timeout)
             .connect_with(options.clone());
         // The outer timeout bounds DNS and TLS too, whatever the pool does inside.

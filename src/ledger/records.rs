@@ -61,62 +61,65 @@ fn verbatim_json(v: Value) -> Value {
     }
 }
 
+/// [`verbatim_json`] for JSON text. A NUL can only be in it as the escape
+/// `\u0000`: without one, the text is kept as it is, not parsed and printed
+/// again.
+fn verbatim_json_text(json: String) -> String {
+    if !json.contains("\\u0000") {
+        return json;
+    }
+    let v: Value = serde_json::from_str(&json).expect("JSON text parses");
+    verbatim_json(v).to_string()
+}
+
 const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by, a.repo, a.signature FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
 
-/// Stores the plan, its contracts and their order (idempotent), in three
+/// Stores the plan, its contracts and their order (idempotent), in a few
 /// statements whatever the number of items: the rows go over as arrays
 /// (`UNNEST`), so a backlog of 20,000 items costs no 40,000 round trips.
+/// Plans are content-addressed and stored whole in one transaction, so a
+/// plan already stored is not sent again, and of a new plan only the
+/// contracts the ledger does not hold yet are.
 ///
 /// # Errors
 /// Database errors.
 pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
+    if plan_exists(pool, &plan.sha).await? {
+        return Ok(());
+    }
     let mut tx = pool.begin().await?;
-    let json = plan.to_json();
-    sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, created_at, json) VALUES ($1, $2, $3, $4, now(), $5) ON CONFLICT (sha) DO NOTHING")
+    sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, created_at, json) VALUES ($1, $2, $3, $4, now(), $5::json) ON CONFLICT (sha) DO NOTHING")
         .bind(&plan.sha)
         .bind(repo)
         .bind(plan.backlog_path.display().to_string())
         .bind(&plan.backlog_sha)
-        .bind(verbatim_json(json))
+        .bind(verbatim_json_text(plan.to_json_string()))
         .execute(&mut *tx)
         .await?;
+    let shas: Vec<&str> = plan
+        .entries
+        .iter()
+        .map(|e| e.contract_sha.as_str())
+        .collect();
+    let stored: std::collections::HashSet<String> =
+        sqlx::query_scalar("SELECT sha FROM contracts WHERE sha = ANY($1::text[])")
+            .bind(&shas)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+    insert_contracts(&mut tx, plan, &stored).await?;
     let n = plan.entries.len();
-    let (mut shas, mut keys, mut titles, mut jsons) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
     let (mut positions, mut indexes, mut blocked) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
     for (pos, e) in plan.entries.iter().enumerate() {
-        // A NUL can only be in the text as the escape `\u0000`: without one,
-        // the canonical text is stored as it is, not parsed and printed again.
-        let canonical = e.contract.canonical_json();
-        let cjson = if canonical.contains("\\u0000") {
-            let v: Value = serde_json::from_str(&canonical).expect("canonical JSON parses");
-            verbatim_json(v).to_string()
-        } else {
-            canonical
-        };
-        shas.push(e.contract_sha.as_str());
-        keys.push(e.item.key.as_str());
-        titles.push(verbatim(&e.item.title));
-        jsons.push(cjson);
         positions.push(pos as i32);
         indexes.push(e.index as i32);
         blocked.push(e.blocked.as_deref().map(verbatim));
     }
-    sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) SELECT s, k, t, j::jsonb, now() FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS u(s, k, t, j) ON CONFLICT (sha) DO NOTHING")
-        .bind(&shas)
-        .bind(&keys)
-        .bind(&titles)
-        .bind(&jsons)
-        .execute(&mut *tx)
-        .await?;
     sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked) SELECT $1, p, c, i, b FROM UNNEST($2::int4[], $3::text[], $4::int4[], $5::text[]) AS u(p, c, i, b) ON CONFLICT DO NOTHING")
         .bind(&plan.sha)
         .bind(&positions)
@@ -126,6 +129,38 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
         .execute(&mut *tx)
         .await?;
     tx.commit().await
+}
+
+/// Inserts the contracts of `plan` whose SHA is not in `stored`, in one
+/// statement (a contract twice in the plan is sent once).
+async fn insert_contracts(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    plan: &Plan,
+    stored: &std::collections::HashSet<String>,
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    let (mut shas, mut keys, mut titles, mut jsons) = (vec![], vec![], vec![], vec![]);
+    for e in &plan.entries {
+        if stored.contains(&e.contract_sha) || !seen.insert(e.contract_sha.as_str()) {
+            continue;
+        }
+        let cjson = verbatim_json_text(e.contract.canonical_json());
+        shas.push(e.contract_sha.as_str());
+        keys.push(e.item.key.as_str());
+        titles.push(verbatim(&e.item.title));
+        jsons.push(cjson);
+    }
+    if shas.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) SELECT s, k, t, j::json, now() FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[]) AS u(s, k, t, j) ON CONFLICT (sha) DO NOTHING")
+        .bind(&shas)
+        .bind(&keys)
+        .bind(&titles)
+        .bind(&jsons)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// Whether a plan with this SHA was stored. Plans are content-addressed: two
@@ -193,12 +228,15 @@ pub async fn contract_items(pool: &PgPool, shas: &[String]) -> Result<Vec<crate:
             .bind(shas)
             .fetch_all(pool)
             .await?;
+    // By SHA: a plan of 20,000 contracts would make a scan per SHA quadratic.
+    let by_sha: std::collections::HashMap<&str, (&String, &String)> =
+        rows.iter().map(|(s, k, t)| (s.as_str(), (k, t))).collect();
     Ok(shas
         .iter()
-        .filter_map(|s| rows.iter().find(|r| &r.0 == s))
-        .map(|(_, key, title)| crate::approval::Held {
-            key: key.clone(),
-            title: title.clone(),
+        .filter_map(|s| by_sha.get(s.as_str()))
+        .map(|(key, title)| crate::approval::Held {
+            key: (*key).clone(),
+            title: (*title).clone(),
         })
         .collect())
 }
@@ -1471,7 +1509,7 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
          FROM run_items ri JOIN runs r ON r.id = ri.run_id \
          LEFT JOIN contracts c ON c.sha = ri.contract_sha \
          LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = ri.item_key AND p.branch = ri.branch \
-         WHERE ri.run_id = $1 AND (ri.outcome = ANY($2) OR (c.json ? 'pr' AND c.json ? 'action')) \
+         WHERE ri.run_id = $1 AND (ri.outcome = ANY($2) OR (c.json::jsonb ? 'pr' AND c.json::jsonb ? 'action')) \
          ORDER BY ri.pr_number, ri.id",
     )
     .bind(run)

@@ -129,7 +129,7 @@ pub(super) struct Attempt<'a> {
     pub item_id: i64,
     pub entry: &'a PlanEntry,
     /// The contract SHAs the run's approval covers.
-    pub approved: &'a [String],
+    pub approved: &'a super::Approved,
     /// The worker's checkout slot (0-based).
     pub slot: usize,
     /// The attempt's ledger handle.
@@ -255,7 +255,7 @@ async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, E
 /// item: why it is not approved (docs/contract.md).
 async fn not_approved(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
     let (night, entry) = (at.night, at.entry);
-    let held = at.record.contract_items(at.approved).await?;
+    let held = at.record.contract_items(at.approved.in_order()).await?;
     let current: Vec<crate::approval::Held> = night
         .plan
         .entries

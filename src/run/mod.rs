@@ -26,6 +26,33 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::approval::{Approval, Refusal};
+
+/// The contract SHAs a run's approval covers: in plan order (the order the
+/// ledger gives items back in) and as a set, since every item asks whether
+/// its SHA is in (a scan of 20,000 per item would make a drain quadratic).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Approved {
+    in_order: Vec<String>,
+    set: std::collections::HashSet<String>,
+}
+
+impl Approved {
+    /// The SHAs `in_order` (duplicates kept in the order).
+    pub(crate) fn new(in_order: Vec<String>) -> Approved {
+        let set = in_order.iter().cloned().collect();
+        Approved { in_order, set }
+    }
+
+    /// Whether contract `sha` is covered.
+    pub(crate) fn contains(&self, sha: &str) -> bool {
+        self.set.contains(sha)
+    }
+
+    /// The SHAs in plan order.
+    pub(crate) fn in_order(&self) -> &[String] {
+        &self.in_order
+    }
+}
 use crate::config::{self, Config};
 use crate::contract::{Plan, PlanEntry};
 use crate::error::Error;
@@ -193,6 +220,7 @@ pub async fn drain(
         Selection::All => RunKind::Drain,
         Selection::One(_) | Selection::Pr(_) => RunKind::Run,
     };
+    let approved = Approved::new(approved.to_vec());
     let run_id = open_run(&night, kind, approval, resume).await?;
     let resumed_from = resume.map(|r| Resumed {
         id: r.id,
@@ -204,7 +232,7 @@ pub async fn drain(
     let mut walk = Walk {
         night: &night,
         run_id,
-        approved,
+        approved: &approved,
         resumed_from,
         finished_before: finished.clone(),
         status: RunStatus::Completed,
@@ -241,7 +269,7 @@ pub async fn drain(
     let crew = Arc::new(worker::Crew {
         night: night.clone(),
         run_id,
-        approved: approved.to_vec(),
+        approved,
         resumed_from,
         owner: true,
         stop: Default::default(),
@@ -269,7 +297,7 @@ pub async fn join(
     let crew = Arc::new(worker::Crew {
         night: night.clone(),
         run_id,
-        approved: approved.to_vec(),
+        approved: Approved::new(approved.to_vec()),
         resumed_from: None,
         owner: false,
         stop: Default::default(),
@@ -399,7 +427,7 @@ async fn finished_before(
 struct Walk<'a> {
     night: &'a Night,
     run_id: Uuid,
-    approved: &'a [String],
+    approved: &'a Approved,
     /// The crashed or stopped run this one resumes, if any.
     resumed_from: Option<Resumed>,
     finished_before: BTreeMap<String, rec::ItemRow>,

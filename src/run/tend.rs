@@ -198,7 +198,11 @@ fn left_alone(why: String) -> ItemEnd {
 
 /// Decides what happens to one card and works it if it should run.
 /// The run's cost cap counts what the run spent so far (from the ledger).
-async fn one_card(at: &At<'_>, card: &TendCard, approved: &[String]) -> Result<ItemEnd, Error> {
+async fn one_card(
+    at: &At<'_>,
+    card: &TendCard,
+    approved: &super::Approved,
+) -> Result<ItemEnd, Error> {
     let night = at.night;
     let Some(sealed) = &card.sealed else {
         let why = match &card.verdict {
@@ -265,7 +269,7 @@ async fn not_to_tend(
     night: &Night,
     card: &TendCard,
     sealed: &Sealed,
-    approved: &[String],
+    approved: &super::Approved,
 ) -> Result<Option<ItemEnd>, Error> {
     if !approved.contains(&sealed.sha) {
         return Ok(Some(ItemEnd {

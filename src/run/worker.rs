@@ -29,7 +29,7 @@ pub(super) struct Crew {
     pub night: Arc<Night>,
     pub run_id: Uuid,
     /// The contract SHAs the run's approval covers.
-    pub approved: Vec<String>,
+    pub approved: super::Approved,
     /// The crashed or stopped run this one resumes, if any.
     pub resumed_from: Option<Resumed>,
     /// This process opened the run and holds the repository's lock (a

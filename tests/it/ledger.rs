@@ -1107,6 +1107,66 @@ async fn tend_outcomes_heads_and_cards_are_kept() {
     assert_eq!(db_error_message(err).0, "23514", "a tend card names its PR");
 }
 
+/// plan_contracts names only stored plans and contracts (checked once per
+/// statement since migration 0012, not per row): an insert or update naming
+/// a missing one is refused, and a plan or contract still named cannot be
+/// deleted, renamed or truncated; one no longer named can be deleted.
+#[tokio::test]
+async fn plan_contracts_name_only_stored_plans_and_contracts() {
+    let db = TestDb::new().await;
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    insert_plan(&ledger, "p").await;
+    for sha in ["c", "free"] {
+        sqlx::query(
+            "INSERT INTO contracts (sha, item_key, title, json) VALUES ($1, 'k', 't', '{}')",
+        )
+        .bind(sha)
+        .execute(&ledger.pool)
+        .await
+        .unwrap();
+    }
+    let run = |sql: &'static str| sqlx::query(sql).execute(&ledger.pool);
+    run("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index) VALUES ('p', 0, 'c', 1)")
+        .await
+        .unwrap();
+    for (sql, what) in [
+        (
+            "INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index) VALUES ('p', 1, 'missing', 2)",
+            "a contract that is not stored",
+        ),
+        (
+            "INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index) VALUES ('missing', 0, 'c', 1)",
+            "a plan that is not stored",
+        ),
+        (
+            "UPDATE plan_contracts SET contract_sha = 'missing'",
+            "a contract that is not stored",
+        ),
+        (
+            "DELETE FROM contracts WHERE sha = 'c'",
+            "still names the row",
+        ),
+        ("UPDATE plans SET sha = 'q'", "still names the row"),
+        (
+            "TRUNCATE contracts CASCADE",
+            "plan_contracts names its rows",
+        ),
+    ] {
+        let (code, msg) = db_error_message(run(sql).await.unwrap_err());
+        assert_eq!(code, "23503", "{sql}: {msg}");
+        assert!(msg.contains(what), "{sql}: {msg}");
+    }
+    run("DELETE FROM contracts WHERE sha = 'free'")
+        .await
+        .unwrap();
+    let kept: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM plan_contracts WHERE contract_sha = 'c'")
+            .fetch_one(&ledger.pool)
+            .await
+            .unwrap();
+    assert_eq!(kept, 1);
+}
+
 /// The report's tended PRs: a run item made under a tend card gives back
 /// what the card asked, the head before and the head pushed since; a PR
 /// left alone (no card) is listed with its reason.
