@@ -598,8 +598,12 @@ fn diff_against(
             let tree = git2::Oid::from_str(tree)
                 .and_then(|oid| repo.find_tree(oid))
                 .map_err(err("reading the writer's tree"))?;
-            repo.diff_tree_to_tree(Some(&base_tree), Some(&tree), Some(&mut opts))
+            match tree_diff(repo, &base_tree, &tree, Some(&mut opts))
                 .map_err(err("diffing the writer's tree against the base"))?
+            {
+                Some(diff) => diff,
+                None => return Ok((Vec::new(), hex::encode(Sha256::digest(b"")))),
+            }
         }
     };
     let mut find = git2::DiffFindOptions::new();
@@ -623,6 +627,89 @@ fn diff_against(
     }
     changed.sort_by(|a, b| a.path.cmp(&b.path));
     Ok((changed, hex::encode(h.finalize())))
+}
+
+/// libgit2's diff of the trees `old` and `new`, limited to the paths that
+/// differ ([`changed_paths`]): unlimited, libgit2 reads every subtree of
+/// both, 26 ms on 50,000 files for a one-line change; limited, it skips
+/// the rest (issue 12). `None` when the trees are equal.
+///
+/// # Errors
+/// The trees or their subtrees cannot be read.
+fn tree_diff<'r>(
+    repo: &'r git2::Repository,
+    old: &git2::Tree<'_>,
+    new: &git2::Tree<'_>,
+    opts: Option<&mut git2::DiffOptions>,
+) -> Result<Option<git2::Diff<'r>>, git2::Error> {
+    let mut paths = Vec::new();
+    changed_paths(repo, Some(old), Some(new), b"", &mut paths)?;
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let mut own = git2::DiffOptions::new();
+    let opts = opts.unwrap_or(&mut own);
+    // Exact paths, not patterns: libgit2 then walks only toward them.
+    opts.disable_pathspec_match(true);
+    for p in paths {
+        opts.pathspec(p);
+    }
+    repo.diff_tree_to_tree(Some(old), Some(new), Some(opts))
+        .map(Some)
+}
+
+/// Appends to `out` the path (`prefix` + name, `/`-separated bytes) of
+/// every file, link or submodule entry that differs between the trees `a`
+/// and `b` (`None`: absent), descending only into subtrees whose ids
+/// differ, and into a subtree on one side only.
+///
+/// # Errors
+/// A subtree cannot be read.
+fn changed_paths(
+    repo: &git2::Repository,
+    a: Option<&git2::Tree<'_>>,
+    b: Option<&git2::Tree<'_>>,
+    prefix: &[u8],
+    out: &mut Vec<Vec<u8>>,
+) -> Result<(), git2::Error> {
+    type Side = (git2::Oid, i32, bool);
+    let entries = |t: Option<&git2::Tree<'_>>| -> std::collections::BTreeMap<Vec<u8>, Side> {
+        t.map(|t| {
+            t.iter()
+                .map(|e| {
+                    let is_tree = e.kind() == Some(git2::ObjectType::Tree);
+                    (e.name_bytes().to_vec(), (e.id(), e.filemode(), is_tree))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    let (ea, eb) = (entries(a), entries(b));
+    let names: std::collections::BTreeSet<&Vec<u8>> = ea.keys().chain(eb.keys()).collect();
+    for name in names {
+        let (sa, sb) = (ea.get(name), eb.get(name));
+        if sa == sb {
+            continue;
+        }
+        let mut path = prefix.to_vec();
+        path.extend_from_slice(name);
+        let subtree = |s: Option<&Side>| -> Result<Option<git2::Tree<'_>>, git2::Error> {
+            match s {
+                Some((id, _, true)) => repo.find_tree(*id).map(Some),
+                _ => Ok(None),
+            }
+        };
+        let (ta, tb) = (subtree(sa)?, subtree(sb)?);
+        // A file on either side (or a file turned directory) is a path.
+        if sa.is_some_and(|s| !s.2) || sb.is_some_and(|s| !s.2) {
+            out.push(path.clone());
+        }
+        if ta.is_some() || tb.is_some() {
+            path.push(b'/');
+            changed_paths(repo, ta.as_ref(), tb.as_ref(), &path, out)?;
+        }
+    }
+    Ok(())
 }
 
 /// One file's change in `patch`, its header and lines hashed into `h`;
@@ -727,9 +814,11 @@ pub fn secret_in_change(
     let new_tree = git2::Oid::from_str(tree)
         .and_then(|oid| repo.find_tree(oid))
         .map_err(err("reading the change's tree"))?;
-    let diff = repo
-        .diff_tree_to_tree(Some(&base_tree), Some(&new_tree), None)
-        .map_err(err("diffing the change"))?;
+    let Some(diff) =
+        tree_diff(&repo, &base_tree, &new_tree, None).map_err(err("diffing the change"))?
+    else {
+        return Ok(None);
+    };
     let blob = |id: git2::Oid| -> Result<Option<Vec<u8>>, ProofError> {
         if id.is_zero() {
             return Ok(None);

@@ -1358,6 +1358,38 @@ fn the_proof_from_the_writers_tree_is_the_proof_from_the_working_tree() {
     );
 }
 
+/// The same for entries that change kind: a file that became a directory,
+/// a directory that became a file, a new directory several levels deep —
+/// the tree's diff reads only the subtrees that differ (issue 12), and
+/// still names every path the working tree's diff names.
+#[test]
+fn the_proof_from_the_tree_follows_files_that_became_directories_and_back() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    let p = &slot.path;
+    std::fs::remove_file(p.join("src/old.rs")).unwrap();
+    write(&p.join("src/old.rs/inner.rs"), "// now a directory\n");
+    std::fs::remove_dir_all(p.join("docs")).unwrap();
+    write(&p.join("docs"), "now a file\n");
+    write(&p.join("a/b/c/deep.rs"), "deep\n");
+    let from_worktree = Proof::collect(p, &start, &[], &[]).unwrap();
+    let tree = slot.snapshot_tree().unwrap();
+    let from_tree = Proof::collect_tree(p, &start, &tree, &[], &[]).unwrap();
+    assert_eq!(from_tree, from_worktree);
+    let paths: Vec<&str> = from_tree.changed.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "a/b/c/deep.rs",
+            "docs",
+            "docs/guide.md",
+            "src/old.rs",
+            "src/old.rs/inner.rs"
+        ]
+    );
+}
+
 /// Committing the approved tree (`commit_tree`, what shipping does) makes
 /// the commit `commit_all` makes of the same working tree — same tree,
 /// parent, author, committer and message — and leaves the index alone;
