@@ -807,7 +807,7 @@ impl Slot {
         let seed = seed_index_file(&self.path);
         let Some(plan) = kept
             .follow
-            .refresh(&kept.snapshot)
+            .refresh_owned(kept.snapshot)
             .and_then(|now| now.reset_plan(&seed))
         else {
             return false;

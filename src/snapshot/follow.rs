@@ -147,7 +147,43 @@ impl Follow {
             paths = dirty.len(),
             "checkout refreshed from inotify events"
         );
-        base.patched(&dirty, started)
+        let (keep, fresh) = base.patch_of(&dirty)?;
+        let entries = base.entries.iter().cloned();
+        let hashed = base.hashed.clone();
+        Some(assemble(
+            base.root.clone(),
+            entries,
+            hashed,
+            keep,
+            fresh,
+            started,
+        ))
+    }
+
+    /// [`Follow::refresh`] of a snapshot not needed as it was: its entries
+    /// are moved, not copied.
+    pub fn refresh_owned(self, base: Snapshot) -> Option<Snapshot> {
+        let started = SystemTime::now();
+        let dirty = self.dirty_paths()?;
+        tracing::debug!(
+            paths = dirty.len(),
+            "checkout refreshed from inotify events"
+        );
+        let (keep, fresh) = base.patch_of(&dirty)?;
+        let Snapshot {
+            root,
+            entries,
+            hashed,
+            ..
+        } = base;
+        Some(assemble(
+            root,
+            entries.into_iter(),
+            hashed,
+            keep,
+            fresh,
+            started,
+        ))
     }
 
     /// Every path an event named, and each watched directory that had one.
@@ -196,9 +232,10 @@ enum Found {
 }
 
 impl Snapshot {
-    /// This snapshot with each of `dirty` read again (see
-    /// [`Follow::refresh`]); `started` is when the reading began.
-    fn patched(&self, dirty: &BTreeSet<Vec<u8>>, started: SystemTime) -> Option<Snapshot> {
+    /// What reading each of `dirty` again changes in this snapshot: which
+    /// of its entries stay (by index) and the entries read now, in path
+    /// order; `None` when a path cannot tell (see [`Follow::refresh`]).
+    fn patch_of(&self, dirty: &BTreeSet<Vec<u8>>) -> Option<(Vec<bool>, Vec<Entry>)> {
         let mut walked: Vec<&[u8]> = Vec::new();
         let mut found: Vec<(&[u8], Found)> = Vec::new();
         for p in dirty {
@@ -225,7 +262,6 @@ impl Snapshot {
                 }
             }
         }
-        let mut entries: Vec<Entry> = Vec::with_capacity(self.entries.len());
         let mut fresh: Vec<Entry> = Vec::new();
         for (p, f) in found {
             match f {
@@ -237,25 +273,8 @@ impl Snapshot {
                 }
             }
         }
-        let mut hashed = self.hashed.clone();
-        for (i, (p, _)) in self.entries.iter().enumerate() {
-            if keep[i] {
-                entries.push((p.clone(), self.entries[i].1.clone()));
-            } else {
-                hashed.remove(&**p);
-            }
-        }
-        hashed.extend(racy_hashes(&self.root, &fresh, started));
-        entries.extend(fresh);
-        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let mut snap = Snapshot {
-            root: self.root.clone(),
-            entries,
-            hashed,
-            index: None,
-        };
-        snap.read_index();
-        Some(snap)
+        fresh.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Some((keep, fresh))
     }
 
     /// What is at `p` now, against what the snapshot holds there; `None`
@@ -303,6 +322,42 @@ impl Snapshot {
         let end = self.entries.partition_point(|(q, _)| **q < *to);
         start..end.max(start)
     }
+}
+
+/// The snapshot of `root` made of the `entries` whose `keep` flag is set
+/// and the `fresh` ones (both in path order, no path in both), merged in
+/// one pass; racy files among the fresh ones hashed as of `started`.
+fn assemble(
+    root: std::path::PathBuf,
+    entries: impl Iterator<Item = Entry>,
+    mut hashed: std::collections::BTreeMap<Vec<u8>, [u8; 32]>,
+    keep: Vec<bool>,
+    fresh: Vec<Entry>,
+    started: SystemTime,
+) -> Snapshot {
+    let racy = racy_hashes(&root, &fresh, started);
+    let mut merged: Vec<Entry> = Vec::with_capacity(keep.len() + fresh.len());
+    let mut fresh = fresh.into_iter().peekable();
+    for (entry, kept) in entries.zip(keep) {
+        if !kept {
+            hashed.remove(&*entry.0);
+            continue;
+        }
+        while fresh.peek().is_some_and(|(p, _)| *p < entry.0) {
+            merged.extend(fresh.next());
+        }
+        merged.push(entry);
+    }
+    merged.extend(fresh);
+    hashed.extend(racy);
+    let mut snap = Snapshot {
+        root,
+        entries: merged,
+        hashed,
+        index: None,
+    };
+    snap.read_index();
+    snap
 }
 
 /// Every entry below the directory `root/dir`, read by one thread.
@@ -402,6 +457,19 @@ mod tests {
             fs::write(p.join("calc.txt/inner"), "i\n").unwrap();
         });
         assert_eq!(refreshed.entries, walked.entries);
+    }
+
+    #[test]
+    fn a_refresh_that_takes_the_snapshot_holds_what_a_walk_finds() {
+        let d = checkout();
+        let p = d.path();
+        let (base, follow) = Snapshot::take_following(p).unwrap();
+        fs::write(p.join("src/lib.rs"), "fn main() { changed() }\n").unwrap();
+        fs::remove_dir_all(p.join("build")).unwrap();
+        fs::write(p.join("zz.txt"), "last in order\n").unwrap();
+        fs::write(p.join("a.txt"), "first in order\n").unwrap();
+        let refreshed = follow.unwrap().refresh_owned(base).expect("refreshed");
+        assert_eq!(refreshed.entries, Snapshot::take(p).unwrap().entries);
     }
 
     #[test]
