@@ -112,7 +112,7 @@ impl Watching {
         }
         let dirs = self.dirs.into_inner().ok()?;
         Some(Follow {
-            inotify: self.inotify,
+            inotify: Some(self.inotify),
             dirs,
         })
     }
@@ -121,9 +121,24 @@ impl Watching {
 /// The watches of one [`Snapshot::take_following`], read once by
 /// [`Follow::refresh`]. Dropping it closes the inotify instance.
 pub struct Follow {
-    inotify: Inotify,
+    /// Always `Some` until dropped (see the `Drop` impl).
+    inotify: Option<Inotify>,
     /// Each watched directory's path (relative bytes, `""` the root).
     dirs: HashMap<WatchDescriptor, Box<[u8]>>,
+}
+
+impl Drop for Follow {
+    /// Closes the inotify instance on a thread of its own: the kernel
+    /// waits out a grace period before it lets go of the watches, up to
+    /// 20 ms, which the item need not wait for.
+    fn drop(&mut self) {
+        if let Some(inotify) = self.inotify.take() {
+            let closing = std::thread::Builder::new().name("inotify-close".into());
+            if let Err(e) = closing.spawn(move || drop(inotify)) {
+                tracing::debug!("closing inotify in line: {e}");
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Follow {
@@ -190,7 +205,10 @@ impl Follow {
     fn dirty_paths(&self) -> Option<BTreeSet<Vec<u8>>> {
         let mut dirty = BTreeSet::new();
         loop {
-            let events = match self.inotify.read_events() {
+            let Some(inotify) = &self.inotify else {
+                return None;
+            };
+            let events = match inotify.read_events() {
                 Ok(events) => events,
                 Err(Errno::EAGAIN) => return Some(dirty),
                 Err(e) => {
