@@ -767,16 +767,7 @@ impl Slot {
         let kept = kept.filter(|k| k.base == self.base_commit);
         self.undone = kept.is_some_and(|k| self.undo_since(k));
         if !self.undone {
-            git.run(&[
-                "checkout",
-                "--quiet",
-                "--force",
-                "--no-track",
-                "-B",
-                &self.branch,
-                &self.base_commit,
-            ])?;
-            git.run(&["clean", "-ffdxq"])?;
+            self.check_out_clean(&self.base_commit)?;
         }
         self.record_index();
         self.empty_submodule_dirs()?;
@@ -794,6 +785,28 @@ impl Slot {
             )?;
         }
         self.record_fingerprint()
+    }
+
+    /// The slot's branch created or moved to `commit` (40 hex) and checked
+    /// out by force, and everything git does not track removed, ignored
+    /// files too.
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when git fails.
+    fn check_out_clean(&self, commit: &str) -> Result<(), SlotError> {
+        let git = self.git();
+        let branch = self.branch.as_str();
+        git.run(&[
+            "checkout",
+            "--quiet",
+            "--force",
+            "--no-track",
+            "-B",
+            branch,
+            commit,
+        ])?;
+        git.run(&["clean", "-ffdxq"])?;
+        Ok(())
     }
 
     /// What `git checkout --force -B <branch> <base>` and `git clean
@@ -911,17 +924,7 @@ impl Slot {
                 commit,
             ])?;
         }
-        let git = self.git();
-        git.run(&[
-            "checkout",
-            "--quiet",
-            "--force",
-            "--no-track",
-            "-B",
-            &self.branch,
-            commit,
-        ])?;
-        git.run(&["clean", "-ffdxq"])?;
+        self.check_out_clean(commit)?;
         self.record_index();
         self.base_commit = commit.to_string();
         self.tip = None;

@@ -41,6 +41,7 @@ use sha2::{Digest, Sha256};
 
 mod follow;
 pub use follow::Follow;
+pub(crate) use follow::mask as inotify_mask;
 
 /// How far back from the first walk's start a change time counts as racy:
 /// the kernel stamps files with a clock that advances in ticks of 1 to 10 ms

@@ -35,8 +35,8 @@ pub const MAX_PATHS: usize = 10_000;
 
 /// Every event that can mean a change: content, metadata (mode, times,
 /// owner, links), entries made, removed or renamed, the directory itself
-/// gone or moved.
-fn mask() -> AddWatchFlags {
+/// gone or moved (also the user's repository's watch, `user_repo::watch`).
+pub(crate) fn mask() -> AddWatchFlags {
     AddWatchFlags::IN_MODIFY
         | AddWatchFlags::IN_ATTRIB
         | AddWatchFlags::IN_CLOSE_WRITE
@@ -156,35 +156,16 @@ impl Follow {
     /// watch, more than [`MAX_PATHS`] paths, a re-read file with several
     /// links, the root replaced, a path that cannot be read): walk again.
     pub fn refresh(self, base: &Snapshot) -> Option<Snapshot> {
-        let started = SystemTime::now();
-        let dirty = self.dirty_paths()?;
-        tracing::debug!(
-            paths = dirty.len(),
-            "checkout refreshed from inotify events"
-        );
-        let (keep, fresh) = base.patch_of(&dirty)?;
+        let (started, keep, fresh) = self.read_again(base)?;
         let entries = base.entries.iter().cloned();
-        let hashed = base.hashed.clone();
-        Some(assemble(
-            base.root.clone(),
-            entries,
-            hashed,
-            keep,
-            fresh,
-            started,
-        ))
+        let (root, hashed) = (base.root.clone(), base.hashed.clone());
+        Some(assemble(root, entries, hashed, keep, fresh, started))
     }
 
     /// [`Follow::refresh`] of a snapshot not needed as it was: its entries
     /// are moved, not copied.
     pub fn refresh_owned(self, base: Snapshot) -> Option<Snapshot> {
-        let started = SystemTime::now();
-        let dirty = self.dirty_paths()?;
-        tracing::debug!(
-            paths = dirty.len(),
-            "checkout refreshed from inotify events"
-        );
-        let (keep, fresh) = base.patch_of(&dirty)?;
+        let (started, keep, fresh) = self.read_again(&base)?;
         let Snapshot {
             root,
             entries,
@@ -199,6 +180,19 @@ impl Follow {
             fresh,
             started,
         ))
+    }
+
+    /// When the reading began, which entries of `base` stay and the
+    /// entries read again ([`Snapshot::patch_of`]).
+    fn read_again(&self, base: &Snapshot) -> Option<(SystemTime, Vec<bool>, Vec<Entry>)> {
+        let started = SystemTime::now();
+        let dirty = self.dirty_paths()?;
+        tracing::debug!(
+            paths = dirty.len(),
+            "checkout refreshed from inotify events"
+        );
+        let (keep, fresh) = base.patch_of(&dirty)?;
+        Some((started, keep, fresh))
     }
 
     /// Every path an event named, and each watched directory that had one.

@@ -20,6 +20,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDe
 
 use super::RepoState;
 use crate::git::Git;
+use crate::snapshot::inotify_mask as mask;
 
 /// Directories `git status` does not descend into, relative to the working
 /// tree: those an ignore rule matches, and untracked nested repositories
@@ -322,21 +323,6 @@ impl Live {
             None => dir.display().to_string(),
         }
     }
-}
-
-/// Every event that can mean a change: content, metadata (mode, times,
-/// owner), entries made, removed or renamed, the directory itself gone.
-fn mask() -> AddWatchFlags {
-    AddWatchFlags::IN_MODIFY
-        | AddWatchFlags::IN_ATTRIB
-        | AddWatchFlags::IN_CLOSE_WRITE
-        | AddWatchFlags::IN_CREATE
-        | AddWatchFlags::IN_DELETE
-        | AddWatchFlags::IN_MOVED_FROM
-        | AddWatchFlags::IN_MOVED_TO
-        | AddWatchFlags::IN_DELETE_SELF
-        | AddWatchFlags::IN_MOVE_SELF
-        | AddWatchFlags::IN_ONLYDIR
 }
 
 /// One pass adding watches under the repository's roots.

@@ -112,6 +112,25 @@ impl Fixture {
         slot_path(&self.data, &self.user, 0)
     }
 
+    /// The next item's slot (`nightshift/next-1a2b3c4d`), from the run's
+    /// `pinned` base and the last item's `kept` walk.
+    fn prepare_next(&self, pinned: Option<&str>, kept: Option<nightshift::slot::KeptWalk>) -> Slot {
+        let remote = self.remote.display().to_string();
+        Slot::prepare_at(nightshift::slot::PrepareAt {
+            dir: &self.slot_path(),
+            repo: &self.user,
+            remote: "origin",
+            urls: (remote.clone(), remote),
+            base: "main",
+            branch: "nightshift/next-1a2b3c4d",
+            token: None,
+            stop: None,
+            pinned,
+            kept,
+        })
+        .expect("prepared")
+    }
+
     fn prepare(&self, branch: &str) -> Slot {
         Slot::prepare(
             &self.slot_path(),
@@ -1610,21 +1629,7 @@ fn a_reset_from_the_kept_walk_leaves_what_git_checkout_and_clean_leave() {
     write(&p.join("target/debug/later.o"), "later\n");
     let exec = std::os::unix::fs::PermissionsExt::from_mode(0o755);
     std::fs::set_permissions(p.join("README.md"), exec).unwrap();
-    let (dir, user) = (fx.slot_path(), fx.user.clone());
-    let remote = fx.remote.display().to_string();
-    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
-        dir: &dir,
-        repo: &user,
-        remote: "origin",
-        urls: (remote.clone(), remote),
-        base: "main",
-        branch: "nightshift/next-1a2b3c4d",
-        token: None,
-        stop: None,
-        pinned: Some(&base),
-        kept,
-    })
-    .expect("prepared");
+    let slot = fx.prepare_next(Some(&base), kept);
     assert!(slot.undone, "reset from the kept walk, not by git");
     assert_eq!(git(&p, &["rev-parse", "HEAD"]), base);
     assert_eq!(
@@ -1666,21 +1671,7 @@ fn a_kept_walk_of_another_base_leaves_the_reset_to_git() {
     let (walk, follow) = Snapshot::take_following(&p).unwrap();
     let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
     let moved = fx.advance_remote("src/more.rs", "more\n");
-    let (dir, user) = (fx.slot_path(), fx.user.clone());
-    let remote = fx.remote.display().to_string();
-    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
-        dir: &dir,
-        repo: &user,
-        remote: "origin",
-        urls: (remote.clone(), remote),
-        base: "main",
-        branch: "nightshift/next-1a2b3c4d",
-        token: None,
-        stop: None,
-        pinned: None,
-        kept,
-    })
-    .expect("prepared");
+    let slot = fx.prepare_next(None, kept);
     assert!(!slot.undone);
     assert_eq!(git(&p, &["rev-parse", "HEAD"]), moved);
     assert!(!p.join("src/new.rs").exists());
