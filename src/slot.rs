@@ -462,10 +462,26 @@ fn copy_keeping_mtime(from: &Path, to: &Path) -> std::io::Result<Vec<u8>> {
     let modified = f.metadata()?.modified()?;
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes)?;
-    let mut out = std::fs::File::create(to)?;
-    out.write_all(&bytes)?;
-    out.set_modified(modified)?;
-    Ok(bytes)
+    // Written beside `to` and renamed over it: a link, a hard link or a
+    // FIFO an agent put at `to` (`.git/index`) is replaced, never written
+    // through or waited on.
+    let mut tmp = to.as_os_str().to_owned();
+    tmp.push(".nightshift-new");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut out| {
+            out.write_all(&bytes)?;
+            out.set_modified(modified)
+        })
+        .and_then(|()| std::fs::rename(&tmp, to));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map(|()| bytes)
 }
 
 /// Where and how [`Slot::prepare_at`] makes a checkout.

@@ -1685,3 +1685,253 @@ fn a_kept_walk_of_another_base_leaves_the_reset_to_git() {
     assert_eq!(git(&p, &["rev-parse", "HEAD"]), moved);
     assert!(!p.join("src/new.rs").exists());
 }
+
+// ---- Attacks on the reset from the kept walk (issue 12) ----
+
+/// The slot of `fx`, prepared; `before` done to it, walked and kept
+/// watched; `after` done since; then prepared again from the kept walk.
+/// Returns the slot, the base and whether the kept walk did the reset.
+fn kept_walk_reset(
+    fx: &Fixture,
+    before: impl FnOnce(&Path),
+    after: impl FnOnce(&Path),
+) -> (Slot, String) {
+    use nightshift::snapshot::Snapshot;
+    let first = fx.prepare(BRANCH);
+    let (p, base) = (first.path.clone(), first.base_commit.clone());
+    before(&p);
+    let (walk, follow) = Snapshot::take_following(&p).unwrap();
+    let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
+    after(&p);
+    let (dir, user) = (fx.slot_path(), fx.user.clone());
+    let remote = fx.remote.display().to_string();
+    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
+        dir: &dir,
+        repo: &user,
+        remote: "origin",
+        urls: (remote.clone(), remote),
+        base: "main",
+        branch: "nightshift/next-1a2b3c4d",
+        token: None,
+        stop: None,
+        pinned: Some(&base),
+        kept,
+    })
+    .expect("prepared");
+    (slot, base)
+}
+
+/// What `git checkout --force` and `git clean -ffdx` leave: HEAD on the new
+/// branch at `base`, nothing changed, untracked or ignored, every tracked
+/// entry byte-identical to the base's (content, mode, link target; an
+/// empty directory at a submodule path).
+fn assert_left_as_git_leaves(p: &Path, base: &str) {
+    assert_eq!(git(p, &["rev-parse", "HEAD"]), base);
+    assert_eq!(
+        git(p, &["symbolic-ref", "HEAD"]),
+        "refs/heads/nightshift/next-1a2b3c4d"
+    );
+    let status = [
+        "status",
+        "--porcelain",
+        "--ignored",
+        "--untracked-files=all",
+    ];
+    assert_eq!(git(p, &status), "", "nothing changed, untracked or ignored");
+    let tree = git(p, &["ls-tree", "-r", "--full-tree", base]);
+    for line in tree.lines() {
+        let (head, path) = line.split_once('\t').unwrap();
+        let mut f = head.split(' ');
+        let (mode, oid) = (f.next().unwrap(), f.nth(1).unwrap());
+        let at = p.join(path);
+        let meta = std::fs::symlink_metadata(&at).unwrap_or_else(|e| panic!("{path}: {e}"));
+        match mode {
+            "160000" => {
+                assert!(meta.is_dir(), "{path}: a submodule's directory");
+                assert_eq!(std::fs::read_dir(&at).unwrap().count(), 0, "{path} empty");
+            }
+            "120000" => {
+                assert!(meta.file_type().is_symlink(), "{path}: a link");
+                let blob = git(p, &["cat-file", "blob", oid]);
+                assert_eq!(std::fs::read_link(&at).unwrap().to_str().unwrap(), blob);
+            }
+            _ => {
+                assert!(meta.is_file(), "{path}: a file");
+                let exec = meta.permissions().mode() & 0o111 != 0;
+                assert_eq!(exec, mode == "100755", "{path}: mode");
+                let hashed = git(p, &["hash-object", "--no-filters", path]);
+                assert_eq!(hashed, oid, "{path}: content");
+            }
+        }
+    }
+}
+
+/// A directory outside the slot an agent aims links at: `tree_hash` of it
+/// must not move.
+fn outside(fx: &Fixture) -> PathBuf {
+    let out = fx.root.join("outside");
+    write(&out.join("lib.rs"), "outside's own lib.rs\n");
+    write(&out.join("guide.md"), "outside's guide\n");
+    write(&out.join("deep/keep.txt"), "keep\n");
+    out
+}
+
+/// Links, hard links, FIFOs, sockets and odd names, made before the walk
+/// and after it: the reset removes links as links (never what they point
+/// at), writes no file outside the slot, and leaves what git leaves.
+#[test]
+fn a_kept_walk_reset_of_links_fifos_and_odd_names_stays_inside_the_slot() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::symlink;
+    let fx = Fixture::new();
+    let out = outside(&fx);
+    let untouched = tree_hash(&out);
+    let o = out.clone();
+    let o2 = out.clone();
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |p| {
+            // A tracked file now a link to a file outside.
+            std::fs::remove_file(p.join("README.md")).unwrap();
+            symlink(o.join("lib.rs"), p.join("README.md")).unwrap();
+            // A tracked file hard-linked from outside, and one outside
+            // linked in as an untracked file.
+            std::fs::hard_link(p.join("src/old.rs"), o.join("twin.rs")).unwrap();
+            std::fs::hard_link(o.join("guide.md"), p.join("docs/hard.md")).unwrap();
+            // An untracked directory that is a link to a directory outside.
+            symlink(&o, p.join("escape")).unwrap();
+            nix::unistd::mkfifo(&p.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+            let _sock = std::os::unix::net::UnixListener::bind(p.join("src/sock")).unwrap();
+            let odd = std::ffi::OsStr::from_bytes(b"src/\xff\xfename\nwith newline");
+            write(&p.join(odd), "odd\n");
+            write(&p.join("target/été/x.o"), "ignored\n");
+        },
+        |p| {
+            // After the walk: a tracked file replaced by a link to a
+            // directory outside, the untracked link swapped for a
+            // directory and back to a link, a FIFO where a tracked file was.
+            std::fs::remove_file(p.join("docs/guide.md")).unwrap();
+            symlink(&o2, p.join("docs/guide.md")).unwrap();
+            std::fs::remove_file(p.join("escape")).unwrap();
+            write(&p.join("escape/inner.txt"), "inner\n");
+            std::fs::remove_dir_all(p.join("escape")).unwrap();
+            symlink(&o2, p.join("escape")).unwrap();
+            std::fs::remove_file(p.join("src/lib.rs")).unwrap();
+            nix::unistd::mkfifo(&p.join("src/lib.rs"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+            let odd = std::ffi::OsStr::from_bytes(b"late\n\xff");
+            write(&p.join(odd), "late\n");
+        },
+    );
+    assert!(slot.undone, "reset from the kept walk");
+    assert_left_as_git_leaves(&slot.path, &base);
+    std::fs::remove_file(out.join("twin.rs")).unwrap();
+    assert_eq!(tree_hash(&out), untouched, "nothing outside the slot moved");
+}
+
+/// A writer that swaps a tracked directory for a link to a directory
+/// outside (holding files of the same names), before the walk or after
+/// it: the reset never writes through the link.
+#[test]
+fn a_tracked_directory_swapped_for_a_link_is_not_written_through() {
+    use std::os::unix::fs::symlink;
+    for after_walk in [false, true] {
+        let fx = Fixture::new();
+        let out = outside(&fx);
+        let untouched = tree_hash(&out);
+        let swap = |p: &Path| {
+            std::fs::remove_dir_all(p.join("docs")).unwrap();
+            symlink(&out, p.join("docs")).unwrap();
+            std::fs::remove_dir_all(p.join("src")).unwrap();
+            symlink(&out, p.join("src")).unwrap();
+        };
+        let (slot, base) = if after_walk {
+            kept_walk_reset(&fx, |_| {}, swap)
+        } else {
+            kept_walk_reset(&fx, swap, |_| {})
+        };
+        assert_left_as_git_leaves(&slot.path, &base);
+        assert_eq!(tree_hash(&out), untouched, "after the walk: {after_walk}");
+    }
+}
+
+/// `.git/index` replaced by a link to a file outside the slot, or by a
+/// hard link to one: putting the base's index back replaces the entry,
+/// never writes the file it points at.
+#[test]
+fn an_index_swapped_for_a_link_outside_is_replaced_not_written_through() {
+    use std::os::unix::fs::symlink;
+    for hard in [false, true] {
+        let fx = Fixture::new();
+        let out = outside(&fx);
+        let untouched = tree_hash(&out);
+        let o = out.clone();
+        let (slot, base) = kept_walk_reset(
+            &fx,
+            |p| write(&p.join("src/lib.rs"), "changed\n"),
+            |p| {
+                let index = p.join(".git/index");
+                std::fs::remove_file(&index).unwrap();
+                if hard {
+                    std::fs::hard_link(o.join("lib.rs"), &index).unwrap();
+                } else {
+                    symlink(o.join("lib.rs"), &index).unwrap();
+                }
+            },
+        );
+        assert_left_as_git_leaves(&slot.path, &base);
+        assert_eq!(tree_hash(&out), untouched, "hard link: {hard}");
+    }
+}
+
+/// `.git/index` replaced by a FIFO nothing reads: the reset neither hangs
+/// nor leaves it.
+#[test]
+fn an_index_swapped_for_a_fifo_does_not_hang_the_reset() {
+    let fx = Fixture::new();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let fx = fx;
+        let (slot, base) = kept_walk_reset(
+            &fx,
+            |_| {},
+            |p| {
+                let index = p.join(".git/index");
+                std::fs::remove_file(&index).unwrap();
+                nix::unistd::mkfifo(&index, nix::sys::stat::Mode::S_IRWXU).unwrap();
+            },
+        );
+        assert_left_as_git_leaves(&slot.path, &base);
+        tx.send(()).unwrap();
+    });
+    let done = rx.recv_timeout(Duration::from_secs(30));
+    assert!(done.is_ok(), "the reset hung (or failed) on a FIFO index");
+}
+
+/// The seed index beside the slot (`slot-N.index`) replaced by a link to
+/// a file outside: the reset does not trust it (git resets) and the new
+/// seed replaces the link instead of writing the file it points at.
+#[test]
+fn a_seed_index_swapped_for_a_link_outside_is_replaced_not_written_through() {
+    use std::os::unix::fs::symlink;
+    let fx = Fixture::new();
+    let out = outside(&fx);
+    let untouched = tree_hash(&out);
+    let (seed, o) = (fx.slot_path().with_file_name("slot-0.index"), out.clone());
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |p| write(&p.join("src/lib.rs"), "changed\n"),
+        |_| {
+            assert!(seed.is_file(), "the seed is {}", seed.display());
+            std::fs::remove_file(&seed).unwrap();
+            symlink(o.join("lib.rs"), &seed).unwrap();
+        },
+    );
+    assert!(
+        !slot.undone,
+        "a seed that is no index leaves the reset to git"
+    );
+    assert_left_as_git_leaves(&slot.path, &base);
+    let seed = fx.slot_path().with_file_name("slot-0.index");
+    assert!(std::fs::symlink_metadata(&seed).unwrap().is_file());
+    assert_eq!(tree_hash(&out), untouched);
+}
