@@ -1759,7 +1759,7 @@ fn assert_left_as_git_leaves(p: &Path, base: &str) {
                 assert!(meta.is_file(), "{path}: a file");
                 let exec = meta.permissions().mode() & 0o111 != 0;
                 assert_eq!(exec, mode == "100755", "{path}: mode");
-                let hashed = git(p, &["hash-object", "--no-filters", path]);
+                let hashed = git(p, &["hash-object", "--no-filters", "--", path]);
                 assert_eq!(hashed, oid, "{path}: content");
             }
         }
@@ -1934,4 +1934,76 @@ fn a_seed_index_swapped_for_a_link_outside_is_replaced_not_written_through() {
     let seed = fx.slot_path().with_file_name("slot-0.index");
     assert!(std::fs::symlink_metadata(&seed).unwrap().is_file());
     assert_eq!(tree_hash(&out), untouched);
+}
+
+/// A base with a submodule at `lib` (never checked out in a slot).
+fn with_submodule(fx: &Fixture) {
+    let seed = fx.root.join("seed");
+    git(&seed, &["pull", "--quiet", "--ff-only", "origin", "main"]);
+    let some_commit = git(&seed, &["rev-parse", "HEAD"]);
+    let info = format!("160000,{some_commit},lib");
+    git(&seed, &["update-index", "--add", "--cacheinfo", &info]);
+    git(&seed, &["commit", "--quiet", "-m", "a submodule"]);
+    git(&seed, &["push", "--quiet", "origin", "main"]);
+    git(&fx.user, &["pull", "--quiet", "--ff-only"]);
+}
+
+/// A submodule's directory removed, or replaced by a file or a dangling
+/// link, before the walk or after it: the reset leaves the empty
+/// directory git's checkout leaves.
+#[test]
+fn a_submodule_path_replaced_by_a_file_or_link_or_removed_is_reset() {
+    use std::os::unix::fs::symlink;
+    type Act = fn(&Path);
+    let acts: [(&str, Act); 4] = [
+        ("removed", |p| std::fs::remove_dir(p.join("lib")).unwrap()),
+        ("a file", |p| {
+            std::fs::remove_dir(p.join("lib")).unwrap();
+            write(&p.join("lib"), "a file\n");
+        }),
+        ("a dangling link", |p| {
+            std::fs::remove_dir(p.join("lib")).unwrap();
+            symlink("nowhere", p.join("lib")).unwrap();
+        }),
+        ("filled", |p| write(&p.join("lib/inner/x.txt"), "x\n")),
+    ];
+    for (what, act) in acts {
+        for after_walk in [false, true] {
+            let fx = Fixture::new();
+            with_submodule(&fx);
+            let (slot, base) = if after_walk {
+                kept_walk_reset(&fx, |_| {}, act)
+            } else {
+                kept_walk_reset(&fx, act, |_| {})
+            };
+            let at = format!("{what}, after the walk: {after_walk}");
+            assert!(slot.path.join("lib").is_dir(), "{at}");
+            assert!(slot.filled_submodule_dirs().unwrap().is_empty(), "{at}");
+            assert_left_as_git_leaves(&slot.path, &base);
+        }
+    }
+}
+
+/// A tracked `.gitattributes` rewritten by the writer (say, to CRLF line
+/// ends) must not change how the other tracked files are checked out
+/// again: they come back as the base has them.
+#[test]
+fn a_rewritten_gitattributes_does_not_change_how_files_come_back() {
+    let fx = Fixture::new();
+    fx.advance_remote(".gitattributes", "*.bin binary\n");
+    // Checked out before `.gitattributes` (`-` sorts before `.`).
+    fx.advance_remote("-first.txt", "first\nlines\n");
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |p| {
+            write(&p.join(".gitattributes"), "* text eol=crlf\n");
+            write(&p.join("-first.txt"), "changed\n");
+            write(&p.join("src/lib.rs"), "changed\n");
+            write(&p.join("docs/guide.md"), "changed\n");
+        },
+        |_| {},
+    );
+    assert_left_as_git_leaves(&slot.path, &base);
+    let lib = std::fs::read_to_string(slot.path.join("src/lib.rs")).unwrap();
+    assert_eq!(lib, LIB_RS);
 }
