@@ -4,8 +4,10 @@
 //! [`Snapshot::take_following`] watches every directory before the walk
 //! lists it, so whatever changes after the walk saw an entry is an event on
 //! that entry's directory. [`Follow::refresh`] reads each path an event
-//! names again (a new or replaced directory whole) and keeps the rest of
-//! the walk.
+//! names again (a new or replaced directory whole — a directory made at a
+//! path is new even with the inode number of the one removed there, which
+//! ext4 hands out again at once, since the watch went with the old one)
+//! and keeps the rest of the walk.
 //!
 //! inotify does not see a write through a memory mapping, nor one through
 //! a hard link from outside the watched directories. A refreshed snapshot
@@ -157,12 +159,12 @@ impl Follow {
     /// links, the root replaced, a path that cannot be read): walk again.
     pub fn refresh(self, base: &Snapshot) -> Option<Snapshot> {
         let started = SystemTime::now();
-        let dirty = self.dirty_paths()?;
+        let (dirty, made) = self.dirty_paths()?;
         tracing::debug!(
             paths = dirty.len(),
             "checkout refreshed from inotify events"
         );
-        let (keep, fresh) = base.patch_of(&dirty)?;
+        let (keep, fresh) = base.patch_of(&dirty, &made)?;
         let entries = base.entries.iter().cloned();
         let hashed = base.hashed.clone();
         Some(assemble(
@@ -179,12 +181,12 @@ impl Follow {
     /// are moved, not copied.
     pub fn refresh_owned(self, base: Snapshot) -> Option<Snapshot> {
         let started = SystemTime::now();
-        let dirty = self.dirty_paths()?;
+        let (dirty, made) = self.dirty_paths()?;
         tracing::debug!(
             paths = dirty.len(),
             "checkout refreshed from inotify events"
         );
-        let (keep, fresh) = base.patch_of(&dirty)?;
+        let (keep, fresh) = base.patch_of(&dirty, &made)?;
         let Snapshot {
             root,
             entries,
@@ -201,16 +203,19 @@ impl Follow {
         ))
     }
 
-    /// Every path an event named, and each watched directory that had one.
-    fn dirty_paths(&self) -> Option<BTreeSet<Vec<u8>>> {
+    /// Every path an event named, and each watched directory that had one;
+    /// beside them, the paths an entry was made or moved to.
+    fn dirty_paths(&self) -> Option<(BTreeSet<Vec<u8>>, BTreeSet<Vec<u8>>)> {
         let mut dirty = BTreeSet::new();
+        let mut made = BTreeSet::new();
+        let making = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO;
         loop {
             let Some(inotify) = &self.inotify else {
                 return None;
             };
             let events = match inotify.read_events() {
                 Ok(events) => events,
-                Err(Errno::EAGAIN) => return Some(dirty),
+                Err(Errno::EAGAIN) => return Some((dirty, made)),
                 Err(e) => {
                     tracing::debug!("cannot read inotify events: {e}");
                     return None;
@@ -228,6 +233,9 @@ impl Follow {
                         path.push(b'/');
                     }
                     path.extend_from_slice(name.as_bytes());
+                    if event.mask.intersects(making) {
+                        made.insert(path.clone());
+                    }
                     dirty.insert(path);
                 }
                 if dirty.len() > MAX_PATHS {
@@ -252,8 +260,15 @@ enum Found {
 impl Snapshot {
     /// What reading each of `dirty` again changes in this snapshot: which
     /// of its entries stay (by index) and the entries read now, in path
-    /// order; `None` when a path cannot tell (see [`Follow::refresh`]).
-    fn patch_of(&self, dirty: &BTreeSet<Vec<u8>>) -> Option<(Vec<bool>, Vec<Entry>)> {
+    /// order; `None` when a path cannot tell (see [`Follow::refresh`]). A
+    /// directory at a path in `made` is read whole even when it looks the
+    /// same: one removed and made again can get its old inode number
+    /// (ext4 and xfs reuse them at once), but not its watches.
+    fn patch_of(
+        &self,
+        dirty: &BTreeSet<Vec<u8>>,
+        made: &BTreeSet<Vec<u8>>,
+    ) -> Option<(Vec<bool>, Vec<Entry>)> {
         let mut walked: Vec<&[u8]> = Vec::new();
         let mut found: Vec<(&[u8], Found)> = Vec::new();
         for p in dirty {
@@ -261,7 +276,10 @@ impl Snapshot {
             if walked.iter().any(under) {
                 continue;
             }
-            let f = self.look(p)?;
+            let f = match self.look(p)? {
+                Found::SameDir(m) if made.contains(p) => Found::NewDir(m),
+                f => f,
+            };
             if matches!(f, Found::NewDir(_)) {
                 walked.push(p);
             }
@@ -473,6 +491,29 @@ mod tests {
             fs::remove_file(p.join("calc.txt")).unwrap();
             fs::create_dir(p.join("calc.txt")).unwrap();
             fs::write(p.join("calc.txt/inner"), "i\n").unwrap();
+        });
+        assert_eq!(refreshed.entries, walked.entries);
+    }
+
+    /// A directory removed and made again gets the inode number it had
+    /// (ext4, xfs reuse them at once) but none of its watches: what is
+    /// written into it after must still be read.
+    #[test]
+    fn a_directory_made_again_with_its_old_inode_is_read_whole() {
+        let d = checkout();
+        let (_, refreshed, walked) = refreshed_and_walked(d.path(), |p| {
+            for _ in 0..3 {
+                fs::remove_dir_all(p.join("src/deep")).unwrap();
+                fs::create_dir(p.join("src/deep")).unwrap();
+                fs::write(p.join("src/deep/new.rs"), "new\n").unwrap();
+                fs::create_dir_all(p.join("src/deep/sub")).unwrap();
+                fs::write(p.join("src/deep/sub/b.rs"), "b\n").unwrap();
+            }
+            let moved = p.join("build/out");
+            fs::rename(&moved, p.join("out")).unwrap();
+            fs::remove_dir_all(p.join("out")).unwrap();
+            fs::create_dir(&moved).unwrap();
+            fs::write(moved.join("y.o"), "y").unwrap();
         });
         assert_eq!(refreshed.entries, walked.entries);
     }

@@ -2007,3 +2007,26 @@ fn a_rewritten_gitattributes_does_not_change_how_files_come_back() {
     let lib = std::fs::read_to_string(slot.path.join("src/lib.rs")).unwrap();
     assert_eq!(lib, LIB_RS);
 }
+
+/// An untracked directory removed and made again after the walk (it gets
+/// its old inode number back on ext4) with files written into it: the
+/// reset still removes them.
+#[test]
+fn a_directory_made_again_after_the_walk_is_cleaned_whole() {
+    let fx = Fixture::new();
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |p| write(&p.join("target/debug/old.o"), "old\n"),
+        |p| {
+            for _ in 0..3 {
+                std::fs::remove_dir_all(p.join("target/debug")).unwrap();
+                std::fs::create_dir(p.join("target/debug")).unwrap();
+                write(&p.join("target/debug/new.o"), "new\n");
+                std::fs::remove_dir_all(p.join("src")).unwrap();
+                std::fs::create_dir(p.join("src")).unwrap();
+                write(&p.join("src/new.rs"), "new\n");
+            }
+        },
+    );
+    assert_left_as_git_leaves(&slot.path, &base);
+}
