@@ -156,7 +156,8 @@ impl Follow {
     /// now: the paths the events name are read again, the rest is kept.
     /// `None` when the events cannot tell (a queue overflow, an unknown
     /// watch, more than [`MAX_PATHS`] paths, a re-read file with several
-    /// links, the root replaced, a path that cannot be read): walk again.
+    /// links, the root replaced, removed or moved, a path that cannot be
+    /// read): walk again.
     pub fn refresh(self, base: &Snapshot) -> Option<Snapshot> {
         let started = SystemTime::now();
         let (dirty, made) = self.dirty_paths()?;
@@ -226,6 +227,14 @@ impl Follow {
                     return None;
                 }
                 let dir = self.dirs.get(&event.wd)?;
+                // The root itself removed or moved: a directory made in its
+                // place (maybe with its inode number) is watched by nothing.
+                let gone = AddWatchFlags::IN_DELETE_SELF
+                    | AddWatchFlags::IN_MOVE_SELF
+                    | AddWatchFlags::IN_IGNORED;
+                if dir.is_empty() && event.mask.intersects(gone) {
+                    return None;
+                }
                 dirty.insert(dir.to_vec());
                 if let Some(name) = &event.name {
                     let mut path = dir.to_vec();
@@ -516,6 +525,22 @@ mod tests {
             fs::write(moved.join("y.o"), "y").unwrap();
         });
         assert_eq!(refreshed.entries, walked.entries);
+    }
+
+    /// The checkout's root removed and made again (with its old inode
+    /// number): nothing below it is watched any more.
+    #[test]
+    fn a_root_made_again_gives_no_refresh() {
+        let d = checkout();
+        let p = d.path();
+        let (base, follow) = Snapshot::take_following(p).unwrap();
+        let mode = fs::metadata(p).unwrap().permissions();
+        fs::remove_dir_all(p).unwrap();
+        fs::create_dir(p).unwrap();
+        fs::set_permissions(p, mode).unwrap();
+        fs::write(p.join("calc.txt"), "add\nsub\n").unwrap();
+        fs::write(p.join("fresh.txt"), "unwatched\n").unwrap();
+        assert!(follow.unwrap().refresh(&base).is_none());
     }
 
     #[test]
