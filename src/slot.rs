@@ -41,6 +41,20 @@ const WATCHED_GIT_FILES: &[&str] = &[
     "info/exclude",
 ];
 
+/// What `git checkout` removes from `.git` when it switches branches (an
+/// operation in progress: `remove_branch_state` in git's `branch.c`).
+const OPERATION_STATE: &[&str] = &[
+    "MERGE_HEAD",
+    "MERGE_RR",
+    "MERGE_MSG",
+    "MERGE_MODE",
+    "MERGE_AUTOSTASH",
+    "AUTO_MERGE",
+    "SQUASH_MSG",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+];
+
 /// A failed slot operation.
 #[derive(Debug, thiserror::Error)]
 pub enum SlotError {
@@ -820,6 +834,16 @@ impl Slot {
     /// failed — the caller then resets with git, which also repairs a
     /// partial undo.
     fn undo_since(&self, kept: KeptWalk) -> bool {
+        // A merge, cherry-pick or revert in progress: `git checkout` ends
+        // it (and maybe the sequencer's state with it), as the next item's
+        // commit needs.
+        let git_dir = self.path.join(".git");
+        if OPERATION_STATE
+            .iter()
+            .any(|name| std::fs::symlink_metadata(git_dir.join(name)).is_ok())
+        {
+            return false;
+        }
         let seed = seed_index_file(&self.path);
         let Some(plan) = kept
             .follow

@@ -2030,3 +2030,40 @@ fn a_directory_made_again_after_the_walk_is_cleaned_whole() {
     );
     assert_left_as_git_leaves(&slot.path, &base);
 }
+
+/// A merge, cherry-pick or revert left in progress by the writer: `git
+/// checkout` ends its state (MERGE_HEAD and the rest), so the next item's
+/// commit is no merge; the reset from the kept walk must end it too.
+#[test]
+fn a_merge_left_in_progress_is_ended_by_the_reset() {
+    let fx = Fixture::new();
+    let states = [
+        "MERGE_HEAD",
+        "MERGE_MSG",
+        "MERGE_MODE",
+        "MERGE_RR",
+        "AUTO_MERGE",
+        "SQUASH_MSG",
+        "CHERRY_PICK_HEAD",
+        "REVERT_HEAD",
+    ];
+    for after_walk in [false, true] {
+        let leave = |p: &Path| {
+            let head = git(p, &["rev-parse", "HEAD"]);
+            for name in states {
+                write(&p.join(".git").join(name), &format!("{head}\n"));
+            }
+            write(&p.join("src/lib.rs"), "<<<<<<< conflict\n");
+        };
+        let (slot, base) = if after_walk {
+            kept_walk_reset(&fx, |_| {}, leave)
+        } else {
+            kept_walk_reset(&fx, leave, |_| {})
+        };
+        assert_left_as_git_leaves(&slot.path, &base);
+        for name in states {
+            let left = slot.path.join(".git").join(name);
+            assert!(!left.exists(), "{name} left, after the walk: {after_walk}");
+        }
+    }
+}
