@@ -143,6 +143,10 @@ pub struct Slot {
     /// The submodule paths of the index git wrote at the last reset, read
     /// once then ([`Slot::filled_submodule_dirs`]); `None` before.
     gitlinks: Option<Vec<Vec<u8>>>,
+    /// The seed index ([`seed_index_file`]) holds `base_commit`'s tree, as
+    /// a checkout of it wrote it: not after [`Slot::squash_onto_base`],
+    /// whose index holds a tended PR's change. A [`KeptWalk`] needs it.
+    seed_at_base: bool,
 }
 
 /// Where slot number `index` of the user's repository lives:
@@ -544,7 +548,7 @@ impl KeptWalk {
         snapshot: Snapshot,
         follow: crate::snapshot::Follow,
     ) -> Option<KeptWalk> {
-        slot.tip.is_none().then(|| KeptWalk {
+        (slot.tip.is_none() && slot.seed_at_base).then(|| KeptWalk {
             snapshot,
             follow,
             base: slot.base_commit.clone(),
@@ -645,6 +649,7 @@ impl Slot {
             stop,
             pinned: pinned.map(str::to_string),
             gitlinks: None,
+            seed_at_base: false,
         };
         let exists = std::fs::symlink_metadata(path).is_ok();
         if exists {
@@ -809,6 +814,7 @@ impl Slot {
             git.run(&["clean", "-ffdxq"])?;
         }
         self.record_index();
+        self.seed_at_base = true;
         self.empty_submodule_dirs()?;
         let current = format!("refs/heads/{}", self.branch);
         let refs = git::local_branches(&self.path)?;
@@ -963,6 +969,7 @@ impl Slot {
         ])?;
         git.run(&["clean", "-ffdxq"])?;
         self.record_index();
+        self.seed_at_base = true;
         self.base_commit = commit.to_string();
         self.tip = None;
         self.record_fingerprint()
@@ -1226,6 +1233,7 @@ impl Slot {
         git.run(&["add", "-A", "--", "."])?;
         let tree = git.text(&["write-tree"])?.trim().to_string();
         self.record_index();
+        self.seed_at_base = false;
         Ok((files, tree))
     }
 

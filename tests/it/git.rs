@@ -2067,3 +2067,44 @@ fn a_merge_left_in_progress_is_ended_by_the_reset() {
         }
     }
 }
+
+/// A tended PR's change squashed onto the base leaves the slot's index
+/// (and its seed) holding the squashed tree, not the base's: the next
+/// item's reset from a walk kept after it must still leave the base.
+#[test]
+fn a_kept_walk_after_a_squash_onto_the_base_still_resets_to_the_base() {
+    use nightshift::snapshot::Snapshot;
+    let fx = Fixture::new();
+    let mut first = fx.prepare(BRANCH);
+    let (p, base) = (first.path.clone(), first.base_commit.clone());
+    write(&p.join("src/lib.rs"), "the PR's change\n");
+    write(&p.join("src/pr.rs"), "the PR's file\n");
+    git(&p, &["add", "-A"]);
+    git(&p, &["commit", "-q", "-m", "the PR"]);
+    let head = git(&p, &["rev-parse", "HEAD"]);
+    git(&p, &["reset", "-q", "--hard", &base]);
+    let (files, _tree) = first.squash_onto_base(&head).expect("squashed");
+    assert!(files.is_empty());
+    // The squash's message gone (an agent's `git commit`, or removed).
+    let _ = std::fs::remove_file(p.join(".git/SQUASH_MSG"));
+    write(&p.join("src/writer.rs"), "the writer's work\n");
+    let (walk, follow) = Snapshot::take_following(&p).unwrap();
+    let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
+    let (dir, user) = (fx.slot_path(), fx.user.clone());
+    let remote = fx.remote.display().to_string();
+    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
+        dir: &dir,
+        repo: &user,
+        remote: "origin",
+        urls: (remote.clone(), remote),
+        base: "main",
+        branch: "nightshift/next-1a2b3c4d",
+        token: None,
+        stop: None,
+        pinned: Some(&base),
+        kept,
+    })
+    .expect("prepared");
+    assert_left_as_git_leaves(&slot.path, &base);
+    assert!(!p.join("src/pr.rs").exists());
+}
