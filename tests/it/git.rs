@@ -2108,3 +2108,111 @@ fn a_kept_walk_after_a_squash_onto_the_base_still_resets_to_the_base() {
     assert_left_as_git_leaves(&slot.path, &base);
     assert!(!p.join("src/pr.rs").exists());
 }
+
+/// The proof's tree diff reads only the paths that differ, named to
+/// libgit2 as a path list: names a pattern parser reads otherwise (a
+/// leading `#` or `!`, a newline, spaces, glob characters, a backslash)
+/// must still be in the change, beside an ordinary one.
+#[test]
+fn the_proof_of_a_tree_sees_files_whatever_their_names() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    let p = &slot.path;
+    let names = [
+        "#notes.md",
+        "!bang.md",
+        "src/#hash.rs",
+        "src/!not.rs",
+        "new\nline.md",
+        " lead.md",
+        "trail.md ",
+        "star*.md",
+        "q?.md",
+        "[ab].md",
+        "back\\slash.md",
+        "dir/",
+    ];
+    for name in names {
+        if let Some(dir) = name.strip_suffix('/') {
+            write(&p.join(dir).join("inner.md"), "inner\n");
+        } else {
+            write(&p.join(name), "new\n");
+        }
+    }
+    write(&p.join("src/lib.rs"), "changed\n");
+    git(p, &["add", "-A"]);
+    let tree = git(p, &["write-tree"]);
+    let proof = Proof::collect_tree(p, &start, &tree, &[], &[]).unwrap();
+    let changed: Vec<&str> = proof.changed.iter().map(|c| c.path.as_str()).collect();
+    for name in names.iter().map(|n| n.replace("dir/", "dir/inner.md")) {
+        assert!(changed.contains(&name.as_str()), "{name:?} in {changed:?}");
+    }
+    assert!(changed.contains(&"src/lib.rs"));
+    // The secret check reads the same diff.
+    let base = git(p, &["rev-parse", "HEAD"]);
+    let redactor = nightshift::secret::Redactor::new([
+        "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB".to_string(),
+    ]);
+    write(
+        &p.join("#token.txt"),
+        "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB\n",
+    );
+    git(p, &["add", "-A"]);
+    let tree = git(p, &["write-tree"]);
+    let found = nightshift::proof::secret_in_change(p, &base, &tree, &redactor).unwrap();
+    assert_eq!(found.as_deref(), Some("#token.txt"));
+}
+
+/// What the kept walk cannot tell leaves the reset to git, which leaves
+/// the base: a tracked file turned directory, a nested repository in a
+/// tracked directory, a `.git` file, more paths changed after the walk
+/// than a refresh reads, a tracked file hard-linked and written through
+/// its other link after the walk.
+#[test]
+fn what_the_kept_walk_cannot_tell_is_reset_by_git() {
+    type Act = fn(&Path);
+    let cases: [(&str, Act, Act); 5] = [
+        (
+            "a file turned directory",
+            |p| {
+                std::fs::remove_file(p.join("src/old.rs")).unwrap();
+                write(&p.join("src/old.rs/inner.rs"), "inner\n");
+            },
+            |_| {},
+        ),
+        (
+            "a nested repository",
+            |p| git(&p.join("src"), &["init", "-q", "nested"]).truncate(0),
+            |_| {},
+        ),
+        (
+            "a .git file",
+            |p| write(&p.join("docs/.git"), "gitdir: /nowhere\n"),
+            |_| {},
+        ),
+        (
+            "over the refresh's paths",
+            |_| {},
+            |p| {
+                for i in 0..=10_000 {
+                    write(&p.join(format!("src/f{i}")), "");
+                }
+            },
+        ),
+        (
+            "a hard link written through",
+            |_| {},
+            |p| {
+                std::fs::hard_link(p.join("src/lib.rs"), p.join("src/twin.rs")).unwrap();
+                std::fs::write(p.join("src/twin.rs"), "through the twin\n").unwrap();
+            },
+        ),
+    ];
+    for (what, before, after) in cases {
+        let fx = Fixture::new();
+        let (slot, base) = kept_walk_reset(&fx, before, after);
+        assert!(!slot.undone, "{what}: reset by git");
+        assert_left_as_git_leaves(&slot.path, &base);
+    }
+}
