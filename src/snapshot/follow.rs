@@ -31,6 +31,9 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::{Entry, Kind, Meta, Snapshot, path_of, racy_hashes, read_dir};
 
+/// Relative paths (`/`-separated bytes), in order.
+type Paths = BTreeSet<Vec<u8>>;
+
 /// The most paths one refresh reads again; beyond that many, a walk costs
 /// about the same and is simpler to trust.
 pub const MAX_PATHS: usize = 10_000;
@@ -206,7 +209,7 @@ impl Follow {
 
     /// Every path an event named, and each watched directory that had one;
     /// beside them, the paths an entry was made or moved to.
-    fn dirty_paths(&self) -> Option<(BTreeSet<Vec<u8>>, BTreeSet<Vec<u8>>)> {
+    fn dirty_paths(&self) -> Option<(Paths, Paths)> {
         let mut dirty = BTreeSet::new();
         let mut made = BTreeSet::new();
         let making = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO;
@@ -273,11 +276,7 @@ impl Snapshot {
     /// directory at a path in `made` is read whole even when it looks the
     /// same: one removed and made again can get its old inode number
     /// (ext4 and xfs reuse them at once), but not its watches.
-    fn patch_of(
-        &self,
-        dirty: &BTreeSet<Vec<u8>>,
-        made: &BTreeSet<Vec<u8>>,
-    ) -> Option<(Vec<bool>, Vec<Entry>)> {
+    fn patch_of(&self, dirty: &Paths, made: &Paths) -> Option<(Vec<bool>, Vec<Entry>)> {
         let mut walked: Vec<&[u8]> = Vec::new();
         let mut found: Vec<(&[u8], Found)> = Vec::new();
         for p in dirty {
