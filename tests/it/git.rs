@@ -2216,3 +2216,34 @@ fn what_the_kept_walk_cannot_tell_is_reset_by_git() {
         assert_left_as_git_leaves(&slot.path, &base);
     }
 }
+
+/// `.git/HEAD` replaced by a link to a file outside the slot: pointing
+/// HEAD at the new branch replaces the link, never writes the file.
+#[test]
+fn a_head_swapped_for_a_link_outside_is_replaced_not_written_through() {
+    use std::os::unix::fs::symlink;
+    let fx = Fixture::new();
+    let out = outside(&fx);
+    let untouched = tree_hash(&out);
+    let o = out.clone();
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |_| {},
+        |p| {
+            let head = p.join(".git/HEAD");
+            std::fs::copy(&head, o.join("HEAD")).unwrap();
+            std::fs::remove_file(&head).unwrap();
+            symlink(o.join("HEAD"), &head).unwrap();
+        },
+    );
+    let outside_head = std::fs::read_to_string(out.join("HEAD")).unwrap();
+    assert_eq!(outside_head, format!("ref: refs/heads/{BRANCH}\n"));
+    std::fs::remove_file(out.join("HEAD")).unwrap();
+    assert_eq!(tree_hash(&out), untouched);
+    assert!(
+        std::fs::symlink_metadata(slot.path.join(".git/HEAD"))
+            .unwrap()
+            .is_file()
+    );
+    assert_left_as_git_leaves(&slot.path, &base);
+}
