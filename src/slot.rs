@@ -41,6 +41,20 @@ const WATCHED_GIT_FILES: &[&str] = &[
     "info/exclude",
 ];
 
+/// What `git checkout` removes from `.git` when it switches branches (an
+/// operation in progress: `remove_branch_state` in git's `branch.c`).
+const OPERATION_STATE: &[&str] = &[
+    "MERGE_HEAD",
+    "MERGE_RR",
+    "MERGE_MSG",
+    "MERGE_MODE",
+    "MERGE_AUTOSTASH",
+    "AUTO_MERGE",
+    "SQUASH_MSG",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+];
+
 /// A failed slot operation.
 #[derive(Debug, thiserror::Error)]
 pub enum SlotError {
@@ -129,6 +143,10 @@ pub struct Slot {
     /// The submodule paths of the index git wrote at the last reset, read
     /// once then ([`Slot::filled_submodule_dirs`]); `None` before.
     gitlinks: Option<Vec<Vec<u8>>>,
+    /// The seed index ([`seed_index_file`]) holds `base_commit`'s tree, as
+    /// a checkout of it wrote it: not after [`Slot::squash_onto_base`],
+    /// whose index holds a tended PR's change. A [`KeptWalk`] needs it.
+    seed_at_base: bool,
 }
 
 /// Where slot number `index` of the user's repository lives:
@@ -462,10 +480,26 @@ fn copy_keeping_mtime(from: &Path, to: &Path) -> std::io::Result<Vec<u8>> {
     let modified = f.metadata()?.modified()?;
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes)?;
-    let mut out = std::fs::File::create(to)?;
-    out.write_all(&bytes)?;
-    out.set_modified(modified)?;
-    Ok(bytes)
+    // Written beside `to` and renamed over it: a link, a hard link or a
+    // FIFO an agent put at `to` (`.git/index`) is replaced, never written
+    // through or waited on.
+    let mut tmp = to.as_os_str().to_owned();
+    tmp.push(".nightshift-new");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut out| {
+            out.write_all(&bytes)?;
+            out.set_modified(modified)
+        })
+        .and_then(|()| std::fs::rename(&tmp, to));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map(|()| bytes)
 }
 
 /// Where and how [`Slot::prepare_at`] makes a checkout.
@@ -514,7 +548,7 @@ impl KeptWalk {
         snapshot: Snapshot,
         follow: crate::snapshot::Follow,
     ) -> Option<KeptWalk> {
-        slot.tip.is_none().then(|| KeptWalk {
+        (slot.tip.is_none() && slot.seed_at_base).then(|| KeptWalk {
             snapshot,
             follow,
             base: slot.base_commit.clone(),
@@ -615,6 +649,7 @@ impl Slot {
             stop,
             pinned: pinned.map(str::to_string),
             gitlinks: None,
+            seed_at_base: false,
         };
         let exists = std::fs::symlink_metadata(path).is_ok();
         if exists {
@@ -770,6 +805,7 @@ impl Slot {
             self.check_out_clean(&self.base_commit)?;
         }
         self.record_index();
+        self.seed_at_base = true;
         self.empty_submodule_dirs()?;
         let current = format!("refs/heads/{}", self.branch);
         let refs = git::local_branches(&self.path)?;
@@ -817,6 +853,16 @@ impl Slot {
     /// failed — the caller then resets with git, which also repairs a
     /// partial undo.
     fn undo_since(&self, kept: KeptWalk) -> bool {
+        // A merge, cherry-pick or revert in progress: `git checkout` ends
+        // it (and maybe the sequencer's state with it), as the next item's
+        // commit needs.
+        let git_dir = self.path.join(".git");
+        if OPERATION_STATE
+            .iter()
+            .any(|name| std::fs::symlink_metadata(git_dir.join(name)).is_ok())
+        {
+            return false;
+        }
         let seed = seed_index_file(&self.path);
         let Some(plan) = kept
             .follow
@@ -926,6 +972,7 @@ impl Slot {
         }
         self.check_out_clean(commit)?;
         self.record_index();
+        self.seed_at_base = true;
         self.base_commit = commit.to_string();
         self.tip = None;
         self.record_fingerprint()
@@ -1189,6 +1236,7 @@ impl Slot {
         git.run(&["add", "-A", "--", "."])?;
         let tree = git.text(&["write-tree"])?.trim().to_string();
         self.record_index();
+        self.seed_at_base = false;
         Ok((files, tree))
     }
 

@@ -338,8 +338,9 @@ impl Snapshot {
     /// only: a directory git does not track goes whole). Submodule
     /// directories are left alone. `None` when the walk cannot tell that
     /// safely: what [`Snapshot::work_changes_against`] cannot tell, a
-    /// directory where a tracked file was, or a tracked file below
-    /// something that is no longer a directory.
+    /// directory where a tracked file was, a tracked file below
+    /// something that is no longer a directory, a submodule's path that is
+    /// no longer a directory, or a tracked `.gitattributes` changed.
     pub fn reset_plan(&self, index: &Path) -> Option<ResetPlan> {
         let view = IndexView::read(index)?;
         let changes = self.work_changes_with(&view)?;
@@ -366,10 +367,22 @@ impl Snapshot {
         let kept_dir = |d: &[u8]| d.is_empty() || tracked_dirs.contains(d);
         let mut restore = Vec::new();
         for p in changes.tracked {
+            // A submodule's path that is no longer a directory: git's
+            // checkout makes it an empty one again.
             if gitlinks.contains(&p[..]) {
-                continue;
+                if self.meta(&p).is_some_and(|m| m.kind == Kind::Dir) {
+                    continue;
+                }
+                return None;
             }
             if self.meta(&p).is_some_and(|m| m.kind == Kind::Dir) {
+                return None;
+            }
+            // `git checkout-index` reads attributes from the working tree
+            // (git's checkout reads the index's): a changed tracked
+            // `.gitattributes` would change how the files it covers come
+            // back (line ends, encodings) until it is itself restored.
+            if p.rsplit(|b| *b == b'/').next() == Some(b".gitattributes") {
                 return None;
             }
             let mut up = parent(&p);

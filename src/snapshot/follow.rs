@@ -4,8 +4,10 @@
 //! [`Snapshot::take_following`] watches every directory before the walk
 //! lists it, so whatever changes after the walk saw an entry is an event on
 //! that entry's directory. [`Follow::refresh`] reads each path an event
-//! names again (a new or replaced directory whole) and keeps the rest of
-//! the walk.
+//! names again (a new or replaced directory whole — a directory made at a
+//! path is new even with the inode number of the one removed there, which
+//! ext4 hands out again at once, since the watch went with the old one)
+//! and keeps the rest of the walk.
 //!
 //! inotify does not see a write through a memory mapping, nor one through
 //! a hard link from outside the watched directories. A refreshed snapshot
@@ -28,6 +30,9 @@ use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::{Entry, Kind, Meta, Snapshot, path_of, racy_hashes, read_dir};
+
+/// Relative paths (`/`-separated bytes), in order.
+type Paths = BTreeSet<Vec<u8>>;
 
 /// The most paths one refresh reads again; beyond that many, a walk costs
 /// about the same and is simpler to trust.
@@ -154,7 +159,8 @@ impl Follow {
     /// now: the paths the events name are read again, the rest is kept.
     /// `None` when the events cannot tell (a queue overflow, an unknown
     /// watch, more than [`MAX_PATHS`] paths, a re-read file with several
-    /// links, the root replaced, a path that cannot be read): walk again.
+    /// links, the root replaced, removed or moved, a path that cannot be
+    /// read): walk again.
     pub fn refresh(self, base: &Snapshot) -> Option<Snapshot> {
         let (started, keep, fresh) = self.read_again(base)?;
         let entries = base.entries.iter().cloned();
@@ -186,25 +192,28 @@ impl Follow {
     /// entries read again ([`Snapshot::patch_of`]).
     fn read_again(&self, base: &Snapshot) -> Option<(SystemTime, Vec<bool>, Vec<Entry>)> {
         let started = SystemTime::now();
-        let dirty = self.dirty_paths()?;
+        let (dirty, made) = self.dirty_paths()?;
         tracing::debug!(
             paths = dirty.len(),
             "checkout refreshed from inotify events"
         );
-        let (keep, fresh) = base.patch_of(&dirty)?;
+        let (keep, fresh) = base.patch_of(&dirty, &made)?;
         Some((started, keep, fresh))
     }
 
-    /// Every path an event named, and each watched directory that had one.
-    fn dirty_paths(&self) -> Option<BTreeSet<Vec<u8>>> {
+    /// Every path an event named, and each watched directory that had one;
+    /// beside them, the paths an entry was made or moved to.
+    fn dirty_paths(&self) -> Option<(Paths, Paths)> {
         let mut dirty = BTreeSet::new();
+        let mut made = BTreeSet::new();
+        let making = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO;
         loop {
             let Some(inotify) = &self.inotify else {
                 return None;
             };
             let events = match inotify.read_events() {
                 Ok(events) => events,
-                Err(Errno::EAGAIN) => return Some(dirty),
+                Err(Errno::EAGAIN) => return Some((dirty, made)),
                 Err(e) => {
                     tracing::debug!("cannot read inotify events: {e}");
                     return None;
@@ -215,6 +224,14 @@ impl Follow {
                     return None;
                 }
                 let dir = self.dirs.get(&event.wd)?;
+                // The root itself removed or moved: a directory made in its
+                // place (maybe with its inode number) is watched by nothing.
+                let gone = AddWatchFlags::IN_DELETE_SELF
+                    | AddWatchFlags::IN_MOVE_SELF
+                    | AddWatchFlags::IN_IGNORED;
+                if dir.is_empty() && event.mask.intersects(gone) {
+                    return None;
+                }
                 dirty.insert(dir.to_vec());
                 if let Some(name) = &event.name {
                     let mut path = dir.to_vec();
@@ -222,6 +239,9 @@ impl Follow {
                         path.push(b'/');
                     }
                     path.extend_from_slice(name.as_bytes());
+                    if event.mask.intersects(making) {
+                        made.insert(path.clone());
+                    }
                     dirty.insert(path);
                 }
                 if dirty.len() > MAX_PATHS {
@@ -246,8 +266,11 @@ enum Found {
 impl Snapshot {
     /// What reading each of `dirty` again changes in this snapshot: which
     /// of its entries stay (by index) and the entries read now, in path
-    /// order; `None` when a path cannot tell (see [`Follow::refresh`]).
-    fn patch_of(&self, dirty: &BTreeSet<Vec<u8>>) -> Option<(Vec<bool>, Vec<Entry>)> {
+    /// order; `None` when a path cannot tell (see [`Follow::refresh`]). A
+    /// directory at a path in `made` is read whole even when it looks the
+    /// same: one removed and made again can get its old inode number
+    /// (ext4 and xfs reuse them at once), but not its watches.
+    fn patch_of(&self, dirty: &Paths, made: &Paths) -> Option<(Vec<bool>, Vec<Entry>)> {
         let mut walked: Vec<&[u8]> = Vec::new();
         let mut found: Vec<(&[u8], Found)> = Vec::new();
         for p in dirty {
@@ -255,7 +278,10 @@ impl Snapshot {
             if walked.iter().any(under) {
                 continue;
             }
-            let f = self.look(p)?;
+            let f = match self.look(p)? {
+                Found::SameDir(m) if made.contains(p) => Found::NewDir(m),
+                f => f,
+            };
             if matches!(f, Found::NewDir(_)) {
                 walked.push(p);
             }
@@ -469,6 +495,45 @@ mod tests {
             fs::write(p.join("calc.txt/inner"), "i\n").unwrap();
         });
         assert_eq!(refreshed.entries, walked.entries);
+    }
+
+    /// A directory removed and made again gets the inode number it had
+    /// (ext4, xfs reuse them at once) but none of its watches: what is
+    /// written into it after must still be read.
+    #[test]
+    fn a_directory_made_again_with_its_old_inode_is_read_whole() {
+        let d = checkout();
+        let (_, refreshed, walked) = refreshed_and_walked(d.path(), |p| {
+            for _ in 0..3 {
+                fs::remove_dir_all(p.join("src/deep")).unwrap();
+                fs::create_dir(p.join("src/deep")).unwrap();
+                fs::write(p.join("src/deep/new.rs"), "new\n").unwrap();
+                fs::create_dir_all(p.join("src/deep/sub")).unwrap();
+                fs::write(p.join("src/deep/sub/b.rs"), "b\n").unwrap();
+            }
+            let moved = p.join("build/out");
+            fs::rename(&moved, p.join("out")).unwrap();
+            fs::remove_dir_all(p.join("out")).unwrap();
+            fs::create_dir(&moved).unwrap();
+            fs::write(moved.join("y.o"), "y").unwrap();
+        });
+        assert_eq!(refreshed.entries, walked.entries);
+    }
+
+    /// The checkout's root removed and made again (with its old inode
+    /// number): nothing below it is watched any more.
+    #[test]
+    fn a_root_made_again_gives_no_refresh() {
+        let d = checkout();
+        let p = d.path();
+        let (base, follow) = Snapshot::take_following(p).unwrap();
+        let mode = fs::metadata(p).unwrap().permissions();
+        fs::remove_dir_all(p).unwrap();
+        fs::create_dir(p).unwrap();
+        fs::set_permissions(p, mode).unwrap();
+        fs::write(p.join("calc.txt"), "add\nsub\n").unwrap();
+        fs::write(p.join("fresh.txt"), "unwatched\n").unwrap();
+        assert!(follow.unwrap().refresh(&base).is_none());
     }
 
     #[test]

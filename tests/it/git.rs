@@ -1676,3 +1676,565 @@ fn a_kept_walk_of_another_base_leaves_the_reset_to_git() {
     assert_eq!(git(&p, &["rev-parse", "HEAD"]), moved);
     assert!(!p.join("src/new.rs").exists());
 }
+
+// ---- Attacks on the reset from the kept walk (issue 12) ----
+
+/// The slot of `fx`, prepared; `before` done to it, walked and kept
+/// watched; `after` done since; then prepared again from the kept walk.
+/// Returns the slot, the base and whether the kept walk did the reset.
+fn kept_walk_reset(
+    fx: &Fixture,
+    before: impl FnOnce(&Path),
+    after: impl FnOnce(&Path),
+) -> (Slot, String) {
+    use nightshift::snapshot::Snapshot;
+    let first = fx.prepare(BRANCH);
+    let (p, base) = (first.path.clone(), first.base_commit.clone());
+    before(&p);
+    let (walk, follow) = Snapshot::take_following(&p).unwrap();
+    let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
+    after(&p);
+    let (dir, user) = (fx.slot_path(), fx.user.clone());
+    let remote = fx.remote.display().to_string();
+    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
+        dir: &dir,
+        repo: &user,
+        remote: "origin",
+        urls: (remote.clone(), remote),
+        base: "main",
+        branch: "nightshift/next-1a2b3c4d",
+        token: None,
+        stop: None,
+        pinned: Some(&base),
+        kept,
+    })
+    .expect("prepared");
+    (slot, base)
+}
+
+/// What `git checkout --force` and `git clean -ffdx` leave: HEAD on the new
+/// branch at `base`, nothing changed, untracked or ignored, every tracked
+/// entry byte-identical to the base's (content, mode, link target; an
+/// empty directory at a submodule path).
+fn assert_left_as_git_leaves(p: &Path, base: &str) {
+    assert_eq!(git(p, &["rev-parse", "HEAD"]), base);
+    assert_eq!(
+        git(p, &["symbolic-ref", "HEAD"]),
+        "refs/heads/nightshift/next-1a2b3c4d"
+    );
+    let status = [
+        "status",
+        "--porcelain",
+        "--ignored",
+        "--untracked-files=all",
+    ];
+    assert_eq!(git(p, &status), "", "nothing changed, untracked or ignored");
+    let tree = git(p, &["ls-tree", "-r", "--full-tree", base]);
+    for line in tree.lines() {
+        let (head, path) = line.split_once('\t').unwrap();
+        let mut f = head.split(' ');
+        let (mode, oid) = (f.next().unwrap(), f.nth(1).unwrap());
+        let at = p.join(path);
+        let meta = std::fs::symlink_metadata(&at).unwrap_or_else(|e| panic!("{path}: {e}"));
+        match mode {
+            "160000" => {
+                assert!(meta.is_dir(), "{path}: a submodule's directory");
+                assert_eq!(std::fs::read_dir(&at).unwrap().count(), 0, "{path} empty");
+            }
+            "120000" => {
+                assert!(meta.file_type().is_symlink(), "{path}: a link");
+                let blob = git(p, &["cat-file", "blob", oid]);
+                assert_eq!(std::fs::read_link(&at).unwrap().to_str().unwrap(), blob);
+            }
+            _ => {
+                assert!(meta.is_file(), "{path}: a file");
+                let exec = meta.permissions().mode() & 0o111 != 0;
+                assert_eq!(exec, mode == "100755", "{path}: mode");
+                let hashed = git(p, &["hash-object", "--no-filters", "--", path]);
+                assert_eq!(hashed, oid, "{path}: content");
+            }
+        }
+    }
+}
+
+/// A directory outside the slot an agent aims links at: `tree_hash` of it
+/// must not move.
+fn outside(fx: &Fixture) -> PathBuf {
+    let out = fx.root.join("outside");
+    write(&out.join("lib.rs"), "outside's own lib.rs\n");
+    write(&out.join("guide.md"), "outside's guide\n");
+    write(&out.join("deep/keep.txt"), "keep\n");
+    out
+}
+
+/// Links, hard links, FIFOs, sockets and odd names, made before the walk
+/// and after it: the reset removes links as links (never what they point
+/// at), writes no file outside the slot, and leaves what git leaves.
+#[test]
+fn a_kept_walk_reset_of_links_fifos_and_odd_names_stays_inside_the_slot() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::symlink;
+    let fx = Fixture::new();
+    let out = outside(&fx);
+    let untouched = tree_hash(&out);
+    let o = out.clone();
+    let o2 = out.clone();
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |p| {
+            // A tracked file now a link to a file outside.
+            std::fs::remove_file(p.join("README.md")).unwrap();
+            symlink(o.join("lib.rs"), p.join("README.md")).unwrap();
+            // A tracked file hard-linked from outside, and one outside
+            // linked in as an untracked file.
+            std::fs::hard_link(p.join("src/old.rs"), o.join("twin.rs")).unwrap();
+            std::fs::hard_link(o.join("guide.md"), p.join("docs/hard.md")).unwrap();
+            // An untracked directory that is a link to a directory outside.
+            symlink(&o, p.join("escape")).unwrap();
+            nix::unistd::mkfifo(&p.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+            let _sock = std::os::unix::net::UnixListener::bind(p.join("src/sock")).unwrap();
+            let odd = std::ffi::OsStr::from_bytes(b"src/\xff\xfename\nwith newline");
+            write(&p.join(odd), "odd\n");
+            write(&p.join("target/été/x.o"), "ignored\n");
+        },
+        |p| {
+            // After the walk: a tracked file replaced by a link to a
+            // directory outside, the untracked link swapped for a
+            // directory and back to a link, a FIFO where a tracked file was.
+            std::fs::remove_file(p.join("docs/guide.md")).unwrap();
+            symlink(&o2, p.join("docs/guide.md")).unwrap();
+            std::fs::remove_file(p.join("escape")).unwrap();
+            write(&p.join("escape/inner.txt"), "inner\n");
+            std::fs::remove_dir_all(p.join("escape")).unwrap();
+            symlink(&o2, p.join("escape")).unwrap();
+            std::fs::remove_file(p.join("src/lib.rs")).unwrap();
+            nix::unistd::mkfifo(&p.join("src/lib.rs"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+            let odd = std::ffi::OsStr::from_bytes(b"late\n\xff");
+            write(&p.join(odd), "late\n");
+        },
+    );
+    assert!(slot.undone, "reset from the kept walk");
+    assert_left_as_git_leaves(&slot.path, &base);
+    std::fs::remove_file(out.join("twin.rs")).unwrap();
+    assert_eq!(tree_hash(&out), untouched, "nothing outside the slot moved");
+}
+
+/// A writer that swaps a tracked directory for a link to a directory
+/// outside (holding files of the same names), before the walk or after
+/// it: the reset never writes through the link.
+#[test]
+fn a_tracked_directory_swapped_for_a_link_is_not_written_through() {
+    use std::os::unix::fs::symlink;
+    for after_walk in [false, true] {
+        let fx = Fixture::new();
+        let out = outside(&fx);
+        let untouched = tree_hash(&out);
+        let swap = |p: &Path| {
+            std::fs::remove_dir_all(p.join("docs")).unwrap();
+            symlink(&out, p.join("docs")).unwrap();
+            std::fs::remove_dir_all(p.join("src")).unwrap();
+            symlink(&out, p.join("src")).unwrap();
+        };
+        let (slot, base) = if after_walk {
+            kept_walk_reset(&fx, |_| {}, swap)
+        } else {
+            kept_walk_reset(&fx, swap, |_| {})
+        };
+        assert_left_as_git_leaves(&slot.path, &base);
+        assert_eq!(tree_hash(&out), untouched, "after the walk: {after_walk}");
+    }
+}
+
+/// `.git/index` replaced by a link to a file outside the slot, or by a
+/// hard link to one: putting the base's index back replaces the entry,
+/// never writes the file it points at.
+#[test]
+fn an_index_swapped_for_a_link_outside_is_replaced_not_written_through() {
+    use std::os::unix::fs::symlink;
+    for hard in [false, true] {
+        let fx = Fixture::new();
+        let out = outside(&fx);
+        let untouched = tree_hash(&out);
+        let o = out.clone();
+        let (slot, base) = kept_walk_reset(
+            &fx,
+            |p| write(&p.join("src/lib.rs"), "changed\n"),
+            |p| {
+                let index = p.join(".git/index");
+                std::fs::remove_file(&index).unwrap();
+                if hard {
+                    std::fs::hard_link(o.join("lib.rs"), &index).unwrap();
+                } else {
+                    symlink(o.join("lib.rs"), &index).unwrap();
+                }
+            },
+        );
+        assert_left_as_git_leaves(&slot.path, &base);
+        assert_eq!(tree_hash(&out), untouched, "hard link: {hard}");
+    }
+}
+
+/// `.git/index` replaced by a FIFO nothing reads: the reset neither hangs
+/// nor leaves it.
+#[test]
+fn an_index_swapped_for_a_fifo_does_not_hang_the_reset() {
+    let fx = Fixture::new();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let fx = fx;
+        let (slot, base) = kept_walk_reset(
+            &fx,
+            |_| {},
+            |p| {
+                let index = p.join(".git/index");
+                std::fs::remove_file(&index).unwrap();
+                nix::unistd::mkfifo(&index, nix::sys::stat::Mode::S_IRWXU).unwrap();
+            },
+        );
+        assert_left_as_git_leaves(&slot.path, &base);
+        tx.send(()).unwrap();
+    });
+    let done = rx.recv_timeout(Duration::from_secs(30));
+    assert!(done.is_ok(), "the reset hung (or failed) on a FIFO index");
+}
+
+/// The seed index beside the slot (`slot-N.index`) replaced by a link to
+/// a file outside: the reset does not trust it (git resets) and the new
+/// seed replaces the link instead of writing the file it points at.
+#[test]
+fn a_seed_index_swapped_for_a_link_outside_is_replaced_not_written_through() {
+    use std::os::unix::fs::symlink;
+    let fx = Fixture::new();
+    let out = outside(&fx);
+    let untouched = tree_hash(&out);
+    let (seed, o) = (fx.slot_path().with_file_name("slot-0.index"), out.clone());
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |p| write(&p.join("src/lib.rs"), "changed\n"),
+        |_| {
+            assert!(seed.is_file(), "the seed is {}", seed.display());
+            std::fs::remove_file(&seed).unwrap();
+            symlink(o.join("lib.rs"), &seed).unwrap();
+        },
+    );
+    assert!(
+        !slot.undone,
+        "a seed that is no index leaves the reset to git"
+    );
+    assert_left_as_git_leaves(&slot.path, &base);
+    let seed = fx.slot_path().with_file_name("slot-0.index");
+    assert!(std::fs::symlink_metadata(&seed).unwrap().is_file());
+    assert_eq!(tree_hash(&out), untouched);
+}
+
+/// A base with a submodule at `lib` (never checked out in a slot).
+fn with_submodule(fx: &Fixture) {
+    let seed = fx.root.join("seed");
+    git(&seed, &["pull", "--quiet", "--ff-only", "origin", "main"]);
+    let some_commit = git(&seed, &["rev-parse", "HEAD"]);
+    let info = format!("160000,{some_commit},lib");
+    git(&seed, &["update-index", "--add", "--cacheinfo", &info]);
+    git(&seed, &["commit", "--quiet", "-m", "a submodule"]);
+    git(&seed, &["push", "--quiet", "origin", "main"]);
+    git(&fx.user, &["pull", "--quiet", "--ff-only"]);
+}
+
+/// A submodule's directory removed, or replaced by a file or a dangling
+/// link, before the walk or after it: the reset leaves the empty
+/// directory git's checkout leaves.
+#[test]
+fn a_submodule_path_replaced_by_a_file_or_link_or_removed_is_reset() {
+    use std::os::unix::fs::symlink;
+    type Act = fn(&Path);
+    let acts: [(&str, Act); 4] = [
+        ("removed", |p| std::fs::remove_dir(p.join("lib")).unwrap()),
+        ("a file", |p| {
+            std::fs::remove_dir(p.join("lib")).unwrap();
+            write(&p.join("lib"), "a file\n");
+        }),
+        ("a dangling link", |p| {
+            std::fs::remove_dir(p.join("lib")).unwrap();
+            symlink("nowhere", p.join("lib")).unwrap();
+        }),
+        ("filled", |p| write(&p.join("lib/inner/x.txt"), "x\n")),
+    ];
+    for (what, act) in acts {
+        for after_walk in [false, true] {
+            let fx = Fixture::new();
+            with_submodule(&fx);
+            let (slot, base) = if after_walk {
+                kept_walk_reset(&fx, |_| {}, act)
+            } else {
+                kept_walk_reset(&fx, act, |_| {})
+            };
+            let at = format!("{what}, after the walk: {after_walk}");
+            assert!(slot.path.join("lib").is_dir(), "{at}");
+            assert!(slot.filled_submodule_dirs().unwrap().is_empty(), "{at}");
+            assert_left_as_git_leaves(&slot.path, &base);
+        }
+    }
+}
+
+/// A tracked `.gitattributes` rewritten by the writer (say, to CRLF line
+/// ends) must not change how the other tracked files are checked out
+/// again: they come back as the base has them.
+#[test]
+fn a_rewritten_gitattributes_does_not_change_how_files_come_back() {
+    let fx = Fixture::new();
+    fx.advance_remote(".gitattributes", "*.bin binary\n");
+    // Checked out before `.gitattributes` (`-` sorts before `.`).
+    fx.advance_remote("-first.txt", "first\nlines\n");
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |p| {
+            write(&p.join(".gitattributes"), "* text eol=crlf\n");
+            write(&p.join("-first.txt"), "changed\n");
+            write(&p.join("src/lib.rs"), "changed\n");
+            write(&p.join("docs/guide.md"), "changed\n");
+        },
+        |_| {},
+    );
+    assert_left_as_git_leaves(&slot.path, &base);
+    let lib = std::fs::read_to_string(slot.path.join("src/lib.rs")).unwrap();
+    assert_eq!(lib, LIB_RS);
+}
+
+/// An untracked directory removed and made again after the walk (it gets
+/// its old inode number back on ext4) with files written into it: the
+/// reset still removes them.
+#[test]
+fn a_directory_made_again_after_the_walk_is_cleaned_whole() {
+    let fx = Fixture::new();
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |p| write(&p.join("target/debug/old.o"), "old\n"),
+        |p| {
+            for _ in 0..3 {
+                std::fs::remove_dir_all(p.join("target/debug")).unwrap();
+                std::fs::create_dir(p.join("target/debug")).unwrap();
+                write(&p.join("target/debug/new.o"), "new\n");
+                std::fs::remove_dir_all(p.join("src")).unwrap();
+                std::fs::create_dir(p.join("src")).unwrap();
+                write(&p.join("src/new.rs"), "new\n");
+            }
+        },
+    );
+    assert_left_as_git_leaves(&slot.path, &base);
+}
+
+/// A merge, cherry-pick or revert left in progress by the writer: `git
+/// checkout` ends its state (MERGE_HEAD and the rest), so the next item's
+/// commit is no merge; the reset from the kept walk must end it too.
+#[test]
+fn a_merge_left_in_progress_is_ended_by_the_reset() {
+    let fx = Fixture::new();
+    let states = [
+        "MERGE_HEAD",
+        "MERGE_MSG",
+        "MERGE_MODE",
+        "MERGE_RR",
+        "AUTO_MERGE",
+        "SQUASH_MSG",
+        "CHERRY_PICK_HEAD",
+        "REVERT_HEAD",
+    ];
+    for after_walk in [false, true] {
+        let leave = |p: &Path| {
+            let head = git(p, &["rev-parse", "HEAD"]);
+            for name in states {
+                write(&p.join(".git").join(name), &format!("{head}\n"));
+            }
+            write(&p.join("src/lib.rs"), "<<<<<<< conflict\n");
+        };
+        let (slot, base) = if after_walk {
+            kept_walk_reset(&fx, |_| {}, leave)
+        } else {
+            kept_walk_reset(&fx, leave, |_| {})
+        };
+        assert_left_as_git_leaves(&slot.path, &base);
+        for name in states {
+            let left = slot.path.join(".git").join(name);
+            assert!(!left.exists(), "{name} left, after the walk: {after_walk}");
+        }
+    }
+}
+
+/// A tended PR's change squashed onto the base leaves the slot's index
+/// (and its seed) holding the squashed tree, not the base's: the next
+/// item's reset from a walk kept after it must still leave the base.
+#[test]
+fn a_kept_walk_after_a_squash_onto_the_base_still_resets_to_the_base() {
+    use nightshift::snapshot::Snapshot;
+    let fx = Fixture::new();
+    let mut first = fx.prepare(BRANCH);
+    let (p, base) = (first.path.clone(), first.base_commit.clone());
+    write(&p.join("src/lib.rs"), "the PR's change\n");
+    write(&p.join("src/pr.rs"), "the PR's file\n");
+    git(&p, &["add", "-A"]);
+    git(&p, &["commit", "-q", "-m", "the PR"]);
+    let head = git(&p, &["rev-parse", "HEAD"]);
+    git(&p, &["reset", "-q", "--hard", &base]);
+    let (files, _tree) = first.squash_onto_base(&head).expect("squashed");
+    assert!(files.is_empty());
+    // The squash's message gone (an agent's `git commit`, or removed).
+    let _ = std::fs::remove_file(p.join(".git/SQUASH_MSG"));
+    write(&p.join("src/writer.rs"), "the writer's work\n");
+    let (walk, follow) = Snapshot::take_following(&p).unwrap();
+    let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
+    let (dir, user) = (fx.slot_path(), fx.user.clone());
+    let remote = fx.remote.display().to_string();
+    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
+        dir: &dir,
+        repo: &user,
+        remote: "origin",
+        urls: (remote.clone(), remote),
+        base: "main",
+        branch: "nightshift/next-1a2b3c4d",
+        token: None,
+        stop: None,
+        pinned: Some(&base),
+        kept,
+    })
+    .expect("prepared");
+    assert_left_as_git_leaves(&slot.path, &base);
+    assert!(!p.join("src/pr.rs").exists());
+}
+
+/// The proof's tree diff reads only the paths that differ, named to
+/// libgit2 as a path list: names a pattern parser reads otherwise (a
+/// leading `#` or `!`, a newline, spaces, glob characters, a backslash)
+/// must still be in the change, beside an ordinary one.
+#[test]
+fn the_proof_of_a_tree_sees_files_whatever_their_names() {
+    let fx = Fixture::new();
+    let slot = fx.prepare(BRANCH);
+    let start = RoundStart::record(&slot).unwrap();
+    let p = &slot.path;
+    let names = [
+        "#notes.md",
+        "!bang.md",
+        "src/#hash.rs",
+        "src/!not.rs",
+        "new\nline.md",
+        " lead.md",
+        "trail.md ",
+        "star*.md",
+        "q?.md",
+        "[ab].md",
+        "back\\slash.md",
+        "dir/",
+    ];
+    for name in names {
+        if let Some(dir) = name.strip_suffix('/') {
+            write(&p.join(dir).join("inner.md"), "inner\n");
+        } else {
+            write(&p.join(name), "new\n");
+        }
+    }
+    write(&p.join("src/lib.rs"), "changed\n");
+    git(p, &["add", "-A"]);
+    let tree = git(p, &["write-tree"]);
+    let proof = Proof::collect_tree(p, &start, &tree, &[], &[]).unwrap();
+    let changed: Vec<&str> = proof.changed.iter().map(|c| c.path.as_str()).collect();
+    for name in names.iter().map(|n| n.replace("dir/", "dir/inner.md")) {
+        assert!(changed.contains(&name.as_str()), "{name:?} in {changed:?}");
+    }
+    assert!(changed.contains(&"src/lib.rs"));
+    // The secret check reads the same diff.
+    let base = git(p, &["rev-parse", "HEAD"]);
+    let redactor = nightshift::secret::Redactor::new([
+        "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB".to_string(),
+    ]);
+    write(
+        &p.join("#token.txt"),
+        "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB\n",
+    );
+    git(p, &["add", "-A"]);
+    let tree = git(p, &["write-tree"]);
+    let found = nightshift::proof::secret_in_change(p, &base, &tree, &redactor).unwrap();
+    assert_eq!(found.as_deref(), Some("#token.txt"));
+}
+
+/// What the kept walk cannot tell leaves the reset to git, which leaves
+/// the base: a tracked file turned directory, a nested repository in a
+/// tracked directory, a `.git` file, more paths changed after the walk
+/// than a refresh reads, a tracked file hard-linked and written through
+/// its other link after the walk.
+#[test]
+fn what_the_kept_walk_cannot_tell_is_reset_by_git() {
+    type Act = fn(&Path);
+    let cases: [(&str, Act, Act); 5] = [
+        (
+            "a file turned directory",
+            |p| {
+                std::fs::remove_file(p.join("src/old.rs")).unwrap();
+                write(&p.join("src/old.rs/inner.rs"), "inner\n");
+            },
+            |_| {},
+        ),
+        (
+            "a nested repository",
+            |p| git(&p.join("src"), &["init", "-q", "nested"]).truncate(0),
+            |_| {},
+        ),
+        (
+            "a .git file",
+            |p| write(&p.join("docs/.git"), "gitdir: /nowhere\n"),
+            |_| {},
+        ),
+        (
+            "over the refresh's paths",
+            |_| {},
+            |p| {
+                for i in 0..=10_000 {
+                    write(&p.join(format!("src/f{i}")), "");
+                }
+            },
+        ),
+        (
+            "a hard link written through",
+            |_| {},
+            |p| {
+                std::fs::hard_link(p.join("src/lib.rs"), p.join("src/twin.rs")).unwrap();
+                std::fs::write(p.join("src/twin.rs"), "through the twin\n").unwrap();
+            },
+        ),
+    ];
+    for (what, before, after) in cases {
+        let fx = Fixture::new();
+        let (slot, base) = kept_walk_reset(&fx, before, after);
+        assert!(!slot.undone, "{what}: reset by git");
+        assert_left_as_git_leaves(&slot.path, &base);
+    }
+}
+
+/// `.git/HEAD` replaced by a link to a file outside the slot: pointing
+/// HEAD at the new branch replaces the link, never writes the file.
+#[test]
+fn a_head_swapped_for_a_link_outside_is_replaced_not_written_through() {
+    use std::os::unix::fs::symlink;
+    let fx = Fixture::new();
+    let out = outside(&fx);
+    let untouched = tree_hash(&out);
+    let o = out.clone();
+    let (slot, base) = kept_walk_reset(
+        &fx,
+        |_| {},
+        |p| {
+            let head = p.join(".git/HEAD");
+            std::fs::copy(&head, o.join("HEAD")).unwrap();
+            std::fs::remove_file(&head).unwrap();
+            symlink(o.join("HEAD"), &head).unwrap();
+        },
+    );
+    let outside_head = std::fs::read_to_string(out.join("HEAD")).unwrap();
+    assert_eq!(outside_head, format!("ref: refs/heads/{BRANCH}\n"));
+    std::fs::remove_file(out.join("HEAD")).unwrap();
+    assert_eq!(tree_hash(&out), untouched);
+    assert!(
+        std::fs::symlink_metadata(slot.path.join(".git/HEAD"))
+            .unwrap()
+            .is_file()
+    );
+    assert_left_as_git_leaves(&slot.path, &base);
+}
