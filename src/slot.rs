@@ -1103,16 +1103,7 @@ impl Slot {
                 found,
             });
         }
-        git.run(&[
-            "checkout",
-            "--quiet",
-            "--force",
-            "--no-track",
-            "-B",
-            &self.branch,
-            &found,
-        ])?;
-        git.run(&["clean", "-ffdxq"])?;
+        self.check_out_clean(&found)?;
         Ok(())
     }
 
@@ -1200,16 +1191,7 @@ impl Slot {
         self.ensure_untampered()?;
         let git = self.git();
         let base = self.base_commit.clone();
-        git.run(&[
-            "checkout",
-            "--quiet",
-            "--force",
-            "--no-track",
-            "-B",
-            &self.branch,
-            &base,
-        ])?;
-        git.run(&["clean", "-ffdxq"])?;
+        self.check_out_clean(&base)?;
         self.tip = None;
         let merged = git.run(&[
             "-c",

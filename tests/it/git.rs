@@ -1694,21 +1694,7 @@ fn kept_walk_reset(
     let (walk, follow) = Snapshot::take_following(&p).unwrap();
     let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
     after(&p);
-    let (dir, user) = (fx.slot_path(), fx.user.clone());
-    let remote = fx.remote.display().to_string();
-    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
-        dir: &dir,
-        repo: &user,
-        remote: "origin",
-        urls: (remote.clone(), remote),
-        base: "main",
-        branch: "nightshift/next-1a2b3c4d",
-        token: None,
-        stop: None,
-        pinned: Some(&base),
-        kept,
-    })
-    .expect("prepared");
+    let slot = fx.prepare_next(Some(&base), kept);
     (slot, base)
 }
 
@@ -2081,21 +2067,7 @@ fn a_kept_walk_after_a_squash_onto_the_base_still_resets_to_the_base() {
     write(&p.join("src/writer.rs"), "the writer's work\n");
     let (walk, follow) = Snapshot::take_following(&p).unwrap();
     let kept = nightshift::slot::KeptWalk::new(&first, walk, follow.expect("watched"));
-    let (dir, user) = (fx.slot_path(), fx.user.clone());
-    let remote = fx.remote.display().to_string();
-    let slot = Slot::prepare_at(nightshift::slot::PrepareAt {
-        dir: &dir,
-        repo: &user,
-        remote: "origin",
-        urls: (remote.clone(), remote),
-        base: "main",
-        branch: "nightshift/next-1a2b3c4d",
-        token: None,
-        stop: None,
-        pinned: Some(&base),
-        kept,
-    })
-    .expect("prepared");
+    let slot = fx.prepare_next(Some(&base), kept);
     assert_left_as_git_leaves(&slot.path, &base);
     assert!(!p.join("src/pr.rs").exists());
 }
