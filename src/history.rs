@@ -196,22 +196,7 @@ pub async fn load(
         if let Some(o) = row.outcome.filter(|o| o.fails_run()) {
             *night.failures.entry(o.as_str().to_string()).or_insert(0) += 1;
         }
-        // A PR this night opened (not one carried over from an earlier night).
-        if row.outcome == Some(Outcome::PrOpened) && row.pr_number.is_some() && row.rounds > 0 {
-            night.prs_opened += 1;
-            r.prs_opened += 1;
-            match row.pr_state {
-                Some(PrRecord::Merged) => {
-                    night.merged += 1;
-                    r.merged += 1;
-                    if let (Some(m), Some(c)) = (row.merged_at, row.pr_created_at) {
-                        hours_to_merge.push((m - c).num_seconds() as f64 / 3600.0);
-                    }
-                }
-                Some(PrRecord::Closed) => night.closed += 1,
-                _ => night.open += 1,
-            }
-        }
+        count_pr(row, night, r, &mut hours_to_merge);
     }
     let totals = totals(&nights, hours_to_merge, by_recipe.into_values().collect());
     Ok(History {
@@ -220,6 +205,28 @@ pub async fn load(
         totals,
         unknown: None,
     })
+}
+
+/// Counts `row`'s PR in its `night` and recipe totals `r` when that night
+/// opened it (not one carried over from an earlier night), and its hours
+/// from opening to merge in `hours_to_merge`.
+fn count_pr(row: &Row, night: &mut Night, r: &mut RecipeTotals, hours_to_merge: &mut Vec<f64>) {
+    if !(row.outcome == Some(Outcome::PrOpened) && row.pr_number.is_some() && row.rounds > 0) {
+        return;
+    }
+    night.prs_opened += 1;
+    r.prs_opened += 1;
+    match row.pr_state {
+        Some(PrRecord::Merged) => {
+            night.merged += 1;
+            r.merged += 1;
+            if let (Some(m), Some(c)) = (row.merged_at, row.pr_created_at) {
+                hours_to_merge.push((m - c).num_seconds() as f64 / 3600.0);
+            }
+        }
+        Some(PrRecord::Closed) => night.closed += 1,
+        _ => night.open += 1,
+    }
 }
 
 fn totals(nights: &[Night], mut hours: Vec<f64>, mut by_recipe: Vec<RecipeTotals>) -> Totals {

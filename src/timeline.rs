@@ -170,48 +170,41 @@ impl Timeline {
         .fetch_optional(pool)
         .await?;
         let Some(facts) = facts else { return Ok(None) };
-        let items: Vec<ItemLine> = sqlx::query_as(
+        let items: Vec<ItemLine> = rows_of_run(
             "SELECT id, item_index, title, outcome, reason, pr_url, pr_number, rounds, tokens, cost_usd, \
              started_at, ended_at, NULL::text AS worker FROM run_items WHERE run_id = $1 ORDER BY item_index, id",
+            run,
+            pool,
         )
-        .bind(run)
-        .fetch_all(pool)
         .await?;
-        let rounds: Vec<RoundFacts> = sqlx::query_as(
+        let rounds: Vec<RoundFacts> = rows_of_run(
             "SELECT r.id, r.run_item_id, r.n, r.started_at, r.ended_at FROM rounds r \
              JOIN run_items i ON i.id = r.run_item_id WHERE i.run_id = $1 ORDER BY r.started_at, r.id",
+            run,
+            pool,
         )
-        .bind(run)
-        .fetch_all(pool)
         .await?;
-        let calls: Vec<CallFacts> = sqlx::query_as(
+        let calls: Vec<CallFacts> = rows_of_run(
             "SELECT c.round_id, c.role, c.started_at, c.duration_ms FROM agent_calls c \
              JOIN run_items i ON i.id = c.run_item_id WHERE i.run_id = $1 ORDER BY c.started_at, c.id",
+            run,
+            pool,
         )
-        .bind(run)
-        .fetch_all(pool)
         .await?;
-        let gates: Vec<(i64, i64)> = sqlx::query_as(
+        let gates: Vec<(i64, i64)> = rows_of_run(
             "SELECT g.round_id, g.duration_ms FROM gate_runs g JOIN rounds r ON r.id = g.round_id \
              JOIN run_items i ON i.id = r.run_item_id WHERE i.run_id = $1 ORDER BY g.id",
+            run,
+            pool,
         )
-        .bind(run)
-        .fetch_all(pool)
         .await?;
-        let sleeps: Vec<SleepFacts> = sqlx::query_as(
+        let sleeps: Vec<SleepFacts> = rows_of_run(
             "SELECT run_item_id, agent, slept_from, slept_until FROM limit_sleeps WHERE run_id = $1 ORDER BY slept_from",
+            run,
+            pool,
         )
-        .bind(run)
-        .fetch_all(pool)
         .await?;
-        let end = [Some(facts.heartbeat_at), facts.ended_at]
-            .into_iter()
-            .flatten()
-            .chain(items.iter().filter_map(|i| i.ended_at))
-            .chain(sleeps.iter().map(|s| s.3))
-            .max()
-            .unwrap_or(facts.started_at)
-            .max(facts.started_at);
+        let end = run_end(&facts, &items, &sleeps);
         let index_of = |item_id: i64| items.iter().find(|i| i.id == item_id).map(|i| i.item_index);
         let bars = rounds
             .iter()
@@ -656,4 +649,29 @@ fn minutes(secs: i64) -> String {
         s if s >= 60 => format!("{}m {:02}s", s / 60, s % 60),
         s => format!("{s}s"),
     }
+}
+
+/// The run's last known moment (UTC): its end, last heartbeat, or the end
+/// of its last item or sleep, whichever is latest, never before its start.
+fn run_end(facts: &RunFacts, items: &[ItemLine], sleeps: &[SleepFacts]) -> DateTime<Utc> {
+    [Some(facts.heartbeat_at), facts.ended_at]
+        .into_iter()
+        .flatten()
+        .chain(items.iter().filter_map(|i| i.ended_at))
+        .chain(sleeps.iter().map(|s| s.3))
+        .max()
+        .unwrap_or(facts.started_at)
+        .max(facts.started_at)
+}
+
+/// Every row `sql` (whose one parameter, `$1`, is the run's id) returns
+/// for run `run`.
+///
+/// # Errors
+/// Database errors.
+async fn rows_of_run<T>(sql: &'static str, run: Uuid, pool: &PgPool) -> sqlx::Result<Vec<T>>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql).bind(run).fetch_all(pool).await
 }

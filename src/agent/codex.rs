@@ -589,17 +589,7 @@ pub async fn run(
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
     };
-    let edited_files: Vec<String> = st
-        .changed_files
-        .iter()
-        .map(|f| relative_to(f, &call.cwd))
-        .collect();
-    let mut claimed_files = parse_blocks(&text).files;
-    for rel in &edited_files {
-        if !claimed_files.contains(rel) {
-            claimed_files.push(rel.clone());
-        }
-    }
+    let (claimed_files, edited_files) = files_of(&st, &text, &call.cwd);
     let notes = st.notes(ended_after_turn);
     Ok(Report {
         argv,
@@ -615,6 +605,24 @@ pub async fn run(
         edited_files,
         notes,
     })
+}
+
+/// The files the turn claimed (its answer's `FILES:` block, then every
+/// file its edits touched) and the files its edits touched, relative to
+/// `cwd`.
+fn files_of(st: &StreamState, text: &str, cwd: &std::path::Path) -> (Vec<String>, Vec<String>) {
+    let edited: Vec<String> = st
+        .changed_files
+        .iter()
+        .map(|f| relative_to(f, cwd))
+        .collect();
+    let mut claimed = parse_blocks(text).files;
+    for rel in &edited {
+        if !claimed.contains(rel) {
+            claimed.push(rel.clone());
+        }
+    }
+    (claimed, edited)
 }
 
 impl StreamState {

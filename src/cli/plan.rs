@@ -335,6 +335,27 @@ pub(crate) fn approval_key_note() -> String {
     )
 }
 
+/// What `approve` recorded: the SHA and its kind, until when (local time)
+/// the approval holds, and where its signing key is.
+fn print_approved(
+    sha: &str,
+    is_contract: bool,
+    expires_at: chrono::DateTime<chrono::Utc>,
+    data_dir: &std::path::Path,
+) {
+    let kind = if is_contract { "contract" } else { "plan" };
+    println!("approved {kind} {sha}");
+    let until = expires_at.with_timezone(&chrono::Local);
+    println!(
+        "valid until {} (single use)",
+        until.format("%Y-%m-%d %H:%M %Z")
+    );
+    println!(
+        "signed with the key in {} (keep it private; if it is lost, approve again)",
+        crate::approval::key_path(data_dir).display()
+    );
+}
+
 /// `nightshift approve SHA`.
 pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let sha = sha.trim().to_ascii_lowercase();
@@ -368,20 +389,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
         serde_json::json!({"sha": sha, "approval": a.id, "by": by}),
     )
     .await?;
-    println!(
-        "approved {} {sha}",
-        if is_contract { "contract" } else { "plan" }
-    );
-    println!(
-        "valid until {} (single use)",
-        a.expires_at
-            .with_timezone(&chrono::Local)
-            .format("%Y-%m-%d %H:%M %Z")
-    );
-    println!(
-        "signed with the key in {} (keep it private; if it is lost, approve again)",
-        crate::approval::key_path(&data_dir).display()
-    );
+    print_approved(&sha, is_contract, a.expires_at, &data_dir);
     // An approval of an older plan is allowed (docs/contract.md#approval: only its unchanged
     // contracts run), but the person should know before going to bed.
     if let Ok(now) = snapshot(cli) {
