@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod approval;
 pub mod backlog;
+pub mod build_output;
 pub mod cli;
 pub mod config;
 pub mod contract;

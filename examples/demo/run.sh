@@ -59,10 +59,10 @@ kind = "command"
 command = ["$here/agents/reviewer.sh"]
 TOML
 
-# The demo uses the embedded database, never a server from the environment;
-# it shares one cargo target dir across checkouts to keep the gates quick.
+# The demo uses the embedded database, never a server from the environment.
+# Each checkout builds in its own target directory (nightshift sets
+# CARGO_TARGET_DIR per slot: docs/loop.md#build-output-per-slot).
 unset DATABASE_URL NIGHTSHIFT_DATABASE_URL GITHUB_TOKEN GH_TOKEN
-export CARGO_TARGET_DIR="$work/target"
 
 echo "== nightshift plan"
 "$ns" plan

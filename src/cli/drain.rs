@@ -74,6 +74,7 @@ async fn drain_with(
             return Ok(());
         }
     }
+    let isolation = build_output(&req)?;
     let github = GitHub::resolve(&req, startup);
     // `run ITEM` on an item that will not run says so before an approval
     // is asked for, and uses none (docs/commands.md).
@@ -91,7 +92,8 @@ async fn drain_with(
         req.plan = with_tend_cards(&req, &held, startup).await?;
     }
     let remote_urls = check_remote(&req, &github)?;
-    let env = Environments::resolve(&req, startup, &github)?;
+    let env = Environments::resolve(&req, startup, &github, isolation)?;
+    env.print_isolation(&req);
     preflight_agents(&req, &held, &env).await?;
     if crate::cli::plan::agents_run_as_root(&req.config) {
         eprintln!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
@@ -604,6 +606,8 @@ struct Environments {
     db_source: ledger_mod::DbSource,
     /// The data directory (checkouts, logs).
     data_dir: PathBuf,
+    /// What each slot's own build directory replaces (the run's header).
+    isolation: crate::build_output::Isolation,
 }
 
 impl Environments {
@@ -614,7 +618,12 @@ impl Environments {
     /// # Errors
     /// Exit 2 when `agent_user` does not exist, or has no home directory
     /// while a real agent CLI (claude, codex) would need one.
-    fn resolve(req: &Request, startup: &Startup, github: &GitHub) -> Result<Environments> {
+    fn resolve(
+        req: &Request,
+        startup: &Startup,
+        github: &GitHub,
+        isolation: crate::build_output::Isolation,
+    ) -> Result<Environments> {
         let config = &req.config;
         warn_secrets_left(config);
         let db_source = ledger_mod::db_source_from_env();
@@ -640,8 +649,32 @@ impl Environments {
             run_as,
             db_source,
             data_dir,
+            isolation,
         })
     }
+
+    /// The run's header line on build output (stderr), when there are
+    /// several slots or a variable of this environment was replaced.
+    fn print_isolation(&self, req: &Request) {
+        if req.config.jobs > 1 || !self.isolation.replaced.is_empty() {
+            let slot = crate::slot::slot_path(&self.data_dir, &req.repo, 0);
+            let slots = slot.parent().unwrap_or(&slot);
+            eprintln!("{}", self.isolation.header(slots));
+        }
+    }
+}
+
+/// What each slot's own build directory will replace, checked before an
+/// approval is used (docs/loop.md#build-output-per-slot): the variables
+/// agents and gates would get from this environment (its `secrets` aside).
+///
+/// # Errors
+/// Exit 2 naming the variable and the fix when it would point every slot at
+/// one virtualenv, `node_modules` or the like while `jobs > 1`.
+fn build_output(req: &Request) -> Result<crate::build_output::Isolation> {
+    let seen = process::child_env(std::env::vars(), &req.config.secrets);
+    crate::build_output::check(&seen, req.config.jobs)
+        .map_err(|shared| Error::config(shared.to_string()))
 }
 
 /// `main` wipes the config's `secrets` from our own environment, finding
@@ -1383,9 +1416,11 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
         run,
         approved,
     } = join_live_run(cli, jobs).await?;
+    let isolation = build_output(&req)?;
     let github = GitHub::resolve(&req, startup);
     let remote_urls = check_remote(&req, &github)?;
-    let env = Environments::resolve(&req, startup, &github)?;
+    let env = Environments::resolve(&req, startup, &github, isolation)?;
+    env.print_isolation(&req);
     // The agents are the contracts', not this host's config: say so.
     preflight_agents(&req, &held, &env).await.map_err(|e| match e {
         Error::Config { problem } => Error::config(format!(

@@ -121,7 +121,7 @@ fn agent_call(r: &Round<'_>, role: Role, attempt: u32, left: std::time::Duration
         cwd: item.slot.path.clone(),
         // The caps sealed in the approved contract, not the config of the moment.
         timeout: c.limits.agent_timeout().min(left),
-        env: night.agent_env.clone(),
+        env: crate::build_output::for_slot(&night.agent_env, &item.slot.path),
         tz: night.tz,
         log_dir: agent::call_dir(item.dir, r.n, role, attempt),
         secrets: night.secrets.clone(),

@@ -35,12 +35,20 @@ pub(super) fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Optio
 /// Only entries with another owner are changed, so a reused checkout costs a
 /// walk, not a rewrite of every inode's ctime. The first call also checks, as
 /// the account, that it can reach and write the checkout (a 0700 parent such
-/// as `/root` would stop it).
+/// as `/root` would stop it). The slot's build directory beside the checkout
+/// is handed over whole.
 pub(super) async fn grant_checkout(night: &Night, slot: &Slot) -> Option<String> {
     let account = night.run_as.as_ref()?;
     let top = slot.path.clone();
-    if let Err(e) = tokio::task::block_in_place(|| slot::hand_over(&top, account.uid, account.gid))
-    {
+    // The slot's build directory beside it (docs/loop.md#build-output-per-slot)
+    // is the account's too: cargo writes there.
+    let build = crate::build_output::slot_build_dir(&top);
+    let handed = tokio::task::block_in_place(|| {
+        slot::hand_over(&top, account.uid, account.gid)?;
+        std::fs::create_dir_all(&build)?;
+        slot::hand_over(&build, account.uid, account.gid)
+    });
+    if let Err(e) = handed {
         return Some(format!(
             "cannot hand the checkout {} to agent_user {}: {e}",
             top.display(),

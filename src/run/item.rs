@@ -112,7 +112,8 @@ impl Item<'_> {
     pub fn gate_spec(&self, timeout: Duration, log_dir: PathBuf) -> GateSpec {
         GateSpec {
             cwd: self.slot.path.clone(),
-            env: self.night.gate_env.clone(),
+            // Each slot its own build output (docs/loop.md#build-output-per-slot).
+            env: crate::build_output::for_slot(&self.night.gate_env, &self.slot.path),
             timeout,
             log_dir,
             secrets: self.night.secrets.clone(),

@@ -21,6 +21,7 @@ mod agent_claude;
 mod agent_codex;
 mod attack;
 mod backlog;
+mod build_output;
 mod e2e;
 mod forge;
 mod git;
