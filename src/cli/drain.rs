@@ -14,7 +14,7 @@ use chrono_tz::Tz;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::plan::snapshot;
-use crate::cli::{Cli, RunArgs, Startup, ledger, progress, repo_id};
+use crate::cli::{Cli, RunArgs, Startup, install_approval_key, ledger, progress, repo_id};
 use crate::config::Config;
 use crate::contract::{self, Plan};
 use crate::error::{Error, Result};
@@ -1384,19 +1384,6 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// Reads the approval key of the data directory and installs it for the
-/// approval checks ([`approval::install_key`]); no key means no approval
-/// verifies (approve again).
-///
-/// # Errors
-/// Exit 2 when the key file is unreadable, malformed or open to others.
-pub(crate) fn install_approval_key() -> Result<()> {
-    let data_dir = crate::cli::data_dir();
-    let key = approval::load_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
-    approval::install_key(key, approval::key_path(&data_dir));
-    Ok(())
 }
 
 /// `nightshift worker [--jobs N]` (docs/workers.md#nightshift-worker): joins
