@@ -83,7 +83,7 @@ pub struct Config {
     /// Title prefix → prompt template (docs/backlog.md#recipes).
     pub recipes: Vec<Recipe>,
     /// Where a message goes when a run ends (docs/config.md#notify).
-    pub notify: crate::notify::Targets,
+    pub notify: Targets,
     /// Workers per host: items drained at once, each in its own checkout
     /// slot (docs/workers.md). Default 1; `--jobs N` overrides it.
     pub jobs: u32,
@@ -120,7 +120,7 @@ impl Default for Config {
             writer: AgentConfig::default(),
             reviewer: AgentConfig::default(),
             recipes: vec![],
-            notify: crate::notify::Targets::default(),
+            notify: Targets::default(),
             jobs: 1,
             lease: crate::queue::DEFAULT_LEASE,
         }
@@ -278,6 +278,51 @@ pub struct Recipe {
     /// Optional per-recipe round count (never above the policy cap).
     #[serde(default)]
     pub rounds: Option<u32>,
+}
+
+/// The `[notify]` table of the config. Every target is optional; none set:
+/// nothing is sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Targets {
+    /// URL that receives the run's summary ([`crate::notify::Summary`]) as a JSON `POST`.
+    pub webhook: Option<String>,
+    /// A Slack incoming-webhook URL: the same facts as Slack text and blocks.
+    pub slack_webhook: Option<String>,
+    /// A program and its arguments, run with the JSON summary on stdin (no
+    /// shell; the agents' scrubbed environment).
+    pub command: Vec<String>,
+}
+
+impl Targets {
+    /// True when no target is set.
+    pub fn is_empty(&self) -> bool {
+        self.webhook.is_none() && self.slack_webhook.is_none() && self.command.is_empty()
+    }
+
+    /// Checks the URLs parse as http(s) URLs.
+    ///
+    /// # Errors
+    /// The key and what is wrong with it.
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, url) in [
+            ("notify.webhook", &self.webhook),
+            ("notify.slack_webhook", &self.slack_webhook),
+        ] {
+            if let Some(u) = url {
+                let parsed = url::Url::parse(u).map_err(|e| {
+                    format!("`{key}`: {e}; write a full URL such as \"https://example.com/hook\"")
+                })?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(format!(
+                        "`{key}`: only http and https URLs are sent to, not {}",
+                        parsed.scheme()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A config that could not be used. Display gives `file:line: message`.
