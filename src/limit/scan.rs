@@ -51,14 +51,7 @@ const CONTINUATION_LINES: usize = 3;
 /// The lines after line `i` that may continue it (up to [`CONTINUATION_LINES`], stopping at a
 /// blank line), trimmed and joined with spaces.
 fn continuation(lines: &[&str], i: usize) -> String {
-    lines
-        .iter()
-        .skip(i + 1)
-        .take(CONTINUATION_LINES)
-        .take_while(|l| !l.trim().is_empty())
-        .map(|l| l.trim())
-        .collect::<Vec<_>>()
-        .join(" ")
+    following(lines, i, CONTINUATION_LINES)
 }
 
 /// How many following lines may belong to one error body (to a blank line): a pretty-printed
@@ -68,10 +61,15 @@ const BLOCK_LINES: usize = 40;
 /// The lines after line `i` up to [`BLOCK_LINES`] or a blank line, trimmed and joined with
 /// spaces: where the structured parts of an error body are looked for.
 fn block(lines: &[&str], i: usize) -> String {
+    following(lines, i, BLOCK_LINES)
+}
+
+/// Up to `n` lines after line `i`, stopping at a blank line, trimmed and joined with spaces.
+fn following(lines: &[&str], i: usize, n: usize) -> String {
     lines
         .iter()
         .skip(i + 1)
-        .take(BLOCK_LINES)
+        .take(n)
         .take_while(|l| !l.trim().is_empty())
         .map(|l| l.trim())
         .collect::<Vec<_>>()
