@@ -424,7 +424,7 @@ pub fn why_not_approved(approved: &[Held], current: &[Held], key: &str) -> NotAp
 pub async fn find(
     pool: &sqlx::PgPool,
     repo_id: &str,
-    plan: &crate::contract::Plan,
+    plan: &crate::plan::Plan,
     item: Option<usize>,
     explicit: Option<&str>,
     now: DateTime<Utc>,
@@ -499,7 +499,7 @@ pub async fn find(
 
 /// The contract SHAs of `plan` an approval may hold: its sealed tend
 /// cards' (docs/github.md "The second night") and its items'.
-fn current_shas(plan: &crate::contract::Plan) -> Vec<&str> {
+fn current_shas(plan: &crate::plan::Plan) -> Vec<&str> {
     plan.tend
         .iter()
         .filter_map(|c| c.sealed.as_ref().map(|s| s.sha.as_str()))
@@ -509,7 +509,7 @@ fn current_shas(plan: &crate::contract::Plan) -> Vec<&str> {
 
 async fn approved_set(
     pool: &sqlx::PgPool,
-    plan: &crate::contract::Plan,
+    plan: &crate::plan::Plan,
     item: Option<usize>,
     a: Approval,
 ) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {

@@ -13,8 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::RunAs;
-use crate::process;
+use crate::process::{self, RunAs};
 
 /// Bytes of output tail kept per command (for feedback and the PR body).
 pub const TAIL_BYTES: usize = 16 * 1024;

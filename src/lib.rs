@@ -25,6 +25,7 @@ pub mod ledger;
 pub mod limit;
 pub mod notify;
 pub mod outcome;
+pub mod plan;
 pub mod process;
 pub mod proof;
 pub mod queue;

@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::config::Targets;
 use crate::outcome::Outcome;
 
 /// How long one delivery may take (connect, send, answer).
@@ -27,51 +28,6 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Attempts per target: the first and two retries, 1 s then 4 s apart.
 pub const ATTEMPTS: u32 = 3;
-
-/// The `[notify]` table of the config. Every target is optional; none set:
-/// nothing is sent.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Targets {
-    /// URL that receives the [`Summary`] as a JSON `POST`.
-    pub webhook: Option<String>,
-    /// A Slack incoming-webhook URL: the same facts as Slack text and blocks.
-    pub slack_webhook: Option<String>,
-    /// A program and its arguments, run with the JSON summary on stdin (no
-    /// shell; the agents' scrubbed environment).
-    pub command: Vec<String>,
-}
-
-impl Targets {
-    /// True when no target is set.
-    pub fn is_empty(&self) -> bool {
-        self.webhook.is_none() && self.slack_webhook.is_none() && self.command.is_empty()
-    }
-
-    /// Checks the URLs parse as http(s) URLs.
-    ///
-    /// # Errors
-    /// The key and what is wrong with it.
-    pub fn validate(&self) -> Result<(), String> {
-        for (key, url) in [
-            ("notify.webhook", &self.webhook),
-            ("notify.slack_webhook", &self.slack_webhook),
-        ] {
-            if let Some(u) = url {
-                let parsed = url::Url::parse(u).map_err(|e| {
-                    format!("`{key}`: {e}; write a full URL such as \"https://example.com/hook\"")
-                })?;
-                if !matches!(parsed.scheme(), "http" | "https") {
-                    return Err(format!(
-                        "`{key}`: only http and https URLs are sent to, not {}",
-                        parsed.scheme()
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-}
 
 /// One item as the summary names it.
 #[derive(Debug, Clone, Serialize)]

@@ -23,6 +23,14 @@ use crate::review::Verdict;
 /// GitHub's PR body limit, in characters.
 pub use crate::forge::BODY_LIMIT;
 
+/// Where a run's page is kept by default: `.nightshift/reports/<run id>.html`
+/// in the repository (ignored by `.nightshift/.gitignore`).
+pub fn page_path(repo: &std::path::Path, run: Uuid) -> std::path::PathBuf {
+    repo.join(crate::config::DIR)
+        .join("reports")
+        .join(format!("{run}.html"))
+}
+
 /// One round as the PR body lists it.
 #[derive(Debug, Clone)]
 pub struct RoundSummary {

@@ -20,7 +20,7 @@ use std::fmt::{self, Write as _};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{Plan, sha256_hex};
+use crate::contract::{PlanEntry, sha256_hex};
 use crate::forge::{Comment, Forge, ForgeError, Mergeable, PrDetail, PrState, Review, ReviewState};
 use crate::ledger::records::{self as rec, TendRow};
 
@@ -509,8 +509,8 @@ pub enum SurveyError {
 }
 
 /// Looks at every PR the ledger knows open for `repo_id` and returns its
-/// card, by PR number; `max_rounds` is config `max_tend_rounds`. The item's contract is the plan's current one for
-/// its key, else the one the PR was made under. A PR GitHub says was merged
+/// card, by PR number; `max_rounds` is config `max_tend_rounds`. The item's contract is the current one
+/// for its key among the plan's `entries`, else the one the PR was made under. A PR GitHub says was merged
 /// or closed is recorded so in the ledger (it is not looked at again).
 ///
 /// # Errors
@@ -521,7 +521,7 @@ pub async fn survey(
     pool: &sqlx::PgPool,
     repo_id: &str,
     forge: &Forge,
-    plan: &Plan,
+    entries: &[PlanEntry],
     max_rounds: u32,
 ) -> Result<Vec<TendCard>, SurveyError> {
     let rows = rec::open_prs(pool, repo_id).await?;
@@ -557,7 +557,7 @@ pub async fn survey(
             line_comments: &line_comments,
             comments: &comments,
         });
-        let (title, item) = item_contract(pool, plan, row).await?;
+        let (title, item) = item_contract(pool, entries, row).await?;
         cards.push(TendCard::new(row, &title, item, verdict, max_rounds));
     }
     Ok(cards)
@@ -568,10 +568,10 @@ pub async fn survey(
 /// was made under.
 async fn item_contract(
     pool: &sqlx::PgPool,
-    plan: &Plan,
+    entries: &[PlanEntry],
     row: &TendRow,
 ) -> Result<(String, serde_json::Value), sqlx::Error> {
-    if let Some(e) = plan.entries.iter().find(|e| e.item.key == row.item_key) {
+    if let Some(e) = entries.iter().find(|e| e.item.key == row.item_key) {
         let json =
             serde_json::from_str(&e.contract.canonical_json()).expect("canonical JSON parses");
         return Ok((e.item.title.clone(), json));

@@ -80,7 +80,41 @@ pub fn argv(agent: &AgentConfig, role: Role, schema: Option<&Path>) -> Vec<Strin
     v
 }
 
-pub use crate::config::codex_conflicting_argument as conflicting_argument;
+/// The first argument of a configured codex `command` that would fight the
+/// flags nightshift sets itself (`--json`, the sandbox, the reviewer's output
+/// schema) or lift the sandbox (`--dangerously-bypass-approvals-and-sandbox`,
+/// a `-c sandbox_mode=…` override), if any. The config's validation (`crate::config::parse`) rejects such a
+/// command (docs/agents.md#read-only-reviewer: the reviewer is read-only by construction).
+pub fn conflicting_argument(command: &[String]) -> Option<String> {
+    const OWNED: &[&str] = &[
+        "--json",
+        "--sandbox",
+        "-s",
+        "--output-schema",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--yolo",
+        "--full-auto",
+    ];
+    let mut config_value = false;
+    for a in command.iter().skip(1) {
+        if config_value {
+            config_value = false;
+            if a.trim_start().starts_with("sandbox_mode") {
+                return Some(a.clone());
+            }
+            continue;
+        }
+        if a == "-c" || a == "--config" {
+            config_value = true;
+            continue;
+        }
+        let name = a.split('=').next().unwrap_or(a);
+        if OWNED.contains(&name) || (a.starts_with("-s") && !a.starts_with("--") && a.len() > 2) {
+            return Some(a.clone());
+        }
+    }
+    None
+}
 
 /// Whether the configured argv already holds the `exec` subcommand: an
 /// `exec` argument that is not the value of a preceding option.

@@ -267,7 +267,7 @@ fn backlog_and_gate_checks(out: &mut Vec<Check>, repo: &Path, loaded: &Loaded) {
         Err(e) => out.push(Check::fail("backlog", e.to_string(), "create it, or point `backlog` in the config at it; `nightshift init` writes an example")),
         Ok(bl) => {
             let open = bl.items.iter().filter(|i| !i.done).count();
-            match crate::contract::build_plan(repo, &bl, loaded) {
+            match crate::plan::build_plan(repo, &bl, loaded) {
                 Err(problems) => {
                     let shown: Vec<String> = problems.iter().take(3).map(ToString::to_string).collect();
                     let more = problems.len().saturating_sub(shown.len());

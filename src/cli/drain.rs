@@ -14,12 +14,13 @@ use chrono_tz::Tz;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::plan::snapshot;
-use crate::cli::{Cli, RunArgs, Startup, ledger, progress, repo_id};
+use crate::cli::{Cli, RunArgs, Startup, install_approval_key, ledger, progress, repo_id};
 use crate::config::Config;
-use crate::contract::{self, Plan};
+use crate::contract;
 use crate::error::{Error, Result};
 use crate::ledger::records as rec;
 use crate::outcome::{PrRecord, RunStatus};
+use crate::plan::{self, Plan};
 use crate::run::{self, Night, Selection};
 use crate::secret::Secret;
 use crate::slot::SlotsLock;
@@ -1296,7 +1297,7 @@ fn select_item(plan: &Plan, sel: Option<&str>) -> Result<usize> {
 fn print_cards(plan: &Plan, selection: &Selection) {
     match selection {
         Selection::All => {
-            print!("{}", contract::render_plan(plan));
+            print!("{}", plan::render_plan(plan));
             println!("approve it with: nightshift approve {}", plan.sha);
             println!("{}", crate::cli::plan::approval_key_note());
         }
@@ -1384,19 +1385,6 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// Reads the approval key of the data directory and installs it for the
-/// approval checks ([`approval::install_key`]); no key means no approval
-/// verifies (approve again).
-///
-/// # Errors
-/// Exit 2 when the key file is unreadable, malformed or open to others.
-pub(crate) fn install_approval_key() -> Result<()> {
-    let data_dir = crate::cli::data_dir();
-    let key = approval::load_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
-    approval::install_key(key, approval::key_path(&data_dir));
-    Ok(())
 }
 
 /// `nightshift worker [--jobs N]` (docs/workers.md#nightshift-worker): joins
@@ -1496,7 +1484,7 @@ async fn join_live_run(cli: &Cli, jobs: Option<u32>) -> Result<Joined> {
     let run = live_run(&ledger, &repo_id, &repo).await?;
     let pool = &ledger.pool;
     let stored = rec::plan_stored(pool, &run.plan_sha).await?;
-    let plan = contract::plan_from_ledger(&run.plan_sha, &stored).map_err(Error::refused)?;
+    let plan = plan::plan_from_ledger(&run.plan_sha, &stored).map_err(Error::refused)?;
     adopt_contract_agents(&mut config, &plan)?;
     check_gates_runnable(&plan)?;
     // Only contracts the run's signed approval covers run here.

@@ -551,6 +551,19 @@ pub(crate) fn no_token_in(repo: &Path, config: &crate::config::Config) -> NoToke
     no_token(config, url.as_deref().map(str::trim))
 }
 
+/// Reads the approval key of the data directory and installs it for the
+/// approval checks ([`crate::approval::install_key`]); no key means no approval
+/// verifies (approve again).
+///
+/// # Errors
+/// Exit 2 when the key file is unreadable, malformed or open to others.
+pub(crate) fn install_approval_key() -> Result<()> {
+    let data_dir = crate::cli::data_dir();
+    let key = crate::approval::load_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
+    crate::approval::install_key(key, crate::approval::key_path(&data_dir));
+    Ok(())
+}
+
 /// nightshift's data directory (slots, logs, the embedded cluster; docs/files.md#data-directory):
 /// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG
 /// data dir.

@@ -103,7 +103,7 @@ async fn write_page(night: &crate::run::Night, run: uuid::Uuid) -> Option<String
     let timeline = crate::timeline::Timeline::load(&night.pool, run)
         .await
         .ok()??;
-    let path = crate::cli::report::page_path(&night.repo, run);
+    let path = crate::report::page_path(&night.repo, run);
     std::fs::create_dir_all(path.parent()?).ok()?;
     std::fs::write(&path, crate::secret::redact_known(&timeline.to_html())).ok()?;
     Some(path.display().to_string())

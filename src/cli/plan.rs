@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use crate::backlog;
 use crate::cli::{Cli, Startup, ledger, load_config, repo_id, repo_root};
 use crate::config::{self, Loaded};
-use crate::contract::{self, Plan};
 use crate::error::{Error, Result};
 use crate::ledger::records as rec;
 use crate::outcome::PrRecord;
+use crate::plan::{self as plans, Plan};
 
 /// The snapshot every command that runs items starts from.
 pub(crate) struct Snapshot {
@@ -30,7 +30,7 @@ pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
     let loaded = load_config(cli, &repo)?;
     check_runnable(&loaded)?;
     let bl = read_backlog(&repo, &loaded)?;
-    let plan = contract::build_plan(&repo, &bl, &loaded).map_err(|problems| {
+    let plan = plans::build_plan(&repo, &bl, &loaded).map_err(|problems| {
         let mut msg = format!(
             "{} problem(s) in the backlog; no card was made:\n",
             problems.len()
@@ -162,7 +162,7 @@ fn cannot_run(loaded: &Loaded) -> Vec<String> {
 pub(crate) async fn mark_earlier_work(
     pool: &sqlx::PgPool,
     repo_id: &str,
-    plan: &mut contract::Plan,
+    plan: &mut Plan,
 ) -> Result<()> {
     // Two statements for the whole backlog, not two per item.
     let open: Vec<(&str, &str)> = plan
@@ -260,7 +260,7 @@ pub(crate) async fn tend_cards(
         pool,
         repo_id,
         &forge,
-        &snap.plan,
+        &snap.plan.entries,
         snap.loaded.config.limits.max_tend_rounds,
     )
     .await
@@ -314,7 +314,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
         }
         println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
     } else {
-        print!("{}", contract::render_plan(&plan));
+        print!("{}", plans::render_plan(&plan));
         if agents_run_as_root(&loaded.config) {
             println!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
         }

@@ -188,7 +188,7 @@ pub(crate) async fn html(
             return Ok(());
         }
         Some(f) => f.to_path_buf(),
-        None => page_path(&repo, row.id),
+        None => crate::report::page_path(&repo, row.id),
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
@@ -286,14 +286,6 @@ async fn refresh_fates(
         }
     }
     Ok(None)
-}
-
-/// Where a run's page is kept by default: `.nightshift/reports/<run id>.html`
-/// in the repository (ignored by `.nightshift/.gitignore`).
-pub(crate) fn page_path(repo: &std::path::Path, run: Uuid) -> std::path::PathBuf {
-    repo.join(crate::config::DIR)
-        .join("reports")
-        .join(format!("{run}.html"))
 }
 
 /// `nightshift status [--json]`.
@@ -492,7 +484,7 @@ async fn run_to_resume(
         return Ok((to_resume, false));
     };
     // A key that cannot be read only means nothing is shown resumable.
-    let _ = crate::cli::drain::install_approval_key();
+    let _ = crate::cli::install_approval_key();
     let approval = rec::approval_by_id(pool, aid).await?;
     let resumable = approval
         .as_ref()

@@ -5,7 +5,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use http::{HeaderMap, StatusCode};
 use octocrab::Octocrab;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
@@ -13,39 +12,12 @@ use serde_json::Value;
 use super::RepoProbe;
 use super::body::{header, is_cut_short};
 use super::error::ForgeError;
+use super::exchange::{Reply, Verb};
 use super::html::{describe_body, quote};
 use super::repo::RepoId;
-use super::retry::{RetryPolicy, Transient, Wait, classify};
+use super::retry::RetryPolicy;
+use super::transient::{Transient, Wait, classify};
 use crate::secret::{Redactor, Secret};
-
-/// The only HTTP methods this module can send. Merging (`PUT .../merge`) is
-/// unrepresentable here; approving (`POST .../reviews`) is never built; the
-/// one `PATCH` ([`Forge::update_pr_body`]) sends a body and nothing else, so
-/// it cannot close a PR (docs/github.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verb {
-    Get,
-    Post,
-    Patch,
-}
-
-impl Verb {
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Verb::Get => "GET",
-            Verb::Post => "POST",
-            Verb::Patch => "PATCH",
-        }
-    }
-}
-
-/// A response GitHub gave that is final (2xx or a non-retried 4xx).
-#[derive(Debug)]
-pub(super) struct Reply {
-    pub(super) status: StatusCode,
-    pub(super) headers: HeaderMap,
-    pub(super) body: String,
-}
 
 /// The GitHub client for one repository, with no automatic retry of creates.
 ///

@@ -3,9 +3,10 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::client::{Forge, Verb, encode};
+use super::call::Created;
+use super::client::{Forge, encode};
 use super::error::ForgeError;
-use super::retry::Created;
+use super::exchange::Verb;
 use super::{BODY_LIMIT, IssueInfo, LABEL_COLOR, LABEL_DESCRIPTION, clamp_chars};
 
 impl Forge {

@@ -4,10 +4,11 @@ use http::StatusCode;
 use serde_json::json;
 
 use super::body::{error_message, header, is_json, mentions_code};
-use super::client::{Forge, Verb, encode};
+use super::client::{Forge, encode};
 use super::error::ForgeError;
+use super::exchange::Verb;
 use super::refusal::refuses_whole_repo;
-use super::retry::is_rate_limit_text;
+use super::transient::is_rate_limit_text;
 
 impl Forge {
     /// Makes sure label `name` exists: creates it with `color` (hex RGB, no

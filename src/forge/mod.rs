@@ -42,8 +42,10 @@
 #![allow(clippy::result_large_err)]
 
 mod body;
+mod call;
 mod client;
 mod error;
+mod exchange;
 mod html;
 mod issues;
 mod labels;
@@ -55,6 +57,7 @@ mod repo;
 mod retry;
 mod tend;
 mod token;
+mod transient;
 
 pub use client::Forge;
 pub use error::{ForgeError, Scope};

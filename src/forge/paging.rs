@@ -1,8 +1,9 @@
 //! Lists read page after page, by `Link: rel="next"` or page numbers.
 
 use super::body::header;
-use super::client::{Forge, Verb};
+use super::client::Forge;
 use super::error::ForgeError;
+use super::exchange::Verb;
 
 /// Page size asked of list calls (GitHub's maximum; a server may serve fewer).
 pub(super) const PER_PAGE: usize = 100;

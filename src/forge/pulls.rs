@@ -5,10 +5,12 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::client::{Forge, Verb, encode};
+use super::call::Created;
+use super::client::{Forge, encode};
 use super::error::ForgeError;
+use super::exchange::Verb;
 use super::refusal::{PrRefusal, pr_refusal, pr_validation_fix, says_pr_exists};
-use super::retry::{Created, backoff};
+use super::retry::backoff;
 use super::{
     LABEL_COLOR, LABEL_DESCRIPTION, PrInfo, PrRequest, PrState, carries_marker, fit_body,
     item_marker,

@@ -4,8 +4,9 @@
 use serde_json::Value;
 
 use super::body::{error_details, error_message, header, is_json};
-use super::client::{Forge, Reply, Verb};
+use super::client::Forge;
 use super::error::{ForgeError, Scope};
+use super::exchange::{Reply, Verb};
 use super::html::describe_body;
 
 /// How many redirects one request follows (GitHub needs one for a moved

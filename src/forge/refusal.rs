@@ -5,8 +5,9 @@ use http::StatusCode;
 use serde_json::Value;
 
 use super::body::{error_details, error_json, error_message, header, is_json};
-use super::client::{Forge, Reply, Verb};
+use super::client::Forge;
 use super::error::{ForgeError, Scope};
+use super::exchange::{Reply, Verb};
 use super::html::{describe_body, quote};
 use super::{PrRequest, RepoId};
 

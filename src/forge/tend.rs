@@ -8,9 +8,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::PrState;
-use super::client::{Forge, Verb};
+use super::call::Created;
+use super::client::Forge;
 use super::error::ForgeError;
-use super::retry::{Created, backoff};
+use super::exchange::Verb;
+use super::retry::backoff;
 use super::{BODY_LIMIT, clamp_chars, fit_body};
 use chrono::{DateTime, Utc};
 

@@ -11,8 +11,8 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use crate::approval::{self, Approval};
-use crate::contract::Plan;
 use crate::outcome::{Outcome, Phase, PrRecord, RoundResult, RunKind, RunStatus};
+use crate::plan::Plan;
 
 /// Result of a ledger call.
 pub type Result<T> = std::result::Result<T, sqlx::Error>;

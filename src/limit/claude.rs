@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use serde_json::Value;
 
-use super::event::{compact, content_text, epoch_instant, epoch_of};
+use super::event::{compact, content_text};
+use super::reset::{epoch_instant, epoch_of};
 use super::text::scan_message;
 use super::{FUTURE_HORIZON, LimitKind, LimitReading, PAST_GRACE, accept_reset};
 

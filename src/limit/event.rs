@@ -1,5 +1,5 @@
 //! JSON objects in an agent's output: which reader takes one (claude's, codex's, or the text
-//! patterns for a raw API error body), and the field helpers they share (epochs, content text).
+//! patterns for a raw API error body), and the field helpers they share (compact text, content text).
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -61,20 +61,4 @@ pub(super) fn content_text(content: Option<&Value>) -> String {
             .join("\n"),
         _ => String::new(),
     }
-}
-
-pub(super) fn epoch_of(v: &Value) -> Option<i64> {
-    v.as_i64()
-        .or_else(|| v.as_f64().map(|f| f as i64))
-        .or_else(|| v.as_str()?.trim().parse().ok())
-}
-
-/// Epoch seconds (or milliseconds, when the number is too large for seconds) as an instant.
-pub(super) fn epoch_instant(epoch: i64) -> Option<DateTime<Utc>> {
-    let secs = if epoch > 100_000_000_000 {
-        epoch / 1000
-    } else {
-        epoch
-    };
-    DateTime::from_timestamp(secs, 0)
 }

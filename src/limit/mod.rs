@@ -69,10 +69,13 @@ mod claude;
 mod codex;
 mod event;
 mod explain;
+mod message;
 mod patterns;
 mod reset;
+mod scan;
 mod sleep;
 mod text;
+mod throttle;
 mod usage;
 mod wait;
 mod zone;
@@ -90,11 +93,10 @@ pub use sleep::{SleepPolicy, sleep_for};
 
 use event::{json_object, read_json};
 use explain::rfc3339_utc;
+use message::{STATUS_PREFIX, begins_with_message, holds_message, strip_message_prefix};
 use patterns::normalize;
-use text::{
-    Around, STATUS_PREFIX, around, begins_with_message, holds_message, scan_line,
-    strip_message_prefix,
-};
+use scan::{Around, around};
+use text::scan_line;
 
 /// How far in the past a read reset may lie and still be believed (docs/limits.md#formats: a bare time that
 /// passed at most 15 minutes ago means "now").

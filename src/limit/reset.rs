@@ -1,15 +1,16 @@
 //! Reset instants in a message: a field (`resets_at`, `X-RateLimit-Reset`, …) or words
 //! (`resets 7pm (Asia/Taipei)`, `try again at Mar 10th, 2026 3:39 AM`, `resets Friday 2pm`),
-//! read in the zone the message names, else the agent's. Not durations (see [`super::wait`]).
+//! read in the zone the message names, else the agent's, and the epoch numbers such fields hold.
+//! Not durations (see [`super::wait`]).
 
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, Utc};
 use chrono_tz::Tz;
 use regex::Regex;
+use serde_json::Value;
 
 use super::PAST_GRACE;
-use super::event::epoch_instant;
 use super::zone::{Zone, parse_offset, zone_from_text};
 use crate::schedule::resolve_local;
 
@@ -321,6 +322,23 @@ fn next_weekday(
     }
     // Unreachable: some day in eight is the weekday and in the future.
     now
+}
+
+/// An epoch number in a JSON field: an integer, a float (its whole seconds) or a numeric string.
+pub(super) fn epoch_of(v: &Value) -> Option<i64> {
+    v.as_i64()
+        .or_else(|| v.as_f64().map(|f| f as i64))
+        .or_else(|| v.as_str()?.trim().parse().ok())
+}
+
+/// Epoch seconds (or milliseconds, when the number is too large for seconds) as an instant.
+pub(super) fn epoch_instant(epoch: i64) -> Option<DateTime<Utc>> {
+    let secs = if epoch > 100_000_000_000 {
+        epoch / 1000
+    } else {
+        epoch
+    };
+    DateTime::from_timestamp(secs, 0)
 }
 
 #[cfg(test)]

@@ -5,10 +5,9 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::event::epoch_instant;
 use super::patterns::Trigger;
-use super::reset::{RESET_AT, field_reset, reset_from_captures};
-use super::text::Scan;
+use super::reset::{RESET_AT, epoch_instant, field_reset, reset_from_captures};
+use super::scan::Scan;
 use super::wait::stated_wait;
 use super::{LONG_WAIT, LimitReading, accept_reset};
 

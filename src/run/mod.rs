@@ -54,12 +54,13 @@ impl Approved {
     }
 }
 use crate::config::{self, Config};
-use crate::contract::{Plan, PlanEntry};
+use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::forge::Forge;
 use crate::ledger::records::{self as rec, ItemEnd};
 use crate::limit;
 use crate::outcome::{Event, Outcome, RunKind, RunStatus};
+use crate::plan::Plan;
 use crate::queue;
 use crate::schedule;
 use crate::slot;

@@ -19,11 +19,12 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::agent;
-use crate::contract::{Plan, PlanEntry};
+use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::git::Rebase;
 use crate::ledger::records::{self as rec, ItemEnd};
 use crate::outcome::{Event, Outcome, Phase, RunStatus};
+use crate::plan::Plan;
 use crate::report;
 use crate::slot::{Slot, SlotError};
 use crate::tend::{self as cards, LeftAlone, Sealed, TendCard, Verdict};

@@ -2017,7 +2017,7 @@ fn key_and_contract_of_an_item_do_not_change_when_other_items_do() {
     let loaded = nightshift::config::load(&dir.path().join("none.toml")).unwrap();
     let sealed = |text: &str| -> (String, String, Vec<String>) {
         let b = parse(text);
-        let plan = nightshift::contract::build_plan(dir.path(), &b, &loaded)
+        let plan = nightshift::plan::build_plan(dir.path(), &b, &loaded)
             .unwrap_or_else(|p| panic!("{p:?}\n{text}"));
         let e = plan
             .entries

@@ -8,7 +8,7 @@ use crate::common;
 
 use common::github::{FakeGitHub, Fault};
 use common::{Fixture, assert_ok, git, text};
-use nightshift::{backlog, config, contract, gate::GateRun, report};
+use nightshift::{backlog, config, gate::GateRun, report};
 
 /// A writer that adds the word named in the item title to calc.txt.
 const WRITER: &str = r#"#!/bin/sh
@@ -314,7 +314,7 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         std::path::Path::new("NEXT.md"),
         "- [ ] Big\n  - accept: fits\n",
     );
-    let plan = contract::build_plan(dir.path(), &bl, &loaded).unwrap();
+    let plan = nightshift::plan::build_plan(dir.path(), &bl, &loaded).unwrap();
     let entry = &plan.entries[0];
     let big = |c: &str| GateRun {
         command: c.into(),
