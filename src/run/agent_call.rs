@@ -16,8 +16,8 @@ use crate::limit::{self, LimitKind, LimitReading};
 use crate::outcome::{Event, Outcome};
 use crate::{queue, schedule};
 
+use super::item::Round;
 use super::record::AgentCall;
-use super::round::Round;
 use super::{MAX_THROTTLE_RETRIES, Night, local, sleep_policy};
 
 /// How an agent call ended for the round.

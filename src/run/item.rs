@@ -1,11 +1,9 @@
-//! One item of the plan (docs/loop.md): the checks before any work
-//! (blocked, not approved, an earlier PR, an open question, too many
-//! attempts, the run's cost cap — docs/loop.md#before-the-checkout), the
-//! checkout (docs/loop.md#checkout), the setup commands, the loop over
-//! rounds within the item's limits, and what every ending shares (the
-//! checkout discarded, the cost counted against the run, the writer's
-//! findings filed). One round itself is [`super::round`]; the walk over the
-//! plan is [`super::drain`].
+//! One item's stages that come before and around its rounds (docs/loop.md):
+//! the item's fixed facts ([`Item`]) and what its rounds gather
+//! ([`Progress`], [`Round`]), the checkout (docs/loop.md#checkout), the setup
+//! commands, the checks before each round and the filing of the writer's
+//! findings. It does not decide which stage comes next (that is the driver,
+//! [`super::attempt`]) nor run a round ([`super::round`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -22,9 +20,9 @@ use crate::outcome::{Outcome, Phase};
 use crate::report::RoundSummary;
 use crate::slot::{self, Slot};
 
-use super::checks::{grant_checkout, last_line};
+use super::checks::last_line;
 use super::record::Record;
-use super::{Night, Totals, local, review_queue, round, ship};
+use super::{Night, Totals, local};
 
 /// One item's fixed facts while its rounds run.
 pub(super) struct Item<'a> {
@@ -46,9 +44,38 @@ pub(super) struct Item<'a> {
     pub contract_json: String,
     /// The GitHub token for git's askpass, if any (never an agent's).
     pub token: Option<String>,
-    /// The PR this item tends, when it is a tend card of the second night
-    /// (docs/github.md "The second night"): it ships by pushing to that PR.
-    pub tend: Option<&'a super::tend::Tend<'a>>,
+}
+
+/// One round of an item as its steps, its agent calls and its delivery see
+/// it: the item, what the item's rounds gathered so far, and this round's
+/// number (from 1) and ledger id. The driver ([`super::attempt`]) opens it.
+pub(super) struct Round<'a> {
+    /// The item (fixed while it runs).
+    pub item: &'a Item<'a>,
+    /// What the item's rounds gathered (totals, feedback, history).
+    pub st: &'a mut Progress,
+    /// The round's number, from 1.
+    pub n: u32,
+    /// The round's row in the ledger.
+    pub id: i64,
+    /// When the round began (for its summary in the PR body).
+    pub started: Instant,
+}
+
+impl Round<'_> {
+    /// The item's end in this round.
+    pub fn end(&self, outcome: Outcome, reason: String) -> ItemEnd {
+        self.st.end(outcome, reason, self.n)
+    }
+
+    /// Records the phase the round is in.
+    ///
+    /// # Errors
+    /// The ledger stays away (see [`Night::db`]), or the claim was lost.
+    pub async fn phase(&self, phase: Phase) -> Result<(), Error> {
+        let key = self.item.entry.item.key.as_str();
+        self.item.record.phase(phase, key, Some(self.n)).await
+    }
 }
 
 /// What an item's rounds gather as they go.
@@ -139,173 +166,6 @@ pub(super) struct Attempt<'a> {
     pub cancel: &'a CancellationToken,
 }
 
-/// Decides what happens to one plan entry and runs it if it should run;
-/// the run's cost cap counts what every worker spent (docs/workers.md).
-///
-/// # Errors
-/// The ledger stays away (see [`Night::db`]), or the claim was lost.
-pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
-    let (night, entry) = (at.night, at.entry);
-    let branch = slot::branch_name(&entry.item.title, &entry.item.key);
-    if let Some(end) = not_to_run(at, &branch).await? {
-        return Ok(end);
-    }
-    let cap = night.config.limits.max_cost_usd_per_run;
-    if at.record.run_spent(Some(at.item_id)).await? >= cap {
-        return Ok(ItemEnd {
-            reason: Some(format!("the run's cost cap of ${cap:.2} is used up")),
-            ..ItemEnd::of(Outcome::BudgetExceeded)
-        });
-    }
-    let mut slot = match checkout(at, &branch).await? {
-        Ok(slot) => slot,
-        Err(end) => return Ok(end),
-    };
-    // Every item is built from the base the run took first, on every
-    // worker and host (docs/loop.md#checkout).
-    let pin = at.record.base_commit(&slot.base_commit).await?;
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
-    if let Err(e) = tokio::task::block_in_place(|| slot.pin_base(&pin, token.as_deref())) {
-        return Ok(ItemEnd {
-            reason: Some(format!(
-                "checkout failed: cannot check out the run's base {pin}: {}",
-                night.redact(&e.to_string())
-            )),
-            branch: Some(branch),
-            ..ItemEnd::of(Outcome::Error)
-        });
-    }
-    let key = &entry.item.key;
-    let dir = night
-        .data_dir
-        .join("logs")
-        .join(at.run_id.to_string())
-        .join(format!("item-{:03}-{}", entry.index, &key[..8]));
-    let item = Item {
-        night,
-        run_id: at.run_id,
-        item_id: at.item_id,
-        entry,
-        slot: &slot,
-        branch: &branch,
-        dir: &dir,
-        record: at.record,
-        cancel: at.cancel,
-        contract_json: entry.contract.canonical_json(),
-        token,
-        tend: None,
-    };
-    let mut end = match item_loop(&item).await {
-        Ok(end) => end,
-        Err(e) => {
-            // The ledger is gone for good, a signal came while waiting for
-            // it, or the claim passed to another worker: the item is redone
-            // (by the next drain, or that worker) from a clean checkout.
-            let _ = tokio::task::block_in_place(|| slot.discard());
-            return Err(e);
-        }
-    };
-    // A failed item leaves nothing behind (docs/loop.md#outcomes). A
-    // shipped one's work is on its branch: its slot is reset by the next
-    // item's checkout, not twice.
-    let shipped = matches!(
-        end.outcome,
-        Outcome::PrOpened | Outcome::PrFailed | Outcome::BranchPushed
-    );
-    if !shipped && let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
-        end.reason = Some(format!(
-            "{}; cleaning the checkout failed: {e}",
-            end.reason.unwrap_or_default()
-        ));
-    }
-    end.branch.get_or_insert(branch);
-    Ok(end)
-}
-
-/// Why the entry does not run, if it does not: blocked, not approved, an
-/// earlier PR, a question waiting for its answer, too many failed attempts,
-/// a full review queue.
-async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, Error> {
-    let (night, entry, approved) = (at.night, at.entry, at.approved);
-    let key = &entry.item.key;
-    if let Some(b) = &entry.blocked {
-        return Ok(Some(ItemEnd {
-            reason: Some(b.clone()),
-            question: entry.contract.questions.first().cloned(),
-            ..ItemEnd::of(Outcome::Blocked)
-        }));
-    }
-    if !approved.contains(&entry.contract_sha) {
-        return Ok(Some(not_approved(at).await?));
-    }
-    // An earlier PR of this item (ledger, confirmed on GitHub). GitHub may
-    // be slow or retried: `status` says so rather than a stale phase.
-    at.record.phase(Phase::Github, key, None).await?;
-    if let Some(end) = ship::earlier_pr(night, &at.record, entry, branch).await? {
-        return Ok(Some(end));
-    }
-    if let Some(end) = waiting(at).await? {
-        return Ok(Some(end));
-    }
-    // Last, right before the work: no agent time for a PR that would not
-    // be opened (config `max_open_prs`).
-    review_queue::full(night, entry, None).await
-}
-
-/// A changed (same key, or a reworded item where a gone one sat) or added
-/// item: why it is not approved (docs/contract.md).
-async fn not_approved(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
-    let (night, entry) = (at.night, at.entry);
-    let held = at.record.contract_items(at.approved.in_order()).await?;
-    let current: Vec<crate::approval::Held> = night
-        .plan
-        .entries
-        .iter()
-        .map(|e| crate::approval::Held {
-            key: e.item.key.clone(),
-            title: e.item.title.clone(),
-        })
-        .collect();
-    let why = crate::approval::why_not_approved(&held, &current, &entry.item.key);
-    Ok(ItemEnd {
-        reason: Some(why.reason().into()),
-        ..ItemEnd::of(Outcome::NotApproved)
-    })
-}
-
-/// A question the writer asked of this contract waits for its answer (an
-/// edit of the item), instead of costing a writer call every night; and an
-/// item that failed `max_attempts` times with this contract waits for an
-/// edit too (docs/loop.md#before-the-checkout).
-async fn waiting(attempt: &Attempt<'_>) -> Result<Option<ItemEnd>, Error> {
-    let (night, entry) = (attempt.night, attempt.entry);
-    let (key, sha) = (&entry.item.key, &entry.contract_sha);
-    if let Some((q, asked_in, at)) = attempt.record.open_question(key, sha).await? {
-        let when = at
-            .map(|t| format!(" on {}", local(t, night.tz)))
-            .unwrap_or_default();
-        return Ok(Some(ItemEnd {
-            reason: Some(format!(
-                "waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again",
-                &asked_in.to_string()[..8]
-            )),
-            question: Some(q),
-            ..ItemEnd::of(Outcome::Blocked)
-        }));
-    }
-    let attempts = attempt.record.failed_attempts(key, sha).await?;
-    let max_attempts = night.config.limits.max_attempts as i64;
-    if attempts >= max_attempts {
-        return Ok(Some(ItemEnd {
-            reason: Some(format!(
-                "failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts"
-            )),
-            ..ItemEnd::of(Outcome::Blocked)
-        }));
-    }
-    Ok(None)
-}
-
 /// Prepares the item's checkout on its branch (docs/loop.md#checkout), or
 /// the item's end when it cannot be made. A remote that could not be
 /// fetched is not tried again in this run.
@@ -374,49 +234,6 @@ pub(super) async fn checkout(
             )))
         }
     }
-}
-
-/// The rounds of one item (docs/loop.md#rounds), then what every ending
-/// shares: a round cut short ends with the item, and the writer's
-/// `FINDINGS:` are filed as issues (proposals, docs/loop.md#findings-and-questions)
-/// whether or not the item succeeded.
-async fn item_loop(item: &Item<'_>) -> Result<ItemEnd, Error> {
-    let mut st = Progress::new(item);
-    let end = rounds(item, &mut st).await?;
-    // A round cut short (timeout, budget, signal, deadline) ends with the item.
-    item.record
-        .close_open_rounds(item.item_id, end.outcome)
-        .await?;
-    file_findings(item, &st.findings).await?;
-    Ok(end)
-}
-
-/// The checkout handed to `agent_user`, the setup, and the rounds up to
-/// the contract's cap.
-async fn rounds(item: &Item<'_>, st: &mut Progress) -> Result<ItemEnd, Error> {
-    // Under `agent_user`, the checkout must be the agent's to write
-    // (docs/security.md#with-agent_user).
-    if let Some(why) = grant_checkout(item.night, item.slot).await {
-        return Ok(st.end(Outcome::Error, why, 0));
-    }
-    if let Some(end) = setup(item, st).await? {
-        return Ok(end);
-    }
-    let rounds = item.entry.contract.limits.rounds.value;
-    for n in 1..=rounds {
-        if let Some(end) = before_round(item, st, n) {
-            return Ok(end);
-        }
-        if let Some(end) = round::run(item, st, n).await? {
-            return Ok(end);
-        }
-    }
-    let (outcome, mut reason) = st.last_failure.clone();
-    if reason.is_empty() {
-        reason = "no round ran".into();
-    }
-    let why = format!("{reason} (after {rounds} round(s), the cap)");
-    Ok(st.end(outcome, why, rounds))
 }
 
 /// Why round `n` does not start, if it does not: a signal, the deadline,

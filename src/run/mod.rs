@@ -66,6 +66,7 @@ use crate::schedule;
 use crate::slot;
 
 mod agent_call;
+mod attempt;
 mod checks;
 mod item;
 mod night;
@@ -74,6 +75,7 @@ mod review_queue;
 mod round;
 mod ship;
 mod tend;
+mod tend_push;
 mod worker;
 
 /// Rounds in a row with the same diff and the same failure that mean no

@@ -1,10 +1,11 @@
 //! One round of an item's loop as a state machine (docs/loop.md#rounds):
 //! writer → proof → gate → review → decide, each step a function that takes
-//! the round ([`Round`]) and returns the next [`Step`]; decide leads to a
-//! retry (the next round, with feedback for the writer), to shipping
-//! ([`super::ship`]) or to the item's end. Every step records what it saw in
-//! the ledger before it returns. It does not start or end the item (that is
-//! [`super::item`]), call agents itself ([`super::agent_call`]) or push.
+//! the round ([`Round`]) and returns the next [`Step`]; the round ends in a
+//! [`RoundEnd`] — a retry (with feedback for the writer), an approved change
+//! or the item's end — which the driver ([`super::attempt`]) acts on. Every
+//! step records what it saw in the ledger before it returns. It does not
+//! start or end the item, call agents itself ([`super::agent_call`]), ship
+//! or push.
 
 use std::time::{Duration, Instant};
 
@@ -19,23 +20,8 @@ use crate::review::{self, Decision, Verdict};
 use crate::snapshot::Snapshot;
 
 use super::agent_call::{Called, call_agent};
-use super::item::{Item, Progress};
-use super::{MAX_FILE_BYTES, NO_PROGRESS_ROUNDS, checks, ship};
-
-/// One round: the item it belongs to, what the item's rounds gathered so
-/// far, and this round's number (from 1) and ledger id.
-pub(super) struct Round<'a> {
-    /// The item (fixed while it runs).
-    pub item: &'a Item<'a>,
-    /// What the item's rounds gathered (totals, feedback, history).
-    pub st: &'a mut Progress,
-    /// The round's number, from 1.
-    pub n: u32,
-    /// The round's row in the ledger.
-    pub id: i64,
-    /// When the round began (for its summary in the PR body).
-    pub started: Instant,
-}
+use super::item::Round;
+use super::{MAX_FILE_BYTES, NO_PROGRESS_ROUNDS, checks};
 
 /// Where a round goes next; each variant carries what the steps before it
 /// produced.
@@ -50,12 +36,26 @@ pub(super) enum Step {
     Review(Box<Gated>),
     /// The reviewer answered: approve, retry or end.
     Decide(Box<Reviewed>),
-    /// Approved: commit, push and open the PR.
-    Ship(Box<Approved>),
+    /// The round is over: how it went, for the driver.
+    Done(RoundEnd),
+}
+
+/// How a round went, for the driver ([`super::attempt`]) to decide what
+/// comes next; a round never ships.
+pub(super) enum RoundEnd {
     /// The next round, with this feedback for the writer.
     Retry(String),
+    /// The reviewer approved the change: the driver delivers it.
+    Approved(Box<Approved>),
     /// The item ends.
     End(ItemEnd),
+}
+
+impl Step {
+    /// The item ends with `end`.
+    fn end(end: ItemEnd) -> Step {
+        Step::Done(RoundEnd::End(end))
+    }
 }
 
 /// The writer's answer and the checkout as it was before.
@@ -123,94 +123,39 @@ struct Failed {
     feedback: String,
 }
 
-/// Runs round `n` of `item`: `None` when another round follows, else the
-/// item's end.
+/// Runs round `r` from the writer, or, when `work` says what nightshift
+/// itself did instead of a writer call (a tended PR's branch rebased
+/// cleanly onto its base, docs/github.md "The second night"), from the
+/// proof of the checkout as it is now; either way on through gate, review
+/// and decide. Returns how the round went; it does not ship.
 ///
 /// # Errors
 /// The ledger stays away (see [`super::Night::db`]).
-pub(super) async fn run(
-    item: &Item<'_>,
-    st: &mut Progress,
-    n: u32,
-) -> Result<Option<ItemEnd>, Error> {
-    drive(item, st, n, None).await
-}
-
-/// Runs round `n` of `item` without a writer call: `work` is what
-/// nightshift itself did instead (a tended PR's branch rebased cleanly onto
-/// its base, docs/github.md "The second night"), and the round starts at
-/// the proof of the checkout as it is now, then goes on as any round (gate,
-/// review, decide). `None` when another round follows, else the item's end.
-///
-/// # Errors
-/// The ledger stays away (see [`super::Night::db`]).
-pub(super) async fn run_checked(
-    item: &Item<'_>,
-    st: &mut Progress,
-    n: u32,
-    work: agent::Report,
-) -> Result<Option<ItemEnd>, Error> {
-    drive(item, st, n, Some(work)).await
-}
-
-/// The round's steps from the writer, or from the proof of `work`.
-async fn drive(
-    item: &Item<'_>,
-    st: &mut Progress,
-    n: u32,
-    work: Option<agent::Report>,
-) -> Result<Option<ItemEnd>, Error> {
-    let id = item.record.start_round(item.item_id, n).await?;
-    let mut r = Round {
-        item,
-        st,
-        n,
-        id,
-        started: Instant::now(),
-    };
+pub(super) async fn run(r: &mut Round<'_>, work: Option<agent::Report>) -> Result<RoundEnd, Error> {
+    let n = r.n;
     let mut step = match work {
         None => Step::Writer,
-        Some(report) => match tokio::task::block_in_place(|| RoundStart::record(item.slot)) {
+        Some(report) => match tokio::task::block_in_place(|| RoundStart::record(r.item.slot)) {
             Ok(before) => Step::Proof(Box::new(Wrote { report, before })),
             Err(e) => {
                 let why = format!("cannot read the checkout before round {n}: {e}");
-                Step::End(r.end(Outcome::Error, why))
+                Step::end(r.end(Outcome::Error, why))
             }
         },
     };
     loop {
         step = match step {
-            Step::Writer => writer(&mut r).await?,
-            Step::Proof(w) => proof(&mut r, *w).await?,
-            Step::Gate(p) => gate(&mut r, *p).await?,
-            Step::Review(g) => review(&mut r, *g).await?,
-            Step::Decide(v) => decide(&mut r, *v).await?,
-            // A tended PR is pushed anew, not opened (docs/github.md).
-            Step::Ship(a) if item.tend.is_some() => {
-                return super::tend::ship(&mut r, *a).await.map(Some);
-            }
-            Step::Ship(a) => return ship::ship(&mut r, *a).await.map(Some),
-            Step::Retry(feedback) => {
-                r.st.feedback = feedback;
-                return Ok(None);
-            }
-            Step::End(end) => return Ok(Some(end)),
+            Step::Writer => writer(r).await?,
+            Step::Proof(w) => proof(r, *w).await?,
+            Step::Gate(p) => gate(r, *p).await?,
+            Step::Review(g) => review(r, *g).await?,
+            Step::Decide(v) => decide(r, *v).await?,
+            Step::Done(end) => return Ok(end),
         }
     }
 }
 
 impl Round<'_> {
-    /// The item's end in this round.
-    pub fn end(&self, outcome: Outcome, reason: String) -> ItemEnd {
-        self.st.end(outcome, reason, self.n)
-    }
-
-    /// Records the phase the round is in.
-    pub async fn phase(&self, phase: Phase) -> Result<(), Error> {
-        let key = self.item.entry.item.key.as_str();
-        self.item.record.phase(phase, key, Some(self.n)).await
-    }
-
     /// Records the round as ended with `outcome`.
     async fn close(
         &self,
@@ -234,7 +179,7 @@ impl Round<'_> {
         why: String,
     ) -> Result<Step, Error> {
         self.close(outcome, diff, None, Some(&why)).await?;
-        Ok(Step::End(self.end(outcome, why)))
+        Ok(Step::end(self.end(outcome, why)))
     }
 
     /// A failed round: its summary, then the next round, unless the last
@@ -253,9 +198,9 @@ impl Round<'_> {
             verdict: f.verdict,
         });
         if checks::no_progress(&mut self.st.history, &f.diff_hash, &f.sig) {
-            return Step::End(self.end(Outcome::NoProgress, stuck));
+            return Step::end(self.end(Outcome::NoProgress, stuck));
         }
-        Step::Retry(f.feedback)
+        Step::Done(RoundEnd::Retry(f.feedback))
     }
 }
 
@@ -270,13 +215,13 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
     if n > 1
         && let Some(why) = checks::grant_checkout(night, slot).await
     {
-        return Ok(Step::End(r.st.end(Outcome::Error, why, n - 1)));
+        return Ok(Step::end(r.st.end(Outcome::Error, why, n - 1)));
     }
     let before = match tokio::task::block_in_place(|| RoundStart::record(slot)) {
         Ok(b) => b,
         Err(e) => {
             let why = format!("cannot read the checkout before round {n}: {e}");
-            return Ok(Step::End(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Outcome::Error, why)));
         }
     };
     // What the writer could reach besides its checkout: the remote, and
@@ -293,7 +238,7 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
             end.reason = end
                 .reason
                 .map(|why| crate::report::after_failure(end.outcome, why, last));
-            return Ok(Step::End(end));
+            return Ok(Step::end(end));
         }
     };
     let reach = (remote_before.as_ref(), &user_git_before);
@@ -313,7 +258,7 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
     }
     if let Some(q) = &blocks.question {
         r.close(Outcome::Blocked, None, None, None).await?;
-        return Ok(Step::End(ItemEnd {
+        return Ok(Step::end(ItemEnd {
             question: Some(q.clone()),
             ..r.end(Outcome::Blocked, "the writer asked a question".into())
         }));
@@ -333,7 +278,7 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
         Ok(s) => s,
         Err(e) => {
             let why = format!("cannot walk the checkout after the writer: {e}");
-            return Ok(Step::End(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Outcome::Error, why)));
         }
     };
     if walked.has_file_of_at_least(MAX_FILE_BYTES)
@@ -358,11 +303,11 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
             let note = Some("the writer removed the checkout's .git");
             r.close(Outcome::RuleBroken, None, None, note).await?;
             let why = "the writer removed or replaced the checkout's .git directory";
-            return Ok(Step::End(r.end(Outcome::RuleBroken, why.into())));
+            return Ok(Step::end(r.end(Outcome::RuleBroken, why.into())));
         }
         Err(e) => {
             let why = format!("cannot read the proof of work from git: {e}");
-            return Ok(Step::End(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Outcome::Error, why)));
         }
     };
     item.record.proof(r.id, &proof).await?;
@@ -400,7 +345,7 @@ async fn proof_broken(r: &Round<'_>, proof: &Proof) -> Result<Option<Step>, Erro
         Ok(b) => b,
         Err(e) => {
             let why = format!("cannot hold the change to its limits: {e}");
-            return Ok(Some(Step::End(r.end(Outcome::Error, why))));
+            return Ok(Some(Step::end(r.end(Outcome::Error, why))));
         }
     };
     let broken: Vec<String> = [proof.rule_broken(), nested, beyond]
@@ -437,7 +382,7 @@ async fn too_large(r: &Round<'_>) -> Result<Option<Step>, Error> {
         "{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)",
         size >> 20
     );
-    Ok(Some(Step::End(r.end(Outcome::Error, why))))
+    Ok(Some(Step::end(r.end(Outcome::Error, why))))
 }
 
 /// A writer call that failed: the next round finishes its work.
@@ -480,7 +425,7 @@ async fn no_changes(r: &Round<'_>, proof: &Proof, writer: &agent::Report) -> Res
             writer.notes.join("; ")
         ))
     };
-    Ok(Step::End(r.end(Outcome::NoChanges, why)))
+    Ok(Step::end(r.end(Outcome::NoChanges, why)))
 }
 
 /// The gate (docs/loop.md#gate), run by nightshift on a snapshot of the
@@ -499,7 +444,7 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
         Ok(g) => g,
         Err(e) => {
             let why = format!("the gate could not run: {e}");
-            return Ok(Step::End(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Outcome::Error, why)));
         }
     };
     let restored = tokio::task::block_in_place(|| after_gate(slot, &p.walked, p.follow, &p.tree));
@@ -510,12 +455,12 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
         Ok(s) => s,
         Err(e) => {
             let why = format!("cannot restore the checkout after the gate: {e}");
-            return Ok(Step::End(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Outcome::Error, why)));
         }
     };
     if item.cancel.is_cancelled() {
         let why = format!("stopped by a signal during the gate of round {n}");
-        return Ok(Step::End(r.end(Outcome::Interrupted, why)));
+        return Ok(Step::end(r.end(Outcome::Interrupted, why)));
     }
     if let Some(bad) = gates.iter().find(|g| !g.passed()) {
         return gate_failed(r, &p.proof, &gates, bad).await;
@@ -627,7 +572,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
             end.reason = end
                 .reason
                 .map(|why| crate::report::after_failure(end.outcome, why, last));
-            return Ok(Step::End(end));
+            return Ok(Step::end(end));
         }
     };
     let diff = Some(g.proof.diff_hash.as_str());
@@ -645,7 +590,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
         Ok(w) => w,
         Err(e) => {
             let why = format!("cannot walk the checkout after the review: {e}");
-            return Ok(Step::End(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Outcome::Error, why)));
         }
     };
     let kind = night.config.reviewer.kind;
@@ -699,10 +644,10 @@ async fn decide(r: &mut Round<'_>, v: Reviewed) -> Result<Step, Error> {
         gate: v.gated.gates.clone(),
         verdict: Some(verdict.clone()),
     });
-    Ok(Step::Ship(Box::new(Approved {
+    Ok(Step::Done(RoundEnd::Approved(Box::new(Approved {
         reviewed: v,
         verdict,
-    })))
+    }))))
 }
 
 /// A reviewer that failed or gave no verdict: the round is retried.

@@ -19,8 +19,9 @@ use crate::report::{self, Evidence};
 use crate::slot::{self, Slot};
 
 use super::Night;
+use super::item::Round;
 use super::record::Record;
-use super::round::{Approved, Round};
+use super::round::Approved;
 
 /// The runner is the committer of every item commit (docs/loop.md#ship-or-retry).
 pub(super) fn runner_identity() -> slot::Identity {

@@ -22,7 +22,7 @@ use crate::outcome::{Event, Outcome, RunStatus};
 use crate::queue::{self, Claim, WorkerId};
 
 use super::record::{Fence, Record};
-use super::{Night, Resumed, item, local, take_over_from};
+use super::{Night, Resumed, attempt, item, local, take_over_from};
 
 /// What the workers of one process share while they drain a run.
 pub(super) struct Crew {
@@ -281,7 +281,7 @@ async fn run_item(
         record: *record,
         cancel: record.cancel(),
     };
-    let mut end = item::one_item(&at).await?;
+    let mut end = attempt::one_item(&at).await?;
     if let Some(from) = crew.resumed_from {
         take_over_from(night, record, from, entry, slot, &mut end).await?;
     }

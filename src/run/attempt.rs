@@ -1,0 +1,316 @@
+//! The driver of an item's life (docs/loop.md): it holds the stages of an
+//! attempt and decides each next one. For a plan entry: the checks before
+//! any work (blocked, not approved, an earlier PR, an open question, too
+//! many attempts, the run's cost cap, a full review queue —
+//! docs/loop.md#before-the-checkout), the checkout, the setup, then round
+//! after round ([`super::round`] runs one and says how it went: retry,
+//! approved or the item's end), and for an approved change its delivery
+//! ([`Delivery`]: a new PR, [`super::ship`], or a push to a tended PR,
+//! [`super::tend_push`]). What every ending shares (rounds cut short
+//! closed, the writer's findings filed, the checkout discarded) is here too.
+//! A tended PR (docs/github.md "The second night") goes through the same
+//! rounds and delivery from [`super::tend`], which prepares its checkout.
+//! It does not run a step itself: the stages live in [`super::item`],
+//! [`super::round`], [`super::ship`] and [`super::tend_push`].
+
+use std::time::Instant;
+
+use crate::agent;
+use crate::error::Error;
+use crate::ledger::records::ItemEnd;
+use crate::outcome::{Outcome, Phase};
+use crate::slot;
+
+use super::checks::grant_checkout;
+use super::item::{Attempt, Item, Progress, Round, before_round, checkout, file_findings, setup};
+use super::round::{self, RoundEnd};
+use super::tend_push::Tend;
+use super::{local, review_queue, ship};
+
+/// How an approved change leaves the checkout.
+#[derive(Clone, Copy)]
+pub(super) enum Delivery<'a> {
+    /// A new branch and PR ([`ship::ship`]).
+    NewPr,
+    /// A push to the PR this tend card is for ([`super::tend_push::ship`]).
+    Tend(&'a Tend<'a>),
+}
+
+/// What shapes an item's rounds besides its contract.
+pub(super) struct Course {
+    /// Rounds at most.
+    pub cap: u32,
+    /// What the cap is called in the reason of an item that used it up.
+    pub cap_name: &'static str,
+    /// What nightshift itself did in place of the first round's writer
+    /// (a tended PR rebased cleanly, nothing asked), if anything: that
+    /// round starts at the proof.
+    pub first: Option<agent::Report>,
+    /// What the writer is told before anything else in every round (a
+    /// tend's conflict and requests); empty for an item.
+    pub context: String,
+}
+
+impl Course {
+    /// The course of a plan item: its contract's rounds, nothing before
+    /// the writer's feedback.
+    pub fn of_item(item: &Item<'_>) -> Course {
+        Course {
+            cap: item.entry.contract.limits.rounds.value,
+            cap_name: "the cap",
+            first: None,
+            context: String::new(),
+        }
+    }
+}
+
+/// Decides what happens to one plan entry and runs it if it should run;
+/// the run's cost cap counts what every worker spent (docs/workers.md).
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]), or the claim was lost.
+pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
+    let (night, entry) = (at.night, at.entry);
+    let branch = slot::branch_name(&entry.item.title, &entry.item.key);
+    if let Some(end) = not_to_run(at, &branch).await? {
+        return Ok(end);
+    }
+    let cap = night.config.limits.max_cost_usd_per_run;
+    if at.record.run_spent(Some(at.item_id)).await? >= cap {
+        return Ok(ItemEnd {
+            reason: Some(format!("the run's cost cap of ${cap:.2} is used up")),
+            ..ItemEnd::of(Outcome::BudgetExceeded)
+        });
+    }
+    let mut slot = match checkout(at, &branch).await? {
+        Ok(slot) => slot,
+        Err(end) => return Ok(end),
+    };
+    // Every item is built from the base the run took first, on every
+    // worker and host (docs/loop.md#checkout).
+    let pin = at.record.base_commit(&slot.base_commit).await?;
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    if let Err(e) = tokio::task::block_in_place(|| slot.pin_base(&pin, token.as_deref())) {
+        return Ok(ItemEnd {
+            reason: Some(format!(
+                "checkout failed: cannot check out the run's base {pin}: {}",
+                night.redact(&e.to_string())
+            )),
+            branch: Some(branch),
+            ..ItemEnd::of(Outcome::Error)
+        });
+    }
+    let key = &entry.item.key;
+    let dir = night
+        .data_dir
+        .join("logs")
+        .join(at.run_id.to_string())
+        .join(format!("item-{:03}-{}", entry.index, &key[..8]));
+    let item = Item {
+        night,
+        run_id: at.run_id,
+        item_id: at.item_id,
+        entry,
+        slot: &slot,
+        branch: &branch,
+        dir: &dir,
+        record: at.record,
+        cancel: at.cancel,
+        contract_json: entry.contract.canonical_json(),
+        token,
+    };
+    let course = Course::of_item(&item);
+    let mut end = match item_loop(&item, course, Delivery::NewPr).await {
+        Ok(end) => end,
+        Err(e) => {
+            // The ledger is gone for good, a signal came while waiting for
+            // it, or the claim passed to another worker: the item is redone
+            // (by the next drain, or that worker) from a clean checkout.
+            let _ = tokio::task::block_in_place(|| slot.discard());
+            return Err(e);
+        }
+    };
+    // A failed item leaves nothing behind (docs/loop.md#outcomes). A
+    // shipped one's work is on its branch: its slot is reset by the next
+    // item's checkout, not twice.
+    let shipped = matches!(
+        end.outcome,
+        Outcome::PrOpened | Outcome::PrFailed | Outcome::BranchPushed
+    );
+    if !shipped && let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
+        end.reason = Some(format!(
+            "{}; cleaning the checkout failed: {e}",
+            end.reason.unwrap_or_default()
+        ));
+    }
+    end.branch.get_or_insert(branch);
+    Ok(end)
+}
+
+/// Why the entry does not run, if it does not: blocked, not approved, an
+/// earlier PR, a question waiting for its answer, too many failed attempts,
+/// a full review queue.
+async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, Error> {
+    let (night, entry, approved) = (at.night, at.entry, at.approved);
+    let key = &entry.item.key;
+    if let Some(b) = &entry.blocked {
+        return Ok(Some(ItemEnd {
+            reason: Some(b.clone()),
+            question: entry.contract.questions.first().cloned(),
+            ..ItemEnd::of(Outcome::Blocked)
+        }));
+    }
+    if !approved.contains(&entry.contract_sha) {
+        return Ok(Some(not_approved(at).await?));
+    }
+    // An earlier PR of this item (ledger, confirmed on GitHub). GitHub may
+    // be slow or retried: `status` says so rather than a stale phase.
+    at.record.phase(Phase::Github, key, None).await?;
+    if let Some(end) = ship::earlier_pr(night, &at.record, entry, branch).await? {
+        return Ok(Some(end));
+    }
+    if let Some(end) = waiting(at).await? {
+        return Ok(Some(end));
+    }
+    // Last, right before the work: no agent time for a PR that would not
+    // be opened (config `max_open_prs`).
+    review_queue::full(night, entry, None).await
+}
+
+/// A changed (same key, or a reworded item where a gone one sat) or added
+/// item: why it is not approved (docs/contract.md).
+async fn not_approved(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
+    let (night, entry) = (at.night, at.entry);
+    let held = at.record.contract_items(at.approved.in_order()).await?;
+    let current: Vec<crate::approval::Held> = night
+        .plan
+        .entries
+        .iter()
+        .map(|e| crate::approval::Held {
+            key: e.item.key.clone(),
+            title: e.item.title.clone(),
+        })
+        .collect();
+    let why = crate::approval::why_not_approved(&held, &current, &entry.item.key);
+    Ok(ItemEnd {
+        reason: Some(why.reason().into()),
+        ..ItemEnd::of(Outcome::NotApproved)
+    })
+}
+
+/// A question the writer asked of this contract waits for its answer (an
+/// edit of the item), instead of costing a writer call every night; and an
+/// item that failed `max_attempts` times with this contract waits for an
+/// edit too (docs/loop.md#before-the-checkout).
+async fn waiting(attempt: &Attempt<'_>) -> Result<Option<ItemEnd>, Error> {
+    let (night, entry) = (attempt.night, attempt.entry);
+    let (key, sha) = (&entry.item.key, &entry.contract_sha);
+    if let Some((q, asked_in, at)) = attempt.record.open_question(key, sha).await? {
+        let when = at
+            .map(|t| format!(" on {}", local(t, night.tz)))
+            .unwrap_or_default();
+        return Ok(Some(ItemEnd {
+            reason: Some(format!(
+                "waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again",
+                &asked_in.to_string()[..8]
+            )),
+            question: Some(q),
+            ..ItemEnd::of(Outcome::Blocked)
+        }));
+    }
+    let attempts = attempt.record.failed_attempts(key, sha).await?;
+    let max_attempts = night.config.limits.max_attempts as i64;
+    if attempts >= max_attempts {
+        return Ok(Some(ItemEnd {
+            reason: Some(format!(
+                "failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts"
+            )),
+            ..ItemEnd::of(Outcome::Blocked)
+        }));
+    }
+    Ok(None)
+}
+
+/// The rounds of one item (docs/loop.md#rounds) along `course`, each
+/// approved change delivered by `delivery`, then what every ending shares:
+/// a round cut short ends with the item, and the writer's `FINDINGS:` are
+/// filed as issues (proposals, docs/loop.md#findings-and-questions)
+/// whether or not the item succeeded.
+///
+/// # Errors
+/// The ledger stays away (see [`super::Night::db`]), or the claim was lost.
+pub(super) async fn item_loop(
+    item: &Item<'_>,
+    course: Course,
+    delivery: Delivery<'_>,
+) -> Result<ItemEnd, Error> {
+    let mut st = Progress::new(item);
+    st.feedback = course.context.clone();
+    let end = rounds(item, &mut st, course, delivery).await?;
+    // A round cut short (timeout, budget, signal, deadline) ends with the item.
+    item.record
+        .close_open_rounds(item.item_id, end.outcome)
+        .await?;
+    file_findings(item, &st.findings).await?;
+    Ok(end)
+}
+
+/// The checkout handed to `agent_user`, the setup, and the rounds up to
+/// the course's cap: each round retried, delivered or the item's end.
+async fn rounds(
+    item: &Item<'_>,
+    st: &mut Progress,
+    mut course: Course,
+    delivery: Delivery<'_>,
+) -> Result<ItemEnd, Error> {
+    // Under `agent_user`, the checkout must be the agent's to write
+    // (docs/security.md#with-agent_user).
+    if let Some(why) = grant_checkout(item.night, item.slot).await {
+        return Ok(st.end(Outcome::Error, why, 0));
+    }
+    if let Some(end) = setup(item, st).await? {
+        return Ok(end);
+    }
+    for n in 1..=course.cap {
+        if let Some(end) = before_round(item, st, n) {
+            return Ok(end);
+        }
+        let id = item.record.start_round(item.item_id, n).await?;
+        let mut r = Round {
+            item,
+            st,
+            n,
+            id,
+            started: Instant::now(),
+        };
+        match round::run(&mut r, course.first.take()).await? {
+            RoundEnd::Retry(feedback) if course.context.is_empty() => st.feedback = feedback,
+            // What was asked stays in front of what went wrong.
+            RoundEnd::Retry(feedback) => st.feedback = format!("{}\n{feedback}", course.context),
+            RoundEnd::Approved(a) => return deliver(&mut r, *a, delivery).await,
+            RoundEnd::End(end) => return Ok(end),
+        }
+    }
+    let (outcome, mut reason) = st.last_failure.clone();
+    if reason.is_empty() {
+        reason = "no round ran".into();
+    }
+    let why = format!(
+        "{reason} (after {} round(s), {})",
+        course.cap, course.cap_name
+    );
+    Ok(st.end(outcome, why, course.cap))
+}
+
+/// Delivers the change round `r` approved as `delivery` says.
+async fn deliver(
+    r: &mut Round<'_>,
+    a: round::Approved,
+    delivery: Delivery<'_>,
+) -> Result<ItemEnd, Error> {
+    match delivery {
+        Delivery::NewPr => ship::ship(r, a).await,
+        // A tended PR is pushed anew, not opened (docs/github.md).
+        Delivery::Tend(t) => super::tend_push::ship(r, t, a).await,
+    }
+}
