@@ -860,7 +860,7 @@ impl Resolved {
         } = self;
         // nightshift's own writes there must not make every state stale.
         let own = vec![env.data_dir.clone(), progress::log_dir()];
-        Arc::new(Night {
+        let settings = run::Settings {
             repo_watch: crate::user_repo::Watch::new(&req.repo, own),
             repo: req.repo,
             repo_id: held.repo_id,
@@ -872,7 +872,6 @@ impl Resolved {
             data_dir: env.data_dir,
             forge: github.forge,
             forge_missing: github.forge_missing,
-            forge_down: std::sync::Mutex::new(None),
             token: github.token,
             agent_env: env.agent_env,
             gate_env: env.gate_env,
@@ -880,15 +879,11 @@ impl Resolved {
             run_as: env.run_as,
             cancel,
             clock: Arc::new(schedule::SystemClock),
-            remote_down: Default::default(),
-            kept_walks: Default::default(),
             remote_urls,
-            ledger: held.ledger,
             db_source: env.db_source,
-            lock: tokio::sync::Mutex::new(held.lock),
-            slots_lock: Some(held.slots_lock),
-            systemic: Default::default(),
-        })
+        };
+        let state = run::RunState::new(held.ledger, held.lock, Some(held.slots_lock));
+        Arc::new(Night { settings, state })
     }
 }
 

@@ -13,9 +13,10 @@ use crate::config::{self, AgentConfig};
 use crate::error::Error;
 use crate::ledger::records::{self as rec, ItemEnd};
 use crate::limit::{self, LimitKind, LimitReading};
-use crate::outcome::{Event, Outcome};
+use crate::outcome::Event;
 use crate::{queue, schedule};
 
+use super::decide::Fact;
 use super::item::Round;
 use super::record::AgentCall;
 use super::{MAX_THROTTLE_RETRIES, Night, local, sleep_policy};
@@ -53,7 +54,7 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
         let left = r.st.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             let why = format!("the item timeout was reached during round {}", r.n);
-            return Ok(Called::Stop(r.end(Outcome::TimedOut, why)));
+            return Ok(Called::Stop(r.end(Fact::TimedOut(why))));
         }
         if let Some(end) = account_pause(r, role).await? {
             return Ok(Called::Stop(end));
@@ -69,7 +70,7 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
                     role.as_str()
                 ));
                 night.stop_systemic(&why);
-                return Ok(Called::Stop(r.end(Outcome::Error, why)));
+                return Ok(Called::Stop(r.end(Fact::AgentUnusable(why))));
             }
         };
         if let Some(end) = count(r, role, &report).await? {
@@ -94,7 +95,7 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
                     r.n,
                     config::format_duration(call.timeout)
                 );
-                return Ok(Called::Stop(r.end(Outcome::TimedOut, why)));
+                return Ok(Called::Stop(r.end(Fact::TimedOut(why))));
             }
             // The round reads a failure from the report (and retries it).
             CallEnd::Succeeded | CallEnd::Failed(_) | CallEnd::Transient(_) => {}
@@ -162,7 +163,7 @@ async fn count(
             role.as_str(),
             r.n
         );
-        return Ok(Some(r.end(Outcome::Interrupted, why)));
+        return Ok(Some(r.end(Fact::Signal(why))));
     } else if totals.tokens > caps.max_tokens.value {
         format!(
             "{} tokens used, above the cap of {}",
@@ -176,7 +177,7 @@ async fn count(
     } else {
         return Ok(None);
     };
-    Ok(Some(r.end(Outcome::BudgetExceeded, why)))
+    Ok(Some(r.end(Fact::OverBudget(why))))
 }
 
 /// Sleeps until the agent's usage limit resets (docs/limits.md#sleep-policy);
@@ -211,7 +212,7 @@ async fn usage_limit(
             role.as_str(),
             local(night.deadline, night.tz)
         );
-        return Ok(Some(r.end(Outcome::Deadline, why)));
+        return Ok(Some(r.end(Fact::Deadline(why))));
     }
     let limit_sleep = rec::LimitSleep {
         run_id,
@@ -258,7 +259,7 @@ async fn sleep_at_limit(
     .await;
     r.st.deadline += slept_from.elapsed();
     if slept == schedule::SleepOutcome::Cancelled {
-        return Ok(Some(r.end(Outcome::Interrupted, why_cancelled.into())));
+        return Ok(Some(r.end(Fact::Signal(why_cancelled.into()))));
     }
     let key = r.item.entry.item.key.as_str();
     r.item.record.phase(role.phase(), key, Some(r.n)).await?;
@@ -298,7 +299,7 @@ async fn throttled(
     .await;
     if slept == schedule::SleepOutcome::Cancelled {
         let why = "stopped by a signal while waiting out throttling".to_string();
-        return Ok(Some(r.end(Outcome::Interrupted, why)));
+        return Ok(Some(r.end(Fact::Signal(why))));
     }
     Ok(None)
 }

@@ -22,7 +22,10 @@ use crate::outcome::{Outcome, Phase};
 use crate::slot;
 
 use super::checks::grant_checkout;
-use super::item::{Attempt, Item, Progress, Round, before_round, checkout, file_findings, setup};
+use super::decide::{self, Fact};
+use super::item::{
+    Attempt, Item, Progress, Round, before_round, checkout, file_findings, pin_base, setup,
+};
 use super::round::{self, RoundEnd};
 use super::tend_push::Tend;
 use super::{local, review_queue, ship};
@@ -77,29 +80,19 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
     }
     let cap = night.config.limits.max_cost_usd_per_run;
     if at.record.run_spent(Some(at.item_id)).await? >= cap {
-        return Ok(ItemEnd {
-            reason: Some(format!("the run's cost cap of ${cap:.2} is used up")),
-            ..ItemEnd::of(Outcome::BudgetExceeded)
-        });
+        return Ok(decide::end(Fact::RunCapUsed(cap)));
     }
     let mut slot = match checkout(at, &branch).await? {
         Ok(slot) => slot,
         Err(end) => return Ok(end),
     };
-    // Every item is built from the base the run took first, on every
-    // worker and host (docs/loop.md#checkout).
-    let pin = at.record.base_commit(&slot.base_commit).await?;
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
-    if let Err(e) = tokio::task::block_in_place(|| slot.pin_base(&pin, token.as_deref())) {
+    if let Some(fact) = pin_base(night, &at.record, &mut slot).await? {
         return Ok(ItemEnd {
-            reason: Some(format!(
-                "checkout failed: cannot check out the run's base {pin}: {}",
-                night.redact(&e.to_string())
-            )),
             branch: Some(branch),
-            ..ItemEnd::of(Outcome::Error)
+            ..decide::end(fact)
         });
     }
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
     let key = &entry.item.key;
     let dir = night
         .data_dir
@@ -155,9 +148,8 @@ async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, E
     let key = &entry.item.key;
     if let Some(b) = &entry.blocked {
         return Ok(Some(ItemEnd {
-            reason: Some(b.clone()),
             question: entry.contract.questions.first().cloned(),
-            ..ItemEnd::of(Outcome::Blocked)
+            ..decide::end(Fact::Waits(b.clone()))
         }));
     }
     if !approved.contains(&entry.contract_sha) {
@@ -192,10 +184,7 @@ async fn not_approved(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
         })
         .collect();
     let why = crate::approval::why_not_approved(&held, &current, &entry.item.key);
-    Ok(ItemEnd {
-        reason: Some(why.reason().into()),
-        ..ItemEnd::of(Outcome::NotApproved)
-    })
+    Ok(decide::end(Fact::NotApproved(why.reason().into())))
 }
 
 /// A question the writer asked of this contract waits for its answer (an
@@ -209,24 +198,21 @@ async fn waiting(attempt: &Attempt<'_>) -> Result<Option<ItemEnd>, Error> {
         let when = at
             .map(|t| format!(" on {}", local(t, night.tz)))
             .unwrap_or_default();
+        let why = format!(
+            "waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again",
+            &asked_in.to_string()[..8]
+        );
         return Ok(Some(ItemEnd {
-            reason: Some(format!(
-                "waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again",
-                &asked_in.to_string()[..8]
-            )),
             question: Some(q),
-            ..ItemEnd::of(Outcome::Blocked)
+            ..decide::end(Fact::Waits(why))
         }));
     }
     let attempts = attempt.record.failed_attempts(key, sha).await?;
     let max_attempts = night.config.limits.max_attempts as i64;
     if attempts >= max_attempts {
-        return Ok(Some(ItemEnd {
-            reason: Some(format!(
-                "failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts"
-            )),
-            ..ItemEnd::of(Outcome::Blocked)
-        }));
+        return Ok(Some(decide::end(Fact::Waits(format!(
+            "failed on {attempts} earlier run(s) with this contract (max_attempts = {max_attempts}); read its last report, then edit the item (a new contract starts over) or raise max_attempts"
+        )))));
     }
     Ok(None)
 }
@@ -266,7 +252,7 @@ async fn rounds(
     // Under `agent_user`, the checkout must be the agent's to write
     // (docs/security.md#with-agent_user).
     if let Some(why) = grant_checkout(item.night, item.slot).await {
-        return Ok(st.end(Outcome::Error, why, 0));
+        return Ok(st.end(Fact::Fault(why), 0));
     }
     if let Some(end) = setup(item, st).await? {
         return Ok(end);
@@ -291,7 +277,7 @@ async fn rounds(
             RoundEnd::End(end) => return Ok(end),
         }
     }
-    let (outcome, mut reason) = st.last_failure.clone();
+    let (last, mut reason) = st.last_failure.clone();
     if reason.is_empty() {
         reason = "no round ran".into();
     }
@@ -299,7 +285,7 @@ async fn rounds(
         "{reason} (after {} round(s), {})",
         course.cap, course.cap_name
     );
-    Ok(st.end(outcome, why, course.cap))
+    Ok(st.end(Fact::RoundsUsedUp { last, why }, course.cap))
 }
 
 /// Delivers the change round `r` approved as `delivery` says.

@@ -16,11 +16,12 @@ use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::gate::{self, GateRun, GateSpec};
 use crate::ledger::records::ItemEnd;
-use crate::outcome::{Outcome, Phase};
+use crate::outcome::Phase;
 use crate::report::RoundSummary;
 use crate::slot::{self, Slot};
 
 use super::checks::last_line;
+use super::decide::{self, Fact, RoundFailure};
 use super::record::Record;
 use super::{Night, Totals, local};
 
@@ -63,9 +64,9 @@ pub(super) struct Round<'a> {
 }
 
 impl Round<'_> {
-    /// The item's end in this round.
-    pub fn end(&self, outcome: Outcome, reason: String) -> ItemEnd {
-        self.st.end(outcome, reason, self.n)
+    /// The item's end for `fact` in this round.
+    pub fn end(&self, fact: Fact) -> ItemEnd {
+        self.st.end(fact, self.n)
     }
 
     /// Records the phase the round is in.
@@ -96,8 +97,10 @@ pub(super) struct Progress {
     pub history: Vec<(String, String)>,
     /// The rounds' summaries, for the PR body.
     pub rounds: Vec<RoundSummary>,
-    /// The latest round's failure: the item's end when the rounds run out.
-    pub last_failure: (Outcome, String),
+    /// The latest round's failure and its reason ("" and `None` before one
+    /// failed): the item's end when the rounds run out, and what a later
+    /// stop (`timed_out`, `budget_exceeded`) adds to its reason.
+    pub last_failure: (Option<RoundFailure>, String),
     /// The setup commands' runs, for the PR body.
     pub setup: Vec<GateRun>,
 }
@@ -113,22 +116,19 @@ impl Progress {
             feedback: String::new(),
             history: Vec::new(),
             rounds: Vec::new(),
-            // The last failed round's step and telling line ("" before one
-            // failed): what a later stop (`timed_out`, `budget_exceeded`)
-            // adds to its reason.
-            last_failure: (Outcome::Error, String::new()),
+            last_failure: (None, String::new()),
             setup: Vec::new(),
         }
     }
 
-    /// The item's end after `rounds` rounds, with its totals.
-    pub fn end(&self, outcome: Outcome, reason: String, rounds: u32) -> ItemEnd {
+    /// The item's end for `fact` after `rounds` rounds, with its totals
+    /// (see [`decide::after_rounds`]).
+    pub fn end(&self, fact: Fact, rounds: u32) -> ItemEnd {
         ItemEnd {
-            reason: Some(reason),
             rounds,
             tokens: self.totals.tokens,
             cost_usd: self.totals.cost_known.then_some(self.totals.cost),
-            ..ItemEnd::of(outcome)
+            ..decide::after_rounds(fact, &self.last_failure.1)
         }
     }
 }
@@ -179,25 +179,17 @@ pub(super) async fn checkout(
         .await?;
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, at.slot);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
-    let failed = |outcome: Outcome, why: String| ItemEnd {
-        reason: Some(why),
+    let failed = |fact: Fact| ItemEnd {
         branch: Some(branch.to_string()),
-        ..ItemEnd::of(outcome)
+        ..decide::end(fact)
     };
-    if let Some(why) = night.remote_down.lock().map(|g| g.clone()).unwrap_or(None) {
-        return Ok(Err(failed(
-            Outcome::Error,
-            format!(
-                "checkout failed: not tried, the remote could not be fetched earlier in this run ({why})"
-            ),
-        )));
+    if let Some(why) = night.remote_down() {
+        return Ok(Err(failed(Fact::CheckoutFailed(format!(
+            "not tried, the remote could not be fetched earlier in this run ({why})"
+        )))));
     }
     let pinned = at.record.pinned_base().await?;
-    let kept = night
-        .kept_walks
-        .lock()
-        .ok()
-        .and_then(|mut k| k.remove(&slot_dir));
+    let kept = night.take_kept_walk(&slot_dir);
     let prepared = night
         .until_signal(at.cancel, |stop| {
             let at = slot::PrepareAt {
@@ -217,58 +209,61 @@ pub(super) async fn checkout(
         .await;
     match prepared {
         Ok(s) => Ok(Ok(s)),
-        Err(_) if at.cancel.is_cancelled() => Ok(Err(failed(
-            Outcome::Interrupted,
+        Err(_) if at.cancel.is_cancelled() => Ok(Err(failed(Fact::Signal(
             "stopped by a signal while the checkout was prepared".into(),
-        ))),
+        )))),
         Err(e) => {
             let why = night.redact(&e.to_string());
-            if e.is_remote_unreachable()
-                && let Ok(mut g) = night.remote_down.lock()
-            {
-                g.get_or_insert_with(|| why.lines().next().unwrap_or_default().to_string());
+            if e.is_remote_unreachable() {
+                night.mark_remote_down(why.lines().next().unwrap_or_default());
             }
-            Ok(Err(failed(
-                Outcome::Error,
-                format!("checkout failed: {why}"),
-            )))
+            Ok(Err(failed(Fact::CheckoutFailed(why))))
         }
     }
+}
+
+/// Puts the checkout on the base the run took first, on every worker and
+/// host (docs/loop.md#checkout): the fact that ends the item when it
+/// cannot.
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]), or the claim was lost.
+pub(super) async fn pin_base(
+    night: &Night,
+    record: &Record<'_>,
+    slot: &mut Slot,
+) -> Result<Option<Fact>, Error> {
+    let pin = record.base_commit(&slot.base_commit).await?;
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let pinned = tokio::task::block_in_place(|| slot.pin_base(&pin, token.as_deref()));
+    Ok(pinned.err().map(|e| {
+        Fact::CheckoutFailed(format!(
+            "cannot check out the run's base {pin}: {}",
+            night.redact(&e.to_string())
+        ))
+    }))
 }
 
 /// Why round `n` does not start, if it does not: a signal, the deadline,
 /// the item's timeout (docs/limits.md#deadline).
 pub(super) fn before_round(item: &Item<'_>, st: &Progress, n: u32) -> Option<ItemEnd> {
     let night = item.night;
-    let (outcome, why) = if item.cancel.is_cancelled() {
-        (
-            Outcome::Interrupted,
-            format!("stopped by a signal before round {n}"),
-        )
+    let fact = if item.cancel.is_cancelled() {
+        Fact::Signal(format!("stopped by a signal before round {n}"))
     } else if night.clock.now() >= night.deadline {
-        (
-            Outcome::Deadline,
-            format!(
-                "round {n} not started: the deadline {} passed",
-                local(night.deadline, night.tz)
-            ),
-        )
+        Fact::Deadline(format!(
+            "round {n} not started: the deadline {} passed",
+            local(night.deadline, night.tz)
+        ))
     } else if Instant::now() >= st.deadline {
-        (
-            Outcome::TimedOut,
-            crate::report::after_failure(
-                Outcome::TimedOut,
-                format!(
-                    "the item timeout of {} was reached before round {n}",
-                    config::format_duration(item.entry.contract.limits.item_timeout())
-                ),
-                &st.last_failure.1,
-            ),
-        )
+        Fact::TimedOut(format!(
+            "the item timeout of {} was reached before round {n}",
+            config::format_duration(item.entry.contract.limits.item_timeout())
+        ))
     } else {
         return None;
     };
-    Some(st.end(outcome, why, n - 1))
+    Some(st.end(fact, n - 1))
 }
 
 /// The contract's setup commands, in the fresh checkout; the item's end
@@ -286,7 +281,7 @@ pub(super) async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<I
         Ok(runs) => runs,
         Err(e) => {
             let why = format!("setup could not run: {e}");
-            return Ok(Some(st.end(Outcome::Error, why, 0)));
+            return Ok(Some(st.end(Fact::SetupFailed(why), 0)));
         }
     };
     let Some(bad) = runs.iter().find(|r| !r.passed()) else {
@@ -295,7 +290,7 @@ pub(super) async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<I
     };
     if item.cancel.is_cancelled() {
         let why = "stopped by a signal during setup".to_string();
-        return Ok(Some(st.end(Outcome::Interrupted, why, 0)));
+        return Ok(Some(st.end(Fact::Signal(why), 0)));
     }
     let why = format!(
         "setup command `{}` failed ({}): {}",
@@ -305,7 +300,7 @@ pub(super) async fn setup(item: &Item<'_>, st: &mut Progress) -> Result<Option<I
             .unwrap_or("timed out".into()),
         last_line(&bad.output_tail)
     );
-    Ok(Some(st.end(Outcome::Error, why, 0)))
+    Ok(Some(st.end(Fact::SetupFailed(why), 0)))
 }
 
 /// Files the writer's `FINDINGS:` as GitHub issues labelled

@@ -59,7 +59,7 @@ use crate::error::Error;
 use crate::forge::Forge;
 use crate::ledger::records::{self as rec, ItemEnd};
 use crate::limit;
-use crate::outcome::{Event, Outcome, RunKind, RunStatus};
+use crate::outcome::{Event, RunKind, RunStatus};
 use crate::plan::Plan;
 use crate::queue;
 use crate::schedule;
@@ -68,6 +68,7 @@ use crate::slot;
 mod agent_call;
 mod attempt;
 mod checks;
+mod decide;
 mod item;
 mod night;
 mod record;
@@ -88,8 +89,28 @@ pub const MAX_FILE_BYTES: u64 = 100 * 1024 * 1024;
 /// Short retries of a throttled call before it counts as a failure.
 const MAX_THROTTLE_RETRIES: u32 = 5;
 
-/// What a run needs from the outside world, resolved by the CLI.
+/// A run: what it was given ([`Settings`], read-only) and what it keeps
+/// while it goes ([`RunState`]). Reads of the settings go through
+/// [`std::ops::Deref`] (`night.config`), as nearly every stage reads them;
+/// the state is reached only through [`Night`]'s methods (docs/loop.md).
 pub struct Night {
+    /// What the run was given, resolved by the CLI; never changed.
+    pub settings: Settings,
+    /// What the run learns and holds while it goes.
+    pub state: RunState,
+}
+
+impl std::ops::Deref for Night {
+    type Target = Settings;
+
+    fn deref(&self) -> &Settings {
+        &self.settings
+    }
+}
+
+/// What a run needs from the outside world, resolved by the CLI before the
+/// run starts; read-only while it runs (what changes is [`RunState`]).
+pub struct Settings {
     /// The user's repository root (never written to).
     pub repo: PathBuf,
     /// The state of `repo` around agent calls, read again only after
@@ -113,10 +134,6 @@ pub struct Night {
     pub forge: Option<Forge>,
     /// Why there is no forge (shown in the report).
     pub forge_missing: Option<String>,
-    /// Set once GitHub stayed unreachable after the forge's retries: later
-    /// items do their work without waiting for it again, and their pushed
-    /// branches are recorded `pr_failed` (retried by the next run).
-    pub forge_down: std::sync::Mutex<Option<String>>,
     /// The GitHub token, kept in memory only (used by `git push` through the
     /// askpass helper).
     pub token: Option<crate::secret::Secret>,
@@ -128,36 +145,68 @@ pub struct Night {
     pub secrets: Vec<String>,
     /// Unprivileged account for agents and gates.
     pub run_as: Option<crate::process::RunAs>,
-    /// Cancelled on SIGINT/SIGTERM.
+    /// Cancelled on SIGINT/SIGTERM (the CLI fires it; the run only listens).
     pub cancel: CancellationToken,
     /// Clock (injectable for tests of sleeps).
     pub clock: std::sync::Arc<dyn schedule::Clock>,
-    /// Set once the remote could not be fetched: later items are not tried
-    /// against it (each would wait out the same network timeout).
-    pub remote_down: std::sync::Mutex<Option<String>>,
-    /// Each slot's walk after its last review, watched since, by slot
-    /// directory: the next item's reset undoes only what changed
-    /// ([`crate::slot::KeptWalk`]).
-    pub kept_walks: std::sync::Mutex<std::collections::HashMap<PathBuf, crate::slot::KeptWalk>>,
     /// The remote's (fetch URL, push URL) as they were when the run started;
     /// every item fetches and pushes there.
     pub remote_urls: (String, String),
-    /// The connected ledger, to reconnect and take the lock again after an
-    /// outage (docs/ledger.md#outage-wait).
-    pub ledger: crate::ledger::Ledger,
     /// Where the ledger lives (an embedded cluster is restarted by the run
     /// that finds it dead).
     pub db_source: crate::ledger::DbSource,
+}
+
+/// What a run learns and holds while it goes, shared by its workers: what
+/// was found down (GitHub, the remote), what stopped the run, the kept
+/// walks of the checkouts, and the locks it holds. Every field is behind a
+/// lock; [`Night`]'s methods read and set them.
+pub struct RunState {
+    /// Set once GitHub stayed unreachable after the forge's retries: later
+    /// items do their work without waiting for it again, and their pushed
+    /// branches are recorded `pr_failed` (retried by the next run).
+    forge_down: std::sync::Mutex<Option<String>>,
+    /// Set once the remote could not be fetched: later items are not tried
+    /// against it (each would wait out the same network timeout).
+    remote_down: std::sync::Mutex<Option<String>>,
+    /// Each slot's walk after its last review, watched since, by slot
+    /// directory: the next item's reset undoes only what changed
+    /// ([`crate::slot::KeptWalk`]).
+    kept_walks: std::sync::Mutex<std::collections::HashMap<PathBuf, crate::slot::KeptWalk>>,
+    /// The connected ledger, to reconnect and take the lock again after an
+    /// outage (docs/ledger.md#outage-wait).
+    ledger: crate::ledger::Ledger,
     /// The one-drain-per-repo lock; `None` only after it was lost.
-    pub lock: tokio::sync::Mutex<Option<crate::ledger::RepoLock>>,
+    lock: tokio::sync::Mutex<Option<crate::ledger::RepoLock>>,
     /// The hold on the repository's checkouts under the data directory; also
     /// how the run notices that directory was removed or filled up.
-    pub slots_lock: Option<slot::SlotsLock>,
+    slots_lock: Option<slot::SlotsLock>,
     /// Set when something outside the items stops the run (an agent that
     /// cannot be started, a data directory that is full, read-only or gone):
     /// the current item is recorded `interrupted`, the run `crashed`, and
     /// the next `drain` resumes it once the cause is fixed.
-    pub systemic: std::sync::Mutex<Option<String>>,
+    systemic: std::sync::Mutex<Option<String>>,
+}
+
+impl RunState {
+    /// The state of a run that starts with `ledger` connected, holding the
+    /// repository's `lock` and the checkouts' `slots_lock` (when it has
+    /// one), nothing found down yet.
+    pub fn new(
+        ledger: crate::ledger::Ledger,
+        lock: Option<crate::ledger::RepoLock>,
+        slots_lock: Option<slot::SlotsLock>,
+    ) -> RunState {
+        RunState {
+            forge_down: Default::default(),
+            remote_down: Default::default(),
+            kept_walks: Default::default(),
+            ledger,
+            lock: tokio::sync::Mutex::new(lock),
+            slots_lock,
+            systemic: Default::default(),
+        }
+    }
 }
 
 /// How long a run waits for a ledger that stopped answering before it gives
@@ -510,28 +559,10 @@ struct Resumed {
 }
 
 /// The end of an item the resumed run `from` finished, as this run records
-/// it. Its reason starts with [`rec::CARRIED_REASON`], so `max_attempts`
-/// counts the attempt once, not once per resume, and names the run that
-/// finished it once, however many resumes carried it ([`rec::carried_reason`]).
+/// it ([`decide::carried`]).
 fn carried(prev: &rec::ItemRow, from: Option<Resumed>) -> ItemEnd {
     let (from_id, stopped) = from.map_or((Uuid::nil(), false), |r| (r.id, r.stopped_by_signal));
-    ItemEnd {
-        // Always set: only items that ended are carried over.
-        outcome: prev.outcome.unwrap_or(Outcome::Error),
-        reason: Some(rec::carried_reason(
-            prev.reason.as_deref(),
-            from_id,
-            stopped,
-        )),
-        question: prev.question.clone(),
-        branch: prev.branch.clone(),
-        pr_number: prev.pr_number.map(|n| n as u64),
-        pr_url: prev.pr_url.clone(),
-        rounds: prev.rounds.max(0) as u32,
-        tokens: prev.tokens.max(0) as u64,
-        cost_usd: prev.cost_usd,
-        pr_body: prev.pr_body.clone(),
-    }
+    decide::carried(prev, from_id, stopped)
 }
 
 /// An item the resumed run `from` was working on when it died: a PR found
@@ -552,19 +583,7 @@ async fn take_over_from(
 ) -> Result<(), Error> {
     let key = &entry.item.key;
     let begun = record.rounds_begun(from.id, key).await?;
-    if end.outcome == Outcome::AlreadyOpen && begun > 0 {
-        end.outcome = Outcome::PrOpened;
-        end.rounds = end.rounds.max(begun as u32);
-        let opened = format!(
-            "its PR #{} was opened by it before it stopped",
-            end.pr_number.unwrap_or(0)
-        );
-        end.reason = Some(rec::carried_reason(
-            Some(&opened),
-            from.id,
-            from.stopped_by_signal,
-        ));
-    }
+    decide::opened_before_stop(end, begun, from.id, from.stopped_by_signal);
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, slot_index);
     let ours = slot::branch_name(&entry.item.title, key);
     tokio::task::block_in_place(|| {

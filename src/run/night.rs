@@ -139,7 +139,7 @@ impl Night {
     /// Another run took the lock meanwhile (this run must stop: both would
     /// do the same items), or the ledger stays away (see [`Night::db`]).
     pub async fn hold_lock(&self) -> Result<(), Error> {
-        let held = match self.lock.lock().await.as_mut() {
+        let held = match self.state.lock.lock().await.as_mut() {
             Some(l) => l.still_held().await,
             None => Ok(false),
         };
@@ -157,7 +157,7 @@ impl Night {
 
     /// Takes the repository lock again if this run no longer holds it.
     async fn retake_lock(&self) -> Result<(), Error> {
-        let mut guard = self.lock.lock().await;
+        let mut guard = self.state.lock.lock().await;
         if let Some(l) = guard.as_mut()
             && matches!(l.still_held().await, Ok(true))
         {
@@ -165,6 +165,7 @@ impl Night {
         }
         *guard = None;
         match self
+            .state
             .ledger
             .try_lock_repo(&self.repo_id, &crate::ledger::HolderInfo::current())
             .await
@@ -188,9 +189,9 @@ impl Night {
         }
     }
 
-    /// Records that the run must stop for `why` (see [`Night::systemic`]).
+    /// Records that the run must stop for `why` (see [`RunState`]).
     pub(super) fn stop_systemic(&self, why: &str) {
-        if let Ok(mut g) = self.systemic.lock() {
+        if let Ok(mut g) = self.state.systemic.lock() {
             g.get_or_insert_with(|| why.to_string());
         }
     }
@@ -198,22 +199,64 @@ impl Night {
     /// Why the run cannot go on, if it cannot: a cause already recorded, or
     /// a data directory that is gone, read-only or full.
     pub(super) fn systemic_problem(&self) -> Option<String> {
-        if let Some(why) = self.systemic.lock().ok().and_then(|g| g.clone()) {
+        if let Some(why) = self.state.systemic.lock().ok().and_then(|g| g.clone()) {
             return Some(why);
         }
-        let why = self.slots_lock.as_ref().and_then(|l| l.check().err())?;
+        let why = self
+            .state
+            .slots_lock
+            .as_ref()
+            .and_then(|l| l.check().err())?;
         self.stop_systemic(&why);
         Some(why)
     }
 
     /// Why GitHub is considered down for the rest of this run, if it is.
     pub fn github_down(&self) -> Option<String> {
-        self.forge_down.lock().map(|g| g.clone()).unwrap_or(None)
+        self.state
+            .forge_down
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or(None)
     }
 
     pub(super) fn mark_github_down(&self, why: &str) {
-        if let Ok(mut g) = self.forge_down.lock() {
+        if let Ok(mut g) = self.state.forge_down.lock() {
             g.get_or_insert_with(|| why.to_string());
+        }
+    }
+
+    /// Why the remote is considered down for the rest of this run, if it
+    /// is: it could not be fetched earlier.
+    pub(super) fn remote_down(&self) -> Option<String> {
+        self.state
+            .remote_down
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or(None)
+    }
+
+    /// Records that the remote could not be fetched, for `why` (the first
+    /// cause stays).
+    pub(super) fn mark_remote_down(&self, why: &str) {
+        if let Ok(mut g) = self.state.remote_down.lock() {
+            g.get_or_insert_with(|| why.to_string());
+        }
+    }
+
+    /// Takes the walk kept for the checkout at `dir`, if there is one.
+    pub(super) fn take_kept_walk(&self, dir: &std::path::Path) -> Option<crate::slot::KeptWalk> {
+        self.state
+            .kept_walks
+            .lock()
+            .ok()
+            .and_then(|mut k| k.remove(dir))
+    }
+
+    /// Keeps `walk` for the next reset of the checkout at `dir`.
+    pub(super) fn keep_walk(&self, dir: std::path::PathBuf, walk: crate::slot::KeptWalk) {
+        if let Ok(mut all) = self.state.kept_walks.lock() {
+            all.insert(dir, walk);
         }
     }
 

@@ -11,9 +11,9 @@
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::ledger::records::{self as rec, ItemEnd};
-use crate::outcome::Outcome;
 
 use super::Night;
+use super::decide::{self, Fact};
 
 /// The item's end when the review queue is full, else `None` (also when
 /// config `max_open_prs` is unset: then nothing is counted). `pending` is
@@ -43,9 +43,8 @@ pub(super) async fn full(
         "{what}: {open} nightshift PR(s) {counted} (max_open_prs = {max}); merge or close some and a later run takes the item up"
     );
     Ok(Some(ItemEnd {
-        reason: Some(night.redact(&why)),
         branch: pending.map(str::to_string),
-        ..ItemEnd::of(Outcome::ReviewQueueFull)
+        ..decide::end(Fact::ReviewQueueFull(night.redact(&why)))
     }))
 }
 

@@ -20,6 +20,7 @@ use crate::review::{self, Decision, Verdict};
 use crate::snapshot::Snapshot;
 
 use super::agent_call::{Called, call_agent};
+use super::decide::{Fact, RoundFailure};
 use super::item::Round;
 use super::{MAX_FILE_BYTES, NO_PROGRESS_ROUNDS, checks};
 
@@ -106,8 +107,8 @@ pub(super) struct Approved {
 /// A round that failed in a way the next round may fix
 /// (docs/loop.md#ship-or-retry).
 struct Failed {
-    /// The round's result.
-    outcome: Outcome,
+    /// How the round failed.
+    failure: RoundFailure,
     /// The item's reason if no later round does better.
     why: String,
     /// The round's one line in the PR body.
@@ -139,7 +140,7 @@ pub(super) async fn run(r: &mut Round<'_>, work: Option<agent::Report>) -> Resul
             Ok(before) => Step::Proof(Box::new(Wrote { report, before })),
             Err(e) => {
                 let why = format!("cannot read the checkout before round {n}: {e}");
-                Step::end(r.end(Outcome::Error, why))
+                Step::end(r.end(Fact::Fault(why)))
             }
         },
     };
@@ -171,15 +172,13 @@ impl Round<'_> {
             .await
     }
 
-    /// Records the round as ended with `outcome` for `why`, and ends the item.
-    async fn close_and_end(
-        &self,
-        outcome: Outcome,
-        diff: Option<&str>,
-        why: String,
-    ) -> Result<Step, Error> {
-        self.close(outcome, diff, None, Some(&why)).await?;
-        Ok(Step::end(self.end(outcome, why)))
+    /// Records the round as ended for `fact`, its reason as the round's
+    /// note, and ends the item.
+    async fn close_and_end(&self, fact: Fact, diff: Option<&str>) -> Result<Step, Error> {
+        let end = self.end(fact);
+        self.close(end.outcome, diff, None, end.reason.as_deref())
+            .await?;
+        Ok(Step::end(end))
     }
 
     /// A failed round: its summary, then the next round, unless the last
@@ -188,17 +187,17 @@ impl Round<'_> {
     fn retry(&mut self, f: Failed) -> Step {
         // The stop names the failure it repeats (docs/loop.md#no-progress).
         let stuck = format!("{}: {}", f.stuck, f.why);
-        self.st.last_failure = (f.outcome, f.why);
+        self.st.last_failure = (Some(f.failure), f.why);
         self.st.rounds.push(RoundSummary {
             n: self.n,
             seconds: self.started.elapsed().as_secs(),
-            result: RoundResult::Ended(f.outcome),
+            result: RoundResult::Ended(f.failure.outcome()),
             note: f.note,
             gate: f.gate,
             verdict: f.verdict,
         });
         if checks::no_progress(&mut self.st.history, &f.diff_hash, &f.sig) {
-            return Step::end(self.end(Outcome::NoProgress, stuck));
+            return Step::end(self.end(Fact::NoProgress(stuck)));
         }
         Step::Done(RoundEnd::Retry(f.feedback))
     }
@@ -215,13 +214,13 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
     if n > 1
         && let Some(why) = checks::grant_checkout(night, slot).await
     {
-        return Ok(Step::end(r.st.end(Outcome::Error, why, n - 1)));
+        return Ok(Step::end(r.st.end(Fact::Fault(why), n - 1)));
     }
     let before = match tokio::task::block_in_place(|| RoundStart::record(slot)) {
         Ok(b) => b,
         Err(e) => {
             let why = format!("cannot read the checkout before round {n}: {e}");
-            return Ok(Step::end(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Fact::Fault(why))));
         }
     };
     // What the writer could reach besides its checkout: the remote, and
@@ -233,22 +232,15 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
     let user_git_before = tokio::task::block_in_place(|| night.repo_watch.state());
     let report = match call_agent(r, Role::Writer).await? {
         Called::Done(report) => *report,
-        Called::Stop(mut end) => {
-            let last = &r.st.last_failure.1;
-            end.reason = end
-                .reason
-                .map(|why| crate::report::after_failure(end.outcome, why, last));
-            return Ok(Step::end(end));
-        }
+        Called::Stop(end) => return Ok(Step::end(end)),
     };
     let reach = (remote_before.as_ref(), &user_git_before);
     if let Some(why) = checks::outside_reach(night, Role::Writer, slot, reach.0, reach.1, token) {
-        return r.close_and_end(Outcome::RuleBroken, None, why).await;
+        return r.close_and_end(Fact::RuleBroken(why), None).await;
     }
     let others = item.record.run_spent(Some(item.item_id)).await?;
     if let Some(why) = checks::over_run_budget(night, others, &r.st.totals) {
-        let why = crate::report::after_failure(Outcome::BudgetExceeded, why, &r.st.last_failure.1);
-        return r.close_and_end(Outcome::BudgetExceeded, None, why).await;
+        return r.close_and_end(Fact::OverBudget(why), None).await;
     }
     let blocks = agent::parse_blocks(&report.text);
     for f in blocks.findings.iter() {
@@ -257,11 +249,12 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
         }
     }
     if let Some(q) = &blocks.question {
-        r.close(Outcome::Blocked, None, None, None).await?;
-        return Ok(Step::end(ItemEnd {
+        let end = ItemEnd {
             question: Some(q.clone()),
-            ..r.end(Outcome::Blocked, "the writer asked a question".into())
-        }));
+            ..r.end(Fact::Question)
+        };
+        r.close(end.outcome, None, None, None).await?;
+        return Ok(Step::end(end));
     }
     Ok(Step::Proof(Box::new(Wrote { report, before })))
 }
@@ -278,7 +271,7 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
         Ok(s) => s,
         Err(e) => {
             let why = format!("cannot walk the checkout after the writer: {e}");
-            return Ok(Step::end(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Fact::Fault(why))));
         }
     };
     if walked.has_file_of_at_least(MAX_FILE_BYTES)
@@ -301,13 +294,14 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
         // No .git left to read: the writer removed or replaced it.
         Err(_) if !slot.path.join(".git").join("HEAD").is_file() => {
             let note = Some("the writer removed the checkout's .git");
-            r.close(Outcome::RuleBroken, None, None, note).await?;
             let why = "the writer removed or replaced the checkout's .git directory";
-            return Ok(Step::end(r.end(Outcome::RuleBroken, why.into())));
+            let end = r.end(Fact::RuleBroken(why.into()));
+            r.close(end.outcome, None, None, note).await?;
+            return Ok(Step::end(end));
         }
         Err(e) => {
             let why = format!("cannot read the proof of work from git: {e}");
-            return Ok(Step::end(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Fact::Fault(why))));
         }
     };
     item.record.proof(r.id, &proof).await?;
@@ -345,7 +339,7 @@ async fn proof_broken(r: &Round<'_>, proof: &Proof) -> Result<Option<Step>, Erro
         Ok(b) => b,
         Err(e) => {
             let why = format!("cannot hold the change to its limits: {e}");
-            return Ok(Some(Step::end(r.end(Outcome::Error, why))));
+            return Ok(Some(Step::end(r.end(Fact::Fault(why)))));
         }
     };
     let broken: Vec<String> = [proof.rule_broken(), nested, beyond]
@@ -357,7 +351,7 @@ async fn proof_broken(r: &Round<'_>, proof: &Proof) -> Result<Option<Step>, Erro
     }
     let why = broken.join("; ");
     let end = r
-        .close_and_end(Outcome::RuleBroken, Some(&proof.diff_hash), why)
+        .close_and_end(Fact::RuleBroken(why), Some(&proof.diff_hash))
         .await?;
     Ok(Some(end))
 }
@@ -377,18 +371,20 @@ async fn too_large(r: &Round<'_>) -> Result<Option<Step>, Error> {
         return Ok(None);
     };
     let note = Some("a file too large for GitHub");
-    r.close(Outcome::Error, None, None, note).await?;
     let why = format!(
         "{path} is {} MiB; GitHub refuses files of 100 MiB or more (the writer should not produce it)",
         size >> 20
     );
-    Ok(Some(Step::end(r.end(Outcome::Error, why))))
+    let end = r.end(Fact::FileTooLarge(why));
+    r.close(end.outcome, None, None, note).await?;
+    Ok(Some(Step::end(end)))
 }
 
 /// A writer call that failed: the next round finishes its work.
 async fn writer_failed(r: &mut Round<'_>, proof: &Proof, f: &str) -> Result<Step, Error> {
     let diff = Some(proof.diff_hash.as_str());
-    r.close(Outcome::Error, diff, Some("writer_failed"), Some(f))
+    let failure = RoundFailure::WriterFailed;
+    r.close(failure.outcome(), diff, Some("writer_failed"), Some(f))
         .await?;
     let feedback = if proof.is_empty() {
         format!("Your previous attempt failed: {f}\n")
@@ -398,7 +394,7 @@ async fn writer_failed(r: &mut Round<'_>, proof: &Proof, f: &str) -> Result<Step
         )
     };
     Ok(r.retry(Failed {
-        outcome: Outcome::Error,
+        failure,
         why: format!("the writer failed: {f}"),
         note: f.to_string(),
         gate: vec![],
@@ -416,7 +412,6 @@ async fn writer_failed(r: &mut Round<'_>, proof: &Proof, f: &str) -> Result<Step
 /// own channels said (a denied write, a failed edit).
 async fn no_changes(r: &Round<'_>, proof: &Proof, writer: &agent::Report) -> Result<Step, Error> {
     let diff = Some(proof.diff_hash.as_str());
-    r.close(Outcome::NoChanges, diff, None, None).await?;
     let why = if writer.notes.is_empty() {
         "the writer changed nothing".to_string()
     } else {
@@ -425,7 +420,9 @@ async fn no_changes(r: &Round<'_>, proof: &Proof, writer: &agent::Report) -> Res
             writer.notes.join("; ")
         ))
     };
-    Ok(Step::end(r.end(Outcome::NoChanges, why)))
+    let end = r.end(Fact::NoChanges(why));
+    r.close(end.outcome, diff, None, None).await?;
+    Ok(Step::end(end))
 }
 
 /// The gate (docs/loop.md#gate), run by nightshift on a snapshot of the
@@ -444,7 +441,7 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
         Ok(g) => g,
         Err(e) => {
             let why = format!("the gate could not run: {e}");
-            return Ok(Step::end(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Fact::Fault(why))));
         }
     };
     let restored = tokio::task::block_in_place(|| after_gate(slot, &p.walked, p.follow, &p.tree));
@@ -455,12 +452,12 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
         Ok(s) => s,
         Err(e) => {
             let why = format!("cannot restore the checkout after the gate: {e}");
-            return Ok(Step::end(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Fact::Fault(why))));
         }
     };
     if item.cancel.is_cancelled() {
         let why = format!("stopped by a signal during the gate of round {n}");
-        return Ok(Step::end(r.end(Outcome::Interrupted, why)));
+        return Ok(Step::end(r.end(Fact::Signal(why))));
     }
     if let Some(bad) = gates.iter().find(|g| !g.passed()) {
         return gate_failed(r, &p.proof, &gates, bad).await;
@@ -537,11 +534,12 @@ async fn gate_failed(
     let sig = bad.signature();
     let feedback = gate::feedback(gates);
     let diff = Some(proof.diff_hash.as_str());
-    r.close(Outcome::TestsFailed, diff, Some(&sig), Some(&feedback))
+    let failure = RoundFailure::TestsFailed;
+    r.close(failure.outcome(), diff, Some(&sig), Some(&feedback))
         .await?;
     let said = checks::last_line(&bad.output_tail);
     Ok(r.retry(Failed {
-        outcome: Outcome::TestsFailed,
+        failure,
         why: crate::report::gate_failure(&bad.command, bad.exit_code, &said, r.n),
         // The round's note is the telling line of the output (the
         // signature, command and exit code, is already in its gate list).
@@ -567,13 +565,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
     let user_git_before = tokio::task::block_in_place(|| night.repo_watch.state());
     let reviewer = match call_agent(r, Role::Reviewer).await? {
         Called::Done(report) => *report,
-        Called::Stop(mut end) => {
-            let last = &r.st.last_failure.1;
-            end.reason = end
-                .reason
-                .map(|why| crate::report::after_failure(end.outcome, why, last));
-            return Ok(Step::end(end));
-        }
+        Called::Stop(end) => return Ok(Step::end(end)),
     };
     let diff = Some(g.proof.diff_hash.as_str());
     let reach = (remote_before.as_ref(), &user_git_before);
@@ -582,15 +574,14 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
     }
     let others = item.record.run_spent(Some(item.item_id)).await?;
     if let Some(why) = checks::over_run_budget(night, others, &r.st.totals) {
-        let why = crate::report::after_failure(Outcome::BudgetExceeded, why, &r.st.last_failure.1);
-        return r.close_and_end(Outcome::BudgetExceeded, diff, why).await;
+        return r.close_and_end(Fact::OverBudget(why), diff).await;
     }
     let walked = tokio::task::block_in_place(|| Snapshot::take_following(&slot.path));
     let (fp_after, follow) = match walked {
         Ok(w) => w,
         Err(e) => {
             let why = format!("cannot walk the checkout after the review: {e}");
-            return Ok(Step::end(r.end(Outcome::Error, why)));
+            return Ok(Step::end(r.end(Fact::Fault(why))));
         }
     };
     let kind = night.config.reviewer.kind;
@@ -599,8 +590,8 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
     // The next item's reset starts from this walk, kept up to date by its
     // watch whatever happens to the checkout until then.
     let kept = follow.and_then(|f| crate::slot::KeptWalk::new(slot, fp_after, f));
-    if let (Some(k), Ok(mut all)) = (kept, night.kept_walks.lock()) {
-        all.insert(slot.path.clone(), k);
+    if let Some(k) = kept {
+        night.keep_walk(slot.path.clone(), k);
     }
     if let Some(why) = void_reason {
         return void(r, diff, why).await;
@@ -611,7 +602,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
 /// A void review ends the item.
 async fn void(r: &Round<'_>, diff: Option<&str>, why: String) -> Result<Step, Error> {
     r.item.record.review(r.id, None, Some(&why)).await?;
-    r.close_and_end(Outcome::ReviewVoid, diff, why).await
+    r.close_and_end(Fact::ReviewVoid(why), diff).await
 }
 
 /// The decision (docs/loop.md#ship-or-retry): an approval held to the
@@ -657,9 +648,11 @@ async fn no_verdict(r: &mut Round<'_>, v: &Reviewed, failure: Option<&str>) -> R
         None => ("no_verdict", review::no_verdict_reason(&v.reviewer.text)),
     };
     let diff = Some(v.gated.proof.diff_hash.as_str());
-    r.close(Outcome::Error, diff, Some(sig), Some(&why)).await?;
+    let failure = RoundFailure::NoVerdict;
+    r.close(failure.outcome(), diff, Some(sig), Some(&why))
+        .await?;
     Ok(r.retry(Failed {
-        outcome: Outcome::Error,
+        failure,
         why: why.clone(),
         note: why,
         gate: v.gated.gates.clone(),
@@ -687,11 +680,12 @@ async fn rejected(r: &mut Round<'_>, g: &Gated, verdict: Verdict) -> Result<Step
     let listed: Vec<String> = verdict.findings.iter().map(|f| format!("- {f}")).collect();
     let feedback = format!("The reviewer requested changes:\n{}\n", listed.join("\n"));
     let diff = Some(g.proof.diff_hash.as_str());
-    r.close(Outcome::ReviewRejected, diff, Some(&sig), Some(&feedback))
+    let failure = RoundFailure::ReviewRejected;
+    r.close(failure.outcome(), diff, Some(&sig), Some(&feedback))
         .await?;
     let joined = verdict.findings.join("; ");
     Ok(r.retry(Failed {
-        outcome: Outcome::ReviewRejected,
+        failure,
         why: format!("the reviewer requested changes in round {}: {joined}", r.n),
         note: joined,
         gate: g.gates.clone(),

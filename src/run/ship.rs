@@ -14,11 +14,12 @@ use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::forge::PrState;
 use crate::ledger::records::{self as rec, ItemEnd, PrRow};
-use crate::outcome::{Event, Outcome, Phase, PrRecord};
+use crate::outcome::{Event, Phase, PrRecord};
 use crate::report::{self, Evidence};
 use crate::slot::{self, Slot};
 
 use super::Night;
+use super::decide::{self, Fact};
 use super::item::Round;
 use super::record::Record;
 use super::round::Approved;
@@ -86,7 +87,7 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     }
     if item.cancel.is_cancelled() {
         let why = "stopped by a signal before the push".to_string();
-        return Ok(r.end(Outcome::Interrupted, why));
+        return Ok(r.end(Fact::Signal(why)));
     }
     // Nothing is pushed for a claim another worker took over.
     item.record.hold().await?;
@@ -95,10 +96,10 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
         if item.cancel.is_cancelled() {
             let why =
                 format!("stopped by a signal during the push of {branch}; nothing was pushed");
-            return Ok(r.end(Outcome::Interrupted, why));
+            return Ok(r.end(Fact::Signal(why)));
         }
         let why = night.redact(&format!("push of {branch} failed: {e}"));
-        return Ok(r.end(Outcome::PushFailed, why));
+        return Ok(r.end(Fact::PushFailed(why)));
     }
     let at = PrAt {
         night,
@@ -144,14 +145,13 @@ pub(super) fn secret_in_change(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
         Ok(None) => None,
         Ok(Some(file)) => {
             let file = night.redact(&file);
-            Some(r.end(Outcome::RuleBroken, format!(
+            Some(r.end(Fact::RuleBroken(format!(
                 "the change writes the value of a secret (the GitHub token, the ledger URL or one of `secrets`, maybe encoded) into {file} or its name; nothing was pushed"
-            )))
+            ))))
         }
-        Err(e) => Some(r.end(
-            Outcome::Error,
-            format!("cannot read the change to check it for secrets: {e}"),
-        )),
+        Err(e) => Some(r.end(Fact::Fault(format!(
+            "cannot read the change to check it for secrets: {e}"
+        )))),
     }
 }
 
@@ -206,11 +206,13 @@ fn commit(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
         // `tick_in_pr = true` (docs/backlog.md): the item PR carries its own tick.
         let ticked = crate::backlog::tick_in_checkout(&item.slot.path, &night.config.backlog, key);
         if let Err(e) = ticked {
-            let (outcome, e) = match e {
-                crate::backlog::TickError::Unsafe(e) => (Outcome::RuleBroken, e),
-                crate::backlog::TickError::Io(e) => (Outcome::Error, e),
+            let fact = match e {
+                crate::backlog::TickError::Unsafe(e) => {
+                    Fact::RuleBroken(format!("tick_in_pr: {e}"))
+                }
+                crate::backlog::TickError::Io(e) => Fact::Fault(format!("tick_in_pr: {e}")),
             };
-            return Some(r.end(outcome, format!("tick_in_pr: {e}")));
+            return Some(r.end(fact));
         }
     }
     let me = runner_identity();
@@ -221,7 +223,7 @@ fn commit(r: &Round<'_>, tree: &str) -> Option<ItemEnd> {
         false => item.slot.commit_tree(tree, &message, &me, &me),
     });
     let e = committed.err()?;
-    Some(r.end(Outcome::Error, format!("commit failed: {e}")))
+    Some(r.end(Fact::Fault(format!("commit failed: {e}"))))
 }
 
 /// Pushes the item's branch; a signal kills the push (git, its hooks and
@@ -259,22 +261,21 @@ async fn open_pr(
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<ItemEnd, Error> {
     let (night, entry, branch) = (at.night, at.entry, at.branch);
-    let unopened = |outcome: Outcome, why: String| ItemEnd {
-        reason: Some(why),
+    let unopened = |fact: Fact| ItemEnd {
         branch: Some(branch.into()),
         pr_body: Some(body.into()),
-        ..ItemEnd::of(outcome)
+        ..decide::end(fact)
     };
     let Some(forge) = &night.forge else {
         let why = night
             .forge_missing
             .clone()
             .unwrap_or_else(|| "no GitHub access".into());
-        return Ok(unopened(Outcome::BranchPushed, why));
+        return Ok(unopened(Fact::BranchPushed(why)));
     };
     if let Some(down) = night.github_down() {
         at.record(None, PrRecord::PrFailed, body).await?;
-        return Ok(unopened(Outcome::PrFailed, night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR"))));
+        return Ok(unopened(Fact::PrFailed(night.redact(&format!("branch {branch} pushed; GitHub was unreachable earlier in this run ({down}); the next run opens the PR")))));
     }
     // No PR for a claim another worker took over (the key marker on PRs
     // is the last guard, docs/workers.md#fencing).
@@ -294,7 +295,7 @@ async fn open_pr(
         // The ledger keeps the branch as `pr_failed`: the next run finds the
         // PR if GitHub made it, or opens it.
         _ = cancel.cancelled() => {
-            return Ok(unopened(Outcome::Interrupted, format!("stopped by a signal while opening the PR of {branch} (pushed); the next run finds or opens it")));
+            return Ok(unopened(Fact::Signal(format!("stopped by a signal while opening the PR of {branch} (pushed); the next run finds or opens it"))));
         }
     };
     match created {
@@ -307,7 +308,7 @@ async fn open_pr(
             let why = night.redact(&format!(
                 "branch {branch} pushed, PR not created: {e}; retried on the next run"
             ));
-            Ok(unopened(Outcome::PrFailed, why))
+            Ok(unopened(Fact::PrFailed(why)))
         }
     }
 }
@@ -328,12 +329,11 @@ async fn opened(at: &PrAt<'_>, pr: crate::forge::PrInfo, body: &str) -> Result<I
         ))
     });
     Ok(ItemEnd {
-        reason,
         branch: Some(at.branch.into()),
         pr_number: Some(pr.number),
         pr_url: Some(pr.url),
         pr_body: Some(body.into()),
-        ..ItemEnd::of(Outcome::PrOpened)
+        ..decide::end(Fact::PrOpened(reason))
     })
 }
 
@@ -398,9 +398,10 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
     for b in &branches {
         match forge.find_pr(b, key, &night.config.label).await {
             Ok(Some(pr)) => {
-                let (outcome, state) = match pr.state {
-                    PrState::Open => (Outcome::AlreadyOpen, PrRecord::Open),
-                    PrState::Merged => (Outcome::AlreadyMerged, PrRecord::Merged),
+                let why = format!("PR #{} from an earlier run", pr.number);
+                let (fact, state) = match pr.state {
+                    PrState::Open => (Fact::EarlierPrOpen(why), PrRecord::Open),
+                    PrState::Merged => (Fact::EarlierPrMerged(why), PrRecord::Merged),
                     PrState::Closed => continue,
                 };
                 let found = PrAt {
@@ -409,11 +410,10 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
                 };
                 found.record(Some((pr.number, &pr.url)), state, "").await?;
                 return Ok(Some(ItemEnd {
-                    reason: Some(format!("PR #{} from an earlier run", pr.number)),
                     branch: Some(pr.head.clone()),
                     pr_number: Some(pr.number),
                     pr_url: Some(pr.url.clone()),
-                    ..ItemEnd::of(outcome)
+                    ..decide::end(fact)
                 }));
             }
             Ok(None) => {}
@@ -450,25 +450,20 @@ async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Er
         at.record.pr_state(key, &r.branch, PrRecord::Gone).await?;
         return Ok(None);
     }
-    let outcome = match r.state {
-        PrRecord::Merged => Outcome::AlreadyMerged,
-        PrRecord::Planned => Outcome::BranchPushed,
-        _ => Outcome::AlreadyOpen,
-    };
-    let why = if r.state == PrRecord::Planned {
-        format!(
+    let earlier = format!("PR #{} from an earlier run", r.number.unwrap_or(0));
+    let fact = match r.state {
+        PrRecord::Merged => Fact::EarlierPrMerged(earlier),
+        PrRecord::Planned => Fact::BranchPushed(format!(
             "branch {} was pushed by an earlier run (no GitHub access to open its PR)",
             r.branch
-        )
-    } else {
-        format!("PR #{} from an earlier run", r.number.unwrap_or(0))
+        )),
+        _ => Fact::EarlierPrOpen(earlier),
     };
     Ok(Some(ItemEnd {
-        reason: Some(why),
         branch: Some(r.branch.clone()),
         pr_number: r.number.map(|n| n as u64),
         pr_url: r.url.clone(),
-        ..ItemEnd::of(outcome)
+        ..decide::end(fact)
     }))
 }
 

@@ -28,6 +28,7 @@ use crate::slot::{Slot, SlotError};
 use crate::tend::{self as cards, LeftAlone, Sealed, TendCard, Verdict};
 
 use super::attempt::{self, Course, Delivery};
+use super::decide::{self, Fact};
 use super::item::{self, Item};
 use super::ship::runner_identity;
 use super::tend_push::Tend;
@@ -127,14 +128,8 @@ impl Walk<'_> {
         let night = self.night;
         if self.status == RunStatus::StoppedDeadline || night.clock.now() >= night.deadline {
             self.status = RunStatus::StoppedDeadline;
-            let why = format!(
-                "not started before the deadline {}",
-                local(night.deadline, night.tz)
-            );
-            return Ok(ItemEnd {
-                reason: Some(why),
-                ..ItemEnd::of(Outcome::Deadline)
-            });
+            let deadline = local(night.deadline, night.tz);
+            return Ok(decide::end(Fact::NotStarted(deadline)));
         }
         let at = At {
             night,
@@ -167,10 +162,7 @@ struct At<'a> {
 
 /// A PR left alone for `why`: nothing was touched.
 fn left_alone(why: String) -> ItemEnd {
-    ItemEnd {
-        reason: Some(why),
-        ..ItemEnd::of(Outcome::PrLeftAlone)
-    }
+    decide::end(Fact::LeftAlone(why))
 }
 
 /// Decides what happens to one card and works it if it should run.
@@ -201,15 +193,12 @@ async fn one_card(
             "its item is no longer open in the backlog".into(),
         ));
     };
-    let run_cost = at.record.run_spent(Some(at.item_id)).await?;
-    if run_cost >= night.config.limits.max_cost_usd_per_run {
-        return Ok(ItemEnd {
-            reason: Some(format!(
-                "the run's cost cap of ${:.2} is used up",
-                night.config.limits.max_cost_usd_per_run
-            )),
-            ..ItemEnd::of(Outcome::BudgetExceeded)
-        });
+    let (run_cost, cap) = (
+        at.record.run_spent(Some(at.item_id)).await?,
+        night.config.limits.max_cost_usd_per_run,
+    );
+    if run_cost >= cap {
+        return Ok(decide::end(Fact::RunCapUsed(cap)));
     }
     let attempt = item::Attempt {
         night,
@@ -249,13 +238,10 @@ async fn not_to_tend(
     approved: &super::Approved,
 ) -> Result<Option<ItemEnd>, Error> {
     if !approved.contains(&sealed.sha) {
-        return Ok(Some(ItemEnd {
-            reason: Some(format!(
-                "the card of PR #{} changed after the plan was approved (a new comment or review since); run `nightshift plan` and approve it to act on what is asked now",
-                card.number
-            )),
-            ..ItemEnd::of(Outcome::NotApproved)
-        }));
+        return Ok(Some(decide::end(Fact::NotApproved(format!(
+            "the card of PR #{} changed after the plan was approved (a new comment or review since); run `nightshift plan` and approve it to act on what is asked now",
+            card.number
+        )))));
     }
     let head = &sealed.contract.head;
     let (pool, repo) = (&night.pool, &night.repo_id);
@@ -264,13 +250,10 @@ async fn not_to_tend(
         .await?;
     let max = night.config.limits.max_attempts as i64;
     if attempts >= max {
-        return Ok(Some(ItemEnd {
-            reason: Some(format!(
-                "tending PR #{} failed on {attempts} earlier night(s) since nightshift's last push (max_attempts = {max}); read its last report, then change the PR or its item by hand, or raise max_attempts",
-                card.number
-            )),
-            ..ItemEnd::of(Outcome::Blocked)
-        }));
+        return Ok(Some(decide::end(Fact::Waits(format!(
+            "tending PR #{} failed on {attempts} earlier night(s) since nightshift's last push (max_attempts = {max}); read its last report, then change the PR or its item by hand, or raise max_attempts",
+            card.number
+        )))));
     }
     Ok(None)
 }
@@ -284,19 +267,10 @@ async fn in_slot(
     slot: &mut Slot,
 ) -> Result<ItemEnd, Error> {
     let night = at.night;
-    // Every item of a run is built from the base it took first (docs/loop.md).
-    let pin = at.record.base_commit(&slot.base_commit).await?;
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
-    if let Err(e) = tokio::task::block_in_place(|| slot.pin_base(&pin, token.as_deref())) {
-        let why = format!(
-            "checkout failed: cannot check out the run's base {pin}: {}",
-            night.redact(&e.to_string())
-        );
-        return Ok(ItemEnd {
-            reason: Some(why),
-            ..ItemEnd::of(Outcome::Error)
-        });
+    if let Some(fact) = item::pin_base(night, &at.record, slot).await? {
+        return Ok(decide::end(fact));
     }
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
     let onto = match bring_onto_base(night, slot, &sealed.contract.head) {
         Ok(onto) => onto,
         Err(end) => return Ok(*end),
@@ -429,10 +403,9 @@ fn nightshift_report(text: String) -> agent::Report {
 fn bring_onto_base(night: &Night, slot: &mut Slot, head: &str) -> Result<Onto, Box<ItemEnd>> {
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     let failed = |what: &str, e: SlotError| {
-        Box::new(ItemEnd {
-            reason: Some(night.redact(&format!("{what}: {e}"))),
-            ..ItemEnd::of(Outcome::Error)
-        })
+        Box::new(decide::end(Fact::Fault(
+            night.redact(&format!("{what}: {e}")),
+        )))
     };
     match tokio::task::block_in_place(|| slot.take_pushed_branch(token.as_deref(), head)) {
         Ok(()) => {}

@@ -11,11 +11,12 @@ use serde_json::json;
 
 use crate::error::Error;
 use crate::ledger::records::ItemEnd;
-use crate::outcome::{Event, Outcome, Phase};
+use crate::outcome::{Event, Phase};
 use crate::report;
 use crate::slot::SlotError;
 use crate::tend::{self as cards, LeftAlone, Sealed, TendCard};
 
+use super::decide::Fact;
 use super::item::Round;
 use super::round::Approved;
 use super::ship::{evidence, runner_identity, secret_in_change};
@@ -101,13 +102,10 @@ fn markers_left(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
         .map(String::as_str)
         .collect();
     (!marked.is_empty()).then(|| {
-        r.end(
-            Outcome::Error,
-            format!(
-                "conflict markers are still in {}; nothing was pushed",
-                marked.join(", ")
-            ),
-        )
+        r.end(Fact::MarkersLeft(format!(
+            "conflict markers are still in {}; nothing was pushed",
+            marked.join(", ")
+        )))
     })
 }
 
@@ -128,22 +126,18 @@ fn commit(r: &Round<'_>, t: &Tend<'_>) -> Result<String, Box<ItemEnd>> {
         {
             Ok(head) => head,
             Err(e) => {
-                return Err(Box::new(
-                    r.end(Outcome::Error, format!("commit failed: {e}")),
-                ));
+                return Err(Box::new(r.end(Fact::Fault(format!("commit failed: {e}")))));
             }
         },
         Err(e) => {
-            return Err(Box::new(
-                r.end(Outcome::Error, format!("commit failed: {e}")),
-            ));
+            return Err(Box::new(r.end(Fact::Fault(format!("commit failed: {e}")))));
         }
     };
     if head.eq_ignore_ascii_case(&t.sealed.contract.head) {
         let why =
             "nothing to push: the writer changed nothing and the branch was already on its base"
                 .to_string();
-        return Err(Box::new(r.end(Outcome::NoChanges, why)));
+        return Err(Box::new(r.end(Fact::NoChanges(why))));
     }
     Ok(head)
 }
@@ -160,7 +154,7 @@ async fn still_ours(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
         .filter(|_| night.github_down().is_none())
     else {
         let why = format!("GitHub is not reachable to update PR #{n}; nothing was pushed");
-        return Some(r.end(Outcome::Error, why));
+        return Some(r.end(Fact::GithubUnanswered(why)));
     };
     let pr = match forge.pr_detail(n).await {
         Ok(pr) => pr,
@@ -171,7 +165,7 @@ async fn still_ours(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
             let why = night.redact(&format!(
                 "GitHub did not answer about PR #{n} before the push ({e}); nothing was pushed"
             ));
-            return Some(r.end(Outcome::Error, why));
+            return Some(r.end(Fact::GithubUnanswered(why)));
         }
     };
     let pushed = &t.sealed.contract.head;
@@ -190,7 +184,7 @@ async fn still_ours(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
         crate::forge::PrState::Open => None,
     }?;
     let why = format!("{reason} while nightshift worked on it; nothing was pushed");
-    Some(r.end(Outcome::PrLeftAlone, why))
+    Some(r.end(Fact::LeftAlone(why)))
 }
 
 /// Pushes the branch with a lease on the head nightshift last pushed; the
@@ -199,10 +193,7 @@ async fn still_ours(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
 async fn push(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
     let (night, slot, branch) = (r.item.night, r.item.slot, r.item.branch);
     if r.item.cancel.is_cancelled() {
-        return Some(r.end(
-            Outcome::Interrupted,
-            "stopped by a signal before the push".into(),
-        ));
+        return Some(r.end(Fact::Signal("stopped by a signal before the push".into())));
     }
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     let lease = &t.sealed.contract.head;
@@ -214,7 +205,7 @@ async fn push(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
     let e = pushed.err()?;
     if r.item.cancel.is_cancelled() {
         let why = format!("stopped by a signal during the push of {branch}; nothing was pushed");
-        return Some(r.end(Outcome::Interrupted, why));
+        return Some(r.end(Fact::Signal(why)));
     }
     let text = night.redact(&e.to_string());
     if text.contains("stale info") || text.contains("rejected") {
@@ -222,12 +213,9 @@ async fn push(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
             "someone else pushed to {branch} while nightshift worked on it (the lease on {} was refused); nothing was pushed",
             &lease[..12.min(lease.len())]
         );
-        return Some(r.end(Outcome::PrLeftAlone, why));
+        return Some(r.end(Fact::LeftAlone(why)));
     }
-    Some(r.end(
-        Outcome::PushFailed,
-        format!("push of {branch} failed: {text}"),
-    ))
+    Some(r.end(Fact::PushFailed(format!("push of {branch} failed: {text}"))))
 }
 
 /// After the push: the body's evidence card rewritten (`PATCH`, body only)
@@ -310,16 +298,11 @@ fn updated(
         why.push_str("; ");
         why.push_str(&n);
     }
-    let totals = &r.st.totals;
     ItemEnd {
-        reason: Some(why),
         branch: Some(item.branch.to_string()),
         pr_number: Some(t.card.number),
         pr_url: t.url.clone(),
         pr_body: Some(body),
-        rounds: r.n,
-        tokens: totals.tokens,
-        cost_usd: totals.cost_known.then_some(totals.cost),
-        ..ItemEnd::of(Outcome::PrUpdated)
+        ..r.end(Fact::PrUpdated(why))
     }
 }

@@ -21,6 +21,7 @@ use crate::ledger::records::{self as rec, ItemEnd};
 use crate::outcome::{Event, Outcome, RunStatus};
 use crate::queue::{self, Claim, WorkerId};
 
+use super::decide::{self, Fact};
 use super::record::{Fence, Record};
 use super::{Night, Resumed, attempt, item, local, take_over_from};
 
@@ -263,13 +264,8 @@ async fn run_item(
         .stopped()
         .is_some_and(|s| s.0 == RunStatus::StoppedDeadline);
     if past_deadline || night.clock.now() >= night.deadline {
-        return Ok(ItemEnd {
-            reason: Some(format!(
-                "not started before the deadline {}",
-                local(night.deadline, night.tz)
-            )),
-            ..ItemEnd::of(Outcome::Deadline)
-        });
+        let deadline = local(night.deadline, night.tz);
+        return Ok(decide::end(Fact::NotStarted(deadline)));
     }
     let at = item::Attempt {
         night,
@@ -297,27 +293,7 @@ pub(super) fn systemic(night: &Night, end: &mut ItemEnd) {
     if !end.outcome.fails_run() || end.outcome == Outcome::PrFailed {
         return;
     }
-    let Some(why) = night.systemic_problem() else {
-        return;
-    };
-    // An item whose broken rule is the stop's cause (an agent's push)
-    // keeps its outcome.
-    if end.outcome == Outcome::RuleBroken
-        && end
-            .reason
-            .as_deref()
-            .is_some_and(|r| r.contains(why.as_str()))
-    {
-        return;
+    if let Some(why) = night.systemic_problem() {
+        decide::systemic(end, &why);
     }
-    let own = end
-        .reason
-        .take()
-        .filter(|r| !r.is_empty() && !why.contains(r.as_str()));
-    end.outcome = Outcome::Interrupted;
-    end.reason = Some(format!(
-        "stopped: {why}{}",
-        own.map(|r| format!(" (the item's own error: {r})"))
-            .unwrap_or_default()
-    ));
 }
