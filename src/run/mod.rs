@@ -1,17 +1,21 @@
 //! A run: one approved plan drained item by item (docs/loop.md,
 //! docs/commands.md).
 //!
-//! This module holds the run's types ([`Night`], what the run needs from
-//! the outside world; [`Selection`]; [`RunEnd`]) and the walk over the plan
-//! ([`drain`]): it records the run under its approval (or takes up the
-//! crashed run it resumes) and takes each entry in backlog order, stopping
-//! at the deadline, a signal or a failure of the environment (the run ends
-//! `crashed`, for the next drain to resume, docs/loop.md#run-statuses).
-//! It does not run an item: the checks before the checkout, the checkout
-//! and the rounds are [`item`], one round is [`round`] (a state machine),
-//! shipping is [`ship`], an agent call with its limit sleeps is
-//! [`agent_call`], and the ledger wait and the lock are [`night`]. The
-//! backends (agents, git, GitHub, PostgreSQL) live in their own modules.
+//! This module holds the run's types ([`Night`]: the [`Settings`] the run
+//! was given and the [`RunState`] it keeps; [`Selection`]; [`RunEnd`]) and
+//! the walk over the plan ([`drain`]): it records the run under its
+//! approval (or takes up the crashed run it resumes) and takes each entry
+//! in backlog order, stopping at the deadline, a signal or a failure of the
+//! environment (the run ends `crashed`, for the next drain to resume,
+//! docs/loop.md#run-statuses).
+//! It does not run an item. The driver of an item's life is [`attempt`]
+//! (which stage comes next); its stages are [`item`] (checkout, setup, the
+//! checks before a round), [`round`] (one round, a state machine that
+//! returns how it went), [`agent_call`] (an agent call with its limit
+//! sleeps), [`ship`] (a new PR) and [`tend_push`] (a push to a tended PR);
+//! [`decide`] turns what they saw into the item's outcome; [`tend`] prepares
+//! the second night's cards; the ledger wait and the lock are [`night`].
+//! The backends (agents, git, GitHub, PostgreSQL) live in their own modules.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -7,7 +7,7 @@
 //! worker stops when the queue is drained, at a signal, at a stop of the
 //! whole run, or — for a worker that joined another process's run — when
 //! that run is no longer live. It does not decide what an item does (that is
-//! [`super::item`]) nor end the run (that is [`super::drain`]).
+//! [`super::attempt`]) nor end the run (that is [`super::drain`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -181,7 +181,7 @@ async fn attempt(crew: &Crew, slot: usize, claim: Claim, entry: &PlanEntry) -> R
     beat.abort();
     match done {
         // The item's checkout was discarded on the way out (see
-        // `item::one_item`).
+        // `attempt::one_item`).
         Err(Error::ClaimLost { why }) => {
             tracing::warn!("{why}; this worker stops the item and writes nothing more");
             let _ = std::io::Write::write_fmt(
