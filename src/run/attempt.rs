@@ -18,7 +18,7 @@ use std::time::Instant;
 use crate::agent;
 use crate::error::Error;
 use crate::ledger::records::ItemEnd;
-use crate::outcome::{Outcome, Phase};
+use crate::outcome::Phase;
 use crate::slot;
 
 use super::checks::grant_checkout;
@@ -126,10 +126,7 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
     // A failed item leaves nothing behind (docs/loop.md#outcomes). A
     // shipped one's work is on its branch: its slot is reset by the next
     // item's checkout, not twice.
-    let shipped = matches!(
-        end.outcome,
-        Outcome::PrOpened | Outcome::PrFailed | Outcome::BranchPushed
-    );
+    let shipped = decide::shipped(end.outcome);
     if !shipped && let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
         end.reason = Some(format!(
             "{}; cleaning the checkout failed: {e}",

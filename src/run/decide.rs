@@ -202,6 +202,23 @@ pub(super) fn end(fact: Fact) -> ItemEnd {
     }
 }
 
+/// Whether an item that ended with `outcome` may owe it to the
+/// environment (see [`systemic`]): a failure, other than a branch pushed
+/// whose PR is retried.
+pub(super) fn may_be_systemic(outcome: Outcome) -> bool {
+    outcome.fails_run() && outcome != Outcome::PrFailed
+}
+
+/// Whether an item that ended with `outcome` left its work on its branch
+/// (pushed, with or without its PR, or a tended PR pushed anew): its
+/// checkout is reset by the next item's, not discarded now.
+pub(super) fn shipped(outcome: Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::PrOpened | Outcome::PrFailed | Outcome::BranchPushed | Outcome::PrUpdated
+    )
+}
+
 /// A failure the environment caused (`why`: the disk filled up, the data
 /// directory went away, the agent's executable vanished) is not the
 /// item's: the item is recorded `interrupted`, with its own error kept in
@@ -209,7 +226,7 @@ pub(super) fn end(fact: Fact) -> ItemEnd {
 /// An item that did not fail the run, a `pr_failed` branch, and an item
 /// whose broken rule is the stop's cause (an agent's push) keep their end.
 pub(super) fn systemic(end: &mut ItemEnd, why: &str) {
-    if !end.outcome.fails_run() || end.outcome == Outcome::PrFailed {
+    if !may_be_systemic(end.outcome) {
         return;
     }
     if end.outcome == Outcome::RuleBroken && end.reason.as_deref().is_some_and(|r| r.contains(why))

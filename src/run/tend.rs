@@ -217,7 +217,7 @@ async fn one_card(
     let end = in_slot(at, (card, sealed), entry, &mut slot).await;
     let discarded = tokio::task::block_in_place(|| slot.discard());
     let mut end = end?;
-    if end.outcome != Outcome::PrUpdated
+    if !decide::shipped(end.outcome)
         && let Err(e) = discarded
     {
         end.reason = Some(format!(

@@ -290,7 +290,7 @@ async fn run_item(
 /// it is not an attempt of it; the item is recorded `interrupted` and the
 /// run stops, to be resumed once the cause is fixed.
 pub(super) fn systemic(night: &Night, end: &mut ItemEnd) {
-    if !end.outcome.fails_run() || end.outcome == Outcome::PrFailed {
+    if !decide::may_be_systemic(end.outcome) {
         return;
     }
     if let Some(why) = night.systemic_problem() {
