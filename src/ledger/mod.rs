@@ -5,10 +5,21 @@
 //! This module chooses the server (`NIGHTSHIFT_DATABASE_URL`, else `DATABASE_URL`, else
 //! the embedded private cluster of [`embedded`]), connects with a bounded timeout,
 //! applies the migrations under `migrations/` and holds the one-drain-per-repo advisory
-//! lock. It does not know what the rows mean: typed reads and writes live in [`records`].
+//! lock. It does not know what the rows mean: typed reads and writes live in one module per table family,
+//! gathered under [`records`].
 
+pub mod approvals;
 pub mod embedded;
+pub mod events;
+pub mod items;
+pub mod limits;
+pub mod plans;
+pub mod prs;
 pub mod records;
+pub mod rounds;
+pub mod runs;
+pub mod tend;
+mod text;
 
 use std::ffi::OsString;
 use std::fmt;
