@@ -27,16 +27,28 @@ pub async fn event(
     Ok(())
 }
 
+/// A branch a run pushed, as its `pushed` event names it: the report and
+/// a later PR's body list it as an overlap when it changes some of the same
+/// files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlap {
+    /// That item's title.
+    pub title: String,
+    /// Its branch.
+    pub branch: String,
+    /// Its PR number, when GitHub opened one.
+    pub pr_number: Option<u64>,
+    /// The files it changes (repository-relative paths); of an overlap,
+    /// the files both change.
+    pub files: Vec<String>,
+}
+
 /// The branches run `run` pushed (its `pushed` events), oldest first, each
 /// with its title, the files it changes and its PR number once opened.
 ///
 /// # Errors
 /// Database errors.
-pub async fn pushed_in_run(
-    pool: &PgPool,
-    repo: &str,
-    run: Uuid,
-) -> Result<Vec<crate::report::Overlap>> {
+pub async fn pushed_in_run(pool: &PgPool, repo: &str, run: Uuid) -> Result<Vec<Overlap>> {
     let rows: Vec<(Value, Option<i64>)> = sqlx::query_as(
         "SELECT e.data, p.number FROM events e LEFT JOIN pull_requests p \
            ON p.repo = $1 AND p.item_key = e.data->>'key' AND p.branch = e.data->>'branch' \
@@ -49,7 +61,7 @@ pub async fn pushed_in_run(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(d, number)| crate::report::Overlap {
+        .map(|(d, number)| Overlap {
             title: d["title"].as_str().unwrap_or_default().to_string(),
             branch: d["branch"].as_str().unwrap_or_default().to_string(),
             pr_number: number.map(|n| n as u64),

@@ -11,38 +11,25 @@ use crate::outcome::{Outcome, RunStatus};
 
 use super::text::{Result, pg, pgo};
 
-/// Creates the run item row of `entry` in `run`, or, when an attempt of it
-/// already wrote one (a takeover by another worker, docs/workers.md), starts
-/// it again: the end of the earlier attempt is cleared. `worker` is who runs
-/// this attempt (`host:pid:n`), `None` for an item that is only recorded.
-///
-/// # Errors
-/// Database errors.
-pub async fn start_item(
-    db: impl PgExecutor<'_>,
-    run: Uuid,
-    entry: &crate::contract::PlanEntry,
-    worker: Option<&str>,
-) -> Result<i64> {
-    let row = ItemStart {
-        key: &entry.item.key,
-        contract_sha: &entry.contract_sha,
-        index: entry.index,
-        title: &entry.item.title,
-    };
-    start_row(db, run, &row, worker).await
-}
-
 /// What an item row starts with: key, the contract (or card) SHA it runs
 /// under, its plan index (0 for a tended PR's card) and title.
 pub struct ItemStart<'a> {
+    /// The item's key.
     pub key: &'a str,
+    /// The contract (or tend card) SHA it runs under.
     pub contract_sha: &'a str,
+    /// Its 1-based plan index (0 for a tended PR's card).
     pub index: usize,
+    /// Its title.
     pub title: &'a str,
 }
 
-/// [`start_item`] for any row: an item's or a tended PR's card.
+/// Creates the run item row `row` in `run` (an item's, or a tended PR's
+/// card's), or, when an attempt of it already wrote one (a takeover by
+/// another worker, docs/workers.md), starts it again: the end of the
+/// earlier attempt is cleared. `worker` is who runs this attempt
+/// (`host:pid:n`), `None` for an item that is only recorded. Returns the
+/// row's id.
 ///
 /// # Errors
 /// Database errors.

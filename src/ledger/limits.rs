@@ -19,7 +19,7 @@ pub struct LimitSleep<'a> {
     /// The agent kind (`claude`, `codex`, `command`).
     pub agent: &'a str,
     /// A usage limit (slept until its reset) or throttling (a short wait).
-    pub kind: crate::limit::LimitKind,
+    pub kind: &'a str,
     /// The agent's own words, redacted.
     pub message: &'a str,
     /// When the sleep began (UTC).
@@ -39,7 +39,7 @@ pub async fn record_limit_sleep(db: impl PgExecutor<'_>, s: &LimitSleep<'_>) -> 
         .bind(s.run_id)
         .bind(s.item_id)
         .bind(s.agent)
-        .bind(s.kind.as_str())
+        .bind(s.kind)
         .bind(pg(s.message))
         .bind(s.from)
         .bind(s.until)

@@ -6,37 +6,66 @@
 use serde_json::Value;
 use sqlx::PgPool;
 
-use crate::plan::Plan;
-
 use super::text::{Result, verbatim, verbatim_json_text};
+
+/// A plan as the `plans` table keeps it.
+#[derive(Debug, Clone)]
+pub struct PlanRow<'a> {
+    /// The plan's SHA (its content address).
+    pub sha: &'a str,
+    /// Repository identity.
+    pub repo: &'a str,
+    /// The backlog file, as displayed.
+    pub backlog_path: &'a str,
+    /// SHA-256 of the backlog bytes.
+    pub backlog_sha: &'a str,
+    /// The whole plan as JSON text (kept verbatim but for NUL bytes).
+    pub json: &'a str,
+}
+
+/// One entry of a plan (`plan_contracts`) and the contract it names
+/// (`contracts`), in plan order.
+#[derive(Debug, Clone)]
+pub struct PlanEntryRow<'a> {
+    /// The contract's SHA.
+    pub contract_sha: &'a str,
+    /// The item's key.
+    pub item_key: &'a str,
+    /// The item's title.
+    pub title: &'a str,
+    /// The item's 1-based index among open items.
+    pub item_index: usize,
+    /// Why the item is blocked, if it is.
+    pub blocked: Option<&'a str>,
+}
 
 /// Stores the plan, its contracts and their order (idempotent), in a few
 /// statements whatever the number of items: the rows go over as arrays
 /// (`UNNEST`), so a backlog of 20,000 items costs no 40,000 round trips.
-/// Plans are content-addressed and stored whole in one transaction, so a
-/// plan already stored is not sent again, and of a new plan only the
-/// contracts the ledger does not hold yet are.
+/// Plans are content-addressed and stored whole in one transaction; of a
+/// new plan only the contracts the ledger does not hold yet are sent, and
+/// `contract_json(i)` (the canonical JSON of the contract of `entries[i]`)
+/// is only asked of those. A caller skips a plan already stored
+/// ([`plan_exists`]).
 ///
 /// # Errors
 /// Database errors.
-pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
-    if plan_exists(pool, &plan.sha).await? {
-        return Ok(());
-    }
+pub async fn save_plan(
+    pool: &PgPool,
+    plan: &PlanRow<'_>,
+    entries: &[PlanEntryRow<'_>],
+    contract_json: impl Fn(usize) -> String,
+) -> Result<()> {
     let mut tx = pool.begin().await?;
     sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, created_at, json) VALUES ($1, $2, $3, $4, now(), $5::json) ON CONFLICT (sha) DO NOTHING")
-        .bind(&plan.sha)
-        .bind(repo)
-        .bind(plan.backlog_path.display().to_string())
-        .bind(&plan.backlog_sha)
-        .bind(verbatim_json_text(plan.to_json_string()))
+        .bind(plan.sha)
+        .bind(plan.repo)
+        .bind(plan.backlog_path)
+        .bind(plan.backlog_sha)
+        .bind(verbatim_json_text(plan.json.to_string()))
         .execute(&mut *tx)
         .await?;
-    let shas: Vec<&str> = plan
-        .entries
-        .iter()
-        .map(|e| e.contract_sha.as_str())
-        .collect();
+    let shas: Vec<&str> = entries.iter().map(|e| e.contract_sha).collect();
     let stored: std::collections::HashSet<String> =
         sqlx::query_scalar("SELECT sha FROM contracts WHERE sha = ANY($1::text[])")
             .bind(&shas)
@@ -44,20 +73,20 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
             .await?
             .into_iter()
             .collect();
-    insert_contracts(&mut tx, plan, &stored).await?;
-    let n = plan.entries.len();
+    insert_contracts(&mut tx, entries, &stored, contract_json).await?;
+    let n = entries.len();
     let (mut positions, mut indexes, mut blocked) = (
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    for (pos, e) in plan.entries.iter().enumerate() {
+    for (pos, e) in entries.iter().enumerate() {
         positions.push(pos as i32);
-        indexes.push(e.index as i32);
-        blocked.push(e.blocked.as_deref().map(verbatim));
+        indexes.push(e.item_index as i32);
+        blocked.push(e.blocked.map(verbatim));
     }
     sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked) SELECT $1, p, c, i, b FROM UNNEST($2::int4[], $3::text[], $4::int4[], $5::text[]) AS u(p, c, i, b) ON CONFLICT DO NOTHING")
-        .bind(&plan.sha)
+        .bind(plan.sha)
         .bind(&positions)
         .bind(&shas)
         .bind(&indexes)
@@ -67,24 +96,24 @@ pub async fn save_plan(pool: &PgPool, repo: &str, plan: &Plan) -> Result<()> {
     tx.commit().await
 }
 
-/// Inserts the contracts of `plan` whose SHA is not in `stored`, in one
+/// Inserts the contracts of `entries` whose SHA is not in `stored`, in one
 /// statement (a contract twice in the plan is sent once).
 async fn insert_contracts(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    plan: &Plan,
+    entries: &[PlanEntryRow<'_>],
     stored: &std::collections::HashSet<String>,
+    contract_json: impl Fn(usize) -> String,
 ) -> Result<()> {
     let mut seen = std::collections::HashSet::new();
     let (mut shas, mut keys, mut titles, mut jsons) = (vec![], vec![], vec![], vec![]);
-    for e in &plan.entries {
-        if stored.contains(&e.contract_sha) || !seen.insert(e.contract_sha.as_str()) {
+    for (i, e) in entries.iter().enumerate() {
+        if stored.contains(e.contract_sha) || !seen.insert(e.contract_sha) {
             continue;
         }
-        let cjson = verbatim_json_text(e.contract.canonical_json());
-        shas.push(e.contract_sha.as_str());
-        keys.push(e.item.key.as_str());
-        titles.push(verbatim(&e.item.title));
-        jsons.push(cjson);
+        shas.push(e.contract_sha);
+        keys.push(e.item_key);
+        titles.push(verbatim(e.title));
+        jsons.push(verbatim_json_text(contract_json(i)));
     }
     if shas.is_empty() {
         return Ok(());
@@ -153,12 +182,12 @@ pub async fn item_in_contracts(pool: &PgPool, shas: &[String], key: &str) -> Res
     .await
 }
 
-/// The items (key and title) of the contracts `shas`, in the order of
+/// The items of the contracts `shas` as `(key, title)`, in the order of
 /// `shas` (an approved plan's, i.e. backlog order); unknown SHAs are left out.
 ///
 /// # Errors
 /// Database errors.
-pub async fn contract_items(pool: &PgPool, shas: &[String]) -> Result<Vec<crate::approval::Held>> {
+pub async fn contract_items(pool: &PgPool, shas: &[String]) -> Result<Vec<(String, String)>> {
     let rows: Vec<(String, String, String)> =
         sqlx::query_as("SELECT sha, item_key, title FROM contracts WHERE sha = ANY($1)")
             .bind(shas)
@@ -170,10 +199,7 @@ pub async fn contract_items(pool: &PgPool, shas: &[String]) -> Result<Vec<crate:
     Ok(shas
         .iter()
         .filter_map(|s| by_sha.get(s.as_str()))
-        .map(|(key, title)| crate::approval::Held {
-            key: (*key).clone(),
-            title: (*title).clone(),
-        })
+        .map(|(key, title)| ((*key).clone(), (*title).clone()))
         .collect())
 }
 

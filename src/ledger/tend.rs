@@ -3,7 +3,7 @@
 //! and the tended items of a run. Rows only: what a card asks is `tend`'s.
 
 use serde_json::Value;
-use sqlx::PgPool;
+use sqlx::{FromRow, PgPool};
 use uuid::Uuid;
 
 use crate::outcome::Outcome;
@@ -47,10 +47,26 @@ pub async fn tend_attempts(
     .await
 }
 
-/// Stores a plan's tend cards that call for work — their contracts and
-/// their places in `plan_contracts` (kind `tend`, after the plan's items'
-/// positions) — so an approval of the plan covers exactly them
-/// (idempotent).
+/// A tend card that calls for work, as a contract of a plan keeps it
+/// (`contracts`, and `plan_contracts` of kind `tend`).
+#[derive(Debug, Clone)]
+pub struct TendCardRow<'a> {
+    /// The sealed card's SHA.
+    pub sha: &'a str,
+    /// The item key of the PR.
+    pub item_key: &'a str,
+    /// The contract's title (`tend PR #N: title`).
+    pub title: String,
+    /// The sealed card as JSON.
+    pub json: Value,
+    /// The PR's number.
+    pub pr_number: u64,
+}
+
+/// Stores a plan's tend cards that call for work (`cards`) — their
+/// contracts and their places in `plan_contracts` (kind `tend`, after the
+/// plan's `items` items' positions) — so an approval of the plan covers
+/// exactly them (idempotent).
 ///
 /// # Errors
 /// Database errors.
@@ -58,52 +74,58 @@ pub async fn save_tend_cards(
     pool: &PgPool,
     plan_sha: &str,
     items: usize,
-    cards: &[crate::tend::TendCard],
+    cards: &[TendCardRow<'_>],
 ) -> Result<()> {
     let mut tx = pool.begin().await?;
-    let sealed = cards
-        .iter()
-        .filter_map(|c| c.sealed.as_ref().map(|s| (c, s)));
-    for (pos, (card, sealed)) in sealed.enumerate() {
-        let json: Value =
-            serde_json::from_str(&sealed.canonical_json).expect("canonical JSON parses");
+    for (pos, card) in cards.iter().enumerate() {
         sqlx::query("INSERT INTO contracts (sha, item_key, title, json, created_at) VALUES ($1, $2, $3, $4, now()) ON CONFLICT (sha) DO NOTHING")
-            .bind(&sealed.sha)
-            .bind(&card.item_key)
-            .bind(pg(&format!("tend PR #{}: {}", card.number, card.title)))
-            .bind(pgj(json))
+            .bind(card.sha)
+            .bind(card.item_key)
+            .bind(pg(&card.title))
+            .bind(pgj(card.json.clone()))
             .execute(&mut *tx)
             .await?;
         sqlx::query("INSERT INTO plan_contracts (plan_sha, position, contract_sha, item_index, blocked, kind, pr_number) VALUES ($1, $2, $3, 0, NULL, 'tend', $4) ON CONFLICT DO NOTHING")
             .bind(plan_sha)
             .bind((items + pos) as i32)
-            .bind(&sealed.sha)
-            .bind(card.number as i64)
+            .bind(card.sha)
+            .bind(card.pr_number as i64)
             .execute(&mut *tx)
             .await?;
     }
     tx.commit().await
 }
 
+/// A tended PR of a run, as the ledger holds it: the run item's PR number,
+/// title, outcome and reason, its contract's JSON (a tend card, or an
+/// item's contract for a PR left alone) and the head nightshift pushed
+/// last.
+#[derive(Debug, Clone, FromRow)]
+pub struct TendedRow {
+    /// The PR number (`None` for a row that has none).
+    pub pr_number: Option<i64>,
+    /// The item's title.
+    pub title: String,
+    /// How it ended; `None` while it runs.
+    pub outcome: Option<Outcome>,
+    /// Why.
+    pub reason: Option<String>,
+    /// The contract's JSON, if the ledger holds it.
+    pub card: Option<Value>,
+    /// The head nightshift pushed last (40 hex).
+    pub head: Option<String>,
+}
+
 /// The tended PRs of run `run` for the report's section: run items whose
 /// outcome is `pr_updated` or `pr_left_alone`, or whose contract is a tend
-/// card (a tend that failed), by PR number; with what the card asked and
-/// the head nightshift pushed last.
+/// card (a tend that failed), by PR number; with the card and the head
+/// nightshift pushed last.
 ///
 /// # Errors
 /// Database errors.
-pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::Tended>> {
-    /// pr_number, title, outcome, reason, contract JSON, pushed head.
-    type Row = (
-        Option<i64>,
-        String,
-        Option<Outcome>,
-        Option<String>,
-        Option<Value>,
-        Option<String>,
-    );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT ri.pr_number, ri.title, ri.outcome, ri.reason, c.json, p.head_sha \
+pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<TendedRow>> {
+    sqlx::query_as(
+        "SELECT ri.pr_number, ri.title, ri.outcome, ri.reason, c.json AS card, p.head_sha AS head \
          FROM run_items ri JOIN runs r ON r.id = ri.run_id \
          LEFT JOIN contracts c ON c.sha = ri.contract_sha \
          LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = ri.item_key AND p.branch = ri.branch \
@@ -113,28 +135,5 @@ pub async fn tended_items(pool: &PgPool, run: Uuid) -> Result<Vec<crate::tend::T
     .bind(run)
     .bind(vec![Outcome::PrUpdated.as_str(), Outcome::PrLeftAlone.as_str()])
     .fetch_all(pool)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(pr, title, outcome, reason, card, head)| {
-            let card = card.filter(|c| c.get("pr").is_some() && c.get("action").is_some());
-            crate::tend::Tended {
-                pr: pr.unwrap_or(0) as u64,
-                title,
-                outcome,
-                reason,
-                action: card
-                    .as_ref()
-                    .and_then(|c| c["action"].as_str().map(str::to_string)),
-                asked: card
-                    .as_ref()
-                    .and_then(|c| serde_json::from_value(c["comments"].clone()).ok())
-                    .unwrap_or_default(),
-                old_head: card
-                    .as_ref()
-                    .and_then(|c| c["head"].as_str().map(str::to_string)),
-                new_head: head,
-            }
-        })
-        .collect())
+    .await
 }

@@ -76,6 +76,8 @@ mod ship;
 mod tend;
 mod worker;
 
+pub use record::{save_plan, save_tend_cards};
+
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (docs/loop.md#no-progress).
 pub const NO_PROGRESS_ROUNDS: usize = 3;
