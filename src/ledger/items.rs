@@ -167,15 +167,18 @@ pub async fn failed_attempts(
     .bind(key)
     .bind(CARRIED_REASON)
     .bind(contract_sha)
-    .bind(
-        Outcome::ALL
-            .iter()
-            .filter(|o| o.counts_as_attempt())
-            .map(|o| o.as_str())
-            .collect::<Vec<_>>(),
-    )
+    .bind(attempt_outcomes())
     .fetch_one(pool)
     .await
+}
+
+/// The outcomes that count as a failed attempt (`max_attempts`), as the
+/// ledger spells them.
+pub(super) fn attempt_outcomes() -> Vec<&'static str> {
+    (Outcome::ALL.iter())
+        .filter(|o| o.counts_as_attempt())
+        .map(|o| o.as_str())
+        .collect()
 }
 
 /// The question a writer asked about this very contract in an earlier run

@@ -236,3 +236,48 @@ pub async fn set_pr_body(
         .await?;
     Ok(())
 }
+
+/// The PRs of `repo` whose fate is not settled (open, or never checked), as
+/// `(item key, branch, number)`, by number.
+///
+/// # Errors
+/// Database errors.
+pub async fn unsettled_prs(pool: &PgPool, repo: &str) -> Result<Vec<(String, String, i64)>> {
+    sqlx::query_as(
+        "SELECT item_key, branch, number FROM pull_requests \
+         WHERE repo = $1 AND number IS NOT NULL AND state = $2 ORDER BY number",
+    )
+    .bind(repo)
+    .bind(PrRecord::Open)
+    .fetch_all(pool)
+    .await
+}
+
+/// What GitHub last said of the PR of item `key` on `branch`: its `state`
+/// and when it was merged or closed (UTC), checked now.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_pr_fate(
+    pool: &PgPool,
+    repo: &str,
+    key: &str,
+    branch: &str,
+    state: PrRecord,
+    merged_at: Option<DateTime<Utc>>,
+    closed_at: Option<DateTime<Utc>>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE pull_requests SET state = $4, merged_at = $5, closed_at = $6, checked_at = now() \
+         WHERE repo = $1 AND item_key = $2 AND branch = $3",
+    )
+    .bind(repo)
+    .bind(key)
+    .bind(branch)
+    .bind(state)
+    .bind(merged_at)
+    .bind(closed_at)
+    .execute(pool)
+    .await?;
+    Ok(())
+}

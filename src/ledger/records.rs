@@ -6,7 +6,8 @@
 //! `migrations/`, one module per table family ([`super::plans`],
 //! [`super::approvals`], [`super::runs`], [`super::items`],
 //! [`super::rounds`], [`super::prs`], [`super::tend`], [`super::limits`],
-//! [`super::events`]). Approvals and events are insert-only (the schema's
+//! [`super::events`], and the reads of [`super::history`] and
+//! [`super::timeline`]). Approvals and events are insert-only (the schema's
 //! triggers reject updates); runs and run items are updated as they
 //! progress. This module holds no SQL of its own: it gathers those modules'
 //! row types and functions, which take and return rows, never the domain's
@@ -14,6 +15,7 @@
 
 pub use super::approvals::*;
 pub use super::events::*;
+pub use super::history::*;
 pub use super::items::*;
 pub use super::limits::*;
 pub use super::plans::*;

@@ -36,13 +36,7 @@ pub async fn tend_attempts(
     .bind(pr.to_string())
     .bind(head)
     .bind(CARRIED_REASON)
-    .bind(
-        Outcome::ALL
-            .iter()
-            .filter(|o| o.counts_as_attempt())
-            .map(|o| o.as_str())
-            .collect::<Vec<_>>(),
-    )
+    .bind(super::items::attempt_outcomes())
     .fetch_one(pool)
     .await
 }
