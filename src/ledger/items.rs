@@ -286,7 +286,7 @@ pub async fn run_items(pool: &PgPool, run: Uuid) -> Result<Vec<ItemRow>> {
 }
 
 /// How the reason of an item carried over from a crashed or stopped run
-/// begins ("finished by the crashed run <id>: …", or "the stopped run");
+/// begins (`finished by the crashed run <id>: …`, or `the stopped run`);
 /// such rows are not attempts of their own.
 pub const CARRIED_REASON: &str = "finished by the ";
 

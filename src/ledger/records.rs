@@ -6,12 +6,13 @@
 //! `migrations/`, one module per table family ([`super::plans`],
 //! [`super::approvals`], [`super::runs`], [`super::items`],
 //! [`super::rounds`], [`super::prs`], [`super::tend`], [`super::limits`],
-//! [`super::events`], and the reads of [`super::history`] and
-//! [`super::timeline`]). Approvals and events are insert-only (the schema's
-//! triggers reject updates); runs and run items are updated as they
-//! progress. This module holds no SQL of its own: it gathers those modules'
-//! row types and functions, which take and return rows, never the domain's
-//! types.
+//! [`super::events`]) and the reads of `report --history`
+//! ([`super::history`]); those of `report --html` are
+//! [`super::timeline`]'s, named there. Approvals and events are insert-only
+//! (the schema's triggers reject updates); runs and run items are updated
+//! as they progress. This module holds no SQL of its own: it gathers those
+//! modules' row types and functions, which take and return rows, never the
+//! domain's types.
 
 pub use super::approvals::*;
 pub use super::events::*;

@@ -5,8 +5,10 @@
 //! the fence (docs/workers.md#fencing): every write of the attempt commits in
 //! a transaction that holds the attempt's claim, so a worker that lost its
 //! claim (paused past its lease, partitioned) writes nothing more. Its
-//! methods take the run's typed values, never ledger strings. It does not
-//! decide anything; the SQL itself is in [`crate::ledger::records`].
+//! methods take the run's typed values, never ledger strings, and turn them
+//! into the ledger's rows (an agent's report, a gate run, a proof, a plan
+//! and its tend cards): the ledger knows only its rows. It does not decide
+//! anything; the SQL itself is in [`crate::ledger::records`].
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
