@@ -479,11 +479,15 @@ impl<'a> Record<'a> {
 
 /// One agent call to record (see [`Record::agent_call`]).
 pub(super) struct AgentCall<'a> {
+    /// The item row the call worked for.
     pub item_id: i64,
+    /// The round, if the call was in one.
     pub round_id: Option<i64>,
+    /// The agent's role.
     pub role: crate::agent::Role,
     /// The agent kind (`claude`, `codex`, `command`).
     pub kind: &'a str,
+    /// What the call gave back.
     pub report: &'a crate::agent::Report,
 }
 
@@ -567,10 +571,7 @@ pub async fn save_plan(
 ///
 /// # Errors
 /// Database errors.
-pub async fn save_tend_cards(
-    pool: &sqlx::PgPool,
-    plan: &crate::plan::Plan,
-) -> sqlx::Result<()> {
+pub async fn save_tend_cards(pool: &sqlx::PgPool, plan: &crate::plan::Plan) -> sqlx::Result<()> {
     let cards: Vec<rec::TendCardRow<'_>> = (plan.tend.iter())
         .filter_map(|c| c.sealed.as_ref().map(|s| (c, s)))
         .map(|(card, sealed)| rec::TendCardRow {
