@@ -20,14 +20,17 @@ use chrono::{DateTime, Duration, Utc};
 use hmac::{KeyInit, Mac};
 use uuid::Uuid;
 
+use crate::ledger::approvals::{self as ledger, ApprovalRow};
+
 /// The key's file name in the data directory.
 pub const KEY_FILE: &str = "approval.key";
 
 /// How long an approval stays valid after it was given.
 pub const TTL_HOURS: i64 = 24;
 
-/// An approval as stored in the ledger.
-#[derive(Debug, Clone, sqlx::FromRow)]
+/// An approval as stored in the ledger (its row is
+/// [`crate::ledger::approvals::ApprovalRow`]).
+#[derive(Debug, Clone)]
 pub struct Approval {
     /// Row id.
     pub id: Uuid,
@@ -430,7 +433,7 @@ pub async fn find(
     now: DateTime<Utc>,
 ) -> sqlx::Result<Result<(Approval, Vec<String>), Refusal>> {
     if let Some(sha) = explicit {
-        let list = crate::ledger::records::approvals_of(pool, repo_id, sha).await?;
+        let list = approvals_of(pool, repo_id, sha).await?;
         let Some(a) = list.first() else {
             return Ok(Err(Refusal::Unknown {
                 sha: sha.to_string(),
@@ -450,7 +453,7 @@ pub async fn find(
     if let Some(i) = item
         && let Some(e) = plan.entries.iter().find(|e| e.index == i)
     {
-        let list = crate::ledger::records::approvals_of(pool, repo_id, &e.contract_sha).await?;
+        let list = approvals_of(pool, repo_id, &e.contract_sha).await?;
         if let Some(a) = list.iter().find(|a| {
             a.contract_sha.as_deref() == Some(e.contract_sha.as_str())
                 && check_usable(a, now).is_ok()
@@ -458,7 +461,7 @@ pub async fn find(
             return Ok(Ok((a.clone(), vec![e.contract_sha.clone()])));
         }
     }
-    let list = crate::ledger::records::usable_plan_approvals(pool, repo_id, now).await?;
+    let list = usable_plan_approvals(pool, repo_id, now).await?;
     if let Some(a) = list
         .iter()
         .find(|a| a.plan_sha.as_deref() == Some(plan.sha.as_str()))
@@ -485,9 +488,7 @@ pub async fn find(
     }
     // This very plan was approved, but the approval is used up or expired:
     // say which, rather than that none was given.
-    if let Some(a) = crate::ledger::records::approvals_of(pool, repo_id, &plan.sha)
-        .await?
-        .first()
+    if let Some(a) = approvals_of(pool, repo_id, &plan.sha).await?.first()
         && let Err(r) = check_usable(a, now)
     {
         return Ok(Err(r));
@@ -547,6 +548,105 @@ async fn approved_set(
         }));
     }
     Ok(Ok((a, shas)))
+}
+
+/// Gives a new approval of a plan (or, with `is_contract`, of one contract)
+/// for `repo`, signed with `key` ([`sign`]), and stores it as given by `by`.
+///
+/// # Errors
+/// Database errors.
+pub async fn give(
+    pool: &sqlx::PgPool,
+    repo: &str,
+    sha: &str,
+    is_contract: bool,
+    by: &str,
+    key: &Key,
+) -> sqlx::Result<Approval> {
+    use chrono::SubsecRound;
+    // The ledger keeps microseconds: sign what it will give back.
+    let now = Utc::now().trunc_subsecs(6);
+    let mut a = Approval {
+        id: Uuid::new_v4(),
+        plan_sha: (!is_contract).then(|| sha.to_string()),
+        contract_sha: is_contract.then(|| sha.to_string()),
+        created_at: now,
+        expires_at: expiry(now),
+        used_by: None,
+        repo: repo.to_string(),
+        signature: None,
+    };
+    a.signature = Some(sign(key, &a));
+    ledger::insert_approval(pool, &a.row(), by).await?;
+    Ok(a)
+}
+
+/// Approvals of `sha` (plan or contract) for `repo`, newest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn approvals_of(
+    pool: &sqlx::PgPool,
+    repo: &str,
+    sha: &str,
+) -> sqlx::Result<Vec<Approval>> {
+    let rows = ledger::approvals_of(pool, repo, sha).await?;
+    Ok(rows.into_iter().map(Approval::from).collect())
+}
+
+/// One approval by id.
+///
+/// # Errors
+/// Database errors.
+pub async fn by_id(pool: &sqlx::PgPool, id: Uuid) -> sqlx::Result<Option<Approval>> {
+    Ok(ledger::approval_by_id(pool, id).await?.map(Approval::from))
+}
+
+/// Unused, unexpired plan approvals of `repo` with a valid signature
+/// ([`check_signed`]), newest first.
+async fn usable_plan_approvals(
+    pool: &sqlx::PgPool,
+    repo: &str,
+    now: DateTime<Utc>,
+) -> sqlx::Result<Vec<Approval>> {
+    let rows = ledger::usable_plan_approvals(pool, repo, now).await?;
+    Ok(rows
+        .into_iter()
+        .map(Approval::from)
+        .filter(|a| check_signed(a).is_ok())
+        .collect())
+}
+
+impl Approval {
+    /// The ledger row of this approval.
+    pub fn row(&self) -> ApprovalRow {
+        let a = self.clone();
+        ApprovalRow {
+            id: a.id,
+            plan_sha: a.plan_sha,
+            contract_sha: a.contract_sha,
+            created_at: a.created_at,
+            expires_at: a.expires_at,
+            used_by: a.used_by,
+            repo: a.repo,
+            signature: a.signature,
+        }
+    }
+}
+
+impl From<ApprovalRow> for Approval {
+    fn from(r: ApprovalRow) -> Approval {
+        Approval {
+            id: r.id,
+            plan_sha: r.plan_sha,
+            contract_sha: r.contract_sha,
+            created_at: r.created_at,
+            expires_at: r.expires_at,
+            used_by: r.used_by,
+            repo: r.repo,
+            signature: r.signature,
+        }
+    }
 }
 
 #[cfg(test)]

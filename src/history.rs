@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{FromRow, PgPool};
+use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::ledger::records::{self as ledger, HistoryRow};
 use crate::outcome::{Outcome, PrRecord};
 
 /// What became of a PR, as GitHub last said.
@@ -117,21 +118,6 @@ pub struct History {
     pub unknown: Option<String>,
 }
 
-#[derive(FromRow)]
-struct Row {
-    run_id: Uuid,
-    started_at: DateTime<Utc>,
-    title: String,
-    outcome: Option<Outcome>,
-    rounds: i32,
-    tokens: i64,
-    cost_usd: Option<f64>,
-    pr_number: Option<i64>,
-    pr_state: Option<PrRecord>,
-    pr_created_at: Option<DateTime<Utc>>,
-    merged_at: Option<DateTime<Utc>>,
-}
-
 /// Reads the history of `repo` since `since`. `recipes` are the config's
 /// title prefixes.
 ///
@@ -143,25 +129,8 @@ pub async fn load(
     since: DateTime<Utc>,
     recipes: &[String],
 ) -> sqlx::Result<History> {
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT r.id AS run_id, r.started_at, i.title, i.outcome, i.rounds, i.tokens, i.cost_usd, i.pr_number, \
-                p.state AS pr_state, p.created_at AS pr_created_at, p.merged_at \
-         FROM runs r JOIN run_items i ON i.run_id = r.id \
-         LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = i.item_key AND p.number = i.pr_number \
-         WHERE r.repo = $1 AND r.started_at >= $2 ORDER BY r.started_at, r.id, i.item_index",
-    )
-    .bind(repo)
-    .bind(since)
-    .fetch_all(pool)
-    .await?;
-    let slept: Vec<(Uuid, f64)> = sqlx::query_as(
-        "SELECT s.run_id, sum(extract(epoch FROM s.slept_until - s.slept_from))::float8 FROM limit_sleeps s \
-         JOIN runs r ON r.id = s.run_id WHERE r.repo = $1 AND r.started_at >= $2 GROUP BY s.run_id",
-    )
-    .bind(repo)
-    .bind(since)
-    .fetch_all(pool)
-    .await?;
+    let rows = ledger::history_rows(pool, repo, since).await?;
+    let slept = ledger::slept_by_run(pool, repo, since).await?;
     let mut nights: Vec<Night> = Vec::new();
     let mut hours_to_merge = Vec::new();
     let mut by_recipe: BTreeMap<usize, RecipeTotals> = BTreeMap::new();
@@ -210,7 +179,12 @@ pub async fn load(
 /// Counts `row`'s PR in its `night` and recipe totals `r` when that night
 /// opened it (not one carried over from an earlier night), and its hours
 /// from opening to merge in `hours_to_merge`.
-fn count_pr(row: &Row, night: &mut Night, r: &mut RecipeTotals, hours_to_merge: &mut Vec<f64>) {
+fn count_pr(
+    row: &HistoryRow,
+    night: &mut Night,
+    r: &mut RecipeTotals,
+    hours_to_merge: &mut Vec<f64>,
+) {
     if !(row.outcome == Some(Outcome::PrOpened) && row.pr_number.is_some() && row.rounds > 0) {
         return;
     }
@@ -264,14 +238,7 @@ fn totals(nights: &[Night], mut hours: Vec<f64>, mut by_recipe: Vec<RecipeTotals
 /// # Errors
 /// Database errors.
 pub async fn unsettled(pool: &PgPool, repo: &str) -> sqlx::Result<Vec<(String, String, i64)>> {
-    sqlx::query_as(
-        "SELECT item_key, branch, number FROM pull_requests \
-         WHERE repo = $1 AND number IS NOT NULL AND state = $2 ORDER BY number",
-    )
-    .bind(repo)
-    .bind(PrRecord::Open)
-    .fetch_all(pool)
-    .await
+    ledger::unsettled_prs(pool, repo).await
 }
 
 /// Remembers what GitHub said of a PR.
@@ -290,19 +257,7 @@ pub async fn remember(
         PrFate::Merged(at) => (PrRecord::Merged, Some(at), Some(at)),
         PrFate::Closed(at) => (PrRecord::Closed, None, at),
     };
-    sqlx::query(
-        "UPDATE pull_requests SET state = $4, merged_at = $5, closed_at = $6, checked_at = now() \
-         WHERE repo = $1 AND item_key = $2 AND branch = $3",
-    )
-    .bind(repo)
-    .bind(item_key)
-    .bind(branch)
-    .bind(state)
-    .bind(merged_at)
-    .bind(closed_at)
-    .execute(pool)
-    .await?;
-    Ok(())
+    ledger::set_pr_fate(pool, repo, item_key, branch, state, merged_at, closed_at).await
 }
 
 impl History {

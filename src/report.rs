@@ -93,18 +93,9 @@ pub struct Evidence {
     pub overlaps: Vec<Overlap>,
 }
 
-/// An earlier PR of the same night that changes some of the same files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Overlap {
-    /// That item's title.
-    pub title: String,
-    /// Its branch.
-    pub branch: String,
-    /// Its PR number, when GitHub opened one.
-    pub pr_number: Option<u64>,
-    /// The files both change (repository-relative paths).
-    pub files: Vec<String>,
-}
+/// An earlier PR of the same night that changes some of the same files
+/// (the ledger reads the night's pushed branches as these).
+pub use crate::ledger::records::Overlap;
 
 /// The earlier PRs in `opened` (each a title, branch, PR number and the
 /// files it changes) that change any of `changed`, with the shared files.

@@ -798,7 +798,7 @@ fn crop(text: &str, max: usize) -> String {
 }
 
 /// One tended PR of a run, as the report's "Tended PRs" section shows it
-/// (read by [`rec::tended_items`]).
+/// (read by [`tended_items`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tended {
     /// The PR number.
@@ -819,6 +819,45 @@ pub struct Tended {
     /// last (the ledger's), equal when nothing was pushed.
     pub old_head: Option<String>,
     pub new_head: Option<String>,
+}
+
+/// The tended PRs of run `run` for the report's section (see
+/// [`rec::tended_items`]), each with what its card asked.
+///
+/// # Errors
+/// Database errors.
+pub async fn tended_items(pool: &sqlx::PgPool, run: uuid::Uuid) -> sqlx::Result<Vec<Tended>> {
+    Ok(rec::tended_items(pool, run)
+        .await?
+        .into_iter()
+        .map(Tended::from)
+        .collect())
+}
+
+impl From<rec::TendedRow> for Tended {
+    /// The row's card counts only if it is a tend card (it names a PR and
+    /// an action); an item's contract (a PR left alone) gives no action.
+    fn from(r: rec::TendedRow) -> Tended {
+        let card = r
+            .card
+            .filter(|c| c.get("pr").is_some() && c.get("action").is_some());
+        let text = |k: &str| {
+            card.as_ref()
+                .and_then(|c| c[k].as_str().map(str::to_string))
+        };
+        Tended {
+            pr: r.pr_number.unwrap_or(0) as u64,
+            title: r.title,
+            outcome: r.outcome,
+            reason: r.reason,
+            action: text("action"),
+            asked: (card.as_ref())
+                .and_then(|c| serde_json::from_value(c["comments"].clone()).ok())
+                .unwrap_or_default(),
+            old_head: text("head"),
+            new_head: r.head,
+        }
+    }
 }
 
 impl Tended {

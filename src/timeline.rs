@@ -15,10 +15,13 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use sqlx::{FromRow, PgPool};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::agent::Role;
+use crate::ledger::timeline::{
+    self as ledger, CallFacts, RoundFacts, RunFacts, SleepFacts, TimelineRows,
+};
 use crate::outcome::{Outcome, Phase};
 
 /// The phase a bar segment shows.
@@ -74,35 +77,7 @@ pub struct RoundBar {
 }
 
 /// One item as the table under the timeline lists it.
-#[derive(Debug, Clone, FromRow)]
-pub struct ItemLine {
-    /// Row id in `run_items`.
-    pub id: i64,
-    /// Index in the plan (1-based).
-    pub item_index: i32,
-    /// Title from the backlog.
-    pub title: String,
-    /// Outcome (`None` while running).
-    pub outcome: Option<Outcome>,
-    /// Why it ended so (failures, blocked, …).
-    pub reason: Option<String>,
-    /// The PR, once opened.
-    pub pr_url: Option<String>,
-    /// Its number.
-    pub pr_number: Option<i64>,
-    /// Rounds used.
-    pub rounds: i32,
-    /// Tokens used by its agent calls.
-    pub tokens: i64,
-    /// Cost in US dollars, where the agents report one.
-    pub cost_usd: Option<f64>,
-    /// Start (UTC).
-    pub started_at: DateTime<Utc>,
-    /// End (UTC), `None` while running.
-    pub ended_at: Option<DateTime<Utc>>,
-    /// The worker that ran it (`host:pid:n`), when the ledger knows.
-    pub worker: Option<String>,
-}
+pub use crate::ledger::timeline::ItemLine;
 
 /// Everything the page shows of one run.
 #[derive(Debug, Clone)]
@@ -127,83 +102,23 @@ pub struct Timeline {
     pub sleeps: Vec<(Option<i32>, String, Span)>,
 }
 
-#[derive(FromRow)]
-struct RunFacts {
-    status: String,
-    started_at: DateTime<Utc>,
-    ended_at: Option<DateTime<Utc>>,
-    heartbeat_at: DateTime<Utc>,
-    deadline: Option<DateTime<Utc>>,
-    timezone: String,
-}
-
-/// A usage-limit sleep: (run item id, agent, from, until).
-type SleepFacts = (Option<i64>, String, DateTime<Utc>, DateTime<Utc>);
-
-#[derive(FromRow)]
-struct RoundFacts {
-    id: i64,
-    run_item_id: i64,
-    n: i32,
-    started_at: DateTime<Utc>,
-    ended_at: Option<DateTime<Utc>>,
-}
-
-#[derive(FromRow)]
-struct CallFacts {
-    round_id: Option<i64>,
-    role: String,
-    started_at: DateTime<Utc>,
-    duration_ms: i64,
-}
-
 impl Timeline {
     /// Reads run `run` from the ledger. `Ok(None)`: no such run.
     ///
     /// # Errors
     /// Database errors.
     pub async fn load(pool: &PgPool, run: Uuid) -> sqlx::Result<Option<Timeline>> {
-        let facts: Option<RunFacts> = sqlx::query_as(
-            "SELECT status, started_at, ended_at, heartbeat_at, deadline, timezone FROM runs WHERE id = $1",
-        )
-        .bind(run)
-        .fetch_optional(pool)
-        .await?;
-        let Some(facts) = facts else { return Ok(None) };
-        let items: Vec<ItemLine> = rows_of_run(
-            "SELECT id, item_index, title, outcome, reason, pr_url, pr_number, rounds, tokens, cost_usd, \
-             started_at, ended_at, NULL::text AS worker FROM run_items WHERE run_id = $1 ORDER BY item_index, id",
-            run,
-            pool,
-        )
-        .await?;
-        let rounds: Vec<RoundFacts> = rows_of_run(
-            "SELECT r.id, r.run_item_id, r.n, r.started_at, r.ended_at FROM rounds r \
-             JOIN run_items i ON i.id = r.run_item_id WHERE i.run_id = $1 ORDER BY r.started_at, r.id",
-            run,
-            pool,
-        )
-        .await?;
-        let calls: Vec<CallFacts> = rows_of_run(
-            "SELECT c.round_id, c.role, c.started_at, c.duration_ms FROM agent_calls c \
-             JOIN run_items i ON i.id = c.run_item_id WHERE i.run_id = $1 ORDER BY c.started_at, c.id",
-            run,
-            pool,
-        )
-        .await?;
-        let gates: Vec<(i64, i64)> = rows_of_run(
-            "SELECT g.round_id, g.duration_ms FROM gate_runs g JOIN rounds r ON r.id = g.round_id \
-             JOIN run_items i ON i.id = r.run_item_id WHERE i.run_id = $1 ORDER BY g.id",
-            run,
-            pool,
-        )
-        .await?;
-        let sleeps: Vec<SleepFacts> = rows_of_run(
-            "SELECT run_item_id, agent, slept_from, slept_until FROM limit_sleeps WHERE run_id = $1 ORDER BY slept_from",
-            run,
-            pool,
-        )
-        .await?;
+        let Some(rows) = ledger::timeline_rows(pool, run).await? else {
+            return Ok(None);
+        };
+        let TimelineRows {
+            run: facts,
+            items,
+            rounds,
+            calls,
+            gates,
+            sleeps,
+        } = rows;
         let end = run_end(&facts, &items, &sleeps);
         let index_of = |item_id: i64| items.iter().find(|i| i.id == item_id).map(|i| i.item_index);
         let bars = rounds
@@ -662,16 +577,4 @@ fn run_end(facts: &RunFacts, items: &[ItemLine], sleeps: &[SleepFacts]) -> DateT
         .max()
         .unwrap_or(facts.started_at)
         .max(facts.started_at)
-}
-
-/// Every row `sql` (whose one parameter, `$1`, is the run's id) returns
-/// for run `run`.
-///
-/// # Errors
-/// Database errors.
-async fn rows_of_run<T>(sql: &'static str, run: Uuid, pool: &PgPool) -> sqlx::Result<Vec<T>>
-where
-    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-{
-    sqlx::query_as(sql).bind(run).fetch_all(pool).await
 }

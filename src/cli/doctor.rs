@@ -936,7 +936,7 @@ async fn database_and_data_checks(out: &mut Vec<Check>) {
     }
     match crate::ledger::Ledger::connect_with_timeout(&src, NETWORK_TIMEOUT).await {
         Ok(lg) => {
-            let applied: std::result::Result<i64, _> = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success").fetch_one(&lg.pool).await;
+            let applied = crate::ledger::applied_migrations(&lg.pool).await;
             let expected = sqlx::migrate!().migrations.len() as i64;
             out.push(match applied {
                 Ok(n) if n >= expected => Check::pass("database", format!("{what}: reachable, {n} migration(s) applied")),

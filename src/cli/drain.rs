@@ -245,7 +245,7 @@ impl Held {
         ledger_mod::size_pool_for(req.config.jobs);
         let ledger = ledger().await?;
         let repo_id = repo_id(&req.repo, &req.config.remote);
-        rec::save_plan(&ledger.pool, &repo_id, &req.plan).await?;
+        crate::run::save_plan(&ledger.pool, &repo_id, &req.plan).await?;
         let lock = lock_repo(&ledger, &repo_id, &req.repo).await?;
         let slots_lock = lock_checkouts(&req.repo)?;
         let crashed = rec::mark_dead_runs_crashed(&ledger.pool, &repo_id).await?;
@@ -946,7 +946,7 @@ async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEn
     let items = rec::run_items(pool, end.run_id).await?;
     let slept = rec::slept_seconds(pool, end.run_id).await?;
     crate::cli::notify::run_ended(night, &run_row, &items, slept).await;
-    let tended = rec::tended_items(pool, end.run_id).await?;
+    let tended = crate::tend::tended_items(pool, end.run_id).await?;
     let section = crate::tend::report_section(&tended);
     if !cli.quiet {
         // After a hang-up there is no terminal left to print to: the run is
@@ -998,7 +998,7 @@ async fn crashed_run_to_resume(
     let Some(aid) = r.approval_id else {
         return Ok(None);
     };
-    let Some(a) = rec::approval_by_id(pool, aid).await? else {
+    let Some(a) = approval::by_id(pool, aid).await? else {
         return Ok(None);
     };
     let Some(plan_sha) = a
@@ -1157,8 +1157,8 @@ async fn with_tend_cards(req: &Request, held: &Held, startup: &Startup) -> Resul
         return Ok(snap.plan);
     }
     let plan = snap.plan.with_tend(cards);
-    rec::save_plan(pool, id, &plan).await?;
-    rec::save_tend_cards(pool, &plan.sha, plan.entries.len(), &plan.tend).await?;
+    crate::run::save_plan(pool, id, &plan).await?;
+    crate::run::save_tend_cards(pool, &plan).await?;
     Ok(plan)
 }
 
@@ -1212,7 +1212,7 @@ async fn card_approval(
     if explicit.is_some_and(|e| !e.eq_ignore_ascii_case(&sha)) {
         return Ok(None);
     }
-    let list = rec::approvals_of(pool, repo, &sha).await?;
+    let list = approval::approvals_of(pool, repo, &sha).await?;
     Ok(list
         .into_iter()
         .find(|a| {
@@ -1561,7 +1561,7 @@ async fn run_approval(
     let id = run
         .approval_id
         .ok_or_else(|| refuse("it has no approval".into()))?;
-    let a = rec::approval_by_id(pool, id)
+    let a = approval::by_id(pool, id)
         .await?
         .ok_or_else(|| refuse("its approval is not in the ledger".into()))?;
     let key = approval::key_path(&crate::cli::data_dir());

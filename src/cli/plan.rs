@@ -295,8 +295,8 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
     let cards = tend_cards(&snap, &lg.pool, &id, startup).await?;
     let Snapshot { repo, loaded, plan } = snap;
     let mut plan = plan.with_tend(cards);
-    rec::save_plan(&lg.pool, &id, &plan).await?;
-    rec::save_tend_cards(&lg.pool, &plan.sha, plan.entries.len(), &plan.tend).await?;
+    crate::run::save_plan(&lg.pool, &id, &plan).await?;
+    crate::run::save_tend_cards(&lg.pool, &plan).await?;
     mark_earlier_work(&lg.pool, &id, &mut plan).await?;
     if crate::git::Git::new(&repo)
         .text(&["remote", "get-url", &loaded.config.remote])
@@ -381,7 +381,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let data_dir = crate::cli::data_dir();
     let key =
         crate::approval::load_or_create_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
-    let a = rec::insert_approval(&lg.pool, &id, &sha, is_contract, &by, &key).await?;
+    let a = crate::approval::give(&lg.pool, &id, &sha, is_contract, &by, &key).await?;
     rec::event(
         &lg.pool,
         None,

@@ -50,7 +50,7 @@ pub(crate) async fn report(
     let not_started = not_started(&lg.pool, &row, &items).await?;
     let now = Utc::now();
     // Yesterday's PRs this run tended (docs/github.md "The second night").
-    let tended = rec::tended_items(&lg.pool, row.id).await?;
+    let tended = crate::tend::tended_items(&lg.pool, row.id).await?;
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
@@ -485,7 +485,7 @@ async fn run_to_resume(
     };
     // A key that cannot be read only means nothing is shown resumable.
     let _ = crate::cli::install_approval_key();
-    let approval = rec::approval_by_id(pool, aid).await?;
+    let approval = crate::approval::by_id(pool, aid).await?;
     let resumable = approval
         .as_ref()
         .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, Utc::now()));

@@ -5,10 +5,23 @@
 //! This module chooses the server (`NIGHTSHIFT_DATABASE_URL`, else `DATABASE_URL`, else
 //! the embedded private cluster of [`embedded`]), connects with a bounded timeout,
 //! applies the migrations under `migrations/` and holds the one-drain-per-repo advisory
-//! lock. It does not know what the rows mean: typed reads and writes live in [`records`].
+//! lock. It does not know what the rows mean: typed reads and writes live in one module per table family,
+//! gathered under [`records`].
 
+pub mod approvals;
 pub mod embedded;
+pub mod events;
+pub mod history;
+pub mod items;
+pub mod limits;
+pub mod plans;
+pub mod prs;
 pub mod records;
+pub mod rounds;
+pub mod runs;
+pub mod tend;
+mod text;
+pub mod timeline;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -498,6 +511,25 @@ fn connect_hint(source_desc: &str) -> String {
     } else {
         "; start that server or fix the URL (without NIGHTSHIFT_DATABASE_URL and DATABASE_URL nightshift uses its own embedded database)".to_string()
     }
+}
+
+/// Asks the server for nothing (`SELECT 1`): whether it answers.
+///
+/// # Errors
+/// Database errors (an outage among them, see [`is_outage`]).
+pub async fn ping(pool: &PgPool) -> sqlx::Result<()> {
+    sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
+}
+
+/// How many migrations the database applied successfully (`doctor` compares
+/// it with the migrations this build carries).
+///
+/// # Errors
+/// Database errors (e.g. no right to read `_sqlx_migrations`).
+pub async fn applied_migrations(pool: &PgPool) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(pool)
+        .await
 }
 
 /// Whether a ledger error means the database went away (stopped,

@@ -83,6 +83,8 @@ mod tend;
 mod tend_push;
 mod worker;
 
+pub use record::{save_plan, save_tend_cards};
+
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (docs/loop.md#no-progress).
 pub const NO_PROGRESS_ROUNDS: usize = 3;

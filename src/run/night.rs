@@ -81,7 +81,7 @@ impl Night {
             // The pool itself may wait a while for a connection: a signal
             // does not wait with it.
             let probe = tokio::select! {
-                r = sqlx::query("SELECT 1").execute(&self.pool) => Some(r),
+                r = crate::ledger::ping(&self.pool) => Some(r),
                 () = self.cancel.cancelled() => None,
             };
             match probe {
@@ -148,8 +148,7 @@ impl Night {
             Ok(false) => self.retake_lock().await,
             // Its connection is gone: the server restarted or is away.
             Err(_) => {
-                self.db(|| sqlx::query("SELECT 1").execute(&self.pool))
-                    .await?;
+                self.db(|| crate::ledger::ping(&self.pool)).await?;
                 self.retake_lock().await
             }
         }

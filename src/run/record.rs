@@ -5,8 +5,10 @@
 //! the fence (docs/workers.md#fencing): every write of the attempt commits in
 //! a transaction that holds the attempt's claim, so a worker that lost its
 //! claim (paused past its lease, partitioned) writes nothing more. Its
-//! methods take the run's typed values, never ledger strings. It does not
-//! decide anything; the SQL itself is in [`crate::ledger::records`].
+//! methods take the run's typed values, never ledger strings, and turn them
+//! into the ledger's rows (an agent's report, a gate run, a proof, a plan
+//! and its tend cards): the ledger knows only its rows. It does not decide
+//! anything; the SQL itself is in [`crate::ledger::records`].
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -180,7 +182,7 @@ impl<'a> Record<'a> {
 
     /// The branches this run pushed so far (any worker, any host), with the
     /// files each changes, for the merge-order note of a PR body.
-    pub async fn pushed_in_run(&self) -> Result<Vec<crate::report::Overlap>, Error> {
+    pub async fn pushed_in_run(&self) -> Result<Vec<rec::Overlap>, Error> {
         let (pool, repo, run) = (&self.night.pool, self.night.repo_id.as_str(), self.run_id);
         self.night.db(|| rec::pushed_in_run(pool, repo, run)).await
     }
@@ -189,7 +191,13 @@ impl<'a> Record<'a> {
     pub async fn start_item(&self, entry: &PlanEntry) -> Result<i64, Error> {
         let worker = self.worker();
         let run = self.run_id;
-        write!(self, |c| rec::start_item(c, run, entry, worker.as_deref()))
+        let row = rec::ItemStart {
+            key: &entry.item.key,
+            contract_sha: &entry.contract_sha,
+            index: entry.index,
+            title: &entry.item.title,
+        };
+        write!(self, |c| rec::start_row(c, run, &row, worker.as_deref()))
     }
 
     /// Starts the row of a tended PR's card (`row`), unfenced: the second
@@ -293,20 +301,21 @@ impl<'a> Record<'a> {
 
     /// Records one agent call of `role` (agent `kind`) in a round.
     pub async fn agent_call(&self, call: &AgentCall<'_>) -> Result<(), Error> {
-        let role = call.role.as_str();
-        write!(self, |c| rec::record_agent_call(
-            c,
-            call.item_id,
-            call.round_id,
-            role,
-            call.kind,
-            call.report
-        ))
+        let answer = crate::gate::tail_of(&call.report.text, 8192);
+        let row = call.row(&answer);
+        write!(self, |c| rec::record_agent_call(c, &row))
     }
 
     /// Records one gate command's run in round `round_id`.
     pub async fn gate_run(&self, round_id: i64, g: &crate::gate::GateRun) -> Result<(), Error> {
-        write!(self, |c| rec::record_gate_run(c, round_id, g))
+        let row = rec::GateRunRow {
+            command: &g.command,
+            exit_code: g.exit_code,
+            timed_out: g.timed_out,
+            duration_ms: g.duration_ms,
+            output_tail: &g.output_tail,
+        };
+        write!(self, |c| rec::record_gate_run(c, round_id, &row))
     }
 
     /// Records the reviewer's verdict (`None`: void, for `void_reason`).
@@ -331,7 +340,18 @@ impl<'a> Record<'a> {
 
     /// Records the round's proof of work.
     pub async fn proof(&self, round_id: i64, p: &crate::proof::Proof) -> Result<(), Error> {
-        write!(self, |c| rec::record_proof(c, round_id, p))
+        let row = rec::ProofRow {
+            base: &p.base,
+            head_before: &p.head_before,
+            head_after: &p.head_after,
+            changed: serde_json::to_value(&p.changed).unwrap_or(Value::Null),
+            claimed_not_in_git: &p.claimed_not_in_git,
+            out_of_scope: &p.out_of_scope,
+            head_moved: p.head_moved,
+            branch_switched: p.branch_switched,
+            diff_hash: &p.diff_hash,
+        };
+        write!(self, |c| rec::record_proof(c, round_id, &row))
     }
 
     /// Records a usage-limit sleep or a throttling wait.
@@ -397,7 +417,10 @@ impl<'a> Record<'a> {
         shas: &[String],
     ) -> Result<Vec<crate::approval::Held>, Error> {
         let pool = &self.night.pool;
-        self.night.db(|| rec::contract_items(pool, shas)).await
+        let items = self.night.db(|| rec::contract_items(pool, shas)).await?;
+        Ok((items.into_iter())
+            .map(|(key, title)| crate::approval::Held { key, title })
+            .collect())
     }
 
     /// The writer's question waiting for an answer in item `key` under
@@ -456,10 +479,108 @@ impl<'a> Record<'a> {
 
 /// One agent call to record (see [`Record::agent_call`]).
 pub(super) struct AgentCall<'a> {
+    /// The item row the call worked for.
     pub item_id: i64,
+    /// The round, if the call was in one.
     pub round_id: Option<i64>,
+    /// The agent's role.
     pub role: crate::agent::Role,
     /// The agent kind (`claude`, `codex`, `command`).
     pub kind: &'a str,
+    /// What the call gave back.
     pub report: &'a crate::agent::Report,
+}
+
+impl AgentCall<'_> {
+    /// The ledger row of this call, with `answer` (the end of the agent's
+    /// answer) as its stdout tail and the rest of its report in `meta`.
+    fn row<'s>(&'s self, answer: &'s str) -> rec::AgentCallRow<'s> {
+        let (r, o) = (self.report, &self.report.outcome);
+        let meta = serde_json::json!({
+            "failure": r.failure,
+            "tools": r.tools,
+            "mcp_servers": r.mcp_servers,
+            "claimed_files": r.claimed_files,
+            "notes": r.notes,
+            "limit": r.limit.as_ref().map(|l| serde_json::json!({"resets_at": l.resets_at, "source": l.source})),
+            "stdout_path": o.stdout_path,
+            "stderr_path": o.stderr_path,
+            "stdout_bytes": o.stdout_bytes,
+            "stderr_bytes": o.stderr_bytes,
+            "signal": o.signal,
+        });
+        rec::AgentCallRow {
+            item_id: self.item_id,
+            round_id: self.round_id,
+            role: self.role.as_str(),
+            kind: self.kind,
+            argv: &r.argv,
+            duration: o.duration,
+            exit_code: o.exit_code,
+            timed_out: o.timed_out,
+            tokens_in: r.usage.tokens_in,
+            tokens_out: r.usage.tokens_out,
+            cost_usd: r.usage.cost_usd,
+            limit_kind: r.limit.as_ref().map(|l| l.kind.as_str()),
+            stdout_tail: answer,
+            stderr_tail: &o.stderr_tail,
+            meta,
+        }
+    }
+}
+
+/// Stores `plan` for `repo` in the ledger, its contracts and their order
+/// ([`rec::save_plan`]), unless a plan of that SHA is stored already.
+///
+/// # Errors
+/// Database errors.
+pub async fn save_plan(
+    pool: &sqlx::PgPool,
+    repo: &str,
+    plan: &crate::plan::Plan,
+) -> sqlx::Result<()> {
+    if rec::plan_exists(pool, &plan.sha).await? {
+        return Ok(());
+    }
+    let (path, json) = (
+        plan.backlog_path.display().to_string(),
+        plan.to_json_string(),
+    );
+    let row = rec::PlanRow {
+        sha: &plan.sha,
+        repo,
+        backlog_path: &path,
+        backlog_sha: &plan.backlog_sha,
+        json: &json,
+    };
+    let entries: Vec<rec::PlanEntryRow<'_>> = (plan.entries.iter())
+        .map(|e| rec::PlanEntryRow {
+            contract_sha: &e.contract_sha,
+            item_key: &e.item.key,
+            title: &e.item.title,
+            item_index: e.index,
+            blocked: e.blocked.as_deref(),
+        })
+        .collect();
+    let contract_json = |i: usize| plan.entries[i].contract.canonical_json();
+    rec::save_plan(pool, &row, &entries, contract_json).await
+}
+
+/// Stores the tend cards of `plan` that call for work (the sealed ones) as
+/// its contracts after its items ([`rec::save_tend_cards`]).
+///
+/// # Errors
+/// Database errors.
+pub async fn save_tend_cards(pool: &sqlx::PgPool, plan: &crate::plan::Plan) -> sqlx::Result<()> {
+    let cards: Vec<rec::TendCardRow<'_>> = (plan.tend.iter())
+        .filter_map(|c| c.sealed.as_ref().map(|s| (c, s)))
+        .map(|(card, sealed)| rec::TendCardRow {
+            sha: &sealed.sha,
+            item_key: &card.item_key,
+            title: format!("tend PR #{}: {}", card.number, card.title),
+            json: serde_json::from_str(&sealed.canonical_json).expect("canonical JSON parses"),
+            pr_number: card.number,
+        })
+        .collect();
+    rec::save_tend_cards(pool, &plan.sha, plan.entries.len(), &cards).await
 }

@@ -1223,7 +1223,9 @@ async fn tended_items_read_the_card_and_the_new_head() {
     rec::set_pr_head(&ledger.pool, "o/r", "a", "nightshift/a-1", new)
         .await
         .unwrap();
-    let t = rec::tended_items(&ledger.pool, run).await.unwrap();
+    let t = nightshift::tend::tended_items(&ledger.pool, run)
+        .await
+        .unwrap();
     assert_eq!(t.len(), 2, "{t:#?}");
     assert_eq!(
         (t[0].pr, t[0].word(), t[0].action.as_deref()),

@@ -1,0 +1,340 @@
+//! The `runs` table (docs/ledger.md#tables): a run's row from creation to its
+//! end, what `status` shows while it works, crash marking and resuming, and
+//! its pinned base commit. Not its items (see [`super::items`]).
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::{FromRow, PgExecutor, PgPool};
+use uuid::Uuid;
+
+use crate::outcome::{Outcome, Phase, RunKind, RunStatus};
+
+use super::events::event;
+use super::text::Result;
+
+/// What a new run row needs.
+#[derive(Debug, Clone)]
+pub struct NewRun<'a> {
+    /// Repository identity (its remote URL, see `cli::repo_id`).
+    pub repo: &'a str,
+    /// `drain` or `run`.
+    pub kind: RunKind,
+    /// The snapshot's plan SHA.
+    pub plan_sha: &'a str,
+    /// The approval it runs under.
+    pub approval_id: Uuid,
+    /// Consume the approval (a new run) or not (a resumed crashed run,
+    /// whose approval its first run consumed).
+    pub consume: bool,
+    /// The crashed run this one resumes.
+    pub resumes: Option<Uuid>,
+    /// The deadline (UTC).
+    pub deadline: DateTime<Utc>,
+    /// The zone name the deadline was resolved in.
+    pub timezone: &'a str,
+    /// Its agents run as root without `agent_user` (config
+    /// `agents_as_root`); the report says what they could read.
+    pub agents_as_root: bool,
+}
+
+/// Creates the run row and, for a new run, consumes the approval in the same
+/// transaction. Returns `Ok(None)` when the approval was consumed by another
+/// run first (single use enforced by the `approval_uses` primary key).
+///
+/// # Errors
+/// Database errors.
+pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
+    let id = Uuid::new_v4();
+    let mut tx = pool.begin().await?;
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    sqlx::query(
+        "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, started_at, deadline, timezone, host, pid, heartbeat_at, resumes, agents_as_root) \
+         VALUES ($1, $2, $3, $4, $5, $11, now(), $6, $7, $8, $9, now(), $10, $12)",
+    )
+    .bind(id)
+    .bind(r.repo)
+    .bind(r.kind)
+    .bind(r.plan_sha)
+    .bind(r.approval_id)
+    .bind(r.deadline)
+    .bind(r.timezone)
+    .bind(host)
+    .bind(std::process::id() as i32)
+    .bind(r.resumes)
+    .bind(RunStatus::Running)
+    .bind(r.agents_as_root)
+    .execute(&mut *tx)
+    .await?;
+    if r.consume {
+        let done = sqlx::query("INSERT INTO approval_uses (approval_id, run_id, used_at) VALUES ($1, $2, now()) ON CONFLICT DO NOTHING")
+            .bind(r.approval_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(None);
+        }
+    }
+    tx.commit().await?;
+    Ok(Some(id))
+}
+
+/// A run row as `report` and resume read it.
+#[derive(Debug, Clone, FromRow)]
+pub struct RunRow {
+    /// Run id.
+    pub id: Uuid,
+    /// `drain` or `run`.
+    pub kind: RunKind,
+    /// Plan SHA of its snapshot.
+    pub plan_sha: String,
+    /// Approval it ran under.
+    pub approval_id: Option<Uuid>,
+    /// How it ended, or that it is running.
+    pub status: RunStatus,
+    /// Start (UTC).
+    pub started_at: DateTime<Utc>,
+    /// End (UTC).
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Deadline (UTC).
+    pub deadline: Option<DateTime<Utc>>,
+    /// Zone name.
+    pub timezone: Option<String>,
+    /// Host that ran it.
+    pub host: Option<String>,
+    /// Its pid.
+    pub pid: Option<i32>,
+    /// Current phase (while running).
+    pub phase: Option<Phase>,
+    /// Current item key.
+    pub current_item_key: Option<String>,
+    /// Current round.
+    pub current_round: Option<i32>,
+    /// Sleeping until (UTC).
+    pub sleeping_until: Option<DateTime<Utc>>,
+    /// Agent whose limit it sleeps on.
+    pub sleeping_agent: Option<String>,
+    /// Exit code it ended with.
+    pub exit_code: Option<i32>,
+    /// Its agents ran as root without `agent_user` (docs/security.md).
+    pub agents_as_root: bool,
+}
+
+impl RunRow {
+    /// The zone the run recorded; UTC when it recorded none or an unknown one.
+    pub fn zone(&self) -> chrono_tz::Tz {
+        self.timezone
+            .as_deref()
+            .and_then(|z| z.parse().ok())
+            .unwrap_or(chrono_tz::UTC)
+    }
+}
+
+const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, started_at, ended_at, deadline, timezone, host, pid, phase, current_item_key, current_round, sleeping_until, sleeping_agent, exit_code, agents_as_root FROM runs";
+
+/// The newest run of `repo`, or the run `id`.
+///
+/// # Errors
+/// Database errors.
+pub async fn run_row(pool: &PgPool, repo: &str, id: Option<Uuid>) -> Result<Option<RunRow>> {
+    match id {
+        Some(id) => {
+            sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!("{RUN_COLUMNS} WHERE id = $1")))
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+        }
+        None => {
+            sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
+                "{RUN_COLUMNS} WHERE repo = $1 ORDER BY started_at DESC LIMIT 1"
+            )))
+            .bind(repo)
+            .fetch_optional(pool)
+            .await
+        }
+    }
+}
+
+/// The newest `limit` runs of `repo`: (id, start in UTC, status).
+///
+/// # Errors
+/// Database errors.
+pub async fn recent_runs(
+    pool: &PgPool,
+    repo: &str,
+    limit: i64,
+) -> Result<Vec<(Uuid, DateTime<Utc>, RunStatus)>> {
+    sqlx::query_as(
+        "SELECT id, started_at, status FROM runs WHERE repo = $1 ORDER BY started_at DESC LIMIT $2",
+    )
+    .bind(repo)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Ids of `repo`'s runs that start with `prefix` (lowercase hex).
+///
+/// # Errors
+/// Database errors.
+pub async fn runs_with_prefix(pool: &PgPool, repo: &str, prefix: &str) -> Result<Vec<Uuid>> {
+    sqlx::query_scalar("SELECT id FROM runs WHERE repo = $1 AND id::text LIKE $2 || '%'")
+        .bind(repo)
+        .bind(prefix)
+        .fetch_all(pool)
+        .await
+}
+
+/// Runs of `repo` still marked `running`. Called while holding the repo
+/// lock, so every one of them is dead: they are marked `crashed` and
+/// returned (newest first).
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_dead_runs_crashed(pool: &PgPool, repo: &str) -> Result<Vec<RunRow>> {
+    let rows = sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
+        "{RUN_COLUMNS} WHERE repo = $1 AND status = $2 ORDER BY started_at DESC"
+    )))
+    .bind(repo)
+    .bind(RunStatus::Running)
+    .fetch_all(pool)
+    .await?;
+    for r in &rows {
+        sqlx::query("UPDATE runs SET status = $2, ended_at = coalesce(ended_at, heartbeat_at), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(r.id).bind(RunStatus::Crashed).execute(pool).await?;
+        sqlx::query("UPDATE run_items SET outcome = $2, reason = 'the run crashed', ended_at = now() WHERE run_id = $1 AND outcome IS NULL").bind(r.id).bind(Outcome::Interrupted).execute(pool).await?;
+        event(
+            pool,
+            Some(r.id),
+            "run_crashed",
+            json!({"pid": r.pid, "host": r.host}),
+        )
+        .await?;
+    }
+    Ok(rows)
+}
+
+/// The newest crashed or signal-stopped run of `repo` that has not been
+/// resumed yet (either is resumed under its own approval; docs/ledger.md).
+///
+/// # Errors
+/// Database errors.
+pub async fn resumable_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> {
+    sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
+        "{RUN_COLUMNS} r WHERE repo = $1 AND status IN ($2, $3) AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.resumes = r.id) ORDER BY started_at DESC LIMIT 1"
+    )))
+    .bind(repo)
+    .bind(RunStatus::Crashed)
+    // A run a signal stopped is taken up like a crashed one (docs/ledger.md).
+    .bind(RunStatus::StoppedSignal)
+    .fetch_optional(pool)
+    .await
+}
+
+/// Updates what `status` shows: phase, item, round; clears a sleep.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_phase(
+    db: impl PgExecutor<'_>,
+    run: Uuid,
+    phase: Phase,
+    item_key: Option<&str>,
+    round: Option<u32>,
+) -> Result<()> {
+    sqlx::query("UPDATE runs SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, heartbeat_at = now() WHERE id = $1")
+        .bind(run)
+        .bind(phase)
+        .bind(item_key)
+        .bind(round.map(|r| r as i32))
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Marks the run as sleeping until `until` on `agent`'s usage limit.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_sleeping(
+    db: impl PgExecutor<'_>,
+    run: Uuid,
+    until: DateTime<Utc>,
+    agent: &str,
+) -> Result<()> {
+    sqlx::query("UPDATE runs SET phase = $4, sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1").bind(run).bind(until).bind(agent).bind(Phase::Sleeping).execute(db).await?;
+    Ok(())
+}
+
+/// Ends a run with its final status and exit code.
+///
+/// # Errors
+/// Database errors.
+pub async fn finish_run(pool: &PgPool, run: Uuid, status: RunStatus, exit_code: i32) -> Result<()> {
+    sqlx::query("UPDATE runs SET status = $2, exit_code = $3, ended_at = now(), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(run).bind(status).bind(exit_code).execute(pool).await?;
+    event(
+        pool,
+        Some(run),
+        "run_finished",
+        json!({"status": status, "exit_code": exit_code}),
+    )
+    .await
+}
+
+/// The base commit of run `run`: the recorded one, else `proposed` is
+/// recorded (the first writer wins) and returned.
+///
+/// # Errors
+/// Database errors.
+pub async fn pin_base(db: impl PgExecutor<'_>, run: Uuid, proposed: &str) -> Result<String> {
+    sqlx::query_scalar(
+        "UPDATE runs SET base_commit = coalesce(base_commit, $2) WHERE id = $1 RETURNING base_commit",
+    )
+    .bind(run)
+    .bind(proposed)
+    .fetch_one(db)
+    .await
+}
+
+/// The base commit run `run` pinned (40 hex), if an item pinned it yet.
+///
+/// # Errors
+/// Database errors.
+pub async fn pinned_base(pool: &PgPool, run: Uuid) -> Result<Option<String>> {
+    sqlx::query_scalar("SELECT base_commit FROM runs WHERE id = $1")
+        .bind(run)
+        .fetch_optional(pool)
+        .await
+        .map(Option::flatten)
+}
+
+/// The status of run `run`, if it exists.
+///
+/// # Errors
+/// Database errors.
+pub async fn run_status(pool: &PgPool, run: Uuid) -> Result<Option<RunStatus>> {
+    sqlx::query_scalar("SELECT status FROM runs WHERE id = $1")
+        .bind(run)
+        .fetch_optional(pool)
+        .await
+}
+
+/// The newest `running` run of `repo`, if any (whether its drain lives is
+/// the repository lock's to say).
+///
+/// # Errors
+/// Database errors.
+pub async fn running_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> {
+    let id: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM runs WHERE repo = $1 AND status = $2 ORDER BY started_at DESC LIMIT 1",
+    )
+    .bind(repo)
+    .bind(RunStatus::Running)
+    .fetch_optional(pool)
+    .await?;
+    match id {
+        Some(id) => run_row(pool, repo, Some(id)).await,
+        None => Ok(None),
+    }
+}
