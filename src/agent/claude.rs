@@ -13,7 +13,7 @@
 //! `system/api_retry`, and the final `result`. Everything else — partial
 //! messages (`stream_event`), hook, status and compaction events, event
 //! types and fields of later versions, Node warnings and debug prints on
-//! stdout — is ignored and never fails a call ([`super::json_line`]).
+//! stdout — is ignored and never fails a call ([`super::stream::json_line`]).
 //!
 //! A failure is read from `is_error`, `api_error_status` and an `error_*`
 //! subtype, never from `subtype` alone (a failed call can say `subtype:
@@ -32,13 +32,14 @@ use chrono::Utc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    AgentError, Call, EndWatch, Report, Role, Usage, base_command, cut_chars, limit_in_text,
-    parse_blocks, telling_stderr_line,
-};
+use super::base::base_command;
+use super::blocks::parse_blocks;
+use super::model::{AgentError, Call, Report, Role, Usage};
+use super::stream::{EndWatch, limit_in_text, telling_stderr_line};
 use crate::config::AgentConfig;
 use crate::limit;
 use crate::review;
+use crate::review::cut_chars;
 
 /// Permission flags of an unattended writer when the config gives none
 /// (docs/agents.md): edits are accepted without a prompt (`acceptEdits`) and the
@@ -387,7 +388,7 @@ pub struct StreamState {
     /// `system/api_retry`.
     pub last_event: Option<String>,
     /// Stdout lines that were not events, and a cut-off last line.
-    pub noise: super::StdoutNoise,
+    pub noise: super::stream::StdoutNoise,
 }
 
 impl StreamState {
@@ -882,7 +883,7 @@ pub async fn run(
     let text = st.final_text();
     let limit = st.limit(&outcome.stderr_tail, tz);
     let failure = if outcome.output_capped {
-        Some(super::over_output_cap(call))
+        Some(super::base::over_output_cap(call))
     } else {
         st.failure(&outcome, call.timeout, ended_after_result)
     };

@@ -39,7 +39,9 @@ use chrono::Utc;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{AgentError, Call, Report, Role, Usage, base_command, parse_blocks};
+use super::base::base_command;
+use super::blocks::parse_blocks;
+use super::model::{AgentError, Call, Report, Role, Usage};
 use crate::config::AgentConfig;
 use crate::limit::{self, LimitKind, LimitReading};
 use crate::review;
@@ -209,7 +211,7 @@ pub struct StreamState {
     /// JSON events read.
     pub events: u32,
     /// Stdout lines that were not events, and a cut-off last line.
-    pub noise: super::StdoutNoise,
+    pub noise: super::stream::StdoutNoise,
     /// Legacy `patch_apply_begin` events waiting for their end: call id →
     /// paths.
     pending_patches: Vec<(String, Vec<String>)>,
@@ -579,7 +581,7 @@ pub async fn run(
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;
-    let watch = super::EndWatch::start(cancel, TURN_EXIT_GRACE);
+    let watch = super::stream::EndWatch::start(cancel, TURN_EXIT_GRACE);
     let end = watch.signal();
     let cmd = base_command(&argv, call, &[])
         .stdin_bytes(call.prompt.clone().into_bytes())
@@ -604,7 +606,7 @@ pub async fn run(
     let st = state.lock().expect("codex stream state").clone();
 
     let failure = if outcome.output_capped {
-        Some(super::over_output_cap(call))
+        Some(super::base::over_output_cap(call))
     } else {
         st.call_failure(&outcome, call.timeout, ended_after_turn)
     };
@@ -703,7 +705,7 @@ impl StreamState {
         if let Some(f) = self.failure() {
             let how = match (
                 outcome.exit_code == Some(0) || ended_after_turn,
-                super::telling_stderr_line(&outcome.stderr_tail),
+                super::stream::telling_stderr_line(&outcome.stderr_tail),
             ) {
                 (true, _) => String::new(),
                 (false, Some(l)) => format!(" [exited ({exit}): {l}]"),
@@ -725,7 +727,7 @@ impl StreamState {
 /// `error:` / `Error:` line (clap's usage errors put it first, before the
 /// usage text), else the last non-empty line.
 fn first_error_line(stderr: &str) -> String {
-    super::telling_stderr_line(stderr).unwrap_or_else(|| "(nothing on stderr)".into())
+    super::stream::telling_stderr_line(stderr).unwrap_or_else(|| "(nothing on stderr)".into())
 }
 
 /// Writes the reviewer's verdict schema next to the call's logs.
