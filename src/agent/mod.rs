@@ -17,8 +17,6 @@ mod blocks;
 mod model;
 mod prompt;
 mod stream;
-#[cfg(test)]
-mod tests;
 
 use std::path::Path;
 
@@ -147,3 +145,6 @@ pub fn review_void_reason(
         ),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -48,8 +48,6 @@ mod lints;
 mod model;
 mod parse;
 mod scan;
-#[cfg(test)]
-mod tests;
 mod tick;
 
 pub use decode::decode;
@@ -58,3 +56,6 @@ pub use item::MAX_CONTEXT_BYTES;
 pub use model::{Backlog, BacklogError, DetailKind, DetailLine, Details, Item, Problem};
 pub use parse::{parse, read};
 pub use tick::{TickError, tick, tick_in_checkout};
+
+#[cfg(test)]
+mod tests;

@@ -23,8 +23,6 @@ mod procs;
 mod run;
 mod shorten;
 mod stream;
-#[cfg(test)]
-mod tests;
 
 pub use command::{
     CALL_MARKER_VAR, Command, DEFAULT_GRACE, DEFAULT_LINE_MAX, DEFAULT_TAIL_BYTES, DEFAULT_TIMEOUT,
@@ -34,3 +32,6 @@ pub use error::ProcessError;
 pub use outcome::Outcome;
 pub use run::{STOP_POLL, become_subreaper, become_undumpable, run, run_blocking};
 pub use stream::READER_LINGER;
+
+#[cfg(test)]
+mod tests;

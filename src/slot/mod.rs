@@ -22,8 +22,6 @@ mod lock;
 mod model;
 mod reset;
 mod stragglers;
-#[cfg(test)]
-mod tests;
 mod tree;
 
 pub use branch::{branch_name, drop_local_branch};
@@ -34,3 +32,6 @@ pub use lock::{MIN_FREE_BYTES, SlotsLock, lock_slots};
 pub use model::{Identity, NETWORK_TIMEOUT, Slot, slot_path};
 pub use reset::{KeptWalk, PrepareAt};
 pub use stragglers::kill_stragglers;
+
+#[cfg(test)]
+mod tests;
