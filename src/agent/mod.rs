@@ -51,10 +51,16 @@ pub fn preflight(role: Role, agent: &AgentConfig, path: Option<&str>) -> Result<
     let found = if program.contains('/') {
         executable(Path::new(program))
     } else {
-        path.unwrap_or("")
+        // An empty entry would be nightshift's own directory to `which`, not
+        // the agent's: skipped, as before the lookup was `which`'s.
+        let dirs: Vec<&str> = path
+            .unwrap_or("")
             .split(':')
             .filter(|d| !d.is_empty())
-            .any(|d| executable(&Path::new(d).join(program)))
+            .collect();
+        !dirs.is_empty()
+            && which::which_in_global(program, Some(dirs.join(":")))
+                .is_ok_and(|mut found| found.next().is_some())
     };
     if found {
         return Ok(());

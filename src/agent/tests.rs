@@ -200,3 +200,36 @@ fn blocks_are_read_as_models_decorate_them() {
         "Added sub.\n\nAll green."
     );
 }
+
+/// The PATH lookup is `which`'s: an executable file on the agent's PATH is
+/// found, a file without execute bits is not, and an empty PATH entry is not
+/// nightshift's own directory (it is skipped, as before).
+#[test]
+fn preflight_finds_executables_on_the_agents_path_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let write = |name: &str, mode: u32| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    write("fake-agent", 0o755);
+    write("plain-file", 0o644);
+    let agent = |program: &str| crate::config::AgentConfig {
+        kind: crate::config::AgentKind::Command,
+        command: vec![program.to_string()],
+        ..Default::default()
+    };
+    let on_path = format!("::{}:", dir.path().display());
+    let check = |program: &str, path: Option<&str>| {
+        super::preflight(super::Role::Writer, &agent(program), path).is_ok()
+    };
+    assert!(check("fake-agent", Some(&on_path)));
+    assert!(!check("plain-file", Some(&on_path)));
+    assert!(!check("fake-agent", Some("::")));
+    assert!(!check("fake-agent", None));
+    assert!(check(
+        &dir.path().join("fake-agent").display().to_string(),
+        None
+    ));
+}
