@@ -37,6 +37,7 @@ use super::blocks::parse_blocks;
 use super::model::{AgentError, Call, Report, Role};
 use super::stream::EndWatch;
 use crate::config::AgentConfig;
+
 /// The JSON Schema of a verdict, passed with `--json-schema` so the real CLI
 /// returns the verdict as the result's `structured_output` (docs/loop.md#review).
 pub use crate::review::VERDICT_SCHEMA;
