@@ -1,10 +1,14 @@
 //! Reading `/proc` (Linux) for the sweep: a process's state, parent, group
 //! and session, its initial environment, our own children, and the orphans
-//! reparented to us as subreaper.
+//! reparented to us as subreaper, read through the `procfs` crate.
 //!
 //! Not for stopping anything: the runner and the kill guard decide and signal.
 
-use std::fs;
+use std::ffi::OsStr;
+use std::path::Path;
+
+use procfs::ProcError;
+use procfs::process::{Process, all_processes};
 
 /// Fields of `/proc/PID/stat` the sweep needs.
 pub(super) struct Stat {
@@ -14,57 +18,48 @@ pub(super) struct Stat {
     pub session: i32,
 }
 
-/// Parses `/proc/PID/stat`; the command name may contain spaces and
-/// parentheses, so fields are counted after its last `)`.
+/// `/proc/PID/stat`'s state, parent, group and session.
 pub(super) fn stat(pid: i32) -> Option<Stat> {
-    let text = fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let close = text.iter().rposition(|b| *b == b')')?;
-    let rest = std::str::from_utf8(&text[close + 1..]).ok()?;
-    let mut fields = rest.split_ascii_whitespace();
-    let state = fields.next()?.as_bytes().first().copied()?;
-    let ppid = fields.next()?.parse().ok()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    let session = fields.next()?.parse().ok()?;
+    let s = Process::new(pid).ok()?.stat().ok()?;
     Some(Stat {
-        state,
-        ppid,
-        pgrp,
-        session,
+        state: u8::try_from(s.state).ok()?,
+        ppid: s.ppid,
+        pgrp: s.pgrp,
+        session: s.session,
     })
 }
 
 fn pids() -> impl Iterator<Item = i32> {
-    fs::read_dir("/proc")
+    all_processes()
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .map(|p| p.pid())
 }
 
 /// The value of `key` in process `pid`'s initial environment, if it is
 /// readable and set.
 pub(super) fn env_var(pid: i32, key: &str) -> Option<String> {
-    let env = fs::read(format!("/proc/{pid}/environ")).ok()?;
-    let prefix = format!("{key}=");
-    env.split(|b| *b == 0)
-        .find_map(|e| e.strip_prefix(prefix.as_bytes()))
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+    let env = Process::new(pid).ok()?.environ().ok()?;
+    env.get(OsStr::new(key))
+        .map(|v| v.to_string_lossy().into_owned())
 }
 
 /// Processes whose initial environment holds `key=value` (other users'
 /// processes are unreadable without root and skipped).
 pub(super) fn with_env_var(key: &str, value: &str) -> Vec<i32> {
-    let needle = format!("{key}={value}");
     let own = std::process::id() as i32;
-    pids()
-        .filter(|pid| *pid != own)
-        .filter(|pid| {
-            fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|b| *b == 0)
-                    .any(|entry| entry == needle.as_bytes())
-            })
+    all_processes()
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|p| p.pid() != own)
+        .filter(|p| {
+            p.environ()
+                .is_ok_and(|env| env.get(OsStr::new(key)).is_some_and(|v| v == value))
         })
-        .filter(|pid| stat(*pid).is_some_and(|s| s.state != b'Z'))
+        .filter(|p| p.stat().is_ok_and(|s| s.state != 'Z'))
+        .map(|p| p.pid())
         .collect()
 }
 
@@ -128,18 +123,17 @@ pub(super) fn escaped_orphans(before: &[i32]) -> Vec<i32> {
 /// kernel without them, every process (callers check the parent).
 pub(super) fn own_children(own: i32) -> Vec<i32> {
     let mut children = Vec::new();
-    let Ok(tasks) = fs::read_dir(format!("/proc/{own}/task")) else {
+    let Ok(tasks) = Process::new(own).and_then(|p| p.tasks()) else {
         return pids().collect();
     };
     for task in tasks.flatten() {
-        match fs::read_to_string(task.path().join("children")) {
-            Ok(list) => children.extend(
-                list.split_ascii_whitespace()
-                    .filter_map(|pid| pid.parse::<i32>().ok()),
-            ),
+        match task.children() {
+            Ok(list) => children.extend(list.into_iter().filter_map(|pid| i32::try_from(pid).ok())),
             // A thread that just ended has no file; a kernel without
             // CONFIG_PROC_CHILDREN has none at all.
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound && task.path().exists() => {
+            Err(ProcError::NotFound(_))
+                if Path::new(&format!("/proc/{own}/task/{}", task.tid)).exists() =>
+            {
                 return pids().collect();
             }
             Err(_) => {}

@@ -16,17 +16,15 @@ pub fn kill_stragglers(dir: &Path) -> Vec<i32> {
     };
     let me = std::process::id() as i32;
     let mut killed = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Ok(processes) = procfs::process::all_processes() else {
         return killed;
     };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
+    for process in processes.flatten() {
+        let pid = process.pid();
         if pid == me {
             continue;
         }
-        let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) else {
+        let Ok(cwd) = process.cwd() else {
             continue;
         };
         if cwd.starts_with(&dir) {
