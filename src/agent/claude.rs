@@ -757,7 +757,7 @@ impl StreamState {
 
     /// What a person should know about a call that did not fail: denied
     /// tools, refused tool calls, a CLI that had to be ended after its result.
-    pub fn notes(&self, ended_after_result: bool) -> Vec<String> {
+    pub fn notes(&self, ended_after_result: Option<std::time::Duration>) -> Vec<String> {
         let mut notes = Vec::new();
         if !self.denied_tools.is_empty() {
             notes.push(format!(
@@ -772,10 +772,10 @@ impl StreamState {
                 if self.tool_errors == 1 { "" } else { "s" }
             ));
         }
-        if ended_after_result {
+        if let Some(grace) = ended_after_result {
             notes.push(format!(
-                "claude did not exit within {}s of its result and was ended",
-                RESULT_EXIT_GRACE.as_secs()
+                "claude did not exit within {} of its result and was ended",
+                crate::duration::format(grace)
             ));
         }
         for e in &self.spurious_errors {
@@ -857,7 +857,8 @@ pub async fn run(
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;
-    let watch = EndWatch::start(cancel, RESULT_EXIT_GRACE);
+    let grace = super::exit_grace(&call.env, RESULT_EXIT_GRACE);
+    let watch = EndWatch::start(cancel, grace);
     let end = watch.signal();
     let cmd = base_command(&argv, call, &[])
         .json_lines(true)
@@ -921,7 +922,7 @@ pub async fn run(
         mcp_servers: st.mcp_servers.clone(),
         claimed_files,
         edited_files,
-        notes: st.notes(ended_after_result),
+        notes: st.notes(ended_after_result.then_some(grace)),
     })
 }
 
@@ -1427,7 +1428,7 @@ mod tests {
         o.cancelled = true;
         assert_eq!(st.failure(&o, MINUTE, true), None);
         assert_eq!(
-            st.notes(true),
+            st.notes(Some(RESULT_EXIT_GRACE)),
             vec![format!(
                 "claude did not exit within {}s of its result and was ended",
                 RESULT_EXIT_GRACE.as_secs()
@@ -1455,7 +1456,7 @@ mod tests {
         assert_eq!(st.tool_errors, 3);
         assert_eq!(st.failure(&outcome(Some(0), None, ""), MINUTE, false), None);
         assert_eq!(
-            st.notes(false),
+            st.notes(None),
             [
                 "claude's permissions denied Bash, Write (see permission_flags)",
                 "3 tool calls returned an error"
@@ -1618,7 +1619,7 @@ mod tests {
         );
         assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false), None);
         assert_eq!(
-            st.notes(false),
+            st.notes(None),
             [
                 "claude reported an error after its result without doing more work (a CLI bug, ignored): only prompt commands are supported in streaming mode"
             ]

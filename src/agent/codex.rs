@@ -486,7 +486,8 @@ impl StreamState {
     }
 
     /// What a person should know about a call that did not fail.
-    pub fn notes(&self, ended_after_turn: bool) -> Vec<String> {
+    /// `ended_after_turn` is the grace after which nightshift ended codex, if it did.
+    pub fn notes(&self, ended_after_turn: Option<std::time::Duration>) -> Vec<String> {
         let mut notes: Vec<String> = self
             .warnings
             .iter()
@@ -505,10 +506,10 @@ impl StreamState {
                 }
             ));
         }
-        if ended_after_turn {
+        if let Some(grace) = ended_after_turn {
             notes.push(format!(
-                "codex did not exit within {}s of its last turn and was ended",
-                TURN_EXIT_GRACE.as_secs()
+                "codex did not exit within {} of its last turn and was ended",
+                crate::duration::format(grace)
             ));
         }
         notes
@@ -579,7 +580,8 @@ pub async fn run(
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;
-    let watch = super::EndWatch::start(cancel, TURN_EXIT_GRACE);
+    let grace = super::exit_grace(&call.env, TURN_EXIT_GRACE);
+    let watch = super::EndWatch::start(cancel, grace);
     let end = watch.signal();
     let cmd = base_command(&argv, call, &[])
         .stdin_bytes(call.prompt.clone().into_bytes())
@@ -624,7 +626,7 @@ pub async fn run(
         Role::Writer => None,
     };
     let (claimed_files, edited_files) = files_of(&st, &text, &call.cwd);
-    let notes = st.notes(ended_after_turn);
+    let notes = st.notes(ended_after_turn.then_some(grace));
     Ok(Report {
         argv,
         outcome,
@@ -1017,7 +1019,7 @@ mod tests {
             (Some(105), Some(8), Some(60), Some(2))
         );
         assert_eq!(
-            st.notes(false),
+            st.notes(None),
             vec!["codex warned: Model metadata for `m` not found."]
         );
     }
@@ -1189,7 +1191,7 @@ mod tests {
         assert_eq!(st.final_text(), "1. add sub\n2. test it");
         assert_eq!(st.failure(), None);
         assert_eq!(st.failed_commands, 2);
-        assert_eq!(st.notes(false), ["2 commands failed or were declined"]);
+        assert_eq!(st.notes(None), ["2 commands failed or were declined"]);
     }
 
     #[test]
