@@ -30,7 +30,10 @@ pub use base::call_dir;
 pub use blocks::{Blocks, parse_blocks, strip_blocks};
 pub use model::{AgentError, Call, CallEnd, Report, Role, Usage};
 pub use prompt::{REVIEWER_RULES, WRITER_RULES, compose_prompt};
-pub use stream::{JSON_PREFIX_SCAN, JsonLine, StdoutNoise, json_line, telling_stderr_line};
+pub use stream::{
+    EXIT_GRACE_ENV, JSON_PREFIX_SCAN, JsonLine, StdoutNoise, exit_grace, json_line,
+    telling_stderr_line,
+};
 
 /// Checks that an agent's executable can be started: an absolute or
 /// relative path that is an executable file, or a name found on `path`

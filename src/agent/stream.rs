@@ -233,6 +233,23 @@ impl EndSignal {
     }
 }
 
+/// Variable that sets the exit grace of `claude` and `codex` (how long the
+/// CLI may stay silent after its final event before nightshift ends it; 30 s
+/// by default) to this many milliseconds. For the tests of that grace;
+/// production leaves it unset. Read from the call's environment, which is
+/// nightshift's own less its secrets, so a test may also set it per call.
+pub const EXIT_GRACE_ENV: &str = "NIGHTSHIFT_EXIT_GRACE_MS";
+
+/// `default`, or the milliseconds in [`EXIT_GRACE_ENV`] of `env` when that is a number.
+pub fn exit_grace(
+    env: &std::collections::BTreeMap<String, String>,
+    default: std::time::Duration,
+) -> std::time::Duration {
+    env.get(EXIT_GRACE_ENV)
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(default, std::time::Duration::from_millis)
+}
+
 impl EndWatch {
     /// Starts watching; pass [`EndWatch::token`] to the process runner
     /// instead of `parent`.

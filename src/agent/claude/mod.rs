@@ -113,7 +113,8 @@ pub async fn run(
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;
-    let watch = EndWatch::start(cancel, RESULT_EXIT_GRACE);
+    let grace = super::stream::exit_grace(&call.env, RESULT_EXIT_GRACE);
+    let watch = EndWatch::start(cancel, grace);
     let end = watch.signal();
     let cmd = base_command(&argv, call, &[])
         .json_lines(true)
@@ -177,7 +178,7 @@ pub async fn run(
         mcp_servers: st.mcp_servers.clone(),
         claimed_files,
         edited_files,
-        notes: st.notes(ended_after_result),
+        notes: st.notes(ended_after_result.then_some(grace)),
     })
 }
 

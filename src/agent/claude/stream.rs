@@ -668,7 +668,7 @@ impl StreamState {
 
     /// What a person should know about a call that did not fail: denied
     /// tools, refused tool calls, a CLI that had to be ended after its result.
-    pub fn notes(&self, ended_after_result: bool) -> Vec<String> {
+    pub fn notes(&self, ended_after_result: Option<std::time::Duration>) -> Vec<String> {
         let mut notes = Vec::new();
         if !self.denied_tools.is_empty() {
             notes.push(format!(
@@ -683,10 +683,10 @@ impl StreamState {
                 if self.tool_errors == 1 { "" } else { "s" }
             ));
         }
-        if ended_after_result {
+        if let Some(grace) = ended_after_result {
             notes.push(format!(
-                "claude did not exit within {}s of its result and was ended",
-                RESULT_EXIT_GRACE.as_secs()
+                "claude did not exit within {} of its result and was ended",
+                crate::duration::format(grace)
             ));
         }
         for e in &self.spurious_errors {

@@ -505,7 +505,7 @@ fn a_good_result_then_a_bad_exit_is_a_failure_unless_nightshift_ended_it() {
     o.cancelled = true;
     assert_eq!(st.failure(&o, MINUTE, true), None);
     assert_eq!(
-        st.notes(true),
+        st.notes(Some(RESULT_EXIT_GRACE)),
         vec![format!(
             "claude did not exit within {}s of its result and was ended",
             RESULT_EXIT_GRACE.as_secs()
@@ -533,7 +533,7 @@ fn refused_and_failed_edits_are_not_claimed_and_denials_are_told() {
     assert_eq!(st.tool_errors, 3);
     assert_eq!(st.failure(&outcome(Some(0), None, ""), MINUTE, false), None);
     assert_eq!(
-        st.notes(false),
+        st.notes(None),
         [
             "claude's permissions denied Bash, Write (see permission_flags)",
             "3 tool calls returned an error"
@@ -696,7 +696,7 @@ fn a_spurious_error_result_after_a_good_one_does_not_undo_it() {
     );
     assert_eq!(st.failure(&outcome(Some(1), None, ""), MINUTE, false), None);
     assert_eq!(
-        st.notes(false),
+        st.notes(None),
         [
             "claude reported an error after its result without doing more work (a CLI bug, ignored): only prompt commands are supported in streaming mode"
         ]

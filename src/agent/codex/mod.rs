@@ -178,7 +178,8 @@ pub async fn run(
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;
-    let watch = super::stream::EndWatch::start(cancel, TURN_EXIT_GRACE);
+    let grace = super::stream::exit_grace(&call.env, TURN_EXIT_GRACE);
+    let watch = super::stream::EndWatch::start(cancel, grace);
     let end = watch.signal();
     let cmd = base_command(&argv, call, &[])
         .stdin_bytes(call.prompt.clone().into_bytes())
@@ -223,7 +224,7 @@ pub async fn run(
         Role::Writer => None,
     };
     let (claimed_files, edited_files) = files_of(&st, &text, &call.cwd);
-    let notes = st.notes(ended_after_turn);
+    let notes = st.notes(ended_after_turn.then_some(grace));
     Ok(Report {
         argv,
         outcome,

@@ -345,7 +345,8 @@ impl StreamState {
     }
 
     /// What a person should know about a call that did not fail.
-    pub fn notes(&self, ended_after_turn: bool) -> Vec<String> {
+    /// `ended_after_turn` is the grace after which nightshift ended codex, if it did.
+    pub fn notes(&self, ended_after_turn: Option<std::time::Duration>) -> Vec<String> {
         let mut notes: Vec<String> = self
             .warnings
             .iter()
@@ -364,10 +365,10 @@ impl StreamState {
                 }
             ));
         }
-        if ended_after_turn {
+        if let Some(grace) = ended_after_turn {
             notes.push(format!(
-                "codex did not exit within {}s of its last turn and was ended",
-                TURN_EXIT_GRACE.as_secs()
+                "codex did not exit within {} of its last turn and was ended",
+                crate::duration::format(grace)
             ));
         }
         notes

@@ -258,7 +258,7 @@ fn error_items_are_warnings_and_usage_is_the_threads_running_total() {
         (Some(105), Some(8), Some(60), Some(2))
     );
     assert_eq!(
-        st.notes(false),
+        st.notes(None),
         vec!["codex warned: Model metadata for `m` not found."]
     );
 }
@@ -426,7 +426,7 @@ fn every_item_kind_of_the_current_stream_is_taken_or_ignored() {
     assert_eq!(st.final_text(), "1. add sub\n2. test it");
     assert_eq!(st.failure(), None);
     assert_eq!(st.failed_commands, 2);
-    assert_eq!(st.notes(false), ["2 commands failed or were declined"]);
+    assert_eq!(st.notes(None), ["2 commands failed or were declined"]);
 }
 
 #[test]
