@@ -1930,4 +1930,46 @@ mod tests {
         );
         assert!(text.contains("  PR #2 · pr_left_alone · Add mul\n    done      nothing pushed; the PR is untouched\n    why       someone else pushed to the branch\n"), "{text}");
     }
+
+    #[test]
+    fn the_report_lists_what_was_ignored_and_prs_with_only_that() {
+        let ig = Ignored {
+            author: "mal\u{1b}[31mlory".into(),
+            association: Some("NONE".into()),
+            kind: FeedbackKind::Comment,
+            url: Some("https://github.com/o/r/pull/4#issuecomment-9".into()),
+            stop: true,
+            at: None,
+        };
+        let t = Tended {
+            pr: 4,
+            title: "Add div".into(),
+            outcome: None,
+            reason: None,
+            action: None,
+            asked: vec![],
+            old_head: None,
+            new_head: None,
+            ignored: vec![ig],
+            nothing: true,
+        };
+        assert_eq!(t.word(), "nothing");
+        let json = t.to_json();
+        assert_eq!(json["outcome"], "nothing");
+        assert_eq!(json["ignored"][0]["association"], "NONE");
+        assert_eq!(json["ignored"][0]["stop"], true);
+        let text = report_section(&[t]);
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(
+            text.contains("  PR #4 · nothing · Add div\n    ignored   mal\\u{1b}[31mlory (NONE, comment), said `/nightshift stop`: not obeyed https://github.com/o/r/pull/4#issuecomment-9\n"),
+            "{text}"
+        );
+        assert!(text.contains("reaches no agent"), "{text}");
+        assert!(
+            text.ends_with(
+                "    done      nothing to tend from trusted authors; the PR is untouched\n"
+            ),
+            "{text}"
+        );
+    }
 }

@@ -57,7 +57,9 @@ pub(super) fn taken_over(plan: &Plan) -> Vec<&str> {
 
 impl Walk<'_> {
     /// Works the plan's tend cards before its items: every one for
-    /// `drain`, PR `only` for `run '#N'`. `false` when the run stops.
+    /// `drain`, PR `only` for `run '#N'`. First records what the trust rule
+    /// ignored on each card looked at (a `tend_ignored` event per PR, read
+    /// by the report). `false` when the run stops.
     ///
     /// # Errors
     /// The ledger stays away (see [`Night::db`]); the lock was lost.
