@@ -361,6 +361,9 @@ text_set! {
         NotApproved => "not_approved",
         /// An end-of-run notification could not be delivered.
         NotifyFailed => "notify_failed",
+        /// A tended PR's requests or commands by authors who may not steer
+        /// it were left out (docs/security.md "Who may steer a PR").
+        TendIgnored => "tend_ignored",
     }
 }
 
