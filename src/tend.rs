@@ -1062,14 +1062,14 @@ async fn ignored_in_run(
     pool: &sqlx::PgPool,
     run: uuid::Uuid,
 ) -> sqlx::Result<Vec<(u64, String, Vec<Ignored>)>> {
-    let rows: Vec<(serde_json::Value,)> =
-        sqlx::query_as("SELECT data FROM events WHERE run_id = $1 AND kind = $2 ORDER BY seq")
-            .bind(run)
-            .bind(crate::outcome::Event::TendIgnored.as_str())
-            .fetch_all(pool)
-            .await?;
+    let rows = crate::ledger::events::of_kind_in_run(
+        pool,
+        run,
+        crate::outcome::Event::TendIgnored.as_str(),
+    )
+    .await?;
     let mut out: Vec<(u64, String, Vec<Ignored>)> = Vec::new();
-    for (d,) in rows {
+    for d in rows {
         let Some(pr) = d["pr"].as_u64() else { continue };
         let title = d["title"].as_str().unwrap_or_default().to_string();
         let ignored = serde_json::from_value(d["ignored"].clone()).unwrap_or_default();
