@@ -9,9 +9,12 @@
 //! [`sleep_for`] turns a reading into a clamped sleep, [`explain`] / [`explain_text`] describe it
 //! for `nightshift limit parse`.
 //!
-//! It is not the sleeper (see `schedule::sleep_until`), not the process runner, and it never
-//! looks at an agent's ordinary prose: model text inside `assistant` events is ignored, and
-//! [`read_stream_line`] accepts a stdout line only when the line *is* the message.
+//! It is not the sleeper (see `schedule::sleep_until`), not the process runner, and it is
+//! handed only an agent's error channel (docs/limits.md#channels): claude's error `result`,
+//! `rate_limit_event` and synthetic `rate_limit` message, codex's `error` / `turn.failed`
+//! events, stderr of a failed call. The assistant's answer, its tool output and a `command`
+//! agent's stdout never reach it: prose, a README table or a diff that quotes a limit banner is
+//! no limit. [`read_stream_line`] is a stricter reader for a log line that may be prose.
 //!
 //! Reading rules worth knowing:
 //! - A bare time of day ("resets 7pm") means its next occurrence in the zone the message names,
@@ -220,8 +223,9 @@ pub fn read_text(text: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
     best
 }
 
-/// Reads one line of an agent's ordinary output (stdout of a `command` agent, a TUI log),
-/// where the agent's own prose may mention limits.
+/// Reads one line of a log where prose may mention limits (a TUI log pasted by hand), strictly.
+/// nightshift never reads an agent's ordinary output for limits at all (docs/limits.md#channels):
+/// this is for tools that must look at a line of such a log.
 ///
 /// The rule: after stripping what may precede a message on its own line (whitespace, TUI
 /// glyphs and emoji `⎿ ■ ✕ ⚡ ● 🖐 ⚠️`, `[..]` tags, timestamps, `ERROR:` / `Error:` /
@@ -247,18 +251,18 @@ pub fn read_stream_line(line: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading 
     scan_line(trimmed, &Around::default(), now, tz, "line")
 }
 
-/// Reads a whole agent call: every stdout line that is a JSON event through
-/// [`read_claude_event`] / [`read_codex_event`], other stdout lines through
-/// [`read_stream_line`], and stderr through [`read_text`]. The strongest reading wins.
-/// This is what the agent adapters call after a failed call. docs/agents.md, docs/limits.md.
+/// Reads a whole failed agent call from its error channel (docs/limits.md#channels): every
+/// stdout line that is a JSON event through [`read_claude_event`] / [`read_codex_event`] (which
+/// read only error results, error events and rate-limit events, never the model's messages or
+/// tool output), and stderr through [`read_text`]. Other stdout lines are the agent's answer and
+/// are not read. The strongest reading wins. docs/agents.md, docs/limits.md.
 pub fn read_output(stdout: &str, stderr: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
     let mut best = LimitReading::none();
-    for line in stdout.lines() {
-        let reading = match json_object(line.trim()) {
-            Some(value) => read_json(&value, now, tz).unwrap_or_else(LimitReading::none),
-            None => read_stream_line(line, now, tz),
-        };
-        best = stronger(best, reading);
+    for value in stdout.lines().filter_map(|l| json_object(l.trim())) {
+        best = stronger(
+            best,
+            read_json(&value, now, tz).unwrap_or_else(LimitReading::none),
+        );
     }
     stronger(best, read_text(stderr, now, tz))
 }

@@ -2883,3 +2883,63 @@ fn limit_parse_json_gives_the_instant_throttling_lifts() {
     assert_eq!(v["kind"], "transient", "{v}");
     assert!(v["resets_at"].is_null(), "{v}");
 }
+
+// --- issue 21: limits read from the error channel only, and each kind through a real drain ------
+
+mod drains {
+    use std::time::{Duration, Instant};
+
+    use crate::common::bg::outcomes;
+    use crate::common::{Fixture, assert_ok};
+
+    const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
+
+    /// What a writer working on an item about rate limiting prints: a README table, prose and a
+    /// diff that quote every banner kind nightshift reads.
+    const QUOTES: &str = r#"| message | meaning |
+| --- | --- |
+| `Limit reached · resets 3pm (UTC)` | the session limit |
+| `You've hit your limit · resets 3am (UTC)` | the same, older CLI |
+| `Claude AI usage limit reached|1762952400` | legacy form |
+| `Credit balance is too low` | billing |
+| `429 Too Many Requests` | throttling |
+The retry now waits until the usage limit resets, as "Rate limit exceeded. Please try again in 20s." says.
+-    if line == "You've hit your limit · resets 3am (UTC)" {
++    if line.starts_with("Limit reached · resets") {"#;
+
+    #[test]
+    fn a_writer_quoting_limit_banners_ships_and_nothing_sleeps() {
+        let f = Fixture::new();
+        let quotes = f.agents.join("quotes.txt");
+        std::fs::write(&quotes, format!("{QUOTES}\n")).unwrap();
+        // The answer (stdout) quotes every banner; so does the tool output it passes on to
+        // stderr (a grep of the docs); the call succeeds.
+        let w = f.agent(
+            "writer.sh",
+            &format!(
+                "#!/bin/sh\necho sub >> calc.txt\ncat {q} > docs/rate-limits.md\ncat {q}\ncat {q} >&2\necho 'Limit reached · resets 3pm (UTC)'\n",
+                q = quotes.display()
+            ),
+        );
+        let verdict = APPROVE.trim_start_matches("#!/bin/sh\n");
+        let r = f.agent(
+            "reviewer.sh",
+            &format!("#!/bin/sh\ncat {q}\n{verdict}", q = quotes.display()),
+        );
+        f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"1h\"\n");
+        f.write("NEXT.md", "- [ ] Add sub\n");
+        let started = Instant::now();
+        let out = f.approve_and_drain(&[]);
+        assert_ok(&out, "drain");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no sleep: {:?}",
+            started.elapsed()
+        );
+        let rep = f.report();
+        assert_eq!(outcomes(&rep), ["branch_pushed"], "{rep:#}");
+        assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0");
+        assert_eq!(f.db.sql("SELECT count(*) FROM account_pauses"), "0");
+        assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls"), "2");
+    }
+}
