@@ -65,6 +65,12 @@ pub(super) static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             "claude limit reached",
             r"\b(?:(?:\d+[- ]?hours?|five[- ]hours?|weekly|session|daily|opus|sonnet)\s+){1,2}limit reached",
         ),
+        // claude's bare banner: "Limit reached · resets 3pm (UTC)", also with `•` or `∙`, a
+        // date or a 24-hour time: "limit reached", a separator, then its reset.
+        trigger(
+            "claude limit reached, resets",
+            r"\blimit reached\s*[·•∙|\-–—]\s*resets?\b",
+        ),
         // claude: "You've hit your {limit|session limit|weekly limit|Opus limit|Sonnet limit|
         // usage limit}"; codex: "You've hit your usage limit[ for <model>]".
         trigger(
@@ -168,13 +174,35 @@ pub(super) static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| 
             "http 429",
             r#"^\(?429\s*(?:\{|\)|:|too many|rate limit)|(?:\bstatus(?: code)?[:\s]+|\berror(?: code)?:?\s+|\bapi error:?\s*\(|\bhttp\s+|\b(?:request\s+)?rejected\s+\(|\breturned\s+|"code":\s*)429\b|\b429 too many requests\b"#,
         ),
+        // The API's error type, quoted in a JSON body or bare as an error's label
+        // (`rate_limit_error: …`); JSON codes of routers and providers: `"rate_limited"`,
+        // `"server_is_overloaded"`. Not a test named `rate_limit_error_is_transient`.
         trigger(
             "rate_limit_error",
             &format!(
-                r"{}|\bratelimiterror\s*:|{}",
+                r"{}|\bratelimiterror\s*:|{}|\brate_limit_error\b|{}|{}",
                 quoted("rate_limit_error"),
-                quoted("rate_limit_exceeded")
+                quoted("rate_limit_exceeded"),
+                quoted("rate_?limited"),
+                quoted("server_is_overloaded"),
             ),
+        ),
+        // "Too many requests" in any case, with or without its status: throttling.
+        trigger("too many requests", r"\btoo many requests\b"),
+        // A router or proxy passing on its provider's 429: "Upstream error from OpenAI: 429",
+        // "upstream returned 429", "429 from upstream".
+        trigger(
+            "upstream 429",
+            r"\bupstream\b[^\n]{0,60}?\b429\b|\b429\b[^\n]{0,40}?\bupstream\b",
+        ),
+        // Asked to wait a number of seconds or minutes, in any of several languages ("Bitte
+        // warten Sie 70 Sekunden", "Veuillez patienter 70 secondes", "请等待70秒", "70秒後に再試行
+        // してください"); the wait itself is read by `super::wait`.
+        trigger("asked to wait", &super::wait::asked_to_wait_pattern()),
+        // "Try again in less than a minute": nothing but a limit words a retry so; a minute.
+        trigger(
+            "less than a minute",
+            r"\btry again in (?:less than|under) (?:a|one) minute\b",
         ),
         trigger(
             "rate limit reached for",

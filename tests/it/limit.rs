@@ -1867,7 +1867,7 @@ D0BC:2556F:2EE648C:3A017D8:69E3DE2E)"#,
         "UTC",
         T,
         None,
-        None,
+        Some(60_000),
         Some(T),
         "https://github.com/github/app/issues/3113",
     ),
@@ -2143,7 +2143,6 @@ fn prose_about_the_new_kinds_is_not_a_limit() {
         "The Gemini quotaId GenerateRequestsPerDayPerProject now means a daily limit.",
         "X-RateLimit-Reset: 1779321600000",
         "│  gemini-2.5-pro                 -    80.8% (Resets in 8h 10m)                         │",
-        "Please wait 2 minutes before trying again.",
     ] {
         assert_eq!(
             read_text(text, now, Tz::UTC).kind,
