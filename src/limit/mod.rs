@@ -118,14 +118,21 @@ pub enum LimitKind {
     Transient,
     /// Not a limit at all (including look-alikes such as network or context-length errors).
     None,
+    /// The account cannot run at all: its credit or billing is exhausted ("Credit balance is too
+    /// low", `insufficient_quota`, "You exceeded your current quota, please check your plan and
+    /// billing details", `402 Payment Required`) and no reset is stated. Waiting does not help:
+    /// the account's work stops for the night (docs/limits.md#no-credit).
+    NoCredit,
 }
 
 impl LimitKind {
-    /// The name used in `limit parse --json` (docs/commands.md#json-output): `usage_limit`, `transient` or `none`.
+    /// The name used in `limit parse --json` (docs/commands.md#json-output): `usage_limit`,
+    /// `transient`, `no_credit` or `none`.
     pub fn as_str(self) -> &'static str {
         match self {
             LimitKind::UsageLimit => "usage_limit",
             LimitKind::Transient => "transient",
+            LimitKind::NoCredit => "no_credit",
             LimitKind::None => "none",
         }
     }
@@ -171,9 +178,10 @@ impl LimitReading {
     }
 
     /// Ordering used to pick the strongest of several readings of one output:
-    /// usage limit with a reset > usage limit without > transient > none.
-    fn rank(&self) -> u8 {
+    /// no credit > usage limit with a reset > usage limit without > transient > none.
+    pub fn rank(&self) -> u8 {
         match (self.kind, self.resets_at) {
+            (LimitKind::NoCredit, _) => 4,
             (LimitKind::UsageLimit, Some(_)) => 3,
             (LimitKind::UsageLimit, None) => 2,
             (LimitKind::Transient, _) => 1,
@@ -216,7 +224,7 @@ pub fn read_text(text: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
             scan_line(line, &around(&lines, i), now, tz, "text")
         };
         best = stronger(best, reading);
-        if best.rank() == 3 {
+        if best.rank() == 4 {
             break;
         }
     }

@@ -153,6 +153,48 @@ pub(super) static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
     ]
 });
 
+/// Phrases that say the account cannot run at all: its credit or billing is exhausted
+/// (docs/limits.md#no-credit). Read as no credit unless the message states a reset or a wait
+/// (then it is a usage limit that lifts then, see `super::text`).
+pub(super) static NO_CREDIT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
+    vec![
+        // Anthropic's API and claude with an API key: "Credit balance is too low", "Your credit
+        // balance is too low to access the Anthropic API."
+        trigger("credit balance too low", r"\bcredit balance is too low\b"),
+        // OpenAI's billing error: its type, its text, and codex's `CodexErr::QuotaExceeded`. Not
+        // Google's same words, which come with its quota ids (see `GOOGLE_QUOTA`).
+        trigger(
+            "insufficient_quota",
+            &format!(
+                r"{}|\byou exceeded your current quota,\s+please\s+check your plan and billing details\b|\bquota exceeded\.\s+check your plan and billing details\b",
+                quoted("insufficient_quota")
+            ),
+        ),
+        // Credits used up: codex's "Your workspace is out of credits", OpenRouter's "This request
+        // requires more credits, … can only afford 1000", "Insufficient credits".
+        trigger(
+            "out of credits",
+            r"\b(?:you(?:'re| are)|your (?:workspace|account|organi[sz]ation|team|balance) is) out of credits?\b|\binsufficient (?:credits?|balance|funds)\b|\bnot enough credits?\b|\brequires more credits\b|\bcan only afford\b",
+        ),
+        // HTTP 402 and its names; OpenAI's "Billing hard limit has been reached".
+        trigger(
+            "payment required",
+            &format!(
+                r"\bpayment required\b|{}|\bbilling hard limit\b|{}",
+                quoted("payment_required"),
+                quoted("billing_hard_limit_reached")
+            ),
+        ),
+    ]
+});
+
+/// Google's quota errors say "You exceeded your current quota, please check your plan and
+/// billing details" too, of a per-minute or per-day quota: its status, quota ids and docs mark
+/// them, and they are read as throttling or a usage limit, not as no credit.
+pub(super) static GOOGLE_QUOTA: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)resource_exhausted|googleapis|ai\.google\.dev|generativelanguage|quota_?(?:id|metric|limit|value)|retry_?delay|\bgemini\b|vertex").unwrap()
+});
+
 /// Phrases that state throttling that clears in seconds or minutes. The first entry negates a
 /// usage limit ("not your usage limit") and must stay first.
 pub(super) static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
