@@ -1393,29 +1393,33 @@ async fn fake_claude_refuses_what_the_real_cli_refuses() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn real_cli_api_errors_fail_in_the_clis_words_and_are_no_limit() {
+async fn real_cli_api_errors_fail_in_the_clis_words_billing_is_no_credit_none_a_limit() {
     // Billing, a bad key, a prompt too long: the real CLI's result says
     // `is_error` with `subtype: "success"` and its own words; none is a usage
-    // limit to sleep on.
+    // limit to sleep on. Billing is no credit (issue 21): the account cannot
+    // run at all, and its work stops for the night.
     let bin = real_claude();
-    for (status, kind, message, says) in [
+    for (status, kind, message, says, no_credit) in [
         (
             400u16,
             "invalid_request_error",
             "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
             "api_error_status 400, subtype success, 1 turn): Credit balance is too low",
+            true,
         ),
         (
             401,
             "authentication_error",
             "invalid x-api-key",
             "api_error_status 401, subtype success, 1 turn): Invalid API key",
+            false,
         ),
         (
             400,
             "invalid_request_error",
             "prompt is too long: 215000 tokens > 200000 maximum",
             "(terminal_reason prompt_too_long, api_error_status 400, subtype success, 1 turn): Prompt is too long",
+            false,
         ),
     ] {
         let api = FakeAnthropic::start().await;
@@ -1436,7 +1440,21 @@ async fn real_cli_api_errors_fail_in_the_clis_words_and_are_no_limit() {
             .unwrap();
         let f = r.failure.clone().unwrap_or_default();
         assert!(f.contains(says), "{f}\n{}", stdout_of(&r));
-        assert!(r.limit.is_none(), "{:?}", r.limit);
+        if no_credit {
+            assert_eq!(
+                r.limit.as_ref().map(|l| l.kind),
+                Some(nightshift::limit::LimitKind::NoCredit),
+                "{:?}",
+                r.limit
+            );
+            assert!(
+                matches!(r.end(), agent::CallEnd::NoCredit(_)),
+                "{:?}",
+                r.end()
+            );
+        } else {
+            assert!(r.limit.is_none(), "{:?}", r.limit);
+        }
         assert_eq!(r.outcome.exit_code, Some(1));
     }
 }
