@@ -594,7 +594,7 @@ async fn take_over_from(
     let ours = slot::branch_name(&entry.item.title, key);
     tokio::task::block_in_place(|| {
         slot::drop_local_branch(&slot_dir, &ours);
-        if let Some(b) = end.branch.as_deref().filter(|b| *b != ours) {
+        if let Some(b) = end.facts.branch.as_deref().filter(|b| *b != ours) {
             slot::drop_local_branch(&slot_dir, b);
         }
     });

@@ -230,7 +230,8 @@ impl<'a> Record<'a> {
         };
         let claim = self.fence.map(|f| &f.claim);
         let run = Some(self.run_id);
-        let what = serde_json::json!({"key": key, "outcome": end.outcome, "reason": end.reason});
+        let what =
+            serde_json::json!({"key": key, "outcome": end.outcome, "reason": end.facts.reason});
         write!(self, |c| async {
             rec::finish_item(&mut *c, item_id, end).await?;
             let kind = Event::ItemFinished.as_str();

@@ -42,10 +42,8 @@ pub(super) async fn full(
     let why = format!(
         "{what}: {open} nightshift PR(s) {counted} (max_open_prs = {max}); merge or close some and a later run takes the item up"
     );
-    Ok(Some(ItemEnd {
-        branch: pending.map(str::to_string),
-        ..decide::end(Fact::ReviewQueueFull(night.redact(&why)))
-    }))
+    let end = decide::end(Fact::ReviewQueueFull(night.redact(&why)));
+    Ok(Some(end.with(|f| f.branch = pending.map(str::to_string))))
 }
 
 /// How many nightshift PRs count against `max_open_prs`, and where they

@@ -127,8 +127,8 @@ impl Walk<'_> {
             Some(prev) => super::carried(&prev, self.resumed_from),
             None => self.run_card(card, item_id).await?,
         };
-        end.pr_number.get_or_insert(card.number);
-        end.branch.get_or_insert_with(|| card.branch.clone());
+        end.facts.pr_number.get_or_insert(card.number);
+        end.facts.branch.get_or_insert_with(|| card.branch.clone());
         record.finish_item(item_id, key, &end, false).await?;
         Ok(!self.status.fails_run())
     }
@@ -232,9 +232,9 @@ async fn one_card(
     if !decide::shipped(end.outcome)
         && let Err(e) = discarded
     {
-        end.reason = Some(format!(
+        end.facts.reason = Some(format!(
             "{}; cleaning the checkout failed: {e}",
-            end.reason.unwrap_or_default()
+            end.facts.reason.unwrap_or_default()
         ));
     }
     Ok(end)
