@@ -9,6 +9,7 @@
 //! gathered under [`records`].
 
 pub mod approvals;
+pub mod claims;
 pub mod embedded;
 pub mod events;
 pub mod history;
@@ -22,6 +23,7 @@ pub mod runs;
 pub mod tend;
 mod text;
 pub mod timeline;
+pub mod workers;
 
 use std::ffi::OsString;
 use std::fmt;
