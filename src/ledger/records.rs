@@ -25,3 +25,18 @@ pub use super::rounds::*;
 pub use super::runs::*;
 pub use super::tend::*;
 pub use super::text::Result;
+
+/// [`super::runs::mark_dead_runs_crashed`] with the run's outcome for the
+/// items left without an end (`interrupted`), for `cli/drain` until it
+/// calls `crate::run::mark_dead_runs_crashed`, which decides it; this
+/// module goes then.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_dead_runs_crashed(
+    pool: &sqlx::PgPool,
+    repo: &str,
+) -> Result<Vec<super::runs::RunRow>> {
+    let left_items = crate::outcome::Outcome::Interrupted;
+    super::runs::mark_dead_runs_crashed(pool, repo, left_items).await
+}

@@ -124,6 +124,10 @@ impl RoundFailure {
     }
 }
 
+/// The outcome of an item a crashed run left without an end, set when the
+/// next drain finds that run dead ([`super::mark_dead_runs_crashed`]).
+pub(super) const LEFT_BY_CRASH: Outcome = Outcome::Interrupted;
+
 impl Fact {
     /// The item's outcome for this fact: the one place it is decided.
     pub fn outcome(&self) -> Outcome {

@@ -83,7 +83,7 @@ mod tend;
 mod tend_push;
 mod worker;
 
-pub use record::{save_plan, save_tend_cards};
+pub use record::{mark_dead_runs_crashed, save_plan, save_tend_cards};
 
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (docs/loop.md#no-progress).

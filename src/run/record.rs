@@ -22,7 +22,7 @@ use crate::ledger::records::{self as rec, ItemEnd};
 use crate::outcome::{Event, Outcome, Phase, PrRecord, RoundResult};
 use crate::queue::{self, Claim, FenceError, LostClaim};
 
-use super::Night;
+use super::{Night, decide};
 
 type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
 
@@ -528,6 +528,20 @@ impl AgentCall<'_> {
             meta,
         }
     }
+}
+
+/// Marks `repo`'s runs still `running` as crashed and returns them, newest
+/// first ([`crate::ledger::runs::mark_dead_runs_crashed`]); their items without an end get
+/// [`decide::LEFT_BY_CRASH`]. The caller holds the repo lock, so every such
+/// run is dead.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_dead_runs_crashed(
+    pool: &sqlx::PgPool,
+    repo: &str,
+) -> sqlx::Result<Vec<rec::RunRow>> {
+    crate::ledger::runs::mark_dead_runs_crashed(pool, repo, decide::LEFT_BY_CRASH).await
 }
 
 /// Stores `plan` for `repo` in the ledger, its contracts and their order
