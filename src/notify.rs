@@ -305,9 +305,9 @@ impl Summary {
     /// The summary of a run as the ledger holds it; an item still running
     /// (no outcome) counts as `running`.
     pub fn from_ledger(
-        run: &crate::ledger::records::RunRow,
+        run: &crate::ledger::runs::RunRow,
         repo: &str,
-        items: &[crate::ledger::records::ItemRow],
+        items: &[crate::ledger::items::ItemRow],
         slept_seconds: i64,
         report: Option<String>,
     ) -> Summary {

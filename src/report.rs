@@ -16,7 +16,8 @@ use uuid::Uuid;
 use crate::contract::Contract;
 use crate::forge;
 use crate::gate::GateRun;
-use crate::ledger::records::{ItemRow, RunRow};
+use crate::ledger::items::ItemRow;
+use crate::ledger::runs::RunRow;
 use crate::outcome::{Outcome, RoundResult, RunStatus};
 use crate::review::Verdict;
 
@@ -95,7 +96,7 @@ pub struct Evidence {
 
 /// An earlier PR of the same night that changes some of the same files
 /// (the ledger reads the night's pushed branches as these).
-pub use crate::ledger::records::Overlap;
+pub use crate::ledger::events::Overlap;
 
 /// The earlier PRs in `opened` (each a title, branch, PR number and the
 /// files it changes) that change any of `changed`, with the shared files.

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use crate::agent;
 use crate::error::Error;
-use crate::ledger::records::ItemEnd;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::Phase;
 use crate::slot;
 

@@ -10,7 +10,8 @@
 
 use uuid::Uuid;
 
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::Outcome;
 
 /// What happened to an item, as the stage that saw it tells it; the
@@ -268,20 +269,20 @@ pub(super) fn opened_before_stop(end: &mut ItemEnd, begun: i64, from: Uuid, stop
         "its PR #{} was opened by it before it stopped",
         end.facts.pr_number.unwrap_or(0)
     );
-    end.facts.reason = Some(rec::carried_reason(Some(&opened), from, stopped));
+    end.facts.reason = Some(items::carried_reason(Some(&opened), from, stopped));
 }
 
 /// The end of an item the resumed run `from` (stopped by a signal when
 /// `stopped`) finished, as this run records it: the same outcome. Its reason
-/// starts with [`rec::CARRIED_REASON`], so `max_attempts` counts the attempt
+/// starts with [`items::CARRIED_REASON`], so `max_attempts` counts the attempt
 /// once, not once per resume, and names the run that finished it once,
-/// however many resumes carried it ([`rec::carried_reason`]).
-pub(super) fn carried(prev: &rec::ItemRow, from: Uuid, stopped: bool) -> ItemEnd {
+/// however many resumes carried it ([`items::carried_reason`]).
+pub(super) fn carried(prev: &items::ItemRow, from: Uuid, stopped: bool) -> ItemEnd {
     ItemEnd {
         // Always set: only items that ended are carried over.
         outcome: prev.outcome.unwrap_or(Outcome::Error),
-        facts: rec::ItemFacts {
-            reason: Some(rec::carried_reason(
+        facts: items::ItemFacts {
+            reason: Some(items::carried_reason(
                 prev.facts.reason.as_deref(),
                 from,
                 stopped,

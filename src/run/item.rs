@@ -15,7 +15,7 @@ use crate::config;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::gate::{self, GateRun, GateSpec};
-use crate::ledger::records::ItemEnd;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::Phase;
 use crate::report::RoundSummary;
 use crate::slot::{self, Slot};

@@ -10,7 +10,8 @@
 
 use crate::contract::PlanEntry;
 use crate::error::Error;
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::prs;
 
 use super::Night;
 use super::decide::{self, Fact};
@@ -68,7 +69,7 @@ async fn open_prs(night: &Night, key: &str) -> Result<(u64, String), Error> {
             .unwrap_or_else(|| "no GitHub access".into()),
     };
     let n = night
-        .db(|| rec::review_queue(&night.pool, &night.repo_id, key))
+        .db(|| prs::review_queue(&night.pool, &night.repo_id, key))
         .await?;
     Ok((
         n.max(0) as u64,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::agent::{self, Role};
 use crate::error::Error;
 use crate::gate::{self, GateRun};
-use crate::ledger::records::ItemEnd;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::{Outcome, Phase, RoundResult};
 use crate::proof::{Proof, RoundStart};
 use crate::report::RoundSummary;

@@ -13,7 +13,9 @@ use crate::agent;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::forge::PrState;
-use crate::ledger::records::{self as rec, ItemEnd, PrRow};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::prs;
+use crate::ledger::prs::PrRow;
 use crate::outcome::{Event, Phase, PrRecord};
 use crate::report::{self, Evidence};
 use crate::slot::{self, Slot};
@@ -51,7 +53,7 @@ impl PrAt<'_> {
         state: PrRecord,
         body: &str,
     ) -> Result<(), Error> {
-        let row = rec::PrUpsert {
+        let row = prs::PrUpsert {
             repo: &self.night.repo_id,
             key: &self.entry.item.key,
             contract_sha: &self.entry.contract_sha,

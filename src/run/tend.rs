@@ -21,7 +21,8 @@ use crate::agent;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::git::Rebase;
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::{self, items};
 use crate::outcome::{Event, Outcome, RunStatus};
 use crate::plan::Plan;
 use crate::slot::{Slot, SlotError};
@@ -116,7 +117,7 @@ impl Walk<'_> {
             }
         }
         let record = super::record::Record::run(night, run_id);
-        let row = rec::ItemStart {
+        let row = items::ItemStart {
             key,
             contract_sha: sha,
             index: 0,
@@ -258,7 +259,7 @@ async fn not_to_tend(
     let head = &sealed.contract.head;
     let (pool, repo) = (&night.pool, &night.repo_id);
     let attempts = night
-        .db(|| rec::tend_attempts(pool, repo, &card.item_key, card.number, head))
+        .db(|| ledger::tend::tend_attempts(pool, repo, &card.item_key, card.number, head))
         .await?;
     let max = night.config.limits.max_attempts as i64;
     if attempts >= max {

@@ -10,7 +10,7 @@
 use serde_json::json;
 
 use crate::error::Error;
-use crate::ledger::records::ItemEnd;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::{Event, Phase};
 use crate::report;
 use crate::slot::SlotError;
