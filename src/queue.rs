@@ -5,12 +5,12 @@
 //! tasks of one process (`drain --jobs N`) or processes on other hosts
 //! (`nightshift worker`) — [`claim`] the first item nobody holds with
 //! `FOR UPDATE SKIP LOCKED`, hold it by a lease renewed by [`Claim::renew`],
-//! and end it with [`Claim::finish`]. A worker that stops renewing (killed,
+//! and end it with [`Claim::end`]. A worker that stops renewing (killed,
 //! paused, partitioned) loses the claim when the lease passes; the next
 //! [`claim`] takes the item over as a new attempt. Every write of an attempt
-//! runs inside [`Claim::fenced`], which commits only while the claim is still
-//! live, so a worker that lost its item writes nothing more. Leases are judged
-//! by the server's clock (`now()`), never a host's.
+//! runs inside [`Claim::begin`]'s transaction, which commits only while the
+//! claim is still live, so a worker that lost its item writes nothing more.
+//! Leases are judged by the server's clock (`now()`), never a host's.
 //!
 //! This module is not the item loop (that is `run`) and knows nothing of
 //! agents or git: it only hands out items and says who holds what. Its rows
