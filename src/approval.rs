@@ -471,8 +471,7 @@ pub async fn find(
     let current = current_shas(plan);
     for a in &list {
         let shas =
-            crate::ledger::records::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or(""))
-                .await?;
+            crate::ledger::plans::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
         if shas.iter().any(|s| current.contains(&s.as_str())) {
             return Ok(Ok((a.clone(), shas)));
         }
@@ -537,7 +536,7 @@ async fn approved_set(
         return Ok(Ok((a.clone(), vec![c.clone()])));
     }
     let shas =
-        crate::ledger::records::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
+        crate::ledger::plans::plan_contracts(pool, a.plan_sha.as_deref().unwrap_or("")).await?;
     if !current_shas(plan)
         .iter()
         .any(|c| shas.iter().any(|s| s == c))

@@ -18,7 +18,8 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::ledger::records::{self as ledger, HistoryRow};
+use crate::ledger::history::HistoryRow;
+use crate::ledger::{history, prs};
 use crate::outcome::{Outcome, PrRecord};
 
 /// What became of a PR, as GitHub last said.
@@ -129,8 +130,8 @@ pub async fn load(
     since: DateTime<Utc>,
     recipes: &[String],
 ) -> sqlx::Result<History> {
-    let rows = ledger::history_rows(pool, repo, since).await?;
-    let slept = ledger::slept_by_run(pool, repo, since).await?;
+    let rows = history::history_rows(pool, repo, since).await?;
+    let slept = history::slept_by_run(pool, repo, since).await?;
     let mut nights: Vec<Night> = Vec::new();
     let mut hours_to_merge = Vec::new();
     let mut by_recipe: BTreeMap<usize, RecipeTotals> = BTreeMap::new();
@@ -238,7 +239,7 @@ fn totals(nights: &[Night], mut hours: Vec<f64>, mut by_recipe: Vec<RecipeTotals
 /// # Errors
 /// Database errors.
 pub async fn unsettled(pool: &PgPool, repo: &str) -> sqlx::Result<Vec<(String, String, i64)>> {
-    ledger::unsettled_prs(pool, repo).await
+    prs::unsettled_prs(pool, repo).await
 }
 
 /// Remembers what GitHub said of a PR.
@@ -257,7 +258,7 @@ pub async fn remember(
         PrFate::Merged(at) => (PrRecord::Merged, Some(at), Some(at)),
         PrFate::Closed(at) => (PrRecord::Closed, None, at),
     };
-    ledger::set_pr_fate(pool, repo, item_key, branch, state, merged_at, closed_at).await
+    prs::set_pr_fate(pool, repo, item_key, branch, state, merged_at, closed_at).await
 }
 
 impl History {

@@ -305,9 +305,9 @@ impl Summary {
     /// The summary of a run as the ledger holds it; an item still running
     /// (no outcome) counts as `running`.
     pub fn from_ledger(
-        run: &crate::ledger::records::RunRow,
+        run: &crate::ledger::runs::RunRow,
         repo: &str,
-        items: &[crate::ledger::records::ItemRow],
+        items: &[crate::ledger::items::ItemRow],
         slept_seconds: i64,
         report: Option<String>,
     ) -> Summary {
@@ -320,15 +320,15 @@ impl Summary {
                 index: i.item_index,
                 title: i.title.clone(),
                 outcome: word.to_string(),
-                pr_url: i.pr_url.clone(),
+                pr_url: i.facts.pr_url.clone(),
                 reason: None,
             };
             if i.outcome.is_some_and(|o| o.fails_run()) {
                 failures.push(ItemNote {
-                    reason: i.reason.clone(),
+                    reason: i.facts.reason.clone(),
                     ..note
                 });
-            } else if i.pr_url.is_some() && i.rounds > 0 {
+            } else if i.facts.pr_url.is_some() && i.facts.rounds > 0 {
                 prs.push(note);
             }
         }
@@ -339,8 +339,8 @@ impl Summary {
             counts,
             prs,
             failures,
-            cost_usd: items.iter().filter_map(|i| i.cost_usd).sum(),
-            tokens: items.iter().map(|i| i.tokens).sum(),
+            cost_usd: items.iter().filter_map(|i| i.facts.cost_usd).sum(),
+            tokens: items.iter().map(|i| i.facts.tokens as i64).sum(),
             slept_seconds,
             report,
         }

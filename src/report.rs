@@ -16,7 +16,8 @@ use uuid::Uuid;
 use crate::contract::Contract;
 use crate::forge;
 use crate::gate::GateRun;
-use crate::ledger::records::{ItemRow, RunRow};
+use crate::ledger::items::ItemRow;
+use crate::ledger::runs::RunRow;
 use crate::outcome::{Outcome, RoundResult, RunStatus};
 use crate::review::Verdict;
 
@@ -95,7 +96,7 @@ pub struct Evidence {
 
 /// An earlier PR of the same night that changes some of the same files
 /// (the ledger reads the night's pushed branches as these).
-pub use crate::ledger::records::Overlap;
+pub use crate::ledger::events::Overlap;
 
 /// The earlier PRs in `opened` (each a title, branch, PR number and the
 /// files it changes) that change any of `changed`, with the shared files.
@@ -744,7 +745,7 @@ pub fn totals(
             .filter(|i| i.outcome.is_some_and(|o| os.contains(&o)))
             .count()
     };
-    let costs: Vec<f64> = items.iter().filter_map(|i| i.cost_usd).collect();
+    let costs: Vec<f64> = items.iter().filter_map(|i| i.facts.cost_usd).collect();
     NightTotals {
         opened: items
             .iter()
@@ -764,7 +765,7 @@ pub fn totals(
             Outcome::ReviewQueueFull,
         ]),
         no_changes: count(&[Outcome::NoChanges]),
-        tokens: items.iter().map(|i| i.tokens).sum(),
+        tokens: items.iter().map(|i| i.facts.tokens as i64).sum(),
         cost_usd: (!costs.is_empty()).then(|| costs.iter().sum()),
         slept_secs: slept_secs.max(0),
         left_secs: run
@@ -796,16 +797,16 @@ pub fn to_json_with(run: &RunRow, items: &[ItemRow], totals: Option<&NightTotals
             "title": i.title,
             "contract_sha": i.contract_sha,
             "outcome": outcome_text(i.outcome),
-            "reason": i.reason,
-            "question": i.question,
-            "branch": i.branch,
-            "pr_number": i.pr_number,
-            "pr_url": i.pr_url,
-            "rounds": i.rounds,
-            "tokens": i.tokens,
-            "cost_usd": i.cost_usd,
+            "reason": i.facts.reason,
+            "question": i.facts.question,
+            "branch": i.facts.branch,
+            "pr_number": i.facts.pr_number,
+            "pr_url": i.facts.pr_url,
+            "rounds": i.facts.rounds,
+            "tokens": i.facts.tokens,
+            "cost_usd": i.facts.cost_usd,
             "seconds": i.ended_at.map(|e| (e - i.started_at).num_seconds()),
-            "pr_body": i.pr_body,
+            "pr_body": i.facts.pr_body,
             "worker": i.worker,
         })).collect::<Vec<_>>(),
     });
@@ -850,32 +851,33 @@ fn rows(items: &[ItemRow]) -> Vec<Row> {
         .iter()
         .map(|i| Row {
             // A tended PR has no place in the backlog (docs/github.md).
-            index: match (i.item_index, i.pr_number) {
+            index: match (i.item_index, i.facts.pr_number) {
                 (0, Some(_)) => "PR".into(),
                 (n, _) => n.to_string(),
             },
             title: i.title.clone(),
             outcome: outcome_text(i.outcome).to_string(),
-            pr: match (i.pr_number, &i.branch) {
+            pr: match (i.facts.pr_number, &i.facts.branch) {
                 (Some(n), _) => format!("#{n}"),
                 // Pushed; GitHub not reachable (would open) or the create failed.
                 (None, Some(_)) if i.outcome == Some(Outcome::BranchPushed) => "would open".into(),
-                (None, Some(_)) if i.pr_body.is_some() => "not opened".into(),
+                (None, Some(_)) if i.facts.pr_body.is_some() => "not opened".into(),
                 _ => "-".into(),
             },
-            rounds: i.rounds.to_string(),
+            rounds: i.facts.rounds.to_string(),
             time: i
                 .ended_at
                 .map(|e| seconds((e - i.started_at).num_milliseconds()))
                 .unwrap_or_else(|| "…".into()),
             usage: format!(
                 "{} / {}",
-                i.tokens,
-                i.cost_usd
+                i.facts.tokens,
+                i.facts
+                    .cost_usd
                     .map(|c| format!("${c:.2}"))
                     .unwrap_or_else(|| "-".into())
             ),
-            reason: match (&i.question, &i.reason) {
+            reason: match (&i.facts.question, &i.facts.reason) {
                 (Some(q), _) => format!("question: {q}"),
                 (None, Some(r)) => r.clone(),
                 _ => String::new(),
@@ -961,15 +963,15 @@ pub fn to_text_at(
     worker_lines(&mut s, items);
     let _ = writeln!(s);
     let _ = writeln!(s, "{}", totals_line(&totals(run, items, slept_secs, now)));
-    let prs: Vec<&ItemRow> = items.iter().filter(|i| i.pr_url.is_some()).collect();
+    let prs: Vec<&ItemRow> = items.iter().filter(|i| i.facts.pr_url.is_some()).collect();
     if !prs.is_empty() {
         let _ = writeln!(s);
         for i in prs {
             let _ = writeln!(
                 s,
                 "  #{} {}",
-                i.pr_number.unwrap_or(0),
-                i.pr_url.as_deref().unwrap_or("")
+                i.facts.pr_number.unwrap_or(0),
+                i.facts.pr_url.as_deref().unwrap_or("")
             );
         }
     }
@@ -1065,8 +1067,8 @@ fn status_words(run: &RunRow, items: &[ItemRow]) -> String {
 
 fn append_bodies(s: &mut String, items: &[ItemRow], show_bodies: bool) {
     if show_bodies {
-        for i in items.iter().filter(|i| i.pr_body.is_some()) {
-            let what = if i.pr_url.is_some() {
+        for i in items.iter().filter(|i| i.facts.pr_body.is_some()) {
+            let what = if i.facts.pr_url.is_some() {
                 "PR body"
             } else {
                 "PR that would have been opened (no GitHub access)"
@@ -1075,13 +1077,13 @@ fn append_bodies(s: &mut String, items: &[ItemRow], show_bodies: bool) {
                 s,
                 "\n──── item {} · {what} · branch {}\n{}",
                 i.item_index,
-                i.branch.as_deref().unwrap_or("?"),
-                i.pr_body.as_deref().unwrap_or("")
+                i.facts.branch.as_deref().unwrap_or("?"),
+                i.facts.pr_body.as_deref().unwrap_or("")
             );
         }
     } else if items
         .iter()
-        .any(|i| i.pr_body.is_some() && i.pr_url.is_none())
+        .any(|i| i.facts.pr_body.is_some() && i.facts.pr_url.is_none())
     {
         let _ = writeln!(
             s,
@@ -1121,7 +1123,7 @@ pub fn to_markdown(
     );
     let cell = |t: &str| md_text(t).replace('|', "\\|");
     for (r, i) in rows(items).iter().zip(items) {
-        let pr = match (&i.pr_url, i.pr_number) {
+        let pr = match (&i.facts.pr_url, i.facts.pr_number) {
             (Some(u), Some(n)) => format!("[#{n}]({u})"),
             _ => r.pr.clone(),
         };
@@ -1140,8 +1142,8 @@ pub fn to_markdown(
     }
     let _ = writeln!(s, "\n{}", totals_line(&totals(run, items, slept_secs, now)));
     if show_bodies {
-        for i in items.iter().filter(|i| i.pr_body.is_some()) {
-            let what = if i.pr_url.is_some() {
+        for i in items.iter().filter(|i| i.facts.pr_body.is_some()) {
+            let what = if i.facts.pr_url.is_some() {
                 "PR body"
             } else {
                 "PR that would have been opened"
@@ -1150,7 +1152,7 @@ pub fn to_markdown(
                 s,
                 "\n<details><summary>item {} · {what}</summary>\n\n{}\n</details>",
                 i.item_index,
-                i.pr_body.as_deref().unwrap_or("")
+                i.facts.pr_body.as_deref().unwrap_or("")
             );
         }
     }

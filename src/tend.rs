@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::contract::{PlanEntry, sha256_hex};
 use crate::forge::{Comment, Forge, ForgeError, Mergeable, PrDetail, PrState, Review, ReviewState};
-use crate::ledger::records::{self as rec, TendRow};
+use crate::ledger::prs::TendRow;
+use crate::ledger::{self, plans, prs};
 
 /// The label that keeps nightshift off a PR for good (docs/github.md).
 pub const HANDS_OFF_LABEL: &str = "nightshift:hands-off";
@@ -717,7 +718,7 @@ pub async fn survey(
     entries: &[PlanEntry],
     max_rounds: u32,
 ) -> Result<Vec<TendCard>, SurveyError> {
-    let rows = rec::open_prs(pool, repo_id).await?;
+    let rows = prs::open_prs(pool, repo_id).await?;
     if rows.is_empty() {
         return Ok(vec![]);
     }
@@ -738,7 +739,7 @@ pub async fn survey(
             } else {
                 crate::outcome::PrRecord::Closed
             };
-            rec::set_pr_state(pool, repo_id, &row.item_key, &row.branch, state).await?;
+            prs::set_pr_state(pool, repo_id, &row.item_key, &row.branch, state).await?;
             (vec![], vec![], vec![])
         };
         let facts = Facts {
@@ -771,7 +772,7 @@ async fn item_contract(
             serde_json::from_str(&e.contract.canonical_json()).expect("canonical JSON parses");
         return Ok((e.item.title.clone(), json));
     }
-    let json = rec::contract_json(pool, &row.contract_sha)
+    let json = plans::contract_json(pool, &row.contract_sha)
         .await?
         .unwrap_or(serde_json::Value::Null);
     let title = json["title"].as_str().unwrap_or("").to_string();
@@ -1023,14 +1024,14 @@ pub struct Tended {
 }
 
 /// The tended PRs of run `run` for the report's section (see
-/// [`rec::tended_items`]), each with what its card asked and what the trust
+/// [`ledger::tend::tended_items`]), each with what its card asked and what the trust
 /// rule left out; a PR with nothing to tend but something ignored is
 /// listed too ([`Tended::nothing`]), in PR order.
 ///
 /// # Errors
 /// Database errors.
 pub async fn tended_items(pool: &sqlx::PgPool, run: uuid::Uuid) -> sqlx::Result<Vec<Tended>> {
-    let mut out: Vec<Tended> = rec::tended_items(pool, run)
+    let mut out: Vec<Tended> = ledger::tend::tended_items(pool, run)
         .await?
         .into_iter()
         .map(Tended::from)
@@ -1062,12 +1063,9 @@ async fn ignored_in_run(
     pool: &sqlx::PgPool,
     run: uuid::Uuid,
 ) -> sqlx::Result<Vec<(u64, String, Vec<Ignored>)>> {
-    let rows = crate::ledger::events::of_kind_in_run(
-        pool,
-        run,
-        crate::outcome::Event::TendIgnored.as_str(),
-    )
-    .await?;
+    let rows =
+        ledger::events::of_kind_in_run(pool, run, crate::outcome::Event::TendIgnored.as_str())
+            .await?;
     let mut out: Vec<(u64, String, Vec<Ignored>)> = Vec::new();
     for d in rows {
         let Some(pr) = d["pr"].as_u64() else { continue };
@@ -1079,10 +1077,10 @@ async fn ignored_in_run(
     Ok(out)
 }
 
-impl From<rec::TendedRow> for Tended {
+impl From<ledger::tend::TendedRow> for Tended {
     /// The row's card counts only if it is a tend card (it names a PR and
     /// an action); an item's contract (a PR left alone) gives no action.
-    fn from(r: rec::TendedRow) -> Tended {
+    fn from(r: ledger::tend::TendedRow) -> Tended {
         let card = r
             .card
             .filter(|c| c.get("pr").is_some() && c.get("action").is_some());

@@ -4,7 +4,8 @@
 //! [`super::rounds`]).
 
 use chrono::{DateTime, Utc};
-use sqlx::{FromRow, PgExecutor, PgPool};
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
 use crate::outcome::{Outcome, RunStatus};
@@ -53,11 +54,13 @@ pub async fn start_row(
     .await
 }
 
-/// The final facts of one item in one run.
-#[derive(Debug, Clone)]
-pub struct ItemEnd {
-    /// How the item ended.
-    pub outcome: Outcome,
+/// What an item's row holds about its end besides the outcome: the
+/// `run_items` columns `reason` … `pr_body` (docs/ledger.md#tables), shared
+/// by the end a run writes ([`ItemEnd`]) and the row `report` reads
+/// ([`ItemRow`]). Counts are unsigned here; the columns are signed
+/// (`integer`, `bigint`), and a negative one reads as 0.
+#[derive(Debug, Clone, Default)]
+pub struct ItemFacts {
     /// Why, in a sentence.
     pub reason: Option<String>,
     /// A question for a person (blocked items).
@@ -78,22 +81,50 @@ pub struct ItemEnd {
     pub pr_body: Option<String>,
 }
 
+impl<'r> FromRow<'r, PgRow> for ItemFacts {
+    fn from_row(row: &'r PgRow) -> Result<Self> {
+        let pr_number: Option<i64> = row.try_get("pr_number")?;
+        let rounds: i32 = row.try_get("rounds")?;
+        let tokens: i64 = row.try_get("tokens")?;
+        Ok(ItemFacts {
+            reason: row.try_get("reason")?,
+            question: row.try_get("question")?,
+            branch: row.try_get("branch")?,
+            pr_number: pr_number.map(|n| n.max(0) as u64),
+            pr_url: row.try_get("pr_url")?,
+            rounds: rounds.max(0) as u32,
+            tokens: tokens.max(0) as u64,
+            cost_usd: row.try_get("cost_usd")?,
+            pr_body: row.try_get("pr_body")?,
+        })
+    }
+}
+
+/// The final facts of one item in one run: its outcome and the rest.
+#[derive(Debug, Clone)]
+pub struct ItemEnd {
+    /// How the item ended.
+    pub outcome: Outcome,
+    /// Reason, question, branch, PR, rounds, tokens, cost and PR body.
+    pub facts: ItemFacts,
+}
+
 impl ItemEnd {
     /// An end with `outcome` and nothing else known yet (no reason, no
     /// rounds, tokens or cost).
     pub fn of(outcome: Outcome) -> ItemEnd {
         ItemEnd {
             outcome,
-            reason: None,
-            question: None,
-            branch: None,
-            pr_number: None,
-            pr_url: None,
-            rounds: 0,
-            tokens: 0,
-            cost_usd: None,
-            pr_body: None,
+            facts: ItemFacts::default(),
         }
+    }
+
+    /// This end with its facts changed by `set` (a branch, a PR, a
+    /// question added to what the outcome's decision said).
+    #[must_use]
+    pub fn with(mut self, set: impl FnOnce(&mut ItemFacts)) -> ItemEnd {
+        set(&mut self.facts);
+        self
     }
 }
 
@@ -101,12 +132,13 @@ impl ItemEnd {
 ///
 /// # Errors
 /// Database errors.
-pub async fn finish_item(db: impl PgExecutor<'_>, item_id: i64, e: &ItemEnd) -> Result<()> {
+pub async fn finish_item(db: impl PgExecutor<'_>, item_id: i64, end: &ItemEnd) -> Result<()> {
+    let e = &end.facts;
     sqlx::query(
         "UPDATE run_items SET outcome = $2, reason = $3, question = $4, branch = $5, pr_number = $6, pr_url = $7, rounds = $8, tokens = $9, cost_usd = $10, pr_body = $11, ended_at = now() WHERE id = $1",
     )
     .bind(item_id)
-    .bind(e.outcome)
+    .bind(end.outcome)
     .bind(pgo(&e.reason))
     .bind(pgo(&e.question))
     .bind(&e.branch)
@@ -245,28 +277,13 @@ pub struct ItemRow {
     pub contract_sha: String,
     /// Outcome (None while running).
     pub outcome: Option<Outcome>,
-    /// Reason.
-    pub reason: Option<String>,
-    /// Question (blocked).
-    pub question: Option<String>,
-    /// Branch.
-    pub branch: Option<String>,
-    /// PR number.
-    pub pr_number: Option<i64>,
-    /// PR URL.
-    pub pr_url: Option<String>,
-    /// Rounds used.
-    pub rounds: i32,
-    /// Tokens.
-    pub tokens: i64,
-    /// Cost.
-    pub cost_usd: Option<f64>,
+    /// Reason, question, branch, PR, rounds, tokens, cost and PR body.
+    #[sqlx(flatten)]
+    pub facts: ItemFacts,
     /// Started (UTC).
     pub started_at: DateTime<Utc>,
     /// Ended (UTC).
     pub ended_at: Option<DateTime<Utc>>,
-    /// PR body (opened or planned).
-    pub pr_body: Option<String>,
     /// The worker that ran its last attempt (`host:pid:n`,
     /// docs/workers.md); `None` for an item only recorded.
     pub worker: Option<String>,

@@ -5,10 +5,14 @@
 //! This module chooses the server (`NIGHTSHIFT_DATABASE_URL`, else `DATABASE_URL`, else
 //! the embedded private cluster of [`embedded`]), connects with a bounded timeout,
 //! applies the migrations under `migrations/` and holds the one-drain-per-repo advisory
-//! lock. It does not know what the rows mean: typed reads and writes live in one module per table family,
-//! gathered under [`records`].
+//! lock. It does not know what the rows mean: typed reads and writes live in one module
+//! per table family ([`plans`], [`approvals`], [`runs`], [`items`], [`rounds`], [`prs`],
+//! [`tend`], [`limits`], [`events`], [`claims`], [`workers`]) and in the reads of
+//! [`history`] and [`timeline`]. [`records`] gathers them under one name for `cli/`
+//! until it calls them itself.
 
 pub mod approvals;
+pub mod claims;
 pub mod embedded;
 pub mod events;
 pub mod history;
@@ -22,6 +26,7 @@ pub mod runs;
 pub mod tend;
 mod text;
 pub mod timeline;
+pub mod workers;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -255,7 +260,7 @@ pub enum LedgerError {
 /// A connected ledger: a pool to a migrated database.
 #[derive(Clone)]
 pub struct Ledger {
-    /// The pool; typed queries live in [`records`].
+    /// The pool; typed queries live in the table families' modules ([`runs`], …).
     pub pool: PgPool,
     /// Options for dedicated (unpooled) connections such as the repo lock's.
     options: PgConnectOptions,

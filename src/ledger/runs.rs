@@ -189,11 +189,16 @@ pub async fn runs_with_prefix(pool: &PgPool, repo: &str, prefix: &str) -> Result
 
 /// Runs of `repo` still marked `running`. Called while holding the repo
 /// lock, so every one of them is dead: they are marked `crashed` and
-/// returned (newest first).
+/// returned (newest first), and their items without an end get
+/// `left_items` (the run decides which outcome that is).
 ///
 /// # Errors
 /// Database errors.
-pub async fn mark_dead_runs_crashed(pool: &PgPool, repo: &str) -> Result<Vec<RunRow>> {
+pub async fn mark_dead_runs_crashed(
+    pool: &PgPool,
+    repo: &str,
+    left_items: Outcome,
+) -> Result<Vec<RunRow>> {
     let rows = sqlx::query_as::<_, RunRow>(sqlx::AssertSqlSafe(format!(
         "{RUN_COLUMNS} WHERE repo = $1 AND status = $2 ORDER BY started_at DESC"
     )))
@@ -203,7 +208,7 @@ pub async fn mark_dead_runs_crashed(pool: &PgPool, repo: &str) -> Result<Vec<Run
     .await?;
     for r in &rows {
         sqlx::query("UPDATE runs SET status = $2, ended_at = coalesce(ended_at, heartbeat_at), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(r.id).bind(RunStatus::Crashed).execute(pool).await?;
-        sqlx::query("UPDATE run_items SET outcome = $2, reason = 'the run crashed', ended_at = now() WHERE run_id = $1 AND outcome IS NULL").bind(r.id).bind(Outcome::Interrupted).execute(pool).await?;
+        sqlx::query("UPDATE run_items SET outcome = $2, reason = 'the run crashed', ended_at = now() WHERE run_id = $1 AND outcome IS NULL").bind(r.id).bind(left_items).execute(pool).await?;
         event(
             pool,
             Some(r.id),

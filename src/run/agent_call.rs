@@ -11,7 +11,8 @@ use std::time::Instant;
 use crate::agent::{self, CallEnd, Role};
 use crate::config::{self, AgentConfig};
 use crate::error::Error;
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::limits;
 use crate::limit::{self, LimitKind, LimitReading};
 use crate::outcome::Event;
 use crate::{queue, schedule};
@@ -217,7 +218,7 @@ async fn usage_limit(
         );
         return Ok(Some(r.end(Fact::Deadline(why))));
     }
-    let limit_sleep = rec::LimitSleep {
+    let limit_sleep = limits::LimitSleep {
         run_id,
         item_id: Some(item_id),
         agent: &kind,
@@ -246,7 +247,7 @@ async fn usage_limit(
 async fn sleep_at_limit(
     r: &mut Round<'_>,
     role: Role,
-    s: &rec::LimitSleep<'_>,
+    s: &limits::LimitSleep<'_>,
     why_cancelled: &str,
 ) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
@@ -282,7 +283,7 @@ async fn throttled(
     let message = night.redact(&reading.message);
     let wait = limit::sleep_for(reading, now, &sleep_policy(&night.config.limits));
     let until = now + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::seconds(30));
-    let limit_sleep = rec::LimitSleep {
+    let limit_sleep = limits::LimitSleep {
         run_id: r.item.run_id,
         item_id: Some(r.item.item_id),
         agent: &kind,
@@ -408,7 +409,7 @@ async fn account_pause(r: &mut Round<'_>, role: Role) -> Result<Option<ItemEnd>,
     }
     let kind = cfg.kind.to_string();
     let now = night.clock.now();
-    let limit_sleep = rec::LimitSleep {
+    let limit_sleep = limits::LimitSleep {
         run_id: r.item.run_id,
         item_id: Some(r.item.item_id),
         agent: &kind,

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use crate::agent;
 use crate::error::Error;
-use crate::ledger::records::ItemEnd;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::Phase;
 use crate::slot;
 
@@ -87,10 +87,7 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
         Err(end) => return Ok(end),
     };
     if let Some(fact) = pin_base(night, &at.record, &mut slot).await? {
-        return Ok(ItemEnd {
-            branch: Some(branch),
-            ..decide::end(fact)
-        });
+        return Ok(decide::end(fact).with(|f| f.branch = Some(branch)));
     }
     let token = night.token.as_ref().map(|t| t.expose().to_string());
     let key = &entry.item.key;
@@ -128,12 +125,12 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
     // item's checkout, not twice.
     let shipped = decide::shipped(end.outcome);
     if !shipped && let Err(e) = tokio::task::block_in_place(|| slot.discard()) {
-        end.reason = Some(format!(
+        end.facts.reason = Some(format!(
             "{}; cleaning the checkout failed: {e}",
-            end.reason.unwrap_or_default()
+            end.facts.reason.unwrap_or_default()
         ));
     }
-    end.branch.get_or_insert(branch);
+    end.facts.branch.get_or_insert(branch);
     Ok(end)
 }
 
@@ -144,10 +141,10 @@ async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, E
     let (night, entry, approved) = (at.night, at.entry, at.approved);
     let key = &entry.item.key;
     if let Some(b) = &entry.blocked {
-        return Ok(Some(ItemEnd {
-            question: entry.contract.questions.first().cloned(),
-            ..decide::end(Fact::Waits(b.clone()))
-        }));
+        let question = entry.contract.questions.first().cloned();
+        return Ok(Some(
+            decide::end(Fact::Waits(b.clone())).with(|f| f.question = question),
+        ));
     }
     if !approved.contains(&entry.contract_sha) {
         return Ok(Some(not_approved(at).await?));
@@ -205,10 +202,9 @@ async fn waiting(attempt: &Attempt<'_>) -> Result<Option<ItemEnd>, Error> {
             "waiting for an answer to the writer's question (asked in run {}{when}); answer it in the item (a detail line, or `accept:`) and the changed item runs again",
             &asked_in.to_string()[..8]
         );
-        return Ok(Some(ItemEnd {
-            question: Some(q),
-            ..decide::end(Fact::Waits(why))
-        }));
+        return Ok(Some(
+            decide::end(Fact::Waits(why)).with(|f| f.question = Some(q)),
+        ));
     }
     let attempts = attempt.record.failed_attempts(key, sha).await?;
     let max_attempts = night.config.limits.max_attempts as i64;

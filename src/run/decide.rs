@@ -10,7 +10,8 @@
 
 use uuid::Uuid;
 
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::Outcome;
 
 /// What happened to an item, as the stage that saw it tells it; the
@@ -124,6 +125,10 @@ impl RoundFailure {
     }
 }
 
+/// The outcome of an item a crashed run left without an end, set when the
+/// next drain finds that run dead ([`super::mark_dead_runs_crashed`]).
+pub(super) const LEFT_BY_CRASH: Outcome = Outcome::Interrupted;
+
 impl Fact {
     /// The item's outcome for this fact: the one place it is decided.
     pub fn outcome(&self) -> Outcome {
@@ -198,13 +203,10 @@ impl Fact {
 }
 
 /// The item's end for `fact`, with nothing else known (no rounds, no
-/// totals, no branch or PR): callers add those with `..end(fact)`.
+/// totals, no branch or PR): callers add those with [`ItemEnd::with`].
 pub(super) fn end(fact: Fact) -> ItemEnd {
     let outcome = fact.outcome();
-    ItemEnd {
-        reason: fact.reason(),
-        ..ItemEnd::of(outcome)
-    }
+    ItemEnd::of(outcome).with(|f| f.reason = fact.reason())
 }
 
 /// Whether an item that ended with `outcome` may owe it to the
@@ -234,16 +236,18 @@ pub(super) fn systemic(end: &mut ItemEnd, why: &str) {
     if !may_be_systemic(end.outcome) {
         return;
     }
-    if end.outcome == Outcome::RuleBroken && end.reason.as_deref().is_some_and(|r| r.contains(why))
+    if end.outcome == Outcome::RuleBroken
+        && end.facts.reason.as_deref().is_some_and(|r| r.contains(why))
     {
         return;
     }
     let own = end
+        .facts
         .reason
         .take()
         .filter(|r| !r.is_empty() && !why.contains(r.as_str()));
     end.outcome = Outcome::Interrupted;
-    end.reason = Some(format!(
+    end.facts.reason = Some(format!(
         "stopped: {why}{}",
         own.map(|r| format!(" (the item's own error: {r})"))
             .unwrap_or_default()
@@ -260,32 +264,31 @@ pub(super) fn opened_before_stop(end: &mut ItemEnd, begun: i64, from: Uuid, stop
         return;
     }
     end.outcome = Outcome::PrOpened;
-    end.rounds = end.rounds.max(begun as u32);
+    end.facts.rounds = end.facts.rounds.max(begun as u32);
     let opened = format!(
         "its PR #{} was opened by it before it stopped",
-        end.pr_number.unwrap_or(0)
+        end.facts.pr_number.unwrap_or(0)
     );
-    end.reason = Some(rec::carried_reason(Some(&opened), from, stopped));
+    end.facts.reason = Some(items::carried_reason(Some(&opened), from, stopped));
 }
 
 /// The end of an item the resumed run `from` (stopped by a signal when
 /// `stopped`) finished, as this run records it: the same outcome. Its reason
-/// starts with [`rec::CARRIED_REASON`], so `max_attempts` counts the attempt
+/// starts with [`items::CARRIED_REASON`], so `max_attempts` counts the attempt
 /// once, not once per resume, and names the run that finished it once,
-/// however many resumes carried it ([`rec::carried_reason`]).
-pub(super) fn carried(prev: &rec::ItemRow, from: Uuid, stopped: bool) -> ItemEnd {
+/// however many resumes carried it ([`items::carried_reason`]).
+pub(super) fn carried(prev: &items::ItemRow, from: Uuid, stopped: bool) -> ItemEnd {
     ItemEnd {
         // Always set: only items that ended are carried over.
         outcome: prev.outcome.unwrap_or(Outcome::Error),
-        reason: Some(rec::carried_reason(prev.reason.as_deref(), from, stopped)),
-        question: prev.question.clone(),
-        branch: prev.branch.clone(),
-        pr_number: prev.pr_number.map(|n| n as u64),
-        pr_url: prev.pr_url.clone(),
-        rounds: prev.rounds.max(0) as u32,
-        tokens: prev.tokens.max(0) as u64,
-        cost_usd: prev.cost_usd,
-        pr_body: prev.pr_body.clone(),
+        facts: items::ItemFacts {
+            reason: Some(items::carried_reason(
+                prev.facts.reason.as_deref(),
+                from,
+                stopped,
+            )),
+            ..prev.facts.clone()
+        },
     }
 }
 
@@ -297,8 +300,5 @@ pub(super) fn after_rounds(fact: Fact, last: &str) -> ItemEnd {
     let reason = fact
         .reason()
         .map(|why| crate::report::after_failure(outcome, why, last));
-    ItemEnd {
-        reason,
-        ..ItemEnd::of(outcome)
-    }
+    ItemEnd::of(outcome).with(|f| f.reason = reason)
 }

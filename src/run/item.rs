@@ -15,7 +15,7 @@ use crate::config;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::gate::{self, GateRun, GateSpec};
-use crate::ledger::records::ItemEnd;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::Phase;
 use crate::report::RoundSummary;
 use crate::slot::{self, Slot};
@@ -124,12 +124,11 @@ impl Progress {
     /// The item's end for `fact` after `rounds` rounds, with its totals
     /// (see [`decide::after_rounds`]).
     pub fn end(&self, fact: Fact, rounds: u32) -> ItemEnd {
-        ItemEnd {
-            rounds,
-            tokens: self.totals.tokens,
-            cost_usd: self.totals.cost_known.then_some(self.totals.cost),
-            ..decide::after_rounds(fact, &self.last_failure.1)
-        }
+        decide::after_rounds(fact, &self.last_failure.1).with(|f| {
+            f.rounds = rounds;
+            f.tokens = self.totals.tokens;
+            f.cost_usd = self.totals.cost_known.then_some(self.totals.cost);
+        })
     }
 }
 
@@ -179,10 +178,7 @@ pub(super) async fn checkout(
         .await?;
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, at.slot);
     let token = night.token.as_ref().map(|t| t.expose().to_string());
-    let failed = |fact: Fact| ItemEnd {
-        branch: Some(branch.to_string()),
-        ..decide::end(fact)
-    };
+    let failed = |fact: Fact| decide::end(fact).with(|f| f.branch = Some(branch.to_string()));
     if let Some(why) = night.remote_down() {
         return Ok(Err(failed(Fact::CheckoutFailed(format!(
             "not tried, the remote could not be fetched earlier in this run ({why})"

@@ -61,7 +61,8 @@ use crate::config::{self, Config};
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::forge::Forge;
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::{approvals, items, runs};
 use crate::limit;
 use crate::outcome::{Event, RunKind, RunStatus};
 use crate::plan::Plan;
@@ -83,7 +84,7 @@ mod tend;
 mod tend_push;
 mod worker;
 
-pub use record::{save_plan, save_tend_cards};
+pub use record::{mark_dead_runs_crashed, save_plan, save_tend_cards};
 
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (docs/loop.md#no-progress).
@@ -272,7 +273,7 @@ pub async fn drain(
     selection: Selection,
     approval: &Approval,
     approved: &[String],
-    resume: Option<&rec::RunRow>,
+    resume: Option<&runs::RunRow>,
 ) -> Result<RunEnd, Error> {
     let kind = match selection {
         Selection::All => RunKind::Drain,
@@ -371,7 +372,7 @@ pub async fn join(
         ),
     );
     night
-        .db(|| rec::items_by_worker(pool, run_id, &prefix))
+        .db(|| items::items_by_worker(pool, run_id, &prefix))
         .await
 }
 
@@ -419,7 +420,7 @@ async fn finish_run(
     let code = crate::error::exit_code(&result);
     let pool = &night.pool;
     night
-        .db(|| rec::finish_run(pool, run_id, status, code as i32))
+        .db(|| runs::finish_run(pool, run_id, status, code as i32))
         .await?;
     Ok(RunEnd {
         run_id,
@@ -435,7 +436,7 @@ async fn finish_run(
 async fn carry_over(
     night: &Night,
     run_id: Uuid,
-    finished: &BTreeMap<String, rec::ItemRow>,
+    finished: &BTreeMap<String, items::ItemRow>,
     from: Option<Resumed>,
     entries: &[&PlanEntry],
 ) -> Result<Vec<queue::QueuedItem>, Error> {
@@ -465,8 +466,8 @@ async fn carry_over(
 /// pushed one without its PR gets it.
 async fn finished_before(
     night: &Night,
-    resume: Option<&rec::RunRow>,
-) -> Result<BTreeMap<String, rec::ItemRow>, Error> {
+    resume: Option<&runs::RunRow>,
+) -> Result<BTreeMap<String, items::ItemRow>, Error> {
     let Some(r) = resume else {
         return Ok(BTreeMap::new());
     };
@@ -488,7 +489,7 @@ struct Walk<'a> {
     approved: &'a Approved,
     /// The crashed or stopped run this one resumes, if any.
     resumed_from: Option<Resumed>,
-    finished_before: BTreeMap<String, rec::ItemRow>,
+    finished_before: BTreeMap<String, items::ItemRow>,
     status: RunStatus,
     /// What outside the items stopped the run, if anything.
     stopped_by: Option<String>,
@@ -516,12 +517,12 @@ async fn open_run(
     night: &Night,
     kind: RunKind,
     approval: &Approval,
-    resume: Option<&rec::RunRow>,
+    resume: Option<&runs::RunRow>,
 ) -> Result<Uuid, Error> {
     let pool = &night.pool;
-    let Some(run_id) = rec::create_run(
+    let Some(run_id) = runs::create_run(
         pool,
-        &rec::NewRun {
+        &runs::NewRun {
             repo: &night.repo_id,
             kind,
             plan_sha: &night.plan.sha,
@@ -536,7 +537,7 @@ async fn open_run(
     .await?
     else {
         let run = night
-            .db(|| rec::approval_used_by(&night.pool, approval.id))
+            .db(|| approvals::approval_used_by(&night.pool, approval.id))
             .await?
             .unwrap_or_default();
         return Err(Refusal::Used {
@@ -566,7 +567,7 @@ struct Resumed {
 
 /// The end of an item the resumed run `from` finished, as this run records
 /// it ([`decide::carried`]).
-fn carried(prev: &rec::ItemRow, from: Option<Resumed>) -> ItemEnd {
+fn carried(prev: &items::ItemRow, from: Option<Resumed>) -> ItemEnd {
     let (from_id, stopped) = from.map_or((Uuid::nil(), false), |r| (r.id, r.stopped_by_signal));
     decide::carried(prev, from_id, stopped)
 }
@@ -594,7 +595,7 @@ async fn take_over_from(
     let ours = slot::branch_name(&entry.item.title, key);
     tokio::task::block_in_place(|| {
         slot::drop_local_branch(&slot_dir, &ours);
-        if let Some(b) = end.branch.as_deref().filter(|b| *b != ours) {
+        if let Some(b) = end.facts.branch.as_deref().filter(|b| *b != ours) {
             slot::drop_local_branch(&slot_dir, b);
         }
     });

@@ -8,7 +8,8 @@
 //! methods take the run's typed values, never ledger strings, and turn them
 //! into the ledger's rows (an agent's report, a gate run, a proof, a plan
 //! and its tend cards): the ledger knows only its rows. It does not decide
-//! anything; the SQL itself is in [`crate::ledger::records`].
+//! anything; the SQL itself is in the ledger's modules, one per table
+//! family ([`crate::ledger`]).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -18,11 +19,12 @@ use uuid::Uuid;
 
 use crate::contract::PlanEntry;
 use crate::error::Error;
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::{events, items, limits, plans, prs, rounds, runs, tend};
 use crate::outcome::{Event, Outcome, Phase, PrRecord, RoundResult};
 use crate::queue::{self, Claim, FenceError, LostClaim};
 
-use super::Night;
+use super::{Night, decide};
 
 type Tx = sqlx::Transaction<'static, sqlx::Postgres>;
 
@@ -182,35 +184,37 @@ impl<'a> Record<'a> {
 
     /// The branches this run pushed so far (any worker, any host), with the
     /// files each changes, for the merge-order note of a PR body.
-    pub async fn pushed_in_run(&self) -> Result<Vec<rec::Overlap>, Error> {
+    pub async fn pushed_in_run(&self) -> Result<Vec<events::Overlap>, Error> {
         let (pool, repo, run) = (&self.night.pool, self.night.repo_id.as_str(), self.run_id);
-        self.night.db(|| rec::pushed_in_run(pool, repo, run)).await
+        self.night
+            .db(|| events::pushed_in_run(pool, repo, run))
+            .await
     }
 
     /// Starts (or, for a takeover, starts again) the item row of `entry`.
     pub async fn start_item(&self, entry: &PlanEntry) -> Result<i64, Error> {
         let worker = self.worker();
         let run = self.run_id;
-        let row = rec::ItemStart {
+        let row = items::ItemStart {
             key: &entry.item.key,
             contract_sha: &entry.contract_sha,
             index: entry.index,
             title: &entry.item.title,
         };
-        write!(self, |c| rec::start_row(c, run, &row, worker.as_deref()))
+        write!(self, |c| items::start_row(c, run, &row, worker.as_deref()))
     }
 
     /// Starts the row of a tended PR's card (`row`), unfenced: the second
     /// night's cards are worked before the workers start.
-    pub async fn start_row(&self, row: &rec::ItemStart<'_>) -> Result<i64, Error> {
+    pub async fn start_row(&self, row: &items::ItemStart<'_>) -> Result<i64, Error> {
         let run = self.run_id;
-        write!(self, |c| rec::start_row(c, run, row, None))
+        write!(self, |c| items::start_row(c, run, row, None))
     }
 
     /// Records `body` as the PR body of item `key` on `branch`.
     pub async fn pr_body_set(&self, key: &str, branch: &str, body: &str) -> Result<(), Error> {
         let repo = self.night.repo_id.as_str();
-        write!(self, |c| rec::set_pr_body(c, repo, key, branch, body))
+        write!(self, |c| prs::set_pr_body(c, repo, key, branch, body))
     }
 
     /// Records the item's end and, for an attempt, ends its claim
@@ -230,11 +234,12 @@ impl<'a> Record<'a> {
         };
         let claim = self.fence.map(|f| &f.claim);
         let run = Some(self.run_id);
-        let what = serde_json::json!({"key": key, "outcome": end.outcome, "reason": end.reason});
+        let what =
+            serde_json::json!({"key": key, "outcome": end.outcome, "reason": end.facts.reason});
         write!(self, |c| async {
-            rec::finish_item(&mut *c, item_id, end).await?;
+            items::finish_item(&mut *c, item_id, end).await?;
             let kind = Event::ItemFinished.as_str();
-            rec::event(&mut *c, run, kind, what.clone()).await?;
+            events::event(&mut *c, run, kind, what.clone()).await?;
             match claim {
                 Some(cl) => queue::end_in(c, cl, how).await,
                 None => Ok(()),
@@ -245,7 +250,7 @@ impl<'a> Record<'a> {
     /// Appends an event of `kind` with `data` to the run's log.
     pub async fn event(&self, kind: Event, data: Value) -> Result<(), Error> {
         let run = Some(self.run_id);
-        write!(self, |c| rec::event(c, run, kind.as_str(), data.clone()))
+        write!(self, |c| events::event(c, run, kind.as_str(), data.clone()))
     }
 
     /// Records what the run (and this attempt's worker) is doing: `phase` of
@@ -253,7 +258,7 @@ impl<'a> Record<'a> {
     pub async fn phase(&self, phase: Phase, key: &str, round: Option<u32>) -> Result<(), Error> {
         let (run, worker) = (self.run_id, self.worker());
         write!(self, |c| async {
-            rec::set_phase(&mut *c, run, phase, Some(key), round).await?;
+            runs::set_phase(&mut *c, run, phase, Some(key), round).await?;
             match &worker {
                 Some(w) => queue::doing(c, w, Some(key), round, Some(phase)).await,
                 None => Ok(()),
@@ -265,7 +270,7 @@ impl<'a> Record<'a> {
     pub async fn sleeping(&self, until: DateTime<Utc>, agent: &str) -> Result<(), Error> {
         let (run, worker) = (self.run_id, self.worker());
         write!(self, |c| async {
-            rec::set_sleeping(&mut *c, run, until, agent).await?;
+            runs::set_sleeping(&mut *c, run, until, agent).await?;
             match &worker {
                 Some(w) => queue::doing_phase(c, w, Phase::Sleeping).await,
                 None => Ok(()),
@@ -276,7 +281,7 @@ impl<'a> Record<'a> {
     /// Starts round `n` (from 1) of the item row `item_id`; returns its id.
     pub async fn start_round(&self, item_id: i64, n: u32) -> Result<i64, Error> {
         let attempt = self.attempt_no() as u32;
-        write!(self, |c| rec::start_round(c, item_id, attempt, n))
+        write!(self, |c| rounds::start_round(c, item_id, attempt, n))
     }
 
     /// Ends round `round_id` with `result`, its diff hash, failure
@@ -289,33 +294,33 @@ impl<'a> Record<'a> {
         sig: Option<&str>,
         note: Option<&str>,
     ) -> Result<(), Error> {
-        write!(self, |c| rec::finish_round(
+        write!(self, |c| rounds::finish_round(
             c, round_id, result, diff, sig, note
         ))
     }
 
     /// Ends the item's rounds still open with the item's `outcome`.
     pub async fn close_open_rounds(&self, item_id: i64, outcome: Outcome) -> Result<(), Error> {
-        write!(self, |c| rec::close_open_rounds(c, item_id, outcome))
+        write!(self, |c| rounds::close_open_rounds(c, item_id, outcome))
     }
 
     /// Records one agent call of `role` (agent `kind`) in a round.
     pub async fn agent_call(&self, call: &AgentCall<'_>) -> Result<(), Error> {
         let answer = crate::gate::tail_of(&call.report.text, 8192);
         let row = call.row(&answer);
-        write!(self, |c| rec::record_agent_call(c, &row))
+        write!(self, |c| rounds::record_agent_call(c, &row))
     }
 
     /// Records one gate command's run in round `round_id`.
     pub async fn gate_run(&self, round_id: i64, g: &crate::gate::GateRun) -> Result<(), Error> {
-        let row = rec::GateRunRow {
+        let row = rounds::GateRunRow {
             command: &g.command,
             exit_code: g.exit_code,
             timed_out: g.timed_out,
             duration_ms: g.duration_ms,
             output_tail: &g.output_tail,
         };
-        write!(self, |c| rec::record_gate_run(c, round_id, &row))
+        write!(self, |c| rounds::record_gate_run(c, round_id, &row))
     }
 
     /// Records the reviewer's verdict (`None`: void, for `void_reason`).
@@ -329,7 +334,7 @@ impl<'a> Record<'a> {
             Some(v) => (v.verdict.as_str(), &v.findings),
             None => ("void", &[]),
         };
-        write!(self, |c| rec::record_review(
+        write!(self, |c| rounds::record_review(
             c,
             round_id,
             word,
@@ -340,7 +345,7 @@ impl<'a> Record<'a> {
 
     /// Records the round's proof of work.
     pub async fn proof(&self, round_id: i64, p: &crate::proof::Proof) -> Result<(), Error> {
-        let row = rec::ProofRow {
+        let row = rounds::ProofRow {
             base: &p.base,
             head_before: &p.head_before,
             head_after: &p.head_after,
@@ -351,30 +356,30 @@ impl<'a> Record<'a> {
             branch_switched: p.branch_switched,
             diff_hash: &p.diff_hash,
         };
-        write!(self, |c| rec::record_proof(c, round_id, &row))
+        write!(self, |c| rounds::record_proof(c, round_id, &row))
     }
 
     /// Records a usage-limit sleep or a throttling wait.
-    pub async fn limit_sleep(&self, s: &rec::LimitSleep<'_>) -> Result<(), Error> {
-        write!(self, |c| rec::record_limit_sleep(c, s))
+    pub async fn limit_sleep(&self, s: &limits::LimitSleep<'_>) -> Result<(), Error> {
+        write!(self, |c| limits::record_limit_sleep(c, s))
     }
 
     /// Records a pushed branch and its PR (or its absence).
-    pub async fn upsert_pr(&self, p: &rec::PrUpsert<'_>) -> Result<(), Error> {
-        write!(self, |c| rec::upsert_pr(c, p))
+    pub async fn upsert_pr(&self, p: &prs::PrUpsert<'_>) -> Result<(), Error> {
+        write!(self, |c| prs::upsert_pr(c, p))
     }
 
     /// Sets where the PR of `key` on `branch` stands.
     pub async fn pr_state(&self, key: &str, branch: &str, state: PrRecord) -> Result<(), Error> {
         let repo = self.night.repo_id.as_str();
-        write!(self, |c| rec::set_pr_state(c, repo, key, branch, state))
+        write!(self, |c| prs::set_pr_state(c, repo, key, branch, state))
     }
 
     /// Records `head`, the commit nightshift pushed to `branch` of item
     /// `key` (the next night tells a person's push from its own by it).
     pub async fn pr_head(&self, key: &str, branch: &str, head: &str) -> Result<(), Error> {
         let repo = self.night.repo_id.as_str();
-        write!(self, |c| rec::set_pr_head(c, repo, key, branch, head))
+        write!(self, |c| prs::set_pr_head(c, repo, key, branch, head))
     }
 
     /// Records one of the writer's findings, with its issue (number, URL)
@@ -386,29 +391,29 @@ impl<'a> Record<'a> {
         issue: Option<(i64, &str)>,
     ) -> Result<(), Error> {
         let (number, url) = (issue.map(|i| i.0), issue.map(|i| i.1));
-        write!(self, |c| rec::record_finding(
+        write!(self, |c| items::record_finding(
             c, item_id, title, number, url
         ))
     }
 
     /// The item rows of run `run`.
-    pub async fn run_items(&self, run: Uuid) -> Result<Vec<rec::ItemRow>, Error> {
+    pub async fn run_items(&self, run: Uuid) -> Result<Vec<items::ItemRow>, Error> {
         let pool = &self.night.pool;
-        self.night.db(|| rec::run_items(pool, run)).await
+        self.night.db(|| items::run_items(pool, run)).await
     }
 
     /// The run's base commit if an item pinned it yet
-    /// ([`rec::pinned_base`]): later items check out that commit without
+    /// ([`runs::pinned_base`]): later items check out that commit without
     /// fetching.
     pub async fn pinned_base(&self) -> Result<Option<String>, Error> {
         let (pool, run) = (&self.night.pool, self.run_id);
-        self.night.db(|| rec::pinned_base(pool, run)).await
+        self.night.db(|| runs::pinned_base(pool, run)).await
     }
 
     /// How many rounds run `run` began of item `key` (any attempt).
     pub async fn rounds_begun(&self, run: Uuid, key: &str) -> Result<i64, Error> {
         let pool = &self.night.pool;
-        self.night.db(|| rec::rounds_begun(pool, run, key)).await
+        self.night.db(|| rounds::rounds_begun(pool, run, key)).await
     }
 
     /// The items (key, title) the contracts `shas` were sealed for.
@@ -417,7 +422,7 @@ impl<'a> Record<'a> {
         shas: &[String],
     ) -> Result<Vec<crate::approval::Held>, Error> {
         let pool = &self.night.pool;
-        let items = self.night.db(|| rec::contract_items(pool, shas)).await?;
+        let items = self.night.db(|| plans::contract_items(pool, shas)).await?;
         Ok((items.into_iter())
             .map(|(key, title)| crate::approval::Held { key, title })
             .collect())
@@ -432,7 +437,7 @@ impl<'a> Record<'a> {
     ) -> Result<Option<(String, Uuid, Option<DateTime<Utc>>)>, Error> {
         let (pool, repo) = (&self.night.pool, self.night.repo_id.as_str());
         self.night
-            .db(|| rec::open_question(pool, repo, key, contract_sha))
+            .db(|| items::open_question(pool, repo, key, contract_sha))
             .await
     }
 
@@ -440,21 +445,21 @@ impl<'a> Record<'a> {
     pub async fn failed_attempts(&self, key: &str, contract_sha: &str) -> Result<i64, Error> {
         let (pool, repo) = (&self.night.pool, self.night.repo_id.as_str());
         self.night
-            .db(|| rec::failed_attempts(pool, repo, key, contract_sha))
+            .db(|| items::failed_attempts(pool, repo, key, contract_sha))
             .await
     }
 
     /// The PR rows of item `key`, newest first.
-    pub async fn prs_of_item(&self, key: &str) -> Result<Vec<rec::PrRow>, Error> {
+    pub async fn prs_of_item(&self, key: &str) -> Result<Vec<prs::PrRow>, Error> {
         let (pool, repo) = (&self.night.pool, self.night.repo_id.as_str());
-        self.night.db(|| rec::prs_of_item(pool, repo, key)).await
+        self.night.db(|| prs::prs_of_item(pool, repo, key)).await
     }
 
     /// The stored PR body of item `key` on `branch`.
     pub async fn pr_body(&self, key: &str, branch: &str) -> Result<String, Error> {
         let (pool, repo) = (&self.night.pool, self.night.repo_id.as_str());
         self.night
-            .db(|| rec::pr_body(pool, repo, key, branch))
+            .db(|| prs::pr_body(pool, repo, key, branch))
             .await
     }
 
@@ -463,7 +468,7 @@ impl<'a> Record<'a> {
     /// holds): the run's cost cap counts them all (docs/workers.md).
     pub async fn run_spent(&self, except: Option<i64>) -> Result<f64, Error> {
         let (pool, run) = (&self.night.pool, self.run_id);
-        self.night.db(|| rec::run_spent(pool, run, except)).await
+        self.night.db(|| rounds::run_spent(pool, run, except)).await
     }
 
     /// The run's base commit: the one already recorded, else `proposed`
@@ -473,7 +478,7 @@ impl<'a> Record<'a> {
         let run = self.run_id;
         // The run's row, not the attempt's: not fenced.
         let unfenced = Record::run(self.night, run);
-        write!(&unfenced, |c| rec::pin_base(c, run, proposed))
+        write!(&unfenced, |c| runs::pin_base(c, run, proposed))
     }
 }
 
@@ -494,7 +499,7 @@ pub(super) struct AgentCall<'a> {
 impl AgentCall<'_> {
     /// The ledger row of this call, with `answer` (the end of the agent's
     /// answer) as its stdout tail and the rest of its report in `meta`.
-    fn row<'s>(&'s self, answer: &'s str) -> rec::AgentCallRow<'s> {
+    fn row<'s>(&'s self, answer: &'s str) -> rounds::AgentCallRow<'s> {
         let (r, o) = (self.report, &self.report.outcome);
         let meta = serde_json::json!({
             "failure": r.failure,
@@ -509,7 +514,7 @@ impl AgentCall<'_> {
             "stderr_bytes": o.stderr_bytes,
             "signal": o.signal,
         });
-        rec::AgentCallRow {
+        rounds::AgentCallRow {
             item_id: self.item_id,
             round_id: self.round_id,
             role: self.role.as_str(),
@@ -529,8 +534,22 @@ impl AgentCall<'_> {
     }
 }
 
+/// Marks `repo`'s runs still `running` as crashed and returns them, newest
+/// first ([`crate::ledger::runs::mark_dead_runs_crashed`]); their items without an end get
+/// [`decide::LEFT_BY_CRASH`]. The caller holds the repo lock, so every such
+/// run is dead.
+///
+/// # Errors
+/// Database errors.
+pub async fn mark_dead_runs_crashed(
+    pool: &sqlx::PgPool,
+    repo: &str,
+) -> sqlx::Result<Vec<runs::RunRow>> {
+    crate::ledger::runs::mark_dead_runs_crashed(pool, repo, decide::LEFT_BY_CRASH).await
+}
+
 /// Stores `plan` for `repo` in the ledger, its contracts and their order
-/// ([`rec::save_plan`]), unless a plan of that SHA is stored already.
+/// ([`plans::save_plan`]), unless a plan of that SHA is stored already.
 ///
 /// # Errors
 /// Database errors.
@@ -539,22 +558,22 @@ pub async fn save_plan(
     repo: &str,
     plan: &crate::plan::Plan,
 ) -> sqlx::Result<()> {
-    if rec::plan_exists(pool, &plan.sha).await? {
+    if plans::plan_exists(pool, &plan.sha).await? {
         return Ok(());
     }
     let (path, json) = (
         plan.backlog_path.display().to_string(),
         plan.to_json_string(),
     );
-    let row = rec::PlanRow {
+    let row = plans::PlanRow {
         sha: &plan.sha,
         repo,
         backlog_path: &path,
         backlog_sha: &plan.backlog_sha,
         json: &json,
     };
-    let entries: Vec<rec::PlanEntryRow<'_>> = (plan.entries.iter())
-        .map(|e| rec::PlanEntryRow {
+    let entries: Vec<plans::PlanEntryRow<'_>> = (plan.entries.iter())
+        .map(|e| plans::PlanEntryRow {
             contract_sha: &e.contract_sha,
             item_key: &e.item.key,
             title: &e.item.title,
@@ -563,18 +582,18 @@ pub async fn save_plan(
         })
         .collect();
     let contract_json = |i: usize| plan.entries[i].contract.canonical_json();
-    rec::save_plan(pool, &row, &entries, contract_json).await
+    plans::save_plan(pool, &row, &entries, contract_json).await
 }
 
 /// Stores the tend cards of `plan` that call for work (the sealed ones) as
-/// its contracts after its items ([`rec::save_tend_cards`]).
+/// its contracts after its items ([`tend::save_tend_cards`]).
 ///
 /// # Errors
 /// Database errors.
 pub async fn save_tend_cards(pool: &sqlx::PgPool, plan: &crate::plan::Plan) -> sqlx::Result<()> {
-    let cards: Vec<rec::TendCardRow<'_>> = (plan.tend.iter())
+    let cards: Vec<tend::TendCardRow<'_>> = (plan.tend.iter())
         .filter_map(|c| c.sealed.as_ref().map(|s| (c, s)))
-        .map(|(card, sealed)| rec::TendCardRow {
+        .map(|(card, sealed)| tend::TendCardRow {
             sha: &sealed.sha,
             item_key: &card.item_key,
             title: format!("tend PR #{}: {}", card.number, card.title),
@@ -582,5 +601,5 @@ pub async fn save_tend_cards(pool: &sqlx::PgPool, plan: &crate::plan::Plan) -> s
             pr_number: card.number,
         })
         .collect();
-    rec::save_tend_cards(pool, &plan.sha, plan.entries.len(), &cards).await
+    tend::save_tend_cards(pool, &plan.sha, plan.entries.len(), &cards).await
 }

@@ -10,7 +10,8 @@
 
 use crate::contract::PlanEntry;
 use crate::error::Error;
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::prs;
 
 use super::Night;
 use super::decide::{self, Fact};
@@ -42,10 +43,8 @@ pub(super) async fn full(
     let why = format!(
         "{what}: {open} nightshift PR(s) {counted} (max_open_prs = {max}); merge or close some and a later run takes the item up"
     );
-    Ok(Some(ItemEnd {
-        branch: pending.map(str::to_string),
-        ..decide::end(Fact::ReviewQueueFull(night.redact(&why)))
-    }))
+    let end = decide::end(Fact::ReviewQueueFull(night.redact(&why)));
+    Ok(Some(end.with(|f| f.branch = pending.map(str::to_string))))
 }
 
 /// How many nightshift PRs count against `max_open_prs`, and where they
@@ -70,7 +69,7 @@ async fn open_prs(night: &Night, key: &str) -> Result<(u64, String), Error> {
             .unwrap_or_else(|| "no GitHub access".into()),
     };
     let n = night
-        .db(|| rec::review_queue(&night.pool, &night.repo_id, key))
+        .db(|| prs::review_queue(&night.pool, &night.repo_id, key))
         .await?;
     Ok((
         n.max(0) as u64,

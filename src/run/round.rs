@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::agent::{self, Role};
 use crate::error::Error;
 use crate::gate::{self, GateRun};
-use crate::ledger::records::ItemEnd;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::{Outcome, Phase, RoundResult};
 use crate::proof::{Proof, RoundStart};
 use crate::report::RoundSummary;
@@ -176,7 +176,7 @@ impl Round<'_> {
     /// note, and ends the item.
     async fn close_and_end(&self, fact: Fact, diff: Option<&str>) -> Result<Step, Error> {
         let end = self.end(fact);
-        self.close(end.outcome, diff, None, end.reason.as_deref())
+        self.close(end.outcome, diff, None, end.facts.reason.as_deref())
             .await?;
         Ok(Step::end(end))
     }
@@ -249,10 +249,7 @@ async fn writer(r: &mut Round<'_>) -> Result<Step, Error> {
         }
     }
     if let Some(q) = &blocks.question {
-        let end = ItemEnd {
-            question: Some(q.clone()),
-            ..r.end(Fact::Question)
-        };
+        let end = r.end(Fact::Question).with(|f| f.question = Some(q.clone()));
         r.close(end.outcome, None, None, None).await?;
         return Ok(Step::end(end));
     }

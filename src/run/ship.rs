@@ -13,7 +13,9 @@ use crate::agent;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::forge::PrState;
-use crate::ledger::records::{self as rec, ItemEnd, PrRow};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::prs;
+use crate::ledger::prs::PrRow;
 use crate::outcome::{Event, Phase, PrRecord};
 use crate::report::{self, Evidence};
 use crate::slot::{self, Slot};
@@ -51,7 +53,7 @@ impl PrAt<'_> {
         state: PrRecord,
         body: &str,
     ) -> Result<(), Error> {
-        let row = rec::PrUpsert {
+        let row = prs::PrUpsert {
             repo: &self.night.repo_id,
             key: &self.entry.item.key,
             contract_sha: &self.entry.contract_sha,
@@ -126,9 +128,9 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     item.record.event(Event::Pushed, what).await?;
     let mut end = open_pr(at, &body, item.cancel).await?;
     let totals = &r.st.totals;
-    end.rounds = n;
-    end.tokens = totals.tokens;
-    end.cost_usd = totals.cost_known.then_some(totals.cost);
+    end.facts.rounds = n;
+    end.facts.tokens = totals.tokens;
+    end.facts.cost_usd = totals.cost_known.then_some(totals.cost);
     Ok(end)
 }
 
@@ -261,10 +263,11 @@ async fn open_pr(
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<ItemEnd, Error> {
     let (night, entry, branch) = (at.night, at.entry, at.branch);
-    let unopened = |fact: Fact| ItemEnd {
-        branch: Some(branch.into()),
-        pr_body: Some(body.into()),
-        ..decide::end(fact)
+    let unopened = |fact: Fact| {
+        decide::end(fact).with(|f| {
+            f.branch = Some(branch.into());
+            f.pr_body = Some(body.into());
+        })
     };
     let Some(forge) = &night.forge else {
         let why = night
@@ -328,13 +331,12 @@ async fn opened(at: &PrAt<'_>, pr: crate::forge::PrInfo, body: &str) -> Result<I
             night.config.label
         ))
     });
-    Ok(ItemEnd {
-        branch: Some(at.branch.into()),
-        pr_number: Some(pr.number),
-        pr_url: Some(pr.url),
-        pr_body: Some(body.into()),
-        ..decide::end(Fact::PrOpened(reason))
-    })
+    Ok(decide::end(Fact::PrOpened(reason)).with(|f| {
+        f.branch = Some(at.branch.into());
+        f.pr_number = Some(pr.number);
+        f.pr_url = Some(pr.url);
+        f.pr_body = Some(body.into());
+    }))
 }
 
 /// An earlier PR of this item (docs/loop.md#before-the-checkout):
@@ -409,12 +411,11 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
                     ..*at
                 };
                 found.record(Some((pr.number, &pr.url)), state, "").await?;
-                return Ok(Some(ItemEnd {
-                    branch: Some(pr.head.clone()),
-                    pr_number: Some(pr.number),
-                    pr_url: Some(pr.url.clone()),
-                    ..decide::end(fact)
-                }));
+                return Ok(Some(decide::end(fact).with(|f| {
+                    f.branch = Some(pr.head.clone());
+                    f.pr_number = Some(pr.number);
+                    f.pr_url = Some(pr.url.clone());
+                })));
             }
             Ok(None) => {}
             // Do the work anyway: the create looks up again before it
@@ -459,12 +460,11 @@ async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Er
         )),
         _ => Fact::EarlierPrOpen(earlier),
     };
-    Ok(Some(ItemEnd {
-        branch: Some(r.branch.clone()),
-        pr_number: r.number.map(|n| n as u64),
-        pr_url: r.url.clone(),
-        ..decide::end(fact)
-    }))
+    Ok(Some(decide::end(fact).with(|f| {
+        f.branch = Some(r.branch.clone());
+        f.pr_number = r.number.map(|n| n as u64);
+        f.pr_url = r.url.clone();
+    })))
 }
 
 /// Whether `branch` exists on the configured remote (`git ls-remote`, read

@@ -21,7 +21,8 @@ use crate::agent;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::git::Rebase;
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::{self, items};
 use crate::outcome::{Event, Outcome, RunStatus};
 use crate::plan::Plan;
 use crate::slot::{Slot, SlotError};
@@ -116,7 +117,7 @@ impl Walk<'_> {
             }
         }
         let record = super::record::Record::run(night, run_id);
-        let row = rec::ItemStart {
+        let row = items::ItemStart {
             key,
             contract_sha: sha,
             index: 0,
@@ -127,8 +128,8 @@ impl Walk<'_> {
             Some(prev) => super::carried(&prev, self.resumed_from),
             None => self.run_card(card, item_id).await?,
         };
-        end.pr_number.get_or_insert(card.number);
-        end.branch.get_or_insert_with(|| card.branch.clone());
+        end.facts.pr_number.get_or_insert(card.number);
+        end.facts.branch.get_or_insert_with(|| card.branch.clone());
         record.finish_item(item_id, key, &end, false).await?;
         Ok(!self.status.fails_run())
     }
@@ -232,9 +233,9 @@ async fn one_card(
     if !decide::shipped(end.outcome)
         && let Err(e) = discarded
     {
-        end.reason = Some(format!(
+        end.facts.reason = Some(format!(
             "{}; cleaning the checkout failed: {e}",
-            end.reason.unwrap_or_default()
+            end.facts.reason.unwrap_or_default()
         ));
     }
     Ok(end)
@@ -258,7 +259,7 @@ async fn not_to_tend(
     let head = &sealed.contract.head;
     let (pool, repo) = (&night.pool, &night.repo_id);
     let attempts = night
-        .db(|| rec::tend_attempts(pool, repo, &card.item_key, card.number, head))
+        .db(|| ledger::tend::tend_attempts(pool, repo, &card.item_key, card.number, head))
         .await?;
     let max = night.config.limits.max_attempts as i64;
     if attempts >= max {

@@ -10,7 +10,7 @@
 use serde_json::json;
 
 use crate::error::Error;
-use crate::ledger::records::ItemEnd;
+use crate::ledger::items::ItemEnd;
 use crate::outcome::{Event, Phase};
 use crate::report;
 use crate::slot::SlotError;
@@ -298,11 +298,10 @@ fn updated(
         why.push_str("; ");
         why.push_str(&n);
     }
-    ItemEnd {
-        branch: Some(item.branch.to_string()),
-        pr_number: Some(t.card.number),
-        pr_url: t.url.clone(),
-        pr_body: Some(body),
-        ..r.end(Fact::PrUpdated(why))
-    }
+    r.end(Fact::PrUpdated(why)).with(|f| {
+        f.branch = Some(item.branch.to_string());
+        f.pr_number = Some(t.card.number);
+        f.pr_url = t.url.clone();
+        f.pr_body = Some(body);
+    })
 }

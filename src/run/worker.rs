@@ -17,7 +17,8 @@ use uuid::Uuid;
 
 use crate::contract::PlanEntry;
 use crate::error::Error;
-use crate::ledger::records::{self as rec, ItemEnd};
+use crate::ledger::items::ItemEnd;
+use crate::ledger::runs;
 use crate::outcome::{Event, Outcome, RunStatus};
 use crate::queue::{self, Claim, WorkerId};
 
@@ -138,7 +139,7 @@ async fn should_stop(crew: &Crew) -> Result<Option<(RunStatus, Option<String>)>,
         night.hold_lock().await?;
     } else {
         let (pool, run) = (&night.pool, crew.run_id);
-        let row = night.db(|| rec::run_status(pool, run)).await?;
+        let row = night.db(|| runs::run_status(pool, run)).await?;
         if row != Some(RunStatus::Running) {
             return Ok(Some((row.unwrap_or(RunStatus::Crashed), None)));
         }

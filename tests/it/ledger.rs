@@ -975,7 +975,7 @@ async fn status_lists_live_workers_only() {
 /// plan's tend card must name its PR.
 #[tokio::test]
 async fn tend_outcomes_heads_and_cards_are_kept() {
-    use nightshift::ledger::records as rec;
+    use nightshift::ledger::prs;
     let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     insert_plan(&ledger, "p").await;
@@ -992,9 +992,9 @@ async fn tend_outcomes_heads_and_cards_are_kept() {
     let (code, _) = db_error_message(item("d", "tended").await.unwrap_err());
     assert_eq!(code, "23514", "check_violation");
 
-    rec::upsert_pr(
+    prs::upsert_pr(
         &ledger.pool,
-        &rec::PrUpsert {
+        &prs::PrUpsert {
             repo: "o/r",
             key: "k",
             contract_sha: "c",
@@ -1008,13 +1008,13 @@ async fn tend_outcomes_heads_and_cards_are_kept() {
     )
     .await
     .unwrap();
-    let rows = rec::open_prs(&ledger.pool, "o/r").await.unwrap();
+    let rows = prs::open_prs(&ledger.pool, "o/r").await.unwrap();
     assert_eq!((rows.len(), rows[0].head_sha.clone()), (1, None));
     let sha = "0123456789abcdef0123456789abcdef01234567";
-    rec::set_pr_head(&ledger.pool, "o/r", "k", "nightshift/x-1", sha)
+    prs::set_pr_head(&ledger.pool, "o/r", "k", "nightshift/x-1", sha)
         .await
         .unwrap();
-    let rows = rec::open_prs(&ledger.pool, "o/r").await.unwrap();
+    let rows = prs::open_prs(&ledger.pool, "o/r").await.unwrap();
     assert_eq!(rows[0].head_sha.as_deref(), Some(sha));
     assert!(rows[0].head_pushed_at.is_some());
     assert_eq!(rows[0].number, 7);
@@ -1097,7 +1097,7 @@ async fn plan_contracts_name_only_stored_plans_and_contracts() {
 /// left alone (no card) is listed with its reason.
 #[tokio::test]
 async fn tended_items_read_the_card_and_the_new_head() {
-    use nightshift::ledger::records as rec;
+    use nightshift::ledger::prs;
     let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     insert_plan(&ledger, "p").await;
@@ -1129,9 +1129,9 @@ async fn tended_items_read_the_card_and_the_new_head() {
             .await
             .unwrap();
     }
-    rec::upsert_pr(
+    prs::upsert_pr(
         &ledger.pool,
-        &rec::PrUpsert {
+        &prs::PrUpsert {
             repo: "o/r",
             key: "a",
             contract_sha: "c",
@@ -1145,7 +1145,7 @@ async fn tended_items_read_the_card_and_the_new_head() {
     )
     .await
     .unwrap();
-    rec::set_pr_head(&ledger.pool, "o/r", "a", "nightshift/a-1", new)
+    prs::set_pr_head(&ledger.pool, "o/r", "a", "nightshift/a-1", new)
         .await
         .unwrap();
     let t = nightshift::tend::tended_items(&ledger.pool, run)

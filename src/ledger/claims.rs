@@ -1,0 +1,274 @@
+//! The `run_queue` and `claims` tables (docs/ledger.md#tables,
+//! docs/workers.md): a run's items in backlog order, and the claims workers
+//! hold on them. Leases are the server's clock (`now()`). Not when to
+//! claim, renew or give up (that is [`crate::queue`]'s): these functions
+//! only read and write the rows.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::outcome::RunStatus;
+
+use super::text::Result;
+use super::workers::WorkerName;
+
+/// One item of a run as it is enqueued.
+#[derive(Debug, Clone)]
+pub struct QueuedItem {
+    /// Position in backlog order (0-based).
+    pub position: i32,
+    /// The item's key (hex SHA-256).
+    pub item_key: String,
+    /// The sealed contract it runs under (hex SHA-256).
+    pub contract_sha: String,
+}
+
+/// Puts a run's items on its queue, in backlog order, in one statement.
+/// Enqueuing again is a no-op for items already there (a resumed drain).
+///
+/// # Errors
+/// Database errors.
+pub async fn enqueue(pool: &PgPool, run: Uuid, items: &[QueuedItem]) -> Result<()> {
+    let positions: Vec<i32> = items.iter().map(|i| i.position).collect();
+    let keys: Vec<&str> = items.iter().map(|i| i.item_key.as_str()).collect();
+    let shas: Vec<&str> = items.iter().map(|i| i.contract_sha.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO run_queue (run_id, position, item_key, contract_sha) \
+         SELECT $1, p, k, c FROM UNNEST($2::int[], $3::text[], $4::text[]) AS t(p, k, c) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(run)
+    .bind(&positions)
+    .bind(&keys)
+    .bind(&shas)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// A live claim on one item: the attempt's fencing token. What a worker
+/// does with it (renew, fence, end) is [`crate::queue`]'s.
+#[derive(Debug, Clone, FromRow)]
+pub struct Claim {
+    /// The claim's id (the fencing token; a later attempt has a larger id).
+    pub id: i64,
+    /// The run.
+    pub run_id: Uuid,
+    /// Position of the item in backlog order (0-based).
+    pub position: i32,
+    /// The item's key.
+    pub item_key: String,
+    /// The contract it runs under.
+    pub contract_sha: String,
+    /// 1 for the first attempt in this run, 2 after one takeover, …
+    pub attempt: i32,
+    /// The worker holding it (`host:pid:n`).
+    pub worker: String,
+    /// When the lease runs out unless renewed (server clock, UTC).
+    pub lease_until: DateTime<Utc>,
+}
+
+/// Why a claim ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimEnd {
+    /// The item ended (any outcome): it is done for this run.
+    Finished,
+    /// The lease passed before the holder renewed it; another worker may take
+    /// the item over.
+    Lost,
+    /// The holder gave the item back unfinished (a signal, the deadline): it
+    /// stays on the queue.
+    Released,
+}
+
+impl ClaimEnd {
+    /// The ledger's word for it (`claims.end_reason`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimEnd::Finished => "finished",
+            ClaimEnd::Lost => "lost",
+            ClaimEnd::Released => "released",
+        }
+    }
+}
+
+/// The first item of `run` in backlog order that is not done and has no live
+/// claim as this statement sees it, locked (`FOR UPDATE SKIP LOCKED`) for
+/// the rest of the transaction `tx`: (position, key, contract SHA).
+///
+/// # Errors
+/// Database errors.
+pub async fn next_unclaimed(
+    tx: &mut PgConnection,
+    run: Uuid,
+) -> Result<Option<(i32, String, String)>> {
+    sqlx::query_as(
+        "SELECT q.position, q.item_key, q.contract_sha FROM run_queue q \
+         WHERE q.run_id = $1 AND q.done_at IS NULL \
+           AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.run_id = q.run_id \
+                           AND c.item_key = q.item_key AND c.ended_at IS NULL) \
+         ORDER BY q.position FOR UPDATE SKIP LOCKED LIMIT 1",
+    )
+    .bind(run)
+    .fetch_optional(tx)
+    .await
+}
+
+/// Inserts the next attempt's claim on the locked item `next` (position,
+/// key, contract SHA) for `who`, living `lease` from now, unless a live
+/// claim on it committed meanwhile (`None`).
+///
+/// # Errors
+/// Database errors.
+pub async fn insert_claim(
+    tx: &mut PgConnection,
+    run: Uuid,
+    who: WorkerName<'_>,
+    lease: Duration,
+    next: (i32, String, String),
+) -> Result<Option<Claim>> {
+    let (position, item_key, contract_sha) = next;
+    sqlx::query_as(
+        "INSERT INTO claims (run_id, item_key, attempt, worker, host, pid, lease_until) \
+         SELECT $1, $2, COALESCE(MAX(attempt), 0) + 1, $3, $4, $5, \
+                now() + make_interval(secs => $6) \
+         FROM claims WHERE run_id = $1 AND item_key = $2 \
+         HAVING count(*) FILTER (WHERE ended_at IS NULL) = 0 \
+         RETURNING id, run_id, $7::int AS position, item_key, $8::text AS contract_sha, attempt, worker, lease_until",
+    )
+    .bind(run)
+    .bind(&item_key)
+    .bind(who.name)
+    .bind(who.host)
+    .bind(who.pid as i32)
+    .bind(lease.as_secs_f64())
+    .bind(position)
+    .bind(&contract_sha)
+    .fetch_optional(tx)
+    .await
+}
+
+/// Ends every claim of `run` whose lease has passed (`lost`).
+///
+/// # Errors
+/// Database errors.
+pub async fn expire(tx: &mut PgConnection, run: Uuid) -> Result<()> {
+    sqlx::query(
+        "UPDATE claims SET ended_at = now(), end_reason = 'lost' \
+         WHERE run_id = $1 AND ended_at IS NULL AND lease_until <= now()",
+    )
+    .bind(run)
+    .execute(tx)
+    .await?;
+    Ok(())
+}
+
+/// Locks claim `claim_id`'s row for the rest of the transaction `tx` if the
+/// claim is still live and its run still running (a run the drain ended,
+/// by a signal or its end, takes no more writes from any worker). True when
+/// it holds.
+///
+/// # Errors
+/// Database errors.
+pub async fn hold(tx: &mut PgConnection, claim_id: i64) -> Result<bool> {
+    let live: Option<(i64,)> = sqlx::query_as(
+        "SELECT c.id FROM claims c JOIN runs r ON r.id = c.run_id \
+         WHERE c.id = $1 AND c.ended_at IS NULL AND c.lease_until > now() AND r.status = $2 \
+         FOR UPDATE OF c",
+    )
+    .bind(claim_id)
+    .bind(RunStatus::Running)
+    .fetch_optional(tx)
+    .await?;
+    Ok(live.is_some())
+}
+
+/// Extends live claim `claim_id`'s lease to `lease` from now; the new end
+/// of the lease (server clock, UTC), or `None` when the claim ended or its
+/// lease already passed (it is not revived).
+///
+/// # Errors
+/// Database errors.
+pub async fn renew(pool: &PgPool, claim_id: i64, lease: Duration) -> Result<Option<DateTime<Utc>>> {
+    let until: Option<(DateTime<Utc>,)> = sqlx::query_as(
+        "UPDATE claims SET lease_until = now() + make_interval(secs => $2) \
+         WHERE id = $1 AND ended_at IS NULL AND lease_until > now() RETURNING lease_until",
+    )
+    .bind(claim_id)
+    .bind(lease.as_secs_f64())
+    .fetch_optional(pool)
+    .await?;
+    Ok(until.map(|(t,)| t))
+}
+
+/// Ends `claim` inside `c`, a transaction that already holds it
+/// (`crate::queue::Claim::begin`): `Finished` also marks the item done on
+/// the queue.
+///
+/// # Errors
+/// Database errors.
+pub async fn end_in(c: &mut PgConnection, claim: &Claim, how: ClaimEnd) -> Result<()> {
+    sqlx::query("UPDATE claims SET ended_at = now(), end_reason = $2 WHERE id = $1")
+        .bind(claim.id)
+        .bind(how.as_str())
+        .execute(&mut *c)
+        .await?;
+    if how == ClaimEnd::Finished {
+        sqlx::query("UPDATE run_queue SET done_at = now() WHERE run_id = $1 AND item_key = $2")
+            .bind(claim.run_id)
+            .bind(&claim.item_key)
+            .execute(&mut *c)
+            .await?;
+    }
+    Ok(())
+}
+
+/// How many of the run's items are not done yet (held or waiting).
+///
+/// # Errors
+/// Database errors.
+pub async fn pending(pool: &PgPool, run: Uuid) -> Result<i64> {
+    let (n,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM run_queue WHERE run_id = $1 AND done_at IS NULL")
+            .bind(run)
+            .fetch_one(pool)
+            .await?;
+    Ok(n)
+}
+
+/// The earliest instant a live claim of `run` expires (to know how long to
+/// wait before a held item can be taken over), or `None` if nothing is held.
+///
+/// # Errors
+/// Database errors.
+pub async fn next_expiry(pool: &PgPool, run: Uuid) -> Result<Option<DateTime<Utc>>> {
+    let (t,): (Option<DateTime<Utc>>,) = sqlx::query_as(
+        "SELECT min(lease_until) FROM claims WHERE run_id = $1 AND ended_at IS NULL",
+    )
+    .bind(run)
+    .fetch_one(pool)
+    .await?;
+    Ok(t)
+}
+
+/// The attempts at one item in one run, oldest first: (attempt, worker,
+/// end reason or `None` while live).
+///
+/// # Errors
+/// Database errors.
+pub async fn attempts(
+    pool: &PgPool,
+    run: Uuid,
+    item_key: &str,
+) -> Result<Vec<(i32, String, Option<String>)>> {
+    sqlx::query_as(
+        "SELECT attempt, worker, end_reason FROM claims WHERE run_id = $1 AND item_key = $2 ORDER BY attempt",
+    )
+    .bind(run)
+    .bind(item_key)
+    .fetch_all(pool)
+    .await
+}

@@ -1,0 +1,271 @@
+//! The `workers` and `account_pauses` tables (docs/ledger.md#tables,
+//! docs/workers.md): who works on a run, what each does now (for
+//! `status`), their own leases, and the usage-limit pauses of an agent
+//! account that every worker honours. Not the heartbeat's timing (that is
+//! [`crate::run`]'s) nor the claims on items ([`super::claims`]).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::outcome::Phase;
+
+use super::text::{Result, pg};
+
+/// A worker as its rows name it: `host:pid:n`, its host and process id.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerName<'a> {
+    /// `host:pid:n`.
+    pub name: &'a str,
+    /// Host name.
+    pub host: &'a str,
+    /// Process id on that host.
+    pub pid: u32,
+}
+
+/// A live worker as `status` lists it.
+#[derive(Debug, Clone, FromRow, serde::Serialize)]
+pub struct WorkerRow {
+    /// `host:pid:n`.
+    pub id: String,
+    /// Host name.
+    pub host: String,
+    /// Process id on that host.
+    pub pid: i32,
+    /// The item it holds, if any (key).
+    pub item_key: Option<String>,
+    /// The round it is in (1-based).
+    pub round: Option<i32>,
+    /// The phase it is in (the ledger's phase word).
+    pub phase: Option<String>,
+    /// Until when its last heartbeat vouches for it (server clock, UTC).
+    pub lease_until: DateTime<Utc>,
+}
+
+/// Registers worker `who` on `run` (again, after a restart of the same
+/// name), its own lease `lease` from now.
+///
+/// # Errors
+/// Database errors.
+pub async fn join(pool: &PgPool, run: Uuid, who: WorkerName<'_>, lease: Duration) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO workers (id, run_id, host, pid, lease_until) \
+         VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) \
+         ON CONFLICT (id) DO UPDATE SET run_id = $2, started_at = now(), heartbeat_at = now(), \
+           lease_until = EXCLUDED.lease_until, item_key = NULL, round = NULL, phase = NULL, stopped_at = NULL",
+    )
+    .bind(who.name)
+    .bind(run)
+    .bind(who.host)
+    .bind(who.pid as i32)
+    .bind(lease.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// What a worker is doing, for `status`.
+#[derive(Debug, Clone, Default)]
+pub struct Doing<'a> {
+    /// The item's key, if it holds one.
+    pub item_key: Option<&'a str>,
+    /// The round (1-based).
+    pub round: Option<u32>,
+    /// The phase word.
+    pub phase: Option<&'a str>,
+}
+
+/// The heartbeat of worker `name` (`host:pid:n`): says what it is doing
+/// and extends its own lease to `lease` from now.
+///
+/// # Errors
+/// Database errors.
+pub async fn beat(pool: &PgPool, name: &str, doing: &Doing<'_>, lease: Duration) -> Result<()> {
+    sqlx::query(
+        "UPDATE workers SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $2), \
+         item_key = $3, round = $4, phase = $5 WHERE id = $1",
+    )
+    .bind(name)
+    .bind(lease.as_secs_f64())
+    .bind(doing.item_key)
+    .bind(doing.round.map(|r| r as i32))
+    .bind(doing.phase)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Extends worker `name`'s own lease to `lease` from now (the heartbeat's
+/// second half: `status` lists a worker while its lease runs).
+///
+/// # Errors
+/// Database errors.
+pub async fn beat_lease(pool: &PgPool, name: &str, lease: Duration) -> Result<()> {
+    sqlx::query(
+        "UPDATE workers SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $2) WHERE id = $1",
+    )
+    .bind(name)
+    .bind(lease.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Worker `name` stopped (drained, deadline, signal).
+///
+/// # Errors
+/// Database errors.
+pub async fn leave(pool: &PgPool, name: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE workers SET stopped_at = now(), item_key = NULL, phase = NULL WHERE id = $1",
+    )
+    .bind(name)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Says in worker `worker`'s row what it does now, for `status`: item
+/// `key`, `round` (from 1), `phase`.
+///
+/// # Errors
+/// Database errors.
+pub async fn doing(
+    c: &mut PgConnection,
+    worker: &str,
+    key: Option<&str>,
+    round: Option<u32>,
+    phase: Option<Phase>,
+) -> Result<()> {
+    sqlx::query("UPDATE workers SET item_key = $2, round = $3, phase = $4 WHERE id = $1")
+        .bind(worker)
+        .bind(key)
+        .bind(round.map(|r| r as i32))
+        .bind(phase.map(|p| p.as_str()))
+        .execute(c)
+        .await?;
+    Ok(())
+}
+
+/// Sets only the worker's phase (a sleep keeps its item and round).
+///
+/// # Errors
+/// Database errors.
+pub async fn doing_phase(c: &mut PgConnection, worker: &str, phase: Phase) -> Result<()> {
+    sqlx::query("UPDATE workers SET phase = $2 WHERE id = $1")
+        .bind(worker)
+        .bind(phase.as_str())
+        .execute(c)
+        .await?;
+    Ok(())
+}
+
+/// The workers of `run` that have not stopped and whose heartbeat still
+/// vouches for them (their own lease or a claim's), by host and pid.
+///
+/// # Errors
+/// Database errors.
+pub async fn live_workers(pool: &PgPool, run: Uuid) -> Result<Vec<WorkerRow>> {
+    sqlx::query_as(
+        "SELECT w.id, w.host, w.pid, w.item_key, w.round, w.phase, \
+           greatest(w.lease_until, (SELECT max(c.lease_until) FROM claims c \
+                                    WHERE c.worker = w.id AND c.ended_at IS NULL)) AS lease_until \
+         FROM workers w WHERE w.run_id = $1 AND w.stopped_at IS NULL AND w.lease_until > now() ORDER BY w.host, w.pid, w.id",
+    )
+    .bind(run)
+    .fetch_all(pool)
+    .await
+}
+
+/// Records that `account` hit its usage limit and is paused until `until`
+/// (UTC), as worker `worker` of `run` saw it (`message`, redacted here):
+/// every worker of that account, on any host, starts no call of it before
+/// then ([`account_paused_until`]).
+///
+/// # Errors
+/// Database errors.
+pub async fn pause_account(
+    pool: &PgPool,
+    account: &str,
+    until: DateTime<Utc>,
+    run: Option<Uuid>,
+    worker: &str,
+    message: &str,
+) -> Result<()> {
+    insert_pause(pool, account, until, run, worker, message, false).await
+}
+
+/// Records that `account` has no credit (docs/limits.md#no-credit): it is
+/// paused until `until` (the run's deadline), marked so, and every worker of
+/// it, on any host, starts no item of it before then
+/// ([`account_without_credit`]).
+///
+/// # Errors
+/// Database errors.
+pub async fn stop_account_without_credit(
+    pool: &PgPool,
+    account: &str,
+    until: DateTime<Utc>,
+    run: Option<Uuid>,
+    worker: &str,
+    message: &str,
+) -> Result<()> {
+    insert_pause(pool, account, until, run, worker, message, true).await
+}
+
+/// Inserts a pause of `account` (see [`pause_account`]), a no-credit stop
+/// when `no_credit`.
+async fn insert_pause(
+    pool: &PgPool,
+    account: &str,
+    until: DateTime<Utc>,
+    run: Option<Uuid>,
+    worker: &str,
+    message: &str,
+    no_credit: bool,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO account_pauses (account, paused_until, run_id, worker, message, no_credit) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(account)
+    .bind(until)
+    .bind(run)
+    .bind(worker)
+    .bind(pg(message))
+    .bind(no_credit)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The message of a running no-credit stop of `account` (the latest), if it
+/// has one (by the server's clock).
+///
+/// # Errors
+/// Database errors.
+pub async fn account_without_credit(pool: &PgPool, account: &str) -> Result<Option<String>> {
+    let row: Option<(String,)> = sqlx::query_as(
+        "SELECT message FROM account_pauses WHERE account = $1 AND no_credit AND paused_until > now() ORDER BY at DESC, id DESC LIMIT 1",
+    )
+    .bind(account)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(m,)| m))
+}
+
+/// The instant `account` is paused until, if a pause is still running (by the
+/// server's clock).
+///
+/// # Errors
+/// Database errors.
+pub async fn account_paused_until(pool: &PgPool, account: &str) -> Result<Option<DateTime<Utc>>> {
+    let (t,): (Option<DateTime<Utc>>,) = sqlx::query_as(
+        "SELECT max(paused_until) FROM account_pauses WHERE account = $1 AND paused_until > now()",
+    )
+    .bind(account)
+    .fetch_one(pool)
+    .await?;
+    Ok(t)
+}
