@@ -35,6 +35,7 @@ pub mod review;
 pub mod run;
 pub mod schedule;
 pub mod secret;
+pub mod settings;
 pub mod slot;
 pub mod snapshot;
 pub mod tend;

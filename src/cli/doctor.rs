@@ -263,7 +263,7 @@ fn backlog_and_gate_checks(out: &mut Vec<Check>, repo: &Path, loaded: &Loaded) {
         .iter()
         .map(|v| (format!("verify in {}", loaded.path.display()), v.clone()))
         .collect();
-    match crate::cli::plan::read_backlog(repo, loaded) {
+    match crate::settings::read_backlog(repo, loaded) {
         Err(e) => out.push(Check::fail("backlog", e.to_string(), "create it, or point `backlog` in the config at it; `nightshift init` writes an example")),
         Ok(bl) => {
             let open = bl.items.iter().filter(|i| !i.done).count();

@@ -18,9 +18,13 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Loaded};
-use crate::error::{Error, ExitCode, Result};
-use crate::secret::Secret;
+use crate::config::Loaded;
+use crate::error::{ExitCode, Result};
+
+pub use crate::settings::{
+    NoToken, Startup, data_dir, github_client, ledger, ledger_serial, no_token, repo_id,
+};
+pub(crate) use crate::settings::{agents_environment, install_approval_key, no_token_in};
 
 /// nightshift — drain a markdown backlog overnight with coding agents, one
 /// reviewed, green, labelled PR per item. It never merges.
@@ -205,13 +209,6 @@ pub enum DbCommand {
     Status,
 }
 
-/// What `main` hands over: the token variables it removed from its own
-/// environment at start-up (docs/agents.md#environment), kept in memory only.
-pub struct Startup {
-    /// (variable, value) pairs removed before any thread started.
-    pub removed: Vec<(String, Secret)>,
-}
-
 /// Runs the CLI and returns the process exit code.
 pub fn main(startup: Startup) -> std::process::ExitCode {
     let cli = match Cli::try_parse() {
@@ -366,84 +363,29 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
     }
 }
 
-/// The user's repository root: `--repo` or the current directory's repo.
+/// `--repo` and `--config` as given.
+pub(crate) fn location(cli: &Cli) -> crate::settings::Location {
+    crate::settings::Location {
+        repo: cli.repo.clone(),
+        config: cli.config.clone(),
+    }
+}
+
+/// The user's repository root: `--repo` or the current directory's repo
+/// ([`crate::settings::repo_root`]).
 ///
 /// # Errors
 /// Exit 2 when it is not inside a git repository.
 pub fn repo_root(cli: &Cli) -> Result<PathBuf> {
-    let start = match &cli.repo {
-        Some(p) => p.clone(),
-        None => std::env::current_dir()
-            .map_err(|e| Error::config(format!("cannot read the current directory: {e}")))?,
-    };
-    if !start.exists() {
-        return Err(Error::argument(format!(
-            "{}: no such directory (given with --repo)",
-            start.display()
-        )));
-    }
-    let out = crate::git::Git::new(&start).text(&["rev-parse", "--show-toplevel"]);
-    match out {
-        Ok(top) => Ok(PathBuf::from(top.trim())),
-        Err(_) => Err(Error::argument(format!(
-            "{}: not inside a git repository; run nightshift in your project or pass --repo PATH",
-            start.display()
-        ))),
-    }
+    crate::settings::repo_root(cli.repo.as_deref())
 }
 
-/// Loads the config of `repo` (or `--config`).
+/// Loads the config of `repo` (or `--config`; [`crate::settings::load_config`]).
 ///
 /// # Errors
 /// Exit 2 with file:line for a bad config.
 pub fn load_config(cli: &Cli, repo: &Path) -> Result<Loaded> {
-    let path = cli
-        .config
-        .clone()
-        .unwrap_or_else(|| repo.join(config::DIR).join(config::FILE));
-    if cli.config.is_some() && !path.exists() {
-        return Err(Error::argument(format!(
-            "{}: config file not found (given with --config)",
-            path.display()
-        )));
-    }
-    let mut loaded = config::load(&path)?;
-    // An agent given by a relative path (`./tools/writer.sh`) means the
-    // repository's file; agents run in the checkout, where that relative
-    // path would point elsewhere (or nowhere).
-    for a in [&mut loaded.config.writer, &mut loaded.config.reviewer] {
-        if let Some(exe) = a.command.first_mut()
-            && exe.contains('/')
-            && Path::new(exe.as_str()).is_relative()
-        {
-            *exe = repo.join(exe.as_str()).display().to_string();
-        }
-    }
-    Ok(loaded)
-}
-
-/// The repository's identity in the ledger and for the drain lock: the URL
-/// of its remote, so that two clones of one repository share one lock, one
-/// history and one set of PRs (two clones must not both run an item and
-/// force-push over each other's branch); without that remote, its canonical
-/// path. Moving a checkout keeps its history.
-pub fn repo_id(repo: &Path, remote: &str) -> String {
-    match crate::git::Git::new(repo).text(&["remote", "get-url", "--", remote]) {
-        Ok(url) => normalize_remote_url(url.trim(), repo),
-        Err(_) => std::fs::canonicalize(repo)
-            .unwrap_or_else(|_| repo.to_path_buf())
-            .display()
-            .to_string(),
-    }
-}
-
-/// A remote URL in one spelling, so that every way of writing one
-/// repository's address is one identity: see
-/// [`crate::remote::RemoteUrl::identity`] (`git@github.com:o/r.git` and
-/// `https://github.com/o/r` are both `github.com/o/r`; a local remote is its
-/// canonical path, relative paths resolved against `repo`).
-pub(crate) fn normalize_remote_url(url: &str, repo: &Path) -> String {
-    crate::remote::RemoteUrl::parse(url).identity(repo)
+    crate::settings::load_config(cli.config.as_deref(), repo)
 }
 
 /// [`repo_id`] with the remote named by the config (read leniently: a
@@ -453,222 +395,4 @@ pub fn repo_identity(cli: &Cli, repo: &Path) -> String {
         .map(|l| l.config.remote)
         .unwrap_or_else(|_| "origin".into());
     repo_id(repo, &remote)
-}
-
-/// The GitHub client for `repo` (docs/github.md#repository): owner/repo from `GH_REPO`, else
-/// config `github_repo`, else the remote's URL; API base from
-/// `GITHUB_API_URL`; the retry policy from the environment. `deadline`
-/// bounds the waits of its retries.
-///
-/// # Errors
-/// A sentence saying why there is no client (no GitHub repository, a bad
-/// API base) and how to fix it.
-pub fn github_client(
-    repo: &Path,
-    config: &crate::config::Config,
-    token: &Secret,
-    deadline: Option<chrono::DateTime<chrono::Utc>>,
-) -> std::result::Result<crate::forge::Forge, String> {
-    use crate::forge;
-    let remote_url = crate::git::Git::new(repo)
-        .text(&["remote", "get-url", "--", &config.remote])
-        .ok()
-        .map(|s| s.trim().to_string());
-    let id = forge::resolve_repo(
-        std::env::var("GH_REPO").ok().as_deref(),
-        config.github_repo.as_deref(),
-        remote_url.as_deref(),
-    )
-    .map_err(|e| e.to_string())?;
-    let f = forge::Forge::new(&forge::api_base(), token.clone(), id, deadline)
-        .map_err(|e| e.to_string())?;
-    Ok(f.with_retry_policy(forge::RetryPolicy::from_env()))
-}
-
-/// The environment agents run with (docs/agents.md#environment): ours without the token
-/// variables, the ledger's (both URL variables and `PG*`), the config's
-/// `secrets` and its `gate_env` (see [`crate::process::child_env`]).
-pub(crate) fn agents_environment(
-    config: &crate::config::Config,
-) -> std::collections::BTreeMap<String, String> {
-    // `gate_env` is for gates only (docs/security.md): the gates' environment
-    // adds it back.
-    let hidden: Vec<String> = config
-        .secrets
-        .iter()
-        .chain(&config.gate_env)
-        .cloned()
-        .collect();
-    crate::process::child_env(std::env::vars(), &hidden)
-}
-
-/// Why nightshift opens no PR without a GitHub token, and what to do: the
-/// one text `doctor`'s token line and the report's rows say
-/// (docs/github.md). Display: `WHAT; FIX`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NoToken {
-    /// What is missing, e.g. `no GitHub token for owner/repo`.
-    pub what: String,
-    /// What happens meanwhile and how to give nightshift a token.
-    pub fix: &'static str,
-    /// Whether the repository is on GitHub (then PRs are wanted: doctor fails).
-    pub on_github: bool,
-}
-
-impl std::fmt::Display for NoToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}; {}", self.what, self.fix)
-    }
-}
-
-/// [`NoToken`] for a repository whose remote URL is `remote_url`: on GitHub
-/// when `GH_REPO`, `github_repo` or the URL names a GitHub repository.
-pub fn no_token(config: &crate::config::Config, remote_url: Option<&str>) -> NoToken {
-    match crate::forge::resolve_repo(
-        std::env::var("GH_REPO").ok().as_deref(),
-        config.github_repo.as_deref(),
-        remote_url,
-    ) {
-        Ok(id) => NoToken {
-            what: format!("no GitHub token for {id}"),
-            fix: "set GITHUB_TOKEN or GH_TOKEN, or log in with `gh auth login`; without one, branches are pushed but no PR is opened",
-            on_github: true,
-        },
-        Err(_) => NoToken {
-            what: "no GitHub token, and the remote is not a GitHub repository".into(),
-            fix: "branches are pushed and `nightshift report --show-body` shows each PR that would have been opened; to open them, set GITHUB_TOKEN (or GH_TOKEN, or `gh auth login`) and GH_REPO=OWNER/REPO",
-            on_github: false,
-        },
-    }
-}
-
-/// [`no_token`] for the repository at `repo`, its remote's URL read with
-/// `git remote get-url` (none when that fails).
-pub(crate) fn no_token_in(repo: &Path, config: &crate::config::Config) -> NoToken {
-    let url = crate::git::Git::new(repo)
-        .text(&["remote", "get-url", "--", &config.remote])
-        .ok();
-    no_token(config, url.as_deref().map(str::trim))
-}
-
-/// Reads the approval key of the data directory and installs it for the
-/// approval checks ([`crate::approval::install_key`]); no key means no approval
-/// verifies (approve again).
-///
-/// # Errors
-/// Exit 2 when the key file is unreadable, malformed or open to others.
-pub(crate) fn install_approval_key() -> Result<()> {
-    let data_dir = crate::cli::data_dir();
-    let key = crate::approval::load_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
-    crate::approval::install_key(key, crate::approval::key_path(&data_dir));
-    Ok(())
-}
-
-/// nightshift's data directory (slots, logs, the embedded cluster; docs/files.md#data-directory):
-/// `NIGHTSHIFT_DATA_DIR`, else `/var/lib/nightshift` as root, else the XDG
-/// data dir.
-pub fn data_dir() -> PathBuf {
-    use crate::ledger::embedded;
-    embedded::nightshift_data_dir(&embedded::process_env, embedded::running_as_root())
-}
-
-/// Connects to the ledger chosen by the environment (docs/ledger.md).
-///
-/// # Errors
-/// Exit 1 with the source named when the database is unreachable.
-pub async fn ledger() -> Result<crate::ledger::Ledger> {
-    ledger_error(crate::ledger::Ledger::connect(&crate::ledger::db_source_from_env()).await)
-}
-
-/// [`ledger`] with one connection, for a command whose statements run one
-/// after another ([`crate::ledger::Ledger::connect_serial`]).
-///
-/// # Errors
-/// As [`ledger`].
-pub async fn ledger_serial() -> Result<crate::ledger::Ledger> {
-    ledger_error(crate::ledger::Ledger::connect_serial(&crate::ledger::db_source_from_env()).await)
-}
-
-/// A ledger connection's error as the CLI reports it.
-fn ledger_error(
-    r: std::result::Result<crate::ledger::Ledger, crate::ledger::LedgerError>,
-) -> Result<crate::ledger::Ledger> {
-    r.map_err(|e| match e {
-        // A URL that cannot be a PostgreSQL URL is a configuration error.
-        crate::ledger::LedgerError::BadUrl { .. } => Error::config(format!("ledger: {e}")),
-        e => Error::Ledger {
-            detail: e.to_string(),
-            outage: false,
-            source: None,
-        },
-    })
-}
-
-#[cfg(test)]
-mod identity_tests {
-    use super::normalize_remote_url;
-    use std::path::Path;
-
-    #[test]
-    fn one_repository_is_one_identity_however_its_remote_is_spelt() {
-        let here = Path::new("/nonexistent-repo");
-        for url in [
-            "https://github.com/Owner/Repo.git",
-            "https://github.com/owner/repo",
-            "https://github.com/owner/repo/",
-            "http://user:pw@github.com/owner/repo.git",
-            "git@github.com:owner/repo.git",
-            "git@GitHub.com:Owner/Repo",
-            "ssh://git@github.com/owner/repo.git",
-            "ssh://git@github.com:22/owner/repo",
-            "git://github.com/owner/repo.git",
-        ] {
-            assert_eq!(
-                normalize_remote_url(url, here),
-                "github.com/owner/repo",
-                "{url}"
-            );
-        }
-        // Elsewhere the path keeps its case; the host does not.
-        assert_eq!(
-            normalize_remote_url("git@GHE.example.com:Team/App.git", here),
-            "ghe.example.com/Team/App"
-        );
-        assert_eq!(
-            normalize_remote_url("https://ghe.example.com/Team/App", here),
-            "ghe.example.com/Team/App"
-        );
-        assert_eq!(
-            normalize_remote_url("ssh://git@gitlab.example.com:2222/~/grp/app.git", here),
-            "gitlab.example.com/grp/app"
-        );
-        assert_eq!(
-            normalize_remote_url("ssh://git@[::1]:22/o/r", here),
-            "[::1]/o/r"
-        );
-        // Two different repositories stay two.
-        assert_ne!(
-            normalize_remote_url("git@github.com:owner/repo", here),
-            normalize_remote_url("git@github.com:owner/repo2", here)
-        );
-    }
-
-    #[test]
-    fn local_remotes_are_canonical_paths() {
-        let dir = tempfile::tempdir().unwrap();
-        let bare = dir.path().join("remote.git");
-        std::fs::create_dir_all(&bare).unwrap();
-        let repo = dir.path().join("repo");
-        std::fs::create_dir_all(&repo).unwrap();
-        let want = std::fs::canonicalize(&bare).unwrap().display().to_string();
-        let want = want.strip_suffix(".git").unwrap().to_string();
-        for url in [
-            bare.display().to_string(),
-            format!("file://{}", bare.display()),
-            "../remote.git".to_string(),
-            "../remote".to_string(),
-        ] {
-            assert_eq!(normalize_remote_url(&url, &repo), want, "{url}");
-        }
-    }
 }

@@ -1,132 +1,12 @@
 //! `nightshift plan` and `nightshift approve` (docs/commands.md, docs/contract.md).
 
-use std::path::PathBuf;
-
-use crate::backlog;
-use crate::cli::{Cli, Startup, ledger, load_config, repo_id, repo_root};
+use crate::cli::{Cli, Startup, ledger, location, repo_id, repo_root};
 use crate::config::{self, Loaded};
 use crate::error::{Error, Result};
 use crate::ledger::records as rec;
 use crate::outcome::PrRecord;
 use crate::plan::{self as plans, Plan};
-
-/// The snapshot every command that runs items starts from.
-pub(crate) struct Snapshot {
-    /// Repository root.
-    pub repo: PathBuf,
-    /// Config.
-    pub loaded: Loaded,
-    /// Sealed plan.
-    pub plan: Plan,
-}
-
-/// Reads the backlog once and seals the plan.
-///
-/// # Errors
-/// Exit 2: missing backlog, malformed items (every problem with file:line),
-/// a bad config, or a config that cannot run (claude as root).
-pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
-    let repo = repo_root(cli)?;
-    let loaded = load_config(cli, &repo)?;
-    check_runnable(&loaded)?;
-    let bl = read_backlog(&repo, &loaded)?;
-    let plan = plans::build_plan(&repo, &bl, &loaded).map_err(|problems| {
-        let mut msg = format!(
-            "{} problem(s) in the backlog; no card was made:\n",
-            problems.len()
-        );
-        for p in &problems {
-            msg.push_str(&format!("  {p}\n"));
-        }
-        Error::config(msg.trim_end().to_string())
-    })?;
-    Ok(Snapshot { repo, loaded, plan })
-}
-
-/// Reads and parses the configured backlog (problems are in the result, not
-/// an error).
-///
-/// # Errors
-/// Exit 2: the backlog is missing, not a regular file, unreadable or not
-/// UTF-8; each message names the path and the fix.
-pub(crate) fn read_backlog(repo: &std::path::Path, loaded: &Loaded) -> Result<backlog::Backlog> {
-    let path = repo.join(&loaded.config.backlog);
-    // A FIFO or a device would block the read (or never end): only a
-    // regular file (or a link to one) of sane size is a backlog.
-    let text = match crate::file::read_regular(&path, crate::file::MAX_TEXT_BYTES) {
-        Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
-            .map_err(|e| Error::config(e.to_string()))?,
-        Err(e) if e.is_not_found() => {
-            return Err(Error::config(format!(
-                "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
-                path.display(),
-                loaded.path.display()
-            )));
-        }
-        Err(e) => {
-            return Err(Error::config(format!(
-                "cannot read the backlog: {e} (or set `backlog` in {})",
-                loaded.path.display()
-            )));
-        }
-    };
-    let display_path = PathBuf::from(&loaded.config.backlog);
-    Ok(backlog::parse(&display_path, &text))
-}
-
-/// Configurations that cannot run unattended (docs/agents.md#running-as-root).
-fn check_runnable(loaded: &Loaded) -> Result<()> {
-    let c = &loaded.config;
-    let root = nix::unistd::geteuid().is_root();
-    let skip = c
-        .writer
-        .permission_flags
-        .iter()
-        .flatten()
-        .any(|f| f == "--dangerously-skip-permissions")
-        || c.writer
-            .command
-            .iter()
-            .any(|f| f == "--dangerously-skip-permissions");
-    if root && skip && c.writer.kind == config::AgentKind::Claude && c.agent_user.is_none() {
-        return Err(Error::config(format!(
-            "{}: the claude writer uses --dangerously-skip-permissions, which claude refuses under root (\"cannot be used with root/sudo privileges\"); set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
-            loaded.path.display()
-        )));
-    }
-    // Caught now rather than when the drain starts, after bedtime.
-    if let Some(u) = &c.agent_user
-        && root
-        && !matches!(nix::unistd::User::from_name(u), Ok(Some(_)))
-    {
-        return Err(Error::config(format!(
-            "{}: agent_user {u:?} is not an account on this machine; create it (`useradd -m {u}`) or fix `agent_user`",
-            loaded.path.display()
-        )));
-    }
-    Ok(())
-}
-
-/// Whether agents of a run under `c` would run as root: nightshift is root
-/// and `agent_user` is not set (whether that is allowed is
-/// [`agents_as_root_refusal`]'s question).
-pub(crate) fn agents_run_as_root(c: &config::Config) -> bool {
-    c.agent_user.is_none() && nix::unistd::geteuid().is_root()
-}
-
-/// Why agents may not start under `config_path`'s `c`, with the fix: as
-/// root without `agent_user` they could read nightshift's memory (the
-/// token), so that takes `agents_as_root = true` (docs/security.md).
-/// `None` when they may.
-pub(crate) fn agents_as_root_refusal(
-    c: &config::Config,
-    config_path: &std::path::Path,
-) -> Option<String> {
-    (agents_run_as_root(c) && !c.agents_as_root).then(|| format!(
-        "{}: nightshift runs as root without `agent_user`, so agents would run as root and could read everything nightshift holds (its memory with the GitHub token, the approval key); set `agent_user = \"<unprivileged user>\"` to confine them, or `agents_as_root = true` to accept that",
-        config_path.display()
-    ))
-}
+use crate::settings::{Snapshot, agents_as_root_refusal, agents_run_as_root, tend_cards};
 
 /// Why a plan made under `loaded` cannot run, one sentence with its fix
 /// each: an agent executable that is not there (checked as `drain` checks it
@@ -213,67 +93,9 @@ pub(crate) async fn mark_earlier_work(
     Ok(())
 }
 
-/// The retry policy of `plan`'s look at open PRs: a person waits at the
-/// terminal, so a GitHub that does not answer is given up on within about
-/// half a minute rather than the night's 15 minutes.
-fn plan_retry_policy() -> crate::forge::RetryPolicy {
-    crate::forge::RetryPolicy {
-        max_attempts: 3,
-        max_total_wait: std::time::Duration::from_secs(20),
-        request_timeout: std::time::Duration::from_secs(15),
-        ..crate::forge::RetryPolicy::from_env()
-    }
-}
-
-/// The tend cards of nightshift's open PRs (docs/github.md "The second
-/// night"), or none with a warning on stderr when GitHub cannot be asked:
-/// no token, no GitHub repository, GitHub refusing or unreachable. The plan
-/// goes on with its new items either way.
-///
-/// # Errors
-/// Database errors only.
-pub(crate) async fn tend_cards(
-    snap: &Snapshot,
-    pool: &sqlx::PgPool,
-    repo_id: &str,
-    startup: &Startup,
-) -> Result<Vec<crate::tend::TendCard>> {
-    let open = rec::open_prs(pool, repo_id).await?;
-    if open.is_empty() {
-        return Ok(vec![]);
-    }
-    let cannot = |why: String| {
-        eprintln!(
-            "warning: could not look at nightshift's {} open PR(s): {why}; the plan lists new items only",
-            open.len()
-        );
-        Ok(vec![])
-    };
-    let Some((token, _)) = crate::forge::resolve_token(&startup.removed) else {
-        return cannot(crate::cli::no_token_in(&snap.repo, &snap.loaded.config).to_string());
-    };
-    let forge = match crate::cli::github_client(&snap.repo, &snap.loaded.config, &token, None) {
-        Ok(f) => f.with_retry_policy(plan_retry_policy()),
-        Err(e) => return cannot(e),
-    };
-    match crate::tend::survey(
-        pool,
-        repo_id,
-        &forge,
-        &snap.plan.entries,
-        snap.loaded.config.limits.max_tend_rounds,
-    )
-    .await
-    {
-        Ok(cards) => Ok(cards),
-        Err(crate::tend::SurveyError::Ledger(e)) => Err(e.into()),
-        Err(e) => cannot(e.to_string()),
-    }
-}
-
 /// `nightshift plan [--json]`.
 pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()> {
-    let snap = snapshot(cli)?;
+    let snap = crate::settings::snapshot(&location(cli))?;
     // A plan whose agents cannot start (or whose gate is init's placeholder)
     // would only spend its approval on a refusal: no SHA is offered, and the
     // plan is not stored, so nothing can approve it.
@@ -392,7 +214,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     print_approved(&sha, is_contract, a.expires_at, &data_dir);
     // An approval of an older plan is allowed (docs/contract.md#approval: only its unchanged
     // contracts run), but the person should know before going to bed.
-    if let Ok(now) = snapshot(cli) {
+    if let Ok(now) = crate::settings::snapshot(&location(cli)) {
         let current: Vec<&str> = now
             .plan
             .entries

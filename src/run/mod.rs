@@ -83,6 +83,7 @@ mod tend;
 mod tend_push;
 mod worker;
 
+pub use attempt::{Preview, will_not_run};
 pub use record::{save_plan, save_tend_cards};
 
 /// Rounds in a row with the same diff and the same failure that mean no

@@ -368,7 +368,7 @@ pub(super) async fn earlier_pr(
     // is still there.
     if let Some(r) = rows.iter().find(|r| {
         r.state == PrRecord::PrFailed
-            || (r.state == PrRecord::Planned && branch_on_remote(night, &r.branch))
+            || (r.state == PrRecord::Planned && branch_on_the_remote(night, &r.branch))
     }) {
         // A PR opened now is a new one for the review queue too.
         if let Some(end) = super::review_queue::full(night, entry, Some(r.branch.as_str())).await? {
@@ -435,15 +435,10 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
 /// Without GitHub the ledger is all we know of an earlier PR.
 async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Error> {
     let (night, entry) = (at.night, at.entry);
-    let Some(r) = rows.iter().find(|r| {
-        matches!(
-            r.state,
-            PrRecord::Open | PrRecord::Merged | PrRecord::Planned
-        )
-    }) else {
+    let Some(r) = earlier_in_ledger(rows) else {
         return Ok(None);
     };
-    if r.state == PrRecord::Planned && !branch_on_remote(night, &r.branch) {
+    if r.state == PrRecord::Planned && !branch_on_the_remote(night, &r.branch) {
         // A branch someone deleted from the remote means the work is to be
         // done again.
         let key = &entry.item.key;
@@ -467,20 +462,33 @@ async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Er
     }))
 }
 
-/// Whether `branch` exists on the configured remote (`git ls-remote`, read
-/// only). An unreachable remote counts as "yes": nothing is redone on a
-/// network hiccup.
-fn branch_on_remote(night: &Night, branch: &str) -> bool {
+/// Whether `branch` exists on the configured remote ([`branch_on_remote`]
+/// at the run's push URL).
+fn branch_on_the_remote(night: &Night, branch: &str) -> bool {
     let token = night.token.as_ref().map(|t| t.expose().to_string());
+    branch_on_remote(&night.repo, token.as_deref(), &night.remote_urls.1, branch)
+}
+
+/// Whether `branch` exists on the remote at `url` (`git ls-remote --heads`,
+/// read only, with `token` for an https remote, killed after 60 s). The one
+/// rule for an unreachable remote, for the run and for `run ITEM`'s
+/// preview ([`super::will_not_run`]) alike: it counts as "yes", so nothing
+/// is redone (nor promised) on a network hiccup.
+pub(super) fn branch_on_remote(
+    repo: &std::path::Path,
+    token: Option<&str>,
+    url: &str,
+    branch: &str,
+) -> bool {
     let probe = tokio::task::block_in_place(|| {
-        crate::git::Git::new(&night.repo)
-            .token(token.as_deref())
+        crate::git::Git::new(repo)
+            .token(token)
             .timeout(Duration::from_secs(60))
             .text(&[
                 "ls-remote",
                 "--heads",
                 "--",
-                &night.remote_urls.1,
+                url,
                 &format!("refs/heads/{branch}"),
             ])
     });
@@ -490,5 +498,33 @@ fn branch_on_remote(night: &Night, branch: &str) -> bool {
             tracing::warn!("cannot check {branch} on the remote: {e}");
             true
         }
+    }
+}
+
+/// The earlier PR of an item the ledger alone knows of (no GitHub): the
+/// first of its rows that is open, merged or planned (a branch pushed whose
+/// PR is still to be opened). Shared by the run and `run ITEM`'s preview.
+pub(super) fn earlier_in_ledger(rows: &[PrRow]) -> Option<&PrRow> {
+    rows.iter().find(|r| {
+        matches!(
+            r.state,
+            PrRecord::Open | PrRecord::Merged | PrRecord::Planned
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::branch_on_remote;
+
+    /// `run ITEM` once promised work for a pushed branch when the remote
+    /// could not be reached, while the run itself counted the branch as
+    /// there and skipped the item: one rule now, the safe one.
+    #[test]
+    fn an_unreachable_remote_counts_as_having_the_branch() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("no-such-remote.git");
+        let url = gone.display().to_string();
+        assert!(branch_on_remote(dir.path(), None, &url, "nightshift/x"));
     }
 }
