@@ -38,6 +38,8 @@ pub mod secret;
 pub mod settings;
 pub mod slot;
 pub mod snapshot;
+pub mod status;
 pub mod tend;
 pub mod timeline;
 pub mod user_repo;
+pub mod views;

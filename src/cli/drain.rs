@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{Cli, RunArgs, Startup, install_approval_key, location, progress};
 use crate::contract;
 use crate::error::{Error, Result};
-use crate::ledger::records as rec;
 use crate::plan::{self, Plan};
 use crate::run::{self, Night, Selection};
 use crate::settings::{
@@ -164,11 +163,11 @@ async fn item_will_not_run(req: &Request, held: &Held, github: &GitHub) -> Resul
 async fn show_refusal(req: &Request, held: &Held) -> Result<()> {
     let pool = held.pool();
     let mut shown = req.plan.clone();
-    crate::cli::plan::mark_earlier_work(pool, &held.repo_id, &mut shown).await?;
+    crate::views::mark_earlier_work(pool, &held.repo_id, &mut shown).await?;
     print_cards(&shown, &req.selection);
     // The cards of yesterday's PRs are not looked up for a refused run (it
     // asks GitHub nothing): say where they are.
-    if !rec::open_prs(pool, &held.repo_id).await?.is_empty() {
+    if crate::views::has_open_prs(pool, &held.repo_id).await? {
         println!(
             "(nightshift has open PRs: `nightshift plan` looks at them on GitHub and lists those to tend in the plan to approve)"
         );
@@ -235,15 +234,8 @@ async fn run_watched(
 /// naming how to go on; else the run's own result; database errors.
 async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEnd) -> Result<()> {
     tracing::info!(run = %end.run_id, status = %end.status, "run finished");
-    let pool = &night.pool;
-    let run_row = rec::run_row(pool, &night.repo_id, Some(end.run_id))
-        .await?
-        .ok_or_else(|| Error::failed("the run vanished from the ledger"))?;
-    let items = rec::run_items(pool, end.run_id).await?;
-    let slept = rec::slept_seconds(pool, end.run_id).await?;
-    crate::cli::notify::run_ended(night, &run_row, &items, slept).await;
-    let tended = crate::tend::tended_items(pool, end.run_id).await?;
-    let section = crate::tend::report_section(&tended);
+    let view = run::ended(night, end.run_id).await?;
+    let section = crate::tend::report_section(&view.tended);
     if !cli.quiet {
         // After a hang-up there is no terminal left to print to: the run is
         // recorded, so a failed print is not worth a panic.
@@ -252,7 +244,7 @@ async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEn
         let _ = write!(
             out,
             "{}",
-            crate::report::to_text(&run_row, &items, slept, false)
+            crate::report::to_text(&view.run, &view.items, view.slept, false)
         );
         if !section.is_empty() {
             let _ = write!(out, "\n{}", crate::secret::redact_known(&section));

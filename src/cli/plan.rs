@@ -4,8 +4,7 @@ use crate::cli::{Cli, Startup, ledger, location, repo_id, repo_root};
 use crate::config::{self, Loaded};
 use crate::error::{Error, Result};
 use crate::ledger::records as rec;
-use crate::outcome::PrRecord;
-use crate::plan::{self as plans, Plan};
+use crate::plan as plans;
 use crate::settings::{Snapshot, agents_as_root_refusal, agents_run_as_root, tend_cards};
 
 /// Why a plan made under `loaded` cannot run, one sentence with its fix
@@ -30,67 +29,6 @@ fn cannot_run(loaded: &Loaded) -> Vec<String> {
         ));
     }
     out
-}
-
-/// Marks the items a drain will not run because of earlier runs (docs/commands.md:
-/// listed with `blocked` saying why): a PR open or merged, a branch pushed
-/// whose PR is still to be opened, a writer's question still unanswered.
-/// Display only: the plan's SHA and contracts do not change.
-///
-/// # Errors
-/// Database errors.
-pub(crate) async fn mark_earlier_work(
-    pool: &sqlx::PgPool,
-    repo_id: &str,
-    plan: &mut Plan,
-) -> Result<()> {
-    // Two statements for the whole backlog, not two per item.
-    let open: Vec<(&str, &str)> = plan
-        .entries
-        .iter()
-        .filter(|e| e.blocked.is_none())
-        .map(|e| (e.item.key.as_str(), e.contract_sha.as_str()))
-        .collect();
-    let keys: Vec<&str> = open.iter().map(|(k, _)| *k).collect();
-    let mut prs: std::collections::HashMap<String, Vec<rec::PrRow>> = Default::default();
-    for p in rec::prs_of_items(pool, repo_id, &keys).await? {
-        prs.entry(p.item_key.clone()).or_default().push(p);
-    }
-    let questions: std::collections::HashMap<(String, String), String> =
-        rec::open_questions(pool, repo_id, &open)
-            .await?
-            .into_iter()
-            .map(|(k, c, q)| ((k, c), q))
-            .collect();
-    for e in plan.entries.iter_mut().filter(|e| e.blocked.is_none()) {
-        let prs = prs.get(&e.item.key).map(Vec::as_slice).unwrap_or_default();
-        if let Some(p) = prs.iter().find(|p| {
-            matches!(
-                p.state,
-                PrRecord::Open | PrRecord::Merged | PrRecord::Planned | PrRecord::PrFailed
-            )
-        }) {
-            e.blocked = Some(match (p.state, p.number) {
-                (PrRecord::Merged, Some(n)) => format!("already merged: PR #{n}"),
-                (_, Some(n)) => format!("already open: PR #{n}"),
-                _ if p.state == PrRecord::Planned => format!(
-                    "branch {} already pushed by an earlier run without GitHub access; a run with a GitHub token opens its PR",
-                    p.branch
-                ),
-                _ => format!(
-                    "branch {} already pushed by an earlier run whose PR failed to open; the next run opens it",
-                    p.branch
-                ),
-            });
-        } else if !questions.is_empty()
-            && let Some(q) = questions.get(&(e.item.key.clone(), e.contract_sha.clone()))
-        {
-            e.blocked = Some(format!(
-                "waiting for an answer to the writer's question: {q} (edit the item to answer it)"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// `nightshift plan [--json]`.
@@ -119,7 +57,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
     let mut plan = plan.with_tend(cards);
     crate::run::save_plan(&lg.pool, &id, &plan).await?;
     crate::run::save_tend_cards(&lg.pool, &plan).await?;
-    mark_earlier_work(&lg.pool, &id, &mut plan).await?;
+    crate::views::mark_earlier_work(&lg.pool, &id, &mut plan).await?;
     if crate::git::Git::new(&repo)
         .text(&["remote", "get-url", &loaded.config.remote])
         .is_err()

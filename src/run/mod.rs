@@ -73,6 +73,7 @@ mod agent_call;
 mod attempt;
 mod checks;
 mod decide;
+mod ended;
 mod item;
 mod night;
 mod record;
@@ -84,6 +85,7 @@ mod tend_push;
 mod worker;
 
 pub use attempt::{Preview, will_not_run};
+pub use ended::ended;
 pub use record::{save_plan, save_tend_cards};
 
 /// Rounds in a row with the same diff and the same failure that mean no
