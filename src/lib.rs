@@ -39,6 +39,7 @@ pub mod settings;
 pub mod slot;
 pub mod snapshot;
 pub mod status;
+pub mod sync;
 pub mod tend;
 pub mod timeline;
 pub mod user_repo;

@@ -211,3 +211,23 @@ pub async fn resolve_run_id(pool: &sqlx::PgPool, repo: &str, given: &str) -> Res
         "run {given:?} is not a run of this repository (a run id or a prefix of at least 4 hex digits). Recent runs:\n{list}"
     )))
 }
+
+/// What `sha` names: `Some(false)` a plan nightshift made, `Some(true)` a
+/// contract, `None` neither (`approve`'s question).
+///
+/// # Errors
+/// Database errors.
+pub async fn names_contract(pool: &sqlx::PgPool, sha: &str) -> Result<Option<bool>> {
+    if plans::plan_exists(pool, sha).await? {
+        return Ok(Some(false));
+    }
+    Ok(plans::contract_exists(pool, sha).await?.then_some(true))
+}
+
+/// The contract SHAs of the stored plan `plan_sha`.
+///
+/// # Errors
+/// Database errors.
+pub async fn plan_contracts(pool: &sqlx::PgPool, plan_sha: &str) -> Result<Vec<String>> {
+    Ok(plans::plan_contracts(pool, plan_sha).await?)
+}

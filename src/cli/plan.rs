@@ -3,7 +3,6 @@
 use crate::cli::{Cli, Startup, ledger, location, repo_id, repo_root};
 use crate::config::{self, Loaded};
 use crate::error::{Error, Result};
-use crate::ledger::records as rec;
 use crate::plan as plans;
 use crate::settings::{Snapshot, agents_as_root_refusal, agents_run_as_root, tend_cards};
 
@@ -127,14 +126,12 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let repo = repo_root(cli)?;
     let lg = ledger().await?;
     let id = crate::cli::repo_identity(cli, &repo);
-    let is_plan = rec::plan_exists(&lg.pool, &sha).await?;
-    let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await?;
-    if !is_plan && !is_contract {
+    let Some(is_contract) = crate::views::names_contract(&lg.pool, &sha).await? else {
         return Err(Error::argument(format!(
             "no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints",
             repo.display()
         )));
-    }
+    };
     let by = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
@@ -142,13 +139,6 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let key =
         crate::approval::load_or_create_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
     let a = crate::approval::give(&lg.pool, &id, &sha, is_contract, &by, &key).await?;
-    rec::event(
-        &lg.pool,
-        None,
-        crate::outcome::Event::Approved.as_str(),
-        serde_json::json!({"sha": sha, "approval": a.id, "by": by}),
-    )
-    .await?;
     print_approved(&sha, is_contract, a.expires_at, &data_dir);
     // An approval of an older plan is allowed (docs/contract.md#approval: only its unchanged
     // contracts run), but the person should know before going to bed.
@@ -164,7 +154,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
                 "warning: this contract is not in the current backlog (the item or the config changed since it was planned); `nightshift run` will refuse it. Run `nightshift plan` and approve the new SHA."
             );
         } else if !is_contract && now.plan.sha != sha {
-            let approved = rec::plan_contracts(&lg.pool, &sha).await?;
+            let approved = crate::views::plan_contracts(&lg.pool, &sha).await?;
             let kept = current
                 .iter()
                 .filter(|c| approved.iter().any(|a| a == *c))
