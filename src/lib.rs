@@ -14,6 +14,7 @@ pub mod build_output;
 pub mod cli;
 pub mod config;
 pub mod contract;
+pub mod doctor;
 pub mod duration;
 pub mod error;
 pub mod file;
