@@ -87,6 +87,7 @@ mod worker;
 pub use attempt::{Preview, will_not_run};
 pub use ended::ended;
 pub use record::{save_plan, save_tend_cards};
+pub use ship::remote_has_branch;
 
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (docs/loop.md#no-progress).

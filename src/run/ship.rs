@@ -469,36 +469,48 @@ fn branch_on_the_remote(night: &Night, branch: &str) -> bool {
     branch_on_remote(&night.repo, token.as_deref(), &night.remote_urls.1, branch)
 }
 
-/// Whether `branch` exists on the remote at `url` (`git ls-remote --heads`,
-/// read only, with `token` for an https remote, killed after 60 s). The one
-/// rule for an unreachable remote, for the run and for `run ITEM`'s
-/// preview ([`super::will_not_run`]) alike: it counts as "yes", so nothing
-/// is redone (nor promised) on a network hiccup.
+/// Whether `branch` exists on the remote at `url` (read only): see
+/// [`remote_has_branch`]. The one rule for an unreachable remote, for the
+/// run and for `run ITEM`'s preview ([`super::will_not_run`]) alike: it
+/// counts as "yes", so nothing is redone (nor promised) on a network
+/// hiccup.
 pub(super) fn branch_on_remote(
     repo: &std::path::Path,
     token: Option<&str>,
     url: &str,
     branch: &str,
 ) -> bool {
-    let probe = tokio::task::block_in_place(|| {
-        crate::git::Git::new(repo)
-            .token(token)
-            .timeout(Duration::from_secs(60))
-            .text(&[
-                "ls-remote",
-                "--heads",
-                "--",
-                url,
-                &format!("refs/heads/{branch}"),
-            ])
-    });
-    match probe {
-        Ok(out) => !out.trim().is_empty(),
+    match tokio::task::block_in_place(|| remote_has_branch(repo, token, url, branch)) {
+        Ok(there) => there,
         Err(e) => {
             tracing::warn!("cannot check {branch} on the remote: {e}");
             true
         }
     }
+}
+
+/// Whether the remote at `url` has `branch` (`git ls-remote --heads`, run
+/// in `repo` with `token` for an https remote, killed after 60 s).
+///
+/// # Errors
+/// The git error when the remote cannot be reached.
+pub fn remote_has_branch(
+    repo: &std::path::Path,
+    token: Option<&str>,
+    url: &str,
+    branch: &str,
+) -> Result<bool, crate::git::GitError> {
+    let out = crate::git::Git::new(repo)
+        .token(token)
+        .timeout(Duration::from_secs(60))
+        .text(&[
+            "ls-remote",
+            "--heads",
+            "--",
+            url,
+            &format!("refs/heads/{branch}"),
+        ])?;
+    Ok(!out.trim().is_empty())
 }
 
 /// The earlier PR of an item the ledger alone knows of (no GitHub): the

@@ -103,7 +103,7 @@ pub fn check_remote(req: &Request, github: &GitHub) -> Result<(String, String)> 
 /// Exit 2 when the remote at `url` answers without the base branch.
 fn check_base_branch(req: &Request, github: &GitHub, url: &str) -> Result<()> {
     let config = &req.config;
-    match remote_has_branch(&req.repo, github.token_text(), url, &config.base) {
+    match crate::run::remote_has_branch(&req.repo, github.token_text(), url, &config.base) {
         Ok(false) => {
             return Err(Error::config(format!(
                 "the base branch {:?} does not exist on the remote {:?}; push it or set `base` in the config",
@@ -117,30 +117,6 @@ fn check_base_branch(req: &Request, github: &GitHub, url: &str) -> Result<()> {
         ),
     }
     Ok(())
-}
-
-/// Whether the remote at `url` has `branch` (`git ls-remote --heads`, with
-/// the token for https remotes, killed after 60 s).
-///
-/// # Errors
-/// The git error when the remote cannot be reached.
-fn remote_has_branch(
-    repo: &Path,
-    token: Option<&str>,
-    url: &str,
-    branch: &str,
-) -> std::result::Result<bool, crate::git::GitError> {
-    let out = crate::git::Git::new(repo)
-        .token(token)
-        .timeout(std::time::Duration::from_secs(60))
-        .text(&[
-            "ls-remote",
-            "--heads",
-            "--",
-            url,
-            &format!("refs/heads/{branch}"),
-        ])?;
-    Ok(!out.trim().is_empty())
 }
 
 /// The GitHub client for `repo` (docs/github.md#repository): owner/repo from `GH_REPO`, else
