@@ -831,9 +831,7 @@ fn which(exe: &str) -> Option<PathBuf> {
         let p = PathBuf::from(exe);
         return executable(&p).then_some(p);
     }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|d| d.join(exe))
-        .find(|p| executable(p))
+    which::which_global(exe).ok()
 }
 
 /// Root needs `agent_user` when the claude writer skips permissions, and

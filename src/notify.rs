@@ -29,6 +29,21 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// Attempts per target: the first and two retries, 1 s then 4 s apart.
 pub const ATTEMPTS: u32 = 3;
 
+/// Variable that sets [`TIMEOUT`] to this many milliseconds (tests).
+pub const TIMEOUT_ENV: &str = "NIGHTSHIFT_NOTIFY_TIMEOUT_MS";
+
+/// Variable that sets the first pause between attempts (1 s; the next is
+/// four times it) to this many milliseconds (tests).
+pub const BACKOFF_ENV: &str = "NIGHTSHIFT_NOTIFY_BACKOFF_MS";
+
+/// `default`, or the milliseconds in the environment variable `var` when that is a number.
+fn ms_from_env(var: &str, default: Duration) -> Duration {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(default, Duration::from_millis)
+}
+
 /// One item as the summary names it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ItemNote {
@@ -168,9 +183,11 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
+    let timeout = ms_from_env(TIMEOUT_ENV, TIMEOUT);
+    let backoff = ms_from_env(BACKOFF_ENV, Duration::from_secs(1));
     let mut error = None;
     for attempt in 1..=ATTEMPTS {
-        match tokio::time::timeout(TIMEOUT, send()).await {
+        match tokio::time::timeout(timeout, send()).await {
             Ok(Ok(())) => {
                 return Delivery {
                     target,
@@ -179,10 +196,15 @@ where
                 };
             }
             Ok(Err(e)) => error = Some(e),
-            Err(_) => error = Some(format!("no answer within {}s", TIMEOUT.as_secs())),
+            Err(_) => {
+                error = Some(format!(
+                    "no answer within {}",
+                    crate::duration::format(timeout)
+                ))
+            }
         }
         if attempt < ATTEMPTS {
-            tokio::time::sleep(Duration::from_secs(4u64.pow(attempt - 1))).await;
+            tokio::time::sleep(backoff * 4u32.pow(attempt - 1)).await;
         }
     }
     Delivery {

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # The full test suite, as the README's Quick start and CI run it.
-# First it checks formatting (cargo fmt --check) and lints (cargo clippy
-# --all-targets -D warnings, with the [lints] of Cargo.toml): either failing
-# fails the run before the long test build.
-# Then it installs or starts what the tests need:
+# First it checks formatting (cargo fmt --check). Then, while the lints run
+# (cargo clippy --all-targets -D warnings, with the [lints] of Cargo.toml, in
+# the background), it installs or starts what the tests need:
+#   - cargo-nextest, which runs the tests (each in a process of its own, timed);
 #   - the PostgreSQL server binaries (initdb, pg_ctl), for the embedded-cluster tests;
 #   - the pinned Claude Code CLI (npm) under target/agent-clis/, for the agent_claude tests;
 #   - a PostgreSQL server for the ledger tests: $DATABASE_URL if set, else the
 #     local server on 127.0.0.1:5432, else a private throwaway cluster it starts;
 #   - the real Codex CLI (npm @openai/codex, pinned) under target/agent-clis-codex/;
-#   - Chromium (Debian's package), for the HTML report's browser test;
-# then runs every test with cargo (the library's unit tests and the one
-# integration-test binary, tests/it/).
+#   - Chromium (Debian's package), for the HTML report's browser test.
+# A lint failure fails the run before the long test build. Then it runs every
+# test with cargo nextest (the library's unit tests and the one
+# integration-test binary, tests/it/; settings in .config/nextest.toml, the
+# `ci` profile when CI=true), prints the ten slowest tests, and runs the doc
+# tests with cargo test --doc if the library has any.
+# NIGHTSHIFT_TEST_THREADS sets how many tests run at once (default: the
+# profile's test-threads).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -29,10 +34,44 @@ if ! cargo fmt --check; then
   echo "tests/run.sh: the code is not formatted as rustfmt would (diff above): run 'cargo fmt' and commit the result" >&2
   exit 1
 fi
-echo "== cargo clippy --all-targets -- -D warnings"
-if ! cargo clippy --all-targets -- -D warnings; then
-  echo "tests/run.sh: clippy or the compiler warns (above; the lints are set in Cargo.toml [lints]): fix the code, or argue for a lint change in Cargo.toml" >&2
-  exit 1
+
+# The lints run in the background while the rest of the set-up (mostly
+# downloads and installs) goes on; their output is shown when they end.
+echo "== cargo clippy --all-targets -- -D warnings (in the background; its output follows the set-up)"
+clippy_log=$(mktemp /tmp/nightshift-clippy.XXXXXX)
+cargo clippy --all-targets -- -D warnings >"$clippy_log" 2>&1 &
+clippy_pid=$!
+pgdir=
+as=()
+cleanup() {
+  [ -n "$clippy_pid" ] && kill "$clippy_pid" 2>/dev/null
+  rm -f "$clippy_log"
+  if [ -n "$pgdir" ]; then
+    "${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true
+    rm -rf "$pgdir"
+  fi
+}
+trap cleanup EXIT
+finish_clippy() {
+  local status=0
+  wait "$clippy_pid" || status=$?
+  clippy_pid=
+  echo "== cargo clippy --all-targets -- -D warnings: done"
+  cat "$clippy_log"
+  rm -f "$clippy_log"
+  if [ "$status" != 0 ]; then
+    echo "tests/run.sh: clippy or the compiler warns (above; the lints are set in Cargo.toml [lints]): fix the code, or argue for a lint change in Cargo.toml" >&2
+    exit 1
+  fi
+}
+
+# cargo-nextest runs the tests (each in a process of its own, with its time).
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "== installing cargo-nextest (cargo install cargo-nextest --locked)"
+  if ! cargo install cargo-nextest --locked >/dev/null; then
+    echo "tests/run.sh needs cargo-nextest, and installing it failed: run 'cargo install cargo-nextest --locked' (or see https://nexte.st/docs/installation/)" >&2
+    exit 2
+  fi
 fi
 
 have_pg_bins() {
@@ -61,7 +100,6 @@ if [ -z "${DATABASE_URL:-}" ]; then
     pgdir=$(mktemp -d /tmp/nightshift-testpg.XXXXXX)
     port=55432
     while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
-    as=()
     if [ "$(id -u)" = 0 ]; then chown postgres "$pgdir"; as=(runuser -u postgres --); fi
     echo "== starting a private PostgreSQL on 127.0.0.1:$port ($pgdir)"
     "${as[@]}" "$bindir/initdb" -D "$pgdir/data" -U postgres --auth=trust >"$pgdir/initdb.log" 2>&1 \
@@ -69,7 +107,6 @@ if [ -z "${DATABASE_URL:-}" ]; then
     "${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -w -t 60 -l "$pgdir/log" \
       -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdir" start >/dev/null \
       || { cat "$pgdir/log" >&2; echo "the private PostgreSQL did not start (log above)" >&2; exit 2; }
-    trap '"${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true; rm -rf "$pgdir"' EXIT
     export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
   fi
 fi
@@ -136,4 +173,37 @@ if [ -n "$free_mb" ] && [ "$free_mb" -lt 3072 ]; then
   fi
   echo "== warning: only ${free_mb} MB free under $root/target; the build may run out of space" >&2
 fi
-cargo test --all-targets -- --test-threads="${NIGHTSHIFT_TEST_THREADS:-4}"
+
+finish_clippy
+
+profile=default
+[ "${CI:-}" = true ] && profile=ci
+threads=()
+[ -n "${NIGHTSHIFT_TEST_THREADS:-}" ] && threads=(--test-threads "$NIGHTSHIFT_TEST_THREADS")
+echo "== cargo nextest run --all-targets --profile $profile ${threads[*]}"
+status=0
+cargo nextest run --all-targets --profile "$profile" "${threads[@]}" || status=$?
+
+# The ten slowest tests of this run, from nextest's JUnit report.
+junit="$root/target/nextest/$profile/junit.xml"
+if [ -f "$junit" ]; then
+  echo "== the ten slowest tests (seconds; all times in $junit)"
+  grep -o '<testcase [^>]*>' "$junit" \
+    | sed -E 's/.* name="([^"]*)".* classname="([^"]*)".* time="([0-9.]+)".*/\3 \2 \1/' \
+    | sort -rn | head -10 \
+    | awk '{ printf "%8.1f  %s %s\n", $1, $2, $3 }'
+fi
+
+# Doc tests (nextest does not run them): only if a doc comment opens a Rust
+# code block (a fence with no language, or `rust`); today every block is text.
+if awk 'FNR == 1 { fence = 0 }
+        /^[[:space:]]*\/\/[\/!][[:space:]]*```/ {
+          lang = $0; sub(/^[[:space:]]*\/\/[\/!][[:space:]]*```+/, "", lang)
+          if (!fence && (lang == "" || lang ~ /^(rust|should_panic|no_run|ignore|compile_fail|edition)/)) found = 1
+          fence = !fence
+        }
+        END { exit !found }' $(find src -name '*.rs'); then
+  echo "== cargo test --doc"
+  cargo test --doc || status=$?
+fi
+exit "$status"

@@ -26,10 +26,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    AgentError, Call, Report, Role, Usage, base_command, limit_in_text, parse_blocks,
-    write_call_files,
-};
+use super::base::{base_command, write_call_files};
+use super::blocks::parse_blocks;
+use super::model::{AgentError, Call, Report, Role, Usage};
+use super::stream::limit_in_text;
 use crate::config::AgentConfig;
 use crate::limit::{self, LimitKind, LimitReading};
 use crate::review;
@@ -127,7 +127,7 @@ fn keep_tail(sink: Arc<Mutex<String>>) -> impl FnMut(&str) + Send + 'static {
 /// then the kept stdout `text`).
 fn failure_of(outcome: &crate::process::Outcome, call: &Call, text: &str) -> Option<String> {
     if outcome.output_capped {
-        Some(super::over_output_cap(call))
+        Some(super::base::over_output_cap(call))
     } else if outcome.timed_out {
         Some(format!("timed out after {}s", call.timeout.as_secs()))
     } else if outcome.cancelled {

@@ -50,45 +50,7 @@ pub(super) fn html_text(s: &str) -> String {
 
 /// Decodes the HTML entities a title carries (`&middot;`, `&amp;`, `&#39;`…).
 pub(super) fn decode_entities(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        let after = &rest[amp + 1..];
-        let decoded = after.find(';').filter(|&end| end <= 8).and_then(|end| {
-            let name = &after[..end];
-            let c = match name {
-                "amp" => Some('&'),
-                "lt" => Some('<'),
-                "gt" => Some('>'),
-                "quot" => Some('"'),
-                "apos" => Some('\''),
-                "nbsp" => Some(' '),
-                "middot" => Some('·'),
-                "mdash" => Some('—'),
-                "ndash" => Some('–'),
-                _ => name
-                    .strip_prefix("#x")
-                    .or_else(|| name.strip_prefix("#X"))
-                    .and_then(|h| u32::from_str_radix(h, 16).ok())
-                    .or_else(|| name.strip_prefix('#').and_then(|d| d.parse().ok()))
-                    .and_then(char::from_u32),
-            }?;
-            Some((c, end))
-        });
-        match decoded {
-            Some((c, end)) => {
-                out.push(c);
-                rest = &after[end + 1..];
-            }
-            None => {
-                out.push('&');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+    html_escape::decode_html_entities(s).into_owned()
 }
 
 /// Server text for a message: one line, at most [`QUOTE_LIMIT`] characters.
@@ -132,5 +94,19 @@ mod tests {
             "a & b 'c' &bogus; &"
         );
         assert!(quote(&"x".repeat(500)).chars().count() <= QUOTE_LIMIT + 1);
+    }
+
+    /// The decoder is html-escape's now: every named entity, not the nine
+    /// the hand-written one knew, and `&nbsp;` is a no-break space (U+00A0),
+    /// which a title's whitespace collapsing still turns into one space.
+    #[test]
+    fn entities_beyond_the_old_nine_are_decoded_and_nbsp_collapses() {
+        assert_eq!(decode_entities("&hellip;&copy;&rarr;"), "…©→");
+        assert_eq!(decode_entities("a&nbsp;b"), "a\u{a0}b");
+        assert_eq!(html_text("Down&nbsp;&middot;&nbsp;GitHub"), "Down · GitHub");
+        assert_eq!(
+            decode_entities("&#0; &#xZZ; &amp"),
+            decode_entities("&#0; &#xZZ; &amp")
+        );
     }
 }

@@ -246,7 +246,7 @@ fn missing_program(command: &str) -> Option<String> {
     if program.contains('/') {
         return None;
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path).any(|d| d.join(program).is_file());
-    (!found).then(|| program.to_string())
+    which::which_global(program)
+        .is_err()
+        .then(|| program.to_string())
 }

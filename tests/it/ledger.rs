@@ -1,5 +1,6 @@
 //! Ledger tests against real PostgreSQL: the machine's server (DATABASE_URL, else
-//! postgres://postgres@127.0.0.1:5432/postgres) with one fresh database per test, and
+//! postgres://postgres@127.0.0.1:5432/postgres) with one fresh database per test (a clone of the migrated template, or an empty one
+//! for the migrations' own test: tests/it/common/db.rs), and
 //! private clusters started with the system's initdb/pg_ctl in temp directories.
 
 use std::ffi::OsString;
@@ -9,86 +10,10 @@ use std::time::{Duration, Instant};
 
 use nightshift::ledger::embedded::{self, Cluster, EmbeddedError};
 use nightshift::ledger::{DbSource, DbUrl, HolderInfo, Ledger, LedgerError, RepoLockAttempt};
-use sqlx::Connection;
-use sqlx::postgres::PgConnection;
+
+use crate::common::db::Db;
 
 // ---------- the machine's server, one database per test ----------
-
-fn admin_url() -> String {
-    std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
-}
-
-/// `url` with its database replaced by `db`.
-fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let root = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    format!("{root}/{db}{query}")
-}
-
-/// A fresh database on the machine's server, dropped (forcibly) when the value drops,
-/// also when the test panicked.
-struct TestDb {
-    name: String,
-    url: String,
-}
-
-impl TestDb {
-    async fn new() -> TestDb {
-        let name = format!("ns_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&admin_url())
-            .await
-            .expect("connect to the machine's PostgreSQL");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        admin.close().await.unwrap();
-        TestDb {
-            url: with_database(&admin_url(), &name),
-            name,
-        }
-    }
-
-    fn source(&self) -> DbSource {
-        DbSource::Url {
-            url: DbUrl::new(self.url.clone()),
-            var: "DATABASE_URL",
-        }
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        // Drop runs inside the test's runtime: use a thread with its own runtime.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                if let Ok(mut admin) = PgConnection::connect(&admin_url()).await {
-                    let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
-                        .execute(&mut admin)
-                        .await;
-                    let _ = admin.close().await;
-                }
-            });
-        })
-        .join();
-    }
-}
 
 async fn insert_plan(ledger: &Ledger, sha: &str) {
     sqlx::query("INSERT INTO plans (sha, repo, backlog_path, backlog_sha, json) VALUES ($1, 'o/r', 'NEXT.md', 'b', '{}')")
@@ -139,7 +64,7 @@ fn db_error_message(err: sqlx::Error) -> (String, String) {
 
 #[tokio::test]
 async fn migrations_apply_once_even_with_concurrent_first_connects() {
-    let db = TestDb::new().await;
+    let db = Db::empty();
     let src = db.source();
     // Four first runs at once: sqlx serialises them on its advisory lock.
     let results = connect_concurrently(&src, 4).await;
@@ -206,7 +131,7 @@ async fn connect_concurrently(src: &DbSource, n: usize) -> Vec<Result<Ledger, Le
 
 #[tokio::test]
 async fn approvals_reject_update_delete_truncate_and_need_exactly_one_target() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     insert_plan(&ledger, "p1").await;
     let id = insert_approval(&ledger, "p1").await;
@@ -263,7 +188,7 @@ async fn approvals_reject_update_delete_truncate_and_need_exactly_one_target() {
 
 #[tokio::test]
 async fn an_approval_is_consumed_once() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     insert_plan(&ledger, "p1").await;
     let approval = insert_approval(&ledger, "p1").await;
@@ -284,7 +209,7 @@ async fn an_approval_is_consumed_once() {
 
 #[tokio::test]
 async fn events_are_append_only_with_server_sequence() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let mut seqs = Vec::new();
     for kind in ["run_started", "item_started"] {
@@ -319,7 +244,7 @@ async fn events_are_append_only_with_server_sequence() {
 
 #[tokio::test]
 async fn repo_lock_refuses_a_second_holder_and_names_the_first() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     // Two ledgers stand for two nightshift processes.
     let first = Ledger::connect(&db.source()).await.unwrap();
     let second = Ledger::connect(&db.source()).await.unwrap();
@@ -828,7 +753,7 @@ fn worker(n: u32) -> WorkerId {
 
 #[tokio::test]
 async fn eight_workers_claim_twenty_items_each_exactly_once_in_backlog_order() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let run = queued_run(&ledger, 20).await;
     let tasks: Vec<_> = (1..=8)
@@ -861,7 +786,7 @@ async fn eight_workers_claim_twenty_items_each_exactly_once_in_backlog_order() {
 
 #[tokio::test]
 async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 2).await;
@@ -921,7 +846,7 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out() {
 
 #[tokio::test]
 async fn a_renewed_lease_keeps_the_item_and_a_released_item_goes_back_on_the_queue() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 1).await;
@@ -950,7 +875,7 @@ async fn a_renewed_lease_keeps_the_item_and_a_released_item_goes_back_on_the_que
 
 #[tokio::test]
 async fn a_fenced_write_blocks_a_takeover_until_it_commits() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 1).await;
@@ -979,7 +904,7 @@ async fn a_fenced_write_blocks_a_takeover_until_it_commits() {
 
 #[tokio::test]
 async fn an_account_pause_is_seen_by_every_worker_until_it_passes() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     assert_eq!(
@@ -1016,7 +941,7 @@ async fn an_account_pause_is_seen_by_every_worker_until_it_passes() {
 
 #[tokio::test]
 async fn status_lists_live_workers_only() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 1).await;
@@ -1051,7 +976,7 @@ async fn status_lists_live_workers_only() {
 #[tokio::test]
 async fn tend_outcomes_heads_and_cards_are_kept() {
     use nightshift::ledger::records as rec;
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     insert_plan(&ledger, "p").await;
     let run = insert_run(&ledger, "p", None).await;
@@ -1113,7 +1038,7 @@ async fn tend_outcomes_heads_and_cards_are_kept() {
 /// deleted, renamed or truncated; one no longer named can be deleted.
 #[tokio::test]
 async fn plan_contracts_name_only_stored_plans_and_contracts() {
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     insert_plan(&ledger, "p").await;
     for sha in ["c", "free"] {
@@ -1173,7 +1098,7 @@ async fn plan_contracts_name_only_stored_plans_and_contracts() {
 #[tokio::test]
 async fn tended_items_read_the_card_and_the_new_head() {
     use nightshift::ledger::records as rec;
-    let db = TestDb::new().await;
+    let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     insert_plan(&ledger, "p").await;
     let run = insert_run(&ledger, "p", None).await;

@@ -1,12 +1,14 @@
-//! The integration tests, as one test binary (`cargo test --test it`).
+//! The integration tests, as one test binary (`cargo nextest run --test it`,
+//! or `cargo test --test it`).
 //!
 //! One binary links the library, octocrab, sqlx and git2 once, where one
 //! binary per file linked them fifteen times. Each area is a module
-//! (its tests are named `area::test_name`, so `cargo test --test it forge::`
-//! runs one area), and the shared harness is a module every area uses:
-//! [`common`] (a database per test, fixtures, the stateful fake GitHub,
-//! background runs), [`fakes`] and [`fakes_codex`] (the model APIs the real
-//! agent CLIs talk to, and their replaying stand-ins).
+//! (its tests are named `area::test_name`, so `cargo nextest run --test it
+//! forge::` runs one area), and the shared harness is a module every area uses:
+//! [`common`] (a database per test cloned from one migrated template,
+//! fixtures, the stateful fake GitHub, background runs), [`fakes`] and
+//! [`fakes_codex`] (the model APIs the real agent CLIs talk to, and their
+//! replaying stand-ins).
 //!
 //! Files that are not Rust stay where the library's own unit tests and
 //! `tests/run.sh` find them: recorded transcripts and corpora under

@@ -80,26 +80,47 @@ async fn github_faults_end_in_exactly_one_pr() {
         ("a create performed whose 502 answer was lost", vec![Fault::new("POST", pulls, 502).after_effect()], 1),
         ("a rate-limited look-up before the create", vec![Fault::new("GET", pulls, 503).header("retry-after", "1")], 1),
     ];
+    // Each case is a night of its own (its own GitHub, repository and
+    // database): the nights run side by side, then each is checked in turn.
+    let mut nights = Vec::new();
     for (what, faults, posts) in cases {
         let gh = FakeGitHub::start().await;
         let f = world(&gh, "- [ ] Add sub\n");
-        let faults = faults
-            .into_iter()
-            .map(|x| {
-                if x.status == 429 {
-                    x.header("x-ratelimit-reset", &in_secs(2))
-                } else {
-                    x
-                }
+        nights.push((what, faults, posts, gh, f));
+    }
+    let drains: Vec<(std::process::Output, std::time::Duration)> =
+        tokio::task::block_in_place(|| {
+            std::thread::scope(|s| {
+                let running: Vec<_> = nights
+                    .iter_mut()
+                    .map(|(_, faults, _, gh, f)| {
+                        let faults = std::mem::take(faults)
+                            .into_iter()
+                            .map(|x| {
+                                if x.status == 429 {
+                                    x.header("x-ratelimit-reset", &in_secs(2))
+                                } else {
+                                    x
+                                }
+                            })
+                            .collect();
+                        gh.state.lock().unwrap().scripted = faults;
+                        let f = &*f;
+                        s.spawn(move || {
+                            let started = std::time::Instant::now();
+                            let out = f.approve_and_drain(&[]);
+                            (out, started.elapsed())
+                        })
+                    })
+                    .collect();
+                running.into_iter().map(|t| t.join().unwrap()).collect()
             })
-            .collect();
-        gh.state.lock().unwrap().scripted = faults;
-        let started = std::time::Instant::now();
-        let out = f.approve_and_drain(&[]);
+        });
+    for ((what, _, posts, gh, f), (out, elapsed)) in nights.into_iter().zip(drains) {
         assert_ok(&out, what);
         if what.starts_with("429") {
             assert!(
-                started.elapsed() >= std::time::Duration::from_secs(1),
+                elapsed >= std::time::Duration::from_secs(1),
                 "{what}: waited for the reset"
             );
         }
@@ -1346,6 +1367,15 @@ async fn hook(answers: Vec<Option<u16>>) -> Hook {
     Hook { url, bodies }
 }
 
+/// The waits of a notification shortened: 10 ms between attempts (1 s and
+/// 4 s in production) and 3 s for an answer (10 s).
+fn notify_waits_short(f: &mut Fixture) {
+    f.extra_env
+        .push(("NIGHTSHIFT_NOTIFY_BACKOFF_MS".into(), "10".into()));
+    f.extra_env
+        .push(("NIGHTSHIFT_NOTIFY_TIMEOUT_MS".into(), "3000".into()));
+}
+
 /// `notify --test` sends one sample to the webhook (JSON summary), to Slack
 /// (its incoming-webhook shape) and to a command (JSON on stdin); a target
 /// that keeps failing is retried a bounded number of times and named.
@@ -1353,7 +1383,8 @@ async fn hook(answers: Vec<Option<u16>>) -> Hook {
 async fn notify_test_sends_a_sample_to_every_target() {
     let ok = hook(vec![Some(200)]).await;
     let slack = hook(vec![Some(200)]).await;
-    let f = Fixture::new();
+    let mut f = Fixture::new();
+    notify_waits_short(&mut f);
     let got = f.dir.path().join("from-command.json");
     let cmd = f.agent(
         "notify.sh",
@@ -1807,6 +1838,7 @@ async fn a_run_end_sends_one_summary_and_a_dead_webhook_changes_nothing() {
     let ok = hook(vec![Some(204)]).await;
     let secret = "sekrit-value-5f3a9c";
     let mut f = world(&gh, &format!("- [ ] Add sub {secret}\n"));
+    notify_waits_short(&mut f);
     f.extra_env.push(("MY_SECRET".into(), secret.into()));
     let w = f.agents.join("writer.sh").display().to_string();
     let r = f.agents.join("reviewer.sh").display().to_string();

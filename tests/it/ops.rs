@@ -157,39 +157,19 @@ fn closing_the_terminal_stops_the_run_cleanly() {
 
 /// Takes the test's database away: no new connections, every session ended.
 fn db_down(f: &Fixture) {
-    let admin = common::admin_url();
-    for q in [
-        format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", f.db.name),
-        format!(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{}'",
-            f.db.name
-        ),
-    ] {
-        let out = std::process::Command::new("psql")
-            .args([admin.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", &q])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{q}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    common::db::admin_sql(&format!(
+        "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
+         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
+        f.db.name
+    ));
 }
 
 /// Brings it back.
 fn db_up(f: &Fixture) {
-    let admin = common::admin_url();
-    let q = format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", f.db.name);
-    let out = std::process::Command::new("psql")
-        .args([admin.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", &q])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{q}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::db::admin_sql(&format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+        f.db.name
+    ));
 }
 
 fn writer_calls(f: &Fixture) -> String {

@@ -45,10 +45,23 @@ fn read_pid(path: &Path) -> i32 {
 
 /// The process is gone from /proc: dead and reaped. Allows a moment for a
 /// parent other than us to reap it.
+/// Whether `pid` stopped running within a second: no longer in `/proc`, or a
+/// zombie (state `Z`). A zombie runs nothing; whether one is reaped at once
+/// depends on who the orphan's new parent is (under nextest each test is a
+/// process of its own and not a subreaper, and this machine's init reaps late).
 fn gone(pid: i32) -> bool {
     for _ in 0..50 {
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            return true;
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            // The state follows the command name's closing parenthesis.
+            Ok(stat)
+                if stat
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z')) =>
+            {
+                return true;
+            }
+            Ok(_) => {}
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -1,86 +1,18 @@
 //! Test harness shared by the integration tests: a real PostgreSQL database
-//! per test, a local bare repository as the remote, a user checkout, the real
+//! per test (a clone of one migrated template, [`db`]), a local bare repository as the remote, a user checkout, the real
 //! `nightshift` binary run with a cleared environment, and script agents.
 #![allow(dead_code)]
 
 pub mod bg;
+pub mod db;
 pub mod github;
+
+pub use db::Db;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use tempfile::TempDir;
-
-/// The server tests use: `DATABASE_URL` if set, else the machine's local one.
-pub fn admin_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
-
-/// A fresh database on the test server, dropped when this value drops.
-pub struct Db {
-    pub name: String,
-    pub url: String,
-}
-
-impl Db {
-    /// Creates `nightshift_test_<random>`.
-    pub fn create() -> Db {
-        let name = format!("nightshift_test_{}", uuid::Uuid::new_v4().simple());
-        let admin = admin_url();
-        let out = Command::new("psql")
-            .args([
-                admin.as_str(),
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                &format!("CREATE DATABASE {name}"),
-            ])
-            .output()
-            .expect("psql runs");
-        assert!(
-            out.status.success(),
-            "create database: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let base = admin
-            .rsplit_once('/')
-            .map(|(b, _)| b.to_string())
-            .unwrap_or(admin.clone());
-        Db {
-            url: format!("{base}/{name}"),
-            name,
-        }
-    }
-
-    /// Runs one SQL statement and returns its unaligned output.
-    pub fn sql(&self, q: &str) -> String {
-        let out = Command::new("psql")
-            .args([self.url.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", q])
-            .output()
-            .expect("psql runs");
-        assert!(
-            out.status.success(),
-            "sql {q}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .args([
-                admin_url().as_str(),
-                "-q",
-                "-c",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-            ])
-            .output();
-    }
-}
 
 /// Runs git in `dir` with a fixed identity and no user config.
 pub fn git(dir: &Path, args: &[&str]) -> String {

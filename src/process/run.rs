@@ -1,0 +1,443 @@
+//! The runners: [`run`] (async) and [`run_blocking`] spawn a [`Command`] in its
+//! own process group, wait with a timeout and cancellation, stop the group
+//! (SIGTERM, grace, SIGKILL) and sweep what it left.
+//!
+//! Not for reading the output (`stream`) or the kill guard's bookkeeping (`guard`).
+
+use super::command::{CALL_MARKER_VAR, Command};
+use super::error::ProcessError;
+use super::guard::KillGuard;
+use super::outcome::Outcome;
+use super::procs;
+use super::stream::{OutputBudget, Streams};
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// Makes this process not dumpable (`PR_SET_DUMPABLE` 0), as `ssh-agent`
+/// does: the kernel then hands `/proc/<pid>/environ`, `mem`, `maps` and `fd`
+/// to root and refuses `ptrace` by anyone without `CAP_SYS_PTRACE`. An agent
+/// running as the same user can then read neither nightshift's environment
+/// nor its memory, where the token and the ledger's URL live (docs/agents.md#environment). Its
+/// children are not affected (exec makes them dumpable again); the cost is
+/// that nightshift leaves no core dump. Call once at start-up.
+///
+/// # Errors
+/// The `prctl` error (none is expected on Linux).
+pub fn become_undumpable() -> io::Result<()> {
+    nix::sys::prctl::set_dumpable(false).map_err(io::Error::from)
+}
+
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so that
+/// descendants orphaned by their parent (a daemonising `setsid … &`) are
+/// reparented to nightshift instead of init, where [`run`] can find and reap
+/// them. Call once at start-up; calling again is harmless.
+///
+/// # Errors
+/// The `prctl` error (only on kernels older than 3.4).
+pub fn become_subreaper() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
+}
+
+/// Runs `cmd` to completion, timeout or cancellation and reports how it
+/// ended (docs/agents.md).
+///
+/// - Spawned with `process_group(0)`, a cleared environment plus the map,
+///   `GIT_TERMINAL_PROMPT=0`, `LANG=C.UTF-8` if unset, and a unique
+///   [`CALL_MARKER_VAR`]; stdin null unless bytes were given.
+/// - stdout and stderr are read from the start (a full pipe would block the
+///   child) and streamed through the redactor into the files.
+/// - On timeout or cancellation: SIGTERM to the group, the grace period,
+///   SIGKILL to the group, reap.
+/// - After the child is gone, in every case, its leftovers are swept: the
+///   process group, every process whose `/proc/PID/environ` carries this
+///   call's marker (descendants that left the group with `setsid`), and
+///   every child reparented to us (see [`become_subreaper`]) since the call
+///   began from another session (a `setsid` daemon that cleared its
+///   environment), get SIGTERM, the grace period, SIGKILL. Zombies
+///   reparented to us are reaped. A descendant that left the group but not
+///   our session and cleared or overwrote its environment still escapes the
+///   sweep; its pipes are then abandoned after [`READER_LINGER`].
+/// - If the future is dropped before the end, the group and the marked
+///   processes get SIGKILL.
+///
+/// # Errors
+/// [`ProcessError::OutputFile`] when an output file cannot be created,
+/// [`ProcessError::Spawn`] when the program cannot be started (with a hint),
+/// [`ProcessError::Wait`] when waiting for it fails.
+pub async fn run(cmd: Command, cancel: &CancellationToken) -> Result<Outcome, ProcessError> {
+    let span = tracing::info_span!(
+        "process",
+        program = %cmd.program,
+        cwd = %cmd.cwd.as_deref().unwrap_or(Path::new(".")).display(),
+        timeout_s = cmd.timeout.as_secs_f64(),
+    );
+    run_in_span(cmd, cancel).instrument(span).await
+}
+
+/// [`run`] for a caller that is not async (`git`, `gh auth token`): the
+/// same runner, driven to the end on a thread of its own with a
+/// single-threaded runtime, so that it works from plain threads, from
+/// `block_in_place` and from inside a runtime alike. The child is stopped
+/// (TERM, grace, KILL) as on cancellation as soon as `stop` turns true,
+/// which is looked at every [`STOP_POLL`].
+///
+/// # Errors
+/// As [`run`]; a runtime that cannot be built (no file descriptors left) is
+/// [`ProcessError::Wait`].
+pub fn run_blocking(cmd: Command, stop: Option<Arc<AtomicBool>>) -> Result<Outcome, ProcessError> {
+    let program = cmd.program.clone();
+    let runtime_error = |source: io::Error| ProcessError::Wait {
+        program: program.clone(),
+        pid: 0,
+        source,
+    };
+    let driver = move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(runtime.block_on(async move {
+            let cancel = CancellationToken::new();
+            let outcome = run(cmd, &cancel);
+            tokio::pin!(outcome);
+            loop {
+                tokio::select! {
+                    ended = &mut outcome => return ended,
+                    () = tokio::time::sleep(STOP_POLL) => {
+                        if stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+                            cancel.cancel();
+                        }
+                    }
+                }
+            }
+        }))
+    };
+    let thread = std::thread::Builder::new()
+        .name("process".into())
+        .spawn(driver)
+        .map_err(runtime_error)?;
+    match thread.join() {
+        Ok(result) => result.map_err(runtime_error)?,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// How often [`run_blocking`] looks at its stop flag.
+pub const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// How a wait for the child ended other than by its exit.
+enum Ended {
+    TimedOut,
+    Cancelled,
+    OverCap,
+}
+
+/// Runs `cmd` inside its `tracing` span: spawns it in its own process
+/// group, streams its output, waits for its exit, the timeout, `cancel` or
+/// the output cap (stopping the group when it did not exit), sweeps escaped
+/// descendants and gathers the [`Outcome`].
+async fn run_in_span(
+    mut cmd: Command,
+    cancel: &CancellationToken,
+) -> Result<Outcome, ProcessError> {
+    let marker = uuid::Uuid::new_v4().simple().to_string();
+    let stdout_file = open_output(&cmd.program, cmd.stdout_path.as_deref()).await?;
+    let stderr_file = open_output(&cmd.program, cmd.stderr_path.as_deref()).await?;
+
+    let mut command = build_command(&cmd, &marker);
+    let started = Instant::now();
+    let (mut child, pid, mut guard) = spawn_guarded(&mut command, &cmd, &marker)?;
+    tracing::debug!(pid, "spawned");
+
+    let budget = cmd.max_output.map(|max| {
+        std::sync::Arc::new(OutputBudget {
+            left: max.into(),
+            spent: CancellationToken::new(),
+        })
+    });
+    let over_cap = budget
+        .as_ref()
+        .map_or_else(CancellationToken::new, |b| b.spent.clone());
+    let stop_readers = CancellationToken::new();
+    // If this future is dropped, the readers stop too instead of waiting for
+    // a pipe an escaped descendant may hold.
+    let _stop_readers_on_drop = stop_readers.clone().drop_guard();
+    let streams = Streams::start(
+        &mut child,
+        &mut cmd,
+        (stdout_file, stderr_file),
+        budget,
+        &stop_readers,
+    );
+    // Fields, not the whole `cmd`: a borrow of it held across the wait
+    // would make this future not `Send` (its line callback is not `Sync`).
+    let ended = Waited {
+        cancel,
+        over_cap: &over_cap,
+        guard: &guard,
+        pid,
+        program: &cmd.program,
+        timeout: cmd.timeout,
+        grace: cmd.grace,
+    };
+    let (status, timed_out, cancelled) = ended.wait(&mut child).await?;
+    let duration = started.elapsed();
+
+    guard.sweep(cmd.grace).await;
+    drop(guard);
+    let (stdout, stderr) = streams.finish(&stop_readers).await;
+
+    let outcome = Outcome {
+        exit_code: status.and_then(|s| s.code()),
+        signal: status.and_then(|s| s.signal()),
+        timed_out,
+        cancelled,
+        output_capped: over_cap.is_cancelled(),
+        duration,
+        stdout_tail: stdout.tail,
+        stderr_tail: stderr.tail,
+        stdout_path: cmd.stdout_path,
+        stderr_path: cmd.stderr_path,
+        stdout_bytes: stdout.bytes,
+        stderr_bytes: stderr.bytes,
+        stdout: stdout.whole,
+    };
+    tracing::info!(
+        exit_code = ?outcome.exit_code,
+        signal = ?outcome.signal,
+        timed_out,
+        cancelled,
+        duration_s = duration.as_secs_f64(),
+        stdout_bytes = outcome.stdout_bytes,
+        stderr_bytes = outcome.stderr_bytes,
+        "finished"
+    );
+    Ok(outcome)
+}
+
+/// Spawns `command` (built from `cmd` with this call's `marker`) and the
+/// guard that kills its process group, and with [`Command::sweep_escaped`]
+/// its escaped descendants, when it is dropped. Returns the child, its pid
+/// and the guard.
+///
+/// # Errors
+/// [`ProcessError`] when it cannot be started or was reaped at once.
+fn spawn_guarded(
+    command: &mut tokio::process::Command,
+    cmd: &Command,
+    marker: &str,
+) -> Result<(tokio::process::Child, u32, KillGuard), ProcessError> {
+    // Our children now: a child of ours that is new after the call and left
+    // our session is one of its descendants, reparented to us (see
+    // `KillGuard::marked`).
+    let children_before = Some(procs::own_children(std::process::id() as i32));
+    let child = command.spawn().map_err(|source| spawn_error(cmd, source))?;
+    let Some(pid) = child.id() else {
+        return Err(ProcessError::Wait {
+            program: cmd.program.clone(),
+            pid: 0,
+            source: io::Error::other("the child was reaped before its pid could be read"),
+        });
+    };
+    let guard = KillGuard {
+        pgid: pid as i32,
+        marker: cmd.sweep_escaped.then(|| marker.to_string()),
+        children_before: if cmd.sweep_escaped {
+            children_before
+        } else {
+            None
+        },
+        swept: false,
+    };
+    Ok((child, pid, guard))
+}
+
+/// What ends the wait for a child besides its exit, and how to stop it.
+struct Waited<'a> {
+    /// The caller's cancel.
+    cancel: &'a CancellationToken,
+    /// Fired when the output budget is spent.
+    over_cap: &'a CancellationToken,
+    /// The child's process group.
+    guard: &'a KillGuard,
+    /// The child's pid (for errors).
+    pid: u32,
+    /// The program (for errors).
+    program: &'a str,
+    /// [`Command::timeout`].
+    timeout: Duration,
+    /// [`Command::grace`].
+    grace: Duration,
+}
+
+impl Waited<'_> {
+    /// Waits for the child's exit, [`Command::timeout`], the cancel or the
+    /// output cap; a child that did not exit is stopped (its group sent
+    /// SIGTERM, SIGKILL after [`Command::grace`]). Returns (exit status,
+    /// timed out, cancelled).
+    ///
+    /// # Errors
+    /// [`ProcessError::Wait`] when waiting for the child fails.
+    async fn wait(
+        &self,
+        child: &mut tokio::process::Child,
+    ) -> Result<(Option<ExitStatus>, bool, bool), ProcessError> {
+        let wait_error = |source| ProcessError::Wait {
+            program: self.program.to_string(),
+            pid: self.pid,
+            source,
+        };
+        let stopped = tokio::select! {
+            status = child.wait() => return Ok((Some(status.map_err(wait_error)?), false, false)),
+            () = tokio::time::sleep(self.timeout) => Ended::TimedOut,
+            () = self.cancel.cancelled() => Ended::Cancelled,
+            () = self.over_cap.cancelled() => Ended::OverCap,
+        };
+        let reason = match stopped {
+            Ended::TimedOut => "timeout",
+            Ended::OverCap => "output over its cap",
+            _ => "cancelled",
+        };
+        tracing::info!(
+            reason,
+            grace_s = self.grace.as_secs_f64(),
+            "stopping the process group"
+        );
+        let status = stop_child(child, self.guard, self.grace)
+            .await
+            .map_err(wait_error)?;
+        Ok((
+            status,
+            matches!(stopped, Ended::TimedOut),
+            matches!(stopped, Ended::Cancelled),
+        ))
+    }
+}
+
+/// The tokio command for `cmd`: cleared environment plus the map and the
+/// pins, own process group, piped output.
+fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(&cmd.program);
+    command
+        .args(&cmd.args)
+        .env_clear()
+        .envs(&cmd.env)
+        // A git asking for a password on a terminal would hang until the
+        // timeout; nightshift hands credentials through helpers only.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env(CALL_MARKER_VAR, marker)
+        .stdin(if cmd.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so a timeout kills the agent and everything it
+        // started with one signal.
+        .process_group(0)
+        .kill_on_drop(true);
+    if !cmd.env.contains_key("LANG") {
+        // Agents read and write UTF-8; C.UTF-8 is built into musl and glibc >= 2.35.
+        command.env("LANG", "C.UTF-8");
+    }
+    if let Some(dir) = &cmd.cwd {
+        command.current_dir(dir);
+    }
+    if let Some(account) = &cmd.run_as {
+        command
+            .uid(account.uid)
+            .gid(account.gid)
+            .env("HOME", &account.home)
+            .env("USER", &account.user)
+            .env("LOGNAME", &account.user);
+    }
+
+    command
+}
+
+/// SIGTERM to the group and marked descendants, `grace`, SIGKILL, reap.
+/// `None` when the child survived SIGKILL for 10 s (uninterruptible sleep);
+/// tokio reaps it later.
+async fn stop_child(
+    child: &mut tokio::process::Child,
+    guard: &KillGuard,
+    grace: Duration,
+) -> io::Result<Option<ExitStatus>> {
+    guard.signal_all(libc::SIGTERM);
+    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+        return status.map(Some);
+    }
+    guard.signal_all(libc::SIGKILL);
+    match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+        Ok(status) => status.map(Some),
+        Err(_) => {
+            tracing::warn!(
+                pgid = guard.pgid,
+                "child did not die within 10 s of SIGKILL"
+            );
+            Ok(None)
+        }
+    }
+}
+
+async fn open_output(
+    program: &str,
+    path: Option<&Path>,
+) -> Result<Option<tokio::fs::File>, ProcessError> {
+    let Some(path) = path else { return Ok(None) };
+    tokio::fs::File::create(path)
+        .await
+        .map(Some)
+        .map_err(|source| ProcessError::OutputFile {
+            program: program.to_owned(),
+            path: path.to_owned(),
+            source,
+        })
+}
+
+fn spawn_error(cmd: &Command, source: io::Error) -> ProcessError {
+    let cwd = match &cmd.cwd {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+    };
+    let program = &cmd.program;
+    let hint = if !cwd.is_dir() {
+        format!(
+            "the working directory {} does not exist or is not a directory",
+            cwd.display()
+        )
+    } else if source.kind() == io::ErrorKind::NotFound {
+        if program.contains('/') {
+            format!("there is no file `{program}`; check the path in the config")
+        } else {
+            let path = cmd
+                .env
+                .get("PATH")
+                .map_or("(PATH is not set for the child)", String::as_str);
+            format!(
+                "`{program}` is not on the child's PATH ({path}); install it or give its full path"
+            )
+        }
+    } else if source.kind() == io::ErrorKind::PermissionDenied {
+        format!(
+            "`{program}` is not executable by this user: `chmod +x` it, or check that its filesystem is not mounted noexec"
+        )
+    } else if cmd.run_as.is_some() && source.raw_os_error() == Some(libc::EPERM) {
+        "running agents as `agent_user` needs nightshift to run as root".to_owned()
+    } else {
+        format!("try running `{program}` by hand in {}", cwd.display())
+    };
+    ProcessError::Spawn {
+        program: program.clone(),
+        cwd,
+        hint,
+        source,
+    }
+}

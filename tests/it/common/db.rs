@@ -1,0 +1,225 @@
+//! The tests' databases on the test server (`DATABASE_URL`, else the
+//! machine's local one): one migrated template per set of migrations,
+//! cloned per test with `CREATE DATABASE … TEMPLATE`, through sqlx.
+//!
+//! The template is named after a hash of the migrations the library embeds
+//! (`nightshift_tpl_<hash>`), so a changed or added migration makes a new
+//! one and an old one is never used for the new schema. It is built once,
+//! by whichever test process comes first, under a PostgreSQL advisory lock
+//! so that concurrent processes (nextest runs each test in its own) and
+//! other checkouts on the same server never race; it is built under a
+//! temporary name and renamed when complete, so a build killed halfway is
+//! never cloned. It takes no connections afterwards (a template with a
+//! session on it cannot be cloned). Templates of older migrations are left
+//! on the server: another checkout may still be cloning them.
+//!
+//! Not here: tests of the migrations themselves take [`Db::empty`] and let
+//! the ledger migrate it.
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use nightshift::ledger::{DbSource, DbUrl, Ledger};
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+/// The server tests use: `DATABASE_URL` if set, else the machine's local one.
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_string())
+}
+
+/// `url` with its database replaced by `db`.
+pub fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let root = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    format!("{root}/{db}{query}")
+}
+
+/// Runs `fut` to its end on a runtime of its own, in a thread of its own: the
+/// callers are synchronous code inside a test's runtime, where blocking on
+/// that runtime would panic.
+pub fn block_on<F>(fut: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the test database")
+                .block_on(fut)
+        })
+        .join()
+        .expect("the test database's thread")
+    })
+}
+
+/// One statement on the server's admin database.
+pub fn admin_sql(q: &str) {
+    block_on(async {
+        let mut admin = admin().await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(q.to_string()))
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("{q}: {e}"));
+        let _ = admin.close().await;
+    });
+}
+
+async fn admin() -> PgConnection {
+    let url = admin_url();
+    PgConnection::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to the test server {url}: {e}"))
+}
+
+async fn exists(admin: &mut PgConnection, name: &str) -> bool {
+    sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(name)
+        .fetch_one(admin)
+        .await
+        .expect("read pg_database")
+}
+
+async fn execute(admin: &mut PgConnection, q: String) {
+    sqlx::query(sqlx::AssertSqlSafe(q.clone()))
+        .execute(admin)
+        .await
+        .unwrap_or_else(|e| panic!("{q}: {e}"));
+}
+
+/// The advisory-lock key the template is built under (on the admin database).
+const TEMPLATE_LOCK: i64 = 0x6e73_7470_6c00_0001;
+
+/// The migrated template's name, building it first if no process has yet.
+fn template() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| block_on(ensure_template()))
+}
+
+async fn ensure_template() -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for m in sqlx::migrate!().iter() {
+        h.update(m.version.to_le_bytes());
+        h.update(&m.checksum);
+    }
+    let name = format!("nightshift_tpl_{}", &hex::encode(h.finalize())[..16]);
+    let mut admin = admin().await;
+    if !exists(&mut admin, &name).await {
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(TEMPLATE_LOCK)
+            .execute(&mut admin)
+            .await
+            .expect("take the template lock");
+        if !exists(&mut admin, &name).await {
+            let building = format!("{name}_building");
+            // What a build killed halfway left behind.
+            execute(
+                &mut admin,
+                format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)"),
+            )
+            .await;
+            execute(&mut admin, format!("CREATE DATABASE {building}")).await;
+            let ledger = Ledger::connect(&DbSource::Url {
+                url: DbUrl::new(with_database(&admin_url(), &building)),
+                var: "DATABASE_URL",
+            })
+            .await
+            .unwrap_or_else(|e| panic!("migrate the template database {building}: {e}"));
+            ledger.pool.close().await;
+            execute(
+                &mut admin,
+                format!("ALTER DATABASE {building} RENAME TO {name}"),
+            )
+            .await;
+            // Nobody connects to it again: a session on a template stops its cloning.
+            execute(
+                &mut admin,
+                format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false"),
+            )
+            .await;
+        }
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(TEMPLATE_LOCK)
+            .execute(&mut admin)
+            .await
+            .expect("release the template lock");
+    }
+    let _ = admin.close().await;
+    name
+}
+
+/// A database of its own on the test server, dropped (forcibly) when this
+/// value drops, also when the test panicked.
+pub struct Db {
+    pub name: String,
+    pub url: String,
+}
+
+impl Db {
+    /// A migrated database `nightshift_test_<random>`: a clone of the template.
+    pub fn create() -> Db {
+        Db::make(Some(template()))
+    }
+
+    /// An empty database (no migrations applied), for the tests of the
+    /// migrations themselves.
+    pub fn empty() -> Db {
+        Db::make(None)
+    }
+
+    fn make(template: Option<&str>) -> Db {
+        let name = format!("nightshift_test_{}", uuid::Uuid::new_v4().simple());
+        let q = match template {
+            Some(t) => format!("CREATE DATABASE {name} TEMPLATE {t}"),
+            None => format!("CREATE DATABASE {name}"),
+        };
+        admin_sql(&q);
+        Db {
+            url: with_database(&admin_url(), &name),
+            name,
+        }
+    }
+
+    /// This database as the ledger's source.
+    pub fn source(&self) -> DbSource {
+        DbSource::Url {
+            url: DbUrl::new(self.url.clone()),
+            var: "DATABASE_URL",
+        }
+    }
+
+    /// Runs one SQL statement and returns its unaligned output.
+    pub fn sql(&self, q: &str) -> String {
+        let out = std::process::Command::new("psql")
+            .args([self.url.as_str(), "-qAt", "-v", "ON_ERROR_STOP=1", "-c", q])
+            .output()
+            .expect("psql runs");
+        assert!(
+            out.status.success(),
+            "sql {q}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let q = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let _ = std::panic::catch_unwind(|| admin_sql(&q));
+    }
+}
