@@ -128,13 +128,24 @@ impl ResolvedLimits {
 
 impl Contract {
     /// The limits a round's change is held to (docs/loop.md#proof): the
-    /// sealed `max_changed_files`, `max_diff_lines` and `protected`.
+    /// sealed `max_changed_files`, `max_diff_lines`, `protected` and
+    /// `allow`. The protected globs are [`Contract::protected_paths`].
     pub fn change_limits(&self) -> crate::proof::ChangeLimits<'_> {
         crate::proof::ChangeLimits {
             max_changed_files: self.limits.max_changed_files.value,
             max_diff_lines: self.limits.max_diff_lines.value,
-            protected: &self.protected,
+            protected: self.protected_paths(),
+            allow: &self.allow,
         }
+    }
+
+    /// The globs a round may not change unless `allow` names them: the
+    /// sealed `protected`, and nightshift's defaults
+    /// ([`config::DEFAULT_PROTECTED`]) even when the contract was sealed
+    /// before they existed (a plan stored in the ledger by an older
+    /// version), so no contract runs without them.
+    pub fn protected_paths(&self) -> Vec<String> {
+        config::protected_paths(&self.protected)
     }
 }
 
@@ -185,6 +196,12 @@ impl From<&AgentConfig> for AgentSpec {
 pub struct Contract {
     /// One acceptance condition per `accept:` line.
     pub accept: Vec<String>,
+    /// Globs of protected paths this item may change anyway (its `allow:`
+    /// lines, docs/backlog.md#details); left out of the JSON when empty, so
+    /// the contract of an item without them has the same shape as before
+    /// the key existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
     /// Branch the PR targets.
     pub base: String,
     /// Block-quote context: the document preamble, then the section's.
@@ -200,9 +217,11 @@ pub struct Contract {
     pub limits: ResolvedLimits,
     /// Free context lines for the writer.
     pub notes: Vec<String>,
-    /// Globs of paths no writer may change, whatever the scope (config
-    /// `protected`); left out of the JSON when empty, so contracts sealed
-    /// before the key existed keep their SHAs.
+    /// Globs of paths no writer may change, whatever the scope, unless
+    /// `allow` names them: nightshift's defaults, then the config's
+    /// `protected` ([`config::protected_paths`]). Never empty in a contract
+    /// sealed since the defaults exist; left out of the JSON when empty, as
+    /// in contracts sealed before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protected: Vec<String>,
     /// Open questions; an item with any is blocked.
@@ -335,6 +354,7 @@ pub(crate) fn seal(
         details: d.lines.iter().map(|l| l.relative.clone()).collect(),
         context: item.context.clone(),
         accept: d.accept.clone(),
+        allow: d.allow.clone(),
         verify: if d.verify.is_empty() {
             c.verify.clone()
         } else {
@@ -342,7 +362,7 @@ pub(crate) fn seal(
         },
         setup: c.setup.clone(),
         scope: d.scope.clone(),
-        protected: c.protected.clone(),
+        protected: config::protected_paths(&c.protected),
         questions: d.questions.clone(),
         notes: d.notes.clone(),
         limits,
@@ -629,6 +649,13 @@ fn card_limits(s: &mut String, c: &Contract) {
             c.protected.join(", ")
         );
     }
+    if !c.allow.is_empty() {
+        let _ = writeln!(
+            s,
+            "   allow     {} (lifts protected paths for this item)",
+            c.allow.join(", ")
+        );
+    }
     let _ = writeln!(
         s,
         "   writer    {} {}",
@@ -715,6 +742,7 @@ mod tests {
         c.section = Some("Sé\u{0}ction \u{1b}[31m".into());
         c.notes = vec!["\u{0}nul".into(), "</script>".into(), String::new()];
         c.questions = vec!["why?\r\n".into()];
+        c.allow = vec![".github/workflows/ci.yml".into(), "é/**".into()];
         c.limits.max_cost_usd.value = 1e21;
         c
     }
@@ -723,17 +751,26 @@ mod tests {
     fn canonical_json_is_byte_for_byte_what_the_sorted_value_gave() {
         let rich = rich_contract();
         assert!(rich.recipe.is_some() && rich.section.is_some());
-        assert!(!rich.protected.is_empty() && rich.writer.model.is_some());
+        assert!(!rich.protected.is_empty() && !rich.allow.is_empty());
+        assert!(rich.writer.model.is_some());
         let mut bare = plan("- [ ] Add sub\n", "").entries.remove(0).contract;
         bare.limits.max_cost_usd.value = 0.1 + 0.2;
         for c in [&rich, &bare] {
             assert_eq!(c.canonical_json(), c.canonical_json_by_value());
         }
-        // Pinned: the SHA this item sealed to before the one-pass writer; a
-        // change here breaks every approval of it.
-        let item = plan("- [ ] Add sub\n", "").entries.remove(0);
+        // Pinned: the SHA this item seals to since the protected defaults
+        // (docs/config.md#protected); a change here breaks every approval
+        // of it.
+        let mut item = plan("- [ ] Add sub\n", "").entries.remove(0);
         assert_eq!(
             item.contract_sha,
+            "9c64328c9799f7cd1eafb8b7e61b1433435bdcd2aba54a4cee4f80f7fb78bdbb"
+        );
+        // Without them (as sealed before), the bytes are still those the
+        // one-pass writer was pinned to: no other field moved.
+        item.contract.protected.clear();
+        assert_eq!(
+            item.contract.sha(),
             "d32214bf447772b8976abaf37b35ffdef120ccf4ccc882ae6005ec387952ffd5"
         );
     }
@@ -772,7 +809,13 @@ mod tests {
             ]
         );
         let json = p.entries[0].contract.canonical_json();
-        assert!(!json.contains("protected"), "{json}");
+        // The protected defaults are sealed, so the approval covers them;
+        // an item without `allow:` seals no `allow` key.
+        assert!(
+            json.contains(r#""protected":[".github/workflows/**","#),
+            "{json}"
+        );
+        assert!(!json.contains("\"allow\""), "{json}");
         let c = &p.entries[0].contract;
         assert_eq!(c.limits.max_changed_files.value, 100);
         assert_eq!(c.limits.max_diff_lines.value, 5000);
@@ -795,9 +838,20 @@ mod tests {
         let files = &item.entries[0].contract.limits.max_changed_files;
         assert_eq!((files.value, files.source), (3, Source::Item));
         assert_ne!(item.entries[0].contract_sha, base);
-        let protected = plan("- [ ] Add sub\n", "protected = [\".github/**\"]\n");
-        assert_eq!(protected.entries[0].contract.protected, [".github/**"]);
+        let protected = plan("- [ ] Add sub\n", "protected = [\"migrations/**\"]\n");
+        let sealed = &protected.entries[0].contract.protected;
+        assert_eq!(sealed.len(), config::DEFAULT_PROTECTED.len() + 1);
+        assert_eq!(&sealed[..sealed.len() - 1], config::DEFAULT_PROTECTED);
+        assert_eq!(sealed.last().unwrap(), "migrations/**");
         assert_ne!(protected.entries[0].contract_sha, base);
+        let allow = plan("- [ ] Add sub\n  - allow: .github/workflows/ci.yml\n", "");
+        let c = &allow.entries[0].contract;
+        assert_eq!(c.allow, [".github/workflows/ci.yml"]);
+        assert!(
+            c.canonical_json()
+                .contains(r#""allow":[".github/workflows/ci.yml"]"#)
+        );
+        assert_ne!(allow.entries[0].contract_sha, base);
         // Not sealed: they are the night's, not the item's.
         let night = plan("- [ ] Add sub\n", "max_open_prs = 3\ndraft = true\n");
         assert_eq!(night.entries[0].contract_sha, base);
@@ -822,5 +876,41 @@ mod tests {
                 .contains("raise [limits] max_changed_files")
         );
         assert!(problems[1].message.contains("policy cap of 5000"));
+    }
+
+    #[test]
+    fn the_card_shows_the_protected_paths_and_the_allow_line() {
+        let p = plan(
+            "- [ ] Fix CI\n  - allow: `.github/workflows/ci.yml`\n- [ ] Add sub\n",
+            "protected = [\"migrations/**\"]\n",
+        );
+        let allowed = card(&p.entries[0]);
+        assert!(
+            allowed.contains("\n   protected .github/workflows/**, .github/actions/**, "),
+            "{allowed}"
+        );
+        assert!(
+            allowed
+                .contains(", .nightshift/**, migrations/** (never changed, whatever the scope)\n"),
+            "{allowed}"
+        );
+        assert!(
+            allowed.contains(
+                "\n   allow     .github/workflows/ci.yml (lifts protected paths for this item)\n"
+            ),
+            "{allowed}"
+        );
+        assert!(!card(&p.entries[1]).contains("   allow "));
+    }
+
+    #[test]
+    fn a_contract_sealed_before_the_defaults_still_protects_them() {
+        let mut c = plan("- [ ] Add sub\n", "").entries.remove(0).contract;
+        c.protected = vec!["migrations/**".into()];
+        let limits = c.change_limits();
+        let all = crate::proof::Scope::new(&limits.protected).unwrap();
+        assert!(all.matches(".github/workflows/ci.yml"));
+        assert!(all.matches("migrations/0001.sql"));
+        assert!(limits.allow.is_empty());
     }
 }

@@ -162,6 +162,10 @@ text_set! {
         /// are open, and the night opens no new one (docs/loop.md
         /// "Before the checkout").
         ReviewQueueFull => "review_queue_full",
+        /// The agent account has no credit (billing or credits exhausted):
+        /// its work stops for the night; the item whose call met it and the
+        /// later items of the account end so (docs/limits.md#no-credit).
+        NoCredit => "no_credit",
     }
 }
 
@@ -213,11 +217,12 @@ impl Outcome {
     /// Whether a resumed run takes the item up again rather than carrying
     /// its end over: it was cut short, pushed without its PR, or not
     /// started because the review queue was full (nothing was spent on it,
-    /// and PRs may have been merged since).
+    /// and PRs may have been merged since) or its account had no credit
+    /// (credit may have been added since).
     pub fn resumes(self) -> bool {
         matches!(
             self,
-            Outcome::Interrupted | Outcome::PrFailed | Outcome::ReviewQueueFull
+            Outcome::Interrupted | Outcome::PrFailed | Outcome::ReviewQueueFull | Outcome::NoCredit
         )
     }
 }
@@ -361,6 +366,9 @@ text_set! {
         NotApproved => "not_approved",
         /// An end-of-run notification could not be delivered.
         NotifyFailed => "notify_failed",
+        /// A tended PR's requests or commands by authors who may not steer
+        /// it were left out (docs/security.md "Who may steer a PR").
+        TendIgnored => "tend_ignored",
     }
 }
 

@@ -305,11 +305,12 @@ impl Proof {
     /// more files than `max_changed_files` (a rename counts once), more
     /// added plus removed lines than `max_diff_lines` (binary files count
     /// none), or a changed path (either side of a rename) under a
-    /// `protected` glob. The reasons name the counts and the files, from git.
+    /// `protected` glob and under no `allow` glob. The reasons name the
+    /// counts and the files, from git.
     ///
     /// # Errors
-    /// [`ProofError::Scope`] for a `protected` glob that does not compile
-    /// (the config refuses those before any run).
+    /// [`ProofError::Scope`] for a `protected` or `allow` glob that does not
+    /// compile (the config and the backlog refuse those before any run).
     pub fn beyond_limits(&self, limits: &ChangeLimits<'_>) -> Result<Option<String>, ProofError> {
         let mut reasons = Vec::new();
         let files = self.changed.len() as u64;
@@ -340,17 +341,18 @@ impl Proof {
             ));
         }
         if !limits.protected.is_empty() {
-            let protected = Scope::new(limits.protected)?;
+            let protected = Scope::new(&limits.protected)?;
+            let allowed = Scope::new(limits.allow)?;
             let hit: BTreeSet<&str> = self
                 .changed
                 .iter()
                 .flat_map(|c| std::iter::once(c.path.as_str()).chain(c.old_path.as_deref()))
-                .filter(|p| protected.matches(p))
+                .filter(|p| protected.matches(p) && !allowed.matches(p))
                 .collect();
             if !hit.is_empty() {
                 let hit: Vec<&str> = hit.into_iter().collect();
                 reasons.push(format!(
-                    "files changed in protected paths (config `protected`): {}",
+                    "files changed in protected paths (nightshift's defaults and config `protected`; only an item's `allow:` lifts them): {}",
                     listed(&hit)
                 ));
             }
@@ -360,16 +362,21 @@ impl Proof {
 }
 
 /// The limits on one change's size and reach (docs/loop.md#proof): the
-/// contract's `max_changed_files` and `max_diff_lines`, and its `protected`
-/// globs (matched as `scope:` globs are, see [`Scope`]).
-#[derive(Debug, Clone, Copy)]
+/// contract's `max_changed_files` and `max_diff_lines`, its `protected`
+/// globs and its `allow` globs (all matched as `scope:` globs are, see
+/// [`Scope`]).
+#[derive(Debug, Clone)]
 pub struct ChangeLimits<'a> {
     /// Files the change may touch.
     pub max_changed_files: u64,
     /// Lines the change may add and remove together.
     pub max_diff_lines: u64,
-    /// Globs of paths no change may touch (empty: none).
-    pub protected: &'a [String],
+    /// Globs of paths no change may touch (empty: none), unless `allow`
+    /// matches the path.
+    pub protected: Vec<String>,
+    /// Globs of protected paths the item may change anyway (its `allow:`
+    /// lines); they lift protection only, never widen the scope.
+    pub allow: &'a [String],
 }
 
 /// At most ten of `paths`, comma-separated, and how many more there are.
@@ -1203,7 +1210,8 @@ mod limit_tests {
         let limits = ChangeLimits {
             max_changed_files: 2,
             max_diff_lines: 10,
-            protected: &protected,
+            protected: protected.clone(),
+            allow: &[],
         };
         let ok = proof(&[("src/a.rs", None, 4, 1), ("src/b.rs", None, 5, 0)]);
         assert_eq!(ok.beyond_limits(&limits).unwrap(), None);
@@ -1221,7 +1229,7 @@ mod limit_tests {
         let moved = proof(&[("docs/0001.sql", Some("migrations/0001.sql"), 0, 0)]);
         assert_eq!(
             moved.beyond_limits(&limits).unwrap().unwrap(),
-            "files changed in protected paths (config `protected`): migrations/0001.sql"
+            "files changed in protected paths (nightshift's defaults and config `protected`; only an item's `allow:` lifts them): migrations/0001.sql"
         );
         let ci = proof(&[(".github/workflows/ci.yml", None, 1, 0)]);
         assert!(
@@ -1231,10 +1239,55 @@ mod limit_tests {
                 .contains(".github/workflows/ci.yml")
         );
         let none = ChangeLimits {
-            protected: &[],
+            protected: vec![],
             ..limits
         };
         assert_eq!(ci.beyond_limits(&none).unwrap(), None);
+    }
+
+    #[test]
+    fn an_allow_glob_lifts_protection_for_the_paths_it_matches_only() {
+        let protected = crate::config::protected_paths(&["migrations/**".to_string()]);
+        let allow = vec![".github/workflows/ci.yml".to_string()];
+        let limits = ChangeLimits {
+            max_changed_files: 100,
+            max_diff_lines: 1000,
+            protected,
+            allow: &allow,
+        };
+        let ci = proof(&[(".github/workflows/ci.yml", None, 1, 0)]);
+        assert_eq!(ci.beyond_limits(&limits).unwrap(), None);
+        // Another workflow, a migration, a CI file renamed away into an
+        // allowed name: still protected.
+        let other = proof(&[
+            (".github/workflows/ci.yml", None, 1, 0),
+            (".github/workflows/release.yaml", None, 1, 0),
+            ("migrations/0002.sql", None, 1, 0),
+        ]);
+        let why = other.beyond_limits(&limits).unwrap().unwrap();
+        assert!(
+            why.ends_with(": .github/workflows/release.yaml, migrations/0002.sql"),
+            "{why}"
+        );
+        let renamed = proof(&[(
+            ".github/workflows/ci.yml",
+            Some(".github/workflows/deploy.yml"),
+            0,
+            0,
+        )]);
+        assert!(
+            renamed
+                .beyond_limits(&limits)
+                .unwrap()
+                .unwrap()
+                .ends_with(": .github/workflows/deploy.yml")
+        );
+        // Without the allow line the defaults hold.
+        let strict = ChangeLimits {
+            allow: &[],
+            ..limits.clone()
+        };
+        assert!(ci.beyond_limits(&strict).unwrap().is_some());
     }
 
     #[test]
@@ -1245,7 +1298,8 @@ mod limit_tests {
         let limits = ChangeLimits {
             max_changed_files: 1,
             max_diff_lines: 1,
-            protected: &[],
+            protected: vec![],
+            allow: &[],
         };
         let why = proof(&files).beyond_limits(&limits).unwrap().unwrap();
         assert!(why.ends_with("f08, f09 and 3 more"), "{why}");

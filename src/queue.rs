@@ -516,6 +516,49 @@ pub async fn pause_account(
     Ok(())
 }
 
+/// Records that `account` has no credit (docs/limits.md#no-credit): it is
+/// paused until `until` (the run's deadline), marked so, and every worker of
+/// it, on any host, starts no item of it before then
+/// ([`account_without_credit`]).
+///
+/// # Errors
+/// Database errors.
+pub async fn stop_account_without_credit(
+    pool: &PgPool,
+    account: &str,
+    until: DateTime<Utc>,
+    run: Option<Uuid>,
+    worker: &str,
+    message: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO account_pauses (account, paused_until, run_id, worker, message, no_credit) VALUES ($1, $2, $3, $4, $5, true)",
+    )
+    .bind(account)
+    .bind(until)
+    .bind(run)
+    .bind(worker)
+    .bind(crate::secret::redact_known(message))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The message of a running no-credit stop of `account` (the latest), if it
+/// has one (by the server's clock).
+///
+/// # Errors
+/// Database errors.
+pub async fn account_without_credit(pool: &PgPool, account: &str) -> Result<Option<String>> {
+    let row: Option<(String,)> = sqlx::query_as(
+        "SELECT message FROM account_pauses WHERE account = $1 AND no_credit AND paused_until > now() ORDER BY at DESC, id DESC LIMIT 1",
+    )
+    .bind(account)
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.map(|(m,)| m))
+}
+
 /// The instant `account` is paused until, if a pause is still running (by the
 /// server's clock).
 ///

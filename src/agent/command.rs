@@ -4,8 +4,9 @@
 //! `NIGHTSHIFT_CONTRACT_FILE`, `NIGHTSHIFT_FEEDBACK_FILE` and
 //! `NIGHTSHIFT_ROUND`, and the prompt on stdin. A reviewer prints its verdict
 //! as the last JSON object line of stdout. A usage limit is read from its
-//! stderr, or from a stdout line that is the limit message itself (its prose
-//! may mention limits freely). Used by tests and custom agents.
+//! error channel only: stderr, of a call that exited non-zero (or was killed
+//! at its timeout). stdout is its answer and is never read for limits (its
+//! prose may quote limit messages freely). Used by tests and custom agents.
 //!
 //! Usage (optional; docs/agents.md#command-protocol, docs/loop.md#budgets: usage is what the
 //! agent itself reports): a command agent may report what a call used, either
@@ -31,7 +32,7 @@ use super::blocks::parse_blocks;
 use super::model::{AgentError, Call, Report, Role, Usage};
 use super::stream::limit_in_text;
 use crate::config::AgentConfig;
-use crate::limit::{self, LimitKind, LimitReading};
+use crate::limit::LimitReading;
 use crate::review;
 
 /// Bytes of stdout kept in memory for the final text (the rest is on disk).
@@ -74,7 +75,7 @@ pub async fn run(
             source,
         })?;
     let text = text.lock().expect("text buffer").clone();
-    let limit = read_limit(&outcome.stderr_tail, &text, call.tz);
+    let limit = read_limit(&outcome, call.tz);
     let verdict = match call.role {
         Role::Reviewer => review::last_json_verdict(&text),
         Role::Writer => None,
@@ -220,74 +221,74 @@ fn last_line(s: &str) -> Option<String> {
         .map(|l| l.trim().to_string())
 }
 
-/// Lines of stdout read for a limit message: the message is the agent's last word.
-const STDOUT_LIMIT_LINES: usize = 20;
-
-/// A limit in a command agent's output (docs/limits.md): stderr is its error channel
-/// and is read whole; stdout is its prose, so only a line that *is* a limit
-/// message counts (one merely mentioning a limit does not), among the last
-/// [`STDOUT_LIMIT_LINES`]. Stderr wins over stdout when both say something.
-fn read_limit(stderr_tail: &str, stdout: &str, tz: chrono_tz::Tz) -> Option<LimitReading> {
-    if let Some(r) = limit_in_text(stderr_tail, tz) {
-        return Some(r);
+/// A limit in a command agent's error channel (docs/limits.md#channels,
+/// docs/agents.md#command-protocol): the stderr of a call that failed (a
+/// non-zero exit, or killed at its timeout). stdout is the agent's answer and
+/// tool output, never read for limits: a writer working on rate limiting
+/// prints limit banners there as a matter of course. A call that exited 0
+/// succeeded, whatever its stderr says (a limit the agent got past), and a
+/// cancelled call is the signal's.
+fn read_limit(outcome: &crate::process::Outcome, tz: chrono_tz::Tz) -> Option<LimitReading> {
+    let failed = outcome.exit_code != Some(0) || outcome.timed_out;
+    if !failed || outcome.cancelled {
+        return None;
     }
-    let now = chrono::Utc::now();
-    let lines: Vec<&str> = stdout.lines().collect();
-    let mut best: Option<LimitReading> = None;
-    for line in &lines[lines.len().saturating_sub(STDOUT_LIMIT_LINES)..] {
-        let r = limit::read_stream_line(line, now, tz);
-        let better = match (&best, r.kind) {
-            (_, LimitKind::None) => false,
-            (None, _) => true,
-            (Some(b), k) => {
-                (k == LimitKind::UsageLimit && b.kind != LimitKind::UsageLimit)
-                    || (k == b.kind && b.resets_at.is_none() && r.resets_at.is_some())
-            }
-        };
-        if better {
-            best = Some(r);
-        }
-    }
-    best
+    limit_in_text(&outcome.stderr_tail, tz)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::LimitKind;
 
     const TZ: chrono_tz::Tz = chrono_tz::UTC;
 
-    #[test]
-    fn prose_mentioning_a_limit_is_not_a_limit() {
-        let out = "Done. The retry now waits until the usage limit resets at 7pm.\nI checked: you've hit your limit is what the CLI prints when over quota.\n- handled Claude AI usage limit reached|1762952400 in limit.rs\n";
-        assert_eq!(read_limit("", out, TZ), None);
+    fn ended(code: Option<i32>, stderr: &str) -> crate::process::Outcome {
+        crate::process::Outcome {
+            exit_code: code,
+            signal: None,
+            timed_out: false,
+            cancelled: false,
+            output_capped: false,
+            duration: std::time::Duration::ZERO,
+            stdout_tail: "You've hit your limit · resets 3am (UTC)".into(),
+            stderr_tail: stderr.to_string(),
+            stdout_path: None,
+            stderr_path: None,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+            stdout: Vec::new(),
+        }
     }
 
     #[test]
-    fn a_line_that_is_the_message_is_a_limit() {
-        let out = "Looking at the task.\nYou've hit your limit · resets 3am (UTC)\n";
-        let r = read_limit("", out, TZ).expect("a usage limit");
+    fn stderr_of_a_failed_call_is_the_error_channel() {
+        let r = read_limit(
+            &ended(
+                Some(1),
+                "warning: something\nYou've hit your limit · resets 3am (UTC)\n",
+            ),
+            TZ,
+        )
+        .expect("a usage limit");
         assert_eq!(r.kind, LimitKind::UsageLimit);
         assert!(r.resets_at.is_some());
     }
 
     #[test]
-    fn stderr_is_read_whole_and_wins() {
-        let r = read_limit("warning: something\nError: 429 Too Many Requests, rate limit reached; Claude AI usage limit reached|1762952400", "Rate limit reached for gpt-4 in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 20s.", TZ).expect("a limit");
-        assert_eq!(r.kind, LimitKind::UsageLimit);
+    fn a_call_that_exited_zero_has_no_limit_whatever_stderr_says() {
+        assert_eq!(
+            read_limit(
+                &ended(Some(0), "You've hit your limit · resets 3am (UTC)"),
+                TZ
+            ),
+            None
+        );
     }
 
     #[test]
-    fn only_the_last_lines_of_stdout_are_read() {
-        let mut out = String::from("You've hit your limit · resets 3am (UTC)\n");
-        for i in 0..STDOUT_LIMIT_LINES {
-            out.push_str(&format!("line {i}\n"));
-        }
-        assert_eq!(
-            read_limit("", &out, TZ),
-            None,
-            "a limit the agent got past long before its end is not read"
-        );
+    fn a_failed_call_with_nothing_on_stderr_has_no_limit() {
+        assert_eq!(read_limit(&ended(Some(1), ""), TZ), None);
     }
 }
 

@@ -161,6 +161,10 @@ pub enum CallEnd {
     /// Short throttling: wait (`retry_after` when the agent said) and call
     /// again.
     Transient(LimitReading),
+    /// The account cannot run at all (credit or billing exhausted): no
+    /// retry or sleep helps; its work stops for the night
+    /// (docs/limits.md#no-credit).
+    NoCredit(LimitReading),
     /// The call failed (nonzero exit, an error result): why, in a sentence.
     Failed(String),
     /// The call was killed at its timeout.
@@ -174,6 +178,7 @@ impl Report {
         match self.limit.as_ref().map(|l| (l.kind, l)) {
             Some((LimitKind::UsageLimit, l)) => return CallEnd::UsageLimit(l.clone()),
             Some((LimitKind::Transient, l)) => return CallEnd::Transient(l.clone()),
+            Some((LimitKind::NoCredit, l)) => return CallEnd::NoCredit(l.clone()),
             _ => {}
         }
         if self.outcome.timed_out {

@@ -96,18 +96,26 @@ pub fn compose_prompt(
     p
 }
 
-/// The prompt's section on the change's size and the protected paths
-/// (docs/loop.md#proof): the runner checks them from git after the writer.
+/// The prompt's section on the change's size, the protected paths and the
+/// ones the item's `allow:` lifts (docs/loop.md#proof): the runner checks
+/// them from git after the writer.
 fn change_limits_section(contract: &crate::contract::Contract) -> String {
     let l = &contract.limits;
     let mut s = format!(
         "## Size of the change\nAt most {} changed files and {} lines added and removed in all, counted by git against the base; a larger change fails the item.\n",
         l.max_changed_files.value, l.max_diff_lines.value
     );
-    if !contract.protected.is_empty() {
+    let protected = contract.protected_paths();
+    if !protected.is_empty() {
         s.push_str(&format!(
             "These paths must never change, whatever the scope: {}\n",
-            contract.protected.join(", ")
+            protected.join(", ")
+        ));
+    }
+    if !contract.allow.is_empty() {
+        s.push_str(&format!(
+            "This item may change these protected paths all the same (its approved `allow:`; still only inside the scope): {}\n",
+            contract.allow.join(", ")
         ));
     }
     s.push('\n');

@@ -1,6 +1,7 @@
 //! One nested line of an item read as a detail: the keywords (`accept:`,
-//! `verify:`, `scope:`, `question:`, `rounds:`, `timeout:`, the change-size
-//! limits) in their accepted spellings, their values checked, anything else a note.
+//! `verify:`, `scope:`, `allow:`, `question:`, `rounds:`, `timeout:`, the
+//! change-size limits) in their accepted spellings, their values checked,
+//! anything else a note.
 //!
 //! Not for the policy's caps on these values: the contract module judges them.
 
@@ -96,7 +97,8 @@ fn read_keyword(
             Ok(cmd) => details.verify.push(cmd),
             Err(message) => problem(message),
         },
-        DetailKind::Scope => read_scope(value, details, problem),
+        DetailKind::Scope => read_globs("scope", value, &mut details.scope, problem),
+        DetailKind::Allow => read_globs("allow", value, &mut details.allow, problem),
         DetailKind::Rounds => match item_rounds(value) {
             Ok(n) => {
                 if let Some((_, first)) = details.rounds {
@@ -143,20 +145,24 @@ fn read_keyword(
     }
 }
 
-/// The globs of a `scope:` value, each checked to compile.
-fn read_scope(value: &str, details: &mut Details, problem: &mut dyn FnMut(String)) {
-    match scope_globs(value) {
+/// The globs of a `scope:` or `allow:` value (`word`) into `into`, each
+/// checked to compile.
+fn read_globs(word: &str, value: &str, into: &mut Vec<String>, problem: &mut dyn FnMut(String)) {
+    match path_globs(word, value) {
         Err(message) => problem(message),
-        Ok(globs) if globs.is_empty() => problem(
+        Ok(globs) if globs.is_empty() => problem(if word == "scope" {
             "empty `scope:` — write the paths the writer may change, e.g. `scope: src/**`"
-                .to_string(),
-        ),
+                .to_string()
+        } else {
+            "empty `allow:` — write the protected paths this item may change, e.g. `allow: .github/workflows/ci.yml`, or delete the line"
+                .to_string()
+        }),
         Ok(globs) => {
             for glob in globs {
                 match globset::Glob::new(&glob) {
-                    Ok(_) => details.scope.push(glob),
+                    Ok(_) => into.push(glob),
                     Err(err) => problem(format!(
-                        "bad glob `{glob}` in `scope:`: {} — fix the pattern",
+                        "bad glob `{glob}` in `{word}:`: {} — fix the pattern",
                         err.kind()
                     )),
                 }
@@ -165,11 +171,12 @@ fn read_scope(value: &str, details: &mut Details, problem: &mut dyn FnMut(String
     }
 }
 
-/// The eight detail keywords of docs/backlog.md#details and their kinds.
-const KEYWORDS: [(&str, DetailKind); 8] = [
+/// The nine detail keywords of docs/backlog.md#details and their kinds.
+const KEYWORDS: [(&str, DetailKind); 9] = [
     ("accept", DetailKind::Accept),
     ("verify", DetailKind::Verify),
     ("scope", DetailKind::Scope),
+    ("allow", DetailKind::Allow),
     ("question", DetailKind::Question),
     ("rounds", DetailKind::Rounds),
     ("timeout", DetailKind::Timeout),
@@ -341,32 +348,44 @@ pub(super) fn verify_command(value: &str) -> Result<String, String> {
     Ok(command.to_string())
 }
 
-/// Separators between globs on one `scope:` line.
+/// Separators between globs on one `scope:` or `allow:` line.
 fn is_scope_separator(c: char) -> bool {
     matches!(c, ',' | '，' | '、' | ';' | '；') || c.is_whitespace()
 }
 
-/// Globs of a `scope:` value, split on separators. When the line holds
-/// backticks, each code span is one or more globs, and a word outside them
-/// must look like a path (hold `/`, `.`, `*`, `?`, `[` or `{`): there the
-/// writer is clearly quoting paths, so `scope: \`src/**\` only the parser`
-/// is prose that would turn into globs no change could satisfy.
+/// Globs of a `scope:` value ([`path_globs`]).
+#[cfg(test)]
 pub(super) fn scope_globs(value: &str) -> Result<Vec<String>, String> {
-    let globs = scope_words(value)?;
-    // Scope globs match paths inside the checkout: an absolute or `..` glob
+    path_globs("scope", value)
+}
+
+/// Globs of a `scope:` or `allow:` (`word`) value, split on separators.
+/// When the line holds backticks, each code span is one or more globs, and
+/// a word outside them must look like a path (hold `/`, `.`, `*`, `?`, `[`
+/// or `{`): there the writer is clearly quoting paths, so
+/// `scope: \`src/**\` only the parser` is prose that would turn into globs
+/// no change could satisfy.
+fn path_globs(word: &str, value: &str) -> Result<Vec<String>, String> {
+    let globs = glob_words(word, value)?;
+    // These globs match paths inside the checkout: an absolute or `..` glob
     // matches nothing, and reads as a promise nightshift cannot keep.
     if let Some(g) = globs
         .iter()
         .find(|g| g.starts_with('/') || g.split('/').any(|part| part == ".."))
     {
+        let example = if word == "scope" {
+            "src/**"
+        } else {
+            ".github/workflows/ci.yml"
+        };
         return Err(format!(
-            "scope {g:?} leaves the repository — scope globs are paths inside it, e.g. `src/**`"
+            "{word} {g:?} leaves the repository — {word} globs are paths inside it, e.g. `{example}`"
         ));
     }
     Ok(globs)
 }
 
-fn scope_words(value: &str) -> Result<Vec<String>, String> {
+fn glob_words(word: &str, value: &str) -> Result<Vec<String>, String> {
     let words = |s: &str| -> Vec<String> {
         s.split(is_scope_separator)
             .filter(|g| !g.is_empty())
@@ -386,7 +405,7 @@ fn scope_words(value: &str) -> Result<Vec<String>, String> {
             .collect();
         if !prose.is_empty() {
             return Err(format!(
-                "prose in `scope:` ({:?}) — list only paths: each in backticks, separated by commas or spaces",
+                "prose in `{word}:` ({:?}) — list only paths: each in backticks, separated by commas or spaces",
                 prose.join(" ")
             ));
         }
@@ -400,7 +419,7 @@ fn scope_words(value: &str) -> Result<Vec<String>, String> {
         let inner = &after[ticks..];
         let Some(close) = inner.find(fence) else {
             return Err(format!(
-                "unclosed {fence} in `scope:` — write scope: `GLOB`, `GLOB`"
+                "unclosed {fence} in `{word}:` — write {word}: `GLOB`, `GLOB`"
             ));
         };
         globs.extend(words(&inner[..close]));
@@ -504,6 +523,7 @@ pub(super) fn kind_word(kind: DetailKind) -> &'static str {
         DetailKind::Accept => "accept",
         DetailKind::Verify => "verify",
         DetailKind::Scope => "scope",
+        DetailKind::Allow => "allow",
         DetailKind::Question => "question",
         DetailKind::Rounds => "rounds",
         DetailKind::Timeout => "timeout",

@@ -83,6 +83,11 @@ pub struct Details {
     /// glob cannot contain spaces. When the line holds backticks, only the
     /// code spans are globs and anything else but separators is a problem.
     pub scope: Vec<String>,
+    /// Globs from `allow:` lines, in `scope:`'s grammar: the protected paths
+    /// (nightshift's defaults and the config's `protected`) this item may
+    /// change anyway (docs/backlog.md#details). Sealed in the contract and
+    /// shown on the card; never widens `scope:`.
+    pub allow: Vec<String>,
     /// Open questions (`question:` lines); any makes the item blocked.
     pub questions: Vec<String>,
     /// `rounds: N` (N ≥ 1, full-width digits accepted) and its line; the last
@@ -133,6 +138,8 @@ pub enum DetailKind {
     Verify,
     /// `scope:`
     Scope,
+    /// `allow:`
+    Allow,
     /// `question:`
     Question,
     /// `rounds:`

@@ -289,3 +289,72 @@ fn line_index_handles_crlf_and_missing_final_newline() {
     assert_eq!(idx.line_of(3), 2);
     assert_eq!(idx.line_of(7), 3);
 }
+
+#[test]
+fn allow_lines_are_globs_in_the_grammar_of_scope() {
+    let b = parse(
+        Path::new("NEXT.md"),
+        "- [ ] Fix CI
+  - scope: src/** .github/workflows/ci.yml
+  - allow: .github/workflows/ci.yml
+  - **Allow:** `.gitlab-ci.yml`, `.circleci/**`；`Jenkinsfile`
+  - allow:
+  - allow: /etc/**
+  - allow: `.github/**` only the test job
+  - allow: src/[a
+  - alow: .travis.yml
+- [ ] No allow here
+",
+    );
+    let d = &b.items[0].details;
+    assert_eq!(
+        d.allow,
+        [
+            ".github/workflows/ci.yml",
+            ".gitlab-ci.yml",
+            ".circleci/**",
+            "Jenkinsfile"
+        ]
+    );
+    assert_eq!(d.scope, ["src/**", ".github/workflows/ci.yml"]);
+    assert_eq!(d.lines[1].kind, DetailKind::Allow);
+    assert!(b.items[1].details.allow.is_empty());
+    let problems: Vec<(usize, &str)> = b
+        .problems
+        .iter()
+        .map(|p| (p.line, p.message.as_str()))
+        .collect();
+    assert_eq!(problems.len(), 5, "{problems:?}");
+    assert_eq!(problems[0].0, 5);
+    assert!(problems[0].1.starts_with("empty `allow:`"), "{problems:?}");
+    assert_eq!(problems[1].0, 6);
+    assert!(
+        problems[1]
+            .1
+            .contains("allow \"/etc/**\" leaves the repository"),
+        "{problems:?}"
+    );
+    assert_eq!(problems[2].0, 7);
+    assert!(
+        problems[2].1.starts_with("prose in `allow:`"),
+        "{problems:?}"
+    );
+    assert_eq!(problems[3].0, 8);
+    assert!(
+        problems[3].1.starts_with("bad glob `src/[a` in `allow:`"),
+        "{problems:?}"
+    );
+    assert_eq!(problems[4].0, 9);
+    assert!(
+        problems[4].1.contains("did you mean `allow:`"),
+        "{problems:?}"
+    );
+    // Problems are reported with the file and line, as every detail's are.
+    assert!(
+        b.problems[0]
+            .to_string()
+            .starts_with("NEXT.md:5: empty `allow:`"),
+        "{}",
+        b.problems[0]
+    );
+}

@@ -9,11 +9,12 @@
 //! The files: `types` (the tables and their defaults), `forms` (how durations, sizes and times
 //! are written), `load` (where the file is, reading it), `validate` (what serde cannot check),
 //! `error` (a refusal's wording: file, line, key and what to write), `template` (what `init`
-//! writes).
+//! writes), `protected` (the paths protected by default).
 
 mod error;
 mod forms;
 mod load;
+mod protected;
 mod template;
 #[cfg(test)]
 mod tests;
@@ -23,6 +24,7 @@ mod validate;
 pub use error::{ConfigError, line_of, refusal};
 pub use forms::{MAX_DURATION_SECS, format_duration, parse_duration, parse_hhmm};
 pub use load::{DIR, FILE, Loaded, load, parse, secret_names_hint};
+pub use protected::{DEFAULT_PROTECTED, protected_paths};
 pub use template::{PLACEHOLDER_GATE, TEMPLATE, template_with_gate};
 pub use types::{
     AgentConfig, AgentKind, Config, DEFAULT_MAX_AGENT_OUTPUT, DEFAULT_MAX_CHANGED_FILES,

@@ -49,7 +49,7 @@ max_findings_per_item = 5      # writer FINDINGS filed as issues, per item
 max_agent_output = "1GiB"      # an agent call printing more is killed; its round fails
 # max_open_prs = 10            # example: no new PR while 10 nightshift PRs are open (default: no limit)
 draft = false                  # true: open PRs as drafts
-protected = []                 # e.g. ["migrations/**", ".github/**"]: paths no writer may change
+protected = []                 # e.g. ["migrations/**"]: more paths no writer may change (CI config and .nightshift/ always are)
 
 [limits]                       # caps; an item may lower them, never raise them.
 # The defaults, shown commented out: uncomment a line to set your own cap

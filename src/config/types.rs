@@ -64,8 +64,10 @@ pub struct Config {
     pub draft: bool,
     /// Globs of paths no writer may change, whatever its item's `scope:`
     /// (`scope:`'s matching rules, docs/backlog.md#details); a round that
-    /// changes one breaks a rule (docs/loop.md#proof). Sealed in every
-    /// contract. Default: none.
+    /// changes one breaks a rule (docs/loop.md#proof). Added to
+    /// [`crate::config::DEFAULT_PROTECTED`], never instead of it (see
+    /// [`crate::config::protected_paths`]); the effective list is sealed in
+    /// every contract. Default: none beyond the built-in ones.
     pub protected: Vec<String>,
     /// Hard caps; an item may lower them, never raise them.
     pub limits: Limits,

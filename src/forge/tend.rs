@@ -240,6 +240,14 @@ pub struct Review {
     pub submitted_at: Option<DateTime<Utc>>,
     /// The review's summary text (may be empty).
     pub body: String,
+    /// The reviewer's relation to the repository, as GitHub says it
+    /// (`author_association`: `OWNER`, `MEMBER`, `COLLABORATOR`,
+    /// `CONTRIBUTOR`, `FIRST_TIME_CONTRIBUTOR`, `FIRST_TIMER`, `MANNEQUIN`,
+    /// `NONE`); `None` when GitHub sent none. Judged by
+    /// [`crate::tend::trusted`].
+    pub association: Option<String>,
+    /// The review's page (`html_url`), when GitHub sent it.
+    pub url: Option<String>,
 }
 
 /// A comment on a PR: a review comment on a line (with `path` and `line`)
@@ -256,6 +264,11 @@ pub struct Comment {
     pub body: String,
     /// When it was written (UTC); `None` when GitHub sent no readable time.
     pub created_at: Option<DateTime<Utc>>,
+    /// The commenter's relation to the repository (`author_association`, as
+    /// [`Review::association`]); `None` when GitHub sent none.
+    pub association: Option<String>,
+    /// The comment's page (`html_url`), when GitHub sent it.
+    pub url: Option<String>,
 }
 
 /// A user object as GitHub embeds it (`user`, and `GET /user`).
@@ -371,6 +384,10 @@ struct ReviewJson {
     submitted_at: Option<String>,
     #[serde(default)]
     body: Option<String>,
+    #[serde(default)]
+    author_association: Option<String>,
+    #[serde(default)]
+    html_url: Option<String>,
 }
 
 impl ReviewJson {
@@ -388,6 +405,8 @@ impl ReviewJson {
             state,
             submitted_at: self.submitted_at.as_deref().and_then(parse_time),
             body: self.body.unwrap_or_default(),
+            association: self.author_association,
+            url: self.html_url,
         }
     }
 }
@@ -409,6 +428,8 @@ struct CommentJson {
     created_at: Option<String>,
     #[serde(default)]
     html_url: Option<String>,
+    #[serde(default)]
+    author_association: Option<String>,
 }
 
 impl CommentJson {
@@ -423,6 +444,8 @@ impl CommentJson {
             line: self.line.or(self.original_line),
             body: self.body.unwrap_or_default(),
             created_at: self.created_at.as_deref().and_then(parse_time),
+            association: self.author_association,
+            url: self.html_url,
         }
     }
 }

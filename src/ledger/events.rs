@@ -27,6 +27,20 @@ pub async fn event(
     Ok(())
 }
 
+/// The data of run `run`'s events of kind `kind`, oldest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn of_kind_in_run(pool: &PgPool, run: Uuid, kind: &str) -> Result<Vec<Value>> {
+    let rows: Vec<(Value,)> =
+        sqlx::query_as("SELECT data FROM events WHERE run_id = $1 AND kind = $2 ORDER BY seq")
+            .bind(run)
+            .bind(kind)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|(d,)| d).collect())
+}
+
 /// A branch a run pushed, as its `pushed` event names it: the report and
 /// a later PR's body list it as an overlap when it changes some of the same
 /// files.

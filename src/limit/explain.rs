@@ -10,13 +10,14 @@ use serde_json::{Value, json};
 use super::{LimitKind, LimitReading, SleepPolicy, sleep_for};
 
 /// The `limit parse --json` shape (docs/commands.md#json-output):
-/// `{"kind": "usage_limit"|"transient"|"none", "resets_at": RFC3339-UTC|null,
+/// `{"kind": "usage_limit"|"transient"|"no_credit"|"none", "resets_at": RFC3339-UTC|null,
 ///   "sleep_seconds": N|null, "source": S}` plus `retry_after_ms`, `resets_at_local`
 /// (RFC 3339 with the offset of `tz`), `zone` and `message`. `resets_at` is the instant the limit
 /// lifts: a usage limit's reset, or for transient throttling `now` plus the wait it states (the
 /// instant the text form's sleep ends at, unless clamped); null when unknown (docs/commands.md).
 pub fn explain(reading: &LimitReading, now: DateTime<Utc>, tz: Tz, policy: &SleepPolicy) -> Value {
-    let sleep = (reading.kind != LimitKind::None).then(|| sleep_for(reading, now, policy));
+    let sleep = matches!(reading.kind, LimitKind::UsageLimit | LimitKind::Transient)
+        .then(|| sleep_for(reading, now, policy));
     let lifts = lifts_at(reading, now);
     json!({
         "kind": reading.kind.as_str(),
@@ -51,6 +52,12 @@ pub fn explain_text(
             if !reading.message.is_empty() {
                 out.push_str(&format!("source: {}\n", reading.source));
             }
+            return out;
+        }
+        LimitKind::NoCredit => {
+            out.push_str("no credit (the account cannot run: billing or credits exhausted)\n");
+            out.push_str("sleep: none: the account's work stops for the night, later items of it are not started (outcome no_credit)\n");
+            out.push_str(&format!("source: {}\n", reading.source));
             return out;
         }
         LimitKind::UsageLimit => out.push_str("usage limit (account)\n"),
@@ -109,7 +116,7 @@ fn lifts_at(reading: &LimitReading, now: DateTime<Utc>) -> Option<DateTime<Utc>>
             .retry_after
             .and_then(|d| chrono::TimeDelta::from_std(d).ok())
             .map(|d| now + d),
-        LimitKind::None => None,
+        LimitKind::None | LimitKind::NoCredit => None,
     }
 }
 

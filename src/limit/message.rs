@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::patterns::{TRANSIENT_TRIGGERS, USAGE_TRIGGERS};
+use super::patterns::{NO_CREDIT_TRIGGERS, TRANSIENT_TRIGGERS, USAGE_TRIGGERS};
 
 /// What may precede a message on its own line (see [`super::read_stream_line`]): whitespace, TUI
 /// glyphs and emoji (`⎿ ■ ✕ ⚡ 🖐 ⚠️`, and Gemini CLI's `ℹ`, which Unicode files as a letter),
@@ -56,6 +56,7 @@ pub(super) fn begins_with_message(text: &str) -> bool {
     USAGE_TRIGGERS
         .iter()
         .chain(TRANSIENT_TRIGGERS.iter())
+        .chain(NO_CREDIT_TRIGGERS.iter())
         .any(|t| t.re.find(text).is_some_and(|m| m.start() == 0))
 }
 
@@ -64,6 +65,7 @@ pub(super) fn holds_message(text: &str) -> bool {
     USAGE_TRIGGERS
         .iter()
         .chain(TRANSIENT_TRIGGERS.iter())
+        .chain(NO_CREDIT_TRIGGERS.iter())
         .any(|t| t.re.is_match(text))
 }
 

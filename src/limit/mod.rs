@@ -9,9 +9,12 @@
 //! [`sleep_for`] turns a reading into a clamped sleep, [`explain`] / [`explain_text`] describe it
 //! for `nightshift limit parse`.
 //!
-//! It is not the sleeper (see `schedule::sleep_until`), not the process runner, and it never
-//! looks at an agent's ordinary prose: model text inside `assistant` events is ignored, and
-//! [`read_stream_line`] accepts a stdout line only when the line *is* the message.
+//! It is not the sleeper (see `schedule::sleep_until`), not the process runner, and it is
+//! handed only an agent's error channel (docs/limits.md#channels): claude's error `result`,
+//! `rate_limit_event` and synthetic `rate_limit` message, codex's `error` / `turn.failed`
+//! events, stderr of a failed call. The assistant's answer, its tool output and a `command`
+//! agent's stdout never reach it: prose, a README table or a diff that quotes a limit banner is
+//! no limit. [`read_stream_line`] is a stricter reader for a log line that may be prose.
 //!
 //! Reading rules worth knowing:
 //! - A bare time of day ("resets 7pm") means its next occurrence in the zone the message names,
@@ -115,14 +118,21 @@ pub enum LimitKind {
     Transient,
     /// Not a limit at all (including look-alikes such as network or context-length errors).
     None,
+    /// The account cannot run at all: its credit or billing is exhausted ("Credit balance is too
+    /// low", `insufficient_quota`, "You exceeded your current quota, please check your plan and
+    /// billing details", `402 Payment Required`) and no reset is stated. Waiting does not help:
+    /// the account's work stops for the night (docs/limits.md#no-credit).
+    NoCredit,
 }
 
 impl LimitKind {
-    /// The name used in `limit parse --json` (docs/commands.md#json-output): `usage_limit`, `transient` or `none`.
+    /// The name used in `limit parse --json` (docs/commands.md#json-output): `usage_limit`,
+    /// `transient`, `no_credit` or `none`.
     pub fn as_str(self) -> &'static str {
         match self {
             LimitKind::UsageLimit => "usage_limit",
             LimitKind::Transient => "transient",
+            LimitKind::NoCredit => "no_credit",
             LimitKind::None => "none",
         }
     }
@@ -168,9 +178,10 @@ impl LimitReading {
     }
 
     /// Ordering used to pick the strongest of several readings of one output:
-    /// usage limit with a reset > usage limit without > transient > none.
-    fn rank(&self) -> u8 {
+    /// no credit > usage limit with a reset > usage limit without > transient > none.
+    pub fn rank(&self) -> u8 {
         match (self.kind, self.resets_at) {
+            (LimitKind::NoCredit, _) => 4,
             (LimitKind::UsageLimit, Some(_)) => 3,
             (LimitKind::UsageLimit, None) => 2,
             (LimitKind::Transient, _) => 1,
@@ -213,15 +224,16 @@ pub fn read_text(text: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
             scan_line(line, &around(&lines, i), now, tz, "text")
         };
         best = stronger(best, reading);
-        if best.rank() == 3 {
+        if best.rank() == 4 {
             break;
         }
     }
     best
 }
 
-/// Reads one line of an agent's ordinary output (stdout of a `command` agent, a TUI log),
-/// where the agent's own prose may mention limits.
+/// Reads one line of a log where prose may mention limits (a TUI log pasted by hand), strictly.
+/// nightshift never reads an agent's ordinary output for limits at all (docs/limits.md#channels):
+/// this is for tools that must look at a line of such a log.
 ///
 /// The rule: after stripping what may precede a message on its own line (whitespace, TUI
 /// glyphs and emoji `⎿ ■ ✕ ⚡ ● 🖐 ⚠️`, `[..]` tags, timestamps, `ERROR:` / `Error:` /
@@ -247,18 +259,18 @@ pub fn read_stream_line(line: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading 
     scan_line(trimmed, &Around::default(), now, tz, "line")
 }
 
-/// Reads a whole agent call: every stdout line that is a JSON event through
-/// [`read_claude_event`] / [`read_codex_event`], other stdout lines through
-/// [`read_stream_line`], and stderr through [`read_text`]. The strongest reading wins.
-/// This is what the agent adapters call after a failed call. docs/agents.md, docs/limits.md.
+/// Reads a whole failed agent call from its error channel (docs/limits.md#channels): every
+/// stdout line that is a JSON event through [`read_claude_event`] / [`read_codex_event`] (which
+/// read only error results, error events and rate-limit events, never the model's messages or
+/// tool output), and stderr through [`read_text`]. Other stdout lines are the agent's answer and
+/// are not read. The strongest reading wins. docs/agents.md, docs/limits.md.
 pub fn read_output(stdout: &str, stderr: &str, now: DateTime<Utc>, tz: Tz) -> LimitReading {
     let mut best = LimitReading::none();
-    for line in stdout.lines() {
-        let reading = match json_object(line.trim()) {
-            Some(value) => read_json(&value, now, tz).unwrap_or_else(LimitReading::none),
-            None => read_stream_line(line, now, tz),
-        };
-        best = stronger(best, reading);
+    for value in stdout.lines().filter_map(|l| json_object(l.trim())) {
+        best = stronger(
+            best,
+            read_json(&value, now, tz).unwrap_or_else(LimitReading::none),
+        );
     }
     stronger(best, read_text(stderr, now, tz))
 }

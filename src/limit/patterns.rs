@@ -65,6 +65,12 @@ pub(super) static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
             "claude limit reached",
             r"\b(?:(?:\d+[- ]?hours?|five[- ]hours?|weekly|session|daily|opus|sonnet)\s+){1,2}limit reached",
         ),
+        // claude's bare banner: "Limit reached · resets 3pm (UTC)", also with `•` or `∙`, a
+        // date or a 24-hour time: "limit reached", a separator, then its reset.
+        trigger(
+            "claude limit reached, resets",
+            r"\blimit reached\s*[·•∙|\-–—]\s*resets?\b",
+        ),
         // claude: "You've hit your {limit|session limit|weekly limit|Opus limit|Sonnet limit|
         // usage limit}"; codex: "You've hit your usage limit[ for <model>]".
         trigger(
@@ -147,6 +153,48 @@ pub(super) static USAGE_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
     ]
 });
 
+/// Phrases that say the account cannot run at all: its credit or billing is exhausted
+/// (docs/limits.md#no-credit). Read as no credit unless the message states a reset or a wait
+/// (then it is a usage limit that lifts then, see `super::text`).
+pub(super) static NO_CREDIT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
+    vec![
+        // Anthropic's API and claude with an API key: "Credit balance is too low", "Your credit
+        // balance is too low to access the Anthropic API."
+        trigger("credit balance too low", r"\bcredit balance is too low\b"),
+        // OpenAI's billing error: its type, its text, and codex's `CodexErr::QuotaExceeded`. Not
+        // Google's same words, which come with its quota ids (see `GOOGLE_QUOTA`).
+        trigger(
+            "insufficient_quota",
+            &format!(
+                r"{}|\byou exceeded your current quota,\s+please\s+check your plan and billing details\b|\bquota exceeded\.\s+check your plan and billing details\b",
+                quoted("insufficient_quota")
+            ),
+        ),
+        // Credits used up: codex's "Your workspace is out of credits", OpenRouter's "This request
+        // requires more credits, … can only afford 1000", "Insufficient credits".
+        trigger(
+            "out of credits",
+            r"\b(?:you(?:'re| are)|your (?:workspace|account|organi[sz]ation|team|balance) is) out of credits?\b|\binsufficient (?:credits?|balance|funds)\b|\bnot enough credits?\b|\brequires more credits\b|\bcan only afford\b",
+        ),
+        // HTTP 402 and its names; OpenAI's "Billing hard limit has been reached".
+        trigger(
+            "payment required",
+            &format!(
+                r"\bpayment required\b|{}|\bbilling hard limit\b|{}",
+                quoted("payment_required"),
+                quoted("billing_hard_limit_reached")
+            ),
+        ),
+    ]
+});
+
+/// Google's quota errors say "You exceeded your current quota, please check your plan and
+/// billing details" too, of a per-minute or per-day quota: its status, quota ids and docs mark
+/// them, and they are read as throttling or a usage limit, not as no credit.
+pub(super) static GOOGLE_QUOTA: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)resource_exhausted|googleapis|ai\.google\.dev|generativelanguage|quota_?(?:id|metric|limit|value)|retry_?delay|\bgemini\b|vertex").unwrap()
+});
+
 /// Phrases that state throttling that clears in seconds or minutes. The first entry negates a
 /// usage limit ("not your usage limit") and must stay first.
 pub(super) static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| {
@@ -168,13 +216,35 @@ pub(super) static TRANSIENT_TRIGGERS: LazyLock<Vec<Trigger>> = LazyLock::new(|| 
             "http 429",
             r#"^\(?429\s*(?:\{|\)|:|too many|rate limit)|(?:\bstatus(?: code)?[:\s]+|\berror(?: code)?:?\s+|\bapi error:?\s*\(|\bhttp\s+|\b(?:request\s+)?rejected\s+\(|\breturned\s+|"code":\s*)429\b|\b429 too many requests\b"#,
         ),
+        // The API's error type, quoted in a JSON body or bare as an error's label
+        // (`rate_limit_error: …`); JSON codes of routers and providers: `"rate_limited"`,
+        // `"server_is_overloaded"`. Not a test named `rate_limit_error_is_transient`.
         trigger(
             "rate_limit_error",
             &format!(
-                r"{}|\bratelimiterror\s*:|{}",
+                r"{}|\bratelimiterror\s*:|{}|\brate_limit_error\b|{}|{}",
                 quoted("rate_limit_error"),
-                quoted("rate_limit_exceeded")
+                quoted("rate_limit_exceeded"),
+                quoted("rate_?limited"),
+                quoted("server_is_overloaded"),
             ),
+        ),
+        // "Too many requests" in any case, with or without its status: throttling.
+        trigger("too many requests", r"\btoo many requests\b"),
+        // A router or proxy passing on its provider's 429: "Upstream error from OpenAI: 429",
+        // "upstream returned 429", "429 from upstream".
+        trigger(
+            "upstream 429",
+            r"\bupstream\b[^\n]{0,60}?\b429\b|\b429\b[^\n]{0,40}?\bupstream\b",
+        ),
+        // Asked to wait a number of seconds or minutes, in any of several languages ("Bitte
+        // warten Sie 70 Sekunden", "Veuillez patienter 70 secondes", "请等待70秒", "70秒後に再試行
+        // してください"); the wait itself is read by `super::wait`.
+        trigger("asked to wait", &super::wait::asked_to_wait_pattern()),
+        // "Try again in less than a minute": nothing but a limit words a retry so; a minute.
+        trigger(
+            "less than a minute",
+            r"\btry again in (?:less than|under) (?:a|one) minute\b",
         ),
         trigger(
             "rate limit reached for",

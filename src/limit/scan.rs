@@ -139,6 +139,17 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// A no-credit reading of this line: the account cannot run at all.
+    pub(super) fn no_credit(&self, source: String) -> LimitReading {
+        LimitReading {
+            kind: LimitKind::NoCredit,
+            resets_at: None,
+            retry_after: None,
+            source,
+            message: self.message.to_string(),
+        }
+    }
+
     /// A transient reading of this line, with the wait it states, if any.
     pub(super) fn transient(&self, retry_after: Option<Duration>, source: String) -> LimitReading {
         LimitReading {

@@ -55,7 +55,8 @@ impl Default for SleepPolicy {
 /// [`transient_default`]: SleepPolicy::transient_default
 pub fn sleep_for(reading: &LimitReading, now: DateTime<Utc>, policy: &SleepPolicy) -> Duration {
     match reading.kind {
-        LimitKind::None => Duration::ZERO,
+        // No sleep helps an account without credit: its work stops for the night.
+        LimitKind::None | LimitKind::NoCredit => Duration::ZERO,
         LimitKind::Transient => {
             let wait = reading.retry_after.unwrap_or(policy.transient_default);
             clamp(wait, policy.transient_min, policy.transient_max)

@@ -7,8 +7,10 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use super::patterns::{
-    CONTEXT_WINDOW, SOFT_QUOTA, TRANSIENT_TRIGGERS, Trigger, USAGE_TRIGGERS, WINDOW_WORD, normalize,
+    CONTEXT_WINDOW, GOOGLE_QUOTA, NO_CREDIT_TRIGGERS, SOFT_QUOTA, TRANSIENT_TRIGGERS, Trigger,
+    USAGE_TRIGGERS, WINDOW_WORD, normalize,
 };
+use super::reset::stated_reset;
 use super::scan::{Around, Scan, Windows, around};
 use super::throttle::read_throttling;
 use super::usage::read_usage;
@@ -42,6 +44,19 @@ pub(super) fn scan_line(
     }
     let scan = Scan::new(message, around, now, tz, origin);
     let windows = Windows::of(&scan.body);
+    if let Some((start, trig)) = no_credit_trigger(&scan, windows) {
+        // A stated reset or wait (OpenGateway's 402 "Free quota used … Resets at 10:00 UTC",
+        // `insufficient_quota`) makes it a usage limit that lifts then.
+        let words = format!("{} {}", scan.around.prev, scan.whole);
+        let stated = stated_wait(&scan.whole, true).is_some()
+            || stated_reset(&words, &scan.body, now, tz).is_some();
+        if !stated {
+            return scan.no_credit(format!("{origin}: {} (no credit)", trig.name));
+        }
+        if usage_trigger(message).is_none() {
+            return read_usage(&scan, start, trig, windows.daily());
+        }
+    }
     let usage = usage_trigger(message);
     if let Some((start, trig)) = usage
         && usage_holds(&scan, trig, windows)
@@ -92,6 +107,22 @@ fn usage_trigger(message: &str) -> Option<(usize, &'static Trigger)> {
         .filter(|(m, _)| !CONTEXT_WINDOW.is_match(m.as_str()))
         .map(|(m, t)| (m.start(), t))
         .min_by_key(|(start, _)| *start)
+}
+
+/// The first no-credit trigger in the line (its start and the trigger): the account's credit or
+/// billing is exhausted. Not Google's quota errors, which share OpenAI's words (their quota ids,
+/// status or windows mark them, anywhere in the error body).
+fn no_credit_trigger(scan: &Scan<'_>, windows: Windows) -> Option<(usize, &'static Trigger)> {
+    let (start, trig) = NO_CREDIT_TRIGGERS
+        .iter()
+        .filter_map(|t| t.re.find(scan.message).map(|m| (m.start(), t)))
+        .min_by_key(|(start, _)| *start)?;
+    let google = GOOGLE_QUOTA.is_match(&scan.body)
+        || GOOGLE_QUOTA.is_match(scan.around.prev)
+        || windows.per_minute
+        || windows.per_day
+        || windows.google_daily;
+    (!(google && trig.name == "insufficient_quota")).then_some((start, trig))
 }
 
 /// False when a usage trigger is throttling after all: a soft quota (Google's, OpenAI's) that

@@ -19,6 +19,64 @@ static RETRY_DURATION: LazyLock<Regex> = LazyLock::new(|| {
     .unwrap()
 });
 
+/// Words that ask to wait (or to retry after a wait), in several languages: English, German,
+/// French, Spanish, Portuguese, Italian, Dutch, Polish, Czech, Russian, Turkish, Chinese,
+/// Japanese, Korean.
+const WAIT_VERBS: &str = r"(?:\b(?:please wait|wait(?:\s+for)?|warten\s+sie|bitte\s+warten|warte|attendez|attendre|patientez|patienter|espere|esperar|espera|aguarde|aguardar|attendi|attendere|aspetta|aspettare|wacht|wachten|poczekaj|odczekaj|počkejte|počkat|подождите|подожди|ждите|подождать|bekleyin|bekle)\b|请等待|請等待|请稍候|請稍候|等待|稍等|お待ちください|待って|기다려)";
+
+/// Time units of those languages: seconds or minutes, written out (never a bare `s` or `m`).
+const WAIT_UNITS: &str = r"(?:seconds?|secs?|minutes?|mins?|sekunden|sekunde|sek|minuten|secondes?|segundos?|minutos?|secondi|minuti|seconden|sekund[ya]?|minut[ya]?|секунд[аы]?|сек|минут[аы]?|мин|saniye|dakika|秒钟|秒鐘|秒|分钟|分鐘|分|초|분)";
+
+/// Words after a number and its unit that make it a wait ("70秒後に再試行", "70 秒后重试",
+/// "70초 후에", "70 Sekunden warten", "70 saniye sonra").
+const AFTER_UNIT: &str =
+    r"(?:後に|后重试|後重試|后再试|後再試|お待ち|후에|후\s*다시|sonra|warten|abwarten|später)";
+
+/// The regex of a wait asked for in words: a wait verb then (within a few words) a number and
+/// a unit, or a number and a unit then a word that makes it a wait. Shared by the "asked to
+/// wait" trigger (`super::patterns`) and [`stated_wait`].
+pub(super) fn asked_to_wait_pattern() -> String {
+    format!(
+        r"{WAIT_VERBS}[^\d\n.!?]{{0,24}}?(?P<n>\d+(?:[.,]\d+)?)\s*(?P<u>{WAIT_UNITS})(?:\b|[^\p{{L}}]|$)|(?P<n2>\d+(?:[.,]\d+)?)\s*(?P<u2>{WAIT_UNITS})\s*[^\d\n.!?]{{0,6}}?{AFTER_UNIT}"
+    )
+}
+
+static ASKED_TO_WAIT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(&format!("(?i){}", asked_to_wait_pattern())).unwrap());
+
+/// "Try again in less than a minute", "resets in under a minute", "retry in a minute": a
+/// minute.
+static ABOUT_A_MINUTE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:try again|retry|resets?|wait)\s+(?:in|after)\s+(?:less than|under|about|around)?\s*(?:a|one|1)\s+minute\b").unwrap()
+});
+
+/// A wait asked for in words of any language of [`WAIT_VERBS`], or "less than a minute".
+fn worded_wait(text: &str) -> Option<StatedWait> {
+    if let Some(c) = ASKED_TO_WAIT.captures(text) {
+        let n = c.name("n").or(c.name("n2"))?.as_str().replace(',', ".");
+        let unit = c.name("u").or(c.name("u2"))?.as_str().to_lowercase();
+        let n: f64 = n.parse().ok()?;
+        let minutes = unit.starts_with("mi")
+            || unit.starts_with("мин")
+            || unit.starts_with('分')
+            || unit.starts_with('분')
+            || unit == "dakika";
+        let secs = if minutes { n * 60.0 } else { n };
+        let text = c.get(0)?.as_str().trim().to_string();
+        return (secs.is_finite() && secs < 1e9).then(|| StatedWait {
+            duration: Duration::from_secs_f64(secs),
+            text,
+            own_retry: false,
+        });
+    }
+    let m = ABOUT_A_MINUTE.find(text)?;
+    Some(StatedWait {
+        duration: Duration::from_secs(60),
+        text: m.as_str().to_string(),
+        own_retry: false,
+    })
+}
+
 /// A wait stated as a field: Google's `"retryDelay": "34.07s"`, a `Retry-After: 20` header.
 static RETRY_FIELD: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
@@ -67,7 +125,9 @@ pub(super) fn stated_wait(text: &str, stated_only: bool) -> Option<StatedWait> {
             own_retry,
         })
     });
-    from_words.or_else(|| field_wait(text))
+    from_words
+        .or_else(|| worded_wait(text))
+        .or_else(|| field_wait(text))
 }
 
 /// A wait stated as a field (`"retryDelay": "34.07s"`, `Retry-After: 20`).

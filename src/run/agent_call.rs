@@ -77,6 +77,9 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             return Ok(Called::Stop(end));
         }
         match report.end() {
+            CallEnd::NoCredit(reading) => {
+                return Ok(Called::Stop(no_credit(r, role, &reading).await?));
+            }
             CallEnd::UsageLimit(reading) => match usage_limit(r, role, &reading).await? {
                 Some(end) => return Ok(Called::Stop(end)),
                 None => continue,
@@ -304,6 +307,67 @@ async fn throttled(
     Ok(None)
 }
 
+/// The account cannot run at all (docs/limits.md#no-credit): it is stopped
+/// for the rest of the night — a pause until the deadline, marked no-credit,
+/// that every worker of the account on any host sees — and the item ends
+/// `no_credit`. No sleep helps; later items of the account are not started
+/// ([`without_credit`]).
+async fn no_credit(
+    r: &mut Round<'_>,
+    role: Role,
+    reading: &LimitReading,
+) -> Result<ItemEnd, Error> {
+    let night = r.item.night;
+    let cfg = agent_config(night, role);
+    let (pool, run_id, until) = (&night.pool, r.item.run_id, night.deadline);
+    let (account, worker) = (cfg.account(), r.item.record.worker_id());
+    let message = night.redact(reading.message.trim());
+    let message: String = message.chars().take(300).collect();
+    night
+        .db(|| {
+            queue::stop_account_without_credit(
+                pool,
+                &account,
+                until,
+                Some(run_id),
+                &worker,
+                &message,
+            )
+        })
+        .await?;
+    tracing::warn!(agent = %cfg.kind, account = %account, "no credit: the account's work stops for the night");
+    let why = format!(
+        "the {} agent's account {account:?} has no credit ({message}); its work stops for the night: add credit or fix its billing, and the next drain takes the item up",
+        role.as_str()
+    );
+    Ok(r.end(Fact::NoCredit(why)))
+}
+
+/// Why an item cannot run this night because the writer's or the reviewer's
+/// account has no credit (docs/limits.md#no-credit), if so: a no-credit stop
+/// another item (here or on another host) recorded.
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn without_credit(night: &Night) -> Result<Option<String>, Error> {
+    for (role, cfg) in [
+        (Role::Writer, &night.config.writer),
+        (Role::Reviewer, &night.config.reviewer),
+    ] {
+        let (pool, account) = (&night.pool, cfg.account());
+        if let Some(message) = night
+            .db(|| queue::account_without_credit(pool, &account))
+            .await?
+        {
+            return Ok(Some(format!(
+                "the {} agent's account {account:?} has no credit this night ({message}): add credit or fix its billing, and the next drain takes the item up",
+                role.as_str()
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// Waits while the agent's account is paused by a usage limit another
 /// worker (here or on another host) hit (docs/workers.md#usage-limits):
 /// the sleep is recorded for this worker; the item's end when the pause
@@ -312,6 +376,11 @@ async fn account_pause(r: &mut Round<'_>, role: Role) -> Result<Option<ItemEnd>,
     let night = r.item.night;
     let cfg = agent_config(night, role);
     let (pool, account) = (&night.pool, cfg.account());
+    // An account without credit is not waited for: the item stops.
+    if let Some(why) = without_credit(night).await? {
+        let why = format!("stopped before the {} call: {why}", role.as_str());
+        return Ok(Some(r.end(Fact::NoCredit(why))));
+    }
     let Some(until) = night
         .db(|| queue::account_paused_until(pool, &account))
         .await?

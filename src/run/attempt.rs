@@ -161,6 +161,12 @@ async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, E
     if let Some(end) = waiting(at).await? {
         return Ok(Some(end));
     }
+    // An agent account without credit this night (docs/limits.md#no-credit):
+    // nothing of it can run.
+    if let Some(why) = super::agent_call::without_credit(night).await? {
+        let why = format!("not started: {why}");
+        return Ok(Some(decide::end(Fact::NoCredit(why))));
+    }
     // Last, right before the work: no agent time for a PR that would not
     // be opened (config `max_open_prs`).
     review_queue::full(night, entry, None).await

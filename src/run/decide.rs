@@ -44,6 +44,9 @@ pub(super) enum Fact {
     Deadline(String),
     /// The item's own time ran out.
     TimedOut(String),
+    /// The agent's account has no credit: its work stops for the night
+    /// (docs/limits.md#no-credit).
+    NoCredit(String),
     /// The item or the run went over its cost or token cap.
     OverBudget(String),
 
@@ -135,6 +138,7 @@ impl Fact {
             Fact::LeftAlone(_) => Outcome::PrLeftAlone,
             Fact::Signal(_) => Outcome::Interrupted,
             Fact::TimedOut(_) => Outcome::TimedOut,
+            Fact::NoCredit(_) => Outcome::NoCredit,
             Fact::RuleBroken(_) => Outcome::RuleBroken,
             Fact::NoChanges(_) => Outcome::NoChanges,
             Fact::NoProgress(_) => Outcome::NoProgress,
@@ -173,6 +177,7 @@ impl Fact {
             | Fact::Signal(why)
             | Fact::Deadline(why)
             | Fact::TimedOut(why)
+            | Fact::NoCredit(why)
             | Fact::OverBudget(why)
             | Fact::RuleBroken(why)
             | Fact::NoChanges(why)

@@ -22,7 +22,7 @@ use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::git::Rebase;
 use crate::ledger::records::{self as rec, ItemEnd};
-use crate::outcome::{Outcome, RunStatus};
+use crate::outcome::{Event, Outcome, RunStatus};
 use crate::plan::Plan;
 use crate::slot::{Slot, SlotError};
 use crate::tend::{self as cards, LeftAlone, Sealed, TendCard, Verdict};
@@ -57,12 +57,24 @@ pub(super) fn taken_over(plan: &Plan) -> Vec<&str> {
 
 impl Walk<'_> {
     /// Works the plan's tend cards before its items: every one for
-    /// `drain`, PR `only` for `run '#N'`. `false` when the run stops.
+    /// `drain`, PR `only` for `run '#N'`. First records what the trust rule
+    /// ignored on each card looked at (a `tend_ignored` event per PR, read
+    /// by the report). `false` when the run stops.
     ///
     /// # Errors
     /// The ledger stays away (see [`Night::db`]); the lock was lost.
     pub(super) async fn tend(&mut self, only: Option<u64>) -> Result<bool, Error> {
         let night = self.night;
+        let record = super::record::Record::run(night, self.run_id);
+        let looked_at = night
+            .plan
+            .tend
+            .iter()
+            .filter(|c| only.is_none_or(|n| n == c.number));
+        for card in looked_at.filter(|c| !c.ignored.is_empty()) {
+            let data = serde_json::json!({"pr": card.number, "title": card.title, "ignored": card.ignored});
+            record.event(Event::TendIgnored, data).await?;
+        }
         let chosen = night
             .plan
             .tend

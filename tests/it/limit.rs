@@ -707,6 +707,8 @@ const fn v(
 const U: &str = "usage_limit";
 const T: &str = "transient";
 const N: &str = "none";
+/// The account cannot run at all (billing or credits exhausted; issue 21).
+const NC: &str = "no_credit";
 
 /// Expected instants were computed independently (Python zoneinfo) from the message, `now` and
 /// zone, before the parser ran.
@@ -1245,16 +1247,16 @@ const REAL_VARIANTS: &[Variant] = &[
     v(
         "openai.RateLimitError: Error code: 429 - {'error': {'message': 'You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.', 'type': 'insufficient_quota', 'param': None, 'code': 'insufficient_quota'}}",
         "UTC",
-        U,
+        NC,
         None,
         None,
-        Some(U),
+        Some(NC),
         "https://github.com/OpenBMB/ChatDev/issues/399",
     ),
     v(
         "litellm.RateLimitError: RateLimitError: OpenAIException - Error code: \n429 - {'error': {'message': 'You exceeded your current quota, please \ncheck your plan and billing details. For more information on this \nerror, read the docs: \nhttps://platform.openai.com/docs/guides/error-codes/api-errors.', \n'type': 'insufficient_quota', 'param': None, 'code': \n'insufficient_quota'}}\nRetrying in 0.2 seconds...",
         "UTC",
-        U,
+        NC,
         None,
         None,
         None,
@@ -1263,10 +1265,10 @@ const REAL_VARIANTS: &[Variant] = &[
     v(
         "429 You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.",
         "UTC",
-        U,
+        NC,
         None,
         None,
-        Some(U),
+        Some(NC),
         "https://github.com/continuedev/continue/issues/10546",
     ),
     // Look-alikes: warnings, context limits, network errors, panels and prose.
@@ -1679,10 +1681,10 @@ const MORE_REAL_VARIANTS: &[Variant] = &[
     v(
         r#"ERROR: Quota exceeded. Check your plan and billing details."#,
         "UTC",
-        U,
+        NC,
         None,
         None,
-        Some(U),
+        Some(NC),
         "https://github.com/openai/codex/issues/8987",
     ),
     Variant {
@@ -1867,7 +1869,7 @@ D0BC:2556F:2EE648C:3A017D8:69E3DE2E)"#,
         "UTC",
         T,
         None,
-        None,
+        Some(60_000),
         Some(T),
         "https://github.com/github/app/issues/3113",
     ),
@@ -2143,7 +2145,6 @@ fn prose_about_the_new_kinds_is_not_a_limit() {
         "The Gemini quotaId GenerateRequestsPerDayPerProject now means a daily limit.",
         "X-RateLimit-Reset: 1779321600000",
         "│  gemini-2.5-pro                 -    80.8% (Resets in 8h 10m)                         │",
-        "Please wait 2 minutes before trying again.",
     ] {
         assert_eq!(
             read_text(text, now, Tz::UTC).kind,
@@ -2416,7 +2417,7 @@ fn stated_waits_in_every_form() {
         // A client's own backoff is not the account's reset.
         (
             "You exceeded your current quota, please check your plan and billing details. Retrying in 8.0 seconds...",
-            LimitKind::UsageLimit,
+            LimitKind::NoCredit,
             None,
             None,
         ),
@@ -2491,7 +2492,6 @@ fn more_look_alikes_are_not_limits() {
         "Claude's response exceeded the 32000 output token maximum. To configure this behavior, set the CLAUDE_CODE_MAX_OUTPUT_TOKENS environment variable.",
         "Approaching your usage limit · resets 7pm",
         "You have 10% of your usage left",
-        "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
         "warning: rate limit handling is not implemented for the Gemini provider",
     ] {
         let r = read_text(text, now, taipei());
@@ -2882,4 +2882,322 @@ fn limit_parse_json_gives_the_instant_throttling_lifts() {
         serde_json::from_str(&limit_parse("529 Overloaded", NOW, "UTC", true)).unwrap();
     assert_eq!(v["kind"], "transient", "{v}");
     assert!(v["resets_at"].is_null(), "{v}");
+}
+
+// --- issue 21: each kind through `nightshift limit parse`, with the sleep it leads to -----------
+
+#[test]
+fn issue_21_kinds_through_limit_parse_sleep_as_their_kind_says() {
+    let now = "2026-03-04T12:00:00Z";
+    let json = |text: &str| -> serde_json::Value {
+        serde_json::from_str(&limit_parse(text, now, "UTC", true)).unwrap()
+    };
+    // The bare banner, wherever it sits: a usage limit until its reset.
+    for (text, reset) in [
+        ("Limit reached · resets 3pm (UTC)", "2026-03-04T15:00:00Z"),
+        ("Limit reached • resets 3pm (UTC)", "2026-03-04T15:00:00Z"),
+        (
+            "Limit reached · resets Mar 5, 3pm (UTC)",
+            "2026-03-05T15:00:00Z",
+        ),
+        ("Limit reached · resets 15:00 (UTC)", "2026-03-04T15:00:00Z"),
+        (
+            "Thinking…\nLimit reached · resets 3pm (UTC)\n/upgrade to increase your usage limit.",
+            "2026-03-04T15:00:00Z",
+        ),
+    ] {
+        let v = json(text);
+        assert_eq!(v["kind"], "usage_limit", "{text}: {v}");
+        assert_eq!(v["resets_at"], reset, "{text}: {v}");
+    }
+    // Throttles: a short retry, never the hour of an unknown reset.
+    for (text, wait_ms) in [
+        ("Too many requests", None),
+        (
+            "rate_limit_error: This request would exceed the rate limit for your organization",
+            None,
+        ),
+        (
+            r#"{"error":{"code":"rate_limited","message":"You are being rate limited."}}"#,
+            None,
+        ),
+        (
+            r#"{"error":{"type":"server_is_overloaded","message":"Our servers are busy."}}"#,
+            None,
+        ),
+        ("Upstream error from OpenAI: 429", None),
+        (
+            "Bitte warten Sie 70 Sekunden, bevor Sie es erneut versuchen.",
+            Some(70_000),
+        ),
+        (
+            "Veuillez patienter 70 secondes avant de réessayer.",
+            Some(70_000),
+        ),
+        ("Por favor, espere 70 segundos.", Some(70_000)),
+        ("Пожалуйста, подождите 70 секунд.", Some(70_000)),
+        ("请等待 70 秒后重试", Some(70_000)),
+        ("70秒後に再試行してください", Some(70_000)),
+        ("Please wait 70 seconds before retrying.", Some(70_000)),
+        ("Try again in less than a minute", Some(60_000)),
+    ] {
+        let v = json(text);
+        assert_eq!(v["kind"], "transient", "{text}: {v}");
+        assert_eq!(v["retry_after_ms"].as_u64(), wait_ms, "{text}: {v}");
+        assert!(v["sleep_seconds"].as_u64().unwrap() <= 70, "{text}: {v}");
+    }
+    // A usage limit that resets in less than a minute sleeps the minute and the buffer.
+    let v = json("You've hit your usage limit. Try again in less than a minute.");
+    assert_eq!(v["kind"], "usage_limit", "{v}");
+    assert_eq!(v["resets_at"], "2026-03-04T12:01:00Z", "{v}");
+    assert!(v["sleep_seconds"].as_u64().unwrap() <= 180, "{v}");
+    // No credit: no sleep at all, and the text says what happens instead.
+    for text in section("Issue 21: no credit") {
+        let v = json(text);
+        assert_eq!(v["kind"], "no_credit", "{text}: {v}");
+        assert!(v["sleep_seconds"].is_null(), "{text}: {v}");
+        let human = limit_parse(text, now, "UTC", false);
+        assert!(
+            human.starts_with("no credit") && human.contains("not started (outcome no_credit)"),
+            "{human}"
+        );
+    }
+    // A reset stated beside a billing error is a usage limit that lifts then; Google's quota
+    // errors share OpenAI's billing words and stay what their quota ids say.
+    let v = json(
+        "API Error: 402 {\"error\":{\"message\":\"Free quota used. Resets at 10:00 UTC. Top up at\n     https://example.test\",\"type\":\"insufficient_quota\"}}",
+    );
+    assert_eq!(v["kind"], "usage_limit", "{v}");
+    assert_eq!(v["resets_at"], "2026-03-05T10:00:00Z", "{v}");
+    let v = json(
+        "429 RESOURCE_EXHAUSTED. You exceeded your current quota, please check your plan and billing details. Quota exceeded for metric: generativelanguage.googleapis.com/generate_content_free_tier_requests, limit: 10, per minute. Please retry in 20s.",
+    );
+    assert_eq!(v["kind"], "transient", "{v}");
+}
+
+// --- issue 21: limits read from the error channel only, and each kind through a real drain ------
+
+mod drains {
+    use std::time::{Duration, Instant};
+
+    use crate::common::bg::outcomes;
+    use crate::common::{Fixture, assert_ok};
+
+    const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
+
+    /// What a writer working on an item about rate limiting prints: a README table, prose and a
+    /// diff that quote every banner kind nightshift reads.
+    const QUOTES: &str = r#"| message | meaning |
+| --- | --- |
+| `Limit reached · resets 3pm (UTC)` | the session limit |
+| `You've hit your limit · resets 3am (UTC)` | the same, older CLI |
+| `Claude AI usage limit reached|1762952400` | legacy form |
+| `Credit balance is too low` | billing |
+| `429 Too Many Requests` | throttling |
+The retry now waits until the usage limit resets, as "Rate limit exceeded. Please try again in 20s." says.
+-    if line == "You've hit your limit · resets 3am (UTC)" {
++    if line.starts_with("Limit reached · resets") {"#;
+
+    #[test]
+    fn a_writer_quoting_limit_banners_ships_and_nothing_sleeps() {
+        let f = Fixture::new();
+        let quotes = f.agents.join("quotes.txt");
+        std::fs::write(&quotes, format!("{QUOTES}\n")).unwrap();
+        // The answer (stdout) quotes every banner; so does the tool output it passes on to
+        // stderr (a grep of the docs); the call succeeds.
+        let w = f.agent(
+            "writer.sh",
+            &format!(
+                "#!/bin/sh\necho sub >> calc.txt\ncat {q} > docs/rate-limits.md\ncat {q}\ncat {q} >&2\necho 'Limit reached · resets 3pm (UTC)'\n",
+                q = quotes.display()
+            ),
+        );
+        let verdict = APPROVE.trim_start_matches("#!/bin/sh\n");
+        let r = f.agent(
+            "reviewer.sh",
+            &format!("#!/bin/sh\ncat {q}\n{verdict}", q = quotes.display()),
+        );
+        f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"1h\"\n");
+        f.write("NEXT.md", "- [ ] Add sub\n");
+        let started = Instant::now();
+        let out = f.approve_and_drain(&[]);
+        assert_ok(&out, "drain");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no sleep: {:?}",
+            started.elapsed()
+        );
+        let rep = f.report();
+        assert_eq!(outcomes(&rep), ["branch_pushed"], "{rep:#}");
+        assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0");
+        assert_eq!(f.db.sql("SELECT count(*) FROM account_pauses"), "0");
+        assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls"), "2");
+    }
+
+    #[test]
+    fn no_credit_stops_the_account_for_the_night_and_later_items_say_why() {
+        let f = Fixture::new();
+        let calls = f.agents.join("calls");
+        // Every call: Anthropic's billing error on stderr, a non-zero exit.
+        let w = f.agent(
+            "writer.sh",
+            &format!(
+                "#!/bin/sh\necho x >> {c}\necho 'Credit balance is too low' >&2\nexit 1\n",
+                c = calls.display()
+            ),
+        );
+        let r = f.agent("reviewer.sh", APPROVE);
+        f.config_with(&w, &r, "[limits]\nlimit_sleep_min = \"1h\"\n");
+        f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n- [ ] Add mul\n");
+        let started = Instant::now();
+        let out = f.approve_and_drain(&[]);
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no sleep: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "an account without credit fails the run: {}",
+            crate::common::text(&out)
+        );
+        let rep = f.report();
+        assert_eq!(
+            outcomes(&rep),
+            ["no_credit", "no_credit", "no_credit"],
+            "{rep:#}"
+        );
+        // One call met the billing error; the later items were never started.
+        assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
+        assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls"), "1");
+        let reasons: Vec<String> = rep["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["reason"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert!(
+            reasons[0].contains("has no credit")
+                && reasons[0].contains("Credit balance is too low"),
+            "{reasons:?}"
+        );
+        for later in &reasons[1..] {
+            assert!(
+                later.starts_with("not started:") && later.contains("has no credit"),
+                "{reasons:?}"
+            );
+        }
+        assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0");
+        assert_eq!(
+            f.db.sql("SELECT count(*) FROM account_pauses WHERE no_credit"),
+            "1"
+        );
+        assert!(f.remote_branches().is_empty());
+    }
+
+    #[test]
+    fn throttles_in_other_wordings_are_short_retries_then_the_work_ships() {
+        let f = Fixture::new();
+        let calls = f.agents.join("calls");
+        // Calls 1–4: throttling in four wordings on stderr (each states a 1 s wait, so the test
+        // is quick), exit 1; call 5: the work.
+        let w = f.agent(
+            "writer.sh",
+            &format!(
+                r#"#!/bin/sh
+echo x >> {c}
+n=$(wc -l < {c})
+case $n in
+  1) echo 'Error: 429 Too many requests. Please wait 1 seconds.' >&2; exit 1 ;;
+  2) echo '{{"error":{{"code":"rate_limited","message":"slow down","retry_after":1}}}}' >&2; exit 1 ;;
+  3) echo 'Upstream error from OpenAI: 429 (Retry-After: 1)' >&2; exit 1 ;;
+  4) echo 'Bitte warten Sie 1 Sekunden, bevor Sie es erneut versuchen.' >&2; exit 1 ;;
+esac
+echo sub >> calc.txt
+echo 'edited calc.txt'
+"#,
+                c = calls.display()
+            ),
+        );
+        let r = f.agent("reviewer.sh", APPROVE);
+        f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"1h\"\n");
+        f.write("NEXT.md", "- [ ] Add sub\n");
+        let started = Instant::now();
+        let out = f.approve_and_drain(&[]);
+        assert_ok(&out, "drain");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "short retries, no sleep until a reset: {:?}",
+            started.elapsed()
+        );
+        let rep = f.report();
+        assert_eq!(outcomes(&rep), ["branch_pushed"], "{rep:#}");
+        assert_eq!(rep["items"][0]["rounds"], 1, "throttling used up no round");
+        assert_eq!(
+            f.db.sql("SELECT string_agg(kind, ',' ORDER BY slept_from) FROM limit_sleeps"),
+            "transient,transient,transient,transient"
+        );
+        for secs in
+            f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps")
+                .lines()
+        {
+            let secs: f64 = secs.parse().unwrap();
+            assert!(secs <= 1.1, "the stated 1 s wait, not more: {secs} s");
+        }
+        assert_eq!(f.db.sql("SELECT count(*) FROM account_pauses"), "0");
+    }
+
+    #[test]
+    fn the_bare_banner_and_less_than_a_minute_sleep_until_their_reset() {
+        let f = Fixture::new();
+        let calls = f.agents.join("calls");
+        // Call 1: claude's bare banner amid other lines on stderr; call 2: a usage limit that
+        // resets in less than a minute; call 3: the work.
+        let w = f.agent(
+            "writer.sh",
+            &format!(
+                r#"#!/bin/sh
+echo x >> {c}
+n=$(wc -l < {c})
+case $n in
+  1) printf 'Working on it
+Limit reached · resets 3am (Asia/Taipei)
+/upgrade to raise it
+' >&2; exit 1 ;;
+  2) echo "You've hit your usage limit. Try again in less than a minute." >&2; exit 1 ;;
+esac
+echo sub >> calc.txt
+"#,
+                c = calls.display()
+            ),
+        );
+        let r = f.agent("reviewer.sh", APPROVE);
+        f.config_with(
+            &w,
+            &r,
+            "[limits]\nrounds = 1\nlimit_sleep_min = \"1s\"\nlimit_sleep_max = \"2s\"\n",
+        );
+        f.write("NEXT.md", "- [ ] Add sub\n");
+        let out = f.approve_and_drain(&["--tz", "Asia/Taipei"]);
+        assert_ok(&out, "drain");
+        assert_eq!(outcomes(&f.report()), ["branch_pushed"]);
+        let rows = f.db.sql(
+            "SELECT kind || ' ' || extract(epoch FROM resets_at - slept_from)::int FROM limit_sleeps ORDER BY slept_from",
+        );
+        let rows: Vec<(&str, i64)> = rows
+            .lines()
+            .map(|l| {
+                let (k, s) = l.split_once(' ').unwrap();
+                (k, s.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert!(rows.iter().all(|(k, _)| *k == "usage_limit"), "{rows:?}");
+        // The banner's reset is the next 03:00 in Taipei: within a day, more than a minute away
+        // unless the test runs at 02:59.
+        assert!((0..=86_400).contains(&rows[0].1), "{rows:?}");
+        // "less than a minute": a reset about a minute away, not an hour.
+        assert!((55..=65).contains(&rows[1].1), "{rows:?}");
+    }
 }

@@ -174,15 +174,15 @@ fn limit_parse_answers_every_corpus_line_as_the_table_says() {
 fn a_usage_limit_sleeps_then_retries_the_same_round() {
     let f = Fixture::new();
     let count = f.agents.join("calls");
-    // Calls 1 and 2: the real CLI's message, alone on its line (a limit seen
-    // again after waking sleeps again). Call 3: the work, with prose that
-    // merely mentions limits, which must not trigger.
+    // Calls 1 and 2: the real CLI's message on stderr, the error channel, and
+    // a non-zero exit (a limit seen again after waking sleeps again). Call 3:
+    // the work, with prose that merely mentions limits, which must not trigger.
     let w = f.agent(
         "writer.sh",
         &format!(
             "#!/bin/sh
 echo x >> {c}
-if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit your limit · resets 3am (Asia/Taipei)\"; exit 1; fi\n{WORD_WRITER}echo 'Note: the retry now waits until the usage limit resets at 7pm, as the rate limit docs say.'\necho '- handled the case where the CLI says Claude AI usage limit reached|1762952400 (see limit.rs)'\n",
+if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit your limit · resets 3am (Asia/Taipei)\" >&2; exit 1; fi\n{WORD_WRITER}echo 'Note: the retry now waits until the usage limit resets at 7pm, as the rate limit docs say.'\necho '- handled the case where the CLI says Claude AI usage limit reached|1762952400 (see limit.rs)'\n",
             c = count.display()
         ),
     );
@@ -558,7 +558,7 @@ fn sigterm_during_a_usage_limit_sleep() {
     let f = Fixture::new();
     let w = f.agent(
         "writer.sh",
-        "#!/bin/sh\necho \"You've hit your 5-hour limit · resets 3am (UTC)\"\n",
+        "#!/bin/sh\necho \"You've hit your 5-hour limit · resets 3am (UTC)\" >&2\nexit 1\n",
     );
     let r = f.agent("reviewer.sh", APPROVE);
     f.config_with(&w, &r, "[limits]\nlimit_sleep_min = \"5m\"\n");

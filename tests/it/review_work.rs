@@ -28,6 +28,8 @@ case "$title" in
   *"Sub and docs"*) echo sub >> calc.txt; echo "sub subtracts" >> docs/README.md ;;
   *"Sub and CI"*) echo sub >> calc.txt; mkdir -p .github/workflows; echo "on: push" > .github/workflows/ci.yml ;;
   *"Div and a migration"*) echo div >> calc.txt; mkdir -p migrations; echo "DROP TABLE x;" > migrations/0002_x.sql ;;
+  *"Cache in CI, allowed"*) cp "$NIGHTSHIFT_PROMPT_FILE" "$(dirname "$CALLS")/prompt-allowed.md"; cp "$NIGHTSHIFT_CONTRACT_FILE" "$(dirname "$CALLS")/contract-allowed.json"; mkdir -p .github/workflows; printf 'on: push\njobs: {}\n' > .github/workflows/ci.yml ;;
+  *"Cache in CI"*) mkdir -p .github/workflows; printf 'on: push\njobs: {}\n' > .github/workflows/ci.yml ;;
 esac
 "#;
 
@@ -285,7 +287,9 @@ async fn protected_paths_break_a_rule_whatever_the_scope() {
     );
     let plan = text(&f.run(&["plan"]));
     assert!(
-        plan.contains("protected .github/**, migrations/** (never changed, whatever the scope)"),
+        plan.contains(
+            ", .nightshift/**, .github/**, migrations/** (never changed, whatever the scope)"
+        ),
         "{plan}"
     );
     let out = f.approve_and_drain(&[]);
@@ -299,20 +303,20 @@ async fn protected_paths_break_a_rule_whatever_the_scope() {
     let why = reason(&rep, 0);
     assert!(
         why.contains(
-            "files changed in protected paths (config `protected`): .github/workflows/ci.yml"
+            "files changed in protected paths (nightshift's defaults and config `protected`; only an item's `allow:` lifts them): .github/workflows/ci.yml"
         ) && !why.contains("outside scope"),
         "{why}"
     );
     assert!(
-        reason(&rep, 1).contains("protected paths (config `protected`): migrations/0002_x.sql"),
+        reason(&rep, 1).contains("lifts them): migrations/0002_x.sql"),
         "{rep:#}"
     );
     assert_eq!(f.remote_branches().len(), 1);
     let prompt = std::fs::read_to_string(f.agents.join("prompt.md")).unwrap();
     assert!(
-        prompt.contains(
-            "These paths must never change, whatever the scope: .github/**, migrations/**"
-        ),
+        prompt
+            .contains("These paths must never change, whatever the scope: .github/workflows/**, ")
+            && prompt.contains(", .nightshift/**, .github/**, migrations/**\n"),
         "{prompt}"
     );
 
@@ -327,6 +331,112 @@ async fn protected_paths_break_a_rule_whatever_the_scope() {
     let r = f.agents.join("reviewer.sh").display().to_string();
     f.config_with(&w, &r, "protected = [\".github/**\"]\n");
     assert_ne!(sha(&f), before);
+}
+
+/// Issue 21, point 3: CI configuration is protected by default, a user's
+/// `protected` adds to the defaults, and only an item's `allow:` line —
+/// sealed and shown on the card — lifts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn ci_configuration_is_protected_by_default_and_allow_on_the_card_lifts_it() {
+    let gh = FakeGitHub::start().await;
+    let mut f = world(
+        "protected = [\"migrations/**\"]\n",
+        "- [ ] Cache in CI\n- [ ] Cache in CI, allowed\n  - allow: .github/workflows/ci.yml\n- [ ] Div and a migration\n",
+    );
+    with_github(&mut f, &gh);
+    let plan = text(&f.run(&["plan"]));
+    let cards: Vec<&str> = plan.split("── item ").skip(1).collect();
+    assert_eq!(cards.len(), 3, "{plan}");
+    for card in &cards {
+        assert!(
+            card.contains("   protected .github/workflows/**, .github/actions/**, ")
+                && card.contains(
+                    ", .nightshift/**, migrations/** (never changed, whatever the scope)"
+                ),
+            "{card}"
+        );
+    }
+    assert!(!cards[0].contains("   allow "), "{}", cards[0]);
+    assert!(
+        cards[1].contains(
+            "\n   allow     .github/workflows/ci.yml (lifts protected paths for this item)\n"
+        ),
+        "{}",
+        cards[1]
+    );
+
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(
+        outcomes(&rep),
+        ["rule_broken", "pr_opened", "rule_broken"],
+        "{rep:#}"
+    );
+    assert!(
+        reason(&rep, 0).contains("protected paths")
+            && reason(&rep, 0).ends_with(": .github/workflows/ci.yml"),
+        "{rep:#}"
+    );
+    assert!(
+        reason(&rep, 2).ends_with(": migrations/0002_x.sql"),
+        "{rep:#}"
+    );
+    // One branch on the remote, one PR: the allowed item's, with the
+    // workflow in it; nothing of the item that was not allowed.
+    let branches = f.remote_branches();
+    assert_eq!(branches.len(), 1, "{branches:?}");
+    let shipped = common::git(
+        &f.remote,
+        &["show", &format!("{}:.github/workflows/ci.yml", branches[0])],
+    );
+    assert!(shipped.contains("jobs: {}"), "{shipped}");
+    let prs = gh.prs();
+    assert_eq!(prs.len(), 1, "{prs:#?}");
+    assert_eq!(prs[0]["head"]["ref"].as_str(), Some(branches[0].as_str()));
+    // The allow line is sealed in the contract the writer ran under.
+    let contract: Value = serde_json::from_str(
+        &std::fs::read_to_string(f.agents.join("contract-allowed.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        contract["allow"],
+        serde_json::json!([".github/workflows/ci.yml"]),
+        "{contract:#}"
+    );
+    assert!(
+        contract["protected"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(".github/workflows/**")),
+        "{contract:#}"
+    );
+    let prompt = std::fs::read_to_string(f.agents.join("prompt-allowed.md")).unwrap();
+    assert!(
+        prompt.contains(
+            "This item may change these protected paths all the same (its approved `allow:`; still only inside the scope): .github/workflows/ci.yml\n"
+        ),
+        "{prompt}"
+    );
+}
+
+/// `allow:` lifts protection only: a path outside the item's `scope:`
+/// still breaks the scope rule.
+#[tokio::test(flavor = "multi_thread")]
+async fn allow_never_widens_the_scope() {
+    let f = world(
+        "",
+        "- [ ] Cache in CI, allowed\n  - scope: calc.txt\n  - allow: .github/workflows/ci.yml\n",
+    );
+    let out = f.approve_and_drain(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
+    assert!(
+        reason(&rep, 0).contains("files changed outside scope: .github/workflows/ci.yml"),
+        "{rep:#}"
+    );
+    assert!(f.remote_branches().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

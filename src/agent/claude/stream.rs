@@ -276,9 +276,10 @@ pub struct StreamState {
     /// (`model_usage_since_last_result` is the part since the one before),
     /// and a spurious error result reports zeros.
     usage_seen: Usage,
-    /// A usage limit read from a `rate_limit_event` (status `rejected`, extra
-    /// usage not carrying the call) or the CLI's own limit message (an
-    /// assistant message marked `"error":"rate_limit"`).
+    /// A usage limit read from the latest `rate_limit_event` (status
+    /// `rejected`, extra usage not carrying the call; a later `allowed` one
+    /// clears it) or the CLI's own limit message (an assistant message marked
+    /// `"error":"rate_limit"`).
     pub limit: Option<limit::LimitReading>,
     /// A limit or throttling read from a failed `result` event: its `result`
     /// or `error` text, or its `api_error_status` 429.
@@ -334,11 +335,10 @@ impl StreamState {
             },
             Some("assistant") => self.assistant(ev, tz),
             Some("user") => self.tool_results(ev),
-            Some("rate_limit_event") => {
-                if let Some(r) = limit::read_claude_event(ev, Utc::now(), tz) {
-                    self.limit = Some(r);
-                }
-            }
+            // The latest event is the account's state: a `rejected` one
+            // followed by `allowed` (the window reset, or extra usage took
+            // over) is no limit any more.
+            Some("rate_limit_event") => self.limit = limit::read_claude_event(ev, Utc::now(), tz),
             Some("result") => self.result_event(ev, tz),
             _ => {}
         }

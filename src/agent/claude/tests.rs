@@ -198,6 +198,26 @@ fn allowed_rate_limit_event_is_no_limit() {
 }
 
 #[test]
+fn a_rejected_event_then_an_allowed_one_then_a_failure_is_no_limit() {
+    // Issue 21: the latest rate_limit_event is the account's state.
+    let tz = chrono_tz::UTC;
+    let reset = Utc::now().timestamp() + 3600;
+    let mut st = StreamState::default();
+    st.feed(&format!(r#"{{"type":"rate_limit_event","rate_limit_info":{{"status":"rejected","resetsAt":{reset},"rateLimitType":"five_hour"}}}}"#), tz);
+    assert_eq!(
+        st.limit.as_ref().map(|l| l.kind),
+        Some(limit::LimitKind::UsageLimit)
+    );
+    st.feed(&format!(r#"{{"type":"rate_limit_event","rate_limit_info":{{"status":"allowed","resetsAt":{reset},"rateLimitType":"five_hour"}}}}"#), tz);
+    st.feed(
+        r#"{"type":"result","subtype":"success","is_error":true,"result":"API Error: 500 {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"Internal server error\"}}"}"#,
+        tz,
+    );
+    assert!(st.is_error());
+    assert!(st.limit("", tz).is_none(), "{:?}", st.limit("", tz));
+}
+
+#[test]
 fn failure_is_never_read_from_subtype_alone() {
     let tz = chrono_tz::UTC;
     for (line, failed) in [

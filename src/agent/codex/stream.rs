@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::agent::blocks::parse_blocks;
 use crate::agent::model::Usage;
-use crate::limit::{self, LimitKind, LimitReading};
+use crate::limit::{self, LimitReading};
 
 /// What the event stream said, fed one stdout line at a time.
 ///
@@ -405,17 +405,11 @@ fn is_reconnect(m: &str) -> bool {
     m.trim_start().starts_with("Reconnecting")
 }
 
-/// The stronger of two readings: usage limit with a reset > without >
-/// transient > none; on a tie the earlier one.
+/// The stronger of two readings ([`LimitReading::rank`]: no credit > usage
+/// limit with a reset > without > transient > none); on a tie the earlier one.
 pub(super) fn stronger(a: Option<LimitReading>, b: LimitReading) -> LimitReading {
-    let rank = |r: &LimitReading| match (r.kind, r.resets_at) {
-        (LimitKind::UsageLimit, Some(_)) => 3,
-        (LimitKind::UsageLimit, None) => 2,
-        (LimitKind::Transient, _) => 1,
-        (LimitKind::None, _) => 0,
-    };
     match a {
-        Some(a) if rank(&a) >= rank(&b) => a,
+        Some(a) if a.rank() >= b.rank() => a,
         _ => b,
     }
 }

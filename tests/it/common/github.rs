@@ -515,7 +515,7 @@ impl Responder {
                 let login = st.login.clone().unwrap_or_else(|| DEFAULT_LOGIN.into());
                 let at = tick(&mut st);
                 let id = st.issue_comments.values().map(Vec::len).sum::<usize>() + 1;
-                let c = json!({"id": id, "body": body["body"], "user": {"login": login}, "created_at": at, "html_url": format!("{}/owner/repo/pull/{n}#issuecomment-{id}", self.base)});
+                let c = json!({"id": id, "body": body["body"], "user": {"login": login}, "author_association": "COLLABORATOR", "created_at": at, "html_url": format!("{}/owner/repo/pull/{n}#issuecomment-{id}", self.base)});
                 st.issue_comments.entry(n).or_default().push(c.clone());
                 ResponseTemplate::new(201).set_body_json(c)
             }
@@ -879,7 +879,9 @@ impl FakeGitHub {
 
     /// `login` submits a review of PR `n` in `state` (`CHANGES_REQUESTED`,
     /// `APPROVED`, `COMMENTED`) with `body` and line comments
-    /// `(path, line, body)`, as GitHub records a review with comments.
+    /// `(path, line, body)`, as GitHub records a review with comments; the
+    /// reviewer is a `MEMBER` of the repository (see
+    /// [`FakeGitHub::add_review_as`]).
     pub fn add_review(
         &self,
         n: u64,
@@ -888,25 +890,61 @@ impl FakeGitHub {
         body: &str,
         comments: &[(&str, u64, &str)],
     ) {
+        self.add_review_as(n, login, Some("MEMBER"), state, body, comments);
+    }
+
+    /// As [`FakeGitHub::add_review`], by a reviewer whose
+    /// `author_association` is `association` (`OWNER`, `MEMBER`,
+    /// `COLLABORATOR`, `CONTRIBUTOR`, `FIRST_TIME_CONTRIBUTOR`,
+    /// `FIRST_TIMER`, `MANNEQUIN`, `NONE`; `None`: the field is left out),
+    /// on the review and its line comments, each with its `html_url`.
+    pub fn add_review_as(
+        &self,
+        n: u64,
+        login: &str,
+        association: Option<&str>,
+        state: &str,
+        body: &str,
+        comments: &[(&str, u64, &str)],
+    ) {
+        let base = self.server.uri();
         let mut st = self.state.lock().unwrap();
         let at = tick(&mut st);
         let id = st.reviews.values().map(Vec::len).sum::<usize>() + 1;
-        st.reviews.entry(n).or_default().push(json!({"id": id, "user": {"login": login}, "state": state, "body": body, "submitted_at": at, "commit_id": "0"}));
+        let mut review = json!({"id": id, "user": {"login": login}, "state": state, "body": body, "submitted_at": at, "commit_id": "0", "html_url": format!("{base}/owner/repo/pull/{n}#pullrequestreview-{id}")});
+        if let Some(a) = association {
+            review["author_association"] = json!(a);
+        }
+        st.reviews.entry(n).or_default().push(review);
         for (path, line, text) in comments {
             let cid = st.review_comments.values().map(Vec::len).sum::<usize>() + 1;
-            st.review_comments.entry(n).or_default().push(json!({"id": cid, "pull_request_review_id": id, "user": {"login": login}, "path": path, "line": line, "original_line": line, "body": text, "created_at": at}));
+            let mut c = json!({"id": cid, "pull_request_review_id": id, "user": {"login": login}, "path": path, "line": line, "original_line": line, "body": text, "created_at": at, "html_url": format!("{base}/owner/repo/pull/{n}#discussion_r{cid}")});
+            if let Some(a) = association {
+                c["author_association"] = json!(a);
+            }
+            st.review_comments.entry(n).or_default().push(c);
         }
     }
 
-    /// `login` writes a conversation comment on PR or issue `n`.
+    /// `login` writes a conversation comment on PR or issue `n`, as a
+    /// `MEMBER` of the repository (see [`FakeGitHub::add_comment_as`]).
     pub fn add_comment(&self, n: u64, login: &str, body: &str) {
+        self.add_comment_as(n, login, Some("MEMBER"), body);
+    }
+
+    /// As [`FakeGitHub::add_comment`], by an author whose
+    /// `author_association` is `association` (`None`: the field is left
+    /// out), with the comment's `html_url`.
+    pub fn add_comment_as(&self, n: u64, login: &str, association: Option<&str>, body: &str) {
+        let base = self.server.uri();
         let mut st = self.state.lock().unwrap();
         let at = tick(&mut st);
         let id = st.issue_comments.values().map(Vec::len).sum::<usize>() + 1;
-        st.issue_comments
-            .entry(n)
-            .or_default()
-            .push(json!({"id": id, "user": {"login": login}, "body": body, "created_at": at}));
+        let mut c = json!({"id": id, "user": {"login": login}, "body": body, "created_at": at, "html_url": format!("{base}/owner/repo/pull/{n}#issuecomment-{id}")});
+        if let Some(a) = association {
+            c["author_association"] = json!(a);
+        }
+        st.issue_comments.entry(n).or_default().push(c);
     }
 
     /// Dates every review, line comment and conversation comment of PR `n`
