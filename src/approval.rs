@@ -550,7 +550,8 @@ async fn approved_set(
 }
 
 /// Gives a new approval of a plan (or, with `is_contract`, of one contract)
-/// for `repo`, signed with `key` ([`sign`]), and stores it as given by `by`.
+/// for `repo`, signed with `key` ([`sign`]), stores it as given by `by`
+/// and records the `approved` event (docs/ledger.md#events).
 ///
 /// # Errors
 /// Database errors.
@@ -577,6 +578,13 @@ pub async fn give(
     };
     a.signature = Some(sign(key, &a));
     ledger::insert_approval(pool, &a.row(), by).await?;
+    crate::ledger::events::event(
+        pool,
+        None,
+        crate::outcome::Event::Approved.as_str(),
+        serde_json::json!({"sha": sha, "approval": a.id, "by": by}),
+    )
+    .await?;
     Ok(a)
 }
 

@@ -53,7 +53,7 @@ pub(crate) fn run(cli: &Cli) -> Result<()> {
             }
         }
     }
-    let loaded = config::load(&cfg)?;
+    let loaded = crate::settings::checked_load(&cfg)?;
     let backlog = repo.join(&loaded.config.backlog);
     if backlog.exists() && !backlog.is_file() {
         return Err(Error::config(format!(

@@ -1,132 +1,10 @@
 //! `nightshift plan` and `nightshift approve` (docs/commands.md, docs/contract.md).
 
-use std::path::PathBuf;
-
-use crate::backlog;
-use crate::cli::{Cli, Startup, ledger, load_config, repo_id, repo_root};
+use crate::cli::{Cli, Startup, ledger, location, repo_id, repo_root};
 use crate::config::{self, Loaded};
 use crate::error::{Error, Result};
-use crate::ledger::records as rec;
-use crate::outcome::PrRecord;
-use crate::plan::{self as plans, Plan};
-
-/// The snapshot every command that runs items starts from.
-pub(crate) struct Snapshot {
-    /// Repository root.
-    pub repo: PathBuf,
-    /// Config.
-    pub loaded: Loaded,
-    /// Sealed plan.
-    pub plan: Plan,
-}
-
-/// Reads the backlog once and seals the plan.
-///
-/// # Errors
-/// Exit 2: missing backlog, malformed items (every problem with file:line),
-/// a bad config, or a config that cannot run (claude as root).
-pub(crate) fn snapshot(cli: &Cli) -> Result<Snapshot> {
-    let repo = repo_root(cli)?;
-    let loaded = load_config(cli, &repo)?;
-    check_runnable(&loaded)?;
-    let bl = read_backlog(&repo, &loaded)?;
-    let plan = plans::build_plan(&repo, &bl, &loaded).map_err(|problems| {
-        let mut msg = format!(
-            "{} problem(s) in the backlog; no card was made:\n",
-            problems.len()
-        );
-        for p in &problems {
-            msg.push_str(&format!("  {p}\n"));
-        }
-        Error::config(msg.trim_end().to_string())
-    })?;
-    Ok(Snapshot { repo, loaded, plan })
-}
-
-/// Reads and parses the configured backlog (problems are in the result, not
-/// an error).
-///
-/// # Errors
-/// Exit 2: the backlog is missing, not a regular file, unreadable or not
-/// UTF-8; each message names the path and the fix.
-pub(crate) fn read_backlog(repo: &std::path::Path, loaded: &Loaded) -> Result<backlog::Backlog> {
-    let path = repo.join(&loaded.config.backlog);
-    // A FIFO or a device would block the read (or never end): only a
-    // regular file (or a link to one) of sane size is a backlog.
-    let text = match crate::file::read_regular(&path, crate::file::MAX_TEXT_BYTES) {
-        Ok(b) => backlog::decode(&PathBuf::from(&loaded.config.backlog), b)
-            .map_err(|e| Error::config(e.to_string()))?,
-        Err(e) if e.is_not_found() => {
-            return Err(Error::config(format!(
-                "{}: backlog not found; create it (`nightshift init` writes one from the example) or set `backlog` in {}",
-                path.display(),
-                loaded.path.display()
-            )));
-        }
-        Err(e) => {
-            return Err(Error::config(format!(
-                "cannot read the backlog: {e} (or set `backlog` in {})",
-                loaded.path.display()
-            )));
-        }
-    };
-    let display_path = PathBuf::from(&loaded.config.backlog);
-    Ok(backlog::parse(&display_path, &text))
-}
-
-/// Configurations that cannot run unattended (docs/agents.md#running-as-root).
-fn check_runnable(loaded: &Loaded) -> Result<()> {
-    let c = &loaded.config;
-    let root = nix::unistd::geteuid().is_root();
-    let skip = c
-        .writer
-        .permission_flags
-        .iter()
-        .flatten()
-        .any(|f| f == "--dangerously-skip-permissions")
-        || c.writer
-            .command
-            .iter()
-            .any(|f| f == "--dangerously-skip-permissions");
-    if root && skip && c.writer.kind == config::AgentKind::Claude && c.agent_user.is_none() {
-        return Err(Error::config(format!(
-            "{}: the claude writer uses --dangerously-skip-permissions, which claude refuses under root (\"cannot be used with root/sudo privileges\"); set `agent_user = \"<unprivileged user>\"` or run nightshift as a normal user",
-            loaded.path.display()
-        )));
-    }
-    // Caught now rather than when the drain starts, after bedtime.
-    if let Some(u) = &c.agent_user
-        && root
-        && !matches!(nix::unistd::User::from_name(u), Ok(Some(_)))
-    {
-        return Err(Error::config(format!(
-            "{}: agent_user {u:?} is not an account on this machine; create it (`useradd -m {u}`) or fix `agent_user`",
-            loaded.path.display()
-        )));
-    }
-    Ok(())
-}
-
-/// Whether agents of a run under `c` would run as root: nightshift is root
-/// and `agent_user` is not set (whether that is allowed is
-/// [`agents_as_root_refusal`]'s question).
-pub(crate) fn agents_run_as_root(c: &config::Config) -> bool {
-    c.agent_user.is_none() && nix::unistd::geteuid().is_root()
-}
-
-/// Why agents may not start under `config_path`'s `c`, with the fix: as
-/// root without `agent_user` they could read nightshift's memory (the
-/// token), so that takes `agents_as_root = true` (docs/security.md).
-/// `None` when they may.
-pub(crate) fn agents_as_root_refusal(
-    c: &config::Config,
-    config_path: &std::path::Path,
-) -> Option<String> {
-    (agents_run_as_root(c) && !c.agents_as_root).then(|| format!(
-        "{}: nightshift runs as root without `agent_user`, so agents would run as root and could read everything nightshift holds (its memory with the GitHub token, the approval key); set `agent_user = \"<unprivileged user>\"` to confine them, or `agents_as_root = true` to accept that",
-        config_path.display()
-    ))
-}
+use crate::plan as plans;
+use crate::settings::{Snapshot, agents_as_root_refusal, agents_run_as_root, tend_cards};
 
 /// Why a plan made under `loaded` cannot run, one sentence with its fix
 /// each: an agent executable that is not there (checked as `drain` checks it
@@ -152,128 +30,9 @@ fn cannot_run(loaded: &Loaded) -> Vec<String> {
     out
 }
 
-/// Marks the items a drain will not run because of earlier runs (docs/commands.md:
-/// listed with `blocked` saying why): a PR open or merged, a branch pushed
-/// whose PR is still to be opened, a writer's question still unanswered.
-/// Display only: the plan's SHA and contracts do not change.
-///
-/// # Errors
-/// Database errors.
-pub(crate) async fn mark_earlier_work(
-    pool: &sqlx::PgPool,
-    repo_id: &str,
-    plan: &mut Plan,
-) -> Result<()> {
-    // Two statements for the whole backlog, not two per item.
-    let open: Vec<(&str, &str)> = plan
-        .entries
-        .iter()
-        .filter(|e| e.blocked.is_none())
-        .map(|e| (e.item.key.as_str(), e.contract_sha.as_str()))
-        .collect();
-    let keys: Vec<&str> = open.iter().map(|(k, _)| *k).collect();
-    let mut prs: std::collections::HashMap<String, Vec<rec::PrRow>> = Default::default();
-    for p in rec::prs_of_items(pool, repo_id, &keys).await? {
-        prs.entry(p.item_key.clone()).or_default().push(p);
-    }
-    let questions: std::collections::HashMap<(String, String), String> =
-        rec::open_questions(pool, repo_id, &open)
-            .await?
-            .into_iter()
-            .map(|(k, c, q)| ((k, c), q))
-            .collect();
-    for e in plan.entries.iter_mut().filter(|e| e.blocked.is_none()) {
-        let prs = prs.get(&e.item.key).map(Vec::as_slice).unwrap_or_default();
-        if let Some(p) = prs.iter().find(|p| {
-            matches!(
-                p.state,
-                PrRecord::Open | PrRecord::Merged | PrRecord::Planned | PrRecord::PrFailed
-            )
-        }) {
-            e.blocked = Some(match (p.state, p.number) {
-                (PrRecord::Merged, Some(n)) => format!("already merged: PR #{n}"),
-                (_, Some(n)) => format!("already open: PR #{n}"),
-                _ if p.state == PrRecord::Planned => format!(
-                    "branch {} already pushed by an earlier run without GitHub access; a run with a GitHub token opens its PR",
-                    p.branch
-                ),
-                _ => format!(
-                    "branch {} already pushed by an earlier run whose PR failed to open; the next run opens it",
-                    p.branch
-                ),
-            });
-        } else if !questions.is_empty()
-            && let Some(q) = questions.get(&(e.item.key.clone(), e.contract_sha.clone()))
-        {
-            e.blocked = Some(format!(
-                "waiting for an answer to the writer's question: {q} (edit the item to answer it)"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The retry policy of `plan`'s look at open PRs: a person waits at the
-/// terminal, so a GitHub that does not answer is given up on within about
-/// half a minute rather than the night's 15 minutes.
-fn plan_retry_policy() -> crate::forge::RetryPolicy {
-    crate::forge::RetryPolicy {
-        max_attempts: 3,
-        max_total_wait: std::time::Duration::from_secs(20),
-        request_timeout: std::time::Duration::from_secs(15),
-        ..crate::forge::RetryPolicy::from_env()
-    }
-}
-
-/// The tend cards of nightshift's open PRs (docs/github.md "The second
-/// night"), or none with a warning on stderr when GitHub cannot be asked:
-/// no token, no GitHub repository, GitHub refusing or unreachable. The plan
-/// goes on with its new items either way.
-///
-/// # Errors
-/// Database errors only.
-pub(crate) async fn tend_cards(
-    snap: &Snapshot,
-    pool: &sqlx::PgPool,
-    repo_id: &str,
-    startup: &Startup,
-) -> Result<Vec<crate::tend::TendCard>> {
-    let open = rec::open_prs(pool, repo_id).await?;
-    if open.is_empty() {
-        return Ok(vec![]);
-    }
-    let cannot = |why: String| {
-        eprintln!(
-            "warning: could not look at nightshift's {} open PR(s): {why}; the plan lists new items only",
-            open.len()
-        );
-        Ok(vec![])
-    };
-    let Some((token, _)) = crate::forge::resolve_token(&startup.removed) else {
-        return cannot(crate::cli::no_token_in(&snap.repo, &snap.loaded.config).to_string());
-    };
-    let forge = match crate::cli::github_client(&snap.repo, &snap.loaded.config, &token, None) {
-        Ok(f) => f.with_retry_policy(plan_retry_policy()),
-        Err(e) => return cannot(e),
-    };
-    match crate::tend::survey(
-        pool,
-        repo_id,
-        &forge,
-        &snap.plan.entries,
-        snap.loaded.config.limits.max_tend_rounds,
-    )
-    .await
-    {
-        Ok(cards) => Ok(cards),
-        Err(crate::tend::SurveyError::Ledger(e)) => Err(e.into()),
-        Err(e) => cannot(e.to_string()),
-    }
-}
-
 /// `nightshift plan [--json]`.
 pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()> {
-    let snap = snapshot(cli)?;
+    let snap = crate::settings::snapshot(&location(cli))?;
     // A plan whose agents cannot start (or whose gate is init's placeholder)
     // would only spend its approval on a refusal: no SHA is offered, and the
     // plan is not stored, so nothing can approve it.
@@ -297,7 +56,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
     let mut plan = plan.with_tend(cards);
     crate::run::save_plan(&lg.pool, &id, &plan).await?;
     crate::run::save_tend_cards(&lg.pool, &plan).await?;
-    mark_earlier_work(&lg.pool, &id, &mut plan).await?;
+    crate::views::mark_earlier_work(&lg.pool, &id, &mut plan).await?;
     if crate::git::Git::new(&repo)
         .text(&["remote", "get-url", &loaded.config.remote])
         .is_err()
@@ -367,14 +126,12 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let repo = repo_root(cli)?;
     let lg = ledger().await?;
     let id = crate::cli::repo_identity(cli, &repo);
-    let is_plan = rec::plan_exists(&lg.pool, &sha).await?;
-    let is_contract = !is_plan && rec::contract_exists(&lg.pool, &sha).await?;
-    if !is_plan && !is_contract {
+    let Some(is_contract) = crate::views::names_contract(&lg.pool, &sha).await? else {
         return Err(Error::argument(format!(
             "no plan or contract with SHA {sha} was made in {}; run `nightshift plan` and approve the SHA it prints",
             repo.display()
         )));
-    }
+    };
     let by = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_else(|_| format!("uid {}", nix::unistd::getuid()));
@@ -382,17 +139,10 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
     let key =
         crate::approval::load_or_create_key(&data_dir).map_err(|e| Error::config(e.to_string()))?;
     let a = crate::approval::give(&lg.pool, &id, &sha, is_contract, &by, &key).await?;
-    rec::event(
-        &lg.pool,
-        None,
-        crate::outcome::Event::Approved.as_str(),
-        serde_json::json!({"sha": sha, "approval": a.id, "by": by}),
-    )
-    .await?;
     print_approved(&sha, is_contract, a.expires_at, &data_dir);
     // An approval of an older plan is allowed (docs/contract.md#approval: only its unchanged
     // contracts run), but the person should know before going to bed.
-    if let Ok(now) = snapshot(cli) {
+    if let Ok(now) = crate::settings::snapshot(&location(cli)) {
         let current: Vec<&str> = now
             .plan
             .entries
@@ -404,7 +154,7 @@ pub(crate) async fn approve(cli: &Cli, sha: &str) -> Result<()> {
                 "warning: this contract is not in the current backlog (the item or the config changed since it was planned); `nightshift run` will refuse it. Run `nightshift plan` and approve the new SHA."
             );
         } else if !is_contract && now.plan.sha != sha {
-            let approved = rec::plan_contracts(&lg.pool, &sha).await?;
+            let approved = crate::views::plan_contracts(&lg.pool, &sha).await?;
             let kept = current
                 .iter()
                 .filter(|c| approved.iter().any(|a| a == *c))

@@ -17,20 +17,12 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::ledger::records as rec;
 use crate::outcome::{Phase, RunStatus};
 
 /// How often the ledger is read for progress.
 const POLL: Duration = Duration::from_millis(200);
 
-/// The log directory: `$XDG_STATE_HOME/nightshift/logs` when that is set,
-/// else `<data dir>/logs` (beside the per-item agent logs).
-pub fn log_dir() -> PathBuf {
-    match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        Some(state) => PathBuf::from(state).join("nightshift").join("logs"),
-        None => crate::cli::data_dir().join("logs"),
-    }
-}
+pub use crate::settings::log_dir;
 
 /// The path of this process's run log, once opened.
 pub static RUN_LOG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -228,7 +220,7 @@ pub fn watch(
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(POLL) => {}
             }
-            let Ok(Some(row)) = rec::run_row(&pool, &repo_id, None).await else {
+            let Ok(Some(row)) = crate::views::run_row(&pool, &repo_id, None).await else {
                 continue;
             };
             if row.status != RunStatus::Running || row.pid != Some(pid) {

@@ -45,8 +45,9 @@ pub(super) fn read_error(path: &Path, text: &str, e: &toml::de::Error) -> Config
 }
 
 /// A value `validate` refuses, at the line of `key`, with what to write:
-/// the message's own fix, else the key's line in [`TEMPLATE`].
-pub(super) fn refusal(path: &Path, text: &str, key: &str, message: String) -> ConfigError {
+/// the message's own fix, else the key's line in [`TEMPLATE`]. `text` is
+/// the file's text (`path`'s), read for the key's line.
+pub fn refusal(path: &Path, text: &str, key: &str, message: String) -> ConfigError {
     let says_fix = [
         "e.g.", "write", "remove", "lower", "list the", "use ", "create",
     ]

@@ -1,13 +1,12 @@
 //! The checks serde cannot express: ranges, emptiness and consistency, table by table; the
-//! first refusal names the file, the line and the key. Whether a codex `command` fights the
-//! flags nightshift sets is the codex adapter's rule ([`crate::agent::codex::conflicting_argument`]),
-//! applied here. Not the wording of serde's own errors (see `error`).
+//! first refusal names the file, the line and the key. Not the wording of serde's own errors
+//! (see `error`), nor whether a codex `command` fights the flags nightshift sets: that is the
+//! codex adapter's rule, applied where the config is resolved (`crate::settings`).
 
 use std::path::Path;
 
 use super::error::{ConfigError, line_of_key, refusal};
 use super::types::{AgentKind, Config, Limits};
-use crate::agent::codex::conflicting_argument;
 
 /// `jobs` and `lease` (docs/workers.md): at least one worker, at most
 /// [`MAX_JOBS`]; a lease a heartbeat fits in.
@@ -175,7 +174,7 @@ fn validate_env(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `[writer]` and `[reviewer]`: an executable, and no codex flag nightshift owns.
+/// `[writer]` and `[reviewer]`: an executable.
 fn validate_agents(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
     for (name, a) in [("writer", &c.writer), ("reviewer", &c.reviewer)] {
         if a.command.is_empty() || a.command[0].trim().is_empty() {
@@ -187,16 +186,6 @@ fn validate_agents(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
             return Err(bad(
                 "command",
                 format!("[{name}] command must name an executable, e.g. command = [\"{example}\"]"),
-            ));
-        }
-        if a.kind == AgentKind::Codex
-            && let Some(arg) = conflicting_argument(&a.command)
-        {
-            return Err(bad(
-                "command",
-                format!(
-                    "[{name}] command must not carry {arg:?}: nightshift sets codex's --json, --sandbox (writer workspace-write, reviewer read-only) and --output-schema itself"
-                ),
             ));
         }
     }

@@ -18,7 +18,7 @@ use std::time::Instant;
 use crate::agent;
 use crate::error::Error;
 use crate::ledger::items::ItemEnd;
-use crate::outcome::Phase;
+use crate::outcome::{Phase, PrRecord};
 use crate::slot;
 
 use super::checks::grant_checkout;
@@ -216,6 +216,107 @@ async fn waiting(attempt: &Attempt<'_>) -> Result<Option<ItemEnd>, Error> {
     Ok(None)
 }
 
+/// What [`will_not_run`] looks at for one item of `run ITEM`, before any
+/// approval is asked for: no run, no [`super::Night`] yet.
+pub struct Preview<'a> {
+    /// The ledger.
+    pub pool: &'a sqlx::PgPool,
+    /// The repository's identity in the ledger.
+    pub repo_id: &'a str,
+    /// The item's plan entry.
+    pub entry: &'a crate::contract::PlanEntry,
+    /// The GitHub client, when there is one.
+    pub forge: Option<&'a crate::forge::Forge>,
+    /// The config (the PR label, `max_attempts`).
+    pub config: &'a crate::config::Config,
+    /// The user's repository root (git runs there).
+    pub repo: &'a std::path::Path,
+    /// The remote's URL; `None` when there is no such remote.
+    pub remote_url: Option<&'a str>,
+    /// The GitHub token's text, for an https remote.
+    pub token: Option<&'a str>,
+}
+
+/// Why `run ITEM` would do nothing for this item: [`not_to_run`]'s checks
+/// before the writer (docs/loop.md#before-the-checkout), read only and in
+/// its order, worded for the person who asked — blocked in the backlog; an
+/// open or merged PR (GitHub's word, else the ledger's, a pushed branch
+/// judged by [`ship::branch_on_remote`]'s one rule); a writer's question
+/// still unanswered; `max_attempts` used up. `None`: the item would run (or
+/// GitHub could not tell; the run decides). Approval and the review queue
+/// are the run's to check.
+///
+/// # Errors
+/// Database errors.
+pub async fn will_not_run(p: &Preview<'_>) -> Result<Option<String>, Error> {
+    let e = p.entry;
+    let key = &e.item.key;
+    if let Some(b) = &e.blocked {
+        return Ok(Some(format!("it is blocked: {b}")));
+    }
+    let rows = crate::ledger::prs::prs_of_item(p.pool, p.repo_id, key).await?;
+    if let Some(f) = p.forge {
+        let branch = slot::branch_name(&e.item.title, key);
+        for b in std::iter::once(branch).chain(rows.iter().map(|r| r.branch.clone())) {
+            match f.find_pr(&b, key, &p.config.label).await {
+                Ok(Some(pr)) if pr.state == crate::forge::PrState::Open => {
+                    return Ok(Some(format!("its PR #{} is open: {}", pr.number, pr.url)));
+                }
+                Ok(Some(pr)) if pr.state == crate::forge::PrState::Merged => {
+                    return Ok(Some(format!(
+                        "its PR #{} was merged: {}",
+                        pr.number, pr.url
+                    )));
+                }
+                Ok(_) => {}
+                Err(_) => return Ok(None),
+            }
+        }
+    } else if let Some(why) = earlier_in_ledger(&rows, |branch| {
+        p.remote_url
+            .is_some_and(|url| ship::branch_on_remote(p.repo, p.token, url, branch))
+    }) {
+        return Ok(Some(why));
+    }
+    let sha = &e.contract_sha;
+    if let Some((q, _, _)) =
+        crate::ledger::items::open_question(p.pool, p.repo_id, key, sha).await?
+    {
+        return Ok(Some(format!(
+            "it waits for an answer to the writer's question ({q}); answer it in the item and plan again"
+        )));
+    }
+    let attempts = crate::ledger::items::failed_attempts(p.pool, p.repo_id, key, sha).await?;
+    let max = p.config.limits.max_attempts as i64;
+    if attempts >= max {
+        return Ok(Some(format!(
+            "it failed on {attempts} earlier run(s) with this contract (max_attempts = {max}); edit the item or raise max_attempts"
+        )));
+    }
+    Ok(None)
+}
+
+/// Without GitHub, what the ledger's rows say of an earlier PR, worded for
+/// `run ITEM`: open, merged, or a branch pushed with no PR while it is
+/// still on the remote (`on_remote`); a branch gone from the remote is
+/// redone, as the run does.
+fn earlier_in_ledger(
+    rows: &[crate::ledger::prs::PrRow],
+    on_remote: impl Fn(&str) -> bool,
+) -> Option<String> {
+    let r = ship::earlier_in_ledger(rows)?;
+    let number = r.number.unwrap_or(0);
+    match r.state {
+        PrRecord::Merged => Some(format!("its PR #{number} was merged")),
+        PrRecord::Open => Some(format!("its PR #{number} is open")),
+        _ if on_remote(&r.branch) => Some(format!(
+            "its branch {} was pushed by an earlier night without GitHub access and has no PR; give nightshift GitHub access (GITHUB_TOKEN) and run it again to open the PR, or delete the branch on the remote to redo the item",
+            r.branch
+        )),
+        _ => None,
+    }
+}
+
 /// The rounds of one item (docs/loop.md#rounds) along `course`, each
 /// approved change delivered by `delivery`, then what every ending shares:
 /// a round cut short ends with the item, and the writer's `FINDINGS:` are
@@ -297,5 +398,42 @@ async fn deliver(
         Delivery::NewPr => ship::ship(r, a).await,
         // A tended PR is pushed anew, not opened (docs/github.md).
         Delivery::Tend(t) => super::tend_push::ship(r, t, a).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{earlier_in_ledger, ship};
+    use crate::ledger::prs::PrRow;
+    use crate::outcome::PrRecord;
+
+    fn pushed(branch: &str) -> PrRow {
+        PrRow {
+            item_key: "k".into(),
+            branch: branch.into(),
+            number: None,
+            url: None,
+            state: PrRecord::Planned,
+            contract_sha: "c".into(),
+        }
+    }
+
+    /// `run ITEM` once had its own copy of the run's checks and said an item
+    /// with a pushed branch would run when the remote could not be reached,
+    /// while the run then skipped it (`branch_pushed`). The preview now
+    /// asks the run's one rule.
+    #[test]
+    fn run_item_says_a_pushed_branch_will_not_run_when_the_remote_is_unreachable() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = dir.path().join("gone.git").display().to_string();
+        let rows = [pushed("nightshift/x")];
+        let why = earlier_in_ledger(&rows, |b| ship::branch_on_remote(dir.path(), None, &url, b));
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.contains("its branch nightshift/x was pushed")),
+            "{why:?}"
+        );
+        // A branch the remote says is gone is redone.
+        assert_eq!(earlier_in_ledger(&rows, |_| false), None);
     }
 }

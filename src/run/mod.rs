@@ -74,6 +74,7 @@ mod agent_call;
 mod attempt;
 mod checks;
 mod decide;
+mod ended;
 mod item;
 mod night;
 mod record;
@@ -84,7 +85,10 @@ mod tend;
 mod tend_push;
 mod worker;
 
+pub use attempt::{Preview, will_not_run};
+pub use ended::ended;
 pub use record::{mark_dead_runs_crashed, save_plan, save_tend_cards};
+pub use ship::remote_has_branch;
 
 /// Rounds in a row with the same diff and the same failure that mean no
 /// progress (docs/loop.md#no-progress).

@@ -370,7 +370,7 @@ pub(super) async fn earlier_pr(
     // is still there.
     if let Some(r) = rows.iter().find(|r| {
         r.state == PrRecord::PrFailed
-            || (r.state == PrRecord::Planned && branch_on_remote(night, &r.branch))
+            || (r.state == PrRecord::Planned && branch_on_the_remote(night, &r.branch))
     }) {
         // A PR opened now is a new one for the review queue too.
         if let Some(end) = super::review_queue::full(night, entry, Some(r.branch.as_str())).await? {
@@ -436,15 +436,10 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
 /// Without GitHub the ledger is all we know of an earlier PR.
 async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Error> {
     let (night, entry) = (at.night, at.entry);
-    let Some(r) = rows.iter().find(|r| {
-        matches!(
-            r.state,
-            PrRecord::Open | PrRecord::Merged | PrRecord::Planned
-        )
-    }) else {
+    let Some(r) = earlier_in_ledger(rows) else {
         return Ok(None);
     };
-    if r.state == PrRecord::Planned && !branch_on_remote(night, &r.branch) {
+    if r.state == PrRecord::Planned && !branch_on_the_remote(night, &r.branch) {
         // A branch someone deleted from the remote means the work is to be
         // done again.
         let key = &entry.item.key;
@@ -467,28 +462,81 @@ async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Er
     })))
 }
 
-/// Whether `branch` exists on the configured remote (`git ls-remote`, read
-/// only). An unreachable remote counts as "yes": nothing is redone on a
-/// network hiccup.
-fn branch_on_remote(night: &Night, branch: &str) -> bool {
+/// Whether `branch` exists on the configured remote ([`branch_on_remote`]
+/// at the run's push URL).
+fn branch_on_the_remote(night: &Night, branch: &str) -> bool {
     let token = night.token.as_ref().map(|t| t.expose().to_string());
-    let probe = tokio::task::block_in_place(|| {
-        crate::git::Git::new(&night.repo)
-            .token(token.as_deref())
-            .timeout(Duration::from_secs(60))
-            .text(&[
-                "ls-remote",
-                "--heads",
-                "--",
-                &night.remote_urls.1,
-                &format!("refs/heads/{branch}"),
-            ])
-    });
-    match probe {
-        Ok(out) => !out.trim().is_empty(),
+    branch_on_remote(&night.repo, token.as_deref(), &night.remote_urls.1, branch)
+}
+
+/// Whether `branch` exists on the remote at `url` (read only): see
+/// [`remote_has_branch`]. The one rule for an unreachable remote, for the
+/// run and for `run ITEM`'s preview ([`super::will_not_run`]) alike: it
+/// counts as "yes", so nothing is redone (nor promised) on a network
+/// hiccup.
+pub(super) fn branch_on_remote(
+    repo: &std::path::Path,
+    token: Option<&str>,
+    url: &str,
+    branch: &str,
+) -> bool {
+    match tokio::task::block_in_place(|| remote_has_branch(repo, token, url, branch)) {
+        Ok(there) => there,
         Err(e) => {
             tracing::warn!("cannot check {branch} on the remote: {e}");
             true
         }
+    }
+}
+
+/// Whether the remote at `url` has `branch` (`git ls-remote --heads`, run
+/// in `repo` with `token` for an https remote, killed after 60 s).
+///
+/// # Errors
+/// The git error when the remote cannot be reached.
+pub fn remote_has_branch(
+    repo: &std::path::Path,
+    token: Option<&str>,
+    url: &str,
+    branch: &str,
+) -> Result<bool, crate::git::GitError> {
+    let out = crate::git::Git::new(repo)
+        .token(token)
+        .timeout(Duration::from_secs(60))
+        .text(&[
+            "ls-remote",
+            "--heads",
+            "--",
+            url,
+            &format!("refs/heads/{branch}"),
+        ])?;
+    Ok(!out.trim().is_empty())
+}
+
+/// The earlier PR of an item the ledger alone knows of (no GitHub): the
+/// first of its rows that is open, merged or planned (a branch pushed whose
+/// PR is still to be opened). Shared by the run and `run ITEM`'s preview.
+pub(super) fn earlier_in_ledger(rows: &[PrRow]) -> Option<&PrRow> {
+    rows.iter().find(|r| {
+        matches!(
+            r.state,
+            PrRecord::Open | PrRecord::Merged | PrRecord::Planned
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::branch_on_remote;
+
+    /// `run ITEM` once promised work for a pushed branch when the remote
+    /// could not be reached, while the run itself counted the branch as
+    /// there and skipped the item: one rule now, the safe one.
+    #[test]
+    fn an_unreachable_remote_counts_as_having_the_branch() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("no-such-remote.git");
+        let url = gone.display().to_string();
+        assert!(branch_on_remote(dir.path(), None, &url, "nightshift/x"));
     }
 }

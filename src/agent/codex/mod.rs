@@ -88,8 +88,8 @@ pub fn argv(agent: &AgentConfig, role: Role, schema: Option<&Path>) -> Vec<Strin
 /// The first argument of a configured codex `command` that would fight the
 /// flags nightshift sets itself (`--json`, the sandbox, the reviewer's output
 /// schema) or lift the sandbox (`--dangerously-bypass-approvals-and-sandbox`,
-/// a `-c sandbox_mode=…` override), if any. The config's validation (`crate::config::parse`) rejects such a
-/// command (docs/agents.md#read-only-reviewer: the reviewer is read-only by construction).
+/// a `-c sandbox_mode=…` override), if any. Loading the config for a command
+/// (`crate::settings::checked_load`) rejects such a command (docs/agents.md#read-only-reviewer: the reviewer is read-only by construction).
 pub fn conflicting_argument(command: &[String]) -> Option<String> {
     const OWNED: &[&str] = &[
         "--json",

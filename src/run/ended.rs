@@ -1,0 +1,79 @@
+//! The end of a run, after its items (docs/commands.md#drain): the run as
+//! the report shows it, read back from the ledger, and the config's
+//! `[notify]` targets told (docs/notify.md), each failure recorded as a
+//! `notify_failed` event. Not the printing of the report (the CLI does
+//! that) nor the run's own end row ([`super::drain`] writes it).
+
+use crate::error::Error;
+use crate::views::RunView;
+
+use super::Night;
+
+/// The run `run` as the report shows it, after telling the `[notify]`
+/// targets it ended (completed, stopped by the deadline, a signal or a
+/// failure outside its items). A failed message is a warning on stderr
+/// and a ledger row, never an error.
+///
+/// # Errors
+/// Database errors; [`Error::Failed`] when the run is not in the ledger.
+pub async fn ended(night: &Night, run: uuid::Uuid) -> Result<RunView, Error> {
+    let row = crate::views::run_row(&night.pool, &night.repo_id, Some(run))
+        .await?
+        .ok_or_else(|| Error::failed("the run vanished from the ledger"))?;
+    let view = RunView::of(&night.pool, row).await?;
+    notify(night, &view).await;
+    Ok(view)
+}
+
+/// Tells the config's `[notify]` targets that a run ended (completed, stopped
+/// by the deadline, a signal or a failure outside its items): writes the
+/// run's HTML page under `.nightshift/reports/` for the message to point at,
+/// sends one summary to each target, and records each target that did not
+/// take it as a `notify_failed` event. Never fails the run: a failure is a
+/// warning on stderr and a ledger row.
+async fn notify(night: &Night, view: &RunView) {
+    let (run, items, slept) = (&view.run, &view.items, view.slept);
+    let targets = &night.config.notify;
+    if targets.is_empty() {
+        return;
+    }
+    let report = write_page(night, run.id).await;
+    let summary = crate::notify::Summary::from_ledger(run, &night.repo_id, items, slept, report);
+    let sent = crate::notify::deliver(
+        targets,
+        &summary,
+        &crate::secret::redact_known,
+        &night.agent_env,
+    )
+    .await;
+    for d in sent.iter().filter(|d| d.error.is_some()) {
+        let why = crate::secret::redact_known(d.error.as_deref().unwrap_or(""));
+        eprintln!(
+            "warning: the end-of-run message to {} was not sent after {} attempt(s): {why}",
+            d.target, d.attempts
+        );
+        let data = serde_json::json!({"target": d.target, "attempts": d.attempts, "error": why});
+        if let Err(e) = crate::ledger::events::event(
+            &night.pool,
+            Some(run.id),
+            crate::outcome::Event::NotifyFailed.as_str(),
+            data,
+        )
+        .await
+        {
+            eprintln!("warning: could not record it in the ledger: {e}");
+        }
+    }
+}
+
+/// The run's HTML page at `.nightshift/reports/<run id>.html`, or `None`
+/// when it could not be written (the message goes out without it).
+async fn write_page(night: &Night, run: uuid::Uuid) -> Option<String> {
+    let timeline = crate::timeline::Timeline::load(&night.pool, run)
+        .await
+        .ok()??;
+    let path = crate::report::page_path(&night.repo, run);
+    std::fs::create_dir_all(path.parent()?).ok()?;
+    std::fs::write(&path, crate::secret::redact_known(&timeline.to_html())).ok()?;
+    Some(path.display().to_string())
+}

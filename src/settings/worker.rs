@@ -1,0 +1,252 @@
+//! What `worker` joins (docs/workers.md#nightshift-worker): the live run
+//! of this repository, checked as docs/workers.md says (this host's root
+//! rule, the plan's SHAs, the contracts' agents and gates on this host, the
+//! run's signed approval), resolved into the same [`Request`] and [`Held`]
+//! a drain has. Not the claiming of items ([`crate::run::join`]).
+
+use std::path::Path;
+
+use chrono::Utc;
+
+use crate::approval;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::ledger as ledger_mod;
+use crate::ledger::runs::RunRow;
+use crate::ledger::{plans, runs};
+use crate::plan::{self, Plan};
+use crate::run::Selection;
+
+use super::held::lock_checkouts;
+use super::{
+    Held, Location, Request, agents_as_root_refusal, checked_jobs, data_dir, install_approval_key,
+    ledger, load_config, repo_id, repo_root,
+};
+
+/// What `worker` joins: the request built from the run (its verified plan,
+/// zone and deadline, this host's config with the contracts' agents), the
+/// ledger and the hold on this host's checkouts, the run, and the contract
+/// SHAs its approval covers.
+pub struct Joined {
+    pub req: Request,
+    pub held: Held,
+    pub run: RunRow,
+    pub approved: Vec<String>,
+}
+
+/// Finds the live run of this repository and checks it as docs/workers.md
+/// says: this host's root rule, the plan's SHAs, the contracts' agents and
+/// gates on this host, the run's signed approval.
+///
+/// # Errors
+/// Exit 3 when no run of this repository is live; exit 2 when the run's
+/// agents or gate commands cannot start here, or a bad config; exit 1 when
+/// the ledger or the data directory fail.
+pub async fn join_live_run(at: &Location, jobs: Option<u32>) -> Result<Joined> {
+    let repo = repo_root(at.repo.as_deref())?;
+    let loaded = load_config(at.config.as_deref(), &repo)?;
+    // This host's own rule for agents as root holds (docs/security.md).
+    if let Some(why) = agents_as_root_refusal(&loaded.config, &loaded.path) {
+        return Err(Error::config(why));
+    }
+    let mut config = loaded.config.clone();
+    if let Some(jobs) = jobs {
+        config.jobs = checked_jobs(jobs, false)?;
+    }
+    ledger_mod::size_pool_for(config.jobs);
+    let ledger = ledger().await?;
+    let repo_id = repo_id(&repo, &config.remote);
+    let run = live_run(&ledger, &repo_id, &repo).await?;
+    let pool = &ledger.pool;
+    let stored = plans::plan_stored(pool, &run.plan_sha).await?;
+    let plan = plan::plan_from_ledger(&run.plan_sha, &stored).map_err(Error::refused)?;
+    adopt_contract_agents(&mut config, &plan)?;
+    check_gates_runnable(&plan)?;
+    // Only contracts the run's signed approval covers run here.
+    let approved = run_approval(pool, &run, &stored).await?;
+    let req = Request {
+        repo: repo.clone(),
+        loaded,
+        config,
+        plan,
+        selection: Selection::All,
+        approve: None,
+        tz: run.zone(),
+        deadline: run.deadline.unwrap_or_else(Utc::now),
+        now: Utc::now(),
+        scheduled: false,
+    };
+    let held = Held {
+        ledger,
+        repo_id,
+        lock: None,
+        slots_lock: lock_checkouts(&repo)?,
+    };
+    Ok(Joined {
+        req,
+        held,
+        run,
+        approved,
+    })
+}
+
+/// The repository's run a `drain` is running now: the newest `running` run
+/// while another process holds the repository's lock.
+///
+/// # Errors
+/// Refused (exit 3), saying how to start one, when there is none.
+async fn live_run(ledger: &ledger_mod::Ledger, repo_id: &str, repo: &Path) -> Result<RunRow> {
+    let none = || {
+        Error::refused(format!(
+            "no run of {} is live: start one with `nightshift drain` on the host that approved the plan, then start `nightshift worker` again",
+            repo.display()
+        ))
+    };
+    let run = runs::running_run(&ledger.pool, repo_id)
+        .await?
+        .ok_or_else(none)?;
+    let me = ledger_mod::HolderInfo::current();
+    match ledger.try_lock_repo(repo_id, &me).await {
+        // Nobody holds the lock: the run's drain is gone (it is resumed
+        // by the next drain). The lock is released when the guard drops.
+        Ok(ledger_mod::RepoLockAttempt::Acquired(_)) => Err(none()),
+        // The lock's holder must be the drain that opened this run.
+        Ok(ledger_mod::RepoLockAttempt::Held { holder: Some(h) })
+            if run.host.as_deref().is_some_and(|rh| rh != h.host)
+                || run.pid.is_some_and(|rp| rp != h.pid as i32) =>
+        {
+            Err(none())
+        }
+        Ok(ledger_mod::RepoLockAttempt::Held { .. }) => Ok(run),
+        Err(e) => Err(Error::failed(format!("ledger: {e}"))),
+    }
+}
+
+/// The contracts of `stored` (the run's plan) that the run's approval
+/// covers, checked as `drain` checks an approval (docs/workers.md): the
+/// approval row exists, carries a valid signature by this host's copy of
+/// the approval key, and names a plan whose stored contracts hash to it (or
+/// one contract). A run or plan rewritten in the ledger runs nothing.
+///
+/// # Errors
+/// Refused (exit 3) saying what failed and, for the key, how to copy it;
+/// database errors.
+async fn run_approval(
+    pool: &sqlx::PgPool,
+    run: &RunRow,
+    stored: &[(String, Option<serde_json::Value>)],
+) -> Result<Vec<String>> {
+    install_approval_key()?;
+    let refuse = |why: String| Error::refused(format!("run {}: {why}; nothing was run", run.id));
+    let id = run
+        .approval_id
+        .ok_or_else(|| refuse("it has no approval".into()))?;
+    let a = approval::by_id(pool, id)
+        .await?
+        .ok_or_else(|| refuse("its approval is not in the ledger".into()))?;
+    let key = approval::key_path(&data_dir());
+    approval::check_signed(&a).map_err(|e| {
+        refuse(format!(
+            "{e}. A worker checks the run's approval with the approving host's key: copy its {} to {} (mode 0600)",
+            approval::KEY_FILE,
+            key.display()
+        ))
+    })?;
+    let covered = match (&a.plan_sha, &a.contract_sha) {
+        (Some(plan), _) => {
+            let shas = plans::plan_contracts(pool, plan).await?;
+            if Plan::sha_of(shas.iter().map(String::as_str)) != *plan {
+                return Err(refuse(format!(
+                    "the contracts of its approved plan {plan} in the ledger do not hash to it"
+                )));
+            }
+            shas
+        }
+        (None, Some(contract)) => vec![contract.clone()],
+        (None, None) => return Err(refuse("its approval names no plan or contract".into())),
+    };
+    Ok(stored
+        .iter()
+        .map(|(sha, _)| sha.clone())
+        .filter(|sha| covered.contains(sha))
+        .collect())
+}
+
+/// A worker runs the agents the run's contracts were sealed with, not the
+/// ones its own config names (only `account` stays this host's).
+///
+/// # Errors
+/// Exit 2 when a contract names an agent kind this build does not know.
+fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
+    let Some(first) = plan.entries.first() else {
+        return Ok(());
+    };
+    let c = &first.contract;
+    if let Some(e) = plan
+        .entries
+        .iter()
+        .find(|e| e.contract.writer != c.writer || e.contract.reviewer != c.reviewer)
+    {
+        return Err(Error::refused(format!(
+            "the run's contracts name different agents (item {:?} differs from item {:?}); a worker runs one pair",
+            e.item.title, first.item.title
+        )));
+    }
+    for (agent, spec) in [
+        (&mut config.writer, &c.writer),
+        (&mut config.reviewer, &c.reviewer),
+    ] {
+        agent.kind = serde_json::from_value(serde_json::Value::from(spec.kind.as_str())).map_err(|_| {
+            Error::config(format!(
+                "the run's contracts name the agent kind {:?}, which this nightshift does not know; install the same nightshift version on every host",
+                spec.kind
+            ))
+        })?;
+        agent.command = spec.command.clone();
+        agent.permission_flags = spec.permission_flags.clone();
+        agent.model = spec.model.clone();
+    }
+    Ok(())
+}
+
+/// Every gate and setup command of the run's contracts must be able to
+/// start here: its program (the first word) is a shell builtin, a path
+/// that exists in this clone, or a name on `PATH`.
+///
+/// # Errors
+/// Exit 2 naming the command and the item.
+fn check_gates_runnable(plan: &Plan) -> Result<()> {
+    for e in &plan.entries {
+        let c = &e.contract;
+        for command in c.verify.iter().chain(&c.setup) {
+            if let Some(program) = missing_program(command) {
+                return Err(Error::config(format!(
+                    "item {:?}: the command `{command}` of its contract cannot run on this host ({program} is not found); install it, or run this worker where it is",
+                    e.item.title
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The program `command` starts, when it cannot be found on this host.
+fn missing_program(command: &str) -> Option<String> {
+    const BUILTINS: &[&str] = &[
+        "cd", "true", "false", "test", "[", "echo", "export", "exit", "set", ":", ".", "exec",
+        "printf", "if", "for", "while", "!", "{", "(", "source", "command", "env",
+    ];
+    let program = command
+        .split_whitespace()
+        .find(|w| !w.contains('='))?
+        .trim_start_matches('(');
+    if program.is_empty() || BUILTINS.contains(&program) {
+        return None;
+    }
+    if program.contains('/') {
+        return None;
+    }
+    which::which_global(program)
+        .is_err()
+        .then(|| program.to_string())
+}

@@ -1,0 +1,235 @@
+//! What `nightshift status` says (docs/commands.md#status): the newest
+//! run of the repository — running (its item, round and phase, or its
+//! sleep on a usage limit, and its live workers), dead here, stopped and
+//! waiting to be resumed (or to be approved again when the approval key was
+//! lost) — read from the ledger, with its line and its JSON. Not for
+//! changing anything: the next `drain` marks and resumes runs.
+
+use std::path::PathBuf;
+
+use chrono::Utc;
+
+use crate::error::Result;
+use crate::ledger::runs::{self, RunRow};
+use crate::outcome::{Phase, RunStatus};
+
+/// What `status` found in the ledger about the newest run.
+pub struct Status {
+    /// The newest run, when it is marked running and not known dead.
+    running: Option<RunRow>,
+    /// The newest run, when it is marked running but its process died here.
+    dead: Option<RunRow>,
+    /// The stopped run the next drain resumes (or would, but for `key_lost`).
+    to_resume: Option<RunRow>,
+    /// That run's approval can no longer be verified: the key was lost.
+    key_lost: bool,
+    /// The running item as `plan` and `report` name it, `-` for none.
+    current_item: String,
+    /// The running run's zone (UTC otherwise).
+    tz: chrono_tz::Tz,
+    /// The run's live workers, on every host (docs/workers.md).
+    workers: Vec<crate::queue::WorkerRow>,
+    /// Where the approval key is (named when it was lost).
+    key_path: PathBuf,
+}
+
+impl Status {
+    /// Reads what `status` says of repository `repo`'s newest run. Run
+    /// approvals are checked with the installed key
+    /// ([`crate::approval::install_key`]); `key_path` is where it lives.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn load(pool: &sqlx::PgPool, repo: &str, key_path: PathBuf) -> Result<Status> {
+        let row = runs::run_row(pool, repo, None).await?;
+        let running_here = |r: &RunRow| r.status == RunStatus::Running;
+        let dead = row.clone().filter(|r| running_here(r) && died_here(r));
+        let running = row.clone().filter(|r| running_here(r) && dead.is_none());
+        let tz = running.as_ref().map_or(chrono_tz::UTC, RunRow::zone);
+        let current_item = current_item(pool, running.as_ref()).await?;
+        let (to_resume, key_lost) = match (&running, &dead) {
+            (None, None) => run_to_resume(pool, repo, row.as_ref()).await?,
+            _ => (None, false),
+        };
+        let workers = match &running {
+            Some(r) => crate::queue::live_workers(pool, r.id).await?,
+            None => Vec::new(),
+        };
+        Ok(Status {
+            running,
+            dead,
+            to_resume,
+            key_lost,
+            current_item,
+            tz,
+            workers,
+            key_path,
+        })
+    }
+
+    /// What `status` prints: the run's line, then, when more than one
+    /// worker runs it, one line per live worker (host, pid, item, round,
+    /// phase, lease expiry).
+    pub fn text(&self) -> String {
+        let Some(r) = &self.running else {
+            return self.idle_text();
+        };
+        let mut out = self.run_line(r);
+        if self.workers.len() > 1 {
+            for w in &self.workers {
+                out.push_str(&format!(
+                    "\n  worker {} · host {} · pid {} · item {} · round {} · {} · lease until {}",
+                    w.id,
+                    w.host,
+                    w.pid,
+                    w.item_key.as_deref().map_or("-", |k| &k[..k.len().min(8)]),
+                    w.round.map_or("-".to_string(), |n| n.to_string()),
+                    w.phase.as_deref().unwrap_or("idle"),
+                    w.lease_until.with_timezone(&self.tz).format("%H:%M:%S"),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The running run's own line.
+    fn run_line(&self, r: &RunRow) -> String {
+        match (r.sleeping_until, &r.phase) {
+            (Some(until), _) => format!(
+                "sleeping until {} (usage limit, {})",
+                until.with_timezone(&self.tz).format("%H:%M"),
+                r.sleeping_agent.as_deref().unwrap_or("agent")
+            ),
+            (None, phase) => format!(
+                "run {} · item {} · round {} · {}",
+                r.id,
+                self.current_item,
+                r.current_round.map(|n| n.to_string()).unwrap_or("-".into()),
+                phase.map_or("starting", Phase::as_str)
+            ),
+        }
+    }
+
+    /// The line when no run is in progress: a dead one, one to resume (or
+    /// to approve again), or none.
+    fn idle_text(&self) -> String {
+        match (&self.dead, &self.to_resume) {
+            (Some(r), _) => format!(
+                "idle: run {} ended without finishing (pid {} is gone); the next `nightshift drain` marks it crashed and resumes it",
+                r.id,
+                r.pid.unwrap_or(0)
+            ),
+            (None, Some(r)) if self.key_lost => format!(
+                "idle: run {} stopped before its end; its approval can no longer be verified (the approval key in {} is gone or changed): run `nightshift plan` and approve again, then `nightshift drain` runs what is left",
+                r.id,
+                self.key_path.display()
+            ),
+            (None, Some(r)) => format!(
+                "idle: run {} stopped before its end ({}; `nightshift report` says why); the next `nightshift drain` resumes it",
+                r.id,
+                if r.status == RunStatus::StoppedSignal {
+                    "stopped by a signal"
+                } else {
+                    RunStatus::Crashed.as_str()
+                }
+            ),
+            (None, None) => "idle: no run is in progress".to_string(),
+        }
+    }
+
+    /// `status --json` (docs/commands.md#json-output), with `text`.
+    pub fn json(&self, text: String) -> serde_json::Value {
+        let running = self.running.as_ref();
+        serde_json::json!({
+            "running": running.is_some(),
+            "dead_run_id": self.dead.as_ref().map(|r| r.id.to_string()),
+            "resumable_run_id": self.to_resume.as_ref().filter(|_| !self.key_lost).map(|r| r.id.to_string()),
+            "run_id": running.map(|r| r.id.to_string()),
+            "phase": running.and_then(|r| r.phase),
+            "item_key": running.and_then(|r| r.current_item_key.clone()),
+            "round": running.and_then(|r| r.current_round),
+            "sleeping_until": running.and_then(|r| r.sleeping_until),
+            "sleeping_agent": running.and_then(|r| r.sleeping_agent.clone()),
+            "pid": running.and_then(|r| r.pid),
+            "workers": self.workers,
+            "now": Utc::now(),
+            "text": text,
+        })
+    }
+}
+
+/// The item `running` works on as `plan` and `report` name it: index,
+/// title, short key (the short key alone before its row exists); `-`
+/// when nothing runs.
+///
+/// # Errors
+/// Database errors.
+async fn current_item(pool: &sqlx::PgPool, running: Option<&RunRow>) -> Result<String> {
+    let Some((run, key)) = running.and_then(|r| r.current_item_key.as_deref().map(|k| (r.id, k)))
+    else {
+        return Ok("-".to_string());
+    };
+    let short = &key[..8.min(key.len())];
+    let item = crate::ledger::items::run_items(pool, run)
+        .await?
+        .into_iter()
+        .rev()
+        .find(|i| i.item_key == key);
+    Ok(match item {
+        Some(i) => format!("{} {:?} ({short})", i.item_index, i.title),
+        None => short.to_string(),
+    })
+}
+
+/// A run that stopped on a failure outside its items waits to be resumed
+/// (while its approval allows, docs/contract.md#approval) when it is the
+/// `newest`. Also says whether its approval, younger than 24 h, can no
+/// longer be verified: the approval key was lost (docs/security.md), so it
+/// needs a new approval rather than a resume.
+///
+/// # Errors
+/// Database errors.
+async fn run_to_resume(
+    pool: &sqlx::PgPool,
+    id: &str,
+    newest: Option<&RunRow>,
+) -> Result<(Option<RunRow>, bool)> {
+    let to_resume = runs::resumable_run(pool, id)
+        .await?
+        .filter(|r| newest.is_some_and(|n| n.id == r.id));
+    let Some(aid) = to_resume.as_ref().and_then(|r| r.approval_id) else {
+        return Ok((to_resume, false));
+    };
+    let approval = crate::approval::by_id(pool, aid).await?;
+    let resumable = approval
+        .as_ref()
+        .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, Utc::now()));
+    let key_lost = !resumable
+        && approval.as_ref().is_some_and(|a| {
+            a.plan_sha.is_some()
+                && Utc::now() < a.expires_at
+                && crate::approval::check_signed(a).is_err()
+        });
+    if !resumable && !key_lost {
+        return Ok((None, false));
+    }
+    Ok((to_resume, key_lost))
+}
+
+/// True when a run marked `running` belonged to a process of this host that
+/// no longer exists (killed, machine rebooted). Runs of other hosts sharing
+/// the ledger cannot be checked from here and count as running.
+fn died_here(r: &RunRow) -> bool {
+    let this_host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok());
+    match (r.pid, r.host.as_deref(), this_host.as_deref()) {
+        (Some(pid), Some(host), Some(here)) if host == here && pid > 0 => {
+            matches!(
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+                Err(nix::errno::Errno::ESRCH)
+            )
+        }
+        _ => false,
+    }
+}
