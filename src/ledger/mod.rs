@@ -8,8 +8,7 @@
 //! lock. It does not know what the rows mean: typed reads and writes live in one module
 //! per table family ([`plans`], [`approvals`], [`runs`], [`items`], [`rounds`], [`prs`],
 //! [`tend`], [`limits`], [`events`], [`claims`], [`workers`]) and in the reads of
-//! [`history`] and [`timeline`]. [`records`] gathers them under one name for `cli/`
-//! until it calls them itself.
+//! [`history`] and [`timeline`].
 
 pub mod approvals;
 pub mod claims;
@@ -20,7 +19,6 @@ pub mod items;
 pub mod limits;
 pub mod plans;
 pub mod prs;
-pub mod records;
 pub mod rounds;
 pub mod runs;
 pub mod tend;

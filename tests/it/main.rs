@@ -27,6 +27,7 @@ mod build_output;
 mod e2e;
 mod forge;
 mod git;
+mod house;
 mod ledger;
 mod limit;
 // `loop` is a keyword: as `r#loop` its tests would be named `r#loop::…`.
