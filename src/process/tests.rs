@@ -124,6 +124,49 @@ fn overlong_json_lines_arrive_with_their_long_strings_shortened() {
     assert_eq!(seen[3], "z".repeat(max));
 }
 
+/// ASCII-only JSON, as some writers print it: every non-ASCII character as
+/// `\u` escapes (surrogate pairs included).
+fn ascii_escaped(line: &str) -> String {
+    line.chars()
+        .map(|c| {
+            if c.is_ascii() {
+                c.to_string()
+            } else {
+                c.encode_utf16(&mut [0; 2])
+                    .iter()
+                    .map(|u| format!("\\u{u:04x}"))
+                    .collect()
+            }
+        })
+        .collect()
+}
+
+/// The lines a JSON line splitter capped at `max` gives for `line` pushed
+/// in random chunks of 1 to 300 bytes, then a newline.
+fn split_json_in_chunks(
+    line: &str,
+    max: usize,
+    rnd: &mut impl FnMut(usize) -> usize,
+) -> Vec<String> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    let mut lines = LineSplitter::new(
+        Box::new(move |l| sink.lock().unwrap().push(l.to_owned())),
+        max,
+    )
+    .json(true);
+    let bytes = line.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        let n = (1 + rnd(300)).min(bytes.len() - at);
+        lines.push(&bytes[at..at + n]);
+        at += n;
+    }
+    lines.push(b"\n");
+    drop(lines);
+    seen.lock().unwrap().clone()
+}
+
 #[test]
 fn shortened_json_lines_stay_json_whatever_their_strings_hold() {
     // Many random lines: strings of quotes, backslashes, control
@@ -162,37 +205,9 @@ fn shortened_json_lines_stay_json_whatever_their_strings_hold() {
         let value = serde_json::json!({"type":"x","n":round,"s":strings,"end":{"exit_code":round}});
         let mut line = value.to_string();
         if round % 2 == 1 {
-            // ASCII-only JSON: every non-ASCII character as \u escapes.
-            line = line
-                .chars()
-                .map(|c| {
-                    if c.is_ascii() {
-                        c.to_string()
-                    } else {
-                        c.encode_utf16(&mut [0; 2])
-                            .iter()
-                            .map(|u| format!("\\u{u:04x}"))
-                            .collect()
-                    }
-                })
-                .collect();
+            line = ascii_escaped(&line);
         }
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&seen);
-        let mut lines = LineSplitter::new(
-            Box::new(move |l| sink.lock().unwrap().push(l.to_owned())),
-            max,
-        )
-        .json(true);
-        let bytes = line.as_bytes();
-        let mut at = 0;
-        while at < bytes.len() {
-            let n = (1 + rnd(300)).min(bytes.len() - at);
-            lines.push(&bytes[at..at + n]);
-            at += n;
-        }
-        lines.push(b"\n");
-        let seen = seen.lock().unwrap();
+        let seen = split_json_in_chunks(&line, max, &mut rnd);
         assert_eq!(seen.len(), 1);
         match serde_json::from_str::<serde_json::Value>(&seen[0]) {
             Ok(v) => {
