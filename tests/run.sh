@@ -184,14 +184,16 @@ echo "== cargo nextest run --all-targets --profile $profile ${threads[*]}"
 status=0
 cargo nextest run --all-targets --profile "$profile" "${threads[@]}" || status=$?
 
-# The ten slowest tests of this run, from nextest's JUnit report.
+# The ten slowest tests of this run, from nextest's JUnit report. awk reads
+# to the end rather than `head` stopping early: under pipefail, sort killed
+# by SIGPIPE would end the whole script with 141 after a green run.
 junit="$root/target/nextest/$profile/junit.xml"
 if [ -f "$junit" ]; then
   echo "== the ten slowest tests (seconds; all times in $junit)"
   grep -o '<testcase [^>]*>' "$junit" \
     | sed -E 's/.* name="([^"]*)".* classname="([^"]*)".* time="([0-9.]+)".*/\3 \2 \1/' \
-    | sort -rn | head -10 \
-    | awk '{ printf "%8.1f  %s %s\n", $1, $2, $3 }'
+    | sort -rn \
+    | awk 'NR <= 10 { printf "%8.1f  %s %s\n", $1, $2, $3 }'
 fi
 
 # Doc tests (nextest does not run them): only if a doc comment opens a Rust
