@@ -94,7 +94,8 @@ impl Isolation {
     /// The run's header line: where each slot builds, and what it replaced.
     /// `slots` is the directory holding the slots (e.g. `…/slots/<hash>`).
     pub fn header(&self, slots: &Path) -> String {
-        let own = format!("{}/slot-N.build/cargo-target", slots.display());
+        // The layout of `slot_build_dir`, with the slot number as `N`.
+        let own = cargo_dir(&slots.join("slot-N")).display().to_string();
         if self.replaced.is_empty() {
             return format!("build output: each slot builds in its own directory ({own})");
         }
