@@ -406,21 +406,6 @@ impl Git {
         .map(|_| ())
     }
 
-    /// Pushes the local branch `branch` to the branch of the same name on
-    /// `remote` (a remote name or URL), replacing what is there: the
-    /// `nightshift/` branch namespace belongs to nightshift, and a leftover
-    /// from an earlier night whose PR was closed must not block the item
-    /// (docs/loop.md#ship-or-retry). Uses the token if one was set.
-    ///
-    /// # Errors
-    /// As [`Git::run`]; a rejected push is [`GitError::Failed`] with git's
-    /// explanation in the stderr tail.
-    pub fn push(&self, remote: &str, branch: &str) -> Result<(), GitError> {
-        let refspec = format!("+refs/heads/{branch}:refs/heads/{branch}");
-        self.run(&["push", "--no-verify", "--quiet", "--", remote, &refspec])
-            .map(|_| ())
-    }
-
     /// The commit id (40 hex) `rev` resolves to, through `git rev-parse`.
     ///
     /// # Errors

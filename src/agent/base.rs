@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use super::model::{AgentError, Call, Role};
 use crate::process;
 
+/// Why a call that was cancelled (a signal, or the claim lost to another
+/// worker) failed, in the words the run shows for such an item.
+pub(crate) const CANCELLED: &str = "interrupted";
+
 /// Why a call whose output passed its cap failed, for the round's reason.
 pub(crate) fn over_output_cap(call: &Call) -> String {
     format!(

@@ -132,7 +132,7 @@ fn failure_of(outcome: &crate::process::Outcome, call: &Call, text: &str) -> Opt
     } else if outcome.timed_out {
         Some(format!("timed out after {}s", call.timeout.as_secs()))
     } else if outcome.cancelled {
-        Some(crate::outcome::Outcome::Interrupted.to_string())
+        Some(crate::agent::base::CANCELLED.to_string())
     } else if outcome.exit_code != Some(0) {
         Some(
             match last_line(&outcome.stderr_tail).or_else(|| last_line(text)) {

@@ -272,3 +272,26 @@ pub async fn attempts(
     .fetch_all(pool)
     .await
 }
+
+/// How many items of `run`'s plan (not tend cards) are still being worked on
+/// under a live claim older than `claim_id` (a smaller id), on any worker
+/// or host: each may open a PR, so the review queue (`max_open_prs`,
+/// docs/workers.md "What holds across all workers") counts them. Only
+/// earlier claims count, so that of two items claimed at once the earlier
+/// one goes on.
+///
+/// # Errors
+/// Database errors.
+pub async fn earlier_live_items(pool: &PgPool, run: Uuid, claim_id: i64) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM claims c \
+         JOIN runs r ON r.id = c.run_id \
+         JOIN run_queue q ON q.run_id = c.run_id AND q.item_key = c.item_key \
+         JOIN plan_contracts pc ON pc.plan_sha = r.plan_sha AND pc.contract_sha = q.contract_sha \
+         WHERE c.run_id = $1 AND c.id < $2 AND c.ended_at IS NULL AND pc.kind = 'item'",
+    )
+    .bind(run)
+    .bind(claim_id)
+    .fetch_one(pool)
+    .await
+}

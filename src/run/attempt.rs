@@ -90,6 +90,14 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
         return Ok(decide::end(fact).with(|f| f.branch = Some(branch)));
     }
     let token = night.token.as_ref().map(|t| t.expose().to_string());
+    // The lease of the item's push: what its branch holds right after the
+    // claim, so a worker that lost the claim while paused cannot push over
+    // the takeover's branch (docs/workers.md#fencing).
+    if let Err(e) = tokio::task::block_in_place(|| slot.read_lease(token.as_deref())) {
+        tracing::warn!(
+            "cannot read {branch} on the remote after the claim (its push reads it then): {e}"
+        );
+    }
     let key = &entry.item.key;
     let dir = night
         .data_dir
@@ -166,7 +174,7 @@ async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, E
     }
     // Last, right before the work: no agent time for a PR that would not
     // be opened (config `max_open_prs`).
-    review_queue::full(night, entry, None).await
+    review_queue::full(night, &at.record, entry, None).await
 }
 
 /// A changed (same key, or a reworded item where a gone one sat) or added

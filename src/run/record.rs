@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::ledger::items::ItemEnd;
-use crate::ledger::{events, items, limits, plans, prs, rounds, runs, tend};
+use crate::ledger::{claims, events, items, limits, plans, prs, rounds, runs, tend};
 use crate::outcome::{Event, Outcome, Phase, PrRecord, RoundResult};
 use crate::queue::{self, Claim, FenceError, LostClaim};
 
@@ -180,6 +180,19 @@ impl<'a> Record<'a> {
     /// attempt's work is stopped); ledger errors.
     pub async fn hold(&self) -> Result<(), Error> {
         write!(self, |_c| std::future::ready(sqlx::Result::<()>::Ok(())))
+    }
+
+    /// How many items claimed before this attempt are still being worked on
+    /// ([`claims::earlier_live_items`]); 0 for the run's own handle.
+    pub async fn earlier_live_items(&self) -> Result<u64, Error> {
+        let Some(fence) = self.fence else {
+            return Ok(0);
+        };
+        let (pool, run, id) = (&self.night.pool, self.run_id, fence.claim.id);
+        let n = (self.night)
+            .db(|| claims::earlier_live_items(pool, run, id))
+            .await?;
+        Ok(n.max(0) as u64)
     }
 
     /// The branches this run pushed so far (any worker, any host), with the

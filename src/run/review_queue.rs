@@ -6,7 +6,10 @@
 //! repository whose body ends with an item marker); without GitHub, or when
 //! it cannot be asked, the ledger's (its PRs recorded open, and the branches
 //! pushed without their PR, which become PRs once GitHub can be reached).
-//! It decides nothing else and records nothing.
+//! Items claimed before this one and still working count too, since each
+//! may open a PR: with `--jobs` the limit is not overshot
+//! (docs/workers.md "What holds across all workers"). It decides nothing
+//! else and records nothing.
 
 use crate::contract::PlanEntry;
 use crate::error::Error;
@@ -15,6 +18,7 @@ use crate::ledger::prs;
 
 use super::Night;
 use super::decide::{self, Fact};
+use super::record::Record;
 
 /// The item's end when the review queue is full, else `None` (also when
 /// config `max_open_prs` is unset: then nothing is counted). `pending` is
@@ -26,6 +30,7 @@ use super::decide::{self, Fact};
 /// The ledger stays away (see [`Night::db`]).
 pub(super) async fn full(
     night: &Night,
+    record: &Record<'_>,
     entry: &PlanEntry,
     pending: Option<&str>,
 ) -> Result<Option<ItemEnd>, Error> {
@@ -33,15 +38,20 @@ pub(super) async fn full(
         return Ok(None);
     };
     let (open, counted) = open_prs(night, &entry.item.key).await?;
-    if open < u64::from(max) {
+    let working = record.earlier_live_items().await?;
+    if open + working < u64::from(max) {
         return Ok(None);
     }
     let what = match pending {
         Some(b) => format!("branch {b} is pushed but its PR is not opened"),
         None => "not started".to_string(),
     };
+    let working = match working {
+        0 => String::new(),
+        n => format!(", and {n} item(s) claimed before it are still working and may open theirs"),
+    };
     let why = format!(
-        "{what}: {open} nightshift PR(s) {counted} (max_open_prs = {max}); merge or close some and a later run takes the item up"
+        "{what}: {open} nightshift PR(s) {counted}{working} (max_open_prs = {max}); merge or close some and a later run takes the item up"
     );
     let end = decide::end(Fact::ReviewQueueFull(night.redact(&why)));
     Ok(Some(end.with(|f| f.branch = pending.map(str::to_string))))

@@ -373,7 +373,9 @@ pub(super) async fn earlier_pr(
             || (r.state == PrRecord::Planned && branch_on_the_remote(night, &r.branch))
     }) {
         // A PR opened now is a new one for the review queue too.
-        if let Some(end) = super::review_queue::full(night, entry, Some(r.branch.as_str())).await? {
+        if let Some(end) =
+            super::review_queue::full(night, record, entry, Some(r.branch.as_str())).await?
+        {
             return Ok(Some(end));
         }
         let body = record.pr_body(key, &r.branch).await?;
@@ -394,6 +396,8 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
         return Ok(None);
     };
     let key = &at.entry.item.key;
+    let pushed = at.record.pushed_in_run().await?;
+    let by_this_run = |branch: &str| pushed.iter().any(|p| p.branch == branch);
     let branches: Vec<String> = std::iter::once(at.branch.to_string())
         .chain(rows.iter().map(|r| r.branch.clone()))
         .collect();
@@ -402,6 +406,15 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
             Ok(Some(pr)) => {
                 let why = format!("PR #{} from an earlier run", pr.number);
                 let (fact, state) = match pr.state {
+                    // A lost attempt of this run opened it (a takeover
+                    // finds it): the run opened the item's PR.
+                    PrState::Open if by_this_run(&pr.head) => {
+                        let why = format!(
+                            "PR #{} opened by an earlier attempt of this run (taken over)",
+                            pr.number
+                        );
+                        (Fact::PrOpened(Some(why)), PrRecord::Open)
+                    }
                     PrState::Open => (Fact::EarlierPrOpen(why), PrRecord::Open),
                     PrState::Merged => (Fact::EarlierPrMerged(why), PrRecord::Merged),
                     PrState::Closed => continue,
@@ -447,12 +460,24 @@ async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Er
         return Ok(None);
     }
     let earlier = format!("PR #{} from an earlier run", r.number.unwrap_or(0));
+    // A lost attempt of this run pushed it (a takeover finds it): the
+    // run's own work, not an earlier night's.
+    let pushed = at.record.pushed_in_run().await?;
+    let ours = pushed.iter().any(|p| p.branch == r.branch);
     let fact = match r.state {
         PrRecord::Merged => Fact::EarlierPrMerged(earlier),
+        PrRecord::Planned if ours => Fact::BranchPushed(format!(
+            "branch {} was pushed by an earlier attempt of this run (taken over; no GitHub access to open its PR)",
+            r.branch
+        )),
         PrRecord::Planned => Fact::BranchPushed(format!(
             "branch {} was pushed by an earlier run (no GitHub access to open its PR)",
             r.branch
         )),
+        _ if ours => Fact::PrOpened(Some(format!(
+            "PR #{} opened by an earlier attempt of this run (taken over)",
+            r.number.unwrap_or(0)
+        ))),
         _ => Fact::EarlierPrOpen(earlier),
     };
     Ok(Some(decide::end(fact).with(|f| {

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::error::SlotError;
-use super::model::{Identity, NETWORK_TIMEOUT, Slot};
+use super::model::{Identity, Lease, NETWORK_TIMEOUT, Slot};
 use crate::git::{self, Git, GitError};
 
 /// The item's branch: `nightshift/<slug>-<key8>` (docs/loop.md#checkout).
@@ -226,15 +226,52 @@ impl Slot {
         Ok((files, tree))
     }
 
-    /// Pushes the slot's branch to the user's remote (its push URL), replacing
-    /// a branch of that name there. `token`, when given, answers https
-    /// prompts through the askpass helper (docs/agents.md); otherwise the user's
-    /// credential helpers and ssh setup apply.
+    /// Reads the remote's head of the slot's branch (`git ls-remote`, token
+    /// through askpass) and keeps it as the lease of the item's push
+    /// ([`Lease`]); called right after the item's claim, before any agent.
+    ///
+    /// # Errors
+    /// [`SlotError::Git`] when the remote cannot be read; the lease is then
+    /// read again right before the push.
+    pub fn read_lease(&mut self, token: Option<&str>) -> Result<&Lease, SlotError> {
+        let lease = self.remote_head(token)?;
+        Ok(self.lease.insert(lease))
+    }
+
+    /// The remote's head of the slot's branch now.
+    fn remote_head(&self, token: Option<&str>) -> Result<Lease, SlotError> {
+        let refname = format!("refs/heads/{}", self.branch);
+        let out = self.git().token(token).timeout(NETWORK_TIMEOUT).text(&[
+            "ls-remote",
+            "--heads",
+            "--",
+            &self.push_url,
+            &refname,
+        ])?;
+        let head = out
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .find(|(_, name)| name.trim() == refname)
+            .map(|(sha, _)| sha.trim().to_string());
+        Ok(head.map_or(Lease::Absent, Lease::At))
+    }
+
+    /// Pushes the slot's branch to the user's remote (its push URL),
+    /// replacing only what the branch held when the item was claimed
+    /// ([`Slot::read_lease`]; read now if it could not be then): the
+    /// `nightshift/` branch namespace belongs to nightshift, and a leftover
+    /// from an earlier night whose PR was closed must not block the item
+    /// (docs/loop.md#ship-or-retry), but a worker that lost its claim must
+    /// not push over the takeover's branch (docs/workers.md#fencing).
+    /// `token`, when given, answers https prompts through the askpass helper
+    /// (docs/agents.md); otherwise the user's credential helpers and ssh
+    /// setup apply.
     ///
     /// # Errors
     /// [`SlotError::Tampered`] if the slot's git dir changed (nothing is
     /// pushed then: a planted config could send the token elsewhere);
-    /// [`SlotError::Git`] if the push fails or times out.
+    /// [`SlotError::Git`] if the push fails, is refused (stale lease) or
+    /// times out.
     pub fn push(&self, token: Option<&str>) -> Result<(), SlotError> {
         self.push_stoppable(token, None)
     }
@@ -276,11 +313,15 @@ impl Slot {
         stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     ) -> Result<(), SlotError> {
         self.ensure_untampered()?;
+        let lease = match &self.lease {
+            Some(lease) => lease.clone(),
+            None => self.remote_head(token)?,
+        };
         let mut git = self.git().token(token).timeout(NETWORK_TIMEOUT);
         if let Some(stop) = stop {
             git = git.stop_on(stop);
         }
-        git.push(&self.push_url, &self.branch)?;
+        git.push_with_lease(&self.push_url, &self.branch, lease.expected())?;
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ pub use error::SlotError;
 pub use fingerprint::{git_dir_changes, git_dir_fingerprint, remote_moves};
 pub use hand_over::hand_over;
 pub use lock::{MIN_FREE_BYTES, SlotsLock, lock_slots};
-pub use model::{Identity, NETWORK_TIMEOUT, Slot, slot_path};
+pub use model::{Identity, Lease, NETWORK_TIMEOUT, Slot, slot_path};
 pub use reset::{KeptWalk, PrepareAt};
 pub use stragglers::kill_stragglers;
 

@@ -76,6 +76,34 @@ pub struct Slot {
     /// a checkout of it wrote it: not after [`Slot::squash_onto_base`],
     /// whose index holds a tended PR's change. A [`KeptWalk`] needs it.
     pub(super) seed_at_base: bool,
+    /// The remote's head of [`Slot::branch`] when the item was claimed
+    /// ([`Slot::read_lease`]): the only head the item's push may replace
+    /// (docs/workers.md#fencing). `None` until read.
+    pub(super) lease: Option<Lease>,
+}
+
+/// What the remote's branch held when the item was claimed: the lease of
+/// the item's push (`git push --force-with-lease=refs/heads/B:EXPECTED`).
+/// A worker that lost its claim while paused cannot push over the branch
+/// the takeover pushed since (docs/workers.md#fencing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lease {
+    /// The branch did not exist: the push may only create it.
+    Absent,
+    /// The branch was at this commit (40 hex), e.g. a leftover of an
+    /// earlier night whose PR was closed: the push may replace only it.
+    At(String),
+}
+
+impl Lease {
+    /// The `EXPECTED` of `--force-with-lease=REF:EXPECTED` (empty: the ref
+    /// must not exist, as git documents).
+    pub fn expected(&self) -> &str {
+        match self {
+            Lease::Absent => "",
+            Lease::At(head) => head,
+        }
+    }
 }
 
 /// Where slot number `index` of the user's repository lives:

@@ -167,6 +167,7 @@ impl Slot {
             pinned: pinned.map(str::to_string),
             gitlinks: None,
             seed_at_base: false,
+            lease: None,
         };
         let exists = std::fs::symlink_metadata(path).is_ok();
         if exists {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nightshift::git::{Git, GitError};
 use nightshift::proof::{ChangeStatus, Proof, RoundStart, worktree_fingerprint};
-use nightshift::slot::{Identity, Slot, SlotError, branch_name, slot_path};
+use nightshift::slot::{Identity, Lease, Slot, SlotError, branch_name, slot_path};
 use sha2::{Digest, Sha256};
 
 /// Runs a setup git command (not through nightshift) and returns its stdout.
@@ -543,7 +543,8 @@ fn planted_hooks_never_run_and_a_tampered_slot_is_not_committed_or_pushed() {
     g.run(&["commit", "-q", "-m", "with hooks planted"])
         .unwrap();
     g.run(&["checkout", "-q", "-b", "side"]).unwrap();
-    g.push(fx.remote.to_str().unwrap(), "side").unwrap();
+    g.push_with_lease(fx.remote.to_str().unwrap(), "side", "")
+        .unwrap();
     assert!(
         !evidence.exists(),
         "a hook ran: {:?}",
@@ -970,7 +971,7 @@ fn the_token_reaches_git_only_through_askpass_and_never_argv() {
     let err = Git::new(&fx.user)
         .token(Some(token))
         .timeout(Duration::from_secs(30))
-        .push("https://127.0.0.1:9/o/r.git", "main")
+        .push_with_lease("https://127.0.0.1:9/o/r.git", "main", "")
         .unwrap_err();
     let shown = format!("{err} {err:?}");
     assert!(!shown.contains(token), "{shown}");
@@ -1054,6 +1055,58 @@ fn a_push_replaces_a_leftover_branch_of_the_same_name() {
         &["diff", "--name-only", &fx.remote_main(), &sha],
     );
     assert_eq!(files, "second.txt", "not stacked on the leftover");
+}
+
+/// The push after a claim check carries the head the branch had at the
+/// claim (docs/workers.md#fencing): a worker paused between its check and
+/// its push cannot replace what the takeover pushed since, while a
+/// leftover of an earlier night, there at the claim, is still replaced.
+#[test]
+fn a_push_replaces_only_the_head_the_branch_had_at_the_claim() {
+    let fx = Fixture::new();
+    let seed = fx.root.join("seed");
+    let push_from_seed = |file: &str| {
+        write(&seed.join(file), "someone else's\n");
+        git(&seed, &["add", file]);
+        git(&seed, &["commit", "--quiet", "-m", file]);
+        let spec = format!("HEAD:refs/heads/{BRANCH}");
+        git(&seed, &["push", "--quiet", "--force", "origin", &spec]);
+        git(&seed, &["rev-parse", "HEAD"])
+    };
+    let remote_head = || git(&fx.remote, &["rev-parse", &format!("refs/heads/{BRANCH}")]);
+
+    // Claimed while the branch is absent; the takeover pushes it meanwhile.
+    let mut slot = fx.prepare(BRANCH);
+    assert_eq!(slot.read_lease(None).unwrap(), &Lease::Absent);
+    let takeover = push_from_seed("takeover.txt");
+    write(&slot.path.join("late.txt"), "the lost attempt's\n");
+    slot.commit_all("late", &author(), &runner()).unwrap();
+    let err = slot
+        .push(None)
+        .expect_err("a branch pushed since the claim is not replaced");
+    assert!(
+        err.to_string().contains("stale info") || err.to_string().contains("rejected"),
+        "{err}"
+    );
+    assert_eq!(remote_head(), takeover, "the takeover's branch stands");
+
+    // Claimed while a leftover sits there: that leftover is replaced.
+    let mut slot = fx.prepare(BRANCH);
+    assert_eq!(slot.read_lease(None).unwrap(), &Lease::At(takeover.clone()));
+    write(&slot.path.join("mine.txt"), "this night's\n");
+    let sha = slot.commit_all("mine", &author(), &runner()).unwrap();
+    slot.push(None)
+        .expect("the leftover seen at the claim is replaced");
+    assert_eq!(remote_head(), sha);
+
+    // Moved again after this claim: refused once more.
+    let mut slot = fx.prepare(BRANCH);
+    slot.read_lease(None).unwrap();
+    let moved = push_from_seed("moved.txt");
+    write(&slot.path.join("again.txt"), "again\n");
+    slot.commit_all("again", &author(), &runner()).unwrap();
+    assert!(slot.push(None).is_err());
+    assert_eq!(remote_head(), moved);
 }
 
 /// The slot borrows objects from the user's repository: a history rewrite

@@ -18,6 +18,7 @@ const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]
 const WRITER: &str = r#"#!/bin/sh
 set -eu
 echo call >> "$CALLS"
+if [ -e "$(dirname "$CALLS")/slow" ]; then sleep 2; fi
 cp "$NIGHTSHIFT_PROMPT_FILE" "$(dirname "$CALLS")/prompt.md"
 title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
 case "$title" in
@@ -135,6 +136,46 @@ async fn max_open_prs_leaves_items_unstarted_while_nightshift_prs_wait_for_revie
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["already_merged", "pr_opened"], "{rep:#}");
     assert_eq!(writer_calls(&f), 2);
+}
+
+/// With `--jobs 3` every item once passed the review-queue check at its
+/// start (no PR open yet) and the night opened three PRs against
+/// `max_open_prs = 2`. An item now counts the items claimed before it that
+/// are still working, each of which may open a PR.
+#[tokio::test(flavor = "multi_thread")]
+async fn parallel_items_do_not_open_more_prs_than_max_open_prs() {
+    let gh = FakeGitHub::start().await;
+    let mut f = world(
+        "max_open_prs = 2\n",
+        "- [ ] Add sub\n- [ ] Add mul\n- [ ] Four subs\n",
+    );
+    std::fs::write(f.agents.join("slow"), "").unwrap();
+    with_github(&mut f, &gh);
+
+    let out = f.approve_and_drain(&["--jobs", "3"]);
+    assert_ok(&out, "a full review queue is not a failure: exit 0");
+    let rep = f.report();
+    let mut got = outcomes(&rep);
+    got.sort();
+    assert_eq!(
+        got,
+        ["pr_opened", "pr_opened", "review_queue_full"],
+        "{rep:#}"
+    );
+    assert_eq!(gh.prs().len(), 2, "max_open_prs = 2 holds with --jobs 3");
+    let full = (0..3)
+        .find(|&i| rep["items"][i]["outcome"] == "review_queue_full")
+        .unwrap();
+    let why = reason(&rep, full);
+    assert!(
+        why.contains("claimed before it are still working") && why.contains("max_open_prs = 2"),
+        "{why}"
+    );
+    assert_eq!(
+        writer_calls(&f),
+        2,
+        "no agent time for the item not started"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -368,3 +368,53 @@ async fn jobs_and_lease_are_checked_and_run_refuses_jobs() {
     let out = f.run(&["drain", "--jobs", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
+
+/// A worker killed while GitHub was creating its PR (the PR exists, the
+/// item's end was never recorded): the takeover finds the PR and reports
+/// the run's own work, `pr_opened`, not an earlier night's `already_open`
+/// (issue: a lost attempt's PR was recorded `already_open`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_takeover_that_finds_the_lost_attempt_s_pr_reports_it_opened() {
+    let (f, gh) = world(2, 0, "lease = \"5s\"\n").await;
+    // The drain's host works slowly, so the second host's PR comes first;
+    // GitHub creates it and holds the answer back.
+    let w = f.agent(
+        "writer.sh",
+        &WRITER.replace(
+            "sleep \"$(cat \"$here/work_secs\")\"",
+            "case \"$PWD\" in *dataB*) ;; *) sleep 6 ;; esac",
+        ),
+    );
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, "lease = \"5s\"\n");
+    gh.state.lock().unwrap().create_pr_delays = vec![Duration::from_secs(120)];
+    let (clone, data) = second_host(&f);
+    let drain = spawn_drain(&f, &[]);
+    wait_for(&f, "SELECT count(*) FROM claims", 30);
+    let mut worker = spawn_worker(&f, &clone, &data);
+    let until = Instant::now() + Duration::from_secs(60);
+    while gh.prs().is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the second host never created its PR"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    worker.kill().unwrap();
+    let _ = worker.wait();
+    let d = finish(drain, "drain");
+    assert_eq!(d.status.code(), Some(0), "{}", text(&d));
+    assert_eq!(gh.prs().len(), 2, "one PR per item");
+    let attempts = f.db.sql(
+        "SELECT string_agg(attempt || ':' || coalesce(end_reason, 'open'), ',' ORDER BY attempt) FROM claims GROUP BY item_key HAVING count(*) > 1",
+    );
+    assert_eq!(attempts, "1:lost,2:finished");
+    let report = f.report();
+    let items = report["items"].as_array().unwrap();
+    assert!(
+        items
+            .iter()
+            .all(|i| i["outcome"] == "pr_opened" && i["pr_number"].is_u64()),
+        "{report:#}"
+    );
+}

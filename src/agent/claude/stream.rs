@@ -612,7 +612,7 @@ impl StreamState {
             return Some(format!("timed out after {}s{retries}", timeout.as_secs()));
         }
         if outcome.cancelled && !ended_after_result {
-            return Some(crate::outcome::Outcome::Interrupted.to_string());
+            return Some(crate::agent::base::CANCELLED.to_string());
         }
         let denied = match self.denied_tools.as_slice() {
             [] => String::new(),

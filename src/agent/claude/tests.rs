@@ -534,7 +534,7 @@ fn a_good_result_then_a_bad_exit_is_a_failure_unless_nightshift_ended_it() {
     // A cancellation from outside is an interruption, result or not.
     assert_eq!(
         st.failure(&o, MINUTE, false).as_deref(),
-        Some(crate::outcome::Outcome::Interrupted.as_str())
+        Some(crate::agent::base::CANCELLED)
     );
 }
 

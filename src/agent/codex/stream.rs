@@ -461,7 +461,7 @@ impl StreamState {
             return Some(format!("timed out after {}s{why}", timeout.as_secs()));
         }
         if outcome.cancelled && !ended_after_turn {
-            return Some(crate::outcome::Outcome::Interrupted.to_string());
+            return Some(crate::agent::base::CANCELLED.to_string());
         }
         if self.thread_id.is_none() && self.turns_started == 0 && outcome.exit_code != Some(0) {
             // It never started a session: a usage error (unknown flag, bad

@@ -482,7 +482,7 @@ fn how_the_process_ended_decides_with_the_stream() {
     assert_eq!(done.call_failure(&ended, MINUTE, true), None);
     assert_eq!(
         done.call_failure(&ended, MINUTE, false).as_deref(),
-        Some(crate::outcome::Outcome::Interrupted.as_str())
+        Some(crate::agent::base::CANCELLED)
     );
     // Killed mid-turn: the stream says the turn never ended, the exit says how.
     let mid = feed_all(
