@@ -343,3 +343,31 @@ pub async fn running_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> {
         None => Ok(None),
     }
 }
+
+/// Records `run`'s cost cap in USD (`max_cost_usd_per_run` of the plan that
+/// started it), which every host then holds the run to ([`cost_cap`]).
+///
+/// # Errors
+/// Database errors.
+pub async fn set_cost_cap(pool: &PgPool, run: Uuid, usd: f64) -> Result<()> {
+    sqlx::query("UPDATE runs SET cost_cap_usd = $2 WHERE id = $1")
+        .bind(run)
+        .bind(usd)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// `run`'s recorded cost cap in USD; `None` for a run recorded before caps
+/// were (each host's own config applies then).
+///
+/// # Errors
+/// Database errors.
+pub async fn cost_cap(pool: &PgPool, run: Uuid) -> Result<Option<f64>> {
+    let cap: Option<Option<f64>> =
+        sqlx::query_scalar("SELECT cost_cap_usd FROM runs WHERE id = $1")
+            .bind(run)
+            .fetch_optional(pool)
+            .await?;
+    Ok(cap.flatten())
+}

@@ -78,7 +78,7 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
     if let Some(end) = not_to_run(at, &branch).await? {
         return Ok(end);
     }
-    let cap = night.config.limits.max_cost_usd_per_run;
+    let cap = night.run_cost_cap();
     if at.record.run_spent(Some(at.item_id)).await? >= cap {
         return Ok(decide::end(Fact::RunCapUsed(cap)));
     }

@@ -15,7 +15,7 @@ use super::{NO_PROGRESS_ROUNDS, Night, Totals};
 /// `run_cost`, what the other items of the run spent (USD, on every worker
 /// and host), and this one's calls so far; only costs the agents reported count.
 pub(super) fn over_run_budget(night: &Night, run_cost: f64, t: &Totals) -> Option<String> {
-    let cap = night.config.limits.max_cost_usd_per_run;
+    let cap = night.run_cost_cap();
     let spent = run_cost + t.cost;
     (t.cost_known && spent > cap).then(|| {
         format!("the run has spent ${spent:.2}, above its cap of ${cap:.2} (max_cost_usd_per_run)")

@@ -197,6 +197,9 @@ pub struct RunState {
     /// the current item is recorded `interrupted`, the run `crashed`, and
     /// the next `drain` resumes it once the cause is fixed.
     systemic: std::sync::Mutex<Option<String>>,
+    /// The run's cost cap in USD, as the run recorded it when it started
+    /// ([`Night::hold_cost_cap`]); `None` until then.
+    cost_cap: std::sync::OnceLock<f64>,
 }
 
 impl RunState {
@@ -216,6 +219,7 @@ impl RunState {
             lock: tokio::sync::Mutex::new(lock),
             slots_lock,
             systemic: Default::default(),
+            cost_cap: Default::default(),
         }
     }
 }
@@ -285,6 +289,16 @@ pub async fn drain(
     };
     let approved = Approved::new(approved.to_vec());
     let run_id = open_run(&night, kind, approval, resume).await?;
+    // A resumed run keeps the cap its first start recorded; a new one
+    // records its plan's.
+    let cap = match resume {
+        Some(r) => (night.db(|| runs::cost_cap(&night.pool, r.id)).await?)
+            .unwrap_or(night.plan.run_cost_cap.value),
+        None => night.plan.run_cost_cap.value,
+    };
+    let pool = &night.pool;
+    night.db(|| runs::set_cost_cap(pool, run_id, cap)).await?;
+    night.hold_cost_cap(Some(cap));
     let resumed_from = resume.map(|r| Resumed {
         id: r.id,
         stopped_by_signal: r.status == RunStatus::StoppedSignal,
@@ -357,6 +371,8 @@ pub async fn join(
     approved: &[String],
     jobs: u32,
 ) -> Result<usize, Error> {
+    let cap = night.db(|| runs::cost_cap(&night.pool, run_id)).await?;
+    night.hold_cost_cap(cap);
     let crew = Arc::new(worker::Crew {
         night: night.clone(),
         run_id,

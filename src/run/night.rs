@@ -278,6 +278,21 @@ impl Night {
         out
     }
 
+    /// Holds the run to its cost cap in USD (`max_cost_usd_per_run`,
+    /// docs/workers.md "What holds across all workers") as the run recorded
+    /// it; `None` (a run recorded before caps were) keeps this host's
+    /// config.
+    pub(super) fn hold_cost_cap(&self, cap: Option<f64>) {
+        let cap = cap.unwrap_or(self.config.limits.max_cost_usd_per_run);
+        let _ = self.state.cost_cap.set(cap);
+    }
+
+    /// The run's cost cap in USD ([`Night::hold_cost_cap`]; this host's
+    /// config before it was held).
+    pub fn run_cost_cap(&self) -> f64 {
+        (self.state.cost_cap.get().copied()).unwrap_or(self.config.limits.max_cost_usd_per_run)
+    }
+
     /// Redacts every secret (token, ledger URL, configured secrets, and
     /// every value [`crate::secret::remember`]ed, such as a password of the
     /// remote's URL) from `s`, in every form [`crate::secret::Redactor`] knows.

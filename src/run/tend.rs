@@ -208,7 +208,7 @@ async fn one_card(
     };
     let (run_cost, cap) = (
         at.record.run_spent(Some(at.item_id)).await?,
-        night.config.limits.max_cost_usd_per_run,
+        night.run_cost_cap(),
     );
     if run_cost >= cap {
         return Ok(decide::end(Fact::RunCapUsed(cap)));

@@ -418,3 +418,66 @@ async fn a_takeover_that_finds_the_lost_attempt_s_pr_reports_it_opened() {
         "{report:#}"
     );
 }
+
+/// The run's cost cap is the one of the plan that started the run, not
+/// each host's own config: a worker whose config allows $100 still stops
+/// at the run's $0.15 (docs/workers.md "What holds across all workers").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_holds_the_run_to_the_cost_cap_the_run_started_with() {
+    let limits = "[limits]\nmax_cost_usd_per_run = 0.15\n";
+    let (f, gh) = world(4, 0, limits).await;
+    // The drain's host works slowly on its one item; the second host's
+    // items are quick. Every writer call costs $0.10.
+    let writer = WRITER
+        .replace(
+            "sleep \"$(cat \"$here/work_secs\")\"",
+            "case \"$PWD\" in *dataB*) ;; *) sleep 15 ;; esac",
+        )
+        .replace(
+            "echo \"added $word\"",
+            "echo '{\"usage\":{\"input_tokens\":100,\"output_tokens\":10,\"cost_usd\":0.1}}'",
+        );
+    let w = f.agent("writer.sh", &writer);
+    let r = f.agents.join("reviewer.sh").display().to_string();
+    f.config_with(&w, &r, limits);
+    let (clone, data) = second_host(&f);
+    let config = clone.join(".nightshift/config.toml");
+    let own = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        own.replace(
+            "max_cost_usd_per_run = 0.15",
+            "max_cost_usd_per_run = 100.0",
+        ),
+    )
+    .unwrap();
+    let drain = spawn_drain(&f, &[]);
+    wait_for(&f, "SELECT count(*) FROM claims", 30);
+    let worker = spawn_worker(&f, &clone, &data);
+    let w = finish(worker, "worker");
+    let d = finish(drain, "drain");
+    assert_eq!(
+        d.status.code(),
+        Some(1),
+        "budget_exceeded fails the run: {}",
+        text(&d)
+    );
+    let ends = f.db.sql(
+        "SELECT string_agg(i.item_index || ':' || i.outcome, ',' ORDER BY i.item_index) FROM run_items i",
+    );
+    // Item 2 ran on the quick host ($0.10, under the cap); item 3's writer
+    // took the run over it there ($0.20), and item 4 did not start; the
+    // slow item 1 ended over it too. The second host's own $100 did not
+    // count.
+    assert_eq!(
+        ends,
+        "1:budget_exceeded,2:pr_opened,3:budget_exceeded,4:budget_exceeded",
+        "{}",
+        text(&w)
+    );
+    let writers =
+        f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'");
+    assert_eq!(writers, "3", "item 4 made no call");
+    assert_eq!(gh.prs().len(), 1);
+    assert_eq!(f.db.sql("SELECT cost_cap_usd FROM runs"), "0.15");
+}
