@@ -257,6 +257,22 @@ impl Scale {
     }
 }
 
+/// A lane's label, at most 14 characters: a worker is `host:pid:n`
+/// (docs/workers.md), and its slot number `n` must stay visible when the
+/// host's name is long, or two lanes of one process read the same.
+fn lane_label(lane: &str) -> String {
+    if lane.chars().count() <= 14 {
+        return lane.to_string();
+    }
+    match lane.rsplit_once(':') {
+        Some((head, n)) if n.len() <= 4 => {
+            let keep = 13usize.saturating_sub(n.len());
+            format!("{}…:{n}", head.chars().take(keep).collect::<String>())
+        }
+        _ => format!("{}…", lane.chars().take(13).collect::<String>()),
+    }
+}
+
 impl Timeline {
     /// The lanes: one per worker that ran an item, in first-seen order; one
     /// lane (`nightshift`) when no item names a worker.
@@ -399,7 +415,7 @@ impl Timeline {
                 s,
                 "<text x=\"4\" y=\"{:.1}\">{}</text>",
                 y + LANE / 2.0 + 4.0,
-                esc(&lane.chars().take(14).collect::<String>())
+                esc(&lane_label(lane))
             );
         }
         for (item, agent, span) in &self.sleeps {

@@ -123,7 +123,7 @@ pub async fn timeline_rows(pool: &PgPool, run: Uuid) -> Result<Option<TimelineRo
         run: facts,
         items: rows_of_run(
             "SELECT id, item_index, title, outcome, reason, pr_url, pr_number, rounds, tokens, cost_usd, \
-             started_at, ended_at, NULL::text AS worker FROM run_items WHERE run_id = $1 ORDER BY item_index, id",
+             started_at, ended_at, worker FROM run_items WHERE run_id = $1 ORDER BY item_index, id",
             run,
             pool,
         )

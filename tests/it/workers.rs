@@ -481,3 +481,28 @@ async fn a_worker_holds_the_run_to_the_cost_cap_the_run_started_with() {
     assert_eq!(gh.prs().len(), 1);
     assert_eq!(f.db.sql("SELECT cost_cap_usd FROM runs"), "0.15");
 }
+
+/// The night's picture draws one lane per worker: with `--jobs 2` the two
+/// workers' bars were drawn in one lane (the timeline read no worker), so
+/// a parallel night looked serial.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_html_page_draws_one_lane_per_worker() {
+    let (f, _gh) = world(4, 1, "").await;
+    let out = f.approve_and_drain(&["--jobs", "2"]);
+    assert_ok(&out, "drain --jobs 2");
+    let page = f.dir.path().join("night.html");
+    assert_ok(
+        &f.run(&["report", "--html", page.to_str().unwrap()]),
+        "report --html",
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    let labels: Vec<&str> = html
+        .split("<text x=\"4\" y=\"")
+        .skip(1)
+        .map(|t| t.split_once('>').unwrap().1.split_once('<').unwrap().0)
+        .collect();
+    assert_eq!(labels.len(), 2, "one lane per worker: {labels:?}");
+    assert_ne!(labels[0], labels[1], "the lanes are told apart");
+    let workers = f.db.sql("SELECT count(DISTINCT worker) FROM run_items");
+    assert_eq!(workers, "2");
+}
