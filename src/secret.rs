@@ -98,7 +98,7 @@ impl fmt::Display for Secret {
 /// its bytes (some or all, upper- or lower-case hex) written as a
 /// percent-escape `%hh`, a JSON `\uhhhh` or `\/` `\"` `\\` escape, or a
 /// `\xhh` escape: the text is searched a second time with those escapes
-/// decoded ([`Decoded`]), and a match there masks the escapes it came from.
+/// decoded (`Decoded`), and a match there masks the escapes it came from.
 /// Overlapping values are matched
 /// leftmost-longest, so a secret that contains another is masked whole.
 /// Cheap to clone (the automaton is shared).
@@ -644,7 +644,7 @@ pub fn is_weak_password(p: &str) -> bool {
 ///
 /// A secret split across two chunks, or across a line break that arrives
 /// in another chunk, is still masked: `push` holds back what could be the
-/// start of a secret (at most [`MAX_ESCAPE_LEN`] times the longest form − 1
+/// start of a secret (at most `MAX_ESCAPE_LEN` times the longest form − 1
 /// bytes, so a fully escaped one is seen whole, plus the line
 /// breaks among them, plus a trailing blank run of up to
 /// 64 KiB) and emits it with the next chunk or at

@@ -141,7 +141,7 @@ pub struct Snapshot {
     index: Option<RawIndex>,
 }
 
-/// What `git add -A` would look at again ([`Snapshot::work_changes`]).
+/// What `git add -A` would look at again ([`Snapshot::work_changes_against`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkChanges {
     /// Tracked paths whose file no longer matches the index's stat cache,

@@ -1,4 +1,4 @@
-//! What every backend starts from: the [`process::Command`](crate::process::Command)
+//! What every backend starts from: the [`process::Command`]
 //! with the call's environment, working directory, limits and files (prompt,
 //! stdout, stderr under the call's directory).
 //!

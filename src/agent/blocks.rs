@@ -106,10 +106,10 @@ fn is_fence(t: &str) -> bool {
 /// shows them; `*`, `+` and numbered items are read too; an indented line
 /// continues a wrapped finding), until a blank line, a fence or a line that
 /// is no item. A head may carry its first entry
-/// on the same line and may be decorated in markdown ([`block_head`]).
+/// on the same line and may be decorated in markdown (see `block_head`).
 /// A `QUESTION:` takes every following line until a blank line or a JSON
 /// line (the usage report a `command` agent prints after it). `FILES:`
-/// entries are reduced to their paths ([`file_entry`]).
+/// entries are reduced to their paths (see `file_entry`).
 pub fn parse_blocks(text: &str) -> Blocks {
     let mut b = Blocks::default();
     let mut current: Option<BlockKind> = None;

@@ -86,7 +86,7 @@ pub struct Usage {
     pub tokens_out: Option<u64>,
     /// Cost in USD, where the agent reports one (claude does; codex does
     /// not; a command agent does when it writes a usage report, see
-    /// [`command`]).
+    /// [`super::command`]).
     pub cost_usd: Option<f64>,
 }
 

@@ -8,7 +8,7 @@ use super::model::BacklogError;
 use std::path::Path;
 
 /// The backlog's bytes as text, refusing anything but UTF-8 (a BOM is kept;
-/// [`parse`] skips it). `path` is only used in the error.
+/// [`super::parse()`] skips it). `path` is only used in the error.
 ///
 /// # Errors
 /// [`BacklogError::Utf16`] for a UTF-16 byte-order mark,

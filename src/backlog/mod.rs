@@ -37,7 +37,7 @@
 //! This module is not the judge of limits: it exposes `rounds:`/`timeout:`
 //! and the change-size values with their line numbers, and the contract module checks them
 //! against the policy's caps. It does not render markdown and never rewrites
-//! the file except through [`tick`].
+//! the file except through [`tick()`].
 
 mod decode;
 mod details;

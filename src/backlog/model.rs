@@ -158,7 +158,7 @@ pub enum DetailKind {
 /// before any card and lists every problem).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
-    /// The backlog's path, as given to [`parse`] / [`read`].
+    /// The backlog's path, as given to [`super::parse()`] / [`super::read`].
     pub path: PathBuf,
     /// 1-based line number.
     pub line: usize,
@@ -173,7 +173,7 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Failures of [`read`] and [`tick`].
+/// Failures of [`super::read`] and [`super::tick()`].
 #[derive(Debug, thiserror::Error)]
 pub enum BacklogError {
     /// The backlog file could not be read: missing, not a regular file,

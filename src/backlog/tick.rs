@@ -11,7 +11,7 @@ use std::path::Path;
 /// and appends `note` (e.g. `" (done: #123)"`) after the title, before any
 /// trailing whitespace and the line ending. Every other byte is unchanged
 /// (docs/backlog.md#ticks-and-sync, `nightshift sync`). The caller should also compare the file's
-/// hash with [`Backlog::sha256`] before writing. The note becomes part of the
+/// hash with [`super::Backlog::sha256`] before writing. The note becomes part of the
 /// title, so the ticked item's key changes; done items never run, so nothing
 /// looks them up by key again.
 ///

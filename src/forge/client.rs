@@ -22,7 +22,7 @@ use crate::secret::{Redactor, Secret};
 /// The GitHub client for one repository, with no automatic retry of creates.
 ///
 /// One client serves one run: after a refusal every call would meet (see
-/// [`Scope::Run`]) it sends nothing more and answers [`ForgeError::Stopped`].
+/// [`crate::forge::Scope::Run`]) it sends nothing more and answers [`ForgeError::Stopped`].
 #[derive(Debug)]
 pub struct Forge {
     pub(super) client: Octocrab,

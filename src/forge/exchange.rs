@@ -6,7 +6,7 @@ use http::{HeaderMap, StatusCode};
 
 /// The only HTTP methods this module can send. Merging (`PUT .../merge`) is
 /// unrepresentable here; approving (`POST .../reviews`) is never built; the
-/// one `PATCH` ([`Forge::update_pr_body`]) sends a body and nothing else, so
+/// one `PATCH` ([`crate::forge::Forge::update_pr_body`]) sends a body and nothing else, so
 /// it cannot close a PR (docs/github.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Verb {

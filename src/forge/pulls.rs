@@ -55,7 +55,7 @@ impl Forge {
     /// followed by a look-up and re-sent only if the look-up finds nothing. A
     /// 422 "A pull request already exists" returns the existing open PR. A PR
     /// GitHub refuses to label is returned with [`PrInfo::label_error`]. The
-    /// body is clamped to [`BODY_LIMIT`] and carries the item marker (docs/github.md#pr-body).
+    /// body is clamped to [`crate::forge::BODY_LIMIT`] and carries the item marker (docs/github.md#pr-body).
     ///
     /// # Errors
     /// [`ForgeError::Api`] for a refused create or label creation, with the

@@ -16,7 +16,7 @@ use super::exchange::Reply;
 pub(super) enum Wait {
     /// GitHub named it (`retry-after`, `x-ratelimit-reset`).
     Given(Duration),
-    /// A rate limit that names no time: [`RetryPolicy::secondary_wait`],
+    /// A rate limit that names no time: [`super::RetryPolicy::secondary_wait`],
     /// doubling with each such limit in the same call.
     Limit,
     /// Exponential backoff (5xx, timeouts, connection failures).

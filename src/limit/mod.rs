@@ -6,7 +6,7 @@
 //! limit", `Retrying in 21s`), or **none**. Structured sources are read first (claude's
 //! `rate_limit_event`, claude's `result` with `api_error_status: 429`, codex's `error` /
 //! `turn.failed` events, codex's raw 429 body with `resets_at`), then every known text form.
-//! [`sleep_for`] turns a reading into a clamped sleep, [`explain`] / [`explain_text`] describe it
+//! [`sleep_for`] turns a reading into a clamped sleep, [`explain()`] / [`explain_text`] describe it
 //! for `nightshift limit parse`.
 //!
 //! It is not the sleeper (see `schedule::sleep_until`), not the process runner, and it is

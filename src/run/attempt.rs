@@ -71,7 +71,7 @@ impl Course {
 /// the run's cost cap counts what every worker spent (docs/workers.md).
 ///
 /// # Errors
-/// The ledger stays away (see [`Night::db`]), or the claim was lost.
+/// The ledger stays away (see [`super::Night::db`]), or the claim was lost.
 pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
     let (night, entry) = (at.night, at.entry);
     let branch = slot::branch_name(&entry.item.title, &entry.item.key);
@@ -245,11 +245,11 @@ pub struct Preview<'a> {
     pub token: Option<&'a str>,
 }
 
-/// Why `run ITEM` would do nothing for this item: [`not_to_run`]'s checks
+/// Why `run ITEM` would do nothing for this item: `not_to_run`'s checks
 /// before the writer (docs/loop.md#before-the-checkout), read only and in
 /// its order, worded for the person who asked — blocked in the backlog; an
 /// open or merged PR (GitHub's word, else the ledger's, a pushed branch
-/// judged by [`ship::branch_on_remote`]'s one rule); a writer's question
+/// judged by `ship::branch_on_remote`'s one rule); a writer's question
 /// still unanswered; `max_attempts` used up. `None`: the item would run (or
 /// GitHub could not tell; the run decides). Approval and the review queue
 /// are the run's to check.

@@ -549,7 +549,7 @@ impl AgentCall<'_> {
 
 /// Marks `repo`'s runs still `running` as crashed and returns them, newest
 /// first ([`crate::ledger::runs::mark_dead_runs_crashed`]); their items without an end get
-/// [`decide::LEFT_BY_CRASH`]. The caller holds the repo lock, so every such
+/// `decide::LEFT_BY_CRASH`. The caller holds the repo lock, so every such
 /// run is dead.
 ///
 /// # Errors

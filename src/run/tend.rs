@@ -9,7 +9,7 @@
 //! requests as its feedback), proof, gate, review, decide, within
 //! `max_tend_rounds` and the item's budgets. A clean rebase with nothing
 //! asked needs no writer: its first round starts at the proof. Shipping a
-//! tend ([`ship`]) pushes to the same branch with `--force-with-lease`
+//! tend ([`super::ship`]) pushes to the same branch with `--force-with-lease`
 //! against that head, rewrites the PR body's evidence card, posts one
 //! answering comment and records the new head; a failure pushes nothing.
 //! A tend card takes its item's place in the run: the item is not also
@@ -136,7 +136,7 @@ impl Walk<'_> {
 
     /// Works one card this run has not finished, unless the deadline
     /// passed; sets the run's status from how it ended (as
-    /// [`Walk::run_item`] does for an item).
+    /// `Walk::run_item` does for an item).
     async fn run_card(&mut self, card: &TendCard, item_id: i64) -> Result<ItemEnd, Error> {
         let night = self.night;
         if self.status == RunStatus::StoppedDeadline || night.clock.now() >= night.deadline {

@@ -51,7 +51,7 @@ pub(super) struct Tend<'a> {
 /// pushed when any step before the push fails.
 ///
 /// # Errors
-/// The ledger stays away (see [`Night::db`]).
+/// The ledger stays away (see [`super::Night::db`]).
 pub(super) async fn ship(r: &mut Round<'_>, t: &Tend<'_>, a: Approved) -> Result<ItemEnd, Error> {
     let (item, night) = (r.item, r.item.night);
     if let Some(end) = secret_in_change(r, &a.reviewed.gated.tree) {

@@ -40,7 +40,7 @@ pub(super) const OPERATION_STATE: &[&str] = &[
 
 /// A manifest of the parts of `<worktree>/.git` that can make git run a
 /// program or read another config: one line `PART SHA256-HEX` for what kind
-/// of thing `.git` itself is, each of [`WATCHED_GIT_FILES`], and every entry
+/// of thing `.git` itself is, each of `WATCHED_GIT_FILES`, and every entry
 /// under `hooks/` (names, modes, contents, link targets), in name order. A
 /// missing or unreadable part hashes as such, so the function never fails:
 /// any change, including `.git` being replaced by a file or a link, changes

@@ -11,7 +11,7 @@ use super::model::Slot;
 use crate::git::Git;
 
 /// The copy of the slot's index as git wrote it when the slot was last
-/// reset (next to the slot, like [`fingerprint_file`]): agents can rewrite
+/// reset (next to the slot, like `fingerprint_file`): agents can rewrite
 /// the slot's own `.git/index`, and a stat cache they forged would make git
 /// trust a file's old object id for new content — a tree that differs from
 /// the working tree the reviewer read. Trees and restores start from this

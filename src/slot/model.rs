@@ -47,12 +47,12 @@ pub struct Slot {
     /// The local branch checked out (e.g. `nightshift/fix-login-1a2b3c4d`).
     pub branch: String,
     /// Fingerprint of `.git/config` and `.git/hooks` when preparing ended
-    /// (see [`git_dir_fingerprint`]).
+    /// (see [`super::git_dir_fingerprint`]).
     pub git_dir_fingerprint: String,
     /// True when an existing slot was reset rather than cloned.
     pub reused: bool,
     /// True when that reset undid only what changed since the last item's
-    /// walk ([`KeptWalk`]) instead of running `git checkout --force` and
+    /// walk ([`super::KeptWalk`]) instead of running `git checkout --force` and
     /// `git clean -ffdx`.
     pub undone: bool,
     /// Where the slot's branch sits between rounds when that is not
@@ -66,15 +66,15 @@ pub struct Slot {
     /// true (a signal, docs/limits.md#signals). Cleared once the slot is ready, so that
     /// cleaning up after a signal still works.
     pub(super) stop: Option<Arc<AtomicBool>>,
-    /// While preparing only: the run's pinned base ([`PrepareAt::pinned`]).
+    /// While preparing only: the run's pinned base ([`super::PrepareAt::pinned`]).
     pub(super) pinned: Option<String>,
 
     /// The submodule paths of the index git wrote at the last reset, read
     /// once then ([`Slot::filled_submodule_dirs`]); `None` before.
     pub(super) gitlinks: Option<Vec<Vec<u8>>>,
-    /// The seed index ([`seed_index_file`]) holds `base_commit`'s tree, as
+    /// The seed index (`seed_index_file`) holds `base_commit`'s tree, as
     /// a checkout of it wrote it: not after [`Slot::squash_onto_base`],
-    /// whose index holds a tended PR's change. A [`KeptWalk`] needs it.
+    /// whose index holds a tended PR's change. A [`super::KeptWalk`] needs it.
     pub(super) seed_at_base: bool,
     /// The remote's head of [`Slot::branch`] when the item was claimed
     /// ([`Slot::read_lease`]): the only head the item's push may replace

@@ -135,7 +135,7 @@ impl Slot {
     /// [`Slot::snapshot_tree`] from a walk of the checkout taken now
     /// (`walked`): instead of `git add -A` reading every file's metadata
     /// again, only what the walk shows changed against the index's stat
-    /// cache ([`Snapshot::work_changes`]) is given to `git update-index`,
+    /// cache ([`crate::snapshot::Snapshot::work_changes_against`]) is given to `git update-index`,
     /// new files that git ignores left out (issue 12: the cost follows the
     /// change, not the tree). Falls back to [`Slot::snapshot_tree`] when the
     /// index cannot stand for that look, a `.gitignore` changed (files

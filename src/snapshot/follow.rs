@@ -16,7 +16,7 @@
 //! can set back). A full walk compared with a refreshed snapshot therefore
 //! errs toward a change, never toward missing one (docs/security.md). A
 //! refresh that re-reads a file with more than one link, a queue overflow,
-//! or more than [`MAX_PATHS`] paths give no refresh: the caller walks.
+//! or more than `MAX_PATHS` paths give no refresh: the caller walks.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt;
@@ -158,7 +158,7 @@ impl Follow {
     /// `base` (the snapshot this follow was taken with) as the checkout is
     /// now: the paths the events name are read again, the rest is kept.
     /// `None` when the events cannot tell (a queue overflow, an unknown
-    /// watch, more than [`MAX_PATHS`] paths, a re-read file with several
+    /// watch, more than `MAX_PATHS` paths, a re-read file with several
     /// links, the root replaced, removed or moved, a path that cannot be
     /// read): walk again.
     pub fn refresh(self, base: &Snapshot) -> Option<Snapshot> {

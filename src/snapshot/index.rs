@@ -103,7 +103,7 @@ impl IndexView {
 
     /// The blob id of entry `e` when the file's metadata `m` matches its
     /// stat cache, as git decides a file is clean (see
-    /// [`Snapshot::clean_blob`]).
+    /// `Snapshot::clean_blob`).
     pub(super) fn clean_blob<'e>(&self, e: &'e IndexEntry, m: &Meta) -> Option<&'e [u8]> {
         let t = |x: i64| x as u32;
         let stat = [

@@ -162,7 +162,7 @@ impl Tended {
 
 /// The report's section on tended PRs: what was asked, what was done, the
 /// new head. Empty when the run tended none. Comment text is shown as
-/// [`card`] shows it (control characters written out).
+/// [`super::card`] shows it (control characters written out).
 pub fn report_section(tended: &[Tended]) -> String {
     if tended.is_empty() {
         return String::new();
