@@ -45,7 +45,8 @@ pub async fn approve(
     let mut unverified = None;
     if req.approve.is_none() && matches!(req.selection, Selection::All) {
         match crashed_run_to_resume(pool, &held.repo_id, &req.plan, req.now).await? {
-            Resumable::Run(r, a, shas) => {
+            Resumable::Run(found) => {
+                let (r, a, shas) = *found;
                 let how = if r.status == RunStatus::StoppedSignal {
                     "stopped"
                 } else {
@@ -136,7 +137,7 @@ pub async fn record_refusal(req: &Request, held: &Held, reason: &str) -> Result<
 /// What the newest crashed or stopped run offers a drain.
 enum Resumable {
     /// The run, its approval and the approved contract SHAs: resume it.
-    Run(RunRow, approval::Approval, Vec<String>),
+    Run(Box<(RunRow, approval::Approval, Vec<String>)>),
     /// Its binding does not verify: it is not resumed.
     Unverified(approval::Refusal),
     /// Nothing to resume (none, its approval is too old to resume under,
@@ -169,7 +170,7 @@ async fn crashed_run_to_resume(
     if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
         return Ok(Resumable::None);
     }
-    Ok(Resumable::Run(r, a, shas))
+    Ok(Resumable::Run(Box::new((r, a, shas))))
 }
 
 /// For `run '#N'`: a valid, unused approval of that PR's card (`nightshift
