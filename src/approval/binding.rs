@@ -461,6 +461,37 @@ mod tests {
     }
 
     #[test]
+    fn no_binding_past_expiry_or_without_a_use() {
+        let a = Approval {
+            id: Uuid::new_v4(),
+            plan_sha: Some("p".into()),
+            contract_sha: None,
+            created_at: at(0),
+            expires_at: at(100),
+            used_by: None,
+            repo: "r".into(),
+            signature: None,
+        };
+        let facts = |started: i64, used: bool| BindingFacts {
+            run: Uuid::new_v4(),
+            plan_sha: "p".into(),
+            approval_id: a.id,
+            started_at: at(started),
+            resumes: None,
+            used: used.then(|| (Uuid::new_v4(), at(started))),
+        };
+        // The server's clock at the run's start decides, not the host's.
+        assert!(matches!(
+            bind(&a, &facts(100, true)),
+            Err(Refusal::Expired { .. })
+        ));
+        assert!(matches!(
+            bind(&a, &facts(50, false)),
+            Err(Refusal::Unverified { .. })
+        ));
+    }
+
+    #[test]
     fn every_signed_fact_changes_the_message() {
         let b = Binding {
             run: Uuid::nil(),
