@@ -12,6 +12,11 @@
 //! cannot forge one. An unsigned or wrongly signed approval is refused
 //! (docs/contract.md, docs/security.md); losing the key only means approving
 //! again.
+//!
+//! A run is bound to its approval by a second signature ([`binding`]):
+//! every host that joins or resumes a run checks that binding.
+
+pub mod binding;
 
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
@@ -102,6 +107,18 @@ pub enum Refusal {
         "the approval of {sha} has a wrong signature for the key in {key} (forged, or the key was replaced or lost); approve again with `nightshift approve {sha}`"
     )]
     BadSignature { sha: String, key: PathBuf },
+    /// A run's binding to its approval does not verify
+    /// (docs/contract.md#the-runs-binding): its row was edited by someone
+    /// without the approval key, or it was started before runs were bound.
+    #[error(
+        "run {run} (approval {approval}) does not verify: {}. Nothing of it was run and no ledger row was lost. Do not resume or join it: approve the current plan (`nightshift plan`, then `nightshift approve <PLAN_SHA>`) and start a new run with `nightshift drain`; see docs/security.md for what a ledger writer without the key can do",
+        binding::listed(problems)
+    )]
+    Unverified {
+        run: Uuid,
+        approval: String,
+        problems: Vec<binding::Mismatch>,
+    },
     /// It approves another plan than the snapshot's.
     #[error(
         "the approval {sha} is for another plan than the backlog's current one ({plan_sha}); approve the current plan"
@@ -121,11 +138,7 @@ pub fn expiry(created_at: DateTime<Utc>) -> DateTime<Utc> {
 /// [`Refusal::Used`], [`Refusal::Expired`], [`Refusal::Unsigned`] or
 /// [`Refusal::BadSignature`].
 pub fn check_usable(a: &Approval, now: DateTime<Utc>) -> Result<(), Refusal> {
-    let sha = a
-        .plan_sha
-        .clone()
-        .or_else(|| a.contract_sha.clone())
-        .unwrap_or_default();
+    let sha = target(a);
     if let Some(run) = a.used_by {
         return Err(Refusal::Used { sha, run });
     }
@@ -249,6 +262,28 @@ pub fn install_key(key: Option<Key>, path: PathBuf) {
     *INSTALLED.write().unwrap_or_else(|e| e.into_inner()) = Some((key, path));
 }
 
+/// The installed key (if any) and its path ([`install_key`]).
+fn installed_key() -> (Option<Key>, PathBuf) {
+    let installed = INSTALLED.read().unwrap_or_else(|e| e.into_inner());
+    match installed.as_ref() {
+        Some((key, path)) => (key.clone(), path.clone()),
+        None => (None, PathBuf::from(KEY_FILE)),
+    }
+}
+
+/// Whether a key is installed: a host without one verifies nothing.
+pub fn key_installed() -> bool {
+    installed_key().0.is_some()
+}
+
+/// The SHA `a` approves: its plan's, else its contract's.
+fn target(a: &Approval) -> String {
+    a.plan_sha
+        .clone()
+        .or_else(|| a.contract_sha.clone())
+        .unwrap_or_default()
+}
+
 /// What an approval's signature covers: every field that decides what it
 /// lets run and until when (timestamps in microseconds, as the ledger keeps
 /// them).
@@ -282,23 +317,15 @@ pub fn sign(key: &Key, a: &Approval) -> String {
 /// [`Refusal::Unsigned`] (no signature, or no key to check it with: the
 /// key was lost) or [`Refusal::BadSignature`].
 pub fn check_signed(a: &Approval) -> Result<(), Refusal> {
-    let sha = a
-        .plan_sha
-        .clone()
-        .or_else(|| a.contract_sha.clone())
-        .unwrap_or_default();
-    let installed = INSTALLED.read().unwrap_or_else(|e| e.into_inner());
-    let (key, path) = match installed.as_ref() {
-        Some((key, path)) => (key.as_ref(), path.clone()),
-        None => (None, PathBuf::from(KEY_FILE)),
-    };
+    let sha = target(a);
+    let (key, path) = installed_key();
     let Some(signature) = a.signature.as_deref() else {
         return Err(Refusal::Unsigned { sha, key: path });
     };
     let Some(key) = key else {
         return Err(Refusal::BadSignature { sha, key: path });
     };
-    let mut m = mac(key);
+    let mut m = mac(&key);
     m.update(signed_message(a).as_bytes());
     match hex::decode(signature) {
         Ok(bytes) if m.verify_slice(&bytes).is_ok() => Ok(()),

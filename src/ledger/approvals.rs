@@ -1,6 +1,7 @@
 //! The `approvals` and `approval_uses` tables (docs/ledger.md#tables): insert-only
-//! approval rows and which run consumed each. Rows only: signing and checking
-//! an approval is [`crate::approval`]'s.
+//! approval rows and which run consumed each (both refuse updates and
+//! deletes by trigger). Rows only: signing and checking an approval is
+//! [`crate::approval`]'s.
 
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgPool};
@@ -22,7 +23,9 @@ pub struct ApprovalRow {
     pub created_at: DateTime<Utc>,
     /// When it expires (UTC).
     pub expires_at: DateTime<Utc>,
-    /// The run that consumed it, if any.
+    /// The run that consumed it (its `approval_uses` row), else the first
+    /// run that names it (a use record deleted by someone who dropped the
+    /// trigger does not make it unused); `None` when neither exists.
     pub used_by: Option<Uuid>,
     /// The repository identity it was given for.
     pub repo: String,
@@ -30,7 +33,7 @@ pub struct ApprovalRow {
     pub signature: Option<String>,
 }
 
-const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, u.run_id AS used_by, a.repo, a.signature FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
+const APPROVAL_COLUMNS: &str = "SELECT a.id, a.plan_sha, a.contract_sha, a.created_at, a.expires_at, coalesce(u.run_id, (SELECT r.id FROM runs r WHERE r.approval_id = a.id ORDER BY r.started_at LIMIT 1)) AS used_by, a.repo, a.signature FROM approvals a LEFT JOIN approval_uses u ON u.approval_id = a.id";
 
 /// Records approval `a` (its `used_by` is ignored), given by `by`. The row
 /// is never updated afterwards.
@@ -67,7 +70,8 @@ pub async fn approvals_of(pool: &PgPool, repo: &str, sha: &str) -> Result<Vec<Ap
         .await
 }
 
-/// Unused, unexpired plan approvals of `repo`, newest first (whether
+/// Unused (no use recorded, no run names it), unexpired plan approvals of
+/// `repo`, newest first (whether
 /// their signatures hold is the caller's to check).
 ///
 /// # Errors
@@ -78,7 +82,7 @@ pub async fn usable_plan_approvals(
     now: DateTime<Utc>,
 ) -> Result<Vec<ApprovalRow>> {
     let q = format!(
-        "{APPROVAL_COLUMNS} WHERE a.repo = $1 AND a.plan_sha IS NOT NULL AND u.run_id IS NULL AND a.expires_at > $2 ORDER BY a.created_at DESC"
+        "{APPROVAL_COLUMNS} WHERE a.repo = $1 AND a.plan_sha IS NOT NULL AND u.run_id IS NULL AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.approval_id = a.id) AND a.expires_at > $2 ORDER BY a.created_at DESC"
     );
     sqlx::query_as::<_, ApprovalRow>(sqlx::AssertSqlSafe(q))
         .bind(repo)
@@ -95,17 +99,6 @@ pub async fn approval_by_id(pool: &PgPool, id: Uuid) -> Result<Option<ApprovalRo
     let q = format!("{APPROVAL_COLUMNS} WHERE a.id = $1");
     sqlx::query_as::<_, ApprovalRow>(sqlx::AssertSqlSafe(q))
         .bind(id)
-        .fetch_optional(pool)
-        .await
-}
-
-/// The run that consumed an approval, if one did.
-///
-/// # Errors
-/// Database errors.
-pub async fn approval_used_by(pool: &PgPool, approval: Uuid) -> Result<Option<Uuid>> {
-    sqlx::query_scalar("SELECT run_id FROM approval_uses WHERE approval_id = $1")
-        .bind(approval)
         .fetch_optional(pool)
         .await
 }

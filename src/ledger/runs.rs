@@ -37,21 +37,71 @@ pub struct NewRun<'a> {
     pub agents_as_root: bool,
 }
 
+/// The facts a run's binding signs (docs/contract.md#the-runs-binding),
+/// as the ledger holds them when the run is created: its start and the
+/// approval's use are the database server's clock.
+#[derive(Debug, Clone)]
+pub struct BindingFacts {
+    /// The new run's id.
+    pub run: Uuid,
+    /// Its plan SHA.
+    pub plan_sha: String,
+    /// The approval it runs under.
+    pub approval_id: Uuid,
+    /// Its start (server time, microseconds).
+    pub started_at: DateTime<Utc>,
+    /// The run it resumes, if any.
+    pub resumes: Option<Uuid>,
+    /// The approval's use: the run that consumed it and when (server
+    /// time); `None` when no use is recorded.
+    pub used: Option<(Uuid, DateTime<Utc>)>,
+}
+
+/// What [`create_run`] did.
+#[derive(Debug)]
+pub enum Opened<E> {
+    /// The run was created, bound and (for a new run) consumed its approval.
+    Run(Uuid),
+    /// The approval was consumed already: by this run (its use record), or
+    /// named by this run although its use record is gone. Nothing was written.
+    Used(Uuid),
+    /// The binder refused the facts; nothing was written.
+    Refused(E),
+}
+
 /// Creates the run row and, for a new run, consumes the approval in the same
-/// transaction. Returns `Ok(None)` when the approval was consumed by another
-/// run first (single use enforced by the `approval_uses` primary key).
+/// transaction, then stores the binding `bind` makes of the facts (its JSON,
+/// signature included) in that transaction too. A new run is
+/// [`Opened::Used`] when a use of the approval is recorded, or when
+/// another run names the approval (a deleted use record does not make an
+/// approval usable again).
 ///
 /// # Errors
 /// Database errors.
-pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
+pub async fn create_run<E>(
+    pool: &PgPool,
+    r: &NewRun<'_>,
+    bind: impl FnOnce(&BindingFacts) -> std::result::Result<serde_json::Value, E>,
+) -> Result<Opened<E>> {
     let id = Uuid::new_v4();
     let mut tx = pool.begin().await?;
+    if r.consume
+        && let Some(other) = sqlx::query_scalar::<_, Option<Uuid>>(
+            "SELECT coalesce((SELECT run_id FROM approval_uses WHERE approval_id = $1), \
+             (SELECT id FROM runs WHERE approval_id = $1 ORDER BY started_at LIMIT 1))",
+        )
+        .bind(r.approval_id)
+        .fetch_one(&mut *tx)
+        .await?
+    {
+        return Ok(Opened::Used(other));
+    }
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
-    sqlx::query(
+    let started_at: DateTime<Utc> = sqlx::query_scalar(
         "INSERT INTO runs (id, repo, kind, plan_sha, approval_id, status, started_at, deadline, timezone, host, pid, heartbeat_at, resumes, agents_as_root) \
-         VALUES ($1, $2, $3, $4, $5, $11, now(), $6, $7, $8, $9, now(), $10, $12)",
+         VALUES ($1, $2, $3, $4, $5, $11, now(), $6, $7, $8, $9, now(), $10, $12) RETURNING started_at",
     )
     .bind(id)
     .bind(r.repo)
@@ -65,7 +115,7 @@ pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
     .bind(r.resumes)
     .bind(RunStatus::Running)
     .bind(r.agents_as_root)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
     if r.consume {
         let done = sqlx::query("INSERT INTO approval_uses (approval_id, run_id, used_at) VALUES ($1, $2, now()) ON CONFLICT DO NOTHING")
@@ -74,11 +124,81 @@ pub async fn create_run(pool: &PgPool, r: &NewRun<'_>) -> Result<Option<Uuid>> {
             .execute(&mut *tx)
             .await?;
         if done.rows_affected() == 0 {
-            return Ok(None);
+            let other = approval_use(&mut *tx, r.approval_id).await?;
+            return Ok(Opened::Used(other.map_or(id, |(run, _)| run)));
         }
     }
+    let facts = BindingFacts {
+        run: id,
+        plan_sha: r.plan_sha.to_string(),
+        approval_id: r.approval_id,
+        started_at,
+        resumes: r.resumes,
+        used: approval_use(&mut *tx, r.approval_id).await?,
+    };
+    let binding = match bind(&facts) {
+        Ok(b) => b,
+        Err(e) => return Ok(Opened::Refused(e)),
+    };
+    sqlx::query("UPDATE runs SET binding = $2 WHERE id = $1")
+        .bind(id)
+        .bind(binding)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
-    Ok(Some(id))
+    Ok(Opened::Run(id))
+}
+
+/// The recorded use of `approval`: the run that consumed it and when.
+///
+/// # Errors
+/// Database errors.
+pub async fn approval_use(
+    db: impl PgExecutor<'_>,
+    approval: Uuid,
+) -> Result<Option<(Uuid, DateTime<Utc>)>> {
+    sqlx::query_as("SELECT run_id, used_at FROM approval_uses WHERE approval_id = $1")
+        .bind(approval)
+        .fetch_optional(db)
+        .await
+}
+
+/// What a run's binding is checked against besides [`RunRow`]: the
+/// binding stored with it (its JSON) and the run it resumes.
+#[derive(Debug, Clone, FromRow)]
+pub struct BoundRow {
+    /// The binding, if it has one (runs from before bindings have none).
+    pub binding: Option<serde_json::Value>,
+    /// The run it resumes, if any.
+    pub resumes: Option<Uuid>,
+}
+
+/// The binding and `resumes` of run `run`.
+///
+/// # Errors
+/// Database errors.
+pub async fn bound_row(pool: &PgPool, run: Uuid) -> Result<Option<BoundRow>> {
+    sqlx::query_as("SELECT binding, resumes FROM runs WHERE id = $1")
+        .bind(run)
+        .fetch_optional(pool)
+        .await
+}
+
+/// The runs that name `approval`, oldest first: (id, the run it resumes,
+/// start).
+///
+/// # Errors
+/// Database errors.
+pub async fn runs_of_approval(
+    pool: &PgPool,
+    approval: Uuid,
+) -> Result<Vec<(Uuid, Option<Uuid>, DateTime<Utc>)>> {
+    sqlx::query_as(
+        "SELECT id, resumes, started_at FROM runs WHERE approval_id = $1 ORDER BY started_at",
+    )
+    .bind(approval)
+    .fetch_all(pool)
+    .await
 }
 
 /// A run row as `report` and resume read it.

@@ -62,7 +62,7 @@ use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::forge::Forge;
 use crate::ledger::items::ItemEnd;
-use crate::ledger::{approvals, items, runs};
+use crate::ledger::{items, runs};
 use crate::limit;
 use crate::outcome::{Event, RunKind, RunStatus};
 use crate::plan::Plan;
@@ -540,7 +540,9 @@ async fn open_run(
     resume: Option<&runs::RunRow>,
 ) -> Result<Uuid, Error> {
     let pool = &night.pool;
-    let Some(run_id) = runs::create_run(
+    // The run is bound to its approval, signed, as it is created
+    // (docs/contract.md#the-runs-binding).
+    let opened = runs::create_run(
         pool,
         &runs::NewRun {
             repo: &night.repo_id,
@@ -553,22 +555,23 @@ async fn open_run(
             timezone: night.tz.name(),
             agents_as_root: night.run_as.is_none() && nix::unistd::geteuid().is_root(),
         },
+        |facts| crate::approval::binding::bind(approval, facts),
     )
-    .await?
-    else {
-        let run = night
-            .db(|| approvals::approval_used_by(&night.pool, approval.id))
-            .await?
-            .unwrap_or_default();
-        return Err(Refusal::Used {
-            sha: approval
-                .plan_sha
-                .clone()
-                .or(approval.contract_sha.clone())
-                .unwrap_or_default(),
-            run,
+    .await?;
+    let run_id = match opened {
+        runs::Opened::Run(id) => id,
+        runs::Opened::Refused(refusal) => return Err(refusal.into()),
+        runs::Opened::Used(run) => {
+            return Err(Refusal::Used {
+                sha: approval
+                    .plan_sha
+                    .clone()
+                    .or(approval.contract_sha.clone())
+                    .unwrap_or_default(),
+                run,
+            }
+            .into());
         }
-        .into());
     };
     let started = json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline, "jobs": night.config.jobs});
     record::Record::run(night, run_id)

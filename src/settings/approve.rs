@@ -9,7 +9,7 @@ use chrono::Utc;
 use crate::approval;
 use crate::error::Result;
 use crate::ledger::runs::RunRow;
-use crate::ledger::{events, plans, runs};
+use crate::ledger::{events, runs};
 use crate::outcome::{Event, RunStatus};
 use crate::plan::Plan;
 use crate::run::Selection;
@@ -39,26 +39,33 @@ pub async fn approve(
     held: &Held,
 ) -> Result<std::result::Result<Approved, approval::Refusal>> {
     let pool = held.pool();
-    if req.approve.is_none()
-        && matches!(req.selection, Selection::All)
-        && let Some((r, a, shas)) =
-            crashed_run_to_resume(pool, &held.repo_id, &req.plan, req.now).await?
-    {
-        let how = if r.status == RunStatus::StoppedSignal {
-            "stopped"
-        } else {
-            RunStatus::Crashed.as_str()
-        };
-        eprintln!(
-            "resuming {how} run {} under its approval (given {})",
-            r.id,
-            a.created_at.with_timezone(&req.tz).format("%H:%M %Z")
-        );
-        return Ok(Ok(Approved {
-            approval: a,
-            contracts: shas,
-            resume: Some(r),
-        }));
+    // A crashed run whose binding does not verify is not resumed: a fresh
+    // approval may still start a new run; without one, the refusal names
+    // what did not verify (docs/contract.md#the-runs-binding).
+    let mut unverified = None;
+    if req.approve.is_none() && matches!(req.selection, Selection::All) {
+        match crashed_run_to_resume(pool, &held.repo_id, &req.plan, req.now).await? {
+            Resumable::Run(found) => {
+                let (r, a, shas) = *found;
+                let how = if r.status == RunStatus::StoppedSignal {
+                    "stopped"
+                } else {
+                    RunStatus::Crashed.as_str()
+                };
+                eprintln!(
+                    "resuming {how} run {} under its approval (given {})",
+                    r.id,
+                    a.created_at.with_timezone(&req.tz).format("%H:%M %Z")
+                );
+                return Ok(Ok(Approved {
+                    approval: a,
+                    contracts: shas,
+                    resume: Some(r),
+                }));
+            }
+            Resumable::Unverified(refusal) => unverified = Some(refusal),
+            Resumable::None => {}
+        }
     }
     if let Selection::Pr(n) = req.selection
         && let Some((approval, contracts)) = card_approval(
@@ -86,11 +93,19 @@ pub async fn approve(
         req.now,
     )
     .await?;
-    Ok(found.map(|(approval, contracts)| Approved {
-        approval,
-        contracts,
-        resume: None,
-    }))
+    match (found, unverified) {
+        (Ok((approval, contracts)), unverified) => {
+            if let Some(refusal) = unverified {
+                eprintln!("warning: not resumed: {refusal}");
+            }
+            Ok(Ok(Approved {
+                approval,
+                contracts,
+                resume: None,
+            }))
+        }
+        (Err(_), Some(refusal)) | (Err(refusal), None) => Ok(Err(refusal)),
+    }
 }
 
 /// Records a refused run (`reason`): a `refused` event, and `not_approved`
@@ -119,36 +134,43 @@ pub async fn record_refusal(req: &Request, held: &Held, reason: &str) -> Result<
     Ok(())
 }
 
-/// The newest crashed, not yet resumed run whose plan approval may still be
-/// resumed (younger than 24 h, docs/contract.md#resume) and shares contracts with the
-/// snapshot: the run, its approval and the approved contract SHAs.
+/// What the newest crashed or stopped run offers a drain.
+enum Resumable {
+    /// The run, its approval and the approved contract SHAs: resume it.
+    Run(Box<(RunRow, approval::Approval, Vec<String>)>),
+    /// Its binding does not verify: it is not resumed.
+    Unverified(approval::Refusal),
+    /// Nothing to resume (none, its approval is too old to resume under,
+    /// or it shares no contract with the snapshot).
+    None,
+}
+
+/// The newest crashed, not yet resumed run, checked as every host that
+/// resumes a run checks it ([`approval::binding::verify`]), whose plan
+/// approval may still be resumed (younger than 24 h, docs/contract.md#resume)
+/// and shares contracts with the snapshot.
 async fn crashed_run_to_resume(
     pool: &sqlx::PgPool,
     repo: &str,
     plan: &Plan,
     now: chrono::DateTime<Utc>,
-) -> sqlx::Result<Option<(RunRow, approval::Approval, Vec<String>)>> {
+) -> sqlx::Result<Resumable> {
     let Some(r) = runs::resumable_run(pool, repo).await? else {
-        return Ok(None);
+        return Ok(Resumable::None);
     };
-    let Some(aid) = r.approval_id else {
-        return Ok(None);
+    let verified = match approval::binding::verify(pool, &r).await? {
+        Ok(v) => v,
+        Err(refusal) => return Ok(Resumable::Unverified(refusal)),
     };
-    let Some(a) = approval::by_id(pool, aid).await? else {
-        return Ok(None);
-    };
-    let Some(plan_sha) = a
-        .plan_sha
-        .as_deref()
-        .filter(|_| approval::may_resume(&a, now))
-    else {
-        return Ok(None);
-    };
-    let shas = plans::plan_contracts(pool, plan_sha).await?;
-    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
-        return Ok(None);
+    let a = verified.approval;
+    if a.plan_sha.is_none() || !approval::may_resume(&a, now) {
+        return Ok(Resumable::None);
     }
-    Ok(Some((r, a, shas)))
+    let shas = verified.contracts;
+    if !plan.entries.iter().any(|e| shas.contains(&e.contract_sha)) {
+        return Ok(Resumable::None);
+    }
+    Ok(Resumable::Run(Box::new((r, a, shas))))
 }
 
 /// For `run '#N'`: a valid, unused approval of that PR's card (`nightshift

@@ -123,48 +123,31 @@ async fn live_run(ledger: &ledger_mod::Ledger, repo_id: &str, repo: &Path) -> Re
 }
 
 /// The contracts of `stored` (the run's plan) that the run's approval
-/// covers, checked as `drain` checks an approval (docs/workers.md): the
-/// approval row exists, carries a valid signature by this host's copy of
-/// the approval key, and names a plan whose stored contracts hash to it (or
-/// one contract). A run or plan rewritten in the ledger runs nothing.
+/// covers, once the run verifies as every host that joins it checks it
+/// (docs/workers.md, docs/contract.md#the-runs-binding): its signed binding
+/// matches the run, its approval is signed by this host's copy of the
+/// approval key, was unexpired at the run's start and was used by this run
+/// alone, and the approved plan's contracts hash to it. A run, approval or
+/// plan rewritten in the ledger runs nothing.
 ///
 /// # Errors
-/// Refused (exit 3) saying what failed and, for the key, how to copy it;
-/// database errors.
+/// Refused (exit 3) naming what did not verify and, for the key, how to
+/// copy it; database errors.
 async fn run_approval(
     pool: &sqlx::PgPool,
     run: &RunRow,
     stored: &[(String, Option<serde_json::Value>)],
 ) -> Result<Vec<String>> {
     install_approval_key()?;
-    let refuse = |why: String| Error::refused(format!("run {}: {why}; nothing was run", run.id));
-    let id = run
-        .approval_id
-        .ok_or_else(|| refuse("it has no approval".into()))?;
-    let a = approval::by_id(pool, id)
-        .await?
-        .ok_or_else(|| refuse("its approval is not in the ledger".into()))?;
-    let key = approval::key_path(&data_dir());
-    approval::check_signed(&a).map_err(|e| {
-        refuse(format!(
-            "{e}. A worker checks the run's approval with the approving host's key: copy its {} to {} (mode 0600)",
+    if !approval::key_installed() {
+        return Err(Error::refused(format!(
+            "run {}: this host has no approval key to check the run's approval with; a worker checks it with the approving host's key: copy its {} to {} (mode 0600); nothing was run",
+            run.id,
             approval::KEY_FILE,
-            key.display()
-        ))
-    })?;
-    let covered = match (&a.plan_sha, &a.contract_sha) {
-        (Some(plan), _) => {
-            let shas = plans::plan_contracts(pool, plan).await?;
-            if Plan::sha_of(shas.iter().map(String::as_str)) != *plan {
-                return Err(refuse(format!(
-                    "the contracts of its approved plan {plan} in the ledger do not hash to it"
-                )));
-            }
-            shas
-        }
-        (None, Some(contract)) => vec![contract.clone()],
-        (None, None) => return Err(refuse("its approval names no plan or contract".into())),
-    };
+            approval::key_path(&data_dir()).display()
+        )));
+    }
+    let covered = approval::binding::verify(pool, run).await??.contracts;
     Ok(stored
         .iter()
         .map(|(sha, _)| sha.clone())

@@ -21,6 +21,7 @@ mod fakes_codex;
 
 mod agent_claude;
 mod agent_codex;
+mod approval_bind;
 mod attack;
 mod backlog;
 mod build_output;

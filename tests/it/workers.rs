@@ -57,7 +57,7 @@ async fn world(n: usize, work_secs: u32, extra: &str) -> (Fixture, FakeGitHub) {
 
 /// A second clone of the fixture's remote with its own data directory
 /// (`dataB`) and the same config: another host.
-fn second_host(f: &Fixture) -> (PathBuf, PathBuf) {
+pub(crate) fn second_host(f: &Fixture) -> (PathBuf, PathBuf) {
     let clone = f.dir.path().join("hostB");
     let data = f.dir.path().join("dataB");
     std::fs::create_dir_all(&data).unwrap();
@@ -83,7 +83,7 @@ fn second_host(f: &Fixture) -> (PathBuf, PathBuf) {
 
 /// Copies the approving host's approval key to the second host's data
 /// directory, as docs/workers.md tells a user to.
-fn share_key(f: &Fixture, data: &Path) {
+pub(crate) fn share_key(f: &Fixture, data: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let to = data.join("approval.key");
     std::fs::copy(f.data.join("approval.key"), &to).expect("the approval key exists");
@@ -91,7 +91,7 @@ fn share_key(f: &Fixture, data: &Path) {
 }
 
 /// `nightshift worker` on the second host, run to its end (no key copied).
-fn run_worker(f: &Fixture, clone: &Path, data: &Path) -> std::process::Output {
+pub(crate) fn run_worker(f: &Fixture, clone: &Path, data: &Path) -> std::process::Output {
     f.cmd()
         .current_dir(clone)
         .env("NIGHTSHIFT_DATA_DIR", data)
