@@ -53,13 +53,16 @@ pub(crate) async fn report(
         items,
         slept,
         tended,
+        foreign_refs,
     } = view;
+    let foreign = crate::report::foreign_refs_section(&foreign_refs);
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
             let mut v = crate::report::to_json_with(&row, &items, Some(&totals));
             v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
+            v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {
@@ -70,6 +73,9 @@ pub(crate) async fn report(
             let section = crate::tend::report_section(&tended);
             if !section.is_empty() {
                 println!("\n```text\n{}```", section.replace("```", "'''"));
+            }
+            if !foreign.is_empty() {
+                println!("\n```text\n{}```", foreign.replace("```", "'''"));
             }
             if !not_started.is_empty() {
                 println!(
@@ -90,6 +96,9 @@ pub(crate) async fn report(
             let section = crate::tend::report_section(&tended);
             if !section.is_empty() {
                 print!("\n{}", crate::secret::redact_known(&section));
+            }
+            if !foreign.is_empty() {
+                print!("\n{foreign}");
             }
             print_text_tail(row.id, &not_started);
         }

@@ -386,8 +386,11 @@ fn exit_as(status: Option<libc::c_int>) -> ! {
 
 /// The monotonic clock in nanoseconds.
 fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a local timespec filled by clock_gettime.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
     let sub = u64::try_from(ts.tv_nsec).unwrap_or(0);

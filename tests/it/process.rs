@@ -942,6 +942,7 @@ fn nothing_of_a_call_outlives_its_runner_killed_by_sigkill() {
 /// supervisor stays root, out of the agent's reach, and still ends it.
 #[test]
 fn nothing_of_a_call_as_another_user_outlives_its_runner() {
+    // SAFETY: geteuid cannot fail and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: agent_user needs root");
         return;
