@@ -55,7 +55,7 @@ pub(crate) async fn report(
         tended,
         foreign_refs,
     } = view;
-    let foreign = crate::report::foreign_refs_section(&foreign_refs);
+    let sections = after_table(&tended, &foreign_refs);
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
@@ -70,12 +70,8 @@ pub(crate) async fn report(
                 "{}",
                 crate::report::to_markdown(&row, &items, slept, show_body, now)
             );
-            let section = crate::tend::report_section(&tended);
-            if !section.is_empty() {
+            for section in &sections {
                 println!("\n```text\n{}```", section.replace("```", "'''"));
-            }
-            if !foreign.is_empty() {
-                println!("\n```text\n{}```", foreign.replace("```", "'''"));
             }
             if !not_started.is_empty() {
                 println!(
@@ -93,17 +89,28 @@ pub(crate) async fn report(
                 "{}",
                 crate::report::to_text_at(&row, &items, slept, show_body, now)
             );
-            let section = crate::tend::report_section(&tended);
-            if !section.is_empty() {
-                print!("\n{}", crate::secret::redact_known(&section));
-            }
-            if !foreign.is_empty() {
-                print!("\n{foreign}");
+            for section in &sections {
+                print!("\n{}", crate::secret::redact_known(section));
             }
             print_text_tail(row.id, &not_started);
         }
     }
     Ok(())
+}
+
+/// The text sections after the report's table, those with something to
+/// say: the tended PRs, the refs nightshift did not push.
+fn after_table(
+    tended: &[crate::tend::Tended],
+    foreign_refs: &[crate::user_repo::foreign::ForeignRef],
+) -> Vec<String> {
+    [
+        crate::tend::report_section(tended),
+        crate::report::foreign_refs_section(foreign_refs),
+    ]
+    .into_iter()
+    .filter(|s| !s.is_empty())
+    .collect()
 }
 
 /// The repository, the ledger and the run `--run` names (a full id or a
