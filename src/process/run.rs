@@ -128,10 +128,11 @@ enum Ended {
     OverCap,
 }
 
-/// Runs `cmd` inside its `tracing` span: spawns it in its own process
-/// group, streams its output, waits for its exit, the timeout, `cancel` or
-/// the output cap (stopping the group when it did not exit), sweeps escaped
-/// descendants and gathers the [`Outcome`].
+/// Runs `cmd` inside its `tracing` span: spawns it under its supervisor,
+/// streams its output, waits for its exit (the supervisor's, which ends
+/// what the call left first), the timeout, `cancel` or the output cap
+/// (asking the supervisor to stop the call when it did not exit) and
+/// gathers the [`Outcome`].
 async fn run_in_span(
     mut cmd: Command,
     cancel: &CancellationToken,
@@ -325,7 +326,9 @@ fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
         // Agents read and write UTF-8; C.UTF-8 is built into musl and glibc >= 2.35.
         command.env("LANG", "C.UTF-8");
     }
-    if let Some(dir) = &cmd.cwd {
+    // As another account the call enters its directory itself, after the
+    // switch (`Plan::cwd`).
+    if let Some(dir) = cmd.cwd.as_ref().filter(|_| cmd.run_as.is_none()) {
         command.current_dir(dir);
     }
     if let Some(account) = &cmd.run_as {
@@ -340,6 +343,9 @@ fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
         grace: cmd.grace,
         sweep_escaped: cmd.sweep_escaped,
         run_as: cmd.run_as.as_ref().map(|a| (a.uid, a.gid)),
+        cwd: (cmd.cwd.as_ref())
+            .filter(|_| cmd.run_as.is_some())
+            .and_then(|d| std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).ok()),
     };
     // SAFETY: `split` runs between fork and exec and keeps to
     // async-signal-safe system calls on copied values (supervisor.rs).

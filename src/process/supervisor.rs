@@ -57,9 +57,9 @@ pub(super) const BACKSTOP_SLACK: Duration = Duration::from_secs(5);
 /// exits (a process in uninterruptible sleep cannot die yet).
 const KILL_FOR: Duration = Duration::from_secs(5);
 
-/// What the supervisor of one call needs; copied into the child before the
-/// fork, because nothing may be allocated after it.
-#[derive(Debug, Clone, Copy)]
+/// What the supervisor of one call needs; built before the fork, because
+/// nothing may be allocated after it.
+#[derive(Debug, Clone)]
 pub(super) struct Plan {
     /// nightshift's pid: the supervisor's parent while the runner lives.
     pub runner: libc::pid_t,
@@ -74,6 +74,10 @@ pub(super) struct Plan {
     /// uid and gid the call runs as (`agent_user`); the supervisor stays
     /// root, so the agent can neither signal nor trace it.
     pub run_as: Option<(u32, u32)>,
+    /// With `run_as`: the working directory, entered by the call after the
+    /// switch, so that a directory the account cannot reach fails the spawn
+    /// (without `run_as` the spawn enters it before the fork).
+    pub cwd: Option<std::ffi::CString>,
 }
 
 /// Runs in the spawned child before exec (`pre_exec`): forks the call,
@@ -88,8 +92,20 @@ pub(super) fn split(plan: &Plan) -> io::Result<()> {
     unsafe {
         let me = libc::getpid();
         // Before the fork, so no orphan of the call can slip past it.
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        libc::prctl(libc::PR_SET_PDEATHSIG, PARENT_GONE, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_CHILD_SUBREAPER,
+            ulong(1),
+            ulong(0),
+            ulong(0),
+            ulong(0),
+        );
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            ulong(PARENT_GONE),
+            ulong(0),
+            ulong(0),
+            ulong(0),
+        );
         if libc::getppid() != plan.runner {
             // The runner died before the prctl: start nothing.
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
@@ -121,13 +137,30 @@ fn become_call(plan: &Plan, supervisor: libc::pid_t) -> io::Result<()> {
                 return Err(io::Error::last_os_error());
             }
         }
+        if let Some(dir) = &plan.cwd
+            && libc::chdir(dir.as_ptr()) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
         // After the switch: a change of credentials clears it.
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            ulong(libc::SIGKILL),
+            ulong(0),
+            ulong(0),
+            ulong(0),
+        );
         if libc::getppid() != supervisor {
             libc::_exit(127);
         }
     }
     Ok(())
+}
+
+/// `prctl`'s arguments are `unsigned long`: a bare `int` through its
+/// variadic signature would leave the upper bits to chance.
+fn ulong(v: libc::c_int) -> libc::c_ulong {
+    libc::c_ulong::try_from(v).unwrap_or(0)
 }
 
 /// Blocks (`SIG_BLOCK`) or unblocks the signals the supervisor waits for.
@@ -156,13 +189,19 @@ pub(super) enum Phase {
 
 /// The supervisor's loop; exits as the call did.
 fn supervise(call: libc::pid_t, plan: &Plan) -> ! {
-    // SAFETY: raw system calls on this process only.
+    // SAFETY: raw system calls on this process only; the name is a
+    // NUL-terminated static string of at most 16 bytes.
     unsafe {
         quiet_fds();
+        // For `ps`: a fork of nightshift keeps the name of its thread.
+        libc::prctl(libc::PR_SET_NAME, c"nightshift-call".as_ptr());
         // Both sides set the group, so no signal can miss it.
         libc::setpgid(call, call);
     }
-    let backstop = plan.timeout + plan.grace + BACKSTOP_SLACK;
+    // Saturating: a panic here, after the fork, would abort the supervisor.
+    let backstop = (plan.timeout)
+        .saturating_add(plan.grace)
+        .saturating_add(BACKSTOP_SLACK);
     let deadline = now_ns().saturating_add(nanos(backstop));
     let mut status: Option<libc::c_int> = None;
     let mut phase = Phase::Running;

@@ -244,6 +244,7 @@ mod supervisor_phases {
             grace: Duration::from_secs(2),
             sweep_escaped: true,
             run_as: None,
+            cwd: None,
         }
     }
 
