@@ -259,9 +259,7 @@ async fn a_killed_worker_s_item_is_taken_over_after_its_lease() {
     }
     worker.kill().unwrap();
     let _ = worker.wait();
-    // Its agent, in a process group of its own, is left to the OS; end it.
-    let agent = std::fs::read_to_string(&slow).unwrap();
-    let _ = Command::new("kill").arg(agent.trim()).status();
+    // Its agent dies with it (its call's supervisor ends it; tests/it/reap.rs).
     let d = finish(drain, "drain");
     assert_eq!(d.status.code(), Some(0), "{}", text(&d));
     assert_eq!(gh.prs().len(), 2, "one PR per item");
