@@ -1,7 +1,6 @@
 //! The `nightshift` binary: scrubs secrets from its own environment before
 //! any thread exists and closes its /proc files and memory to other
-//! processes of its user (docs/agents.md), becomes a child subreaper so escaped
-//! agent descendants can be swept, then runs the CLI.
+//! processes of its user (docs/agents.md), then runs the CLI.
 
 /// Variables that may hold the ledger's URL or password (docs/ledger.md). Agents
 /// running as the same user can read `/proc/<nightshift>/environ`, so their
@@ -48,6 +47,5 @@ fn main() -> std::process::ExitCode {
     // Scrubbing the environment hides nothing from an agent that reads our
     // memory through /proc/<pid>/mem: close both to processes of our user.
     let _ = nightshift::process::become_undumpable();
-    let _ = nightshift::process::become_subreaper();
     nightshift::cli::main(nightshift::cli::Startup { removed })
 }

@@ -82,6 +82,9 @@ pub struct Summary {
     pub slept_seconds: i64,
     /// The HTML report of the run, when one was written.
     pub report: Option<String>,
+    /// `nightshift/` branches on the remote whose head nightshift did not
+    /// push, one line each, for a person to look at (docs/security.md#processes).
+    pub foreign_refs: Vec<String>,
 }
 
 impl Summary {
@@ -121,6 +124,12 @@ impl Summary {
             "cost ${:.2} · {} tokens · slept {}s",
             self.cost_usd, self.tokens, self.slept_seconds
         ));
+        for f in &self.foreign_refs {
+            lines.push(format!(
+                "• :warning: a ref nightshift did not push: {}",
+                slack_escape(f)
+            ));
+        }
         if let Some(r) = &self.report {
             lines.push(format!("report: {}", slack_escape(r)));
         }
@@ -298,6 +307,7 @@ pub fn sample(repo: &str) -> Summary {
         tokens: 45678,
         slept_seconds: 0,
         report: None,
+        foreign_refs: Vec::new(),
     }
 }
 
@@ -343,6 +353,7 @@ impl Summary {
             tokens: items.iter().map(|i| i.facts.tokens as i64).sum(),
             slept_seconds,
             report,
+            foreign_refs: Vec::new(),
         }
     }
 }

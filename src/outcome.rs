@@ -366,6 +366,9 @@ text_set! {
         NotApproved => "not_approved",
         /// An end-of-run notification could not be delivered.
         NotifyFailed => "notify_failed",
+        /// A `nightshift/` branch on the remote whose head nightshift did
+        /// not push (docs/security.md#processes): a finding for a person.
+        ForeignRef => "foreign_ref",
         /// A tended PR's requests or commands by authors who may not steer
         /// it were left out (docs/security.md "Who may steer a PR").
         TendIgnored => "tend_ignored",

@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub mod foreign;
 mod watch;
 use watch::Pruned;
 pub use watch::Watch;

@@ -31,6 +31,9 @@ pub struct RunView {
     pub slept: i64,
     /// Yesterday's PRs it tended (docs/github.md "The second night").
     pub tended: Vec<Tended>,
+    /// `nightshift/` branches on the remote whose head nightshift did not
+    /// push, as the run found them (docs/security.md#processes).
+    pub foreign_refs: Vec<crate::user_repo::foreign::ForeignRef>,
 }
 
 impl RunView {
@@ -42,11 +45,17 @@ impl RunView {
         let items = items::run_items(pool, run.id).await?;
         let slept = limits::slept_seconds(pool, run.id).await?;
         let tended = crate::tend::tended_items(pool, run.id).await?;
+        let foreign = crate::outcome::Event::ForeignRef.as_str();
+        let foreign_refs = (crate::ledger::events::of_kind_in_run(pool, run.id, foreign).await?)
+            .iter()
+            .filter_map(crate::user_repo::foreign::ForeignRef::from_json)
+            .collect();
         Ok(RunView {
             run,
             items,
             slept,
             tended,
+            foreign_refs,
         })
     }
 

@@ -249,6 +249,10 @@ async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEn
         if !section.is_empty() {
             let _ = write!(out, "\n{}", crate::secret::redact_known(&section));
         }
+        let foreign = crate::report::foreign_refs_section(&view.foreign_refs);
+        if !foreign.is_empty() {
+            let _ = write!(out, "\n{foreign}");
+        }
         if let Some(log) = progress::RUN_LOG.get() {
             let _ = writeln!(out, "log: {}", log.display());
         }

@@ -53,13 +53,16 @@ pub(crate) async fn report(
         items,
         slept,
         tended,
+        foreign_refs,
     } = view;
+    let sections = after_table(&tended, &foreign_refs);
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
             let mut v = crate::report::to_json_with(&row, &items, Some(&totals));
             v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
+            v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {
@@ -67,8 +70,7 @@ pub(crate) async fn report(
                 "{}",
                 crate::report::to_markdown(&row, &items, slept, show_body, now)
             );
-            let section = crate::tend::report_section(&tended);
-            if !section.is_empty() {
+            for section in &sections {
                 println!("\n```text\n{}```", section.replace("```", "'''"));
             }
             if !not_started.is_empty() {
@@ -87,14 +89,28 @@ pub(crate) async fn report(
                 "{}",
                 crate::report::to_text_at(&row, &items, slept, show_body, now)
             );
-            let section = crate::tend::report_section(&tended);
-            if !section.is_empty() {
-                print!("\n{}", crate::secret::redact_known(&section));
+            for section in &sections {
+                print!("\n{}", crate::secret::redact_known(section));
             }
             print_text_tail(row.id, &not_started);
         }
     }
     Ok(())
+}
+
+/// The text sections after the report's table, those with something to
+/// say: the tended PRs, the refs nightshift did not push.
+fn after_table(
+    tended: &[crate::tend::Tended],
+    foreign_refs: &[crate::user_repo::foreign::ForeignRef],
+) -> Vec<String> {
+    [
+        crate::tend::report_section(tended),
+        crate::report::foreign_refs_section(foreign_refs),
+    ]
+    .into_iter()
+    .filter(|s| !s.is_empty())
+    .collect()
 }
 
 /// The repository, the ledger and the run `--run` names (a full id or a

@@ -192,6 +192,20 @@ pub async fn open_prs(pool: &PgPool, repo: &str) -> Result<Vec<TendRow>> {
         .await
 }
 
+/// Every branch nightshift pushed in `repo`, any night, with the head it
+/// last pushed there (`None` when unrecorded: an old ledger, or a head that
+/// could not be read after the push); a branch pushed for several items
+/// appears once per row.
+///
+/// # Errors
+/// Database errors.
+pub async fn pushed_heads(pool: &PgPool, repo: &str) -> Result<Vec<(String, Option<String>)>> {
+    sqlx::query_as("SELECT branch, head_sha FROM pull_requests WHERE repo = $1 ORDER BY branch")
+        .bind(repo)
+        .fetch_all(pool)
+        .await
+}
+
 /// Records `sha` as the head nightshift pushed to an item's `branch`, now:
 /// called right after each successful push (a first push or a tend), so the
 /// next night can tell a person's push from its own.

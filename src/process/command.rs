@@ -25,9 +25,10 @@ pub const DEFAULT_TAIL_BYTES: usize = 16 * 1024;
 /// longer lines are cut to this length (the file still has them whole).
 pub const DEFAULT_LINE_MAX: usize = 4 * 1024 * 1024;
 
-/// The variable that tags every descendant of one call (its value is unique
-/// per call), so that descendants which left the process group with
-/// `setsid` are still found in `/proc/PID/environ` and swept.
+/// The variable that tags every process of one call (its value is unique
+/// per call), so that a person or a test can tell a call's processes in
+/// `/proc/PID/environ`. Ending them is the call's supervisor's work
+/// (docs/security.md#processes), which needs no tag.
 pub const CALL_MARKER_VAR: &str = "NIGHTSHIFT_CALL_ID";
 
 /// An unprivileged account to run the child as (config `agent_user`,
@@ -271,10 +272,11 @@ impl Command {
         self
     }
 
-    /// Whether descendants that left the process group (found by
-    /// [`CALL_MARKER_VAR`]) are killed after the child exits (default true).
+    /// Whether descendants that left the process group (reparented to the
+    /// call's supervisor) are killed after the child exits (default true).
     /// Turn it off only for a command whose job is to start a daemon that
-    /// must outlive it, such as `pg_ctl start`.
+    /// must outlive it, such as `pg_ctl start`. Either way everything of
+    /// the call is killed if nightshift dies before the child exits.
     pub fn sweep_escaped(mut self, sweep: bool) -> Command {
         self.sweep_escaped = sweep;
         self

@@ -1,15 +1,17 @@
-//! The runners: [`run`] (async) and [`run_blocking`] spawn a [`Command`] in its
-//! own process group, wait with a timeout and cancellation, stop the group
-//! (SIGTERM, grace, SIGKILL) and sweep what it left.
+//! The runners: [`run`] (async) and [`run_blocking`] spawn a [`Command`]
+//! under its own supervisor (`supervisor.rs`), wait with a timeout and
+//! cancellation, and ask the supervisor to stop the call (SIGTERM, grace,
+//! SIGKILL to everything the call started).
 //!
-//! Not for reading the output (`stream`) or the kill guard's bookkeeping (`guard`).
+//! Not for reading the output (`stream`) or what the supervisor does after
+//! the fork (`supervisor`).
 
 use super::command::{CALL_MARKER_VAR, Command};
 use super::error::ProcessError;
 use super::guard::KillGuard;
 use super::outcome::Outcome;
-use super::procs;
 use super::stream::{OutputBudget, Streams};
+use super::supervisor::{self, BACKSTOP_SLACK, KILL_NOW, Plan, STOP};
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -34,38 +36,26 @@ pub fn become_undumpable() -> io::Result<()> {
     nix::sys::prctl::set_dumpable(false).map_err(io::Error::from)
 }
 
-/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`), so that
-/// descendants orphaned by their parent (a daemonising `setsid … &`) are
-/// reparented to nightshift instead of init, where [`run`] can find and reap
-/// them. Call once at start-up; calling again is harmless.
-///
-/// # Errors
-/// The `prctl` error (only on kernels older than 3.4).
-pub fn become_subreaper() -> io::Result<()> {
-    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
-}
-
 /// Runs `cmd` to completion, timeout or cancellation and reports how it
 /// ended (docs/agents.md).
 ///
-/// - Spawned with `process_group(0)`, a cleared environment plus the map,
-///   `GIT_TERMINAL_PROMPT=0`, `LANG=C.UTF-8` if unset, and a unique
-///   [`CALL_MARKER_VAR`]; stdin null unless bytes were given.
+/// - Spawned under a supervisor of its own (docs/security.md#processes):
+///   the supervisor is the child nightshift waits for, the program runs
+///   below it in a process group of its own, with a cleared environment
+///   plus the map, `GIT_TERMINAL_PROMPT=0`, `LANG=C.UTF-8` if unset, and a
+///   unique [`CALL_MARKER_VAR`]; stdin null unless bytes were given.
 /// - stdout and stderr are read from the start (a full pipe would block the
 ///   child) and streamed through the redactor into the files.
-/// - On timeout or cancellation: SIGTERM to the group, the grace period,
-///   SIGKILL to the group, reap.
-/// - After the child is gone, in every case, its leftovers are swept: the
-///   process group, every process whose `/proc/PID/environ` carries this
-///   call's marker (descendants that left the group with `setsid`), and
-///   every child reparented to us (see [`become_subreaper`]) since the call
-///   began from another session (a `setsid` daemon that cleared its
-///   environment), get SIGTERM, the grace period, SIGKILL. Zombies
-///   reparented to us are reaped. A descendant that left the group but not
-///   our session and cleared or overwrote its environment still escapes the
-///   sweep; its pipes are then abandoned after [`READER_LINGER`].
-/// - If the future is dropped before the end, the group and the marked
-///   processes get SIGKILL.
+/// - On timeout, cancellation or the output cap: the supervisor is asked to
+///   stop the call (SIGTERM to its processes, the grace, SIGKILL).
+/// - When the program exits, the supervisor ends what it left (its group
+///   and, with [`Command::sweep_escaped`], every descendant that left the
+///   group: as a child subreaper the supervisor inherits them) the same
+///   way, then exits with the program's status.
+/// - If nightshift dies (even by SIGKILL), or the future is dropped before
+///   the end, the supervisor kills every process of the call at once. A
+///   descendant that escapes the supervisor's subtree (started by another
+///   service) has its pipes abandoned after [`READER_LINGER`].
 ///
 /// # Errors
 /// [`ProcessError::OutputFile`] when an output file cannot be created,
@@ -138,10 +128,11 @@ enum Ended {
     OverCap,
 }
 
-/// Runs `cmd` inside its `tracing` span: spawns it in its own process
-/// group, streams its output, waits for its exit, the timeout, `cancel` or
-/// the output cap (stopping the group when it did not exit), sweeps escaped
-/// descendants and gathers the [`Outcome`].
+/// Runs `cmd` inside its `tracing` span: spawns it under its supervisor,
+/// streams its output, waits for its exit (the supervisor's, which ends
+/// what the call left first), the timeout, `cancel` or the output cap
+/// (asking the supervisor to stop the call when it did not exit) and
+/// gathers the [`Outcome`].
 async fn run_in_span(
     mut cmd: Command,
     cancel: &CancellationToken,
@@ -152,7 +143,7 @@ async fn run_in_span(
 
     let mut command = build_command(&cmd, &marker);
     let started = Instant::now();
-    let (mut child, pid, mut guard) = spawn_guarded(&mut command, &cmd, &marker)?;
+    let (mut child, pid, mut guard) = spawn_guarded(&mut command, &cmd)?;
     tracing::debug!(pid, "spawned");
 
     let budget = cmd.max_output.map(|max| {
@@ -189,7 +180,7 @@ async fn run_in_span(
     let (status, timed_out, cancelled) = ended.wait(&mut child).await?;
     let duration = started.elapsed();
 
-    guard.sweep(cmd.grace).await;
+    guard.reaped = status.is_some();
     drop(guard);
     let (stdout, stderr) = streams.finish(&stop_readers).await;
 
@@ -221,22 +212,16 @@ async fn run_in_span(
     Ok(outcome)
 }
 
-/// Spawns `command` (built from `cmd` with this call's `marker`) and the
-/// guard that kills its process group, and with [`Command::sweep_escaped`]
-/// its escaped descendants, when it is dropped. Returns the child, its pid
-/// and the guard.
+/// Spawns `command` (built from `cmd`) under its supervisor and the guard
+/// that tells the supervisor to kill the call when it is dropped. Returns
+/// the child (the supervisor), its pid and the guard.
 ///
 /// # Errors
 /// [`ProcessError`] when it cannot be started or was reaped at once.
 fn spawn_guarded(
     command: &mut tokio::process::Command,
     cmd: &Command,
-    marker: &str,
 ) -> Result<(tokio::process::Child, u32, KillGuard), ProcessError> {
-    // Our children now: a child of ours that is new after the call and left
-    // our session is one of its descendants, reparented to us (see
-    // `KillGuard::marked`).
-    let children_before = Some(procs::own_children(std::process::id() as i32));
     let child = command.spawn().map_err(|source| spawn_error(cmd, source))?;
     let Some(pid) = child.id() else {
         return Err(ProcessError::Wait {
@@ -246,14 +231,8 @@ fn spawn_guarded(
         });
     };
     let guard = KillGuard {
-        pgid: pid as i32,
-        marker: cmd.sweep_escaped.then(|| marker.to_string()),
-        children_before: if cmd.sweep_escaped {
-            children_before
-        } else {
-            None
-        },
-        swept: false,
+        supervisor: pid as i32,
+        reaped: false,
     };
     Ok((child, pid, guard))
 }
@@ -264,7 +243,7 @@ struct Waited<'a> {
     cancel: &'a CancellationToken,
     /// Fired when the output budget is spent.
     over_cap: &'a CancellationToken,
-    /// The child's process group.
+    /// The call's supervisor.
     guard: &'a KillGuard,
     /// The child's pid (for errors).
     pid: u32,
@@ -278,8 +257,8 @@ struct Waited<'a> {
 
 impl Waited<'_> {
     /// Waits for the child's exit, [`Command::timeout`], the cancel or the
-    /// output cap; a child that did not exit is stopped (its group sent
-    /// SIGTERM, SIGKILL after [`Command::grace`]). Returns (exit status,
+    /// output cap; a child that did not exit is stopped (its supervisor
+    /// asked to: SIGTERM, SIGKILL after [`Command::grace`]). Returns (exit status,
     /// timed out, cancelled).
     ///
     /// # Errors
@@ -307,7 +286,7 @@ impl Waited<'_> {
         tracing::info!(
             reason,
             grace_s = self.grace.as_secs_f64(),
-            "stopping the process group"
+            "stopping the call"
         );
         let status = stop_child(child, self.guard, self.grace)
             .await
@@ -321,7 +300,8 @@ impl Waited<'_> {
 }
 
 /// The tokio command for `cmd`: cleared environment plus the map and the
-/// pins, own process group, piped output.
+/// pins, piped output, forked under its supervisor before exec (which
+/// also switches to `run_as`).
 fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(&cmd.program);
     command
@@ -339,48 +319,62 @@ fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        // Its own group, so a timeout kills the agent and everything it
-        // started with one signal.
-        .process_group(0)
-        .kill_on_drop(true);
+        // The supervisor leads a group of its own, out of reach of signals
+        // sent to nightshift's; on drop the guard tells it to kill the call.
+        .process_group(0);
     if !cmd.env.contains_key("LANG") {
         // Agents read and write UTF-8; C.UTF-8 is built into musl and glibc >= 2.35.
         command.env("LANG", "C.UTF-8");
     }
-    if let Some(dir) = &cmd.cwd {
+    // As another account the call enters its directory itself, after the
+    // switch (`Plan::cwd`).
+    if let Some(dir) = cmd.cwd.as_ref().filter(|_| cmd.run_as.is_none()) {
         command.current_dir(dir);
     }
     if let Some(account) = &cmd.run_as {
         command
-            .uid(account.uid)
-            .gid(account.gid)
             .env("HOME", &account.home)
             .env("USER", &account.user)
             .env("LOGNAME", &account.user);
     }
-
+    let plan = Plan {
+        runner: std::process::id() as i32,
+        timeout: cmd.timeout,
+        grace: cmd.grace,
+        sweep_escaped: cmd.sweep_escaped,
+        run_as: cmd.run_as.as_ref().map(|a| (a.uid, a.gid)),
+        cwd: (cmd.cwd.as_ref())
+            .filter(|_| cmd.run_as.is_some())
+            .and_then(|d| std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).ok()),
+    };
+    // SAFETY: `split` runs between fork and exec and keeps to
+    // async-signal-safe system calls on copied values (supervisor.rs).
+    unsafe {
+        command.pre_exec(move || supervisor::split(&plan));
+    }
     command
 }
 
-/// SIGTERM to the group and marked descendants, `grace`, SIGKILL, reap.
-/// `None` when the child survived SIGKILL for 10 s (uninterruptible sleep);
-/// tokio reaps it later.
+/// Asks the supervisor to stop the call (SIGTERM, `grace`, SIGKILL) and
+/// waits for it to exit; after `grace` and [`BACKSTOP_SLACK`] asks it to
+/// kill now. `None` when it had not exited 10 s later (a process in
+/// uninterruptible sleep); tokio reaps it later.
 async fn stop_child(
     child: &mut tokio::process::Child,
     guard: &KillGuard,
     grace: Duration,
 ) -> io::Result<Option<ExitStatus>> {
-    guard.signal_all(libc::SIGTERM);
-    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+    guard.tell(STOP);
+    if let Ok(status) = tokio::time::timeout(grace + BACKSTOP_SLACK, child.wait()).await {
         return status.map(Some);
     }
-    guard.signal_all(libc::SIGKILL);
+    guard.tell(KILL_NOW);
     match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
         Ok(status) => status.map(Some),
         Err(_) => {
             tracing::warn!(
-                pgid = guard.pgid,
-                "child did not die within 10 s of SIGKILL"
+                supervisor = guard.supervisor,
+                "the call did not end within 10 s of SIGKILL"
             );
             Ok(None)
         }

@@ -2,7 +2,6 @@
 //! environment rules and the guard, called directly.
 
 use super::command::*;
-use super::procs;
 use super::stream::*;
 use std::sync::{Arc, Mutex};
 
@@ -230,9 +229,109 @@ fn shortened_json_lines_stay_json_whatever_their_strings_hold() {
     assert!(shortened > 100, "{shortened} of 300 lines were shortened");
 }
 
-#[test]
-fn stat_reads_own_process_fields() {
-    let me = procs::stat(std::process::id() as i32).expect("own stat");
-    assert!(me.state.is_ascii_uppercase());
-    assert!(me.ppid > 0 && me.pgrp > 0 && me.session >= 0);
+mod supervisor_phases {
+    //! The supervisor's decisions, without processes: what each tick's cues
+    //! move it to.
+    use super::super::supervisor::{Cues, Phase, Plan, next_phase};
+    use std::time::Duration;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn plan() -> Plan {
+        Plan {
+            runner: 1,
+            timeout: Duration::from_secs(60),
+            grace: Duration::from_secs(2),
+            sweep_escaped: true,
+            run_as: None,
+            cwd: None,
+        }
+    }
+
+    #[test]
+    fn a_running_call_with_nothing_new_keeps_running() {
+        let cues = Cues::default();
+        assert_eq!(
+            next_phase(Phase::Running, 10 * SEC, &plan(), cues),
+            Phase::Running
+        );
+        // Ended with nothing left: the loop exits; no phase change needed.
+        let ended = Cues {
+            ended: true,
+            ..Cues::default()
+        };
+        assert_eq!(
+            next_phase(Phase::Running, 10 * SEC, &plan(), ended),
+            Phase::Running
+        );
+    }
+
+    #[test]
+    fn the_runners_death_kills_at_once_from_any_phase() {
+        let orphaned = Cues {
+            orphaned: true,
+            ..Cues::default()
+        };
+        for phase in [Phase::Running, Phase::Terminating(20 * SEC)] {
+            assert_eq!(
+                next_phase(phase, 10 * SEC, &plan(), orphaned),
+                Phase::Killing(15 * SEC),
+                "{phase:?}"
+            );
+        }
+        // Already killing: its give-up instant does not move.
+        assert_eq!(
+            next_phase(Phase::Killing(12 * SEC), 11 * SEC, &plan(), orphaned),
+            Phase::Killing(12 * SEC)
+        );
+        let kill_now = Cues {
+            signal: libc::SIGUSR1,
+            ..Cues::default()
+        };
+        assert_eq!(
+            next_phase(Phase::Running, 10 * SEC, &plan(), kill_now),
+            Phase::Killing(15 * SEC)
+        );
+    }
+
+    #[test]
+    fn a_stop_the_backstop_or_leftovers_terminate_then_kill_after_the_grace() {
+        for cues in [
+            Cues {
+                signal: libc::SIGTERM,
+                ..Cues::default()
+            },
+            Cues {
+                late: true,
+                ..Cues::default()
+            },
+            Cues {
+                ended: true,
+                left: true,
+                ..Cues::default()
+            },
+        ] {
+            let term = next_phase(Phase::Running, 10 * SEC, &plan(), cues);
+            assert_eq!(term, Phase::Terminating(12 * SEC), "{cues:?}");
+            assert_eq!(next_phase(term, 11 * SEC, &plan(), Cues::default()), term);
+            assert_eq!(
+                next_phase(term, 12 * SEC, &plan(), Cues::default()),
+                Phase::Killing(17 * SEC)
+            );
+        }
+    }
+
+    #[test]
+    fn the_parent_death_signal_alone_decides_nothing() {
+        // SIGHUP is what PR_SET_PDEATHSIG sends, also when only the thread
+        // that spawned the call ended: only `orphaned` (getppid) counts.
+        let hup = Cues {
+            signal: libc::SIGHUP,
+            ..Cues::default()
+        };
+        assert_eq!(
+            next_phase(Phase::Running, SEC, &plan(), hup),
+            Phase::Running
+        );
+    }
 }

@@ -59,6 +59,23 @@ fn one_line(s: &str, max: usize) -> String {
     }
 }
 
+/// The report's section on `nightshift/` branches whose head nightshift
+/// did not push (docs/security.md#processes), or empty when there is none.
+/// Each line is [`ForeignRef::line`](crate::user_repo::foreign::ForeignRef::line):
+/// escaped and masked.
+pub fn foreign_refs_section(refs: &[crate::user_repo::foreign::ForeignRef]) -> String {
+    if refs.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "refs nightshift did not push (look at each: an agent that outlived its runner, or anyone else with the remote's credentials, pushed it during the night):\n",
+    );
+    for r in refs {
+        let _ = writeln!(s, "  {}", r.line());
+    }
+    s
+}
+
 /// `s` with every character that could move, hide or reorder what a
 /// person reads written out as an escape: C0 and C1 controls (`\n`, `\r`,
 /// `\t`, `\e` as `\u{1b}`), DEL, the line and paragraph separators

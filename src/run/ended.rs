@@ -5,6 +5,9 @@
 //! that) nor the run's own end row ([`super::drain`] writes it).
 
 use crate::error::Error;
+use crate::ledger::{events, prs};
+use crate::outcome::Event;
+use crate::user_repo::foreign::{self, ForeignRef};
 use crate::views::RunView;
 
 use super::Night;
@@ -20,6 +23,7 @@ pub async fn ended(night: &Night, run: uuid::Uuid) -> Result<RunView, Error> {
     let row = crate::views::run_row(&night.pool, &night.repo_id, Some(run))
         .await?
         .ok_or_else(|| Error::failed("the run vanished from the ledger"))?;
+    look_for_foreign_refs(night, run, None).await?;
     let view = RunView::of(&night.pool, row).await?;
     notify(night, &view).await;
     Ok(view)
@@ -38,7 +42,9 @@ async fn notify(night: &Night, view: &RunView) {
         return;
     }
     let report = write_page(night, run.id).await;
-    let summary = crate::notify::Summary::from_ledger(run, &night.repo_id, items, slept, report);
+    let mut summary =
+        crate::notify::Summary::from_ledger(run, &night.repo_id, items, slept, report);
+    summary.foreign_refs = view.foreign_refs.iter().map(ForeignRef::line).collect();
     let sent = crate::notify::deliver(
         targets,
         &summary,
@@ -76,4 +82,56 @@ async fn write_page(night: &Night, run: uuid::Uuid) -> Option<String> {
     std::fs::create_dir_all(path.parent()?).ok()?;
     std::fs::write(&path, crate::secret::redact_known(&timeline.to_html())).ok()?;
     Some(path.display().to_string())
+}
+
+/// Lists the remote's `nightshift/` branches and records each one whose
+/// head nightshift did not push (docs/security.md#processes) as a
+/// `foreign_ref` event of `run`, once per ref and head. `only`: just this
+/// branch (a takeover looking at a lost attempt's branch, while other
+/// workers may be between their own push and its ledger row). A remote
+/// that cannot be read is a warning, not an error.
+///
+/// # Errors
+/// Database errors.
+pub(super) async fn look_for_foreign_refs(
+    night: &Night,
+    run: uuid::Uuid,
+    only: Option<&str>,
+) -> Result<(), Error> {
+    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let url = &night.remote_urls.1;
+    let listed = tokio::task::block_in_place(|| {
+        foreign::remote_branches(&night.repo, token.as_deref(), url)
+    });
+    let mut remote = match listed {
+        Ok(remote) => remote,
+        Err(e) => {
+            let why = crate::secret::redact_known(&e.to_string());
+            tracing::warn!("cannot list the remote's nightshift branches: {why}");
+            return Ok(());
+        }
+    };
+    if let Some(branch) = only {
+        remote.retain(|name, _| name.strip_prefix("refs/heads/") == Some(branch));
+    }
+    let pushed = prs::pushed_heads(&night.pool, &night.repo_id).await?;
+    let seen = events::of_kind_in_run(&night.pool, run, Event::ForeignRef.as_str()).await?;
+    let seen: Vec<ForeignRef> = seen.iter().filter_map(ForeignRef::from_json).collect();
+    for found in foreign::foreign(&remote, &pushed) {
+        if seen
+            .iter()
+            .any(|s| s.name == found.name && s.head == found.head)
+        {
+            continue;
+        }
+        eprintln!("warning: nightshift did not push {}", found.line());
+        events::event(
+            &night.pool,
+            Some(run),
+            Event::ForeignRef.as_str(),
+            found.to_json(),
+        )
+        .await?;
+    }
+    Ok(())
 }

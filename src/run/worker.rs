@@ -233,6 +233,9 @@ async fn run_claimed(
     if attempt_no > 1 {
         let what = json!({"key": entry.item.key, "attempt": attempt_no});
         record.event(Event::TakenOver, what).await?;
+        // The lost attempt's agent may have pushed before it died.
+        let branch = crate::slot::branch_name(&entry.item.title, &entry.item.key);
+        super::ended::look_for_foreign_refs(night, crew.run_id, Some(&branch)).await?;
     }
     let item_id = record.start_item(entry).await?;
     let end = run_item(crew, slot, record, entry, item_id).await?;

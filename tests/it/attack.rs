@@ -888,10 +888,11 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
     let out = as_user(&["drain", "--deadline", &common::far_deadline()]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(read(&f.agents.join("writer-user.txt")).trim(), user);
+    // The call's supervisor, a fork of nightshift (docs/security.md#processes).
     assert_eq!(
         read(&f.agents.join("parent-comm.txt")).trim(),
-        "nightshift",
-        "the writer's parent is nightshift"
+        "nightshift-call",
+        "the writer's parent is nightshift's supervisor of the call"
     );
     assert_eq!(
         read(&f.agents.join("environ.txt")).trim(),

@@ -38,6 +38,7 @@ mod morning;
 mod night;
 mod ops;
 mod process;
+mod reap;
 mod review_work;
 mod schedule;
 mod tend;

@@ -19,7 +19,6 @@ fn base_env() -> BTreeMap<String, String> {
 }
 
 async fn run_ok(cmd: Command) -> Outcome {
-    process::become_subreaper().expect("prctl");
     run(cmd.env_map(base_env()), &CancellationToken::new())
         .await
         .expect("run")
@@ -27,7 +26,6 @@ async fn run_ok(cmd: Command) -> Outcome {
 
 /// Like `run_ok` but keeps an env map already set on the command.
 async fn run_with_env(cmd: Command) -> Outcome {
-    process::become_subreaper().expect("prctl");
     run(cmd, &CancellationToken::new()).await.expect("run")
 }
 
@@ -455,7 +453,6 @@ async fn cancellation_kills_within_grace() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         trigger.cancel();
     });
-    process::become_subreaper().unwrap();
     let started = Instant::now();
     let outcome = run(
         Command::shell("sleep 1000")
@@ -708,29 +705,54 @@ async fn a_quick_command_costs_little_beyond_its_own_run() {
     println!("{per_call:?} per call");
 }
 
+/// A group of its own in our session and `env -i` (no call marker, nothing
+/// that points back at the call): still inside the supervisor's subtree,
+/// so it is ended with the call, and `run` does not wait for its pipe.
 #[tokio::test]
-async fn a_pipe_held_by_an_unsweepable_descendant_is_abandoned_after_the_linger() {
-    // A group of its own in our session (looking like a child nightshift
-    // spawned) and `env -i` (no call marker): the sweep cannot find this
-    // sleep; it keeps stdout open. `run` must still return, READER_LINGER
-    // (2 s) after the child is gone, with what was read.
+async fn a_descendant_in_a_group_of_its_own_without_the_marker_is_swept() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
-    let started = Instant::now();
     let outcome = run_ok(sh(&format!(
         "perl -e 'setpgrp(0, 0); exec @ARGV' env -i sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' & \
          while [ ! -s {p} ]; do sleep 0.01; done; echo before-exit",
         p = pidfile.display()
     )))
     .await;
+    let pid = read_pid(&pidfile);
+    assert!(outcome.success(), "{outcome:?}");
+    assert_eq!(outcome.stdout_tail, "before-exit\n");
+    assert!(
+        gone(pid),
+        "the unmarked sleep {pid} in its own group survived"
+    );
+}
+
+#[tokio::test]
+async fn a_pipe_held_by_an_unswept_daemon_is_abandoned_after_the_linger() {
+    // `sweep_escaped(false)` (git's helpers, `pg_ctl start`): a daemon that
+    // left the group is left running, and it keeps stdout open. `run` must
+    // still return, READER_LINGER (2 s) after the child is gone, with what
+    // was read.
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let started = Instant::now();
+    let outcome = run_ok(
+        sh(&format!(
+            "setsid sh -c 'echo $$ > {p}.tmp; mv {p}.tmp {p}; exec sleep 1000' & \
+             while [ ! -s {p} ]; do sleep 0.01; done; echo before-exit",
+            p = pidfile.display()
+        ))
+        .sweep_escaped(false),
+    )
+    .await;
     let elapsed = started.elapsed();
     let pid = read_pid(&pidfile);
     let survived = Path::new(&format!("/proc/{pid}")).exists();
-    // SAFETY: kill(2) on the escaped sleep this test started.
+    // SAFETY: kill(2) on the daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert!(outcome.success(), "{outcome:?}");
     assert_eq!(outcome.stdout_tail, "before-exit\n");
-    assert!(survived, "expected the unmarked sleep to escape the sweep");
+    assert!(survived, "expected the daemon to be left running");
     assert!(
         elapsed >= process::READER_LINGER
             && elapsed < process::READER_LINGER + Duration::from_secs(1),
@@ -752,7 +774,6 @@ fn the_run_future_can_be_spawned() {
 /// when asked (the tail stays short and redacted).
 #[test]
 fn run_blocking_serves_plain_threads_and_keeps_stdout_whole_and_raw() {
-    process::become_subreaper().expect("prctl");
     let cmd = |script: &str| {
         Command::shell(script)
             .env_map(base_env())
@@ -779,7 +800,6 @@ fn run_blocking_serves_plain_threads_and_keeps_stdout_whole_and_raw() {
 
 #[tokio::test]
 async fn run_blocking_works_inside_a_single_threaded_runtime() {
-    process::become_subreaper().expect("prctl");
     let out = process::run_blocking(
         sh("echo inside").env_map(base_env()).capture_stdout(true),
         None,
@@ -793,7 +813,6 @@ async fn run_blocking_works_inside_a_single_threaded_runtime() {
 #[test]
 fn run_blocking_stops_the_child_when_the_flag_turns() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    process::become_subreaper().expect("prctl");
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     std::thread::spawn(move || {
@@ -814,5 +833,163 @@ fn run_blocking_stops_the_child_when_the_flag_turns() {
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// The script of a call that outlives nothing: it writes its own pid, a
+/// background child's (same group) and a `setsid` grandchild's (a session
+/// of its own, environment cleared) into `$DIR`, then sleeps.
+fn sprawling_call(dir: &Path) -> String {
+    format!(
+        "d={d}; echo $$ > $d/call.tmp; mv $d/call.tmp $d/call; \
+         sh -c 'echo $$ > {d}/child.tmp; mv {d}/child.tmp {d}/child; exec sleep 1000' & \
+         setsid env -i sh -c 'echo $$ > {d}/daemon.tmp; mv {d}/daemon.tmp {d}/daemon; exec sleep 1000' >/dev/null 2>&1 & \
+         exec sleep 1000",
+        d = dir.display()
+    )
+}
+
+/// A runner for the tests below, in a process of its own: runs
+/// [`sprawling_call`] in `$NIGHTSHIFT_RUNNER_PROBE` (as `nobody` with
+/// `NIGHTSHIFT_RUNNER_AS`) with a timeout of `$NIGHTSHIFT_RUNNER_TIMEOUT`
+/// seconds, and is killed or stopped by the test meanwhile.
+#[tokio::test]
+async fn runner_probe() {
+    let Some(dir) = std::env::var_os("NIGHTSHIFT_RUNNER_PROBE") else {
+        return;
+    };
+    let secs: u64 = std::env::var("NIGHTSHIFT_RUNNER_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    let mut cmd = sh(&sprawling_call(Path::new(&dir)))
+        .env_map(base_env())
+        .timeout(Duration::from_secs(secs))
+        .grace(Duration::from_millis(200));
+    if std::env::var_os("NIGHTSHIFT_RUNNER_AS").is_some() {
+        cmd = cmd.run_as(process::RunAs::lookup("nobody").expect("nobody exists"));
+    }
+    let outcome = run(cmd, &CancellationToken::new()).await;
+    println!("RUNNER-ENDED {outcome:?}");
+}
+
+/// Starts [`runner_probe`] on `dir` and returns it with the pids of the
+/// call, its child and its daemon once all three are written.
+fn start_runner(dir: &Path, extra: &[(&str, &str)]) -> (std::process::Child, [i32; 3]) {
+    let probe = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::runner_probe"),
+        None => "runner_probe".to_string(),
+    };
+    let mut runner = std::process::Command::new(std::env::current_exe().unwrap());
+    runner
+        .args([probe.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+        .env("NIGHTSHIFT_RUNNER_PROBE", dir)
+        .stdout(std::process::Stdio::null());
+    for (k, v) in extra {
+        runner.env(k, v);
+    }
+    let runner = runner.spawn().unwrap();
+    let pids = ["call", "child", "daemon"].map(|name| {
+        let path = dir.join(name);
+        for _ in 0..500 {
+            if path.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        read_pid(&path)
+    });
+    (runner, pids)
+}
+
+/// Waits up to `secs` for every pid to be gone (or a zombie); the ones left.
+fn survivors(pids: &[i32], secs: u64) -> Vec<i32> {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|&p| !gone(p)).collect();
+        if left.is_empty() || Instant::now() >= until {
+            return left;
+        }
+    }
+}
+
+/// Kills what a failed test left behind.
+fn kill_all(pids: &[i32]) {
+    for &pid in pids {
+        // SAFETY: kill(2) on processes this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// The runner killed by SIGKILL mid-call (a `nightshift worker` killed
+/// with `kill -9`): nothing of the call lives on, neither in its group nor
+/// the daemon that left its session and cleared its environment.
+#[test]
+fn nothing_of_a_call_outlives_its_runner_killed_by_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut runner, pids) = start_runner(dir.path(), &[]);
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    let left = survivors(&pids, 5);
+    kill_all(&pids);
+    assert!(
+        left.is_empty(),
+        "survived their runner: {left:?} of {pids:?}"
+    );
+}
+
+/// The same for a call run as another account (`agent_user`): its
+/// supervisor stays root, out of the agent's reach, and still ends it.
+#[test]
+fn nothing_of_a_call_as_another_user_outlives_its_runner() {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: agent_user needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let (mut runner, pids) = start_runner(dir.path(), &[("NIGHTSHIFT_RUNNER_AS", "1")]);
+    let uid = std::fs::read_to_string(format!("/proc/{}/status", pids[0]))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    let left = survivors(&pids, 5);
+    kill_all(&pids);
+    let nobody = process::RunAs::lookup("nobody").unwrap().uid;
+    assert!(
+        uid.split_whitespace().nth(1) == Some(nobody.to_string().as_str()),
+        "the call did not run as nobody: {uid}"
+    );
+    assert!(
+        left.is_empty(),
+        "survived their runner: {left:?} of {pids:?}"
+    );
+}
+
+/// A runner that is alive but stuck (stopped with SIGSTOP) past the call's
+/// timeout: the supervisor's own clock ends the call.
+#[test]
+fn a_stuck_runners_call_is_ended_by_its_supervisors_own_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut runner, pids) = start_runner(dir.path(), &[("NIGHTSHIFT_RUNNER_TIMEOUT", "1")]);
+    // SAFETY: kill(2) on the runner this test started.
+    unsafe { libc::kill(runner.id() as i32, libc::SIGSTOP) };
+    // Timeout 1 s + grace 0.2 s + the backstop's 5 s slack, and a margin.
+    let left = survivors(&pids, 12);
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    kill_all(&pids);
+    assert!(
+        left.is_empty(),
+        "outlived the timeout: {left:?} of {pids:?}"
     );
 }

@@ -15,7 +15,7 @@ use common::{Fixture, assert_ok, git, text};
 /// A writer that adds `items/<word>.txt` for the item titled `Add <word>`,
 /// after `$SLOW_SECS` (from a file beside it) seconds; it marks its slot
 /// busy while it works and logs `SHARED` when the slot already was.
-const WRITER: &str = r#"#!/bin/sh
+pub(crate) const WRITER: &str = r#"#!/bin/sh
 set -eu
 here=$(dirname "$0")
 word=$(grep -o '"title":"Add [a-z0-9]*' "$NIGHTSHIFT_CONTRACT_FILE" | head -1 | sed 's/.*Add //')
@@ -33,11 +33,11 @@ rmdir "$busy" 2>/dev/null || true
 echo "added $word"
 "#;
 
-const REVIEWER: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
+pub(crate) const REVIEWER: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
 
 /// A world of `n` items (`Add w1` … `Add wN`), command agents and the fake
 /// GitHub; the writer works `work_secs` per call.
-async fn world(n: usize, work_secs: u32, extra: &str) -> (Fixture, FakeGitHub) {
+pub(crate) async fn world(n: usize, work_secs: u32, extra: &str) -> (Fixture, FakeGitHub) {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
     f.github = Some(gh.uri());
@@ -101,7 +101,7 @@ pub(crate) fn run_worker(f: &Fixture, clone: &Path, data: &Path) -> std::process
 }
 
 /// `nightshift worker` on the second host, started in the background.
-fn spawn_worker(f: &Fixture, clone: &Path, data: &Path) -> Child {
+pub(crate) fn spawn_worker(f: &Fixture, clone: &Path, data: &Path) -> Child {
     share_key(f, data);
     f.cmd()
         .current_dir(clone)
@@ -114,7 +114,7 @@ fn spawn_worker(f: &Fixture, clone: &Path, data: &Path) -> Child {
 }
 
 /// `drain` after plan and approve, started in the background.
-fn spawn_drain(f: &Fixture, extra: &[&str]) -> Child {
+pub(crate) fn spawn_drain(f: &Fixture, extra: &[&str]) -> Child {
     let sha = f.plan_sha();
     assert_ok(&f.run(&["approve", &sha]), "approve");
     let deadline = common::far_deadline();
@@ -129,7 +129,7 @@ fn spawn_drain(f: &Fixture, extra: &[&str]) -> Child {
 }
 
 /// Waits (at most `secs`) until `q` answers something other than `0`/empty.
-fn wait_for(f: &Fixture, q: &str, secs: u64) -> String {
+pub(crate) fn wait_for(f: &Fixture, q: &str, secs: u64) -> String {
     let until = Instant::now() + Duration::from_secs(secs);
     loop {
         let v = f.db.sql(q);
@@ -141,7 +141,7 @@ fn wait_for(f: &Fixture, q: &str, secs: u64) -> String {
     }
 }
 
-fn finish(child: Child, what: &str) -> std::process::Output {
+pub(crate) fn finish(child: Child, what: &str) -> std::process::Output {
     let out = child.wait_with_output().expect(what);
     eprintln!("--- {what}:\n{}", text(&out));
     out
@@ -259,9 +259,7 @@ async fn a_killed_worker_s_item_is_taken_over_after_its_lease() {
     }
     worker.kill().unwrap();
     let _ = worker.wait();
-    // Its agent, in a process group of its own, is left to the OS; end it.
-    let agent = std::fs::read_to_string(&slow).unwrap();
-    let _ = Command::new("kill").arg(agent.trim()).status();
+    // Its agent dies with it (its call's supervisor ends it; tests/it/reap.rs).
     let d = finish(drain, "drain");
     assert_eq!(d.status.code(), Some(0), "{}", text(&d));
     assert_eq!(gh.prs().len(), 2, "one PR per item");
