@@ -14,10 +14,21 @@
 //!   exactly once (one claim, one writer call), and both processes running
 //!   items.
 //!
+//! - **S** (`scale [PROCESSES JOBS ITEMS]`, issue 27; default 10 20 2000):
+//!   a `drain` and PROCESSES − 1 `worker`s, each in its own clone and data
+//!   directory and each with `--jobs JOBS`, drain ITEMS items of an agent that
+//!   does no work. Prints items per second, claim latency p50/p99 (a worker's
+//!   wait from the end of one claim to its next), the server's peak
+//!   connections to the ledger (`pg_stat_activity`, sampled every 100 ms),
+//!   the dead tuples left on the queue tables and whether every item ran
+//!   exactly once with one PR row. Goals: each item once; <= 50 connections;
+//!   claim p99 <= 100 ms. **S-kill** (`scale-kill …`): the same with a lease
+//!   of 5 s while a random worker process is killed (`kill -9`) every 10 s.
+//!
 //! Every scenario has its own repository, remote, data directories and
 //! scratch database (created on the `DATABASE_URL` server and dropped).
 //!
-//! Run: `cargo build --release && cargo run --release --example bench_workers [p4|p6|all]`
+//! Run: `cargo build --release && cargo run --release --example bench_workers [p4|p6|all|scale|scale-kill]`
 //! (default `all`; the binary is `target/release/nightshift`, or
 //! `NIGHTSHIFT_BIN`). Exits 1 when a goal is missed.
 
@@ -129,7 +140,7 @@ struct World {
 }
 
 impl World {
-    fn new(tag: &str, items: usize, agent_secs: u64) -> World {
+    fn new(tag: &str, items: usize, agent_secs: u64, extra: &str) -> World {
         let dir = tempfile::tempdir().expect("temp dir");
         let root = dir.path().to_path_buf();
         let repo = root.join("repo");
@@ -173,7 +184,7 @@ impl World {
             ""
         };
         let config = format!(
-            "verify = [\"true\"]\n{as_root}\n[writer]\nkind = \"command\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"
+            "verify = [\"true\"]\n{as_root}{extra}\n[writer]\nkind = \"command\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{reviewer}\"]\n"
         );
         write_config(&repo, &config);
         let backlog: String = (1..=items).map(|i| format!("- [ ] Item {i}\n")).collect();
@@ -231,19 +242,50 @@ impl World {
     /// A second clone of the remote, with its own config and data directory
     /// (`ROOT/data2`), as on another host.
     fn second_clone(&self) -> PathBuf {
-        let clone = self.root.join("clone2");
+        self.clone_n(2)
+    }
+
+    /// Clone `n` of the remote (`ROOT/clone<n>`), with its own config and
+    /// data directory (`ROOT/data<n>`, holding the approving host's key), as
+    /// on another host.
+    fn clone_n(&self, n: usize) -> PathBuf {
+        let name = format!("clone{n}");
+        let remote = self.root.join("remote.git");
         run_git(
             &self.root,
-            &[
-                "clone",
-                "-q",
-                self.root.join("remote.git").to_str().unwrap(),
-                "clone2",
-            ],
+            &["clone", "-q", remote.to_str().unwrap(), &name],
         );
-        std::fs::create_dir_all(self.root.join("data2")).unwrap();
+        let clone = self.root.join(&name);
+        let data = self.root.join(format!("data{n}"));
+        std::fs::create_dir_all(&data).unwrap();
         write_config(&clone, &self.config);
         clone
+    }
+
+    /// Copies the approving host's key into data directory `data` (a worker
+    /// host checks the run's approval with it, docs/workers.md).
+    fn share_key(&self, data: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let to = self.root.join(data).join("approval.key");
+        std::fs::create_dir_all(self.root.join(data)).unwrap();
+        std::fs::copy(self.root.join("data").join("approval.key"), &to).expect("approval key");
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
+    /// Waits until the drain's run is live with all `items` queued.
+    fn wait_live(&self, items: usize) {
+        let live = Instant::now();
+        while self
+            .db
+            .sql("SELECT count(*) FROM run_queue q JOIN runs r ON r.id = q.run_id WHERE r.status = 'running'")
+            != items.to_string()
+        {
+            assert!(
+                live.elapsed() < Duration::from_secs(120),
+                "the drain's run did not go live"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Checks that every item ran exactly once and succeeded; returns the
@@ -326,7 +368,7 @@ fn finish(child: std::process::Child, what: &str) -> Output {
 /// ideal 40 s.
 fn p4() -> f64 {
     let (items, secs, jobs) = (16, 10, 4);
-    let w = World::new("p4", items, secs);
+    let w = World::new("p4", items, secs, "");
     let t = Instant::now();
     let drain = w.start_drain(&["--jobs", "4"]);
     finish(drain, "drain --jobs 4");
@@ -345,7 +387,7 @@ fn p4() -> f64 {
 /// `worker` on one ledger; returns the ratio of the two wall times.
 fn p6() -> f64 {
     let (items, secs) = (20, 5);
-    let alone = World::new("p6a", items, secs);
+    let alone = World::new("p6a", items, secs, "");
     let t = Instant::now();
     finish(alone.start_drain(&[]), "drain (alone)");
     let one = t.elapsed().as_secs_f64();
@@ -353,32 +395,14 @@ fn p6() -> f64 {
     println!("P6  baseline: one process, {items} items × {secs} s agent: {one:.1} s wall");
     println!("{}", breakdown(&alone.db, one, secs));
 
-    let w = World::new("p6b", items, secs);
+    let w = World::new("p6b", items, secs, "");
     let clone = w.second_clone();
     let t = Instant::now();
     let drain = w.start_drain(&[]);
     // The worker joins once the drain's run is live (its queue filled).
-    let live = Instant::now();
-    while w
-        .db
-        .sql("SELECT count(*) FROM run_queue q JOIN runs r ON r.id = q.run_id WHERE r.status = 'running'")
-        != items.to_string()
-    {
-        assert!(
-            live.elapsed() < Duration::from_secs(60),
-            "the drain's run did not go live"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    w.wait_live(items);
     let joined = t.elapsed().as_secs_f64();
-    // The second host checks the run's approval with the approving host's key.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let to = w.root.join("data2").join("approval.key");
-        std::fs::create_dir_all(w.root.join("data2")).unwrap();
-        std::fs::copy(w.root.join("data").join("approval.key"), &to).expect("approval key");
-        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
+    w.share_key("data2");
     let worker = w
         .cmd(&clone, "data2", &["worker"])
         .stdout(Stdio::piped())
@@ -402,6 +426,157 @@ fn p6() -> f64 {
     ratio
 }
 
+/// The soak of issue 27: `processes` processes (a `drain` and
+/// `processes − 1` workers, each in its own clone and data directory) each
+/// with `--jobs jobs`, on `items` items of an agent that does no work.
+struct Soak {
+    processes: usize,
+    jobs: usize,
+    items: usize,
+    /// Kill a random worker process (not the drain) every 10 s.
+    kill: bool,
+}
+
+impl Soak {
+    /// From `scale [PROCESSES JOBS ITEMS]` (default 10 20 2000).
+    fn from_args(args: &[String], kill: bool) -> Soak {
+        let n = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+        Soak {
+            processes: n(0, 10).max(1),
+            jobs: n(1, 20).max(1),
+            items: n(2, 2000).max(1),
+            kill,
+        }
+    }
+}
+
+/// Samples the server's connections to the bench database every 100 ms
+/// until `stop`; returns the peak.
+fn peak_connections(db: &Db, stop: &std::sync::atomic::AtomicBool) -> usize {
+    let q = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}'",
+        db.name
+    );
+    let mut peak = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        peak = peak.max(db.sql(&q).parse().unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    peak
+}
+
+/// S (and S-kill): the soak; returns whether its goals held (each item
+/// once, at most 50 server connections, claim p99 <= 100 ms).
+fn soak(s: &Soak) -> bool {
+    let extra = if s.kill { "lease = \"5s\"\n" } else { "" };
+    let w = World::new(if s.kill { "soakk" } else { "soak" }, s.items, 0, extra);
+    let jobs = s.jobs.to_string();
+    let clones: Vec<(PathBuf, String)> = (2..=s.processes)
+        .map(|n| (w.clone_n(n), format!("data{n}")))
+        .collect();
+    let log = |name: &str| std::fs::File::create(w.root.join(name)).expect("log file");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let t = Instant::now();
+    let (peak, kills, wall, drained) = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| peak_connections(&w.db, &stop));
+        let deadline = (chrono::Utc::now() + chrono::Duration::hours(12))
+            .format("%H:%M")
+            .to_string();
+        let mut drain = w
+            .cmd(
+                &w.repo,
+                "data",
+                &["drain", "--deadline", &deadline, "--jobs", &jobs, "--quiet"],
+            )
+            .stdout(log("drain.out"))
+            .stderr(log("drain.err"))
+            .spawn()
+            .expect("drain starts");
+        w.wait_live(s.items);
+        let mut workers: Vec<std::process::Child> = (clones.iter().enumerate())
+            .map(|(i, (clone, data))| {
+                w.share_key(data);
+                w.cmd(clone, data, &["worker", "--jobs", &jobs])
+                    .stdout(log(&format!("worker{i}.out")))
+                    .stderr(log(&format!("worker{i}.err")))
+                    .spawn()
+                    .expect("worker starts")
+            })
+            .collect();
+        let (mut kills, mut next_kill) = (0, Instant::now() + Duration::from_secs(10));
+        let drained = loop {
+            if let Some(status) = drain.try_wait().expect("drain") {
+                break status;
+            }
+            if s.kill && Instant::now() >= next_kill && !workers.is_empty() {
+                let victim = (t.elapsed().as_nanos() as usize) % workers.len();
+                let mut child = workers.swap_remove(victim);
+                let _ = child.kill();
+                let _ = child.wait();
+                kills += 1;
+                next_kill += Duration::from_secs(10);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let wall = t.elapsed().as_secs_f64();
+        for mut child in workers {
+            let _ = child.wait();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (sampler.join().expect("sampler"), kills, wall, drained)
+    });
+    if !drained.success() {
+        let err = std::fs::read_to_string(w.root.join("drain.err")).unwrap_or_default();
+        println!(
+            "S   the drain failed ({drained}): {}",
+            err.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+        );
+        return false;
+    }
+    report_soak(&w, s, peak, kills, wall)
+}
+
+/// Prints the soak's figures from the ledger and the sampled peak; returns
+/// whether the goals held.
+fn report_soak(w: &World, s: &Soak, peak: usize, kills: usize, wall: f64) -> bool {
+    let n = |q: &str| -> usize { w.db.sql(q).parse().unwrap_or(usize::MAX) };
+    let ended = n(
+        "SELECT count(DISTINCT item_key) FROM run_items WHERE outcome IN ('branch_pushed', 'pr_opened')",
+    );
+    let rows = n("SELECT count(*) FROM run_items WHERE outcome IN ('branch_pushed', 'pr_opened')");
+    let prs = n("SELECT count(*) FROM pull_requests");
+    let prs_per_item = n("SELECT count(DISTINCT item_key) FROM pull_requests");
+    let once = ended == s.items && rows == s.items && prs == s.items && prs_per_item == s.items;
+    // A worker's wait from the end of its last claim to its next one: the
+    // claim statement and the queue's hand-over, as a worker sees it.
+    let lat = w.db.sql(
+        "WITH c AS (SELECT claimed_at - lag(ended_at) OVER (PARTITION BY worker ORDER BY claimed_at) AS gap FROM claims) \
+         SELECT round(extract(epoch FROM percentile_cont(0.5) WITHIN GROUP (ORDER BY gap)) * 1000), \
+                round(extract(epoch FROM percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)) * 1000) FROM c WHERE gap IS NOT NULL",
+    );
+    let (p50, p99) = lat.split_once('|').unwrap_or(("?", "?"));
+    let p99_ms: f64 = p99.parse().unwrap_or(f64::MAX);
+    let dead = w.db.sql("SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE relname IN ('claims', 'run_queue', 'workers')");
+    let claims = n("SELECT count(*) FROM claims");
+    println!(
+        "S{}  {} process(es) × --jobs {}, {} items of an agent that does no work: {wall:.1} s wall, {:.1} items/s; \
+         claim latency p50 {p50} ms, p99 {p99} ms (goal <= 100 ms); peak server connections {peak} (goal <= 50); \
+         dead tuples on claims/run_queue/workers at the end {dead}; {claims} claims{}; each item once with one PR: {}",
+        if s.kill { "-kill" } else { "" },
+        s.processes,
+        s.jobs,
+        s.items,
+        s.items as f64 / wall,
+        if s.kill {
+            format!(", {kills} worker process(es) killed")
+        } else {
+            String::new()
+        },
+        if once { "yes" } else { "NO" },
+    );
+    once && peak <= 50 && p99_ms <= 100.0
+}
+
 fn main() {
     let which = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     println!("load average: {}", load_average());
@@ -411,6 +586,10 @@ fn main() {
     }
     if matches!(which.as_str(), "p6" | "all") {
         missed |= p6() > 0.55;
+    }
+    if matches!(which.as_str(), "scale" | "scale-kill") {
+        let rest: Vec<String> = std::env::args().skip(2).collect();
+        missed |= !soak(&Soak::from_args(&rest, which == "scale-kill"));
     }
     println!("load average: {}", load_average());
     if missed {
