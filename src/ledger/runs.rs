@@ -491,3 +491,19 @@ pub async fn cost_cap(pool: &PgPool, run: Uuid) -> Result<Option<f64>> {
             .await?;
     Ok(cap.flatten())
 }
+
+/// The drain's heartbeat for run `run` (`runs.heartbeat_at`, server clock):
+/// while it is fresh no other drain declares the run crashed, whatever the
+/// repository lock says (a server restart drops the lock with its session;
+/// docs/ledger.md#locking). Only a running run beats.
+///
+/// # Errors
+/// Database errors.
+pub async fn beat_run(pool: &PgPool, run: Uuid) -> Result<()> {
+    sqlx::query("UPDATE runs SET heartbeat_at = now() WHERE id = $1 AND status = $2")
+        .bind(run)
+        .bind(RunStatus::Running)
+        .execute(pool)
+        .await?;
+    Ok(())
+}

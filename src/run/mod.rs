@@ -189,6 +189,9 @@ pub struct RunState {
     ledger: crate::ledger::Ledger,
     /// The one-drain-per-repo lock; `None` only after it was lost.
     lock: tokio::sync::Mutex<Option<crate::ledger::RepoLock>>,
+    /// Whether this process is the drain that holds the repository lock
+    /// (a `worker` never takes it, not even after an outage).
+    holds_lock: bool,
     /// The hold on the repository's checkouts under the data directory; also
     /// how the run notices that directory was removed or filled up.
     slots_lock: Option<slot::SlotsLock>,
@@ -216,6 +219,7 @@ impl RunState {
             remote_down: Default::default(),
             kept_walks: Default::default(),
             ledger,
+            holds_lock: lock.is_some(),
             lock: tokio::sync::Mutex::new(lock),
             slots_lock,
             systemic: Default::default(),
@@ -289,6 +293,8 @@ pub async fn drain(
     };
     let approved = Approved::new(approved.to_vec());
     let run_id = open_run(&night, kind, approval, resume).await?;
+    // Beats for the run and keeps the lock until the run is recorded ended.
+    let _keeper = Night::keep_alive(night.clone(), run_id);
     // A resumed run keeps the cap its first start recorded; a new one
     // records its plan's.
     let cap = match resume {
@@ -351,6 +357,7 @@ pub async fn drain(
         owner: true,
         stop: Default::default(),
         ended: Default::default(),
+        drain_silent_since: Default::default(),
     });
     let worked = run_workers(&crew, jobs).await;
     let (status, stopped_by) = crew.stopped().unwrap_or((tend_status, tend_stop));
@@ -381,6 +388,7 @@ pub async fn join(
         owner: false,
         stop: Default::default(),
         ended: Default::default(),
+        drain_silent_since: Default::default(),
     });
     run_workers(&crew, jobs.max(1)).await?;
     let (pool, prefix) = (
