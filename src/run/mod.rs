@@ -440,6 +440,19 @@ async fn finish_run(
             .await?;
     }
     let items = record.run_items(run_id).await?;
+    // Another host's worker may have met the deadline while this
+    // process's workers did not: the run stopped at it all the same (an
+    // item carried over from a resumed run names no worker).
+    let status = match status {
+        RunStatus::Completed
+            if items.iter().any(|i| {
+                i.outcome == Some(crate::outcome::Outcome::Deadline) && i.worker.is_some()
+            }) =>
+        {
+            RunStatus::StoppedDeadline
+        }
+        s => s,
+    };
     let failures = items
         .iter()
         .filter(|i| i.outcome.is_some_and(|o| o.fails_run()))
