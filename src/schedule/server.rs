@@ -23,6 +23,9 @@ use super::{Clock, SleepFuture};
 /// NTP-synced hosts and decide nothing that matters at a minute's scale.
 pub const MAX_SKEW: Duration = Duration::from_secs(5);
 
+/// Offsets this small are measurement noise, not a wrong clock.
+const NOISE: TimeDelta = TimeDelta::milliseconds(50);
+
 /// The host's clock corrected to the database server's: `now()` is
 /// `Utc::now()` plus the last measured offset (zero until one is measured).
 /// Clones share the offset; [`server_clock`] is the process's one.
@@ -48,7 +51,8 @@ impl ServerClock {
 
     /// Records a reading `server` of the server's clock taken between the
     /// host instants `before` and `after`: the offset is taken against
-    /// their midpoint, so a slow round trip costs at most half of it.
+    /// their midpoint, so a slow round trip costs at most half of it; an
+    /// offset no larger than that uncertainty (plus 50 ms) is zero.
     /// Returns the new offset.
     pub fn observe(
         &self,
@@ -56,8 +60,16 @@ impl ServerClock {
         server: DateTime<Utc>,
         after: DateTime<Utc>,
     ) -> TimeDelta {
-        let mid = before + (after - before) / 2;
-        let offset = server - mid;
+        let half = (after - before) / 2;
+        let offset = server - (before + half);
+        // Within the round trip's uncertainty (and a little more) the
+        // clocks agree: hosts on one machine, or NTP-synced, keep their own
+        // clock rather than a noisy correction of it.
+        let offset = if offset.abs() <= half + NOISE {
+            TimeDelta::zero()
+        } else {
+            offset
+        };
         self.offset_ms
             .store(offset.num_milliseconds(), Ordering::Relaxed);
         self.measured.store(true, Ordering::Relaxed);
@@ -133,6 +145,14 @@ mod tests {
         assert!(c.measured());
         let now = c.now();
         assert!((now - Utc::now() - off).abs() < TimeDelta::seconds(1));
+        // The server's reading inside the round trip: the same clock.
+        let same = c.observe(
+            t,
+            t + TimeDelta::milliseconds(30),
+            t + TimeDelta::milliseconds(40),
+        );
+        assert_eq!(same, TimeDelta::zero());
+        assert_eq!(c.offset(), TimeDelta::zero());
     }
 
     #[test]
