@@ -123,7 +123,8 @@ pub fn skew_note(host: DateTime<Utc>, server: DateTime<Utc>) -> Option<String> {
 
 /// `d` as people read an offset: `2h 0m`, `3m 12s`, `9s`.
 fn span(d: TimeDelta) -> String {
-    let s = d.num_seconds();
+    // To the nearest second: a reading is a few milliseconds off either way.
+    let s = (d.num_milliseconds() + 500) / 1000;
     match s {
         3600.. => format!("{}h {}m", s / 3600, s % 3600 / 60),
         60.. => format!("{}m {}s", s / 60, s % 60),
@@ -162,6 +163,8 @@ mod tests {
         let ahead = skew_note(t + TimeDelta::hours(2), t).unwrap();
         assert!(ahead.contains("2h 0m ahead of"), "{ahead}");
         assert!(ahead.contains(&t.format("%H:%M:%S").to_string()), "{ahead}");
+        let near = skew_note(t + TimeDelta::hours(2) - TimeDelta::milliseconds(3), t).unwrap();
+        assert!(near.contains("2h 0m ahead of"), "{near}");
         let behind = skew_note(t - TimeDelta::hours(2), t).unwrap();
         assert!(behind.contains("behind"), "{behind}");
     }

@@ -20,12 +20,11 @@ use crate::workers::{
 use common::bg::{Bg, approve, kill_stalled, outcomes, release, stall_snippet};
 use common::{Fixture, text};
 
-/// `nightshift worker` on the second host (`clone`, `data`) under
-/// `faketime -f OFFSET`: its host clock `offset` off the server's, with the
-/// environment the fixture gives the binary (which then carries
-/// `FAKETIME` and `LD_PRELOAD` too).
-fn faked_worker(f: &Fixture, offset: &str, clone: &Path, data: &Path) -> Child {
-    share_key(f, data);
+/// The nightshift binary under `faketime -f OFFSET`: its host clock
+/// `offset` off the server's, with the environment the fixture gives the
+/// binary (which then carries `FAKETIME` and `LD_PRELOAD` too). The
+/// caller adds nightshift's arguments.
+fn faked(f: &Fixture, offset: &str) -> Command {
     let base = f.cmd();
     let mut c = Command::new("faketime");
     c.env_clear();
@@ -34,9 +33,19 @@ fn faked_worker(f: &Fixture, offset: &str, clone: &Path, data: &Path) -> Child {
             c.env(k, v);
         }
     }
-    c.env("NIGHTSHIFT_DATA_DIR", data)
+    c.current_dir(&f.repo)
+        .args(["-f", offset, base.get_program().to_str().unwrap()]);
+    c
+}
+
+/// `nightshift worker` on the second host (`clone`, `data`), its clock
+/// `offset` off the server's ([`faked`]).
+fn faked_worker(f: &Fixture, offset: &str, clone: &Path, data: &Path) -> Child {
+    share_key(f, data);
+    faked(f, offset)
+        .env("NIGHTSHIFT_DATA_DIR", data)
         .current_dir(clone)
-        .args(["-f", offset, base.get_program().to_str().unwrap(), "worker"])
+        .arg("worker")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -355,5 +364,28 @@ fn a_notify_command_that_timed_out_is_not_run_again() {
     assert!(
         common::bg::process_gone(pid),
         "the daemon it started outlived it"
+    );
+}
+
+/// `doctor` compares this host's clock with the ledger server's: agreed
+/// here, and a warning naming both times and the offset under a clock two
+/// hours ahead.
+#[test]
+fn doctor_names_a_host_clock_that_is_off_the_servers() {
+    let f = Fixture::new();
+    two_items(&f);
+    let line = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains(" clock "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let ok = line(&f.run(&["doctor"]));
+    assert!(ok.starts_with("ok   clock"), "{ok}");
+    let off = line(&faked(&f, "+2h").arg("doctor").output().unwrap());
+    assert!(
+        off.starts_with("warn clock") && off.contains("2h 0m ahead of the ledger server's"),
+        "{off}"
     );
 }
