@@ -295,16 +295,7 @@ pub async fn drain(
     let run_id = open_run(&night, kind, approval, resume).await?;
     // Beats for the run and keeps the lock until the run is recorded ended.
     let _keeper = Night::keep_alive(night.clone(), run_id);
-    // A resumed run keeps the cap its first start recorded; a new one
-    // records its plan's.
-    let cap = match resume {
-        Some(r) => (night.db(|| runs::cost_cap(&night.pool, r.id)).await?)
-            .unwrap_or(night.plan.run_cost_cap.value),
-        None => night.plan.run_cost_cap.value,
-    };
-    let pool = &night.pool;
-    night.db(|| runs::set_cost_cap(pool, run_id, cap)).await?;
-    night.hold_cost_cap(Some(cap));
+    record_cost_cap(&night, run_id, resume).await?;
     let resumed_from = resume.map(|r| Resumed {
         id: r.id,
         stopped_by_signal: r.status == RunStatus::StoppedSignal,
@@ -363,6 +354,27 @@ pub async fn drain(
     let (status, stopped_by) = crew.stopped().unwrap_or((tend_status, tend_stop));
     worked?;
     finish_run(&night, run_id, status, stopped_by).await
+}
+
+/// Records run `run_id`'s cost cap and holds the run to it: a resumed run
+/// keeps the cap its first start recorded; a new one records its plan's.
+///
+/// # Errors
+/// The ledger stays away.
+async fn record_cost_cap(
+    night: &Night,
+    run_id: Uuid,
+    resume: Option<&runs::RunRow>,
+) -> Result<(), Error> {
+    let cap = match resume {
+        Some(r) => (night.db(|| runs::cost_cap(&night.pool, r.id)).await?)
+            .unwrap_or(night.plan.run_cost_cap.value),
+        None => night.plan.run_cost_cap.value,
+    };
+    let pool = &night.pool;
+    night.db(|| runs::set_cost_cap(pool, run_id, cap)).await?;
+    night.hold_cost_cap(Some(cap));
+    Ok(())
 }
 
 /// Joins run `run_id`, which another process's `drain` opened, with
