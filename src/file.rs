@@ -148,6 +148,32 @@ pub fn read_regular_text(path: &Path, max: u64) -> Result<String, FileError> {
     })
 }
 
+/// The words a full disk shows up with, in an `io::Error`'s text, a
+/// child's stderr (git, an agent) or a Node.js error: ENOSPC and EDQUOT.
+const DISK_FULL_SIGNS: &[&str] = &[
+    "No space left on device",
+    "no space left on device",
+    "ENOSPC",
+    "os error 28",
+    "Disk quota exceeded",
+    "EDQUOT",
+    "os error 122",
+];
+
+/// When `detail` (an error's text) says a disk is full or over its quota,
+/// the sentence a person acts on: the full disk (the one holding `path`),
+/// the error as it came, and the fix — not the blame of a command or a
+/// reader that merely hit it. `None` for any other error.
+pub fn disk_full(detail: &str, path: &Path) -> Option<String> {
+    DISK_FULL_SIGNS.iter().any(|s| detail.contains(s)).then(|| {
+        format!(
+            "the disk holding {} is full ({}); free some space on it, then `nightshift drain` resumes the run",
+            path.display(),
+            detail.trim()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +219,33 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_full_disk_is_named_with_its_path_not_blamed_on_a_command() {
+        let dir = Path::new("/var/lib/nightshift");
+        for detail in [
+            "No space left on device (os error 28)",
+            "fatal: unable to write new index file: No space left on device",
+            "Error: ENOSPC: no space left on device, write",
+            "Disk quota exceeded (os error 122)",
+        ] {
+            let why = disk_full(detail, dir).expect(detail);
+            assert!(
+                why.starts_with("the disk holding /var/lib/nightshift is full ("),
+                "{why}"
+            );
+            assert!(
+                why.contains(detail) && why.contains("free some space"),
+                "{why}"
+            );
+            assert!(
+                !why.contains("command") && !why.contains("proof of work"),
+                "{why}"
+            );
+        }
+        let e = std::io::Error::from_raw_os_error(28);
+        assert!(disk_full(&e.to_string(), dir).is_some(), "{e}");
+        assert_eq!(disk_full("permission denied (os error 13)", dir), None);
     }
 }

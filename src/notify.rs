@@ -168,31 +168,46 @@ pub async fn deliver(
     env: &BTreeMap<String, String>,
 ) -> Vec<Delivery> {
     let body = redact(&serde_json::to_string(summary).expect("summary is JSON"));
+    let timeout = ms_from_env(TIMEOUT_ENV, TIMEOUT);
     let mut out = Vec::new();
     if let Some(url) = &targets.webhook {
-        out.push(with_retries("webhook", || post(url, body.clone())).await);
+        let send = || async { post(url, body.clone()).await.map_err(Miss::Retry) };
+        out.push(with_retries("webhook", timeout, send).await);
     }
     if let Some(url) = &targets.slack_webhook {
         let slack = redact(&summary.slack().to_string());
-        out.push(with_retries("slack_webhook", || post(url, slack.clone())).await);
+        let send = || async { post(url, slack.clone()).await.map_err(Miss::Retry) };
+        out.push(with_retries("slack_webhook", timeout, send).await);
     }
     if !targets.command.is_empty() {
-        out.push(
-            with_retries("command", || {
-                run_command(&targets.command, body.clone(), env)
-            })
-            .await,
-        );
+        // The command's own timeout stops it (and its process group)
+        // first; the outer one only guards against a runner that hangs.
+        let send = || run_command(&targets.command, body.clone(), env, timeout);
+        out.push(with_retries("command", timeout + COMMAND_MARGIN, send).await);
     }
     out
 }
 
-async fn with_retries<F, Fut>(target: &'static str, mut send: F) -> Delivery
+/// How much longer than the command's own timeout its delivery may take
+/// (the runner's grace between SIGTERM and SIGKILL, and the sweep).
+const COMMAND_MARGIN: Duration = Duration::from_secs(10);
+
+/// Why one attempt did not deliver.
+enum Miss {
+    /// Nothing arrived: the next attempt may go.
+    Retry(String),
+    /// It may have arrived (a `command` that timed out after reading its
+    /// input): sending again could deliver it twice, so no retry.
+    Final(String),
+}
+
+/// Runs `send` up to [`ATTEMPTS`] times, each within `timeout`, backing
+/// off between them, until it delivers or a [`Miss::Final`] comes.
+async fn with_retries<F, Fut>(target: &'static str, timeout: Duration, mut send: F) -> Delivery
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>>,
+    Fut: std::future::Future<Output = Result<(), Miss>>,
 {
-    let timeout = ms_from_env(TIMEOUT_ENV, TIMEOUT);
     let backoff = ms_from_env(BACKOFF_ENV, Duration::from_secs(1));
     let mut error = None;
     for attempt in 1..=ATTEMPTS {
@@ -204,7 +219,14 @@ where
                     error: None,
                 };
             }
-            Ok(Err(e)) => error = Some(e),
+            Ok(Err(Miss::Retry(e))) => error = Some(e),
+            Ok(Err(Miss::Final(e))) => {
+                return Delivery {
+                    target,
+                    attempts: attempt,
+                    error: Some(e),
+                };
+            }
             Err(_) => {
                 error = Some(format!(
                     "no answer within {}",
@@ -253,29 +275,40 @@ async fn post(url: &str, body: String) -> Result<(), String> {
 }
 
 /// Runs the `command` target with the JSON on stdin (through the one process
-/// runner, with the agents' scrubbed environment).
+/// runner, with the agents' scrubbed environment), for at most `timeout`.
+/// The runner ends its process group and sweeps what it left behind when
+/// it ends, so a daemon it started does not outlive the drain. A command
+/// that timed out may have delivered the message: [`Miss::Final`].
 async fn run_command(
     argv: &[String],
     body: String,
     env: &BTreeMap<String, String>,
-) -> Result<(), String> {
+    timeout: Duration,
+) -> Result<(), Miss> {
     let cmd = crate::process::Command::new(argv[0].clone())
         .args(argv[1..].iter().cloned())
         .env_map(env.clone())
         .stdin_bytes(body.into_bytes())
-        .timeout(TIMEOUT);
+        .timeout(timeout);
     let cancel = tokio_util::sync::CancellationToken::new();
     let out = crate::process::run(cmd, &cancel)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Miss::Retry(e.to_string()))?;
+    if out.timed_out {
+        return Err(Miss::Final(format!(
+            "`{}` timed out after {}: it may have delivered the message, so it was not run again",
+            argv[0],
+            crate::duration::format(timeout)
+        )));
+    }
     if out.success() {
         Ok(())
     } else {
-        Err(format!(
+        Err(Miss::Retry(format!(
             "`{}` failed: {}",
             argv[0],
             out.stderr_tail.lines().last().unwrap_or("")
-        ))
+        )))
     }
 }
 

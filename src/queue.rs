@@ -270,3 +270,91 @@ pub async fn beat(pool: &PgPool, id: &WorkerId, doing: &Doing<'_>, lease: Durati
 pub async fn leave(pool: &PgPool, id: &WorkerId) -> Result<()> {
     workers::leave(pool, &id.to_string()).await
 }
+
+/// Measures this process's offset to the ledger server's clock
+/// ([`crate::schedule::server_clock`]); returns (this host's clock, the
+/// server's) at the same instant, for [`crate::schedule::skew_note`].
+///
+/// # Errors
+/// Database errors.
+pub async fn sync_clock(
+    pool: &PgPool,
+) -> Result<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> {
+    let before = chrono::Utc::now();
+    let server = workers::server_time(pool).await?;
+    let after = chrono::Utc::now();
+    crate::schedule::server_clock().observe(before, server, after);
+    Ok((before + (after - before) / 2, server))
+}
+
+/// Who still vouches for run `run` (the drain that opened it, or a worker
+/// of it), if anyone: a process on this host counts while it lives; one on
+/// another host while its heartbeat is younger than `within` (server clock).
+/// A run someone vouches for is live, whoever holds the repository lock —
+/// a server restart drops the lock with its session (docs/ledger.md#locking).
+///
+/// # Errors
+/// Database errors.
+pub async fn vouched(pool: &PgPool, run: Uuid, within: Duration) -> Result<Option<String>> {
+    let this_host = WorkerId::this_process(0).host;
+    let beats = workers::recent_beats(pool, run, within).await?;
+    Ok(beats
+        .into_iter()
+        .find(|b| b.host != this_host || process_lives(b.pid))
+        .map(|b| {
+            let who = if b.who == "drain" {
+                "its drain".to_string()
+            } else {
+                format!("its worker {}", b.who)
+            };
+            format!(
+                "{who} (host {}, pid {}) beat {:.0} s ago",
+                b.host, b.pid, b.age_secs
+            )
+        }))
+}
+
+/// Whether process `pid` of this host is a live nightshift (not a zombie,
+/// not another program that reused the pid after a reboot).
+fn process_lives(pid: i32) -> bool {
+    if pid as u32 == std::process::id() {
+        return true;
+    }
+    if pid <= 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let comm = stat
+                .split_once('(')
+                .and_then(|(_, r)| r.rsplit_once(')'))
+                .map(|(c, rest)| (c.to_string(), rest.trim_start().starts_with('Z')));
+            comm.is_some_and(|(c, zombie)| !zombie && c.starts_with("nightshift"))
+        }
+        // No procfs (macOS): ask the kernel.
+        Err(_) => nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok(),
+    }
+}
+
+/// The drain's heartbeat of run `run`: see [`crate::ledger::runs::beat_run`].
+///
+/// # Errors
+/// Database errors.
+pub async fn beat_run(pool: &PgPool, run: Uuid) -> Result<()> {
+    crate::ledger::runs::beat_run(pool, run).await
+}
+
+/// Seconds since the drain of run `run` last beat (server clock), if the
+/// run exists.
+///
+/// # Errors
+/// Database errors.
+pub async fn drain_beat_age(pool: &PgPool, run: Uuid) -> Result<Option<f64>> {
+    Ok(
+        workers::recent_beats(pool, run, Duration::from_secs(u32::MAX as u64))
+            .await?
+            .into_iter()
+            .find(|b| b.who == "drain")
+            .map(|b| b.age_secs),
+    )
+}

@@ -343,6 +343,8 @@ svg text{font:11px system-ui,sans-serif;fill:var(--ink)}
 .legend i{display:inline-block;width:12px;height:12px;border-radius:2px;margin-right:4px;vertical-align:-1px}
 table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:6px 8px;border-bottom:1px solid #d8dee4;vertical-align:top}
+td{overflow-wrap:anywhere}
+h1,.meta{overflow-wrap:anywhere}
 th{font-size:.85em;color:var(--muted);font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .outcome{font-family:ui-monospace,monospace;font-size:.9em}
@@ -536,12 +538,14 @@ impl Timeline {
         );
         for i in &self.items {
             let failed = i.outcome.is_some_and(Outcome::fails_run);
-            let pr = match (&i.pr_url, i.pr_number) {
-                (Some(url), n) => format!(
-                    "<a href=\"{}\">{}</a>",
-                    esc(url),
-                    n.map_or_else(|| "PR".to_string(), |n| format!("#{n}"))
-                ),
+            // Only a plain https:/http: address from GitHub's data is a link.
+            let label = |n: Option<i64>| n.map_or_else(|| "PR".to_string(), |n| format!("#{n}"));
+            let pr = match (
+                i.pr_url.as_deref().map(crate::report::web_link),
+                i.pr_number,
+            ) {
+                (Some(Some(url)), n) => format!("<a href=\"{}\">{}</a>", esc(url), label(n)),
+                (Some(None), n) => esc(&label(n)),
                 _ => "–".to_string(),
             };
             let secs = i

@@ -162,6 +162,18 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
   fi
 fi
 
+# faketime (Debian's package) for the clock tests in tests/it/clock.rs: a
+# worker's host clock set hours off the ledger server's.
+if ! command -v faketime >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing faketime (apt-get install faketime)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null
+  else
+    echo "tests need faketime for the clock tests: sudo apt-get install faketime" >&2
+    exit 2
+  fi
+fi
+
 # A clean build of every test target takes about 2.5 GB under target/
 # (less with CARGO_INCREMENTAL=0, which CI sets: it builds once).
 mkdir -p target

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use chrono_tz::Tz;
 use tokio_util::sync::CancellationToken;
 
@@ -297,6 +296,6 @@ impl EndWatch {
 /// Reads a usage limit from free text that is the agent's error/result
 /// channel (docs/limits.md), with the call's zone.
 pub(crate) fn limit_in_text(text: &str, tz: Tz) -> Option<LimitReading> {
-    let r = limit::read_text(text, Utc::now(), tz);
+    let r = limit::read_text(text, crate::schedule::server_now(), tz);
     (r.kind != LimitKind::None).then_some(r)
 }

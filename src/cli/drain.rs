@@ -66,6 +66,7 @@ async fn drain_with(
     };
     let mut req = Request::resolve(&flags)?;
     let held = Held::take(&req).await?;
+    req.reclock()?;
     // `run '#N'` names a PR: its card, as it is now, is what is approved.
     if let Selection::Pr(n) = req.selection {
         req.plan = settings::with_tend_cards(&req, &held, startup).await?;

@@ -584,10 +584,47 @@ async fn database_and_data_checks(out: &mut Vec<Check>) {
                 Ok(n) => Check::fail("database", format!("{what}: {n} of {expected} migrations applied"), "run any nightshift command against it to migrate, or check the database user's rights"),
                 Err(e) => Check::fail("database", format!("{what}: cannot read the migrations: {e}"), "check the database user's rights"),
             });
+            out.push(clock_check(&lg.pool).await);
         }
         Err(e) => out.push(Check::fail("database", format!("{e}"), "start PostgreSQL or fix NIGHTSHIFT_DATABASE_URL / DATABASE_URL (unset both to use the embedded cluster: `nightshift db start`)")),
     }
     data_dir_check(out);
+}
+
+/// This host's clock against the ledger server's: every host's deadline,
+/// sleeps and leases are judged by the server's, but a host off by more
+/// than a few seconds is told so (docs/workers.md#what-clocks-must-agree).
+async fn clock_check(pool: &sqlx::PgPool) -> Check {
+    let read = tokio::time::timeout(NETWORK_TIMEOUT, crate::queue::sync_clock(pool)).await;
+    match read {
+        Ok(Ok((host, server))) => match crate::schedule::skew_note(host, server) {
+            None => Check::pass(
+                "clock",
+                format!(
+                    "this host's clock agrees with the ledger server's (within {} s)",
+                    crate::schedule::MAX_SKEW.as_secs()
+                ),
+            ),
+            Some(note) => Check::warn(
+                "clock",
+                note,
+                "synchronise this host's clock (NTP: `timedatectl set-ntp true`)",
+            ),
+        },
+        Ok(Err(e)) => Check::warn(
+            "clock",
+            format!("cannot read the ledger server's clock: {e}"),
+            "check the database user's rights",
+        ),
+        Err(_) => Check::warn(
+            "clock",
+            format!(
+                "the ledger server did not tell its time within {} s",
+                NETWORK_TIMEOUT.as_secs()
+            ),
+            "check the database server",
+        ),
+    }
 }
 
 /// The data directory (slots, logs) must be writable.

@@ -166,6 +166,23 @@ pub async fn expire(tx: &mut PgConnection, run: Uuid) -> Result<()> {
     Ok(())
 }
 
+/// Ends every claim of `run` still open (`lost`), whatever its lease says:
+/// the run was declared crashed, so no attempt of it goes on (an outage past
+/// the deadline would otherwise leave its claim open for ever). Returns how
+/// many were open.
+///
+/// # Errors
+/// Database errors.
+pub async fn end_open(pool: &PgPool, run: Uuid) -> Result<u64> {
+    let done = sqlx::query(
+        "UPDATE claims SET ended_at = now(), end_reason = 'lost' WHERE run_id = $1 AND ended_at IS NULL",
+    )
+    .bind(run)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Locks claim `claim_id`'s row for the rest of the transaction `tx` if the
 /// claim is still live and its run still running (a run the drain ended,
 /// by a signal or its end, takes no more writes from any worker). True when

@@ -308,9 +308,10 @@ pub async fn runs_with_prefix(pool: &PgPool, repo: &str, prefix: &str) -> Result
 }
 
 /// Runs of `repo` still marked `running`. Called while holding the repo
-/// lock, so every one of them is dead: they are marked `crashed` and
-/// returned (newest first), and their items without an end get
-/// `left_items` (the run decides which outcome that is).
+/// lock once nobody vouches for them, so every one of them is dead: they
+/// are marked `crashed` and returned (newest first), their items without an
+/// end get `left_items` (the run decides which outcome that is) and their
+/// open claims end `lost`.
 ///
 /// # Errors
 /// Database errors.
@@ -329,6 +330,7 @@ pub async fn mark_dead_runs_crashed(
     for r in &rows {
         sqlx::query("UPDATE runs SET status = $2, ended_at = coalesce(ended_at, heartbeat_at), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(r.id).bind(RunStatus::Crashed).execute(pool).await?;
         sqlx::query("UPDATE run_items SET outcome = $2, reason = 'the run crashed', ended_at = now() WHERE run_id = $1 AND outcome IS NULL").bind(r.id).bind(left_items).execute(pool).await?;
+        super::claims::end_open(pool, r.id).await?;
         event(
             pool,
             Some(r.id),
@@ -490,4 +492,20 @@ pub async fn cost_cap(pool: &PgPool, run: Uuid) -> Result<Option<f64>> {
             .fetch_optional(pool)
             .await?;
     Ok(cap.flatten())
+}
+
+/// The drain's heartbeat for run `run` (`runs.heartbeat_at`, server clock):
+/// while it is fresh no other drain declares the run crashed, whatever the
+/// repository lock says (a server restart drops the lock with its session;
+/// docs/ledger.md#locking). Only a running run beats.
+///
+/// # Errors
+/// Database errors.
+pub async fn beat_run(pool: &PgPool, run: Uuid) -> Result<()> {
+    sqlx::query("UPDATE runs SET heartbeat_at = now() WHERE id = $1 AND status = $2")
+        .bind(run)
+        .bind(RunStatus::Running)
+        .execute(pool)
+        .await?;
+    Ok(())
 }

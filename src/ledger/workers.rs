@@ -269,3 +269,51 @@ pub async fn account_paused_until(pool: &PgPool, account: &str) -> Result<Option
     .await?;
     Ok(t)
 }
+
+/// The database server's clock now (`clock_timestamp()`, UTC): the one clock
+/// every host's decisions are judged by (docs/workers.md#what-clocks-must-agree).
+///
+/// # Errors
+/// Database errors.
+pub async fn server_time(pool: &PgPool) -> Result<DateTime<Utc>> {
+    sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(pool)
+        .await
+}
+
+/// A heartbeat that vouches for a run: who gave it and how long ago (server
+/// clock).
+#[derive(Debug, Clone, FromRow)]
+pub struct Vouch {
+    /// `drain` for the run's own drain, else the worker's `host:pid:n`.
+    pub who: String,
+    /// The host it beat from.
+    pub host: String,
+    /// Its process id there.
+    pub pid: i32,
+    /// Seconds since its last heartbeat, by the server's clock.
+    pub age_secs: f64,
+}
+
+/// The heartbeats of run `run` newer than `within`: its drain's
+/// (`runs.heartbeat_at`) and those of its workers that have not stopped,
+/// freshest first.
+///
+/// # Errors
+/// Database errors.
+pub async fn recent_beats(pool: &PgPool, run: Uuid, within: Duration) -> Result<Vec<Vouch>> {
+    sqlx::query_as(
+        "SELECT who, host, pid, age_secs FROM ( \
+           SELECT 'drain' AS who, coalesce(host, '') AS host, coalesce(pid, 0) AS pid, \
+                  extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 AS age_secs \
+           FROM runs WHERE id = $1 AND heartbeat_at IS NOT NULL \
+           UNION ALL \
+           SELECT id, host, pid, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 \
+           FROM workers WHERE run_id = $1 AND stopped_at IS NULL \
+         ) b WHERE age_secs < $2 ORDER BY age_secs",
+    )
+    .bind(run)
+    .bind(within.as_secs_f64())
+    .fetch_all(pool)
+    .await
+}

@@ -305,6 +305,7 @@ impl Command {
 /// The environment for a child: `parent` (usually `std::env::vars()`) minus
 /// the token variables ([`token_vars`]), minus every variable that can lead
 /// to the ledger ([`is_ledger_var`]: both URL variables and libpq's `PG*`),
+/// minus the clock-faking and loader variables ([`is_clock_or_loader_var`]),
 /// minus every name in `remove` (config `secrets`; docs/agents.md#environment), minus a
 /// [`CALL_MARKER_VAR`] inherited from an enclosing call. A gate that needs
 /// one of them for the project's own database gets it through `gate_env`.
@@ -317,10 +318,23 @@ pub fn child_env(
         .filter(|(key, _)| {
             !token_vars().contains(&key.as_str())
                 && !is_ledger_var(key)
+                && !is_clock_or_loader_var(key)
                 && !remove.iter().any(|r| r == key)
                 && key != CALL_MARKER_VAR
         })
         .collect()
+}
+
+/// Whether a variable fakes the clock or loads code into every program
+/// started (docs/security.md "Environment"): libfaketime's `FAKETIME` and
+/// `FAKETIME_*`, the dynamic loader's `LD_PRELOAD`, `LD_LIBRARY_PATH`,
+/// `LD_AUDIT` and the rest of `LD_*`, and macOS's `DYLD_*`. The one list:
+/// nothing nightshift starts (agents, gates, setup, git) inherits them.
+pub fn is_clock_or_loader_var(name: &str) -> bool {
+    name == "FAKETIME"
+        || name.starts_with("FAKETIME_")
+        || name.starts_with("LD_")
+        || name.starts_with("DYLD_")
 }
 
 /// Whether a variable may name, or open, the ledger (docs/agents.md, docs/ledger.md):

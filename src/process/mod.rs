@@ -27,7 +27,7 @@ mod supervisor;
 
 pub use command::{
     CALL_MARKER_VAR, Command, DEFAULT_GRACE, DEFAULT_LINE_MAX, DEFAULT_TAIL_BYTES, DEFAULT_TIMEOUT,
-    LineCallback, RunAs, child_env, is_ledger_var,
+    LineCallback, RunAs, child_env, is_clock_or_loader_var, is_ledger_var,
 };
 pub use error::ProcessError;
 pub use outcome::Outcome;

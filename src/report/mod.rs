@@ -107,6 +107,19 @@ pub fn escape_controls(s: &str, keep_newlines: bool) -> String {
     out
 }
 
+/// `url` (from GitHub data: a PR's address) when it is a plain web
+/// link — `https:` or `http:`, no spaces, quotes, angle brackets or
+/// parentheses — fit to be a link a person clicks in the report or on the
+/// HTML page; `None` for anything else (`javascript:`, `data:`, a forged
+/// row), which is then shown as text only.
+pub fn web_link(url: &str) -> Option<&str> {
+    let parsed = url::Url::parse(url).ok()?;
+    let plain = !url
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || "\"'<>()`\\".contains(c));
+    (matches!(parsed.scheme(), "https" | "http") && parsed.host().is_some() && plain).then_some(url)
+}
+
 /// Agent-controlled words for a line of markdown (a finding, a note):
 /// controls escaped ([`escape_controls`]) and `<` written `&lt;`, so no HTML
 /// tag or comment can start and swallow what follows.
@@ -583,7 +596,10 @@ pub fn to_markdown(
     let cell = |t: &str| md_text(t).replace('|', "\\|");
     for (r, i) in rows(items).iter().zip(items) {
         let pr = match (&i.facts.pr_url, i.facts.pr_number) {
-            (Some(u), Some(n)) => format!("[#{n}]({u})"),
+            (Some(u), Some(n)) => match web_link(u) {
+                Some(u) => format!("[#{n}]({u})"),
+                None => format!("#{n}"),
+            },
             _ => r.pr.clone(),
         };
         let _ = writeln!(
@@ -705,5 +721,26 @@ mod escape_tests {
             )),
             "{events:?}"
         );
+    }
+
+    #[test]
+    fn only_plain_web_links_from_github_data_are_links() {
+        for good in [
+            "https://github.com/o/r/pull/7",
+            "http://127.0.0.1:8080/o/r/pull/7",
+        ] {
+            assert_eq!(web_link(good), Some(good));
+        }
+        for bad in [
+            "javascript:alert(1)",
+            "data:text/html,<b>x</b>",
+            "JaVaScRiPt:alert(1)",
+            "https://x.example/a\" onmouseover=\"x",
+            "https://x.example/a) [evil](https://evil.example",
+            "file:///etc/passwd",
+            "//github.com/o/r",
+        ] {
+            assert_eq!(web_link(bad), None, "{bad}");
+        }
     }
 }

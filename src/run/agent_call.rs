@@ -66,10 +66,15 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             // The same executable would fail every item: the run stops
             // and is resumed once it is fixed.
             Err(e) => {
-                let why = night.redact(&format!(
-                    "{e}; fix [{}] command in the config or the agent's installation",
-                    role.as_str()
-                ));
+                // A full disk is not the agent's fault (docs/loop.md).
+                let why = night.redact(
+                    &crate::file::disk_full(&e.to_string(), &night.data_dir).unwrap_or_else(|| {
+                        format!(
+                            "{e}; fix [{}] command in the config or the agent's installation",
+                            role.as_str()
+                        )
+                    }),
+                );
                 night.stop_systemic(&why);
                 return Ok(Called::Stop(r.end(Fact::AgentUnusable(why))));
             }

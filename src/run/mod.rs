@@ -189,6 +189,9 @@ pub struct RunState {
     ledger: crate::ledger::Ledger,
     /// The one-drain-per-repo lock; `None` only after it was lost.
     lock: tokio::sync::Mutex<Option<crate::ledger::RepoLock>>,
+    /// Whether this process is the drain that holds the repository lock
+    /// (a `worker` never takes it, not even after an outage).
+    holds_lock: bool,
     /// The hold on the repository's checkouts under the data directory; also
     /// how the run notices that directory was removed or filled up.
     slots_lock: Option<slot::SlotsLock>,
@@ -216,6 +219,7 @@ impl RunState {
             remote_down: Default::default(),
             kept_walks: Default::default(),
             ledger,
+            holds_lock: lock.is_some(),
             lock: tokio::sync::Mutex::new(lock),
             slots_lock,
             systemic: Default::default(),
@@ -289,16 +293,9 @@ pub async fn drain(
     };
     let approved = Approved::new(approved.to_vec());
     let run_id = open_run(&night, kind, approval, resume).await?;
-    // A resumed run keeps the cap its first start recorded; a new one
-    // records its plan's.
-    let cap = match resume {
-        Some(r) => (night.db(|| runs::cost_cap(&night.pool, r.id)).await?)
-            .unwrap_or(night.plan.run_cost_cap.value),
-        None => night.plan.run_cost_cap.value,
-    };
-    let pool = &night.pool;
-    night.db(|| runs::set_cost_cap(pool, run_id, cap)).await?;
-    night.hold_cost_cap(Some(cap));
+    // Beats for the run and keeps the lock until the run is recorded ended.
+    let _keeper = Night::keep_alive(night.clone(), run_id);
+    record_cost_cap(&night, run_id, resume).await?;
     let resumed_from = resume.map(|r| Resumed {
         id: r.id,
         stopped_by_signal: r.status == RunStatus::StoppedSignal,
@@ -351,11 +348,33 @@ pub async fn drain(
         owner: true,
         stop: Default::default(),
         ended: Default::default(),
+        drain_silent_since: Default::default(),
     });
     let worked = run_workers(&crew, jobs).await;
     let (status, stopped_by) = crew.stopped().unwrap_or((tend_status, tend_stop));
     worked?;
     finish_run(&night, run_id, status, stopped_by).await
+}
+
+/// Records run `run_id`'s cost cap and holds the run to it: a resumed run
+/// keeps the cap its first start recorded; a new one records its plan's.
+///
+/// # Errors
+/// The ledger stays away.
+async fn record_cost_cap(
+    night: &Night,
+    run_id: Uuid,
+    resume: Option<&runs::RunRow>,
+) -> Result<(), Error> {
+    let cap = match resume {
+        Some(r) => (night.db(|| runs::cost_cap(&night.pool, r.id)).await?)
+            .unwrap_or(night.plan.run_cost_cap.value),
+        None => night.plan.run_cost_cap.value,
+    };
+    let pool = &night.pool;
+    night.db(|| runs::set_cost_cap(pool, run_id, cap)).await?;
+    night.hold_cost_cap(Some(cap));
+    Ok(())
 }
 
 /// Joins run `run_id`, which another process's `drain` opened, with
@@ -381,6 +400,7 @@ pub async fn join(
         owner: false,
         stop: Default::default(),
         ended: Default::default(),
+        drain_silent_since: Default::default(),
     });
     run_workers(&crew, jobs.max(1)).await?;
     let (pool, prefix) = (
@@ -432,6 +452,19 @@ async fn finish_run(
             .await?;
     }
     let items = record.run_items(run_id).await?;
+    // Another host's worker may have met the deadline while this
+    // process's workers did not: the run stopped at it all the same (an
+    // item carried over from a resumed run names no worker).
+    let status = match status {
+        RunStatus::Completed
+            if items.iter().any(|i| {
+                i.outcome == Some(crate::outcome::Outcome::Deadline) && i.worker.is_some()
+            }) =>
+        {
+            RunStatus::StoppedDeadline
+        }
+        s => s,
+    };
     let failures = items
         .iter()
         .filter(|i| i.outcome.is_some_and(|o| o.fails_run()))

@@ -40,8 +40,8 @@ impl Night {
     }
 
     /// Waits until the ledger answers again after `e`; `since` is when this
-    /// outage began (set on the first call). Returns when it is back and the
-    /// lock is ours again.
+    /// outage began (set on the first call). Returns when it is back and,
+    /// for the drain that holds it, the lock is ours again.
     pub(super) async fn wait_for_ledger(
         &self,
         e: sqlx::Error,
@@ -86,7 +86,11 @@ impl Night {
             };
             match probe {
                 Some(Ok(_)) => {
-                    self.retake_lock().await?;
+                    // Only the drain holds the lock: a worker waits for the
+                    // ledger and goes on (docs/workers.md).
+                    if self.state.holds_lock {
+                        self.retake_lock().await?;
+                    }
                     let msg = format!(
                         "the ledger answers again after {}; the run goes on",
                         config::format_duration(Duration::from_secs(
@@ -151,6 +155,53 @@ impl Night {
                 self.db(|| crate::ledger::ping(&self.pool)).await?;
                 self.retake_lock().await
             }
+        }
+    }
+
+    /// The drain's side of a run that must outlive a database restart
+    /// (docs/ledger.md#locking): every few seconds it measures the server's
+    /// clock again, renews the run's own heartbeat (while that is fresh no
+    /// other drain declares the run crashed) and, as soon as the ledger is
+    /// back after an outage, takes the repository lock again — not only at
+    /// the next claim. Stops when the returned [`Keeper`] is dropped.
+    pub(super) fn keep_alive(night: std::sync::Arc<Night>, run: uuid::Uuid) -> Keeper {
+        let every = (night.config.lease / 3).min(Duration::from_secs(2));
+        Keeper(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                // The ledger is away: the run's own calls wait for it.
+                if crate::queue::sync_clock(&night.pool).await.is_err() {
+                    continue;
+                }
+                let _ = crate::queue::beat_run(&night.pool, run).await;
+                if night.state.holds_lock {
+                    night.keep_lock().await;
+                }
+            }
+        }))
+    }
+
+    /// Takes the lock again if it was lost (best effort: a lock another run
+    /// took meanwhile stops this run at its workers' next
+    /// [`Night::hold_lock`]).
+    async fn keep_lock(&self) {
+        let held = {
+            let mut guard = self.state.lock.lock().await;
+            match guard.as_mut() {
+                Some(l) => matches!(
+                    tokio::time::timeout(LOCK_CHECK, l.still_held()).await,
+                    Ok(Ok(true))
+                ),
+                None => false,
+            }
+        };
+        if held {
+            return;
+        }
+        match tokio::time::timeout(LOCK_CHECK, self.retake_lock()).await {
+            Ok(Ok(())) => tracing::info!("the repository lock is this run's again"),
+            Ok(Err(e)) => tracing::warn!("{e}"),
+            Err(_) => tracing::warn!("taking the repository lock again timed out; trying again"),
         }
     }
 
@@ -298,6 +349,19 @@ impl Night {
     /// remote's URL) from `s`, in every form [`crate::secret::Redactor`] knows.
     pub fn redact(&self, s: &str) -> String {
         crate::secret::Redactor::with_known(self.secrets.iter()).redact(s)
+    }
+}
+
+/// How long one look at the repository lock may take before the keeper
+/// tries again (a connection cut by a partition would otherwise hang it).
+const LOCK_CHECK: Duration = Duration::from_secs(10);
+
+/// The drain's keeper task ([`Night::keep_alive`]); dropping it stops it.
+pub(super) struct Keeper(tokio::task::JoinHandle<()>);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -297,6 +297,12 @@ async fn proof(r: &mut Round<'_>, w: Wrote) -> Result<Step, Error> {
             return Ok(Step::end(end));
         }
         Err(e) => {
+            // A full disk stops the run (resumed once there is room), it
+            // is not the item's fault.
+            if let Some(full) = crate::file::disk_full(&e.to_string(), &slot.path) {
+                item.night.stop_systemic(&full);
+                return Ok(Step::end(r.end(Fact::Fault(full))));
+            }
             let why = format!("cannot read the proof of work from git: {e}");
             return Ok(Step::end(r.end(Fact::Fault(why))));
         }

@@ -42,6 +42,10 @@ pub(super) struct Crew {
     /// Wakes this process's idle workers when one of its workers ends an
     /// item (the last one may have ended; see [`wait_for_work`]).
     pub ended: tokio::sync::Notify,
+    /// Since when (this host's monotonic clock) a joined run's drain has
+    /// not beaten within a lease; `None` while it beats (see
+    /// [`drain_gone`]).
+    pub drain_silent_since: Mutex<Option<std::time::Instant>>,
 }
 
 impl Crew {
@@ -97,9 +101,11 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
             crew.stop_with(status.0, status.1);
             return Ok(());
         }
-        // The worker's own row stays live while it waits for work too.
+        // The worker's own row stays live while it waits for work too, and
+        // its clock is measured against the server's again.
         let name = id.to_string();
         night.db(|| queue::beat_lease(pool, &name, lease)).await?;
+        night.db(|| queue::sync_clock(pool)).await?;
         let claimed = night.db(|| queue::claim(pool, run, id, lease)).await?;
         let Some(claim) = claimed else {
             if night.db(|| queue::pending(pool, run)).await? == 0 {
@@ -143,8 +149,40 @@ async fn should_stop(crew: &Crew) -> Result<Option<(RunStatus, Option<String>)>,
         if row != Some(RunStatus::Running) {
             return Ok(Some((row.unwrap_or(RunStatus::Crashed), None)));
         }
+        if let Some(why) = drain_gone(crew).await? {
+            eprintln!("warning: {why}; this worker stops claiming items");
+            return Ok(Some((RunStatus::Crashed, Some(why))));
+        }
     }
     Ok(None)
+}
+
+/// For a `worker`: why the run's drain is gone, if it is — its heartbeat
+/// (server clock) stayed older than a lease for a whole lease of this
+/// worker's watching. An outage stops the drain's beat too, but the drain
+/// beats again within seconds of the ledger's return, so a worker that
+/// comes back from one does not stop; one whose drain died does, so that
+/// its own heartbeats stop vouching for a dead run (docs/workers.md).
+async fn drain_gone(crew: &Crew) -> Result<Option<String>, Error> {
+    let night = &*crew.night;
+    let (pool, run, lease) = (&night.pool, crew.run_id, night.config.lease);
+    let age = night.db(|| queue::drain_beat_age(pool, run)).await?;
+    let silent = age.is_none_or(|a| a > lease.as_secs_f64());
+    let mut since = crew
+        .drain_silent_since
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if !silent {
+        *since = None;
+        return Ok(None);
+    }
+    let first = *since.get_or_insert_with(std::time::Instant::now);
+    Ok((first.elapsed() >= lease).then(|| {
+        format!(
+            "the drain of run {run} has not beaten for {} (server clock); it is gone, and the next `nightshift drain` resumes the run",
+            crate::config::format_duration(Duration::from_secs_f64(age.unwrap_or_default()))
+        )
+    }))
 }
 
 /// Waits until a held item may be taken over (the earliest lease's end) or
@@ -155,7 +193,7 @@ async fn wait_for_work(crew: &Crew) -> Result<(), Error> {
     let (pool, run) = (&night.pool, crew.run_id);
     let expiry = night.db(|| queue::next_expiry(pool, run)).await?;
     let until_expiry = expiry
-        .and_then(|t| (t - chrono::Utc::now()).to_std().ok())
+        .and_then(|t| (t - night.clock.now()).to_std().ok())
         .unwrap_or_default();
     let pause = until_expiry.clamp(Duration::from_millis(200), Duration::from_secs(2));
     tokio::select! {
@@ -208,6 +246,7 @@ fn heartbeat(night: &Night, fence: &Arc<Fence>) -> tokio::task::JoinHandle<()> {
             match claim.renew(&pool, lease).await {
                 Ok(()) => {
                     let _ = queue::beat_lease(&pool, &claim.worker, lease).await;
+                    let _ = queue::sync_clock(&pool).await;
                 }
                 Err(queue::FenceError::Lost(_)) => {
                     fence.lose();

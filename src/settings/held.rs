@@ -40,7 +40,9 @@ impl Held {
         let ledger = ledger().await?;
         let repo_id = super::repo_id(&req.repo, &req.config.remote);
         crate::run::save_plan(&ledger.pool, &repo_id, &req.plan).await?;
+        check_clock(&ledger.pool).await?;
         let lock = lock_repo(&ledger, &repo_id, &req.repo).await?;
+        refuse_live_run(&ledger.pool, &repo_id, &req.repo, req.config.lease).await?;
         let slots_lock = lock_checkouts(&req.repo)?;
         let crashed = crate::run::mark_dead_runs_crashed(&ledger.pool, &repo_id).await?;
         for r in &crashed {
@@ -61,6 +63,47 @@ impl Held {
     /// The ledger's pool.
     pub fn pool(&self) -> &sqlx::PgPool {
         &self.ledger.pool
+    }
+}
+
+/// Measures this host's clock against the ledger server's (every shared
+/// decision is judged by the server's, docs/workers.md#what-clocks-must-agree)
+/// and says so on stderr when they differ by more than a few seconds.
+///
+/// # Errors
+/// Exit 1 when the ledger does not answer.
+pub(super) async fn check_clock(pool: &sqlx::PgPool) -> Result<()> {
+    let (host, server) = crate::queue::sync_clock(pool).await?;
+    if let Some(note) = crate::schedule::skew_note(host, server) {
+        eprintln!("warning: {note}");
+    }
+    Ok(())
+}
+
+/// A run of `repo_id` still marked `running` is dead only when nobody
+/// vouches for it: its drain or a worker on this host still lives, or one
+/// on another host beat within `lease` (server clock). A server restart
+/// drops the repository lock with its session, so holding the lock alone
+/// does not make the run dead (docs/ledger.md#locking).
+///
+/// # Errors
+/// Refused (exit 3) naming the run and who vouches for it; database errors.
+async fn refuse_live_run(
+    pool: &sqlx::PgPool,
+    repo_id: &str,
+    repo: &Path,
+    lease: std::time::Duration,
+) -> Result<()> {
+    let Some(run) = crate::ledger::runs::running_run(pool, repo_id).await? else {
+        return Ok(());
+    };
+    match crate::queue::vouched(pool, run.id, lease).await? {
+        None => Ok(()),
+        Some(who) => Err(Error::refused(format!(
+            "another nightshift run holds the lock of {}: run {} is live — {who} — though the repository lock was free (a restart of the database drops it until that run takes it again); wait for it to finish or stop it",
+            repo.display(),
+            run.id
+        ))),
     }
 }
 

@@ -86,6 +86,9 @@ pub struct Request {
     pub deadline: DateTime<Utc>,
     /// When the command started (UTC): approvals are judged at this time.
     pub now: DateTime<Utc>,
+    /// The deadline as given (`HH:MM` or RFC 3339), to resolve it again by
+    /// the ledger server's clock ([`Request::reclock`]).
+    pub deadline_input: String,
     /// Whether this drain is one of `schedule`'s fires.
     pub scheduled: bool,
 }
@@ -124,13 +127,10 @@ impl Request {
         if let Some(w) = zone_source.warning() {
             eprintln!("warning: {w}");
         }
-        let now = Utc::now();
-        let deadline = schedule::parse_deadline(
-            args.deadline.as_deref().unwrap_or(&config.deadline),
-            now,
-            tz,
-        )
-        .map_err(|e| Error::argument(format!("deadline: {e}")))?;
+        let now = schedule::server_now();
+        let deadline_input = args.deadline.clone().unwrap_or(config.deadline.clone());
+        let deadline = schedule::parse_deadline(&deadline_input, now, tz)
+            .map_err(|e| Error::argument(format!("deadline: {e}")))?;
         Ok(Request {
             repo: snap.repo,
             loaded: snap.loaded,
@@ -141,8 +141,23 @@ impl Request {
             tz,
             deadline,
             now,
+            deadline_input,
             scheduled: flags.scheduled,
         })
+    }
+
+    /// Judges `now` and the deadline again by the ledger server's clock,
+    /// once [`Held::take`] measured it: a host whose clock is off neither
+    /// moves the night's end nor expires an approval early
+    /// (docs/workers.md#what-clocks-must-agree).
+    ///
+    /// # Errors
+    /// Exit 2 for a deadline that no longer parses (it parsed before).
+    pub fn reclock(&mut self) -> Result<()> {
+        self.now = schedule::server_now();
+        self.deadline = schedule::parse_deadline(&self.deadline_input, self.now, self.tz)
+            .map_err(|e| Error::argument(format!("deadline: {e}")))?;
+        Ok(())
     }
 }
 
@@ -234,7 +249,9 @@ impl Resolved {
             secrets: env.secrets,
             run_as: env.run_as,
             cancel,
-            clock: Arc::new(schedule::SystemClock),
+            // Every host's shared decisions are judged by the ledger
+            // server's clock (docs/workers.md#what-clocks-must-agree).
+            clock: Arc::new(schedule::server_clock().clone()),
             remote_urls,
             db_source: env.db_source,
         };

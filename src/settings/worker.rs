@@ -6,8 +6,6 @@
 
 use std::path::Path;
 
-use chrono::Utc;
-
 use crate::approval;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -16,6 +14,7 @@ use crate::ledger::runs::RunRow;
 use crate::ledger::{plans, runs};
 use crate::plan::{self, Plan};
 use crate::run::Selection;
+use crate::schedule;
 
 use super::held::lock_checkouts;
 use super::{
@@ -55,6 +54,7 @@ pub async fn join_live_run(at: &Location, jobs: Option<u32>) -> Result<Joined> {
     }
     ledger_mod::size_pool_for(config.jobs);
     let ledger = ledger().await?;
+    super::held::check_clock(&ledger.pool).await?;
     let repo_id = repo_id(&repo, &config.remote);
     let run = live_run(&ledger, &repo_id, &repo).await?;
     let pool = &ledger.pool;
@@ -72,8 +72,9 @@ pub async fn join_live_run(at: &Location, jobs: Option<u32>) -> Result<Joined> {
         selection: Selection::All,
         approve: None,
         tz: run.zone(),
-        deadline: run.deadline.unwrap_or_else(Utc::now),
-        now: Utc::now(),
+        deadline: run.deadline.unwrap_or_else(schedule::server_now),
+        now: schedule::server_now(),
+        deadline_input: String::new(),
         scheduled: false,
     };
     let held = Held {

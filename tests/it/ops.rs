@@ -33,7 +33,7 @@ echo "edited calc.txt"
 /// Two items (`Add sub`, `Add pow`) with command agents whose writer and
 /// reviewer stall when `writer.stall` / `reviewer.stall` exist, and whose
 /// writer of `Add pow` stalls when `writer2.stall` exists.
-fn two_items(f: &Fixture) {
+pub(crate) fn two_items(f: &Fixture) {
     let w = f.agent("writer.sh", &format!("#!/bin/sh\n{}if grep -q 'Add pow' \"$NIGHTSHIFT_CONTRACT_FILE\"; then\n{}fi\n{WORD_WRITER}", stall_snippet(&f.agents, "writer"), stall_snippet(&f.agents, "writer2")));
     let r = f.agent(
         "reviewer.sh",
@@ -46,11 +46,11 @@ fn two_items(f: &Fixture) {
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
 }
 
-fn stall(f: &Fixture, name: &str) {
+pub(crate) fn stall(f: &Fixture, name: &str) {
     std::fs::write(f.agents.join(format!("{name}.stall")), "").unwrap();
 }
 
-fn wait_ready(f: &Fixture, name: &str) {
+pub(crate) fn wait_ready(f: &Fixture, name: &str) {
     wait_until(Duration::from_secs(30), &format!("{name} to stall"), || {
         f.agents.join(format!("{name}.ready")).exists()
     });
@@ -156,7 +156,7 @@ fn closing_the_terminal_stops_the_run_cleanly() {
 }
 
 /// Takes the test's database away: no new connections, every session ended.
-fn db_down(f: &Fixture) {
+pub(crate) fn db_down(f: &Fixture) {
     common::db::admin_sql(&format!(
         "ALTER DATABASE {0} ALLOW_CONNECTIONS false; \
          SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
@@ -165,20 +165,20 @@ fn db_down(f: &Fixture) {
 }
 
 /// Brings it back.
-fn db_up(f: &Fixture) {
+pub(crate) fn db_up(f: &Fixture) {
     common::db::admin_sql(&format!(
         "ALTER DATABASE {} ALLOW_CONNECTIONS true",
         f.db.name
     ));
 }
 
-fn writer_calls(f: &Fixture) -> String {
+pub(crate) fn writer_calls(f: &Fixture) -> String {
     f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'")
 }
 
 /// Exactly one PR per item on GitHub, each from its own branch, and those
 /// branches on the remote with one commit each.
-fn one_pr_per_item(f: &Fixture, gh: &FakeGitHub, items: usize) {
+pub(crate) fn one_pr_per_item(f: &Fixture, gh: &FakeGitHub, items: usize) {
     let mut heads: Vec<String> = gh
         .prs()
         .iter()
@@ -200,7 +200,7 @@ fn one_pr_per_item(f: &Fixture, gh: &FakeGitHub, items: usize) {
     }
 }
 
-async fn with_github() -> (Fixture, FakeGitHub) {
+pub(crate) async fn with_github() -> (Fixture, FakeGitHub) {
     let gh = FakeGitHub::start().await;
     let mut f = Fixture::new();
     f.use_github(&gh);

@@ -113,12 +113,16 @@ pub(crate) fn spawn_worker(f: &Fixture, clone: &Path, data: &Path) -> Child {
         .expect("worker starts")
 }
 
-/// `drain` after plan and approve, started in the background.
+/// `drain` after plan and approve, started in the background (with a far
+/// deadline unless `extra` gives one).
 pub(crate) fn spawn_drain(f: &Fixture, extra: &[&str]) -> Child {
     let sha = f.plan_sha();
     assert_ok(&f.run(&["approve", &sha]), "approve");
     let deadline = common::far_deadline();
-    let mut args = vec!["drain", "--deadline", deadline.as_str()];
+    let mut args = vec!["drain"];
+    if !extra.contains(&"--deadline") {
+        args.extend(["--deadline", deadline.as_str()]);
+    }
     args.extend_from_slice(extra);
     f.cmd()
         .args(&args)
@@ -148,7 +152,7 @@ pub(crate) fn finish(child: Child, what: &str) -> std::process::Output {
 }
 
 /// Items claimed more than once, and whether any claim is still open.
-fn claims_per_item(f: &Fixture) -> Vec<(String, i64)> {
+pub(crate) fn claims_per_item(f: &Fixture) -> Vec<(String, i64)> {
     f.db.sql("SELECT item_key || ' ' || count(*) FROM claims GROUP BY item_key ORDER BY 1")
         .lines()
         .map(|l| {

@@ -4,7 +4,6 @@
 //!
 //! Not for starting the CLI or its flags: the module root does that.
 
-use chrono::Utc;
 use serde_json::Value;
 
 use crate::agent::model::Usage;
@@ -338,7 +337,9 @@ impl StreamState {
             // The latest event is the account's state: a `rejected` one
             // followed by `allowed` (the window reset, or extra usage took
             // over) is no limit any more.
-            Some("rate_limit_event") => self.limit = limit::read_claude_event(ev, Utc::now(), tz),
+            Some("rate_limit_event") => {
+                self.limit = limit::read_claude_event(ev, crate::schedule::server_now(), tz)
+            }
             Some("result") => self.result_event(ev, tz),
             _ => {}
         }
@@ -441,7 +442,7 @@ impl StreamState {
             return;
         }
         self.assistant_at_result = self.assistant_messages;
-        self.result_limit = limit::read_claude_event(ev, Utc::now(), tz);
+        self.result_limit = limit::read_claude_event(ev, crate::schedule::server_now(), tz);
         for t in &r.permission_denials {
             self.deny(t);
         }
@@ -507,7 +508,7 @@ impl StreamState {
         // A synthetic assistant message marked `"error":"rate_limit"`
         // carries the CLI's own limit text.
         if self.limit.is_none() {
-            self.limit = limit::read_claude_event(ev, Utc::now(), tz);
+            self.limit = limit::read_claude_event(ev, crate::schedule::server_now(), tz);
         }
         let id = ev
             .pointer("/message/id")
@@ -724,8 +725,16 @@ impl StreamState {
                     None => self.last_retry_status,
                 };
                 match status {
-                    Some(429) => Some(limit::read_text("429 Too Many Requests", Utc::now(), tz)),
-                    Some(529) => Some(limit::read_text("529 Overloaded", Utc::now(), tz)),
+                    Some(429) => Some(limit::read_text(
+                        "429 Too Many Requests",
+                        crate::schedule::server_now(),
+                        tz,
+                    )),
+                    Some(529) => Some(limit::read_text(
+                        "529 Overloaded",
+                        crate::schedule::server_now(),
+                        tz,
+                    )),
                     _ => None,
                 }
                 .filter(|r| r.kind != limit::LimitKind::None)

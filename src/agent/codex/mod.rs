@@ -37,7 +37,6 @@ mod stream;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::base::base_command;
@@ -212,7 +211,7 @@ pub async fn run(
     // may carry retried 429s that did not stop it. stderr holds codex's raw
     // 429 body (`resets_at`) when its log level prints it.
     let limit = if failure.is_some() {
-        let from_stderr = limit::read_text(&outcome.stderr_tail, Utc::now(), tz);
+        let from_stderr = limit::read_text(&outcome.stderr_tail, crate::schedule::server_now(), tz);
         let best = stronger(st.limit.clone(), from_stderr);
         best.is_limit().then_some(best)
     } else {

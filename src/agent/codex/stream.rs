@@ -6,7 +6,6 @@
 
 use std::path::Path;
 
-use chrono::Utc;
 use serde_json::Value;
 
 use crate::agent::blocks::parse_blocks;
@@ -92,7 +91,7 @@ impl StreamState {
         if let Some(msg) = ev.get("msg").filter(|m| m.get("type").is_some()) {
             return self.legacy(msg, tz);
         }
-        if let Some(r) = limit::read_codex_event(ev, Utc::now(), tz) {
+        if let Some(r) = limit::read_codex_event(ev, crate::schedule::server_now(), tz) {
             self.limit = Some(stronger(self.limit.take(), r));
         }
         let s = |p: &str| ev.pointer(p).and_then(Value::as_str).map(str::to_string);
@@ -289,7 +288,7 @@ impl StreamState {
     fn legacy_error(&mut self, stream: bool, m: String, tz: chrono_tz::Tz) {
         if let Some(r) = limit::read_codex_event(
             &serde_json::json!({"type": "error", "message": m}),
-            Utc::now(),
+            crate::schedule::server_now(),
             tz,
         ) {
             self.limit = Some(stronger(self.limit.take(), r));

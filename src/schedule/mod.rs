@@ -33,6 +33,10 @@ use chrono::{
 use chrono_tz::Tz;
 use tokio_util::sync::CancellationToken;
 
+mod server;
+
+pub use server::{MAX_SKEW, ServerClock, server_clock, server_now, skew_note};
+
 /// Errors of zone resolution, deadlines and cron expressions.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ScheduleError {
