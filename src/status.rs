@@ -38,6 +38,9 @@ pub struct Status {
     ended: usize,
     /// Items of the running run's queue not done yet (held or waiting).
     pending: i64,
+    /// Server connections nightshift processes hold on the ledger, per
+    /// host (docs/workers.md#connections), while a run is running.
+    connections: Vec<(String, i64)>,
 }
 
 impl Status {
@@ -62,6 +65,14 @@ impl Status {
             Some(r) => crate::queue::live_workers(pool, r.id).await?,
             None => Vec::new(),
         };
+        let connections = match &running {
+            Some(_) => {
+                let me = crate::ledger::HolderInfo::current();
+                let me = format!("{}:{}", me.host, me.pid);
+                crate::ledger::workers::connections_by_host(pool, &me).await?
+            }
+            None => Vec::new(),
+        };
         let (mut titles, mut ended, mut pending) = (Default::default(), 0, 0);
         if let Some(r) = running.as_ref().filter(|_| workers.len() > 1) {
             (titles, ended) = item_names(pool, r.id).await?;
@@ -79,6 +90,7 @@ impl Status {
             titles,
             ended,
             pending,
+            connections,
         })
     }
 
@@ -101,6 +113,14 @@ impl Status {
             self.ended,
             self.pending
         );
+        if !self.connections.is_empty() {
+            let per_host: Vec<String> = self
+                .connections
+                .iter()
+                .map(|(host, n)| format!("{host} {n}"))
+                .collect();
+            out.push_str(&format!(" · connections: {}", per_host.join(", ")));
+        }
         if let Some(until) = r.sleeping_until {
             out.push_str(&format!(
                 " · sleeping until {} (usage limit, {})",
@@ -192,6 +212,7 @@ impl Status {
             "sleeping_agent": running.and_then(|r| r.sleeping_agent.clone()),
             "pid": running.and_then(|r| r.pid),
             "workers": self.workers,
+            "connections": self.connections.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "now": Utc::now(),
             "text": text,
         })

@@ -52,7 +52,6 @@ pub async fn join_live_run(at: &Location, jobs: Option<u32>) -> Result<Joined> {
     if let Some(jobs) = jobs {
         config.jobs = checked_jobs(jobs, false)?;
     }
-    ledger_mod::size_pool_for(config.jobs);
     let ledger = ledger().await?;
     super::held::check_clock(&ledger.pool).await?;
     let repo_id = repo_id(&repo, &config.remote);

@@ -178,11 +178,12 @@ fn status_during_jobs_has_a_headline_for_the_run_then_a_line_per_worker() {
     let run = f.db.sql("SELECT id FROM runs");
     let said = String::from_utf8_lossy(&out.stdout).to_string();
     let lines: Vec<&str> = said.lines().collect();
-    assert_eq!(
-        lines[0],
-        format!("run {run} · 2 workers · 0 item(s) ended, 2 to go"),
-        "{said}"
-    );
+    // The drain's connections on its host: its pool's in use and the lock's.
+    let host = f.db.sql("SELECT host FROM runs");
+    let head = format!("run {run} · 2 workers · 0 item(s) ended, 2 to go · connections: {host} ");
+    assert!(lines[0].starts_with(&head), "{said}");
+    let n: i64 = lines[0][head.len()..].parse().expect("a count");
+    assert!((1..=5).contains(&n), "{said}");
     assert_eq!(lines.len(), 3, "{said}");
     let mut items: Vec<String> = lines[1..]
         .iter()
@@ -469,5 +470,46 @@ fn init_guesses_pytest_for_a_python_project_with_a_tests_folder() {
     assert!(
         config.contains("verify = [\"python3 -m pytest\"]"),
         "{config}"
+    );
+}
+
+/// The connection budget (issue 27, point 1): one process draining with
+/// `--jobs 20` holds at most 5 server connections (its pool of 4 and the
+/// repository lock's own), counted from `pg_stat_activity` through the
+/// whole drain, while its workers still share the items.
+#[test]
+fn a_drain_with_20_jobs_holds_at_most_5_server_connections() {
+    let titles: Vec<String> = (1..=20).map(|_| "Add sub".to_string()).collect();
+    let titles: Vec<String> = titles
+        .iter()
+        .enumerate()
+        .map(|(n, t)| format!("{t} number {n}"))
+        .collect();
+    let refs: Vec<&str> = titles.iter().map(String::as_str).collect();
+    let f = world(&refs, 1, "");
+    let mut drain = start_drain(&f, &["--jobs", "20"]);
+    let count = "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND application_name LIKE 'nightshift%'";
+    let (mut most, mut samples) = (0, 0);
+    while drain.try_wait().unwrap().is_none() {
+        most = most.max(f.db.sql(count).parse::<i64>().unwrap());
+        samples += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = drain.wait_with_output().unwrap();
+    assert_ok(&out, "drain --jobs 20");
+    assert!(
+        samples > 10 && most >= 2,
+        "{samples} samples, at most {most}"
+    );
+    assert!(most <= 5, "the drain held {most} connections at once");
+    let workers = f.db.sql("SELECT count(DISTINCT worker) FROM run_items");
+    assert!(
+        workers.parse::<i64>().unwrap() >= 4,
+        "{workers} worker(s) ended items"
+    );
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM run_items WHERE outcome = 'branch_pushed'"),
+        "20"
     );
 }
