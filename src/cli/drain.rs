@@ -479,7 +479,7 @@ fn worker_summary(run: uuid::Uuid, items: &[crate::ledger::items::ItemRow]) -> S
         let title = crate::report::escape_controls(&i.title, false);
         let _ = writeln!(
             s,
-            "  {} {title:?} · {outcome}{}",
+            "  {} \"{title}\" · {outcome}{}",
             i.item_index,
             if what.is_empty() {
                 String::new()
