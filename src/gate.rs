@@ -331,7 +331,8 @@ pub struct Guess {
 /// Guesses the gate from the files at the repository root, in this order:
 /// `Cargo.toml` → `cargo test`; a `package.json` with a `test` script →
 /// `npm test`; `pyproject.toml` / `pytest.ini` / `setup.cfg` / `tox.ini`
-/// naming pytest (or `pytest.ini` itself) → `pytest`; `go.mod` →
+/// naming pytest (or `pytest.ini` itself) → `pytest`; a Python project
+/// with a `tests/` folder of `test_*.py` → `python3 -m pytest`; `go.mod` →
 /// `go test ./...`; a Makefile with a `test:` target → `make test`. `None`
 /// when nothing shows one (docs/config.md `verify`). Reads at most 1 MiB of
 /// each file, regular files only.
@@ -370,6 +371,9 @@ pub fn guess(repo: &std::path::Path) -> Option<Guess> {
             return guess("pytest", &format!("{name} mentions pytest"));
         }
     }
+    if let Some(because) = pytest_layout(repo) {
+        return guess("python3 -m pytest", &because);
+    }
     if read("go.mod").is_some() {
         return guess("go test ./...", "go.mod");
     }
@@ -382,6 +386,30 @@ pub fn guess(repo: &std::path::Path) -> Option<Guess> {
         }
     }
     None
+}
+
+/// A Python project laid out for pytest without saying so: a
+/// `pyproject.toml`, `setup.py` or `setup.cfg` at the root and a `tests/`
+/// (or `test/`) folder holding `test_*.py` or `*_test.py` files, pytest's
+/// default names. `python3 -m pytest` runs them without a `pytest` script
+/// on `PATH`. Says what showed it.
+fn pytest_layout(repo: &std::path::Path) -> Option<String> {
+    let project = ["pyproject.toml", "setup.py", "setup.cfg"]
+        .into_iter()
+        .find(|f| repo.join(f).is_file())?;
+    ["tests", "test"].into_iter().find_map(|dir| {
+        let found = std::fs::read_dir(repo.join(dir))
+            .ok()?
+            .filter_map(|e| e.ok())
+            .take(10_000)
+            .any(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.ends_with(".py")
+                    && (name.starts_with("test_") || name.ends_with("_test.py"))
+                    && e.file_type().is_ok_and(|t| t.is_file())
+            });
+        found.then(|| format!("{project} and {dir}/test_*.py, pytest's layout"))
+    })
 }
 
 #[cfg(test)]

@@ -45,6 +45,9 @@ pub struct Night {
     pub items_run: usize,
     /// PRs it opened.
     pub prs_opened: usize,
+    /// Branches it pushed whose PR it could not open (`branch_pushed`: no
+    /// GitHub access); each is work on the remote, to be opened.
+    pub branches_pushed: usize,
     /// Of those, merged since.
     pub merged: usize,
     /// Closed without a merge.
@@ -55,8 +58,8 @@ pub struct Night {
     pub failures: BTreeMap<String, usize>,
     /// Tokens of its agent calls.
     pub tokens: i64,
-    /// Its cost in US dollars (where the agents report one).
-    pub cost_usd: f64,
+    /// Its cost in US dollars; `None` when no agent reported one.
+    pub cost_usd: Option<f64>,
     /// Seconds slept at usage limits.
     pub slept_seconds: i64,
 }
@@ -70,8 +73,8 @@ pub struct RecipeTotals {
     pub prs_opened: usize,
     /// PRs merged.
     pub merged: usize,
-    /// Cost of the recipe's items in US dollars.
-    pub cost_usd: f64,
+    /// Cost of the recipe's items in US dollars; `None` when unreported.
+    pub cost_usd: Option<f64>,
     /// Cost per merged PR in US dollars; `None` when none merged.
     pub cost_per_merged_pr: Option<f64>,
 }
@@ -83,6 +86,8 @@ pub struct Totals {
     pub nights: usize,
     /// PRs opened.
     pub prs_opened: usize,
+    /// Branches pushed whose PR could not be opened (no GitHub access).
+    pub branches_pushed: usize,
     /// Merged since.
     pub merged: usize,
     /// Closed without a merge.
@@ -93,9 +98,10 @@ pub struct Totals {
     pub merge_rate: Option<f64>,
     /// Tokens.
     pub tokens: i64,
-    /// Cost in US dollars.
-    pub cost_usd: f64,
-    /// All the nights' cost divided by the merged PRs; `None` when none merged.
+    /// Cost in US dollars; `None` when no agent reported one.
+    pub cost_usd: Option<f64>,
+    /// All the nights' cost divided by the merged PRs; `None` when none
+    /// merged or no cost was reported.
     pub cost_per_merged_pr: Option<f64>,
     /// Median hours from a PR's opening to its merge; `None` when none merged.
     pub median_hours_to_merge: Option<f64>,
@@ -158,10 +164,13 @@ pub async fn load(
             ..RecipeTotals::default()
         });
         night.tokens += row.tokens;
-        night.cost_usd += row.cost_usd.unwrap_or(0.0);
-        r.cost_usd += row.cost_usd.unwrap_or(0.0);
+        night.cost_usd = add_cost(night.cost_usd, row.cost_usd);
+        r.cost_usd = add_cost(r.cost_usd, row.cost_usd);
         if row.rounds > 0 {
             night.items_run += 1;
+        }
+        if row.outcome == Some(Outcome::BranchPushed) {
+            night.branches_pushed += 1;
         }
         if let Some(o) = row.outcome.filter(|o| o.fails_run()) {
             *night.failures.entry(o.as_str().to_string()).or_insert(0) += 1;
@@ -204,12 +213,30 @@ fn count_pr(
     }
 }
 
+/// The sum of the costs some agents reported: `None` when none did, and
+/// never `-0.0` (an empty `f64` sum is `-0.0`, which JSON keeps).
+pub fn cost_sum(costs: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    costs
+        .into_iter()
+        .flatten()
+        .fold(None, |sum: Option<f64>, c| Some(sum.unwrap_or(0.0) + c))
+        .map(|c| c + 0.0)
+}
+
+/// `sum` with `cost` added: unknown until some agent reported a cost, and
+/// never `-0.0` ([`cost_sum`]).
+fn add_cost(sum: Option<f64>, cost: Option<f64>) -> Option<f64> {
+    cost_sum([sum, cost])
+}
+
 fn totals(nights: &[Night], mut hours: Vec<f64>, mut by_recipe: Vec<RecipeTotals>) -> Totals {
     let sum = |f: fn(&Night) -> usize| nights.iter().map(f).sum::<usize>();
     let (opened, merged) = (sum(|n| n.prs_opened), sum(|n| n.merged));
-    let cost: f64 = nights.iter().map(|n| n.cost_usd).sum();
+    let cost = cost_sum(nights.iter().map(|n| n.cost_usd));
+    let per_merged =
+        |cost: Option<f64>, merged: usize| cost.filter(|_| merged > 0).map(|c| c / merged as f64);
     for r in &mut by_recipe {
-        r.cost_per_merged_pr = (r.merged > 0).then(|| r.cost_usd / r.merged as f64);
+        r.cost_per_merged_pr = per_merged(r.cost_usd, r.merged);
     }
     hours.sort_by(f64::total_cmp);
     let median = match hours.len() {
@@ -220,13 +247,14 @@ fn totals(nights: &[Night], mut hours: Vec<f64>, mut by_recipe: Vec<RecipeTotals
     Totals {
         nights: nights.len(),
         prs_opened: opened,
+        branches_pushed: sum(|n| n.branches_pushed),
         merged,
         closed: sum(|n| n.closed),
         open: sum(|n| n.open),
         merge_rate: (opened > 0).then(|| merged as f64 / opened as f64),
         tokens: nights.iter().map(|n| n.tokens).sum(),
         cost_usd: cost,
-        cost_per_merged_pr: (merged > 0).then(|| cost / merged as f64),
+        cost_per_merged_pr: per_merged(cost, merged),
         median_hours_to_merge: median,
         slept_seconds: nights.iter().map(|n| n.slept_seconds).sum(),
         by_recipe,
@@ -261,63 +289,97 @@ pub async fn remember(
     prs::set_pr_fate(pool, repo, item_key, branch, state, merged_at, closed_at).await
 }
 
+/// A cost as the history prints it: `$1.37`, or `not reported` when no
+/// agent reported one (a `$0.00` there would claim the night was free).
+fn usd(cost: Option<f64>) -> String {
+    cost.map_or_else(|| NOT_REPORTED.to_string(), |c| format!("${c:.2}"))
+}
+
+/// What the history prints for a cost no agent reported.
+pub const NOT_REPORTED: &str = "not reported";
+
 impl History {
     /// The terminal table: a line per night, then the totals.
     pub fn to_text(&self, tz: chrono_tz::Tz) -> String {
         use std::fmt::Write as _;
-        let mut s = format!(
-            "{:<17} {:>5} {:>4} {:>6} {:>6} {:>4} {:>6} {:>10} {:>9} {:>7}\n",
-            "night",
-            "items",
-            "PRs",
-            "merged",
-            "closed",
-            "open",
-            "failed",
-            "tokens",
-            "cost",
-            "slept"
-        );
+        let line = |cells: [&str; 11]| {
+            format!(
+                "{:<17} {:>5} {:>4} {:>6} {:>6} {:>6} {:>4} {:>6} {:>10} {:>12} {:>7}",
+                cells[0],
+                cells[1],
+                cells[2],
+                cells[3],
+                cells[4],
+                cells[5],
+                cells[6],
+                cells[7],
+                cells[8],
+                cells[9],
+                cells[10]
+            )
+        };
+        let mut s = line([
+            "night", "items", "PRs", "pushed", "merged", "closed", "open", "failed", "tokens",
+            "cost", "slept",
+        ]);
+        s.push('\n');
         for n in &self.nights {
-            let _ = writeln!(
-                s,
-                "{:<17} {:>5} {:>4} {:>6} {:>6} {:>4} {:>6} {:>10} {:>9} {:>7}",
-                n.started_at
-                    .map(|t| t.with_timezone(&tz).format("%Y-%m-%d %H:%M").to_string())
-                    .unwrap_or_default(),
-                n.items_run,
-                n.prs_opened,
-                n.merged,
-                n.closed,
-                n.open,
-                n.failures.values().sum::<usize>(),
-                n.tokens,
-                format!("${:.2}", n.cost_usd),
+            let when = n
+                .started_at
+                .map(|t| t.with_timezone(&tz).format("%Y-%m-%d %H:%M").to_string())
+                .unwrap_or_default();
+            let cells = [
+                when,
+                n.items_run.to_string(),
+                n.prs_opened.to_string(),
+                n.branches_pushed.to_string(),
+                n.merged.to_string(),
+                n.closed.to_string(),
+                n.open.to_string(),
+                n.failures.values().sum::<usize>().to_string(),
+                n.tokens.to_string(),
+                usd(n.cost_usd),
                 format!("{}m", n.slept_seconds / 60),
-            );
+            ];
+            let _ = writeln!(s, "{}", line(cells.each_ref().map(String::as_str)));
         }
+        self.totals_text(&mut s);
+        s
+    }
+
+    /// The window's totals and the lines by recipe, under the table.
+    fn totals_text(&self, s: &mut String) {
+        use std::fmt::Write as _;
         let t = &self.totals;
         let pct =
             |o: Option<f64>| o.map_or_else(|| "-".to_string(), |r| format!("{:.0}%", r * 100.0));
-        let usd = |o: Option<f64>| o.map_or_else(|| "-".to_string(), |c| format!("${c:.2}"));
+        let per = |o: Option<f64>, cost: Option<f64>| match (o, cost) {
+            (Some(c), _) => format!("${c:.2}"),
+            (None, None) => NOT_REPORTED.to_string(),
+            (None, Some(_)) => "-".to_string(),
+        };
+        let pushed = match t.branches_pushed {
+            0 => String::new(),
+            n => format!(", {n} branch(es) pushed whose PR was not opened (no GitHub access)"),
+        };
         let _ = writeln!(
             s,
-            "\n{} night(s): {} PR(s) opened, {} merged, {} closed unmerged, {} open; merge rate {}; cost ${:.2}, {} per merged PR; median time to merge {}",
+            "\n{} night(s): {} PR(s) opened{pushed}, {} merged, {} closed unmerged, {} open; merge rate {}; cost {}, {} per merged PR; median time to merge {}",
             t.nights,
             t.prs_opened,
             t.merged,
             t.closed,
             t.open,
             pct(t.merge_rate),
-            t.cost_usd,
-            usd(t.cost_per_merged_pr),
+            usd(t.cost_usd),
+            per(t.cost_per_merged_pr, t.cost_usd),
             t.median_hours_to_merge
                 .map_or_else(|| "-".to_string(), |h| format!("{h:.1} h")),
         );
         for r in t
             .by_recipe
             .iter()
-            .filter(|r| r.prs_opened > 0 || r.cost_usd > 0.0)
+            .filter(|r| r.prs_opened > 0 || r.cost_usd.is_some_and(|c| c > 0.0))
         {
             let name = if r.recipe.is_empty() {
                 "(no recipe)"
@@ -329,12 +391,28 @@ impl History {
                 "  {name}: {} opened, {} merged, {} per merged PR",
                 r.prs_opened,
                 r.merged,
-                usd(r.cost_per_merged_pr)
+                per(r.cost_per_merged_pr, r.cost_usd)
             );
         }
         if let Some(u) = &self.unknown {
             let _ = writeln!(s, "not known: {u}");
         }
-        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cost_sum_is_null_when_unreported_and_never_negative_zero() {
+        assert_eq!(cost_sum([None, None]), None);
+        let zero = cost_sum([Some(-0.0)]).unwrap();
+        assert!(zero == 0.0 && zero.is_sign_positive(), "{zero}");
+        assert_eq!(cost_sum([Some(1.0), None, Some(0.5)]), Some(1.5));
+        assert_eq!(
+            serde_json::to_string(&cost_sum([Some(-0.0)])).unwrap(),
+            "0.0"
+        );
     }
 }

@@ -55,6 +55,8 @@ pub struct ItemNote {
     pub outcome: String,
     /// The PR's URL, if one was opened.
     pub pr_url: Option<String>,
+    /// The branch pushed for it, if one was (with or without a PR).
+    pub branch: Option<String>,
     /// Why it failed (failures only).
     pub reason: Option<String>,
 }
@@ -62,20 +64,31 @@ pub struct ItemNote {
 /// What a run-end message says. The JSON shape of `webhook` and `command`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
+    /// `true` only for the sample `nightshift notify --test` sends: no run
+    /// ended, and every fact in it is made up.
+    pub test: bool,
     /// The run's id.
     pub run_id: String,
-    /// The repository (its remote URL or path, as the ledger names it).
+    /// The repository: its remote's URL as git gives it (credentials left
+    /// out), so a path is one that exists and a URL one that opens.
     pub repo: String,
+    /// The local checkout the run was started from.
+    pub checkout: Option<String>,
     /// Run status word (`completed`, `stopped_deadline`, …).
     pub status: String,
     /// Items per outcome word.
     pub counts: BTreeMap<String, usize>,
     /// PRs opened or updated by the run.
     pub prs: Vec<ItemNote>,
+    /// Branches the run pushed whose PR is not open (no GitHub access, or
+    /// its creation failed): the work is on the remote, to be opened by hand
+    /// or by the next run.
+    pub branches_pushed: Vec<ItemNote>,
     /// Items that ended in a failure, with their reasons.
     pub failures: Vec<ItemNote>,
-    /// Cost of the run's agent calls in US dollars, where reported.
-    pub cost_usd: f64,
+    /// Cost of the run's agent calls in US dollars; `null` when no agent
+    /// reported one (never `-0.0`).
+    pub cost_usd: Option<f64>,
     /// Tokens of the run's agent calls.
     pub tokens: i64,
     /// Seconds slept at usage limits.
@@ -88,10 +101,17 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// One line: `nightshift run 1a2b3c4d completed: 3 PR(s), 1 failed`.
+    /// One line: `nightshift run 1a2b3c4d completed: 3 PR(s), 1 failed`,
+    /// with the branches pushed without a PR when there are some, and
+    /// `[test] ` before it for the sample of `notify --test`.
     pub fn headline(&self) -> String {
+        let pushed = match self.branches_pushed.len() {
+            0 => String::new(),
+            n => format!(", {n} branch(es) pushed without a PR"),
+        };
         format!(
-            "nightshift run {} {}: {} PR(s), {} failed",
+            "{}nightshift run {} {}: {} PR(s){pushed}, {} failed",
+            if self.test { TEST_MARK } else { "" },
             &self.run_id[..self.run_id.len().min(8)],
             self.status,
             self.prs.len(),
@@ -112,6 +132,14 @@ impl Summary {
                 slack_escape(&p.title)
             ));
         }
+        for b in &self.branches_pushed {
+            lines.push(format!(
+                "• #{} {}: branch `{}` pushed, no PR",
+                b.index,
+                slack_escape(&b.title),
+                slack_escape(b.branch.as_deref().unwrap_or(""))
+            ));
+        }
         for f in &self.failures {
             lines.push(format!(
                 "• {} `{}`: {}",
@@ -121,8 +149,11 @@ impl Summary {
             ));
         }
         lines.push(format!(
-            "cost ${:.2} · {} tokens · slept {}s",
-            self.cost_usd, self.tokens, self.slept_seconds
+            "cost {} · {} tokens · slept {}s",
+            self.cost_usd
+                .map_or_else(|| "not reported".to_string(), |c| format!("${c:.2}")),
+            self.tokens,
+            self.slept_seconds
         ));
         for f in &self.foreign_refs {
             lines.push(format!(
@@ -140,6 +171,10 @@ impl Summary {
     }
 }
 
+/// What starts the headline of the sample `notify --test` sends, so a
+/// person who sees it in a channel knows no run ended.
+pub const TEST_MARK: &str = "[test] ";
+
 /// Slack's three control characters in message text (its documented
 /// escaping: `&`, `<`, `>`), so agent text cannot forge a link or mention.
 fn slack_escape(s: &str) -> String {
@@ -153,6 +188,8 @@ fn slack_escape(s: &str) -> String {
 pub struct Delivery {
     /// `webhook`, `slack_webhook` or `command`.
     pub target: &'static str,
+    /// Where it went: the URL's host (and port), or the command's program.
+    pub to: String,
     /// Attempts made (1..=[`ATTEMPTS`]).
     pub attempts: u32,
     /// `None`: delivered; else the last failure.
@@ -172,18 +209,19 @@ pub async fn deliver(
     let mut out = Vec::new();
     if let Some(url) = &targets.webhook {
         let send = || async { post(url, body.clone()).await.map_err(Miss::Retry) };
-        out.push(with_retries("webhook", timeout, send).await);
+        out.push(with_retries("webhook", host_of(url), timeout, send).await);
     }
     if let Some(url) = &targets.slack_webhook {
         let slack = redact(&summary.slack().to_string());
         let send = || async { post(url, slack.clone()).await.map_err(Miss::Retry) };
-        out.push(with_retries("slack_webhook", timeout, send).await);
+        out.push(with_retries("slack_webhook", host_of(url), timeout, send).await);
     }
-    if !targets.command.is_empty() {
+    if let Some(program) = targets.command.first() {
         // The command's own timeout stops it (and its process group)
         // first; the outer one only guards against a runner that hangs.
         let send = || run_command(&targets.command, body.clone(), env, timeout);
-        out.push(with_retries("command", timeout + COMMAND_MARGIN, send).await);
+        let to = program.clone();
+        out.push(with_retries("command", to, timeout + COMMAND_MARGIN, send).await);
     }
     out
 }
@@ -201,9 +239,61 @@ enum Miss {
     Final(String),
 }
 
+/// A webhook URL's host and port, as a failure names it: the path of a
+/// Slack or other webhook URL is its secret, so it is left out.
+fn host_of(url: &str) -> String {
+    url::Url::parse(url)
+        .ok()
+        .and_then(|u| {
+            let host = u.host_str()?.to_string();
+            Some(match u.port() {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            })
+        })
+        .unwrap_or_else(|| "an unreadable URL".into())
+}
+
+impl Delivery {
+    /// The line a person reads about this delivery: `webhook: sent to
+    /// hooks.example.com`, or why it was not sent and where it was to go.
+    pub fn describe(&self) -> String {
+        match &self.error {
+            None => format!("{}: sent to {}", self.target, self.to),
+            Some(e) => format!(
+                "{}: not sent after {} attempt(s): {e} (to {})",
+                self.target, self.attempts, self.to
+            ),
+        }
+    }
+}
+
+/// An error with every cause under it (`client error (Connect): tcp
+/// connect error: Connection refused (os error 111)`): hyper's own text
+/// names only the stage that failed.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+        next = cause.source();
+    }
+    text
+}
+
 /// Runs `send` up to [`ATTEMPTS`] times, each within `timeout`, backing
-/// off between them, until it delivers or a [`Miss::Final`] comes.
-async fn with_retries<F, Fut>(target: &'static str, timeout: Duration, mut send: F) -> Delivery
+/// off between them, until it delivers or a [`Miss::Final`] comes; `to`
+/// names where it goes ([`Delivery::to`]).
+async fn with_retries<F, Fut>(
+    target: &'static str,
+    to: String,
+    timeout: Duration,
+    mut send: F,
+) -> Delivery
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), Miss>>,
@@ -215,6 +305,7 @@ where
             Ok(Ok(())) => {
                 return Delivery {
                     target,
+                    to,
                     attempts: attempt,
                     error: None,
                 };
@@ -223,6 +314,7 @@ where
             Ok(Err(Miss::Final(e))) => {
                 return Delivery {
                     target,
+                    to,
                     attempts: attempt,
                     error: Some(e),
                 };
@@ -240,6 +332,7 @@ where
     }
     Delivery {
         target,
+        to,
         attempts: ATTEMPTS,
         error,
     }
@@ -263,7 +356,7 @@ async fn post(url: &str, body: String) -> Result<(), String> {
         )
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| format!("bad URL: {e}"))?;
-    let resp = client.request(req).await.map_err(|e| format!("{e}"))?;
+    let resp = client.request(req).await.map_err(|e| with_causes(&e))?;
     let status = resp.status();
     // Read (a bounded part of) the answer so the connection ends cleanly.
     let _ = tokio::time::timeout(Duration::from_secs(2), resp.into_body().collect()).await;
@@ -312,31 +405,46 @@ async fn run_command(
     }
 }
 
-/// A sample summary for `nightshift notify --test`.
-pub fn sample(repo: &str) -> Summary {
+/// A sample summary for `nightshift notify --test`: marked `test` (and
+/// its headline [`TEST_MARK`]), for the repository whose remote is `repo`.
+pub fn sample(repo: &str, checkout: Option<&std::path::Path>) -> Summary {
+    let note = |index, title: &str, outcome: Outcome| ItemNote {
+        index,
+        title: title.into(),
+        outcome: outcome.as_str().into(),
+        pr_url: None,
+        branch: None,
+        reason: None,
+    };
     Summary {
+        test: true,
         run_id: "00000000-0000-4000-8000-000000000000".into(),
         repo: repo.into(),
+        checkout: checkout.map(|p| p.display().to_string()),
         status: crate::outcome::RunStatus::Completed.as_str().into(),
         counts: BTreeMap::from([
             (Outcome::PrOpened.as_str().into(), 1),
+            (Outcome::BranchPushed.as_str().into(), 1),
             (Outcome::TestsFailed.as_str().into(), 1),
         ]),
         prs: vec![ItemNote {
-            index: 1,
-            title: "A sample item (nightshift notify --test)".into(),
-            outcome: Outcome::PrOpened.as_str().into(),
             pr_url: Some("https://github.com/OWNER/REPO/pull/1".into()),
-            reason: None,
+            branch: Some("nightshift/a-sample-item-00000001".into()),
+            ..note(
+                1,
+                "A sample item (nightshift notify --test)",
+                Outcome::PrOpened,
+            )
+        }],
+        branches_pushed: vec![ItemNote {
+            branch: Some("nightshift/a-sample-pushed-branch-00000002".into()),
+            ..note(2, "A sample pushed branch", Outcome::BranchPushed)
         }],
         failures: vec![ItemNote {
-            index: 2,
-            title: "A sample failure".into(),
-            outcome: Outcome::TestsFailed.as_str().into(),
-            pr_url: None,
             reason: Some("the gate failed: cargo test exited with code 101".into()),
+            ..note(3, "A sample failure", Outcome::TestsFailed)
         }],
-        cost_usd: 1.23,
+        cost_usd: Some(1.23),
         tokens: 45678,
         slept_seconds: 0,
         report: None,
@@ -346,16 +454,17 @@ pub fn sample(repo: &str) -> Summary {
 
 impl Summary {
     /// The summary of a run as the ledger holds it; an item still running
-    /// (no outcome) counts as `running`.
+    /// (no outcome) counts as `running`. `repo` is the remote's URL (see
+    /// [`Summary::repo`]), `checkout` the local repository.
     pub fn from_ledger(
         run: &crate::ledger::runs::RunRow,
-        repo: &str,
+        (repo, checkout): (&str, Option<&std::path::Path>),
         items: &[crate::ledger::items::ItemRow],
         slept_seconds: i64,
         report: Option<String>,
     ) -> Summary {
         let mut counts = BTreeMap::new();
-        let (mut prs, mut failures) = (Vec::new(), Vec::new());
+        let (mut prs, mut pushed, mut failures) = (Vec::new(), Vec::new(), Vec::new());
         for i in items {
             let word = Outcome::or_running(i.outcome);
             *counts.entry(word.to_string()).or_insert(0) += 1;
@@ -364,6 +473,7 @@ impl Summary {
                 title: i.title.clone(),
                 outcome: word.to_string(),
                 pr_url: i.facts.pr_url.clone(),
+                branch: i.facts.branch.clone(),
                 reason: None,
             };
             if i.outcome.is_some_and(|o| o.fails_run()) {
@@ -373,20 +483,39 @@ impl Summary {
                 });
             } else if i.facts.pr_url.is_some() && i.facts.rounds > 0 {
                 prs.push(note);
+            } else if i.outcome == Some(Outcome::BranchPushed) {
+                pushed.push(note);
             }
         }
         Summary {
+            test: false,
             run_id: run.id.to_string(),
             repo: repo.to_string(),
+            checkout: checkout.map(|p| p.display().to_string()),
             status: run.status.as_str().to_string(),
             counts,
             prs,
+            branches_pushed: pushed,
             failures,
-            cost_usd: items.iter().filter_map(|i| i.facts.cost_usd).sum(),
+            cost_usd: crate::history::cost_sum(items.iter().map(|i| i.facts.cost_usd)),
             tokens: items.iter().map(|i| i.facts.tokens as i64).sum(),
             slept_seconds,
             report,
             foreign_refs: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_names_its_target_without_the_urls_secret_path() {
+        assert_eq!(
+            host_of("https://hooks.slack.com/services/T0/B0/XYZ"),
+            "hooks.slack.com"
+        );
+        assert_eq!(host_of("http://127.0.0.1:9/hook"), "127.0.0.1:9");
     }
 }

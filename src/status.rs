@@ -31,6 +31,16 @@ pub struct Status {
     workers: Vec<crate::queue::WorkerRow>,
     /// Where the approval key is (named when it was lost).
     key_path: PathBuf,
+    /// The running run's items as `plan` and `report` name them (index,
+    /// title, short key), by key.
+    titles: std::collections::HashMap<String, String>,
+    /// Items of the running run that ended.
+    ended: usize,
+    /// Items of the running run's queue not done yet (held or waiting).
+    pending: i64,
+    /// Server connections nightshift processes hold on the ledger, per
+    /// host (docs/workers.md#connections), while a run is running.
+    connections: Vec<(String, i64)>,
 }
 
 impl Status {
@@ -55,6 +65,19 @@ impl Status {
             Some(r) => crate::queue::live_workers(pool, r.id).await?,
             None => Vec::new(),
         };
+        let connections = match &running {
+            Some(_) => {
+                let me = crate::ledger::HolderInfo::current();
+                let me = format!("{}:{}", me.host, me.pid);
+                crate::ledger::workers::connections_by_host(pool, &me).await?
+            }
+            None => Vec::new(),
+        };
+        let (mut titles, mut ended, mut pending) = (Default::default(), 0, 0);
+        if let Some(r) = running.as_ref().filter(|_| workers.len() > 1) {
+            (titles, ended) = item_names(pool, r.id).await?;
+            pending = crate::ledger::claims::pending(pool, r.id).await?;
+        }
         Ok(Status {
             running,
             dead,
@@ -64,30 +87,67 @@ impl Status {
             tz,
             workers,
             key_path,
+            titles,
+            ended,
+            pending,
+            connections,
         })
     }
 
-    /// What `status` prints: the run's line, then, when more than one
-    /// worker runs it, one line per live worker (host, pid, item, round,
-    /// phase, lease expiry).
+    /// What `status` prints: the run's line, or, when more than one worker
+    /// runs it (`--jobs`, `worker` on other hosts), a headline for the
+    /// run — its workers, the items ended and to go, a usage-limit sleep —
+    /// then one line per live worker (its item, round, phase, host, pid,
+    /// lease expiry).
     pub fn text(&self) -> String {
         let Some(r) = &self.running else {
             return self.idle_text();
         };
-        let mut out = self.run_line(r);
-        if self.workers.len() > 1 {
-            for w in &self.workers {
-                out.push_str(&format!(
-                    "\n  worker {} · host {} · pid {} · item {} · round {} · {} · lease until {}",
-                    w.id,
-                    w.host,
-                    w.pid,
-                    w.item_key.as_deref().map_or("-", |k| &k[..k.len().min(8)]),
+        if self.workers.len() < 2 {
+            return self.run_line(r);
+        }
+        let mut out = format!(
+            "run {} · {} workers · {} item(s) ended, {} to go",
+            r.id,
+            self.workers.len(),
+            self.ended,
+            self.pending
+        );
+        if !self.connections.is_empty() {
+            let per_host: Vec<String> = self
+                .connections
+                .iter()
+                .map(|(host, n)| format!("{host} {n}"))
+                .collect();
+            out.push_str(&format!(" · connections: {}", per_host.join(", ")));
+        }
+        if let Some(until) = r.sleeping_until {
+            out.push_str(&format!(
+                " · sleeping until {} (usage limit, {})",
+                until.with_timezone(&self.tz).format("%H:%M"),
+                r.sleeping_agent.as_deref().unwrap_or("agent")
+            ));
+        }
+        for w in &self.workers {
+            let doing = match w.item_key.as_deref() {
+                Some(k) => format!(
+                    "item {} · round {} · {}",
+                    self.titles
+                        .get(k)
+                        .cloned()
+                        .unwrap_or_else(|| k[..k.len().min(8)].to_string()),
                     w.round.map_or("-".to_string(), |n| n.to_string()),
-                    w.phase.as_deref().unwrap_or("idle"),
-                    w.lease_until.with_timezone(&self.tz).format("%H:%M:%S"),
-                ));
-            }
+                    w.phase.as_deref().unwrap_or("starting"),
+                ),
+                None => "idle".to_string(),
+            };
+            out.push_str(&format!(
+                "\n  worker {} · {doing} · host {} · pid {} · lease until {}",
+                w.id,
+                w.host,
+                w.pid,
+                w.lease_until.with_timezone(&self.tz).format("%H:%M:%S"),
+            ));
         }
         out
     }
@@ -152,6 +212,7 @@ impl Status {
             "sleeping_agent": running.and_then(|r| r.sleeping_agent.clone()),
             "pid": running.and_then(|r| r.pid),
             "workers": self.workers,
+            "connections": self.connections.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "now": Utc::now(),
             "text": text,
         })
@@ -179,6 +240,28 @@ async fn current_item(pool: &sqlx::PgPool, running: Option<&RunRow>) -> Result<S
         Some(i) => format!("{} {:?} ({short})", i.item_index, i.title),
         None => short.to_string(),
     })
+}
+
+/// The items of run `run` as `plan` and `report` name them (`2 "Add a
+/// --json flag" (1a2b3c4d)`), by key, and how many of them ended.
+///
+/// # Errors
+/// Database errors.
+async fn item_names(
+    pool: &sqlx::PgPool,
+    run: uuid::Uuid,
+) -> Result<(std::collections::HashMap<String, String>, usize)> {
+    let items = crate::ledger::items::run_items(pool, run).await?;
+    let ended = items.iter().filter(|i| i.ended_at.is_some()).count();
+    let names = items
+        .into_iter()
+        .map(|i| {
+            let short = i.item_key[..8.min(i.item_key.len())].to_string();
+            let name = format!("{} {:?} ({short})", i.item_index, i.title);
+            (i.item_key, name)
+        })
+        .collect();
+    Ok((names, ended))
 }
 
 /// A run that stopped on a failure outside its items waits to be resumed

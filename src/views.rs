@@ -81,6 +81,24 @@ impl RunView {
     }
 }
 
+/// The items of run `run` that this process's workers ended (their
+/// worker is `host:pid:n` with this host and pid, docs/workers.md), in
+/// plan order: what `worker` says it did before it exits.
+///
+/// # Errors
+/// Database errors.
+pub async fn items_of_this_process(pool: &sqlx::PgPool, run: Uuid) -> Result<Vec<ItemRow>> {
+    let me = crate::queue::WorkerId::this_process(1);
+    let prefix = format!("{}:{}:", me.host, me.pid);
+    Ok(items::run_items(pool, run)
+        .await?
+        .into_iter()
+        .filter(|i| {
+            i.ended_at.is_some() && i.worker.as_deref().is_some_and(|w| w.starts_with(&prefix))
+        })
+        .collect())
+}
+
 /// The run `run` of repository `repo` (its id), else its newest; `None`
 /// when there is no such run.
 ///

@@ -245,7 +245,7 @@ async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEn
         let _ = write!(
             out,
             "{}",
-            crate::report::to_text(&view.run, &view.items, view.slept, false)
+            crate::report::to_text_after_drain(&view.run, &view.items, view.slept)
         );
         if !section.is_empty() {
             let _ = write!(out, "\n{}", crate::secret::redact_known(&section));
@@ -440,13 +440,59 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
             .with_timezone(&night.tz)
             .format("%Y-%m-%d %H:%M %Z")
     );
-    let ran = run::join(night.clone(), run.id, &approved, jobs).await?;
-    println!("worker: ended {ran} item(s) of run {}", run.id);
-    if night.cancel.is_cancelled() {
-        return Err(Error::RunEnded {
-            status: crate::outcome::RunStatus::StoppedSignal,
-            failed_items: 0,
-        });
+    run::join(night.clone(), run.id, &approved, jobs).await?;
+    let mine = crate::views::items_of_this_process(&night.pool, run.id).await?;
+    print!(
+        "{}",
+        crate::secret::redact_known(&worker_summary(run.id, &mine))
+    );
+    // The exit code follows `drain`'s rules (docs/commands.md#exit-codes),
+    // for the items this process ended.
+    let status = if night.cancel.is_cancelled() {
+        crate::outcome::RunStatus::StoppedSignal
+    } else {
+        crate::outcome::RunStatus::Completed
+    };
+    let failed = mine
+        .iter()
+        .filter(|i| i.outcome.is_some_and(crate::outcome::Outcome::fails_run))
+        .count();
+    Error::of_run(status, failed)
+}
+
+/// What `worker` prints at its end: how many items it ended, then one line
+/// per item (index, title, outcome, PR or reason), and how many failed.
+fn worker_summary(run: uuid::Uuid, items: &[crate::ledger::items::ItemRow]) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!("worker: ended {} item(s) of run {run}\n", items.len());
+    let mut failed = 0;
+    for i in items {
+        let outcome = i.outcome.map_or("running", crate::outcome::Outcome::as_str);
+        let what = match (&i.facts.pr_url, &i.facts.reason) {
+            (Some(url), _) => url.clone(),
+            (None, Some(r)) => {
+                crate::report::escape_controls(&crate::report::one_line(r, 120), false)
+            }
+            (None, None) => String::new(),
+        };
+        failed += usize::from(i.outcome.is_some_and(crate::outcome::Outcome::fails_run));
+        let title = crate::report::escape_controls(&i.title, false);
+        let _ = writeln!(
+            s,
+            "  {} \"{title}\" · {outcome}{}",
+            i.item_index,
+            if what.is_empty() {
+                String::new()
+            } else {
+                format!(" · {what}")
+            }
+        );
     }
-    Ok(())
+    if failed > 0 {
+        let _ = writeln!(
+            s,
+            "worker: {failed} of its item(s) failed (exit 1; `nightshift report` has the run)"
+        );
+    }
+    s
 }

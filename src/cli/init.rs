@@ -47,7 +47,7 @@ pub(crate) fn run(cli: &Cli) -> Result<()> {
             None => {
                 gate_unset = true;
                 println!(
-                    "gate:   none found (no Cargo.toml, package.json with a test script, pytest config, go.mod or Makefile with a `test:` target); {} holds a placeholder that fails every item: set `verify` to your test command, e.g. verify = [\"sh test.sh\"]",
+                    "gate:   none found (no Cargo.toml, package.json with a test script, pytest config or Python project with tests/test_*.py, go.mod or Makefile with a `test:` target); {} holds a placeholder that fails every item: set `verify` to your test command, e.g. verify = [\"sh test.sh\"]",
                     cfg.display()
                 );
             }

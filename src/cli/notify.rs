@@ -25,23 +25,21 @@ pub(crate) async fn notify_test(cli: &Cli, test: bool, _startup: &Startup) -> Re
             loaded.path.display()
         )));
     }
-    let summary = crate::notify::sample(&repo_identity(cli, &repo));
+    // The remote as git names it, as a run's own message does.
+    let remote = crate::git::remote_urls(&repo, &loaded.config.remote)
+        .map(|(fetch, _)| crate::remote::without_userinfo(&fetch))
+        .unwrap_or_else(|_| repo_identity(cli, &repo));
+    let summary = crate::notify::sample(&remote, Some(&repo));
     let env = crate::cli::agents_environment(&loaded.config);
     let sent = crate::notify::deliver(targets, &summary, &crate::secret::redact_known, &env).await;
     let mut failed = 0;
+    println!(
+        "sending a test message (marked \"test\": true, headline {:?}):",
+        summary.headline()
+    );
     for d in &sent {
-        match &d.error {
-            None => println!("{}: sent", d.target),
-            Some(e) => {
-                failed += 1;
-                println!(
-                    "{}: not sent after {} attempt(s): {}",
-                    d.target,
-                    d.attempts,
-                    crate::secret::redact_known(e)
-                );
-            }
-        }
+        failed += usize::from(d.error.is_some());
+        println!("{}", crate::secret::redact_known(&d.describe()));
     }
     match failed {
         0 => Ok(()),

@@ -204,11 +204,7 @@ pub(crate) async fn history(
     json: bool,
     startup: &crate::cli::Startup,
 ) -> Result<()> {
-    let window = crate::duration::parse(since).map_err(|e| {
-        Error::argument(format!(
-            "--since {since:?}: {e}; write a duration such as 30d, 2w or 12h"
-        ))
-    })?;
+    let window = since_window(since)?;
     let repo = repo_root(cli)?;
     let loaded = crate::cli::load_config(cli, &repo)?;
     let id = crate::cli::repo_identity(cli, &repo);
@@ -233,6 +229,25 @@ pub(crate) async fn history(
         print!("{}", crate::secret::redact_known(&h.to_text(tz)));
     }
     Ok(())
+}
+
+/// The window of `--since`: a duration such as `30d`, `2w` or `12h`.
+///
+/// # Errors
+/// Exit 2 for anything else; a bare number (`14`) is named as the number
+/// of days it most likely means, not read as minutes.
+fn since_window(since: &str) -> Result<std::time::Duration> {
+    let t = since.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Error::argument(format!(
+            "--since {t:?} has no unit: write --since {t}d for {t} days (or {t}h for hours, {t}w for weeks)"
+        )));
+    }
+    crate::duration::parse(since).map_err(|e| {
+        Error::argument(format!(
+            "--since {since:?}: {e}; write a duration such as 30d, 2w or 12h"
+        ))
+    })
 }
 
 /// Asks GitHub what became of every PR the ledger last knew open and

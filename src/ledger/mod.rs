@@ -44,20 +44,26 @@ pub const NIGHTSHIFT_DATABASE_URL: &str = "NIGHTSHIFT_DATABASE_URL";
 pub const DATABASE_URL: &str = "DATABASE_URL";
 /// How long connecting may take before it is an error (a dead server never hangs a run).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections in the pool; nightshift runs one item at a time.
-const POOL_SIZE: u32 = 5;
-
-/// Connections the next pool opens: [`POOL_SIZE`], or more for a process
-/// with several workers (each holds a connection for its fenced writes and
-/// its heartbeat; too few and live claims lose their leases waiting).
-static POOL_WANTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(POOL_SIZE);
-
-/// Sizes the pools opened after this call for `jobs` workers
-/// (docs/workers.md).
-pub fn size_pool_for(jobs: u32) {
-    let n = POOL_SIZE.max(jobs.saturating_mul(2).saturating_add(3));
-    POOL_WANTED.store(n, std::sync::atomic::Ordering::SeqCst);
+/// What each connection of this process tells the server its
+/// `application_name` is: `nightshift <host>:<pid>` (PostgreSQL keeps 63
+/// bytes), so `pg_stat_activity` counts a process's connections and
+/// `status` the connections in use per host
+/// ([`workers::connections_by_host`]).
+pub fn application_name() -> String {
+    let me = HolderInfo::current();
+    format!("{APPLICATION} {}:{}", me.host, me.pid)
 }
+
+/// The first word of every nightshift connection's `application_name`.
+pub const APPLICATION: &str = "nightshift";
+
+/// Connections a process's pool opens at most, whatever its `--jobs`
+/// (docs/workers.md#connections): every ledger statement of a worker is
+/// short (no transaction stays open across an agent call, a gate or a
+/// push), so twenty workers share four connections, and 200 workers on ten
+/// hosts stay within PostgreSQL's default `max_connections` (100). The
+/// one-drain-per-repository lock holds one more connection of its own.
+pub const POOL_SIZE: u32 = 4;
 /// First key of the two-key advisory locks nightshift takes for repos ("nsrp"). The
 /// two-int form lives in a key space apart from sqlx's one-bigint migration lock.
 const REPO_LOCK_CLASS: i32 = 0x6e73_7270;
@@ -331,8 +337,7 @@ impl Ledger {
         src: &DbSource,
         timeout: Duration,
     ) -> Result<Ledger, LedgerError> {
-        let size = POOL_WANTED.load(std::sync::atomic::Ordering::SeqCst);
-        Ledger::connect_sized(src, timeout, size).await
+        Ledger::connect_sized(src, timeout, POOL_SIZE).await
     }
 
     /// As [`Ledger::connect`] with a pool of one connection, for a command
@@ -365,7 +370,7 @@ impl Ledger {
                 cluster.connect_options()
             }
         };
-        let options = options.application_name("nightshift");
+        let options = options.application_name(&application_name());
         let source_desc = src.describe();
         let connect_err = |source| LedgerError::Connect {
             source_desc: source_desc.clone(),

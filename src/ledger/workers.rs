@@ -317,3 +317,29 @@ pub async fn recent_beats(pool: &PgPool, run: Uuid, within: Duration) -> Result<
     .fetch_all(pool)
     .await
 }
+
+/// Server connections of nightshift processes on this ledger's database,
+/// per host (from `pg_stat_activity`, by [`super::application_name`]), leaving out
+/// the process `except` (`host:pid`, the one asking); hosts sorted.
+///
+/// # Errors
+/// Database errors.
+pub async fn connections_by_host(pool: &PgPool, except: &str) -> Result<Vec<(String, i64)>> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT application_name, count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND starts_with(application_name, $1) GROUP BY 1",
+    )
+    .bind(format!("{} ", super::APPLICATION))
+    .fetch_all(pool)
+    .await?;
+    let mut by_host: std::collections::BTreeMap<String, i64> = Default::default();
+    for (name, n) in rows {
+        let who = name.trim_start_matches(super::APPLICATION).trim_start();
+        if who == except {
+            continue;
+        }
+        let host = who.rsplit_once(':').map_or(who, |(h, _)| h);
+        *by_host.entry(host.to_string()).or_default() += n;
+    }
+    Ok(by_host.into_iter().collect())
+}

@@ -50,7 +50,9 @@ fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
 }
 
-fn one_line(s: &str, max: usize) -> String {
+/// `s` on one line (its whitespace runs as single spaces), cut to `max`
+/// characters with `…` when longer.
+pub fn one_line(s: &str, max: usize) -> String {
     let t: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if t.chars().count() > max {
         format!("{}…", t.chars().take(max).collect::<String>())
@@ -318,7 +320,41 @@ struct Row {
     reason: String,
 }
 
+/// A reason at least this long (in characters), shared by several rows,
+/// is printed once: the later rows point at the first.
+const REPEATED_REASON: usize = 40;
+
+/// The rows of `items`, with a long reason that several rows share given
+/// in full only on the first of them, which says how many more share it
+/// ("… and 4 more"); the others say `same as item N`.
 fn rows(items: &[ItemRow]) -> Vec<Row> {
+    let mut rows = plain_rows(items);
+    let mut first: std::collections::HashMap<String, usize> = Default::default();
+    let mut count: Vec<usize> = vec![0; rows.len()];
+    for (n, r) in rows.iter().enumerate() {
+        if r.reason.chars().count() >= REPEATED_REASON {
+            let at = *first.entry(r.reason.clone()).or_insert(n);
+            count[at] += 1;
+        }
+    }
+    for n in 0..rows.len() {
+        let Some(&at) = first.get(&rows[n].reason) else {
+            continue;
+        };
+        if at == n && count[n] > 1 {
+            rows[n].reason = format!(
+                "{} … and {} more",
+                one_line(&rows[n].reason, 120),
+                count[n] - 1
+            );
+        } else if at != n {
+            rows[n].reason = format!("same as item {}", rows[at].index);
+        }
+    }
+    rows
+}
+
+fn plain_rows(items: &[ItemRow]) -> Vec<Row> {
     items
         .iter()
         .map(|i| Row {
@@ -398,15 +434,20 @@ fn totals_line(t: &NightTotals) -> String {
     )
 }
 
-/// The human report (docs/commands.md#report): a header, one table row per item
-/// (item, outcome, PR, rounds, time, tokens/cost, reason), the totals, then
-/// the PR bodies when `show_bodies` (and, without GitHub access, the PRs
-/// that would have been opened).
-pub fn to_text(run: &RunRow, items: &[ItemRow], slept_secs: i64, show_bodies: bool) -> String {
-    to_text_at(run, items, slept_secs, show_bodies, chrono::Utc::now())
+/// The report `drain` prints at its end: [`to_text_at`] without the PR
+/// bodies, and without the warning about agents as root, which the drain
+/// printed when it started (one warning per output, not one per part).
+pub fn to_text_after_drain(run: &RunRow, items: &[ItemRow], slept_secs: i64) -> String {
+    let text = to_text_at(run, items, slept_secs, false, chrono::Utc::now());
+    let note = format!("warning: {AGENTS_AS_ROOT_NOTE}\n");
+    text.replacen(&note, "", 1)
 }
 
-/// [`to_text`] with the current instant given (for a run still going).
+/// The human report (docs/commands.md#report): a header, one table row per
+/// item (item, outcome, PR, rounds, time, tokens/cost, reason), the totals,
+/// then the PR bodies when `show_bodies` (and, without GitHub access, the
+/// PRs that would have been opened); `now` stands in for the end of a run
+/// still going.
 pub fn to_text_at(
     run: &RunRow,
     items: &[ItemRow],
@@ -550,7 +591,7 @@ fn append_bodies(s: &mut String, items: &[ItemRow], show_bodies: bool) {
                 "\n──── item {} · {what} · branch {}\n{}",
                 i.item_index,
                 i.facts.branch.as_deref().unwrap_or("?"),
-                i.facts.pr_body.as_deref().unwrap_or("")
+                fold_contract(i.facts.pr_body.as_deref().unwrap_or(""))
             );
         }
     } else if items
@@ -562,6 +603,32 @@ fn append_bodies(s: &mut String, items: &[ItemRow], show_bodies: bool) {
             "\nPRs that would have been opened are kept with their bodies: `nightshift report --show-body`."
         );
     }
+}
+
+/// A PR body for the terminal: its folded contract JSON (80 lines and more
+/// per item, the same as the card `plan` printed) replaced by one line
+/// saying where it is; the PR on GitHub and `report --json` keep it whole.
+pub fn fold_contract(body: &str) -> String {
+    const HEAD: &str = "<details><summary>Contract (sha256 ";
+    let Some(start) = body.find(HEAD) else {
+        return body.to_string();
+    };
+    let after = &body[start..];
+    let Some(open) = after.find("</summary>\n\n") else {
+        return body.to_string();
+    };
+    let sha = &after[HEAD.len()..open].trim_end_matches(')');
+    let fenced = &after[open + "</summary>\n\n".len()..];
+    let fence: String = fenced.chars().take_while(|c| *c == '`').collect();
+    let close = format!("\n{fence}\n</details>\n");
+    let Some(end) = fenced.find(&close).filter(|_| fence.len() >= 3) else {
+        return body.to_string();
+    };
+    let rest = &fenced[end + close.len()..];
+    format!(
+        "{}Contract (sha256 {sha}): its JSON is in the PR and in `nightshift report --json` (`pr_body`)\n{rest}",
+        &body[..start]
+    )
 }
 
 /// The report as GitHub-flavoured markdown, for pasting into an issue or a
@@ -627,7 +694,7 @@ pub fn to_markdown(
                 s,
                 "\n<details><summary>item {} · {what}</summary>\n\n{}\n</details>",
                 i.item_index,
-                i.facts.pr_body.as_deref().unwrap_or("")
+                fold_contract(i.facts.pr_body.as_deref().unwrap_or(""))
             );
         }
     }

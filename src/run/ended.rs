@@ -42,8 +42,15 @@ async fn notify(night: &Night, view: &RunView) {
         return;
     }
     let report = write_page(night, run.id).await;
-    let mut summary =
-        crate::notify::Summary::from_ledger(run, &night.repo_id, items, slept, report);
+    // The remote as git names it (an identity may be a path that is not there).
+    let remote = crate::remote::without_userinfo(&night.remote_urls.0);
+    let mut summary = crate::notify::Summary::from_ledger(
+        run,
+        (&remote, Some(&night.repo)),
+        items,
+        slept,
+        report,
+    );
     summary.foreign_refs = view.foreign_refs.iter().map(ForeignRef::line).collect();
     let sent = crate::notify::deliver(
         targets,
@@ -55,10 +62,10 @@ async fn notify(night: &Night, view: &RunView) {
     for d in sent.iter().filter(|d| d.error.is_some()) {
         let why = crate::secret::redact_known(d.error.as_deref().unwrap_or(""));
         eprintln!(
-            "warning: the end-of-run message to {} was not sent after {} attempt(s): {why}",
-            d.target, d.attempts
+            "warning: the end-of-run message to {} ({}) was not sent after {} attempt(s): {why}",
+            d.target, d.to, d.attempts
         );
-        let data = serde_json::json!({"target": d.target, "attempts": d.attempts, "error": why});
+        let data = serde_json::json!({"target": d.target, "to": d.to, "attempts": d.attempts, "error": why});
         if let Err(e) = crate::ledger::events::event(
             &night.pool,
             Some(run.id),

@@ -606,7 +606,10 @@ async fn open_run(
             .into());
         }
     };
-    let started = json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline, "jobs": night.config.jobs});
+    // Where this host's approval key is, for a `worker` elsewhere to name
+    // the file to copy (docs/workers.md).
+    let key = crate::approval::key_path(&night.data_dir);
+    let started = json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline, "jobs": night.config.jobs, "approval_key": key});
     record::Record::run(night, run_id)
         .event(Event::RunStarted, started)
         .await?;

@@ -36,7 +36,6 @@ impl Held {
     /// Exit 1 when the ledger is unreachable or the data directory cannot
     /// be locked or written; refused when another run holds a lock.
     pub async fn take(req: &Request) -> Result<Held> {
-        ledger_mod::size_pool_for(req.config.jobs);
         let ledger = ledger().await?;
         let repo_id = super::repo_id(&req.repo, &req.config.remote);
         crate::run::save_plan(&ledger.pool, &repo_id, &req.plan).await?;

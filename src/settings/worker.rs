@@ -52,7 +52,6 @@ pub async fn join_live_run(at: &Location, jobs: Option<u32>) -> Result<Joined> {
     if let Some(jobs) = jobs {
         config.jobs = checked_jobs(jobs, false)?;
     }
-    ledger_mod::size_pool_for(config.jobs);
     let ledger = ledger().await?;
     super::held::check_clock(&ledger.pool).await?;
     let repo_id = repo_id(&repo, &config.remote);
@@ -141,11 +140,11 @@ async fn run_approval(
 ) -> Result<Vec<String>> {
     install_approval_key()?;
     if !approval::key_installed() {
+        let key = approval::key_path(&data_dir());
         return Err(Error::refused(format!(
-            "run {}: this host has no approval key to check the run's approval with; a worker checks it with the approving host's key: copy its {} to {} (mode 0600); nothing was run",
+            "run {}: {}; nothing was run",
             run.id,
-            approval::KEY_FILE,
-            approval::key_path(&data_dir()).display()
+            no_key(pool, run, &key).await
         )));
     }
     let covered = approval::binding::verify(pool, run).await??.contracts;
@@ -154,6 +153,31 @@ async fn run_approval(
         .map(|(sha, _)| sha.clone())
         .filter(|sha| covered.contains(sha))
         .collect())
+}
+
+/// Why a worker without `approval.key` runs nothing, and the fix: the
+/// file to copy from the approving host, as that host's drain recorded it
+/// in its `run_started` event (its data directory differs as root).
+async fn no_key(pool: &sqlx::PgPool, run: &RunRow, key: &Path) -> String {
+    let started = crate::ledger::events::of_kind_in_run(
+        pool,
+        run.id,
+        crate::outcome::Event::RunStarted.as_str(),
+    )
+    .await
+    .ok()
+    .and_then(|e| e.into_iter().next());
+    let there = started
+        .as_ref()
+        .and_then(|d| d["approval_key"].as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{} in its data directory", approval::KEY_FILE));
+    let host = run.host.as_deref().unwrap_or("the approving host");
+    format!(
+        "no {} in {}: copy it from the approving host ({host}:{there}), e.g. `scp {host}:{there} {}` (mode 0600)",
+        approval::KEY_FILE,
+        key.parent().unwrap_or(key).display(),
+        key.display()
+    )
 }
 
 /// A worker runs the agents the run's contracts were sealed with, not the

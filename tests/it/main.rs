@@ -36,6 +36,7 @@ mod limit;
 #[path = "loop.rs"]
 mod item_loop;
 mod morning;
+mod morning_edges;
 mod night;
 mod ops;
 mod process;

@@ -1407,7 +1407,12 @@ async fn notify_test_sends_a_sample_to_every_target() {
     assert_eq!(v["counts"]["pr_opened"], 1);
     assert!(v["failures"][0]["reason"].is_string());
     let s: serde_json::Value = serde_json::from_str(&slack.bodies.lock().unwrap()[0]).unwrap();
-    assert!(s["text"].as_str().unwrap().starts_with("nightshift run"));
+    assert!(
+        s["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[test] nightshift run")
+    );
     assert!(
         s["blocks"][0]["text"]["text"]
             .as_str()
