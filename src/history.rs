@@ -6,7 +6,7 @@
 //! merged PR (everything the nights cost, failures included, divided by the
 //! PRs a person merged), the median time from PR to merge, by recipe.
 //!
-//! What became of a PR is asked from GitHub ([`refresh`]) and remembered in
+//! What became of a PR is asked from GitHub (`report --history` refreshes it) and remembered in
 //! the ledger, so a history taken without GitHub access still knows what was
 //! learnt before and says what it could not know. This module reads; it never
 //! changes a PR.

@@ -2,7 +2,7 @@
 //! working directory, stdin bytes, output files, limits and the line callback;
 //! [`RunAs`] for a child under another account, and the defaults of every call.
 //!
-//! Not for running it: that is [`run`](super::run) in `run.rs`.
+//! Not for running it: that is [`run`](super::run()) in `run.rs`.
 
 use crate::secret::{Redactor, token_vars};
 use std::collections::BTreeMap;
@@ -18,7 +18,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
 /// default `agent_timeout` (docs/config.md). Every external call has one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
-/// Default size in bytes of the stdout and stderr tails kept in [`Outcome`].
+/// Default size in bytes of the stdout and stderr tails kept in [`super::Outcome`].
 pub const DEFAULT_TAIL_BYTES: usize = 16 * 1024;
 
 /// Default longest stdout line, in bytes, handed whole to the line callback;
@@ -71,7 +71,7 @@ impl RunAs {
 /// line ending.
 pub type LineCallback = Box<dyn FnMut(&str) + Send>;
 
-/// What to run and how: a builder consumed by [`run`].
+/// What to run and how: a builder consumed by [`super::run()`].
 ///
 /// The environment always starts empty: set it with [`Command::env_map`]
 /// (usually from [`child_env`]) and [`Command::env`]. `GIT_TERMINAL_PROMPT=0`
@@ -213,7 +213,7 @@ impl Command {
         self
     }
 
-    /// How many trailing bytes of each stream [`Outcome`] keeps (default
+    /// How many trailing bytes of each stream [`super::Outcome`] keeps (default
     /// [`DEFAULT_TAIL_BYTES`], 16 KiB).
     pub fn tail_bytes(mut self, bytes: usize) -> Command {
         self.tail_bytes = bytes;
@@ -224,7 +224,7 @@ impl Command {
     /// config `max_agent_output` for agents, docs/config.md): past it the
     /// child's group is stopped as on a timeout, nothing more reaches the
     /// files or the line callback, the tails keep the last bytes read, and
-    /// [`Outcome::output_capped`] is set.
+    /// [`super::Outcome::output_capped`] is set.
     pub fn max_output(mut self, bytes: u64) -> Command {
         self.max_output = Some(bytes);
         self
@@ -283,7 +283,7 @@ impl Command {
     }
 
     /// Keeps the whole of stdout, raw (before redaction), in
-    /// [`Outcome::stdout`] (default false). For short-lived tools whose
+    /// [`super::Outcome::stdout`] (default false). For short-lived tools whose
     /// output is data nightshift reads (`git`, `gh auth token`,
     /// `pg_config`), never for agents, whose output may be large.
     pub fn capture_stdout(mut self, capture: bool) -> Command {

@@ -6,7 +6,7 @@ use std::io;
 use std::path::PathBuf;
 
 /// Failure to run a child at all. A child that ran and failed is not an
-/// error: it is an [`Outcome`] with a non-zero exit code.
+/// error: it is an [`super::Outcome`] with a non-zero exit code.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
     /// The program could not be started: not found, not executable, bad

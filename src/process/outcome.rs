@@ -18,7 +18,7 @@ pub struct Outcome {
     pub timed_out: bool,
     /// The cancellation token fired and the child was killed.
     pub cancelled: bool,
-    /// Its output passed [`Command::max_output`] and the child was killed.
+    /// Its output passed [`super::Command::max_output`] and the child was killed.
     pub output_capped: bool,
     /// Wall-clock time from spawn to the child's exit.
     pub duration: Duration,
@@ -34,7 +34,7 @@ pub struct Outcome {
     pub stdout_bytes: u64,
     /// Bytes the child wrote to stderr (before redaction).
     pub stderr_bytes: u64,
-    /// All of stdout, raw, when [`Command::capture_stdout`] asked for it;
+    /// All of stdout, raw, when [`super::Command::capture_stdout`] asked for it;
     /// empty otherwise.
     pub stdout: Vec<u8>,
 }

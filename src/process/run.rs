@@ -55,7 +55,7 @@ pub fn become_undumpable() -> io::Result<()> {
 /// - If nightshift dies (even by SIGKILL), or the future is dropped before
 ///   the end, the supervisor kills every process of the call at once. A
 ///   descendant that escapes the supervisor's subtree (started by another
-///   service) has its pipes abandoned after [`READER_LINGER`].
+///   service) has its pipes abandoned after [`super::READER_LINGER`].
 ///
 /// # Errors
 /// [`ProcessError::OutputFile`] when an output file cannot be created,

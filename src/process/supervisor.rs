@@ -1,5 +1,5 @@
 //! The per-call supervisor (docs/security.md#processes): every child
-//! [`run`](super::run) starts is started by a small process of its own that
+//! [`run`](super::run()) starts is started by a small process of its own that
 //! dies with nightshift and takes the call's processes with it.
 //!
 //! The spawn forks once more in the child, before exec ([`split`], run from

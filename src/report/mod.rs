@@ -632,7 +632,7 @@ pub fn fold_contract(body: &str) -> String {
 }
 
 /// The report as GitHub-flavoured markdown, for pasting into an issue or a
-/// chat (`report --markdown`). Same facts as [`to_text`].
+/// chat (`report --markdown`). Same facts as [`to_text_at`].
 pub fn to_markdown(
     run: &RunRow,
     items: &[ItemRow],

@@ -239,7 +239,7 @@ impl Night {
         }
     }
 
-    /// Records that the run must stop for `why` (see [`RunState`]).
+    /// Records that the run must stop for `why` (see [`super::RunState`]).
     pub(super) fn stop_systemic(&self, why: &str) {
         if let Ok(mut g) = self.state.systemic.lock() {
             g.get_or_insert_with(|| why.to_string());

@@ -260,7 +260,7 @@ fn heartbeat(night: &Night, fence: &Arc<Fence>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-/// The claimed item's work and its end (see [`attempt`]).
+/// The claimed item's work and its end (see [`attempt()`]).
 async fn run_claimed(
     crew: &Crew,
     slot: usize,

@@ -147,7 +147,7 @@ pub fn build_output(req: &Request) -> Result<crate::build_output::Isolation> {
 
 /// `main` wipes the config's `secrets` from our own environment, finding
 /// the config before it is loaded; one it missed is still readable by
-/// agents in /proc/<nightshift>/environ (though not in theirs): warns of each.
+/// agents in `/proc/<nightshift>/environ` (though not in theirs): warns of each.
 fn warn_secrets_left(config: &Config) {
     for v in config
         .secrets

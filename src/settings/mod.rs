@@ -5,8 +5,8 @@
 //! read-only [`crate::run::Settings`] (with the [`crate::run::RunState`] it
 //! starts from) that the run takes: the config and the snapshot's plan
 //! ([`repo`]), the ledger and the locks ([`held`]), GitHub and the remote
-//! ([`github`]), the approval or the run to resume ([`approve`]), the
-//! agents' environments ([`env`]) and, for a worker, the live run it joins
+//! ([`github`]), the approval or the run to resume ([`mod@approve`]), the
+//! agents' environments ([`mod@env`]) and, for a worker, the live run it joins
 //! ([`worker`]).
 //!
 //! Not for presenting anything (the CLI prints the cards, the report and
