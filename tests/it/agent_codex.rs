@@ -12,6 +12,7 @@
 
 use crate::common;
 use crate::fakes_codex::{cli, responses};
+use common::{Checkout, Table};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,17 +40,11 @@ struct World {
 
 impl World {
     fn new() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let checkout = dir.path().join("checkout");
-        std::fs::create_dir_all(&checkout).unwrap();
-        for d in ["home", "codex-home", "logs"] {
-            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        let c = Checkout::new("checkout");
+        World {
+            dir: c.dir,
+            checkout: c.repo,
         }
-        git(&checkout, &["init", "-q", "-b", "main"]);
-        std::fs::write(checkout.join("calc.txt"), "add\n").unwrap();
-        git(&checkout, &["add", "-A"]);
-        git(&checkout, &["commit", "-q", "-m", "init"]);
-        World { dir, checkout }
     }
 
     fn call(&self, role: Role, tz: &str) -> Call {
@@ -778,8 +773,8 @@ async fn replay_turn_failed_is_a_failed_round() {
     let reason = item["reason"].as_str().unwrap();
     assert!(reason.contains(r#"codex turn failed: {"error": {"type": "invalid_request_error", "message": "fake failure 400"}}"#), "{reason}");
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM limit_sleeps"),
-        "0",
+        f.db.count(Table::LimitSleeps),
+        0,
         "a failed turn is not a limit"
     );
     assert_eq!(f.db.sql("SELECT exit_code FROM agent_calls"), "1");
@@ -807,8 +802,8 @@ async fn replay_offline_codex_is_killed_at_the_agent_timeout() {
     let item = &f.report()["items"][0];
     assert_eq!(item["outcome"], "timed_out", "{item:#}");
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM limit_sleeps"),
-        "0",
+        f.db.count(Table::LimitSleeps),
+        0,
         "reconnecting is not a limit"
     );
     assert_eq!(
