@@ -7,6 +7,7 @@
 //! HOME (logs, call files, checkouts), and every request sent to GitHub.
 
 use crate::common;
+use common::Table;
 
 use std::path::Path;
 
@@ -1371,11 +1372,7 @@ fn a_forged_approval_row_is_refused() {
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("wrong signature"), "{}", text(&out));
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM runs").trim(),
-        "1",
-        "only the real approval ran"
-    );
+    assert_eq!(f.db.count(Table::Runs), 1, "only the real approval ran");
 }
 
 /// As root without `agent_user`, an agent could read the GitHub token out

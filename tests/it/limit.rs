@@ -2981,7 +2981,7 @@ mod drains {
     use std::time::{Duration, Instant};
 
     use crate::common::bg::outcomes;
-    use crate::common::{Fixture, assert_ok};
+    use crate::common::{Fixture, Table, assert_ok};
 
     const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
 
@@ -3029,9 +3029,9 @@ The retry now waits until the usage limit resets, as "Rate limit exceeded. Pleas
         );
         let rep = f.report();
         assert_eq!(outcomes(&rep), ["branch_pushed"], "{rep:#}");
-        assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0");
-        assert_eq!(f.db.sql("SELECT count(*) FROM account_pauses"), "0");
-        assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls"), "2");
+        assert_eq!(f.db.count(Table::LimitSleeps), 0);
+        assert_eq!(f.db.count(Table::AccountPauses), 0);
+        assert_eq!(f.db.count(Table::AgentCalls), 2);
     }
 
     #[test]
@@ -3070,7 +3070,7 @@ The retry now waits until the usage limit resets, as "Rate limit exceeded. Pleas
         );
         // One call met the billing error; the later items were never started.
         assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
-        assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls"), "1");
+        assert_eq!(f.db.count(Table::AgentCalls), 1);
         let reasons: Vec<String> = rep["items"]
             .as_array()
             .unwrap()
@@ -3088,7 +3088,7 @@ The retry now waits until the usage limit resets, as "Rate limit exceeded. Pleas
                 "{reasons:?}"
             );
         }
-        assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0");
+        assert_eq!(f.db.count(Table::LimitSleeps), 0);
         assert_eq!(
             f.db.sql("SELECT count(*) FROM account_pauses WHERE no_credit"),
             "1"
@@ -3145,7 +3145,7 @@ echo 'edited calc.txt'
             let secs: f64 = secs.parse().unwrap();
             assert!(secs <= 1.1, "the stated 1 s wait, not more: {secs} s");
         }
-        assert_eq!(f.db.sql("SELECT count(*) FROM account_pauses"), "0");
+        assert_eq!(f.db.count(Table::AccountPauses), 0);
     }
 
     #[test]

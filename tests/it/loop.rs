@@ -4,6 +4,7 @@
 //! secrecy. Real PostgreSQL, real git, the fake GitHub, script agents.
 
 use crate::common;
+use common::Table;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -479,7 +480,7 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
         )),
         "1"
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM findings"), "3");
+    assert_eq!(f.db.count(Table::Findings), 3);
     // Never added to the backlog: the user's NEXT.md and the PR's tree are untouched.
     assert_eq!(read(&f.repo.join("NEXT.md")), backlog);
     let b = &f.remote_branches()[0];
@@ -765,7 +766,7 @@ async fn plan_refuses_a_claude_writer_that_claude_would_refuse_as_root() {
         "{}",
         text(&out)
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM run_items"), "0");
+    assert_eq!(f.db.count(Table::RunItems), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -960,10 +961,7 @@ async fn an_approval_with_an_unmet_condition_is_a_request_for_changes() {
         fb.contains("acceptance condition 2 is not met (README.calc explains sub): no README.calc"),
         "{fb}"
     );
-    assert_eq!(
-        f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"),
-        "request_changes,approve"
-    );
+    assert_eq!(f.db.verdicts().join(","), "request_changes,approve");
     let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
     assert!(
         body.contains("- [ ] calc.txt lists sub\n  — reviewer: met; evidence: calc.txt line 2"),

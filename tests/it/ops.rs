@@ -8,6 +8,7 @@
 //! test-only switch in the binary.
 
 use crate::common;
+use common::Table;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -151,7 +152,7 @@ fn closing_the_terminal_stops_the_run_cleanly() {
         f.db.sql("SELECT status || ' ' || exit_code FROM runs"),
         "stopped_signal 1"
     );
-    assert_eq!(f.db.sql("SELECT outcome FROM run_items"), "interrupted");
+    assert_eq!(f.db.outcomes(), ["interrupted"]);
     assert!(f.remote_branches().is_empty());
 }
 
@@ -170,10 +171,6 @@ fn db_up(f: &Fixture) {
         "ALTER DATABASE {} ALLOW_CONNECTIONS true",
         f.db.name
     ));
-}
-
-fn writer_calls(f: &Fixture) -> String {
-    f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'")
 }
 
 /// Exactly one PR per item on GitHub, each from its own branch, and those
@@ -267,10 +264,10 @@ async fn a_ledger_outage_during_an_item_is_waited_out() {
     let rep = f.report();
     assert_eq!(rep["status"], "completed", "{rep:#}");
     assert_eq!(outcomes(&rep), ["pr_opened", "pr_opened"]);
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
+    assert_eq!(f.db.count(Table::Runs), 1);
     assert_eq!(
-        writer_calls(&f),
-        "2",
+        f.db.calls_of("writer"),
+        2,
         "the writer's work was kept, not redone"
     );
     one_pr_per_item(&f, &gh, 2);
@@ -648,7 +645,7 @@ fn a_data_disk_full_before_the_drain_costs_no_approval() {
         "{}",
         text(&out)
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    assert_eq!(f.db.count(Table::Runs), 0);
     std::fs::remove_file(&filler).unwrap();
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -923,7 +920,7 @@ fn an_rfc3339_deadline_with_an_offset_is_that_instant_and_a_past_one_is_refused(
     let out = f.run(&["drain", "--deadline", &past]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("is in the past"), "{}", text(&out));
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    assert_eq!(f.db.count(Table::Runs), 0);
     let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
     let at = (chrono::Utc::now() + chrono::Duration::hours(3)).with_timezone(&new_york);
     let out = f.run(&["drain", "--deadline", &at.to_rfc3339()]);
