@@ -12,7 +12,7 @@ use common::Table;
 use std::path::Path;
 
 use common::github::FakeGitHub;
-use common::{Fixture, text};
+use common::{Fixture, Night, reason, text};
 use serde_json::Value;
 
 fn outcomes(report: &Value) -> Vec<String> {
@@ -732,20 +732,18 @@ async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
 /// read-only: its verdict is void and nothing is pushed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\nprintf 'build/\\n' > .gitignore\nmkdir -p build && echo cache > build/cache.txt\n");
-    let r = f.agent("reviewer.sh", "#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > build/test-shim.sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer("#!/bin/sh\necho sub >> calc.txt\nprintf 'build/\\n' > .gitignore\nmkdir -p build && echo cache > build/cache.txt\n")
+        .reviewer("#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > build/test-shim.sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
+        .config("[limits]\nrounds = 1\n")
+        .backlog("- [ ] Add sub\n")
+        .exit(1)
+        .run()
+        .await;
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
     assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("checkout changed during the review"),
+        reason(&rep, 0).contains("checkout changed during the review"),
         "{rep:#}"
     );
     assert!(f.remote_branches().is_empty());
@@ -757,16 +755,14 @@ async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
 /// still shows the write: void, and the file is named.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reviewer_write_that_keeps_size_and_mtime_is_void() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
-    let r = f.agent(
-        "reviewer.sh",
-        "#!/bin/sh\nm=$(stat -c %y docs/README.md)\nprintf CALC | dd of=docs/README.md bs=1 conv=notrunc 2>/dev/null\ntouch -d \"$m\" docs/README.md\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
-    );
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer("#!/bin/sh\necho sub >> calc.txt\n")
+        .reviewer("#!/bin/sh\nm=$(stat -c %y docs/README.md)\nprintf CALC | dd of=docs/README.md bs=1 conv=notrunc 2>/dev/null\ntouch -d \"$m\" docs/README.md\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
+        .config("[limits]\nrounds = 1\n")
+        .backlog("- [ ] Add sub\n")
+        .exit(1)
+        .run()
+        .await;
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
     let reason = rep["items"][0]["reason"].as_str().unwrap();
@@ -781,23 +777,18 @@ async fn a_reviewer_write_that_keeps_size_and_mtime_is_void() {
 /// tag, a ref of its own — has not only read: void.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reviewer_writing_a_ref_is_void() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
-    let r = f.agent(
-        "reviewer.sh",
-        "#!/bin/sh\ngit tag planted\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
-    );
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer("#!/bin/sh\necho sub >> calc.txt\n")
+        .reviewer("#!/bin/sh\ngit tag planted\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
+        .config("[limits]\nrounds = 1\n")
+        .backlog("- [ ] Add sub\n")
+        .exit(1)
+        .run()
+        .await;
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
     assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains(".git/refs/tags/planted (added)"),
+        reason(&rep, 0).contains(".git/refs/tags/planted (added)"),
         "{rep:#}"
     );
     assert!(f.remote_branches().is_empty());

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::github::FakeGitHub;
-use common::{Fixture, Night, Table, assert_ok, git, outcomes, text, tree_hash};
+use common::{Fixture, Night, Table, assert_ok, git, outcomes, reason, text, tree_hash};
 
 /// A writer that edits calc.txt according to the item title.
 const WRITER: &str = r#"#!/bin/sh
@@ -178,26 +178,11 @@ esac
         "{report:#}"
     );
     assert!(
-        report["items"][3]["reason"]
-            .as_str()
-            .unwrap()
-            .contains(".git/hooks/pre-commit"),
+        reason(&report, 3).contains(".git/hooks/pre-commit"),
         "the part is named: {report:#}"
     );
-    assert!(
-        report["items"][5]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("refs/heads/evil"),
-        "{report:#}"
-    );
-    assert!(
-        report["items"][4]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("signal 11"),
-        "{report:#}"
-    );
+    assert!(reason(&report, 5).contains("refs/heads/evil"), "{report:#}");
+    assert!(reason(&report, 4).contains("signal 11"), "{report:#}");
     assert!(f.remote_branches().is_empty());
     assert!(gh.prs().is_empty());
     assert!(!f.home.join("hook-ran").exists(), "a planted hook ran");
@@ -214,13 +199,7 @@ esac
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let report = f.report();
     assert_eq!(report["items"][0]["outcome"], "rule_broken", "{report:#}");
-    assert!(
-        report["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains(".git/config in "),
-        "{report:#}"
-    );
+    assert!(reason(&report, 0).contains(".git/config in "), "{report:#}");
     assert!(f.remote_branches().is_empty());
 }
 
@@ -837,13 +816,7 @@ async fn a_file_too_large_for_github_is_not_pushed() {
         .run()
         .await;
     let rep = f.report();
-    assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("huge.bin is 100 MiB"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 0).contains("huge.bin is 100 MiB"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
     // Found from sizes right after the writer: no diff of it, no gate, no review.
     assert_eq!(f.db.count(Table::Proofs), 0);
@@ -864,13 +837,7 @@ async fn a_failing_reviewer_approval_is_not_trusted() {
         .run()
         .await;
     let rep = f.report();
-    assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("the reviewer failed"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 0).contains("the reviewer failed"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
 }
 

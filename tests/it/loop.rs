@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::github::FakeGitHub;
-use common::{Fixture, assert_ok, git, text};
+use common::{Fixture, Night, assert_ok, git, reason, text};
 use serde_json::Value;
 
 const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
@@ -587,10 +587,7 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     }
     assert!(took < Duration::from_secs(60), "took {took:?}");
     assert!(
-        rep["items"][2]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("checkout changed during the review"),
+        reason(&rep, 2).contains("checkout changed during the review"),
         "{rep:#}"
     );
     let survivors = std::process::Command::new("pgrep")
@@ -1027,13 +1024,7 @@ async fn a_change_that_contains_a_secret_is_never_pushed() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
-    assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("settings.env"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 0).contains("settings.env"), "{rep:#}");
     assert!(f.remote_branches().is_empty(), "nothing pushed");
     assert!(gh.prs().is_empty());
     assert!(!text(&out).contains(token));
@@ -1076,27 +1067,22 @@ async fn long_titles_are_shortened_to_what_github_takes() {
 /// error); one that exits 1 without a word is said to have printed nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_writer_that_deletes_git_or_says_nothing_is_named_plainly() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{TITLE}case \"$title\" in\n  *git*) echo sub >> calc.txt; rm -rf .git ;;\n  *) exit 1 ;;\nesac\n"));
-    let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Remove git\n- [ ] Say nothing\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer(&format!("#!/bin/sh\n{TITLE}case \"$title\" in\n  *git*) echo sub >> calc.txt; rm -rf .git ;;\n  *) exit 1 ;;\nesac\n"))
+        .reviewer(APPROVE)
+        .config("[limits]\nrounds = 1\n")
+        .backlog("- [ ] Remove git\n- [ ] Say nothing\n")
+        .exit(1)
+        .run()
+        .await;
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken", "error"], "{rep:#}");
     assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("removed or replaced the checkout's .git"),
+        reason(&rep, 0).contains("removed or replaced the checkout's .git"),
         "{rep:#}"
     );
     assert!(
-        rep["items"][1]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("exited with code 1 and printed nothing"),
+        reason(&rep, 1).contains("exited with code 1 and printed nothing"),
         "{rep:#}"
     );
     assert!(f.remote_branches().is_empty());

@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::github::{FakeGitHub, Fault};
-use common::{Fixture, Night, Table, assert_ok, git, outcomes, text};
+use common::{Fixture, Night, Table, assert_ok, git, outcomes, reason, text};
 use nightshift::{backlog, config, gate::GateRun, report};
 
 /// A writer that adds the word named in the item title to calc.txt.
@@ -146,10 +146,7 @@ async fn a_pr_that_keeps_failing_is_recorded_and_opened_on_the_next_run() {
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "pr_failed", "{rep:#}");
     assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("retried on the next run"),
+        reason(&rep, 0).contains("retried on the next run"),
         "{rep:#}"
     );
     assert!(gh.prs().is_empty());
@@ -735,13 +732,7 @@ async fn tick_in_pr_never_writes_through_a_planted_symlink() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
-    assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("symbolic link"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 0).contains("symbolic link"), "{rep:#}");
     assert_eq!(
         std::fs::read(&target).unwrap(),
         before,

@@ -18,7 +18,7 @@ use common::bg::{
     Bg, approve, outcomes, process_gone, read_pid, release, stall_snippet, wait_until,
 };
 use common::github::FakeGitHub;
-use common::{Fixture, assert_ok, git, text};
+use common::{Fixture, assert_ok, git, reason, text};
 use serde_json::Value;
 
 /// A writer that appends the item's word (`sub`, `pow`, `mul`) to calc.txt.
@@ -845,13 +845,7 @@ fn misbehaving_agents_and_gates_never_hang_the_night() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["branch_pushed", "tests_failed"], "{rep:#}");
-    assert!(
-        rep["items"][1]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("timed out"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 1).contains("timed out"), "{rep:#}");
     for p in ["daemon.pid", "stubborn.pid", "holder.pid"] {
         let pid = read_pid(&f.agents.join(p));
         assert!(process_gone(pid), "{p} ({pid}) outlived the night");

@@ -9,7 +9,7 @@
 use crate::common;
 
 use common::github::FakeGitHub;
-use common::{Fixture, Night, assert_ok, outcomes, text};
+use common::{Fixture, Night, assert_ok, outcomes, reason, text};
 use serde_json::Value;
 
 /// A writer that counts its calls in `$CALLS` and edits by the item's title.
@@ -31,13 +31,6 @@ case "$title" in
   *"Cache in CI"*) mkdir -p .github/workflows; printf 'on: push\njobs: {}\n' > .github/workflows/ci.yml ;;
 esac
 "#;
-
-fn reason(report: &Value, i: usize) -> String {
-    report["items"][i]["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
 
 /// A night with the counting writer, an approving reviewer, `config`
 /// (top-level keys, then any tables) and `backlog`.

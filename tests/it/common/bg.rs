@@ -84,6 +84,14 @@ pub fn outcomes(report: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The reason of item `i` of a `report --json` (`""` when it has none).
+pub fn reason(report: &Value, i: usize) -> String {
+    report["items"][i]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// `plan`, then `approve` of its SHA; returns the SHA.
 pub fn approve(f: &Fixture) -> String {
     let sha = f.plan_sha();

@@ -11,7 +11,7 @@ pub mod github;
 pub mod night;
 pub mod rows;
 
-pub use bg::outcomes;
+pub use bg::{outcomes, reason};
 pub use db::Db;
 pub use night::Night;
 pub use rows::Table;
