@@ -446,6 +446,29 @@ async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
 }
 
 /// A writer whose permission flags add `extra` to the default ones.
+/// The real CLI `bin` as the writer of "Add sub" in `w`, against `api`,
+/// with `flags` as its permission flags: its report and stream (recorded
+/// as `name`, see [`stream_of`]).
+async fn real_writer(
+    bin: &Path,
+    w: &Checkout,
+    api: &FakeAnthropic,
+    flags: &[&str],
+    name: &str,
+) -> (agent::Report, String, StreamState) {
+    let c = call(
+        w,
+        Role::Writer,
+        "Add sub",
+        cli_env(&w.home, &api.uri(), false),
+    );
+    let r = agent::call(&writer_with(bin, flags), &c, &CancellationToken::new())
+        .await
+        .unwrap();
+    let (out, st) = stream_of(&r, name, c.tz);
+    (r, out, st)
+}
+
 fn writer_with(bin: &Path, flags: &[&str]) -> AgentConfig {
     let mut a = claude_agent(bin);
     a.permission_flags = Some(flags.iter().map(|s| s.to_string()).collect());
@@ -528,28 +551,19 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
         ),
         Reply::Text("done".into()),
     ]);
-    let c = call(
+    let (r, out, st) = real_writer(
+        &bin,
         &w,
-        Role::Writer,
-        "Add sub",
-        cli_env(&w.home, &api.uri(), false),
-    );
-    let r = agent::call(
-        &writer_with(
-            &bin,
-            &[
-                "--permission-mode",
-                "acceptEdits",
-                "--max-budget-usd",
-                "0.001",
-            ],
-        ),
-        &c,
-        &CancellationToken::new(),
+        &api,
+        &[
+            "--permission-mode",
+            "acceptEdits",
+            "--max-budget-usd",
+            "0.001",
+        ],
+        "claude-real-budget",
     )
-    .await
-    .unwrap();
-    let (out, st) = stream_of(&r, "claude-real-budget", c.tz);
+    .await;
     assert!(
         out.contains(r#""input_tokens":0"#) && out.contains(r#""inputTokens":1200"#),
         "{out}"
@@ -604,28 +618,19 @@ async fn real_cli_denied_and_failed_edits_are_told_not_claimed() {
         ),
         Reply::Text("Done.".into()),
     ]);
-    let c = call(
+    let (r, out, st) = real_writer(
+        &bin,
         &w,
-        Role::Writer,
-        "Add sub",
-        cli_env(&w.home, &api.uri(), false),
-    );
-    let r = agent::call(
-        &writer_with(
-            &bin,
-            &[
-                "--permission-mode",
-                "default",
-                "--allowedTools",
-                "Read,Edit",
-            ],
-        ),
-        &c,
-        &CancellationToken::new(),
+        &api,
+        &[
+            "--permission-mode",
+            "default",
+            "--allowedTools",
+            "Read,Edit",
+        ],
+        "claude-real-denied",
     )
-    .await
-    .unwrap();
-    let (out, st) = stream_of(&r, "claude-real-denied", c.tz);
+    .await;
     assert_eq!(r.failure, None, "{out}");
     assert!(out.contains(r#""subtype":"permission_denied""#), "{out}");
     assert_eq!(
@@ -906,6 +911,33 @@ async fn replay_world(
     (f, gh, script_dir)
 }
 
+/// A replay world whose writer is the real CLI's edit of calc.txt and
+/// whose reviewer replays `reviewer` (a transcript).
+async fn with_reviewer(reviewer: String) -> (common::Fixture, common::github::FakeGitHub) {
+    let (f, gh, _) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            (
+                "writer-1.jsonl",
+                transcript("claude-real-writer-edit.jsonl"),
+            ),
+            ("reviewer-1.jsonl", reviewer),
+        ],
+        "",
+    )
+    .await;
+    (f, gh)
+}
+
+/// The lines of a transcript after its first (the init event).
+fn after_init(transcript: &str) -> String {
+    transcript
+        .lines()
+        .skip(1)
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 fn drained_item(f: &common::Fixture) -> serde_json::Value {
     let out = f.approve_and_drain(&[]);
     let report = f.report();
@@ -1087,7 +1119,8 @@ async fn replay_streams_with_noise_between_events_are_read_whole() {
     assert_eq!(item["outcome"], "pr_opened", "{item:#}");
     assert_eq!(gh.prs().len(), 1);
     // The results (behind ANSI escapes) were read: tokens and cost as the CLI reported.
-    assert_eq!(f.db.sql("SELECT string_agg(role || ':' || tokens_in || '/' || tokens_out, ',' ORDER BY id) FROM agent_calls"), "writer:4800/320,reviewer:2400/160");
+    let tokens: Vec<String> = f.db.calls().iter().map(|c| c.role_and_tokens()).collect();
+    assert_eq!(tokens, ["writer:4800/320", "reviewer:2400/160"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1200,25 +1233,8 @@ async fn replay_reviewer_with_write_tools_is_void() {
         Some("init"),
     )
     .concat();
-    t.push_str(
-        &approve
-            .lines()
-            .skip(1)
-            .map(|l| format!("{l}\n"))
-            .collect::<String>(),
-    );
-    let (f, gh, _) = replay_world(
-        &[
-            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
-            (
-                "writer-1.jsonl",
-                transcript("claude-real-writer-edit.jsonl"),
-            ),
-            ("reviewer-1.jsonl", t),
-        ],
-        "",
-    )
-    .await;
+    t.push_str(&after_init(&approve));
+    let (f, gh) = with_reviewer(t).await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "review_void", "{item:#}");
     let reason = item["reason"].as_str().unwrap();
@@ -1863,25 +1879,8 @@ async fn replay_reviewer_whose_stream_shows_an_edit_outside_the_checkout_is_void
     let mut t = events(&approve, "system", Some("init")).concat();
     t.push_str(&format!("{}\n", json!({"type":"assistant","message":{"id":"msg_w","content":[{"type":"tool_use","id":"toolu_w","name":"Write","input":{"file_path":"/tmp/nightshift-reviewer-notes.md","content":"x"}}]},"parent_tool_use_id":null})));
     t.push_str(&format!("{}\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_w","content":"File created successfully at: /tmp/nightshift-reviewer-notes.md"}]},"parent_tool_use_id":null})));
-    t.push_str(
-        &approve
-            .lines()
-            .skip(1)
-            .map(|l| format!("{l}\n"))
-            .collect::<String>(),
-    );
-    let (f, gh, _) = replay_world(
-        &[
-            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
-            (
-                "writer-1.jsonl",
-                transcript("claude-real-writer-edit.jsonl"),
-            ),
-            ("reviewer-1.jsonl", t),
-        ],
-        "",
-    )
-    .await;
+    t.push_str(&after_init(&approve));
+    let (f, gh) = with_reviewer(t).await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "review_void", "{item:#}");
     assert!(

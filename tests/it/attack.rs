@@ -233,8 +233,7 @@ done
         "NEXT.md",
         "- [ ] Add sub\n- [ ] Ask first\n- [ ] Fail loudly\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["pr_opened", "blocked", "error"], "{rep:#}");
     assert_eq!(gh.prs().len(), 1);
@@ -591,8 +590,7 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
     );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Fully percent-encoded\n- [ ] Partly escaped (mixed)\n- [ ] In a binary file\n- [ ] As base64\n- [ ] As hex\n- [ ] A split string\n- [ ] As a file name\n- [ ] In an env file\n- [ ] Just sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -1460,8 +1458,7 @@ fn tampering_with_the_users_refs_head_index_and_worktree_is_named() {
     );
     f.config_with(&w, &r, "[limits]\nrounds = 1\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(common::git(&f.repo, &["branch", "--show-current"]), "evil");
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
@@ -1505,8 +1502,7 @@ esac
     f.config_with(&w, &r, "[limits]\nrounds = 1\n");
     f.write("NEXT.md", "- [ ] Poison main\n- [ ] Add sub\n");
     let old = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let new = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
     assert_ne!(old, new, "the writer pushed to main");
     let rep = f.report();

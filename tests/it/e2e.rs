@@ -123,8 +123,7 @@ async fn one_pr_one_failed_gate_one_rejection() {
     let w = f.agents.join("writer.sh").display().to_string();
     let r = f.agents.join("reviewer.sh").display().to_string();
     f.config_with(&w, &r, "label = \"autopilot\"\n[limits]\nrounds = 1\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let report2 = f.report();
     assert_ne!(report2["items"][0]["contract_sha"], item["contract_sha"]);
     assert_eq!(
@@ -160,8 +159,7 @@ esac
         .await
         .split();
     let git_before = tree_hash(&f.repo.join(".git"));
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let report = f.report();
     // A crashed writer's half-done work is never gated, reviewed or pushed;
     // a writer's push stops the run (it goes last here, so nothing is left).
@@ -195,8 +193,7 @@ esac
     // A writer that reaches the user's own .git through the checkout's
     // alternates is caught (its change is the user's to undo).
     f.write("NEXT.md", "- [ ] A user repo edit\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let report = f.report();
     assert_eq!(report["items"][0]["outcome"], "rule_broken", "{report:#}");
     assert!(reason(&report, 0).contains(".git/config in "), "{report:#}");
@@ -237,7 +234,7 @@ async fn refusals_run_nothing_and_post_nothing() {
     // Without --approve too: the plan's own approval is named as used, by which run.
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    let run = f.db.sql("SELECT id FROM runs");
+    let run = f.db.runs()[0].id;
     assert!(
         text(&out).contains(&format!("already used by run {run}")),
         "{}",
@@ -472,8 +469,7 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     // A verify command that does not exist: tests_failed, recorded.
     f.config(&format!("verify = [\"no-such-test-command-xyz\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(f.report()["items"][0]["outcome"], "tests_failed");
     assert_eq!(f.db.sql("SELECT exit_code FROM gate_runs"), "127");
     // A writer command that does not exist: `plan` offers no SHA to approve
@@ -537,8 +533,7 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
         "NEXT.md",
         "- [ ] Add pow\n  - scope: calc.txt\n- [ ] Needs a person\n  - question: which base?\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "branch_pushed", "{rep:#}");
     // The summary's counts agree with the rows: no PR was opened.
@@ -857,8 +852,7 @@ async fn an_unreachable_remote_does_not_use_up_max_attempts() {
         &["remote", "set-url", "origin", "/nonexistent/remote.git"],
     );
     for _ in 0..2 {
-        let out = f.approve_and_drain(&[]);
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        f.drain_exits(1, &[]);
         let rep = f.report();
         assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
         assert!(
@@ -900,8 +894,7 @@ async fn agents_given_by_a_relative_path_are_the_repositorys_files() {
     std::fs::copy(f.agents.join("reviewer.sh"), tools.join("reviewer.sh")).unwrap();
     f.config_with("tools/writer.sh", "./tools/reviewer.sh", "");
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
     assert_eq!(gh.prs().len(), 1);
 }
@@ -1256,8 +1249,7 @@ async fn the_reviewer_reads_the_writers_work_whatever_the_gate_did() {
         "verify = [\"sh test.sh && mkdir -p build && echo o > build/out.o && date > gate-artifact.txt && echo touched >> docs/README.md && git -c user.name=g -c user.email=g@example.com commit -qam gate\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
     ));
     f.write("NEXT.md", "- [ ] Add pow\n  - scope: calc.txt\n");
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "branch_pushed", "{rep:#}");
     let branches = f.remote_branches();

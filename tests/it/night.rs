@@ -207,7 +207,7 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
         seen = status_text(&f);
         seen.starts_with("sleeping until")
     });
-    let until: DateTime<Utc> = f.db.sql("SELECT to_char(max(slept_until) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM limit_sleeps").parse().unwrap();
+    let until = f.db.sleeps().iter().map(|s| s.slept_until).max().unwrap();
     let local = until
         .with_timezone(&chrono_tz::Asia::Taipei)
         .format("%H:%M");
@@ -231,19 +231,16 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
     assert_eq!(f.db.calls_of("writer"), 3);
     // Two sleeps, recorded with message and agent, 3 s each; the prose afterwards slept nothing.
     assert_eq!(f.db.count(Table::LimitSleeps), 2);
-    assert_eq!(
-        f.db.sql("SELECT DISTINCT agent || ' ' || kind FROM limit_sleeps"),
-        "command usage_limit"
-    );
-    assert!(
-        f.db.sql("SELECT min(message) FROM limit_sleeps")
-            .contains("You've hit your limit")
-    );
-    for secs in
-        f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps")
-            .lines()
-    {
-        let secs: f64 = secs.parse().unwrap();
+    let sleeps = f.db.sleeps();
+    let mut kinds: Vec<String> = sleeps
+        .iter()
+        .map(|s| format!("{} {}", s.agent, s.kind))
+        .collect();
+    kinds.dedup();
+    assert_eq!(kinds, ["command usage_limit"]);
+    let first = sleeps.iter().map(|s| s.message.as_str()).min().unwrap();
+    assert!(first.contains("You've hit your limit"), "{first}");
+    for secs in sleeps.iter().map(|s| s.secs()) {
         assert!(
             (2.9..=3.1).contains(&secs),
             "slept {secs} s, limit_sleep_min/max is 3 s"
@@ -271,8 +268,7 @@ fn per_minute_throttling_is_a_short_retry_not_a_sleep_until_reset() {
     f.config_with(&w, &r, "[limits]\nrounds = 1\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let started = Instant::now();
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "no long sleep: {:?}",
@@ -284,11 +280,10 @@ fn per_minute_throttling_is_a_short_retry_not_a_sleep_until_reset() {
         rep["items"][0]["rounds"], 1,
         "the throttled call did not use up a round"
     );
-    assert_eq!(f.db.sql("SELECT kind FROM limit_sleeps"), "transient");
-    let secs: f64 =
-        f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps")
-            .parse()
-            .unwrap();
+    let sleeps = f.db.sleeps();
+    let kinds: Vec<&str> = sleeps.iter().map(|s| s.kind.as_str()).collect();
+    assert_eq!(kinds, ["transient"]);
+    let secs = sleeps[0].secs();
     assert!(
         secs <= 1.1,
         "a short retry (the 1 s floor), not a sleep until reset: {secs} s"
@@ -386,7 +381,7 @@ fn no_item_or_round_starts_after_the_deadline() {
         "item 1 fails its gate, item 2 opens a PR: {}",
         text(&out)
     );
-    let d: DateTime<Utc> = f.db.sql("SELECT to_char(deadline AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM runs ORDER BY started_at DESC LIMIT 1").parse().unwrap();
+    let d = f.db.runs().last().and_then(|r| r.deadline).unwrap();
     let hours = (d - now).num_minutes();
     assert!(
         (23 * 60..24 * 60).contains(&hours),
@@ -664,8 +659,7 @@ async fn sigterm_while_github_is_slow_to_open_the_pr() {
     assert!(slot_branches(&f.data).is_empty());
     // The next drain resumes the stopped run and finds the PR GitHub made
     // instead of opening a second one: that run's PR, so `pr_opened`.
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
     assert_eq!(gh.prs().len(), 2);
     assert_eq!(f.remote_branches().len(), 2);
@@ -1071,8 +1065,7 @@ fn a_crashed_run_whose_approval_is_older_than_a_day_is_not_resumed() {
     assert_eq!(f.db.statuses(), ["crashed"]);
     assert_eq!(f.db.outcomes(), ["interrupted"]);
     // A fresh approval runs it.
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["branch_pushed"]);
 }
 
@@ -1116,8 +1109,7 @@ fn an_item_failing_on_max_attempts_runs_is_blocked_with_the_reason() {
         "NEXT.md",
         "- [ ] Add bogus\n  - Try harder this time.\n- [ ] Add sub\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(
         outcomes(&f.report())[0],
         "tests_failed",
@@ -1155,12 +1147,10 @@ fn a_failure_carried_over_by_a_resume_counts_as_one_attempt() {
     );
     assert_eq!(rep["items"][0]["rounds"], 1, "carried over as it ended");
     // Night 2: one failed night so far, so item 1 runs again.
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(outcomes(&f.report()), ["tests_failed", "branch_pushed"]);
     // Night 3: two failed nights: blocked.
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["blocked", "branch_pushed"]);
 }
 

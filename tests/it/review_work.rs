@@ -191,8 +191,7 @@ async fn draft_opens_the_prs_as_drafts() {
         .token("ghp_reviewwork_token_0123456789")
         .start()
         .await;
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["pr_opened"]);
     let prs = gh.prs();
     assert_eq!(prs.len(), 1);
@@ -231,8 +230,7 @@ async fn a_change_touching_more_files_than_max_changed_files_breaks_a_rule() {
         plan.contains("at most 1 files (item) · 5000 lines added and removed (default)"),
         "{plan}"
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken", "branch_pushed"], "{rep:#}");
     let why = reason(&rep, 0);
@@ -289,8 +287,7 @@ async fn a_change_longer_than_max_diff_lines_breaks_a_rule() {
         "{plan}"
     );
     assert!(plan.contains("1 lines added and removed (item)"), "{plan}");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -324,8 +321,7 @@ async fn protected_paths_break_a_rule_whatever_the_scope() {
         ),
         "{plan}"
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -400,8 +396,7 @@ async fn ci_configuration_is_protected_by_default_and_allow_on_the_card_lifts_it
         cards[1]
     );
 
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -465,8 +460,7 @@ async fn allow_never_widens_the_scope() {
     )
     .start()
     .await;
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
     assert!(

@@ -272,6 +272,19 @@ impl Fixture {
         self.run(&args)
     }
 
+    /// plan, approve, drain with `flags`; asserts that the drain exited
+    /// with `code` (showing its output otherwise) and returns its output.
+    pub fn drain_exits(&self, code: i32, flags: &[&str]) -> Output {
+        let out = self.approve_and_drain(flags);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "drain {flags:?}:\n{}",
+            text(&out)
+        );
+        out
+    }
+
     /// `report --json` of the latest run.
     pub fn report(&self) -> serde_json::Value {
         let out = self.run(&["report", "--json"]);

@@ -86,6 +86,7 @@ pub struct Item {
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Run {
     pub id: uuid::Uuid,
+    pub repo: String,
     pub status: String,
     pub exit_code: Option<i32>,
     pub pid: i32,
@@ -107,6 +108,26 @@ pub struct Call {
     pub tokens_out: Option<i64>,
     pub cost_usd: Option<f64>,
     pub limit_kind: Option<String>,
+    /// What the backend read besides the fields above (`failure`,
+    /// `limit.source`, `stderr_path`, `notes`, …).
+    pub meta: serde_json::Value,
+}
+
+impl Call {
+    /// `role:limit_kind` (`-` for none), as the tests compare a night's calls.
+    pub fn role_and_limit(&self) -> String {
+        format!(
+            "{}:{}",
+            self.role,
+            self.limit_kind.as_deref().unwrap_or("-")
+        )
+    }
+
+    /// `role:tokens_in/tokens_out` (`?` for a count not recorded).
+    pub fn role_and_tokens(&self) -> String {
+        let n = |t: Option<i64>| t.map_or("?".to_string(), |t| t.to_string());
+        format!("{}:{}/{}", self.role, n(self.tokens_in), n(self.tokens_out))
+    }
 }
 
 /// One `limit_sleeps` row: a usage-limit or transient sleep, with the
@@ -119,6 +140,8 @@ pub struct Sleep {
     pub message: String,
     pub slept_from: DateTime<Utc>,
     pub slept_until: DateTime<Utc>,
+    /// When the limit said it resets (none for a sleep by policy).
+    pub resets_at: Option<DateTime<Utc>>,
 }
 
 impl Sleep {
@@ -201,7 +224,7 @@ impl Db {
     /// Every run, oldest first.
     pub fn runs(&self) -> Vec<Run> {
         self.rows(
-            "SELECT id, status, exit_code, pid, phase, deadline FROM runs ORDER BY started_at",
+            "SELECT id, repo, status, exit_code, pid, phase, deadline FROM runs ORDER BY started_at",
         )
     }
 
@@ -209,7 +232,7 @@ impl Db {
     pub fn calls(&self) -> Vec<Call> {
         self.rows(
             "SELECT i.item_index, i.worker, a.started_at, a.role, a.kind, a.exit_code, a.timed_out, a.tokens_in, \
-             a.tokens_out, a.cost_usd, a.limit_kind \
+             a.tokens_out, a.cost_usd, a.limit_kind, a.meta \
              FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id ORDER BY a.id",
         )
     }
@@ -222,7 +245,7 @@ impl Db {
     /// Every usage-limit or transient sleep, in the order they began.
     pub fn sleeps(&self) -> Vec<Sleep> {
         self.rows(
-            "SELECT i.worker, s.agent, s.kind, s.message, s.slept_from, s.slept_until \
+            "SELECT i.worker, s.agent, s.kind, s.message, s.slept_from, s.slept_until, s.resets_at \
              FROM limit_sleeps s LEFT JOIN run_items i ON i.id = s.run_item_id ORDER BY s.slept_from, s.id",
         )
     }
