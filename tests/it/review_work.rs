@@ -124,12 +124,15 @@ async fn max_open_prs_leaves_items_unstarted_while_nightshift_prs_wait_for_revie
 #[tokio::test(flavor = "multi_thread")]
 async fn parallel_items_do_not_open_more_prs_than_max_open_prs() {
     let gh = FakeGitHub::start().await;
-    let mut f = world(
+    let f = counted(
         "max_open_prs = 2\n",
         "- [ ] Add sub\n- [ ] Add mul\n- [ ] Four subs\n",
-    );
-    std::fs::write(f.agents.join("slow"), "").unwrap();
-    with_github(&mut f, &gh);
+    )
+    .with(|f| std::fs::write(f.agents.join("slow"), "").unwrap())
+    .github_api_on(&gh)
+    .token("ghp_reviewwork_token_0123456789")
+    .start()
+    .await;
 
     let out = f.approve_and_drain(&["--jobs", "3"]);
     assert_ok(&out, "a full review queue is not a failure: exit 0");

@@ -149,6 +149,23 @@ fn claims_per_item(f: &Fixture) -> Vec<(String, i64)> {
     per.into_iter().collect()
 }
 
+/// The claims of every item claimed more than once, as `attempt:end`
+/// (`open` while it holds), in the order they were made.
+fn taken_over(f: &Fixture) -> Vec<String> {
+    let claims = f.db.claims();
+    claims
+        .iter()
+        .filter(|c| claims.iter().filter(|o| o.item_key == c.item_key).count() > 1)
+        .map(|c| {
+            format!(
+                "{}:{}",
+                c.attempt,
+                c.end_reason.as_deref().unwrap_or("open")
+            )
+        })
+        .collect()
+}
+
 /// The distinct workers that ran items, and the distinct processes (the
 /// `pid` of `host:pid:n`) among them.
 fn workers_of_items(f: &Fixture) -> (BTreeSet<String>, BTreeSet<String>) {
@@ -263,19 +280,7 @@ async fn a_killed_worker_s_item_is_taken_over_after_its_lease() {
     assert_eq!(d.status.code(), Some(0), "{}", text(&d));
     assert_eq!(gh.prs().len(), 2, "one PR per item");
     // The dead attempt is recorded, the takeover finished the item.
-    let claims = f.db.claims();
-    let taken_over: Vec<String> = claims
-        .iter()
-        .filter(|c| claims.iter().filter(|o| o.item_key == c.item_key).count() > 1)
-        .map(|c| {
-            format!(
-                "{}:{}",
-                c.attempt,
-                c.end_reason.as_deref().unwrap_or("open")
-            )
-        })
-        .collect();
-    assert_eq!(taken_over, ["1:lost", "2:finished"]);
+    assert_eq!(taken_over(&f), ["1:lost", "2:finished"]);
     let report = f.report();
     let items = report["items"].as_array().unwrap();
     assert!(
@@ -390,7 +395,7 @@ async fn jobs_and_lease_are_checked_and_run_refuses_jobs() {
 /// (issue: a lost attempt's PR was recorded `already_open`).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_takeover_that_finds_the_lost_attempt_s_pr_reports_it_opened() {
-    let (f, gh) = world(2, 0, "lease = \"5s\"\n").await;
+    let (f, gh) = words(2, 0, "lease = \"5s\"\n").start().await.split();
     // The drain's host works slowly, so the second host's PR comes first;
     // GitHub creates it and holds the answer back.
     let w = f.agent(
@@ -405,7 +410,7 @@ async fn a_takeover_that_finds_the_lost_attempt_s_pr_reports_it_opened() {
     gh.state.lock().unwrap().create_pr_delays = vec![Duration::from_secs(120)];
     let (clone, data) = second_host(&f);
     let drain = spawn_drain(&f, &[]);
-    wait_for(&f, "SELECT count(*) FROM claims", 30);
+    wait_for_a_claim(&f);
     let mut worker = spawn_worker(&f, &clone, &data);
     let until = Instant::now() + Duration::from_secs(60);
     while gh.prs().is_empty() {
@@ -420,10 +425,7 @@ async fn a_takeover_that_finds_the_lost_attempt_s_pr_reports_it_opened() {
     let d = finish(drain, "drain");
     assert_eq!(d.status.code(), Some(0), "{}", text(&d));
     assert_eq!(gh.prs().len(), 2, "one PR per item");
-    let attempts = f.db.sql(
-        "SELECT string_agg(attempt || ':' || coalesce(end_reason, 'open'), ',' ORDER BY attempt) FROM claims GROUP BY item_key HAVING count(*) > 1",
-    );
-    assert_eq!(attempts, "1:lost,2:finished");
+    assert_eq!(taken_over(&f), ["1:lost", "2:finished"]);
     let report = f.report();
     let items = report["items"].as_array().unwrap();
     assert!(
@@ -440,7 +442,7 @@ async fn a_takeover_that_finds_the_lost_attempt_s_pr_reports_it_opened() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_holds_the_run_to_the_cost_cap_the_run_started_with() {
     let limits = "[limits]\nmax_cost_usd_per_run = 0.15\n";
-    let (f, gh) = world(4, 0, limits).await;
+    let (f, gh) = words(4, 0, limits).start().await.split();
     // The drain's host works slowly on its one item; the second host's
     // items are quick. Every writer call costs $0.10.
     let writer = WRITER
@@ -467,7 +469,7 @@ async fn a_worker_holds_the_run_to_the_cost_cap_the_run_started_with() {
     )
     .unwrap();
     let drain = spawn_drain(&f, &[]);
-    wait_for(&f, "SELECT count(*) FROM claims", 30);
+    wait_for_a_claim(&f);
     let worker = spawn_worker(&f, &clone, &data);
     let w = finish(worker, "worker");
     let d = finish(drain, "drain");
@@ -477,22 +479,33 @@ async fn a_worker_holds_the_run_to_the_cost_cap_the_run_started_with() {
         "budget_exceeded fails the run: {}",
         text(&d)
     );
-    let ends = f.db.sql(
-        "SELECT string_agg(i.item_index || ':' || i.outcome, ',' ORDER BY i.item_index) FROM run_items i",
-    );
+    let ends: Vec<String> =
+        f.db.items()
+            .iter()
+            .map(|i| {
+                format!(
+                    "{}:{}",
+                    i.item_index,
+                    i.outcome.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
     // Item 2 ran on the quick host ($0.10, under the cap); item 3's writer
     // took the run over it there ($0.20), and item 4 did not start; the
     // slow item 1 ended over it too. The second host's own $100 did not
     // count.
     assert_eq!(
         ends,
-        "1:budget_exceeded,2:pr_opened,3:budget_exceeded,4:budget_exceeded",
+        [
+            "1:budget_exceeded",
+            "2:pr_opened",
+            "3:budget_exceeded",
+            "4:budget_exceeded"
+        ],
         "{}",
         text(&w)
     );
-    let writers =
-        f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'");
-    assert_eq!(writers, "3", "item 4 made no call");
+    assert_eq!(f.db.calls_of("writer"), 3, "item 4 made no call");
     assert_eq!(gh.prs().len(), 1);
     assert_eq!(f.db.sql("SELECT cost_cap_usd FROM runs"), "0.15");
 }
@@ -502,9 +515,7 @@ async fn a_worker_holds_the_run_to_the_cost_cap_the_run_started_with() {
 /// a parallel night looked serial.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_html_page_draws_one_lane_per_worker() {
-    let (f, _gh) = world(4, 1, "").await;
-    let out = f.approve_and_drain(&["--jobs", "2"]);
-    assert_ok(&out, "drain --jobs 2");
+    let f = words(4, 1, "").drain(&["--jobs", "2"]).exit(0).run().await;
     let page = f.dir.path().join("night.html");
     assert_ok(
         &f.run(&["report", "--html", page.to_str().unwrap()]),
@@ -518,6 +529,6 @@ async fn the_html_page_draws_one_lane_per_worker() {
         .collect();
     assert_eq!(labels.len(), 2, "one lane per worker: {labels:?}");
     assert_ne!(labels[0], labels[1], "the lanes are told apart");
-    let workers = f.db.sql("SELECT count(DISTINCT worker) FROM run_items");
-    assert_eq!(workers, "2");
+    let (workers, _) = workers_of_items(&f);
+    assert_eq!(workers.len(), 2, "{workers:?}");
 }
