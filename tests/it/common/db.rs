@@ -223,12 +223,16 @@ impl Drop for Db {
     /// server (0.2–0.9 s with fsync on, longer while other tests write),
     /// which no test needs to wait for. A `psql` of its own, its output
     /// discarded (so nextest sees no leaked output), drops it after the test
-    /// has gone; if that fails, the name (`nightshift_test_*`) says what it
-    /// is.
+    /// has gone, one drop at a time (`flock` on a file in the temp dir): the
+    /// drops waiting their turn hold no connection, so they never crowd the
+    /// server's connection limit. Without `flock` or `psql`, it drops the
+    /// database itself, waiting.
     fn drop(&mut self) {
         let q = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
-        let spawned = std::process::Command::new("psql")
-            .args([admin_url().as_str(), "-qAt", "-c", &q])
+        let lock = std::env::temp_dir().join("nightshift-test-db-drop.lock");
+        let spawned = std::process::Command::new("flock")
+            .arg(&lock)
+            .args(["psql", admin_url().as_str(), "-qAt", "-c", &q])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
