@@ -25,7 +25,7 @@ mkdir "$busy" 2>/dev/null || echo "SHARED $PWD" >> "$here/shared.log"
 # A worker of the second clone (its data directory is dataB) is the slow one
 # on its first call, so that it can be killed or paused mid-call.
 case "$PWD" in
-  *dataB*) if mkdir "$here/slow.once" 2>/dev/null; then echo $$ > "$here/slow.pid.tmp"; mv "$here/slow.pid.tmp" "$here/slow.pid"; sleep "$(cat "$here/slow_secs")"; fi ;;
+  *dataB*) if mkdir "$here/slow.once" 2>/dev/null; then echo $$ > "$here/slow.pid"; sleep "$(cat "$here/slow_secs")"; fi ;;
 esac
 sleep "$(cat "$here/work_secs")"
 mkdir -p items
