@@ -2,19 +2,24 @@
 # The full test suite, as the README's Quick start and CI run it.
 # First it checks formatting (cargo fmt --check). Then, while the lints run
 # (cargo clippy --all-targets -D warnings, with the [lints] of Cargo.toml, in
-# the background), it installs or starts what the tests need:
-#   - cargo-nextest, which runs the tests (each in a process of its own, timed);
+# the background) and after them the build of the test targets (cargo test
+# --no-run --tests, the build nextest runs), it installs or starts what the
+# tests need (mostly downloads, which wait on the network, not the CPU):
+#   - cargo-nextest, which runs the tests (each in a process of its own,
+#     timed): its prebuilt binary, else built with cargo install;
 #   - the PostgreSQL server binaries (initdb, pg_ctl), for the embedded-cluster tests;
 #   - the pinned Claude Code CLI (npm) under target/agent-clis/, for the agent_claude tests;
 #   - a PostgreSQL server for the ledger tests: $DATABASE_URL if set, else the
-#     local server on 127.0.0.1:5432, else a private throwaway cluster it starts;
+#     local server on 127.0.0.1:5432, else a private throwaway cluster it
+#     starts (without fsync: its data lives as long as the run);
 #   - the real Codex CLI (npm @openai/codex, pinned) under target/agent-clis-codex/;
 #   - Chromium (Debian's package), for the HTML report's browser test.
 # A lint failure fails the run before the long test build. Then it runs every
 # test with cargo nextest (the library's unit tests and the one
-# integration-test binary, tests/it/; settings in .config/nextest.toml, the
-# `ci` profile when CI=true), prints the ten slowest tests, and runs the doc
-# tests with cargo test --doc if the library has any.
+# integration-test binary, tests/it/, built above; the examples are
+# benchmarks, linted but not built here; settings in .config/nextest.toml,
+# the `ci` profile when CI=true), prints the ten slowest tests, and runs the
+# doc tests with cargo test --doc if the library has any.
 # NIGHTSHIFT_TEST_THREADS sets how many tests run at once (default: the
 # profile's test-threads).
 set -euo pipefail
@@ -35,17 +40,37 @@ if ! cargo fmt --check; then
   exit 1
 fi
 
-# The lints run in the background while the rest of the set-up (mostly
-# downloads and installs) goes on; their output is shown when they end.
-echo "== cargo clippy --all-targets -- -D warnings (in the background; its output follows the set-up)"
+# A clean build of every test target takes about 2.5 GB under target/
+# (less with CARGO_INCREMENTAL=0, which CI sets: it builds once).
+mkdir -p target
+free_mb=$(df -Pm target | awk 'NR==2 {print $4}')
+if [ -n "$free_mb" ] && [ "$free_mb" -lt 3072 ]; then
+  if [ ! -d target/debug/deps ]; then
+    echo "tests need about 3 GB free for the build under $root/target; only ${free_mb} MB are free on its disk" >&2
+    exit 2
+  fi
+  echo "== warning: only ${free_mb} MB free under $root/target; the build may run out of space" >&2
+fi
+
+# The lints, then the build of the test targets, run in the background while
+# the rest of the set-up (mostly downloads and installs) goes on: on a clean
+# clone the build is most of the run, and the downloads need little CPU.
+# One cargo at a time holds the build directory, so the build follows the
+# lints (and starts only if they pass). Their output is shown when the
+# set-up is done.
+echo "== cargo clippy --all-targets -- -D warnings, then cargo test --no-run --tests (in the background; the output follows the set-up)"
 clippy_log=$(mktemp /tmp/nightshift-clippy.XXXXXX)
-cargo clippy --all-targets -- -D warnings >"$clippy_log" 2>&1 &
+build_log=$(mktemp /tmp/nightshift-build.XXXXXX)
+(
+  cargo clippy --all-targets -- -D warnings >"$clippy_log" 2>&1 || exit 3
+  cargo test --no-run --tests >"$build_log" 2>&1
+) &
 clippy_pid=$!
 pgdir=
 as=()
 cleanup() {
   [ -n "$clippy_pid" ] && kill "$clippy_pid" 2>/dev/null
-  rm -f "$clippy_log"
+  rm -f "$clippy_log" "$build_log"
   if [ -n "$pgdir" ]; then
     "${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true
     rm -rf "$pgdir"
@@ -58,17 +83,26 @@ finish_clippy() {
   clippy_pid=
   echo "== cargo clippy --all-targets -- -D warnings: done"
   cat "$clippy_log"
-  rm -f "$clippy_log"
-  if [ "$status" != 0 ]; then
+  if [ "$status" = 3 ]; then
     echo "tests/run.sh: clippy or the compiler warns (above; the lints are set in Cargo.toml [lints]): fix the code, or argue for a lint change in Cargo.toml" >&2
     exit 1
   fi
+  # A failed build is shown again, in full, by cargo nextest below.
+  echo "== cargo test --no-run --tests: $([ "$status" = 0 ] && echo done || echo failed)"
 }
 
 # cargo-nextest runs the tests (each in a process of its own, with its time).
+# Its prebuilt binary (https://nexte.st/docs/installation/pre-built-binaries/)
+# takes seconds where building it takes minutes of both cores.
 if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "== installing cargo-nextest (cargo install cargo-nextest --locked)"
-  if ! cargo install cargo-nextest --locked >/dev/null; then
+  cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+  echo "== installing cargo-nextest into $cargo_bin (the prebuilt binary, else cargo install cargo-nextest --locked)"
+  mkdir -p "$cargo_bin"
+  if [ "$(uname -sm)" = "Linux x86_64" ] && command -v curl >/dev/null 2>&1 \
+     && curl -fsSL --max-time 120 https://get.nexte.st/latest/linux | tar xzf - -C "$cargo_bin" \
+     && cargo nextest --version >/dev/null 2>&1; then
+    :
+  elif ! cargo install cargo-nextest --locked >/dev/null; then
     echo "tests/run.sh needs cargo-nextest, and installing it failed: run 'cargo install cargo-nextest --locked' (or see https://nexte.st/docs/installation/)" >&2
     exit 2
   fi
@@ -104,8 +138,10 @@ if [ -z "${DATABASE_URL:-}" ]; then
     echo "== starting a private PostgreSQL on 127.0.0.1:$port ($pgdir)"
     "${as[@]}" "$bindir/initdb" -D "$pgdir/data" -U postgres --auth=trust >"$pgdir/initdb.log" 2>&1 \
       || { cat "$pgdir/initdb.log" >&2; echo "initdb failed (log above)" >&2; exit 2; }
+    # No fsync: a crash loses nothing the run needs. Every test's database
+    # is dropped when it ends, and a drop is a checkpoint.
     "${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -w -t 60 -l "$pgdir/log" \
-      -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdir" start >/dev/null \
+      -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdir -c fsync=off -c synchronous_commit=off -c full_page_writes=off" start >/dev/null \
       || { cat "$pgdir/log" >&2; echo "the private PostgreSQL did not start (log above)" >&2; exit 2; }
     export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
   fi
@@ -192,9 +228,9 @@ profile=default
 [ "${CI:-}" = true ] && profile=ci
 threads=()
 [ -n "${NIGHTSHIFT_TEST_THREADS:-}" ] && threads=(--test-threads "$NIGHTSHIFT_TEST_THREADS")
-echo "== cargo nextest run --all-targets --profile $profile ${threads[*]}"
+echo "== cargo nextest run --tests --profile $profile ${threads[*]}"
 status=0
-cargo nextest run --all-targets --profile "$profile" "${threads[@]}" || status=$?
+cargo nextest run --tests --profile "$profile" "${threads[@]}" || status=$?
 
 # The ten slowest tests of this run, from nextest's JUnit report. awk reads
 # to the end rather than `head` stopping early: under pipefail, sort killed

@@ -5,6 +5,7 @@
 
 use crate::common;
 use crate::fakes;
+use common::{Checkout, Table};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -84,27 +85,7 @@ fn cli_env(home: &Path, api: &str, oauth: bool) -> BTreeMap<String, String> {
     env
 }
 
-/// A git checkout with one file, plus a HOME and a log dir beside it.
-struct World {
-    dir: tempfile::TempDir,
-    repo: PathBuf,
-    home: PathBuf,
-}
-
-fn world() -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = dir.path().join("repo");
-    let home = dir.path().join("home");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::write(repo.join("calc.txt"), "add\n").unwrap();
-    common::git(&repo, &["init", "-q", "-b", "main"]);
-    common::git(&repo, &["add", "-A"]);
-    common::git(&repo, &["commit", "-q", "-m", "init"]);
-    World { dir, repo, home }
-}
-
-fn call(w: &World, role: Role, prompt: &str, env: BTreeMap<String, String>) -> Call {
+fn call(w: &Checkout, role: Role, prompt: &str, env: BTreeMap<String, String>) -> Call {
     Call {
         role,
         round: 1,
@@ -159,7 +140,7 @@ fn stream_of(r: &agent::Report, name: &str, tz: chrono_tz::Tz) -> (String, Strea
 async fn real_writer_edits_through_its_own_tools() {
     let bin = real_claude();
     let api = FakeAnthropic::start().await;
-    let w = world();
+    let w = Checkout::new("repo");
     let calc = w.repo.join("calc.txt").display().to_string();
     api.writer([
         Reply::Tools(Some("Reading calc.txt first.".into()), vec![tool("Read", json!({"file_path": calc}))]),
@@ -267,7 +248,7 @@ async fn real_writer_edits_through_its_own_tools() {
 async fn real_reviewer_is_read_only_and_its_verdict_is_read() {
     let bin = real_claude();
     let api = FakeAnthropic::start().await;
-    let w = world();
+    let w = Checkout::new("repo");
     let calc = w.repo.join("calc.txt").display().to_string();
     api.reviewer([
         Reply::Tools(None, vec![tool("Read", json!({"file_path": calc})), tool("Grep", json!({"pattern": "add"}))]),
@@ -347,7 +328,7 @@ async fn real_reviewer_is_read_only_and_its_verdict_is_read() {
 async fn real_usage_limit_is_read_with_its_reset() {
     let bin = real_claude();
     let api = FakeAnthropic::start().await;
-    let w = world();
+    let w = Checkout::new("repo");
     // A whole minute, so the CLI's text form (minutes) names the same instant.
     let reset = (chrono::Utc::now().timestamp() / 60 + 3 * 60 + 7) * 60;
     api.writer([Reply::UsageLimit { reset_epoch: reset }]);
@@ -410,7 +391,7 @@ async fn real_usage_limit_is_read_with_its_reset() {
 async fn real_api_key_429_is_throttling_not_a_usage_limit() {
     let bin = real_claude();
     let api = FakeAnthropic::start().await;
-    let w = world();
+    let w = Checkout::new("repo");
     // With an API key (no subscription login) the CLI retries the same 429
     // ten times with growing delays; a call cut short meanwhile was throttled.
     let reset = chrono::Utc::now().timestamp() + 3600;
@@ -435,7 +416,7 @@ async fn real_api_key_429_is_throttling_not_a_usage_limit() {
 #[tokio::test(flavor = "multi_thread")]
 async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
     let bin = real_claude();
-    let w = world();
+    let w = Checkout::new("repo");
     // Nothing listens on the discard port: the CLI retries with growing delays.
     let mut c = call(
         &w,
@@ -465,6 +446,29 @@ async fn real_cli_without_a_server_retries_and_the_failure_says_so() {
 }
 
 /// A writer whose permission flags add `extra` to the default ones.
+/// The real CLI `bin` as the writer of "Add sub" in `w`, against `api`,
+/// with `flags` as its permission flags: its report and stream (recorded
+/// as `name`, see [`stream_of`]).
+async fn real_writer(
+    bin: &Path,
+    w: &Checkout,
+    api: &FakeAnthropic,
+    flags: &[&str],
+    name: &str,
+) -> (agent::Report, String, StreamState) {
+    let c = call(
+        w,
+        Role::Writer,
+        "Add sub",
+        cli_env(&w.home, &api.uri(), false),
+    );
+    let r = agent::call(&writer_with(bin, flags), &c, &CancellationToken::new())
+        .await
+        .unwrap();
+    let (out, st) = stream_of(&r, name, c.tz);
+    (r, out, st)
+}
+
 fn writer_with(bin: &Path, flags: &[&str]) -> AgentConfig {
     let mut a = claude_agent(bin);
     a.permission_flags = Some(flags.iter().map(|s| s.to_string()).collect());
@@ -477,7 +481,7 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
     // --max-turns 1 with partial messages: stream_event lines between the
     // events, and an `error_max_turns` result whose `errors` say why.
     let api = FakeAnthropic::start().await;
-    let w = world();
+    let w = Checkout::new("repo");
     let calc = w.repo.join("calc.txt").display().to_string();
     api.writer([
         Reply::Tools(
@@ -538,7 +542,7 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
     // --max-budget-usd below one turn's cost: the real result's `usage` is all
     // zeros; the tokens spent are in `modelUsage`.
     let api = FakeAnthropic::start().await;
-    let w = world();
+    let w = Checkout::new("repo");
     let calc = w.repo.join("calc.txt").display().to_string();
     api.writer([
         Reply::Tools(
@@ -547,28 +551,19 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
         ),
         Reply::Text("done".into()),
     ]);
-    let c = call(
+    let (r, out, st) = real_writer(
+        &bin,
         &w,
-        Role::Writer,
-        "Add sub",
-        cli_env(&w.home, &api.uri(), false),
-    );
-    let r = agent::call(
-        &writer_with(
-            &bin,
-            &[
-                "--permission-mode",
-                "acceptEdits",
-                "--max-budget-usd",
-                "0.001",
-            ],
-        ),
-        &c,
-        &CancellationToken::new(),
+        &api,
+        &[
+            "--permission-mode",
+            "acceptEdits",
+            "--max-budget-usd",
+            "0.001",
+        ],
+        "claude-real-budget",
     )
-    .await
-    .unwrap();
-    let (out, st) = stream_of(&r, "claude-real-budget", c.tz);
+    .await;
     assert!(
         out.contains(r#""input_tokens":0"#) && out.contains(r#""inputTokens":1200"#),
         "{out}"
@@ -594,7 +589,7 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
 async fn real_cli_denied_and_failed_edits_are_told_not_claimed() {
     let bin = real_claude();
     let api = FakeAnthropic::start().await;
-    let w = world();
+    let w = Checkout::new("repo");
     let calc = w.repo.join("calc.txt").display().to_string();
     api.writer([
         Reply::Tools(None, vec![tool("Read", json!({"file_path": calc}))]),
@@ -623,28 +618,19 @@ async fn real_cli_denied_and_failed_edits_are_told_not_claimed() {
         ),
         Reply::Text("Done.".into()),
     ]);
-    let c = call(
+    let (r, out, st) = real_writer(
+        &bin,
         &w,
-        Role::Writer,
-        "Add sub",
-        cli_env(&w.home, &api.uri(), false),
-    );
-    let r = agent::call(
-        &writer_with(
-            &bin,
-            &[
-                "--permission-mode",
-                "default",
-                "--allowedTools",
-                "Read,Edit",
-            ],
-        ),
-        &c,
-        &CancellationToken::new(),
+        &api,
+        &[
+            "--permission-mode",
+            "default",
+            "--allowedTools",
+            "Read,Edit",
+        ],
+        "claude-real-denied",
     )
-    .await
-    .unwrap();
-    let (out, st) = stream_of(&r, "claude-real-denied", c.tz);
+    .await;
     assert_eq!(r.failure, None, "{out}");
     assert!(out.contains(r#""subtype":"permission_denied""#), "{out}");
     assert_eq!(
@@ -925,6 +911,33 @@ async fn replay_world(
     (f, gh, script_dir)
 }
 
+/// A replay world whose writer is the real CLI's edit of calc.txt and
+/// whose reviewer replays `reviewer` (a transcript).
+async fn with_reviewer(reviewer: String) -> (common::Fixture, common::github::FakeGitHub) {
+    let (f, gh, _) = replay_world(
+        &[
+            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
+            (
+                "writer-1.jsonl",
+                transcript("claude-real-writer-edit.jsonl"),
+            ),
+            ("reviewer-1.jsonl", reviewer),
+        ],
+        "",
+    )
+    .await;
+    (f, gh)
+}
+
+/// The lines of a transcript after its first (the init event).
+fn after_init(transcript: &str) -> String {
+    transcript
+        .lines()
+        .skip(1)
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 fn drained_item(f: &common::Fixture) -> serde_json::Value {
     let out = f.approve_and_drain(&[]);
     let report = f.report();
@@ -959,8 +972,8 @@ async fn replay_writer_error_result_is_a_failed_round_not_a_limit() {
         "{reason}"
     );
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM limit_sleeps"),
-        "0",
+        f.db.count(Table::LimitSleeps),
+        0,
         "a network failure is not a usage limit"
     );
     assert_eq!(
@@ -986,8 +999,8 @@ async fn replay_empty_result_still_uses_the_assistant_text() {
     assert_eq!(item["outcome"], "blocked", "{item:#}");
     assert_eq!(item["question"], "Which base should sub use?", "{item:#}");
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM limit_sleeps"),
-        "0",
+        f.db.count(Table::LimitSleeps),
+        0,
         "status allowed is no limit"
     );
     assert_eq!(
@@ -1014,8 +1027,8 @@ async fn replay_failed_call_whose_model_text_quotes_a_limit_is_not_a_limit() {
     .await;
     let item = drained_item(&f);
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM limit_sleeps"),
-        "0",
+        f.db.count(Table::LimitSleeps),
+        0,
         "model prose is not a limit: {item:#}"
     );
     assert_eq!(item["outcome"], "error", "{item:#}");
@@ -1048,8 +1061,8 @@ async fn replay_rejected_plan_carried_by_extra_usage_keeps_its_round() {
     .await;
     let item = drained_item(&f);
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM limit_sleeps"),
-        "0",
+        f.db.count(Table::LimitSleeps),
+        0,
         "extra usage carried the call: {item:#}"
     );
     assert_eq!(item["outcome"], "pr_opened", "{item:#}");
@@ -1106,7 +1119,8 @@ async fn replay_streams_with_noise_between_events_are_read_whole() {
     assert_eq!(item["outcome"], "pr_opened", "{item:#}");
     assert_eq!(gh.prs().len(), 1);
     // The results (behind ANSI escapes) were read: tokens and cost as the CLI reported.
-    assert_eq!(f.db.sql("SELECT string_agg(role || ':' || tokens_in || '/' || tokens_out, ',' ORDER BY id) FROM agent_calls"), "writer:4800/320,reviewer:2400/160");
+    let tokens: Vec<String> = f.db.calls().iter().map(|c| c.role_and_tokens()).collect();
+    assert_eq!(tokens, ["writer:4800/320", "reviewer:2400/160"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1130,12 +1144,12 @@ async fn replay_writer_killed_mid_stream_is_a_failed_round_that_says_so() {
         "{reason}"
     );
     assert!(gh.prs().is_empty(), "half-done work is never proposed");
-    assert_eq!(f.db.sql("SELECT count(*) FROM reviews"), "0");
+    assert_eq!(f.db.count(Table::Reviews), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_cli_that_does_not_exit_after_its_result_is_ended_and_the_result_stands() {
-    let w = world();
+    let w = Checkout::new("repo");
     let dir = w.dir.path().join("fake-claude");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -1195,10 +1209,7 @@ async fn replay_reviewer_requests_changes_then_approves() {
     assert_eq!(item["outcome"], "pr_opened", "{item:#}");
     assert_eq!(item["rounds"], 2, "{item:#}");
     assert_eq!(gh.prs().len(), 1);
-    assert_eq!(
-        f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"),
-        "request_changes,approve"
-    );
+    assert_eq!(f.db.verdicts().join(","), "request_changes,approve");
     // Round 2's writer got the reviewer's finding as feedback.
     let argv = std::fs::read_to_string(dir.join("writer-2.argv")).unwrap();
     assert!(argv.contains("calc.txt lacks sub"), "{argv}");
@@ -1222,25 +1233,8 @@ async fn replay_reviewer_with_write_tools_is_void() {
         Some("init"),
     )
     .concat();
-    t.push_str(
-        &approve
-            .lines()
-            .skip(1)
-            .map(|l| format!("{l}\n"))
-            .collect::<String>(),
-    );
-    let (f, gh, _) = replay_world(
-        &[
-            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
-            (
-                "writer-1.jsonl",
-                transcript("claude-real-writer-edit.jsonl"),
-            ),
-            ("reviewer-1.jsonl", t),
-        ],
-        "",
-    )
-    .await;
+    t.push_str(&after_init(&approve));
+    let (f, gh) = with_reviewer(t).await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "review_void", "{item:#}");
     let reason = item["reason"].as_str().unwrap();
@@ -1318,7 +1312,7 @@ async fn fake_claude_refuses_what_the_real_cli_refuses() {
     // code, and every line the fake prints is one the real CLI prints.
     let real = real_claude();
     let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fakes/claude");
-    let w = world();
+    let w = Checkout::new("repo");
     let base = ["-p", "--output-format", "stream-json", "--verbose"];
     let cases: Vec<Vec<&str>> = vec![
         vec!["--yolo", "--", "x"],
@@ -1423,7 +1417,7 @@ async fn real_cli_api_errors_fail_in_the_clis_words_billing_is_no_credit_none_a_
         ),
     ] {
         let api = FakeAnthropic::start().await;
-        let w = world();
+        let w = Checkout::new("repo");
         api.writer([Reply::ApiError {
             status,
             kind: kind.into(),
@@ -1464,13 +1458,13 @@ async fn real_cli_api_errors_fail_in_the_clis_words_billing_is_no_credit_none_a_
 /// A world for single calls of the replaying fake `claude`: files under
 /// its FAKE_CLAUDE_DIR are replayed byte for byte (no newline added).
 struct Replay {
-    w: World,
+    w: Checkout,
     dir: PathBuf,
 }
 
 impl Replay {
     fn new() -> Replay {
-        let w = world();
+        let w = Checkout::new("repo");
         let dir = w.dir.path().join("fake-claude");
         std::fs::create_dir_all(&dir).unwrap();
         Replay { w, dir }
@@ -1826,10 +1820,7 @@ async fn replay_reviewer_whose_last_verdict_asks_for_changes_after_an_approval_l
         (Some("pr_opened"), Some(2)),
         "{item:#}"
     );
-    assert_eq!(
-        f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"),
-        "request_changes,approve"
-    );
+    assert_eq!(f.db.verdicts().join(","), "request_changes,approve");
     assert!(
         std::fs::read_to_string(dir.join("writer-2.argv"))
             .unwrap()
@@ -1888,25 +1879,8 @@ async fn replay_reviewer_whose_stream_shows_an_edit_outside_the_checkout_is_void
     let mut t = events(&approve, "system", Some("init")).concat();
     t.push_str(&format!("{}\n", json!({"type":"assistant","message":{"id":"msg_w","content":[{"type":"tool_use","id":"toolu_w","name":"Write","input":{"file_path":"/tmp/nightshift-reviewer-notes.md","content":"x"}}]},"parent_tool_use_id":null})));
     t.push_str(&format!("{}\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_w","content":"File created successfully at: /tmp/nightshift-reviewer-notes.md"}]},"parent_tool_use_id":null})));
-    t.push_str(
-        &approve
-            .lines()
-            .skip(1)
-            .map(|l| format!("{l}\n"))
-            .collect::<String>(),
-    );
-    let (f, gh, _) = replay_world(
-        &[
-            ("writer-1.sh", "echo sub >> calc.txt\n".into()),
-            (
-                "writer-1.jsonl",
-                transcript("claude-real-writer-edit.jsonl"),
-            ),
-            ("reviewer-1.jsonl", t),
-        ],
-        "",
-    )
-    .await;
+    t.push_str(&after_init(&approve));
+    let (f, gh) = with_reviewer(t).await;
     let item = drained_item(&f);
     assert_eq!(item["outcome"], "review_void", "{item:#}");
     assert!(

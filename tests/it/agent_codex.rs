@@ -12,6 +12,7 @@
 
 use crate::common;
 use crate::fakes_codex::{cli, responses};
+use common::{Checkout, Table};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,17 +40,11 @@ struct World {
 
 impl World {
     fn new() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        let checkout = dir.path().join("checkout");
-        std::fs::create_dir_all(&checkout).unwrap();
-        for d in ["home", "codex-home", "logs"] {
-            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        let c = Checkout::new("checkout");
+        World {
+            dir: c.dir,
+            checkout: c.repo,
         }
-        git(&checkout, &["init", "-q", "-b", "main"]);
-        std::fs::write(checkout.join("calc.txt"), "add\n").unwrap();
-        git(&checkout, &["add", "-A"]);
-        git(&checkout, &["commit", "-q", "-m", "init"]);
-        World { dir, checkout }
     }
 
     fn call(&self, role: Role, tz: &str) -> Call {
@@ -568,18 +563,23 @@ async fn a_drain_with_the_real_codex_as_writer_and_reviewer_opens_a_pr() {
         text(&plan)
     );
 
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    let out = f.drain_exits(0, &[]);
     let report = f.report();
     let item = &report["items"][0];
     assert_eq!(item["outcome"], "pr_opened", "{report:#}\n{}", text(&out));
     let (input, _, output, _) = USAGE_PER_RESPONSE;
     assert_eq!(item["tokens"], 4 * (input + output), "{item:#}");
     assert_eq!(item["cost_usd"], serde_json::Value::Null);
-    assert_eq!(
-        f.db.sql("SELECT string_agg(role || ' ' || kind || ' ' || tokens_in || ' ' || tokens_out || ' ' || coalesce(cost_usd::text, '-'), ', ' ORDER BY id) FROM agent_calls"),
-        format!("writer codex {0} {1} -, reviewer codex {0} {1} -", 2 * input, 2 * output)
-    );
+    let calls: Vec<String> =
+        f.db.calls()
+            .iter()
+            .map(|c| {
+                let cost = c.cost_usd.map_or("-".to_string(), |c| c.to_string());
+                format!("{} {} {cost}", c.kind, c.role_and_tokens())
+            })
+            .collect();
+    let want = |role: &str| format!("codex {role}:{}/{} -", 2 * input, 2 * output);
+    assert_eq!(calls, [want("writer"), want("reviewer")]);
     let prs = gh.prs();
     assert_eq!(prs.len(), 1);
     let b = &f.remote_branches()[0];
@@ -612,6 +612,36 @@ fn replay_dir(f: &Fixture) -> PathBuf {
 
 fn put(dir: &Path, name: &str, text: &str) {
     std::fs::write(dir.join(name), text).unwrap();
+}
+
+/// After a first writer call that exits 1 (limited or throttled), the
+/// second patches calc.txt and the reviewer approves, as the real codex
+/// did.
+fn retry_patches_and_is_approved(d: &Path) {
+    put(d, "writer-1.exit", "1");
+    put(d, "writer-2.sh", WRITE_SUB);
+    put(
+        d,
+        "writer-2.jsonl",
+        &cli::transcript("real-writer-patch.jsonl"),
+    );
+    put(
+        d,
+        "reviewer.jsonl",
+        &cli::transcript("real-reviewer-approve.jsonl"),
+    );
+}
+
+/// Drains; the one item opened its PR in one round (`why`: what did not
+/// use the round up).
+fn drained_in_one_round(f: &Fixture, why: &str) {
+    f.drain_exits(0, &[]);
+    let item = &f.report()["items"][0];
+    assert_eq!(
+        (item["outcome"].as_str(), item["rounds"].as_u64()),
+        (Some("pr_opened"), Some(1)),
+        "{why}: {item:#}"
+    );
 }
 
 fn replay_fixture(
@@ -653,8 +683,7 @@ async fn replay_reviewer_requests_changes_then_approves() {
         "reviewer-2.jsonl",
         &cli::transcript("real-reviewer-approve.jsonl"),
     );
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     let item = &f.report()["items"][0];
     assert_eq!(
         (item["outcome"].as_str(), item["rounds"].as_u64()),
@@ -702,14 +731,16 @@ async fn replay_legacy_codex_streams_drain_to_a_pr() {
         "reviewer.jsonl",
         &older_shape("legacy-reviewer-approve.jsonl"),
     );
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     let item = &f.report()["items"][0];
     assert_eq!(item["outcome"], "pr_opened", "{item:#}");
-    assert_eq!(f.db.sql("SELECT string_agg(role || ':' || tokens_in || '/' || tokens_out, ',' ORDER BY id) FROM agent_calls"), "writer:9000/300,reviewer:3000/40");
+    let calls = f.db.calls();
+    let tokens: Vec<String> = calls.iter().map(|c| c.role_and_tokens()).collect();
+    assert_eq!(tokens, ["writer:9000/300", "reviewer:3000/40"]);
+    let writer = calls.iter().find(|c| c.role == "writer").unwrap();
     assert_eq!(
-        f.db.sql("SELECT meta->>'claimed_files' FROM agent_calls WHERE role = 'writer'"),
-        r#"["calc.txt"]"#
+        writer.meta["claimed_files"],
+        serde_json::json!(["calc.txt"])
     );
     let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
     assert!(body.contains("Added sub to calc.txt."), "{body}");
@@ -771,18 +802,18 @@ async fn replay_turn_failed_is_a_failed_round() {
         &cli::transcript("real-turn-failed-400.jsonl"),
     );
     put(&d, "writer.exit", "1");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let item = &f.report()["items"][0];
     assert_eq!(item["outcome"], "error", "{item:#}");
     let reason = item["reason"].as_str().unwrap();
     assert!(reason.contains(r#"codex turn failed: {"error": {"type": "invalid_request_error", "message": "fake failure 400"}}"#), "{reason}");
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM limit_sleeps"),
-        "0",
+        f.db.count(Table::LimitSleeps),
+        0,
         "a failed turn is not a limit"
     );
-    assert_eq!(f.db.sql("SELECT exit_code FROM agent_calls"), "1");
+    let exits: Vec<Option<i32>> = f.db.calls().iter().map(|c| c.exit_code).collect();
+    assert_eq!(exits, [Some(1)]);
     assert!(f.remote_branches().is_empty());
     assert!(gh.prs().is_empty());
 }
@@ -807,15 +838,17 @@ async fn replay_offline_codex_is_killed_at_the_agent_timeout() {
     let item = &f.report()["items"][0];
     assert_eq!(item["outcome"], "timed_out", "{item:#}");
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM limit_sleeps"),
-        "0",
+        f.db.count(Table::LimitSleeps),
+        0,
         "reconnecting is not a limit"
     );
-    assert_eq!(
-        f.db.sql("SELECT timed_out::text || ' ' || coalesce(limit_kind, '-') FROM agent_calls"),
-        "true -"
+    let calls = f.db.calls();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert!(
+        calls[0].timed_out && calls[0].limit_kind.is_none(),
+        "{calls:#?}"
     );
-    let meta = f.db.sql("SELECT meta->>'failure' FROM agent_calls");
+    let meta = calls[0].meta["failure"].as_str().unwrap_or_default();
     assert!(
         meta.contains("timed out after 2s; codex was reconnecting (3 notice(s))"),
         "{meta}"
@@ -843,39 +876,24 @@ async fn replay_usage_limit_body_on_stderr_sleeps_until_reset_then_retries() {
         "writer-1.stderr",
         "2026-03-04T17:48:31.564826Z ERROR codex_api::endpoint::responses: error=http 429 Too Many Requests: Some(\"{\\\"error\\\":{\\\"type\\\":\\\"usage_limit_reached\\\",\\\"message\\\":\\\"The usage limit has been reached\\\",\\\"plan_type\\\":\\\"free\\\",\\\"resets_at\\\":@RESETS_AT@,\\\"eligible_promo\\\":null,\\\"resets_in_seconds\\\":@RESETS_IN@}}\")\n",
     );
-    put(&d, "writer-1.exit", "1");
-    put(&d, "writer-2.sh", WRITE_SUB);
-    put(
-        &d,
-        "writer-2.jsonl",
-        &cli::transcript("real-writer-patch.jsonl"),
-    );
-    put(
-        &d,
-        "reviewer.jsonl",
-        &cli::transcript("real-reviewer-approve.jsonl"),
-    );
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
-    let item = &f.report()["items"][0];
-    assert_eq!(
-        (item["outcome"].as_str(), item["rounds"].as_u64()),
-        (Some("pr_opened"), Some(1)),
-        "the limited call did not use up the round: {item:#}"
-    );
-    assert_eq!(
-        f.db.sql("SELECT kind || ' ' || (resets_at IS NOT NULL)::text FROM limit_sleeps"),
-        "usage_limit true"
-    );
-    assert_eq!(f.db.sql("SELECT string_agg(role || ':' || coalesce(limit_kind, '-'), ' ' ORDER BY id) FROM agent_calls"), "writer:usage_limit writer:- reviewer:-");
-    let source =
-        f.db.sql("SELECT meta->'limit'->>'source' FROM agent_calls WHERE limit_kind IS NOT NULL");
+    retry_patches_and_is_approved(&d);
+    drained_in_one_round(&f, "the limited call did not use up the round");
+    let sleeps: Vec<_> =
+        f.db.sleeps()
+            .iter()
+            .map(|s| (s.kind.clone(), s.resets_at.is_some()))
+            .collect();
+    assert_eq!(sleeps, [("usage_limit".to_string(), true)]);
+    let calls = f.db.calls();
+    let of_calls: Vec<String> = calls.iter().map(|c| c.role_and_limit()).collect();
+    assert_eq!(of_calls, ["writer:usage_limit", "writer:-", "reviewer:-"]);
+    let limited = calls.iter().find(|c| c.limit_kind.is_some()).unwrap();
+    let source = limited.meta["limit"]["source"].as_str().unwrap_or_default();
     assert!(!source.is_empty(), "the reading names its source");
     // stderr is kept in full: the body is in the call's stderr file.
-    let stderr_path =
-        f.db.sql("SELECT meta->>'stderr_path' FROM agent_calls WHERE limit_kind IS NOT NULL");
+    let stderr_path = limited.meta["stderr_path"].as_str().unwrap_or_default();
     assert!(
-        std::fs::read_to_string(&stderr_path)
+        std::fs::read_to_string(stderr_path)
             .unwrap()
             .contains("usage_limit_reached"),
         "{stderr_path}"
@@ -903,31 +921,12 @@ async fn replay_rate_limit_is_exceeded_is_throttling_then_the_round_goes_on() {
             serde_json::json!({"type":"turn.failed","error":{"message":failed}}),
         ),
     );
-    put(&d, "writer-1.exit", "1");
-    put(&d, "writer-2.sh", WRITE_SUB);
-    put(
-        &d,
-        "writer-2.jsonl",
-        &cli::transcript("real-writer-patch.jsonl"),
-    );
-    put(
-        &d,
-        "reviewer.jsonl",
-        &cli::transcript("real-reviewer-approve.jsonl"),
-    );
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
-    let item = &f.report()["items"][0];
-    assert_eq!(
-        (item["outcome"].as_str(), item["rounds"].as_u64()),
-        (Some("pr_opened"), Some(1)),
-        "throttling did not use up the round: {item:#}"
-    );
-    assert_eq!(
-        f.db.sql("SELECT string_agg(kind, ',') FROM limit_sleeps"),
-        "transient"
-    );
-    assert_eq!(f.db.sql("SELECT string_agg(role || ':' || coalesce(limit_kind, '-'), ' ' ORDER BY id) FROM agent_calls"), "writer:transient writer:- reviewer:-");
+    retry_patches_and_is_approved(&d);
+    drained_in_one_round(&f, "throttling did not use up the round");
+    let sleeps: Vec<String> = f.db.sleeps().into_iter().map(|s| s.kind).collect();
+    assert_eq!(sleeps, ["transient"]);
+    let calls: Vec<String> = f.db.calls().iter().map(|c| c.role_and_limit()).collect();
+    assert_eq!(calls, ["writer:transient", "writer:-", "reviewer:-"]);
     assert_eq!(gh.prs().len(), 1);
 }
 
@@ -946,8 +945,7 @@ async fn replay_reviewer_that_edits_is_void_and_unknown_flags_fail_the_call() {
         "reviewer.jsonl",
         &cli::transcript("real-reviewer-approve.jsonl"),
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let item = &f.report()["items"][0];
     assert_eq!(item["outcome"], "review_void", "{item:#}");
     assert!(gh.prs().is_empty());
@@ -959,8 +957,7 @@ async fn replay_reviewer_that_edits_is_void_and_unknown_flags_fail_the_call() {
         &["exec".into(), "--no-such-flag".into()],
         "[limits]\nrounds = 1\n",
     ));
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let item = &f.report()["items"][0];
     assert_eq!(item["outcome"], "error", "{item:#}");
     let reason = item["reason"].as_str().unwrap();
@@ -1255,8 +1252,7 @@ async fn replay_reviewer_whose_stream_shows_a_file_change_is_void() {
     let mut lines: Vec<String> = approve.lines().map(String::from).collect();
     lines.insert(2, serde_json::json!({"type":"item.completed","item":{"id":"item_9","type":"file_change","changes":[{"path":"/tmp/nightshift-codex-reviewer.txt","kind":"add"}],"status":"completed"}}).to_string());
     put(&d, "reviewer.jsonl", &(lines.join("\n") + "\n"));
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let item = &f.report()["items"][0];
     assert_eq!(item["outcome"], "review_void", "{item:#}");
     assert!(

@@ -7,11 +7,12 @@
 //! HOME (logs, call files, checkouts), and every request sent to GitHub.
 
 use crate::common;
+use common::Table;
 
 use std::path::Path;
 
 use common::github::FakeGitHub;
-use common::{Fixture, text};
+use common::{Fixture, Night, reason, text};
 use serde_json::Value;
 
 fn outcomes(report: &Value) -> Vec<String> {
@@ -232,8 +233,7 @@ done
         "NEXT.md",
         "- [ ] Add sub\n- [ ] Ask first\n- [ ] Fail loudly\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["pr_opened", "blocked", "error"], "{rep:#}");
     assert_eq!(gh.prs().len(), 1);
@@ -590,8 +590,7 @@ async fn a_secret_hidden_in_the_change_is_never_pushed() {
     );
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Fully percent-encoded\n- [ ] Partly escaped (mixed)\n- [ ] In a binary file\n- [ ] As base64\n- [ ] As hex\n- [ ] A split string\n- [ ] As a file name\n- [ ] In an env file\n- [ ] Just sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -731,20 +730,18 @@ async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
 /// read-only: its verdict is void and nothing is pushed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\nprintf 'build/\\n' > .gitignore\nmkdir -p build && echo cache > build/cache.txt\n");
-    let r = f.agent("reviewer.sh", "#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > build/test-shim.sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer("#!/bin/sh\necho sub >> calc.txt\nprintf 'build/\\n' > .gitignore\nmkdir -p build && echo cache > build/cache.txt\n")
+        .reviewer("#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > build/test-shim.sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
+        .config("[limits]\nrounds = 1\n")
+        .backlog("- [ ] Add sub\n")
+        .exit(1)
+        .run()
+        .await;
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
     assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("checkout changed during the review"),
+        reason(&rep, 0).contains("checkout changed during the review"),
         "{rep:#}"
     );
     assert!(f.remote_branches().is_empty());
@@ -756,16 +753,14 @@ async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
 /// still shows the write: void, and the file is named.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reviewer_write_that_keeps_size_and_mtime_is_void() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
-    let r = f.agent(
-        "reviewer.sh",
-        "#!/bin/sh\nm=$(stat -c %y docs/README.md)\nprintf CALC | dd of=docs/README.md bs=1 conv=notrunc 2>/dev/null\ntouch -d \"$m\" docs/README.md\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
-    );
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer("#!/bin/sh\necho sub >> calc.txt\n")
+        .reviewer("#!/bin/sh\nm=$(stat -c %y docs/README.md)\nprintf CALC | dd of=docs/README.md bs=1 conv=notrunc 2>/dev/null\ntouch -d \"$m\" docs/README.md\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
+        .config("[limits]\nrounds = 1\n")
+        .backlog("- [ ] Add sub\n")
+        .exit(1)
+        .run()
+        .await;
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
     let reason = rep["items"][0]["reason"].as_str().unwrap();
@@ -780,23 +775,18 @@ async fn a_reviewer_write_that_keeps_size_and_mtime_is_void() {
 /// tag, a ref of its own — has not only read: void.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reviewer_writing_a_ref_is_void() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
-    let r = f.agent(
-        "reviewer.sh",
-        "#!/bin/sh\ngit tag planted\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
-    );
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer("#!/bin/sh\necho sub >> calc.txt\n")
+        .reviewer("#!/bin/sh\ngit tag planted\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
+        .config("[limits]\nrounds = 1\n")
+        .backlog("- [ ] Add sub\n")
+        .exit(1)
+        .run()
+        .await;
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["review_void"], "{rep:#}");
     assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains(".git/refs/tags/planted (added)"),
+        reason(&rep, 0).contains(".git/refs/tags/planted (added)"),
         "{rep:#}"
     );
     assert!(f.remote_branches().is_empty());
@@ -1371,11 +1361,7 @@ fn a_forged_approval_row_is_refused() {
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("wrong signature"), "{}", text(&out));
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM runs").trim(),
-        "1",
-        "only the real approval ran"
-    );
+    assert_eq!(f.db.count(Table::Runs), 1, "only the real approval ran");
 }
 
 /// As root without `agent_user`, an agent could read the GitHub token out
@@ -1472,8 +1458,7 @@ fn tampering_with_the_users_refs_head_index_and_worktree_is_named() {
     );
     f.config_with(&w, &r, "[limits]\nrounds = 1\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(common::git(&f.repo, &["branch", "--show-current"]), "evil");
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
@@ -1517,8 +1502,7 @@ esac
     f.config_with(&w, &r, "[limits]\nrounds = 1\n");
     f.write("NEXT.md", "- [ ] Poison main\n- [ ] Add sub\n");
     let old = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let new = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
     assert_ne!(old, new, "the writer pushed to main");
     let rep = f.report();

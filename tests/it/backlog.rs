@@ -2126,43 +2126,6 @@ fn several_ticks_change_only_their_lines_and_keep_every_line_ending() {
     assert_eq!(again.open_items().count(), 0);
 }
 
-/// Parse time grows with the file, not with its square: four times the
-/// items take about four times as long (16 would mean quadratic).
-#[test]
-fn parse_time_is_linear_in_the_number_of_items() {
-    let backlog = |sections: usize| {
-        let mut text = String::from("# Big\n\n> rule\n\n");
-        for s in 0..sections {
-            text.push_str(&format!("## Section {s}\n\n> section rule\n\n- Group\n"));
-            for i in 0..100 {
-                text.push_str(&format!(
-                    "  - [ ] item {s}-{i} 中文 `code`\n    accept: works\n    scope: src/**\n    a note\n    -[ ] lazy-looking checklist note\n"
-                ));
-            }
-            text.push_str("\n-[ ] a glued box\n\n```\nexample\n```\n\n");
-        }
-        text
-    };
-    let time = |text: &str| {
-        (0..3)
-            .map(|_| {
-                let start = std::time::Instant::now();
-                let b = parse(text);
-                assert!(b.items.len() >= 2500);
-                start.elapsed()
-            })
-            .min()
-            .unwrap()
-    };
-    let small = backlog(25);
-    let large = backlog(100);
-    let (t_small, t_large) = (time(&small), time(&large));
-    assert!(
-        t_large < t_small * 10,
-        "2,500 items took {t_small:?}, 10,000 took {t_large:?}"
-    );
-}
-
 /// A tab in the box is an open box to GitHub and pulldown-cmark: the item is
 /// read, and `sync` ticks it like any other.
 #[test]

@@ -13,12 +13,19 @@ use std::time::Duration;
 
 use crate::common;
 use crate::ops::{db_down, db_up, one_pr_per_item, stall, two_items, wait_ready, with_github};
-use crate::workers::{
-    claims_per_item, finish, second_host, share_key, spawn_drain, wait_for, world,
-};
+use crate::workers::{claims_per_item, finish, second_host, share_key, spawn_drain, words};
 
-use common::bg::{Bg, approve, kill_stalled, outcomes, release, stall_snippet};
+use common::bg::{Bg, approve, kill_stalled, outcomes, release, stall_snippet, wait_until};
 use common::{Fixture, text};
+
+/// Waits (at most `secs`) until the ledger query `q` answers something
+/// other than empty, `0` or `f`.
+fn wait_for(f: &Fixture, q: &str, secs: u64) {
+    wait_until(Duration::from_secs(secs), q, || {
+        let v = f.db.sql(q);
+        !v.is_empty() && v != "0" && v != "f"
+    });
+}
 
 /// The nightshift binary under `faketime -f OFFSET`: its host clock
 /// `offset` off the server's, with the environment the fixture gives the
@@ -76,7 +83,7 @@ fn deadline_in(secs: i64) -> String {
 /// reach its agents.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_two_hours_ahead_ends_no_item_deadline_early() {
-    let (f, gh) = world(4, 2, "").await;
+    let (f, gh) = words(4, 2, "").start().await.split();
     wrap_writer(&f, "env > \"$(dirname \"$0\")/env.$$\"\n");
     let (clone, data) = second_host(&f);
     let deadline = deadline_in(3600);
@@ -126,7 +133,7 @@ async fn a_worker_two_hours_ahead_ends_no_item_deadline_early() {
 /// writer runs after the deadline) and is told its skew.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_two_hours_behind_starts_nothing_after_the_true_deadline() {
-    let (f, _gh) = world(3, 0, "").await;
+    let (f, _gh) = words(3, 0, "").start().await.split();
     // The drain's own writer (its checkouts are under `data/`) holds its
     // first item until the test lets it go.
     wrap_writer(
@@ -254,7 +261,7 @@ async fn sql_on(cluster: &nightshift::ledger::embedded::Cluster, q: &str) -> i64
 /// one PR per item.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_drain_and_a_worker_both_go_on_after_an_outage() {
-    let (f, gh) = world(4, 3, "").await;
+    let (f, gh) = words(4, 3, "").start().await.split();
     let (clone, data) = second_host(&f);
     let drain = spawn_drain(&f, &[]);
     wait_for(&f, "SELECT count(*) FROM claims", 30);

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::github::FakeGitHub;
-use common::{Fixture, assert_ok, git, text, tree_hash};
+use common::{Fixture, Night, Table, assert_ok, git, outcomes, reason, text, tree_hash};
 
 /// A writer that edits calc.txt according to the item title.
 const WRITER: &str = r#"#!/bin/sh
@@ -32,21 +32,21 @@ fi
 
 const BACKLOG: &str = "# calc\n\n> Keep calc.txt one word per line.\n\n## Words\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n  - scope: calc.txt\n- [ ] Add bogus\n- [ ] Add mul\n- [x] Add add (done: #1)\n";
 
-async fn world() -> (Fixture, FakeGitHub) {
-    let gh = FakeGitHub::start().await;
-    let mut f = Fixture::new();
-    f.use_github(&gh);
-    f.token = Some("ghp_testtoken_0123456789abcdef".into());
-    let w = f.agent("writer.sh", WRITER);
-    let r = f.agent("reviewer.sh", REVIEWER);
-    f.config_with(&w, &r, "[limits]\nrounds = 2\n");
-    f.write("NEXT.md", BACKLOG);
-    (f, gh)
+/// The calc night: the backlog, writer and reviewer above, two rounds an
+/// item, the fake GitHub.
+fn calc() -> Night<'static> {
+    Night::new()
+        .backlog(BACKLOG)
+        .writer(WRITER)
+        .reviewer(REVIEWER)
+        .config("[limits]\nrounds = 2\n")
+        .github()
+        .token("ghp_testtoken_0123456789abcdef")
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_pr_one_failed_gate_one_rejection() {
-    let (f, gh) = world().await;
+    let (f, gh) = calc().start().await.split();
     // The user's local main diverged from origin/main and the tree is dirty.
     f.write("calc.txt", "add\nlocal-only\n");
     git(&f.repo, &["commit", "-qam", "local work, not pushed"]);
@@ -62,14 +62,8 @@ async fn one_pr_one_failed_gate_one_rejection() {
         text(&out)
     );
     let report = f.report();
-    let outcomes: Vec<&str> = report["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["outcome"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        outcomes,
+        outcomes(&report),
         ["pr_opened", "tests_failed", "review_rejected"],
         "{report:#}"
     );
@@ -120,22 +114,16 @@ async fn one_pr_one_failed_gate_one_rejection() {
     // The user's checkout (tree and .git) is byte-identical.
     assert_eq!(tree_hash(&f.repo), before);
     // The ledger has the rounds, gate runs, reviews and proofs.
-    assert_eq!(f.db.sql("SELECT count(*) FROM gate_runs"), "5");
-    assert_eq!(f.db.sql("SELECT count(*) FROM reviews"), "3");
-    assert!(
-        f.db.sql("SELECT count(*) FROM events")
-            .parse::<i64>()
-            .unwrap()
-            >= 5
-    );
+    assert_eq!(f.db.count(Table::GateRuns), 5);
+    assert_eq!(f.db.count(Table::Reviews), 3);
+    assert!(f.db.count(Table::Events) >= 5);
 
     // A second plan after the config changed (every contract SHA changes):
     // no second PR; the item is already_open by its key.
     let w = f.agents.join("writer.sh").display().to_string();
     let r = f.agents.join("reviewer.sh").display().to_string();
     f.config_with(&w, &r, "label = \"autopilot\"\n[limits]\nrounds = 1\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let report2 = f.report();
     assert_ne!(report2["items"][0]["contract_sha"], item["contract_sha"]);
     assert_eq!(
@@ -149,13 +137,11 @@ async fn one_pr_one_failed_gate_one_rejection() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn writers_that_break_rules_push_nothing() {
-    let gh = FakeGitHub::start().await;
-    let mut f = Fixture::new();
-    f.use_github(&gh);
-    f.token = Some("ghp_rules_token_abcdef123456".into());
-    let w = f.agent(
-        "writer.sh",
-        r#"#!/bin/sh
+    let (f, gh) = Night::new()
+        .github()
+        .token("ghp_rules_token_abcdef123456")
+        .writer(
+            r#"#!/bin/sh
 title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
 case "$title" in
   *scope*) echo sub >> calc.txt; echo "x" >> docs/README.md ;;
@@ -167,27 +153,18 @@ case "$title" in
   *crash*) echo sub >> calc.txt; kill -SEGV $$ ;;
 esac
 "#,
-    );
-    let r = f.agent(
-        "reviewer.sh",
-        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
-    );
-    f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n- [ ] A crash\n  - rounds: 1\n- [ ] A push of its own\n");
+        )
+        .backlog("- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n- [ ] A crash\n  - rounds: 1\n- [ ] A push of its own\n")
+        .start()
+        .await
+        .split();
     let git_before = tree_hash(&f.repo.join(".git"));
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let report = f.report();
-    let outcomes: Vec<&str> = report["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["outcome"].as_str().unwrap())
-        .collect();
     // A crashed writer's half-done work is never gated, reviewed or pushed;
     // a writer's push stops the run (it goes last here, so nothing is left).
     assert_eq!(
-        outcomes,
+        outcomes(&report),
         [
             "rule_broken",
             "rule_broken",
@@ -199,26 +176,11 @@ esac
         "{report:#}"
     );
     assert!(
-        report["items"][3]["reason"]
-            .as_str()
-            .unwrap()
-            .contains(".git/hooks/pre-commit"),
+        reason(&report, 3).contains(".git/hooks/pre-commit"),
         "the part is named: {report:#}"
     );
-    assert!(
-        report["items"][5]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("refs/heads/evil"),
-        "{report:#}"
-    );
-    assert!(
-        report["items"][4]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("signal 11"),
-        "{report:#}"
-    );
+    assert!(reason(&report, 5).contains("refs/heads/evil"), "{report:#}");
+    assert!(reason(&report, 4).contains("signal 11"), "{report:#}");
     assert!(f.remote_branches().is_empty());
     assert!(gh.prs().is_empty());
     assert!(!f.home.join("hook-ran").exists(), "a planted hook ran");
@@ -231,23 +193,16 @@ esac
     // A writer that reaches the user's own .git through the checkout's
     // alternates is caught (its change is the user's to undo).
     f.write("NEXT.md", "- [ ] A user repo edit\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let report = f.report();
     assert_eq!(report["items"][0]["outcome"], "rule_broken", "{report:#}");
-    assert!(
-        report["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains(".git/config in "),
-        "{report:#}"
-    );
+    assert!(reason(&report, 0).contains(".git/config in "), "{report:#}");
     assert!(f.remote_branches().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refusals_run_nothing_and_post_nothing() {
-    let (f, gh) = world().await;
+    let (f, gh) = calc().start().await.split();
     // No approval at all.
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
@@ -267,7 +222,7 @@ async fn refusals_run_nothing_and_post_nothing() {
     let out = f.run(&["drain", "--approve", &sha]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("expired"), "{}", text(&out));
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    assert_eq!(f.db.count(Table::Runs), 0);
     // Used: one run consumes it; a second is refused.
     assert_ok(&f.run(&["approve", &sha]), "approve");
     let first = f.run(&["drain", "--approve", &sha]);
@@ -279,7 +234,7 @@ async fn refusals_run_nothing_and_post_nothing() {
     // Without --approve too: the plan's own approval is named as used, by which run.
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
-    let run = f.db.sql("SELECT id FROM runs");
+    let run = f.db.runs()[0].id;
     assert!(
         text(&out).contains(&format!("already used by run {run}")),
         "{}",
@@ -290,7 +245,7 @@ async fn refusals_run_nothing_and_post_nothing() {
         posts_after_first,
         "a refused run talked to GitHub"
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
+    assert_eq!(f.db.count(Table::Runs), 1);
     // `run ITEM` without an approval: its error line is the SHA to approve
     // now (the item's contract), not the used plan approval.
     let plan = f.run(&["plan", "--json"]);
@@ -324,7 +279,7 @@ async fn refusals_run_nothing_and_post_nothing() {
 /// approval of another item's contract does not serve.
 #[tokio::test(flavor = "multi_thread")]
 async fn run_uses_the_approval_of_its_items_contract() {
-    let (f, gh) = world().await;
+    let (f, gh) = calc().start().await.split();
     let out = f.run(&["plan", "--json"]);
     assert_ok(&out, "plan");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -339,7 +294,7 @@ async fn run_uses_the_approval_of_its_items_contract() {
     let out = f.run(&["run", "2"]);
     assert!(!text(&out).contains("approve it with"), "{}", text(&out));
     assert_eq!(f.report()["items"].as_array().unwrap().len(), 1);
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
+    assert_eq!(f.db.count(Table::Runs), 1);
     // Used up: a second `run 2` is refused.
     let again = f.run(&["run", "2"]);
     assert_eq!(again.status.code(), Some(3), "{}", text(&again));
@@ -351,7 +306,7 @@ async fn run_uses_the_approval_of_its_items_contract() {
 /// says of each other one whether it changed or is new (docs/contract.md).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changed_backlog_runs_only_what_was_approved() {
-    let (f, gh) = world().await;
+    let (f, gh) = calc().start().await.split();
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n");
     let old = f.plan_sha();
     // `Add mul` gets a detail (same key), `Add div` is reworded (a new key
@@ -392,28 +347,21 @@ async fn a_changed_backlog_runs_only_what_was_approved() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_never_see_tokens_or_the_ledger_url() {
-    let mut f = Fixture::new();
     let token = "ghp_secret_value_987654321";
-    f.token = Some(token.into());
-    f.extra_env
-        .push(("GH_TOKEN".into(), "gho_other_secret_123456".into()));
-    let dump = f.agents.join("env.txt");
-    let w = f.agent(
-        "writer.sh",
-        &format!(
-            "#!/bin/sh\nenv > {}\necho sub >> calc.txt\necho \"leak: $GITHUB_TOKEN\"\n",
-            dump.display()
-        ),
-    );
-    let r = f.agent(
-        "reviewer.sh",
-        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
-    );
-    f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
-    let env = std::fs::read_to_string(&dump).unwrap();
+    let f = Night::new()
+        .token(token)
+        .env("GH_TOKEN", "gho_other_secret_123456")
+        .writer_with(|f| {
+            format!(
+                "#!/bin/sh\nenv > {}\necho sub >> calc.txt\necho \"leak: $GITHUB_TOKEN\"\n",
+                f.agents.join("env.txt").display()
+            )
+        })
+        .items(["Add sub"])
+        .exit(0)
+        .run()
+        .await;
+    let env = std::fs::read_to_string(f.agents.join("env.txt")).unwrap();
     for var in [
         "GITHUB_TOKEN=",
         "GH_TOKEN=",
@@ -521,15 +469,14 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     // A verify command that does not exist: tests_failed, recorded.
     f.config(&format!("verify = [\"no-such-test-command-xyz\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(f.report()["items"][0]["outcome"], "tests_failed");
     assert_eq!(f.db.sql("SELECT exit_code FROM gate_runs"), "127");
     // A writer command that does not exist: `plan` offers no SHA to approve
     // (the approval would only be spent on a refusal), in text and in JSON,
     // and stores no plan that `approve` could take.
     f.config(&format!("verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"/no/such/writer\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
-    let plans_before = f.db.sql("SELECT count(*) FROM plans");
+    let plans_before = f.db.count(Table::Plans);
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let t = text(&out);
@@ -550,7 +497,7 @@ async fn bad_inputs_get_clear_messages_and_codes() {
             .is_some_and(|p| p.contains("/no/such/writer")),
         "{v}"
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM plans"), plans_before);
+    assert_eq!(f.db.count(Table::Plans), plans_before);
     // A writer that disappears after the approval: the drain exits 2 before
     // the approval is consumed, names it, and the ledger records the refusal.
     let gone = f.agent("gone-writer.sh", WRITER);
@@ -558,15 +505,11 @@ async fn bad_inputs_get_clear_messages_and_codes() {
     let sha = f.plan_sha();
     assert_ok(&f.run(&["approve", &sha]), "approve");
     std::fs::remove_file(&gone).unwrap();
-    let runs_before = f.db.sql("SELECT count(*) FROM runs");
+    let runs_before = f.db.count(Table::Runs);
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("gone-writer.sh"), "{}", text(&out));
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM runs"),
-        runs_before,
-        "no run started"
-    );
+    assert_eq!(f.db.count(Table::Runs), runs_before, "no run started");
     assert!(
         f.db.sql(
             "SELECT data->>'reason' FROM events WHERE kind = 'refused' ORDER BY seq DESC LIMIT 1"
@@ -590,8 +533,7 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
         "NEXT.md",
         "- [ ] Add pow\n  - scope: calc.txt\n- [ ] Needs a person\n  - question: which base?\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "branch_pushed", "{rep:#}");
     // The summary's counts agree with the rows: no PR was opened.
@@ -650,9 +592,9 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
     assert!(rep["items"][0]["pr_number"].is_null(), "{rep:#}");
     // `run ITEM` on that item, or on a blocked one, says it will not run
     // before asking for an approval, and uses none.
-    let approvals = f.db.sql("SELECT count(*) FROM approvals");
-    let uses = f.db.sql("SELECT count(*) FROM approval_uses");
-    let runs = f.db.sql("SELECT count(*) FROM runs");
+    let approvals = f.db.count(Table::Approvals);
+    let uses = f.db.count(Table::ApprovalUses);
+    let runs = f.db.count(Table::Runs);
     for (item, why) in [("1", "was pushed by an earlier night"), ("2", "is blocked")] {
         let out = f.run(&["run", item]);
         assert_ok(&out, "run of an item that will not run");
@@ -663,9 +605,9 @@ async fn without_a_token_branches_are_pushed_and_prs_shown() {
         );
         assert!(!text(&out).contains("approve it with"), "{}", text(&out));
     }
-    assert_eq!(f.db.sql("SELECT count(*) FROM approvals"), approvals);
-    assert_eq!(f.db.sql("SELECT count(*) FROM approval_uses"), uses);
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), runs);
+    assert_eq!(f.db.count(Table::Approvals), approvals);
+    assert_eq!(f.db.count(Table::ApprovalUses), uses);
+    assert_eq!(f.db.count(Table::Runs), runs);
     git(&f.remote, &["branch", "-D", &branches[0]]);
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "third drain");
@@ -765,55 +707,46 @@ async fn the_embedded_database_through_the_binary() {
 /// recorded `pr_failed`, to be opened by the next run.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_github_does_not_stall_the_night() {
-    let mut f = Fixture::new();
-    f.github = Some("http://127.0.0.1:1".into());
-    f.token = Some("ghp_unreachable_0123456789".into());
-    f.extra_env
-        .push(("NIGHTSHIFT_GITHUB_BACKOFF_MS".into(), "10".into()));
-    let w = f.agent("writer.sh", WRITER);
-    let r = f.agent("reviewer.sh", REVIEWER);
-    f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
     let started = std::time::Instant::now();
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    let rep = f.report();
-    let outcomes: Vec<&str> = rep["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["outcome"].as_str().unwrap())
-        .collect();
-    assert_eq!(outcomes, ["pr_failed", "pr_failed"], "{rep:#}");
+    let f = Night::new()
+        .github_url("http://127.0.0.1:1")
+        .token("ghp_unreachable_0123456789")
+        .env("NIGHTSHIFT_GITHUB_BACKOFF_MS", "10")
+        .writer(WRITER)
+        .reviewer(REVIEWER)
+        .items(["Add sub", "Add pow"])
+        .exit(1)
+        .outcomes(&["pr_failed", "pr_failed"])
+        .run()
+        .await;
     assert_eq!(f.remote_branches().len(), 2, "the work is pushed");
     assert!(
         started.elapsed() < std::time::Duration::from_secs(60),
         "took {:?}",
         started.elapsed()
     );
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM pull_requests WHERE state = 'pr_failed'"),
-        "2"
-    );
+    assert_eq!(f.db.pr_states(), ["pr_failed", "pr_failed"]);
 }
 
 /// A base branch missing on the remote stops the run before the approval is
 /// consumed, instead of failing every item.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_base_branch_is_a_usage_error() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", WRITER);
-    let r = f.agent("reviewer.sh", REVIEWER);
-    f.config_with(&w, &r, "base = \"develop\"\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let f = Night::new()
+        .writer(WRITER)
+        .reviewer(REVIEWER)
+        .config("base = \"develop\"\n")
+        .items(["Add sub"])
+        .exit(2)
+        .run()
+        .await;
+    let out = f.out();
     assert!(
-        text(&out).contains("\"develop\" does not exist on the remote"),
+        text(out).contains("\"develop\" does not exist on the remote"),
         "{}",
-        text(&out)
+        text(out)
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    assert_eq!(f.db.count(Table::Runs), 0);
 }
 
 /// Two clones of one repository are one repository to nightshift: they
@@ -821,12 +754,13 @@ async fn a_missing_base_branch_is_a_usage_error() {
 /// force-push over) what the first did.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_clones_of_one_repository_share_its_history() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", WRITER);
-    let r = f.agent("reviewer.sh", REVIEWER);
-    f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    assert_ok(&f.approve_and_drain(&[]), "drain in the first clone");
+    let f = Night::new()
+        .writer(WRITER)
+        .reviewer(REVIEWER)
+        .items(["Add sub"])
+        .exit(0)
+        .run()
+        .await;
     let first = git(&f.remote, &["rev-parse", &f.remote_branches()[0]]);
     // A second clone of the same remote, through another spelling of its URL.
     let second = f.dir.path().join("second");
@@ -868,54 +802,37 @@ async fn two_clones_of_one_repository_share_its_history() {
 /// reason instead of a push that cannot succeed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_file_too_large_for_github_is_not_pushed() {
-    let f = Fixture::new();
-    let w = f.agent(
-        "writer.sh",
-        "#!/bin/sh\necho sub >> calc.txt\ntruncate -s 100M huge.bin\n",
-    );
-    let r = f.agent("reviewer.sh", REVIEWER);
-    f.config_with(&w, &r, "");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer("#!/bin/sh\necho sub >> calc.txt\ntruncate -s 100M huge.bin\n")
+        .reviewer(REVIEWER)
+        .items(["Add sub"])
+        .exit(1)
+        .outcomes(&["error"])
+        .run()
+        .await;
     let rep = f.report();
-    assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
-    assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("huge.bin is 100 MiB"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 0).contains("huge.bin is 100 MiB"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
     // Found from sizes right after the writer: no diff of it, no gate, no review.
-    assert_eq!(f.db.sql("SELECT count(*) FROM proofs"), "0");
-    assert_eq!(f.db.sql("SELECT count(*) FROM gate_runs"), "0");
-    assert_eq!(f.db.sql("SELECT count(*) FROM reviews"), "0");
+    assert_eq!(f.db.count(Table::Proofs), 0);
+    assert_eq!(f.db.count(Table::GateRuns), 0);
+    assert_eq!(f.db.count(Table::Reviews), 0);
 }
 
 /// A reviewer that prints an approval and then fails is not trusted.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_reviewer_approval_is_not_trusted() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", WRITER);
-    let r = f.agent(
-        "reviewer.sh",
-        "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\nexit 1\n",
-    );
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer(WRITER)
+        .reviewer("#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\nexit 1\n")
+        .config("[limits]\nrounds = 1\n")
+        .items(["Add sub"])
+        .exit(1)
+        .outcomes(&["error"])
+        .run()
+        .await;
     let rep = f.report();
-    assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
-    assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("the reviewer failed"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 0).contains("the reviewer failed"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
 }
 
@@ -924,7 +841,7 @@ async fn a_failing_reviewer_approval_is_not_trusted() {
 /// the item runs again once the remote is back.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_remote_does_not_use_up_max_attempts() {
-    let (f, gh) = world().await;
+    let (f, gh) = calc().start().await.split();
     let w = f.agents.join("writer.sh").display().to_string();
     let r = f.agents.join("reviewer.sh").display().to_string();
     f.config_with(&w, &r, "[limits]\nmax_attempts = 1\n");
@@ -935,8 +852,7 @@ async fn an_unreachable_remote_does_not_use_up_max_attempts() {
         &["remote", "set-url", "origin", "/nonexistent/remote.git"],
     );
     for _ in 0..2 {
-        let out = f.approve_and_drain(&[]);
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        f.drain_exits(1, &[]);
         let rep = f.report();
         assert_eq!(rep["items"][0]["outcome"], "error", "{rep:#}");
         assert!(
@@ -971,15 +887,14 @@ async fn an_unreachable_remote_does_not_use_up_max_attempts() {
 /// is that file, although agents run in a checkout elsewhere.
 #[tokio::test(flavor = "multi_thread")]
 async fn agents_given_by_a_relative_path_are_the_repositorys_files() {
-    let (f, gh) = world().await;
+    let (f, gh) = calc().start().await.split();
     let tools = f.repo.join("tools");
     std::fs::create_dir_all(&tools).unwrap();
     std::fs::copy(f.agents.join("writer.sh"), tools.join("writer.sh")).unwrap();
     std::fs::copy(f.agents.join("reviewer.sh"), tools.join("reviewer.sh")).unwrap();
     f.config_with("tools/writer.sh", "./tools/reviewer.sh", "");
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     assert_eq!(f.report()["items"][0]["outcome"], "pr_opened");
     assert_eq!(gh.prs().len(), 1);
 }
@@ -1006,7 +921,7 @@ async fn a_branch_pushed_without_a_token_gets_its_pr_from_the_next_run_with_one(
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "the night without GitHub");
     assert_eq!(f.remote_branches().len(), 1);
-    assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "planned");
+    assert_eq!(f.db.pr_states(), ["planned"]);
     // The card says what happens to it next, and under which condition.
     let plan = f.run(&["plan"]);
     assert!(
@@ -1027,7 +942,7 @@ async fn a_branch_pushed_without_a_token_gets_its_pr_from_the_next_run_with_one(
         1,
         "the work was not redone"
     );
-    assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "open");
+    assert_eq!(f.db.pr_states(), ["open"]);
 }
 
 /// Config read errors name file, line and key, and say what to write
@@ -1334,8 +1249,7 @@ async fn the_reviewer_reads_the_writers_work_whatever_the_gate_did() {
         "verify = [\"sh test.sh && mkdir -p build && echo o > build/out.o && date > gate-artifact.txt && echo touched >> docs/README.md && git -c user.name=g -c user.email=g@example.com commit -qam gate\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
     ));
     f.write("NEXT.md", "- [ ] Add pow\n  - scope: calc.txt\n");
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     let rep = f.report();
     assert_eq!(rep["items"][0]["outcome"], "branch_pushed", "{rep:#}");
     let branches = f.remote_branches();

@@ -2981,7 +2981,7 @@ mod drains {
     use std::time::{Duration, Instant};
 
     use crate::common::bg::outcomes;
-    use crate::common::{Fixture, assert_ok};
+    use crate::common::{Fixture, Table};
 
     const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
 
@@ -3020,8 +3020,7 @@ The retry now waits until the usage limit resets, as "Rate limit exceeded. Pleas
         f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"1h\"\n");
         f.write("NEXT.md", "- [ ] Add sub\n");
         let started = Instant::now();
-        let out = f.approve_and_drain(&[]);
-        assert_ok(&out, "drain");
+        f.drain_exits(0, &[]);
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "no sleep: {:?}",
@@ -3029,9 +3028,9 @@ The retry now waits until the usage limit resets, as "Rate limit exceeded. Pleas
         );
         let rep = f.report();
         assert_eq!(outcomes(&rep), ["branch_pushed"], "{rep:#}");
-        assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0");
-        assert_eq!(f.db.sql("SELECT count(*) FROM account_pauses"), "0");
-        assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls"), "2");
+        assert_eq!(f.db.count(Table::LimitSleeps), 0);
+        assert_eq!(f.db.count(Table::AccountPauses), 0);
+        assert_eq!(f.db.count(Table::AgentCalls), 2);
     }
 
     #[test]
@@ -3070,7 +3069,7 @@ The retry now waits until the usage limit resets, as "Rate limit exceeded. Pleas
         );
         // One call met the billing error; the later items were never started.
         assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
-        assert_eq!(f.db.sql("SELECT count(*) FROM agent_calls"), "1");
+        assert_eq!(f.db.count(Table::AgentCalls), 1);
         let reasons: Vec<String> = rep["items"]
             .as_array()
             .unwrap()
@@ -3088,7 +3087,7 @@ The retry now waits until the usage limit resets, as "Rate limit exceeded. Pleas
                 "{reasons:?}"
             );
         }
-        assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0");
+        assert_eq!(f.db.count(Table::LimitSleeps), 0);
         assert_eq!(
             f.db.sql("SELECT count(*) FROM account_pauses WHERE no_credit"),
             "1"
@@ -3124,8 +3123,7 @@ echo 'edited calc.txt'
         f.config_with(&w, &r, "[limits]\nrounds = 1\nlimit_sleep_min = \"1h\"\n");
         f.write("NEXT.md", "- [ ] Add sub\n");
         let started = Instant::now();
-        let out = f.approve_and_drain(&[]);
-        assert_ok(&out, "drain");
+        f.drain_exits(0, &[]);
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "short retries, no sleep until a reset: {:?}",
@@ -3145,7 +3143,7 @@ echo 'edited calc.txt'
             let secs: f64 = secs.parse().unwrap();
             assert!(secs <= 1.1, "the stated 1 s wait, not more: {secs} s");
         }
-        assert_eq!(f.db.sql("SELECT count(*) FROM account_pauses"), "0");
+        assert_eq!(f.db.count(Table::AccountPauses), 0);
     }
 
     #[test]
@@ -3179,8 +3177,7 @@ echo sub >> calc.txt
             "[limits]\nrounds = 1\nlimit_sleep_min = \"1s\"\nlimit_sleep_max = \"2s\"\n",
         );
         f.write("NEXT.md", "- [ ] Add sub\n");
-        let out = f.approve_and_drain(&["--tz", "Asia/Taipei"]);
-        assert_ok(&out, "drain");
+        f.drain_exits(0, &["--tz", "Asia/Taipei"]);
         assert_eq!(outcomes(&f.report()), ["branch_pushed"]);
         let rows = f.db.sql(
             "SELECT kind || ' ' || extract(epoch FROM resets_at - slept_from)::int FROM limit_sleeps ORDER BY slept_from",

@@ -4,12 +4,13 @@
 //! secrecy. Real PostgreSQL, real git, the fake GitHub, script agents.
 
 use crate::common;
+use common::Table;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::github::FakeGitHub;
-use common::{Fixture, assert_ok, git, text};
+use common::{Fixture, Night, assert_ok, git, reason, text};
 use serde_json::Value;
 
 const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
@@ -50,8 +51,7 @@ async fn no_progress_stops_after_three_same_rounds_and_feedback_carries_the_fail
         "NEXT.md",
         "- [ ] Same gate failure\n- [ ] Same findings\n- [ ] A changing diff\n- [ ] Same writer failure\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -147,8 +147,7 @@ async fn caps_on_calls_tokens_and_cost_end_items_and_the_run_goes_on() {
         "- [ ] Sleep in the writer\n- [ ] Spend tokens\n- [ ] A pricey call\n- [ ] Add sub\n",
     );
     let t = Instant::now();
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert!(
         t.elapsed() < Duration::from_secs(40),
         "took {:?}",
@@ -196,10 +195,12 @@ async fn caps_on_calls_tokens_and_cost_end_items_and_the_run_goes_on() {
         "the cost the writer reported is recorded: {rep:#}"
     );
     // Per call, in the ledger, with the usage the agent reported.
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM agent_calls WHERE cost_usd = 3.0"),
-        "1"
-    );
+    let at_3_usd =
+        f.db.calls()
+            .iter()
+            .filter(|c| c.cost_usd == Some(3.0))
+            .count();
+    assert_eq!(at_3_usd, 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -208,8 +209,7 @@ async fn the_run_cost_cap_counts_every_item() {
         "max_cost_usd = 5.0\nmax_cost_usd_per_run = 1.0\n",
         "- [ ] Add sub\n- [ ] Add div\n- [ ] Add pow\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -250,8 +250,7 @@ async fn item_timeouts_from_the_backlog_and_the_policy_kill_the_writer() {
         };
         assert!(plan.contains(source), "{source} on the card:\n{plan}");
         let t = Instant::now();
-        let out = f.approve_and_drain(&[]);
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        f.drain_exits(1, &[]);
         let rep = f.report();
         assert_eq!(outcomes(&rep)[0], "timed_out", "{rep:#}");
         if limits.is_empty() {
@@ -359,8 +358,7 @@ async fn a_recipe_template_leads_the_prompt_and_is_sealed_in_the_contract() {
     f.write("docs/FIX.md", template);
     assert_eq!(plan(&f), first);
 
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    f.drain_exits(0, &[]);
     let prompt = read(&f.agents.join("prompt-fix.md"));
     assert!(
         prompt.starts_with(template),
@@ -419,8 +417,7 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
     );
     let backlog = "- [ ] Add sub\n- [ ] Ask first\n- [ ] Add bogus\n";
     f.write("NEXT.md", backlog);
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -479,7 +476,7 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
         )),
         "1"
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM findings"), "3");
+    assert_eq!(f.db.count(Table::Findings), 3);
     // Never added to the backlog: the user's NEXT.md and the PR's tree are untouched.
     assert_eq!(read(&f.repo.join("NEXT.md")), backlog);
     let b = &f.remote_branches()[0];
@@ -508,8 +505,7 @@ async fn findings_become_deduplicated_capped_issues_and_questions_block() {
         f.db.sql("SELECT count(*) FROM agent_calls c JOIN rounds r ON r.id = c.round_id JOIN run_items i ON i.id = r.run_item_id WHERE c.role = 'writer' AND i.title = 'Ask first'")
     };
     assert_eq!(writer_calls(&f), "1");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     let ask = rep["items"]
         .as_array()
@@ -586,10 +582,7 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     }
     assert!(took < Duration::from_secs(60), "took {took:?}");
     assert!(
-        rep["items"][2]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("checkout changed during the review"),
+        reason(&rep, 2).contains("checkout changed during the review"),
         "{rep:#}"
     );
     let survivors = std::process::Command::new("pgrep")
@@ -758,14 +751,13 @@ async fn plan_refuses_a_claude_writer_that_claude_would_refuse_as_root() {
     assert_ok(&f.run(&["plan"]), "plan with agent_user");
     // An agent_user without a home cannot hold claude's login: refused before any item.
     f.config(&cfg("agent_user = \"nobody\"\n"));
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = f.drain_exits(2, &[]);
     assert!(
         text(&out).contains("has no home directory"),
         "{}",
         text(&out)
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM run_items"), "0");
+    assert_eq!(f.db.count(Table::RunItems), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -798,8 +790,7 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
         secrets_file.display()
     ));
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    let out = f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["pr_opened"]);
     let secrets = [token, gh_token, api_key];
     let leaks = |what: &str, s: &str| {
@@ -908,8 +899,7 @@ async fn agent_user_that_cannot_reach_the_checkout_is_told_why() {
     let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
     f.config_with(&w, &r, &format!("agent_user = \"{user}\"\n"));
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["error"], "{rep:#}");
     let why = rep["items"][0]["reason"].as_str().unwrap();
@@ -945,8 +935,7 @@ async fn an_approval_with_an_unmet_condition_is_a_request_for_changes() {
         "NEXT.md",
         "- [ ] Add sub\n  - accept: calc.txt lists sub\n  - accept: README.calc explains sub\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["pr_opened"], "{rep:#}");
     assert_eq!(rep["items"][0]["rounds"], 2, "{rep:#}");
@@ -960,10 +949,7 @@ async fn an_approval_with_an_unmet_condition_is_a_request_for_changes() {
         fb.contains("acceptance condition 2 is not met (README.calc explains sub): no README.calc"),
         "{fb}"
     );
-    assert_eq!(
-        f.db.sql("SELECT string_agg(verdict, ',' ORDER BY id) FROM reviews"),
-        "request_changes,approve"
-    );
+    assert_eq!(f.db.verdicts().join(","), "request_changes,approve");
     let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
     assert!(
         body.contains("- [ ] calc.txt lists sub\n  — reviewer: met; evidence: calc.txt line 2"),
@@ -990,8 +976,7 @@ async fn the_pr_body_shows_why_an_earlier_round_failed_its_gate() {
     let r = f.agent("reviewer.sh", APPROVE);
     f.config_with(&w, &r, "[limits]\nrounds = 3\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     let body = gh.prs()[0]["body"].as_str().unwrap().to_string();
     let line = body
         .lines()
@@ -1025,17 +1010,10 @@ async fn a_change_that_contains_a_secret_is_never_pushed() {
     let r = f.agent("reviewer.sh", APPROVE);
     f.config_with(&w, &r, "");
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
-    assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("settings.env"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 0).contains("settings.env"), "{rep:#}");
     assert!(f.remote_branches().is_empty(), "nothing pushed");
     assert!(gh.prs().is_empty());
     assert!(!text(&out).contains(token));
@@ -1061,8 +1039,7 @@ async fn long_titles_are_shortened_to_what_github_takes() {
     let r = f.agent("reviewer.sh", APPROVE);
     f.config_with(&w, &r, "");
     f.write("NEXT.md", &format!("- [ ] {}\n", long.trim()));
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["pr_opened"]);
     let prs = gh.prs();
     let title = prs[0]["title"].as_str().unwrap();
@@ -1078,27 +1055,22 @@ async fn long_titles_are_shortened_to_what_github_takes() {
 /// error); one that exits 1 without a word is said to have printed nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_writer_that_deletes_git_or_says_nothing_is_named_plainly() {
-    let f = Fixture::new();
-    let w = f.agent("writer.sh", &format!("#!/bin/sh\n{TITLE}case \"$title\" in\n  *git*) echo sub >> calc.txt; rm -rf .git ;;\n  *) exit 1 ;;\nesac\n"));
-    let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
-    f.write("NEXT.md", "- [ ] Remove git\n- [ ] Say nothing\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = Night::new()
+        .writer(&format!("#!/bin/sh\n{TITLE}case \"$title\" in\n  *git*) echo sub >> calc.txt; rm -rf .git ;;\n  *) exit 1 ;;\nesac\n"))
+        .reviewer(APPROVE)
+        .config("[limits]\nrounds = 1\n")
+        .backlog("- [ ] Remove git\n- [ ] Say nothing\n")
+        .exit(1)
+        .run()
+        .await;
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken", "error"], "{rep:#}");
     assert!(
-        rep["items"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("removed or replaced the checkout's .git"),
+        reason(&rep, 0).contains("removed or replaced the checkout's .git"),
         "{rep:#}"
     );
     assert!(
-        rep["items"][1]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("exited with code 1 and printed nothing"),
+        reason(&rep, 1).contains("exited with code 1 and printed nothing"),
         "{rep:#}"
     );
     assert!(f.remote_branches().is_empty());
@@ -1129,8 +1101,7 @@ async fn gate_env_passes_the_projects_database_url_but_never_the_token() {
     let r = f.agent("reviewer.sh", APPROVE);
     f.config(&format!("verify = [\"{gate}\"]\ngate_env = [\"DATABASE_URL\", \"GITHUB_TOKEN\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write("NEXT.md", "- [ ] Add sub\n");
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    let out = f.drain_exits(0, &[]);
     assert!(
         text(&out).contains("gate_env lists GITHUB_TOKEN, which nightshift never passes"),
         "{}",

@@ -8,6 +8,7 @@
 //! never with a test-only switch in the binary.
 
 use crate::common;
+use common::Table;
 
 use std::path::Path;
 use std::process::Command;
@@ -206,7 +207,7 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
         seen = status_text(&f);
         seen.starts_with("sleeping until")
     });
-    let until: DateTime<Utc> = f.db.sql("SELECT to_char(max(slept_until) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM limit_sleeps").parse().unwrap();
+    let until = f.db.sleeps().iter().map(|s| s.slept_until).max().unwrap();
     let local = until
         .with_timezone(&chrono_tz::Asia::Taipei)
         .format("%H:%M");
@@ -226,26 +227,20 @@ if [ $(wc -l < {c}) -le 2 ]; then echo 'Looking at the task.'; echo \"You've hit
         rep["items"][0]["rounds"], 1,
         "the interrupted calls did not use up a round"
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM rounds"), "1");
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"),
-        "3"
-    );
+    assert_eq!(f.db.count(Table::Rounds), 1);
+    assert_eq!(f.db.calls_of("writer"), 3);
     // Two sleeps, recorded with message and agent, 3 s each; the prose afterwards slept nothing.
-    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "2");
-    assert_eq!(
-        f.db.sql("SELECT DISTINCT agent || ' ' || kind FROM limit_sleeps"),
-        "command usage_limit"
-    );
-    assert!(
-        f.db.sql("SELECT min(message) FROM limit_sleeps")
-            .contains("You've hit your limit")
-    );
-    for secs in
-        f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps")
-            .lines()
-    {
-        let secs: f64 = secs.parse().unwrap();
+    assert_eq!(f.db.count(Table::LimitSleeps), 2);
+    let sleeps = f.db.sleeps();
+    let mut kinds: Vec<String> = sleeps
+        .iter()
+        .map(|s| format!("{} {}", s.agent, s.kind))
+        .collect();
+    kinds.dedup();
+    assert_eq!(kinds, ["command usage_limit"]);
+    let first = sleeps.iter().map(|s| s.message.as_str()).min().unwrap();
+    assert!(first.contains("You've hit your limit"), "{first}");
+    for secs in sleeps.iter().map(|s| s.secs()) {
         assert!(
             (2.9..=3.1).contains(&secs),
             "slept {secs} s, limit_sleep_min/max is 3 s"
@@ -273,8 +268,7 @@ fn per_minute_throttling_is_a_short_retry_not_a_sleep_until_reset() {
     f.config_with(&w, &r, "[limits]\nrounds = 1\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let started = Instant::now();
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    f.drain_exits(0, &[]);
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "no long sleep: {:?}",
@@ -286,11 +280,10 @@ fn per_minute_throttling_is_a_short_retry_not_a_sleep_until_reset() {
         rep["items"][0]["rounds"], 1,
         "the throttled call did not use up a round"
     );
-    assert_eq!(f.db.sql("SELECT kind FROM limit_sleeps"), "transient");
-    let secs: f64 =
-        f.db.sql("SELECT extract(epoch FROM slept_until - slept_from) FROM limit_sleeps")
-            .parse()
-            .unwrap();
+    let sleeps = f.db.sleeps();
+    let kinds: Vec<&str> = sleeps.iter().map(|s| s.kind.as_str()).collect();
+    assert_eq!(kinds, ["transient"]);
+    let secs = sleeps[0].secs();
     assert!(
         secs <= 1.1,
         "a short retry (the 1 s floor), not a sleep until reset: {secs} s"
@@ -327,16 +320,9 @@ fn a_limit_resetting_after_the_deadline_stops_the_run_at_once() {
     assert_eq!(outcomes(&rep), ["deadline", "deadline"]);
     // No sleep was taken, so none is recorded (the report would count it as
     // time slept); the limit itself is in the event log.
-    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "0");
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM events WHERE kind = 'usage_limit_after_deadline'"),
-        "1"
-    );
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM agent_calls"),
-        "1",
-        "nothing ran after it"
-    );
+    assert_eq!(f.db.count(Table::LimitSleeps), 0);
+    assert_eq!(f.db.events("usage_limit_after_deadline"), 1);
+    assert_eq!(f.db.count(Table::AgentCalls), 1, "nothing ran after it");
     assert!(f.remote_branches().is_empty());
 }
 
@@ -370,16 +356,8 @@ fn no_item_or_round_starts_after_the_deadline() {
     assert_eq!(rep["status"], "stopped_deadline");
     assert_eq!(outcomes(&rep), ["deadline", "deadline"], "{rep:#}");
     assert_eq!(rep["items"][0]["rounds"], 1);
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM rounds"),
-        "1",
-        "round 2 did not start"
-    );
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM agent_calls"),
-        "1",
-        "item 2 did not start"
-    );
+    assert_eq!(f.db.count(Table::Rounds), 1, "round 2 did not start");
+    assert_eq!(f.db.count(Table::AgentCalls), 1, "item 2 did not start");
     assert!(slot_branches(&f.data).is_empty());
 
     // HH:MM is the next occurrence in the zone: a minute ago means tomorrow.
@@ -403,7 +381,7 @@ fn no_item_or_round_starts_after_the_deadline() {
         "item 1 fails its gate, item 2 opens a PR: {}",
         text(&out)
     );
-    let d: DateTime<Utc> = f.db.sql("SELECT to_char(deadline AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') FROM runs ORDER BY started_at DESC LIMIT 1").parse().unwrap();
+    let d = f.db.runs().last().and_then(|r| r.deadline).unwrap();
     let hours = (d - now).num_minutes();
     assert!(
         (23 * 60..24 * 60).contains(&hours),
@@ -520,7 +498,7 @@ fn sigterm_during_an_agent_call() {
         )),
         "1"
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM approval_uses"), "1");
+    assert_eq!(f.db.count(Table::ApprovalUses), 1);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -571,7 +549,7 @@ fn sigterm_during_a_usage_limit_sleep() {
         nix::sys::signal::Signal::SIGTERM,
         "none",
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM limit_sleeps"), "1");
+    assert_eq!(f.db.count(Table::LimitSleeps), 1);
 }
 
 #[test]
@@ -600,7 +578,7 @@ fn sigterm_during_a_push() {
         nix::sys::signal::Signal::SIGTERM,
         "hook",
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM pull_requests"), "0");
+    assert_eq!(f.db.count(Table::PullRequests), 0);
 }
 
 /// A signal while the checkout is fetched (a slow network) kills the fetch
@@ -639,11 +617,7 @@ fn sigterm_during_the_checkouts_fetch() {
         nix::sys::signal::Signal::SIGTERM,
         "fetch",
     );
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM agent_calls"),
-        "0",
-        "no agent started"
-    );
+    assert_eq!(f.db.count(Table::AgentCalls), 0, "no agent started");
     let reason =
         f.db.sql("SELECT reason FROM run_items WHERE outcome IS NOT NULL");
     assert!(
@@ -685,8 +659,7 @@ async fn sigterm_while_github_is_slow_to_open_the_pr() {
     assert!(slot_branches(&f.data).is_empty());
     // The next drain resumes the stopped run and finds the PR GitHub made
     // instead of opening a second one: that run's PR, so `pr_opened`.
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
     assert_eq!(gh.prs().len(), 2);
     assert_eq!(f.remote_branches().len(), 2);
@@ -781,11 +754,7 @@ fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
         t.contains(&format!("pid {}", first.pid())) && t.contains(&host) && t.contains("since "),
         "names the holder (host, pid, start): {t}"
     );
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM runs"),
-        "1",
-        "the refused drain made no run"
-    );
+    assert_eq!(f.db.count(Table::Runs), 1, "the refused drain made no run");
 
     // A drain of the same repository on another database (its own advisory
     // lock) is refused too: the checkouts are shared and locked by a file.
@@ -947,7 +916,7 @@ async fn crash_and_resume(phase: Phase) {
             );
         }
         Phase::AfterPrFailed => {
-            assert_eq!(f.db.sql("SELECT state FROM pull_requests"), "pr_failed")
+            assert_eq!(f.db.pr_states(), ["pr_failed"])
         }
         _ => assert!(f.remote_branches().is_empty()),
     }
@@ -1093,11 +1062,10 @@ fn a_crashed_run_whose_approval_is_older_than_a_day_is_not_resumed() {
         text(&out)
     );
     assert!(text(&out).contains("nightshift approve"), "{}", text(&out));
-    assert_eq!(f.db.sql("SELECT status FROM runs"), "crashed");
-    assert_eq!(f.db.sql("SELECT outcome FROM run_items"), "interrupted");
+    assert_eq!(f.db.statuses(), ["crashed"]);
+    assert_eq!(f.db.outcomes(), ["interrupted"]);
     // A fresh approval runs it.
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["branch_pushed"]);
 }
 
@@ -1132,8 +1100,8 @@ fn an_item_failing_on_max_attempts_runs_is_blocked_with_the_reason() {
         "{reason}"
     );
     assert_eq!(
-        f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"),
-        "3",
+        f.db.calls_of("writer"),
+        3,
         "the blocked item ran no agent on night 3"
     );
     // Editing the item seals a new contract: a person's answer, so it runs again.
@@ -1141,8 +1109,7 @@ fn an_item_failing_on_max_attempts_runs_is_blocked_with_the_reason() {
         "NEXT.md",
         "- [ ] Add bogus\n  - Try harder this time.\n- [ ] Add sub\n",
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(
         outcomes(&f.report())[0],
         "tests_failed",
@@ -1180,12 +1147,10 @@ fn a_failure_carried_over_by_a_resume_counts_as_one_attempt() {
     );
     assert_eq!(rep["items"][0]["rounds"], 1, "carried over as it ended");
     // Night 2: one failed night so far, so item 1 runs again.
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(outcomes(&f.report()), ["tests_failed", "branch_pushed"]);
     // Night 3: two failed nights: blocked.
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["blocked", "branch_pushed"]);
 }
 
@@ -1269,40 +1234,25 @@ fn schedule_drains_at_each_fire_only_under_a_fresh_approval() {
     let mut bg = Bg::start(&f, &["schedule", "--cron", "* * * * * *", "--tz", "UTC"]);
     // Without an approval, each fire records not_approved for the plan and waits.
     wait_until(Duration::from_secs(20), "two unapproved fires", || {
-        f.db.sql("SELECT count(*) FROM events WHERE kind = 'not_approved'")
-            .parse::<i64>()
-            .unwrap()
-            >= 2
+        f.db.events("not_approved") >= 2
     });
     assert_eq!(
         f.db.sql("SELECT DISTINCT data->>'plan_sha' FROM events WHERE kind = 'not_approved'"),
         plan
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    assert_eq!(f.db.count(Table::Runs), 0);
     // Approved: the next fire drains, once; later fires find the approval used.
     assert_ok(&f.run(&["approve", &plan]), "approve");
     wait_until(Duration::from_secs(30), "a scheduled drain", || {
         f.db.sql("SELECT count(*) FROM runs WHERE status = 'completed'") == "1"
     });
-    let before =
-        f.db.sql("SELECT count(*) FROM events WHERE kind = 'not_approved'")
-            .parse::<i64>()
-            .unwrap();
+    let before = f.db.events("not_approved");
     wait_until(
         Duration::from_secs(20),
         "an unapproved fire after the drain",
-        || {
-            f.db.sql("SELECT count(*) FROM events WHERE kind = 'not_approved'")
-                .parse::<i64>()
-                .unwrap()
-                > before
-        },
+        || f.db.events("not_approved") > before,
     );
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM runs"),
-        "1",
-        "one approval, one run"
-    );
+    assert_eq!(f.db.count(Table::Runs), 1, "one approval, one run");
     assert_eq!(f.remote_branches().len(), 1);
     bg.signal(nix::sys::signal::Signal::SIGTERM);
     let status = bg.wait(Duration::from_secs(10));
@@ -1354,11 +1304,7 @@ fn sigterm_stops_the_schedule_and_the_drain_it_started() {
     let rep = f.report();
     assert_eq!(rep["status"], "stopped_signal");
     assert_eq!(outcomes(&rep), ["interrupted"]);
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM runs"),
-        "1",
-        "no fire after the signal"
-    );
+    assert_eq!(f.db.count(Table::Runs), 1, "no fire after the signal");
 }
 
 #[test]

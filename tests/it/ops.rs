@@ -8,6 +8,7 @@
 //! test-only switch in the binary.
 
 use crate::common;
+use common::Table;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -17,7 +18,7 @@ use common::bg::{
     Bg, approve, outcomes, process_gone, read_pid, release, stall_snippet, wait_until,
 };
 use common::github::FakeGitHub;
-use common::{Fixture, assert_ok, git, text};
+use common::{Fixture, assert_ok, git, reason, text};
 use serde_json::Value;
 
 /// A writer that appends the item's word (`sub`, `pow`, `mul`) to calc.txt.
@@ -140,18 +141,20 @@ fn closing_the_terminal_stops_the_run_cleanly() {
         .unwrap();
     wait_ready(&f, "writer");
     let agent = read_pid(&f.agents.join("writer.ready"));
-    let drain: i32 = f.db.sql("SELECT pid FROM runs").parse().unwrap();
+    let drain = f.db.runs()[0].pid;
     terminal.kill().unwrap();
     let _ = terminal.wait();
     wait_until(Duration::from_secs(15), "nightshift to exit", || {
         process_gone(drain)
     });
     assert!(process_gone(agent), "the agent outlived the run");
-    assert_eq!(
-        f.db.sql("SELECT status || ' ' || exit_code FROM runs"),
-        "stopped_signal 1"
-    );
-    assert_eq!(f.db.sql("SELECT outcome FROM run_items"), "interrupted");
+    let runs: Vec<_> =
+        f.db.runs()
+            .into_iter()
+            .map(|r| (r.status, r.exit_code))
+            .collect();
+    assert_eq!(runs, [("stopped_signal".to_string(), Some(1))]);
+    assert_eq!(f.db.outcomes(), ["interrupted"]);
     assert!(f.remote_branches().is_empty());
 }
 
@@ -267,10 +270,10 @@ async fn a_ledger_outage_during_an_item_is_waited_out() {
     let rep = f.report();
     assert_eq!(rep["status"], "completed", "{rep:#}");
     assert_eq!(outcomes(&rep), ["pr_opened", "pr_opened"]);
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "1");
+    assert_eq!(f.db.count(Table::Runs), 1);
     assert_eq!(
-        writer_calls(&f),
-        "2",
+        f.db.calls_of("writer"),
+        2,
         "the writer's work was kept, not redone"
     );
     one_pr_per_item(&f, &gh, 2);
@@ -506,11 +509,12 @@ fn stops_and_resumes(
             .starts_with(&format!("stopped: {cause}")),
         "{rep:#}"
     );
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM run_items WHERE outcome IN ('error', 'rule_broken')"),
-        "0",
-        "nothing was blamed on the item"
-    );
+    let blamed =
+        f.db.outcomes()
+            .into_iter()
+            .filter(|o| o == "error" || o == "rule_broken")
+            .count();
+    assert_eq!(blamed, 0, "nothing was blamed on the item");
     let status = text(&f.run(&["status"]));
     let stopped = format!(
         "idle: run {} stopped before its end",
@@ -583,7 +587,19 @@ async fn an_agent_executable_that_disappears_stops_the_run_to_be_resumed() {
         std::fs::set_permissions(&writer, std::fs::Permissions::from_mode(0o755)).unwrap()
     });
     assert_eq!(outcomes(&f.report()), ["pr_opened", "pr_opened"]);
-    assert_eq!(f.db.sql("SELECT string_agg(outcome, ',' ORDER BY item_index) FROM run_items WHERE run_id = (SELECT id FROM runs WHERE status = 'crashed')"), "pr_opened,interrupted");
+    let crashed =
+        f.db.runs()
+            .into_iter()
+            .find(|r| r.status == "crashed")
+            .unwrap()
+            .id;
+    let of_crashed: Vec<String> =
+        f.db.items()
+            .into_iter()
+            .filter(|i| i.run_id == crashed)
+            .map(|i| i.outcome.unwrap_or_default())
+            .collect();
+    assert_eq!(of_crashed, ["pr_opened", "interrupted"]);
 }
 
 /// The disk of the data directory fills up while the writer works: the
@@ -648,7 +664,7 @@ fn a_data_disk_full_before_the_drain_costs_no_approval() {
         "{}",
         text(&out)
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    assert_eq!(f.db.count(Table::Runs), 0);
     std::fs::remove_file(&filler).unwrap();
     let out = f.run(&["drain"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -789,8 +805,7 @@ fn a_gate_that_commits_or_switches_branches_does_not_change_the_proof() {
     let r = f.agent("reviewer.sh", "#!/bin/sh\nif git diff HEAD --quiet; then echo '{\"verdict\":\"request_changes\",\"findings\":[\"no change to review\"]}'; else echo '{\"verdict\":\"approve\",\"findings\":[]}'; fi\n");
     f.config(&format!("verify = [\"{gate}\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["branch_pushed", "branch_pushed"]);
     for (branch, word) in [
         ("nightshift/add-sub-35f7305b", "sub"),
@@ -848,13 +863,7 @@ fn misbehaving_agents_and_gates_never_hang_the_night() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["branch_pushed", "tests_failed"], "{rep:#}");
-    assert!(
-        rep["items"][1]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("timed out"),
-        "{rep:#}"
-    );
+    assert!(reason(&rep, 1).contains("timed out"), "{rep:#}");
     for p in ["daemon.pid", "stubborn.pid", "holder.pid"] {
         let pid = read_pid(&f.agents.join(p));
         assert!(process_gone(pid), "{p} ({pid}) outlived the night");
@@ -899,11 +908,10 @@ fn two_repositories_drain_at_once_in_one_data_directory() {
         "{}",
         b.output()
     );
-    assert_eq!(
-        f.db.sql("SELECT string_agg(status, ',') FROM runs"),
-        "completed,completed"
-    );
-    assert_eq!(f.db.sql("SELECT count(DISTINCT repo) FROM runs"), "2");
+    assert_eq!(f.db.statuses(), ["completed", "completed"]);
+    let repos: std::collections::BTreeSet<String> =
+        f.db.runs().into_iter().map(|r| r.repo).collect();
+    assert_eq!(repos.len(), 2, "{repos:?}");
     for x in [&f, &g] {
         assert_eq!(x.remote_branches().len(), 2);
     }
@@ -923,7 +931,7 @@ fn an_rfc3339_deadline_with_an_offset_is_that_instant_and_a_past_one_is_refused(
     let out = f.run(&["drain", "--deadline", &past]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("is in the past"), "{}", text(&out));
-    assert_eq!(f.db.sql("SELECT count(*) FROM runs"), "0");
+    assert_eq!(f.db.count(Table::Runs), 0);
     let new_york = chrono::FixedOffset::west_opt(5 * 3600).unwrap();
     let at = (chrono::Utc::now() + chrono::Duration::hours(3)).with_timezone(&new_york);
     let out = f.run(&["drain", "--deadline", &at.to_rfc3339()]);
@@ -933,7 +941,10 @@ fn an_rfc3339_deadline_with_an_offset_is_that_instant_and_a_past_one_is_refused(
         "the approval was still there: {}",
         text(&out)
     );
-    let recorded =
-        f.db.sql("SELECT floor(extract(epoch FROM deadline))::bigint FROM runs");
-    assert_eq!(recorded, at.timestamp().to_string());
+    let recorded: Vec<i64> =
+        f.db.runs()
+            .iter()
+            .map(|r| r.deadline.unwrap().timestamp())
+            .collect();
+    assert_eq!(recorded, [at.timestamp()]);
 }

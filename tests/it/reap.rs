@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{self, Fixture, assert_ok, git, text};
-use crate::workers::{WRITER, finish, second_host, spawn_drain, spawn_worker, wait_for, world};
+use crate::workers::{
+    WRITER, finish, second_host, spawn_drain, spawn_worker, wait_for_a_claim, words,
+};
 
 /// Shell lines that start two more processes of the call and wait until
 /// both wrote their pid beside the agents (`$here`): a background child in
@@ -72,7 +74,7 @@ fn survivors(pids: &[i32], secs: u64) -> Vec<i32> {
 async fn kill_worker_mid_call(f: &Fixture, gh: &common::github::FakeGitHub, marker: &str) {
     let (clone, data) = second_host(f);
     let drain = spawn_drain(f, &[]);
-    wait_for(f, "SELECT count(*) FROM claims", 30);
+    wait_for_a_claim(f);
     let mut worker = spawn_worker(f, &clone, &data);
     let pids = call_pids(&f.agents, marker);
     assert!(pids.iter().all(|&p| alive(p)), "{pids:?}");
@@ -108,7 +110,7 @@ async fn kill_worker_mid_call(f: &Fixture, gh: &common::github::FakeGitHub, mark
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_killed_mid_writer_leaves_nothing_of_its_writer_and_the_takeover_ships() {
-    let (f, gh) = world(2, 3, "lease = \"5s\"\n").await;
+    let (f, gh) = words(2, 3, "lease = \"5s\"\n").start().await.split();
     std::fs::write(f.agents.join("slow_secs"), "600").unwrap();
     // The second host's slow writer starts two more processes first.
     let marked = "echo $$ > \"$here/slow.pid\"";
@@ -120,7 +122,7 @@ async fn a_worker_killed_mid_writer_leaves_nothing_of_its_writer_and_the_takeove
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_killed_mid_gate_leaves_nothing_of_its_gate_and_the_takeover_ships() {
-    let (f, gh) = world(2, 1, "lease = \"5s\"\n").await;
+    let (f, gh) = words(2, 1, "lease = \"5s\"\n").start().await.split();
     // The project's test: on the second host, the first call sprawls and
     // hangs; everywhere else it passes.
     let test = format!(
@@ -140,7 +142,7 @@ async fn a_worker_killed_mid_gate_leaves_nothing_of_its_gate_and_the_takeover_sh
 /// nightshift pushed itself is not.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_branch_pushed_by_someone_else_during_the_run_is_reported() {
-    let (f, _gh) = world(1, 3, "").await;
+    let (f, _gh) = words(1, 3, "").start().await.split();
     let told = f.agents.join("told.json");
     let notify = f.agent(
         "notify.sh",
@@ -152,7 +154,7 @@ async fn a_branch_pushed_by_someone_else_during_the_run_is_reported() {
         &format!("{config}\n[notify]\ncommand = [\"{notify}\"]\n"),
     );
     let drain = spawn_drain(&f, &[]);
-    wait_for(&f, "SELECT count(*) FROM claims", 30);
+    wait_for_a_claim(&f);
     let other = f.dir.path().join("someone");
     git(
         f.dir.path(),

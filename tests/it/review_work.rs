@@ -9,10 +9,8 @@
 use crate::common;
 
 use common::github::FakeGitHub;
-use common::{Fixture, assert_ok, text};
+use common::{Fixture, Night, assert_ok, outcomes, reason, text};
 use serde_json::Value;
-
-const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
 
 /// A writer that counts its calls in `$CALLS` and edits by the item's title.
 const WRITER: &str = r#"#!/bin/sh
@@ -34,34 +32,17 @@ case "$title" in
 esac
 "#;
 
-fn outcomes(report: &Value) -> Vec<String> {
-    report["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["outcome"].as_str().unwrap().to_string())
-        .collect()
-}
-
-fn reason(report: &Value, i: usize) -> String {
-    report["items"][i]["reason"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// A fixture with the counting writer, an approving reviewer, `config`
+/// A night with the counting writer, an approving reviewer, `config`
 /// (top-level keys, then any tables) and `backlog`.
-fn world(config: &str, backlog: &str) -> Fixture {
-    let mut f = Fixture::new();
-    let calls = f.agents.join("calls");
-    f.extra_env
-        .push(("CALLS".into(), calls.display().to_string()));
-    let w = f.agent("writer.sh", WRITER);
-    let r = f.agent("reviewer.sh", APPROVE);
-    f.config_with(&w, &r, config);
-    f.write("NEXT.md", backlog);
-    f
+fn counted<'a>(config: &str, backlog: &str) -> Night<'a> {
+    Night::new()
+        .with(|f| {
+            let calls = f.agents.join("calls").display().to_string();
+            f.extra_env.push(("CALLS".into(), calls));
+        })
+        .writer(WRITER)
+        .config(config)
+        .backlog(backlog)
 }
 
 /// How many times the writer was called.
@@ -69,11 +50,6 @@ fn writer_calls(f: &Fixture) -> usize {
     std::fs::read_to_string(f.agents.join("calls"))
         .map(|s| s.lines().count())
         .unwrap_or(0)
-}
-
-fn with_github(f: &mut Fixture, gh: &FakeGitHub) {
-    f.github = Some(gh.uri());
-    f.token = Some("ghp_reviewwork_token_0123456789".into());
 }
 
 /// A PR body as nightshift writes it for some other item.
@@ -101,8 +77,11 @@ async fn max_open_prs_leaves_items_unstarted_while_nightshift_prs_wait_for_revie
         "Ticks\n\n<!-- nightshift-item: sync-backlog -->\n",
         &["autopilot"],
     );
-    let mut f = world("max_open_prs = 2\n", "- [ ] Add sub\n- [ ] Add mul\n");
-    with_github(&mut f, &gh);
+    let f = counted("max_open_prs = 2\n", "- [ ] Add sub\n- [ ] Add mul\n")
+        .github_api_on(&gh)
+        .token("ghp_reviewwork_token_0123456789")
+        .start()
+        .await;
 
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "a full review queue is not a failure: exit 0");
@@ -145,12 +124,15 @@ async fn max_open_prs_leaves_items_unstarted_while_nightshift_prs_wait_for_revie
 #[tokio::test(flavor = "multi_thread")]
 async fn parallel_items_do_not_open_more_prs_than_max_open_prs() {
     let gh = FakeGitHub::start().await;
-    let mut f = world(
+    let f = counted(
         "max_open_prs = 2\n",
         "- [ ] Add sub\n- [ ] Add mul\n- [ ] Four subs\n",
-    );
-    std::fs::write(f.agents.join("slow"), "").unwrap();
-    with_github(&mut f, &gh);
+    )
+    .with(|f| std::fs::write(f.agents.join("slow"), "").unwrap())
+    .github_api_on(&gh)
+    .token("ghp_reviewwork_token_0123456789")
+    .start()
+    .await;
 
     let out = f.approve_and_drain(&["--jobs", "3"]);
     assert_ok(&out, "a full review queue is not a failure: exit 0");
@@ -180,10 +162,12 @@ async fn parallel_items_do_not_open_more_prs_than_max_open_prs() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_github_max_open_prs_counts_the_ledgers_pushed_branches() {
-    let f = world(
+    let f = counted(
         "max_open_prs = 1\n",
         "- [ ] Add sub\n- [ ] Add mul\n- [ ] Add pow twice\n",
-    );
+    )
+    .start()
+    .await;
     let out = f.approve_and_drain(&[]);
     assert_ok(&out, "drain without GitHub");
     let rep = f.report();
@@ -205,10 +189,12 @@ async fn without_github_max_open_prs_counts_the_ledgers_pushed_branches() {
 #[tokio::test(flavor = "multi_thread")]
 async fn draft_opens_the_prs_as_drafts() {
     let gh = FakeGitHub::start().await;
-    let mut f = world("draft = true\n", "- [ ] Add sub\n");
-    with_github(&mut f, &gh);
-    let out = f.approve_and_drain(&[]);
-    assert_ok(&out, "drain");
+    let f = counted("draft = true\n", "- [ ] Add sub\n")
+        .github_api_on(&gh)
+        .token("ghp_reviewwork_token_0123456789")
+        .start()
+        .await;
+    f.drain_exits(0, &[]);
     assert_eq!(outcomes(&f.report()), ["pr_opened"]);
     let prs = gh.prs();
     assert_eq!(prs.len(), 1);
@@ -225,25 +211,29 @@ async fn draft_opens_the_prs_as_drafts() {
 
     // Without the key nothing asks for a draft.
     let gh = FakeGitHub::start().await;
-    let mut f = world("", "- [ ] Add sub\n");
-    with_github(&mut f, &gh);
+    let f = counted("", "- [ ] Add sub\n")
+        .github_api_on(&gh)
+        .token("ghp_reviewwork_token_0123456789")
+        .start()
+        .await;
     assert_ok(&f.approve_and_drain(&[]), "drain");
     assert_eq!(gh.prs()[0]["draft"], false);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_change_touching_more_files_than_max_changed_files_breaks_a_rule() {
-    let f = world(
+    let f = counted(
         "",
         "- [ ] Sub and docs\n  - max_changed_files: 1\n- [ ] Add mul\n  - max_changed_files: 1\n",
-    );
+    )
+    .start()
+    .await;
     let plan = text(&f.run(&["plan"]));
     assert!(
         plan.contains("at most 1 files (item) · 5000 lines added and removed (default)"),
         "{plan}"
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken", "branch_pushed"], "{rep:#}");
     let why = reason(&rep, 0);
@@ -288,18 +278,19 @@ async fn a_change_touching_more_files_than_max_changed_files_breaks_a_rule() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_change_longer_than_max_diff_lines_breaks_a_rule() {
-    let f = world(
+    let f = counted(
         "[limits]\nmax_diff_lines = 3\n",
         "- [ ] Four subs\n- [ ] Add pow twice\n  - max_diff_lines: 1\n- [ ] Add mul\n",
-    );
+    )
+    .start()
+    .await;
     let plan = text(&f.run(&["plan"]));
     assert!(
         plan.contains("3 lines added and removed (policy)"),
         "{plan}"
     );
     assert!(plan.contains("1 lines added and removed (item)"), "{plan}");
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -322,10 +313,10 @@ async fn a_change_longer_than_max_diff_lines_breaks_a_rule() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn protected_paths_break_a_rule_whatever_the_scope() {
-    let f = world(
+    let f = counted(
         "protected = [\".github/**\", \"migrations/**\"]\n",
         "- [ ] Sub and CI\n  - scope: calc.txt .github/**\n- [ ] Div and a migration\n- [ ] Add mul\n",
-    );
+    ).start().await;
     let plan = text(&f.run(&["plan"]));
     assert!(
         plan.contains(
@@ -333,8 +324,7 @@ async fn protected_paths_break_a_rule_whatever_the_scope() {
         ),
         "{plan}"
     );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -380,11 +370,14 @@ async fn protected_paths_break_a_rule_whatever_the_scope() {
 #[tokio::test(flavor = "multi_thread")]
 async fn ci_configuration_is_protected_by_default_and_allow_on_the_card_lifts_it() {
     let gh = FakeGitHub::start().await;
-    let mut f = world(
+    let f = counted(
         "protected = [\"migrations/**\"]\n",
         "- [ ] Cache in CI\n- [ ] Cache in CI, allowed\n  - allow: .github/workflows/ci.yml\n- [ ] Div and a migration\n",
-    );
-    with_github(&mut f, &gh);
+    )
+    .github_api_on(&gh)
+        .token("ghp_reviewwork_token_0123456789")
+    .start()
+    .await;
     let plan = text(&f.run(&["plan"]));
     let cards: Vec<&str> = plan.split("── item ").skip(1).collect();
     assert_eq!(cards.len(), 3, "{plan}");
@@ -406,8 +399,7 @@ async fn ci_configuration_is_protected_by_default_and_allow_on_the_card_lifts_it
         cards[1]
     );
 
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(
         outcomes(&rep),
@@ -465,12 +457,13 @@ async fn ci_configuration_is_protected_by_default_and_allow_on_the_card_lifts_it
 /// still breaks the scope rule.
 #[tokio::test(flavor = "multi_thread")]
 async fn allow_never_widens_the_scope() {
-    let f = world(
+    let f = counted(
         "",
         "- [ ] Cache in CI, allowed\n  - scope: calc.txt\n  - allow: .github/workflows/ci.yml\n",
-    );
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    )
+    .start()
+    .await;
+    f.drain_exits(1, &[]);
     let rep = f.report();
     assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
     assert!(
@@ -482,7 +475,7 @@ async fn allow_never_widens_the_scope() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_values_of_the_new_keys_name_file_line_and_key() {
-    let f = world("", "- [ ] Add sub\n");
+    let f = counted("", "- [ ] Add sub\n").start().await;
     let w = f.agents.join("writer.sh").display().to_string();
     let r = f.agents.join("reviewer.sh").display().to_string();
     for (extra, key, says) in [

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::common;
 
 use common::github::{DEFAULT_LOGIN, FakeGitHub};
-use common::{Fixture, assert_ok, git, text};
+use common::{Fixture, Night, assert_ok, git, text};
 
 /// A writer that resolves conflict markers in calc.txt (keeping both
 /// sides), adds `pow` when a line comment asks for changes, and otherwise
@@ -68,25 +68,25 @@ fn reviewer(log: &Path, remote: &Path, verdict: &str) -> String {
     )
 }
 
-/// A world with `backlog` published on main, GitHub at `gh` serving the
+/// A night with `backlog` published on main, GitHub at `gh` serving the
 /// bare remote (so `mergeable` is computed as GitHub does), the writer and
 /// an approving reviewer above, and `extra` config lines.
-fn world(gh: &FakeGitHub, backlog: &str, extra: &str) -> (Fixture, PathBuf) {
-    let mut f = Fixture::new();
-    f.use_github(gh);
-    f.token = Some("ghp_tend_token_0123456789abcdef".into());
-    f.extra_env
-        .push(("NIGHTSHIFT_GITHUB_BACKOFF_MS".into(), "10".into()));
-    let log = f.dir.path().join("log");
-    std::fs::create_dir_all(&log).unwrap();
-    let w = f.agent("writer.sh", &writer(&log));
-    let r = f.agent("reviewer.sh", &reviewer(&log, &f.remote, "approve"));
-    f.config_with(&w, &r, extra);
-    f.write("NEXT.md", backlog);
-    git(&f.repo, &["add", "NEXT.md"]);
-    git(&f.repo, &["commit", "-qm", "backlog"]);
-    git(&f.repo, &["push", "-q", "origin", "main"]);
-    (f, log)
+fn second_night<'a>(gh: &'a FakeGitHub, backlog: &str, extra: &str) -> Night<'a> {
+    Night::new()
+        .github_on(gh)
+        .token("ghp_tend_token_0123456789abcdef")
+        .env("NIGHTSHIFT_GITHUB_BACKOFF_MS", "10")
+        .with(|f| std::fs::create_dir_all(log_dir(f)).unwrap())
+        .writer_with(|f| writer(&log_dir(f)))
+        .reviewer_with(|f| reviewer(&log_dir(f), &f.remote, "approve"))
+        .config(extra)
+        .backlog(backlog)
+        .commit_backlog()
+}
+
+/// Where the agents above log their calls.
+fn log_dir(f: &Fixture) -> PathBuf {
+    f.dir.path().join("log")
 }
 
 /// The commit of `refs/heads/{branch}` on the remote.
@@ -207,11 +207,14 @@ fn ago(minutes: i64) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sibling_merged_first_is_brought_onto_the_new_main() {
     let gh = FakeGitHub::start().await;
-    let (f, log) = world(
+    let f = second_night(
         &gh,
         "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add docs\n",
         "",
-    );
+    )
+    .start()
+    .await;
+    let log = log_dir(&f);
     assert_ok(&f.approve_and_drain(&[]), "night 1");
     assert_eq!(gh.prs().len(), 3);
     let (b2, b3) = (branch_of(&gh, 2), branch_of(&gh, 3));
@@ -341,11 +344,14 @@ async fn a_sibling_merged_first_is_brought_onto_the_new_main() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resolved_conflict_is_pushed_only_after_the_gate_and_the_reviewer() {
     let gh = FakeGitHub::start().await;
-    let (f, log) = world(
+    let f = second_night(
         &gh,
         "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n",
         "[limits]\nmax_tend_rounds = 2\nmax_attempts = 1\n",
-    );
+    )
+    .start()
+    .await;
+    let log = log_dir(&f);
     assert_ok(&f.approve_and_drain(&[]), "night 1");
     let b2 = branch_of(&gh, 2);
     let old2 = head(&f, &b2);
@@ -353,8 +359,7 @@ async fn a_resolved_conflict_is_pushed_only_after_the_gate_and_the_reviewer() {
     f.agent("reviewer.sh", &reviewer(&log, &f.remote, "reject"));
     std::fs::remove_file(log.join("writer.calls")).unwrap();
 
-    let out = f.approve_and_drain(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    f.drain_exits(1, &[]);
     assert_eq!(head(&f, &b2), old2, "nothing pushed");
     assert!(gh.comments(2).is_empty());
     assert_eq!(sent(&gh, "PATCH", "/pulls/2").await, 0);
@@ -433,7 +438,10 @@ async fn a_resolved_conflict_is_pushed_only_after_the_gate_and_the_reviewer() {
 #[tokio::test(flavor = "multi_thread")]
 async fn requested_changes_are_the_writers_feedback_and_answered_once() {
     let gh = FakeGitHub::start().await;
-    let (f, log) = world(&gh, "# calc\n\n- [ ] Add sub\n", "");
+    let f = second_night(&gh, "# calc\n\n- [ ] Add sub\n", "")
+        .start()
+        .await;
+    let log = log_dir(&f);
     assert_ok(&f.approve_and_drain(&[]), "night 1");
     let b1 = branch_of(&gh, 1);
     let old1 = head(&f, &b1);
@@ -542,11 +550,14 @@ async fn requested_changes_are_the_writers_feedback_and_answered_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn people_and_opt_outs_leave_prs_alone() {
     let gh = FakeGitHub::start().await;
-    let (f, log) = world(
+    let f = second_night(
         &gh,
         "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
         "",
-    );
+    )
+    .start()
+    .await;
+    let log = log_dir(&f);
     assert_ok(&f.approve_and_drain(&[]), "night 1");
     f.db.sql("UPDATE pull_requests SET head_pushed_at = now() - interval '1 hour'");
     for n in 1..=3 {
@@ -631,11 +642,14 @@ async fn people_and_opt_outs_leave_prs_alone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn strangers_neither_steer_nor_stop_a_pr_and_members_do() {
     let gh = FakeGitHub::start().await;
-    let (f, log) = world(
+    let f = second_night(
         &gh,
         "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
         "",
-    );
+    )
+    .start()
+    .await;
+    let log = log_dir(&f);
     assert_ok(&f.approve_and_drain(&[]), "night 1");
     assert_eq!(gh.prs().len(), 3);
     f.db.sql("UPDATE pull_requests SET head_pushed_at = now() - interval '1 hour'");

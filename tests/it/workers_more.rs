@@ -14,10 +14,11 @@
 
 use std::path::Path;
 
+use std::collections::BTreeMap;
+
 use crate::common;
 
-use common::github::FakeGitHub;
-use common::{Fixture, assert_ok, text};
+use common::{Night, Table, text};
 
 /// A reviewer that approves and reports a cost of $0.01 for its call.
 const REVIEWER: &str = "#!/bin/sh\necho '{\"usage\":{\"cost_usd\":0.01}}'\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
@@ -36,30 +37,19 @@ fn take_number(dir: &Path) -> String {
 const WAIT_PARTNER: &str =
     "i=0\nwhile [ ! -d \"$d/call-$partner\" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n";
 
-/// A fixture with the fake GitHub, the writer `writer` and [`REVIEWER`],
-/// `extra` config lines and `items` items (`Item 1`, `Item 2`, …), planned
-/// and approved.
-async fn world(writer: &str, extra: &str, items: usize) -> (Fixture, FakeGitHub) {
-    let gh = FakeGitHub::start().await;
-    let mut f = Fixture::new();
-    f.github = Some(gh.uri());
-    f.token = Some("ghp_workers_token_0123456789ab".into());
-    let w = f.agent("writer.sh", writer);
-    let r = f.agent("reviewer.sh", REVIEWER);
-    f.config_with(&w, &r, extra);
-    let backlog: String = (1..=items).map(|i| format!("- [ ] Item {i}\n")).collect();
-    f.write("NEXT.md", &backlog);
-    let sha = f.plan_sha();
-    assert_ok(&f.run(&["approve", &sha]), "approve");
-    (f, gh)
-}
-
-/// The outcome of each item in backlog order.
-fn outcomes(f: &Fixture) -> Vec<String> {
-    f.db.sql("SELECT outcome FROM run_items ORDER BY item_index")
-        .lines()
-        .map(str::to_string)
-        .collect()
+/// A night of `items` open items (`Item 1` …), approved, with the fake
+/// GitHub, the writer `writer`, [`REVIEWER`] and `extra` config, drained by
+/// two workers.
+fn two_workers<'a>(writer: &str, extra: &str, items: usize) -> Night<'a> {
+    Night::new()
+        .github_api_only()
+        .token("ghp_workers_token_0123456789ab")
+        .writer(writer)
+        .reviewer(REVIEWER)
+        .config(extra)
+        .items((1..=items).map(|i| format!("Item {i}")))
+        .approved()
+        .drain(&["--jobs", "2"])
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -74,80 +64,89 @@ async fn a_usage_limit_pauses_the_account_for_the_other_worker() {
         take = take_number(marks.path()),
     );
     let limits = "[limits]\nrounds = 1\nlimit_buffer = \"1s\"\nlimit_sleep_min = \"1s\"\n";
-    let (f, gh) = world(&writer, limits, 3).await;
-
-    let out = f.run(&["drain", "--jobs", "2"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let f = two_workers(&writer, limits, 3).exit(0).run().await;
+    let out = f.out();
     // A quota stop is no item's failure, nor an attempt: every item opened
     // its PR on its first attempt, in one round.
-    assert_eq!(outcomes(&f), ["pr_opened"; 3], "{}", text(&out));
-    assert_eq!(gh.prs().len(), 3);
-    assert_eq!(
-        f.db.sql("SELECT count(*), min(attempt), max(attempt), string_agg(DISTINCT end_reason, ',') FROM claims"),
-        "3|1|1|finished"
+    assert_eq!(f.db.outcomes(), ["pr_opened"; 3], "{}", text(out));
+    assert_eq!(f.gh().prs().len(), 3);
+    let claims = f.db.claims();
+    assert_eq!(claims.len(), 3, "{claims:?}");
+    assert!(
+        claims
+            .iter()
+            .all(|c| c.attempt == 1 && c.end_reason.as_deref() == Some("finished")),
+        "{claims:?}"
     );
-    assert_eq!(f.db.sql("SELECT count(*) FROM rounds"), "3");
+    assert_eq!(f.db.count(Table::Rounds), 3);
 
     // One pause of the account, recorded by the worker whose call hit it.
-    assert_eq!(f.db.sql("SELECT count(*) FROM account_pauses"), "1");
-    let pause = f
-        .db
-        .sql("SELECT account, worker, extract(epoch FROM paused_until - at) FROM account_pauses");
-    let cols: Vec<&str> = pause.split('|').collect();
-    let (account, limited) = (cols[0], cols[1]);
-    let secs: f64 = cols[2].parse().unwrap();
-    assert_eq!(account, "command", "the account defaults to the agent kind");
+    let pauses = f.db.pauses();
+    assert_eq!(pauses.len(), 1, "{pauses:?}");
+    let pause = &pauses[0];
+    let limited = pause.worker.as_str();
+    let secs = (pause.paused_until - pause.at).num_milliseconds() as f64 / 1000.0;
+    assert_eq!(
+        pause.account, "command",
+        "the account defaults to the agent kind"
+    );
     assert!(secs > 5.0, "the pause lasts until the reset: {secs} s");
-    let workers =
-        f.db.sql("SELECT string_agg(DISTINCT worker, ',') FROM run_items");
-    let other: Vec<&str> = workers.split(',').filter(|w| *w != limited).collect();
-    assert_eq!(other.len(), 1, "two workers ran items: {workers}");
+    let mut workers: Vec<String> = f.db.items().into_iter().filter_map(|i| i.worker).collect();
+    workers.sort();
+    workers.dedup();
+    let other: Vec<&str> = workers
+        .iter()
+        .map(String::as_str)
+        .filter(|w| *w != limited)
+        .collect();
+    assert_eq!(other.len(), 1, "two workers ran items: {workers:?}");
     let other = other[0];
 
     // Inside [the pause's start, its end) no worker started a call: the
     // limited one slept, and so did the other.
-    let inside = "(SELECT at FROM account_pauses) <= a.started_at AND a.started_at < (SELECT paused_until FROM account_pauses)";
-    assert_eq!(
-        f.db.sql(&format!(
-            "SELECT count(*) FROM agent_calls a WHERE {inside}"
-        )),
-        "0",
-        "calls: {}",
-        f.db.sql("SELECT string_agg(a.role || ' ' || i.worker || ' ' || a.started_at, E'\\n' ORDER BY a.started_at) FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id")
-    );
+    let calls = f.db.calls();
+    let inside =
+        |c: &&common::rows::Call| pause.at <= c.started_at && c.started_at < pause.paused_until;
+    assert_eq!(calls.iter().filter(inside).count(), 0, "calls: {calls:#?}");
     // The other worker was at work when the pause began (its writer) and
     // had a call to make before its end (its reviewer), which it made after.
-    let calls_of = |w: &str, when: &str| {
-        f.db.sql(&format!(
-            "SELECT count(*) FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id \
-             WHERE i.worker = '{w}' AND {when}"
-        ))
-    };
+    let of_other = || calls.iter().filter(|c| c.worker.as_deref() == Some(other));
     assert_eq!(
-        calls_of(other, "a.started_at < (SELECT at FROM account_pauses)"),
-        "1",
+        of_other().filter(|c| c.started_at < pause.at).count(),
+        1,
         "the other worker's writer began before the pause"
     );
     assert_ne!(
-        calls_of(
-            other,
-            "a.role = 'reviewer' AND a.started_at >= (SELECT paused_until FROM account_pauses)"
-        ),
-        "0"
+        of_other()
+            .filter(|c| c.role == "reviewer" && c.started_at >= pause.paused_until)
+            .count(),
+        0
     );
     // Each worker recorded its own sleep, once: the limited one at the limit,
     // the other at the account's pause (until the pause's end).
-    let sleeps = f.db.sql(&format!(
-        "SELECT i.worker, count(*), max(s.slept_until) = (SELECT paused_until FROM account_pauses) \
-         FROM limit_sleeps s JOIN run_items i ON i.id = s.run_item_id \
-         WHERE s.kind = 'usage_limit' GROUP BY i.worker ORDER BY i.worker = '{other}'"
-    ));
-    let rows: Vec<&str> = sleeps.lines().collect();
+    let mut sleeps: BTreeMap<String, Vec<bool>> = BTreeMap::new();
+    for s in
+        f.db.sleeps()
+            .into_iter()
+            .filter(|s| s.kind == "usage_limit")
+    {
+        if let Some(w) = s.worker {
+            sleeps
+                .entry(w)
+                .or_default()
+                .push(s.slept_until == pause.paused_until);
+        }
+    }
+    let per_worker = |w: &str| {
+        let v = sleeps.get(w).cloned().unwrap_or_default();
+        (v.len(), v.iter().all(|b| *b))
+    };
     assert_eq!(
-        rows,
-        [format!("{limited}|1|t"), format!("{other}|1|t")],
-        "limit_sleeps per worker"
+        [per_worker(limited), per_worker(other)],
+        [(1, true), (1, true)],
+        "limit_sleeps per worker: {sleeps:?}"
     );
+    assert_eq!(sleeps.len(), 2, "limit_sleeps per worker: {sleeps:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -165,13 +164,11 @@ async fn the_run_cost_cap_reached_by_two_workers_together_stops_both() {
     // $0.21. Items 5 and 6 are not started.
     let cap = 0.25;
     let limits = format!("[limits]\nrounds = 1\nmax_cost_usd_per_run = {cap}\n");
-    let (f, gh) = world(&writer, &limits, 6).await;
-
-    let out = f.run(&["drain", "--jobs", "2"]);
     // budget_exceeded is a failure outcome: exit 1 (docs/commands.md#exit-codes).
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let f = two_workers(&writer, &limits, 6).exit(1).run().await;
+    let out = f.out();
     assert_eq!(
-        outcomes(&f),
+        f.db.outcomes(),
         [
             "pr_opened",
             "pr_opened",
@@ -181,34 +178,33 @@ async fn the_run_cost_cap_reached_by_two_workers_together_stops_both() {
             "budget_exceeded"
         ],
         "{}",
-        text(&out)
+        text(out)
     );
-    assert_eq!(gh.prs().len(), 2);
-    assert_eq!(f.db.sql("SELECT status FROM runs"), "completed");
+    assert_eq!(f.gh().prs().len(), 2);
+    assert_eq!(f.db.statuses(), ["completed"]);
 
     // Both workers stopped at the cap: items 3 and 4 ran on one each.
-    let stopped =
-        f.db.sql("SELECT count(DISTINCT worker) FROM run_items WHERE item_index IN (3, 4)");
+    let items = f.db.items();
+    let mut stopped: Vec<_> = items
+        .iter()
+        .filter(|i| matches!(i.item_index, 3 | 4))
+        .map(|i| i.worker.clone())
+        .collect();
+    stopped.dedup();
     assert_eq!(
-        stopped,
-        "2",
-        "items 3 and 4 ran on different workers:\n{}\n{}",
-        f.db.sql("SELECT item_index, worker, outcome, reason, started_at, ended_at FROM run_items ORDER BY item_index"),
-        f.db.sql("SELECT i.item_index, a.role, a.cost_usd, a.started_at, a.duration_ms FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id ORDER BY a.id")
+        stopped.len(),
+        2,
+        "items 3 and 4 ran on different workers:\n{items:#?}\n{:#?}",
+        f.db.calls()
     );
-    assert_eq!(
-        f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'"),
-        "4",
-        "items 5 and 6 made no call"
-    );
+    assert_eq!(f.db.calls_of("writer"), 4, "items 5 and 6 made no call");
     // The cap counts every worker's spending: the run's sum is over it,
     // each worker's own is not.
-    let per_worker: Vec<f64> = f
-        .db
-        .sql("SELECT sum(a.cost_usd) FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id GROUP BY i.worker")
-        .lines()
-        .map(|s| s.parse().unwrap())
-        .collect();
+    let mut spent: BTreeMap<Option<String>, f64> = BTreeMap::new();
+    for c in f.db.calls() {
+        *spent.entry(c.worker).or_default() += c.cost_usd.unwrap_or_default();
+    }
+    let per_worker: Vec<f64> = spent.into_values().collect();
     assert_eq!(per_worker.len(), 2, "{per_worker:?}");
     let total: f64 = per_worker.iter().sum();
     assert!(total > cap, "the run spent ${total}");
@@ -216,9 +212,12 @@ async fn the_run_cost_cap_reached_by_two_workers_together_stops_both() {
         per_worker.iter().all(|w| *w <= cap),
         "no worker alone reached the cap: {per_worker:?}"
     );
-    let reasons = f
-        .db
-        .sql("SELECT string_agg(DISTINCT reason, E'\\n') FROM run_items WHERE outcome = 'budget_exceeded'");
+    let reasons: String = items
+        .iter()
+        .filter(|i| i.outcome.as_deref() == Some("budget_exceeded"))
+        .filter_map(|i| i.reason.clone())
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(
         reasons.contains("max_cost_usd_per_run") || reasons.contains("cost cap"),
         "{reasons}"

@@ -13,10 +13,12 @@ use super::{Fixture, assert_ok};
 /// Shell lines that, when `DIR/NAME.stall` exists, remove it, write this
 /// shell's pid to `NAME.ready` and wait for a `sleep` whose pid is in
 /// `NAME.child`; killing that child (see [`release`]) lets the script go on.
+/// `NAME.ready` appears whole (written aside, then renamed): a test that
+/// sees it can read the pid at once.
 pub fn stall_snippet(dir: &Path, name: &str) -> String {
     let d = dir.display();
     format!(
-        "if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready; wait; fi\n"
+        "if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready.tmp; mv {d}/{name}.ready.tmp {d}/{name}.ready; wait; fi\n"
     )
 }
 
@@ -82,6 +84,14 @@ pub fn outcomes(report: &Value) -> Vec<String> {
         .iter()
         .map(|i| i["outcome"].as_str().unwrap_or("?").to_string())
         .collect()
+}
+
+/// The reason of item `i` of a `report --json` (`""` when it has none).
+pub fn reason(report: &Value, i: usize) -> String {
+    report["items"][i]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// `plan`, then `approve` of its SHA; returns the SHA.

@@ -1,13 +1,20 @@
 //! Test harness shared by the integration tests: a real PostgreSQL database
 //! per test (a clone of one migrated template, [`db`]), a local bare repository as the remote, a user checkout, the real
 //! `nightshift` binary run with a cleared environment, and script agents.
+//! A test about a night describes it with the [`Night`] builder and reads
+//! the ledger typed ([`rows`]); docs/testing.md shows how.
 #![allow(dead_code)]
 
 pub mod bg;
 pub mod db;
 pub mod github;
+pub mod night;
+pub mod rows;
 
+pub use bg::{outcomes, reason};
 pub use db::Db;
+pub use night::Night;
+pub use rows::Table;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -45,6 +52,39 @@ pub fn far_deadline() -> String {
     (chrono::Utc::now() + chrono::Duration::hours(12))
         .format("%H:%M")
         .to_string()
+}
+
+/// A git checkout of one committed file (`calc.txt` = `add`), with a
+/// `home`, a `codex-home` and a `logs` dir beside it: where the agent
+/// backends' own tests call an agent, without a night (no remote, no
+/// database).
+pub struct Checkout {
+    pub dir: TempDir,
+    /// The checkout, `<dir>/<name>`.
+    pub repo: PathBuf,
+    pub home: PathBuf,
+}
+
+impl Checkout {
+    /// A checkout named `name` in a new temp dir.
+    pub fn new(name: &str) -> Checkout {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = dir.path().join(name);
+        let home = dir.path().join("home");
+        for d in [
+            &repo,
+            &home,
+            &dir.path().join("codex-home"),
+            &dir.path().join("logs"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(repo.join("calc.txt"), "add\n").unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "init"]);
+        Checkout { dir, repo, home }
+    }
 }
 
 /// A temp world: bare remote, user checkout, data dir, agents dir.
@@ -230,6 +270,19 @@ impl Fixture {
         let mut args = vec!["drain", "--deadline", &deadline];
         args.extend_from_slice(extra);
         self.run(&args)
+    }
+
+    /// plan, approve, drain with `flags`; asserts that the drain exited
+    /// with `code` (showing its output otherwise) and returns its output.
+    pub fn drain_exits(&self, code: i32, flags: &[&str]) -> Output {
+        let out = self.approve_and_drain(flags);
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "drain {flags:?}:\n{}",
+            text(&out)
+        );
+        out
     }
 
     /// `report --json` of the latest run.
