@@ -175,10 +175,6 @@ pub(crate) fn db_up(f: &Fixture) {
     ));
 }
 
-pub(crate) fn writer_calls(f: &Fixture) -> String {
-    f.db.sql("SELECT count(*) FROM agent_calls WHERE role = 'writer'")
-}
-
 /// Exactly one PR per item on GitHub, each from its own branch, and those
 /// branches on the remote with one commit each.
 pub(crate) fn one_pr_per_item(f: &Fixture, gh: &FakeGitHub, items: usize) {
