@@ -255,7 +255,7 @@ async fn sql_on(cluster: &nightshift::ledger::embedded::Cluster, q: &str) -> i64
         .unwrap()
 }
 
-/// The ledger goes away for a while with a drain and a `worker` both
+/// The ledger goes away for 30 s (issue 22) with a drain and a `worker` both
 /// mid-item: both wait for it and go on (neither reaches for the
 /// repository lock it does not hold), and the run ends `completed` with
 /// one PR per item.
@@ -281,7 +281,7 @@ async fn a_drain_and_a_worker_both_go_on_after_an_outage() {
         30,
     );
     db_down(&f);
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(30));
     db_up(&f);
     let w = finish(worker, "worker");
     let d = finish(drain, "drain");
