@@ -210,18 +210,6 @@ if ! command -v faketime >/dev/null 2>&1; then
   fi
 fi
 
-# A clean build of every test target takes about 2.5 GB under target/
-# (less with CARGO_INCREMENTAL=0, which CI sets: it builds once).
-mkdir -p target
-free_mb=$(df -Pm target | awk 'NR==2 {print $4}')
-if [ -n "$free_mb" ] && [ "$free_mb" -lt 3072 ]; then
-  if [ ! -d target/debug/deps ]; then
-    echo "tests need about 3 GB free for the build under $root/target; only ${free_mb} MB are free on its disk" >&2
-    exit 2
-  fi
-  echo "== warning: only ${free_mb} MB free under $root/target; the build may run out of space" >&2
-fi
-
 finish_clippy
 
 profile=default
