@@ -396,8 +396,6 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
         return Ok(None);
     };
     let key = &at.entry.item.key;
-    let pushed = at.record.pushed_in_run().await?;
-    let by_this_run = |branch: &str| pushed.iter().any(|p| p.branch == branch);
     let branches: Vec<String> = std::iter::once(at.branch.to_string())
         .chain(rows.iter().map(|r| r.branch.clone()))
         .collect();
@@ -406,14 +404,8 @@ async fn on_github(at: &PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Err
             Ok(Some(pr)) => {
                 let why = format!("PR #{} from an earlier run", pr.number);
                 let (fact, state) = match pr.state {
-                    // A lost attempt of this run opened it (a takeover
-                    // finds it): the run opened the item's PR.
-                    PrState::Open if by_this_run(&pr.head) => {
-                        let why = format!(
-                            "PR #{} opened by an earlier attempt of this run (taken over)",
-                            pr.number
-                        );
-                        (Fact::PrOpened(Some(why)), PrRecord::Open)
+                    PrState::Open if pushed_by_this_run(at.record, &pr.head).await? => {
+                        (taken_over_pr(pr.number), PrRecord::Open)
                     }
                     PrState::Open => (Fact::EarlierPrOpen(why), PrRecord::Open),
                     PrState::Merged => (Fact::EarlierPrMerged(why), PrRecord::Merged),
@@ -460,10 +452,7 @@ async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Er
         return Ok(None);
     }
     let earlier = format!("PR #{} from an earlier run", r.number.unwrap_or(0));
-    // A lost attempt of this run pushed it (a takeover finds it): the
-    // run's own work, not an earlier night's.
-    let pushed = at.record.pushed_in_run().await?;
-    let ours = pushed.iter().any(|p| p.branch == r.branch);
+    let ours = pushed_by_this_run(at.record, &r.branch).await?;
     let fact = match r.state {
         PrRecord::Merged => Fact::EarlierPrMerged(earlier),
         PrRecord::Planned if ours => Fact::BranchPushed(format!(
@@ -474,10 +463,7 @@ async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Er
             "branch {} was pushed by an earlier run (no GitHub access to open its PR)",
             r.branch
         )),
-        _ if ours => Fact::PrOpened(Some(format!(
-            "PR #{} opened by an earlier attempt of this run (taken over)",
-            r.number.unwrap_or(0)
-        ))),
+        _ if ours => taken_over_pr(r.number.map_or(0, |n| n as u64)),
         _ => Fact::EarlierPrOpen(earlier),
     };
     Ok(Some(decide::end(fact).with(|f| {
@@ -485,6 +471,21 @@ async fn from_ledger(at: PrAt<'_>, rows: &[PrRow]) -> Result<Option<ItemEnd>, Er
         f.pr_number = r.number.map(|n| n as u64);
         f.pr_url = r.url.clone();
     })))
+}
+
+/// Whether a lost attempt of this run pushed `branch` (its `pushed` event):
+/// a takeover that finds its PR or branch reports the run's own work, not an
+/// earlier night's. Asked only when an earlier PR or branch was found.
+async fn pushed_by_this_run(record: &Record<'_>, branch: &str) -> Result<bool, Error> {
+    let pushed = record.pushed_in_run().await?;
+    Ok(pushed.iter().any(|p| p.branch == branch))
+}
+
+/// The end of an item whose PR `number` a lost attempt of this run opened.
+fn taken_over_pr(number: u64) -> Fact {
+    Fact::PrOpened(Some(format!(
+        "PR #{number} opened by an earlier attempt of this run (taken over)"
+    )))
 }
 
 /// Whether `branch` exists on the configured remote ([`branch_on_remote`]
