@@ -4,7 +4,7 @@
 //! A run's items are enqueued once, in backlog order ([`enqueue`]). Workers —
 //! tasks of one process (`drain --jobs N`) or processes on other hosts
 //! (`nightshift worker`) — [`claim`] the first item nobody holds with
-//! `FOR UPDATE SKIP LOCKED`, hold it by a lease renewed by [`Claim::renew`],
+//! `FOR UPDATE SKIP LOCKED`, hold it by a lease renewed by [`beat_process`],
 //! and end it with [`Claim::end`]. A worker that stops renewing (killed,
 //! paused, partitioned) loses the claim when the lease passes; the next
 //! [`claim`] takes the item over as a new attempt. Every write of an attempt
@@ -30,8 +30,8 @@ pub use crate::ledger::claims::{
     Claim, ClaimEnd, QueuedItem, attempts, end_in, enqueue, next_expiry, pending,
 };
 pub use crate::ledger::workers::{
-    Doing, WorkerRow, account_paused_until, account_without_credit, beat_lease, doing, doing_phase,
-    live_workers, pause_account, stop_account_without_credit,
+    WorkerRow, account_paused_until, account_without_credit, doing, doing_phase, live_workers,
+    pause_account, stop_account_without_credit,
 };
 
 /// Result of a queue call.
@@ -181,26 +181,6 @@ impl Claim {
         }
     }
 
-    /// Extends the lease to `lease` from now (the heartbeat). A claim whose
-    /// lease already passed is not revived: [`LostClaim`].
-    ///
-    /// # Errors
-    /// [`FenceError::Lost`] when the claim is gone; [`FenceError::Db`].
-    pub async fn renew(
-        &mut self,
-        pool: &PgPool,
-        lease: Duration,
-    ) -> std::result::Result<(), FenceError> {
-        let until = claims::renew(pool, self.id, lease).await?;
-        match until {
-            Some(t) => {
-                self.lease_until = t;
-                Ok(())
-            }
-            None => Err(FenceError::Lost(self.lost())),
-        }
-    }
-
     /// Begins a transaction that holds this claim's row until it ends, so
     /// that no takeover can end the claim before it commits: every ledger
     /// write of an attempt, and the records of its push and PR, go into such
@@ -255,20 +235,35 @@ pub async fn join(pool: &PgPool, run: Uuid, id: &WorkerId, lease: Duration) -> R
     workers::join(pool, run, id.with_name(&name), lease).await
 }
 
-/// The worker's heartbeat: says what it is doing and extends its own lease.
-///
-/// # Errors
-/// Database errors.
-pub async fn beat(pool: &PgPool, id: &WorkerId, doing: &Doing<'_>, lease: Duration) -> Result<()> {
-    workers::beat(pool, &id.to_string(), doing, lease).await
-}
-
 /// The worker stopped (drained, deadline, signal).
 ///
 /// # Errors
 /// Database errors.
 pub async fn leave(pool: &PgPool, id: &WorkerId) -> Result<()> {
     workers::leave(pool, &id.to_string()).await
+}
+
+/// The heartbeat of one process (docs/workers.md#heartbeats), one
+/// statement however many workers it runs: extends the leases of its
+/// `workers` and of their `claims` (ids) to `lease` from now, and measures
+/// this process's offset to the server's clock on the way
+/// ([`crate::schedule::server_clock`]). Returns the ids of the claims it
+/// renewed: a claim missing from them was lost (ended, or its lease passed
+/// before this beat; it is not revived).
+///
+/// # Errors
+/// Database errors.
+pub async fn beat_process(
+    pool: &PgPool,
+    workers: &[String],
+    claims: &[i64],
+    lease: Duration,
+) -> Result<Vec<i64>> {
+    let before = chrono::Utc::now();
+    let (renewed, server) = workers::beat_process(pool, workers, claims, lease).await?;
+    let after = chrono::Utc::now();
+    crate::schedule::server_clock().observe(before, server, after);
+    Ok(renewed)
 }
 
 /// Measures this process's offset to the ledger server's clock

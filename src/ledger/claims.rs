@@ -203,24 +203,6 @@ pub async fn hold(tx: &mut PgConnection, claim_id: i64) -> Result<bool> {
     Ok(live.is_some())
 }
 
-/// Extends live claim `claim_id`'s lease to `lease` from now; the new end
-/// of the lease (server clock, UTC), or `None` when the claim ended or its
-/// lease already passed (it is not revived).
-///
-/// # Errors
-/// Database errors.
-pub async fn renew(pool: &PgPool, claim_id: i64, lease: Duration) -> Result<Option<DateTime<Utc>>> {
-    let until: Option<(DateTime<Utc>,)> = sqlx::query_as(
-        "UPDATE claims SET lease_until = now() + make_interval(secs => $2) \
-         WHERE id = $1 AND ended_at IS NULL AND lease_until > now() RETURNING lease_until",
-    )
-    .bind(claim_id)
-    .bind(lease.as_secs_f64())
-    .fetch_optional(pool)
-    .await?;
-    Ok(until.map(|(t,)| t))
-}
-
 /// Ends `claim` inside `c`, a transaction that already holds it
 /// (`crate::queue::Claim::begin`): `Finished` also marks the item done on
 /// the queue.

@@ -66,51 +66,32 @@ pub async fn join(pool: &PgPool, run: Uuid, who: WorkerName<'_>, lease: Duration
     Ok(())
 }
 
-/// What a worker is doing, for `status`.
-#[derive(Debug, Clone, Default)]
-pub struct Doing<'a> {
-    /// The item's key, if it holds one.
-    pub item_key: Option<&'a str>,
-    /// The round (1-based).
-    pub round: Option<u32>,
-    /// The phase word.
-    pub phase: Option<&'a str>,
-}
-
-/// The heartbeat of worker `name` (`host:pid:n`): says what it is doing
-/// and extends its own lease to `lease` from now.
+/// One process's heartbeat in one statement (docs/workers.md#heartbeats):
+/// extends the leases of its workers `workers` (`host:pid:n`) and of its
+/// claims `claims` (ids) to `lease` from now. A claim that ended or whose
+/// lease already passed is not revived. Returns the ids of the claims it
+/// renewed and the server's clock at the statement (UTC).
 ///
 /// # Errors
 /// Database errors.
-pub async fn beat(pool: &PgPool, name: &str, doing: &Doing<'_>, lease: Duration) -> Result<()> {
-    sqlx::query(
-        "UPDATE workers SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $2), \
-         item_key = $3, round = $4, phase = $5 WHERE id = $1",
+pub async fn beat_process(
+    pool: &PgPool,
+    workers: &[String],
+    claims: &[i64],
+    lease: Duration,
+) -> Result<(Vec<i64>, DateTime<Utc>)> {
+    sqlx::query_as(
+        "WITH w AS (UPDATE workers SET heartbeat_at = now(), \
+                      lease_until = now() + make_interval(secs => $3) WHERE id = ANY($1)), \
+              c AS (UPDATE claims SET lease_until = now() + make_interval(secs => $3) \
+                      WHERE id = ANY($2) AND ended_at IS NULL AND lease_until > now() RETURNING id) \
+         SELECT coalesce(array_agg(c.id), '{}'::bigint[]), clock_timestamp() FROM c",
     )
-    .bind(name)
+    .bind(workers)
+    .bind(claims)
     .bind(lease.as_secs_f64())
-    .bind(doing.item_key)
-    .bind(doing.round.map(|r| r as i32))
-    .bind(doing.phase)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Extends worker `name`'s own lease to `lease` from now (the heartbeat's
-/// second half: `status` lists a worker while its lease runs).
-///
-/// # Errors
-/// Database errors.
-pub async fn beat_lease(pool: &PgPool, name: &str, lease: Duration) -> Result<()> {
-    sqlx::query(
-        "UPDATE workers SET heartbeat_at = now(), lease_until = now() + make_interval(secs => $2) WHERE id = $1",
-    )
-    .bind(name)
-    .bind(lease.as_secs_f64())
-    .execute(pool)
-    .await?;
-    Ok(())
+    .fetch_one(pool)
+    .await
 }
 
 /// Worker `name` stopped (drained, deadline, signal).

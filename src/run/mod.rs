@@ -75,6 +75,7 @@ mod attempt;
 mod checks;
 mod decide;
 mod ended;
+mod heart;
 mod item;
 mod night;
 mod record;
@@ -349,6 +350,7 @@ pub async fn drain(
         stop: Default::default(),
         ended: Default::default(),
         drain_silent_since: Default::default(),
+        heart: Default::default(),
     });
     let worked = run_workers(&crew, jobs).await;
     let (status, stopped_by) = crew.stopped().unwrap_or((tend_status, tend_stop));
@@ -401,6 +403,7 @@ pub async fn join(
         stop: Default::default(),
         ended: Default::default(),
         drain_silent_since: Default::default(),
+        heart: Default::default(),
     });
     run_workers(&crew, jobs.max(1)).await?;
     let (pool, prefix) = (
@@ -422,6 +425,8 @@ pub async fn join(
 /// The first worker's error (the ledger stayed away, the lock was lost),
 /// once every worker stopped.
 async fn run_workers(crew: &Arc<worker::Crew>, jobs: u32) -> Result<(), Error> {
+    let night = &crew.night;
+    let beat = heart::start(crew.heart.clone(), night.pool.clone(), night.config.lease);
     let tasks: Vec<_> = (1..=jobs)
         .map(|n| tokio::spawn(worker::work(crew.clone(), n)))
         .collect();
@@ -434,6 +439,7 @@ async fn run_workers(crew: &Arc<worker::Crew>, jobs: u32) -> Result<(), Error> {
             first = r;
         }
     }
+    beat.abort();
     first
 }
 

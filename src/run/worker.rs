@@ -23,6 +23,7 @@ use crate::outcome::{Event, Outcome, RunStatus};
 use crate::queue::{self, Claim, WorkerId};
 
 use super::decide::{self, Fact};
+use super::heart::Heart;
 use super::record::{Fence, Record};
 use super::{Night, Resumed, attempt, item, local, take_over_from};
 
@@ -46,6 +47,8 @@ pub(super) struct Crew {
     /// not beaten within a lease; `None` while it beats (see
     /// [`drain_gone`]).
     pub drain_silent_since: Mutex<Option<std::time::Instant>>,
+    /// The process's one heartbeat: its workers' rows and their claims.
+    pub heart: Arc<Heart>,
 }
 
 impl Crew {
@@ -86,7 +89,10 @@ pub(super) async fn work(crew: Arc<Crew>, n: u32) -> Result<(), Error> {
     let lease = night.config.lease;
     let (pool, run) = (&night.pool, crew.run_id);
     night.db(|| queue::join(pool, run, &id, lease)).await?;
+    let name = id.to_string();
+    crew.heart.join(&name);
     let done = claims(&crew, &id, n as usize - 1).await;
+    crew.heart.leave(&name);
     // Best effort: a worker row that is not closed expires with its lease.
     let _ = queue::leave(pool, &id).await;
     done
@@ -101,11 +107,6 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
             crew.stop_with(status.0, status.1);
             return Ok(());
         }
-        // The worker's own row stays live while it waits for work too, and
-        // its clock is measured against the server's again.
-        let name = id.to_string();
-        night.db(|| queue::beat_lease(pool, &name, lease)).await?;
-        night.db(|| queue::sync_clock(pool)).await?;
         let claimed = night.db(|| queue::claim(pool, run, id, lease)).await?;
         let Some(claim) = claimed else {
             if night.db(|| queue::pending(pool, run)).await? == 0 {
@@ -206,7 +207,8 @@ async fn wait_for_work(crew: &Crew) -> Result<(), Error> {
 
 /// One attempt at the claimed `entry`: the item row, the item's work (or
 /// its carried-over end), and its end with the claim's — fenced on the
-/// claim, with a heartbeat renewing its lease meanwhile. A lost claim stops
+/// claim, with the process's heartbeat renewing its lease meanwhile
+/// ([`super::heart`]). A lost claim stops
 /// the attempt quietly: another worker owns the item now.
 ///
 /// # Errors
@@ -214,10 +216,10 @@ async fn wait_for_work(crew: &Crew) -> Result<(), Error> {
 async fn attempt(crew: &Crew, slot: usize, claim: Claim, entry: &PlanEntry) -> Result<(), Error> {
     let night = &*crew.night;
     let fence = Arc::new(Fence::new(claim, &night.cancel));
-    let beat = heartbeat(night, &fence);
+    crew.heart.hold(&fence);
     let record = Record::attempt(night, crew.run_id, &fence);
     let done = run_claimed(crew, slot, &record, entry).await;
-    beat.abort();
+    crew.heart.release(fence.claim.id);
     match done {
         // The item's checkout was discarded on the way out (see
         // `attempt::one_item`).
@@ -233,31 +235,6 @@ async fn attempt(crew: &Crew, slot: usize, claim: Claim, entry: &PlanEntry) -> R
         }
         other => other,
     }
-}
-
-/// Renews the claim's lease every third of the lease while the attempt
-/// runs; a renewal that finds the claim gone stops the attempt's work.
-fn heartbeat(night: &Night, fence: &Arc<Fence>) -> tokio::task::JoinHandle<()> {
-    let (pool, fence, lease) = (night.pool.clone(), fence.clone(), night.config.lease);
-    tokio::spawn(async move {
-        let mut claim = fence.claim.clone();
-        loop {
-            tokio::time::sleep(lease / 3).await;
-            match claim.renew(&pool, lease).await {
-                Ok(()) => {
-                    let _ = queue::beat_lease(&pool, &claim.worker, lease).await;
-                    let _ = queue::sync_clock(&pool).await;
-                }
-                Err(queue::FenceError::Lost(_)) => {
-                    fence.lose();
-                    return;
-                }
-                // The ledger is away: the fenced writes wait for it; the
-                // lease decides whether the claim survives the outage.
-                Err(queue::FenceError::Db(_)) => {}
-            }
-        }
-    })
 }
 
 /// The claimed item's work and its end (see [`attempt()`]).

@@ -790,7 +790,7 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out() {
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 2).await;
-    let mut first = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
+    let first = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
         .await
         .unwrap()
         .unwrap();
@@ -810,10 +810,13 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out() {
     assert_eq!((taken.position, taken.attempt), (0, 2), "a new attempt");
     assert!(taken.id > first.id, "the fencing token grows");
     // The old holder wakes: it can neither renew, nor write, nor finish.
-    assert!(matches!(
-        first.renew(pool, Duration::from_secs(60)).await,
-        Err(FenceError::Lost(_))
-    ));
+    let renewed = queue::beat_process(pool, &[], &[first.id], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(
+        renewed.is_empty(),
+        "a lost claim is not revived: {renewed:?}"
+    );
     assert!(matches!(first.begin(pool).await, Err(FenceError::Lost(_))));
     assert!(!first.is_live(pool).await.unwrap());
     assert!(matches!(
@@ -850,13 +853,16 @@ async fn a_renewed_lease_keeps_the_item_and_a_released_item_goes_back_on_the_que
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 1).await;
-    let mut c = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
+    let c = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
         .await
         .unwrap()
         .unwrap();
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        c.renew(pool, Duration::from_secs(1)).await.unwrap();
+        let renewed = queue::beat_process(pool, &[], &[c.id], Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(renewed, vec![c.id]);
     }
     assert!(
         queue::claim(pool, run, &worker(2), Duration::from_secs(1))
@@ -951,18 +957,17 @@ async fn status_lists_live_workers_only() {
     queue::join(pool, run, &worker(2), Duration::from_secs(60))
         .await
         .unwrap();
-    queue::beat(
-        pool,
-        &worker(1),
-        &queue::Doing {
-            item_key: Some("key00"),
-            round: Some(2),
-            phase: Some("gate"),
-        },
-        Duration::from_secs(60),
+    let mut c = pool.acquire().await.unwrap();
+    queue::doing(
+        &mut c,
+        "host-a:100:1",
+        Some("key00"),
+        Some(2),
+        Some(nightshift::outcome::Phase::Gate),
     )
     .await
     .unwrap();
+    drop(c);
     queue::leave(pool, &worker(2)).await.unwrap();
     let live = queue::live_workers(pool, run).await.unwrap();
     assert_eq!(live.len(), 1);

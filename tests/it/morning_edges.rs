@@ -513,3 +513,28 @@ fn a_drain_with_20_jobs_holds_at_most_5_server_connections() {
         "20"
     );
 }
+
+/// Heartbeats of one process go in one statement (issue 27, point 1): while
+/// three workers of one `drain --jobs 3` run their items, every live worker
+/// row and every open claim carries the same lease end — one `now()`, so one
+/// statement renewed them all (docs/workers.md#heartbeats). Per-worker or
+/// per-claim heartbeats would leave as many different ends as beats.
+#[test]
+fn one_process_renews_all_its_workers_and_claims_in_one_statement() {
+    let f = world(&["Add sub", "Add mul", "Add div"], 8, "lease = \"6s\"");
+    let drain = start_drain(&f, &["--jobs", "3"]);
+    wait_until(&f, "SELECT count(*) FROM claims WHERE ended_at IS NULL", 3);
+    // Two beats (every 2 s at a 6 s lease) after the last claim.
+    std::thread::sleep(Duration::from_millis(4500));
+    let ends = f.db.sql(
+        "SELECT count(DISTINCT lease_until) || ' ' || count(*) FROM \
+         (SELECT lease_until FROM claims WHERE ended_at IS NULL \
+          UNION ALL SELECT lease_until FROM workers WHERE stopped_at IS NULL) x",
+    );
+    let out = drain.wait_with_output().unwrap();
+    assert_ok(&out, "drain --jobs 3");
+    assert_eq!(
+        ends, "1 6",
+        "distinct lease ends, then rows (3 workers, 3 claims)"
+    );
+}
