@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The full test suite, as the README's Quick start and CI run it.
-# First it checks formatting (cargo fmt --check). Then, while the lints run
-# (cargo clippy --all-targets -D warnings, with the [lints] of Cargo.toml, in
-# the background) and after them the build of the test targets (cargo test
-# --no-run --tests, the build nextest runs), it installs or starts what the
-# tests need (mostly downloads, which wait on the network, not the CPU):
+# First it checks formatting (cargo fmt --check). Then, while one build
+# compiles every target and lints it (cargo test --no-run --all-targets with
+# clippy as this crate's compiler and -D warnings, with the [lints] of
+# Cargo.toml, in the background; see "One build" below), it installs or
+# starts what the tests need (mostly downloads, which wait on the network,
+# not the CPU):
 #   - cargo-nextest, which runs the tests (each in a process of its own,
 #     timed): its prebuilt binary, else built with cargo install;
 #   - the PostgreSQL server binaries (initdb, pg_ctl), for the embedded-cluster tests;
@@ -52,25 +53,34 @@ if [ -n "$free_mb" ] && [ "$free_mb" -lt 3072 ]; then
   echo "== warning: only ${free_mb} MB free under $root/target; the build may run out of space" >&2
 fi
 
-# The lints, then the build of the test targets, run in the background while
-# the rest of the set-up (mostly downloads and installs) goes on: on a clean
-# clone the build is most of the run, and the downloads need little CPU.
-# One cargo at a time holds the build directory, so the build follows the
-# lints (and starts only if they pass). Their output is shown when the
-# set-up is done.
-echo "== cargo clippy --all-targets -- -D warnings, then cargo test --no-run --tests (in the background; the output follows the set-up)"
+# One build: the lints and the test build are one compilation. `cargo
+# clippy` is `cargo check` with clippy-driver as the workspace's compiler;
+# run beside a test build it would compile every dependency twice (once as
+# metadata for the lints, once as code for the tests), the longest part of
+# a clean clone's run. Here clippy-driver (rustc with clippy's lints) is the
+# workspace's compiler for the test build itself (RUSTC_WORKSPACE_WRAPPER;
+# CLIPPY_ARGS carries `-D warnings` as `cargo clippy -- -D warnings` would),
+# so the dependencies are compiled once, by rustc, and this crate's every
+# target (lib, bin, tests, examples: clippy's --all-targets) is linted while
+# it is built. The same variables stay set for nextest below, so its own
+# build step finds everything fresh. (A later plain `cargo nextest run`
+# recompiles this crate, not its dependencies.)
+# The build runs in the background while the rest of the set-up (mostly
+# downloads and installs) goes on; its output is shown when the set-up is
+# done.
+RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS=-Dwarnings
+echo "== cargo test --no-run --all-targets, linted by clippy -D warnings (in the background; the output follows the set-up)"
 clippy_log=$(mktemp /tmp/nightshift-clippy.XXXXXX)
-build_log=$(mktemp /tmp/nightshift-build.XXXXXX)
 (
-  cargo clippy --all-targets -- -D warnings >"$clippy_log" 2>&1 || exit 3
-  cargo test --no-run --tests >"$build_log" 2>&1
+  cargo test --no-run --all-targets >"$clippy_log" 2>&1 || exit 3
 ) &
 clippy_pid=$!
 pgdir=
 as=()
 cleanup() {
   [ -n "$clippy_pid" ] && kill "$clippy_pid" 2>/dev/null
-  rm -f "$clippy_log" "$build_log"
+  rm -f "$clippy_log"
   if [ -n "$pgdir" ]; then
     "${as[@]}" "$bindir/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true
     rm -rf "$pgdir"
@@ -81,14 +91,12 @@ finish_clippy() {
   local status=0
   wait "$clippy_pid" || status=$?
   clippy_pid=
-  echo "== cargo clippy --all-targets -- -D warnings: done"
-  cat "$clippy_log"
-  if [ "$status" = 3 ]; then
-    echo "tests/run.sh: clippy or the compiler warns (above; the lints are set in Cargo.toml [lints]): fix the code, or argue for a lint change in Cargo.toml" >&2
+  echo "== cargo test --no-run --all-targets (linted): $([ "$status" = 0 ] && echo done || echo failed)"
+  grep -v '^\s*\(Compiling\|Checking\|Downloaded\|Downloading\) ' "$clippy_log" || true
+  if [ "$status" != 0 ]; then
+    echo "tests/run.sh: the build failed, or clippy or the compiler warns (above; the lints are set in Cargo.toml [lints]): fix the code, or argue for a lint change in Cargo.toml" >&2
     exit 1
   fi
-  # A failed build is shown again, in full, by cargo nextest below.
-  echo "== cargo test --no-run --tests: $([ "$status" = 0 ] && echo done || echo failed)"
 }
 
 # cargo-nextest runs the tests (each in a process of its own, with its time).

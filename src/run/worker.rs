@@ -107,7 +107,15 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
             crew.stop_with(status.0, status.1);
             return Ok(());
         }
+        let asked = std::time::Instant::now();
         let claimed = night.db(|| queue::claim(pool, run, id, lease)).await?;
+        if let Some(c) = &claimed {
+            // The claim's latency as this worker saw it (a connection from
+            // the pool, then the claim's transaction): the run log's
+            // `claim_ms`, which examples/bench_workers reads.
+            let claim_ms = asked.elapsed().as_secs_f64() * 1000.0;
+            tracing::info!(item = %c.item_key, attempt = c.attempt, claim_ms, "claimed");
+        }
         let Some(claim) = claimed else {
             if night.db(|| queue::pending(pool, run)).await? == 0 {
                 return Ok(());

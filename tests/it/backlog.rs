@@ -40,6 +40,15 @@ fn problem_lines(b: &Backlog) -> Vec<(usize, String)> {
         .collect()
 }
 
+/// Asserts that `b`'s problems stand on `lines` (in order); returns them
+/// with their messages.
+fn problems_at(b: &Backlog, lines: &[usize]) -> Vec<(usize, String)> {
+    let got = problem_lines(b);
+    let at: Vec<usize> = got.iter().map(|(l, _)| *l).collect();
+    assert_eq!(at, lines, "{got:#?}");
+    got
+}
+
 // ---- the real backlog -------------------------------------------------------
 
 #[test]
@@ -497,9 +506,7 @@ fn every_problem_kind_has_its_line_and_a_hint() {
   rounds: 3
 ";
     let b = parse(text);
-    let got = problem_lines(&b);
-    let lines: Vec<usize> = got.iter().map(|(l, _)| *l).collect();
-    assert_eq!(lines, [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15], "{got:#?}");
+    let got = problems_at(&b, &[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15]);
     let msg = |line: usize| {
         got.iter()
             .find(|(l, _)| *l == line)
@@ -900,12 +907,7 @@ fn front_matter_hiding_an_item_or_a_detail_is_a_problem() {
         "---\ntitle: x\nverify: npm test\n- [ ] hidden item\n- [x] hidden done item\n---\n- [ ] a\n",
     );
     assert_eq!(titles(&b), ["a"]);
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [3, 4],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[3, 4]);
     assert!(
         got[0]
             .1
@@ -1141,12 +1143,7 @@ fn rounds_and_timeout_values() {
         item(&b, "d").details.timeout,
         Some((Duration::from_secs(2700), 11))
     );
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [5, 6, 8, 9, 12, 14],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[5, 6, 8, 9, 12, 14]);
     assert_eq!(
         got[0].1,
         "`rounds: three` is not a whole number — write e.g. `rounds: 2`"
@@ -1193,13 +1190,7 @@ fn malformed_details_of_done_items_are_not_problems() {
   timeout: 90
 ";
     let b = parse(text);
-    assert_eq!(
-        problem_lines(&b)
-            .iter()
-            .map(|(l, _)| *l)
-            .collect::<Vec<_>>(),
-        [6]
-    );
+    problems_at(&b, &[6]);
     // Its well-formed details are still read.
     assert_eq!(b.items[0].details.lines.len(), 2);
 }
@@ -1208,15 +1199,7 @@ fn malformed_details_of_done_items_are_not_problems() {
 fn an_open_item_struck_through_is_a_problem() {
     let text = "- [ ] ~~dropped idea~~\n- [x] ~~done and struck~~\n- [ ] ~~old~~ new wording\n- [ ] ~~a~~ and ~~b~~\n";
     let b = parse(text);
-    assert_eq!(
-        problem_lines(&b)
-            .iter()
-            .map(|(l, _)| *l)
-            .collect::<Vec<_>>(),
-        [1],
-        "{:?}",
-        b.problems
-    );
+    problems_at(&b, &[1]);
     assert!(b.problems[0].message.contains("`[-]`"), "{}", b.problems[0]);
 }
 
@@ -1256,12 +1239,7 @@ question: is this still wanted?
 accept: a lazy continuation belongs to the item
 ";
     let b = parse(text);
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [3, 7, 8, 11, 13],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[3, 7, 8, 11, 13]);
     assert!(
         got[0]
             .1
@@ -1343,12 +1321,7 @@ Some paragraph
 ";
     let b = parse(text);
     assert_eq!(titles(&b), ["the only item"]);
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [3, 4, 5, 6, 7, 8, 9, 10, 13],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[3, 4, 5, 6, 7, 8, 9, 10, 13]);
     let msg = |n: usize| got.iter().find(|(l, _)| *l == n).unwrap().1.as_str();
     assert!(msg(3).starts_with("empty brackets `[]`"), "{}", msg(3));
     assert!(msg(4).contains("U+3000"), "{}", msg(4));
@@ -1392,12 +1365,7 @@ fn typographic_and_full_width_markers_are_problems() {
 ";
     let b = parse(text);
     assert_eq!(titles(&b), ["real"]);
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [3, 4, 5, 6, 7, 8, 9, 10],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[3, 4, 5, 6, 7, 8, 9, 10]);
     assert!(
         got[0].1.starts_with("`• [ ]` is written with full-width"),
         "{}",
@@ -1493,12 +1461,7 @@ Text with a footnote[^1].
 #[test]
 fn an_empty_title_is_one_problem_per_item() {
     let b = parse("- [ ] \n\n- [ ]\n- [x]\n");
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [1, 3],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[1, 3]);
     assert!(got.iter().all(|(_, m)| m.contains("without a title")));
 }
 
@@ -1517,12 +1480,7 @@ fn duplicate_titles_say_what_the_key_is() {
 #[test]
 fn control_characters_are_problems() {
     let b = parse("- [ ] \u{1b}[2Jclear screen\n- [ ] form\u{c}feed\n- [ ] tab\tis fine\n");
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [1, 2],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[1, 2]);
     assert!(got[0].1.contains("U+001B"), "{}", got[0].1);
 }
 
@@ -1785,12 +1743,7 @@ fn a_list_marker_glued_to_the_box_is_a_problem() {
 ";
     let b = parse(text);
     assert_eq!(titles(&b), ["real"]);
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [3, 5, 7, 9, 11, 16, 17, 18],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[3, 5, 7, 9, 11, 16, 17, 18]);
     assert!(
         got[0]
             .1
@@ -1886,12 +1839,7 @@ fn a_heading_with_a_box_is_a_problem() {
     let text = "## [ ] Add login\n\nDetails.\n\n[ ] setext task\n---\n\n### [x] done heading\n\n## Real\n\n- [ ] real\n";
     let b = parse(text);
     assert_eq!(titles(&b), ["real"]);
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [1, 5],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[1, 5]);
     assert!(
         got[0].1.contains("write it as a list item, `- [ ] title`"),
         "{}",
@@ -1920,12 +1868,7 @@ fn keywords_in_emphasis_are_read_and_in_code_spans_are_problems() {
     assert_eq!(d.accept, ["the whole line is bold"]);
     assert_eq!(d.verify, ["make check"]);
     assert_eq!(d.rounds, Some((2, 4)));
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [5, 6, 7],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[5, 6, 7]);
     assert!(
         got[0]
             .1
@@ -2179,12 +2122,7 @@ fn details_indented_less_than_an_ordered_items_text_are_problems() {
     assert_eq!(titles(&b), ["a", "b"]);
     assert!(b.items[0].details.accept.is_empty());
     assert_eq!(b.items[1].details.accept, ["lazy text of b is read"]);
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [2],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[2]);
     assert!(got[0].1.contains("3 under `1. `"), "{}", got[0].1);
 }
 
@@ -2197,12 +2135,7 @@ fn a_box_continuing_a_block_quote_is_a_problem() {
         "> rule\n-[ ] glued\n\n> rule two\n[ ] bare\n> - [ ] quoted on purpose\n\n- [ ] real\n";
     let b = parse(text);
     assert_eq!(titles(&b), ["real"]);
-    let got = problem_lines(&b);
-    assert_eq!(
-        got.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
-        [2, 5],
-        "{got:#?}"
-    );
+    let got = problems_at(&b, &[2, 5]);
     assert!(
         got[0].1.contains("more of the block quote on line 1"),
         "{}",

@@ -985,44 +985,25 @@ async fn crash_and_resume(phase: Phase) {
     assert_eq!(gh.prs().len(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn resume_after_kill_before_the_agent() {
-    crash_and_resume(Phase::BeforeAgent).await;
+/// One test per phase a drain is killed in (`crash_and_resume`).
+macro_rules! killed_in {
+    ($($name:ident => $phase:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $name() {
+            crash_and_resume(Phase::$phase).await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn resume_after_kill_during_the_agent() {
-    crash_and_resume(Phase::DuringAgent).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn resume_after_kill_after_the_gate() {
-    crash_and_resume(Phase::AfterGate).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn resume_after_kill_after_the_commit() {
-    crash_and_resume(Phase::AfterCommit).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn resume_after_kill_after_the_push() {
-    crash_and_resume(Phase::AfterPush).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn resume_after_kill_while_github_creates_the_pr() {
-    crash_and_resume(Phase::DuringPrCreate).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn resume_after_kill_after_the_pr_was_created() {
-    crash_and_resume(Phase::AfterPrCreate).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn resume_opens_the_pr_of_a_pr_failed_item() {
-    crash_and_resume(Phase::AfterPrFailed).await;
+killed_in! {
+    resume_after_kill_before_the_agent => BeforeAgent,
+    resume_after_kill_during_the_agent => DuringAgent,
+    resume_after_kill_after_the_gate => AfterGate,
+    resume_after_kill_after_the_commit => AfterCommit,
+    resume_after_kill_after_the_push => AfterPush,
+    resume_after_kill_while_github_creates_the_pr => DuringPrCreate,
+    resume_after_kill_after_the_pr_was_created => AfterPrCreate,
+    resume_opens_the_pr_of_a_pr_failed_item => AfterPrFailed,
 }
 
 #[test]
