@@ -284,9 +284,17 @@ async fn run_to_resume(
         return Ok((to_resume, false));
     };
     let approval = crate::approval::by_id(pool, aid).await?;
-    let resumable = approval
-        .as_ref()
-        .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, Utc::now()));
+    // As `drain` checks a run before it resumes it: a run whose binding to
+    // its approval does not verify (its plan or approval changed in the
+    // ledger, docs/contract.md#binding) is not offered for a resume.
+    let bound = match &to_resume {
+        Some(r) => crate::approval::binding::verify(pool, r).await?.is_ok(),
+        None => false,
+    };
+    let resumable = bound
+        && approval
+            .as_ref()
+            .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, Utc::now()));
     let key_lost = !resumable
         && approval.as_ref().is_some_and(|a| {
             a.plan_sha.is_some()

@@ -211,6 +211,13 @@ async fn replayed_onto_a_live_run(target: Target, field: &str) {
             "the drain's refusal names {want}: {said}"
         );
     }
+    // `status` does not offer it for a resume either.
+    let status = f.run(&["status", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(
+        json["resumable_run_id"].is_null(),
+        "status offers the run whose binding does not verify: {json}"
+    );
     // Nothing of the old plan ran, and no row was lost.
     assert!(
         !f.agents.join(MARK).exists(),
