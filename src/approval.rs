@@ -591,8 +591,11 @@ pub async fn give(
     key: &Key,
 ) -> sqlx::Result<Approval> {
     use chrono::SubsecRound;
-    // The ledger keeps microseconds: sign what it will give back.
-    let now = Utc::now().trunc_subsecs(6);
+    // An approval's 24 h are the ledger server's, as every host that uses
+    // or resumes under it judges them (docs/workers.md#what-clocks-must-agree);
+    // the ledger keeps microseconds: sign what it will give back.
+    let (_, server) = crate::queue::sync_clock(pool).await?;
+    let now = server.trunc_subsecs(6);
     let mut a = Approval {
         id: Uuid::new_v4(),
         plan_sha: (!is_contract).then(|| sha.to_string()),

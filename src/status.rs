@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use crate::error::Result;
 use crate::ledger::runs::{self, RunRow};
@@ -41,6 +41,8 @@ pub struct Status {
     /// Server connections nightshift processes hold on the ledger, per
     /// host (docs/workers.md#connections), while a run is running.
     connections: Vec<(String, i64)>,
+    /// When `status` looked, by the ledger server's clock (UTC).
+    now: DateTime<Utc>,
 }
 
 impl Status {
@@ -51,6 +53,10 @@ impl Status {
     /// # Errors
     /// Database errors.
     pub async fn load(pool: &sqlx::PgPool, repo: &str, key_path: PathBuf) -> Result<Status> {
+        // Every time `status` judges (a resume's 24 h, an approval's
+        // expiry) is the ledger server's, as the drain judges it
+        // (docs/workers.md#what-clocks-must-agree).
+        let (_, now) = crate::queue::sync_clock(pool).await?;
         let row = runs::run_row(pool, repo, None).await?;
         let running_here = |r: &RunRow| r.status == RunStatus::Running;
         let dead = row.clone().filter(|r| running_here(r) && died_here(r));
@@ -58,7 +64,7 @@ impl Status {
         let tz = running.as_ref().map_or(chrono_tz::UTC, RunRow::zone);
         let current_item = current_item(pool, running.as_ref()).await?;
         let (to_resume, key_lost) = match (&running, &dead) {
-            (None, None) => run_to_resume(pool, repo, row.as_ref()).await?,
+            (None, None) => run_to_resume(pool, repo, row.as_ref(), now).await?,
             _ => (None, false),
         };
         let workers = match &running {
@@ -91,6 +97,7 @@ impl Status {
             ended,
             pending,
             connections,
+            now,
         })
     }
 
@@ -213,7 +220,7 @@ impl Status {
             "pid": running.and_then(|r| r.pid),
             "workers": self.workers,
             "connections": self.connections.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
-            "now": Utc::now(),
+            "now": self.now,
             "text": text,
         })
     }
@@ -276,6 +283,7 @@ async fn run_to_resume(
     pool: &sqlx::PgPool,
     id: &str,
     newest: Option<&RunRow>,
+    now: DateTime<Utc>,
 ) -> Result<(Option<RunRow>, bool)> {
     let to_resume = runs::resumable_run(pool, id)
         .await?
@@ -294,12 +302,10 @@ async fn run_to_resume(
     let resumable = bound
         && approval
             .as_ref()
-            .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, Utc::now()));
+            .is_some_and(|a| a.plan_sha.is_some() && crate::approval::may_resume(a, now));
     let key_lost = !resumable
         && approval.as_ref().is_some_and(|a| {
-            a.plan_sha.is_some()
-                && Utc::now() < a.expires_at
-                && crate::approval::check_signed(a).is_err()
+            a.plan_sha.is_some() && now < a.expires_at && crate::approval::check_signed(a).is_err()
         });
     if !resumable && !key_lost {
         return Ok((None, false));

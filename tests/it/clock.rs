@@ -16,7 +16,7 @@ use crate::ops::{db_down, db_up, one_pr_per_item, stall, two_items, wait_ready, 
 use crate::workers::{claims_per_item, finish, second_host, share_key, spawn_drain, words};
 
 use common::bg::{Bg, approve, kill_stalled, outcomes, release, stall_snippet, wait_until};
-use common::{Fixture, text};
+use common::{Fixture, assert_ok, text};
 
 /// Waits (at most `secs`) until the ledger query `q` answers something
 /// other than empty, `0` or `f`.
@@ -394,5 +394,40 @@ fn doctor_names_a_host_clock_that_is_off_the_servers() {
     assert!(
         off.starts_with("warn clock") && off.contains("2h 0m ahead of the ledger server's"),
         "{off}"
+    );
+}
+
+/// An approval's 24 hours are the ledger server's (issue 22, one clock):
+/// `approve` on a host whose clock is two hours behind records its
+/// creation and expiry by the server's clock, and `status` judges a
+/// crashed run's resume by the server's clock too (its `now`).
+#[test]
+fn an_approval_given_on_a_host_two_hours_behind_keeps_the_servers_time() {
+    let f = Fixture::new();
+    two_items(&f);
+    let sha = f.plan_sha();
+    let out = faked(&f, "-2h").args(["approve", &sha]).output().unwrap();
+    assert_ok(&out, "approve under a clock two hours behind");
+    let off = f.db.sql(
+        "SELECT round(extract(epoch FROM now() - created_at)) || ' ' || \
+                round(extract(epoch FROM expires_at - created_at) / 3600) FROM approvals",
+    );
+    let (age, hours) = off.split_once(' ').unwrap();
+    let age: f64 = age.parse().unwrap();
+    assert!(
+        (0.0..60.0).contains(&age),
+        "the approval was created {age} s before the server's now (host clock: -2h)"
+    );
+    assert_eq!(hours, "24");
+    let status = faked(&f, "-2h")
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let now: chrono::DateTime<chrono::Utc> = json["now"].as_str().unwrap().parse().unwrap();
+    let drift = (chrono::Utc::now() - now).num_seconds().abs();
+    assert!(
+        drift < 60,
+        "status's now is {drift} s off the server's: {json}"
     );
 }
