@@ -36,6 +36,7 @@ pub mod review;
 pub mod run;
 pub mod schedule;
 pub mod secret;
+pub mod serve;
 pub mod settings;
 pub mod slot;
 pub mod snapshot;

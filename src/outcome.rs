@@ -357,6 +357,22 @@ text_set! {
         WorkerJoined => "worker_joined",
         /// A worker left the run.
         WorkerLeft => "worker_left",
+        /// A worker's heartbeat extended its lease (docs/workers.md#leases).
+        WorkerBeat => "worker_beat",
+        /// A worker (or the run) started an item's attempt.
+        ItemStarted => "item_started",
+        /// A round of an item began.
+        RoundStarted => "round_started",
+        /// The run moved to another phase of an item (`runs.phase`).
+        PhaseChanged => "phase",
+        /// A gate or setup command ran, with its exit code.
+        GateRan => "gate_ran",
+        /// The reviewer's verdict on a round.
+        Reviewed => "reviewed",
+        /// The run sleeps at an agent's usage limit until a reset.
+        Sleeping => "sleeping",
+        /// The run ended with its status and exit code.
+        RunFinished => "run_finished",
         /// A drain or run refused to start (no usable approval, a missing
         /// agent): nothing ran.
         Refused => "refused",

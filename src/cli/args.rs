@@ -46,7 +46,15 @@ pub enum Command {
         sha: String,
     },
     /// Run every item of an approved plan, in backlog order, until done or the deadline.
-    Drain(RunArgs),
+    Drain {
+        #[command(flatten)]
+        args: RunArgs,
+        /// Also serve the live board (as `nightshift serve`) at ADDR while
+        /// the drain runs (default 127.0.0.1:7420), on its own task and
+        /// its own small pool.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::serve::DEFAULT_LISTEN)]
+        serve: Option<String>,
+    },
     /// Run one item (default: the first open one), one PR, then stop.
     Run {
         /// Index as `plan` shows it, a text fragment matching exactly one
@@ -98,6 +106,19 @@ pub enum Command {
             requires = "history"
         )]
         since: String,
+    },
+    /// Serve the live board of this repository's night over HTTP, read from
+    /// the ledger (docs/serve.md): workers, queue, deadline, finished items,
+    /// what needs you; an event stream and the state as JSON.
+    Serve {
+        /// Address to listen on, HOST:PORT (default 127.0.0.1:7420; any
+        /// other than loopback needs the token printed at start-up).
+        #[arg(long, value_name = "ADDR", default_value = crate::serve::DEFAULT_LISTEN)]
+        listen: String,
+        /// The run to show: its id or a prefix of 4+ hex digits (default:
+        /// the newest run, whichever it is now).
+        #[arg(long, value_name = "ID")]
+        run: Option<String>,
     },
     /// What is running now: item, round, phase, or the usage-limit sleep.
     Status {

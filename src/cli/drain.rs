@@ -25,7 +25,18 @@ pub(crate) async fn drain(
     item: Option<Option<String>>,
     startup: &Startup,
 ) -> Result<()> {
-    drain_with(cli, args, item, startup, None).await
+    drain_with(cli, args, item, startup, None, None).await
+}
+
+/// `drain [--serve [ADDR]]`: with `--serve`, the board is served on its own
+/// task and pool while the drain runs (docs/serve.md).
+pub(crate) async fn drain_serving(
+    cli: &Cli,
+    args: &RunArgs,
+    serve: Option<&str>,
+    startup: &Startup,
+) -> Result<()> {
+    drain_with(cli, args, None, startup, None, serve).await
 }
 
 /// One fire of `schedule`: a `drain` that records `not_approved` for the
@@ -38,7 +49,7 @@ pub(crate) async fn drain_scheduled(
     startup: &Startup,
     stop: &CancellationToken,
 ) -> Result<()> {
-    drain_with(cli, args, None, startup, Some(stop)).await
+    drain_with(cli, args, None, startup, Some(stop), None).await
 }
 
 /// `schedule_stop`: the schedule's token when this drain is one of its fires.
@@ -54,6 +65,7 @@ async fn drain_with(
     item: Option<Option<String>>,
     startup: &Startup,
     schedule_stop: Option<&CancellationToken>,
+    serve: Option<&str>,
 ) -> Result<()> {
     let flags = Flags {
         location: location(cli),
@@ -66,6 +78,12 @@ async fn drain_with(
     };
     let mut req = Request::resolve(&flags)?;
     let held = Held::take(&req).await?;
+    // The board is bound before anything runs: an address in use stops
+    // the drain here; after that it never waits on the night or stops it.
+    let _board = match serve {
+        Some(listen) => Some(super::serve::spawn_beside(cli, listen).await?),
+        None => None,
+    };
     req.reclock()?;
     // `run '#N'` names a PR: its card, as it is now, is what is approved.
     if let Selection::Pr(n) = req.selection {

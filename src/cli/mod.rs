@@ -16,6 +16,7 @@ mod plan;
 mod progress;
 mod report;
 mod schedule;
+mod serve;
 mod sync;
 
 use std::path::Path;
@@ -49,7 +50,7 @@ pub fn main(startup: Startup) -> std::process::ExitCode {
     }
     // A run keeps its tracing events as JSON lines, one file per run.
     let run_log = match cli.command {
-        Command::Drain(_) | Command::Run { .. } | Command::Worker { .. } => {
+        Command::Drain { .. } | Command::Run { .. } | Command::Worker { .. } => {
             match progress::open_run_log(&progress::log_dir()) {
                 Ok((path, file)) => {
                     let _ = progress::RUN_LOG.set(path);
@@ -125,7 +126,9 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
         Command::Init => init::run(&cli),
         Command::Plan { json } => plan::plan(&cli, *json, &startup).await,
         Command::Approve { sha } => plan::approve(&cli, sha).await,
-        Command::Drain(args) => drain::drain(&cli, args, None, &startup).await,
+        Command::Drain { args, serve } => {
+            drain::drain_serving(&cli, args, serve.as_deref(), &startup).await
+        }
         Command::Run { item, args } => drain::drain(&cli, args, Some(item.clone()), &startup).await,
         Command::Worker { jobs } => drain::worker(&cli, *jobs, &startup).await,
         Command::Schedule {
@@ -174,6 +177,7 @@ async fn dispatch(cli: Cli, startup: Startup) -> Result<()> {
             .await
         }
         Command::Status { json } => report::status(&cli, *json).await,
+        Command::Serve { listen, run } => serve::serve(&cli, listen, run.as_deref()).await,
         Command::Sync => sync::sync(&cli, &startup).await,
         Command::Doctor => doctor::doctor(&cli, &startup).await,
         Command::Notify { test } => notify::notify_test(&cli, *test, &startup).await,

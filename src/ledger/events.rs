@@ -1,9 +1,12 @@
-//! The `events` table (docs/ledger.md#tables): the append-only event log, and
-//! the branches a run pushed as its `pushed` events name them. Not what an
-//! event means to the run.
+//! The `events` table (docs/ledger.md#tables): the append-only event log,
+//! its commit sequence and notifications (docs/serve.md#events), its
+//! pruning, and the branches a run pushed as its `pushed` events name them.
+//! Not what an event means to the run.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::postgres::PgListener;
+use sqlx::{Connection, PgExecutor, PgPool};
 use uuid::Uuid;
 
 use super::text::{Result, pgj};
@@ -84,4 +87,85 @@ pub async fn pushed_in_run(pool: &PgPool, repo: &str, run: Uuid) -> Result<Vec<O
                 .collect(),
         })
         .collect())
+}
+
+/// The channel every committed event is announced on, its payload only the
+/// event's commit sequence number (migration `0024_event_seq.sql`).
+pub const CHANNEL: &str = "nightshift_events";
+
+/// One event as a reader of the log sees it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
+pub struct EventRow {
+    /// Its number in commit order: from 1, without gaps, an event committed
+    /// later has a larger one.
+    pub seq: i64,
+    /// When it was written (server clock).
+    pub at: DateTime<Utc>,
+    /// The run that wrote it, if any.
+    pub run_id: Option<Uuid>,
+    /// Its kind (`outcome::Event`'s words, and `run_finished`).
+    pub kind: String,
+    /// What it says; text in it is masked as every row is.
+    pub data: Value,
+}
+
+/// The committed events numbered after `after`, oldest first, at most
+/// `limit` of them.
+///
+/// # Errors
+/// Database errors.
+pub async fn after(pool: &PgPool, after: i64, limit: i64) -> Result<Vec<EventRow>> {
+    sqlx::query_as(
+        "SELECT commit_seq AS seq, at, run_id, kind, data FROM events \
+         WHERE commit_seq > $1 ORDER BY commit_seq LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The number of the last committed event (0 when none was).
+///
+/// # Errors
+/// Database errors.
+pub async fn last(pool: &PgPool) -> Result<i64> {
+    sqlx::query_scalar("SELECT last FROM event_counter")
+        .fetch_one(pool)
+        .await
+}
+
+/// A listener on [`CHANNEL`] through `pool`'s connection options. A
+/// notification names only a number: after a reconnect (when notifications
+/// were lost) the reader reads the log again from its last number.
+///
+/// # Errors
+/// Database errors.
+pub async fn listen(pool: &PgPool) -> Result<PgListener> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Deletes the events older than `days` days, except those of a run still
+/// marked `running` (its events stay while it is live); returns how many.
+///
+/// # Errors
+/// Database errors.
+pub async fn prune(pool: &PgPool, days: u32) -> Result<u64> {
+    let mut c = pool.acquire().await?;
+    let mut tx = c.begin().await?;
+    sqlx::query("SELECT set_config('nightshift.prune_events', 'on', true)")
+        .execute(&mut *tx)
+        .await?;
+    let gone = sqlx::query(
+        "DELETE FROM events e WHERE e.at < now() - make_interval(days => $1) \
+         AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id AND r.status = 'running')",
+    )
+    .bind(days as i32)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    tx.commit().await?;
+    Ok(gone)
 }

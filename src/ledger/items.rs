@@ -8,7 +8,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{FromRow, PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
-use crate::outcome::{Outcome, RunStatus};
+use crate::outcome::{Event, Outcome, RunStatus};
 
 use super::text::{Result, pg, pgo};
 
@@ -41,8 +41,10 @@ pub async fn start_row(
     worker: Option<&str>,
 ) -> Result<i64> {
     sqlx::query_scalar(
-        "INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, started_at, worker) VALUES ($1, $2, $3, $4, $5, now(), $6) \
-         ON CONFLICT (run_id, item_key) DO UPDATE SET started_at = now(), worker = $6, outcome = NULL, ended_at = NULL RETURNING id",
+        "WITH r AS (INSERT INTO run_items (run_id, item_key, contract_sha, item_index, title, started_at, worker) VALUES ($1, $2, $3, $4, $5, now(), $6) \
+         ON CONFLICT (run_id, item_key) DO UPDATE SET started_at = now(), worker = $6, outcome = NULL, ended_at = NULL RETURNING id), \
+         e AS (INSERT INTO events (run_id, kind, data) SELECT $1, $7, jsonb_build_object('item_id', id, 'key', $2::text, 'index', $4::int, 'title', $5::text, 'worker', $6::text) FROM r) \
+         SELECT id FROM r",
     )
     .bind(run)
     .bind(row.key)
@@ -50,6 +52,7 @@ pub async fn start_row(
     .bind(row.index as i32)
     .bind(pg(row.title))
     .bind(worker)
+    .bind(Event::ItemStarted.as_str())
     .fetch_one(db)
     .await
 }

@@ -11,6 +11,7 @@
 //! [`history`] and [`timeline`].
 
 pub mod approvals;
+pub mod board;
 pub mod claims;
 pub mod embedded;
 pub mod events;
@@ -350,6 +351,15 @@ impl Ledger {
     /// As [`Ledger::connect`].
     pub async fn connect_serial(src: &DbSource) -> Result<Ledger, LedgerError> {
         Ledger::connect_sized(src, CONNECT_TIMEOUT, 1).await
+    }
+
+    /// As [`Ledger::connect`] with a pool of at most `size` connections:
+    /// a board beside a drain (`drain --serve`) keeps its own small pool.
+    ///
+    /// # Errors
+    /// As [`Ledger::connect`].
+    pub async fn connect_pool(src: &DbSource, size: u32) -> Result<Ledger, LedgerError> {
+        Ledger::connect_sized(src, CONNECT_TIMEOUT, size.max(1)).await
     }
 
     async fn connect_sized(

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use sqlx::{PgExecutor, PgPool};
 use uuid::Uuid;
 
-use crate::outcome::{Outcome, RoundResult};
+use crate::outcome::{Event, Outcome, RoundResult};
 
 use super::text::{Result, pg, pgj};
 
@@ -23,11 +23,15 @@ pub async fn start_round(
     n: u32,
 ) -> Result<i64> {
     sqlx::query_scalar(
-        "INSERT INTO rounds (run_item_id, attempt, n, started_at) VALUES ($1, $2, $3, now()) RETURNING id",
+        "WITH r AS (INSERT INTO rounds (run_item_id, attempt, n, started_at) VALUES ($1, $2, $3, now()) RETURNING id), \
+         e AS (INSERT INTO events (run_id, kind, data) SELECT i.run_id, $4, jsonb_build_object('item_id', i.id, 'key', i.item_key, 'round_id', r.id, 'round', $3::int, 'attempt', $2::int) \
+               FROM r, run_items i WHERE i.id = $1) \
+         SELECT id FROM r",
     )
     .bind(item_id)
     .bind(attempt.max(1) as i32)
     .bind(n as i32)
+    .bind(Event::RoundStarted.as_str())
     .fetch_one(db)
     .await
 }
@@ -160,13 +164,19 @@ pub async fn record_gate_run(
     round_id: i64,
     g: &GateRunRow<'_>,
 ) -> Result<()> {
-    sqlx::query("INSERT INTO gate_runs (round_id, command, exit_code, timed_out, duration_ms, output_tail) VALUES ($1, $2, $3, $4, $5, $6)")
+    sqlx::query(
+        "WITH g AS (INSERT INTO gate_runs (round_id, command, exit_code, timed_out, duration_ms, output_tail) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id) \
+         INSERT INTO events (run_id, kind, data) SELECT i.run_id, $7, jsonb_build_object('item_id', i.id, 'key', i.item_key, 'round', r.n, 'gate_run_id', g.id, \
+           'command', $2::text, 'exit_code', $3::int, 'timed_out', $4::bool, 'duration_ms', $5::bigint) \
+         FROM g, rounds r JOIN run_items i ON i.id = r.run_item_id WHERE r.id = $1",
+    )
         .bind(round_id)
         .bind(pg(g.command))
         .bind(g.exit_code)
         .bind(g.timed_out)
         .bind(g.duration_ms as i64)
         .bind(pg(g.output_tail))
+        .bind(Event::GateRan.as_str())
         .execute(db)
         .await?;
     Ok(())
@@ -184,12 +194,16 @@ pub async fn record_review(
     void_reason: Option<&str>,
 ) -> Result<()> {
     sqlx::query(
-        "INSERT INTO reviews (round_id, verdict, findings, void_reason) VALUES ($1, $2, $3, $4)",
+        "WITH v AS (INSERT INTO reviews (round_id, verdict, findings, void_reason) VALUES ($1, $2, $3, $4) RETURNING id) \
+         INSERT INTO events (run_id, kind, data) SELECT i.run_id, $5, jsonb_build_object('item_id', i.id, 'key', i.item_key, 'round', r.n, 'review_id', v.id, \
+           'verdict', $2::text, 'findings', jsonb_array_length($3::jsonb), 'void_reason', $4::text) \
+         FROM v, rounds r JOIN run_items i ON i.id = r.run_item_id WHERE r.id = $1",
     )
     .bind(round_id)
     .bind(verdict)
     .bind(pgj(json!(findings)))
     .bind(void_reason.map(pg))
+    .bind(Event::Reviewed.as_str())
     .execute(db)
     .await?;
     Ok(())

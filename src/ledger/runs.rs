@@ -7,7 +7,7 @@ use serde_json::json;
 use sqlx::{FromRow, PgExecutor, PgPool};
 use uuid::Uuid;
 
-use crate::outcome::{Outcome, Phase, RunKind, RunStatus};
+use crate::outcome::{Event, Outcome, Phase, RunKind, RunStatus};
 
 use super::events::event;
 use super::text::Result;
@@ -370,11 +370,15 @@ pub async fn set_phase(
     item_key: Option<&str>,
     round: Option<u32>,
 ) -> Result<()> {
-    sqlx::query("UPDATE runs SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, heartbeat_at = now() WHERE id = $1")
+    sqlx::query(
+        "WITH u AS (UPDATE runs SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, heartbeat_at = now() WHERE id = $1 RETURNING id) \
+         INSERT INTO events (run_id, kind, data) SELECT id, $5, jsonb_build_object('phase', $2::text, 'key', $3::text, 'round', $4::int) FROM u",
+    )
         .bind(run)
         .bind(phase)
         .bind(item_key)
         .bind(round.map(|r| r as i32))
+        .bind(Event::PhaseChanged.as_str())
         .execute(db)
         .await?;
     Ok(())
@@ -390,7 +394,17 @@ pub async fn set_sleeping(
     until: DateTime<Utc>,
     agent: &str,
 ) -> Result<()> {
-    sqlx::query("UPDATE runs SET phase = $4, sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1").bind(run).bind(until).bind(agent).bind(Phase::Sleeping).execute(db).await?;
+    sqlx::query(
+        "WITH u AS (UPDATE runs SET phase = $4, sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1 RETURNING id) \
+         INSERT INTO events (run_id, kind, data) SELECT id, $5, jsonb_build_object('until', $2::timestamptz, 'agent', $3::text) FROM u",
+    )
+    .bind(run)
+    .bind(until)
+    .bind(agent)
+    .bind(Phase::Sleeping)
+    .bind(Event::Sleeping.as_str())
+    .execute(db)
+    .await?;
     Ok(())
 }
 
@@ -399,14 +413,17 @@ pub async fn set_sleeping(
 /// # Errors
 /// Database errors.
 pub async fn finish_run(pool: &PgPool, run: Uuid, status: RunStatus, exit_code: i32) -> Result<()> {
-    sqlx::query("UPDATE runs SET status = $2, exit_code = $3, ended_at = now(), phase = NULL, sleeping_until = NULL WHERE id = $1").bind(run).bind(status).bind(exit_code).execute(pool).await?;
-    event(
-        pool,
-        Some(run),
-        "run_finished",
-        json!({"status": status, "exit_code": exit_code}),
+    sqlx::query(
+        "WITH u AS (UPDATE runs SET status = $2, exit_code = $3, ended_at = now(), phase = NULL, sleeping_until = NULL WHERE id = $1 RETURNING id) \
+         INSERT INTO events (run_id, kind, data) SELECT id, $4, jsonb_build_object('status', $2::text, 'exit_code', $3::int) FROM u",
     )
-    .await
+    .bind(run)
+    .bind(status)
+    .bind(exit_code)
+    .bind(Event::RunFinished.as_str())
+    .execute(pool)
+    .await?;
+    Ok(())
 }
 
 /// The base commit of run `run`: the recorded one, else `proposed` is

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::outcome::Phase;
+use crate::outcome::{Event, Phase};
 
 use super::text::{Result, pg};
 
@@ -51,16 +51,18 @@ pub struct WorkerRow {
 /// Database errors.
 pub async fn join(pool: &PgPool, run: Uuid, who: WorkerName<'_>, lease: Duration) -> Result<()> {
     sqlx::query(
-        "INSERT INTO workers (id, run_id, host, pid, lease_until) \
+        "WITH w AS (INSERT INTO workers (id, run_id, host, pid, lease_until) \
          VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) \
          ON CONFLICT (id) DO UPDATE SET run_id = $2, started_at = now(), heartbeat_at = now(), \
-           lease_until = EXCLUDED.lease_until, item_key = NULL, round = NULL, phase = NULL, stopped_at = NULL",
+           lease_until = EXCLUDED.lease_until, item_key = NULL, round = NULL, phase = NULL, stopped_at = NULL RETURNING id) \
+         INSERT INTO events (run_id, kind, data) SELECT $2, $6, jsonb_build_object('worker', id, 'host', $3::text, 'pid', $4::int) FROM w",
     )
     .bind(who.name)
     .bind(run)
     .bind(who.host)
     .bind(who.pid as i32)
     .bind(lease.as_secs_f64())
+    .bind(Event::WorkerJoined.as_str())
     .execute(pool)
     .await?;
     Ok(())
@@ -82,14 +84,18 @@ pub async fn beat_process(
 ) -> Result<(Vec<i64>, DateTime<Utc>)> {
     sqlx::query_as(
         "WITH w AS (UPDATE workers SET heartbeat_at = now(), \
-                      lease_until = now() + make_interval(secs => $3) WHERE id = ANY($1)), \
+                      lease_until = now() + make_interval(secs => $3) WHERE id = ANY($1) \
+                      RETURNING id, run_id, lease_until), \
               c AS (UPDATE claims SET lease_until = now() + make_interval(secs => $3) \
-                      WHERE id = ANY($2) AND ended_at IS NULL AND lease_until > now() RETURNING id) \
+                      WHERE id = ANY($2) AND ended_at IS NULL AND lease_until > now() RETURNING id), \
+              e AS (INSERT INTO events (run_id, kind, data) \
+                      SELECT run_id, $4, jsonb_build_object('worker', id, 'lease_until', lease_until) FROM w) \
          SELECT coalesce(array_agg(c.id), '{}'::bigint[]), clock_timestamp() FROM c",
     )
     .bind(workers)
     .bind(claims)
     .bind(lease.as_secs_f64())
+    .bind(Event::WorkerBeat.as_str())
     .fetch_one(pool)
     .await
 }
@@ -100,9 +106,11 @@ pub async fn beat_process(
 /// Database errors.
 pub async fn leave(pool: &PgPool, name: &str) -> Result<()> {
     sqlx::query(
-        "UPDATE workers SET stopped_at = now(), item_key = NULL, phase = NULL WHERE id = $1",
+        "WITH w AS (UPDATE workers SET stopped_at = now(), item_key = NULL, phase = NULL WHERE id = $1 RETURNING id, run_id) \
+         INSERT INTO events (run_id, kind, data) SELECT run_id, $2, jsonb_build_object('worker', id) FROM w",
     )
     .bind(name)
+    .bind(Event::WorkerLeft.as_str())
     .execute(pool)
     .await?;
     Ok(())

@@ -28,6 +28,7 @@ pub fn page_path(repo: &std::path::Path, run: Uuid) -> std::path::PathBuf {
         .join(format!("{run}.html"))
 }
 
+pub mod board;
 mod body;
 
 pub use body::{Evidence, Overlap, RoundSummary, overlaps, pr_body};
