@@ -43,6 +43,7 @@ mod process;
 mod reap;
 mod review_work;
 mod schedule;
+mod serve;
 mod tend;
 mod workers;
 mod workers_more;

@@ -62,8 +62,9 @@
     body.dataset.seen = String(seen);
     body.dataset.conn = downSince ? 'down' : 'up';
     const where = downSince ? 'disconnected' : 'live';
+    const lanes = state && state.board ? state.board.lanes.length : 0;
     document.title = 'nightshift · ' + where + ' · #' + (last === null ? '-' : last) +
-      (gaps ? ' · ' + gaps + ' missed' : '') + ' · seen ' + seen;
+      (gaps ? ' · ' + gaps + ' missed' : '') + ' · seen ' + seen + ' · ' + lanes + ' workers';
   }
 
   function renderLanes(b) {
