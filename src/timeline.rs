@@ -364,6 +364,17 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 impl Timeline {
     /// The whole page: header, timeline, legend, items.
     pub fn to_html(&self) -> String {
+        self.page(None)
+    }
+
+    /// The whole page headed by the night's board (the view model the live
+    /// board draws, [`crate::report::board`]): its line of counts under the
+    /// title, so the morning page says what the board said at the end.
+    pub fn to_html_with(&self, board: &crate::report::board::Board) -> String {
+        self.page(Some(board))
+    }
+
+    fn page(&self, board: Option<&crate::report::board::Board>) -> String {
         let mut h = String::new();
         let title = format!("nightshift run {}", &self.run_id.to_string()[..8]);
         let _ = write!(
@@ -382,6 +393,9 @@ impl Timeline {
                 .map(|d| format!(" · deadline {}", self.local(d)))
                 .unwrap_or_default(),
         );
+        if let Some(b) = board {
+            let _ = write!(h, "<p class=\"counts\">{}</p>", esc(&b.headline));
+        }
         h.push_str(&self.svg());
         h.push_str("<div class=\"legend\">");
         for (class, word) in [

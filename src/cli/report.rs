@@ -172,7 +172,8 @@ pub(crate) async fn html(
     let Some(timeline) = crate::timeline::Timeline::load(&lg.pool, row.id).await? else {
         return Err(Error::argument(format!("no run {} in the ledger", row.id)));
     };
-    let page = crate::secret::redact_known(&timeline.to_html());
+    let board = crate::report::board::load(&lg.pool, &row).await?;
+    let page = crate::secret::redact_known(&timeline.to_html_with(&board));
     let path = match file {
         Some(f) if f.as_os_str() == "-" => {
             print!("{page}");

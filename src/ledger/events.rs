@@ -147,6 +147,9 @@ pub async fn listen(pool: &PgPool) -> Result<PgListener> {
     Ok(listener)
 }
 
+/// How many days events are kept ([`prune`]).
+pub const RETENTION_DAYS: u32 = 30;
+
 /// Deletes the events older than `days` days, except those of a run still
 /// marked `running` (its events stay while it is live); returns how many.
 ///

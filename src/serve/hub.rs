@@ -29,6 +29,8 @@ pub const POLL: Duration = Duration::from_secs(2);
 pub const STATE_EVERY: Duration = Duration::from_millis(250);
 /// Events read from the ledger in one query.
 pub const PAGE: i64 = 500;
+/// How often old events are pruned.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// How long the state may be served from the cache to `/api/state`.
 const STATE_FRESH: Duration = Duration::from_secs(1);
 
@@ -54,6 +56,7 @@ pub struct Hub {
     tx: broadcast::Sender<Frame>,
     last: Mutex<i64>,
     state: Mutex<Option<(Instant, Arc<Value>)>>,
+    building: tokio::sync::Mutex<()>,
     source: super::state::Source,
     changed: Notify,
     down_since: Mutex<Option<DateTime<Utc>>>,
@@ -73,6 +76,7 @@ impl Hub {
             tx,
             last: Mutex::new(last),
             state: Mutex::new(None),
+            building: tokio::sync::Mutex::new(()),
             source,
             changed: Notify::new(),
             down_since: Mutex::new(None),
@@ -100,14 +104,26 @@ impl Hub {
     /// # Errors
     /// Database errors.
     pub async fn state(&self) -> crate::error::Result<Arc<Value>> {
-        if let Some((at, v)) = self.state.lock().expect("hub lock").as_ref()
-            && at.elapsed() < STATE_FRESH
-        {
-            return Ok(v.clone());
+        if let Some(v) = self.fresh_state() {
+            return Ok(v);
+        }
+        // One build at a time: a crowd of clients connecting at once waits
+        // for one build instead of queueing theirs before the hub's reads.
+        let _building = self.building.lock().await;
+        if let Some(v) = self.fresh_state() {
+            return Ok(v);
         }
         let v = Arc::new(self.source.state(&self.pool, self.last()).await?);
         *self.state.lock().expect("hub lock") = Some((Instant::now(), v.clone()));
         Ok(v)
+    }
+
+    /// The cached state, if younger than [`STATE_FRESH`].
+    fn fresh_state(&self) -> Option<Arc<Value>> {
+        let cached = self.state.lock().expect("hub lock");
+        (cached.as_ref())
+            .filter(|(at, _)| at.elapsed() < STATE_FRESH)
+            .map(|(_, v)| v.clone())
     }
 
     /// The SSE frame of `state`.
@@ -121,9 +137,29 @@ impl Hub {
         Bytes::from(format!("id: {}\ndata: {data}\n\n", e.seq))
     }
 
+    /// Deletes events older than [`events::RETENTION_DAYS`] (never those of
+    /// a running run) now and every [`PRUNE_EVERY`], until `stop`.
+    async fn prune(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            match events::prune(&self.pool, events::RETENTION_DAYS).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    "serve: pruned {n} events older than {} days",
+                    events::RETENTION_DAYS
+                ),
+                Err(e) => tracing::warn!("serve: pruning old events failed: {e}"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(PRUNE_EVERY) => {}
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+
     /// Follows the ledger until `stop`: see the module's documentation.
     pub async fn follow(self: Arc<Self>, stop: CancellationToken) {
         let states = tokio::spawn(self.clone().keep_state(stop.clone()));
+        let pruning = tokio::spawn(self.clone().prune(stop.clone()));
         while !stop.is_cancelled() {
             let mut listener = match events::listen(&self.pool).await {
                 Ok(l) => l,
@@ -151,6 +187,7 @@ impl Hub {
             }
         }
         states.abort();
+        pruning.abort();
     }
 
     /// Reads and sends every event after the last one sent.

@@ -258,6 +258,14 @@ async fn every_state_change_reaches_the_stream_once_in_commit_order() {
             .starts_with("3 PRs · 0 failed")
     );
     assert_eq!(state["last_seq"], want.len() as i64);
+    // The morning page is headed by the same model's line.
+    let page = f.run(&["report", "--html", "-"]);
+    let headline = board["headline"].as_str().unwrap();
+    assert!(
+        text(&page).contains(&format!("<p class=\"counts\">{headline}</p>")),
+        "{}",
+        text(&page)
+    );
     // A start from the future, or garbage, is refused with a reason.
     let future = get(&server.addr, &format!("/events?after={}", want.len() + 5));
     assert_eq!(future.status, 400);
@@ -507,6 +515,20 @@ async fn the_board_in_chromium_follows_a_live_night_and_a_restart_of_serve() {
             .eval("new Set([...document.querySelectorAll('.lane')].map(l => l.dataset.pid)).size");
         hosts = hosts.max(pids.as_u64().unwrap_or(0));
         std::thread::sleep(Duration::from_millis(100));
+    }
+    // The board mid-night, as docs/board.png shows it (written there when
+    // NIGHTSHIFT_BOARD_PNG names a file).
+    let shot = page.call(
+        "Page.captureScreenshot",
+        serde_json::json!({"format": "png"}),
+    );
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(shot["data"].as_str().unwrap())
+        .unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    if let Some(to) = std::env::var_os("NIGHTSHIFT_BOARD_PNG") {
+        std::fs::write(to, &png).unwrap();
     }
     assert!(
         lanes >= 3,
