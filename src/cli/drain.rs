@@ -78,12 +78,7 @@ async fn drain_with(
     };
     let mut req = Request::resolve(&flags)?;
     let held = Held::take(&req).await?;
-    // The board is bound before anything runs: an address in use stops
-    // the drain here; after that it never waits on the night or stops it.
-    let _board = match serve {
-        Some(listen) => Some(super::serve::spawn_beside(cli, listen).await?),
-        None => None,
-    };
+    let _board = super::serve::beside(cli, serve).await?;
     req.reclock()?;
     // `run '#N'` names a PR: its card, as it is now, is what is approved.
     if let Selection::Pr(n) = req.selection {

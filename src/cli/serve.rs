@@ -50,20 +50,37 @@ pub(crate) async fn serve(cli: &Cli, listen: &str, run: Option<&str>) -> Result<
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {
-        if let Some(mut s) = super::drain::StopSignals::install() {
-            s.recv().await;
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).ok();
+        let mut hup = signal(SignalKind::hangup()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { if let Some(t) = term.as_mut() { t.recv().await } else { std::future::pending().await } } => {}
+            _ = async { if let Some(h) = hup.as_mut() { h.recv().await } else { std::future::pending().await } } => {}
         }
         on_signal.cancel();
     });
     bound.serve(lg.pool.clone(), source, stop).await
 }
 
-/// The board of `drain --serve`: served on its own task with its own pool
-/// until the returned guard is dropped (the drain's end).
+/// The board of `drain --serve [ADDR]` (`listen`; `None`: no board), bound
+/// before anything runs — an address in use stops the drain there — then
+/// served on its own task with its own pool until the returned guard is
+/// dropped (the drain's end); it never waits on the night or stops it.
 ///
 /// # Errors
 /// The address cannot be bound; the ledger does not answer.
-pub(crate) async fn spawn_beside(cli: &Cli, listen: &str) -> Result<tokio_util::sync::DropGuard> {
+pub(crate) async fn beside(
+    cli: &Cli,
+    listen: Option<&str>,
+) -> Result<Option<tokio_util::sync::DropGuard>> {
+    match listen {
+        Some(l) => Ok(Some(spawn_beside(cli, l).await?)),
+        None => Ok(None),
+    }
+}
+
+async fn spawn_beside(cli: &Cli, listen: &str) -> Result<tokio_util::sync::DropGuard> {
     let bound = serve::bind(listen).await?;
     let src = crate::ledger::db_source_from_env();
     let lg = crate::ledger::Ledger::connect_pool(&src, BESIDE_POOL)

@@ -691,3 +691,49 @@ async fn a_port_in_use_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("is not an address"), "{}", text(&out));
 }
+
+/// `drain --serve ADDR` serves the board beside the drain, on its own task
+/// and pool: the board answers while the night runs, and the drain ends as
+/// it would without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn drain_serve_serves_the_board_beside_the_night() {
+    let (f, _gh) = words(2, 2, "").start().await.split();
+    let mut drain = spawn_drain(&f, &["--jobs", "2", "--serve", "127.0.0.1:0"]);
+    let mut out = BufReader::new(drain.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("board: ") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "drain ended before the board"
+        );
+    }
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+    });
+    let port: String = (line
+        .trim()
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap())
+    .to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let mut running = false;
+    wait_until(
+        Duration::from_secs(30),
+        "the board to show the running night",
+        || {
+            let r = get(&addr, "/api/state");
+            let v: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+            running |= v["running"] == true
+                && v["board"]["lanes"]
+                    .as_array()
+                    .is_some_and(|l| !l.is_empty());
+            running
+        },
+    );
+    let status = drain.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(f.report()["items"].as_array().unwrap().len(), 2);
+}
