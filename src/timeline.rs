@@ -334,6 +334,8 @@ h1{font-size:1.35em;margin:0 0 4px}
 .meta{color:var(--muted);margin:0 0 12px}
 svg{width:100%;height:auto;display:block;border:1px solid #d0d7de;border-radius:6px}
 svg text{font:11px system-ui,sans-serif;fill:var(--ink)}
+svg text.label{fill:#fff;font-weight:600}
+.tl{overflow-x:auto}
 .round{fill:none;stroke:#57606a;stroke-width:.6}
 .writer{fill:var(--writer)}.gate{fill:var(--gate)}.review{fill:var(--review)}.push{fill:var(--push)}
 .sleep{fill:var(--sleep);opacity:.55}
@@ -357,6 +359,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
  td{display:block;border:0;padding:2px 0}
  td.num{text-align:left}
  td[data-label]::before{content:attr(data-label) ': ';color:var(--muted)}
+ .tl svg{min-width:900px}
 }
 @media print{body{padding:0}svg{border:0}a{color:inherit}}
 ";
@@ -396,7 +399,11 @@ impl Timeline {
         if let Some(b) = board {
             let _ = write!(h, "<p class=\"counts\">{}</p>", esc(&b.headline));
         }
+        // At 390 px the picture scrolls sideways instead of shrinking its
+        // text to a few pixels.
+        h.push_str("<div class=\"tl\">");
         h.push_str(&self.svg());
+        h.push_str("</div>");
         h.push_str("<div class=\"legend\">");
         for (class, word) in [
             ("writer", "writer"),
@@ -495,6 +502,16 @@ impl Timeline {
             self.local(r.span.from),
             self.local(r.span.to)
         );
+        // The item's number on its bar, where the bar is wide enough.
+        if sc.w(r.span) >= 14.0 {
+            let _ = write!(
+                s,
+                "<text class=\"label\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                sc.x(r.span.from) + 3.0,
+                y + (LANE - 12.0) / 2.0 + 4.0,
+                r.item_index
+            );
+        }
         s
     }
 
@@ -518,6 +535,7 @@ impl Timeline {
             );
         }
         let ticks = 6;
+        let mut last_label = String::new();
         for k in 0..=ticks {
             let t = sc.from
                 + chrono::Duration::milliseconds(
@@ -529,18 +547,24 @@ impl Timeline {
                 k if k == ticks => "end",
                 _ => "middle",
             };
-            let _ = write!(
-                s,
-                "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text>",
-                height - 8.0,
-                // A night shorter than an hour needs the seconds to tell
-                // its ticks apart.
-                t.with_timezone(&self.tz).format(if sc.secs < 3600.0 {
+            // A night shorter than an hour needs the seconds to tell its
+            // ticks apart; a tick that would repeat the last one is left out.
+            let label = (t.with_timezone(&self.tz))
+                .format(if sc.secs < 3600.0 {
                     "%H:%M:%S"
                 } else {
                     "%H:%M"
                 })
+                .to_string();
+            if label == last_label {
+                continue;
+            }
+            let _ = write!(
+                s,
+                "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{label}</text>",
+                height - 8.0,
             );
+            last_label = label;
         }
         s
     }
@@ -562,9 +586,12 @@ impl Timeline {
                 (Some(None), n) => esc(&label(n)),
                 _ => "–".to_string(),
             };
-            let secs = i
-                .ended_at
-                .map_or(0, |e| (e - i.started_at).num_seconds().max(0));
+            // Under a second is `<1s`, not `0s`; a running item has no time yet.
+            let took = match i.ended_at.map(|e| (e - i.started_at).num_milliseconds()) {
+                Some(ms) if ms < 1000 => "&lt;1s".to_string(),
+                Some(ms) => crate::timeline::minutes(ms / 1000),
+                None => "–".to_string(),
+            };
             let reason = match (&i.reason, failed || i.outcome == Some(Outcome::Blocked)) {
                 (Some(r), true) => format!("<div class=\"reason\">{}</div>", esc(r)),
                 _ => String::new(),
@@ -579,7 +606,7 @@ impl Timeline {
                 esc(&i.title),
                 Outcome::or_running(i.outcome),
                 i.rounds,
-                crate::timeline::minutes(secs),
+                took,
                 i.tokens,
                 i.cost_usd
                     .map_or_else(|| "–".to_string(), |c| format!("${c:.2}")),

@@ -260,6 +260,16 @@ async fn every_state_change_reaches_the_stream_once_in_commit_order() {
     assert_eq!(state["last_seq"], want.len() as i64);
     // The morning page is headed by the same model's line.
     let page = f.run(&["report", "--html", "-"]);
+    // Each bar carries its item's number; no axis label repeats; the
+    // picture scrolls at 390 px rather than shrink its text.
+    let html = text(&page);
+    assert!(html.matches("class=\"label\"").count() >= 3, "{html}");
+    let ticks: Vec<&str> = (html.split("text-anchor=").skip(1))
+        .filter_map(|t| t.split('>').nth(1)?.split('<').next())
+        .collect();
+    let distinct: std::collections::BTreeSet<&&str> = ticks.iter().collect();
+    assert_eq!(distinct.len(), ticks.len(), "{ticks:?}");
+    assert!(html.contains("<div class=\"tl\">"));
     let headline = board["headline"].as_str().unwrap();
     assert!(
         text(&page).contains(&format!("<p class=\"counts\">{headline}</p>")),
