@@ -245,9 +245,12 @@ impl World {
     }
 }
 
+/// When each event number arrived (or was announced).
+type Arrivals = Arc<Mutex<Vec<(i64, Instant)>>>;
+
 /// An SSE client on `/events` (from now) counting the events it gets; with
 /// `times`, it notes when each number arrived.
-fn client(addr: &str, times: Option<Arc<Mutex<Vec<(i64, Instant)>>>>) -> Arc<Mutex<usize>> {
+fn client(addr: &str, times: Option<Arrivals>) -> Arc<Mutex<usize>> {
     let got = Arc::new(Mutex::new(0));
     let mut s = TcpStream::connect(addr).expect("connect to serve");
     let req = format!("GET /events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
@@ -268,7 +271,7 @@ fn client(addr: &str, times: Option<Arc<Mutex<Vec<(i64, Instant)>>>>) -> Arc<Mut
 }
 
 /// The bench's own LISTEN: when each event number was announced.
-fn notifications(url: String) -> Arc<Mutex<Vec<(i64, Instant)>>> {
+fn notifications(url: String) -> Arrivals {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let out = seen.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
