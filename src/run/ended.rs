@@ -85,9 +85,19 @@ async fn write_page(night: &Night, run: uuid::Uuid) -> Option<String> {
     let timeline = crate::timeline::Timeline::load(&night.pool, run)
         .await
         .ok()??;
+    // Headed by the board's model, as `report --html` and the live board.
+    let row = crate::ledger::runs::run_row(&night.pool, &night.repo_id, Some(run));
+    let board = match row.await.ok().flatten() {
+        Some(r) => crate::report::board::load(&night.pool, &r).await.ok(),
+        None => None,
+    };
+    let page = match &board {
+        Some(b) => timeline.to_html_with(b),
+        None => timeline.to_html(),
+    };
     let path = crate::report::page_path(&night.repo, run);
     std::fs::create_dir_all(path.parent()?).ok()?;
-    std::fs::write(&path, crate::secret::redact_known(&timeline.to_html())).ok()?;
+    std::fs::write(&path, crate::secret::redact_known(&page)).ok()?;
     Some(path.display().to_string())
 }
 
