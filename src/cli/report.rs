@@ -54,7 +54,9 @@ pub(crate) async fn report(
         slept,
         tended,
         foreign_refs,
+        ci,
     } = view;
+    let run_ended = row.ended_at.is_some();
     let sections = after_table(&tended, &foreign_refs);
     match format {
         ReportFormat::Json => {
@@ -63,6 +65,12 @@ pub(crate) async fn report(
             v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
             v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
+            for item in v["items"].as_array_mut().into_iter().flatten() {
+                let watch = ci.iter().find(|(w, _)| item["key"] == w.item_key.as_str());
+                item["ci"] = watch.map_or(serde_json::Value::Null, |(w, checks)| {
+                    crate::report::ci::to_json(w, checks, run_ended)
+                });
+            }
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {
@@ -91,6 +99,10 @@ pub(crate) async fn report(
             );
             for section in &sections {
                 print!("\n{}", crate::secret::redact_known(section));
+            }
+            let ci_section = crate::report::ci::section(&ci, run_ended);
+            if !ci_section.is_empty() {
+                print!("\n{}", crate::secret::redact_known(&ci_section));
             }
             print_text_tail(row.id, &not_started);
         }

@@ -11,6 +11,7 @@
 //! [`history`] and [`timeline`].
 
 pub mod approvals;
+pub mod ci;
 pub mod claims;
 pub mod embedded;
 pub mod events;

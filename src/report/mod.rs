@@ -29,6 +29,7 @@ pub fn page_path(repo: &std::path::Path, run: Uuid) -> std::path::PathBuf {
 }
 
 mod body;
+pub mod ci;
 
 pub use body::{Evidence, Overlap, RoundSummary, overlaps, pr_body};
 
