@@ -6,8 +6,9 @@ use crate::common;
 
 use std::time::Duration;
 
+use common::Night;
 use common::github::FakeGitHub;
-use common::github_ci::LogServer;
+use common::github_ci::{AutoCheck, LogServer};
 use nightshift::forge::{CheckSource, CheckVerdict, Forge, RepoId, RetryPolicy, Secret};
 
 const TOKEN: &str = "ghp_ciTOKEN0123456789abcdefABCDEFxyz";
@@ -269,4 +270,178 @@ async fn an_enterprise_graphql_root_is_api_graphql() {
         .map(|(_, p, _)| p)
         .collect();
     assert_eq!(asked, ["/api/graphql"]);
+}
+
+// ---- Whole nights: the real binary, the watch after the push ----------
+
+/// A writer that adds `sub` to calc.txt (the project's test accepts it).
+const ADD_SUB: &str = "#!/bin/sh\necho sub >> calc.txt\necho 'added sub'\n";
+
+/// One item, the writer above, the fake GitHub `gh` serving the remote.
+fn one_item<'a>(gh: &'a FakeGitHub, config: &str) -> Night<'a> {
+    Night::new()
+        .items(["Add sub"])
+        .writer(ADD_SUB)
+        .config(config)
+        .github_on(gh)
+}
+
+/// The `ci` of the report's only item.
+fn ci_of(report: &serde_json::Value) -> serde_json::Value {
+    report["items"][0]["ci"].clone()
+}
+
+/// Whether the report's `ci` lists check `name` with `required` and `conclusion`.
+fn lists(ci: &serde_json::Value, name: &str, required: bool, conclusion: &str) -> bool {
+    ci["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["name"] == name && c["required"] == required && c["conclusion"] == conclusion)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_optional_red_check_leaves_the_pr_green() {
+    let gh = FakeGitHub::start().await;
+    gh.protect("main", &["test"]);
+    gh.ci(|ci| {
+        ci.auto = vec![
+            AutoCheck::new("test", Some("success")),
+            AutoCheck::new("lint", Some("failure")),
+        ]
+    });
+    let night = one_item(&gh, "")
+        .exit(0)
+        .outcomes(&["pr_opened"])
+        .run()
+        .await;
+
+    let ci = ci_of(&night.report());
+    assert_eq!(ci["state"], "ci_green", "{ci:#}");
+    assert!(
+        lists(&ci, "test", true, "success") && lists(&ci, "lint", false, "failure"),
+        "{ci:#}"
+    );
+    assert_eq!(ci["fix_rounds"], 0);
+    assert_eq!(gh.prs().len(), 1);
+    let text = common::text(&night.run(&["report"]));
+    assert!(
+        text.contains("ci_green") && text.contains("lint (optional): failure"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_green_draft_is_marked_ready_for_review() {
+    let gh = FakeGitHub::start().await;
+    gh.ruleset("main", &["test"]);
+    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("success"))]);
+    let night = one_item(&gh, "draft = true\n").exit(0).run().await;
+
+    assert_eq!(ci_of(&night.report())["state"], "ci_green");
+    let n = gh.prs()[0]["number"].as_u64().unwrap();
+    assert_eq!(gh.ci(|ci| ci.marked_ready.clone()), vec![n]);
+    assert_eq!(gh.prs()[0]["draft"], false);
+    gh.assert_never_merged_approved_or_closed().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_red_required_check_without_fix_rounds_is_ci_failed_and_the_draft_stays() {
+    let gh = FakeGitHub::start().await;
+    gh.protect("main", &["test"]);
+    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("failure"))]);
+    let night = one_item(&gh, "draft = true\n[limits]\nci_rounds = 0\n")
+        .exit(0)
+        .outcomes(&["pr_opened"])
+        .run()
+        .await;
+
+    let ci = ci_of(&night.report());
+    assert_eq!(ci["state"], "ci_failed", "{ci:#}");
+    assert!(
+        ci["reason"].as_str().unwrap().contains("`test` (failure)"),
+        "{ci:#}"
+    );
+    assert_eq!(gh.prs()[0]["draft"], true, "a red PR stays a draft");
+    assert!(gh.ci(|ci| ci.marked_ready.is_empty()));
+    let text = common::text(&night.run(&["report"]));
+    assert!(
+        text.contains("ci_failed") && text.contains("test (required): failure"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_conclusive_result_before_ci_wait_is_pending_and_the_run_ends() {
+    let gh = FakeGitHub::start().await;
+    gh.protect("main", &["test", "build"]);
+    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", None)]);
+    let night = one_item(&gh, "[limits]\nci_wait = \"2s\"\n")
+        .exit(0)
+        .run()
+        .await;
+
+    let ci = ci_of(&night.report());
+    assert_eq!(ci["state"], "ci_pending", "{ci:#}");
+    let why = ci["reason"].as_str().unwrap();
+    assert!(
+        why.contains("`build` never reported") && why.contains("`test` still queued"),
+        "{why}"
+    );
+    assert_eq!(night.db.runs()[0].status, "completed", "the run ended");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_check_for_the_previous_head_does_not_count() {
+    let gh = FakeGitHub::start().await;
+    gh.protect("main", &["test"]);
+    // `test` passed on an older head; on the pushed head it never ends.
+    gh.add_check_run(OLD, "test", "completed", Some("success"), "");
+    gh.ci(|ci| {
+        ci.leak_other_commits = true;
+        ci.auto = vec![AutoCheck::new("test", None)];
+    });
+    let night = one_item(&gh, "[limits]\nci_wait = \"2s\"\n")
+        .exit(0)
+        .run()
+        .await;
+
+    let ci = ci_of(&night.report());
+    assert_eq!(
+        ci["state"], "ci_pending",
+        "the old head's success is not this head's: {ci:#}"
+    );
+    assert!(lists(&ci, "test", true, "queued"), "{ci:#}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repository_without_checks_is_ci_none_not_green() {
+    let gh = FakeGitHub::start().await;
+    let night = one_item(&gh, "").exit(0).run().await;
+
+    let ci = ci_of(&night.report());
+    assert_eq!(ci["state"], "ci_none", "{ci:#}");
+    assert!(ci["checks"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_required_checks_every_reported_check_counts_and_the_report_says_so() {
+    let gh = FakeGitHub::start().await;
+    gh.ci(|ci| ci.auto = vec![AutoCheck::new("lint", Some("failure"))]);
+    let night = one_item(&gh, "[limits]\nci_rounds = 0\n")
+        .exit(0)
+        .run()
+        .await;
+
+    let ci = ci_of(&night.report());
+    assert_eq!(
+        (ci["state"].as_str(), ci["all_reported"].as_bool()),
+        (Some("ci_failed"), Some(true)),
+        "{ci:#}"
+    );
+    let text = common::text(&night.run(&["report"]));
+    assert!(
+        text.contains("every reported check counted as required"),
+        "{text}"
+    );
 }

@@ -40,6 +40,41 @@ pub struct Ci {
     pub marked_ready: Vec<u64>,
     /// Ids handed to check runs.
     pub next_id: u64,
+    /// The repository's workflows: the check runs every commit asked about
+    /// gets, the first time it is asked about (as if a push had started them).
+    pub auto: Vec<AutoCheck>,
+    /// The check-runs answer of a commit also lists the runs of every other
+    /// commit (a stale check reported for an older head, as a proxy's cache
+    /// or a misbehaving app may serve).
+    pub leak_other_commits: bool,
+}
+
+/// A check run the fake's "workflows" report for a commit (see [`Ci::auto`]).
+#[derive(Debug, Clone)]
+pub struct AutoCheck {
+    pub name: String,
+    /// `None`: the run stays `queued` (never conclusive).
+    pub conclusion: Option<String>,
+    pub summary: String,
+    /// The job's log, served by the [`LogServer`].
+    pub log: Option<String>,
+}
+
+impl AutoCheck {
+    /// A run of `name` ending in `conclusion` (`None`: stays queued).
+    pub fn new(name: &str, conclusion: Option<&str>) -> AutoCheck {
+        AutoCheck {
+            name: name.into(),
+            conclusion: conclusion.map(str::to_string),
+            summary: String::new(),
+            log: None,
+        }
+    }
+    /// With `log` as its job's log.
+    pub fn log(mut self, log: &str) -> AutoCheck {
+        self.log = Some(log.into());
+        self
+    }
 }
 
 impl Ci {
@@ -108,9 +143,36 @@ pub fn respond(
         let sha = rest
             .trim_start_matches("/commits/")
             .trim_end_matches("/check-runs");
+        let base = req.url.origin().ascii_serialization();
+        if !ci.check_runs.iter().any(|r| r["head_sha"] == sha) {
+            for a in ci.auto.clone() {
+                let status = if a.conclusion.is_some() {
+                    "completed"
+                } else {
+                    "queued"
+                };
+                let id = ci.add_run(
+                    &base,
+                    sha,
+                    &a.name,
+                    status,
+                    a.conclusion.as_deref(),
+                    &a.summary,
+                );
+                if let Some(log) = a.log {
+                    ci.logs.insert(id, log);
+                }
+            }
+        }
+        let leak = ci.leak_other_commits;
         // GitHub lists the latest run of each name for the commit (`filter=latest`).
         let mut latest: Vec<Value> = Vec::new();
-        for r in ci.check_runs.iter().rev().filter(|r| r["head_sha"] == sha) {
+        for r in ci
+            .check_runs
+            .iter()
+            .rev()
+            .filter(|r| leak || r["head_sha"] == sha)
+        {
             if !latest.iter().any(|l| l["name"] == r["name"]) {
                 latest.push(r.clone());
             }
