@@ -168,6 +168,16 @@ fn not_conclusive(
     missing.chain(running).collect()
 }
 
+/// What a watch follows: item `key`'s PR `pr_number` at commit `head`,
+/// made on the run's `base` commit.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Watched<'a> {
+    pub key: &'a str,
+    pub pr_number: u64,
+    pub head: &'a str,
+    pub base: &'a str,
+}
+
 /// Records the watch of item `key`'s PR `pr_number` at `head` in run
 /// `run`, waiting `ci_wait` from now but never past the deadline.
 ///
@@ -176,11 +186,15 @@ fn not_conclusive(
 pub(super) async fn open(
     night: &Night,
     run: Uuid,
-    key: &str,
-    pr_number: u64,
-    head: &str,
+    watched: &Watched<'_>,
     ci_wait: Duration,
 ) -> Result<(), Error> {
+    let Watched {
+        key,
+        pr_number,
+        head,
+        base,
+    } = *watched;
     let wait = chrono::Duration::from_std(ci_wait).unwrap_or(chrono::Duration::MAX);
     let wait_until = Utc::now()
         .checked_add_signed(wait)
@@ -191,7 +205,7 @@ pub(super) async fn open(
         key,
         pr_number,
         head_sha: head,
-        base_sha: None,
+        base_sha: Some(base),
         wait_until,
     };
     let pool = &night.pool;
@@ -295,7 +309,12 @@ async fn look(
     };
     let mut reason = j.reason.unwrap_or_default();
     if state == CiState::Failed {
-        reason.push_str("; no fix round was started (fix rounds are not in this version)");
+        reason = match on_the_base_too(night, forge, w, &j.failed).await {
+            Some(also) => also,
+            None => {
+                format!("{reason}; no fix round was started (fix rounds are not in this version)")
+            }
+        };
     }
     if state == CiState::Green
         && night.config.draft
@@ -307,6 +326,67 @@ async fn look(
     }
     end(night, w, state, &reason, j.all_reported).await?;
     Ok(true)
+}
+
+/// When every failed required check of `w` failed on the run's base commit
+/// too, the failure is not the item's (docs/github.md#ci): the PR gets one
+/// comment saying so, with links to both, and the reason to end with. `None`
+/// when one passed there, was not reported there, or the base cannot be read.
+async fn on_the_base_too(
+    night: &Night,
+    forge: &Forge,
+    w: &WatchRow,
+    failed: &[Check],
+) -> Option<String> {
+    let base = w.base_sha.as_deref()?;
+    let on_base = match forge.commit_checks(base).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the base commit's checks failed");
+            return None;
+        }
+    };
+    let pairs: Vec<(&Check, &Check)> = failed
+        .iter()
+        .filter_map(|f| {
+            let b = on_base.iter().find(|b| b.name == f.name)?;
+            (b.verdict == CheckVerdict::Failed).then_some((f, b))
+        })
+        .collect();
+    if pairs.is_empty() || pairs.len() != failed.len() {
+        return None;
+    }
+    let short = &base[..base.len().min(12)];
+    let link = |c: &Check| c.url.clone().unwrap_or_else(|| "(no link)".into());
+    let lines: Vec<String> = pairs
+        .iter()
+        .map(|(f, b)| {
+            format!(
+                "- `{}`: this PR {} · the base {} {}",
+                f.name.replace('`', "'"),
+                link(f),
+                short,
+                link(b)
+            )
+        })
+        .collect();
+    let body = format!(
+        "nightshift: the required check(s) below fail on the base commit `{short}` as well, so the failure is not this change's; no fix round was started.\n\n{}\n",
+        lines.join("\n")
+    );
+    let names: Vec<String> = pairs.iter().map(|(f, _)| format!("`{}`", f.name)).collect();
+    let mut reason = format!(
+        "required check {} failed, and fails on the base {short} too: not this change's fault; no fix round",
+        names.join(", ")
+    );
+    let me = forge.own_login().await.unwrap_or_default();
+    if let Err(e) = forge.post_comment(w.pr_number as u64, &me, &body).await {
+        reason.push_str(&format!(
+            "; the PR comment saying so failed: {}",
+            night.redact(&e.to_string())
+        ));
+    }
+    Some(reason)
 }
 
 /// A GitHub failure during a look: told in the log, and the watch goes on

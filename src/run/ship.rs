@@ -134,7 +134,14 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     {
         let run = item.record.run_id();
         let wait = entry.contract.limits.ci_wait();
-        super::ci::open(night, run, key, number, head, wait).await?;
+        let base = item.slot.base_commit.clone();
+        let watch = super::ci::Watched {
+            key,
+            pr_number: number,
+            head,
+            base: &base,
+        };
+        super::ci::open(night, run, &watch, wait).await?;
     }
     let totals = &r.st.totals;
     end.facts.rounds = n;

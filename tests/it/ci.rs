@@ -349,7 +349,7 @@ async fn a_green_draft_is_marked_ready_for_review() {
 async fn a_red_required_check_without_fix_rounds_is_ci_failed_and_the_draft_stays() {
     let gh = FakeGitHub::start().await;
     gh.protect("main", &["test"]);
-    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("failure"))]);
+    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("failure")).on_base("success")]);
     let night = one_item(&gh, "draft = true\n[limits]\nci_rounds = 0\n")
         .exit(0)
         .outcomes(&["pr_opened"])
@@ -444,4 +444,34 @@ async fn with_no_required_checks_every_reported_check_counts_and_the_report_says
         text.contains("every reported check counted as required"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_required_check_that_fails_on_the_base_too_is_not_the_items() {
+    let gh = FakeGitHub::start().await;
+    gh.protect("main", &["test"]);
+    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("failure"))]);
+    let night = one_item(&gh, "")
+        .exit(0)
+        .outcomes(&["pr_opened"])
+        .run()
+        .await;
+
+    let ci = ci_of(&night.report());
+    assert_eq!(ci["state"], "ci_failed", "{ci:#}");
+    let why = ci["reason"].as_str().unwrap();
+    assert!(
+        why.contains("fails on the base") && why.contains("no fix round"),
+        "{why}"
+    );
+    assert_eq!(ci["fix_rounds"], 0);
+    let n = gh.prs()[0]["number"].as_u64().unwrap();
+    let comments = gh.comments(n);
+    assert_eq!(comments.len(), 1, "one comment: {comments:#?}");
+    let body = comments[0]["body"].as_str().unwrap();
+    assert!(
+        body.contains("fail on the base commit") && body.matches("/actions/runs/").count() == 2,
+        "both links: {body}"
+    );
+    assert_eq!(gh.prs().len(), 1);
 }

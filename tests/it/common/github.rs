@@ -492,7 +492,13 @@ impl Responder {
         }
         let cap = st.page_cap;
         let page = |list| page_of(req, &self.base, list, cap);
-        if let Some(t) = super::github_ci::respond(&mut st.ci, req, &method, rest, page) {
+        // The base branch's commit, for a workflow that ends otherwise there.
+        let main = (rest.ends_with("/check-runs"))
+            .then(|| st.git_dir.as_ref().and_then(|d| rev(d, "main")))
+            .flatten();
+        if let Some(t) =
+            super::github_ci::respond(&mut st.ci, main.as_deref(), req, &method, rest, page)
+        {
             return t;
         }
         match (method.as_str(), rest) {

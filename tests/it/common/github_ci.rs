@@ -58,6 +58,9 @@ pub struct AutoCheck {
     pub summary: String,
     /// The job's log, served by the [`LogServer`].
     pub log: Option<String>,
+    /// Its conclusion on the base branch's commit, when not `conclusion`
+    /// (the fake must serve the bare repository to know that commit).
+    pub on_base: Option<String>,
 }
 
 impl AutoCheck {
@@ -68,7 +71,13 @@ impl AutoCheck {
             conclusion: conclusion.map(str::to_string),
             summary: String::new(),
             log: None,
+            on_base: None,
         }
+    }
+    /// Ending in `conclusion` on the base branch's commit instead.
+    pub fn on_base(mut self, conclusion: &str) -> AutoCheck {
+        self.on_base = Some(conclusion.into());
+        self
     }
     /// With `log` as its job's log.
     pub fn log(mut self, log: &str) -> AutoCheck {
@@ -129,6 +138,7 @@ impl Ci {
 /// path after `/repos/owner/repo`), or `None` when it is not one.
 pub fn respond(
     ci: &mut Ci,
+    base_sha: Option<&str>,
     req: &Request,
     method: &str,
     rest: &str,
@@ -145,7 +155,10 @@ pub fn respond(
             .trim_end_matches("/check-runs");
         let base = req.url.origin().ascii_serialization();
         if !ci.check_runs.iter().any(|r| r["head_sha"] == sha) {
-            for a in ci.auto.clone() {
+            for mut a in ci.auto.clone() {
+                if base_sha == Some(sha) && a.on_base.is_some() {
+                    a.conclusion = a.on_base.clone();
+                }
                 let status = if a.conclusion.is_some() {
                     "completed"
                 } else {
