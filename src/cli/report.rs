@@ -57,7 +57,8 @@ pub(crate) async fn report(
         ci,
     } = view;
     let run_ended = row.ended_at.is_some();
-    let sections = after_table(&tended, &foreign_refs);
+    let mut sections = after_table(&tended, &foreign_refs);
+    sections.extend(Some(crate::report::ci::section(&ci, run_ended)).filter(|s| !s.is_empty()));
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
@@ -65,12 +66,7 @@ pub(crate) async fn report(
             v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
             v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
-            for item in v["items"].as_array_mut().into_iter().flatten() {
-                let watch = ci.iter().find(|(w, _)| item["key"] == w.item_key.as_str());
-                item["ci"] = watch.map_or(serde_json::Value::Null, |(w, checks)| {
-                    crate::report::ci::to_json(w, checks, run_ended)
-                });
-            }
+            crate::report::ci::attach(&mut v, &ci, run_ended);
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {
@@ -99,10 +95,6 @@ pub(crate) async fn report(
             );
             for section in &sections {
                 print!("\n{}", crate::secret::redact_known(section));
-            }
-            let ci_section = crate::report::ci::section(&ci, run_ended);
-            if !ci_section.is_empty() {
-                print!("\n{}", crate::secret::redact_known(&ci_section));
             }
             print_text_tail(row.id, &not_started);
         }

@@ -54,6 +54,17 @@ pub fn to_json(w: &WatchRow, checks: &[CheckRow], run_ended: bool) -> Value {
     })
 }
 
+/// Sets each item of `report --json` (`v["items"]`) its `ci` ([`to_json`]
+/// of its watch; `null` for an item whose PR was not watched).
+pub fn attach(v: &mut Value, watches: &[(WatchRow, Vec<CheckRow>)], run_ended: bool) {
+    for item in v["items"].as_array_mut().into_iter().flatten() {
+        let watch = watches
+            .iter()
+            .find(|(w, _)| item["key"] == w.item_key.as_str());
+        item["ci"] = watch.map_or(Value::Null, |(w, checks)| to_json(w, checks, run_ended));
+    }
+}
+
 /// The text report's CI section: one line per watched PR (its state and
 /// why), then its head's checks, required ones first; empty without watches.
 pub fn section(watches: &[(WatchRow, Vec<CheckRow>)], run_ended: bool) -> String {
