@@ -475,3 +475,35 @@ async fn a_required_check_that_fails_on_the_base_too_is_not_the_items() {
     );
     assert_eq!(gh.prs().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_workers_each_items_pr_is_watched_once() {
+    let gh = FakeGitHub::start().await;
+    gh.protect("main", &["test"]);
+    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("success"))]);
+    let writer = "#!/bin/sh\ncase \"$(cat \"$NIGHTSHIFT_CONTRACT_FILE\")\" in *'Add sub'*) echo sub >> calc.txt;; *) echo mul > mul.txt;; esac\n";
+    let night = Night::new()
+        .items(["Add sub", "Add mul file"])
+        .writer(writer)
+        .github_on(&gh)
+        .drain(&["--jobs", "2"])
+        .exit(0)
+        .outcomes(&["pr_opened", "pr_opened"])
+        .run()
+        .await;
+
+    let report = night.report();
+    for item in report["items"].as_array().unwrap() {
+        assert_eq!(item["ci"]["state"], "ci_green", "{item:#}");
+        assert_eq!(item["ci"]["pr_number"], item["pr_number"]);
+    }
+    assert_eq!(gh.prs().len(), 2, "one PR per item");
+    // Each head was read once per look, by the one watcher of the drain.
+    let heads: std::collections::BTreeSet<String> = gh.ci(|ci| {
+        ci.check_runs
+            .iter()
+            .map(|r| r["head_sha"].as_str().unwrap_or("").to_string())
+            .collect()
+    });
+    assert_eq!(heads.len(), 2, "{heads:?}");
+}
