@@ -229,7 +229,7 @@ pub(super) async fn watch(
     };
     let poll = ms_from_env(POLL_ENV, POLL);
     let grace = ms_from_env(GRACE_ENV, GRACE);
-    let mut required: Option<RequiredChecks> = None;
+    let mut seen = Seen::default();
     loop {
         let finished = workers_done.is_cancelled();
         let pool = &night.pool;
@@ -252,7 +252,7 @@ pub(super) async fn watch(
         }
         let mut left = 0;
         for w in &open {
-            if !look(&night, forge, w, &mut required, grace).await? {
+            if !look(&night, forge, w, &mut seen, grace).await? {
                 left += 1;
             }
         }
@@ -274,9 +274,10 @@ async fn look(
     night: &Night,
     forge: &Forge,
     w: &WatchRow,
-    required: &mut Option<RequiredChecks>,
+    seen: &mut Seen,
     grace: Duration,
 ) -> Result<bool, Error> {
+    let required = &mut seen.required;
     if let Some(down) = night.github_down() {
         let reason = format!("not conclusive: GitHub was unreachable earlier in this run ({down})");
         end(night, w, CiState::Pending, &reason, false).await?;
@@ -307,6 +308,11 @@ async fn look(
     let Some(state) = j.state else {
         return Ok(false);
     };
+    if state == CiState::Failed
+        && rerun_infrastructure(night, forge, w, &j.failed, &mut seen.reran).await
+    {
+        return Ok(false);
+    }
     let mut reason = j.reason.unwrap_or_default();
     if state == CiState::Failed {
         reason = match on_the_base_too(night, forge, w, &j.failed).await {
@@ -326,6 +332,54 @@ async fn look(
     }
     end(night, w, state, &reason, j.all_reported).await?;
     Ok(true)
+}
+
+/// What one watcher learnt across looks: the base branch's required
+/// checks (read once), and the checks it asked GitHub to run again, by
+/// watch and name (each at most once).
+#[derive(Debug, Default)]
+struct Seen {
+    required: Option<RequiredChecks>,
+    reran: std::collections::HashSet<(i64, String)>,
+}
+
+/// A failed GitHub Actions check with no output and no log is an
+/// infrastructure failure (docs/github.md#ci): it is asked to run again,
+/// once, before it counts. Returns whether a re-run was asked for (the
+/// watch then goes on).
+async fn rerun_infrastructure(
+    night: &Night,
+    forge: &Forge,
+    w: &WatchRow,
+    failed: &[Check],
+    reran: &mut std::collections::HashSet<(i64, String)>,
+) -> bool {
+    let mut asked = false;
+    for c in failed.iter().filter(|c| c.summary.trim().is_empty()) {
+        let Some(job) = c.job_id else { continue };
+        if !reran.insert((w.id, c.name.clone())) {
+            continue;
+        }
+        let lines = night.config.ci_log_lines as usize;
+        let silent = match forge.job_log_tail(job, lines).await {
+            Ok(log) => log.is_none_or(|l| l.trim().is_empty()),
+            Err(e) => {
+                tracing::warn!(job, error = %e, "reading a failed job's log failed");
+                false
+            }
+        };
+        if !silent {
+            continue;
+        }
+        match forge.rerun_job(job).await {
+            Ok(()) => {
+                tracing::info!(pr = w.pr_number, check = %c.name, "a check failed with no output and no log: asked GitHub to run it again");
+                asked = true;
+            }
+            Err(e) => tracing::warn!(job, error = %e, "asking GitHub to run a job again failed"),
+        }
+    }
+    asked
 }
 
 /// When every failed required check of `w` failed on the run's base commit

@@ -507,3 +507,42 @@ async fn two_workers_each_items_pr_is_watched_once() {
     });
     assert_eq!(heads.len(), 2, "{heads:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_failing_with_no_output_and_no_log_is_run_again_once() {
+    let gh = FakeGitHub::start().await;
+    gh.protect("main", &["test"]);
+    gh.ci(|ci| {
+        ci.auto = vec![AutoCheck::new("test", Some("failure"))];
+        ci.rerun_conclusion = Some("success".into());
+    });
+    let night = one_item(&gh, "").exit(0).run().await;
+
+    assert_eq!(ci_of(&night.report())["state"], "ci_green");
+    assert_eq!(gh.ci(|ci| ci.reruns.len()), 1, "one re-run");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_failing_with_a_log_is_not_run_again() {
+    let gh = FakeGitHub::start().await;
+    let _logs = gh.log_server().await;
+    gh.protect("main", &["test"]);
+    gh.ci(|ci| {
+        ci.auto = vec![
+            AutoCheck::new("test", Some("failure"))
+                .log("error: 2 + 2 != 5\n")
+                .on_base("success"),
+        ];
+        ci.rerun_conclusion = Some("success".into());
+    });
+    let night = one_item(&gh, "[limits]\nci_rounds = 0\n")
+        .exit(0)
+        .run()
+        .await;
+
+    assert_eq!(ci_of(&night.report())["state"], "ci_failed");
+    assert!(
+        gh.ci(|ci| ci.reruns.is_empty()),
+        "a failure with a log counts at once"
+    );
+}

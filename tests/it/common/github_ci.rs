@@ -43,6 +43,8 @@ pub struct Ci {
     /// The repository's workflows: the check runs every commit asked about
     /// gets, the first time it is asked about (as if a push had started them).
     pub auto: Vec<AutoCheck>,
+    /// The conclusion of a job run again (`None`: the one it had).
+    pub rerun_conclusion: Option<String>,
     /// The check-runs answer of a commit also lists the runs of every other
     /// commit (a stale check reported for an older head, as a proxy's cache
     /// or a misbehaving app may serve).
@@ -255,6 +257,16 @@ pub fn respond(
                 return Some(not_found());
             }
             ci.reruns.push(id);
+            // GitHub runs the job again as a new check run of the same name.
+            if let Some(old) = ci.check_runs.iter().find(|r| r["id"] == id).cloned() {
+                ci.next_id += 1;
+                let mut again = old.clone();
+                again["id"] = json!(1000 + ci.next_id);
+                if let Some(c) = &ci.rerun_conclusion {
+                    again["conclusion"] = json!(c);
+                }
+                ci.check_runs.push(again);
+            }
             return Some(ResponseTemplate::new(201).set_body_json(json!({})));
         }
         if method == "GET" && rest.ends_with("/logs") {
