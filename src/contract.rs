@@ -66,6 +66,15 @@ pub struct Resolved<T> {
 pub struct ResolvedLimits {
     /// Wall time of one agent call, seconds.
     pub agent_timeout_secs: Resolved<u64>,
+    /// Fix rounds for a red required check on GitHub (docs/github.md#ci);
+    /// 0: none. Left out of the JSON at the built-in default, as
+    /// `max_changed_files` is, so contracts sealed before it keep their SHA.
+    #[serde(default = "default_ci_rounds", skip_serializing_if = "at_default")]
+    pub ci_rounds: Resolved<u32>,
+    /// How long to wait for a conclusive CI result after each push,
+    /// seconds; left out of the JSON at the built-in default.
+    #[serde(default = "default_ci_wait", skip_serializing_if = "at_default")]
+    pub ci_wait_secs: Resolved<u64>,
     /// Wall time of one gate command, seconds.
     pub gate_timeout_secs: Resolved<u64>,
     /// Wall time of the whole item, seconds.
@@ -104,6 +113,20 @@ fn default_max_changed_files() -> Resolved<u64> {
     }
 }
 
+fn default_ci_rounds() -> Resolved<u32> {
+    Resolved {
+        value: config::DEFAULT_CI_ROUNDS,
+        source: Source::Default,
+    }
+}
+
+fn default_ci_wait() -> Resolved<u64> {
+    Resolved {
+        value: config::DEFAULT_CI_WAIT.as_secs(),
+        source: Source::Default,
+    }
+}
+
 fn default_max_diff_lines() -> Resolved<u64> {
     Resolved {
         value: config::DEFAULT_MAX_DIFF_LINES,
@@ -123,6 +146,10 @@ impl ResolvedLimits {
     /// Gate timeout as a [`Duration`].
     pub fn gate_timeout(&self) -> Duration {
         Duration::from_secs(self.gate_timeout_secs.value)
+    }
+    /// The CI wait after each push as a [`Duration`].
+    pub fn ci_wait(&self) -> Duration {
+        Duration::from_secs(self.ci_wait_secs.value)
     }
 }
 
@@ -403,6 +430,11 @@ fn resolve_limits(
         item_timeout_secs: item_timeout(d, caps.item_timeout, source("item_timeout"), problem),
         agent_timeout_secs: cap("agent_timeout", caps.agent_timeout.as_secs()),
         gate_timeout_secs: cap("gate_timeout", caps.gate_timeout.as_secs()),
+        ci_rounds: Resolved {
+            value: caps.ci_rounds,
+            source: source("ci_rounds"),
+        },
+        ci_wait_secs: cap("ci_wait", caps.ci_wait.as_secs()),
         max_tokens: cap("max_tokens", caps.max_tokens),
         max_cost_usd: Resolved {
             value: caps.max_cost_usd,
@@ -641,6 +673,14 @@ fn card_limits(s: &mut String, c: &Contract) {
         src(l.max_changed_files.source),
         l.max_diff_lines.value,
         src(l.max_diff_lines.source)
+    );
+    let _ = writeln!(
+        s,
+        "   ci        {} fix round(s) for a red required check ({}) · wait {} after each push ({})",
+        l.ci_rounds.value,
+        src(l.ci_rounds.source),
+        config::format_duration(l.ci_wait()),
+        src(l.ci_wait_secs.source)
     );
     if !c.protected.is_empty() {
         let _ = writeln!(

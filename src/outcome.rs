@@ -1,7 +1,8 @@
 //! The closed sets of a run's life: how an item ended ([`Outcome`]), how a
 //! round ended ([`RoundResult`]), what a run is doing ([`Phase`]), how a run
-//! ended ([`RunStatus`]), what started it ([`RunKind`]) and where a pushed
-//! branch's PR stands ([`PrRecord`]).
+//! ended ([`RunStatus`]), what started it ([`RunKind`]), where a pushed
+//! branch's PR stands ([`PrRecord`]) and where its checks on GitHub stand
+//! ([`CiState`]).
 //!
 //! Each converts to and from the exact text the ledger stores and the JSON
 //! prints (`as_str`, [`std::str::FromStr`], serde, sqlx): the SQL `CHECK`
@@ -409,6 +410,22 @@ text_set! {
     }
 }
 
+text_set! {
+    /// Where a PR's checks on GitHub stand at the end of the night
+    /// (`ci_watches.ci_state`; docs/github.md#ci). Decided in `run`.
+    CiState, "CI state" {
+        /// Every required check succeeded on the PR's head.
+        Green => "ci_green",
+        /// A required check failed, and the fix budget is spent, a fix is
+        /// not allowed, or the check fails on the base too.
+        Failed => "ci_failed",
+        /// Not conclusive before `ci_wait` or the deadline.
+        Pending => "ci_pending",
+        /// No required check known and none reported (never shown as green).
+        None => "ci_none",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -463,6 +480,7 @@ mod tests {
         round_trips(RunKind::ALL);
         round_trips(Phase::ALL);
         round_trips(PrRecord::ALL);
+        round_trips(CiState::ALL);
         let rounds: Vec<RoundResult> = std::iter::once(RoundResult::Approved)
             .chain(Outcome::ALL.iter().map(|&o| RoundResult::Ended(o)))
             .collect();
@@ -484,6 +502,8 @@ mod tests {
         assert_eq!(texts(&statuses), check_set("status", false));
         let kinds: Vec<&str> = RunKind::ALL.iter().map(|o| o.as_str()).collect();
         assert_eq!(texts(&kinds), check_set("kind", true));
+        let ci: Vec<&str> = CiState::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(texts(&ci), check_set("ci_state", false));
     }
 
     #[test]

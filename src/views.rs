@@ -34,6 +34,12 @@ pub struct RunView {
     /// `nightshift/` branches on the remote whose head nightshift did not
     /// push, as the run found them (docs/security.md#processes).
     pub foreign_refs: Vec<crate::user_repo::foreign::ForeignRef>,
+    /// The CI watches of its PRs, each with its head's checks
+    /// (docs/github.md#ci).
+    pub ci: Vec<(
+        crate::ledger::ci::WatchRow,
+        Vec<crate::ledger::ci::CheckRow>,
+    )>,
 }
 
 impl RunView {
@@ -50,12 +56,18 @@ impl RunView {
             .iter()
             .filter_map(crate::user_repo::foreign::ForeignRef::from_json)
             .collect();
+        let mut ci = Vec::new();
+        for w in crate::ledger::ci::watches_of_run(pool, run.id).await? {
+            let checks = crate::ledger::ci::checks_of(pool, w.id, &w.head_sha).await?;
+            ci.push((w, checks));
+        }
         Ok(RunView {
             run,
             items,
             slept,
             tended,
             foreign_refs,
+            ci,
         })
     }
 

@@ -54,8 +54,11 @@ pub(crate) async fn report(
         slept,
         tended,
         foreign_refs,
+        ci,
     } = view;
-    let sections = after_table(&tended, &foreign_refs);
+    let run_ended = row.ended_at.is_some();
+    let mut sections = after_table(&tended, &foreign_refs);
+    sections.extend(Some(crate::report::ci::section(&ci, run_ended)).filter(|s| !s.is_empty()));
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
@@ -63,6 +66,7 @@ pub(crate) async fn report(
             v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
             v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
+            crate::report::ci::attach(&mut v, &ci, run_ended);
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {

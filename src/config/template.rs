@@ -48,7 +48,8 @@ gate_env = []                  # variables passed to gate commands only
 max_findings_per_item = 5      # writer FINDINGS filed as issues, per item
 max_agent_output = "1GiB"      # an agent call printing more is killed; its round fails
 # max_open_prs = 10            # example: no new PR while 10 nightshift PRs are open (default: no limit)
-draft = false                  # true: open PRs as drafts
+draft = false                  # true: open PRs as drafts, marked ready once CI is green
+# ci_log_lines = 80             # lines of a failed CI job's log a fix round's writer reads
 protected = []                 # e.g. ["migrations/**"]: more paths no writer may change (CI config and .nightshift/ always are)
 
 [limits]                       # caps; an item may lower them, never raise them.
@@ -68,6 +69,8 @@ protected = []                 # e.g. ["migrations/**"]: more paths no writer ma
 # limit_sleep_max = "6h"
 # max_changed_files = 100        # files one item's change may touch
 # max_diff_lines = 5000          # lines one item's change may add and remove
+# ci_rounds = 2                  # fix rounds per item for a red required check (0: none)
+# ci_wait = "45m"                # wait for a conclusive CI result after each push
 
 [writer]
 kind = "claude"                # claude | codex | command

@@ -60,8 +60,13 @@ pub struct Config {
     /// are open: the items not started end `review_queue_full`
     /// (docs/loop.md "Before the checkout"). `None`: no limit (the default).
     pub max_open_prs: Option<u32>,
-    /// Open PRs as drafts (GitHub's `draft: true`; docs/github.md#pull-requests).
+    /// Open PRs as drafts (GitHub's `draft: true`; docs/github.md#pull-requests);
+    /// a draft is marked ready for review once its checks are green
+    /// (docs/github.md#ci).
     pub draft: bool,
+    /// Lines of a failed GitHub Actions job's log (its end) given to a fix
+    /// round's writer (docs/github.md#ci). Default 80.
+    pub ci_log_lines: u32,
     /// Globs of paths no writer may change, whatever its item's `scope:`
     /// (`scope:`'s matching rules, docs/backlog.md#details); a round that
     /// changes one breaks a rule (docs/loop.md#proof). Added to
@@ -110,6 +115,7 @@ impl Default for Config {
             max_agent_output: DEFAULT_MAX_AGENT_OUTPUT,
             max_open_prs: None,
             draft: false,
+            ci_log_lines: DEFAULT_CI_LOG_LINES,
             protected: vec![],
             limits: Limits::default(),
             writer: AgentConfig::default(),
@@ -168,6 +174,13 @@ pub struct Limits {
     /// Lines one item's change may add and remove together, from git
     /// (binary files count no lines).
     pub max_diff_lines: u64,
+    /// Fix rounds per item for a red required check of its PR on GitHub
+    /// (docs/github.md#ci); `0` turns fixing off. Sealed in the contract.
+    pub ci_rounds: u32,
+    /// How long to wait for a conclusive CI result after each push
+    /// (docs/github.md#ci). Sealed in the contract.
+    #[serde(with = "human_duration")]
+    pub ci_wait: Duration,
 }
 
 impl Default for Limits {
@@ -187,6 +200,8 @@ impl Default for Limits {
             limit_sleep_max: Duration::from_secs(6 * 60 * 60),
             max_changed_files: DEFAULT_MAX_CHANGED_FILES,
             max_diff_lines: DEFAULT_MAX_DIFF_LINES,
+            ci_rounds: DEFAULT_CI_ROUNDS,
+            ci_wait: DEFAULT_CI_WAIT,
         }
     }
 }
@@ -196,6 +211,15 @@ pub const DEFAULT_MAX_CHANGED_FILES: u64 = 100;
 
 /// The default `[limits] max_diff_lines` (docs/config.md#limits).
 pub const DEFAULT_MAX_DIFF_LINES: u64 = 5000;
+
+/// The default `[limits] ci_rounds` (docs/config.md#limits, docs/github.md#ci).
+pub const DEFAULT_CI_ROUNDS: u32 = 2;
+
+/// The default `[limits] ci_wait`: 45 minutes (docs/github.md#ci).
+pub const DEFAULT_CI_WAIT: Duration = Duration::from_secs(45 * 60);
+
+/// The default `ci_log_lines` (docs/config.md, docs/github.md#ci).
+pub const DEFAULT_CI_LOG_LINES: u32 = 80;
 
 /// Which adapter drives an agent (docs/agents.md).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -64,6 +64,7 @@ pub(super) fn validate(path: &Path, text: &str, c: &Config) -> Result<(), Config
     validate_agents(c, &bad)?;
     validate_names(c, &bad)?;
     validate_review_work(c, &bad)?;
+    validate_ci(c, &bad)?;
     validate_recipes(c, &bad)
 }
 
@@ -239,6 +240,37 @@ fn validate_names(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
                 "{:?} must be a path inside the repository (relative, no `..`)",
                 c.backlog
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// Longest `[limits] ci_wait`: a day (docs/github.md#ci).
+pub const MAX_CI_WAIT: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
+/// Most `ci_log_lines` (docs/github.md#ci): the writer's prompt stays small.
+pub const MAX_CI_LOG_LINES: u32 = 1000;
+
+/// `[limits] ci_rounds` and `ci_wait`, and `ci_log_lines` in range
+/// (docs/config.md, docs/github.md#ci).
+fn validate_ci(c: &Config, bad: &Refuse<'_>) -> Result<(), ConfigError> {
+    let l = &c.limits;
+    if l.ci_rounds > MAX_ROUNDS {
+        return Err(bad(
+            "ci_rounds",
+            format!("must be between 0 (no fix rounds) and {MAX_ROUNDS}"),
+        ));
+    }
+    if l.ci_wait < std::time::Duration::from_secs(1) || l.ci_wait > MAX_CI_WAIT {
+        return Err(bad(
+            "ci_wait",
+            "must be between \"1s\" and \"24h\", e.g. `ci_wait = \"45m\"`".into(),
+        ));
+    }
+    if c.ci_log_lines == 0 || c.ci_log_lines > MAX_CI_LOG_LINES {
+        return Err(bad(
+            "ci_log_lines",
+            format!("must be between 1 and {MAX_CI_LOG_LINES}"),
         ));
     }
     Ok(())

@@ -26,6 +26,10 @@ use crate::secret::{Redactor, Secret};
 #[derive(Debug)]
 pub struct Forge {
     pub(super) client: Octocrab,
+    /// The same token at GitHub's GraphQL root (`https://api.github.com`,
+    /// `https://HOST/api` for an Enterprise server whose REST root is
+    /// `…/api/v3`), for [`super::checks::GRAPHQL_PATH`].
+    pub(super) graphql: Octocrab,
     pub(super) repo: RepoId,
     /// The API base as given, without trailing slashes (for messages).
     pub(super) api_base: String,
@@ -77,10 +81,21 @@ impl Forge {
             .set_write_timeout(Some(policy.request_timeout))
             .build()
             .map_err(|e| client_error(describe_octocrab(&e)))?;
+        let graphql = Octocrab::builder()
+            .base_uri(graphql_root(base))
+            .map_err(|e| client_error(describe_octocrab(&e)))?
+            .personal_token(token.expose().to_string())
+            .add_header(http::header::ACCEPT, "application/json".to_string())
+            .set_connect_timeout(Some(Duration::from_secs(10)))
+            .set_read_timeout(Some(policy.request_timeout))
+            .set_write_timeout(Some(policy.request_timeout))
+            .build()
+            .map_err(|e| client_error(describe_octocrab(&e)))?;
         // From here on the token is masked in everything nightshift keeps or sends.
         crate::secret::remember([token.expose()]);
         Ok(Forge {
             client,
+            graphql,
             repo,
             api_base: base.to_string(),
             deadline,
@@ -231,6 +246,15 @@ pub(super) fn check_api_base(base: &str) -> Result<(), String> {
         }
         _ => Err(format!("no http(s) scheme and host; {shape}")),
     }
+}
+
+/// GitHub's GraphQL root for REST root `base`: `https://HOST/api` for an
+/// Enterprise server's `https://HOST/api/v3`, else `base` itself
+/// (`https://api.github.com/graphql`).
+pub(super) fn graphql_root(base: &str) -> String {
+    base.strip_suffix("/api/v3")
+        .map(|host| format!("{host}/api"))
+        .unwrap_or_else(|| base.to_string())
 }
 
 /// octocrab errors display as just "GitHub"; spell out what is known.

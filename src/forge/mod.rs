@@ -29,6 +29,10 @@
 //! fails only that item. The token never appears in an error, whatever a
 //! server echoes.
 //!
+//! The repository's own CI of a pushed commit is read here too (check runs,
+//! statuses, required checks, a job's log, a job's re-run, marking a draft
+//! ready: docs/github.md#ci).
+//!
 //! It is not a GitHub client library: it speaks only the handful of endpoints
 //! nightshift needs, through octocrab's raw `GET`/`POST` calls so that status
 //! codes and headers stay visible. It can only send `GET` and `POST` (see
@@ -43,11 +47,13 @@
 
 mod body;
 mod call;
+mod checks;
 mod client;
 mod error;
 mod exchange;
 mod html;
 mod issues;
+mod job_log;
 mod labels;
 mod paging;
 mod pulls;
@@ -59,8 +65,12 @@ mod tend;
 mod token;
 mod transient;
 
+pub use checks::{
+    CHECK_NAME_CHARS, CHECK_SUMMARY_CHARS, Check, CheckSource, CheckVerdict, RequiredChecks,
+};
 pub use client::Forge;
 pub use error::{ForgeError, Scope};
+pub use job_log::{LOG_LINE_CHARS, LOG_READ_CAP, TAIL_BYTES, log_tail, strip_escapes};
 pub use repo::{RepoId, repo_from_remote_url, resolve_repo};
 pub use retry::{BACKOFF_ENV, RetryPolicy};
 pub use tend::{Comment, MERGEABLE_TRIES, Mergeable, PrDetail, PrFateFacts, Review, ReviewState};

@@ -40,11 +40,17 @@ impl Forge {
     ) -> Result<Reply, octocrab::Error> {
         let mut at = path.to_string();
         let mut hops = 0;
+        // GraphQL has a root of its own (see `Forge::graphql`).
+        let client = if path == super::checks::GRAPHQL_PATH {
+            &self.graphql
+        } else {
+            &self.client
+        };
         loop {
             let response = match verb {
-                Verb::Get => self.client._get(at.as_str()).await,
-                Verb::Post => self.client._post(at.as_str(), body).await,
-                Verb::Patch => self.client._patch(at.as_str(), body).await,
+                Verb::Get => client._get(at.as_str()).await,
+                Verb::Post => client._post(at.as_str(), body).await,
+                Verb::Patch => client._patch(at.as_str(), body).await,
             }?;
             let status = response.status();
             let headers = response.headers().clone();

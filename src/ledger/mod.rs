@@ -12,6 +12,7 @@
 
 pub mod approvals;
 pub mod board;
+pub mod ci;
 pub mod claims;
 pub mod embedded;
 pub mod events;

@@ -73,6 +73,7 @@ use crate::slot;
 mod agent_call;
 mod attempt;
 mod checks;
+pub mod ci;
 mod decide;
 mod ended;
 mod heart;
@@ -427,6 +428,14 @@ pub async fn join(
 async fn run_workers(crew: &Arc<worker::Crew>, jobs: u32) -> Result<(), Error> {
     let night = &crew.night;
     let beat = heart::start(crew.heart.clone(), night.pool.clone(), night.config.lease);
+    // The PRs' CI is watched beside the workers, which never wait for it
+    // (docs/github.md#ci); the run ends once every watch did too.
+    let workers_done = CancellationToken::new();
+    let watcher = tokio::spawn(ci::watch(
+        crew.night.clone(),
+        crew.run_id,
+        workers_done.clone(),
+    ));
     let tasks: Vec<_> = (1..=jobs)
         .map(|n| tokio::spawn(worker::work(crew.clone(), n)))
         .collect();
@@ -440,7 +449,13 @@ async fn run_workers(crew: &Arc<worker::Crew>, jobs: u32) -> Result<(), Error> {
         }
     }
     beat.abort();
-    first
+    workers_done.cancel();
+    let watched = watcher.await.unwrap_or_else(|e| {
+        Err(Error::failed(format!(
+            "the CI watcher of this run panicked: {e}"
+        )))
+    });
+    first.and(watched)
 }
 
 /// Records the run's end: `status`, what stopped it, and the exit code

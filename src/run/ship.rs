@@ -16,7 +16,7 @@ use crate::forge::PrState;
 use crate::ledger::items::ItemEnd;
 use crate::ledger::prs;
 use crate::ledger::prs::PrRow;
-use crate::outcome::{Event, Phase, PrRecord};
+use crate::outcome::{Event, Outcome, Phase, PrRecord};
 use crate::report::{self, Evidence};
 use crate::slot::{self, Slot};
 
@@ -117,8 +117,9 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     at.record(None, state, &body).await?;
     // The head nightshift pushed: the next night tells a person's push
     // from its own by it (docs/github.md "The second night").
-    if let Ok(head) = tokio::task::block_in_place(|| item.slot.head()) {
-        item.record.pr_head(key, branch, &head).await?;
+    let head = tokio::task::block_in_place(|| item.slot.head()).ok();
+    if let Some(head) = &head {
+        item.record.pr_head(key, branch, head).await?;
     }
     let files: Vec<&str> = (a.reviewed.gated.proof.changed.iter())
         .map(|f| f.path.as_str())
@@ -127,6 +128,21 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     let what = json!({"key": key, "branch": branch, "title": title, "files": files});
     item.record.event(Event::Pushed, what).await?;
     let mut end = open_pr(at, &body, item.cancel).await?;
+    // The PR's own CI is watched from now on, by the run's watcher, not by
+    // this worker (docs/github.md#ci).
+    if let (Some(number), Some(head), Outcome::PrOpened) = (end.facts.pr_number, &head, end.outcome)
+    {
+        let run = item.record.run_id();
+        let wait = entry.contract.limits.ci_wait();
+        let base = item.slot.base_commit.clone();
+        let watch = super::ci::Watched {
+            key,
+            pr_number: number,
+            head,
+            base: &base,
+        };
+        super::ci::open(night, run, &watch, wait).await?;
+    }
     let totals = &r.st.totals;
     end.facts.rounds = n;
     end.facts.tokens = totals.tokens;

@@ -25,6 +25,7 @@ mod approval_bind;
 mod attack;
 mod backlog;
 mod build_output;
+mod ci;
 mod clock;
 mod e2e;
 mod forge;

@@ -71,6 +71,9 @@ pub struct State {
     pub login: Option<String>,
     /// Instants handed out to reviews and comments, strictly increasing.
     pub clock: u32,
+    /// The repository's CI: check runs, statuses, required checks, job
+    /// logs (see [`super::github_ci`]).
+    pub ci: super::github_ci::Ci,
 }
 
 /// The body of a scripted failure when GitHub's `{"message": …}` is not
@@ -180,7 +183,7 @@ fn pr_json(
     labels: Vec<Value>,
 ) -> Value {
     json!({
-        "number": n, "id": n, "state": "open", "title": title, "body": body,
+        "number": n, "id": n, "node_id": format!("PR_kwfake{n}"), "state": "open", "title": title, "body": body,
         "html_url": format!("{base_url}/owner/repo/pull/{n}"), "url": format!("{base_url}/repos/owner/repo/pulls/{n}"),
         "user": {"login": head_owner},
         "head": {"ref": head, "label": format!("{head_owner}:{head}"), "sha": "0", "repo": repo_json(head_repo_id, head_owner)},
@@ -193,6 +196,22 @@ fn pr_json(
 /// the cap) items of page `page`, and a `Link` header whose `next` and `last`
 /// URLs use GitHub's `/repositories/{id}/…` form.
 fn paged(req: &Request, base_url: &str, list: Vec<Value>, cap: Option<usize>) -> ResponseTemplate {
+    let (items, link) = page_of(req, base_url, list, cap);
+    let mut t = ResponseTemplate::new(200).set_body_json(Value::Array(items));
+    if let Some(link) = link {
+        t = t.insert_header("link", link.as_str());
+    }
+    t
+}
+
+/// The items of the page `req` asks for, and its `Link` header (none when
+/// the list fits one page); see [`paged`].
+fn page_of(
+    req: &Request,
+    base_url: &str,
+    list: Vec<Value>,
+    cap: Option<usize>,
+) -> (Vec<Value>, Option<String>) {
     let per_page = query(req, "per_page")
         .and_then(|p| p.parse::<usize>().ok())
         .unwrap_or(30)
@@ -207,54 +226,51 @@ fn paged(req: &Request, base_url: &str, list: Vec<Value>, cap: Option<usize>) ->
         .skip((page - 1) * per_page)
         .take(per_page)
         .collect();
-    let mut t = ResponseTemplate::new(200).set_body_json(Value::Array(items));
-    if pages > 1 {
-        let prefix = if req.url.path().starts_with("/api/v3/") {
-            "/api/v3"
-        } else {
-            ""
-        };
-        let path = api_path(req);
-        let rest = path
-            .trim_start_matches("/repos/owner/repo")
-            .trim_start_matches("/repositories/1");
-        let link = |p: usize| {
-            let mut q: Vec<(String, String)> = req
-                .url
-                .query_pairs()
-                .filter(|(k, _)| k != "page" && k != "per_page")
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
-            q.push(("per_page".into(), per_page.to_string()));
-            q.push(("page".into(), p.to_string()));
-            let qs: Vec<String> = q
-                .iter()
-                .map(|(k, v)| {
-                    format!(
-                        "{k}={}",
-                        v.replace('%', "%25")
-                            .replace(':', "%3A")
-                            .replace('/', "%2F")
-                            .replace(' ', "%20")
-                    )
-                })
-                .collect();
-            format!("{base_url}{prefix}/repositories/1{rest}?{}", qs.join("&"))
-        };
-        let mut parts = Vec::new();
-        if page < pages {
-            parts.push(format!("<{}>; rel=\"next\"", link(page + 1)));
-            parts.push(format!("<{}>; rel=\"last\"", link(pages)));
-        }
-        if page > 1 {
-            parts.push(format!("<{}>; rel=\"prev\"", link(page - 1)));
-            parts.push(format!("<{}>; rel=\"first\"", link(1)));
-        }
-        if !parts.is_empty() {
-            t = t.insert_header("link", parts.join(", ").as_str());
-        }
+    if pages <= 1 {
+        return (items, None);
     }
-    t
+    let prefix = if req.url.path().starts_with("/api/v3/") {
+        "/api/v3"
+    } else {
+        ""
+    };
+    let path = api_path(req);
+    let rest = path
+        .trim_start_matches("/repos/owner/repo")
+        .trim_start_matches("/repositories/1");
+    let link = |p: usize| {
+        let mut q: Vec<(String, String)> = req
+            .url
+            .query_pairs()
+            .filter(|(k, _)| k != "page" && k != "per_page")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        q.push(("per_page".into(), per_page.to_string()));
+        q.push(("page".into(), p.to_string()));
+        let qs: Vec<String> = q
+            .iter()
+            .map(|(k, v)| {
+                format!(
+                    "{k}={}",
+                    v.replace('%', "%25")
+                        .replace(':', "%3A")
+                        .replace('/', "%2F")
+                        .replace(' ', "%20")
+                )
+            })
+            .collect();
+        format!("{base_url}{prefix}/repositories/1{rest}?{}", qs.join("&"))
+    };
+    let mut parts = Vec::new();
+    if page < pages {
+        parts.push(format!("<{}>; rel=\"next\"", link(page + 1)));
+        parts.push(format!("<{}>; rel=\"last\"", link(pages)));
+    }
+    if page > 1 {
+        parts.push(format!("<{}>; rel=\"prev\"", link(page - 1)));
+        parts.push(format!("<{}>; rel=\"first\"", link(1)));
+    }
+    (items, (!parts.is_empty()).then(|| parts.join(", ")))
 }
 
 /// The login `GET /user` answers unless a test sets [`State::login`].
@@ -457,6 +473,10 @@ impl Responder {
             return ResponseTemplate::new(200)
                 .set_body_json(json!({"login": login, "id": 99, "type": "User"}));
         }
+        if method == "POST" && path == "/graphql" {
+            let st = &mut *st;
+            return super::github_ci::graphql(&mut st.prs, &mut st.ci, req);
+        }
         // GitHub's pagination links name the repository by id.
         let Some(rest) = path
             .strip_prefix("/repos/owner/repo")
@@ -469,6 +489,17 @@ impl Responder {
         }
         if st.issues_disabled && (rest == "/issues" || rest.starts_with("/issues?")) {
             return ResponseTemplate::new(410).set_body_json(json!({"message": "Issues are disabled for this repo", "documentation_url": "https://docs.github.com/v3/issues/"}));
+        }
+        let cap = st.page_cap;
+        let page = |list| page_of(req, &self.base, list, cap);
+        // The base branch's commit, for a workflow that ends otherwise there.
+        let main = (rest.ends_with("/check-runs"))
+            .then(|| st.git_dir.as_ref().and_then(|d| rev(d, "main")))
+            .flatten();
+        if let Some(t) =
+            super::github_ci::respond(&mut st.ci, main.as_deref(), req, &method, rest, page)
+        {
+            return t;
         }
         match (method.as_str(), rest) {
             ("GET", "") => {

@@ -8,6 +8,7 @@
 pub mod bg;
 pub mod db;
 pub mod github;
+pub mod github_ci;
 pub mod night;
 pub mod rows;
 
@@ -230,6 +231,11 @@ impl Fixture {
             .env("NIGHTSHIFT_DATABASE_URL", &self.db.url);
         if let Some(g) = &self.github {
             c.env("GITHUB_API_URL", g).env("GH_REPO", "owner/repo");
+            // The CI watch after a push looks often, and a PR whose
+            // repository reports no check ends `ci_none` at the first look
+            // (docs/github.md#ci); a test may set its own.
+            c.env("NIGHTSHIFT_CI_POLL_MS", "100")
+                .env("NIGHTSHIFT_CI_GRACE_MS", "0");
         }
         if let Some(t) = &self.token {
             c.env("GITHUB_TOKEN", t);
