@@ -374,6 +374,10 @@ text_set! {
         Sleeping => "sleeping",
         /// The run ended with its status and exit code.
         RunFinished => "run_finished",
+        /// A PR's CI watch began, or followed a new head (docs/github.md#ci).
+        CiWatch => "ci_watch",
+        /// A PR's CI watch ended in its CI state.
+        CiEnded => "ci_ended",
         /// A drain or run refused to start (no usable approval, a missing
         /// agent): nothing ran.
         Refused => "refused",

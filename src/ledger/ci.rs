@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgExecutor};
 use uuid::Uuid;
 
-use crate::outcome::CiState;
+use crate::outcome::{CiState, Event};
 
 use super::text::{Result, pg, pgo};
 
@@ -65,9 +65,11 @@ pub struct NewWatch<'a> {
 /// Database errors.
 pub async fn open_watch(db: impl PgExecutor<'_>, w: &NewWatch<'_>) -> Result<i64> {
     sqlx::query_scalar(
-        "INSERT INTO ci_watches (run_id, item_key, pr_number, head_sha, base_sha, wait_until) VALUES ($1, $2, $3, $4, $5, $6) \
+        "WITH w AS (INSERT INTO ci_watches (run_id, item_key, pr_number, head_sha, base_sha, wait_until) VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (run_id, item_key) DO UPDATE SET pr_number = EXCLUDED.pr_number, head_sha = EXCLUDED.head_sha, base_sha = coalesce(ci_watches.base_sha, EXCLUDED.base_sha), wait_until = EXCLUDED.wait_until, ci_state = NULL, reason = NULL, ended_at = NULL \
-         RETURNING id",
+         RETURNING id, run_id, item_key, pr_number, head_sha), \
+         e AS (INSERT INTO events (run_id, kind, data) SELECT run_id, $7, jsonb_build_object('key', item_key, 'pr', pr_number, 'head', head_sha) FROM w) \
+         SELECT id FROM w",
     )
     .bind(w.run)
     .bind(w.key)
@@ -75,6 +77,7 @@ pub async fn open_watch(db: impl PgExecutor<'_>, w: &NewWatch<'_>) -> Result<i64
     .bind(w.head_sha)
     .bind(w.base_sha)
     .bind(w.wait_until)
+    .bind(Event::CiWatch.as_str())
     .fetch_one(db)
     .await
 }
@@ -122,12 +125,16 @@ pub async fn end_watch(
     all_reported: bool,
 ) -> Result<()> {
     sqlx::query(
-        "UPDATE ci_watches SET ci_state = $2, reason = $3, all_reported = $4, ended_at = now() WHERE id = $1",
+        "WITH w AS (UPDATE ci_watches SET ci_state = $2, reason = $3, all_reported = $4, ended_at = now() WHERE id = $1 \
+                    RETURNING run_id, item_key, pr_number, ci_state, reason) \
+         INSERT INTO events (run_id, kind, data) SELECT run_id, $5, \
+                jsonb_build_object('key', item_key, 'pr', pr_number, 'state', ci_state, 'reason', reason) FROM w",
     )
     .bind(watch)
     .bind(state)
     .bind(reason.map(pg))
     .bind(all_reported)
+    .bind(Event::CiEnded.as_str())
     .execute(db)
     .await?;
     Ok(())

@@ -7,9 +7,9 @@
 //! it is masked (the ledger keeps it masked, and it is masked again here);
 //! a page escapes it where it shows it.
 //!
-//! Issue 23's CI states and issue 24's quota readings have their places
-//! here ([`Finished::ci`], [`Board::quota`]) but no data of their own yet:
-//! they stay empty until the ledger records them.
+//! A finished item's CI state ([`Finished::ci`], docs/github.md#ci) is its
+//! PR's watch's; issue 24's quota readings have their place
+//! ([`Board::quota`]) but no data of their own yet.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -201,6 +201,8 @@ pub struct Facts<'a> {
     pub findings: &'a [crate::ledger::board::Finding],
     /// Seconds slept at usage limits.
     pub slept_secs: i64,
+    /// The CI watches of its PRs (docs/github.md#ci).
+    pub ci: &'a [crate::ledger::ci::WatchRow],
 }
 
 /// Reads the facts of run `run` and draws its board.
@@ -216,6 +218,7 @@ pub async fn load(pool: &sqlx::PgPool, run: &RunRow) -> Result<Board, sqlx::Erro
     let waiting = crate::ledger::board::waiting(pool, run.id).await?;
     let findings = crate::ledger::board::findings(pool, run.id).await?;
     let slept_secs = crate::ledger::limits::slept_seconds(pool, run.id).await?;
+    let ci = crate::ledger::ci::watches_of_run(pool, run.id).await?;
     Ok(draw(&Facts {
         run,
         items: &items,
@@ -223,7 +226,19 @@ pub async fn load(pool: &sqlx::PgPool, run: &RunRow) -> Result<Board, sqlx::Erro
         waiting: &waiting,
         findings: &findings,
         slept_secs,
+        ci: &ci,
     }))
+}
+
+/// The CI state of item `key`'s PR (its latest watch): `ci_green`,
+/// `ci_failed`, … or `ci_watching` while the watch is open; `None` without
+/// a watch.
+fn ci_state(watches: &[crate::ledger::ci::WatchRow], key: &str) -> Option<String> {
+    let w = watches.iter().rev().find(|w| w.item_key == key)?;
+    Some(
+        w.ci_state
+            .map_or_else(|| "ci_watching".to_string(), |s| s.as_str().to_string()),
+    )
 }
 
 /// The board of `f`.
@@ -249,7 +264,7 @@ pub fn draw(f: &Facts<'_>) -> Board {
             worker: i.worker.clone(),
             started_at: i.started_at,
             ended_at: i.ended_at,
-            ci: None,
+            ci: ci_state(f.ci, &i.item_key),
         })
         .collect();
     let counts = Counts {
