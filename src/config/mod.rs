@@ -28,6 +28,6 @@ pub use protected::{DEFAULT_PROTECTED, protected_paths};
 pub use template::{PLACEHOLDER_GATE, TEMPLATE, template_with_gate};
 pub use types::{
     AgentConfig, AgentKind, Config, DEFAULT_MAX_AGENT_OUTPUT, DEFAULT_MAX_CHANGED_FILES,
-    DEFAULT_MAX_DIFF_LINES, Limits, Recipe, Targets,
+    DEFAULT_MAX_DIFF_LINES, Limits, Recipe, SandboxConfig, Targets,
 };
 pub use validate::{MAX_COST_USD, MAX_JOBS, MAX_ROUNDS};
