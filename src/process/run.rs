@@ -381,7 +381,21 @@ fn prepare_sandbox(
         None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
     };
     let mut policy = policy.clone();
-    policy.read.extend(program_file(cmd));
+    if let Some((given, real)) = program_file(cmd) {
+        if given == real {
+            policy.read.push(real);
+        } else {
+            // Exec'd by the path given (through links): shown there too.
+            policy.home_files.push((real, given));
+        }
+    }
+    // As `agent_user` the child's `HOME` is the account's (`build_command`).
+    if let Some(account) = &cmd.run_as {
+        policy.home.clone_from(&account.home);
+    }
+    if !policy.home.is_absolute() || policy.home == Path::new("/") {
+        policy.home = PathBuf::from("/home/sandbox");
+    }
     crate::sandbox::Prepared::new(&policy, ids, &cwd)
         .map(|p| Some(std::sync::Arc::new(p)))
         .map_err(|source| ProcessError::Spawn {
@@ -394,8 +408,9 @@ fn prepare_sandbox(
 
 /// The program's own file when it lies outside the system directories, so
 /// that the sandbox shows it (read-only): given with a `/`, or found on the
-/// child's `PATH`.
-fn program_file(cmd: &Command) -> Option<PathBuf> {
+/// child's `PATH`. Returns (the absolute path it is exec'd by, its real
+/// path).
+fn program_file(cmd: &Command) -> Option<(PathBuf, PathBuf)> {
     let found = if cmd.program.contains('/') {
         let p = PathBuf::from(&cmd.program);
         match &cmd.cwd {
@@ -408,11 +423,11 @@ fn program_file(cmd: &Command) -> Option<PathBuf> {
             .map(|d| d.join(&cmd.program))
             .find(|p| p.is_file())?
     };
-    let real = std::fs::canonicalize(found).ok()?;
+    let real = std::fs::canonicalize(&found).ok()?;
     let system = crate::sandbox::SYSTEM_DIRS
         .iter()
         .any(|d| std::fs::canonicalize(d).is_ok_and(|d| real.starts_with(d)));
-    (!system && real.is_file()).then_some(real)
+    (!system && real.is_file() && found.is_absolute()).then_some((found, real))
 }
 
 /// Asks the supervisor to stop the call (SIGTERM, `grace`, SIGKILL) and

@@ -37,9 +37,15 @@ pub fn enter(p: &Prepared) -> io::Result<()> {
     // SAFETY: raw system calls on this process only.
     unsafe {
         check(libc::unshare(flags))?;
-        write_file(c"/proc/self/setgroups", b"deny")?;
-        write_file(c"/proc/self/uid_map", p.uid_map.as_bytes())?;
-        write_file(c"/proc/self/gid_map", p.gid_map.as_bytes())?;
+        // After `agent_user`'s switch (and nightshift's own choice) this
+        // process is not dumpable, so its /proc files are root's and the
+        // account could not write its maps: dumpable only while it does.
+        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+        let maps = write_file(c"/proc/self/setgroups", b"deny")
+            .and_then(|()| write_file(c"/proc/self/uid_map", p.uid_map.as_bytes()))
+            .and_then(|()| write_file(c"/proc/self/gid_map", p.gid_map.as_bytes()));
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        maps?;
         let mut fds = [0; 2];
         check(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))?;
         match libc::fork() {
@@ -310,6 +316,8 @@ fn reap_as_init(program: libc::pid_t, status: libc::c_int) -> ! {
     unsafe {
         quiet(status);
         block_all();
+        // For `ps`: a fork of nightshift keeps the name of its thread.
+        libc::prctl(libc::PR_SET_NAME, c"nightshift-init".as_ptr());
         loop {
             let mut raw = 0;
             let pid = libc::waitpid(-1, &mut raw, 0);
@@ -333,6 +341,7 @@ fn outer(init: libc::pid_t, status: libc::c_int) -> ! {
     unsafe {
         quiet(status);
         block_all();
+        libc::prctl(libc::PR_SET_NAME, c"nightshift-box".as_ptr());
         let mut raw = 0;
         loop {
             let pid = libc::waitpid(init, &mut raw, 0);

@@ -245,6 +245,79 @@ async fn real_writer_edits_through_its_own_tools() {
     assert_eq!(r.mcp_servers.as_deref(), Some(&[][..]));
 }
 
+/// The real CLI completes an item inside nightshift's sandbox
+/// (docs/security.md#the-sandbox): its Edit and Bash tools work in the
+/// slot, its private HOME and `/tmp` hold what it writes there, and its API
+/// host (the fake, on 127.0.0.1) is reached over the host's network
+/// (`Network::Host`: the filtering proxy is not built yet); a Bash command
+/// reading a file beside the checkout finds nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn real_writer_completes_an_item_inside_the_sandbox() {
+    if let Err(missing) = nightshift::sandbox::probe() {
+        panic!("this suite needs a kernel the sandbox can be built on: {missing}");
+    }
+    let bin = real_claude();
+    let api = FakeAnthropic::start().await;
+    let w = Checkout::new("repo");
+    let calc = w.repo.join("calc.txt").display().to_string();
+    let outside = w.dir.path().join("outside.txt");
+    std::fs::write(&outside, "outside-the-sandbox\n").unwrap();
+    let look = format!("cat {} || echo hidden-$((6*7))", outside.display());
+    api.writer([
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Edit",
+                json!({"file_path": calc, "old_string": "add\n", "new_string": "add\nsub\n"}),
+            )],
+        ),
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Bash",
+                json!({"command": look, "description": "look outside"}),
+            )],
+        ),
+        Reply::Text("Added sub.\n".into()),
+    ]);
+    let mut c = call(
+        &w,
+        Role::Writer,
+        "Add sub to calc.txt",
+        cli_env(&w.home, &api.uri(), false),
+    );
+    std::fs::create_dir_all(&c.log_dir).unwrap();
+    c.sandbox = Some(nightshift::sandbox::Policy {
+        write: vec![w.repo.clone(), c.log_dir.clone()],
+        read: vec![],
+        home: w.home.clone(),
+        home_files: vec![],
+        network: nightshift::sandbox::Network::Host,
+    });
+    let r = agent::call(&claude_agent(&bin), &c, &CancellationToken::new())
+        .await
+        .unwrap();
+    let (out, _) = stream_of(&r, "claude-real-writer-sandboxed", c.tz);
+    assert!(
+        r.failure.is_none(),
+        "{:?}\n{out}\n{}",
+        r.failure,
+        r.outcome.stderr_tail
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.repo.join("calc.txt")).unwrap(),
+        "add\nsub\n",
+        "{out}"
+    );
+    assert_eq!(api.left(), (0, 0), "every scripted turn was used");
+    let sent = serde_json::to_string(&api.seen().last().unwrap().body).unwrap();
+    assert!(
+        sent.contains("hidden-42") && !sent.contains("outside-the-sandbox"),
+        "{sent}"
+    );
+    assert_eq!(r.text, "Added sub.\n");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn real_reviewer_is_read_only_and_its_verdict_is_read() {
     let bin = real_claude();

@@ -850,7 +850,9 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
         "reviewer.sh",
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
-    f.config_with(&w, &r, "");
+    // Without the sandbox: what an agent of the same user could reach of
+    // its supervisor (in the sandbox its parent is the sandbox's PID 1).
+    f.config_with(&w, &r, "[sandbox]\nmode = \"off\"\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     assert!(
         std::process::Command::new("chown")

@@ -257,3 +257,109 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
         "{card}"
     );
 }
+
+/// A sandboxed `sh -c script` in `slot`, with no network and nothing but
+/// the slot writable.
+fn boxed(script: &str, slot: &Path) -> nightshift::process::Command {
+    nightshift::process::Command::shell(script)
+        .cwd(slot)
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/home/sandbox")
+        .sandbox(nightshift::sandbox::Policy {
+            write: vec![slot.to_path_buf()],
+            read: vec![],
+            home: PathBuf::from("/home/sandbox"),
+            home_files: vec![],
+            network: nightshift::sandbox::Network::None,
+        })
+}
+
+/// Exit codes, signals, timeouts and leftovers read as they do without the
+/// sandbox: the program's status passes through its PID 1 and the call's
+/// process; a `setsid` daemon dies with the call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandboxed_call_exits_times_out_and_ends_as_an_unsandboxed_one() {
+    use nightshift::process::run;
+    use tokio_util::sync::CancellationToken;
+    if let Err(missing) = nightshift::sandbox::probe() {
+        panic!("this suite needs a kernel the sandbox can be built on: {missing}");
+    }
+    let slot = tempfile::tempdir().unwrap();
+    let cancel = CancellationToken::new();
+    let o = run(
+        boxed("echo out; echo err >&2; exit 7", slot.path()),
+        &cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!((o.exit_code, o.signal), (Some(7), None), "{o:?}");
+    assert_eq!(
+        (o.stdout_tail.as_str(), o.stderr_tail.as_str()),
+        ("out\n", "err\n")
+    );
+    let o = run(boxed("kill -TERM $$", slot.path()), &cancel)
+        .await
+        .unwrap();
+    assert_eq!(o.signal, Some(libc::SIGTERM), "{o:?}");
+    let started = std::time::Instant::now();
+    let cmd = boxed("sleep 1000", slot.path())
+        .timeout(Duration::from_millis(500))
+        .grace(Duration::from_secs(30));
+    let o = run(cmd, &cancel).await.unwrap();
+    assert!(o.timed_out, "{o:?}");
+    // SIGTERM reached the program itself (no grace was needed).
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let tag = format!("7{}", std::process::id());
+    let o = run(
+        boxed(
+            &format!("setsid sleep {tag} >/dev/null 2>&1 & echo $$"),
+            slot.path(),
+        ),
+        &cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        o.stdout_tail, "2\n",
+        "the program is PID 2 of its own namespace"
+    );
+    assert!(
+        !running(&format!("sleep {tag}")),
+        "the daemon outlived its call"
+    );
+    let o = run(boxed("echo kept > kept.txt", slot.path()), &cancel)
+        .await
+        .unwrap();
+    assert_eq!(o.exit_code, Some(0));
+    assert_eq!(
+        std::fs::read_to_string(slot.path().join("kept.txt")).unwrap(),
+        "kept\n"
+    );
+}
+
+/// A path the sandbox is told to show but which does not exist fails the
+/// spawn with a message naming it, never a sandbox without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_sandbox_path_fails_the_spawn_naming_it() {
+    let slot = tempfile::tempdir().unwrap();
+    let mut cmd = boxed("true", slot.path());
+    cmd = cmd.sandbox(nightshift::sandbox::Policy {
+        write: vec![slot.path().to_path_buf()],
+        read: vec![PathBuf::from("/no/such/toolchain")],
+        home: PathBuf::from("/home/sandbox"),
+        home_files: vec![],
+        network: nightshift::sandbox::Network::None,
+    });
+    let e = nightshift::process::run(cmd, &tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/no/such/toolchain") && e.contains("[sandbox] read"),
+        "{e}"
+    );
+}

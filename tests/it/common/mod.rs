@@ -182,28 +182,7 @@ impl Fixture {
     /// `agents_as_root` gets `agents_as_root = true` (without it, root
     /// refuses to run agents), on a line before the first table so the
     /// lines a test's error messages point at stay where they were.
-    ///
-    /// A config without a `[sandbox]` table gets one that lets the
-    /// sandboxed calls (docs/security.md#the-sandbox) write the fixture's
-    /// directory (`write = [dir]`): the suite's script agents and gates
-    /// keep their markers and counters beside the repository; everything
-    /// else of the sandbox (its own `/tmp` and home, no network, no other
-    /// process, the rest of the machine hidden) holds. `tests/it/sandbox.rs`
-    /// seals its own `[sandbox]`.
     pub fn config(&self, toml: &str) {
-        let toml = if toml.contains("[sandbox]") {
-            toml.to_string()
-        } else {
-            let sep = if toml.is_empty() || toml.ends_with('\n') {
-                ""
-            } else {
-                "\n"
-            };
-            format!(
-                "{toml}{sep}\n[sandbox]\nwrite = [\"{}\"]\n",
-                self.dir.path().display()
-            )
-        };
         let toml = if toml.contains("agent_user") || toml.contains("agents_as_root") {
             toml.to_string()
         } else {
