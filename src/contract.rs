@@ -257,6 +257,11 @@ pub struct Contract {
     pub recipe: Option<RecipeRef>,
     /// The read-only reviewer.
     pub reviewer: AgentSpec,
+    /// `[sandbox]` as the item's calls run under it (docs/security.md#the-sandbox):
+    /// mode, `allow_hosts`, `read`, `write`. Left out while all default, so
+    /// contracts sealed before it keep their SHA (absent reads as default).
+    #[serde(default, skip_serializing_if = "config::SandboxConfig::is_default")]
+    pub sandbox: config::SandboxConfig,
     /// Paths the writer may change (empty: everything).
     pub scope: Vec<String>,
     /// The `##` heading the item sits under, verbatim.
@@ -395,6 +400,7 @@ pub(crate) fn seal(
         limits,
         writer: (&c.writer).into(),
         reviewer: (&c.reviewer).into(),
+        sandbox: c.sandbox.clone(),
         recipe: recipe_ref,
         base: c.base.clone(),
         label: c.label.clone(),
@@ -708,6 +714,33 @@ fn card_limits(s: &mut String, c: &Contract) {
         c.reviewer.kind,
         c.reviewer.command.join(" ")
     );
+    card_sandbox(s, &c.sandbox);
+}
+
+/// The card's sandbox line (docs/security.md#the-sandbox): the mode, what
+/// runs in it, the network and the paths it adds.
+fn card_sandbox(s: &mut String, b: &config::SandboxConfig) {
+    let net = if b.allow_hosts.is_empty() {
+        "no network".to_string()
+    } else {
+        format!(
+            "allowed hosts {} (not filtered yet: the host's network)",
+            b.allow_hosts.join(", ")
+        )
+    };
+    let mut line = match b.mode {
+        crate::sandbox::Mode::Off => "   sandbox   off (nothing runs in it)".to_string(),
+        mode => format!(
+            "   sandbox   {mode} · gate, setup and command agents · {net} · claude and codex not yet"
+        ),
+    };
+    if !b.read.is_empty() {
+        line.push_str(&format!(" · read {}", b.read.join(", ")));
+    }
+    if !b.write.is_empty() {
+        line.push_str(&format!(" · write {}", b.write.join(", ")));
+    }
+    let _ = writeln!(s, "{line}");
 }
 
 /// What the card says about the cost caps (docs/contract.md, docs/agents.md): they are enforced

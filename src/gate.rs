@@ -66,6 +66,8 @@ pub struct GateSpec {
     pub secrets: Vec<String>,
     /// Run as this user (config `agent_user`).
     pub run_as: Option<RunAs>,
+    /// The sandbox each command runs in (docs/security.md#the-sandbox).
+    pub sandbox: Option<crate::sandbox::Policy>,
 }
 
 /// Runs `commands` in order and stops at the first failure (later commands
@@ -109,6 +111,9 @@ async fn run_one(
         .redactor(crate::secret::Redactor::with_known(&spec.secrets));
     if let Some(u) = &spec.run_as {
         cmd = cmd.run_as(u.clone());
+    }
+    if let Some(policy) = &spec.sandbox {
+        cmd = cmd.sandbox(policy.clone());
     }
     let o = process::run(cmd, cancel).await?;
     let mut tail = String::new();

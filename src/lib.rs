@@ -34,6 +34,7 @@ pub mod remote;
 pub mod report;
 pub mod review;
 pub mod run;
+pub mod sandbox;
 pub mod schedule;
 pub mod secret;
 pub mod serve;

@@ -46,6 +46,9 @@ pub(crate) fn base_command(
     if let Some(u) = &call.run_as {
         cmd = cmd.run_as(u.clone());
     }
+    if let Some(policy) = &call.sandbox {
+        cmd = cmd.sandbox(policy.clone());
+    }
     cmd
 }
 

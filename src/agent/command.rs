@@ -432,6 +432,7 @@ mod usage_tests {
             secrets: vec![],
             run_as: None,
             max_output: crate::config::DEFAULT_MAX_AGENT_OUTPUT,
+            sandbox: None,
         };
         std::fs::create_dir_all(&call.log_dir).unwrap();
         // 8 MiB of log lines, one 5 MiB line, then the verdict and a usage report

@@ -75,6 +75,9 @@ pub struct Call {
     /// Bytes the call may print, stdout and stderr together (config
     /// `max_agent_output`); past it the agent is killed and the call fails.
     pub max_output: u64,
+    /// The sandbox the call runs in (docs/security.md#the-sandbox); `None`:
+    /// as today.
+    pub sandbox: Option<crate::sandbox::Policy>,
 }
 
 /// Tokens and cost an agent reported for one call.

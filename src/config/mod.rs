@@ -29,6 +29,6 @@ pub use template::{PLACEHOLDER_GATE, TEMPLATE, template_with_gate};
 pub use types::{
     AgentConfig, AgentKind, Config, DEFAULT_CI_LOG_LINES, DEFAULT_CI_ROUNDS, DEFAULT_CI_WAIT,
     DEFAULT_MAX_AGENT_OUTPUT, DEFAULT_MAX_CHANGED_FILES, DEFAULT_MAX_DIFF_LINES, Limits, Recipe,
-    Targets,
+    SandboxConfig, Targets,
 };
 pub use validate::{MAX_CI_LOG_LINES, MAX_CI_WAIT, MAX_COST_USD, MAX_JOBS, MAX_ROUNDS};

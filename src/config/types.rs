@@ -91,6 +91,38 @@ pub struct Config {
     /// (docs/workers.md#leases): written like `"2m"`; at least 5 s.
     #[serde(with = "human_duration")]
     pub lease: Duration,
+    /// `[sandbox]`: the sandbox every writer, reviewer, gate and setup call
+    /// runs in (docs/config.md#sandbox, docs/security.md#the-sandbox).
+    pub sandbox: SandboxConfig,
+}
+
+/// `[sandbox]` (docs/config.md#sandbox). Sealed in every contract (left
+/// out of its JSON while it is all default). Fields in alphabetical order:
+/// the contract's canonical JSON writes them as declared.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// Hosts (`name` or `name:port`) the sandboxed calls may reach besides
+    /// their kind's own; while nightshift has no filtering proxy yet, any
+    /// entry gives the calls the host's network, unfiltered
+    /// (docs/security.md#not-yet).
+    pub allow_hosts: Vec<String>,
+    /// `required`, `auto` or `off` (the default for now).
+    pub mode: crate::sandbox::Mode,
+    /// Absolute paths shown read-only inside (a toolchain outside the
+    /// system directories); each must exist.
+    pub read: Vec<String>,
+    /// Absolute paths shown read-write inside besides the slot (a shared
+    /// cache); each must exist.
+    pub write: Vec<String>,
+}
+
+impl SandboxConfig {
+    /// Whether it is all default (then left out of the contract's JSON, so
+    /// that contracts sealed before it keep their SHA).
+    pub fn is_default(&self) -> bool {
+        *self == SandboxConfig::default()
+    }
 }
 
 impl Default for Config {
@@ -124,6 +156,7 @@ impl Default for Config {
             notify: Targets::default(),
             jobs: 1,
             lease: crate::queue::DEFAULT_LEASE,
+            sandbox: SandboxConfig::default(),
         }
     }
 }

@@ -52,6 +52,7 @@ pub(super) fn validate(path: &Path, text: &str, c: &Config) -> Result<(), Config
     let bad = |key: &str, message: String| refusal(path, text, key, message);
     validate_limits(&c.limits, &bad)?;
     validate_env(c, &bad)?;
+    validate_sandbox(&c.sandbox, &bad)?;
     if let Err(message) = c.notify.validate() {
         let key = message.split('`').nth(1).unwrap_or("notify").to_string();
         return Err(ConfigError::Invalid {
@@ -368,3 +369,54 @@ const ESSENTIAL_VARS: &[&str] = &[
 /// The smallest `max_agent_output`: 1 KiB (a smaller cap would kill every
 /// agent at its first lines).
 const MIN_AGENT_OUTPUT: u64 = 1024;
+
+/// `[sandbox]` (docs/config.md#sandbox): `read` and `write` paths absolute
+/// and existing, each `allow_hosts` entry a host name or address with an
+/// optional port.
+fn validate_sandbox(
+    b: &super::types::SandboxConfig,
+    bad: &impl Fn(&str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (key, paths) in [("read", &b.read), ("write", &b.write)] {
+        for p in paths {
+            if !Path::new(p).is_absolute() {
+                return Err(bad(
+                    key,
+                    format!("`{p}` is not an absolute path: write it from `/`"),
+                ));
+            }
+            if !Path::new(p).exists() {
+                return Err(bad(
+                    key,
+                    format!("`{p}` does not exist: create it, or take it out of `[sandbox] {key}`"),
+                ));
+            }
+        }
+    }
+    if let Some(h) = b.allow_hosts.iter().find(|h| !is_host(h)) {
+        return Err(bad(
+            "allow_hosts",
+            format!(
+                "`{h}` is not a host: write a name or address, optionally with a port (`registry.npmjs.org`, `127.0.0.1:8080`)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `s` is `name` or `name:port`: letters, digits, `-` and `.`
+/// (an IPv4 address too), a port from 1 to 65535.
+fn is_host(s: &str) -> bool {
+    let (name, port) = match s.rsplit_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (s, None),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 253
+        && !name.starts_with(['.', '-'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+    name_ok && port_ok
+}

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod agents;
+mod sandbox;
 
 use crate::config::{AgentKind, Config, Loaded};
 use crate::forge::{self, Forge};
@@ -144,6 +145,7 @@ pub async fn run_checks(at: &Location, startup: &Startup) -> Vec<Check> {
     github_checks(&mut out, &repo, &config, remote_url.as_deref(), token).await;
     agents::agent_checks(&mut out, &config).await;
     out.push(root_check(&config));
+    out.push(sandbox::sandbox_check(&loaded));
     database_and_data_checks(&mut out).await;
     out
 }

@@ -95,6 +95,7 @@ pub struct Command {
     pub(super) redactor: Redactor,
     pub(super) sweep_escaped: bool,
     pub(super) capture_stdout: bool,
+    pub(super) sandbox: Option<crate::sandbox::Policy>,
 }
 
 impl fmt::Debug for Command {
@@ -111,6 +112,7 @@ impl fmt::Debug for Command {
             .field("stdout_path", &self.stdout_path)
             .field("stderr_path", &self.stderr_path)
             .field("run_as", &self.run_as)
+            .field("sandbox", &self.sandbox)
             .finish_non_exhaustive()
     }
 }
@@ -138,6 +140,7 @@ impl Command {
             redactor: Redactor::default(),
             sweep_escaped: true,
             capture_stdout: false,
+            sandbox: None,
         }
     }
 
@@ -288,6 +291,16 @@ impl Command {
     /// `pg_config`), never for agents, whose output may be large.
     pub fn capture_stdout(mut self, capture: bool) -> Command {
         self.capture_stdout = capture;
+        self
+    }
+
+    /// Runs the call inside the sandbox (docs/security.md#the-sandbox): its
+    /// own namespaces, a root made of `policy`'s paths and the system
+    /// directories, no capabilities, Landlock and seccomp. The program's
+    /// own file is shown too when it lies elsewhere. Without it the call
+    /// runs as today.
+    pub fn sandbox(mut self, policy: crate::sandbox::Policy) -> Command {
+        self.sandbox = Some(policy);
         self
     }
 

@@ -141,7 +141,7 @@ async fn run_in_span(
     let stdout_file = open_output(&cmd.program, cmd.stdout_path.as_deref()).await?;
     let stderr_file = open_output(&cmd.program, cmd.stderr_path.as_deref()).await?;
 
-    let mut command = build_command(&cmd, &marker);
+    let mut command = build_command(&cmd, &marker)?;
     let started = Instant::now();
     let (mut child, pid, mut guard) = spawn_guarded(&mut command, &cmd)?;
     tracing::debug!(pid, "spawned");
@@ -301,8 +301,12 @@ impl Waited<'_> {
 
 /// The tokio command for `cmd`: cleared environment plus the map and the
 /// pins, piped output, forked under its supervisor before exec (which
-/// also switches to `run_as`).
-fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
+/// also switches to `run_as`, then enters the sandbox when it has one).
+///
+/// # Errors
+/// [`ProcessError::Spawn`] when the sandbox's policy cannot be prepared (a
+/// path it names does not exist).
+fn build_command(cmd: &Command, marker: &str) -> Result<tokio::process::Command, ProcessError> {
     let mut command = tokio::process::Command::new(&cmd.program);
     command
         .args(&cmd.args)
@@ -346,13 +350,84 @@ fn build_command(cmd: &Command, marker: &str) -> tokio::process::Command {
         cwd: (cmd.cwd.as_ref())
             .filter(|_| cmd.run_as.is_some())
             .and_then(|d| std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).ok()),
+        sandbox: prepare_sandbox(cmd)?,
     };
     // SAFETY: `split` runs between fork and exec and keeps to
     // async-signal-safe system calls on copied values (supervisor.rs).
     unsafe {
         command.pre_exec(move || supervisor::split(&plan));
     }
-    command
+    Ok(command)
+}
+
+/// The call's sandbox, prepared before the fork (`sandbox::Prepared`), as
+/// the account the call runs as, in its working directory.
+///
+/// # Errors
+/// [`ProcessError::Spawn`] naming the path or the feature that failed.
+fn prepare_sandbox(
+    cmd: &Command,
+) -> Result<Option<std::sync::Arc<crate::sandbox::Prepared>>, ProcessError> {
+    let Some(policy) = &cmd.sandbox else {
+        return Ok(None);
+    };
+    // SAFETY: geteuid and getegid cannot fail.
+    let ids = cmd.run_as.as_ref().map_or_else(
+        || unsafe { (libc::geteuid(), libc::getegid()) },
+        |a| (a.uid, a.gid),
+    );
+    let cwd = match &cmd.cwd {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+    };
+    let mut policy = policy.clone();
+    if let Some((given, real)) = program_file(cmd) {
+        if given == real {
+            policy.read.push(real);
+        } else {
+            // Exec'd by the path given (through links): shown there too.
+            policy.home_files.push((real, given));
+        }
+    }
+    // As `agent_user` the child's `HOME` is the account's (`build_command`).
+    if let Some(account) = &cmd.run_as {
+        policy.home.clone_from(&account.home);
+    }
+    if !policy.home.is_absolute() || policy.home == Path::new("/") {
+        policy.home = PathBuf::from("/home/sandbox");
+    }
+    crate::sandbox::Prepared::new(&policy, ids, &cwd)
+        .map(|p| Some(std::sync::Arc::new(p)))
+        .map_err(|source| ProcessError::Spawn {
+            program: cmd.program.clone(),
+            cwd: cwd.clone(),
+            hint: "the sandbox could not be prepared: check `[sandbox] read` and `write` (docs/security.md#the-sandbox)".into(),
+            source,
+        })
+}
+
+/// The program's own file when it lies outside the system directories, so
+/// that the sandbox shows it (read-only): given with a `/`, or found on the
+/// child's `PATH`. Returns (the absolute path it is exec'd by, its real
+/// path).
+fn program_file(cmd: &Command) -> Option<(PathBuf, PathBuf)> {
+    let found = if cmd.program.contains('/') {
+        let p = PathBuf::from(&cmd.program);
+        match &cmd.cwd {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p,
+        }
+    } else {
+        let path = cmd.env.get("PATH")?;
+        std::env::split_paths(path)
+            .map(|d| d.join(&cmd.program))
+            .find(|p| p.is_file())?
+    };
+    let real = std::fs::canonicalize(&found).ok()?;
+    let system = crate::sandbox::SYSTEM_DIRS
+        .iter()
+        .any(|d| std::fs::canonicalize(d).is_ok_and(|d| real.starts_with(d)));
+    (!system && real.is_file() && found.is_absolute()).then_some((found, real))
 }
 
 /// Asks the supervisor to stop the call (SIGTERM, `grace`, SIGKILL) and

@@ -78,6 +78,8 @@ pub(super) struct Plan {
     /// switch, so that a directory the account cannot reach fails the spawn
     /// (without `run_as` the spawn enters it before the fork).
     pub cwd: Option<std::ffi::CString>,
+    /// The call's sandbox, entered after `run_as` (`sandbox::enter`).
+    pub sandbox: Option<std::sync::Arc<crate::sandbox::Prepared>>,
 }
 
 /// Runs in the spawned child before exec (`pre_exec`): forks the call,
@@ -154,7 +156,10 @@ fn become_call(plan: &Plan, supervisor: libc::pid_t) -> io::Result<()> {
             libc::_exit(127);
         }
     }
-    Ok(())
+    match &plan.sandbox {
+        Some(prepared) => crate::sandbox::enter(prepared),
+        None => Ok(()),
+    }
 }
 
 /// `prctl`'s arguments are `unsigned long`: a bare `int` through its

@@ -245,6 +245,7 @@ mod supervisor_phases {
             sweep_escaped: true,
             run_as: None,
             cwd: None,
+            sandbox: None,
         }
     }
 

@@ -122,6 +122,16 @@ fn agent_call(r: &Round<'_>, role: Role, attempt: u32, left: std::time::Duration
         Role::Writer => r.st.feedback.clone(),
         Role::Reviewer => String::new(),
     };
+    let mut env = crate::build_output::for_slot(&night.agent_env, &item.slot.path);
+    let log_dir = agent::call_dir(item.dir, r.n, role, attempt);
+    let kind = agent_config(night, role).kind;
+    let sandbox = super::sandbox::for_agent(
+        night,
+        c,
+        (role, kind),
+        (&item.slot.path, &log_dir),
+        &mut env,
+    );
     agent::Call {
         role,
         round: r.n,
@@ -131,12 +141,13 @@ fn agent_call(r: &Round<'_>, role: Role, attempt: u32, left: std::time::Duration
         cwd: item.slot.path.clone(),
         // The caps sealed in the approved contract, not the config of the moment.
         timeout: c.limits.agent_timeout().min(left),
-        env: crate::build_output::for_slot(&night.agent_env, &item.slot.path),
+        env,
         tz: night.tz,
-        log_dir: agent::call_dir(item.dir, r.n, role, attempt),
+        log_dir,
         secrets: night.secrets.clone(),
         run_as: night.run_as.clone(),
         max_output: night.config.max_agent_output,
+        sandbox,
     }
 }
 

@@ -136,14 +136,18 @@ impl Item<'_> {
     /// How setup and gate commands run in the checkout: the gate's
     /// environment, `timeout` each, their logs under `log_dir`.
     pub fn gate_spec(&self, timeout: Duration, log_dir: PathBuf) -> GateSpec {
+        // Each slot its own build output (docs/loop.md#build-output-per-slot).
+        let mut env = crate::build_output::for_slot(&self.night.gate_env, &self.slot.path);
+        let c = &self.entry.contract;
+        let sandbox = super::sandbox::for_gate(self.night, c, &self.slot.path, &mut env);
         GateSpec {
             cwd: self.slot.path.clone(),
-            // Each slot its own build output (docs/loop.md#build-output-per-slot).
-            env: crate::build_output::for_slot(&self.night.gate_env, &self.slot.path),
+            env,
             timeout,
             log_dir,
             secrets: self.night.secrets.clone(),
             run_as: self.night.run_as.clone(),
+            sandbox,
         }
     }
 }

@@ -82,6 +82,7 @@ mod night;
 mod record;
 mod review_queue;
 mod round;
+mod sandbox;
 mod ship;
 mod tend;
 mod tend_push;
@@ -168,6 +169,10 @@ pub struct Settings {
     /// Where the ledger lives (an embedded cluster is restarted by the run
     /// that finds it dead).
     pub db_source: crate::ledger::DbSource,
+    /// Whether calls get a sandbox (`[sandbox] mode` not `off` and the
+    /// kernel can build one); a contract sealed with mode `off` runs
+    /// without it all the same (docs/security.md#the-sandbox).
+    pub sandbox: bool,
 }
 
 /// What a run learns and holds while it goes, shared by its workers: what

@@ -39,7 +39,8 @@ pub use github::{GitHub, NoToken, check_remote, github_client, no_token, no_toke
 pub use held::{Held, install_approval_key, ledger, ledger_serial};
 pub use repo::{
     Location, Snapshot, agents_as_root_refusal, agents_run_as_root, checked_load, load_config,
-    normalize_remote_url, read_backlog, repo_id, repo_root, snapshot,
+    normalize_remote_url, read_backlog, repo_id, repo_root, sandbox_builds, sandbox_state,
+    snapshot,
 };
 pub use worker::{Joined, join_live_run};
 
@@ -113,6 +114,12 @@ impl Request {
         // Before anything is consumed or started (docs/security.md).
         if let Some(why) = agents_as_root_refusal(&config, &snap.loaded.path) {
             return Err(Error::config(why));
+        }
+        // Once, at the top of the run (docs/security.md#the-sandbox).
+        match sandbox_state(&config, &snap.loaded.path) {
+            Err(why) => return Err(Error::config(why)),
+            Ok(Some(warning)) => eprintln!("warning: {warning}"),
+            Ok(None) => {}
         }
         let selection = match item {
             None => Selection::All,
@@ -231,6 +238,7 @@ impl Resolved {
         } = self;
         // nightshift's own writes there must not make every state stale.
         let own = vec![env.data_dir.clone(), log_dir()];
+        let sandbox = sandbox_builds(&req.config);
         let settings = run::Settings {
             repo_watch: crate::user_repo::Watch::new(&req.repo, own),
             repo: req.repo,
@@ -254,6 +262,7 @@ impl Resolved {
             clock: Arc::new(schedule::server_clock().clone()),
             remote_urls,
             db_source: env.db_source,
+            sandbox,
         };
         let state = run::RunState::new(held.ledger, held.lock, Some(held.slots_lock));
         Arc::new(Night { settings, state })

@@ -255,6 +255,43 @@ pub fn agents_as_root_refusal(c: &config::Config, config_path: &std::path::Path)
     ))
 }
 
+/// Whether the calls of a run under `c` are built a sandbox
+/// (docs/security.md#the-sandbox): `[sandbox] mode` is not `off` and this
+/// kernel can build one (`sandbox::probe`).
+pub fn sandbox_builds(c: &config::Config) -> bool {
+    c.sandbox.mode != crate::sandbox::Mode::Off && crate::sandbox::probe().is_ok()
+}
+
+/// What the sandbox of a run under `config_path`'s `c` is on this host, in
+/// one line for the top of the run and `doctor`: `Ok(None)` when it is
+/// built; `Ok(Some(warning))` when it is not (mode `off`, or `auto` on a
+/// kernel that cannot); `Err` (a refusal with the missing feature and its
+/// fix) under `required` on such a kernel.
+///
+/// # Errors
+/// The refusal's text, for exit 2.
+pub fn sandbox_state(
+    c: &config::Config,
+    config_path: &std::path::Path,
+) -> std::result::Result<Option<String>, String> {
+    use crate::sandbox::Mode;
+    if c.sandbox.mode == Mode::Off {
+        return Ok(Some(
+            "the sandbox is off (`[sandbox] mode = \"off\"`, the default for now; `\"auto\"` builds it): agents, gates and setup run with everything their user can read and the whole network (docs/security.md#the-sandbox)".into(),
+        ));
+    }
+    match crate::sandbox::probe() {
+        Ok(()) => Ok(None),
+        Err(missing) if c.sandbox.mode == Mode::Required => Err(format!(
+            "{}: `[sandbox] mode = \"required\"` but the sandbox cannot be built here: {missing}; or set `mode = \"auto\"` to run without it",
+            config_path.display()
+        )),
+        Err(missing) => Ok(Some(format!(
+            "the sandbox cannot be built here, so agents, gates and setup run without it (`[sandbox] mode = \"auto\"`): {missing}"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::normalize_remote_url;

@@ -48,6 +48,11 @@ pub async fn join_live_run(at: &Location, jobs: Option<u32>) -> Result<Joined> {
     if let Some(why) = agents_as_root_refusal(&loaded.config, &loaded.path) {
         return Err(Error::config(why));
     }
+    match super::repo::sandbox_state(&loaded.config, &loaded.path) {
+        Err(why) => return Err(Error::config(why)),
+        Ok(Some(warning)) => eprintln!("warning: {warning}"),
+        Ok(None) => {}
+    }
     let mut config = loaded.config.clone();
     if let Some(jobs) = jobs {
         config.jobs = checked_jobs(jobs, false)?;

@@ -100,6 +100,7 @@ fn call(w: &Checkout, role: Role, prompt: &str, env: BTreeMap<String, String>) -
         secrets: vec![],
         run_as: None,
         max_output: nightshift::config::DEFAULT_MAX_AGENT_OUTPUT,
+        sandbox: None,
     }
 }
 

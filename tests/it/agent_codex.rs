@@ -83,6 +83,7 @@ impl World {
             secrets: vec![],
             run_as: None,
             max_output: nightshift::config::DEFAULT_MAX_AGENT_OUTPUT,
+            sandbox: None,
         }
     }
 }

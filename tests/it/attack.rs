@@ -228,7 +228,9 @@ done
         &format!("#!/bin/sh\nenv > {ev}/gate-env.txt\n{leak}\nsh test.sh\n"),
     );
     let r = f.agent("reviewer.sh", &format!("#!/bin/sh\n{leak}\nB=$(base64 -w0 < {lt}/token)\necho \"{{\\\"verdict\\\":\\\"approve\\\",\\\"findings\\\":[\\\"saw $B in the logs\\\"]}}\"\n"));
-    f.config(&format!("secrets = [\"MY_API_KEY\"]\nverify = [\"{gate}\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    // The second line (docs/security.md#the-sandbox): what an agent without
+    // the sandbox reads of its parent is scrubbed and masked.
+    f.config(&format!("secrets = [\"MY_API_KEY\"]\nverify = [\"{gate}\"]\n[sandbox]\nmode = \"off\"\n[limits]\nrounds = 1\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write(
         "NEXT.md",
         "- [ ] Add sub\n- [ ] Ask first\n- [ ] Fail loudly\n",
@@ -679,7 +681,12 @@ async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
         "reviewer.sh",
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
-    f.config_with(&w, &r, "secrets = [\"MY_CRON_KEY\"]\n");
+    // The second line, without the sandbox (docs/security.md#the-sandbox).
+    f.config_with(
+        &w,
+        &r,
+        "secrets = [\"MY_CRON_KEY\"]\n[sandbox]\nmode = \"off\"\n",
+    );
     f.write("NEXT.md", "- [ ] Add sub\n");
     let run = |args: &[&str]| {
         f.cmd()
@@ -733,7 +740,8 @@ async fn a_reviewer_writing_into_an_ignored_directory_is_void() {
     let f = Night::new()
         .writer("#!/bin/sh\necho sub >> calc.txt\nprintf 'build/\\n' > .gitignore\nmkdir -p build && echo cache > build/cache.txt\n")
         .reviewer("#!/bin/sh\nprintf '#!/bin/sh\\nexit 0\\n' > build/test-shim.sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
-        .config("[limits]\nrounds = 1\n")
+        // Detection, the second line: the sandbox would refuse the write.
+        .config("[limits]\nrounds = 1\n[sandbox]\nmode = \"off\"\n")
         .backlog("- [ ] Add sub\n")
         .exit(1)
         .run()
@@ -756,7 +764,8 @@ async fn a_reviewer_write_that_keeps_size_and_mtime_is_void() {
     let f = Night::new()
         .writer("#!/bin/sh\necho sub >> calc.txt\n")
         .reviewer("#!/bin/sh\nm=$(stat -c %y docs/README.md)\nprintf CALC | dd of=docs/README.md bs=1 conv=notrunc 2>/dev/null\ntouch -d \"$m\" docs/README.md\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
-        .config("[limits]\nrounds = 1\n")
+        // Detection, the second line: the sandbox would refuse the write.
+        .config("[limits]\nrounds = 1\n[sandbox]\nmode = \"off\"\n")
         .backlog("- [ ] Add sub\n")
         .exit(1)
         .run()
@@ -778,7 +787,8 @@ async fn a_reviewer_writing_a_ref_is_void() {
     let f = Night::new()
         .writer("#!/bin/sh\necho sub >> calc.txt\n")
         .reviewer("#!/bin/sh\ngit tag planted\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n")
-        .config("[limits]\nrounds = 1\n")
+        // Detection, the second line: the sandbox would refuse the write.
+        .config("[limits]\nrounds = 1\n[sandbox]\nmode = \"off\"\n")
         .backlog("- [ ] Add sub\n")
         .exit(1)
         .run()
@@ -840,7 +850,9 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
         "reviewer.sh",
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
-    f.config_with(&w, &r, "");
+    // Without the sandbox: what an agent of the same user could reach of
+    // its supervisor (in the sandbox its parent is the sandbox's PID 1).
+    f.config_with(&w, &r, "[sandbox]\nmode = \"off\"\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     assert!(
         std::process::Command::new("chown")
@@ -931,7 +943,9 @@ fn an_escaped_daemon_is_swept_before_git_gets_the_token() {
             std::env::var("PATH").unwrap_or_default()
         ),
     ));
-    f.config_with(&w, &r, "");
+    // The supervisor's sweep, outside the sandbox (whose PID namespace
+    // would hide the daemon's pid from this test).
+    f.config_with(&w, &r, "[sandbox]\nmode = \"off\"\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);
     let daemon_pid = std::fs::read_to_string(&pid_file)
@@ -1391,7 +1405,8 @@ fn root_without_agent_user_refuses_agents_unless_the_config_accepts_it() {
     );
     // Written as is: the harness's `config` would accept running as root.
     let agents = format!(
-        "[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+        "[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nwrite = [\"{}\"]\n",
+        f.dir.path().display()
     );
     f.write(
         ".nightshift/config.toml",

@@ -58,8 +58,16 @@ fn rust_world(f: &mut Fixture) {
     }
     let w = f.agent("writer.sh", WRITER);
     let r = f.agent("reviewer.sh", REVIEWER);
+    // The toolchain lies outside the system directories: the sandbox shows
+    // it read-only (docs/config.md#sandbox).
+    let toolchain: Vec<String> = (f.extra_env.iter())
+        .filter(|(k, _)| k == "RUSTUP_HOME" || k == "CARGO_HOME")
+        .map(|(_, v)| format!("\"{v}\""))
+        .collect();
     f.config(&format!(
-        "verify = [\"cargo test --quiet\"]\n\n[limits]\nrounds = 1\n\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+        "verify = [\"cargo test --quiet\"]\n\n[limits]\nrounds = 1\n\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n\n[sandbox]\nread = [{}]\nwrite = [\"{}\"]\n",
+        toolchain.join(", "),
+        f.dir.path().display()
     ));
 }
 

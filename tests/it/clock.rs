@@ -84,7 +84,8 @@ fn deadline_in(secs: i64) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_two_hours_ahead_ends_no_item_deadline_early() {
     let (f, gh) = words(4, 2, "").start().await.split();
-    wrap_writer(&f, "env > \"$(dirname \"$0\")/env.$$\"\n");
+    // A file per call: in its sandbox every call's `$$` is the same.
+    wrap_writer(&f, "env > \"$(mktemp \"$(dirname \"$0\")/env.XXXXXX\")\"\n");
     let (clone, data) = second_host(&f);
     let deadline = deadline_in(3600);
     let drain = spawn_drain(&f, &["--deadline", &deadline]);

@@ -551,7 +551,14 @@ async fn hanging_agents_are_killed_within_timeout_and_grace_and_the_run_goes_on(
     );
     // A reviewer (command kind) that edits the checkout while reviewing.
     let r = f.agent("reviewer.sh", "#!/bin/sh\nif grep -qx mul calc.txt; then echo div >> calc.txt; fi\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n");
-    f.config_with(&w, &r, "[limits]\nagent_timeout = \"2s\"\n");
+    // Without the sandbox: the reviewer's edit is the second line's to catch
+    // (the sandbox refuses it: tests/it/sandbox.rs), and the sweep of a
+    // setsid child is the supervisor's.
+    f.config_with(
+        &w,
+        &r,
+        "[limits]\nagent_timeout = \"2s\"\n[sandbox]\nmode = \"off\"\n",
+    );
     f.write("NEXT.md", "- [ ] Hang with a grandchild on stdout\n- [ ] Hang after a setsid child\n- [ ] Add mul\n- [ ] Add sub\n");
     let t = Instant::now();
     let out = f.approve_and_drain(&[]);
@@ -784,8 +791,10 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
         ),
     );
     let r = f.agent("reviewer.sh", &format!("#!/bin/sh\necho \"reviewing with {all}\"\necho '{{\"verdict\":\"approve\",\"findings\":[\"saw {token} in the logs\"]}}'\n"));
+    // The second line, without the sandbox: what an agent reads of its
+    // parent (in the sandbox, its PID 1) is scrubbed and masked.
     f.config(&format!(
-        "secrets = [\"MY_API_KEY\"]\nverify = [\"env > {ev}/gate-env.txt && cat {} && cat {} >&2 && sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n",
+        "secrets = [\"MY_API_KEY\"]\nverify = [\"env > {ev}/gate-env.txt && cat {} && cat {} >&2 && sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nmode = \"off\"\n",
         secrets_file.display(),
         secrets_file.display()
     ));

@@ -43,6 +43,7 @@ mod ops;
 mod process;
 mod reap;
 mod review_work;
+mod sandbox;
 mod schedule;
 mod serve;
 mod tend;

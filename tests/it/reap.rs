@@ -22,6 +22,11 @@ setsid env -i sh -c 'echo $$ > "$1/daemon.tmp"; mv "$1/daemon.tmp" "$1/daemon.pi
 while [ ! -s "$here/child.pid" ] || [ ! -s "$here/daemon.pid" ]; do sleep 0.05; done
 "#;
 
+/// A short lease, and no sandbox: these tests read the call's pids from
+/// outside, which the sandbox's PID namespace hides (`$$` is the pid inside
+/// it); what the sandbox ends is tested in tests/it/sandbox.rs.
+const LEASE_NO_SANDBOX: &str = "lease = \"5s\"\n[sandbox]\nmode = \"off\"\n";
+
 /// The pids of the call (in `marker`), its child and its daemon, once the
 /// second host's slow call wrote them all.
 fn call_pids(agents: &Path, marker: &str) -> Vec<i32> {
@@ -110,7 +115,7 @@ async fn kill_worker_mid_call(f: &Fixture, gh: &common::github::FakeGitHub, mark
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_killed_mid_writer_leaves_nothing_of_its_writer_and_the_takeover_ships() {
-    let (f, gh) = words(2, 3, "lease = \"5s\"\n").start().await.split();
+    let (f, gh) = words(2, 3, LEASE_NO_SANDBOX).start().await.split();
     std::fs::write(f.agents.join("slow_secs"), "600").unwrap();
     // The second host's slow writer starts two more processes first.
     let marked = "echo $$ > \"$here/slow.pid\"";
@@ -122,7 +127,7 @@ async fn a_worker_killed_mid_writer_leaves_nothing_of_its_writer_and_the_takeove
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_killed_mid_gate_leaves_nothing_of_its_gate_and_the_takeover_ships() {
-    let (f, gh) = words(2, 1, "lease = \"5s\"\n").start().await.split();
+    let (f, gh) = words(2, 1, LEASE_NO_SANDBOX).start().await.split();
     // The project's test: on the second host, the first call sprawls and
     // hangs; everywhere else it passes.
     let test = format!(

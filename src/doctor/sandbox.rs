@@ -1,0 +1,47 @@
+//! `doctor`'s sandbox line (docs/security.md#the-sandbox): whether this
+//! host builds the sandbox, under which mode, and what to do when it cannot.
+
+use super::Check;
+use crate::config::Loaded;
+use crate::sandbox::Mode;
+
+/// The sandbox line: pass when it is built, a warning when it is off or
+/// `auto` cannot build it here, a failure under `required` without the
+/// kernel's support (a run would exit 2).
+pub(super) fn sandbox_check(loaded: &Loaded) -> Check {
+    let b = &loaded.config.sandbox;
+    match crate::settings::sandbox_state(&loaded.config, &loaded.path) {
+        Ok(None) => {
+            let net = if b.allow_hosts.is_empty() {
+                "no network".to_string()
+            } else {
+                format!(
+                    "the host's network for {} (not filtered yet)",
+                    b.allow_hosts.join(", ")
+                )
+            };
+            Check::pass(
+                "sandbox",
+                format!(
+                    "mode {}: gate, setup and command-agent calls run in their own user, mount, PID and network namespaces with Landlock and seccomp ({net}); claude and codex agents are not sandboxed yet",
+                    b.mode
+                ),
+            )
+        }
+        Ok(Some(why)) if b.mode == Mode::Off => Check::warn(
+            "sandbox",
+            why,
+            "set `[sandbox] mode = \"auto\"` (the default) to build it",
+        ),
+        Ok(Some(why)) => Check::warn(
+            "sandbox",
+            why,
+            "enable the missing kernel feature, or set `[sandbox] mode = \"off\"` to silence this",
+        ),
+        Err(why) => Check::fail(
+            "sandbox",
+            why,
+            "enable the missing kernel feature, or set `[sandbox] mode = \"auto\"`",
+        ),
+    }
+}

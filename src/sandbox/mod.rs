@@ -1,0 +1,96 @@
+//! The sandbox nightshift builds itself around a call (docs/security.md#the-sandbox):
+//! new user, mount, PID and network namespaces, a root made only of the
+//! paths the call may see, a private `/tmp` and `HOME`, `no_new_privs`, no
+//! capabilities, Landlock and a seccomp filter.
+//!
+//! A [`Policy`] says what one call may see and write; [`Prepared`] is that
+//! policy turned, before the fork, into everything the child needs, so that
+//! [`enter`] (which runs between fork and exec of a multi-threaded process)
+//! only makes system calls: no allocation, no lock. [`probe`] tells whether
+//! this kernel can build it, naming the missing feature when not.
+//!
+//! Not for starting or supervising a process (`process`), nor for deciding
+//! which paths a call needs (its caller: the agent and gate code), nor for
+//! the config's wording.
+
+mod enter;
+mod filter;
+mod landlock;
+mod prepare;
+mod probe;
+
+#[cfg(test)]
+mod tests;
+
+pub use enter::enter;
+pub use prepare::{Prepared, SYSTEM_DIRS};
+pub use probe::{Missing, probe};
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// `[sandbox] mode` (docs/config.md#sandbox).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The run refuses to start (exit 2) when the sandbox cannot be built.
+    Required,
+    /// The sandbox is built when the kernel allows it; otherwise the run
+    /// says so once (start of the run, `doctor`) and runs without it.
+    Auto,
+    /// No sandbox: the containment before it only (with a warning). The
+    /// default for now (docs/security.md#not-yet): the suite's helpers that
+    /// read a call's pids from outside are not sandbox-aware yet.
+    #[default]
+    Off,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Required => "required",
+            Mode::Auto => "auto",
+            Mode::Off => "off",
+        })
+    }
+}
+
+/// What a sandboxed call may reach over the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// A network namespace of its own with only its own loopback: nothing
+    /// outside the sandbox can be reached (Landlock also refuses every TCP
+    /// connect and bind where the kernel has Landlock ABI 4).
+    None,
+    /// The host's network, unfiltered (agents that need their API host,
+    /// until the filtering proxy exists: docs/security.md#not-yet).
+    Host,
+}
+
+/// What one call may see: every path absent from it is not in the
+/// sandbox's file system at all.
+///
+/// Paths are absolute; each is shown inside at the same path. The system
+/// directories ([`SYSTEM_DIRS`]), a fresh `/proc` of the call's own PID
+/// namespace, a minimal `/dev` (`null`, `zero`, `full`, `random`,
+/// `urandom`, `tty`, a private `shm`) and a private empty `/tmp` are always
+/// there; `home` is an empty private directory (the variable `HOME` is the
+/// caller's to set to it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Shown read-write (the slot for the writer, gate and setup; `[sandbox] write`).
+    pub write: Vec<PathBuf>,
+    /// Shown read-only (the slot for the reviewer, the call's own files,
+    /// the program, `[sandbox] read`).
+    pub read: Vec<PathBuf>,
+    /// The private home directory's path inside (an empty tmpfs).
+    pub home: PathBuf,
+    /// Files shown read-only at a path of their own, as (path on the host,
+    /// path inside): an agent's own login inside `home`, or the program by
+    /// the path it is exec'd by when that path goes through links.
+    pub home_files: Vec<(PathBuf, PathBuf)>,
+    /// The network the call gets.
+    pub network: Network,
+}

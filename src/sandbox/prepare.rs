@@ -1,0 +1,282 @@
+//! [`Prepared`]: a [`Policy`] turned, before the fork, into the exact
+//! system calls the child makes — NUL-terminated paths, the mount steps in
+//! order, the Landlock rules with their access bits, the id maps and the
+//! seccomp programs — so that the child allocates nothing.
+//!
+//! Not for making those calls (`enter.rs`).
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::landlock::{Access, abi};
+use super::{Network, Policy, filter};
+
+/// The system directories every sandbox shows read-only (a symbolic link
+/// among them, such as `/bin` → `usr/bin`, is made as the same link).
+pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"];
+
+/// Where the host's root is seen while the new root is built.
+const OLD: &str = "/oldroot";
+/// Where the new root is built.
+const NEW: &str = "/newroot";
+
+/// One step of building the new root, in order.
+#[derive(Debug)]
+pub(super) enum Op {
+    /// `mkdir`; an existing directory is fine.
+    Mkdir(CString),
+    /// Creates an empty file to bind a file onto.
+    Touch(CString),
+    /// A recursive bind mount of `src` (under the old root) onto `dst`,
+    /// `nosuid` and `nodev`, read-only when the flag says so.
+    Bind(CString, CString, bool),
+    /// A bind mount of one device node (`/dev/null`, …), flags untouched.
+    BindDev(CString, CString),
+    /// A private tmpfs.
+    Tmpfs(CString),
+    /// A fresh `/proc` of the call's PID namespace.
+    Proc(CString),
+    /// A symbolic link `dst` → `target`.
+    Symlink(CString, CString),
+}
+
+/// One Landlock rule: a path inside the new root and what it allows.
+#[derive(Debug)]
+pub(super) struct Rule {
+    pub path: CString,
+    pub access: u64,
+}
+
+/// Everything [`super::enter`] needs, built before the fork.
+#[derive(Debug)]
+pub struct Prepared {
+    pub(super) ops: Vec<Op>,
+    pub(super) rules: Vec<Rule>,
+    pub(super) handled: Access,
+    pub(super) uid_map: CString,
+    pub(super) gid_map: CString,
+    pub(super) cwd: CString,
+    pub(super) new_net: bool,
+    pub(super) filters: Vec<seccompiler::BpfProgram>,
+}
+
+impl Prepared {
+    /// Prepares `policy` for a call that runs as `ids` (uid, gid: after
+    /// `agent_user`'s switch) in `cwd` (shown inside at the same path).
+    ///
+    /// # Errors
+    /// A path of the policy that does not exist or cannot be resolved (the
+    /// error names it), Landlock missing, or a seccomp filter that does
+    /// not compile for this architecture.
+    pub fn new(policy: &Policy, ids: (u32, u32), cwd: &Path) -> io::Result<Prepared> {
+        let abi = abi().ok_or_else(|| io::Error::other("Landlock is not available"))?;
+        let handled = Access::handled(abi, policy.network == Network::None);
+        let mut mounts = Vec::new();
+        for p in &policy.write {
+            mounts.push((real(p)?, Kind::Write));
+        }
+        for p in &policy.read {
+            mounts.push((real(p)?, Kind::Read));
+        }
+        for (host, inside) in &policy.home_files {
+            mounts.push((inside.clone(), Kind::HomeFile(real(host)?)));
+        }
+        mounts.push((policy.home.clone(), Kind::Home));
+        // Parents first: a path inside another is mounted on top of it.
+        mounts.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.rank().cmp(&b.1.rank())));
+        let mut ops = fixed_ops()?;
+        let mut rules = fixed_rules(&handled)?;
+        for d in SYSTEM_DIRS {
+            system_dir(Path::new(d), &mut ops, &mut rules, &handled)?;
+        }
+        for (path, kind) in &mounts {
+            mount_one(path, kind, &mut ops, &mut rules, &handled)?;
+        }
+        Ok(Prepared {
+            ops,
+            rules,
+            handled,
+            uid_map: c(format!("{0} {0} 1\n", ids.0))?,
+            gid_map: c(format!("{0} {0} 1\n", ids.1))?,
+            cwd: c(cwd.as_os_str().as_bytes())?,
+            new_net: policy.network == Network::None,
+            filters: filter::programs()?,
+        })
+    }
+}
+
+/// What a policy path becomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    Write,
+    Read,
+    Home,
+    HomeFile(PathBuf),
+}
+
+impl Kind {
+    /// Order among equal paths: the home's tmpfs before the files in it,
+    /// a write before a read of the same path (the read is then skipped).
+    fn rank(&self) -> u8 {
+        match self {
+            Kind::Home => 0,
+            Kind::Write => 1,
+            Kind::Read => 2,
+            Kind::HomeFile(_) => 3,
+        }
+    }
+}
+
+/// The canonical path of `p`, or an error naming it.
+fn real(p: &Path) -> io::Result<PathBuf> {
+    std::fs::canonicalize(p)
+        .map_err(|e| io::Error::new(e.kind(), format!("sandbox path {}: {e}", p.display())))
+}
+
+/// The staging steps and the always-present `/tmp`, `/proc`, `/dev`.
+fn fixed_ops() -> io::Result<Vec<Op>> {
+    let mut ops = vec![
+        Op::Mkdir(new("/tmp")?),
+        Op::Tmpfs(new("/tmp")?),
+        Op::Mkdir(new("/proc")?),
+        Op::Proc(new("/proc")?),
+        Op::Mkdir(new("/dev")?),
+        Op::Tmpfs(new("/dev")?),
+        Op::Mkdir(new("/dev/shm")?),
+        Op::Tmpfs(new("/dev/shm")?),
+    ];
+    for dev in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let path = format!("/dev/{dev}");
+        ops.push(Op::Touch(new(&path)?));
+        ops.push(Op::BindDev(old(Path::new(&path))?, new(&path)?));
+    }
+    for (link, target) in [
+        ("/dev/fd", "/proc/self/fd"),
+        ("/dev/stdin", "/proc/self/fd/0"),
+        ("/dev/stdout", "/proc/self/fd/1"),
+        ("/dev/stderr", "/proc/self/fd/2"),
+    ] {
+        ops.push(Op::Symlink(c(target)?, new(link)?));
+    }
+    Ok(ops)
+}
+
+/// Landlock rules for the always-present paths.
+fn fixed_rules(handled: &Access) -> io::Result<Vec<Rule>> {
+    Ok(vec![
+        rule("/", handled.list)?,
+        rule("/tmp", handled.write_dir)?,
+        rule("/dev", handled.write_dir | handled.dev)?,
+        rule("/proc", handled.read_dir)?,
+    ])
+}
+
+/// A system directory: a read-only bind, or the same symbolic link.
+fn system_dir(d: &Path, ops: &mut Vec<Op>, rules: &mut Vec<Rule>, h: &Access) -> io::Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(d) else {
+        return Ok(());
+    };
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(d)?;
+        ops.push(Op::Symlink(c(target.as_os_str().as_bytes())?, new_path(d)?));
+    } else if meta.is_dir() {
+        ops.push(Op::Mkdir(new_path(d)?));
+        ops.push(Op::Bind(old(d)?, new_path(d)?, true));
+        rules.push(rule_path(d, h.read_dir)?);
+    }
+    Ok(())
+}
+
+/// One policy path: its parents made, then its mount and its rule.
+fn mount_one(
+    path: &Path,
+    kind: &Kind,
+    ops: &mut Vec<Op>,
+    rules: &mut Vec<Rule>,
+    h: &Access,
+) -> io::Result<()> {
+    if rules
+        .iter()
+        .any(|r| r.path.as_bytes() == path.as_os_str().as_bytes())
+    {
+        return Ok(());
+    }
+    for parent in path
+        .ancestors()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
+        if parent != Path::new("/") {
+            ops.push(Op::Mkdir(new_path(parent)?));
+        }
+    }
+    let (src, is_dir) = match kind {
+        Kind::HomeFile(host) => (host.clone(), false),
+        Kind::Home => (path.to_path_buf(), true),
+        _ => (path.to_path_buf(), std::fs::metadata(path)?.is_dir()),
+    };
+    if is_dir {
+        ops.push(Op::Mkdir(new_path(path)?));
+    } else {
+        ops.push(Op::Touch(new_path(path)?));
+    }
+    let access = match (kind, is_dir) {
+        (Kind::Home, _) => {
+            ops.push(Op::Tmpfs(new_path(path)?));
+            h.write_dir
+        }
+        (Kind::Write, true) => h.write_dir,
+        (Kind::Write, false) => h.write_file,
+        (_, true) => h.read_dir,
+        (_, false) => h.read_file,
+    };
+    if *kind != Kind::Home {
+        ops.push(Op::Bind(old(&src)?, new_path(path)?, *kind != Kind::Write));
+    }
+    rules.push(rule_path(path, access)?);
+    Ok(())
+}
+
+/// A Landlock rule for a path given as text.
+fn rule(path: &str, access: u64) -> io::Result<Rule> {
+    Ok(Rule {
+        path: c(path)?,
+        access,
+    })
+}
+
+/// A Landlock rule for a path.
+fn rule_path(path: &Path, access: u64) -> io::Result<Rule> {
+    Ok(Rule {
+        path: c(path.as_os_str().as_bytes())?,
+        access,
+    })
+}
+
+/// `path` under the new root.
+fn new(path: &str) -> io::Result<CString> {
+    c(format!("{NEW}{path}"))
+}
+
+/// `path` under the new root.
+fn new_path(path: &Path) -> io::Result<CString> {
+    let mut bytes = NEW.as_bytes().to_vec();
+    bytes.extend_from_slice(path.as_os_str().as_bytes());
+    c(bytes)
+}
+
+/// `path` under the old root.
+fn old(path: &Path) -> io::Result<CString> {
+    let mut bytes = OLD.as_bytes().to_vec();
+    bytes.extend_from_slice(path.as_os_str().as_bytes());
+    c(bytes)
+}
+
+/// A C string, or an error for a path with a NUL byte.
+fn c(bytes: impl Into<Vec<u8>>) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| io::Error::other("a sandbox path holds a NUL byte"))
+}

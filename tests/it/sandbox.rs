@@ -1,0 +1,365 @@
+//! The sandbox around every gate, setup and `command` agent call
+//! (docs/security.md#the-sandbox), attacked through the real binary: a
+//! writer and a gate try to read and write outside the slot, reach the
+//! network, signal or trace nightshift, gain privileges, make namespaces
+//! and leave a process behind; each attempt is refused, and a normal item
+//! of the same run still ships.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::{self, Fixture, assert_ok, far_deadline, outcomes, text};
+use common::bg::{Bg, approve};
+
+/// `ptrace(2)`'s number on this architecture.
+#[cfg(target_arch = "x86_64")]
+const SYS_PTRACE: u32 = 101;
+#[cfg(target_arch = "aarch64")]
+const SYS_PTRACE: u32 = 117;
+
+/// What the attack needs to know about the world outside its sandbox.
+struct Target<'a> {
+    repo: &'a Path,
+    data: &'a Path,
+    /// A file holding nightshift's pid.
+    pid_file: &'a Path,
+    /// A path in the host's `/tmp`.
+    host_tmp: &'a Path,
+    /// A listener on 127.0.0.1 nobody allowed.
+    port: u16,
+    /// The argument of the `sleep` left behind.
+    sleeper: &'a str,
+}
+
+/// The attack script: one `WHO:NAME=0|1` line per attempt (0: it worked).
+/// A write to the data directory's or the host's `/tmp` path lands in the
+/// sandbox's private `/tmp` (the slot lies under both here), so those are
+/// judged on the host.
+fn attack(t: &Target<'_>) -> String {
+    let (repo, data, pid, tmp) = (
+        t.repo.display(),
+        t.data.display(),
+        t.pid_file.display(),
+        t.host_tmp.display(),
+    );
+    let (port, sleeper) = (t.port, t.sleeper);
+    format!(
+        r#"#!/bin/sh
+who=$1
+try() {{ name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$who:$name=0"; else echo "$who:$name=1"; fi; }}
+pid=$(cat {pid} 2>/dev/null || echo 999999)
+try read_repo cat {repo}/calc.txt
+try read_git cat {repo}/.git/config
+try read_data sh -c 'cat {data}/logs/*.jsonl | grep -q .'
+try read_key cat {data}/approval.key
+try read_root_ssh ls -a /root/.ssh
+try read_environ cat /proc/$pid/environ
+try write_repo sh -c 'echo x > {repo}/pwned-$0' $who
+try write_data sh -c 'echo x > {data}/pwned-$0' $who
+try write_host_tmp sh -c 'echo x > {tmp}-$0' $who
+try connect_listener timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'
+try connect_ledger timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/5432'
+try resolve timeout 5 getent hosts registry.npmjs.org
+try signal_nightshift kill -0 $pid
+try ptrace perl -e 'exit(syscall({SYS_PTRACE}, 16, $ARGV[0], 0, 0) == 0 ? 0 : 1)' $pid
+try setuid_su su -s /bin/sh -c true nobody
+try unshare unshare -U true
+try mount mount -t tmpfs none /mnt
+try chmod_system chmod 777 /etc/passwd
+echo "$who:no_new_privs=$(awk '/^NoNewPrivs/{{print $2}}' /proc/self/status)"
+echo "$who:cap_eff=$(awk '/^CapEff/{{print $2}}' /proc/self/status)"
+try write_private_tmp sh -c 'echo x > /tmp/mine && cat /tmp/mine'
+try read_system cat /etc/passwd
+setsid sleep {sleeper} >/dev/null 2>&1 </dev/null &
+exit 0
+"#
+    )
+}
+
+/// The writer: the attack on the item titled "attack", then a change for
+/// every item.
+const WRITER: &str = r#"#!/bin/sh
+case "$(cat "$NIGHTSHIFT_PROMPT_FILE")" in
+  *attack*) sh "$(dirname "$0")/attack.sh" writer; echo sub >> calc.txt ;;
+  *) echo mul >> calc.txt ;;
+esac
+"#;
+
+const REVIEWER: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
+
+/// The `WHO:NAME=VALUE` lines of every file under `dir` named `name`.
+fn results(dir: &Path, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n == name) {
+                let t = std::fs::read_to_string(&p).unwrap_or_default();
+                out.extend(t.lines().filter(|l| l.contains('=')).map(str::to_string));
+            }
+        }
+    }
+    out
+}
+
+/// Whether a process runs with `arg` in its command line.
+fn running(arg: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(arg))
+        })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships() {
+    let f = Fixture::new();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let pid_file = f.agents.join("nightshift.pid");
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let host_tmp = PathBuf::from(format!("/tmp/nightshift-sandbox-{tag}"));
+    let sleeper = format!("{}.{}", 900_000 + (std::process::id() % 1000), &tag[..6]);
+    let target = Target {
+        repo: &f.repo,
+        data: &f.data,
+        pid_file: &pid_file,
+        host_tmp: &host_tmp,
+        port: listener.local_addr().unwrap().port(),
+        sleeper: &sleeper,
+    };
+    f.agent("attack.sh", &attack(&target));
+    let w = f.agent("writer.sh", WRITER);
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let agents = f.agents.display();
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub, the attack\n- [ ] Add mul\n",
+    );
+    f.config(&format!(
+        "verify = [\"sh {agents}/attack.sh gate; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nmode = \"required\"\nread = [\"{agents}\"]\n"
+    ));
+    git_commit(&f);
+    approve(&f);
+    let mut bg = Bg::start(&f, &["drain", "--deadline", &far_deadline()]);
+    std::fs::write(&pid_file, bg.pid().to_string()).unwrap();
+    let status = bg.wait(Duration::from_secs(300));
+    let out = bg.output();
+    assert_eq!(status.code(), Some(0), "{out}");
+    let report = f.report();
+    assert_eq!(
+        outcomes(&report),
+        ["branch_pushed", "branch_pushed"],
+        "{report:#}\n{out}"
+    );
+
+    let mut got = results(&f.data, "writer.stdout");
+    got.extend(results(&f.data, "gate-0.stdout"));
+    let want_refused = [
+        "read_repo",
+        "read_git",
+        "read_data",
+        "read_key",
+        "read_root_ssh",
+        "read_environ",
+        "write_repo",
+        "connect_listener",
+        "connect_ledger",
+        "resolve",
+        "signal_nightshift",
+        "ptrace",
+        "setuid_su",
+        "unshare",
+        "mount",
+        "chmod_system",
+    ];
+    for who in ["writer", "gate"] {
+        for name in want_refused {
+            let line = format!("{who}:{name}=1");
+            assert!(
+                got.contains(&line),
+                "{who} was not refused {name}: {got:?}\n{out}"
+            );
+        }
+        for fact in [
+            "no_new_privs=1",
+            "cap_eff=0000000000000000",
+            "write_private_tmp=0",
+            "read_system=0",
+        ] {
+            let line = format!("{who}:{fact}");
+            assert!(got.contains(&line), "{who}: expected {fact}: {got:?}");
+        }
+        assert!(
+            !f.repo.join(format!("pwned-{who}")).exists(),
+            "{who} wrote the repository"
+        );
+        assert!(
+            !f.data.join(format!("pwned-{who}")).exists(),
+            "{who} wrote the data dir"
+        );
+        let tmp = PathBuf::from(format!("{}-{who}", host_tmp.display()));
+        assert!(!tmp.exists(), "{who} wrote the host's /tmp");
+    }
+    let mut buf = [0u8; 1];
+    match listener.accept() {
+        Ok((mut s, _)) => panic!("the listener was reached: {:?}", s.read(&mut buf)),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
+    }
+    assert!(
+        !running(&sleeper),
+        "a process of the attack outlived its call"
+    );
+}
+
+/// Commits the fixture's backlog and config.
+fn git_commit(f: &Fixture) {
+    common::git(&f.repo, &["add", "-A"]);
+    common::git(&f.repo, &["commit", "-qm", "backlog"]);
+    common::git(&f.repo, &["push", "-q", "origin", "main"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
+    let f = Fixture::new();
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    let w = f.agent("w.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let base = format!(
+        "verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[sandbox]\n"
+    );
+    for (line, says) in [
+        ("allow_hosts = [\"https://x.org/\"]", "is not a host"),
+        ("read = [\"/no/such/toolchain\"]", "does not exist"),
+        ("write = [\"relative/cache\"]", "is not an absolute path"),
+        ("mode = \"sometimes\"", "mode"),
+    ] {
+        f.config(&format!("{base}{line}\n"));
+        let out = f.run(&["plan"]);
+        assert_eq!(out.status.code(), Some(2), "{line}: {}", text(&out));
+        assert!(text(&out).contains(says), "{line}: {}", text(&out));
+    }
+    f.config(&format!(
+        "{base}mode = \"required\"\nallow_hosts = [\"registry.npmjs.org:443\"]\n"
+    ));
+    let out = f.run(&["plan"]);
+    assert_ok(&out, "plan");
+    let card = text(&out);
+    assert!(
+        card.contains("sandbox   required · gate, setup and command agents · allowed hosts registry.npmjs.org:443"),
+        "{card}"
+    );
+}
+
+/// A sandboxed `sh -c script` in `slot`, with no network and nothing but
+/// the slot writable.
+fn boxed(script: &str, slot: &Path) -> nightshift::process::Command {
+    nightshift::process::Command::shell(script)
+        .cwd(slot)
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", "/home/sandbox")
+        .sandbox(nightshift::sandbox::Policy {
+            write: vec![slot.to_path_buf()],
+            read: vec![],
+            home: PathBuf::from("/home/sandbox"),
+            home_files: vec![],
+            network: nightshift::sandbox::Network::None,
+        })
+}
+
+/// Exit codes, signals, timeouts and leftovers read as they do without the
+/// sandbox: the program's status passes through its PID 1 and the call's
+/// process; a `setsid` daemon dies with the call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandboxed_call_exits_times_out_and_ends_as_an_unsandboxed_one() {
+    use nightshift::process::run;
+    use tokio_util::sync::CancellationToken;
+    if let Err(missing) = nightshift::sandbox::probe() {
+        panic!("this suite needs a kernel the sandbox can be built on: {missing}");
+    }
+    let slot = tempfile::tempdir().unwrap();
+    let cancel = CancellationToken::new();
+    let o = run(
+        boxed("echo out; echo err >&2; exit 7", slot.path()),
+        &cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!((o.exit_code, o.signal), (Some(7), None), "{o:?}");
+    assert_eq!(
+        (o.stdout_tail.as_str(), o.stderr_tail.as_str()),
+        ("out\n", "err\n")
+    );
+    let o = run(boxed("kill -TERM $$", slot.path()), &cancel)
+        .await
+        .unwrap();
+    assert_eq!(o.signal, Some(libc::SIGTERM), "{o:?}");
+    let started = std::time::Instant::now();
+    let cmd = boxed("sleep 1000", slot.path())
+        .timeout(Duration::from_millis(500))
+        .grace(Duration::from_secs(30));
+    let o = run(cmd, &cancel).await.unwrap();
+    assert!(o.timed_out, "{o:?}");
+    // SIGTERM reached the program itself (no grace was needed).
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let tag = format!("7{}", std::process::id());
+    let o = run(
+        boxed(
+            &format!("setsid sleep {tag} >/dev/null 2>&1 & echo $$"),
+            slot.path(),
+        ),
+        &cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        o.stdout_tail, "2\n",
+        "the program is PID 2 of its own namespace"
+    );
+    assert!(
+        !running(&format!("sleep {tag}")),
+        "the daemon outlived its call"
+    );
+    let o = run(boxed("echo kept > kept.txt", slot.path()), &cancel)
+        .await
+        .unwrap();
+    assert_eq!(o.exit_code, Some(0));
+    assert_eq!(
+        std::fs::read_to_string(slot.path().join("kept.txt")).unwrap(),
+        "kept\n"
+    );
+}
+
+/// A path the sandbox is told to show but which does not exist fails the
+/// spawn with a message naming it, never a sandbox without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_sandbox_path_fails_the_spawn_naming_it() {
+    let slot = tempfile::tempdir().unwrap();
+    let mut cmd = boxed("true", slot.path());
+    cmd = cmd.sandbox(nightshift::sandbox::Policy {
+        write: vec![slot.path().to_path_buf()],
+        read: vec![PathBuf::from("/no/such/toolchain")],
+        home: PathBuf::from("/home/sandbox"),
+        home_files: vec![],
+        network: nightshift::sandbox::Network::None,
+    });
+    let e = nightshift::process::run(cmd, &tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/no/such/toolchain") && e.contains("[sandbox] read"),
+        "{e}"
+    );
+}
