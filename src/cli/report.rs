@@ -303,7 +303,23 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     // A key that cannot be read only means nothing is shown resumable.
     let _ = crate::cli::install_approval_key();
     let key = crate::approval::key_path(&crate::cli::data_dir());
-    let st = crate::status::Status::load(&lg.pool, &id, key).await?;
+    // The accounts whose gauges are shown: the configured claude and codex
+    // agents' (a `command` agent has none); none when the config is unreadable.
+    let accounts: Vec<String> = crate::cli::context::load_config(cli, &repo)
+        .map(|l| {
+            let mut v: Vec<String> = [l.config.writer, l.config.reviewer]
+                .iter()
+                .filter(|a| a.kind != crate::config::AgentKind::Command)
+                .map(crate::config::AgentConfig::account)
+                .collect();
+            v.dedup();
+            v
+        })
+        .unwrap_or_default();
+    let st = crate::status::Status::load(&lg.pool, &id, key)
+        .await?
+        .with_quota(&lg.pool, &accounts)
+        .await?;
     let text = st.text();
     if json {
         println!(

@@ -86,6 +86,9 @@ pub struct Config {
     /// (docs/workers.md#leases): written like `"2m"`; at least 5 s.
     #[serde(with = "human_duration")]
     pub lease: Duration,
+    /// `[quota]`: the reserve of the long usage windows kept for the day,
+    /// and paid overage (docs/limits.md#reserve).
+    pub quota: super::quota::Quota,
 }
 
 impl Default for Config {
@@ -118,6 +121,7 @@ impl Default for Config {
             notify: Targets::default(),
             jobs: 1,
             lease: crate::queue::DEFAULT_LEASE,
+            quota: super::quota::Quota::default(),
         }
     }
 }

@@ -57,6 +57,15 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             let why = format!("the item timeout was reached during round {}", r.n);
             return Ok(Called::Stop(r.end(Fact::TimedOut(why))));
         }
+        // No new round of an account whose quota is kept for the day
+        // (docs/limits.md#reserve); a round that started finishes.
+        if role == Role::Writer
+            && attempt == 1
+            && let Some(why) = super::quota::reserved(night).await?
+        {
+            let why = format!("stopped before round {}: {why}", r.n);
+            return Ok(Called::Stop(r.end(Fact::QuotaReserved(why))));
+        }
         if let Some(end) = account_pause(r, role).await? {
             return Ok(Called::Stop(end));
         }
@@ -150,14 +159,26 @@ async fn count(
 ) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
     let kind = agent_config(night, role).kind.to_string();
+    let account = agent_config(night, role).account();
     let call = AgentCall {
         item_id: r.item.item_id,
         round_id: Some(r.id),
         role,
         kind: &kind,
+        account: &account,
+        round: Some(r.n),
         report,
     };
     r.item.record.agent_call(&call).await?;
+    let worker = r.item.record.worker_id();
+    super::quota::after_call(
+        night,
+        agent_config(night, role),
+        report,
+        r.item.run_id,
+        &worker,
+    )
+    .await?;
     let totals = &mut r.st.totals;
     totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
     if let Some(cost) = report.usage.cost_usd {
