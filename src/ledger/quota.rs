@@ -98,6 +98,8 @@ pub struct Reading {
     pub resets_at: Option<DateTime<Utc>>,
     /// Whether paid overage was in use.
     pub overage_in_use: Option<bool>,
+    /// Claude's `overageStatus`.
+    pub overage_status: Option<String>,
     /// When it was recorded (server clock).
     pub read_at: DateTime<Utc>,
 }
@@ -105,7 +107,7 @@ pub struct Reading {
 /// The columns of a [`Reading`], for `concat!`.
 macro_rules! reading_columns {
     () => {
-        "account, source, quota_window, window_minutes, percent, raw_utilization, status, resets_at, overage_in_use, read_at"
+        "account, source, quota_window, window_minutes, percent, raw_utilization, status, resets_at, overage_in_use, overage_status, read_at"
     };
 }
 
@@ -229,6 +231,18 @@ pub async fn running_stop(pool: &PgPool, account: &str) -> Result<Option<Stop>> 
     sqlx::query_as("SELECT quota_window, percent, reserve, resets_at, until FROM quota_stops WHERE account = $1 AND until > now() ORDER BY at DESC, id DESC LIMIT 1")
         .bind(account)
         .fetch_optional(pool)
+        .await
+}
+
+/// Whether `account` has a running reserve stop of `window`.
+///
+/// # Errors
+/// Database errors.
+pub async fn stopped(pool: &PgPool, account: &str, window: &str) -> Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM quota_stops WHERE account = $1 AND quota_window = $2 AND until > now())")
+        .bind(account)
+        .bind(window)
+        .fetch_one(pool)
         .await
 }
 

@@ -157,11 +157,13 @@ pub fn instant(v: Option<&Value>) -> Option<DateTime<Utc>> {
     Utc.timestamp_opt(secs as i64, 0).single()
 }
 
-/// Claude's utilization in percent: a fraction (|v| ≤ 1, so `1` is
-/// 100 %) × 100; a value beyond 1 is taken as a percentage already (a CLI
-/// that prints 70 for 70 %). Negatives keep their sign: recorded as read.
+/// Claude's utilization in percent. Claude Code prints fractions (`0.7`
+/// is 70 %, `1.2` is 120 %), so a value up to 2 in size is a fraction × 100;
+/// a larger one cannot be a believable fraction and is taken as a
+/// percentage already (a CLI that prints 70 for 70 %). Negatives keep
+/// their sign: recorded as read.
 fn claude_percent(v: f64) -> f64 {
-    if v.abs() <= 1.0 { v * 100.0 } else { v }
+    if v.abs() <= 2.0 { v * 100.0 } else { v }
 }
 
 /// The gauges of one Claude Code `rate_limit_event` line (its

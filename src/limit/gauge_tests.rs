@@ -218,3 +218,13 @@ fn describe_says_age_reset_and_staleness() {
     assert_eq!(bad, "primary unreadable utilization \"abc\" · read 0s ago");
     assert!(is_stale(Some(now), now) && !is_stale(None, now));
 }
+
+#[test]
+fn claude_fractions_over_one_are_over_100_percent() {
+    let v = json!({"type":"rate_limit_event","rate_limit_info":{"status":"allowed","rateLimitType":"seven_day",
+        "unifiedWindows":{"seven_day":{"utilization":1.2},"five_hour":{"utilization":70}}}});
+    let g = claude_gauges(&v);
+    let by = |w: &str| g.iter().find(|x| x.window == w).unwrap().percent;
+    assert_eq!(by("seven_day"), Some(120.0));
+    assert_eq!(by("five_hour"), Some(70.0), "a percentage as printed");
+}

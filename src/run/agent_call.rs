@@ -66,6 +66,12 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             let why = format!("stopped before round {}: {why}", r.n);
             return Ok(Called::Stop(r.end(Fact::QuotaReserved(why))));
         }
+        if role == Role::Writer
+            && attempt == 1
+            && let Some(end) = overage(r).await?
+        {
+            return Ok(Called::Stop(end));
+        }
         if let Some(end) = account_pause(r, role).await? {
             return Ok(Called::Stop(end));
         }
@@ -368,6 +374,22 @@ async fn no_credit(
         role.as_str()
     );
     Ok(r.end(Fact::NoCredit(why)))
+}
+
+/// With `[quota] overage = "never"`, before a round: an account of the
+/// round (writer's or reviewer's) whose latest call read paid overage in
+/// use pauses as at a usage limit (docs/limits.md#overage): the sleep until
+/// its plan window resets, every worker of it pausing too; the item's end
+/// when that is after the deadline or a signal ends the sleep.
+async fn overage(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
+    let night = r.item.night;
+    for role in [Role::Writer, Role::Reviewer] {
+        if let Some(reading) = super::quota::overage_pause(night, agent_config(night, role)).await?
+        {
+            return usage_limit(r, role, &reading).await;
+        }
+    }
+    Ok(None)
 }
 
 /// Why an item cannot run this night because the writer's or the reviewer's

@@ -3,7 +3,8 @@
 //! long windows (an account whose reading reaches `100% - reserve` starts
 //! no new item or round until the window resets, on every worker and host,
 //! through the ledger's `quota_stops`), and paid overage with `[quota]
-//! overage = "never"` (the account pauses as at a usage limit). The
+//! overage = "never"` (the account pauses as at a usage limit once the
+//! round that saw it is done). The
 //! readings themselves are recorded with the call ([`super::record`]); how
 //! they are read is [`crate::limit::gauge`]'s.
 
@@ -13,8 +14,7 @@ use crate::agent::{self, Role};
 use crate::config::{AgentConfig, Overage};
 use crate::error::Error;
 use crate::ledger::quota as rows;
-use crate::limit::Gauge;
-use crate::queue;
+use crate::limit::{Gauge, LimitKind, LimitReading};
 
 use super::{Night, local};
 
@@ -43,9 +43,9 @@ fn stop_until(night: &Night, g: &Gauge, now: DateTime<Utc>) -> DateTime<Utc> {
 /// a long window at or over `100% - reserve` stops the account (a row of
 /// `quota_stops` every worker reads before its next item or round); a
 /// reading under it ends a running stop of that window (it reset: every
-/// worker resumes); overage in use with `overage = "never"` pauses the
-/// account until the window resets, as a usage limit does. `worker` and
-/// `run` are who saw it. A call without gauges changes nothing.
+/// worker resumes). Overage is acted on at the next round's start
+/// ([`overage_pause`]). `worker` and `run` are who saw it. A call without
+/// gauges changes nothing.
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
@@ -67,6 +67,12 @@ pub(super) async fn after_call(
             continue;
         };
         if percent >= 100.0 - reserve {
+            if night
+                .db(|| rows::stopped(pool, &account, &g.window))
+                .await?
+            {
+                continue;
+            }
             let row = rows::StopRow {
                 account: &account,
                 window: &g.window,
@@ -88,41 +94,95 @@ pub(super) async fn after_call(
             }
         }
     }
-    if night.config.quota.overage == Overage::Never
-        && let Some(g) = report.gauges.iter().find(|g| g.says_overage())
-    {
-        let until = overage_until(night, report, now);
-        let message = format!(
-            "the {account} account is drawing on paid overage ({} window{}) and [quota] overage is \"never\": paused until {}",
+    Ok(())
+}
+
+/// Until when an account drawing on overage pauses: the latest reset
+/// ahead among the plan windows of `gauges` (one call's readings) that are
+/// refused or full (the plan's limit), else among all of them, else an hour
+/// from `now`.
+fn overage_until(gauges: &[Gauge], now: DateTime<Utc>) -> DateTime<Utc> {
+    let ahead = |g: &&Gauge| g.window != "overage" && g.resets_at.is_some_and(|t| t > now);
+    let full = |g: &&Gauge| {
+        g.status.as_deref() == Some("rejected") || g.usable_percent().is_some_and(|p| p >= 100.0)
+    };
+    let latest = |gs: Vec<&Gauge>| gs.iter().filter_map(|g| g.resets_at).max();
+    let gs: Vec<&Gauge> = gauges.iter().filter(ahead).collect();
+    latest(gs.iter().copied().filter(full).collect())
+        .or_else(|| latest(gs))
+        .unwrap_or(now + chrono::Duration::hours(1))
+}
+
+/// A recorded reading as a gauge (for the rules of [`Gauge`]).
+fn gauge_of(r: &rows::Reading) -> Gauge {
+    Gauge {
+        source: if r.source == "codex" {
+            crate::limit::GaugeSource::Codex
+        } else {
+            crate::limit::GaugeSource::Claude
+        },
+        window: r.quota_window.clone(),
+        window_minutes: r.window_minutes,
+        percent: r.percent,
+        raw_utilization: r.raw_utilization.clone(),
+        status: r.status.clone(),
+        resets_at: r.resets_at,
+        overage_in_use: r.overage_in_use,
+        overage_status: r.overage_status.clone(),
+        raw: serde_json::Value::Null,
+    }
+}
+
+/// With `[quota] overage = "never"` (docs/limits.md#overage): when the
+/// latest call of `cfg`'s account (on any worker or host) read paid
+/// overage in use, the account pauses as at a usage limit, until the plan
+/// window resets: a usage-limit reading with that reset, for the start of
+/// the next round (the round that saw it finished). `None` when overage is
+/// allowed, not in use, or its pause has passed.
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn overage_pause(
+    night: &Night,
+    cfg: &AgentConfig,
+) -> Result<Option<LimitReading>, Error> {
+    if night.config.quota.overage != Overage::Never {
+        return Ok(None);
+    }
+    let (pool, account) = (&night.pool, cfg.account());
+    let latest = night.db(|| rows::latest_of(pool, &account)).await?;
+    let Some(last) = latest.iter().map(|r| r.read_at).max() else {
+        return Ok(None);
+    };
+    // The windows of the account's latest call (recorded together).
+    let call: Vec<Gauge> = latest
+        .iter()
+        .filter(|r| r.read_at == last)
+        .map(gauge_of)
+        .collect();
+    let Some(g) = call.iter().find(|g| g.says_overage()) else {
+        return Ok(None);
+    };
+    let now = night.clock.now();
+    let until = overage_until(&call, now);
+    if until <= now {
+        return Ok(None);
+    }
+    Ok(Some(LimitReading {
+        kind: LimitKind::UsageLimit,
+        resets_at: Some(until),
+        retry_after: None,
+        source: "quota gauge: paid overage in use".into(),
+        message: format!(
+            "the {account} account is drawing on paid overage ({} window{}) and [quota] overage is \"never\": it pauses as at a usage limit until {}",
             g.window,
             g.status
                 .as_deref()
                 .map(|s| format!(" {s}"))
                 .unwrap_or_default(),
             local(until, night.tz)
-        );
-        night
-            .db(|| queue::pause_account(pool, &account, until, Some(run), worker, &message))
-            .await?;
-        tracing::warn!(account = %account, until = %until, "paid overage in use: the account pauses as at a usage limit");
-    }
-    Ok(())
-}
-
-/// Until when an account drawing on overage pauses: the latest reset
-/// ahead among the call's plan windows that are refused or full (the
-/// plan's limit), else among all its windows, else an hour.
-fn overage_until(night: &Night, report: &agent::Report, now: DateTime<Utc>) -> DateTime<Utc> {
-    let ahead = |g: &&Gauge| g.window != "overage" && g.resets_at.is_some_and(|t| t > now);
-    let full = |g: &&Gauge| {
-        g.status.as_deref() == Some("rejected") || g.usable_percent().is_some_and(|p| p >= 100.0)
-    };
-    let latest = |gs: Vec<&Gauge>| gs.iter().filter_map(|g| g.resets_at).max();
-    let gs: Vec<&Gauge> = report.gauges.iter().filter(ahead).collect();
-    latest(gs.iter().copied().filter(full).collect())
-        .or_else(|| latest(gs))
-        .unwrap_or(now + chrono::Duration::hours(1))
-        .min(night.deadline.max(now))
+        ),
+    }))
 }
 
 /// Logs a reading at each 10 % step it has reached, for `drain`'s log.

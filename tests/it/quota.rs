@@ -1,0 +1,132 @@
+//! Quota gauges, the reserve and paid overage (issue 24,
+//! docs/limits.md#gauges): the real Claude Code CLI, logged in as a
+//! subscription (`CLAUDE_CODE_OAUTH_TOKEN`: only then does it print
+//! `rate_limit_event`s with each window's utilization), against the fake
+//! Messages API whose `anthropic-ratelimit-unified-*` response headers set
+//! the gauges; the real binary and PostgreSQL.
+
+use crate::agent_claude::{cli_env, real_claude};
+use crate::common;
+use crate::fakes::anthropic::{FakeAnthropic, Reply, tool, unified};
+
+use serde_json::json;
+
+/// A fixture draining with the real CLI as writer and reviewer (one
+/// account, `claude`), logged in as a subscription against `api`, with
+/// `quota` as its `[quota]` table and a fake GitHub.
+fn world(api: &FakeAnthropic, gh: &common::github::FakeGitHub, quota: &str) -> common::Fixture {
+    let bin = real_claude().display().to_string();
+    let mut f = common::Fixture::new();
+    f.use_github(gh);
+    f.token = Some("ghp_quota_e2e_token_0123456789".into());
+    for (k, v) in cli_env(&f.home, &api.uri(), true) {
+        if k != "PATH" && k != "HOME" {
+            f.extra_env.push((k, v));
+        }
+    }
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[quota]\n{quota}\n[writer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n"
+    ));
+    f
+}
+
+/// One item's model turns: the writer writes `file` and answers, the
+/// reviewer approves through its verdict tool.
+fn script_item(api: &FakeAnthropic, file: &str) {
+    api.writer([
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Write",
+                json!({"file_path": file, "content": "one more word\n"}),
+            )],
+        ),
+        Reply::Text(format!("Wrote {file}.\n\nFILES:\n- {file}")),
+    ]);
+    api.reviewer([Reply::Tools(
+        None,
+        vec![tool(
+            "StructuredOutput",
+            json!({"verdict": "approve", "findings": [], "conditions": []}),
+        )],
+    )]);
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// The 7-day window rises 20 % per model turn; `reserve = "30%"`: the
+/// item whose writer read ≥ 70 % finishes its round, the items after it
+/// are not started and end `quota_reserved` with the window, its use and
+/// its reset; nothing failed (exit 0) and no attempt was used.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reserve_stops_new_items_at_the_first_reading_over_it() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let week_reset = (now() / 60 + 3 * 24 * 60) * 60;
+    let session_reset = (now() / 60 + 120) * 60;
+    // Turns: item 1 writer 20 %, 40 %, reviewer 60 %; item 2 writer 80 %,
+    // 100 % (over the reserve), reviewer 120 % (as read).
+    api.quota(
+        [0.2, 0.4, 0.6, 0.8, 1.0, 1.2].map(|w| unified(0.1, w, (session_reset, week_reset), false)),
+    );
+    let f = world(&api, &gh, "reserve = \"30%\"");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n- [ ] Add pow\n",
+    );
+    for file in ["sub.txt", "mul.txt", "div.txt", "pow.txt"] {
+        script_item(&api, file);
+    }
+    let out = f.drain_exits(0, &[]);
+    let rep = f.report();
+    let outcomes: Vec<&str> = rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["pr_opened", "pr_opened", "quota_reserved", "quota_reserved"],
+        "{rep:#}\n{}",
+        common::text(&out)
+    );
+    let reason = rep["items"][2]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("not started: the writer agent's account \"claude\" has used 100% of its seven_day window (resets at ")
+            && reason.contains("[quota] reserve keeps 30% for the day"),
+        "{reason}"
+    );
+    // The two later items made no agent call: the CLI was not asked again.
+    assert_eq!(api.left(), (4, 2), "items 3 and 4 were not started");
+    // Every call's readings are in the ledger, as read (120 % too).
+    let seven: String = f.db.sql(
+        "SELECT string_agg(round(percent)::text, ',' ORDER BY id) FROM quota_readings WHERE quota_window = 'seven_day'",
+    );
+    assert_eq!(seven, "40,60,100,120", "writer, reviewer, writer, reviewer");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM quota_stops WHERE account = 'claude' AND quota_window = 'seven_day'"),
+        "1"
+    );
+    // `status` shows the account's latest reading of each window.
+    let st = common::text(&f.run(&["status"]));
+    assert!(
+        st.contains("quota claude: five_hour 10% · read ")
+            && st.contains("quota claude: seven_day 120% · read "),
+        "{st}"
+    );
+    let js: serde_json::Value =
+        serde_json::from_slice(&f.run(&["status", "--json"]).stdout).unwrap();
+    let windows = js["quota"]["claude"]["windows"].as_array().unwrap();
+    let week = windows.iter().find(|w| w["window"] == "seven_day").unwrap();
+    assert_eq!(
+        (
+            week["percent"].as_f64(),
+            week["stale"].as_bool(),
+            week["raw_utilization"].as_str()
+        ),
+        (Some(120.0), Some(false), Some("1.2"))
+    );
+}
