@@ -44,6 +44,7 @@ pub(crate) async fn report(
         }
         return Ok(());
     };
+    let quota = crate::report::quota::NightQuota::load(&lg.pool, row.id).await?;
     let view = views::RunView::of(&lg.pool, row).await?;
     let not_started = view.not_started(&lg.pool).await?;
     let now = Utc::now();
@@ -55,7 +56,11 @@ pub(crate) async fn report(
         tended,
         foreign_refs,
     } = view;
-    let sections = after_table(&tended, &foreign_refs);
+    let mut sections = after_table(&tended, &foreign_refs);
+    let quota_text = quota.text(row.zone());
+    if !quota_text.is_empty() {
+        sections.push(quota_text);
+    }
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
@@ -63,6 +68,7 @@ pub(crate) async fn report(
             v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
             v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
+            v["quota"] = quota.json();
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {

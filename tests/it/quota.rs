@@ -130,3 +130,107 @@ async fn the_reserve_stops_new_items_at_the_first_reading_over_it() {
         (Some(120.0), Some(false), Some("1.2"))
     );
 }
+
+/// Paid overage in use (`anthropic-ratelimit-unified-overage-in-use:
+/// true`, the 7-day window full): with `overage = "never"` (the default)
+/// the round that saw it finishes, then the account pauses as at a usage
+/// limit until the window resets — after the deadline here, so the next
+/// item ends `deadline`; with `overage = "allow"` the night goes on and the
+/// report shows the overage used.
+#[tokio::test(flavor = "multi_thread")]
+async fn overage_in_use_pauses_the_account_unless_allowed() {
+    for allow in [false, true] {
+        let api = FakeAnthropic::start().await;
+        let gh = common::github::FakeGitHub::start().await;
+        let week_reset = (now() / 60 + 2 * 24 * 60) * 60;
+        api.quota([unified(0.3, 1.0, (now() + 7200, week_reset), true)]);
+        let quota = if allow {
+            "reserve = \"0%\"\noverage = \"allow\""
+        } else {
+            "reserve = \"0%\""
+        };
+        let f = world(&api, &gh, quota);
+        f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+        for file in ["sub.txt", "mul.txt"] {
+            script_item(&api, file);
+        }
+        // A deadline in 40 minutes: a usage-limit sleep is at most 6 hours
+        // (`limit_sleep_max`), so the pause until the 7-day reset outlasts it.
+        let sha = f.plan_sha();
+        common::assert_ok(&f.run(&["approve", &sha]), "approve");
+        let deadline = (chrono::Utc::now() + chrono::Duration::minutes(40))
+            .format("%H:%M")
+            .to_string();
+        let out = f.run(&["drain", "--deadline", &deadline, "--tz", "UTC"]);
+        let rep = f.report();
+        let outcomes: Vec<&str> = rep["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["outcome"].as_str().unwrap())
+            .collect();
+        let said = format!("{rep:#}\n{}", common::text(&out));
+        if allow {
+            assert_eq!(out.status.code(), Some(0), "{said}");
+            assert_eq!(outcomes, ["pr_opened", "pr_opened"], "{said}");
+            let q = rep["quota"].as_array().unwrap();
+            let week = q.iter().find(|w| w["window"] == "seven_day").unwrap();
+            assert_eq!(week["overage_in_use"], true, "{said}");
+            let text = common::text(&f.run(&["report"]));
+            assert!(
+                text.contains("claude seven_day 100% → 100% (resets ")
+                    && text.contains("· overage used"),
+                "{text}"
+            );
+            assert_eq!(api.left(), (0, 0));
+        } else {
+            assert_eq!(outcomes, ["pr_opened", "deadline"], "{said}");
+            let reason = rep["items"][1]["reason"].as_str().unwrap();
+            assert!(
+                reason.contains("usage limit resets at") && reason.contains("after the deadline"),
+                "{reason}"
+            );
+            // Item 1's round finished (its reviewer ran); item 2 made no call.
+            assert_eq!(api.left(), (2, 1), "{said}");
+            let pause =
+                f.db.sql("SELECT message FROM account_pauses WHERE account = 'claude'");
+            assert!(
+                pause.is_empty(),
+                "a pause past the deadline is not taken: {pause}"
+            );
+        }
+    }
+}
+
+/// A CLI that reports no gauge (an API-key login: the real CLI prints no
+/// `rate_limit_event`): the night runs as before, nothing is recorded, and
+/// `status` says the gauge is unknown.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_gauge_the_night_runs_as_before_and_status_says_unknown() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    api.quota([unified(0.99, 0.99, (now() + 3600, now() + 86400), false)]);
+    let mut f = world(&api, &gh, "reserve = \"30%\"");
+    f.extra_env.retain(|(k, _)| k != "CLAUDE_CODE_OAUTH_TOKEN");
+    f.extra_env.push((
+        "ANTHROPIC_API_KEY".into(),
+        "sk-ant-api03-fake-test-key".into(),
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    for file in ["sub.txt", "mul.txt"] {
+        script_item(&api, file);
+    }
+    f.drain_exits(0, &[]);
+    let rep = f.report();
+    assert_eq!(rep["items"][1]["outcome"], "pr_opened", "{rep:#}");
+    assert_eq!(f.db.sql("SELECT count(*) FROM quota_readings"), "0");
+    assert_eq!(rep["quota"], json!([]));
+    let st = common::text(&f.run(&["status"]));
+    assert!(
+        st.contains("quota claude: gauge unknown (its agent has reported no quota reading)"),
+        "{st}"
+    );
+    let js: serde_json::Value =
+        serde_json::from_slice(&f.run(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(js["quota"]["claude"]["gauge"], "unknown");
+}

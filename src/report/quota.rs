@@ -1,0 +1,84 @@
+//! The night's use of each account's quota windows in the report
+//! (docs/limits.md#gauges): per account and window, the first reading of
+//! the run and the last, and whether paid overage was drawn on.
+
+use chrono_tz::Tz;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::ledger::quota::{self, Reading};
+
+/// The run's quota use: (first, last) reading of every account's window,
+/// in the order first read.
+pub struct NightQuota(pub Vec<(Reading, Reading)>);
+
+impl NightQuota {
+    /// Reads run `run`'s readings from the ledger.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn load(pool: &sqlx::PgPool, run: Uuid) -> sqlx::Result<NightQuota> {
+        Ok(NightQuota(quota::run_span(pool, run).await?))
+    }
+
+    /// `report --json`'s `quota`: one object per account and window with
+    /// `account`, `window`, `first_percent`, `last_percent` (as read),
+    /// `first_read_at`, `last_read_at`, `resets_at` (the last reading's)
+    /// and `overage_in_use` (either reading said so).
+    pub fn json(&self) -> Value {
+        self.0
+            .iter()
+            .map(|(f, l)| {
+                json!({
+                    "account": l.account,
+                    "window": l.quota_window,
+                    "first_percent": f.percent,
+                    "last_percent": l.percent,
+                    "first_read_at": f.read_at,
+                    "last_read_at": l.read_at,
+                    "resets_at": l.resets_at,
+                    "overage_in_use": f.overage_in_use == Some(true) || l.overage_in_use == Some(true),
+                })
+            })
+            .collect()
+    }
+
+    /// The report's text section, empty when no agent reported a gauge:
+    /// `quota: claude seven_day 40% → 100% (resets …)`, one line each, and
+    /// `overage used` where paid overage was in use.
+    pub fn text(&self, tz: Tz) -> String {
+        if self.0.is_empty() {
+            return String::new();
+        }
+        let pct = |r: &Reading| match (r.percent, &r.raw_utilization) {
+            (Some(p), _) => format!("{p:.0}%"),
+            (None, Some(raw)) => format!("{raw:?}"),
+            (None, None) => "?".into(),
+        };
+        let mut s = String::from("quota used this night (first reading → last):\n");
+        for (f, l) in &self.0 {
+            let reset = l
+                .resets_at
+                .map(|t| {
+                    format!(
+                        " (resets {})",
+                        t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z")
+                    )
+                })
+                .unwrap_or_default();
+            let overage = if f.overage_in_use == Some(true) || l.overage_in_use == Some(true) {
+                " · overage used"
+            } else {
+                ""
+            };
+            s.push_str(&format!(
+                "  {} {} {} → {}{reset}{overage}\n",
+                l.account,
+                l.quota_window,
+                pct(f),
+                pct(l)
+            ));
+        }
+        s
+    }
+}
