@@ -234,3 +234,82 @@ async fn without_a_gauge_the_night_runs_as_before_and_status_says_unknown() {
         serde_json::from_slice(&f.run(&["status", "--json"]).stdout).unwrap();
     assert_eq!(js["quota"]["claude"]["gauge"], "unknown");
 }
+
+/// The real Codex CLI prints no rate-limit event on `exec --json`'s
+/// stdout, but writes the `x-codex-*` headers' snapshot to its session
+/// file: the call's report carries both windows from there, as percent.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_codex_cli_s_gauges_are_read_from_its_session_file() {
+    use crate::fakes_codex::{cli, responses};
+    use nightshift::agent::{self, Call, Role};
+    use nightshift::config::{AgentConfig, AgentKind};
+    let w = common::Checkout::new("checkout");
+    let fake =
+        responses::FakeResponses::start(vec![responses::Reply::Message("Done.".into())]).await;
+    let (r5, r7) = (now() + 3000, now() + 2 * 86400);
+    fake.rate_limits((42.5, 300, r5), (71.0, 10080, r7));
+    let mut env = std::collections::BTreeMap::new();
+    env.insert(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_default(),
+    );
+    env.insert("HOME".to_string(), w.home.display().to_string());
+    let codex_home = w.dir.path().join("codex-home");
+    env.insert("CODEX_HOME".to_string(), codex_home.display().to_string());
+    env.insert(
+        "FAKE_KEY".to_string(),
+        "fake-key-for-the-local-server".to_string(),
+    );
+    let call = Call {
+        role: Role::Writer,
+        round: 1,
+        prompt: "# Item: Add sub\n".into(),
+        contract_json: "{}".into(),
+        feedback: String::new(),
+        cwd: w.repo.clone(),
+        timeout: std::time::Duration::from_secs(120),
+        env,
+        tz: "UTC".parse().unwrap(),
+        log_dir: w.dir.path().join("logs"),
+        secrets: vec![],
+        run_as: None,
+        max_output: nightshift::config::DEFAULT_MAX_AGENT_OUTPUT,
+    };
+    let mut command = vec![cli::real_codex().display().to_string()];
+    command.extend(fake.provider_args());
+    let agent = AgentConfig {
+        kind: AgentKind::Codex,
+        command,
+        permission_flags: None,
+        model: None,
+        account: None,
+    };
+    let r = agent::call(&agent, &call, &tokio_util::sync::CancellationToken::new())
+        .await
+        .expect("codex starts");
+    let stdout = std::fs::read_to_string(r.outcome.stdout_path.as_ref().unwrap()).unwrap();
+    assert_eq!(r.failure, None, "{stdout}");
+    assert!(!stdout.contains("rate_limits"), "not on stdout: {stdout}");
+    let got: Vec<String> = r
+        .gauges
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {:?} {:?} {:?}",
+                g.window,
+                g.percent,
+                g.window_minutes,
+                g.resets_at.map(|t| t.timestamp())
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            format!("primary Some(42.5) Some(300) Some({r5})"),
+            format!("secondary Some(71.0) Some(10080) Some({r7})"),
+        ],
+        "{stdout}"
+    );
+    assert!(r.gauges[1].is_long() && r.gauges[0].is_session());
+}
