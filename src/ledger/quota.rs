@@ -246,16 +246,25 @@ pub async fn stopped(pool: &PgPool, account: &str, window: &str) -> Result<bool>
         .await
 }
 
-/// Ends `account`'s running stops of `window` now: a reading under the
-/// reserve (the window reset) resumes every worker of the account.
-/// Returns how many were ended.
+/// Ends `account`'s running stops of `window` now when a reading under
+/// the reserve belongs to a later window than the stop's (its reset
+/// `resets_at` more than a minute after the stop's, or the stop's reset
+/// unknown): the window reset, and every worker of the account resumes. A
+/// reading of the same window (a call that read it earlier, another
+/// model's traffic) ends nothing. Returns how many were ended.
 ///
 /// # Errors
 /// Database errors.
-pub async fn end_stops(pool: &PgPool, account: &str, window: &str) -> Result<u64> {
-    let done = sqlx::query("UPDATE quota_stops SET until = now() WHERE account = $1 AND quota_window = $2 AND until > now()")
+pub async fn end_stops(
+    pool: &PgPool,
+    account: &str,
+    window: &str,
+    resets_at: Option<DateTime<Utc>>,
+) -> Result<u64> {
+    let done = sqlx::query("UPDATE quota_stops SET until = now() WHERE account = $1 AND quota_window = $2 AND until > now() AND (resets_at IS NULL OR $3 > resets_at + interval '1 minute')")
         .bind(account)
         .bind(window)
+        .bind(resets_at)
         .execute(pool)
         .await?;
     Ok(done.rows_affected())

@@ -42,8 +42,8 @@ fn stop_until(night: &Night, g: &Gauge, now: DateTime<Utc>) -> DateTime<Utc> {
 /// Acts on the gauges of a call of `cfg`'s account (recorded already):
 /// a long window at or over `100% - reserve` stops the account (a row of
 /// `quota_stops` every worker reads before its next item or round); a
-/// reading under it ends a running stop of that window (it reset: every
-/// worker resumes). Overage is acted on at the next round's start
+/// reading under it of a later window (it reset) ends a running stop of
+/// that window: every worker resumes. Overage is acted on at the next round's start
 /// ([`overage_pause`]). `worker` and `run` are who saw it. A call without
 /// gauges changes nothing.
 ///
@@ -87,7 +87,7 @@ pub(super) async fn after_call(
             tracing::warn!(account = %account, window = %g.window, percent, reserve, "quota reserve reached: the account starts no new item or round");
         } else {
             let ended = night
-                .db(|| rows::end_stops(pool, &account, &g.window))
+                .db(|| rows::end_stops(pool, &account, &g.window, g.resets_at))
                 .await?;
             if ended > 0 {
                 tracing::info!(account = %account, window = %g.window, percent, "quota window under the reserve again: the account resumes");

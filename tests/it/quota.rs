@@ -313,3 +313,86 @@ async fn the_real_codex_cli_s_gauges_are_read_from_its_session_file() {
     );
     assert!(r.gauges[1].is_long() && r.gauges[0].is_session());
 }
+
+/// Two workers on one ledger: "Add mul"'s calls read the 7-day window at
+/// 90 % (over `reserve = "30%"`), "Add sub"'s at 20 % while its writer
+/// works on. The worker of "Add sub" never read anything over the reserve,
+/// yet it starts no second round (its reviewer asked for one): the stop the
+/// other worker recorded holds for it too. "Add mul" finished its round;
+/// "Add div" is not started.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_call() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let resets = (now() + 3600, (now() / 60 + 3 * 24 * 60) * 60);
+    let bash = |word: &str, wait: u32| {
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Bash",
+                json!({"command": format!("sleep {wait}; echo {word} >> calc.txt"), "description": "append a word"}),
+            )],
+        )
+    };
+    let verdict = |v: &str, findings: &[&str]| {
+        Reply::Tools(
+            None,
+            vec![tool(
+                "StructuredOutput",
+                json!({"verdict": v, "findings": findings, "conditions": []}),
+            )],
+        )
+    };
+    let done = || Reply::Text("Done.".into());
+    api.by_item(
+        "Add sub",
+        (bash("sub", 12), done()),
+        verdict("request_changes", &["sub needs a test"]),
+        unified(0.1, 0.2, resets, false),
+    );
+    api.by_item(
+        "Add mul",
+        (bash("mul", 0), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.9, resets, false),
+    );
+    api.by_item(
+        "Add div",
+        (bash("div", 0), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.2, resets, false),
+    );
+    let f = world(&api, &gh, "reserve = \"30%\"");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
+    );
+    let out = f.drain_exits(0, &["--jobs", "2"]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    let outcome = |i: usize| rep["items"][i]["outcome"].as_str().unwrap().to_string();
+    assert_eq!(
+        [outcome(0), outcome(1), outcome(2)],
+        ["quota_reserved", "pr_opened", "quota_reserved"],
+        "{said}"
+    );
+    let reason = rep["items"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("stopped before round 2: the writer agent's account \"claude\" has used 90% of its seven_day window"),
+        "{reason}"
+    );
+    // Two workers ran the two items; the one of "Add sub" read only 20 %.
+    let workers = f
+        .db
+        .sql("SELECT count(DISTINCT worker) FROM run_items WHERE title IN ('Add sub', 'Add mul')");
+    assert_eq!(workers, "2", "{said}");
+    let sub_max = f.db.sql(
+        "SELECT max(q.percent) FROM quota_readings q JOIN run_items i ON i.id = q.run_item_id WHERE i.title = 'Add sub' AND q.quota_window = 'seven_day'",
+    );
+    assert_eq!(sub_max, "20", "{said}");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id WHERE i.title = 'Add sub'"),
+        "2",
+        "one writer and one reviewer call, no round 2"
+    );
+}

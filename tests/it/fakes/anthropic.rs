@@ -86,6 +86,20 @@ struct Script {
     /// each (the quota gauges); the last set stays once they run out.
     quota: VecDeque<Vec<(String, String)>>,
     quota_now: Vec<(String, String)>,
+    /// Per-item answers for concurrent workers (see [`FakeAnthropic::by_item`]).
+    items: Vec<ByItem>,
+}
+
+/// The answers to every request whose body holds `needle` (an item's
+/// title): the writer's first turn, its turns after a tool result, the
+/// reviewer's turn, and the response headers (quota gauges).
+#[derive(Clone)]
+struct ByItem {
+    needle: String,
+    first: Reply,
+    after_tool: Reply,
+    reviewer: Reply,
+    headers: Vec<(String, String)>,
 }
 
 /// The fake server; dropped with the test.
@@ -231,6 +245,23 @@ impl Respond for Responder {
             headers,
         });
         match (method.as_str(), path.as_str()) {
+            ("POST", "/v1/messages") if st.items.iter().any(|i| body.to_string().contains(&i.needle)) => {
+                let text = body.to_string();
+                let it = st.items.iter().find(|i| text.contains(&i.needle)).cloned().unwrap();
+                let model = body["model"].as_str().unwrap_or("claude-sonnet-4-5").to_string();
+                let stream = body["stream"].as_bool().unwrap_or(false);
+                let reply = match turn {
+                    Some(Turn::Writer) if text.contains("tool_result") => it.after_tool,
+                    Some(Turn::Writer) => it.first,
+                    Some(Turn::Reviewer) => it.reviewer,
+                    _ => Reply::Text("ok".into()),
+                };
+                it.headers
+                    .iter()
+                    .fold(message_response(&reply, &model, stream, id), |t, (k, v)| {
+                        t.insert_header(k.as_str(), v.as_str())
+                    })
+            }
             ("POST", "/v1/messages") => {
                 let model = body["model"].as_str().unwrap_or("claude-sonnet-4-5").to_string();
                 let stream = body["stream"].as_bool().unwrap_or(false);
@@ -275,6 +306,27 @@ impl FakeAnthropic {
     /// calls get the current set, and the last set stays once they run out.
     pub fn quota(&self, per_turn: impl IntoIterator<Item = Vec<(String, String)>>) -> &Self {
         self.script.lock().unwrap().quota.extend(per_turn);
+        self
+    }
+
+    /// Answers every request whose body holds `needle` (an item's title)
+    /// without the scripts, whatever order concurrent workers ask in: the
+    /// writer's first turn `first`, its turns after a tool result
+    /// `after_tool`, the reviewer's turn `reviewer`; `headers` on each.
+    pub fn by_item(
+        &self,
+        needle: &str,
+        (first, after_tool): (Reply, Reply),
+        reviewer: Reply,
+        headers: Vec<(String, String)>,
+    ) -> &Self {
+        self.script.lock().unwrap().items.push(ByItem {
+            needle: needle.to_string(),
+            first,
+            after_tool,
+            reviewer,
+            headers,
+        });
         self
     }
 
