@@ -516,7 +516,8 @@ mod tests {
                 "pr_updated",
                 "pr_left_alone",
                 "branch_pushed",
-                "review_queue_full"
+                "review_queue_full",
+                "quota_reserved"
             ]
         );
         // A failed attempt always fails the run.

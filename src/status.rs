@@ -327,6 +327,19 @@ impl Status {
     }
 }
 
+/// The accounts whose quota gauges `status` and `plan` show: the
+/// configured claude and codex agents' (a `command` agent has none), each
+/// once (docs/limits.md#gauges).
+pub fn gauge_accounts(config: &crate::config::Config) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for a in [&config.writer, &config.reviewer] {
+        if a.kind != crate::config::AgentKind::Command && !v.contains(&a.account()) {
+            v.push(a.account());
+        }
+    }
+    v
+}
+
 /// The item `running` works on as `plan` and `report` name it: index,
 /// title, short key (the short key alone before its row exists); `-`
 /// when nothing runs.

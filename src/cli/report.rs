@@ -56,11 +56,7 @@ pub(crate) async fn report(
         tended,
         foreign_refs,
     } = view;
-    let mut sections = after_table(&tended, &foreign_refs);
-    let quota_text = quota.text(row.zone());
-    if !quota_text.is_empty() {
-        sections.push(quota_text);
-    }
+    let sections = after_table(&tended, &foreign_refs, quota.text(row.zone()));
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);
@@ -105,14 +101,17 @@ pub(crate) async fn report(
 }
 
 /// The text sections after the report's table, those with something to
-/// say: the tended PRs, the refs nightshift did not push.
+/// say: the tended PRs, the refs nightshift did not push, the quota used
+/// (`quota`, docs/limits.md#gauges).
 fn after_table(
     tended: &[crate::tend::Tended],
     foreign_refs: &[crate::user_repo::foreign::ForeignRef],
+    quota: String,
 ) -> Vec<String> {
     [
         crate::tend::report_section(tended),
         crate::report::foreign_refs_section(foreign_refs),
+        quota,
     ]
     .into_iter()
     .filter(|s| !s.is_empty())
@@ -312,15 +311,7 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     // The accounts whose gauges are shown: the configured claude and codex
     // agents' (a `command` agent has none); none when the config is unreadable.
     let accounts: Vec<String> = crate::cli::context::load_config(cli, &repo)
-        .map(|l| {
-            let mut v: Vec<String> = [l.config.writer, l.config.reviewer]
-                .iter()
-                .filter(|a| a.kind != crate::config::AgentKind::Command)
-                .map(crate::config::AgentConfig::account)
-                .collect();
-            v.dedup();
-            v
-        })
+        .map(|l| crate::status::gauge_accounts(&l.config))
         .unwrap_or_default();
     let st = crate::status::Status::load(&lg.pool, &id, key)
         .await?

@@ -82,3 +82,79 @@ impl NightQuota {
         s
     }
 }
+
+/// What `plan` says of each account's quota before the night
+/// (docs/limits.md#reserve): per account of `accounts` (the configured
+/// claude and codex agents'), the latest reading of each window and, for
+/// a window the reserve covers (`reserve` percent for the windows longer
+/// than 5 hours, `session_reserve` for the 5-hour one), the room it
+/// leaves the night; `gauge unknown` for an account without readings.
+/// Returns (text lines, JSON).
+///
+/// # Errors
+/// Database errors.
+pub async fn room(
+    pool: &sqlx::PgPool,
+    accounts: &[String],
+    quota_cfg: &crate::config::Quota,
+    tz: Tz,
+) -> sqlx::Result<(Vec<String>, Value)> {
+    let now = chrono::Utc::now();
+    let (mut lines, mut js) = (Vec::new(), serde_json::Map::new());
+    for a in accounts {
+        let readings = quota::latest_of(pool, a).await?;
+        if readings.is_empty() {
+            lines.push(format!("quota {a}: gauge unknown (no reading yet)"));
+            js.insert(a.clone(), json!({"gauge": "unknown", "windows": []}));
+            continue;
+        }
+        let mut windows = Vec::new();
+        for r in &readings {
+            let long = r
+                .window_minutes
+                .map_or(r.quota_window.starts_with("seven_day"), |m| {
+                    m > crate::limit::gauge::FIVE_HOURS_MINUTES
+                });
+            let reserve = if long {
+                Some(quota_cfg.reserve)
+            } else {
+                quota_cfg.session_reserve
+            }
+            .filter(|r| *r > 0.0);
+            let stale = crate::limit::gauge::is_stale(r.resets_at, now);
+            let used = r.percent.filter(|p| p.is_finite() && *p >= 0.0 && !stale);
+            let room = reserve
+                .zip(used)
+                .map(|(res, p)| (100.0 - res - p.min(100.0)).max(0.0));
+            let what = crate::limit::gauge::describe(
+                &r.quota_window,
+                r.percent,
+                r.raw_utilization.as_deref(),
+                r.overage_in_use,
+                r.resets_at,
+                r.read_at,
+                now,
+                tz,
+            );
+            let tail = match (reserve, room) {
+                (Some(res), Some(room)) => {
+                    format!(" · the reserve ({res:.0}%) leaves the night {room:.0}%")
+                }
+                (Some(res), None) => format!(" · reserve {res:.0}%, room unknown"),
+                (None, _) => String::new(),
+            };
+            lines.push(format!("quota {a}: {what}{tail}"));
+            windows.push(json!({
+                "window": r.quota_window,
+                "percent": r.percent,
+                "resets_at": r.resets_at,
+                "read_at": r.read_at,
+                "stale": stale,
+                "reserve": reserve,
+                "room": room,
+            }));
+        }
+        js.insert(a.clone(), json!({"gauge": "known", "windows": windows}));
+    }
+    Ok((lines, Value::Object(js)))
+}

@@ -57,18 +57,9 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             let why = format!("the item timeout was reached during round {}", r.n);
             return Ok(Called::Stop(r.end(Fact::TimedOut(why))));
         }
-        // No new round of an account whose quota is kept for the day
-        // (docs/limits.md#reserve); a round that started finishes.
         if role == Role::Writer
             && attempt == 1
-            && let Some(why) = super::quota::reserved(night).await?
-        {
-            let why = format!("stopped before round {}: {why}", r.n);
-            return Ok(Called::Stop(r.end(Fact::QuotaReserved(why))));
-        }
-        if role == Role::Writer
-            && attempt == 1
-            && let Some(end) = overage(r).await?
+            && let Some(end) = round_start(r).await?
         {
             return Ok(Called::Stop(end));
         }
@@ -374,6 +365,17 @@ async fn no_credit(
         role.as_str()
     );
     Ok(r.end(Fact::NoCredit(why)))
+}
+
+/// Before a round's first call (docs/limits.md#reserve): no new round of
+/// an account whose quota is kept for the day (a round that started
+/// finishes), and an account drawing on paid overage pauses first.
+async fn round_start(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
+    if let Some(why) = super::quota::reserved(r.item.night).await? {
+        let why = format!("stopped before round {}: {why}", r.n);
+        return Ok(Some(r.end(Fact::QuotaReserved(why))));
+    }
+    overage(r).await
 }
 
 /// With `[quota] overage = "never"`, before a round: an account of the

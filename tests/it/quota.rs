@@ -129,6 +129,26 @@ async fn the_reserve_stops_new_items_at_the_first_reading_over_it() {
         ),
         (Some(120.0), Some(false), Some("1.2"))
     );
+    // `plan` prints each account's room under the reserve.
+    let plan = common::text(&f.run(&["plan"]));
+    assert!(
+        plan.contains("quota claude: seven_day 120% · read ")
+            && plan.contains("· the reserve (30%) leaves the night 0%")
+            && plan.contains("quota claude: five_hour 10% · read "),
+        "{plan}"
+    );
+    let js: serde_json::Value = serde_json::from_slice(&f.run(&["plan", "--json"]).stdout).unwrap();
+    let week = js["quota"]["claude"]["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["window"] == "seven_day")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (week["reserve"].as_f64(), week["room"].as_f64()),
+        (Some(30.0), Some(0.0))
+    );
 }
 
 /// Paid overage in use (`anthropic-ratelimit-unified-overage-in-use:
