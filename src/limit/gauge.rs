@@ -285,13 +285,19 @@ pub fn codex_gauges(line: &Value, now: DateTime<Utc>) -> Vec<Gauge> {
 /// what one call leaves as its reading.
 pub fn latest_per_window(gauges: &[Gauge]) -> Vec<Gauge> {
     let mut out: Vec<Gauge> = Vec::new();
-    for g in gauges {
-        match out.iter_mut().find(|o| o.window == g.window) {
-            Some(o) => *o = g.clone(),
-            None => out.push(g.clone()),
+    merge(&mut out, gauges.iter().cloned());
+    out
+}
+
+/// Takes `more` into `into`, keeping the latest gauge of each window (so a
+/// stream of many events holds one gauge per window, not one per event).
+pub fn merge(into: &mut Vec<Gauge>, more: impl IntoIterator<Item = Gauge>) {
+    for g in more {
+        match into.iter_mut().find(|o| o.window == g.window) {
+            Some(o) => *o = g,
+            None => into.push(g),
         }
     }
-    out
 }
 
 /// Whether a reading of a window resetting at `resets_at` is stale at

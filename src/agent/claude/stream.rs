@@ -299,7 +299,7 @@ pub struct StreamState {
     pub last_event: Option<String>,
     /// Stdout lines that were not events, and a cut-off last line.
     pub noise: crate::agent::stream::StdoutNoise,
-    /// Every quota gauge read from `rate_limit_event`s, in order
+    /// The latest quota gauge of each window read from `rate_limit_event`s
     /// (docs/limits.md#gauges).
     pub gauges: Vec<limit::Gauge>,
 }
@@ -342,7 +342,7 @@ impl StreamState {
             // over) is no limit any more.
             Some("rate_limit_event") => {
                 self.limit = limit::read_claude_event(ev, crate::schedule::server_now(), tz);
-                self.gauges.extend(limit::gauge::claude_gauges(ev));
+                limit::gauge::merge(&mut self.gauges, limit::gauge::claude_gauges(ev));
             }
             Some("result") => self.result_event(ev, tz),
             _ => {}

@@ -94,7 +94,7 @@ impl StreamState {
         // A `rate_limits` snapshot on stdout (legacy `token_count`, or a
         // later CLI's own event): the call's quota gauges.
         let now = crate::schedule::server_now();
-        self.gauges.extend(limit::gauge::codex_gauges(ev, now));
+        limit::gauge::merge(&mut self.gauges, limit::gauge::codex_gauges(ev, now));
         if let Some(msg) = ev.get("msg").filter(|m| m.get("type").is_some()) {
             return self.legacy(msg, tz);
         }
