@@ -167,6 +167,10 @@ text_set! {
         /// its work stops for the night; the item whose call met it and the
         /// later items of the account end so (docs/limits.md#no-credit).
         NoCredit => "no_credit",
+        /// Not started: its writer's or reviewer's account reached the
+        /// `[quota] reserve` of a long usage window, which is kept for the
+        /// day (docs/limits.md#reserve). Not a failure; uses no attempt.
+        QuotaReserved => "quota_reserved",
     }
 }
 
@@ -174,7 +178,8 @@ impl Outcome {
     /// Whether this outcome fails the run (exit 1; docs/commands.md): every
     /// outcome but `pr_opened`, `already_open`, `already_merged`,
     /// `no_changes`, `blocked`, `not_approved`, `deadline`, `pr_updated`,
-    /// `pr_left_alone`, `branch_pushed` and `review_queue_full`.
+    /// `pr_left_alone`, `branch_pushed`, `review_queue_full` and
+    /// `quota_reserved`.
     pub fn fails_run(self) -> bool {
         !matches!(
             self,
@@ -189,6 +194,7 @@ impl Outcome {
                 | Outcome::PrLeftAlone
                 | Outcome::BranchPushed
                 | Outcome::ReviewQueueFull
+                | Outcome::QuotaReserved
         )
     }
 
@@ -223,7 +229,11 @@ impl Outcome {
     pub fn resumes(self) -> bool {
         matches!(
             self,
-            Outcome::Interrupted | Outcome::PrFailed | Outcome::ReviewQueueFull | Outcome::NoCredit
+            Outcome::Interrupted
+                | Outcome::PrFailed
+                | Outcome::ReviewQueueFull
+                | Outcome::NoCredit
+                | Outcome::QuotaReserved
         )
     }
 }
@@ -530,7 +540,8 @@ mod tests {
                 "pr_updated",
                 "pr_left_alone",
                 "branch_pushed",
-                "review_queue_full"
+                "review_queue_full",
+                "quota_reserved"
             ]
         );
         // A failed attempt always fails the run.

@@ -43,6 +43,9 @@ pub struct Status {
     connections: Vec<(String, i64)>,
     /// When `status` looked, by the ledger server's clock (UTC).
     now: DateTime<Utc>,
+    /// The latest quota reading of each window of the accounts shown
+    /// (docs/limits.md#gauges), and the accounts with none (gauge unknown).
+    quota: (Vec<crate::ledger::quota::Reading>, Vec<String>),
 }
 
 impl Status {
@@ -98,7 +101,55 @@ impl Status {
             pending,
             connections,
             now,
+            quota: (Vec::new(), Vec::new()),
         })
+    }
+
+    /// Adds the quota gauges of `accounts` (the configured claude and codex
+    /// agents' accounts; docs/limits.md#gauges): the latest reading of each
+    /// of their windows, and which of them has none (the gauge is unknown).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn with_quota(mut self, pool: &sqlx::PgPool, accounts: &[String]) -> Result<Status> {
+        let mut readings = Vec::new();
+        let mut unknown = Vec::new();
+        for a in accounts {
+            let mine = crate::ledger::quota::latest_of(pool, a).await?;
+            if mine.is_empty() {
+                unknown.push(a.clone());
+            }
+            readings.extend(mine);
+        }
+        self.quota = (readings, unknown);
+        Ok(self)
+    }
+
+    /// The quota lines of `status`: one per account and window, then one
+    /// per account whose gauge is unknown.
+    fn quota_lines(&self) -> Vec<String> {
+        let now = self.now;
+        let (readings, unknown) = &self.quota;
+        let mut out: Vec<String> = readings
+            .iter()
+            .map(|r| {
+                let what = crate::limit::gauge::describe(
+                    &r.quota_window,
+                    r.percent,
+                    r.raw_utilization.as_deref(),
+                    r.overage_in_use,
+                    r.resets_at,
+                    r.read_at,
+                    now,
+                    self.tz,
+                );
+                format!("quota {}: {what}", r.account)
+            })
+            .collect();
+        out.extend(unknown.iter().map(|a| {
+            format!("quota {a}: gauge unknown (its agent has reported no quota reading)")
+        }));
+        out
     }
 
     /// What `status` prints: the run's line, or, when more than one worker
@@ -107,6 +158,16 @@ impl Status {
     /// then one line per live worker (its item, round, phase, host, pid,
     /// lease expiry).
     pub fn text(&self) -> String {
+        let mut out = self.run_text();
+        for line in self.quota_lines() {
+            out.push('\n');
+            out.push_str(&line);
+        }
+        out
+    }
+
+    /// [`Status::text`] without the quota lines.
+    fn run_text(&self) -> String {
         let Some(r) = &self.running else {
             return self.idle_text();
         };
@@ -221,9 +282,62 @@ impl Status {
             "workers": self.workers,
             "connections": self.connections.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "now": self.now,
+            "quota": self.quota_json(),
             "text": text,
         })
     }
+}
+
+impl Status {
+    /// `status --json`'s `quota`: per account, its windows' latest readings
+    /// (`window`, `percent`, `raw_utilization`, `status`, `resets_at`,
+    /// `overage_in_use`, `read_at`, `age_seconds`, `stale`), `gauge:
+    /// "unknown"` for an account without any.
+    fn quota_json(&self) -> serde_json::Value {
+        let now = self.now;
+        let (readings, unknown) = &self.quota;
+        let mut by: std::collections::BTreeMap<String, serde_json::Value> = Default::default();
+        for r in readings {
+            let e = by
+                .entry(r.account.clone())
+                .or_insert_with(|| serde_json::json!({"gauge": "known", "windows": []}));
+            if let Some(w) = e["windows"].as_array_mut() {
+                w.push(serde_json::json!({
+                    "window": r.quota_window,
+                    "source": r.source,
+                    "window_minutes": r.window_minutes,
+                    "percent": r.percent,
+                    "raw_utilization": r.raw_utilization,
+                    "status": r.status,
+                    "resets_at": r.resets_at,
+                    "overage_in_use": r.overage_in_use,
+                    "read_at": r.read_at,
+                    "age_seconds": (now - r.read_at).num_seconds(),
+                    "stale": crate::limit::gauge::is_stale(r.resets_at, now),
+                }));
+            }
+        }
+        for a in unknown {
+            by.insert(
+                a.clone(),
+                serde_json::json!({"gauge": "unknown", "windows": []}),
+            );
+        }
+        serde_json::json!(by)
+    }
+}
+
+/// The accounts whose quota gauges `status` and `plan` show: the
+/// configured claude and codex agents' (a `command` agent has none), each
+/// once (docs/limits.md#gauges).
+pub fn gauge_accounts(config: &crate::config::Config) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for a in [&config.writer, &config.reviewer] {
+        if a.kind != crate::config::AgentKind::Command && !v.contains(&a.account()) {
+            v.push(a.account());
+        }
+    }
+    v
 }
 
 /// The item `running` works on as `plan` and `report` name it: index,

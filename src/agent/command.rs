@@ -102,6 +102,7 @@ pub async fn run(
         claimed_files,
         edited_files: Vec::new(),
         notes: Vec::new(),
+        gauges: Vec::new(),
     })
 }
 

@@ -150,6 +150,11 @@ pub struct Report {
     /// failed, an agent ended after its final event because it did not exit.
     /// One sentence each, in the order seen.
     pub notes: Vec<String>,
+    /// The quota gauges the call reported, the latest of each window
+    /// (docs/limits.md#gauges): claude's `rate_limit_event`s, codex's
+    /// `rate_limits` snapshots; empty when the CLI reported none (the gauge
+    /// is unknown).
+    pub gauges: Vec<crate::limit::Gauge>,
 }
 
 /// How an agent call ended, as the round acts on it (docs/loop.md#writer,

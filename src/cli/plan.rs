@@ -66,14 +66,24 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
             loaded.config.remote, loaded.config.remote
         );
     }
+    // Each account's room under the reserve (docs/limits.md#reserve).
+    let accounts = crate::status::gauge_accounts(&loaded.config);
+    let tz = crate::schedule::resolve_zone(loaded.config.timezone.as_deref())
+        .map_or(chrono_tz::UTC, |(tz, _)| tz);
+    let (room, room_json) =
+        crate::report::quota::room(&lg.pool, &accounts, &loaded.config.quota, tz).await?;
     if json {
         let mut v = plan.to_json();
+        v["quota"] = room_json;
         if agents_run_as_root(&loaded.config) {
             v["agents_as_root"] = crate::report::AGENTS_AS_ROOT_NOTE.into();
         }
         println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
     } else {
         print!("{}", plans::render_plan(&plan));
+        for line in &room {
+            println!("{line}");
+        }
         if agents_run_as_root(&loaded.config) {
             println!("warning: {}", crate::report::AGENTS_AS_ROOT_NOTE);
         }

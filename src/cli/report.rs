@@ -44,6 +44,7 @@ pub(crate) async fn report(
         }
         return Ok(());
     };
+    let quota = crate::report::quota::NightQuota::load(&lg.pool, row.id).await?;
     let view = views::RunView::of(&lg.pool, row).await?;
     let not_started = view.not_started(&lg.pool).await?;
     let now = Utc::now();
@@ -57,7 +58,7 @@ pub(crate) async fn report(
         ci,
     } = view;
     let run_ended = row.ended_at.is_some();
-    let mut sections = after_table(&tended, &foreign_refs);
+    let mut sections = after_table(&tended, &foreign_refs, quota.text(row.zone()));
     sections.extend(Some(crate::report::ci::section(&ci, run_ended)).filter(|s| !s.is_empty()));
     match format {
         ReportFormat::Json => {
@@ -67,6 +68,7 @@ pub(crate) async fn report(
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
             v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
             crate::report::ci::attach(&mut v, &ci, run_ended);
+            v["quota"] = quota.json();
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {
@@ -103,14 +105,17 @@ pub(crate) async fn report(
 }
 
 /// The text sections after the report's table, those with something to
-/// say: the tended PRs, the refs nightshift did not push.
+/// say: the tended PRs, the refs nightshift did not push, the quota used
+/// (`quota`, docs/limits.md#gauges).
 fn after_table(
     tended: &[crate::tend::Tended],
     foreign_refs: &[crate::user_repo::foreign::ForeignRef],
+    quota: String,
 ) -> Vec<String> {
     [
         crate::tend::report_section(tended),
         crate::report::foreign_refs_section(foreign_refs),
+        quota,
     ]
     .into_iter()
     .filter(|s| !s.is_empty())
@@ -307,7 +312,15 @@ pub(crate) async fn status(cli: &Cli, json: bool) -> Result<()> {
     // A key that cannot be read only means nothing is shown resumable.
     let _ = crate::cli::install_approval_key();
     let key = crate::approval::key_path(&crate::cli::data_dir());
-    let st = crate::status::Status::load(&lg.pool, &id, key).await?;
+    // The accounts whose gauges are shown: the configured claude and codex
+    // agents' (a `command` agent has none); none when the config is unreadable.
+    let accounts: Vec<String> = crate::cli::context::load_config(cli, &repo)
+        .map(|l| crate::status::gauge_accounts(&l.config))
+        .unwrap_or_default();
+    let st = crate::status::Status::load(&lg.pool, &id, key)
+        .await?
+        .with_quota(&lg.pool, &accounts)
+        .await?;
     let text = st.text();
     if json {
         println!(

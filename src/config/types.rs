@@ -91,6 +91,9 @@ pub struct Config {
     /// (docs/workers.md#leases): written like `"2m"`; at least 5 s.
     #[serde(with = "human_duration")]
     pub lease: Duration,
+    /// `[quota]`: the reserve of the long usage windows kept for the day,
+    /// and paid overage (docs/limits.md#reserve).
+    pub quota: super::quota::Quota,
     /// `[sandbox]`: the sandbox every writer, reviewer, gate and setup call
     /// runs in (docs/config.md#sandbox, docs/security.md#the-sandbox).
     pub sandbox: SandboxConfig,
@@ -156,6 +159,7 @@ impl Default for Config {
             notify: Targets::default(),
             jobs: 1,
             lease: crate::queue::DEFAULT_LEASE,
+            quota: super::quota::Quota::default(),
             sandbox: SandboxConfig::default(),
         }
     }

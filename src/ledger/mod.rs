@@ -21,6 +21,7 @@ pub mod items;
 pub mod limits;
 pub mod plans;
 pub mod prs;
+pub mod quota;
 pub mod rounds;
 pub mod runs;
 pub mod tend;

@@ -72,6 +72,7 @@ mod claude;
 mod codex;
 mod event;
 mod explain;
+pub mod gauge;
 mod message;
 mod patterns;
 mod reset;
@@ -92,6 +93,7 @@ use chrono_tz::Tz;
 pub use claude::read_claude_event;
 pub use codex::read_codex_event;
 pub use explain::{explain, explain_text};
+pub use gauge::{Gauge, GaugeSource};
 pub use sleep::{SleepPolicy, sleep_for};
 
 use event::{json_object, read_json};

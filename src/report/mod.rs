@@ -31,6 +31,7 @@ pub fn page_path(repo: &std::path::Path, run: Uuid) -> std::path::PathBuf {
 pub mod board;
 mod body;
 pub mod ci;
+pub mod quota;
 
 pub use body::{Evidence, Overlap, RoundSummary, overlaps, pr_body};
 

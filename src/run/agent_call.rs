@@ -57,6 +57,12 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             let why = format!("the item timeout was reached during round {}", r.n);
             return Ok(Called::Stop(r.end(Fact::TimedOut(why))));
         }
+        if role == Role::Writer
+            && attempt == 1
+            && let Some(end) = round_start(r).await?
+        {
+            return Ok(Called::Stop(end));
+        }
         if let Some(end) = account_pause(r, role).await? {
             return Ok(Called::Stop(end));
         }
@@ -161,14 +167,26 @@ async fn count(
 ) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
     let kind = agent_config(night, role).kind.to_string();
+    let account = agent_config(night, role).account();
     let call = AgentCall {
         item_id: r.item.item_id,
         round_id: Some(r.id),
         role,
         kind: &kind,
+        account: &account,
+        round: Some(r.n),
         report,
     };
     r.item.record.agent_call(&call).await?;
+    let worker = r.item.record.worker_id();
+    super::quota::after_call(
+        night,
+        agent_config(night, role),
+        report,
+        r.item.run_id,
+        &worker,
+    )
+    .await?;
     let totals = &mut r.st.totals;
     totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
     if let Some(cost) = report.usage.cost_usd {
@@ -358,6 +376,33 @@ async fn no_credit(
         role.as_str()
     );
     Ok(r.end(Fact::NoCredit(why)))
+}
+
+/// Before a round's first call (docs/limits.md#reserve): no new round of
+/// an account whose quota is kept for the day (a round that started
+/// finishes), and an account drawing on paid overage pauses first.
+async fn round_start(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
+    if let Some(why) = super::quota::reserved(r.item.night).await? {
+        let why = format!("stopped before round {}: {why}", r.n);
+        return Ok(Some(r.end(Fact::QuotaReserved(why))));
+    }
+    overage(r).await
+}
+
+/// With `[quota] overage = "never"`, before a round: an account of the
+/// round (writer's or reviewer's) whose latest call read paid overage in
+/// use pauses as at a usage limit (docs/limits.md#overage): the sleep until
+/// its plan window resets, every worker of it pausing too; the item's end
+/// when that is after the deadline or a signal ends the sleep.
+async fn overage(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
+    let night = r.item.night;
+    for role in [Role::Writer, Role::Reviewer] {
+        if let Some(reading) = super::quota::overage_pause(night, agent_config(night, role)).await?
+        {
+            return usage_limit(r, role, &reading).await;
+        }
+    }
+    Ok(None)
 }
 
 /// Why an item cannot run this night because the writer's or the reviewer's

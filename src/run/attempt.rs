@@ -172,6 +172,11 @@ async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, E
         let why = format!("not started: {why}");
         return Ok(Some(decide::end(Fact::NoCredit(why))));
     }
+    // An account whose quota is kept for the day (docs/limits.md#reserve).
+    if let Some(why) = super::quota::reserved(night).await? {
+        let why = format!("not started: {why}");
+        return Ok(Some(decide::end(Fact::QuotaReserved(why))));
+    }
     // Last, right before the work: no agent time for a PR that would not
     // be opened (config `max_open_prs`).
     review_queue::full(night, &at.record, entry, None).await

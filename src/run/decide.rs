@@ -48,6 +48,10 @@ pub(super) enum Fact {
     /// The agent's account has no credit: its work stops for the night
     /// (docs/limits.md#no-credit).
     NoCredit(String),
+    /// The account's quota reached its reserve: kept for the day
+    /// (docs/limits.md#reserve); the window, its use and its reset in the
+    /// words.
+    QuotaReserved(String),
     /// The item or the run went over its cost or token cap.
     OverBudget(String),
 
@@ -144,6 +148,7 @@ impl Fact {
             Fact::Signal(_) => Outcome::Interrupted,
             Fact::TimedOut(_) => Outcome::TimedOut,
             Fact::NoCredit(_) => Outcome::NoCredit,
+            Fact::QuotaReserved(_) => Outcome::QuotaReserved,
             Fact::RuleBroken(_) => Outcome::RuleBroken,
             Fact::NoChanges(_) => Outcome::NoChanges,
             Fact::NoProgress(_) => Outcome::NoProgress,
@@ -183,6 +188,7 @@ impl Fact {
             | Fact::Deadline(why)
             | Fact::TimedOut(why)
             | Fact::NoCredit(why)
+            | Fact::QuotaReserved(why)
             | Fact::OverBudget(why)
             | Fact::RuleBroken(why)
             | Fact::NoChanges(why)

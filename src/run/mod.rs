@@ -79,6 +79,7 @@ mod ended;
 mod heart;
 mod item;
 mod night;
+mod quota;
 mod record;
 mod review_queue;
 mod round;

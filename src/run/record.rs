@@ -321,7 +321,14 @@ impl<'a> Record<'a> {
     pub async fn agent_call(&self, call: &AgentCall<'_>) -> Result<(), Error> {
         let answer = crate::gate::tail_of(&call.report.text, 8192);
         let row = call.row(&answer);
-        write!(self, |c| rounds::record_agent_call(c, &row))
+        write!(self, |c| rounds::record_agent_call(c, &row))?;
+        let readings = call.readings(self.run_id);
+        if readings.is_empty() {
+            return Ok(());
+        }
+        write!(self, |c| crate::ledger::quota::record_readings(
+            c, &readings
+        ))
     }
 
     /// Records one gate command's run in round `round_id`.
@@ -505,11 +512,41 @@ pub(super) struct AgentCall<'a> {
     pub role: crate::agent::Role,
     /// The agent kind (`claude`, `codex`, `command`).
     pub kind: &'a str,
+    /// The account the call counts against (the agent config's `account`).
+    pub account: &'a str,
+    /// The round's number, if the call was in one.
+    pub round: Option<u32>,
     /// What the call gave back.
     pub report: &'a crate::agent::Report,
 }
 
 impl AgentCall<'_> {
+    /// The ledger rows of the call's quota gauges (docs/limits.md#gauges),
+    /// one per window, as read.
+    fn readings(&self, run_id: Uuid) -> Vec<crate::ledger::quota::ReadingRow<'_>> {
+        self.report
+            .gauges
+            .iter()
+            .map(|g| crate::ledger::quota::ReadingRow {
+                account: self.account,
+                source: g.source.as_str(),
+                run_id: Some(run_id),
+                item_id: Some(self.item_id),
+                role: Some(self.role.as_str()),
+                round: self.round.and_then(|n| i32::try_from(n).ok()),
+                window: &g.window,
+                window_minutes: g.window_minutes,
+                percent: g.percent,
+                raw_utilization: g.raw_utilization.as_deref(),
+                status: g.status.as_deref(),
+                resets_at: g.resets_at,
+                overage_in_use: g.overage_in_use,
+                overage_status: g.overage_status.as_deref(),
+                raw: g.raw.clone(),
+            })
+            .collect()
+    }
+
     /// The ledger row of this call, with `answer` (the end of the agent's
     /// answer) as its stdout tail and the rest of its report in `meta`.
     fn row<'s>(&'s self, answer: &'s str) -> rounds::AgentCallRow<'s> {

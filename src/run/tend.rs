@@ -406,6 +406,7 @@ fn nightshift_report(text: String) -> agent::Report {
         claimed_files: vec![],
         edited_files: vec![],
         notes: vec![],
+        gauges: vec![],
     }
 }
 

@@ -26,7 +26,7 @@ const CLAUDE_VERSION: &str = include_str!("../fakes/claude-code.version");
 
 /// The real `claude` executable: installed by tests/run.sh under
 /// `target/agent-clis/`, else installed here under a file lock.
-fn real_claude() -> PathBuf {
+pub(crate) fn real_claude() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join("target/agent-clis");
     let bin = dir.join("node_modules/.bin/claude");
@@ -58,7 +58,7 @@ fn real_claude() -> PathBuf {
 
 /// The environment the real CLI runs with: a private HOME, the fake API, a
 /// fake key, and no update checks or telemetry.
-fn cli_env(home: &Path, api: &str, oauth: bool) -> BTreeMap<String, String> {
+pub(crate) fn cli_env(home: &Path, api: &str, oauth: bool) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     env.insert("PATH".into(), std::env::var("PATH").unwrap_or_default());
     env.insert("HOME".into(), home.display().to_string());

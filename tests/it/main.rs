@@ -41,6 +41,7 @@ mod morning_edges;
 mod night;
 mod ops;
 mod process;
+mod quota;
 mod reap;
 mod review_work;
 mod sandbox;

@@ -179,6 +179,7 @@ pub async fn run(
         claimed_files,
         edited_files,
         notes: st.notes(ended_after_result.then_some(grace)),
+        gauges: crate::limit::gauge::latest_per_window(&st.gauges),
     })
 }
 

@@ -299,6 +299,9 @@ pub struct StreamState {
     pub last_event: Option<String>,
     /// Stdout lines that were not events, and a cut-off last line.
     pub noise: crate::agent::stream::StdoutNoise,
+    /// The latest quota gauge of each window read from `rate_limit_event`s
+    /// (docs/limits.md#gauges).
+    pub gauges: Vec<limit::Gauge>,
 }
 
 impl StreamState {
@@ -338,7 +341,8 @@ impl StreamState {
             // followed by `allowed` (the window reset, or extra usage took
             // over) is no limit any more.
             Some("rate_limit_event") => {
-                self.limit = limit::read_claude_event(ev, crate::schedule::server_now(), tz)
+                self.limit = limit::read_claude_event(ev, crate::schedule::server_now(), tz);
+                limit::gauge::merge(&mut self.gauges, limit::gauge::claude_gauges(ev));
             }
             Some("result") => self.result_event(ev, tz),
             _ => {}

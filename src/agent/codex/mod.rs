@@ -32,6 +32,7 @@
 //! limit, and the per-call timeout ends the wait.
 //! Behaviour checked against the real `@openai/codex` 0.169.0.
 
+mod session;
 mod stream;
 
 use std::path::Path;
@@ -224,6 +225,7 @@ pub async fn run(
     };
     let (claimed_files, edited_files) = files_of(&st, &text, &call.cwd);
     let notes = st.notes(ended_after_turn.then_some(grace));
+    let gauges = gauges_of(&st, call);
     Ok(Report {
         argv,
         outcome,
@@ -237,7 +239,21 @@ pub async fn run(
         claimed_files,
         edited_files,
         notes,
+        gauges,
     })
+}
+
+/// The call's quota gauges (docs/limits.md#gauges): those printed on
+/// stdout, else the latest `rate_limits` snapshot in the session file the
+/// CLI wrote for its thread; the latest of each window.
+fn gauges_of(st: &StreamState, call: &Call) -> Vec<limit::Gauge> {
+    if !st.gauges.is_empty() {
+        return limit::gauge::latest_per_window(&st.gauges);
+    }
+    st.thread_id
+        .as_deref()
+        .map(|id| session::gauges(&call.env, id, crate::schedule::server_now()))
+        .unwrap_or_default()
 }
 
 /// Writes the reviewer's verdict schema next to the call's logs.

@@ -68,6 +68,9 @@ pub struct StreamState {
     pub events: u32,
     /// Stdout lines that were not events, and a cut-off last line.
     pub noise: crate::agent::stream::StdoutNoise,
+    /// Quota gauges printed on stdout (docs/limits.md#gauges); the pinned
+    /// CLI prints none there: see `session::gauges`.
+    pub gauges: Vec<limit::Gauge>,
     /// Legacy `patch_apply_begin` events waiting for their end: call id →
     /// paths.
     pending_patches: Vec<(String, Vec<String>)>,
@@ -88,6 +91,10 @@ impl StreamState {
 
     fn event(&mut self, ev: &Value, tz: chrono_tz::Tz) {
         self.events += 1;
+        // A `rate_limits` snapshot on stdout (legacy `token_count`, or a
+        // later CLI's own event): the call's quota gauges.
+        let now = crate::schedule::server_now();
+        limit::gauge::merge(&mut self.gauges, limit::gauge::codex_gauges(ev, now));
         if let Some(msg) = ev.get("msg").filter(|m| m.get("type").is_some()) {
             return self.legacy(msg, tz);
         }

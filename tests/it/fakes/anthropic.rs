@@ -82,6 +82,24 @@ struct Script {
     reviewer: VecDeque<Reply>,
     seen: Vec<Seen>,
     next_id: u64,
+    /// Response headers of the coming writer and reviewer turns, one set
+    /// each (the quota gauges); the last set stays once they run out.
+    quota: VecDeque<Vec<(String, String)>>,
+    quota_now: Vec<(String, String)>,
+    /// Per-item answers for concurrent workers (see [`FakeAnthropic::by_item`]).
+    items: Vec<ByItem>,
+}
+
+/// The answers to every request whose body holds `needle` (an item's
+/// title): the writer's first turn, its turns after a tool result, the
+/// reviewer's turn, and the response headers (quota gauges).
+#[derive(Clone)]
+struct ByItem {
+    needle: String,
+    first: Reply,
+    after_tool: Reply,
+    reviewer: Reply,
+    headers: Vec<(String, String)>,
 }
 
 /// The fake server; dropped with the test.
@@ -227,6 +245,23 @@ impl Respond for Responder {
             headers,
         });
         match (method.as_str(), path.as_str()) {
+            ("POST", "/v1/messages") if st.items.iter().any(|i| body.to_string().contains(&i.needle)) => {
+                let text = body.to_string();
+                let it = st.items.iter().find(|i| text.contains(&i.needle)).cloned().unwrap();
+                let model = body["model"].as_str().unwrap_or("claude-sonnet-4-5").to_string();
+                let stream = body["stream"].as_bool().unwrap_or(false);
+                let reply = match turn {
+                    Some(Turn::Writer) if text.contains("tool_result") => it.after_tool,
+                    Some(Turn::Writer) => it.first,
+                    Some(Turn::Reviewer) => it.reviewer,
+                    _ => Reply::Text("ok".into()),
+                };
+                it.headers
+                    .iter()
+                    .fold(message_response(&reply, &model, stream, id), |t, (k, v)| {
+                        t.insert_header(k.as_str(), v.as_str())
+                    })
+            }
             ("POST", "/v1/messages") => {
                 let model = body["model"].as_str().unwrap_or("claude-sonnet-4-5").to_string();
                 let stream = body["stream"].as_bool().unwrap_or(false);
@@ -236,7 +271,16 @@ impl Respond for Responder {
                     _ => Some(Reply::Text("ok".into())),
                 }
                 .unwrap_or_else(|| Reply::Text("(the fake's script is exhausted)".into()));
-                message_response(&reply, &model, stream, id)
+                if matches!(turn, Some(Turn::Writer | Turn::Reviewer))
+                    && let Some(next) = st.quota.pop_front()
+                {
+                    st.quota_now = next;
+                }
+                st.quota_now
+                    .iter()
+                    .fold(message_response(&reply, &model, stream, id), |t, (k, v)| {
+                        t.insert_header(k.as_str(), v.as_str())
+                    })
             }
             ("POST", "/v1/messages/count_tokens") => ResponseTemplate::new(200).set_body_json(json!({"input_tokens": TOKENS_IN})),
             ("HEAD", _) | ("GET", "/") => ResponseTemplate::new(200),
@@ -255,6 +299,35 @@ impl FakeAnthropic {
             .mount(&server)
             .await;
         FakeAnthropic { server, script }
+    }
+
+    /// Quota gauges: the response headers of the coming writer and
+    /// reviewer turns, one set per turn in order (see [`unified`]); side
+    /// calls get the current set, and the last set stays once they run out.
+    pub fn quota(&self, per_turn: impl IntoIterator<Item = Vec<(String, String)>>) -> &Self {
+        self.script.lock().unwrap().quota.extend(per_turn);
+        self
+    }
+
+    /// Answers every request whose body holds `needle` (an item's title)
+    /// without the scripts, whatever order concurrent workers ask in: the
+    /// writer's first turn `first`, its turns after a tool result
+    /// `after_tool`, the reviewer's turn `reviewer`; `headers` on each.
+    pub fn by_item(
+        &self,
+        needle: &str,
+        (first, after_tool): (Reply, Reply),
+        reviewer: Reply,
+        headers: Vec<(String, String)>,
+    ) -> &Self {
+        self.script.lock().unwrap().items.push(ByItem {
+            needle: needle.to_string(),
+            first,
+            after_tool,
+            reviewer,
+            headers,
+        });
+        self
     }
 
     /// The base URL for `ANTHROPIC_BASE_URL`.
@@ -297,4 +370,62 @@ impl FakeAnthropic {
 /// A tool call: (name, input).
 pub fn tool(name: &str, input: Value) -> (String, Value) {
     (name.to_string(), input)
+}
+
+/// The unified rate-limit headers the service sends a subscription login
+/// (the CLI turns them into `rate_limit_event`s): the 5-hour and 7-day
+/// windows' utilization as fractions (`0.7` = 70 %), their resets (epoch
+/// seconds), status `allowed`, overage refused unless `overage_in_use`
+/// (then `anthropic-ratelimit-unified-overage-in-use: true`).
+pub fn unified(
+    five_hour: f64,
+    seven_day: f64,
+    resets: (i64, i64),
+    overage_in_use: bool,
+) -> Vec<(String, String)> {
+    let mut h: Vec<(String, String)> = [
+        ("anthropic-ratelimit-unified-status", "allowed".to_string()),
+        ("anthropic-ratelimit-unified-reset", resets.0.to_string()),
+        (
+            "anthropic-ratelimit-unified-representative-claim",
+            "five_hour".to_string(),
+        ),
+        (
+            "anthropic-ratelimit-unified-5h-utilization",
+            five_hour.to_string(),
+        ),
+        ("anthropic-ratelimit-unified-5h-reset", resets.0.to_string()),
+        (
+            "anthropic-ratelimit-unified-5h-status",
+            "allowed".to_string(),
+        ),
+        (
+            "anthropic-ratelimit-unified-7d-utilization",
+            seven_day.to_string(),
+        ),
+        ("anthropic-ratelimit-unified-7d-reset", resets.1.to_string()),
+        (
+            "anthropic-ratelimit-unified-7d-status",
+            "allowed".to_string(),
+        ),
+        (
+            "anthropic-ratelimit-unified-overage-status",
+            if overage_in_use {
+                "allowed"
+            } else {
+                "rejected"
+            }
+            .to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    if overage_in_use {
+        h.push((
+            "anthropic-ratelimit-unified-overage-in-use".into(),
+            "true".into(),
+        ));
+    }
+    h
 }

@@ -50,6 +50,10 @@ pub struct State {
     pub script: VecDeque<Reply>,
     /// Every request: (method, path, JSON body).
     pub requests: Vec<(String, String, Value)>,
+    /// Rate-limit headers on every streamed response (the quota gauges):
+    /// `x-codex-primary-used-percent` and the others (see
+    /// [`FakeResponses::rate_limits`]).
+    pub rate_limits: Vec<(String, String)>,
 }
 
 /// The running fake.
@@ -78,7 +82,13 @@ impl Respond for Responder {
         let Some(reply) = st.script.pop_front() else {
             return ResponseTemplate::new(400).set_body_json(json!({"error": {"type": "invalid_request_error", "message": "the fake Responses API has no scripted reply left"}}));
         };
-        match reply {
+        let headers = st.rate_limits.clone();
+        let with = |t: ResponseTemplate| {
+            headers
+                .iter()
+                .fold(t, |t, (k, v)| t.insert_header(k.as_str(), v.as_str()))
+        };
+        with(match reply {
             Reply::UsageLimit { resets_at } => {
                 let in_secs = (resets_at - chrono::Utc::now().timestamp()).max(0);
                 ResponseTemplate::new(429).set_body_json(json!({"error": {"type": "usage_limit_reached", "message": "The usage limit has been reached", "plan_type": "plus", "resets_at": resets_at, "eligible_promo": null, "resets_in_seconds": in_secs}}))
@@ -87,7 +97,7 @@ impl Respond for Responder {
             Reply::Message(text) => sse(n, message_item(n, &text)),
             Reply::Shell(cmd) => sse(n, tool_call(n, &body, Tool::Shell(&cmd))),
             Reply::Patch(patch) => sse(n, tool_call(n, &body, Tool::Patch(&patch))),
-        }
+        })
     }
 }
 
@@ -205,6 +215,7 @@ impl FakeResponses {
         let state = Arc::new(Mutex::new(State {
             script: script.into(),
             requests: vec![],
+            rate_limits: vec![],
         }));
         Mock::given(any())
             .respond_with(Responder {
@@ -213,6 +224,22 @@ impl FakeResponses {
             .mount(&server)
             .await;
         FakeResponses { server, state }
+    }
+
+    /// Sends the rate-limit headers the service sends with every response
+    /// from now on: the primary (5-hour) and secondary (weekly) windows'
+    /// used percentages, lengths in minutes and resets (epoch seconds).
+    pub fn rate_limits(&self, primary: (f64, i64, i64), secondary: (f64, i64, i64)) {
+        let mut h = Vec::new();
+        for (name, (used, minutes, reset)) in [("primary", primary), ("secondary", secondary)] {
+            h.push((format!("x-codex-{name}-used-percent"), used.to_string()));
+            h.push((
+                format!("x-codex-{name}-window-minutes"),
+                minutes.to_string(),
+            ));
+            h.push((format!("x-codex-{name}-reset-at"), reset.to_string()));
+        }
+        self.state.lock().unwrap().rate_limits = h;
     }
 
     /// The provider's `base_url` (`http://127.0.0.1:PORT/v1`).

@@ -1,0 +1,418 @@
+//! Quota gauges, the reserve and paid overage (issue 24,
+//! docs/limits.md#gauges): the real Claude Code CLI, logged in as a
+//! subscription (`CLAUDE_CODE_OAUTH_TOKEN`: only then does it print
+//! `rate_limit_event`s with each window's utilization), against the fake
+//! Messages API whose `anthropic-ratelimit-unified-*` response headers set
+//! the gauges; the real binary and PostgreSQL.
+
+use crate::agent_claude::{cli_env, real_claude};
+use crate::common;
+use crate::fakes::anthropic::{FakeAnthropic, Reply, tool, unified};
+
+use serde_json::json;
+
+/// A fixture draining with the real CLI as writer and reviewer (one
+/// account, `claude`), logged in as a subscription against `api`, with
+/// `quota` as its `[quota]` table and a fake GitHub.
+fn world(api: &FakeAnthropic, gh: &common::github::FakeGitHub, quota: &str) -> common::Fixture {
+    let bin = real_claude().display().to_string();
+    let mut f = common::Fixture::new();
+    f.use_github(gh);
+    f.token = Some("ghp_quota_e2e_token_0123456789".into());
+    for (k, v) in cli_env(&f.home, &api.uri(), true) {
+        if k != "PATH" && k != "HOME" {
+            f.extra_env.push((k, v));
+        }
+    }
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[quota]\n{quota}\n[writer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n"
+    ));
+    f
+}
+
+/// One item's model turns: the writer writes `file` and answers, the
+/// reviewer approves through its verdict tool.
+fn script_item(api: &FakeAnthropic, file: &str) {
+    api.writer([
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Write",
+                json!({"file_path": file, "content": "one more word\n"}),
+            )],
+        ),
+        Reply::Text(format!("Wrote {file}.\n\nFILES:\n- {file}")),
+    ]);
+    api.reviewer([Reply::Tools(
+        None,
+        vec![tool(
+            "StructuredOutput",
+            json!({"verdict": "approve", "findings": [], "conditions": []}),
+        )],
+    )]);
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// The 7-day window rises 20 % per model turn; `reserve = "30%"`: the
+/// item whose writer read ≥ 70 % finishes its round, the items after it
+/// are not started and end `quota_reserved` with the window, its use and
+/// its reset; nothing failed (exit 0) and no attempt was used.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reserve_stops_new_items_at_the_first_reading_over_it() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let week_reset = (now() / 60 + 3 * 24 * 60) * 60;
+    let session_reset = (now() / 60 + 120) * 60;
+    // Turns: item 1 writer 20 %, 40 %, reviewer 60 %; item 2 writer 80 %,
+    // 100 % (over the reserve), reviewer 120 % (as read).
+    api.quota(
+        [0.2, 0.4, 0.6, 0.8, 1.0, 1.2].map(|w| unified(0.1, w, (session_reset, week_reset), false)),
+    );
+    let f = world(&api, &gh, "reserve = \"30%\"");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n- [ ] Add pow\n",
+    );
+    for file in ["sub.txt", "mul.txt", "div.txt", "pow.txt"] {
+        script_item(&api, file);
+    }
+    let out = f.drain_exits(0, &[]);
+    let rep = f.report();
+    let outcomes: Vec<&str> = rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["pr_opened", "pr_opened", "quota_reserved", "quota_reserved"],
+        "{rep:#}\n{}",
+        common::text(&out)
+    );
+    let reason = rep["items"][2]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("not started: the writer agent's account \"claude\" has used 100% of its seven_day window (resets at ")
+            && reason.contains("[quota] reserve keeps 30% for the day"),
+        "{reason}"
+    );
+    // The two later items made no agent call: the CLI was not asked again.
+    assert_eq!(api.left(), (4, 2), "items 3 and 4 were not started");
+    // Every call's readings are in the ledger, as read (120 % too).
+    let seven: String = f.db.sql(
+        "SELECT string_agg(round(percent)::text, ',' ORDER BY id) FROM quota_readings WHERE quota_window = 'seven_day'",
+    );
+    assert_eq!(seven, "40,60,100,120", "writer, reviewer, writer, reviewer");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM quota_stops WHERE account = 'claude' AND quota_window = 'seven_day'"),
+        "1"
+    );
+    // `status` shows the account's latest reading of each window.
+    let st = common::text(&f.run(&["status"]));
+    assert!(
+        st.contains("quota claude: five_hour 10% · read ")
+            && st.contains("quota claude: seven_day 120% · read "),
+        "{st}"
+    );
+    let js: serde_json::Value =
+        serde_json::from_slice(&f.run(&["status", "--json"]).stdout).unwrap();
+    let windows = js["quota"]["claude"]["windows"].as_array().unwrap();
+    let week = windows.iter().find(|w| w["window"] == "seven_day").unwrap();
+    assert_eq!(
+        (
+            week["percent"].as_f64(),
+            week["stale"].as_bool(),
+            week["raw_utilization"].as_str()
+        ),
+        (Some(120.0), Some(false), Some("1.2"))
+    );
+    // `plan` prints each account's room under the reserve.
+    let plan = common::text(&f.run(&["plan"]));
+    assert!(
+        plan.contains("quota claude: seven_day 120% · read ")
+            && plan.contains("· the reserve (30%) leaves the night 0%")
+            && plan.contains("quota claude: five_hour 10% · read "),
+        "{plan}"
+    );
+    let js: serde_json::Value = serde_json::from_slice(&f.run(&["plan", "--json"]).stdout).unwrap();
+    let week = js["quota"]["claude"]["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["window"] == "seven_day")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (week["reserve"].as_f64(), week["room"].as_f64()),
+        (Some(30.0), Some(0.0))
+    );
+}
+
+/// Paid overage in use (`anthropic-ratelimit-unified-overage-in-use:
+/// true`, the 7-day window full): with `overage = "never"` (the default)
+/// the round that saw it finishes, then the account pauses as at a usage
+/// limit until the window resets — after the deadline here, so the next
+/// item ends `deadline`; with `overage = "allow"` the night goes on and the
+/// report shows the overage used.
+#[tokio::test(flavor = "multi_thread")]
+async fn overage_in_use_pauses_the_account_unless_allowed() {
+    for allow in [false, true] {
+        let api = FakeAnthropic::start().await;
+        let gh = common::github::FakeGitHub::start().await;
+        let week_reset = (now() / 60 + 2 * 24 * 60) * 60;
+        api.quota([unified(0.3, 1.0, (now() + 7200, week_reset), true)]);
+        let quota = if allow {
+            "reserve = \"0%\"\noverage = \"allow\""
+        } else {
+            "reserve = \"0%\""
+        };
+        let f = world(&api, &gh, quota);
+        f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+        for file in ["sub.txt", "mul.txt"] {
+            script_item(&api, file);
+        }
+        // A deadline in 40 minutes: a usage-limit sleep is at most 6 hours
+        // (`limit_sleep_max`), so the pause until the 7-day reset outlasts it.
+        let sha = f.plan_sha();
+        common::assert_ok(&f.run(&["approve", &sha]), "approve");
+        let deadline = (chrono::Utc::now() + chrono::Duration::minutes(40))
+            .format("%H:%M")
+            .to_string();
+        let out = f.run(&["drain", "--deadline", &deadline, "--tz", "UTC"]);
+        let rep = f.report();
+        let outcomes: Vec<&str> = rep["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["outcome"].as_str().unwrap())
+            .collect();
+        let said = format!("{rep:#}\n{}", common::text(&out));
+        if allow {
+            assert_eq!(out.status.code(), Some(0), "{said}");
+            assert_eq!(outcomes, ["pr_opened", "pr_opened"], "{said}");
+            let q = rep["quota"].as_array().unwrap();
+            let week = q.iter().find(|w| w["window"] == "seven_day").unwrap();
+            assert_eq!(week["overage_in_use"], true, "{said}");
+            let text = common::text(&f.run(&["report"]));
+            assert!(
+                text.contains("claude seven_day 100% → 100% (resets ")
+                    && text.contains("· overage used"),
+                "{text}"
+            );
+            assert_eq!(api.left(), (0, 0));
+        } else {
+            assert_eq!(outcomes, ["pr_opened", "deadline"], "{said}");
+            let reason = rep["items"][1]["reason"].as_str().unwrap();
+            assert!(
+                reason.contains("usage limit resets at") && reason.contains("after the deadline"),
+                "{reason}"
+            );
+            // Item 1's round finished (its reviewer ran); item 2 made no call.
+            assert_eq!(api.left(), (2, 1), "{said}");
+            let pause =
+                f.db.sql("SELECT message FROM account_pauses WHERE account = 'claude'");
+            assert!(
+                pause.is_empty(),
+                "a pause past the deadline is not taken: {pause}"
+            );
+        }
+    }
+}
+
+/// A CLI that reports no gauge (an API-key login: the real CLI prints no
+/// `rate_limit_event`): the night runs as before, nothing is recorded, and
+/// `status` says the gauge is unknown.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_gauge_the_night_runs_as_before_and_status_says_unknown() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    api.quota([unified(0.99, 0.99, (now() + 3600, now() + 86400), false)]);
+    let mut f = world(&api, &gh, "reserve = \"30%\"");
+    f.extra_env.retain(|(k, _)| k != "CLAUDE_CODE_OAUTH_TOKEN");
+    f.extra_env.push((
+        "ANTHROPIC_API_KEY".into(),
+        "sk-ant-api03-fake-test-key".into(),
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    for file in ["sub.txt", "mul.txt"] {
+        script_item(&api, file);
+    }
+    f.drain_exits(0, &[]);
+    let rep = f.report();
+    assert_eq!(rep["items"][1]["outcome"], "pr_opened", "{rep:#}");
+    assert_eq!(f.db.sql("SELECT count(*) FROM quota_readings"), "0");
+    assert_eq!(rep["quota"], json!([]));
+    let st = common::text(&f.run(&["status"]));
+    assert!(
+        st.contains("quota claude: gauge unknown (its agent has reported no quota reading)"),
+        "{st}"
+    );
+    let js: serde_json::Value =
+        serde_json::from_slice(&f.run(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(js["quota"]["claude"]["gauge"], "unknown");
+}
+
+/// The real Codex CLI prints no rate-limit event on `exec --json`'s
+/// stdout, but writes the `x-codex-*` headers' snapshot to its session
+/// file: the call's report carries both windows from there, as percent.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_codex_cli_s_gauges_are_read_from_its_session_file() {
+    use crate::fakes_codex::{cli, responses};
+    use nightshift::agent::{self, Call, Role};
+    use nightshift::config::{AgentConfig, AgentKind};
+    let w = common::Checkout::new("checkout");
+    let fake =
+        responses::FakeResponses::start(vec![responses::Reply::Message("Done.".into())]).await;
+    let (r5, r7) = (now() + 3000, now() + 2 * 86400);
+    fake.rate_limits((42.5, 300, r5), (71.0, 10080, r7));
+    let mut env = std::collections::BTreeMap::new();
+    env.insert(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_default(),
+    );
+    env.insert("HOME".to_string(), w.home.display().to_string());
+    let codex_home = w.dir.path().join("codex-home");
+    env.insert("CODEX_HOME".to_string(), codex_home.display().to_string());
+    env.insert(
+        "FAKE_KEY".to_string(),
+        "fake-key-for-the-local-server".to_string(),
+    );
+    let call = Call {
+        role: Role::Writer,
+        round: 1,
+        prompt: "# Item: Add sub\n".into(),
+        contract_json: "{}".into(),
+        feedback: String::new(),
+        cwd: w.repo.clone(),
+        timeout: std::time::Duration::from_secs(120),
+        env,
+        tz: "UTC".parse().unwrap(),
+        log_dir: w.dir.path().join("logs"),
+        secrets: vec![],
+        run_as: None,
+        max_output: nightshift::config::DEFAULT_MAX_AGENT_OUTPUT,
+    };
+    let mut command = vec![cli::real_codex().display().to_string()];
+    command.extend(fake.provider_args());
+    let agent = AgentConfig {
+        kind: AgentKind::Codex,
+        command,
+        permission_flags: None,
+        model: None,
+        account: None,
+    };
+    let r = agent::call(&agent, &call, &tokio_util::sync::CancellationToken::new())
+        .await
+        .expect("codex starts");
+    let stdout = std::fs::read_to_string(r.outcome.stdout_path.as_ref().unwrap()).unwrap();
+    assert_eq!(r.failure, None, "{stdout}");
+    assert!(!stdout.contains("rate_limits"), "not on stdout: {stdout}");
+    let got: Vec<String> = r
+        .gauges
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {:?} {:?} {:?}",
+                g.window,
+                g.percent,
+                g.window_minutes,
+                g.resets_at.map(|t| t.timestamp())
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            format!("primary Some(42.5) Some(300) Some({r5})"),
+            format!("secondary Some(71.0) Some(10080) Some({r7})"),
+        ],
+        "{stdout}"
+    );
+    assert!(r.gauges[1].is_long() && r.gauges[0].is_session());
+}
+
+/// Two workers on one ledger: "Add mul"'s calls read the 7-day window at
+/// 90 % (over `reserve = "30%"`), "Add sub"'s at 20 % while its writer
+/// works on. The worker of "Add sub" never read anything over the reserve,
+/// yet it starts no second round (its reviewer asked for one): the stop the
+/// other worker recorded holds for it too. "Add mul" finished its round;
+/// "Add div" is not started.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_call() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let resets = (now() + 3600, (now() / 60 + 3 * 24 * 60) * 60);
+    let bash = |word: &str, wait: u32| {
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Bash",
+                json!({"command": format!("sleep {wait}; echo {word} >> calc.txt"), "description": "append a word"}),
+            )],
+        )
+    };
+    let verdict = |v: &str, findings: &[&str]| {
+        Reply::Tools(
+            None,
+            vec![tool(
+                "StructuredOutput",
+                json!({"verdict": v, "findings": findings, "conditions": []}),
+            )],
+        )
+    };
+    let done = || Reply::Text("Done.".into());
+    api.by_item(
+        "Add sub",
+        (bash("sub", 12), done()),
+        verdict("request_changes", &["sub needs a test"]),
+        unified(0.1, 0.2, resets, false),
+    );
+    api.by_item(
+        "Add mul",
+        (bash("mul", 0), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.9, resets, false),
+    );
+    api.by_item(
+        "Add div",
+        (bash("div", 0), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.2, resets, false),
+    );
+    let f = world(&api, &gh, "reserve = \"30%\"");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
+    );
+    let out = f.drain_exits(0, &["--jobs", "2"]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    let outcome = |i: usize| rep["items"][i]["outcome"].as_str().unwrap().to_string();
+    assert_eq!(
+        [outcome(0), outcome(1), outcome(2)],
+        ["quota_reserved", "pr_opened", "quota_reserved"],
+        "{said}"
+    );
+    let reason = rep["items"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("stopped before round 2: the writer agent's account \"claude\" has used 90% of its seven_day window"),
+        "{reason}"
+    );
+    // Two workers ran the two items; the one of "Add sub" read only 20 %.
+    let workers = f
+        .db
+        .sql("SELECT count(DISTINCT worker) FROM run_items WHERE title IN ('Add sub', 'Add mul')");
+    assert_eq!(workers, "2", "{said}");
+    let sub_max = f.db.sql(
+        "SELECT max(q.percent) FROM quota_readings q JOIN run_items i ON i.id = q.run_item_id WHERE i.title = 'Add sub' AND q.quota_window = 'seven_day'",
+    );
+    assert_eq!(sub_max, "20", "{said}");
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id WHERE i.title = 'Add sub'"),
+        "2",
+        "one writer and one reviewer call, no round 2"
+    );
+}
