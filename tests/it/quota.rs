@@ -294,6 +294,7 @@ async fn the_real_codex_cli_s_gauges_are_read_from_its_session_file() {
         secrets: vec![],
         run_as: None,
         max_output: nightshift::config::DEFAULT_MAX_AGENT_OUTPUT,
+        sandbox: None,
     };
     let mut command = vec![cli::real_codex().display().to_string()];
     command.extend(fake.provider_args());
