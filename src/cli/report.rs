@@ -28,21 +28,7 @@ pub(crate) async fn report(
 ) -> Result<()> {
     let (repo, lg, row) = chosen_run(cli, run).await?;
     let Some(row) = row else {
-        if let Some(r) = run {
-            return Err(Error::argument(format!(
-                "no run {r} in the ledger of {}",
-                repo.display()
-            )));
-        }
-        // Nothing has run yet: not an error, just nothing to report.
-        match format {
-            ReportFormat::Json => println!("null"),
-            _ => println!(
-                "no run of {} yet; `nightshift drain` makes one",
-                repo.display()
-            ),
-        }
-        return Ok(());
+        return no_run(&repo, run, format);
     };
     let quota = crate::report::quota::NightQuota::load(&lg.pool, row.id).await?;
     let view = views::RunView::of(&lg.pool, row).await?;
@@ -100,6 +86,25 @@ pub(crate) async fn report(
             }
             print_text_tail(row.id, &not_started);
         }
+    }
+    Ok(())
+}
+
+/// `report` when the ledger holds no run: an error for a run asked for by
+/// id, else nothing to report yet (not an error).
+fn no_run(repo: &std::path::Path, run: Option<&str>, format: ReportFormat) -> Result<()> {
+    if let Some(r) = run {
+        return Err(Error::argument(format!(
+            "no run {r} in the ledger of {}",
+            repo.display()
+        )));
+    }
+    match format {
+        ReportFormat::Json => println!("null"),
+        _ => println!(
+            "no run of {} yet; `nightshift drain` makes one",
+            repo.display()
+        ),
     }
     Ok(())
 }
