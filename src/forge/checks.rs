@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::client::{Forge, encode};
 use super::error::ForgeError;
 use super::exchange::Verb;
-use super::paging::{MAX_PAGES, PER_PAGE, link_next};
+use super::paging::PER_PAGE;
 use super::{body::header, clamp_chars};
 
 /// Characters of a check's output (title, summary and text together) kept
@@ -96,7 +96,7 @@ impl Forge {
     pub async fn commit_checks(&self, sha: &str) -> Result<Vec<Check>, ForgeError> {
         let out = async {
             let runs = self
-                .list_in(
+                .list_in::<Value>(
                     &format!("/commits/{}/check-runs", encode(sha)),
                     "check_runs",
                 )
@@ -329,48 +329,6 @@ impl Forge {
         if matches!(reply.status.as_u16(), 404 | 403) {
             return Ok(None);
         }
-        self.list_in(rest, "").await.map(Some)
-    }
-
-    /// Every element of a paged list at `rest` (under the repository): the
-    /// array under `key` of each page's JSON object (`""`: the page is the
-    /// array), following `Link: rel="next"` (on the API's own host), else
-    /// page numbers while pages come back full; at most [`MAX_PAGES`] pages.
-    pub(super) async fn list_in(&self, rest: &str, key: &str) -> Result<Vec<Value>, ForgeError> {
-        let numbered =
-            |page: u32| self.repo_path(&format!("{rest}?per_page={PER_PAGE}&page={page}"));
-        let mut all = Vec::new();
-        let mut path = numbered(1);
-        for page in 1..=MAX_PAGES {
-            let reply = self.get_ok(&path).await?;
-            let v: Value = self.decode(Verb::Get, &path, &reply)?;
-            let items = if key.is_empty() { &v } else { &v[key] };
-            let Some(items) = items.as_array() else {
-                return Err(ForgeError::Decode {
-                    method: "GET",
-                    path,
-                    message: format!("the answer has no list `{key}`"),
-                    excerpt: String::new(),
-                });
-            };
-            let full = items.len() >= PER_PAGE;
-            all.extend(items.iter().cloned());
-            let link = header(&reply.headers, "link");
-            let next = link.and_then(link_next).and_then(|url| {
-                let uri: http::Uri = url.parse().ok()?;
-                uri.path_and_query().map(|pq| pq.as_str().to_string())
-            });
-            path = match (next, link.is_some()) {
-                (Some(next), _) => next,
-                (None, false) if full => numbered(page + 1),
-                _ => return Ok(all),
-            };
-        }
-        tracing::warn!(
-            list = rest,
-            pages = MAX_PAGES,
-            "GitHub list cut after the page cap"
-        );
-        Ok(all)
+        self.list_in::<Value>(rest, "").await.map(Some)
     }
 }

@@ -31,6 +31,17 @@ impl Forge {
         &self,
         rest: &str,
     ) -> Result<Vec<T>, ForgeError> {
+        self.list_in(rest, "").await
+    }
+
+    /// [`Forge::list`] of a list that each page's JSON object holds under
+    /// `key` (`check_runs` of `GET …/check-runs`); `""`: the page is the
+    /// array itself.
+    pub(super) async fn list_in<T: serde::de::DeserializeOwned>(
+        &self,
+        rest: &str,
+        key: &str,
+    ) -> Result<Vec<T>, ForgeError> {
         let numbered = |page: u32| {
             let sep = if rest.contains('?') { '&' } else { '?' };
             self.repo_path(&format!("{rest}{sep}per_page={PER_PAGE}&page={page}"))
@@ -38,7 +49,7 @@ impl Forge {
         let mut all = Vec::new();
         let mut path = numbered(1);
         for page in 1..=MAX_PAGES {
-            let got: Page<T> = self.page(&path).await?;
+            let got: Page<T> = self.page(&path, key).await?;
             let full = got.items.len() >= PER_PAGE;
             all.extend(got.items);
             path = match (got.next, got.linked) {
@@ -57,15 +68,27 @@ impl Forge {
         Ok(all)
     }
 
-    /// One page of a list at `path`, and the path of the next page from the
+    /// One page of a list at `path` (its array, or the one under `key`),
+    /// and the path of the next page from the
     /// `Link` header (its host is ignored: the next page is asked of the
     /// same API base, so the token never goes elsewhere).
     pub(super) async fn page<T: serde::de::DeserializeOwned>(
         &self,
         path: &str,
+        key: &str,
     ) -> Result<Page<T>, ForgeError> {
         let reply = self.get_ok(path).await?;
-        let items: Vec<T> = self.decode(Verb::Get, path, &reply)?;
+        let items: Vec<T> = if key.is_empty() {
+            self.decode(Verb::Get, path, &reply)?
+        } else {
+            let mut v: serde_json::Value = self.decode(Verb::Get, path, &reply)?;
+            serde_json::from_value(v[key].take()).map_err(|e| ForgeError::Decode {
+                method: "GET",
+                path: path.to_string(),
+                message: format!("the answer has no list `{key}`: {e}"),
+                excerpt: String::new(),
+            })?
+        };
         let link = header(&reply.headers, "link");
         let next = link.and_then(link_next).and_then(|url| {
             let uri: http::Uri = url.parse().ok()?;
