@@ -530,6 +530,15 @@ async fn the_board_in_chromium_follows_a_live_night_and_a_restart_of_serve() {
         hosts = hosts.max(pids.as_u64().unwrap_or(0));
         std::thread::sleep(Duration::from_millis(100));
     }
+    // The last events the ledger gave get their 2 s on the page too (the
+    // sampling above may stop right after their commit).
+    let grace = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < grace {
+        if let Some(n) = title(&mut page).seq {
+            shown.push((n, Instant::now()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // The board mid-night, as docs/board.png shows it (written there when
     // NIGHTSHIFT_BOARD_PNG names a file).
     let shot = page.call(
