@@ -90,7 +90,8 @@ pub(super) struct Plan {
 /// The fork's error, or in the call the switch to `run_as` refused
 /// (`EPERM` when nightshift is not root): the spawn then fails with it.
 pub(super) fn split(plan: &Plan) -> io::Result<()> {
-    // SAFETY: raw system calls on this process only; nothing allocated.
+    // SAFETY: raw system calls on this process only; nothing allocated;
+    // the name is a NUL-terminated static string of at most 16 bytes.
     unsafe {
         let me = libc::getpid();
         // Before the fork, so no orphan of the call can slip past it.
@@ -113,6 +114,9 @@ pub(super) fn split(plan: &Plan) -> io::Result<()> {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
         block_signals(libc::SIG_BLOCK);
+        // For `ps` (a fork of nightshift keeps the name of its thread), and
+        // before the fork: the call may look at its parent at once.
+        libc::prctl(libc::PR_SET_NAME, c"nightshift-call".as_ptr());
         match libc::fork() {
             -1 => Err(io::Error::last_os_error()),
             0 => become_call(plan, me),
@@ -194,12 +198,9 @@ pub(super) enum Phase {
 
 /// The supervisor's loop; exits as the call did.
 fn supervise(call: libc::pid_t, plan: &Plan) -> ! {
-    // SAFETY: raw system calls on this process only; the name is a
-    // NUL-terminated static string of at most 16 bytes.
+    // SAFETY: raw system calls on this process only.
     unsafe {
         quiet_fds();
-        // For `ps`: a fork of nightshift keeps the name of its thread.
-        libc::prctl(libc::PR_SET_NAME, c"nightshift-call".as_ptr());
         // Both sides set the group, so no signal can miss it.
         libc::setpgid(call, call);
     }
