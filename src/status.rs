@@ -133,16 +133,7 @@ impl Status {
         let mut out: Vec<String> = readings
             .iter()
             .map(|r| {
-                let what = crate::limit::gauge::describe(
-                    &r.quota_window,
-                    r.percent,
-                    r.raw_utilization.as_deref(),
-                    r.overage_in_use,
-                    r.resets_at,
-                    r.read_at,
-                    now,
-                    self.tz,
-                );
+                let what = crate::report::quota::describe_reading(r, now, self.tz);
                 format!("quota {}: {what}", r.account)
             })
             .collect();

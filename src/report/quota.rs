@@ -126,16 +126,7 @@ pub async fn room(
             let room = reserve
                 .zip(used)
                 .map(|(res, p)| (100.0 - res - p.min(100.0)).max(0.0));
-            let what = crate::limit::gauge::describe(
-                &r.quota_window,
-                r.percent,
-                r.raw_utilization.as_deref(),
-                r.overage_in_use,
-                r.resets_at,
-                r.read_at,
-                now,
-                tz,
-            );
+            let what = describe_reading(r, now, tz);
             let tail = match (reserve, room) {
                 (Some(res), Some(room)) => {
                     format!(" · the reserve ({res:.0}%) leaves the night {room:.0}%")
@@ -157,4 +148,23 @@ pub async fn room(
         js.insert(a.clone(), json!({"gauge": "known", "windows": windows}));
     }
     Ok((lines, Value::Object(js)))
+}
+
+/// How a recorded reading reads to a person (`status`, `plan`): its window,
+/// use, overage, reset and age ([`crate::limit::gauge::describe`]).
+pub fn describe_reading(
+    r: &crate::ledger::quota::Reading,
+    now: chrono::DateTime<chrono::Utc>,
+    tz: chrono_tz::Tz,
+) -> String {
+    crate::limit::gauge::describe(
+        &r.quota_window,
+        r.percent,
+        r.raw_utilization.as_deref(),
+        r.overage_in_use,
+        r.resets_at,
+        r.read_at,
+        now,
+        tz,
+    )
 }
