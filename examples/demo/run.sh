@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Runs nightshift end to end on the bundled example, offline:
+# Runs nightshift end to end on the bundled example, offline, for two nights:
 #   - a small Rust project (examples/demo/project) with its own tests,
-#   - a local bare repository as its GitHub-less remote,
+#   - a local bare repository as its remote,
+#   - a local GitHub-compatible server over it (examples/demo_forge.rs, the
+#     one the tests use): PRs, reviews and `mergeable` computed by git,
 #   - scripted writer/reviewer agents (examples/demo/agents),
-#   - the embedded database (a private PostgreSQL cluster; no URL needed),
-# then prints the morning report with the bodies of the PRs it would open.
-# Usage: bash examples/demo/run.sh   (from the repository root)
+#   - the embedded database (a private PostgreSQL cluster; no URL needed).
+# Night 1 opens PRs and prints the morning report. Then the script plays
+# the person of the morning: it merges one PR (so a sibling conflicts with
+# the new main and another must be brought onto it) and requests a change
+# on another. Night 2 tends those PRs: it resolves the conflict, does the
+# requested change, runs the gate and the reviewer, pushes to the same PRs
+# and answers once on each.
+# Usage: bash examples/demo/run.sh [--one-night]   (from the repository root)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -24,8 +31,8 @@ need_pg() {
 }
 need_pg
 
-echo "== building nightshift (the first build takes several minutes)"
-cargo build --manifest-path "$root/Cargo.toml" --bin nightshift
+echo "== building nightshift and the demo's local GitHub (the first build takes several minutes)"
+cargo build --manifest-path "$root/Cargo.toml" --bin nightshift --example demo_forge
 ns="$root/target/debug/nightshift"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/nightshift-demo.XXXXXX")
@@ -62,9 +69,34 @@ TOML
 # The demo uses the embedded database, never a server from the environment.
 # Each checkout builds in its own target directory (nightshift sets
 # CARGO_TARGET_DIR per slot: docs/loop.md#build-output-per-slot).
-unset DATABASE_URL NIGHTSHIFT_DATABASE_URL GITHUB_TOKEN GH_TOKEN
+unset DATABASE_URL NIGHTSHIFT_DATABASE_URL GH_TOKEN
 
-echo "== nightshift plan"
+# The local GitHub: its API address and its control port (played by the
+# "person of the morning" below) come in forge.info once it listens.
+"$root/target/debug/examples/demo_forge" "$work/remote.git" "$work/forge.info" > "$work/forge.log" 2>&1 &
+forge_pid=$!
+trap 'kill $forge_pid 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -s "$work/forge.info" ] && break; sleep 0.1; done
+[ -s "$work/forge.info" ] || { echo "the demo's GitHub did not start: $(cat "$work/forge.log")" >&2; exit 1; }
+export GITHUB_API_URL=$(sed -n 's/^api=//p' "$work/forge.info")
+control=$(sed -n 's/^control=//p' "$work/forge.info")
+export GH_REPO=owner/repo GITHUB_TOKEN=ghp_demo0token0not0a0real0one0000000000
+echo "== the demo's GitHub: $GITHUB_API_URL (owner/repo)"
+
+# One command to the demo's GitHub, its answer printed.
+forge() {
+  exec 3<>"/dev/tcp/127.0.0.1/$control"
+  printf '%s\n' "$*" >&3
+  read -r answer <&3
+  exec 3>&-
+  case "$answer" in ok*) echo "${answer#ok }" ;; *) echo "$answer" >&2; return 1 ;; esac
+}
+# The branch of the PR whose branch name contains $1.
+branch_of() {
+  git --git-dir="$work/remote.git" for-each-ref --format='%(refname:short)' 'refs/heads/nightshift/' | grep -- "$1" | head -1
+}
+
+echo "== night 1: nightshift plan"
 "$ns" plan
 sha=$("$ns" plan --json | sed -n 's/.*"plan_sha": "\([0-9a-f]*\)".*/\1/p')
 echo "== nightshift approve $sha"
@@ -80,6 +112,36 @@ echo "== nightshift report --show-body"
 echo
 echo "== nightshift report --html (the night as one page)"
 "$ns" report --html
+echo "== PRs on the demo's GitHub (number branch state):"
+forge prs | tr ';' '\n'
+
+if [ "${1:-}" != --one-night ]; then
+  echo
+  echo "== the morning: a person merges the subtract PR into main ..."
+  sub=$(branch_of subtract)
+  git clone -q "$work/remote.git" "$work/person"
+  git -C "$work/person" -c user.name=person -c user.email=person@example.invalid \
+    merge -q --no-ff -m "Merge $sub" "origin/$sub"
+  git -C "$work/person" push -q origin main
+  forge merged "$sub"
+  echo "== ... and asks for a change on the divide PR"
+  forge review "$(branch_of divide)" alice src/lib.rs 25 Please also check that divide"(0, 5)" is Some"(0)".
+  echo "== night 2: nightshift plan (the PRs to tend are cards too)"
+  "$ns" plan
+  sha=$("$ns" plan --json | sed -n 's/.*"plan_sha": "\([0-9a-f]*\)".*/\1/p')
+  echo "== nightshift approve $sha"
+  "$ns" approve "$sha"
+  echo "== nightshift drain --deadline 23:59 (exit code 1 expected: the failing item is tried again)"
+  set +e
+  "$ns" drain --deadline 23:59
+  code=$?
+  set -e
+  echo "== drain exited with $code"
+  echo "== nightshift report"
+  "$ns" report
+  echo "== PRs on the demo's GitHub after night 2 (the same PRs, none opened again):"
+  forge prs | tr ';' '\n'
+fi
 echo "== branches pushed to the local remote:"
 git --git-dir="$work/remote.git" branch --list 'nightshift/*'
 echo "== the demo project is $work/calc: run \`$ns report\` or \`$ns status\` there"

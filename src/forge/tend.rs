@@ -248,6 +248,9 @@ pub struct Review {
     pub association: Option<String>,
     /// The review's page (`html_url`), when GitHub sent it.
     pub url: Option<String>,
+    /// GitHub's id of the review; its line comments carry it as
+    /// [`Comment::review_id`].
+    pub id: Option<u64>,
 }
 
 /// A comment on a PR: a review comment on a line (with `path` and `line`)
@@ -269,6 +272,9 @@ pub struct Comment {
     pub association: Option<String>,
     /// The comment's page (`html_url`), when GitHub sent it.
     pub url: Option<String>,
+    /// The review a line comment belongs to (`pull_request_review_id`);
+    /// `None` for conversation comments.
+    pub review_id: Option<u64>,
 }
 
 /// A user object as GitHub embeds it (`user`, and `GET /user`).
@@ -378,6 +384,8 @@ impl PullDetailJson {
 #[derive(Debug, Deserialize)]
 struct ReviewJson {
     #[serde(default)]
+    id: Option<u64>,
+    #[serde(default)]
     user: Option<UserJson>,
     state: String,
     #[serde(default)]
@@ -407,6 +415,7 @@ impl ReviewJson {
             body: self.body.unwrap_or_default(),
             association: self.author_association,
             url: self.html_url,
+            id: self.id,
         }
     }
 }
@@ -430,6 +439,8 @@ struct CommentJson {
     html_url: Option<String>,
     #[serde(default)]
     author_association: Option<String>,
+    #[serde(default)]
+    pull_request_review_id: Option<u64>,
 }
 
 impl CommentJson {
@@ -446,6 +457,7 @@ impl CommentJson {
             created_at: self.created_at.as_deref().and_then(parse_time),
             association: self.author_association,
             url: self.html_url,
+            review_id: self.pull_request_review_id,
         }
     }
 }

@@ -416,7 +416,12 @@ fn candidates(f: &Facts<'_>, pushed_at: DateTime<Utc>) -> Vec<Candidate> {
                     Some(ReviewState::Approved | ReviewState::Dismissed)
                 )
         });
-        if withdrawn || !counts(&r.author, r.submitted_at) {
+        // A review with no text of its own whose line comments say what to
+        // change: the line comments are the requests (it is not one more).
+        let said_in_lines = r.body.trim().is_empty()
+            && r.id.is_some()
+            && f.line_comments.iter().any(|c| c.review_id == r.id);
+        if withdrawn || said_in_lines || !counts(&r.author, r.submitted_at) {
             continue;
         }
         out.push(Candidate {
@@ -833,6 +838,7 @@ mod tests {
             created_at: Some(t(at)),
             association: Some("MEMBER".into()),
             url: None,
+            review_id: None,
         }
     }
 
@@ -844,6 +850,7 @@ mod tests {
             body: body.into(),
             association: Some("MEMBER".into()),
             url: None,
+            id: None,
         }
     }
 
@@ -1191,6 +1198,47 @@ mod tests {
             ]
         );
         assert_eq!(comments[1].at.as_deref(), Some("2026-12-01T08:00:00Z"));
+    }
+
+    /// GitHub's usual shape of a line-by-line review: an empty review body
+    /// whose line comments carry its id. The line comments are the
+    /// requests; the empty review is not one more (the morning report
+    /// said "2 request(s) answered" and listed "alice: " with no text).
+    /// An empty review with no line comment of its own still asks.
+    #[test]
+    fn an_empty_review_is_its_line_comments_not_one_more_request() {
+        let mut w = World::new();
+        let mut r = review(
+            "alice",
+            ReviewState::ChangesRequested,
+            "2026-12-01T08:00:00Z",
+            "",
+        );
+        r.id = Some(7);
+        w.reviews.push(r);
+        let mut c = comment(
+            "alice",
+            "2026-12-01T08:00:00Z",
+            "also check divide(0, 5)",
+            Some(("src/lib.rs", 25)),
+        );
+        c.review_id = Some(7);
+        w.lines.push(c);
+        let Verdict::ChangesRequested { comments } = w.verdict() else {
+            panic!("{:?}", w.verdict())
+        };
+        let kinds: Vec<_> = comments.iter().map(|c| (c.kind, c.body.as_str())).collect();
+        assert_eq!(
+            kinds,
+            [(FeedbackKind::LineComment, "also check divide(0, 5)")]
+        );
+        // Without its line comment the empty review still asks.
+        w.lines.clear();
+        let Verdict::ChangesRequested { comments } = w.verdict() else {
+            panic!("{:?}", w.verdict())
+        };
+        assert_eq!(comments.len(), 1);
+        assert_eq!(comments[0].kind, FeedbackKind::ChangesRequested);
     }
 
     #[test]

@@ -6,6 +6,22 @@ set -eu
 title=$(sed -n 's/.*"title":"\([^"]*\)".*/\1/p' "$NIGHTSHIFT_CONTRACT_FILE")
 round=$NIGHTSHIFT_ROUND
 feedback=$(cat "$NIGHTSHIFT_FEEDBACK_FILE")
+# The second night (tending a PR): a conflict with the new main is
+# resolved keeping both sides; a reviewer's request is done as asked.
+# A conflict: keep what is on main (the side before =======), then redo
+# this item's change on top of it below, as the prompt asks.
+redo=""
+if grep -q '^<<<<<<< ' src/lib.rs; then
+  awk '/^<<<<<<< /{skip=0; next} /^=======$/{skip=1; next} /^>>>>>>> /{skip=0; next} !skip' src/lib.rs > src/lib.rs.resolved
+  mv src/lib.rs.resolved src/lib.rs
+  echo "Kept main's side of the conflict in src/lib.rs; redoing this item's change on top of it."
+  redo=1
+fi
+if printf '%s\n' "$feedback" | grep -q 'divide(0, 5)'; then
+  sed -i 's|^\( *\)assert_eq!(divide(1, 0), None);|&\n\1assert_eq!(divide(0, 5), Some(0));|' src/lib.rs
+  echo "Added the assertion the reviewer asked for: divide(0, 5) is Some(0)."
+  exit 0
+fi
 case "$title" in
   *subtract*)
     cat >> src/lib.rs <<'RS'
@@ -31,7 +47,7 @@ RS
     printf '\nFINDINGS:\n- divide now returns Option: a breaking change of the public API, so the crate version needs a major bump\n\n'
     ;;
   *power*)
-    if [ "$round" = 1 ]; then
+    if [ "$round" = 1 ] || [ -n "$redo" ]; then
       cat >> src/lib.rs <<'RS'
 
 /// Raises `a` to the power `b`.
@@ -40,9 +56,11 @@ pub fn power(a: i64, b: u32) -> i64 {
 }
 RS
       echo "Added power."
-    else
-      # The reviewer asked for a test in round 1: add it.
-      printf '%s\n' "$feedback" | grep -q "test" && cat >> src/lib.rs <<'RS'
+    fi
+    if [ "$round" != 1 ] || [ -n "$redo" ]; then
+      # The reviewer asked for a test in round 1 (or the branch had one
+      # before its conflict): add it.
+      if [ -n "$redo" ] || printf '%s\n' "$feedback" | grep -q "test"; then cat >> src/lib.rs <<'RS'
 
 #[cfg(test)]
 mod power_tests {
@@ -52,6 +70,7 @@ mod power_tests {
     }
 }
 RS
+      fi
       echo "Added the test the reviewer asked for."
     fi
     ;;
