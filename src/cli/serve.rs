@@ -17,6 +17,11 @@ pub const BESIDE_POOL: u32 = 2;
 async fn source(cli: &Cli, pool: &sqlx::PgPool, run: Option<&str>) -> Result<Source> {
     let repo = repo_root(cli)?;
     let id = repo_identity(cli, &repo);
+    // A command that only reads the ledger does not fail on a config typo:
+    // the default retention then.
+    let retention = crate::cli::load_config(cli, &repo)
+        .map(|l| l.config.serve.retention)
+        .unwrap_or(crate::config::DEFAULT_RETENTION);
     let run = match run {
         Some(r) => Some(crate::views::resolve_run_id(pool, &id, r).await?),
         None => None,
@@ -27,6 +32,7 @@ async fn source(cli: &Cli, pool: &sqlx::PgPool, run: Option<&str>) -> Result<Sou
         repo: id,
         run,
         key_path: crate::approval::key_path(&data_dir()),
+        retention,
     })
 }
 

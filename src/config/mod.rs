@@ -16,6 +16,7 @@ mod forms;
 mod load;
 mod protected;
 mod quota;
+mod serve;
 mod template;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ pub use forms::{MAX_DURATION_SECS, format_duration, parse_duration, parse_hhmm};
 pub use load::{DIR, FILE, Loaded, load, parse, secret_names_hint};
 pub use protected::{DEFAULT_PROTECTED, protected_paths};
 pub use quota::{DEFAULT_RESERVE, Overage, Quota, parse_percent};
+pub use serve::{DEFAULT_RETENTION, Serve};
 pub use template::{PLACEHOLDER_GATE, TEMPLATE, template_with_gate};
 pub use types::{
     AgentConfig, AgentKind, Config, DEFAULT_CI_LOG_LINES, DEFAULT_CI_ROUNDS, DEFAULT_CI_WAIT,

@@ -94,6 +94,8 @@ pub struct Config {
     /// `[quota]`: the reserve of the long usage windows kept for the day,
     /// and paid overage (docs/limits.md#reserve).
     pub quota: super::quota::Quota,
+    /// `[serve]`: how long the board's events are kept (docs/serve.md#pruning).
+    pub serve: super::serve::Serve,
     /// `[sandbox]`: the sandbox every writer, reviewer, gate and setup call
     /// runs in (docs/config.md#sandbox, docs/security.md#the-sandbox).
     pub sandbox: SandboxConfig,
@@ -160,6 +162,7 @@ impl Default for Config {
             jobs: 1,
             lease: crate::queue::DEFAULT_LEASE,
             quota: super::quota::Quota::default(),
+            serve: super::serve::Serve::default(),
             sandbox: SandboxConfig::default(),
         }
     }

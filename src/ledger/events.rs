@@ -147,25 +147,23 @@ pub async fn listen(pool: &PgPool) -> Result<PgListener> {
     Ok(listener)
 }
 
-/// How many days events are kept ([`prune`]).
-pub const RETENTION_DAYS: u32 = 30;
-
-/// Deletes the events older than `days` days, except those of a run still
-/// marked `running` (its events stay while it is live); returns how many.
+/// Deletes the events written more than `keep` ago, except those of a run
+/// still marked `running` (its events stay while it is live); returns how
+/// many. `keep` comes from `[serve] retention` (docs/serve.md#pruning).
 ///
 /// # Errors
 /// Database errors.
-pub async fn prune(pool: &PgPool, days: u32) -> Result<u64> {
+pub async fn prune(pool: &PgPool, keep: std::time::Duration) -> Result<u64> {
     let mut c = pool.acquire().await?;
     let mut tx = c.begin().await?;
     sqlx::query("SELECT set_config('nightshift.prune_events', 'on', true)")
         .execute(&mut *tx)
         .await?;
     let gone = sqlx::query(
-        "DELETE FROM events e WHERE e.at < now() - make_interval(days => $1) \
+        "DELETE FROM events e WHERE e.at < now() - make_interval(secs => $1) \
          AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = e.run_id AND r.status = 'running')",
     )
-    .bind(days as i32)
+    .bind(keep.as_secs_f64())
     .execute(&mut *tx)
     .await?
     .rows_affected();

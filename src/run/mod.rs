@@ -502,12 +502,32 @@ async fn finish_run(
     night
         .db(|| runs::finish_run(pool, run_id, status, code as i32))
         .await?;
+    prune_events(night).await;
     Ok(RunEnd {
         run_id,
         status,
         result,
         stopped_by,
     })
+}
+
+/// Deletes the ledger's events older than `[serve] retention` (never a
+/// running run's) once the run has ended, so that the retention holds
+/// whether or not a `serve` runs (docs/serve.md#pruning). Best effort: a
+/// failure is logged, the run's end stands; bounded so that a slow delete
+/// never holds the end of the night.
+async fn prune_events(night: &Night) {
+    let keep = night.config.serve.retention;
+    let pruning = crate::ledger::events::prune(&night.pool, keep);
+    match tokio::time::timeout(std::time::Duration::from_secs(30), pruning).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => tracing::info!(
+            "pruned {n} ledger events older than {} ([serve] retention)",
+            crate::duration::format(keep)
+        ),
+        Ok(Err(e)) => tracing::warn!("pruning old ledger events failed: {e}"),
+        Err(_) => tracing::warn!("pruning old ledger events took over 30 s; left for the next run"),
+    }
 }
 
 /// Records the entries the resumed run finished as they ended (an

@@ -137,15 +137,17 @@ impl Hub {
         Bytes::from(format!("id: {}\ndata: {data}\n\n", e.seq))
     }
 
-    /// Deletes events older than [`events::RETENTION_DAYS`] (never those of
-    /// a running run) now and every [`PRUNE_EVERY`], until `stop`.
+    /// Deletes events older than the source's retention (`[serve]
+    /// retention`; never those of a running run) now and every
+    /// [`PRUNE_EVERY`], until `stop`.
     async fn prune(self: Arc<Self>, stop: CancellationToken) {
+        let keep = self.source.retention;
         loop {
-            match events::prune(&self.pool, events::RETENTION_DAYS).await {
+            match events::prune(&self.pool, keep).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(
-                    "serve: pruned {n} events older than {} days",
-                    events::RETENTION_DAYS
+                    "serve: pruned {n} events older than {}",
+                    crate::duration::format(keep)
                 ),
                 Err(e) => tracing::warn!("serve: pruning old events failed: {e}"),
             }

@@ -21,6 +21,9 @@ pub struct Source {
     pub run: Option<Uuid>,
     /// Where the approval key is (`status` says whether a run may resume).
     pub key_path: PathBuf,
+    /// How long events are kept (`[serve] retention`): older ones are
+    /// pruned hourly while serving (docs/serve.md#pruning).
+    pub retention: std::time::Duration,
 }
 
 impl Source {

@@ -760,3 +760,42 @@ async fn drain_serve_serves_the_board_beside_the_night() {
     assert_eq!(status.code(), Some(0));
     assert_eq!(f.report()["items"].as_array().unwrap().len(), 2);
 }
+
+/// `[serve] retention` holds without a `serve`: every run deletes, when
+/// it ends, the events written longer ago than the retention (the first
+/// night's), and keeps its own recent ones (docs/serve.md#pruning).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_prunes_events_older_than_the_configured_retention() {
+    let (f, _gh) = words(1, 0, "[serve]\nretention = \"4s\"\n")
+        .start()
+        .await
+        .split();
+    crate::common::assert_ok(&f.approve_and_drain(&[]), "night 1");
+    let first = f.db.sql("SELECT count(*) FROM events WHERE run_id = (SELECT id FROM runs ORDER BY started_at LIMIT 1)");
+    assert_ne!(first, "0", "night 1 wrote events");
+    std::thread::sleep(Duration::from_secs(5));
+    crate::common::assert_ok(&f.approve_and_drain(&[]), "night 2");
+    let runs = f.db.sql("SELECT count(*) FROM runs");
+    assert_eq!(runs, "2");
+    let (old, new) = (
+        f.db.sql("SELECT count(*) FROM events WHERE run_id = (SELECT id FROM runs ORDER BY started_at LIMIT 1)"),
+        f.db.sql("SELECT count(*) FROM events WHERE run_id = (SELECT id FROM runs ORDER BY started_at DESC LIMIT 1)"),
+    );
+    assert_eq!(old, "0", "night 1's events are older than 4 s");
+    assert_ne!(new, "0", "night 2's own events are recent");
+    // A retention of nothing is refused with the key's line.
+    std::fs::write(
+        f.repo.join(".nightshift/config.toml"),
+        std::fs::read_to_string(f.repo.join(".nightshift/config.toml"))
+            .unwrap()
+            .replace("retention = \"4s\"", "retention = \"0s\""),
+    )
+    .unwrap();
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("config.toml:4: `retention`: \"0s\": a duration must be longer than zero"),
+        "{}",
+        text(&out)
+    );
+}
