@@ -71,8 +71,11 @@ pub async fn join(pool: &PgPool, run: Uuid, who: WorkerName<'_>, lease: Duration
 /// One process's heartbeat in one statement (docs/workers.md#heartbeats):
 /// extends the leases of its workers `workers` (`host:pid:n`) and of its
 /// claims `claims` (ids) to `lease` from now. A claim that ended or whose
-/// lease already passed is not revived. Returns the ids of the claims it
-/// renewed and the server's clock at the statement (UTC).
+/// lease already passed is not revived. One `worker_beat` event per run
+/// of the process (`{"workers": [...], "lease_until": …}`), not one per
+/// worker: at 20 workers a process, 20 times fewer rows for the board's
+/// log to keep. Returns the ids of the claims it renewed and the server's
+/// clock at the statement (UTC).
 ///
 /// # Errors
 /// Database errors.
@@ -89,7 +92,9 @@ pub async fn beat_process(
               c AS (UPDATE claims SET lease_until = now() + make_interval(secs => $3) \
                       WHERE id = ANY($2) AND ended_at IS NULL AND lease_until > now() RETURNING id), \
               e AS (INSERT INTO events (run_id, kind, data) \
-                      SELECT run_id, $4, jsonb_build_object('worker', id, 'lease_until', lease_until) FROM w) \
+                      SELECT run_id, $4, jsonb_build_object('workers', jsonb_agg(id ORDER BY id), \
+                                                            'lease_until', max(lease_until)) \
+                      FROM w GROUP BY run_id) \
          SELECT coalesce(array_agg(c.id), '{}'::bigint[]), clock_timestamp() FROM c",
     )
     .bind(workers)

@@ -531,10 +531,21 @@ fn one_process_renews_all_its_workers_and_claims_in_one_statement() {
          (SELECT lease_until FROM claims WHERE ended_at IS NULL \
           UNION ALL SELECT lease_until FROM workers WHERE stopped_at IS NULL) x",
     );
+    // One heartbeat event per beat of the process, naming its 3 workers
+    // (not one row per worker: the board's log would grow with --jobs).
+    let beats = f.db.sql(
+        "SELECT count(*) || ' ' || min(jsonb_array_length(data->'workers')) FROM events \
+         WHERE kind = 'worker_beat' AND at > now() - interval '3 seconds'",
+    );
     let out = drain.wait_with_output().unwrap();
     assert_ok(&out, "drain --jobs 3");
     assert_eq!(
         ends, "1 6",
         "distinct lease ends, then rows (3 workers, 3 claims)"
+    );
+    let (n, named) = beats.split_once(' ').unwrap();
+    assert!(
+        (1..=2).contains(&n.parse::<u32>().unwrap()) && named == "3",
+        "beat events in the last 3 s, and workers each names: {beats}"
     );
 }

@@ -794,7 +794,8 @@ async fn a_run_prunes_events_older_than_the_configured_retention() {
     let out = f.run(&["plan"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
-        text(&out).contains("config.toml:4: `retention`: \"0s\": a duration must be longer than zero"),
+        text(&out)
+            .contains("config.toml:4: `retention`: \"0s\": a duration must be longer than zero"),
         "{}",
         text(&out)
     );
