@@ -22,105 +22,13 @@
 //! is created and dropped).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Instant;
 
-/// Runs `cmd`, panicking with its output when it fails.
-fn ok(mut cmd: Command, what: &str) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+#[path = "common/world.rs"]
+mod world;
 
-/// git in `dir`, with no user config and a fixed identity.
-fn git(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid");
-    c
-}
-
-fn run_git(dir: &Path, args: &[&str]) -> String {
-    let mut c = git(dir);
-    c.args(args);
-    String::from_utf8_lossy(&ok(c, &format!("git {args:?}")).stdout)
-        .trim()
-        .to_string()
-}
-
-/// The nightshift binary: `NIGHTSHIFT_BIN`, else `nightshift` beside this
-/// example's directory (`target/release/nightshift`).
-fn binary() -> PathBuf {
-    if let Ok(b) = std::env::var("NIGHTSHIFT_BIN") {
-        return PathBuf::from(b);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/examples")
-        .join("nightshift");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --release` first",
-        bin.display()
-    );
-    bin
-}
-
-/// A scratch database on the `DATABASE_URL` server, dropped on drop.
-struct Db {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl Db {
-    fn create() -> Db {
-        let admin = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let name = format!("nightshift_bench_{}", std::process::id());
-        let mut c = Command::new("psql");
-        c.args([&admin, "-q", "-c", &format!("CREATE DATABASE {name}")]);
-        ok(c, "create the bench database");
-        let base = admin
-            .rsplit_once('/')
-            .map_or(admin.clone(), |(b, _)| b.into());
-        Db {
-            url: format!("{base}/{name}"),
-            admin,
-            name,
-        }
-    }
-
-    fn sql(&self, q: &str) -> String {
-        let mut c = Command::new("psql");
-        c.args([&self.url, "-qAt", "-c", q]);
-        String::from_utf8_lossy(&ok(c, q).stdout).trim().to_string()
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .args([
-                &self.admin,
-                "-q",
-                "-c",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-            ])
-            .output();
-    }
-}
+use world::{Db, binary, ok, run_git};
 
 /// Writes `files` small files, 100 to a directory, commits them and pushes
 /// to a bare remote; returns the user's checkout.
@@ -241,7 +149,7 @@ fn main() {
             "seed",
         ],
     );
-    let db = Db::create();
+    let db = Db::create("overhead");
 
     use std::os::unix::fs::PermissionsExt;
     let script = |name: &str, text: &str| {

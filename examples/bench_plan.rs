@@ -14,82 +14,16 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`, where a scratch database
 //! is created and dropped).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Instant;
+
+#[path = "common/world.rs"]
+mod world;
+
+use world::{Db, binary, ok};
 
 /// Seconds the seed took, measured in issue 12 on this machine.
 const BEFORE: &[(usize, f64)] = &[(200, 0.49), (2_000, 1.7), (20_000, 15.0)];
-
-fn ok(mut cmd: Command, what: &str) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// The nightshift binary: `NIGHTSHIFT_BIN`, else `nightshift` beside this
-/// example's directory (`target/release/nightshift`).
-fn binary() -> PathBuf {
-    if let Ok(b) = std::env::var("NIGHTSHIFT_BIN") {
-        return PathBuf::from(b);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/examples")
-        .join("nightshift");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --release` first",
-        bin.display()
-    );
-    bin
-}
-
-/// A scratch database on the `DATABASE_URL` server, dropped on drop.
-struct Db {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl Db {
-    fn create() -> Db {
-        let admin = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let name = format!("nightshift_bench_plan_{}", std::process::id());
-        let mut c = Command::new("psql");
-        c.args([&admin, "-q", "-c", &format!("CREATE DATABASE {name}")]);
-        ok(c, "create the bench database");
-        let base = admin
-            .rsplit_once('/')
-            .map_or(admin.clone(), |(b, _)| b.into());
-        Db {
-            url: format!("{base}/{name}"),
-            admin,
-            name,
-        }
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .args([
-                &self.admin,
-                "-q",
-                "-c",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-            ])
-            .output();
-    }
-}
 
 /// A backlog of `n` items, their titles tagged with `tag` so that each size
 /// seals contracts of its own.
@@ -144,7 +78,7 @@ fn main() {
         format!("{as_root}verify = [\"true\"]\n\n[writer]\nkind = \"command\"\ncommand = [\"true\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"true\"]\n"),
     )
     .unwrap();
-    let db = Db::create();
+    let db = Db::create("plan");
     // Wall time and the CPU seconds (user + system) the child used: on a
     // shared machine the wall time is mostly waiting for a core.
     let plan = || {
