@@ -25,7 +25,7 @@ use chrono::{DateTime, Duration, Utc};
 use hmac::{KeyInit, Mac};
 use uuid::Uuid;
 
-use crate::ledger::approvals::{self as ledger, ApprovalRow};
+use crate::ledger::approvals::{self as ledger};
 
 /// The key's file name in the data directory.
 pub const KEY_FILE: &str = "approval.key";
@@ -33,28 +33,9 @@ pub const KEY_FILE: &str = "approval.key";
 /// How long an approval stays valid after it was given.
 pub const TTL_HOURS: i64 = 24;
 
-/// An approval as stored in the ledger (its row is
-/// [`crate::ledger::approvals::ApprovalRow`]).
-#[derive(Debug, Clone)]
-pub struct Approval {
-    /// Row id.
-    pub id: Uuid,
-    /// The plan it approves (drain), or
-    pub plan_sha: Option<String>,
-    /// the contract it approves (run).
-    pub contract_sha: Option<String>,
-    /// When it was given (UTC).
-    pub created_at: DateTime<Utc>,
-    /// `created_at` + 24 h (UTC).
-    pub expires_at: DateTime<Utc>,
-    /// The run that consumed it, if any.
-    pub used_by: Option<Uuid>,
-    /// The repository identity it was given for.
-    pub repo: String,
-    /// Hex HMAC-SHA256 of [`signed_message`] by the data directory's key;
-    /// `None` for a row not written by `approve` (or older than signing).
-    pub signature: Option<String>,
-}
+/// An approval as the ledger stores it: the domain uses the ledger's row
+/// as it is (the same eight fields; a copy only had to be kept in step).
+pub use crate::ledger::approvals::ApprovalRow as Approval;
 
 /// Why an approval cannot start a run. Each maps to exit code 3.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -607,7 +588,7 @@ pub async fn give(
         signature: None,
     };
     a.signature = Some(sign(key, &a));
-    ledger::insert_approval(pool, &a.row(), by).await?;
+    ledger::insert_approval(pool, &a, by).await?;
     crate::ledger::events::event(
         pool,
         None,
@@ -627,8 +608,7 @@ pub async fn approvals_of(
     repo: &str,
     sha: &str,
 ) -> sqlx::Result<Vec<Approval>> {
-    let rows = ledger::approvals_of(pool, repo, sha).await?;
-    Ok(rows.into_iter().map(Approval::from).collect())
+    ledger::approvals_of(pool, repo, sha).await
 }
 
 /// One approval by id.
@@ -636,7 +616,7 @@ pub async fn approvals_of(
 /// # Errors
 /// Database errors.
 pub async fn by_id(pool: &sqlx::PgPool, id: Uuid) -> sqlx::Result<Option<Approval>> {
-    Ok(ledger::approval_by_id(pool, id).await?.map(Approval::from))
+    ledger::approval_by_id(pool, id).await
 }
 
 /// Unused, unexpired plan approvals of `repo` with a valid signature
@@ -649,41 +629,8 @@ async fn usable_plan_approvals(
     let rows = ledger::usable_plan_approvals(pool, repo, now).await?;
     Ok(rows
         .into_iter()
-        .map(Approval::from)
         .filter(|a| check_signed(a).is_ok())
         .collect())
-}
-
-impl Approval {
-    /// The ledger row of this approval.
-    pub fn row(&self) -> ApprovalRow {
-        let a = self.clone();
-        ApprovalRow {
-            id: a.id,
-            plan_sha: a.plan_sha,
-            contract_sha: a.contract_sha,
-            created_at: a.created_at,
-            expires_at: a.expires_at,
-            used_by: a.used_by,
-            repo: a.repo,
-            signature: a.signature,
-        }
-    }
-}
-
-impl From<ApprovalRow> for Approval {
-    fn from(r: ApprovalRow) -> Approval {
-        Approval {
-            id: r.id,
-            plan_sha: r.plan_sha,
-            contract_sha: r.contract_sha,
-            created_at: r.created_at,
-            expires_at: r.expires_at,
-            used_by: r.used_by,
-            repo: r.repo,
-            signature: r.signature,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ pub struct ApprovalRow {
     pub used_by: Option<Uuid>,
     /// The repository identity it was given for.
     pub repo: String,
-    /// Hex HMAC-SHA256 signature; `None` for a row not written by `approve`.
+    /// Hex HMAC-SHA256 of `approval::signed_message` by the data
+    /// directory's key; `None` for a row not written by `approve`.
     pub signature: Option<String>,
 }
 
