@@ -11,6 +11,7 @@
 pub mod claude;
 pub mod codex;
 pub mod command;
+pub mod live;
 
 mod base;
 mod blocks;

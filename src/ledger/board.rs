@@ -77,7 +77,8 @@ pub struct OutputTail {
 }
 
 /// The last `n` pieces of output recorded for item `key` of run `run`
-/// (agent calls and gate commands of its last attempt), oldest first.
+/// (agent calls and gate commands of its last attempt, and the live end of
+/// the call running now, `PHASE (running)`), oldest first.
 ///
 /// # Errors
 /// Database errors.
@@ -91,6 +92,10 @@ pub async fn output(pool: &PgPool, run: Uuid, key: &str, n: i64) -> Result<Vec<O
            SELECT 'gate', coalesce(r.ended_at, r.started_at), g.exit_code, g.command || E'\\n' || g.output_tail \
              FROM gate_runs g JOIN rounds r ON r.id = g.round_id JOIN run_items i ON i.id = r.run_item_id \
             WHERE i.run_id = $1 AND i.item_key = $2 \
+           UNION ALL \
+           SELECT coalesce(w.phase, 'call') || ' (running)', w.output_at, NULL::integer, w.output_tail \
+             FROM workers w WHERE w.run_id = $1 AND w.item_key = $2 AND w.stopped_at IS NULL \
+              AND w.output_tail IS NOT NULL \
          ) o ORDER BY at DESC LIMIT $3",
     )
     .bind(run)

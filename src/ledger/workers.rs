@@ -133,13 +133,42 @@ pub async fn doing(
     round: Option<u32>,
     phase: Option<Phase>,
 ) -> Result<()> {
-    sqlx::query("UPDATE workers SET item_key = $2, round = $3, phase = $4 WHERE id = $1")
-        .bind(worker)
-        .bind(key)
-        .bind(round.map(|r| r as i32))
-        .bind(phase.map(|p| p.as_str()))
-        .execute(c)
-        .await?;
+    // Another item (or none): the last call's output is not this one's.
+    sqlx::query(
+        "UPDATE workers SET item_key = $2, round = $3, phase = $4, \
+           output_tail = CASE WHEN item_key IS DISTINCT FROM $2 THEN NULL ELSE output_tail END \
+         WHERE id = $1",
+    )
+    .bind(worker)
+    .bind(key)
+    .bind(round.map(|r| r as i32))
+    .bind(phase.map(|p| p.as_str()))
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
+/// Writes the live ends of running calls' output, in one statement:
+/// `(worker, item key, tail)` each, the tail already masked. A row whose
+/// worker no longer works on that item is left alone (the output belongs
+/// to the item, docs/serve.md#live-output).
+///
+/// # Errors
+/// Database errors.
+pub async fn show_output(pool: &PgPool, tails: &[(String, String, String)]) -> Result<()> {
+    let ids: Vec<&str> = tails.iter().map(|t| t.0.as_str()).collect();
+    let keys: Vec<&str> = tails.iter().map(|t| t.1.as_str()).collect();
+    let texts: Vec<&str> = tails.iter().map(|t| t.2.as_str()).collect();
+    sqlx::query(
+        "UPDATE workers w SET output_tail = t.tail, output_at = now() \
+           FROM unnest($1::text[], $2::text[], $3::text[]) AS t(id, key, tail) \
+          WHERE w.id = t.id AND w.item_key = t.key AND w.stopped_at IS NULL",
+    )
+    .bind(ids)
+    .bind(keys)
+    .bind(texts)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 

@@ -229,9 +229,17 @@ async fn deliver(
     if clean.is_empty() {
         return;
     }
+    // Flushed at each chunk read: the file is what a person (and the
+    // board's live output, docs/serve.md#live-output) reads while the call
+    // runs; a chunk is what one read of the pipe gave, so a busy child still
+    // writes in large pieces.
     if let Some(file) = file.as_mut()
         && !*file_failed
-        && let Err(error) = file.write_all(clean).await
+        && let Err(error) = async {
+            file.write_all(clean).await?;
+            file.flush().await
+        }
+        .await
     {
         // A full disk must not stop the child or the run: keep reading (or
         // the child blocks) and keep the tail.

@@ -98,12 +98,7 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
             "cannot read {branch} on the remote after the claim (its push reads it then): {e}"
         );
     }
-    let key = &entry.item.key;
-    let dir = night
-        .data_dir
-        .join("logs")
-        .join(at.run_id.to_string())
-        .join(format!("item-{:03}-{}", entry.index, &key[..8]));
+    let dir = item_log_dir(night, at.run_id, entry);
     let item = Item {
         night,
         run_id: at.run_id,
@@ -140,6 +135,21 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
     }
     end.facts.branch.get_or_insert(branch);
     Ok(end)
+}
+
+/// Item `entry`'s log directory in run `run_id` (docs/ledger.md#logs):
+/// its calls' directories (`round-NN-ROLE-K/`) live under it.
+pub(super) fn item_log_dir(
+    night: &super::Night,
+    run_id: uuid::Uuid,
+    entry: &crate::contract::PlanEntry,
+) -> std::path::PathBuf {
+    let key = &entry.item.key;
+    night
+        .data_dir
+        .join("logs")
+        .join(run_id.to_string())
+        .join(format!("item-{:03}-{}", entry.index, &key[..8]))
 }
 
 /// Why the entry does not run, if it does not: blocked, not approved, an

@@ -7,8 +7,9 @@
 //! the beat did not renew was lost: its attempt stops ([`Fence::lose`]).
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sqlx::PgPool;
 
@@ -29,6 +30,21 @@ struct Beating {
     workers: BTreeSet<String>,
     /// Live claims by id, with the fence that stops their attempt.
     claims: HashMap<i64, Arc<Fence>>,
+    /// Live claims by id: whose output the board may show
+    /// ([`super::live_output`]).
+    shown: HashMap<i64, Shown>,
+}
+
+/// A live claim's output as [`super::live_output`] follows it.
+#[derive(Clone)]
+pub(super) struct Shown {
+    /// The worker (`host:pid:n`) and the item's key.
+    pub worker: String,
+    pub key: String,
+    /// The item's log directory (its calls' `*.stdout` files).
+    pub dir: PathBuf,
+    /// The modification time of the output last shown.
+    pub seen: Option<SystemTime>,
 }
 
 impl Heart {
@@ -47,14 +63,38 @@ impl Heart {
     }
 
     /// The claim behind `fence` is held: its lease is renewed with the
-    /// workers' until [`Heart::release`].
-    pub fn hold(&self, fence: &Arc<Fence>) {
-        self.beating().claims.insert(fence.claim.id, fence.clone());
+    /// workers' until [`Heart::release`], and the output of its item's
+    /// calls (under `dir`) is shown live.
+    pub fn hold(&self, fence: &Arc<Fence>, dir: PathBuf) {
+        let mut b = self.beating();
+        b.claims.insert(fence.claim.id, fence.clone());
+        let shown = Shown {
+            worker: fence.claim.worker.clone(),
+            key: fence.claim.item_key.clone(),
+            dir,
+            seen: None,
+        };
+        b.shown.insert(fence.claim.id, shown);
     }
 
     /// Claim `id` ended (or its attempt stopped): no longer renewed.
     pub fn release(&self, id: i64) {
-        self.beating().claims.remove(&id);
+        let mut b = self.beating();
+        b.claims.remove(&id);
+        b.shown.remove(&id);
+    }
+
+    /// The live claims' outputs, by claim id.
+    pub fn shown(&self) -> Vec<(i64, Shown)> {
+        let b = self.beating();
+        b.shown.iter().map(|(id, s)| (*id, s.clone())).collect()
+    }
+
+    /// The output of claim `id` was shown as of `at`.
+    pub fn seen(&self, id: i64, at: SystemTime) {
+        if let Some(s) = self.beating().shown.get_mut(&id) {
+            s.seen = Some(at);
+        }
     }
 
     /// One beat: one statement for every worker and claim of the process.

@@ -78,6 +78,7 @@ mod decide;
 mod ended;
 mod heart;
 mod item;
+mod live_output;
 mod night;
 mod quota;
 mod record;
@@ -434,6 +435,7 @@ pub async fn join(
 async fn run_workers(crew: &Arc<worker::Crew>, jobs: u32) -> Result<(), Error> {
     let night = &crew.night;
     let beat = heart::start(crew.heart.clone(), night.pool.clone(), night.config.lease);
+    let output = live_output::start(crew.heart.clone(), night.pool.clone());
     // The PRs' CI is watched beside the workers, which never wait for it
     // (docs/github.md#ci); the run ends once every watch did too.
     let workers_done = CancellationToken::new();
@@ -455,6 +457,7 @@ async fn run_workers(crew: &Arc<worker::Crew>, jobs: u32) -> Result<(), Error> {
         }
     }
     beat.abort();
+    output.abort();
     workers_done.cancel();
     let watched = watcher.await.unwrap_or_else(|e| {
         Err(Error::failed(format!(

@@ -224,7 +224,10 @@ async fn wait_for_work(crew: &Crew) -> Result<(), Error> {
 async fn attempt(crew: &Crew, slot: usize, claim: Claim, entry: &PlanEntry) -> Result<(), Error> {
     let night = &*crew.night;
     let fence = Arc::new(Fence::new(claim, &night.cancel));
-    crew.heart.hold(&fence);
+    crew.heart.hold(
+        &fence,
+        super::attempt::item_log_dir(night, crew.run_id, entry),
+    );
     let record = Record::attempt(night, crew.run_id, &fence);
     let done = run_claimed(crew, slot, &record, entry).await;
     crew.heart.release(fence.claim.id);

@@ -800,3 +800,76 @@ async fn a_run_prunes_events_older_than_the_configured_retention() {
         text(&out)
     );
 }
+
+/// While a writer's call runs (it prints, then works 8 s more), the board's
+/// `/api/item` shows the end of its output as `writer (running)` — before
+/// the call ends and its output is recorded — with the token masked and
+/// markup kept as text; once the night is over only the recorded outputs
+/// remain (docs/serve.md#live-output). The writer prints 4 KiB more: the
+/// last few hundred bytes of a call's output are held back until more
+/// comes or the call ends (a secret split across two reads is still
+/// masked).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_call_s_output_is_on_the_board_before_it_ends() {
+    const TOKEN: &str = "ghp_livetoken_0123456789abcdef";
+    let writer = format!(
+        "#!/bin/sh\necho 'reading calc.txt <script>alert(1)</script>'\necho 'the token is {TOKEN}'\nprintf '%4096s\\n' '' | tr ' ' x\nsleep 8\necho sub >> calc.txt\necho done\n"
+    );
+    let f = crate::common::Night::new()
+        .github_api_only()
+        .token(TOKEN)
+        .writer(&writer)
+        .backlog("# calc\n\n- [ ] Add sub\n")
+        .start()
+        .await;
+    let board = Server::start(&f, "127.0.0.1:0");
+    let drain = spawn_drain(&f, &[]);
+    let mut live: Option<serde_json::Value> = None;
+    wait_until(
+        Duration::from_secs(30),
+        "the running writer's output on the board",
+        || {
+            let state: serde_json::Value =
+                serde_json::from_str(&get(&board.addr, "/api/state").body).unwrap_or_default();
+            let Some(key) = state["board"]["lanes"][0]["item_key"].as_str() else {
+                return false;
+            };
+            let item: serde_json::Value =
+                serde_json::from_str(&get(&board.addr, &format!("/api/item?key={key}")).body)
+                    .unwrap_or_default();
+            live = item["output"]
+                .as_array()
+                .and_then(|o| o.iter().find(|p| p["what"] == "writer (running)").cloned());
+            live.is_some()
+        },
+    );
+    let calls_then = f.db.sql("SELECT count(*) FROM agent_calls");
+    let out = finish(drain, "drain");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let live = live.unwrap();
+    let tail = live["tail"].as_str().unwrap();
+    assert_eq!(
+        calls_then, "0",
+        "shown before the call ended and was recorded"
+    );
+    assert!(
+        tail.contains("reading calc.txt <script>alert(1)</script>"),
+        "{tail}"
+    );
+    assert!(tail.contains("the token is"), "{tail}");
+    assert!(!tail.contains(TOKEN), "the token is masked: {tail}");
+    // The night is over: the recorded writer output, no running one.
+    let key = f.db.sql("SELECT item_key FROM run_items LIMIT 1");
+    let item: serde_json::Value =
+        serde_json::from_str(&get(&board.addr, &format!("/api/item?key={key}")).body).unwrap();
+    let whats: Vec<&str> = item["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["what"].as_str().unwrap())
+        .collect();
+    assert!(
+        whats.contains(&"writer") && !whats.iter().any(|w| w.ends_with("(running)")),
+        "{whats:?}"
+    );
+}

@@ -224,7 +224,7 @@
 
   async function showOutput(key) {
     shown = key;
-    $('output-for').textContent = 'item ' + key.slice(0, 8) + ' — the end of its last recorded output (masked)';
+    $('output-for').textContent = 'item ' + key.slice(0, 8) + ' — the end of its recorded output and of the call running now (masked)';
     const r = await fetch('/api/item?key=' + encodeURIComponent(key), { cache: 'no-store' });
     if (!r.ok || shown !== key) return;
     const o = await r.json();
@@ -233,7 +233,7 @@
       d.append(el('p', null, p.what + (p.exit_code === null ? '' : ' · exit ' + p.exit_code)));
       d.append(el('pre', null, String(p.tail).split('\n').slice(-40).join('\n')));
       return d;
-    }) : [el('p', 'none', 'nothing recorded yet (an agent\'s output is recorded when its call ends)')]);
+    }) : [el('p', 'none', 'nothing recorded yet')]);
   }
 
   document.addEventListener('click', (ev) => {
@@ -241,6 +241,8 @@
     if (t && !ev.target.closest('a')) showOutput(t.dataset.key);
   });
   setInterval(renderClock, 1000);
+  // The running call's output changes without an event: read it again.
+  setInterval(() => { if (shown && !downSince) showOutput(shown).catch(() => {}); }, 3000);
   setInterval(() => { if (!downSince) loadState().catch(() => {}); }, 30000);
   reconnect();
 })();
