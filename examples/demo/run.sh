@@ -144,6 +144,6 @@ if [ "${1:-}" != --one-night ]; then
 fi
 echo "== branches pushed to the local remote:"
 git --git-dir="$work/remote.git" branch --list 'nightshift/*'
-echo "== the demo project is $work/calc: run \`$ns report\` or \`$ns status\` there"
+echo "== the demo project is $work/calc: run \`$ns report\`, \`$ns status\` or \`$ns serve\` (the board of the last night, http://127.0.0.1:7420/) there"
 echo "== the embedded database keeps running for the next run: \`$ns db stop\` stops it"
 echo "== remove $work when done"
