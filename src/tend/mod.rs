@@ -1032,8 +1032,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_untrusted_comment_leaves_the_card_and_its_seal_unchanged() {
+    /// PR #3's row, its item, and a world where a member asked "please fix".
+    fn asked_to_fix() -> (TendRow, serde_json::Value, World) {
         let row = TendRow {
             item_key: "k".into(),
             branch: "nightshift/x-1".into(),
@@ -1046,6 +1046,12 @@ mod tests {
         let mut w = World::new();
         w.talk
             .push(comment("ana", "2026-12-01T08:00:00Z", "please fix", None));
+        (row, item, w)
+    }
+
+    #[test]
+    fn an_untrusted_comment_leaves_the_card_and_its_seal_unchanged() {
+        let (row, item, mut w) = asked_to_fix();
         let before = TendCard::new(&row, "x", item.clone(), w.verdict(), 3);
         w.talk.push(by(
             comment(
@@ -1327,18 +1333,7 @@ mod tests {
 
     #[test]
     fn the_seal_covers_the_comments_and_their_time() {
-        let row = TendRow {
-            item_key: "k".into(),
-            branch: "nightshift/x-1".into(),
-            number: 3,
-            contract_sha: "c".into(),
-            head_sha: Some(PUSHED.into()),
-            head_pushed_at: Some(t("2026-12-01T02:00:00Z")),
-        };
-        let item = serde_json::json!({"title": "x", "key": "k"});
-        let mut w = World::new();
-        w.talk
-            .push(comment("ana", "2026-12-01T08:00:00Z", "please fix", None));
+        let (row, item, mut w) = asked_to_fix();
         let a = TendCard::new(&row, "x", item.clone(), w.verdict(), 3);
         let same = TendCard::new(&row, "x", item.clone(), w.verdict(), 3);
         assert_eq!(
@@ -1458,28 +1453,17 @@ mod tests {
             old_head: "1111111111111111111111111111111111111111",
             new_head: "2222222222222222222222222222222222222222",
         });
-        assert!(text.contains("`111111111111` → `222222222222`"), "{text}");
-        assert!(
-            text.contains("the writer resolved the conflicts in `calc.txt`"),
-            "{text}"
-        );
-        assert!(
-            text.contains("1. ana: “Two things, @\u{200b}bo agrees (see #\u{200b}4).”"),
-            "{text}"
-        );
-        assert!(
-            text.contains("2. ana on `src/a.rs:40`: “Use `checked_sub`.”"),
-            "{text}"
-        );
-        assert!(
-            text.contains("Changed: `src/a.rs`, ``we`ird.txt``."),
-            "{text}"
-        );
-        assert!(
-            text.contains("Gate (run by nightshift): `sh test.sh` exit 0."),
-            "{text}"
-        );
-        assert!(text.contains("Reviewer (read-only): `approve`."), "{text}");
+        for part in [
+            "`111111111111` → `222222222222`",
+            "the writer resolved the conflicts in `calc.txt`",
+            "1. ana: “Two things, @\u{200b}bo agrees (see #\u{200b}4).”",
+            "2. ana on `src/a.rs:40`: “Use `checked_sub`.”",
+            "Changed: `src/a.rs`, ``we`ird.txt``.",
+            "Gate (run by nightshift): `sh test.sh` exit 0.",
+            "Reviewer (read-only): `approve`.",
+        ] {
+            assert!(text.contains(part), "{part:?}:\n{text}");
+        }
     }
 
     #[test]
@@ -1558,19 +1542,14 @@ mod tests {
             },
         ]);
         assert!(text.starts_with("Tended PRs (2)\n"), "{text}");
-        assert!(
-            text.contains("  PR #1 · pr_updated · Add sub\n    asked     2 request(s)\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("      - ana on src/a.rs:40: Use `checked_sub`.\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("    done      pushed 111111111111 → 222222222222\n"),
-            "{text}"
-        );
-        assert!(text.contains("  PR #2 · pr_left_alone · Add mul\n    done      nothing pushed; the PR is untouched\n    why       someone else pushed to the branch\n"), "{text}");
+        for part in [
+            "  PR #1 · pr_updated · Add sub\n    asked     2 request(s)\n",
+            "      - ana on src/a.rs:40: Use `checked_sub`.\n",
+            "    done      pushed 111111111111 → 222222222222\n",
+            "  PR #2 · pr_left_alone · Add mul\n    done      nothing pushed; the PR is untouched\n    why       someone else pushed to the branch\n",
+        ] {
+            assert!(text.contains(part), "{part:?}:\n{text}");
+        }
     }
 
     #[test]
