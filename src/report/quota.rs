@@ -6,19 +6,58 @@ use chrono_tz::Tz;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::ledger::quota::{self, Reading};
+use crate::ledger::quota::{self, FallbackCall, Reading};
 
 /// The run's quota use: (first, last) reading of every account's window,
-/// in the order first read.
-pub struct NightQuota(pub Vec<(Reading, Reading)>);
+/// in the order first read; and the calls fallback agents made
+/// (docs/limits.md#fallback).
+pub struct NightQuota(pub Vec<(Reading, Reading)>, pub Vec<FallbackCall>);
 
 impl NightQuota {
-    /// Reads run `run`'s readings from the ledger.
+    /// Reads run `run`'s readings and fallback calls from the ledger.
     ///
     /// # Errors
     /// Database errors.
     pub async fn load(pool: &sqlx::PgPool, run: Uuid) -> sqlx::Result<NightQuota> {
-        Ok(NightQuota(quota::run_span(pool, run).await?))
+        Ok(NightQuota(
+            quota::run_span(pool, run).await?,
+            quota::fallback_calls(pool, run).await?,
+        ))
+    }
+
+    /// Sets each item of `report --json` (`v["items"]`) its `fallback`:
+    /// `[{"round": N, "role": "writer", "agent": NAME, "kind": KIND}]`, the
+    /// rounds and roles a fallback agent played (empty when none).
+    pub fn attach(&self, v: &mut Value) {
+        for item in v["items"].as_array_mut().into_iter().flatten() {
+            item["fallback"] = self
+                .1
+                .iter()
+                .filter(|c| item["key"] == c.item_key.as_str())
+                .map(|c| json!({"round": c.round, "role": c.role, "agent": c.agent, "kind": c.kind}))
+                .collect();
+        }
+    }
+
+    /// The report's lines of the rounds fallback agents played
+    /// (`item 1 round 1: writer codex (codex)`), empty when none.
+    fn fallback_text(&self) -> String {
+        let mut s = String::new();
+        if self.1.is_empty() {
+            return s;
+        }
+        s.push_str("rounds played by a fallback agent (the configured one's account was paused):\n");
+        for c in &self.1 {
+            s.push_str(&format!(
+                "  item {} round {}: {} {} ({})\n",
+                c.item_index,
+                c.round,
+                c.role,
+                crate::secret::redact_known(&c.agent),
+                c.kind
+            ));
+        }
+        s
     }
 
     /// `report --json`'s `quota`: one object per account and window with
@@ -48,7 +87,7 @@ impl NightQuota {
     /// `overage used` where paid overage was in use.
     pub fn text(&self, tz: Tz) -> String {
         if self.0.is_empty() {
-            return String::new();
+            return self.fallback_text();
         }
         let pct = |r: &Reading| match (r.percent, &r.raw_utilization) {
             (Some(p), _) => format!("{p:.0}%"),
@@ -79,7 +118,7 @@ impl NightQuota {
                 pct(l)
             ));
         }
-        s
+        s + &self.fallback_text()
     }
 }
 

@@ -200,8 +200,9 @@ fn log_reading(account: &str, g: &Gauge) {
 
 /// Why no new item or round of the writer's or the reviewer's account
 /// may start (docs/limits.md#reserve), if so: a running reserve stop
-/// (recorded by any worker on any host), with the window, its use, the
-/// reserve and the reset in the words.
+/// (recorded by any worker on any host) of every agent of the role (the
+/// configured one's, with its fallback's account stopped too), with the
+/// window, its use, the reserve and the reset in the words.
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
@@ -210,8 +211,9 @@ pub(super) async fn reserved(night: &Night) -> Result<Option<String>, Error> {
         (Role::Writer, &night.config.writer),
         (Role::Reviewer, &night.config.reviewer),
     ] {
-        let (pool, account) = (&night.pool, cfg.account());
-        let Some(stop) = night.db(|| rows::running_stop(pool, &account)).await? else {
+        let account = cfg.account();
+        // A fallback free of a stop lets the item start (docs/limits.md#fallback).
+        let Some(stop) = super::fallback::all_stopped(night, role).await? else {
             continue;
         };
         let reset = stop

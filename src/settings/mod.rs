@@ -191,10 +191,20 @@ fn check_approve_arg(approve: Option<&str>) -> Result<()> {
 /// Exit 2 naming the missing CLI; database errors.
 pub async fn preflight_agents(req: &Request, held: &Held, env: &Environments) -> Result<()> {
     let config = &req.config;
+    let fallbacks = [
+        (crate::agent::Role::Writer, config.fallback_of(&config.writer)),
+        (crate::agent::Role::Reviewer, config.fallback_of(&config.reviewer)),
+    ];
+    let fallbacks = fallbacks
+        .iter()
+        .filter_map(|(role, f)| f.as_ref().map(|(_, a)| (*role, a)));
     for (role, a) in [
         (crate::agent::Role::Writer, &config.writer),
         (crate::agent::Role::Reviewer, &config.reviewer),
-    ] {
+    ]
+    .into_iter()
+    .chain(fallbacks)
+    {
         if let Err(why) =
             crate::agent::preflight(role, a, env.agent_env.get("PATH").map(String::as_str))
         {

@@ -198,7 +198,12 @@ fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
     if let Some(e) = plan
         .entries
         .iter()
-        .find(|e| e.contract.writer != c.writer || e.contract.reviewer != c.reviewer)
+        .find(|e| {
+            e.contract.writer != c.writer
+                || e.contract.reviewer != c.reviewer
+                || e.contract.writer_fallback != c.writer_fallback
+                || e.contract.reviewer_fallback != c.reviewer_fallback
+        })
     {
         return Err(Error::refused(format!(
             "the run's contracts name different agents (item {:?} differs from item {:?}); a worker runs one pair",
@@ -218,6 +223,45 @@ fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
         agent.command = spec.command.clone();
         agent.permission_flags = spec.permission_flags.clone();
         agent.model = spec.model.clone();
+    }
+    adopt_fallbacks(config, c)
+}
+
+/// The fallback agents sealed in the run's contract `c`
+/// (docs/limits.md#fallback) replace this host's: each named as sealed,
+/// with its sealed kind, command and flags, and the account this host's
+/// config gives an agent of that name (else its kind).
+///
+/// # Errors
+/// Exit 2 when a contract names an agent kind this build does not know.
+fn adopt_fallbacks(config: &mut Config, c: &crate::contract::Contract) -> Result<()> {
+    config.writer.fallback = None;
+    config.reviewer.fallback = None;
+    for (is_writer, spec) in [(true, &c.writer_fallback), (false, &c.reviewer_fallback)] {
+        let Some(spec) = spec else { continue };
+        let name = spec.name.clone().unwrap_or_else(|| spec.kind.clone());
+        let kind = serde_json::from_value(serde_json::Value::from(spec.kind.as_str())).map_err(|_| {
+            Error::config(format!(
+                "the run's contracts name the agent kind {:?}, which this nightshift does not know; install the same nightshift version on every host",
+                spec.kind
+            ))
+        })?;
+        let probe = crate::config::AgentConfig {
+            fallback: Some(name.clone()),
+            ..Default::default()
+        };
+        let account = config.fallback_of(&probe).and_then(|(_, a)| a.account);
+        let agent = crate::config::AgentConfig {
+            kind,
+            command: spec.command.clone(),
+            permission_flags: spec.permission_flags.clone(),
+            model: spec.model.clone(),
+            account,
+            fallback: None,
+        };
+        config.agents.insert(name.clone(), agent);
+        let primary = if is_writer { &mut config.writer } else { &mut config.reviewer };
+        primary.fallback = Some(name);
     }
     Ok(())
 }

@@ -337,6 +337,7 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
             note: String::new(),
             gate: vec![big("a"), big("b"), big("c")],
             verdict: None,
+            agents: String::new(),
         }],
         verdict: nightshift::review::Verdict {
             verdict: nightshift::review::Decision::Approve,

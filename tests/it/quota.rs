@@ -304,6 +304,7 @@ async fn the_real_codex_cli_s_gauges_are_read_from_its_session_file() {
         permission_flags: None,
         model: None,
         account: None,
+        fallback: None,
     };
     let r = agent::call(&agent, &call, &tokio_util::sync::CancellationToken::new())
         .await
@@ -415,5 +416,142 @@ async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_c
         f.db.sql("SELECT count(*) FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id WHERE i.title = 'Add sub'"),
         "2",
         "one writer and one reviewer call, no round 2"
+    );
+}
+
+/// The writer `claude` (the real CLI, a subscription login) with
+/// `fallback = "codex"` (the real Codex CLI, `[agents.codex]`) and a claude
+/// reviewer. Item 1's first writer call is refused at the 5-hour limit
+/// (reset in ~25 s): instead of sleeping, the fallback writes the round;
+/// its reviewer stays claude (the other vendor), which waits for the reset.
+/// Item 2 finds claude's window reset and is written by claude again. The
+/// card names both writers; the PR bodies, the calls and the report say
+/// which agent played each round.
+#[tokio::test(flavor = "multi_thread")]
+async fn at_a_usage_limit_the_fallback_writer_takes_over_and_the_reviewer_stays_the_other_vendor()
+{
+    use crate::fakes_codex::{cli, responses};
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let codex = responses::FakeResponses::start(vec![
+        responses::Reply::Patch(
+            "*** Begin Patch\n*** Update File: calc.txt\n@@\n add\n+sub\n*** End Patch".into(),
+        ),
+        responses::Reply::Message("Added sub.\n\nFILES:\n- calc.txt".into()),
+    ])
+    .await;
+    let reset = now() + 25;
+    api.writer([Reply::UsageLimit { reset_epoch: reset }]);
+    api.reviewer([Reply::Tools(
+        None,
+        vec![tool(
+            "StructuredOutput",
+            json!({"verdict": "approve", "findings": [], "conditions": []}),
+        )],
+    )]);
+    script_item(&api, "mul.txt");
+    let mut f = world(&api, &gh, "");
+    let home = f.dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    f.extra_env
+        .push(("CODEX_HOME".into(), home.display().to_string()));
+    f.extra_env
+        .push(("FAKE_KEY".into(), "fake-key-for-the-local-server".into()));
+    let mut argv = vec![cli::real_codex().display().to_string()];
+    argv.extend(codex.provider_args());
+    let list = argv
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let claude = real_claude().display().to_string();
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[limits]\nlimit_buffer = \"1s\"\nlimit_sleep_min = \"1s\"\n\n[writer]\nkind = \"claude\"\ncommand = [\"{claude}\"]\nfallback = \"codex\"\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{claude}\"]\n\n[agents.codex]\nkind = \"codex\"\ncommand = [{list}]\n"
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    // The card names the fallback: the approval covers both writers.
+    let plan = common::text(&f.run(&["plan"]));
+    assert!(
+        plan.contains(&format!(
+            "writer    claude {claude} · fallback codex (codex {}",
+            argv[0]
+        )) && plan.contains("while its account is paused"),
+        "{plan}"
+    );
+    let out = f.drain_exits(0, &[]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    let outcomes: Vec<&str> = rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["pr_opened", "pr_opened"], "{said}");
+    // The calls: claude refused, codex wrote, claude reviewed after the
+    // reset; item 2 all claude.
+    let calls: Vec<String> = f
+        .db
+        .calls()
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} {} {}",
+                c.item_index,
+                c.role_and_limit(),
+                c.kind,
+                c.meta["fallback"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            "1 writer:usage_limit claude -",
+            "1 writer:- codex codex",
+            "1 reviewer:- claude -",
+            "2 writer:- claude -",
+            "2 reviewer:- claude -",
+        ],
+        "{said}"
+    );
+    let reviewed_at = f.db.sql(
+        "SELECT extract(epoch FROM a.started_at)::bigint FROM agent_calls a WHERE a.role = 'reviewer' ORDER BY a.id LIMIT 1",
+    );
+    assert!(
+        reviewed_at.parse::<i64>().unwrap() >= reset,
+        "the claude reviewer waited for the reset ({reset}): {reviewed_at}"
+    );
+    assert_eq!((api.left(), codex.left()), ((0, 0), 0), "{said}");
+    // The round lines of the PR bodies name the agents.
+    let prs = gh.prs();
+    let body = |title: &str| {
+        prs.iter()
+            .find(|p| p["title"].as_str().unwrap().ends_with(title))
+            .map(|p| p["body"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert!(
+        body("Add sub").contains("1. approved in ")
+            && body("Add sub").contains(" · writer codex (fallback) · reviewer claude"),
+        "{}",
+        body("Add sub")
+    );
+    assert!(
+        body("Add mul").contains(" · writer claude · reviewer claude"),
+        "{}",
+        body("Add mul")
+    );
+    assert_eq!(
+        rep["items"][0]["fallback"],
+        json!([{"round": 1, "role": "writer", "agent": "codex", "kind": "codex"}]),
+        "{said}"
+    );
+    assert_eq!(rep["items"][1]["fallback"], json!([]));
+    let text = common::text(&f.run(&["report"]));
+    assert!(
+        text.contains("rounds played by a fallback agent")
+            && text.contains("  item 1 round 1: writer codex (codex)"),
+        "{text}"
     );
 }

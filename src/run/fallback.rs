@@ -1,0 +1,225 @@
+//! Which agent plays each role of a round (docs/limits.md#fallback): the
+//! configured writer and reviewer, or their fallbacks (`[writer] fallback`,
+//! `[reviewer] fallback`) while their accounts are paused. The writer
+//! falls back when its account has no room (a usage-limit pause, a reserve
+//! stop, no credit, paid overage with `overage = "never"`) and the
+//! fallback's has; the reviewer stays of the other vendor than the round's
+//! writer where one is configured, else takes one with room. The choice is
+//! made before every call (so a new round, and the call after a usage
+//! limit, use the fallback) and kept on the item's [`Cast`]; the calls'
+//! records name the agent. It does not call the agents (that is
+//! [`super::agent_call`]) nor read the quota (that is [`super::quota`]).
+
+use crate::agent::Role;
+use crate::config::{AgentConfig, AgentKind};
+use crate::error::Error;
+use crate::ledger::quota as rows;
+use crate::queue;
+
+use super::Night;
+use super::item::Round;
+
+/// The agents of the item's current round: `None` plays the configured
+/// agent, `Some((name, config))` a fallback.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Cast {
+    writer: Candidate,
+    reviewer: Candidate,
+}
+
+impl Cast {
+    fn slot(&self, role: Role) -> &Candidate {
+        match role {
+            Role::Writer => &self.writer,
+            Role::Reviewer => &self.reviewer,
+        }
+    }
+
+    /// The config of the agent that plays `role` now.
+    pub fn agent<'a>(&'a self, night: &'a Night, role: Role) -> &'a AgentConfig {
+        config_of(night, role, self.slot(role))
+    }
+
+    /// Who played the round, for its line in the PR body and the report
+    /// (`writer codex (fallback) · reviewer claude`): the agent's name
+    /// (a fallback's name, else its kind); empty when neither role has a
+    /// fallback configured.
+    pub fn describe(&self, night: &Night) -> String {
+        let c = &night.config;
+        if c.writer.fallback.is_none() && c.reviewer.fallback.is_none() {
+            return String::new();
+        }
+        let one = |role: Role| match self.slot(role) {
+            Some((name, _)) => format!("{} {name} (fallback)", role.as_str()),
+            None => format!("{} {}", role.as_str(), self.agent(night, role).kind),
+        };
+        format!("{} · {}", one(Role::Writer), one(Role::Reviewer))
+    }
+
+    /// The fallback's name when one plays `role` now (`None`: the
+    /// configured agent).
+    pub fn fallback(&self, role: Role) -> Option<&str> {
+        self.slot(role).as_ref().map(|(n, _)| n.as_str())
+    }
+}
+
+/// Whether `cfg`'s account may start a call now: not paused by a usage
+/// limit (beyond a couple of seconds), not stopped by the reserve, not
+/// without credit, not drawing on overage the config forbids. `skip` is an
+/// account taken as paused (the one whose call just hit its limit, before
+/// the pause is recorded).
+async fn has_room(night: &Night, cfg: &AgentConfig, skip: Option<&str>) -> Result<bool, Error> {
+    let (pool, account) = (&night.pool, cfg.account());
+    if skip == Some(account.as_str()) {
+        return Ok(false);
+    }
+    let soon = night.clock.now() + chrono::Duration::seconds(2);
+    let paused = night
+        .db(|| queue::account_paused_until(pool, &account))
+        .await?;
+    if paused.is_some_and(|t| t > soon)
+        || night
+            .db(|| rows::running_stop(pool, &account))
+            .await?
+            .is_some()
+        || night
+            .db(|| queue::account_without_credit(pool, &account))
+            .await?
+            .is_some()
+    {
+        return Ok(false);
+    }
+    Ok(super::quota::overage_pause(night, cfg).await?.is_none())
+}
+
+/// One candidate for a role: `None` the configured agent, else a fallback.
+type Candidate = Option<(String, AgentConfig)>;
+
+/// The config of candidate `c` for `role`.
+fn config_of<'a>(night: &'a Night, role: Role, c: &'a Candidate) -> &'a AgentConfig {
+    match (c, role) {
+        (Some((_, a)), _) => a,
+        (None, Role::Writer) => &night.config.writer,
+        (None, Role::Reviewer) => &night.config.reviewer,
+    }
+}
+
+/// The candidates for `role`: the configured agent (`None`), then its
+/// fallback, if any.
+fn candidates(night: &Night, role: Role) -> Vec<Candidate> {
+    let c = &night.config;
+    let primary = match role {
+        Role::Writer => &c.writer,
+        Role::Reviewer => &c.reviewer,
+    };
+    let mut v = vec![None];
+    v.extend(c.fallback_of(primary).map(Some));
+    v
+}
+
+/// Chooses who plays `role` (docs/limits.md#fallback). The writer: the
+/// configured one while its account has room, else its fallback if that
+/// one's has, else the configured one (which then waits, as without a
+/// fallback). The reviewer: of another vendor than `writer` with room,
+/// else of another vendor (waiting for it), else any with room, else the
+/// configured one. `skip` as for [`has_room`].
+async fn choose(
+    night: &Night,
+    role: Role,
+    writer: AgentKind,
+    skip: Option<&str>,
+) -> Result<Candidate, Error> {
+    let all = candidates(night, role);
+    if all.len() < 2 {
+        return Ok(None);
+    }
+    let mut room = Vec::with_capacity(all.len());
+    for c in &all {
+        room.push(has_room(night, config_of(night, role, c), skip).await?);
+    }
+    let other = |c: &Candidate| role == Role::Reviewer && config_of(night, role, c).kind != writer;
+    let pick = (0..all.len())
+        .find(|&i| other(&all[i]) && room[i])
+        .or_else(|| (0..all.len()).find(|&i| other(&all[i])))
+        .or_else(|| (0..all.len()).find(|&i| room[i]))
+        .unwrap_or(0);
+    Ok(all[pick].clone())
+}
+
+/// Casts `role` for the coming call of round `r`: the choice of
+/// [`choose`], kept on the item's progress; a change is logged.
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn cast(r: &mut Round<'_>, role: Role) -> Result<(), Error> {
+    cast_skipping(r, role, None).await.map(|_| ())
+}
+
+/// [`cast`], taking `skip`'s account as paused; whether the agent changed.
+async fn cast_skipping(r: &mut Round<'_>, role: Role, skip: Option<&str>) -> Result<bool, Error> {
+    let night = r.item.night;
+    let writer = r.st.cast.agent(night, Role::Writer).kind;
+    let chosen = choose(night, role, writer, skip).await?;
+    let slot = match role {
+        Role::Writer => &mut r.st.cast.writer,
+        Role::Reviewer => &mut r.st.cast.reviewer,
+    };
+    let before = slot.as_ref().map(|(n, _)| n.clone());
+    let after = chosen.as_ref().map(|(n, _)| n.clone());
+    *slot = chosen;
+    if before != after {
+        let agent = r.st.cast.agent(night, role);
+        tracing::info!(role = role.as_str(), agent = %agent.kind, fallback = ?after, account = %agent.account(), round = r.n, "agent chosen for the round");
+    }
+    Ok(before != after)
+}
+
+/// After the call of `role` hit a usage limit of `account`: whether
+/// another agent of the role has room (then it is cast, and the call is
+/// made again with it instead of sleeping).
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn instead_of_sleeping(
+    r: &mut Round<'_>,
+    role: Role,
+    account: &str,
+) -> Result<bool, Error> {
+    if candidates(r.item.night, role).len() < 2 {
+        return Ok(false);
+    }
+    let changed = cast_skipping(r, role, Some(account)).await?;
+    Ok(changed && r.st.cast.agent(r.item.night, role).account() != account)
+}
+
+/// The reserve stop that keeps every agent of `role` from starting (the
+/// configured one's, when its fallback, if any, is stopped too); `None`
+/// when one of them is free of a stop.
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn all_stopped(
+    night: &Night,
+    role: Role,
+) -> Result<Option<rows::Stop>, Error> {
+    let pool = &night.pool;
+    let mut first = None;
+    for c in candidates(night, role) {
+        let account = config_of(night, role, &c).account();
+        match night.db(|| rows::running_stop(pool, &account)).await? {
+            Some(stop) => {
+                first.get_or_insert(stop);
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(first)
+}
+
+/// The accounts of `role`'s agents, configured one first.
+pub(super) fn accounts(night: &Night, role: Role) -> Vec<String> {
+    candidates(night, role)
+        .iter()
+        .map(|c| config_of(night, role, c).account())
+        .collect()
+}
