@@ -90,7 +90,11 @@ pub(super) fn validate_fallbacks(path: &Path, text: &str, c: &Config) -> Result<
                 "fallback",
                 format!(
                     "{name:?} names no agent: write the name of an [agents.NAME] table ({}) or \"claude\"/\"codex\" for that CLI, e.g. fallback = \"codex\" with [agents.codex] kind = \"codex\"",
-                    if known.is_empty() { "there is none".to_string() } else { known.join(", ") }
+                    if known.is_empty() {
+                        "there is none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
                 ),
             ));
         };
@@ -199,7 +203,9 @@ mod tests {
             "{e}"
         );
         assert_eq!(
-            refused("[writer]\nfallback = \"b\"\n[agents.b]\nkind = \"claude\"\naccount = \"team\"\n"),
+            refused(
+                "[writer]\nfallback = \"b\"\n[agents.b]\nkind = \"claude\"\naccount = \"team\"\n"
+            ),
             ""
         );
     }

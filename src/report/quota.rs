@@ -34,7 +34,9 @@ impl NightQuota {
                 .1
                 .iter()
                 .filter(|c| item["key"] == c.item_key.as_str())
-                .map(|c| json!({"round": c.round, "role": c.role, "agent": c.agent, "kind": c.kind}))
+                .map(
+                    |c| json!({"round": c.round, "role": c.role, "agent": c.agent, "kind": c.kind}),
+                )
                 .collect();
         }
     }
@@ -46,7 +48,9 @@ impl NightQuota {
         if self.1.is_empty() {
             return s;
         }
-        s.push_str("rounds played by a fallback agent (the configured one's account was paused):\n");
+        s.push_str(
+            "rounds played by a fallback agent (the configured one's account was paused):\n",
+        );
         for c in &self.1 {
             s.push_str(&format!(
                 "  item {} round {}: {} {} ({})\n",

@@ -55,7 +55,7 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             let why = format!("the item timeout was reached during round {}", r.n);
             return Ok(Called::Stop(r.end(Fact::TimedOut(why))));
         }
-        super::fallback::cast(r, role).await?;
+        super::fallback::cast(night, &mut r.st.cast, role, r.n).await?;
         if role == Role::Writer
             && attempt == 1
             && let Some(end) = round_start(r).await?
@@ -184,14 +184,7 @@ async fn count(
     };
     r.item.record.agent_call(&call).await?;
     let worker = r.item.record.worker_id();
-    super::quota::after_call(
-        night,
-        &cfg,
-        report,
-        r.item.run_id,
-        &worker,
-    )
-    .await?;
+    super::quota::after_call(night, &cfg, report, r.item.run_id, &worker).await?;
     let totals = &mut r.st.totals;
     totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
     if let Some(cost) = report.usage.cost_usd {
@@ -292,7 +285,7 @@ fn limit_until(night: &Night, reading: &LimitReading) -> chrono::DateTime<chrono
 async fn fall_back(r: &mut Round<'_>, role: Role, reading: &LimitReading) -> Result<bool, Error> {
     let night = r.item.night;
     let account = agent_config(r, role).account();
-    if !super::fallback::instead_of_sleeping(r, role, &account).await? {
+    if !super::fallback::instead_of_sleeping(night, &mut r.st.cast, (role, r.n), &account).await? {
         return Ok(false);
     }
     let (pool, run_id, worker) = (&night.pool, r.item.run_id, r.item.record.worker_id());

@@ -17,7 +17,6 @@ use crate::ledger::quota as rows;
 use crate::queue;
 
 use super::Night;
-use super::item::Round;
 
 /// The agents of the item's current round: `None` plays the configured
 /// agent, `Some((name, config))` a fallback.
@@ -146,74 +145,57 @@ async fn choose(
     Ok(all[pick].clone())
 }
 
-/// Casts `role` for the coming call of round `r`: the choice of
-/// [`choose`], kept on the item's progress; a change is logged.
+/// Casts `role` for the coming call of round `n` of an item whose agents
+/// are `cast`: the choice of [`choose`]; a change is logged.
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
-pub(super) async fn cast(r: &mut Round<'_>, role: Role) -> Result<(), Error> {
-    cast_skipping(r, role, None).await.map(|_| ())
+pub(super) async fn cast(night: &Night, cast: &mut Cast, role: Role, n: u32) -> Result<(), Error> {
+    cast_skipping(night, cast, (role, n), None)
+        .await
+        .map(|_| ())
 }
 
 /// [`cast`], taking `skip`'s account as paused; whether the agent changed.
-async fn cast_skipping(r: &mut Round<'_>, role: Role, skip: Option<&str>) -> Result<bool, Error> {
-    let night = r.item.night;
-    let writer = r.st.cast.agent(night, Role::Writer).kind;
+async fn cast_skipping(
+    night: &Night,
+    cast: &mut Cast,
+    (role, n): (Role, u32),
+    skip: Option<&str>,
+) -> Result<bool, Error> {
+    let writer = cast.agent(night, Role::Writer).kind;
     let chosen = choose(night, role, writer, skip).await?;
     let slot = match role {
-        Role::Writer => &mut r.st.cast.writer,
-        Role::Reviewer => &mut r.st.cast.reviewer,
+        Role::Writer => &mut cast.writer,
+        Role::Reviewer => &mut cast.reviewer,
     };
     let before = slot.as_ref().map(|(n, _)| n.clone());
     let after = chosen.as_ref().map(|(n, _)| n.clone());
     *slot = chosen;
     if before != after {
-        let agent = r.st.cast.agent(night, role);
-        tracing::info!(role = role.as_str(), agent = %agent.kind, fallback = ?after, account = %agent.account(), round = r.n, "agent chosen for the round");
+        let agent = cast.agent(night, role);
+        tracing::info!(role = role.as_str(), agent = %agent.kind, fallback = ?after, account = %agent.account(), round = n, "agent chosen for the round");
     }
     Ok(before != after)
 }
 
-/// After the call of `role` hit a usage limit of `account`: whether
-/// another agent of the role has room (then it is cast, and the call is
-/// made again with it instead of sleeping).
+/// After the call of `role` in round `n` hit a usage limit of `account`:
+/// whether another agent of the role has room (then it is cast, and the
+/// call is made again with it instead of sleeping).
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
 pub(super) async fn instead_of_sleeping(
-    r: &mut Round<'_>,
-    role: Role,
+    night: &Night,
+    cast: &mut Cast,
+    (role, n): (Role, u32),
     account: &str,
 ) -> Result<bool, Error> {
-    if candidates(r.item.night, role).len() < 2 {
+    if candidates(night, role).len() < 2 {
         return Ok(false);
     }
-    let changed = cast_skipping(r, role, Some(account)).await?;
-    Ok(changed && r.st.cast.agent(r.item.night, role).account() != account)
-}
-
-/// The reserve stop that keeps every agent of `role` from starting (the
-/// configured one's, when its fallback, if any, is stopped too); `None`
-/// when one of them is free of a stop.
-///
-/// # Errors
-/// The ledger stays away (see [`Night::db`]).
-pub(super) async fn all_stopped(
-    night: &Night,
-    role: Role,
-) -> Result<Option<rows::Stop>, Error> {
-    let pool = &night.pool;
-    let mut first = None;
-    for c in candidates(night, role) {
-        let account = config_of(night, role, &c).account();
-        match night.db(|| rows::running_stop(pool, &account)).await? {
-            Some(stop) => {
-                first.get_or_insert(stop);
-            }
-            None => return Ok(None),
-        }
-    }
-    Ok(first)
+    let changed = cast_skipping(night, cast, (role, n), Some(account)).await?;
+    Ok(changed && cast.agent(night, role).account() != account)
 }
 
 /// The accounts of `role`'s agents, configured one first.

@@ -213,7 +213,7 @@ pub(super) async fn reserved(night: &Night) -> Result<Option<String>, Error> {
     ] {
         let account = cfg.account();
         // A fallback free of a stop lets the item start (docs/limits.md#fallback).
-        let Some(stop) = super::fallback::all_stopped(night, role).await? else {
+        let Some(stop) = all_stopped(night, cfg).await? else {
             continue;
         };
         let reset = stop
@@ -230,4 +230,22 @@ pub(super) async fn reserved(night: &Night) -> Result<Option<String>, Error> {
         )));
     }
     Ok(None)
+}
+
+/// The reserve stop that keeps `primary` (`[writer]` or `[reviewer]`) and
+/// its fallback, if any, from starting: `primary`'s stop when the
+/// fallback's account is stopped too; `None` when one of them is free.
+async fn all_stopped(night: &Night, primary: &AgentConfig) -> Result<Option<rows::Stop>, Error> {
+    let pool = &night.pool;
+    let fallback = night.config.fallback_of(primary).map(|(_, a)| a.account());
+    let mut first = None;
+    for account in std::iter::once(primary.account()).chain(fallback) {
+        match night.db(|| rows::running_stop(pool, &account)).await? {
+            Some(stop) => {
+                first.get_or_insert(stop);
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(first)
 }

@@ -192,8 +192,14 @@ fn check_approve_arg(approve: Option<&str>) -> Result<()> {
 pub async fn preflight_agents(req: &Request, held: &Held, env: &Environments) -> Result<()> {
     let config = &req.config;
     let fallbacks = [
-        (crate::agent::Role::Writer, config.fallback_of(&config.writer)),
-        (crate::agent::Role::Reviewer, config.fallback_of(&config.reviewer)),
+        (
+            crate::agent::Role::Writer,
+            config.fallback_of(&config.writer),
+        ),
+        (
+            crate::agent::Role::Reviewer,
+            config.fallback_of(&config.reviewer),
+        ),
     ];
     let fallbacks = fallbacks
         .iter()

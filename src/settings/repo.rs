@@ -102,9 +102,12 @@ pub fn checked_load(path: &Path) -> Result<Loaded> {
 fn codex_rule(loaded: &Loaded) -> std::result::Result<(), config::ConfigError> {
     let c = &loaded.config;
     let agents = c.agents.iter().map(|(n, a)| (format!("agents.{n}"), a));
-    for (name, a) in [("writer".to_string(), &c.writer), ("reviewer".into(), &c.reviewer)]
-        .into_iter()
-        .chain(agents)
+    for (name, a) in [
+        ("writer".to_string(), &c.writer),
+        ("reviewer".into(), &c.reviewer),
+    ]
+    .into_iter()
+    .chain(agents)
     {
         if a.kind == config::AgentKind::Codex
             && let Some(arg) = crate::agent::codex::conflicting_argument(&a.command)

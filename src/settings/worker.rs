@@ -195,16 +195,12 @@ fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
         return Ok(());
     };
     let c = &first.contract;
-    if let Some(e) = plan
-        .entries
-        .iter()
-        .find(|e| {
-            e.contract.writer != c.writer
-                || e.contract.reviewer != c.reviewer
-                || e.contract.writer_fallback != c.writer_fallback
-                || e.contract.reviewer_fallback != c.reviewer_fallback
-        })
-    {
+    if let Some(e) = plan.entries.iter().find(|e| {
+        e.contract.writer != c.writer
+            || e.contract.reviewer != c.reviewer
+            || e.contract.writer_fallback != c.writer_fallback
+            || e.contract.reviewer_fallback != c.reviewer_fallback
+    }) {
         return Err(Error::refused(format!(
             "the run's contracts name different agents (item {:?} differs from item {:?}); a worker runs one pair",
             e.item.title, first.item.title
@@ -260,7 +256,11 @@ fn adopt_fallbacks(config: &mut Config, c: &crate::contract::Contract) -> Result
             fallback: None,
         };
         config.agents.insert(name.clone(), agent);
-        let primary = if is_writer { &mut config.writer } else { &mut config.reviewer };
+        let primary = if is_writer {
+            &mut config.writer
+        } else {
+            &mut config.reviewer
+        };
         primary.fallback = Some(name);
     }
     Ok(())

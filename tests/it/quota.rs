@@ -52,6 +52,16 @@ fn script_item(api: &FakeAnthropic, file: &str) {
     )]);
 }
 
+/// The items' outcomes in `report --json` `rep`, in plan order.
+fn outcomes(rep: &serde_json::Value) -> Vec<&str> {
+    rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap())
+        .collect()
+}
+
 fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -81,12 +91,7 @@ async fn the_reserve_stops_new_items_at_the_first_reading_over_it() {
     }
     let out = f.drain_exits(0, &[]);
     let rep = f.report();
-    let outcomes: Vec<&str> = rep["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["outcome"].as_str().unwrap())
-        .collect();
+    let outcomes = outcomes(&rep);
     assert_eq!(
         outcomes,
         ["pr_opened", "pr_opened", "quota_reserved", "quota_reserved"],
@@ -183,12 +188,7 @@ async fn overage_in_use_pauses_the_account_unless_allowed() {
             .to_string();
         let out = f.run(&["drain", "--deadline", &deadline, "--tz", "UTC"]);
         let rep = f.report();
-        let outcomes: Vec<&str> = rep["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["outcome"].as_str().unwrap())
-            .collect();
+        let outcomes = outcomes(&rep);
         let said = format!("{rep:#}\n{}", common::text(&out));
         if allow {
             assert_eq!(out.status.code(), Some(0), "{said}");
@@ -428,8 +428,7 @@ async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_c
 /// card names both writers; the PR bodies, the calls and the report say
 /// which agent played each round.
 #[tokio::test(flavor = "multi_thread")]
-async fn at_a_usage_limit_the_fallback_writer_takes_over_and_the_reviewer_stays_the_other_vendor()
-{
+async fn at_a_usage_limit_the_fallback_writer_takes_over_and_the_reviewer_stays_the_other_vendor() {
     use crate::fakes_codex::{cli, responses};
     let api = FakeAnthropic::start().await;
     let gh = common::github::FakeGitHub::start().await;
@@ -481,29 +480,23 @@ async fn at_a_usage_limit_the_fallback_writer_takes_over_and_the_reviewer_stays_
     let out = f.drain_exits(0, &[]);
     let rep = f.report();
     let said = format!("{rep:#}\n{}", common::text(&out));
-    let outcomes: Vec<&str> = rep["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["outcome"].as_str().unwrap())
-        .collect();
+    let outcomes = outcomes(&rep);
     assert_eq!(outcomes, ["pr_opened", "pr_opened"], "{said}");
     // The calls: claude refused, codex wrote, claude reviewed after the
     // reset; item 2 all claude.
-    let calls: Vec<String> = f
-        .db
-        .calls()
-        .iter()
-        .map(|c| {
-            format!(
-                "{} {} {} {}",
-                c.item_index,
-                c.role_and_limit(),
-                c.kind,
-                c.meta["fallback"].as_str().unwrap_or("-")
-            )
-        })
-        .collect();
+    let calls: Vec<String> =
+        f.db.calls()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {} {}",
+                    c.item_index,
+                    c.role_and_limit(),
+                    c.kind,
+                    c.meta["fallback"].as_str().unwrap_or("-")
+                )
+            })
+            .collect();
     assert_eq!(
         calls,
         [
