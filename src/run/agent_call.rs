@@ -404,11 +404,27 @@ async fn no_credit(
 
 /// Before a round's first call (docs/limits.md#reserve): no new round of
 /// an account whose quota is kept for the day (a round that started
-/// finishes), and an account drawing on paid overage pauses first.
+/// finishes; a window that resets before the deadline is waited for), and
+/// an account drawing on paid overage pauses first.
 async fn round_start(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
-    if let Some(why) = super::quota::reserved(r.item.night).await? {
-        let why = format!("stopped before round {}: {why}", r.n);
-        return Ok(Some(r.end(Fact::QuotaReserved(why))));
+    let (night, ids) = (r.item.night, (r.item.run_id, Some(r.item.item_id)));
+    let from = Instant::now();
+    let waited = super::quota::wait_reserve(night, &r.item.record, ids, r.item.cancel).await?;
+    // A wait for the window's reset is not the item's work time.
+    r.st.deadline += from.elapsed();
+    match waited {
+        super::quota::Reserve::Free if from.elapsed().as_secs() >= 1 => {
+            r.phase(Role::Writer.phase()).await?;
+        }
+        super::quota::Reserve::Free => {}
+        super::quota::Reserve::Reserved(why) => {
+            let why = format!("stopped before round {}: {why}", r.n);
+            return Ok(Some(r.end(Fact::QuotaReserved(why))));
+        }
+        super::quota::Reserve::Signal => {
+            let why = "stopped by a signal while waiting for a quota window to reset";
+            return Ok(Some(r.end(Fact::Signal(why.into()))));
+        }
     }
     overage(r).await
 }

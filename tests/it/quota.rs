@@ -62,6 +62,28 @@ fn outcomes(rep: &serde_json::Value) -> Vec<&str> {
         .collect()
 }
 
+/// A writer turn that runs `sleep WAIT; echo WORD >> calc.txt` with Bash.
+fn bash(word: &str, wait: u32) -> Reply {
+    Reply::Tools(
+        None,
+        vec![tool(
+            "Bash",
+            json!({"command": format!("sleep {wait}; echo {word} >> calc.txt"), "description": "append a word"}),
+        )],
+    )
+}
+
+/// A reviewer turn giving `v` with `findings` through its verdict tool.
+fn verdict(v: &str, findings: &[&str]) -> Reply {
+    Reply::Tools(
+        None,
+        vec![tool(
+            "StructuredOutput",
+            json!({"verdict": v, "findings": findings, "conditions": []}),
+        )],
+    )
+}
+
 fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -347,24 +369,6 @@ async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_c
     let api = FakeAnthropic::start().await;
     let gh = common::github::FakeGitHub::start().await;
     let resets = (now() + 3600, (now() / 60 + 3 * 24 * 60) * 60);
-    let bash = |word: &str, wait: u32| {
-        Reply::Tools(
-            None,
-            vec![tool(
-                "Bash",
-                json!({"command": format!("sleep {wait}; echo {word} >> calc.txt"), "description": "append a word"}),
-            )],
-        )
-    };
-    let verdict = |v: &str, findings: &[&str]| {
-        Reply::Tools(
-            None,
-            vec![tool(
-                "StructuredOutput",
-                json!({"verdict": v, "findings": findings, "conditions": []}),
-            )],
-        )
-    };
     let done = || Reply::Text("Done.".into());
     api.by_item(
         "Add sub",
@@ -547,4 +551,73 @@ async fn at_a_usage_limit_the_fallback_writer_takes_over_and_the_reviewer_stays_
             && text.contains("  item 1 round 1: writer codex (codex)"),
         "{text}"
     );
+}
+
+/// A reserve stop driven to its end (docs/limits.md#reserve, issue 24
+/// point 5). Two workers; "Add mul"'s calls read the 7-day window at 90 %
+/// (over `reserve = "30%"`) with its reset R1 four minutes ahead, before the
+/// deadline: the worker done with "Add mul" does not end "Add div"
+/// `quota_reserved` but waits for the reset, recorded as a `quota_reserve`
+/// sleep. "Add sub"'s writer, still working, then reads the window at 20 %
+/// with a reset days later (the window reset): the first worker to see it
+/// ends the stop, and the waiting worker resumes at once, long before R1.
+/// Nothing failed and no attempt was used.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reserve_stop_ends_when_a_worker_reads_the_reset_window_and_the_waiting_worker_resumes() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let (r1, r2) = (now() + 240, (now() / 60 + 3 * 24 * 60) * 60);
+    let done = || Reply::Text("Done.".into());
+    api.by_item(
+        "Add sub",
+        (bash("sub", 14), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.2, (now() + 3600, r2), false),
+    );
+    api.by_item(
+        "Add mul",
+        (bash("mul", 2), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.9, (now() + 3600, r1), false),
+    );
+    api.by_item(
+        "Add div",
+        (bash("div", 0), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.2, (now() + 3600, r2), false),
+    );
+    let f = world(&api, &gh, "reserve = \"30%\"");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
+    );
+    let out = f.drain_exits(0, &["--jobs", "2"]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    assert_eq!(
+        outcomes(&rep),
+        ["pr_opened", "pr_opened", "pr_opened"],
+        "{said}"
+    );
+    // "Add div" waited for the stop "Add mul"'s reading made, as a sleep.
+    let sleeps = f.db.sql(
+        "SELECT string_agg(i.title || ' ' || s.kind || ' ' || (extract(epoch FROM s.resets_at)::bigint = $R1)::text, ',') FROM limit_sleeps s JOIN run_items i ON i.id = s.run_item_id"
+            .replace("$R1", &r1.to_string())
+            .as_str(),
+    );
+    assert_eq!(sleeps, "Add div quota_reserve true", "{said}");
+    // The stop ended when "Add sub"'s reading came in, long before R1, and
+    // "Add div" started its work then.
+    let ended = f.db.sql(
+        "SELECT extract(epoch FROM until)::bigint FROM quota_stops WHERE account = 'claude' AND quota_window = 'seven_day'",
+    );
+    let div_at = f.db.sql(
+        "SELECT min(extract(epoch FROM a.started_at))::bigint FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id WHERE i.title = 'Add div'",
+    );
+    let (ended, div_at): (i64, i64) = (ended.parse().unwrap(), div_at.parse().unwrap());
+    assert!(
+        ended < r1 - 120 && div_at >= ended && div_at < r1 - 60,
+        "stop ended at {ended}, div began at {div_at}, R1 {r1}\n{said}"
+    );
+    assert_eq!(rep["totals"]["failed"], 0, "the wait is no failure: {said}");
 }
