@@ -147,14 +147,7 @@ pub async fn latest_of(pool: &PgPool, account: &str) -> Result<Vec<Reading>> {
 /// # Errors
 /// Database errors.
 pub async fn run_span(pool: &PgPool, run: Uuid) -> Result<Vec<(Reading, Reading)>> {
-    let rows: Vec<Reading> = sqlx::query_as(concat!(
-        "SELECT ",
-        reading_columns!(),
-        " FROM quota_readings WHERE run_id = $1 ORDER BY read_at, id"
-    ))
-    .bind(run)
-    .fetch_all(pool)
-    .await?;
+    let rows = run_readings(pool, run).await?;
     let mut out: Vec<(Reading, Reading)> = Vec::new();
     for r in rows {
         match out
@@ -166,6 +159,21 @@ pub async fn run_span(pool: &PgPool, run: Uuid) -> Result<Vec<(Reading, Reading)
         }
     }
     Ok(out)
+}
+
+/// Every reading of run `run`, in the order read.
+///
+/// # Errors
+/// Database errors.
+pub async fn run_readings(pool: &PgPool, run: Uuid) -> Result<Vec<Reading>> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        reading_columns!(),
+        " FROM quota_readings WHERE run_id = $1 ORDER BY read_at, id"
+    ))
+    .bind(run)
+    .fetch_all(pool)
+    .await
 }
 
 /// A reserve stop to record (a row of `quota_stops`).

@@ -1172,7 +1172,11 @@ fn chromium() -> std::path::PathBuf {
 
 /// Loads `page` in headless Chromium at `width` px; returns the DOM as the
 /// browser built it and what the browser logged (console messages included).
-fn render(page: &std::path::Path, width: u32, profile: &std::path::Path) -> (String, String) {
+pub(crate) fn render(
+    page: &std::path::Path,
+    width: u32,
+    profile: &std::path::Path,
+) -> (String, String) {
     let out = std::process::Command::new(chromium())
         .args([
             "--headless",

@@ -621,3 +621,63 @@ async fn a_reserve_stop_ends_when_a_worker_reads_the_reset_window_and_the_waitin
     );
     assert_eq!(rep["totals"]["failed"], 0, "the wait is no failure: {said}");
 }
+
+/// The run's page (`report --html`) draws each quota window's use over the
+/// night under the timeline: one line per account and window, one point
+/// per reading, in a real headless browser at desktop and phone widths,
+/// with no console error and nothing loaded from outside; a window name as
+/// an agent could send it is escaped.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_html_page_draws_each_window_s_use_over_the_night() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let resets = (now() + 3600, (now() / 60 + 3 * 24 * 60) * 60);
+    api.quota([0.2, 0.4, 0.6].map(|w| unified(0.1, w, resets, false)));
+    let f = world(&api, &gh, "reserve = \"0%\"");
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    script_item(&api, "sub.txt");
+    f.drain_exits(0, &[]);
+    // Two calls (writer, reviewer), two windows each; one more reading with
+    // a hostile window name.
+    f.db.sql(
+        "INSERT INTO quota_readings (account, source, run_id, quota_window, percent, raw) \
+         SELECT 'claude', 'claude', id, '<img src=x onerror=alert(1)>', 33, '{}'::jsonb FROM runs",
+    );
+    let page = f.dir.path().join("night.html");
+    common::assert_ok(
+        &f.run(&["report", "--html", page.to_str().unwrap()]),
+        "report --html",
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(!html.contains("<img"), "the window's name is escaped");
+    assert!(html.contains("claude &lt;img src=x"), "and shown");
+    for load in [" src=\"", "<link", "@import", "url(", "<script"] {
+        assert!(!html.contains(load), "the page loads nothing: {load}");
+    }
+    let profile = tempfile::tempdir().unwrap();
+    for width in [1280, 390] {
+        let (dom, log) = crate::morning::render(&page, width, profile.path());
+        assert!(dom.contains("Quota over the night"), "{dom}");
+        assert_eq!(
+            dom.matches("class=\"quota-line\"").count(),
+            3,
+            "five_hour, seven_day and the odd one at {width} px"
+        );
+        assert_eq!(
+            dom.matches("class=\"quota-point\"").count(),
+            5,
+            "one point per reading at {width} px"
+        );
+        assert!(
+            dom.contains("claude seven_day 40% → 60%, resets "),
+            "the legend at {width} px: {dom}"
+        );
+        let console: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
+            })
+            .collect();
+        assert!(console.is_empty(), "console at {width} px: {console:?}");
+    }
+}
