@@ -37,6 +37,38 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Every agent a night may call, each with whether it writes and the
+    /// table that configures it (`writer`, `agents.codex`; a kind named as
+    /// a fallback without a table: `writer.fallback`): the writer, its
+    /// fallback, the reviewer, its fallback (those configured).
+    pub fn agents_in_play(&self) -> Vec<(bool, String, AgentConfig)> {
+        let mut v = Vec::with_capacity(4);
+        for (writes, table, primary) in [
+            (true, "writer", &self.writer),
+            (false, "reviewer", &self.reviewer),
+        ] {
+            v.push((writes, table.to_string(), primary.clone()));
+            v.extend(self.fallback_of(primary).map(|(name, a)| {
+                let table = if self.agents.contains_key(&name) {
+                    format!("agents.{name}")
+                } else {
+                    format!("{table}.fallback")
+                };
+                (writes, table, a)
+            }));
+        }
+        v
+    }
+
+    /// `message` (about the agent of `table`, worded for the `[writer]` or
+    /// `[reviewer]` it plays) naming `table` instead, for a fallback.
+    pub fn name_table(message: &str, writes: bool, table: &str) -> String {
+        let role = if writes { "[writer]" } else { "[reviewer]" };
+        message.replace(&format!("{role} command"), &format!("[{table}] command"))
+    }
+}
+
 /// Gives every `[agents.NAME]` table without a `command` its kind's own
 /// CLI, as `[writer]` and `[reviewer]` get theirs.
 pub(super) fn default_commands(c: &mut Config) {
