@@ -102,12 +102,7 @@ impl NightQuota {
         for (f, l) in &self.0 {
             let reset = l
                 .resets_at
-                .map(|t| {
-                    format!(
-                        " (resets {})",
-                        t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z")
-                    )
-                })
+                .map(|t| format!(" (resets {})", reset_time(t, tz)))
                 .unwrap_or_default();
             let overage = if f.overage_in_use == Some(true) || l.overage_in_use == Some(true) {
                 " · overage used"
@@ -326,12 +321,7 @@ pub fn chart(
         let (first, last) = (sr.points[0].1, sr.points[sr.points.len() - 1].1);
         let reset = sr
             .resets_at
-            .map(|t| {
-                format!(
-                    ", resets {}",
-                    t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z")
-                )
-            })
+            .map(|t| format!(", resets {}", reset_time(t, tz)))
             .unwrap_or_default();
         legend.push_str(&format!(
             "<span><i style=\"background:{colour}\"></i>{name} {first:.0}% → {last:.0}%{}</span>",
@@ -340,6 +330,11 @@ pub fn chart(
     }
     s.push_str("</svg></div>");
     s + &legend + "</div>"
+}
+
+/// A window's reset as the report and the page write it, in `tz`.
+fn reset_time(t: chrono::DateTime<chrono::Utc>, tz: Tz) -> String {
+    t.with_timezone(&tz).format("%Y-%m-%d %H:%M %Z").to_string()
 }
 
 /// `s` escaped for HTML text and attribute values.

@@ -1207,6 +1207,16 @@ pub(crate) fn render(
     )
 }
 
+/// The lines of a browser log (see [`render`]) that say a page went wrong:
+/// console messages, uncaught errors, a file it could not load.
+pub(crate) fn console_errors(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
+        })
+        .collect()
+}
+
 /// `report --html` draws the night: one bar per round the ledger holds, one
 /// band per usage-limit sleep, the items with their outcomes; it loads in a
 /// real headless browser at phone and desktop widths with no console error
@@ -1267,12 +1277,7 @@ async fn html_report_draws_one_bar_per_round_in_a_real_browser() {
         assert!(
             dom.contains("tests_failed") && dom.contains("pr_opened") && dom.contains("blocked")
         );
-        let console: Vec<&str> = log
-            .lines()
-            .filter(|l| {
-                l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
-            })
-            .collect();
+        let console = console_errors(&log);
         assert!(console.is_empty(), "console at {width} px: {console:?}");
     }
 }

@@ -84,6 +84,24 @@ fn verdict(v: &str, findings: &[&str]) -> Reply {
     )
 }
 
+/// Drains "Add sub", "Add mul" and "Add div" with two workers and
+/// `reserve = "30%"` (each item's answers set with `by_item`); returns the
+/// fixture, `report --json` and both as text for a failure.
+fn three_items_two_workers(
+    api: &FakeAnthropic,
+    gh: &common::github::FakeGitHub,
+) -> (common::Fixture, serde_json::Value, String) {
+    let f = world(api, gh, "reserve = \"30%\"");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
+    );
+    let out = f.drain_exits(0, &["--jobs", "2"]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    (f, rep, said)
+}
+
 fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -388,14 +406,7 @@ async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_c
         verdict("approve", &[]),
         unified(0.1, 0.2, resets, false),
     );
-    let f = world(&api, &gh, "reserve = \"30%\"");
-    f.write(
-        "NEXT.md",
-        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
-    );
-    let out = f.drain_exits(0, &["--jobs", "2"]);
-    let rep = f.report();
-    let said = format!("{rep:#}\n{}", common::text(&out));
+    let (f, rep, said) = three_items_two_workers(&api, &gh);
     let outcome = |i: usize| rep["items"][i]["outcome"].as_str().unwrap().to_string();
     assert_eq!(
         [outcome(0), outcome(1), outcome(2)],
@@ -586,14 +597,7 @@ async fn a_reserve_stop_ends_when_a_worker_reads_the_reset_window_and_the_waitin
         verdict("approve", &[]),
         unified(0.1, 0.2, (now() + 3600, r2), false),
     );
-    let f = world(&api, &gh, "reserve = \"30%\"");
-    f.write(
-        "NEXT.md",
-        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
-    );
-    let out = f.drain_exits(0, &["--jobs", "2"]);
-    let rep = f.report();
-    let said = format!("{rep:#}\n{}", common::text(&out));
+    let (f, rep, said) = three_items_two_workers(&api, &gh);
     assert_eq!(
         outcomes(&rep),
         ["pr_opened", "pr_opened", "pr_opened"],
@@ -672,12 +676,7 @@ async fn the_html_page_draws_each_window_s_use_over_the_night() {
             dom.contains("claude seven_day 40% → 60%, resets "),
             "the legend at {width} px: {dom}"
         );
-        let console: Vec<&str> = log
-            .lines()
-            .filter(|l| {
-                l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
-            })
-            .collect();
+        let console = crate::morning::console_errors(&log);
         assert!(console.is_empty(), "console at {width} px: {console:?}");
     }
 }
