@@ -151,20 +151,14 @@ async fn choose(
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
 pub(super) async fn cast(night: &Night, cast: &mut Cast, role: Role, n: u32) -> Result<(), Error> {
-    cast_skipping(night, cast, (role, n), None)
-        .await
-        .map(|_| ())
+    let writer = cast.agent(night, Role::Writer).kind;
+    let chosen = choose(night, role, writer, None).await?;
+    recast(night, cast, (role, n), chosen);
+    Ok(())
 }
 
-/// [`cast`], taking `skip`'s account as paused; whether the agent changed.
-async fn cast_skipping(
-    night: &Night,
-    cast: &mut Cast,
-    (role, n): (Role, u32),
-    skip: Option<&str>,
-) -> Result<bool, Error> {
-    let writer = cast.agent(night, Role::Writer).kind;
-    let chosen = choose(night, role, writer, skip).await?;
+/// Puts `chosen` in `role`'s place on `cast`, logging a change.
+fn recast(night: &Night, cast: &mut Cast, (role, n): (Role, u32), chosen: Candidate) {
     let slot = match role {
         Role::Writer => &mut cast.writer,
         Role::Reviewer => &mut cast.reviewer,
@@ -176,12 +170,12 @@ async fn cast_skipping(
         let agent = cast.agent(night, role);
         tracing::info!(role = role.as_str(), agent = %agent.kind, fallback = ?after, account = %agent.account(), round = n, "agent chosen for the round");
     }
-    Ok(before != after)
 }
 
 /// After the call of `role` in round `n` hit a usage limit of `account`:
-/// whether another agent of the role has room (then it is cast, and the
-/// call is made again with it instead of sleeping).
+/// whether another agent of the role, of another account, has room (then
+/// it is cast, and the call is made again with it instead of sleeping);
+/// otherwise `cast` stays as it is.
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
@@ -194,8 +188,14 @@ pub(super) async fn instead_of_sleeping(
     if candidates(night, role).len() < 2 {
         return Ok(false);
     }
-    let changed = cast_skipping(night, cast, (role, n), Some(account)).await?;
-    Ok(changed && cast.agent(night, role).account() != account)
+    let writer = cast.agent(night, Role::Writer).kind;
+    let chosen = choose(night, role, writer, Some(account)).await?;
+    let other = config_of(night, role, &chosen);
+    if other.account() == account || !has_room(night, other, Some(account)).await? {
+        return Ok(false);
+    }
+    recast(night, cast, (role, n), chosen);
+    Ok(true)
 }
 
 /// The accounts of `role`'s agents, configured one first.
