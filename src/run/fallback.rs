@@ -62,33 +62,48 @@ impl Cast {
     }
 }
 
-/// Whether `cfg`'s account may start a call now: not paused by a usage
-/// limit (beyond a couple of seconds), not stopped by the reserve, not
-/// without credit, not drawing on overage the config forbids. `skip` is an
-/// account taken as paused (the one whose call just hit its limit, before
-/// the pause is recorded).
-async fn has_room(night: &Night, cfg: &AgentConfig, skip: Option<&str>) -> Result<bool, Error> {
+/// Whether an account may start a call now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// Nothing holds it.
+    Free,
+    /// Paused by a usage limit (beyond a couple of seconds): a call of it
+    /// waits for the pause to end, as without a fallback.
+    Paused,
+    /// Stopped by the reserve, without credit, or drawing on overage the
+    /// config forbids: no call of it may start.
+    Held,
+}
+
+/// How much room `cfg`'s account has now ([`Room`]). `skip` is an account
+/// taken as paused (the one whose call just hit its limit, before the
+/// pause is recorded).
+async fn room_of(night: &Night, cfg: &AgentConfig, skip: Option<&str>) -> Result<Room, Error> {
     let (pool, account) = (&night.pool, cfg.account());
+    let held = night
+        .db(|| rows::running_stop(pool, &account))
+        .await?
+        .is_some()
+        || night
+            .db(|| queue::account_without_credit(pool, &account))
+            .await?
+            .is_some()
+        || super::quota::overage_pause(night, cfg).await?.is_some();
+    if held {
+        return Ok(Room::Held);
+    }
     if skip == Some(account.as_str()) {
-        return Ok(false);
+        return Ok(Room::Paused);
     }
     let soon = night.clock.now() + chrono::Duration::seconds(2);
     let paused = night
         .db(|| queue::account_paused_until(pool, &account))
         .await?;
-    if paused.is_some_and(|t| t > soon)
-        || night
-            .db(|| rows::running_stop(pool, &account))
-            .await?
-            .is_some()
-        || night
-            .db(|| queue::account_without_credit(pool, &account))
-            .await?
-            .is_some()
-    {
-        return Ok(false);
-    }
-    Ok(super::quota::overage_pause(night, cfg).await?.is_none())
+    Ok(if paused.is_some_and(|t| t > soon) {
+        Room::Paused
+    } else {
+        Room::Free
+    })
 }
 
 /// One candidate for a role: `None` the configured agent, else a fallback.
@@ -117,11 +132,11 @@ fn candidates(night: &Night, role: Role) -> Vec<Candidate> {
 }
 
 /// Chooses who plays `role` (docs/limits.md#fallback). The writer: the
-/// configured one while its account has room, else its fallback if that
-/// one's has, else the configured one (which then waits, as without a
-/// fallback). The reviewer: of another vendor than `writer` with room,
-/// else of another vendor (waiting for it), else any with room, else the
-/// configured one. `skip` as for [`has_room`].
+/// configured one while its account is free, else its fallback if that
+/// one's is, else the configured one (which then waits or stops, as
+/// without a fallback). The reviewer: of another vendor than `writer` and
+/// free, else of another vendor and only paused (waiting for it), else any
+/// free, else the configured one. `skip` as for [`room_of`].
 async fn choose(
     night: &Night,
     role: Role,
@@ -134,13 +149,13 @@ async fn choose(
     }
     let mut room = Vec::with_capacity(all.len());
     for c in &all {
-        room.push(has_room(night, config_of(night, role, c), skip).await?);
+        room.push(room_of(night, config_of(night, role, c), skip).await?);
     }
     let other = |c: &Candidate| role == Role::Reviewer && config_of(night, role, c).kind != writer;
     let pick = (0..all.len())
-        .find(|&i| other(&all[i]) && room[i])
-        .or_else(|| (0..all.len()).find(|&i| other(&all[i])))
-        .or_else(|| (0..all.len()).find(|&i| room[i]))
+        .find(|&i| other(&all[i]) && room[i] == Room::Free)
+        .or_else(|| (0..all.len()).find(|&i| other(&all[i]) && room[i] == Room::Paused))
+        .or_else(|| (0..all.len()).find(|&i| room[i] == Room::Free))
         .unwrap_or(0);
     Ok(all[pick].clone())
 }
@@ -191,7 +206,7 @@ pub(super) async fn instead_of_sleeping(
     let writer = cast.agent(night, Role::Writer).kind;
     let chosen = choose(night, role, writer, Some(account)).await?;
     let other = config_of(night, role, &chosen);
-    if other.account() == account || !has_room(night, other, Some(account)).await? {
+    if other.account() == account || room_of(night, other, Some(account)).await? != Room::Free {
         return Ok(false);
     }
     recast(night, cast, (role, n), chosen);

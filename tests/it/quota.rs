@@ -102,6 +102,27 @@ fn three_items_two_workers(
     (f, rep, said)
 }
 
+/// Gives `f`'s agents a CODEX_HOME of their own and the fake's key, and
+/// returns the real Codex CLI's argv pointed at `codex`, as a TOML list of
+/// literal strings (the provider table is full of double quotes).
+fn with_codex(
+    f: &mut common::Fixture,
+    codex: &crate::fakes_codex::responses::FakeResponses,
+) -> String {
+    let home = f.dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    f.extra_env
+        .push(("CODEX_HOME".into(), home.display().to_string()));
+    f.extra_env
+        .push(("FAKE_KEY".into(), "fake-key-for-the-local-server".into()));
+    let mut argv = vec![crate::fakes_codex::cli::real_codex().display().to_string()];
+    argv.extend(codex.provider_args());
+    argv.iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -465,19 +486,8 @@ async fn at_a_usage_limit_the_fallback_writer_takes_over_and_the_reviewer_stays_
     )]);
     script_item(&api, "mul.txt");
     let mut f = world(&api, &gh, "");
-    let home = f.dir.path().join("codex-home");
-    std::fs::create_dir_all(&home).unwrap();
-    f.extra_env
-        .push(("CODEX_HOME".into(), home.display().to_string()));
-    f.extra_env
-        .push(("FAKE_KEY".into(), "fake-key-for-the-local-server".into()));
-    let mut argv = vec![cli::real_codex().display().to_string()];
-    argv.extend(codex.provider_args());
-    let list = argv
-        .iter()
-        .map(|a| format!("'{a}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = with_codex(&mut f, &codex);
+    let argv = [cli::real_codex().display().to_string()];
     let claude = real_claude().display().to_string();
     f.config(&format!(
         "verify = [\"sh test.sh\"]\n[limits]\nlimit_buffer = \"1s\"\nlimit_sleep_min = \"1s\"\n\n[writer]\nkind = \"claude\"\ncommand = [\"{claude}\"]\nfallback = \"codex\"\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{claude}\"]\n\n[agents.codex]\nkind = \"codex\"\ncommand = [{list}]\n"
@@ -679,4 +689,72 @@ async fn the_html_page_draws_each_window_s_use_over_the_night() {
         let console = crate::morning::console_errors(&log);
         assert!(console.is_empty(), "console at {width} px: {console:?}");
     }
+}
+
+/// A reserve stop of the writer's account with `fallback = "codex"`: "Add
+/// sub"'s claude writer reads the 7-day window at 90 % (over `reserve =
+/// "30%"`, its reset days away); "Add mul" is not ended `quota_reserved`
+/// but written by the fallback, the real Codex CLI, whose account is free;
+/// the codex reviewer reviews both. Nothing is counted failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reserve_stop_of_the_writer_s_account_hands_new_items_to_the_fallback() {
+    use crate::fakes_codex::responses;
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let approve = || responses::Reply::Message(r#"{"verdict":"approve","findings":[]}"#.into());
+    let codex = responses::FakeResponses::start(vec![
+        approve(),
+        responses::Reply::Patch(
+            "*** Begin Patch\n*** Update File: calc.txt\n@@\n add\n+mul\n*** End Patch".into(),
+        ),
+        responses::Reply::Message("Added mul.\n\nFILES:\n- calc.txt".into()),
+        approve(),
+    ])
+    .await;
+    let resets = (now() + 3600, (now() / 60 + 3 * 24 * 60) * 60);
+    api.quota([0.5, 0.9].map(|w| unified(0.1, w, resets, false)));
+    api.writer([
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Write",
+                json!({"file_path": "sub.txt", "content": "one more word\n"}),
+            )],
+        ),
+        Reply::Text("Wrote sub.txt.\n\nFILES:\n- sub.txt".into()),
+    ]);
+    let mut f = world(&api, &gh, "");
+    let list = with_codex(&mut f, &codex);
+    let claude = real_claude().display().to_string();
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[quota]\nreserve = \"30%\"\n\n[writer]\nkind = \"claude\"\ncommand = [\"{claude}\"]\nfallback = \"codex\"\n\n[reviewer]\nkind = \"codex\"\ncommand = [{list}]\n\n[agents.codex]\nkind = \"codex\"\ncommand = [{list}]\n"
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    let out = f.drain_exits(0, &[]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    assert_eq!(outcomes(&rep), ["pr_opened", "pr_opened"], "{said}");
+    let calls: Vec<String> =
+        f.db.calls()
+            .iter()
+            .map(|c| {
+                let fallback = c.meta["fallback"].as_str().unwrap_or("-");
+                format!("{} {} {} {fallback}", c.item_index, c.role, c.kind)
+            })
+            .collect();
+    assert_eq!(
+        calls,
+        [
+            "1 writer claude -",
+            "1 reviewer codex -",
+            "2 writer codex codex",
+            "2 reviewer codex -",
+        ],
+        "{said}"
+    );
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM quota_stops WHERE account = 'claude'"),
+        "1"
+    );
+    assert_eq!((api.left(), codex.left()), ((0, 0), 0), "{said}");
 }
