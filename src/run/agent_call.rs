@@ -446,7 +446,8 @@ async fn overage(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
 
 /// Why an item cannot run this night because the writer's or the reviewer's
 /// account has no credit (docs/limits.md#no-credit), if so: a no-credit stop
-/// another item (here or on another host) recorded.
+/// another item (here or on another host) recorded — of every agent of the
+/// role, its fallback's account too (docs/limits.md#fallback).
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
