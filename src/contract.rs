@@ -198,6 +198,10 @@ pub struct AgentSpec {
     pub kind: String,
     /// Model, if configured.
     pub model: Option<String>,
+    /// A fallback's name in the config (`[writer] fallback`); left out of
+    /// the JSON for the writer and the reviewer themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Extra permission flags (claude writer), if configured.
     pub permission_flags: Option<Vec<String>>,
 }
@@ -209,8 +213,18 @@ impl From<&AgentConfig> for AgentSpec {
             command: a.command.clone(),
             permission_flags: a.permission_flags.clone(),
             model: a.model.clone(),
+            name: None,
         }
     }
+}
+
+/// The fallback of `primary` as sealed (docs/limits.md#fallback): its
+/// spec with its name.
+fn fallback_spec(c: &Config, primary: &AgentConfig) -> Option<AgentSpec> {
+    c.fallback_of(primary).map(|(name, a)| AgentSpec {
+        name: Some(name),
+        ..AgentSpec::from(&a)
+    })
 }
 
 /// One sealed contract (docs/contract.md#contract). Serialises to canonical JSON via
@@ -257,6 +271,11 @@ pub struct Contract {
     pub recipe: Option<RecipeRef>,
     /// The read-only reviewer.
     pub reviewer: AgentSpec,
+    /// The reviewer used while the reviewer's account is paused, or while
+    /// the writer's fallback is of the reviewer's vendor
+    /// (docs/limits.md#fallback); left out of the JSON when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reviewer_fallback: Option<AgentSpec>,
     /// `[sandbox]` as the item's calls run under it (docs/security.md#the-sandbox):
     /// mode, `allow_hosts`, `read`, `write`. Left out while all default, so
     /// contracts sealed before it keep their SHA (absent reads as default).
@@ -277,6 +296,11 @@ pub struct Contract {
     pub version: u32,
     /// The writer.
     pub writer: AgentSpec,
+    /// The writer used for new items and rounds while the writer's account
+    /// is paused (docs/limits.md#fallback); left out of the JSON when none,
+    /// so contracts without one keep their SHA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer_fallback: Option<AgentSpec>,
 }
 
 impl Contract {
@@ -399,7 +423,9 @@ pub(crate) fn seal(
         notes: d.notes.clone(),
         limits,
         writer: (&c.writer).into(),
+        writer_fallback: fallback_spec(c, &c.writer),
         reviewer: (&c.reviewer).into(),
+        reviewer_fallback: fallback_spec(c, &c.reviewer),
         sandbox: c.sandbox.clone(),
         recipe: recipe_ref,
         base: c.base.clone(),
@@ -704,17 +730,33 @@ fn card_limits(s: &mut String, c: &Contract) {
     }
     let _ = writeln!(
         s,
-        "   writer    {} {}",
+        "   writer    {} {}{}",
         c.writer.kind,
-        c.writer.command.join(" ")
+        c.writer.command.join(" "),
+        card_fallback(c.writer_fallback.as_ref())
     );
     let _ = writeln!(
         s,
-        "   reviewer  {} {} (read-only)",
+        "   reviewer  {} {} (read-only){}",
         c.reviewer.kind,
-        c.reviewer.command.join(" ")
+        c.reviewer.command.join(" "),
+        card_fallback(c.reviewer_fallback.as_ref())
     );
     card_sandbox(s, &c.sandbox);
+}
+
+/// What the card adds to an agent's line for its fallback
+/// (docs/limits.md#fallback): its name, kind and command.
+fn card_fallback(f: Option<&AgentSpec>) -> String {
+    f.map(|f| {
+        format!(
+            " · fallback {} ({} {}) while its account is paused",
+            f.name.as_deref().unwrap_or(&f.kind),
+            f.kind,
+            f.command.join(" ")
+        )
+    })
+    .unwrap_or_default()
 }
 
 /// The card's sandbox line (docs/security.md#the-sandbox): the mode, what

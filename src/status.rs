@@ -319,11 +319,11 @@ impl Status {
 }
 
 /// The accounts whose quota gauges `status` and `plan` show: the
-/// configured claude and codex agents' (a `command` agent has none), each
-/// once (docs/limits.md#gauges).
+/// configured claude and codex agents' and their fallbacks' (a `command`
+/// agent has none), each once (docs/limits.md#gauges).
 pub fn gauge_accounts(config: &crate::config::Config) -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
-    for a in [&config.writer, &config.reviewer] {
+    for (_, _, a) in config.agents_in_play() {
         if a.kind != crate::config::AgentKind::Command && !v.contains(&a.account()) {
             v.push(a.account());
         }

@@ -404,6 +404,9 @@ impl Timeline {
         h.push_str("<div class=\"tl\">");
         h.push_str(&self.svg());
         h.push_str("</div>");
+        let quota = board.map(|b| b.quota.as_slice()).unwrap_or_default();
+        let sc = self.scale();
+        let quota = crate::report::quota::chart(quota, &|t| sc.x(t), (LEFT, WIDTH), self.tz);
         h.push_str("<div class=\"legend\">");
         for (class, word) in [
             ("writer", "writer"),
@@ -418,6 +421,8 @@ impl Timeline {
             );
         }
         h.push_str("<span><i style=\"background:var(--fail)\"></i>deadline</span></div>");
+        // Each quota window's use on the timeline's time axis (docs/limits.md#gauges).
+        h.push_str(&quota);
         h.push_str(&self.table());
         h.push_str("</main></body></html>\n");
         h

@@ -445,6 +445,7 @@ mod usage_tests {
             permission_flags: None,
             model: None,
             account: None,
+            fallback: None,
         };
         let r = run(&agent, &call, &CancellationToken::new()).await.unwrap();
         assert_eq!(r.failure, None);

@@ -13,13 +13,20 @@ use crate::settings::{Snapshot, agents_as_root_refusal, agents_run_as_root, tend
 fn cannot_run(loaded: &Loaded) -> Vec<String> {
     let c = &loaded.config;
     let path = std::env::var("PATH").ok();
-    let mut out: Vec<String> = [
-        (crate::agent::Role::Writer, &c.writer),
-        (crate::agent::Role::Reviewer, &c.reviewer),
-    ]
-    .into_iter()
-    .filter_map(|(role, a)| crate::agent::preflight(role, a, path.as_deref()).err())
-    .collect();
+    // The fallbacks too (docs/limits.md#fallback).
+    let mut out: Vec<String> = c
+        .agents_in_play()
+        .into_iter()
+        .filter_map(|(writes, table, a)| {
+            let role = if writes {
+                crate::agent::Role::Writer
+            } else {
+                crate::agent::Role::Reviewer
+            };
+            let why = crate::agent::preflight(role, &a, path.as_deref()).err()?;
+            Some(config::Config::name_table(&why, writes, &table))
+        })
+        .collect();
     out.extend(agents_as_root_refusal(c, &loaded.path));
     if c.verify.iter().any(|v| v == config::PLACEHOLDER_GATE) {
         out.push(format!(

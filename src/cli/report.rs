@@ -55,6 +55,7 @@ pub(crate) async fn report(
             v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
             crate::report::ci::attach(&mut v, &ci, run_ended);
             v["quota"] = quota.json();
+            quota.attach(&mut v);
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
         }
         ReportFormat::Markdown => {

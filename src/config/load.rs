@@ -67,7 +67,9 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
             }
         }
     }
+    super::fallback::default_commands(&mut config);
     validate(path, text, &config)?;
+    super::fallback::validate_fallbacks(path, text, &config)?;
     validate_workers(path, text, &config)?;
     Ok(config)
 }

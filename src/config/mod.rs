@@ -9,9 +9,11 @@
 //! The files: `types` (the tables and their defaults), `forms` (how durations, sizes and times
 //! are written), `load` (where the file is, reading it), `validate` (what serde cannot check),
 //! `error` (a refusal's wording: file, line, key and what to write), `template` (what `init`
-//! writes), `protected` (the paths protected by default).
+//! writes), `protected` (the paths protected by default), `fallback` (`[agents.NAME]` and the
+//! `fallback` keys).
 
 mod error;
+mod fallback;
 mod forms;
 mod load;
 mod protected;

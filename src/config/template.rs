@@ -75,6 +75,7 @@ protected = []                 # e.g. ["migrations/**"]: more paths no writer ma
 [writer]
 kind = "claude"                # claude | codex | command
 command = ["claude"]           # the executable and any extra arguments
+# fallback = "codex"           # example: another agent while this account is paused (an [agents.NAME] or a kind)
 
 [reviewer]
 kind = "claude"

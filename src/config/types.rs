@@ -80,6 +80,11 @@ pub struct Config {
     pub writer: AgentConfig,
     /// The read-only agent that gives the verdict.
     pub reviewer: AgentConfig,
+    /// `[agents.NAME]`: more agents, by name, that `[writer] fallback` and
+    /// `[reviewer] fallback` may name (docs/limits.md#fallback). Left out
+    /// of the serialised config while empty.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub agents: std::collections::BTreeMap<String, AgentConfig>,
     /// Title prefix → prompt template (docs/backlog.md#recipes).
     pub recipes: Vec<Recipe>,
     /// Where a message goes when a run ends (docs/config.md#notify).
@@ -157,6 +162,7 @@ impl Default for Config {
             limits: Limits::default(),
             writer: AgentConfig::default(),
             reviewer: AgentConfig::default(),
+            agents: Default::default(),
             recipes: vec![],
             notify: Targets::default(),
             jobs: 1,
@@ -303,6 +309,12 @@ pub struct AgentConfig {
     /// worker (on any host) using the same account pauses when one of them
     /// hits its limit (docs/workers.md#usage-limits). Default: the kind.
     pub account: Option<String>,
+    /// `[writer]`/`[reviewer]` only: another agent (an `[agents.NAME]`
+    /// name, or a kind, `claude`/`codex`, for that kind's own CLI) used for
+    /// new items and rounds while this agent's account is paused
+    /// (docs/limits.md#fallback); see [`Config::fallback_of`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 impl AgentConfig {
@@ -322,6 +334,7 @@ impl Default for AgentConfig {
             permission_flags: None,
             model: None,
             account: None,
+            fallback: None,
         }
     }
 }

@@ -147,14 +147,7 @@ pub async fn latest_of(pool: &PgPool, account: &str) -> Result<Vec<Reading>> {
 /// # Errors
 /// Database errors.
 pub async fn run_span(pool: &PgPool, run: Uuid) -> Result<Vec<(Reading, Reading)>> {
-    let rows: Vec<Reading> = sqlx::query_as(concat!(
-        "SELECT ",
-        reading_columns!(),
-        " FROM quota_readings WHERE run_id = $1 ORDER BY read_at, id"
-    ))
-    .bind(run)
-    .fetch_all(pool)
-    .await?;
+    let rows = run_readings(pool, run).await?;
     let mut out: Vec<(Reading, Reading)> = Vec::new();
     for r in rows {
         match out
@@ -166,6 +159,21 @@ pub async fn run_span(pool: &PgPool, run: Uuid) -> Result<Vec<(Reading, Reading)
         }
     }
     Ok(out)
+}
+
+/// Every reading of run `run`, in the order read.
+///
+/// # Errors
+/// Database errors.
+pub async fn run_readings(pool: &PgPool, run: Uuid) -> Result<Vec<Reading>> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        reading_columns!(),
+        " FROM quota_readings WHERE run_id = $1 ORDER BY read_at, id"
+    ))
+    .bind(run)
+    .fetch_all(pool)
+    .await
 }
 
 /// A reserve stop to record (a row of `quota_stops`).
@@ -268,4 +276,40 @@ pub async fn end_stops(
         .execute(pool)
         .await?;
     Ok(done.rows_affected())
+}
+
+/// One agent call a fallback agent made (docs/limits.md#fallback): the
+/// item's key, its round, the role and the fallback's name, from
+/// `agent_calls` (`meta.fallback`).
+#[derive(Debug, Clone, FromRow, Serialize)]
+pub struct FallbackCall {
+    /// The item's key.
+    pub item_key: String,
+    /// The item's index in the plan (from 1).
+    pub item_index: i32,
+    /// The round (0 when the call was in none).
+    pub round: i32,
+    /// `writer` or `reviewer`.
+    pub role: String,
+    /// The agent's kind.
+    pub kind: String,
+    /// The fallback's name in the config.
+    pub agent: String,
+}
+
+/// Run `run`'s calls made by fallback agents, one per item, round and role,
+/// in the order made.
+///
+/// # Errors
+/// Database errors.
+pub async fn fallback_calls(pool: &PgPool, run: Uuid) -> Result<Vec<FallbackCall>> {
+    sqlx::query_as(
+        "SELECT DISTINCT ON (i.item_key, coalesce(r.n, 0), a.role) i.item_key, i.item_index, coalesce(r.n, 0) AS round, a.role, a.kind, a.meta->>'fallback' AS agent \
+         FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id LEFT JOIN rounds r ON r.id = a.round_id \
+         WHERE i.run_id = $1 AND a.meta->>'fallback' IS NOT NULL \
+         ORDER BY i.item_key, coalesce(r.n, 0), a.role, a.id",
+    )
+    .bind(run)
+    .fetch_all(pool)
+    .await
 }

@@ -8,8 +8,8 @@
 //! a page escapes it where it shows it.
 //!
 //! A finished item's CI state ([`Finished::ci`], docs/github.md#ci) is its
-//! PR's watch's; issue 24's quota readings have their place
-//! ([`Board::quota`]) but no data of their own yet.
+//! PR's watch's; the quota windows over the night are the ledger's
+//! readings ([`Board::quota`], docs/limits.md#gauges).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -182,9 +182,10 @@ pub struct Board {
     pub counts: Counts,
     /// The header line itself.
     pub headline: String,
-    /// Each account's quota gauge, once the ledger records quota readings
-    /// (issue 24): empty until then.
-    pub quota: Vec<serde_json::Value>,
+    /// Each account's quota windows over the night, one series per
+    /// account and window (docs/limits.md#gauges): empty while no agent
+    /// reported a gauge.
+    pub quota: Vec<super::quota::Series>,
 }
 
 /// The facts a board is drawn from, as the ledger gives them.
@@ -219,7 +220,8 @@ pub async fn load(pool: &sqlx::PgPool, run: &RunRow) -> Result<Board, sqlx::Erro
     let findings = crate::ledger::board::findings(pool, run.id).await?;
     let slept_secs = crate::ledger::limits::slept_seconds(pool, run.id).await?;
     let ci = crate::ledger::ci::watches_of_run(pool, run.id).await?;
-    Ok(draw(&Facts {
+    let quota = super::quota::load_series(pool, run.id).await?;
+    let mut board = draw(&Facts {
         run,
         items: &items,
         workers: &workers,
@@ -227,7 +229,9 @@ pub async fn load(pool: &sqlx::PgPool, run: &RunRow) -> Result<Board, sqlx::Erro
         findings: &findings,
         slept_secs,
         ci: &ci,
-    }))
+    });
+    board.quota = quota;
+    Ok(board)
 }
 
 /// The CI state of item `key`'s PR (its latest watch): `ci_green`,

@@ -32,6 +32,10 @@ pub struct RoundSummary {
     pub gate: Vec<GateRun>,
     /// The verdict, when the reviewer ran.
     pub verdict: Option<Verdict>,
+    /// Which agents played the round when the contract names a fallback
+    /// (`writer codex (fallback) · reviewer claude`, docs/limits.md#fallback);
+    /// empty otherwise.
+    pub agents: String,
 }
 
 /// Everything the PR body shows.
@@ -399,9 +403,14 @@ fn rounds_section(s: &mut String, e: &Evidence) {
         } else {
             format!(" — {}", md_text(&one_line(&r.note, 200)))
         };
+        let agents = if r.agents.is_empty() {
+            String::new()
+        } else {
+            format!(" · {}", md_text(&r.agents))
+        };
         let _ = writeln!(
             s,
-            "{}. {} in {}{gate}{note}",
+            "{}. {} in {}{agents}{gate}{note}",
             r.n,
             r.result,
             crate::config::format_duration(Duration::from_secs(r.seconds)).replace("0ms", "0s")

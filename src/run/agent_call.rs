@@ -31,12 +31,10 @@ pub(super) enum Called {
     Stop(ItemEnd),
 }
 
-/// The config of the agent that plays `role`.
-fn agent_config(night: &Night, role: Role) -> &AgentConfig {
-    match role {
-        Role::Writer => &night.config.writer,
-        Role::Reviewer => &night.config.reviewer,
-    }
+/// The config of the agent that plays `role` in the round: the configured
+/// one or its fallback (docs/limits.md#fallback, [`super::fallback`]).
+fn agent_config(r: &Round<'_>, role: Role) -> AgentConfig {
+    r.st.cast.agent(r.item.night, role).clone()
 }
 
 /// Calls the agent of `role` in round `r`, sleeping at usage limits and
@@ -57,6 +55,7 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             let why = format!("the item timeout was reached during round {}", r.n);
             return Ok(Called::Stop(r.end(Fact::TimedOut(why))));
         }
+        super::fallback::cast(night, &mut r.st.cast, role, r.n).await?;
         if role == Role::Writer
             && attempt == 1
             && let Some(end) = round_start(r).await?
@@ -67,7 +66,7 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             return Ok(Called::Stop(end));
         }
         let call = agent_call(r, role, attempt, left);
-        let report = match agent::call(agent_config(night, role), &call, r.item.cancel).await {
+        let report = match agent::call(&agent_config(r, role), &call, r.item.cancel).await {
             Ok(report) => report,
             // The same executable would fail every item: the run stops
             // and is resumed once it is fixed.
@@ -92,10 +91,15 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             CallEnd::NoCredit(reading) => {
                 return Ok(Called::Stop(no_credit(r, role, &reading).await?));
             }
-            CallEnd::UsageLimit(reading) => match usage_limit(r, role, &reading).await? {
-                Some(end) => return Ok(Called::Stop(end)),
-                None => continue,
-            },
+            CallEnd::UsageLimit(reading) => {
+                if fall_back(r, role, &reading).await? {
+                    continue;
+                }
+                match usage_limit(r, role, &reading).await? {
+                    Some(end) => return Ok(Called::Stop(end)),
+                    None => continue,
+                }
+            }
             CallEnd::Transient(reading) if throttles < MAX_THROTTLE_RETRIES => {
                 throttles += 1;
                 match throttled(r, role, &reading).await? {
@@ -130,7 +134,7 @@ fn agent_call(r: &Round<'_>, role: Role, attempt: u32, left: std::time::Duration
     };
     let mut env = crate::build_output::for_slot(&night.agent_env, &item.slot.path);
     let log_dir = agent::call_dir(item.dir, r.n, role, attempt);
-    let kind = agent_config(night, role).kind;
+    let kind = agent_config(r, role).kind;
     let sandbox = super::sandbox::for_agent(
         night,
         c,
@@ -166,8 +170,8 @@ async fn count(
     report: &agent::Report,
 ) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
-    let kind = agent_config(night, role).kind.to_string();
-    let account = agent_config(night, role).account();
+    let cfg = agent_config(r, role);
+    let (kind, account) = (cfg.kind.to_string(), cfg.account());
     let call = AgentCall {
         item_id: r.item.item_id,
         round_id: Some(r.id),
@@ -175,18 +179,12 @@ async fn count(
         kind: &kind,
         account: &account,
         round: Some(r.n),
+        fallback: r.st.cast.fallback(role),
         report,
     };
     r.item.record.agent_call(&call).await?;
     let worker = r.item.record.worker_id();
-    super::quota::after_call(
-        night,
-        agent_config(night, role),
-        report,
-        r.item.run_id,
-        &worker,
-    )
-    .await?;
+    super::quota::after_call(night, &cfg, report, r.item.run_id, &worker).await?;
     let totals = &mut r.st.totals;
     totals.tokens = totals.tokens.saturating_add(report.usage.total_tokens());
     if let Some(cost) = report.usage.cost_usd {
@@ -228,12 +226,11 @@ async fn usage_limit(
 ) -> Result<Option<ItemEnd>, Error> {
     let (night, run_id, item_id) = (r.item.night, r.item.run_id, r.item.item_id);
     let pool = &night.pool;
-    let cfg = agent_config(night, role);
+    let cfg = agent_config(r, role);
     let kind = cfg.kind.to_string();
     let now = night.clock.now();
     let message = night.redact(&reading.message);
-    let sleep = limit::sleep_for(reading, now, &sleep_policy(&night.config.limits));
-    let until = now + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1));
+    let until = limit_until(night, reading);
     if until >= night.deadline {
         // No sleep is taken (nor recorded): the run stops now.
         let reset = reading
@@ -271,6 +268,33 @@ async fn usage_limit(
     tracing::info!(until = %until, agent = %cfg.kind, "usage limit: sleeping until reset");
     let why = "stopped by a signal while sleeping at a usage limit";
     sleep_at_limit(r, role, &limit_sleep, why).await
+}
+
+/// Until when a usage limit read as `reading` pauses its account: its
+/// reset (plus the buffer) under the sleep policy, an hour when unknown.
+fn limit_until(night: &Night, reading: &LimitReading) -> chrono::DateTime<chrono::Utc> {
+    let now = night.clock.now();
+    let sleep = limit::sleep_for(reading, now, &sleep_policy(&night.config.limits));
+    now + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::hours(1))
+}
+
+/// At a usage limit of the agent playing `role`: when another agent of
+/// the role has room (docs/limits.md#fallback), the account's pause is
+/// recorded for every worker as at any usage limit, the other agent is
+/// cast, and the call is made again with it instead of sleeping.
+async fn fall_back(r: &mut Round<'_>, role: Role, reading: &LimitReading) -> Result<bool, Error> {
+    let night = r.item.night;
+    let account = agent_config(r, role).account();
+    if !super::fallback::instead_of_sleeping(night, &mut r.st.cast, (role, r.n), &account).await? {
+        return Ok(false);
+    }
+    let (pool, run_id, worker) = (&night.pool, r.item.run_id, r.item.record.worker_id());
+    let (until, message) = (limit_until(night, reading), night.redact(&reading.message));
+    night
+        .db(|| queue::pause_account(pool, &account, until, Some(run_id), &worker, &message))
+        .await?;
+    tracing::info!(account = %account, until = %until, role = role.as_str(), "usage limit: the fallback agent takes the call over");
+    Ok(true)
 }
 
 /// Records the usage-limit sleep `s` (and that the run sleeps), sleeps
@@ -312,7 +336,7 @@ async fn throttled(
     reading: &LimitReading,
 ) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
-    let kind = agent_config(night, role).kind.to_string();
+    let kind = agent_config(r, role).kind.to_string();
     let now = night.clock.now();
     let message = night.redact(&reading.message);
     let wait = limit::sleep_for(reading, now, &sleep_policy(&night.config.limits));
@@ -353,7 +377,7 @@ async fn no_credit(
     reading: &LimitReading,
 ) -> Result<ItemEnd, Error> {
     let night = r.item.night;
-    let cfg = agent_config(night, role);
+    let cfg = agent_config(r, role);
     let (pool, run_id, until) = (&night.pool, r.item.run_id, night.deadline);
     let (account, worker) = (cfg.account(), r.item.record.worker_id());
     let message = night.redact(reading.message.trim());
@@ -380,11 +404,27 @@ async fn no_credit(
 
 /// Before a round's first call (docs/limits.md#reserve): no new round of
 /// an account whose quota is kept for the day (a round that started
-/// finishes), and an account drawing on paid overage pauses first.
+/// finishes; a window that resets before the deadline is waited for), and
+/// an account drawing on paid overage pauses first.
 async fn round_start(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
-    if let Some(why) = super::quota::reserved(r.item.night).await? {
-        let why = format!("stopped before round {}: {why}", r.n);
-        return Ok(Some(r.end(Fact::QuotaReserved(why))));
+    let (night, ids) = (r.item.night, (r.item.run_id, Some(r.item.item_id)));
+    let from = Instant::now();
+    let waited = super::quota::wait_reserve(night, &r.item.record, ids, r.item.cancel).await?;
+    // A wait for the window's reset is not the item's work time.
+    r.st.deadline += from.elapsed();
+    match waited {
+        super::quota::Reserve::Free if from.elapsed().as_secs() >= 1 => {
+            r.phase(Role::Writer.phase()).await?;
+        }
+        super::quota::Reserve::Free => {}
+        super::quota::Reserve::Reserved(why) => {
+            let why = format!("stopped before round {}: {why}", r.n);
+            return Ok(Some(r.end(Fact::QuotaReserved(why))));
+        }
+        super::quota::Reserve::Signal => {
+            let why = "stopped by a signal while waiting for a quota window to reset";
+            return Ok(Some(r.end(Fact::Signal(why.into()))));
+        }
     }
     overage(r).await
 }
@@ -397,8 +437,7 @@ async fn round_start(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
 async fn overage(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
     for role in [Role::Writer, Role::Reviewer] {
-        if let Some(reading) = super::quota::overage_pause(night, agent_config(night, role)).await?
-        {
+        if let Some(reading) = super::quota::overage_pause(night, &agent_config(r, role)).await? {
             return usage_limit(r, role, &reading).await;
         }
     }
@@ -407,20 +446,28 @@ async fn overage(r: &mut Round<'_>) -> Result<Option<ItemEnd>, Error> {
 
 /// Why an item cannot run this night because the writer's or the reviewer's
 /// account has no credit (docs/limits.md#no-credit), if so: a no-credit stop
-/// another item (here or on another host) recorded.
+/// another item (here or on another host) recorded — of every agent of the
+/// role, its fallback's account too (docs/limits.md#fallback).
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
 pub(super) async fn without_credit(night: &Night) -> Result<Option<String>, Error> {
-    for (role, cfg) in [
-        (Role::Writer, &night.config.writer),
-        (Role::Reviewer, &night.config.reviewer),
-    ] {
-        let (pool, account) = (&night.pool, cfg.account());
-        if let Some(message) = night
-            .db(|| queue::account_without_credit(pool, &account))
-            .await?
-        {
+    'roles: for role in [Role::Writer, Role::Reviewer] {
+        let mut first = None;
+        // A fallback with credit lets the item run (docs/limits.md#fallback).
+        for account in super::fallback::accounts(night, role) {
+            let pool = &night.pool;
+            match night
+                .db(|| queue::account_without_credit(pool, &account))
+                .await?
+            {
+                Some(message) => {
+                    first.get_or_insert((account, message));
+                }
+                None => continue 'roles,
+            }
+        }
+        if let Some((account, message)) = first {
             return Ok(Some(format!(
                 "the {} agent's account {account:?} has no credit this night ({message}): add credit or fix its billing, and the next drain takes the item up",
                 role.as_str()
@@ -436,7 +483,7 @@ pub(super) async fn without_credit(night: &Night) -> Result<Option<String>, Erro
 /// outlasts the deadline or a signal ends the wait. Not an attempt's failure.
 async fn account_pause(r: &mut Round<'_>, role: Role) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
-    let cfg = agent_config(night, role);
+    let cfg = agent_config(r, role);
     let (pool, account) = (&night.pool, cfg.account());
     // An account without credit is not waited for: the item stops.
     if let Some(why) = without_credit(night).await? {

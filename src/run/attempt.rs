@@ -182,10 +182,19 @@ async fn not_to_run(at: &Attempt<'_>, branch: &str) -> Result<Option<ItemEnd>, E
         let why = format!("not started: {why}");
         return Ok(Some(decide::end(Fact::NoCredit(why))));
     }
-    // An account whose quota is kept for the day (docs/limits.md#reserve).
-    if let Some(why) = super::quota::reserved(night).await? {
-        let why = format!("not started: {why}");
-        return Ok(Some(decide::end(Fact::QuotaReserved(why))));
+    // An account whose quota is kept for the day (docs/limits.md#reserve):
+    // waited for when its window resets before the deadline.
+    let ids = (at.run_id, Some(at.item_id));
+    match super::quota::wait_reserve(night, &at.record, ids, at.cancel).await? {
+        super::quota::Reserve::Free => {}
+        super::quota::Reserve::Reserved(why) => {
+            let why = format!("not started: {why}");
+            return Ok(Some(decide::end(Fact::QuotaReserved(why))));
+        }
+        super::quota::Reserve::Signal => {
+            let why = "stopped by a signal while waiting for a quota window to reset".into();
+            return Ok(Some(decide::end(Fact::Signal(why))));
+        }
     }
     // Last, right before the work: no agent time for a PR that would not
     // be opened (config `max_open_prs`).

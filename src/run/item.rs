@@ -103,6 +103,9 @@ pub(super) struct Progress {
     pub last_failure: (Option<RoundFailure>, String),
     /// The setup commands' runs, for the PR body.
     pub setup: Vec<GateRun>,
+    /// Who plays the writer and the reviewer now: the configured agents
+    /// or their fallbacks (docs/limits.md#fallback).
+    pub cast: super::fallback::Cast,
 }
 
 impl Progress {
@@ -118,6 +121,7 @@ impl Progress {
             rounds: Vec::new(),
             last_failure: (None, String::new()),
             setup: Vec::new(),
+            cast: Default::default(),
         }
     }
 

@@ -76,6 +76,7 @@ mod checks;
 pub mod ci;
 mod decide;
 mod ended;
+mod fallback;
 mod heart;
 mod item;
 mod live_output;

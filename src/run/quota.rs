@@ -198,34 +198,144 @@ fn log_reading(account: &str, g: &Gauge) {
     }
 }
 
-/// Why no new item or round of the writer's or the reviewer's account
-/// may start (docs/limits.md#reserve), if so: a running reserve stop
-/// (recorded by any worker on any host), with the window, its use, the
-/// reserve and the reset in the words.
+/// A reserve stop that keeps the item from starting
+/// (docs/limits.md#reserve): why (the window, its use, the reserve and the
+/// reset in the words), until when, and the account.
+struct Held {
+    why: String,
+    until: DateTime<Utc>,
+    resets_at: Option<DateTime<Utc>>,
+    account: String,
+}
+
+/// The running reserve stop (recorded by any worker on any host) of the
+/// writer's or the reviewer's account that keeps new items and rounds from
+/// starting, if one does: every agent of the role stopped (the configured
+/// one's, with its fallback's account stopped too).
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
-pub(super) async fn reserved(night: &Night) -> Result<Option<String>, Error> {
+async fn held(night: &Night) -> Result<Option<Held>, Error> {
     for (role, cfg) in [
         (Role::Writer, &night.config.writer),
         (Role::Reviewer, &night.config.reviewer),
     ] {
-        let (pool, account) = (&night.pool, cfg.account());
-        let Some(stop) = night.db(|| rows::running_stop(pool, &account)).await? else {
+        let account = cfg.account();
+        // A fallback free of a stop lets the item start (docs/limits.md#fallback).
+        let Some(stop) = all_stopped(night, cfg).await? else {
             continue;
         };
         let reset = stop
             .resets_at
             .map(|t| format!("resets at {}", local(t, night.tz)))
             .unwrap_or_else(|| "reset unknown".into());
-        return Ok(Some(format!(
+        let why = format!(
             "the {} agent's account {account:?} has used {:.0}% of its {} window ({reset}); [quota] reserve keeps {:.0}% for the day, so nothing more of it starts until {}",
             role.as_str(),
             stop.percent,
             stop.quota_window,
             stop.reserve,
             local(stop.until, night.tz)
-        )));
+        );
+        return Ok(Some(Held {
+            why,
+            until: stop.until,
+            resets_at: stop.resets_at,
+            account,
+        }));
     }
     Ok(None)
+}
+
+/// How long a worker waiting for a reserve stop sleeps between looks at
+/// the ledger: another worker's reading of the reset window ends the stop
+/// early (docs/limits.md#reserve), and every waiting worker sees it then.
+const RESERVE_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How a wait for a reserve stop ended ([`wait_reserve`]).
+pub(super) enum Reserve {
+    /// No stop holds the item's accounts (any more): it may start.
+    Free,
+    /// A stop lasts until the deadline or later: the reason the item ends
+    /// `quota_reserved` with.
+    Reserved(String),
+    /// A signal came while waiting.
+    Signal,
+}
+
+/// Before an item or a round (docs/limits.md#reserve): while a reserve
+/// stop holds the writer's or the reviewer's account and ends before the
+/// deadline (the window resets tonight), waits for it — recorded as a
+/// `quota_reserve` sleep of item `item_id` — looking at the ledger every
+/// [`RESERVE_POLL`], so that a stop another worker ended (it read the reset
+/// window) or one that expired lets every waiting worker go on. A stop that
+/// lasts until the deadline is not waited for: [`Reserve::Reserved`].
+///
+/// # Errors
+/// The ledger stays away (see [`Night::db`]).
+pub(super) async fn wait_reserve(
+    night: &Night,
+    record: &super::record::Record<'_>,
+    (run_id, item_id): (uuid::Uuid, Option<i64>),
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Reserve, Error> {
+    let mut recorded = None;
+    loop {
+        let Some(h) = held(night).await? else {
+            if recorded.is_some() {
+                tracing::info!("quota reserve stop over: the account resumes");
+            }
+            return Ok(Reserve::Free);
+        };
+        if h.until >= night.deadline {
+            return Ok(Reserve::Reserved(h.why));
+        }
+        let now = night.clock.now();
+        if recorded != Some(h.until) {
+            let sleep = crate::ledger::limits::LimitSleep {
+                run_id,
+                item_id,
+                agent: &h.account,
+                kind: "quota_reserve",
+                message: &h.why,
+                from: now,
+                until: h.until,
+                resets_at: h.resets_at,
+            };
+            record.limit_sleep(&sleep).await?;
+            record.sleeping(h.until, &h.account).await?;
+            tracing::info!(account = %h.account, until = %h.until, "quota reserve: waiting for the window to reset");
+            recorded = Some(h.until);
+        }
+        let poll = chrono::Duration::from_std(RESERVE_POLL).unwrap_or_default();
+        let next = h.until.min(now + poll);
+        let slept = crate::schedule::sleep_until(
+            night.clock.as_ref(),
+            next,
+            cancel,
+            crate::schedule::DEFAULT_SLICE,
+        )
+        .await;
+        if slept == crate::schedule::SleepOutcome::Cancelled {
+            return Ok(Reserve::Signal);
+        }
+    }
+}
+
+/// The reserve stop that keeps `primary` (`[writer]` or `[reviewer]`) and
+/// its fallback, if any, from starting: `primary`'s stop when the
+/// fallback's account is stopped too; `None` when one of them is free.
+async fn all_stopped(night: &Night, primary: &AgentConfig) -> Result<Option<rows::Stop>, Error> {
+    let pool = &night.pool;
+    let fallback = night.config.fallback_of(primary).map(|(_, a)| a.account());
+    let mut first = None;
+    for account in std::iter::once(primary.account()).chain(fallback) {
+        match night.db(|| rows::running_stop(pool, &account)).await? {
+            Some(stop) => {
+                first.get_or_insert(stop);
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(first)
 }

@@ -516,6 +516,9 @@ pub(super) struct AgentCall<'a> {
     pub account: &'a str,
     /// The round's number, if the call was in one.
     pub round: Option<u32>,
+    /// The fallback's name when a fallback agent made the call
+    /// (docs/limits.md#fallback); kept in the row's `meta`.
+    pub fallback: Option<&'a str>,
     /// What the call gave back.
     pub report: &'a crate::agent::Report,
 }
@@ -563,6 +566,7 @@ impl AgentCall<'_> {
             "stdout_bytes": o.stdout_bytes,
             "stderr_bytes": o.stderr_bytes,
             "signal": o.signal,
+            "fallback": self.fallback,
         });
         rounds::AgentCallRow {
             item_id: self.item_id,

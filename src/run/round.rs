@@ -195,6 +195,7 @@ impl Round<'_> {
             note: f.note,
             gate: f.gate,
             verdict: f.verdict,
+            agents: self.st.cast.describe(self.item.night),
         });
         if checks::no_progress(&mut self.st.history, &f.diff_hash, &f.sig) {
             return Step::end(self.end(Fact::NoProgress(stuck)));
@@ -587,7 +588,7 @@ async fn review(r: &mut Round<'_>, g: Gated) -> Result<Step, Error> {
             return Ok(Step::end(r.end(Fact::Fault(why))));
         }
     };
-    let kind = night.config.reviewer.kind;
+    let kind = r.st.cast.agent(night, Role::Reviewer).kind;
     let fp_before = &g.before_review;
     let void_reason = agent::review_void_reason(kind, &reviewer, fp_before, &fp_after);
     // The next item's reset starts from this walk, kept up to date by its
@@ -637,6 +638,7 @@ async fn decide(r: &mut Round<'_>, v: Reviewed) -> Result<Step, Error> {
         note: String::new(),
         gate: v.gated.gates.clone(),
         verdict: Some(verdict.clone()),
+        agents: r.st.cast.describe(r.item.night),
     });
     Ok(Step::Done(RoundEnd::Approved(Box::new(Approved {
         reviewed: v,

@@ -191,13 +191,17 @@ fn check_approve_arg(approve: Option<&str>) -> Result<()> {
 /// Exit 2 naming the missing CLI; database errors.
 pub async fn preflight_agents(req: &Request, held: &Held, env: &Environments) -> Result<()> {
     let config = &req.config;
-    for (role, a) in [
-        (crate::agent::Role::Writer, &config.writer),
-        (crate::agent::Role::Reviewer, &config.reviewer),
-    ] {
+    // The fallbacks too (docs/limits.md#fallback): one missing at 03:00 would stop the night.
+    for (writes, table, a) in &config.agents_in_play() {
+        let role = if *writes {
+            crate::agent::Role::Writer
+        } else {
+            crate::agent::Role::Reviewer
+        };
         if let Err(why) =
             crate::agent::preflight(role, a, env.agent_env.get("PATH").map(String::as_str))
         {
+            let why = crate::config::Config::name_table(&why, *writes, table);
             crate::ledger::events::event(
                 held.pool(),
                 None,

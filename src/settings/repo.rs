@@ -68,7 +68,11 @@ pub fn load_config(given: Option<&Path>, repo: &Path) -> Result<Loaded> {
     // An agent given by a relative path (`./tools/writer.sh`) means the
     // repository's file; agents run in the checkout, where that relative
     // path would point elsewhere (or nowhere).
-    for a in [&mut loaded.config.writer, &mut loaded.config.reviewer] {
+    let c = &mut loaded.config;
+    for a in [&mut c.writer, &mut c.reviewer]
+        .into_iter()
+        .chain(c.agents.values_mut())
+    {
         if let Some(exe) = a.command.first_mut()
             && exe.contains('/')
             && Path::new(exe.as_str()).is_relative()
@@ -97,7 +101,14 @@ pub fn checked_load(path: &Path) -> Result<Loaded> {
 /// the line of its `command` key.
 fn codex_rule(loaded: &Loaded) -> std::result::Result<(), config::ConfigError> {
     let c = &loaded.config;
-    for (name, a) in [("writer", &c.writer), ("reviewer", &c.reviewer)] {
+    let agents = c.agents.iter().map(|(n, a)| (format!("agents.{n}"), a));
+    for (name, a) in [
+        ("writer".to_string(), &c.writer),
+        ("reviewer".into(), &c.reviewer),
+    ]
+    .into_iter()
+    .chain(agents)
+    {
         if a.kind == config::AgentKind::Codex
             && let Some(arg) = crate::agent::codex::conflicting_argument(&a.command)
         {

@@ -195,11 +195,12 @@ fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
         return Ok(());
     };
     let c = &first.contract;
-    if let Some(e) = plan
-        .entries
-        .iter()
-        .find(|e| e.contract.writer != c.writer || e.contract.reviewer != c.reviewer)
-    {
+    if let Some(e) = plan.entries.iter().find(|e| {
+        e.contract.writer != c.writer
+            || e.contract.reviewer != c.reviewer
+            || e.contract.writer_fallback != c.writer_fallback
+            || e.contract.reviewer_fallback != c.reviewer_fallback
+    }) {
         return Err(Error::refused(format!(
             "the run's contracts name different agents (item {:?} differs from item {:?}); a worker runs one pair",
             e.item.title, first.item.title
@@ -209,15 +210,64 @@ fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
         (&mut config.writer, &c.writer),
         (&mut config.reviewer, &c.reviewer),
     ] {
-        agent.kind = serde_json::from_value(serde_json::Value::from(spec.kind.as_str())).map_err(|_| {
-            Error::config(format!(
-                "the run's contracts name the agent kind {:?}, which this nightshift does not know; install the same nightshift version on every host",
-                spec.kind
-            ))
-        })?;
+        agent.kind = kind_of(spec)?;
         agent.command = spec.command.clone();
         agent.permission_flags = spec.permission_flags.clone();
         agent.model = spec.model.clone();
+    }
+    adopt_fallbacks(config, [&c.writer_fallback, &c.reviewer_fallback])
+}
+
+/// The agent kind a contract's `spec` names.
+///
+/// # Errors
+/// Exit 2 when this build does not know it.
+fn kind_of(spec: &crate::contract::AgentSpec) -> Result<crate::config::AgentKind> {
+    serde_json::from_value(serde_json::Value::from(spec.kind.as_str())).map_err(|_| {
+        Error::config(format!(
+            "the run's contracts name the agent kind {:?}, which this nightshift does not know; install the same nightshift version on every host",
+            spec.kind
+        ))
+    })
+}
+
+/// The fallback agents sealed in the run's contract (`sealed`: the
+/// writer's, the reviewer's; docs/limits.md#fallback) replace this host's:
+/// each named as sealed, with its sealed kind, command and flags, and the
+/// account this host's config gives an agent of that name (else its kind).
+///
+/// # Errors
+/// Exit 2 when a contract names an agent kind this build does not know.
+fn adopt_fallbacks(
+    config: &mut Config,
+    sealed: [&Option<crate::contract::AgentSpec>; 2],
+) -> Result<()> {
+    config.writer.fallback = None;
+    config.reviewer.fallback = None;
+    for (is_writer, spec) in [(true, sealed[0]), (false, sealed[1])] {
+        let Some(spec) = spec else { continue };
+        let name = spec.name.clone().unwrap_or_else(|| spec.kind.clone());
+        let kind = kind_of(spec)?;
+        let probe = crate::config::AgentConfig {
+            fallback: Some(name.clone()),
+            ..Default::default()
+        };
+        let account = config.fallback_of(&probe).and_then(|(_, a)| a.account);
+        let agent = crate::config::AgentConfig {
+            kind,
+            command: spec.command.clone(),
+            permission_flags: spec.permission_flags.clone(),
+            model: spec.model.clone(),
+            account,
+            fallback: None,
+        };
+        config.agents.insert(name.clone(), agent);
+        let primary = if is_writer {
+            &mut config.writer
+        } else {
+            &mut config.reviewer
+        };
+        primary.fallback = Some(name);
     }
     Ok(())
 }
@@ -262,4 +312,52 @@ fn missing_program(command: &str) -> Option<String> {
     which::which_global(program)
         .is_err()
         .then(|| program.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{AgentKind, Config};
+    use crate::contract::AgentSpec;
+
+    /// A worker runs the fallback sealed in the contract, with this host's
+    /// account for its name; a fallback this host configures but the
+    /// contract does not seal is dropped.
+    #[test]
+    fn a_worker_adopts_the_sealed_fallbacks_with_its_own_accounts() {
+        let mut c: Config = toml::from_str(
+            "[reviewer]\nfallback = \"codex\"\n[agents.spare]\nkind = \"codex\"\naccount = \"team-b\"\n",
+        )
+        .unwrap();
+        let sealed = Some(AgentSpec {
+            command: vec!["/opt/codex".into(), "-c".into(), "x=1".into()],
+            kind: "codex".into(),
+            model: Some("m".into()),
+            name: Some("spare".into()),
+            permission_flags: None,
+        });
+        super::adopt_fallbacks(&mut c, [&sealed, &None]).unwrap();
+        let (name, a) = c.fallback_of(&c.writer).unwrap();
+        assert_eq!(
+            (
+                name.as_str(),
+                a.kind,
+                a.command[0].as_str(),
+                a.model.as_deref(),
+                a.account()
+            ),
+            (
+                "spare",
+                AgentKind::Codex,
+                "/opt/codex",
+                Some("m"),
+                "team-b".to_string()
+            )
+        );
+        assert!(c.fallback_of(&c.reviewer).is_none());
+        let unknown = Some(AgentSpec {
+            kind: "gemini".into(),
+            ..sealed.clone().unwrap()
+        });
+        assert!(super::adopt_fallbacks(&mut c, [&unknown, &None]).is_err());
+    }
 }

@@ -111,6 +111,7 @@ fn claude_agent(bin: &Path) -> AgentConfig {
         permission_flags: None,
         model: None,
         account: None,
+        fallback: None,
     }
 }
 

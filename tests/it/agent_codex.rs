@@ -97,6 +97,7 @@ fn real_agent(fake: &FakeResponses) -> AgentConfig {
         permission_flags: None,
         model: None,
         account: None,
+        fallback: None,
     }
 }
 
@@ -770,6 +771,7 @@ async fn replay_codex_that_does_not_exit_after_its_turn_is_ended_and_the_turn_st
         permission_flags: None,
         model: None,
         account: None,
+        fallback: None,
     };
     let r = agent::call(&agent, &call, &CancellationToken::new())
         .await
@@ -1008,6 +1010,7 @@ impl Replay {
             permission_flags: None,
             model: None,
             account: None,
+            fallback: None,
         };
         agent::call(&agent, &call, &CancellationToken::new())
             .await

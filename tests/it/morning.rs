@@ -337,6 +337,7 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
             note: String::new(),
             gate: vec![big("a"), big("b"), big("c")],
             verdict: None,
+            agents: String::new(),
         }],
         verdict: nightshift::review::Verdict {
             verdict: nightshift::review::Decision::Approve,
@@ -1171,7 +1172,11 @@ fn chromium() -> std::path::PathBuf {
 
 /// Loads `page` in headless Chromium at `width` px; returns the DOM as the
 /// browser built it and what the browser logged (console messages included).
-fn render(page: &std::path::Path, width: u32, profile: &std::path::Path) -> (String, String) {
+pub(crate) fn render(
+    page: &std::path::Path,
+    width: u32,
+    profile: &std::path::Path,
+) -> (String, String) {
     let out = std::process::Command::new(chromium())
         .args([
             "--headless",
@@ -1200,6 +1205,16 @@ fn render(page: &std::path::Path, width: u32, profile: &std::path::Path) -> (Str
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The lines of a browser log (see [`render`]) that say a page went wrong:
+/// console messages, uncaught errors, a file it could not load.
+pub(crate) fn console_errors(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
+        })
+        .collect()
 }
 
 /// `report --html` draws the night: one bar per round the ledger holds, one
@@ -1262,12 +1277,7 @@ async fn html_report_draws_one_bar_per_round_in_a_real_browser() {
         assert!(
             dom.contains("tests_failed") && dom.contains("pr_opened") && dom.contains("blocked")
         );
-        let console: Vec<&str> = log
-            .lines()
-            .filter(|l| {
-                l.contains("CONSOLE") || l.contains("Uncaught") || l.contains("ERR_FILE_NOT_FOUND")
-            })
-            .collect();
+        let console = console_errors(&log);
         assert!(console.is_empty(), "console at {width} px: {console:?}");
     }
 }

@@ -52,6 +52,77 @@ fn script_item(api: &FakeAnthropic, file: &str) {
     )]);
 }
 
+/// The items' outcomes in `report --json` `rep`, in plan order.
+fn outcomes(rep: &serde_json::Value) -> Vec<&str> {
+    rep["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["outcome"].as_str().unwrap())
+        .collect()
+}
+
+/// A writer turn that runs `sleep WAIT; echo WORD >> calc.txt` with Bash.
+fn bash(word: &str, wait: u32) -> Reply {
+    Reply::Tools(
+        None,
+        vec![tool(
+            "Bash",
+            json!({"command": format!("sleep {wait}; echo {word} >> calc.txt"), "description": "append a word"}),
+        )],
+    )
+}
+
+/// A reviewer turn giving `v` with `findings` through its verdict tool.
+fn verdict(v: &str, findings: &[&str]) -> Reply {
+    Reply::Tools(
+        None,
+        vec![tool(
+            "StructuredOutput",
+            json!({"verdict": v, "findings": findings, "conditions": []}),
+        )],
+    )
+}
+
+/// Drains "Add sub", "Add mul" and "Add div" with two workers and
+/// `reserve = "30%"` (each item's answers set with `by_item`); returns the
+/// fixture, `report --json` and both as text for a failure.
+fn three_items_two_workers(
+    api: &FakeAnthropic,
+    gh: &common::github::FakeGitHub,
+) -> (common::Fixture, serde_json::Value, String) {
+    let f = world(api, gh, "reserve = \"30%\"");
+    f.write(
+        "NEXT.md",
+        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
+    );
+    let out = f.drain_exits(0, &["--jobs", "2"]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    (f, rep, said)
+}
+
+/// Gives `f`'s agents a CODEX_HOME of their own and the fake's key, and
+/// returns the real Codex CLI's argv pointed at `codex`, as a TOML list of
+/// literal strings (the provider table is full of double quotes).
+fn with_codex(
+    f: &mut common::Fixture,
+    codex: &crate::fakes_codex::responses::FakeResponses,
+) -> String {
+    let home = f.dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    f.extra_env
+        .push(("CODEX_HOME".into(), home.display().to_string()));
+    f.extra_env
+        .push(("FAKE_KEY".into(), "fake-key-for-the-local-server".into()));
+    let mut argv = vec![crate::fakes_codex::cli::real_codex().display().to_string()];
+    argv.extend(codex.provider_args());
+    argv.iter()
+        .map(|a| format!("'{a}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -81,12 +152,7 @@ async fn the_reserve_stops_new_items_at_the_first_reading_over_it() {
     }
     let out = f.drain_exits(0, &[]);
     let rep = f.report();
-    let outcomes: Vec<&str> = rep["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["outcome"].as_str().unwrap())
-        .collect();
+    let outcomes = outcomes(&rep);
     assert_eq!(
         outcomes,
         ["pr_opened", "pr_opened", "quota_reserved", "quota_reserved"],
@@ -183,12 +249,7 @@ async fn overage_in_use_pauses_the_account_unless_allowed() {
             .to_string();
         let out = f.run(&["drain", "--deadline", &deadline, "--tz", "UTC"]);
         let rep = f.report();
-        let outcomes: Vec<&str> = rep["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["outcome"].as_str().unwrap())
-            .collect();
+        let outcomes = outcomes(&rep);
         let said = format!("{rep:#}\n{}", common::text(&out));
         if allow {
             assert_eq!(out.status.code(), Some(0), "{said}");
@@ -304,6 +365,7 @@ async fn the_real_codex_cli_s_gauges_are_read_from_its_session_file() {
         permission_flags: None,
         model: None,
         account: None,
+        fallback: None,
     };
     let r = agent::call(&agent, &call, &tokio_util::sync::CancellationToken::new())
         .await
@@ -346,24 +408,6 @@ async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_c
     let api = FakeAnthropic::start().await;
     let gh = common::github::FakeGitHub::start().await;
     let resets = (now() + 3600, (now() / 60 + 3 * 24 * 60) * 60);
-    let bash = |word: &str, wait: u32| {
-        Reply::Tools(
-            None,
-            vec![tool(
-                "Bash",
-                json!({"command": format!("sleep {wait}; echo {word} >> calc.txt"), "description": "append a word"}),
-            )],
-        )
-    };
-    let verdict = |v: &str, findings: &[&str]| {
-        Reply::Tools(
-            None,
-            vec![tool(
-                "StructuredOutput",
-                json!({"verdict": v, "findings": findings, "conditions": []}),
-            )],
-        )
-    };
     let done = || Reply::Text("Done.".into());
     api.by_item(
         "Add sub",
@@ -383,14 +427,7 @@ async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_c
         verdict("approve", &[]),
         unified(0.1, 0.2, resets, false),
     );
-    let f = world(&api, &gh, "reserve = \"30%\"");
-    f.write(
-        "NEXT.md",
-        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
-    );
-    let out = f.drain_exits(0, &["--jobs", "2"]);
-    let rep = f.report();
-    let said = format!("{rep:#}\n{}", common::text(&out));
+    let (f, rep, said) = three_items_two_workers(&api, &gh);
     let outcome = |i: usize| rep["items"][i]["outcome"].as_str().unwrap().to_string();
     assert_eq!(
         [outcome(0), outcome(1), outcome(2)],
@@ -416,4 +453,308 @@ async fn one_worker_s_reading_over_the_reserve_stops_the_other_before_its_next_c
         "2",
         "one writer and one reviewer call, no round 2"
     );
+}
+
+/// The writer `claude` (the real CLI, a subscription login) with
+/// `fallback = "codex"` (the real Codex CLI, `[agents.codex]`) and a claude
+/// reviewer. Item 1's first writer call is refused at the 5-hour limit
+/// (reset in ~25 s): instead of sleeping, the fallback writes the round;
+/// its reviewer stays claude (the other vendor), which waits for the reset.
+/// Item 2 finds claude's window reset and is written by claude again. The
+/// card names both writers; the PR bodies, the calls and the report say
+/// which agent played each round.
+#[tokio::test(flavor = "multi_thread")]
+async fn at_a_usage_limit_the_fallback_writer_takes_over_and_the_reviewer_stays_the_other_vendor() {
+    use crate::fakes_codex::{cli, responses};
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let codex = responses::FakeResponses::start(vec![
+        responses::Reply::Patch(
+            "*** Begin Patch\n*** Update File: calc.txt\n@@\n add\n+sub\n*** End Patch".into(),
+        ),
+        responses::Reply::Message("Added sub.\n\nFILES:\n- calc.txt".into()),
+    ])
+    .await;
+    let reset = now() + 25;
+    api.writer([Reply::UsageLimit { reset_epoch: reset }]);
+    api.reviewer([Reply::Tools(
+        None,
+        vec![tool(
+            "StructuredOutput",
+            json!({"verdict": "approve", "findings": [], "conditions": []}),
+        )],
+    )]);
+    script_item(&api, "mul.txt");
+    let mut f = world(&api, &gh, "");
+    let list = with_codex(&mut f, &codex);
+    let argv = [cli::real_codex().display().to_string()];
+    let claude = real_claude().display().to_string();
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[limits]\nlimit_buffer = \"1s\"\nlimit_sleep_min = \"1s\"\n\n[writer]\nkind = \"claude\"\ncommand = [\"{claude}\"]\nfallback = \"codex\"\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{claude}\"]\n\n[agents.codex]\nkind = \"codex\"\ncommand = [{list}]\n"
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    // The card names the fallback: the approval covers both writers.
+    let plan = common::text(&f.run(&["plan"]));
+    assert!(
+        plan.contains(&format!(
+            "writer    claude {claude} · fallback codex (codex {}",
+            argv[0]
+        )) && plan.contains("while its account is paused"),
+        "{plan}"
+    );
+    let out = f.drain_exits(0, &[]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    let outcomes = outcomes(&rep);
+    assert_eq!(outcomes, ["pr_opened", "pr_opened"], "{said}");
+    // The calls: claude refused, codex wrote, claude reviewed after the
+    // reset; item 2 all claude.
+    let calls: Vec<String> =
+        f.db.calls()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {} {}",
+                    c.item_index,
+                    c.role_and_limit(),
+                    c.kind,
+                    c.meta["fallback"].as_str().unwrap_or("-")
+                )
+            })
+            .collect();
+    assert_eq!(
+        calls,
+        [
+            "1 writer:usage_limit claude -",
+            "1 writer:- codex codex",
+            "1 reviewer:- claude -",
+            "2 writer:- claude -",
+            "2 reviewer:- claude -",
+        ],
+        "{said}"
+    );
+    let reviewed_at = f.db.sql(
+        "SELECT extract(epoch FROM a.started_at)::bigint FROM agent_calls a WHERE a.role = 'reviewer' ORDER BY a.id LIMIT 1",
+    );
+    assert!(
+        reviewed_at.parse::<i64>().unwrap() >= reset,
+        "the claude reviewer waited for the reset ({reset}): {reviewed_at}"
+    );
+    assert_eq!((api.left(), codex.left()), ((0, 0), 0), "{said}");
+    // The round lines of the PR bodies name the agents.
+    let prs = gh.prs();
+    let body = |title: &str| {
+        prs.iter()
+            .find(|p| p["title"].as_str().unwrap().ends_with(title))
+            .map(|p| p["body"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert!(
+        body("Add sub").contains("1. approved in ")
+            && body("Add sub").contains(" · writer codex (fallback) · reviewer claude"),
+        "{}",
+        body("Add sub")
+    );
+    assert!(
+        body("Add mul").contains(" · writer claude · reviewer claude"),
+        "{}",
+        body("Add mul")
+    );
+    assert_eq!(
+        rep["items"][0]["fallback"],
+        json!([{"round": 1, "role": "writer", "agent": "codex", "kind": "codex"}]),
+        "{said}"
+    );
+    assert_eq!(rep["items"][1]["fallback"], json!([]));
+    let text = common::text(&f.run(&["report"]));
+    assert!(
+        text.contains("rounds played by a fallback agent")
+            && text.contains("  item 1 round 1: writer codex (codex)"),
+        "{text}"
+    );
+}
+
+/// A reserve stop driven to its end (docs/limits.md#reserve, issue 24
+/// point 5). Two workers; "Add mul"'s calls read the 7-day window at 90 %
+/// (over `reserve = "30%"`) with its reset R1 four minutes ahead, before the
+/// deadline: the worker done with "Add mul" does not end "Add div"
+/// `quota_reserved` but waits for the reset, recorded as a `quota_reserve`
+/// sleep. "Add sub"'s writer, still working, then reads the window at 20 %
+/// with a reset days later (the window reset): the first worker to see it
+/// ends the stop, and the waiting worker resumes at once, long before R1.
+/// Nothing failed and no attempt was used.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reserve_stop_ends_when_a_worker_reads_the_reset_window_and_the_waiting_worker_resumes() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let (r1, r2) = (now() + 240, (now() / 60 + 3 * 24 * 60) * 60);
+    let done = || Reply::Text("Done.".into());
+    api.by_item(
+        "Add sub",
+        (bash("sub", 14), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.2, (now() + 3600, r2), false),
+    );
+    api.by_item(
+        "Add mul",
+        (bash("mul", 2), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.9, (now() + 3600, r1), false),
+    );
+    api.by_item(
+        "Add div",
+        (bash("div", 0), done()),
+        verdict("approve", &[]),
+        unified(0.1, 0.2, (now() + 3600, r2), false),
+    );
+    let (f, rep, said) = three_items_two_workers(&api, &gh);
+    assert_eq!(
+        outcomes(&rep),
+        ["pr_opened", "pr_opened", "pr_opened"],
+        "{said}"
+    );
+    // "Add div" waited for the stop "Add mul"'s reading made, as a sleep.
+    let sleeps = f.db.sql(
+        "SELECT string_agg(i.title || ' ' || s.kind || ' ' || (extract(epoch FROM s.resets_at)::bigint = $R1)::text, ',') FROM limit_sleeps s JOIN run_items i ON i.id = s.run_item_id"
+            .replace("$R1", &r1.to_string())
+            .as_str(),
+    );
+    assert_eq!(sleeps, "Add div quota_reserve true", "{said}");
+    // The stop ended when "Add sub"'s reading came in, long before R1, and
+    // "Add div" started its work then.
+    let ended = f.db.sql(
+        "SELECT extract(epoch FROM until)::bigint FROM quota_stops WHERE account = 'claude' AND quota_window = 'seven_day'",
+    );
+    let div_at = f.db.sql(
+        "SELECT min(extract(epoch FROM a.started_at))::bigint FROM agent_calls a JOIN run_items i ON i.id = a.run_item_id WHERE i.title = 'Add div'",
+    );
+    let (ended, div_at): (i64, i64) = (ended.parse().unwrap(), div_at.parse().unwrap());
+    assert!(
+        ended < r1 - 120 && div_at >= ended && div_at < r1 - 60,
+        "stop ended at {ended}, div began at {div_at}, R1 {r1}\n{said}"
+    );
+    assert_eq!(rep["totals"]["failed"], 0, "the wait is no failure: {said}");
+}
+
+/// The run's page (`report --html`) draws each quota window's use over the
+/// night under the timeline: one line per account and window, one point
+/// per reading, in a real headless browser at desktop and phone widths,
+/// with no console error and nothing loaded from outside; a window name as
+/// an agent could send it is escaped.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_html_page_draws_each_window_s_use_over_the_night() {
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let resets = (now() + 3600, (now() / 60 + 3 * 24 * 60) * 60);
+    api.quota([0.2, 0.4, 0.6].map(|w| unified(0.1, w, resets, false)));
+    let f = world(&api, &gh, "reserve = \"0%\"");
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    script_item(&api, "sub.txt");
+    f.drain_exits(0, &[]);
+    // Two calls (writer, reviewer), two windows each; one more reading with
+    // a hostile window name.
+    f.db.sql(
+        "INSERT INTO quota_readings (account, source, run_id, quota_window, percent, raw) \
+         SELECT 'claude', 'claude', id, '<img src=x onerror=alert(1)>', 33, '{}'::jsonb FROM runs",
+    );
+    let page = f.dir.path().join("night.html");
+    common::assert_ok(
+        &f.run(&["report", "--html", page.to_str().unwrap()]),
+        "report --html",
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(!html.contains("<img"), "the window's name is escaped");
+    assert!(html.contains("claude &lt;img src=x"), "and shown");
+    for load in [" src=\"", "<link", "@import", "url(", "<script"] {
+        assert!(!html.contains(load), "the page loads nothing: {load}");
+    }
+    let profile = tempfile::tempdir().unwrap();
+    for width in [1280, 390] {
+        let (dom, log) = crate::morning::render(&page, width, profile.path());
+        assert!(dom.contains("Quota over the night"), "{dom}");
+        assert_eq!(
+            dom.matches("class=\"quota-line\"").count(),
+            3,
+            "five_hour, seven_day and the odd one at {width} px"
+        );
+        assert_eq!(
+            dom.matches("class=\"quota-point\"").count(),
+            5,
+            "one point per reading at {width} px"
+        );
+        assert!(
+            dom.contains("claude seven_day 40% → 60%, resets "),
+            "the legend at {width} px: {dom}"
+        );
+        let console = crate::morning::console_errors(&log);
+        assert!(console.is_empty(), "console at {width} px: {console:?}");
+    }
+}
+
+/// A reserve stop of the writer's account with `fallback = "codex"`: "Add
+/// sub"'s claude writer reads the 7-day window at 90 % (over `reserve =
+/// "30%"`, its reset days away); "Add mul" is not ended `quota_reserved`
+/// but written by the fallback, the real Codex CLI, whose account is free;
+/// the codex reviewer reviews both. Nothing is counted failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reserve_stop_of_the_writer_s_account_hands_new_items_to_the_fallback() {
+    use crate::fakes_codex::responses;
+    let api = FakeAnthropic::start().await;
+    let gh = common::github::FakeGitHub::start().await;
+    let approve = || responses::Reply::Message(r#"{"verdict":"approve","findings":[]}"#.into());
+    let codex = responses::FakeResponses::start(vec![
+        approve(),
+        responses::Reply::Patch(
+            "*** Begin Patch\n*** Update File: calc.txt\n@@\n add\n+mul\n*** End Patch".into(),
+        ),
+        responses::Reply::Message("Added mul.\n\nFILES:\n- calc.txt".into()),
+        approve(),
+    ])
+    .await;
+    let resets = (now() + 3600, (now() / 60 + 3 * 24 * 60) * 60);
+    api.quota([0.5, 0.9].map(|w| unified(0.1, w, resets, false)));
+    api.writer([
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Write",
+                json!({"file_path": "sub.txt", "content": "one more word\n"}),
+            )],
+        ),
+        Reply::Text("Wrote sub.txt.\n\nFILES:\n- sub.txt".into()),
+    ]);
+    let mut f = world(&api, &gh, "");
+    let list = with_codex(&mut f, &codex);
+    let claude = real_claude().display().to_string();
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[quota]\nreserve = \"30%\"\n\n[writer]\nkind = \"claude\"\ncommand = [\"{claude}\"]\nfallback = \"codex\"\n\n[reviewer]\nkind = \"codex\"\ncommand = [{list}]\n\n[agents.codex]\nkind = \"codex\"\ncommand = [{list}]\n"
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    let out = f.drain_exits(0, &[]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    assert_eq!(outcomes(&rep), ["pr_opened", "pr_opened"], "{said}");
+    let calls: Vec<String> =
+        f.db.calls()
+            .iter()
+            .map(|c| {
+                let fallback = c.meta["fallback"].as_str().unwrap_or("-");
+                format!("{} {} {} {fallback}", c.item_index, c.role, c.kind)
+            })
+            .collect();
+    assert_eq!(
+        calls,
+        [
+            "1 writer claude -",
+            "1 reviewer codex -",
+            "2 writer codex codex",
+            "2 reviewer codex -",
+        ],
+        "{said}"
+    );
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM quota_stops WHERE account = 'claude'"),
+        "1"
+    );
+    assert_eq!((api.left(), codex.left()), ((0, 0), 0), "{said}");
 }

@@ -30,6 +30,7 @@ fn agent(command: &[&str], model: Option<&str>) -> AgentConfig {
         permission_flags: None,
         model: model.map(String::from),
         account: None,
+        fallback: None,
     }
 }
 

@@ -159,7 +159,12 @@
     });
     const quota = b ? b.quota : [];
     $('quota-section').hidden = !quota.length;
-    renderList('quota', quota, (q) => el('li', null, JSON.stringify(q)));
+    // One line per account and window: its use, first reading → last (docs/limits.md#gauges).
+    renderList('quota', quota, (q) => {
+      const pct = (p) => Math.round(p[1]) + '%';
+      const first = q.points[0], last = q.points[q.points.length - 1];
+      return el('li', null, q.account + ' ' + q.window + ' ' + pct(first) + ' → ' + pct(last));
+    });
     renderFinished(b);
     renderClock();
     renderConn();
