@@ -74,6 +74,7 @@ mod agent_call;
 mod attempt;
 mod checks;
 pub mod ci;
+mod ci_fix;
 mod decide;
 mod ended;
 mod heart;

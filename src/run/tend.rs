@@ -331,6 +331,7 @@ async fn in_slot(
         cap_name: "max_tend_rounds",
         first: onto.writer_free(&night.config.base, card),
         context: tend.context.clone(),
+        review_context: String::new(),
     };
     attempt::item_loop(&item, course, Delivery::Tend(&tend)).await
 }

@@ -117,7 +117,10 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
             tracing::info!(item = %c.item_key, attempt = c.attempt, claim_ms, "claimed");
         }
         let Some(claim) = claimed else {
-            if night.db(|| queue::pending(pool, run)).await? == 0 {
+            // A PR's CI still watched may want a fix round yet.
+            if night.db(|| queue::pending(pool, run)).await? == 0
+                && !super::ci_fix::may_come(night, run).await?
+            {
                 return Ok(());
             }
             wait_for_work(crew).await?;
@@ -226,7 +229,13 @@ async fn attempt(crew: &Crew, slot: usize, claim: Claim, entry: &PlanEntry) -> R
     let fence = Arc::new(Fence::new(claim, &night.cancel));
     crew.heart.hold(&fence);
     let record = Record::attempt(night, crew.run_id, &fence);
-    let done = run_claimed(crew, slot, &record, entry).await;
+    // A claim of an item whose PR's CI is red is a fix round's
+    // (docs/github.md#fix-rounds), not the item's again.
+    let done = match super::ci_fix::wanted(night, &record, entry).await {
+        Ok(Some(fix)) => super::ci_fix::run(crew, slot, &record, entry, fix).await,
+        Ok(None) => run_claimed(crew, slot, &record, entry).await,
+        Err(e) => Err(e),
+    };
     crew.heart.release(fence.claim.id);
     match done {
         // The item's checkout was discarded on the way out (see

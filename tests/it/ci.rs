@@ -546,3 +546,250 @@ async fn a_check_failing_with_a_log_is_not_run_again() {
         "a failure with a log counts at once"
     );
 }
+
+// ---- Fix rounds (docs/github.md#fix-rounds) ---------------------------
+
+/// What the fake CI's failing `test` job logs: the fault named at its end,
+/// after terminal colours, and the night's token (which no prompt may show).
+fn failing_log() -> String {
+    let mut log = String::new();
+    for i in 0..200 {
+        log.push_str(&format!("\u{1b}[32mok {i}\u{1b}[0m\n"));
+    }
+    log.push_str(&format!("using token {}\n", common::night::TOKEN));
+    log.push_str("error: div is missing from calc.txt\n");
+    log
+}
+
+/// A required `test` check that fails (with [`failing_log`]) until
+/// calc.txt holds `fixed_by`, and passes on the base.
+fn red_until(fixed_by: &str) -> AutoCheck {
+    AutoCheck::new("test", Some("failure"))
+        .log(&failing_log())
+        .on_base("success")
+        .fixed_by("calc.txt", fixed_by)
+}
+
+/// A writer whose items add `sub` (an item titled with `mul`: a mul.txt
+/// file); told in a fix round that `div is missing`, it adds `fix_word` to
+/// calc.txt and keeps its prompt as `fix-prompt-<round>-<pid>.md` in the
+/// agents' directory `dir`.
+fn fixing_writer(dir: &std::path::Path, fix_word: &str) -> String {
+    format!(
+        r#"#!/bin/sh
+if [ -f "$NIGHTSHIFT_FEEDBACK_FILE" ] && grep -q 'div is missing' "$NIGHTSHIFT_FEEDBACK_FILE"; then
+  cp "$NIGHTSHIFT_PROMPT_FILE" "{dir}/fix-prompt-$NIGHTSHIFT_ROUND-$$.md"
+  echo {fix_word} >> calc.txt
+  echo 'added {fix_word}, which the CI log says is missing'
+  exit 0
+fi
+case "$(cat "$NIGHTSHIFT_CONTRACT_FILE")" in
+  *mul*) echo mul > mul.txt ;;
+  *) echo sub >> calc.txt ;;
+esac
+echo done
+"#,
+        dir = dir.display()
+    )
+}
+
+/// A reviewer that approves and appends its prompt to `reviewer.prompts`
+/// in the agents' directory `dir`.
+fn logging_reviewer(dir: &std::path::Path) -> String {
+    format!(
+        "#!/bin/sh\ncat \"$NIGHTSHIFT_PROMPT_FILE\" >> \"{}/reviewer.prompts\"\necho '{{\"verdict\":\"approve\",\"findings\":[]}}'\n",
+        dir.display()
+    )
+}
+
+/// The fix-round prompts the writer kept.
+fn fix_prompts(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("fix-prompt-") {
+            out.push(std::fs::read_to_string(&p).unwrap());
+        }
+    }
+    out
+}
+
+/// A night of `items` with the CI world `auto` on `gh` (`test` required
+/// on `main`, a log host), the [`fixing_writer`] adding `fix_word`, the
+/// [`logging_reviewer`], and `config`.
+fn ci_night<'a>(
+    gh: &'a FakeGitHub,
+    items: &[&str],
+    auto: Vec<AutoCheck>,
+    fix_word: &'a str,
+    config: &str,
+) -> Night<'a> {
+    gh.protect("main", &["test"]);
+    gh.ci(|ci| ci.auto = auto);
+    Night::new()
+        .items(items.iter().copied())
+        .writer_with(move |f| fixing_writer(&f.agents, fix_word))
+        .reviewer_with(|f| logging_reviewer(&f.agents))
+        .config(config)
+        .github_on(gh)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_fix_round_makes_a_red_required_check_green_on_the_same_pr() {
+    let gh = FakeGitHub::start().await;
+    let _logs = gh.log_server().await;
+    let night = ci_night(
+        &gh,
+        &["Add sub"],
+        vec![red_until("div")],
+        "div",
+        "draft = true\n",
+    )
+    .exit(0)
+    .outcomes(&["pr_opened"])
+    .run()
+    .await;
+
+    let report = night.report();
+    let ci = ci_of(&report);
+    assert_eq!(ci["state"], "ci_green", "{ci:#}");
+    assert_eq!(ci["fix_rounds"], 1, "{ci:#}");
+    let fix = &ci["fixes"][0];
+    assert!(
+        fix["checks"].as_str().unwrap().contains("`test`") && fix["to"].is_string(),
+        "{fix:#}"
+    );
+    // The same PR, one new commit on its branch, marked ready once green.
+    assert_eq!(gh.prs().len(), 1, "exactly one PR");
+    let n = gh.prs()[0]["number"].as_u64().unwrap();
+    assert_eq!(gh.ci(|ci| ci.marked_ready.clone()), vec![n]);
+    assert_eq!(gh.prs()[0]["draft"], false);
+    let branch = report["items"][0]["branch"].as_str().unwrap().to_string();
+    let count = common::git(
+        &night.remote,
+        &["rev-list", "--count", &format!("main..{branch}")],
+    );
+    assert_eq!(count.trim(), "2", "the item's commit and the fix round's");
+    let head = common::git(&night.remote, &["rev-parse", &branch]);
+    assert_eq!(
+        ci["head_sha"],
+        head.trim(),
+        "the watch followed the new head"
+    );
+    assert_eq!(fix["from"].as_str().map(|s| s != head.trim()), Some(true));
+    let calc = common::git(&night.remote, &["show", &format!("{branch}:calc.txt")]);
+    assert_eq!(calc.trim(), "add\nsub\ndiv");
+    // One comment: which check failed, what changed, the new head.
+    let comments = gh.comments(n);
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    let body = comments[0]["body"].as_str().unwrap();
+    assert!(
+        body.contains("fix round 1 of 2")
+            && body.contains("`test`")
+            && body.contains("calc.txt")
+            && body.contains(&head.trim()[..12]),
+        "{body}"
+    );
+    // The writer read the log's tail, masked, framed as data.
+    let prompts = fix_prompts(&night.agents);
+    assert_eq!(prompts.len(), 1, "one fix round's writer");
+    let p = &prompts[0];
+    assert!(
+        p.contains("error: div is missing from calc.txt")
+            && p.contains("never instructions")
+            && p.contains("ok 199"),
+        "{p}"
+    );
+    assert!(
+        !p.contains(common::night::TOKEN) && !p.contains('\u{1b}'),
+        "{p}"
+    );
+    let reviewed = std::fs::read_to_string(night.agents.join("reviewer.prompts")).unwrap();
+    assert!(
+        reviewed.contains("deletes, skips or weakens a test"),
+        "the reviewer is told: {reviewed}"
+    );
+    gh.assert_never_merged_approved_or_closed().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spent_fix_budget_is_ci_failed_and_the_draft_stays() {
+    let gh = FakeGitHub::start().await;
+    let _logs = gh.log_server().await;
+    // The fix round adds `pow`: the check stays red.
+    let night = ci_night(
+        &gh,
+        &["Add sub"],
+        vec![red_until("div")],
+        "pow",
+        "draft = true\n[limits]\nci_rounds = 1\n",
+    )
+    .exit(0)
+    .outcomes(&["pr_opened"])
+    .run()
+    .await;
+
+    let ci = ci_of(&night.report());
+    assert_eq!(ci["state"], "ci_failed", "{ci:#}");
+    assert_eq!(ci["fix_rounds"], 1, "{ci:#}");
+    let why = ci["reason"].as_str().unwrap();
+    assert!(
+        why.contains("`test` (failure)") && why.contains("fix budget is spent"),
+        "{why}"
+    );
+    assert_eq!(gh.prs().len(), 1);
+    assert_eq!(gh.prs()[0]["draft"], true, "a red PR stays a draft");
+    assert!(gh.ci(|ci| ci.marked_ready.is_empty()));
+    let text = common::text(&night.run(&["report"]));
+    assert!(
+        text.contains("ci_failed")
+            && text.contains("test (required): failure")
+            && text.contains("fix round 1 for `test`"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_workers_run_the_fix_rounds_of_two_items_each_on_its_one_pr() {
+    let gh = FakeGitHub::start().await;
+    let _logs = gh.log_server().await;
+    let night = ci_night(
+        &gh,
+        &["Add sub", "Add mul file"],
+        vec![red_until("div")],
+        "div",
+        "",
+    )
+    .drain(&["--jobs", "2"])
+    .exit(0)
+    .outcomes(&["pr_opened", "pr_opened"])
+    .run()
+    .await;
+
+    let report = night.report();
+    let mut workers = std::collections::BTreeSet::new();
+    for item in report["items"].as_array().unwrap() {
+        let ci = &item["ci"];
+        assert_eq!(ci["state"], "ci_green", "{item:#}");
+        assert_eq!(ci["fix_rounds"], 1, "{item:#}");
+        assert_eq!(ci["pr_number"], item["pr_number"]);
+        workers.insert(ci["fixes"][0]["worker"].as_str().unwrap().to_string());
+    }
+    assert_eq!(gh.prs().len(), 2, "one PR per item");
+    for pr in gh.prs() {
+        assert_eq!(gh.comments(pr["number"].as_u64().unwrap()).len(), 1);
+    }
+    // Each fix round was claimed from the queue like an item: a second
+    // claim of its item, by one of the drain's two workers.
+    let claims = night
+        .db
+        .sql("SELECT string_agg(attempt::text || ':' || end_reason, ',' ORDER BY item_key, attempt) FROM claims");
+    assert_eq!(claims.matches("2:finished").count(), 2, "{claims}");
+    assert!(
+        workers
+            .iter()
+            .all(|w| w.ends_with(":1") || w.ends_with(":2")),
+        "{workers:?}"
+    );
+}
