@@ -37,8 +37,8 @@ pub(super) enum Delivery<'a> {
     NewPr,
     /// A push to the PR this tend card is for ([`super::tend_push::ship`]).
     Tend(&'a Tend<'a>),
-    /// A fix round's push to the PR whose CI is red ([`super::ci_fix::ship`]).
-    CiFix(&'a super::ci_fix::Fix<'a>),
+    /// A fix round's push to the PR whose CI is red ([`super::ci_fix_push::ship`]).
+    CiFix(&'a super::ci_fix_push::Fix<'a>),
 }
 
 /// What shapes an item's rounds besides its contract.
@@ -418,7 +418,7 @@ async fn deliver(
         Delivery::NewPr => ship::ship(r, a).await,
         // A tended PR is pushed anew, not opened (docs/github.md).
         Delivery::Tend(t) => super::tend_push::ship(r, t, a).await,
-        Delivery::CiFix(f) => super::ci_fix::ship(r, f, a).await,
+        Delivery::CiFix(f) => super::ci_fix_push::ship(r, f, a).await,
     }
 }
 

@@ -14,7 +14,7 @@
 //! `ci_pending`.
 //!
 //! A red required check that passes on the base asks for a fix round of
-//! its item ([`super::ci_fix`]) while the item's `ci_rounds` and the
+//! its item ([`super::ci_ask`], run by [`super::ci_fix`]) while the item's `ci_rounds` and the
 //! deadline allow; the watch waits for the round's end and goes on at the
 //! head it pushed. Once the budget is spent the watch ends `ci_failed`,
 //! saying so.
@@ -340,7 +340,7 @@ async fn look(
             Some(also) => also,
             // Not the base's: the item's fix round, if the contract and
             // the deadline allow one (docs/github.md#fix-rounds).
-            None => match super::ci_fix::want(night, forge, w, &j.failed).await? {
+            None => match super::ci_ask::want(night, forge, w, &j.failed).await? {
                 None => return Ok(false),
                 Some(why_not) => format!("{reason}; {why_not}"),
             },

@@ -232,7 +232,16 @@ async fn attempt(crew: &Crew, slot: usize, claim: Claim, entry: &PlanEntry) -> R
     // A claim of an item whose PR's CI is red is a fix round's
     // (docs/github.md#fix-rounds), not the item's again.
     let done = match super::ci_fix::wanted(night, &record, entry).await {
-        Ok(Some(fix)) => super::ci_fix::run(crew, slot, &record, entry, fix).await,
+        Ok(Some(fix)) => {
+            let at = super::ci_fix::FixAt {
+                night,
+                run_id: crew.run_id,
+                slot,
+                approved: &crew.approved,
+                record: &record,
+            };
+            super::ci_fix::run(&at, entry, fix).await
+        }
         Ok(None) => run_claimed(crew, slot, &record, entry).await,
         Err(e) => Err(e),
     };
