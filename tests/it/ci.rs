@@ -277,8 +277,21 @@ async fn an_enterprise_graphql_root_is_api_graphql() {
 /// A writer that adds `sub` to calc.txt (the project's test accepts it).
 const ADD_SUB: &str = "#!/bin/sh\necho sub >> calc.txt\necho 'added sub'\n";
 
-/// One item, the writer above, the fake GitHub `gh` serving the remote.
-fn one_item<'a>(gh: &'a FakeGitHub, config: &str) -> Night<'a> {
+/// A CI world: the fake GitHub `gh` serving the remote, `required` the
+/// checks branch protection requires on `main` (none: not protected), the
+/// repository's workflows `auto` (the check runs every pushed commit gets),
+/// and a night of one item with the writer above and `config`. A test
+/// changes what it needs after it (items, agents, more of the fake's CI).
+fn ci_world<'a>(
+    gh: &'a FakeGitHub,
+    required: &[&str],
+    auto: Vec<AutoCheck>,
+    config: &str,
+) -> Night<'a> {
+    if !required.is_empty() {
+        gh.protect("main", required);
+    }
+    gh.ci(|ci| ci.auto = auto);
     Night::new()
         .items(["Add sub"])
         .writer(ADD_SUB)
@@ -303,14 +316,11 @@ fn lists(ci: &serde_json::Value, name: &str, required: bool, conclusion: &str) -
 #[tokio::test(flavor = "multi_thread")]
 async fn an_optional_red_check_leaves_the_pr_green() {
     let gh = FakeGitHub::start().await;
-    gh.protect("main", &["test"]);
-    gh.ci(|ci| {
-        ci.auto = vec![
-            AutoCheck::new("test", Some("success")),
-            AutoCheck::new("lint", Some("failure")),
-        ]
-    });
-    let night = one_item(&gh, "")
+    let auto = vec![
+        AutoCheck::new("test", Some("success")),
+        AutoCheck::new("lint", Some("failure")),
+    ];
+    let night = ci_world(&gh, &["test"], auto, "")
         .exit(0)
         .outcomes(&["pr_opened"])
         .run()
@@ -335,8 +345,11 @@ async fn an_optional_red_check_leaves_the_pr_green() {
 async fn a_green_draft_is_marked_ready_for_review() {
     let gh = FakeGitHub::start().await;
     gh.ruleset("main", &["test"]);
-    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("success"))]);
-    let night = one_item(&gh, "draft = true\n").exit(0).run().await;
+    let auto = vec![AutoCheck::new("test", Some("success"))];
+    let night = ci_world(&gh, &[], auto, "draft = true\n")
+        .exit(0)
+        .run()
+        .await;
 
     assert_eq!(ci_of(&night.report())["state"], "ci_green");
     let n = gh.prs()[0]["number"].as_u64().unwrap();
@@ -348,13 +361,17 @@ async fn a_green_draft_is_marked_ready_for_review() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_red_required_check_without_fix_rounds_is_ci_failed_and_the_draft_stays() {
     let gh = FakeGitHub::start().await;
-    gh.protect("main", &["test"]);
-    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("failure")).on_base("success")]);
-    let night = one_item(&gh, "draft = true\n[limits]\nci_rounds = 0\n")
-        .exit(0)
-        .outcomes(&["pr_opened"])
-        .run()
-        .await;
+    let auto = vec![AutoCheck::new("test", Some("failure")).on_base("success")];
+    let night = ci_world(
+        &gh,
+        &["test"],
+        auto,
+        "draft = true\n[limits]\nci_rounds = 0\n",
+    )
+    .exit(0)
+    .outcomes(&["pr_opened"])
+    .run()
+    .await;
 
     let ci = ci_of(&night.report());
     assert_eq!(ci["state"], "ci_failed", "{ci:#}");
@@ -374,12 +391,16 @@ async fn a_red_required_check_without_fix_rounds_is_ci_failed_and_the_draft_stay
 #[tokio::test(flavor = "multi_thread")]
 async fn no_conclusive_result_before_ci_wait_is_pending_and_the_run_ends() {
     let gh = FakeGitHub::start().await;
-    gh.protect("main", &["test", "build"]);
-    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", None)]);
-    let night = one_item(&gh, "[limits]\nci_wait = \"2s\"\n")
-        .exit(0)
-        .run()
-        .await;
+    let auto = vec![AutoCheck::new("test", None)];
+    let night = ci_world(
+        &gh,
+        &["test", "build"],
+        auto,
+        "[limits]\nci_wait = \"2s\"\n",
+    )
+    .exit(0)
+    .run()
+    .await;
 
     let ci = ci_of(&night.report());
     assert_eq!(ci["state"], "ci_pending", "{ci:#}");
@@ -394,14 +415,11 @@ async fn no_conclusive_result_before_ci_wait_is_pending_and_the_run_ends() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_check_for_the_previous_head_does_not_count() {
     let gh = FakeGitHub::start().await;
-    gh.protect("main", &["test"]);
     // `test` passed on an older head; on the pushed head it never ends.
     gh.add_check_run(OLD, "test", "completed", Some("success"), "");
-    gh.ci(|ci| {
-        ci.leak_other_commits = true;
-        ci.auto = vec![AutoCheck::new("test", None)];
-    });
-    let night = one_item(&gh, "[limits]\nci_wait = \"2s\"\n")
+    gh.ci(|ci| ci.leak_other_commits = true);
+    let auto = vec![AutoCheck::new("test", None)];
+    let night = ci_world(&gh, &["test"], auto, "[limits]\nci_wait = \"2s\"\n")
         .exit(0)
         .run()
         .await;
@@ -417,7 +435,7 @@ async fn a_stale_check_for_the_previous_head_does_not_count() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_repository_without_checks_is_ci_none_not_green() {
     let gh = FakeGitHub::start().await;
-    let night = one_item(&gh, "").exit(0).run().await;
+    let night = ci_world(&gh, &[], vec![], "").exit(0).run().await;
 
     let ci = ci_of(&night.report());
     assert_eq!(ci["state"], "ci_none", "{ci:#}");
@@ -427,8 +445,8 @@ async fn a_repository_without_checks_is_ci_none_not_green() {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_no_required_checks_every_reported_check_counts_and_the_report_says_so() {
     let gh = FakeGitHub::start().await;
-    gh.ci(|ci| ci.auto = vec![AutoCheck::new("lint", Some("failure"))]);
-    let night = one_item(&gh, "[limits]\nci_rounds = 0\n")
+    let auto = vec![AutoCheck::new("lint", Some("failure"))];
+    let night = ci_world(&gh, &[], auto, "[limits]\nci_rounds = 0\n")
         .exit(0)
         .run()
         .await;
@@ -449,9 +467,8 @@ async fn with_no_required_checks_every_reported_check_counts_and_the_report_says
 #[tokio::test(flavor = "multi_thread")]
 async fn a_required_check_that_fails_on_the_base_too_is_not_the_items() {
     let gh = FakeGitHub::start().await;
-    gh.protect("main", &["test"]);
-    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("failure"))]);
-    let night = one_item(&gh, "")
+    let auto = vec![AutoCheck::new("test", Some("failure"))];
+    let night = ci_world(&gh, &["test"], auto, "")
         .exit(0)
         .outcomes(&["pr_opened"])
         .run()
@@ -479,13 +496,11 @@ async fn a_required_check_that_fails_on_the_base_too_is_not_the_items() {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_workers_each_items_pr_is_watched_once() {
     let gh = FakeGitHub::start().await;
-    gh.protect("main", &["test"]);
-    gh.ci(|ci| ci.auto = vec![AutoCheck::new("test", Some("success"))]);
     let writer = "#!/bin/sh\ncase \"$(cat \"$NIGHTSHIFT_CONTRACT_FILE\")\" in *'Add sub'*) echo sub >> calc.txt;; *) echo mul > mul.txt;; esac\n";
-    let night = Night::new()
+    let auto = vec![AutoCheck::new("test", Some("success"))];
+    let night = ci_world(&gh, &["test"], auto, "")
         .items(["Add sub", "Add mul file"])
         .writer(writer)
-        .github_on(&gh)
         .drain(&["--jobs", "2"])
         .exit(0)
         .outcomes(&["pr_opened", "pr_opened"])
@@ -511,12 +526,9 @@ async fn two_workers_each_items_pr_is_watched_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_check_failing_with_no_output_and_no_log_is_run_again_once() {
     let gh = FakeGitHub::start().await;
-    gh.protect("main", &["test"]);
-    gh.ci(|ci| {
-        ci.auto = vec![AutoCheck::new("test", Some("failure"))];
-        ci.rerun_conclusion = Some("success".into());
-    });
-    let night = one_item(&gh, "").exit(0).run().await;
+    gh.ci(|ci| ci.rerun_conclusion = Some("success".into()));
+    let auto = vec![AutoCheck::new("test", Some("failure"))];
+    let night = ci_world(&gh, &["test"], auto, "").exit(0).run().await;
 
     assert_eq!(ci_of(&night.report())["state"], "ci_green");
     assert_eq!(gh.ci(|ci| ci.reruns.len()), 1, "one re-run");
@@ -526,16 +538,13 @@ async fn a_check_failing_with_no_output_and_no_log_is_run_again_once() {
 async fn a_check_failing_with_a_log_is_not_run_again() {
     let gh = FakeGitHub::start().await;
     let _logs = gh.log_server().await;
-    gh.protect("main", &["test"]);
-    gh.ci(|ci| {
-        ci.auto = vec![
-            AutoCheck::new("test", Some("failure"))
-                .log("error: 2 + 2 != 5\n")
-                .on_base("success"),
-        ];
-        ci.rerun_conclusion = Some("success".into());
-    });
-    let night = one_item(&gh, "[limits]\nci_rounds = 0\n")
+    gh.ci(|ci| ci.rerun_conclusion = Some("success".into()));
+    let auto = vec![
+        AutoCheck::new("test", Some("failure"))
+            .log("error: 2 + 2 != 5\n")
+            .on_base("success"),
+    ];
+    let night = ci_world(&gh, &["test"], auto, "[limits]\nci_rounds = 0\n")
         .exit(0)
         .run()
         .await;
@@ -615,9 +624,9 @@ fn fix_prompts(dir: &std::path::Path) -> Vec<String> {
     out
 }
 
-/// A night of `items` with the CI world `auto` on `gh` (`test` required
-/// on `main`, a log host), the [`fixing_writer`] adding `fix_word`, the
-/// [`logging_reviewer`], and `config`.
+/// A night of `items` in the CI world `auto` on `gh` (`test` required),
+/// with the [`fixing_writer`] adding `fix_word` and the
+/// [`logging_reviewer`].
 fn ci_night<'a>(
     gh: &'a FakeGitHub,
     items: &[&str],
@@ -625,14 +634,10 @@ fn ci_night<'a>(
     fix_word: &'a str,
     config: &str,
 ) -> Night<'a> {
-    gh.protect("main", &["test"]);
-    gh.ci(|ci| ci.auto = auto);
-    Night::new()
+    ci_world(gh, &["test"], auto, config)
         .items(items.iter().copied())
         .writer_with(move |f| fixing_writer(&f.agents, fix_word))
         .reviewer_with(|f| logging_reviewer(&f.agents))
-        .config(config)
-        .github_on(gh)
 }
 
 #[tokio::test(flavor = "multi_thread")]
