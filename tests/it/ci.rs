@@ -798,3 +798,40 @@ async fn two_workers_run_the_fix_rounds_of_two_items_each_on_its_one_pr() {
         "{workers:?}"
     );
 }
+
+/// The `ci` line of `doctor`'s output in world `w`.
+fn doctor_ci_line(w: &common::night::World) -> String {
+    let out = w.run(&["doctor"]);
+    let t = String::from_utf8_lossy(&out.stdout).to_string();
+    t.lines()
+        .find(|l| l.get(4..).is_some_and(|r| r.trim_start().starts_with("ci ")))
+        .unwrap_or_else(|| panic!("no ci line:\n{}", common::text(&out)))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_warns_when_the_prs_ci_cannot_run_or_decide() {
+    let gh = FakeGitHub::start().await;
+    let mut w = ci_world(&gh, &[], vec![], "").start().await;
+    w.extra_env.push(("GITHUB_ACTIONS".into(), "false".into()));
+    let line = doctor_ci_line(&w);
+    assert!(
+        line.starts_with("warn ci ") && line.contains("main requires no check"),
+        "{line}"
+    );
+    gh.protect("main", &["test"]);
+    let line = doctor_ci_line(&w);
+    assert!(
+        line.starts_with("ok   ci ") && line.contains("requires 1 check(s): test"),
+        "{line}"
+    );
+    // Inside GitHub Actions with its token (GITHUB_TOKEN): no push of it
+    // starts a workflow.
+    w.extra_env.pop();
+    w.extra_env.push(("GITHUB_ACTIONS".into(), "true".into()));
+    let line = doctor_ci_line(&w);
+    assert!(
+        line.starts_with("warn ci ") && line.contains("start no workflow"),
+        "{line}"
+    );
+}
