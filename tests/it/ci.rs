@@ -804,7 +804,10 @@ fn doctor_ci_line(w: &common::night::World) -> String {
     let out = w.run(&["doctor"]);
     let t = String::from_utf8_lossy(&out.stdout).to_string();
     t.lines()
-        .find(|l| l.get(4..).is_some_and(|r| r.trim_start().starts_with("ci ")))
+        .find(|l| {
+            l.get(4..)
+                .is_some_and(|r| r.trim_start().starts_with("ci "))
+        })
         .unwrap_or_else(|| panic!("no ci line:\n{}", common::text(&out)))
         .to_string()
 }
