@@ -715,6 +715,12 @@ async fn one_fix_round_makes_a_red_required_check_green_on_the_same_pr() {
         reviewed.contains("deletes, skips or weakens a test"),
         "the reviewer is told: {reviewed}"
     );
+    // The HTML page has a CI column.
+    let page = common::text(&night.run(&["report", "--html", "-"]));
+    assert!(
+        page.contains("<th>CI</th>") && page.contains("<td data-label=\"CI\">ci_green</td>"),
+        "{page}"
+    );
     gh.assert_never_merged_approved_or_closed().await;
 }
 
