@@ -208,36 +208,51 @@ pub struct FixWanted {
     pub item_id: i64,
 }
 
-/// Asks for a fix round of watch `watch` (docs/github.md#fix-rounds): the
-/// watch keeps `failure` and `checks`, and its item goes back on run's
-/// queue for a worker to claim. Only while the watch is open, at `head`,
-/// with `fix_rounds` rounds run and no fix wanted yet (two watchers of one
+/// What [`want_fix`] asks for.
+#[derive(Debug, Clone)]
+pub struct WantFix<'a> {
+    pub watch: i64,
+    /// The head the watch follows (the ask holds only while it does).
+    pub head: &'a str,
+    /// Fix rounds the watch ran so far (likewise).
+    pub fix_rounds: i32,
+    /// What the round's writer is told.
+    pub failure: &'a str,
+    /// The failed checks' names.
+    pub checks: &'a str,
+    /// The item's contract, for a queue row the run did not have (a PR
+    /// tended before the workers started).
+    pub contract_sha: &'a str,
+}
+
+/// Asks for a fix round of watch `f.watch` (docs/github.md#fix-rounds): the
+/// watch keeps the failure and the checks, and its item goes back on the
+/// run's queue for a worker to claim (put there after the others when the
+/// run had not queued it). Only while the watch is open, at `f.head`, with
+/// `f.fix_rounds` rounds run and no fix wanted yet (two watchers of one
 /// run ask once). Returns whether it was asked.
 ///
 /// # Errors
 /// Database errors.
-pub async fn want_fix(
-    db: impl PgExecutor<'_>,
-    watch: i64,
-    head: &str,
-    fix_rounds: i32,
-    (failure, checks): (&str, &str),
-) -> Result<bool> {
+pub async fn want_fix(db: impl PgExecutor<'_>, f: &WantFix<'_>) -> Result<bool> {
     let asked: Option<i64> = sqlx::query_scalar(
         "WITH w AS (UPDATE ci_watches SET fix_failure = $2, fix_checks = $3 \
                     WHERE id = $1 AND ci_state IS NULL AND fix_failure IS NULL AND head_sha = $4 AND fix_rounds = $5 \
                     RETURNING id, run_id, item_key, pr_number, head_sha, fix_rounds), \
-         q AS (UPDATE run_queue q SET done_at = NULL FROM w WHERE q.run_id = w.run_id AND q.item_key = w.item_key RETURNING q.item_key), \
+         q AS (INSERT INTO run_queue (run_id, position, item_key, contract_sha) \
+               SELECT w.run_id, coalesce((SELECT max(position) + 1 FROM run_queue WHERE run_id = w.run_id), 0), w.item_key, $7 FROM w \
+               ON CONFLICT (run_id, item_key) DO UPDATE SET done_at = NULL RETURNING item_key), \
          e AS (INSERT INTO events (run_id, kind, data) SELECT run_id, $6, \
                 jsonb_build_object('key', item_key, 'pr', pr_number, 'head', head_sha, 'n', fix_rounds + 1, 'checks', $3::text) FROM w) \
          SELECT w.id FROM w",
     )
-    .bind(watch)
-    .bind(pg(failure))
-    .bind(pg(checks))
-    .bind(head)
-    .bind(fix_rounds)
+    .bind(f.watch)
+    .bind(pg(f.failure))
+    .bind(pg(f.checks))
+    .bind(f.head)
+    .bind(f.fix_rounds)
     .bind(Event::CiFixWanted.as_str())
+    .bind(f.contract_sha)
     .fetch_optional(db)
     .await?;
     Ok(asked.is_some())

@@ -57,6 +57,9 @@ pub(super) struct Course {
     /// What the reviewer is told besides the contract (a fix round's
     /// failure, docs/github.md#fix-rounds); empty for an item.
     pub review_context: String,
+    /// The number of the first round (1; a fix round's comes after the
+    /// rounds its item had in the run).
+    pub first_round: u32,
 }
 
 impl Course {
@@ -69,6 +72,7 @@ impl Course {
             first: None,
             context: String::new(),
             review_context: String::new(),
+            first_round: 1,
         }
     }
 }
@@ -377,7 +381,7 @@ async fn rounds(
     if let Some(end) = setup(item, st).await? {
         return Ok(end);
     }
-    for n in 1..=course.cap {
+    for n in course.first_round..course.first_round + course.cap {
         if let Some(end) = before_round(item, st, n) {
             return Ok(end);
         }

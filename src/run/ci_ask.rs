@@ -64,9 +64,15 @@ pub(super) async fn want(
     let told = failure_text(night, forge, failed, (done + 1, budget)).await;
     let names = check_names(failed);
     let pool = &night.pool;
-    let asked = night
-        .db(|| rows::want_fix(pool, w.id, &w.head_sha, w.fix_rounds, (&told, &names)))
-        .await?;
+    let ask = rows::WantFix {
+        watch: w.id,
+        head: &w.head_sha,
+        fix_rounds: w.fix_rounds,
+        failure: &told,
+        checks: &names,
+        contract_sha: &entry.contract_sha,
+    };
+    let asked = night.db(|| rows::want_fix(pool, &ask)).await?;
     if asked {
         tracing::info!(pr = w.pr_number, checks = %names, "a required check failed: a fix round of the item is on the queue");
     }

@@ -123,7 +123,16 @@ pub(super) async fn run(at: &FixAt<'_>, entry: &PlanEntry, wanted: FixWanted) ->
 /// nowhere).
 async fn fix_round(at: &item::Attempt<'_>, fix: &Fix<'_>) -> Result<ItemEnd, Error> {
     let entry = at.entry;
-    let branch = slot::branch_name(&entry.item.title, &entry.item.key);
+    // The PR's branch as the ledger has it (a PR tended tonight may be on
+    // an earlier title's branch), else the item's.
+    let number = Some(fix.wanted.pr_number);
+    let branch = (at.record.prs_of_item(&entry.item.key).await?)
+        .into_iter()
+        .find(|r| r.number == number)
+        .map_or_else(
+            || slot::branch_name(&entry.item.title, &entry.item.key),
+            |r| r.branch,
+        );
     let mut slot = match item::checkout(at, &branch).await? {
         Ok(slot) => slot,
         Err(end) => return Ok(end),
@@ -187,6 +196,7 @@ async fn in_slot(
         first: None,
         context: fix.wanted.failure.clone(),
         review_context: review_text(fix.wanted),
+        first_round: u32::try_from(at.record.rounds_begun(at.run_id, key).await?).unwrap_or(0) + 1,
     };
     attempt::item_loop(&item, course, Delivery::CiFix(fix)).await
 }

@@ -332,6 +332,7 @@ async fn in_slot(
         first: onto.writer_free(&night.config.base, card),
         context: tend.context.clone(),
         review_context: String::new(),
+        first_round: 1,
     };
     attempt::item_loop(&item, course, Delivery::Tend(&tend)).await
 }

@@ -844,3 +844,54 @@ async fn doctor_warns_when_the_prs_ci_cannot_run_or_decide() {
         "{line}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tended_prs_push_is_watched_and_its_red_check_gets_a_fix_round() {
+    let gh = FakeGitHub::start().await;
+    let _logs = gh.log_server().await;
+    let green = vec![AutoCheck::new("test", Some("success"))];
+    let w = ci_night(&gh, &["Add sub"], green, "div", "")
+        .commit_backlog()
+        .exit(0)
+        .outcomes(&["pr_opened"])
+        .run()
+        .await;
+    assert_eq!(ci_of(&w.report())["state"], "ci_green");
+    let n = gh.prs()[0]["number"].as_u64().unwrap();
+    // In the morning a member asks for a change, and from now on the
+    // repository's CI wants `div` in calc.txt.
+    w.db.sql("UPDATE pull_requests SET head_pushed_at = now() - interval '1 hour'");
+    gh.add_comment(n, "ana", "Please add one more word.");
+    let ago = (chrono::Utc::now() - chrono::Duration::minutes(30))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    gh.date_feedback(n, &ago);
+    gh.ci(|ci| ci.auto = vec![red_until("div")]);
+
+    let out = w.approve_and_drain(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "night 2:\n{}",
+        common::text(&out)
+    );
+
+    let report = w.report();
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "pr_updated", "{report:#}");
+    let ci = &item["ci"];
+    assert_eq!(
+        (ci["state"].as_str(), ci["fix_rounds"].as_u64()),
+        (Some("ci_green"), Some(1)),
+        "{ci:#}"
+    );
+    assert_eq!(gh.prs().len(), 1, "still one PR");
+    let branch = gh.prs()[0]["head"]["ref"].as_str().unwrap().to_string();
+    let calc = common::git(&w.remote, &["show", &format!("{branch}:calc.txt")]);
+    assert!(calc.trim().ends_with("div"), "{calc}");
+    let mine = gh
+        .comments(n)
+        .into_iter()
+        .filter(|c| c["user"]["login"] != "ana")
+        .count();
+    assert_eq!(mine, 2, "the tend's answer and the fix round's comment");
+}
