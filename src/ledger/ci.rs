@@ -388,3 +388,48 @@ pub async fn views_of_run(pool: &sqlx::PgPool, run: Uuid) -> Result<Vec<WatchVie
     }
     Ok(out)
 }
+
+/// The conclusions of a failed check as GitHub words them (check runs and
+/// statuses), as `ci_checks` keeps them.
+const FAILED: &[&str] = &[
+    "failure",
+    "timed_out",
+    "cancelled",
+    "action_required",
+    "startup_failure",
+    "stale",
+    "error",
+];
+
+/// The required checks that ended red on `head`, the head nightshift last
+/// pushed to PR `pr` of item `key` in `repo`, as the latest watch of that
+/// PR saw them when it ended `ci_failed` at that head — not when the
+/// failure was the base's too (docs/github.md#fix-rounds). Empty
+/// otherwise.
+///
+/// # Errors
+/// Database errors.
+pub async fn red_at(
+    db: &sqlx::PgPool,
+    repo: &str,
+    key: &str,
+    pr: u64,
+    head: &str,
+) -> Result<Vec<String>> {
+    let failed: Vec<String> = FAILED.iter().map(|s| s.to_string()).collect();
+    sqlx::query_scalar(
+        "WITH last AS (SELECT w.* FROM ci_watches w JOIN runs r ON r.id = w.run_id \
+                       WHERE r.repo = $1 AND w.item_key = $2 AND w.pr_number = $3 ORDER BY w.id DESC LIMIT 1) \
+         SELECT c.name FROM last JOIN ci_checks c ON c.watch_id = last.id AND c.head_sha = last.head_sha \
+         WHERE last.head_sha = $4 AND last.ci_state = 'ci_failed' \
+           AND coalesce(last.reason, '') NOT LIKE '%fails on the base%' \
+           AND c.required AND c.conclusion = ANY($5) ORDER BY c.name",
+    )
+    .bind(repo)
+    .bind(key)
+    .bind(pr as i64)
+    .bind(head)
+    .bind(&failed)
+    .fetch_all(db)
+    .await
+}

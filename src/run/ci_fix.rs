@@ -58,14 +58,6 @@ pub(super) async fn may_come(night: &Night, run: uuid::Uuid) -> Result<bool, Err
     Ok(night.db(|| rows::open_watches(pool, run)).await? > 0)
 }
 
-/// What fix round `fix`'s reviewer is told besides the contract.
-fn review_text(fix: &FixWanted) -> String {
-    format!(
-        "This round is a fix round: the repository's CI failed on the pushed PR (required check(s) {}), and the writer was asked to fix the cause. Reject (request_changes) a change that deletes, skips or weakens a test, or edits CI configuration, to get the checks green.\n",
-        fix.checks
-    )
-}
-
 /// Where a fix round runs: the run, the worker's checkout slot, the
 /// contract SHAs the run's approval covers, and the claim's ledger handle.
 pub(super) struct FixAt<'a> {
@@ -195,7 +187,7 @@ async fn in_slot(
         cap_name: "one fix round",
         first: None,
         context: fix.wanted.failure.clone(),
-        review_context: review_text(fix.wanted),
+        review_context: super::ci_ask::reviewer_note(&fix.wanted.checks),
         first_round: u32::try_from(at.record.rounds_begun(at.run_id, key).await?).unwrap_or(0) + 1,
     };
     attempt::item_loop(&item, course, Delivery::CiFix(fix)).await

@@ -580,16 +580,18 @@ fn red_until(fixed_by: &str) -> AutoCheck {
 }
 
 /// A writer whose items add `sub` (an item titled with `mul`: a mul.txt
-/// file); told in a fix round that `div is missing`, it adds `fix_word` to
-/// calc.txt and keeps its prompt as `fix-prompt-<round>-<pid>.md` in the
-/// agents' directory `dir`.
+/// file); told in a fix round that `div is missing`, it adds `fix_word`
+/// (or the word in the file `fix-word` of the agents' directory `dir`) to
+/// calc.txt and keeps its prompt as `fix-prompt-<round>-<pid>.md` there.
 fn fixing_writer(dir: &std::path::Path, fix_word: &str) -> String {
     format!(
         r#"#!/bin/sh
 if [ -f "$NIGHTSHIFT_FEEDBACK_FILE" ] && grep -q 'div is missing' "$NIGHTSHIFT_FEEDBACK_FILE"; then
   cp "$NIGHTSHIFT_PROMPT_FILE" "{dir}/fix-prompt-$NIGHTSHIFT_ROUND-$$.md"
-  echo {fix_word} >> calc.txt
-  echo 'added {fix_word}, which the CI log says is missing'
+  w=$(cat "{dir}/fix-word" 2>/dev/null)
+  [ -n "$w" ] || w={fix_word}
+  echo "$w" >> calc.txt
+  echo "added $w, which the CI log says is missing"
   exit 0
 fi
 case "$(cat "$NIGHTSHIFT_CONTRACT_FILE")" in
@@ -894,4 +896,60 @@ async fn a_tended_prs_push_is_watched_and_its_red_check_gets_a_fix_round() {
         .filter(|c| c["user"]["login"] != "ana")
         .count();
     assert_eq!(mine, 2, "the tend's answer and the fix round's comment");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_night_tends_a_pr_whose_ci_ended_red() {
+    let gh = FakeGitHub::start().await;
+    let _logs = gh.log_server().await;
+    // Night 1: the one fix round adds the wrong word; the PR ends red.
+    let config = "[limits]\nci_rounds = 1\n";
+    let w = ci_night(&gh, &["Add sub"], vec![red_until("div")], "pow", config)
+        .commit_backlog()
+        .exit(0)
+        .outcomes(&["pr_opened"])
+        .run()
+        .await;
+    assert_eq!(ci_of(&w.report())["state"], "ci_failed");
+    std::fs::write(w.agents.join("fix-word"), "div\n").unwrap();
+    for p in fix_prompts(&w.agents) {
+        assert!(p.contains("fix round 1 of 1"), "{p}");
+    }
+
+    // Night 2: the plan's card for the red PR, approved and worked.
+    let plan: serde_json::Value =
+        serde_json::from_slice(&w.run(&["plan", "--json"]).stdout).unwrap();
+    let card = &plan["tend"][0];
+    assert_eq!(card["action"], "ci_failed", "{plan:#}");
+    let plan_text = common::text(&w.run(&["plan"]));
+    assert!(
+        plan_text.contains("CI failed") && plan_text.contains("required check(s) test"),
+        "{plan_text}"
+    );
+    let out = w.approve_and_drain(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "night 2:\n{}",
+        common::text(&out)
+    );
+
+    let report = w.report();
+    let item = &report["items"][0];
+    assert_eq!(item["outcome"], "pr_updated", "{report:#}");
+    assert_eq!(
+        (
+            item["ci"]["state"].as_str(),
+            item["ci"]["fix_rounds"].as_u64()
+        ),
+        (Some("ci_green"), Some(0)),
+        "{report:#}"
+    );
+    let told = fix_prompts(&w.agents);
+    assert!(
+        told.iter().any(|p| p.contains("the last night's result")
+            && p.contains("error: div is missing from calc.txt")),
+        "{told:#?}"
+    );
+    assert_eq!(gh.prs().len(), 1, "still one PR");
 }
