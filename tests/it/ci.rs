@@ -730,18 +730,19 @@ async fn one_fix_round_makes_a_red_required_check_green_on_the_same_pr() {
 async fn a_spent_fix_budget_is_ci_failed_and_the_draft_stays() {
     let gh = FakeGitHub::start().await;
     let _logs = gh.log_server().await;
-    // The fix round adds `pow`: the check stays red.
-    let night = ci_night(
-        &gh,
-        &["Add sub"],
-        vec![red_until("div")],
-        "pow",
-        "draft = true\n[limits]\nci_rounds = 1\n",
-    )
-    .exit(0)
-    .outcomes(&["pr_opened"])
-    .run()
-    .await;
+    // The fix round adds `pow`: the check stays red. The run's end is
+    // told to a command.
+    let told = tempfile::tempdir().unwrap();
+    let told = told.path().join("notified.json");
+    let config = format!(
+        "draft = true\n[limits]\nci_rounds = 1\n[notify]\ncommand = [\"/bin/sh\", \"-c\", \"cat > {}\"]\n",
+        told.display()
+    );
+    let night = ci_night(&gh, &["Add sub"], vec![red_until("div")], "pow", &config)
+        .exit(0)
+        .outcomes(&["pr_opened"])
+        .run()
+        .await;
 
     let ci = ci_of(&night.report());
     assert_eq!(ci["state"], "ci_failed", "{ci:#}");
@@ -760,6 +761,13 @@ async fn a_spent_fix_budget_is_ci_failed_and_the_draft_stays() {
             && text.contains("test (required): failure")
             && text.contains("fix round 1 for `test`"),
         "{text}"
+    );
+    let said: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&told).unwrap()).unwrap();
+    assert_eq!(
+        (&said["ci"]["ci_failed"], &said["prs"][0]["ci"]),
+        (&serde_json::json!(1), &serde_json::json!("ci_failed")),
+        "{said:#}"
     );
 }
 
