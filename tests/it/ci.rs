@@ -339,6 +339,13 @@ async fn an_optional_red_check_leaves_the_pr_green() {
         text.contains("ci_green") && text.contains("lint (optional): failure"),
         "{text}"
     );
+    // Merged in the morning: the history's merge rate by CI state.
+    gh.merge(gh.prs()[0]["number"].as_u64().unwrap());
+    let history = common::text(&night.run(&["report", "--history"]));
+    assert!(
+        history.contains("CI ci_green: 1 opened, 1 merged, merge rate 100%"),
+        "{history}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
