@@ -109,6 +109,22 @@ pub struct Totals {
     pub slept_seconds: i64,
     /// Per recipe, in the config's order, then items of no recipe.
     pub by_recipe: Vec<RecipeTotals>,
+    /// Per CI state of the PRs opened (docs/github.md#ci); PRs whose CI
+    /// was not watched are not in it.
+    pub by_ci: Vec<CiTotals>,
+}
+
+/// The PRs opened whose CI ended in one state, over the window.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CiTotals {
+    /// `ci_green`, `ci_failed`, `ci_pending` or `ci_none`.
+    pub state: String,
+    /// PRs opened.
+    pub prs_opened: usize,
+    /// Of those, merged since.
+    pub merged: usize,
+    /// merged / opened.
+    pub merge_rate: Option<f64>,
 }
 
 /// The history of a repository over a window.
@@ -141,6 +157,7 @@ pub async fn load(
     let mut nights: Vec<Night> = Vec::new();
     let mut hours_to_merge = Vec::new();
     let mut by_recipe: BTreeMap<usize, RecipeTotals> = BTreeMap::new();
+    let mut by_ci: BTreeMap<String, CiTotals> = BTreeMap::new();
     for row in &rows {
         if nights.last().is_none_or(|n| n.run_id != row.run_id) {
             let slept = slept
@@ -175,9 +192,24 @@ pub async fn load(
         if let Some(o) = row.outcome.filter(|o| o.fails_run()) {
             *night.failures.entry(o.as_str().to_string()).or_insert(0) += 1;
         }
-        count_pr(row, night, r, &mut hours_to_merge);
+        if count_pr(row, night, r, &mut hours_to_merge)
+            && let Some(state) = &row.ci_state
+        {
+            let c = by_ci.entry(state.clone()).or_insert_with(|| CiTotals {
+                state: state.clone(),
+                ..CiTotals::default()
+            });
+            c.prs_opened += 1;
+            c.merged += usize::from(row.pr_state == Some(PrRecord::Merged));
+        }
     }
-    let totals = totals(&nights, hours_to_merge, by_recipe.into_values().collect());
+    let mut totals = totals(&nights, hours_to_merge, by_recipe.into_values().collect());
+    totals.by_ci = (by_ci.into_values())
+        .map(|c| CiTotals {
+            merge_rate: (c.prs_opened > 0).then(|| c.merged as f64 / c.prs_opened as f64),
+            ..c
+        })
+        .collect();
     Ok(History {
         since,
         nights,
@@ -188,15 +220,15 @@ pub async fn load(
 
 /// Counts `row`'s PR in its `night` and recipe totals `r` when that night
 /// opened it (not one carried over from an earlier night), and its hours
-/// from opening to merge in `hours_to_merge`.
+/// from opening to merge in `hours_to_merge`. Returns whether it counted.
 fn count_pr(
     row: &HistoryRow,
     night: &mut Night,
     r: &mut RecipeTotals,
     hours_to_merge: &mut Vec<f64>,
-) {
+) -> bool {
     if !(row.outcome == Some(Outcome::PrOpened) && row.pr_number.is_some() && row.rounds > 0) {
-        return;
+        return false;
     }
     night.prs_opened += 1;
     r.prs_opened += 1;
@@ -211,6 +243,7 @@ fn count_pr(
         Some(PrRecord::Closed) => night.closed += 1,
         _ => night.open += 1,
     }
+    true
 }
 
 /// The sum of the costs some agents reported: `None` when none did, and
@@ -258,6 +291,7 @@ fn totals(nights: &[Night], mut hours: Vec<f64>, mut by_recipe: Vec<RecipeTotals
         median_hours_to_merge: median,
         slept_seconds: nights.iter().map(|n| n.slept_seconds).sum(),
         by_recipe,
+        by_ci: Vec::new(),
     }
 }
 
@@ -392,6 +426,16 @@ impl History {
                 r.prs_opened,
                 r.merged,
                 per(r.cost_per_merged_pr, r.cost_usd)
+            );
+        }
+        for c in &t.by_ci {
+            let _ = writeln!(
+                s,
+                "  CI {}: {} opened, {} merged, merge rate {}",
+                c.state,
+                c.prs_opened,
+                c.merged,
+                pct(c.merge_rate)
             );
         }
         if let Some(u) = &self.unknown {

@@ -59,6 +59,10 @@ pub struct ItemNote {
     pub branch: Option<String>,
     /// Why it failed (failures only).
     pub reason: Option<String>,
+    /// Its PR's CI state (`ci_green`, `ci_failed`, `ci_pending`,
+    /// `ci_none`; docs/github.md#ci), when its CI was watched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ci: Option<String>,
 }
 
 /// What a run-end message says. The JSON shape of `webhook` and `command`.
@@ -98,6 +102,9 @@ pub struct Summary {
     /// `nightshift/` branches on the remote whose head nightshift did not
     /// push, one line each, for a person to look at (docs/security.md#processes).
     pub foreign_refs: Vec<String>,
+    /// The watched PRs per CI state (docs/github.md#ci); empty without
+    /// watches.
+    pub ci: BTreeMap<String, usize>,
 }
 
 impl Summary {
@@ -109,8 +116,17 @@ impl Summary {
             0 => String::new(),
             n => format!(", {n} branch(es) pushed without a PR"),
         };
+        let ci = match self.ci.is_empty() {
+            true => String::new(),
+            false => {
+                let states: Vec<String> = (self.ci.iter())
+                    .map(|(state, n)| format!("{n} {state}"))
+                    .collect();
+                format!(" (CI: {})", states.join(", "))
+            }
+        };
         format!(
-            "{}nightshift run {} {}: {} PR(s){pushed}, {} failed",
+            "{}nightshift run {} {}: {} PR(s){ci}{pushed}, {} failed",
             if self.test { TEST_MARK } else { "" },
             &self.run_id[..self.run_id.len().min(8)],
             self.status,
@@ -119,14 +135,29 @@ impl Summary {
         )
     }
 
+    /// Sets the PRs' CI states from `states` (item index, state word) and
+    /// counts them (docs/github.md#ci).
+    pub fn set_ci(&mut self, states: &[(i32, String)]) {
+        for (index, state) in states {
+            *self.ci.entry(state.clone()).or_insert(0) += 1;
+            for p in self.prs.iter_mut().filter(|p| p.index == *index) {
+                p.ci = Some(state.clone());
+            }
+        }
+    }
+
     /// The payload of a Slack incoming webhook: `text` (the fallback a
     /// notification shows) and `blocks` with the same facts.
     pub fn slack(&self) -> Value {
         let mut lines = vec![format!("*{}*", slack_escape(&self.headline()))];
         for p in &self.prs {
             let url = p.pr_url.as_deref().unwrap_or("");
+            let ci =
+                p.ci.as_deref()
+                    .map(|c| format!(" · {c}"))
+                    .unwrap_or_default();
             lines.push(format!(
-                "• <{}|#{} {}>",
+                "• <{}|#{} {}>{ci}",
                 slack_escape(url),
                 p.index,
                 slack_escape(&p.title)
@@ -415,6 +446,7 @@ pub fn sample(repo: &str, checkout: Option<&std::path::Path>) -> Summary {
         pr_url: None,
         branch: None,
         reason: None,
+        ci: None,
     };
     Summary {
         test: true,
@@ -449,6 +481,7 @@ pub fn sample(repo: &str, checkout: Option<&std::path::Path>) -> Summary {
         slept_seconds: 0,
         report: None,
         foreign_refs: Vec::new(),
+        ci: BTreeMap::new(),
     }
 }
 
@@ -475,6 +508,7 @@ impl Summary {
                 pr_url: i.facts.pr_url.clone(),
                 branch: i.facts.branch.clone(),
                 reason: None,
+                ci: None,
             };
             if i.outcome.is_some_and(|o| o.fails_run()) {
                 failures.push(ItemNote {
@@ -502,6 +536,7 @@ impl Summary {
             slept_seconds,
             report,
             foreign_refs: Vec::new(),
+            ci: BTreeMap::new(),
         }
     }
 }

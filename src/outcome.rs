@@ -388,6 +388,11 @@ text_set! {
         CiWatch => "ci_watch",
         /// A PR's CI watch ended in its CI state.
         CiEnded => "ci_ended",
+        /// A red required check put a fix round of its item on the queue
+        /// (docs/github.md#fix-rounds).
+        CiFixWanted => "ci_fix_wanted",
+        /// A fix round ended: what it pushed, or why nothing.
+        CiFixRound => "ci_fix_round",
         /// A drain or run refused to start (no usable approval, a missing
         /// agent): nothing ran.
         Refused => "refused",

@@ -423,7 +423,7 @@ impl Timeline {
         h.push_str("<span><i style=\"background:var(--fail)\"></i>deadline</span></div>");
         // Each quota window's use on the timeline's time axis (docs/limits.md#gauges).
         h.push_str(&quota);
-        h.push_str(&self.table());
+        h.push_str(&self.table(board));
         h.push_str("</main></body></html>\n");
         h
     }
@@ -575,11 +575,17 @@ impl Timeline {
     }
 
     /// The items under the picture, one row each.
-    fn table(&self) -> String {
+    fn table(&self, board: Option<&crate::report::board::Board>) -> String {
         let mut s = String::from(
-            "<table><thead><tr><th>#</th><th>item</th><th>outcome</th><th>PR</th><th>rounds</th><th>time</th><th>tokens</th><th>cost</th></tr></thead><tbody>",
+            "<table><thead><tr><th>#</th><th>item</th><th>outcome</th><th>PR</th><th>CI</th><th>rounds</th><th>time</th><th>tokens</th><th>cost</th></tr></thead><tbody>",
         );
         for i in &self.items {
+            // The PR's CI state (docs/github.md#ci), as the board has it.
+            let ci = (board.into_iter())
+                .flat_map(|b| b.finished.iter())
+                .find(|f| f.index == i.item_index && f.pr_number.map(|n| n as i64) == i.pr_number)
+                .and_then(|f| f.ci.as_deref())
+                .map_or_else(|| "–".to_string(), esc);
             let failed = i.outcome.is_some_and(Outcome::fails_run);
             // Only a plain https:/http: address from GitHub's data is a link.
             let label = |n: Option<i64>| n.map_or_else(|| "PR".to_string(), |n| format!("#{n}"));
@@ -604,7 +610,7 @@ impl Timeline {
             let _ = write!(
                 s,
                 "<tr class=\"{cls}\"><td class=\"num\" data-label=\"#\">{}</td><td>{}{reason}</td>\
-                 <td class=\"outcome\" data-label=\"outcome\">{}</td><td data-label=\"PR\">{pr}</td>\
+                 <td class=\"outcome\" data-label=\"outcome\">{}</td><td data-label=\"PR\">{pr}</td><td data-label=\"CI\">{ci}</td>\
                  <td class=\"num\" data-label=\"rounds\">{}</td><td class=\"num\" data-label=\"time\">{}</td>\
                  <td class=\"num\" data-label=\"tokens\">{}</td><td class=\"num\" data-label=\"cost\">{}</td></tr>",
                 i.item_index,

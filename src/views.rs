@@ -36,10 +36,7 @@ pub struct RunView {
     pub foreign_refs: Vec<crate::user_repo::foreign::ForeignRef>,
     /// The CI watches of its PRs, each with its head's checks
     /// (docs/github.md#ci).
-    pub ci: Vec<(
-        crate::ledger::ci::WatchRow,
-        Vec<crate::ledger::ci::CheckRow>,
-    )>,
+    pub ci: Vec<crate::ledger::ci::WatchView>,
 }
 
 impl RunView {
@@ -56,11 +53,7 @@ impl RunView {
             .iter()
             .filter_map(crate::user_repo::foreign::ForeignRef::from_json)
             .collect();
-        let mut ci = Vec::new();
-        for w in crate::ledger::ci::watches_of_run(pool, run.id).await? {
-            let checks = crate::ledger::ci::checks_of(pool, w.id, &w.head_sha).await?;
-            ci.push((w, checks));
-        }
+        let ci = crate::ledger::ci::views_of_run(pool, run.id).await?;
         Ok(RunView {
             run,
             items,

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod agents;
+mod ci;
 mod sandbox;
 
 use crate::config::{AgentKind, Config, Loaded};
@@ -348,7 +349,7 @@ async fn finish_without_repo(mut out: Vec<Check>, _startup: &Startup) -> Vec<Che
     out
 }
 
-/// Token, scopes, API and label (docs/github.md).
+/// Token, scopes, API, label and the PRs' CI (docs/github.md).
 async fn github_checks(
     out: &mut Vec<Check>,
     _repo: &Path,
@@ -366,7 +367,7 @@ async fn github_checks(
         } else {
             Check::warn("token", why.what, why.fix)
         });
-        for name in ["api", "label"] {
+        for name in ["api", "label", "ci"] {
             out.push(Check::warn(
                 name,
                 "not checked: no GitHub token",
@@ -391,6 +392,8 @@ async fn github_checks(
             return;
         }
     };
+    let actions_env = std::env::var("GITHUB_ACTIONS").ok();
+    let actions_token = ci::is_actions_token(actions_env.as_deref(), source, token.expose());
     let base = forge::api_base();
     let f = match Forge::new(&base, token, id.clone(), None) {
         // Two tries, 10 s each: a check, not a night's patience.
@@ -415,6 +418,7 @@ async fn github_checks(
     out.push(scope_check(source, probe.scopes.as_deref()));
     out.push(api_check(&base, &id, &probe));
     out.push(label_check(&f, &config.label, &probe).await);
+    out.push(ci::ci_check(&f, &config.base, actions_token).await);
 }
 
 /// The token's source and scopes (`None`: a fine-grained or app token,

@@ -277,7 +277,9 @@ pub async fn attempts(
 /// or host: each may open a PR, so the review queue (`max_open_prs`,
 /// docs/workers.md "What holds across all workers") counts them. Only
 /// earlier claims count, so that of two items claimed at once the earlier
-/// one goes on.
+/// one goes on. An item whose PR's CI is watched (its live claim is a fix
+/// round's, docs/github.md#fix-rounds) opened its PR already and opens
+/// none: it does not count.
 ///
 /// # Errors
 /// Database errors.
@@ -287,7 +289,8 @@ pub async fn earlier_live_items(pool: &PgPool, run: Uuid, claim_id: i64) -> Resu
          JOIN runs r ON r.id = c.run_id \
          JOIN run_queue q ON q.run_id = c.run_id AND q.item_key = c.item_key \
          JOIN plan_contracts pc ON pc.plan_sha = r.plan_sha AND pc.contract_sha = q.contract_sha \
-         WHERE c.run_id = $1 AND c.id < $2 AND c.ended_at IS NULL AND pc.kind = 'item'",
+         WHERE c.run_id = $1 AND c.id < $2 AND c.ended_at IS NULL AND pc.kind = 'item' \
+           AND NOT EXISTS (SELECT 1 FROM ci_watches w WHERE w.run_id = c.run_id AND w.item_key = c.item_key)",
     )
     .bind(run)
     .bind(claim_id)

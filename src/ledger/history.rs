@@ -36,6 +36,10 @@ pub struct HistoryRow {
     pub pr_created_at: Option<DateTime<Utc>>,
     /// When the PR was merged (UTC), if it was.
     pub merged_at: Option<DateTime<Utc>>,
+    /// Its PR's CI state as the run's watch ended it (`ci_pending` for a
+    /// watch its run left open); `None` when its CI was not watched
+    /// (docs/github.md#ci).
+    pub ci_state: Option<String>,
 }
 
 /// The run items of `repo`'s runs started at or after `since`, by run start,
@@ -50,9 +54,11 @@ pub async fn history_rows(
 ) -> Result<Vec<HistoryRow>> {
     sqlx::query_as(
         "SELECT r.id AS run_id, r.started_at, i.title, i.outcome, i.rounds, i.tokens, i.cost_usd, i.pr_number, \
-                p.state AS pr_state, p.created_at AS pr_created_at, p.merged_at \
+                p.state AS pr_state, p.created_at AS pr_created_at, p.merged_at, \
+                CASE WHEN w.id IS NULL THEN NULL ELSE coalesce(w.ci_state, 'ci_pending') END AS ci_state \
          FROM runs r JOIN run_items i ON i.run_id = r.id \
          LEFT JOIN pull_requests p ON p.repo = r.repo AND p.item_key = i.item_key AND p.number = i.pr_number \
+         LEFT JOIN ci_watches w ON w.run_id = r.id AND w.item_key = i.item_key \
          WHERE r.repo = $1 AND r.started_at >= $2 ORDER BY r.started_at, r.id, i.item_index",
     )
     .bind(repo)

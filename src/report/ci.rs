@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::ledger::ci::{CheckRow, WatchRow};
+use crate::ledger::ci::{CheckRow, FixRow, WatchRow, WatchView};
 use crate::outcome::CiState;
 
 use super::{escape_controls, one_line, web_link};
@@ -33,11 +33,20 @@ fn reason(w: &WatchRow, run_ended: bool) -> Option<String> {
 }
 
 /// `report --json`'s `ci` of one item: `state`, `reason`, `all_reported`
-/// (no required check was known; every reported one counted), `fix_rounds`,
-/// `head_sha`, `pr_number` and the head's `checks` (`name`, `required`,
-/// `conclusion`, `url`).
-pub fn to_json(w: &WatchRow, checks: &[CheckRow], run_ended: bool) -> Value {
+/// (no required check was known; every reported one counted), `fix_rounds`
+/// (how many ran) and `fixes` (each: `n`, `checks`, `from`, `to` — `null`
+/// when it pushed nothing —, `result`, `worker`), `head_sha`, `pr_number`
+/// and the head's `checks` (`name`, `required`, `conclusion`, `url`).
+pub fn to_json(w: &WatchRow, checks: &[CheckRow], fixes: &[FixRow], run_ended: bool) -> Value {
     json!({
+        "fixes": fixes.iter().map(|f| json!({
+            "n": f.n,
+            "checks": f.checks,
+            "from": f.from_head,
+            "to": f.to_head,
+            "result": f.result,
+            "worker": f.worker,
+        })).collect::<Vec<_>>(),
         "state": state_text(w, run_ended),
         "reason": reason(w, run_ended),
         "all_reported": w.all_reported,
@@ -56,23 +65,30 @@ pub fn to_json(w: &WatchRow, checks: &[CheckRow], run_ended: bool) -> Value {
 
 /// Sets each item of `report --json` (`v["items"]`) its `ci` ([`to_json`]
 /// of its watch; `null` for an item whose PR was not watched).
-pub fn attach(v: &mut Value, watches: &[(WatchRow, Vec<CheckRow>)], run_ended: bool) {
+pub fn attach(v: &mut Value, watches: &[WatchView], run_ended: bool) {
     for item in v["items"].as_array_mut().into_iter().flatten() {
         let watch = watches
             .iter()
-            .find(|(w, _)| item["key"] == w.item_key.as_str());
-        item["ci"] = watch.map_or(Value::Null, |(w, checks)| to_json(w, checks, run_ended));
+            .find(|w| item["key"] == w.watch.item_key.as_str());
+        item["ci"] = watch.map_or(Value::Null, |w| {
+            to_json(&w.watch, &w.checks, &w.fixes, run_ended)
+        });
     }
 }
 
 /// The text report's CI section: one line per watched PR (its state and
 /// why), then its head's checks, required ones first; empty without watches.
-pub fn section(watches: &[(WatchRow, Vec<CheckRow>)], run_ended: bool) -> String {
+pub fn section(watches: &[WatchView], run_ended: bool) -> String {
     if watches.is_empty() {
         return String::new();
     }
     let mut s = String::from("CI of the PRs (the repository's own checks on GitHub):\n");
-    for (w, checks) in watches {
+    for WatchView {
+        watch: w,
+        checks,
+        fixes,
+    } in watches
+    {
         let why = reason(w, run_ended)
             .map(|r| format!(" — {}", one_line(&escape_controls(&r, false), 300)))
             .unwrap_or_default();
@@ -103,8 +119,17 @@ pub fn section(watches: &[(WatchRow, Vec<CheckRow>)], run_ended: bool) -> String
                 escape_controls(&c.conclusion, false)
             );
         }
+        for f in fixes {
+            let _ = writeln!(
+                s,
+                "      fix round {} for {}: {}",
+                f.n,
+                one_line(&escape_controls(&f.checks, false), 200),
+                one_line(&escape_controls(&f.result, false), 300)
+            );
+        }
     }
-    if watches.iter().any(|(w, _)| w.all_reported) {
+    if watches.iter().any(|w| w.watch.all_reported) {
         s.push_str("  (no required check is configured for the base branch: every reported check counted as required)\n");
     }
     s
@@ -129,6 +154,8 @@ mod tests {
             started_at: chrono::Utc::now(),
             wait_until: chrono::Utc::now(),
             ended_at: None,
+            fixing: false,
+            fix_note: None,
         }
     }
 
@@ -137,7 +164,7 @@ mod tests {
         let mut w = watch(None);
         w.reason = None;
         assert_eq!(state_text(&w, false), "watching");
-        assert_eq!(to_json(&w, &[], true)["state"], "ci_pending");
+        assert_eq!(to_json(&w, &[], &[], true)["state"], "ci_pending");
         let check = CheckRow {
             head_sha: "abc".into(),
             name: "<b>lint</b>\u{7}".into(),
@@ -145,7 +172,12 @@ mod tests {
             conclusion: "failure".into(),
             url: Some("javascript:alert(1)".into()),
         };
-        let text = section(&[(watch(Some(CiState::Failed)), vec![check])], true);
+        let view = WatchView {
+            watch: watch(Some(CiState::Failed)),
+            checks: vec![check],
+            fixes: vec![],
+        };
+        let text = section(&[view], true);
         assert!(
             text.contains("#7 ci_failed — required check `t\\u{1b}[31m` failed"),
             "{text}"

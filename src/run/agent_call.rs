@@ -127,10 +127,11 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
 fn agent_call(r: &Round<'_>, role: Role, attempt: u32, left: std::time::Duration) -> agent::Call {
     let (item, night) = (r.item, r.item.night);
     let c = &item.entry.contract;
-    // The reviewer sees the contract only; the writer also what went wrong.
+    // The reviewer sees the contract (and a fix round's failure) only; the
+    // writer also what went wrong.
     let feedback = match role {
         Role::Writer => r.st.feedback.clone(),
-        Role::Reviewer => String::new(),
+        Role::Reviewer => r.st.review_context.clone(),
     };
     let mut env = crate::build_output::for_slot(&night.agent_env, &item.slot.path);
     let log_dir = agent::call_dir(item.dir, r.n, role, attempt);

@@ -37,6 +37,8 @@ pub(super) enum Delivery<'a> {
     NewPr,
     /// A push to the PR this tend card is for ([`super::tend_push::ship`]).
     Tend(&'a Tend<'a>),
+    /// A fix round's push to the PR whose CI is red ([`super::ci_fix_push::ship`]).
+    CiFix(&'a super::ci_fix_push::Fix<'a>),
 }
 
 /// What shapes an item's rounds besides its contract.
@@ -52,6 +54,12 @@ pub(super) struct Course {
     /// What the writer is told before anything else in every round (a
     /// tend's conflict and requests); empty for an item.
     pub context: String,
+    /// What the reviewer is told besides the contract (a fix round's
+    /// failure, docs/github.md#fix-rounds); empty for an item.
+    pub review_context: String,
+    /// The number of the first round (1; a fix round's comes after the
+    /// rounds its item had in the run).
+    pub first_round: u32,
 }
 
 impl Course {
@@ -63,6 +71,8 @@ impl Course {
             cap_name: "the cap",
             first: None,
             context: String::new(),
+            review_context: String::new(),
+            first_round: 1,
         }
     }
 }
@@ -364,6 +374,7 @@ pub(super) async fn item_loop(
 ) -> Result<ItemEnd, Error> {
     let mut st = Progress::new(item);
     st.feedback = course.context.clone();
+    st.review_context = course.review_context.clone();
     let end = rounds(item, &mut st, course, delivery).await?;
     // A round cut short (timeout, budget, signal, deadline) ends with the item.
     item.record
@@ -389,7 +400,7 @@ async fn rounds(
     if let Some(end) = setup(item, st).await? {
         return Ok(end);
     }
-    for n in 1..=course.cap {
+    for n in course.first_round..course.first_round + course.cap {
         if let Some(end) = before_round(item, st, n) {
             return Ok(end);
         }
@@ -430,6 +441,7 @@ async fn deliver(
         Delivery::NewPr => ship::ship(r, a).await,
         // A tended PR is pushed anew, not opened (docs/github.md).
         Delivery::Tend(t) => super::tend_push::ship(r, t, a).await,
+        Delivery::CiFix(f) => super::ci_fix_push::ship(r, f, a).await,
     }
 }
 

@@ -13,8 +13,11 @@
 //! `ci_wait` and the deadline); a signal ends the watches still going as
 //! `ci_pending`.
 //!
-//! Fix rounds for a red required check are not started by this watcher:
-//! a `ci_failed` watch says so in its reason.
+//! A red required check that passes on the base asks for a fix round of
+//! its item ([`super::ci_ask`], run by [`super::ci_fix`]) while the item's `ci_rounds` and the
+//! deadline allow; the watch waits for the round's end and goes on at the
+//! head it pushed. Once the budget is spent the watch ends `ci_failed`,
+//! saying so.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -195,11 +198,7 @@ pub(super) async fn open(
         head,
         base,
     } = *watched;
-    let wait = chrono::Duration::from_std(ci_wait).unwrap_or(chrono::Duration::MAX);
-    let wait_until = Utc::now()
-        .checked_add_signed(wait)
-        .unwrap_or(night.deadline)
-        .min(night.deadline);
+    let wait_until = wait_until(night, ci_wait);
     let w = NewWatch {
         run,
         key,
@@ -211,6 +210,16 @@ pub(super) async fn open(
     let pool = &night.pool;
     night.db(|| rows::open_watch(pool, &w)).await?;
     Ok(())
+}
+
+/// When a watch of a push made now stops waiting: `ci_wait` from now,
+/// never past the deadline.
+pub(super) fn wait_until(night: &Night, ci_wait: Duration) -> chrono::DateTime<Utc> {
+    let wait = chrono::Duration::from_std(ci_wait).unwrap_or(chrono::Duration::MAX);
+    Utc::now()
+        .checked_add_signed(wait)
+        .unwrap_or(night.deadline)
+        .min(night.deadline)
 }
 
 /// Follows every open watch of run `run` until `workers_done` is cancelled
@@ -252,7 +261,19 @@ pub(super) async fn watch(
         }
         let mut left = 0;
         for w in &open {
-            if !look(&night, forge, w, &mut seen, grace).await? {
+            // A watch whose fix round is wanted or running waits for its
+            // end (a worker's); once no worker of this process is left,
+            // none will run it.
+            let ended = match (w.fixing, finished) {
+                (true, false) => false,
+                (true, true) => {
+                    let why = "a required check failed; its fix round was wanted but the run's workers stopped before one ran it";
+                    end(&night, w, CiState::Failed, why, w.all_reported).await?;
+                    true
+                }
+                (false, _) => look(&night, forge, w, &mut seen, grace).await?,
+            };
+            if !ended {
                 left += 1;
             }
         }
@@ -317,9 +338,12 @@ async fn look(
     if state == CiState::Failed {
         reason = match on_the_base_too(night, forge, w, &j.failed).await {
             Some(also) => also,
-            None => {
-                format!("{reason}; no fix round was started (fix rounds are not in this version)")
-            }
+            // Not the base's: the item's fix round, if the contract and
+            // the deadline allow one (docs/github.md#fix-rounds).
+            None => match super::ci_ask::want(night, forge, w, &j.failed).await? {
+                None => return Ok(false),
+                Some(why_not) => format!("{reason}; {why_not}"),
+            },
         };
     }
     if state == CiState::Green

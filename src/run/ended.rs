@@ -52,6 +52,15 @@ async fn notify(night: &Night, view: &RunView) {
         report,
     );
     summary.foreign_refs = view.foreign_refs.iter().map(ForeignRef::line).collect();
+    // Each watched PR's CI state, as the morning report words it.
+    let ci: Vec<(i32, String)> = (view.ci.iter())
+        .filter_map(|w| {
+            let item = items.iter().find(|i| i.item_key == w.watch.item_key)?;
+            let state = crate::report::ci::state_text(&w.watch, true);
+            Some((item.item_index, state.to_string()))
+        })
+        .collect();
+    summary.set_ci(&ci);
     let sent = crate::notify::deliver(
         targets,
         &summary,

@@ -92,6 +92,9 @@ pub(super) struct Progress {
     pub findings: Vec<String>,
     /// What the writer is told in the next round.
     pub feedback: String,
+    /// What the reviewer is told besides the contract (a fix round's
+    /// failure); empty for an item.
+    pub review_context: String,
     /// (diff hash, failure signature) of each failed round, for the
     /// no-progress rule (docs/loop.md#no-progress).
     pub history: Vec<(String, String)>,
@@ -117,6 +120,7 @@ impl Progress {
             started,
             findings: Vec::new(),
             feedback: String::new(),
+            review_context: String::new(),
             history: Vec::new(),
             rounds: Vec::new(),
             last_failure: (None, String::new()),

@@ -260,6 +260,20 @@ impl<'a> Record<'a> {
         })
     }
 
+    /// Records the end of a fix round (docs/github.md#fix-rounds) and ends
+    /// the attempt's claim `finished` (its item is done again), in one
+    /// fenced transaction: a worker that lost the claim records nothing.
+    pub async fn end_fix(&self, end: &crate::ledger::ci::FixEnd<'_>) -> Result<(), Error> {
+        let claim = self.fence.map(|f| &f.claim);
+        write!(self, |c| async {
+            crate::ledger::ci::end_fix(&mut *c, end).await?;
+            match claim {
+                Some(cl) => queue::end_in(c, cl, queue::ClaimEnd::Finished).await,
+                None => Ok(()),
+            }
+        })
+    }
+
     /// Appends an event of `kind` with `data` to the run's log.
     pub async fn event(&self, kind: Event, data: Value) -> Result<(), Error> {
         let run = Some(self.run_id);

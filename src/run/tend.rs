@@ -40,7 +40,9 @@ use super::{Night, Walk, local};
 /// meanwhile is its item's business (`already_merged`, or done again).
 fn takes_over(card: &TendCard) -> bool {
     match &card.verdict {
-        Verdict::Conflict { .. } | Verdict::ChangesRequested { .. } => card.sealed.is_some(),
+        Verdict::Conflict { .. } | Verdict::ChangesRequested { .. } | Verdict::CiFailed { .. } => {
+            card.sealed.is_some()
+        }
         Verdict::LeftAlone { reason } => !matches!(reason, LeftAlone::Merged | LeftAlone::Closed),
         Verdict::Nothing => false,
     }
@@ -295,10 +297,23 @@ async fn in_slot(
         .into_iter()
         .find(|r| r.branch == card.branch)
         .and_then(|r| r.url);
+    let mut context = context(night, card, slot, &onto);
+    let mut review_context = String::new();
+    // A PR whose CI ended red (docs/github.md#fix-rounds): the checks'
+    // output and log, read now, are the writer's feedback.
+    if let Verdict::CiFailed { checks } = &card.verdict {
+        let told = super::ci_ask::told_for(night, &sealed.contract.head, checks).await;
+        context = if context.is_empty() {
+            told
+        } else {
+            format!("{context}\n{told}")
+        };
+        review_context = super::ci_ask::reviewer_note(&checks.join(", "));
+    }
     let tend = Tend {
         card,
         sealed,
-        context: context(night, card, slot, &onto),
+        context,
         resolved: onto.resolved(),
         work_from: onto.work_from(),
         moved: match &onto {
@@ -331,6 +346,8 @@ async fn in_slot(
         cap_name: "max_tend_rounds",
         first: onto.writer_free(&night.config.base, card),
         context: tend.context.clone(),
+        review_context,
+        first_round: 1,
     };
     attempt::item_loop(&item, course, Delivery::Tend(&tend)).await
 }
@@ -365,6 +382,8 @@ impl Onto {
     fn writer_free(&self, base: &str, card: &TendCard) -> Option<agent::Report> {
         let done = match self {
             _ if !card.verdict.comments().is_empty() => return None,
+            // Red CI is the writer's to fix.
+            _ if matches!(card.verdict, Verdict::CiFailed { .. }) => return None,
             Onto::Squashed { files, .. } if !files.is_empty() => return None,
             Onto::Rebased { .. } => format!(
                 "nightshift rebased the branch onto {base}; it applied cleanly, so no writer was called."

@@ -76,6 +76,15 @@ pub(super) async fn ship(r: &mut Round<'_>, t: &Tend<'_>, a: Approved) -> Result
     let (key, branch) = (&item.entry.item.key, item.branch);
     item.record.pr_head(key, branch, &new_head).await?;
     item.record.pr_body_set(key, branch, &body).await?;
+    // The new head's CI is watched as a new PR's is (docs/github.md#ci).
+    let watched = super::ci::Watched {
+        key,
+        pr_number: t.card.number,
+        head: &new_head,
+        base: &item.slot.base_commit,
+    };
+    let wait = item.entry.contract.limits.ci_wait();
+    super::ci::open(night, item.record.run_id(), &watched, wait).await?;
     let files: Vec<&str> = (a.reviewed.gated.proof.changed.iter())
         .map(|f| f.path.as_str())
         .collect();

@@ -117,7 +117,10 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
             tracing::info!(item = %c.item_key, attempt = c.attempt, claim_ms, "claimed");
         }
         let Some(claim) = claimed else {
-            if night.db(|| queue::pending(pool, run)).await? == 0 {
+            // A PR's CI still watched may want a fix round yet.
+            if night.db(|| queue::pending(pool, run)).await? == 0
+                && !super::ci_fix::may_come(night, run).await?
+            {
                 return Ok(());
             }
             wait_for_work(crew).await?;
@@ -229,7 +232,22 @@ async fn attempt(crew: &Crew, slot: usize, claim: Claim, entry: &PlanEntry) -> R
         super::attempt::item_log_dir(night, crew.run_id, entry),
     );
     let record = Record::attempt(night, crew.run_id, &fence);
-    let done = run_claimed(crew, slot, &record, entry).await;
+    // A claim of an item whose PR's CI is red is a fix round's
+    // (docs/github.md#fix-rounds), not the item's again.
+    let done = match super::ci_fix::wanted(night, &record, entry).await {
+        Ok(Some(fix)) => {
+            let at = super::ci_fix::FixAt {
+                night,
+                run_id: crew.run_id,
+                slot,
+                approved: &crew.approved,
+                record: &record,
+            };
+            super::ci_fix::run(&at, entry, fix).await
+        }
+        Ok(None) => run_claimed(crew, slot, &record, entry).await,
+        Err(e) => Err(e),
+    };
     crew.heart.release(fence.claim.id);
     match done {
         // The item's checkout was discarded on the way out (see

@@ -177,6 +177,10 @@ pub enum Verdict {
     Conflict { comments: Vec<Feedback> },
     /// Someone asked for changes since nightshift's last push.
     ChangesRequested { comments: Vec<Feedback> },
+    /// The PR's required CI check(s) `checks` ended red on the head
+    /// nightshift last pushed, after the fix rounds of that night
+    /// (docs/github.md#fix-rounds); nothing else is asked.
+    CiFailed { checks: Vec<String> },
     /// Never touched, for `reason`.
     LeftAlone { reason: LeftAlone },
     /// Nothing new: the PR merges cleanly (or GitHub could not say) and no
@@ -191,6 +195,7 @@ impl Verdict {
         match self {
             Verdict::Conflict { .. } => "conflict",
             Verdict::ChangesRequested { .. } => "changes_requested",
+            Verdict::CiFailed { .. } => "ci_failed",
             Verdict::LeftAlone { .. } => "left_alone",
             Verdict::Nothing => "nothing",
         }
@@ -214,6 +219,10 @@ pub struct Facts<'a> {
     pub pushed_head: Option<&'a str>,
     /// When it pushed it (UTC).
     pub pushed_at: Option<DateTime<Utc>>,
+    /// The required checks that ended red on the pushed head, as the
+    /// ledger's last CI watch of the PR saw them (none: green, not
+    /// watched, or red on the base too).
+    pub ci_failed: &'a [String],
     /// The PR as GitHub answers now.
     pub pr: &'a PrDetail,
     pub reviews: &'a [Review],
@@ -269,6 +278,10 @@ pub fn classify(f: &Facts<'_>) -> Verdict {
         Verdict::Conflict { comments }
     } else if !comments.is_empty() {
         Verdict::ChangesRequested { comments }
+    } else if !f.ci_failed.is_empty() {
+        Verdict::CiFailed {
+            checks: f.ci_failed.to_vec(),
+        }
     } else {
         Verdict::Nothing
     }
@@ -493,6 +506,9 @@ pub struct TendContract {
     pub rounds: u32,
     /// The requests to answer, verbatim.
     pub comments: Vec<Feedback>,
+    /// The required CI checks that ended red on `head` (`ci_failed` cards).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ci_failed: Vec<String>,
 }
 
 impl TendContract {
@@ -563,6 +579,7 @@ impl TendCard {
         let action = match &verdict {
             Verdict::Conflict { .. } => Some("conflict"),
             Verdict::ChangesRequested { .. } => Some("changes_requested"),
+            Verdict::CiFailed { .. } => Some("ci_failed"),
             _ => None,
         };
         let sealed = action.map(|action| {
@@ -575,6 +592,10 @@ impl TendCard {
                 head: row.head_sha.clone().unwrap_or_default(),
                 rounds,
                 comments: verdict.comments().to_vec(),
+                ci_failed: match &verdict {
+                    Verdict::CiFailed { checks } => checks.clone(),
+                    _ => vec![],
+                },
             })
         });
         TendCard {
@@ -641,6 +662,7 @@ pub fn card(c: &TendCard) -> String {
     let what = match &c.verdict {
         Verdict::Conflict { .. } => "conflict",
         Verdict::ChangesRequested { .. } => "changes requested",
+        Verdict::CiFailed { .. } => "CI failed",
         Verdict::LeftAlone { .. } => "left alone",
         Verdict::Nothing => "nothing to do",
     };
@@ -660,6 +682,17 @@ pub fn card(c: &TendCard) -> String {
             let _ = writeln!(
                 s,
                 "   does      writer rounds with these requests as feedback, then the gate and the reviewer"
+            );
+        }
+        Verdict::CiFailed { checks } => {
+            let _ = writeln!(
+                s,
+                "   red       required check(s) {} on the head nightshift pushed",
+                shown(&checks.join(", "))
+            );
+            let _ = writeln!(
+                s,
+                "   does      brings the branch onto its base, writer rounds with the checks' output and log as feedback, then the gate and the reviewer"
             );
         }
         Verdict::Nothing => {}
@@ -747,10 +780,17 @@ pub async fn survey(
             prs::set_pr_state(pool, repo_id, &row.item_key, &row.branch, state).await?;
             (vec![], vec![], vec![])
         };
+        let ci_failed = match row.head_sha.as_deref() {
+            Some(head) if pr.state == PrState::Open => {
+                crate::ledger::ci::red_at(pool, repo_id, &row.item_key, n, head).await?
+            }
+            _ => vec![],
+        };
         let facts = Facts {
             me: &me,
             pushed_head: row.head_sha.as_deref(),
             pushed_at: row.head_pushed_at,
+            ci_failed: &ci_failed,
             pr: &pr,
             reviews: &reviews,
             line_comments: &line_comments,
@@ -877,6 +917,7 @@ mod tests {
                 me: "nightshift-bot",
                 pushed_head: self.head,
                 pushed_at: self.head.map(|_| t("2026-12-01T02:00:00Z")),
+                ci_failed: &[],
                 pr: &self.pr,
                 reviews: &self.reviews,
                 line_comments: &self.lines,
@@ -888,6 +929,7 @@ mod tests {
                 me: "nightshift-bot",
                 pushed_head: self.head,
                 pushed_at: self.head.map(|_| t("2026-12-01T02:00:00Z")),
+                ci_failed: &[],
                 pr: &self.pr,
                 reviews: &self.reviews,
                 line_comments: &self.lines,

@@ -496,9 +496,15 @@ impl Responder {
         let main = (rest.ends_with("/check-runs"))
             .then(|| st.git_dir.as_ref().and_then(|d| rev(d, "main")))
             .flatten();
-        if let Some(t) =
-            super::github_ci::respond(&mut st.ci, main.as_deref(), req, &method, rest, page)
-        {
+        let git = st.git_dir.clone();
+        if let Some(t) = super::github_ci::respond(
+            &mut st.ci,
+            (main.as_deref(), git.as_deref()),
+            req,
+            &method,
+            rest,
+            page,
+        ) {
             return t;
         }
         match (method.as_str(), rest) {

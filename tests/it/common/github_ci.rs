@@ -63,6 +63,10 @@ pub struct AutoCheck {
     /// Its conclusion on the base branch's commit, when not `conclusion`
     /// (the fake must serve the bare repository to know that commit).
     pub on_base: Option<String>,
+    /// (path, text): it succeeds on a commit whose file at `path` holds
+    /// `text` (the fake must serve the bare repository), as a test suite
+    /// does once the fault is fixed.
+    pub fixed_by: Option<(String, String)>,
 }
 
 impl AutoCheck {
@@ -74,7 +78,13 @@ impl AutoCheck {
             summary: String::new(),
             log: None,
             on_base: None,
+            fixed_by: None,
         }
+    }
+    /// Succeeding on a commit whose `path` holds `text` (see [`AutoCheck::fixed_by`]).
+    pub fn fixed_by(mut self, path: &str, text: &str) -> AutoCheck {
+        self.fixed_by = Some((path.into(), text.into()));
+        self
     }
     /// Ending in `conclusion` on the base branch's commit instead.
     pub fn on_base(mut self, conclusion: &str) -> AutoCheck {
@@ -140,7 +150,7 @@ impl Ci {
 /// path after `/repos/owner/repo`), or `None` when it is not one.
 pub fn respond(
     ci: &mut Ci,
-    base_sha: Option<&str>,
+    (base_sha, git_dir): (Option<&str>, Option<&std::path::Path>),
     req: &Request,
     method: &str,
     rest: &str,
@@ -160,6 +170,12 @@ pub fn respond(
             for mut a in ci.auto.clone() {
                 if base_sha == Some(sha) && a.on_base.is_some() {
                     a.conclusion = a.on_base.clone();
+                }
+                if let Some((path, text)) = &a.fixed_by
+                    && git_dir.is_some_and(|d| file_at(d, sha, path).contains(text.as_str()))
+                {
+                    a.conclusion = Some("success".into());
+                    a.log = None;
                 }
                 let status = if a.conclusion.is_some() {
                     "completed"
@@ -282,6 +298,17 @@ pub fn respond(
         let _ = req;
     }
     None
+}
+
+/// The text of `path` at commit `sha` in the bare repository `dir` ("" when
+/// there is none).
+fn file_at(dir: &std::path::Path, sha: &str, path: &str) -> String {
+    std::process::Command::new("git")
+        .args(["show", &format!("{sha}:{path}")])
+        .current_dir(dir)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// GitHub's GraphQL endpoint: `markPullRequestReadyForReview` of a PR by its
