@@ -37,13 +37,12 @@ use serde::{Deserialize, Serialize};
 pub enum Mode {
     /// The run refuses to start (exit 2) when the sandbox cannot be built.
     Required,
-    /// The sandbox is built when the kernel allows it; otherwise the run
-    /// says so once (start of the run, `doctor`) and runs without it.
-    Auto,
-    /// No sandbox: the containment before it only (with a warning). The
-    /// default for now (docs/security.md#not-yet): the suite's helpers that
-    /// read a call's pids from outside are not sandbox-aware yet.
+    /// The default: the sandbox is built when the kernel allows it;
+    /// otherwise the run says so once (start of the run, `doctor`, the
+    /// report) and runs without it.
     #[default]
+    Auto,
+    /// No sandbox: the containment before it only (with a warning).
     Off,
 }
 

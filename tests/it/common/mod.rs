@@ -203,6 +203,15 @@ impl Fixture {
             };
             format!("{}{sep}agents_as_root = true\n{}", &toml[..at], &toml[at..])
         };
+        // The suite's scripts keep their marker files (pids, stall files,
+        // counters) beside themselves: a sandboxed call may write there
+        // (docs/config.md#sandbox). A test with a `[sandbox]` table of its
+        // own says what it gets.
+        let toml = if toml.contains("[sandbox]") {
+            toml
+        } else {
+            format!("{toml}\n{}", bg::stall_sandbox(&self.agents))
+        };
         self.write(".nightshift/config.toml", &toml);
         self.write(".nightshift/.gitignore", "*\n");
     }
