@@ -25,6 +25,7 @@ async fn time(calls: usize, sandboxed: bool, slot: &std::path::Path) -> Vec<Dura
                 read: vec![],
                 home: PathBuf::from("/home/sandbox"),
                 home_files: vec![],
+                home_dirs: vec![],
                 network: Network::None,
             });
         }

@@ -34,6 +34,9 @@ pub struct RunView {
     /// `nightshift/` branches on the remote whose head nightshift did not
     /// push, as the run found them (docs/security.md#processes).
     pub foreign_refs: Vec<crate::user_repo::foreign::ForeignRef>,
+    /// Each connection the sandbox's proxy refused to the run's calls
+    /// (`host:port`, in order; docs/security.md#the-sandbox).
+    pub sandbox_refused: Vec<String>,
     /// The CI watches of its PRs, each with its head's checks
     /// (docs/github.md#ci).
     pub ci: Vec<(
@@ -56,6 +59,14 @@ impl RunView {
             .iter()
             .filter_map(crate::user_repo::foreign::ForeignRef::from_json)
             .collect();
+        let refused = crate::outcome::Event::SandboxRefused.as_str();
+        let sandbox_refused = (crate::ledger::events::of_kind_in_run(pool, run.id, refused)
+            .await?)
+            .iter()
+            .filter_map(|v| v["hosts"].as_array())
+            .flatten()
+            .filter_map(|h| h.as_str().map(str::to_string))
+            .collect();
         let mut ci = Vec::new();
         for w in crate::ledger::ci::watches_of_run(pool, run.id).await? {
             let checks = crate::ledger::ci::checks_of(pool, w.id, &w.head_sha).await?;
@@ -67,6 +78,7 @@ impl RunView {
             slept,
             tended,
             foreign_refs,
+            sandbox_refused,
             ci,
         })
     }

@@ -81,6 +81,28 @@ pub fn foreign_refs_section(refs: &[crate::user_repo::foreign::ForeignRef]) -> S
     s
 }
 
+/// The report's line on the connections the sandbox's proxy refused
+/// (docs/security.md#the-sandbox): how many, and each host once in the
+/// order first refused; empty when none. Hosts are names or addresses
+/// the proxy parsed (letters, digits, `.`, `-`, `:`), escaped all the same.
+pub fn sandbox_refused_section(refused: &[String]) -> String {
+    if refused.is_empty() {
+        return String::new();
+    }
+    let mut hosts: Vec<&str> = Vec::new();
+    for h in refused {
+        if !hosts.contains(&h.as_str()) {
+            hosts.push(h);
+        }
+    }
+    let n = refused.len();
+    format!(
+        "sandbox refused {n} connection{}: {}\n",
+        if n == 1 { "" } else { "s" },
+        escape_controls(&hosts.join(", "), false)
+    )
+}
+
 /// `s` with every character that could move, hide or reorder what a
 /// person reads written out as an escape: C0 and C1 controls (`\n`, `\r`,
 /// `\t`, `\e` as `\u{1b}`), DEL, the line and paragraph separators
