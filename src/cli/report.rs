@@ -41,13 +41,18 @@ pub(crate) async fn report(
         slept,
         tended,
         foreign_refs,
+        sandbox_unavailable,
         sandbox_refused,
         ci,
     } = view;
     let run_ended = row.ended_at.is_some();
     let mut sections = after_table(&tended, &foreign_refs, quota.text(row.zone()));
     sections.extend(
-        Some(crate::report::sandbox_refused_section(&sandbox_refused)).filter(|s| !s.is_empty()),
+        Some(crate::report::sandbox_section(
+            sandbox_unavailable.as_deref(),
+            &sandbox_refused,
+        ))
+        .filter(|s| !s.is_empty()),
     );
     sections.extend(Some(crate::report::ci::section(&ci, run_ended)).filter(|s| !s.is_empty()));
     match format {
@@ -58,6 +63,7 @@ pub(crate) async fn report(
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
             v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
             v["sandbox_refused"] = serde_json::json!(sandbox_refused);
+            v["sandbox_unavailable"] = serde_json::json!(sandbox_unavailable);
             crate::report::ci::attach(&mut v, &ci, run_ended);
             v["quota"] = quota.json();
             println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));

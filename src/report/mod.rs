@@ -81,13 +81,21 @@ pub fn foreign_refs_section(refs: &[crate::user_repo::foreign::ForeignRef]) -> S
     s
 }
 
-/// The report's line on the connections the sandbox's proxy refused
-/// (docs/security.md#the-sandbox): how many, and each host once in the
-/// order first refused; empty when none. Hosts are names or addresses
-/// the proxy parsed (letters, digits, `.`, `-`, `:`), escaped all the same.
-pub fn sandbox_refused_section(refused: &[String]) -> String {
+/// The report's lines on the sandbox (docs/security.md#the-sandbox): why
+/// the run's calls ran without it (`unavailable`), and the connections its
+/// proxy refused: how many, and each host once in the order first
+/// refused. Empty when there is nothing to say. Hosts are names or
+/// addresses the proxy parsed (letters, digits, `.`, `-`, `:`), escaped
+/// all the same.
+pub fn sandbox_section(unavailable: Option<&str>, refused: &[String]) -> String {
+    let mut s = unavailable.map_or_else(String::new, |why| {
+        format!(
+            "{}: agents, gates and setup ran without it (docs/security.md#the-sandbox)\n",
+            escape_controls(why, false)
+        )
+    });
     if refused.is_empty() {
-        return String::new();
+        return s;
     }
     let mut hosts: Vec<&str> = Vec::new();
     for h in refused {
@@ -96,11 +104,13 @@ pub fn sandbox_refused_section(refused: &[String]) -> String {
         }
     }
     let n = refused.len();
-    format!(
-        "sandbox refused {n} connection{}: {}\n",
+    let _ = writeln!(
+        s,
+        "sandbox refused {n} connection{}: {}",
         if n == 1 { "" } else { "s" },
         escape_controls(&hosts.join(", "), false)
-    )
+    );
+    s
 }
 
 /// `s` with every character that could move, hide or reorder what a

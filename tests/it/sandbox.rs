@@ -297,7 +297,7 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
     assert_ok(&out, "plan");
     let card = text(&out);
     assert!(
-        card.contains("sandbox   required · gate, setup and command agents · allowed hosts registry.npmjs.org:443"),
+        card.contains("sandbox   required · every agent, gate and setup · allowed hosts registry.npmjs.org:443 (through the filtering proxy)"),
         "{card}"
     );
 }
@@ -408,4 +408,35 @@ async fn a_missing_sandbox_path_fails_the_spawn_naming_it() {
         e.contains("/no/such/toolchain") && e.contains("[sandbox] read"),
         "{e}"
     );
+}
+
+/// A run whose calls get no sandbox says so in its report, text and JSON
+/// (docs/security.md#modes); one that gets it says nothing.
+#[test]
+fn a_run_without_the_sandbox_says_so_in_its_report() {
+    for (mode, says) in [
+        (
+            "off",
+            Some("the sandbox is off (`[sandbox] mode = \"off\"`)"),
+        ),
+        ("auto", None),
+    ] {
+        let f = Fixture::new();
+        f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+        let w = f.agent("w.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+        let r = f.agent("r.sh", REVIEWER);
+        f.config_with(&w, &r, &format!("[sandbox]\nmode = \"{mode}\"\n"));
+        let out = f.approve_and_drain(&[]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let report = f.report();
+        assert_eq!(report["sandbox_unavailable"].as_str(), says, "{report:#}");
+        let shown = text(&f.run(&["report"]));
+        match says {
+            Some(s) => assert!(
+                shown.contains(&format!("{s}: agents, gates and setup ran without it")),
+                "{shown}"
+            ),
+            None => assert!(!shown.contains("ran without it"), "{shown}"),
+        }
+    }
 }
