@@ -37,7 +37,25 @@ pub(super) fn for_gate(
     if build.is_dir() {
         write.push(build);
     }
-    Some(policy(c, write, vec![], env))
+    Some(policy(c, write, alternates(slot), env))
+}
+
+/// The object directories the slot's clone borrows from (its
+/// `.git/objects/info/alternates`: your repository's `.git/objects`),
+/// shown read-only so that git inside can read the history the checkout
+/// shares with your repository (docs/security.md#the-sandbox). Nothing
+/// else of your repository is shown.
+fn alternates(slot: &Path) -> Vec<PathBuf> {
+    let objects = slot.join(".git/objects");
+    let Ok(text) = std::fs::read_to_string(objects.join("info/alternates")) else {
+        return vec![];
+    };
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| objects.join(l))
+        .filter(|d| d.is_dir())
+        .collect()
 }
 
 /// The policy of a call of a `role` agent whose config is `agent`, in
@@ -58,10 +76,11 @@ pub(super) fn for_agent(
         return None;
     }
     let _ = std::fs::create_dir_all(log_dir);
-    let (write, read) = match role {
+    let (write, mut read) = match role {
         Role::Writer => (vec![slot.to_path_buf(), log_dir.to_path_buf()], vec![]),
         Role::Reviewer => (vec![log_dir.to_path_buf()], vec![slot.to_path_buf()]),
     };
+    read.extend(alternates(slot));
     let host_home = env.get("HOME").map(PathBuf::from);
     let mut p = policy(c, write, read, env);
     if agent.kind != AgentKind::Command {

@@ -36,9 +36,10 @@ struct Target<'a> {
 }
 
 /// The attack script: one `WHO:NAME=0|1` line per attempt (0: it worked).
-/// A write to the data directory's or the host's `/tmp` path lands in the
-/// sandbox's private `/tmp` (the slot lies under both here), so those are
-/// judged on the host.
+/// A write to the repository's, the data directory's or the host's `/tmp`
+/// path lands in the sandbox's private `/tmp` (the slot, and the
+/// repository's objects the slot borrows, lie under all three here), so
+/// those are judged on the host.
 fn attack(t: &Target<'_>) -> String {
     let (repo, data, pid, tmp) = (
         t.repo.display(),
@@ -185,7 +186,6 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         "read_key",
         "read_root_ssh",
         "read_environ",
-        "write_repo",
         "connect_listener",
         "connect_ledger",
         "resolve",
