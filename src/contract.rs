@@ -763,18 +763,16 @@ fn card_fallback(f: Option<&AgentSpec>) -> String {
 /// runs in it, the network and the paths it adds.
 fn card_sandbox(s: &mut String, b: &config::SandboxConfig) {
     let net = if b.allow_hosts.is_empty() {
-        "no network".to_string()
+        "no network but claude's and codex's API host".to_string()
     } else {
         format!(
-            "allowed hosts {} (not filtered yet: the host's network)",
+            "allowed hosts {} (through the filtering proxy) and claude's and codex's API host",
             b.allow_hosts.join(", ")
         )
     };
     let mut line = match b.mode {
         crate::sandbox::Mode::Off => "   sandbox   off (nothing runs in it)".to_string(),
-        mode => format!(
-            "   sandbox   {mode} · gate, setup and command agents · {net} · claude and codex not yet"
-        ),
+        mode => format!("   sandbox   {mode} · every agent, gate and setup · {net}"),
     };
     if !b.read.is_empty() {
         line.push_str(&format!(" · read {}", b.read.join(", ")));

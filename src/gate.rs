@@ -31,6 +31,9 @@ pub struct GateRun {
     pub duration_ms: u64,
     /// Redacted tail of stdout and stderr.
     pub output_tail: String,
+    /// Connections the sandbox's proxy refused (`host:port`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
 }
 
 impl GateRun {
@@ -138,6 +141,7 @@ async fn run_one(
         timed_out: o.timed_out,
         duration_ms: o.duration.as_millis() as u64,
         output_tail: tail_of(&tail, TAIL_BYTES),
+        refused: o.refused.clone(),
     })
 }
 
@@ -428,6 +432,7 @@ mod tests {
             timed_out,
             duration_ms: 10,
             output_tail: output.into(),
+            refused: vec![],
         }
     }
 

@@ -408,6 +408,9 @@ text_set! {
         /// A tended PR's requests or commands by authors who may not steer
         /// it were left out (docs/security.md "Who may steer a PR").
         TendIgnored => "tend_ignored",
+        /// The sandbox's proxy refused connections of a call
+        /// (docs/security.md#the-sandbox): its hosts, for a person.
+        SandboxRefused => "sandbox_refused",
     }
 }
 

@@ -34,6 +34,12 @@ pub struct RunView {
     /// `nightshift/` branches on the remote whose head nightshift did not
     /// push, as the run found them (docs/security.md#processes).
     pub foreign_refs: Vec<crate::user_repo::foreign::ForeignRef>,
+    /// Why the run's calls ran without the sandbox (mode `off`, or `auto`
+    /// on a kernel that cannot build it), as its start recorded it.
+    pub sandbox_unavailable: Option<String>,
+    /// Each connection the sandbox's proxy refused to the run's calls
+    /// (`host:port`, in order; docs/security.md#the-sandbox).
+    pub sandbox_refused: Vec<String>,
     /// The CI watches of its PRs, each with its head's checks
     /// (docs/github.md#ci).
     pub ci: Vec<crate::ledger::ci::WatchView>,
@@ -53,6 +59,19 @@ impl RunView {
             .iter()
             .filter_map(crate::user_repo::foreign::ForeignRef::from_json)
             .collect();
+        let started = crate::outcome::Event::RunStarted.as_str();
+        let sandbox_unavailable = (crate::ledger::events::of_kind_in_run(pool, run.id, started)
+            .await?)
+            .iter()
+            .find_map(|v| v["sandbox_unavailable"].as_str().map(str::to_string));
+        let refused = crate::outcome::Event::SandboxRefused.as_str();
+        let sandbox_refused = (crate::ledger::events::of_kind_in_run(pool, run.id, refused)
+            .await?)
+            .iter()
+            .filter_map(|v| v["hosts"].as_array())
+            .flatten()
+            .filter_map(|h| h.as_str().map(str::to_string))
+            .collect();
         let ci = crate::ledger::ci::views_of_run(pool, run.id).await?;
         Ok(RunView {
             run,
@@ -60,6 +79,8 @@ impl RunView {
             slept,
             tended,
             foreign_refs,
+            sandbox_unavailable,
+            sandbox_refused,
             ci,
         })
     }

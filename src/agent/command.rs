@@ -259,6 +259,7 @@ mod tests {
             stdout_bytes: 0,
             stderr_bytes: 0,
             stdout: Vec::new(),
+            refused: Vec::new(),
         }
     }
 

@@ -41,10 +41,19 @@ pub(crate) async fn report(
         slept,
         tended,
         foreign_refs,
+        sandbox_unavailable,
+        sandbox_refused,
         ci,
     } = view;
     let run_ended = row.ended_at.is_some();
     let mut sections = after_table(&tended, &foreign_refs, quota.text(row.zone()));
+    sections.extend(
+        Some(crate::report::sandbox_section(
+            sandbox_unavailable.as_deref(),
+            &sandbox_refused,
+        ))
+        .filter(|s| !s.is_empty()),
+    );
     sections.extend(Some(crate::report::ci::section(&ci, run_ended)).filter(|s| !s.is_empty()));
     match format {
         ReportFormat::Json => {
@@ -53,6 +62,8 @@ pub(crate) async fn report(
             v["not_started"] = not_started.iter().map(|(index, title, sha)| serde_json::json!({"index": index, "title": title, "contract_sha": sha})).collect();
             v["tended"] = tended.iter().map(crate::tend::Tended::to_json).collect();
             v["foreign_refs"] = foreign_refs.iter().map(|f| f.to_json()).collect();
+            v["sandbox_refused"] = serde_json::json!(sandbox_refused);
+            v["sandbox_unavailable"] = serde_json::json!(sandbox_unavailable);
             crate::report::ci::attach(&mut v, &ci, run_ended);
             v["quota"] = quota.json();
             quota.attach(&mut v);

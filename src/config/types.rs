@@ -117,7 +117,7 @@ pub struct SandboxConfig {
     /// entry gives the calls the host's network, unfiltered
     /// (docs/security.md#not-yet).
     pub allow_hosts: Vec<String>,
-    /// `required`, `auto` or `off` (the default for now).
+    /// `required`, `auto` (the default) or `off`.
     pub mode: crate::sandbox::Mode,
     /// Absolute paths shown read-only inside (a toolchain outside the
     /// system directories); each must exist.

@@ -393,7 +393,11 @@ fn validate_sandbox(
             }
         }
     }
-    if let Some(h) = b.allow_hosts.iter().find(|h| !is_host(h)) {
+    if let Some(h) = b
+        .allow_hosts
+        .iter()
+        .find(|h| !crate::sandbox::Allow::is_host(h))
+    {
         return Err(bad(
             "allow_hosts",
             format!(
@@ -402,21 +406,4 @@ fn validate_sandbox(
         ));
     }
     Ok(())
-}
-
-/// Whether `s` is `name` or `name:port`: letters, digits, `-` and `.`
-/// (an IPv4 address too), a port from 1 to 65535.
-fn is_host(s: &str) -> bool {
-    let (name, port) = match s.rsplit_once(':') {
-        Some((n, p)) => (n, Some(p)),
-        None => (s, None),
-    };
-    let name_ok = !name.is_empty()
-        && name.len() <= 253
-        && !name.starts_with(['.', '-'])
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
-    name_ok && port_ok
 }

@@ -13,17 +13,18 @@ pub(super) fn sandbox_check(loaded: &Loaded) -> Check {
     match crate::settings::sandbox_state(&loaded.config, &loaded.path) {
         Ok(None) => {
             let net = if b.allow_hosts.is_empty() {
-                "no network".to_string()
+                "no network but claude's and codex's API host, through the filtering proxy"
+                    .to_string()
             } else {
                 format!(
-                    "the host's network for {} (not filtered yet)",
+                    "through the filtering proxy: {} and claude's and codex's API host",
                     b.allow_hosts.join(", ")
                 )
             };
             Check::pass(
                 "sandbox",
                 format!(
-                    "mode {}: gate, setup and command-agent calls run in their own user, mount, PID and network namespaces with Landlock and seccomp ({net}); claude and codex agents are not sandboxed yet",
+                    "mode {}: every agent, gate and setup call runs in its own user, mount, PID and network namespaces with Landlock and seccomp ({net})",
                     b.mode
                 ),
             )

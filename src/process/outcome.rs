@@ -37,6 +37,9 @@ pub struct Outcome {
     /// All of stdout, raw, when [`super::Command::capture_stdout`] asked for it;
     /// empty otherwise.
     pub stdout: Vec<u8>,
+    /// Each connection the sandbox's proxy refused (`host:port`, in order;
+    /// docs/security.md#the-sandbox); empty without a sandbox.
+    pub refused: Vec<String>,
 }
 
 impl Outcome {
@@ -58,6 +61,7 @@ impl Outcome {
             stdout_bytes: 0,
             stderr_bytes: 0,
             stdout: Vec::new(),
+            refused: Vec::new(),
         }
     }
 

@@ -141,9 +141,11 @@ async fn run_in_span(
     let stdout_file = open_output(&cmd.program, cmd.stdout_path.as_deref()).await?;
     let stderr_file = open_output(&cmd.program, cmd.stderr_path.as_deref()).await?;
 
-    let mut command = build_command(&cmd, &marker)?;
+    let (mut command, proxy) = build_command(&cmd, &marker)?;
     let started = Instant::now();
     let (mut child, pid, mut guard) = spawn_guarded(&mut command, &cmd)?;
+    // The proxy's end in the sandbox is the child's now.
+    let proxy = proxy.map(ProxyEnds::serve);
     tracing::debug!(pid, "spawned");
 
     let budget = cmd.max_output.map(|max| {
@@ -198,6 +200,7 @@ async fn run_in_span(
         stdout_bytes: stdout.bytes,
         stderr_bytes: stderr.bytes,
         stdout: stdout.whole,
+        refused: proxy.map(crate::sandbox::Proxy::finish).unwrap_or_default(),
     };
     tracing::info!(
         exit_code = ?outcome.exit_code,
@@ -299,15 +302,48 @@ impl Waited<'_> {
     }
 }
 
+/// The two ends of the socket pair over which a sandbox sends its proxy's
+/// listener, and what the proxy allows.
+struct ProxyEnds {
+    ours: std::os::unix::net::UnixStream,
+    theirs: std::os::unix::net::UnixStream,
+    allow: crate::sandbox::Allow,
+}
+
+impl ProxyEnds {
+    /// Closes the sandbox's end (the spawned child holds its copy) and
+    /// serves the proxy on what arrives on ours.
+    fn serve(self) -> crate::sandbox::Proxy {
+        drop(self.theirs);
+        crate::sandbox::Proxy::serve(self.ours, self.allow)
+    }
+}
+
 /// The tokio command for `cmd`: cleared environment plus the map and the
 /// pins, piped output, forked under its supervisor before exec (which
-/// also switches to `run_as`, then enters the sandbox when it has one).
+/// also switches to `run_as`, then enters the sandbox when it has one),
+/// and the ends of the sandbox's proxy when it has one.
 ///
 /// # Errors
 /// [`ProcessError::Spawn`] when the sandbox's policy cannot be prepared (a
 /// path it names does not exist).
-fn build_command(cmd: &Command, marker: &str) -> Result<tokio::process::Command, ProcessError> {
-    let mut command = tokio::process::Command::new(&cmd.program);
+fn build_command(
+    cmd: &Command,
+    marker: &str,
+) -> Result<(tokio::process::Command, Option<ProxyEnds>), ProcessError> {
+    let sandboxed = prepare_sandbox(cmd)?;
+    let exec = sandboxed.as_ref().and_then(|s| s.exec.clone());
+    let mut command = match &exec {
+        // Exec'd by its real path, so that a script finds its own files
+        // (a Node CLI its package) where the sandbox shows them; argv[0]
+        // stays as given.
+        Some(real) => {
+            let mut c = tokio::process::Command::new(real);
+            c.arg0(&cmd.program);
+            c
+        }
+        None => tokio::process::Command::new(&cmd.program),
+    };
     command
         .args(&cmd.args)
         .env_clear()
@@ -341,7 +377,7 @@ fn build_command(cmd: &Command, marker: &str) -> Result<tokio::process::Command,
             .env("USER", &account.user)
             .env("LOGNAME", &account.user);
     }
-    let plan = Plan {
+    let mut plan = Plan {
         runner: std::process::id() as i32,
         timeout: cmd.timeout,
         grace: cmd.grace,
@@ -350,24 +386,30 @@ fn build_command(cmd: &Command, marker: &str) -> Result<tokio::process::Command,
         cwd: (cmd.cwd.as_ref())
             .filter(|_| cmd.run_as.is_some())
             .and_then(|d| std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).ok()),
-        sandbox: prepare_sandbox(cmd)?,
+        sandbox: None,
+    };
+    let proxy = match sandboxed {
+        Some(s) => {
+            plan.sandbox = Some(std::sync::Arc::new(s.prepared));
+            s.proxy
+        }
+        None => None,
     };
     // SAFETY: `split` runs between fork and exec and keeps to
     // async-signal-safe system calls on copied values (supervisor.rs).
     unsafe {
         command.pre_exec(move || supervisor::split(&plan));
     }
-    Ok(command)
+    Ok((command, proxy))
 }
 
 /// The call's sandbox, prepared before the fork (`sandbox::Prepared`), as
-/// the account the call runs as, in its working directory.
+/// the account the call runs as, in its working directory; with its
+/// proxy's socket pair when it may reach hosts.
 ///
 /// # Errors
 /// [`ProcessError::Spawn`] naming the path or the feature that failed.
-fn prepare_sandbox(
-    cmd: &Command,
-) -> Result<Option<std::sync::Arc<crate::sandbox::Prepared>>, ProcessError> {
+fn prepare_sandbox(cmd: &Command) -> Result<Option<Sandboxed>, ProcessError> {
     let Some(policy) = &cmd.sandbox else {
         return Ok(None);
     };
@@ -381,13 +423,12 @@ fn prepare_sandbox(
         None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
     };
     let mut policy = policy.clone();
+    let mut exec = None;
     if let Some((given, real)) = program_file(cmd) {
-        if given == real {
-            policy.read.push(real);
-        } else {
-            // Exec'd by the path given (through links): shown there too.
-            policy.home_files.push((real, given));
+        if given != real {
+            exec = Some(real.clone());
         }
+        policy.read.push(real);
     }
     // As `agent_user` the child's `HOME` is the account's (`build_command`).
     if let Some(account) = &cmd.run_as {
@@ -396,14 +437,42 @@ fn prepare_sandbox(
     if !policy.home.is_absolute() || policy.home == Path::new("/") {
         policy.home = PathBuf::from("/home/sandbox");
     }
-    crate::sandbox::Prepared::new(&policy, ids, &cwd)
-        .map(|p| Some(std::sync::Arc::new(p)))
-        .map_err(|source| ProcessError::Spawn {
-            program: cmd.program.clone(),
-            cwd: cwd.clone(),
-            hint: "the sandbox could not be prepared: check `[sandbox] read` and `write` (docs/security.md#the-sandbox)".into(),
-            source,
-        })
+    let failed = |source| {
+        ProcessError::Spawn {
+        program: cmd.program.clone(),
+        cwd: cwd.clone(),
+        hint: "the sandbox could not be prepared: check `[sandbox] read` and `write` (docs/security.md#the-sandbox)".into(),
+        source,
+    }
+    };
+    let mut prepared = crate::sandbox::Prepared::new(&policy, ids, &cwd).map_err(failed)?;
+    let proxy = match &policy.network {
+        crate::sandbox::Network::Proxy(allow) => {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(failed)?;
+            prepared.proxy_socket(std::os::fd::AsFd::as_fd(&theirs));
+            Some(ProxyEnds {
+                ours,
+                theirs,
+                allow: allow.clone(),
+            })
+        }
+        crate::sandbox::Network::None => None,
+    };
+    Ok(Some(Sandboxed {
+        prepared,
+        proxy,
+        exec,
+    }))
+}
+
+/// A call's sandbox as prepared before the fork.
+struct Sandboxed {
+    prepared: crate::sandbox::Prepared,
+    /// The proxy's socket pair, with `Network::Proxy`.
+    proxy: Option<ProxyEnds>,
+    /// The program's real path when it was given through links: exec'd by
+    /// it (the sandbox shows the real file only).
+    exec: Option<PathBuf>,
 }
 
 /// The program's own file when it lies outside the system directories, so

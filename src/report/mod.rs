@@ -81,6 +81,38 @@ pub fn foreign_refs_section(refs: &[crate::user_repo::foreign::ForeignRef]) -> S
     s
 }
 
+/// The report's lines on the sandbox (docs/security.md#the-sandbox): why
+/// the run's calls ran without it (`unavailable`), and the connections its
+/// proxy refused: how many, and each host once in the order first
+/// refused. Empty when there is nothing to say. Hosts are names or
+/// addresses the proxy parsed (letters, digits, `.`, `-`, `:`), escaped
+/// all the same.
+pub fn sandbox_section(unavailable: Option<&str>, refused: &[String]) -> String {
+    let mut s = unavailable.map_or_else(String::new, |why| {
+        format!(
+            "{}: agents, gates and setup ran without it (docs/security.md#the-sandbox)\n",
+            escape_controls(why, false)
+        )
+    });
+    if refused.is_empty() {
+        return s;
+    }
+    let mut hosts: Vec<&str> = Vec::new();
+    for h in refused {
+        if !hosts.contains(&h.as_str()) {
+            hosts.push(h);
+        }
+    }
+    let n = refused.len();
+    let _ = writeln!(
+        s,
+        "sandbox refused {n} connection{}: {}",
+        if n == 1 { "" } else { "s" },
+        escape_controls(&hosts.join(", "), false)
+    );
+    s
+}
+
 /// `s` with every character that could move, hide or reorder what a
 /// person reads written out as an escape: C0 and C1 controls (`\n`, `\r`,
 /// `\t`, `\e` as `\u{1b}`), DEL, the line and paragraph separators

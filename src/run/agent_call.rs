@@ -84,6 +84,9 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
                 return Ok(Called::Stop(r.end(Fact::AgentUnusable(why))));
             }
         };
+        (r.item.record)
+            .sandbox_refused(r.item.item_id, role.as_str(), &report.outcome.refused)
+            .await?;
         if let Some(end) = count(r, role, &report).await? {
             return Ok(Called::Stop(end));
         }
@@ -135,11 +138,10 @@ fn agent_call(r: &Round<'_>, role: Role, attempt: u32, left: std::time::Duration
     };
     let mut env = crate::build_output::for_slot(&night.agent_env, &item.slot.path);
     let log_dir = agent::call_dir(item.dir, r.n, role, attempt);
-    let kind = agent_config(r, role).kind;
     let sandbox = super::sandbox::for_agent(
         night,
         c,
-        (role, kind),
+        (role, &agent_config(r, role)),
         (&item.slot.path, &log_dir),
         &mut env,
     );

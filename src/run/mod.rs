@@ -663,11 +663,26 @@ async fn open_run(
     // Where this host's approval key is, for a `worker` elsewhere to name
     // the file to copy (docs/workers.md).
     let key = crate::approval::key_path(&night.data_dir);
-    let started = json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline, "jobs": night.config.jobs, "approval_key": key});
+    let started = json!({"plan_sha": night.plan.sha, "approval": approval.id, "resumes": resume.map(|r| r.id), "deadline": night.deadline, "jobs": night.config.jobs, "approval_key": key, "sandbox_unavailable": sandbox_unavailable(night)});
     record::Record::run(night, run_id)
         .event(Event::RunStarted, started)
         .await?;
     Ok(run_id)
+}
+
+/// Why the run's calls get no sandbox, for the report (said once at the
+/// top of the run too; docs/security.md#modes); `None` when they get one.
+fn sandbox_unavailable(night: &Night) -> Option<String> {
+    if night.sandbox {
+        return None;
+    }
+    Some(match crate::sandbox::probe() {
+        _ if night.config.sandbox.mode == crate::sandbox::Mode::Off => {
+            "the sandbox is off (`[sandbox] mode = \"off\"`)".to_string()
+        }
+        Err(missing) => format!("the sandbox cannot be built here: {missing}"),
+        Ok(()) => "the sandbox was not built".to_string(),
+    })
 }
 
 /// The run a drain resumes: its id, and whether a signal stopped it (else

@@ -345,6 +345,22 @@ impl<'a> Record<'a> {
         ))
     }
 
+    /// Records the connections the sandbox's proxy refused to a call
+    /// (`call`: writer, reviewer, gate or setup) of item `item_id`, each
+    /// as `host:port` (docs/security.md#the-sandbox); nothing when none.
+    pub async fn sandbox_refused(
+        &self,
+        item_id: i64,
+        call: &str,
+        hosts: &[String],
+    ) -> Result<(), Error> {
+        if hosts.is_empty() {
+            return Ok(());
+        }
+        let data = serde_json::json!({"item_id": item_id, "call": call, "hosts": hosts});
+        self.event(Event::SandboxRefused, data).await
+    }
+
     /// Records one gate command's run in round `round_id`.
     pub async fn gate_run(&self, round_id: i64, g: &crate::gate::GateRun) -> Result<(), Error> {
         let row = rounds::GateRunRow {

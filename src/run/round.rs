@@ -451,6 +451,9 @@ async fn gate(r: &mut Round<'_>, p: Proved) -> Result<Step, Error> {
     let restored = tokio::task::block_in_place(|| after_gate(slot, &p.walked, p.follow, &p.tree));
     for g in &gates {
         item.record.gate_run(r.id, g).await?;
+        (item.record)
+            .sandbox_refused(item.item_id, "gate", &g.refused)
+            .await?;
     }
     let before_review = match restored {
         Ok(s) => s,

@@ -1,6 +1,7 @@
 //! The sandbox policy of each call of an item (docs/security.md#the-sandbox):
-//! which paths a gate, a setup command or a `command` agent sees, and
-//! whether it gets a network, from the contract's sealed `[sandbox]`.
+//! which paths a gate, a setup command or an agent sees, and which hosts
+//! it may reach through the proxy, from the contract's sealed `[sandbox]`
+//! and the agent's kind.
 //!
 //! Not for building the sandbox (`crate::sandbox`, entered by `process`).
 
@@ -8,9 +9,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::agent::Role;
-use crate::config::AgentKind;
+use crate::config::{AgentConfig, AgentKind};
 use crate::contract::Contract;
-use crate::sandbox::{Network, Policy};
+use crate::sandbox::{Allow, Network, Policy};
 
 use super::Night;
 
@@ -36,31 +37,56 @@ pub(super) fn for_gate(
     if build.is_dir() {
         write.push(build);
     }
-    Some(policy(c, write, vec![], env))
+    Some(policy(c, write, alternates(slot), env))
 }
 
-/// The policy of a call of a `role` agent of `kind` in `slot` whose own
-/// files are in `log_dir`: the slot writable for the writer and read-only
-/// for the reviewer, the call's directory writable (its prompt, contract
-/// and feedback files, its usage report). Only the `command` kind runs in
-/// it for now: claude and codex need their API host through the filtering
-/// proxy, which does not exist yet (docs/security.md#not-yet).
+/// The object directories the slot's clone borrows from (its
+/// `.git/objects/info/alternates`: your repository's `.git/objects`),
+/// shown read-only so that git inside can read the history the checkout
+/// shares with your repository (docs/security.md#the-sandbox). Nothing
+/// else of your repository is shown.
+fn alternates(slot: &Path) -> Vec<PathBuf> {
+    let objects = slot.join(".git/objects");
+    let Ok(text) = std::fs::read_to_string(objects.join("info/alternates")) else {
+        return vec![];
+    };
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| objects.join(l))
+        .filter(|d| d.is_dir())
+        .collect()
+}
+
+/// The policy of a call of a `role` agent whose config is `agent`, in
+/// `slot`, whose own files are in `log_dir`: the slot writable for the
+/// writer and read-only for the reviewer, the call's directory writable
+/// (its prompt, contract and feedback files, its usage report). claude and
+/// codex also get their login files read-only in the private home, their
+/// program's package read-only and their API host through the proxy
+/// (`agent_files`).
 pub(super) fn for_agent(
     night: &Night,
     c: &Contract,
-    (role, kind): (Role, AgentKind),
+    (role, agent): (Role, &AgentConfig),
     (slot, log_dir): (&Path, &Path),
     env: &mut BTreeMap<String, String>,
 ) -> Option<Policy> {
-    if kind != AgentKind::Command || !wanted(night, c) {
+    if !wanted(night, c) {
         return None;
     }
     let _ = std::fs::create_dir_all(log_dir);
-    let (write, read) = match role {
+    let (write, mut read) = match role {
         Role::Writer => (vec![slot.to_path_buf(), log_dir.to_path_buf()], vec![]),
         Role::Reviewer => (vec![log_dir.to_path_buf()], vec![slot.to_path_buf()]),
     };
-    Some(policy(c, write, read, env))
+    read.extend(alternates(slot));
+    let host_home = env.get("HOME").map(PathBuf::from);
+    let mut p = policy(c, write, read, env);
+    if agent.kind != AgentKind::Command {
+        agent_files(agent, host_home.as_deref(), env, &mut p);
+    }
+    Some(p)
 }
 
 /// Whether the item's calls get a sandbox: this host builds one and the
@@ -69,7 +95,8 @@ fn wanted(night: &Night, c: &Contract) -> bool {
     night.sandbox && c.sandbox.mode != crate::sandbox::Mode::Off
 }
 
-/// The policy with the contract's sealed paths and network added.
+/// The policy with the contract's sealed paths and allowed hosts added;
+/// with any allowed host, `env` gets the proxy's variables.
 fn policy(
     c: &Contract,
     mut write: Vec<PathBuf>,
@@ -82,15 +109,158 @@ fn policy(
         .entry("HOME".into())
         .or_insert_with(|| HOME.into())
         .clone();
-    Policy {
+    let mut allow = Allow::default();
+    for h in &c.sandbox.allow_hosts {
+        // Checked when the config was loaded (config::validate).
+        let _ = allow.add(h);
+    }
+    let mut p = Policy {
         write,
         read,
         home: PathBuf::from(home),
         home_files: vec![],
-        network: if c.sandbox.allow_hosts.is_empty() {
-            Network::None
-        } else {
-            Network::Host
-        },
+        home_dirs: vec![],
+        network: Network::None,
+    };
+    set_network(&mut p, allow, env);
+    p
+}
+
+/// `allow` as the policy's network: the proxy and its variables in `env`
+/// when anything is allowed.
+fn set_network(p: &mut Policy, allow: Allow, env: &mut BTreeMap<String, String>) {
+    if allow.is_empty() {
+        return;
     }
+    for (k, v) in crate::sandbox::proxy_env() {
+        env.insert(k.to_string(), v);
+    }
+    p.network = Network::Proxy(allow);
+}
+
+/// What a claude or codex call needs besides the slot
+/// (docs/security.md#claude-and-codex-in-the-sandbox): its login files
+/// read-only at their paths in the private home (claude:
+/// `~/.claude/.credentials.json`; codex: `$CODEX_HOME` or `~/.codex`,
+/// `auth.json` and `config.toml`), the `node_modules` its program lies in
+/// read-only, and its API hosts: the vendor's, or the host of the base URL
+/// its environment, arguments or config name.
+fn agent_files(
+    agent: &AgentConfig,
+    host_home: Option<&Path>,
+    env: &mut BTreeMap<String, String>,
+    p: &mut Policy,
+) {
+    let mut allow = match &p.network {
+        Network::Proxy(a) => a.clone(),
+        Network::None => Allow::default(),
+    };
+    let mut files = Vec::new();
+    match agent.kind {
+        AgentKind::Claude => {
+            if let Some(h) = host_home {
+                let f = h.join(".claude/.credentials.json");
+                files.push((f.clone(), p.home.join(".claude/.credentials.json")));
+            }
+            match env.get("ANTHROPIC_BASE_URL").and_then(|u| host_of(u)) {
+                Some(h) => add(&mut allow, &h),
+                None => add(&mut allow, "api.anthropic.com:443"),
+            }
+        }
+        AgentKind::Codex => {
+            let dir = env
+                .get("CODEX_HOME")
+                .map(PathBuf::from)
+                .or_else(|| host_home.map(|h| h.join(".codex")));
+            // Inside, codex's home is a directory of the private home (it
+            // writes its sessions there), its login and config shown in it.
+            let inside = p.home.join(".codex");
+            if let Some(d) = &dir {
+                for f in ["auth.json", "config.toml"] {
+                    files.push((d.join(f), inside.join(f)));
+                }
+            }
+            env.insert("CODEX_HOME".into(), inside.display().to_string());
+            p.home_dirs.push(inside);
+            let config = (dir.as_ref())
+                .and_then(|d| std::fs::read_to_string(d.join("config.toml")).ok())
+                .unwrap_or_default();
+            let mut named: Vec<String> = base_urls(&config);
+            for a in &agent.command {
+                named.extend(base_urls(a));
+            }
+            named.extend(env.get("OPENAI_BASE_URL").and_then(|u| host_of(u)));
+            if named.is_empty() {
+                named = vec![
+                    "api.openai.com:443".into(),
+                    "chatgpt.com:443".into(),
+                    "auth.openai.com:443".into(),
+                ];
+            }
+            for h in named {
+                add(&mut allow, &h);
+            }
+        }
+        AgentKind::Command => {}
+    }
+    for (host, inside) in files.into_iter().filter(|(f, _)| f.is_file()) {
+        p.home_files.push((host, inside));
+    }
+    if let Some(dir) = agent.command.first().and_then(|prog| package_of(prog, env)) {
+        p.read.push(dir);
+    }
+    set_network(p, allow, env);
+}
+
+/// Adds `host` (checked: a base URL's host and port) to `allow`.
+fn add(allow: &mut Allow, host: &str) {
+    if let Err(e) = allow.add(host) {
+        tracing::warn!(host, error = %e, "an agent's API host is not a host");
+    }
+}
+
+/// `host:port` of a URL (the scheme's port when it names none).
+fn host_of(url: &str) -> Option<String> {
+    let u = url::Url::parse(url.trim()).ok()?;
+    let host = match u.host()? {
+        url::Host::Ipv6(a) => format!("[{a}]"),
+        h => h.to_string(),
+    };
+    Some(format!("{host}:{}", u.port_or_known_default()?))
+}
+
+/// The hosts of every `base_url = "…"` in `text` (a codex config, or a
+/// `-c model_providers.…` argument).
+fn base_urls(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("base_url") {
+        rest = &rest[i + "base_url".len()..];
+        let value = rest.trim_start().strip_prefix('=').map(str::trim_start);
+        let Some(v) = value else { continue };
+        let Some(q) = v.chars().next().filter(|c| *c == '"' || *c == '\'') else {
+            continue;
+        };
+        if let Some(end) = v[1..].find(q) {
+            out.extend(host_of(&v[1..=end]));
+        }
+    }
+    out
+}
+
+/// The `node_modules` directory a CLI's program lies in (after links),
+/// found on the call's `PATH` when given by name; `None` for a program
+/// outside one (its own file is shown by `process`).
+fn package_of(program: &str, env: &BTreeMap<String, String>) -> Option<PathBuf> {
+    let found = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        std::env::split_paths(env.get("PATH")?)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())?
+    };
+    let real = std::fs::canonicalize(found).ok()?;
+    real.ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+        .map(Path::to_path_buf)
 }

@@ -414,6 +414,7 @@ fn nightshift_report(text: String) -> agent::Report {
             stdout_bytes: 0,
             stderr_bytes: 0,
             stdout: vec![],
+            refused: vec![],
         },
         text,
         verdict: None,

@@ -30,10 +30,7 @@ const ATTR_NODEV: u64 = 4;
 /// The first refused step (namespaces, id maps, a mount, Landlock,
 /// seccomp): the spawn then fails with its error number.
 pub fn enter(p: &Prepared) -> io::Result<()> {
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
-    if p.new_net {
-        flags |= libc::CLONE_NEWNET;
-    }
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET;
     // SAFETY: raw system calls on this process only.
     unsafe {
         check(libc::unshare(flags))?;
@@ -46,6 +43,9 @@ pub fn enter(p: &Prepared) -> io::Result<()> {
             .and_then(|()| write_file(c"/proc/self/gid_map", p.gid_map.as_bytes()));
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         maps?;
+        if p.proxy {
+            proxy_port(p.proxy_socket)?;
+        }
         let mut fds = [0; 2];
         check(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))?;
         match libc::fork() {
@@ -60,6 +60,84 @@ pub fn enter(p: &Prepared) -> io::Result<()> {
             }
         }
     }
+}
+
+/// Inside the new network namespace: brings its loopback up, listens on
+/// `127.0.0.1:`[`PROXY_PORT`](super::PROXY_PORT) and sends the listening
+/// socket over `to` (`SCM_RIGHTS`) to nightshift, which accepts on it and
+/// connects out on the host's network ([`super::Proxy`]). Both
+/// descriptors are closed here: the sandbox keeps none.
+fn proxy_port(to: libc::c_int) -> io::Result<()> {
+    // SAFETY: raw system calls on local structures and our own descriptors.
+    unsafe {
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (d, b) in ifr.ifr_name.iter_mut().zip(b"lo") {
+            *d = *b as libc::c_char;
+        }
+        let up = if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut ifr) == 0 {
+            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            libc::ioctl(s, libc::SIOCSIFFLAGS, &ifr)
+        } else {
+            -1
+        };
+        libc::close(s);
+        check(up)?;
+        let l = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if l < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let sent = listen_and_send(l, to);
+        libc::close(l);
+        libc::close(to);
+        sent
+    }
+}
+
+/// Binds `l` to the proxy's port on the loopback, listens and sends it.
+unsafe fn listen_and_send(l: libc::c_int, to: libc::c_int) -> io::Result<()> {
+    // SAFETY: local structures of the sizes given; our own descriptors.
+    unsafe {
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_port = super::PROXY_PORT.to_be();
+        addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+        check(libc::bind(
+            l,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        ))?;
+        check(libc::listen(l, 128))?;
+        // One byte of data (a message must carry some) and the descriptor.
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        // Room for one descriptor, aligned as `cmsghdr` wants.
+        let mut space = [0u64; 4];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::copy_nonoverlapping(
+            (&l as *const libc::c_int).cast::<u8>(),
+            libc::CMSG_DATA(cmsg),
+            4,
+        );
+        if libc::sendmsg(to, &msg, libc::MSG_NOSIGNAL) != 1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// PID 1: builds the root, forks the program, reaps until it ends.
@@ -96,6 +174,9 @@ fn program(p: &Prepared) -> io::Result<()> {
     let ruleset = landlock::create(&p.handled)?;
     for r in &p.rules {
         landlock::allow(ruleset, &r.path, r.access)?;
+    }
+    if p.proxy {
+        landlock::allow_connect(ruleset, &p.handled, super::PROXY_PORT)?;
     }
     landlock::restrict(ruleset)?;
     filter::install(&p.filters)

@@ -23,6 +23,7 @@ const SCOPE_ABSTRACT_UNIX: u64 = 1 << 0;
 const SCOPE_SIGNAL: u64 = 1 << 1;
 const CREATE_RULESET_VERSION: libc::c_uint = 1;
 const RULE_PATH_BENEATH: libc::c_int = 1;
+const RULE_NET_PORT: libc::c_int = 2;
 
 /// The kernel's Landlock ABI version, `None` when Landlock is missing
 /// (not built in, or not in the `lsm=` list at boot).
@@ -67,8 +68,9 @@ pub(super) struct Access {
 }
 
 impl Access {
-    /// The rights for `abi`; `no_net` handles TCP (refusing it all).
-    pub(super) fn handled(abi: u32, no_net: bool) -> Access {
+    /// The rights for `abi`; TCP is handled (refused but for the ports a
+    /// rule allows: [`allow_connect`]) where the ABI knows it (4 and on).
+    pub(super) fn handled(abi: u32) -> Access {
         let mut fs = ABI1_ALL;
         if abi >= 2 {
             fs |= REFER;
@@ -78,7 +80,7 @@ impl Access {
         }
         let dev = if abi >= 5 { IOCTL_DEV } else { 0 };
         fs |= dev;
-        let net = if abi >= 4 && no_net {
+        let net = if abi >= 4 {
             NET_BIND_TCP | NET_CONNECT_TCP
         } else {
             0
@@ -169,6 +171,40 @@ pub(super) fn allow(ruleset: libc::c_int, path: &std::ffi::CStr, access: u64) ->
         );
         libc::close(fd);
         r
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `struct landlock_net_port_attr`.
+#[repr(C)]
+struct NetPort {
+    allowed: u64,
+    port: u64,
+}
+
+/// Allows a TCP `connect` to `port` (any address: the sandbox's network
+/// namespace has only its loopback). A no-op where TCP is not handled.
+/// Async-signal-safe.
+pub(super) fn allow_connect(ruleset: libc::c_int, h: &Access, port: u16) -> io::Result<()> {
+    if h.net & NET_CONNECT_TCP == 0 {
+        return Ok(());
+    }
+    let attr = NetPort {
+        allowed: NET_CONNECT_TCP,
+        port: u64::from(port),
+    };
+    // SAFETY: a local attribute of the rule's type.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            RULE_NET_PORT,
+            &attr as *const NetPort,
+            0u32,
+        )
     };
     if r != 0 {
         return Err(io::Error::last_os_error());

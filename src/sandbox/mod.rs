@@ -18,6 +18,7 @@ mod filter;
 mod landlock;
 mod prepare;
 mod probe;
+mod proxy;
 
 #[cfg(test)]
 mod tests;
@@ -25,6 +26,7 @@ mod tests;
 pub use enter::enter;
 pub use prepare::{Prepared, SYSTEM_DIRS};
 pub use probe::{Missing, probe};
+pub use proxy::{Allow, PROXY_PORT, Proxy, proxy_env};
 
 use std::fmt;
 use std::path::PathBuf;
@@ -37,13 +39,12 @@ use serde::{Deserialize, Serialize};
 pub enum Mode {
     /// The run refuses to start (exit 2) when the sandbox cannot be built.
     Required,
-    /// The sandbox is built when the kernel allows it; otherwise the run
-    /// says so once (start of the run, `doctor`) and runs without it.
-    Auto,
-    /// No sandbox: the containment before it only (with a warning). The
-    /// default for now (docs/security.md#not-yet): the suite's helpers that
-    /// read a call's pids from outside are not sandbox-aware yet.
+    /// The default: the sandbox is built when the kernel allows it;
+    /// otherwise the run says so once (start of the run, `doctor`, the
+    /// report) and runs without it.
     #[default]
+    Auto,
+    /// No sandbox: the containment before it only (with a warning).
     Off,
 }
 
@@ -57,16 +58,18 @@ impl fmt::Display for Mode {
     }
 }
 
-/// What a sandboxed call may reach over the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a sandboxed call may reach over the network. Either way it has a
+/// network namespace of its own with only its own loopback; Landlock (ABI
+/// 4 and on) refuses every TCP `connect` and `bind` but to the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Network {
-    /// A network namespace of its own with only its own loopback: nothing
-    /// outside the sandbox can be reached (Landlock also refuses every TCP
-    /// connect and bind where the kernel has Landlock ABI 4).
+    /// Nothing outside the sandbox can be reached.
     None,
-    /// The host's network, unfiltered (agents that need their API host,
-    /// until the filtering proxy exists: docs/security.md#not-yet).
-    Host,
+    /// Only the hosts of the list, through the filtering proxy nightshift
+    /// runs outside the sandbox ([`Proxy`]), which listens inside on
+    /// `127.0.0.1:`[`PROXY_PORT`] (the caller sets the proxy variables of
+    /// [`proxy_env`]).
+    Proxy(Allow),
 }
 
 /// What one call may see: every path absent from it is not in the
@@ -91,6 +94,9 @@ pub struct Policy {
     /// path inside): an agent's own login inside `home`, or the program by
     /// the path it is exec'd by when that path goes through links.
     pub home_files: Vec<(PathBuf, PathBuf)>,
+    /// Directories made (empty, writable) inside the private home, such as
+    /// an agent's own home within it (`~/.codex`).
+    pub home_dirs: Vec<PathBuf>,
     /// The network the call gets.
     pub network: Network,
 }

@@ -58,7 +58,10 @@ pub struct Prepared {
     pub(super) uid_map: CString,
     pub(super) gid_map: CString,
     pub(super) cwd: CString,
-    pub(super) new_net: bool,
+    /// Whether the proxy's port is made inside (`Network::Proxy`).
+    pub(super) proxy: bool,
+    /// The socket the proxy's listener is sent over ([`Prepared::proxy_socket`]).
+    pub(super) proxy_socket: libc::c_int,
     pub(super) filters: Vec<seccompiler::BpfProgram>,
 }
 
@@ -72,7 +75,7 @@ impl Prepared {
     /// not compile for this architecture.
     pub fn new(policy: &Policy, ids: (u32, u32), cwd: &Path) -> io::Result<Prepared> {
         let abi = abi().ok_or_else(|| io::Error::other("Landlock is not available"))?;
-        let handled = Access::handled(abi, policy.network == Network::None);
+        let handled = Access::handled(abi);
         let mut mounts = Vec::new();
         for p in &policy.write {
             mounts.push((real(p)?, Kind::Write));
@@ -82,6 +85,9 @@ impl Prepared {
         }
         for (host, inside) in &policy.home_files {
             mounts.push((inside.clone(), Kind::HomeFile(real(host)?)));
+        }
+        for d in &policy.home_dirs {
+            mounts.push((d.clone(), Kind::HomeDir));
         }
         mounts.push((policy.home.clone(), Kind::Home));
         // Parents first: a path inside another is mounted on top of it.
@@ -101,9 +107,20 @@ impl Prepared {
             uid_map: c(format!("{0} {0} 1\n", ids.0))?,
             gid_map: c(format!("{0} {0} 1\n", ids.1))?,
             cwd: c(cwd.as_os_str().as_bytes())?,
-            new_net: policy.network == Network::None,
+            proxy: matches!(policy.network, Network::Proxy(_)),
+            proxy_socket: -1,
             filters: filter::programs()?,
         })
+    }
+
+    /// The end of a Unix socket pair over which the sandbox, once its
+    /// network namespace exists, sends the listening socket of the proxy's
+    /// port (`SCM_RIGHTS`), for [`super::Proxy::serve`] to accept on. `fd`
+    /// must stay open until the call is spawned (it is inherited by the
+    /// fork; close-on-exec keeps it from the program).
+    pub fn proxy_socket(&mut self, fd: std::os::fd::BorrowedFd<'_>) {
+        use std::os::fd::AsRawFd;
+        self.proxy_socket = fd.as_raw_fd();
     }
 }
 
@@ -114,6 +131,7 @@ enum Kind {
     Read,
     Home,
     HomeFile(PathBuf),
+    HomeDir,
 }
 
 impl Kind {
@@ -124,7 +142,7 @@ impl Kind {
             Kind::Home => 0,
             Kind::Write => 1,
             Kind::Read => 2,
-            Kind::HomeFile(_) => 3,
+            Kind::HomeFile(_) | Kind::HomeDir => 3,
         }
     }
 }
@@ -213,6 +231,11 @@ fn mount_one(
         if parent != Path::new("/") {
             ops.push(Op::Mkdir(new_path(parent)?));
         }
+    }
+    if *kind == Kind::HomeDir {
+        // Inside the home's tmpfs, under its rule: made, not mounted.
+        ops.push(Op::Mkdir(new_path(path)?));
+        return Ok(());
     }
     let (src, is_dir) = match kind {
         Kind::HomeFile(host) => (host.clone(), false),

@@ -68,6 +68,7 @@ pub fn probe() -> Result<(), Missing> {
         read: vec![],
         home: PathBuf::from("/home/sandbox"),
         home_files: vec![],
+        home_dirs: vec![],
         network: Network::None,
     };
     // SAFETY: geteuid and getegid cannot fail.

@@ -288,7 +288,7 @@ pub fn sandbox_state(
     use crate::sandbox::Mode;
     if c.sandbox.mode == Mode::Off {
         return Ok(Some(
-            "the sandbox is off (`[sandbox] mode = \"off\"`, the default for now; `\"auto\"` builds it): agents, gates and setup run with everything their user can read and the whole network (docs/security.md#the-sandbox)".into(),
+            "the sandbox is off (`[sandbox] mode = \"off\"`; `\"auto\"`, the default, builds it): agents, gates and setup run with everything their user can read and the whole network (docs/security.md#the-sandbox)".into(),
         ));
     }
     match crate::sandbox::probe() {

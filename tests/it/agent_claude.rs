@@ -894,7 +894,8 @@ async fn replay_world(
     let mut f = common::Fixture::new();
     f.use_github(&gh);
     f.token = Some("ghp_claude_replay_token_0123456789".into());
-    let script_dir = f.dir.path().join("fake-claude");
+    // Beside the agents: the fixture lets sandboxed calls write there.
+    let script_dir = f.agents.join("fake-claude");
     std::fs::create_dir_all(&script_dir).unwrap();
     for (name, body) in steps {
         std::fs::write(script_dir.join(name), body).unwrap();
@@ -1263,7 +1264,9 @@ async fn replay_reviewer_that_edits_is_void() {
                 transcript("claude-real-reviewer-approve-in-text.jsonl"),
             ),
         ],
-        "",
+        // The second line: inside the sandbox the reviewer's slot is
+        // read-only and the edit is refused (tests/it/sandbox.rs).
+        "[sandbox]\nmode = \"off\"\n",
     )
     .await;
     let item = drained_item(&f);

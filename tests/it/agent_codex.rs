@@ -607,7 +607,8 @@ async fn a_drain_with_the_real_codex_as_writer_and_reviewer_opens_a_pr() {
 
 /// A replay directory for the fake `codex` (see tests/fakes_codex/codex).
 fn replay_dir(f: &Fixture) -> PathBuf {
-    let d = f.dir.path().join("replay");
+    // Beside the agents: the fixture lets sandboxed calls write there.
+    let d = f.agents.join("replay");
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -700,7 +701,8 @@ async fn replay_reviewer_requests_changes_then_approves() {
     assert_eq!(item["tokens"], 3 * 214 + 107);
     let argv = std::fs::read_to_string(d.join("reviewer-1.argv")).unwrap();
     assert!(
-        argv.starts_with("-c\nmodel_provider=fake\nexec\n--json\n--sandbox\nread-only\n"),
+        // Inside nightshift's sandbox (the default) codex's own is off.
+        argv.starts_with("-c\nmodel_provider=fake\nexec\n--json\n--sandbox\ndanger-full-access\n"),
         "{argv}"
     );
     assert!(argv.contains("--output-schema\n"), "{argv}");
@@ -935,7 +937,9 @@ async fn replay_rate_limit_is_exceeded_is_throttling_then_the_round_goes_on() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn replay_reviewer_that_edits_is_void_and_unknown_flags_fail_the_call() {
-    let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n").await;
+    // The second line: inside the sandbox the reviewer's slot is read-only
+    // and the edit is refused (tests/it/sandbox.rs).
+    let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n[sandbox]\nmode = \"off\"\n").await;
     put(&d, "writer.sh", WRITE_SUB);
     put(
         &d,

@@ -1471,7 +1471,8 @@ fn tampering_with_the_users_refs_head_index_and_worktree_is_named() {
         "reviewer.sh",
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    // The second line, without the sandbox (which refuses the attack: tests/it/sandbox.rs).
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n[sandbox]\nmode = \"off\"\n");
     f.write("NEXT.md", "- [ ] Add sub\n");
     f.drain_exits(1, &[]);
     assert_eq!(common::git(&f.repo, &["branch", "--show-current"]), "evil");
@@ -1514,7 +1515,8 @@ esac
         "reviewer.sh",
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    // The second line, without the sandbox (which refuses the attack: tests/it/sandbox.rs).
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n[sandbox]\nmode = \"off\"\n");
     f.write("NEXT.md", "- [ ] Poison main\n- [ ] Add sub\n");
     let old = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
     f.drain_exits(1, &[]);
@@ -1557,7 +1559,8 @@ esac
         "reviewer.sh",
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
-    f.config_with(&w, &r, "[limits]\nrounds = 1\n");
+    // The second line, without the sandbox (which refuses the attack: tests/it/sandbox.rs).
+    f.config_with(&w, &r, "[limits]\nrounds = 1\n[sandbox]\nmode = \"off\"\n");
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add mul\n");
     let old = common::git(&f.remote, &["rev-parse", "refs/heads/main"]);
     let out = f.approve_and_drain(&[]);

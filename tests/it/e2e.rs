@@ -155,6 +155,9 @@ esac
 "#,
         )
         .backlog("- [ ] Out of scope\n  - scope: calc.txt\n- [ ] A commit\n- [ ] A branch switch\n- [ ] A hook\n- [ ] A crash\n  - rounds: 1\n- [ ] A push of its own\n")
+        // The second line, without the sandbox (which refuses the push and
+        // the write to your repository: tests/it/sandbox.rs).
+        .config("[sandbox]\nmode = \"off\"\n")
         .start()
         .await
         .split();

@@ -676,7 +676,7 @@ async fn agent_user_runs_agents_and_gates_as_that_user() {
     );
     let r = f.agent("reviewer.sh", &format!("#!/bin/sh\necho \"$(id -un) $HOME\" > {e}/reviewer\nif git diff HEAD --stat | grep -q calc.txt; then echo '{{\"verdict\":\"approve\",\"findings\":[]}}'; else echo '{{\"verdict\":\"request_changes\",\"findings\":[\"git diff did not work\"]}}'; fi\n"));
     f.config(&format!(
-        "agent_user = \"{user}\"\nsetup = [\"id -un > {e}/setup && touch .setup-ok && rm .setup-ok\"]\nverify = [\"id -un > {e}/gate && sh test.sh\"]\n[limits]\nrounds = 2\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+        "agent_user = \"{user}\"\nsetup = [\"id -un > {e}/setup && touch .setup-ok && rm .setup-ok\"]\nverify = [\"id -un > {e}/gate && sh test.sh\"]\n[sandbox]\nwrite = [\"{e}\"]\n[limits]\nrounds = 2\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
     ));
     f.write("NEXT.md", "- [ ] Add sub\n");
     let out = f.approve_and_drain(&[]);

@@ -321,6 +321,7 @@ async fn a_megabyte_of_gate_output_fits_the_body_limit() {
         timed_out: false,
         duration_ms: 1200,
         output_tail: "y".repeat(1 << 20),
+        refused: vec![],
     };
     let e = report::Evidence {
         contract: entry.contract.clone(),

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use common::bg::{
-    Bg, approve, kill_stalled, outcomes, process_gone, read_pid, stall_snippet, status_text,
-    wait_until,
+    Bg, approve, kill_stalled, outcomes, process_gone, stall_snippet, stalled_child, stalled_shell,
+    status_text, wait_until,
 };
 use common::github::FakeGitHub;
 use common::{Fixture, assert_ok, git, text};
@@ -408,8 +408,7 @@ fn stops_cleanly_on(
     approve(f);
     let mut bg = Bg::start(f, &["drain", "--deadline", &common::far_deadline()]);
     wait_until(Duration::from_secs(30), "the slow phase", &ready);
-    let child = f.agents.join(format!("{stalled}.child"));
-    let child_pid = child.exists().then(|| read_pid(&child));
+    let child_pid = stalled_child(&f.agents, stalled);
     let sent = Instant::now();
     bg.signal(sig);
     let status = bg.wait(Duration::from_secs(10));
@@ -788,7 +787,7 @@ fn a_second_drain_is_refused_naming_the_holder_and_status_shows_the_phase() {
         text(&third)
     );
     assert!(
-        ready.exists() && !process_gone(read_pid(&ready)),
+        ready.exists() && !process_gone(stalled_shell(&f.agents, "writer")),
         "the first drain's writer was not killed"
     );
 
@@ -1271,7 +1270,7 @@ fn sigterm_stops_the_schedule_and_the_drain_it_started() {
         "the scheduled drain's writer",
         || ready.exists(),
     );
-    let child = read_pid(&f.agents.join("writer.child"));
+    let child = stalled_child(&f.agents, "writer").expect("the writer stalls");
     bg.signal(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(
         bg.wait(Duration::from_secs(10)).code(),

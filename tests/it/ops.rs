@@ -15,7 +15,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::bg::{
-    Bg, approve, outcomes, process_gone, read_pid, release, stall_snippet, wait_until,
+    Bg, approve, outcomes, process_gone, read_pid, release, stall_snippet, stalled_shell,
+    wait_until,
 };
 use common::github::FakeGitHub;
 use common::{Fixture, assert_ok, git, reason, text};
@@ -76,7 +77,7 @@ fn sighup_and_sigquit_stop_the_run_cleanly() {
         approve(&f);
         let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
         wait_ready(&f, "writer");
-        let agent = read_pid(&f.agents.join("writer.ready"));
+        let agent = stalled_shell(&f.agents, "writer");
         bg.signal(sig);
         let status = bg.wait(Duration::from_secs(15));
         assert_eq!(
@@ -140,7 +141,7 @@ fn closing_the_terminal_stops_the_run_cleanly() {
         .spawn()
         .unwrap();
     wait_ready(&f, "writer");
-    let agent = read_pid(&f.agents.join("writer.ready"));
+    let agent = stalled_shell(&f.agents, "writer");
     let drain = f.db.runs()[0].pid;
     terminal.kill().unwrap();
     let _ = terminal.wait();
@@ -847,7 +848,10 @@ fn misbehaving_agents_and_gates_never_hang_the_night() {
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
     );
     let gate = f.agent("gate.sh", &format!("#!/bin/sh\nif grep -q pow calc.txt; then exec sleep 302; fi\nsleep 303 & echo $! > {a}/holder.pid\nsh test.sh\n"));
-    f.config(&format!("verify = [\"{gate}\"]\n[limits]\nrounds = 1\ngate_timeout = \"2s\"\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
+    // The supervisor's sweep, outside the sandbox: inside it the pids the
+    // scripts write are their PID namespace's, and the namespace's end
+    // kills them anyway (tests/it/sandbox.rs).
+    f.config(&format!("verify = [\"{gate}\"]\n[sandbox]\nmode = \"off\"\n[limits]\nrounds = 1\ngate_timeout = \"2s\"\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"));
     f.write("NEXT.md", "- [ ] Add sub\n- [ ] Add pow\n");
     let started = Instant::now();
     let out = f.approve_and_drain(&[]);

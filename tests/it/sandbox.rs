@@ -29,14 +29,17 @@ struct Target<'a> {
     host_tmp: &'a Path,
     /// A listener on 127.0.0.1 nobody allowed.
     port: u16,
+    /// A listener on 127.0.0.1 `allow_hosts` names.
+    allowed: u16,
     /// The argument of the `sleep` left behind.
     sleeper: &'a str,
 }
 
 /// The attack script: one `WHO:NAME=0|1` line per attempt (0: it worked).
-/// A write to the data directory's or the host's `/tmp` path lands in the
-/// sandbox's private `/tmp` (the slot lies under both here), so those are
-/// judged on the host.
+/// A write to the repository's, the data directory's or the host's `/tmp`
+/// path lands in the sandbox's private `/tmp` (the slot, and the
+/// repository's objects the slot borrows, lie under all three here), so
+/// those are judged on the host.
 fn attack(t: &Target<'_>) -> String {
     let (repo, data, pid, tmp) = (
         t.repo.display(),
@@ -44,7 +47,12 @@ fn attack(t: &Target<'_>) -> String {
         t.pid_file.display(),
         t.host_tmp.display(),
     );
-    let (port, sleeper) = (t.port, t.sleeper);
+    let (port, sleeper, allowed, proxy) = (
+        t.port,
+        t.sleeper,
+        t.allowed,
+        nightshift::sandbox::PROXY_PORT,
+    );
     format!(
         r#"#!/bin/sh
 who=$1
@@ -62,6 +70,11 @@ try write_host_tmp sh -c 'echo x > {tmp}-$0' $who
 try connect_listener timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'
 try connect_ledger timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/5432'
 try resolve timeout 5 getent hosts registry.npmjs.org
+via() {{ timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{proxy} && printf "CONNECT %s HTTP/1.1\r\n\r\n" "$0" >&3 && head -c 12 <&3 | grep -q " 200"' "$1"; }}
+try proxy_listener via 127.0.0.1:{port}
+try proxy_ledger via 127.0.0.1:5432
+try proxy_name via registry.npmjs.org:443
+try proxy_allowed via 127.0.0.1:{allowed}
 try signal_nightshift kill -0 $pid
 try ptrace perl -e 'exit(syscall({SYS_PTRACE}, 16, $ARGV[0], 0, 0) == 0 ? 0 : 1)' $pid
 try setuid_su su -s /bin/sh -c true nobody
@@ -124,6 +137,8 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
     let f = Fixture::new();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
+    let allowed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let allowed_port = allowed.local_addr().unwrap().port();
     let pid_file = f.agents.join("nightshift.pid");
     let tag = uuid::Uuid::new_v4().simple().to_string();
     let host_tmp = PathBuf::from(format!("/tmp/nightshift-sandbox-{tag}"));
@@ -134,6 +149,7 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         pid_file: &pid_file,
         host_tmp: &host_tmp,
         port: listener.local_addr().unwrap().port(),
+        allowed: allowed_port,
         sleeper: &sleeper,
     };
     f.agent("attack.sh", &attack(&target));
@@ -145,7 +161,7 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         "# calc\n\n- [ ] Add sub, the attack\n- [ ] Add mul\n",
     );
     f.config(&format!(
-        "verify = [\"sh {agents}/attack.sh gate; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nmode = \"required\"\nread = [\"{agents}\"]\n"
+        "verify = [\"sh {agents}/attack.sh gate; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nmode = \"required\"\nread = [\"{agents}\"]\nallow_hosts = [\"127.0.0.1:{allowed_port}\"]\n"
     ));
     git_commit(&f);
     approve(&f);
@@ -170,10 +186,12 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         "read_key",
         "read_root_ssh",
         "read_environ",
-        "write_repo",
         "connect_listener",
         "connect_ledger",
         "resolve",
+        "proxy_listener",
+        "proxy_ledger",
+        "proxy_name",
         "signal_nightshift",
         "ptrace",
         "setuid_su",
@@ -194,6 +212,7 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
             "cap_eff=0000000000000000",
             "write_private_tmp=0",
             "read_system=0",
+            "proxy_allowed=0",
         ] {
             let line = format!("{who}:{fact}");
             assert!(got.contains(&line), "{who}: expected {fact}: {got:?}");
@@ -209,6 +228,31 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         let tmp = PathBuf::from(format!("{}-{who}", host_tmp.display()));
         assert!(!tmp.exists(), "{who} wrote the host's /tmp");
     }
+    // Each refusal of the proxy is in the report, with its host.
+    let refused: Vec<String> = report["sandbox_refused"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report:#}"))
+        .iter()
+        .map(|h| h.as_str().unwrap().to_string())
+        .collect();
+    let port = target.port;
+    for host in [
+        format!("127.0.0.1:{port}"),
+        "127.0.0.1:5432".into(),
+        "registry.npmjs.org:443".into(),
+    ] {
+        let n = refused.iter().filter(|h| **h == host).count();
+        // The writer once, the gate at each item's round.
+        assert!(n >= 2, "{host} refused {n} times: {refused:?}");
+    }
+    let shown = text(&f.run(&["report"]));
+    assert!(
+        shown.contains(&format!(
+            "sandbox refused {} connections: 127.0.0.1:{port}, 127.0.0.1:5432, registry.npmjs.org:443",
+            refused.len()
+        )),
+        "{shown}"
+    );
     let mut buf = [0u8; 1];
     match listener.accept() {
         Ok((mut s, _)) => panic!("the listener was reached: {:?}", s.read(&mut buf)),
@@ -253,7 +297,7 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
     assert_ok(&out, "plan");
     let card = text(&out);
     assert!(
-        card.contains("sandbox   required · gate, setup and command agents · allowed hosts registry.npmjs.org:443"),
+        card.contains("sandbox   required · every agent, gate and setup · allowed hosts registry.npmjs.org:443 (through the filtering proxy)"),
         "{card}"
     );
 }
@@ -270,6 +314,7 @@ fn boxed(script: &str, slot: &Path) -> nightshift::process::Command {
             read: vec![],
             home: PathBuf::from("/home/sandbox"),
             home_files: vec![],
+            home_dirs: vec![],
             network: nightshift::sandbox::Network::None,
         })
 }
@@ -352,6 +397,7 @@ async fn a_missing_sandbox_path_fails_the_spawn_naming_it() {
         read: vec![PathBuf::from("/no/such/toolchain")],
         home: PathBuf::from("/home/sandbox"),
         home_files: vec![],
+        home_dirs: vec![],
         network: nightshift::sandbox::Network::None,
     });
     let e = nightshift::process::run(cmd, &tokio_util::sync::CancellationToken::new())
@@ -362,4 +408,35 @@ async fn a_missing_sandbox_path_fails_the_spawn_naming_it() {
         e.contains("/no/such/toolchain") && e.contains("[sandbox] read"),
         "{e}"
     );
+}
+
+/// A run whose calls get no sandbox says so in its report, text and JSON
+/// (docs/security.md#modes); one that gets it says nothing.
+#[test]
+fn a_run_without_the_sandbox_says_so_in_its_report() {
+    for (mode, says) in [
+        (
+            "off",
+            Some("the sandbox is off (`[sandbox] mode = \"off\"`)"),
+        ),
+        ("auto", None),
+    ] {
+        let f = Fixture::new();
+        f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+        let w = f.agent("w.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+        let r = f.agent("r.sh", REVIEWER);
+        f.config_with(&w, &r, &format!("[sandbox]\nmode = \"{mode}\"\n"));
+        let out = f.approve_and_drain(&[]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let report = f.report();
+        assert_eq!(report["sandbox_unavailable"].as_str(), says, "{report:#}");
+        let shown = text(&f.run(&["report"]));
+        match says {
+            Some(s) => assert!(
+                shown.contains(&format!("{s}: agents, gates and setup ran without it")),
+                "{shown}"
+            ),
+            None => assert!(!shown.contains("ran without it"), "{shown}"),
+        }
+    }
 }

@@ -86,7 +86,8 @@ fn second_night<'a>(gh: &'a FakeGitHub, backlog: &str, extra: &str) -> Night<'a>
 
 /// Where the agents above log their calls.
 fn log_dir(f: &Fixture) -> PathBuf {
-    f.dir.path().join("log")
+    // Beside the agents: the fixture lets sandboxed calls write there.
+    f.agents.join("log")
 }
 
 /// The commit of `refs/heads/{branch}` on the remote.

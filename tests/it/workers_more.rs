@@ -63,8 +63,12 @@ async fn a_usage_limit_pauses_the_account_for_the_other_worker() {
         "#!/bin/sh\nset -eu\n{take}if [ \"$n\" = 1 ]; then\n  partner=2\n{WAIT_PARTNER}  sleep 1\n  echo \"Claude AI usage limit reached|$(( $(date +%s) + 8 ))\" >&2\n  exit 1\nfi\nsleep 2\necho \"call $n\" > \"note-$n.txt\"\necho \"wrote note-$n.txt\"\n",
         take = take_number(marks.path()),
     );
-    let limits = "[limits]\nrounds = 1\nlimit_buffer = \"1s\"\nlimit_sleep_min = \"1s\"\n";
-    let f = two_workers(&writer, limits, 3).exit(0).run().await;
+    // The marks are the calls' to write (docs/config.md#sandbox).
+    let limits = format!(
+        "[limits]\nrounds = 1\nlimit_buffer = \"1s\"\nlimit_sleep_min = \"1s\"\n[sandbox]\nwrite = [\"{}\"]\n",
+        marks.path().display()
+    );
+    let f = two_workers(&writer, &limits, 3).exit(0).run().await;
     let out = f.out();
     // A quota stop is no item's failure, nor an attempt: every item opened
     // its PR on its first attempt, in one round.
@@ -163,7 +167,11 @@ async fn the_run_cost_cap_reached_by_two_workers_together_stops_both() {
     // the run over it ($0.42), though neither worker alone spent more than
     // $0.21. Items 5 and 6 are not started.
     let cap = 0.25;
-    let limits = format!("[limits]\nrounds = 1\nmax_cost_usd_per_run = {cap}\n");
+    // The marks are the calls' to write (docs/config.md#sandbox).
+    let limits = format!(
+        "[limits]\nrounds = 1\nmax_cost_usd_per_run = {cap}\n[sandbox]\nwrite = [\"{}\"]\n",
+        marks.path().display()
+    );
     // budget_exceeded is a failure outcome: exit 1 (docs/commands.md#exit-codes).
     let f = two_workers(&writer, &limits, 6).exit(1).run().await;
     let out = f.out();

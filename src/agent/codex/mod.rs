@@ -1,7 +1,11 @@
 //! The `codex` agent kind: `codex exec --json` (docs/agents.md#codex).
 //!
 //! Writer: `--sandbox workspace-write`; reviewer: `--sandbox read-only` plus
-//! `--output-schema` so its final `agent_message` is the verdict object. The
+//! `--output-schema` so its final `agent_message` is the verdict object.
+//! Inside nightshift's own sandbox (docs/security.md#the-sandbox) codex's
+//! is turned off (`--sandbox danger-full-access`, both roles): it cannot
+//! be built there (no new namespaces), and ours already holds the line
+//! (the slot read-only for the reviewer, no network but the API host). The
 //! prompt goes on stdin (`-`), not in argv: Linux caps one argument at
 //! 128 KiB and reviewer findings fed back into a prompt are unbounded. The
 //! configured `command` may carry extra arguments before the subcommand
@@ -61,13 +65,16 @@ use stream::{files_of, stronger};
 /// (global options such as `-c key=value`) unless it already names the
 /// `exec` subcommand, in which case nightshift's flags follow it.
 /// `schema` is the verdict schema file for a reviewer.
-pub fn argv(agent: &AgentConfig, role: Role, schema: Option<&Path>) -> Vec<String> {
+///
+/// `ours`: the call runs in nightshift's sandbox, so codex's own is off.
+pub fn argv(agent: &AgentConfig, role: Role, schema: Option<&Path>, ours: bool) -> Vec<String> {
     let mut v: Vec<String> = agent.command.clone();
     if !names_exec(&agent.command) {
         v.push("exec".into());
     }
     v.push("--json".into());
     let sandbox = match role {
+        _ if ours => "danger-full-access",
         Role::Writer => "workspace-write",
         Role::Reviewer => "read-only",
     };
@@ -174,7 +181,7 @@ pub async fn run(
         Role::Reviewer => Some(write_schema(call)?),
         Role::Writer => None,
     };
-    let argv = argv(agent, call.role, schema.as_deref());
+    let argv = argv(agent, call.role, schema.as_deref(), call.sandbox.is_some());
     let state = Arc::new(Mutex::new(StreamState::default()));
     let sink = state.clone();
     let tz = call.tz;

@@ -38,7 +38,7 @@ fn agent(command: &[&str], model: Option<&str>) -> AgentConfig {
 fn argv_keeps_global_options_before_exec() {
     let a = agent(&["codex", "-c", "model_provider=fake"], Some("o4"));
     assert_eq!(
-        argv(&a, Role::Writer, None),
+        argv(&a, Role::Writer, None, false),
         [
             "codex",
             "-c",
@@ -53,7 +53,7 @@ fn argv_keeps_global_options_before_exec() {
             "-"
         ]
     );
-    let r = argv(&a, Role::Reviewer, Some(Path::new("/l/v.json")));
+    let r = argv(&a, Role::Reviewer, Some(Path::new("/l/v.json")), false);
     assert_eq!(
         &r[3..],
         [
@@ -75,7 +75,7 @@ fn argv_keeps_global_options_before_exec() {
 fn argv_does_not_repeat_a_configured_exec() {
     let a = agent(&["npx", "codex", "exec", "-c", "x=1"], None);
     assert_eq!(
-        argv(&a, Role::Writer, None),
+        argv(&a, Role::Writer, None, false),
         [
             "npx",
             "codex",
@@ -91,7 +91,7 @@ fn argv_does_not_repeat_a_configured_exec() {
     );
     // `exec` as an option's value is not the subcommand.
     let a = agent(&["codex", "-p", "exec"], None);
-    assert_eq!(argv(&a, Role::Writer, None)[3], "exec");
+    assert_eq!(argv(&a, Role::Writer, None, false)[3], "exec");
 }
 
 #[test]
@@ -534,4 +534,25 @@ fn non_json_lines_are_counted_not_parsed() {
         st.failure().as_deref(),
         Some("codex printed no turn (no `turn.started` event)")
     );
+}
+
+/// Inside nightshift's sandbox codex's own is off for both roles
+/// (docs/security.md#the-sandbox), and only there.
+#[test]
+fn codex_s_own_sandbox_is_off_only_inside_ours() {
+    let a = agent(&["codex"], None);
+    for role in [Role::Writer, Role::Reviewer] {
+        let inside = argv(&a, role, None, true);
+        assert!(
+            inside
+                .windows(2)
+                .any(|p| p == ["--sandbox", "danger-full-access"]),
+            "{inside:?}"
+        );
+        let outside = argv(&a, role, None, false);
+        assert!(
+            !outside.iter().any(|x| x == "danger-full-access"),
+            "{outside:?}"
+        );
+    }
 }

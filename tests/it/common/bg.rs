@@ -10,21 +10,59 @@ use serde_json::Value;
 
 use super::{Fixture, assert_ok};
 
-/// Shell lines that, when `DIR/NAME.stall` exists, remove it, write this
-/// shell's pid to `NAME.ready` and wait for a `sleep` whose pid is in
-/// `NAME.child`; killing that child (see [`release`]) lets the script go on.
-/// `NAME.ready` appears whole (written aside, then renamed): a test that
-/// sees it can read the pid at once.
+/// Shell lines that, when `DIR/NAME.stall` exists, remove it, start a
+/// `sleep` tagged `NIGHTSHIFT_STALL=DIR/NAME` in its environment, write
+/// `NAME.ready` and wait for the `sleep`; killing it (see [`release`]) lets
+/// the script go on. `NAME.ready` appears whole (written aside, then
+/// renamed). The pids the files hold are the script's own view: inside the
+/// sandbox's PID namespace they are not the host's, so a test finds the
+/// processes with [`stalled_shell`] and [`stalled_child`] (by the tag, on
+/// the host's `/proc`). `DIR` must be writable by the call: a sandboxed
+/// call gets it through [`stall_sandbox`].
 pub fn stall_snippet(dir: &Path, name: &str) -> String {
     let d = dir.display();
     format!(
-        "if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready.tmp; mv {d}/{name}.ready.tmp {d}/{name}.ready; wait; fi\n"
+        "if [ -e {d}/{name}.stall ]; then rm -f {d}/{name}.stall; NIGHTSHIFT_STALL={d}/{name} sleep 60 & echo $! > {d}/{name}.child; echo $$ > {d}/{name}.ready.tmp; mv {d}/{name}.ready.tmp {d}/{name}.ready; wait; fi\n"
     )
+}
+
+/// The config lines that let a sandboxed call write the stall files of
+/// [`stall_snippet`] in `dir` (docs/config.md#sandbox): a `[sandbox]`
+/// table, to go where a table may start.
+pub fn stall_sandbox(dir: &Path) -> String {
+    format!("[sandbox]\nwrite = [\"{}\"]\n", dir.display())
+}
+
+/// The host's pid of the `sleep` a stalled script waits for (`NAME` in
+/// `dir`), found by its `NIGHTSHIFT_STALL` tag; `None` when it is gone.
+pub fn stalled_child(dir: &Path, name: &str) -> Option<i32> {
+    let tag = format!("NIGHTSHIFT_STALL={}/{name}", dir.display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        env.split(|b| *b == 0)
+            .any(|v| v == tag.as_bytes())
+            .then_some(pid)
+    })
+}
+
+/// The host's pid of a stalled script (`NAME` in `dir`): the parent of its
+/// `sleep` ([`stalled_child`]); panics when it is not stalled.
+pub fn stalled_shell(dir: &Path, name: &str) -> i32 {
+    let child = stalled_child(dir, name).unwrap_or_else(|| panic!("{name} is not stalled"));
+    parent_of(child).unwrap_or_else(|| panic!("{name}'s sleep ({child}) has no parent"))
+}
+
+/// The parent's pid of process `pid`, from `/proc/<pid>/stat`.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Lets a stalled script go on: kills its `sleep`.
 pub fn release(dir: &Path, name: &str) {
-    let pid = read_pid(&dir.join(format!("{name}.child")));
+    let pid = stalled_child(dir, name).unwrap_or_else(|| panic!("{name} is not stalled"));
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
@@ -33,19 +71,17 @@ pub fn release(dir: &Path, name: &str) {
 
 /// Kills a stalled helper (after a SIGKILLed drain, nobody else will).
 pub fn kill_stalled(dir: &Path, name: &str) {
+    let Some(child) = stalled_child(dir, name) else {
+        return;
+    };
     // The shell first: killing its `sleep` first would let it return from
     // `wait` and exit 0 (a hook that then lets the push through) before the
     // second kill lands.
-    for f in [format!("{name}.ready"), format!("{name}.child")] {
-        if let Some(pid) = std::fs::read_to_string(dir.join(f))
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
+    for pid in parent_of(child).into_iter().chain([child]) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 

@@ -203,6 +203,20 @@ impl Fixture {
             };
             format!("{}{sep}agents_as_root = true\n{}", &toml[..at], &toml[at..])
         };
+        // The suite's scripts keep their marker files (pids, stall files,
+        // counters, logs) beside themselves, and some look at the remote:
+        // a sandboxed call may write the one and read the other
+        // (docs/config.md#sandbox). A test with a `[sandbox]` table of its
+        // own says what it gets.
+        let toml = if toml.contains("[sandbox]") {
+            toml
+        } else {
+            format!(
+                "{toml}\n{}read = [\"{}\"]\n",
+                bg::stall_sandbox(&self.agents),
+                self.remote.display()
+            )
+        };
         self.write(".nightshift/config.toml", &toml);
         self.write(".nightshift/.gitignore", "*\n");
     }
