@@ -85,6 +85,9 @@ fn second_night<'a>(gh: &'a FakeGitHub, backlog: &str, extra: &str) -> Night<'a>
         .commit_backlog()
 }
 
+/// The backlog of three items the PR-steering tests start from.
+const SUB_MUL_DIV: &str = "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n";
+
 /// Night 1 of a [`second_night`]: it starts and drains (approved), which
 /// must succeed; returns the world and where its agents log their calls.
 async fn after_night_1(gh: &FakeGitHub, backlog: &str, extra: &str) -> (World, PathBuf) {
@@ -545,12 +548,7 @@ async fn requested_changes_are_the_writers_feedback_and_answered_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn people_and_opt_outs_leave_prs_alone() {
     let gh = FakeGitHub::start().await;
-    let (f, log) = after_night_1(
-        &gh,
-        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
-        "",
-    )
-    .await;
+    let (f, log) = after_night_1(&gh, SUB_MUL_DIV, "").await;
     f.db.sql("UPDATE pull_requests SET head_pushed_at = now() - interval '1 hour'");
     for n in 1..=3 {
         gh.add_review(n, "ana", "CHANGES_REQUESTED", "Please rework.", &[]);
@@ -623,12 +621,7 @@ async fn people_and_opt_outs_leave_prs_alone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn strangers_neither_steer_nor_stop_a_pr_and_members_do() {
     let gh = FakeGitHub::start().await;
-    let (f, log) = after_night_1(
-        &gh,
-        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
-        "",
-    )
-    .await;
+    let (f, log) = after_night_1(&gh, SUB_MUL_DIV, "").await;
     assert_eq!(gh.prs().len(), 3);
     f.db.sql("UPDATE pull_requests SET head_pushed_at = now() - interval '1 hour'");
     const STRANGE: &str = "STRANGER-WORDS";
