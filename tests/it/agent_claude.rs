@@ -5,7 +5,7 @@
 
 use crate::common;
 use crate::fakes;
-use common::{Checkout, Table};
+use common::{Checkout, Table, doctor_line};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -477,6 +477,14 @@ fn writer_with(bin: &Path, flags: &[&str]) -> AgentConfig {
     a
 }
 
+/// The fake API's answer that reads `calc` (the Read tool) with a word of text.
+fn reads(calc: &str) -> Reply {
+    Reply::Tools(
+        Some("Reading.".into()),
+        vec![tool("Read", json!({"file_path": calc}))],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_tokens() {
     let bin = real_claude();
@@ -486,10 +494,7 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
     let w = Checkout::new("repo");
     let calc = w.repo.join("calc.txt").display().to_string();
     api.writer([
-        Reply::Tools(
-            Some("Reading.".into()),
-            vec![tool("Read", json!({"file_path": calc}))],
-        ),
+        reads(&calc),
         Reply::Tools(
             None,
             vec![tool(
@@ -546,13 +551,7 @@ async fn real_cli_turn_and_budget_limits_fail_in_the_clis_words_with_their_token
     let api = FakeAnthropic::start().await;
     let w = Checkout::new("repo");
     let calc = w.repo.join("calc.txt").display().to_string();
-    api.writer([
-        Reply::Tools(
-            Some("Reading.".into()),
-            vec![tool("Read", json!({"file_path": calc}))],
-        ),
-        Reply::Text("done".into()),
-    ]);
+    api.writer([reads(&calc), Reply::Text("done".into())]);
     let (r, out, st) = real_writer(
         &bin,
         &w,
@@ -704,18 +703,6 @@ fn drain_env(f: &mut common::Fixture, api: &str) {
 
 fn claude_config(f: &common::Fixture, writer: &str, reviewer: &str, extra: &str) {
     f.config(&format!("verify = [\"sh test.sh\"]\n{extra}\n[writer]\nkind = \"claude\"\ncommand = [\"{writer}\"]\n\n[reviewer]\nkind = \"claude\"\ncommand = [\"{reviewer}\"]\n"));
-}
-
-/// The `doctor` line of one check.
-fn doctor_line(out: &std::process::Output, name: &str) -> String {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| {
-            l.get(5..)
-                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
-        })
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// `doctor` asks the real CLI whether it is logged in (`claude auth status`,
@@ -939,6 +926,15 @@ fn after_init(transcript: &str) -> String {
         .skip(1)
         .map(|l| format!("{l}\n"))
         .collect()
+}
+
+/// Drains and asserts the one item ended `review_void` for a reason that
+/// contains `because`.
+fn assert_review_void(f: &common::Fixture, because: &str) {
+    let item = drained_item(f);
+    assert_eq!(item["outcome"], "review_void", "{item:#}");
+    let reason = item["reason"].as_str().unwrap();
+    assert!(reason.contains(because), "{item:#}");
 }
 
 fn drained_item(f: &common::Fixture) -> serde_json::Value {
@@ -1269,15 +1265,7 @@ async fn replay_reviewer_that_edits_is_void() {
         "[sandbox]\nmode = \"off\"\n",
     )
     .await;
-    let item = drained_item(&f);
-    assert_eq!(item["outcome"], "review_void", "{item:#}");
-    assert!(
-        item["reason"]
-            .as_str()
-            .unwrap()
-            .contains("checkout changed"),
-        "{item:#}"
-    );
+    assert_review_void(&f, "checkout changed");
     assert!(gh.prs().is_empty());
 }
 
@@ -1685,35 +1673,24 @@ async fn replay_results_without_usage_or_cost_are_unknown_not_zero() {
             v["modelUsage"] = json!({});
         }),
     );
-    let rep = r.call(Role::Writer).await;
-    assert_eq!(
-        (rep.failure.clone(), rep.usage.clone()),
-        (None, agent::Usage::default())
-    );
-    let rep = r.call(Role::Writer).await;
-    assert_eq!(
-        (rep.failure.clone(), rep.usage.clone()),
-        (
-            None,
-            agent::Usage {
-                tokens_in: None,
-                tokens_out: Some(320),
-                cost_usd: None
-            }
-        )
-    );
-    let rep = r.call(Role::Writer).await;
-    assert_eq!(
-        (rep.failure.clone(), rep.usage.clone()),
-        (
-            None,
-            agent::Usage {
-                tokens_in: Some(4800),
-                tokens_out: Some(320),
-                cost_usd: None
-            }
-        )
-    );
+    // The calls read writer-1.jsonl to writer-3.jsonl above, in order.
+    let usages = [
+        agent::Usage::default(),
+        agent::Usage {
+            tokens_in: None,
+            tokens_out: Some(320),
+            cost_usd: None,
+        },
+        agent::Usage {
+            tokens_in: Some(4800),
+            tokens_out: Some(320),
+            cost_usd: None,
+        },
+    ];
+    for usage in usages {
+        let rep = r.call(Role::Writer).await;
+        assert_eq!((rep.failure.clone(), rep.usage.clone()), (None, usage));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1886,14 +1863,6 @@ async fn replay_reviewer_whose_stream_shows_an_edit_outside_the_checkout_is_void
     t.push_str(&format!("{}\n", json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_w","content":"File created successfully at: /tmp/nightshift-reviewer-notes.md"}]},"parent_tool_use_id":null})));
     t.push_str(&after_init(&approve));
     let (f, gh) = with_reviewer(t).await;
-    let item = drained_item(&f);
-    assert_eq!(item["outcome"], "review_void", "{item:#}");
-    assert!(
-        item["reason"]
-            .as_str()
-            .unwrap()
-            .contains("changed files: /tmp/nightshift-reviewer-notes.md"),
-        "{item:#}"
-    );
+    assert_review_void(&f, "changed files: /tmp/nightshift-reviewer-notes.md");
     assert!(gh.prs().is_empty());
 }

@@ -12,7 +12,7 @@
 
 use crate::common;
 use crate::fakes_codex::{cli, responses};
-use common::{Checkout, Table};
+use common::{Checkout, Table, doctor_line};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -88,6 +88,26 @@ impl World {
     }
 }
 
+/// One call of the real codex CLI against `fake`, as [`real_agent`] sets it up.
+async fn call_real(fake: &FakeResponses, call: &Call) -> Report {
+    let agent = real_agent(fake);
+    agent::call(&agent, call, &CancellationToken::new())
+        .await
+        .expect("codex starts")
+}
+
+/// The fake codex CLI (replays `$FAKE_CODEX_DIR`) as the agent, no flags.
+fn fake_codex_agent() -> AgentConfig {
+    AgentConfig {
+        kind: AgentKind::Codex,
+        command: vec![cli::fake_codex().display().to_string()],
+        permission_flags: None,
+        model: None,
+        account: None,
+        fallback: None,
+    }
+}
+
 fn real_agent(fake: &FakeResponses) -> AgentConfig {
     let mut command = vec![cli::real_codex().display().to_string()];
     command.extend(fake.provider_args());
@@ -124,9 +144,7 @@ async fn real_codex_writer_edits_the_checkout_and_reports_tokens() {
     ])
     .await;
     let call = w.call(Role::Writer, "UTC");
-    let r = agent::call(&real_agent(&fake), &call, &CancellationToken::new())
-        .await
-        .expect("codex starts");
+    let r = call_real(&fake, &call).await;
 
     assert_eq!(r.failure, None, "{}", explain(&r));
     assert_eq!(
@@ -229,13 +247,7 @@ async fn real_codex_failed_and_refused_commands_are_told_and_the_turn_stands() {
         Reply::Message("Could not run everything.".into()),
     ])
     .await;
-    let r = agent::call(
-        &real_agent(&fake),
-        &w.call(Role::Writer, "UTC"),
-        &CancellationToken::new(),
-    )
-    .await
-    .expect("codex starts");
+    let r = call_real(&fake, &w.call(Role::Writer, "UTC")).await;
     assert_eq!(r.failure, None, "{}", explain(&r));
     let stdout = std::fs::read_to_string(r.outcome.stdout_path.as_ref().unwrap()).unwrap();
     assert!(
@@ -280,13 +292,7 @@ async fn real_codex_reviewer_is_read_only_and_its_verdict_is_its_last_message() 
         ),
     ])
     .await;
-    let r = agent::call(
-        &real_agent(&fake),
-        &w.call(Role::Reviewer, "UTC"),
-        &CancellationToken::new(),
-    )
-    .await
-    .expect("codex starts");
+    let r = call_real(&fake, &w.call(Role::Reviewer, "UTC")).await;
 
     assert_eq!(r.failure, None, "{}", explain(&r));
     assert_eq!(
@@ -345,13 +351,7 @@ async fn real_codex_usage_limit_is_read_with_its_reset_in_the_agent_zone() {
     }])
     .await;
     let tz = "Asia/Kolkata";
-    let r = agent::call(
-        &real_agent(&fake),
-        &w.call(Role::Writer, tz),
-        &CancellationToken::new(),
-    )
-    .await
-    .expect("codex starts");
+    let r = call_real(&fake, &w.call(Role::Writer, tz)).await;
 
     let limit = r
         .limit
@@ -473,18 +473,6 @@ async fn drain_world(codex_home: bool) -> (Fixture, FakeGitHub) {
         "# calc\n\n- [ ] Add sub\n  - accept: calc.txt lists sub\n",
     );
     (f, gh)
-}
-
-/// The `doctor` line of one check.
-fn doctor_line(out: &std::process::Output, name: &str) -> String {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| {
-            l.get(5..)
-                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
-        })
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// `doctor` asks the real CLI whether it is logged in (`codex login
@@ -667,15 +655,21 @@ fn replay_fixture(
 
 const WRITE_SUB: &str = "grep -qx sub calc.txt || echo sub >> calc.txt\n";
 
-#[tokio::test(flavor = "multi_thread")]
-async fn replay_reviewer_requests_changes_then_approves() {
-    let (f, gh, d) = replay_fixture("[limits]\nrounds = 3\n").await;
-    put(&d, "writer.sh", WRITE_SUB);
+/// The replayed writer that adds sub: its script and the real writer's
+/// recorded patch session.
+fn put_sub_writer(d: &Path) {
+    put(d, "writer.sh", WRITE_SUB);
     put(
-        &d,
+        d,
         "writer.jsonl",
         &cli::transcript("real-writer-patch.jsonl"),
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_reviewer_requests_changes_then_approves() {
+    let (f, gh, d) = replay_fixture("[limits]\nrounds = 3\n").await;
+    put_sub_writer(&d);
     put(
         &d,
         "reviewer-1.jsonl",
@@ -767,14 +761,7 @@ async fn replay_codex_that_does_not_exit_after_its_turn_is_ended_and_the_turn_st
     // The grace shortened from its 30 s (agent::EXIT_GRACE_ENV) to 1 s.
     call.env.insert(agent::EXIT_GRACE_ENV.into(), "1000".into());
     call.timeout = Duration::from_secs(300);
-    let agent = AgentConfig {
-        kind: AgentKind::Codex,
-        command: vec![cli::fake_codex().display().to_string()],
-        permission_flags: None,
-        model: None,
-        account: None,
-        fallback: None,
-    };
+    let agent = fake_codex_agent();
     let r = agent::call(&agent, &call, &CancellationToken::new())
         .await
         .unwrap();
@@ -940,12 +927,7 @@ async fn replay_reviewer_that_edits_is_void_and_unknown_flags_fail_the_call() {
     // The second line: inside the sandbox the reviewer's slot is read-only
     // and the edit is refused (tests/it/sandbox.rs).
     let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n[sandbox]\nmode = \"off\"\n").await;
-    put(&d, "writer.sh", WRITE_SUB);
-    put(
-        &d,
-        "writer.jsonl",
-        &cli::transcript("real-writer-patch.jsonl"),
-    );
+    put_sub_writer(&d);
     put(&d, "reviewer.sh", "echo mul >> calc.txt\n");
     put(
         &d,
@@ -1008,14 +990,7 @@ impl Replay {
             "logs-{}",
             std::fs::read_dir(&self.dir).unwrap().count()
         ));
-        let agent = AgentConfig {
-            kind: AgentKind::Codex,
-            command: vec![cli::fake_codex().display().to_string()],
-            permission_flags: None,
-            model: None,
-            account: None,
-            fallback: None,
-        };
+        let agent = fake_codex_agent();
         agent::call(&agent, &call, &CancellationToken::new())
             .await
             .unwrap()
@@ -1132,27 +1107,19 @@ async fn replay_codex_streams_cut_broken_or_empty_are_read_for_what_they_are() {
     );
     assert_eq!(rep.text, "");
 
-    let rep = r.call(Role::Writer).await;
-    assert_eq!(
-        (rep.failure.clone(), rep.usage.clone()),
-        (None, agent::Usage::default()),
-        "{}",
-        explain(&rep)
-    );
-    let rep = r.call(Role::Writer).await;
-    assert_eq!(
-        (rep.failure.clone(), rep.usage.clone()),
-        (
-            None,
-            agent::Usage {
-                tokens_in: None,
-                tokens_out: Some(14),
-                cost_usd: None
-            }
-        ),
-        "{}",
-        explain(&rep)
-    );
+    let usages = [
+        agent::Usage::default(),
+        agent::Usage {
+            tokens_in: None,
+            tokens_out: Some(14),
+            cost_usd: None,
+        },
+    ];
+    for usage in usages {
+        let rep = r.call(Role::Writer).await;
+        let got = (rep.failure.clone(), rep.usage.clone());
+        assert_eq!(got, (None, usage), "{}", explain(&rep));
+    }
 }
 
 /// A verdict as read: decision and findings, or none.
@@ -1250,12 +1217,7 @@ async fn replay_reviewer_whose_stream_shows_a_file_change_is_void() {
     // The checkout is untouched, but the reviewer's own events show a
     // completed file change outside it: its sandbox was not read-only.
     let (f, gh, d) = replay_fixture("[limits]\nrounds = 1\n").await;
-    put(&d, "writer.sh", WRITE_SUB);
-    put(
-        &d,
-        "writer.jsonl",
-        &cli::transcript("real-writer-patch.jsonl"),
-    );
+    put_sub_writer(&d);
     let approve = cli::transcript("real-reviewer-approve.jsonl");
     let mut lines: Vec<String> = approve.lines().map(String::from).collect();
     lines.insert(2, serde_json::json!({"type":"item.completed","item":{"id":"item_9","type":"file_change","changes":[{"path":"/tmp/nightshift-codex-reviewer.txt","kind":"add"}],"status":"completed"}}).to_string());

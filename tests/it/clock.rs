@@ -70,6 +70,16 @@ fn wrap_writer(f: &Fixture, before: &str) {
     );
 }
 
+/// Stalls the writer, approves and starts a drain in the background;
+/// returns once the writer runs (and hangs).
+fn drain_until_the_writer_stalls(f: &Fixture) -> Bg {
+    stall(f, "writer");
+    approve(f);
+    let bg = Bg::start(f, &["drain", "--deadline", &common::far_deadline()]);
+    wait_ready(f, "writer");
+    bg
+}
+
 /// An RFC 3339 deadline `secs` from now (whole seconds).
 fn deadline_in(secs: i64) -> String {
     (chrono::Utc::now() + chrono::Duration::seconds(secs))
@@ -208,10 +218,7 @@ async fn a_database_restart_during_the_writer_lets_no_second_drain_in() {
     );
     f.extra_env
         .push(("NIGHTSHIFT_DATABASE_URL".into(), url.clone()));
-    stall(&f, "writer");
-    approve(&f);
-    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
-    wait_ready(&f, "writer");
+    let mut bg = drain_until_the_writer_stalls(&f);
     cluster.stop().await.expect("the cluster stops");
     cluster.start().await.expect("the cluster starts again");
     let other_data = f.dir.path().join("other-data");
@@ -304,10 +311,7 @@ async fn a_drain_and_a_worker_both_go_on_after_an_outage() {
 fn the_crashed_run_s_open_claim_is_closed_on_resume() {
     let f = Fixture::new();
     two_items(&f);
-    stall(&f, "writer");
-    approve(&f);
-    let mut bg = Bg::start(&f, &["drain", "--deadline", &common::far_deadline()]);
-    wait_ready(&f, "writer");
+    let mut bg = drain_until_the_writer_stalls(&f);
     bg.signal(nix::sys::signal::Signal::SIGKILL);
     let _ = bg.wait(Duration::from_secs(15));
     kill_stalled(&f.agents, "writer");

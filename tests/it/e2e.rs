@@ -4,7 +4,11 @@
 use crate::common;
 
 use common::github::FakeGitHub;
-use common::{Fixture, Night, Table, assert_ok, git, outcomes, reason, text, tree_hash};
+use common::night::World;
+use common::{
+    Fixture, Night, Table, assert_ok, git, has_label, outcomes, prepend_path, reason, text,
+    tree_hash,
+};
 
 /// A writer that edits calc.txt according to the item title.
 const WRITER: &str = r#"#!/bin/sh
@@ -98,15 +102,7 @@ async fn one_pr_one_failed_gate_one_rejection() {
     );
     assert!(body.contains("<!-- nightshift-item: "), "{body}");
     assert_eq!(prs[0]["title"], "nightshift: Add sub");
-    assert!(
-        prs[0]["labels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|l| l["name"] == "autopilot"),
-        "{:?}",
-        prs[0]["labels"]
-    );
+    assert!(has_label(&prs[0], "autopilot"), "{:?}", prs[0]["labels"]);
     assert_eq!(item["pr_number"], prs[0]["number"]);
     assert_eq!(report["items"][1]["rounds"], 2);
     gh.assert_never_merged_approved_or_closed().await;
@@ -801,19 +797,29 @@ async fn two_clones_of_one_repository_share_its_history() {
     );
 }
 
-/// A file GitHub would refuse (100 MiB or more) fails the item with the
-/// reason instead of a push that cannot succeed.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_file_too_large_for_github_is_not_pushed() {
-    let f = Night::new()
-        .writer("#!/bin/sh\necho sub >> calc.txt\ntruncate -s 100M huge.bin\n")
-        .reviewer(REVIEWER)
+/// Runs `night` over the one item "Add sub", which must end in `error`
+/// (exit 1); returns the world and its report.
+async fn one_item_ends_in_error(night: Night<'_>) -> (World, serde_json::Value) {
+    let f = night
         .items(["Add sub"])
         .exit(1)
         .outcomes(&["error"])
         .run()
         .await;
     let rep = f.report();
+    (f, rep)
+}
+
+/// A file GitHub would refuse (100 MiB or more) fails the item with the
+/// reason instead of a push that cannot succeed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_too_large_for_github_is_not_pushed() {
+    let (f, rep) = one_item_ends_in_error(
+        Night::new()
+            .writer("#!/bin/sh\necho sub >> calc.txt\ntruncate -s 100M huge.bin\n")
+            .reviewer(REVIEWER),
+    )
+    .await;
     assert!(reason(&rep, 0).contains("huge.bin is 100 MiB"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
     // Found from sizes right after the writer: no diff of it, no gate, no review.
@@ -825,16 +831,13 @@ async fn a_file_too_large_for_github_is_not_pushed() {
 /// A reviewer that prints an approval and then fails is not trusted.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_reviewer_approval_is_not_trusted() {
-    let f = Night::new()
-        .writer(WRITER)
-        .reviewer("#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\nexit 1\n")
-        .config("[limits]\nrounds = 1\n")
-        .items(["Add sub"])
-        .exit(1)
-        .outcomes(&["error"])
-        .run()
-        .await;
-    let rep = f.report();
+    let (f, rep) = one_item_ends_in_error(
+        Night::new()
+            .writer(WRITER)
+            .reviewer("#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\nexit 1\n")
+            .config("[limits]\nrounds = 1\n"),
+    )
+    .await;
     assert!(reason(&rep, 0).contains("the reviewer failed"), "{rep:#}");
     assert!(f.remote_branches().is_empty());
 }
@@ -1208,14 +1211,7 @@ fn doctor_checks_the_backlog_and_the_gate() {
     let cargo = bin.join("cargo");
     std::fs::write(&cargo, "#!/bin/sh\nexit 0\n").unwrap();
     std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
-    f.extra_env.push((
-        "PATH".into(),
-        format!(
-            "{}:{}",
-            bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        ),
-    ));
+    prepend_path(&mut f, &bin);
     f.config(&format!(
         "[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
     ));

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use common::github::{FakeGitHub, Fault};
+use common::has_label;
 use nightshift::forge::{
     BODY_LIMIT, Forge, ForgeError, PrRequest, PrState, RepoId, RetryPolicy, Scope, Secret,
     item_marker, repo_from_remote_url, resolve_repo, resolve_token_using,
@@ -1623,13 +1624,7 @@ async fn a_create_answered_with_an_unreadable_201_is_looked_up_not_resent() {
             "{body:?}"
         );
         assert_eq!(gh.prs().len(), 1);
-        assert!(
-            gh.prs()[0]["labels"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|l| l["name"] == "autopilot")
-        );
+        assert!(has_label(&gh.prs()[0], "autopilot"));
     }
 }
 
@@ -1845,36 +1840,21 @@ async fn the_token_never_reaches_a_message() {
     let echo = format!(
         "<html><body><pre>GET /repos/owner/repo/pulls\nAuthorization: token {TOKEN}</pre></body></html>"
     );
-    let (gh, forge) = fake().await;
-    script(
-        &gh,
+    // A proxy's 502 page that echoes the request (every retry), then a 200
+    // that is no JSON but the request's headers.
+    let plain = format!("Authorization: token {TOKEN}");
+    let echoes = [
         (0..6)
             .map(|_| Fault::new("GET", "/repos/owner/repo/pulls", 502).raw("text/html", &echo))
             .collect(),
-    );
-    no_token(
-        &forge
-            .find_pr(BRANCH, KEY, "autopilot")
-            .await
-            .unwrap_err()
-            .to_string(),
-    );
-
-    let (gh, forge) = fake().await;
-    script(
-        &gh,
-        vec![
-            Fault::new("GET", "/repos/owner/repo/pulls", 200)
-                .raw("text/plain", &format!("Authorization: token {TOKEN}")),
-        ],
-    );
-    no_token(
-        &forge
-            .find_pr(BRANCH, KEY, "autopilot")
-            .await
-            .unwrap_err()
-            .to_string(),
-    );
+        vec![Fault::new("GET", "/repos/owner/repo/pulls", 200).raw("text/plain", &plain)],
+    ];
+    for faults in echoes {
+        let (gh, forge) = fake().await;
+        script(&gh, faults);
+        let err = forge.find_pr(BRANCH, KEY, "autopilot").await.unwrap_err();
+        no_token(&err.to_string());
+    }
 
     let (gh, forge) = fake().await;
     script(&gh, vec![Fault::new("POST", "/repos/owner/repo/pulls", 422).json(json!({ "message": format!("Validation Failed for token {TOKEN}"), "errors": [format!("bad {TOKEN}")] }))]);
@@ -1941,14 +1921,7 @@ async fn a_renamed_repository_is_followed_and_its_pr_opened_once() {
         let prs = gh.prs();
         assert_eq!(prs.len(), 1, "{suffix:?}");
         assert_eq!(prs[0]["head"]["ref"], BRANCH, "the body went along");
-        assert!(
-            prs[0]["labels"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|l| l["name"] == "autopilot"),
-            "{suffix:?}: labelled"
-        );
+        assert!(has_label(&prs[0], "autopilot"), "{suffix:?}: labelled");
         assert_eq!(
             gh_count(&gh, "POST", &format!("{suffix}/repositories/1/pulls")).await,
             1,
@@ -2366,13 +2339,7 @@ async fn a_pr_whose_labelling_keeps_failing_is_still_returned() {
         (again.number, again.created, again.label_error),
         (1, false, None)
     );
-    assert!(
-        gh.prs()[0]["labels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|l| l["name"] == "autopilot")
-    );
+    assert!(has_label(&gh.prs()[0], "autopilot"));
 }
 
 /// Tending's calls against the fake: a PR read while `mergeable` is null is

@@ -132,16 +132,21 @@ impl Fixture {
     }
 
     fn prepare(&self, branch: &str) -> Slot {
+        self.try_prepare("origin", branch).expect("prepare")
+    }
+
+    /// [`Slot::prepare`] of `branch` on main from the user's `remote`, no
+    /// token, no stop.
+    fn try_prepare(&self, remote: &str, branch: &str) -> Result<Slot, SlotError> {
         Slot::prepare(
             &self.slot_path(),
             &self.user,
-            "origin",
+            remote,
             "main",
             branch,
             None,
             None,
         )
-        .expect("prepare")
     }
 }
 
@@ -307,16 +312,7 @@ fn a_slot_follows_the_users_remote_and_survives_a_failed_fetch() {
     // The user moves the remote: the reused slot fetches from the new place.
     let moved = fx.root.join("moved.git");
     std::fs::rename(&fx.remote, &moved).unwrap();
-    let err = Slot::prepare(
-        &fx.slot_path(),
-        &fx.user,
-        "origin",
-        "main",
-        BRANCH,
-        None,
-        None,
-    )
-    .unwrap_err();
+    let err = fx.try_prepare("origin", BRANCH).unwrap_err();
     assert!(err.to_string().contains("git fetch"), "{err}");
     assert!(
         slot.path.join(".git").is_dir(),
@@ -349,16 +345,7 @@ fn a_slot_follows_the_users_remote_and_survives_a_failed_fetch() {
     );
 
     // A remote the user does not have is an error naming the repository.
-    let err = Slot::prepare(
-        &fx.slot_path(),
-        &fx.user,
-        "upstream",
-        "main",
-        BRANCH,
-        None,
-        None,
-    )
-    .unwrap_err();
+    let err = fx.try_prepare("upstream", BRANCH).unwrap_err();
     assert!(err.to_string().contains(fx.user.to_str().unwrap()), "{err}");
 }
 
@@ -1134,16 +1121,9 @@ fn a_slot_whose_borrowed_objects_were_pruned_is_cloned_again() {
             != Some(0),
         "the old base must be gone from the user's store"
     );
-    let again = Slot::prepare(
-        &fx.slot_path(),
-        &fx.user,
-        "origin",
-        "main",
-        BRANCH,
-        None,
-        None,
-    )
-    .expect("a broken slot is cloned again");
+    let again = fx
+        .try_prepare("origin", BRANCH)
+        .expect("a broken slot is cloned again");
     assert_eq!(again.base_commit, fx.remote_main());
     assert_ne!(again.base_commit, old_base);
 }
@@ -1684,22 +1664,7 @@ fn a_reset_from_the_kept_walk_leaves_what_git_checkout_and_clean_leave() {
     std::fs::set_permissions(p.join("README.md"), exec).unwrap();
     let slot = fx.prepare_next(Some(&base), kept);
     assert!(slot.undone, "reset from the kept walk, not by git");
-    assert_eq!(git(&p, &["rev-parse", "HEAD"]), base);
-    assert_eq!(
-        git(&p, &["symbolic-ref", "HEAD"]),
-        "refs/heads/nightshift/next-1a2b3c4d"
-    );
-    let status = [
-        "status",
-        "--porcelain",
-        "--ignored",
-        "--untracked-files=all",
-    ];
-    assert_eq!(
-        git(&p, &status),
-        "",
-        "nothing changed, untracked or ignored"
-    );
+    assert_clean_at_base(&p, &base);
     assert_eq!(
         git(&p, &["branch", "--list", "stray"]),
         "",
@@ -1751,11 +1716,9 @@ fn kept_walk_reset(
     (slot, base)
 }
 
-/// What `git checkout --force` and `git clean -ffdx` leave: HEAD on the new
-/// branch at `base`, nothing changed, untracked or ignored, every tracked
-/// entry byte-identical to the base's (content, mode, link target; an
-/// empty directory at a submodule path).
-fn assert_left_as_git_leaves(p: &Path, base: &str) {
+/// The checkout `p` is at `base` on the item's branch, with nothing
+/// changed, untracked or ignored.
+fn assert_clean_at_base(p: &Path, base: &str) {
     assert_eq!(git(p, &["rev-parse", "HEAD"]), base);
     assert_eq!(
         git(p, &["symbolic-ref", "HEAD"]),
@@ -1768,6 +1731,14 @@ fn assert_left_as_git_leaves(p: &Path, base: &str) {
         "--untracked-files=all",
     ];
     assert_eq!(git(p, &status), "", "nothing changed, untracked or ignored");
+}
+
+/// What `git checkout --force` and `git clean -ffdx` leave: HEAD on the new
+/// branch at `base`, nothing changed, untracked or ignored, every tracked
+/// entry byte-identical to the base's (content, mode, link target; an
+/// empty directory at a submodule path).
+fn assert_left_as_git_leaves(p: &Path, base: &str) {
+    assert_clean_at_base(p, base);
     let tree = git(p, &["ls-tree", "-r", "--full-tree", base]);
     for line in tree.lines() {
         let (head, path) = line.split_once('\t').unwrap();
@@ -1796,6 +1767,14 @@ fn assert_left_as_git_leaves(p: &Path, base: &str) {
     }
 }
 
+/// [`outside`], with the hash of its files as made (to show later that
+/// nothing wrote through to them).
+fn outside_hashed(fx: &Fixture) -> (PathBuf, String) {
+    let out = outside(fx);
+    let untouched = tree_hash(&out);
+    (out, untouched)
+}
+
 /// A directory outside the slot an agent aims links at: `tree_hash` of it
 /// must not move.
 fn outside(fx: &Fixture) -> PathBuf {
@@ -1814,8 +1793,7 @@ fn a_kept_walk_reset_of_links_fifos_and_odd_names_stays_inside_the_slot() {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::symlink;
     let fx = Fixture::new();
-    let out = outside(&fx);
-    let untouched = tree_hash(&out);
+    let (out, untouched) = outside_hashed(&fx);
     let o = out.clone();
     let o2 = out.clone();
     let (slot, base) = kept_walk_reset(
@@ -1866,8 +1844,7 @@ fn a_tracked_directory_swapped_for_a_link_is_not_written_through() {
     use std::os::unix::fs::symlink;
     for after_walk in [false, true] {
         let fx = Fixture::new();
-        let out = outside(&fx);
-        let untouched = tree_hash(&out);
+        let (out, untouched) = outside_hashed(&fx);
         let swap = |p: &Path| {
             std::fs::remove_dir_all(p.join("docs")).unwrap();
             symlink(&out, p.join("docs")).unwrap();
@@ -1892,8 +1869,7 @@ fn an_index_swapped_for_a_link_outside_is_replaced_not_written_through() {
     use std::os::unix::fs::symlink;
     for hard in [false, true] {
         let fx = Fixture::new();
-        let out = outside(&fx);
-        let untouched = tree_hash(&out);
+        let (out, untouched) = outside_hashed(&fx);
         let o = out.clone();
         let (slot, base) = kept_walk_reset(
             &fx,
@@ -1944,8 +1920,7 @@ fn an_index_swapped_for_a_fifo_does_not_hang_the_reset() {
 fn a_seed_index_swapped_for_a_link_outside_is_replaced_not_written_through() {
     use std::os::unix::fs::symlink;
     let fx = Fixture::new();
-    let out = outside(&fx);
-    let untouched = tree_hash(&out);
+    let (out, untouched) = outside_hashed(&fx);
     let (seed, o) = (fx.slot_path().with_file_name("slot-0.index"), out.clone());
     let (slot, base) = kept_walk_reset(
         &fx,
@@ -2239,8 +2214,7 @@ fn what_the_kept_walk_cannot_tell_is_reset_by_git() {
 fn a_head_swapped_for_a_link_outside_is_replaced_not_written_through() {
     use std::os::unix::fs::symlink;
     let fx = Fixture::new();
-    let out = outside(&fx);
-    let untouched = tree_hash(&out);
+    let (out, untouched) = outside_hashed(&fx);
     let o = out.clone();
     let (slot, base) = kept_walk_reset(
         &fx,

@@ -73,15 +73,11 @@ async fn migrations_apply_once_even_with_concurrent_first_connects() {
     }
     // And again, against an already-migrated database.
     let ledger = Ledger::connect(&src).await.unwrap();
-    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
-        .fetch_one(&ledger.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        applied,
-        migration_files(),
-        "each migration applied exactly once"
-    );
+    assert_each_migration_once(
+        &ledger,
+        "SELECT count(*) FROM _sqlx_migrations WHERE success",
+    )
+    .await;
     let tables: Vec<String> = sqlx::query_scalar(
         "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
     )
@@ -524,15 +520,7 @@ async fn embedded_starts_from_nothing_and_is_reused() {
     drop(ledgers);
     let again = Ledger::connect(&src).await.unwrap();
     assert_eq!(cluster.status().await.unwrap().pid, Some(pid));
-    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
-        .fetch_one(&again.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        applied,
-        migration_files(),
-        "each migration applied exactly once"
-    );
+    assert_each_migration_once(&again, "SELECT count(*) FROM _sqlx_migrations").await;
     again.pool.close().await;
 
     let stopped = cluster.stop().await.unwrap();
@@ -709,6 +697,20 @@ async fn embedded_as_root_refuses_a_data_dir_the_server_account_cannot_enter() {
     );
 }
 
+/// Asserts the ledger's migration log (`count`: a query counting its rows)
+/// holds each migration file exactly once.
+async fn assert_each_migration_once(ledger: &Ledger, count: &'static str) {
+    let applied: i64 = sqlx::query_scalar(count)
+        .fetch_one(&ledger.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        applied,
+        migration_files(),
+        "each migration applied exactly once"
+    );
+}
+
 /// Number of migration files shipped in `migrations/`.
 fn migration_files() -> i64 {
     std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
@@ -741,6 +743,13 @@ async fn queued_run(ledger: &Ledger, n: i32) -> uuid::Uuid {
     // Enqueuing again (a resumed drain) changes nothing.
     queue::enqueue(&ledger.pool, run, &items).await.unwrap();
     run
+}
+
+/// Worker `n` claims the next item of `run` with a lease of `lease_s`
+/// seconds (`None`: no item is free).
+async fn claim(pool: &sqlx::PgPool, run: uuid::Uuid, n: u32, lease_s: u64) -> Option<queue::Claim> {
+    let lease = Duration::from_secs(lease_s);
+    queue::claim(pool, run, &worker(n), lease).await.unwrap()
 }
 
 fn worker(n: u32) -> WorkerId {
@@ -790,23 +799,14 @@ async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out() {
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 2).await;
-    let first = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
-        .await
-        .unwrap()
-        .unwrap();
+    let first = claim(pool, run, 1, 1).await.unwrap();
     assert_eq!((first.position, first.attempt), (0, 1));
     // While the lease lives, the next worker gets the next item, not this one.
-    let second = queue::claim(pool, run, &worker(2), Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let second = claim(pool, run, 2, 60).await.unwrap();
     assert_eq!(second.position, 1);
     // The first holder stops renewing (paused, partitioned) past its lease.
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    let taken = queue::claim(pool, run, &worker(3), Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let taken = claim(pool, run, 3, 60).await.unwrap();
     assert_eq!((taken.position, taken.attempt), (0, 2), "a new attempt");
     assert!(taken.id > first.id, "the fencing token grows");
     // The old holder wakes: it can neither renew, nor write, nor finish.
@@ -853,10 +853,7 @@ async fn a_renewed_lease_keeps_the_item_and_a_released_item_goes_back_on_the_que
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 1).await;
-    let c = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
-        .await
-        .unwrap()
-        .unwrap();
+    let c = claim(pool, run, 1, 1).await.unwrap();
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let renewed = queue::beat_process(pool, &[], &[c.id], Duration::from_secs(1))
@@ -865,17 +862,11 @@ async fn a_renewed_lease_keeps_the_item_and_a_released_item_goes_back_on_the_que
         assert_eq!(renewed, vec![c.id]);
     }
     assert!(
-        queue::claim(pool, run, &worker(2), Duration::from_secs(1))
-            .await
-            .unwrap()
-            .is_none(),
+        claim(pool, run, 2, 1).await.is_none(),
         "a renewed claim is not taken over"
     );
     c.end(pool, ClaimEnd::Released).await.unwrap();
-    let again = queue::claim(pool, run, &worker(2), Duration::from_secs(1))
-        .await
-        .unwrap()
-        .unwrap();
+    let again = claim(pool, run, 2, 1).await.unwrap();
     assert_eq!((again.position, again.attempt), (0, 2));
 }
 
@@ -885,10 +876,7 @@ async fn a_fenced_write_blocks_a_takeover_until_it_commits() {
     let ledger = Ledger::connect(&db.source()).await.unwrap();
     let pool = &ledger.pool;
     let run = queued_run(&ledger, 1).await;
-    let c = queue::claim(pool, run, &worker(1), Duration::from_secs(1))
-        .await
-        .unwrap()
-        .unwrap();
+    let c = claim(pool, run, 1, 1).await.unwrap();
     let tx = c.begin(pool).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // The lease passed while the write was in flight: the takeover waits for

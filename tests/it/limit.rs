@@ -2980,7 +2980,7 @@ fn issue_21_kinds_through_limit_parse_sleep_as_their_kind_says() {
 mod drains {
     use std::time::{Duration, Instant};
 
-    use crate::common::bg::outcomes;
+    use crate::common::bg::{outcomes, reason};
     use crate::common::{Fixture, Table};
 
     const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
@@ -3070,12 +3070,7 @@ The retry now waits until the usage limit resets, as "Rate limit exceeded. Pleas
         // One call met the billing error; the later items were never started.
         assert_eq!(std::fs::read_to_string(&calls).unwrap().lines().count(), 1);
         assert_eq!(f.db.count(Table::AgentCalls), 1);
-        let reasons: Vec<String> = rep["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["reason"].as_str().unwrap_or_default().to_string())
-            .collect();
+        let reasons: Vec<String> = (0..3).map(|i| reason(&rep, i)).collect();
         assert!(
             reasons[0].contains("has no credit")
                 && reasons[0].contains("Credit balance is too low"),

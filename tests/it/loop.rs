@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::github::FakeGitHub;
-use common::{Fixture, Night, assert_ok, git, reason, text};
+use common::{Fixture, Night, assert_ok, git, prepend_path, reason, text};
 use serde_json::Value;
 
 const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
@@ -731,14 +731,8 @@ async fn plan_refuses_a_claude_writer_that_claude_would_refuse_as_root() {
     let r = f.agent("reviewer.sh", APPROVE);
     // A claude on PATH: `plan` offers no SHA for a writer that is not there.
     f.agent("claude", "#!/bin/sh\nexit 0\n");
-    f.extra_env.push((
-        "PATH".into(),
-        format!(
-            "{}:{}",
-            f.agents.display(),
-            std::env::var("PATH").unwrap_or_default()
-        ),
-    ));
+    let agents = f.agents.clone();
+    prepend_path(&mut f, &agents);
     let cfg = |extra: &str| {
         format!(
             "verify = [\"sh test.sh\"]\n{extra}[writer]\nkind = \"claude\"\ncommand = [\"claude\"]\npermission_flags = [\"--dangerously-skip-permissions\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"

@@ -7,7 +7,10 @@
 use crate::common;
 
 use common::github::{FakeGitHub, Fault};
-use common::{Fixture, Night, Table, assert_ok, git, outcomes, reason, text};
+use common::{
+    Fixture, Night, Table, assert_ok, clone_remote, git, has_label, outcomes, prepend_path, reason,
+    text,
+};
 use nightshift::{backlog, config, gate::GateRun, report};
 
 /// A writer that adds the word named in the item title to calc.txt.
@@ -120,14 +123,7 @@ async fn github_faults_end_in_exactly_one_pr() {
         );
         let reqs = gh.requests().await;
         assert_eq!(post_pulls(&reqs), posts, "{what}: creates sent");
-        assert!(
-            prs[0]["labels"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|l| l["name"] == "autopilot"),
-            "{what}: labelled"
-        );
+        assert!(has_label(&prs[0], "autopilot"), "{what}: labelled");
         gh.assert_never_merged_approved_or_closed().await;
     }
 }
@@ -446,12 +442,7 @@ async fn github_refusals_reach_the_report_and_bad_credentials_stop_github_for_th
         ["pr_failed", "pr_failed", "pr_failed"],
         "{rep:#}"
     );
-    let reasons: Vec<String> = rep["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["reason"].as_str().unwrap_or_default().to_string())
-        .collect();
+    let reasons: Vec<String> = (0..3).map(|i| common::reason(&rep, i)).collect();
     assert!(
         reasons[0].contains("Bad credentials") && reasons[0].contains("GITHUB_TOKEN"),
         "{reasons:?}"
@@ -558,13 +549,7 @@ async fn sync_ticks_merged_items_in_one_pr() {
     let b = pr["head"]["ref"].as_str().unwrap().to_string();
     let b = b.as_str();
     assert!(b.starts_with("nightshift/sync-backlog-"), "{b}");
-    assert!(
-        pr["labels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|l| l["name"] == "autopilot")
-    );
+    assert!(has_label(pr, "autopilot"));
     assert_eq!(
         git(&f.remote, &["rev-list", "--count", &format!("main..{b}")]),
         "1",
@@ -1052,14 +1037,8 @@ fn init_writes_a_backlog_that_plans_cleanly() {
     let set = [vec!["agents_as_root = true".to_string()], set].concat();
     std::fs::write(f.repo.join(".nightshift/config.toml"), set.join("\n")).unwrap();
     f.agent("claude", "#!/bin/sh\nexit 0\n");
-    f.extra_env.push((
-        "PATH".into(),
-        format!(
-            "{}:{}",
-            f.agents.display(),
-            std::env::var("PATH").unwrap_or_default()
-        ),
-    ));
+    let agents = f.agents.clone();
+    prepend_path(&mut f, &agents);
     let plan = f.run(&["plan", "--json"]);
     assert_ok(&plan, "plan over the example");
     let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
@@ -1587,18 +1566,7 @@ async fn plan_lists_requested_changes_verbatim_and_leaves_prs_alone() {
     );
     // A person pushes a commit to PR #2's branch.
     let b2 = gh.prs()[1]["head"]["ref"].as_str().unwrap().to_string();
-    let clone = f.dir.path().join("person");
-    git(
-        f.dir.path(),
-        &[
-            "clone",
-            "-q",
-            "-b",
-            &b2,
-            f.remote.to_str().unwrap(),
-            clone.to_str().unwrap(),
-        ],
-    );
+    let clone = clone_remote(&f, "person", Some(&b2));
     std::fs::write(clone.join("calc.txt"), "add\nmul\npow\n").unwrap();
     git(&clone, &["commit", "-qam", "a person's fix"]);
     git(&clone, &["push", "-q", "origin", &b2]);

@@ -60,6 +60,15 @@ fn item_pr_body(key_char: char) -> String {
     )
 }
 
+/// Drains (exit 1: some item broke a rule) and checks the items' outcomes
+/// are `expected`, in order; returns the run's report.
+fn drain_exits_1_with(f: &Fixture, expected: &[&str]) -> Value {
+    f.drain_exits(1, &[]);
+    let rep = f.report();
+    assert_eq!(outcomes(&rep), expected, "{rep:#}");
+    rep
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn max_open_prs_leaves_items_unstarted_while_nightshift_prs_wait_for_review() {
     let gh = FakeGitHub::start().await;
@@ -233,9 +242,7 @@ async fn a_change_touching_more_files_than_max_changed_files_breaks_a_rule() {
         plan.contains("at most 1 files (item) · 5000 lines added and removed (default)"),
         "{plan}"
     );
-    f.drain_exits(1, &[]);
-    let rep = f.report();
-    assert_eq!(outcomes(&rep), ["rule_broken", "branch_pushed"], "{rep:#}");
+    let rep = drain_exits_1_with(&f, &["rule_broken", "branch_pushed"]);
     let why = reason(&rep, 0);
     assert!(
         why.contains(
@@ -290,13 +297,7 @@ async fn a_change_longer_than_max_diff_lines_breaks_a_rule() {
         "{plan}"
     );
     assert!(plan.contains("1 lines added and removed (item)"), "{plan}");
-    f.drain_exits(1, &[]);
-    let rep = f.report();
-    assert_eq!(
-        outcomes(&rep),
-        ["rule_broken", "rule_broken", "branch_pushed"],
-        "{rep:#}"
-    );
+    let rep = drain_exits_1_with(&f, &["rule_broken", "rule_broken", "branch_pushed"]);
     let why = reason(&rep, 0);
     assert!(
         why.contains(
@@ -324,13 +325,7 @@ async fn protected_paths_break_a_rule_whatever_the_scope() {
         ),
         "{plan}"
     );
-    f.drain_exits(1, &[]);
-    let rep = f.report();
-    assert_eq!(
-        outcomes(&rep),
-        ["rule_broken", "rule_broken", "branch_pushed"],
-        "{rep:#}"
-    );
+    let rep = drain_exits_1_with(&f, &["rule_broken", "rule_broken", "branch_pushed"]);
     let why = reason(&rep, 0);
     assert!(
         why.contains(
@@ -399,13 +394,7 @@ async fn ci_configuration_is_protected_by_default_and_allow_on_the_card_lifts_it
         cards[1]
     );
 
-    f.drain_exits(1, &[]);
-    let rep = f.report();
-    assert_eq!(
-        outcomes(&rep),
-        ["rule_broken", "pr_opened", "rule_broken"],
-        "{rep:#}"
-    );
+    let rep = drain_exits_1_with(&f, &["rule_broken", "pr_opened", "rule_broken"]);
     assert!(
         reason(&rep, 0).contains("protected paths")
             && reason(&rep, 0).ends_with(": .github/workflows/ci.yml"),
@@ -463,9 +452,7 @@ async fn allow_never_widens_the_scope() {
     )
     .start()
     .await;
-    f.drain_exits(1, &[]);
-    let rep = f.report();
-    assert_eq!(outcomes(&rep), ["rule_broken"], "{rep:#}");
+    let rep = drain_exits_1_with(&f, &["rule_broken"]);
     assert!(
         reason(&rep, 0).contains("files changed outside scope: .github/workflows/ci.yml"),
         "{rep:#}"

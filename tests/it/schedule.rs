@@ -533,17 +533,22 @@ fn systemd_agrees_on_the_next_fire_time() {
 
 // --- sliced sleep -----------------------------------------------------------------------------
 
-#[tokio::test]
-async fn sliced_sleep_reaches_the_deadline_in_slices() {
-    let clock = TestClock::new(at("2026-03-04T12:00:00Z"));
-    let until = at("2026-03-04T12:01:40Z");
-    let out = sleep_until(
-        &clock,
+/// `sleep_until` on the test clock in slices of 30 s, not cancelled.
+async fn sleep_in_slices_of_30_s(clock: &TestClock, until: DateTime<Utc>) -> SleepOutcome {
+    sleep_until(
+        clock,
         until,
         &CancellationToken::new(),
         Duration::from_secs(30),
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn sliced_sleep_reaches_the_deadline_in_slices() {
+    let clock = TestClock::new(at("2026-03-04T12:00:00Z"));
+    let until = at("2026-03-04T12:01:40Z");
+    let out = sleep_in_slices_of_30_s(&clock, until).await;
     assert_eq!(out, SleepOutcome::Reached);
     assert_eq!(clock.now(), until);
     let secs: Vec<u64> = clock.sleeps().iter().map(Duration::as_secs).collect();
@@ -556,13 +561,7 @@ async fn sliced_sleep_wakes_at_once_after_a_suspend() {
     // The machine sleeps through most of the night during the second slice.
     clock.jump_on_sleep(2, Duration::from_secs(6 * 3600));
     let until = at("2026-03-04T18:00:00Z");
-    let out = sleep_until(
-        &clock,
-        until,
-        &CancellationToken::new(),
-        Duration::from_secs(30),
-    )
-    .await;
+    let out = sleep_in_slices_of_30_s(&clock, until).await;
     assert_eq!(out, SleepOutcome::Reached);
     assert_eq!(
         clock.sleeps().len(),

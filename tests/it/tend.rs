@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use crate::common;
 
 use common::github::{DEFAULT_LOGIN, FakeGitHub};
-use common::{Fixture, Night, assert_ok, git, text};
+use common::night::World;
+use common::{Fixture, Night, assert_ok, clone_remote, git, text};
 
 /// A writer that resolves conflict markers in calc.txt (keeping both
 /// sides), adds `pow` when a line comment asks for changes, and otherwise
@@ -84,6 +85,27 @@ fn second_night<'a>(gh: &'a FakeGitHub, backlog: &str, extra: &str) -> Night<'a>
         .commit_backlog()
 }
 
+/// The backlog of three items the PR-steering tests start from.
+const SUB_MUL_DIV: &str = "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n";
+
+/// Night 1 of a [`second_night`]: it starts and drains (approved), which
+/// must succeed; returns the world and where its agents log their calls.
+async fn after_night_1(gh: &FakeGitHub, backlog: &str, extra: &str) -> (World, PathBuf) {
+    let f = second_night(gh, backlog, extra).start().await;
+    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    let log = log_dir(&f);
+    (f, log)
+}
+
+/// The bodies of the comments nightshift's own login left on PR `n`.
+fn my_comments(gh: &FakeGitHub, n: u64) -> Vec<String> {
+    gh.comments(n)
+        .iter()
+        .filter(|c| c["user"]["login"] == DEFAULT_LOGIN)
+        .map(|c| c["body"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// Where the agents above log their calls.
 fn log_dir(f: &Fixture) -> PathBuf {
     // Beside the agents: the fixture lets sandboxed calls write there.
@@ -112,16 +134,7 @@ fn show(f: &Fixture, branch: &str, file: &str) -> String {
 /// morning, and marks it merged on GitHub.
 fn merge_on_main(f: &Fixture, gh: &FakeGitHub, n: u64) {
     let b = branch_of(gh, n);
-    let clone = f.dir.path().join(format!("merger-{n}"));
-    git(
-        f.dir.path(),
-        &[
-            "clone",
-            "-q",
-            f.remote.to_str().unwrap(),
-            clone.to_str().unwrap(),
-        ],
-    );
+    let clone = clone_remote(f, &format!("merger-{n}"), None);
     git(
         &clone,
         &[
@@ -208,15 +221,12 @@ fn ago(minutes: i64) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sibling_merged_first_is_brought_onto_the_new_main() {
     let gh = FakeGitHub::start().await;
-    let f = second_night(
+    let (f, log) = after_night_1(
         &gh,
         "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add docs\n",
         "",
     )
-    .start()
     .await;
-    let log = log_dir(&f);
-    assert_ok(&f.approve_and_drain(&[]), "night 1");
     assert_eq!(gh.prs().len(), 3);
     let (b2, b3) = (branch_of(&gh, 2), branch_of(&gh, 3));
     let (old2, old3) = (head(&f, &b2), head(&f, &b3));
@@ -345,15 +355,12 @@ async fn a_sibling_merged_first_is_brought_onto_the_new_main() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resolved_conflict_is_pushed_only_after_the_gate_and_the_reviewer() {
     let gh = FakeGitHub::start().await;
-    let f = second_night(
+    let (f, log) = after_night_1(
         &gh,
         "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n",
         "[limits]\nmax_tend_rounds = 2\nmax_attempts = 1\n",
     )
-    .start()
     .await;
-    let log = log_dir(&f);
-    assert_ok(&f.approve_and_drain(&[]), "night 1");
     let b2 = branch_of(&gh, 2);
     let old2 = head(&f, &b2);
     merge_on_main(&f, &gh, 1);
@@ -439,11 +446,7 @@ async fn a_resolved_conflict_is_pushed_only_after_the_gate_and_the_reviewer() {
 #[tokio::test(flavor = "multi_thread")]
 async fn requested_changes_are_the_writers_feedback_and_answered_once() {
     let gh = FakeGitHub::start().await;
-    let f = second_night(&gh, "# calc\n\n- [ ] Add sub\n", "")
-        .start()
-        .await;
-    let log = log_dir(&f);
-    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    let (f, log) = after_night_1(&gh, "# calc\n\n- [ ] Add sub\n", "").await;
     let b1 = branch_of(&gh, 1);
     let old1 = head(&f, &b1);
     // Night 1 was an hour ago; the review came this morning.
@@ -517,12 +520,7 @@ async fn requested_changes_are_the_writers_feedback_and_answered_once() {
         "a new commit on top of the head nightshift pushed"
     );
     assert_eq!(show(&f, &b1, "calc.txt"), "add\nsub\npow");
-    let mine: Vec<String> = gh
-        .comments(1)
-        .iter()
-        .filter(|c| c["user"]["login"] == DEFAULT_LOGIN)
-        .map(|c| c["body"].as_str().unwrap().to_string())
-        .collect();
+    let mine = my_comments(&gh, 1);
     assert_eq!(mine.len(), 1, "{mine:?}");
     for part in [
         "Requests answered:",
@@ -551,32 +549,13 @@ async fn requested_changes_are_the_writers_feedback_and_answered_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn people_and_opt_outs_leave_prs_alone() {
     let gh = FakeGitHub::start().await;
-    let f = second_night(
-        &gh,
-        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
-        "",
-    )
-    .start()
-    .await;
-    let log = log_dir(&f);
-    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    let (f, log) = after_night_1(&gh, SUB_MUL_DIV, "").await;
     f.db.sql("UPDATE pull_requests SET head_pushed_at = now() - interval '1 hour'");
     for n in 1..=3 {
         gh.add_review(n, "ana", "CHANGES_REQUESTED", "Please rework.", &[]);
     }
     let b1 = branch_of(&gh, 1);
-    let clone = f.dir.path().join("person");
-    git(
-        f.dir.path(),
-        &[
-            "clone",
-            "-q",
-            "-b",
-            &b1,
-            f.remote.to_str().unwrap(),
-            clone.to_str().unwrap(),
-        ],
-    );
+    let clone = clone_remote(&f, "person", Some(&b1));
     std::fs::write(clone.join("calc.txt"), "add\nsub\npow\n").unwrap();
     git(&clone, &["commit", "-qam", "a person's fix"]);
     git(&clone, &["push", "-q", "origin", &b1]);
@@ -643,15 +622,7 @@ async fn people_and_opt_outs_leave_prs_alone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn strangers_neither_steer_nor_stop_a_pr_and_members_do() {
     let gh = FakeGitHub::start().await;
-    let f = second_night(
-        &gh,
-        "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n- [ ] Add div\n",
-        "",
-    )
-    .start()
-    .await;
-    let log = log_dir(&f);
-    assert_ok(&f.approve_and_drain(&[]), "night 1");
+    let (f, log) = after_night_1(&gh, SUB_MUL_DIV, "").await;
     assert_eq!(gh.prs().len(), 3);
     f.db.sql("UPDATE pull_requests SET head_pushed_at = now() - interval '1 hour'");
     const STRANGE: &str = "STRANGER-WORDS";
@@ -802,12 +773,7 @@ async fn strangers_neither_steer_nor_stop_a_pr_and_members_do() {
             "{file}:\n{seen}"
         );
     }
-    let mine: Vec<String> = gh
-        .comments(1)
-        .iter()
-        .filter(|c| c["user"]["login"] == DEFAULT_LOGIN)
-        .map(|c| c["body"].as_str().unwrap().to_string())
-        .collect();
+    let mine = my_comments(&gh, 1);
     assert_eq!(mine.len(), 1, "{mine:?}");
     assert!(
         !mine[0].contains(STRANGE) && !mine[0].contains("mallory"),

@@ -341,6 +341,49 @@ pub fn assert_ok(out: &Output, what: &str) {
     );
 }
 
+/// Whether a pull request as the fake GitHub keeps it (one element of
+/// `gh.prs()`, JSON) carries the label `name`; panics if it has no `labels` list.
+pub fn has_label(pr: &serde_json::Value, name: &str) -> bool {
+    pr["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l["name"] == name)
+}
+
+/// Clones the fixture's remote into `<f.dir>/<name>`, checked out at `branch`
+/// when given, as a person's own checkout; returns the clone's path.
+pub fn clone_remote(f: &Fixture, name: &str, branch: Option<&str>) -> PathBuf {
+    let clone = f.dir.path().join(name);
+    let (remote, dest) = (f.remote.to_str().unwrap(), clone.to_str().unwrap());
+    let mut args = vec!["clone", "-q"];
+    args.extend(branch.iter().flat_map(|b| ["-b", b]));
+    args.extend([remote, dest]);
+    git(f.dir.path(), &args);
+    clone
+}
+
+/// Puts `dir` ahead of this process's PATH for the fixture's runs of the
+/// binary, so that the scripts in it (e.g. a fake `claude` or `cargo`) are found first.
+pub fn prepend_path(f: &mut Fixture, dir: &Path) {
+    let inherited = std::env::var("PATH").unwrap_or_default();
+    let path = format!("{}:{inherited}", dir.display());
+    f.extra_env.push(("PATH".into(), path));
+}
+
+/// The line `nightshift doctor` printed (in `out`) for the check `name`
+/// (its status word, then the name padded to 9); empty when there is none.
+pub fn doctor_line(out: &Output, name: &str) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| {
+            l.get(5..)
+                .is_some_and(|r| r.starts_with(&format!("{name:<9} ")))
+        })
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// stdout + stderr as text.
 pub fn text(out: &Output) -> String {
     format!(
