@@ -182,8 +182,9 @@ impl Status {
         }
         if let Some(until) = r.sleeping_until {
             out.push_str(&format!(
-                " · sleeping until {} (usage limit, {})",
+                " · sleeping until {} ({}, {})",
                 until.with_timezone(&self.tz).format("%H:%M"),
+                sleep_words(r),
                 r.sleeping_agent.as_deref().unwrap_or("agent")
             ));
         }
@@ -215,8 +216,9 @@ impl Status {
     fn run_line(&self, r: &RunRow) -> String {
         match (r.sleeping_until, &r.phase) {
             (Some(until), _) => format!(
-                "sleeping until {} (usage limit, {})",
+                "sleeping until {} ({}, {})",
                 until.with_timezone(&self.tz).format("%H:%M"),
+                sleep_words(r),
                 r.sleeping_agent.as_deref().unwrap_or("agent")
             ),
             (None, phase) => format!(
@@ -433,5 +435,14 @@ fn died_here(r: &RunRow) -> bool {
             )
         }
         _ => false,
+    }
+}
+
+/// What a sleeping run waits for, in words: `quota reserve` for a reserve
+/// stop that ends tonight (docs/limits.md#reserve), else `usage limit`.
+fn sleep_words(r: &RunRow) -> &'static str {
+    match r.sleeping_kind.as_deref() {
+        Some("quota_reserve") => "quota reserve",
+        _ => "usage limit",
     }
 }

@@ -236,6 +236,9 @@ pub struct RunRow {
     pub sleeping_until: Option<DateTime<Utc>>,
     /// Agent whose limit it sleeps on.
     pub sleeping_agent: Option<String>,
+    /// What it sleeps for: `usage_limit` or `quota_reserve` (`None`:
+    /// a usage limit, as every sleep before the reserve's).
+    pub sleeping_kind: Option<String>,
     /// Exit code it ended with.
     pub exit_code: Option<i32>,
     /// Its agents ran as root without `agent_user` (docs/security.md).
@@ -252,7 +255,7 @@ impl RunRow {
     }
 }
 
-const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, started_at, ended_at, deadline, timezone, host, pid, phase, current_item_key, current_round, sleeping_until, sleeping_agent, exit_code, agents_as_root FROM runs";
+const RUN_COLUMNS: &str = "SELECT id, kind, plan_sha, approval_id, status, started_at, ended_at, deadline, timezone, host, pid, phase, current_item_key, current_round, sleeping_until, sleeping_agent, sleeping_kind, exit_code, agents_as_root FROM runs";
 
 /// The newest run of `repo`, or the run `id`.
 ///
@@ -371,7 +374,7 @@ pub async fn set_phase(
     round: Option<u32>,
 ) -> Result<()> {
     sqlx::query(
-        "WITH u AS (UPDATE runs SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, heartbeat_at = now() WHERE id = $1 RETURNING id) \
+        "WITH u AS (UPDATE runs SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, sleeping_kind = NULL, heartbeat_at = now() WHERE id = $1 RETURNING id) \
          INSERT INTO events (run_id, kind, data) SELECT id, $5, jsonb_build_object('phase', $2::text, 'key', $3::text, 'round', $4::int) FROM u",
     )
         .bind(run)
@@ -384,7 +387,8 @@ pub async fn set_phase(
     Ok(())
 }
 
-/// Marks the run as sleeping until `until` on `agent`'s usage limit.
+/// Marks the run as sleeping until `until` on `agent` (an account), for
+/// `kind`: `usage_limit` or `quota_reserve` (the `limit_sleeps` kinds).
 ///
 /// # Errors
 /// Database errors.
@@ -392,17 +396,18 @@ pub async fn set_sleeping(
     db: impl PgExecutor<'_>,
     run: Uuid,
     until: DateTime<Utc>,
-    agent: &str,
+    (agent, kind): (&str, &str),
 ) -> Result<()> {
     sqlx::query(
-        "WITH u AS (UPDATE runs SET phase = $4, sleeping_until = $2, sleeping_agent = $3, heartbeat_at = now() WHERE id = $1 RETURNING id) \
-         INSERT INTO events (run_id, kind, data) SELECT id, $5, jsonb_build_object('until', $2::timestamptz, 'agent', $3::text) FROM u",
+        "WITH u AS (UPDATE runs SET phase = $4, sleeping_until = $2, sleeping_agent = $3, sleeping_kind = $6, heartbeat_at = now() WHERE id = $1 RETURNING id) \
+         INSERT INTO events (run_id, kind, data) SELECT id, $5, jsonb_build_object('until', $2::timestamptz, 'agent', $3::text, 'kind', $6::text) FROM u",
     )
     .bind(run)
     .bind(until)
     .bind(agent)
     .bind(Phase::Sleeping)
     .bind(Event::Sleeping.as_str())
+    .bind(kind)
     .execute(db)
     .await?;
     Ok(())

@@ -170,6 +170,9 @@ pub struct Board {
     pub sleeping_until: Option<DateTime<Utc>>,
     /// The agent whose limit it sleeps at.
     pub sleeping_agent: Option<String>,
+    /// What it sleeps for: `usage_limit` or `quota_reserve` (`None`: a
+    /// usage limit).
+    pub sleeping_kind: Option<String>,
     /// One lane per live worker.
     pub lanes: Vec<Lane>,
     /// Items not started yet.
@@ -291,6 +294,7 @@ pub fn draw(f: &Facts<'_>) -> Board {
         timezone: run.zone().name().to_string(),
         sleeping_until: run.sleeping_until,
         sleeping_agent: run.sleeping_agent.clone(),
+        sleeping_kind: run.sleeping_kind.clone(),
         needs_you: needs_you(f, &finished),
         queue: (f.waiting.iter())
             .map(|w| Queued {

@@ -313,7 +313,7 @@ async fn sleep_at_limit(
 ) -> Result<Option<ItemEnd>, Error> {
     let night = r.item.night;
     r.item.record.limit_sleep(s).await?;
-    r.item.record.sleeping(s.until, s.agent).await?;
+    r.item.record.sleeping(s.until, s.agent, s.kind).await?;
     let slept_from = Instant::now();
     let slept = schedule::sleep_until(
         night.clock.as_ref(),

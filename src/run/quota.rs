@@ -303,7 +303,7 @@ pub(super) async fn wait_reserve(
                 resets_at: h.resets_at,
             };
             record.limit_sleep(&sleep).await?;
-            record.sleeping(h.until, &h.account).await?;
+            record.sleeping(h.until, &h.account, sleep.kind).await?;
             tracing::info!(account = %h.account, until = %h.until, "quota reserve: waiting for the window to reset");
             recorded = Some(h.until);
         }

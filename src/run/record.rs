@@ -293,11 +293,17 @@ impl<'a> Record<'a> {
         })
     }
 
-    /// Records that the run sleeps until `until` (UTC) at `agent`'s usage limit.
-    pub async fn sleeping(&self, until: DateTime<Utc>, agent: &str) -> Result<(), Error> {
+    /// Records that the run sleeps until `until` (UTC) on `agent`, for
+    /// `kind` (`usage_limit`, `quota_reserve`).
+    pub async fn sleeping(
+        &self,
+        until: DateTime<Utc>,
+        agent: &str,
+        kind: &str,
+    ) -> Result<(), Error> {
         let (run, worker) = (self.run_id, self.worker());
         write!(self, |c| async {
-            runs::set_sleeping(&mut *c, run, until, agent).await?;
+            runs::set_sleeping(&mut *c, run, until, (agent, kind)).await?;
             match &worker {
                 Some(w) => queue::doing_phase(c, w, Phase::Sleeping).await,
                 None => Ok(()),

@@ -620,6 +620,11 @@ async fn a_reserve_stop_ends_when_a_worker_reads_the_reset_window_and_the_waitin
             .as_str(),
     );
     assert_eq!(sleeps, "Add div quota_reserve true", "{said}");
+    // The run's sleep says what it waits for (status and the board read
+    // it): the reserve, not a usage limit.
+    let slept =
+        f.db.sql("SELECT string_agg(data->>'kind', ',') FROM events WHERE kind = 'sleeping'");
+    assert_eq!(slept, "quota_reserve", "{said}");
     // The stop ended when "Add sub"'s reading came in, long before R1, and
     // "Add div" started its work then.
     let ended = f.db.sql(

@@ -129,7 +129,8 @@
     }
     if (b && b.sleeping_until) {
       const left = Date.parse(b.sleeping_until) - now();
-      parts.push('sleeping at ' + (b.sleeping_agent || 'an agent') + "'s usage limit, resets in " + span(left));
+      const why = b.sleeping_kind === 'quota_reserve' ? "'s quota reserve, the window resets in " : "'s usage limit, resets in ";
+      parts.push('sleeping at ' + (b.sleeping_agent || 'an agent') + why + span(left));
     }
     if (b && b.status === 'running' && b.counts) parts.push(b.counts.queued + ' item(s) can still start');
     $('clock').textContent = parts.join(' · ');
