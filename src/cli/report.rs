@@ -47,14 +47,9 @@ pub(crate) async fn report(
     } = view;
     let run_ended = row.ended_at.is_some();
     let mut sections = after_table(&tended, &foreign_refs, quota.text(row.zone()));
-    sections.extend(
-        Some(crate::report::sandbox_section(
-            sandbox_unavailable.as_deref(),
-            &sandbox_refused,
-        ))
-        .filter(|s| !s.is_empty()),
-    );
-    sections.extend(Some(crate::report::ci::section(&ci, run_ended)).filter(|s| !s.is_empty()));
+    let sandbox = crate::report::sandbox_section(sandbox_unavailable.as_deref(), &sandbox_refused);
+    let ci_text = crate::report::ci::section(&ci, run_ended);
+    sections.extend([sandbox, ci_text].into_iter().filter(|s| !s.is_empty()));
     match format {
         ReportFormat::Json => {
             let totals = crate::report::totals(&row, &items, slept, now);

@@ -158,8 +158,7 @@ async fn run_in_span(
         .as_ref()
         .map_or_else(CancellationToken::new, |b| b.spent.clone());
     let stop_readers = CancellationToken::new();
-    // If this future is dropped, the readers stop too instead of waiting for
-    // a pipe an escaped descendant may hold.
+    // Dropped, this future stops the readers (an escaped descendant may hold a pipe).
     let _stop_readers_on_drop = stop_readers.clone().drop_guard();
     let streams = Streams::start(
         &mut child,

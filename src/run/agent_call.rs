@@ -68,8 +68,7 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
         let call = agent_call(r, role, attempt, left);
         let report = match agent::call(&agent_config(r, role), &call, r.item.cancel).await {
             Ok(report) => report,
-            // The same executable would fail every item: the run stops
-            // and is resumed once it is fixed.
+            // The same executable would fail every item: stop, resume once fixed.
             Err(e) => {
                 // A full disk is not the agent's fault (docs/loop.md).
                 let why = night.redact(
