@@ -239,10 +239,21 @@ async fn every_state_change_reaches_the_stream_once_in_commit_order() {
             "no {kind} event: {want:?}"
         );
     }
-    let state = get(&server.addr, "/api/state");
-    assert_eq!(state.status, 200, "{}", state.body);
-    assert!(state.header("content-security-policy").is_some());
-    let state: serde_json::Value = serde_json::from_str(&state.body).unwrap();
+    // The state is cached for up to a second (src/serve/hub.rs
+    // STATE_FRESH): the last events may reach it that much later.
+    let mut reply = get(&server.addr, "/api/state");
+    wait_until(
+        Duration::from_secs(5),
+        "the state to reach the last event",
+        || {
+            reply = get(&server.addr, "/api/state");
+            serde_json::from_str::<serde_json::Value>(&reply.body)
+                .is_ok_and(|v| v["last_seq"] == want.len() as i64)
+        },
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.header("content-security-policy").is_some());
+    let state: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
     let status = f.run(&["status", "--json"]);
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     for (k, _) in status.as_object().unwrap() {
