@@ -12,7 +12,7 @@ use crate::process;
 
 use super::{Check, PROBE_TIMEOUT, which};
 
-/// Writer and reviewer executables, with their versions and login state
+/// Writer and reviewer executables and their fallbacks, with their versions and login state
 /// where that costs nothing (docs/agents.md). Each probe runs as the agent would:
 /// the same environment (no token, no ledger URL, no configured secrets)
 /// and, under root with `agent_user`, as that account with its HOME.
@@ -24,11 +24,15 @@ pub(super) async fn agent_checks(out: &mut Vec<Check>, config: &Config) {
             _ => None,
         },
     };
-    for (role, a) in [
-        (crate::agent::Role::Writer, &config.writer),
-        (crate::agent::Role::Reviewer, &config.reviewer),
-    ] {
-        out.push(agent_check(role.as_str(), a, &probe).await);
+    // The fallbacks too: a night may call them (docs/limits.md#fallback).
+    for (writes, table, a) in config.agents_in_play() {
+        let name = match (writes, table.as_str()) {
+            (true, "writer") => "writer",
+            (false, "reviewer") => "reviewer",
+            (true, _) => "writer fallback",
+            (false, _) => "reviewer fallback",
+        };
+        out.push(agent_check(name, &table, &a, &probe).await);
     }
 }
 
@@ -80,12 +84,12 @@ impl Probe {
 /// One agent (`name`: writer or reviewer): its executable found and
 /// runnable, and for claude and codex their version and login. A command
 /// agent is only located (running it may do real work).
-async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Check {
+async fn agent_check(name: &'static str, table: &str, a: &AgentConfig, probe: &Probe) -> Check {
     let Some(exe) = a.command.first() else {
         return Check::fail(
             name,
             "no command configured",
-            format!("set [{name}] command = [\"…\"] in the config"),
+            format!("set [{table}] command = [\"…\"] in the config"),
         );
     };
     // A file that is there but cannot be run is not "missing".
@@ -100,7 +104,7 @@ async fn agent_check(name: &'static str, a: &AgentConfig, probe: &Probe) -> Chec
         let hint = match a.kind {
             AgentKind::Claude => "install Claude Code (`npm install -g @anthropic-ai/claude-code`) or set the full path in `command`".to_string(),
             AgentKind::Codex => "install Codex (`npm install -g @openai/codex`) or set the full path in `command`".to_string(),
-            AgentKind::Command => format!("make {exe} exist and be executable, or fix [{name}] command"),
+            AgentKind::Command => format!("make {exe} exist and be executable, or fix [{table}] command"),
         };
         return Check::fail(
             name,

@@ -763,3 +763,29 @@ async fn a_reserve_stop_of_the_writer_s_account_hands_new_items_to_the_fallback(
     );
     assert_eq!((api.left(), codex.left()), ((0, 0), 0), "{said}");
 }
+
+/// `doctor` checks the fallback agents too, since a night may call them
+/// (docs/limits.md#fallback): a fallback whose program is missing is a
+/// failed `writer fallback` line whose fix names its own table.
+#[test]
+fn doctor_checks_the_fallback_agents_too() {
+    let f = common::Fixture::new();
+    let w = f.agent("writer.sh", "#!/bin/sh\necho hi\n");
+    let r = f.agent("reviewer.sh", common::night::APPROVE);
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\nfallback = \"spare\"\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n\n[agents.spare]\nkind = \"command\"\ncommand = [\"/nonexistent/spare\"]\naccount = \"spare\"\n"
+    ));
+    let out = f.run(&["doctor"]);
+    let said = common::text(&out);
+    let line = common::doctor_line(&out, "writer fallback");
+    assert!(
+        line.starts_with("FAIL") && line.contains("/nonexistent/spare"),
+        "{said}"
+    );
+    assert!(said.contains("fix [agents.spare] command"), "{said}");
+    assert!(
+        common::doctor_line(&out, "writer").starts_with("ok"),
+        "{said}"
+    );
+    assert_eq!(common::doctor_line(&out, "reviewer fallback"), "", "{said}");
+}
