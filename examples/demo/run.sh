@@ -52,6 +52,13 @@ git push -q origin main
 # night sets `agent_user` instead.
 as_root=""
 [ "$(id -u)" = 0 ] && as_root="agents_as_root = true"
+# The gate runs `cargo test` in the sandbox (docs/security.md#the-sandbox),
+# which shows only the system directories, the checkout and what
+# `[sandbox] read` adds: a rustup toolchain lives in your home.
+toolchain=""
+for d in "${CARGO_HOME:-$HOME/.cargo}" "${RUSTUP_HOME:-$HOME/.rustup}"; do
+  [ -d "$d" ] && toolchain="$toolchain${toolchain:+, }\"$d\""
+done
 cat > .nightshift/config.toml <<TOML
 verify = ["cargo test --quiet"]
 deadline = "23:59"
@@ -64,6 +71,9 @@ command = ["$here/agents/writer.sh"]
 [reviewer]
 kind = "command"
 command = ["$here/agents/reviewer.sh"]
+
+[sandbox]
+read = [$toolchain]
 TOML
 
 # The demo uses the embedded database, never a server from the environment.
@@ -96,17 +106,22 @@ branch_of() {
   git --git-dir="$work/remote.git" for-each-ref --format='%(refname:short)' 'refs/heads/nightshift/' | grep -- "$1" | head -1
 }
 
+# One night: plan, approve the plan's SHA, drain ($1 says what exit to expect).
+night() {
+  "$ns" plan
+  sha=$("$ns" plan --json | sed -n 's/.*"plan_sha": "\([0-9a-f]*\)".*/\1/p')
+  echo "== nightshift approve $sha"
+  "$ns" approve "$sha"
+  echo "== nightshift drain --deadline 23:59 ($1)"
+  set +e
+  "$ns" drain --deadline 23:59
+  code=$?
+  set -e
+  echo "== drain exited with $code"
+}
+
 echo "== night 1: nightshift plan"
-"$ns" plan
-sha=$("$ns" plan --json | sed -n 's/.*"plan_sha": "\([0-9a-f]*\)".*/\1/p')
-echo "== nightshift approve $sha"
-"$ns" approve "$sha"
-echo "== nightshift drain --deadline 23:59 (exit code 1 expected: one item fails its gate on purpose)"
-set +e
-"$ns" drain --deadline 23:59
-code=$?
-set -e
-echo "== drain exited with $code"
+night "exit code 1 expected: one item fails its gate on purpose"
 echo "== nightshift report --show-body"
 "$ns" report --show-body
 echo
@@ -127,16 +142,7 @@ if [ "${1:-}" != --one-night ]; then
   echo "== ... and asks for a change on the divide PR"
   forge review "$(branch_of divide)" alice src/lib.rs 25 Please also check that divide"(0, 5)" is Some"(0)".
   echo "== night 2: nightshift plan (the PRs to tend are cards too)"
-  "$ns" plan
-  sha=$("$ns" plan --json | sed -n 's/.*"plan_sha": "\([0-9a-f]*\)".*/\1/p')
-  echo "== nightshift approve $sha"
-  "$ns" approve "$sha"
-  echo "== nightshift drain --deadline 23:59 (exit code 1 expected: the failing item is tried again)"
-  set +e
-  "$ns" drain --deadline 23:59
-  code=$?
-  set -e
-  echo "== drain exited with $code"
+  night "exit code 1 expected: the failing item is tried again"
   echo "== nightshift report"
   "$ns" report
   echo "== PRs on the demo's GitHub after night 2 (the same PRs, none opened again):"
