@@ -263,6 +263,7 @@ fn backlog_and_gate_checks(out: &mut Vec<Check>, repo: &Path, loaded: &Loaded) {
         }
     }
     out.push(gate_check(repo, &loaded.path, &gates));
+    out.extend(sandbox::hidden_gate_programs(loaded, repo, &gates));
 }
 
 /// One line for every gate command: FAIL when a program is missing (every

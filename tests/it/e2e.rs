@@ -1212,8 +1212,11 @@ fn doctor_checks_the_backlog_and_the_gate() {
     std::fs::write(&cargo, "#!/bin/sh\nexit 0\n").unwrap();
     std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
     prepend_path(&mut f, &bin);
+    // The sandbox is shown this cargo (else `doctor`'s toolchain line
+    // fails: tests/it/sandbox.rs).
     f.config(&format!(
-        "[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n"
+        "[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nread = [\"{}\"]\n",
+        bin.display()
     ));
     let (code, t) = doctor(&f);
     assert_eq!(code, Some(0), "{t}");

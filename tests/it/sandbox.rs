@@ -440,3 +440,46 @@ fn a_run_without_the_sandbox_says_so_in_its_report() {
         }
     }
 }
+
+/// A gate program the sandbox would not show (found on PATH in a home-like
+/// directory, as rustup's `cargo` is) is a failed `toolchain` line of
+/// `doctor` naming it and the fix; shown through `[sandbox] read`, or with
+/// the sandbox off, the line is gone.
+#[test]
+fn doctor_names_a_gate_program_the_sandbox_would_hide() {
+    let mut f = Fixture::new();
+    let tools = f.dir.path().join("toolchain/bin");
+    std::fs::create_dir_all(&tools).unwrap();
+    let tool = tools.join("mytool");
+    std::fs::write(&tool, "#!/bin/sh\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::prepend_path(&mut f, &tools);
+    let w = f.agent("writer.sh", "#!/bin/sh\necho hi\n");
+    let r = f.agent("reviewer.sh", common::night::APPROVE);
+    let config = |sandbox: &str| {
+        format!(
+            "verify = [\"mytool --check\"]\n\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n\n[sandbox]\n{sandbox}\n"
+        )
+    };
+    f.config(&config(""));
+    let out = f.run(&["doctor"]);
+    let said = text(&out);
+    let line = common::doctor_line(&out, "toolchain");
+    assert!(
+        line.starts_with("FAIL") && line.contains(&format!("mytool is {}", tool.display())),
+        "{said}"
+    );
+    assert!(said.contains("`[sandbox] read`"), "{said}");
+    let dir = f.dir.path().join("toolchain").display().to_string();
+    for shown in [format!("read = [\"{dir}\"]"), "mode = \"off\"".to_string()] {
+        f.config(&config(&shown));
+        let out = f.run(&["doctor"]);
+        assert_eq!(
+            common::doctor_line(&out, "toolchain"),
+            "",
+            "{shown}: {}",
+            text(&out)
+        );
+    }
+}
