@@ -99,7 +99,7 @@ pub(super) async fn one_item(at: &Attempt<'_>) -> Result<ItemEnd, Error> {
     if let Some(fact) = pin_base(night, &at.record, &mut slot).await? {
         return Ok(decide::end(fact).with(|f| f.branch = Some(branch)));
     }
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     // The lease of the item's push: what its branch holds right after the
     // claim, so a worker that lost the claim while paused cannot push over
     // the takeover's branch (docs/workers.md#fencing).

@@ -146,7 +146,7 @@ async fn in_slot(
     if let Some(fact) = item::pin_base(night, &at.record, slot).await? {
         return Ok(decide::end(fact));
     }
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     let head = &fix.wanted.head_sha;
     match tokio::task::block_in_place(|| slot.take_pushed_branch(token.as_deref(), head)) {
         Ok(()) => slot.set_tip(head),

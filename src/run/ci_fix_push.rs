@@ -116,7 +116,7 @@ async fn push(r: &Round<'_>, from: &str) -> Result<Option<ItemEnd>, Error> {
     }
     // Nothing is pushed for a claim another worker took over.
     item.record.hold().await?;
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     let slot = item.slot;
     let pushed = night
         .until_signal(item.cancel, |stop| {

@@ -124,7 +124,7 @@ pub(super) async fn look_for_foreign_refs(
     run: uuid::Uuid,
     only: Option<&str>,
 ) -> Result<(), Error> {
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     let url = &night.remote_urls.1;
     let listed = tokio::task::block_in_place(|| {
         foreign::remote_branches(&night.repo, token.as_deref(), url)

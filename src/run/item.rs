@@ -189,7 +189,7 @@ pub(super) async fn checkout(
         .phase(Phase::Checkout, &at.entry.item.key, None)
         .await?;
     let slot_dir = slot::slot_path(&night.data_dir, &night.repo, at.slot);
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     let failed = |fact: Fact| decide::end(fact).with(|f| f.branch = Some(branch.to_string()));
     if let Some(why) = night.remote_down() {
         return Ok(Err(failed(Fact::CheckoutFailed(format!(
@@ -242,7 +242,7 @@ pub(super) async fn pin_base(
     slot: &mut Slot,
 ) -> Result<Option<Fact>, Error> {
     let pin = record.base_commit(&slot.base_commit).await?;
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     let pinned = tokio::task::block_in_place(|| slot.pin_base(&pin, token.as_deref()));
     Ok(pinned.err().map(|e| {
         Fact::CheckoutFailed(format!(

@@ -13,6 +13,12 @@ use crate::error::Error;
 use super::{LEDGER_PATIENCE, Night};
 
 impl Night {
+    /// The GitHub token's text for git's askpass helper (a push, a fetch of
+    /// the remote), never an agent's; `None` without a token.
+    pub fn git_token(&self) -> Option<String> {
+        self.token.as_ref().map(|t| t.expose().to_string())
+    }
+
     /// Runs the ledger call `f`. When the ledger stopped answering
     /// ([`crate::ledger::is_outage`]) the run waits for it — restarting the
     /// embedded cluster if that is the ledger, taking the repository lock

@@ -93,7 +93,7 @@ pub(super) async fn ship(r: &mut Round<'_>, a: Approved) -> Result<ItemEnd, Erro
     }
     // Nothing is pushed for a claim another worker took over.
     item.record.hold().await?;
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     if let Err(e) = push_or_stop(night, item, token.as_deref()).await {
         if item.cancel.is_cancelled() {
             let why =
@@ -507,7 +507,7 @@ fn taken_over_pr(number: u64) -> Fact {
 /// Whether `branch` exists on the configured remote ([`branch_on_remote`]
 /// at the run's push URL).
 fn branch_on_the_remote(night: &Night, branch: &str) -> bool {
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     branch_on_remote(&night.repo, token.as_deref(), &night.remote_urls.1, branch)
 }
 

@@ -285,7 +285,7 @@ async fn in_slot(
     if let Some(fact) = item::pin_base(night, &at.record, slot).await? {
         return Ok(decide::end(fact));
     }
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     let onto = match bring_onto_base(night, slot, &sealed.contract.head) {
         Ok(onto) => onto,
         Err(end) => return Ok(*end),
@@ -435,7 +435,7 @@ fn nightshift_report(text: String) -> agent::Report {
 /// one with its conflicts in the files. The item's end when someone else
 /// pushed (left alone) or git fails.
 fn bring_onto_base(night: &Night, slot: &mut Slot, head: &str) -> Result<Onto, Box<ItemEnd>> {
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     let failed = |what: &str, e: SlotError| {
         Box::new(decide::end(Fact::Fault(
             night.redact(&format!("{what}: {e}")),

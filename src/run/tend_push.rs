@@ -204,7 +204,7 @@ async fn push(r: &Round<'_>, t: &Tend<'_>) -> Option<ItemEnd> {
     if r.item.cancel.is_cancelled() {
         return Some(r.end(Fact::Signal("stopped by a signal before the push".into())));
     }
-    let token = night.token.as_ref().map(|t| t.expose().to_string());
+    let token = night.git_token();
     let lease = &t.sealed.contract.head;
     let pushed = night
         .until_signal(r.item.cancel, |stop| {

@@ -885,12 +885,7 @@ async fn a_tended_prs_push_is_watched_and_its_red_check_gets_a_fix_round() {
     gh.ci(|ci| ci.auto = vec![red_until("div")]);
 
     let out = w.approve_and_drain(&[]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "night 2:\n{}",
-        common::text(&out)
-    );
+    common::assert_ok(&out, "night 2");
 
     let report = w.report();
     let item = &report["items"][0];
@@ -942,12 +937,7 @@ async fn the_next_night_tends_a_pr_whose_ci_ended_red() {
         "{plan_text}"
     );
     let out = w.approve_and_drain(&[]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "night 2:\n{}",
-        common::text(&out)
-    );
+    common::assert_ok(&out, "night 2");
 
     let report = w.report();
     let item = &report["items"][0];
