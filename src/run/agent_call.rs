@@ -91,7 +91,11 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
         }
         match report.end() {
             CallEnd::NoCredit(reading) => {
-                return Ok(Called::Stop(no_credit(r, role, &reading).await?));
+                let why = stop_without_credit(r, role, &reading).await?;
+                if fall_back_without_credit(r, role).await? {
+                    continue;
+                }
+                return Ok(Called::Stop(r.end(Fact::NoCredit(why))));
             }
             CallEnd::UsageLimit(reading) => {
                 if fall_back(r, role, &reading).await? {
@@ -287,7 +291,7 @@ fn limit_until(night: &Night, reading: &LimitReading) -> chrono::DateTime<chrono
 async fn fall_back(r: &mut Round<'_>, role: Role, reading: &LimitReading) -> Result<bool, Error> {
     let night = r.item.night;
     let account = agent_config(r, role).account();
-    if !super::fallback::instead_of_sleeping(night, &mut r.st.cast, (role, r.n), &account).await? {
+    if !super::fallback::take_over(night, &mut r.st.cast, (role, r.n), &account).await? {
         return Ok(false);
     }
     let (pool, run_id, worker) = (&night.pool, r.item.run_id, r.item.record.worker_id());
@@ -370,14 +374,14 @@ async fn throttled(
 
 /// The account cannot run at all (docs/limits.md#no-credit): it is stopped
 /// for the rest of the night — a pause until the deadline, marked no-credit,
-/// that every worker of the account on any host sees — and the item ends
-/// `no_credit`. No sleep helps; later items of the account are not started
-/// ([`without_credit`]).
-async fn no_credit(
+/// that every worker of the account on any host sees. No sleep helps; later
+/// items of the account are not started ([`without_credit`]). Returns why
+/// the item ends `no_credit` when no fallback takes the call over.
+async fn stop_without_credit(
     r: &mut Round<'_>,
     role: Role,
     reading: &LimitReading,
-) -> Result<ItemEnd, Error> {
+) -> Result<String, Error> {
     let night = r.item.night;
     let cfg = agent_config(r, role);
     let (pool, run_id, until) = (&night.pool, r.item.run_id, night.deadline);
@@ -397,11 +401,23 @@ async fn no_credit(
         })
         .await?;
     tracing::warn!(agent = %cfg.kind, account = %account, "no credit: the account's work stops for the night");
-    let why = format!(
+    Ok(format!(
         "the {} agent's account {account:?} has no credit ({message}); its work stops for the night: add credit or fix its billing, and the next drain takes the item up",
         role.as_str()
-    );
-    Ok(r.end(Fact::NoCredit(why)))
+    ))
+}
+
+/// After the call of `role` met an account without credit (already
+/// stopped in the ledger): whether a fallback of the role with room takes
+/// the call over at once (docs/limits.md#fallback), as after a usage limit.
+async fn fall_back_without_credit(r: &mut Round<'_>, role: Role) -> Result<bool, Error> {
+    let night = r.item.night;
+    let account = agent_config(r, role).account();
+    let fell = super::fallback::take_over(night, &mut r.st.cast, (role, r.n), &account).await?;
+    if fell {
+        tracing::info!(account = %account, role = role.as_str(), "no credit: the fallback agent takes the call over");
+    }
+    Ok(fell)
 }
 
 /// Before a round's first call (docs/limits.md#reserve): no new round of

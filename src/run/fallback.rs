@@ -187,14 +187,15 @@ fn recast(night: &Night, cast: &mut Cast, (role, n): (Role, u32), chosen: Candid
     }
 }
 
-/// After the call of `role` in round `n` hit a usage limit of `account`:
-/// whether another agent of the role, of another account, has room (then
-/// it is cast, and the call is made again with it instead of sleeping);
-/// otherwise `cast` stays as it is.
+/// After the call of `role` in round `n` hit a usage limit of `account`,
+/// or found it without credit: whether another agent of the role, of
+/// another account, has room (then it is cast, and the call is made again
+/// with it instead of sleeping or ending the item); otherwise `cast` stays
+/// as it is.
 ///
 /// # Errors
 /// The ledger stays away (see [`Night::db`]).
-pub(super) async fn instead_of_sleeping(
+pub(super) async fn take_over(
     night: &Night,
     cast: &mut Cast,
     (role, n): (Role, u32),

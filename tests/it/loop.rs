@@ -4,6 +4,7 @@
 //! secrecy. Real PostgreSQL, real git, the fake GitHub, script agents.
 
 use crate::common;
+use crate::common::night::APPROVE;
 use common::Table;
 
 use std::path::Path;
@@ -12,8 +13,6 @@ use std::time::{Duration, Instant};
 use common::github::FakeGitHub;
 use common::{Fixture, Night, assert_ok, git, prepend_path, reason, text};
 use serde_json::Value;
-
-const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
 
 /// The writer script's dispatch on the contract's title.
 const TITLE: &str =

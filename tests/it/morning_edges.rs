@@ -10,6 +10,7 @@ use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common;
+use crate::common::night::APPROVE;
 
 use common::{Fixture, assert_ok, git, text};
 
@@ -24,8 +25,6 @@ sleep "$(cat "$here/slow" 2>/dev/null || echo 0)"
 echo "$word" >> calc.txt
 echo "added $word"
 "#;
-
-const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
 
 /// No GitHub (branches are pushed to the local remote), command agents,
 /// one round per item, the writer sleeping `slow` seconds, `titles` as the

@@ -8,6 +8,7 @@
 //! never with a test-only switch in the binary.
 
 use crate::common;
+use crate::common::night::APPROVE;
 use common::Table;
 
 use std::path::Path;
@@ -20,21 +21,9 @@ use common::bg::{
     status_text, wait_until,
 };
 use common::github::FakeGitHub;
+use common::night::WORD_WRITER;
 use common::{Fixture, assert_ok, git, text};
 use serde_json::Value;
-
-const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
-
-/// A writer that appends the item's word (`sub`, `pow`, `mul`, `bogus`) to calc.txt.
-const WORD_WRITER: &str = r#"title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
-case "$title" in
-  *sub*) echo sub >> calc.txt ;;
-  *pow*) echo pow >> calc.txt ;;
-  *mul*) echo mul >> calc.txt ;;
-  *bogus*) echo bogus >> calc.txt ;;
-esac
-echo "edited calc.txt"
-"#;
 
 /// Local `nightshift/*` branches left in any checkout under the data dir.
 fn slot_branches(data: &Path) -> Vec<String> {

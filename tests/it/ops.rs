@@ -19,18 +19,9 @@ use common::bg::{
     wait_until,
 };
 use common::github::FakeGitHub;
+use common::night::WORD_WRITER;
 use common::{Fixture, assert_ok, git, reason, text};
 use serde_json::Value;
-
-/// A writer that appends the item's word (`sub`, `pow`, `mul`) to calc.txt.
-const WORD_WRITER: &str = r#"title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
-case "$title" in
-  *sub*) echo sub >> calc.txt ;;
-  *pow*) echo pow >> calc.txt ;;
-  *mul*) echo mul >> calc.txt ;;
-esac
-echo "edited calc.txt"
-"#;
 
 /// Two items (`Add sub`, `Add pow`) with command agents whose writer and
 /// reviewer stall when `writer.stall` / `reviewer.stall` exist, and whose

@@ -789,3 +789,58 @@ fn doctor_checks_the_fallback_agents_too() {
     );
     assert_eq!(common::doctor_line(&out, "reviewer fallback"), "", "{said}");
 }
+
+/// A writer whose account meets "Credit balance is too low" mid-round
+/// (issue 24): the account stops for the night as without a fallback, but
+/// the round is not lost — its fallback (`[agents.spare]`, another
+/// account, with credit) takes the call over at once and the item ships;
+/// the next item starts on the fallback (docs/limits.md#fallback). Command
+/// agents: the rule is the run's, not a CLI's.
+#[test]
+fn a_writer_without_credit_mid_round_hands_the_call_to_its_fallback() {
+    let f = common::Fixture::new();
+    let broke = f.agent(
+        "broke.sh",
+        "#!/bin/sh\necho 'Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.' >&2\nexit 1\n",
+    );
+    let spare = f.agent("spare.sh", common::night::WORD_WRITER);
+    let r = f.agent("reviewer.sh", common::night::APPROVE);
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n\n[writer]\nkind = \"command\"\ncommand = [\"{broke}\"]\nfallback = \"spare\"\n\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\naccount = \"review\"\n\n[agents.spare]\nkind = \"command\"\ncommand = [\"{spare}\"]\naccount = \"spare\"\n"
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n- [ ] Add mul\n");
+    let out = f.approve_and_drain(&[]);
+    let rep = f.report();
+    let said = format!("{rep:#}\n{}", common::text(&out));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(outcomes(&rep), ["branch_pushed", "branch_pushed"], "{said}");
+    let calls: Vec<String> =
+        f.db.calls()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {}",
+                    c.item_index,
+                    c.role_and_limit(),
+                    c.meta["fallback"].as_str().unwrap_or("-")
+                )
+            })
+            .collect();
+    assert_eq!(
+        calls,
+        [
+            "1 writer:no_credit -",
+            "1 writer:- spare",
+            "1 reviewer:- -",
+            "2 writer:- spare",
+            "2 reviewer:- -",
+        ],
+        "{said}"
+    );
+    // The account without credit stays stopped for the night.
+    assert_eq!(
+        f.db.sql("SELECT account || ' ' || no_credit::text FROM account_pauses"),
+        "command true",
+        "{said}"
+    );
+}

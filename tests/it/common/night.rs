@@ -39,6 +39,19 @@ use super::{Fixture, assert_ok, git, text};
 /// A reviewer that approves everything.
 pub const APPROVE: &str = "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n";
 
+/// The body of a writer script (no `#!` line: callers put their own lines
+/// first) that appends the item's word (`sub`, `pow`, `mul`, `bogus`) to
+/// calc.txt.
+pub const WORD_WRITER: &str = r#"title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
+case "$title" in
+  *sub*) echo sub >> calc.txt ;;
+  *pow*) echo pow >> calc.txt ;;
+  *mul*) echo mul >> calc.txt ;;
+  *bogus*) echo bogus >> calc.txt ;;
+esac
+echo "edited calc.txt"
+"#;
+
 /// A writer that changes nothing.
 pub const IDLE: &str = "#!/bin/sh\necho \"nothing to do\"\n";
 
