@@ -3,8 +3,8 @@
 //! attempts and PR; `f.db.count(Table::Reviews)` a table's size; and so on
 //! for runs, agent calls, usage-limit sleeps and pull requests.
 //!
-//! Each read is one query through sqlx on a connection of its own (no
-//! `psql` per assertion), ordered so that a test can compare whole vectors.
+//! Each read is one query through sqlx on the test's one session
+//! ([`Db::on_session`]; no `psql` or connection per assertion), ordered so that a test can compare whole vectors.
 //! The queries read the schema in `migrations/` directly, not through the
 //! library's ledger: a test checks what the binary wrote, not what the
 //! library reads back. Not here: the ledger's own tests (tests/it/ledger.rs),
@@ -12,10 +12,9 @@
 //! set-up writes that put a ledger into a state (`Db::sql`).
 
 use chrono::{DateTime, Utc};
-use sqlx::Connection;
-use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::postgres::PgRow;
 
-use super::db::{Db, block_on};
+use super::db::Db;
 
 /// The ledger tables the tests count (a closed set: a misspelt table is a
 /// compile error, not a failed query).
@@ -184,17 +183,15 @@ impl Db {
         T: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
     {
         let q: String = q.into();
-        block_on(async {
-            let mut c = PgConnection::connect(&self.url)
-                .await
-                .unwrap_or_else(|e| panic!("connect to {}: {e}", self.name));
-            let rows = sqlx::query_as::<_, T>(sqlx::AssertSqlSafe(q.clone()))
-                .fetch_all(&mut c)
-                .await
-                .unwrap_or_else(|e| panic!("{q}: {e}"));
-            let _ = c.close().await;
-            rows
+        self.on_session(&|c| {
+            let q = q.clone();
+            Box::pin(async move {
+                sqlx::query_as::<_, T>(sqlx::AssertSqlSafe(q))
+                    .fetch_all(c)
+                    .await
+            })
         })
+        .unwrap_or_else(|e| panic!("{q}: {e}"))
     }
 
     /// How many rows `table` has.
