@@ -92,6 +92,39 @@ async fn check_runs_are_read_page_after_page_for_the_head_only() {
 }
 
 #[tokio::test]
+async fn an_unchanged_read_is_answered_304_and_a_change_is_still_read() {
+    let gh = FakeGitHub::start().await;
+    gh.add_check_run(HEAD, "test", "queued", None, "");
+    gh.add_status(HEAD, "ci/legacy", "pending");
+    let f = forge(&gh);
+
+    let first = f.commit_checks(HEAD).await.expect("read");
+    let again = f.commit_checks(HEAD).await.expect("read again");
+
+    assert_eq!(first, again, "a 304 stands for the answer kept");
+    assert_eq!(
+        (gh.ci(|ci| ci.not_modified), f.not_modified()),
+        (2, 2),
+        "check runs and status, each answered 304 the second time"
+    );
+    let sent = gh.server.received_requests().await.unwrap();
+    let conditional = sent
+        .iter()
+        .filter(|r| r.headers.contains_key("if-none-match"))
+        .count();
+    assert_eq!(conditional, 2, "only the second reads send an ETag");
+    // The run ends: GitHub's ETag changes with it, and the change is read.
+    gh.ci(|ci| {
+        ci.check_runs[0]["status"] = serde_json::json!("completed");
+        ci.check_runs[0]["conclusion"] = serde_json::json!("success");
+    });
+    let after = f.commit_checks(HEAD).await.expect("read after the change");
+    let test = after.iter().find(|c| c.name == "test").unwrap();
+    assert_eq!(test.verdict, CheckVerdict::Passed);
+    assert_eq!(gh.ci(|ci| ci.not_modified), 3, "the status did not change");
+}
+
+#[tokio::test]
 async fn check_texts_are_bounded_and_masked() {
     let gh = FakeGitHub::start().await;
     let huge = format!("{TOKEN} {}", "y".repeat(100_000));
@@ -420,6 +453,55 @@ async fn no_conclusive_result_before_ci_wait_is_pending_and_the_run_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_watch_that_sees_no_change_is_answered_304_and_still_ends_right() {
+    let gh = FakeGitHub::start().await;
+    let auto = vec![AutoCheck::new("test", None)];
+    // The `test` run stays queued until GitHub has answered the watch "not
+    // modified" five times; then it succeeds.
+    let state = gh.state.clone();
+    let finisher = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            {
+                let mut st = state.lock().unwrap();
+                if st.ci.not_modified >= 5 {
+                    for r in st.ci.check_runs.iter_mut() {
+                        r["status"] = serde_json::json!("completed");
+                        r["conclusion"] = serde_json::json!("success");
+                    }
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    });
+    let night = ci_world(&gh, &["test"], auto, "[limits]\nci_wait = \"40s\"\n")
+        .exit(0)
+        .run()
+        .await;
+
+    assert!(
+        finisher.join().unwrap(),
+        "the watch's unchanged reads were answered 304"
+    );
+    let ci = ci_of(&night.report());
+    assert_eq!(ci["state"], "ci_green", "{ci:#}");
+    assert!(lists(&ci, "test", true, "success"), "{ci:#}");
+    let reads = gh
+        .requests()
+        .await
+        .iter()
+        .filter(|(m, p, _)| m == "GET" && (p.contains("/check-runs") || p.contains("/status")))
+        .count();
+    let not_modified = gh.ci(|ci| ci.not_modified) as usize;
+    assert!(
+        not_modified >= 5 && not_modified < reads,
+        "{not_modified} of {reads} reads answered 304"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_stale_check_for_the_previous_head_does_not_count() {
     let gh = FakeGitHub::start().await;
     // `test` passed on an older head; on the pushed head it never ends.
@@ -724,10 +806,22 @@ async fn one_fix_round_makes_a_red_required_check_green_on_the_same_pr() {
         reviewed.contains("deletes, skips or weakens a test"),
         "the reviewer is told: {reviewed}"
     );
-    // The HTML page has a CI column.
+    // The HTML page has a CI column, and draws the fix round apart from
+    // the item's own round: labelled, with the check it repaired.
     let page = common::text(&night.run(&["report", "--html", "-"]));
     assert!(
         page.contains("<th>CI</th>") && page.contains("<td data-label=\"CI\">ci_green</td>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<rect class=\"round\" data-item=\"1\" data-round=\"1\" x="),
+        "the item's own round is a plain one: {page}"
+    );
+    assert!(
+        page.contains(
+            "<rect class=\"round fix\" data-item=\"1\" data-round=\"2\" data-fix=\"1\" data-checks=\"test\""
+        ) && page.contains("item 1 round 2 · CI fix 1 (test)")
+            && page.contains("<div class=\"fix\">CI fix 1 (test) · round 2</div>"),
         "{page}"
     );
     gh.assert_never_merged_approved_or_closed().await;
@@ -957,4 +1051,57 @@ async fn the_next_night_tends_a_pr_whose_ci_ended_red() {
         "{told:#?}"
     );
     assert_eq!(gh.prs().len(), 1, "still one PR");
+}
+
+/// A writer whose fix round (told `div is missing`) stalls at
+/// [`common::bg::stall_snippet`] `fix` in the agents' directory `dir`, then
+/// adds `div`; its items add `sub`.
+fn stalling_fixer(dir: &std::path::Path) -> String {
+    format!(
+        "#!/bin/sh\nif grep -q 'div is missing' \"$NIGHTSHIFT_FEEDBACK_FILE\"; then\n{}echo div >> calc.txt\necho 'added div'\nexit 0\nfi\necho sub >> calc.txt\necho done\n",
+        common::bg::stall_snippet(dir, "fix")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fix_round_a_signal_stops_before_its_push_is_not_spent() {
+    let gh = FakeGitHub::start().await;
+    let _logs = gh.log_server().await;
+    let world = ci_world(&gh, &["test"], vec![red_until("div")], "")
+        .writer_with(|f| stalling_fixer(&f.agents))
+        .start()
+        .await;
+    let f = &world.f;
+    std::fs::write(f.agents.join("fix.stall"), "").unwrap();
+    common::bg::approve(f);
+    let deadline = common::far_deadline();
+    let mut drain = common::bg::Bg::start(f, &["drain", "--deadline", &deadline]);
+    // The fix round's writer is at work: stop the run (SIGTERM).
+    common::bg::wait_until(Duration::from_secs(60), "the fix round's writer", || {
+        f.agents.join("fix.ready").exists()
+    });
+    drain.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = drain.wait(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{}", drain.output());
+    common::bg::kill_stalled(&f.agents, "fix");
+
+    let ci = ci_of(&f.report());
+    assert_eq!(
+        ci["fix_rounds"], 0,
+        "the interrupted round does not count against ci_rounds: {ci:#}"
+    );
+    assert_eq!(ci["fixes"], serde_json::json!([]), "{ci:#}");
+    assert_eq!(ci["state"], "ci_pending", "{ci:#}");
+    let said = f.db.sql(
+        "SELECT string_agg((data->>'counted') || ':' || (data->>'n'), ',') FROM events WHERE kind = 'ci_fix_round'",
+    );
+    assert_eq!(said, "false:1", "one fix round, not counted");
+    let wanted =
+        f.db.sql("SELECT count(*) FROM ci_watches WHERE fix_failure IS NOT NULL");
+    assert_eq!(wanted, "0", "the wish is withdrawn, not left for no one");
+    assert_eq!(gh.prs().len(), 1);
+    assert!(
+        gh.comments(gh.prs()[0]["number"].as_u64().unwrap())
+            .is_empty()
+    );
 }
