@@ -1105,3 +1105,92 @@ async fn a_fix_round_a_signal_stops_before_its_push_is_not_spent() {
             .is_empty()
     );
 }
+
+/// A writer whose `mul` item takes 12 s, whose fix rounds (told `div is
+/// missing`) add `div`, and whose other items add `sub`.
+const SLOW_MUL_FIXER: &str = r#"#!/bin/sh
+if grep -q 'div is missing' "$NIGHTSHIFT_FEEDBACK_FILE"; then
+  echo div >> calc.txt
+  echo 'added div'
+  exit 0
+fi
+case "$(cat "$NIGHTSHIFT_CONTRACT_FILE")" in
+  *mul*) sleep 12; echo mul > mul.txt ;;
+  *) echo sub >> calc.txt ;;
+esac
+echo done
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fix_round_whose_worker_died_after_its_push_is_counted_once_not_redone() {
+    use crate::workers::{finish, second_host, spawn_drain, spawn_worker, wait_for_a_claim};
+    let gh = FakeGitHub::start().await;
+    let _logs = gh.log_server().await;
+    let world = ci_world(&gh, &["test"], vec![red_until("div")], "lease = \"5s\"\n")
+        .items(["Add mul file", "Add sub"])
+        .writer(SLOW_MUL_FIXER)
+        .start()
+        .await;
+    let f = &world.f;
+    // The drain's one worker takes the slow `mul` item; the second host's
+    // worker then takes `sub`, and its fix round (the drain's is busy).
+    let drain = spawn_drain(f, &[]);
+    wait_for_a_claim(f);
+    let (clone, data) = second_host(f);
+    let mut worker = spawn_worker(f, &clone, &data);
+    common::bg::wait_until(Duration::from_secs(60), "the sub PR", || {
+        !gh.prs().is_empty()
+    });
+    let n = gh.prs()[0]["number"].as_u64().unwrap();
+    // The fix round's PR comment hangs: its worker is killed (-9) after
+    // the push, before the round's end is recorded.
+    gh.state.lock().unwrap().scripted.push(
+        common::github::Fault::new(
+            "POST",
+            &format!("/repos/owner/repo/issues/{n}/comments"),
+            500,
+        )
+        .delay_ms(60_000),
+    );
+    common::bg::wait_until(Duration::from_secs(60), "the fix round's push", || {
+        f.db.sql("SELECT count(*) FROM events WHERE kind = 'pushed' AND data ? 'from'") == "1"
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    worker.kill().unwrap();
+    let _ = worker.wait();
+    assert_eq!(
+        f.db.sql("SELECT count(*) FROM ci_fix_rounds"),
+        "0",
+        "the dead worker recorded no end"
+    );
+
+    let out = finish(drain, "drain");
+    common::assert_ok(&out, "drain");
+    let report = f.report();
+    let sub = (report["items"].as_array().unwrap().iter())
+        .find(|i| i["pr_number"] == n)
+        .unwrap_or_else(|| panic!("{report:#}"));
+    let ci = &sub["ci"];
+    assert_eq!(
+        (ci["state"].as_str(), ci["fix_rounds"].as_u64()),
+        (Some("ci_green"), Some(1)),
+        "the dead attempt's push counted once, not redone: {ci:#}"
+    );
+    let branch = sub["branch"].as_str().unwrap();
+    let head = common::git(&f.remote, &["rev-parse", branch]);
+    assert_eq!(ci["fixes"][0]["to"], head.trim(), "{ci:#}");
+    let count = common::git(
+        &f.remote,
+        &["rev-list", "--count", &format!("main..{branch}")],
+    );
+    assert_eq!(count.trim(), "2", "the item's commit and one fix commit");
+    let key = f.db.sql(&format!(
+        "SELECT item_key FROM run_items WHERE pr_number = {n} LIMIT 1"
+    ));
+    let claims: Vec<String> = (f.db.claims().into_iter())
+        .filter(|c| c.item_key == key)
+        .map(|c| format!("{}:{}", c.attempt, c.end_reason.unwrap_or_default()))
+        .collect();
+    assert_eq!(claims, ["1:finished", "2:lost", "3:finished"]);
+    assert_eq!(gh.prs().len(), 2, "one PR per item");
+}
