@@ -40,31 +40,44 @@ struct Kept {
     body: String,
 }
 
+/// What a read sent back: the `ETag` of the answer kept for its path,
+/// and that answer (taken when the read was sent, so that a 304 finds it
+/// even if the cache forgot it meanwhile).
+#[derive(Debug, Clone)]
+pub(super) struct Sent(Kept);
+
+impl Sent {
+    /// The `If-None-Match` value.
+    pub(super) fn etag(&self) -> HeaderValue {
+        self.0.etag.clone()
+    }
+}
+
 impl EtagCache {
-    /// The `If-None-Match` value to send for a GET of `path`, if an answer
-    /// of it is kept.
-    pub(super) fn etag_for(&self, path: &str) -> Option<HeaderValue> {
-        self.entries.get(path).map(|k| k.etag.clone())
+    /// What to send back for a GET of `path`, if an answer of it is kept.
+    pub(super) fn for_path(&self, path: &str) -> Option<Sent> {
+        self.entries.get(path).cloned().map(Sent)
     }
 
-    /// Takes in the answer of a GET of `path`: a 200 with an `ETag` (and a
-    /// body within [`MAX_BODY`]) is kept; a 304 is replaced by the kept
-    /// answer (as a 200, its headers updated by the 304's, which GitHub
-    /// sends current); anything else is returned as it is.
-    pub(super) fn answer(&mut self, path: &str, reply: Reply) -> Reply {
+    /// Takes in the answer of a GET of `path` that sent `sent` back: a 200
+    /// with an `ETag` (and a body within [`MAX_BODY`]) is kept; a 304 is
+    /// replaced by the answer sent back (as a 200, its headers updated by
+    /// the 304's, which GitHub sends current); anything else is returned
+    /// as it is.
+    pub(super) fn answer(&mut self, path: &str, sent: Option<Sent>, reply: Reply) -> Reply {
         if reply.status == StatusCode::NOT_MODIFIED {
-            let Some(kept) = self.entries.get(path) else {
+            let Some(Sent(kept)) = sent else {
                 return reply;
             };
             self.not_modified += 1;
-            let mut headers = kept.headers.clone();
+            let mut headers = kept.headers;
             for (name, value) in &reply.headers {
                 headers.insert(name.clone(), value.clone());
             }
             return Reply {
                 status: StatusCode::OK,
                 headers,
-                body: kept.body.clone(),
+                body: kept.body,
             };
         }
         let etag = header(&reply.headers, "etag").and_then(|e| HeaderValue::from_str(e).ok());
@@ -123,32 +136,35 @@ mod tests {
     #[test]
     fn a_304_is_the_kept_answer_and_a_changed_one_replaces_it() {
         let mut c = EtagCache::default();
-        assert!(c.etag_for("/a").is_none());
-        c.answer("/a", reply(200, Some("W/\"1\""), "one"));
-        assert_eq!(c.etag_for("/a").unwrap(), "W/\"1\"");
-        let again = c.answer("/a", reply(304, Some("W/\"1\""), ""));
+        assert!(c.for_path("/a").is_none());
+        c.answer("/a", None, reply(200, Some("W/\"1\""), "one"));
+        let sent = c.for_path("/a").unwrap();
+        assert_eq!(sent.etag(), "W/\"1\"");
+        let again = c.answer("/a", Some(sent), reply(304, Some("W/\"1\""), ""));
         assert_eq!((again.status.as_u16(), again.body.as_str()), (200, "one"));
         assert_eq!(c.not_modified, 1);
-        c.answer("/a", reply(200, Some("W/\"2\""), "two"));
-        assert_eq!(c.etag_for("/a").unwrap(), "W/\"2\"");
-        c.answer("/a", reply(200, None, "three"));
+        c.answer("/a", None, reply(200, Some("W/\"2\""), "two"));
+        assert_eq!(c.for_path("/a").unwrap().etag(), "W/\"2\"");
+        c.answer("/a", None, reply(200, None, "three"));
         assert!(
-            c.etag_for("/a").is_none(),
+            c.for_path("/a").is_none(),
             "a changed answer without an ETag"
         );
+        let lone = c.answer("/b", None, reply(304, None, ""));
+        assert_eq!(lone.status.as_u16(), 304, "a 304 nothing was sent back for");
     }
 
     #[test]
     fn the_cache_is_bounded_and_forgets_the_oldest() {
         let mut c = EtagCache::default();
         for i in 0..MAX_ENTRIES + 10 {
-            c.answer(&format!("/p{i}"), reply(200, Some("\"e\""), "x"));
+            c.answer(&format!("/p{i}"), None, reply(200, Some("\"e\""), "x"));
         }
         assert_eq!(c.entries.len(), MAX_ENTRIES);
-        assert!(c.etag_for("/p0").is_none() && c.etag_for("/p9").is_none());
-        assert!(c.etag_for(&format!("/p{}", MAX_ENTRIES + 9)).is_some());
+        assert!(c.for_path("/p0").is_none() && c.for_path("/p9").is_none());
+        assert!(c.for_path(&format!("/p{}", MAX_ENTRIES + 9)).is_some());
         let big = "y".repeat(MAX_BODY + 1);
-        c.answer("/big", reply(200, Some("\"b\""), &big));
-        assert!(c.etag_for("/big").is_none(), "too large to keep");
+        c.answer("/big", None, reply(200, Some("\"b\""), &big));
+        assert!(c.for_path("/big").is_none(), "too large to keep");
     }
 }

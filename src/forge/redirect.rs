@@ -48,14 +48,14 @@ impl Forge {
         };
         loop {
             // A read sends back the ETag of its kept answer (docs/github.md#ci).
-            let etag = (verb == Verb::Get)
-                .then(|| self.etags().etag_for(&at))
+            let sent = (verb == Verb::Get)
+                .then(|| self.etags().for_path(&at))
                 .flatten();
             let response = match verb {
                 Verb::Get => {
                     let mut headers = http::HeaderMap::new();
-                    if let Some(e) = etag {
-                        headers.insert(http::header::IF_NONE_MATCH, e);
+                    if let Some(s) = &sent {
+                        headers.insert(http::header::IF_NONE_MATCH, s.etag());
                     }
                     client._get_with_headers(at.as_str(), Some(headers)).await
                 }
@@ -71,7 +71,7 @@ impl Forge {
                 body: text,
             };
             if verb == Verb::Get {
-                reply = self.etags().answer(&at, reply);
+                reply = self.etags().answer(&at, sent, reply);
             }
             match self.redirect_target(&reply) {
                 Some(Redirect::Same(next)) if hops < MAX_REDIRECTS => {

@@ -101,8 +101,15 @@ pub(super) async fn run(at: &FixAt<'_>, entry: &PlanEntry, wanted: FixWanted) ->
         None => fix_round(&attempt, &fix).await?,
     };
     let pushed = fix.pushed();
-    // A round stopped from outside before it pushed is not spent.
-    let interrupted = matches!(end.outcome, Outcome::Interrupted | Outcome::Deadline);
+    // A round stopped from outside before it pushed is not spent: by a
+    // signal, or by the deadline once it has passed (then the watch asks
+    // for no other). A usage limit that resets after the deadline, met
+    // before it, counts: asked again, the round would meet it again.
+    let interrupted = match end.outcome {
+        Outcome::Interrupted => true,
+        Outcome::Deadline => night.clock.now() >= night.deadline,
+        _ => false,
+    };
     let counted = pushed.is_some() || !interrupted;
     let result = match (&pushed, end.facts.reason.as_deref()) {
         (Some(_), Some(why)) => why.to_string(),
