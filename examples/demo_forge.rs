@@ -5,6 +5,14 @@
 //! does. It lets a new user try the second night (a merged sibling, a
 //! conflict, a requested change) offline.
 //!
+//! Its CI (docs/github.md#ci): `main` is protected and requires one check,
+//! `lint`, which every pushed commit gets at once. It fails on a commit
+//! whose `src/lib.rs` holds a needless `return` (the demo's writer leaves
+//! one in the subtract item), with a clippy-like job log naming the line,
+//! served from a second local "log host" as GitHub's job logs are; it
+//! succeeds on every other commit. So the first night shows one PR going
+//! red, one fix round, and the same PR green.
+//!
 //! Usage: `demo_forge BARE_REPO INFO_FILE`. It writes `api=URL` and
 //! `control=PORT` lines to INFO_FILE once it listens, then serves until
 //! killed. The control port speaks one line per command, answered by one
@@ -15,7 +23,9 @@
 //!   the branch into main itself, with git);
 //! - `review BRANCH LOGIN PATH LINE TEXT…` — LOGIN, a member of the
 //!   repository, requests changes on the PR of BRANCH with one line
-//!   comment TEXT on PATH:LINE.
+//!   comment TEXT on PATH:LINE;
+//! - `checks` — `sha name conclusion` for every check run reported, on one
+//!   line, `;`-separated, oldest first.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,6 +42,29 @@ mod common {
 }
 
 use common::github::FakeGitHub;
+use common::github_ci::AutoCheck;
+
+/// The text the demo's `lint` check fails on (a needless `return`, which
+/// clippy's `needless_return` rejects).
+const LINT_FAULT: &str = "return a - b;";
+
+/// The `lint` job's log when it fails: clippy's words, as GitHub Actions
+/// shows them, naming the file, the line and the fix.
+const LINT_LOG: &str = "\
+2026-12-06T01:00:00.0000000Z ##[group]Run cargo clippy --all-targets -- -D warnings
+2026-12-06T01:00:01.0000000Z     Checking calc v0.1.0 (/home/runner/work/calc/calc)
+2026-12-06T01:00:02.0000000Z error: unneeded `return` statement
+2026-12-06T01:00:02.0000000Z   --> src/lib.rs
+2026-12-06T01:00:02.0000000Z    |
+2026-12-06T01:00:02.0000000Z    |     return a - b;
+2026-12-06T01:00:02.0000000Z    |     ^^^^^^^^^^^^^
+2026-12-06T01:00:02.0000000Z    |
+2026-12-06T01:00:02.0000000Z    = help: for further information visit https://rust-lang.github.io/rust-clippy/master/index.html#needless_return
+2026-12-06T01:00:02.0000000Z    = note: `-D clippy::needless-return` implied by `-D warnings`
+2026-12-06T01:00:02.0000000Z help: remove `return`
+2026-12-06T01:00:02.0000000Z error: could not compile `calc` (lib) due to 1 previous error
+2026-12-06T01:00:02.0000000Z ##[error]Process completed with exit code 101.
+";
 
 #[tokio::main]
 async fn main() {
@@ -50,6 +83,18 @@ async fn main() {
     }
     let gh = Arc::new(FakeGitHub::start().await);
     gh.serve_git(&bare);
+    // The repository's CI: a required `lint` check on every pushed commit,
+    // its job's log on another local host (kept alive with the server).
+    let _logs = gh.log_server().await;
+    gh.protect("main", &["lint"]);
+    gh.ci(|ci| {
+        ci.auto = vec![
+            AutoCheck::new("lint", Some("failure"))
+                .summary("cargo clippy: 1 error (needless_return) in src/lib.rs")
+                .log(LINT_LOG)
+                .failed_by("src/lib.rs", LINT_FAULT),
+        ]
+    });
     let control = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("demo_forge: bind a control port on 127.0.0.1");
@@ -116,8 +161,28 @@ fn command(gh: &FakeGitHub, line: &str) -> String {
             gh.add_review(n, login, "CHANGES_REQUESTED", "", &[(path, at, &text)]);
             format!("ok #{n} changes requested by {login}")
         }
+        ["checks"] => {
+            let runs: Vec<String> = gh.ci(|ci| {
+                (ci.check_runs.iter())
+                    .map(|r| {
+                        let sha: String = r["head_sha"]
+                            .as_str()
+                            .unwrap_or("")
+                            .chars()
+                            .take(12)
+                            .collect();
+                        let name = r["name"].as_str().unwrap_or("");
+                        format!(
+                            "{sha} {name} {}",
+                            r["conclusion"].as_str().unwrap_or("pending")
+                        )
+                    })
+                    .collect()
+            });
+            format!("ok {}", runs.join(";"))
+        }
         _ => format!(
-            "error: unknown command {line:?}: prs | merged BRANCH | review BRANCH LOGIN PATH LINE TEXT"
+            "error: unknown command {line:?}: prs | checks | merged BRANCH | review BRANCH LOGIN PATH LINE TEXT"
         ),
     }
 }

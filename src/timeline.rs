@@ -6,7 +6,8 @@
 //! script, no font, no network, so it opens from a mail attachment or a CI
 //! artifact as it is and prints. One lane per worker; each round is a bar
 //! split into its phases (writer, gate, review) plus the push of a shipped
-//! item; usage-limit sleeps are bands; the deadline and the run's start and
+//! item; a CI fix round (docs/github.md#fix-rounds) is outlined apart and
+//! labelled `CI fix N` with the check it repairs; usage-limit sleeps are bands; the deadline and the run's start and
 //! end are lines. Every text that came from an agent, a gate or the backlog
 //! is HTML-escaped. This module does not decide anything about a run; it
 //! only shows what the ledger holds.
@@ -20,7 +21,7 @@ use uuid::Uuid;
 
 use crate::agent::Role;
 use crate::ledger::timeline::{
-    self as ledger, CallFacts, RoundFacts, RunFacts, SleepFacts, TimelineRows,
+    self as ledger, CallFacts, FixFacts, RoundFacts, RunFacts, SleepFacts, TimelineRows,
 };
 use crate::outcome::{Outcome, Phase};
 
@@ -74,6 +75,40 @@ pub struct RoundBar {
     pub span: Span,
     /// Its phases, in order, each within `span`.
     pub segments: Vec<(Segment, Span)>,
+    /// The CI fix round it is, if it is one: not the item's own work but a
+    /// repair of its PR's red check (docs/github.md#fix-rounds).
+    pub fix: Option<FixOf>,
+}
+
+/// Which CI fix round a round is: its number among the PR's fix rounds
+/// and the failed check(s) it was to repair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixOf {
+    /// 1-based.
+    pub n: i32,
+    /// The check names, comma-separated, as GitHub names them.
+    pub checks: String,
+}
+
+impl FixOf {
+    /// `CI fix 1 (lint)`: the words the page labels the round with.
+    pub fn label(&self) -> String {
+        format!("CI fix {} ({})", self.n, self.checks)
+    }
+}
+
+/// The fix round `r` (of item `key`) is, if any: the latest fix round its
+/// item's watch asked for before `r` started. A fix round is always asked
+/// after the item's own rounds ended (its PR was pushed first), so every
+/// round that follows such an ask is a fix round's.
+fn fix_of(r: &RoundFacts, fixes: &[FixFacts]) -> Option<FixOf> {
+    let f = (fixes.iter())
+        .filter(|f| f.item_key == r.item_key && f.at <= r.started_at)
+        .max_by_key(|f| f.at)?;
+    Some(FixOf {
+        n: f.n,
+        checks: f.checks.replace('`', ""),
+    })
 }
 
 /// One item as the table under the timeline lists it.
@@ -118,12 +153,18 @@ impl Timeline {
             calls,
             gates,
             sleeps,
+            fixes,
         } = rows;
         let end = run_end(&facts, &items, &sleeps);
         let index_of = |item_id: i64| items.iter().find(|i| i.id == item_id).map(|i| i.item_index);
         let bars = rounds
             .iter()
-            .map(|r| round_bar(r, index_of(r.run_item_id).unwrap_or(0), &calls, &gates, end))
+            .map(|r| {
+                let mut bar =
+                    round_bar(r, index_of(r.run_item_id).unwrap_or(0), &calls, &gates, end);
+                bar.fix = fix_of(r, &fixes);
+                bar
+            })
             .collect::<Vec<_>>();
         let pushes = items
             .iter()
@@ -200,6 +241,7 @@ fn round_bar(
         n: r.n,
         span,
         segments,
+        fix: None,
     }
 }
 
@@ -337,6 +379,7 @@ svg text{font:11px system-ui,sans-serif;fill:var(--ink)}
 svg text.label{fill:#fff;font-weight:600}
 .tl{overflow-x:auto}
 .round{fill:none;stroke:#57606a;stroke-width:.6}
+.round.fix{stroke:var(--fail);stroke-width:1.6;stroke-dasharray:4 2}
 .writer{fill:var(--writer)}.gate{fill:var(--gate)}.review{fill:var(--review)}.push{fill:var(--push)}
 .sleep{fill:var(--sleep);opacity:.55}
 .deadline{stroke:var(--fail);stroke-width:1.5;stroke-dasharray:4 3}
@@ -351,6 +394,7 @@ th{font-size:.85em;color:var(--muted);font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .outcome{font-family:ui-monospace,monospace;font-size:.9em}
 .failed .outcome{color:var(--fail);font-weight:600}
+.fix{color:var(--fail);font-size:.9em}
 .reason{color:var(--muted);font-size:.9em;white-space:pre-wrap;overflow-wrap:anywhere}
 @media (max-width:640px){
  body{padding:10px;font-size:14px}
@@ -420,7 +464,11 @@ impl Timeline {
                 "<span><i style=\"background:var(--{class})\"></i>{word}</span>"
             );
         }
-        h.push_str("<span><i style=\"background:var(--fail)\"></i>deadline</span></div>");
+        h.push_str("<span><i style=\"background:var(--fail)\"></i>deadline</span>");
+        if self.rounds.iter().any(|r| r.fix.is_some()) {
+            h.push_str("<span><i style=\"border:2px dashed var(--fail)\"></i>CI fix round</span>");
+        }
+        h.push_str("</div>");
         // Each quota window's use on the timeline's time axis (docs/limits.md#gauges).
         h.push_str(&quota);
         h.push_str(&self.table(board));
@@ -481,40 +529,57 @@ impl Timeline {
 
     fn round_svg(&self, r: &RoundBar, sc: &Scale) -> String {
         let y = self.lane_of(Some(r.item_index)) as f64 * LANE + 6.0;
+        // A CI fix round is named as one, with the check it repairs.
+        let what = match &r.fix {
+            Some(f) => esc(&format!(
+                "item {} round {} · {}",
+                r.item_index,
+                r.n,
+                f.label()
+            )),
+            None => format!("item {} round {}", r.item_index, r.n),
+        };
         let mut s = String::new();
         for (seg, span) in &r.segments {
             let _ = write!(
                 s,
-                "<rect class=\"{c}\" x=\"{:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>item {} round {}: {c}</title></rect>",
+                "<rect class=\"{c}\" x=\"{:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{what}: {c}</title></rect>",
                 sc.x(span.from),
                 sc.w(*span),
                 LANE - 12.0,
-                r.item_index,
-                r.n,
                 c = seg.as_str()
             );
         }
+        let (class, fix_data) = match &r.fix {
+            Some(f) => (
+                "round fix",
+                format!(" data-fix=\"{}\" data-checks=\"{}\"", f.n, esc(&f.checks)),
+            ),
+            None => ("round", String::new()),
+        };
         let _ = write!(
             s,
-            "<rect class=\"round\" data-item=\"{}\" data-round=\"{}\" x=\"{:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>item {} round {}: {} – {}</title></rect>",
+            "<rect class=\"{class}\" data-item=\"{}\" data-round=\"{}\"{fix_data} x=\"{:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\"><title>{what}: {} – {}</title></rect>",
             r.item_index,
             r.n,
             sc.x(r.span.from),
             sc.w(r.span),
             LANE - 12.0,
-            r.item_index,
-            r.n,
             self.local(r.span.from),
             self.local(r.span.to)
         );
-        // The item's number on its bar, where the bar is wide enough.
+        // The item's number on its bar, where the bar is wide enough; a fix
+        // round's says so where there is room.
+        let label = match &r.fix {
+            Some(f) if sc.w(r.span) >= 60.0 => format!("{} CI fix {}", r.item_index, f.n),
+            _ => r.item_index.to_string(),
+        };
         if sc.w(r.span) >= 14.0 {
             let _ = write!(
                 s,
-                "<text class=\"label\" x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+                "<text class=\"label\" x=\"{:.1}\" y=\"{:.1}\">{label}</text>",
                 sc.x(r.span.from) + 3.0,
                 y + (LANE - 12.0) / 2.0 + 4.0,
-                r.item_index
             );
         }
         s
@@ -603,10 +668,11 @@ impl Timeline {
                 Some(ms) => crate::timeline::minutes(ms / 1000),
                 None => "–".to_string(),
             };
-            let reason = match (&i.reason, failed || i.outcome == Some(Outcome::Blocked)) {
+            let mut reason = match (&i.reason, failed || i.outcome == Some(Outcome::Blocked)) {
                 (Some(r), true) => format!("<div class=\"reason\">{}</div>", esc(r)),
                 _ => String::new(),
             };
+            reason.push_str(&self.fixes_of(i.item_index));
             let _ = write!(
                 s,
                 "<tr class=\"{cls}\"><td class=\"num\" data-label=\"#\">{}</td><td>{}{reason}</td>\
@@ -625,6 +691,25 @@ impl Timeline {
             );
         }
         s.push_str("</tbody></table>");
+        s
+    }
+}
+
+impl Timeline {
+    /// The CI fix rounds of item `item_index` under its title in the
+    /// table, one line each (`CI fix 1 (lint) · round 2`); empty when none.
+    fn fixes_of(&self, item_index: i32) -> String {
+        let mut s = String::new();
+        for r in self.rounds.iter().filter(|r| r.item_index == item_index) {
+            if let Some(f) = &r.fix {
+                let _ = write!(
+                    s,
+                    "<div class=\"fix\">{} · round {}</div>",
+                    esc(&f.label()),
+                    r.n
+                );
+            }
+        }
         s
     }
 }

@@ -4,9 +4,12 @@
 #   - a local bare repository as its remote,
 #   - a local GitHub-compatible server over it (examples/demo_forge.rs, the
 #     one the tests use): PRs, reviews and `mergeable` computed by git,
+#     and its CI: a required `lint` check on every pushed commit,
 #   - scripted writer/reviewer agents (examples/demo/agents),
 #   - the embedded database (a private PostgreSQL cluster; no URL needed).
-# Night 1 opens PRs and prints the morning report. Then the script plays
+# Night 1 opens PRs; one of them goes red on `lint` (a needless `return`
+# the gate's `cargo test` does not mind), and one fix round repairs it on
+# the same PR. It prints the morning report. Then the script plays
 # the person of the morning: it merges one PR (so a sibling conflicts with
 # the new main and another must be brought onto it) and requests a change
 # on another. Night 2 tends those PRs: it resolves the conflict, does the
@@ -33,7 +36,8 @@ need_pg
 
 echo "== building nightshift and the demo's local GitHub (the first build takes several minutes)"
 cargo build --manifest-path "$root/Cargo.toml" --bin nightshift --example demo_forge
-ns="$root/target/debug/nightshift"
+target="${CARGO_TARGET_DIR:-$root/target}"
+ns="$target/debug/nightshift"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/nightshift-demo.XXXXXX")
 echo "== workspace: $work"
@@ -59,10 +63,15 @@ toolchain=""
 for d in "${CARGO_HOME:-$HOME/.cargo}" "${RUSTUP_HOME:-$HOME/.rustup}"; do
   [ -d "$d" ] && toolchain="$toolchain${toolchain:+, }\"$d\""
 done
+# The demo's CI answers within a second of a push, so a PR's checks are
+# waited for at most 5 minutes (default 45m).
 cat > .nightshift/config.toml <<TOML
 verify = ["cargo test --quiet"]
 deadline = "23:59"
 $as_root
+
+[limits]
+ci_wait = "5m"
 
 [writer]
 kind = "command"
@@ -80,10 +89,13 @@ TOML
 # Each checkout builds in its own target directory (nightshift sets
 # CARGO_TARGET_DIR per slot: docs/loop.md#build-output-per-slot).
 unset DATABASE_URL NIGHTSHIFT_DATABASE_URL GH_TOKEN
+# The demo's CI is local and instant: look at a PR's checks every second,
+# not every 30 s as against GitHub (docs/github.md#ci).
+export NIGHTSHIFT_CI_POLL_MS=1000
 
 # The local GitHub: its API address and its control port (played by the
 # "person of the morning" below) come in forge.info once it listens.
-"$root/target/debug/examples/demo_forge" "$work/remote.git" "$work/forge.info" > "$work/forge.log" 2>&1 &
+"$target/debug/examples/demo_forge" "$work/remote.git" "$work/forge.info" > "$work/forge.log" 2>&1 &
 forge_pid=$!
 trap 'kill $forge_pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -s "$work/forge.info" ] && break; sleep 0.1; done
@@ -129,11 +141,15 @@ echo "== nightshift report --html (the night as one page)"
 "$ns" report --html
 echo "== PRs on the demo's GitHub (number branch state):"
 forge prs | tr ';' '\n'
+echo "== the demo GitHub's CI: the required \`lint\` check on each pushed commit (commit check conclusion):"
+forge checks | tr ';' '\n'
+sub=$(branch_of subtract)
+echo "== the subtract PR ($sub): red on its first push, one fix round, the same PR green:"
+git --git-dir="$work/remote.git" log --format='   %h %s' "main..$sub"
 
 if [ "${1:-}" != --one-night ]; then
   echo
   echo "== the morning: a person merges the subtract PR into main ..."
-  sub=$(branch_of subtract)
   git clone -q "$work/remote.git" "$work/person"
   git -C "$work/person" -c user.name=person -c user.email=person@example.invalid \
     merge -q --no-ff -m "Merge $sub" "origin/$sub"

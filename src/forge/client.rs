@@ -41,6 +41,9 @@ pub struct Forge {
     pub(super) stopped: Mutex<Option<String>>,
     /// Whether the repository's move (a followed redirect) was reported.
     pub(super) moved: std::sync::atomic::AtomicBool,
+    /// The last answer with an `ETag` per GET path, for conditional reads
+    /// (bounded, this client's alone).
+    pub(super) etags: Mutex<super::etag::EtagCache>,
 }
 
 impl Forge {
@@ -103,7 +106,17 @@ impl Forge {
             redactor: Redactor::new([token.expose()]),
             stopped: Mutex::new(None),
             moved: std::sync::atomic::AtomicBool::new(false),
+            etags: Mutex::new(super::etag::EtagCache::default()),
         })
+    }
+
+    /// How many reads GitHub answered `304 Not Modified` (the kept answer
+    /// stood for them), for the log.
+    pub fn not_modified(&self) -> u64 {
+        self.etags
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .not_modified
     }
 
     /// Replaces the retry policy (tests use millisecond backoffs).

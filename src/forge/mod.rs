@@ -31,7 +31,9 @@
 //!
 //! The repository's own CI of a pushed commit is read here too (check runs,
 //! statuses, required checks, a job's log, a job's re-run, marking a draft
-//! ready: docs/github.md#ci).
+//! ready: docs/github.md#ci). Reads are conditional: the last `ETag` of
+//! each path is sent back and a `304 Not Modified` (free of the rate limit)
+//! stands for the answer kept (`etag`).
 //!
 //! It is not a GitHub client library: it speaks only the handful of endpoints
 //! nightshift needs, through octocrab's raw `GET`/`POST` calls so that status
@@ -50,6 +52,7 @@ mod call;
 mod checks;
 mod client;
 mod error;
+mod etag;
 mod exchange;
 mod html;
 mod issues;

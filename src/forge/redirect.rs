@@ -47,19 +47,32 @@ impl Forge {
             &self.client
         };
         loop {
+            // A read sends back the ETag of its kept answer (docs/github.md#ci).
+            let sent = (verb == Verb::Get)
+                .then(|| self.etags().for_path(&at))
+                .flatten();
             let response = match verb {
-                Verb::Get => client._get(at.as_str()).await,
+                Verb::Get => {
+                    let mut headers = http::HeaderMap::new();
+                    if let Some(s) = &sent {
+                        headers.insert(http::header::IF_NONE_MATCH, s.etag());
+                    }
+                    client._get_with_headers(at.as_str(), Some(headers)).await
+                }
                 Verb::Post => client._post(at.as_str(), body).await,
                 Verb::Patch => client._patch(at.as_str(), body).await,
             }?;
             let status = response.status();
             let headers = response.headers().clone();
             let text = self.client.body_to_string(response).await?;
-            let reply = Reply {
+            let mut reply = Reply {
                 status,
                 headers,
                 body: text,
             };
+            if verb == Verb::Get {
+                reply = self.etags().answer(&at, sent, reply);
+            }
             match self.redirect_target(&reply) {
                 Some(Redirect::Same(next)) if hops < MAX_REDIRECTS => {
                     if hops == 0 {
@@ -71,6 +84,11 @@ impl Forge {
                 _ => return Ok(reply),
             }
         }
+    }
+
+    /// The client's ETag cache (a poisoned lock is still a cache).
+    fn etags(&self) -> std::sync::MutexGuard<'_, super::etag::EtagCache> {
+        self.etags.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Where a 301/302/307/308 answer points: [`Redirect::Same`] with the

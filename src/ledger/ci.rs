@@ -292,15 +292,23 @@ pub struct FixEnd<'a> {
     /// The watch's new wait after a push (`ci_wait` from now, capped by
     /// the deadline).
     pub wait_until: DateTime<Utc>,
+    /// Whether the round counts against `ci_rounds`: `false` for one a
+    /// signal or the deadline interrupted before it pushed (it is not
+    /// spent; the watch is free to ask for it again).
+    pub counted: bool,
 }
 
 /// Ends the fix round watch `f.watch` wanted: one more fix round counted,
 /// its row and event written, and the watch goes on — at the pushed head
-/// with a new wait, or at the same head (its checks are judged again).
+/// with a new wait, or at the same head (its checks are judged again). A
+/// round not `counted` only withdraws the wish ([`withdraw_fix`]).
 ///
 /// # Errors
 /// Database errors.
 pub async fn end_fix(db: &mut sqlx::PgConnection, f: &FixEnd<'_>) -> Result<()> {
+    if !f.counted {
+        return withdraw_fix(db, f).await;
+    }
     sqlx::query(
         "WITH old AS (SELECT id, head_sha, fix_checks FROM ci_watches WHERE id = $1 AND fix_failure IS NOT NULL FOR UPDATE), \
          w AS (UPDATE ci_watches c SET fix_failure = NULL, fix_checks = NULL, fix_rounds = fix_rounds + 1, fix_note = $3, \
@@ -312,7 +320,7 @@ pub async fn end_fix(db: &mut sqlx::PgConnection, f: &FixEnd<'_>) -> Result<()> 
          r AS (INSERT INTO ci_fix_rounds (watch_id, n, checks, from_head, to_head, result, worker) \
                SELECT id, fix_rounds, checks, from_head, $2, $3, $4 FROM w) \
          INSERT INTO events (run_id, kind, data) SELECT run_id, $6, \
-                jsonb_build_object('key', item_key, 'pr', pr_number, 'n', fix_rounds, 'checks', checks, 'from', from_head, 'to', $2::text, 'result', $3::text, 'worker', $4::text) FROM w",
+                jsonb_build_object('key', item_key, 'pr', pr_number, 'n', fix_rounds, 'checks', checks, 'from', from_head, 'to', $2::text, 'result', $3::text, 'worker', $4::text, 'counted', true) FROM w",
     )
     .bind(f.watch)
     .bind(f.pushed)
@@ -323,6 +331,60 @@ pub async fn end_fix(db: &mut sqlx::PgConnection, f: &FixEnd<'_>) -> Result<()> 
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Withdraws the fix round watch `f.watch` wanted without counting it (a
+/// signal or the deadline stopped it before it pushed): the wish and its
+/// failure text are cleared, `fix_rounds` stays, no `ci_fix_rounds` row is
+/// written, and a `ci_fix_round` event says `counted: false`. The watch
+/// then judges its head again and asks anew if the budget and the deadline
+/// still allow.
+///
+/// # Errors
+/// Database errors.
+async fn withdraw_fix(db: &mut sqlx::PgConnection, f: &FixEnd<'_>) -> Result<()> {
+    sqlx::query(
+        "WITH old AS (SELECT id, head_sha, fix_checks FROM ci_watches WHERE id = $1 AND fix_failure IS NOT NULL FOR UPDATE), \
+         w AS (UPDATE ci_watches c SET fix_failure = NULL, fix_checks = NULL FROM old WHERE c.id = old.id \
+               RETURNING c.run_id, c.item_key, c.pr_number, c.fix_rounds, old.head_sha AS from_head, coalesce(old.fix_checks, '') AS checks) \
+         INSERT INTO events (run_id, kind, data) SELECT run_id, $4, \
+                jsonb_build_object('key', item_key, 'pr', pr_number, 'n', fix_rounds + 1, 'checks', checks, 'from', from_head, 'to', NULL, 'result', $2::text, 'worker', $3::text, 'counted', false) FROM w",
+    )
+    .bind(f.watch)
+    .bind(pg(f.result))
+    .bind(f.worker)
+    .bind(Event::CiFixRound.as_str())
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// The head an earlier attempt of a fix round pushed to PR `pr` of item
+/// `key` in run `run` from `from` (its `pushed` event), if one did: a
+/// worker that died after its push but before the round's end was
+/// recorded. The worker that takes the round over counts that push
+/// instead of redoing it.
+///
+/// # Errors
+/// Database errors.
+pub async fn lost_fix_push(
+    db: impl PgExecutor<'_>,
+    run: Uuid,
+    key: &str,
+    pr: i64,
+    from: &str,
+) -> Result<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT data->>'to' FROM events WHERE run_id = $1 AND kind = $2 AND data->>'key' = $3 \
+         AND data->'pr' = to_jsonb($4::bigint) AND data->>'from' = $5 AND data->>'to' IS NOT NULL ORDER BY seq DESC LIMIT 1",
+    )
+    .bind(run)
+    .bind(Event::Pushed.as_str())
+    .bind(key)
+    .bind(pr)
+    .bind(from)
+    .fetch_optional(db)
+    .await
 }
 
 /// One fix round of a watch, as the report shows it.

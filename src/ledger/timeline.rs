@@ -1,13 +1,14 @@
 //! The timed facts of one run as `report --html` draws them
 //! (docs/commands.md#report): the run's times, its items, rounds, agent
-//! calls, gate runs and usage-limit sleeps, read in a few statements. Rows
+//! calls, gate runs, usage-limit sleeps and the CI fix rounds its watches
+//! asked for, read in a few statements. Rows
 //! only: the bars, lanes and page are [`crate::timeline`]'s.
 
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgPool};
 use uuid::Uuid;
 
-use crate::outcome::Outcome;
+use crate::outcome::{Event, Outcome};
 
 use super::text::Result;
 
@@ -69,6 +70,8 @@ pub struct RoundFacts {
     pub id: i64,
     /// Its item's row id.
     pub run_item_id: i64,
+    /// Its item's key.
+    pub item_key: String,
     /// The round (1-based).
     pub n: i32,
     /// Start (UTC).
@@ -90,6 +93,22 @@ pub struct CallFacts {
     pub duration_ms: i64,
 }
 
+/// A fix round a CI watch of the run asked for (its `ci_fix_wanted`
+/// event, docs/github.md#fix-rounds): the rounds of the item that start
+/// after it are that fix round's.
+#[derive(Debug, Clone, FromRow)]
+pub struct FixFacts {
+    /// The item's key.
+    pub item_key: String,
+    /// Its number among the PR's fix rounds (1-based).
+    pub n: i32,
+    /// The failed required checks it is to repair, as the watch named them
+    /// (`` `lint`, `test` ``).
+    pub checks: String,
+    /// When it was asked for (UTC).
+    pub at: DateTime<Utc>,
+}
+
 /// Everything [`timeline_rows`] reads of one run.
 #[derive(Debug, Clone)]
 pub struct TimelineRows {
@@ -105,6 +124,8 @@ pub struct TimelineRows {
     pub gates: Vec<(i64, i64)>,
     /// Its usage-limit sleeps in time order.
     pub sleeps: Vec<SleepFacts>,
+    /// The fix rounds its CI watches asked for, in time order.
+    pub fixes: Vec<FixFacts>,
 }
 
 /// Reads the timed facts of run `run`; `Ok(None)`: no such run.
@@ -129,7 +150,7 @@ pub async fn timeline_rows(pool: &PgPool, run: Uuid) -> Result<Option<TimelineRo
         )
         .await?,
         rounds: rows_of_run(
-            "SELECT r.id, r.run_item_id, r.n, r.started_at, r.ended_at FROM rounds r \
+            "SELECT r.id, r.run_item_id, i.item_key, r.n, r.started_at, r.ended_at FROM rounds r \
              JOIN run_items i ON i.id = r.run_item_id WHERE i.run_id = $1 ORDER BY r.started_at, r.id",
             run,
             pool,
@@ -154,6 +175,15 @@ pub async fn timeline_rows(pool: &PgPool, run: Uuid) -> Result<Option<TimelineRo
             run,
             pool,
         )
+        .await?,
+        fixes: sqlx::query_as(
+            "SELECT data->>'key' AS item_key, coalesce((data->>'n')::int, 1) AS n, \
+             coalesce(data->>'checks', '') AS checks, at FROM events \
+             WHERE run_id = $1 AND kind = $2 AND data ? 'key' ORDER BY seq",
+        )
+        .bind(run)
+        .bind(Event::CiFixWanted.as_str())
+        .fetch_all(pool)
         .await?,
     }))
 }

@@ -15,6 +15,12 @@
 //! same branch (same PR) and one PR comment. The round's end is recorded
 //! with the claim's ([`super::record::Record::end_fix`]) and the watch goes
 //! on at the new head; the watcher, not this module, decides the CI state.
+//!
+//! An interrupted round is not spent: one a signal or the deadline stopped
+//! before it pushed does not count against `ci_rounds` (the watch may ask
+//! for it again), and one whose worker died (`kill -9`) is taken over by
+//! the next worker after the lease, which redoes it — or, when the dead
+//! attempt had pushed already, counts that push instead of redoing it.
 
 use uuid::Uuid;
 
@@ -22,6 +28,7 @@ use crate::contract::PlanEntry;
 use crate::error::Error;
 use crate::ledger::ci::{self as rows, FixEnd, FixWanted};
 use crate::ledger::items::ItemEnd;
+use crate::outcome::Outcome;
 use crate::slot::{self, Slot, SlotError};
 
 use super::Night;
@@ -86,8 +93,24 @@ pub(super) async fn run(at: &FixAt<'_>, entry: &PlanEntry, wanted: FixWanted) ->
         record: *record,
         cancel: record.cancel(),
     };
-    let end = fix_round(&attempt, &fix).await?;
+    let end = match lost_push(night, record, entry, &wanted).await? {
+        Some(end) => {
+            fix.set_pushed(&end.1);
+            end.0
+        }
+        None => fix_round(&attempt, &fix).await?,
+    };
     let pushed = fix.pushed();
+    // A round stopped from outside before it pushed is not spent: by a
+    // signal, or by the deadline once it has passed (then the watch asks
+    // for no other). A usage limit that resets after the deadline, met
+    // before it, counts: asked again, the round would meet it again.
+    let interrupted = match end.outcome {
+        Outcome::Interrupted => true,
+        Outcome::Deadline => night.clock.now() >= night.deadline,
+        _ => false,
+    };
+    let counted = pushed.is_some() || !interrupted;
     let result = match (&pushed, end.facts.reason.as_deref()) {
         (Some(_), Some(why)) => why.to_string(),
         (None, why) => format!(
@@ -96,6 +119,10 @@ pub(super) async fn run(at: &FixAt<'_>, entry: &PlanEntry, wanted: FixWanted) ->
             why.unwrap_or("no reason given")
         ),
         (Some(head), None) => format!("pushed {head}"),
+    };
+    let result = match counted {
+        true => result,
+        false => format!("{result} (interrupted before its push: not counted against ci_rounds)"),
     };
     let result = night.redact(&result);
     let wait_until = super::ci::wait_until(night, entry.contract.limits.ci_wait());
@@ -106,8 +133,39 @@ pub(super) async fn run(at: &FixAt<'_>, entry: &PlanEntry, wanted: FixWanted) ->
         result: &result,
         worker: &worker,
         wait_until,
+        counted,
     };
     record.end_fix(&done).await
+}
+
+/// The end of a fix round an earlier attempt already pushed (its worker
+/// died after the push, before the round's end was recorded: its `pushed`
+/// event is in the ledger), with the head it pushed; `None` when no
+/// earlier attempt pushed from the watched head.
+async fn lost_push(
+    night: &Night,
+    record: &Record<'_>,
+    entry: &PlanEntry,
+    wanted: &FixWanted,
+) -> Result<Option<(ItemEnd, String)>, Error> {
+    if record.attempt_no() < 2 {
+        return Ok(None);
+    }
+    let (pool, run, key) = (&night.pool, record.run_id(), entry.item.key.as_str());
+    let (pr, from) = (wanted.pr_number, wanted.head_sha.as_str());
+    let Some(to) = night
+        .db(|| rows::lost_fix_push(pool, run, key, pr, from))
+        .await?
+    else {
+        return Ok(None);
+    };
+    let why = format!(
+        "fix round {}: pushed {} → {} by the attempt this one took over (its worker stopped after the push)",
+        wanted.fix_rounds + 1,
+        super::ci_fix_push::short(from),
+        super::ci_fix_push::short(&to)
+    );
+    Ok(Some((decide::end(Fact::PrUpdated(why)), to)))
 }
 
 /// The fix round in a checkout of the PR's branch at the watched head;

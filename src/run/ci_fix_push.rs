@@ -45,6 +45,12 @@ impl<'a> Fix<'a> {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    /// Records that the round pushed `head` (its own push, or the push of
+    /// the attempt it took over).
+    pub fn set_pushed(&self, head: &str) {
+        *self.pushed.lock().unwrap_or_else(|e| e.into_inner()) = Some(head.to_string());
+    }
 }
 
 /// Ships a fix round's approved change: the secret check, one commit on
@@ -92,7 +98,7 @@ pub(super) async fn ship(r: &mut Round<'_>, fix: &Fix<'_>, a: Approved) -> Resul
         .unwrap_or_default();
     let what = json!({"key": key, "branch": branch, "title": item.entry.contract.title, "files": changed, "pr": fix.wanted.pr_number, "from": from, "to": new_head});
     item.record.event(Event::Pushed, what).await?;
-    *fix.pushed.lock().unwrap_or_else(|e| e.into_inner()) = Some(new_head.clone());
+    fix.set_pushed(&new_head);
     let mut why = format!(
         "fix round {n}: pushed {} → {} ({} file(s) changed)",
         short(from),
@@ -202,6 +208,6 @@ async fn comment(
 }
 
 /// The first 12 characters of a commit id.
-fn short(sha: &str) -> &str {
+pub(super) fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
 }

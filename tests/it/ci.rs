@@ -92,6 +92,39 @@ async fn check_runs_are_read_page_after_page_for_the_head_only() {
 }
 
 #[tokio::test]
+async fn an_unchanged_read_is_answered_304_and_a_change_is_still_read() {
+    let gh = FakeGitHub::start().await;
+    gh.add_check_run(HEAD, "test", "queued", None, "");
+    gh.add_status(HEAD, "ci/legacy", "pending");
+    let f = forge(&gh);
+
+    let first = f.commit_checks(HEAD).await.expect("read");
+    let again = f.commit_checks(HEAD).await.expect("read again");
+
+    assert_eq!(first, again, "a 304 stands for the answer kept");
+    assert_eq!(
+        (gh.ci(|ci| ci.not_modified), f.not_modified()),
+        (2, 2),
+        "check runs and status, each answered 304 the second time"
+    );
+    let sent = gh.server.received_requests().await.unwrap();
+    let conditional = sent
+        .iter()
+        .filter(|r| r.headers.contains_key("if-none-match"))
+        .count();
+    assert_eq!(conditional, 2, "only the second reads send an ETag");
+    // The run ends: GitHub's ETag changes with it, and the change is read.
+    gh.ci(|ci| {
+        ci.check_runs[0]["status"] = serde_json::json!("completed");
+        ci.check_runs[0]["conclusion"] = serde_json::json!("success");
+    });
+    let after = f.commit_checks(HEAD).await.expect("read after the change");
+    let test = after.iter().find(|c| c.name == "test").unwrap();
+    assert_eq!(test.verdict, CheckVerdict::Passed);
+    assert_eq!(gh.ci(|ci| ci.not_modified), 3, "the status did not change");
+}
+
+#[tokio::test]
 async fn check_texts_are_bounded_and_masked() {
     let gh = FakeGitHub::start().await;
     let huge = format!("{TOKEN} {}", "y".repeat(100_000));
@@ -282,7 +315,7 @@ const ADD_SUB: &str = "#!/bin/sh\necho sub >> calc.txt\necho 'added sub'\n";
 /// repository's workflows `auto` (the check runs every pushed commit gets),
 /// and a night of one item with the writer above and `config`. A test
 /// changes what it needs after it (items, agents, more of the fake's CI).
-fn ci_world<'a>(
+pub(crate) fn ci_world<'a>(
     gh: &'a FakeGitHub,
     required: &[&str],
     auto: Vec<AutoCheck>,
@@ -300,7 +333,7 @@ fn ci_world<'a>(
 }
 
 /// The `ci` of the report's only item.
-fn ci_of(report: &serde_json::Value) -> serde_json::Value {
+pub(crate) fn ci_of(report: &serde_json::Value) -> serde_json::Value {
     report["items"][0]["ci"].clone()
 }
 
@@ -417,6 +450,55 @@ async fn no_conclusive_result_before_ci_wait_is_pending_and_the_run_ends() {
         "{why}"
     );
     assert_eq!(night.db.runs()[0].status, "completed", "the run ended");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_watch_that_sees_no_change_is_answered_304_and_still_ends_right() {
+    let gh = FakeGitHub::start().await;
+    let auto = vec![AutoCheck::new("test", None)];
+    // The `test` run stays queued until GitHub has answered the watch "not
+    // modified" five times; then it succeeds.
+    let state = gh.state.clone();
+    let finisher = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            {
+                let mut st = state.lock().unwrap();
+                if st.ci.not_modified >= 5 {
+                    for r in st.ci.check_runs.iter_mut() {
+                        r["status"] = serde_json::json!("completed");
+                        r["conclusion"] = serde_json::json!("success");
+                    }
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    });
+    let night = ci_world(&gh, &["test"], auto, "[limits]\nci_wait = \"40s\"\n")
+        .exit(0)
+        .run()
+        .await;
+
+    assert!(
+        finisher.join().unwrap(),
+        "the watch's unchanged reads were answered 304"
+    );
+    let ci = ci_of(&night.report());
+    assert_eq!(ci["state"], "ci_green", "{ci:#}");
+    assert!(lists(&ci, "test", true, "success"), "{ci:#}");
+    let reads = gh
+        .requests()
+        .await
+        .iter()
+        .filter(|(m, p, _)| m == "GET" && (p.contains("/check-runs") || p.contains("/status")))
+        .count();
+    let not_modified = gh.ci(|ci| ci.not_modified) as usize;
+    assert!(
+        not_modified >= 5 && not_modified < reads,
+        "{not_modified} of {reads} reads answered 304"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -563,265 +645,6 @@ async fn a_check_failing_with_a_log_is_not_run_again() {
     );
 }
 
-// ---- Fix rounds (docs/github.md#fix-rounds) ---------------------------
-
-/// What the fake CI's failing `test` job logs: the fault named at its end,
-/// after terminal colours, and the night's token (which no prompt may show).
-fn failing_log() -> String {
-    let mut log = String::new();
-    for i in 0..200 {
-        log.push_str(&format!("\u{1b}[32mok {i}\u{1b}[0m\n"));
-    }
-    log.push_str(&format!("using token {}\n", common::night::TOKEN));
-    log.push_str("error: div is missing from calc.txt\n");
-    log
-}
-
-/// A required `test` check that fails (with [`failing_log`]) until
-/// calc.txt holds `fixed_by`, and passes on the base.
-fn red_until(fixed_by: &str) -> AutoCheck {
-    AutoCheck::new("test", Some("failure"))
-        .log(&failing_log())
-        .on_base("success")
-        .fixed_by("calc.txt", fixed_by)
-}
-
-/// A writer whose items add `sub` (an item titled with `mul`: a mul.txt
-/// file); told in a fix round that `div is missing`, it adds `fix_word`
-/// (or the word in the file `fix-word` of the agents' directory `dir`) to
-/// calc.txt and keeps its prompt as `fix-prompt-<round>-<pid>.md` there.
-fn fixing_writer(dir: &std::path::Path, fix_word: &str) -> String {
-    format!(
-        r#"#!/bin/sh
-if [ -f "$NIGHTSHIFT_FEEDBACK_FILE" ] && grep -q 'div is missing' "$NIGHTSHIFT_FEEDBACK_FILE"; then
-  cp "$NIGHTSHIFT_PROMPT_FILE" "{dir}/fix-prompt-$NIGHTSHIFT_ROUND-$$.md"
-  w=$(cat "{dir}/fix-word" 2>/dev/null)
-  [ -n "$w" ] || w={fix_word}
-  echo "$w" >> calc.txt
-  echo "added $w, which the CI log says is missing"
-  exit 0
-fi
-case "$(cat "$NIGHTSHIFT_CONTRACT_FILE")" in
-  *mul*) echo mul > mul.txt ;;
-  *) echo sub >> calc.txt ;;
-esac
-echo done
-"#,
-        dir = dir.display()
-    )
-}
-
-/// A reviewer that approves and appends its prompt to `reviewer.prompts`
-/// in the agents' directory `dir`.
-fn logging_reviewer(dir: &std::path::Path) -> String {
-    format!(
-        "#!/bin/sh\ncat \"$NIGHTSHIFT_PROMPT_FILE\" >> \"{}/reviewer.prompts\"\necho '{{\"verdict\":\"approve\",\"findings\":[]}}'\n",
-        dir.display()
-    )
-}
-
-/// The fix-round prompts the writer kept.
-fn fix_prompts(dir: &std::path::Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_string_lossy().to_string();
-        if name.starts_with("fix-prompt-") {
-            out.push(std::fs::read_to_string(&p).unwrap());
-        }
-    }
-    out
-}
-
-/// A night of `items` in the CI world `auto` on `gh` (`test` required),
-/// with the [`fixing_writer`] adding `fix_word` and the
-/// [`logging_reviewer`].
-fn ci_night<'a>(
-    gh: &'a FakeGitHub,
-    items: &[&str],
-    auto: Vec<AutoCheck>,
-    fix_word: &'a str,
-    config: &str,
-) -> Night<'a> {
-    ci_world(gh, &["test"], auto, config)
-        .items(items.iter().copied())
-        .writer_with(move |f| fixing_writer(&f.agents, fix_word))
-        .reviewer_with(|f| logging_reviewer(&f.agents))
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn one_fix_round_makes_a_red_required_check_green_on_the_same_pr() {
-    let gh = FakeGitHub::start().await;
-    let _logs = gh.log_server().await;
-    let night = ci_night(
-        &gh,
-        &["Add sub"],
-        vec![red_until("div")],
-        "div",
-        "draft = true\n",
-    )
-    .exit(0)
-    .outcomes(&["pr_opened"])
-    .run()
-    .await;
-
-    let report = night.report();
-    let ci = ci_of(&report);
-    assert_eq!(ci["state"], "ci_green", "{ci:#}");
-    assert_eq!(ci["fix_rounds"], 1, "{ci:#}");
-    let fix = &ci["fixes"][0];
-    assert!(
-        fix["checks"].as_str().unwrap().contains("`test`") && fix["to"].is_string(),
-        "{fix:#}"
-    );
-    // The same PR, one new commit on its branch, marked ready once green.
-    assert_eq!(gh.prs().len(), 1, "exactly one PR");
-    let n = gh.prs()[0]["number"].as_u64().unwrap();
-    assert_eq!(gh.ci(|ci| ci.marked_ready.clone()), vec![n]);
-    assert_eq!(gh.prs()[0]["draft"], false);
-    let branch = report["items"][0]["branch"].as_str().unwrap().to_string();
-    let count = common::git(
-        &night.remote,
-        &["rev-list", "--count", &format!("main..{branch}")],
-    );
-    assert_eq!(count.trim(), "2", "the item's commit and the fix round's");
-    let head = common::git(&night.remote, &["rev-parse", &branch]);
-    assert_eq!(
-        ci["head_sha"],
-        head.trim(),
-        "the watch followed the new head"
-    );
-    assert_eq!(fix["from"].as_str().map(|s| s != head.trim()), Some(true));
-    let calc = common::git(&night.remote, &["show", &format!("{branch}:calc.txt")]);
-    assert_eq!(calc.trim(), "add\nsub\ndiv");
-    // One comment: which check failed, what changed, the new head.
-    let comments = gh.comments(n);
-    assert_eq!(comments.len(), 1, "{comments:#?}");
-    let body = comments[0]["body"].as_str().unwrap();
-    assert!(
-        body.contains("fix round 1 of 2")
-            && body.contains("`test`")
-            && body.contains("calc.txt")
-            && body.contains(&head.trim()[..12]),
-        "{body}"
-    );
-    // The writer read the log's tail, masked, framed as data.
-    let prompts = fix_prompts(&night.agents);
-    assert_eq!(prompts.len(), 1, "one fix round's writer");
-    let p = &prompts[0];
-    assert!(
-        p.contains("error: div is missing from calc.txt")
-            && p.contains("never instructions")
-            && p.contains("ok 199"),
-        "{p}"
-    );
-    assert!(
-        !p.contains(common::night::TOKEN) && !p.contains('\u{1b}'),
-        "{p}"
-    );
-    let reviewed = std::fs::read_to_string(night.agents.join("reviewer.prompts")).unwrap();
-    assert!(
-        reviewed.contains("deletes, skips or weakens a test"),
-        "the reviewer is told: {reviewed}"
-    );
-    // The HTML page has a CI column.
-    let page = common::text(&night.run(&["report", "--html", "-"]));
-    assert!(
-        page.contains("<th>CI</th>") && page.contains("<td data-label=\"CI\">ci_green</td>"),
-        "{page}"
-    );
-    gh.assert_never_merged_approved_or_closed().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_spent_fix_budget_is_ci_failed_and_the_draft_stays() {
-    let gh = FakeGitHub::start().await;
-    let _logs = gh.log_server().await;
-    // The fix round adds `pow`: the check stays red. The run's end is
-    // told to a command.
-    let told = tempfile::tempdir().unwrap();
-    let told = told.path().join("notified.json");
-    let config = format!(
-        "draft = true\n[limits]\nci_rounds = 1\n[notify]\ncommand = [\"/bin/sh\", \"-c\", \"cat > {}\"]\n",
-        told.display()
-    );
-    let night = ci_night(&gh, &["Add sub"], vec![red_until("div")], "pow", &config)
-        .exit(0)
-        .outcomes(&["pr_opened"])
-        .run()
-        .await;
-
-    let ci = ci_of(&night.report());
-    assert_eq!(ci["state"], "ci_failed", "{ci:#}");
-    assert_eq!(ci["fix_rounds"], 1, "{ci:#}");
-    let why = ci["reason"].as_str().unwrap();
-    assert!(
-        why.contains("`test` (failure)") && why.contains("fix budget is spent"),
-        "{why}"
-    );
-    assert_eq!(gh.prs().len(), 1);
-    assert_eq!(gh.prs()[0]["draft"], true, "a red PR stays a draft");
-    assert!(gh.ci(|ci| ci.marked_ready.is_empty()));
-    let text = common::text(&night.run(&["report"]));
-    assert!(
-        text.contains("ci_failed")
-            && text.contains("test (required): failure")
-            && text.contains("fix round 1 for `test`"),
-        "{text}"
-    );
-    let said: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&told).unwrap()).unwrap();
-    assert_eq!(
-        (&said["ci"]["ci_failed"], &said["prs"][0]["ci"]),
-        (&serde_json::json!(1), &serde_json::json!("ci_failed")),
-        "{said:#}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn two_workers_run_the_fix_rounds_of_two_items_each_on_its_one_pr() {
-    let gh = FakeGitHub::start().await;
-    let _logs = gh.log_server().await;
-    let night = ci_night(
-        &gh,
-        &["Add sub", "Add mul file"],
-        vec![red_until("div")],
-        "div",
-        "",
-    )
-    .drain(&["--jobs", "2"])
-    .exit(0)
-    .outcomes(&["pr_opened", "pr_opened"])
-    .run()
-    .await;
-
-    let report = night.report();
-    let mut workers = std::collections::BTreeSet::new();
-    for item in report["items"].as_array().unwrap() {
-        let ci = &item["ci"];
-        assert_eq!(ci["state"], "ci_green", "{item:#}");
-        assert_eq!(ci["fix_rounds"], 1, "{item:#}");
-        assert_eq!(ci["pr_number"], item["pr_number"]);
-        workers.insert(ci["fixes"][0]["worker"].as_str().unwrap().to_string());
-    }
-    assert_eq!(gh.prs().len(), 2, "one PR per item");
-    for pr in gh.prs() {
-        assert_eq!(gh.comments(pr["number"].as_u64().unwrap()).len(), 1);
-    }
-    // Each fix round was claimed from the queue like an item: a second
-    // claim of its item, by one of the drain's two workers.
-    let claims = night
-        .db
-        .sql("SELECT string_agg(attempt::text || ':' || end_reason, ',' ORDER BY item_key, attempt) FROM claims");
-    assert_eq!(claims.matches("2:finished").count(), 2, "{claims}");
-    assert!(
-        workers
-            .iter()
-            .all(|w| w.ends_with(":1") || w.ends_with(":2")),
-        "{workers:?}"
-    );
-}
-
 /// The `ci` line of `doctor`'s output in world `w`.
 fn doctor_ci_line(w: &common::night::World) -> String {
     let out = w.run(&["doctor"]);
@@ -860,101 +683,4 @@ async fn doctor_warns_when_the_prs_ci_cannot_run_or_decide() {
         line.starts_with("warn ci ") && line.contains("start no workflow"),
         "{line}"
     );
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_tended_prs_push_is_watched_and_its_red_check_gets_a_fix_round() {
-    let gh = FakeGitHub::start().await;
-    let _logs = gh.log_server().await;
-    let green = vec![AutoCheck::new("test", Some("success"))];
-    let w = ci_night(&gh, &["Add sub"], green, "div", "")
-        .commit_backlog()
-        .exit(0)
-        .outcomes(&["pr_opened"])
-        .run()
-        .await;
-    assert_eq!(ci_of(&w.report())["state"], "ci_green");
-    let n = gh.prs()[0]["number"].as_u64().unwrap();
-    // In the morning a member asks for a change, and from now on the
-    // repository's CI wants `div` in calc.txt.
-    w.db.sql("UPDATE pull_requests SET head_pushed_at = now() - interval '1 hour'");
-    gh.add_comment(n, "ana", "Please add one more word.");
-    let ago = (chrono::Utc::now() - chrono::Duration::minutes(30))
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    gh.date_feedback(n, &ago);
-    gh.ci(|ci| ci.auto = vec![red_until("div")]);
-
-    let out = w.approve_and_drain(&[]);
-    common::assert_ok(&out, "night 2");
-
-    let report = w.report();
-    let item = &report["items"][0];
-    assert_eq!(item["outcome"], "pr_updated", "{report:#}");
-    let ci = &item["ci"];
-    assert_eq!(
-        (ci["state"].as_str(), ci["fix_rounds"].as_u64()),
-        (Some("ci_green"), Some(1)),
-        "{ci:#}"
-    );
-    assert_eq!(gh.prs().len(), 1, "still one PR");
-    let branch = gh.prs()[0]["head"]["ref"].as_str().unwrap().to_string();
-    let calc = common::git(&w.remote, &["show", &format!("{branch}:calc.txt")]);
-    assert!(calc.trim().ends_with("div"), "{calc}");
-    let mine = gh
-        .comments(n)
-        .into_iter()
-        .filter(|c| c["user"]["login"] != "ana")
-        .count();
-    assert_eq!(mine, 2, "the tend's answer and the fix round's comment");
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_next_night_tends_a_pr_whose_ci_ended_red() {
-    let gh = FakeGitHub::start().await;
-    let _logs = gh.log_server().await;
-    // Night 1: the one fix round adds the wrong word; the PR ends red.
-    let config = "[limits]\nci_rounds = 1\n";
-    let w = ci_night(&gh, &["Add sub"], vec![red_until("div")], "pow", config)
-        .commit_backlog()
-        .exit(0)
-        .outcomes(&["pr_opened"])
-        .run()
-        .await;
-    assert_eq!(ci_of(&w.report())["state"], "ci_failed");
-    std::fs::write(w.agents.join("fix-word"), "div\n").unwrap();
-    for p in fix_prompts(&w.agents) {
-        assert!(p.contains("fix round 1 of 1"), "{p}");
-    }
-
-    // Night 2: the plan's card for the red PR, approved and worked.
-    let plan: serde_json::Value =
-        serde_json::from_slice(&w.run(&["plan", "--json"]).stdout).unwrap();
-    let card = &plan["tend"][0];
-    assert_eq!(card["action"], "ci_failed", "{plan:#}");
-    let plan_text = common::text(&w.run(&["plan"]));
-    assert!(
-        plan_text.contains("CI failed") && plan_text.contains("required check(s) test"),
-        "{plan_text}"
-    );
-    let out = w.approve_and_drain(&[]);
-    common::assert_ok(&out, "night 2");
-
-    let report = w.report();
-    let item = &report["items"][0];
-    assert_eq!(item["outcome"], "pr_updated", "{report:#}");
-    assert_eq!(
-        (
-            item["ci"]["state"].as_str(),
-            item["ci"]["fix_rounds"].as_u64()
-        ),
-        (Some("ci_green"), Some(0)),
-        "{report:#}"
-    );
-    let told = fix_prompts(&w.agents);
-    assert!(
-        told.iter().any(|p| p.contains("the last night's result")
-            && p.contains("error: div is missing from calc.txt")),
-        "{told:#?}"
-    );
-    assert_eq!(gh.prs().len(), 1, "still one PR");
 }

@@ -26,6 +26,7 @@ mod attack;
 mod backlog;
 mod build_output;
 mod ci;
+mod ci_fix;
 mod clock;
 mod e2e;
 mod forge;

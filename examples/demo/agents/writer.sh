@@ -17,6 +17,14 @@ if grep -q '^<<<<<<< ' src/lib.rs; then
   echo "Kept main's side of the conflict in src/lib.rs; redoing this item's change on top of it."
   redo=1
 fi
+# A fix round (docs/github.md#fix-rounds): the repository's CI (the demo
+# GitHub's `lint` check, clippy) failed on the pushed PR; its job log, in
+# the feedback, names a needless `return`. Remove it.
+if printf '%s\n' "$feedback" | grep -q 'unneeded `return` statement'; then
+  sed -i 's/^\( *\)return \(.*\);$/\1\2/' src/lib.rs
+  echo "The CI's lint job (clippy) rejected a needless \`return\` in src/lib.rs; removed it."
+  exit 0
+fi
 if printf '%s\n' "$feedback" | grep -q 'divide(0, 5)'; then
   sed -i 's|^\( *\)assert_eq!(divide(1, 0), None);|&\n\1assert_eq!(divide(0, 5), Some(0));|' src/lib.rs
   echo "Added the assertion the reviewer asked for: divide(0, 5) is Some(0)."
@@ -24,11 +32,13 @@ if printf '%s\n' "$feedback" | grep -q 'divide(0, 5)'; then
 fi
 case "$title" in
   *subtract*)
+    # A needless `return`: `cargo test` (the gate) passes, the repository's
+    # lint CI on GitHub (clippy -D warnings) does not; a fix round repairs it.
     cat >> src/lib.rs <<'RS'
 
 /// Subtracts `b` from `a`.
 pub fn subtract(a: i64, b: i64) -> i64 {
-    a - b
+    return a - b;
 }
 
 #[cfg(test)]

@@ -7,7 +7,10 @@
 //! a job's log (`GET .../actions/jobs/{id}/logs` answering `302` to a
 //! short-lived URL on ANOTHER server, [`LogServer`], that records whether a
 //! token was sent there), a job's re-run, and GraphQL's
-//! `markPullRequestReadyForReview`.
+//! `markPullRequestReadyForReview`. Check runs and statuses answer with an
+//! `ETag`, and `304 Not Modified` (no body) to a request whose
+//! `If-None-Match` names the current one, as GitHub does for conditional
+//! requests.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -49,6 +52,8 @@ pub struct Ci {
     /// commit (a stale check reported for an older head, as a proxy's cache
     /// or a misbehaving app may serve).
     pub leak_other_commits: bool,
+    /// Requests for check runs or statuses answered `304 Not Modified`.
+    pub not_modified: u32,
 }
 
 /// A check run the fake's "workflows" report for a commit (see [`Ci::auto`]).
@@ -67,6 +72,10 @@ pub struct AutoCheck {
     /// `text` (the fake must serve the bare repository), as a test suite
     /// does once the fault is fixed.
     pub fixed_by: Option<(String, String)>,
+    /// (path, text): it fails only on a commit whose file at `path` holds
+    /// `text` and succeeds on every other (the fake must serve the bare
+    /// repository), as a lint job does that one change trips.
+    pub failed_by: Option<(String, String)>,
 }
 
 impl AutoCheck {
@@ -79,6 +88,7 @@ impl AutoCheck {
             log: None,
             on_base: None,
             fixed_by: None,
+            failed_by: None,
         }
     }
     /// Succeeding on a commit whose `path` holds `text` (see [`AutoCheck::fixed_by`]).
@@ -86,9 +96,20 @@ impl AutoCheck {
         self.fixed_by = Some((path.into(), text.into()));
         self
     }
+    /// Failing only on a commit whose `path` holds `text`, else succeeding
+    /// (see [`AutoCheck::failed_by`]).
+    pub fn failed_by(mut self, path: &str, text: &str) -> AutoCheck {
+        self.failed_by = Some((path.into(), text.into()));
+        self
+    }
     /// Ending in `conclusion` on the base branch's commit instead.
     pub fn on_base(mut self, conclusion: &str) -> AutoCheck {
         self.on_base = Some(conclusion.into());
+        self
+    }
+    /// With `summary` as its output's summary.
+    pub fn summary(mut self, summary: &str) -> AutoCheck {
+        self.summary = summary.into();
         self
     }
     /// With `log` as its job's log.
@@ -177,6 +198,13 @@ pub fn respond(
                     a.conclusion = Some("success".into());
                     a.log = None;
                 }
+                if let Some((path, text)) = &a.failed_by
+                    && !git_dir.is_some_and(|d| file_at(d, sha, path).contains(text.as_str()))
+                {
+                    a.conclusion = Some("success".into());
+                    a.log = None;
+                    a.summary.clear();
+                }
                 let status = if a.conclusion.is_some() {
                     "completed"
                 } else {
@@ -210,18 +238,15 @@ pub fn respond(
         }
         let total = latest.len();
         let (items, link) = paged(latest);
-        let mut t = ResponseTemplate::new(200)
-            .set_body_json(json!({"total_count": total, "check_runs": items}));
-        if let Some(link) = link {
-            t = t.insert_header("link", link.as_str());
-        }
-        return Some(t);
+        let body = json!({"total_count": total, "check_runs": items});
+        return Some(conditional(ci, req, &body, link.as_deref()));
     }
     if method == "GET" && rest.starts_with("/commits/") && rest.ends_with("/status") {
         let sha = rest
             .trim_start_matches("/commits/")
             .trim_end_matches("/status");
-        return Some(ResponseTemplate::new(200).set_body_json(ci.combined(sha)));
+        let body = ci.combined(sha);
+        return Some(conditional(ci, req, &body, None));
     }
     if method == "GET"
         && rest.starts_with("/branches/")
@@ -298,6 +323,32 @@ pub fn respond(
         let _ = req;
     }
     None
+}
+
+/// A 200 answer of `body` (and its `link`) with its `ETag`, or `304 Not
+/// Modified` with the `ETag` alone when the request's `If-None-Match` names
+/// it (GitHub: "conditional requests"; a weak validator, `W/"…"`).
+fn conditional(ci: &mut Ci, req: &Request, body: &Value, link: Option<&str>) -> ResponseTemplate {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (body.to_string(), link).hash(&mut h);
+    let etag = format!("W/\"{:016x}\"", h.finish());
+    let asked = req
+        .headers
+        .get("if-none-match")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|e| e.trim() == etag));
+    if asked {
+        ci.not_modified += 1;
+        return ResponseTemplate::new(304).insert_header("etag", etag.as_str());
+    }
+    let mut t = ResponseTemplate::new(200)
+        .set_body_json(body)
+        .insert_header("etag", etag.as_str());
+    if let Some(link) = link {
+        t = t.insert_header("link", link);
+    }
+    t
 }
 
 /// The text of `path` at commit `sha` in the bare repository `dir` ("" when
