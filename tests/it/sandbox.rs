@@ -483,3 +483,103 @@ fn doctor_names_a_gate_program_the_sandbox_would_hide() {
         );
     }
 }
+
+/// An executable `name` in `dir` (made) running `script`; its path.
+fn tool(dir: &Path, name: &str, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, script).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// A gate program found on PATH where the sandbox shows nothing (as
+/// rustup's `cargo` is) makes `plan` refuse (exit 2, no SHA), naming the
+/// program, where it was found and the `[sandbox] read` line to write;
+/// with that line the plan is offered.
+#[test]
+fn plan_refuses_a_gate_program_the_sandbox_would_hide_and_names_the_read_line() {
+    let mut f = Fixture::new();
+    let root = f.dir.path().join("toolchain");
+    let mytool = tool(&root.join("bin"), "mytool", "#!/bin/sh\nexit 0\n");
+    common::prepend_path(&mut f, &root.join("bin"));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let config = |sandbox: &str| {
+        format!(
+            "verify = [\"mytool --check && sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\n{sandbox}\n"
+        )
+    };
+    f.config(&config(""));
+    let out = f.run(&["plan"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("no SHA to approve"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "verify `mytool --check && sh test.sh`: mytool is {}, which the sandbox does not show",
+            mytool.display()
+        )),
+        "{said}"
+    );
+    let line = format!("read = [\"{}\"]", root.display());
+    assert!(
+        said.contains(&format!("write `{line}` under `[sandbox]`")),
+        "{said}"
+    );
+    f.config(&config(&line));
+    assert_ok(&f.run(&["plan"]), "plan with the read line");
+}
+
+/// An agent whose script's interpreter lies where the sandbox shows
+/// nothing (`#!/usr/bin/env node` with nvm's `node`) makes `plan` refuse
+/// and `doctor` fail its `toolchain` line, both naming the interpreter and
+/// the directory to show; shown, both pass. The agent's own file needs no
+/// line: the sandbox shows a call's program.
+#[test]
+fn plan_and_doctor_refuse_an_agent_whose_interpreter_the_sandbox_would_hide() {
+    let mut f = Fixture::new();
+    let nvm = f.dir.path().join("nvm/versions/node/v20");
+    let node = tool(&nvm.join("bin"), "mynode", "#!/bin/sh\nexec sh \"$@\"\n");
+    common::prepend_path(&mut f, &nvm.join("bin"));
+    let agent = tool(
+        &f.dir.path().join("hidden"),
+        "my-agent",
+        "#!/usr/bin/env mynode\necho sub >> calc.txt\n",
+    );
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let config = |sandbox: &str| {
+        format!(
+            "verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\n{sandbox}\n",
+            agent.display()
+        )
+    };
+    f.config(&config(""));
+    let out = f.run(&["plan"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!(
+            "the writer's program ([writer] command), the interpreter of {}: mynode is {}",
+            agent.display(),
+            node.display()
+        )),
+        "{said}"
+    );
+    let line = format!("read = [\"{}\"]", nvm.display());
+    assert!(said.contains(&line), "{said}");
+    let out = f.run(&["doctor"]);
+    let doctor = common::doctor_line(&out, "toolchain");
+    assert!(
+        doctor.starts_with("FAIL") && doctor.contains("mynode is") && doctor.contains(&line),
+        "{}",
+        text(&out)
+    );
+    f.config(&config(&line));
+    assert_ok(&f.run(&["plan"]), "plan with the read line");
+    let out = f.run(&["doctor"]);
+    assert_eq!(common::doctor_line(&out, "toolchain"), "", "{}", text(&out));
+}

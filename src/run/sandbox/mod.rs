@@ -15,6 +15,8 @@ use crate::sandbox::{Allow, Network, Policy};
 
 use super::Night;
 
+pub mod toolchain;
+
 /// The home directory inside when the environment names none.
 const HOME: &str = "/home/sandbox";
 
