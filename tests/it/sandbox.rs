@@ -583,3 +583,51 @@ fn plan_and_doctor_refuse_an_agent_whose_interpreter_the_sandbox_would_hide() {
     let out = f.run(&["doctor"]);
     assert_eq!(common::doctor_line(&out, "toolchain"), "", "{}", text(&out));
 }
+
+/// Claude Code's user settings (`~/.claude/settings.json`) may name its
+/// API host in their `env` table: with no `ANTHROPIC_BASE_URL` in the
+/// environment, the sandbox allows that host and shows the settings
+/// read-only in the private home, and the real CLI completes an item
+/// inside it against the fake API the settings name.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_claude_reaches_the_api_host_its_user_settings_name() {
+    use crate::fakes::anthropic::{FakeAnthropic, Reply, tool};
+    use serde_json::json;
+    let bin = crate::agent_claude::real_claude().display().to_string();
+    let api = FakeAnthropic::start().await;
+    let mut f = Fixture::new();
+    for (k, v) in crate::agent_claude::cli_env(&f.home, &api.uri(), false) {
+        if !["PATH", "HOME", "ANTHROPIC_BASE_URL"].contains(&k.as_str()) {
+            f.extra_env.push((k, v));
+        }
+    }
+    let settings = json!({"env": {"ANTHROPIC_BASE_URL": api.uri()}});
+    std::fs::create_dir_all(f.home.join(".claude")).unwrap();
+    std::fs::write(f.home.join(".claude/settings.json"), settings.to_string()).unwrap();
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n[reviewer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n[sandbox]\nmode = \"required\"\n"
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n  - scope: calc.txt\n");
+    api.writer([
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Edit",
+                json!({"file_path": "calc.txt", "old_string": "add\n", "new_string": "add\nsub\n"}),
+            )],
+        ),
+        Reply::Text("Added sub.".into()),
+    ]);
+    api.reviewer([Reply::Tools(
+        None,
+        vec![tool(
+            "StructuredOutput",
+            json!({"verdict": "approve", "findings": []}),
+        )],
+    )]);
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let report = f.report();
+    assert_eq!(outcomes(&report), ["branch_pushed"], "{report:#}");
+    assert_eq!(api.left(), (0, 0), "every turn went to the settings' host");
+}

@@ -39,7 +39,12 @@ pub(super) fn for_gate(
     if build.is_dir() {
         write.push(build);
     }
-    Some(policy(c, write, alternates(slot), env))
+    let hosts = c
+        .sandbox
+        .allow_hosts
+        .iter()
+        .chain(&c.sandbox.gate_allow_hosts);
+    Some(policy(c, (write, alternates(slot)), hosts, env))
 }
 
 /// The object directories the slot's clone borrows from (its
@@ -84,7 +89,8 @@ pub(super) fn for_agent(
     };
     read.extend(alternates(slot));
     let host_home = env.get("HOME").map(PathBuf::from);
-    let mut p = policy(c, write, read, env);
+    let hosts = c.sandbox.allow_hosts.iter().chain(&agent.allow_hosts);
+    let mut p = policy(c, (write, read), hosts, env);
     if agent.kind != AgentKind::Command {
         agent_files(agent, host_home.as_deref(), env, &mut p);
     }
@@ -97,12 +103,14 @@ fn wanted(night: &Night, c: &Contract) -> bool {
     night.sandbox && c.sandbox.mode != crate::sandbox::Mode::Off
 }
 
-/// The policy with the contract's sealed paths and allowed hosts added;
-/// with any allowed host, `env` gets the proxy's variables.
-fn policy(
+/// The policy with the contract's sealed paths added and `hosts` allowed
+/// (the sealed `[sandbox] allow_hosts` and the call's own: the agent's
+/// `allow_hosts`, or `gate_allow_hosts`); with any allowed host, `env`
+/// gets the proxy's variables.
+fn policy<'a>(
     c: &Contract,
-    mut write: Vec<PathBuf>,
-    mut read: Vec<PathBuf>,
+    (mut write, mut read): (Vec<PathBuf>, Vec<PathBuf>),
+    hosts: impl Iterator<Item = &'a String>,
     env: &mut BTreeMap<String, String>,
 ) -> Policy {
     write.extend(c.sandbox.write.iter().map(PathBuf::from));
@@ -111,8 +119,8 @@ fn policy(
         .entry("HOME".into())
         .or_insert_with(|| HOME.into())
         .clone();
-    let mut allow = Allow::default();
-    for h in &c.sandbox.allow_hosts {
+    let mut allow = guarded();
+    for h in hosts {
         // Checked when the config was loaded (config::validate).
         let _ = allow.add(h);
     }
@@ -126,6 +134,37 @@ fn policy(
     };
     set_network(&mut p, allow, env);
     p
+}
+
+/// An empty allow list that keeps the ledger out (docs/security.md#the-network):
+/// the host and port of the database URL nightshift uses, refused even when
+/// it is not a local address, unless an entry names it exactly.
+fn guarded() -> Allow {
+    let mut allow = Allow::default();
+    if let Some((host, port)) = ledger_host() {
+        allow.keep_out_ledger(&host, port);
+    }
+    allow
+}
+
+/// The ledger's TCP host and port (the URL's port, else PostgreSQL's
+/// 5432); `None` for the embedded cluster or a URL naming a Unix socket.
+fn ledger_host() -> Option<(String, u16)> {
+    let crate::ledger::DbSource::Url { url, .. } = crate::ledger::db_source_from_env() else {
+        return None;
+    };
+    let u = url::Url::parse(url.expose()).ok()?;
+    // `?host=/run/postgresql`: a socket, whatever the authority says.
+    if u.query_pairs()
+        .any(|(k, v)| k == "host" && v.starts_with('/'))
+    {
+        return None;
+    }
+    let host = match u.host()? {
+        url::Host::Ipv6(a) => a.to_string(),
+        h => h.to_string(),
+    };
+    Some((host, u.port().unwrap_or(5432)))
 }
 
 /// `allow` as the policy's network: the proxy and its variables in `env`
@@ -155,16 +194,22 @@ fn agent_files(
 ) {
     let mut allow = match &p.network {
         Network::Proxy(a) => a.clone(),
-        Network::None => Allow::default(),
+        Network::None => guarded(),
     };
     let mut files = Vec::new();
     match agent.kind {
         AgentKind::Claude => {
+            let settings = host_home.map(|h| h.join(".claude/settings.json"));
             if let Some(h) = host_home {
-                let f = h.join(".claude/.credentials.json");
-                files.push((f.clone(), p.home.join(".claude/.credentials.json")));
+                for f in [".claude/.credentials.json", ".claude/settings.json"] {
+                    files.push((h.join(f), p.home.join(f)));
+                }
             }
-            match env.get("ANTHROPIC_BASE_URL").and_then(|u| host_of(u)) {
+            // Claude Code applies its user settings' `env` under its own
+            // environment: the variable wins, then the settings' value.
+            let base = (env.get("ANTHROPIC_BASE_URL").cloned())
+                .or_else(|| settings.as_deref().and_then(settings_base_url));
+            match base.as_deref().and_then(host_of) {
                 Some(h) => add(&mut allow, &h),
                 None => add(&mut allow, "api.anthropic.com:443"),
             }
@@ -212,6 +257,22 @@ fn agent_files(
         p.read.push(dir);
     }
     set_network(p, allow, env);
+}
+
+/// The `ANTHROPIC_BASE_URL` of the `env` table of Claude Code's user
+/// settings (`~/.claude/settings.json`), read as a regular file of at most
+/// [`crate::file::MAX_TEXT_BYTES`]; `None` when it is missing, unreadable,
+/// not JSON or sets none. The project's `.claude/settings.json` is not
+/// read: it is the slot's, which the writer may change.
+fn settings_base_url(path: &Path) -> Option<String> {
+    let text = crate::file::read_regular_text(path, crate::file::MAX_TEXT_BYTES).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some(
+        v.get("env")?
+            .get("ANTHROPIC_BASE_URL")?
+            .as_str()?
+            .to_string(),
+    )
 }
 
 /// Adds `host` (checked: a base URL's host and port) to `allow`.
