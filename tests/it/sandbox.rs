@@ -281,6 +281,10 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
     );
     for (line, says) in [
         ("allow_hosts = [\"https://x.org/\"]", "is not a host"),
+        (
+            "gate_allow_hosts = [\"a b\"]",
+            "`a b` in [sandbox] is not a host",
+        ),
         ("read = [\"/no/such/toolchain\"]", "does not exist"),
         ("write = [\"relative/cache\"]", "is not an absolute path"),
         ("mode = \"sometimes\"", "mode"),
@@ -630,4 +634,66 @@ async fn the_real_claude_reaches_the_api_host_its_user_settings_name() {
     let report = f.report();
     assert_eq!(outcomes(&report), ["branch_pushed"], "{report:#}");
     assert_eq!(api.left(), (0, 0), "every turn went to the settings' host");
+}
+
+/// `[writer] allow_hosts` lets only the writer's calls through to its
+/// hosts, `[sandbox] gate_allow_hosts` only the gate's and setup's: each
+/// reaches its own listener on 127.0.0.1 through the proxy and is refused
+/// the other's; the card shows whose hosts they are.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_allowed_for_the_gate_only_or_the_writer_only_is_theirs_alone() {
+    let f = Fixture::new();
+    let gate_l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let writer_l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (g, w) = (
+        gate_l.local_addr().unwrap().port(),
+        writer_l.local_addr().unwrap().port(),
+    );
+    let proxy = nightshift::sandbox::PROXY_PORT;
+    f.agent(
+        "probe.sh",
+        &format!(
+            r#"#!/bin/sh
+via() {{ timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{proxy} && printf "CONNECT %s HTTP/1.1\r\n\r\n" "$0" >&3 && head -c 12 <&3 | grep -q " 200"' "$1"; }}
+for h in gate:{g} writer:{w}; do
+  if via 127.0.0.1:${{h#*:}}; then echo "$1:${{h%%:*}}_host=0"; else echo "$1:${{h%%:*}}_host=1"; fi
+done
+"#
+        ),
+    );
+    let wr = f.agent(
+        "writer.sh",
+        "#!/bin/sh\nsh \"$(dirname \"$0\")/probe.sh\" writer\necho sub >> calc.txt\n",
+    );
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let agents = f.agents.display();
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    f.config(&format!(
+        "verify = [\"sh {agents}/probe.sh gate; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{wr}\"]\nallow_hosts = [\"127.0.0.1:{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nmode = \"required\"\nread = [\"{agents}\"]\ngate_allow_hosts = [\"127.0.0.1:{g}\"]\n"
+    ));
+    let card = text(&f.run(&["plan"]));
+    assert!(
+        card.contains(&format!(
+            " · writer only: 127.0.0.1:{w} · gate and setup only: 127.0.0.1:{g}"
+        )),
+        "{card}"
+    );
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let report = f.report();
+    assert_eq!(outcomes(&report), ["branch_pushed"], "{report:#}");
+    let mut got = results(&f.data, "writer.stdout");
+    got.extend(results(&f.data, "gate-0.stdout"));
+    for line in [
+        "writer:writer_host=0",
+        "writer:gate_host=1",
+        "gate:gate_host=0",
+        "gate:writer_host=1",
+    ] {
+        assert!(got.contains(&line.to_string()), "{line}: {got:?}");
+    }
+    let refused = report["sandbox_refused"].to_string();
+    for host in [format!("127.0.0.1:{g}"), format!("127.0.0.1:{w}")] {
+        assert!(refused.contains(&host), "{host}: {refused}");
+    }
 }

@@ -88,13 +88,30 @@ pub(super) fn for_agent(
         Role::Reviewer => (vec![log_dir.to_path_buf()], vec![slot.to_path_buf()]),
     };
     read.extend(alternates(slot));
-    let host_home = env.get("HOME").map(PathBuf::from);
+    let host_home = as_account(night.run_as.as_ref(), env);
     let hosts = c.sandbox.allow_hosts.iter().chain(&agent.allow_hosts);
     let mut p = policy(c, (write, read), hosts, env);
     if agent.kind != AgentKind::Command {
         agent_files(agent, host_home.as_deref(), env, &mut p);
     }
     Some(p)
+}
+
+/// The home whose login files an agent call is given: the `agent_user`
+/// account's own when the call runs as it (nightshift's `HOME`, root's
+/// home, is not the account's to read), set as `env`'s `HOME` so that the
+/// private home inside is at the account's path, where the account's
+/// `HOME` points; else `env`'s `HOME`. An inherited `CODEX_HOME` is
+/// nightshift's, so it is dropped for the account's `~/.codex`.
+fn as_account(
+    run_as: Option<&crate::process::RunAs>,
+    env: &mut BTreeMap<String, String>,
+) -> Option<PathBuf> {
+    if let Some(a) = run_as {
+        env.insert("HOME".into(), a.home.display().to_string());
+        env.remove("CODEX_HOME");
+    }
+    env.get("HOME").map(PathBuf::from)
 }
 
 /// Whether the item's calls get a sandbox: this host builds one and the
@@ -183,9 +200,11 @@ fn set_network(p: &mut Policy, allow: Allow, env: &mut BTreeMap<String, String>)
 /// (docs/security.md#claude-and-codex-in-the-sandbox): its login files
 /// read-only at their paths in the private home (claude:
 /// `~/.claude/.credentials.json`; codex: `$CODEX_HOME` or `~/.codex`,
-/// `auth.json` and `config.toml`), the `node_modules` its program lies in
+/// `auth.json` and `config.toml`; claude's user settings
+/// `~/.claude/settings.json` too), the `node_modules` its program lies in
 /// read-only, and its API hosts: the vendor's, or the host of the base URL
-/// its environment, arguments or config name.
+/// its environment, arguments or config name (claude: the environment's
+/// `ANTHROPIC_BASE_URL`, else its user settings' `env`).
 fn agent_files(
     agent: &AgentConfig,
     host_home: Option<&Path>,
@@ -326,4 +345,58 @@ fn package_of(program: &str, env: &BTreeMap<String, String>) -> Option<PathBuf> 
     real.ancestors()
         .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
         .map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As `agent_user`, codex's login and config are the account's, shown
+    /// in the private home at the account's path, where `CODEX_HOME` then
+    /// points: not nightshift's `HOME` nor its `CODEX_HOME`.
+    #[test]
+    fn codex_as_agent_user_gets_the_accounts_login_at_the_accounts_home() {
+        let account = tempfile::tempdir().unwrap();
+        let home = account.path().to_path_buf();
+        std::fs::create_dir_all(home.join(".codex")).unwrap();
+        std::fs::write(home.join(".codex/auth.json"), "{}").unwrap();
+        let run_as = crate::process::RunAs {
+            uid: 1000,
+            gid: 1000,
+            home: home.clone(),
+            user: "agent".into(),
+        };
+        let mut env = BTreeMap::from([
+            ("HOME".to_string(), "/root".to_string()),
+            ("CODEX_HOME".to_string(), "/root/.codex".to_string()),
+            ("PATH".to_string(), "/usr/bin".to_string()),
+        ]);
+        let host_home = as_account(Some(&run_as), &mut env);
+        assert_eq!(host_home.as_deref(), Some(home.as_path()));
+        let mut p = Policy {
+            write: vec![],
+            read: vec![],
+            home: home.clone(),
+            home_files: vec![],
+            home_dirs: vec![],
+            network: Network::None,
+        };
+        let agent = AgentConfig {
+            kind: AgentKind::Codex,
+            command: vec!["codex".into()],
+            ..AgentConfig::default()
+        };
+        agent_files(&agent, host_home.as_deref(), &mut env, &mut p);
+        let inside = home.join(".codex");
+        assert_eq!(
+            p.home_files,
+            [(inside.join("auth.json"), inside.join("auth.json"))]
+        );
+        assert_eq!(p.home_dirs, std::slice::from_ref(&inside));
+        assert_eq!(env["CODEX_HOME"], inside.display().to_string());
+        assert_eq!(env["HOME"], home.display().to_string());
+        // Without an account: nightshift's own HOME, as before.
+        let mut env = BTreeMap::from([("HOME".to_string(), "/root".to_string())]);
+        assert_eq!(as_account(None, &mut env), Some(PathBuf::from("/root")));
+    }
 }
