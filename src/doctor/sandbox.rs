@@ -12,7 +12,7 @@ pub(super) fn sandbox_check(loaded: &Loaded) -> Check {
     let b = &loaded.config.sandbox;
     match crate::settings::sandbox_state(&loaded.config, &loaded.path) {
         Ok(None) => {
-            let net = if b.allow_hosts.is_empty() {
+            let mut net = if b.allow_hosts.is_empty() {
                 "no network but claude's and codex's API host, through the filtering proxy"
                     .to_string()
             } else {
@@ -21,6 +21,17 @@ pub(super) fn sandbox_check(loaded: &Loaded) -> Check {
                     b.allow_hosts.join(", ")
                 )
             };
+            let c = &loaded.config;
+            let own = [
+                ("writer", &c.writer.allow_hosts),
+                ("reviewer", &c.reviewer.allow_hosts),
+            ];
+            let own = own
+                .into_iter()
+                .chain([("gate and setup", &b.gate_allow_hosts)]);
+            for (who, hosts) in own.filter(|(_, h)| !h.is_empty()) {
+                net.push_str(&format!("; {who} only: {}", hosts.join(", ")));
+            }
             Check::pass(
                 "sandbox",
                 format!(
