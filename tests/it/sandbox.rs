@@ -697,3 +697,44 @@ done
         assert!(refused.contains(&host), "{host}: {refused}");
     }
 }
+
+/// A rustup proxy (`cargo` linked to `rustup`) runs the toolchain in
+/// `RUSTUP_HOME`: `plan` names both its `CARGO_HOME` and `RUSTUP_HOME`,
+/// and showing `CARGO_HOME` alone is still refused, naming `RUSTUP_HOME`.
+#[test]
+fn plan_names_rustup_home_for_a_rustup_proxy() {
+    let mut f = Fixture::new();
+    let cargo_home = f.dir.path().join("cargo");
+    let rustup_home = f.dir.path().join("rustup");
+    std::fs::create_dir_all(rustup_home.join("toolchains")).unwrap();
+    tool(&cargo_home.join("bin"), "rustup", "#!/bin/sh\nexit 0\n");
+    std::os::unix::fs::symlink("rustup", cargo_home.join("bin/cargo")).unwrap();
+    common::prepend_path(&mut f, &cargo_home.join("bin"));
+    f.extra_env
+        .push(("RUSTUP_HOME".into(), rustup_home.display().to_string()));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let config = |sandbox: &str| {
+        format!(
+            "verify = [\"cargo test\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\n{sandbox}\n"
+        )
+    };
+    let (ch, rh) = (cargo_home.display(), rustup_home.display());
+    for (shown, want) in [
+        (String::new(), format!("read = [\"{ch}\", \"{rh}\"]")),
+        (
+            format!("read = [\"{ch}\"]"),
+            format!("read = [\"{ch}\", \"{rh}\"]"),
+        ),
+    ] {
+        f.config(&config(&shown));
+        let out = f.run(&["plan"]);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{shown}: {said}");
+        assert!(said.contains(&format!("cargo is {ch}/bin/cargo")), "{said}");
+        assert!(said.contains(&format!("write `{want}`")), "{shown}: {said}");
+    }
+    f.config(&config(&format!("read = [\"{ch}\", \"{rh}\"]")));
+    assert_ok(&f.run(&["plan"]), "plan with both homes shown");
+}
