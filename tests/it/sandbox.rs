@@ -294,6 +294,17 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
         assert_eq!(out.status.code(), Some(2), "{line}: {}", text(&out));
         assert!(text(&out).contains(says), "{line}: {}", text(&out));
     }
+    // An agent's own list is checked as `[sandbox] allow_hosts` is.
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\nallow_hosts = [\"x y\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{w}\"]\n"
+    ));
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("`x y` in [writer] is not a host"),
+        "{}",
+        text(&out)
+    );
     f.config(&format!(
         "{base}mode = \"required\"\nallow_hosts = [\"registry.npmjs.org:443\"]\n"
     ));
