@@ -192,6 +192,11 @@ pub struct RecipeRef {
 /// An agent role as sealed in the contract.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AgentSpec {
+    /// Hosts only this agent's calls may reach through the sandbox's proxy
+    /// (its table's `allow_hosts`, docs/security.md#the-network); left out
+    /// of the JSON when none, so contracts sealed before keep their SHA.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
     /// argv as configured.
     pub command: Vec<String>,
     /// `claude`, `codex` or `command`.
@@ -214,6 +219,7 @@ impl From<&AgentConfig> for AgentSpec {
             permission_flags: a.permission_flags.clone(),
             model: a.model.clone(),
             name: None,
+            allow_hosts: a.allow_hosts.clone(),
         }
     }
 }
@@ -742,7 +748,7 @@ fn card_limits(s: &mut String, c: &Contract) {
         c.reviewer.command.join(" "),
         card_fallback(c.reviewer_fallback.as_ref())
     );
-    card_sandbox(s, &c.sandbox);
+    card_sandbox(s, c);
 }
 
 /// What the card adds to an agent's line for its fallback
@@ -760,8 +766,10 @@ fn card_fallback(f: Option<&AgentSpec>) -> String {
 }
 
 /// The card's sandbox line (docs/security.md#the-sandbox): the mode, what
-/// runs in it, the network and the paths it adds.
-fn card_sandbox(s: &mut String, b: &config::SandboxConfig) {
+/// runs in it, the network (every call's hosts, then those of one agent or
+/// of the gate only) and the paths it adds.
+fn card_sandbox(s: &mut String, c: &Contract) {
+    let b = &c.sandbox;
     let net = if b.allow_hosts.is_empty() {
         "no network but claude's and codex's API host".to_string()
     } else {
@@ -774,6 +782,20 @@ fn card_sandbox(s: &mut String, b: &config::SandboxConfig) {
         crate::sandbox::Mode::Off => "   sandbox   off (nothing runs in it)".to_string(),
         mode => format!("   sandbox   {mode} · every agent, gate and setup · {net}"),
     };
+    let agents = [
+        ("writer", Some(&c.writer)),
+        ("writer fallback", c.writer_fallback.as_ref()),
+        ("reviewer", Some(&c.reviewer)),
+        ("reviewer fallback", c.reviewer_fallback.as_ref()),
+    ];
+    let own = (agents.into_iter())
+        .filter_map(|(who, a)| Some((who, &a?.allow_hosts)))
+        .chain([("gate and setup", &b.gate_allow_hosts)]);
+    for (who, hosts) in own.filter(|(_, h)| !h.is_empty()) {
+        if b.mode != crate::sandbox::Mode::Off {
+            line.push_str(&format!(" · {who} only: {}", hosts.join(", ")));
+        }
+    }
     if !b.read.is_empty() {
         line.push_str(&format!(" · read {}", b.read.join(", ")));
     }

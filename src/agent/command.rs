@@ -447,6 +447,7 @@ mod usage_tests {
             model: None,
             account: None,
             fallback: None,
+            allow_hosts: vec![],
         };
         let r = run(&agent, &call, &CancellationToken::new()).await.unwrap();
         assert_eq!(r.failure, None);

@@ -1,16 +1,18 @@
 //! `nightshift plan` and `nightshift approve` (docs/commands.md, docs/contract.md).
 
 use crate::cli::{Cli, Startup, ledger, location, repo_id, repo_root};
-use crate::config::{self, Loaded};
+use crate::config;
 use crate::error::{Error, Result};
 use crate::plan as plans;
 use crate::settings::{Snapshot, agents_as_root_refusal, agents_run_as_root, tend_cards};
 
-/// Why a plan made under `loaded` cannot run, one sentence with its fix
-/// each: an agent executable that is not there (checked as `drain` checks it
-/// before consuming an approval), or the placeholder gate `init` writes when
-/// it finds no test command. Empty when it can run.
-fn cannot_run(loaded: &Loaded) -> Vec<String> {
+/// Why the plan of `snap` cannot run, one sentence with its fix each: an
+/// agent executable that is not there (checked as `drain` checks it before
+/// consuming an approval), the placeholder gate `init` writes when it finds
+/// no test command, or a program the sandbox would hide
+/// (docs/security.md#toolchains). Empty when it can run.
+fn cannot_run(snap: &Snapshot) -> Vec<String> {
+    let loaded = &snap.loaded;
     let c = &loaded.config;
     let path = std::env::var("PATH").ok();
     // The fallbacks too (docs/limits.md#fallback).
@@ -34,6 +36,36 @@ fn cannot_run(loaded: &Loaded) -> Vec<String> {
             loaded.path.display()
         ));
     }
+    out.extend(hidden_programs(snap));
+    out
+}
+
+/// The programs of the plan's gates, setup commands and agents the sandbox
+/// would hide, each named with where it was found, then the
+/// `[sandbox] read` line that shows them all.
+fn hidden_programs(snap: &Snapshot) -> Vec<String> {
+    use crate::run::toolchain;
+    let mut gates: Vec<(String, String)> = Vec::new();
+    for e in &snap.plan.entries {
+        let (verify, setup) = (e.contract.verify.iter(), e.contract.setup.iter());
+        let commands = (verify.map(|v| ("verify", v))).chain(setup.map(|s| ("setup", s)));
+        for (who, command) in commands {
+            if !gates.iter().any(|(_, c)| c == command) {
+                gates.push((who.to_string(), command.clone()));
+            }
+        }
+    }
+    let env = crate::settings::agents_environment(&snap.loaded.config);
+    let hidden = toolchain::hidden_programs(&snap.loaded, &snap.repo, &gates, &env);
+    if hidden.is_empty() {
+        return vec![];
+    }
+    let mut out: Vec<String> = hidden.iter().map(toolchain::Hidden::describe).collect();
+    out.push(format!(
+        "show them to the sandbox: write `{}` under `[sandbox]` in {} (docs/security.md#toolchains)",
+        toolchain::read_line(&snap.loaded.config.sandbox.read, &hidden),
+        snap.loaded.path.display()
+    ));
     out
 }
 
@@ -43,7 +75,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
     // A plan whose agents cannot start (or whose gate is init's placeholder)
     // would only spend its approval on a refusal: no SHA is offered, and the
     // plan is not stored, so nothing can approve it.
-    let blockers = cannot_run(&snap.loaded);
+    let blockers = cannot_run(&snap);
     if !blockers.is_empty() && !snap.plan.entries.is_empty() {
         if json {
             let v = serde_json::json!({"plan_sha": null, "runnable": false, "problems": blockers});

@@ -112,11 +112,15 @@ pub struct Config {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxConfig {
-    /// Hosts (`name` or `name:port`) the sandboxed calls may reach besides
-    /// their kind's own; while nightshift has no filtering proxy yet, any
-    /// entry gives the calls the host's network, unfiltered
-    /// (docs/security.md#not-yet).
+    /// Hosts (`name`, `name:port`, an address) every sandboxed call (agent,
+    /// gate, setup) may reach through the filtering proxy, besides an
+    /// agent kind's own API host (docs/security.md#the-network).
     pub allow_hosts: Vec<String>,
+    /// Hosts only gate and setup calls may reach (a package registry the
+    /// build fetches from); left out of the contract while empty, so that
+    /// contracts sealed before it keep their SHA.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gate_allow_hosts: Vec<String>,
     /// `required`, `auto` (the default) or `off`.
     pub mode: crate::sandbox::Mode,
     /// Absolute paths shown read-only inside (a toolchain outside the
@@ -315,6 +319,11 @@ pub struct AgentConfig {
     /// (docs/limits.md#fallback); see [`Config::fallback_of`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+    /// Hosts only this agent's calls may reach through the sandbox's proxy,
+    /// besides `[sandbox] allow_hosts` and its kind's API host
+    /// (docs/security.md#the-network); checked as `[sandbox] allow_hosts` is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
 }
 
 impl AgentConfig {
@@ -335,6 +344,7 @@ impl Default for AgentConfig {
             model: None,
             account: None,
             fallback: None,
+            allow_hosts: vec![],
         }
     }
 }

@@ -52,7 +52,7 @@ pub(super) fn validate(path: &Path, text: &str, c: &Config) -> Result<(), Config
     let bad = |key: &str, message: String| refusal(path, text, key, message);
     validate_limits(&c.limits, &bad)?;
     validate_env(c, &bad)?;
-    validate_sandbox(&c.sandbox, &bad)?;
+    validate_sandbox(c, &bad)?;
     if let Err(message) = c.notify.validate() {
         let key = message.split('`').nth(1).unwrap_or("notify").to_string();
         return Err(ConfigError::Invalid {
@@ -371,12 +371,14 @@ const ESSENTIAL_VARS: &[&str] = &[
 const MIN_AGENT_OUTPUT: u64 = 1024;
 
 /// `[sandbox]` (docs/config.md#sandbox): `read` and `write` paths absolute
-/// and existing, each `allow_hosts` entry a host name or address with an
+/// and existing, each `allow_hosts` and `gate_allow_hosts` entry, and each
+/// agent table's `allow_hosts` entry, a host name or address with an
 /// optional port.
 fn validate_sandbox(
-    b: &super::types::SandboxConfig,
+    c: &Config,
     bad: &impl Fn(&str, String) -> ConfigError,
 ) -> Result<(), ConfigError> {
+    let b = &c.sandbox;
     for (key, paths) in [("read", &b.read), ("write", &b.write)] {
         for p in paths {
             if !Path::new(p).is_absolute() {
@@ -393,17 +395,32 @@ fn validate_sandbox(
             }
         }
     }
-    if let Some(h) = b
-        .allow_hosts
-        .iter()
-        .find(|h| !crate::sandbox::Allow::is_host(h))
-    {
-        return Err(bad(
+    let mut lists = vec![
+        ("[sandbox]".to_string(), "allow_hosts", &b.allow_hosts),
+        (
+            "[sandbox]".to_string(),
+            "gate_allow_hosts",
+            &b.gate_allow_hosts,
+        ),
+        ("[writer]".to_string(), "allow_hosts", &c.writer.allow_hosts),
+        (
+            "[reviewer]".to_string(),
             "allow_hosts",
-            format!(
-                "`{h}` is not a host: write a name or address, optionally with a port (`registry.npmjs.org`, `127.0.0.1:8080`)"
-            ),
-        ));
+            &c.reviewer.allow_hosts,
+        ),
+    ];
+    for (name, a) in &c.agents {
+        lists.push((format!("[agents.{name}]"), "allow_hosts", &a.allow_hosts));
+    }
+    for (table, key, hosts) in lists {
+        if let Some(h) = hosts.iter().find(|h| !crate::sandbox::Allow::is_host(h)) {
+            return Err(bad(
+                key,
+                format!(
+                    "`{h}` in {table} is not a host: write a name or address, optionally with a port (`registry.npmjs.org`, `127.0.0.1:8080`)"
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -263,7 +263,10 @@ fn backlog_and_gate_checks(out: &mut Vec<Check>, repo: &Path, loaded: &Loaded) {
         }
     }
     out.push(gate_check(repo, &loaded.path, &gates));
-    out.extend(sandbox::hidden_gate_programs(loaded, repo, &gates));
+    // Setup commands run in the sandbox as the gate does.
+    let setup = config.setup.iter();
+    gates.extend(setup.map(|s| (format!("setup in {}", loaded.path.display()), s.clone())));
+    out.extend(sandbox::hidden_programs(loaded, repo, &gates));
 }
 
 /// One line for every gate command: FAIL when a program is missing (every

@@ -12,7 +12,7 @@ pub(super) fn sandbox_check(loaded: &Loaded) -> Check {
     let b = &loaded.config.sandbox;
     match crate::settings::sandbox_state(&loaded.config, &loaded.path) {
         Ok(None) => {
-            let net = if b.allow_hosts.is_empty() {
+            let mut net = if b.allow_hosts.is_empty() {
                 "no network but claude's and codex's API host, through the filtering proxy"
                     .to_string()
             } else {
@@ -21,6 +21,17 @@ pub(super) fn sandbox_check(loaded: &Loaded) -> Check {
                     b.allow_hosts.join(", ")
                 )
             };
+            let c = &loaded.config;
+            let own = [
+                ("writer", &c.writer.allow_hosts),
+                ("reviewer", &c.reviewer.allow_hosts),
+            ];
+            let own = own
+                .into_iter()
+                .chain([("gate and setup", &b.gate_allow_hosts)]);
+            for (who, hosts) in own.filter(|(_, h)| !h.is_empty()) {
+                net.push_str(&format!("; {who} only: {}", hosts.join(", ")));
+            }
             Check::pass(
                 "sandbox",
                 format!(
@@ -47,45 +58,29 @@ pub(super) fn sandbox_check(loaded: &Loaded) -> Check {
     }
 }
 
-/// The gate programs the sandbox would not show (docs/security.md#the-sandbox):
-/// a program found on `PATH` outside the system directories, the
-/// repository and `[sandbox] read`/`write` — rustup's `~/.cargo/bin/cargo`,
-/// nvm's `node` — is "not found" inside, and every item would fail its
-/// gate. `gates` are (origin, command) pairs; `None` when the sandbox is
-/// off or every program is shown.
-pub(super) fn hidden_gate_programs(
+/// The `toolchain` line (docs/security.md#toolchains): a failure naming
+/// each gate, setup or agent program the sandbox would not show
+/// (`run::toolchain::hidden_programs`, the rule `plan` refuses by) and the
+/// `[sandbox] read` line that shows them; `None` when every one is shown
+/// or no sandbox is built. `gates` are (origin, command) pairs.
+pub(super) fn hidden_programs(
     loaded: &Loaded,
     repo: &std::path::Path,
     gates: &[(String, String)],
 ) -> Option<Check> {
-    let b = &loaded.config.sandbox;
-    if b.mode == Mode::Off {
-        return None;
-    }
-    let shown = |p: &std::path::Path| {
-        crate::sandbox::SYSTEM_DIRS.iter().any(|d| p.starts_with(d))
-            || p.starts_with(repo)
-            || b.read.iter().chain(&b.write).any(|d| p.starts_with(d))
-    };
-    let mut hidden = Vec::new();
-    for (origin, command) in gates {
-        for p in crate::gate::programs(command) {
-            if let crate::gate::Program::Name(name) = p
-                && let Some(at) = super::which(&name)
-                && !shown(&at)
-            {
-                hidden.push(format!("{origin} `{command}`: {name} is {}", at.display()));
-            }
-        }
-    }
+    use crate::run::toolchain;
+    let env = crate::settings::agents_environment(&loaded.config);
+    let hidden = toolchain::hidden_programs(loaded, repo, gates, &env);
     (!hidden.is_empty()).then(|| {
+        let said: Vec<String> = hidden.iter().map(toolchain::Hidden::describe).collect();
         Check::fail(
             "toolchain",
+            said.join("; "),
             format!(
-                "the sandbox does not show these gate programs, so every item would fail its gate: {}",
-                hidden.join("; ")
+                "show their installation to the sandbox (`[sandbox] read`): write `{}` under `[sandbox]` in {}",
+                toolchain::read_line(&loaded.config.sandbox.read, &hidden),
+                loaded.path.display()
             ),
-            "add their installation to `[sandbox] read` in the config, e.g. `read = [\"/root/.cargo\", \"/root/.rustup\"]` for a rustup toolchain",
         )
     })
 }

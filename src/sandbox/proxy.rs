@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The port the proxy listens on inside every sandbox (on its own
@@ -65,10 +66,15 @@ struct Entry {
     port: Option<u16>,
 }
 
-/// The hosts a sandboxed call may reach through the proxy.
+/// The hosts a sandboxed call may reach through the proxy, and the one it
+/// may not reach unless named exactly: the ledger's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Allow {
     entries: Vec<Entry>,
+    /// The ledger's `host:port` (from the database URL nightshift uses):
+    /// refused, by name and by the addresses it resolves to, unless an
+    /// entry is that same host and port (docs/security.md#the-network).
+    ledger: Option<Entry>,
 }
 
 impl Allow {
@@ -86,6 +92,18 @@ impl Allow {
             self.entries.sort();
         }
         Ok(())
+    }
+
+    /// Keeps the ledger's `host:port` out: a connection to it, or to an
+    /// address its name resolves to at that port, is refused even when a
+    /// local address or another name's entry would let it through, unless
+    /// an entry is exactly `host:port`. A `host` that is not a host is
+    /// ignored (the ledger is then reached over a socket, not TCP).
+    pub fn keep_out_ledger(&mut self, host: &str, port: u16) {
+        self.ledger = parse_entry(host).map(|e| Entry {
+            host: e.host,
+            port: Some(port),
+        });
     }
 
     /// Whether `entry` is a host [`Allow::add`] takes.
@@ -110,13 +128,41 @@ impl Allow {
     }
 
     /// The entry that lets a connection to `host:port` through (`tunnel`:
-    /// a `CONNECT`), if any.
-    fn permits(&self, host: &str, port: u16, tunnel: bool) -> Option<&Entry> {
+    /// a `CONNECT`), or why not.
+    fn permits(&self, host: &str, port: u16, tunnel: bool) -> Result<&Entry, &'static str> {
         let default = if tunnel { 443 } else { 80 };
         let host = host.to_ascii_lowercase();
-        self.entries
-            .iter()
-            .find(|e| e.host == host && e.port.unwrap_or(default) == port)
+        let mut matching = (self.entries.iter())
+            .filter(|e| e.host == host && e.port.unwrap_or(default) == port)
+            .peekable();
+        let first = *matching.peek().ok_or("not allowed")?;
+        let Some(l) = &self.ledger else {
+            return Ok(first);
+        };
+        // An entry naming the ledger exactly wins over a portless one.
+        if let Some(exact) = matching.find(|e| self.names_ledger(e, l)) {
+            return Ok(exact);
+        }
+        match l.host == host && l.port == Some(port) {
+            true => Err("the ledger"),
+            false => Ok(first),
+        }
+    }
+
+    /// The ledger's `host:port` when a connection let through by `entry`
+    /// must still not reach it (by address): `None` when there is no
+    /// ledger to keep out or `entry` names it exactly.
+    fn ledger_for(&self, entry: &Entry) -> Option<(&str, u16)> {
+        let l = self
+            .ledger
+            .as_ref()
+            .filter(|l| !self.names_ledger(entry, l))?;
+        Some((l.host.as_str(), l.port?))
+    }
+
+    /// Whether `entry` is exactly the ledger's host and port.
+    fn names_ledger(&self, entry: &Entry, ledger: &Entry) -> bool {
+        entry.host == ledger.host && entry.port == ledger.port
     }
 }
 
@@ -274,6 +320,19 @@ struct Target {
     tunnel: bool,
     /// For plain HTTP: the head with its request line in origin form.
     head: Vec<u8>,
+    /// For plain HTTP: how the request's body ends.
+    body: Body,
+}
+
+/// How a plain HTTP request's body ends (RFC 9112 §6.3, as a request's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    /// No body.
+    None,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
 }
 
 /// One connection: its request read, judged, and forwarded or refused.
@@ -282,29 +341,105 @@ async fn handle(
     allow: &Allow,
     refused: &Mutex<Vec<String>>,
 ) -> io::Result<()> {
-    let (head, rest) = tokio::time::timeout(HEAD_FOR, read_head(&mut client))
-        .await
-        .map_err(|_| io::Error::other("no request head in time"))??;
+    let mut inbox = Inbox::default();
+    let head = inbox.head(&mut client).await?;
     let Some(t) = parse_request(&head) else {
         return answer(&mut client, "400 Bad Request").await;
     };
-    let Some(entry) = allow.permits(&t.host, t.port, t.tunnel) else {
-        return refuse(&mut client, refused, &t, "not allowed").await;
-    };
-    let explicit = entry.host == "localhost" || entry.host.parse::<IpAddr>().is_ok();
-    let Some(mut upstream) = connect(&t, explicit).await else {
-        return refuse(&mut client, refused, &t, "local or unreachable").await;
+    let Some(mut upstream) = open(&mut client, allow, refused, &t).await? else {
+        return Ok(());
     };
     if t.tunnel {
         client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
             .await?;
-    } else {
-        upstream.write_all(&t.head).await?;
+        upstream.write_all(&inbox.buf).await?;
+        tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+        return Ok(());
     }
-    upstream.write_all(&rest).await?;
-    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
-    Ok(())
+    plain((client, inbox), upstream, t, allow, refused).await
+}
+
+/// The upstream connection for `t`, or `None` once it was refused (logged,
+/// kept, answered `403`).
+async fn open(
+    client: &mut TcpStream,
+    allow: &Allow,
+    refused: &Mutex<Vec<String>>,
+    t: &Target,
+) -> io::Result<Option<TcpStream>> {
+    let entry = match allow.permits(&t.host, t.port, t.tunnel) {
+        Ok(e) => e,
+        Err(why) => {
+            refuse(client, refused, t, why).await?;
+            return Ok(None);
+        }
+    };
+    let explicit = entry.host == "localhost" || entry.host.parse::<IpAddr>().is_ok();
+    match connect(t, explicit, allow.ledger_for(entry)).await {
+        Some(s) => Ok(Some(s)),
+        None => {
+            refuse(client, refused, t, "local, the ledger's, or unreachable").await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Plain HTTP on a kept-alive connection: each request is forwarded with
+/// its body (responses flow back on their own), and each next request's
+/// head is judged before it goes anywhere. A request for another host or
+/// port ends the connection (the client opens a new one, judged afresh);
+/// one not allowed is also counted as refused.
+async fn plain(
+    (client, mut inbox): (TcpStream, Inbox),
+    upstream: TcpStream,
+    mut t: Target,
+    allow: &Allow,
+    refused: &Mutex<Vec<String>>,
+) -> io::Result<()> {
+    let (mut up_read, mut up_write) = upstream.into_split();
+    let (mut client_read, mut client_write) = client.into_split();
+    let back = async move {
+        let copied = tokio::io::copy(&mut up_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+        copied.map(|_| ())
+    };
+    let first = (t.host.clone(), t.port);
+    let forth = async move {
+        let ended = loop {
+            let sent = match up_write.write_all(&t.head).await {
+                Ok(()) => {
+                    inbox
+                        .forward_body(&mut client_read, &mut up_write, t.body)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent {
+                break Err(e);
+            }
+            let Ok(head) = inbox.head(&mut client_read).await else {
+                break Ok(());
+            };
+            let Some(next) = parse_request(&head).filter(|n| !n.tunnel) else {
+                break Ok(());
+            };
+            match allow.permits(&next.host, next.port, false) {
+                Err(why) => {
+                    keep_refusal(refused, &next, why);
+                    break Ok(());
+                }
+                Ok(_) if (next.host.clone(), next.port) != first => break Ok(()),
+                Ok(_) => t = next,
+            }
+        };
+        // No more requests: the server ends its answers and closes.
+        let _ = up_write.shutdown().await;
+        ended
+    };
+    // The answers still coming are relayed after the last request.
+    let (back, forth) = tokio::join!(back, forth);
+    forth.and(back)
 }
 
 /// Logs and keeps a refusal and answers `403`.
@@ -314,10 +449,15 @@ async fn refuse(
     t: &Target,
     why: &str,
 ) -> io::Result<()> {
+    keep_refusal(refused, t, why);
+    answer(client, "403 Forbidden").await
+}
+
+/// Logs and keeps a refusal of `t`.
+fn keep_refusal(refused: &Mutex<Vec<String>>, t: &Target, why: &str) {
     let host = format!("{}:{}", t.host, t.port);
     tracing::warn!(host = %host, why, "the sandbox's proxy refused a connection");
     refused.lock().unwrap_or_else(|p| p.into_inner()).push(host);
-    answer(client, "403 Forbidden").await
 }
 
 /// A bodiless answer that closes the connection.
@@ -328,23 +468,30 @@ async fn answer(client: &mut TcpStream, status: &str) -> io::Result<()> {
 }
 
 /// Resolves the target and connects to its first address that is not
-/// local (any address when `explicit`); `None` when none answers.
-async fn connect(t: &Target, explicit: bool) -> Option<TcpStream> {
-    let addrs: Vec<SocketAddr> = tokio::time::timeout(
-        CONNECT_FOR,
-        tokio::net::lookup_host((t.host.as_str(), t.port)),
-    )
-    .await
-    .ok()?
-    .ok()?
-    .filter(|a| explicit || !is_local(a.ip()))
-    .collect();
+/// local (any address when `explicit`) nor one of `ledger`'s addresses
+/// (its host and port); `None` when none answers.
+async fn connect(t: &Target, explicit: bool, ledger: Option<(&str, u16)>) -> Option<TcpStream> {
+    let kept_out = match ledger {
+        Some(l) => resolve(l.0, l.1).await.unwrap_or_default(),
+        None => vec![],
+    };
+    let addrs: Vec<SocketAddr> = resolve(&t.host, t.port)
+        .await?
+        .into_iter()
+        .filter(|a| (explicit || !is_local(a.ip())) && !kept_out.contains(a))
+        .collect();
     for a in addrs {
         if let Ok(Ok(s)) = tokio::time::timeout(CONNECT_FOR, TcpStream::connect(a)).await {
             return Some(s);
         }
     }
     None
+}
+
+/// The addresses of `host:port`, waiting at most [`CONNECT_FOR`].
+async fn resolve(host: &str, port: u16) -> Option<Vec<SocketAddr>> {
+    let found = tokio::time::timeout(CONNECT_FOR, tokio::net::lookup_host((host, port)));
+    Some(found.await.ok()?.ok()?.collect())
 }
 
 /// Loopback, private, link-local, unspecified, shared (100.64/10) or
@@ -371,15 +518,102 @@ fn is_local(ip: IpAddr) -> bool {
     }
 }
 
-/// Reads up to the end of the head (`\r\n\r\n`); returns the head and
-/// whatever came after it.
-async fn read_head(client: &mut TcpStream) -> io::Result<(Vec<u8>, Vec<u8>)> {
-    let mut buf = Vec::with_capacity(4096);
+/// What was read from a client past the last request head or body.
+#[derive(Default)]
+struct Inbox {
+    buf: Vec<u8>,
+}
+
+impl Inbox {
+    /// The next request's head (up to `\r\n\r\n`), waiting at most
+    /// [`HEAD_FOR`]; what came after it stays buffered.
+    async fn head(&mut self, read: &mut (impl AsyncReadExt + Unpin)) -> io::Result<Vec<u8>> {
+        tokio::time::timeout(HEAD_FOR, read_head(read, &mut self.buf))
+            .await
+            .map_err(|_| io::Error::other("no request head in time"))?
+    }
+
+    /// Forwards one request's body to `up`, as `body` says it ends.
+    async fn forward_body(
+        &mut self,
+        read: &mut OwnedReadHalf,
+        up: &mut OwnedWriteHalf,
+        body: Body,
+    ) -> io::Result<()> {
+        match body {
+            Body::None => Ok(()),
+            Body::Length(n) => self.forward(read, up, n).await,
+            Body::Chunked => loop {
+                let line = self.line(read).await?;
+                up.write_all(&line).await?;
+                let size = std::str::from_utf8(&line)
+                    .ok()
+                    .and_then(|l| l.trim().split(';').next())
+                    .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+                    .ok_or_else(|| io::Error::other("a bad chunk size"))?;
+                if size == 0 {
+                    // The trailer, up to its empty line.
+                    loop {
+                        let t = self.line(read).await?;
+                        up.write_all(&t).await?;
+                        if t == b"\r\n" {
+                            return Ok(());
+                        }
+                    }
+                }
+                self.forward(read, up, size + 2).await?;
+            },
+        }
+    }
+
+    /// Forwards exactly `n` bytes: first the buffered ones, then `read`'s.
+    async fn forward(
+        &mut self,
+        read: &mut OwnedReadHalf,
+        up: &mut OwnedWriteHalf,
+        mut n: u64,
+    ) -> io::Result<()> {
+        let from_buf = usize::try_from(n).unwrap_or(usize::MAX).min(self.buf.len());
+        up.write_all(&self.buf[..from_buf]).await?;
+        self.buf.drain(..from_buf);
+        n -= from_buf as u64;
+        let copied = tokio::io::copy(&mut (&mut *read).take(n), up).await?;
+        if copied < n {
+            return Err(io::Error::other("closed inside a request's body"));
+        }
+        Ok(())
+    }
+
+    /// One line (with its `\r\n`) of a chunked body.
+    async fn line(&mut self, read: &mut OwnedReadHalf) -> io::Result<Vec<u8>> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                return Ok(self.buf.drain(..end + 2).collect());
+            }
+            if self.buf.len() > HEAD_MAX {
+                return Err(io::Error::other("a chunk line too long"));
+            }
+            let n = read.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(io::Error::other("closed inside a chunked body"));
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// Reads into `buf` up to the end of a head (`\r\n\r\n`); returns the
+/// head and leaves whatever came after it in `buf`.
+async fn read_head(
+    client: &mut (impl AsyncReadExt + Unpin),
+    buf: &mut Vec<u8>,
+) -> io::Result<Vec<u8>> {
     let mut chunk = [0u8; 4096];
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let rest = buf.split_off(end + 4);
-            return Ok((buf, rest));
+            return Ok(std::mem::replace(buf, rest));
         }
         if buf.len() > HEAD_MAX {
             return Err(io::Error::other("request head too long"));
@@ -411,6 +645,7 @@ fn parse_request(head: &[u8]) -> Option<Target> {
             port: port?.parse().ok()?,
             tunnel: true,
             head: Vec::new(),
+            body: Body::None,
         });
     }
     let rest = target.strip_prefix("http://")?;
@@ -425,8 +660,19 @@ fn parse_request(head: &[u8]) -> Option<Target> {
         None => 80,
     };
     let mut out = format!("{method} {path} {version}\r\n");
+    let mut body = Body::None;
     for h in headers.split("\r\n").filter(|h| !h.is_empty()) {
-        if !h.to_ascii_lowercase().starts_with("proxy-") {
+        let lower = h.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:")
+            && body != Body::Chunked
+        {
+            body = Body::Length(v.trim().parse().ok()?);
+        }
+        // Chunked wins over a length (RFC 9112 §6.3).
+        if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+            body = Body::Chunked;
+        }
+        if !lower.starts_with("proxy-") {
             out.push_str(h);
             out.push_str("\r\n");
         }
@@ -437,80 +683,10 @@ fn parse_request(head: &[u8]) -> Option<Target> {
         port,
         tunnel: false,
         head: out.into_bytes(),
+        body,
     })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn entries_are_hosts_with_optional_ports() {
-        let mut a = Allow::default();
-        for ok in [
-            "api.anthropic.com",
-            "127.0.0.1:8080",
-            "[::1]:9",
-            "Registry.NPMjs.org:443",
-        ] {
-            a.add(ok).unwrap();
-        }
-        for bad in ["", "http://x", "x:0", "x:99999", "a b", "-x", "[::1"] {
-            assert!(a.add(bad).is_err(), "{bad}");
-        }
-        assert!(a.permits("api.anthropic.com", 443, true).is_some());
-        assert!(a.permits("api.anthropic.com", 80, false).is_some());
-        assert!(a.permits("api.anthropic.com", 8443, true).is_none());
-        assert!(a.permits("registry.npmjs.org", 443, true).is_some());
-        assert!(a.permits("127.0.0.1", 8080, false).is_some());
-        assert!(a.permits("127.0.0.1", 5432, true).is_none());
-        assert!(a.permits("::1", 9, true).is_some());
-    }
-
-    #[test]
-    fn requests_are_connects_or_absolute_http() {
-        let t = parse_request(b"CONNECT Example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-        assert_eq!(
-            (t.host.as_str(), t.port, t.tunnel),
-            ("example.com", 443, true)
-        );
-        let t = parse_request(
-            b"GET http://127.0.0.1:9/v1/x?y HTTP/1.1\r\nHost: 127.0.0.1:9\r\nProxy-Connection: keep-alive\r\n\r\n",
-        )
-        .unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.tunnel), ("127.0.0.1", 9, false));
-        assert_eq!(
-            String::from_utf8(t.head).unwrap(),
-            "GET /v1/x?y HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n"
-        );
-        for bad in [
-            &b"GET /relative HTTP/1.1\r\n\r\n"[..],
-            b"CONNECT example.com HTTP/1.1\r\n\r\n",
-            b"GET https://x/ HTTP/1.1\r\n\r\n",
-        ] {
-            assert!(parse_request(bad).is_none());
-        }
-    }
-
-    #[test]
-    fn local_addresses_are_local() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "192.168.0.1",
-            "172.20.0.1",
-            "169.254.1.1",
-            "::1",
-            "fd00::1",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-            "100.64.0.1",
-            "0.0.0.0",
-        ] {
-            assert!(is_local(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["1.1.1.1", "2606:4700::1111", "172.32.0.1"] {
-            assert!(!is_local(ip.parse().unwrap()), "{ip}");
-        }
-    }
-}
+#[path = "proxy_tests.rs"]
+mod tests;

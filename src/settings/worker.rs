@@ -214,6 +214,7 @@ fn adopt_contract_agents(config: &mut Config, plan: &Plan) -> Result<()> {
         agent.command = spec.command.clone();
         agent.permission_flags = spec.permission_flags.clone();
         agent.model = spec.model.clone();
+        agent.allow_hosts = spec.allow_hosts.clone();
     }
     adopt_fallbacks(config, [&c.writer_fallback, &c.reviewer_fallback])
 }
@@ -260,6 +261,7 @@ fn adopt_fallbacks(
             model: spec.model.clone(),
             account,
             fallback: None,
+            allow_hosts: spec.allow_hosts.clone(),
         };
         config.agents.insert(name.clone(), agent);
         let primary = if is_writer {
@@ -334,6 +336,7 @@ mod tests {
             model: Some("m".into()),
             name: Some("spare".into()),
             permission_flags: None,
+            allow_hosts: vec![],
         });
         super::adopt_fallbacks(&mut c, [&sealed, &None]).unwrap();
         let (name, a) = c.fallback_of(&c.writer).unwrap();

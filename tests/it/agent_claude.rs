@@ -112,6 +112,7 @@ fn claude_agent(bin: &Path) -> AgentConfig {
         model: None,
         account: None,
         fallback: None,
+        allow_hosts: vec![],
     }
 }
 

@@ -105,6 +105,7 @@ fn fake_codex_agent() -> AgentConfig {
         model: None,
         account: None,
         fallback: None,
+        allow_hosts: vec![],
     }
 }
 
@@ -118,6 +119,7 @@ fn real_agent(fake: &FakeResponses) -> AgentConfig {
         model: None,
         account: None,
         fallback: None,
+        allow_hosts: vec![],
     }
 }
 

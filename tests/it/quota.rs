@@ -366,6 +366,7 @@ async fn the_real_codex_cli_s_gauges_are_read_from_its_session_file() {
         model: None,
         account: None,
         fallback: None,
+        allow_hosts: vec![],
     };
     let r = agent::call(&agent, &call, &tokio_util::sync::CancellationToken::new())
         .await

@@ -281,6 +281,10 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
     );
     for (line, says) in [
         ("allow_hosts = [\"https://x.org/\"]", "is not a host"),
+        (
+            "gate_allow_hosts = [\"a b\"]",
+            "`a b` in [sandbox] is not a host",
+        ),
         ("read = [\"/no/such/toolchain\"]", "does not exist"),
         ("write = [\"relative/cache\"]", "is not an absolute path"),
         ("mode = \"sometimes\"", "mode"),
@@ -290,6 +294,17 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
         assert_eq!(out.status.code(), Some(2), "{line}: {}", text(&out));
         assert!(text(&out).contains(says), "{line}: {}", text(&out));
     }
+    // An agent's own list is checked as `[sandbox] allow_hosts` is.
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\nallow_hosts = [\"x y\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{w}\"]\n"
+    ));
+    let out = f.run(&["plan"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("`x y` in [writer] is not a host"),
+        "{}",
+        text(&out)
+    );
     f.config(&format!(
         "{base}mode = \"required\"\nallow_hosts = [\"registry.npmjs.org:443\"]\n"
     ));
@@ -482,4 +497,255 @@ fn doctor_names_a_gate_program_the_sandbox_would_hide() {
             text(&out)
         );
     }
+}
+
+/// An executable `name` in `dir` (made) running `script`; its path.
+fn tool(dir: &Path, name: &str, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, script).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// A gate program found on PATH where the sandbox shows nothing (as
+/// rustup's `cargo` is) makes `plan` refuse (exit 2, no SHA), naming the
+/// program, where it was found and the `[sandbox] read` line to write;
+/// with that line the plan is offered.
+#[test]
+fn plan_refuses_a_gate_program_the_sandbox_would_hide_and_names_the_read_line() {
+    let mut f = Fixture::new();
+    let root = f.dir.path().join("toolchain");
+    let mytool = tool(&root.join("bin"), "mytool", "#!/bin/sh\nexit 0\n");
+    common::prepend_path(&mut f, &root.join("bin"));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let config = |sandbox: &str| {
+        format!(
+            "verify = [\"mytool --check && sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\n{sandbox}\n"
+        )
+    };
+    f.config(&config(""));
+    let out = f.run(&["plan"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("no SHA to approve"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "verify `mytool --check && sh test.sh`: mytool is {}, which the sandbox does not show",
+            mytool.display()
+        )),
+        "{said}"
+    );
+    let line = format!("read = [\"{}\"]", root.display());
+    assert!(
+        said.contains(&format!("write `{line}` under `[sandbox]`")),
+        "{said}"
+    );
+    f.config(&config(&line));
+    assert_ok(&f.run(&["plan"]), "plan with the read line");
+}
+
+/// An agent whose script's interpreter lies where the sandbox shows
+/// nothing (`#!/usr/bin/env node` with nvm's `node`) makes `plan` refuse
+/// and `doctor` fail its `toolchain` line, both naming the interpreter and
+/// the directory to show; shown, both pass. The agent's own file needs no
+/// line: the sandbox shows a call's program.
+#[test]
+fn plan_and_doctor_refuse_an_agent_whose_interpreter_the_sandbox_would_hide() {
+    let mut f = Fixture::new();
+    let nvm = f.dir.path().join("nvm/versions/node/v20");
+    let node = tool(&nvm.join("bin"), "mynode", "#!/bin/sh\nexec sh \"$@\"\n");
+    common::prepend_path(&mut f, &nvm.join("bin"));
+    let agent = tool(
+        &f.dir.path().join("hidden"),
+        "my-agent",
+        "#!/usr/bin/env mynode\necho sub >> calc.txt\n",
+    );
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let config = |sandbox: &str| {
+        format!(
+            "verify = [\"sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\n{sandbox}\n",
+            agent.display()
+        )
+    };
+    f.config(&config(""));
+    let out = f.run(&["plan"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!(
+            "the writer's program ([writer] command), the interpreter of {}: mynode is {}",
+            agent.display(),
+            node.display()
+        )),
+        "{said}"
+    );
+    let line = format!("read = [\"{}\"]", nvm.display());
+    assert!(said.contains(&line), "{said}");
+    let out = f.run(&["doctor"]);
+    let doctor = common::doctor_line(&out, "toolchain");
+    assert!(
+        doctor.starts_with("FAIL") && doctor.contains("mynode is") && doctor.contains(&line),
+        "{}",
+        text(&out)
+    );
+    f.config(&config(&line));
+    assert_ok(&f.run(&["plan"]), "plan with the read line");
+    let out = f.run(&["doctor"]);
+    assert_eq!(common::doctor_line(&out, "toolchain"), "", "{}", text(&out));
+}
+
+/// Claude Code's user settings (`~/.claude/settings.json`) may name its
+/// API host in their `env` table: with no `ANTHROPIC_BASE_URL` in the
+/// environment, the sandbox allows that host and shows the settings
+/// read-only in the private home, and the real CLI completes an item
+/// inside it against the fake API the settings name.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_real_claude_reaches_the_api_host_its_user_settings_name() {
+    use crate::fakes::anthropic::{FakeAnthropic, Reply, tool};
+    use serde_json::json;
+    let bin = crate::agent_claude::real_claude().display().to_string();
+    let api = FakeAnthropic::start().await;
+    let mut f = Fixture::new();
+    for (k, v) in crate::agent_claude::cli_env(&f.home, &api.uri(), false) {
+        if !["PATH", "HOME", "ANTHROPIC_BASE_URL"].contains(&k.as_str()) {
+            f.extra_env.push((k, v));
+        }
+    }
+    let settings = json!({"env": {"ANTHROPIC_BASE_URL": api.uri()}});
+    std::fs::create_dir_all(f.home.join(".claude")).unwrap();
+    std::fs::write(f.home.join(".claude/settings.json"), settings.to_string()).unwrap();
+    f.config(&format!(
+        "verify = [\"sh test.sh\"]\n[limits]\nrounds = 1\n[writer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n[reviewer]\nkind = \"claude\"\ncommand = [\"{bin}\"]\n[sandbox]\nmode = \"required\"\n"
+    ));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n  - scope: calc.txt\n");
+    api.writer([
+        Reply::Tools(
+            None,
+            vec![tool(
+                "Edit",
+                json!({"file_path": "calc.txt", "old_string": "add\n", "new_string": "add\nsub\n"}),
+            )],
+        ),
+        Reply::Text("Added sub.".into()),
+    ]);
+    api.reviewer([Reply::Tools(
+        None,
+        vec![tool(
+            "StructuredOutput",
+            json!({"verdict": "approve", "findings": []}),
+        )],
+    )]);
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let report = f.report();
+    assert_eq!(outcomes(&report), ["branch_pushed"], "{report:#}");
+    assert_eq!(api.left(), (0, 0), "every turn went to the settings' host");
+}
+
+/// `[writer] allow_hosts` lets only the writer's calls through to its
+/// hosts, `[sandbox] gate_allow_hosts` only the gate's and setup's: each
+/// reaches its own listener on 127.0.0.1 through the proxy and is refused
+/// the other's; the card shows whose hosts they are.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_allowed_for_the_gate_only_or_the_writer_only_is_theirs_alone() {
+    let f = Fixture::new();
+    let gate_l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let writer_l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (g, w) = (
+        gate_l.local_addr().unwrap().port(),
+        writer_l.local_addr().unwrap().port(),
+    );
+    let proxy = nightshift::sandbox::PROXY_PORT;
+    f.agent(
+        "probe.sh",
+        &format!(
+            r#"#!/bin/sh
+via() {{ timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{proxy} && printf "CONNECT %s HTTP/1.1\r\n\r\n" "$0" >&3 && head -c 12 <&3 | grep -q " 200"' "$1"; }}
+for h in gate:{g} writer:{w}; do
+  if via 127.0.0.1:${{h#*:}}; then echo "$1:${{h%%:*}}_host=0"; else echo "$1:${{h%%:*}}_host=1"; fi
+done
+"#
+        ),
+    );
+    let wr = f.agent(
+        "writer.sh",
+        "#!/bin/sh\nsh \"$(dirname \"$0\")/probe.sh\" writer\necho sub >> calc.txt\n",
+    );
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let agents = f.agents.display();
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    f.config(&format!(
+        "verify = [\"sh {agents}/probe.sh gate; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{wr}\"]\nallow_hosts = [\"127.0.0.1:{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nmode = \"required\"\nread = [\"{agents}\"]\ngate_allow_hosts = [\"127.0.0.1:{g}\"]\n"
+    ));
+    let card = text(&f.run(&["plan"]));
+    assert!(
+        card.contains(&format!(
+            " · writer only: 127.0.0.1:{w} · gate and setup only: 127.0.0.1:{g}"
+        )),
+        "{card}"
+    );
+    let out = f.approve_and_drain(&[]);
+    assert_ok(&out, "drain");
+    let report = f.report();
+    assert_eq!(outcomes(&report), ["branch_pushed"], "{report:#}");
+    let mut got = results(&f.data, "writer.stdout");
+    got.extend(results(&f.data, "gate-0.stdout"));
+    for line in [
+        "writer:writer_host=0",
+        "writer:gate_host=1",
+        "gate:gate_host=0",
+        "gate:writer_host=1",
+    ] {
+        assert!(got.contains(&line.to_string()), "{line}: {got:?}");
+    }
+    let refused = report["sandbox_refused"].to_string();
+    for host in [format!("127.0.0.1:{g}"), format!("127.0.0.1:{w}")] {
+        assert!(refused.contains(&host), "{host}: {refused}");
+    }
+}
+
+/// A rustup proxy (`cargo` linked to `rustup`) runs the toolchain in
+/// `RUSTUP_HOME`: `plan` names both its `CARGO_HOME` and `RUSTUP_HOME`,
+/// and showing `CARGO_HOME` alone is still refused, naming `RUSTUP_HOME`.
+#[test]
+fn plan_names_rustup_home_for_a_rustup_proxy() {
+    let mut f = Fixture::new();
+    let cargo_home = f.dir.path().join("cargo");
+    let rustup_home = f.dir.path().join("rustup");
+    std::fs::create_dir_all(rustup_home.join("toolchains")).unwrap();
+    tool(&cargo_home.join("bin"), "rustup", "#!/bin/sh\nexit 0\n");
+    std::os::unix::fs::symlink("rustup", cargo_home.join("bin/cargo")).unwrap();
+    common::prepend_path(&mut f, &cargo_home.join("bin"));
+    f.extra_env
+        .push(("RUSTUP_HOME".into(), rustup_home.display().to_string()));
+    f.write("NEXT.md", "# calc\n\n- [ ] Add sub\n");
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let config = |sandbox: &str| {
+        format!(
+            "verify = [\"cargo test\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\n{sandbox}\n"
+        )
+    };
+    let (ch, rh) = (cargo_home.display(), rustup_home.display());
+    for (shown, want) in [
+        (String::new(), format!("read = [\"{ch}\", \"{rh}\"]")),
+        (
+            format!("read = [\"{ch}\"]"),
+            format!("read = [\"{ch}\", \"{rh}\"]"),
+        ),
+    ] {
+        f.config(&config(&shown));
+        let out = f.run(&["plan"]);
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{shown}: {said}");
+        assert!(said.contains(&format!("cargo is {ch}/bin/cargo")), "{said}");
+        assert!(said.contains(&format!("write `{want}`")), "{shown}: {said}");
+    }
+    f.config(&config(&format!("read = [\"{ch}\", \"{rh}\"]")));
+    assert_ok(&f.run(&["plan"]), "plan with both homes shown");
 }

@@ -31,6 +31,7 @@ fn agent(command: &[&str], model: Option<&str>) -> AgentConfig {
         model: model.map(String::from),
         account: None,
         fallback: None,
+        allow_hosts: vec![],
     }
 }
 

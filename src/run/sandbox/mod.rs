@@ -15,6 +15,8 @@ use crate::sandbox::{Allow, Network, Policy};
 
 use super::Night;
 
+pub mod toolchain;
+
 /// The home directory inside when the environment names none.
 const HOME: &str = "/home/sandbox";
 
@@ -37,7 +39,12 @@ pub(super) fn for_gate(
     if build.is_dir() {
         write.push(build);
     }
-    Some(policy(c, write, alternates(slot), env))
+    let hosts = c
+        .sandbox
+        .allow_hosts
+        .iter()
+        .chain(&c.sandbox.gate_allow_hosts);
+    Some(policy(c, (write, alternates(slot)), hosts, env))
 }
 
 /// The object directories the slot's clone borrows from (its
@@ -81,12 +88,30 @@ pub(super) fn for_agent(
         Role::Reviewer => (vec![log_dir.to_path_buf()], vec![slot.to_path_buf()]),
     };
     read.extend(alternates(slot));
-    let host_home = env.get("HOME").map(PathBuf::from);
-    let mut p = policy(c, write, read, env);
+    let host_home = as_account(night.run_as.as_ref(), env);
+    let hosts = c.sandbox.allow_hosts.iter().chain(&agent.allow_hosts);
+    let mut p = policy(c, (write, read), hosts, env);
     if agent.kind != AgentKind::Command {
         agent_files(agent, host_home.as_deref(), env, &mut p);
     }
     Some(p)
+}
+
+/// The home whose login files an agent call is given: the `agent_user`
+/// account's own when the call runs as it (nightshift's `HOME`, root's
+/// home, is not the account's to read), set as `env`'s `HOME` so that the
+/// private home inside is at the account's path, where the account's
+/// `HOME` points; else `env`'s `HOME`. An inherited `CODEX_HOME` is
+/// nightshift's, so it is dropped for the account's `~/.codex`.
+fn as_account(
+    run_as: Option<&crate::process::RunAs>,
+    env: &mut BTreeMap<String, String>,
+) -> Option<PathBuf> {
+    if let Some(a) = run_as {
+        env.insert("HOME".into(), a.home.display().to_string());
+        env.remove("CODEX_HOME");
+    }
+    env.get("HOME").map(PathBuf::from)
 }
 
 /// Whether the item's calls get a sandbox: this host builds one and the
@@ -95,12 +120,14 @@ fn wanted(night: &Night, c: &Contract) -> bool {
     night.sandbox && c.sandbox.mode != crate::sandbox::Mode::Off
 }
 
-/// The policy with the contract's sealed paths and allowed hosts added;
-/// with any allowed host, `env` gets the proxy's variables.
-fn policy(
+/// The policy with the contract's sealed paths added and `hosts` allowed
+/// (the sealed `[sandbox] allow_hosts` and the call's own: the agent's
+/// `allow_hosts`, or `gate_allow_hosts`); with any allowed host, `env`
+/// gets the proxy's variables.
+fn policy<'a>(
     c: &Contract,
-    mut write: Vec<PathBuf>,
-    mut read: Vec<PathBuf>,
+    (mut write, mut read): (Vec<PathBuf>, Vec<PathBuf>),
+    hosts: impl Iterator<Item = &'a String>,
     env: &mut BTreeMap<String, String>,
 ) -> Policy {
     write.extend(c.sandbox.write.iter().map(PathBuf::from));
@@ -109,8 +136,8 @@ fn policy(
         .entry("HOME".into())
         .or_insert_with(|| HOME.into())
         .clone();
-    let mut allow = Allow::default();
-    for h in &c.sandbox.allow_hosts {
+    let mut allow = guarded();
+    for h in hosts {
         // Checked when the config was loaded (config::validate).
         let _ = allow.add(h);
     }
@@ -124,6 +151,37 @@ fn policy(
     };
     set_network(&mut p, allow, env);
     p
+}
+
+/// An empty allow list that keeps the ledger out (docs/security.md#the-network):
+/// the host and port of the database URL nightshift uses, refused even when
+/// it is not a local address, unless an entry names it exactly.
+fn guarded() -> Allow {
+    let mut allow = Allow::default();
+    if let Some((host, port)) = ledger_host() {
+        allow.keep_out_ledger(&host, port);
+    }
+    allow
+}
+
+/// The ledger's TCP host and port (the URL's port, else PostgreSQL's
+/// 5432); `None` for the embedded cluster or a URL naming a Unix socket.
+fn ledger_host() -> Option<(String, u16)> {
+    let crate::ledger::DbSource::Url { url, .. } = crate::ledger::db_source_from_env() else {
+        return None;
+    };
+    let u = url::Url::parse(url.expose()).ok()?;
+    // `?host=/run/postgresql`: a socket, whatever the authority says.
+    if u.query_pairs()
+        .any(|(k, v)| k == "host" && v.starts_with('/'))
+    {
+        return None;
+    }
+    let host = match u.host()? {
+        url::Host::Ipv6(a) => a.to_string(),
+        h => h.to_string(),
+    };
+    Some((host, u.port().unwrap_or(5432)))
 }
 
 /// `allow` as the policy's network: the proxy and its variables in `env`
@@ -142,9 +200,11 @@ fn set_network(p: &mut Policy, allow: Allow, env: &mut BTreeMap<String, String>)
 /// (docs/security.md#claude-and-codex-in-the-sandbox): its login files
 /// read-only at their paths in the private home (claude:
 /// `~/.claude/.credentials.json`; codex: `$CODEX_HOME` or `~/.codex`,
-/// `auth.json` and `config.toml`), the `node_modules` its program lies in
+/// `auth.json` and `config.toml`; claude's user settings
+/// `~/.claude/settings.json` too), the `node_modules` its program lies in
 /// read-only, and its API hosts: the vendor's, or the host of the base URL
-/// its environment, arguments or config name.
+/// its environment, arguments or config name (claude: the environment's
+/// `ANTHROPIC_BASE_URL`, else its user settings' `env`).
 fn agent_files(
     agent: &AgentConfig,
     host_home: Option<&Path>,
@@ -153,16 +213,22 @@ fn agent_files(
 ) {
     let mut allow = match &p.network {
         Network::Proxy(a) => a.clone(),
-        Network::None => Allow::default(),
+        Network::None => guarded(),
     };
     let mut files = Vec::new();
     match agent.kind {
         AgentKind::Claude => {
+            let settings = host_home.map(|h| h.join(".claude/settings.json"));
             if let Some(h) = host_home {
-                let f = h.join(".claude/.credentials.json");
-                files.push((f.clone(), p.home.join(".claude/.credentials.json")));
+                for f in [".claude/.credentials.json", ".claude/settings.json"] {
+                    files.push((h.join(f), p.home.join(f)));
+                }
             }
-            match env.get("ANTHROPIC_BASE_URL").and_then(|u| host_of(u)) {
+            // Claude Code applies its user settings' `env` under its own
+            // environment: the variable wins, then the settings' value.
+            let base = (env.get("ANTHROPIC_BASE_URL").cloned())
+                .or_else(|| settings.as_deref().and_then(settings_base_url));
+            match base.as_deref().and_then(host_of) {
                 Some(h) => add(&mut allow, &h),
                 None => add(&mut allow, "api.anthropic.com:443"),
             }
@@ -210,6 +276,22 @@ fn agent_files(
         p.read.push(dir);
     }
     set_network(p, allow, env);
+}
+
+/// The `ANTHROPIC_BASE_URL` of the `env` table of Claude Code's user
+/// settings (`~/.claude/settings.json`), read as a regular file of at most
+/// [`crate::file::MAX_TEXT_BYTES`]; `None` when it is missing, unreadable,
+/// not JSON or sets none. The project's `.claude/settings.json` is not
+/// read: it is the slot's, which the writer may change.
+fn settings_base_url(path: &Path) -> Option<String> {
+    let text = crate::file::read_regular_text(path, crate::file::MAX_TEXT_BYTES).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some(
+        v.get("env")?
+            .get("ANTHROPIC_BASE_URL")?
+            .as_str()?
+            .to_string(),
+    )
 }
 
 /// Adds `host` (checked: a base URL's host and port) to `allow`.
@@ -263,4 +345,58 @@ fn package_of(program: &str, env: &BTreeMap<String, String>) -> Option<PathBuf> 
     real.ancestors()
         .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
         .map(Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As `agent_user`, codex's login and config are the account's, shown
+    /// in the private home at the account's path, where `CODEX_HOME` then
+    /// points: not nightshift's `HOME` nor its `CODEX_HOME`.
+    #[test]
+    fn codex_as_agent_user_gets_the_accounts_login_at_the_accounts_home() {
+        let account = tempfile::tempdir().unwrap();
+        let home = account.path().to_path_buf();
+        std::fs::create_dir_all(home.join(".codex")).unwrap();
+        std::fs::write(home.join(".codex/auth.json"), "{}").unwrap();
+        let run_as = crate::process::RunAs {
+            uid: 1000,
+            gid: 1000,
+            home: home.clone(),
+            user: "agent".into(),
+        };
+        let mut env = BTreeMap::from([
+            ("HOME".to_string(), "/root".to_string()),
+            ("CODEX_HOME".to_string(), "/root/.codex".to_string()),
+            ("PATH".to_string(), "/usr/bin".to_string()),
+        ]);
+        let host_home = as_account(Some(&run_as), &mut env);
+        assert_eq!(host_home.as_deref(), Some(home.as_path()));
+        let mut p = Policy {
+            write: vec![],
+            read: vec![],
+            home: home.clone(),
+            home_files: vec![],
+            home_dirs: vec![],
+            network: Network::None,
+        };
+        let agent = AgentConfig {
+            kind: AgentKind::Codex,
+            command: vec!["codex".into()],
+            ..AgentConfig::default()
+        };
+        agent_files(&agent, host_home.as_deref(), &mut env, &mut p);
+        let inside = home.join(".codex");
+        assert_eq!(
+            p.home_files,
+            [(inside.join("auth.json"), inside.join("auth.json"))]
+        );
+        assert_eq!(p.home_dirs, std::slice::from_ref(&inside));
+        assert_eq!(env["CODEX_HOME"], inside.display().to_string());
+        assert_eq!(env["HOME"], home.display().to_string());
+        // Without an account: nightshift's own HOME, as before.
+        let mut env = BTreeMap::from([("HOME".to_string(), "/root".to_string())]);
+        assert_eq!(as_account(None, &mut env), Some(PathBuf::from("/root")));
+    }
 }
