@@ -90,22 +90,14 @@ pub(super) async fn call_agent(r: &mut Round<'_>, role: Role) -> Result<Called, 
             return Ok(Called::Stop(end));
         }
         match report.end() {
-            CallEnd::NoCredit(reading) => {
-                let why = stop_without_credit(r, role, &reading).await?;
-                if fall_back_without_credit(r, role).await? {
-                    continue;
-                }
-                return Ok(Called::Stop(r.end(Fact::NoCredit(why))));
-            }
-            CallEnd::UsageLimit(reading) => {
-                if fall_back(r, role, &reading).await? {
-                    continue;
-                }
-                match usage_limit(r, role, &reading).await? {
-                    Some(end) => return Ok(Called::Stop(end)),
-                    None => continue,
-                }
-            }
+            CallEnd::NoCredit(reading) => match no_credit(r, role, &reading).await? {
+                Some(end) => return Ok(Called::Stop(end)),
+                None => continue,
+            },
+            CallEnd::UsageLimit(reading) => match at_usage_limit(r, role, &reading).await? {
+                Some(end) => return Ok(Called::Stop(end)),
+                None => continue,
+            },
             CallEnd::Transient(reading) if throttles < MAX_THROTTLE_RETRIES => {
                 throttles += 1;
                 match throttled(r, role, &reading).await? {
@@ -407,17 +399,37 @@ async fn stop_without_credit(
     ))
 }
 
-/// After the call of `role` met an account without credit (already
-/// stopped in the ledger): whether a fallback of the role with room takes
-/// the call over at once (docs/limits.md#fallback), as after a usage limit.
-async fn fall_back_without_credit(r: &mut Round<'_>, role: Role) -> Result<bool, Error> {
-    let night = r.item.night;
-    let account = agent_config(r, role).account();
-    let fell = super::fallback::take_over(night, &mut r.st.cast, (role, r.n), &account).await?;
-    if fell {
+/// The call of `role` met an account without credit: the account stops
+/// for the night ([`stop_without_credit`]); a fallback of the role with
+/// room takes the call over at once (docs/limits.md#fallback), as after a
+/// usage limit (`None`: make the call again), else the item ends
+/// `no_credit`.
+async fn no_credit(
+    r: &mut Round<'_>,
+    role: Role,
+    reading: &LimitReading,
+) -> Result<Option<ItemEnd>, Error> {
+    let why = stop_without_credit(r, role, reading).await?;
+    let (night, account) = (r.item.night, agent_config(r, role).account());
+    if super::fallback::take_over(night, &mut r.st.cast, (role, r.n), &account).await? {
         tracing::info!(account = %account, role = role.as_str(), "no credit: the fallback agent takes the call over");
+        return Ok(None);
     }
-    Ok(fell)
+    Ok(Some(r.end(Fact::NoCredit(why))))
+}
+
+/// At a usage limit of the agent playing `role`: its fallback takes the
+/// call over ([`fall_back`]), else the account sleeps until the reset
+/// ([`usage_limit`]). `None`: make the call again.
+async fn at_usage_limit(
+    r: &mut Round<'_>,
+    role: Role,
+    reading: &LimitReading,
+) -> Result<Option<ItemEnd>, Error> {
+    if fall_back(r, role, reading).await? {
+        return Ok(None);
+    }
+    usage_limit(r, role, reading).await
 }
 
 /// Before a round's first call (docs/limits.md#reserve): no new round of

@@ -196,7 +196,9 @@ struct Session {
 }
 
 /// An operation on the test's session: a query's future on the connection.
-pub type OnSession<'f, T> = dyn for<'c> Fn(&'c mut PgConnection) -> Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>
+pub type OnSession<'f, T> = dyn for<'c> Fn(
+        &'c mut PgConnection,
+    ) -> Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>
     + Sync
     + 'f;
 
@@ -292,7 +294,12 @@ impl Db {
                 .collect::<Vec<_>>()
                 .join("|")
         };
-        rows.iter().map(line).collect::<Vec<_>>().join("\n").trim().to_string()
+        rows.iter()
+            .map(line)
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim()
+            .to_string()
     }
 }
 
