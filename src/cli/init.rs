@@ -29,6 +29,7 @@ pub(crate) fn run(cli: &Cli) -> Result<()> {
     }
     let cfg = dir.join(config::FILE);
     let mut gate_unset = false;
+    let made_config = !cfg.exists();
     if cfg.exists() {
         println!("kept    {} (already there)", cfg.display());
     } else {
@@ -68,6 +69,9 @@ pub(crate) fn run(cli: &Cli) -> Result<()> {
         create(&backlog, NEXT_EXAMPLE).map_err(|e| io(&backlog.display().to_string(), e))?;
         println!("created {} from the example", backlog.display());
     }
+    if made_config {
+        show_toolchain(&repo, &cfg)?;
+    }
     let c = &loaded.config;
     if gate_unset {
         println!(
@@ -85,6 +89,46 @@ pub(crate) fn run(cli: &Cli) -> Result<()> {
             backlog.display()
         );
     }
+    Ok(())
+}
+
+/// When a gate or agent program of the new config and backlog lies where
+/// the sandbox would hide it (rustup's `~/.cargo/bin/cargo`, nvm's node:
+/// docs/security.md#toolchains), adds the `[sandbox] read` line that shows
+/// it to the config `init` just wrote, and says so: otherwise `plan`'s first
+/// answer would be a refusal asking for that line.
+fn show_toolchain(repo: &std::path::Path, cfg: &std::path::Path) -> Result<()> {
+    use crate::run::toolchain;
+    let loaded = crate::settings::checked_load(cfg)?;
+    let Ok(bl) = crate::settings::read_backlog(repo, &loaded) else {
+        return Ok(());
+    };
+    let Ok(plan) = crate::plan::build_plan(repo, &bl, &loaded) else {
+        return Ok(());
+    };
+    let hidden = toolchain::hidden_in_plan(&loaded, repo, &plan);
+    if hidden.is_empty() {
+        return Ok(());
+    }
+    let line = toolchain::read_line(&loaded.config.sandbox.read, &hidden);
+    let found: Vec<String> = hidden
+        .iter()
+        .map(|h| format!("{} at {}", h.program, h.found.display()))
+        .collect();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(cfg)
+        .map_err(|e| Error::failed(format!("{}: {e}", cfg.display())))?;
+    std::io::Write::write_all(
+        &mut file,
+        config::sandbox_read_table(&line, &found).as_bytes(),
+    )
+    .map_err(|e| Error::failed(format!("{}: {e}", cfg.display())))?;
+    println!(
+        "sandbox: {} outside the system directories: wrote `{line}` under [sandbox] in {} (docs/security.md#toolchains)",
+        found.join(", "),
+        cfg.display()
+    );
     Ok(())
 }
 

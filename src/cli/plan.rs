@@ -45,18 +45,7 @@ fn cannot_run(snap: &Snapshot) -> Vec<String> {
 /// `[sandbox] read` line that shows them all.
 fn hidden_programs(snap: &Snapshot) -> Vec<String> {
     use crate::run::toolchain;
-    let mut gates: Vec<(String, String)> = Vec::new();
-    for e in &snap.plan.entries {
-        let (verify, setup) = (e.contract.verify.iter(), e.contract.setup.iter());
-        let commands = (verify.map(|v| ("verify", v))).chain(setup.map(|s| ("setup", s)));
-        for (who, command) in commands {
-            if !gates.iter().any(|(_, c)| c == command) {
-                gates.push((who.to_string(), command.clone()));
-            }
-        }
-    }
-    let env = crate::settings::agents_environment(&snap.loaded.config);
-    let hidden = toolchain::hidden_programs(&snap.loaded, &snap.repo, &gates, &env);
+    let hidden = toolchain::hidden_in_plan(&snap.loaded, &snap.repo, &snap.plan);
     if hidden.is_empty() {
         return vec![];
     }

@@ -31,7 +31,7 @@ pub use load::{DIR, FILE, Loaded, load, parse, secret_names_hint};
 pub use protected::{DEFAULT_PROTECTED, protected_paths};
 pub use quota::{DEFAULT_RESERVE, Overage, Quota, parse_percent};
 pub use serve::{DEFAULT_RETENTION, Serve};
-pub use template::{PLACEHOLDER_GATE, TEMPLATE, template_with_gate};
+pub use template::{PLACEHOLDER_GATE, TEMPLATE, sandbox_read_table, template_with_gate};
 pub use types::{
     AgentConfig, AgentKind, Config, DEFAULT_CI_LOG_LINES, DEFAULT_CI_ROUNDS, DEFAULT_CI_WAIT,
     DEFAULT_MAX_AGENT_OUTPUT, DEFAULT_MAX_CHANGED_FILES, DEFAULT_MAX_DIFF_LINES, Limits, Recipe,

@@ -26,6 +26,17 @@ pub fn template_with_gate(gate: Option<&str>) -> String {
     TEMPLATE.replacen(line, &new, 1)
 }
 
+/// The `[sandbox]` table `init` adds when the gate's or an agent's program
+/// lies where the sandbox would hide it (docs/security.md#toolchains):
+/// `read_line` (`read = [...]`) under a comment naming each program and
+/// where it was found (`found`).
+pub fn sandbox_read_table(read_line: &str, found: &[String]) -> String {
+    format!(
+        "\n[sandbox]                      # docs/security.md#the-sandbox\n# init found {} outside the system directories: shown read-only inside\n{read_line}\n",
+        found.join(", ")
+    )
+}
+
 /// The commented config `nightshift init` writes (docs/config.md).
 pub const TEMPLATE: &str = r#"# nightshift configuration (README: Configuration). Every key is optional; the values
 # shown are the defaults unless marked "example".

@@ -286,7 +286,7 @@ pub fn totals(
 /// What agents as root could read, said by the card, `drain`'s start and
 /// the report when the config allows it (docs/security.md "Without
 /// agent_user"): root overrides nightshift's non-dumpable flag.
-pub const AGENTS_AS_ROOT_NOTE: &str = "agents run as root (agents_as_root = true, no agent_user): they can read everything nightshift holds — its memory with the GitHub token and the ledger's URL, the approval key, every file on this machine";
+pub const AGENTS_AS_ROOT_NOTE: &str = "agents run as root (agents_as_root = true, no agent_user): wherever the sandbox is not built ([sandbox] mode = \"off\", or a kernel without it) they can read everything nightshift holds — its memory with the GitHub token and the ledger's URL, the approval key, every file on this machine";
 
 /// `report --json` (docs/commands.md#report---json shape; more fields than the reference names, none
 /// fewer), with the night's totals when given.

@@ -548,6 +548,60 @@ fn plan_refuses_a_gate_program_the_sandbox_would_hide_and_names_the_read_line() 
     assert_ok(&f.run(&["plan"]), "plan with the read line");
 }
 
+/// `init` in a Rust project whose `cargo` lies where the sandbox shows
+/// nothing (rustup's `~/.cargo/bin` here stands in a temporary
+/// `toolchain/bin`): the config it writes already shows that toolchain
+/// (`[sandbox] read`), it says so, and the first `plan` offers a SHA
+/// instead of refusing (docs/security.md#toolchains).
+#[test]
+fn init_shows_the_toolchain_of_the_gate_it_guessed() {
+    let mut f = Fixture::new();
+    let root = f.dir.path().join("toolchain");
+    tool(
+        &root.join("bin"),
+        "cargo",
+        "#!/bin/sh
+exit 0
+",
+    );
+    common::prepend_path(&mut f, &root.join("bin"));
+    f.write(
+        "Cargo.toml",
+        "[package]\nname = \"calc\"\nversion = \"0.1.0\"\n",
+    );
+    let out = f.run(&["init"]);
+    let said = text(&out);
+    assert_ok(&out, "init");
+    let line = format!("read = [\"{}\"]", root.display());
+    assert!(
+        said.contains(&format!("wrote `{line}` under [sandbox]")),
+        "{said}"
+    );
+    let cfg = std::fs::read_to_string(f.repo.join(".nightshift/config.toml")).unwrap();
+    assert!(
+        cfg.contains("[sandbox]") && cfg.contains(&line),
+        "{cfg}"
+    );
+    // The agents: command scripts of the fixture (claude is not installed here).
+    let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
+    let r = f.agent("reviewer.sh", REVIEWER);
+    let cfg = cfg
+        .replace(
+            "kind = \"claude\"                # claude | codex | command\ncommand = [\"claude\"]",
+            &format!("kind = \"command\"\ncommand = [\"{w}\"]"),
+        )
+        .replace(
+            "[reviewer]\nkind = \"claude\"\ncommand = [\"claude\"]",
+            &format!("[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]"),
+        );
+    std::fs::write(
+        f.repo.join(".nightshift/config.toml"),
+        format!("agents_as_root = true\n{cfg}"),
+    )
+    .unwrap();
+    assert_ok(&f.run(&["plan"]), "plan over init's config");
+}
+
 /// An agent whose script's interpreter lies where the sandbox shows
 /// nothing (`#!/usr/bin/env node` with nvm's `node`) makes `plan` refuse
 /// and `doctor` fail its `toolchain` line, both naming the interpreter and

@@ -127,6 +127,24 @@ pub fn hidden_programs(
     out
 }
 
+/// The programs of `plan`'s gates (every item's `verify` and `setup`,
+/// each command once) and of the config's agents that the sandbox would
+/// hide ([`hidden_programs`] with the agents' environment).
+pub fn hidden_in_plan(loaded: &Loaded, repo: &Path, plan: &crate::plan::Plan) -> Vec<Hidden> {
+    let mut gates: Vec<(String, String)> = Vec::new();
+    for e in &plan.entries {
+        let (verify, setup) = (e.contract.verify.iter(), e.contract.setup.iter());
+        let commands = (verify.map(|v| ("verify", v))).chain(setup.map(|s| ("setup", s)));
+        for (who, command) in commands {
+            if !gates.iter().any(|(_, c)| c == command) {
+                gates.push((who.to_string(), command.clone()));
+            }
+        }
+    }
+    let env = crate::settings::agents_environment(&loaded.config);
+    hidden_programs(loaded, repo, &gates, &env)
+}
+
 /// How programs are found and judged: the calls' environment and the
 /// directories the sandbox shows (canonical and as written).
 struct Lookup<'a> {
