@@ -18,13 +18,18 @@
 //!   a `drain` and PROCESSES − 1 `worker`s, each in its own clone and data
 //!   directory and each with `--jobs JOBS`, drain ITEMS items of an agent that
 //!   does no work. Prints items per second, claim latency p50/p99 (each
-//!   claim as its worker timed it, from the run logs' `claim_ms`; beside it
-//!   the hand-over from one claim's end to the next), the server's peak
-//!   connections to the ledger (`pg_stat_activity`, sampled every 100 ms),
+//!   claim as its worker timed it, from the run logs' `claim_ms`, and its
+//!   parts: waiting for the claim line, the statements, the commit; beside
+//!   it the hand-over from one claim's end to the next), the server's peak
+//!   connections to the ledger and what they were doing (`pg_stat_activity`
+//!   — state, wait event, statement — sampled every 100 ms), the statements
+//!   by total server time where the server loads `pg_stat_statements`, the
+//!   events written, the plan of the claim's SELECT on the drained queue,
 //!   the dead tuples left on the queue tables and whether every item ran
 //!   exactly once with one PR row. Goals: each item once; <= 50 connections;
 //!   claim p99 <= 100 ms. **S-kill** (`scale-kill …`): the same with a lease
 //!   of 5 s while a random worker process is killed (`kill -9`) every 10 s.
+//!   To compare two builds, run each (`NIGHTSHIFT_BIN`) back to back.
 //!
 //! Every scenario has its own repository, remote, data directories and
 //! scratch database (created on the `DATABASE_URL` server and dropped).
