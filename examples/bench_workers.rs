@@ -18,13 +18,18 @@
 //!   a `drain` and PROCESSES − 1 `worker`s, each in its own clone and data
 //!   directory and each with `--jobs JOBS`, drain ITEMS items of an agent that
 //!   does no work. Prints items per second, claim latency p50/p99 (each
-//!   claim as its worker timed it, from the run logs' `claim_ms`; beside it
-//!   the hand-over from one claim's end to the next), the server's peak
-//!   connections to the ledger (`pg_stat_activity`, sampled every 100 ms),
+//!   claim as its worker timed it, from the run logs' `claim_ms`, and its
+//!   parts: waiting for the claim line, the statements, the commit; beside
+//!   it the hand-over from one claim's end to the next), the server's peak
+//!   connections to the ledger and what they were doing (`pg_stat_activity`
+//!   — state, wait event, statement — sampled every 100 ms), the statements
+//!   by total server time where the server loads `pg_stat_statements`, the
+//!   events written, the plan of the claim's SELECT on the drained queue,
 //!   the dead tuples left on the queue tables and whether every item ran
 //!   exactly once with one PR row. Goals: each item once; <= 50 connections;
 //!   claim p99 <= 100 ms. **S-kill** (`scale-kill …`): the same with a lease
 //!   of 5 s while a random worker process is killed (`kill -9`) every 10 s.
+//!   To compare two builds, run each (`NIGHTSHIFT_BIN`) back to back.
 //!
 //! Every scenario has its own repository, remote, data directories and
 //! scratch database (created on the `DATABASE_URL` server and dropped).
@@ -150,19 +155,51 @@ impl Soak {
     }
 }
 
-/// Samples the server's connections to the bench database every 100 ms
-/// until `stop`; returns the peak.
-fn peak_connections(db: &Db, stop: &std::sync::atomic::AtomicBool) -> usize {
+/// What the sampler saw of the server while the soak ran: the peak of
+/// connections to the bench database, and how often a connection was found
+/// in each state (`state`, wait event, the statement's first words).
+#[derive(Default)]
+struct Sampled {
+    peak: usize,
+    samples: usize,
+    seen: std::collections::HashMap<String, usize>,
+}
+
+/// Samples the server's connections to the bench database
+/// (`pg_stat_activity`) every 100 ms until `stop`.
+fn sample_server(db: &Db, stop: &std::sync::atomic::AtomicBool) -> Sampled {
     let q = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}'",
+        "SELECT coalesce(state, '?') || ' | ' || coalesce(wait_event_type || ':' || wait_event, 'on CPU') || ' | ' || \
+                left(regexp_replace(query, '\\s+', ' ', 'g'), 60) FROM pg_stat_activity WHERE datname = '{}'",
         db.name
     );
-    let mut peak = 0;
+    let mut s = Sampled::default();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        peak = peak.max(db.sql(&q).parse().unwrap_or(0));
+        let rows = db.sql(&q);
+        let rows: Vec<&str> = rows.lines().filter(|l| !l.is_empty()).collect();
+        s.peak = s.peak.max(rows.len());
+        s.samples += 1;
+        for row in rows.into_iter().filter(|r| !r.starts_with("idle |")) {
+            *s.seen.entry(row.to_string()).or_default() += 1;
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
-    peak
+    s
+}
+
+impl Sampled {
+    /// The busiest states, each as the mean number of connections found in
+    /// it per sample (idle connections left out).
+    fn busiest(&self, n: usize) -> String {
+        let mut rows: Vec<(&String, &usize)> = self.seen.iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(a.1));
+        let per = self.samples.max(1) as f64;
+        rows.into_iter()
+            .take(n)
+            .map(|(k, c)| format!("    {:5.2}  {k}", *c as f64 / per))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 /// S (and S-kill): the soak; returns whether its goals held (each item
@@ -176,9 +213,16 @@ fn soak(s: &Soak) -> bool {
         .collect();
     let log = |name: &str| std::fs::File::create(w.root.join(name)).expect("log file");
     let stop = std::sync::atomic::AtomicBool::new(false);
+    // The server's statement statistics from here on, where it keeps them
+    // (`pg_stat_statements` loaded; the figures name this database only).
+    let _ =
+        w.db.try_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+    let _ = w.db.try_sql(
+        "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = current_database()), 0)",
+    );
     let t = Instant::now();
-    let (peak, kills, wall, drained) = std::thread::scope(|scope| {
-        let sampler = scope.spawn(|| peak_connections(&w.db, &stop));
+    let (sampled, kills, wall, drained) = std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| sample_server(&w.db, &stop));
         let deadline = (chrono::Utc::now() + chrono::Duration::hours(12))
             .format("%H:%M")
             .to_string();
@@ -233,12 +277,13 @@ fn soak(s: &Soak) -> bool {
         );
         return false;
     }
-    report_soak(&w, s, peak, kills, wall)
+    report_soak(&w, s, &sampled, kills, wall)
 }
 
-/// Prints the soak's figures from the ledger and the sampled peak; returns
+/// Prints the soak's figures from the ledger and the sampled server; returns
 /// whether the goals held.
-fn report_soak(w: &World, s: &Soak, peak: usize, kills: usize, wall: f64) -> bool {
+fn report_soak(w: &World, s: &Soak, sampled: &Sampled, kills: usize, wall: f64) -> bool {
+    let peak = sampled.peak;
     let n = |q: &str| -> usize { w.db.sql(q).parse().unwrap_or(usize::MAX) };
     let ended = n(
         "SELECT count(DISTINCT item_key) FROM run_items WHERE outcome IN ('branch_pushed', 'pr_opened')",
@@ -248,8 +293,10 @@ fn report_soak(w: &World, s: &Soak, peak: usize, kills: usize, wall: f64) -> boo
     let prs_per_item = n("SELECT count(DISTINCT item_key) FROM pull_requests");
     let once = ended == s.items && rows == s.items && prs == s.items && prs_per_item == s.items;
     // The claim's latency as each worker saw it (a pooled connection, then
-    // the claim's transaction): `claim_ms` of the processes' run logs.
-    let (p50, p99) = claim_latency(&w.root);
+    // the claim's transaction): `claim_ms` of the processes' run logs, and
+    // its parts.
+    let logged = claim_latency(&w.root);
+    let (p50, p99) = logged.first().map_or((f64::NAN, f64::NAN), |l| (l.1, l.2));
     // A worker's hand-over: from the end of its last claim to its next one
     // (the item's bookkeeping, the stop checks and the claim), from the ledger.
     let gap = w.db.sql(
@@ -275,13 +322,60 @@ fn report_soak(w: &World, s: &Soak, peak: usize, kills: usize, wall: f64) -> boo
         },
         if once { "yes" } else { "NO" },
     );
+    for (field, p50, p99) in &logged {
+        println!("    {field:>14}: p50 {p50:7.1} ms, p99 {p99:7.1} ms");
+    }
+    println!(
+        "    the server's connections to the ledger, mean per sample ({} samples, idle ones left out): state | wait event | statement\n{}",
+        sampled.samples,
+        sampled.busiest(14)
+    );
+    if let Some(top) = w.db.try_sql(&format!(
+        "SELECT lpad(calls::text, 7) || ' calls ' || lpad(round(mean_exec_time::numeric, 1)::text, 8) || ' ms mean ' || \
+                lpad(round(max_exec_time::numeric)::text, 6) || ' ms max ' || lpad(round(total_exec_time::numeric / 1000, 1)::text, 7) || ' s  ' || \
+                left(regexp_replace(query, '\\s+', ' ', 'g'), 90) \
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '{}' \
+         ORDER BY total_exec_time DESC LIMIT 14",
+        w.db.name
+    )) {
+        println!("    pg_stat_statements, by total time:\n{}", indent(&top));
+    }
+    let events = w.db.sql(
+        "SELECT string_agg(kind || ' ' || n, ', ' ORDER BY n DESC) FROM (SELECT kind, count(*) AS n FROM events GROUP BY kind) e",
+    );
+    println!("    events written: {events}");
+    // The claim's SELECT once every item is done: it passes every row of
+    // the queue, the most a claim of this run ever reads.
+    let plan = w.db.sql(
+        "BEGIN; EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) SELECT q.position, q.item_key, q.contract_sha FROM run_queue q \
+         WHERE q.run_id = (SELECT id FROM runs LIMIT 1) AND q.done_at IS NULL \
+           AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.run_id = q.run_id AND c.item_key = q.item_key AND c.ended_at IS NULL) \
+         ORDER BY q.position FOR UPDATE SKIP LOCKED LIMIT 1; ROLLBACK",
+    );
+    println!(
+        "    the claim's SELECT on the drained queue:\n{}",
+        indent(&plan)
+    );
     once && peak <= 50 && p99 <= 100.0
 }
 
-/// p50 and p99 (ms) of the `claim_ms` the processes under `root` logged
-/// (their run logs, `data*/logs/run-*.jsonl`); NaN when none did.
-fn claim_latency(root: &Path) -> (f64, f64) {
-    let mut ms: Vec<f64> = Vec::new();
+/// `text`'s lines, each indented by six spaces.
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("      {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The fields of a `claimed` line of a run log: the claim's latency and its
+/// parts ([`nightshift::queue::ClaimTimes`]).
+const CLAIM_FIELDS: [&str; 4] = ["claim_ms", "acquire_ms", "statements_ms", "commit_ms"];
+
+/// p50 and p99 (ms) of each of [`CLAIM_FIELDS`] the processes under `root`
+/// logged (their run logs, `data*/logs/run-*.jsonl`): (field, p50, p99),
+/// a field none logged left out.
+fn claim_latency(root: &Path) -> Vec<(&'static str, f64, f64)> {
+    let mut ms: Vec<Vec<f64>> = vec![Vec::new(); CLAIM_FIELDS.len()];
     for data in std::fs::read_dir(root).into_iter().flatten().flatten() {
         for log in std::fs::read_dir(data.path().join("logs"))
             .into_iter()
@@ -289,18 +383,26 @@ fn claim_latency(root: &Path) -> (f64, f64) {
             .flatten()
         {
             let text = std::fs::read_to_string(log.path()).unwrap_or_default();
-            ms.extend(text.lines().filter_map(|line| {
-                let v: serde_json::Value = serde_json::from_str(line).ok()?;
-                v["fields"]["claim_ms"].as_f64()
-            }));
+            for line in text.lines().filter(|l| l.contains("claim_ms")) {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                    continue;
+                };
+                for (i, f) in CLAIM_FIELDS.iter().enumerate() {
+                    ms[i].extend(v["fields"][f].as_f64());
+                }
+            }
         }
     }
-    if ms.is_empty() {
-        return (f64::NAN, f64::NAN);
+    let mut out = Vec::new();
+    for (f, mut ms) in CLAIM_FIELDS.into_iter().zip(ms) {
+        if ms.is_empty() {
+            continue;
+        }
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+        out.push((f, at(0.5), at(0.99)));
     }
-    ms.sort_by(f64::total_cmp);
-    let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
-    (at(0.5), at(0.99))
+    out
 }
 
 fn main() {

@@ -20,7 +20,8 @@
 
 use std::time::Duration;
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::ledger::claims;
@@ -134,10 +135,24 @@ impl From<sqlx::Error> for FenceError {
     }
 }
 
+/// Where one claim's time went, as the claiming worker measured it (the
+/// run log's `claim_ms` and its parts; examples/bench_workers reads them).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClaimTimes {
+    /// Waiting for the connection: the process's claim line
+    /// ([`ClaimLine`]), or the pool for a plain [`claim`].
+    pub acquire: Duration,
+    /// The claim's statements (`BEGIN` to the last before `COMMIT`).
+    pub statements: Duration,
+    /// The `COMMIT`.
+    pub commit: Duration,
+}
+
 /// Claims the first item of `run` in backlog order that is not done and not
 /// held by a live claim; an item whose claim's lease passed is taken over as
 /// a new attempt (its old claim is ended `lost`). `None`: nothing is left to
-/// claim now (every item is done or held).
+/// claim now (every item is done or held). The connection comes from `pool`
+/// (a worker claims through its process's [`ClaimLine`] instead).
 ///
 /// `lease` is how long the claim lives without a renewal.
 ///
@@ -149,7 +164,72 @@ pub async fn claim(
     worker: &WorkerId,
     lease: Duration,
 ) -> Result<Option<Claim>> {
-    let mut tx = pool.begin().await?;
+    let mut conn = pool.acquire().await?;
+    Ok(claim_on(&mut conn, run, worker, lease).await?.0)
+}
+
+/// The connection a process's claims go through
+/// (docs/workers.md#connections): taken from the process's pool at its first
+/// claim and kept, so that a claim never waits for the pool behind the
+/// heartbeat and the attempts' fenced writes — at twenty workers a process
+/// those keep every pooled connection busy, and a claim that queued behind
+/// them waited seconds (issue 27). A claim waits only for another claim of
+/// the same process. The line counts in the pool's size: the process's
+/// other statements share the rest of the pool.
+#[derive(Default)]
+pub struct ClaimLine {
+    conn: tokio::sync::Mutex<Option<PoolConnection<Postgres>>>,
+}
+
+impl ClaimLine {
+    /// [`claim`] through this line (its connection taken from `pool` the
+    /// first time, or again after a failure), with where its time went.
+    ///
+    /// # Errors
+    /// Database errors; the line's connection is given back to the pool
+    /// then, and the next claim takes one again.
+    pub async fn claim(
+        &self,
+        pool: &PgPool,
+        run: Uuid,
+        worker: &WorkerId,
+        lease: Duration,
+    ) -> Result<(Option<Claim>, ClaimTimes)> {
+        let asked = std::time::Instant::now();
+        let mut line = self.conn.lock().await;
+        let conn = match &mut *line {
+            Some(conn) => conn,
+            None => line.insert(pool.acquire().await?),
+        };
+        let waited = asked.elapsed();
+        let claimed = claim_on(conn, run, worker, lease).await;
+        if claimed.is_err() {
+            // A connection that failed (an outage, a broken socket) is not
+            // kept: the pool tests or replaces it.
+            *line = None;
+        }
+        claimed.map(|(c, times)| {
+            (
+                c,
+                ClaimTimes {
+                    acquire: waited,
+                    ..times
+                },
+            )
+        })
+    }
+}
+
+/// The claim's transaction (see [`claim`]) on `conn`, with the time of its
+/// statements and of its commit.
+async fn claim_on(
+    conn: &mut PgConnection,
+    run: Uuid,
+    worker: &WorkerId,
+    lease: Duration,
+) -> Result<(Option<Claim>, ClaimTimes)> {
+    let began = std::time::Instant::now();
+    let mut tx = conn.begin().await?;
     claims::expire(&mut tx, run).await?;
     let name = worker.to_string();
     // The row lock alone does not keep two workers off one item: a worker
@@ -158,17 +238,23 @@ pub async fn claim(
     // does not see the claim. The INSERT (a new statement, a fresh snapshot,
     // under the row's lock) therefore claims only an item with no live claim;
     // when it finds one, the next SELECT sees it too and passes the item by.
-    loop {
+    let claimed = loop {
         let Some(next) = claims::next_unclaimed(&mut tx, run).await? else {
-            tx.commit().await?;
-            return Ok(None);
+            break None;
         };
         let who = worker.with_name(&name);
         if let Some(claim) = claims::insert_claim(&mut tx, run, who, lease, next).await? {
-            tx.commit().await?;
-            return Ok(Some(claim));
+            break Some(claim);
         }
-    }
+    };
+    let committing = std::time::Instant::now();
+    tx.commit().await?;
+    let times = ClaimTimes {
+        acquire: Duration::ZERO,
+        statements: committing - began,
+        commit: committing.elapsed(),
+    };
+    Ok((claimed, times))
 }
 
 /// What a worker does with its claim (the row is the ledger's,

@@ -86,6 +86,19 @@ impl Db {
         c.args([&self.url, "-qAt", "-c", q]);
         String::from_utf8_lossy(&ok(c, q).stdout).trim().to_string()
     }
+
+    /// As [`Db::sql`], `None` when the statement fails (an extension the
+    /// server does not have).
+    pub fn try_sql(&self, q: &str) -> Option<String> {
+        let out = Command::new("psql")
+            .args([&self.url, "-qAt", "-v", "ON_ERROR_STOP=1", "-c", q])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
 }
 
 impl Drop for Db {

@@ -362,7 +362,17 @@ pub async fn resumable_run(pool: &PgPool, repo: &str) -> Result<Option<RunRow>> 
     .await
 }
 
-/// Updates what `status` shows: phase, item, round; clears a sleep.
+/// Updates what `status` shows: phase, item, round; clears a sleep; and
+/// writes the `phase` event, always.
+///
+/// The run's row is updated only when no other transaction holds it: with
+/// many workers every one of them changes phase about seven times an item,
+/// and when each waited for the row, their fenced transactions queued on
+/// it one commit at a time (issue 27: 2,800 phase updates of 400 items took
+/// 325 ms each, holding the pool's connections while they waited). The row
+/// says what one worker of the run does; each worker's own phase is its
+/// `workers` row's, and a skipped update is one another writer of the row
+/// overtook.
 ///
 /// # Errors
 /// Database errors.
@@ -374,8 +384,9 @@ pub async fn set_phase(
     round: Option<u32>,
 ) -> Result<()> {
     sqlx::query(
-        "WITH u AS (UPDATE runs SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, sleeping_kind = NULL, heartbeat_at = now() WHERE id = $1 RETURNING id) \
-         INSERT INTO events (run_id, kind, data) SELECT id, $5, jsonb_build_object('phase', $2::text, 'key', $3::text, 'round', $4::int) FROM u",
+        "WITH free AS (SELECT id FROM runs WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED), \
+              u AS (UPDATE runs r SET phase = $2, current_item_key = $3, current_round = $4, sleeping_until = NULL, sleeping_agent = NULL, sleeping_kind = NULL, heartbeat_at = now() FROM free WHERE r.id = free.id) \
+         INSERT INTO events (run_id, kind, data) SELECT id, $5, jsonb_build_object('phase', $2::text, 'key', $3::text, 'round', $4::int) FROM runs WHERE id = $1",
     )
         .bind(run)
         .bind(phase)
@@ -432,13 +443,20 @@ pub async fn finish_run(pool: &PgPool, run: Uuid, status: RunStatus, exit_code: 
 }
 
 /// The base commit of run `run`: the recorded one, else `proposed` is
-/// recorded (the first writer wins) and returned.
+/// recorded (the first writer wins) and returned. Once a base is recorded
+/// it is only read: the row is not locked for it (every item of every
+/// worker asks, issue 27).
 ///
 /// # Errors
 /// Database errors.
 pub async fn pin_base(db: impl PgExecutor<'_>, run: Uuid, proposed: &str) -> Result<String> {
+    // A writer that finds no base updates the row; one that committed a
+    // base meanwhile wins: the UPDATE reads the row again under its lock.
     sqlx::query_scalar(
-        "UPDATE runs SET base_commit = coalesce(base_commit, $2) WHERE id = $1 RETURNING base_commit",
+        "WITH pinned AS (SELECT base_commit FROM runs WHERE id = $1 AND base_commit IS NOT NULL), \
+              u AS (UPDATE runs SET base_commit = coalesce(base_commit, $2) \
+                    WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM pinned) RETURNING base_commit) \
+         SELECT base_commit FROM pinned UNION ALL SELECT base_commit FROM u",
     )
     .bind(run)
     .bind(proposed)

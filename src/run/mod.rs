@@ -364,6 +364,7 @@ pub async fn drain(
         ended: Default::default(),
         drain_silent_since: Default::default(),
         heart: Default::default(),
+        claim_line: Default::default(),
     });
     let worked = run_workers(&crew, jobs).await;
     let (status, stopped_by) = crew.stopped().unwrap_or((tend_status, tend_stop));
@@ -417,6 +418,7 @@ pub async fn join(
         ended: Default::default(),
         drain_silent_since: Default::default(),
         heart: Default::default(),
+        claim_line: Default::default(),
     });
     run_workers(&crew, jobs.max(1)).await?;
     let (pool, prefix) = (

@@ -729,7 +729,8 @@ fn migration_files() -> i64 {
 
 use nightshift::queue::{self, ClaimEnd, FenceError, QueuedItem, WorkerId};
 
-async fn queued_run(ledger: &Ledger, n: i32) -> uuid::Uuid {
+/// A running run (plan `pq`) with `n` items `key00`, `key01`, … queued.
+pub(crate) async fn queued_run(ledger: &Ledger, n: i32) -> uuid::Uuid {
     insert_plan(ledger, "pq").await;
     let run = insert_run(ledger, "pq", None).await;
     let items: Vec<QueuedItem> = (0..n)

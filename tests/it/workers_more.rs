@@ -231,3 +231,108 @@ async fn the_run_cost_cap_reached_by_two_workers_together_stops_both() {
         "{reasons}"
     );
 }
+
+// ---------- many workers on one ledger (issue 27) ----------
+
+/// Worker `n` of a made-up process, for the claims below.
+fn worker_n(n: u32) -> nightshift::queue::WorkerId {
+    nightshift::queue::WorkerId {
+        host: "host-a".into(),
+        pid: 100,
+        n,
+    }
+}
+
+/// A worker claims through its process's own connection: with every other
+/// connection of the pool held (at twenty workers a process, the
+/// heartbeat's and the attempts' fenced writes keep them busy), a claim
+/// through the pool waits, one through the claim line does not.
+#[tokio::test]
+async fn a_claim_does_not_wait_for_a_busy_pool() {
+    use nightshift::ledger::{Ledger, POOL_SIZE};
+    use std::time::Duration;
+    let db = common::db::Db::create();
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let (pool, lease) = (&ledger.pool, Duration::from_secs(60));
+    let run = crate::ledger::queued_run(&ledger, 3).await;
+    let line = nightshift::queue::ClaimLine::default();
+    let (first, _) = line.claim(pool, run, &worker_n(1), lease).await.unwrap();
+    assert_eq!(first.map(|c| c.position), Some(0));
+    let mut busy = Vec::new();
+    for _ in 1..POOL_SIZE {
+        busy.push(pool.acquire().await.unwrap());
+    }
+    let second_worker = worker_n(2);
+    let through_pool = nightshift::queue::claim(pool, run, &second_worker, lease);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), through_pool)
+            .await
+            .is_err(),
+        "a claim through the pool waits while its connections are busy"
+    );
+    let (second, times) = tokio::time::timeout(
+        Duration::from_secs(5),
+        line.claim(pool, run, &worker_n(3), lease),
+    )
+    .await
+    .expect("a claim through the line does not wait for the pool")
+    .unwrap();
+    assert_eq!(second.map(|c| c.position), Some(1));
+    assert!(times.acquire < Duration::from_secs(1), "{times:?}");
+    assert_eq!(
+        pool.size(),
+        POOL_SIZE,
+        "the line is one of the pool's connections"
+    );
+}
+
+/// Every worker's phase changes and every item's base commit touch the
+/// run's one row: while another transaction holds that row (another
+/// worker's phase, the drain's heartbeat), a phase is still recorded — its
+/// event written, the row left to the holder — and the pinned base is read
+/// without waiting. Once the row is free the phase is on it again.
+#[tokio::test]
+async fn a_phase_and_the_pinned_base_do_not_wait_for_the_run_s_row() {
+    use nightshift::ledger::{Ledger, events, runs};
+    use nightshift::outcome::{Event, Phase};
+    use std::time::Duration;
+    let db = common::db::Db::create();
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let pool = &ledger.pool;
+    let run = crate::ledger::queued_run(&ledger, 1).await;
+    let (a, b) = ("a".repeat(40), "b".repeat(40));
+    assert_eq!(runs::pin_base(pool, run, &a).await.unwrap(), a);
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("UPDATE runs SET heartbeat_at = now() WHERE id = $1")
+        .bind(run)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        runs::set_phase(pool, run, Phase::Gate, Some("key00"), Some(1)),
+    )
+    .await
+    .expect("a phase does not wait for the run's row")
+    .unwrap();
+    let pinned = tokio::time::timeout(Duration::from_secs(5), runs::pin_base(pool, run, &b))
+        .await
+        .expect("the pinned base is read without waiting for the run's row")
+        .unwrap();
+    assert_eq!(pinned, a, "the first base stays the run's");
+    holder.commit().await.unwrap();
+    let phases = events::of_kind_in_run(pool, run, Event::PhaseChanged.as_str())
+        .await
+        .unwrap();
+    assert_eq!(phases.len(), 1, "{phases:?}");
+    assert_eq!(phases[0]["phase"], "gate");
+    runs::set_phase(pool, run, Phase::Review, Some("key00"), Some(1))
+        .await
+        .unwrap();
+    let row: String = sqlx::query_scalar("SELECT phase FROM runs WHERE id = $1")
+        .bind(run)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(row, Phase::Review.as_str());
+}
