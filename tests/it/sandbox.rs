@@ -578,10 +578,7 @@ exit 0
         "{said}"
     );
     let cfg = std::fs::read_to_string(f.repo.join(".nightshift/config.toml")).unwrap();
-    assert!(
-        cfg.contains("[sandbox]") && cfg.contains(&line),
-        "{cfg}"
-    );
+    assert!(cfg.contains("[sandbox]") && cfg.contains(&line), "{cfg}");
     // The agents: command scripts of the fixture (claude is not installed here).
     let w = f.agent("writer.sh", "#!/bin/sh\necho sub >> calc.txt\n");
     let r = f.agent("reviewer.sh", REVIEWER);
