@@ -98,7 +98,7 @@ pub(crate) fn run(cli: &Cli) -> Result<()> {
 /// it to the config `init` just wrote, and says so: otherwise `plan`'s first
 /// answer would be a refusal asking for that line.
 fn show_toolchain(repo: &std::path::Path, cfg: &std::path::Path) -> Result<()> {
-    use crate::run::toolchain;
+    use crate::settings::toolchain;
     let loaded = crate::settings::checked_load(cfg)?;
     let Ok(bl) = crate::settings::read_backlog(repo, &loaded) else {
         return Ok(());

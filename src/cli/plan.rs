@@ -44,7 +44,7 @@ fn cannot_run(snap: &Snapshot) -> Vec<String> {
 /// would hide, each named with where it was found, then the
 /// `[sandbox] read` line that shows them all.
 fn hidden_programs(snap: &Snapshot) -> Vec<String> {
-    use crate::run::toolchain;
+    use crate::settings::toolchain;
     let hidden = toolchain::hidden_in_plan(&snap.loaded, &snap.repo, &snap.plan);
     if hidden.is_empty() {
         return vec![];

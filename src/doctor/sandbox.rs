@@ -60,7 +60,7 @@ pub(super) fn sandbox_check(loaded: &Loaded) -> Check {
 
 /// The `toolchain` line (docs/security.md#toolchains): a failure naming
 /// each gate, setup or agent program the sandbox would not show
-/// (`run::toolchain::hidden_programs`, the rule `plan` refuses by) and the
+/// (`settings::toolchain::hidden_programs`, the rule `plan` refuses by) and the
 /// `[sandbox] read` line that shows them; `None` when every one is shown
 /// or no sandbox is built. `gates` are (origin, command) pairs.
 pub(super) fn hidden_programs(
@@ -68,7 +68,7 @@ pub(super) fn hidden_programs(
     repo: &std::path::Path,
     gates: &[(String, String)],
 ) -> Option<Check> {
-    use crate::run::toolchain;
+    use crate::settings::toolchain;
     let env = crate::settings::agents_environment(&loaded.config);
     let hidden = toolchain::hidden_programs(loaded, repo, gates, &env);
     (!hidden.is_empty()).then(|| {

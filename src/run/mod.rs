@@ -97,7 +97,7 @@ mod worker;
 pub use attempt::{Preview, will_not_run};
 pub use ended::ended;
 pub use record::{mark_dead_runs_crashed, save_plan, save_tend_cards};
-pub use sandbox::toolchain;
+pub use sandbox::package_of;
 pub use ship::remote_has_branch;
 
 /// Rounds in a row with the same diff and the same failure that mean no

@@ -18,6 +18,7 @@ mod env;
 mod github;
 mod held;
 mod repo;
+pub mod toolchain;
 mod worker;
 
 use std::path::PathBuf;

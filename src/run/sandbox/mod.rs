@@ -15,8 +15,6 @@ use crate::sandbox::{Allow, Network, Policy};
 
 use super::Night;
 
-pub mod toolchain;
-
 /// The home directory inside when the environment names none.
 const HOME: &str = "/home/sandbox";
 
@@ -333,7 +331,7 @@ fn base_urls(text: &str) -> Vec<String> {
 /// The `node_modules` directory a CLI's program lies in (after links),
 /// found on the call's `PATH` when given by name; `None` for a program
 /// outside one (its own file is shown by `process`).
-fn package_of(program: &str, env: &BTreeMap<String, String>) -> Option<PathBuf> {
+pub fn package_of(program: &str, env: &BTreeMap<String, String>) -> Option<PathBuf> {
     let found = if program.contains('/') {
         PathBuf::from(program)
     } else {

@@ -8,7 +8,7 @@
 //! that shows it.
 //!
 //! Not for building the sandbox (`crate::sandbox`), nor for a call's own
-//! policy (`super`).
+//! policy (`crate::run`'s sandbox module).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -76,10 +76,7 @@ pub fn hidden_programs(
     gates: &[(String, String)],
     env: &BTreeMap<String, String>,
 ) -> Vec<Hidden> {
-    if !matches!(
-        crate::settings::sandbox_state(&loaded.config, &loaded.path),
-        Ok(None)
-    ) {
+    if !matches!(super::sandbox_state(&loaded.config, &loaded.path), Ok(None)) {
         return vec![];
     }
     let b = &loaded.config.sandbox;
@@ -115,7 +112,7 @@ pub fn hidden_programs(
             continue;
         };
         let package = (agent.kind != AgentKind::Command)
-            .then(|| super::package_of(program, env))
+            .then(|| crate::run::package_of(program, env))
             .flatten();
         shown.extend(package);
         let look = Lookup { env, shown: &shown };
@@ -141,7 +138,7 @@ pub fn hidden_in_plan(loaded: &Loaded, repo: &Path, plan: &crate::plan::Plan) ->
             }
         }
     }
-    let env = crate::settings::agents_environment(&loaded.config);
+    let env = super::agents_environment(&loaded.config);
     hidden_programs(loaded, repo, &gates, &env)
 }
 
