@@ -17,7 +17,8 @@ const WRITER: &str = r#"#!/bin/sh
 set -eu
 echo call >> "$CALLS"
 if [ -e "$(dirname "$CALLS")/slow" ]; then sleep 2; fi
-cp "$NIGHTSHIFT_PROMPT_FILE" "$(dirname "$CALLS")/prompt.md"
+# Parallel writers (--jobs) write it at once: a redirection, not cp (cp -n races: "File exists").
+cat "$NIGHTSHIFT_PROMPT_FILE" > "$(dirname "$CALLS")/prompt.md"
 title=$(grep -o '"title":"[^"]*"' "$NIGHTSHIFT_CONTRACT_FILE" | head -1)
 case "$title" in
   *"Add sub"*) echo sub >> calc.txt ;;
