@@ -94,8 +94,17 @@ impl Night {
                 Some(Ok(_)) => {
                     // Only the drain holds the lock: a worker waits for the
                     // ledger and goes on (docs/workers.md).
-                    if self.state.holds_lock {
-                        self.retake_lock().await?;
+                    // A pooled connection may answer while a new one is
+                    // still refused: the lock's session waits with the rest.
+                    if self.state.holds_lock
+                        && let Err(e) = self.retake_lock().await
+                    {
+                        if !matches!(e, Error::Ledger { outage: true, .. }) {
+                            return Err(e);
+                        }
+                        tracing::info!("{e}; waiting for the ledger");
+                        tokio::time::sleep(pause).await;
+                        continue;
                     }
                     let msg = format!(
                         "the ledger answers again after {}; the run goes on",
@@ -238,8 +247,8 @@ impl Night {
                     .unwrap_or_else(|| "another process".into())
             ))),
             Err(e) => Err(Error::Ledger {
+                outage: matches!(e, crate::ledger::LedgerError::Connect { .. }),
                 detail: format!("taking the lock of {} again: {e}", self.repo.display()),
-                outage: false,
                 source: None,
             }),
         }
