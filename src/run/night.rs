@@ -91,34 +91,8 @@ impl Night {
                 () = self.cancel.cancelled() => None,
             };
             match probe {
-                Some(Ok(_)) => {
-                    // Only the drain holds the lock: a worker waits for the
-                    // ledger and goes on (docs/workers.md).
-                    // A pooled connection may answer while a new one is
-                    // still refused: the lock's session waits with the rest.
-                    if self.state.holds_lock
-                        && let Err(e) = self.retake_lock().await
-                    {
-                        if !matches!(e, Error::Ledger { outage: true, .. }) {
-                            return Err(e);
-                        }
-                        tracing::info!("{e}; waiting for the ledger");
-                        tokio::time::sleep(pause).await;
-                        continue;
-                    }
-                    let msg = format!(
-                        "the ledger answers again after {}; the run goes on",
-                        config::format_duration(Duration::from_secs(
-                            began.elapsed().as_secs().max(1)
-                        ))
-                    );
-                    tracing::info!("{msg}");
-                    let _ = std::io::Write::write_fmt(
-                        &mut std::io::stderr(),
-                        format_args!("note: {msg}\n"),
-                    );
-                    return Ok(());
-                }
+                Some(Ok(_)) if self.back_again(began).await? => return Ok(()),
+                Some(Ok(_)) => {}
                 Some(Err(err)) => last = err,
                 None => continue,
             }
@@ -128,6 +102,34 @@ impl Night {
             }
             pause = (pause * 2).min(Duration::from_secs(10));
         }
+    }
+
+    /// The ledger answered the probe after an outage that began at
+    /// `began`: for the drain, the repository lock is taken again (only the
+    /// drain holds it; a worker goes on, docs/workers.md), then the run is
+    /// told it goes on (`true`). `false`: keep waiting — a pooled connection
+    /// may answer while a new one, the lock's session, is still refused.
+    ///
+    /// # Errors
+    /// Another run took the lock meanwhile, or the lock cannot be taken for
+    /// a reason other than the outage.
+    async fn back_again(&self, began: Instant) -> Result<bool, Error> {
+        if self.state.holds_lock
+            && let Err(e) = self.retake_lock().await
+        {
+            if !matches!(e, Error::Ledger { outage: true, .. }) {
+                return Err(e);
+            }
+            tracing::info!("{e}; waiting for the ledger");
+            return Ok(false);
+        }
+        let msg = format!(
+            "the ledger answers again after {}; the run goes on",
+            config::format_duration(Duration::from_secs(began.elapsed().as_secs().max(1)))
+        );
+        tracing::info!("{msg}");
+        let _ = std::io::Write::write_fmt(&mut std::io::stderr(), format_args!("note: {msg}\n"));
+        Ok(true)
     }
 
     /// Starts the ledger's cluster again when it is our own private one
