@@ -463,12 +463,7 @@ async fn drain_world(codex_home: bool) -> (Fixture, FakeGitHub) {
     f.use_github(&gh);
     f.token = Some("ghp_codex_token_0123456789abcdef".into());
     if codex_home {
-        let home = f.dir.path().join("codex-home");
-        std::fs::create_dir_all(&home).unwrap();
-        f.extra_env
-            .push(("CODEX_HOME".into(), home.display().to_string()));
-        f.extra_env
-            .push(("FAKE_KEY".into(), "fake-key-for-the-local-server".into()));
+        crate::fakes_codex::cli::use_codex_home(&mut f);
     }
     f.write(
         "NEXT.md",

@@ -109,12 +109,7 @@ fn with_codex(
     f: &mut common::Fixture,
     codex: &crate::fakes_codex::responses::FakeResponses,
 ) -> String {
-    let home = f.dir.path().join("codex-home");
-    std::fs::create_dir_all(&home).unwrap();
-    f.extra_env
-        .push(("CODEX_HOME".into(), home.display().to_string()));
-    f.extra_env
-        .push(("FAKE_KEY".into(), "fake-key-for-the-local-server".into()));
+    crate::fakes_codex::cli::use_codex_home(f);
     let mut argv = vec![crate::fakes_codex::cli::real_codex().display().to_string()];
     argv.extend(codex.provider_args());
     argv.iter()

@@ -36,6 +36,18 @@ pub fn install_command() -> String {
     )
 }
 
+/// Gives fixture `f` a Codex home of its own (`CODEX_HOME`, empty) and the
+/// API key the local fake Responses server expects (`FAKE_KEY`, named by
+/// its provider arguments).
+pub fn use_codex_home(f: &mut crate::common::Fixture) {
+    let home = f.dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).unwrap();
+    f.extra_env
+        .push(("CODEX_HOME".into(), home.display().to_string()));
+    f.extra_env
+        .push(("FAKE_KEY".into(), "fake-key-for-the-local-server".into()));
+}
+
 /// Path of the real `codex` launcher at the pinned version, installing it
 /// first if needed.
 ///
