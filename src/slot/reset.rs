@@ -372,6 +372,20 @@ impl Slot {
     /// checks `plan.restore` out from it, and points HEAD at the item's
     /// branch, created or moved to the base.
     fn undo(&self, plan: &ResetPlan, seed: &Path) -> Result<(), SlotError> {
+        // A HEAD or branch ref the writer swapped for a link is removed
+        // first: git refuses a HEAD that is one, and libgit2 writes a ref
+        // through it (its lock file follows the link) — outside the slot.
+        let branch = format!("refs/heads/{}", self.branch);
+        let git_dir = self.path.join(".git");
+        unlink_links_along(&git_dir, Path::new(&branch))?;
+        if unlink_links_along(&git_dir, Path::new("HEAD"))? {
+            let head = git_dir.join("HEAD");
+            std::fs::write(&head, format!("ref: {branch}\n")).map_err(|source| SlotError::Io {
+                context: "writing HEAD again",
+                path: head,
+                source,
+            })?;
+        }
         for p in &plan.remove {
             let path = self.path.join(std::ffi::OsStr::from_bytes(p));
             // Neither follows a link: a directory swapped for one is
@@ -402,7 +416,6 @@ impl Slot {
         }
         // HEAD on the item's branch at the base, in-process (two git
         // processes less per item).
-        let branch = format!("refs/heads/{}", self.branch);
         let err = |context| {
             let path = self.path.clone();
             move |source| {
@@ -580,4 +593,46 @@ impl Slot {
             }
         }
     }
+}
+
+/// Removes every symbolic link (and, at the end, anything not a regular
+/// file) along `rel` below `git_dir`, e.g. `refs/heads/nightshift/x`: the
+/// link itself, never what it points at. Missing parts are fine. True when
+/// something was removed.
+///
+/// # Errors
+/// [`SlotError::Io`] when an entry cannot be read or removed.
+fn unlink_links_along(git_dir: &Path, rel: &Path) -> Result<bool, SlotError> {
+    let mut at = git_dir.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let last = i + 1 == parts.len();
+        let odd = match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => true,
+            Ok(m) if last => !m.is_file(),
+            Ok(_) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(source) => {
+                return Err(SlotError::Io {
+                    context: "reading a ref of the slot",
+                    path: at,
+                    source,
+                });
+            }
+        };
+        if odd {
+            let gone = match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&at),
+                _ => std::fs::remove_file(&at),
+            };
+            gone.map_err(|source| SlotError::Io {
+                context: "removing a ref the writer swapped for a link",
+                path: at.clone(),
+                source,
+            })?;
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

@@ -2209,31 +2209,74 @@ fn what_the_kept_walk_cannot_tell_is_reset_by_git() {
 }
 
 /// `.git/HEAD` replaced by a link to a file outside the slot: pointing
-/// HEAD at the new branch replaces the link, never writes the file.
+/// HEAD at the new branch replaces the link, never writes the file —
+/// whether git resets the slot (nothing else changed) or the kept walk
+/// does (libgit2 would write a ref through a link; seen once in CI).
 #[test]
 fn a_head_swapped_for_a_link_outside_is_replaced_not_written_through() {
     use std::os::unix::fs::symlink;
-    let fx = Fixture::new();
-    let (out, untouched) = outside_hashed(&fx);
-    let o = out.clone();
-    let (slot, base) = kept_walk_reset(
-        &fx,
-        |_| {},
-        |p| {
+    type Before = fn(&Path);
+    let nothing: Before = |_| {};
+    let new_file: Before = |p| write(&p.join("src/new.rs"), "new\n");
+    for (what, before) in [("nothing else changed", nothing), ("a new file", new_file)] {
+        let fx = Fixture::new();
+        let (out, untouched) = outside_hashed(&fx);
+        let o = out.clone();
+        let (slot, base) = kept_walk_reset(&fx, before, |p| {
             let head = p.join(".git/HEAD");
             std::fs::copy(&head, o.join("HEAD")).unwrap();
             std::fs::remove_file(&head).unwrap();
             symlink(o.join("HEAD"), &head).unwrap();
-        },
-    );
-    let outside_head = std::fs::read_to_string(out.join("HEAD")).unwrap();
-    assert_eq!(outside_head, format!("ref: refs/heads/{BRANCH}\n"));
-    std::fs::remove_file(out.join("HEAD")).unwrap();
-    assert_eq!(tree_hash(&out), untouched);
-    assert!(
-        std::fs::symlink_metadata(slot.path.join(".git/HEAD"))
+        });
+        if what == "a new file" {
+            assert!(slot.undone, "{what}: reset from the kept walk");
+        }
+        let outside_head = std::fs::read_to_string(out.join("HEAD")).unwrap();
+        assert_eq!(
+            outside_head,
+            format!("ref: refs/heads/{BRANCH}\n"),
+            "{what}"
+        );
+        std::fs::remove_file(out.join("HEAD")).unwrap();
+        assert_eq!(tree_hash(&out), untouched, "{what}");
+        let head = std::fs::symlink_metadata(slot.path.join(".git/HEAD")).unwrap();
+        assert!(head.is_file(), "{what}");
+        assert_left_as_git_leaves(&slot.path, &base);
+    }
+}
+
+/// `.git/refs/heads/nightshift` (the directory of the item branches)
+/// replaced by a link to a directory outside the slot: the reset writes
+/// the new branch in the slot and leaves the outside directory as it was,
+/// by git or by the kept walk.
+#[test]
+fn a_ref_directory_swapped_for_a_link_outside_is_not_written_through() {
+    use std::os::unix::fs::symlink;
+    type Before = fn(&Path);
+    let nothing: Before = |_| {};
+    let new_file: Before = |p| write(&p.join("src/new.rs"), "new\n");
+    for (what, before) in [("nothing else changed", nothing), ("a new file", new_file)] {
+        let fx = Fixture::new();
+        let (out, _) = outside_hashed(&fx);
+        let o = out.join("refs");
+        let (slot, base) = kept_walk_reset(&fx, before, |p| {
+            let dir = p.join(".git/refs/heads/nightshift");
+            std::fs::create_dir_all(&o).unwrap();
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), o.join(e.file_name())).unwrap();
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+            symlink(&o, &dir).unwrap();
+        });
+        let mut names: Vec<_> = std::fs::read_dir(&o)
             .unwrap()
-            .is_file()
-    );
-    assert_left_as_git_leaves(&slot.path, &base);
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["demo-1a2b3c4d"], "{what}: outside as it was");
+        let dir = std::fs::symlink_metadata(slot.path.join(".git/refs/heads/nightshift")).unwrap();
+        assert!(dir.is_dir(), "{what}");
+        assert_left_as_git_leaves(&slot.path, &base);
+    }
 }
