@@ -406,6 +406,46 @@ impl Git {
         .map(|_| ())
     }
 
+    /// The refs of remote `url` that `wanted` names, as `ref → object id`
+    /// (an annotated tag also as `<tag>^{}`), what `git ls-remote` prints.
+    /// A remote that is a local repository (a path, relative to this
+    /// command's directory as git takes it, or `file://`) is read in-process
+    /// ([`local_remote_refs`]): `git ls-remote` of a path starts three
+    /// processes, and the run reads the remote's refs around every agent
+    /// call. Any other remote, or one libgit2 cannot open (git also finds
+    /// `<path>.git`), is asked with `git ls-remote`, the token through
+    /// askpass when one was set.
+    ///
+    /// # Errors
+    /// As [`Git::run`].
+    pub fn remote_refs(
+        &self,
+        url: &str,
+        wanted: RefsWanted<'_>,
+    ) -> Result<BTreeMap<String, String>, GitError> {
+        if let RemoteUrl::Local(path) = RemoteUrl::parse(url)
+            && let Ok(refs) = local_remote_refs(&self.dir.join(path))
+        {
+            return Ok(refs.into_iter().filter(|(n, _)| wanted.takes(n)).collect());
+        }
+        let pattern;
+        let args: Vec<&str> = match wanted {
+            RefsWanted::HeadsAndTags => vec!["ls-remote", "--heads", "--tags", "--", url],
+            RefsWanted::Branch(name) => vec!["ls-remote", "--heads", "--", url, name],
+            RefsWanted::BranchesUnder(prefix) => {
+                pattern = format!("{prefix}*");
+                vec!["ls-remote", "--heads", "--", url, &pattern]
+            }
+        };
+        Ok(self
+            .text(&args)?
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(id, name)| (name.trim().to_string(), id.trim().to_string()))
+            .filter(|(n, _)| wanted.takes(n))
+            .collect())
+    }
+
     /// The commit id (40 hex) `rev` resolves to, through `git rev-parse`.
     ///
     /// # Errors
@@ -586,6 +626,77 @@ pub fn local_branches(path: &Path) -> Result<Vec<String>, GitError> {
     Ok(names)
 }
 
+/// Which of a remote's refs [`Git::remote_refs`] lists.
+#[derive(Debug, Clone, Copy)]
+pub enum RefsWanted<'a> {
+    /// Every branch and tag (`refs/heads/*`, `refs/tags/*`).
+    HeadsAndTags,
+    /// The one branch of this full name (`refs/heads/nightshift/x`).
+    Branch(&'a str),
+    /// The branches whose full names start with this (`refs/heads/nightshift/`).
+    BranchesUnder(&'a str),
+}
+
+impl RefsWanted<'_> {
+    fn takes(&self, name: &str) -> bool {
+        match self {
+            RefsWanted::HeadsAndTags => {
+                name.starts_with("refs/heads/") || name.starts_with("refs/tags/")
+            }
+            RefsWanted::Branch(full) => name == *full,
+            RefsWanted::BranchesUnder(prefix) => {
+                name.starts_with("refs/heads/") && name.starts_with(prefix)
+            }
+        }
+    }
+}
+
+/// The branches and tags of the repository at `path` (a local remote, bare
+/// or not) as `ref → object id`, what `git ls-remote --heads --tags` prints
+/// for it: an annotated tag also as `<tag>^{}` → the object it peels to.
+/// Read in-process (see [`Git::remote_refs`]).
+///
+/// # Errors
+/// [`GitError::Repo`] if `path` is not a repository or its refs cannot be
+/// read (the caller may ask git then: git also finds `<path>.git`).
+pub fn local_remote_refs(path: &Path) -> Result<BTreeMap<String, String>, GitError> {
+    let err = |source| GitError::Repo {
+        context: "listing a local remote's refs",
+        path: path.to_path_buf(),
+        source,
+    };
+    let repo = open(path)?;
+    let mut refs = BTreeMap::new();
+    for r in repo.references().map_err(err)? {
+        let r = r.map_err(err)?;
+        let name = String::from_utf8_lossy(r.name_bytes()).into_owned();
+        let tag = name.starts_with("refs/tags/");
+        if !tag && !name.starts_with("refs/heads/") {
+            continue;
+        }
+        let r = r.resolve().map_err(err)?;
+        let Some(id) = r.target() else { continue };
+        if tag {
+            let peeled = r.peel(git2::ObjectType::Any).map_err(err)?.id();
+            if peeled != id {
+                refs.insert(format!("{name}^{{}}"), peeled.to_string());
+            }
+        }
+        refs.insert(name, id.to_string());
+    }
+    Ok(refs)
+}
+
+/// The top of the working tree that `start` is in, as `git rev-parse
+/// --show-toplevel` prints it (links resolved), read in-process: every
+/// command of the CLI asks it first. `None` outside a working tree (no
+/// repository up to the filesystem's boundary, a bare repository, or one
+/// owned by another user, which git refuses too).
+pub fn top_level(start: &Path) -> Option<PathBuf> {
+    let repo = git2::Repository::discover(start).ok()?;
+    std::fs::canonicalize(repo.workdir()?).ok()
+}
+
 /// The commit id (40 hex) of HEAD in the repository at `path`.
 ///
 /// # Errors
@@ -653,6 +764,16 @@ pub fn remote_urls(path: &Path, name: &str) -> Result<(String, String), GitError
         absolute_local_url(&base, &url),
         absolute_local_url(&base, &push_url),
     ))
+}
+
+/// The fetch URL of remote `name` of the repository at `path`, read
+/// in-process as [`remote_urls`] reads it (what `git remote get-url` prints,
+/// a relative local path made absolute).
+///
+/// # Errors
+/// As [`remote_urls`].
+pub fn remote_url(path: &Path, name: &str) -> Result<String, GitError> {
+    remote_urls(path, name).map(|(fetch, _)| fetch)
 }
 
 /// A relative filesystem path as a remote URL is relative to where git runs;
@@ -774,6 +895,73 @@ fn display_argv<S: AsRef<str>>(args: &[S]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `top_level` answers what `git rev-parse --show-toplevel` does: the
+    /// top from a subdirectory, reached through a link too (resolved);
+    /// nothing in a bare repository or outside any.
+    #[test]
+    fn top_level_is_what_git_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join("a/b")).unwrap();
+        let git = |at: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("-C")
+                .arg(at)
+                .args(args)
+                .output()
+                .unwrap();
+            (out.status.success(), String::from_utf8(out.stdout).unwrap())
+        };
+        git(&repo, &["init", "-q"]);
+        git(dir.path(), &["init", "-q", "--bare", "bare.git"]);
+        std::os::unix::fs::symlink(repo.join("a"), dir.path().join("link")).unwrap();
+        for start in [repo.join("a/b"), dir.path().join("link/b"), repo.clone()] {
+            let (ok, printed) = git(&start, &["rev-parse", "--show-toplevel"]);
+            assert!(ok);
+            assert_eq!(top_level(&start), Some(PathBuf::from(printed.trim())));
+        }
+        assert_eq!(top_level(&dir.path().join("bare.git")), None);
+        let outside = tempfile::tempdir().unwrap();
+        assert_eq!(top_level(outside.path()), None);
+    }
+
+    /// The in-process listing is what `git ls-remote --heads --tags` prints:
+    /// branches (nested names too), light and annotated tags (peeled), a
+    /// symbolic branch, packed and loose refs; no other refs, no HEAD.
+    #[test]
+    fn local_remote_refs_are_what_ls_remote_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let g = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=t", "-c", "user.email=t@t", "-C"])
+                .arg(p)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        g(&["init", "-q", "-b", "main"]);
+        g(&["commit", "-q", "--allow-empty", "-m", "one"]);
+        g(&["branch", "nightshift/a-1"]);
+        g(&["tag", "light"]);
+        g(&["tag", "-a", "-m", "annotated", "v1"]);
+        g(&["tag", "-a", "-m", "on a tag", "v1-again", "v1"]);
+        g(&["pack-refs", "--all"]);
+        g(&["commit", "-q", "--allow-empty", "-m", "two"]);
+        g(&["symbolic-ref", "refs/heads/alias", "refs/heads/main"]);
+        g(&["update-ref", "refs/pull/1/head", "HEAD"]);
+        let listed: BTreeMap<String, String> = g(&["ls-remote", "--heads", "--tags", "."])
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .map(|(id, name)| (name.to_string(), id.to_string()))
+            .collect();
+        assert!(listed.contains_key("refs/tags/v1^{}"));
+        assert_eq!(local_remote_refs(p).unwrap(), listed);
+        assert!(local_remote_refs(&p.join("missing")).is_err());
+    }
 
     #[test]
     fn relative_local_urls_become_absolute_and_others_stay() {

@@ -85,10 +85,7 @@ pub(crate) async fn plan(cli: &Cli, json: bool, startup: &Startup) -> Result<()>
     crate::run::save_plan(&lg.pool, &id, &plan).await?;
     crate::run::save_tend_cards(&lg.pool, &plan).await?;
     crate::views::mark_earlier_work(&lg.pool, &id, &mut plan).await?;
-    if crate::git::Git::new(&repo)
-        .text(&["remote", "get-url", &loaded.config.remote])
-        .is_err()
-    {
+    if crate::git::remote_url(&repo, &loaded.config.remote).is_err() {
         eprintln!(
             "warning: the remote {:?} does not exist; `drain` needs it to push (git remote add {} URL)",
             loaded.config.remote, loaded.config.remote

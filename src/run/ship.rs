@@ -531,7 +531,7 @@ pub(super) fn branch_on_remote(
     }
 }
 
-/// Whether the remote at `url` has `branch` (`git ls-remote --heads`, run
+/// Whether the remote at `url` has `branch` ([`crate::git::Git::remote_refs`], run
 /// in `repo` with `token` for an https remote, killed after 60 s).
 ///
 /// # Errors
@@ -542,17 +542,11 @@ pub fn remote_has_branch(
     url: &str,
     branch: &str,
 ) -> Result<bool, crate::git::GitError> {
-    let out = crate::git::Git::new(repo)
-        .token(token)
+    let name = format!("refs/heads/{branch}");
+    let refs = (crate::git::Git::new(repo).token(token))
         .timeout(Duration::from_secs(60))
-        .text(&[
-            "ls-remote",
-            "--heads",
-            "--",
-            url,
-            &format!("refs/heads/{branch}"),
-        ])?;
-    Ok(!out.trim().is_empty())
+        .remote_refs(url, crate::git::RefsWanted::Branch(&name))?;
+    Ok(!refs.is_empty())
 }
 
 /// The earlier PR of an item the ledger alone knows of (no GitHub): the

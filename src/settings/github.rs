@@ -29,10 +29,7 @@ impl GitHub {
     /// calls end by the deadline). Nothing here fails the run: without
     /// GitHub it pushes branches only.
     pub fn resolve(req: &Request, startup: &Startup) -> GitHub {
-        let remote_url = crate::git::Git::new(&req.repo)
-            .text(&["remote", "get-url", &req.config.remote])
-            .ok()
-            .map(|s| s.trim().to_string());
+        let remote_url = crate::git::remote_url(&req.repo, &req.config.remote).ok();
         let token = forge::resolve_token(&startup.removed).map(|(t, _)| t);
         let (forge, forge_missing) = match &token {
             Some(t) => match github_client(&req.repo, &req.config, t, Some(req.deadline)) {
@@ -134,10 +131,7 @@ pub fn github_client(
     deadline: Option<chrono::DateTime<chrono::Utc>>,
 ) -> std::result::Result<crate::forge::Forge, String> {
     use crate::forge;
-    let remote_url = crate::git::Git::new(repo)
-        .text(&["remote", "get-url", "--", &config.remote])
-        .ok()
-        .map(|s| s.trim().to_string());
+    let remote_url = crate::git::remote_url(repo, &config.remote).ok();
     let id = forge::resolve_repo(
         std::env::var("GH_REPO").ok().as_deref(),
         config.github_repo.as_deref(),
@@ -189,13 +183,11 @@ pub fn no_token(config: &crate::config::Config, remote_url: Option<&str>) -> NoT
     }
 }
 
-/// [`no_token`] for the repository at `repo`, its remote's URL read with
-/// `git remote get-url` (none when that fails).
+/// [`no_token`] for the repository at `repo`, its remote's URL read
+/// in-process ([`crate::git::remote_url`]; none when that fails).
 pub fn no_token_in(repo: &Path, config: &crate::config::Config) -> NoToken {
-    let url = crate::git::Git::new(repo)
-        .text(&["remote", "get-url", "--", &config.remote])
-        .ok();
-    no_token(config, url.as_deref().map(str::trim))
+    let url = crate::git::remote_url(repo, &config.remote).ok();
+    no_token(config, url.as_deref())
 }
 
 /// The retry policy of `plan`'s look at open PRs: a person waits at the

@@ -40,10 +40,9 @@ pub fn repo_root(given: Option<&Path>) -> Result<PathBuf> {
             start.display()
         )));
     }
-    let out = crate::git::Git::new(&start).text(&["rev-parse", "--show-toplevel"]);
-    match out {
-        Ok(top) => Ok(PathBuf::from(top.trim())),
-        Err(_) => Err(Error::argument(format!(
+    match crate::git::top_level(&start) {
+        Some(top) => Ok(top),
+        None => Err(Error::argument(format!(
             "{}: not inside a git repository; run nightshift in your project or pass --repo PATH",
             start.display()
         ))),
@@ -133,7 +132,7 @@ fn codex_rule(loaded: &Loaded) -> std::result::Result<(), config::ConfigError> {
 /// force-push over each other's branch); without that remote, its canonical
 /// path. Moving a checkout keeps its history.
 pub fn repo_id(repo: &Path, remote: &str) -> String {
-    match crate::git::Git::new(repo).text(&["remote", "get-url", "--", remote]) {
+    match crate::git::remote_url(repo, remote) {
         Ok(url) => normalize_remote_url(url.trim(), repo),
         Err(_) => std::fs::canonicalize(repo)
             .unwrap_or_else(|_| repo.to_path_buf())

@@ -226,7 +226,7 @@ impl Slot {
         Ok((files, tree))
     }
 
-    /// Reads the remote's head of the slot's branch (`git ls-remote`, token
+    /// Reads the remote's head of the slot's branch ([`Git::remote_refs`], token
     /// through askpass) and keeps it as the lease of the item's push
     /// ([`Lease`]); called right after the item's claim, before any agent.
     ///
@@ -241,19 +241,9 @@ impl Slot {
     /// The remote's head of the slot's branch now.
     fn remote_head(&self, token: Option<&str>) -> Result<Lease, SlotError> {
         let refname = format!("refs/heads/{}", self.branch);
-        let out = self.git().token(token).timeout(NETWORK_TIMEOUT).text(&[
-            "ls-remote",
-            "--heads",
-            "--",
-            &self.push_url,
-            &refname,
-        ])?;
-        let head = out
-            .lines()
-            .filter_map(|l| l.split_once('\t'))
-            .find(|(_, name)| name.trim() == refname)
-            .map(|(sha, _)| sha.trim().to_string());
-        Ok(head.map_or(Lease::Absent, Lease::At))
+        let refs = (self.git().token(token).timeout(NETWORK_TIMEOUT))
+            .remote_refs(&self.push_url, git::RefsWanted::Branch(&refname))?;
+        Ok(refs.get(&refname).cloned().map_or(Lease::Absent, Lease::At))
     }
 
     /// Pushes the slot's branch to the user's remote (its push URL),
@@ -276,10 +266,12 @@ impl Slot {
         self.push_stoppable(token, None)
     }
 
-    /// The remote's branches and tags as `ref → object id`, read with
-    /// `git ls-remote` (token through askpass). Taken before and after each
-    /// writer round to see whether the writer pushed (docs/loop.md#writer: the runner
-    /// checks the rules from git, not from the agent's word).
+    /// The remote's branches and tags as `ref → object id`
+    /// ([`Git::remote_refs`]: `git ls-remote`, token through askpass, or
+    /// in-process for a local remote).
+    /// Taken before and after each agent call to see whether the agent
+    /// pushed (docs/loop.md#writer: the runner checks the rules from git,
+    /// not from the agent's word).
     ///
     /// # Errors
     /// [`SlotError::Git`] when the remote cannot be read.
@@ -287,18 +279,8 @@ impl Slot {
         &self,
         token: Option<&str>,
     ) -> Result<std::collections::BTreeMap<String, String>, SlotError> {
-        let out = self.git().token(token).timeout(NETWORK_TIMEOUT).text(&[
-            "ls-remote",
-            "--heads",
-            "--tags",
-            "--",
-            &self.push_url,
-        ])?;
-        Ok(out
-            .lines()
-            .filter_map(|l| l.split_once('\t'))
-            .map(|(sha, name)| (name.trim().to_string(), sha.trim().to_string()))
-            .collect())
+        Ok((self.git().token(token).timeout(NETWORK_TIMEOUT))
+            .remote_refs(&self.push_url, git::RefsWanted::HeadsAndTags)?)
     }
 
     /// [`Slot::push`], killed as soon as `stop` becomes true (a signal during

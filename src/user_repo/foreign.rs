@@ -65,7 +65,7 @@ impl ForeignRef {
 }
 
 /// The remote's branches under [`BRANCH_REFS`] (full ref name → head),
-/// read with `git ls-remote` in `repo` (`token` for an https remote).
+/// read as `git ls-remote` in `repo` would ([`Git::remote_refs`]) (`token` for an https remote).
 ///
 /// # Errors
 /// The git error when the remote cannot be read.
@@ -74,20 +74,8 @@ pub fn remote_branches(
     token: Option<&str>,
     url: &str,
 ) -> Result<BTreeMap<String, String>, GitError> {
-    let pattern = format!("{BRANCH_REFS}*");
-    let out = Git::new(repo).token(token).timeout(LIST_TIMEOUT).text(&[
-        "ls-remote",
-        "--heads",
-        "--",
-        url,
-        &pattern,
-    ])?;
-    Ok(out
-        .lines()
-        .filter_map(|l| l.split_once('\t'))
-        .map(|(sha, name)| (name.trim().to_string(), sha.trim().to_string()))
-        .filter(|(name, _)| name.starts_with(BRANCH_REFS))
-        .collect())
+    (Git::new(repo).token(token).timeout(LIST_TIMEOUT))
+        .remote_refs(url, crate::git::RefsWanted::BranchesUnder(BRANCH_REFS))
 }
 
 /// The refs of `remote` (from [`remote_branches`]) nightshift did not push,
