@@ -95,75 +95,95 @@ impl ClaimEnd {
     }
 }
 
-/// The first item of `run` in backlog order that is not done and has no live
-/// claim as this statement sees it, locked (`FOR UPDATE SKIP LOCKED`) for
-/// the rest of the transaction `tx`: (position, key, contract SHA).
-///
-/// # Errors
-/// Database errors.
-pub async fn next_unclaimed(
-    tx: &mut PgConnection,
-    run: Uuid,
-) -> Result<Option<(i32, String, String)>> {
-    sqlx::query_as(
-        "SELECT q.position, q.item_key, q.contract_sha FROM run_queue q \
-         WHERE q.run_id = $1 AND q.done_at IS NULL \
-           AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.run_id = q.run_id \
-                           AND c.item_key = q.item_key AND c.ended_at IS NULL) \
-         ORDER BY q.position FOR UPDATE SKIP LOCKED LIMIT 1",
-    )
-    .bind(run)
-    .fetch_optional(tx)
-    .await
+/// What one claim statement ([`claim_next`]) found.
+#[derive(Debug)]
+pub enum ClaimTry {
+    /// The item is this worker's.
+    Claimed(Claim),
+    /// No item is left to claim now: every item is done or held by a live
+    /// claim.
+    Nothing,
+    /// Another worker's claim of the item this statement chose committed
+    /// while it ran (its snapshot did not show it): try again, a new
+    /// statement sees it and passes the item by.
+    Raced,
 }
 
-/// Inserts the next attempt's claim on the locked item `next` (position,
-/// key, contract SHA) for `who`, living `lease` from now, unless a live
-/// claim on it committed meanwhile (`None`).
+/// Claims, in one statement (one round trip, its own transaction), the
+/// first item of `run` in backlog order that is not done and has no live
+/// claim, for `who` with a lease of `lease` from the server's clock; ends
+/// as `lost` every claim of `run` whose lease passed, so its item can be
+/// taken over as a new attempt (that takeover may take a second statement:
+/// see [`ClaimTry::Raced`]).
+///
+/// Why it is safe (docs/workers.md#claims): `FOR UPDATE SKIP LOCKED` keeps
+/// two statements off one queue row while either runs, and the unique
+/// index of live claims (`claims_one_live`, and the attempt's unique key)
+/// turns the one race it leaves — a statement whose snapshot predates
+/// another's committed claim of the same item — into no row
+/// (`ON CONFLICT DO NOTHING`), never a second live claim.
 ///
 /// # Errors
 /// Database errors.
-pub async fn insert_claim(
-    tx: &mut PgConnection,
+pub async fn claim_next(
+    conn: &mut PgConnection,
     run: Uuid,
     who: WorkerName<'_>,
     lease: Duration,
-    next: (i32, String, String),
-) -> Result<Option<Claim>> {
-    let (position, item_key, contract_sha) = next;
-    sqlx::query_as(
-        "INSERT INTO claims (run_id, item_key, attempt, worker, host, pid, lease_until) \
-         SELECT $1, $2, COALESCE(MAX(attempt), 0) + 1, $3, $4, $5, \
-                now() + make_interval(secs => $6) \
-         FROM claims WHERE run_id = $1 AND item_key = $2 \
-         HAVING count(*) FILTER (WHERE ended_at IS NULL) = 0 \
-         RETURNING id, run_id, $7::int AS position, item_key, $8::text AS contract_sha, attempt, worker, lease_until",
+) -> Result<ClaimTry> {
+    type Row = (
+        i32,
+        String,
+        String,
+        Option<i64>,
+        Option<i32>,
+        Option<DateTime<Utc>>,
+    );
+    let row: Option<Row> = sqlx::query_as(
+        "WITH expired AS ( \
+           UPDATE claims SET ended_at = now(), end_reason = 'lost' \
+           WHERE run_id = $1 AND ended_at IS NULL AND lease_until <= now() RETURNING id), \
+         next AS ( \
+           SELECT q.position, q.item_key, q.contract_sha FROM run_queue q \
+           WHERE q.run_id = $1 AND q.done_at IS NULL \
+             AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.run_id = q.run_id \
+                             AND c.item_key = q.item_key AND c.ended_at IS NULL \
+                             AND c.lease_until > now()) \
+           ORDER BY q.position FOR UPDATE SKIP LOCKED LIMIT 1), \
+         won AS ( \
+           INSERT INTO claims (run_id, item_key, attempt, worker, host, pid, lease_until) \
+           SELECT $1, n.item_key, \
+                  COALESCE((SELECT max(attempt) FROM claims c WHERE c.run_id = $1 AND c.item_key = n.item_key), 0) + 1, \
+                  $2, $3, $4, now() + make_interval(secs => $5) \
+           FROM next n \
+           ON CONFLICT DO NOTHING \
+           RETURNING id, attempt, lease_until) \
+         SELECT n.position, n.item_key, n.contract_sha, w.id, w.attempt, w.lease_until \
+         FROM next n LEFT JOIN won w ON true",
     )
     .bind(run)
-    .bind(&item_key)
     .bind(who.name)
     .bind(who.host)
     .bind(who.pid as i32)
     .bind(lease.as_secs_f64())
-    .bind(position)
-    .bind(&contract_sha)
-    .fetch_optional(tx)
-    .await
-}
-
-/// Ends every claim of `run` whose lease has passed (`lost`).
-///
-/// # Errors
-/// Database errors.
-pub async fn expire(tx: &mut PgConnection, run: Uuid) -> Result<()> {
-    sqlx::query(
-        "UPDATE claims SET ended_at = now(), end_reason = 'lost' \
-         WHERE run_id = $1 AND ended_at IS NULL AND lease_until <= now()",
-    )
-    .bind(run)
-    .execute(tx)
+    .fetch_optional(conn)
     .await?;
-    Ok(())
+    Ok(match row {
+        None => ClaimTry::Nothing,
+        Some((position, item_key, contract_sha, Some(id), Some(attempt), Some(lease_until))) => {
+            ClaimTry::Claimed(Claim {
+                id,
+                run_id: run,
+                position,
+                item_key,
+                contract_sha,
+                attempt,
+                worker: who.name.to_string(),
+                lease_until,
+            })
+        }
+        Some(_) => ClaimTry::Raced,
+    })
 }
 
 /// Ends every claim of `run` still open (`lost`), whatever its lease says:

@@ -794,6 +794,48 @@ async fn eight_workers_claim_twenty_items_each_exactly_once_in_backlog_order() {
     assert_eq!(queue::pending(&ledger.pool, run).await.unwrap(), 0);
 }
 
+/// Sixteen workers claiming at once, none ending its claim: each takes a
+/// different item (a claim whose snapshot missed another's committed claim
+/// of the same item races, and tries again), and a seventeenth finds
+/// nothing. Five rounds, each in a fresh ledger.
+#[tokio::test]
+async fn sixteen_simultaneous_claims_take_sixteen_different_items() {
+    for _ in 0..5 {
+        let db = Db::create();
+        let ledger = Ledger::connect(&db.source()).await.unwrap();
+        // A connection for each worker, opened before they start.
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .min_connections(16)
+            .max_connections(16)
+            .connect(&db.url)
+            .await
+            .unwrap();
+        let run = queued_run(&ledger, 16).await;
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(16));
+        let tasks: Vec<_> = (1..=16)
+            .map(|n| {
+                let (pool, start) = (pool.clone(), start.clone());
+                tokio::spawn(async move {
+                    let line = queue::ClaimLine::default();
+                    start.wait().await;
+                    line.claim(&pool, run, &worker(n), Duration::from_secs(60))
+                        .await
+                        .unwrap()
+                        .0
+                        .map(|c| c.position)
+                })
+            })
+            .collect();
+        let mut got = Vec::new();
+        for t in tasks {
+            got.push(t.await.unwrap().expect("an item for every worker"));
+        }
+        got.sort();
+        assert_eq!(got, (0..16).collect::<Vec<_>>(), "each item once");
+        assert!(claim(&ledger.pool, run, 17, 60).await.is_none());
+    }
+}
+
 #[tokio::test]
 async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out() {
     let db = Db::create();
