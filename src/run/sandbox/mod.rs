@@ -99,8 +99,9 @@ pub(super) fn for_agent(
 /// account's own when the call runs as it (nightshift's `HOME`, root's
 /// home, is not the account's to read), set as `env`'s `HOME` so that the
 /// private home inside is at the account's path, where the account's
-/// `HOME` points; else `env`'s `HOME`. An inherited `CODEX_HOME` is
-/// nightshift's, so it is dropped for the account's `~/.codex`.
+/// `HOME` points; else `env`'s `HOME`. An inherited `CODEX_HOME` or
+/// `CLAUDE_CONFIG_DIR` is nightshift's, so it is dropped for the account's
+/// `~/.codex` and `~/.claude`.
 fn as_account(
     run_as: Option<&crate::process::RunAs>,
     env: &mut BTreeMap<String, String>,
@@ -108,6 +109,7 @@ fn as_account(
     if let Some(a) = run_as {
         env.insert("HOME".into(), a.home.display().to_string());
         env.remove("CODEX_HOME");
+        env.remove("CLAUDE_CONFIG_DIR");
     }
     env.get("HOME").map(PathBuf::from)
 }
@@ -197,9 +199,9 @@ fn set_network(p: &mut Policy, allow: Allow, env: &mut BTreeMap<String, String>)
 /// What a claude or codex call needs besides the slot
 /// (docs/security.md#claude-and-codex-in-the-sandbox): its login files
 /// read-only at their paths in the private home (claude:
-/// `~/.claude/.credentials.json`; codex: `$CODEX_HOME` or `~/.codex`,
-/// `auth.json` and `config.toml`; claude's user settings
-/// `~/.claude/settings.json` too), the `node_modules` its program lies in
+/// `.credentials.json` and `settings.json` of `$CLAUDE_CONFIG_DIR` or
+/// `~/.claude`, shown in `~/.claude`; codex: `$CODEX_HOME` or `~/.codex`,
+/// `auth.json` and `config.toml`), the `node_modules` its program lies in
 /// read-only, and its API hosts: the vendor's, or the host of the base URL
 /// its environment, arguments or config name (claude: the environment's
 /// `ANTHROPIC_BASE_URL`, else its user settings' `env`).
@@ -216,10 +218,20 @@ fn agent_files(
     let mut files = Vec::new();
     match agent.kind {
         AgentKind::Claude => {
-            let settings = host_home.map(|h| h.join(".claude/settings.json"));
-            if let Some(h) = host_home {
-                for f in [".claude/.credentials.json", ".claude/settings.json"] {
-                    files.push((h.join(f), p.home.join(f)));
+            // Claude Code's config directory: `CLAUDE_CONFIG_DIR`, else
+            // `~/.claude`; inside, `~/.claude` of the private home, where
+            // the variable then points.
+            let dir = (env.get("CLAUDE_CONFIG_DIR").filter(|d| !d.is_empty()))
+                .map(PathBuf::from)
+                .or_else(|| host_home.map(|h| h.join(".claude")));
+            let inside = p.home.join(".claude");
+            if env.contains_key("CLAUDE_CONFIG_DIR") {
+                env.insert("CLAUDE_CONFIG_DIR".into(), inside.display().to_string());
+            }
+            let settings = dir.as_ref().map(|d| d.join("settings.json"));
+            if let Some(d) = &dir {
+                for f in [".credentials.json", "settings.json"] {
+                    files.push((d.join(f), inside.join(f)));
                 }
             }
             // Claude Code applies its user settings' `env` under its own
@@ -348,6 +360,54 @@ pub fn package_of(program: &str, env: &BTreeMap<String, String>) -> Option<PathB
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `CLAUDE_CONFIG_DIR` outside the home is where claude's login and
+    /// settings are read from (its settings' base URL too), shown in the
+    /// private home's `~/.claude`, where the variable then points.
+    #[test]
+    fn claude_config_dir_is_read_and_shown_in_the_private_home() {
+        let host = tempfile::tempdir().unwrap();
+        let dir = host.path().join("claude-config");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(".credentials.json"), "{}").unwrap();
+        let settings = r#"{"env": {"ANTHROPIC_BASE_URL": "http://127.0.0.1:4100"}}"#;
+        std::fs::write(dir.join("settings.json"), settings).unwrap();
+        let private = tempfile::tempdir().unwrap();
+        let mut env = BTreeMap::from([
+            ("HOME".to_string(), host.path().display().to_string()),
+            ("CLAUDE_CONFIG_DIR".to_string(), dir.display().to_string()),
+        ]);
+        let mut p = Policy {
+            write: vec![],
+            read: vec![],
+            home: private.path().to_path_buf(),
+            home_files: vec![],
+            home_dirs: vec![],
+            network: Network::None,
+        };
+        let agent = AgentConfig {
+            kind: AgentKind::Claude,
+            command: vec!["claude".into()],
+            ..AgentConfig::default()
+        };
+        agent_files(&agent, Some(host.path()), &mut env, &mut p);
+        let inside = private.path().join(".claude");
+        assert_eq!(
+            p.home_files,
+            [
+                (
+                    dir.join(".credentials.json"),
+                    inside.join(".credentials.json")
+                ),
+                (dir.join("settings.json"), inside.join("settings.json")),
+            ]
+        );
+        assert_eq!(env["CLAUDE_CONFIG_DIR"], inside.display().to_string());
+        let Network::Proxy(allow) = &p.network else {
+            panic!("the settings' base URL is allowed: {:?}", p.network)
+        };
+        assert!(format!("{allow:?}").contains("127.0.0.1"), "{allow:?}");
+    }
 
     /// As `agent_user`, codex's login and config are the account's, shown
     /// in the private home at the account's path, where `CODEX_HOME` then
