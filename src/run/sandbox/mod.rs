@@ -217,32 +217,7 @@ fn agent_files(
     };
     let mut files = Vec::new();
     match agent.kind {
-        AgentKind::Claude => {
-            // Claude Code's config directory: `CLAUDE_CONFIG_DIR`, else
-            // `~/.claude`; inside, `~/.claude` of the private home, where
-            // the variable then points.
-            let dir = (env.get("CLAUDE_CONFIG_DIR").filter(|d| !d.is_empty()))
-                .map(PathBuf::from)
-                .or_else(|| host_home.map(|h| h.join(".claude")));
-            let inside = p.home.join(".claude");
-            if env.contains_key("CLAUDE_CONFIG_DIR") {
-                env.insert("CLAUDE_CONFIG_DIR".into(), inside.display().to_string());
-            }
-            let settings = dir.as_ref().map(|d| d.join("settings.json"));
-            if let Some(d) = &dir {
-                for f in [".credentials.json", "settings.json"] {
-                    files.push((d.join(f), inside.join(f)));
-                }
-            }
-            // Claude Code applies its user settings' `env` under its own
-            // environment: the variable wins, then the settings' value.
-            let base = (env.get("ANTHROPIC_BASE_URL").cloned())
-                .or_else(|| settings.as_deref().and_then(settings_base_url));
-            match base.as_deref().and_then(host_of) {
-                Some(h) => add(&mut allow, &h),
-                None => add(&mut allow, "api.anthropic.com:443"),
-            }
-        }
+        AgentKind::Claude => claude_files(host_home, env, &p.home, &mut files, &mut allow),
         AgentKind::Codex => {
             let dir = env
                 .get("CODEX_HOME")
@@ -286,6 +261,40 @@ fn agent_files(
         p.read.push(dir);
     }
     set_network(p, allow, env);
+}
+
+/// Claude Code's part of [`agent_files`]: its login and user settings from
+/// its config directory (`CLAUDE_CONFIG_DIR`, else `~/.claude`) into
+/// `files`, shown in `~/.claude` of the private `home`, where the variable
+/// then points; its API host into `allow`.
+fn claude_files(
+    host_home: Option<&Path>,
+    env: &mut BTreeMap<String, String>,
+    home: &Path,
+    files: &mut Vec<(PathBuf, PathBuf)>,
+    allow: &mut Allow,
+) {
+    let dir = (env.get("CLAUDE_CONFIG_DIR").filter(|d| !d.is_empty()))
+        .map(PathBuf::from)
+        .or_else(|| host_home.map(|h| h.join(".claude")));
+    let inside = home.join(".claude");
+    if env.contains_key("CLAUDE_CONFIG_DIR") {
+        env.insert("CLAUDE_CONFIG_DIR".into(), inside.display().to_string());
+    }
+    let settings = dir.as_ref().map(|d| d.join("settings.json"));
+    if let Some(d) = &dir {
+        for f in [".credentials.json", "settings.json"] {
+            files.push((d.join(f), inside.join(f)));
+        }
+    }
+    // Claude Code applies its user settings' `env` under its own
+    // environment: the variable wins, then the settings' value.
+    let base = (env.get("ANTHROPIC_BASE_URL").cloned())
+        .or_else(|| settings.as_deref().and_then(settings_base_url));
+    match base.as_deref().and_then(host_of) {
+        Some(h) => add(allow, &h),
+        None => add(allow, "api.anthropic.com:443"),
+    }
 }
 
 /// The `ANTHROPIC_BASE_URL` of the `env` table of Claude Code's user
