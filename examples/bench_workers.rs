@@ -369,7 +369,7 @@ fn indent(text: &str) -> String {
 
 /// The fields of a `claimed` line of a run log: the claim's latency and its
 /// parts ([`nightshift::queue::ClaimTimes`]).
-const CLAIM_FIELDS: [&str; 4] = ["claim_ms", "acquire_ms", "statements_ms", "commit_ms"];
+const CLAIM_FIELDS: [&str; 3] = ["claim_ms", "acquire_ms", "statements_ms"];
 
 /// p50 and p99 (ms) of each of [`CLAIM_FIELDS`] the processes under `root`
 /// logged (their run logs, `data*/logs/run-*.jsonl`): (field, p50, p99),

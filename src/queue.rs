@@ -144,9 +144,6 @@ pub struct ClaimTimes {
     pub acquire: Duration,
     /// The claim's statements (each its own transaction, commit included).
     pub statements: Duration,
-    /// A separate `COMMIT`: zero since a claim is one statement (kept for
-    /// the run log's `claim_commit_ms`, which examples/bench_workers reads).
-    pub commit: Duration,
 }
 
 /// Claims the first item of `run` in backlog order that is not done and not
@@ -248,7 +245,6 @@ async fn claim_on(
     let times = ClaimTimes {
         acquire: Duration::ZERO,
         statements: began.elapsed(),
-        commit: Duration::ZERO,
     };
     Ok((claimed, times))
 }

@@ -115,7 +115,7 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
             .await?;
         if let Some(c) = &claimed {
             // The claim's latency as this worker saw it (a connection from
-            // the pool, then the claim's transaction): the run log's
+            // the pool, then the claim's statement): the run log's
             // `claim_ms` and its parts, which examples/bench_workers reads.
             let ms = |d: Duration| d.as_secs_f64() * 1000.0;
             tracing::info!(
@@ -124,7 +124,6 @@ async fn claims(crew: &Crew, id: &WorkerId, slot: usize) -> Result<(), Error> {
                 claim_ms = ms(asked.elapsed()),
                 acquire_ms = ms(times.acquire),
                 statements_ms = ms(times.statements),
-                commit_ms = ms(times.commit),
                 "claimed"
             );
         }

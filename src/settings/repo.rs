@@ -133,7 +133,7 @@ fn codex_rule(loaded: &Loaded) -> std::result::Result<(), config::ConfigError> {
 /// path. Moving a checkout keeps its history.
 pub fn repo_id(repo: &Path, remote: &str) -> String {
     match crate::git::remote_url(repo, remote) {
-        Ok(url) => normalize_remote_url(url.trim(), repo),
+        Ok(url) => normalize_remote_url(&url, repo),
         Err(_) => std::fs::canonicalize(repo)
             .unwrap_or_else(|_| repo.to_path_buf())
             .display()

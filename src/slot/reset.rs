@@ -607,11 +607,8 @@ fn unlink_links_along(git_dir: &Path, rel: &Path) -> Result<bool, SlotError> {
     let parts: Vec<_> = rel.components().collect();
     for (i, part) in parts.iter().enumerate() {
         at.push(part);
-        let last = i + 1 == parts.len();
-        let odd = match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => true,
-            Ok(m) if last => !m.is_file(),
-            Ok(_) => false,
+        let m = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(source) => {
                 return Err(SlotError::Io {
@@ -621,18 +618,23 @@ fn unlink_links_along(git_dir: &Path, rel: &Path) -> Result<bool, SlotError> {
                 });
             }
         };
-        if odd {
-            let gone = match std::fs::symlink_metadata(&at) {
-                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&at),
-                _ => std::fs::remove_file(&at),
-            };
-            gone.map_err(|source| SlotError::Io {
-                context: "removing a ref the writer swapped for a link",
-                path: at.clone(),
-                source,
-            })?;
-            return Ok(true);
+        let last = i + 1 == parts.len();
+        if !m.file_type().is_symlink() && (m.is_file() || !last) {
+            continue;
         }
+        // A link's own metadata is never a directory's: the link goes, not
+        // what it points at.
+        let gone = if m.is_dir() {
+            std::fs::remove_dir_all(&at)
+        } else {
+            std::fs::remove_file(&at)
+        };
+        gone.map_err(|source| SlotError::Io {
+            context: "removing a ref the writer swapped for a link",
+            path: at.clone(),
+            source,
+        })?;
+        return Ok(true);
     }
     Ok(false)
 }

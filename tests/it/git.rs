@@ -2208,6 +2208,23 @@ fn what_the_kept_walk_cannot_tell_is_reset_by_git() {
     }
 }
 
+/// What a test does to the slot before its walk.
+type Before = fn(&Path);
+
+/// What is done to a slot before its walk, for each of the two resets
+/// [`kept_walk_reset`] can end in: by git (nothing else changed) and from
+/// the kept walk (a new file; true: the test may assert it).
+fn both_resets() -> [(&'static str, Before, bool); 2] {
+    [
+        ("nothing else changed", |_| {}, false),
+        (
+            "a new file",
+            |p| write(&p.join("src/new.rs"), "new\n"),
+            true,
+        ),
+    ]
+}
+
 /// `.git/HEAD` replaced by a link to a file outside the slot: pointing
 /// HEAD at the new branch replaces the link, never writes the file —
 /// whether git resets the slot (nothing else changed) or the kept walk
@@ -2215,10 +2232,7 @@ fn what_the_kept_walk_cannot_tell_is_reset_by_git() {
 #[test]
 fn a_head_swapped_for_a_link_outside_is_replaced_not_written_through() {
     use std::os::unix::fs::symlink;
-    type Before = fn(&Path);
-    let nothing: Before = |_| {};
-    let new_file: Before = |p| write(&p.join("src/new.rs"), "new\n");
-    for (what, before) in [("nothing else changed", nothing), ("a new file", new_file)] {
+    for (what, before, by_walk) in both_resets() {
         let fx = Fixture::new();
         let (out, untouched) = outside_hashed(&fx);
         let o = out.clone();
@@ -2228,7 +2242,7 @@ fn a_head_swapped_for_a_link_outside_is_replaced_not_written_through() {
             std::fs::remove_file(&head).unwrap();
             symlink(o.join("HEAD"), &head).unwrap();
         });
-        if what == "a new file" {
+        if by_walk {
             assert!(slot.undone, "{what}: reset from the kept walk");
         }
         let outside_head = std::fs::read_to_string(out.join("HEAD")).unwrap();
@@ -2252,10 +2266,7 @@ fn a_head_swapped_for_a_link_outside_is_replaced_not_written_through() {
 #[test]
 fn a_ref_directory_swapped_for_a_link_outside_is_not_written_through() {
     use std::os::unix::fs::symlink;
-    type Before = fn(&Path);
-    let nothing: Before = |_| {};
-    let new_file: Before = |p| write(&p.join("src/new.rs"), "new\n");
-    for (what, before) in [("nothing else changed", nothing), ("a new file", new_file)] {
+    for (what, before, _) in both_resets() {
         let fx = Fixture::new();
         let (out, _) = outside_hashed(&fx);
         let o = out.join("refs");

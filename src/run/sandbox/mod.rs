@@ -370,6 +370,27 @@ pub fn package_of(program: &str, env: &BTreeMap<String, String>) -> Option<PathB
 mod tests {
     use super::*;
 
+    /// A policy with nothing in it but its private `home`.
+    fn empty_policy(home: &Path) -> Policy {
+        Policy {
+            write: vec![],
+            read: vec![],
+            home: home.to_path_buf(),
+            home_files: vec![],
+            home_dirs: vec![],
+            network: Network::None,
+        }
+    }
+
+    /// An agent of `kind` run as `program`.
+    fn agent_of(kind: AgentKind, program: &str) -> AgentConfig {
+        AgentConfig {
+            kind,
+            command: vec![program.into()],
+            ..AgentConfig::default()
+        }
+    }
+
     /// A `CLAUDE_CONFIG_DIR` outside the home is where claude's login and
     /// settings are read from (its settings' base URL too), shown in the
     /// private home's `~/.claude`, where the variable then points.
@@ -386,19 +407,8 @@ mod tests {
             ("HOME".to_string(), host.path().display().to_string()),
             ("CLAUDE_CONFIG_DIR".to_string(), dir.display().to_string()),
         ]);
-        let mut p = Policy {
-            write: vec![],
-            read: vec![],
-            home: private.path().to_path_buf(),
-            home_files: vec![],
-            home_dirs: vec![],
-            network: Network::None,
-        };
-        let agent = AgentConfig {
-            kind: AgentKind::Claude,
-            command: vec!["claude".into()],
-            ..AgentConfig::default()
-        };
+        let mut p = empty_policy(private.path());
+        let agent = agent_of(AgentKind::Claude, "claude");
         agent_files(&agent, Some(host.path()), &mut env, &mut p);
         let inside = private.path().join(".claude");
         assert_eq!(
@@ -440,19 +450,8 @@ mod tests {
         ]);
         let host_home = as_account(Some(&run_as), &mut env);
         assert_eq!(host_home.as_deref(), Some(home.as_path()));
-        let mut p = Policy {
-            write: vec![],
-            read: vec![],
-            home: home.clone(),
-            home_files: vec![],
-            home_dirs: vec![],
-            network: Network::None,
-        };
-        let agent = AgentConfig {
-            kind: AgentKind::Codex,
-            command: vec!["codex".into()],
-            ..AgentConfig::default()
-        };
+        let mut p = empty_policy(&home);
+        let agent = agent_of(AgentKind::Codex, "codex");
         agent_files(&agent, host_home.as_deref(), &mut env, &mut p);
         let inside = home.join(".codex");
         assert_eq!(
