@@ -5,7 +5,7 @@
 
 use crate::common;
 use crate::fakes;
-use common::{Checkout, Table, doctor_line};
+use common::{Checkout, Table, doctor_line, json_with_repeat};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1700,7 +1700,11 @@ async fn replay_50_mib_lines_are_read_around_and_within() {
     // real writer's events: the rest of the stream is read as ever.
     let r = Replay::new();
     let real = r.real_writer();
-    let big = json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_big","content":"x".repeat(50 << 20)}]},"parent_tool_use_id":null}).to_string();
+    let big = json_with_repeat(
+        &json!({"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_big","content":"@BIG@"}]},"parent_tool_use_id":null}).to_string(),
+        "x",
+        50 << 20,
+    );
     let mut lines: Vec<&str> = real.lines().collect();
     lines.insert(3, &big);
     r.put("writer-1.jsonl", lines.join("\n") + "\n");
@@ -1725,10 +1729,14 @@ async fn replay_50_mib_lines_are_read_around_and_within() {
     // the middle of its text shortened, its usage and last words whole.
     let real = transcript("claude-real-reviewer-approve-in-text.jsonl");
     let mut result: serde_json::Value = serde_json::from_str(real.lines().last().unwrap()).unwrap();
-    result["result"] = json!(format!(
-        "The log:\n{}\n{{\"verdict\":\"request_changes\",\"findings\":[\"the log is 50 MiB\"]}}",
-        "log line \"quoted\" é\n".repeat(50 << 20 >> 4)
-    ));
+    result["result"] = json!(
+        "The log:\n@BIG@\n{\"verdict\":\"request_changes\",\"findings\":[\"the log is 50 MiB\"]}"
+    );
+    let result = json_with_repeat(
+        &result.to_string(),
+        "log line \"quoted\" é\n",
+        50 << 20 >> 4,
+    );
     r.put(
         "reviewer-1.jsonl",
         format!(

@@ -12,7 +12,7 @@
 
 use crate::common;
 use crate::fakes_codex::{cli, responses};
-use common::{Checkout, Table, doctor_line};
+use common::{Checkout, Table, doctor_line, json_with_repeat};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1169,15 +1169,23 @@ async fn replay_codex_50_mib_lines_are_read_around_and_within() {
     // And a reviewer whose one message is 50 MiB, its verdict at the end.
     let r = Replay::new();
     let real = cli::transcript("real-writer-patch.jsonl");
-    let big = serde_json::json!({"type":"item.completed","item":{"id":"item_9","type":"command_execution","command":"bash -lc 'cat huge.log; false'","aggregated_output":"log \"line\" é\n".repeat(50 << 20 >> 4),"exit_code":1,"status":"failed"}}).to_string();
+    let big = json_with_repeat(
+        &serde_json::json!({"type":"item.completed","item":{"id":"item_9","type":"command_execution","command":"bash -lc 'cat huge.log; false'","aggregated_output":"@BIG@","exit_code":1,"status":"failed"}}).to_string(),
+        "log \"line\" é\n",
+        50 << 20 >> 4,
+    );
     let mut lines: Vec<&str> = real.lines().collect();
     lines.insert(4, &big);
     r.put("writer-1.jsonl", lines.join("\n") + "\n");
-    let text = format!(
-        "{}\n{{\"verdict\":\"request_changes\",\"findings\":[\"the log is 50 MiB\"]}}",
-        "quoted \"log\" line\n".repeat(50 << 20 >> 4)
+    let text = "@BIG@\n{\"verdict\":\"request_changes\",\"findings\":[\"the log is 50 MiB\"]}";
+    r.put(
+        "reviewer-1.jsonl",
+        json_with_repeat(
+            &codex_answering(text),
+            "quoted \"log\" line\n",
+            50 << 20 >> 4,
+        ),
     );
-    r.put("reviewer-1.jsonl", codex_answering(&text));
     let started = Instant::now();
     let rep = r.call(Role::Writer).await;
     assert_eq!(rep.failure, None, "{}", rep.outcome.stderr_tail);

@@ -425,3 +425,16 @@ pub fn tree_hash(dir: &Path) -> String {
     }
     hex::encode(h.finalize())
 }
+
+/// `json` (JSON text, one or more lines) with its one `@BIG@`, inside a
+/// string, replaced by `unit` repeated `times` times. The unit is escaped
+/// once, not each of its copies: serializing a 50 MiB string with the test
+/// build's unoptimized serde_json took seconds of CPU per test.
+///
+/// Panics when `@BIG@` is not in `json` exactly once.
+pub fn json_with_repeat(json: &str, unit: &str, times: usize) -> String {
+    assert_eq!(json.matches("@BIG@").count(), 1, "{json}");
+    let escaped = serde_json::to_string(unit).expect("a string is JSON");
+    let escaped = &escaped[1..escaped.len() - 1];
+    json.replacen("@BIG@", &escaped.repeat(times), 1)
+}
