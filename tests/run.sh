@@ -26,11 +26,13 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-# CI builds once: incremental data would only take disk. And it builds
+# CI builds once: incremental data would only take disk. It builds
 # nightshift unoptimized: on a clean clone opt-level 1 (Cargo.toml
-# [profile.dev]) costs more build time than it saves in the tests.
+# [profile.dev]) costs more build time than it saves in the tests. And
+# without line tables (a panic still names its file and line; a backtrace
+# does not): nightshift's own targets then build in 45 s instead of 54 s.
 if [ "${CI:-}" = true ]; then
-  export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_OPT_LEVEL=0
+  export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_OPT_LEVEL=0 CARGO_PROFILE_DEV_DEBUG=0
 fi
 
 for tool in fmt clippy; do
