@@ -163,7 +163,8 @@ pub async fn claim(
     lease: Duration,
 ) -> Result<Option<Claim>> {
     let mut conn = pool.acquire().await?;
-    Ok(claim_on(&mut conn, run, worker, lease).await?.0)
+    let mut claims = claim_on(&mut conn, run, std::slice::from_ref(worker), lease).await?;
+    Ok(claims.pop().flatten())
 }
 
 /// The connection a process's claims go through
@@ -171,21 +172,35 @@ pub async fn claim(
 /// claim and kept, so that a claim never waits for the pool behind the
 /// heartbeat and the attempts' fenced writes — at twenty workers a process
 /// those keep every pooled connection busy, and a claim that queued behind
-/// them waited seconds (issue 27). A claim waits only for another claim of
-/// the same process. The line counts in the pool's size: the process's
-/// other statements share the rest of the pool.
+/// them waited seconds (issue 27). The workers of the process that ask
+/// while a claim statement runs are answered together by the next one
+/// ([`claims::claim_next`] takes many workers), so twenty workers starting
+/// at once wait for two round trips, not twenty. The line counts in the
+/// pool's size: the process's other statements share the rest of the pool.
 #[derive(Default)]
 pub struct ClaimLine {
     conn: tokio::sync::Mutex<Option<PoolConnection<Postgres>>>,
+    /// The workers waiting for an answer, each with where it goes.
+    waiting: std::sync::Mutex<Vec<Waiting>>,
+}
+
+/// One worker's claim waiting on a [`ClaimLine`].
+struct Waiting {
+    worker: WorkerId,
+    asked: std::time::Instant,
+    answer: tokio::sync::oneshot::Sender<(Option<Claim>, ClaimTimes)>,
 }
 
 impl ClaimLine {
     /// [`claim`] through this line (its connection taken from `pool` the
-    /// first time, or again after a failure), with where its time went.
+    /// first time, or again after a failure), with where its time went:
+    /// answered by this call's own statement, together with the other
+    /// workers then waiting, or by the statement of a call before it.
     ///
     /// # Errors
     /// Database errors; the line's connection is given back to the pool
-    /// then, and the next claim takes one again.
+    /// then, and the next claim takes one again. The workers waiting on a
+    /// failed statement each claim again.
     pub async fn claim(
         &self,
         pool: &PgPool,
@@ -194,59 +209,96 @@ impl ClaimLine {
         lease: Duration,
     ) -> Result<(Option<Claim>, ClaimTimes)> {
         let asked = std::time::Instant::now();
-        let mut line = self.conn.lock().await;
-        let conn = match &mut *line {
-            Some(conn) => conn,
-            None => line.insert(pool.acquire().await?),
-        };
-        let waited = asked.elapsed();
-        let claimed = claim_on(conn, run, worker, lease).await;
-        if claimed.is_err() {
-            // A connection that failed (an outage, a broken socket) is not
-            // kept: the pool tests or replaces it.
-            *line = None;
+        loop {
+            let (tx, mut rx) = tokio::sync::oneshot::channel();
+            self.wait(Waiting {
+                worker: worker.clone(),
+                asked,
+                answer: tx,
+            });
+            let mut line = self.conn.lock().await;
+            match rx.try_recv() {
+                // A statement before this one answered it.
+                Ok(answer) => return Ok(answer),
+                // That statement failed: ask again.
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => continue,
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+            }
+            let conn = match &mut *line {
+                Some(conn) => conn,
+                None => line.insert(pool.acquire().await?),
+            };
+            let batch =
+                std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+            let began = std::time::Instant::now();
+            let workers: Vec<WorkerId> = batch.iter().map(|w| w.worker.clone()).collect();
+            let claims = match claim_on(conn, run, &workers, lease).await {
+                Ok(claims) => claims,
+                Err(e) => {
+                    // A connection that failed (an outage, a broken socket)
+                    // is not kept: the pool tests or replaces it. The others
+                    // waiting see their answer gone and ask again.
+                    *line = None;
+                    return Err(e);
+                }
+            };
+            let statements = began.elapsed();
+            for (w, claim) in batch.into_iter().zip(claims) {
+                let times = ClaimTimes {
+                    acquire: began.saturating_duration_since(w.asked),
+                    statements,
+                };
+                let _ = w.answer.send((claim, times));
+            }
+            if let Ok(answer) = rx.try_recv() {
+                return Ok(answer);
+            }
         }
-        claimed.map(|(c, times)| {
-            (
-                c,
-                ClaimTimes {
-                    acquire: waited,
-                    ..times
-                },
-            )
-        })
+    }
+
+    fn wait(&self, w: Waiting) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(w);
     }
 }
 
-/// The claim (see [`claim`]) on `conn`: one statement
-/// ([`claims::claim_next`], its own transaction), again while it races
-/// another worker's claim of the same item, with the statements' time.
+/// The claims (see [`claim`]) of `workers` on `conn`, one per worker in
+/// their order: one statement ([`claims::claim_next`], its own
+/// transaction) for all of them, and again for those whose item another
+/// worker's claim took while it ran.
 async fn claim_on(
     conn: &mut PgConnection,
     run: Uuid,
-    worker: &WorkerId,
+    workers: &[WorkerId],
     lease: Duration,
-) -> Result<(Option<Claim>, ClaimTimes)> {
-    let began = std::time::Instant::now();
-    let name = worker.to_string();
+) -> Result<Vec<Option<Claim>>> {
+    let names: Vec<String> = workers.iter().map(WorkerId::to_string).collect();
+    let mut claimed: Vec<Option<Claim>> = workers.iter().map(|_| None).collect();
+    let mut asking: Vec<usize> = (0..workers.len()).collect();
     // Each race means another claim committed: the items run out, so this
     // ends; the bound only keeps a fault from spinning.
-    let mut claimed = None;
     for _ in 0..1000 {
-        match claims::claim_next(conn, run, worker.with_name(&name), lease).await? {
-            ClaimTry::Claimed(c) => {
-                claimed = Some(c);
-                break;
-            }
-            ClaimTry::Nothing => break,
-            ClaimTry::Raced => continue,
+        if asking.is_empty() {
+            break;
         }
+        let who: Vec<WorkerName<'_>> = asking
+            .iter()
+            .map(|&i| workers[i].with_name(&names[i]))
+            .collect();
+        let tries = claims::claim_next(conn, run, &who, lease).await?;
+        let mut raced = Vec::new();
+        for (i, t) in asking.into_iter().zip(tries) {
+            match t {
+                ClaimTry::Claimed(c) => claimed[i] = Some(c),
+                ClaimTry::Nothing => {}
+                ClaimTry::Raced => raced.push(i),
+            }
+        }
+        asking = raced;
     }
-    let times = ClaimTimes {
-        acquire: Duration::ZERO,
-        statements: began.elapsed(),
-    };
-    Ok((claimed, times))
+    Ok(claimed)
 }
 
 /// What a worker does with its claim (the row is the ledger's,

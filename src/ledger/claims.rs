@@ -109,29 +109,36 @@ pub enum ClaimTry {
     Raced,
 }
 
-/// Claims, in one statement (one round trip, its own transaction), the
-/// first item of `run` in backlog order that is not done and has no live
-/// claim, for `who` with a lease of `lease` from the server's clock; ends
-/// as `lost` every claim of `run` whose lease passed, so its item can be
-/// taken over as a new attempt (that takeover may take a second statement:
-/// see [`ClaimTry::Raced`]).
+/// Claims, in one statement (one round trip, its own transaction), one item
+/// for each worker of `who` (a process's workers waiting at once; one
+/// worker is a slice of one): the first items of `run` in backlog order that
+/// are not done and have no live claim, the first for `who[0]`, the next
+/// for `who[1]`, …, each with a lease of `lease` from the server's clock;
+/// ends as `lost` every claim of `run` whose lease passed, so its item can
+/// be taken over as a new attempt (that takeover may take a second
+/// statement: see [`ClaimTry::Raced`]). Returns one [`ClaimTry`] per worker,
+/// in the order of `who`; a worker past the items left gets
+/// [`ClaimTry::Nothing`].
 ///
 /// Why it is safe (docs/workers.md#claims): `FOR UPDATE SKIP LOCKED` keeps
 /// two statements off one queue row while either runs, and the unique
 /// index of live claims (`claims_one_live`, and the attempt's unique key)
 /// turns the one race it leaves — a statement whose snapshot predates
 /// another's committed claim of the same item — into no row
-/// (`ON CONFLICT DO NOTHING`), never a second live claim.
+/// (`ON CONFLICT DO NOTHING`), never a second live claim. One statement for
+/// many workers is why twenty workers of a process starting at once wait
+/// for one round trip, not twenty (issue 27).
 ///
 /// # Errors
 /// Database errors.
 pub async fn claim_next(
     conn: &mut PgConnection,
     run: Uuid,
-    who: WorkerName<'_>,
+    who: &[WorkerName<'_>],
     lease: Duration,
-) -> Result<ClaimTry> {
+) -> Result<Vec<ClaimTry>> {
     type Row = (
+        i64,
         i32,
         String,
         String,
@@ -139,51 +146,64 @@ pub async fn claim_next(
         Option<i32>,
         Option<DateTime<Utc>>,
     );
-    let row: Option<Row> = sqlx::query_as(
+    let names: Vec<&str> = who.iter().map(|w| w.name).collect();
+    let hosts: Vec<&str> = who.iter().map(|w| w.host).collect();
+    let pids: Vec<i32> = who.iter().map(|w| w.pid as i32).collect();
+    let rows: Vec<Row> = sqlx::query_as(
         "WITH expired AS ( \
            UPDATE claims SET ended_at = now(), end_reason = 'lost' \
            WHERE run_id = $1 AND ended_at IS NULL AND lease_until <= now() RETURNING id), \
-         next AS ( \
+         free AS ( \
            SELECT q.position, q.item_key, q.contract_sha FROM run_queue q \
            WHERE q.run_id = $1 AND q.done_at IS NULL \
              AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.run_id = q.run_id \
                              AND c.item_key = q.item_key AND c.ended_at IS NULL \
                              AND c.lease_until > now()) \
-           ORDER BY q.position FOR UPDATE SKIP LOCKED LIMIT 1), \
+           ORDER BY q.position FOR UPDATE SKIP LOCKED LIMIT cardinality($2::text[])), \
+         next AS ( \
+           SELECT f.position, f.item_key, f.contract_sha, \
+                  row_number() OVER (ORDER BY f.position) AS k FROM free f), \
+         who AS ( \
+           SELECT w.name, w.host, w.pid, w.k \
+           FROM unnest($2::text[], $3::text[], $4::int[]) WITH ORDINALITY AS w(name, host, pid, k)), \
          won AS ( \
            INSERT INTO claims (run_id, item_key, attempt, worker, host, pid, lease_until) \
            SELECT $1, n.item_key, \
                   COALESCE((SELECT max(attempt) FROM claims c WHERE c.run_id = $1 AND c.item_key = n.item_key), 0) + 1, \
-                  $2, $3, $4, now() + make_interval(secs => $5) \
-           FROM next n \
+                  w.name, w.host, w.pid, now() + make_interval(secs => $5) \
+           FROM next n JOIN who w ON w.k = n.k \
            ON CONFLICT DO NOTHING \
-           RETURNING id, attempt, lease_until) \
-         SELECT n.position, n.item_key, n.contract_sha, w.id, w.attempt, w.lease_until \
-         FROM next n LEFT JOIN won w ON true",
+           RETURNING id, item_key, attempt, lease_until) \
+         SELECT n.k, n.position, n.item_key, n.contract_sha, w.id, w.attempt, w.lease_until \
+         FROM next n LEFT JOIN won w ON w.item_key = n.item_key ORDER BY n.k",
     )
     .bind(run)
-    .bind(who.name)
-    .bind(who.host)
-    .bind(who.pid as i32)
+    .bind(&names)
+    .bind(&hosts)
+    .bind(&pids)
     .bind(lease.as_secs_f64())
-    .fetch_optional(conn)
+    .fetch_all(conn)
     .await?;
-    Ok(match row {
-        None => ClaimTry::Nothing,
-        Some((position, item_key, contract_sha, Some(id), Some(attempt), Some(lease_until))) => {
-            ClaimTry::Claimed(Claim {
+    let mut tries: Vec<ClaimTry> = who.iter().map(|_| ClaimTry::Nothing).collect();
+    for (k, position, item_key, contract_sha, id, attempt, lease_until) in rows {
+        let Some(slot) = usize::try_from(k - 1).ok().and_then(|i| tries.get_mut(i)) else {
+            continue;
+        };
+        *slot = match (id, attempt, lease_until) {
+            (Some(id), Some(attempt), Some(lease_until)) => ClaimTry::Claimed(Claim {
                 id,
                 run_id: run,
                 position,
                 item_key,
                 contract_sha,
                 attempt,
-                worker: who.name.to_string(),
+                worker: who[(k - 1) as usize].name.to_string(),
                 lease_until,
-            })
-        }
-        Some(_) => ClaimTry::Raced,
-    })
+            }),
+            _ => ClaimTry::Raced,
+        };
+    }
+    Ok(tries)
 }
 
 /// Ends every claim of `run` still open (`lost`), whatever its lease says:

@@ -837,6 +837,87 @@ async fn sixteen_simultaneous_claims_take_sixteen_different_items() {
 }
 
 #[tokio::test]
+async fn the_workers_of_a_process_asking_at_once_are_answered_by_few_statements() {
+    // Four processes (a claim line each) of eight workers, all asking at
+    // once: every worker gets an item, each item once, and a statement
+    // answers the workers then waiting on its line (issue 27: twenty
+    // workers starting together waited for twenty round trips).
+    let db = Db::create();
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let run = queued_run(&ledger, 32).await;
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(32));
+    let lines: Vec<_> = (0..4)
+        .map(|_| std::sync::Arc::new(queue::ClaimLine::default()))
+        .collect();
+    let tasks: Vec<_> = (0..32u32)
+        .map(|i| {
+            let (pool, start) = (ledger.pool.clone(), start.clone());
+            let line = lines[(i / 8) as usize].clone();
+            let mut who = worker(i % 8 + 1);
+            who.pid = 100 + i / 8;
+            tokio::spawn(async move {
+                start.wait().await;
+                let (claim, _) = line
+                    .claim(&pool, run, &who, Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                let claim = claim.expect("an item for every worker");
+                assert_eq!(claim.worker, who.to_string());
+                claim.position
+            })
+        })
+        .collect();
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.unwrap());
+    }
+    got.sort();
+    assert_eq!(got, (0..32).collect::<Vec<_>>(), "each item once");
+    // Each line keeps a pooled connection: give them back.
+    drop(lines);
+    // Claims written by one statement share its transaction id.
+    let statements = db.sql("SELECT count(DISTINCT xmin::text) FROM claims");
+    let statements: u32 = statements.parse().unwrap();
+    assert!(
+        (4..=12).contains(&statements),
+        "{statements} claim statements for 32 workers on 4 lines"
+    );
+    assert!(claim(&ledger.pool, run, 9, 60).await.is_none());
+}
+
+#[tokio::test]
+async fn one_claim_statement_gives_each_worker_the_next_item_in_backlog_order() {
+    let db = Db::create();
+    let ledger = Ledger::connect(&db.source()).await.unwrap();
+    let run = queued_run(&ledger, 3).await;
+    let mut conn = ledger.pool.acquire().await.unwrap();
+    let names = ["h:1:1", "h:1:2", "h:1:3", "h:1:4"];
+    let who: Vec<_> = names
+        .iter()
+        .map(|name| nightshift::ledger::workers::WorkerName {
+            name,
+            host: "h",
+            pid: 1,
+        })
+        .collect();
+    let tries =
+        nightshift::ledger::claims::claim_next(&mut conn, run, &who, Duration::from_secs(60))
+            .await
+            .unwrap();
+    let got: Vec<String> = tries
+        .iter()
+        .map(|t| match t {
+            nightshift::ledger::claims::ClaimTry::Claimed(c) => {
+                format!("{} {} {}", c.worker, c.position, c.attempt)
+            }
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, ["h:1:1 0 1", "h:1:2 1 1", "h:1:3 2 1", "Nothing"]);
+    assert_eq!(db.sql("SELECT count(DISTINCT xmin::text) FROM claims"), "1");
+}
+
+#[tokio::test]
 async fn an_expired_lease_is_taken_over_and_the_old_holder_is_fenced_out() {
     let db = Db::create();
     let ledger = Ledger::connect(&db.source()).await.unwrap();
