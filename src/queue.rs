@@ -224,12 +224,17 @@ impl ClaimLine {
                 Err(tokio::sync::oneshot::error::TryRecvError::Closed) => continue,
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
             }
+            // Taken before anything can fail, so that no worker's request
+            // outlives its answer: on an error the batch is dropped and the
+            // others ask again. A worker that stopped waiting (its claim
+            // cancelled) gets no item.
+            let mut batch =
+                std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+            batch.retain(|w| !w.answer.is_closed());
             let conn = match &mut *line {
                 Some(conn) => conn,
                 None => line.insert(pool.acquire().await?),
             };
-            let batch =
-                std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()));
             let began = std::time::Instant::now();
             let workers: Vec<WorkerId> = batch.iter().map(|w| w.worker.clone()).collect();
             let claims = match claim_on(conn, run, &workers, lease).await {
