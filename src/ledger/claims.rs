@@ -186,10 +186,11 @@ pub async fn claim_next(
     .await?;
     let mut tries: Vec<ClaimTry> = who.iter().map(|_| ClaimTry::Nothing).collect();
     for (k, position, item_key, contract_sha, id, attempt, lease_until) in rows {
-        let Some(slot) = usize::try_from(k - 1).ok().and_then(|i| tries.get_mut(i)) else {
+        // k is the worker's 1-based place in `who`.
+        let Some(i) = usize::try_from(k - 1).ok().filter(|&i| i < who.len()) else {
             continue;
         };
-        *slot = match (id, attempt, lease_until) {
+        tries[i] = match (id, attempt, lease_until) {
             (Some(id), Some(attempt), Some(lease_until)) => ClaimTry::Claimed(Claim {
                 id,
                 run_id: run,
@@ -197,7 +198,7 @@ pub async fn claim_next(
                 item_key,
                 contract_sha,
                 attempt,
-                worker: who[(k - 1) as usize].name.to_string(),
+                worker: who[i].name.to_string(),
                 lease_until,
             }),
             _ => ClaimTry::Raced,
