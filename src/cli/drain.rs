@@ -457,7 +457,7 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
     let mine = crate::views::items_of_this_process(&night.pool, run.id).await?;
     print!(
         "{}",
-        crate::secret::redact_known(&worker_summary(run.id, &mine))
+        crate::secret::redact_known(&crate::report::worker_summary(run.id, &mine))
     );
     // The exit code follows `drain`'s rules (docs/commands.md#exit-codes),
     // for the items this process ended.
@@ -471,41 +471,4 @@ pub(crate) async fn worker(cli: &Cli, jobs: Option<u32>, startup: &Startup) -> R
         .filter(|i| i.outcome.is_some_and(crate::outcome::Outcome::fails_run))
         .count();
     Error::of_run(status, failed)
-}
-
-/// What `worker` prints at its end: how many items it ended, then one line
-/// per item (index, title, outcome, PR or reason), and how many failed.
-fn worker_summary(run: uuid::Uuid, items: &[crate::ledger::items::ItemRow]) -> String {
-    use std::fmt::Write as _;
-    let mut s = format!("worker: ended {} item(s) of run {run}\n", items.len());
-    let mut failed = 0;
-    for i in items {
-        let outcome = i.outcome.map_or("running", crate::outcome::Outcome::as_str);
-        let what = match (&i.facts.pr_url, &i.facts.reason) {
-            (Some(url), _) => url.clone(),
-            (None, Some(r)) => {
-                crate::report::escape_controls(&crate::report::one_line(r, 120), false)
-            }
-            (None, None) => String::new(),
-        };
-        failed += usize::from(i.outcome.is_some_and(crate::outcome::Outcome::fails_run));
-        let title = crate::report::escape_controls(&i.title, false);
-        let _ = writeln!(
-            s,
-            "  {} \"{title}\" · {outcome}{}",
-            i.item_index,
-            if what.is_empty() {
-                String::new()
-            } else {
-                format!(" · {what}")
-            }
-        );
-    }
-    if failed > 0 {
-        let _ = writeln!(
-            s,
-            "worker: {failed} of its item(s) failed (exit 1; `nightshift report` has the run)"
-        );
-    }
-    s
 }

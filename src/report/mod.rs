@@ -478,6 +478,41 @@ pub fn to_text_after_drain(run: &RunRow, items: &[ItemRow], slept_secs: i64) -> 
     text.replacen(&note, "", 1)
 }
 
+/// What `worker` prints at its end: how many items it ended, then one line
+/// per item (index, title, outcome, PR or reason), and how many failed.
+pub fn worker_summary(run: Uuid, items: &[ItemRow]) -> String {
+    use std::fmt::Write as _;
+    let mut s = format!("worker: ended {} item(s) of run {run}\n", items.len());
+    let mut failed = 0;
+    for i in items {
+        let outcome = i.outcome.map_or("running", Outcome::as_str);
+        let what = match (&i.facts.pr_url, &i.facts.reason) {
+            (Some(url), _) => url.clone(),
+            (None, Some(r)) => escape_controls(&one_line(r, 120), false),
+            (None, None) => String::new(),
+        };
+        failed += usize::from(i.outcome.is_some_and(Outcome::fails_run));
+        let title = escape_controls(&i.title, false);
+        let _ = writeln!(
+            s,
+            "  {} \"{title}\" · {outcome}{}",
+            i.item_index,
+            if what.is_empty() {
+                String::new()
+            } else {
+                format!(" · {what}")
+            }
+        );
+    }
+    if failed > 0 {
+        let _ = writeln!(
+            s,
+            "worker: {failed} of its item(s) failed (exit 1; `nightshift report` has the run)"
+        );
+    }
+    s
+}
+
 /// The human report (docs/commands.md#report): a header, one table row per
 /// item (item, outcome, PR, rounds, time, tokens/cost, reason), the totals,
 /// then the PR bodies when `show_bodies` (and, without GitHub access, the
