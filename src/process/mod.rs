@@ -33,7 +33,6 @@ pub use error::ProcessError;
 pub use outcome::Outcome;
 pub use run::{STOP_POLL, become_undumpable, run, run_blocking};
 pub use stream::READER_LINGER;
-pub use supervisor::CALL_NICENESS;
 
 #[cfg(test)]
 mod tests;

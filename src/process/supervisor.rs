@@ -53,13 +53,6 @@ pub(super) const TICK: Duration = Duration::from_millis(100);
 /// the timeout; the supervisor's clock is for a runner that is gone or stuck.
 pub(super) const BACKSTOP_SLACK: Duration = Duration::from_secs(5);
 
-/// How much nicer than nightshift every call runs (`nice(2)`'s increment):
-/// on a busy host the workers' own claims, heartbeats and lease renewals,
-/// and the ledger's server, get the CPU before the agents, gates and git
-/// they start, so a lease is not lost and a claim does not wait behind the
-/// work (docs/workers.md#sizing). On an idle host it changes nothing.
-pub const CALL_NICENESS: libc::c_int = 10;
-
 /// How long the supervisor keeps sending SIGKILL before it gives up and
 /// exits (a process in uninterruptible sleep cannot die yet).
 const KILL_FOR: Duration = Duration::from_secs(5);
@@ -141,9 +134,6 @@ fn become_call(plan: &Plan, supervisor: libc::pid_t) -> io::Result<()> {
     // SAFETY: raw system calls on this process only.
     unsafe {
         libc::setpgid(0, 0);
-        // Before `run_as`: an unprivileged account may raise it, not lower it.
-        // The result is not checked: -1 is also a valid niceness.
-        libc::nice(CALL_NICENESS);
         block_signals(libc::SIG_UNBLOCK);
         if let Some((uid, gid)) = plan.run_as {
             if libc::getuid() == 0 {

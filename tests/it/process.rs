@@ -121,17 +121,6 @@ async fn argv_is_passed_verbatim_and_cwd_is_used() {
     );
 }
 
-/// Every call runs nicer than nightshift (docs/workers.md#sizing), so the
-/// workers' claims and heartbeats are not starved by the work they start.
-#[tokio::test]
-async fn a_call_runs_nicer_than_nightshift_by_the_calls_niceness() {
-    // SAFETY: getpriority on this process.
-    let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-    let outcome = run_ok(Command::new("nice")).await;
-    let theirs: i32 = outcome.stdout_tail.trim().parse().unwrap();
-    assert_eq!(theirs, (ours + process::CALL_NICENESS).min(19));
-}
-
 #[tokio::test]
 async fn stdin_bytes_reach_the_child_and_default_stdin_is_null() {
     let prompt = "line one\nprompt with ünïcode\n".repeat(20_000); // ~0.5 MB, more than a pipe holds
