@@ -758,6 +758,16 @@ done
     for host in [format!("127.0.0.1:{g}"), format!("127.0.0.1:{w}")] {
         assert!(refused.contains(&host), "{host}: {refused}");
     }
+    // The end of the drain shows the refusals as `report` does.
+    let shown = text(&f.run(&["report"]));
+    let line = (shown.lines())
+        .find(|l| l.starts_with("sandbox refused "))
+        .unwrap_or_else(|| panic!("no refusals in the report: {shown}"));
+    let drained = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        drained.lines().any(|l| l == line),
+        "drain's end lacks `{line}`:\n{drained}"
+    );
 }
 
 /// A rustup proxy (`cargo` linked to `rustup`) runs the toolchain in
