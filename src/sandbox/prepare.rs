@@ -34,7 +34,7 @@ pub(super) enum Op {
     Bind(CString, CString, bool),
     /// A bind mount of one device node (`/dev/null`, …), flags untouched.
     BindDev(CString, CString),
-    /// A private tmpfs.
+    /// A private tmpfs, capped at the policy's `tmp_size`.
     Tmpfs(CString),
     /// A fresh `/proc` of the call's PID namespace.
     Proc(CString),
@@ -58,6 +58,8 @@ pub struct Prepared {
     pub(super) uid_map: CString,
     pub(super) gid_map: CString,
     pub(super) cwd: CString,
+    /// The mount options of every private tmpfs (`mode=0755,size=N`).
+    pub(super) tmpfs_options: CString,
     /// Whether the proxy's port is made inside (`Network::Proxy`).
     pub(super) proxy: bool,
     /// The socket the proxy's listener is sent over ([`Prepared::proxy_socket`]).
@@ -107,6 +109,10 @@ impl Prepared {
             uid_map: c(format!("{0} {0} 1\n", ids.0))?,
             gid_map: c(format!("{0} {0} 1\n", ids.1))?,
             cwd: c(cwd.as_os_str().as_bytes())?,
+            tmpfs_options: c(format!(
+                "mode=0755,size={}",
+                policy.tmp_size.unwrap_or_else(super::default_tmp_size)
+            ))?,
             proxy: matches!(policy.network, Network::Proxy(_)),
             proxy_socket: -1,
             filters: filter::programs()?,

@@ -71,6 +71,7 @@ fn parents_are_mounted_before_what_lies_inside_them_and_a_write_wins_over_a_read
         home_files: vec![],
         home_dirs: vec![],
         network: Network::None,
+        tmp_size: None,
     };
     let p = Prepared::new(&policy, (0, 0), &slot).unwrap();
     let real = |p: &Path| format!("/newroot{}", std::fs::canonicalize(p).unwrap().display());
