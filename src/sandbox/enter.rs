@@ -267,6 +267,7 @@ unsafe fn apply(op: &Op, options: &CStr) -> io::Result<()> {
                 ))?;
             }
             Op::Tmpfs(d) => tmpfs(d, 0, options)?,
+            Op::Hide(d) => tmpfs(d, libc::MS_RDONLY | libc::MS_NOEXEC, c"mode=0755")?,
             Op::Proc(d) => {
                 let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
                 check(libc::mount(

@@ -17,6 +17,17 @@ use super::{Network, Policy, filter};
 /// among them, such as `/bin` → `usr/bin`, is made as the same link).
 pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"];
 
+/// The system directories walked for what others may not read, hidden
+/// inside ([`unreadable_by_others`]): `/etc`, where a system keeps its
+/// secrets (`shadow`, host keys, `ssl/private`, `sudoers`). `/usr` is not
+/// walked: packages keep no secrets there, and its 100 000-odd entries take
+/// seconds to walk.
+const WALKED: &[&str] = &["/etc"];
+
+/// The host's `/dev/null`, bound (with `nodev`, so that it cannot be
+/// opened) over each hidden file.
+const DEV_NULL: &str = "/dev/null";
+
 /// Where the host's root is seen while the new root is built.
 const OLD: &str = "/oldroot";
 /// Where the new root is built.
@@ -36,6 +47,8 @@ pub(super) enum Op {
     BindDev(CString, CString),
     /// A private tmpfs, capped at the policy's `tmp_size`.
     Tmpfs(CString),
+    /// An empty read-only tmpfs over a directory others may not read.
+    Hide(CString),
     /// A fresh `/proc` of the call's PID namespace.
     Proc(CString),
     /// A symbolic link `dst` → `target`.
@@ -98,6 +111,9 @@ impl Prepared {
         let mut rules = fixed_rules(&handled)?;
         for d in SYSTEM_DIRS {
             system_dir(Path::new(d), &mut ops, &mut rules, &handled)?;
+        }
+        for d in WALKED {
+            hide(&unreadable_by_others(Path::new(d)), &mut ops)?;
         }
         for (path, kind) in &mounts {
             mount_one(path, kind, &mut ops, &mut rules, &handled)?;
@@ -209,6 +225,49 @@ fn system_dir(d: &Path, ops: &mut Vec<Op>, rules: &mut Vec<Rule>, h: &Access) ->
         ops.push(Op::Mkdir(new_path(d)?));
         ops.push(Op::Bind(old(d)?, new_path(d)?, true));
         rules.push(rule_path(d, h.read_dir)?);
+    }
+    Ok(())
+}
+
+/// Under `root`, every regular file and directory that others may not
+/// read (`mode & 0o004 == 0`: `/etc/shadow`, `/etc/ssl/private`), as
+/// `(path, is_dir)`, sorted. A directory found is hidden whole, so what
+/// lies in it is not listed; links are not followed (a link's target is
+/// judged where it lies); an entry that cannot be read is skipped.
+/// A call may run as uid 0, the owner of these files, so their mode alone
+/// does not keep them from it (docs/security.md#the-sandbox).
+pub(super) fn unreadable_by_others(root: &Path) -> Vec<(PathBuf, bool)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            let (is_dir, hidden) = (meta.is_dir(), meta.permissions().mode() & 0o004 == 0);
+            match (is_dir || meta.is_file(), hidden) {
+                (true, true) => found.push((e.path(), is_dir)),
+                (true, false) if is_dir => stack.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The steps that hide `paths` (from [`unreadable_by_others`]) in the
+/// read-only binds of the system directories: a directory under an empty
+/// read-only tmpfs, a file under the host's `/dev/null` bound `nodev`
+/// (opening it is refused, `EACCES`, as a reader without the right gets).
+fn hide(paths: &[(PathBuf, bool)], ops: &mut Vec<Op>) -> io::Result<()> {
+    for (path, is_dir) in paths {
+        ops.push(match is_dir {
+            true => Op::Hide(new_path(path)?),
+            false => Op::Bind(old(Path::new(DEV_NULL))?, new_path(path)?, true),
+        });
     }
     Ok(())
 }

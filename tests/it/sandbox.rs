@@ -63,6 +63,7 @@ try read_git cat {repo}/.git/config
 try read_data sh -c 'cat {data}/logs/*.jsonl | grep -q .'
 try read_key cat {data}/approval.key
 try read_root_ssh ls -a /root/.ssh
+try read_shadow cat /etc/shadow
 try read_environ cat /proc/$pid/environ
 try write_repo sh -c 'echo x > {repo}/pwned-$0' $who
 try write_data sh -c 'echo x > {data}/pwned-$0' $who
@@ -188,6 +189,7 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         "read_data",
         "read_key",
         "read_root_ssh",
+        "read_shadow",
         "read_environ",
         "connect_listener",
         "connect_ledger",
@@ -415,6 +417,43 @@ async fn a_sandboxed_call_exits_times_out_and_ends_as_an_unsandboxed_one() {
     assert_eq!(
         std::fs::read_to_string(slot.path().join("kept.txt")).unwrap(),
         "kept\n"
+    );
+}
+
+/// What others may not read under `/etc` (`mode & 0o004 == 0`) is hidden
+/// from a call even when it runs as the files' owner (this suite runs as
+/// root, uid 0 inside too): `/etc/shadow` cannot be opened, `/etc/ssl/private`
+/// is empty; `/etc/passwd`, readable by all, still reads.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_others_may_not_read_under_etc_is_hidden_from_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let shadow = std::fs::metadata("/etc/shadow").expect("this test needs /etc/shadow");
+    assert_eq!(
+        shadow.permissions().mode() & 0o004,
+        0,
+        "/etc/shadow is readable by all here"
+    );
+    let slot = tempfile::tempdir().unwrap();
+    let script = "cat /etc/shadow >/dev/null 2>&1 && echo shadow=read || echo shadow=hidden
+cat /etc/passwd >/dev/null && echo passwd=read
+if [ -d /etc/ssl/private ]; then echo \"private=[$(ls -A /etc/ssl/private)]\"; fi";
+    let o = nightshift::process::run(
+        boxed(script, slot.path()),
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(o.exit_code, Some(0), "{o:?}");
+    let mut want = "shadow=hidden\npasswd=read\n".to_string();
+    if Path::new("/etc/ssl/private").is_dir() {
+        want.push_str("private=[]\n");
+    }
+    // As root (this suite) the same read works outside: the sandbox hid it.
+    let outside = std::fs::read("/etc/shadow").is_ok();
+    assert_eq!(
+        o.stdout_tail, want,
+        "read outside: {outside}; {}",
+        o.stderr_tail
     );
 }
 
