@@ -30,6 +30,7 @@ async fn time(calls: usize, sandboxed: Option<Network>, slot: &std::path::Path) 
                 home_files: vec![],
                 home_dirs: vec![],
                 network: network.clone(),
+                tmp_size: None,
             });
         }
         let start = Instant::now();

@@ -283,7 +283,7 @@ pub struct Contract {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reviewer_fallback: Option<AgentSpec>,
     /// `[sandbox]` as the item's calls run under it (docs/security.md#the-sandbox):
-    /// mode, `allow_hosts`, `read`, `write`. Left out while all default, so
+    /// mode, `allow_hosts`, `read`, `write`, `tmp_size`. Left out while all default, so
     /// contracts sealed before it keep their SHA (absent reads as default).
     #[serde(default, skip_serializing_if = "config::SandboxConfig::is_default")]
     pub sandbox: config::SandboxConfig,
@@ -767,7 +767,7 @@ fn card_fallback(f: Option<&AgentSpec>) -> String {
 
 /// The card's sandbox line (docs/security.md#the-sandbox): the mode, what
 /// runs in it, the network (every call's hosts, then those of one agent or
-/// of the gate only) and the paths it adds.
+/// of the gate only), the paths it adds and its tmpfs cap when set.
 fn card_sandbox(s: &mut String, c: &Contract) {
     let b = &c.sandbox;
     let net = if b.allow_hosts.is_empty() {
@@ -801,6 +801,10 @@ fn card_sandbox(s: &mut String, c: &Contract) {
     }
     if !b.write.is_empty() {
         line.push_str(&format!(" · write {}", b.write.join(", ")));
+    }
+    if let Some(n) = b.tmp_size {
+        let size = bytesize::ByteSize(n).display().iec();
+        line.push_str(&format!(" · /tmp and home at most {size} each"));
     }
     let _ = writeln!(s, "{line}");
 }

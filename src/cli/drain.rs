@@ -258,7 +258,12 @@ async fn finish(cli: &Cli, night: &Night, selection: &Selection, end: run::RunEn
         let _ = write!(
             out,
             "{}",
-            crate::report::to_text_after_drain(&view.run, &view.items, view.slept)
+            crate::report::to_text_after_drain(
+                &view.run,
+                &view.items,
+                view.slept,
+                &view.sandbox_refused
+            )
         );
         if !section.is_empty() {
             let _ = write!(out, "\n{}", crate::secret::redact_known(&section));

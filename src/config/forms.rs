@@ -81,6 +81,23 @@ pub(super) mod human_size {
     }
 }
 
+/// An optional size in the forms of [`human_size`]; absent is `None`.
+pub(super) mod human_size_opt {
+    use super::*;
+    /// The size in IEC units (`"1 GiB"`); called only for `Some`
+    /// (`skip_serializing_if = "Option::is_none"`).
+    pub fn serialize<S: serde::Serializer>(bytes: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => super::human_size::serialize(b, s),
+            None => s.serialize_none(),
+        }
+    }
+    /// A number of bytes, or a size with a unit.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        super::human_size::deserialize(d).map(Some)
+    }
+}
+
 /// Durations written as `"45m"`, `"2h"`, `"1h30m"` (see [`super::parse_duration`]).
 pub(super) mod human_duration {
     use super::*;

@@ -375,3 +375,33 @@ fn durations() {
     assert!(parse_duration("m").is_err());
     assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
 }
+
+#[test]
+fn the_sandbox_tmpfs_cap_is_a_size_of_at_least_a_mebibyte() {
+    let cap = |toml: &str| parse(Path::new("c.toml"), toml).map(|c| c.sandbox.tmp_size);
+    assert_eq!(cap("").unwrap(), None, "absent: the default");
+    assert_eq!(
+        cap("[sandbox]\ntmp_size = \"2GiB\"\n").unwrap(),
+        Some(2 << 30)
+    );
+    assert_eq!(
+        cap("[sandbox]\ntmp_size = 1048576\n").unwrap(),
+        Some(1 << 20)
+    );
+    let (line, key, message) = err("[sandbox]\n\ntmp_size = \"64KiB\"\n");
+    assert_eq!((line, key.as_deref()), (3, Some("tmp_size")), "{message}");
+    assert!(message.contains("tmp_size = \"2GiB\""), "{message}");
+    let (_, key, message) = err("[sandbox]\ntmp_size = \"lots\"\n");
+    assert_eq!(key.as_deref(), Some("tmp_size"), "{message}");
+    // Left out of the sealed JSON while absent: old contracts keep their SHA.
+    let default = crate::config::SandboxConfig::default();
+    assert_eq!(
+        serde_json::to_value(&default).unwrap().get("tmp_size"),
+        None
+    );
+    let set = crate::config::SandboxConfig {
+        tmp_size: Some(1 << 30),
+        ..default
+    };
+    assert_eq!(serde_json::to_value(&set).unwrap()["tmp_size"], "1.0 GiB");
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::forms::{de_hhmm, human_duration, human_size};
+use super::forms::{de_hhmm, human_duration, human_size, human_size_opt};
 
 /// A validated configuration. Durations are [`Duration`]s, money is USD.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -126,6 +126,16 @@ pub struct SandboxConfig {
     /// Absolute paths shown read-only inside (a toolchain outside the
     /// system directories); each must exist.
     pub read: Vec<String>,
+    /// The size cap, in bytes, of each private tmpfs of a call (`/tmp`,
+    /// the home, `/dev`, `/dev/shm`): written `"2GiB"`, at least 1 MiB.
+    /// `None`: [`crate::sandbox::default_tmp_size`]; left out of the
+    /// contract then, so that contracts sealed before it keep their SHA.
+    #[serde(
+        with = "human_size_opt",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
+    pub tmp_size: Option<u64>,
     /// Absolute paths shown read-write inside besides the slot (a shared
     /// cache); each must exist.
     pub write: Vec<String>,

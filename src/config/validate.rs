@@ -370,15 +370,27 @@ const ESSENTIAL_VARS: &[&str] = &[
 /// agent at its first lines).
 const MIN_AGENT_OUTPUT: u64 = 1024;
 
+/// The smallest `[sandbox] tmp_size`: 1 MiB (a smaller `/tmp` and home
+/// would fail most programs at their first files).
+const MIN_TMP_SIZE: u64 = 1 << 20;
+
 /// `[sandbox]` (docs/config.md#sandbox): `read` and `write` paths absolute
 /// and existing, each `allow_hosts` and `gate_allow_hosts` entry, and each
 /// agent table's `allow_hosts` entry, a host name or address with an
-/// optional port.
+/// optional port; `tmp_size` at least [`MIN_TMP_SIZE`].
 fn validate_sandbox(
     c: &Config,
     bad: &impl Fn(&str, String) -> ConfigError,
 ) -> Result<(), ConfigError> {
     let b = &c.sandbox;
+    if b.tmp_size.is_some_and(|n| n < MIN_TMP_SIZE) {
+        return Err(bad(
+            "tmp_size",
+            format!(
+                "must be at least {MIN_TMP_SIZE} bytes (\"1MiB\"): it caps the sandbox's private `/tmp` and home; write e.g. `tmp_size = \"2GiB\"` under `[sandbox]`, or leave it out for the default (4 GiB, or a quarter of the memory when less)"
+            ),
+        ));
+    }
     for (key, paths) in [("read", &b.read), ("write", &b.write)] {
         for p in paths {
             if !Path::new(p).is_absolute() {

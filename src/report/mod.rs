@@ -471,11 +471,26 @@ fn totals_line(t: &NightTotals) -> String {
 
 /// The report `drain` prints at its end: [`to_text_at`] without the PR
 /// bodies, and without the warning about agents as root, which the drain
-/// printed when it started (one warning per output, not one per part).
-pub fn to_text_after_drain(run: &RunRow, items: &[ItemRow], slept_secs: i64) -> String {
+/// printed when it started (one warning per output, not one per part);
+/// then the connections the sandbox's proxy refused (`sandbox_refused`,
+/// `host:port` in order), worded as `report` words them
+/// ([`sandbox_section`]), after a blank line. Why the sandbox was not
+/// built is left out: the drain said so when it started.
+pub fn to_text_after_drain(
+    run: &RunRow,
+    items: &[ItemRow],
+    slept_secs: i64,
+    sandbox_refused: &[String],
+) -> String {
     let text = to_text_at(run, items, slept_secs, false, chrono::Utc::now());
     let note = format!("warning: {AGENTS_AS_ROOT_NOTE}\n");
-    text.replacen(&note, "", 1)
+    let mut text = text.replacen(&note, "", 1);
+    let sandbox = sandbox_section(None, sandbox_refused);
+    if !sandbox.is_empty() {
+        // Masked as `report` masks its sections: a host is text an agent chose.
+        let _ = write!(text, "\n{}", crate::secret::redact_known(&sandbox));
+    }
+    text
 }
 
 /// What `worker` prints at its end: how many items it ended, then one line

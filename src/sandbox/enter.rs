@@ -196,15 +196,15 @@ unsafe fn build_root(p: &Prepared) -> io::Result<()> {
             private,
             std::ptr::null(),
         ))?;
-        tmpfs(c"/tmp")?;
+        tmpfs(c"/tmp", 0, c"mode=0755")?;
         check(libc::chdir(c"/tmp".as_ptr()))?;
         libc::mkdir(c"newroot".as_ptr(), 0o755);
         libc::mkdir(c"oldroot".as_ptr(), 0o755);
-        tmpfs(c"newroot")?;
+        tmpfs(c"newroot", 0, c"mode=0755")?;
         pivot(c".", c"oldroot")?;
         check(libc::chdir(c"/".as_ptr()))?;
         for op in &p.ops {
-            apply(op)?;
+            apply(op, &p.tmpfs_options)?;
         }
         check(libc::umount2(c"/oldroot".as_ptr(), libc::MNT_DETACH))?;
         check(libc::chdir(c"/newroot".as_ptr()))?;
@@ -217,8 +217,9 @@ unsafe fn build_root(p: &Prepared) -> io::Result<()> {
     Ok(())
 }
 
-/// One step of the new root.
-unsafe fn apply(op: &Op) -> io::Result<()> {
+/// One step of the new root; a private tmpfs is mounted with `options`
+/// (its mode and size cap).
+unsafe fn apply(op: &Op, options: &CStr) -> io::Result<()> {
     // SAFETY: raw system calls on NUL-terminated paths.
     unsafe {
         match op {
@@ -265,7 +266,8 @@ unsafe fn apply(op: &Op) -> io::Result<()> {
                     std::ptr::null(),
                 ))?;
             }
-            Op::Tmpfs(d) => tmpfs(d)?,
+            Op::Tmpfs(d) => tmpfs(d, 0, options)?,
+            Op::Hide(d) => tmpfs(d, libc::MS_RDONLY | libc::MS_NOEXEC, c"mode=0755")?,
             Op::Proc(d) => {
                 let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
                 check(libc::mount(
@@ -322,9 +324,10 @@ unsafe fn set_attr(dst: &CStr, set: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// A private tmpfs on `dir`.
-unsafe fn tmpfs(dir: &CStr) -> io::Result<()> {
-    let flags = libc::MS_NOSUID | libc::MS_NODEV;
+/// A private tmpfs on `dir`, `nosuid`, `nodev` and `flags`, with the
+/// mount options `options` (`mode=…`, `size=…`).
+unsafe fn tmpfs(dir: &CStr, flags: libc::c_ulong, options: &CStr) -> io::Result<()> {
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | flags;
     // SAFETY: NUL-terminated strings.
     check(unsafe {
         libc::mount(
@@ -332,7 +335,7 @@ unsafe fn tmpfs(dir: &CStr) -> io::Result<()> {
             dir.as_ptr(),
             c"tmpfs".as_ptr(),
             flags,
-            c"mode=0755".as_ptr().cast(),
+            options.as_ptr().cast(),
         )
     })
 }

@@ -99,4 +99,28 @@ pub struct Policy {
     pub home_dirs: Vec<PathBuf>,
     /// The network the call gets.
     pub network: Network,
+    /// The size cap, in bytes, of each private tmpfs the call writes to:
+    /// `/tmp`, the home, `/dev` and `/dev/shm` (`[sandbox] tmp_size`); a
+    /// write past it fails with `ENOSPC`. `None`: [`default_tmp_size`].
+    pub tmp_size: Option<u64>,
+}
+
+/// The cap of each private tmpfs when `[sandbox] tmp_size` names none:
+/// 4 GiB, or a quarter of this host's memory when that is less (the
+/// kernel's own default, half of it per tmpfs, lets two of them fill
+/// the memory). A tmpfs takes memory only for what is written to it.
+pub fn default_tmp_size() -> u64 {
+    const CAP: u64 = 4 << 30;
+    // SAFETY: an all-zero `sysinfo` is a valid value of it.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: sysinfo fills the local structure it is given.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return CAP;
+    }
+    #[allow(clippy::useless_conversion)] // `c_ulong` is 32 bits on some targets
+    let memory = u64::from(info.totalram).saturating_mul(u64::from(info.mem_unit.max(1)));
+    match memory / 4 {
+        0 => CAP,
+        quarter => quarter.min(CAP),
+    }
 }

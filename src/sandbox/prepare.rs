@@ -9,6 +9,8 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::landlock::{Access, abi};
 use super::{Network, Policy, filter};
@@ -16,6 +18,23 @@ use super::{Network, Policy, filter};
 /// The system directories every sandbox shows read-only (a symbolic link
 /// among them, such as `/bin` → `usr/bin`, is made as the same link).
 pub const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"];
+
+/// The system directories walked for what others may not read, hidden
+/// inside ([`unreadable_by_others`]): `/etc`, where a system keeps its
+/// secrets (`shadow`, host keys, `ssl/private`, `sudoers`). `/usr` is not
+/// walked: packages keep no secrets there, and its 100 000-odd entries take
+/// seconds to walk.
+const WALKED: &[&str] = &["/etc"];
+
+/// How long one walk of [`WALKED`] serves the calls prepared after it: a
+/// file made unreadable during the night is hidden from the calls that
+/// start this long after, while calls in quick succession (a gate's
+/// commands, the benchmark) walk once.
+const WALK_FOR: Duration = Duration::from_secs(60);
+
+/// The host's `/dev/null`, bound (with `nodev`, so that it cannot be
+/// opened) over each hidden file.
+const DEV_NULL: &str = "/dev/null";
 
 /// Where the host's root is seen while the new root is built.
 const OLD: &str = "/oldroot";
@@ -34,8 +53,10 @@ pub(super) enum Op {
     Bind(CString, CString, bool),
     /// A bind mount of one device node (`/dev/null`, …), flags untouched.
     BindDev(CString, CString),
-    /// A private tmpfs.
+    /// A private tmpfs, capped at the policy's `tmp_size`.
     Tmpfs(CString),
+    /// An empty read-only tmpfs over a directory others may not read.
+    Hide(CString),
     /// A fresh `/proc` of the call's PID namespace.
     Proc(CString),
     /// A symbolic link `dst` → `target`.
@@ -58,6 +79,8 @@ pub struct Prepared {
     pub(super) uid_map: CString,
     pub(super) gid_map: CString,
     pub(super) cwd: CString,
+    /// The mount options of every private tmpfs (`mode=0755,size=N`).
+    pub(super) tmpfs_options: CString,
     /// Whether the proxy's port is made inside (`Network::Proxy`).
     pub(super) proxy: bool,
     /// The socket the proxy's listener is sent over ([`Prepared::proxy_socket`]).
@@ -97,6 +120,7 @@ impl Prepared {
         for d in SYSTEM_DIRS {
             system_dir(Path::new(d), &mut ops, &mut rules, &handled)?;
         }
+        hide(&hidden(), &mut ops)?;
         for (path, kind) in &mounts {
             mount_one(path, kind, &mut ops, &mut rules, &handled)?;
         }
@@ -107,6 +131,10 @@ impl Prepared {
             uid_map: c(format!("{0} {0} 1\n", ids.0))?,
             gid_map: c(format!("{0} {0} 1\n", ids.1))?,
             cwd: c(cwd.as_os_str().as_bytes())?,
+            tmpfs_options: c(format!(
+                "mode=0755,size={}",
+                policy.tmp_size.unwrap_or_else(super::default_tmp_size)
+            ))?,
             proxy: matches!(policy.network, Network::Proxy(_)),
             proxy_socket: -1,
             filters: filter::programs()?,
@@ -203,6 +231,71 @@ fn system_dir(d: &Path, ops: &mut Vec<Op>, rules: &mut Vec<Rule>, h: &Access) ->
         ops.push(Op::Mkdir(new_path(d)?));
         ops.push(Op::Bind(old(d)?, new_path(d)?, true));
         rules.push(rule_path(d, h.read_dir)?);
+    }
+    Ok(())
+}
+
+/// Under `root`, every regular file and directory that others may not
+/// read (`mode & 0o004 == 0`: `/etc/shadow`, `/etc/ssl/private`), as
+/// `(path, is_dir)`, sorted. A directory found is hidden whole, so what
+/// lies in it is not listed; links are not followed (a link's target is
+/// judged where it lies); an entry that cannot be read is skipped.
+/// A call may run as uid 0, the owner of these files, so their mode alone
+/// does not keep them from it (docs/security.md#the-sandbox).
+pub(super) fn unreadable_by_others(root: &Path) -> Vec<(PathBuf, bool)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            let (is_dir, hidden) = (meta.is_dir(), meta.permissions().mode() & 0o004 == 0);
+            match (is_dir || meta.is_file(), hidden) {
+                (true, true) => found.push((e.path(), is_dir)),
+                (true, false) if is_dir => stack.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Paths hidden inside, as `(path, is_dir)` ([`unreadable_by_others`]).
+type Hidden = Vec<(PathBuf, bool)>;
+
+/// What [`WALKED`] holds that others may not read
+/// ([`unreadable_by_others`]), walked at most once per [`WALK_FOR`] in
+/// this process (the walk of `/etc` takes milliseconds; docs/security.md).
+fn hidden() -> Arc<Hidden> {
+    static LAST: Mutex<Option<(Instant, Arc<Hidden>)>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    match &*last {
+        Some((at, found)) if at.elapsed() < WALK_FOR => Arc::clone(found),
+        _ => {
+            let found: Vec<_> = (WALKED.iter())
+                .flat_map(|d| unreadable_by_others(Path::new(d)))
+                .collect();
+            let found = Arc::new(found);
+            *last = Some((Instant::now(), Arc::clone(&found)));
+            found
+        }
+    }
+}
+
+/// The steps that hide `paths` (from [`unreadable_by_others`]) in the
+/// read-only binds of the system directories: a directory under an empty
+/// read-only tmpfs, a file under the host's `/dev/null` bound `nodev`
+/// (opening it is refused, `EACCES`, as a reader without the right gets).
+fn hide(paths: &[(PathBuf, bool)], ops: &mut Vec<Op>) -> io::Result<()> {
+    for (path, is_dir) in paths {
+        ops.push(match is_dir {
+            true => Op::Hide(new_path(path)?),
+            false => Op::Bind(old(Path::new(DEV_NULL))?, new_path(path)?, true),
+        });
     }
     Ok(())
 }

@@ -70,6 +70,7 @@ pub fn probe() -> Result<(), Missing> {
         home_files: vec![],
         home_dirs: vec![],
         network: Network::None,
+        tmp_size: None,
     };
     // SAFETY: geteuid and getegid cannot fail.
     let ids = unsafe { (libc::geteuid(), libc::getegid()) };

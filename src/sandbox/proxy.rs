@@ -389,7 +389,9 @@ async fn open(
 /// its body (responses flow back on their own), and each next request's
 /// head is judged before it goes anywhere. A request for another host or
 /// port ends the connection (the client opens a new one, judged afresh);
-/// one not allowed is also counted as refused.
+/// one not allowed is refused as a first request is (logged, counted,
+/// answered `403` once the answers before it are relayed), then the
+/// connection closes.
 async fn plain(
     (client, mut inbox): (TcpStream, Inbox),
     upstream: TcpStream,
@@ -399,13 +401,9 @@ async fn plain(
 ) -> io::Result<()> {
     let (mut up_read, mut up_write) = upstream.into_split();
     let (mut client_read, mut client_write) = client.into_split();
-    let back = async move {
-        let copied = tokio::io::copy(&mut up_read, &mut client_write).await;
-        let _ = client_write.shutdown().await;
-        copied.map(|_| ())
-    };
+    let back = tokio::io::copy(&mut up_read, &mut client_write);
     let first = (t.host.clone(), t.port);
-    let forth = async move {
+    let forth = async {
         let ended = loop {
             let sent = match up_write.write_all(&t.head).await {
                 Ok(()) => {
@@ -419,17 +417,17 @@ async fn plain(
                 break Err(e);
             }
             let Ok(head) = inbox.head(&mut client_read).await else {
-                break Ok(());
+                break Ok(false);
             };
             let Some(next) = parse_request(&head).filter(|n| !n.tunnel) else {
-                break Ok(());
+                break Ok(false);
             };
             match allow.permits(&next.host, next.port, false) {
                 Err(why) => {
                     keep_refusal(refused, &next, why);
-                    break Ok(());
+                    break Ok(true);
                 }
-                Ok(_) if (next.host.clone(), next.port) != first => break Ok(()),
+                Ok(_) if (next.host.clone(), next.port) != first => break Ok(false),
                 Ok(_) => t = next,
             }
         };
@@ -437,9 +435,16 @@ async fn plain(
         let _ = up_write.shutdown().await;
         ended
     };
-    // The answers still coming are relayed after the last request.
+    // The answers still coming are relayed after the last request; the
+    // refusal of a request after them follows them.
     let (back, forth) = tokio::join!(back, forth);
-    forth.and(back)
+    if forth? {
+        client_write
+            .write_all(closing("403 Forbidden").as_bytes())
+            .await?;
+    }
+    let _ = client_write.shutdown().await;
+    back.map(|_| ())
 }
 
 /// Logs and keeps a refusal and answers `403`.
@@ -462,9 +467,13 @@ fn keep_refusal(refused: &Mutex<Vec<String>>, t: &Target, why: &str) {
 
 /// A bodiless answer that closes the connection.
 async fn answer(client: &mut TcpStream, status: &str) -> io::Result<()> {
-    let text = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    client.write_all(text.as_bytes()).await?;
+    client.write_all(closing(status).as_bytes()).await?;
     client.shutdown().await
+}
+
+/// The head of a bodiless answer with `status` that closes the connection.
+fn closing(status: &str) -> String {
+    format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 }
 
 /// Resolves the target and connects to its first address that is not

@@ -202,3 +202,30 @@ async fn the_ledgers_address_is_refused_through_another_name() {
     assert_eq!(refused, [format!("localhost:{port}")]);
     assert!(got.lock().unwrap().is_empty());
 }
+
+/// A later request on a kept-alive connection to a host not allowed is
+/// refused as a first one is: answered `403` (after the answers to the
+/// requests before it), logged and counted; then the connection closes.
+#[tokio::test]
+async fn a_later_request_not_allowed_is_answered_403_after_the_earlier_answers() {
+    let ((a, at_a), (b, at_b)) = (server().await, server().await);
+    let mut allow = Allow::default();
+    allow.add(&format!("127.0.0.1:{a}")).unwrap();
+    let get = |port: u16| {
+        format!("GET http://127.0.0.1:{port}/x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n")
+    };
+    let (got, refused) = through(allow, format!("{}{}{}", get(a), get(b), get(a))).await;
+    assert_eq!(refused, [format!("127.0.0.1:{b}")]);
+    let (ok, forbidden) = (got.find("200 OK"), got.find("HTTP/1.1 403 Forbidden"));
+    assert!(
+        ok.is_some() && forbidden.is_some() && ok < forbidden,
+        "the answer to the first request, then the refusal: {got:?}"
+    );
+    assert!(got.ends_with("Connection: close\r\n\r\n"), "{got:?}");
+    assert_eq!(
+        *at_a.lock().unwrap(),
+        ["GET /x HTTP/1.1"],
+        "nothing after the refusal"
+    );
+    assert!(at_b.lock().unwrap().is_empty());
+}

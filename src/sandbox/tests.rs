@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::landlock::Access;
-use super::prepare::{Op, Prepared};
+use super::prepare::{Op, Prepared, unreadable_by_others};
 use super::{Network, Policy};
 
 #[test]
@@ -71,6 +71,7 @@ fn parents_are_mounted_before_what_lies_inside_them_and_a_write_wins_over_a_read
         home_files: vec![],
         home_dirs: vec![],
         network: Network::None,
+        tmp_size: None,
     };
     let p = Prepared::new(&policy, (0, 0), &slot).unwrap();
     let real = |p: &Path| format!("/newroot{}", std::fs::canonicalize(p).unwrap().display());
@@ -95,4 +96,44 @@ fn parents_are_mounted_before_what_lies_inside_them_and_a_write_wins_over_a_read
         "a file is bound onto a file"
     );
     assert!(!p.proxy, "no proxy without allowed hosts");
+}
+
+/// What others may not read is found, a hidden directory whole (what lies
+/// in it is not listed), links not followed.
+#[test]
+fn what_others_may_not_read_is_found_and_a_hidden_directory_is_hidden_whole() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let at = |p: &str| dir.path().join(p);
+    let mode = |p: &str, m: u32| {
+        std::fs::set_permissions(at(p), std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    for d in ["private", "public"] {
+        std::fs::create_dir(at(d)).unwrap();
+    }
+    for f in [
+        "open.txt",
+        "shadow",
+        "private/key",
+        "public/inner",
+        "public/seen",
+    ] {
+        std::fs::write(at(f), "x").unwrap();
+    }
+    mode("open.txt", 0o644);
+    mode("shadow", 0o640);
+    mode("private/key", 0o600);
+    mode("private", 0o700);
+    mode("public", 0o755);
+    mode("public/inner", 0o600);
+    mode("public/seen", 0o444);
+    std::os::unix::fs::symlink(at("shadow"), at("link")).unwrap();
+    assert_eq!(
+        unreadable_by_others(dir.path()),
+        [
+            (at("private"), true),
+            (at("public/inner"), false),
+            (at("shadow"), false),
+        ]
+    );
 }

@@ -63,6 +63,7 @@ try read_git cat {repo}/.git/config
 try read_data sh -c 'cat {data}/logs/*.jsonl | grep -q .'
 try read_key cat {data}/approval.key
 try read_root_ssh ls -a /root/.ssh
+try read_shadow cat /etc/shadow
 try read_environ cat /proc/$pid/environ
 try write_repo sh -c 'echo x > {repo}/pwned-$0' $who
 try write_data sh -c 'echo x > {data}/pwned-$0' $who
@@ -84,6 +85,9 @@ try chmod_system chmod 777 /etc/passwd
 echo "$who:no_new_privs=$(awk '/^NoNewPrivs/{{print $2}}' /proc/self/status)"
 echo "$who:cap_eff=$(awk '/^CapEff/{{print $2}}' /proc/self/status)"
 try write_private_tmp sh -c 'echo x > /tmp/mine && cat /tmp/mine'
+try fill_tmp sh -c 'head -c 70000000 /dev/zero > /tmp/fill'
+try fill_home sh -c 'head -c 70000000 /dev/zero > "$HOME/fill"'
+rm -f /tmp/fill "$HOME/fill"
 try read_system cat /etc/passwd
 setsid sleep {sleeper} >/dev/null 2>&1 </dev/null &
 exit 0
@@ -161,7 +165,7 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         "# calc\n\n- [ ] Add sub, the attack\n- [ ] Add mul\n",
     );
     f.config(&format!(
-        "verify = [\"sh {agents}/attack.sh gate; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nmode = \"required\"\nread = [\"{agents}\"]\nallow_hosts = [\"127.0.0.1:{allowed_port}\"]\n"
+        "verify = [\"sh {agents}/attack.sh gate; sh test.sh\"]\n[writer]\nkind = \"command\"\ncommand = [\"{w}\"]\n[reviewer]\nkind = \"command\"\ncommand = [\"{r}\"]\n[sandbox]\nmode = \"required\"\nread = [\"{agents}\"]\nallow_hosts = [\"127.0.0.1:{allowed_port}\"]\ntmp_size = \"64MiB\"\n"
     ));
     git_commit(&f);
     approve(&f);
@@ -185,6 +189,7 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         "read_data",
         "read_key",
         "read_root_ssh",
+        "read_shadow",
         "read_environ",
         "connect_listener",
         "connect_ledger",
@@ -198,6 +203,8 @@ async fn an_attacking_writer_and_gate_are_refused_and_a_normal_item_still_ships(
         "unshare",
         "mount",
         "chmod_system",
+        "fill_tmp",
+        "fill_home",
     ];
     for who in ["writer", "gate"] {
         for name in want_refused {
@@ -288,6 +295,8 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
         ("read = [\"/no/such/toolchain\"]", "does not exist"),
         ("write = [\"relative/cache\"]", "is not an absolute path"),
         ("mode = \"sometimes\"", "mode"),
+        ("tmp_size = \"lots\"", "is not a size"),
+        ("tmp_size = \"64KiB\"", "must be at least 1048576 bytes"),
     ] {
         f.config(&format!("{base}{line}\n"));
         let out = f.run(&["plan"]);
@@ -306,7 +315,7 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
         text(&out)
     );
     f.config(&format!(
-        "{base}mode = \"required\"\nallow_hosts = [\"registry.npmjs.org:443\"]\n"
+        "{base}mode = \"required\"\nallow_hosts = [\"registry.npmjs.org:443\"]\ntmp_size = \"2GiB\"\n"
     ));
     let out = f.run(&["plan"]);
     assert_ok(&out, "plan");
@@ -314,6 +323,10 @@ async fn bad_sandbox_settings_are_refused_at_plan_with_the_fix() {
     assert!(
         card.contains("sandbox   required · every agent, gate and setup · allowed hosts registry.npmjs.org:443 (through the filtering proxy)"),
         "{card}"
+    );
+    assert!(
+        card.contains(" · /tmp and home at most 2.0 GiB each"),
+        "the cap is sealed and shown: {card}"
     );
 }
 
@@ -324,14 +337,20 @@ fn boxed(script: &str, slot: &Path) -> nightshift::process::Command {
         .cwd(slot)
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", "/home/sandbox")
-        .sandbox(nightshift::sandbox::Policy {
-            write: vec![slot.to_path_buf()],
-            read: vec![],
-            home: PathBuf::from("/home/sandbox"),
-            home_files: vec![],
-            home_dirs: vec![],
-            network: nightshift::sandbox::Network::None,
-        })
+        .sandbox(policy_of(slot))
+}
+
+/// The policy of [`boxed`]: the slot writable, nothing else, no network.
+fn policy_of(slot: &Path) -> nightshift::sandbox::Policy {
+    nightshift::sandbox::Policy {
+        write: vec![slot.to_path_buf()],
+        read: vec![],
+        home: PathBuf::from("/home/sandbox"),
+        home_files: vec![],
+        home_dirs: vec![],
+        network: nightshift::sandbox::Network::None,
+        tmp_size: None,
+    }
 }
 
 /// Exit codes, signals, timeouts and leftovers read as they do without the
@@ -401,6 +420,69 @@ async fn a_sandboxed_call_exits_times_out_and_ends_as_an_unsandboxed_one() {
     );
 }
 
+/// What others may not read under `/etc` (`mode & 0o004 == 0`) is hidden
+/// from a call even when it runs as the files' owner (this suite runs as
+/// root, uid 0 inside too): `/etc/shadow` cannot be opened, `/etc/ssl/private`
+/// is empty; `/etc/passwd`, readable by all, still reads.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_others_may_not_read_under_etc_is_hidden_from_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let shadow = std::fs::metadata("/etc/shadow").expect("this test needs /etc/shadow");
+    assert_eq!(
+        shadow.permissions().mode() & 0o004,
+        0,
+        "/etc/shadow is readable by all here"
+    );
+    let slot = tempfile::tempdir().unwrap();
+    let script = "cat /etc/shadow >/dev/null 2>&1 && echo shadow=read || echo shadow=hidden
+cat /etc/passwd >/dev/null && echo passwd=read
+if [ -d /etc/ssl/private ]; then echo \"private=[$(ls -A /etc/ssl/private)]\"; fi";
+    let o = nightshift::process::run(
+        boxed(script, slot.path()),
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(o.exit_code, Some(0), "{o:?}");
+    let mut want = "shadow=hidden\npasswd=read\n".to_string();
+    if Path::new("/etc/ssl/private").is_dir() {
+        want.push_str("private=[]\n");
+    }
+    // As root (this suite) the same read works outside: the sandbox hid it.
+    let outside = std::fs::read("/etc/shadow").is_ok();
+    assert_eq!(
+        o.stdout_tail, want,
+        "read outside: {outside}; {}",
+        o.stderr_tail
+    );
+}
+
+/// `tmp_size` caps the private `/tmp` and home: a write past the cap fails
+/// with `ENOSPC` ("No space left on device"), a write within it works.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_past_the_private_tmpfs_cap_fails_with_enospc() {
+    let slot = tempfile::tempdir().unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    for dir in ["/tmp", "$HOME"] {
+        let script = format!(
+            "head -c 524288 /dev/zero > {dir}/half && echo half=ok; head -c 2097152 /dev/zero > {dir}/more"
+        );
+        let mut cmd = boxed(&script, slot.path());
+        cmd = cmd.sandbox(nightshift::sandbox::Policy {
+            tmp_size: Some(1 << 20),
+            ..policy_of(slot.path())
+        });
+        let o = nightshift::process::run(cmd, &cancel).await.unwrap();
+        assert_eq!(o.stdout_tail, "half=ok\n", "{dir}: {o:?}");
+        assert_ne!(o.exit_code, Some(0), "{dir}: {o:?}");
+        assert!(
+            o.stderr_tail.contains("No space left on device"),
+            "{dir}: {}",
+            o.stderr_tail
+        );
+    }
+}
+
 /// A path the sandbox is told to show but which does not exist fails the
 /// spawn with a message naming it, never a sandbox without it.
 #[tokio::test(flavor = "multi_thread")]
@@ -414,6 +496,7 @@ async fn a_missing_sandbox_path_fails_the_spawn_naming_it() {
         home_files: vec![],
         home_dirs: vec![],
         network: nightshift::sandbox::Network::None,
+        tmp_size: None,
     });
     let e = nightshift::process::run(cmd, &tokio_util::sync::CancellationToken::new())
         .await
@@ -758,6 +841,16 @@ done
     for host in [format!("127.0.0.1:{g}"), format!("127.0.0.1:{w}")] {
         assert!(refused.contains(&host), "{host}: {refused}");
     }
+    // The end of the drain shows the refusals as `report` does.
+    let shown = text(&f.run(&["report"]));
+    let line = (shown.lines())
+        .find(|l| l.starts_with("sandbox refused "))
+        .unwrap_or_else(|| panic!("no refusals in the report: {shown}"));
+    let drained = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        drained.lines().any(|l| l == line),
+        "drain's end lacks `{line}`:\n{drained}"
+    );
 }
 
 /// A rustup proxy (`cargo` linked to `rustup`) runs the toolchain in

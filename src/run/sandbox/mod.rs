@@ -148,6 +148,7 @@ fn policy<'a>(
         home_files: vec![],
         home_dirs: vec![],
         network: Network::None,
+        tmp_size: c.sandbox.tmp_size,
     };
     set_network(&mut p, allow, env);
     p
@@ -379,6 +380,7 @@ mod tests {
             home_files: vec![],
             home_dirs: vec![],
             network: Network::None,
+            tmp_size: None,
         }
     }
 
