@@ -803,7 +803,7 @@ fn card_sandbox(s: &mut String, c: &Contract) {
         line.push_str(&format!(" · write {}", b.write.join(", ")));
     }
     if let Some(n) = b.tmp_size {
-        let size = bytesize::ByteSize(n).display().iec();
+        let size = config::format_size(n);
         line.push_str(&format!(" · /tmp and home at most {size} each"));
     }
     let _ = writeln!(s, "{line}");

@@ -17,7 +17,7 @@ pub(crate) const CANCELLED: &str = "interrupted";
 pub(crate) fn over_output_cap(call: &Call) -> String {
     format!(
         "killed: it printed more than {} (max_agent_output); the end of its output is kept",
-        bytesize::ByteSize(call.max_output).display().iec()
+        crate::config::format_size(call.max_output)
     )
 }
 

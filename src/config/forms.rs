@@ -24,6 +24,12 @@ pub fn format_duration(d: Duration) -> String {
     crate::duration::format(d)
 }
 
+/// Formats a size the way the config's sealed JSON and the card write it,
+/// in IEC units (`1.0 GiB`, `64.0 KiB`).
+pub fn format_size(bytes: u64) -> String {
+    bytesize::ByteSize(bytes).display().iec().to_string()
+}
+
 /// Deserializes `deadline`: a string that [`parse_hhmm`] accepts.
 pub(super) fn de_hhmm<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
@@ -60,7 +66,7 @@ pub(super) mod human_size {
     use super::*;
     /// The size in IEC units (`"1 GiB"`).
     pub fn serialize<S: serde::Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&bytesize::ByteSize(*bytes).display().iec().to_string())
+        s.serialize_str(&super::format_size(*bytes))
     }
     /// A number of bytes, or a size with a unit.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

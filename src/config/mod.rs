@@ -26,7 +26,7 @@ mod types;
 mod validate;
 
 pub use error::{ConfigError, line_of, refusal};
-pub use forms::{MAX_DURATION_SECS, format_duration, parse_duration, parse_hhmm};
+pub use forms::{MAX_DURATION_SECS, format_duration, format_size, parse_duration, parse_hhmm};
 pub use load::{DIR, FILE, Loaded, load, parse, secret_names_hint};
 pub use protected::{DEFAULT_PROTECTED, protected_paths};
 pub use quota::{DEFAULT_RESERVE, Overage, Quota, parse_percent};

@@ -252,11 +252,14 @@ pub(super) fn unreadable_by_others(root: &Path) -> Vec<(PathBuf, bool)> {
         };
         for e in entries.flatten() {
             let Ok(meta) = e.metadata() else { continue };
-            let (is_dir, hidden) = (meta.is_dir(), meta.permissions().mode() & 0o004 == 0);
-            match (is_dir || meta.is_file(), hidden) {
-                (true, true) => found.push((e.path(), is_dir)),
-                (true, false) if is_dir => stack.push(e.path()),
-                _ => {}
+            let is_dir = meta.is_dir();
+            if !is_dir && !meta.is_file() {
+                continue;
+            }
+            if meta.permissions().mode() & 0o004 == 0 {
+                found.push((e.path(), is_dir));
+            } else if is_dir {
+                stack.push(e.path());
             }
         }
     }
