@@ -17,6 +17,7 @@
 //! callers pass the environment map and the [`crate::secret::Redactor`].
 
 mod command;
+mod entry;
 mod error;
 mod guard;
 mod outcome;

@@ -7,12 +7,16 @@
 //! the fork (`supervisor`).
 
 use super::command::{CALL_MARKER_VAR, Command};
+use super::entry;
 use super::error::ProcessError;
 use super::guard::KillGuard;
 use super::outcome::Outcome;
 use super::stream::{OutputBudget, Streams};
-use super::supervisor::{self, BACKSTOP_SLACK, KILL_NOW, Plan, STOP};
+use super::supervisor::{BACKSTOP_SLACK, KILL_NOW, Plan, STOP};
+use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -141,11 +145,9 @@ async fn run_in_span(
     let stdout_file = open_output(&cmd.program, cmd.stdout_path.as_deref()).await?;
     let stderr_file = open_output(&cmd.program, cmd.stderr_path.as_deref()).await?;
 
-    let (mut command, proxy) = build_command(&cmd, &marker)?;
+    let launch = build_command(&cmd, &marker)?;
     let started = Instant::now();
-    let (mut child, pid, mut guard) = spawn_guarded(&mut command, &cmd)?;
-    // The proxy's end in the sandbox is the child's now.
-    let proxy = proxy.map(ProxyEnds::serve);
+    let (mut child, pid, mut guard, stdin, proxy) = spawn_guarded(launch, Site::of(&cmd)).await?;
     tracing::debug!(pid, "spawned");
 
     let budget = cmd.max_output.map(|max| {
@@ -162,6 +164,7 @@ async fn run_in_span(
     let _stop_readers_on_drop = stop_readers.clone().drop_guard();
     let streams = Streams::start(
         &mut child,
+        stdin,
         &mut cmd,
         (stdout_file, stderr_file),
         budget,
@@ -214,20 +217,32 @@ async fn run_in_span(
     Ok(outcome)
 }
 
-/// Spawns `command` (built from `cmd`) under its supervisor and the guard
-/// that tells the supervisor to kill the call when it is dropped. Returns
-/// the child (the supervisor), its pid and the guard.
+/// A started call: its supervisor (the child), the supervisor's pid, the
+/// guard that tells it to kill the call when dropped, the call's stdin
+/// writer and its sandbox's proxy, served.
+type Started = (
+    tokio::process::Child,
+    u32,
+    KillGuard,
+    Option<tokio::net::unix::pipe::Sender>,
+    Option<crate::sandbox::Proxy>,
+);
+
+/// Starts `launch` (for the command `site` names): the supervisor spawned, the guard
+/// made, the plan handed over, the call's program exec'd.
 ///
 /// # Errors
-/// [`ProcessError`] when it cannot be started or was reaped at once.
-fn spawn_guarded(
-    command: &mut tokio::process::Command,
-    cmd: &Command,
-) -> Result<(tokio::process::Child, u32, KillGuard), ProcessError> {
-    let child = command.spawn().map_err(|source| spawn_error(cmd, source))?;
+/// [`ProcessError`] when the supervisor or the call cannot be started.
+async fn spawn_guarded(mut launch: Launch, site: Site) -> Result<Started, ProcessError> {
+    let child = (launch.command.spawn()).map_err(|source| ProcessError::Spawn {
+        program: site.program.clone(),
+        cwd: site.cwd.clone().unwrap_or_default(),
+        hint: "nightshift could not start the call's supervisor (itself, as /proc/self/exe): is /proc mounted?".into(),
+        source,
+    })?;
     let Some(pid) = child.id() else {
         return Err(ProcessError::Wait {
-            program: cmd.program.clone(),
+            program: site.program,
             pid: 0,
             source: io::Error::other("the child was reaped before its pid could be read"),
         });
@@ -236,7 +251,9 @@ fn spawn_guarded(
         supervisor: pid as i32,
         reaped: false,
     };
-    Ok((child, pid, guard))
+    let (stdin, proxy) = (launch.hand_over().await).map_err(|source| site.error(source))?;
+    // The proxy's end in the sandbox is the supervisor's now.
+    Ok((child, pid, guard, stdin, proxy.map(ProxyEnds::serve)))
 }
 
 /// What ends the wait for a child besides its exit, and how to stop it.
@@ -304,13 +321,13 @@ impl Waited<'_> {
 /// The two ends of the socket pair over which a sandbox sends its proxy's
 /// listener, and what the proxy allows.
 struct ProxyEnds {
-    ours: std::os::unix::net::UnixStream,
-    theirs: std::os::unix::net::UnixStream,
+    ours: UnixStream,
+    theirs: UnixStream,
     allow: crate::sandbox::Allow,
 }
 
 impl ProxyEnds {
-    /// Closes the sandbox's end (the spawned child holds its copy) and
+    /// Closes the sandbox's end (the supervisor holds its copy) and
     /// serves the proxy on what arrives on ours.
     fn serve(self) -> crate::sandbox::Proxy {
         drop(self.theirs);
@@ -318,44 +335,72 @@ impl ProxyEnds {
     }
 }
 
-/// The tokio command for `cmd`: cleared environment plus the map and the
-/// pins, piped output, forked under its supervisor before exec (which
-/// also switches to `run_as`, then enters the sandbox when it has one),
-/// and the ends of the sandbox's proxy when it has one.
+/// How long a supervisor may take to start its call (the sandbox's
+/// mounts, the exec) before the start counts as failed.
+const START_WITHIN: Duration = Duration::from_secs(60);
+
+/// One call's supervisor, ready to be started (`entry.rs`): its command
+/// (this program, with the call's environment and output pipes), the plan
+/// it is sent, and the runner's ends of what goes with it.
+struct Launch {
+    command: tokio::process::Command,
+    plan: Plan,
+    /// The runner's end of the control socket.
+    ctl: UnixStream,
+    /// The call's stdin as (the end sent with the plan, the runner's end).
+    stdin: Option<(OwnedFd, OwnedFd)>,
+    /// The sandbox's proxy, when it may reach hosts.
+    proxy: Option<ProxyEnds>,
+}
+
+impl Launch {
+    /// Sends the started supervisor its plan and descriptors, lets go of
+    /// the call's ends and waits for the call's program to be exec'd.
+    /// Returns the writer of the call's stdin and the proxy's ends.
+    ///
+    /// # Errors
+    /// The error of the step that failed (`become_call`, the sandbox, the
+    /// exec), or the supervisor gone or silent for [`START_WITHIN`].
+    async fn hand_over(
+        self,
+    ) -> io::Result<(Option<tokio::net::unix::pipe::Sender>, Option<ProxyEnds>)> {
+        let mut fds = Vec::new();
+        fds.extend(self.stdin.as_ref().map(|(theirs, _)| theirs.as_raw_fd()));
+        fds.extend(self.proxy.as_ref().map(|p| p.theirs.as_raw_fd()));
+        entry::send(&self.ctl, &self.plan, &fds)?;
+        let stdin = match self.stdin {
+            Some((theirs, ours)) => {
+                drop(theirs);
+                Some(tokio::net::unix::pipe::Sender::from_owned_fd(ours)?)
+            }
+            None => None,
+        };
+        entry::started(self.ctl, START_WITHIN).await?;
+        Ok((stdin, self.proxy))
+    }
+}
+
+/// The supervisor's command and plan for `cmd`: cleared environment plus
+/// the map and the pins, piped output, its own process group; the plan
+/// holds the program, its arguments and directory, `run_as` and the
+/// sandbox, with the ends of the sandbox's proxy when it has one.
 ///
 /// # Errors
 /// [`ProcessError::Spawn`] when the sandbox's policy cannot be prepared (a
-/// path it names does not exist).
-fn build_command(
-    cmd: &Command,
-    marker: &str,
-) -> Result<(tokio::process::Command, Option<ProxyEnds>), ProcessError> {
+/// path it names does not exist), an argument holds a NUL byte, or no
+/// socket or pipe is left.
+fn build_command(cmd: &Command, marker: &str) -> Result<Launch, ProcessError> {
+    let failed = |source| spawn_error(cmd, source);
     let sandboxed = prepare_sandbox(cmd)?;
-    let exec = sandboxed.as_ref().and_then(|s| s.exec.clone());
-    let mut command = match &exec {
-        // Exec'd by its real path, so that a script finds its own files
-        // (a Node CLI its package) where the sandbox shows them; argv[0]
-        // stays as given.
-        Some(real) => {
-            let mut c = tokio::process::Command::new(real);
-            c.arg0(&cmd.program);
-            c
-        }
-        None => tokio::process::Command::new(&cmd.program),
-    };
+    let (ctl, theirs) = UnixStream::pair().map_err(failed)?;
+    let mut command = entry::command(theirs.into());
     command
-        .args(&cmd.args)
         .env_clear()
         .envs(&cmd.env)
         // A git asking for a password on a terminal would hang until the
         // timeout; nightshift hands credentials through helpers only.
         .env("GIT_TERMINAL_PROMPT", "0")
         .env(CALL_MARKER_VAR, marker)
-        .stdin(if cmd.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // The supervisor leads a group of its own, out of reach of signals
@@ -365,44 +410,67 @@ fn build_command(
         // Agents read and write UTF-8; C.UTF-8 is built into musl and glibc >= 2.35.
         command.env("LANG", "C.UTF-8");
     }
-    // As another account the call enters its directory itself, after the
-    // switch (`Plan::cwd`).
-    if let Some(dir) = cmd.cwd.as_ref().filter(|_| cmd.run_as.is_none()) {
-        command.current_dir(dir);
-    }
     if let Some(account) = &cmd.run_as {
         command
             .env("HOME", &account.home)
             .env("USER", &account.user)
             .env("LOGNAME", &account.user);
     }
-    let mut plan = Plan {
+    let stdin = match &cmd.stdin {
+        Some(_) => {
+            let (theirs, ours) = io::pipe().map_err(failed)?;
+            Some((theirs.into(), ours.into()))
+        }
+        None => None,
+    };
+    let (sandbox, proxy, exec) = match sandboxed {
+        Some(s) => (Some(s.prepared), s.proxy, s.exec),
+        None => (None, None, None),
+    };
+    let c_string = |bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| {
+            failed(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an argument or path holds a NUL byte",
+            ))
+        })
+    };
+    // Exec'd by its real path, so that a script finds its own files (a
+    // Node CLI its package) where the sandbox shows them; argv[0] stays
+    // as given.
+    let program = match &exec {
+        Some(real) => c_string(real.as_os_str().as_encoded_bytes())?,
+        None => c_string(cmd.program.as_bytes())?,
+    };
+    let argv = (std::iter::once(&cmd.program).chain(&cmd.args))
+        .map(|a| c_string(a.as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let cwd = match &cmd.cwd {
+        Some(dir) => Some(c_string(dir.as_os_str().as_encoded_bytes())?),
+        None => None,
+    };
+    let plan = Plan {
         runner: std::process::id() as i32,
         timeout: cmd.timeout,
         grace: cmd.grace,
         sweep_escaped: cmd.sweep_escaped,
         run_as: cmd.run_as.as_ref().map(|a| (a.uid, a.gid)),
-        cwd: (cmd.cwd.as_ref())
-            .filter(|_| cmd.run_as.is_some())
-            .and_then(|d| std::ffi::CString::new(d.as_os_str().as_encoded_bytes()).ok()),
-        sandbox: None,
+        cwd,
+        program,
+        argv,
+        stdin: stdin.is_some(),
+        sandbox,
     };
-    let proxy = match sandboxed {
-        Some(s) => {
-            plan.sandbox = Some(std::sync::Arc::new(s.prepared));
-            s.proxy
-        }
-        None => None,
-    };
-    // SAFETY: `split` runs between fork and exec and keeps to
-    // async-signal-safe system calls on copied values (supervisor.rs).
-    unsafe {
-        command.pre_exec(move || supervisor::split(&plan));
-    }
-    Ok((command, proxy))
+    Ok(Launch {
+        command,
+        plan,
+        ctl,
+        stdin,
+        proxy,
+    })
 }
 
-/// The call's sandbox, prepared before the fork (`sandbox::Prepared`), as
+/// The call's sandbox, prepared by the runner (`sandbox::Prepared`), as
 /// the account the call runs as, in its working directory; with its
 /// proxy's socket pair when it may reach hosts.
 ///
@@ -444,11 +512,10 @@ fn prepare_sandbox(cmd: &Command) -> Result<Option<Sandboxed>, ProcessError> {
         source,
     }
     };
-    let mut prepared = crate::sandbox::Prepared::new(&policy, ids, &cwd).map_err(failed)?;
+    let prepared = crate::sandbox::Prepared::new(&policy, ids, &cwd).map_err(failed)?;
     let proxy = match &policy.network {
         crate::sandbox::Network::Proxy(allow) => {
-            let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(failed)?;
-            prepared.proxy_socket(std::os::fd::AsFd::as_fd(&theirs));
+            let (ours, theirs) = UnixStream::pair().map_err(failed)?;
             Some(ProxyEnds {
                 ours,
                 theirs,
@@ -464,7 +531,7 @@ fn prepare_sandbox(cmd: &Command) -> Result<Option<Sandboxed>, ProcessError> {
     }))
 }
 
-/// A call's sandbox as prepared before the fork.
+/// A call's sandbox as prepared by the runner.
 struct Sandboxed {
     prepared: crate::sandbox::Prepared,
     /// The proxy's socket pair, with `Network::Proxy`.
@@ -540,41 +607,65 @@ async fn open_output(
 }
 
 fn spawn_error(cmd: &Command, source: io::Error) -> ProcessError {
-    let cwd = match &cmd.cwd {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
-    };
-    let program = &cmd.program;
-    let hint = if !cwd.is_dir() {
-        format!(
-            "the working directory {} does not exist or is not a directory",
-            cwd.display()
-        )
-    } else if source.kind() == io::ErrorKind::NotFound {
-        if program.contains('/') {
-            format!("there is no file `{program}`; check the path in the config")
-        } else {
-            let path = cmd
-                .env
-                .get("PATH")
-                .map_or("(PATH is not set for the child)", String::as_str);
-            format!(
-                "`{program}` is not on the child's PATH ({path}); install it or give its full path"
-            )
+    Site::of(cmd).error(source)
+}
+
+/// What a spawn error names of its command, owned: held across the wait
+/// for the call's start (a borrow of the `Command` would make that future
+/// not `Send`).
+struct Site {
+    program: String,
+    cwd: Option<PathBuf>,
+    /// The child's `PATH`.
+    path: Option<String>,
+    run_as: bool,
+}
+
+impl Site {
+    fn of(cmd: &Command) -> Site {
+        Site {
+            program: cmd.program.clone(),
+            cwd: cmd.cwd.clone(),
+            path: cmd.env.get("PATH").cloned(),
+            run_as: cmd.run_as.is_some(),
         }
-    } else if source.kind() == io::ErrorKind::PermissionDenied {
-        format!(
-            "`{program}` is not executable by this user: `chmod +x` it, or check that its filesystem is not mounted noexec"
-        )
-    } else if cmd.run_as.is_some() && source.raw_os_error() == Some(libc::EPERM) {
-        "running agents as `agent_user` needs nightshift to run as root".to_owned()
-    } else {
-        format!("try running `{program}` by hand in {}", cwd.display())
-    };
-    ProcessError::Spawn {
-        program: program.clone(),
-        cwd,
-        hint,
-        source,
+    }
+
+    /// [`ProcessError::Spawn`] for `source`, with a hint at the fix.
+    fn error(self, source: io::Error) -> ProcessError {
+        let cwd = match self.cwd {
+            Some(dir) => dir,
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+        };
+        let program = self.program;
+        let hint = if !cwd.is_dir() {
+            format!(
+                "the working directory {} does not exist or is not a directory",
+                cwd.display()
+            )
+        } else if source.kind() == io::ErrorKind::NotFound {
+            if program.contains('/') {
+                format!("there is no file `{program}`; check the path in the config")
+            } else {
+                let path = (self.path.as_deref()).unwrap_or("(PATH is not set for the child)");
+                format!(
+                    "`{program}` is not on the child's PATH ({path}); install it or give its full path"
+                )
+            }
+        } else if source.kind() == io::ErrorKind::PermissionDenied {
+            format!(
+                "`{program}` is not executable by this user: `chmod +x` it, or check that its filesystem is not mounted noexec"
+            )
+        } else if self.run_as && source.raw_os_error() == Some(libc::EPERM) {
+            "running agents as `agent_user` needs nightshift to run as root".to_owned()
+        } else {
+            format!("try running `{program}` by hand in {}", cwd.display())
+        };
+        ProcessError::Spawn {
+            program,
+            cwd,
+            hint,
+            source,
+        }
     }
 }

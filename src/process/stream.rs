@@ -59,10 +59,11 @@ pub(super) struct Streams {
 impl Streams {
     /// Starts them: each stream redacted into its file (`files`: stdout's,
     /// stderr's), its tail and the shared output `budget`; stdout also to
-    /// the line callback and, when asked, kept whole; stdin given its bytes.
+    /// the line callback and, when asked, kept whole; `stdin` (the call's, when it has one) given its bytes.
     /// They stop when `stop` fires.
     pub(super) fn start(
         child: &mut tokio::process::Child,
+        stdin: Option<tokio::net::unix::pipe::Sender>,
         cmd: &mut Command,
         files: (Option<tokio::fs::File>, Option<tokio::fs::File>),
         budget: Option<Arc<OutputBudget>>,
@@ -101,7 +102,7 @@ impl Streams {
                 stop.clone(),
             ))
         });
-        let stdin = match (child.stdin.take(), cmd.stdin.take()) {
+        let stdin = match (stdin, cmd.stdin.take()) {
             (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
                 // A child that exits without reading its stdin gives EPIPE: not
                 // an error of the call.

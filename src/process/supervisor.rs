@@ -2,17 +2,17 @@
 //! [`run`](super::run()) starts is started by a small process of its own that
 //! dies with nightshift and takes the call's processes with it.
 //!
-//! The spawn forks once more in the child, before exec ([`split`], run from
-//! `pre_exec`): the first process stays behind as the supervisor, the
-//! second becomes the call (its own process group, the program exec'd
-//! there). The supervisor
+//! The supervisor is this program exec'd anew (`entry.rs`), not a fork of
+//! the runner; once it has its [`Plan`], [`start`] forks the call (its own
+//! process group, `run_as`, the sandbox, then the program exec'd there) and
+//! stays behind. The supervisor
 //!
 //! - is a child subreaper, so a descendant orphaned inside the call (a
 //!   `setsid … &` daemon, a double fork) is reparented to it, not to init;
 //! - notices its runner's death: `PR_SET_PDEATHSIG` wakes it (it fires
 //!   also when only the *thread* that spawned it ends, so the parent's pid
 //!   is what decides), and `getppid()` is looked at every [`TICK`], which
-//!   also closes the race between the fork and the prctl;
+//!   also closes the race between the spawn and the prctl;
 //! - enforces the call's timeout on its own, as a backstop behind the
 //!   runner's ([`BACKSTOP_SLACK`] later);
 //! - on the runner's death or [`KILL_NOW`]: SIGKILL at once to the call's
@@ -27,12 +27,17 @@
 //! (single-threaded, so that cannot fire early): a supervisor killed by
 //! SIGKILL does not leave the call running.
 //!
-//! Everything here after the fork runs in a copy of a multi-threaded
-//! process: only async-signal-safe system calls, no allocation, no lock,
-//! no panic. Not for reading output or deciding anything about the call.
+//! The supervisor is single-threaded, so the call's side of the fork may
+//! do anything; it keeps to raw system calls all the same (no allocation,
+//! no panic), as the sandbox's steps after it do. Not for reading output
+//! or deciding anything about the call.
 
+use std::ffi::{CString, c_char, c_int};
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 /// The runner asks the supervisor to stop the call: SIGTERM to the call's
 /// processes, the grace, then SIGKILL.
@@ -57,9 +62,9 @@ pub(super) const BACKSTOP_SLACK: Duration = Duration::from_secs(5);
 /// exits (a process in uninterruptible sleep cannot die yet).
 const KILL_FOR: Duration = Duration::from_secs(5);
 
-/// What the supervisor of one call needs; built before the fork, because
-/// nothing may be allocated after it.
-#[derive(Debug, Clone)]
+/// What the supervisor of one call needs, built by the runner and sent to
+/// the supervisor (`entry.rs`).
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Plan {
     /// nightshift's pid: the supervisor's parent while the runner lives.
     pub runner: libc::pid_t,
@@ -74,24 +79,40 @@ pub(super) struct Plan {
     /// uid and gid the call runs as (`agent_user`); the supervisor stays
     /// root, so the agent can neither signal nor trace it.
     pub run_as: Option<(u32, u32)>,
-    /// With `run_as`: the working directory, entered by the call after the
-    /// switch, so that a directory the account cannot reach fails the spawn
-    /// (without `run_as` the spawn enters it before the fork).
-    pub cwd: Option<std::ffi::CString>,
+    /// The working directory, entered by the call after `run_as`'s
+    /// switch, so that a directory the account cannot reach fails the start.
+    pub cwd: Option<CString>,
+    /// What the call execs: a path, or a name looked up on the call's
+    /// `PATH` (`execvp`, in the environment the supervisor was given).
+    pub program: CString,
+    /// The call's arguments, `argv[0]` first.
+    pub argv: Vec<CString>,
+    /// Whether the call's stdin comes with the plan (else `/dev/null`).
+    pub stdin: bool,
     /// The call's sandbox, entered after `run_as` (`sandbox::enter`).
-    pub sandbox: Option<std::sync::Arc<crate::sandbox::Prepared>>,
+    pub sandbox: Option<crate::sandbox::Prepared>,
 }
 
-/// Runs in the spawned child before exec (`pre_exec`): forks the call,
-/// which returns here to be exec'd; this process becomes the supervisor and
-/// never returns.
-///
-/// # Errors
-/// The fork's error, or in the call the switch to `run_as` refused
-/// (`EPERM` when nightshift is not root): the spawn then fails with it.
-pub(super) fn split(plan: &Plan) -> io::Result<()> {
-    // SAFETY: raw system calls on this process only; nothing allocated;
-    // the name is a NUL-terminated static string of at most 16 bytes.
+/// The supervisor's life once it has its plan (`entry.rs`): forks the
+/// call, tells the runner through `ctl` whether its program was exec'd or
+/// which step failed, then supervises it and exits as it did. `stdin`
+/// becomes the call's stdin; `proxy` is the sandbox's end of its proxy's
+/// socket pair. Never returns.
+pub(super) fn start(
+    mut plan: Plan,
+    ctl: OwnedFd,
+    stdin: Option<OwnedFd>,
+    proxy: Option<OwnedFd>,
+) -> ! {
+    if let (Some(prepared), Some(fd)) = (plan.sandbox.as_mut(), &proxy) {
+        prepared.proxy_socket(fd.as_fd());
+    }
+    let argv: Vec<*const c_char> = (plan.argv.iter())
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // SAFETY: raw system calls on this (single-threaded) process; the
+    // name is a NUL-terminated static string of at most 16 bytes.
     unsafe {
         let me = libc::getpid();
         // Before the fork, so no orphan of the call can slip past it.
@@ -111,25 +132,87 @@ pub(super) fn split(plan: &Plan) -> io::Result<()> {
         );
         if libc::getppid() != plan.runner {
             // The runner died before the prctl: start nothing.
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            libc::_exit(127);
         }
-        block_signals(libc::SIG_BLOCK);
-        // For `ps` (a fork of nightshift keeps the name of its thread), and
-        // before the fork: the call may look at its parent at once.
+        let input = match &stdin {
+            Some(fd) => fd.as_raw_fd(),
+            None => libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
+        };
+        libc::dup2(input, 0);
+        // For `ps`, and before the fork: the call may look at its parent at once.
         libc::prctl(libc::PR_SET_NAME, c"nightshift-call".as_ptr());
+        let mut failed = [0; 2];
+        if libc::pipe2(failed.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            report(&ctl, errno());
+            libc::_exit(127);
+        }
         match libc::fork() {
-            -1 => Err(io::Error::last_os_error()),
-            0 => become_call(plan, me),
-            call => supervise(call, plan),
+            -1 => {
+                report(&ctl, errno());
+                libc::_exit(127)
+            }
+            0 => {
+                libc::close(failed[0]);
+                let error = match become_call(&plan, me) {
+                    Ok(()) => {
+                        libc::execvp(plan.program.as_ptr(), argv.as_ptr());
+                        errno()
+                    }
+                    Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+                };
+                libc::write(failed[1], (&raw const error).cast(), 4);
+                libc::_exit(127)
+            }
+            call => {
+                libc::close(failed[1]);
+                let error = exec_error(failed[0]);
+                report(&ctl, error);
+                if error != 0 {
+                    let mut raw = 0;
+                    libc::waitpid(call, &mut raw, 0);
+                    libc::_exit(127);
+                }
+                supervise(call, &plan)
+            }
         }
     }
 }
 
+/// The supervisor's answer once the call's program was exec'd, or the
+/// error of the step that failed before (`become_call`, the sandbox, the
+/// exec), for `entry::started`. Written with `MSG_NOSIGNAL`: a runner gone is not a reason to die
+/// of `SIGPIPE`.
+fn report(ctl: &OwnedFd, errno: c_int) {
+    let bytes = errno.to_le_bytes();
+    // SAFETY: a send of a local buffer on our own socket.
+    unsafe {
+        libc::send(
+            ctl.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_NOSIGNAL,
+        );
+    }
+}
+
+/// What the call wrote to its error pipe before its exec (an `errno`), or
+/// 0 when the pipe closed empty: the exec succeeded.
+fn exec_error(pipe: libc::c_int) -> libc::c_int {
+    let mut error: libc::c_int = 0;
+    // SAFETY: a read into a local integer on our own descriptor. Signals
+    // are blocked, so no EINTR.
+    let n = unsafe { libc::read(pipe, (&raw mut error).cast(), 4) };
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(pipe) };
+    if n == 4 { error } else { 0 }
+}
+
 /// The call's side of the fork: its own process group, the signal mask the
-/// program expects, `run_as`, and death with the supervisor.
+/// program expects, `run_as`, its directory, death with the supervisor,
+/// the sandbox; the program is exec'd after it.
 ///
 /// # Errors
-/// A refused `setgid`/`setuid`.
+/// A refused `setgid`/`setuid` or `chdir`, or the sandbox's failed step.
 fn become_call(plan: &Plan, supervisor: libc::pid_t) -> io::Result<()> {
     // SAFETY: raw system calls on this process only.
     unsafe {
@@ -173,7 +256,7 @@ fn ulong(v: libc::c_int) -> libc::c_ulong {
 }
 
 /// Blocks (`SIG_BLOCK`) or unblocks the signals the supervisor waits for.
-unsafe fn block_signals(how: libc::c_int) {
+pub(super) unsafe fn block_signals(how: libc::c_int) {
     // SAFETY: a local signal set, filled and handed to sigprocmask.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -445,4 +528,11 @@ fn now_ns() -> u64 {
 /// `d` in nanoseconds, saturating.
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// This thread's `errno`.
+fn errno() -> libc::c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }

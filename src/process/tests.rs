@@ -245,6 +245,9 @@ mod supervisor_phases {
             sweep_escaped: true,
             run_as: None,
             cwd: None,
+            program: c"true".into(),
+            argv: vec![c"true".into()],
+            stdin: false,
             sandbox: None,
         }
     }

@@ -41,7 +41,7 @@ pub(super) fn abi() -> Option<u32> {
 }
 
 /// The rights a ruleset handles on this ABI and the masks rules grant.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(super) struct Access {
     /// File-system rights handled: everything not granted is refused.
     pub fs: u64,

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use super::landlock::{Access, abi};
 use super::{Network, Policy, filter};
 
@@ -42,7 +44,7 @@ const OLD: &str = "/oldroot";
 const NEW: &str = "/newroot";
 
 /// One step of building the new root, in order.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) enum Op {
     /// `mkdir`; an existing directory is fine.
     Mkdir(CString),
@@ -64,14 +66,16 @@ pub(super) enum Op {
 }
 
 /// One Landlock rule: a path inside the new root and what it allows.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Rule {
     pub path: CString,
     pub access: u64,
 }
 
-/// Everything [`super::enter`] needs, built before the fork.
-#[derive(Debug)]
+/// Everything [`super::enter`] needs, built by the runner and handed to
+/// the call's supervisor with its plan (serialized: the supervisor is a
+/// program of its own, docs/security.md#processes).
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Prepared {
     pub(super) ops: Vec<Op>,
     pub(super) rules: Vec<Rule>,
@@ -83,8 +87,11 @@ pub struct Prepared {
     pub(super) tmpfs_options: CString,
     /// Whether the proxy's port is made inside (`Network::Proxy`).
     pub(super) proxy: bool,
-    /// The socket the proxy's listener is sent over ([`Prepared::proxy_socket`]).
+    /// The socket the proxy's listener is sent over ([`Prepared::proxy_socket`]):
+    /// a descriptor of the supervisor's, so it is not sent with the rest.
+    #[serde(skip, default = "no_socket")]
     pub(super) proxy_socket: libc::c_int,
+    #[serde(with = "bpf")]
     pub(super) filters: Vec<seccompiler::BpfProgram>,
 }
 
@@ -141,11 +148,17 @@ impl Prepared {
         })
     }
 
+    /// Whether the sandbox makes the proxy's port inside and needs
+    /// [`Prepared::proxy_socket`] to send its listener over.
+    pub fn proxy(&self) -> bool {
+        self.proxy
+    }
+
     /// The end of a Unix socket pair over which the sandbox, once its
     /// network namespace exists, sends the listening socket of the proxy's
     /// port (`SCM_RIGHTS`), for [`super::Proxy::serve`] to accept on. `fd`
-    /// must stay open until the call is spawned (it is inherited by the
-    /// fork; close-on-exec keeps it from the program).
+    /// must stay open until the call is started (close-on-exec keeps it
+    /// from the program).
     pub fn proxy_socket(&mut self, fd: std::os::fd::BorrowedFd<'_>) {
         use std::os::fd::AsRawFd;
         self.proxy_socket = fd.as_raw_fd();
@@ -398,4 +411,42 @@ fn old(path: &Path) -> io::Result<CString> {
 /// A C string, or an error for a path with a NUL byte.
 fn c(bytes: impl Into<Vec<u8>>) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::other("a sandbox path holds a NUL byte"))
+}
+
+/// No proxy socket yet: the supervisor sets the one it was handed.
+fn no_socket() -> libc::c_int {
+    -1
+}
+
+/// The seccomp programs as `(code, jt, jf, k)` tuples: seccompiler's
+/// instruction type has no serde of its own.
+mod bpf {
+    use seccompiler::{BpfProgram, sock_filter};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    type Raw = Vec<Vec<(u16, u8, u8, u32)>>;
+
+    pub(super) fn serialize<S: Serializer>(
+        programs: &[BpfProgram],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let raw: Raw = (programs.iter())
+            .map(|p| p.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect())
+            .collect();
+        raw.serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<BpfProgram>, D::Error> {
+        let raw = Raw::deserialize(d)?;
+        Ok(raw
+            .into_iter()
+            .map(|p| {
+                p.into_iter()
+                    .map(|(code, jt, jf, k)| sock_filter { code, jt, jf, k })
+                    .collect()
+            })
+            .collect())
+    }
 }

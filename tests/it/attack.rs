@@ -220,7 +220,7 @@ done
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\n{title}env > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt\ntr '\\0' ' ' < /proc/$PPID/cmdline > {ev}/parent-cmdline.txt\n{leak}\nT=$(cat {lt}/token)\nB=$(printf '%s' \"$T\" | base64 -w0)\ncase \"$title\" in\n  *Ask*) printf 'QUESTION: may I use %s or %s?\\n' \"$B\" \"$T\" ;;\n  *Fail*) echo sub >> calc.txt; echo \"failing with $B\" >&2; exit 3 ;;\n  *) echo sub >> calc.txt; printf 'done\\n\\nFINDINGS:\\n- rotate %s soon\\n- also %s\\n\\n' \"$B\" \"$T\" ;;\nesac\n"
+            "#!/bin/sh\n{title}env > {ev}/writer-env.txt\nNS=$(awk '{{print $4}}' /proc/$PPID/stat)\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/supervisor-env.txt\ntr '\\0' '\\n' < /proc/$NS/environ > {ev}/parent-env.txt\ntr '\\0' ' ' < /proc/$NS/cmdline > {ev}/parent-cmdline.txt\n{leak}\nT=$(cat {lt}/token)\nB=$(printf '%s' \"$T\" | base64 -w0)\ncase \"$title\" in\n  *Ask*) printf 'QUESTION: may I use %s or %s?\\n' \"$B\" \"$T\" ;;\n  *Fail*) echo sub >> calc.txt; echo \"failing with $B\" >&2; exit 3 ;;\n  *) echo sub >> calc.txt; printf 'done\\n\\nFINDINGS:\\n- rotate %s soon\\n- also %s\\n\\n' \"$B\" \"$T\" ;;\nesac\n"
         ),
     );
     let gate = f.agent(
@@ -266,12 +266,19 @@ done
     );
     // The agents' and gates' environments hold no PG* variable; nightshift's own
     // /proc environ (which an agent of the same user reads) and cmdline hold no
-    // secret: PGUSER, not one, stays there for the ledger's connection.
+    // secret: PGUSER, not one, stays there for the ledger's connection. The
+    // call's supervisor (the writer's parent, a program of its own) holds
+    // the call's environment only.
     let root = nix::unistd::geteuid().is_root();
-    for place in ["writer-env.txt", "gate-env.txt", "parent-env.txt"] {
+    for place in [
+        "writer-env.txt",
+        "gate-env.txt",
+        "parent-env.txt",
+        "supervisor-env.txt",
+    ] {
         let env = read(&f.agents.join(place));
-        // Only root reads nightshift's environ (it is not dumpable).
-        if place == "parent-env.txt" && !root {
+        // Only root reads nightshift's or the supervisor's environ (neither is dumpable).
+        if place != "writer-env.txt" && place != "gate-env.txt" && !root {
             assert!(env.is_empty(), "{env}");
             continue;
         }
@@ -676,7 +683,7 @@ async fn a_gh_token_and_secrets_found_through_nightshift_repo_stay_hidden() {
         f.repo.join("docs").display().to_string(),
     ));
     let ev = f.agents.display().to_string();
-    let w = f.agent("writer.sh", &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt\necho sub >> calc.txt\necho \"found: $(cat {})\"\n", loot.display()));
+    let w = f.agent("writer.sh", &format!("#!/bin/sh\nenv > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$(awk '{{print $4}}' /proc/$PPID/stat)/environ > {ev}/parent-env.txt\necho sub >> calc.txt\necho \"found: $(cat {})\"\n", loot.display()));
     let r = f.agent(
         "reviewer.sh",
         "#!/bin/sh\necho '{\"verdict\":\"approve\",\"findings\":[]}'\n",
@@ -844,7 +851,7 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
     let ev = f.agents.display().to_string();
     let w = f.agent(
         "writer.sh",
-        &format!("#!/bin/sh\ncat /proc/$PPID/comm > {ev}/parent-comm.txt\nid -un > {ev}/writer-user.txt\nif tr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt 2>/dev/null; then echo readable; else echo refused; fi > {ev}/environ.txt\nif head -c 64 /proc/$PPID/maps > /dev/null 2>&1; then echo readable; else echo refused; fi > {ev}/maps.txt\necho sub >> calc.txt\n"),
+        &format!("#!/bin/sh\ncat /proc/$PPID/comm > {ev}/parent-comm.txt\nid -un > {ev}/writer-user.txt\nNS=$(awk '{{print $4}}' /proc/$PPID/stat)\nfor p in $PPID $NS; do if tr '\\0' '\\n' < /proc/$p/environ >> {ev}/parent-env.txt 2>/dev/null; then echo readable; else echo refused; fi; done | sort -u > {ev}/environ.txt\nfor p in $PPID $NS; do if head -c 64 /proc/$p/maps > /dev/null 2>&1; then echo readable; else echo refused; fi; done | sort -u > {ev}/maps.txt\necho sub >> calc.txt\n"),
     );
     let r = f.agent(
         "reviewer.sh",
@@ -890,7 +897,8 @@ fn an_agent_of_the_same_user_cannot_read_nightshifts_environ_or_memory() {
     let out = as_user(&["drain", "--deadline", &common::far_deadline()]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(read(&f.agents.join("writer-user.txt")).trim(), user);
-    // The call's supervisor, a fork of nightshift (docs/security.md#processes).
+    // The call's supervisor (docs/security.md#processes); neither it nor
+    // nightshift above it lets the agent read its environ or memory.
     assert_eq!(
         read(&f.agents.join("parent-comm.txt")).trim(),
         "nightshift-call",

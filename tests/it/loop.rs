@@ -780,7 +780,7 @@ async fn tokens_and_secrets_never_leak_even_when_agents_and_gates_print_them() {
     let w = f.agent(
         "writer.sh",
         &format!(
-            "#!/bin/sh\nenv > {ev}/writer-env.txt\ntr '\\0' '\\n' < /proc/$PPID/environ > {ev}/parent-env.txt\necho \"$PPID\" > {ev}/parent-pid.txt\necho sub >> calc.txt\necho \"stdout: {all}\"\necho \"stderr: {all}\" >&2\nprintf 'split: {head}'; sleep 0.3; printf '{tail}\\n'\nprintf 'split: {head}' >&2; sleep 0.3; printf '{tail}\\n' >&2\nprintf 'done\\n\\nFINDINGS:\\n- rotate {token} soon\\n\\n'\n"
+            "#!/bin/sh\nenv > {ev}/writer-env.txt\nNS=$(awk '{{print $4}}' /proc/$PPID/stat)\ntr '\\0' '\\n' < /proc/$NS/environ > {ev}/parent-env.txt\necho \"$NS\" > {ev}/parent-pid.txt\necho sub >> calc.txt\necho \"stdout: {all}\"\necho \"stderr: {all}\" >&2\nprintf 'split: {head}'; sleep 0.3; printf '{tail}\\n'\nprintf 'split: {head}' >&2; sleep 0.3; printf '{tail}\\n' >&2\nprintf 'done\\n\\nFINDINGS:\\n- rotate {token} soon\\n\\n'\n"
         ),
     );
     let r = f.agent("reviewer.sh", &format!("#!/bin/sh\necho \"reviewing with {all}\"\necho '{{\"verdict\":\"approve\",\"findings\":[\"saw {token} in the logs\"]}}'\n"));

@@ -705,6 +705,42 @@ async fn a_quick_command_costs_little_beyond_its_own_run() {
     println!("{per_call:?} per call");
 }
 
+/// The supervisor is this program exec'd anew, not a fork of the runner
+/// (docs/security.md#processes): a runner holding 256 MB does not lend
+/// them to each call's supervisor (a fork's copy counts them in its RSS
+/// and pays to copy and tear down their page tables).
+#[tokio::test]
+async fn the_supervisor_is_a_small_program_of_its_own_not_a_copy_of_the_runner() {
+    let held = vec![1u8; 256 << 20];
+    let o = run_ok(sh(
+        "grep -E '^(Name|VmRSS|Threads):' /proc/$PPID/status; readlink /proc/$PPID/exe",
+    ))
+    .await;
+    assert!(o.success(), "{}", o.stderr_tail);
+    let field = |name: &str| {
+        (o.stdout_tail.lines())
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("no {name} in {}", o.stdout_tail))
+            .to_owned()
+    };
+    assert_eq!(field("Name:"), "nightshift-call");
+    assert_eq!(field("Threads:"), "1");
+    let rss_kb: u64 = field("VmRSS:")
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(rss_kb < 64 << 10, "the supervisor holds {rss_kb} kB");
+    let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
+    assert!(
+        o.stdout_tail.contains(exe.to_str().unwrap()),
+        "{}",
+        o.stdout_tail
+    );
+    assert_eq!(held[held.len() - 1], 1);
+}
+
 /// A group of its own in our session and `env -i` (no call marker, nothing
 /// that points back at the call): still inside the supervisor's subtree,
 /// so it is ended with the call, and `run` does not wait for its pipe.
