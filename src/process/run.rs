@@ -3,8 +3,8 @@
 //! cancellation, and ask the supervisor to stop the call (SIGTERM, grace,
 //! SIGKILL to everything the call started).
 //!
-//! Not for reading the output (`stream`) or what the supervisor does after
-//! the fork (`supervisor`).
+//! Not for reading the output (`stream`), how the supervisor is started
+//! and handed its plan (`entry`) or what it does then (`supervisor`).
 
 use super::command::{CALL_MARKER_VAR, Command};
 use super::entry;

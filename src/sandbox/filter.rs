@@ -1,4 +1,4 @@
-//! The sandbox's seccomp filters, compiled before the fork with
+//! The sandbox's seccomp filters, compiled by the runner with
 //! `seccompiler` and installed in the child by [`install`]: what a sandboxed
 //! call may never do, whatever its capabilities inside its namespaces.
 //!

@@ -4,8 +4,8 @@
 //! capabilities, Landlock and a seccomp filter.
 //!
 //! A [`Policy`] says what one call may see and write; [`Prepared`] is that
-//! policy turned, before the fork, into everything the child needs, so that
-//! [`enter`] (which runs between fork and exec of a multi-threaded process)
+//! policy turned, by the runner, into everything the child needs, so that
+//! [`enter`] (which runs between the supervisor's fork and the exec)
 //! only makes system calls: no allocation, no lock. [`probe`] tells whether
 //! this kernel can build it, naming the missing feature when not.
 //!

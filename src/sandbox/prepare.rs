@@ -1,4 +1,4 @@
-//! [`Prepared`]: a [`Policy`] turned, before the fork, into the exact
+//! [`Prepared`]: a [`Policy`] turned, by the runner, into the exact
 //! system calls the child makes — NUL-terminated paths, the mount steps in
 //! order, the Landlock rules with their access bits, the id maps and the
 //! seccomp programs — so that the child allocates nothing.
