@@ -295,7 +295,18 @@ fn report_soak(w: &World, s: &Soak, sampled: &Sampled, kills: usize, wall: f64) 
     // The claim's latency as each worker saw it (a pooled connection, then
     // the claim's transaction): `claim_ms` of the processes' run logs, and
     // its parts.
-    let logged = claim_latency(&w.root);
+    // Each worker's first claim (the start of the night, when every worker
+    // of every process asks at once while the processes start) apart from
+    // the rest, by the item it claimed.
+    let first: std::collections::HashSet<String> =
+        w.db.sql(
+            "SELECT string_agg(item_key, ' ') FROM claims c \
+             WHERE claimed_at = (SELECT min(claimed_at) FROM claims d WHERE d.worker = c.worker)",
+        )
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let logged = claim_latency(&w.root, &first);
     let (p50, p99) = logged.first().map_or((f64::NAN, f64::NAN), |l| (l.1, l.2));
     // A worker's hand-over: from the end of its last claim to its next one
     // (the item's bookkeeping, the stop checks and the claim), from the ledger.
@@ -323,7 +334,7 @@ fn report_soak(w: &World, s: &Soak, sampled: &Sampled, kills: usize, wall: f64) 
         if once { "yes" } else { "NO" },
     );
     for (field, p50, p99) in &logged {
-        println!("    {field:>14}: p50 {p50:7.1} ms, p99 {p99:7.1} ms");
+        println!("    {field:>34}: p50 {p50:7.1} ms, p99 {p99:7.1} ms");
     }
     println!(
         "    the server's connections to the ledger, mean per sample ({} samples, idle ones left out): state | wait event | statement\n{}",
@@ -373,9 +384,13 @@ const CLAIM_FIELDS: [&str; 3] = ["claim_ms", "acquire_ms", "statements_ms"];
 
 /// p50 and p99 (ms) of each of [`CLAIM_FIELDS`] the processes under `root`
 /// logged (their run logs, `data*/logs/run-*.jsonl`): (field, p50, p99),
-/// a field none logged left out.
-fn claim_latency(root: &Path) -> Vec<(&'static str, f64, f64)> {
-    let mut ms: Vec<Vec<f64>> = vec![Vec::new(); CLAIM_FIELDS.len()];
+/// a field none logged left out; then `claim_ms` of the claims of the
+/// items in `first` (each worker's first) and of the others.
+fn claim_latency(
+    root: &Path,
+    first: &std::collections::HashSet<String>,
+) -> Vec<(&'static str, f64, f64)> {
+    let mut ms: Vec<Vec<f64>> = vec![Vec::new(); CLAIM_FIELDS.len() + 2];
     for data in std::fs::read_dir(root).into_iter().flatten().flatten() {
         for log in std::fs::read_dir(data.path().join("logs"))
             .into_iter()
@@ -390,11 +405,18 @@ fn claim_latency(root: &Path) -> Vec<(&'static str, f64, f64)> {
                 for (i, f) in CLAIM_FIELDS.iter().enumerate() {
                     ms[i].extend(v["fields"][f].as_f64());
                 }
+                let item = v["fields"]["item"].as_str().unwrap_or_default();
+                let at = CLAIM_FIELDS.len() + usize::from(!first.contains(item));
+                ms[at].extend(v["fields"]["claim_ms"].as_f64());
             }
         }
     }
+    let names = CLAIM_FIELDS.into_iter().chain([
+        "claim_ms, a worker's first claim",
+        "claim_ms, every later claim",
+    ]);
     let mut out = Vec::new();
-    for (f, mut ms) in CLAIM_FIELDS.into_iter().zip(ms) {
+    for (f, mut ms) in names.zip(ms) {
         if ms.is_empty() {
             continue;
         }
