@@ -138,7 +138,11 @@ pub(super) fn start(
             Some(fd) => fd.as_raw_fd(),
             None => libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
         };
-        libc::dup2(input, 0);
+        if input < 0 || libc::dup2(input, 0) != 0 {
+            // The control socket must not be left as the call's stdin.
+            report(&ctl, errno());
+            libc::_exit(127);
+        }
         // For `ps`, and before the fork: the call may look at its parent at once.
         libc::prctl(libc::PR_SET_NAME, c"nightshift-call".as_ptr());
         let mut failed = [0; 2];
@@ -153,15 +157,7 @@ pub(super) fn start(
             }
             0 => {
                 libc::close(failed[0]);
-                let error = match become_call(&plan, me) {
-                    Ok(()) => {
-                        libc::execvp(plan.program.as_ptr(), argv.as_ptr());
-                        errno()
-                    }
-                    Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
-                };
-                libc::write(failed[1], (&raw const error).cast(), 4);
-                libc::_exit(127)
+                exec_call(&plan, me, &argv, failed[1])
             }
             call => {
                 libc::close(failed[1]);
@@ -192,6 +188,26 @@ fn report(ctl: &OwnedFd, errno: c_int) {
             bytes.len(),
             libc::MSG_NOSIGNAL,
         );
+    }
+}
+
+/// The call's side of the fork: [`become_call`], then the program exec'd;
+/// the error of the step that failed is written to `failed` (the error
+/// pipe, closed by a successful exec) and the process exits 127.
+fn exec_call(plan: &Plan, supervisor: libc::pid_t, argv: &[*const c_char], failed: c_int) -> ! {
+    let error = match become_call(plan, supervisor) {
+        Ok(()) => {
+            // SAFETY: a NUL-terminated path and a NULL-terminated array of
+            // NUL-terminated arguments, all alive until the exec.
+            unsafe { libc::execvp(plan.program.as_ptr(), argv.as_ptr()) };
+            errno()
+        }
+        Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+    };
+    // SAFETY: a write of a local integer to our own pipe, then exit.
+    unsafe {
+        libc::write(failed, (&raw const error).cast(), 4);
+        libc::_exit(127)
     }
 }
 
