@@ -22,6 +22,7 @@
 use std::ffi::{CStr, c_char, c_int};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -40,26 +41,58 @@ const NAME: &str = "nightshift-call";
 /// The largest plan read (bytes): a sandbox's plan is tens of KB.
 const PLAN_MAX: u64 = 64 << 20;
 
-/// Runs [`hook`] before `main` (glibc and musl hand `.init_array`
-/// functions `argc`, `argv` and `envp`).
+/// Runs [`hook`] before `main`. It takes no arguments: glibc hands
+/// `.init_array` functions `argc`, `argv` and `envp`, musl hands nothing.
 #[used]
 #[unsafe(link_section = ".init_array")]
-static HOOK: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = hook;
+static HOOK: extern "C" fn() = hook;
 
-/// Becomes a call's supervisor when this program was started as one
-/// (`argv` is exactly the program and [`ENTRY`]); otherwise returns at
-/// once and `main` runs.
-extern "C" fn hook(argc: c_int, argv: *const *const c_char, _envp: *const *const c_char) {
-    if argc != 2 || argv.is_null() {
+/// The path the runner execs the supervisor by.
+const SELF: &CStr = c"/proc/self/exe";
+
+/// Becomes a call's supervisor when this program was started as one:
+/// exec'd by [`SELF`] with exactly `argv` = [`NAME`], [`ENTRY`]; otherwise
+/// returns at once and `main` runs.
+extern "C" fn hook() {
+    // SAFETY: getauxval reads the auxiliary vector; AT_EXECFN, when
+    // present, points at the NUL-terminated path given to execve.
+    let exec_fn = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const c_char;
+    // SAFETY: a non-null AT_EXECFN is a NUL-terminated string.
+    if exec_fn.is_null() || unsafe { CStr::from_ptr(exec_fn) } != SELF {
         return;
     }
-    // SAFETY: the C runtime hands its `argc` NUL-terminated arguments.
-    let arg = unsafe { *argv.add(1) };
-    // SAFETY: a non-null argument is a NUL-terminated string.
-    if arg.is_null() || unsafe { CStr::from_ptr(arg) }.to_bytes() != ENTRY.as_bytes() {
-        return;
+    if started_as_supervisor() {
+        become_supervisor()
     }
-    become_supervisor()
+}
+
+/// Whether this process's arguments (`/proc/self/cmdline`) are exactly
+/// [`NAME`] and [`ENTRY`]. Reads into a stack buffer: nothing of the
+/// runtime is set up yet.
+fn started_as_supervisor() -> bool {
+    let mut buf = [0u8; 128];
+    // SAFETY: a NUL-terminated path; a read into a local buffer of its
+    // length; the descriptor is closed.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/proc/self/cmdline".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    let Ok(n) = usize::try_from(n) else {
+        return false;
+    };
+    let mut parts = buf[..n].split(|b| *b == 0);
+    parts.next() == Some(NAME.as_bytes())
+        && parts.next() == Some(ENTRY.as_bytes())
+        && parts.next() == Some(&[][..])
+        && parts.next().is_none()
 }
 
 /// The supervisor's start: signals blocked at once (the runner may ask it
@@ -168,7 +201,7 @@ fn receive() -> io::Result<Handed> {
 pub(super) fn command(ctl: OwnedFd) -> tokio::process::Command {
     // The constructor must be linked in wherever a supervisor is started.
     std::hint::black_box(&HOOK);
-    let mut command = tokio::process::Command::new("/proc/self/exe");
+    let mut command = tokio::process::Command::new(std::ffi::OsStr::from_bytes(SELF.to_bytes()));
     command
         .arg0(NAME)
         .arg(ENTRY)
