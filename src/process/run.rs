@@ -147,18 +147,16 @@ async fn run_in_span(
 
     let launch = build_command(&cmd, &marker)?;
     let started = Instant::now();
-    let (mut child, pid, mut guard, stdin, proxy) = spawn_guarded(launch, Site::of(&cmd)).await?;
+    let Started {
+        mut child,
+        pid,
+        mut guard,
+        stdin,
+        proxy,
+    } = spawn_guarded(launch, Site::of(&cmd)).await?;
     tracing::debug!(pid, "spawned");
 
-    let budget = cmd.max_output.map(|max| {
-        std::sync::Arc::new(OutputBudget {
-            left: max.into(),
-            spent: CancellationToken::new(),
-        })
-    });
-    let over_cap = budget
-        .as_ref()
-        .map_or_else(CancellationToken::new, |b| b.spent.clone());
+    let (budget, over_cap) = output_budget(cmd.max_output);
     let stop_readers = CancellationToken::new();
     // Dropped, this future stops the readers (an escaped descendant may hold a pipe).
     let _stop_readers_on_drop = stop_readers.clone().drop_guard();
@@ -217,16 +215,32 @@ async fn run_in_span(
     Ok(outcome)
 }
 
-/// A started call: its supervisor (the child), the supervisor's pid, the
-/// guard that tells it to kill the call when dropped, the call's stdin
-/// writer and its sandbox's proxy, served.
-type Started = (
-    tokio::process::Child,
-    u32,
-    KillGuard,
-    Option<tokio::net::unix::pipe::Sender>,
-    Option<crate::sandbox::Proxy>,
-);
+/// The output both streams may carry ([`Command::max_output`]), shared by
+/// their readers, and the token fired when it is spent (never, without a cap).
+fn output_budget(max: Option<u64>) -> (Option<Arc<OutputBudget>>, CancellationToken) {
+    let budget = max.map(|max| {
+        Arc::new(OutputBudget {
+            left: max.into(),
+            spent: CancellationToken::new(),
+        })
+    });
+    let over_cap = (budget.as_ref()).map_or_else(CancellationToken::new, |b| b.spent.clone());
+    (budget, over_cap)
+}
+
+/// A started call.
+struct Started {
+    /// Its supervisor, the child nightshift waits for.
+    child: tokio::process::Child,
+    /// The supervisor's pid.
+    pid: u32,
+    /// Tells the supervisor to kill the call when dropped.
+    guard: KillGuard,
+    /// The writer of the call's stdin, when it was given bytes.
+    stdin: Option<tokio::net::unix::pipe::Sender>,
+    /// The sandbox's proxy, served.
+    proxy: Option<crate::sandbox::Proxy>,
+}
 
 /// Starts `launch` (for the command `site` names): the supervisor spawned, the guard
 /// made, the plan handed over, the call's program exec'd.
@@ -253,7 +267,13 @@ async fn spawn_guarded(mut launch: Launch, site: Site) -> Result<Started, Proces
     };
     let (stdin, proxy) = (launch.hand_over().await).map_err(|source| site.error(source))?;
     // The proxy's end in the sandbox is the supervisor's now.
-    Ok((child, pid, guard, stdin, proxy.map(ProxyEnds::serve)))
+    Ok(Started {
+        child,
+        pid,
+        guard,
+        stdin,
+        proxy: proxy.map(ProxyEnds::serve),
+    })
 }
 
 /// What ends the wait for a child besides its exit, and how to stop it.
