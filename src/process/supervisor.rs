@@ -232,6 +232,16 @@ fn exec_error(pipe: libc::c_int) -> libc::c_int {
 fn become_call(plan: &Plan, supervisor: libc::pid_t) -> io::Result<()> {
     // SAFETY: raw system calls on this process only.
     unsafe {
+        // No descriptor but stdio reaches the program: not one nightshift
+        // inherited without close-on-exec (a harness's, a service
+        // manager's). Close-on-exec rather than closed: the error pipe and
+        // the proxy's socket serve until the exec.
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
         libc::setpgid(0, 0);
         block_signals(libc::SIG_UNBLOCK);
         if let Some((uid, gid)) = plan.run_as {

@@ -741,6 +741,36 @@ async fn the_supervisor_is_a_small_program_of_its_own_not_a_copy_of_the_runner()
     assert_eq!(held[held.len() - 1], 1);
 }
 
+/// The call holds its three standard descriptors and nothing else: not
+/// the hand-over's control socket or error pipe, not a copy of its stdin's
+/// pipe, and not a descriptor nightshift inherited without close-on-exec
+/// (a test harness's, a service manager's) (docs/security.md#processes).
+#[tokio::test]
+async fn the_call_holds_only_its_stdio() {
+    // SAFETY: a pipe without close-on-exec, as a parent may leave one.
+    let inherited = unsafe {
+        let mut fds = [0; 2];
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+        fds
+    };
+    for stdin in [None, Some(b"prompt".to_vec())] {
+        // `ls` holds the directory it lists as descriptor 3.
+        let mut cmd = sh("exec ls /proc/self/fd");
+        if let Some(bytes) = stdin {
+            cmd = cmd.stdin_bytes(bytes);
+        }
+        let o = run_ok(cmd).await;
+        assert!(o.success(), "{}", o.stderr_tail);
+        let fds: Vec<&str> = o.stdout_tail.split_whitespace().collect();
+        assert_eq!(fds, ["0", "1", "2", "3"], "{inherited:?}");
+    }
+    // SAFETY: our own descriptors.
+    unsafe {
+        libc::close(inherited[0]);
+        libc::close(inherited[1]);
+    }
+}
+
 /// A group of its own in our session and `env -i` (no call marker, nothing
 /// that points back at the call): still inside the supervisor's subtree,
 /// so it is ended with the call, and `run` does not wait for its pipe.
