@@ -875,11 +875,15 @@ async fn the_workers_of_a_process_asking_at_once_are_answered_by_few_statements(
     assert_eq!(got, (0..32).collect::<Vec<_>>(), "each item once");
     // Each line keeps a pooled connection: give them back.
     drop(lines);
-    // Claims written by one statement share its transaction id.
+    // Claims written by one statement share its transaction id. Fewer
+    // statements than workers: one per worker is what the lines replaced.
+    // How many fewer depends on the machine: two lines' statements that
+    // overlap take rows from each other, and the workers left out ask
+    // again (2 a line when they do not overlap; 20 seen on a loaded CI).
     let statements = db.sql("SELECT count(DISTINCT xmin::text) FROM claims");
     let statements: u32 = statements.parse().unwrap();
     assert!(
-        (4..=12).contains(&statements),
+        (4..32).contains(&statements),
         "{statements} claim statements for 32 workers on 4 lines"
     );
     assert!(claim(&ledger.pool, run, 9, 60).await.is_none());
