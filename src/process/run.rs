@@ -254,6 +254,10 @@ async fn spawn_guarded(mut launch: Launch, site: Site) -> Result<Started, Proces
         hint: "nightshift could not start the call's supervisor (itself, as /proc/self/exe): is /proc mounted?".into(),
         source,
     })?;
+    // The command keeps what it was given: the supervisor's end of the
+    // control socket is let go here, or a supervisor dead before its
+    // answer would leave the wait for it open until `START_WITHIN`.
+    launch.command.stdin(Stdio::null());
     let Some(pid) = child.id() else {
         return Err(ProcessError::Wait {
             program: site.program,

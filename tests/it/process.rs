@@ -741,6 +741,27 @@ async fn the_supervisor_is_a_small_program_of_its_own_not_a_copy_of_the_runner()
     assert_eq!(held[held.len() - 1], 1);
 }
 
+/// A supervisor killed before it answers (here by its own call) ends
+/// `run` at once, not after the minute a start may take: the runner
+/// holds no copy of the supervisor's end of the control socket.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_supervisor_killed_before_its_answer_ends_the_run_at_once() {
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            tokio::spawn(async {
+                let at = Instant::now();
+                let cmd = sh("kill -9 $PPID").env_map(base_env());
+                let ended = run(cmd, &CancellationToken::new()).await;
+                (ended.is_ok(), at.elapsed())
+            })
+        })
+        .collect();
+    for call in calls {
+        let (_, took) = call.await.unwrap();
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+}
+
 /// The call holds its three standard descriptors and nothing else: not
 /// the hand-over's control socket or error pipe, not a copy of its stdin's
 /// pipe, and not a descriptor nightshift inherited without close-on-exec
