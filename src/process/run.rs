@@ -145,7 +145,7 @@ async fn run_in_span(
     let stdout_file = open_output(&cmd.program, cmd.stdout_path.as_deref()).await?;
     let stderr_file = open_output(&cmd.program, cmd.stderr_path.as_deref()).await?;
 
-    let launch = build_command(&cmd, &marker)?;
+    let launch = Launch::new(&cmd, &marker)?;
     let started = Instant::now();
     let Started {
         mut child,
@@ -378,6 +378,96 @@ struct Launch {
 }
 
 impl Launch {
+    /// The supervisor's command and plan for `cmd`: cleared environment plus
+    /// the map and the pins, piped output, its own process group; the plan
+    /// holds the program, its arguments and directory, `run_as` and the
+    /// sandbox, with the ends of the sandbox's proxy when it has one.
+    ///
+    /// # Errors
+    /// [`ProcessError::Spawn`] when the sandbox's policy cannot be prepared (a
+    /// path it names does not exist), an argument holds a NUL byte, or no
+    /// socket or pipe is left.
+    fn new(cmd: &Command, marker: &str) -> Result<Launch, ProcessError> {
+        let failed = |source| spawn_error(cmd, source);
+        let sandboxed = prepare_sandbox(cmd)?;
+        let (ctl, theirs) = UnixStream::pair().map_err(failed)?;
+        let mut command = entry::command(theirs.into());
+        command
+            .env_clear()
+            .envs(&cmd.env)
+            // A git asking for a password on a terminal would hang until the
+            // timeout; nightshift hands credentials through helpers only.
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env(CALL_MARKER_VAR, marker)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // The supervisor leads a group of its own, out of reach of signals
+            // sent to nightshift's; on drop the guard tells it to kill the call.
+            .process_group(0);
+        if !cmd.env.contains_key("LANG") {
+            // Agents read and write UTF-8; C.UTF-8 is built into musl and glibc >= 2.35.
+            command.env("LANG", "C.UTF-8");
+        }
+        if let Some(account) = &cmd.run_as {
+            command
+                .env("HOME", &account.home)
+                .env("USER", &account.user)
+                .env("LOGNAME", &account.user);
+        }
+        let stdin = match &cmd.stdin {
+            Some(_) => {
+                let (theirs, ours) = io::pipe().map_err(failed)?;
+                Some((theirs.into(), ours.into()))
+            }
+            None => None,
+        };
+        let (sandbox, proxy, exec) = match sandboxed {
+            Some(s) => (Some(s.prepared), s.proxy, s.exec),
+            None => (None, None, None),
+        };
+        let c_string = |bytes: &[u8]| {
+            CString::new(bytes).map_err(|_| {
+                failed(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an argument or path holds a NUL byte",
+                ))
+            })
+        };
+        // Exec'd by its real path, so that a script finds its own files (a
+        // Node CLI its package) where the sandbox shows them; argv[0] stays
+        // as given.
+        let program = match &exec {
+            Some(real) => c_string(real.as_os_str().as_encoded_bytes())?,
+            None => c_string(cmd.program.as_bytes())?,
+        };
+        let argv = (std::iter::once(&cmd.program).chain(&cmd.args))
+            .map(|a| c_string(a.as_bytes()))
+            .collect::<Result<_, _>>()?;
+        let cwd = match &cmd.cwd {
+            Some(dir) => Some(c_string(dir.as_os_str().as_encoded_bytes())?),
+            None => None,
+        };
+        let plan = Plan {
+            runner: std::process::id() as i32,
+            timeout: cmd.timeout,
+            grace: cmd.grace,
+            sweep_escaped: cmd.sweep_escaped,
+            run_as: cmd.run_as.as_ref().map(|a| (a.uid, a.gid)),
+            cwd,
+            program,
+            argv,
+            stdin: stdin.is_some(),
+            sandbox,
+        };
+        Ok(Launch {
+            command,
+            plan,
+            ctl,
+            stdin,
+            proxy,
+        })
+    }
+
     /// Sends the started supervisor its plan and descriptors, lets go of
     /// the call's ends and waits for the call's program to be exec'd.
     /// Returns the writer of the call's stdin and the proxy's ends.
@@ -402,96 +492,6 @@ impl Launch {
         entry::started(self.ctl, START_WITHIN).await?;
         Ok((stdin, self.proxy))
     }
-}
-
-/// The supervisor's command and plan for `cmd`: cleared environment plus
-/// the map and the pins, piped output, its own process group; the plan
-/// holds the program, its arguments and directory, `run_as` and the
-/// sandbox, with the ends of the sandbox's proxy when it has one.
-///
-/// # Errors
-/// [`ProcessError::Spawn`] when the sandbox's policy cannot be prepared (a
-/// path it names does not exist), an argument holds a NUL byte, or no
-/// socket or pipe is left.
-fn build_command(cmd: &Command, marker: &str) -> Result<Launch, ProcessError> {
-    let failed = |source| spawn_error(cmd, source);
-    let sandboxed = prepare_sandbox(cmd)?;
-    let (ctl, theirs) = UnixStream::pair().map_err(failed)?;
-    let mut command = entry::command(theirs.into());
-    command
-        .env_clear()
-        .envs(&cmd.env)
-        // A git asking for a password on a terminal would hang until the
-        // timeout; nightshift hands credentials through helpers only.
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env(CALL_MARKER_VAR, marker)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // The supervisor leads a group of its own, out of reach of signals
-        // sent to nightshift's; on drop the guard tells it to kill the call.
-        .process_group(0);
-    if !cmd.env.contains_key("LANG") {
-        // Agents read and write UTF-8; C.UTF-8 is built into musl and glibc >= 2.35.
-        command.env("LANG", "C.UTF-8");
-    }
-    if let Some(account) = &cmd.run_as {
-        command
-            .env("HOME", &account.home)
-            .env("USER", &account.user)
-            .env("LOGNAME", &account.user);
-    }
-    let stdin = match &cmd.stdin {
-        Some(_) => {
-            let (theirs, ours) = io::pipe().map_err(failed)?;
-            Some((theirs.into(), ours.into()))
-        }
-        None => None,
-    };
-    let (sandbox, proxy, exec) = match sandboxed {
-        Some(s) => (Some(s.prepared), s.proxy, s.exec),
-        None => (None, None, None),
-    };
-    let c_string = |bytes: &[u8]| {
-        CString::new(bytes).map_err(|_| {
-            failed(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "an argument or path holds a NUL byte",
-            ))
-        })
-    };
-    // Exec'd by its real path, so that a script finds its own files (a
-    // Node CLI its package) where the sandbox shows them; argv[0] stays
-    // as given.
-    let program = match &exec {
-        Some(real) => c_string(real.as_os_str().as_encoded_bytes())?,
-        None => c_string(cmd.program.as_bytes())?,
-    };
-    let argv = (std::iter::once(&cmd.program).chain(&cmd.args))
-        .map(|a| c_string(a.as_bytes()))
-        .collect::<Result<_, _>>()?;
-    let cwd = match &cmd.cwd {
-        Some(dir) => Some(c_string(dir.as_os_str().as_encoded_bytes())?),
-        None => None,
-    };
-    let plan = Plan {
-        runner: std::process::id() as i32,
-        timeout: cmd.timeout,
-        grace: cmd.grace,
-        sweep_escaped: cmd.sweep_escaped,
-        run_as: cmd.run_as.as_ref().map(|a| (a.uid, a.gid)),
-        cwd,
-        program,
-        argv,
-        stdin: stdin.is_some(),
-        sandbox,
-    };
-    Ok(Launch {
-        command,
-        plan,
-        ctl,
-        stdin,
-        proxy,
-    })
 }
 
 /// The call's sandbox, prepared by the runner (`sandbox::Prepared`), as
@@ -521,7 +521,7 @@ fn prepare_sandbox(cmd: &Command) -> Result<Option<Sandboxed>, ProcessError> {
         }
         policy.read.push(real);
     }
-    // As `agent_user` the child's `HOME` is the account's (`build_command`).
+    // As `agent_user` the child's `HOME` is the account's (`Launch::new`).
     if let Some(account) = &cmd.run_as {
         policy.home.clone_from(&account.home);
     }
